@@ -1,0 +1,46 @@
+//! Managed devices and their status.
+
+use serde::Serialize;
+
+use crate::{DeviceId, OrgId, SiteId, Timestamp, string_enum};
+
+string_enum! {
+    /// Whether a device's agent is reachable.
+    pub enum DeviceStatus: "device status" {
+        Online = "online",
+        Offline = "offline",
+        /// Deliberately taken out of monitoring for a while.
+        Maintenance = "maintenance",
+    }
+}
+
+string_enum! {
+    /// The operating system family a device runs.
+    pub enum OsFamily: "OS family" {
+        Linux = "linux",
+        Windows = "windows",
+        Macos = "macos",
+        Other = "other",
+    }
+}
+
+/// A machine with (eventually) a Breeze agent on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct Device {
+    pub id: DeviceId,
+    pub org_id: OrgId,
+    pub site_id: SiteId,
+    pub hostname: String,
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "String"))]
+    pub os_family: OsFamily,
+    pub os_name: String,
+    pub os_version: String,
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "String"))]
+    pub status: DeviceStatus,
+    pub agent_version: Option<String>,
+    pub last_seen_at: Option<Timestamp>,
+    #[cfg_attr(feature = "sqlx", sqlx(json))]
+    pub tags: Vec<String>,
+    pub created_at: Timestamp,
+}

@@ -1,0 +1,98 @@
+//! Breeze's domain vocabulary, shared by every other crate.
+//!
+//! This crate does no IO. It defines the tenancy hierarchy (partner → organization → site →
+//! device group → device), principals and their permissions, API-key scopes, audit events and
+//! the [`Clock`] through which all code reads the time.
+
+pub mod audit;
+pub mod clock;
+pub mod device;
+pub mod ids;
+pub mod rbac;
+pub mod scope;
+pub mod tenancy;
+pub mod user;
+
+pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use device::{Device, DeviceStatus, OsFamily};
+pub use ids::{
+    ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId, UserId,
+};
+pub use rbac::{Permission, PermissionDenied, PermissionSet, Role};
+pub use scope::{Scope, ScopeSet};
+pub use tenancy::{DeviceGroup, Organization, Partner, Site};
+pub use user::{User, UserKind};
+
+/// A value that failed to parse from its stored or wire form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what}: {value:?} (expected {expected})")]
+pub struct ParseError {
+    /// What was being parsed, e.g. "scope".
+    pub what: &'static str,
+    /// The offending input.
+    pub value: String,
+    /// The accepted forms.
+    pub expected: &'static str,
+}
+
+/// Declares a string-backed enum with `as_str`, `FromStr`, `TryFrom<String>`, `Display` and serde.
+macro_rules! string_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $what:literal { $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name { $( $(#[$vmeta])* $variant ),+ }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The stored and wire form.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::ParseError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err($crate::ParseError {
+                        what: $what,
+                        value: s.to_owned(),
+                        expected: concat!($($text, " "),+),
+                    }),
+                }
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = $crate::ParseError;
+            fn try_from(s: String) -> Result<Self, Self::Error> { s.parse() }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <::std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(::serde::de::Error::custom)
+            }
+        }
+    };
+}
+pub(crate) use string_enum;

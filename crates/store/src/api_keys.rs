@@ -1,0 +1,167 @@
+//! API keys as stored: only the SHA-256 of the secret, never the secret itself.
+
+use breeze_core::{ApiKeyId, AuditEvent, OrgId, ScopeSet, Timestamp, UserId};
+use chrono::Duration;
+use serde::Serialize;
+
+use crate::{
+    OrgStore, Result, Store, StoreError, audit,
+    sql::{Arg, Tx, sql},
+};
+
+const KEY_COLUMNS: &str = "id, org_id, user_id, name, key_hash, key_prefix, scopes, expires_at, \
+    revoked_at, last_used_at, created_at";
+
+/// A key to store. The caller generated the secret and keeps it; only its hash comes here.
+#[derive(Debug, Clone)]
+pub struct NewApiKey {
+    pub org_id: OrgId,
+    /// The creating user; the key acts with this user's permissions in `org_id`.
+    pub user_id: UserId,
+    pub name: String,
+    pub key_hash: [u8; 32],
+    /// The first characters of the secret, for recognising a key in a list.
+    pub key_prefix: String,
+    pub scopes: ScopeSet,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// A stored API key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct ApiKeyRecord {
+    pub id: ApiKeyId,
+    pub org_id: OrgId,
+    pub user_id: UserId,
+    pub name: String,
+    #[serde(skip)]
+    pub key_hash: Vec<u8>,
+    pub key_prefix: String,
+    #[sqlx(json)]
+    pub scopes: ScopeSet,
+    pub expires_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+    pub last_used_at: Option<Timestamp>,
+    pub created_at: Timestamp,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key may authenticate at `now`: not revoked and not expired.
+    pub fn is_active(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|exp| now < exp)
+    }
+}
+
+impl Store {
+    /// Stores a new key and audits its creation in the same transaction.
+    pub async fn insert_api_key(&self, new: NewApiKey, audit: AuditEvent) -> Result<ApiKeyRecord> {
+        if new.name.trim().is_empty() {
+            return Err(StoreError::Invalid("an API key needs a name".into()));
+        }
+        if new.scopes.is_empty() {
+            return Err(StoreError::Invalid(
+                "an API key needs at least one scope".into(),
+            ));
+        }
+        let now = self.clock.now();
+        let id = ApiKeyId::new();
+        let mut tx = Tx::begin(&self.pool).await?;
+        sql(format!(
+            "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        ))
+        .bind(id)
+        .bind(new.org_id)
+        .bind(new.user_id)
+        .bind(new.name.trim())
+        .bind(&new.key_hash[..])
+        .bind(&new.key_prefix)
+        .bind(Arg::json(&new.scopes))
+        .bind(new.expires_at)
+        .bind(None::<Timestamp>)
+        .bind(None::<Timestamp>)
+        .bind(now)
+        .execute(&mut tx)
+        .await?;
+        let audit = audit
+            .org(new.org_id)
+            .resource(id)
+            .details(serde_json::json!({
+                "name": new.name.trim(),
+                "scopes": new.scopes,
+                "expires_at": new.expires_at,
+                "user_id": new.user_id,
+            }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.org(new.org_id).get_api_key(id).await
+    }
+
+    /// The key whose secret hashes to `hash`, whatever its state. The caller compares the
+    /// returned hash in constant time and checks [`ApiKeyRecord::is_active`].
+    pub async fn find_api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKeyRecord>> {
+        sql(format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1"
+        ))
+        .bind(&hash[..])
+        .fetch_optional(self)
+        .await
+    }
+
+    /// Records that key `id` was used at `now`, unless that was already recorded less than
+    /// `min_interval` ago. Returns whether a write happened.
+    pub async fn touch_api_key(
+        &self,
+        id: ApiKeyId,
+        now: Timestamp,
+        min_interval: Duration,
+    ) -> Result<bool> {
+        let n = sql("UPDATE api_keys SET last_used_at = $1 \
+                     WHERE id = $2 AND (last_used_at IS NULL OR last_used_at <= $3)")
+        .bind(now)
+        .bind(id)
+        .bind(now - min_interval)
+        .execute(self)
+        .await?;
+        Ok(n > 0)
+    }
+}
+
+impl OrgStore<'_> {
+    /// The keys of this organization, newest first.
+    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        sql(format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(self.org)
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// One key of this organization.
+    pub async fn get_api_key(&self, id: ApiKeyId) -> Result<ApiKeyRecord> {
+        sql(format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("API key"))
+    }
+
+    /// Revokes a key at once. Revoking a revoked key changes nothing and writes no audit record.
+    pub async fn revoke_api_key(&self, id: ApiKeyId, audit: AuditEvent) -> Result<ApiKeyRecord> {
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let n = sql("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND org_id = $3 AND revoked_at IS NULL")
+            .bind(now)
+            .bind(id)
+            .bind(self.org)
+            .execute(&mut tx)
+            .await?;
+        if n > 0 {
+            audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
+        }
+        tx.commit().await?;
+        self.get_api_key(id).await
+    }
+}

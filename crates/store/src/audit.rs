@@ -1,0 +1,234 @@
+//! The append-only audit log: writing records (alone or inside a change's transaction) and
+//! querying them with filters and keyset pagination.
+
+use breeze_core::{
+    Actor, ActorType, AuditEvent, AuditId, AuditRecord, AuditResult, OrgId, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use crate::{
+    OrgStore, Result, Store, StoreError,
+    sql::{Arg, Target, escape_like, sql},
+};
+
+/// Writes `event` stamped `now`, on `target` (the pool, or the transaction of the change).
+pub(crate) async fn insert<'a>(
+    target: impl Into<Target<'a>>,
+    event: &AuditEvent,
+    now: Timestamp,
+) -> Result<AuditId> {
+    let id = AuditId::new();
+    sql(
+        "INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, action, \
+         resource_type, resource_id, details, result, error_message, request_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(id)
+    .bind(now)
+    .bind(event.org_id)
+    .bind(event.actor.kind.as_str())
+    .bind(&event.actor.id)
+    .bind(&event.action)
+    .bind(&event.resource_type)
+    .bind(event.resource_id.clone())
+    .bind(Arg::json(&event.details))
+    .bind(event.result.as_str())
+    .bind(event.error_message.clone())
+    .bind(event.request_id.clone())
+    .execute(target)
+    .await?;
+    Ok(id)
+}
+
+/// Which audit records to return. Every field narrows the result.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AuditFilter {
+    /// Exact action, or a prefix ending in `.` or `*` (`mcp.` matches `mcp.tools.call`).
+    pub action: Option<String>,
+    pub resource_type: Option<String>,
+    pub resource_id: Option<String>,
+    pub actor_type: Option<ActorType>,
+    pub actor_id: Option<String>,
+    pub result: Option<AuditResult>,
+    /// Inclusive lower bound.
+    pub since: Option<Timestamp>,
+    /// Exclusive upper bound.
+    pub until: Option<Timestamp>,
+}
+
+/// Where the next page starts: the last record of the previous page (newest first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditCursor {
+    pub created_at: Timestamp,
+    pub id: AuditId,
+}
+
+impl AuditCursor {
+    /// The opaque string form handed to clients.
+    pub fn encode(&self) -> String {
+        use base64::Engine as _;
+        let raw = format!("{}|{}", self.created_at.to_rfc3339(), self.id);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// Parses [`AuditCursor::encode`]'s output.
+    pub fn decode(s: &str) -> Result<Self> {
+        use base64::Engine as _;
+        let bad = || StoreError::Invalid(format!("invalid cursor {s:?}"));
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (ts, id) = raw.split_once('|').ok_or_else(bad)?;
+        Ok(Self {
+            created_at: chrono_parse(ts).ok_or_else(bad)?,
+            id: id.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+fn chrono_parse(s: &str) -> Option<Timestamp> {
+    s.parse::<Timestamp>().ok()
+}
+
+/// One page of audit records, newest first.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecord>,
+    /// Present when more records follow.
+    pub next_cursor: Option<AuditCursor>,
+}
+
+#[derive(sqlx::FromRow)]
+struct AuditRow {
+    id: Uuid,
+    created_at: Timestamp,
+    org_id: Option<Uuid>,
+    actor_type: String,
+    actor_id: String,
+    action: String,
+    resource_type: String,
+    resource_id: Option<String>,
+    details: Json<Value>,
+    result: String,
+    error_message: Option<String>,
+    request_id: Option<String>,
+}
+
+impl TryFrom<AuditRow> for AuditRecord {
+    type Error = StoreError;
+    fn try_from(r: AuditRow) -> Result<Self> {
+        let corrupt = |e: breeze_core::ParseError| StoreError::Corrupt(e.to_string());
+        Ok(AuditRecord {
+            id: AuditId(r.id),
+            created_at: r.created_at,
+            event: AuditEvent {
+                org_id: r.org_id.map(OrgId),
+                actor: Actor {
+                    kind: r.actor_type.parse().map_err(corrupt)?,
+                    id: r.actor_id,
+                },
+                action: r.action,
+                resource_type: r.resource_type,
+                resource_id: r.resource_id,
+                details: r.details.0,
+                result: r.result.parse().map_err(corrupt)?,
+                error_message: r.error_message,
+                request_id: r.request_id,
+            },
+        })
+    }
+}
+
+/// The most records one page may hold.
+pub const MAX_AUDIT_PAGE: u32 = 500;
+
+impl Store {
+    /// Appends an audit record on its own (for events with no change to share a transaction).
+    pub async fn append_audit(&self, event: &AuditEvent) -> Result<AuditId> {
+        insert(self, event, self.clock.now()).await
+    }
+}
+
+impl OrgStore<'_> {
+    /// Audit records of this organization matching `filter`, newest first, `limit` per page
+    /// (capped at [`MAX_AUDIT_PAGE`]), starting after `after`.
+    pub async fn query_audit(
+        &self,
+        filter: &AuditFilter,
+        after: Option<AuditCursor>,
+        limit: u32,
+    ) -> Result<AuditPage> {
+        let limit = limit.clamp(1, MAX_AUDIT_PAGE);
+        let mut q = sql(
+            "SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \
+                         resource_id, details, result, error_message, request_id \
+                         FROM audit_log WHERE org_id = $1",
+        )
+        .bind(self.org);
+        if let Some(action) = &filter.action {
+            if let Some(prefix) = action
+                .strip_suffix('*')
+                .or(action.ends_with('.').then_some(action.as_str()))
+            {
+                let p = q.arg(format!("{}%", escape_like(prefix)));
+                q.push(&format!(" AND action LIKE {p} ESCAPE '\\'"));
+            } else {
+                let p = q.arg(action.as_str());
+                q.push(&format!(" AND action = {p}"));
+            }
+        }
+        for (column, value) in [
+            ("resource_type", filter.resource_type.as_deref()),
+            ("resource_id", filter.resource_id.as_deref()),
+            ("actor_type", filter.actor_type.map(ActorType::as_str)),
+            ("actor_id", filter.actor_id.as_deref()),
+            ("result", filter.result.map(AuditResult::as_str)),
+        ] {
+            if let Some(value) = value {
+                let p = q.arg(value);
+                q.push(&format!(" AND {column} = {p}"));
+            }
+        }
+        if let Some(since) = filter.since {
+            let p = q.arg(since);
+            q.push(&format!(" AND created_at >= {p}"));
+        }
+        if let Some(until) = filter.until {
+            let p = q.arg(until);
+            q.push(&format!(" AND created_at < {p}"));
+        }
+        if let Some(cursor) = after {
+            let t = q.arg(cursor.created_at);
+            let id = q.arg(cursor.id);
+            q.push(&format!(
+                " AND (created_at < {t} OR (created_at = {t} AND id < {id}))"
+            ));
+        }
+        let fetch = q.arg(i64::from(limit) + 1);
+        q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {fetch}"));
+
+        let mut rows: Vec<AuditRow> = q.fetch_all(self.store).await?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        let records = rows
+            .into_iter()
+            .map(AuditRecord::try_from)
+            .collect::<Result<Vec<_>>>()?;
+        let next_cursor = more
+            .then(|| {
+                records.last().map(|r| AuditCursor {
+                    created_at: r.created_at,
+                    id: r.id,
+                })
+            })
+            .flatten();
+        Ok(AuditPage {
+            records,
+            next_cursor,
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! Devices and device-group membership, always within one organization.
+
+use breeze_core::{
+    AuditEvent, Device, DeviceGroupId, DeviceId, DeviceStatus, OsFamily, SiteId, Timestamp,
+};
+use serde::Deserialize;
+
+use crate::{
+    OrgStore, Result, StoreError, audit,
+    sql::{Arg, Sql, Tx, escape_like, sql},
+};
+
+const DEVICE_COLUMNS: &str = "d.id, d.org_id, d.site_id, d.hostname, d.os_family, d.os_name, \
+    d.os_version, d.status, d.agent_version, d.last_seen_at, d.tags, d.created_at";
+
+/// A device to register.
+#[derive(Debug, Clone)]
+pub struct NewDevice {
+    pub site_id: SiteId,
+    pub hostname: String,
+    pub os_family: OsFamily,
+    pub os_name: String,
+    pub os_version: String,
+    pub status: DeviceStatus,
+    pub agent_version: Option<String>,
+    pub last_seen_at: Option<Timestamp>,
+    pub tags: Vec<String>,
+}
+
+/// Narrows a device listing. Every field is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DeviceFilter {
+    pub status: Option<DeviceStatus>,
+    pub os_family: Option<OsFamily>,
+    pub site_id: Option<SiteId>,
+    pub group_id: Option<DeviceGroupId>,
+    /// Case-insensitive substring of the hostname.
+    pub search: Option<String>,
+    pub tag: Option<String>,
+}
+
+impl DeviceFilter {
+    fn apply(&self, q: &mut Sql) {
+        if let Some(status) = self.status {
+            let p = q.arg(status.as_str());
+            q.push(&format!(" AND d.status = {p}"));
+        }
+        if let Some(os) = self.os_family {
+            let p = q.arg(os.as_str());
+            q.push(&format!(" AND d.os_family = {p}"));
+        }
+        if let Some(site) = self.site_id {
+            let p = q.arg(site);
+            q.push(&format!(" AND d.site_id = {p}"));
+        }
+        if let Some(group) = self.group_id {
+            let p = q.arg(group);
+            q.push(&format!(
+                " AND EXISTS (SELECT 1 FROM device_group_members m \
+                 WHERE m.device_id = d.id AND m.org_id = d.org_id AND m.group_id = {p})"
+            ));
+        }
+        if let Some(search) = &self.search {
+            let p = q.arg(format!("%{}%", escape_like(&search.to_lowercase())));
+            q.push(&format!(" AND LOWER(d.hostname) LIKE {p} ESCAPE '\\'"));
+        }
+        if let Some(tag) = &self.tag {
+            // Tags are a JSON array of strings; match the quoted element.
+            let quoted = serde_json::to_string(tag).unwrap_or_default();
+            let p = q.arg(format!("%{}%", escape_like(&quoted)));
+            q.push(&format!(" AND CAST(d.tags AS TEXT) LIKE {p} ESCAPE '\\'"));
+        }
+    }
+}
+
+impl OrgStore<'_> {
+    /// Registers a device in a site of this organization.
+    pub async fn create_device(&self, new: NewDevice, audit: AuditEvent) -> Result<Device> {
+        self.get_site(new.site_id).await?;
+        let now = self.store.clock.now();
+        let device = Device {
+            id: DeviceId::new(),
+            org_id: self.org,
+            site_id: new.site_id,
+            hostname: new.hostname,
+            os_family: new.os_family,
+            os_name: new.os_name,
+            os_version: new.os_version,
+            status: new.status,
+            agent_version: new.agent_version,
+            last_seen_at: new.last_seen_at,
+            tags: new.tags,
+            created_at: now,
+        };
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(
+            "INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, os_version, \
+             status, agent_version, last_seen_at, tags, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(device.id)
+        .bind(self.org)
+        .bind(device.site_id)
+        .bind(&device.hostname)
+        .bind(device.os_family.as_str())
+        .bind(&device.os_name)
+        .bind(&device.os_version)
+        .bind(device.status.as_str())
+        .bind(device.agent_version.clone())
+        .bind(device.last_seen_at)
+        .bind(Arg::json(&device.tags))
+        .bind(now)
+        .execute(&mut tx)
+        .await?;
+        audit::insert(&mut tx, &audit.org(self.org).resource(device.id), now).await?;
+        tx.commit().await?;
+        Ok(device)
+    }
+
+    /// One device of this organization.
+    pub async fn get_device(&self, id: DeviceId) -> Result<Device> {
+        sql(format!(
+            "SELECT {DEVICE_COLUMNS} FROM devices d WHERE d.id = $1 AND d.org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("device"))
+    }
+
+    /// Devices matching `filter`, by hostname: at most `limit` starting at `offset`, plus the
+    /// total number that match.
+    pub async fn list_devices(
+        &self,
+        filter: &DeviceFilter,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<Device>, u64)> {
+        let mut count = sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
+        filter.apply(&mut count);
+        let total: i64 = count.fetch_scalar(self.store).await?;
+
+        let mut q = sql(format!(
+            "SELECT {DEVICE_COLUMNS} FROM devices d WHERE d.org_id = $1"
+        ))
+        .bind(self.org);
+        filter.apply(&mut q);
+        let l = q.arg(i64::from(limit));
+        let o = q.arg(i64::from(offset));
+        q.push(&format!(" ORDER BY d.hostname, d.id LIMIT {l} OFFSET {o}"));
+        let devices = q.fetch_all(self.store).await?;
+        Ok((devices, u64::try_from(total).unwrap_or(0)))
+    }
+
+    /// The members of a device group of this organization.
+    pub async fn group_members(&self, group: DeviceGroupId) -> Result<Vec<Device>> {
+        self.get_group(group).await?;
+        let filter = DeviceFilter {
+            group_id: Some(group),
+            ..DeviceFilter::default()
+        };
+        Ok(self.list_devices(&filter, u32::MAX / 2, 0).await?.0)
+    }
+}

@@ -1,0 +1,265 @@
+//! Breeze's persistence: one [`Store`] over SQLite (the embedded default) or PostgreSQL.
+//!
+//! Both backends run the same statements (see [`sql`]) against their own migration trees
+//! (`migrations/sqlite`, `migrations/postgres`, kept in lockstep by a test). Organization data
+//! is reached through [`OrgStore`], a handle bound to one organization whose every query is
+//! filtered by it: holding an `OrgStore` for A cannot reveal B's rows, even by id.
+//!
+//! Mutations that deserve an audit record take an [`AuditEvent`] and write it in the same
+//! transaction as the change.
+
+mod api_keys;
+mod audit;
+mod devices;
+mod error;
+mod sql;
+mod tenancy;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod users;
+
+use std::{str::FromStr, time::Duration};
+
+pub use api_keys::{ApiKeyRecord, NewApiKey};
+pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
+pub use breeze_core::AuditEvent;
+pub use devices::{DeviceFilter, NewDevice};
+pub use error::{Result, StoreError};
+use sqlx::{
+    postgres::{PgConnectOptions, PgPoolOptions},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+};
+pub use users::{NewUser, UserWithSecret};
+
+use breeze_core::{Clock, OrgId};
+use std::sync::Arc;
+
+/// Which database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+/// How to open a store.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// `sqlite://path/to/file.db` or `postgres://user@host/db`.
+    pub url: String,
+    /// Upper bound on pooled connections.
+    pub max_connections: u32,
+    /// PostgreSQL only: the schema to work in (tests use one per run).
+    pub pg_schema: Option<String>,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("url", &redact_url(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("pg_schema", &self.pg_schema)
+            .finish()
+    }
+}
+
+impl StoreOptions {
+    /// Options for `url` with the default pool size.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 10,
+            pg_schema: None,
+        }
+    }
+}
+
+/// Hides the password in a database URL so it can be logged.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The store: a connection pool and the clock used to stamp rows. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the database at `options.url` (creating a SQLite file and its directory when
+    /// missing). Does not migrate; call [`Store::migrate`].
+    pub async fn connect(options: &StoreOptions, clock: Arc<dyn Clock>) -> Result<Store> {
+        let url = options.url.as_str();
+        let pool = if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|e| StoreError::Config(format!("DATABASE_URL: {e}")))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(10));
+            if let Some(dir) = opts.get_filename().parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        StoreError::Config(format!(
+                            "cannot create the data directory {}: {e}",
+                            dir.display()
+                        ))
+                    })?;
+                }
+            }
+            Pool::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .connect_with(opts)
+                    .await?,
+            )
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let mut opts = PgConnectOptions::from_str(url)
+                .map_err(|e| StoreError::Config(format!("DATABASE_URL: {e}")))?;
+            if let Some(schema) = &options.pg_schema {
+                opts = opts.options([("search_path", schema.as_str())]);
+            }
+            Pool::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(opts)
+                    .await?,
+            )
+        } else {
+            return Err(StoreError::Config(format!(
+                "DATABASE_URL must start with sqlite:// or postgres://, got {:?}",
+                redact_url(url)
+            )));
+        };
+        Ok(Store { pool, clock })
+    }
+
+    /// Applies every pending migration for this backend.
+    pub async fn migrate(&self) -> Result<()> {
+        match &self.pool {
+            Pool::Sqlite(p) => sqlx::migrate!("./migrations/sqlite").run(p).await?,
+            Pool::Postgres(p) => sqlx::migrate!("./migrations/postgres").run(p).await?,
+        }
+        Ok(())
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<()> {
+        sql::sql("SELECT 1")
+            .fetch_scalar::<i32>(self)
+            .await
+            .map(drop)
+    }
+
+    /// Which backend this store uses.
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The clock that stamps rows.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+
+    /// A handle whose every query is confined to organization `org`.
+    pub fn org(&self, org: OrgId) -> OrgStore<'_> {
+        OrgStore { store: self, org }
+    }
+
+    /// Runs raw SQL. For tests and diagnostics that must look past the store's interface
+    /// (e.g. proving a secret is stored nowhere); never used by Breeze itself.
+    #[doc(hidden)]
+    pub async fn raw_execute(&self, statement: &str) -> Result<u64> {
+        sql::sql(statement).execute(self).await
+    }
+
+    /// Every row of `table` rendered as one string (tests and diagnostics only).
+    #[doc(hidden)]
+    pub async fn raw_dump(&self, table: &str) -> Result<Vec<String>> {
+        let text = match self.backend() {
+            Backend::Postgres => format!("SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"),
+            Backend::Sqlite => {
+                let cols: Vec<(String,)> =
+                    sql::sql(format!("SELECT name FROM pragma_table_info('{table}')"))
+                        .fetch_all(self)
+                        .await?;
+                let quoted: Vec<String> = cols.iter().map(|(c,)| format!("quote({c})")).collect();
+                format!("SELECT {} FROM {table}", quoted.join(" || ',' || "))
+            }
+        };
+        let rows: Vec<(String,)> = sql::sql(text).fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
+    /// Names of every table Breeze created (tests and diagnostics only).
+    #[doc(hidden)]
+    pub async fn raw_tables(&self) -> Result<Vec<String>> {
+        let text = match self.backend() {
+            Backend::Postgres => {
+                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            }
+            Backend::Sqlite => {
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            }
+        };
+        let rows: Vec<(String,)> = sql::sql(text).fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+}
+
+/// The store seen from inside one organization. Every query it runs is filtered by that
+/// organization; rows of others are indistinguishable from missing ones.
+#[derive(Debug, Clone, Copy)]
+pub struct OrgStore<'a> {
+    pub(crate) store: &'a Store,
+    pub(crate) org: OrgId,
+}
+
+impl OrgStore<'_> {
+    /// The organization this handle is bound to.
+    pub fn org_id(&self) -> OrgId {
+        self.org
+    }
+}

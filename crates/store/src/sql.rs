@@ -1,0 +1,305 @@
+//! One query path for two databases.
+//!
+//! Every statement is written once, with `$1`-style placeholders that both SQLite and
+//! PostgreSQL accept, and its arguments are [`Arg`]s that encode themselves for either
+//! backend. [`Sql`] runs against a [`Target`]: the pool, or an open [`Tx`]. Only this module
+//! matches on the backend.
+
+use breeze_core::{
+    ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId,
+    Timestamp, UserId,
+};
+use serde_json::Value;
+use sqlx::{
+    Database, Encode, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Type,
+    encode::IsNull,
+    error::BoxDynError,
+    postgres::{PgRow, PgTypeInfo},
+    sqlite::{SqliteRow, SqliteTypeInfo},
+    types::Json,
+};
+use uuid::Uuid;
+
+use crate::{Pool, Result, StoreError};
+
+/// A bound value. Each variant holds an `Option` so a typed NULL can be bound.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    Bool(Option<bool>),
+    I64(Option<i64>),
+    Text(Option<String>),
+    Bytes(Option<Vec<u8>>),
+    Uuid(Option<Uuid>),
+    Ts(Option<Timestamp>),
+    Json(Option<Json<Value>>),
+}
+
+impl Arg {
+    /// A value serialized to JSON (lists of scopes, permissions, tags; details).
+    pub(crate) fn json(value: &impl serde::Serialize) -> Self {
+        // Serializing our own plain data types cannot fail; keep a null rather than panic.
+        Arg::Json(Some(Json(
+            serde_json::to_value(value).unwrap_or(Value::Null),
+        )))
+    }
+}
+
+macro_rules! arg_from {
+    ($($ty:ty => $variant:ident $(via $conv:expr)?),+ $(,)?) => {$(
+        impl From<$ty> for Arg {
+            fn from(v: $ty) -> Self { Arg::$variant(Some(arg_from!(@conv v $(, $conv)?))) }
+        }
+        impl From<Option<$ty>> for Arg {
+            fn from(v: Option<$ty>) -> Self { Arg::$variant(v.map(|v| arg_from!(@conv v $(, $conv)?))) }
+        }
+    )+};
+    (@conv $v:ident) => { $v };
+    (@conv $v:ident, $conv:expr) => { ($conv)($v) };
+}
+
+arg_from! {
+    bool => Bool,
+    i64 => I64,
+    String => Text,
+    &str => Text via str::to_owned,
+    &String => Text via String::clone,
+    Vec<u8> => Bytes,
+    &[u8] => Bytes via <[u8]>::to_vec,
+    Uuid => Uuid,
+    Timestamp => Ts,
+    ApiKeyId => Uuid via |v: ApiKeyId| v.0,
+    AuditId => Uuid via |v: AuditId| v.0,
+    DeviceGroupId => Uuid via |v: DeviceGroupId| v.0,
+    DeviceId => Uuid via |v: DeviceId| v.0,
+    OrgId => Uuid via |v: OrgId| v.0,
+    PartnerId => Uuid via |v: PartnerId| v.0,
+    RoleId => Uuid via |v: RoleId| v.0,
+    SessionId => Uuid via |v: SessionId| v.0,
+    SiteId => Uuid via |v: SiteId| v.0,
+    UserId => Uuid via |v: UserId| v.0,
+}
+
+/// Encodes an [`Arg`] by delegating to the wrapped type's encoding for backend `$db`.
+macro_rules! encode_arg {
+    ($db:ty, $info:ty) => {
+        impl Type<$db> for Arg {
+            fn type_info() -> $info {
+                <String as Type<$db>>::type_info()
+            }
+            fn compatible(_: &$info) -> bool {
+                true
+            }
+        }
+
+        impl<'q> Encode<'q, $db> for Arg {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <$db as Database>::ArgumentBuffer<'q>,
+            ) -> Result<IsNull, BoxDynError> {
+                match self {
+                    Arg::Bool(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::I64(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::Text(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::Bytes(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::Uuid(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::Ts(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::Json(v) => Encode::<$db>::encode_by_ref(v, buf),
+                }
+            }
+
+            fn produces(&self) -> Option<$info> {
+                Some(match self {
+                    Arg::Bool(_) => <bool as Type<$db>>::type_info(),
+                    Arg::I64(_) => <i64 as Type<$db>>::type_info(),
+                    Arg::Text(_) => <String as Type<$db>>::type_info(),
+                    Arg::Bytes(_) => <Vec<u8> as Type<$db>>::type_info(),
+                    Arg::Uuid(_) => <Uuid as Type<$db>>::type_info(),
+                    Arg::Ts(_) => <Timestamp as Type<$db>>::type_info(),
+                    Arg::Json(_) => <Json<Value> as Type<$db>>::type_info(),
+                })
+            }
+        }
+    };
+}
+encode_arg!(Sqlite, SqliteTypeInfo);
+encode_arg!(Postgres, PgTypeInfo);
+
+/// A row type both backends can decode.
+pub(crate) trait FromRows:
+    for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
+{
+}
+impl<T> FromRows for T where
+    T: for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin
+{
+}
+
+/// Where a statement runs.
+pub(crate) enum Target<'a> {
+    SqlitePool(&'a SqlitePool),
+    PgPool(&'a PgPool),
+    SqliteConn(&'a mut SqliteConnection),
+    PgConn(&'a mut PgConnection),
+}
+
+impl<'a> From<&'a Pool> for Target<'a> {
+    fn from(pool: &'a Pool) -> Self {
+        match pool {
+            Pool::Sqlite(p) => Target::SqlitePool(p),
+            Pool::Postgres(p) => Target::PgPool(p),
+        }
+    }
+}
+
+impl<'a> From<&'a crate::Store> for Target<'a> {
+    fn from(store: &'a crate::Store) -> Self {
+        Target::from(&store.pool)
+    }
+}
+
+impl<'a> From<&'a mut Tx> for Target<'a> {
+    fn from(tx: &'a mut Tx) -> Self {
+        match tx {
+            Tx::Sqlite(t) => Target::SqliteConn(t),
+            Tx::Postgres(t) => Target::PgConn(t),
+        }
+    }
+}
+
+/// An open transaction; dropped without [`Tx::commit`] it rolls back.
+pub(crate) enum Tx {
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+impl Tx {
+    pub(crate) async fn begin(pool: &Pool) -> Result<Tx> {
+        Ok(match pool {
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            Pool::Postgres(p) => Tx::Postgres(p.begin().await?),
+        })
+    }
+
+    pub(crate) async fn commit(self) -> Result<()> {
+        match self {
+            Tx::Sqlite(t) => t.commit().await?,
+            Tx::Postgres(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// A statement and its arguments.
+#[must_use = "a statement does nothing until it is run"]
+pub(crate) struct Sql {
+    text: String,
+    args: Vec<Arg>,
+}
+
+/// Starts a statement.
+pub(crate) fn sql(text: impl Into<String>) -> Sql {
+    Sql {
+        text: text.into(),
+        args: Vec::new(),
+    }
+}
+
+/// Runs `$body` with `$q` bound to the statement built for the target's backend and `$e` to
+/// the executor.
+macro_rules! dispatch {
+    ($self:ident, $target:expr, $build:ident, |$q:ident, $e:ident| $body:expr) => {{
+        let Sql { text, args } = $self;
+        match $target.into() {
+            Target::SqlitePool($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Target::PgPool($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Target::SqliteConn($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Target::PgConn($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+        }
+    }};
+}
+
+impl Sql {
+    /// Appends an argument; the statement refers to it as `$n`, counting from 1.
+    pub(crate) fn bind(mut self, arg: impl Into<Arg>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends SQL text (for filters assembled at run time).
+    pub(crate) fn push(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
+    /// Appends an argument and returns its placeholder, e.g. `$3`.
+    pub(crate) fn arg(&mut self, arg: impl Into<Arg>) -> String {
+        self.args.push(arg.into());
+        format!("${}", self.args.len())
+    }
+
+    /// Runs the statement; returns the number of rows it affected.
+    pub(crate) async fn execute<'a>(self, target: impl Into<Target<'a>>) -> Result<u64> {
+        dispatch!(self, target, query, |q, e| Ok(q
+            .execute(e)
+            .await
+            .map_err(StoreError::from)?
+            .rows_affected()))
+    }
+
+    /// Runs a query and decodes every row.
+    pub(crate) async fn fetch_all<'a, T: FromRows>(
+        self,
+        target: impl Into<Target<'a>>,
+    ) -> Result<Vec<T>> {
+        dispatch!(self, target, query, |q, e| {
+            q.try_map(|row| T::from_row(&row))
+                .fetch_all(e)
+                .await
+                .map_err(StoreError::from)
+        })
+    }
+
+    /// Runs a query and decodes the first row, if any.
+    pub(crate) async fn fetch_optional<'a, T: FromRows>(
+        self,
+        target: impl Into<Target<'a>>,
+    ) -> Result<Option<T>> {
+        dispatch!(self, target, query, |q, e| {
+            q.try_map(|row| T::from_row(&row))
+                .fetch_optional(e)
+                .await
+                .map_err(StoreError::from)
+        })
+    }
+
+    /// Runs a query whose single row and column is a scalar.
+    pub(crate) async fn fetch_scalar<'a, T>(self, target: impl Into<Target<'a>>) -> Result<T>
+    where
+        T: for<'r> sqlx::Decode<'r, Sqlite> + Type<Sqlite>,
+        T: for<'r> sqlx::Decode<'r, Postgres> + Type<Postgres>,
+        T: Send + Unpin,
+    {
+        dispatch!(self, target, query_scalar, |q, e| q
+            .fetch_one(e)
+            .await
+            .map_err(StoreError::from))
+    }
+}
+
+/// Escapes `\\`, `%` and `_` for a `LIKE … ESCAPE '\\'` pattern.
+pub(crate) fn escape_like(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}

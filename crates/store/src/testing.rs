@@ -1,0 +1,115 @@
+//! Test harness: a fresh, isolated store per test on either backend.
+//!
+//! SQLite tests get a new database file in a temporary directory. PostgreSQL tests get a new
+//! schema in the database at `BREEZE_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), so parallel runs never see each other's rows.
+//! Schemas left behind by crashed runs are dropped after a day.
+
+use std::sync::Arc;
+
+use breeze_core::Clock;
+use sqlx::{Connection, PgConnection};
+
+use crate::{Backend, Store, StoreOptions};
+
+/// The PostgreSQL server tests use unless `BREEZE_TEST_POSTGRES_URL` says otherwise.
+pub const DEFAULT_TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The PostgreSQL URL for tests.
+pub fn postgres_url() -> String {
+    #[allow(clippy::disallowed_methods)] // test-harness setting, not a Breeze setting
+    std::env::var("BREEZE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_TEST_POSTGRES_URL.into())
+}
+
+/// An isolated, migrated store; dropping it removes the SQLite file. Call
+/// [`TestStore::cleanup`] to drop a PostgreSQL schema.
+pub struct TestStore {
+    pub store: Store,
+    /// Keeps the SQLite directory alive.
+    pub dir: Option<tempfile::TempDir>,
+    schema: Option<String>,
+}
+
+impl TestStore {
+    /// A fresh store on `backend`. Panics with a clear message when the backend is unreachable:
+    /// these tests exist to run against a real database.
+    pub async fn new(backend: Backend, clock: Arc<dyn Clock>) -> TestStore {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("create a temporary directory");
+                let url = format!("sqlite://{}", dir.path().join("breeze.db").display());
+                let store = Store::connect(&StoreOptions::new(url), clock)
+                    .await
+                    .expect("open SQLite");
+                store.migrate().await.expect("migrate SQLite");
+                TestStore {
+                    store,
+                    dir: Some(dir),
+                    schema: None,
+                }
+            }
+            Backend::Postgres => {
+                let url = postgres_url();
+                let mut admin = PgConnection::connect(&url).await.unwrap_or_else(|e| {
+                    panic!(
+                        "PostgreSQL tests need a server at {url} (set BREEZE_TEST_POSTGRES_URL): {e}"
+                    )
+                });
+                let now = clock.now().timestamp().max(0);
+                sweep_stale_schemas(&mut admin, now).await;
+                let schema = format!("breeze_test_{now}_{}", uuid::Uuid::now_v7().simple());
+                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("create a test schema");
+                let _ = admin.close().await;
+                let options = StoreOptions {
+                    pg_schema: Some(schema.clone()),
+                    max_connections: 5,
+                    ..StoreOptions::new(url)
+                };
+                let store = Store::connect(&options, clock)
+                    .await
+                    .expect("open PostgreSQL");
+                store.migrate().await.expect("migrate PostgreSQL");
+                TestStore {
+                    store,
+                    dir: None,
+                    schema: Some(schema),
+                }
+            }
+        }
+    }
+
+    /// Closes the store and drops its PostgreSQL schema.
+    pub async fn cleanup(self) {
+        self.store.close().await;
+        if let Some(schema) = self.schema {
+            if let Ok(mut admin) = PgConnection::connect(&postgres_url()).await {
+                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&mut admin)
+                    .await;
+            }
+        }
+    }
+}
+
+/// Drops test schemas more than a day old (left by runs that panicked before cleanup).
+async fn sweep_stale_schemas(admin: &mut PgConnection, now: i64) {
+    let Ok(names) = sqlx::query_scalar::<_, String>(
+        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'breeze\\_test\\_%'",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    else {
+        return;
+    };
+    for name in names {
+        let created = name.split('_').nth(2).and_then(|t| t.parse::<i64>().ok());
+        if created.is_some_and(|t| now - t > 86_400) {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                .execute(&mut *admin)
+                .await;
+        }
+    }
+}

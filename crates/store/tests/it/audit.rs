@@ -1,0 +1,218 @@
+//! The audit log: append-only, filtered queries, keyset pagination.
+
+use std::collections::HashSet;
+
+use breeze_core::{Actor, ActorType, AuditEvent, AuditResult};
+use breeze_store::{AuditCursor, AuditFilter};
+use chrono::Duration;
+
+use crate::{Ctx, audit};
+
+async fn records_cannot_be_changed_or_deleted(cx: Ctx) {
+    let s = &cx.store;
+    s.append_audit(&audit("thing.happen", "thing"))
+        .await
+        .unwrap();
+    for statement in [
+        "UPDATE audit_log SET action = 'forged'",
+        "DELETE FROM audit_log",
+    ] {
+        let err = s.raw_execute(statement).await.unwrap_err();
+        assert!(
+            err.to_string().contains("append-only"),
+            "{statement}: {err}"
+        );
+    }
+}
+
+async fn filters_and_keyset_pagination(cx: Ctx) {
+    let s = &cx.store;
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let org = s
+        .create_organization(
+            partner.id,
+            "O",
+            "o",
+            audit("organization.create", "organization"),
+        )
+        .await
+        .unwrap();
+    let start = s.clock().now();
+    // 25 records, several sharing a timestamp, so pagination must break ties by id.
+    for i in 0..25 {
+        if i % 3 == 0 {
+            cx.clock.advance(Duration::seconds(10));
+        }
+        let (actor, action, result) = match i % 5 {
+            0 => (
+                Actor::new(ActorType::ApiKey, "key-1"),
+                "mcp.tools.call",
+                AuditResult::Success,
+            ),
+            1 => (
+                Actor::new(ActorType::ApiKey, "key-2"),
+                "mcp.tools.list",
+                AuditResult::Success,
+            ),
+            2 => (
+                Actor::new(ActorType::User, "user-1"),
+                "auth.login",
+                AuditResult::Failure,
+            ),
+            3 => (
+                Actor::new(ActorType::User, "user-1"),
+                "api_key.create",
+                AuditResult::Success,
+            ),
+            _ => (
+                Actor::new(ActorType::ApiKey, "key-1"),
+                "mcp.tools.call",
+                AuditResult::Denied,
+            ),
+        };
+        let mut event = AuditEvent::new(actor, action, "tool")
+            .org(org.id)
+            .resource(format!("r{i}"))
+            .details(serde_json::json!({ "i": i }))
+            .request(Some(format!("req-{i}")));
+        event.result = result;
+        s.append_audit(&event).await.unwrap();
+    }
+    let o = s.org(org.id);
+    let mine = AuditFilter {
+        resource_type: Some("tool".into()),
+        ..Default::default()
+    };
+
+    // Walk all pages of 10.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = o.query_audit(&mine, cursor, 10).await.unwrap();
+        pages += 1;
+        seen.extend(
+            page.records
+                .iter()
+                .map(|r| (r.created_at, r.id, r.event.details["i"].as_i64().unwrap())),
+        );
+        match page.next_cursor {
+            Some(c) => cursor = Some(AuditCursor::decode(&c.encode()).unwrap()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 25);
+    assert_eq!(
+        seen.iter().map(|s| s.1).collect::<HashSet<_>>().len(),
+        25,
+        "no record twice"
+    );
+    assert!(
+        seen.windows(2).all(|w| (w[0].0, w[0].1) > (w[1].0, w[1].1)),
+        "newest first"
+    );
+    assert_eq!(seen[0].2, 24);
+
+    let count = |f: AuditFilter| {
+        let o = o;
+        async move { o.query_audit(&f, None, 500).await.unwrap().records.len() }
+    };
+    assert_eq!(
+        count(AuditFilter {
+            action: Some("mcp.tools.call".into()),
+            ..mine.clone()
+        })
+        .await,
+        10
+    );
+    assert_eq!(
+        count(AuditFilter {
+            action: Some("mcp.".into()),
+            ..mine.clone()
+        })
+        .await,
+        15
+    );
+    assert_eq!(
+        count(AuditFilter {
+            action: Some("mcp.tools*".into()),
+            ..mine.clone()
+        })
+        .await,
+        15
+    );
+    assert_eq!(
+        count(AuditFilter {
+            action: Some("mcp".into()),
+            ..mine.clone()
+        })
+        .await,
+        0
+    );
+    assert_eq!(
+        count(AuditFilter {
+            actor_type: Some(ActorType::User),
+            ..mine.clone()
+        })
+        .await,
+        10
+    );
+    assert_eq!(
+        count(AuditFilter {
+            actor_id: Some("key-2".into()),
+            ..mine.clone()
+        })
+        .await,
+        5
+    );
+    assert_eq!(
+        count(AuditFilter {
+            result: Some(AuditResult::Denied),
+            ..mine.clone()
+        })
+        .await,
+        5
+    );
+    assert_eq!(
+        count(AuditFilter {
+            resource_id: Some("r7".into()),
+            ..mine.clone()
+        })
+        .await,
+        1
+    );
+    // Time range: records 0..=2 are stamped start+10s, 3..=5 start+20s, ...
+    let range = AuditFilter {
+        since: Some(start + Duration::seconds(20)),
+        until: Some(start + Duration::seconds(40)),
+        ..mine.clone()
+    };
+    assert_eq!(count(range).await, 6);
+
+    let full = o
+        .query_audit(
+            &AuditFilter {
+                resource_id: Some("r3".into()),
+                ..mine
+            },
+            None,
+            1,
+        )
+        .await
+        .unwrap();
+    let rec = &full.records[0];
+    assert_eq!(rec.event.actor, Actor::new(ActorType::User, "user-1"));
+    assert_eq!(rec.event.request_id.as_deref(), Some("req-3"));
+    assert_eq!(rec.event.org_id, Some(org.id));
+
+    assert!(AuditCursor::decode("not a cursor").is_err());
+}
+
+crate::on_both_backends!(
+    records_cannot_be_changed_or_deleted,
+    filters_and_keyset_pagination
+);
