@@ -8,6 +8,7 @@ pub mod audit;
 pub mod clock;
 pub mod device;
 pub mod ids;
+pub mod principal;
 pub mod rbac;
 pub mod scope;
 pub mod tenancy;
@@ -19,7 +20,8 @@ pub use device::{Device, DeviceStatus, OsFamily};
 pub use ids::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId, UserId,
 };
-pub use rbac::{Permission, PermissionDenied, PermissionSet, Role};
+pub use principal::{ApiKeyPrincipal, Principal};
+pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};
 pub use user::{User, UserKind};

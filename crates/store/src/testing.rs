@@ -5,9 +5,10 @@
 //! `postgres://postgres@127.0.0.1:5432/test`), so parallel runs never see each other's rows.
 //! Schemas left behind by crashed runs are dropped after a day.
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc};
 
-use breeze_core::Clock;
+use breeze_core::{Clock, ManualClock};
+use chrono::{TimeZone, Utc};
 use sqlx::{Connection, PgConnection};
 
 use crate::{Backend, Store, StoreOptions};
@@ -112,4 +113,51 @@ async fn sweep_stale_schemas(admin: &mut PgConnection, now: i64) {
                 .await;
         }
     }
+}
+
+/// What a shared test case receives: a fresh store and the manual clock it runs on.
+pub struct Ctx {
+    pub store: Store,
+    pub clock: ManualClock,
+    /// The SQLite file's directory (None on PostgreSQL).
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// Runs `case` on a fresh store on `backend`, with a clock set to 2026-11-30 12:00 UTC.
+pub async fn run<F, Fut>(backend: Backend, case: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    #[allow(clippy::unwrap_used)] // a fixed, valid date
+    let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap());
+    let test = TestStore::new(backend, Arc::new(clock.clone())).await;
+    let dir = test.dir.as_ref().map(|d| d.path().to_owned());
+    case(Ctx {
+        store: test.store.clone(),
+        clock,
+        dir,
+    })
+    .await;
+    test.cleanup().await;
+}
+
+/// Declares each listed `async fn(Ctx)` as two tests, `sqlite::<name>` and `postgres::<name>`.
+/// The calling crate needs tokio as a dev-dependency.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $case() {
+                $crate::testing::run($crate::Backend::Sqlite, super::$case).await;
+            })+
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $case() {
+                $crate::testing::run($crate::Backend::Postgres, super::$case).await;
+            })+
+        }
+    };
 }

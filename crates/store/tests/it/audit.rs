@@ -6,7 +6,8 @@ use breeze_core::{Actor, ActorType, AuditEvent, AuditResult};
 use breeze_store::{AuditCursor, AuditFilter};
 use chrono::Duration;
 
-use crate::{Ctx, audit};
+use crate::audit;
+use breeze_store::testing::Ctx;
 
 async fn records_cannot_be_changed_or_deleted(cx: Ctx) {
     let s = &cx.store;
@@ -212,7 +213,7 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     assert!(AuditCursor::decode("not a cursor").is_err());
 }
 
-crate::on_both_backends!(
+breeze_store::on_both_backends!(
     records_cannot_be_changed_or_deleted,
     filters_and_keyset_pagination
 );

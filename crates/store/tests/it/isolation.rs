@@ -4,7 +4,8 @@
 use breeze_core::{DeviceStatus, Scope, ScopeSet};
 use breeze_store::{AuditFilter, DeviceFilter, NewApiKey, NewUser, StoreError};
 
-use crate::{Ctx, audit, tenancy::new_device};
+use crate::{audit, tenancy::new_device};
+use breeze_store::testing::Ctx;
 
 async fn org_handles_never_reach_another_organization(cx: Ctx) {
     let s = &cx.store;
@@ -274,7 +275,7 @@ async fn the_schema_itself_rejects_cross_organization_links(cx: Ctx) {
     );
 }
 
-crate::on_both_backends!(
+breeze_store::on_both_backends!(
     org_handles_never_reach_another_organization,
     the_schema_itself_rejects_cross_organization_links
 );

@@ -5,55 +5,15 @@ mod isolation;
 mod tenancy;
 mod users;
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use breeze_core::{Actor, AuditEvent, ManualClock};
-use breeze_store::{Backend, Store, testing::TestStore};
-use chrono::{TimeZone, Utc};
-
-/// What a test case receives: a fresh store and the clock it runs on.
-pub struct Ctx {
-    pub store: Store,
-    pub clock: ManualClock,
-}
-
-pub async fn run<F, Fut>(backend: Backend, case: F)
-where
-    F: FnOnce(Ctx) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let clock = ManualClock::new(Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap());
-    let test = TestStore::new(backend, Arc::new(clock.clone())).await;
-    case(Ctx {
-        store: test.store.clone(),
-        clock,
-    })
-    .await;
-    test.cleanup().await;
-}
+use breeze_store::Store;
+use chrono::Utc;
 
 /// An audit event from the test harness.
-pub fn audit(action: &str, resource: &str) -> AuditEvent {
+pub(crate) fn audit(action: &str, resource: &str) -> AuditEvent {
     AuditEvent::new(Actor::system("test"), action, resource)
-}
-
-/// Declares each listed `async fn(Ctx)` as a test on both backends.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($case:ident),+ $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $case() {
-                $crate::run(breeze_store::Backend::Sqlite, super::$case).await;
-            })+
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $case() {
-                $crate::run(breeze_store::Backend::Postgres, super::$case).await;
-            })+
-        }
-    };
 }
 
 #[test]

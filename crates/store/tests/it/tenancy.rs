@@ -3,7 +3,8 @@
 use breeze_core::{DeviceStatus, OsFamily};
 use breeze_store::{DeviceFilter, NewDevice, StoreError};
 
-use crate::{Ctx, audit};
+use crate::audit;
+use breeze_store::testing::Ctx;
 
 pub(crate) fn new_device(
     site: breeze_core::SiteId,
@@ -271,7 +272,7 @@ async fn a_failed_change_writes_no_audit_record(cx: Ctx) {
     );
 }
 
-crate::on_both_backends!(
+breeze_store::on_both_backends!(
     hierarchy_round_trips,
     a_failed_change_writes_no_audit_record
 );

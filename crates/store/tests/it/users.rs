@@ -4,7 +4,8 @@ use breeze_core::{Permission, Scope, ScopeSet, UserKind};
 use breeze_store::{NewApiKey, NewUser, StoreError};
 use chrono::Duration;
 
-use crate::{Ctx, audit};
+use crate::audit;
+use breeze_store::testing::Ctx;
 
 fn new_user(
     partner: breeze_core::PartnerId,
@@ -329,7 +330,7 @@ async fn api_key_rows_track_use_and_revocation(cx: Ctx) {
     assert!(matches!(bad, StoreError::Invalid(_)));
 }
 
-crate::on_both_backends!(
+breeze_store::on_both_backends!(
     roles_decide_access_per_organization,
     sessions_expire,
     api_key_rows_track_use_and_revocation

@@ -1,0 +1,265 @@
+//! Authentication: API keys, passwords and dashboard sessions.
+//!
+//! [`AuthService`] turns credentials into principals. It knows nothing of HTTP: the server
+//! hands it the raw header or cookie value and maps [`AuthError`] to a response. Time comes
+//! from the injected clock; randomness from the OS unless a caller passes its own.
+
+pub mod api_key;
+pub mod password;
+
+use std::sync::Arc;
+
+use breeze_core::{
+    Actor, ActorType, ApiKeyPrincipal, AuditEvent, AuditResult, Clock, OrgId, ScopeSet, Timestamp,
+    User, UserId,
+};
+use breeze_store::{ApiKeyRecord, NewApiKey, Store, StoreError};
+use chrono::Duration;
+use rand::{CryptoRng, RngCore, rngs::OsRng};
+use subtle::ConstantTimeEq;
+
+pub use api_key::{API_KEY_PREFIX, ApiKeySecret};
+
+/// Why a request was not authenticated, or a credential operation refused. The messages are
+/// the ones clients see.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("Missing X-API-Key header")]
+    MissingApiKey,
+    /// Decided from the string alone, before any database query.
+    #[error("Invalid API key format")]
+    InvalidApiKeyFormat,
+    /// Unknown, revoked or expired: deliberately not saying which.
+    #[error("Invalid API key")]
+    InvalidApiKey,
+    #[error("Invalid email or password")]
+    InvalidCredentials,
+    #[error("Not signed in")]
+    NotSignedIn,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tunables of [`AuthService`].
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// An API key's `last_used_at` is written at most this often.
+    pub last_used_interval: Duration,
+    /// How long a dashboard session lasts.
+    pub session_ttl: Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            last_used_interval: Duration::seconds(60),
+            session_ttl: Duration::hours(12),
+        }
+    }
+}
+
+/// What a new API key should be.
+#[derive(Debug, Clone)]
+pub struct CreateApiKey {
+    pub org_id: OrgId,
+    /// The user the key acts as; must hold a role in `org_id`.
+    pub user_id: UserId,
+    pub name: String,
+    pub scopes: ScopeSet,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// A fresh dashboard session: the cookie value (shown once) and when it expires.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub token: String,
+    pub expires_at: Timestamp,
+    pub user: User,
+}
+
+/// Authenticates principals and issues credentials.
+#[derive(Clone)]
+pub struct AuthService {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    settings: AuthSettings,
+}
+
+impl AuthService {
+    /// A service over `store`, reading time from `clock`.
+    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: AuthSettings) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
+    }
+
+    /// Authenticates the value of an `X-API-Key` header.
+    ///
+    /// A missing header and a malformed key are refused before the database is asked. The key's
+    /// hash is looked up and compared in constant time; unknown, revoked and expired keys get
+    /// the same error. `last_used_at` is written at most once per
+    /// [`AuthSettings::last_used_interval`].
+    pub async fn authenticate_api_key(
+        &self,
+        header: Option<&str>,
+    ) -> Result<ApiKeyPrincipal, AuthError> {
+        let raw = header
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .ok_or(AuthError::MissingApiKey)?;
+        if !api_key::is_well_formed(raw) {
+            return Err(AuthError::InvalidApiKeyFormat);
+        }
+        let hash = api_key::hash(raw);
+        let Some(key) = self.store.find_api_key_by_hash(&hash).await? else {
+            return Err(AuthError::InvalidApiKey);
+        };
+        let now = self.clock.now();
+        if !bool::from(key.key_hash.as_slice().ct_eq(&hash[..])) || !key.is_active(now) {
+            return Err(AuthError::InvalidApiKey);
+        }
+        let due = key
+            .last_used_at
+            .is_none_or(|t| now - t >= self.settings.last_used_interval);
+        if due {
+            self.store
+                .touch_api_key(key.id, now, self.settings.last_used_interval)
+                .await?;
+        }
+        Ok(ApiKeyPrincipal {
+            key_id: key.id,
+            org_id: key.org_id,
+            user_id: key.user_id,
+            scopes: key.scopes,
+        })
+    }
+
+    /// Creates an API key and returns its secret — the only time it exists outside the caller's
+    /// hands — with the stored record.
+    pub async fn create_api_key(
+        &self,
+        req: CreateApiKey,
+        audit: AuditEvent,
+    ) -> Result<(ApiKeySecret, ApiKeyRecord), AuthError> {
+        self.create_api_key_with(&mut OsRng, req, audit).await
+    }
+
+    /// [`AuthService::create_api_key`] with a caller-supplied random source.
+    pub async fn create_api_key_with(
+        &self,
+        rng: &mut (impl RngCore + CryptoRng),
+        req: CreateApiKey,
+        audit: AuditEvent,
+    ) -> Result<(ApiKeySecret, ApiKeyRecord), AuthError> {
+        if req.scopes.is_empty() {
+            return Err(AuthError::Invalid(
+                "an API key needs at least one scope".into(),
+            ));
+        }
+        if req.expires_at.is_some_and(|t| t <= self.clock.now()) {
+            return Err(AuthError::Invalid(
+                "the expiry must be in the future".into(),
+            ));
+        }
+        if self
+            .store
+            .org_access(req.user_id, req.org_id)
+            .await?
+            .is_none()
+        {
+            return Err(AuthError::Forbidden(
+                "the key's user holds no role in that organization, so the key could do nothing"
+                    .into(),
+            ));
+        }
+        let secret = ApiKeySecret::generate(rng);
+        let record = self
+            .store
+            .insert_api_key(
+                NewApiKey {
+                    org_id: req.org_id,
+                    user_id: req.user_id,
+                    name: req.name,
+                    key_hash: api_key::hash(secret.expose()),
+                    key_prefix: secret.display_prefix(),
+                    scopes: req.scopes,
+                    expires_at: req.expires_at,
+                },
+                audit,
+            )
+            .await?;
+        Ok((secret, record))
+    }
+
+    /// Signs a user in with email and password, starting a session. Every attempt is audited;
+    /// an unknown email costs the same password-hash work as a wrong password.
+    pub async fn login(
+        &self,
+        email: &str,
+        password: &str,
+        request_id: Option<String>,
+    ) -> Result<NewSession, AuthError> {
+        let found = self.store.find_user_for_login(email).await?;
+        let verified = match &found {
+            Some(u) => password::verify(password, &u.password_hash),
+            None => {
+                password::burn_equivalent_time(password);
+                false
+            }
+        };
+        let user = match found {
+            Some(u) if verified && !u.user.disabled => u.user,
+            other => {
+                let actor = other.as_ref().map_or_else(
+                    || Actor::system("anonymous"),
+                    |u| Actor::new(ActorType::User, u.user.id),
+                );
+                let event = AuditEvent::new(actor, "auth.login", "user")
+                    .details(serde_json::json!({ "email": email.trim().to_lowercase() }))
+                    .failed(AuditResult::Failure, "invalid email or password")
+                    .request(request_id);
+                self.store.append_audit(&event).await?;
+                return Err(AuthError::InvalidCredentials);
+            }
+        };
+        let token = api_key::random_token(&mut OsRng);
+        let expires_at = self.clock.now() + self.settings.session_ttl;
+        self.store
+            .create_session(user.id, &api_key::hash(&token), expires_at)
+            .await?;
+        self.store.record_login(user.id).await?;
+        let event = AuditEvent::new(Actor::new(ActorType::User, user.id), "auth.login", "user")
+            .resource(user.id)
+            .request(request_id);
+        self.store.append_audit(&event).await?;
+        Ok(NewSession {
+            token,
+            expires_at,
+            user,
+        })
+    }
+
+    /// The user behind a session cookie value.
+    pub async fn authenticate_session(&self, token: Option<&str>) -> Result<User, AuthError> {
+        let token = token
+            .filter(|t| !t.is_empty())
+            .ok_or(AuthError::NotSignedIn)?;
+        let hash = api_key::hash(token);
+        match self.store.find_session(&hash).await? {
+            Some((_, stored, user)) if bool::from(stored.as_slice().ct_eq(&hash[..])) => Ok(user),
+            _ => Err(AuthError::NotSignedIn),
+        }
+    }
+
+    /// Ends the session behind a cookie value, if any.
+    pub async fn logout(&self, token: &str) -> Result<(), AuthError> {
+        self.store.delete_session(&api_key::hash(token)).await?;
+        Ok(())
+    }
+}
