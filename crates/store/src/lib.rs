@@ -25,6 +25,8 @@ pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use breeze_core::AuditEvent;
 pub use devices::{DeviceFilter, NewDevice};
 pub use error::{Result, StoreError};
+/// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
+pub use sqlx::Error as SqlxError;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},

@@ -1,0 +1,124 @@
+//! The one error type of the HTTP edge and its mapping to `{"error":{"code","message"}}`.
+//!
+//! 5xx errors are logged with their detail and answered with a generic message; everything
+//! else tells the client exactly what was wrong.
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use breeze_auth::AuthError;
+use breeze_store::StoreError;
+use serde_json::json;
+
+/// An HTTP error: status, machine-readable code, human message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// For 5xx: what really happened, logged but never sent.
+    detail: Option<String>,
+}
+
+impl ApiError {
+    /// An error with a message the client may read.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// A failure of ours; `detail` is logged, the client sees a generic message.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: "Internal server error".into(),
+            detail: Some(detail.to_string()),
+        }
+    }
+
+    /// A dependency is down.
+    pub fn unavailable(detail: impl std::fmt::Display) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "unavailable",
+            message: "Service temporarily unavailable".into(),
+            detail: Some(detail.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = %self.status, detail = self.detail.as_deref().unwrap_or(""), "request failed");
+        }
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("X-API-Key"),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            StoreError::Invalid(m) => ApiError::bad_request(m),
+            StoreError::Database(ref inner) if is_unavailable(inner) => ApiError::unavailable(e),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+fn is_unavailable(e: &breeze_store::SqlxError) -> bool {
+    matches!(
+        e,
+        breeze_store::SqlxError::PoolTimedOut
+            | breeze_store::SqlxError::PoolClosed
+            | breeze_store::SqlxError::Io(_)
+    )
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::MissingApiKey
+            | AuthError::InvalidApiKeyFormat
+            | AuthError::InvalidApiKey
+            | AuthError::InvalidCredentials
+            | AuthError::NotSignedIn => ApiError::unauthorized(e.to_string()),
+            AuthError::Forbidden(m) => ApiError::forbidden(m),
+            AuthError::Invalid(m) => ApiError::bad_request(m),
+            AuthError::Store(s) => s.into(),
+        }
+    }
+}

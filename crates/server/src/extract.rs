@@ -1,0 +1,100 @@
+//! Request extractors: JSON bodies with our error shape, the request id, and the principal.
+
+use axum::{
+    extract::{FromRequest, FromRequestParts, Request, rejection::JsonRejection},
+    http::{StatusCode, request::Parts},
+};
+use breeze_core::Principal;
+use serde::de::DeserializeOwned;
+
+use crate::{ApiError, AppState, REQUEST_ID_HEADER, SESSION_COOKIE};
+
+/// `axum::Json`, but a bad body becomes an [`ApiError`] naming the problem.
+pub(crate) struct Json<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    "Expected a JSON body with Content-Type: application/json",
+                ),
+                JsonRejection::BytesRejection(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        format!("Request body exceeds {} bytes", crate::MAX_REST_BODY_BYTES),
+                    )
+                }
+                JsonRejection::JsonDataError(e) => {
+                    ApiError::bad_request(format!("Invalid request body: {}", e.body_text()))
+                }
+                JsonRejection::JsonSyntaxError(e) => {
+                    ApiError::bad_request(format!("Malformed JSON: {}", e.body_text()))
+                }
+                other => ApiError::bad_request(other.body_text()),
+            }),
+        }
+    }
+}
+
+/// The id of this request (set by the request-id layer).
+pub(crate) struct RequestId(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(RequestId(
+            parts
+                .headers
+                .get(REQUEST_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        ))
+    }
+}
+
+/// The authenticated principal: an `X-API-Key` header when present, else the session cookie.
+pub(crate) struct Authenticated(pub Principal);
+
+impl FromRequestParts<AppState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        if let Some(key) = parts.headers.get("x-api-key") {
+            let key = key
+                .to_str()
+                .map_err(|_| ApiError::unauthorized("Invalid API key format"))?;
+            let principal = state.auth.authenticate_api_key(Some(key)).await?;
+            return Ok(Authenticated(Principal::ApiKey(principal)));
+        }
+        match session_cookie(&parts.headers) {
+            Some(token) => {
+                let user = state.auth.authenticate_session(Some(token)).await?;
+                Ok(Authenticated(Principal::User(user)))
+            }
+            None => Err(ApiError::unauthorized("Missing X-API-Key header")),
+        }
+    }
+}
+
+/// The session token from the `Cookie` header, if any.
+pub(crate) fn session_cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value)
+}

@@ -1,0 +1,116 @@
+//! Dashboard sign-in: email and password for a session cookie.
+
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use breeze_core::Principal;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ApiError, AppState, SESSION_COOKIE,
+    extract::{Authenticated, Json, RequestId},
+};
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/auth/login", post(login))
+        .route("/auth/logout", post(logout))
+        .route("/auth/me", get(me))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginRequest {
+    email: String,
+    password: String,
+}
+
+#[derive(Serialize)]
+struct OrgMembership {
+    id: breeze_core::OrgId,
+    slug: String,
+    name: String,
+    role: String,
+}
+
+async fn memberships(
+    state: &AppState,
+    user: breeze_core::UserId,
+) -> Result<Vec<OrgMembership>, ApiError> {
+    Ok(state
+        .store
+        .user_organizations(user)
+        .await?
+        .into_iter()
+        .map(|(o, role)| OrgMembership {
+            id: o.id,
+            slug: o.slug,
+            name: o.name,
+            role,
+        })
+        .collect())
+}
+
+fn cookie(state: &AppState, value: &str, max_age_secs: i64) -> Result<HeaderValue, ApiError> {
+    let secure = if state.config.secure_cookies() {
+        "; Secure"
+    } else {
+        ""
+    };
+    HeaderValue::from_str(&format!(
+        "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+    ))
+    .map_err(ApiError::internal)
+}
+
+async fn login(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Json(req): Json<LoginRequest>,
+) -> Result<Response, ApiError> {
+    let session = state
+        .auth
+        .login(&req.email, &req.password, request_id)
+        .await?;
+    let max_age = (session.expires_at - state.clock.now()).num_seconds();
+    let orgs = memberships(&state, session.user.id).await?;
+    let body = serde_json::json!({ "user": session.user, "organizations": orgs, "expires_at": session.expires_at });
+    let mut response = axum::Json(body).into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, cookie(&state, &session.token, max_age)?);
+    Ok(response)
+}
+
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if let Some(token) = crate::extract::session_cookie(&headers) {
+        state.auth.logout(token).await?;
+    }
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, cookie(&state, "", 0)?);
+    Ok(response)
+}
+
+async fn me(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let user = state.store.get_user(principal.user_id()).await?;
+    let orgs = match &principal {
+        Principal::User(_) => memberships(&state, user.id).await?,
+        Principal::ApiKey(k) => memberships(&state, user.id)
+            .await?
+            .into_iter()
+            .filter(|m| m.id == k.org_id)
+            .collect(),
+    };
+    Ok(axum::Json(
+        serde_json::json!({ "principal": principal, "user": user, "organizations": orgs }),
+    ))
+}

@@ -1,0 +1,30 @@
+//! Route modules, one per area, each exposing `router()`; merged here.
+
+pub(crate) mod api_keys;
+pub(crate) mod auth;
+pub(crate) mod health;
+pub(crate) mod orgs;
+
+use axum::Router;
+
+use crate::{ApiError, AppState};
+
+/// Everything under `/api/v1`.
+pub(crate) fn api_router() -> Router<AppState> {
+    Router::new()
+        .merge(auth::router())
+        .merge(orgs::router())
+        .merge(api_keys::router())
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this endpoint",
+    )
+}

@@ -1,0 +1,152 @@
+//! Organizations, their sites and devices.
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    routing::get,
+};
+use breeze_core::{
+    Device, DeviceGroupId, DeviceId, DeviceStatus, Organization, OsFamily, Permission, Principal,
+    Scope, SiteId,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{ApiError, AppState, authz::org_scope, extract::Authenticated};
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/orgs", get(list_orgs))
+        .route("/orgs/{org}", get(get_org))
+        .route("/orgs/{org}/sites", get(list_sites))
+        .route("/orgs/{org}/devices", get(list_devices))
+        .route("/orgs/{org}/devices/{device}", get(get_device))
+}
+
+/// Organizations the principal can reach: a user's memberships, or an API key's one organization.
+async fn list_orgs(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let orgs: Vec<Organization> = match &principal {
+        Principal::User(u) => state
+            .store
+            .user_organizations(u.id)
+            .await?
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect(),
+        Principal::ApiKey(k) => {
+            if !k.scopes.grants(Scope::AiRead) {
+                return Err(ApiError::forbidden("this API key lacks the ai:read scope"));
+            }
+            let in_org = state.store.org_access(k.user_id, k.org_id).await?.is_some();
+            if in_org {
+                vec![state.store.org(k.org_id).organization().await?]
+            } else {
+                Vec::new()
+            }
+        }
+    };
+    Ok(Json(serde_json::json!({ "organizations": orgs })))
+}
+
+async fn get_org(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+    Path(org): Path<String>,
+) -> Result<Json<Organization>, ApiError> {
+    Ok(Json(
+        org_scope(&state, &principal, &org, Permission::DevicesRead)
+            .await?
+            .org,
+    ))
+}
+
+async fn list_sites(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+    Path(org): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
+    let sites = scope.store(&state).list_sites().await?;
+    Ok(Json(serde_json::json!({ "sites": sites })))
+}
+
+/// Query parameters of the device listing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeviceQuery {
+    status: Option<DeviceStatus>,
+    os: Option<OsFamily>,
+    site: Option<SiteId>,
+    group: Option<DeviceGroupId>,
+    search: Option<String>,
+    tag: Option<String>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+}
+
+/// Most devices one page may hold.
+const MAX_DEVICE_PAGE: u32 = 500;
+
+#[derive(Serialize)]
+struct DevicePage {
+    devices: Vec<Device>,
+    total: u64,
+    showing: usize,
+    offset: u32,
+}
+
+async fn list_devices(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+    Path(org): Path<String>,
+    query: Result<Query<DeviceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DevicePage>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
+    let limit = q.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_DEVICE_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_DEVICE_PAGE}"
+        )));
+    }
+    let filter = breeze_store::DeviceFilter {
+        status: q.status,
+        os_family: q.os,
+        site_id: q.site,
+        group_id: q.group,
+        search: q.search,
+        tag: q.tag,
+    };
+    let offset = q.offset.unwrap_or(0);
+    let (devices, total) = scope
+        .store(&state)
+        .list_devices(&filter, limit, offset)
+        .await?;
+    Ok(Json(DevicePage {
+        showing: devices.len(),
+        devices,
+        total,
+        offset,
+    }))
+}
+
+async fn get_device(
+    State(state): State<AppState>,
+    Authenticated(principal): Authenticated,
+    Path((org, device)): Path<(String, String)>,
+) -> Result<Json<Device>, ApiError> {
+    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
+    let not_found = || ApiError::not_found("Device not found or access denied");
+    let id: DeviceId = device.parse().map_err(|_| not_found())?;
+    scope
+        .store(&state)
+        .get_device(id)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            breeze_store::StoreError::NotFound(_) => not_found(),
+            other => other.into(),
+        })
+}

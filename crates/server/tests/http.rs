@@ -1,0 +1,639 @@
+//! The HTTP edge driven in-process (no socket): errors, authentication, tenancy, limits.
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
+use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
+use breeze_server::{AppState, ServerConfig, app};
+use breeze_store::{NewDevice, NewUser, testing::Ctx};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct World {
+    app: Router,
+    state: AppState,
+    org_a: OrgId,
+    org_b: OrgId,
+    admin: UserId,
+    read_key: String,
+    b_device: String,
+    a_device: String,
+}
+
+fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+async fn world(cx: &Ctx) -> World {
+    let s = cx.store.clone();
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
+    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+    let a = s
+        .create_organization(p.id, "Org A", "org-a", audit("o"))
+        .await
+        .unwrap();
+    let b = s
+        .create_organization(p.id, "Org B", "org-b", audit("o"))
+        .await
+        .unwrap();
+    let mk_user = |email: &str| NewUser {
+        partner_id: p.id,
+        org_id: None,
+        email: email.into(),
+        name: "U".into(),
+        password_hash: password::hash(PASSWORD).unwrap(),
+    };
+    let admin = s
+        .create_user(mk_user("admin@p.test"), audit("u"))
+        .await
+        .unwrap();
+    let viewer = s
+        .create_user(mk_user("viewer@p.test"), audit("u"))
+        .await
+        .unwrap();
+    let admin_role = s.find_role(p.id, "Administrator").await.unwrap();
+    let ro = s.find_role(p.id, "Read Only").await.unwrap();
+    s.assign_role(admin.id, a.id, admin_role.id, audit("r"))
+        .await
+        .unwrap();
+    s.assign_role(admin.id, b.id, admin_role.id, audit("r"))
+        .await
+        .unwrap();
+    s.assign_role(viewer.id, a.id, ro.id, audit("r"))
+        .await
+        .unwrap();
+    let mut devices = Vec::new();
+    for org in [a.id, b.id] {
+        let site = s
+            .org(org)
+            .create_site("HQ", "UTC", audit("s"))
+            .await
+            .unwrap();
+        let d = s
+            .org(org)
+            .create_device(
+                NewDevice {
+                    site_id: site.id,
+                    hostname: "web-01".into(),
+                    os_family: OsFamily::Linux,
+                    os_name: "Debian".into(),
+                    os_version: "12".into(),
+                    status: DeviceStatus::Online,
+                    agent_version: None,
+                    last_seen_at: None,
+                    tags: vec![],
+                },
+                audit("d"),
+            )
+            .await
+            .unwrap();
+        devices.push(d.id.to_string());
+    }
+    let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());
+    let (read_key, _) = auth
+        .create_api_key(
+            CreateApiKey {
+                org_id: a.id,
+                user_id: admin.id,
+                name: "read".into(),
+                scopes: ScopeSet::new([Scope::AiRead]),
+                expires_at: None,
+            },
+            audit("k"),
+        )
+        .await
+        .unwrap();
+    let state = AppState {
+        store: s,
+        auth,
+        clock,
+        config: Arc::new(ServerConfig {
+            public_url: "http://127.0.0.1:3000".into(),
+            production: false,
+        }),
+    };
+    World {
+        app: app(state.clone()),
+        state,
+        org_a: a.id,
+        org_b: b.id,
+        admin: admin.id,
+        read_key: read_key.expose().to_owned(),
+        a_device: devices[0].clone(),
+        b_device: devices[1].clone(),
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn get(uri: &str) -> axum::http::request::Builder {
+    Request::get(uri)
+}
+
+fn with_key(b: axum::http::request::Builder, key: &str) -> Request<Body> {
+    b.header("x-api-key", key).body(Body::empty()).unwrap()
+}
+
+fn json_req(method: &str, uri: &str) -> axum::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+}
+
+fn error_message(r: &Reply) -> &str {
+    r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {}", r.body))
+}
+
+async fn login(w: &World, email: &str) -> String {
+    let body = json!({ "email": email, "password": PASSWORD });
+    let r = send(
+        &w.app,
+        json_req("POST", "/api/v1/auth/login")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let cookie = r
+        .headers
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn health_and_readiness(cx: Ctx) {
+    let w = world(&cx).await;
+    let r = send(&w.app, get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!(
+        (r.status, r.body["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    let r = send(&w.app, get("/readyz").body(Body::empty()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    w.state.store.close().await;
+    let r = send(&w.app, get("/readyz").body(Body::empty()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.body["error"]["code"], "unavailable");
+    assert_eq!(
+        error_message(&r),
+        "Service temporarily unavailable",
+        "no internal detail leaks"
+    );
+}
+
+async fn api_key_errors_are_worded_as_documented(cx: Ctx) {
+    let w = world(&cx).await;
+    let r = send(&w.app, get("/api/v1/orgs").body(Body::empty()).unwrap()).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::UNAUTHORIZED, "Missing X-API-Key header")
+    );
+    assert_eq!(r.body["error"]["code"], "unauthorized");
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), "sk-123")).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::UNAUTHORIZED, "Invalid API key format")
+    );
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs"), &format!("brz_{}", "Q".repeat(43))),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::UNAUTHORIZED, "Invalid API key")
+    );
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read_key)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+async fn api_keys_see_only_their_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read_key)).await;
+    let slugs: Vec<&str> = r.body["organizations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, ["org-a"]);
+
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-a/devices"), &w.read_key),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["total"], 1);
+    assert_eq!(r.body["devices"][0]["id"], w.a_device.as_str());
+
+    // B, by slug or id, and B's device through A: indistinguishable from missing.
+    for uri in [
+        "/api/v1/orgs/org-b/devices".to_owned(),
+        format!("/api/v1/orgs/{}/sites", w.org_b),
+        "/api/v1/orgs/no-such-org/devices".to_owned(),
+    ] {
+        let r = send(&w.app, with_key(get(&uri), &w.read_key)).await;
+        assert_eq!(
+            (r.status, error_message(&r)),
+            (StatusCode::NOT_FOUND, "organization not found"),
+            "{uri}"
+        );
+    }
+    let r = send(
+        &w.app,
+        with_key(
+            get(&format!("/api/v1/orgs/org-a/devices/{}", w.b_device)),
+            &w.read_key,
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::NOT_FOUND, "Device not found or access denied")
+    );
+    let r = send(
+        &w.app,
+        with_key(
+            get(&format!("/api/v1/orgs/org-a/devices/{}", w.a_device)),
+            &w.read_key,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // Keys cannot mint keys.
+    let body = json!({ "name": "x", "scopes": ["ai:read"] });
+    let req = json_req("POST", "/api/v1/orgs/org-a/api-keys")
+        .header("x-api-key", &w.read_key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let r = send(&w.app, req).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+}
+
+async fn users_manage_keys_through_a_session(cx: Ctx) {
+    let w = world(&cx).await;
+    let cookie = login(&w, "admin@p.test").await;
+    let me = send(
+        &w.app,
+        get("/api/v1/auth/me")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(me.body["user"]["id"], w.admin.to_string());
+    assert_eq!(me.body["organizations"].as_array().unwrap().len(), 2);
+
+    let body = json!({ "name": "Cursor", "scopes": ["ai:read", "ai:write"] });
+    let req = json_req("POST", "/api/v1/orgs/org-a/api-keys")
+        .header(header::COOKIE, &cookie)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let created = send(&w.app, req).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let key = created.body["key"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("brz_"));
+    assert!(created.body.get("key_hash").is_none());
+    let id = created.body["id"].as_str().unwrap().to_owned();
+
+    let listed = send(
+        &w.app,
+        get("/api/v1/orgs/org-a/api-keys")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let text = listed.body.to_string();
+    assert!(
+        !text.contains(&key[4..]) && !text.contains("key_hash"),
+        "listing shows no secret: {text}"
+    );
+    assert_eq!(listed.body["api_keys"].as_array().unwrap().len(), 2);
+
+    assert_eq!(
+        send(&w.app, with_key(get("/api/v1/orgs"), &key))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Revoking through B's path does not find A's key.
+    let wrong = send(
+        &w.app,
+        Request::delete(format!("/api/v1/orgs/org-b/api-keys/{id}"))
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        send(&w.app, with_key(get("/api/v1/orgs"), &key))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let revoked = send(
+        &w.app,
+        Request::delete(format!("/api/v1/orgs/org-a/api-keys/{id}"))
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(revoked.status, StatusCode::OK);
+    assert!(revoked.body["revoked_at"].is_string());
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), &key)).await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::UNAUTHORIZED, "Invalid API key")
+    );
+
+    // Signing out ends the session.
+    let out = send(
+        &w.app,
+        Request::post("/api/v1/auth/logout")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::NO_CONTENT);
+    let r = send(
+        &w.app,
+        get("/api/v1/auth/me")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+async fn permissions_come_from_the_role(cx: Ctx) {
+    let w = world(&cx).await;
+    let cookie = login(&w, "viewer@p.test").await;
+    let r = send(
+        &w.app,
+        get("/api/v1/orgs/org-a/devices")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = send(
+        &w.app,
+        get("/api/v1/orgs/org-a/api-keys")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (
+            StatusCode::FORBIDDEN,
+            "permission denied: requires apikeys.manage"
+        )
+    );
+    let r = send(
+        &w.app,
+        get("/api/v1/orgs/org-b/devices")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "no role in B");
+}
+
+async fn sign_in_cookie_and_failures(cx: Ctx) {
+    let w = world(&cx).await;
+    let body = json!({ "email": "admin@p.test", "password": PASSWORD });
+    let r = send(
+        &w.app,
+        json_req("POST", "/api/v1/auth/login")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await;
+    let cookie = r.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
+    for attr in [
+        "breeze_session=",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(attr), "{cookie} lacks {attr}");
+    }
+    assert!(!cookie.contains("Secure"), "plain-http development server");
+    let bad = json!({ "email": "admin@p.test", "password": "nope nope nope" });
+    let r = send(
+        &w.app,
+        json_req("POST", "/api/v1/auth/login")
+            .body(Body::from(bad.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, error_message(&r)),
+        (StatusCode::UNAUTHORIZED, "Invalid email or password")
+    );
+    assert!(r.headers.get(header::SET_COOKIE).is_none());
+}
+
+async fn bad_requests_get_clear_errors(cx: Ctx) {
+    let w = world(&cx).await;
+    let cookie = login(&w, "admin@p.test").await;
+    let post = |body: String, ct: &str| {
+        Request::post("/api/v1/orgs/org-a/api-keys")
+            .header(header::COOKIE, &cookie)
+            .header(header::CONTENT_TYPE, ct)
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let r = send(&w.app, post("{not json".into(), "application/json")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        error_message(&r).starts_with("Malformed JSON"),
+        "{}",
+        r.body
+    );
+    let r = send(
+        &w.app,
+        post(
+            json!({ "name": "x", "scopes": ["ai:root"] }).to_string(),
+            "application/json",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        error_message(&r).contains("ai:root"),
+        "names the bad scope: {}",
+        r.body
+    );
+    let r = send(
+        &w.app,
+        post(
+            json!({ "name": "x", "scopes": ["ai:read"], "colour": 1 }).to_string(),
+            "application/json",
+        ),
+    )
+    .await;
+    assert!(
+        error_message(&r).contains("colour"),
+        "names the unknown field: {}",
+        r.body
+    );
+    let r = send(
+        &w.app,
+        post(json!({ "name": "x" }).to_string(), "application/json"),
+    )
+    .await;
+    assert!(
+        error_message(&r).contains("scopes"),
+        "names the missing field: {}",
+        r.body
+    );
+    let r = send(&w.app, post("{}".into(), "text/plain")).await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let huge = json!({ "name": "x".repeat(2 * 1024 * 1024), "scopes": ["ai:read"] }).to_string();
+    let r = send(&w.app, post(huge, "application/json")).await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large"))
+    );
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-a/devices?limit=0"), &w.read_key),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = send(
+        &w.app,
+        with_key(
+            get("/api/v1/orgs/org-a/devices?status=exploded"),
+            &w.read_key,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(error_message(&r).contains("exploded"), "{}", r.body);
+    let r = send(
+        &w.app,
+        get("/api/v1/nothing-here").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let r = send(
+        &w.app,
+        Request::put("/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+async fn request_ids_are_issued_and_echoed(cx: Ctx) {
+    let w = world(&cx).await;
+    let r = send(&w.app, get("/healthz").body(Body::empty()).unwrap()).await;
+    let id = r.headers.get("x-request-id").unwrap().to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    let r = send(
+        &w.app,
+        get("/healthz")
+            .header("x-request-id", "trace-me-42")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.headers.get("x-request-id").unwrap(), "trace-me-42");
+    // The request id reaches the audit record of what the request did.
+    let cookie = login(&w, "admin@p.test").await;
+    let body = json!({ "name": "traced", "scopes": ["ai:read"] });
+    let req = json_req("POST", "/api/v1/orgs/org-a/api-keys")
+        .header(header::COOKIE, &cookie)
+        .header("x-request-id", "req-777")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    assert_eq!(send(&w.app, req).await.status, StatusCode::CREATED);
+    let filter = breeze_store::AuditFilter {
+        action: Some("api_key.create".into()),
+        ..Default::default()
+    };
+    let page = w
+        .state
+        .store
+        .org(w.org_a)
+        .query_audit(&filter, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(page.records[0].event.request_id.as_deref(), Some("req-777"));
+    assert_eq!(page.records[0].event.actor.id, w.admin.to_string());
+}
+
+macro_rules! sqlite_tests {
+    ($($case:ident),+ $(,)?) => {$(
+        #[tokio::test]
+        async fn $case() {
+            breeze_store::testing::run(Backend::Sqlite, super::$case).await;
+        }
+    )+};
+}
+
+mod http {
+    sqlite_tests!(
+        health_and_readiness,
+        api_key_errors_are_worded_as_documented,
+        api_keys_see_only_their_organization,
+        users_manage_keys_through_a_session,
+        permissions_come_from_the_role,
+        sign_in_cookie_and_failures,
+        bad_requests_get_clear_errors,
+        request_ids_are_issued_and_echoed,
+    );
+    use breeze_store::Backend;
+}
