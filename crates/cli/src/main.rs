@@ -1,2 +1,106 @@
-//! stub
-fn main() {}
+//! The `breeze` command: run the server (`serve`, `demo`), migrate the database, and
+//! administer partners, organizations, users and API keys from a shell.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
+
+mod commands;
+mod config;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{LogFormat, SettingFlags, Settings};
+
+/// Breeze: an MCP-first remote monitoring and management platform.
+#[derive(Debug, Parser)]
+#[command(name = "breeze", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    settings: SettingFlags,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve,
+    /// Seed a demo tenant (first run), write breeze-data/demo.json, and run the server.
+    Demo,
+    /// Apply pending database migrations, then exit.
+    Migrate,
+    /// Manage partners.
+    #[command(subcommand)]
+    Partners(commands::admin::PartnersCommand),
+    /// Manage organizations.
+    #[command(subcommand)]
+    Orgs(commands::admin::OrgsCommand),
+    /// Manage users.
+    #[command(subcommand)]
+    Users(commands::admin::UsersCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(commands::admin::KeysCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(&config::process_env(), &cli.settings) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("breeze: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&settings);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("breeze: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command, settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("breeze: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => commands::serve(settings).await,
+        Command::Demo => commands::demo::run(settings).await,
+        Command::Migrate => {
+            let app = commands::open(&settings).await?;
+            app.store.close().await;
+            println!(
+                "migrations applied to {}",
+                breeze_store::redact_url(&settings.database_url)
+            );
+            Ok(())
+        }
+        Command::Partners(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Orgs(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Users(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Keys(c) => c.run(&commands::open(&settings).await?).await,
+    }
+}
+
+fn init_tracing(settings: &Settings) {
+    let filter = tracing_subscriber::EnvFilter::new(&settings.log_filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    match settings.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}

@@ -181,6 +181,32 @@ impl Store {
         )
     }
 
+    /// Replaces a user's password hash and ends all of the user's sessions.
+    pub async fn set_password_hash(
+        &self,
+        user: UserId,
+        password_hash: &str,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let n = sql("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(password_hash)
+            .bind(user)
+            .execute(&mut tx)
+            .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("user"));
+        }
+        sql("DELETE FROM user_sessions WHERE user_id = $1")
+            .bind(user)
+            .execute(&mut tx)
+            .await?;
+        audit::insert(&mut tx, &audit.resource(user), now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Records a successful sign-in.
     pub async fn record_login(&self, user: UserId) -> Result<()> {
         sql("UPDATE users SET last_login_at = $1 WHERE id = $2")

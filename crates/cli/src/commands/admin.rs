@@ -1,0 +1,340 @@
+//! Administration from a shell: partners, organizations, users and API keys.
+//!
+//! These commands act as the system (audit actor `system:cli`): whoever runs them already holds
+//! the database.
+
+use std::io::BufRead;
+
+use anyhow::{Context, bail};
+use breeze_auth::{CreateApiKey, password};
+use breeze_core::{Actor, AuditEvent, ScopeSet, tenancy::slugify};
+use breeze_store::NewUser;
+use chrono::Duration;
+use clap::{Args, Subcommand};
+use rand::{Rng, distributions::Alphanumeric};
+
+use super::App;
+
+fn cli_audit(action: &str, resource: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("cli"), action, resource)
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PartnersCommand {
+    /// Create a partner (an MSP).
+    Create {
+        #[arg(long)]
+        name: String,
+        /// Defaults to one derived from the name.
+        #[arg(long)]
+        slug: Option<String>,
+    },
+    /// List partners.
+    List,
+}
+
+impl PartnersCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            PartnersCommand::Create { name, slug } => {
+                let slug = slug.unwrap_or_else(|| slugify(&name));
+                let p = app
+                    .store
+                    .create_partner(&name, &slug, cli_audit("partner.create", "partner"))
+                    .await?;
+                println!("created partner {} ({}) {}", p.name, p.slug, p.id);
+            }
+            PartnersCommand::List => {
+                for p in app.store.list_partners().await? {
+                    println!("{}  {:<24} {}", p.id, p.slug, p.name);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OrgsCommand {
+    /// Create an organization under a partner.
+    Create {
+        /// Partner id or slug.
+        #[arg(long)]
+        partner: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        slug: Option<String>,
+    },
+    /// List a partner's organizations.
+    List {
+        #[arg(long)]
+        partner: String,
+    },
+}
+
+impl OrgsCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            OrgsCommand::Create {
+                partner,
+                name,
+                slug,
+            } => {
+                let partner = app
+                    .store
+                    .find_partner(&partner)
+                    .await
+                    .context("--partner")?;
+                let slug = slug.unwrap_or_else(|| slugify(&name));
+                let o = app
+                    .store
+                    .create_organization(
+                        partner.id,
+                        &name,
+                        &slug,
+                        cli_audit("organization.create", "organization"),
+                    )
+                    .await?;
+                println!("created organization {} ({}) {}", o.name, o.slug, o.id);
+            }
+            OrgsCommand::List { partner } => {
+                let partner = app
+                    .store
+                    .find_partner(&partner)
+                    .await
+                    .context("--partner")?;
+                for o in app.store.list_organizations(partner.id).await? {
+                    println!("{}  {:<24} {}", o.id, o.slug, o.name);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum UsersCommand {
+    /// Create a user with a role in one or more organizations.
+    Create(CreateUser),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateUser {
+    #[arg(long)]
+    email: String,
+    #[arg(long)]
+    name: String,
+    /// Organization id or slug; repeat for a partner-level user with access to several.
+    #[arg(long = "org", required = true)]
+    orgs: Vec<String>,
+    /// Role to hold in each organization (Administrator, Technician, Read Only).
+    #[arg(long, default_value = "Administrator")]
+    role: String,
+    /// Make a partner-level user even with a single --org.
+    #[arg(long)]
+    partner_level: bool,
+    /// Read the password from the first line of standard input instead of generating one.
+    #[arg(long)]
+    password_stdin: bool,
+}
+
+/// A random password of 20 letters and digits.
+pub(crate) fn generate_password() -> String {
+    rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(20)
+        .map(char::from)
+        .collect()
+}
+
+impl UsersCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        let UsersCommand::Create(args) = self;
+        let mut orgs = Vec::new();
+        for r in &args.orgs {
+            orgs.push(
+                app.store
+                    .find_organization(r)
+                    .await
+                    .with_context(|| format!("--org {r}"))?,
+            );
+        }
+        let partner = orgs[0].partner_id;
+        if orgs.iter().any(|o| o.partner_id != partner) {
+            bail!("every --org must belong to the same partner");
+        }
+        let role = app
+            .store
+            .find_role(partner, &args.role)
+            .await
+            .with_context(|| format!("--role {}", args.role))?;
+        let (password, generated) = if args.password_stdin {
+            let mut line = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut line)
+                .context("reading the password from stdin")?;
+            (line.trim_end_matches(['\r', '\n']).to_owned(), false)
+        } else {
+            (generate_password(), true)
+        };
+        let hash = password::hash(&password)?;
+        let partner_level = args.partner_level || orgs.len() > 1;
+        let user = app
+            .store
+            .create_user(
+                NewUser {
+                    partner_id: partner,
+                    org_id: (!partner_level).then(|| orgs[0].id),
+                    email: args.email,
+                    name: args.name,
+                    password_hash: hash,
+                },
+                cli_audit("user.create", "user"),
+            )
+            .await?;
+        for o in &orgs {
+            app.store
+                .assign_role(
+                    user.id,
+                    o.id,
+                    role.id,
+                    cli_audit("user.role.assign", "user"),
+                )
+                .await?;
+        }
+        let names: Vec<&str> = orgs.iter().map(|o| o.slug.as_str()).collect();
+        println!(
+            "created user {} ({}) with role {} in {}",
+            user.email,
+            user.id,
+            role.name,
+            names.join(", ")
+        );
+        if generated {
+            println!("password: {password}");
+            println!("(shown once; pass --password-stdin to choose one)");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Create an API key; prints the secret once.
+    Create {
+        /// Organization id or slug.
+        #[arg(long)]
+        org: String,
+        /// Email of the user the key acts as.
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        name: String,
+        /// Comma-separated: ai:read, ai:write, ai:execute, ai:execute_admin, *.
+        #[arg(long)]
+        scopes: String,
+        /// Expire after this many days.
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List an organization's keys (never their secrets).
+    List {
+        #[arg(long)]
+        org: String,
+    },
+    /// Revoke a key at once.
+    Revoke {
+        #[arg(long)]
+        org: String,
+        /// The key's id.
+        id: String,
+    },
+}
+
+impl KeysCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            KeysCommand::Create {
+                org,
+                user,
+                name,
+                scopes,
+                expires_in_days,
+                json,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let scopes = ScopeSet::parse_list(&scopes).context("--scopes")?;
+                let user = app
+                    .store
+                    .find_user_for_login(&user)
+                    .await?
+                    .with_context(|| format!("--user: no user with email {user:?}"))?
+                    .user;
+                let expires_at =
+                    expires_in_days.map(|d| app.clock.now() + Duration::days(i64::from(d)));
+                let (secret, record) = app
+                    .auth
+                    .create_api_key(
+                        CreateApiKey {
+                            org_id: org.id,
+                            user_id: user.id,
+                            name,
+                            scopes,
+                            expires_at,
+                        },
+                        cli_audit("api_key.create", "api_key"),
+                    )
+                    .await?;
+                if json {
+                    let mut v = serde_json::to_value(&record)?;
+                    v["key"] = secret.expose().into();
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    println!(
+                        "created API key {} ({}) for {} in {}",
+                        record.name, record.id, user.email, org.slug
+                    );
+                    println!("scopes: {}", record.scopes);
+                    println!("key: {}", secret.expose());
+                    println!("(shown once; Breeze stores only its SHA-256)");
+                }
+            }
+            KeysCommand::List { org } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let now = app.clock.now();
+                for k in app.store.org(org.id).list_api_keys().await? {
+                    let state = match (k.revoked_at, k.is_active(now)) {
+                        (Some(_), _) => "revoked",
+                        (None, false) => "expired",
+                        (None, true) => "active",
+                    };
+                    let last = k
+                        .last_used_at
+                        .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339());
+                    println!(
+                        "{}  {:<8} {:<10} {:<28} {:<32} last used {last}",
+                        k.id, state, k.key_prefix, k.name, k.scopes
+                    );
+                }
+            }
+            KeysCommand::Revoke { org, id } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let id = id
+                    .parse()
+                    .with_context(|| format!("{id:?} is not a key id"))?;
+                let k = app
+                    .store
+                    .org(org.id)
+                    .revoke_api_key(id, cli_audit("api_key.revoke", "api_key"))
+                    .await?;
+                println!("revoked API key {} ({})", k.name, k.id);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,104 @@
+//! Subcommand implementations and what they share: opening the store, serving until a signal.
+
+pub(crate) mod admin;
+pub(crate) mod demo;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use breeze_auth::{AuthService, AuthSettings};
+use breeze_core::{Clock, SystemClock};
+use breeze_server::{AppState, ServerConfig};
+use breeze_store::{Backend, Store, StoreOptions};
+
+use crate::config::Settings;
+
+/// An opened, migrated installation.
+pub(crate) struct App {
+    pub(crate) store: Store,
+    pub(crate) auth: AuthService,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// Connects to the configured database and applies pending migrations.
+pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let url = breeze_store::redact_url(&settings.database_url);
+    let store = Store::connect(
+        &StoreOptions::new(settings.database_url.clone()),
+        clock.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot open the database at {url}"))?;
+    store
+        .migrate()
+        .await
+        .with_context(|| format!("cannot migrate the database at {url}"))?;
+    if store.backend() == Backend::Sqlite && settings.production() {
+        tracing::warn!(
+            "running production on SQLite; use DATABASE_URL=postgres://… for more than one instance"
+        );
+    }
+    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
+    Ok(App { store, auth, clock })
+}
+
+/// `breeze serve`.
+pub(crate) async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let app = open(&settings).await?;
+    run_server(&settings, app).await
+}
+
+/// Binds the listener and serves until Ctrl-C or SIGTERM.
+pub(crate) async fn run_server(settings: &Settings, app: App) -> anyhow::Result<()> {
+    if settings.redis_url.is_some() {
+        tracing::info!("REDIS_URL is set; nothing uses Redis yet in this version");
+    }
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (set BREEZE_LISTEN or --listen)",
+                settings.listen
+            )
+        })?;
+    tracing::info!(listen = %settings.listen, public_url = %settings.public_url, backend = ?app.store.backend(), "breeze is serving");
+    let state = AppState {
+        store: app.store.clone(),
+        auth: app.auth,
+        clock: app.clock,
+        config: Arc::new(ServerConfig {
+            public_url: settings.public_url.clone(),
+            production: settings.production(),
+        }),
+    };
+    breeze_server::serve(listener, state, shutdown_signal())
+        .await
+        .context("server failed")?;
+    app.store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down; finishing in-flight requests");
+}

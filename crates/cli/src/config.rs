@@ -1,0 +1,417 @@
+//! Settings: read once from the environment and command-line flags, validated, then passed
+//! explicitly. This is the only place Breeze reads environment variables.
+//!
+//! A flag beats its environment variable, which beats the default. An unknown `BREEZE_*`
+//! variable or an invalid value refuses to start, naming the setting.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf};
+
+use anyhow::bail;
+use clap::Args;
+
+/// Environment variables Breeze understands, with what each is for.
+pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
+    (
+        "BREEZE_LISTEN",
+        "address to listen on (default 127.0.0.1:3000)",
+    ),
+    (
+        "DATABASE_URL",
+        "sqlite://… or postgres://… (default sqlite://./breeze-data/breeze.db)",
+    ),
+    (
+        "REDIS_URL",
+        "redis://… for shared rate limits and sessions (optional)",
+    ),
+    (
+        "BREEZE_ENV",
+        "development or production (default development)",
+    ),
+    (
+        "BREEZE_PUBLIC_URL",
+        "URL clients use to reach this server (default http://<listen>)",
+    ),
+    (
+        "BREEZE_DATA_DIR",
+        "directory for the SQLite file and demo.json (default ./breeze-data)",
+    ),
+    (
+        "BREEZE_LOG",
+        "log filter, e.g. info or breeze_server=debug (default info)",
+    ),
+    ("BREEZE_LOG_FORMAT", "pretty or json (default pretty)"),
+    (
+        "BREEZE_TEST_POSTGRES_URL",
+        "PostgreSQL for the test-suite (tests only)",
+    ),
+];
+
+/// Flags that override environment settings; shared by every subcommand.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct SettingFlags {
+    /// Address to listen on [env: BREEZE_LISTEN].
+    #[arg(long, global = true)]
+    pub(crate) listen: Option<String>,
+    /// Database URL [env: DATABASE_URL].
+    #[arg(long, global = true)]
+    pub(crate) database_url: Option<String>,
+    /// Redis URL [env: REDIS_URL].
+    #[arg(long, global = true)]
+    pub(crate) redis_url: Option<String>,
+    /// development or production [env: BREEZE_ENV].
+    #[arg(long = "env", global = true)]
+    pub(crate) environment: Option<String>,
+    /// Public base URL [env: BREEZE_PUBLIC_URL].
+    #[arg(long, global = true)]
+    pub(crate) public_url: Option<String>,
+    /// Data directory [env: BREEZE_DATA_DIR].
+    #[arg(long, global = true)]
+    pub(crate) data_dir: Option<String>,
+    /// pretty or json [env: BREEZE_LOG_FORMAT].
+    #[arg(long, global = true)]
+    pub(crate) log_format: Option<String>,
+}
+
+/// Deployment mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Environment {
+    Development,
+    Production,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// Validated settings.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) listen: SocketAddr,
+    pub(crate) database_url: String,
+    pub(crate) redis_url: Option<String>,
+    pub(crate) environment: Environment,
+    pub(crate) public_url: String,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) log_filter: String,
+    pub(crate) log_format: LogFormat,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field(
+                "database_url",
+                &breeze_store::redact_url(&self.database_url),
+            )
+            .field(
+                "redis_url",
+                &self.redis_url.as_deref().map(breeze_store::redact_url),
+            )
+            .field("environment", &self.environment)
+            .field("public_url", &self.public_url)
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the process environment (the one sanctioned place).
+pub(crate) fn process_env() -> BTreeMap<String, String> {
+    #[allow(clippy::disallowed_methods)] // this module is where settings are read
+    std::env::vars().collect()
+}
+
+/// One raw value and where it came from, for error messages.
+struct Raw<'a> {
+    value: Option<&'a str>,
+    origin: String,
+}
+
+fn pick<'a>(
+    flag: &'a Option<String>,
+    flag_name: &str,
+    env: &'a BTreeMap<String, String>,
+    var: &str,
+) -> Raw<'a> {
+    match flag {
+        Some(v) => Raw {
+            value: Some(v.as_str()),
+            origin: format!("--{flag_name}"),
+        },
+        None => Raw {
+            value: env.get(var).map(String::as_str),
+            origin: var.to_owned(),
+        },
+    }
+}
+
+impl Settings {
+    /// Validates `env` and `flags` into settings, or says which setting is wrong.
+    pub(crate) fn load(
+        env: &BTreeMap<String, String>,
+        flags: &SettingFlags,
+    ) -> anyhow::Result<Settings> {
+        check_unknown(env)?;
+
+        let listen = pick(&flags.listen, "listen", env, "BREEZE_LISTEN");
+        let listen: SocketAddr = match listen.value {
+            None => SocketAddr::from(([127, 0, 0, 1], 3000)),
+            Some(v) => v.trim().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "invalid {}: {v:?} is not an address such as 127.0.0.1:3000",
+                    listen.origin
+                )
+            })?,
+        };
+
+        let environment = pick(&flags.environment, "env", env, "BREEZE_ENV");
+        let environment = match environment.value.map(str::trim) {
+            None | Some("development") => Environment::Development,
+            Some("production") => Environment::Production,
+            Some(v) => bail!(
+                "invalid {}: {v:?} (expected development or production)",
+                environment.origin
+            ),
+        };
+
+        let data_dir = pick(&flags.data_dir, "data-dir", env, "BREEZE_DATA_DIR");
+        let data_dir = match data_dir.value.map(str::trim) {
+            None => PathBuf::from("./breeze-data"),
+            Some("") => bail!("invalid {}: empty path", data_dir.origin),
+            Some(v) => PathBuf::from(v),
+        };
+
+        let db = pick(&flags.database_url, "database-url", env, "DATABASE_URL");
+        let database_url = match db.value.map(str::trim) {
+            None => format!("sqlite://{}", data_dir.join("breeze.db").display()),
+            Some(v)
+                if v.starts_with("sqlite:")
+                    || v.starts_with("postgres://")
+                    || v.starts_with("postgresql://") =>
+            {
+                v.to_owned()
+            }
+            Some(v) => bail!(
+                "invalid {}: {:?} (expected sqlite://path or postgres://user@host/db)",
+                db.origin,
+                breeze_store::redact_url(v)
+            ),
+        };
+
+        let redis = pick(&flags.redis_url, "redis-url", env, "REDIS_URL");
+        let redis_url = match redis.value.map(str::trim) {
+            None | Some("") => None,
+            Some(v) if v.starts_with("redis://") || v.starts_with("rediss://") => {
+                Some(v.to_owned())
+            }
+            Some(v) => bail!(
+                "invalid {}: {:?} (expected redis://host:port)",
+                redis.origin,
+                breeze_store::redact_url(v)
+            ),
+        };
+
+        let public = pick(&flags.public_url, "public-url", env, "BREEZE_PUBLIC_URL");
+        let public_url = match public.value.map(str::trim) {
+            None if environment == Environment::Production => {
+                bail!(
+                    "BREEZE_PUBLIC_URL is required when BREEZE_ENV=production (the URL clients use)"
+                )
+            }
+            None => format!("http://{listen}"),
+            Some(v)
+                if (v.starts_with("http://") || v.starts_with("https://"))
+                    && v.len() > "https://".len()
+                    && !v.contains(char::is_whitespace) =>
+            {
+                v.trim_end_matches('/').to_owned()
+            }
+            Some(v) => bail!(
+                "invalid {}: {v:?} (expected http(s)://host[:port])",
+                public.origin
+            ),
+        };
+
+        let log_filter = env
+            .get("BREEZE_LOG")
+            .map_or("info", |v| v.trim())
+            .to_owned();
+        tracing_subscriber::EnvFilter::try_new(&log_filter)
+            .map_err(|e| anyhow::anyhow!("invalid BREEZE_LOG: {log_filter:?}: {e}"))?;
+
+        let format = pick(&flags.log_format, "log-format", env, "BREEZE_LOG_FORMAT");
+        let log_format = match format.value.map(str::trim) {
+            None | Some("pretty") => LogFormat::Pretty,
+            Some("json") => LogFormat::Json,
+            Some(v) => bail!("invalid {}: {v:?} (expected pretty or json)", format.origin),
+        };
+
+        Ok(Settings {
+            listen,
+            database_url,
+            redis_url,
+            environment,
+            public_url,
+            data_dir,
+            log_filter,
+            log_format,
+        })
+    }
+
+    pub(crate) fn production(&self) -> bool {
+        self.environment == Environment::Production
+    }
+}
+
+/// Refuses `BREEZE_*` variables Breeze does not know: a typo must not silently fall back to a
+/// default.
+fn check_unknown(env: &BTreeMap<String, String>) -> anyhow::Result<()> {
+    for name in env.keys().filter(|k| k.starts_with("BREEZE_")) {
+        if KNOWN_SETTINGS.iter().any(|(known, _)| known == name) {
+            continue;
+        }
+        let closest = KNOWN_SETTINGS
+            .iter()
+            .map(|(known, _)| (edit_distance(name, known), *known))
+            .min()
+            .filter(|(d, _)| *d <= 3);
+        let hint = closest
+            .map(|(_, k)| format!(" (did you mean {k}?)"))
+            .unwrap_or_default();
+        let known: Vec<&str> = KNOWN_SETTINGS.iter().map(|(k, _)| *k).collect();
+        bail!(
+            "unknown setting {name}{hint}; known settings: {}",
+            known.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(vars: &[(&str, &str)]) -> anyhow::Result<Settings> {
+        load_with(vars, &SettingFlags::default())
+    }
+
+    fn load_with(vars: &[(&str, &str)], flags: &SettingFlags) -> anyhow::Result<Settings> {
+        let env = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::load(&env, flags)
+    }
+
+    fn err(vars: &[(&str, &str)]) -> String {
+        load(vars).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults() {
+        let s = load(&[("PATH", "/usr/bin"), ("HOME", "/root")]).unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(s.database_url, "sqlite://./breeze-data/breeze.db");
+        assert_eq!(s.public_url, "http://127.0.0.1:3000");
+        assert_eq!(
+            (s.environment, s.log_format, s.redis_url),
+            (Environment::Development, LogFormat::Pretty, None)
+        );
+    }
+
+    #[test]
+    fn flags_beat_the_environment() {
+        let flags = SettingFlags {
+            listen: Some("0.0.0.0:8080".into()),
+            ..Default::default()
+        };
+        let s = load_with(&[("BREEZE_LISTEN", "127.0.0.1:9999")], &flags).unwrap();
+        assert_eq!(s.listen.to_string(), "0.0.0.0:8080");
+        let flags = SettingFlags {
+            listen: Some("nope".into()),
+            ..Default::default()
+        };
+        assert!(
+            load_with(&[], &flags)
+                .unwrap_err()
+                .to_string()
+                .contains("invalid --listen")
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_setting() {
+        assert!(err(&[("BREEZE_LISTEN", "localhost")]).starts_with("invalid BREEZE_LISTEN"));
+        assert!(err(&[("BREEZE_ENV", "prod")]).starts_with("invalid BREEZE_ENV"));
+        assert!(
+            err(&[("DATABASE_URL", "mysql://u:secret@h/db")]).starts_with("invalid DATABASE_URL")
+        );
+        assert!(
+            !err(&[("DATABASE_URL", "mysql://u:secret@h/db")]).contains("secret"),
+            "passwords are redacted"
+        );
+        assert!(err(&[("REDIS_URL", "localhost:6379")]).starts_with("invalid REDIS_URL"));
+        assert!(
+            err(&[("BREEZE_PUBLIC_URL", "rmm.example.com")])
+                .starts_with("invalid BREEZE_PUBLIC_URL")
+        );
+        assert!(err(&[("BREEZE_LOG_FORMAT", "xml")]).starts_with("invalid BREEZE_LOG_FORMAT"));
+        assert!(err(&[("BREEZE_LOG", "info,[[[")]).starts_with("invalid BREEZE_LOG"));
+    }
+
+    #[test]
+    fn unknown_breeze_settings_refuse_to_start() {
+        let e = err(&[("BREEZE_LISTN", "127.0.0.1:1")]);
+        assert!(
+            e.starts_with("unknown setting BREEZE_LISTN (did you mean BREEZE_LISTEN?)"),
+            "{e}"
+        );
+        assert!(
+            err(&[("BREEZE_FROBNICATE", "1")]).starts_with("unknown setting BREEZE_FROBNICATE;")
+        );
+    }
+
+    #[test]
+    fn production_needs_a_public_url() {
+        assert!(err(&[("BREEZE_ENV", "production")]).contains("BREEZE_PUBLIC_URL is required"));
+        let s = load(&[
+            ("BREEZE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com/"),
+        ])
+        .unwrap();
+        assert!(s.production());
+        assert_eq!(s.public_url, "https://rmm.example.com");
+    }
+
+    #[test]
+    fn data_dir_moves_the_default_database() {
+        let s = load(&[("BREEZE_DATA_DIR", "/var/lib/breeze")]).unwrap();
+        assert_eq!(s.database_url, "sqlite:///var/lib/breeze/breeze.db");
+        let s = load(&[
+            ("BREEZE_DATA_DIR", "/x"),
+            ("DATABASE_URL", "postgres://db/breeze"),
+        ])
+        .unwrap();
+        assert_eq!(s.database_url, "postgres://db/breeze");
+    }
+}

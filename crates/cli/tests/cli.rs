@@ -1,0 +1,393 @@
+//! The `breeze` binary end to end: the demo on a fresh directory, settings validation,
+//! and the administration commands.
+
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+fn breeze(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze"));
+    c.current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("BREEZE_LOG", "warn");
+    c
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A minimal HTTP/1.1 GET; returns status and parsed JSON body.
+fn http_get(port: u16, path: &str, api_key: Option<&str>) -> std::io::Result<(u16, Value)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let key = api_key
+        .map(|k| format!("X-API-Key: {k}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{key}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    // The server answers with a Content-Length body (no chunking) for these small JSON replies.
+    Ok((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+struct Server(Child);
+
+impl Server {
+    fn start(dir: &Path, port: u16, command: &str) -> Server {
+        let child = breeze(dir)
+            .args([command, "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut server = Server(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(port, "/healthz", None).map(|r| r.0).ok() != Some(200) {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                panic!("breeze {command} exited early: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "breeze {command} did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    /// SIGTERM, then wait: a graceful shutdown exits 0.
+    fn stop(mut self) {
+        let pid = self.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = self.0.wait().unwrap();
+        assert!(
+            status.success(),
+            "graceful shutdown should exit 0, got {status}"
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn read_demo(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("breeze-data/demo.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn demo_seeds_serves_and_reuses_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::start(dir.path(), port, "demo");
+
+    let demo = read_demo(dir.path());
+    assert_eq!(demo["base_url"], format!("http://127.0.0.1:{port}"));
+    assert_eq!(
+        demo["mcp_sse_url"],
+        format!("http://127.0.0.1:{port}/api/v1/mcp/sse")
+    );
+    assert_eq!(demo["mcp_url"], format!("http://127.0.0.1:{port}/mcp"));
+    assert_eq!(demo["organization"]["slug"], "acme");
+    assert!(demo["admin"]["email"].as_str().unwrap().contains('@'));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("breeze-data/demo.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "demo.json holds secrets");
+    }
+    for which in ["read", "write", "execute"] {
+        let key = demo["api_keys"][which].as_str().unwrap();
+        let (status, body) = http_get(port, "/api/v1/orgs", Some(key)).unwrap();
+        assert_eq!(status, 200, "{which} key: {body}");
+        assert_eq!(body["organizations"].as_array().unwrap().len(), 1);
+        assert_eq!(body["organizations"][0]["id"], demo["organization"]["id"]);
+        // The second organization exists, and is invisible to the first one's keys.
+        assert_eq!(
+            http_get(port, "/api/v1/orgs/globex/sites", Some(key))
+                .unwrap()
+                .0,
+            404
+        );
+    }
+    let (status, sites) = http_get(
+        port,
+        "/api/v1/orgs/acme/sites",
+        demo["api_keys"]["read"].as_str(),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(sites["sites"].as_array().unwrap().len(), 2);
+    assert_eq!(http_get(port, "/readyz", None).unwrap().0, 200);
+    server.stop();
+
+    // A second run reuses the data and the keys file.
+    let port2 = free_port();
+    let server = Server::start(dir.path(), port2, "demo");
+    let again = read_demo(dir.path());
+    assert_eq!(again["api_keys"], demo["api_keys"]);
+    assert_eq!(again["admin"], demo["admin"]);
+    assert_eq!(again["organization"], demo["organization"]);
+    assert_eq!(again["base_url"], format!("http://127.0.0.1:{port2}"));
+    assert_eq!(
+        http_get(port2, "/api/v1/orgs", again["api_keys"]["execute"].as_str())
+            .unwrap()
+            .0,
+        200
+    );
+    server.stop();
+}
+
+#[test]
+fn demo_replaces_keys_that_no_longer_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    Server::start(dir.path(), port, "demo").stop();
+    let first = read_demo(dir.path());
+    // Revoke the read key from the CLI, as an admin would.
+    let list = run_ok(breeze(dir.path()).args(["keys", "list", "--org", "acme"]));
+    let read_prefix = &first["api_keys"]["read"].as_str().unwrap()[..8];
+    let id = list
+        .lines()
+        .find(|l| l.contains(read_prefix))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    run_ok(breeze(dir.path()).args(["keys", "revoke", "--org", "acme", &id]));
+
+    let port = free_port();
+    let server = Server::start(dir.path(), port, "demo");
+    let second = read_demo(dir.path());
+    assert_ne!(second["api_keys"]["read"], first["api_keys"]["read"]);
+    assert_eq!(
+        http_get(port, "/api/v1/orgs", second["api_keys"]["read"].as_str())
+            .unwrap()
+            .0,
+        200
+    );
+    assert_eq!(
+        http_get(port, "/api/v1/orgs", first["api_keys"]["read"].as_str())
+            .unwrap()
+            .0,
+        401
+    );
+    server.stop();
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out: Output = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run_err(cmd: &mut Command) -> (i32, String) {
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{cmd:?} should fail");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_settings_refuse_to_start_and_name_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = run_err(
+        breeze(dir.path())
+            .arg("serve")
+            .env("BREEZE_LISTN", "127.0.0.1:1"),
+    );
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown setting BREEZE_LISTN (did you mean BREEZE_LISTEN?)"),
+        "{err}"
+    );
+    let (code, err) = run_err(breeze(dir.path()).arg("serve").env("BREEZE_ENV", "staging"));
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid BREEZE_ENV"), "{err}");
+    let (_, err) =
+        run_err(breeze(dir.path()).args(["migrate", "--database-url", "mysql://root@localhost/x"]));
+    assert!(err.contains("invalid --database-url"), "{err}");
+    assert!(
+        !dir.path().join("breeze-data").exists(),
+        "nothing was created"
+    );
+}
+
+#[test]
+fn administration_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(run_ok(breeze(d).arg("migrate")).contains("migrations applied"));
+    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
+    run_ok(breeze(d).args([
+        "orgs",
+        "create",
+        "--partner",
+        "northwind-it",
+        "--name",
+        "Contoso Ltd",
+    ]));
+    run_ok(breeze(d).args([
+        "orgs",
+        "create",
+        "--partner",
+        "northwind-it",
+        "--name",
+        "Fabrikam",
+    ]));
+    let orgs = run_ok(breeze(d).args(["orgs", "list", "--partner", "northwind-it"]));
+    assert!(
+        orgs.contains("contoso-ltd") && orgs.contains("fabrikam"),
+        "{orgs}"
+    );
+
+    // A user with a chosen password, read from stdin.
+    let mut child = breeze(d)
+        .args([
+            "users",
+            "create",
+            "--email",
+            "Tech@Northwind.test",
+            "--name",
+            "Tech",
+            "--org",
+            "contoso-ltd",
+            "--role",
+            "Technician",
+            "--password-stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"a long enough password\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("with role Technician in contoso-ltd"));
+
+    let (_, err) = run_err(breeze(d).args([
+        "users", "create", "--email", "x@n.test", "--name", "X", "--org", "nowhere",
+    ]));
+    assert!(
+        err.contains("--org nowhere") && err.contains("organization not found"),
+        "{err}"
+    );
+
+    let created = run_ok(breeze(d).args([
+        "keys",
+        "create",
+        "--org",
+        "contoso-ltd",
+        "--user",
+        "tech@northwind.test",
+        "--name",
+        "Claude",
+        "--scopes",
+        "ai:read,ai:write",
+        "--expires-in-days",
+        "30",
+        "--json",
+    ]));
+    let key: Value = serde_json::from_str(&created).unwrap();
+    let secret = key["key"].as_str().unwrap();
+    assert!(secret.starts_with("brz_"));
+    assert_eq!(key["scopes"], serde_json::json!(["ai:read", "ai:write"]));
+    assert!(key["expires_at"].is_string());
+
+    let (_, err) = run_err(breeze(d).args([
+        "keys",
+        "create",
+        "--org",
+        "contoso-ltd",
+        "--user",
+        "tech@northwind.test",
+        "--name",
+        "X",
+        "--scopes",
+        "ai:admin",
+    ]));
+    assert!(
+        err.contains("--scopes") && err.contains("ai:admin"),
+        "{err}"
+    );
+    let (_, err) = run_err(breeze(d).args([
+        "keys",
+        "create",
+        "--org",
+        "fabrikam",
+        "--user",
+        "tech@northwind.test",
+        "--name",
+        "X",
+        "--scopes",
+        "ai:read",
+    ]));
+    assert!(err.contains("holds no role in that organization"), "{err}");
+
+    let list = run_ok(breeze(d).args(["keys", "list", "--org", "contoso-ltd"]));
+    assert!(
+        list.contains("active") && list.contains(&secret[..8]) && !list.contains(&secret[8..]),
+        "{list}"
+    );
+    let id = key["id"].as_str().unwrap();
+    assert!(
+        run_ok(breeze(d).args(["keys", "revoke", "--org", "contoso-ltd", id])).contains("revoked")
+    );
+    assert!(run_ok(breeze(d).args(["keys", "list", "--org", "contoso-ltd"])).contains("revoked"));
+    let (_, err) = run_err(breeze(d).args(["keys", "revoke", "--org", "fabrikam", id]));
+    assert!(err.contains("API key not found"), "{err}");
+}
