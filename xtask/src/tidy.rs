@@ -35,9 +35,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
 
 fn check_file(path: &str, text: &str) -> Vec<String> {
     let mut problems = Vec::new();
-    let first_code = text.lines().map(str::trim).find(|l| {
-        !l.is_empty() && !(l.starts_with("//") && !l.starts_with("//!")) && !l.starts_with("#![")
-    });
+    // Plain comments (licence headers) and inner attributes may precede the module doc.
+    let is_preamble = |l: &str| {
+        l.is_empty() || l.starts_with("#![") || (l.starts_with("//") && !l.starts_with("//!"))
+    };
+    let first_code = text.lines().map(str::trim).find(|l| !is_preamble(l));
     if !first_code.is_some_and(|l| l.starts_with("//!")) {
         problems.push(format!("{path}: missing a `//!` module doc at the top"));
     }

@@ -1,4 +1,5 @@
 //! API-key and sign-in behaviour against real databases (both backends).
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! The `breeze` binary end to end: the demo on a fresh directory, settings validation,
 //! and the administration commands.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::{
     io::{Read, Write},

@@ -22,7 +22,7 @@ string_enum! {
 
 /// A set of scopes. Kept sorted and free of duplicates.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "Vec<Scope>", into = "Vec<Scope>")]
+#[serde(from = "Vec<Scope>", into = "Vec<Scope>")]
 pub struct ScopeSet(Vec<Scope>);
 
 impl ScopeSet {
@@ -74,10 +74,9 @@ impl From<ScopeSet> for Vec<Scope> {
     }
 }
 
-impl TryFrom<Vec<Scope>> for ScopeSet {
-    type Error = std::convert::Infallible;
-    fn try_from(v: Vec<Scope>) -> Result<Self, Self::Error> {
-        Ok(Self::new(v))
+impl From<Vec<Scope>> for ScopeSet {
+    fn from(v: Vec<Scope>) -> Self {
+        Self::new(v)
     }
 }
 

@@ -1,4 +1,5 @@
 //! The HTTP edge driven in-process (no socket): errors, authentication, tenancy, limits.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::sync::Arc;
 

@@ -128,15 +128,15 @@ impl Store {
                 .synchronous(SqliteSynchronous::Normal)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
-            if let Some(dir) = opts.get_filename().parent() {
-                if !dir.as_os_str().is_empty() {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        StoreError::Config(format!(
-                            "cannot create the data directory {}: {e}",
-                            dir.display()
-                        ))
-                    })?;
-                }
+            if let Some(dir) = opts.get_filename().parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Config(format!(
+                        "cannot create the data directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
             }
             Pool::Sqlite(
                 SqlitePoolOptions::new()

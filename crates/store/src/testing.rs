@@ -85,12 +85,12 @@ impl TestStore {
     /// Closes the store and drops its PostgreSQL schema.
     pub async fn cleanup(self) {
         self.store.close().await;
-        if let Some(schema) = self.schema {
-            if let Ok(mut admin) = PgConnection::connect(&postgres_url()).await {
-                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                    .execute(&mut admin)
-                    .await;
-            }
+        if let Some(schema) = self.schema
+            && let Ok(mut admin) = PgConnection::connect(&postgres_url()).await
+        {
+            let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&mut admin)
+                .await;
         }
     }
 }

@@ -154,7 +154,7 @@ impl Store {
         }
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
-        Ok(self.get_user(id).await?)
+        self.get_user(id).await
     }
 
     /// One user.
@@ -263,13 +263,12 @@ impl Store {
     ) -> Result<()> {
         let u = self.get_user(user).await?;
         self.org_of_partner(u.partner_id, org).await?;
-        if let UserKind::Organization { org_id } = u.kind {
-            if org_id != org {
-                return Err(StoreError::Invalid(
-                    "an organization-level user can only hold a role in its own organization"
-                        .into(),
-                ));
-            }
+        if let UserKind::Organization { org_id } = u.kind
+            && org_id != org
+        {
+            return Err(StoreError::Invalid(
+                "an organization-level user can only hold a role in its own organization".into(),
+            ));
         }
         if !self
             .list_roles(u.partner_id)

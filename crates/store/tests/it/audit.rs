@@ -118,10 +118,8 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     );
     assert_eq!(seen[0].2, 24);
 
-    let count = |f: AuditFilter| {
-        let o = o;
-        async move { o.query_audit(&f, None, 500).await.unwrap().records.len() }
-    };
+    let count =
+        |f: AuditFilter| async move { o.query_audit(&f, None, 500).await.unwrap().records.len() };
     assert_eq!(
         count(AuditFilter {
             action: Some("mcp.tools.call".into()),

@@ -133,16 +133,13 @@ async fn hierarchy_round_trips(cx: Ctx) {
         .unwrap();
     assert_eq!((page.0.len(), page.1), (1, 3));
 
-    let check = |f: DeviceFilter, want: Vec<&'static str>| {
-        let o = o;
-        async move {
-            let got = o.list_devices(&f, 50, 0).await.unwrap().0;
-            assert_eq!(
-                got.iter().map(|d| d.hostname.as_str()).collect::<Vec<_>>(),
-                want,
-                "{f:?}"
-            );
-        }
+    let check = |f: DeviceFilter, want: Vec<&'static str>| async move {
+        let got = o.list_devices(&f, 50, 0).await.unwrap().0;
+        assert_eq!(
+            got.iter().map(|d| d.hostname.as_str()).collect::<Vec<_>>(),
+            want,
+            "{f:?}"
+        );
     };
     check(
         DeviceFilter {
