@@ -392,3 +392,17 @@ fn administration_commands() {
     let (_, err) = run_err(breeze(d).args(["keys", "revoke", "--org", "fabrikam", id]));
     assert!(err.contains("API key not found"), "{err}");
 }
+
+#[test]
+fn a_busy_port_fails_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (_, err) =
+        run_err(breeze(dir.path()).args(["demo", "--listen", &format!("127.0.0.1:{port}")]));
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(!dir.path().join("breeze-data/demo.json").exists());
+}

@@ -108,7 +108,7 @@ async fn world(cx: &Ctx) -> World {
                 scopes: ScopeSet::new([Scope::AiRead]),
                 expires_at: None,
             },
-            audit("k"),
+            audit("api_key.create"),
         )
         .await
         .unwrap();
@@ -616,6 +616,85 @@ async fn request_ids_are_issued_and_echoed(cx: Ctx) {
     assert_eq!(page.records[0].event.actor.id, w.admin.to_string());
 }
 
+async fn audit_log_is_queryable_per_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    // The world's setup wrote audit records in both organizations (sites, devices, keys).
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-a/audit?limit=2"), &w.read_key),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["records"].as_array().unwrap().len(), 2);
+    let mut seen = Vec::new();
+    let mut next = r.body["next"].as_str().map(str::to_owned);
+    seen.extend(
+        r.body["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].clone()),
+    );
+    while let Some(cursor) = next {
+        let r = send(
+            &w.app,
+            with_key(
+                get(&format!("/api/v1/orgs/org-a/audit?limit=2&cursor={cursor}")),
+                &w.read_key,
+            ),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        for rec in r.body["records"].as_array().unwrap() {
+            assert_eq!(rec["org_id"], w.org_a.to_string());
+            seen.push(rec["id"].clone());
+        }
+        next = r.body["next"].as_str().map(str::to_owned);
+    }
+    let total = seen.len();
+    seen.dedup();
+    assert_eq!(seen.len(), total, "no record repeats across pages");
+    let all = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-a/audit?limit=500"), &w.read_key),
+    )
+    .await;
+    assert_eq!(all.body["records"].as_array().unwrap().len(), total);
+
+    let r = send(
+        &w.app,
+        with_key(
+            get("/api/v1/orgs/org-a/audit?action=api_key.create&actor_type=system"),
+            &w.read_key,
+        ),
+    )
+    .await;
+    assert_eq!(r.body["records"].as_array().unwrap().len(), 1, "{}", r.body);
+    assert_eq!(r.body["records"][0]["action"], "api_key.create");
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-b/audit"), &w.read_key),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = send(
+        &w.app,
+        with_key(get("/api/v1/orgs/org-a/audit?cursor=garbage"), &w.read_key),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = send(
+        &w.app,
+        with_key(
+            get("/api/v1/orgs/org-a/audit?actor_type=robot"),
+            &w.read_key,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(error_message(&r).contains("robot"), "{}", r.body);
+}
+
 macro_rules! sqlite_tests {
     ($($case:ident),+ $(,)?) => {$(
         #[tokio::test]
@@ -635,6 +714,7 @@ mod http {
         sign_in_cookie_and_failures,
         bad_requests_get_clear_errors,
         request_ids_are_issued_and_echoed,
+        audit_log_is_queryable_per_organization,
     );
     use breeze_store::Backend;
 }

@@ -98,7 +98,8 @@ fn chrono_parse(s: &str) -> Option<Timestamp> {
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditPage {
     pub records: Vec<AuditRecord>,
-    /// Present when more records follow.
+    /// Present when more records follow. Clients get it in [`AuditCursor::encode`]d form.
+    #[serde(skip)]
     pub next_cursor: Option<AuditCursor>,
 }
 

@@ -81,6 +81,18 @@ impl StoreOptions {
     }
 }
 
+/// Creates `dir` (and parents) when missing; a directory Breeze creates is private to its
+/// owner (0700), since the database holds password and key hashes.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    Ok(())
+}
+
 /// Hides the password in a database URL so it can be logged.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -131,7 +143,7 @@ impl Store {
             if let Some(dir) = opts.get_filename().parent()
                 && !dir.as_os_str().is_empty()
             {
-                std::fs::create_dir_all(dir).map_err(|e| {
+                create_private_dir(dir).map_err(|e| {
                     StoreError::Config(format!(
                         "cannot create the data directory {}: {e}",
                         dir.display()
@@ -207,47 +219,6 @@ impl Store {
     /// A handle whose every query is confined to organization `org`.
     pub fn org(&self, org: OrgId) -> OrgStore<'_> {
         OrgStore { store: self, org }
-    }
-
-    /// Runs raw SQL. For tests and diagnostics that must look past the store's interface
-    /// (e.g. proving a secret is stored nowhere); never used by Breeze itself.
-    #[doc(hidden)]
-    pub async fn raw_execute(&self, statement: &str) -> Result<u64> {
-        sql::sql(statement).execute(self).await
-    }
-
-    /// Every row of `table` rendered as one string (tests and diagnostics only).
-    #[doc(hidden)]
-    pub async fn raw_dump(&self, table: &str) -> Result<Vec<String>> {
-        let text = match self.backend() {
-            Backend::Postgres => format!("SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"),
-            Backend::Sqlite => {
-                let cols: Vec<(String,)> =
-                    sql::sql(format!("SELECT name FROM pragma_table_info('{table}')"))
-                        .fetch_all(self)
-                        .await?;
-                let quoted: Vec<String> = cols.iter().map(|(c,)| format!("quote({c})")).collect();
-                format!("SELECT {} FROM {table}", quoted.join(" || ',' || "))
-            }
-        };
-        let rows: Vec<(String,)> = sql::sql(text).fetch_all(self).await?;
-        Ok(rows.into_iter().map(|(r,)| r).collect())
-    }
-
-    /// Names of every table Breeze created (tests and diagnostics only).
-    #[doc(hidden)]
-    pub async fn raw_tables(&self) -> Result<Vec<String>> {
-        let text = match self.backend() {
-            Backend::Postgres => {
-                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
-                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
-            }
-            Backend::Sqlite => {
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            }
-        };
-        let rows: Vec<(String,)> = sql::sql(text).fetch_all(self).await?;
-        Ok(rows.into_iter().map(|(r,)| r).collect())
     }
 }
 

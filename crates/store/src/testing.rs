@@ -11,7 +11,7 @@ use breeze_core::{Clock, ManualClock};
 use chrono::{TimeZone, Utc};
 use sqlx::{Connection, PgConnection};
 
-use crate::{Backend, Store, StoreOptions};
+use crate::{Backend, Result, Store, StoreOptions};
 
 /// The PostgreSQL server tests use unless `BREEZE_TEST_POSTGRES_URL` says otherwise.
 pub const DEFAULT_TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -160,4 +160,46 @@ macro_rules! on_both_backends {
             })+
         }
     };
+}
+
+/// Raw access for tests that must look past the store's interface (e.g. to prove a secret is
+/// stored nowhere). Compiled only with the `testing` feature.
+impl Store {
+    /// Runs raw SQL. For tests and diagnostics that must look past the store's interface
+    /// (e.g. proving a secret is stored nowhere); never used by Breeze itself.
+    pub async fn raw_execute(&self, statement: &str) -> Result<u64> {
+        crate::sql::sql(statement).execute(self).await
+    }
+
+    /// Every row of `table` rendered as one string.
+    pub async fn raw_dump(&self, table: &str) -> Result<Vec<String>> {
+        let text = match self.backend() {
+            Backend::Postgres => format!("SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"),
+            Backend::Sqlite => {
+                let cols: Vec<(String,)> =
+                    crate::sql::sql(format!("SELECT name FROM pragma_table_info('{table}')"))
+                        .fetch_all(self)
+                        .await?;
+                let quoted: Vec<String> = cols.iter().map(|(c,)| format!("quote({c})")).collect();
+                format!("SELECT {} FROM {table}", quoted.join(" || ',' || "))
+            }
+        };
+        let rows: Vec<(String,)> = crate::sql::sql(text).fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
+    /// Names of every table Breeze created.
+    pub async fn raw_tables(&self) -> Result<Vec<String>> {
+        let text = match self.backend() {
+            Backend::Postgres => {
+                "SELECT CAST(table_name AS TEXT) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            }
+            Backend::Sqlite => {
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            }
+        };
+        let rows: Vec<(String,)> = crate::sql::sql(text).fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
 }

@@ -14,7 +14,7 @@ use breeze_core::{Actor, AuditEvent, Organization, Scope, ScopeSet, User};
 use breeze_store::{NewUser, StoreError};
 use serde::{Deserialize, Serialize};
 
-use super::{App, admin::generate_password, run_server};
+use super::{App, admin::generate_password, bind, run_server};
 use crate::config::Settings;
 
 const PARTNER_SLUG: &str = "demo-msp";
@@ -58,11 +58,12 @@ fn demo_audit(action: &str, resource: &str) -> AuditEvent {
 
 /// Runs the demo: seed or reuse, write and print `demo.json`, serve.
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
+    let listener = bind(&settings).await?;
     let app = super::open(&settings).await?;
     let path = settings.data_dir.join("demo.json");
     let demo = prepare(&app, &settings.public_url, &path).await?;
     print_summary(&demo, &path);
-    run_server(&settings, app).await
+    run_server(&settings, listener, app).await
 }
 
 /// Seeds the tenant when missing, reuses what still works from an existing `demo.json`,

@@ -45,23 +45,32 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
 
 /// `breeze serve`.
 pub(crate) async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let listener = bind(&settings).await?;
     let app = open(&settings).await?;
-    run_server(&settings, app).await
+    run_server(&settings, listener, app).await
 }
 
-/// Binds the listener and serves until Ctrl-C or SIGTERM.
-pub(crate) async fn run_server(settings: &Settings, app: App) -> anyhow::Result<()> {
-    if settings.redis_url.is_some() {
-        tracing::info!("REDIS_URL is set; nothing uses Redis yet in this version");
-    }
-    let listener = tokio::net::TcpListener::bind(settings.listen)
+/// Binds the configured address; done first, so a busy port fails before anything else.
+pub(crate) async fn bind(settings: &Settings) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| {
             format!(
                 "cannot listen on {} (set BREEZE_LISTEN or --listen)",
                 settings.listen
             )
-        })?;
+        })
+}
+
+/// Serves on `listener` until Ctrl-C or SIGTERM.
+pub(crate) async fn run_server(
+    settings: &Settings,
+    listener: tokio::net::TcpListener,
+    app: App,
+) -> anyhow::Result<()> {
+    if settings.redis_url.is_some() {
+        tracing::info!("REDIS_URL is set; nothing uses Redis yet in this version");
+    }
     tracing::info!(listen = %settings.listen, public_url = %settings.public_url, backend = ?app.store.backend(), "breeze is serving");
     let state = AppState {
         store: app.store.clone(),

@@ -1,6 +1,7 @@
 //! Route modules, one per area, each exposing `router()`; merged here.
 
 pub(crate) mod api_keys;
+pub(crate) mod audit;
 pub(crate) mod auth;
 pub(crate) mod health;
 pub(crate) mod orgs;
@@ -15,6 +16,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(auth::router())
         .merge(orgs::router())
         .merge(api_keys::router())
+        .merge(audit::router())
 }
 
 pub(crate) async fn not_found() -> ApiError {
