@@ -155,6 +155,11 @@ impl Store {
 }
 
 impl OrgStore<'_> {
+    /// Appends an audit record in this organization (whatever `event.org_id` said).
+    pub async fn append_audit(&self, event: AuditEvent) -> Result<AuditId> {
+        insert(self.store, &event.org(self.org), self.store.clock.now()).await
+    }
+
     /// Audit records of this organization matching `filter`, newest first, `limit` per page
     /// (capped at [`MAX_AUDIT_PAGE`]), starting after `after`.
     pub async fn query_audit(

@@ -36,7 +36,9 @@ pub struct DeviceFilter {
     pub group_id: Option<DeviceGroupId>,
     /// Case-insensitive substring of the hostname.
     pub search: Option<String>,
-    pub tag: Option<String>,
+    /// Devices carrying every one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 impl DeviceFilter {
@@ -64,7 +66,7 @@ impl DeviceFilter {
             let p = q.arg(format!("%{}%", escape_like(&search.to_lowercase())));
             q.push(&format!(" AND LOWER(d.hostname) LIKE {p} ESCAPE '\\'"));
         }
-        if let Some(tag) = &self.tag {
+        for tag in &self.tags {
             // Tags are a JSON array of strings; match the quoted element.
             let quoted = serde_json::to_string(tag).unwrap_or_default();
             let p = q.arg(format!("%{}%", escape_like(&quoted)));

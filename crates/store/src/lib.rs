@@ -10,6 +10,7 @@
 
 mod api_keys;
 mod audit;
+mod context;
 mod devices;
 mod error;
 mod sql;
@@ -23,6 +24,7 @@ use std::{str::FromStr, time::Duration};
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use breeze_core::AuditEvent;
+pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use error::{Result, StoreError};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).

@@ -263,6 +263,64 @@ impl OrgStore<'_> {
         .ok_or(StoreError::NotFound("device group"))
     }
 
+    /// Renames a group or changes its description (`None` keeps the current value).
+    pub async fn update_group(
+        &self,
+        id: DeviceGroupId,
+        name: Option<&str>,
+        description: Option<&str>,
+        audit: AuditEvent,
+    ) -> Result<DeviceGroup> {
+        let current = self.get_group(id).await?;
+        let name = name.unwrap_or(&current.name);
+        let description = description.or(current.description.as_deref());
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql("UPDATE device_groups SET name = $1, description = $2 WHERE id = $3 AND org_id = $4")
+            .bind(name)
+            .bind(description)
+            .bind(id)
+            .bind(self.org)
+            .execute(&mut tx)
+            .await
+            .map_err(|e| {
+                e.conflict_as(|| format!("a device group named {name:?} already exists"))
+            })?;
+        audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
+        tx.commit().await?;
+        self.get_group(id).await
+    }
+
+    /// Deletes a group (its memberships go with it; the devices stay).
+    pub async fn delete_group(&self, id: DeviceGroupId, audit: AuditEvent) -> Result<()> {
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let n = sql("DELETE FROM device_groups WHERE id = $1 AND org_id = $2")
+            .bind(id)
+            .bind(self.org)
+            .execute(&mut tx)
+            .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("device group"));
+        }
+        audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The groups a device of this organization belongs to, by name.
+    pub async fn groups_of_device(&self, device: DeviceId) -> Result<Vec<DeviceGroup>> {
+        sql(format!(
+            "SELECT {GROUP_COLUMNS} FROM device_groups WHERE org_id = $1 AND id IN \
+             (SELECT group_id FROM device_group_members WHERE org_id = $1 AND device_id = $2) \
+             ORDER BY name, id"
+        ))
+        .bind(self.org)
+        .bind(device)
+        .fetch_all(self.store)
+        .await
+    }
+
     /// Adds a device to a group; both must belong to this organization. Adding twice is a no-op.
     pub async fn add_to_group(&self, group: DeviceGroupId, device: DeviceId) -> Result<()> {
         self.get_group(group).await?;

@@ -117,7 +117,7 @@ async fn list_devices(
         site_id: q.site,
         group_id: q.group,
         search: q.search,
-        tag: q.tag,
+        tags: q.tag.into_iter().collect(),
     };
     let offset = q.offset.unwrap_or(0);
     let (devices, total) = scope

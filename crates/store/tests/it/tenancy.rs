@@ -183,7 +183,7 @@ async fn hierarchy_round_trips(cx: Ctx) {
     .await;
     check(
         DeviceFilter {
-            tag: Some("web_tier".into()),
+            tags: vec!["web_tier".into()],
             ..Default::default()
         },
         vec!["DB-01", "web-01"],
@@ -191,7 +191,23 @@ async fn hierarchy_round_trips(cx: Ctx) {
     .await;
     check(
         DeviceFilter {
-            tag: Some("web".into()),
+            tags: vec!["web".into()],
+            ..Default::default()
+        },
+        vec![],
+    )
+    .await;
+    check(
+        DeviceFilter {
+            tags: vec!["web_tier".into(), "prod".into()],
+            ..Default::default()
+        },
+        vec!["DB-01", "web-01"],
+    )
+    .await;
+    check(
+        DeviceFilter {
+            tags: vec!["web_tier".into(), "staff".into()],
             ..Default::default()
         },
         vec![],

@@ -1,0 +1,54 @@
+//! Rate limiting with an exact sliding window: a request is allowed when fewer than `limit`
+//! requests were allowed for the same key in the last `window`.
+//!
+//! [`RateLimiter`] is the seam; [`MemoryLimiter`] keeps windows in this process. A backend
+//! that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
+//! to fail open or closed.
+
+mod memory;
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+pub use memory::MemoryLimiter;
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// When refused: how long until the oldest counted request leaves the window.
+    pub retry_after: Duration,
+    /// Requests still allowed in the current window after this one.
+    pub remaining: u32,
+}
+
+impl Decision {
+    /// `retry_after` in whole seconds, rounded up and at least 1, for a `Retry-After` header.
+    pub fn retry_after_secs(&self) -> u64 {
+        let ms = u64::try_from(self.retry_after.as_millis()).unwrap_or(u64::MAX);
+        ms.div_ceil(1000).max(1)
+    }
+}
+
+/// A limiter backend could not decide.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LimiterError {
+    #[error("rate limiter unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Sliding-window limiting by key.
+pub trait RateLimiter: Send + Sync + 'static {
+    /// Counts one request for `key` and says whether it is within `limit` per `window`.
+    /// A refused request is not counted.
+    fn check<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<Decision, LimiterError>>;
+
+    /// A short name for logs ("memory", "redis").
+    fn backend(&self) -> &'static str;
+}

@@ -1,0 +1,312 @@
+//! The seam between the engine and an application: [`McpApp`] supplies authentication, the
+//! catalogue and the handlers; the engine supplies everything protocol. The engine hands each
+//! handler a [`Cx`]: who is calling, on which revision, and a [`Peer`] to talk back on the
+//! current stream (progress, log messages, requests to the client).
+
+use std::{future::Future, sync::Arc};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    jsonrpc::{ErrorObject, Id, outgoing},
+    model::{
+        CallToolResult, GetPromptResult, PromptDef, ResourceContents, ResourceDef,
+        ResourceTemplateDef, ServerInfo, ToolDef,
+    },
+    protocol::ProtocolVersion,
+    session::Session,
+};
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller<P> {
+    /// The application's principal (opaque to the engine).
+    pub principal: P,
+    /// A stable id of the credential: sessions are bound to it and limits counted by it.
+    pub key: Arc<str>,
+}
+
+/// An HTTP-level refusal (authentication, limits, origin).
+#[derive(Debug, Clone)]
+pub struct HttpError {
+    pub status: StatusCode,
+    pub message: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl HttpError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    #[must_use]
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+}
+
+/// How a request reached the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    StreamableHttp,
+    LegacySse,
+    /// A request with no session (legacy POST without `sessionId`, or a sessionless POST).
+    Stateless,
+    Stdio,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::StreamableHttp => "streamable_http",
+            Transport::LegacySse => "legacy_sse",
+            Transport::Stateless => "stateless_http",
+            Transport::Stdio => "stdio",
+        }
+    }
+}
+
+/// Where a [`Peer`]'s messages go.
+#[derive(Clone)]
+enum Outbound {
+    /// Nowhere: the answer is a plain JSON body.
+    None,
+    /// The SSE stream answering this request.
+    Channel(mpsc::Sender<Value>),
+    /// The session's own stream (legacy SSE).
+    Session(Arc<Session>),
+}
+
+/// Talks back to the client on the stream the current request is answered on.
+#[derive(Clone)]
+pub struct Peer {
+    out: Outbound,
+    session: Option<Arc<Session>>,
+}
+
+impl Peer {
+    /// A peer writing to the stream that answers this request.
+    pub(crate) fn channel(tx: mpsc::Sender<Value>, session: Option<Arc<Session>>) -> Self {
+        Self {
+            out: Outbound::Channel(tx),
+            session,
+        }
+    }
+
+    /// A peer writing to the session's own stream.
+    pub(crate) fn session_stream(session: Arc<Session>) -> Self {
+        Self {
+            out: Outbound::Session(session.clone()),
+            session: Some(session),
+        }
+    }
+
+    /// A peer that can say nothing (the reply is a plain JSON body).
+    pub fn detached() -> Self {
+        Self {
+            out: Outbound::None,
+            session: None,
+        }
+    }
+
+    /// Whether notifications can reach the client.
+    pub fn can_notify(&self) -> bool {
+        !matches!(self.out, Outbound::None)
+    }
+
+    async fn send(&self, message: Value) -> bool {
+        match &self.out {
+            Outbound::None => false,
+            Outbound::Channel(tx) => tx.send(message).await.is_ok(),
+            Outbound::Session(s) => s.send(message).await,
+        }
+    }
+
+    /// Sends a notification; silently dropped when no stream can carry it.
+    pub async fn notify(&self, method: &str, params: Value) {
+        self.send(outgoing(None, method, params)).await;
+    }
+
+    /// Sends a request to the client and waits for its answer (sampling, elicitation). Needs a
+    /// session and a stream.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        let Some(session) = self.session.as_ref().filter(|_| self.can_notify()) else {
+            return Err(ErrorObject::internal(format!(
+                "cannot send {method} to the client: it needs a session and a streamed (text/event-stream) reply"
+            )));
+        };
+        let (id, rx): (Id, oneshot::Receiver<Result<Value, ErrorObject>>) =
+            session.expect_response();
+        if !self.send(outgoing(Some(&id), method, params)).await {
+            session.forget_response(&id);
+            return Err(ErrorObject::internal("the client stream closed"));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ErrorObject::internal(
+                "the session ended before the client answered",
+            ))
+        })
+    }
+}
+
+/// Everything a handler knows about the request it serves.
+#[derive(Clone)]
+pub struct Cx<P> {
+    pub caller: Caller<P>,
+    pub protocol: ProtocolVersion,
+    pub transport: Transport,
+    pub session_id: Option<Arc<str>>,
+    pub request_id: Option<Id>,
+    /// From `params._meta.progressToken`, when the client asked for progress.
+    pub progress_token: Option<Value>,
+    /// Cancelled when the client sends `notifications/cancelled` or goes away.
+    pub cancel: CancellationToken,
+    pub peer: Peer,
+}
+
+impl<P> Cx<P> {
+    /// Reports progress, when the client asked for it.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        let mut p = Map::new();
+        p.insert("progressToken".into(), token.clone());
+        p.insert("progress".into(), json!(progress));
+        if let Some(t) = total {
+            p.insert("total".into(), json!(t));
+        }
+        if let Some(m) = message {
+            p.insert("message".into(), json!(m));
+        }
+        self.peer
+            .notify("notifications/progress", Value::Object(p))
+            .await;
+    }
+
+    /// Sends a `notifications/message` log entry.
+    pub async fn log(&self, level: &str, data: Value) {
+        self.peer
+            .notify(
+                "notifications/message",
+                json!({ "level": level, "data": data }),
+            )
+            .await;
+    }
+}
+
+/// What the engine tells the application about each JSON-RPC request it answered, for audit.
+#[derive(Debug, Clone)]
+pub struct RequestRecord<'a, P> {
+    pub caller: &'a Caller<P>,
+    pub method: &'a str,
+    /// The tool, resource URI or prompt the request named.
+    pub target: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub transport: Transport,
+    pub protocol: ProtocolVersion,
+    /// `Err` with the message for protocol errors and tool errors alike.
+    pub outcome: Result<(), String>,
+}
+
+/// An application served by the engine. All methods see an authenticated [`Cx`].
+pub trait McpApp: Send + Sync + 'static {
+    /// Who is calling, as the application understands it.
+    type Principal: Clone + Send + Sync + 'static;
+
+    /// Authenticates a request from its headers.
+    fn authenticate(
+        &self,
+        headers: &HeaderMap,
+    ) -> impl Future<Output = Result<Caller<Self::Principal>, HttpError>> + Send;
+
+    /// Whether the caller may open a server-to-client stream.
+    fn authorize_stream(&self, _caller: &Caller<Self::Principal>) -> Result<(), HttpError> {
+        Ok(())
+    }
+
+    fn server_info(&self) -> ServerInfo;
+
+    fn instructions(&self) -> Option<String> {
+        None
+    }
+
+    /// The `capabilities` object of `initialize`.
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": { "listChanged": false },
+            "resources": { "subscribe": false, "listChanged": false },
+            "prompts": { "listChanged": false },
+        })
+    }
+
+    fn list_tools(
+        &self,
+        cx: &Cx<Self::Principal>,
+    ) -> impl Future<Output = Result<Vec<ToolDef>, ErrorObject>> + Send;
+
+    fn call_tool(
+        &self,
+        cx: Cx<Self::Principal>,
+        name: String,
+        arguments: Value,
+    ) -> impl Future<Output = Result<CallToolResult, ErrorObject>> + Send;
+
+    fn list_resources(
+        &self,
+        _cx: &Cx<Self::Principal>,
+    ) -> impl Future<Output = Result<Vec<ResourceDef>, ErrorObject>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    fn list_resource_templates(
+        &self,
+        _cx: &Cx<Self::Principal>,
+    ) -> impl Future<Output = Result<Vec<ResourceTemplateDef>, ErrorObject>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    fn read_resource(
+        &self,
+        cx: Cx<Self::Principal>,
+        uri: String,
+    ) -> impl Future<Output = Result<Vec<ResourceContents>, ErrorObject>> + Send;
+
+    fn list_prompts(
+        &self,
+        _cx: &Cx<Self::Principal>,
+    ) -> impl Future<Output = Result<Vec<PromptDef>, ErrorObject>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
+    fn get_prompt(
+        &self,
+        cx: Cx<Self::Principal>,
+        name: String,
+        arguments: Map<String, Value>,
+    ) -> impl Future<Output = Result<GetPromptResult, ErrorObject>> + Send;
+
+    /// Methods the engine does not know (e.g. `logging/setLevel`, `completion/complete`).
+    /// `None` answers "method not found".
+    fn extension(
+        &self,
+        _cx: Cx<Self::Principal>,
+        _method: String,
+        _params: Option<Value>,
+    ) -> impl Future<Output = Option<Result<Value, ErrorObject>>> + Send {
+        async { None }
+    }
+
+    /// Observes every answered request (audit). Awaited before the answer is sent, so a
+    /// record the application accepts is never lost after the client saw the answer.
+    fn record(&self, record: RequestRecord<'_, Self::Principal>)
+    -> impl Future<Output = ()> + Send;
+}

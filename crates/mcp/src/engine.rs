@@ -1,0 +1,331 @@
+//! The protocol engine: turns parsed JSON-RPC messages into calls on the [`McpApp`] and
+//! answers, whatever transport carried them.
+
+use std::{sync::Arc, time::Duration};
+
+use breeze_limits::RateLimiter;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    app::{Caller, Cx, McpApp, Peer, RequestRecord, Transport},
+    jsonrpc::{ErrorObject, Id, Message, Notification, Reply, Request},
+    protocol::ProtocolVersion,
+    session::{Session, SessionLimits, SessionRegistry},
+};
+
+/// JSON-RPC error code for a request the client cancelled.
+pub const REQUEST_CANCELLED: i32 = -32800;
+
+/// Engine settings. Defaults are the specification's.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub sessions: SessionLimits,
+    /// SSE connections per credential per minute (`MCP_SSE_RATE_LIMIT_PER_MINUTE`).
+    pub sse_rate_per_minute: u32,
+    /// JSON-RPC messages per credential per minute (`MCP_MESSAGE_RATE_LIMIT_PER_MINUTE`).
+    pub message_rate_per_minute: u32,
+    /// Largest accepted request body (`MCP_MESSAGE_MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// Interval of `ping` events on open streams.
+    pub keepalive: Duration,
+    /// Public base URL, for the absolute `endpoint` URL of the legacy SSE transport.
+    pub public_base_url: String,
+    /// Origins allowed to call (exact `scheme://host[:port]`); the public URL's origin is
+    /// always allowed.
+    pub allowed_origins: Vec<String>,
+    /// Allow `http://localhost…` and `http://127.0.0.1…` origins (development).
+    pub allow_localhost_origins: bool,
+    /// Refuse requests (503) when the rate limiter cannot decide (production).
+    pub fail_closed: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            sessions: SessionLimits::default(),
+            sse_rate_per_minute: 30,
+            message_rate_per_minute: 120,
+            max_body_bytes: 65_536,
+            keepalive: Duration::from_secs(30),
+            public_base_url: "http://127.0.0.1:3000".into(),
+            allowed_origins: Vec::new(),
+            allow_localhost_origins: true,
+            fail_closed: false,
+        }
+    }
+}
+
+/// The engine: an application, its sessions, its limits.
+pub struct Engine<A: McpApp> {
+    pub(crate) app: Arc<A>,
+    pub(crate) sessions: SessionRegistry,
+    pub(crate) config: EngineConfig,
+    pub(crate) limiter: Arc<dyn RateLimiter>,
+}
+
+/// The per-message context a transport builds.
+pub(crate) struct CallCtx<P> {
+    pub(crate) caller: Caller<P>,
+    pub(crate) session: Option<Arc<Session>>,
+    pub(crate) protocol: ProtocolVersion,
+    pub(crate) transport: Transport,
+    pub(crate) peer: Peer,
+}
+
+fn param_str<'a>(params: Option<&'a Value>, key: &str) -> Option<&'a str> {
+    params.and_then(|p| p.get(key)).and_then(Value::as_str)
+}
+
+impl<A: McpApp> Engine<A> {
+    /// An engine serving `app`.
+    pub fn new(app: Arc<A>, config: EngineConfig, limiter: Arc<dyn RateLimiter>) -> Arc<Self> {
+        Arc::new(Self {
+            app,
+            sessions: SessionRegistry::new(config.sessions),
+            config,
+            limiter,
+        })
+    }
+
+    /// The live sessions.
+    pub fn sessions(&self) -> &SessionRegistry {
+        &self.sessions
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn app(&self) -> &Arc<A> {
+        &self.app
+    }
+
+    /// Sweeps idle sessions once a minute until `stop` is cancelled.
+    pub fn spawn_sweeper(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let engine = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        let n = engine.sessions.sweep();
+                        if n > 0 {
+                            tracing::info!(swept = n, "ended idle MCP sessions");
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Handles one message. Requests get a reply; notifications and responses do not.
+    pub(crate) async fn handle(
+        &self,
+        ctx: &CallCtx<A::Principal>,
+        message: Message,
+    ) -> Option<Reply> {
+        match message {
+            Message::Request(req) => Some(self.handle_request(ctx, req).await),
+            Message::Notification(n) => {
+                self.handle_notification(ctx, n);
+                None
+            }
+            Message::Response(r) => {
+                if let Some(s) = &ctx.session {
+                    s.resolve_response(&r.id, r.outcome);
+                }
+                None
+            }
+        }
+    }
+
+    fn handle_notification(&self, ctx: &CallCtx<A::Principal>, n: Notification) {
+        if n.method == "notifications/cancelled" {
+            let id = n.params.as_ref().and_then(|p| p.get("requestId")).cloned();
+            if let (Some(session), Some(id)) = (
+                &ctx.session,
+                id.and_then(|v| serde_json::from_value::<Id>(v).ok()),
+            ) {
+                session.cancel(&id);
+            }
+        }
+        // notifications/initialized and others need no action.
+    }
+
+    async fn handle_request(&self, ctx: &CallCtx<A::Principal>, req: Request) -> Reply {
+        let cancel = match &ctx.session {
+            Some(s) => s.closed.child_token(),
+            None => CancellationToken::new(),
+        };
+        if let Some(s) = &ctx.session {
+            s.track(&req.id, cancel.clone());
+        }
+        let params = req.params.as_ref();
+        let progress_token = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned();
+        let cx = Cx {
+            caller: ctx.caller.clone(),
+            protocol: ctx.protocol,
+            transport: ctx.transport,
+            session_id: ctx.session.as_ref().map(|s| s.id.clone()),
+            request_id: Some(req.id.clone()),
+            progress_token,
+            cancel: cancel.clone(),
+            peer: ctx.peer.clone(),
+        };
+        let target = match req.method.as_str() {
+            "tools/call" | "prompts/get" => param_str(params, "name"),
+            "resources/read" => param_str(params, "uri"),
+            _ => None,
+        };
+        let outcome = tokio::select! {
+            r = self.dispatch(cx, ctx.session.as_deref(), &req) => r,
+            () = cancel.cancelled() => Err(ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")),
+        };
+        if let Some(s) = &ctx.session {
+            s.untrack(&req.id);
+        }
+        let recorded = match &outcome {
+            Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => {
+                Err(tool_error_text(v))
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.message.clone()),
+        };
+        self.app
+            .record(RequestRecord {
+                caller: &ctx.caller,
+                method: &req.method,
+                target,
+                session_id: ctx.session.as_ref().map(|s| &*s.id),
+                transport: ctx.transport,
+                protocol: ctx.protocol,
+                outcome: recorded,
+            })
+            .await;
+        Reply {
+            id: Some(req.id),
+            outcome,
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        cx: Cx<A::Principal>,
+        session: Option<&Session>,
+        req: &Request,
+    ) -> Result<Value, ErrorObject> {
+        let params = req.params.as_ref();
+        match req.method.as_str() {
+            "initialize" => {
+                let version = ProtocolVersion::negotiate(param_str(params, "protocolVersion"));
+                if let Some(s) = session {
+                    s.set_protocol(version);
+                }
+                let mut result = Map::new();
+                result.insert("protocolVersion".into(), json!(version.as_str()));
+                result.insert("capabilities".into(), self.app.capabilities());
+                result.insert("serverInfo".into(), to_json(&self.app.server_info()));
+                if let Some(i) = self.app.instructions() {
+                    result.insert("instructions".into(), json!(i));
+                }
+                Ok(Value::Object(result))
+            }
+            "server/discover" => {
+                let mut result = Map::new();
+                result.insert(
+                    "supportedVersions".into(),
+                    json!(ProtocolVersion::supported_strings()),
+                );
+                result.insert("capabilities".into(), self.app.capabilities());
+                result.insert("serverInfo".into(), to_json(&self.app.server_info()));
+                if let Some(i) = self.app.instructions() {
+                    result.insert("instructions".into(), json!(i));
+                }
+                Ok(Value::Object(result))
+            }
+            "ping" => Ok(json!({})),
+            "tools/list" => {
+                let tools = self.app.list_tools(&cx).await?;
+                Ok(json!({ "tools": tools }))
+            }
+            "tools/call" => {
+                let name = param_str(params, "name")
+                    .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: name"))?
+                    .to_owned();
+                let arguments = match params.and_then(|p| p.get("arguments")) {
+                    None | Some(Value::Null) => Value::Object(Map::new()),
+                    Some(v @ Value::Object(_)) => v.clone(),
+                    Some(_) => {
+                        return Err(ErrorObject::invalid_params("arguments must be an object"));
+                    }
+                };
+                let result = self.app.call_tool(cx, name, arguments).await?;
+                Ok(to_json(&result))
+            }
+            "resources/list" => {
+                let resources = self.app.list_resources(&cx).await?;
+                Ok(json!({ "resources": resources }))
+            }
+            "resources/templates/list" => {
+                let templates = self.app.list_resource_templates(&cx).await?;
+                Ok(json!({ "resourceTemplates": templates }))
+            }
+            "resources/read" => {
+                let uri = param_str(params, "uri")
+                    .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: uri"))?
+                    .to_owned();
+                let contents = self.app.read_resource(cx, uri).await?;
+                Ok(json!({ "contents": contents }))
+            }
+            "prompts/list" => {
+                let prompts = self.app.list_prompts(&cx).await?;
+                Ok(json!({ "prompts": prompts }))
+            }
+            "prompts/get" => {
+                let name = param_str(params, "name")
+                    .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: name"))?
+                    .to_owned();
+                let arguments = match params.and_then(|p| p.get("arguments")) {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(m)) => m.clone(),
+                    Some(_) => {
+                        return Err(ErrorObject::invalid_params("arguments must be an object"));
+                    }
+                };
+                let result = self.app.get_prompt(cx, name, arguments).await?;
+                Ok(to_json(&result))
+            }
+            other => match self
+                .app
+                .extension(cx, other.to_owned(), req.params.clone())
+                .await
+            {
+                Some(r) => r,
+                None => Err(ErrorObject::method_not_found(other)),
+            },
+        }
+    }
+}
+
+/// The text a tool error shows the model, for the audit record.
+fn tool_error_text(result: &Value) -> String {
+    if let Some(msg) = result
+        .pointer("/structuredContent/error/message")
+        .and_then(Value::as_str)
+    {
+        return msg.to_owned();
+    }
+    result
+        .pointer("/content/0/text")
+        .and_then(Value::as_str)
+        .map_or_else(|| "tool error".to_owned(), str::to_owned)
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}

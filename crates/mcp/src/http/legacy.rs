@@ -1,0 +1,182 @@
+//! The legacy HTTP+SSE transport (2024-11-05): `GET …/sse` opens a session and its stream,
+//! whose first event names the POST URL; `POST …/message?sessionId=…` answers 202 and delivers
+//! the reply on that stream. Without `sessionId` the reply comes back inline (stateless).
+
+use std::{convert::Infallible, sync::Arc};
+
+use axum::{
+    body::Body,
+    extract::{Query, State},
+    http::{HeaderMap, StatusCode},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::{
+    LimitKind, admit, json_response, read_body, rpc_error, streamable::session_limit_response,
+};
+use crate::{
+    Engine,
+    app::{McpApp, Peer, Transport},
+    engine::CallCtx,
+    jsonrpc::{self, INVALID_REQUEST, Incoming, Message},
+    protocol::ProtocolVersion,
+    session::{Session, SessionKind},
+};
+
+/// GET: opens the stream.
+pub(crate) async fn open<A: McpApp>(
+    State(engine): State<Arc<Engine<A>>>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match admit(&engine, &headers, LimitKind::Stream).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if let Err(e) = engine.app.authorize_stream(&caller) {
+        return e.into_response();
+    }
+    let session = match engine.sessions.create(&caller.key, SessionKind::LegacySse) {
+        Ok(s) => s,
+        Err(limit) => return session_limit_response(limit),
+    };
+    session.set_protocol(ProtocolVersion::V2024_11_05);
+    let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
+    session.attach_stream(tx);
+    let endpoint = format!(
+        "{}{}?sessionId={}",
+        engine.config.public_base_url.trim_end_matches('/'),
+        super::Routes::default().legacy_message,
+        session.id
+    );
+
+    /// Ends the session when the client goes away.
+    struct EndOnDrop<A: McpApp>(Arc<Engine<A>>, Arc<Session>);
+    impl<A: McpApp> Drop for EndOnDrop<A> {
+        fn drop(&mut self) {
+            self.0.sessions.remove(&self.1.id);
+        }
+    }
+    let guard = EndOnDrop(engine.clone(), session.clone());
+    let first =
+        futures::stream::once(async move { Event::default().event("endpoint").data(endpoint) });
+    let messages = tokio_stream::wrappers::ReceiverStream::new(rx)
+        .take_until(session.closed.clone().cancelled_owned())
+        .map(|(_, v)| Event::default().event("message").data(v.to_string()));
+    let events = first.chain(messages).map(move |e| {
+        let _ = &guard;
+        Ok::<_, Infallible>(e)
+    });
+    Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(engine.config.keepalive)
+                .event(Event::default().event("ping").data("")),
+        )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+pub(crate) struct MessageQuery {
+    #[serde(rename = "sessionId")]
+    session_id: Option<String>,
+}
+
+/// POST: a message for a session (202, reply on the stream) or stateless (reply inline).
+pub(crate) async fn message<A: McpApp>(
+    State(engine): State<Arc<Engine<A>>>,
+    Query(query): Query<MessageQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let incoming = jsonrpc::parse(&bytes);
+
+    let Some(session_id) = query.session_id.filter(|s| !s.is_empty()) else {
+        // Stateless request-response.
+        let ctx = CallCtx {
+            caller,
+            session: None,
+            protocol: ProtocolVersion::V2024_11_05,
+            transport: Transport::Stateless,
+            peer: Peer::detached(),
+        };
+        return match incoming {
+            Incoming::Single(Err(reply)) => {
+                json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[])
+            }
+            Incoming::Single(Ok(m)) => match engine.handle(&ctx, m).await {
+                Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &[]),
+                None => StatusCode::ACCEPTED.into_response(),
+            },
+            Incoming::Batch(_) => rpc_error(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                "Invalid Request: JSON-RPC batches are not supported on this transport",
+            ),
+        };
+    };
+    let Some(session) = engine.sessions.get(&session_id, &caller.key) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            super::AUTH_ERROR,
+            "Session not found",
+        );
+    };
+    let messages: Vec<Message> = match incoming {
+        Incoming::Single(Err(reply)) => {
+            return json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[]);
+        }
+        Incoming::Single(Ok(m)) => vec![m],
+        Incoming::Batch(items) => {
+            if !session.protocol().allows_batches() {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    &format!(
+                        "Invalid Request: JSON-RPC batches are not supported in protocol version {}",
+                        session.protocol()
+                    ),
+                );
+            }
+            match items.into_iter().collect::<Result<Vec<_>, _>>() {
+                Ok(v) => v,
+                Err(reply) => return json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[]),
+            }
+        }
+    };
+    // Answer now; the replies travel on the session's stream.
+    tokio::spawn(async move {
+        let ctx = CallCtx {
+            caller,
+            session: Some(session.clone()),
+            protocol: session.protocol(),
+            transport: Transport::LegacySse,
+            peer: Peer::session_stream(session.clone()),
+        };
+        for m in messages {
+            if let Some(reply) = engine.handle(&ctx, m).await {
+                session.send(reply.to_value()).await;
+            }
+        }
+    });
+    (
+        StatusCode::ACCEPTED,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        r#"{"status":"accepted"}"#,
+    )
+        .into_response()
+}

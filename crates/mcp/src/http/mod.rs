@@ -1,0 +1,280 @@
+//! HTTP transports over axum: Streamable HTTP (`/mcp`, `/api/v1/mcp`) and the legacy HTTP+SSE
+//! pair (`/api/v1/mcp/sse`, `/api/v1/mcp/message`), with the checks every request passes —
+//! origin, authentication, the per-credential rate limit, the body limit — in that order.
+
+mod legacy;
+mod streamable;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    Engine,
+    app::{Caller, HttpError, McpApp},
+};
+
+/// The header carrying the session id on Streamable HTTP.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The header carrying the negotiated revision on Streamable HTTP.
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+/// Where the transports are mounted.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    pub streamable: Vec<&'static str>,
+    pub legacy_sse: &'static str,
+    pub legacy_message: &'static str,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Self {
+            streamable: vec!["/mcp", "/api/v1/mcp"],
+            legacy_sse: "/api/v1/mcp/sse",
+            legacy_message: "/api/v1/mcp/message",
+        }
+    }
+}
+
+/// The MCP routes for `engine`.
+pub fn router<A: McpApp>(engine: Arc<Engine<A>>, routes: &Routes) -> Router {
+    let mut r = Router::new();
+    for path in &routes.streamable {
+        r = r.route(
+            path,
+            post(streamable::post::<A>)
+                .get(streamable::get::<A>)
+                .delete(streamable::delete::<A>),
+        );
+    }
+    r.route(routes.legacy_sse, get(legacy::open::<A>))
+        .route(routes.legacy_message, post(legacy::message::<A>))
+        .with_state(engine)
+}
+
+/// A JSON-RPC error sent as an HTTP response (transport-level refusals).
+pub(crate) fn rpc_error(status: StatusCode, code: i32, message: &str) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "error": { "code": code, "message": message } });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// JSON-RPC code for transport refusals (rate limits, caps, availability).
+pub(crate) const SERVER_ERROR: i32 = -32000;
+/// JSON-RPC code for authentication refusals.
+pub(crate) const AUTH_ERROR: i32 = -32001;
+
+impl HttpError {
+    pub(crate) fn into_response(self) -> Response {
+        let code = match self.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => AUTH_ERROR,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => {
+                crate::jsonrpc::INVALID_REQUEST
+            }
+            _ => SERVER_ERROR,
+        };
+        let mut response = rpc_error(self.status, code, &self.message);
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}
+
+/// The checks before a body is read: origin, authentication, the rate limit of `kind`.
+pub(crate) async fn admit<A: McpApp>(
+    engine: &Engine<A>,
+    headers: &HeaderMap,
+    kind: LimitKind,
+) -> Result<Caller<A::Principal>, Response> {
+    check_origin(&engine.config, headers).map_err(HttpError::into_response)?;
+    let caller = engine
+        .app
+        .authenticate(headers)
+        .await
+        .map_err(HttpError::into_response)?;
+    rate_limit(engine, &caller, kind)
+        .await
+        .map_err(HttpError::into_response)?;
+    Ok(caller)
+}
+
+/// Which transport limit a request counts against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LimitKind {
+    Stream,
+    Message,
+}
+
+async fn rate_limit<A: McpApp>(
+    engine: &Engine<A>,
+    caller: &Caller<A::Principal>,
+    kind: LimitKind,
+) -> Result<(), HttpError> {
+    let (bucket, limit) = match kind {
+        LimitKind::Stream => ("sse", engine.config.sse_rate_per_minute),
+        LimitKind::Message => ("msg", engine.config.message_rate_per_minute),
+    };
+    let key = format!("mcp:{bucket}:{}", caller.key);
+    match engine
+        .limiter
+        .check(&key, limit, Duration::from_secs(60))
+        .await
+    {
+        Ok(d) if d.allowed => Ok(()),
+        Ok(d) => Err(
+            HttpError::new(StatusCode::TOO_MANY_REQUESTS, "Rate limit exceeded")
+                .header(header::RETRY_AFTER, HeaderValue::from(d.retry_after_secs())),
+        ),
+        Err(e) if engine.config.fail_closed => {
+            tracing::error!(error = %e, "rate limiter unavailable; refusing (fail closed)");
+            Err(HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service temporarily unavailable",
+            ))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "rate limiter unavailable; allowing (development)");
+            Ok(())
+        }
+    }
+}
+
+/// Refuses browser origins that are not allowed (DNS-rebinding protection). Requests without
+/// an `Origin` header (non-browser clients) pass.
+fn check_origin(config: &crate::EngineConfig, headers: &HeaderMap) -> Result<(), HttpError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or_default().trim_end_matches('/');
+    let public = origin_of(&config.public_base_url);
+    let allowed = origin == public
+        || config
+            .allowed_origins
+            .iter()
+            .any(|o| o.trim_end_matches('/') == origin)
+        || (config.allow_localhost_origins && is_localhost_origin(origin));
+    if allowed {
+        Ok(())
+    } else {
+        Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            format!("Origin {origin:?} is not allowed"),
+        ))
+    }
+}
+
+fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
+    }
+}
+
+fn is_localhost_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = rest.rsplit_once(':').map_or(rest, |(h, port)| {
+        if port.chars().all(|c| c.is_ascii_digit()) {
+            h
+        } else {
+            rest
+        }
+    });
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// Reads a body of at most `limit` bytes; a larger one is refused before parsing.
+pub(crate) async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, Response> {
+    let too_large = || {
+        rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            crate::jsonrpc::INVALID_REQUEST,
+            &format!(
+                "Request body too large: the limit is {limit} bytes (MCP_MESSAGE_MAX_BODY_BYTES)"
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+/// Whether the client accepts a `text/event-stream` answer.
+pub(crate) fn accepts_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// A JSON response with the given extra headers.
+pub(crate) fn json_response(
+    status: StatusCode,
+    body: Vec<u8>,
+    extra: &[(HeaderName, HeaderValue)],
+) -> Response {
+    let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    for (k, v) in extra {
+        r.headers_mut().insert(k.clone(), v.clone());
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn localhost_origins() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:6274",
+            "http://127.0.0.1:3000",
+            "http://[::1]:80",
+        ] {
+            assert!(is_localhost_origin(ok), "{ok}");
+        }
+        for bad in [
+            "http://localhost.evil.com",
+            "http://evil.com",
+            "null",
+            "http://127.0.0.1.nip.io:3000",
+        ] {
+            assert!(!is_localhost_origin(bad), "{bad}");
+        }
+        assert_eq!(
+            origin_of("https://rmm.example.com/base"),
+            "https://rmm.example.com"
+        );
+    }
+}

@@ -1,0 +1,562 @@
+//! Streamable HTTP: one endpoint; POST carries messages (answered as JSON, or as an SSE stream
+//! when the handler has something to say before its answer and the client accepts it), GET opens
+//! the session's server-to-client stream, DELETE ends the session.
+//!
+//! 2026-07-28 requests are stateless: they name their revision in `_meta`, carry `Mcp-Method`
+//! (and `Mcp-Name`) headers that must agree with the body, and never touch a session.
+
+use std::{convert::Infallible, pin::Pin, sync::Arc};
+
+use axum::{
+    body::Body,
+    extract::State,
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+};
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{
+    LimitKind, PROTOCOL_HEADER, SESSION_HEADER, accepts_sse, admit, json_response, read_body,
+    rpc_error,
+};
+use crate::{
+    Engine,
+    app::{Caller, McpApp, Peer, Transport},
+    engine::CallCtx,
+    jsonrpc::{
+        self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Message, Reply,
+        UNSUPPORTED_PROTOCOL_VERSION,
+    },
+    protocol::{META_PROTOCOL_VERSION, ProtocolVersion},
+    session::{Session, SessionKind, SessionLimit},
+};
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The revision named by the `MCP-Protocol-Version` header: `Ok(None)` when absent, an error
+/// response when unsupported.
+fn header_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, Response> {
+    match headers.get(PROTOCOL_HEADER) {
+        None => Ok(None),
+        Some(v) => {
+            let raw = v.to_str().unwrap_or_default();
+            ProtocolVersion::parse(raw).map(Some).ok_or_else(|| {
+                rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    &format!(
+                        "Unsupported MCP-Protocol-Version {raw:?} (supported: {})",
+                        ProtocolVersion::supported_strings().join(", ")
+                    ),
+                )
+            })
+        }
+    }
+}
+
+pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
+    let status = match limit {
+        SessionLimit::ServerWide => StatusCode::SERVICE_UNAVAILABLE,
+        SessionLimit::PerKey => StatusCode::TOO_MANY_REQUESTS,
+    };
+    rpc_error(status, super::SERVER_ERROR, &limit.to_string())
+}
+
+fn session_not_found() -> Response {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        super::AUTH_ERROR,
+        "Session not found",
+    )
+}
+
+/// POST: one message or a batch.
+pub(crate) async fn post<A: McpApp>(
+    State(engine): State<Arc<Engine<A>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let header_version = match header_version(&headers) {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    match jsonrpc::parse(&bytes) {
+        Incoming::Single(Err(reply)) => {
+            json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[])
+        }
+        Incoming::Single(Ok(message)) => {
+            single(engine, caller, &headers, header_version, message).await
+        }
+        Incoming::Batch(items) => batch(engine, caller, &headers, header_version, items).await,
+    }
+}
+
+/// For a request naming a revision in `_meta` (2026-07-28, stateless): that revision, or the
+/// error answer when it is not a stateless revision this server speaks.
+fn stateless_version(message: &Message) -> Option<Result<ProtocolVersion, Response>> {
+    let Message::Request(req) = message else {
+        return None;
+    };
+    let raw = req
+        .params
+        .as_ref()?
+        .get("_meta")?
+        .get(META_PROTOCOL_VERSION)?;
+    let raw = raw.as_str().unwrap_or_default();
+    Some(ProtocolVersion::parse(raw).filter(|v| v.is_stateless()).ok_or_else(|| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": req.id,
+            "error": {
+                "code": UNSUPPORTED_PROTOCOL_VERSION,
+                "message": format!("Unsupported protocol version {raw:?}"),
+                "data": { "supported": ProtocolVersion::supported_strings(), "requested": raw }
+            }
+        });
+        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+    }))
+}
+
+/// Checks `Mcp-Method` / `Mcp-Name` against the body (2026-07-28).
+fn check_method_headers(headers: &HeaderMap, message: &Message) -> Result<(), Response> {
+    let Message::Request(req) = message else {
+        return Ok(());
+    };
+    let mismatch = |what: &str| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": req.id,
+            "error": { "code": HEADER_MISMATCH, "message": format!("Header mismatch: {what}") }
+        });
+        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+    };
+    match header_str(headers, "mcp-method") {
+        Some(m) if m == req.method => {}
+        Some(m) => {
+            return Err(mismatch(&format!(
+                "Mcp-Method {m:?} does not match method {:?}",
+                req.method
+            )));
+        }
+        None => return Err(mismatch("the Mcp-Method header is required")),
+    }
+    let named = match req.method.as_str() {
+        "tools/call" | "prompts/get" => req.params.as_ref().and_then(|p| p.get("name")),
+        "resources/read" => req.params.as_ref().and_then(|p| p.get("uri")),
+        _ => None,
+    };
+    if let Some(name) = named.and_then(Value::as_str) {
+        match header_str(headers, "mcp-name") {
+            Some(h) if h == name => {}
+            Some(h) => return Err(mismatch(&format!("Mcp-Name {h:?} does not match {name:?}"))),
+            None => return Err(mismatch("the Mcp-Name header is required")),
+        }
+    }
+    Ok(())
+}
+
+async fn single<A: McpApp>(
+    engine: Arc<Engine<A>>,
+    caller: Caller<A::Principal>,
+    headers: &HeaderMap,
+    header_version: Option<ProtocolVersion>,
+    message: Message,
+) -> Response {
+    // Stateless revision: everything is in the request itself.
+    if let Some(version) = stateless_version(&message) {
+        let version = match version {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+        if let Err(r) = check_method_headers(headers, &message) {
+            return r;
+        }
+        let sse = accepts_sse(headers);
+        return answer(
+            engine,
+            caller,
+            None,
+            version,
+            Transport::Stateless,
+            message,
+            sse,
+            Vec::new(),
+        )
+        .await;
+    }
+
+    let is_initialize = matches!(&message, Message::Request(r) if r.method == "initialize");
+    if is_initialize {
+        let session = match engine.sessions.create(&caller.key, SessionKind::Streamable) {
+            Ok(s) => s,
+            Err(limit) => return session_limit_response(limit),
+        };
+        let requested = match &message {
+            Message::Request(r) => r
+                .params
+                .as_ref()
+                .and_then(|p| p.get("protocolVersion"))
+                .and_then(Value::as_str),
+            _ => None,
+        };
+        let version = ProtocolVersion::negotiate(requested);
+        let id_header = (
+            HeaderName::from_static(SESSION_HEADER),
+            HeaderValue::from_str(&session.id).unwrap_or(HeaderValue::from_static("")),
+        );
+        let response = answer(
+            engine.clone(),
+            caller,
+            Some(session.clone()),
+            version,
+            Transport::StreamableHttp,
+            message,
+            false,
+            vec![id_header],
+        )
+        .await;
+        if !response.status().is_success() {
+            engine.sessions.remove(&session.id);
+        }
+        return response;
+    }
+
+    let (session, protocol, transport) = match header_str(headers, SESSION_HEADER) {
+        Some(id) => match engine.sessions.get(id, &caller.key) {
+            Some(s) => {
+                let v = header_version.unwrap_or_else(|| s.protocol());
+                (Some(s), v, Transport::StreamableHttp)
+            }
+            None => return session_not_found(),
+        },
+        None => (
+            None,
+            header_version.unwrap_or(ProtocolVersion::HEADER_DEFAULT),
+            Transport::Stateless,
+        ),
+    };
+    answer(
+        engine,
+        caller,
+        session,
+        protocol,
+        transport,
+        message,
+        accepts_sse(headers),
+        Vec::new(),
+    )
+    .await
+}
+
+async fn batch<A: McpApp>(
+    engine: Arc<Engine<A>>,
+    caller: Caller<A::Principal>,
+    headers: &HeaderMap,
+    header_version: Option<ProtocolVersion>,
+    items: Vec<Result<Message, Reply>>,
+) -> Response {
+    let session = match header_str(headers, SESSION_HEADER) {
+        Some(id) => match engine.sessions.get(id, &caller.key) {
+            Some(s) => Some(s),
+            None => return session_not_found(),
+        },
+        None => None,
+    };
+    let protocol = header_version
+        .or_else(|| session.as_ref().map(|s| s.protocol()))
+        .unwrap_or(ProtocolVersion::HEADER_DEFAULT);
+    if !protocol.allows_batches() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            &format!(
+                "Invalid Request: JSON-RPC batches are not supported in protocol version {protocol}"
+            ),
+        );
+    }
+    if items
+        .iter()
+        .any(|m| matches!(m, Ok(Message::Request(r)) if r.method == "initialize"))
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "Invalid Request: initialize cannot be batched",
+        );
+    }
+    let transport = if session.is_some() {
+        Transport::StreamableHttp
+    } else {
+        Transport::Stateless
+    };
+    let ctx = CallCtx {
+        caller,
+        session,
+        protocol,
+        transport,
+        peer: Peer::detached(),
+    };
+    let mut replies = Vec::new();
+    for item in items {
+        match item {
+            Ok(message) => {
+                if let Some(reply) = engine.handle(&ctx, message).await {
+                    replies.push(reply.to_value());
+                }
+            }
+            Err(reply) => replies.push(reply.to_value()),
+        }
+    }
+    if replies.is_empty() {
+        return StatusCode::ACCEPTED.into_response();
+    }
+    json_response(
+        StatusCode::OK,
+        Value::Array(replies).to_string().into_bytes(),
+        &[],
+    )
+}
+
+type BoxedReply = Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send>>;
+
+/// Handles one message and answers: 202 for notifications and responses, JSON for a request —
+/// or an SSE stream when the handler sends something before its answer and `sse_ok`.
+#[allow(clippy::too_many_arguments)]
+async fn answer<A: McpApp>(
+    engine: Arc<Engine<A>>,
+    caller: Caller<A::Principal>,
+    session: Option<Arc<Session>>,
+    protocol: ProtocolVersion,
+    transport: Transport,
+    message: Message,
+    sse_ok: bool,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> Response {
+    if !matches!(message, Message::Request(_)) {
+        let ctx = CallCtx {
+            caller,
+            session,
+            protocol,
+            transport,
+            peer: Peer::detached(),
+        };
+        engine.handle(&ctx, message).await;
+        return StatusCode::ACCEPTED.into_response();
+    }
+    if !sse_ok {
+        let ctx = CallCtx {
+            caller,
+            session,
+            protocol,
+            transport,
+            peer: Peer::detached(),
+        };
+        return match engine.handle(&ctx, message).await {
+            Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &extra),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
+    }
+    let (tx, mut rx) = mpsc::channel::<Value>(32);
+    let peer = Peer::channel(tx, session.clone());
+    let ctx = CallCtx {
+        caller,
+        session,
+        protocol,
+        transport,
+        peer,
+    };
+    let mut fut: BoxedReply = Box::pin(async move { engine.handle(&ctx, message).await });
+    tokio::select! {
+        biased;
+        reply = &mut fut => match reply {
+            // Nothing was said before the answer: a plain JSON body is cheapest.
+            Some(reply) if rx.is_empty() => json_response(StatusCode::OK, reply.to_bytes(), &extra),
+            Some(reply) => sse_response(stream_with_final(rx, Box::pin(futures::future::ready(Some(reply)))), &extra),
+            None => StatusCode::ACCEPTED.into_response(),
+        },
+        Some(first) = rx.recv() => {
+            let head = futures::stream::once(async move { first });
+            sse_response(head.chain(stream_with_final(rx, fut)), &extra)
+        }
+    }
+}
+
+/// Messages from `rx` as they come, then the final reply once `fut` finishes (after draining
+/// whatever was sent before it).
+fn stream_with_final(
+    rx: mpsc::Receiver<Value>,
+    fut: BoxedReply,
+) -> impl Stream<Item = Value> + Send {
+    enum St {
+        Running(mpsc::Receiver<Value>, BoxedReply),
+        Draining(mpsc::Receiver<Value>, Option<Reply>),
+        Done,
+    }
+    futures::stream::unfold(St::Running(rx, fut), |state| async move {
+        match state {
+            St::Running(mut rx, mut fut) => {
+                tokio::select! {
+                    biased;
+                    m = rx.recv() => match m {
+                        Some(v) => Some((v, St::Running(rx, fut))),
+                        None => {
+                            let reply = fut.await;
+                            reply.map(|r| (r.to_value(), St::Done))
+                        }
+                    },
+                    reply = &mut fut => match rx.try_recv() {
+                        Ok(v) => Some((v, St::Draining(rx, reply))),
+                        Err(_) => reply.map(|r| (r.to_value(), St::Done)),
+                    },
+                }
+            }
+            St::Draining(mut rx, reply) => match rx.try_recv() {
+                Ok(v) => Some((v, St::Draining(rx, reply))),
+                Err(_) => reply.map(|r| (r.to_value(), St::Done)),
+            },
+            St::Done => None,
+        }
+    })
+}
+
+fn sse_response(
+    stream: impl Stream<Item = Value> + Send + 'static,
+    extra: &[(HeaderName, HeaderValue)],
+) -> Response {
+    let events =
+        stream.map(|v| Ok::<_, Infallible>(Event::default().event("message").data(v.to_string())));
+    let mut r = Sse::new(events).into_response();
+    for (k, v) in extra {
+        r.headers_mut().insert(k.clone(), v.clone());
+    }
+    r
+}
+
+/// GET: the session's server-to-client stream, resumable with `Last-Event-ID`.
+pub(crate) async fn get<A: McpApp>(
+    State(engine): State<Arc<Engine<A>>>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match admit(&engine, &headers, LimitKind::Stream).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if let Err(e) = engine.app.authorize_stream(&caller) {
+        return e.into_response();
+    }
+    match header_version(&headers) {
+        Ok(Some(v)) if v.is_stateless() => {
+            return rpc_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                INVALID_REQUEST,
+                "GET streams do not exist in protocol 2026-07-28",
+            );
+        }
+        Err(r) => return r,
+        _ => {}
+    }
+    if !accepts_sse(&headers) {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            INVALID_REQUEST,
+            "Not Acceptable: the client must accept text/event-stream",
+        );
+    }
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "Mcp-Session-Id header required",
+        );
+    };
+    let Some(session) = engine.sessions.get(id, &caller.key) else {
+        return session_not_found();
+    };
+    let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
+    if !session.attach_stream(tx) {
+        return rpc_error(
+            StatusCode::CONFLICT,
+            INVALID_REQUEST,
+            "Conflict: a stream is already open for this session",
+        );
+    }
+    let replay = header_str(&headers, "last-event-id")
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|last| session.replay_after(last))
+        .unwrap_or_default();
+    session_stream(session, rx, replay, engine.config.keepalive)
+}
+
+/// The SSE body of a session stream: replayed events, then live ones, until the session ends.
+pub(crate) fn session_stream(
+    session: Arc<Session>,
+    rx: mpsc::Receiver<(u64, Value)>,
+    replay: Vec<(u64, Value)>,
+    keepalive: std::time::Duration,
+) -> Response {
+    struct Detach(Arc<Session>);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            self.0.detach_stream();
+        }
+    }
+    let guard = Detach(session.clone());
+    let closed = session.closed.clone();
+    let live = tokio_stream::wrappers::ReceiverStream::new(rx).take_until(closed.cancelled_owned());
+    let events = futures::stream::iter(replay)
+        .chain(live)
+        .map(move |(id, v)| {
+            let _ = &guard;
+            Ok::<_, Infallible>(
+                Event::default()
+                    .event("message")
+                    .id(id.to_string())
+                    .data(v.to_string()),
+            )
+        });
+    Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(keepalive)
+                .event(Event::default().event("ping").data("")),
+        )
+        .into_response()
+}
+
+/// DELETE: ends the session.
+pub(crate) async fn delete<A: McpApp>(
+    State(engine): State<Arc<Engine<A>>>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Some(id) = header_str(&headers, SESSION_HEADER) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "Mcp-Session-Id header required",
+        );
+    };
+    match engine.sessions.get(id, &caller.key) {
+        Some(s) => {
+            engine.sessions.remove(&s.id);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => session_not_found(),
+    }
+}

@@ -1,0 +1,334 @@
+//! JSON-RPC 2.0: message shapes, error codes, and parsing that answers malformed input the way
+//! the specification says (parse error and invalid request with a `null` id).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i32 = -32700;
+/// The JSON sent is not a valid request object.
+pub const INVALID_REQUEST: i32 = -32600;
+/// The method does not exist or is not available.
+pub const METHOD_NOT_FOUND: i32 = -32601;
+/// Invalid method parameters.
+pub const INVALID_PARAMS: i32 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i32 = -32603;
+/// MCP 2026-07-28: a header disagrees with the body (`HeaderMismatch`).
+pub const HEADER_MISMATCH: i32 = -32020;
+/// MCP 2026-07-28: the requested protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+
+/// A request id: a string or a number (never null for a request).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Id {
+    Number(i64),
+    String(String),
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Number(n) => write!(f, "{n}"),
+            Id::String(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    pub code: i32,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    #[must_use]
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(INVALID_PARAMS, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(INTERNAL_ERROR, message)
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"))
+    }
+}
+
+/// A request: has an id and expects a response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub id: Id,
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// A notification: no id, no response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    pub method: String,
+    pub params: Option<Value>,
+}
+
+/// A response from the other side (to a request we sent it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub id: Id,
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+/// One incoming message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Request(Request),
+    Notification(Notification),
+    Response(Response),
+}
+
+/// What arrived in one body: a single message or a batch.
+#[derive(Debug)]
+pub enum Incoming {
+    Single(Result<Message, Reply>),
+    /// Each element parsed on its own; an invalid element yields its own error reply.
+    Batch(Vec<Result<Message, Reply>>),
+}
+
+/// A message we send: a response (success or error) to a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// `None` only when the request's id could not be determined.
+    pub id: Option<Id>,
+    pub outcome: Result<Value, ErrorObject>,
+}
+
+impl Reply {
+    pub fn ok(id: Id, result: Value) -> Self {
+        Self {
+            id: Some(id),
+            outcome: Ok(result),
+        }
+    }
+
+    pub fn err(id: Option<Id>, error: ErrorObject) -> Self {
+        Self {
+            id,
+            outcome: Err(error),
+        }
+    }
+
+    /// The wire form.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::with_capacity(3);
+        m.insert("jsonrpc".into(), Value::from("2.0"));
+        m.insert(
+            "id".into(),
+            self.id.as_ref().map_or(Value::Null, |id| {
+                serde_json::to_value(id).unwrap_or(Value::Null)
+            }),
+        );
+        match &self.outcome {
+            Ok(v) => m.insert("result".into(), v.clone()),
+            Err(e) => m.insert(
+                "error".into(),
+                serde_json::to_value(e).unwrap_or(Value::Null),
+            ),
+        };
+        Value::Object(m)
+    }
+
+    /// The wire form, serialized.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.to_value()).unwrap_or_default()
+    }
+}
+
+/// A notification or request we send to the client.
+pub fn outgoing(id: Option<&Id>, method: &str, params: Value) -> Value {
+    let mut m = Map::with_capacity(4);
+    m.insert("jsonrpc".into(), Value::from("2.0"));
+    if let Some(id) = id {
+        m.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+    }
+    m.insert("method".into(), Value::from(method));
+    m.insert("params".into(), params);
+    Value::Object(m)
+}
+
+/// Parses a request body. Malformed JSON is one parse error; a JSON value that is not a
+/// message (or an empty batch) is an invalid request.
+pub fn parse(body: &[u8]) -> Incoming {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => {
+            return Incoming::Single(Err(Reply::err(
+                None,
+                ErrorObject::new(PARSE_ERROR, format!("Parse error: {e}")),
+            )));
+        }
+    };
+    match value {
+        Value::Array(items) if items.is_empty() => Incoming::Single(Err(Reply::err(
+            None,
+            ErrorObject::new(INVALID_REQUEST, "Invalid Request: empty batch"),
+        ))),
+        Value::Array(items) => Incoming::Batch(items.into_iter().map(parse_message).collect()),
+        other => Incoming::Single(parse_message(other)),
+    }
+}
+
+fn invalid(id: Option<Id>, why: &str) -> Reply {
+    Reply::err(
+        id,
+        ErrorObject::new(INVALID_REQUEST, format!("Invalid Request: {why}")),
+    )
+}
+
+/// Interprets one JSON value as a message.
+pub fn parse_message(value: Value) -> Result<Message, Reply> {
+    let Value::Object(mut m) = value else {
+        return Err(invalid(None, "expected a JSON object"));
+    };
+    let id = match m.remove("id") {
+        None => None,
+        Some(Value::Null) => {
+            return Err(invalid(None, "id must be a string or a number, not null"));
+        }
+        Some(v) => match serde_json::from_value::<Id>(v) {
+            Ok(id) => Some(id),
+            Err(_) => return Err(invalid(None, "id must be a string or an integer")),
+        },
+    };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "jsonrpc must be \"2.0\""));
+    }
+    let params = m.remove("params");
+    if let Some(p) = &params {
+        if !p.is_object() && !p.is_array() {
+            return Err(invalid(id, "params must be an object or an array"));
+        }
+    }
+    match (m.remove("method"), id) {
+        (Some(Value::String(method)), Some(id)) => {
+            Ok(Message::Request(Request { id, method, params }))
+        }
+        (Some(Value::String(method)), None) => {
+            Ok(Message::Notification(Notification { method, params }))
+        }
+        (Some(_), id) => Err(invalid(id, "method must be a string")),
+        (None, Some(id)) => {
+            if let Some(result) = m.remove("result") {
+                Ok(Message::Response(Response {
+                    id,
+                    outcome: Ok(result),
+                }))
+            } else if let Some(error) = m.remove("error") {
+                match serde_json::from_value::<ErrorObject>(error) {
+                    Ok(e) => Ok(Message::Response(Response {
+                        id,
+                        outcome: Err(e),
+                    })),
+                    Err(_) => Err(invalid(Some(id), "malformed error object")),
+                }
+            } else {
+                Err(invalid(Some(id), "missing method"))
+            }
+        }
+        (None, None) => Err(invalid(None, "missing method")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn single(body: &str) -> Result<Message, Reply> {
+        match parse(body.as_bytes()) {
+            Incoming::Single(m) => m,
+            Incoming::Batch(_) => panic!("expected a single message"),
+        }
+    }
+
+    #[test]
+    fn requests_notifications_responses() {
+        let m = single(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
+        assert_eq!(
+            m,
+            Message::Request(Request {
+                id: Id::Number(1),
+                method: "ping".into(),
+                params: None
+            })
+        );
+        let m = single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
+        assert!(matches!(m, Message::Notification(n) if n.method == "notifications/initialized"));
+        let m = single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
+        assert!(
+            matches!(m, Message::Response(r) if r.id == Id::String("a".into()) && r.outcome.is_ok())
+        );
+    }
+
+    #[test]
+    fn malformed_input_gets_the_standard_errors() {
+        let e = single("{oops").unwrap_err();
+        assert_eq!(
+            (e.id.clone(), e.outcome.clone().unwrap_err().code),
+            (None, PARSE_ERROR)
+        );
+        assert_eq!(e.to_value()["id"], Value::Null);
+        for bad in [
+            r#"42"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            r#"[]"#,
+        ] {
+            let e = single(bad).unwrap_err();
+            assert_eq!(e.outcome.unwrap_err().code, INVALID_REQUEST, "{bad}");
+        }
+        // The id is kept when it could be read.
+        let e = single(r#"{"jsonrpc":"1.0","id":9,"method":"x"}"#).unwrap_err();
+        assert_eq!(e.id, Some(Id::Number(9)));
+    }
+
+    #[test]
+    fn batches_parse_each_element() {
+        let Incoming::Batch(items) = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#)
+        else {
+            panic!()
+        };
+        assert!(items[0].is_ok() && items[1].is_err());
+    }
+
+    #[test]
+    fn replies_serialize() {
+        let r = Reply::ok(Id::Number(3), json!({}));
+        assert_eq!(r.to_value(), json!({"jsonrpc":"2.0","id":3,"result":{}}));
+        let e = Reply::err(
+            Some(Id::String("x".into())),
+            ErrorObject::method_not_found("nope"),
+        );
+        assert_eq!(e.to_value()["error"]["code"], METHOD_NOT_FOUND);
+    }
+}

@@ -1,0 +1,21 @@
+//! An MCP protocol engine over axum, free of any domain knowledge.
+//!
+//! - [`jsonrpc`]: JSON-RPC 2.0 messages, parsing, errors.
+//! - [`protocol`]: revisions 2024-11-05 through 2026-07-28 and negotiation.
+//! - [`model`]: result shapes (tools, content, resources, prompts).
+//! - [`app`]: the [`McpApp`] trait an application implements, and the [`Cx`] its handlers get.
+//! - [`engine`]: dispatch of methods onto the app; audit hook; cancellation.
+//! - [`session`]: sessions bound to credentials, with caps and idle expiry.
+//! - [`http`]: Streamable HTTP and legacy HTTP+SSE transports.
+
+pub mod app;
+pub mod engine;
+pub mod http;
+pub mod jsonrpc;
+pub mod model;
+pub mod protocol;
+pub mod session;
+
+pub use app::{Caller, Cx, HttpError, McpApp, Peer, RequestRecord, Transport};
+pub use engine::{Engine, EngineConfig};
+pub use protocol::ProtocolVersion;

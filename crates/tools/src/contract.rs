@@ -1,0 +1,269 @@
+//! The tool contract: how a tool is declared, and what the registry derives from it.
+//!
+//! A tool is a unit struct implementing [`Tool`]: name, title, description, an input type whose
+//! JSON Schema is derived, an output type (→ `outputSchema` and `structuredContent`), a base
+//! tier, a per-action tier table, the effects its actions have, and the handler. Annotations are
+//! *derived* from the effects, so no tool can claim to be read-only while it deletes.
+
+use std::future::Future;
+
+use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp};
+use breeze_store::{OrgStore, Store, StoreError};
+use schemars::JsonSchema;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+/// How much a call can change, and so what it takes to allow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Tier {
+    /// Reads only; needs `ai:read`.
+    T1 = 1,
+    /// Low-risk changes; needs `ai:write` (or `ai:execute`).
+    T2 = 2,
+    /// Destructive or code-running; needs `ai:execute` and human approval.
+    T3 = 3,
+    /// Never allowed.
+    T4 = 4,
+}
+
+impl Tier {
+    pub fn number(self) -> u8 {
+        self as u8
+    }
+
+    /// The scope a key needs for this tier (outside the production `ai:execute_admin` rule).
+    pub fn scope(self) -> Scope {
+        match self {
+            Tier::T1 => Scope::AiRead,
+            Tier::T2 => Scope::AiWrite,
+            Tier::T3 | Tier::T4 => Scope::AiExecute,
+        }
+    }
+}
+
+/// What a tool (or one of its actions) does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    Read,
+    Create,
+    Update,
+    Delete,
+    /// Runs something on a device: not idempotent, reaches beyond Breeze's own data.
+    Execute,
+}
+
+/// One row of a tool's action table.
+#[derive(Debug, Clone, Copy)]
+pub struct Action {
+    pub name: &'static str,
+    pub tier: Tier,
+    pub effect: Effect,
+}
+
+/// Shorthand for an [`Action`] row.
+pub const fn action(name: &'static str, tier: Tier, effect: Effect) -> Action {
+    Action { name, tier, effect }
+}
+
+/// The MCP behaviour hints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Hints {
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+}
+
+impl Hints {
+    /// Derives hints from effects: reads are read-only and idempotent; creates are additive and
+    /// not idempotent; updates are idempotent and not destructive; deletes are destructive and
+    /// idempotent; executes are destructive, not idempotent, and open-world. A tool with
+    /// several kinds of effect takes the strongest and is never idempotent.
+    pub fn derive(effects: &[Effect]) -> Hints {
+        let has = |e: Effect| effects.contains(&e);
+        let read_only = !effects.is_empty() && effects.iter().all(|e| *e == Effect::Read);
+        let kinds = {
+            let mut k: Vec<Effect> = effects
+                .iter()
+                .copied()
+                .filter(|e| *e != Effect::Read)
+                .collect();
+            k.sort_by_key(|e| *e as u8);
+            k.dedup();
+            k
+        };
+        let idempotent = read_only
+            || (kinds.len() == 1
+                && matches!(kinds[0], Effect::Update | Effect::Delete)
+                && !has(Effect::Execute));
+        Hints {
+            read_only,
+            destructive: has(Effect::Delete) || has(Effect::Execute),
+            idempotent,
+            open_world: has(Effect::Execute),
+        }
+    }
+}
+
+/// A machine-readable tool error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    InvalidArgument,
+    NotFound,
+    Forbidden,
+    InsufficientScope,
+    RateLimited,
+    Conflict,
+    UpstreamError,
+    Internal,
+}
+
+/// A failed tool call, shown to the model as `isError: true` with `structuredContent.error`.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[serde(rename_all = "camelCase")]
+#[error("{message}")]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub required_scopes: Vec<Scope>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub granted_scopes: Vec<Scope>,
+}
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            retryable: matches!(code, ErrorCode::RateLimited | ErrorCode::UpstreamError),
+            hint: None,
+            required_scopes: Vec::new(),
+            granted_scopes: Vec::new(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The `structuredContent` of the error result.
+    pub fn to_structured(&self) -> Value {
+        json!({ "error": self })
+    }
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => {
+                ToolError::not_found(format!("{what} not found or access denied"))
+            }
+            StoreError::Conflict(m) => ToolError::new(ErrorCode::Conflict, m),
+            StoreError::Invalid(m) => ToolError::invalid(m),
+            other => {
+                tracing::error!(error = %other, "tool failed on the store");
+                ToolError::new(ErrorCode::Internal, "internal error").hint("try again later")
+            }
+        }
+    }
+}
+
+/// What a handler can reach: the store confined to the caller's organization, and who acts.
+/// Tools never check authorization: they get this only after the guard has allowed the call.
+pub struct ToolCx<'a> {
+    pub org: OrgStore<'a>,
+    pub actor: Actor,
+    pub clock: &'a dyn Clock,
+    pub request_id: Option<String>,
+}
+
+impl ToolCx<'_> {
+    pub fn org_id(&self) -> OrgId {
+        self.org.org_id()
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+/// Builds a [`ToolCx`]; the only door from a store to a tool handler.
+pub fn tool_cx<'a>(
+    store: &'a Store,
+    org: OrgId,
+    actor: Actor,
+    request_id: Option<String>,
+) -> ToolCx<'a> {
+    ToolCx {
+        org: store.org(org),
+        actor,
+        clock: store.clock().as_ref(),
+        request_id,
+    }
+}
+
+/// One tool. See the module docs.
+pub trait Tool: Send + Sync + 'static {
+    const NAME: &'static str;
+    const TITLE: &'static str;
+    const DESCRIPTION: &'static str;
+    /// The tier of the tool as a whole (the per-action table may raise a call above it).
+    const TIER: Tier;
+    /// Effects of a tool without actions.
+    const EFFECTS: &'static [Effect] = &[Effect::Read];
+    /// Per-action tiers and effects, for tools whose [`Tool::ACTION_KEY`] argument picks an
+    /// action.
+    const ACTIONS: &'static [Action] = &[];
+    /// The argument naming the action.
+    const ACTION_KEY: &'static str = "action";
+
+    type Input: DeserializeOwned + JsonSchema + Send + 'static;
+    type Output: Serialize + JsonSchema + Send + 'static;
+
+    fn call(
+        cx: &ToolCx<'_>,
+        input: Self::Input,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_follow_effects() {
+        let h = Hints::derive(&[Effect::Read]);
+        assert!(h.read_only && h.idempotent && !h.destructive && !h.open_world);
+        let h = Hints::derive(&[Effect::Create]);
+        assert!(!h.read_only && !h.idempotent && !h.destructive);
+        let h = Hints::derive(&[Effect::Update]);
+        assert!(!h.read_only && h.idempotent && !h.destructive);
+        let h = Hints::derive(&[Effect::Delete]);
+        assert!(h.destructive && h.idempotent);
+        let h = Hints::derive(&[Effect::Execute]);
+        assert!(h.destructive && !h.idempotent && h.open_world);
+        let h = Hints::derive(&[Effect::Read, Effect::Create, Effect::Delete]);
+        assert!(
+            !h.read_only && h.destructive && !h.idempotent,
+            "mixed tools are never idempotent"
+        );
+        let h = Hints::derive(&[Effect::Read, Effect::Update]);
+        assert!(!h.read_only && h.idempotent);
+    }
+}

@@ -1,0 +1,191 @@
+//! Breeze's tools, resources and prompts, declared once and shared by every front door (MCP
+//! now, the AI chat later).
+//!
+//! - [`contract`]: the [`Tool`] trait, tiers, effects and derived hints, tool errors, and the
+//!   [`ToolCx`] capability a handler acts through.
+//! - [`registry`]: the erased registry; [`all`] lists every tool domain explicitly.
+//! - [`resources`] and [`prompts`]: the MCP resources and guided prompts.
+//!
+//! Invariant: tools never check authorization. The guard decides before a handler runs, and the
+//! handler only gets a store confined to one organization.
+
+pub mod contract;
+pub mod prompts;
+pub mod registry;
+pub mod resources;
+mod tools;
+
+pub use contract::{
+    Action, Effect, ErrorCode, Hints, Tier, Tool, ToolCx, ToolError, action, tool_cx,
+};
+pub use registry::{Registry, ToolSpec, tool_meta};
+
+/// Every tool. Domains are listed alphabetically; add new ones here.
+pub fn all() -> Registry {
+    let mut r = Registry::default();
+    tools::audit::register(&mut r);
+    tools::context::register(&mut r);
+    tools::devices::register(&mut r);
+    tools::groups::register(&mut r);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_well_formed() {
+        let r = all();
+        assert!(!r.is_empty());
+        let names: Vec<&str> = r.iter().map(|t| t.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "deterministic, sorted order");
+        for t in r.iter() {
+            assert!(
+                t.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{}",
+                t.name
+            );
+            assert!(t.name.len() <= 64);
+            assert!(
+                !t.title.is_empty() && t.description.len() > 20,
+                "{} needs a title and a description",
+                t.name
+            );
+            assert_eq!(
+                t.input_schema["type"], "object",
+                "{}: input schema must be an object",
+                t.name
+            );
+            assert_eq!(
+                t.output_schema["type"], "object",
+                "{}: output schema must be an object",
+                t.name
+            );
+            assert!(
+                t.tier < Tier::T4,
+                "{}: tier 4 tools are never registered",
+                t.name
+            );
+            for a in t.actions {
+                assert!(
+                    a.tier >= t.tier,
+                    "{}.{}: an action may raise the tier, never lower it",
+                    t.name,
+                    a.name
+                );
+                let in_schema = t
+                    .input_schema
+                    .to_string()
+                    .contains(&format!("\"{}\"", a.name));
+                assert!(
+                    in_schema,
+                    "{}.{} is missing from the input schema",
+                    t.name, a.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_tool_claims_an_inconsistent_hint() {
+        for t in all().iter() {
+            let h = t.hints;
+            let reads_only = t.effects.iter().all(|e| *e == Effect::Read);
+            assert_eq!(
+                h.read_only, reads_only,
+                "{}: readOnlyHint must match its effects",
+                t.name
+            );
+            if h.read_only {
+                assert!(
+                    !h.destructive,
+                    "{}: read-only tools are not destructive",
+                    t.name
+                );
+                assert_eq!(t.tier, Tier::T1, "{}: a read-only tool is Tier 1", t.name);
+            }
+            if t.effects.contains(&Effect::Delete) || t.effects.contains(&Effect::Execute) {
+                assert!(
+                    h.destructive,
+                    "{}: deleting or executing is destructive",
+                    t.name
+                );
+            }
+            if t.effects.contains(&Effect::Create) {
+                assert!(!h.idempotent, "{}: creating is not idempotent", t.name);
+            }
+            // A Tier 1 action must be a read; writes are at least Tier 2.
+            for a in t.actions {
+                assert_eq!(
+                    a.tier == Tier::T1,
+                    a.effect == Effect::Read,
+                    "{}.{}: tier and effect disagree",
+                    t.name,
+                    a.name
+                );
+            }
+            if t.actions.is_empty() {
+                assert_eq!(
+                    t.tier == Tier::T1,
+                    reads_only,
+                    "{}: tier and effects disagree",
+                    t.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn effective_tier_follows_the_action_table() {
+        let r = all();
+        let g = r.get("manage_groups").unwrap();
+        assert_eq!(
+            g.effective_tier(&serde_json::json!({ "action": "list" })),
+            Tier::T1
+        );
+        assert_eq!(
+            g.effective_tier(&serde_json::json!({ "action": "add_devices" })),
+            Tier::T2
+        );
+        assert_eq!(
+            g.effective_tier(&serde_json::json!({ "action": "delete" })),
+            Tier::T3
+        );
+        assert_eq!(
+            g.effective_tier(&serde_json::json!({ "action": "bogus" })),
+            Tier::T1
+        );
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let r = all();
+        let q = r.get("query_devices").unwrap();
+        let err = q
+            .validate(&serde_json::json!({ "limit": 1000 }))
+            .unwrap_err();
+        assert!(
+            err.message.contains("limit") && err.message.contains("100"),
+            "{}",
+            err.message
+        );
+        let err = q
+            .validate(&serde_json::json!({ "status": "exploded" }))
+            .unwrap_err();
+        assert!(err.message.contains("status"), "{}", err.message);
+        let err = q
+            .validate(&serde_json::json!({ "colour": "red" }))
+            .unwrap_err();
+        assert!(err.message.contains("colour"), "{}", err.message);
+        let d = r.get("get_device_details").unwrap();
+        let err = d.validate(&serde_json::json!({})).unwrap_err();
+        assert!(err.message.contains("deviceId"), "{}", err.message);
+        assert!(
+            q.validate(&serde_json::json!({ "status": "online", "limit": 5 }))
+                .is_ok()
+        );
+    }
+}

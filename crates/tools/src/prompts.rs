@@ -1,0 +1,247 @@
+//! The five guided prompts: ready-made starting points that steer a client through the right
+//! tools, reads before writes, one target at a time.
+
+use serde_json::{Map, Value};
+
+/// A prompt argument.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptArg {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub required: bool,
+}
+
+/// A prompt.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptSpec {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub arguments: &'static [PromptArg],
+    render: fn(&Args<'_>) -> String,
+}
+
+/// Argument values, with the ones not given rendered as absent.
+pub struct Args<'a>(&'a Map<String, Value>);
+
+impl Args<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+}
+
+/// Why a prompt could not be rendered.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PromptError {
+    #[error("Unknown prompt: {0}")]
+    Unknown(String),
+    #[error("Missing required argument \"{argument}\" for prompt {prompt}")]
+    MissingArgument {
+        prompt: &'static str,
+        argument: &'static str,
+    },
+    #[error("Argument \"{0}\" must be a string")]
+    NotAString(String),
+}
+
+const READ_FIRST: &str = "Work read-before-write: gather facts with read-only tools first, echo the target and its organization back before any change, and ask me before anything that changes a device or a policy. If Breeze refuses a call, tell me why instead of retrying.";
+
+fn scope_phrase(scope: Option<&str>) -> String {
+    scope.map_or_else(
+        || "across every organization this connection can reach".to_owned(),
+        |s| format!("scoped to {s}"),
+    )
+}
+
+fn fleet_triage(a: &Args<'_>) -> String {
+    format!(
+        "Triage the fleet {}.\n\n1. Get the overall picture: query_devices with status=offline, then query_devices for the rest, and read breeze://alerts.\n2. For each device that stands out, get_device_details and get_device_context to see what is already known.\n3. Check recent activity with query_audit_log.\n4. Produce one prioritized attention list: what is wrong, on which device, how sure you are, and the next read-only step for each.\n\nThis is a read-only sweep: do not change anything. {READ_FIRST}",
+        scope_phrase(a.get("scope"))
+    )
+}
+
+fn device_investigate(a: &Args<'_>) -> String {
+    let device = a.get("device").unwrap_or_default();
+    format!(
+        "Investigate the device \"{device}\".\n\n1. Find it: query_devices with search set to the name (or use the id), and confirm the exact device and its organization with me if more than one matches.\n2. get_device_details and get_device_context for what is known (issues, quirks, follow-ups).\n3. Look at metrics and agent logs where those tools are available, and at query_audit_log for recent changes to it.\n4. Conclude with the likely root cause, the evidence for it, and the next steps.\n\nRecord anything worth remembering with set_device_context only after telling me. {READ_FIRST}"
+    )
+}
+
+fn patch_remediate(a: &Args<'_>) -> String {
+    let target = a.get("target").unwrap_or_default();
+    format!(
+        "Remediate missing patches on \"{target}\" (a device, site or organization).\n\n1. Resolve the target with query_devices and echo it back with its organization.\n2. Scan and list the missing patches (manage_patches with action=scan, then list) and show me the gaps.\n3. Stop and get my explicit confirmation: installing is Tier 3 and needs approval.\n4. Only then install, never beyond the confirmed target, and report each result.\n\n{READ_FIRST}"
+    )
+}
+
+fn incident_kickoff(a: &Args<'_>) -> String {
+    let summary = a.get("summary").unwrap_or_default();
+    let scope = a
+        .get("scope")
+        .map(|s| format!(" Scope: {s}."))
+        .unwrap_or_default();
+    format!(
+        "Open an incident: {summary}.{scope}\n\n1. Echo the organization and scope back to me.\n2. Build a timeline from query_audit_log and the affected devices (query_devices, get_device_details, get_device_context).\n3. Collect evidence read-only and summarize it.\n4. Draft the incident report: impact, timeline, evidence, open questions, next actions; note follow-ups with set_device_context after I agree.\n\n{READ_FIRST}"
+    )
+}
+
+fn turnkey_setup(a: &Args<'_>) -> String {
+    let scope = a
+        .get("scope")
+        .unwrap_or("partner-wide (every organization)");
+    format!(
+        "Set up a baseline configuration, {scope}.\n\nWalk me through it one category at a time, previewing each policy before applying it: patch rings (pilot, production with a deferral, security auto-approval), backups (daily, 30-day retention, alert after 48 h without success), DNS filtering (malware, phishing, command-and-control), peripheral control (block USB storage), a CIS level 1 baseline, and core alert rules (device offline over 15 minutes, disk over 90%, CPU over 95% for 10 minutes, failed backups, critical patches missing for 7 days).\n\nThe values are adjustable defaults. Confirm the scope with me first and never assign a policy without my confirmation. {READ_FIRST}"
+    )
+}
+
+/// The prompts, in listing order.
+pub const PROMPTS: &[PromptSpec] = &[
+    PromptSpec {
+        name: "breeze-fleet-triage",
+        title: "Fleet triage",
+        description: "A read-only sweep of the fleet ending in one prioritized attention list.",
+        arguments: &[PromptArg {
+            name: "scope",
+            description: "Organization or site to limit the sweep to (default: everything reachable)",
+            required: false,
+        }],
+        render: fleet_triage,
+    },
+    PromptSpec {
+        name: "breeze-device-investigate",
+        title: "Investigate a device",
+        description: "Root-cause one device: identity, context, metrics, logs, recent changes.",
+        arguments: &[PromptArg {
+            name: "device",
+            description: "Hostname, name or id of the device",
+            required: true,
+        }],
+        render: device_investigate,
+    },
+    PromptSpec {
+        name: "breeze-patch-remediate",
+        title: "Patch remediation",
+        description: "Find and close patch gaps on a target, installing only after confirmation.",
+        arguments: &[PromptArg {
+            name: "target",
+            description: "A device, site or organization",
+            required: true,
+        }],
+        render: patch_remediate,
+    },
+    PromptSpec {
+        name: "breeze-incident-kickoff",
+        title: "Incident kickoff",
+        description: "Open and structure an incident: timeline, evidence, report.",
+        arguments: &[
+            PromptArg {
+                name: "summary",
+                description: "What happened, in a sentence",
+                required: true,
+            },
+            PromptArg {
+                name: "scope",
+                description: "Affected organization, site or devices",
+                required: false,
+            },
+        ],
+        render: incident_kickoff,
+    },
+    PromptSpec {
+        name: "breeze-turnkey-setup",
+        title: "Turnkey setup",
+        description: "An opinionated baseline-configuration wizard, partner-wide by default.",
+        arguments: &[PromptArg {
+            name: "scope",
+            description: "Where to apply (default: partner-wide)",
+            required: false,
+        }],
+        render: turnkey_setup,
+    },
+];
+
+/// Renders prompt `name` with `args`: its description and the one user message.
+pub fn render(
+    name: &str,
+    args: &Map<String, Value>,
+) -> Result<(&'static str, String), PromptError> {
+    let spec = PROMPTS
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| PromptError::Unknown(name.to_owned()))?;
+    for (k, v) in args {
+        if !v.is_string() && !v.is_null() {
+            return Err(PromptError::NotAString(k.clone()));
+        }
+    }
+    let a = Args(args);
+    for arg in spec.arguments.iter().filter(|a| a.required) {
+        if a.get(arg.name).is_none() {
+            return Err(PromptError::MissingArgument {
+                prompt: spec.name,
+                argument: arg.name,
+            });
+        }
+    }
+    Ok((spec.description, (spec.render)(&a)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn renders_with_arguments_and_refuses_missing_ones() {
+        let (_, text) = render(
+            "breeze-device-investigate",
+            &args(json!({ "device": "ACME-LT-014" })),
+        )
+        .unwrap();
+        assert!(text.contains("ACME-LT-014") && text.contains("get_device_details"));
+        assert_eq!(
+            render("breeze-device-investigate", &args(json!({})))
+                .unwrap_err()
+                .to_string(),
+            "Missing required argument \"device\" for prompt breeze-device-investigate"
+        );
+        assert!(render("breeze-incident-kickoff", &args(json!({ "summary": "  " }))).is_err());
+        let (_, text) = render(
+            "breeze-incident-kickoff",
+            &args(json!({ "summary": "Mail down", "scope": "acme" })),
+        )
+        .unwrap();
+        assert!(text.contains("Mail down") && text.contains("Scope: acme"));
+        let (_, text) = render("breeze-turnkey-setup", &Map::new()).unwrap();
+        assert!(text.contains("partner-wide"));
+        assert!(matches!(
+            render("nope", &Map::new()),
+            Err(PromptError::Unknown(_))
+        ));
+        assert!(matches!(
+            render("breeze-fleet-triage", &args(json!({ "scope": 3 }))),
+            Err(PromptError::NotAString(_))
+        ));
+    }
+
+    #[test]
+    fn read_before_write_everywhere() {
+        for p in PROMPTS {
+            let mut a = Map::new();
+            for arg in p.arguments {
+                a.insert(arg.name.into(), json!("x"));
+            }
+            let (_, text) = render(p.name, &a).unwrap();
+            assert!(text.contains("read-before-write"), "{}", p.name);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The registry: every tool's declaration, erased to one shape, in a deterministic order.
+
+use std::collections::BTreeMap;
+
+use futures::future::{BoxFuture, FutureExt};
+use schemars::JsonSchema;
+use serde_json::{Map, Value};
+
+use crate::contract::{Action, Effect, Hints, Tier, Tool, ToolCx, ToolError};
+
+type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<Value, ToolError>>;
+
+/// A registered tool.
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub tier: Tier,
+    pub actions: &'static [Action],
+    pub action_key: &'static str,
+    pub effects: Vec<Effect>,
+    pub hints: Hints,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    validator: jsonschema::Validator,
+    call: CallFn,
+}
+
+impl ToolSpec {
+    /// The action named in `args`, when the tool has an action table and the name is in it.
+    pub fn action<'a>(&self, args: &'a Value) -> Option<&'static Action> {
+        let name = args.get(self.action_key)?.as_str()?;
+        self.actions.iter().find(|a| a.name == name)
+    }
+
+    /// The tier of a call: the base tier, raised by the action's.
+    pub fn effective_tier(&self, args: &Value) -> Tier {
+        self.action(args)
+            .map_or(self.tier, |a| a.tier.max(self.tier))
+    }
+
+    /// Checks `args` against the input schema; the error names each offending field.
+    pub fn validate(&self, args: &Value) -> Result<(), ToolError> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let field = path.trim_start_matches('/').replace('/', ".");
+                if field.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{field}: {e}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ToolError::invalid(format!(
+                "Invalid arguments for {}: {}",
+                self.name,
+                problems.join("; ")
+            )))
+        }
+    }
+
+    /// Runs the handler on already validated arguments; returns the structured output.
+    pub fn call<'a>(
+        &self,
+        cx: &'a ToolCx<'a>,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        (self.call)(cx, args)
+    }
+}
+
+/// A schema as MCP wants it: no `$schema` (2020-12 is the default) and no top-level title.
+fn schema_of<T: JsonSchema>() -> Value {
+    let mut v = schemars::schema_for!(T).to_value();
+    if let Value::Object(m) = &mut v {
+        m.remove("$schema");
+        m.remove("title");
+    }
+    v
+}
+
+fn call_erased<'a, T: Tool>(
+    cx: &'a ToolCx<'a>,
+    args: Value,
+) -> BoxFuture<'a, Result<Value, ToolError>> {
+    async move {
+        let input: T::Input = serde_json::from_value(args)
+            .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
+        let output = T::call(cx, input).await?;
+        serde_json::to_value(output)
+            .map_err(|e| ToolError::new(crate::ErrorCode::Internal, e.to_string()))
+    }
+    .boxed()
+}
+
+/// Every tool, by name.
+#[derive(Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, ToolSpec>,
+}
+
+impl Registry {
+    /// Adds `T`. Panics on a duplicate name or a schema that does not compile: both are
+    /// programming errors caught by the registry tests.
+    pub fn register<T: Tool>(&mut self) {
+        let input_schema = schema_of::<T::Input>();
+        let output_schema = schema_of::<T::Output>();
+        #[allow(clippy::expect_used)] // a static schema; proven by the registry test
+        let validator =
+            jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
+        let effects: Vec<Effect> = if T::ACTIONS.is_empty() {
+            T::EFFECTS.to_vec()
+        } else {
+            T::ACTIONS.iter().map(|a| a.effect).collect()
+        };
+        let spec = ToolSpec {
+            name: T::NAME,
+            title: T::TITLE,
+            description: T::DESCRIPTION,
+            tier: T::TIER,
+            actions: T::ACTIONS,
+            action_key: T::ACTION_KEY,
+            hints: Hints::derive(&effects),
+            effects,
+            input_schema,
+            output_schema,
+            validator,
+            call: call_erased::<T>,
+        };
+        let previous = self.tools.insert(T::NAME, spec);
+        assert!(previous.is_none(), "tool {} registered twice", T::NAME);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, ordered by name.
+    pub fn iter(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+/// The `_meta` of a tool definition or result: its tier and the server identity.
+pub fn tool_meta(spec: &ToolSpec, server: &Value) -> Value {
+    let mut m = Map::new();
+    m.insert("breeze/tier".into(), Value::from(spec.tier.number()));
+    if !spec.actions.is_empty() {
+        let tiers: Map<String, Value> = spec
+            .actions
+            .iter()
+            .map(|a| (a.name.to_owned(), Value::from(a.tier.number())))
+            .collect();
+        m.insert("breeze/actionTiers".into(), Value::Object(tiers));
+    }
+    m.insert("breeze/server".into(), server.clone());
+    Value::Object(m)
+}

@@ -1,0 +1,115 @@
+//! MCP resources: read-only, organization-scoped JSON views.
+//!
+//! `breeze://devices` (at most 500), `breeze://alerts`, `breeze://scripts`,
+//! `breeze://automations` (at most 200 each; empty until those features land), the template
+//! `breeze://devices/{id}`, and `breeze://server` (identity, transport, protocol versions).
+
+use breeze_core::DeviceId;
+use breeze_store::{DeviceFilter, OrgStore, StoreError};
+use serde_json::{Value, json};
+
+/// A listed resource.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceSpec {
+    pub uri: &'static str,
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+}
+
+/// All listed resources, in a fixed order.
+pub const RESOURCES: &[ResourceSpec] = &[
+    ResourceSpec {
+        uri: "breeze://devices",
+        name: "devices",
+        title: "Device inventory",
+        description: "The organization's devices (up to 500): id, hostname, status, OS, agent version, last seen.",
+    },
+    ResourceSpec {
+        uri: "breeze://alerts",
+        name: "alerts",
+        title: "Active alerts",
+        description: "Active alerts (up to 200).",
+    },
+    ResourceSpec {
+        uri: "breeze://scripts",
+        name: "scripts",
+        title: "Script library",
+        description: "Scripts available to run (up to 200).",
+    },
+    ResourceSpec {
+        uri: "breeze://automations",
+        name: "automations",
+        title: "Automations",
+        description: "Automation rules (up to 200).",
+    },
+    ResourceSpec {
+        uri: "breeze://server",
+        name: "server",
+        title: "Server identity",
+        description: "This Breeze server: name, version, revision, transport and protocol versions.",
+    },
+];
+
+/// The device template.
+pub const DEVICE_TEMPLATE: ResourceSpec = ResourceSpec {
+    uri: "breeze://devices/{id}",
+    name: "device",
+    title: "One device",
+    description: "One device of the organization, by id.",
+};
+
+/// Row caps per resource.
+pub const DEVICES_LIMIT: u32 = 500;
+pub const LIST_LIMIT: u32 = 200;
+
+/// Why a resource could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    #[error("Unknown resource URI: {0}")]
+    Unknown(String),
+    #[error("Device not found: {0}")]
+    DeviceNotFound(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Reads `uri` within the organization. `server` is the `breeze://server` document.
+pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value, ResourceError> {
+    match uri {
+        "breeze://devices" => {
+            let (devices, _) = org
+                .list_devices(&DeviceFilter::default(), DEVICES_LIMIT, 0)
+                .await?;
+            Ok(Value::Array(
+                devices
+                    .iter()
+                    .map(|d| {
+                        json!({
+                            "id": d.id, "hostname": d.hostname, "status": d.status, "osType": d.os_family,
+                            "osVersion": d.os_version, "agentVersion": d.agent_version, "lastSeenAt": d.last_seen_at,
+                        })
+                    })
+                    .collect(),
+            ))
+        }
+        // The features behind these land in later releases; the organization has none yet.
+        "breeze://alerts" | "breeze://scripts" | "breeze://automations" => {
+            Ok(Value::Array(Vec::new()))
+        }
+        "breeze://server" => Ok(server.clone()),
+        _ => {
+            let Some(id) = uri.strip_prefix("breeze://devices/") else {
+                return Err(ResourceError::Unknown(uri.to_owned()));
+            };
+            let parsed = uuid::Uuid::parse_str(id)
+                .map(DeviceId)
+                .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
+            match org.get_device(parsed).await {
+                Ok(d) => Ok(serde_json::to_value(d).unwrap_or(Value::Null)),
+                Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}

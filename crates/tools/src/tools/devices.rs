@@ -1,0 +1,234 @@
+//! Device inventory: `query_devices`, `get_device_details`.
+
+use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, SiteId};
+use breeze_store::{DeviceFilter, StoreError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{DEVICE_NOT_FOUND, parse_uuid};
+use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<GetDeviceDetails>();
+    r.register::<QueryDevices>();
+}
+
+/// A device as tools show it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceSummary {
+    id: String,
+    hostname: String,
+    os_type: String,
+    os_name: String,
+    os_version: String,
+    status: String,
+    agent_version: Option<String>,
+    /// RFC 3339.
+    last_seen_at: Option<String>,
+    tags: Vec<String>,
+    site_id: String,
+    site_name: Option<String>,
+}
+
+impl DeviceSummary {
+    pub(crate) fn new(d: &Device, site_name: Option<String>) -> Self {
+        Self {
+            id: d.id.to_string(),
+            hostname: d.hostname.clone(),
+            os_type: d.os_family.to_string(),
+            os_name: d.os_name.clone(),
+            os_version: d.os_version.clone(),
+            status: d.status.to_string(),
+            agent_version: d.agent_version.clone(),
+            last_seen_at: d.last_seen_at.map(|t| t.to_rfc3339()),
+            tags: d.tags.clone(),
+            site_id: d.site_id.to_string(),
+            site_name,
+        }
+    }
+}
+
+/// Filters for `query_devices`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct QueryDevicesInput {
+    /// Only devices in this state.
+    status: Option<StatusArg>,
+    /// Only devices running this OS family.
+    os_type: Option<OsArg>,
+    /// Only devices in this site (UUID).
+    #[schemars(length(min = 36, max = 36))]
+    site_id: Option<String>,
+    /// Only members of this device group (UUID).
+    #[schemars(length(min = 36, max = 36))]
+    group_id: Option<String>,
+    /// Case-insensitive substring of the hostname.
+    #[schemars(length(max = 200))]
+    search: Option<String>,
+    /// Devices must carry every one of these tags.
+    #[schemars(length(max = 20))]
+    tags: Option<Vec<String>>,
+    /// How many devices to return (1-100, default 25).
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum StatusArg {
+    Online,
+    Offline,
+    Maintenance,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum OsArg {
+    Windows,
+    Macos,
+    Linux,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct QueryDevicesOutput {
+    devices: Vec<DeviceSummary>,
+    /// How many devices match in all.
+    total: u64,
+    /// How many are in `devices`.
+    showing: usize,
+}
+
+/// Site names of the organization, for labelling devices.
+pub(crate) async fn site_names(
+    cx: &ToolCx<'_>,
+) -> Result<std::collections::HashMap<SiteId, String>, ToolError> {
+    Ok(cx
+        .org
+        .list_sites()
+        .await?
+        .into_iter()
+        .map(|s| (s.id, s.name))
+        .collect())
+}
+
+pub(crate) struct QueryDevices;
+
+impl Tool for QueryDevices {
+    const NAME: &'static str = "query_devices";
+    const TITLE: &'static str = "Query devices";
+    const DESCRIPTION: &'static str = "Search and filter the organization's devices by status, OS, site, group, hostname and tags. Returns the matching devices (most useful fields), the total that match, and how many are shown.";
+    const TIER: Tier = Tier::T1;
+    type Input = QueryDevicesInput;
+    type Output = QueryDevicesOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let filter = DeviceFilter {
+            status: input.status.map(|s| match s {
+                StatusArg::Online => DeviceStatus::Online,
+                StatusArg::Offline => DeviceStatus::Offline,
+                StatusArg::Maintenance => DeviceStatus::Maintenance,
+            }),
+            os_family: input.os_type.map(|o| match o {
+                OsArg::Windows => OsFamily::Windows,
+                OsArg::Macos => OsFamily::Macos,
+                OsArg::Linux => OsFamily::Linux,
+            }),
+            site_id: input
+                .site_id
+                .as_deref()
+                .map(|s| parse_uuid("siteId", s).map(SiteId))
+                .transpose()?,
+            group_id: input
+                .group_id
+                .as_deref()
+                .map(|s| parse_uuid("groupId", s).map(breeze_core::DeviceGroupId))
+                .transpose()?,
+            search: input.search,
+            tags: input.tags.unwrap_or_default(),
+        };
+        let (devices, total) = cx
+            .org
+            .list_devices(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
+            .await?;
+        let sites = site_names(cx).await?;
+        let devices: Vec<DeviceSummary> = devices
+            .iter()
+            .map(|d| DeviceSummary::new(d, sites.get(&d.site_id).cloned()))
+            .collect();
+        Ok(QueryDevicesOutput {
+            showing: devices.len(),
+            devices,
+            total,
+        })
+    }
+}
+
+/// Arguments of `get_device_details`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct DeviceIdInput {
+    /// The device's id (UUID).
+    #[schemars(length(min = 36, max = 36))]
+    pub(crate) device_id: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceDetails {
+    device: DeviceSummary,
+    /// Groups the device belongs to.
+    groups: Vec<GroupRef>,
+    /// Active context entries (known issues, quirks, follow-ups, preferences).
+    active_context: usize,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct GroupRef {
+    id: String,
+    name: String,
+}
+
+/// Looks a device up, answering "not found or access denied" for a foreign or missing one.
+pub(crate) async fn find_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Device, ToolError> {
+    let id = uuid::Uuid::parse_str(device_id)
+        .map(DeviceId)
+        .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))?;
+    match cx.org.get_device(id).await {
+        Ok(d) => Ok(d),
+        Err(StoreError::NotFound(_)) => Err(ToolError::not_found(DEVICE_NOT_FOUND)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(crate) struct GetDeviceDetails;
+
+impl Tool for GetDeviceDetails {
+    const NAME: &'static str = "get_device_details";
+    const TITLE: &'static str = "Get device details";
+    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, OS, status, agent, site, tags, group memberships and how many active context entries it has.";
+    const TIER: Tier = Tier::T1;
+    type Input = DeviceIdInput;
+    type Output = DeviceDetails;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let device = find_device(cx, &input.device_id).await?;
+        let sites = site_names(cx).await?;
+        let groups = cx
+            .org
+            .groups_of_device(device.id)
+            .await?
+            .into_iter()
+            .map(|g| GroupRef {
+                id: g.id.to_string(),
+                name: g.name,
+            })
+            .collect();
+        let active_context = cx.org.device_context(device.id, false).await?.len();
+        Ok(DeviceDetails {
+            device: DeviceSummary::new(&device, sites.get(&device.site_id).cloned()),
+            groups,
+            active_context,
+        })
+    }
+}
