@@ -44,7 +44,98 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "BREEZE_TEST_POSTGRES_URL",
         "PostgreSQL for the test-suite (tests only)",
     ),
+    (
+        "MCP_MAX_SSE_SESSIONS_PER_KEY",
+        "MCP sessions one API key may hold (default 5)",
+    ),
+    ("MCP_MAX_SESSIONS", "MCP sessions server-wide (default 100)"),
+    (
+        "MCP_SSE_RATE_LIMIT_PER_MINUTE",
+        "MCP stream connections per key per minute (default 30)",
+    ),
+    (
+        "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE",
+        "MCP messages per key per minute (default 120)",
+    ),
+    (
+        "MCP_MESSAGE_MAX_BODY_BYTES",
+        "largest MCP request body (default 65536)",
+    ),
+    (
+        "MCP_REQUIRE_EXECUTE_ADMIN",
+        "production: Tier 3 needs ai:execute_admin (default true)",
+    ),
+    (
+        "MCP_ALLOWED_ORIGINS",
+        "comma-separated browser origins allowed to call MCP",
+    ),
 ];
+
+/// Prefixes whose variables must all be known.
+const CHECKED_PREFIXES: [&str; 2] = ["BREEZE_", "MCP_"];
+
+/// MCP settings.
+#[derive(Debug, Clone)]
+pub(crate) struct McpSettings {
+    pub(crate) max_sessions_per_key: usize,
+    pub(crate) max_sessions: usize,
+    pub(crate) sse_rate_per_minute: u32,
+    pub(crate) message_rate_per_minute: u32,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) require_execute_admin: bool,
+    pub(crate) allowed_origins: Vec<String>,
+}
+
+/// Parses a positive whole-number setting, or gives its default.
+fn number<T: std::str::FromStr + PartialOrd + From<u8>>(
+    env: &BTreeMap<String, String>,
+    var: &str,
+    default: T,
+) -> anyhow::Result<T> {
+    match env.get(var).map(|v| v.trim()) {
+        None | Some("") => Ok(default),
+        Some(v) => match v.parse::<T>() {
+            Ok(n) if n >= T::from(1) => Ok(n),
+            _ => bail!("invalid {var}: {v:?} (expected a positive whole number)"),
+        },
+    }
+}
+
+fn boolean(env: &BTreeMap<String, String>, var: &str, default: bool) -> anyhow::Result<bool> {
+    match env
+        .get(var)
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("") => Ok(default),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some("false" | "0" | "no") => Ok(false),
+        Some(v) => bail!("invalid {var}: {v:?} (expected true or false)"),
+    }
+}
+
+impl McpSettings {
+    fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+        Ok(Self {
+            max_sessions_per_key: number(env, "MCP_MAX_SSE_SESSIONS_PER_KEY", 5usize)?,
+            max_sessions: number(env, "MCP_MAX_SESSIONS", 100usize)?,
+            sse_rate_per_minute: number(env, "MCP_SSE_RATE_LIMIT_PER_MINUTE", 30u32)?,
+            message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
+            max_body_bytes: number(env, "MCP_MESSAGE_MAX_BODY_BYTES", 65_536usize)?,
+            require_execute_admin: boolean(env, "MCP_REQUIRE_EXECUTE_ADMIN", true)?,
+            allowed_origins: env
+                .get("MCP_ALLOWED_ORIGINS")
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
 
 /// Flags that override environment settings; shared by every subcommand.
 #[derive(Debug, Clone, Default, Args)]
@@ -97,6 +188,7 @@ pub(crate) struct Settings {
     pub(crate) data_dir: PathBuf,
     pub(crate) log_filter: String,
     pub(crate) log_format: LogFormat,
+    pub(crate) mcp: McpSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -258,6 +350,7 @@ impl Settings {
             data_dir,
             log_filter,
             log_format,
+            mcp: McpSettings::load(env)?,
         })
     }
 
@@ -269,7 +362,10 @@ impl Settings {
 /// Refuses `BREEZE_*` variables Breeze does not know: a typo must not silently fall back to a
 /// default.
 fn check_unknown(env: &BTreeMap<String, String>) -> anyhow::Result<()> {
-    for name in env.keys().filter(|k| k.starts_with("BREEZE_")) {
+    for name in env
+        .keys()
+        .filter(|k| CHECKED_PREFIXES.iter().any(|p| k.starts_with(p)))
+    {
         if KNOWN_SETTINGS.iter().any(|(known, _)| known == name) {
             continue;
         }
@@ -388,6 +484,43 @@ mod tests {
         );
         assert!(
             err(&[("BREEZE_FROBNICATE", "1")]).starts_with("unknown setting BREEZE_FROBNICATE;")
+        );
+    }
+
+    #[test]
+    fn mcp_settings() {
+        let s = load(&[]).unwrap();
+        assert_eq!(
+            (
+                s.mcp.max_sessions_per_key,
+                s.mcp.max_sessions,
+                s.mcp.max_body_bytes
+            ),
+            (5, 100, 65_536)
+        );
+        assert!(s.mcp.require_execute_admin);
+        let s = load(&[
+            ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
+            ("MCP_REQUIRE_EXECUTE_ADMIN", "false"),
+        ])
+        .unwrap();
+        assert_eq!(s.mcp.message_rate_per_minute, 100_000);
+        assert!(!s.mcp.require_execute_admin);
+        assert!(
+            err(&[("MCP_MAX_SSE_SESSIONS_PER_KEY", "0")])
+                .starts_with("invalid MCP_MAX_SSE_SESSIONS_PER_KEY")
+        );
+        assert!(
+            err(&[("MCP_MESSAGE_MAX_BODY_BYTES", "lots")])
+                .starts_with("invalid MCP_MESSAGE_MAX_BODY_BYTES")
+        );
+        assert!(
+            err(&[("MCP_REQUIRE_EXECUTE_ADMIN", "maybe")])
+                .starts_with("invalid MCP_REQUIRE_EXECUTE_ADMIN")
+        );
+        assert!(
+            err(&[("MCP_MAX_SSE_SESSION_PER_KEY", "3")])
+                .contains("did you mean MCP_MAX_SSE_SESSIONS_PER_KEY?")
         );
     }
 

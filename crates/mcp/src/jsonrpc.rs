@@ -220,10 +220,11 @@ pub fn parse_message(value: Value) -> Result<Message, Reply> {
         return Err(invalid(id, "jsonrpc must be \"2.0\""));
     }
     let params = m.remove("params");
-    if let Some(p) = &params {
-        if !p.is_object() && !p.is_array() {
-            return Err(invalid(id, "params must be an object or an array"));
-        }
+    if let Some(p) = &params
+        && !p.is_object()
+        && !p.is_array()
+    {
+        return Err(invalid(id, "params must be an object or an array"));
     }
     match (m.remove("method"), id) {
         (Some(Value::String(method)), Some(id)) => {

@@ -10,6 +10,9 @@
 
 pub mod app;
 pub mod engine;
+// The transports return ready HTTP responses as their error values: built once, on the
+// refusal path only, so their size does not matter.
+#[allow(clippy::result_large_err)]
 pub mod http;
 pub mod jsonrpc;
 pub mod model;

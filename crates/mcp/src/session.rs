@@ -56,6 +56,15 @@ pub struct Session {
     pub closed: CancellationToken,
 }
 
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Session {
     fn new(id: Arc<str>, owner: Arc<str>, kind: SessionKind, now_ms: u64) -> Self {
         Self {
@@ -259,12 +268,12 @@ impl SessionRegistry {
         let removed = {
             let mut inner = lock(&self.inner);
             let removed = inner.sessions.remove(id);
-            if let Some(s) = &removed {
-                if let Some(c) = inner.per_key.get_mut(&s.owner) {
-                    *c -= 1;
-                    if *c == 0 {
-                        inner.per_key.remove(&s.owner);
-                    }
+            if let Some(s) = &removed
+                && let Some(c) = inner.per_key.get_mut(&s.owner)
+            {
+                *c -= 1;
+                if *c == 0 {
+                    inner.per_key.remove(&s.owner);
                 }
             }
             removed

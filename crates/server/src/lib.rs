@@ -5,9 +5,11 @@
 //! service, return JSON. Every failure becomes an [`ApiError`], mapped once to
 //! `{"error":{"code","message"}}`.
 
+mod audit_writer;
 mod authz;
 mod error;
 mod extract;
+pub mod mcp;
 mod routes;
 
 use std::{sync::Arc, time::Duration};
@@ -15,6 +17,9 @@ use std::{sync::Arc, time::Duration};
 use axum::{Router, extract::DefaultBodyLimit, http::HeaderName};
 use breeze_auth::AuthService;
 use breeze_core::Clock;
+use breeze_guard::{Guard, GuardConfig};
+use breeze_limits::RateLimiter;
+use breeze_mcp::{Engine, EngineConfig};
 use breeze_store::Store;
 use tokio::net::TcpListener;
 use tower_http::{
@@ -38,8 +43,27 @@ pub const MAX_REST_BODY_BYTES: usize = 1024 * 1024;
 pub struct ServerConfig {
     /// Where clients reach this server, e.g. `https://rmm.example.com`.
     pub public_url: String,
-    /// Production hardening (secure cookies always; later: fail-closed limits, allowlists).
+    /// Production hardening: secure cookies, fail-closed rate limits, `ai:execute_admin`.
     pub production: bool,
+    /// The MCP engine's limits and origins.
+    pub mcp: EngineConfig,
+    /// `MCP_REQUIRE_EXECUTE_ADMIN`.
+    pub require_execute_admin: bool,
+}
+
+impl ServerConfig {
+    /// Development defaults for `public_url`.
+    pub fn development(public_url: &str) -> Self {
+        Self {
+            public_url: public_url.to_owned(),
+            production: false,
+            mcp: EngineConfig {
+                public_base_url: public_url.to_owned(),
+                ..EngineConfig::default()
+            },
+            require_execute_admin: true,
+        }
+    }
 }
 
 impl ServerConfig {
@@ -58,12 +82,40 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
 }
 
+/// The running application: REST state and the MCP engine (whose sessions live as long as it).
+#[derive(Clone)]
+pub struct Breeze {
+    pub state: AppState,
+    pub mcp: Arc<Engine<mcp::BreezeMcp>>,
+}
+
+impl Breeze {
+    /// Builds the application and starts its background tasks (audit writer) on the current
+    /// runtime. `limiter` backs the transport rate limits.
+    pub fn new(state: AppState, limiter: Arc<dyn RateLimiter>) -> Self {
+        let guard = Guard::new(GuardConfig {
+            production: state.config.production,
+            require_execute_admin: state.config.require_execute_admin,
+        });
+        let audit = audit_writer::AuditWriter::spawn(state.store.clone());
+        let app = mcp::BreezeMcp::new(state.clone(), Arc::new(breeze_tools::all()), guard, audit);
+        let mut engine_config = state.config.mcp.clone();
+        engine_config.fail_closed = state.config.production;
+        let mcp = Engine::new(Arc::new(app), engine_config, limiter);
+        Self { state, mcp }
+    }
+}
+
 /// The whole application.
-pub fn app(state: AppState) -> Router {
+pub fn app(breeze: Breeze) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
-    Router::new()
+    let rest = Router::new()
         .merge(routes::health::router())
         .nest("/api/v1", routes::api_router())
+        .with_state(breeze.state);
+    Router::new()
+        .merge(breeze_mcp::http::router(breeze.mcp, &breeze_mcp::http::Routes::default()))
+        .merge(rest)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES))
@@ -79,18 +131,25 @@ pub fn app(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
-        .with_state(state)
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then lets in-flight requests finish
 /// (for at most 30 seconds).
 pub async fn serve(
     listener: TcpListener,
-    state: AppState,
+    breeze: Breeze,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(async move {
+    let sweeper_stop = tokio_util::sync::CancellationToken::new();
+    breeze.mcp.spawn_sweeper(sweeper_stop.clone());
+    // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    let server = axum::serve(listener, app(breeze)).with_graceful_shutdown(async move {
         shutdown.await;
         let _ = tx.send(());
     });
@@ -98,11 +157,13 @@ pub async fn serve(
         let _ = rx.await;
         tokio::time::sleep(Duration::from_secs(30)).await;
     };
-    tokio::select! {
+    let result = tokio::select! {
         r = server => r,
         () = drain_deadline => {
             tracing::warn!("in-flight requests did not finish within 30 s; stopping anyway");
             Ok(())
         }
-    }
+    };
+    sweeper_stop.cancel();
+    result
 }

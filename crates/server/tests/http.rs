@@ -10,7 +10,7 @@ use axum::{
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
-use breeze_server::{AppState, ServerConfig, app};
+use breeze_server::{AppState, Breeze, ServerConfig, app};
 use breeze_store::{NewDevice, NewUser, testing::Ctx};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -116,13 +116,13 @@ async fn world(cx: &Ctx) -> World {
         store: s,
         auth,
         clock,
-        config: Arc::new(ServerConfig {
-            public_url: "http://127.0.0.1:3000".into(),
-            production: false,
-        }),
+        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
     };
     World {
-        app: app(state.clone()),
+        app: app(Breeze::new(
+            state.clone(),
+            Arc::new(breeze_limits::MemoryLimiter::new()),
+        )),
         state,
         org_a: a.id,
         org_b: b.id,

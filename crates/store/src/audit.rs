@@ -152,6 +152,16 @@ impl Store {
     pub async fn append_audit(&self, event: &AuditEvent) -> Result<AuditId> {
         insert(self, event, self.clock.now()).await
     }
+
+    /// Appends several records in one transaction (group commit): all or none.
+    pub async fn append_audit_batch(&self, events: &[AuditEvent]) -> Result<()> {
+        let now = self.clock.now();
+        let mut tx = crate::sql::Tx::begin(&self.pool).await?;
+        for event in events {
+            insert(&mut tx, event, now).await?;
+        }
+        tx.commit().await
+    }
 }
 
 impl OrgStore<'_> {

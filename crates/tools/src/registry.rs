@@ -28,7 +28,7 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     /// The action named in `args`, when the tool has an action table and the name is in it.
-    pub fn action<'a>(&self, args: &'a Value) -> Option<&'static Action> {
+    pub fn action(&self, args: &Value) -> Option<&'static Action> {
         let name = args.get(self.action_key)?.as_str()?;
         self.actions.iter().find(|a| a.name == name)
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use breeze_auth::{AuthService, AuthSettings};
 use breeze_core::{Clock, SystemClock};
-use breeze_server::{AppState, ServerConfig};
+use breeze_mcp::{EngineConfig, session::SessionLimits};
+use breeze_server::{AppState, Breeze, ServerConfig};
 use breeze_store::{Backend, Store, StoreOptions};
 
 use crate::config::Settings;
@@ -76,17 +77,42 @@ pub(crate) async fn run_server(
         store: app.store.clone(),
         auth: app.auth,
         clock: app.clock,
-        config: Arc::new(ServerConfig {
-            public_url: settings.public_url.clone(),
-            production: settings.production(),
-        }),
+        config: Arc::new(server_config(settings)),
     };
-    breeze_server::serve(listener, state, shutdown_signal())
+    let limiter: Arc<dyn breeze_limits::RateLimiter> =
+        Arc::new(breeze_limits::MemoryLimiter::new());
+    let breeze = Breeze::new(state, limiter);
+    breeze_server::serve(listener, breeze, shutdown_signal())
         .await
         .context("server failed")?;
     app.store.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The server's configuration from validated settings.
+fn server_config(settings: &Settings) -> ServerConfig {
+    let m = &settings.mcp;
+    ServerConfig {
+        public_url: settings.public_url.clone(),
+        production: settings.production(),
+        require_execute_admin: m.require_execute_admin,
+        mcp: EngineConfig {
+            sessions: SessionLimits {
+                max_total: m.max_sessions,
+                max_per_key: m.max_sessions_per_key,
+                ..SessionLimits::default()
+            },
+            sse_rate_per_minute: m.sse_rate_per_minute,
+            message_rate_per_minute: m.message_rate_per_minute,
+            max_body_bytes: m.max_body_bytes,
+            public_base_url: settings.public_url.clone(),
+            allowed_origins: m.allowed_origins.clone(),
+            allow_localhost_origins: !settings.production(),
+            fail_closed: settings.production(),
+            ..EngineConfig::default()
+        },
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

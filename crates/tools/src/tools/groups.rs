@@ -188,9 +188,9 @@ impl Tool for ManageGroups {
                         cx.org.remove_from_group(id, device).await?
                     };
                     if done {
-                        changed += 1
+                        changed += 1;
                     } else {
-                        skipped.push(raw)
+                        skipped.push(raw);
                     }
                 }
                 let verb = if input.action == GroupAction::AddDevices {

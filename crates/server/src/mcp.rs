@@ -1,0 +1,368 @@
+//! Breeze as an MCP application: API-key authentication, the scope-filtered catalogue, the
+//! guard before every call, resources, prompts, and an audit record for every request.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use breeze_auth::AuthError;
+use breeze_core::{Actor, ActorType, ApiKeyPrincipal, AuditEvent, AuditResult};
+use breeze_guard::{Guard, Refusal};
+use breeze_mcp::{
+    Caller, Cx, HttpError, McpApp, RequestRecord,
+    jsonrpc::ErrorObject,
+    model::{
+        CallToolResult, Content, GetPromptResult, PromptArgument, PromptDef, PromptMessage,
+        ResourceContents, ResourceDef, ResourceTemplateDef, ServerInfo, ToolAnnotations,
+        ToolAnnotationsWithTitle, ToolDef,
+    },
+};
+use breeze_tools::{
+    ErrorCode, Registry, ToolError, ToolSpec, prompts, resources, tool_cx, tool_meta,
+};
+use serde_json::{Map, Value, json};
+
+use crate::{AppState, audit_writer::AuditWriter};
+
+/// The server's name in `initialize`.
+pub const SERVER_NAME: &str = "breeze-rmm";
+
+const INSTRUCTIONS: &str = "You are connected to Breeze, a multi-tenant remote monitoring and management (RMM) platform for managed service providers. \
+Data is organized as Partner → Organization → Site → Device Group → Device; this connection reaches exactly one organization, and nothing outside it. \
+Work read-before-write: resolve the device or target first (query_devices, get_device_details, get_device_context), echo the target and its organization back before any change, and change one target at a time unless asked for a fleet-wide action. \
+Tools are tiered: Tier 1 reads, Tier 2 makes low-risk changes, Tier 3 is destructive and needs a human's approval. If Breeze refuses a call, report the reason instead of retrying. Never invent data. \
+Guided prompts: breeze-fleet-triage, breeze-device-investigate, breeze-patch-remediate, breeze-incident-kickoff, breeze-turnkey-setup.";
+
+/// The MCP application.
+pub struct BreezeMcp {
+    state: AppState,
+    registry: Arc<Registry>,
+    guard: Guard,
+    audit: AuditWriter,
+    identity: Value,
+}
+
+impl BreezeMcp {
+    pub fn new(state: AppState, registry: Arc<Registry>, guard: Guard, audit: AuditWriter) -> Self {
+        let mut identity = json!({ "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") });
+        if let Some(revision) = option_env!("BREEZE_REVISION") {
+            identity["revision"] = json!(revision);
+        }
+        Self {
+            state,
+            registry,
+            guard,
+            audit,
+            identity,
+        }
+    }
+
+    fn tool_def(&self, spec: &ToolSpec) -> ToolDef {
+        ToolDef {
+            name: spec.name.to_owned(),
+            title: Some(spec.title.to_owned()),
+            description: spec.description.to_owned(),
+            input_schema: spec.input_schema.clone(),
+            output_schema: Some(spec.output_schema.clone()),
+            annotations: Some(ToolAnnotationsWithTitle {
+                title: Some(spec.title.to_owned()),
+                hints: ToolAnnotations {
+                    read_only_hint: spec.hints.read_only,
+                    destructive_hint: spec.hints.destructive,
+                    idempotent_hint: spec.hints.idempotent,
+                    open_world_hint: spec.hints.open_world,
+                },
+            }),
+            meta: Some(tool_meta(spec, &self.identity)),
+        }
+    }
+
+    fn require_read(principal: &ApiKeyPrincipal) -> Result<(), ErrorObject> {
+        if Guard::reaches_read(&principal.scopes) {
+            Ok(())
+        } else {
+            Err(ErrorObject::new(
+                -32001,
+                "API key missing required scope: ai:read",
+            ))
+        }
+    }
+
+    /// The `breeze://server` document for this request.
+    fn server_document(&self, cx: &Cx<ApiKeyPrincipal>) -> Value {
+        let mut doc = self.identity.clone();
+        doc["transport"] = json!(cx.transport.as_str());
+        doc["protocolVersion"] = json!(cx.protocol.as_str());
+        doc["protocolVersions"] = json!(breeze_mcp::ProtocolVersion::supported_strings());
+        doc
+    }
+}
+
+fn tool_error_result(e: &ToolError, meta: Value) -> CallToolResult {
+    CallToolResult {
+        content: vec![Content::text(
+            json!({ "error": e.message, "code": e.code }).to_string(),
+        )],
+        structured_content: Some(e.to_structured()),
+        is_error: true,
+        meta: Some(meta),
+    }
+}
+
+fn auth_http_error(e: AuthError) -> HttpError {
+    match e {
+        AuthError::Store(inner) => {
+            tracing::error!(error = %inner, "API key lookup failed");
+            HttpError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service temporarily unavailable",
+            )
+        }
+        other => HttpError::new(StatusCode::UNAUTHORIZED, other.to_string()).header(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("X-API-Key"),
+        ),
+    }
+}
+
+impl McpApp for BreezeMcp {
+    type Principal = ApiKeyPrincipal;
+
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Caller<ApiKeyPrincipal>, HttpError> {
+        let key = match headers.get("x-api-key") {
+            Some(v) => Some(
+                v.to_str()
+                    .map_err(|_| auth_http_error(AuthError::InvalidApiKeyFormat))?,
+            ),
+            None if headers.contains_key(header::AUTHORIZATION) => {
+                return Err(HttpError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "Bearer tokens are not accepted: OAuth is not enabled on this server; send X-API-Key",
+                )
+                .header(header::WWW_AUTHENTICATE, HeaderValue::from_static("X-API-Key")));
+            }
+            None => None,
+        };
+        let principal = self
+            .state
+            .auth
+            .authenticate_api_key(key)
+            .await
+            .map_err(auth_http_error)?;
+        let key: Arc<str> = principal.key_id.to_string().into();
+        Ok(Caller { principal, key })
+    }
+
+    fn authorize_stream(&self, caller: &Caller<ApiKeyPrincipal>) -> Result<(), HttpError> {
+        if Guard::reaches_read(&caller.principal.scopes) {
+            Ok(())
+        } else {
+            Err(HttpError::new(
+                StatusCode::FORBIDDEN,
+                "API key missing required scope: ai:read",
+            ))
+        }
+    }
+
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: SERVER_NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            revision: option_env!("BREEZE_REVISION").map(str::to_owned),
+            title: Some("Breeze RMM".into()),
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Some(INSTRUCTIONS.into())
+    }
+
+    async fn list_tools(&self, cx: &Cx<ApiKeyPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
+        let scopes = &cx.caller.principal.scopes;
+        Ok(self
+            .registry
+            .iter()
+            .filter(|t| self.guard.visible(scopes, t))
+            .map(|t| self.tool_def(t))
+            .collect())
+    }
+
+    async fn call_tool(
+        &self,
+        cx: Cx<ApiKeyPrincipal>,
+        name: String,
+        arguments: Value,
+    ) -> Result<CallToolResult, ErrorObject> {
+        let spec = self
+            .registry
+            .get(&name)
+            .ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
+        let meta = tool_meta(spec, &self.identity);
+        let principal = &cx.caller.principal;
+        match self.guard.check(&principal.scopes, spec, &arguments) {
+            Ok(_) => {}
+            Err(r @ Refusal::MissingScope { .. }) => {
+                return Err(ErrorObject::internal(r.to_string()));
+            }
+            Err(r) => {
+                let mut e = ToolError::new(ErrorCode::Forbidden, r.to_string());
+                if let Refusal::ApprovalRequired { .. } = r {
+                    e = e.hint(
+                        "ask a person to do this in Breeze, or use a Tier 1 or Tier 2 alternative",
+                    );
+                }
+                return Ok(tool_error_result(&e, meta));
+            }
+        }
+        if let Err(e) = spec.validate(&arguments) {
+            return Ok(tool_error_result(&e, meta));
+        }
+        let actor = Actor::new(ActorType::ApiKey, principal.key_id);
+        let tcx = tool_cx(
+            &self.state.store,
+            principal.org_id,
+            actor,
+            cx.request_id.as_ref().map(ToString::to_string),
+        );
+        let outcome = tokio::select! {
+            r = spec.call(&tcx, arguments) => r,
+            () = cx.cancel.cancelled() => Err(ToolError::new(ErrorCode::Internal, "cancelled by the client")),
+        };
+        Ok(match outcome {
+            Ok(output) => CallToolResult {
+                content: vec![Content::text(output.to_string())],
+                structured_content: Some(output),
+                is_error: false,
+                meta: Some(meta),
+            },
+            Err(e) => tool_error_result(&e, meta),
+        })
+    }
+
+    async fn list_resources(
+        &self,
+        cx: &Cx<ApiKeyPrincipal>,
+    ) -> Result<Vec<ResourceDef>, ErrorObject> {
+        Self::require_read(&cx.caller.principal)?;
+        Ok(resources::RESOURCES
+            .iter()
+            .map(|r| ResourceDef {
+                uri: r.uri.into(),
+                name: r.name.into(),
+                title: Some(r.title.into()),
+                description: Some(r.description.into()),
+                mime_type: Some("application/json".into()),
+            })
+            .collect())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        cx: &Cx<ApiKeyPrincipal>,
+    ) -> Result<Vec<ResourceTemplateDef>, ErrorObject> {
+        Self::require_read(&cx.caller.principal)?;
+        let t = resources::DEVICE_TEMPLATE;
+        Ok(vec![ResourceTemplateDef {
+            uri_template: t.uri.into(),
+            name: t.name.into(),
+            title: Some(t.title.into()),
+            description: Some(t.description.into()),
+            mime_type: Some("application/json".into()),
+        }])
+    }
+
+    async fn read_resource(
+        &self,
+        cx: Cx<ApiKeyPrincipal>,
+        uri: String,
+    ) -> Result<Vec<ResourceContents>, ErrorObject> {
+        Self::require_read(&cx.caller.principal)?;
+        let org = self.state.store.org(cx.caller.principal.org_id);
+        let doc = resources::read(&org, &uri, &self.server_document(&cx))
+            .await
+            .map_err(|e| match e {
+                resources::ResourceError::Store(inner) => {
+                    tracing::error!(error = %inner, "resource read failed");
+                    ErrorObject::internal("Internal error")
+                }
+                other => ErrorObject::invalid_params(other.to_string()),
+            })?;
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        Ok(vec![ResourceContents::text(uri, "application/json", text)])
+    }
+
+    async fn list_prompts(&self, _cx: &Cx<ApiKeyPrincipal>) -> Result<Vec<PromptDef>, ErrorObject> {
+        Ok(prompts::PROMPTS
+            .iter()
+            .map(|p| PromptDef {
+                name: p.name.into(),
+                title: Some(p.title.into()),
+                description: Some(p.description.into()),
+                arguments: p
+                    .arguments
+                    .iter()
+                    .map(|a| PromptArgument {
+                        name: a.name.into(),
+                        description: Some(a.description.into()),
+                        required: a.required,
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    async fn get_prompt(
+        &self,
+        _cx: Cx<ApiKeyPrincipal>,
+        name: String,
+        arguments: Map<String, Value>,
+    ) -> Result<GetPromptResult, ErrorObject> {
+        let (description, text) = prompts::render(&name, &arguments)
+            .map_err(|e| ErrorObject::invalid_params(e.to_string()))?;
+        Ok(GetPromptResult {
+            description: Some(description.into()),
+            messages: vec![PromptMessage {
+                role: "user",
+                content: Content::text(text),
+            }],
+        })
+    }
+
+    async fn record(&self, r: RequestRecord<'_, ApiKeyPrincipal>) {
+        let p = &r.caller.principal;
+        let mut details = Map::new();
+        details.insert("method".into(), json!(r.method));
+        if let Some(t) = r.target {
+            let key = if r.method == "resources/read" {
+                "uri"
+            } else if r.method == "prompts/get" {
+                "prompt"
+            } else {
+                "tool"
+            };
+            details.insert(key.into(), json!(t));
+        }
+        details.insert("session_active".into(), json!(r.session_id.is_some()));
+        if let Some(s) = r.session_id {
+            details.insert("session_id".into(), json!(s));
+        }
+        details.insert("transport".into(), json!(r.transport.as_str()));
+        details.insert("protocol_version".into(), json!(r.protocol.as_str()));
+        let mut event = AuditEvent::new(
+            Actor::new(ActorType::ApiKey, p.key_id),
+            &format!("mcp.{}", r.method.replace('/', ".")),
+            "mcp",
+        )
+        .org(p.org_id)
+        .details(Value::Object(details));
+        if let Some(t) = r.target {
+            event = event.resource(t);
+        }
+        if let Err(message) = r.outcome {
+            event = event.failed(AuditResult::Failure, message);
+        }
+        self.audit.write(event).await;
+    }
+}
