@@ -1,0 +1,1216 @@
+//! The MCP server in-process: authentication, limits, sessions, protocol rules, the tool
+//! contract and the audit trail — every limit and error the specification names.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{HeaderMap, Request, StatusCode},
+};
+use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
+use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet};
+use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
+use breeze_server::{AppState, Breeze, ServerConfig, app};
+use breeze_store::{AuditFilter, NewDevice, NewUser, Store, testing::Ctx};
+use futures::future::{BoxFuture, FutureExt};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+struct World {
+    store: Store,
+    state: AppState,
+    org_a: OrgId,
+    read: String,
+    write: String,
+    other_org_key: String,
+    a_device: String,
+    b_device: String,
+}
+
+fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+async fn world(cx: &Ctx) -> World {
+    let s = cx.store.clone();
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
+    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+    let a = s
+        .create_organization(p.id, "A", "org-a", audit("o"))
+        .await
+        .unwrap();
+    let b = s
+        .create_organization(p.id, "B", "org-b", audit("o"))
+        .await
+        .unwrap();
+    let user = s
+        .create_user(
+            NewUser {
+                partner_id: p.id,
+                org_id: None,
+                email: "u@p.test".into(),
+                name: "U".into(),
+                password_hash: password::hash("correct horse battery").unwrap(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(p.id, "Administrator").await.unwrap();
+    let mut devices = Vec::new();
+    for org in [a.id, b.id] {
+        s.assign_role(user.id, org, role.id, audit("r"))
+            .await
+            .unwrap();
+        let site = s
+            .org(org)
+            .create_site("HQ", "UTC", audit("s"))
+            .await
+            .unwrap();
+        let d = s
+            .org(org)
+            .create_device(
+                NewDevice {
+                    site_id: site.id,
+                    hostname: format!("web-{}", devices.len()),
+                    os_family: OsFamily::Linux,
+                    os_name: "Debian".into(),
+                    os_version: "12".into(),
+                    status: DeviceStatus::Online,
+                    agent_version: None,
+                    last_seen_at: None,
+                    tags: vec![],
+                },
+                audit("d"),
+            )
+            .await
+            .unwrap();
+        devices.push(d.id.to_string());
+    }
+    let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());
+    let key = |org: OrgId, scopes: &[Scope]| {
+        let auth = auth.clone();
+        let scopes = ScopeSet::new(scopes.iter().copied());
+        async move {
+            auth.create_api_key(
+                CreateApiKey {
+                    org_id: org,
+                    user_id: user.id,
+                    name: "k".into(),
+                    scopes,
+                    expires_at: None,
+                },
+                audit("k"),
+            )
+            .await
+            .unwrap()
+            .0
+            .expose()
+            .to_owned()
+        }
+    };
+    let read = key(a.id, &[Scope::AiRead]).await;
+    let write = key(a.id, &[Scope::AiRead, Scope::AiWrite]).await;
+    let other_org_key = key(b.id, &[Scope::AiRead]).await;
+    let state = AppState {
+        store: s.clone(),
+        auth,
+        clock,
+        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
+    };
+    World {
+        store: s,
+        state,
+        org_a: a.id,
+        read,
+        write,
+        other_org_key,
+        a_device: devices[0].clone(),
+        b_device: devices[1].clone(),
+    }
+}
+
+fn build(
+    w: &World,
+    tweak: impl FnOnce(&mut ServerConfig),
+    limiter: Arc<dyn RateLimiter>,
+) -> Router {
+    let mut config = (*w.state.config).clone();
+    tweak(&mut config);
+    let state = AppState {
+        config: Arc::new(config),
+        ..w.state.clone()
+    };
+    app(Breeze::new(state, limiter))
+}
+
+fn default_app(w: &World) -> Router {
+    build(w, |_| {}, Arc::new(MemoryLimiter::new()))
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn post(path: &str, key: Option<&str>, body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut b = Request::post(path).header("content-type", "application/json");
+    if let Some(k) = key {
+        b = b.header("x-api-key", k);
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Body::from(body.to_string())).unwrap()
+}
+
+fn rpc(id: i64, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+fn init(version: &str) -> Value {
+    rpc(
+        1,
+        "initialize",
+        json!({ "protocolVersion": version, "capabilities": {}, "clientInfo": { "name": "test", "version": "1" } }),
+    )
+}
+
+async fn initialize(app: &Router, key: &str) -> String {
+    let r = send(app, post("/mcp", Some(key), &init("2025-06-18"), &[])).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.headers
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn err_msg(r: &Reply) -> &str {
+    r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error in {}", r.body))
+}
+
+async fn authentication_failures_are_401s(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let list = rpc(1, "tools/list", json!({}));
+    for path in ["/mcp", "/api/v1/mcp", "/api/v1/mcp/message"] {
+        let r = send(&app, post(path, None, &list, &[])).await;
+        assert_eq!(
+            (r.status, err_msg(&r)),
+            (StatusCode::UNAUTHORIZED, "Missing X-API-Key header"),
+            "{path}"
+        );
+        let r = send(&app, post(path, Some("sk-live-123"), &list, &[])).await;
+        assert_eq!(
+            (r.status, err_msg(&r)),
+            (StatusCode::UNAUTHORIZED, "Invalid API key format"),
+            "{path}"
+        );
+        let r = send(
+            &app,
+            post(path, Some(&format!("brz_{}", "A".repeat(43))), &list, &[]),
+        )
+        .await;
+        assert_eq!(
+            (r.status, err_msg(&r)),
+            (StatusCode::UNAUTHORIZED, "Invalid API key"),
+            "{path}"
+        );
+    }
+    let r = send(
+        &app,
+        post("/mcp", None, &list, &[("authorization", "Bearer abc")]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(err_msg(&r).contains("OAuth is not enabled"));
+    let r = send(
+        &app,
+        Request::get("/api/v1/mcp/sse").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (StatusCode::UNAUTHORIZED, "Missing X-API-Key header")
+    );
+    assert_eq!(r.headers.get("www-authenticate").unwrap(), "X-API-Key");
+}
+
+async fn large_bodies_are_refused_before_parsing(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let big = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping", "params": { "pad": "x".repeat(70_000) } });
+    for path in ["/mcp", "/api/v1/mcp/message"] {
+        let r = send(&app, post(path, Some(&w.read), &big, &[])).await;
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        assert!(
+            err_msg(&r).contains("65536 bytes (MCP_MESSAGE_MAX_BODY_BYTES)"),
+            "{}",
+            r.body
+        );
+    }
+    // The limit is a setting.
+    let app = build(
+        &w,
+        |c| c.mcp.max_body_bytes = 100_000,
+        Arc::new(MemoryLimiter::new()),
+    );
+    assert_eq!(
+        send(&app, post("/mcp", Some(&w.read), &big, &[]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+async fn session_caps_per_key_and_server_wide(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = build(
+        &w,
+        |c| {
+            c.mcp.sessions.max_per_key = 2;
+            c.mcp.sessions.max_total = 3;
+        },
+        Arc::new(MemoryLimiter::new()),
+    );
+    initialize(&app, &w.read).await;
+    initialize(&app, &w.read).await;
+    let r = send(&app, post("/mcp", Some(&w.read), &init("2025-06-18"), &[])).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many active MCP sessions for this API key"
+        )
+    );
+    let r = send(
+        &app,
+        Request::get("/api/v1/mcp/sse")
+            .header("x-api-key", &w.read)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "legacy SSE sessions count too"
+    );
+    initialize(&app, &w.write).await;
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.other_org_key), &init("2025-06-18"), &[]),
+    )
+    .await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Too many active MCP sessions"
+        )
+    );
+}
+
+async fn a_session_belongs_to_its_key(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let sid = initialize(&app, &w.read).await;
+    let list = rpc(2, "tools/list", json!({}));
+    let ok = send(
+        &app,
+        post("/mcp", Some(&w.read), &list, &[("mcp-session-id", &sid)]),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK);
+    // Another key (even of the same organization) gets exactly what an unknown session gets.
+    let theirs = send(
+        &app,
+        post("/mcp", Some(&w.write), &list, &[("mcp-session-id", &sid)]),
+    )
+    .await;
+    let unknown = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.write),
+            &list,
+            &[("mcp-session-id", "0123456789abcdef")],
+        ),
+    )
+    .await;
+    assert_eq!(
+        (theirs.status, theirs.body.clone()),
+        (unknown.status, unknown.body.clone())
+    );
+    assert_eq!(
+        (theirs.status, err_msg(&theirs)),
+        (StatusCode::NOT_FOUND, "Session not found")
+    );
+    let del = |key: &str| {
+        Request::delete("/mcp")
+            .header("x-api-key", key)
+            .header("mcp-session-id", &sid)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        send(&app, del(&w.write)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let msg = post(
+        &format!("/api/v1/mcp/message?sessionId={sid}"),
+        Some(&w.write),
+        &list,
+        &[],
+    );
+    assert_eq!(send(&app, msg).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        send(&app, del(&w.read)).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let gone = send(
+        &app,
+        post("/mcp", Some(&w.read), &list, &[("mcp-session-id", &sid)]),
+    )
+    .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+}
+
+async fn message_rate_limit_answers_429_with_retry_after(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = build(
+        &w,
+        |c| c.mcp.message_rate_per_minute = 3,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let ping = rpc(1, "ping", json!({}));
+    for _ in 0..3 {
+        assert_eq!(
+            send(&app, post("/mcp", Some(&w.read), &ping, &[]))
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    let r = send(&app, post("/mcp", Some(&w.read), &ping, &[])).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (StatusCode::TOO_MANY_REQUESTS, "Rate limit exceeded")
+    );
+    let retry: u64 = r
+        .headers
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    // Per key: another key is unaffected.
+    assert_eq!(
+        send(&app, post("/mcp", Some(&w.write), &ping, &[]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Stream connections have their own limit.
+    let app = build(
+        &w,
+        |c| c.mcp.sse_rate_per_minute = 1,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let open = || {
+        Request::get("/api/v1/mcp/sse")
+            .header("x-api-key", &w.read)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(open()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = send(&app, open()).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(second.headers.contains_key("retry-after"));
+}
+
+/// A limiter whose backend is down.
+struct BrokenLimiter;
+
+impl RateLimiter for BrokenLimiter {
+    fn check<'a>(
+        &'a self,
+        _: &'a str,
+        _: u32,
+        _: Duration,
+    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+        async { Err(LimiterError::Unavailable("connection refused".into())) }.boxed()
+    }
+    fn backend(&self) -> &'static str {
+        "broken"
+    }
+}
+
+async fn production_fails_closed_when_the_limiter_is_down(cx: Ctx) {
+    let w = world(&cx).await;
+    let ping = rpc(1, "ping", json!({}));
+    let prod = build(&w, |c| c.production = true, Arc::new(BrokenLimiter));
+    let r = send(&prod, post("/mcp", Some(&w.read), &ping, &[])).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service temporarily unavailable"
+        )
+    );
+    let dev = build(&w, |_| {}, Arc::new(BrokenLimiter));
+    assert_eq!(
+        send(&dev, post("/mcp", Some(&w.read), &ping, &[]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+async fn protocol_rules(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    // Negotiation: echo supported revisions, else the latest.
+    for (asked, got) in [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-11-25", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ] {
+        let r = send(&app, post("/mcp", Some(&w.read), &init(asked), &[])).await;
+        assert_eq!(r.body["result"]["protocolVersion"], got);
+        assert_eq!(r.body["result"]["serverInfo"]["name"], "breeze-rmm");
+        assert!(
+            r.body["result"]["instructions"]
+                .as_str()
+                .unwrap()
+                .contains("Partner → Organization → Site → Device Group → Device")
+        );
+        let sid = r
+            .headers
+            .get("mcp-session-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        send(
+            &app,
+            Request::delete("/mcp")
+                .header("x-api-key", &w.read)
+                .header("mcp-session-id", sid)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    }
+    let ping = rpc(7, "ping", json!({}));
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &ping,
+            &[("mcp-protocol-version", "1999-01-01")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(err_msg(&r).contains("Unsupported MCP-Protocol-Version"));
+
+    // Batches exist only in 2025-03-26 (the header's default).
+    let batch = json!([rpc(1, "ping", json!({})), rpc(2, "tools/list", json!({})), { "jsonrpc": "2.0", "method": "notifications/initialized" }]);
+    let r = send(&app, post("/mcp", Some(&w.read), &batch, &[])).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        r.body.as_array().unwrap().len(),
+        2,
+        "two replies, none for the notification"
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &batch,
+            &[("mcp-protocol-version", "2025-06-18")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+
+    // JSON-RPC errors.
+    let r = send(
+        &app,
+        Request::post("/mcp")
+            .header("x-api-key", &w.read)
+            .body(Body::from("{not json"))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_i64()),
+        (StatusCode::BAD_REQUEST, Some(-32700))
+    );
+    assert_eq!(r.body["id"], Value::Null);
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &json!({ "jsonrpc": "1.0", "id": 3, "method": "ping" }),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.body["error"]["code"].as_i64(), r.body["id"].as_i64()),
+        (Some(-32600), Some(3))
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(4, "tools/explode", json!({})),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.body["error"]["code"], -32601);
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(5, "tools/call", json!({ "name": "format_c_drive" })),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.body["error"]["code"].as_i64(), err_msg(&r)),
+        (Some(-32602), "Unknown tool: format_c_drive")
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+
+    // Origins: foreign browsers are refused, localhost is allowed in development.
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &ping,
+            &[("origin", "http://evil.example.com")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &ping,
+            &[("origin", "http://localhost:6274")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+async fn stateless_2026_07_28_requests(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28" });
+    let discover = rpc(1, "server/discover", json!({ "_meta": meta }));
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &discover,
+            &[("mcp-method", "server/discover")],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body["result"]["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    assert!(
+        r.headers.get("mcp-session-id").is_none(),
+        "stateless: no session"
+    );
+    let call = rpc(
+        2,
+        "tools/call",
+        json!({ "name": "query_devices", "arguments": {}, "_meta": meta }),
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &call,
+            &[("mcp-method", "tools/call"), ("mcp-name", "query_devices")],
+        ),
+    )
+    .await;
+    assert_eq!(r.body["result"]["structuredContent"]["total"], 1);
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &call,
+            &[("mcp-method", "tools/list"), ("mcp-name", "query_devices")],
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_i64()),
+        (StatusCode::BAD_REQUEST, Some(-32020))
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &call,
+            &[("mcp-method", "tools/call")],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["error"]["code"], -32020,
+        "Mcp-Name is required for tools/call"
+    );
+    let old = rpc(
+        3,
+        "ping",
+        json!({ "_meta": { "io.modelcontextprotocol/protocolVersion": "2031-01-01" } }),
+    );
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.read), &old, &[("mcp-method", "ping")]),
+    )
+    .await;
+    assert_eq!(r.body["error"]["code"], -32022);
+    assert_eq!(r.body["error"]["data"]["requested"], "2031-01-01");
+}
+
+async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let names = |r: &Reply| -> Vec<String> {
+        r.body["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let read = send(
+        &app,
+        post("/mcp", Some(&w.read), &rpc(1, "tools/list", json!({})), &[]),
+    )
+    .await;
+    let write = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.write),
+            &rpc(1, "tools/list", json!({})),
+            &[],
+        ),
+    )
+    .await;
+    assert!(!names(&read).contains(&"set_device_context".to_owned()));
+    assert!(names(&write).contains(&"set_device_context".to_owned()));
+    let mut sorted = names(&write);
+    sorted.sort();
+    assert_eq!(names(&write), sorted, "deterministic order");
+    let tool = &write.body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "query_devices")
+        .unwrap()
+        .clone();
+    assert_eq!(tool["annotations"]["readOnlyHint"], true);
+    assert_eq!(tool["_meta"]["breeze/tier"], 1);
+    assert_eq!(tool["outputSchema"]["type"], "object");
+
+    let set = rpc(
+        2,
+        "tools/call",
+        json!({ "name": "set_device_context", "arguments": { "deviceId": w.a_device, "contextType": "quirk", "summary": "needs two reboots" } }),
+    );
+    let r = send(&app, post("/mcp", Some(&w.read), &set, &[])).await;
+    assert_eq!(
+        (r.body["error"]["code"].as_i64(), err_msg(&r)),
+        (
+            Some(-32603),
+            "Tool \"set_device_context\" requires ai:write scope"
+        )
+    );
+    let r = send(&app, post("/mcp", Some(&w.write), &set, &[])).await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["state"], "active",
+        "{}",
+        r.body
+    );
+    let del = rpc(
+        3,
+        "tools/call",
+        json!({ "name": "manage_groups", "arguments": { "action": "delete", "groupId": w.a_device } }),
+    );
+    let r = send(&app, post("/mcp", Some(&w.write), &del, &[])).await;
+    assert_eq!(
+        err_msg(&r),
+        "Tool \"manage_groups\" requires ai:execute scope"
+    );
+}
+
+async fn tool_errors_are_structured(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let call = |args: Value| {
+        rpc(
+            1,
+            "tools/call",
+            json!({ "name": "get_device_details", "arguments": args }),
+        )
+    };
+    let r = send(&app, post("/mcp", Some(&w.read), &call(json!({})), &[])).await;
+    let result = &r.body["result"];
+    assert_eq!(result["isError"], true);
+    assert_eq!(
+        result["structuredContent"]["error"]["code"],
+        "INVALID_ARGUMENT"
+    );
+    assert!(
+        result["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deviceId")
+    );
+    // Another organization's device is "not found or access denied", like a missing one.
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &call(json!({ "deviceId": w.b_device })),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["error"]["message"],
+        "Device not found or access denied"
+    );
+    assert_eq!(
+        r.body["result"]["structuredContent"]["error"]["code"],
+        "NOT_FOUND"
+    );
+    let text: Value =
+        serde_json::from_str(r.body["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        text["error"], "Device not found or access denied",
+        "text-only clients see it too"
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &call(json!({ "deviceId": w.a_device })),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["device"]["id"],
+        w.a_device.as_str()
+    );
+}
+
+async fn resources_and_prompts(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let read = |uri: &str| rpc(1, "resources/read", json!({ "uri": uri }));
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.read), &read("breeze://devices"), &[]),
+    )
+    .await;
+    let devices: Value =
+        serde_json::from_str(r.body["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(devices.as_array().unwrap().len(), 1);
+    assert_eq!(devices[0]["id"], w.a_device.as_str());
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &read(&format!("breeze://devices/{}", w.b_device)),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.body["error"]["code"], -32602);
+    assert!(err_msg(&r).starts_with("Device not found"));
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.read), &read("breeze://alerts"), &[]),
+    )
+    .await;
+    assert_eq!(r.body["result"]["contents"][0]["text"], "[]");
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.read), &read("file:///etc/passwd"), &[]),
+    )
+    .await;
+    assert_eq!(err_msg(&r), "Unknown resource URI: file:///etc/passwd");
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(1, "resources/templates/list", json!({})),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["resourceTemplates"][0]["uriTemplate"],
+        "breeze://devices/{id}"
+    );
+
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(1, "prompts/list", json!({})),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.body["result"]["prompts"].as_array().unwrap().len(), 5);
+    let get = |args: Value| {
+        rpc(
+            1,
+            "prompts/get",
+            json!({ "name": "breeze-incident-kickoff", "arguments": args }),
+        )
+    };
+    let r = send(&app, post("/mcp", Some(&w.read), &get(json!({})), &[])).await;
+    assert_eq!(
+        err_msg(&r),
+        "Missing required argument \"summary\" for prompt breeze-incident-kickoff"
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &get(json!({ "summary": "VPN down" })),
+            &[],
+        ),
+    )
+    .await;
+    assert!(
+        r.body["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("VPN down")
+    );
+}
+
+async fn every_request_is_audited(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let sid = initialize(&app, &w.read).await;
+    send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(2, "tools/list", json!({})),
+            &[("mcp-session-id", &sid)],
+        ),
+    )
+    .await;
+    send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(
+                3,
+                "tools/call",
+                json!({ "name": "query_devices", "arguments": {} }),
+            ),
+            &[],
+        ),
+    )
+    .await;
+    send(
+        &app,
+        post(
+            "/mcp",
+            Some(&w.read),
+            &rpc(
+                4,
+                "tools/call",
+                json!({ "name": "set_device_context", "arguments": {} }),
+            ),
+            &[],
+        ),
+    )
+    .await;
+    let page = w
+        .store
+        .org(w.org_a)
+        .query_audit(
+            &AuditFilter {
+                action: Some("mcp.".into()),
+                ..Default::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(String, Option<String>, String, Value)> = page
+        .records
+        .iter()
+        .rev()
+        .map(|r| {
+            (
+                r.event.action.clone(),
+                r.event.resource_id.clone(),
+                r.event.result.to_string(),
+                r.event.details.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(rows[0].0, "mcp.initialize");
+    assert_eq!(rows[0].3["session_active"], true);
+    assert_eq!(rows[1].0, "mcp.tools.list");
+    assert_eq!(rows[2].0, "mcp.tools.call");
+    assert_eq!(
+        (rows[2].1.as_deref(), rows[2].2.as_str()),
+        (Some("query_devices"), "success")
+    );
+    assert_eq!(rows[2].3["session_active"], false);
+    assert_eq!(rows[3].2, "failure");
+    let failed = page
+        .records
+        .iter()
+        .find(|r| r.event.resource_id.as_deref() == Some("set_device_context"))
+        .unwrap();
+    assert_eq!(
+        failed.event.error_message.as_deref(),
+        Some("Tool \"set_device_context\" requires ai:write scope")
+    );
+    assert_eq!(failed.event.actor.kind, breeze_core::ActorType::ApiKey);
+}
+
+/// Reads SSE events from a streaming body until `want` events arrived.
+async fn sse_events(body: &mut Body, want: usize) -> Vec<(String, String)> {
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    while events.len() < want {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("an SSE event in time")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            buf.push_str(&String::from_utf8_lossy(&data));
+        }
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut event = ("message".to_owned(), String::new());
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event.0 = e.trim().to_owned();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    event.1.push_str(d.trim_start());
+                }
+            }
+            if !block.trim().is_empty() && !block.starts_with(':') {
+                events.push(event);
+            }
+        }
+    }
+    events
+}
+
+async fn legacy_sse_round_trip(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let res = app
+        .clone()
+        .oneshot(
+            Request::get("/api/v1/mcp/sse")
+                .header("x-api-key", &w.read)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = res.into_body();
+    let first = sse_events(&mut body, 1).await;
+    assert_eq!(first[0].0, "endpoint");
+    let endpoint = first[0].1.clone();
+    assert!(
+        endpoint.starts_with("http://127.0.0.1:3000/api/v1/mcp/message?sessionId="),
+        "{endpoint}"
+    );
+    let path = endpoint.trim_start_matches("http://127.0.0.1:3000");
+
+    let r = send(&app, post(path, Some(&w.read), &init("2024-11-05"), &[])).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let r = send(
+        &app,
+        post(
+            path,
+            Some(&w.read),
+            &rpc(
+                2,
+                "tools/call",
+                json!({ "name": "query_devices", "arguments": {} }),
+            ),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    let events = sse_events(&mut body, 2).await;
+    let replies: Vec<Value> = events
+        .iter()
+        .map(|(kind, data)| {
+            assert_eq!(kind, "message");
+            serde_json::from_str(data).unwrap()
+        })
+        .collect();
+    assert_eq!(replies[0]["result"]["protocolVersion"], "2024-11-05");
+    assert_eq!(replies[1]["result"]["structuredContent"]["total"], 1);
+
+    // Without a sessionId the reply comes back inline.
+    let r = send(
+        &app,
+        post(
+            "/api/v1/mcp/message",
+            Some(&w.read),
+            &rpc(3, "ping", json!({})),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["result"].clone()),
+        (StatusCode::OK, json!({}))
+    );
+    // Closing the stream ends the session.
+    drop(body);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = send(
+        &app,
+        post(path, Some(&w.read), &rpc(4, "ping", json!({})), &[]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+async fn streamable_get_stream_needs_its_session(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let sid = initialize(&app, &w.read).await;
+    let get = |key: &str, sid: &str| {
+        Request::get("/mcp")
+            .header("x-api-key", key)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", sid)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        send(&app, get(&w.write, &sid)).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let open = app.clone().oneshot(get(&w.read, &sid)).await.unwrap();
+    assert_eq!(open.status(), StatusCode::OK);
+    assert_eq!(
+        send(&app, get(&w.read, &sid)).await.status,
+        StatusCode::CONFLICT,
+        "one stream per session"
+    );
+}
+
+breeze_store::on_both_backends!(
+    authentication_failures_are_401s,
+    large_bodies_are_refused_before_parsing,
+    session_caps_per_key_and_server_wide,
+    a_session_belongs_to_its_key,
+    message_rate_limit_answers_429_with_retry_after,
+    production_fails_closed_when_the_limiter_is_down,
+    protocol_rules,
+    stateless_2026_07_28_requests,
+    scopes_filter_the_catalogue_and_calls,
+    tool_errors_are_structured,
+    resources_and_prompts,
+    every_request_is_audited,
+    legacy_sse_round_trip,
+    streamable_get_stream_needs_its_session,
+);
