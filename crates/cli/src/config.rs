@@ -45,6 +45,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "PostgreSQL for the test-suite (tests only)",
     ),
     (
+        "BREEZE_TEST_REDIS_URL",
+        "Redis for the test-suite (tests only)",
+    ),
+    (
         "MCP_MAX_SSE_SESSIONS_PER_KEY",
         "MCP sessions one API key may hold (default 5)",
     ),

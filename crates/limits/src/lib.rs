@@ -1,17 +1,19 @@
 //! Rate limiting with an exact sliding window: a request is allowed when fewer than `limit`
 //! requests were allowed for the same key in the last `window`.
 //!
-//! [`RateLimiter`] is the seam; [`MemoryLimiter`] keeps windows in this process. A backend
-//! that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
+//! [`RateLimiter`] is the seam; [`MemoryLimiter`] keeps windows in this process and
+//! [`RedisLimiter`] shares them between instances. A backend that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
 //! to fail open or closed.
 
 mod memory;
+mod redis;
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 pub use memory::MemoryLimiter;
+pub use redis::RedisLimiter;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1198,7 +1198,49 @@ async fn streamable_get_stream_needs_its_session(cx: Ctx) {
     );
 }
 
+async fn redis_limits_answer_429_and_fail_closed(cx: Ctx) {
+    let w = world(&cx).await;
+    #[allow(clippy::disallowed_methods)] // test-harness setting
+    let url =
+        std::env::var("BREEZE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let prefix = format!("breeze-test:{}:", uuid::Uuid::now_v7());
+    let redis = Arc::new(breeze_limits::RedisLimiter::new(&url, &prefix).unwrap());
+    let app = build(&w, |c| c.mcp.message_rate_per_minute = 2, redis);
+    let ping = rpc(1, "ping", json!({}));
+    for _ in 0..2 {
+        let r = send(&app, post("/mcp", Some(&w.read), &ping, &[])).await;
+        assert_eq!(r.status, StatusCode::OK, "Redis at {url}: {}", r.body);
+    }
+    let r = send(&app, post("/mcp", Some(&w.read), &ping, &[])).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (StatusCode::TOO_MANY_REQUESTS, "Rate limit exceeded")
+    );
+    assert!(r.headers.contains_key("retry-after"));
+    // Production with Redis gone: refuse, do not guess.
+    let down = Arc::new(breeze_limits::RedisLimiter::new("redis://127.0.0.1:1", "x:").unwrap());
+    let prod = build(&w, |c| c.production = true, down);
+    let r = send(&prod, post("/mcp", Some(&w.read), &ping, &[])).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service temporarily unavailable"
+        )
+    );
+    let r = send(
+        &prod,
+        Request::get("/api/v1/mcp/sse")
+            .header("x-api-key", &w.read)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
 breeze_store::on_both_backends!(
+    redis_limits_answer_429_and_fail_closed,
     authentication_failures_are_401s,
     large_bodies_are_refused_before_parsing,
     session_caps_per_key_and_server_wide,

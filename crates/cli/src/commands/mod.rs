@@ -69,9 +69,6 @@ pub(crate) async fn run_server(
     listener: tokio::net::TcpListener,
     app: App,
 ) -> anyhow::Result<()> {
-    if settings.redis_url.is_some() {
-        tracing::info!("REDIS_URL is set; nothing uses Redis yet in this version");
-    }
     tracing::info!(listen = %settings.listen, public_url = %settings.public_url, backend = ?app.store.backend(), "breeze is serving");
     let state = AppState {
         store: app.store.clone(),
@@ -79,8 +76,15 @@ pub(crate) async fn run_server(
         clock: app.clock,
         config: Arc::new(server_config(settings)),
     };
-    let limiter: Arc<dyn breeze_limits::RateLimiter> =
-        Arc::new(breeze_limits::MemoryLimiter::new());
+    let limiter: Arc<dyn breeze_limits::RateLimiter> = match &settings.redis_url {
+        Some(url) => {
+            let limiter =
+                breeze_limits::RedisLimiter::new(url, "breeze:rl:").context("REDIS_URL")?;
+            tracing::info!(redis = %breeze_store::redact_url(url), "rate limits are shared through Redis");
+            Arc::new(limiter)
+        }
+        None => Arc::new(breeze_limits::MemoryLimiter::new()),
+    };
     let breeze = Breeze::new(state, limiter);
     breeze_server::serve(listener, breeze, shutdown_signal())
         .await
