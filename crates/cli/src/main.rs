@@ -41,11 +41,32 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::admin::KeysCommand),
+    /// MCP utilities.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Speak MCP on stdin/stdout, forwarding to a Breeze server (BREEZE_URL, BREEZE_API_KEY).
+    #[command(version)]
+    Stdio {
+        /// The Breeze server [env: BREEZE_URL].
+        #[arg(long)]
+        url: Option<String>,
+        /// The API key [env: BREEZE_API_KEY or AUTH_TOKEN].
+        #[arg(long)]
+        api_key: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let settings = match Settings::load(&config::process_env(), &cli.settings) {
+    let env = config::process_env();
+    if let Command::Mcp(McpCommand::Stdio { url, api_key }) = cli.command {
+        return run_stdio(&env, url, api_key);
+    }
+    let settings = match Settings::load(&env, &cli.settings) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("breeze: {e:#}");
@@ -89,7 +110,40 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Orgs(c) => c.run(&commands::open(&settings).await?).await,
         Command::Users(c) => c.run(&commands::open(&settings).await?).await,
         Command::Keys(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
     }
+}
+
+/// `breeze mcp stdio`: needs only the remote's URL and key, never the server's settings.
+fn run_stdio(
+    env: &std::collections::BTreeMap<String, String>,
+    url: Option<String>,
+    key: Option<String>,
+) -> ExitCode {
+    let target = match commands::stdio::StdioTarget::from_env(env, url, key) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("breeze mcp stdio: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(commands::stdio::run(target)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("breeze mcp stdio: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `mcp stdio` is dispatched before settings are loaded.
+fn unreachable_stdio() -> anyhow::Result<()> {
+    anyhow::bail!("breeze mcp stdio runs without server settings")
 }
 
 fn init_tracing(settings: &Settings) {
