@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod audit;
+mod context;
 mod isolation;
 mod tenancy;
 mod users;

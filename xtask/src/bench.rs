@@ -1,0 +1,326 @@
+//! `cargo xtask bench mcp`: Breeze's MCP server measured side by side with peer servers.
+//!
+//! Uses the harness in `../shared/perf-peers` (or `$BREEZE_PERF_PEERS`): its closed-loop load
+//! generator drives `tools/call` over Streamable HTTP at concurrency 1 and 50 against, in
+//! turn, the bare axum floor, the rmcp peer (echo), the engine alone (the conformance fixtures
+//! server's simplest tool) and Breeze's whole pipeline (key authentication, scope check, schema
+//! validation, rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and
+//! the load generator to CPU 1; server CPU time per request is read from `/proc`. Then N idle
+//! sessions are opened on Breeze to measure resident memory per session.
+//!
+//! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (1),
+//! `BENCH_SESSIONS` (1000). Breeze's transport limits are raised through their environment
+//! variables, never by a code path that skips them.
+
+use std::{
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+struct Server {
+    name: &'static str,
+    child: Child,
+    url: String,
+    body: PathBuf,
+    headers: Vec<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    #[allow(clippy::disallowed_methods)] // benchmark knobs, not Breeze settings
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pinned(cpu: u32) -> Command {
+    let two_cpus = std::thread::available_parallelism()
+        .map(|n| n.get() >= 2)
+        .unwrap_or(false);
+    if two_cpus && Command::new("taskset").arg("--version").output().is_ok() {
+        let mut c = Command::new("taskset");
+        c.args(["-c", &cpu.to_string()]);
+        c
+    } else {
+        // Without taskset the numbers are still printed, just noisier.
+        Command::new("env")
+    }
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn wait_for_port(port: u16, child: &mut Child) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = child.try_wait()? {
+            bail!("server on port {port} exited: {status}");
+        }
+        if Instant::now() > deadline {
+            bail!("server on port {port} did not come up");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// utime + stime of `pid`, in microseconds.
+fn cpu_micros(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("malformed /proc stat")?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(ticks * 10_000) // USER_HZ is 100 on Linux
+}
+
+fn rss_kb(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS")
+}
+
+pub(crate) fn mcp() -> anyhow::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace root")?
+        .to_owned();
+    #[allow(clippy::disallowed_methods)] // benchmark knob
+    let peers_src = std::env::var("BREEZE_PERF_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("../shared/perf-peers"));
+    let work = root.join("target/bench");
+    let peers = work.join("perf-peers");
+    std::fs::create_dir_all(&work)?;
+    if !peers.join("Cargo.toml").exists() {
+        run(Command::new("cp").arg("-r").arg(&peers_src).arg(&work))
+            .context("copying the perf-peers harness")?;
+    }
+    let duration = env_num("BENCH_DURATION", 10);
+    let rounds = env_num("BENCH_ROUNDS", 1);
+    let sessions = env_num("BENCH_SESSIONS", 1000);
+
+    eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
+    run(Command::new("cargo").current_dir(&peers).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "loadgen",
+        "-p",
+        "peer-rmcp",
+        "-p",
+        "baseline-axum",
+    ]))?;
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "breeze-cli",
+    ]))?;
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "breeze-mcp",
+        "--example",
+        "conformance",
+    ]))?;
+    let loadgen = peers.join("target/release/loadgen");
+
+    // Breeze demo in a scratch directory, limits raised through their settings.
+    let demo_dir = work.join("breeze-demo");
+    let _ = std::fs::remove_dir_all(&demo_dir);
+    std::fs::create_dir_all(&demo_dir)?;
+    let breeze_port = 3211;
+    let mut breeze = pinned(0)
+        .arg(root.join("target/release/breeze"))
+        .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
+        .current_dir(&demo_dir)
+        .env("BREEZE_LOG", "warn")
+        .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_MAX_SESSIONS", "1000000")
+        .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+        .stdout(Stdio::null())
+        .spawn()?;
+    wait_for_port(breeze_port, &mut breeze)?;
+    let demo: Value =
+        serde_json::from_slice(&std::fs::read(demo_dir.join("breeze-data/demo.json"))?)?;
+    let key = demo["api_keys"]["read"]
+        .as_str()
+        .context("demo read key")?
+        .to_owned();
+
+    let bodies = work.join("bodies");
+    std::fs::create_dir_all(&bodies)?;
+    let breeze_body = bodies.join("breeze_query.json");
+    std::fs::write(
+        &breeze_body,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query_devices","arguments":{"status":"offline","limit":25}}}"#,
+    )?;
+    let fixture_body = bodies.join("fixture_text.json");
+    std::fs::write(
+        &fixture_body,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}"#,
+    )?;
+
+    let spawn_peer = |bin: &str, port: u16| -> anyhow::Result<Child> {
+        let mut c = pinned(0)
+            .arg(peers.join("target/release").join(bin))
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        wait_for_port(port, &mut c)?;
+        Ok(c)
+    };
+    let fixture_port = 3212;
+    let mut fixture = pinned(0)
+        .arg(root.join("target/release/examples/conformance"))
+        .arg(fixture_port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    wait_for_port(fixture_port, &mut fixture)?;
+
+    let echo = peers.join("bodies/echo.json");
+    let servers = vec![
+        Server {
+            name: "baseline-axum (echo floor)",
+            child: spawn_peer("baseline-axum", 3213)?,
+            url: "http://127.0.0.1:3213/mcp".into(),
+            body: echo.clone(),
+            headers: vec![],
+        },
+        Server {
+            name: "peer-rmcp (echo)",
+            child: spawn_peer("peer-rmcp", 3214)?,
+            url: "http://127.0.0.1:3214/mcp".into(),
+            body: echo,
+            headers: vec![],
+        },
+        Server {
+            name: "breeze engine (fixture test_simple_text)",
+            child: fixture,
+            url: format!("http://127.0.0.1:{fixture_port}/mcp"),
+            body: fixture_body,
+            headers: vec![],
+        },
+        Server {
+            name: "breeze pipeline (query_devices, Tier 1)",
+            child: breeze,
+            url: format!("http://127.0.0.1:{breeze_port}/mcp"),
+            body: breeze_body,
+            headers: vec![format!("X-API-Key: {key}")],
+        },
+    ];
+
+    println!("| server | conc | req/s | p50 ms | p99 ms | errors | server CPU µs/req |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for _ in 0..rounds {
+        for conc in [1u32, 50] {
+            for s in &servers {
+                let pid = s.child.id();
+                let mut cmd = pinned(1);
+                cmd.arg(&loadgen)
+                    .args(["--url", &s.url, "--body"])
+                    .arg(&s.body)
+                    .args([
+                        "-c",
+                        &conc.to_string(),
+                        "-d",
+                        &duration.to_string(),
+                        "--warmup",
+                        "1",
+                        "--threads",
+                        "1",
+                    ])
+                    .args(["-H", "MCP-Protocol-Version: 2025-06-18"]);
+                for h in &s.headers {
+                    cmd.args(["-H", h]);
+                }
+                // Warm-up is inside the run; CPU is measured over the whole run and divided by
+                // the successful requests of the measured part, a slight overestimate.
+                let before = cpu_micros(pid)?;
+                let out = run(&mut cmd)?;
+                let after = cpu_micros(pid)?;
+                let line: Value = serde_json::from_str(out.lines().last().unwrap_or("{}"))?;
+                let rps = line["rps"].as_f64().unwrap_or(0.0);
+                let ok = rps * duration as f64;
+                let per_req = if ok > 0.0 {
+                    (after - before) as f64 / (ok * (duration + 1) as f64 / duration as f64)
+                } else {
+                    0.0
+                };
+                println!(
+                    "| {} | {conc} | {:.0} | {:.3} | {:.3} | {} | {:.1} |",
+                    s.name,
+                    rps,
+                    line["p50_ms"].as_f64().unwrap_or(0.0),
+                    line["p99_ms"].as_f64().unwrap_or(0.0),
+                    line["errors"],
+                    per_req
+                );
+            }
+        }
+    }
+
+    // Idle sessions on Breeze: initialize + initialized, never deleted.
+    let breeze = &servers[3];
+    let pid = breeze.child.id();
+    let init = peers.join("bodies/initialize.json");
+    let open = |n: u64| -> anyhow::Result<()> {
+        run(pinned(1)
+            .arg(&loadgen)
+            .args([
+                "--url",
+                &breeze.url,
+                "--open-sessions",
+                &n.to_string(),
+                "-c",
+                "10",
+                "--init",
+            ])
+            .arg(&init)
+            .args(["-H", &breeze.headers[0]]))?;
+        Ok(())
+    };
+    open(100)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let before = rss_kb(pid)?;
+    open(sessions)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_kb(pid)?;
+    println!();
+    println!(
+        "breeze: {sessions} idle sessions: RSS {before} KB → {after} KB = {:.2} KB/session",
+        (after.saturating_sub(before)) as f64 / sessions as f64
+    );
+    Ok(())
+}
