@@ -406,3 +406,65 @@ fn a_busy_port_fails_before_anything_is_written() {
     );
     assert!(!dir.path().join("breeze-data/demo.json").exists());
 }
+
+#[test]
+fn mcp_stdio_bridges_to_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::start(dir.path(), port, "demo");
+    let demo = read_demo(dir.path());
+    let key = demo["api_keys"]["read"].as_str().unwrap();
+    let mut child = breeze(dir.path())
+        .args(["mcp", "stdio"])
+        .env("BREEZE_URL", format!("http://127.0.0.1:{port}"))
+        .env("AUTH_TOKEN", key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"query_devices","arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"set_device_context","arguments":{}}}"#,
+    ];
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replies: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        replies.len(),
+        3,
+        "one line per request, none for the notification: {replies:?}"
+    );
+    assert_eq!(replies[0]["result"]["serverInfo"]["name"], "breeze-rmm");
+    assert_eq!(replies[1]["result"]["structuredContent"]["total"], 0);
+    assert_eq!(
+        replies[2]["error"]["message"],
+        "Tool \"set_device_context\" requires ai:write scope"
+    );
+    server.stop();
+
+    // Missing settings are named.
+    let (code, err) = run_err(breeze(dir.path()).args(["mcp", "stdio"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("BREEZE_URL is required"), "{err}");
+    assert!(
+        run_ok(breeze(dir.path()).args(["mcp", "stdio", "--version"]))
+            .contains(env!("CARGO_PKG_VERSION"))
+    );
+}
