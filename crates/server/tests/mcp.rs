@@ -1173,6 +1173,32 @@ async fn legacy_sse_round_trip(cx: Ctx) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
+async fn streams_send_keepalive_pings(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = build(
+        &w,
+        |c| c.mcp.keepalive = Duration::from_millis(100),
+        Arc::new(MemoryLimiter::new()),
+    );
+    let res = app
+        .clone()
+        .oneshot(
+            Request::get("/api/v1/mcp/sse")
+                .header("x-api-key", &w.read)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = res.into_body();
+    let events = sse_events(&mut body, 3).await;
+    assert_eq!(events[0].0, "endpoint");
+    assert_eq!(
+        (events[1].0.as_str(), events[2].0.as_str()),
+        ("ping", "ping")
+    );
+}
+
 async fn streamable_get_stream_needs_its_session(cx: Ctx) {
     let w = world(&cx).await;
     let app = default_app(&w);
@@ -1255,4 +1281,5 @@ breeze_store::on_both_backends!(
     every_request_is_audited,
     legacy_sse_round_trip,
     streamable_get_stream_needs_its_session,
+    streams_send_keepalive_pings,
 );
