@@ -145,8 +145,10 @@ impl Peer {
         };
         let (id, rx): (Id, oneshot::Receiver<Result<Value, ErrorObject>>) =
             session.expect_response();
+        // Forgets the pending answer however this ends, including when the caller stops
+        // waiting (the client dropped the stream and the handler with it).
+        let _pending = ForgetOnDrop(session, &id);
         if !self.send(outgoing(Some(&id), method, params)).await {
-            session.forget_response(&id);
             return Err(ErrorObject::internal("the client stream closed"));
         }
         rx.await.unwrap_or_else(|_| {
@@ -154,6 +156,33 @@ impl Peer {
                 "the session ended before the client answered",
             ))
         })
+    }
+
+    /// A peer on the session's own server-to-client stream (the Streamable HTTP GET stream, or
+    /// the legacy SSE stream), for messages tied to no request, such as
+    /// `notifications/resources/updated` long after the subscribing request was answered.
+    /// What it sends while no such stream is open is kept for a resuming client (a bounded
+    /// number of events) and otherwise lost. `None` without a session.
+    pub fn standalone(&self) -> Option<Peer> {
+        self.session.clone().map(Peer::session_stream)
+    }
+
+    /// Resolves when the session ends (never, without a session): the moment to stop
+    /// background work done for it.
+    pub async fn session_ended(&self) {
+        match &self.session {
+            Some(s) => s.closed.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Removes a pending request to the client from its session when dropped.
+struct ForgetOnDrop<'a>(&'a Session, &'a Id);
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.forget_response(self.1);
     }
 }
 
@@ -309,4 +338,46 @@ pub trait McpApp: Send + Sync + 'static {
     /// record the application accepts is never lost after the client saw the answer.
     fn record(&self, record: RequestRecord<'_, Self::Principal>)
     -> impl Future<Output = ()> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::session::{SessionKind, SessionLimits, SessionRegistry};
+
+    #[tokio::test]
+    async fn the_standalone_peer_writes_to_the_session_stream() {
+        let registry = SessionRegistry::new(SessionLimits::default());
+        let session = registry
+            .create(&Arc::from("k"), SessionKind::Streamable)
+            .unwrap();
+        let (stream_tx, mut stream_rx) = mpsc::channel(4);
+        assert!(session.attach_stream(stream_tx));
+        let (post_tx, mut post_rx) = mpsc::channel(4);
+        let peer = Peer::channel(post_tx, Some(session.clone()));
+
+        let standalone = peer
+            .standalone()
+            .expect("a session has a stream of its own");
+        standalone
+            .notify(
+                "notifications/resources/updated",
+                json!({ "uri": "test://x" }),
+            )
+            .await;
+        let (_, message) = stream_rx.try_recv().unwrap();
+        assert_eq!(message["method"], "notifications/resources/updated");
+        assert!(post_rx.try_recv().is_err(), "not on the request's stream");
+        assert!(Peer::detached().standalone().is_none());
+
+        // `session_ended` resolves when the session does, and not before.
+        let ended = tokio::time::timeout(Duration::from_millis(20), standalone.session_ended());
+        assert!(ended.await.is_err());
+        registry.remove(&session.id);
+        tokio::time::timeout(Duration::from_secs(1), standalone.session_ended())
+            .await
+            .expect("the session ended");
+    }
 }

@@ -17,6 +17,19 @@ use crate::{
 /// JSON-RPC error code for a request the client cancelled.
 pub const REQUEST_CANCELLED: i32 = -32800;
 
+/// How a Streamable HTTP request is answered when the client accepts both
+/// `application/json` and `text/event-stream` (the specification allows either).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// A plain JSON body, unless the handler sends something (progress, a log message, a
+    /// request to the client) before its answer: then an SSE stream that ends with the answer.
+    #[default]
+    Adaptive,
+    /// Always an SSE stream that ends with the answer (`initialize` is still answered with
+    /// JSON).
+    Stream,
+}
+
 /// Engine settings. Defaults are the specification's.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -38,6 +51,8 @@ pub struct EngineConfig {
     pub allow_localhost_origins: bool,
     /// Refuse requests (503) when the rate limiter cannot decide (production).
     pub fail_closed: bool,
+    /// JSON or SSE answers on Streamable HTTP.
+    pub replies: ReplyMode,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +67,7 @@ impl Default for EngineConfig {
             allowed_origins: Vec::new(),
             allow_localhost_origins: true,
             fail_closed: false,
+            replies: ReplyMode::Adaptive,
         }
     }
 }
@@ -159,9 +175,12 @@ impl<A: McpApp> Engine<A> {
             Some(s) => s.closed.child_token(),
             None => CancellationToken::new(),
         };
-        if let Some(s) = &ctx.session {
+        // Registered for `notifications/cancelled`, and unregistered however the request ends
+        // (including when the transport drops it because the client went away).
+        let tracked = ctx.session.as_deref().map(|s| {
             s.track(&req.id, cancel.clone());
-        }
+            Untrack(s, &req.id)
+        });
         let params = req.params.as_ref();
         let progress_token = params
             .and_then(|p| p.get("_meta"))
@@ -186,9 +205,7 @@ impl<A: McpApp> Engine<A> {
             r = self.dispatch(cx, ctx.session.as_deref(), &req) => r,
             () = cancel.cancelled() => Err(ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")),
         };
-        if let Some(s) = &ctx.session {
-            s.untrack(&req.id);
-        }
+        drop(tracked);
         let recorded = match &outcome {
             Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => {
                 Err(tool_error_text(v))
@@ -309,6 +326,15 @@ impl<A: McpApp> Engine<A> {
                 None => Err(ErrorObject::method_not_found(other)),
             },
         }
+    }
+}
+
+/// Unregisters an in-flight request from its session when dropped.
+struct Untrack<'a>(&'a Session, &'a Id);
+
+impl Drop for Untrack<'_> {
+    fn drop(&mut self) {
+        self.0.untrack(self.1);
     }
 }
 

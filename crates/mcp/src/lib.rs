@@ -20,5 +20,5 @@ pub mod protocol;
 pub mod session;
 
 pub use app::{Caller, Cx, HttpError, McpApp, Peer, RequestRecord, Transport};
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, ReplyMode};
 pub use protocol::ProtocolVersion;

@@ -163,6 +163,12 @@ impl Session {
         lock(&self.pending).remove(id);
     }
 
+    /// How many requests to the client await an answer.
+    #[cfg(test)]
+    pub(crate) fn awaiting_answers(&self) -> usize {
+        lock(&self.pending).len()
+    }
+
     /// Delivers the client's answer to a request we sent. Returns false for unknown ids.
     pub fn resolve_response(&self, id: &Id, outcome: Result<Value, ErrorObject>) -> bool {
         match lock(&self.pending).remove(id) {

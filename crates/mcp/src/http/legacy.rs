@@ -8,10 +8,7 @@ use axum::{
     body::Body,
     extract::{Query, State},
     http::{HeaderMap, StatusCode},
-    response::{
-        IntoResponse, Response,
-        sse::{Event, KeepAlive, Sse},
-    },
+    response::{IntoResponse, Response, sse::Event},
 };
 use futures::StreamExt;
 use serde::Deserialize;
@@ -19,7 +16,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    LimitKind, admit, json_response, read_body, rpc_error, streamable::session_limit_response,
+    LimitKind, admit, json_response, read_body, rpc_error, sse_body,
+    streamable::session_limit_response,
 };
 use crate::{
     Engine,
@@ -73,13 +71,7 @@ pub(crate) async fn open<A: McpApp>(
         let _ = &guard;
         Ok::<_, Infallible>(e)
     });
-    Sse::new(events)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(engine.config.keepalive)
-                .event(Event::default().event("ping").data("")),
-        )
-        .into_response()
+    sse_body(events, engine.config.keepalive)
 }
 
 #[derive(Deserialize)]

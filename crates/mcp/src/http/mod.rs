@@ -4,16 +4,22 @@
 
 mod legacy;
 mod streamable;
+#[cfg(test)]
+mod streamable_tests;
 
-use std::{sync::Arc, time::Duration};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
     Router,
     body::{Body, Bytes},
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
+    response::{
+        IntoResponse, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
     routing::{get, post},
 };
+use futures::Stream;
 use serde_json::{Value, json};
 
 use crate::{
@@ -247,6 +253,31 @@ pub(crate) fn json_response(
     for (k, v) in extra {
         r.headers_mut().insert(k.clone(), v.clone());
     }
+    r
+}
+
+/// An SSE response with keep-alive events; the headers ask proxies not to buffer it, since a
+/// buffered stream delays requests to the client until the stream ends.
+pub(crate) fn sse_body(
+    events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    keepalive: Duration,
+) -> Response {
+    let mut r = Sse::new(events)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(keepalive)
+                .event(Event::default().event("ping").data("")),
+        )
+        .into_response();
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
     r
 }
 

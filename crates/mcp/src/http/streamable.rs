@@ -1,6 +1,7 @@
 //! Streamable HTTP: one endpoint; POST carries messages (answered as JSON, or as an SSE stream
-//! when the handler has something to say before its answer and the client accepts it), GET opens
-//! the session's server-to-client stream, DELETE ends the session.
+//! that ends with the answer when the client accepts one and the handler has something to say
+//! before its answer, or always under [`ReplyMode::Stream`]), GET opens the session's
+//! server-to-client stream, DELETE ends the session.
 //!
 //! 2026-07-28 requests are stateless: they name their revision in `_meta`, carry `Mcp-Method`
 //! (and `Mcp-Name`) headers that must agree with the body, and never touch a session.
@@ -11,10 +12,7 @@ use axum::{
     body::Body,
     extract::State,
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
-    response::{
-        IntoResponse, Response,
-        sse::{Event, KeepAlive, Sse},
-    },
+    response::{IntoResponse, Response, sse::Event},
 };
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -22,12 +20,12 @@ use tokio::sync::mpsc;
 
 use super::{
     LimitKind, PROTOCOL_HEADER, SESSION_HEADER, accepts_sse, admit, json_response, read_body,
-    rpc_error,
+    rpc_error, sse_body,
 };
 use crate::{
     Engine,
     app::{Caller, McpApp, Peer, Transport},
-    engine::CallCtx,
+    engine::{CallCtx, ReplyMode},
     jsonrpc::{
         self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Message, Reply,
         UNSUPPORTED_PROTOCOL_VERSION,
@@ -333,7 +331,8 @@ async fn batch<A: McpApp>(
 type BoxedReply = Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send>>;
 
 /// Handles one message and answers: 202 for notifications and responses, JSON for a request —
-/// or an SSE stream when the handler sends something before its answer and `sse_ok`.
+/// or, when `sse_ok`, an SSE stream if the handler sends something before its answer or the
+/// engine is configured with [`ReplyMode::Stream`].
 #[allow(clippy::too_many_arguments)]
 async fn answer<A: McpApp>(
     engine: Arc<Engine<A>>,
@@ -371,6 +370,8 @@ async fn answer<A: McpApp>(
     }
     let (tx, mut rx) = mpsc::channel::<Value>(32);
     let peer = Peer::channel(tx, session.clone());
+    let mode = engine.config.replies;
+    let keepalive = engine.config.keepalive;
     let ctx = CallCtx {
         caller,
         session,
@@ -379,17 +380,20 @@ async fn answer<A: McpApp>(
         peer,
     };
     let mut fut: BoxedReply = Box::pin(async move { engine.handle(&ctx, message).await });
+    if mode == ReplyMode::Stream {
+        return sse_response(stream_with_final(rx, fut), keepalive, &extra);
+    }
     tokio::select! {
         biased;
         reply = &mut fut => match reply {
             // Nothing was said before the answer: a plain JSON body is cheapest.
             Some(reply) if rx.is_empty() => json_response(StatusCode::OK, reply.to_bytes(), &extra),
-            Some(reply) => sse_response(stream_with_final(rx, Box::pin(futures::future::ready(Some(reply)))), &extra),
+            Some(reply) => sse_response(stream_with_final(rx, Box::pin(futures::future::ready(Some(reply)))), keepalive, &extra),
             None => StatusCode::ACCEPTED.into_response(),
         },
         Some(first) = rx.recv() => {
             let head = futures::stream::once(async move { first });
-            sse_response(head.chain(stream_with_final(rx, fut)), &extra)
+            sse_response(head.chain(stream_with_final(rx, fut)), keepalive, &extra)
         }
     }
 }
@@ -432,13 +436,16 @@ fn stream_with_final(
     })
 }
 
+/// The SSE answer to one POST: its messages as `message` events, kept alive while the handler
+/// works, and ended after the last (the final reply).
 fn sse_response(
     stream: impl Stream<Item = Value> + Send + 'static,
+    keepalive: std::time::Duration,
     extra: &[(HeaderName, HeaderValue)],
 ) -> Response {
     let events =
         stream.map(|v| Ok::<_, Infallible>(Event::default().event("message").data(v.to_string())));
-    let mut r = Sse::new(events).into_response();
+    let mut r = sse_body(events, keepalive);
     for (k, v) in extra {
         r.headers_mut().insert(k.clone(), v.clone());
     }
@@ -527,13 +534,7 @@ pub(crate) fn session_stream(
                     .data(v.to_string()),
             )
         });
-    Sse::new(events)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(keepalive)
-                .event(Event::default().event("ping").data("")),
-        )
-        .into_response()
+    sse_body(events, keepalive)
 }
 
 /// DELETE: ends the session.

@@ -1,0 +1,333 @@
+//! Streamable HTTP end to end through the router: how answers travel (JSON or an SSE stream
+//! that ends with the answer), requests to the client on the POST's stream, and what a
+//! request the client abandons leaves behind.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode, header},
+    response::Response,
+};
+use breeze_limits::MemoryLimiter;
+use http_body_util::BodyExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tower::ServiceExt;
+
+use super::{Routes, router};
+use crate::{
+    Caller, Cx, Engine, EngineConfig, HttpError, McpApp, Peer, RequestRecord, Transport,
+    engine::{CallCtx, ReplyMode},
+    jsonrpc::{ErrorObject, Id, Message, Request as RpcRequest},
+    model::{CallToolResult, GetPromptResult, ResourceContents, ToolDef},
+    protocol::ProtocolVersion,
+    session::SessionKind,
+};
+
+struct TestApp;
+
+impl McpApp for TestApp {
+    type Principal = ();
+
+    async fn authenticate(
+        &self,
+        _headers: &axum::http::HeaderMap,
+    ) -> Result<Caller<()>, HttpError> {
+        Ok(Caller {
+            principal: (),
+            key: "test".into(),
+        })
+    }
+
+    fn server_info(&self) -> crate::model::ServerInfo {
+        crate::model::ServerInfo {
+            name: "test".into(),
+            version: "0".into(),
+            revision: None,
+            title: None,
+        }
+    }
+
+    async fn list_tools(&self, _cx: &Cx<()>) -> Result<Vec<ToolDef>, ErrorObject> {
+        Ok(Vec::new())
+    }
+
+    async fn call_tool(
+        &self,
+        cx: Cx<()>,
+        name: String,
+        _arguments: Value,
+    ) -> Result<CallToolResult, ErrorObject> {
+        match name.as_str() {
+            "quiet" => Ok(CallToolResult::text("ok")),
+            "chatty" => {
+                cx.log("info", json!("working")).await;
+                Ok(CallToolResult::text("done"))
+            }
+            "ask" => {
+                let answer = cx
+                    .peer
+                    .request(
+                        "sampling/createMessage",
+                        json!({ "messages": [], "maxTokens": 10 }),
+                    )
+                    .await?;
+                let text = answer
+                    .pointer("/content/text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                Ok(CallToolResult::text(format!("LLM response: {text}")))
+            }
+            _ => Err(ErrorObject::invalid_params("unknown tool")),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        _cx: Cx<()>,
+        _uri: String,
+    ) -> Result<Vec<ResourceContents>, ErrorObject> {
+        Err(ErrorObject::invalid_params("no resources"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _cx: Cx<()>,
+        _name: String,
+        _arguments: Map<String, Value>,
+    ) -> Result<GetPromptResult, ErrorObject> {
+        Err(ErrorObject::invalid_params("no prompts"))
+    }
+
+    async fn record(&self, _record: RequestRecord<'_, ()>) {}
+}
+
+fn engine(replies: ReplyMode) -> Arc<Engine<TestApp>> {
+    let config = EngineConfig {
+        replies,
+        ..EngineConfig::default()
+    };
+    Engine::new(Arc::new(TestApp), config, Arc::new(MemoryLimiter::new()))
+}
+
+fn app(replies: ReplyMode) -> Router {
+    router(engine(replies), &Routes::default())
+}
+
+async fn post_with(app: &Router, session: Option<&str>, accept: &str, body: Value) -> Response {
+    let mut request = Request::post("/mcp")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, accept);
+    if let Some(id) = session {
+        request = request
+            .header(super::SESSION_HEADER, id)
+            .header(super::PROTOCOL_HEADER, "2025-11-25");
+    }
+    app.clone()
+        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn post(app: &Router, session: Option<&str>, body: Value) -> Response {
+    post_with(app, session, "application/json, text/event-stream", body).await
+}
+
+async fn initialize(app: &Router) -> String {
+    let response = post(
+        app,
+        None,
+        json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": { "sampling": {} },
+                "clientInfo": { "name": "t", "version": "1" }
+            }
+        }),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(content_type(&response), "application/json");
+    response.headers()[super::SESSION_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn content_type(response: &Response) -> &str {
+    response.headers()[header::CONTENT_TYPE].to_str().unwrap()
+}
+
+fn call(id: i64, tool: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool } })
+}
+
+/// The JSON messages of an SSE text (its `data:` lines), skipping empty (keep-alive) data.
+fn sse_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// The whole body, which must end.
+async fn body_text(response: Response) -> String {
+    let bytes = tokio::time::timeout(Duration::from_secs(5), response.into_body().collect())
+        .await
+        .expect("the body ends")
+        .unwrap()
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn adaptive_replies_are_json_unless_the_handler_speaks_first() {
+    let app = app(ReplyMode::Adaptive);
+    let session = initialize(&app).await;
+
+    let response = post(&app, Some(&session), call(1, "quiet")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(content_type(&response), "application/json");
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    assert_eq!(body["result"]["content"][0]["text"], "ok");
+
+    let response = post(&app, Some(&session), call(2, "chatty")).await;
+    assert_eq!(content_type(&response), "text/event-stream");
+    let messages = sse_messages(&body_text(response).await);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0]["method"], "notifications/message");
+    assert!(messages[0].get("id").is_none());
+    assert_eq!(messages[1]["id"], 2);
+    assert_eq!(messages[1]["result"]["content"][0]["text"], "done");
+}
+
+#[tokio::test]
+async fn stream_mode_answers_with_an_unbuffered_stream_that_ends_with_the_answer() {
+    let app = app(ReplyMode::Stream);
+    let session = initialize(&app).await;
+
+    let response = post(
+        &app,
+        Some(&session),
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" }),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(content_type(&response), "text/event-stream");
+    let headers = response.headers();
+    assert_eq!(headers[header::CACHE_CONTROL], "no-cache, no-transform");
+    assert_eq!(headers["x-accel-buffering"], "no");
+    let text = body_text(response).await;
+    assert!(text.starts_with("event: message\n"), "{text:?}");
+    assert_eq!(
+        sse_messages(&text),
+        vec![json!({ "jsonrpc": "2.0", "id": 1, "result": {} })]
+    );
+
+    let response = post(&app, Some(&session), call(2, "chatty")).await;
+    let messages = sse_messages(&body_text(response).await);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1]["result"]["content"][0]["text"], "done");
+
+    // A client that accepts only JSON still gets JSON.
+    let response = post_with(&app, Some(&session), "application/json", call(3, "quiet")).await;
+    assert_eq!(content_type(&response), "application/json");
+
+    // Notifications are still accepted without a body.
+    let response = post(
+        &app,
+        Some(&session),
+        json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    assert!(body_text(response).await.is_empty());
+}
+
+#[tokio::test]
+async fn requests_to_the_client_travel_on_the_post_stream() {
+    for mode in [ReplyMode::Adaptive, ReplyMode::Stream] {
+        let app = app(mode);
+        let session = initialize(&app).await;
+        let response = post(&app, Some(&session), call(5, "ask")).await;
+        assert_eq!(content_type(&response), "text/event-stream", "{mode:?}");
+        let mut body = response.into_body();
+
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the request to the client arrives")
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+        let request = sse_messages(&text).remove(0);
+        assert_eq!(request["method"], "sampling/createMessage");
+        assert!(request["id"].is_string(), "{request}");
+
+        // The client answers with a POST of its own, on the same session.
+        let answer = json!({
+            "jsonrpc": "2.0", "id": request["id"],
+            "result": { "role": "assistant", "model": "m", "content": { "type": "text", "text": "hi" } }
+        });
+        let accepted = post(&app, Some(&session), answer).await;
+        assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+
+        let rest = tokio::time::timeout(Duration::from_secs(5), body.collect())
+            .await
+            .expect("the stream ends after the answer")
+            .unwrap()
+            .to_bytes();
+        let messages = sse_messages(std::str::from_utf8(&rest).unwrap());
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert_eq!(messages[0]["id"], 5);
+        assert_eq!(
+            messages[0]["result"]["content"][0]["text"],
+            "LLM response: hi"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_request_leaves_nothing_behind() {
+    let engine = engine(ReplyMode::Adaptive);
+    let session = engine
+        .sessions
+        .create(&Arc::from("test"), SessionKind::Streamable)
+        .unwrap();
+    let (tx, mut rx) = mpsc::channel(8);
+    let ctx = CallCtx {
+        caller: Caller {
+            principal: (),
+            key: "test".into(),
+        },
+        session: Some(session.clone()),
+        protocol: ProtocolVersion::V2025_11_25,
+        transport: Transport::StreamableHttp,
+        peer: Peer::channel(tx, Some(session.clone())),
+    };
+    let message = Message::Request(RpcRequest {
+        id: Id::Number(7),
+        method: "tools/call".into(),
+        params: Some(json!({ "name": "ask" })),
+    });
+    let handling = engine.handle(&ctx, message);
+    let sent = tokio::select! {
+        _ = handling => panic!("the tool waits for the client"),
+        sent = rx.recv() => sent.unwrap(),
+    };
+    // The handler was dropped mid-request, as when the client closes the stream.
+    assert_eq!(sent["method"], "sampling/createMessage");
+    assert!(
+        !session.cancel(&Id::Number(7)),
+        "no longer registered as in flight"
+    );
+    assert_eq!(
+        session.awaiting_answers(),
+        0,
+        "no longer waiting for the client's answer"
+    );
+}
