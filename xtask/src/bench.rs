@@ -6,7 +6,8 @@
 //! server's simplest tool) and Breeze's whole pipeline (key authentication, scope check, schema
 //! validation, rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and
 //! the load generator to CPU 1; server CPU time per request is read from `/proc`. Then N idle
-//! sessions are opened on Breeze to measure resident memory per session.
+//! sessions are opened on Breeze to measure resident memory per session, and N legacy SSE
+//! streams (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
 //!
 //! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (1),
 //! `BENCH_SESSIONS` (1000). Breeze's transport limits are raised through their environment
@@ -322,5 +323,35 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         "breeze: {sessions} idle sessions: RSS {before} KB → {after} KB = {:.2} KB/session",
         (after.saturating_sub(before)) as f64 / sessions as f64
     );
+
+    // Legacy SSE streams held open through a 30 s keepalive.
+    let streams = env_num("BENCH_SSE_STREAMS", 10_000);
+    if streams > 0 {
+        let before = rss_kb(pid)?;
+        let holder = Command::new("python3")
+            .arg(root.join("xtask/scripts/sse_hold.py"))
+            .args([
+                "127.0.0.1",
+                &breeze_port.to_string(),
+                &key,
+                &streams.to_string(),
+                "35",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("python3 for the SSE stream holder")?;
+        std::thread::sleep(Duration::from_secs(30));
+        let during = rss_kb(pid)?;
+        let out = holder.wait_with_output()?;
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        println!(
+            "breeze: {streams} SSE streams: opened {}, endpoint events {}, keepalive pings {} within 35 s, errors {}; RSS {before} KB → {during} KB = {:.2} KB/stream",
+            report["opened"],
+            report["endpoint"],
+            report["ping"],
+            report["errors"],
+            (during.saturating_sub(before)) as f64 / streams as f64
+        );
+    }
     Ok(())
 }

@@ -37,9 +37,6 @@ pub(crate) async fn open<A: McpApp>(
         Ok(c) => c,
         Err(r) => return r,
     };
-    if let Err(e) = engine.app.authorize_stream(&caller) {
-        return e.into_response();
-    }
     let session = match engine.sessions.create(&caller.key, SessionKind::LegacySse) {
         Ok(s) => s,
         Err(limit) => return session_limit_response(limit),

@@ -99,7 +99,8 @@ impl HttpError {
     }
 }
 
-/// The checks before a body is read: origin, authentication, the rate limit of `kind`.
+/// The checks before a body is read: origin, authentication, the stream permission (for
+/// streams), the rate limit of `kind`.
 pub(crate) async fn admit<A: McpApp>(
     engine: &Engine<A>,
     headers: &HeaderMap,
@@ -111,6 +112,12 @@ pub(crate) async fn admit<A: McpApp>(
         .authenticate(headers)
         .await
         .map_err(HttpError::into_response)?;
+    if let LimitKind::Stream = kind {
+        engine
+            .app
+            .authorize_stream(&caller)
+            .map_err(HttpError::into_response)?;
+    }
     rate_limit(engine, &caller, kind)
         .await
         .map_err(HttpError::into_response)?;

@@ -461,9 +461,6 @@ pub(crate) async fn get<A: McpApp>(
         Ok(c) => c,
         Err(r) => return r,
     };
-    if let Err(e) = engine.app.authorize_stream(&caller) {
-        return e.into_response();
-    }
     match header_version(&headers) {
         Ok(Some(v)) if v.is_stateless() => {
             return rpc_error(
