@@ -457,6 +457,30 @@ fn mcp_stdio_bridges_to_a_running_server() {
         replies[2]["error"]["message"],
         "Tool \"set_device_context\" requires ai:write scope"
     );
+    // Each run ends its session: more runs than the per-key session cap (5) all succeed.
+    for run in 0..7 {
+        let mut child = breeze(dir.path())
+            .args(["mcp", "stdio"])
+            .env("BREEZE_URL", format!("http://127.0.0.1:{port}"))
+            .env("BREEZE_API_KEY", key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let init = format!("{}\n", lines[0]);
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(init.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            reply["result"]["serverInfo"].is_object(),
+            "run {run}: {reply}"
+        );
+    }
     server.stop();
 
     // Missing settings are named.

@@ -89,6 +89,40 @@ mod tests {
         }
     }
 
+    /// Every subschema under `properties` is an object (the TypeScript SDK refuses a bare
+    /// `true`), and no non-standard `format` remains.
+    fn check_schema(tool: &str, path: &str, v: &serde_json::Value) {
+        if let Some(props) = v.get("properties").and_then(serde_json::Value::as_object) {
+            for (name, sub) in props {
+                assert!(
+                    sub.is_object(),
+                    "{tool}: {path}.properties.{name} must be a schema object, got {sub}"
+                );
+            }
+        }
+        if let Some(f) = v.get("format").and_then(serde_json::Value::as_str) {
+            assert!(
+                !f.starts_with("int") && !f.starts_with("uint"),
+                "{tool}: {path} has format {f}"
+            );
+        }
+        match v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .for_each(|(k, sub)| check_schema(tool, &format!("{path}.{k}"), sub)),
+            serde_json::Value::Array(a) => a.iter().for_each(|sub| check_schema(tool, path, sub)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn schemas_are_objects_all_the_way_down() {
+        for t in all().iter() {
+            check_schema(t.name, "inputSchema", &t.input_schema);
+            check_schema(t.name, "outputSchema", &t.output_schema);
+        }
+    }
+
     #[test]
     fn no_tool_claims_an_inconsistent_hint() {
         for t in all().iter() {

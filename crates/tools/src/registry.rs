@@ -75,13 +75,33 @@ impl ToolSpec {
     }
 }
 
-/// A schema as MCP wants it: no `$schema` (2020-12 is the default) and no top-level title.
+/// A schema as MCP wants it: no `$schema` (2020-12 is the default), no top-level title, and
+/// none of schemars' numeric `format`s (`uint32`, `int64`, …), which are not JSON Schema formats
+/// and make strict clients warn; the bounds carry the meaning.
 fn schema_of<T: JsonSchema>() -> Value {
+    fn strip_numeric_formats(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                let numeric = m.get("format").and_then(Value::as_str).is_some_and(|f| {
+                    ["int", "uint", "float", "double"]
+                        .iter()
+                        .any(|p| f.starts_with(p))
+                });
+                if numeric {
+                    m.remove("format");
+                }
+                m.values_mut().for_each(strip_numeric_formats);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip_numeric_formats),
+            _ => {}
+        }
+    }
     let mut v = schemars::schema_for!(T).to_value();
     if let Value::Object(m) = &mut v {
         m.remove("$schema");
         m.remove("title");
     }
+    strip_numeric_formats(&mut v);
     v
 }
 

@@ -135,6 +135,19 @@ pub(crate) async fn run(target: StdioTarget) -> anyhow::Result<()> {
         }
         out.flush().await.context("writing stdout")?;
     }
+    // The client went away: end the session instead of leaving it to the idle timeout (it
+    // counts against the key's session cap until then).
+    if let Some(s) = session {
+        let ended = http
+            .delete(&target.endpoint)
+            .header("x-api-key", &target.api_key)
+            .header("mcp-session-id", s)
+            .send()
+            .await;
+        if let Err(e) = ended {
+            eprintln!("breeze mcp stdio: could not end the session: {e}");
+        }
+    }
     Ok(())
 }
 

@@ -53,6 +53,7 @@ pub(crate) struct AuditEntry {
     resource_id: Option<String>,
     result: String,
     error_message: Option<String>,
+    #[schemars(with = "serde_json::Map<String, Value>")]
     details: Value,
 }
 

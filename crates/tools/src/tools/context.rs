@@ -22,6 +22,7 @@ pub(crate) struct ContextView {
     /// issue, quirk, followup or preference.
     context_type: String,
     summary: String,
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     details: Option<Value>,
     /// active, resolved or expired.
     state: String,

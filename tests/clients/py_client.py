@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Drives a RUNNING Breeze with the official MCP Python SDK (PyPI package `mcp`, 1.x) over the
+Streamable HTTP client (`streamablehttp_client`) and the legacy HTTP+SSE client (`sse_client`).
+
+Usage: python py_client.py --demo-json PATH/breeze-data/demo.json [--only http,sse]
+
+Prints one "PASS py <transport>" line per transport; exits non-zero with a clear message when a
+check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import timedelta
+from importlib.metadata import version
+from typing import Any
+
+import anyio
+from mcp import ClientSession, McpError
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamablehttp_client
+
+# `streamablehttp_client` is deprecated in favour of `streamable_http_client` in mcp 1.2x+; it is
+# still the documented headers= entry point of the 1.x line this test pins.
+warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*streamable_http_client.*")
+
+SERVER_NAME = "breeze-rmm"
+READ_TOOLS = sorted(
+    ["get_device_context", "get_device_details", "manage_groups", "query_audit_log", "query_devices"]
+)
+WRITE_ONLY_TOOLS = ["resolve_device_context", "set_device_context"]
+WRITE_TOOLS = sorted(READ_TOOLS + WRITE_ONLY_TOOLS)
+SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope'
+TIMEOUT = timedelta(seconds=20)
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(cond: Any, msg: str) -> None:
+    if not cond:
+        raise CheckFailed(msg)
+
+
+def show(v: Any) -> str:
+    s = json.dumps(v, default=str)
+    return s if len(s) <= 600 else s[:600] + "…"
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, CheckFailed):
+        return str(exc)
+    if isinstance(exc, McpError):
+        return f"McpError {exc.error.code}: {exc.error.message}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+@asynccontextmanager
+async def session_for(kind: str, demo: dict, api_key: str):
+    headers = {"X-API-Key": api_key}
+    if kind == "http":
+        transport = streamablehttp_client(demo["mcp_url"], headers=headers)
+    else:
+        transport = sse_client(demo["mcp_sse_url"], headers=headers)
+    async with transport as streams:
+        read_stream, write_stream = streams[0], streams[1]
+        async with ClientSession(read_stream, write_stream, read_timeout_seconds=TIMEOUT) as session:
+            yield session
+
+
+LABELS = {
+    "http": "streamable-http (streamablehttp_client)",
+    "sse": "sse (sse_client)",
+}
+
+
+async def run_checks(kind: str, demo: dict) -> list[str]:
+    failures: list[str] = []
+
+    async def step(name: str, fn):
+        try:
+            return True, await fn()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
+            failures.append(f"{name}: {describe(exc)}")
+            return False, None
+
+    async with AsyncExitStack() as stack:
+
+        async def open_session(role: str):
+            session = await stack.enter_async_context(session_for(kind, demo, demo["api_keys"][role]))
+            init = await session.initialize()
+            name = init.serverInfo.name
+            check(name == SERVER_NAME, f"serverInfo.name is {name!r}, want {SERVER_NAME!r}")
+            return session
+
+        ok, read = await step("initialize with the read key", lambda: open_session("read"))
+        if not ok:
+            return failures
+        wok, write = await step("initialize with the write key", lambda: open_session("write"))
+
+        async def list_names(session, want, role):
+            names = sorted(t.name for t in (await session.list_tools()).tools)
+            check(names == want, f"{role} key sees tools {names}, want {want}")
+            return names
+
+        rok, read_tools = await step("tools/list with the read key", lambda: list_names(read, READ_TOOLS, "read"))
+        if wok:
+            wlok, write_tools = await step(
+                "tools/list with the write key", lambda: list_names(write, WRITE_TOOLS, "write")
+            )
+            if rok and wlok:
+
+                async def differ():
+                    extra = [t for t in write_tools if t not in read_tools]
+                    check(extra == WRITE_ONLY_TOOLS, f"write-only tools are {extra}, want {WRITE_ONLY_TOOLS}")
+
+                await step("tools/list read vs write key", differ)
+
+        async def query_devices():
+            res = await read.call_tool("query_devices", {})
+            check(not res.isError, f"query_devices returned isError: {show(res.model_dump())}")
+            sc = res.structuredContent
+            check(isinstance(sc, dict), f"query_devices has no structuredContent: {show(res.model_dump())}")
+            total = sc.get("total")
+            check(
+                isinstance(total, (int, float)) and not isinstance(total, bool),
+                f"structuredContent.total is {total!r}, want a number",
+            )
+            check(isinstance(sc.get("devices"), list), f"structuredContent.devices is {sc.get('devices')!r}")
+            check(isinstance(sc.get("showing"), int), f"structuredContent.showing is {sc.get('showing')!r}")
+            texts = [c.text for c in res.content if c.type == "text"]
+            check(texts, f"query_devices has no text content: {show(res.model_dump()['content'])}")
+            try:
+                parsed = json.loads(texts[0])
+            except ValueError:
+                raise CheckFailed(f"query_devices text content is not JSON: {texts[0]!r}") from None
+            check(parsed == sc, f"query_devices text {show(parsed)} != structuredContent {show(sc)}")
+
+        await step("tools/call query_devices", query_devices)
+
+        async def scope_refused():
+            try:
+                res = await read.call_tool(
+                    "set_device_context",
+                    {
+                        "deviceId": "00000000-0000-4000-8000-000000000000",
+                        "contextType": "issue",
+                        "summary": "written by the Python client test (must be refused)",
+                    },
+                )
+            except McpError as exc:
+                check(exc.error.code == -32603, f"error code is {exc.error.code}, want -32603 ({exc.error.message})")
+                check(
+                    exc.error.message == SCOPE_ERROR,
+                    f"error message is {exc.error.message!r}, want {SCOPE_ERROR!r}",
+                )
+                return
+            raise CheckFailed(f"expected a JSON-RPC error, got result {show(res.model_dump())}")
+
+        await step("tools/call set_device_context with the read key", scope_refused)
+
+        async def server_resource():
+            res = await read.read_resource("breeze://server")
+            check(res.contents, f"no contents: {show(res.model_dump())}")
+            c0 = res.contents[0]
+            check(str(c0.uri) == "breeze://server", f"contents uri is {str(c0.uri)!r}")
+            text = getattr(c0, "text", None)
+            check(isinstance(text, str), f"no text contents: {show(res.model_dump())}")
+            try:
+                server = json.loads(text)
+            except ValueError:
+                raise CheckFailed(f"not JSON: {text!r}") from None
+            check(server.get("name") == SERVER_NAME, f"name is {server.get('name')!r}, want {SERVER_NAME!r}")
+
+        await step("resources/read breeze://server", server_resource)
+
+        async def prompt_with_device():
+            res = await read.get_prompt("breeze-device-investigate", {"device": "web-01"})
+            check(res.messages, f"prompt has no messages: {show(res.model_dump())}")
+            text = "\n".join(m.content.text for m in res.messages if m.content.type == "text")
+            check("web-01" in text, f"prompt text does not mention web-01: {text!r}")
+
+        await step('prompts/get breeze-device-investigate {"device": "web-01"}', prompt_with_device)
+
+        async def prompt_missing_argument():
+            try:
+                res = await read.get_prompt("breeze-device-investigate", {})
+            except McpError as exc:
+                check(
+                    exc.error.code == -32602,
+                    f"error code is {exc.error.code}, want -32602 invalid params ({exc.error.message})",
+                )
+                return
+            raise CheckFailed(f"expected a JSON-RPC error, got result {show(res.model_dump())}")
+
+        await step('prompts/get breeze-device-investigate without the required "device"', prompt_missing_argument)
+
+    return failures
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demo-json", required=True)
+    parser.add_argument("--only", default="http,sse")
+    args = parser.parse_args()
+    with open(args.demo_json, encoding="utf-8") as f:
+        demo = json.load(f)
+    kinds = [k.strip() for k in args.only.split(",") if k.strip()]
+    for k in kinds:
+        if k not in LABELS:
+            print(f"unknown transport {k}; known: {', '.join(LABELS)}", file=sys.stderr)
+            return 2
+    print(f"(python mcp {version('mcp')})")
+    failed = 0
+    for kind in kinds:
+        try:
+            failures = await run_checks(kind, demo)
+        except BaseException as exc:  # noqa: BLE001 - closing a transport can fail too
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            failures = [f"transport: {describe(exc)}"]
+        if failures:
+            failed += 1
+            print(f"FAIL py {LABELS[kind]}")
+            for f in failures:
+                print(f"  - {f}")
+        else:
+            print(f"PASS py {LABELS[kind]}")
+    print(f"py: {len(kinds) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))

@@ -1,0 +1,318 @@
+#!/usr/bin/env node
+// Drives a RUNNING Breeze with the official MCP TypeScript SDK (@modelcontextprotocol/sdk)
+// over all three client transports: legacy HTTP+SSE, Streamable HTTP and stdio (through
+// `breeze mcp stdio`).
+//
+// Usage: node ts_client.mjs --demo-json PATH/breeze-data/demo.json --breeze-bin PATH/breeze
+//                           [--only sse,http,stdio]
+//
+// Prints one "PASS ts <transport>" line per transport, or "FAIL ts <transport>" followed by every
+// failed check of that transport, then "ts: N passed, N failed"; exits 1 when any check failed.
+
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+
+const { values: opts } = parseArgs({
+  options: {
+    'demo-json': { type: 'string' },
+    'breeze-bin': { type: 'string' },
+    only: { type: 'string', default: 'sse,http,stdio' },
+  },
+});
+if (!opts['demo-json']) {
+  console.error('usage: node ts_client.mjs --demo-json PATH [--breeze-bin PATH] [--only sse,http,stdio]');
+  process.exit(2);
+}
+const demo = JSON.parse(readFileSync(opts['demo-json'], 'utf8'));
+
+const SERVER_NAME = 'breeze-rmm';
+const READ_TOOLS = [
+  'get_device_context',
+  'get_device_details',
+  'manage_groups',
+  'query_audit_log',
+  'query_devices',
+];
+const WRITE_ONLY_TOOLS = ['resolve_device_context', 'set_device_context'];
+const WRITE_TOOLS = [...READ_TOOLS, ...WRITE_ONLY_TOOLS].sort();
+const SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope';
+const PER_REQUEST_TIMEOUT_MS = 20_000;
+
+class CheckFailed extends Error {}
+
+function check(cond, msg) {
+  if (!cond) throw new CheckFailed(msg);
+}
+function sameList(a, b) {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+function show(v) {
+  const s = JSON.stringify(v);
+  return s && s.length > 600 ? `${s.slice(0, 600)}…` : s;
+}
+
+/** One line for a failure: our own checks, SDK schema-validation errors (zod) and the rest. */
+function describe(err) {
+  if (err instanceof CheckFailed) return err.message;
+  if (Array.isArray(err?.issues)) {
+    const issues = err.issues.map((i) => `${(i.path ?? []).join('.')}: ${i.message}`).join('; ');
+    return `the SDK rejected the server's response (schema validation, ${err.name}): ${issues}`;
+  }
+  return `${err?.name ?? 'Error'}: ${err?.message ?? err}`;
+}
+
+/** Runs fn and returns the error it threw; fails the check when it resolves instead. */
+async function expectRejection(what, fn) {
+  let result;
+  try {
+    result = await fn();
+  } catch (err) {
+    return err;
+  }
+  throw new CheckFailed(`${what}: expected an error, got result ${show(result)}`);
+}
+
+// ---- transports -------------------------------------------------------------------------------
+
+/** fetch for the legacy SSE stream's EventSource that always carries X-API-Key. */
+function keyedFetch(apiKey) {
+  return (url, init = {}) => {
+    const headers = new Headers(init.headers);
+    headers.set('X-API-Key', apiKey);
+    return fetch(url, { ...init, headers });
+  };
+}
+
+function cleanEnv(extra) {
+  // `breeze` refuses unknown BREEZE_*/MCP_* variables: pass only what the bridge needs.
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined) continue;
+    if (/^(BREEZE_|MCP_)/.test(k) || k === 'DATABASE_URL' || k === 'REDIS_URL') continue;
+    env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+const TRANSPORTS = {
+  sse: {
+    label: 'sse (SSEClientTransport)',
+    make: (apiKey) =>
+      new SSEClientTransport(new URL(demo.mcp_sse_url), {
+        requestInit: { headers: { 'X-API-Key': apiKey } },
+        eventSourceInit: { fetch: keyedFetch(apiKey) },
+      }),
+  },
+  http: {
+    label: 'streamable-http (StreamableHTTPClientTransport)',
+    make: (apiKey) =>
+      new StreamableHTTPClientTransport(new URL(demo.mcp_url), {
+        requestInit: { headers: { 'X-API-Key': apiKey } },
+      }),
+  },
+  stdio: {
+    label: 'stdio (StdioClientTransport -> breeze mcp stdio)',
+    make: (apiKey) => {
+      check(opts['breeze-bin'], 'stdio transport needs --breeze-bin');
+      return new StdioClientTransport({
+        command: opts['breeze-bin'],
+        args: ['mcp', 'stdio'],
+        env: cleanEnv({ BREEZE_URL: demo.base_url, BREEZE_API_KEY: apiKey }),
+        stderr: 'pipe',
+      });
+    },
+  },
+};
+
+async function connect(kind, apiKey, role) {
+  const transport = TRANSPORTS[kind].make(apiKey);
+  let stderr = '';
+  if (transport.stderr) transport.stderr.on('data', (d) => (stderr += d));
+  const client = new Client({ name: `breeze-ts-client-${kind}-${role}`, version: '1.0.0' });
+  try {
+    await client.connect(transport, { timeout: PER_REQUEST_TIMEOUT_MS });
+  } catch (err) {
+    if (stderr) err.message += `\n  bridge stderr: ${stderr.trim()}`;
+    throw err;
+  }
+  return client;
+}
+
+/** Ends the session politely: Streamable HTTP sessions are DELETEd (Client.close() alone
+ * leaves them open on the server until they idle out), then the transport is closed. */
+async function closeClient(client) {
+  const transport = client.transport;
+  if (transport instanceof StreamableHTTPClientTransport && transport.sessionId) {
+    await transport.terminateSession().catch((err) => console.error(`terminateSession: ${err}`));
+  }
+  await client.close();
+}
+
+// ---- the checks -------------------------------------------------------------------------------
+
+/**
+ * Runs every check for one transport. Checks are independent where they can be, so one failure
+ * does not hide the others; returns the list of failures ("step: why").
+ */
+async function runChecks(kind) {
+  const req = { timeout: PER_REQUEST_TIMEOUT_MS };
+  const failures = [];
+  const step = async (name, fn) => {
+    try {
+      return { ok: true, value: await fn() };
+    } catch (err) {
+      failures.push(`${name}: ${describe(err)}`);
+      return { ok: false };
+    }
+  };
+
+  const read = await step('initialize with the read key', async () => {
+    const c = await connect(kind, demo.api_keys.read, 'read');
+    const info = c.getServerVersion();
+    if (info?.name !== SERVER_NAME) {
+      await closeClient(c).catch(() => {});
+      throw new CheckFailed(`serverInfo.name is ${show(info?.name)}, want "${SERVER_NAME}"`);
+    }
+    return c;
+  });
+  if (!read.ok) return failures;
+  const rc = read.value;
+
+  const write = await step('initialize with the write key', async () => {
+    const c = await connect(kind, demo.api_keys.write, 'write');
+    const info = c.getServerVersion();
+    if (info?.name !== SERVER_NAME) {
+      await closeClient(c).catch(() => {});
+      throw new CheckFailed(`serverInfo.name is ${show(info?.name)}, want "${SERVER_NAME}"`);
+    }
+    return c;
+  });
+
+  try {
+    const readTools = await step('tools/list with the read key', async () => {
+      const names = (await rc.listTools({}, req)).tools.map((t) => t.name).sort();
+      check(sameList(names, READ_TOOLS), `read key sees tools ${show(names)}, want ${show(READ_TOOLS)}`);
+      return names;
+    });
+    const writeTools = write.ok
+      ? await step('tools/list with the write key', async () => {
+          const names = (await write.value.listTools({}, req)).tools.map((t) => t.name).sort();
+          check(sameList(names, WRITE_TOOLS), `write key sees tools ${show(names)}, want ${show(WRITE_TOOLS)}`);
+          return names;
+        })
+      : { ok: false };
+    if (readTools.ok && writeTools.ok) {
+      await step('tools/list read vs write key', async () => {
+        const extra = writeTools.value.filter((t) => !readTools.value.includes(t));
+        check(sameList(extra, WRITE_ONLY_TOOLS), `write-only tools are ${show(extra)}, want ${show(WRITE_ONLY_TOOLS)}`);
+      });
+    }
+
+    await step('tools/call query_devices', async () => {
+      const qd = await rc.callTool({ name: 'query_devices', arguments: {} }, undefined, req);
+      check(!qd.isError, `query_devices returned isError: ${show(qd)}`);
+      const sc = qd.structuredContent;
+      check(sc && typeof sc === 'object', `query_devices has no structuredContent: ${show(qd)}`);
+      check(typeof sc.total === 'number', `structuredContent.total is ${show(sc.total)}, want a number`);
+      check(Array.isArray(sc.devices), `structuredContent.devices is ${show(sc.devices)}, want an array`);
+      check(typeof sc.showing === 'number', `structuredContent.showing is ${show(sc.showing)}, want a number`);
+      const text = (qd.content ?? []).find((c) => c.type === 'text');
+      check(text, `query_devices has no text content: ${show(qd.content)}`);
+      let parsed;
+      try {
+        parsed = JSON.parse(text.text);
+      } catch {
+        throw new CheckFailed(`query_devices text content is not JSON: ${show(text.text)}`);
+      }
+      check(show(parsed) === show(sc), `query_devices text ${show(parsed)} != structuredContent ${show(sc)}`);
+    });
+
+    await step('tools/call set_device_context with the read key', async () => {
+      const err = await expectRejection('set_device_context with the read key', () =>
+        rc.callTool(
+          {
+            name: 'set_device_context',
+            arguments: {
+              deviceId: '00000000-0000-4000-8000-000000000000',
+              contextType: 'issue',
+              summary: 'written by the TS client test (must be refused)',
+            },
+          },
+          undefined,
+          req,
+        ),
+      );
+      check(err instanceof McpError, `failed with a non-MCP error: ${err}`);
+      check(err.code === -32603, `error code is ${err.code}, want -32603 (${err.message})`);
+      // McpError prefixes "MCP error -32603: "; the server's message must be exactly SCOPE_ERROR.
+      const serverMsg = err.message.replace(/^MCP error -?\d+: /, '');
+      check(serverMsg === SCOPE_ERROR, `error message is ${show(serverMsg)}, want ${show(SCOPE_ERROR)}`);
+    });
+
+    await step('resources/read breeze://server', async () => {
+      const res = await rc.readResource({ uri: 'breeze://server' }, req);
+      const c0 = res.contents?.[0];
+      check(c0 && typeof c0.text === 'string', `no text contents: ${show(res)}`);
+      check(c0.uri === 'breeze://server', `contents uri is ${show(c0.uri)}`);
+      let server;
+      try {
+        server = JSON.parse(c0.text);
+      } catch {
+        throw new CheckFailed(`not JSON: ${show(c0.text)}`);
+      }
+      check(server.name === SERVER_NAME, `name is ${show(server.name)}, want "${SERVER_NAME}"`);
+    });
+
+    await step('prompts/get breeze-device-investigate {device: "web-01"}', async () => {
+      const prompt = await rc.getPrompt({ name: 'breeze-device-investigate', arguments: { device: 'web-01' } }, req);
+      check(prompt.messages?.length > 0, `prompt has no messages: ${show(prompt)}`);
+      const text = prompt.messages.map((m) => (m.content?.type === 'text' ? m.content.text : '')).join('\n');
+      check(text.includes('web-01'), `prompt text does not mention web-01: ${show(text)}`);
+    });
+
+    await step('prompts/get breeze-device-investigate without the required "device"', async () => {
+      const err = await expectRejection('prompts/get without "device"', () =>
+        rc.getPrompt({ name: 'breeze-device-investigate', arguments: {} }, req),
+      );
+      check(err instanceof McpError, `failed with a non-MCP error: ${err}`);
+      check(err.code === -32602, `error code is ${err.code}, want -32602 invalid params (${err.message})`);
+    });
+  } finally {
+    await Promise.allSettled([closeClient(rc), write.ok ? closeClient(write.value) : undefined]);
+  }
+  return failures;
+}
+
+async function main() {
+  const kinds = opts.only.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const k of kinds) {
+    if (!TRANSPORTS[k]) {
+      console.error(`unknown transport ${k}; known: ${Object.keys(TRANSPORTS).join(', ')}`);
+      process.exit(2);
+    }
+  }
+  let failed = 0;
+  for (const kind of kinds) {
+    const failures = await runChecks(kind);
+    if (failures.length === 0) {
+      console.log(`PASS ts ${TRANSPORTS[kind].label}`);
+    } else {
+      failed++;
+      console.log(`FAIL ts ${TRANSPORTS[kind].label}`);
+      for (const f of failures) console.log(`  - ${f}`);
+    }
+  }
+  console.log(`ts: ${kinds.length - failed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((err) => {
+  console.error(`FAIL ts: unexpected error: ${err?.stack ?? err}`);
+  process.exit(1);
+});
