@@ -292,16 +292,41 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         }
     }
 
-    // Idle sessions on Breeze: initialize + initialized, never deleted.
-    let breeze = &servers[3];
-    let pid = breeze.child.id();
+    // Idle sessions on a fresh Breeze process (memory freed by the load runs would hide them):
+    // 100 warm-up sessions, then N more; initialize + initialized, never deleted.
+    let mut servers = servers;
+    let breeze = servers.pop().context("the Breeze server")?;
+    drop(servers);
+    let breeze_url = breeze.url.clone();
+    let key_header = breeze.headers[0].clone();
+    drop(breeze);
+    let mut fresh = pinned(0)
+        .arg(root.join("target/release/breeze"))
+        .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
+        .current_dir(&demo_dir)
+        .env("BREEZE_LOG", "warn")
+        .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_MAX_SESSIONS", "1000000")
+        .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+        .stdout(Stdio::null())
+        .spawn()?;
+    wait_for_port(breeze_port, &mut fresh)?;
+    let fresh = Server {
+        name: "breeze",
+        child: fresh,
+        url: breeze_url,
+        body: PathBuf::new(),
+        headers: vec![key_header],
+    };
+    let pid = fresh.child.id();
     let init = peers.join("bodies/initialize.json");
     let open = |n: u64| -> anyhow::Result<()> {
         run(pinned(1)
             .arg(&loadgen)
             .args([
                 "--url",
-                &breeze.url,
+                &fresh.url,
                 "--open-sessions",
                 &n.to_string(),
                 "-c",
@@ -309,7 +334,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
                 "--init",
             ])
             .arg(&init)
-            .args(["-H", &breeze.headers[0]]))?;
+            .args(["-H", &fresh.headers[0]]))?;
         Ok(())
     };
     open(100)?;
@@ -320,7 +345,8 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let after = rss_kb(pid)?;
     println!();
     println!(
-        "breeze: {sessions} idle sessions: RSS {before} KB → {after} KB = {:.2} KB/session",
+        "{}: {sessions} idle sessions: RSS {before} KB → {after} KB = {:.2} KB/session",
+        fresh.name,
         (after.saturating_sub(before)) as f64 / sessions as f64
     );
 

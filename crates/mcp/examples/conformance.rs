@@ -918,8 +918,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_per_key: 10_000,
             ..SessionLimits::default()
         },
-        sse_rate_per_minute: 100_000,
-        message_rate_per_minute: 100_000,
+        // A local fixture also used for throughput benchmarks: limits still apply, set out of reach.
+        sse_rate_per_minute: u32::MAX,
+        message_rate_per_minute: u32::MAX,
         public_base_url: format!("http://{addr}"),
         replies,
         ..EngineConfig::default()
