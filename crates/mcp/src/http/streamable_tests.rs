@@ -66,6 +66,11 @@ impl McpApp for TestApp {
                 cx.log("info", json!("working")).await;
                 Ok(CallToolResult::text("done"))
             }
+            "slow" => {
+                cx.progress(1.0, Some(2.0), Some("halfway")).await;
+                cx.progress(2.0, Some(2.0), None).await;
+                Ok(CallToolResult::text("finished"))
+            }
             "ask" => {
                 let answer = cx
                     .peer
@@ -330,4 +335,79 @@ async fn an_abandoned_request_leaves_nothing_behind() {
         0,
         "no longer waiting for the client's answer"
     );
+}
+
+#[tokio::test]
+async fn notifications_cancelled_stops_the_call_in_flight() {
+    let engine = engine(ReplyMode::Adaptive);
+    let session = engine
+        .sessions
+        .create(&Arc::from("test"), SessionKind::Streamable)
+        .unwrap();
+    let (tx, mut rx) = mpsc::channel(8);
+    let ctx = CallCtx {
+        caller: Caller {
+            principal: (),
+            key: "test".into(),
+        },
+        session: Some(session.clone()),
+        protocol: ProtocolVersion::V2025_11_25,
+        transport: Transport::StreamableHttp,
+        peer: Peer::channel(tx, Some(session.clone())),
+    };
+    let call = Message::Request(RpcRequest {
+        id: Id::Number(9),
+        method: "tools/call".into(),
+        params: Some(json!({ "name": "ask" })),
+    });
+    let cancel = Message::Notification(crate::jsonrpc::Notification {
+        method: "notifications/cancelled".into(),
+        params: Some(json!({ "requestId": 9, "reason": "user pressed stop" })),
+    });
+    let handling = engine.handle(&ctx, call);
+    tokio::pin!(handling);
+    // The tool is waiting for the client's answer to its sampling request...
+    tokio::select! {
+        _ = &mut handling => panic!("the tool waits for the client"),
+        sent = rx.recv() => assert_eq!(sent.unwrap()["method"], "sampling/createMessage"),
+    }
+    // ...when the client cancels the call.
+    assert!(engine.handle(&ctx, cancel).await.is_none());
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(1), handling)
+        .await
+        .expect("the cancelled call ends")
+        .expect("a request is answered");
+    let error = reply.outcome.unwrap_err();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (-32800, "Request cancelled")
+    );
+}
+
+#[tokio::test]
+async fn progress_notifications_stream_before_the_answer() {
+    let app = app(ReplyMode::Adaptive);
+    let session = initialize(&app).await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": { "name": "slow", "arguments": {}, "_meta": { "progressToken": "p-1" } }
+    });
+    let response = post(&app, Some(&session), body).await;
+    assert!(content_type(&response).starts_with("text/event-stream"));
+    let messages = sse_messages(&body_text(response).await);
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(messages[0]["method"], "notifications/progress");
+    assert_eq!(
+        messages[0]["params"],
+        json!({ "progressToken": "p-1", "progress": 1.0, "total": 2.0, "message": "halfway" })
+    );
+    assert_eq!(messages[1]["params"]["progress"], 2.0);
+    assert_eq!(messages[2]["id"], 5);
+    assert_eq!(messages[2]["result"]["content"][0]["text"], "finished");
+    // Without a progress token the same call is a plain JSON answer.
+    let quiet = post(&app, Some(&session), json!({
+        "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": { "name": "slow", "arguments": {} }
+    }))
+    .await;
+    assert!(content_type(&quiet).starts_with("application/json"));
 }
