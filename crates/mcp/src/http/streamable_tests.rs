@@ -411,3 +411,43 @@ async fn progress_notifications_stream_before_the_answer() {
     .await;
     assert!(content_type(&quiet).starts_with("application/json"));
 }
+
+#[tokio::test]
+async fn the_get_stream_resumes_after_last_event_id() {
+    let engine = engine(ReplyMode::Adaptive);
+    let app = router(engine.clone(), &Routes::default());
+    let id = initialize(&app).await;
+    let session = engine
+        .sessions()
+        .get(&id, "test")
+        .expect("the session exists");
+    // Three server messages while no stream is open: kept for a resuming client.
+    for n in 1..=3 {
+        session.send(json!({ "jsonrpc": "2.0", "method": "notifications/message", "params": { "n": n } })).await;
+    }
+    let get = Request::get("/mcp")
+        .header(header::ACCEPT, "text/event-stream")
+        .header(super::SESSION_HEADER, &id)
+        .header("last-event-id", "1")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(get).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    while text.matches("\n\n").count() < 2 {
+        let frame = tokio::time::timeout(Duration::from_secs(2), body.frame())
+            .await
+            .expect("replayed events")
+            .unwrap()
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+    assert!(
+        text.contains("id: 2") && text.contains("id: 3") && !text.contains("id: 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("\"n\":2") && text.contains("\"n\":3"));
+}
