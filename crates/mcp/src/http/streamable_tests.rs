@@ -296,14 +296,20 @@ async fn requests_to_the_client_travel_on_the_post_stream() {
     }
 }
 
-#[tokio::test]
-async fn an_abandoned_request_leaves_nothing_behind() {
-    let engine = engine(ReplyMode::Adaptive);
+/// A session and the context of a request on it whose stream is `rx`, as the transport builds
+/// them, for driving the engine directly.
+fn session_ctx(
+    engine: &Engine<TestApp>,
+) -> (
+    Arc<crate::session::Session>,
+    CallCtx<()>,
+    mpsc::Receiver<Value>,
+) {
     let session = engine
         .sessions
         .create(&Arc::from("test"), SessionKind::Streamable)
         .unwrap();
-    let (tx, mut rx) = mpsc::channel(8);
+    let (tx, rx) = mpsc::channel(8);
     let ctx = CallCtx {
         caller: Caller {
             principal: (),
@@ -314,6 +320,13 @@ async fn an_abandoned_request_leaves_nothing_behind() {
         transport: Transport::StreamableHttp,
         peer: Peer::channel(tx, Some(session.clone())),
     };
+    (session, ctx, rx)
+}
+
+#[tokio::test]
+async fn an_abandoned_request_leaves_nothing_behind() {
+    let engine = engine(ReplyMode::Adaptive);
+    let (session, ctx, mut rx) = session_ctx(&engine);
     let message = Message::Request(RpcRequest {
         id: Id::Number(7),
         method: "tools/call".into(),
@@ -340,21 +353,7 @@ async fn an_abandoned_request_leaves_nothing_behind() {
 #[tokio::test]
 async fn notifications_cancelled_stops_the_call_in_flight() {
     let engine = engine(ReplyMode::Adaptive);
-    let session = engine
-        .sessions
-        .create(&Arc::from("test"), SessionKind::Streamable)
-        .unwrap();
-    let (tx, mut rx) = mpsc::channel(8);
-    let ctx = CallCtx {
-        caller: Caller {
-            principal: (),
-            key: "test".into(),
-        },
-        session: Some(session.clone()),
-        protocol: ProtocolVersion::V2025_11_25,
-        transport: Transport::StreamableHttp,
-        peer: Peer::channel(tx, Some(session.clone())),
-    };
+    let (_session, ctx, mut rx) = session_ctx(&engine);
     let call = Message::Request(RpcRequest {
         id: Id::Number(9),
         method: "tools/call".into(),
