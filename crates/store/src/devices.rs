@@ -139,20 +139,51 @@ impl OrgStore<'_> {
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<Device>, u64)> {
-        let mut count = sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
-        filter.apply(&mut count);
-        let total: i64 = count.fetch_scalar(self.store).await?;
+        let (rows, total) = self.list_devices_with_sites(filter, limit, offset).await?;
+        Ok((rows.into_iter().map(|(d, _)| d).collect(), total))
+    }
 
+    /// [`OrgStore::list_devices`] with each device's site name, in one query (the total comes
+    /// from a window count).
+    pub async fn list_devices_with_sites(
+        &self,
+        filter: &DeviceFilter,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<(Device, String)>, u64)> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            device: Device,
+            site_name: String,
+            total_count: i64,
+        }
         let mut q = sql(format!(
-            "SELECT {DEVICE_COLUMNS} FROM devices d WHERE d.org_id = $1"
+            "SELECT {DEVICE_COLUMNS}, s.name AS site_name, COUNT(*) OVER () AS total_count \
+             FROM devices d JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \
+             WHERE d.org_id = $1"
         ))
         .bind(self.org);
         filter.apply(&mut q);
         let l = q.arg(i64::from(limit));
         let o = q.arg(i64::from(offset));
         q.push(&format!(" ORDER BY d.hostname, d.id LIMIT {l} OFFSET {o}"));
-        let devices = q.fetch_all(self.store).await?;
-        Ok((devices, u64::try_from(total).unwrap_or(0)))
+        let rows: Vec<Row> = q.fetch_all(self.store).await?;
+        let total = match rows.first() {
+            Some(r) => r.total_count,
+            // Past the last page the window has no row to ride on: count on its own.
+            None if offset > 0 => {
+                let mut count =
+                    sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
+                filter.apply(&mut count);
+                count.fetch_scalar(self.store).await?
+            }
+            None => 0,
+        };
+        Ok((
+            rows.into_iter().map(|r| (r.device, r.site_name)).collect(),
+            u64::try_from(total).unwrap_or(0),
+        ))
     }
 
     /// The members of a device group of this organization.

@@ -211,7 +211,47 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     assert!(AuditCursor::decode("not a cursor").is_err());
 }
 
+async fn batches_write_every_record(cx: Ctx) {
+    let s = &cx.store;
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let org = s
+        .create_organization(
+            partner.id,
+            "O",
+            "o",
+            audit("organization.create", "organization"),
+        )
+        .await
+        .unwrap();
+    // 130 records cross the 64-row statement boundary twice.
+    let events: Vec<AuditEvent> = (0..130)
+        .map(|i| {
+            AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.ping", "mcp")
+                .org(org.id)
+                .resource(format!("r{i}"))
+        })
+        .collect();
+    s.append_audit_batch(&events).await.unwrap();
+    let f = AuditFilter {
+        action: Some("mcp.ping".into()),
+        ..Default::default()
+    };
+    let page = s.org(org.id).query_audit(&f, None, 500).await.unwrap();
+    assert_eq!(page.records.len(), 130);
+    let ids: HashSet<_> = page.records.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 130);
+    assert!(
+        page.records
+            .iter()
+            .any(|r| r.event.resource_id.as_deref() == Some("r129"))
+    );
+}
+
 breeze_store::on_both_backends!(
+    batches_write_every_record,
     records_cannot_be_changed_or_deleted,
     filters_and_keyset_pagination
 );

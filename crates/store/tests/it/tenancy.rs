@@ -127,6 +127,26 @@ async fn hierarchy_round_trips(cx: Ctx) {
             .collect::<Vec<_>>(),
         ["DB-01", "laptop-7", "web-01"]
     );
+    let past_the_end = o
+        .list_devices(&DeviceFilter::default(), 10, 50)
+        .await
+        .unwrap();
+    assert_eq!(
+        (past_the_end.0.len(), past_the_end.1),
+        (0, 3),
+        "the total is known past the last page"
+    );
+    let (named, _) = o
+        .list_devices_with_sites(&DeviceFilter::default(), 10, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        named
+            .iter()
+            .map(|(_, site)| site.as_str())
+            .collect::<Vec<_>>(),
+        ["HQ", "Branch", "HQ"]
+    );
     let page = o
         .list_devices(&DeviceFilter::default(), 2, 2)
         .await

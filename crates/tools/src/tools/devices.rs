@@ -149,12 +149,11 @@ impl Tool for QueryDevices {
         };
         let (devices, total) = cx
             .org
-            .list_devices(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
+            .list_devices_with_sites(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
             .await?;
-        let sites = site_names(cx).await?;
         let devices: Vec<DeviceSummary> = devices
             .iter()
-            .map(|d| DeviceSummary::new(d, sites.get(&d.site_id).cloned()))
+            .map(|(d, site)| DeviceSummary::new(d, Some(site.clone())))
             .collect();
         Ok(QueryDevicesOutput {
             showing: devices.len(),
