@@ -156,7 +156,23 @@ impl Reply {
 
     /// The wire form, serialized.
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.to_value()).unwrap_or_default()
+        /// The wire form by reference: serializing a reply never copies its result.
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            jsonrpc: &'static str,
+            id: &'a Option<Id>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result: Option<&'a Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<&'a ErrorObject>,
+        }
+        let wire = Wire {
+            jsonrpc: "2.0",
+            id: &self.id,
+            result: self.outcome.as_ref().ok(),
+            error: self.outcome.as_ref().err(),
+        };
+        serde_json::to_vec(&wire).unwrap_or_default()
     }
 }
 
@@ -320,6 +336,18 @@ mod tests {
             panic!()
         };
         assert!(items[0].is_ok() && items[1].is_err());
+    }
+
+    #[test]
+    fn bytes_and_values_agree() {
+        for r in [
+            Reply::ok(Id::Number(1), json!({ "a": [1, 2] })),
+            Reply::err(Some(Id::String("x".into())), ErrorObject::internal("boom")),
+            Reply::err(None, ErrorObject::new(PARSE_ERROR, "bad")),
+        ] {
+            let from_bytes: Value = serde_json::from_slice(&r.to_bytes()).unwrap();
+            assert_eq!(from_bytes, r.to_value());
+        }
     }
 
     #[test]
