@@ -73,6 +73,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "MCP_ALLOWED_ORIGINS",
         "comma-separated browser origins allowed to call MCP",
     ),
+    (
+        "MCP_EXECUTE_TOOL_ALLOWLIST",
+        "production: Tier 3+ tools allowed (comma-separated, * for all)",
+    ),
 ];
 
 /// Prefixes whose variables must all be known.
@@ -88,6 +92,7 @@ pub(crate) struct McpSettings {
     pub(crate) max_body_bytes: usize,
     pub(crate) require_execute_admin: bool,
     pub(crate) allowed_origins: Vec<String>,
+    pub(crate) execute_allowlist: String,
 }
 
 /// Parses a positive whole-number setting, or gives its default.
@@ -127,6 +132,10 @@ impl McpSettings {
             message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
             max_body_bytes: number(env, "MCP_MESSAGE_MAX_BODY_BYTES", 65_536usize)?,
             require_execute_admin: boolean(env, "MCP_REQUIRE_EXECUTE_ADMIN", true)?,
+            execute_allowlist: env
+                .get("MCP_EXECUTE_TOOL_ALLOWLIST")
+                .cloned()
+                .unwrap_or_default(),
             allowed_origins: env
                 .get("MCP_ALLOWED_ORIGINS")
                 .map(|v| {

@@ -2,26 +2,72 @@
 //!
 //! Every front door (MCP now; the AI chat and Tool Sources later) asks [`Guard::check`] before a
 //! handler runs, and shows [`Guard::visible`] tools only. The pipeline, in the specification's
-//! order:
+//! order, each step refusing with an error that names what is missing:
 //!
 //! 1. **Scope** for the call's effective tier (base tier raised by the action table): Tier 1
 //!    needs `ai:read`, Tier 2 `ai:write`, Tier 3 `ai:execute` — and `ai:execute_admin` in
-//!    production when required. `ai:execute` implies `ai:write` implies `ai:read`; `*` grants all.
-//! 2. Action-level escalation is part of the effective tier; Tier 4 is always refused.
-//! 3. RBAC, per-tool rate limits, the production allowlist and durable human approval are the
-//!    next steps of this pipeline. Until approvals exist, a Tier 3 call is refused here as
-//!    needing approval — fail closed.
+//!    production when required. `ai:execute` implies `ai:write` implies `ai:read`; `*` grants
+//!    all. Tier 4 is always refused.
+//! 2. **RBAC**: the acting user's role in the organization must hold the tool's (or the
+//!    action's) permission, decided by `breeze_core::rbac::check`.
+//! 3. **Per-tool rate limit**, per user, exact sliding window (the limiter is shared with the
+//!    transport limits: memory or Redis). A limiter that cannot decide refuses in production.
+//! 4. **Production allowlist** for Tier 3+: `MCP_EXECUTE_TOOL_ALLOWLIST`.
+//! 5. **Approval** for Tier 3: until durable approvals exist, refused as needing one.
 
-use breeze_core::{Scope, ScopeSet};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use breeze_core::{Clock, Permission, PermissionSet, Scope, ScopeSet, UserId, rbac};
+use breeze_limits::RateLimiter;
 use breeze_tools::{Tier, ToolSpec};
 use serde_json::Value;
 
+/// Which Tier 3+ tools production allows (`MCP_EXECUTE_TOOL_ALLOWLIST`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Allowlist {
+    /// Unset or empty: none.
+    #[default]
+    None,
+    /// `*`: every tool.
+    All,
+    Only(BTreeSet<String>),
+}
+
+impl Allowlist {
+    /// Parses the comma-separated setting.
+    pub fn parse(setting: &str) -> Self {
+        let names: BTreeSet<String> = setting
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if names.contains("*") {
+            Allowlist::All
+        } else if names.is_empty() {
+            Allowlist::None
+        } else {
+            Allowlist::Only(names)
+        }
+    }
+
+    fn allows(&self, tool: &str) -> bool {
+        match self {
+            Allowlist::None => false,
+            Allowlist::All => true,
+            Allowlist::Only(names) => names.contains(tool),
+        }
+    }
+}
+
 /// Deployment facts the guard needs.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct GuardConfig {
     pub production: bool,
     /// `MCP_REQUIRE_EXECUTE_ADMIN` (default true; only matters in production).
     pub require_execute_admin: bool,
+    /// `MCP_EXECUTE_TOOL_ALLOWLIST` (only matters in production).
+    pub allowlist: Allowlist,
 }
 
 /// Why a call was refused.
@@ -34,6 +80,25 @@ pub enum Refusal {
         scope: Scope,
         production_admin: bool,
     },
+    /// The acting user holds no role in the organization.
+    #[error("Insufficient permissions: the API key's user has no role in this organization")]
+    NoRole,
+    /// The acting user's role lacks the permission.
+    #[error("Insufficient permissions: requires {0}")]
+    MissingPermission(Permission),
+    /// The per-tool limit is reached.
+    #[error("Tool rate limit exceeded for {tool}. Try again at {retry_at}")]
+    RateLimited {
+        tool: String,
+        retry_at: String,
+        retry_after: Duration,
+    },
+    /// The rate limiter could not decide and production fails closed.
+    #[error("Unable to verify rate limits")]
+    LimiterUnavailable,
+    /// Production runs only allowlisted Tier 3+ tools.
+    #[error("Tool \"{tool}\" is not in MCP_EXECUTE_TOOL_ALLOWLIST for production")]
+    NotAllowlisted { tool: String },
     /// Tier 3: a human must approve first.
     #[error("Tool \"{tool}\"{action} is Tier 3 and requires human approval, which is not available over MCP yet", action = .action.as_ref().map(|a| format!(" action \"{a}\"")).unwrap_or_default())]
     ApprovalRequired {
@@ -45,14 +110,25 @@ pub enum Refusal {
     Blocked { tool: String },
 }
 
+/// Who is calling: the key's scopes and what its user may do in the key's organization.
+#[derive(Debug, Clone)]
+pub struct Caller<'a> {
+    pub scopes: &'a ScopeSet,
+    pub user: UserId,
+    /// The user's permissions in the organization; `None` when the user holds no role there.
+    pub permissions: Option<PermissionSet>,
+}
+
 /// The guard pipeline.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone)]
 pub struct Guard {
     config: GuardConfig,
+    limiter: Arc<dyn RateLimiter>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Whether `scopes` reach `tier` (the hierarchy `*` ⊃ execute_admin ⊃ execute ⊃ write ⊃ read).
-fn reaches(scopes: &ScopeSet, tier: Tier, config: GuardConfig) -> Result<(), (Scope, bool)> {
+fn reaches(scopes: &ScopeSet, tier: Tier, config: &GuardConfig) -> Result<(), (Scope, bool)> {
     let has = |s: Scope| scopes.grants(s);
     let admin = has(Scope::AiExecuteAdmin);
     let execute = admin || has(Scope::AiExecute);
@@ -76,35 +152,75 @@ fn reaches(scopes: &ScopeSet, tier: Tier, config: GuardConfig) -> Result<(), (Sc
 }
 
 impl Guard {
-    pub fn new(config: GuardConfig) -> Self {
-        Self { config }
+    pub fn new(config: GuardConfig, limiter: Arc<dyn RateLimiter>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            config,
+            limiter,
+            clock,
+        }
     }
 
     /// Whether `scopes` allow reading at all (resources, streams): any `ai:*` scope or `*`.
     pub fn reaches_read(scopes: &ScopeSet) -> bool {
-        reaches(scopes, Tier::T1, GuardConfig::default()).is_ok()
+        reaches(scopes, Tier::T1, &GuardConfig::default()).is_ok()
     }
 
     /// Whether `tools/list` shows `spec` to a key with `scopes` (by the tool's base tier).
     pub fn visible(&self, scopes: &ScopeSet, spec: &ToolSpec) -> bool {
-        spec.tier < Tier::T4 && reaches(scopes, spec.tier, self.config).is_ok()
+        spec.tier < Tier::T4 && reaches(scopes, spec.tier, &self.config).is_ok()
     }
 
-    /// Decides a call of `spec` with `args`; returns the effective tier when allowed.
-    pub fn check(&self, scopes: &ScopeSet, spec: &ToolSpec, args: &Value) -> Result<Tier, Refusal> {
+    /// Decides a call of `spec` with `args`; returns the effective tier when allowed. Counts the
+    /// call against the tool's rate limit only once scope and permission allow it.
+    pub async fn check(
+        &self,
+        caller: &Caller<'_>,
+        spec: &ToolSpec,
+        args: &Value,
+    ) -> Result<Tier, Refusal> {
         let tier = spec.effective_tier(args);
         if tier == Tier::T4 {
             return Err(Refusal::Blocked {
                 tool: spec.name.to_owned(),
             });
         }
-        reaches(scopes, tier, self.config).map_err(|(scope, production_admin)| {
+        reaches(caller.scopes, tier, &self.config).map_err(|(scope, production_admin)| {
             Refusal::MissingScope {
                 tool: spec.name.to_owned(),
                 scope,
                 production_admin,
             }
         })?;
+        let granted = caller.permissions.ok_or(Refusal::NoRole)?;
+        rbac::check(granted, spec.permission_for(args))
+            .map_err(|d| Refusal::MissingPermission(d.0))?;
+        if let Some(limit) = spec.rate_limit {
+            let key = format!("tool:{}:{}", caller.user, spec.name);
+            match self
+                .limiter
+                .check(&key, limit.max, Duration::from_secs(limit.window_secs))
+                .await
+            {
+                Ok(d) if d.allowed => {}
+                Ok(d) => {
+                    let retry_at = self.clock.now()
+                        + chrono::Duration::from_std(d.retry_after)
+                            .unwrap_or(chrono::Duration::zero());
+                    return Err(Refusal::RateLimited {
+                        tool: spec.name.to_owned(),
+                        retry_at: retry_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        retry_after: d.retry_after,
+                    });
+                }
+                Err(_) if self.config.production => return Err(Refusal::LimiterUnavailable),
+                Err(_) => {}
+            }
+        }
+        if tier >= Tier::T3 && self.config.production && !self.config.allowlist.allows(spec.name) {
+            return Err(Refusal::NotAllowlisted {
+                tool: spec.name.to_owned(),
+            });
+        }
         if tier == Tier::T3 {
             return Err(Refusal::ApprovalRequired {
                 tool: spec.name.to_owned(),
@@ -116,98 +232,4 @@ impl Guard {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn scopes(list: &str) -> ScopeSet {
-        ScopeSet::parse_list(list).unwrap()
-    }
-
-    #[test]
-    fn scope_hierarchy_and_spec_wording() {
-        let registry = breeze_tools::all();
-        let groups = registry.get("manage_groups").unwrap();
-        let set_ctx = registry.get("set_device_context").unwrap();
-        let g = Guard::default();
-
-        assert!(g.visible(&scopes("ai:read"), groups));
-        assert!(!g.visible(&scopes("ai:read"), set_ctx));
-        assert!(g.visible(&scopes("ai:write"), set_ctx));
-        assert!(g.visible(&scopes("ai:execute"), set_ctx));
-        assert!(g.visible(&scopes("*"), set_ctx));
-
-        let err = g
-            .check(&scopes("ai:read"), set_ctx, &json!({}))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Tool \"set_device_context\" requires ai:write scope"
-        );
-        assert_eq!(
-            g.check(&scopes("ai:read"), groups, &json!({"action": "list"})),
-            Ok(Tier::T1)
-        );
-        let err = g
-            .check(
-                &scopes("ai:read"),
-                groups,
-                &json!({"action": "add_devices"}),
-            )
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Tool \"manage_groups\" requires ai:write scope"
-        );
-        let err = g
-            .check(
-                &scopes("ai:read,ai:write"),
-                groups,
-                &json!({"action": "delete"}),
-            )
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Tool \"manage_groups\" requires ai:execute scope"
-        );
-        let err = g
-            .check(&scopes("ai:execute"), groups, &json!({"action": "delete"}))
-            .unwrap_err();
-        assert!(matches!(err, Refusal::ApprovalRequired { .. }), "{err}");
-        assert!(err.to_string().contains("action \"delete\""));
-    }
-
-    #[test]
-    fn production_requires_execute_admin_for_tier_3() {
-        let registry = breeze_tools::all();
-        let groups = registry.get("manage_groups").unwrap();
-        let g = Guard::new(GuardConfig {
-            production: true,
-            require_execute_admin: true,
-        });
-        let err = g
-            .check(&scopes("ai:execute"), groups, &json!({"action": "create"}))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "Tool \"manage_groups\" requires ai:execute_admin scope in production"
-        );
-        let relaxed = Guard::new(GuardConfig {
-            production: true,
-            require_execute_admin: false,
-        });
-        assert!(matches!(
-            relaxed.check(&scopes("ai:execute"), groups, &json!({"action": "create"})),
-            Err(Refusal::ApprovalRequired { .. })
-        ));
-        let dev = Guard::new(GuardConfig {
-            production: false,
-            require_execute_admin: true,
-        });
-        assert!(matches!(
-            dev.check(&scopes("ai:execute"), groups, &json!({"action": "create"})),
-            Err(Refusal::ApprovalRequired { .. })
-        ));
-    }
-}
+mod tests;

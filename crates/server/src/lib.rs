@@ -49,6 +49,8 @@ pub struct ServerConfig {
     pub mcp: EngineConfig,
     /// `MCP_REQUIRE_EXECUTE_ADMIN`.
     pub require_execute_admin: bool,
+    /// `MCP_EXECUTE_TOOL_ALLOWLIST`.
+    pub execute_allowlist: breeze_guard::Allowlist,
 }
 
 impl ServerConfig {
@@ -62,6 +64,7 @@ impl ServerConfig {
                 ..EngineConfig::default()
             },
             require_execute_admin: true,
+            execute_allowlist: breeze_guard::Allowlist::None,
         }
     }
 }
@@ -93,10 +96,15 @@ impl Breeze {
     /// Builds the application and starts its background tasks (audit writer) on the current
     /// runtime. `limiter` backs the transport rate limits.
     pub fn new(state: AppState, limiter: Arc<dyn RateLimiter>) -> Self {
-        let guard = Guard::new(GuardConfig {
-            production: state.config.production,
-            require_execute_admin: state.config.require_execute_admin,
-        });
+        let guard = Guard::new(
+            GuardConfig {
+                production: state.config.production,
+                require_execute_admin: state.config.require_execute_admin,
+                allowlist: state.config.execute_allowlist.clone(),
+            },
+            limiter.clone(),
+            state.clock.clone(),
+        );
         let audit = audit_writer::AuditWriter::spawn(state.store.clone());
         let app = mcp::BreezeMcp::new(state.clone(), Arc::new(breeze_tools::all()), guard, audit);
         let mut engine_config = state.config.mcp.clone();

@@ -201,10 +201,30 @@ impl McpApp for BreezeMcp {
             .ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
         let meta = tool_meta(spec, &self.identity);
         let principal = &cx.caller.principal;
-        match self.guard.check(&principal.scopes, spec, &arguments) {
+        let access = self
+            .state
+            .store
+            .org_access(principal.user_id, principal.org_id)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "permission lookup failed");
+                ErrorObject::new(-32000, "Unable to verify permissions")
+            })?;
+        let caller = breeze_guard::Caller {
+            scopes: &principal.scopes,
+            user: principal.user_id,
+            permissions: access.map(|a| a.permissions),
+        };
+        match self.guard.check(&caller, spec, &arguments).await {
             Ok(_) => {}
-            Err(r @ Refusal::MissingScope { .. }) => {
-                return Err(ErrorObject::internal(r.to_string()));
+            Err(
+                r @ (Refusal::MissingScope { .. }
+                | Refusal::NoRole
+                | Refusal::MissingPermission(_)
+                | Refusal::NotAllowlisted { .. }),
+            ) => return Err(ErrorObject::internal(r.to_string())),
+            Err(r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable)) => {
+                return Err(ErrorObject::new(-32000, r.to_string()));
             }
             Err(r) => {
                 let mut e = ToolError::new(ErrorCode::Forbidden, r.to_string());

@@ -1265,7 +1265,191 @@ async fn redis_limits_answer_429_and_fail_closed(cx: Ctx) {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
 }
 
+/// A key of `scopes` in org A for a user holding `role` there.
+async fn key_for_role(w: &World, cx: &Ctx, email: &str, role: &str, scopes: &[Scope]) -> String {
+    let s = &w.store;
+    let org = s.org(w.org_a).organization().await.unwrap();
+    let user = s
+        .create_user(
+            NewUser {
+                partner_id: org.partner_id,
+                org_id: Some(w.org_a),
+                email: email.into(),
+                name: "V".into(),
+                password_hash: password::hash("correct horse battery").unwrap(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(org.partner_id, role).await.unwrap();
+    s.assign_role(user.id, w.org_a, role.id, audit("r"))
+        .await
+        .unwrap();
+    let auth = AuthService::new(
+        s.clone(),
+        Arc::new(cx.clock.clone()),
+        AuthSettings::default(),
+    );
+    let req = CreateApiKey {
+        org_id: w.org_a,
+        user_id: user.id,
+        name: "k".into(),
+        scopes: ScopeSet::new(scopes.iter().copied()),
+        expires_at: None,
+    };
+    auth.create_api_key(req, audit("k"))
+        .await
+        .unwrap()
+        .0
+        .expose()
+        .to_owned()
+}
+
+async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = default_app(&w);
+    let set = |n: i64| {
+        rpc(
+            n,
+            "tools/call",
+            json!({ "name": "set_device_context", "arguments": { "deviceId": w.a_device, "contextType": "quirk", "summary": format!("note {n}") } }),
+        )
+    };
+
+    // RBAC: a write-scoped key of a Read Only user cannot write.
+    let viewer = key_for_role(
+        &w,
+        &cx,
+        "viewer@p.test",
+        "Read Only",
+        &[Scope::AiRead, Scope::AiWrite],
+    )
+    .await;
+    let r = send(&app, post("/mcp", Some(&viewer), &set(1), &[])).await;
+    assert_eq!(
+        (r.body["error"]["code"].as_i64(), err_msg(&r)),
+        (
+            Some(-32603),
+            "Insufficient permissions: requires devices.write"
+        )
+    );
+    let r = send(
+        &app,
+        post(
+            "/mcp",
+            Some(&viewer),
+            &rpc(
+                2,
+                "tools/call",
+                json!({ "name": "query_devices", "arguments": {} }),
+            ),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["total"], 1,
+        "reads are allowed"
+    );
+
+    // Per-tool limit: set_device_context allows 20 per 5 minutes per user, exactly.
+    for n in 1..=20 {
+        let r = send(&app, post("/mcp", Some(&w.write), &set(n), &[])).await;
+        assert_eq!(
+            r.body["result"]["isError"],
+            Value::Null,
+            "call {n}: {}",
+            r.body
+        );
+    }
+    let r = send(&app, post("/mcp", Some(&w.write), &set(21), &[])).await;
+    assert_eq!(r.body["error"]["code"], -32000);
+    assert!(
+        err_msg(&r).starts_with("Tool rate limit exceeded for set_device_context. Try again at "),
+        "{}",
+        r.body
+    );
+
+    // Production: Tier 3 needs the allowlist (then approval).
+    let exec = key_for_role(
+        &w,
+        &cx,
+        "ops@p.test",
+        "Administrator",
+        &[Scope::AiRead, Scope::AiWrite, Scope::AiExecute],
+    )
+    .await;
+    let create = rpc(
+        3,
+        "tools/call",
+        json!({ "name": "manage_groups", "arguments": { "action": "create", "name": "Kiosks" } }),
+    );
+    let prod = |allow: &str| {
+        let allow = breeze_guard::Allowlist::parse(allow);
+        build(
+            &w,
+            move |c| {
+                c.production = true;
+                c.require_execute_admin = false;
+                c.execute_allowlist = allow;
+            },
+            Arc::new(MemoryLimiter::new()),
+        )
+    };
+    let r = send(&prod(""), post("/mcp", Some(&exec), &create, &[])).await;
+    assert_eq!(
+        err_msg(&r),
+        "Tool \"manage_groups\" is not in MCP_EXECUTE_TOOL_ALLOWLIST for production"
+    );
+    let r = send(
+        &prod("manage_groups"),
+        post("/mcp", Some(&exec), &create, &[]),
+    )
+    .await;
+    assert_eq!(r.body["result"]["isError"], true);
+    assert!(
+        r.body["result"]["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requires human approval")
+    );
+
+    // Every refusal is in the audit log with its reason.
+    let failures = w
+        .store
+        .org(w.org_a)
+        .query_audit(
+            &AuditFilter {
+                action: Some("mcp.tools.call".into()),
+                result: Some(breeze_core::AuditResult::Failure),
+                ..Default::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    let reasons: Vec<String> = failures
+        .records
+        .iter()
+        .filter_map(|r| r.event.error_message.clone())
+        .collect();
+    for expected in [
+        "Insufficient permissions: requires devices.write",
+        "Tool rate limit exceeded for set_device_context",
+        "is not in MCP_EXECUTE_TOOL_ALLOWLIST",
+        "requires human approval",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r.contains(expected)),
+            "{expected} not audited: {reasons:?}"
+        );
+    }
+}
+
 breeze_store::on_both_backends!(
+    the_guard_refuses_by_role_rate_and_allowlist,
     redis_limits_answer_429_and_fail_closed,
     authentication_failures_are_401s,
     large_bodies_are_refused_before_parsing,

@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp};
+use breeze_core::{Actor, Clock, OrgId, Permission, Scope, Timestamp};
 use breeze_store::{OrgStore, Store, StoreError};
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
@@ -59,11 +59,35 @@ pub struct Action {
     pub name: &'static str,
     pub tier: Tier,
     pub effect: Effect,
+    /// What the acting user's role must allow for this action.
+    pub permission: Permission,
 }
 
 /// Shorthand for an [`Action`] row.
-pub const fn action(name: &'static str, tier: Tier, effect: Effect) -> Action {
-    Action { name, tier, effect }
+pub const fn action(
+    name: &'static str,
+    tier: Tier,
+    effect: Effect,
+    permission: Permission,
+) -> Action {
+    Action {
+        name,
+        tier,
+        effect,
+        permission,
+    }
+}
+
+/// A per-tool sliding-window limit, counted per user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub max: u32,
+    pub window_secs: u64,
+}
+
+/// Shorthand for a [`RateLimit`]: `max` calls per `window_secs`.
+pub const fn per(max: u32, window_secs: u64) -> Option<RateLimit> {
+    Some(RateLimit { max, window_secs })
 }
 
 /// The MCP behaviour hints.
@@ -225,6 +249,10 @@ pub trait Tool: Send + Sync + 'static {
     const DESCRIPTION: &'static str;
     /// The tier of the tool as a whole (the per-action table may raise a call above it).
     const TIER: Tier;
+    /// What the acting user's role must allow (actions may name their own).
+    const PERMISSION: Permission;
+    /// The per-user sliding-window limit, if the tool has one.
+    const RATE_LIMIT: Option<RateLimit> = None;
     /// Effects of a tool without actions.
     const EFFECTS: &'static [Effect] = &[Effect::Read];
     /// Per-action tiers and effects, for tools whose [`Tool::ACTION_KEY`] argument picks an

@@ -16,7 +16,8 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, Effect, ErrorCode, Hints, Tier, Tool, ToolCx, ToolError, action, tool_cx,
+    Action, Effect, ErrorCode, Hints, RateLimit, Tier, Tool, ToolCx, ToolError, action, per,
+    tool_cx,
 };
 pub use registry::{Registry, ToolSpec, tool_meta};
 

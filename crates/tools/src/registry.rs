@@ -6,7 +6,9 @@ use futures::future::{BoxFuture, FutureExt};
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
 
-use crate::contract::{Action, Effect, Hints, Tier, Tool, ToolCx, ToolError};
+use breeze_core::Permission;
+
+use crate::contract::{Action, Effect, Hints, RateLimit, Tier, Tool, ToolCx, ToolError};
 
 type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<Value, ToolError>>;
 
@@ -16,6 +18,8 @@ pub struct ToolSpec {
     pub title: &'static str,
     pub description: &'static str,
     pub tier: Tier,
+    pub permission: Permission,
+    pub rate_limit: Option<RateLimit>,
     pub actions: &'static [Action],
     pub action_key: &'static str,
     pub effects: Vec<Effect>,
@@ -37,6 +41,11 @@ impl ToolSpec {
     pub fn effective_tier(&self, args: &Value) -> Tier {
         self.action(args)
             .map_or(self.tier, |a| a.tier.max(self.tier))
+    }
+
+    /// The permission a call needs: the action's, else the tool's.
+    pub fn permission_for(&self, args: &Value) -> Permission {
+        self.action(args).map_or(self.permission, |a| a.permission)
     }
 
     /// Checks `args` against the input schema; the error names each offending field.
@@ -144,6 +153,8 @@ impl Registry {
             title: T::TITLE,
             description: T::DESCRIPTION,
             tier: T::TIER,
+            permission: T::PERMISSION,
+            rate_limit: T::RATE_LIMIT,
             actions: T::ACTIONS,
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),

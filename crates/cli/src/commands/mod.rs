@@ -102,6 +102,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         public_url: settings.public_url.clone(),
         production: settings.production(),
         require_execute_admin: m.require_execute_admin,
+        execute_allowlist: breeze_guard::Allowlist::parse(&m.execute_allowlist),
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,

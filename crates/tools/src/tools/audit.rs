@@ -1,6 +1,6 @@
 //! `query_audit_log`: the organization's audit trail.
 
-use breeze_core::{ActorType, AuditRecord};
+use breeze_core::{ActorType, AuditRecord, Permission};
 use breeze_store::AuditFilter;
 use chrono::Duration;
 use schemars::JsonSchema;
@@ -87,6 +87,7 @@ impl Tool for QueryAuditLog {
     const TITLE: &'static str = "Query the audit log";
     const DESCRIPTION: &'static str = "Who did what, newest first: filter the organization's audit log by action, resource, actor type and time window.";
     const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::AuditRead;
     type Input = QueryAuditInput;
     type Output = AuditOutput;
 

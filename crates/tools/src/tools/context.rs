@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::devices::find_device;
-use crate::{Effect, Registry, Tier, Tool, ToolCx, ToolError};
+use breeze_core::Permission;
+
+use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetDeviceContext>();
@@ -71,6 +73,7 @@ impl Tool for GetDeviceContext {
     const TITLE: &'static str = "Get device context";
     const DESCRIPTION: &'static str = "What is remembered about a device: known issues, quirks, follow-ups and preferences recorded earlier. Read this before acting on a device. Resolved and expired entries are included only on request.";
     const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
     type Input = GetContextInput;
     type Output = ContextList;
 
@@ -135,6 +138,8 @@ impl Tool for SetDeviceContext {
     const TITLE: &'static str = "Remember something about a device";
     const DESCRIPTION: &'static str = "Record a known issue, quirk, follow-up or preference about a device so later conversations start with it. Optionally expires.";
     const TIER: Tier = Tier::T2;
+    const PERMISSION: Permission = Permission::DevicesWrite;
+    const RATE_LIMIT: Option<RateLimit> = per(20, 300);
     const EFFECTS: &'static [Effect] = &[Effect::Create];
     type Input = SetContextInput;
     type Output = ContextView;
@@ -181,6 +186,8 @@ impl Tool for ResolveDeviceContext {
     const TITLE: &'static str = "Resolve a device context entry";
     const DESCRIPTION: &'static str = "Mark a device context entry (by its id from get_device_context) as resolved. It leaves the active context and stays in the history.";
     const TIER: Tier = Tier::T2;
+    const PERMISSION: Permission = Permission::DevicesWrite;
+    const RATE_LIMIT: Option<RateLimit> = per(20, 300);
     const EFFECTS: &'static [Effect] = &[Effect::Update];
     type Input = ResolveContextInput;
     type Output = ContextView;

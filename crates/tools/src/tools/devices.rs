@@ -1,6 +1,6 @@
 //! Device inventory: `query_devices`, `get_device_details`.
 
-use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, SiteId};
+use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, Permission, SiteId};
 use breeze_store::{DeviceFilter, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -119,6 +119,7 @@ impl Tool for QueryDevices {
     const TITLE: &'static str = "Query devices";
     const DESCRIPTION: &'static str = "Search and filter the organization's devices by status, OS, site, group, hostname and tags. Returns the matching devices (most useful fields), the total that match, and how many are shown.";
     const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
     type Input = QueryDevicesInput;
     type Output = QueryDevicesOutput;
 
@@ -207,6 +208,7 @@ impl Tool for GetDeviceDetails {
     const TITLE: &'static str = "Get device details";
     const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, OS, status, agent, site, tags, group memberships and how many active context entries it has.";
     const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
     type Input = DeviceIdInput;
     type Output = DeviceDetails;
 

@@ -1,13 +1,13 @@
 //! `manage_groups`: device groups (static membership) — list, get, create, update, delete,
 //! add and remove devices. Reads are Tier 1, membership changes Tier 2, structure changes Tier 3.
 
-use breeze_core::{AuditEvent, DeviceGroup, DeviceGroupId, DeviceId, SiteId};
+use breeze_core::{AuditEvent, DeviceGroup, DeviceGroupId, DeviceId, Permission, SiteId};
 use breeze_store::StoreError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{devices::DeviceSummary, parse_uuid};
-use crate::{Effect, Registry, Tier, Tool, ToolCx, ToolError, action};
+use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ManageGroups>();
@@ -115,14 +115,26 @@ impl Tool for ManageGroups {
     const TITLE: &'static str = "Manage device groups";
     const DESCRIPTION: &'static str = "Device groups of the organization. action=list|get read; add_devices|remove_devices change membership (Tier 2); create|update|delete change groups themselves (Tier 3, need human approval).";
     const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    const RATE_LIMIT: Option<RateLimit> = per(20, 300);
     const ACTIONS: &'static [crate::Action] = &[
-        action("list", Tier::T1, Effect::Read),
-        action("get", Tier::T1, Effect::Read),
-        action("add_devices", Tier::T2, Effect::Update),
-        action("remove_devices", Tier::T2, Effect::Update),
-        action("create", Tier::T3, Effect::Create),
-        action("update", Tier::T3, Effect::Update),
-        action("delete", Tier::T3, Effect::Delete),
+        action("list", Tier::T1, Effect::Read, Permission::DevicesRead),
+        action("get", Tier::T1, Effect::Read, Permission::DevicesRead),
+        action(
+            "add_devices",
+            Tier::T2,
+            Effect::Update,
+            Permission::DevicesWrite,
+        ),
+        action(
+            "remove_devices",
+            Tier::T2,
+            Effect::Update,
+            Permission::DevicesWrite,
+        ),
+        action("create", Tier::T3, Effect::Create, Permission::DevicesWrite),
+        action("update", Tier::T3, Effect::Update, Permission::DevicesWrite),
+        action("delete", Tier::T3, Effect::Delete, Permission::DevicesWrite),
     ];
     type Input = GroupsInput;
     type Output = GroupsOutput;
