@@ -117,7 +117,7 @@ impl AuthService {
             return Err(AuthError::InvalidApiKeyFormat);
         }
         let hash = api_key::hash(raw);
-        let Some(key) = self.store.find_api_key_by_hash(&hash).await? else {
+        let Some((key, permissions)) = self.store.find_api_key_by_hash(&hash).await? else {
             return Err(AuthError::InvalidApiKey);
         };
         let now = self.clock.now();
@@ -137,6 +137,7 @@ impl AuthService {
             org_id: key.org_id,
             user_id: key.user_id,
             scopes: key.scopes,
+            permissions,
         })
     }
 

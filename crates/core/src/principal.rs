@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::{Actor, ActorType, ApiKeyId, OrgId, ScopeSet, User, UserId};
+use crate::{Actor, ActorType, ApiKeyId, OrgId, PermissionSet, ScopeSet, User, UserId};
 
 /// An authenticated API key: bound to one organization, acting as the user who created it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -12,6 +12,9 @@ pub struct ApiKeyPrincipal {
     /// The creating user, whose permissions in `org_id` the key acts with.
     pub user_id: UserId,
     pub scopes: ScopeSet,
+    /// What the user may do in `org_id`, read with the key itself; `None` when the user is
+    /// disabled or holds no role there.
+    pub permissions: Option<PermissionSet>,
 }
 
 /// Whoever a request acts for.

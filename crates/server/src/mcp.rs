@@ -201,19 +201,10 @@ impl McpApp for BreezeMcp {
             .ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
         let meta = tool_meta(spec, &self.identity);
         let principal = &cx.caller.principal;
-        let access = self
-            .state
-            .store
-            .org_access(principal.user_id, principal.org_id)
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "permission lookup failed");
-                ErrorObject::new(-32000, "Unable to verify permissions")
-            })?;
         let caller = breeze_guard::Caller {
             scopes: &principal.scopes,
             user: principal.user_id,
-            permissions: access.map(|a| a.permissions),
+            permissions: principal.permissions,
         };
         match self.guard.check(&caller, spec, &arguments).await {
             Ok(_) => {}

@@ -1,8 +1,9 @@
 //! API keys as stored: only the SHA-256 of the secret, never the secret itself.
 
-use breeze_core::{ApiKeyId, AuditEvent, OrgId, ScopeSet, Timestamp, UserId};
+use breeze_core::{ApiKeyId, AuditEvent, OrgId, PermissionSet, ScopeSet, Timestamp, UserId};
 use chrono::Duration;
 use serde::Serialize;
+use sqlx::types::Json;
 
 use crate::{
     OrgStore, Result, Store, StoreError, audit,
@@ -95,15 +96,34 @@ impl Store {
         self.org(new.org_id).get_api_key(id).await
     }
 
-    /// The key whose secret hashes to `hash`, whatever its state. The caller compares the
+    /// The key whose secret hashes to `hash`, whatever its state, with the permissions its user
+    /// holds in the key's organization (`None` when the user is disabled or holds no role
+    /// there) — one query, since every authenticated call needs both. The caller compares the
     /// returned hash in constant time and checks [`ApiKeyRecord::is_active`].
-    pub async fn find_api_key_by_hash(&self, hash: &[u8; 32]) -> Result<Option<ApiKeyRecord>> {
-        sql(format!(
-            "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = $1"
-        ))
+    pub async fn find_api_key_by_hash(
+        &self,
+        hash: &[u8; 32],
+    ) -> Result<Option<(ApiKeyRecord, Option<PermissionSet>)>> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            key: ApiKeyRecord,
+            permissions: Option<Json<PermissionSet>>,
+        }
+        let row: Option<Row> = sql(
+            "SELECT k.id, k.org_id, k.user_id, k.name, k.key_hash, k.key_prefix, k.scopes, \
+             k.expires_at, k.revoked_at, k.last_used_at, k.created_at, r.permissions \
+             FROM api_keys k \
+             LEFT JOIN users u ON u.id = k.user_id AND NOT u.disabled \
+             LEFT JOIN organizations o ON o.id = k.org_id AND o.partner_id = u.partner_id \
+             LEFT JOIN user_org_roles uor ON uor.user_id = u.id AND uor.org_id = o.id \
+             LEFT JOIN roles r ON r.id = uor.role_id AND r.partner_id = u.partner_id \
+             WHERE k.key_hash = $1",
+        )
         .bind(&hash[..])
         .fetch_optional(self)
-        .await
+        .await?;
+        Ok(row.map(|r| (r.key, r.permissions.map(|p| p.0))))
     }
 
     /// Records that key `id` was used at `now`, unless that was already recorded less than

@@ -265,7 +265,22 @@ async fn api_key_rows_track_use_and_revocation(cx: Ctx) {
         .unwrap();
     assert_eq!(key.name, "Claude Desktop");
     assert_eq!(key.scopes.to_string(), "ai:read,ai:write");
-    assert_eq!(s.find_api_key_by_hash(&hash).await.unwrap().unwrap(), key);
+    let (found, permissions) = s.find_api_key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(found, key);
+    assert_eq!(
+        permissions, None,
+        "the user holds no role in the key's organization"
+    );
+    let role = s.find_role(partner.id, "Read Only").await.unwrap();
+    s.assign_role(user.id, org.id, role.id, audit("role.assign", "user"))
+        .await
+        .unwrap();
+    let (_, permissions) = s.find_api_key_by_hash(&hash).await.unwrap().unwrap();
+    assert_eq!(
+        permissions,
+        Some(role.permissions),
+        "the key acts with its user's role"
+    );
     assert!(s.find_api_key_by_hash(&[0u8; 32]).await.unwrap().is_none());
     assert!(key.is_active(s.clock().now()));
     assert!(
