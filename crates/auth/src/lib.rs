@@ -34,6 +34,12 @@ pub enum AuthError {
     InvalidApiKey,
     #[error("Invalid email or password")]
     InvalidCredentials,
+    /// Too many sign-in attempts for this email; try again after the delay.
+    #[error("Too many sign-in attempts; try again in {} seconds", .retry_after.as_secs().max(1))]
+    TooManyAttempts { retry_after: std::time::Duration },
+    /// The attempt limiter could not decide and this deployment fails closed.
+    #[error("Service temporarily unavailable")]
+    Unavailable,
     #[error("Not signed in")]
     NotSignedIn,
     #[error("{0}")]
@@ -51,6 +57,11 @@ pub struct AuthSettings {
     pub last_used_interval: Duration,
     /// How long a dashboard session lasts.
     pub session_ttl: Duration,
+    /// Sign-in attempts allowed per email within [`AuthSettings::login_window`].
+    pub login_attempts: u32,
+    pub login_window: std::time::Duration,
+    /// Refuse sign-ins when the attempt limiter cannot decide (production).
+    pub fail_closed: bool,
 }
 
 impl Default for AuthSettings {
@@ -58,6 +69,9 @@ impl Default for AuthSettings {
         Self {
             last_used_interval: Duration::seconds(60),
             session_ttl: Duration::hours(12),
+            login_attempts: 10,
+            login_window: std::time::Duration::from_secs(300),
+            fail_closed: false,
         }
     }
 }
@@ -87,16 +101,27 @@ pub struct AuthService {
     store: Store,
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
+    limiter: Arc<dyn breeze_limits::RateLimiter>,
 }
 
 impl AuthService {
     /// A service over `store`, reading time from `clock`.
     pub fn new(store: Store, clock: Arc<dyn Clock>, settings: AuthSettings) -> Self {
+        let limiter = Arc::new(breeze_limits::MemoryLimiter::new());
         Self {
             store,
             clock,
             settings,
+            limiter,
         }
+    }
+
+    /// The same service counting sign-in attempts with `limiter` (shared through Redis when
+    /// instances run side by side).
+    #[must_use]
+    pub fn with_limiter(mut self, limiter: Arc<dyn breeze_limits::RateLimiter>) -> Self {
+        self.limiter = limiter;
+        self
     }
 
     /// Authenticates the value of an `X-API-Key` header.
@@ -206,6 +231,29 @@ impl AuthService {
         password: &str,
         request_id: Option<String>,
     ) -> Result<NewSession, AuthError> {
+        // Guessing passwords is throttled per email, before any password work.
+        let key = format!("login:{}", email.trim().to_lowercase());
+        match self
+            .limiter
+            .check(
+                &key,
+                self.settings.login_attempts,
+                self.settings.login_window,
+            )
+            .await
+        {
+            Ok(d) if d.allowed => {}
+            Ok(d) => {
+                return Err(AuthError::TooManyAttempts {
+                    retry_after: d.retry_after,
+                });
+            }
+            Err(e) if self.settings.fail_closed => {
+                tracing::error!(error = %e, "sign-in limiter unavailable; refusing");
+                return Err(AuthError::Unavailable);
+            }
+            Err(e) => tracing::warn!(error = %e, "sign-in limiter unavailable; allowing"),
+        }
         let found = self.store.find_user_for_login(email).await?;
         let verified = match &found {
             Some(u) => password::verify(password, &u.password_hash),

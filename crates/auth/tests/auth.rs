@@ -350,7 +350,42 @@ async fn sign_in_starts_a_session(cx: Ctx) {
     ));
 }
 
+async fn sign_in_attempts_are_throttled_per_email(cx: Ctx) {
+    let w = world(&cx).await;
+    for n in 1..=10 {
+        let err = w
+            .auth
+            .login("admin@p.test", "wrong password!!", None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, AuthError::InvalidCredentials),
+            "attempt {n}: {err}"
+        );
+    }
+    // The 11th attempt is refused before the password is even looked at, right one or not.
+    let err = w
+        .auth
+        .login("ADMIN@p.test", "correct horse battery", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AuthError::TooManyAttempts { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("Too many sign-in attempts; try again in "),
+        "{err}"
+    );
+    // Another email is not affected.
+    let err = w
+        .auth
+        .login("someone@p.test", "whatever password", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AuthError::InvalidCredentials));
+}
+
 breeze_store::on_both_backends!(
+    sign_in_attempts_are_throttled_per_email,
     keys_authenticate_as_their_org_and_user,
     every_refusal_has_the_documented_error,
     the_format_is_decided_before_the_database,

@@ -20,6 +20,8 @@ pub struct ApiError {
     pub message: String,
     /// For 5xx: what really happened, logged but never sent.
     detail: Option<String>,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -30,6 +32,7 @@ impl ApiError {
             code,
             message: message.into(),
             detail: None,
+            retry_after: None,
         }
     }
 
@@ -56,6 +59,7 @@ impl ApiError {
             code: "internal",
             message: "Internal server error".into(),
             detail: Some(detail.to_string()),
+            retry_after: None,
         }
     }
 
@@ -66,7 +70,17 @@ impl ApiError {
             code: "unavailable",
             message: "Service temporarily unavailable".into(),
             detail: Some(detail.to_string()),
+            retry_after: None,
         }
+    }
+}
+
+impl ApiError {
+    /// Adds a `Retry-After` header of `secs` seconds.
+    #[must_use]
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 }
 
@@ -77,6 +91,11 @@ impl IntoResponse for ApiError {
         }
         let body = json!({ "error": { "code": self.code, "message": self.message } });
         let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -116,6 +135,13 @@ impl From<AuthError> for ApiError {
             | AuthError::InvalidApiKey
             | AuthError::InvalidCredentials
             | AuthError::NotSignedIn => ApiError::unauthorized(e.to_string()),
+            AuthError::TooManyAttempts { retry_after } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                AuthError::TooManyAttempts { retry_after }.to_string(),
+            )
+            .retry_after(retry_after.as_secs().max(1)),
+            AuthError::Unavailable => ApiError::unavailable("sign-in limiter unavailable"),
             AuthError::Forbidden(m) => ApiError::forbidden(m),
             AuthError::Invalid(m) => ApiError::bad_request(m),
             AuthError::Store(s) => s.into(),

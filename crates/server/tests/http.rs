@@ -483,6 +483,42 @@ async fn sign_in_cookie_and_failures(cx: Ctx) {
     assert!(r.headers.get(header::SET_COOKIE).is_none());
 }
 
+async fn sign_in_is_throttled_with_retry_after(cx: Ctx) {
+    let w = world(&cx).await;
+    let bad = json!({ "email": "viewer@p.test", "password": "not the password" });
+    for _ in 0..10 {
+        let r = send(
+            &w.app,
+            json_req("POST", "/api/v1/auth/login")
+                .body(Body::from(bad.to_string()))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    let good = json!({ "email": "viewer@p.test", "password": PASSWORD });
+    let r = send(
+        &w.app,
+        json_req("POST", "/api/v1/auth/login")
+            .body(Body::from(good.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited"))
+    );
+    let retry: u64 = r
+        .headers
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&retry));
+}
+
 async fn bad_requests_get_clear_errors(cx: Ctx) {
     let w = world(&cx).await;
     let cookie = login(&w, "admin@p.test").await;
@@ -715,6 +751,7 @@ mod http {
         bad_requests_get_clear_errors,
         request_ids_are_issued_and_echoed,
         audit_log_is_queryable_per_organization,
+        sign_in_is_throttled_with_retry_after,
     );
     use breeze_store::Backend;
 }

@@ -41,7 +41,11 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
             "running production on SQLite; use DATABASE_URL=postgres://… for more than one instance"
         );
     }
-    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
+    let auth_settings = AuthSettings {
+        fail_closed: settings.production(),
+        ..AuthSettings::default()
+    };
+    let auth = AuthService::new(store.clone(), clock.clone(), auth_settings);
     Ok(App { store, auth, clock })
 }
 
@@ -71,12 +75,6 @@ pub(crate) async fn run_server(
     app: App,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %settings.listen, public_url = %settings.public_url, backend = ?app.store.backend(), "breeze is serving");
-    let state = AppState {
-        store: app.store.clone(),
-        auth: app.auth,
-        clock: app.clock,
-        config: Arc::new(server_config(settings)),
-    };
     let limiter: Arc<dyn breeze_limits::RateLimiter> = match &settings.redis_url {
         Some(url) => {
             let limiter =
@@ -85,6 +83,12 @@ pub(crate) async fn run_server(
             Arc::new(limiter)
         }
         None => Arc::new(breeze_limits::MemoryLimiter::new()),
+    };
+    let state = AppState {
+        store: app.store.clone(),
+        auth: app.auth.with_limiter(limiter.clone()),
+        clock: app.clock,
+        config: Arc::new(server_config(settings)),
     };
     let breeze = Breeze::new(state, limiter);
     breeze_server::serve(listener, breeze, shutdown_signal())
