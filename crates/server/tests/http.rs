@@ -1,161 +1,15 @@
 //! The HTTP edge driven in-process (no socket): errors, authentication, tenancy, limits.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::sync::Arc;
+mod common;
 
 use axum::{
-    Router,
     body::Body,
     http::{Request, StatusCode, header},
 };
-use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
-use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
-use breeze_server::{AppState, Breeze, ServerConfig, app};
-use breeze_store::{NewDevice, NewUser, testing::Ctx};
-use http_body_util::BodyExt;
-use serde_json::{Value, json};
-use tower::ServiceExt;
-
-const PASSWORD: &str = "correct horse battery";
-
-struct World {
-    app: Router,
-    state: AppState,
-    org_a: OrgId,
-    org_b: OrgId,
-    admin: UserId,
-    read_key: String,
-    b_device: String,
-    a_device: String,
-}
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("test"), action, "test")
-}
-
-async fn world(cx: &Ctx) -> World {
-    let s = cx.store.clone();
-    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
-    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
-    let a = s
-        .create_organization(p.id, "Org A", "org-a", audit("o"))
-        .await
-        .unwrap();
-    let b = s
-        .create_organization(p.id, "Org B", "org-b", audit("o"))
-        .await
-        .unwrap();
-    let mk_user = |email: &str| NewUser {
-        partner_id: p.id,
-        org_id: None,
-        email: email.into(),
-        name: "U".into(),
-        password_hash: password::hash(PASSWORD).unwrap(),
-    };
-    let admin = s
-        .create_user(mk_user("admin@p.test"), audit("u"))
-        .await
-        .unwrap();
-    let viewer = s
-        .create_user(mk_user("viewer@p.test"), audit("u"))
-        .await
-        .unwrap();
-    let admin_role = s.find_role(p.id, "Administrator").await.unwrap();
-    let ro = s.find_role(p.id, "Read Only").await.unwrap();
-    s.assign_role(admin.id, a.id, admin_role.id, audit("r"))
-        .await
-        .unwrap();
-    s.assign_role(admin.id, b.id, admin_role.id, audit("r"))
-        .await
-        .unwrap();
-    s.assign_role(viewer.id, a.id, ro.id, audit("r"))
-        .await
-        .unwrap();
-    let mut devices = Vec::new();
-    for org in [a.id, b.id] {
-        let site = s
-            .org(org)
-            .create_site("HQ", "UTC", audit("s"))
-            .await
-            .unwrap();
-        let d = s
-            .org(org)
-            .create_device(
-                NewDevice {
-                    site_id: site.id,
-                    hostname: "web-01".into(),
-                    os_family: OsFamily::Linux,
-                    os_name: "Debian".into(),
-                    os_version: "12".into(),
-                    status: DeviceStatus::Online,
-                    agent_version: None,
-                    last_seen_at: None,
-                    tags: vec![],
-                },
-                audit("d"),
-            )
-            .await
-            .unwrap();
-        devices.push(d.id.to_string());
-    }
-    let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());
-    let (read_key, _) = auth
-        .create_api_key(
-            CreateApiKey {
-                org_id: a.id,
-                user_id: admin.id,
-                name: "read".into(),
-                scopes: ScopeSet::new([Scope::AiRead]),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    let state = AppState {
-        store: s,
-        auth,
-        clock,
-        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
-    };
-    World {
-        app: app(Breeze::new(
-            state.clone(),
-            Arc::new(breeze_limits::MemoryLimiter::new()),
-        )),
-        state,
-        org_a: a.id,
-        org_b: b.id,
-        admin: admin.id,
-        read_key: read_key.expose().to_owned(),
-        a_device: devices[0].clone(),
-        b_device: devices[1].clone(),
-    }
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let res = app.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()))
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
+use breeze_store::testing::Ctx;
+use common::{PASSWORD, World, err_msg, send, world};
+use serde_json::json;
 
 fn get(uri: &str) -> axum::http::request::Builder {
     Request::get(uri)
@@ -170,12 +24,6 @@ fn json_req(method: &str, uri: &str) -> axum::http::request::Builder {
         .method(method)
         .uri(uri)
         .header(header::CONTENT_TYPE, "application/json")
-}
-
-fn error_message(r: &Reply) -> &str {
-    r.body["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an error body: {}", r.body))
 }
 
 async fn login(w: &World, email: &str) -> String {
@@ -212,7 +60,7 @@ async fn health_and_readiness(cx: Ctx) {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.body["error"]["code"], "unavailable");
     assert_eq!(
-        error_message(&r),
+        err_msg(&r),
         "Service temporarily unavailable",
         "no internal detail leaks"
     );
@@ -222,13 +70,13 @@ async fn api_key_errors_are_worded_as_documented(cx: Ctx) {
     let w = world(&cx).await;
     let r = send(&w.app, get("/api/v1/orgs").body(Body::empty()).unwrap()).await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::UNAUTHORIZED, "Missing X-API-Key header")
     );
     assert_eq!(r.body["error"]["code"], "unauthorized");
     let r = send(&w.app, with_key(get("/api/v1/orgs"), "sk-123")).await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::UNAUTHORIZED, "Invalid API key format")
     );
     let r = send(
@@ -237,16 +85,16 @@ async fn api_key_errors_are_worded_as_documented(cx: Ctx) {
     )
     .await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::UNAUTHORIZED, "Invalid API key")
     );
-    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read_key)).await;
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
 
 async fn api_keys_see_only_their_organization(cx: Ctx) {
     let w = world(&cx).await;
-    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read_key)).await;
+    let r = send(&w.app, with_key(get("/api/v1/orgs"), &w.read)).await;
     let slugs: Vec<&str> = r.body["organizations"]
         .as_array()
         .unwrap()
@@ -255,11 +103,7 @@ async fn api_keys_see_only_their_organization(cx: Ctx) {
         .collect();
     assert_eq!(slugs, ["org-a"]);
 
-    let r = send(
-        &w.app,
-        with_key(get("/api/v1/orgs/org-a/devices"), &w.read_key),
-    )
-    .await;
+    let r = send(&w.app, with_key(get("/api/v1/orgs/org-a/devices"), &w.read)).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["total"], 1);
     assert_eq!(r.body["devices"][0]["id"], w.a_device.as_str());
@@ -270,9 +114,9 @@ async fn api_keys_see_only_their_organization(cx: Ctx) {
         format!("/api/v1/orgs/{}/sites", w.org_b),
         "/api/v1/orgs/no-such-org/devices".to_owned(),
     ] {
-        let r = send(&w.app, with_key(get(&uri), &w.read_key)).await;
+        let r = send(&w.app, with_key(get(&uri), &w.read)).await;
         assert_eq!(
-            (r.status, error_message(&r)),
+            (r.status, err_msg(&r)),
             (StatusCode::NOT_FOUND, "organization not found"),
             "{uri}"
         );
@@ -281,19 +125,19 @@ async fn api_keys_see_only_their_organization(cx: Ctx) {
         &w.app,
         with_key(
             get(&format!("/api/v1/orgs/org-a/devices/{}", w.b_device)),
-            &w.read_key,
+            &w.read,
         ),
     )
     .await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::NOT_FOUND, "Device not found or access denied")
     );
     let r = send(
         &w.app,
         with_key(
             get(&format!("/api/v1/orgs/org-a/devices/{}", w.a_device)),
-            &w.read_key,
+            &w.read,
         ),
     )
     .await;
@@ -302,7 +146,7 @@ async fn api_keys_see_only_their_organization(cx: Ctx) {
     // Keys cannot mint keys.
     let body = json!({ "name": "x", "scopes": ["ai:read"] });
     let req = json_req("POST", "/api/v1/orgs/org-a/api-keys")
-        .header("x-api-key", &w.read_key)
+        .header("x-api-key", &w.read)
         .body(Body::from(body.to_string()))
         .unwrap();
     let r = send(&w.app, req).await;
@@ -348,7 +192,11 @@ async fn users_manage_keys_through_a_session(cx: Ctx) {
         !text.contains(&key[4..]) && !text.contains("key_hash"),
         "listing shows no secret: {text}"
     );
-    assert_eq!(listed.body["api_keys"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        listed.body["api_keys"].as_array().unwrap().len(),
+        3,
+        "the world's two and this one"
+    );
 
     assert_eq!(
         send(&w.app, with_key(get("/api/v1/orgs"), &key))
@@ -384,7 +232,7 @@ async fn users_manage_keys_through_a_session(cx: Ctx) {
     assert!(revoked.body["revoked_at"].is_string());
     let r = send(&w.app, with_key(get("/api/v1/orgs"), &key)).await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::UNAUTHORIZED, "Invalid API key")
     );
 
@@ -430,7 +278,7 @@ async fn permissions_come_from_the_role(cx: Ctx) {
     )
     .await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (
             StatusCode::FORBIDDEN,
             "permission denied: requires apikeys.manage"
@@ -477,7 +325,7 @@ async fn sign_in_cookie_and_failures(cx: Ctx) {
     )
     .await;
     assert_eq!(
-        (r.status, error_message(&r)),
+        (r.status, err_msg(&r)),
         (StatusCode::UNAUTHORIZED, "Invalid email or password")
     );
     assert!(r.headers.get(header::SET_COOKIE).is_none());
@@ -531,11 +379,7 @@ async fn bad_requests_get_clear_errors(cx: Ctx) {
     };
     let r = send(&w.app, post("{not json".into(), "application/json")).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(
-        error_message(&r).starts_with("Malformed JSON"),
-        "{}",
-        r.body
-    );
+    assert!(err_msg(&r).starts_with("Malformed JSON"), "{}", r.body);
     let r = send(
         &w.app,
         post(
@@ -546,7 +390,7 @@ async fn bad_requests_get_clear_errors(cx: Ctx) {
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(
-        error_message(&r).contains("ai:root"),
+        err_msg(&r).contains("ai:root"),
         "names the bad scope: {}",
         r.body
     );
@@ -559,7 +403,7 @@ async fn bad_requests_get_clear_errors(cx: Ctx) {
     )
     .await;
     assert!(
-        error_message(&r).contains("colour"),
+        err_msg(&r).contains("colour"),
         "names the unknown field: {}",
         r.body
     );
@@ -569,7 +413,7 @@ async fn bad_requests_get_clear_errors(cx: Ctx) {
     )
     .await;
     assert!(
-        error_message(&r).contains("scopes"),
+        err_msg(&r).contains("scopes"),
         "names the missing field: {}",
         r.body
     );
@@ -583,20 +427,17 @@ async fn bad_requests_get_clear_errors(cx: Ctx) {
     );
     let r = send(
         &w.app,
-        with_key(get("/api/v1/orgs/org-a/devices?limit=0"), &w.read_key),
+        with_key(get("/api/v1/orgs/org-a/devices?limit=0"), &w.read),
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let r = send(
         &w.app,
-        with_key(
-            get("/api/v1/orgs/org-a/devices?status=exploded"),
-            &w.read_key,
-        ),
+        with_key(get("/api/v1/orgs/org-a/devices?status=exploded"), &w.read),
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(error_message(&r).contains("exploded"), "{}", r.body);
+    assert!(err_msg(&r).contains("exploded"), "{}", r.body);
     let r = send(
         &w.app,
         get("/api/v1/nothing-here").body(Body::empty()).unwrap(),
@@ -657,7 +498,7 @@ async fn audit_log_is_queryable_per_organization(cx: Ctx) {
     // The world's setup wrote audit records in both organizations (sites, devices, keys).
     let r = send(
         &w.app,
-        with_key(get("/api/v1/orgs/org-a/audit?limit=2"), &w.read_key),
+        with_key(get("/api/v1/orgs/org-a/audit?limit=2"), &w.read),
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -676,7 +517,7 @@ async fn audit_log_is_queryable_per_organization(cx: Ctx) {
             &w.app,
             with_key(
                 get(&format!("/api/v1/orgs/org-a/audit?limit=2&cursor={cursor}")),
-                &w.read_key,
+                &w.read,
             ),
         )
         .await;
@@ -692,7 +533,7 @@ async fn audit_log_is_queryable_per_organization(cx: Ctx) {
     assert_eq!(seen.len(), total, "no record repeats across pages");
     let all = send(
         &w.app,
-        with_key(get("/api/v1/orgs/org-a/audit?limit=500"), &w.read_key),
+        with_key(get("/api/v1/orgs/org-a/audit?limit=500"), &w.read),
     )
     .await;
     assert_eq!(all.body["records"].as_array().unwrap().len(), total);
@@ -701,34 +542,32 @@ async fn audit_log_is_queryable_per_organization(cx: Ctx) {
         &w.app,
         with_key(
             get("/api/v1/orgs/org-a/audit?action=api_key.create&actor_type=system"),
-            &w.read_key,
+            &w.read,
         ),
     )
     .await;
-    assert_eq!(r.body["records"].as_array().unwrap().len(), 1, "{}", r.body);
+    assert_eq!(
+        r.body["records"].as_array().unwrap().len(),
+        2,
+        "the world's two keys: {}",
+        r.body
+    );
     assert_eq!(r.body["records"][0]["action"], "api_key.create");
-    let r = send(
-        &w.app,
-        with_key(get("/api/v1/orgs/org-b/audit"), &w.read_key),
-    )
-    .await;
+    let r = send(&w.app, with_key(get("/api/v1/orgs/org-b/audit"), &w.read)).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = send(
         &w.app,
-        with_key(get("/api/v1/orgs/org-a/audit?cursor=garbage"), &w.read_key),
+        with_key(get("/api/v1/orgs/org-a/audit?cursor=garbage"), &w.read),
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let r = send(
         &w.app,
-        with_key(
-            get("/api/v1/orgs/org-a/audit?actor_type=robot"),
-            &w.read_key,
-        ),
+        with_key(get("/api/v1/orgs/org-a/audit?actor_type=robot"), &w.read),
     )
     .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(error_message(&r).contains("robot"), "{}", r.body);
+    assert!(err_msg(&r).contains("robot"), "{}", r.body);
 }
 
 macro_rules! sqlite_tests {

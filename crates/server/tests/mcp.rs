@@ -2,174 +2,24 @@
 //! contract and the audit trail — every limit and error the specification names.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+
 use std::{sync::Arc, time::Duration};
 
 use axum::{
     Router,
     body::Body,
-    http::{HeaderMap, Request, StatusCode},
+    http::{Request, StatusCode},
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
-use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet};
+use breeze_core::{Scope, ScopeSet};
 use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
-use breeze_server::{AppState, Breeze, ServerConfig, app};
-use breeze_store::{AuditFilter, NewDevice, NewUser, Store, testing::Ctx};
+use breeze_store::{AuditFilter, NewUser, testing::Ctx};
+use common::{Reply, World, audit, build, err_msg, send, world};
 use futures::future::{BoxFuture, FutureExt};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-
-struct World {
-    store: Store,
-    state: AppState,
-    org_a: OrgId,
-    read: String,
-    write: String,
-    other_org_key: String,
-    a_device: String,
-    b_device: String,
-}
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("test"), action, "test")
-}
-
-async fn world(cx: &Ctx) -> World {
-    let s = cx.store.clone();
-    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
-    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
-    let a = s
-        .create_organization(p.id, "A", "org-a", audit("o"))
-        .await
-        .unwrap();
-    let b = s
-        .create_organization(p.id, "B", "org-b", audit("o"))
-        .await
-        .unwrap();
-    let user = s
-        .create_user(
-            NewUser {
-                partner_id: p.id,
-                org_id: None,
-                email: "u@p.test".into(),
-                name: "U".into(),
-                password_hash: password::hash("correct horse battery").unwrap(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(p.id, "Administrator").await.unwrap();
-    let mut devices = Vec::new();
-    for org in [a.id, b.id] {
-        s.assign_role(user.id, org, role.id, audit("r"))
-            .await
-            .unwrap();
-        let site = s
-            .org(org)
-            .create_site("HQ", "UTC", audit("s"))
-            .await
-            .unwrap();
-        let d = s
-            .org(org)
-            .create_device(
-                NewDevice {
-                    site_id: site.id,
-                    hostname: format!("web-{}", devices.len()),
-                    os_family: OsFamily::Linux,
-                    os_name: "Debian".into(),
-                    os_version: "12".into(),
-                    status: DeviceStatus::Online,
-                    agent_version: None,
-                    last_seen_at: None,
-                    tags: vec![],
-                },
-                audit("d"),
-            )
-            .await
-            .unwrap();
-        devices.push(d.id.to_string());
-    }
-    let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());
-    let key = |org: OrgId, scopes: &[Scope]| {
-        let auth = auth.clone();
-        let scopes = ScopeSet::new(scopes.iter().copied());
-        async move {
-            auth.create_api_key(
-                CreateApiKey {
-                    org_id: org,
-                    user_id: user.id,
-                    name: "k".into(),
-                    scopes,
-                    expires_at: None,
-                },
-                audit("k"),
-            )
-            .await
-            .unwrap()
-            .0
-            .expose()
-            .to_owned()
-        }
-    };
-    let read = key(a.id, &[Scope::AiRead]).await;
-    let write = key(a.id, &[Scope::AiRead, Scope::AiWrite]).await;
-    let other_org_key = key(b.id, &[Scope::AiRead]).await;
-    let state = AppState {
-        store: s.clone(),
-        auth,
-        clock,
-        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
-    };
-    World {
-        store: s,
-        state,
-        org_a: a.id,
-        read,
-        write,
-        other_org_key,
-        a_device: devices[0].clone(),
-        b_device: devices[1].clone(),
-    }
-}
-
-fn build(
-    w: &World,
-    tweak: impl FnOnce(&mut ServerConfig),
-    limiter: Arc<dyn RateLimiter>,
-) -> Router {
-    let mut config = (*w.state.config).clone();
-    tweak(&mut config);
-    let state = AppState {
-        config: Arc::new(config),
-        ..w.state.clone()
-    };
-    app(Breeze::new(state, limiter))
-}
-
-fn default_app(w: &World) -> Router {
-    build(w, |_| {}, Arc::new(MemoryLimiter::new()))
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Value,
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Reply {
-    let res = app.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
 
 fn post(path: &str, key: Option<&str>, body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
     let mut b = Request::post(path).header("content-type", "application/json");
@@ -205,15 +55,9 @@ async fn initialize(app: &Router, key: &str) -> String {
         .to_owned()
 }
 
-fn err_msg(r: &Reply) -> &str {
-    r.body["error"]["message"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no error in {}", r.body))
-}
-
 async fn authentication_failures_are_401s(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let list = rpc(1, "tools/list", json!({}));
     for path in ["/mcp", "/api/v1/mcp", "/api/v1/mcp/message"] {
         let r = send(&app, post(path, None, &list, &[])).await;
@@ -260,7 +104,7 @@ async fn authentication_failures_are_401s(cx: Ctx) {
 
 async fn large_bodies_are_refused_before_parsing(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let big = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping", "params": { "pad": "x".repeat(70_000) } });
     for path in ["/mcp", "/api/v1/mcp/message"] {
         let r = send(&app, post(path, Some(&w.read), &big, &[])).await;
@@ -335,7 +179,7 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
 
 async fn a_session_belongs_to_its_key(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let sid = initialize(&app, &w.read).await;
     let list = rpc(2, "tools/list", json!({}));
     let ok = send(
@@ -494,7 +338,7 @@ async fn production_fails_closed_when_the_limiter_is_down(cx: Ctx) {
 
 async fn protocol_rules(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     // Negotiation: echo supported revisions, else the latest.
     for (asked, got) in [
         ("2024-11-05", "2024-11-05"),
@@ -655,7 +499,7 @@ async fn protocol_rules(cx: Ctx) {
 
 async fn stateless_2026_07_28_requests(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28" });
     let discover = rpc(1, "server/discover", json!({ "_meta": meta }));
     let r = send(
@@ -739,7 +583,7 @@ async fn stateless_2026_07_28_requests(cx: Ctx) {
 
 async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let names = |r: &Reply| -> Vec<String> {
         r.body["result"]["tools"]
             .as_array()
@@ -812,7 +656,7 @@ async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
 
 async fn tool_errors_are_structured(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let call = |args: Value| {
         rpc(
             1,
@@ -876,7 +720,7 @@ async fn tool_errors_are_structured(cx: Ctx) {
 
 async fn resources_and_prompts(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let read = |uri: &str| rpc(1, "resources/read", json!({ "uri": uri }));
     let r = send(
         &app,
@@ -969,7 +813,7 @@ async fn resources_and_prompts(cx: Ctx) {
 
 async fn every_request_is_audited(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let sid = initialize(&app, &w.read).await;
     send(
         &app,
@@ -1091,7 +935,7 @@ async fn sse_events(body: &mut Body, want: usize) -> Vec<(String, String)> {
 
 async fn legacy_sse_round_trip(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let res = app
         .clone()
         .oneshot(
@@ -1201,7 +1045,7 @@ async fn streams_send_keepalive_pings(cx: Ctx) {
 
 async fn streamable_get_stream_needs_its_session(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let sid = initialize(&app, &w.read).await;
     let get = |key: &str, sid: &str| {
         Request::get("/mcp")
@@ -1308,7 +1152,7 @@ async fn key_for_role(w: &World, cx: &Ctx, email: &str, role: &str, scopes: &[Sc
 
 async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
     let w = world(&cx).await;
-    let app = default_app(&w);
+    let app = w.app.clone();
     let set = |n: i64| {
         rpc(
             n,
@@ -1321,7 +1165,7 @@ async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
     let viewer = key_for_role(
         &w,
         &cx,
-        "viewer@p.test",
+        "reader@p.test",
         "Read Only",
         &[Scope::AiRead, Scope::AiWrite],
     )

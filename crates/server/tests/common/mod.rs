@@ -1,0 +1,193 @@
+//! The world both in-process test suites start from, and how they send requests.
+//!
+//! Partner `p` with organizations A (`org-a`) and B (`org-b`), one site and one device
+//! (`web-01`) in each; `admin@p.test` (partner-level, Administrator in A and B) and
+//! `viewer@p.test` (Read Only in A), both with [`PASSWORD`]; API keys of the admin:
+//! `read` (ai:read) and `write` (ai:read, ai:write) in A, `other_org_key` (ai:read) in B.
+// Each test binary uses part of this module.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    http::{HeaderMap, Request, StatusCode},
+};
+use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
+use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
+use breeze_limits::{MemoryLimiter, RateLimiter};
+use breeze_server::{AppState, Breeze, ServerConfig, app};
+use breeze_store::{NewDevice, NewUser, Store, testing::Ctx};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+pub(crate) const PASSWORD: &str = "correct horse battery";
+
+pub(crate) struct World {
+    /// The application with default settings.
+    pub(crate) app: Router,
+    pub(crate) store: Store,
+    pub(crate) state: AppState,
+    pub(crate) org_a: OrgId,
+    pub(crate) org_b: OrgId,
+    pub(crate) admin: UserId,
+    pub(crate) read: String,
+    pub(crate) write: String,
+    pub(crate) other_org_key: String,
+    pub(crate) a_device: String,
+    pub(crate) b_device: String,
+}
+
+pub(crate) fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+pub(crate) async fn world(cx: &Ctx) -> World {
+    let s = cx.store.clone();
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
+    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+    let a = s
+        .create_organization(p.id, "Org A", "org-a", audit("o"))
+        .await
+        .unwrap();
+    let b = s
+        .create_organization(p.id, "Org B", "org-b", audit("o"))
+        .await
+        .unwrap();
+    let mk_user = |email: &str| NewUser {
+        partner_id: p.id,
+        org_id: None,
+        email: email.into(),
+        name: "U".into(),
+        password_hash: password::hash(PASSWORD).unwrap(),
+    };
+    let admin = s
+        .create_user(mk_user("admin@p.test"), audit("u"))
+        .await
+        .unwrap();
+    let viewer = s
+        .create_user(mk_user("viewer@p.test"), audit("u"))
+        .await
+        .unwrap();
+    let admin_role = s.find_role(p.id, "Administrator").await.unwrap();
+    let read_only = s.find_role(p.id, "Read Only").await.unwrap();
+    s.assign_role(viewer.id, a.id, read_only.id, audit("r"))
+        .await
+        .unwrap();
+    let mut devices = Vec::new();
+    for org in [a.id, b.id] {
+        s.assign_role(admin.id, org, admin_role.id, audit("r"))
+            .await
+            .unwrap();
+        let site = s
+            .org(org)
+            .create_site("HQ", "UTC", audit("s"))
+            .await
+            .unwrap();
+        let device = NewDevice {
+            site_id: site.id,
+            hostname: "web-01".into(),
+            os_family: OsFamily::Linux,
+            os_name: "Debian".into(),
+            os_version: "12".into(),
+            status: DeviceStatus::Online,
+            agent_version: None,
+            last_seen_at: None,
+            tags: vec![],
+        };
+        let d = s.org(org).create_device(device, audit("d")).await.unwrap();
+        devices.push(d.id.to_string());
+    }
+    let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());
+    let key = |org: OrgId, scopes: &[Scope]| {
+        let auth = auth.clone();
+        let scopes = ScopeSet::new(scopes.iter().copied());
+        let req = CreateApiKey {
+            org_id: org,
+            user_id: admin.id,
+            name: "k".into(),
+            scopes,
+            expires_at: None,
+        };
+        async move {
+            auth.create_api_key(req, audit("api_key.create"))
+                .await
+                .unwrap()
+                .0
+                .expose()
+                .to_owned()
+        }
+    };
+    let read = key(a.id, &[Scope::AiRead]).await;
+    let write = key(a.id, &[Scope::AiRead, Scope::AiWrite]).await;
+    let other_org_key = key(b.id, &[Scope::AiRead]).await;
+    let state = AppState {
+        store: s.clone(),
+        auth,
+        clock,
+        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
+    };
+    let app = app(Breeze::new(state.clone(), Arc::new(MemoryLimiter::new())));
+    World {
+        app,
+        store: s,
+        state,
+        org_a: a.id,
+        org_b: b.id,
+        admin: admin.id,
+        read,
+        write,
+        other_org_key,
+        a_device: devices[0].clone(),
+        b_device: devices[1].clone(),
+    }
+}
+
+/// The application with `tweak`ed settings and `limiter`.
+pub(crate) fn build(
+    w: &World,
+    tweak: impl FnOnce(&mut ServerConfig),
+    limiter: Arc<dyn RateLimiter>,
+) -> Router {
+    let mut config = (*w.state.config).clone();
+    tweak(&mut config);
+    let state = AppState {
+        config: Arc::new(config),
+        ..w.state.clone()
+    };
+    app(Breeze::new(state, limiter))
+}
+
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    /// JSON, `Null` for an empty body, or the text when it is not JSON.
+    pub(crate) body: Value,
+}
+
+pub(crate) async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The `error.message` of a REST or JSON-RPC error body.
+pub(crate) fn err_msg(r: &Reply) -> &str {
+    r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {}", r.body))
+}
