@@ -170,18 +170,8 @@ impl OrgStore<'_> {
 
     /// Revokes a key at once. Revoking a revoked key changes nothing and writes no audit record.
     pub async fn revoke_api_key(&self, id: ApiKeyId, audit: AuditEvent) -> Result<ApiKeyRecord> {
-        let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
-        let n = sql("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND org_id = $3 AND revoked_at IS NULL")
-            .bind(now)
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
+        self.stamp_once("api_keys", "revoked_at", id.0, audit)
             .await?;
-        if n > 0 {
-            audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
-        }
-        tx.commit().await?;
         self.get_api_key(id).await
     }
 }

@@ -129,18 +129,8 @@ impl OrgStore<'_> {
 
     /// Marks an entry resolved (kept in history). Resolving twice keeps the first time.
     pub async fn resolve_context(&self, id: Uuid, audit: AuditEvent) -> Result<ContextEntry> {
-        let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
-        let n = sql("UPDATE device_context SET resolved_at = $1 WHERE id = $2 AND org_id = $3 AND resolved_at IS NULL")
-            .bind(now)
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
+        self.stamp_once("device_context", "resolved_at", id, audit)
             .await?;
-        if n > 0 {
-            audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
-        }
-        tx.commit().await?;
         self.get_context(id).await
     }
 }

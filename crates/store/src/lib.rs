@@ -237,4 +237,30 @@ impl OrgStore<'_> {
     pub fn org_id(&self) -> OrgId {
         self.org
     }
+
+    /// Sets the timestamp `column` of row `id` in `table` (of this organization) to now, unless
+    /// it is already set; audits `audit` in the same transaction only when something changed.
+    /// The shape of every "revoke", "resolve", "decide" that must happen once.
+    pub(crate) async fn stamp_once(
+        &self,
+        table: &'static str,
+        column: &'static str,
+        id: uuid::Uuid,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        let now = self.store.clock.now();
+        let mut tx = sql::Tx::begin(&self.store.pool).await?;
+        let changed = sql::sql(format!(
+            "UPDATE {table} SET {column} = $1 WHERE id = $2 AND org_id = $3 AND {column} IS NULL"
+        ))
+        .bind(now)
+        .bind(id)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await?;
+        if changed > 0 {
+            audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
+        }
+        tx.commit().await
+    }
 }

@@ -123,24 +123,6 @@ impl Store {
         .fetch_all(self)
         .await
     }
-
-    /// The organizations with these ids, by name (ids that do not exist are skipped).
-    pub async fn organizations_by_ids(&self, ids: &[OrgId]) -> Result<Vec<Organization>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(org) = sql(format!(
-                "SELECT {ORG_COLUMNS} FROM organizations WHERE id = $1"
-            ))
-            .bind(*id)
-            .fetch_optional::<Organization>(self)
-            .await?
-            {
-                out.push(org);
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-        Ok(out)
-    }
 }
 
 impl OrgStore<'_> {
