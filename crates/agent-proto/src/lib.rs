@@ -1,0 +1,555 @@
+//! The wire contract between `breeze-agent` and the device gateway in `breeze-server`.
+//!
+//! Everything here is plain serde data; neither side's behaviour lives in this crate. JSON field
+//! names are camelCase, enums are tagged with `"type"`.
+//!
+//! # Endpoints (all under the server's public URL)
+//!
+//! | Method and path                         | Auth                      | Body → answer                         |
+//! |-----------------------------------------|---------------------------|---------------------------------------|
+//! | `POST /api/v1/agents/enroll`            | enrollment key in body    | [`EnrollRequest`] → [`EnrollResponse`] |
+//! | `GET  /api/v1/agents/ws` (WebSocket)    | `Authorization: Bearer`   | [`AgentFrame`] up, [`ServerFrame`] down |
+//! | `POST /api/v1/agents/heartbeat`         | `Authorization: Bearer`   | [`Heartbeat`] → [`HeartbeatResponse`]  |
+//! | `POST /api/v1/agents/inventory`         | `Authorization: Bearer`   | [`Inventory`] → 204                    |
+//! | `POST /api/v1/agents/metrics`           | `Authorization: Bearer`   | [`MetricsBatch`] → 204                 |
+//! | `POST /api/v1/agents/logs`              | `Authorization: Bearer`   | [`LogBatch`] → 204                     |
+//! | `POST /api/v1/agents/commands/{id}/result` | `Authorization: Bearer` | [`CommandResult`] → 204               |
+//! | `POST /api/v1/agents/token/rotate`      | `Authorization: Bearer`   | `{}` → [`RotateTokenResponse`]         |
+//!
+//! The HTTP endpoints are the fallback when the socket is down: a heartbeat over HTTP also hands
+//! out the commands still pending for the device. Errors are `{"error":{"code","message"}}`.
+//!
+//! # Exactly once
+//!
+//! A [`Command`] may be delivered more than once (pushed on the socket and handed out again by an
+//! HTTP heartbeat after a reconnect). The agent runs a command id at most once and answers a
+//! repeated delivery with the stored result; the server accepts only the first terminal result
+//! for a command id and ignores the rest.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The agent's device token prefix (the same shape as API keys: `brz_` + 43 base64url chars).
+pub const TOKEN_PREFIX: &str = "brz_";
+
+/// Largest WebSocket frame either side accepts (16 MiB).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// Default cap on captured stdout and stderr, each (1 MiB).
+pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Enrollment and configuration
+// ---------------------------------------------------------------------------------------------
+
+/// `POST /api/v1/agents/enroll`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnrollRequest {
+    /// The site-scoped enrollment key an administrator created.
+    pub enrollment_key: String,
+    pub hostname: String,
+    /// A stable machine identifier (`/etc/machine-id` on Linux) when the platform has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_id: Option<String>,
+    pub os: OsInfo,
+    pub agent_version: String,
+}
+
+/// The answer to a successful enrollment. `token` is shown once; the server keeps its hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnrollResponse {
+    pub device_id: Uuid,
+    pub org_id: Uuid,
+    pub site_id: Uuid,
+    pub token: String,
+    pub config: AgentConfig,
+}
+
+/// Intervals the server sets; the agent applies them on enrollment, in the socket's welcome and
+/// whenever a [`ServerFrame::Config`] or heartbeat response carries a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentConfig {
+    pub heartbeat_interval_secs: u32,
+    pub metrics_interval_secs: u32,
+    pub inventory_interval_secs: u32,
+    /// Metrics samples sent together (the agent also flushes on every heartbeat).
+    pub metrics_batch_size: u32,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            heartbeat_interval_secs: 60,
+            metrics_interval_secs: 30,
+            inventory_interval_secs: 15 * 60,
+            metrics_batch_size: 4,
+        }
+    }
+}
+
+/// `POST /api/v1/agents/token/rotate`: the new token. The old one keeps working until the
+/// agent first authenticates with the new one, so a crash between the two loses nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RotateTokenResponse {
+    pub token: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The socket
+// ---------------------------------------------------------------------------------------------
+
+/// Agent → server frames (JSON text messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum AgentFrame {
+    Heartbeat(Heartbeat),
+    Inventory(Box<Inventory>),
+    Metrics(MetricsBatch),
+    Logs(LogBatch),
+    /// The command was accepted and has started (pending/sent → running).
+    CommandStarted {
+        command_id: Uuid,
+    },
+    /// Progress of a long command (network discovery, disk scans).
+    CommandProgress(CommandProgress),
+    CommandResult(CommandResult),
+}
+
+/// Server → agent frames (JSON text messages).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum ServerFrame {
+    /// First frame after the upgrade.
+    Welcome {
+        device_id: Uuid,
+        config: AgentConfig,
+    },
+    Command(Command),
+    /// Stop a running command; the agent answers with a `cancelled` result.
+    Cancel {
+        command_id: Uuid,
+    },
+    Config(AgentConfig),
+    /// Ask for a fresh inventory now.
+    CollectInventory,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heartbeat, inventory, metrics, logs
+// ---------------------------------------------------------------------------------------------
+
+/// Sent every `heartbeat_interval_secs`, on the socket or over HTTP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    pub agent_version: String,
+    pub uptime_secs: u64,
+    pub pending_reboot: bool,
+    pub logged_in_users: Vec<UserSession>,
+    /// Command ids the agent is running right now.
+    #[serde(default)]
+    pub running_commands: Vec<Uuid>,
+}
+
+/// A logged-in user session as the OS reports it (utmp on Linux).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserSession {
+    pub username: String,
+    /// tty, `console`, `ssh`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<String>,
+    /// Remote host for remote sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_at: Option<DateTime<Utc>>,
+    /// Seconds from login to a usable session, when the platform can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login_duration_secs: Option<f64>,
+}
+
+/// `POST /api/v1/agents/heartbeat` answer: commands still pending for this device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    pub commands: Vec<Command>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<AgentConfig>,
+}
+
+/// Hardware and software inventory, sent at enrollment and every `inventory_interval_secs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    pub collected_at: DateTime<Utc>,
+    pub hostname: String,
+    pub os: OsInfo,
+    pub cpu: CpuInfo,
+    pub memory_total_bytes: u64,
+    pub disks: Vec<DiskInfo>,
+    pub interfaces: Vec<NetworkInterface>,
+    /// Installed packages where the platform lists them (dpkg, rpm); `None` when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<Vec<Package>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OsInfo {
+    /// `linux`, `windows` or `macos`.
+    pub family: String,
+    /// e.g. "Debian GNU/Linux".
+    pub name: String,
+    /// e.g. "12".
+    pub version: String,
+    #[serde(default)]
+    pub kernel: String,
+    /// e.g. "x86_64".
+    pub arch: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuInfo {
+    pub model: String,
+    pub physical_cores: u32,
+    pub logical_cores: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskInfo {
+    pub mount: String,
+    pub filesystem: String,
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// Addresses with prefix length, e.g. "192.168.1.5/24".
+    pub addresses: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Package {
+    pub name: String,
+    pub version: String,
+}
+
+/// Samples taken every `metrics_interval_secs`, sent in batches and buffered while offline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsBatch {
+    pub samples: Vec<MetricSample>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricSample {
+    pub at: DateTime<Utc>,
+    pub cpu_percent: f64,
+    pub ram_percent: f64,
+    pub ram_used_bytes: u64,
+    pub disks: Vec<DiskUsageSample>,
+    pub network: Vec<NetworkSample>,
+    pub process_count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskUsageSample {
+    pub mount: String,
+    pub used_percent: f64,
+}
+
+/// Bytes moved on one interface since the previous sample.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSample {
+    pub interface: String,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+/// The agent's own log lines at or above its current level, shipped periodically.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogBatch {
+    pub entries: Vec<LogEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogEntry {
+    pub at: DateTime<Utc>,
+    pub level: LogLevel,
+    /// The module that logged it, e.g. `breeze_agent::channel`.
+    pub target: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands
+// ---------------------------------------------------------------------------------------------
+
+/// A unit of work for one device. The id is the idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Command {
+    pub id: Uuid,
+    /// The agent kills the work and answers `timed_out` after this long.
+    pub timeout_secs: u32,
+    /// Cap on captured stdout and on stderr, each; the rest is dropped and flagged truncated.
+    pub output_cap_bytes: u64,
+    pub kind: CommandKind,
+}
+
+/// What to run. Typed operations answer with a structured `result`; shell and script commands
+/// answer with stdout/stderr/exit code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", rename_all_fields = "camelCase")]
+pub enum CommandKind {
+    /// A shell command line.
+    Shell { shell: Shell, command: String },
+    /// A library script body run by its interpreter with arguments.
+    Script {
+        interpreter: Interpreter,
+        body: String,
+        #[serde(default)]
+        args: Vec<String>,
+    },
+    /// Top `limit` processes by CPU or memory. Result: `{"processes":[{pid,name,user,cpuPercent,memoryBytes,memoryPercent,command,startedAt}]}`.
+    ListProcesses { sort_by: ProcessSort, limit: u32 },
+    /// Result: `{"pid":…,"killed":true}`.
+    KillProcess {
+        pid: u32,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Result: `{"services":[{name,description,loadState,activeState,subState,enabled}]}`.
+    ListServices,
+    /// Result: `{"name":…,"action":…,"activeState":…}`.
+    ServiceAction {
+        name: String,
+        action: ServiceActionKind,
+    },
+    /// Result: `{"path":…,"entries":[{name,kind:"file"|"dir"|"symlink"|"other",sizeBytes,modifiedAt,mode}]}`.
+    FileList { path: String },
+    /// Result: `{"path":…,"content":…,"encoding":"utf8"|"base64","sizeBytes":…,"truncated":bool}`.
+    FileRead { path: String, max_bytes: u64 },
+    /// Result: `{"path":…,"bytesWritten":…}`.
+    FileWrite {
+        path: String,
+        content: String,
+        #[serde(default)]
+        encoding: ContentEncoding,
+    },
+    /// Result: `{"path":…,"deleted":true}`. Directories need `recursive`.
+    FileDelete {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Result: `{"path":…,"created":true}` (parents created too).
+    FileMkdir { path: String },
+    /// Result: `{"from":…,"to":…}`.
+    FileRename { from: String, to: String },
+    /// System log lines (journald where present, else /var/log/syslog|messages).
+    /// Result: `{"source":…,"lines":[{at,unit,priority,message}]}`.
+    QueryLogs {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pattern: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unit: Option<String>,
+        since_minutes: u32,
+        limit: u32,
+    },
+    /// Disk usage under `path`: totals per mount, the largest files and directories, and cleanup
+    /// candidates (temp dirs, package caches, old rotated logs, large files) with sizes.
+    /// Result: `{"mounts":[…],"largestFiles":[{path,sizeBytes,modifiedAt}],"largestDirectories":[…],"cleanupCandidates":[{path,category,sizeBytes,reason}]}`.
+    DiskScan {
+        path: String,
+        top_n: u32,
+        /// Files at or above this size are listed as large-file candidates.
+        large_file_bytes: u64,
+    },
+    /// Deletes the given paths, each of which must be a cleanup candidate category the agent
+    /// recognises (under a temp dir, a cache dir or a rotated log); anything else is skipped with
+    /// a reason. Result: `{"deleted":[{path,bytesFreed}],"skipped":[{path,reason}],"bytesFreed":…}`.
+    DiskCleanup { paths: Vec<String> },
+    /// Ping sweep of `cidr` (max /22), the ARP table, or both plus common open ports.
+    /// Progress frames report hosts scanned. Result: `{"hosts":[{ip,mac,hostname,alive,openPorts}]}`.
+    NetworkDiscovery {
+        mode: DiscoveryMode,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cidr: Option<String>,
+    },
+    /// Temporarily change the shipped log level; it reverts by itself after `duration_minutes`.
+    /// Result: `{"level":…,"revertsAt":…}`.
+    SetLogLevel { level: LogLevel, duration_minutes: u32 },
+    /// Collect and send inventory now. Result: the inventory.
+    CollectInventory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Shell {
+    Sh,
+    Bash,
+    Pwsh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interpreter {
+    Bash,
+    Sh,
+    Python,
+    Powershell,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessSort {
+    Cpu,
+    Memory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceActionKind {
+    Start,
+    Stop,
+    Restart,
+    Status,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentEncoding {
+    #[default]
+    Utf8,
+    Base64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscoveryMode {
+    Ping,
+    Arp,
+    Full,
+}
+
+/// Progress of a long-running command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandProgress {
+    pub command_id: Uuid,
+    pub progress: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The terminal outcome of a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandResult {
+    pub command_id: Uuid,
+    pub status: CommandOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub stdout: String,
+    #[serde(default)]
+    pub stderr: String,
+    #[serde(default)]
+    pub stdout_truncated: bool,
+    #[serde(default)]
+    pub stderr_truncated: bool,
+    /// Structured answer of typed operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed, in words, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// Terminal command states an agent reports. The server adds `pending`, `sent` and `running`
+/// before these, and may itself conclude `timed_out` when no result arrives in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandOutcome {
+    Completed,
+    Failed,
+    TimedOut,
+    Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_tagged_camel_case_json() {
+        let frame = ServerFrame::Command(Command {
+            id: Uuid::nil(),
+            timeout_secs: 30,
+            output_cap_bytes: 10,
+            kind: CommandKind::ListProcesses {
+                sort_by: ProcessSort::Cpu,
+                limit: 5,
+            },
+        });
+        let json = serde_json::to_value(&frame).expect("serialises");
+        assert_eq!(json["type"], "command");
+        assert_eq!(json["timeoutSecs"], 30);
+        assert_eq!(json["kind"]["type"], "list_processes");
+        assert_eq!(json["kind"]["sortBy"], "cpu");
+        let back: ServerFrame = serde_json::from_value(json).expect("round trips");
+        assert_eq!(back, frame);
+
+        let up = AgentFrame::CommandStarted {
+            command_id: Uuid::nil(),
+        };
+        let json = serde_json::to_value(&up).expect("serialises");
+        assert_eq!(json["type"], "commandStarted");
+        assert!(json.get("commandId").is_some());
+    }
+
+    #[test]
+    fn outcomes_use_snake_case() {
+        assert_eq!(
+            serde_json::to_value(CommandOutcome::TimedOut).expect("serialises"),
+            "timed_out"
+        );
+    }
+}
