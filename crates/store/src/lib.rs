@@ -8,11 +8,15 @@
 //! Mutations that deserve an audit record take an [`AuditEvent`] and write it in the same
 //! transaction as the change.
 
+mod agents;
 mod api_keys;
 mod audit;
+mod commands;
 mod context;
 mod devices;
 mod error;
+mod metrics;
+mod scripts;
 mod sql;
 mod tenancy;
 #[cfg(feature = "testing")]
@@ -21,12 +25,19 @@ mod users;
 
 use std::{str::FromStr, time::Duration};
 
+pub use agents::{
+    AgentLogFilter, AgentLogRecord, DeviceCredential, DeviceState, EnrollDevice,
+    EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
+};
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use breeze_core::AuditEvent;
+pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use error::{Result, StoreError};
+pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;
 use sqlx::{

@@ -27,6 +27,7 @@ use crate::{Pool, Result, StoreError};
 pub(crate) enum Arg {
     Bool(Option<bool>),
     I64(Option<i64>),
+    F64(Option<f64>),
     Text(Option<String>),
     Bytes(Option<Vec<u8>>),
     Uuid(Option<Uuid>),
@@ -60,6 +61,7 @@ macro_rules! arg_from {
 arg_from! {
     bool => Bool,
     i64 => I64,
+    f64 => F64,
     String => Text,
     &str => Text via str::to_owned,
     &String => Text via String::clone,
@@ -99,6 +101,7 @@ macro_rules! encode_arg {
                 match self {
                     Arg::Bool(v) => Encode::<$db>::encode_by_ref(v, buf),
                     Arg::I64(v) => Encode::<$db>::encode_by_ref(v, buf),
+                    Arg::F64(v) => Encode::<$db>::encode_by_ref(v, buf),
                     Arg::Text(v) => Encode::<$db>::encode_by_ref(v, buf),
                     Arg::Bytes(v) => Encode::<$db>::encode_by_ref(v, buf),
                     Arg::Uuid(v) => Encode::<$db>::encode_by_ref(v, buf),
@@ -111,6 +114,7 @@ macro_rules! encode_arg {
                 Some(match self {
                     Arg::Bool(_) => <bool as Type<$db>>::type_info(),
                     Arg::I64(_) => <i64 as Type<$db>>::type_info(),
+                    Arg::F64(_) => <f64 as Type<$db>>::type_info(),
                     Arg::Text(_) => <String as Type<$db>>::type_info(),
                     Arg::Bytes(_) => <Vec<u8> as Type<$db>>::type_info(),
                     Arg::Uuid(_) => <Uuid as Type<$db>>::type_info(),

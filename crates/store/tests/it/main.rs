@@ -1,6 +1,7 @@
 //! The shared store test-suite: every case runs once on SQLite and once on PostgreSQL.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod agents;
 mod audit;
 mod context;
 mod isolation;

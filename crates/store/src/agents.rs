@@ -1,0 +1,685 @@
+//! Agents as the store sees them: site-scoped enrollment keys, device credentials (token hashes
+//! with two-phase rotation), the latest heartbeat and inventory, user sessions derived from
+//! heartbeats, and the agent's shipped logs.
+//!
+//! Enrollment and token lookups are not organization-scoped (the caller is a machine holding a
+//! secret, not a user); everything they return carries the organization, and every later query
+//! goes through [`OrgStore`] or is keyed by the authenticated device.
+
+use breeze_agent_proto::{Heartbeat, Inventory, LogEntry, UserSession};
+use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
+use chrono::Duration;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    OrgStore, Result, Store, StoreError, audit,
+    sql::{Arg, Tx, escape_like, sql},
+};
+
+const KEY_COLUMNS: &str = "id, org_id, site_id, name, key_prefix, max_uses, uses, expires_at, \
+    revoked_at, created_by, created_at";
+
+/// A site-scoped enrollment key as stored (its secret is never stored, only its SHA-256).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct EnrollmentKeyRecord {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub site_id: SiteId,
+    pub name: String,
+    pub key_prefix: String,
+    pub max_uses: Option<i64>,
+    pub uses: i64,
+    pub expires_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+    pub created_by: String,
+    pub created_at: Timestamp,
+}
+
+/// An enrollment key to store.
+#[derive(Debug, Clone)]
+pub struct NewEnrollmentKey {
+    pub site_id: SiteId,
+    pub name: String,
+    pub key_hash: [u8; 32],
+    pub key_prefix: String,
+    pub max_uses: Option<u32>,
+    pub expires_at: Timestamp,
+    pub created_by: String,
+}
+
+/// What an enrolling machine says about itself.
+#[derive(Debug, Clone)]
+pub struct EnrollDevice {
+    pub hostname: String,
+    pub machine_id: Option<String>,
+    pub os_family: OsFamily,
+    pub os_name: String,
+    pub os_version: String,
+    pub agent_version: String,
+    /// SHA-256 of the device token the caller generated and hands to the agent.
+    pub token_hash: [u8; 32],
+}
+
+/// A device token's owner, as found by its hash.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeviceCredential {
+    pub device_id: DeviceId,
+    pub org_id: OrgId,
+    pub site_id: SiteId,
+    pub token_hash: Vec<u8>,
+    pub pending_token_hash: Option<Vec<u8>>,
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// Why an enrollment key was not accepted. All of them read the same to the caller.
+pub const INVALID_ENROLLMENT_KEY: &str = "Invalid, expired or used-up enrollment key";
+
+/// The latest heartbeat and inventory of a device.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct DeviceState {
+    pub device_id: DeviceId,
+    pub heartbeat_at: Option<Timestamp>,
+    pub uptime_secs: Option<i64>,
+    pub pending_reboot: bool,
+    #[sqlx(json)]
+    pub logged_in_users: Vec<UserSession>,
+    #[sqlx(json(nullable))]
+    pub inventory: Option<Value>,
+    pub inventory_at: Option<Timestamp>,
+}
+
+/// A user session on a device, opened when a heartbeat first lists it and closed when one
+/// no longer does.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct UserSessionRecord {
+    pub id: Uuid,
+    pub device_id: DeviceId,
+    pub username: String,
+    pub terminal: Option<String>,
+    pub host: Option<String>,
+    pub login_at: Timestamp,
+    pub logout_at: Option<Timestamp>,
+    pub login_duration_secs: Option<f64>,
+}
+
+/// A shipped agent log line.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct AgentLogRecord {
+    pub device_id: DeviceId,
+    pub at: Timestamp,
+    pub level: String,
+    pub target: String,
+    pub message: String,
+}
+
+/// Narrows an agent log search.
+#[derive(Debug, Clone, Default)]
+pub struct AgentLogFilter {
+    pub device_id: Option<DeviceId>,
+    /// This level and above.
+    pub min_level: Option<breeze_agent_proto::LogLevel>,
+    /// Substring of the logging module.
+    pub component: Option<String>,
+    /// Case-insensitive substring of the message.
+    pub text: Option<String>,
+    pub since: Option<Timestamp>,
+    pub until: Option<Timestamp>,
+    pub limit: u32,
+}
+
+fn level_str(level: breeze_agent_proto::LogLevel) -> &'static str {
+    use breeze_agent_proto::LogLevel::*;
+    match level {
+        Trace => "trace",
+        Debug => "debug",
+        Info => "info",
+        Warn => "warn",
+        Error => "error",
+    }
+}
+
+impl OrgStore<'_> {
+    /// Stores an enrollment key for a site of this organization, audited.
+    pub async fn create_enrollment_key(
+        &self,
+        new: NewEnrollmentKey,
+        audit: AuditEvent,
+    ) -> Result<EnrollmentKeyRecord> {
+        if new.name.trim().is_empty() {
+            return Err(StoreError::Invalid("an enrollment key needs a name".into()));
+        }
+        self.get_site(new.site_id).await?;
+        let now = self.store.clock.now();
+        if new.expires_at <= now {
+            return Err(StoreError::Invalid(
+                "an enrollment key must expire in the future".into(),
+            ));
+        }
+        let id = Uuid::now_v7();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(
+            "INSERT INTO enrollment_keys (id, org_id, site_id, name, key_hash, key_prefix, \
+             max_uses, uses, expires_at, revoked_at, created_by, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8, NULL, $9, $10)",
+        )
+        .bind(id)
+        .bind(self.org)
+        .bind(new.site_id)
+        .bind(new.name.trim())
+        .bind(&new.key_hash[..])
+        .bind(&new.key_prefix)
+        .bind(new.max_uses.map(i64::from))
+        .bind(new.expires_at)
+        .bind(&new.created_by)
+        .bind(now)
+        .execute(&mut tx)
+        .await?;
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "name": new.name.trim(), "site_id": new.site_id,
+            "max_uses": new.max_uses, "expires_at": new.expires_at,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_enrollment_key(id).await
+    }
+
+    /// One enrollment key of this organization.
+    pub async fn get_enrollment_key(&self, id: Uuid) -> Result<EnrollmentKeyRecord> {
+        sql(format!(
+            "SELECT {KEY_COLUMNS} FROM enrollment_keys WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("enrollment key"))
+    }
+
+    /// This organization's enrollment keys, newest first.
+    pub async fn list_enrollment_keys(&self) -> Result<Vec<EnrollmentKeyRecord>> {
+        sql(format!(
+            "SELECT {KEY_COLUMNS} FROM enrollment_keys WHERE org_id = $1 \
+             ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(self.org)
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// Revokes an enrollment key; devices it enrolled keep working.
+    pub async fn revoke_enrollment_key(
+        &self,
+        id: Uuid,
+        audit: AuditEvent,
+    ) -> Result<EnrollmentKeyRecord> {
+        self.stamp_once("enrollment_keys", "revoked_at", id, audit)
+            .await?;
+        self.get_enrollment_key(id).await
+    }
+
+    /// The latest heartbeat and inventory of a device of this organization (`None` before the
+    /// agent's first report).
+    pub async fn device_state(&self, device: DeviceId) -> Result<Option<DeviceState>> {
+        self.get_device(device).await?;
+        sql(
+            "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
+             inventory, inventory_at FROM device_state WHERE device_id = $1 AND org_id = $2",
+        )
+        .bind(device)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await
+    }
+
+    /// Heartbeat state of every device of this organization that has reported (or of one).
+    pub async fn device_states(&self, device: Option<DeviceId>) -> Result<Vec<DeviceState>> {
+        let mut q = sql(
+            "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
+             inventory, inventory_at FROM device_state WHERE org_id = $1",
+        )
+        .bind(self.org);
+        if let Some(d) = device {
+            let p = q.arg(d);
+            q.push(&format!(" AND device_id = {p}"));
+        }
+        q.push(" ORDER BY device_id");
+        q.fetch_all(self.store).await
+    }
+
+    /// User sessions of this organization since `since`, newest first, optionally for one
+    /// device and/or one user.
+    pub async fn user_sessions(
+        &self,
+        device: Option<DeviceId>,
+        username: Option<&str>,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<UserSessionRecord>> {
+        let mut q = sql(
+            "SELECT id, device_id, username, terminal, host, login_at, logout_at, \
+             login_duration_secs FROM device_user_sessions WHERE org_id = $1 \
+             AND (logout_at IS NULL OR logout_at >= $2)",
+        )
+        .bind(self.org)
+        .bind(since);
+        if let Some(d) = device {
+            let p = q.arg(d);
+            q.push(&format!(" AND device_id = {p}"));
+        }
+        if let Some(u) = username {
+            let p = q.arg(u);
+            q.push(&format!(" AND username = {p}"));
+        }
+        let p = q.arg(i64::from(limit));
+        q.push(&format!(" ORDER BY login_at DESC, id DESC LIMIT {p}"));
+        q.fetch_all(self.store).await
+    }
+
+    /// Agent log lines of this organization, newest first.
+    pub async fn search_agent_logs(&self, f: &AgentLogFilter) -> Result<Vec<AgentLogRecord>> {
+        let mut q =
+            sql("SELECT device_id, at, level, target, message FROM agent_logs WHERE org_id = $1")
+                .bind(self.org);
+        if let Some(d) = f.device_id {
+            let p = q.arg(d);
+            q.push(&format!(" AND device_id = {p}"));
+        }
+        if let Some(min) = f.min_level {
+            use breeze_agent_proto::LogLevel::*;
+            let levels: Vec<String> = [Trace, Debug, Info, Warn, Error]
+                .into_iter()
+                .filter(|l| *l >= min)
+                .map(|l| {
+                    let p = q.arg(level_str(l));
+                    p
+                })
+                .collect();
+            q.push(&format!(" AND level IN ({})", levels.join(", ")));
+        }
+        if let Some(c) = &f.component {
+            let p = q.arg(format!("%{}%", escape_like(c)));
+            q.push(&format!(" AND target LIKE {p} ESCAPE '\\'"));
+        }
+        if let Some(t) = &f.text {
+            let p = q.arg(format!("%{}%", escape_like(&t.to_lowercase())));
+            q.push(&format!(" AND LOWER(message) LIKE {p} ESCAPE '\\'"));
+        }
+        if let Some(s) = f.since {
+            let p = q.arg(s);
+            q.push(&format!(" AND at >= {p}"));
+        }
+        if let Some(u) = f.until {
+            let p = q.arg(u);
+            q.push(&format!(" AND at < {p}"));
+        }
+        let p = q.arg(i64::from(f.limit));
+        q.push(&format!(" ORDER BY at DESC LIMIT {p}"));
+        q.fetch_all(self.store).await
+    }
+}
+
+impl Store {
+    /// Enrolls a machine with an enrollment key whose SHA-256 is `key_hash`: counts a use of the
+    /// key (refusing revoked, expired and used-up keys), creates the device in the key's site —
+    /// or, when a device of the organization already carries the same machine id, re-enrolls
+    /// that device with the new token — and audits it, all in one transaction.
+    pub async fn enroll_device(
+        &self,
+        key_hash: &[u8; 32],
+        new: EnrollDevice,
+    ) -> Result<(Device, Uuid)> {
+        #[derive(sqlx::FromRow)]
+        struct Key {
+            id: Uuid,
+            org_id: OrgId,
+            site_id: SiteId,
+        }
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let key: Key = sql(
+            "UPDATE enrollment_keys SET uses = uses + 1 WHERE key_hash = $1 \
+             AND revoked_at IS NULL AND expires_at > $2 \
+             AND (max_uses IS NULL OR uses < max_uses) RETURNING id, org_id, site_id",
+        )
+        .bind(&key_hash[..])
+        .bind(now)
+        .fetch_optional(&mut tx)
+        .await?
+        .ok_or_else(|| StoreError::Invalid(INVALID_ENROLLMENT_KEY.into()))?;
+
+        let existing: Option<DeviceId> = match &new.machine_id {
+            Some(mid) => sql("SELECT c.device_id FROM device_credentials c \
+                 WHERE c.org_id = $1 AND c.machine_id = $2 AND c.revoked_at IS NULL")
+            .bind(key.org_id)
+            .bind(mid)
+            .fetch_optional::<(DeviceId,)>(&mut tx)
+            .await?
+            .map(|r| r.0),
+            None => None,
+        };
+        let device_id = match existing {
+            Some(id) => {
+                sql(
+                    "UPDATE devices SET hostname = $1, os_family = $2, os_name = $3, \
+                     os_version = $4, agent_version = $5, status = 'online', last_seen_at = $6 \
+                     WHERE id = $7 AND org_id = $8",
+                )
+                .bind(&new.hostname)
+                .bind(new.os_family.as_str())
+                .bind(&new.os_name)
+                .bind(&new.os_version)
+                .bind(&new.agent_version)
+                .bind(now)
+                .bind(id)
+                .bind(key.org_id)
+                .execute(&mut tx)
+                .await?;
+                sql(
+                    "UPDATE device_credentials SET token_hash = $1, pending_token_hash = NULL, \
+                     enrollment_key_id = $2, rotated_at = $3 WHERE device_id = $4",
+                )
+                .bind(&new.token_hash[..])
+                .bind(key.id)
+                .bind(now)
+                .bind(id)
+                .execute(&mut tx)
+                .await?;
+                id
+            }
+            None => {
+                let id = DeviceId::new();
+                sql(
+                    "INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, \
+                     os_version, status, agent_version, last_seen_at, tags, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'online', $8, $9, '[]', $10)",
+                )
+                .bind(id)
+                .bind(key.org_id)
+                .bind(key.site_id)
+                .bind(&new.hostname)
+                .bind(new.os_family.as_str())
+                .bind(&new.os_name)
+                .bind(&new.os_version)
+                .bind(&new.agent_version)
+                .bind(now)
+                .bind(now)
+                .execute(&mut tx)
+                .await?;
+                sql(
+                    "INSERT INTO device_credentials (device_id, org_id, token_hash, \
+                     pending_token_hash, machine_id, enrollment_key_id, enrolled_at) \
+                     VALUES ($1, $2, $3, NULL, $4, $5, $6)",
+                )
+                .bind(id)
+                .bind(key.org_id)
+                .bind(&new.token_hash[..])
+                .bind(new.machine_id.as_deref())
+                .bind(key.id)
+                .bind(now)
+                .execute(&mut tx)
+                .await?;
+                id
+            }
+        };
+        let event = AuditEvent::new(
+            breeze_core::Actor::system("agent-enrollment"),
+            "device.enroll",
+            "device",
+        )
+        .org(key.org_id)
+        .resource(device_id)
+        .details(serde_json::json!({
+            "hostname": new.hostname, "enrollment_key_id": key.id,
+            "site_id": key.site_id, "reenrolled": existing.is_some(),
+        }));
+        audit::insert(&mut tx, &event, now).await?;
+        tx.commit().await?;
+        Ok((self.org(key.org_id).get_device(device_id).await?, key.id))
+    }
+
+    /// The credential whose current or pending token hashes to `hash`. A match on the pending
+    /// token completes a rotation: it becomes the current token and the old one stops working.
+    pub async fn find_device_credential(
+        &self,
+        hash: &[u8; 32],
+    ) -> Result<Option<DeviceCredential>> {
+        const COLS: &str = "c.device_id, c.org_id, d.site_id, c.token_hash, \
+            c.pending_token_hash, c.revoked_at";
+        let found: Option<DeviceCredential> = sql(format!(
+            "SELECT {COLS} FROM device_credentials c JOIN devices d ON d.id = c.device_id \
+             WHERE c.token_hash = $1 OR c.pending_token_hash = $1"
+        ))
+        .bind(&hash[..])
+        .fetch_optional(self)
+        .await?;
+        match found {
+            Some(c) if c.pending_token_hash.as_deref() == Some(&hash[..]) => {
+                sql(
+                    "UPDATE device_credentials SET token_hash = pending_token_hash, \
+                     pending_token_hash = NULL, rotated_at = $1 \
+                     WHERE device_id = $2 AND pending_token_hash = $3",
+                )
+                .bind(self.clock.now())
+                .bind(c.device_id)
+                .bind(&hash[..])
+                .execute(self)
+                .await?;
+                Ok(Some(DeviceCredential {
+                    token_hash: hash.to_vec(),
+                    pending_token_hash: None,
+                    ..c
+                }))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Stages `new_hash` as the device's next token; the current one keeps working until the
+    /// agent first authenticates with the new one.
+    pub async fn stage_device_token(&self, device: DeviceId, new_hash: &[u8; 32]) -> Result<()> {
+        let n = sql("UPDATE device_credentials SET pending_token_hash = $1 \
+                     WHERE device_id = $2 AND revoked_at IS NULL")
+        .bind(&new_hash[..])
+        .bind(device)
+        .execute(self)
+        .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("device credential"));
+        }
+        Ok(())
+    }
+
+    /// Records a heartbeat: the device is online, its state is replaced, and user sessions are
+    /// opened for newly listed users and closed for ones no longer listed.
+    pub async fn record_heartbeat(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+        hb: &Heartbeat,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        sql(
+            "UPDATE devices SET status = 'online', last_seen_at = $1, agent_version = $2 \
+             WHERE id = $3 AND org_id = $4 AND status <> 'maintenance'",
+        )
+        .bind(now)
+        .bind(&hb.agent_version)
+        .bind(device)
+        .bind(org)
+        .execute(&mut tx)
+        .await?;
+        sql("UPDATE devices SET last_seen_at = $1, agent_version = $2 \
+             WHERE id = $3 AND org_id = $4 AND status = 'maintenance'")
+        .bind(now)
+        .bind(&hb.agent_version)
+        .bind(device)
+        .bind(org)
+        .execute(&mut tx)
+        .await?;
+        let users = Arg::json(&hb.logged_in_users);
+        let uptime = i64::try_from(hb.uptime_secs).unwrap_or(i64::MAX);
+        let updated = sql(
+            "UPDATE device_state SET heartbeat_at = $1, uptime_secs = $2, \
+                           pending_reboot = $3, logged_in_users = $4 WHERE device_id = $5",
+        )
+        .bind(now)
+        .bind(uptime)
+        .bind(hb.pending_reboot)
+        .bind(users.clone())
+        .bind(device)
+        .execute(&mut tx)
+        .await?;
+        if updated == 0 {
+            sql(
+                "INSERT INTO device_state (device_id, org_id, heartbeat_at, uptime_secs, \
+                 pending_reboot, logged_in_users) VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(device)
+            .bind(org)
+            .bind(now)
+            .bind(uptime)
+            .bind(hb.pending_reboot)
+            .bind(users)
+            .execute(&mut tx)
+            .await?;
+        }
+
+        // Sessions: match open rows to the listed users by (username, terminal, host).
+        let open: Vec<UserSessionRecord> = sql(
+            "SELECT id, device_id, username, terminal, host, login_at, logout_at, \
+             login_duration_secs FROM device_user_sessions \
+             WHERE device_id = $1 AND org_id = $2 AND logout_at IS NULL",
+        )
+        .bind(device)
+        .bind(org)
+        .fetch_all(&mut tx)
+        .await?;
+        let same = |r: &UserSessionRecord, s: &UserSession| {
+            r.username == s.username && r.terminal == s.terminal && r.host == s.host
+        };
+        for row in &open {
+            if !hb.logged_in_users.iter().any(|s| same(row, s)) {
+                sql("UPDATE device_user_sessions SET logout_at = $1 WHERE id = $2")
+                    .bind(now)
+                    .bind(row.id)
+                    .execute(&mut tx)
+                    .await?;
+            }
+        }
+        for s in &hb.logged_in_users {
+            if !open.iter().any(|row| same(row, s)) {
+                sql("INSERT INTO device_user_sessions (id, org_id, device_id, username, terminal, host, \
+                     login_at, logout_at, login_duration_secs) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8)")
+                .bind(Uuid::now_v7())
+                .bind(org)
+                .bind(device)
+                .bind(&s.username)
+                .bind(s.terminal.as_deref())
+                .bind(s.host.as_deref())
+                .bind(s.login_at.unwrap_or(now))
+                .bind(s.login_duration_secs)
+                .execute(&mut tx)
+                .await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// Stores an inventory report and refreshes the device's hostname and OS from it.
+    pub async fn record_inventory(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+        inv: &Inventory,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let family = inv.os.family.parse::<OsFamily>().unwrap_or(OsFamily::Other);
+        let mut tx = Tx::begin(&self.pool).await?;
+        sql(
+            "UPDATE devices SET hostname = $1, os_family = $2, os_name = $3, os_version = $4 \
+             WHERE id = $5 AND org_id = $6",
+        )
+        .bind(&inv.hostname)
+        .bind(family.as_str())
+        .bind(&inv.os.name)
+        .bind(&inv.os.version)
+        .bind(device)
+        .bind(org)
+        .execute(&mut tx)
+        .await?;
+        let data = Arg::json(inv);
+        let updated = sql("UPDATE device_state SET inventory = $1, inventory_at = $2 \
+                           WHERE device_id = $3")
+        .bind(data.clone())
+        .bind(now)
+        .bind(device)
+        .execute(&mut tx)
+        .await?;
+        if updated == 0 {
+            sql(
+                "INSERT INTO device_state (device_id, org_id, inventory, inventory_at) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(device)
+            .bind(org)
+            .bind(data)
+            .bind(now)
+            .execute(&mut tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Stores shipped agent log lines.
+    pub async fn insert_agent_logs(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+        entries: &[LogEntry],
+    ) -> Result<()> {
+        let mut tx = Tx::begin(&self.pool).await?;
+        for e in entries {
+            sql(
+                "INSERT INTO agent_logs (id, org_id, device_id, at, level, target, message) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(Uuid::now_v7())
+            .bind(org)
+            .bind(device)
+            .bind(e.at)
+            .bind(level_str(e.level))
+            .bind(&e.target)
+            .bind(&e.message)
+            .execute(&mut tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Marks agent-managed devices whose last heartbeat is older than `stale_after` offline;
+    /// returns them. Devices in maintenance and devices without an agent are left alone.
+    pub async fn mark_stale_devices_offline(&self, stale_after: Duration) -> Result<Vec<DeviceId>> {
+        let cutoff = self.clock.now() - stale_after;
+        let rows: Vec<(DeviceId,)> = sql(
+            "UPDATE devices SET status = 'offline' WHERE status = 'online' \
+             AND last_seen_at < $1 \
+             AND id IN (SELECT device_id FROM device_credentials) RETURNING id",
+        )
+        .bind(cutoff)
+        .fetch_all(self)
+        .await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
+    }
+
+    /// Deletes agent logs older than `before`.
+    pub async fn prune_agent_logs(&self, before: Timestamp) -> Result<u64> {
+        sql("DELETE FROM agent_logs WHERE at < $1")
+            .bind(before)
+            .execute(self)
+            .await
+    }
+}

@@ -1,0 +1,311 @@
+//! Device commands: a durable queue with a status lifecycle
+//! (pending → sent → running → completed | failed | timed_out | cancelled).
+//!
+//! Every transition is a conditional `UPDATE` that only moves a command forward, so duplicate
+//! deliveries and duplicate results are harmless: the first terminal result is kept, later ones
+//! change nothing.
+
+use breeze_agent_proto::{Command, CommandKind, CommandOutcome, CommandResult};
+use breeze_core::{AuditEvent, DeviceId, OrgId, Timestamp};
+use chrono::Duration;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    OrgStore, Result, Store, StoreError, audit,
+    sql::{Arg, Tx, sql},
+};
+
+/// Statuses a command can still leave.
+const OPEN: &str = "('pending', 'sent', 'running')";
+
+/// Server-side ceiling on stored stdout and stderr, each, whatever the agent sends.
+pub const MAX_STORED_OUTPUT_BYTES: usize = 1024 * 1024;
+
+const COLUMNS: &str = "id, org_id, device_id, kind, payload, status, timeout_secs, \
+    output_cap_bytes, script_id, script_name, created_by, created_at, deadline_at, sent_at, \
+    started_at, completed_at, exit_code, stdout, stderr, stdout_truncated, stderr_truncated, \
+    result, error";
+
+/// A command as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct CommandRecord {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub device_id: DeviceId,
+    /// The command kind's tag, e.g. `shell`, `list_processes`.
+    pub kind: String,
+    /// The full [`CommandKind`] as JSON.
+    #[sqlx(json)]
+    pub payload: Value,
+    pub status: String,
+    pub timeout_secs: i64,
+    pub output_cap_bytes: i64,
+    pub script_id: Option<Uuid>,
+    pub script_name: Option<String>,
+    pub created_by: String,
+    pub created_at: Timestamp,
+    pub deadline_at: Timestamp,
+    pub sent_at: Option<Timestamp>,
+    pub started_at: Option<Timestamp>,
+    pub completed_at: Option<Timestamp>,
+    pub exit_code: Option<i64>,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    #[sqlx(json(nullable))]
+    pub result: Option<Value>,
+    pub error: Option<String>,
+}
+
+impl CommandRecord {
+    /// Whether the command reached a final state.
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self.status.as_str(), "pending" | "sent" | "running")
+    }
+
+    /// The wire form handed to the agent.
+    pub fn to_wire(&self) -> Result<Command> {
+        let kind: CommandKind = serde_json::from_value(self.payload.clone())
+            .map_err(|e| StoreError::Corrupt(format!("command {}: {e}", self.id)))?;
+        Ok(Command {
+            id: self.id,
+            timeout_secs: u32::try_from(self.timeout_secs).unwrap_or(u32::MAX),
+            output_cap_bytes: u64::try_from(self.output_cap_bytes).unwrap_or(0),
+            kind,
+        })
+    }
+}
+
+/// A command to queue.
+#[derive(Debug, Clone)]
+pub struct NewCommand {
+    pub device_id: DeviceId,
+    pub kind: CommandKind,
+    pub timeout_secs: u32,
+    pub output_cap_bytes: u64,
+    /// How long the command may wait for delivery before it counts as timed out, on top of
+    /// its own timeout.
+    pub queue_ttl: Duration,
+    pub script: Option<(Uuid, String)>,
+    pub created_by: String,
+}
+
+/// The kind tag of a command, as stored in `kind`.
+pub fn kind_tag(kind: &CommandKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn cap(mut s: String, truncated: &mut bool) -> String {
+    if s.len() > MAX_STORED_OUTPUT_BYTES {
+        let mut end = MAX_STORED_OUTPUT_BYTES;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        *truncated = true;
+    }
+    s
+}
+
+fn outcome_str(o: CommandOutcome) -> &'static str {
+    match o {
+        CommandOutcome::Completed => "completed",
+        CommandOutcome::Failed => "failed",
+        CommandOutcome::TimedOut => "timed_out",
+        CommandOutcome::Cancelled => "cancelled",
+    }
+}
+
+impl OrgStore<'_> {
+    /// Queues a command for a device of this organization, audited in the same transaction.
+    pub async fn create_command(
+        &self,
+        new: NewCommand,
+        audit: AuditEvent,
+    ) -> Result<CommandRecord> {
+        self.get_device(new.device_id).await?;
+        let now = self.store.clock.now();
+        let id = Uuid::now_v7();
+        let deadline = now + new.queue_ttl + Duration::seconds(i64::from(new.timeout_secs));
+        let kind = kind_tag(&new.kind);
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(format!(
+            "INSERT INTO device_commands ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, 'pending', $6, \
+             $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, NULL, NULL, NULL, FALSE, FALSE, NULL, NULL)"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .bind(new.device_id)
+        .bind(&kind)
+        .bind(Arg::json(&new.kind))
+        .bind(i64::from(new.timeout_secs))
+        .bind(i64::try_from(new.output_cap_bytes).unwrap_or(i64::MAX))
+        .bind(new.script.as_ref().map(|s| s.0))
+        .bind(new.script.as_ref().map(|s| s.1.as_str()))
+        .bind(&new.created_by)
+        .bind(now)
+        .bind(deadline)
+        .execute(&mut tx)
+        .await?;
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "device_id": new.device_id, "kind": kind,
+            "script": new.script.as_ref().map(|s| &s.1),
+            "timeout_secs": new.timeout_secs,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_command(id).await
+    }
+
+    /// One command of this organization.
+    pub async fn get_command(&self, id: Uuid) -> Result<CommandRecord> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM device_commands WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("command"))
+    }
+
+    /// The latest commands of a device of this organization, newest first.
+    pub async fn list_commands(&self, device: DeviceId, limit: u32) -> Result<Vec<CommandRecord>> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND device_id = $2 \
+             ORDER BY created_at DESC, id DESC LIMIT $3"
+        ))
+        .bind(self.org)
+        .bind(device)
+        .bind(i64::from(limit))
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// Cancels a command that has not finished; returns whether it was still open.
+    pub async fn cancel_command(&self, id: Uuid, reason: &str) -> Result<bool> {
+        let n = sql(format!(
+            "UPDATE device_commands SET status = 'cancelled', completed_at = $1, error = $2 \
+             WHERE id = $3 AND org_id = $4 AND status IN {OPEN}"
+        ))
+        .bind(self.store.clock.now())
+        .bind(reason)
+        .bind(id)
+        .bind(self.org)
+        .execute(self.store)
+        .await?;
+        Ok(n > 0)
+    }
+}
+
+impl Store {
+    /// Hands out a device's pending commands (oldest first), marking them sent.
+    pub async fn claim_pending_commands(&self, device: DeviceId) -> Result<Vec<CommandRecord>> {
+        let now = self.clock.now();
+        let rows: Vec<CommandRecord> = sql(format!(
+            "UPDATE device_commands SET status = 'sent', sent_at = $1 \
+             WHERE device_id = $2 AND status = 'pending' AND deadline_at > $1 \
+             RETURNING {COLUMNS}"
+        ))
+        .bind(now)
+        .bind(device)
+        .fetch_all(self)
+        .await?;
+        let mut rows = rows;
+        rows.sort_by_key(|r| (r.created_at, r.id));
+        Ok(rows)
+    }
+
+    /// Marks one command sent (pushed on a live socket). Returns whether it was pending.
+    pub async fn mark_command_sent(&self, id: Uuid) -> Result<bool> {
+        let n = sql("UPDATE device_commands SET status = 'sent', sent_at = $1 \
+                     WHERE id = $2 AND status = 'pending'")
+        .bind(self.clock.now())
+        .bind(id)
+        .execute(self)
+        .await?;
+        Ok(n > 0)
+    }
+
+    /// Puts a sent command back to pending (the push failed); it goes out with the next
+    /// heartbeat or reconnect.
+    pub async fn requeue_command(&self, id: Uuid) -> Result<()> {
+        sql(
+            "UPDATE device_commands SET status = 'pending', sent_at = NULL \
+             WHERE id = $1 AND status = 'sent'",
+        )
+        .bind(id)
+        .execute(self)
+        .await
+        .map(drop)
+    }
+
+    /// The device reports it started the command.
+    pub async fn mark_command_running(&self, device: DeviceId, id: Uuid) -> Result<bool> {
+        let n = sql(
+            "UPDATE device_commands SET status = 'running', started_at = $1 \
+                     WHERE id = $2 AND device_id = $3 AND status IN ('pending', 'sent')",
+        )
+        .bind(self.clock.now())
+        .bind(id)
+        .bind(device)
+        .execute(self)
+        .await?;
+        Ok(n > 0)
+    }
+
+    /// Stores a command's result unless it already has one (the first terminal result wins).
+    /// Returns the stored command when this result was the one kept; `None` when the command
+    /// is unknown, belongs to another device, or was already final.
+    pub async fn complete_command(
+        &self,
+        device: DeviceId,
+        r: CommandResult,
+    ) -> Result<Option<CommandRecord>> {
+        let (mut out_trunc, mut err_trunc) = (r.stdout_truncated, r.stderr_truncated);
+        let stdout = cap(r.stdout, &mut out_trunc);
+        let stderr = cap(r.stderr, &mut err_trunc);
+        let row: Option<CommandRecord> = sql(format!(
+            "UPDATE device_commands SET status = $1, started_at = COALESCE(started_at, $2), \
+             completed_at = $3, exit_code = $4, stdout = $5, stderr = $6, \
+             stdout_truncated = $7, stderr_truncated = $8, result = $9, error = $10 \
+             WHERE id = $11 AND device_id = $12 AND status IN {OPEN} RETURNING {COLUMNS}"
+        ))
+        .bind(outcome_str(r.status))
+        .bind(r.started_at)
+        .bind(self.clock.now())
+        .bind(r.exit_code.map(i64::from))
+        .bind(stdout)
+        .bind(stderr)
+        .bind(out_trunc)
+        .bind(err_trunc)
+        .bind(r.result.as_ref().map_or(Arg::Json(None), Arg::json))
+        .bind(r.error)
+        .bind(r.command_id)
+        .bind(device)
+        .fetch_optional(self)
+        .await?;
+        Ok(row)
+    }
+
+    /// Concludes every open command past its deadline as timed out; returns them.
+    pub async fn time_out_commands(&self) -> Result<Vec<CommandRecord>> {
+        let now = self.clock.now();
+        sql(format!(
+            "UPDATE device_commands SET status = 'timed_out', completed_at = $1, \
+             error = CASE WHEN status = 'pending' \
+                 THEN 'the device did not pick the command up in time' \
+                 ELSE 'no result arrived before the deadline' END \
+             WHERE status IN {OPEN} AND deadline_at <= $1 RETURNING {COLUMNS}"
+        ))
+        .bind(now)
+        .fetch_all(self)
+        .await
+    }
+}

@@ -1,0 +1,553 @@
+//! Agents in the store: enrollment keys and their limits, device credentials and rotation,
+//! heartbeats and sessions, the command lifecycle, metrics rollups, scripts.
+
+use breeze_agent_proto::{
+    CommandKind, CommandOutcome, CommandResult, DiskUsageSample, Heartbeat, MetricSample,
+    NetworkSample, ProcessSort, UserSession,
+};
+use breeze_core::{DeviceStatus, OrgId, OsFamily, SiteId};
+use breeze_store::{
+    Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, NewCommand, NewEnrollmentKey, NewScript,
+    Store, StoreError, testing::Ctx,
+};
+use chrono::Duration;
+
+use crate::audit;
+
+async fn world(s: &Store) -> (OrgId, SiteId, OrgId) {
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let a = s
+        .create_organization(
+            partner.id,
+            "A",
+            "a",
+            audit("organization.create", "organization"),
+        )
+        .await
+        .unwrap();
+    let b = s
+        .create_organization(
+            partner.id,
+            "B",
+            "b",
+            audit("organization.create", "organization"),
+        )
+        .await
+        .unwrap();
+    let site = s
+        .org(a.id)
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    (a.id, site.id, b.id)
+}
+
+fn machine(token: u8, machine_id: Option<&str>) -> EnrollDevice {
+    EnrollDevice {
+        hostname: "host-1".into(),
+        machine_id: machine_id.map(str::to_owned),
+        os_family: OsFamily::Linux,
+        os_name: "Debian GNU/Linux".into(),
+        os_version: "12".into(),
+        agent_version: "0.1.0".into(),
+        token_hash: [token; 32],
+    }
+}
+
+async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, _) = world(s).await;
+    let o = s.org(org);
+    let key = o
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "rollout".into(),
+                key_hash: [1; 32],
+                key_prefix: "brz_abcd".into(),
+                max_uses: Some(2),
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "user:u".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    let (d1, used) = s
+        .enroll_device(&[1; 32], machine(10, Some("m-1")))
+        .await
+        .unwrap();
+    assert_eq!(used, key.id);
+    assert_eq!(d1.site_id, site);
+    assert_eq!(d1.status, DeviceStatus::Online);
+
+    // The same machine id re-enrolls the same device with a new token; the old token dies.
+    let (again, _) = s
+        .enroll_device(&[1; 32], machine(11, Some("m-1")))
+        .await
+        .unwrap();
+    assert_eq!(again.id, d1.id);
+    assert!(s.find_device_credential(&[10; 32]).await.unwrap().is_none());
+    assert_eq!(
+        s.find_device_credential(&[11; 32])
+            .await
+            .unwrap()
+            .unwrap()
+            .device_id,
+        d1.id
+    );
+
+    // Two uses spent: the third is refused with the one message every refusal shares.
+    let err = s
+        .enroll_device(&[1; 32], machine(12, None))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid(ref m) if m == INVALID_ENROLLMENT_KEY),
+        "{err}"
+    );
+    assert_eq!(o.get_enrollment_key(key.id).await.unwrap().uses, 2);
+
+    // Unknown, expired and revoked keys read the same.
+    let err = s
+        .enroll_device(&[9; 32], machine(13, None))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(INVALID_ENROLLMENT_KEY));
+    let open = o
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "open".into(),
+                key_hash: [2; 32],
+                key_prefix: "brz_efgh".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::minutes(5),
+                created_by: "user:u".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    s.enroll_device(&[2; 32], machine(14, None)).await.unwrap();
+    cx.clock.advance(Duration::minutes(6));
+    assert!(s.enroll_device(&[2; 32], machine(15, None)).await.is_err());
+    cx.clock.advance(Duration::minutes(-6));
+    o.revoke_enrollment_key(open.id, audit("enrollment_key.revoke", "enrollment_key"))
+        .await
+        .unwrap();
+    assert!(s.enroll_device(&[2; 32], machine(16, None)).await.is_err());
+}
+
+async fn token_rotation_is_two_phase(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, _) = world(s).await;
+    s.org(org)
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    let (dev, _) = s.enroll_device(&[1; 32], machine(20, None)).await.unwrap();
+    s.stage_device_token(dev.id, &[21; 32]).await.unwrap();
+    // Both work until the new one is used...
+    assert!(s.find_device_credential(&[20; 32]).await.unwrap().is_some());
+    let promoted = s.find_device_credential(&[21; 32]).await.unwrap().unwrap();
+    assert_eq!(promoted.token_hash, vec![21; 32]);
+    // ...then only the new one does.
+    assert!(s.find_device_credential(&[20; 32]).await.unwrap().is_none());
+    assert!(s.find_device_credential(&[21; 32]).await.unwrap().is_some());
+}
+
+async fn heartbeats_track_status_and_sessions(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, other) = world(s).await;
+    s.org(org)
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    let (dev, _) = s.enroll_device(&[1; 32], machine(30, None)).await.unwrap();
+    let alice = UserSession {
+        username: "alice".into(),
+        terminal: Some("pts/0".into()),
+        host: Some("10.0.0.9".into()),
+        login_at: Some(s.clock().now()),
+        login_duration_secs: Some(4.5),
+    };
+    let hb = |users: Vec<UserSession>| Heartbeat {
+        agent_version: "0.2.0".into(),
+        uptime_secs: 3600,
+        pending_reboot: true,
+        logged_in_users: users,
+        running_commands: vec![],
+    };
+    s.record_heartbeat(dev.id, org, &hb(vec![alice.clone()]))
+        .await
+        .unwrap();
+    s.record_heartbeat(dev.id, org, &hb(vec![alice.clone()]))
+        .await
+        .unwrap();
+    let state = s.org(org).device_state(dev.id).await.unwrap().unwrap();
+    assert!(state.pending_reboot);
+    assert_eq!(state.logged_in_users, vec![alice.clone()]);
+    let since = s.clock().now() - Duration::days(1);
+    let sessions = s
+        .org(org)
+        .user_sessions(None, None, since, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        sessions.len(),
+        1,
+        "one session, however many heartbeats list it"
+    );
+    assert!(sessions[0].logout_at.is_none());
+
+    cx.clock.advance(Duration::minutes(10));
+    s.record_heartbeat(dev.id, org, &hb(vec![])).await.unwrap();
+    let sessions = s
+        .org(org)
+        .user_sessions(None, Some("alice"), since, 10)
+        .await
+        .unwrap();
+    assert_eq!(sessions[0].logout_at, Some(s.clock().now()));
+    // Another organization sees none of it.
+    assert!(
+        s.org(other)
+            .user_sessions(None, None, since, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        s.org(other).device_state(dev.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Missed heartbeats take the device offline.
+    cx.clock.advance(Duration::minutes(5));
+    let stale = s
+        .mark_stale_devices_offline(Duration::minutes(3))
+        .await
+        .unwrap();
+    assert_eq!(stale, vec![dev.id]);
+    assert_eq!(
+        s.org(org).get_device(dev.id).await.unwrap().status,
+        DeviceStatus::Offline
+    );
+    s.record_heartbeat(dev.id, org, &hb(vec![])).await.unwrap();
+    assert_eq!(
+        s.org(org).get_device(dev.id).await.unwrap().status,
+        DeviceStatus::Online
+    );
+}
+
+async fn commands_move_forward_only(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, other) = world(s).await;
+    s.org(org)
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    let (dev, _) = s.enroll_device(&[1; 32], machine(40, None)).await.unwrap();
+    let o = s.org(org);
+    let new = || NewCommand {
+        device_id: dev.id,
+        kind: CommandKind::ListProcesses {
+            sort_by: ProcessSort::Cpu,
+            limit: 5,
+        },
+        timeout_secs: 30,
+        output_cap_bytes: 1024,
+        queue_ttl: Duration::seconds(60),
+        script: None,
+        created_by: "api_key:k".into(),
+    };
+    let cmd = o
+        .create_command(new(), audit("command.create", "command"))
+        .await
+        .unwrap();
+    assert_eq!(cmd.status, "pending");
+    assert_eq!(cmd.kind, "list_processes");
+    assert_eq!(cmd.to_wire().unwrap().kind, new().kind);
+    // Another organization can neither see nor queue for the device.
+    assert!(s.org(other).get_command(cmd.id).await.is_err());
+    assert!(
+        s.org(other)
+            .create_command(new(), audit("command.create", "command"))
+            .await
+            .is_err()
+    );
+
+    let claimed = s.claim_pending_commands(dev.id).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        s.claim_pending_commands(dev.id).await.unwrap().is_empty(),
+        "handed out once"
+    );
+    assert!(s.mark_command_running(dev.id, cmd.id).await.unwrap());
+
+    let result = |stdout: &str| CommandResult {
+        command_id: cmd.id,
+        status: CommandOutcome::Completed,
+        exit_code: Some(0),
+        stdout: stdout.into(),
+        stderr: String::new(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        result: Some(serde_json::json!({ "processes": [] })),
+        error: None,
+        started_at: s.clock().now(),
+        finished_at: s.clock().now(),
+    };
+    // A result for the command from another device is ignored.
+    let stranger = breeze_core::DeviceId::new();
+    assert!(
+        s.complete_command(stranger, result("x"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let done = s
+        .complete_command(dev.id, result("first"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status, "completed");
+    assert!(
+        s.complete_command(dev.id, result("second"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        o.get_command(cmd.id).await.unwrap().stdout.as_deref(),
+        Some("first")
+    );
+
+    // A command nobody picks up times out at its deadline, with a reason.
+    let late = o
+        .create_command(new(), audit("command.create", "command"))
+        .await
+        .unwrap();
+    assert!(s.time_out_commands().await.unwrap().is_empty());
+    cx.clock.advance(Duration::seconds(91));
+    let timed = s.time_out_commands().await.unwrap();
+    assert_eq!(timed.len(), 1);
+    assert_eq!(timed[0].id, late.id);
+    assert_eq!(timed[0].status, "timed_out");
+    assert!(timed[0].error.as_deref().unwrap().contains("did not pick"));
+    // Output beyond the server's ceiling is cut and flagged.
+    let big = o
+        .create_command(new(), audit("command.create", "command"))
+        .await
+        .unwrap();
+    let mut r = result(&"é".repeat(breeze_store::MAX_STORED_OUTPUT_BYTES));
+    r.command_id = big.id;
+    let stored = s.complete_command(dev.id, r).await.unwrap().unwrap();
+    assert!(stored.stdout_truncated);
+    assert!(stored.stdout.unwrap().len() <= breeze_store::MAX_STORED_OUTPUT_BYTES);
+}
+
+async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, other) = world(s).await;
+    s.org(org)
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+    let (dev, _) = s.enroll_device(&[1; 32], machine(50, None)).await.unwrap();
+    let t0 = s.clock().now();
+    let sample = |mins: i64, cpu: f64| MetricSample {
+        at: t0 + Duration::minutes(mins),
+        cpu_percent: cpu,
+        ram_percent: 50.0,
+        ram_used_bytes: 1 << 30,
+        disks: vec![
+            DiskUsageSample {
+                mount: "/".into(),
+                used_percent: 40.0,
+            },
+            DiskUsageSample {
+                mount: "/var".into(),
+                used_percent: 80.0,
+            },
+        ],
+        network: vec![NetworkSample {
+            interface: "eth0".into(),
+            rx_bytes: 100,
+            tx_bytes: 10,
+        }],
+        process_count: 100,
+    };
+    let batch = vec![sample(0, 10.0), sample(30, 30.0), sample(70, 50.0)];
+    assert_eq!(s.insert_metrics(dev.id, org, &batch).await.unwrap(), 3);
+    assert_eq!(
+        s.insert_metrics(dev.id, org, &batch).await.unwrap(),
+        0,
+        "re-sent batch"
+    );
+
+    let o = s.org(org);
+    let until = t0 + Duration::hours(3);
+    let raw = o
+        .query_metrics(dev.id, t0, until, Aggregation::Raw)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 3);
+    assert_eq!(raw[2].disk_max, 80.0, "disk % is the fullest mount");
+    let hourly = o
+        .query_metrics(dev.id, t0, until, Aggregation::Hourly)
+        .await
+        .unwrap();
+    assert_eq!(hourly.len(), 2);
+    assert_eq!(hourly[0].samples, 2);
+    assert_eq!(hourly[0].cpu_avg, 20.0);
+    assert_eq!(hourly[0].cpu_max, 30.0);
+    assert_eq!(hourly[0].net_rx_bytes, 200);
+    let daily = o
+        .query_metrics(dev.id, t0, until, Aggregation::Daily)
+        .await
+        .unwrap();
+    assert_eq!(daily.len(), 1);
+    assert_eq!(daily[0].samples, 3);
+    assert_eq!(daily[0].cpu_avg, 30.0);
+    assert!(
+        s.org(other)
+            .query_metrics(dev.id, t0, until, Aggregation::Raw)
+            .await
+            .is_err()
+    );
+
+    // Retention drops raw points first.
+    cx.clock.advance(Duration::days(8));
+    s.prune_metrics(Default::default()).await.unwrap();
+    let since = t0 - Duration::days(1);
+    let far = t0 + Duration::days(30);
+    assert!(
+        o.query_metrics(dev.id, since, far, Aggregation::Raw)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        o.query_metrics(dev.id, since, far, Aggregation::Hourly)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+async fn scripts_are_validated_and_confined(cx: Ctx) {
+    let s = &cx.store;
+    let (org, _, other) = world(s).await;
+    let new = |name: &str, language: &str, body: &str| NewScript {
+        name: name.into(),
+        description: "Clears the temp dir".into(),
+        language: language.into(),
+        category: "maintenance".into(),
+        body: body.into(),
+        parameters: vec![],
+        created_by: "user:u".into(),
+    };
+    let o = s.org(org);
+    let script = o
+        .create_script(
+            new("Clean temp", "bash", "rm -rf /tmp/x"),
+            audit("script.create", "script"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.find_script("Clean temp").await.unwrap().id, script.id);
+    assert_eq!(
+        o.find_script(&script.id.to_string()).await.unwrap().name,
+        "Clean temp"
+    );
+    let dup = o
+        .create_script(
+            new("Clean temp", "sh", "true"),
+            audit("script.create", "script"),
+        )
+        .await
+        .unwrap_err();
+    assert!(dup.to_string().contains("already exists"), "{dup}");
+    let bad = o
+        .create_script(
+            new("x", "perl", "print 1"),
+            audit("script.create", "script"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        bad.to_string().contains("unknown script language \"perl\""),
+        "{bad}"
+    );
+    assert!(s.org(other).find_script("Clean temp").await.is_err());
+    assert!(s.org(other).get_script(script.id).await.is_err());
+    assert_eq!(
+        o.list_scripts(Some("maintenance"), Some("TEMP"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    o.delete_script(script.id, audit("script.delete", "script"))
+        .await
+        .unwrap();
+    assert!(o.list_scripts(None, None).await.unwrap().is_empty());
+}
+
+breeze_store::on_both_backends!(
+    enrollment_keys_count_expire_and_revoke,
+    token_rotation_is_two_phase,
+    heartbeats_track_status_and_sessions,
+    commands_move_forward_only,
+    metrics_roll_up_and_ignore_resends,
+    scripts_are_validated_and_confined,
+);
