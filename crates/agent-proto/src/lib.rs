@@ -106,7 +106,11 @@ pub struct RotateTokenResponse {
 
 /// Agent → server frames (JSON text messages).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum AgentFrame {
     Heartbeat(Heartbeat),
     Inventory(Box<Inventory>),
@@ -123,7 +127,11 @@ pub enum AgentFrame {
 
 /// Server → agent frames (JSON text messages).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum ServerFrame {
     /// First frame after the upgrade.
     Welcome {
@@ -173,6 +181,9 @@ pub struct UserSession {
     /// Seconds from login to a usable session, when the platform can tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login_duration_secs: Option<f64>,
+    /// Seconds since the session's last input (the IDLE column of `who -u`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_secs: Option<u64>,
 }
 
 /// `POST /api/v1/agents/heartbeat` answer: commands still pending for this device.
@@ -332,7 +343,11 @@ pub struct Command {
 /// What to run. Typed operations answer with a structured `result`; shell and script commands
 /// answer with stdout/stderr/exit code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
 pub enum CommandKind {
     /// A shell command line.
     Shell { shell: Shell, command: String },
@@ -411,7 +426,10 @@ pub enum CommandKind {
     },
     /// Temporarily change the shipped log level; it reverts by itself after `duration_minutes`.
     /// Result: `{"level":…,"revertsAt":…}`.
-    SetLogLevel { level: LogLevel, duration_minutes: u32 },
+    SetLogLevel {
+        level: LogLevel,
+        duration_minutes: u32,
+    },
     /// Collect and send inventory now. Result: the inventory.
     CollectInventory,
 }

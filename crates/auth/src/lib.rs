@@ -5,6 +5,7 @@
 //! from the injected clock; randomness from the OS unless a caller passes its own.
 
 pub mod api_key;
+mod device;
 pub mod password;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use rand::{CryptoRng, RngCore, rngs::OsRng};
 use subtle::ConstantTimeEq;
 
 pub use api_key::{API_KEY_PREFIX, ApiKeySecret};
+pub use device::{CreateEnrollmentKey, DevicePrincipal, Enrollment};
 
 /// Why a request was not authenticated, or a credential operation refused. The messages are
 /// the ones clients see.
@@ -32,6 +34,14 @@ pub enum AuthError {
     /// Unknown, revoked or expired: deliberately not saying which.
     #[error("Invalid API key")]
     InvalidApiKey,
+    #[error("Missing Authorization: Bearer device token")]
+    MissingDeviceToken,
+    /// Unknown, revoked or malformed: deliberately not saying which.
+    #[error("Invalid device token")]
+    InvalidDeviceToken,
+    /// Unknown, expired, revoked or used up: deliberately not saying which.
+    #[error("Invalid, expired or used-up enrollment key")]
+    InvalidEnrollmentKey,
     #[error("Invalid email or password")]
     InvalidCredentials,
     /// Too many sign-in attempts for this email; try again after the delay.

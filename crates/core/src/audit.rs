@@ -36,6 +36,13 @@ pub struct Actor {
     pub id: String,
 }
 
+/// `kind:id`, e.g. `api_key:0192…` — how records name who created them.
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.kind, self.id)
+    }
+}
+
 impl Actor {
     /// An actor of `kind` with `id`.
     pub fn new(kind: ActorType, id: impl ToString) -> Self {

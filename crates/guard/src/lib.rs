@@ -165,9 +165,11 @@ impl Guard {
         reaches(scopes, Tier::T1, &GuardConfig::default()).is_ok()
     }
 
-    /// Whether `tools/list` shows `spec` to a key with `scopes` (by the tool's base tier).
+    /// Whether `tools/list` shows `spec` to a key with `scopes`: when at least one of its calls
+    /// (its lowest-tier action) could pass the scope check.
     pub fn visible(&self, scopes: &ScopeSet, spec: &ToolSpec) -> bool {
-        spec.tier < Tier::T4 && reaches(scopes, spec.tier, &self.config).is_ok()
+        let tier = spec.lowest_tier();
+        tier < Tier::T4 && reaches(scopes, tier, &self.config).is_ok()
     }
 
     /// Decides a call of `spec` with `args`; returns the effective tier when allowed. Counts the

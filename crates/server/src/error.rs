@@ -127,6 +127,14 @@ fn is_unavailable(e: &breeze_store::SqlxError) -> bool {
     )
 }
 
+impl From<breeze_gateway::GatewayError> for ApiError {
+    fn from(e: breeze_gateway::GatewayError) -> Self {
+        match e {
+            breeze_gateway::GatewayError::Store(s) => s.into(),
+        }
+    }
+}
+
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         match e {
@@ -134,6 +142,9 @@ impl From<AuthError> for ApiError {
             | AuthError::InvalidApiKeyFormat
             | AuthError::InvalidApiKey
             | AuthError::InvalidCredentials
+            | AuthError::MissingDeviceToken
+            | AuthError::InvalidDeviceToken
+            | AuthError::InvalidEnrollmentKey
             | AuthError::NotSignedIn => ApiError::unauthorized(e.to_string()),
             AuthError::TooManyAttempts { retry_after } => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

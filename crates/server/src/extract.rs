@@ -98,3 +98,38 @@ pub(crate) fn session_cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
         .find(|(name, _)| *name == SESSION_COOKIE)
         .map(|(_, value)| value)
 }
+
+/// An agent authenticated by its device token (`Authorization: Bearer brz_…`).
+pub(crate) struct AgentAuth(pub breeze_auth::DevicePrincipal);
+
+impl FromRequestParts<AppState> for AgentAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Ok(AgentAuth(state.auth.authenticate_device(header).await?))
+    }
+}
+
+/// The peer address of the connection, when the server was started with connect info (tests
+/// that drive the router directly have none).
+pub(crate) struct ClientAddr(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}

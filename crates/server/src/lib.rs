@@ -17,6 +17,7 @@ use std::{sync::Arc, time::Duration};
 use axum::{Router, extract::DefaultBodyLimit, http::HeaderName};
 use breeze_auth::AuthService;
 use breeze_core::Clock;
+use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::{Guard, GuardConfig};
 use breeze_limits::RateLimiter;
 use breeze_mcp::{Engine, EngineConfig};
@@ -51,6 +52,10 @@ pub struct ServerConfig {
     pub require_execute_admin: bool,
     /// `MCP_EXECUTE_TOOL_ALLOWLIST`.
     pub execute_allowlist: breeze_guard::Allowlist,
+    /// The device gateway's intervals and retention.
+    pub gateway: GatewayConfig,
+    /// Enrollment attempts allowed per client address per minute.
+    pub enroll_rate_per_minute: u32,
 }
 
 impl ServerConfig {
@@ -65,6 +70,8 @@ impl ServerConfig {
             },
             require_execute_admin: true,
             execute_allowlist: breeze_guard::Allowlist::None,
+            gateway: GatewayConfig::default(),
+            enroll_rate_per_minute: 10,
         }
     }
 }
@@ -83,6 +90,30 @@ pub struct AppState {
     pub auth: AuthService,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ServerConfig>,
+    pub gateway: Gateway,
+    /// Backs the per-address enrollment limit (and is shared with the MCP transport limits).
+    pub limiter: Arc<dyn RateLimiter>,
+}
+
+impl AppState {
+    /// The state for `config`, with a device gateway over `store`.
+    pub fn new(
+        store: Store,
+        auth: AuthService,
+        clock: Arc<dyn Clock>,
+        config: ServerConfig,
+        limiter: Arc<dyn RateLimiter>,
+    ) -> Self {
+        let gateway = Gateway::new(store.clone(), config.gateway.clone());
+        Self {
+            store,
+            auth,
+            clock,
+            config: Arc::new(config),
+            gateway,
+            limiter,
+        }
+    }
 }
 
 /// The running application: REST state and the MCP engine (whose sessions live as long as it).
@@ -95,7 +126,8 @@ pub struct Breeze {
 impl Breeze {
     /// Builds the application and starts its background tasks (audit writer) on the current
     /// runtime. `limiter` backs the transport rate limits.
-    pub fn new(state: AppState, limiter: Arc<dyn RateLimiter>) -> Self {
+    pub fn new(state: AppState) -> Self {
+        let limiter = state.limiter.clone();
         let guard = Guard::new(
             GuardConfig {
                 production: state.config.production,
@@ -151,13 +183,15 @@ pub async fn serve(
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let sweeper_stop = tokio_util::sync::CancellationToken::new();
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
+    breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    let server = axum::serve(listener, app(breeze)).with_graceful_shutdown(async move {
+    let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
         let _ = tx.send(());
     });

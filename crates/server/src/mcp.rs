@@ -231,15 +231,27 @@ impl McpApp for BreezeMcp {
             return Ok(tool_error_result(&e, meta));
         }
         let actor = Actor::new(ActorType::ApiKey, principal.key_id);
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let tcx = tool_cx(
             &self.state.store,
+            &self.state.gateway,
             principal.org_id,
             actor,
             cx.request_id.as_ref().map(ToString::to_string),
-        );
-        let outcome = tokio::select! {
-            r = spec.call(&tcx, arguments) => r,
-            () = cx.cancel.cancelled() => Err(ToolError::new(ErrorCode::Internal, "cancelled by the client")),
+        )
+        .with_progress(progress_tx);
+        let call = spec.call(&tcx, arguments);
+        tokio::pin!(call);
+        let outcome = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                Some(p) = progress_rx.recv() => {
+                    cx.progress(p.progress, p.total, p.message.as_deref()).await;
+                }
+                () = cx.cancel.cancelled() => {
+                    break Err(ToolError::new(ErrorCode::Internal, "cancelled by the client"));
+                }
+            }
         };
         Ok(match outcome {
             Ok(output) => CallToolResult {

@@ -117,7 +117,8 @@ pub struct AgentLogRecord {
 /// Narrows an agent log search.
 #[derive(Debug, Clone, Default)]
 pub struct AgentLogFilter {
-    pub device_id: Option<DeviceId>,
+    /// Only these devices (all of the organization's when empty).
+    pub device_ids: Vec<DeviceId>,
     /// This level and above.
     pub min_level: Option<breeze_agent_proto::LogLevel>,
     /// Substring of the logging module.
@@ -282,19 +283,16 @@ impl OrgStore<'_> {
         let mut q =
             sql("SELECT device_id, at, level, target, message FROM agent_logs WHERE org_id = $1")
                 .bind(self.org);
-        if let Some(d) = f.device_id {
-            let p = q.arg(d);
-            q.push(&format!(" AND device_id = {p}"));
+        if !f.device_ids.is_empty() {
+            let ids: Vec<String> = f.device_ids.iter().map(|d| q.arg(*d)).collect();
+            q.push(&format!(" AND device_id IN ({})", ids.join(", ")));
         }
         if let Some(min) = f.min_level {
             use breeze_agent_proto::LogLevel::*;
             let levels: Vec<String> = [Trace, Debug, Info, Warn, Error]
                 .into_iter()
                 .filter(|l| *l >= min)
-                .map(|l| {
-                    let p = q.arg(level_str(l));
-                    p
-                })
+                .map(|l| q.arg(level_str(l)))
                 .collect();
             q.push(&format!(" AND level IN ({})", levels.join(", ")));
         }

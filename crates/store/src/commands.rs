@@ -177,6 +177,7 @@ impl OrgStore<'_> {
 
     /// The latest commands of a device of this organization, newest first.
     pub async fn list_commands(&self, device: DeviceId, limit: u32) -> Result<Vec<CommandRecord>> {
+        self.get_device(device).await?;
         sql(format!(
             "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND device_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3"
@@ -185,6 +186,23 @@ impl OrgStore<'_> {
         .bind(device)
         .bind(i64::from(limit))
         .fetch_all(self.store)
+        .await
+    }
+
+    /// The newest command of `kind` on a device of this organization that completed.
+    pub async fn latest_completed_command(
+        &self,
+        device: DeviceId,
+        kind: &str,
+    ) -> Result<Option<CommandRecord>> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND device_id = $2 \
+             AND kind = $3 AND status = 'completed' ORDER BY completed_at DESC, id DESC LIMIT 1"
+        ))
+        .bind(self.org)
+        .bind(device)
+        .bind(kind)
+        .fetch_optional(self.store)
         .await
     }
 

@@ -8,10 +8,12 @@
 use std::future::Future;
 
 use breeze_core::{Actor, Clock, OrgId, Permission, Scope, Timestamp};
+use breeze_gateway::Gateway;
 use breeze_store::{OrgStore, Store, StoreError};
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 /// How much a call can change, and so what it takes to allow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -212,9 +214,21 @@ impl From<StoreError> for ToolError {
 /// Tools never check authorization: they get this only after the guard has allowed the call.
 pub struct ToolCx<'a> {
     pub org: OrgStore<'a>,
+    /// The device gateway: runs commands on the organization's agents.
+    pub fleet: &'a Gateway,
     pub actor: Actor,
     pub clock: &'a dyn Clock,
     pub request_id: Option<String>,
+    /// Where progress of a long call goes (to the client's progress notifications).
+    pub progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+}
+
+/// One progress report of a long-running call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressReport {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
 }
 
 impl ToolCx<'_> {
@@ -225,20 +239,41 @@ impl ToolCx<'_> {
     pub fn now(&self) -> Timestamp {
         self.clock.now()
     }
+
+    /// Reports progress, when the caller listens for it.
+    pub fn report(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if let Some(tx) = &self.progress {
+            let _ = tx.send(ProgressReport {
+                progress,
+                total,
+                message,
+            });
+        }
+    }
+
+    /// The same context with progress reports sent to `tx`.
+    #[must_use]
+    pub fn with_progress(mut self, tx: mpsc::UnboundedSender<ProgressReport>) -> Self {
+        self.progress = Some(tx);
+        self
+    }
 }
 
 /// Builds a [`ToolCx`]; the only door from a store to a tool handler.
 pub fn tool_cx<'a>(
     store: &'a Store,
+    fleet: &'a Gateway,
     org: OrgId,
     actor: Actor,
     request_id: Option<String>,
 ) -> ToolCx<'a> {
     ToolCx {
         org: store.org(org),
+        fleet,
         actor,
         clock: store.clock().as_ref(),
         request_id,
+        progress: None,
     }
 }
 

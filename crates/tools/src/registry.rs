@@ -37,10 +37,18 @@ impl ToolSpec {
         self.actions.iter().find(|a| a.name == name)
     }
 
-    /// The tier of a call: the base tier, raised by the action's.
+    /// The tier of a call: the action's when the call names one in the table, else the base
+    /// tier (so an unknown or missing action is judged at the tool's base tier).
     pub fn effective_tier(&self, args: &Value) -> Tier {
-        self.action(args)
-            .map_or(self.tier, |a| a.tier.max(self.tier))
+        self.action(args).map_or(self.tier, |a| a.tier)
+    }
+
+    /// The lowest tier any call of this tool can have: what a caller needs to see it listed.
+    pub fn lowest_tier(&self) -> Tier {
+        self.actions
+            .iter()
+            .map(|a| a.tier)
+            .fold(self.tier, Tier::min)
     }
 
     /// The permission a call needs: the action's, else the tool's.

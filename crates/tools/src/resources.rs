@@ -1,8 +1,9 @@
 //! MCP resources: read-only, organization-scoped JSON views.
 //!
-//! `breeze://devices` (at most 500), `breeze://alerts`, `breeze://scripts`,
-//! `breeze://automations` (at most 200 each; empty until those features land), the template
-//! `breeze://devices/{id}`, and `breeze://server` (identity, transport, protocol versions).
+//! `breeze://devices` (at most 500), `breeze://scripts` (the script library, at most 200),
+//! `breeze://alerts` and `breeze://automations` (empty until those features land), the template
+//! `breeze://devices/{id}` (the device with its latest heartbeat and inventory), and
+//! `breeze://server` (identity, transport, protocol versions).
 
 use breeze_core::DeviceId;
 use breeze_store::{DeviceFilter, OrgStore, StoreError};
@@ -93,10 +94,24 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                     .collect(),
             ))
         }
-        // The features behind these land in later releases; the organization has none yet.
-        "breeze://alerts" | "breeze://scripts" | "breeze://automations" => {
-            Ok(Value::Array(Vec::new()))
+        "breeze://scripts" => {
+            let scripts = org.list_scripts(None, None).await?;
+            Ok(Value::Array(
+                scripts
+                    .iter()
+                    .take(LIST_LIMIT as usize)
+                    .map(|s| {
+                        json!({
+                            "id": s.id, "name": s.name, "description": s.description,
+                            "language": s.language, "category": s.category,
+                            "parameters": s.parameters, "updatedAt": s.updated_at,
+                        })
+                    })
+                    .collect(),
+            ))
         }
+        // The features behind these land in later releases; the organization has none yet.
+        "breeze://alerts" | "breeze://automations" => Ok(Value::Array(Vec::new())),
         "breeze://server" => Ok(server.clone()),
         _ => {
             let Some(id) = uri.strip_prefix("breeze://devices/") else {
@@ -106,7 +121,17 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                 .map(DeviceId)
                 .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
             match org.get_device(parsed).await {
-                Ok(d) => Ok(serde_json::to_value(d).unwrap_or(Value::Null)),
+                Ok(d) => {
+                    let mut doc = serde_json::to_value(&d).unwrap_or(Value::Null);
+                    if let Some(state) = org.device_state(d.id).await? {
+                        doc["heartbeatAt"] = json!(state.heartbeat_at);
+                        doc["uptimeSecs"] = json!(state.uptime_secs);
+                        doc["pendingReboot"] = json!(state.pending_reboot);
+                        doc["loggedInUsers"] = json!(state.logged_in_users);
+                        doc["inventory"] = state.inventory.unwrap_or(Value::Null);
+                    }
+                    Ok(doc)
+                }
                 Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),
                 Err(e) => Err(e.into()),
             }

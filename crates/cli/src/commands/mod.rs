@@ -84,13 +84,14 @@ pub(crate) async fn run_server(
         }
         None => Arc::new(breeze_limits::MemoryLimiter::new()),
     };
-    let state = AppState {
-        store: app.store.clone(),
-        auth: app.auth.with_limiter(limiter.clone()),
-        clock: app.clock,
-        config: Arc::new(server_config(settings)),
-    };
-    let breeze = Breeze::new(state, limiter);
+    let state = AppState::new(
+        app.store.clone(),
+        app.auth.with_limiter(limiter.clone()),
+        app.clock,
+        server_config(settings),
+        limiter,
+    );
+    let breeze = Breeze::new(state);
     breeze_server::serve(listener, breeze, shutdown_signal())
         .await
         .context("server failed")?;
@@ -107,6 +108,8 @@ fn server_config(settings: &Settings) -> ServerConfig {
         production: settings.production(),
         require_execute_admin: m.require_execute_admin,
         execute_allowlist: breeze_guard::Allowlist::parse(&m.execute_allowlist),
+        gateway: breeze_gateway::GatewayConfig::default(),
+        enroll_rate_per_minute: 10,
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,

@@ -1,8 +1,10 @@
 //! Route modules, one per area, each exposing `router()`; merged here.
 
+pub(crate) mod agents;
 pub(crate) mod api_keys;
 pub(crate) mod audit;
 pub(crate) mod auth;
+pub(crate) mod fleet;
 pub(crate) mod health;
 pub(crate) mod orgs;
 
@@ -17,6 +19,8 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(orgs::router())
         .merge(api_keys::router())
         .merge(audit::router())
+        .merge(agents::router())
+        .merge(fleet::router())
 }
 
 pub(crate) async fn not_found() -> ApiError {

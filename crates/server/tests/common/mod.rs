@@ -123,13 +123,14 @@ pub(crate) async fn world(cx: &Ctx) -> World {
     let read = key(a.id, &[Scope::AiRead]).await;
     let write = key(a.id, &[Scope::AiRead, Scope::AiWrite]).await;
     let other_org_key = key(b.id, &[Scope::AiRead]).await;
-    let state = AppState {
-        store: s.clone(),
+    let state = AppState::new(
+        s.clone(),
         auth,
         clock,
-        config: Arc::new(ServerConfig::development("http://127.0.0.1:3000")),
-    };
-    let app = app(Breeze::new(state.clone(), Arc::new(MemoryLimiter::new())));
+        ServerConfig::development("http://127.0.0.1:3000"),
+        Arc::new(MemoryLimiter::new()),
+    );
+    let app = app(Breeze::new(state.clone()));
     World {
         app,
         store: s,
@@ -155,9 +156,10 @@ pub(crate) fn build(
     tweak(&mut config);
     let state = AppState {
         config: Arc::new(config),
+        limiter,
         ..w.state.clone()
     };
-    app(Breeze::new(state, limiter))
+    app(Breeze::new(state))
 }
 
 pub(crate) struct Reply {

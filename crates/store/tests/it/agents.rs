@@ -196,6 +196,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         host: Some("10.0.0.9".into()),
         login_at: Some(s.clock().now()),
         login_duration_secs: Some(4.5),
+        idle_secs: None,
     };
     let hb = |users: Vec<UserSession>| Heartbeat {
         agent_version: "0.2.0".into(),

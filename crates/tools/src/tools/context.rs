@@ -154,7 +154,7 @@ impl Tool for SetDeviceContext {
                     context_type: input.context_type.as_str().to_owned(),
                     summary: input.summary,
                     details: input.details.map(Value::Object),
-                    created_by: format!("{}:{}", cx.actor.kind, cx.actor.id),
+                    created_by: cx.actor.to_string(),
                     expires_at: input
                         .expires_in_days
                         .map(|d| cx.now() + Duration::days(i64::from(d))),

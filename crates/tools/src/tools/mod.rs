@@ -1,9 +1,14 @@
 //! The tools, one module per domain; each exposes `register`, called in [`crate::all`].
 
+pub(crate) mod agent;
 pub(crate) mod audit;
 pub(crate) mod context;
 pub(crate) mod devices;
+pub(crate) mod disk;
+mod dispatch;
 pub(crate) mod groups;
+pub(crate) mod scripts;
+pub(crate) mod telemetry;
 
 /// A device id argument, with the error every tool gives for a missing or foreign device.
 pub(crate) const DEVICE_NOT_FOUND: &str = "Device not found or access denied";

@@ -1,0 +1,159 @@
+//! Machine credentials: site-scoped enrollment keys and the device tokens agents hold.
+//!
+//! Both are `brz_` secrets of the same shape as API keys; only their SHA-256 is stored. A device
+//! token authenticates as `Authorization: Bearer <token>`. Rotation is two-phase (see
+//! [`breeze_store::Store::stage_device_token`]) so an agent that crashes mid-rotation keeps a
+//! working credential.
+
+use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
+use breeze_store::{EnrollDevice, EnrollmentKeyRecord, NewEnrollmentKey, StoreError};
+use rand::rngs::OsRng;
+use subtle::ConstantTimeEq;
+
+use crate::{ApiKeySecret, AuthError, AuthService, api_key};
+
+/// An authenticated agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevicePrincipal {
+    pub device_id: DeviceId,
+    pub org_id: OrgId,
+    pub site_id: SiteId,
+}
+
+/// What an administrator asks for when creating an enrollment key.
+#[derive(Debug, Clone)]
+pub struct CreateEnrollmentKey {
+    pub org_id: OrgId,
+    pub site_id: SiteId,
+    pub name: String,
+    pub max_uses: Option<u32>,
+    pub expires_at: Timestamp,
+    pub created_by: String,
+}
+
+/// What an enrolling machine reports about itself.
+#[derive(Debug, Clone)]
+pub struct Enrollment {
+    pub hostname: String,
+    pub machine_id: Option<String>,
+    pub os_family: OsFamily,
+    pub os_name: String,
+    pub os_version: String,
+    pub agent_version: String,
+}
+
+impl AuthService {
+    /// Creates a site-scoped enrollment key; returns its secret (shown once) and the record.
+    pub async fn create_enrollment_key(
+        &self,
+        req: CreateEnrollmentKey,
+        audit: AuditEvent,
+    ) -> Result<(ApiKeySecret, EnrollmentKeyRecord), AuthError> {
+        if req.max_uses == Some(0) {
+            return Err(AuthError::Invalid("max uses must be at least 1".into()));
+        }
+        let secret = ApiKeySecret::generate(&mut OsRng);
+        let record = self
+            .store
+            .org(req.org_id)
+            .create_enrollment_key(
+                NewEnrollmentKey {
+                    site_id: req.site_id,
+                    name: req.name,
+                    key_hash: api_key::hash(secret.expose()),
+                    key_prefix: secret.display_prefix(),
+                    max_uses: req.max_uses,
+                    expires_at: req.expires_at,
+                    created_by: req.created_by,
+                },
+                audit,
+            )
+            .await?;
+        Ok((secret, record))
+    }
+
+    /// Enrolls a machine with an enrollment key: the device (new, or the same machine id
+    /// re-enrolled) and its device token, shown this once.
+    pub async fn enroll_device(
+        &self,
+        enrollment_key: &str,
+        e: Enrollment,
+    ) -> Result<(Device, ApiKeySecret), AuthError> {
+        let raw = enrollment_key.trim();
+        if !api_key::is_well_formed(raw) {
+            return Err(AuthError::InvalidEnrollmentKey);
+        }
+        if e.hostname.trim().is_empty() || e.hostname.len() > 255 {
+            return Err(AuthError::Invalid(
+                "hostname must be 1 to 255 characters".into(),
+            ));
+        }
+        let token = ApiKeySecret::generate(&mut OsRng);
+        let enrolled = self
+            .store
+            .enroll_device(
+                &api_key::hash(raw),
+                EnrollDevice {
+                    hostname: e.hostname.trim().to_owned(),
+                    machine_id: e.machine_id.filter(|m| !m.trim().is_empty()),
+                    os_family: e.os_family,
+                    os_name: e.os_name,
+                    os_version: e.os_version,
+                    agent_version: e.agent_version,
+                    token_hash: api_key::hash(token.expose()),
+                },
+            )
+            .await;
+        match enrolled {
+            Ok((device, _key)) => Ok((device, token)),
+            Err(StoreError::Invalid(m)) if m == breeze_store::INVALID_ENROLLMENT_KEY => {
+                Err(AuthError::InvalidEnrollmentKey)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Authenticates an `Authorization` header carrying a device token. Missing, malformed,
+    /// unknown and revoked tokens are refused; the comparison is constant-time.
+    pub async fn authenticate_device(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<DevicePrincipal, AuthError> {
+        let raw = authorization
+            .and_then(|h| h.trim().strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(AuthError::MissingDeviceToken)?;
+        if !api_key::is_well_formed(raw) {
+            return Err(AuthError::InvalidDeviceToken);
+        }
+        let hash = api_key::hash(raw);
+        let cred = self
+            .store
+            .find_device_credential(&hash)
+            .await?
+            .ok_or(AuthError::InvalidDeviceToken)?;
+        let matches = bool::from(cred.token_hash.as_slice().ct_eq(&hash[..]))
+            | cred
+                .pending_token_hash
+                .as_deref()
+                .is_some_and(|p| bool::from(p.ct_eq(&hash[..])));
+        if !matches || cred.revoked_at.is_some() {
+            return Err(AuthError::InvalidDeviceToken);
+        }
+        Ok(DevicePrincipal {
+            device_id: cred.device_id,
+            org_id: cred.org_id,
+            site_id: cred.site_id,
+        })
+    }
+
+    /// Issues a new token for an authenticated device. The current token stays valid until the
+    /// new one is first used.
+    pub async fn rotate_device_token(&self, device: DeviceId) -> Result<ApiKeySecret, AuthError> {
+        let token = ApiKeySecret::generate(&mut OsRng);
+        self.store
+            .stage_device_token(device, &api_key::hash(token.expose()))
+            .await?;
+        Ok(token)
+    }
+}

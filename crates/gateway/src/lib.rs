@@ -1,0 +1,403 @@
+//! The device gateway: the server's side of the agent channel.
+//!
+//! It knows which agents hold a live socket (in this process), pushes queued commands to
+//! them, stores what they report (heartbeats, inventory, metrics, logs, command results) and
+//! wakes the tool call waiting for a result. The database is the source of truth: a command
+//! is a row before it is a frame, every state change is a forward-only update, and a waiter
+//! re-reads the row on a short poll as well as on the in-process wake-up — so a result that
+//! arrives over the HTTP fallback, or (later) on another instance, is never missed. Routing
+//! frames to agents connected to *other* instances is the one seam left for Redis:
+//! [`Gateway::deliver`] is the only place a frame leaves for a device.
+//!
+//! Background work ([`Gateway::spawn_sweeper`]): commands past their deadline become
+//! `timed_out`, devices that missed heartbeats become `offline`, and metrics and agent logs
+//! past retention are pruned.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use breeze_agent_proto::{
+    AgentConfig, AgentFrame, CommandProgress, HeartbeatResponse, ServerFrame,
+};
+use breeze_core::{AuditEvent, DeviceId, OrgId};
+use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Store, StoreError};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Frames buffered per connected agent before a push counts as failed.
+const OUTBOX: usize = 256;
+
+/// Tunables.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// What agents are told to do (intervals).
+    pub agent: AgentConfig,
+    /// A device with no heartbeat for this long is marked offline.
+    pub offline_after: Duration,
+    /// How often the sweeper runs.
+    pub sweep_interval: Duration,
+    /// How often a waiting call re-reads its command from the database.
+    pub poll_interval: Duration,
+    pub metrics_retention: MetricsRetention,
+    /// Agent logs older than this are pruned.
+    pub log_retention: chrono::Duration,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        let agent = AgentConfig::default();
+        Self {
+            offline_after: Duration::from_secs(u64::from(agent.heartbeat_interval_secs) * 3),
+            agent,
+            sweep_interval: Duration::from_secs(5),
+            poll_interval: Duration::from_secs(1),
+            metrics_retention: MetricsRetention::default(),
+            log_retention: chrono::Duration::days(14),
+        }
+    }
+}
+
+/// Why a gateway operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a waiting caller sees while a command runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// The agent started it.
+    Started,
+    /// The agent reported progress.
+    Step(CommandProgress),
+}
+
+struct Connection {
+    id: u64,
+    tx: mpsc::Sender<ServerFrame>,
+}
+
+#[derive(Default)]
+struct Waiter {
+    /// Bumped on every change of the command (progress or completion).
+    changed: Option<watch::Sender<u64>>,
+    progress: Vec<Progress>,
+}
+
+struct Inner {
+    store: Store,
+    config: GatewayConfig,
+    connections: Mutex<HashMap<DeviceId, Connection>>,
+    waiters: Mutex<HashMap<Uuid, Waiter>>,
+    next_conn: AtomicU64,
+}
+
+/// The gateway. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("connected", &self.connected_count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A registered socket; dropping it unregisters (unless a newer socket replaced it).
+pub struct Registration {
+    gateway: Gateway,
+    device: DeviceId,
+    id: u64,
+    /// Frames to write to the socket.
+    pub outbox: mpsc::Receiver<ServerFrame>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut conns = lock(&self.gateway.inner.connections);
+        if conns.get(&self.device).is_some_and(|c| c.id == self.id) {
+            conns.remove(&self.device);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain maps behind; keep serving.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Gateway {
+    pub fn new(store: Store, config: GatewayConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                connections: Mutex::new(HashMap::new()),
+                waiters: Mutex::new(HashMap::new()),
+                next_conn: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The agent configuration handed out at enrollment and in the welcome frame.
+    pub fn agent_config(&self) -> AgentConfig {
+        self.inner.config.agent
+    }
+
+    /// Whether `device` holds a live socket to this instance.
+    pub fn is_connected(&self, device: DeviceId) -> bool {
+        lock(&self.inner.connections).contains_key(&device)
+    }
+
+    /// How many agents hold a live socket to this instance.
+    pub fn connected_count(&self) -> usize {
+        lock(&self.inner.connections).len()
+    }
+
+    /// Registers a live socket for `device`, replacing (and so closing) an older one, queues
+    /// the welcome frame and hands out the commands still pending for it.
+    pub async fn connect(&self, device: DeviceId) -> Result<Registration, GatewayError> {
+        let (tx, outbox) = mpsc::channel(OUTBOX);
+        let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
+        // The channel is fresh and larger than one frame: this cannot fail.
+        let _ = tx.try_send(ServerFrame::Welcome {
+            device_id: device.0,
+            config: self.inner.config.agent,
+        });
+        lock(&self.inner.connections).insert(device, Connection { id, tx });
+        let registration = Registration {
+            gateway: self.clone(),
+            device,
+            id,
+            outbox,
+        };
+        for cmd in self.inner.store.claim_pending_commands(device).await? {
+            self.push_claimed(device, &cmd).await;
+        }
+        Ok(registration)
+    }
+
+    /// Sends `frame` to `device` if it holds a live socket here. The only way out to agents.
+    pub fn deliver(&self, device: DeviceId, frame: ServerFrame) -> bool {
+        let tx = lock(&self.inner.connections)
+            .get(&device)
+            .map(|c| c.tx.clone());
+        tx.is_some_and(|tx| tx.try_send(frame).is_ok())
+    }
+
+    async fn push_claimed(&self, device: DeviceId, cmd: &CommandRecord) {
+        let delivered = match cmd.to_wire() {
+            Ok(wire) => self.deliver(device, ServerFrame::Command(wire)),
+            Err(e) => {
+                tracing::error!(command = %cmd.id, error = %e, "undeliverable command");
+                false
+            }
+        };
+        if !delivered && let Err(e) = self.inner.store.requeue_command(cmd.id).await {
+            tracing::warn!(command = %cmd.id, error = %e, "could not requeue a command");
+        }
+    }
+
+    /// Queues a command and pushes it at once when the device is connected here; otherwise it
+    /// waits for the agent's next connection or HTTP heartbeat (until its deadline).
+    pub async fn submit(
+        &self,
+        org: OrgId,
+        new: NewCommand,
+        audit: AuditEvent,
+    ) -> Result<CommandRecord, GatewayError> {
+        let device = new.device_id;
+        let cmd = self.inner.store.org(org).create_command(new, audit).await?;
+        if self.is_connected(device) && self.inner.store.mark_command_sent(cmd.id).await? {
+            self.push_claimed(device, &cmd).await;
+        }
+        Ok(cmd)
+    }
+
+    /// Waits until command `id` is final or `wait` passes, calling `on_progress` for each
+    /// progress report; returns the command as stored at that point.
+    pub async fn wait(
+        &self,
+        org: OrgId,
+        id: Uuid,
+        wait: Duration,
+        mut on_progress: impl FnMut(&Progress),
+    ) -> Result<CommandRecord, GatewayError> {
+        let mut rx = {
+            let mut waiters = lock(&self.inner.waiters);
+            let w = waiters.entry(id).or_default();
+            match &w.changed {
+                Some(tx) => tx.subscribe(),
+                None => {
+                    let (tx, rx) = watch::channel(0);
+                    w.changed = Some(tx);
+                    rx
+                }
+            }
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut seen = 0;
+        let mut wakeups = true;
+        let result = loop {
+            let cmd = self.inner.store.org(org).get_command(id).await?;
+            let progress: Vec<Progress> = lock(&self.inner.waiters)
+                .get(&id)
+                .map(|w| w.progress.iter().skip(seen).cloned().collect())
+                .unwrap_or_default();
+            seen += progress.len();
+            progress.iter().for_each(&mut on_progress);
+            if cmd.is_terminal() || tokio::time::Instant::now() >= deadline {
+                break cmd;
+            }
+            let next_poll =
+                (tokio::time::Instant::now() + self.inner.config.poll_interval).min(deadline);
+            tokio::select! {
+                changed = rx.changed(), if wakeups => wakeups = changed.is_ok(),
+                () = tokio::time::sleep_until(next_poll) => {}
+            }
+        };
+        lock(&self.inner.waiters).remove(&id);
+        Ok(result)
+    }
+
+    /// Cancels a command that has not finished and tells the agent to stop it.
+    pub async fn cancel(&self, org: OrgId, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
+        let cmd = self.inner.store.org(org).get_command(id).await?;
+        let cancelled = self.inner.store.org(org).cancel_command(id, reason).await?;
+        if cancelled {
+            self.deliver(cmd.device_id, ServerFrame::Cancel { command_id: id });
+            self.notify(id, None);
+        }
+        Ok(cancelled)
+    }
+
+    fn notify(&self, id: Uuid, progress: Option<Progress>) {
+        let mut waiters = lock(&self.inner.waiters);
+        if let Some(w) = waiters.get_mut(&id) {
+            if let Some(p) = progress {
+                w.progress.push(p);
+            }
+            if let Some(tx) = &w.changed {
+                tx.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    /// Stores what an agent reported on its socket (or through the HTTP fallback).
+    pub async fn handle(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+        frame: AgentFrame,
+    ) -> Result<(), GatewayError> {
+        let store = &self.inner.store;
+        match frame {
+            AgentFrame::Heartbeat(hb) => store.record_heartbeat(device, org, &hb).await?,
+            AgentFrame::Inventory(inv) => store.record_inventory(device, org, &inv).await?,
+            AgentFrame::Metrics(batch) => {
+                store.insert_metrics(device, org, &batch.samples).await?;
+            }
+            AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
+            AgentFrame::CommandStarted { command_id } => {
+                if store.mark_command_running(device, command_id).await? {
+                    self.notify(command_id, Some(Progress::Started));
+                }
+            }
+            AgentFrame::CommandProgress(p) => {
+                // Only progress for this device's own open commands counts.
+                let id = p.command_id;
+                let cmd = store.org(org).get_command(id).await;
+                if cmd.is_ok_and(|c| c.device_id == device && !c.is_terminal()) {
+                    self.notify(id, Some(Progress::Step(p)));
+                }
+            }
+            AgentFrame::CommandResult(r) => {
+                let id = r.command_id;
+                if store.complete_command(device, r).await?.is_some() {
+                    self.notify(id, None);
+                } else {
+                    tracing::debug!(command = %id, "ignored a repeated or foreign result");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The HTTP heartbeat: records it and hands out pending commands.
+    pub async fn http_heartbeat(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+        hb: breeze_agent_proto::Heartbeat,
+    ) -> Result<HeartbeatResponse, GatewayError> {
+        self.handle(device, org, AgentFrame::Heartbeat(hb)).await?;
+        let mut commands = Vec::new();
+        for cmd in self.inner.store.claim_pending_commands(device).await? {
+            match cmd.to_wire() {
+                Ok(w) => commands.push(w),
+                Err(e) => tracing::error!(command = %cmd.id, error = %e, "undeliverable command"),
+            }
+        }
+        Ok(HeartbeatResponse {
+            commands,
+            config: Some(self.inner.config.agent),
+        })
+    }
+
+    /// One sweep: time out overdue commands, mark silent devices offline, prune old data.
+    pub async fn sweep(&self, prune: bool) -> Result<(), GatewayError> {
+        let store = &self.inner.store;
+        for cmd in store.time_out_commands().await? {
+            self.notify(cmd.id, None);
+            self.deliver(cmd.device_id, ServerFrame::Cancel { command_id: cmd.id });
+        }
+        let offline_after = chrono::Duration::from_std(self.inner.config.offline_after)
+            .unwrap_or(chrono::Duration::minutes(3));
+        let gone = store.mark_stale_devices_offline(offline_after).await?;
+        if !gone.is_empty() {
+            tracing::info!(
+                devices = gone.len(),
+                "devices marked offline after missed heartbeats"
+            );
+        }
+        if prune {
+            store
+                .prune_metrics(self.inner.config.metrics_retention)
+                .await?;
+            let before = store.clock().now() - self.inner.config.log_retention;
+            store.prune_agent_logs(before).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs [`Gateway::sweep`] every `sweep_interval` until `stop` (pruning hourly).
+    pub fn spawn_sweeper(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let gw = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(gw.inner.config.sweep_interval);
+            let prune_every = (3600 / gw.inner.config.sweep_interval.as_secs().max(1)).max(1);
+            let mut n: u64 = 0;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = gw.sweep(n % prune_every == 0).await {
+                    tracing::warn!(error = %e, "gateway sweep failed");
+                }
+                n += 1;
+            }
+        })
+    }
+}

@@ -1,0 +1,243 @@
+//! The agent-facing API: enrollment, the WebSocket channel and its HTTP fallbacks (heartbeat,
+//! inventory, metrics, logs, command results), and token rotation. The wire types are
+//! `breeze-agent-proto`'s; everything an agent reports goes to the [`breeze_gateway::Gateway`].
+
+use std::time::Duration;
+
+use axum::{
+    Json, Router,
+    extract::{
+        Path, State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::StatusCode,
+    response::Response,
+    routing::{get, post},
+};
+use breeze_agent_proto::{
+    AgentFrame, CommandResult, EnrollRequest, EnrollResponse, Heartbeat, HeartbeatResponse,
+    Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, RotateTokenResponse,
+};
+use breeze_auth::{DevicePrincipal, Enrollment};
+use breeze_core::OsFamily;
+use uuid::Uuid;
+
+use crate::{
+    ApiError, AppState,
+    extract::{AgentAuth, ClientAddr, Json as JsonBody},
+};
+
+/// How often the server pings an idle socket (keeps proxies from closing it).
+const PING_EVERY: Duration = Duration::from_secs(30);
+
+/// Largest batch of metrics samples or log lines accepted in one report.
+const MAX_BATCH: usize = 5_000;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/agents/enroll", post(enroll))
+        .route("/agents/ws", get(socket))
+        .route("/agents/heartbeat", post(heartbeat))
+        .route("/agents/inventory", post(inventory))
+        .route("/agents/metrics", post(metrics))
+        .route("/agents/logs", post(logs))
+        .route("/agents/commands/{id}/result", post(result))
+        .route("/agents/token/rotate", post(rotate))
+}
+
+async fn enroll(
+    State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
+    JsonBody(req): JsonBody<EnrollRequest>,
+) -> Result<(StatusCode, Json<EnrollResponse>), ApiError> {
+    let who = addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+    let limit = state.config.enroll_rate_per_minute;
+    match state
+        .limiter
+        .check(&format!("enroll:{who}"), limit, Duration::from_secs(60))
+        .await
+    {
+        Ok(d) if !d.allowed => {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "Too many enrollment attempts from this address (limit {limit} per minute)"
+                ),
+            )
+            .retry_after(d.retry_after_secs()));
+        }
+        Ok(_) => {}
+        Err(e) if state.config.production => {
+            return Err(ApiError::unavailable(format!("enrollment limiter: {e}")));
+        }
+        Err(e) => tracing::warn!(error = %e, "enrollment limiter unavailable; allowing"),
+    }
+    let (device, token) = state
+        .auth
+        .enroll_device(
+            &req.enrollment_key,
+            Enrollment {
+                hostname: req.hostname,
+                machine_id: req.machine_id,
+                os_family: req.os.family.parse().unwrap_or(OsFamily::Other),
+                os_name: req.os.name,
+                os_version: req.os.version,
+                agent_version: req.agent_version,
+            },
+        )
+        .await?;
+    tracing::info!(device = %device.id, hostname = %device.hostname, "agent enrolled");
+    Ok((
+        StatusCode::CREATED,
+        Json(EnrollResponse {
+            device_id: device.id.0,
+            org_id: device.org_id.0,
+            site_id: device.site_id.0,
+            token: token.expose().to_owned(),
+            config: state.gateway.agent_config(),
+        }),
+    ))
+}
+
+async fn socket(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    ws: WebSocketUpgrade,
+) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| run_socket(state, agent, socket))
+}
+
+async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSocket) {
+    let mut registration = match state.gateway.connect(agent.device_id).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(device = %agent.device_id, error = %e, "could not register an agent socket");
+            return;
+        }
+    };
+    tracing::info!(device = %agent.device_id, "agent connected");
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            frame = registration.outbox.recv() => {
+                // None: a newer socket for the same device replaced this one.
+                let Some(frame) = frame else { break };
+                let text = match serde_json::to_string(&frame) {
+                    Ok(t) => t,
+                    Err(e) => { tracing::error!(error = %e, "unserialisable frame"); continue; }
+                };
+                if socket.send(Message::Text(text.into())).await.is_err() {
+                    break;
+                }
+            }
+            msg = socket.recv() => {
+                let Some(Ok(msg)) = msg else { break };
+                let text = match msg {
+                    Message::Text(t) => t,
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                match serde_json::from_str::<AgentFrame>(text.as_str()) {
+                    Ok(frame) => {
+                        if let Err(e) = state.gateway.handle(agent.device_id, agent.org_id, frame).await {
+                            tracing::warn!(device = %agent.device_id, error = %e, "could not store an agent report");
+                        }
+                    }
+                    Err(e) => tracing::warn!(device = %agent.device_id, error = %e, "malformed agent frame"),
+                }
+            }
+            _ = ping.tick() => {
+                if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!(device = %agent.device_id, "agent disconnected");
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    JsonBody(hb): JsonBody<Heartbeat>,
+) -> Result<Json<HeartbeatResponse>, ApiError> {
+    Ok(Json(
+        state
+            .gateway
+            .http_heartbeat(agent.device_id, agent.org_id, hb)
+            .await?,
+    ))
+}
+
+async fn report(
+    state: &AppState,
+    agent: DevicePrincipal,
+    frame: AgentFrame,
+) -> Result<StatusCode, ApiError> {
+    state
+        .gateway
+        .handle(agent.device_id, agent.org_id, frame)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn inventory(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    JsonBody(inv): JsonBody<Inventory>,
+) -> Result<StatusCode, ApiError> {
+    report(&state, agent, AgentFrame::Inventory(Box::new(inv))).await
+}
+
+async fn metrics(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    JsonBody(batch): JsonBody<MetricsBatch>,
+) -> Result<StatusCode, ApiError> {
+    if batch.samples.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a metrics batch holds at most {MAX_BATCH} samples"
+        )));
+    }
+    report(&state, agent, AgentFrame::Metrics(batch)).await
+}
+
+async fn logs(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    JsonBody(batch): JsonBody<LogBatch>,
+) -> Result<StatusCode, ApiError> {
+    if batch.entries.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a log batch holds at most {MAX_BATCH} entries"
+        )));
+    }
+    report(&state, agent, AgentFrame::Logs(batch)).await
+}
+
+async fn result(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    Path(id): Path<Uuid>,
+    JsonBody(result): JsonBody<CommandResult>,
+) -> Result<StatusCode, ApiError> {
+    if result.command_id != id {
+        return Err(ApiError::bad_request(
+            "the result's commandId does not match the URL",
+        ));
+    }
+    report(&state, agent, AgentFrame::CommandResult(result)).await
+}
+
+async fn rotate(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+) -> Result<Json<RotateTokenResponse>, ApiError> {
+    let token = state.auth.rotate_device_token(agent.device_id).await?;
+    Ok(Json(RotateTokenResponse {
+        token: token.expose().to_owned(),
+    }))
+}

@@ -1,0 +1,556 @@
+//! Tools that act on a device through its agent: `execute_command` (typed system commands —
+//! processes, services, files, system logs; arbitrary code runs only as a library script through
+//! `run_script`), `manage_services`, `file_operations`, `network_discovery` and
+//! `set_agent_log_level`.
+
+use breeze_agent_proto::{
+    CommandKind, ContentEncoding, DiscoveryMode, LogLevel, ProcessSort, ServiceActionKind,
+};
+use breeze_core::Permission;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
+use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<ExecuteCommand>();
+    r.register::<FileOperations>();
+    r.register::<ManageServices>();
+    r.register::<NetworkDiscovery>();
+    r.register::<SetAgentLogLevel>();
+}
+
+// --- execute_command -------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum CommandType {
+    ListProcesses,
+    KillProcess,
+    ListServices,
+    StartService,
+    StopService,
+    RestartService,
+    FileList,
+    FileRead,
+    EventLogsList,
+    EventLogsQuery,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CommandPayload {
+    /// list_processes: how many (1-500, default 50).
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u32>,
+    /// list_processes: cpu (default) or memory.
+    sort_by: Option<SortBy>,
+    /// kill_process: the process id.
+    pid: Option<u32>,
+    /// kill_process: SIGKILL instead of SIGTERM.
+    force: Option<bool>,
+    /// start_service, stop_service, restart_service: the unit name.
+    #[schemars(length(min = 1, max = 255))]
+    service_name: Option<String>,
+    /// file_list, file_read: an absolute path.
+    #[schemars(length(min = 1, max = 4096))]
+    path: Option<String>,
+    /// file_read: at most this many bytes (default 65536, max 1048576).
+    #[schemars(range(min = 1, max = 1_048_576))]
+    max_bytes: Option<u64>,
+    /// event_logs_query: case-insensitive text to look for.
+    #[schemars(length(min = 1, max = 500))]
+    pattern: Option<String>,
+    /// event_logs_query: only this systemd unit.
+    #[schemars(length(min = 1, max = 255))]
+    unit: Option<String>,
+    /// event_logs_list, event_logs_query: how far back (minutes, default 60, max 10080).
+    #[schemars(range(min = 1, max = 10_080))]
+    since_minutes: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum SortBy {
+    Cpu,
+    Memory,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ExecuteInput {
+    /// The device (UUID).
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    command_type: CommandType,
+    /// Arguments of the command type (see each field).
+    payload: Option<CommandPayload>,
+}
+
+pub(crate) struct ExecuteCommand;
+
+fn required<T>(value: Option<T>, field: &str, what: &str) -> Result<T, ToolError> {
+    value.ok_or_else(|| ToolError::invalid(format!("payload.{field} is required for {what}")))
+}
+
+impl ExecuteInput {
+    fn kind(&self) -> Result<CommandKind, ToolError> {
+        let empty = CommandPayload::default();
+        let p = self.payload.as_ref().unwrap_or(&empty);
+        let service = |action| -> Result<CommandKind, ToolError> {
+            Ok(CommandKind::ServiceAction {
+                name: required(p.service_name.clone(), "serviceName", "service commands")?,
+                action,
+            })
+        };
+        let path = || -> Result<String, ToolError> {
+            let path = required(p.path.clone(), "path", "file commands")?;
+            safe_path("payload.path", &path)?;
+            Ok(path)
+        };
+        Ok(match self.command_type {
+            CommandType::ListProcesses => CommandKind::ListProcesses {
+                sort_by: match p.sort_by {
+                    Some(SortBy::Memory) => ProcessSort::Memory,
+                    _ => ProcessSort::Cpu,
+                },
+                limit: p.limit.unwrap_or(50),
+            },
+            CommandType::KillProcess => CommandKind::KillProcess {
+                pid: required(p.pid, "pid", "kill_process")?,
+                force: p.force.unwrap_or(false),
+            },
+            CommandType::ListServices => CommandKind::ListServices,
+            CommandType::StartService => service(ServiceActionKind::Start)?,
+            CommandType::StopService => service(ServiceActionKind::Stop)?,
+            CommandType::RestartService => service(ServiceActionKind::Restart)?,
+            CommandType::FileList => CommandKind::FileList { path: path()? },
+            CommandType::FileRead => CommandKind::FileRead {
+                path: path()?,
+                max_bytes: p.max_bytes.unwrap_or(65_536),
+            },
+            CommandType::EventLogsList => CommandKind::QueryLogs {
+                pattern: None,
+                unit: None,
+                since_minutes: p.since_minutes.unwrap_or(60),
+                limit: 100,
+            },
+            CommandType::EventLogsQuery => CommandKind::QueryLogs {
+                pattern: p.pattern.clone(),
+                unit: p.unit.clone(),
+                since_minutes: p.since_minutes.unwrap_or(60),
+                limit: p.limit.unwrap_or(200),
+            },
+        })
+    }
+}
+
+impl Tool for ExecuteCommand {
+    const NAME: &'static str = "execute_command";
+    const TITLE: &'static str = "Execute a system command";
+    const DESCRIPTION: &'static str = "Run a typed system command on a device through its agent: list_processes, kill_process, list_services, start_service, stop_service, restart_service, file_list, file_read, event_logs_list, event_logs_query. Arguments go in payload. Listing processes, files and recent logs is Tier 2; everything else is Tier 3. Arbitrary code runs only as a library script through run_script. Waits up to 30 seconds for the result.";
+    const TIER: Tier = Tier::T3;
+    const PERMISSION: Permission = Permission::DevicesExecute;
+    const RATE_LIMIT: Option<RateLimit> = per(10, 300);
+    const ACTION_KEY: &'static str = "commandType";
+    const ACTIONS: &'static [crate::Action] = &[
+        action(
+            "list_processes",
+            Tier::T2,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "file_list",
+            Tier::T2,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "event_logs_list",
+            Tier::T2,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "kill_process",
+            Tier::T3,
+            Effect::Execute,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "list_services",
+            Tier::T3,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "start_service",
+            Tier::T3,
+            Effect::Execute,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "stop_service",
+            Tier::T3,
+            Effect::Execute,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "restart_service",
+            Tier::T3,
+            Effect::Execute,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "file_read",
+            Tier::T3,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "event_logs_query",
+            Tier::T3,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+    ];
+    type Input = ExecuteInput;
+    type Output = CommandView;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let kind = input.kind()?;
+        let device = online_device(cx, &input.device_id).await?;
+        run(cx, &device, kind, RunOptions::new(25, 30)).await
+    }
+}
+
+// --- manage_services -------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum ServiceAction {
+    List,
+    Start,
+    Stop,
+    Restart,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ServicesInput {
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    action: ServiceAction,
+    /// The service (systemd unit) name; required for start, stop and restart.
+    #[schemars(length(min = 1, max = 255))]
+    service_name: Option<String>,
+}
+
+pub(crate) struct ManageServices;
+
+impl Tool for ManageServices {
+    const NAME: &'static str = "manage_services";
+    const TITLE: &'static str = "Manage services";
+    const DESCRIPTION: &'static str = "List (Tier 2), start, stop or restart (Tier 3) system services on a device. Waits up to 30 seconds for the agent's answer.";
+    const TIER: Tier = Tier::T3;
+    const PERMISSION: Permission = Permission::ServicesManage;
+    const RATE_LIMIT: Option<RateLimit> = per(10, 300);
+    const ACTIONS: &'static [crate::Action] = &[
+        action("list", Tier::T2, Effect::Read, Permission::ServicesManage),
+        action(
+            "start",
+            Tier::T3,
+            Effect::Execute,
+            Permission::ServicesManage,
+        ),
+        action(
+            "stop",
+            Tier::T3,
+            Effect::Execute,
+            Permission::ServicesManage,
+        ),
+        action(
+            "restart",
+            Tier::T3,
+            Effect::Execute,
+            Permission::ServicesManage,
+        ),
+    ];
+    type Input = ServicesInput;
+    type Output = CommandView;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let kind = match input.action {
+            ServiceAction::List => CommandKind::ListServices,
+            other => CommandKind::ServiceAction {
+                name: input.service_name.clone().ok_or_else(|| {
+                    ToolError::invalid("serviceName is required for start/stop/restart actions")
+                })?,
+                action: match other {
+                    ServiceAction::Start => ServiceActionKind::Start,
+                    ServiceAction::Stop => ServiceActionKind::Stop,
+                    _ => ServiceActionKind::Restart,
+                },
+            },
+        };
+        let device = online_device(cx, &input.device_id).await?;
+        run(cx, &device, kind, RunOptions::new(25, 30)).await
+    }
+}
+
+// --- file_operations -------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum FileAction {
+    List,
+    Read,
+    Write,
+    Delete,
+    Mkdir,
+    Rename,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Encoding {
+    Utf8,
+    Base64,
+}
+
+/// Largest content `write` accepts.
+const MAX_WRITE_CHARS: usize = 1_000_000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct FilesInput {
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    action: FileAction,
+    /// An absolute path.
+    #[schemars(length(min = 1, max = 4096))]
+    path: String,
+    /// write: the content (at most 1,000,000 characters).
+    #[schemars(length(max = 1_000_000))]
+    content: Option<String>,
+    /// write: utf8 (default) or base64.
+    encoding: Option<Encoding>,
+    /// rename: the new path.
+    #[schemars(length(min = 1, max = 4096))]
+    new_path: Option<String>,
+    /// delete: also delete a non-empty directory.
+    recursive: Option<bool>,
+    /// read: at most this many bytes (default 65536, max 1048576).
+    #[schemars(range(min = 1, max = 1_048_576))]
+    max_bytes: Option<u64>,
+}
+
+pub(crate) struct FileOperations;
+
+impl Tool for FileOperations {
+    const NAME: &'static str = "file_operations";
+    const TITLE: &'static str = "File operations";
+    const DESCRIPTION: &'static str = "Files on a device: list and read (Tier 1); write, delete, mkdir and rename (Tier 3). Paths are absolute; credentials and kernel interfaces are off limits.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::FilesRead;
+    const RATE_LIMIT: Option<RateLimit> = per(20, 300);
+    const ACTIONS: &'static [crate::Action] = &[
+        action("list", Tier::T1, Effect::Read, Permission::FilesRead),
+        action("read", Tier::T1, Effect::Read, Permission::FilesRead),
+        action("write", Tier::T3, Effect::Update, Permission::FilesWrite),
+        action("delete", Tier::T3, Effect::Delete, Permission::FilesWrite),
+        action("mkdir", Tier::T3, Effect::Create, Permission::FilesWrite),
+        action("rename", Tier::T3, Effect::Update, Permission::FilesWrite),
+    ];
+    type Input = FilesInput;
+    type Output = CommandView;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        safe_path("path", &input.path)?;
+        let path = input.path.clone();
+        let kind = match input.action {
+            FileAction::List => CommandKind::FileList { path },
+            FileAction::Read => CommandKind::FileRead {
+                path,
+                max_bytes: input.max_bytes.unwrap_or(65_536),
+            },
+            FileAction::Write => {
+                let content = input
+                    .content
+                    .clone()
+                    .ok_or_else(|| ToolError::invalid("content is required for write"))?;
+                if content.chars().count() > MAX_WRITE_CHARS {
+                    return Err(ToolError::invalid(format!(
+                        "content: at most {MAX_WRITE_CHARS} characters"
+                    )));
+                }
+                CommandKind::FileWrite {
+                    path,
+                    content,
+                    encoding: match input.encoding {
+                        Some(Encoding::Base64) => ContentEncoding::Base64,
+                        _ => ContentEncoding::Utf8,
+                    },
+                }
+            }
+            FileAction::Delete => CommandKind::FileDelete {
+                path,
+                recursive: input.recursive.unwrap_or(false),
+            },
+            FileAction::Mkdir => CommandKind::FileMkdir { path },
+            FileAction::Rename => {
+                let to = input
+                    .new_path
+                    .clone()
+                    .ok_or_else(|| ToolError::invalid("newPath is required for rename"))?;
+                safe_path("newPath", &to)?;
+                CommandKind::FileRename { from: path, to }
+            }
+        };
+        let device = online_device(cx, &input.device_id).await?;
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
+    }
+}
+
+// --- network_discovery -----------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum ScanType {
+    #[default]
+    Ping,
+    Arp,
+    Full,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct DiscoveryInput {
+    /// The device to scan from.
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    /// IPv4 network in CIDR form, /22 or smaller (default: the device's own network).
+    #[schemars(
+        length(min = 9, max = 18),
+        regex(pattern = r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")
+    )]
+    subnet: Option<String>,
+    /// ping (default), arp, or full (both plus common open ports).
+    scan_type: Option<ScanType>,
+}
+
+pub(crate) struct NetworkDiscovery;
+
+impl Tool for NetworkDiscovery {
+    const NAME: &'static str = "network_discovery";
+    const TITLE: &'static str = "Network discovery";
+    const DESCRIPTION: &'static str = "Scan a network from a device: ping sweep, ARP table, or full (both plus common open ports). Reports progress while it runs; waits up to 2 minutes.";
+    const TIER: Tier = Tier::T3;
+    const PERMISSION: Permission = Permission::DevicesExecute;
+    const RATE_LIMIT: Option<RateLimit> = per(2, 600);
+    const EFFECTS: &'static [Effect] = &[Effect::Execute];
+    type Input = DiscoveryInput;
+    type Output = CommandView;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        if let Some(subnet) = &input.subnet {
+            let prefix: u8 = subnet
+                .rsplit('/')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            if !(22..=32).contains(&prefix) {
+                return Err(ToolError::invalid(format!(
+                    "subnet: {subnet} is too large; scan a /22 (1,024 addresses) or smaller"
+                )));
+            }
+        }
+        let device = online_device(cx, &input.device_id).await?;
+        let mode = match input.scan_type.unwrap_or_default() {
+            ScanType::Ping => DiscoveryMode::Ping,
+            ScanType::Arp => DiscoveryMode::Arp,
+            ScanType::Full => DiscoveryMode::Full,
+        };
+        let kind = CommandKind::NetworkDiscovery {
+            mode,
+            cidr: input.subnet.clone(),
+        };
+        require_completed(run(cx, &device, kind, RunOptions::new(110, 120)).await?)
+    }
+}
+
+// --- set_agent_log_level ---------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct LogLevelInput {
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    level: Level,
+    /// How long before the agent reverts by itself (1-1440, default 60).
+    #[schemars(range(min = 1, max = 1440))]
+    duration_minutes: Option<u32>,
+}
+
+pub(crate) struct SetAgentLogLevel;
+
+impl Tool for SetAgentLogLevel {
+    const NAME: &'static str = "set_agent_log_level";
+    const TITLE: &'static str = "Set agent log level";
+    const DESCRIPTION: &'static str = "Temporarily change which agent log lines are shipped (debug, info, warn, error) for troubleshooting; the agent reverts by itself after durationMinutes (default 60). Search the shipped lines with search_agent_logs.";
+    const TIER: Tier = Tier::T2;
+    const PERMISSION: Permission = Permission::DevicesExecute;
+    const RATE_LIMIT: Option<RateLimit> = per(5, 600);
+    const EFFECTS: &'static [Effect] = &[Effect::Update];
+    type Input = LogLevelInput;
+    type Output = CommandView;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let device = online_device(cx, &input.device_id).await?;
+        let minutes = input.duration_minutes.unwrap_or(60);
+        let level = match input.level {
+            Level::Debug => LogLevel::Debug,
+            Level::Info => LogLevel::Info,
+            Level::Warn => LogLevel::Warn,
+            Level::Error => LogLevel::Error,
+        };
+        let kind = CommandKind::SetLogLevel {
+            level,
+            duration_minutes: minutes,
+        };
+        let mut opts = RunOptions::new(15, 10);
+        opts.audit_action = "device.log_level";
+        let mut view = run(cx, &device, kind, opts).await?;
+        if !view.completed() && view.message.is_some() {
+            view = queue_note(view);
+        }
+        let level = serde_json::to_value(input.level).unwrap_or_default();
+        view.message.get_or_insert_with(|| {
+            format!(
+                "Log level set to {} for {minutes} minutes on {}",
+                level.as_str().unwrap_or("?"),
+                device.hostname
+            )
+        });
+        Ok(view)
+    }
+}
+
+fn queue_note(mut view: CommandView) -> CommandView {
+    view.message = Some(format!(
+        "Queued for {}; the agent applies it when it picks the command up",
+        view.hostname
+    ));
+    view
+}

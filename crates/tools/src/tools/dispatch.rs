@@ -1,0 +1,264 @@
+//! Running a command on a device through the gateway, the way every agent-backed tool does:
+//! confirm the device is the caller's and online, queue the command (audited), wait a bounded
+//! time while forwarding progress, and describe the outcome — finished, or still running with
+//! its id. An offline device is a clear error before anything is queued; nothing ever hangs.
+
+use std::time::Duration;
+
+use breeze_agent_proto::{CommandKind, DEFAULT_OUTPUT_CAP_BYTES};
+use breeze_core::{AuditEvent, Device, DeviceStatus};
+use breeze_gateway::{GatewayError, Progress};
+use breeze_store::{CommandRecord, NewCommand};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::devices::find_device;
+use crate::{ErrorCode, ToolCx, ToolError};
+
+/// How long a command may wait for an agent that is online but reconnecting (one heartbeat
+/// interval and a margin) before it counts as undelivered.
+const QUEUE_TTL_SECS: i64 = 75;
+
+/// How a tool runs its command.
+#[derive(Debug, Clone)]
+pub(crate) struct RunOptions {
+    /// The agent stops the command after this long.
+    pub timeout_secs: u32,
+    /// The tool call returns after this long even if the command is still running.
+    pub wait: Duration,
+    pub output_cap_bytes: u64,
+    pub script: Option<(Uuid, String)>,
+    /// The audit action, e.g. `device.command`.
+    pub audit_action: &'static str,
+}
+
+impl RunOptions {
+    pub(crate) fn new(timeout_secs: u32, wait_secs: u64) -> Self {
+        Self {
+            timeout_secs,
+            wait: Duration::from_secs(wait_secs),
+            output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
+            script: None,
+            audit_action: "device.command",
+        }
+    }
+}
+
+/// What a tool reports about a command.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CommandView {
+    pub command_id: String,
+    pub device_id: String,
+    pub hostname: String,
+    /// pending, sent, running (still going when the call returned), completed, failed,
+    /// timed_out or cancelled.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    /// The structured answer of typed operations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CommandView {
+    pub(crate) fn new(device: &Device, c: CommandRecord) -> Self {
+        let message = (!c.is_terminal()).then(|| {
+            format!(
+                "The command is still {} on {}; its result will be recorded when it finishes (command id {}).",
+                c.status, device.hostname, c.id
+            )
+        });
+        let duration_ms = c
+            .started_at
+            .zip(c.completed_at)
+            .map(|(s, e)| (e - s).num_milliseconds());
+        Self {
+            command_id: c.id.to_string(),
+            device_id: device.id.to_string(),
+            hostname: device.hostname.clone(),
+            status: c.status,
+            exit_code: c.exit_code,
+            output_truncated: c.stdout_truncated || c.stderr_truncated,
+            stdout: c.stdout.filter(|s| !s.is_empty()),
+            stderr: c.stderr.filter(|s| !s.is_empty()),
+            result: c.result,
+            error: c.error,
+            duration_ms,
+            message,
+        }
+    }
+
+    /// Whether the command finished successfully.
+    pub(crate) fn completed(&self) -> bool {
+        self.status == "completed"
+    }
+}
+
+/// The caller's device, online; otherwise the error a tool returns.
+pub(crate) async fn online_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Device, ToolError> {
+    let device = find_device(cx, device_id).await?;
+    if device.status != DeviceStatus::Online {
+        let seen = device
+            .last_seen_at
+            .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339());
+        return Err(ToolError::new(
+            ErrorCode::UpstreamError,
+            format!(
+                "Device {} is not online (status: {}, last seen: {seen}); nothing was sent",
+                device.hostname, device.status
+            ),
+        )
+        .hint("try again when the device is back online"));
+    }
+    Ok(device)
+}
+
+fn gateway_error(e: GatewayError) -> ToolError {
+    match e {
+        GatewayError::Store(s) => s.into(),
+    }
+}
+
+/// Queues `kind` on `device` and waits as `opts` say.
+pub(crate) async fn run(
+    cx: &ToolCx<'_>,
+    device: &Device,
+    kind: CommandKind,
+    opts: RunOptions,
+) -> Result<CommandView, ToolError> {
+    let audit = AuditEvent::new(cx.actor.clone(), opts.audit_action, "device_command")
+        .request(cx.request_id.clone());
+    let cmd = cx
+        .fleet
+        .submit(
+            cx.org_id(),
+            NewCommand {
+                device_id: device.id,
+                kind,
+                timeout_secs: opts.timeout_secs,
+                output_cap_bytes: opts.output_cap_bytes,
+                queue_ttl: chrono::Duration::seconds(QUEUE_TTL_SECS),
+                script: opts.script,
+                created_by: cx.actor.to_string(),
+            },
+            audit,
+        )
+        .await
+        .map_err(gateway_error)?;
+    let done = cx
+        .fleet
+        .wait(cx.org_id(), cmd.id, opts.wait, |p| match p {
+            Progress::Started => {
+                cx.report(0.0, None, Some(format!("running on {}", device.hostname)))
+            }
+            Progress::Step(s) => cx.report(s.progress, s.total, s.message.clone()),
+        })
+        .await
+        .map_err(gateway_error)?;
+    Ok(CommandView::new(device, done))
+}
+
+/// A command's failure as a tool error (for tools whose whole answer is the command's result).
+pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolError> {
+    if view.completed() || !matches!(view.status.as_str(), "failed" | "timed_out" | "cancelled") {
+        return Ok(view);
+    }
+    let why = view
+        .error
+        .clone()
+        .or_else(|| view.stderr.clone())
+        .unwrap_or_else(|| format!("the command ended {}", view.status));
+    Err(ToolError::new(
+        ErrorCode::UpstreamError,
+        format!(
+            "{} on {}: {why}",
+            view.status.replace('_', " "),
+            view.hostname
+        ),
+    ))
+}
+
+/// Checks a path argument: at most 4096 characters, no NUL, no `..` component, and not under
+/// a location no tool may touch (credentials, kernel interfaces, container state).
+pub(crate) fn safe_path(field: &str, path: &str) -> Result<(), ToolError> {
+    const BLOCKED: &[&str] = &[
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/etc/sudoers",
+        "/proc",
+        "/sys",
+        "/dev",
+        "/root/.ssh",
+        "/var/run",
+        "/run/secrets",
+        "/var/lib/docker",
+        "C:\\Windows\\System32\\config",
+        "C:\\Windows\\SAM",
+    ];
+    if path.is_empty() || path.len() > 4096 {
+        return Err(ToolError::invalid(format!(
+            "{field}: must be 1 to 4096 characters"
+        )));
+    }
+    if path.contains('\0') {
+        return Err(ToolError::invalid(format!("{field}: contains a NUL byte")));
+    }
+    if path.split(['/', '\\']).any(|c| c == "..") {
+        return Err(ToolError::invalid(format!(
+            "{field}: \"..\" components are not allowed; give an absolute path"
+        )));
+    }
+    let lower = path.to_ascii_lowercase();
+    let blocked = BLOCKED.iter().any(|b| {
+        let b = b.to_ascii_lowercase();
+        lower == b || lower.starts_with(&format!("{b}/")) || lower.starts_with(&format!("{b}\\"))
+    }) || (lower.starts_with("/home/") && lower.split('/').nth(3) == Some(".ssh"));
+    if blocked {
+        return Err(ToolError::new(
+            ErrorCode::Forbidden,
+            format!("{field}: {path} is in a protected location that tools may not touch"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_path;
+
+    #[test]
+    fn paths_are_checked() {
+        assert!(safe_path("path", "/var/log/syslog").is_ok());
+        assert!(safe_path("path", "C:\\Temp\\x.log").is_ok());
+        for bad in [
+            "",
+            "/var/log/../../etc/shadow",
+            "/etc/shadow",
+            "/proc/1/environ",
+            "/home/alice/.ssh/id_ed25519",
+            "/root/.ssh",
+            "a\0b",
+            "c:\\windows\\system32\\config\\SAM",
+        ] {
+            assert!(safe_path("path", bad).is_err(), "{bad:?} accepted");
+        }
+        let e = safe_path("newPath", "/etc/sudoers").unwrap_err();
+        assert!(e.message.starts_with("newPath:"), "{}", e.message);
+    }
+}

@@ -1,0 +1,183 @@
+//! `run_script`: a library script on up to 10 devices at once. Each device gets its own command
+//! (an execution recorded with the script's id and name); the call waits for all of them in
+//! parallel, bounded, and reports each device's outcome.
+
+use std::collections::BTreeMap;
+
+use breeze_agent_proto::{CommandKind, Interpreter};
+use breeze_core::Permission;
+use breeze_store::{Script, StoreError};
+use futures::future::join_all;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    DEVICE_NOT_FOUND,
+    dispatch::{CommandView, RunOptions, online_device, run},
+};
+use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<RunScript>();
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct RunScriptInput {
+    /// The script's id (UUID) or exact name in the library.
+    #[schemars(length(min = 1, max = 200))]
+    script_id: String,
+    /// Devices to run it on (1-10).
+    #[schemars(length(min = 1, max = 10))]
+    device_ids: Vec<String>,
+    /// Values for the script's declared parameters, by name; passed as arguments in
+    /// declaration order.
+    parameters: Option<BTreeMap<String, String>>,
+    /// Seconds before the agent stops the script (5-600, default 120).
+    #[schemars(range(min = 5, max = 600))]
+    timeout_seconds: Option<u32>,
+}
+
+/// One device's outcome.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceRun {
+    device_id: String,
+    #[serde(flatten)]
+    #[schemars(flatten)]
+    outcome: Outcome,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(untagged)]
+enum Outcome {
+    Ran(Box<CommandView>),
+    Refused { status: String, error: String },
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RunScriptOutput {
+    script_id: String,
+    script_name: String,
+    results: Vec<DeviceRun>,
+    /// Devices whose script completed with exit code 0.
+    succeeded: usize,
+}
+
+fn interpreter(language: &str) -> Interpreter {
+    match language {
+        "sh" => Interpreter::Sh,
+        "python" => Interpreter::Python,
+        "powershell" => Interpreter::Powershell,
+        _ => Interpreter::Bash,
+    }
+}
+
+/// The script's arguments from named values: declared order, defaults filled in, required ones
+/// checked, undeclared names refused.
+fn arguments(script: &Script, given: &BTreeMap<String, String>) -> Result<Vec<String>, ToolError> {
+    if let Some(unknown) = given
+        .keys()
+        .find(|k| !script.parameters.iter().any(|p| &p.name == *k))
+    {
+        let declared: Vec<&str> = script.parameters.iter().map(|p| p.name.as_str()).collect();
+        return Err(ToolError::invalid(format!(
+            "parameters.{unknown}: the script declares no such parameter (it declares: {})",
+            if declared.is_empty() {
+                "none".to_owned()
+            } else {
+                declared.join(", ")
+            }
+        )));
+    }
+    script
+        .parameters
+        .iter()
+        .map(|p| match given.get(&p.name).or(p.default.as_ref()) {
+            Some(v) => Ok(v.clone()),
+            None if p.required => Err(ToolError::invalid(format!(
+                "parameters.{}: required by the script",
+                p.name
+            ))),
+            None => Ok(String::new()),
+        })
+        .collect()
+}
+
+pub(crate) struct RunScript;
+
+impl Tool for RunScript {
+    const NAME: &'static str = "run_script";
+    const TITLE: &'static str = "Run a script";
+    const DESCRIPTION: &'static str = "Run a script from the organization's library (by id or name) on up to 10 devices in parallel, with values for its declared parameters. Each device's run is recorded with its output and exit code. Waits up to the script's timeout plus 15 seconds; runs still going are reported with their command id.";
+    const TIER: Tier = Tier::T3;
+    const PERMISSION: Permission = Permission::ScriptsExecute;
+    const RATE_LIMIT: Option<RateLimit> = per(5, 300);
+    const EFFECTS: &'static [Effect] = &[Effect::Execute];
+    type Input = RunScriptInput;
+    type Output = RunScriptOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let script = match cx.org.find_script(&input.script_id).await {
+            Ok(s) => s,
+            Err(StoreError::NotFound(_)) => {
+                return Err(ToolError::not_found("Script not found or access denied"));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let args = arguments(&script, &input.parameters.clone().unwrap_or_default())?;
+        let mut ids = input.device_ids.clone();
+        ids.sort();
+        ids.dedup();
+        let timeout = input.timeout_seconds.unwrap_or(120);
+        let runs = ids.iter().map(|id| {
+            let (script, args) = (&script, args.clone());
+            async move {
+                let outcome = match online_device(cx, id).await {
+                    Err(e) => Outcome::Refused {
+                        status: if e.message == DEVICE_NOT_FOUND {
+                            "not_found"
+                        } else {
+                            "offline"
+                        }
+                        .into(),
+                        error: e.message,
+                    },
+                    Ok(device) => {
+                        let kind = CommandKind::Script {
+                            interpreter: interpreter(&script.language),
+                            body: script.body.clone(),
+                            args,
+                        };
+                        let mut opts = RunOptions::new(timeout, u64::from(timeout) + 15);
+                        opts.script = Some((script.id, script.name.clone()));
+                        opts.audit_action = "script.execute";
+                        match run(cx, &device, kind, opts).await {
+                            Ok(view) => Outcome::Ran(Box::new(view)),
+                            Err(e) => Outcome::Refused {
+                                status: "failed".into(),
+                                error: e.message,
+                            },
+                        }
+                    }
+                };
+                DeviceRun {
+                    device_id: id.clone(),
+                    outcome,
+                }
+            }
+        });
+        let results = join_all(runs).await;
+        let succeeded = results
+            .iter()
+            .filter(|r| matches!(&r.outcome, Outcome::Ran(v) if v.completed() && v.exit_code == Some(0)))
+            .count();
+        Ok(RunScriptOutput {
+            script_id: script.id.to_string(),
+            script_name: script.name,
+            results,
+            succeeded,
+        })
+    }
+}

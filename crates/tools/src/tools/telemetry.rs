@@ -1,0 +1,551 @@
+//! What agents report, read back: `analyze_metrics` (time series with summaries),
+//! `get_active_users` (sessions and reboot safety), `get_user_experience_metrics` (login
+//! performance and session behaviour) and `search_agent_logs`. Database reads only; offline
+//! devices are fine.
+
+use std::collections::BTreeMap;
+
+use breeze_agent_proto::LogLevel;
+use breeze_core::{DeviceId, Permission, Timestamp};
+use breeze_store::{AgentLogFilter, Aggregation, MetricPoint};
+use chrono::{DateTime, Duration, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{DEVICE_NOT_FOUND, devices::find_device};
+use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<AnalyzeMetrics>();
+    r.register::<GetActiveUsers>();
+    r.register::<GetUserExperienceMetrics>();
+    r.register::<SearchAgentLogs>();
+}
+
+fn round2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+// --- analyze_metrics -------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Metric {
+    Cpu,
+    Ram,
+    Disk,
+    Network,
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum AggregationArg {
+    Raw,
+    Hourly,
+    Daily,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct MetricsInput {
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    /// cpu, ram, disk, network or all (default).
+    metric: Option<Metric>,
+    /// How far back (1-168 hours, default 24).
+    #[schemars(range(min = 1, max = 168))]
+    hours_back: Option<u32>,
+    /// raw, hourly or daily (default: raw up to 24 hours, else hourly).
+    aggregation: Option<AggregationArg>,
+}
+
+/// Minimum, maximum, average and latest of a percentage series.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Stats {
+    min: f64,
+    max: f64,
+    avg: f64,
+    current: f64,
+}
+
+impl Stats {
+    fn of(
+        points: &[MetricPoint],
+        avg: fn(&MetricPoint) -> f64,
+        max: fn(&MetricPoint) -> f64,
+    ) -> Option<Self> {
+        let last = points.last()?;
+        let samples: i64 = points.iter().map(|p| p.samples).sum();
+        let weighted: f64 = points.iter().map(|p| avg(p) * p.samples as f64).sum();
+        Some(Stats {
+            min: round2(points.iter().map(avg).fold(f64::INFINITY, f64::min)),
+            max: round2(points.iter().map(max).fold(0.0, f64::max)),
+            avg: round2(weighted / samples.max(1) as f64),
+            current: round2(avg(last)),
+        })
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct MetricsOutput {
+    device_id: String,
+    hostname: String,
+    aggregation: String,
+    from: String,
+    to: String,
+    /// Samples behind the series.
+    data_points: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<Stats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ram: Option<Stats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<Stats>,
+    /// Bytes received and sent over the range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
+    network: Option<Value>,
+    /// The series, oldest first (at most 500 points).
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    points: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+const MAX_POINTS: usize = 500;
+
+pub(crate) struct AnalyzeMetrics;
+
+impl Tool for AnalyzeMetrics {
+    const NAME: &'static str = "analyze_metrics";
+    const TITLE: &'static str = "Analyze metrics";
+    const DESCRIPTION: &'static str = "A device's CPU, RAM, disk and network time series with min/max/avg/current summaries, raw or aggregated hourly or daily, up to 168 hours back.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Input = MetricsInput;
+    type Output = MetricsOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let device = find_device(cx, &input.device_id).await?;
+        let hours = input.hours_back.unwrap_or(24);
+        let aggregation = match input.aggregation {
+            Some(AggregationArg::Raw) => Aggregation::Raw,
+            Some(AggregationArg::Hourly) => Aggregation::Hourly,
+            Some(AggregationArg::Daily) => Aggregation::Daily,
+            None if hours <= 24 => Aggregation::Raw,
+            None => Aggregation::Hourly,
+        };
+        let to = cx.now();
+        let from = to - Duration::hours(i64::from(hours));
+        let points = cx
+            .org
+            .query_metrics(device.id, from, to + Duration::seconds(1), aggregation)
+            .await?;
+        let metric = input.metric.unwrap_or(Metric::All);
+        let wants = |m: Metric| metric == Metric::All || metric == m;
+        let series: Vec<Value> = points
+            .iter()
+            .rev()
+            .take(MAX_POINTS)
+            .rev()
+            .map(|p| {
+                let mut v = json!({ "at": p.at.to_rfc3339(), "samples": p.samples });
+                if wants(Metric::Cpu) {
+                    v["cpuAvg"] = json!(round2(p.cpu_avg));
+                    v["cpuMax"] = json!(round2(p.cpu_max));
+                }
+                if wants(Metric::Ram) {
+                    v["ramAvg"] = json!(round2(p.ram_avg));
+                    v["ramMax"] = json!(round2(p.ram_max));
+                }
+                if wants(Metric::Disk) {
+                    v["diskMax"] = json!(round2(p.disk_max));
+                }
+                if wants(Metric::Network) {
+                    v["netRxBytes"] = json!(p.net_rx_bytes);
+                    v["netTxBytes"] = json!(p.net_tx_bytes);
+                }
+                v
+            })
+            .collect();
+        let name = match aggregation {
+            Aggregation::Raw => "raw",
+            Aggregation::Hourly => "hourly",
+            Aggregation::Daily => "daily",
+        };
+        Ok(MetricsOutput {
+            device_id: device.id.to_string(),
+            hostname: device.hostname,
+            aggregation: name.into(),
+            from: from.to_rfc3339(),
+            to: to.to_rfc3339(),
+            data_points: points.iter().map(|p| p.samples).sum(),
+            cpu: wants(Metric::Cpu)
+                .then(|| Stats::of(&points, |p| p.cpu_avg, |p| p.cpu_max))
+                .flatten(),
+            ram: wants(Metric::Ram)
+                .then(|| Stats::of(&points, |p| p.ram_avg, |p| p.ram_max))
+                .flatten(),
+            disk: wants(Metric::Disk)
+                .then(|| Stats::of(&points, |p| p.disk_avg, |p| p.disk_max))
+                .flatten(),
+            network: (wants(Metric::Network) && !points.is_empty()).then(|| {
+                json!({
+                    "rxBytes": points.iter().map(|p| p.net_rx_bytes).sum::<i64>(),
+                    "txBytes": points.iter().map(|p| p.net_tx_bytes).sum::<i64>(),
+                })
+            }),
+            message: points
+                .is_empty()
+                .then(|| "No metrics found for the specified time range".to_owned()),
+            points: series,
+        })
+    }
+}
+
+// --- get_active_users ------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ActiveUsersInput {
+    /// One device (UUID); all of the organization's when omitted.
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    /// How many devices to list (1-200, default 100).
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    /// Sessions idle at least this long (minutes, 1-1440, default 15) do not block a reboot.
+    #[schemars(range(min = 1, max = 1440))]
+    idle_threshold_minutes: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceSessions {
+    device_id: String,
+    hostname: String,
+    device_status: String,
+    active_session_count: usize,
+    blocking_session_count: usize,
+    /// No session would be interrupted by a reboot (none, or all idle past the threshold).
+    safe_to_reboot: bool,
+    pending_reboot: bool,
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    sessions: Vec<Value>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ActiveUsersOutput {
+    idle_threshold_minutes: u32,
+    total_active_sessions: usize,
+    total_devices_with_sessions: usize,
+    devices: Vec<DeviceSessions>,
+}
+
+pub(crate) struct GetActiveUsers;
+
+impl Tool for GetActiveUsers {
+    const NAME: &'static str = "get_active_users";
+    const TITLE: &'static str = "Get active users";
+    const DESCRIPTION: &'static str = "Who is logged in, per device or fleet-wide, from the agents' latest heartbeats, with a reboot-safety signal: a session blocks a reboot unless it has been idle past the threshold.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Input = ActiveUsersInput;
+    type Output = ActiveUsersOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let only = match &input.device_id {
+            Some(id) => Some(find_device(cx, id).await?.id),
+            None => None,
+        };
+        let threshold = input.idle_threshold_minutes.unwrap_or(15);
+        let devices: BTreeMap<DeviceId, breeze_core::Device> = cx
+            .org
+            .list_devices(&Default::default(), 10_000, 0)
+            .await?
+            .0
+            .into_iter()
+            .map(|d| (d.id, d))
+            .collect();
+        let mut out = Vec::new();
+        for state in cx.org.device_states(only).await? {
+            let Some(device) = devices.get(&state.device_id) else {
+                continue;
+            };
+            if state.logged_in_users.is_empty() && only.is_none() {
+                continue;
+            }
+            let sessions: Vec<Value> = state
+                .logged_in_users
+                .iter()
+                .map(|s| {
+                    let idle = s.idle_secs.map(|i| i / 60);
+                    json!({
+                        "username": s.username,
+                        "terminal": s.terminal,
+                        "host": s.host,
+                        "loginAt": s.login_at.map(|t| t.to_rfc3339()),
+                        "idleMinutes": idle,
+                        "blocksReboot": idle.is_none_or(|m| m < u64::from(threshold)),
+                    })
+                })
+                .collect();
+            let blocking = sessions
+                .iter()
+                .filter(|s| s["blocksReboot"] == true)
+                .count();
+            out.push(DeviceSessions {
+                device_id: device.id.to_string(),
+                hostname: device.hostname.clone(),
+                device_status: device.status.to_string(),
+                active_session_count: sessions.len(),
+                blocking_session_count: blocking,
+                safe_to_reboot: blocking == 0,
+                pending_reboot: state.pending_reboot,
+                sessions,
+            });
+        }
+        out.truncate(input.limit.unwrap_or(100) as usize);
+        Ok(ActiveUsersOutput {
+            idle_threshold_minutes: threshold,
+            total_active_sessions: out.iter().map(|d| d.active_session_count).sum(),
+            total_devices_with_sessions: out.iter().filter(|d| d.active_session_count > 0).count(),
+            devices: out,
+        })
+    }
+}
+
+// --- get_user_experience_metrics -------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ExperienceInput {
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    #[schemars(length(min = 1, max = 255))]
+    username: Option<String>,
+    /// How far back (1-365 days, default 30).
+    #[schemars(range(min = 1, max = 365))]
+    days_back: Option<u32>,
+    /// Sessions to consider (1-500, default 200).
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ExperienceOutput {
+    days_back: u32,
+    total_sessions: usize,
+    active_sessions: usize,
+    /// Average seconds from login to a usable session, and average session length.
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    averages: Value,
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    per_user: Vec<Value>,
+    /// The newest sessions (at most 100).
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    trend: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| round2(sum / f64::from(n)))
+}
+
+fn duration_secs(login: Timestamp, logout: Option<Timestamp>, now: DateTime<Utc>) -> f64 {
+    (logout.unwrap_or(now) - login).num_seconds() as f64
+}
+
+pub(crate) struct GetUserExperienceMetrics;
+
+impl Tool for GetUserExperienceMetrics {
+    const NAME: &'static str = "get_user_experience_metrics";
+    const TITLE: &'static str = "Get user experience metrics";
+    const DESCRIPTION: &'static str = "Login performance and session behaviour over time, per device or user, from the sessions agents report: average login duration, session length, per-user figures and the newest sessions.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Input = ExperienceInput;
+    type Output = ExperienceOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let device = match &input.device_id {
+            Some(id) => Some(find_device(cx, id).await?.id),
+            None => None,
+        };
+        let days = input.days_back.unwrap_or(30);
+        let now = cx.now();
+        let sessions = cx
+            .org
+            .user_sessions(
+                device,
+                input.username.as_deref(),
+                now - Duration::days(i64::from(days)),
+                input.limit.unwrap_or(200),
+            )
+            .await?;
+        let mut per_user: BTreeMap<&str, Vec<&breeze_store::UserSessionRecord>> = BTreeMap::new();
+        for s in &sessions {
+            per_user.entry(&s.username).or_default().push(s);
+        }
+        let mut users: Vec<Value> = per_user
+            .iter()
+            .map(|(name, rows)| {
+                json!({
+                    "username": name,
+                    "sessionCount": rows.len(),
+                    "avgLoginPerformanceSeconds": mean(rows.iter().filter_map(|r| r.login_duration_secs)),
+                    "avgSessionDurationSeconds": mean(rows.iter().map(|r| duration_secs(r.login_at, r.logout_at, now))),
+                })
+            })
+            .collect();
+        users.sort_by_key(|u| std::cmp::Reverse(u["sessionCount"].as_u64().unwrap_or(0)));
+        let trend = sessions
+            .iter()
+            .take(100)
+            .map(|s| {
+                json!({
+                    "deviceId": s.device_id.to_string(),
+                    "username": s.username,
+                    "loginAt": s.login_at.to_rfc3339(),
+                    "logoutAt": s.logout_at.map(|t| t.to_rfc3339()),
+                    "loginPerformanceSeconds": s.login_duration_secs,
+                    "durationSeconds": duration_secs(s.login_at, s.logout_at, now),
+                })
+            })
+            .collect();
+        Ok(ExperienceOutput {
+            days_back: days,
+            total_sessions: sessions.len(),
+            active_sessions: sessions.iter().filter(|s| s.logout_at.is_none()).count(),
+            averages: json!({
+                "loginPerformanceSeconds": mean(sessions.iter().filter_map(|s| s.login_duration_secs)),
+                "sessionDurationSeconds": mean(sessions.iter().map(|s| duration_secs(s.login_at, s.logout_at, now))),
+            }),
+            per_user: users,
+            trend,
+            message: sessions
+                .is_empty()
+                .then(|| "No session data found for the selected filters.".to_owned()),
+        })
+    }
+}
+
+// --- search_agent_logs -----------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum LevelArg {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct LogsInput {
+    /// Only these devices (at most 50).
+    #[schemars(length(max = 50))]
+    device_ids: Option<Vec<String>>,
+    /// This level and above.
+    level: Option<LevelArg>,
+    /// Substring of the agent component (module) that logged.
+    #[schemars(length(min = 1, max = 100))]
+    component: Option<String>,
+    /// RFC 3339 start of the range.
+    #[schemars(length(min = 20, max = 40))]
+    start_time: Option<String>,
+    /// RFC 3339 end of the range.
+    #[schemars(length(min = 20, max = 40))]
+    end_time: Option<String>,
+    /// Case-insensitive text in the message.
+    #[schemars(length(min = 1, max = 500))]
+    message: Option<String>,
+    /// 1-500, default 100.
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LogsOutput {
+    #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
+    logs: Vec<Value>,
+    count: usize,
+}
+
+fn time_arg(field: &str, value: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
+    value
+        .map(|v| {
+            DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| ToolError::invalid(format!("{field}: {v:?} is not an RFC 3339 time")))
+        })
+        .transpose()
+}
+
+pub(crate) struct SearchAgentLogs;
+
+impl Tool for SearchAgentLogs {
+    const NAME: &'static str = "search_agent_logs";
+    const TITLE: &'static str = "Search agent logs";
+    const DESCRIPTION: &'static str = "Search the diagnostic logs agents ship, newest first, by device, minimum level, component, time range and message text. Raise what an agent ships with set_agent_log_level.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Input = LogsInput;
+    type Output = LogsOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let mut device_ids = Vec::new();
+        for id in input.device_ids.iter().flatten() {
+            device_ids.push(
+                find_device(cx, id)
+                    .await
+                    .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))?
+                    .id,
+            );
+        }
+        let filter = AgentLogFilter {
+            device_ids,
+            min_level: input.level.map(|l| match l {
+                LevelArg::Debug => LogLevel::Debug,
+                LevelArg::Info => LogLevel::Info,
+                LevelArg::Warn => LogLevel::Warn,
+                LevelArg::Error => LogLevel::Error,
+            }),
+            component: input.component.clone(),
+            text: input.message.clone(),
+            since: time_arg("startTime", input.start_time.as_deref())?,
+            until: time_arg("endTime", input.end_time.as_deref())?,
+            limit: input.limit.unwrap_or(100),
+        };
+        let logs: Vec<Value> = cx
+            .org
+            .search_agent_logs(&filter)
+            .await?
+            .into_iter()
+            .map(|l| {
+                json!({
+                    "deviceId": l.device_id.to_string(),
+                    "timestamp": l.at.to_rfc3339(),
+                    "level": l.level,
+                    "component": l.target,
+                    "message": l.message,
+                })
+            })
+            .collect();
+        Ok(LogsOutput {
+            count: logs.len(),
+            logs,
+        })
+    }
+}
