@@ -41,6 +41,12 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::admin::KeysCommand),
+    /// Manage agent enrollment keys.
+    #[command(subcommand, name = "enrollment-keys")]
+    EnrollmentKeys(commands::fleet::EnrollmentKeysCommand),
+    /// Manage the script library.
+    #[command(subcommand)]
+    Scripts(commands::fleet::ScriptsCommand),
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -110,6 +116,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Orgs(c) => c.run(&commands::open(&settings).await?).await,
         Command::Users(c) => c.run(&commands::open(&settings).await?).await,
         Command::Keys(c) => c.run(&commands::open(&settings).await?).await,
+        Command::EnrollmentKeys(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Scripts(c) => c.run(&commands::open(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
     }
 }

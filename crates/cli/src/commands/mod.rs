@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod demo;
+pub(crate) mod fleet;
 pub(crate) mod stdio;
 
 use std::sync::Arc;

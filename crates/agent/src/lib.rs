@@ -1,0 +1,35 @@
+//! The Breeze device agent.
+//!
+//! One binary (`breeze-agent`) that enrolls a machine with a Breeze server, then keeps one
+//! outbound WebSocket to the device gateway and falls back to HTTP while the socket is down.
+//! It reports heartbeats, inventory, metrics and its own log lines, and runs the commands the
+//! server sends exactly once per command id (see [`journal`]).
+//!
+//! The wire contract lives in `breeze-agent-proto`; this crate only implements the agent side.
+//! Module map:
+//!
+//! - [`config`]: the agent's JSON config file (atomic, mode 0600) and its default location;
+//! - [`api`]: the HTTP client for the `/api/v1/agents/*` endpoints;
+//! - [`enroll`]: enrollment and token rotation;
+//! - [`runtime`]: the `run` loop — socket, HTTP fallback, timers, dispatch;
+//! - [`backoff`]: the reconnect schedule;
+//! - [`journal`]: the persistent exactly-once command journal;
+//! - [`exec`]: every command kind, against the real OS;
+//! - [`system`]: inventory, metrics and heartbeat facts;
+//! - [`logship`]: the shipped-log capture layer and the temporary level override.
+
+pub mod api;
+pub mod backoff;
+pub mod config;
+pub mod enroll;
+pub mod error;
+pub mod exec;
+pub mod journal;
+pub mod logship;
+pub mod runtime;
+pub mod system;
+
+pub use error::AgentError;
+
+/// The agent's version as reported to the server.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,718 @@
+//! `breeze-agent run`: the socket, the HTTP fallback, the timers and command dispatch.
+//!
+//! One outbound WebSocket to `/api/v1/agents/ws` carries everything while it is up. It is
+//! considered down when the upgrade fails, a read or write fails, the server closes it, or
+//! nothing (not even a pong to our pings every 20 s) arrived for 60 s. While it is down,
+//! heartbeats go to `POST /api/v1/agents/heartbeat` (whose answer hands out pending
+//! commands), inventory, metrics and logs to their HTTP endpoints, and command results to
+//! `POST /api/v1/agents/commands/{id}/result`. Results that could not be delivered wait in a
+//! bounded outbox (and in the journal) and are retried on every heartbeat.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use breeze_agent_proto::{
+    AgentConfig, AgentFrame, Command, CommandKind, CommandOutcome, CommandResult, Heartbeat,
+    Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, ServerFrame,
+};
+use breeze_core::Clock;
+use futures::{SinkExt, StreamExt};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::api::{Api, ws_url};
+use crate::backoff::{Backoff, STABLE_AFTER};
+use crate::config::{AgentFile, create_private_dir};
+use crate::error::AgentError;
+use crate::exec::{self, Executor, Progress};
+use crate::journal::{Begin, Journal};
+use crate::logship::LogControl;
+use crate::system::{self, metrics::MetricsBuffer, metrics::Sampler};
+
+/// Results kept for retry while nothing can deliver them.
+pub const OUTBOX_CAPACITY: usize = 1_000;
+/// Ping interval on the socket.
+const PING_EVERY: Duration = Duration::from_secs(20);
+/// Silence after which the socket is considered dead.
+const DEAD_AFTER: Duration = Duration::from_secs(60);
+/// Log batches go out every minute, or sooner at this many entries.
+const LOG_BATCH_EVERY: Duration = Duration::from_secs(60);
+const LOG_BATCH_AT: usize = 100;
+/// Delay before the first heartbeat, so the socket has a moment to come up.
+const FIRST_HEARTBEAT_AFTER: Duration = Duration::from_secs(3);
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The running agent's shared state.
+pub struct Agent {
+    config_path: PathBuf,
+    file: Mutex<AgentFile>,
+    api: Api,
+    clock: Arc<dyn Clock>,
+    journal: Journal,
+    executor: Executor,
+    logs: Arc<LogControl>,
+    config_tx: watch::Sender<AgentConfig>,
+    socket: Mutex<Option<mpsc::Sender<AgentFrame>>>,
+    running: Mutex<HashMap<Uuid, CancellationToken>>,
+    outbox: Mutex<VecDeque<CommandResult>>,
+    metrics: Mutex<MetricsBuffer>,
+    inventory_now: Notify,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("config_path", &self.config_path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs the agent from the config file at `config_path` until `shutdown` fires.
+pub async fn run(
+    config_path: &Path,
+    clock: Arc<dyn Clock>,
+    logs: Arc<LogControl>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let agent = Agent::start(config_path, clock, logs, shutdown.clone())?;
+    tracing::info!(
+        device_id = %lock(&agent.file).device_id,
+        server = agent.api.server_url(),
+        "agent running"
+    );
+    let tasks = vec![
+        tokio::spawn(agent.clone().connection_loop()),
+        tokio::spawn(agent.clone().heartbeat_loop()),
+        tokio::spawn(agent.clone().metrics_loop()),
+        tokio::spawn(agent.clone().inventory_loop()),
+        tokio::spawn(agent.clone().log_loop()),
+        tokio::spawn(agent.clone().maintenance_loop()),
+    ];
+    shutdown.cancelled().await;
+    tracing::info!("stopping");
+    agent.stop_running_commands().await;
+    for task in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), agent.flush_outbox()).await;
+    Ok(())
+}
+
+impl Agent {
+    /// Loads the config file and opens the journal (recovering interrupted commands).
+    pub fn start(
+        config_path: &Path,
+        clock: Arc<dyn Clock>,
+        logs: Arc<LogControl>,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Agent>, AgentError> {
+        let file = AgentFile::load(config_path)?;
+        let state_dir = file.state_dir_for(config_path);
+        create_private_dir(&state_dir)?;
+        let journal = Journal::open(&state_dir.join("journal"), clock.clone())?;
+        let pruned = journal.prune();
+        if pruned > 0 {
+            tracing::debug!(pruned, "old journal entries removed");
+        }
+        let recovered = journal.recover();
+        if !recovered.is_empty() {
+            tracing::info!(
+                count = recovered.len(),
+                "results from before the restart are waiting to be delivered"
+            );
+        }
+        let api = Api::new(&file.server_url, file.token.clone())?;
+        let (config_tx, _) = watch::channel(file.config);
+        let executor = Executor::new(&state_dir, clock.clone(), logs.clone());
+        Ok(Arc::new(Agent {
+            config_path: config_path.to_path_buf(),
+            file: Mutex::new(file),
+            api,
+            clock,
+            journal,
+            executor,
+            logs,
+            config_tx,
+            socket: Mutex::new(None),
+            running: Mutex::new(HashMap::new()),
+            outbox: Mutex::new(recovered.into_iter().collect()),
+            metrics: Mutex::new(MetricsBuffer::new(system::metrics::DEFAULT_BUFFER_SAMPLES)),
+            inventory_now: Notify::new(),
+            shutdown,
+        }))
+    }
+
+    fn config(&self) -> AgentConfig {
+        *self.config_tx.borrow()
+    }
+
+    fn apply_config(&self, config: AgentConfig) {
+        if self.config() == config {
+            return;
+        }
+        tracing::info!(?config, "new settings from the server");
+        self.config_tx.send_replace(config);
+        let mut file = lock(&self.file);
+        file.config = config;
+        if let Err(e) = file.save(&self.config_path) {
+            tracing::warn!(error = %e, "could not save the new settings");
+        }
+    }
+
+    /// After a 401: picks up a token another process (`rotate-token`) wrote to the file.
+    fn reload_token(&self) -> bool {
+        match AgentFile::load(&self.config_path) {
+            Ok(disk) if disk.token != self.api.token() => {
+                tracing::info!("using the device token found in the config file");
+                self.api.set_token(disk.token.clone());
+                lock(&self.file).token = disk.token;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn socket_sender(&self) -> Option<mpsc::Sender<AgentFrame>> {
+        lock(&self.socket).clone()
+    }
+
+    /// Queues a frame on the socket; gives it back when the socket is down.
+    async fn send_frame(&self, frame: AgentFrame) -> Result<(), AgentFrame> {
+        match self.socket_sender() {
+            Some(tx) => tx.send(frame).await.map_err(|e| e.0),
+            None => Err(frame),
+        }
+    }
+
+    fn note_http_error(&self, what: &str, error: &AgentError) {
+        if matches!(error, AgentError::Unauthorized(_)) {
+            tracing::error!(error = %error, "{what} refused: the device token is not accepted");
+            self.reload_token();
+        } else {
+            tracing::debug!(error = %error, "{what} over HTTP failed");
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The socket
+    // -----------------------------------------------------------------------------------------
+
+    async fn connect(&self) -> Result<Socket, AgentError> {
+        let url = ws_url(self.api.server_url())?;
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| AgentError::Transport(e.to_string()))?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {}", self.api.token()))
+            .map_err(|_| AgentError::Unauthorized("the token has invalid characters".into()))?;
+        request
+            .headers_mut()
+            .insert(tungstenite::http::header::AUTHORIZATION, bearer);
+        request.headers_mut().insert(
+            tungstenite::http::header::USER_AGENT,
+            HeaderValue::from_static(concat!("breeze-agent/", env!("CARGO_PKG_VERSION"))),
+        );
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_FRAME_BYTES))
+            .max_frame_size(Some(MAX_FRAME_BYTES));
+        let attempt =
+            tokio_tungstenite::connect_async_tls_with_config(request, Some(config), false, None);
+        match tokio::time::timeout(Duration::from_secs(30), attempt).await {
+            Ok(Ok((ws, _))) => Ok(ws),
+            Ok(Err(tungstenite::Error::Http(response))) => {
+                let status = response.status().as_u16();
+                let body = response.body().clone().unwrap_or_default();
+                let (code, message) = crate::api::error_body(&body)
+                    .unwrap_or_else(|| (format!("http_{status}"), format!("HTTP {status}")));
+                if status == 401 {
+                    Err(AgentError::Unauthorized(message))
+                } else {
+                    Err(AgentError::Server {
+                        status,
+                        code,
+                        message,
+                    })
+                }
+            }
+            Ok(Err(e)) => Err(AgentError::Transport(e.to_string())),
+            Err(_) => Err(AgentError::Transport(
+                "timed out opening the WebSocket".into(),
+            )),
+        }
+    }
+
+    async fn connection_loop(self: Arc<Self>) {
+        let mut backoff = Backoff::new();
+        let mut failures = 0u32;
+        while !self.shutdown.is_cancelled() {
+            match self.connect().await {
+                Ok(ws) => {
+                    failures = 0;
+                    tracing::info!("connected to the device gateway");
+                    let since = Instant::now();
+                    self.session(ws).await;
+                    if since.elapsed() >= STABLE_AFTER {
+                        backoff.reset();
+                    }
+                    if !self.shutdown.is_cancelled() {
+                        tracing::warn!(
+                            "disconnected from the device gateway; using HTTP until the socket is back"
+                        );
+                    }
+                }
+                Err(AgentError::Unauthorized(message)) => {
+                    tracing::error!(%message, "the device gateway refused the device token (401); it may have been rotated or revoked");
+                    if !self.reload_token() {
+                        backoff.max_out();
+                    }
+                }
+                Err(e) => {
+                    // Warn once per outage; the retries after that are debug noise.
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(error = %e, "cannot open the WebSocket; retrying with backoff, HTTP meanwhile");
+                    } else {
+                        tracing::debug!(error = %e, failures, "cannot open the WebSocket");
+                    }
+                }
+            }
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.shutdown.cancelled() => break,
+            }
+        }
+    }
+
+    async fn session(self: &Arc<Self>, ws: Socket) {
+        let (mut sink, mut stream) = ws.split();
+        let (tx, mut rx) = mpsc::channel::<AgentFrame>(256);
+        *lock(&self.socket) = Some(tx);
+        // What waited for the socket goes first.
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.flush_outbox().await;
+            this.send_heartbeat().await;
+            this.flush_metrics(true).await;
+        });
+        let mut last_seen = Instant::now();
+        let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+        loop {
+            tokio::select! {
+                frame = rx.recv() => {
+                    let Some(frame) = frame else { break };
+                    let result_id = match &frame {
+                        AgentFrame::CommandResult(r) => Some(r.command_id),
+                        _ => None,
+                    };
+                    let text = match serde_json::to_string(&frame) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::error!(error = %e, "could not encode a frame");
+                            continue;
+                        }
+                    };
+                    if let Err(e) = sink.send(Message::Text(text.into())).await {
+                        tracing::debug!(error = %e, "socket write failed");
+                        self.requeue(frame);
+                        break;
+                    }
+                    if let Some(id) = result_id {
+                        self.journal.mark_delivered(id);
+                    }
+                }
+                msg = stream.next() => {
+                    last_seen = Instant::now();
+                    match msg {
+                        Some(Ok(Message::Text(text))) => {
+                            match serde_json::from_str::<ServerFrame>(text.as_str()) {
+                                Ok(frame) => self.handle_frame(frame),
+                                Err(e) => tracing::warn!(error = %e, "unreadable frame from the server"),
+                            }
+                        }
+                        Some(Ok(Message::Ping(payload))) => {
+                            if sink.send(Message::Pong(payload)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Some(Ok(Message::Close(_))) | None => break,
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "socket read failed");
+                            break;
+                        }
+                    }
+                }
+                _ = ping.tick() => {
+                    if last_seen.elapsed() > DEAD_AFTER {
+                        tracing::warn!("no answer from the device gateway for 60 s; reconnecting");
+                        break;
+                    }
+                    if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
+                        break;
+                    }
+                }
+                () = self.shutdown.cancelled() => {
+                    // Give the last frames (results of cancelled commands) a moment.
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while let Ok(Some(frame)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+                        if let Ok(text) = serde_json::to_string(&frame) {
+                            if sink.send(Message::Text(text.into())).await.is_err() {
+                                self.requeue(frame);
+                                break;
+                            }
+                            if let AgentFrame::CommandResult(r) = &frame {
+                                self.journal.mark_delivered(r.command_id);
+                            }
+                        }
+                    }
+                    let _ = sink.send(Message::Close(None)).await;
+                    break;
+                }
+            }
+        }
+        *lock(&self.socket) = None;
+        rx.close();
+        while let Ok(frame) = rx.try_recv() {
+            self.requeue(frame);
+        }
+    }
+
+    /// A frame the socket could not take goes back where it came from.
+    fn requeue(&self, frame: AgentFrame) {
+        match frame {
+            AgentFrame::CommandResult(result) => self.push_outbox(result),
+            AgentFrame::Metrics(batch) => lock(&self.metrics).restore(batch.samples),
+            AgentFrame::Logs(batch) => self.logs.restore(batch.entries),
+            _ => {}
+        }
+    }
+
+    fn handle_frame(self: &Arc<Self>, frame: ServerFrame) {
+        match frame {
+            ServerFrame::Welcome { device_id, config } => {
+                tracing::debug!(%device_id, "welcome");
+                self.apply_config(config);
+            }
+            ServerFrame::Command(command) => {
+                let this = self.clone();
+                tokio::spawn(async move { this.dispatch(command).await });
+            }
+            ServerFrame::Cancel { command_id } => match lock(&self.running).get(&command_id) {
+                Some(token) => {
+                    tracing::info!(%command_id, "cancelling");
+                    token.cancel();
+                }
+                None => tracing::debug!(%command_id, "cancel for a command that is not running"),
+            },
+            ServerFrame::Config(config) => self.apply_config(config),
+            ServerFrame::CollectInventory => self.inventory_now.notify_one(),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Commands
+    // -----------------------------------------------------------------------------------------
+
+    /// Runs a delivered command at most once; a repeated delivery re-sends the stored result.
+    pub async fn dispatch(self: &Arc<Self>, command: Command) {
+        let id = command.id;
+        match self.journal.begin(id) {
+            Ok(Begin::Running) => {
+                tracing::debug!(command_id = %id, "already running; repeated delivery ignored");
+            }
+            Ok(Begin::Done(result)) => {
+                tracing::debug!(command_id = %id, "already finished; sending the stored result again");
+                self.deliver(*result).await;
+            }
+            Err(e) => {
+                tracing::error!(command_id = %id, error = %e, "cannot record the command; not running it");
+                let now = self.clock.now();
+                let result = exec::failed(
+                    id,
+                    now,
+                    now,
+                    format!("the agent could not record the command before running it: {e}"),
+                );
+                self.deliver(result).await;
+            }
+            Ok(Begin::Run) => {
+                let token = self.shutdown.child_token();
+                lock(&self.running).insert(id, token.clone());
+                let _ = self
+                    .send_frame(AgentFrame::CommandStarted { command_id: id })
+                    .await;
+                let this = self.clone();
+                let progress: Progress = Arc::new(move |p| {
+                    if let Some(tx) = this.socket_sender() {
+                        let _ = tx.try_send(AgentFrame::CommandProgress(p));
+                    }
+                });
+                let result = self.executor.run(&command, token, progress).await;
+                lock(&self.running).remove(&id);
+                if let Err(e) = self.journal.finish(&result) {
+                    tracing::error!(command_id = %id, error = %e, "could not store the command's result");
+                }
+                if matches!(command.kind, CommandKind::CollectInventory)
+                    && result.status == CommandOutcome::Completed
+                    && let Some(inventory) = result
+                        .result
+                        .clone()
+                        .and_then(|v| serde_json::from_value::<Inventory>(v).ok())
+                {
+                    self.send_inventory(inventory).await;
+                }
+                tracing::info!(command_id = %id, status = ?result.status, "command finished");
+                self.deliver(result).await;
+            }
+        }
+    }
+
+    /// Sends a result over the socket, else HTTP, else keeps it in the outbox.
+    async fn deliver(&self, result: CommandResult) {
+        let result = match self.send_frame(AgentFrame::CommandResult(result)).await {
+            Ok(()) => return,
+            Err(AgentFrame::CommandResult(result)) => result,
+            Err(_) => return,
+        };
+        match self.api.command_result(&result).await {
+            Ok(()) => self.journal.mark_delivered(result.command_id),
+            Err(e) => {
+                self.note_http_error("sending a command result", &e);
+                self.push_outbox(result);
+            }
+        }
+    }
+
+    fn push_outbox(&self, result: CommandResult) {
+        let mut outbox = lock(&self.outbox);
+        if outbox.iter().any(|r| r.command_id == result.command_id) {
+            return;
+        }
+        if outbox.len() >= OUTBOX_CAPACITY
+            && let Some(dropped) = outbox.pop_front()
+        {
+            tracing::error!(command_id = %dropped.command_id, "result outbox full; the oldest undelivered result is dropped from memory (it stays in the journal and is sent again after a restart)");
+        }
+        outbox.push_back(result);
+    }
+
+    async fn flush_outbox(&self) {
+        let pending: Vec<CommandResult> = lock(&self.outbox).drain(..).collect();
+        for result in pending {
+            self.deliver(result).await;
+        }
+    }
+
+    async fn stop_running_commands(&self) {
+        let tokens: Vec<CancellationToken> = lock(&self.running).values().cloned().collect();
+        for token in &tokens {
+            token.cancel();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !lock(&self.running).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Heartbeat, metrics, inventory, logs
+    // -----------------------------------------------------------------------------------------
+
+    fn heartbeat(&self) -> Heartbeat {
+        Heartbeat {
+            agent_version: crate::AGENT_VERSION.to_owned(),
+            uptime_secs: system::heartbeat::uptime_secs(),
+            pending_reboot: system::heartbeat::pending_reboot(),
+            logged_in_users: system::heartbeat::logged_in_users(),
+            running_commands: self.journal.running(),
+        }
+    }
+
+    async fn send_heartbeat(self: &Arc<Self>) {
+        let heartbeat = self.heartbeat();
+        let Err(AgentFrame::Heartbeat(heartbeat)) =
+            self.send_frame(AgentFrame::Heartbeat(heartbeat)).await
+        else {
+            return;
+        };
+        match self.api.heartbeat(&heartbeat).await {
+            Ok(response) => {
+                if let Some(config) = response.config {
+                    self.apply_config(config);
+                }
+                for command in response.commands {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.dispatch(command).await });
+                }
+            }
+            Err(e) => self.note_http_error("heartbeat", &e),
+        }
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>) {
+        let mut config_rx = self.config_tx.subscribe();
+        // The first one soon after start (over the socket if it came up, else over HTTP, which
+        // also fetches the commands that waited for this device).
+        tokio::select! {
+            () = tokio::time::sleep(FIRST_HEARTBEAT_AFTER) => {}
+            () = self.shutdown.cancelled() => return,
+        }
+        self.send_heartbeat().await;
+        self.flush_outbox().await;
+        loop {
+            let every =
+                Duration::from_secs(u64::from(self.config().heartbeat_interval_secs.max(5)));
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                _ = config_rx.changed() => continue,
+                () = self.shutdown.cancelled() => return,
+            }
+            self.send_heartbeat().await;
+            self.flush_metrics(true).await;
+            self.flush_outbox().await;
+        }
+    }
+
+    /// Sends buffered samples: all of them when `all`, else full batches only.
+    async fn flush_metrics(&self, all: bool) {
+        let batch_size = self.config().metrics_batch_size.max(1) as usize;
+        loop {
+            let samples = {
+                let mut buffer = lock(&self.metrics);
+                if buffer.is_empty() || (!all && buffer.len() < batch_size) {
+                    return;
+                }
+                buffer.take(batch_size.max(if all { 100 } else { 0 }))
+            };
+            let batch = MetricsBatch { samples };
+            let batch = match self.send_frame(AgentFrame::Metrics(batch)).await {
+                Ok(()) => continue,
+                Err(AgentFrame::Metrics(batch)) => batch,
+                Err(_) => return,
+            };
+            if let Err(e) = self.api.metrics(&batch).await {
+                self.note_http_error("metrics", &e);
+                lock(&self.metrics).restore(batch.samples);
+                return;
+            }
+        }
+    }
+
+    async fn metrics_loop(self: Arc<Self>) {
+        let sampler = Arc::new(Mutex::new(
+            tokio::task::spawn_blocking(Sampler::new)
+                .await
+                .unwrap_or_default(),
+        ));
+        loop {
+            let every = Duration::from_secs(u64::from(self.config().metrics_interval_secs.max(1)))
+                .max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let sampler = sampler.clone();
+            let clock = self.clock.clone();
+            let sample =
+                tokio::task::spawn_blocking(move || lock(&sampler).sample(clock.as_ref())).await;
+            if let Ok(sample) = sample {
+                lock(&self.metrics).push(sample);
+            }
+            self.flush_metrics(false).await;
+        }
+    }
+
+    async fn send_inventory(&self, inventory: Inventory) {
+        let inventory = match self
+            .send_frame(AgentFrame::Inventory(Box::new(inventory)))
+            .await
+        {
+            Ok(()) => return,
+            Err(AgentFrame::Inventory(inventory)) => inventory,
+            Err(_) => return,
+        };
+        if let Err(e) = self.api.inventory(&inventory).await {
+            self.note_http_error("inventory", &e);
+        }
+    }
+
+    async fn inventory_loop(self: Arc<Self>) {
+        // The first one once the socket had a moment to come up.
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(2)) => {}
+            () = self.shutdown.cancelled() => return,
+        }
+        loop {
+            let clock = self.clock.clone();
+            if let Ok(inventory) =
+                tokio::task::spawn_blocking(move || system::inventory::collect(clock.as_ref()))
+                    .await
+            {
+                self.send_inventory(inventory).await;
+            }
+            let every =
+                Duration::from_secs(u64::from(self.config().inventory_interval_secs.max(60)));
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = self.inventory_now.notified() => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    async fn log_loop(self: Arc<Self>) {
+        let mut last = Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let due = self.logs.len() >= LOG_BATCH_AT
+                || (last.elapsed() >= LOG_BATCH_EVERY && !self.logs.is_empty());
+            if !due {
+                continue;
+            }
+            last = Instant::now();
+            let entries = self.logs.take(500);
+            let batch = match self
+                .send_frame(AgentFrame::Logs(LogBatch { entries }))
+                .await
+            {
+                Ok(()) => continue,
+                Err(AgentFrame::Logs(batch)) => batch,
+                Err(_) => continue,
+            };
+            if let Err(e) = self.api.logs(&batch).await {
+                tracing::debug!(error = %e, "log batch over HTTP failed");
+                self.logs.restore(batch.entries);
+            }
+        }
+    }
+
+    async fn maintenance_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(6 * 3600)) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let pruned = self.journal.prune();
+            tracing::debug!(pruned, "journal pruned");
+        }
+    }
+}

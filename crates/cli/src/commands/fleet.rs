@@ -1,0 +1,309 @@
+//! Fleet administration from a shell: agent enrollment keys and the script library.
+//!
+//! Like the other admin commands these act as the system (audit actor `system:cli`).
+
+use anyhow::{Context, bail};
+use breeze_auth::CreateEnrollmentKey;
+use breeze_core::{Actor, AuditEvent, Organization, Site};
+use breeze_store::{NewScript, Script, ScriptParameter};
+use chrono::Duration;
+use clap::Subcommand;
+
+use super::App;
+
+fn cli_audit(action: &str, resource: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("cli"), action, resource)
+}
+
+async fn site_of(app: &App, org: &Organization, site: &str) -> anyhow::Result<Site> {
+    let sites = app.store.org(org.id).list_sites().await?;
+    sites
+        .into_iter()
+        .find(|s| s.id.to_string() == site || s.name.eq_ignore_ascii_case(site))
+        .with_context(|| format!("--site: no site {site:?} in {}", org.slug))
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EnrollmentKeysCommand {
+    /// Create a site-scoped key agents enroll with (`breeze-agent enroll --key …`).
+    Create {
+        /// Organization id or slug.
+        #[arg(long)]
+        org: String,
+        /// Site id or name.
+        #[arg(long)]
+        site: String,
+        #[arg(long, default_value = "agent rollout")]
+        name: String,
+        /// How many enrollments the key allows (unlimited when omitted).
+        #[arg(long)]
+        max_uses: Option<u32>,
+        /// Hours until the key expires (1 to 720).
+        #[arg(long, default_value_t = 24)]
+        expires_in_hours: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List an organization's enrollment keys (never their secrets).
+    List {
+        #[arg(long)]
+        org: String,
+    },
+    /// Revoke a key; devices it enrolled keep working.
+    Revoke {
+        #[arg(long)]
+        org: String,
+        id: String,
+    },
+}
+
+impl EnrollmentKeysCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            EnrollmentKeysCommand::Create {
+                org,
+                site,
+                name,
+                max_uses,
+                expires_in_hours,
+                json,
+            } => {
+                if !(1..=720).contains(&expires_in_hours) {
+                    bail!("--expires-in-hours must be between 1 and 720");
+                }
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let site = site_of(app, &org, &site).await?;
+                let (secret, record) = app
+                    .auth
+                    .create_enrollment_key(
+                        CreateEnrollmentKey {
+                            org_id: org.id,
+                            site_id: site.id,
+                            name,
+                            max_uses,
+                            expires_at: app.clock.now() + Duration::hours(expires_in_hours),
+                            created_by: "system:cli".into(),
+                        },
+                        cli_audit("enrollment_key.create", "enrollment_key"),
+                    )
+                    .await?;
+                if json {
+                    let mut v = serde_json::to_value(&record)?;
+                    v["key"] = secret.expose().into();
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    println!(
+                        "created enrollment key {} ({}) for {} / {}, expires {}",
+                        record.name,
+                        record.id,
+                        org.slug,
+                        site.name,
+                        record.expires_at.to_rfc3339()
+                    );
+                    println!("key: {}", secret.expose());
+                    println!("(shown once; Breeze stores only its SHA-256)");
+                }
+            }
+            EnrollmentKeysCommand::List { org } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let now = app.clock.now();
+                for k in app.store.org(org.id).list_enrollment_keys().await? {
+                    let state = if k.revoked_at.is_some() {
+                        "revoked"
+                    } else if k.expires_at <= now {
+                        "expired"
+                    } else if k.max_uses.is_some_and(|m| k.uses >= m) {
+                        "used-up"
+                    } else {
+                        "active"
+                    };
+                    let uses = k
+                        .max_uses
+                        .map_or_else(|| format!("{}", k.uses), |m| format!("{}/{m}", k.uses));
+                    println!(
+                        "{}  {:<8} {:<10} uses {:<8} {}",
+                        k.id, state, k.key_prefix, uses, k.name
+                    );
+                }
+            }
+            EnrollmentKeysCommand::Revoke { org, id } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let id = uuid::Uuid::parse_str(&id)
+                    .with_context(|| format!("{id:?} is not an enrollment key id"))?;
+                let k = app
+                    .store
+                    .org(org.id)
+                    .revoke_enrollment_key(id, cli_audit("enrollment_key.revoke", "enrollment_key"))
+                    .await?;
+                println!("revoked enrollment key {} ({})", k.name, k.id);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScriptsCommand {
+    /// Add a script to an organization's library.
+    Add {
+        #[arg(long)]
+        org: String,
+        #[arg(long)]
+        name: String,
+        /// bash, sh, python or powershell.
+        #[arg(long)]
+        language: String,
+        /// The script body.
+        #[arg(long)]
+        file: std::path::PathBuf,
+        #[arg(long, default_value = "")]
+        description: String,
+        #[arg(long, default_value = "general")]
+        category: String,
+        /// A declared parameter, in order: NAME, NAME! (required) or NAME=DEFAULT. Repeatable.
+        #[arg(long = "param")]
+        params: Vec<String>,
+    },
+    /// List an organization's scripts.
+    List {
+        #[arg(long)]
+        org: String,
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// Show a script, body included.
+    Show {
+        #[arg(long)]
+        org: String,
+        /// Id or name.
+        script: String,
+    },
+    /// Remove a script (past executions keep its name).
+    Remove {
+        #[arg(long)]
+        org: String,
+        /// Id or name.
+        script: String,
+    },
+}
+
+/// Parses `NAME`, `NAME!` or `NAME=DEFAULT`.
+fn parameter(spec: &str) -> ScriptParameter {
+    let (name, default) = match spec.split_once('=') {
+        Some((n, d)) => (n, Some(d.to_owned())),
+        None => (spec, None),
+    };
+    let (name, required) = match name.strip_suffix('!') {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    ScriptParameter {
+        name: name.trim().to_owned(),
+        description: String::new(),
+        required,
+        default,
+    }
+}
+
+fn describe(s: &Script) -> String {
+    format!(
+        "{}  {:<10} {:<12} {}{}",
+        s.id,
+        s.language,
+        s.category,
+        s.name,
+        if s.description.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", s.description)
+        }
+    )
+}
+
+impl ScriptsCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            ScriptsCommand::Add {
+                org,
+                name,
+                language,
+                file,
+                description,
+                category,
+                params,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let body = std::fs::read_to_string(&file)
+                    .with_context(|| format!("--file: cannot read {}", file.display()))?;
+                let script = app
+                    .store
+                    .org(org.id)
+                    .create_script(
+                        NewScript {
+                            name,
+                            description,
+                            language,
+                            category,
+                            body,
+                            parameters: params.iter().map(|p| parameter(p)).collect(),
+                            created_by: "system:cli".into(),
+                        },
+                        cli_audit("script.create", "script"),
+                    )
+                    .await?;
+                println!("added script {}", describe(&script));
+            }
+            ScriptsCommand::List { org, category } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                for s in app
+                    .store
+                    .org(org.id)
+                    .list_scripts(category.as_deref(), None)
+                    .await?
+                {
+                    println!("{}", describe(&s));
+                }
+            }
+            ScriptsCommand::Show { org, script } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let s = app.store.org(org.id).find_script(&script).await?;
+                println!("{}", describe(&s));
+                for p in &s.parameters {
+                    println!(
+                        "  param {}{}{}",
+                        p.name,
+                        if p.required { " (required)" } else { "" },
+                        p.default
+                            .as_ref()
+                            .map_or_else(String::new, |d| format!(" default {d:?}"))
+                    );
+                }
+                println!("---\n{}", s.body);
+            }
+            ScriptsCommand::Remove { org, script } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let store = app.store.org(org.id);
+                let s = store.find_script(&script).await?;
+                store
+                    .delete_script(s.id, cli_audit("script.delete", "script"))
+                    .await?;
+                println!("removed script {} ({})", s.name, s.id);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parameter;
+
+    #[test]
+    fn parameters_parse() {
+        let p = parameter("target!");
+        assert!(p.required && p.name == "target" && p.default.is_none());
+        let p = parameter("days=7");
+        assert!(!p.required && p.name == "days" && p.default.as_deref() == Some("7"));
+    }
+}

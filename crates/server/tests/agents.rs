@@ -1,0 +1,610 @@
+//! The device gateway from the agent's side of the wire: enrollment, device-token
+//! authentication, the HTTP fallbacks, and a command's round trip over a real WebSocket —
+//! a tool call waits while a scripted agent answers. (The real `breeze-agent` binary is
+//! exercised end to end in `crates/agent/tests`.)
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::time::Duration;
+
+use axum::{
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult, ServerFrame};
+use breeze_auth::CreateEnrollmentKey;
+use breeze_core::DeviceStatus;
+use breeze_store::testing::Ctx;
+use chrono::Utc;
+use common::{World, err_msg, send, world};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+fn post_json(path: &str, bearer: Option<&str>, body: &Value) -> Request<Body> {
+    let mut b = Request::post(path).header("content-type", "application/json");
+    if let Some(t) = bearer {
+        b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    b.body(Body::from(body.to_string())).unwrap()
+}
+
+fn mcp_call(key: &str, tool: &str, args: Value) -> Request<Body> {
+    Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-api-key", key)
+        .body(Body::from(
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": { "name": tool, "arguments": args } })
+            .to_string(),
+        ))
+        .unwrap()
+}
+
+async fn enrollment_key(w: &World, max_uses: Option<u32>) -> String {
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let (secret, _) = w
+        .state
+        .auth
+        .create_enrollment_key(
+            CreateEnrollmentKey {
+                org_id: w.org_a,
+                site_id: site,
+                name: "rollout".into(),
+                max_uses,
+                expires_at: w.state.clock.now() + chrono::Duration::hours(1),
+                created_by: "test".into(),
+            },
+            common::audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+fn enroll_body(key: &str, machine: &str) -> Value {
+    json!({
+        "enrollmentKey": key, "hostname": "agent-host", "machineId": machine,
+        "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12",
+                "kernel": "6.1", "arch": "x86_64" },
+        "agentVersion": "0.1.0",
+    })
+}
+
+async fn enroll(w: &World, key: &str, machine: &str) -> (String, String) {
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/enroll", None, &enroll_body(key, machine)),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    (
+        r.body["deviceId"].as_str().unwrap().to_owned(),
+        r.body["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn enrollment_and_device_tokens(cx: Ctx) {
+    let w = world(&cx).await;
+    let key = enrollment_key(&w, Some(1)).await;
+    let (device, token) = enroll(&w, &key, "machine-1").await;
+    assert!(token.starts_with("brz_") && token.len() == 47);
+
+    // One use only; bad keys read the same as used-up ones.
+    for bad in [key.as_str(), "brz_nope", &format!("brz_{}", "x".repeat(43))] {
+        let r = send(
+            &w.app,
+            post_json("/api/v1/agents/enroll", None, &enroll_body(bad, "m2")),
+        )
+        .await;
+        assert_eq!(
+            (r.status, err_msg(&r)),
+            (
+                StatusCode::UNAUTHORIZED,
+                "Invalid, expired or used-up enrollment key"
+            )
+        );
+    }
+
+    // The token authenticates the HTTP fallbacks; nothing else does.
+    let hb = json!({ "agentVersion": "0.1.1", "uptimeSecs": 42, "pendingReboot": false,
+                     "loggedInUsers": [{ "username": "alice", "terminal": "pts/0" }] });
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&token), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["commands"], json!([]));
+    assert_eq!(r.body["config"]["heartbeatIntervalSecs"], 60);
+    for bad in [None, Some("brz_short"), Some(w.read.as_str())] {
+        let r = send(&w.app, post_json("/api/v1/agents/heartbeat", bad, &hb)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bad:?}");
+    }
+    // An API key cannot act as an agent, and a device token is not an API key.
+    let r = send(&w.app, mcp_call(&token, "query_devices", json!({}))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    // Inventory refreshes the device; metrics feed analyze_metrics.
+    let inv = json!({
+        "collectedAt": Utc::now(), "hostname": "renamed-host",
+        "os": { "family": "linux", "name": "Ubuntu", "version": "24.04", "kernel": "6.8", "arch": "x86_64" },
+        "cpu": { "model": "Test CPU", "physicalCores": 2, "logicalCores": 4 },
+        "memoryTotalBytes": 8_000_000_000u64, "disks": [], "interfaces": [],
+    });
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/inventory", Some(&token), &inv),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    let now = w.state.clock.now();
+    let sample = |mins: i64, cpu: f64| {
+        json!({
+            "at": now - chrono::Duration::minutes(mins), "cpuPercent": cpu, "ramPercent": 40.0,
+            "ramUsedBytes": 1, "disks": [{ "mount": "/", "usedPercent": 71.5 }],
+            "network": [{ "interface": "eth0", "rxBytes": 10, "txBytes": 5 }], "processCount": 90,
+        })
+    };
+    let batch = json!({ "samples": [sample(20, 10.0), sample(10, 30.0)] });
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/metrics", Some(&token), &batch),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+
+    let r = send(
+        &w.app,
+        mcp_call(&w.read, "analyze_metrics", json!({ "deviceId": device })),
+    )
+    .await;
+    let out = &r.body["result"]["structuredContent"];
+    assert_eq!(out["hostname"], "renamed-host", "{}", r.body);
+    assert_eq!(out["dataPoints"], 2);
+    assert_eq!(out["cpu"]["avg"], 20.0);
+    assert_eq!(out["cpu"]["current"], 30.0);
+    assert_eq!(out["disk"]["max"], 71.5);
+    let r = send(&w.app, mcp_call(&w.read, "get_active_users", json!({}))).await;
+    let out = &r.body["result"]["structuredContent"];
+    assert_eq!(out["totalActiveSessions"], 1, "{}", r.body);
+    assert_eq!(out["devices"][0]["safeToReboot"], false);
+
+    // Another organization's key sees none of it.
+    let r = send(
+        &w.app,
+        mcp_call(
+            &w.other_org_key,
+            "analyze_metrics",
+            json!({ "deviceId": device }),
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["error"]["message"],
+        "Device not found or access denied"
+    );
+
+    // Rotation: the old token works until the new one is used, then never again.
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/token/rotate", Some(&token), &json!({})),
+    )
+    .await;
+    let new = r.body["token"].as_str().unwrap().to_owned();
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&token), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&new), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&token), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn next_frame(ws: &mut Socket) -> ServerFrame {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+            .unwrap();
+        if let tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str(t.as_str()).unwrap();
+        }
+    }
+}
+
+async fn send_frame(ws: &mut Socket, frame: &AgentFrame) {
+    ws.send(tungstenite::Message::Text(
+        serde_json::to_string(frame).unwrap().into(),
+    ))
+    .await
+    .unwrap();
+}
+
+async fn commands_round_trip_over_the_socket(cx: Ctx) {
+    let w = world(&cx).await;
+    let key = enrollment_key(&w, None).await;
+    let (device, token) = enroll(&w, &key, "machine-ws").await;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let breeze = breeze_server::Breeze::new(w.state.clone());
+    tokio::spawn(breeze_server::serve(
+        listener,
+        breeze,
+        std::future::pending(),
+    ));
+
+    // Without a token the upgrade is refused.
+    let url = format!("ws://{addr}/api/v1/agents/ws");
+    let err = tokio_tungstenite::connect_async(&url).await.unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+
+    let mut req = url.as_str().into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let ServerFrame::Welcome { device_id, config } = next_frame(&mut ws).await else {
+        panic!("the first frame is the welcome")
+    };
+    assert_eq!(device_id.to_string(), device);
+    assert_eq!(config.metrics_interval_secs, 30);
+
+    // A Tier 2 command: the call waits while the agent works, then returns its answer.
+    let app = w.app.clone();
+    let write = w.write.clone();
+    let dev = device.clone();
+    let call = tokio::spawn(async move {
+        send(
+            &app,
+            mcp_call(
+                &write,
+                "execute_command",
+                json!({
+                    "deviceId": dev, "commandType": "list_processes", "payload": { "limit": 3 }
+                }),
+            ),
+        )
+        .await
+    });
+    let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
+        panic!("a command")
+    };
+    assert_eq!(
+        cmd.kind,
+        CommandKind::ListProcesses {
+            sort_by: breeze_agent_proto::ProcessSort::Cpu,
+            limit: 3
+        }
+    );
+    send_frame(&mut ws, &AgentFrame::CommandStarted { command_id: cmd.id }).await;
+    let result = |stdout: &str| CommandResult {
+        command_id: cmd.id,
+        status: CommandOutcome::Completed,
+        exit_code: Some(0),
+        stdout: stdout.into(),
+        stderr: String::new(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        result: Some(json!({ "processes": [{ "pid": 1, "name": "init" }] })),
+        error: None,
+        started_at: Utc::now(),
+        finished_at: Utc::now(),
+    };
+    send_frame(&mut ws, &AgentFrame::CommandResult(result("first"))).await;
+    // A duplicate result is ignored: the first one stands.
+    send_frame(&mut ws, &AgentFrame::CommandResult(result("second"))).await;
+    let r = call.await.unwrap();
+    let out = &r.body["result"]["structuredContent"];
+    assert_eq!(out["status"], "completed", "{}", r.body);
+    assert_eq!(out["result"]["processes"][0]["name"], "init");
+    assert_eq!(out["stdout"], "first");
+    let stored = w.store.org(w.org_a).get_command(cmd.id).await.unwrap();
+    assert_eq!(stored.stdout.as_deref(), Some("first"));
+    assert!(stored.started_at.is_some() && stored.completed_at.is_some());
+
+    // Heartbeats and metrics arrive over the socket too.
+    send_frame(
+        &mut ws,
+        &AgentFrame::Heartbeat(breeze_agent_proto::Heartbeat {
+            agent_version: "9.9.9".into(),
+            uptime_secs: 1,
+            pending_reboot: true,
+            logged_in_users: vec![],
+            running_commands: vec![],
+        }),
+    )
+    .await;
+    let id = device.parse().unwrap();
+    for _ in 0..100 {
+        if w.store
+            .org(w.org_a)
+            .get_device(id)
+            .await
+            .unwrap()
+            .agent_version
+            .as_deref()
+            == Some("9.9.9")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        w.store
+            .org(w.org_a)
+            .get_device(id)
+            .await
+            .unwrap()
+            .agent_version
+            .as_deref(),
+        Some("9.9.9")
+    );
+
+    // An offline device is a clear error, and nothing is queued for it.
+    drop(ws);
+    w.store
+        .raw_execute(&format!(
+            "UPDATE devices SET status = 'offline' WHERE hostname = 'agent-host'"
+        ))
+        .await
+        .unwrap();
+    let r = send(
+        &w.app,
+        mcp_call(
+            &w.write,
+            "execute_command",
+            json!({
+                "deviceId": device, "commandType": "list_processes"
+            }),
+        ),
+    )
+    .await;
+    let msg = r.body["result"]["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(msg.contains("is not online (status: offline"), "{msg}");
+    assert_eq!(
+        w.store
+            .org(w.org_a)
+            .list_commands(id, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        w.store.org(w.org_a).get_device(id).await.unwrap().status,
+        DeviceStatus::Offline
+    );
+
+    // Tier 3 stays refused over MCP until a person approves (issue: durable approvals).
+    let r = send(
+        &w.app,
+        mcp_call(
+            &w.write,
+            "run_script",
+            json!({
+                "scriptId": "x", "deviceIds": [device]
+            }),
+        ),
+    )
+    .await;
+    assert!(
+        r.body["result"]["isError"] == true || r.body["error"].is_object(),
+        "{}",
+        r.body
+    );
+}
+
+async fn admins_manage_enrollment_keys_and_scripts(cx: Ctx) {
+    let w = world(&cx).await;
+    // API keys cannot mint enrollment keys.
+    let r = send(
+        &w.app,
+        Request::post("/api/v1/orgs/org-a/enrollment-keys")
+            .header("content-type", "application/json")
+            .header("x-api-key", &w.write)
+            .body(Body::from(
+                json!({ "site_id": Uuid::nil(), "name": "x" }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+
+    // A signed-in administrator can.
+    let login = send(
+        &w.app,
+        Request::post("/api/v1/auth/login")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({ "email": "admin@p.test", "password": common::PASSWORD }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let cookie = login
+        .headers
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let with_cookie = |method: &str, uri: &str, body: Value| {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .header(header::COOKIE, &cookie)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let r = send(
+        &w.app,
+        with_cookie(
+            "POST",
+            "/api/v1/orgs/org-a/enrollment-keys",
+            json!({ "site_id": site, "name": "laptops", "max_uses": 5, "expires_in_hours": 2 }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let key = r.body["key"].as_str().unwrap().to_owned();
+    let key_id = r.body["id"].as_str().unwrap().to_owned();
+    let r = send(
+        &w.app,
+        with_cookie(
+            "POST",
+            "/api/v1/orgs/org-a/enrollment-keys",
+            json!({ "site_id": site, "name": "x", "expires_in_hours": 9999 }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(err_msg(&r).contains("expires_in_hours"));
+    // A site of another organization is not this organization's.
+    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    let r = send(
+        &w.app,
+        with_cookie(
+            "POST",
+            "/api/v1/orgs/org-a/enrollment-keys",
+            json!({ "site_id": b_site, "name": "x" }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let r = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/orgs/org-a/enrollment-keys", json!({})),
+    )
+    .await;
+    let listed = r.body["enrollment_keys"].to_string();
+    assert!(
+        listed.contains("laptops") && !listed.contains(&key),
+        "secrets are never listed"
+    );
+    let r = send(
+        &w.app,
+        with_cookie(
+            "DELETE",
+            &format!("/api/v1/orgs/org-a/enrollment-keys/{key_id}"),
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/enroll", None, &enroll_body(&key, "m")),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNAUTHORIZED,
+        "a revoked key enrolls nothing"
+    );
+
+    // Scripts: add, list (also as the breeze://scripts resource), show, remove.
+    let r = send(
+        &w.app,
+        with_cookie(
+            "POST",
+            "/api/v1/orgs/org-a/scripts",
+            json!({
+                "name": "Disk report", "language": "bash", "category": "diagnostics",
+                "body": "df -h \"$1\"", "parameters": [{ "name": "mount", "required": true }]
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = send(
+        &w.app,
+        with_cookie(
+            "POST",
+            "/api/v1/orgs/org-a/scripts",
+            json!({
+                "name": "Bad", "language": "cobol", "body": "x"
+            }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(err_msg(&r).contains("unknown script language \"cobol\""));
+    let r = send(
+        &w.app,
+        with_cookie(
+            "GET",
+            "/api/v1/orgs/org-a/scripts?category=diagnostics",
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(r.body["scripts"][0]["name"], "Disk report");
+    let r = send(
+        &w.app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("x-api-key", &w.read)
+            .body(Body::from(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "resources/read",
+            "params": { "uri": "breeze://scripts" } })
+                .to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let text = r.body["result"]["contents"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Disk report"), "{text}");
+    let r = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/orgs/org-a/scripts/Disk%20report", json!({})),
+    )
+    .await;
+    assert_eq!(r.body["body"], "df -h \"$1\"");
+    let r = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/orgs/org-b/scripts/Disk%20report", json!({})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = send(
+        &w.app,
+        with_cookie(
+            "DELETE",
+            "/api/v1/orgs/org-a/scripts/Disk%20report",
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+}
+
+use uuid::Uuid;
+
+breeze_store::on_both_backends!(
+    enrollment_and_device_tokens,
+    commands_round_trip_over_the_socket,
+    admins_manage_enrollment_keys_and_scripts,
+);
