@@ -9,6 +9,7 @@
 //! Module map:
 //!
 //! - [`config`]: the agent's JSON config file (atomic, mode 0600) and its default location;
+//! - [`cli`]: the command line (`enroll`, `run`, `rotate-token`), shared with `breeze agent`;
 //! - [`api`]: the HTTP client for the `/api/v1/agents/*` endpoints;
 //! - [`enroll`]: enrollment and token rotation;
 //! - [`runtime`]: the `run` loop — socket, HTTP fallback, timers, dispatch;
@@ -20,6 +21,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod cli;
 pub mod config;
 pub mod enroll;
 pub mod error;

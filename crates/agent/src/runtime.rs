@@ -620,9 +620,16 @@ impl Agent {
                 .await
                 .unwrap_or_default(),
         ));
+        // The first sample goes out a few seconds after start, on its own, so a freshly
+        // enrolled machine shows live metrics at once; later ones are batched.
+        let mut first = true;
         loop {
-            let every = Duration::from_secs(u64::from(self.config().metrics_interval_secs.max(1)))
-                .max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
+            let every = if first {
+                Duration::from_secs(5)
+            } else {
+                Duration::from_secs(u64::from(self.config().metrics_interval_secs.max(1)))
+            }
+            .max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
             tokio::select! {
                 () = tokio::time::sleep(every) => {}
                 () = self.shutdown.cancelled() => return,
@@ -634,7 +641,8 @@ impl Agent {
             if let Ok(sample) = sample {
                 lock(&self.metrics).push(sample);
             }
-            self.flush_metrics(false).await;
+            self.flush_metrics(first).await;
+            first = false;
         }
     }
 

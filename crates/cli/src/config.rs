@@ -41,6 +41,22 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     ("BREEZE_LOG_FORMAT", "pretty or json (default pretty)"),
     (
+        "BREEZE_AGENT_CONFIG",
+        "`breeze agent`: the agent's config file",
+    ),
+    (
+        "BREEZE_AGENT_LOG",
+        "`breeze agent`: the agent's stderr log filter (default info)",
+    ),
+    (
+        "BREEZE_AGENT_EXIT_WITH_PARENT",
+        "internal: set by `breeze demo` on its local agent",
+    ),
+    (
+        "BREEZE_DEMO_AGENT",
+        "whether `breeze demo` starts a local agent for this machine (default true)",
+    ),
+    (
         "BREEZE_TEST_POSTGRES_URL",
         "PostgreSQL for the test-suite (tests only)",
     ),
@@ -202,6 +218,8 @@ pub(crate) struct Settings {
     pub(crate) log_filter: String,
     pub(crate) log_format: LogFormat,
     pub(crate) mcp: McpSettings,
+    /// `breeze demo` enrolls and starts a local agent.
+    pub(crate) demo_agent: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -364,6 +382,7 @@ impl Settings {
             log_filter,
             log_format,
             mcp: McpSettings::load(env)?,
+            demo_agent: boolean(env, "BREEZE_DEMO_AGENT", true)?,
         })
     }
 

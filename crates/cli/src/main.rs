@@ -50,6 +50,11 @@ enum Command {
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Run the device agent (the same as the `breeze-agent` binary): enroll, run, rotate-token.
+    Agent {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,7 +71,27 @@ enum McpCommand {
     },
 }
 
+/// Set by `breeze demo` on its agent child: the child holds a pipe from the parent on stdin and
+/// exits when it closes, so the agent never outlives the demo, even one killed with SIGKILL.
+pub(crate) const EXIT_WITH_PARENT: &str = "BREEZE_AGENT_EXIT_WITH_PARENT";
+
+fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        let mut buf = [0u8; 64];
+        while std::io::Read::read(&mut std::io::stdin(), &mut buf).is_ok_and(|n| n > 0) {}
+        std::process::exit(0);
+    });
+}
+
 fn main() -> ExitCode {
+    // `breeze agent …` is the device agent itself (the demo runs its local agent this way).
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "agent") {
+        if config::process_env().contains_key(EXIT_WITH_PARENT) {
+            exit_when_stdin_closes();
+        }
+        return breeze_agent::cli::main_from(std::iter::once("breeze-agent".into()).chain(args));
+    }
     let cli = Cli::parse();
     let env = config::process_env();
     if let Command::Mcp(McpCommand::Stdio { url, api_key }) = cli.command {
@@ -119,6 +144,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::EnrollmentKeys(c) => c.run(&commands::open(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
+        // Dispatched in `main` before settings are read.
+        Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),
     }
 }
 

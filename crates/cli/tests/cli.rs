@@ -55,6 +55,40 @@ fn http_get(port: u16, path: &str, api_key: Option<&str>) -> std::io::Result<(u1
     Ok((status, serde_json::from_str(body).unwrap_or(Value::Null)))
 }
 
+/// A minimal HTTP/1.1 POST of a JSON-RPC `tools/call` to `/mcp`; returns the result.
+fn mcp_tool(port: u16, api_key: &str, tool: &str, args: Value) -> Value {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": tool, "arguments": args } })
+    .to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {api_key}\r\n\
+         Content-Type: application/json\r\nAccept: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    v["result"].clone()
+}
+
+/// Polls `check` every 250 ms for up to `secs` seconds.
+fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 struct Server(Child);
 
 impl Server {
@@ -156,6 +190,47 @@ fn demo_seeds_serves_and_reuses_its_keys() {
     assert_eq!(status, 200);
     assert_eq!(sites["sites"].as_array().unwrap().len(), 2);
     assert_eq!(http_get(port, "/readyz", None).unwrap().0, 200);
+
+    // The demo enrolled this machine: its agent is online, with live metrics, and the seeded
+    // scripts are in the library.
+    let read = demo["api_keys"]["read"].as_str().unwrap();
+    let mut device = String::new();
+    eventually(30, "the local agent to come online", || {
+        let r = mcp_tool(port, read, "query_devices", serde_json::json!({}));
+        let d = &r["structuredContent"]["devices"][0];
+        device = d["id"].as_str().unwrap_or_default().to_owned();
+        d["status"] == "online"
+    });
+    eventually(30, "the first metrics sample", || {
+        let r = mcp_tool(
+            port,
+            read,
+            "analyze_metrics",
+            serde_json::json!({ "deviceId": device }),
+        );
+        r["structuredContent"]["dataPoints"].as_i64().unwrap_or(0) >= 1
+    });
+    let write = demo["api_keys"]["write"].as_str().unwrap();
+    let r = mcp_tool(
+        port,
+        write,
+        "execute_command",
+        serde_json::json!({
+            "deviceId": device, "commandType": "list_processes", "payload": { "limit": 5 }
+        }),
+    );
+    assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
+    assert!(
+        !r["structuredContent"]["result"]["processes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let (_, scripts) = http_get(port, "/api/v1/orgs/acme/scripts", Some(read)).unwrap();
+    assert!(
+        scripts.to_string().contains("Disk usage report"),
+        "{scripts}"
+    );
     server.stop();
 
     // A second run reuses the data and the keys file.
@@ -166,6 +241,13 @@ fn demo_seeds_serves_and_reuses_its_keys() {
     assert_eq!(again["admin"], demo["admin"]);
     assert_eq!(again["organization"], demo["organization"]);
     assert_eq!(again["base_url"], format!("http://127.0.0.1:{port2}"));
+    // The same agent is reused, not enrolled again.
+    let read = again["api_keys"]["read"].as_str().unwrap();
+    eventually(30, "the local agent to reconnect", || {
+        let r = mcp_tool(port2, read, "query_devices", serde_json::json!({}));
+        r["structuredContent"]["total"] == 1
+            && r["structuredContent"]["devices"][0]["lastSeenAt"].is_string()
+    });
     assert_eq!(
         http_get(port2, "/api/v1/orgs", again["api_keys"]["execute"].as_str())
             .unwrap()

@@ -393,7 +393,7 @@ impl Gateway {
                     () = stop.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = gw.sweep(n % prune_every == 0).await {
+                if let Err(e) = gw.sweep(n.is_multiple_of(prune_every)).await {
                     tracing::warn!(error = %e, "gateway sweep failed");
                 }
                 n += 1;

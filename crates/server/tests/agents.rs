@@ -16,7 +16,6 @@ use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult,
 use breeze_auth::CreateEnrollmentKey;
 use breeze_core::DeviceStatus;
 use breeze_store::testing::Ctx;
-use chrono::Utc;
 use common::{World, err_msg, send, world};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -129,7 +128,7 @@ async fn enrollment_and_device_tokens(cx: Ctx) {
 
     // Inventory refreshes the device; metrics feed analyze_metrics.
     let inv = json!({
-        "collectedAt": Utc::now(), "hostname": "renamed-host",
+        "collectedAt": w.state.clock.now(), "hostname": "renamed-host",
         "os": { "family": "linux", "name": "Ubuntu", "version": "24.04", "kernel": "6.8", "arch": "x86_64" },
         "cpu": { "model": "Test CPU", "physicalCores": 2, "logicalCores": 4 },
         "memoryTotalBytes": 8_000_000_000u64, "disks": [], "interfaces": [],
@@ -305,8 +304,8 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
         stderr_truncated: false,
         result: Some(json!({ "processes": [{ "pid": 1, "name": "init" }] })),
         error: None,
-        started_at: Utc::now(),
-        finished_at: Utc::now(),
+        started_at: w.state.clock.now(),
+        finished_at: w.state.clock.now(),
     };
     send_frame(&mut ws, &AgentFrame::CommandResult(result("first"))).await;
     // A duplicate result is ignored: the first one stands.
@@ -361,9 +360,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     // An offline device is a clear error, and nothing is queued for it.
     drop(ws);
     w.store
-        .raw_execute(&format!(
-            "UPDATE devices SET status = 'offline' WHERE hostname = 'agent-host'"
-        ))
+        .raw_execute("UPDATE devices SET status = 'offline' WHERE hostname = 'agent-host'")
         .await
         .unwrap();
     let r = send(

@@ -19,21 +19,40 @@ pub fn pending_reboot() -> bool {
         .any(|p| Path::new(p).exists())
 }
 
-/// Logged-in user sessions.
+/// Logged-in user sessions, with how long each terminal has been idle.
 pub fn logged_in_users() -> Vec<UserSession> {
-    for path in ["/var/run/utmp", "/run/utmp"] {
-        if let Ok(bytes) = std::fs::read(path) {
-            return parse_utmp(&bytes);
+    let mut sessions = 'found: {
+        for path in ["/var/run/utmp", "/run/utmp"] {
+            if let Ok(bytes) = std::fs::read(path) {
+                break 'found parse_utmp(&bytes);
+            }
         }
+        match std::process::Command::new("who")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+        {
+            Ok(out) if out.status.success() => parse_who(&String::from_utf8_lossy(&out.stdout)),
+            _ => Vec::new(),
+        }
+    };
+    for s in &mut sessions {
+        s.idle_secs = s.terminal.as_deref().and_then(terminal_idle_secs);
     }
-    match std::process::Command::new("who")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-    {
-        Ok(out) if out.status.success() => parse_who(&String::from_utf8_lossy(&out.stdout)),
-        _ => Vec::new(),
+    sessions
+}
+
+/// Seconds since the terminal's last input: the age of its device's access time, as `who -u`
+/// computes it.
+fn terminal_idle_secs(line: &str) -> Option<u64> {
+    if line.contains("..") || line.is_empty() {
+        return None;
     }
+    let accessed = std::fs::metadata(format!("/dev/{line}"))
+        .ok()?
+        .accessed()
+        .ok()?;
+    Some(accessed.elapsed().map_or(0, |d| d.as_secs()))
 }
 
 /// Size of one glibc `struct utmp` record on Linux (x86_64 and aarch64 alike).

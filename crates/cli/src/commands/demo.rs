@@ -5,6 +5,11 @@
 //! (read; read+write; read+write+execute). It writes everything a newcomer needs to
 //! `<data dir>/demo.json` (mode 0600), prints it, and serves. Re-running reuses the data and the
 //! keys file; keys or a password that no longer work are replaced.
+//!
+//! It also seeds a few library scripts and — unless `BREEZE_DEMO_AGENT=false` — enrolls this
+//! machine into the first site and runs its agent as a child process (`breeze agent run`, the
+//! same code as the `breeze-agent` binary), so the first `query_devices` shows a real machine
+//! with live metrics. The agent's config lives in `<data dir>/agent/agent.json` and is reused.
 
 use std::path::Path;
 
@@ -52,6 +57,38 @@ struct DemoAdmin {
     password: String,
 }
 
+/// Library scripts the demo starts with: (name, language, category, description, body).
+const DEMO_SCRIPTS: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "Disk usage report",
+        "sh",
+        "diagnostics",
+        "Free space per filesystem, largest first.",
+        "df -hP | sort -k5 -r\n",
+    ),
+    (
+        "Top processes",
+        "bash",
+        "diagnostics",
+        "The ten processes using the most CPU.",
+        "ps -eo pid,user,pcpu,pmem,comm --sort=-pcpu | head -n 11\n",
+    ),
+    (
+        "System summary",
+        "python",
+        "diagnostics",
+        "Hostname, OS, uptime and load in one JSON line.",
+        "import json, os, platform\nload = os.getloadavg()\nprint(json.dumps({\"host\": platform.node(), \"os\": platform.platform(), \"load\": load}))\n",
+    ),
+    (
+        "Clear old temp files",
+        "bash",
+        "maintenance",
+        "Deletes regular files in /tmp not accessed for 7 days and prints how many.",
+        "find /tmp -xdev -type f -atime +7 -print -delete 2>/dev/null | wc -l\n",
+    ),
+];
+
 fn demo_audit(action: &str, resource: &str) -> AuditEvent {
     AuditEvent::new(Actor::system("demo"), action, resource)
 }
@@ -63,7 +100,103 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
     let path = settings.data_dir.join("demo.json");
     let demo = prepare(&app, &settings.public_url, &path).await?;
     print_summary(&demo, &path);
-    run_server(&settings, listener, app).await
+    let agent = settings.demo_agent.then(|| {
+        tokio::spawn(local_agent(
+            app.clone(),
+            settings.public_url.clone(),
+            settings.data_dir.join("agent"),
+        ))
+    });
+    let served = run_server(&settings, listener, app).await;
+    if let Some(task) = agent {
+        task.abort();
+    }
+    served
+}
+
+/// Enrolls this machine (once) and keeps its agent running as a child process while the
+/// server runs. Failures are logged; the demo serves regardless.
+async fn local_agent(app: App, base_url: String, dir: std::path::PathBuf) {
+    let config = dir.join("agent.json");
+    if let Err(e) = enroll_local_agent(&app, &base_url, &config).await {
+        tracing::warn!(error = %format!("{e:#}"), "the demo's local agent could not enroll; continuing without it");
+        return;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot find the breeze binary to start the local agent");
+            return;
+        }
+    };
+    let child = tokio::process::Command::new(exe)
+        .args(["agent", "run", "--config"])
+        .arg(&config)
+        .env("BREEZE_AGENT_LOG", "warn")
+        .env(crate::EXIT_WITH_PARENT, "1")
+        .stdin(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    match child {
+        Ok(mut child) => {
+            tracing::info!(pid = child.id(), "local agent started");
+            // `wait` closes the child's stdin; hold it open here so the agent keeps running.
+            let _lifeline = child.stdin.take();
+            match child.wait().await {
+                Ok(status) => tracing::warn!(%status, "the local agent stopped"),
+                Err(e) => tracing::warn!(error = %e, "lost the local agent"),
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot start the local agent"),
+    }
+}
+
+async fn enroll_local_agent(app: &App, base_url: &str, config: &Path) -> anyhow::Result<()> {
+    let org = app.store.find_organization(ORG_SLUG).await?;
+    if let Ok(file) = breeze_agent::config::AgentFile::load(config) {
+        let device = breeze_core::DeviceId(file.device_id);
+        if file.org_id == org.id.0 && app.store.org(org.id).get_device(device).await.is_ok() {
+            return Ok(());
+        }
+    }
+    let site = app
+        .store
+        .org(org.id)
+        .list_sites()
+        .await?
+        .into_iter()
+        .find(|s| s.name == "Headquarters")
+        .context("the demo site is missing")?;
+    let (secret, _) = app
+        .auth
+        .create_enrollment_key(
+            breeze_auth::CreateEnrollmentKey {
+                org_id: org.id,
+                site_id: site.id,
+                name: "Demo local agent".into(),
+                max_uses: Some(1),
+                expires_at: app.clock.now() + chrono::Duration::minutes(10),
+                created_by: "system:demo".into(),
+            },
+            demo_audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await?;
+    // The server starts serving right after this task is spawned; give it a moment.
+    let mut last = None;
+    for _ in 0..40 {
+        match breeze_agent::enroll::enroll(base_url, secret.expose(), config, app.clock.as_ref())
+            .await
+        {
+            Ok(file) => {
+                tracing::info!(device_id = %file.device_id, "this machine is enrolled as a demo device");
+                return Ok(());
+            }
+            Err(e @ breeze_agent::AgentError::Server { .. }) => return Err(e.into()),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    Err(last.map_or_else(|| anyhow::anyhow!("enrollment timed out"), Into::into))
 }
 
 /// Seeds the tenant when missing, reuses what still works from an existing `demo.json`,
@@ -235,6 +368,22 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
             demo_audit("user.create", "user"),
         )
         .await?;
+    for (name, language, category, description, body) in DEMO_SCRIPTS {
+        s.org(acme.id)
+            .create_script(
+                breeze_store::NewScript {
+                    name: (*name).into(),
+                    description: (*description).into(),
+                    language: (*language).into(),
+                    category: (*category).into(),
+                    body: (*body).into(),
+                    parameters: Vec::new(),
+                    created_by: "system:demo".into(),
+                },
+                demo_audit("script.create", "script"),
+            )
+            .await?;
+    }
     let role = s.find_role(partner.id, "Administrator").await?;
     for org in [&acme, &globex] {
         s.assign_role(

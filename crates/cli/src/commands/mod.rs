@@ -17,6 +17,7 @@ use breeze_store::{Backend, Store, StoreOptions};
 use crate::config::Settings;
 
 /// An opened, migrated installation.
+#[derive(Clone)]
 pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) auth: AuthService,

@@ -130,17 +130,17 @@ impl Tool for AnalyzeDiskUsage {
         let mut opts = RunOptions::new(85, 90);
         opts.audit_action = "device.disk_scan";
         let view = require_completed(run(cx, &device, kind, opts).await?)?;
-        match view.result.clone() {
-            Some(analysis) if view.completed() => Ok(snapshot(
+        match view.result {
+            Some(analysis) if view.status == "completed" => Ok(snapshot(
                 &device,
-                view.command_id.clone(),
+                view.command_id,
                 Some(cx.now().to_rfc3339()),
                 analysis,
             )),
             _ => Ok(Snapshot {
                 device_id: device.id.to_string(),
                 hostname: device.hostname.clone(),
-                snapshot_id: view.command_id.clone(),
+                snapshot_id: view.command_id,
                 captured_at: None,
                 analysis: Value::Object(Default::default()),
                 estimated_reclaimable_bytes: 0,

@@ -165,7 +165,7 @@ pub(crate) async fn run(
         .fleet
         .wait(cx.org_id(), cmd.id, opts.wait, |p| match p {
             Progress::Started => {
-                cx.report(0.0, None, Some(format!("running on {}", device.hostname)))
+                cx.report(0.0, None, Some(format!("running on {}", device.hostname)));
             }
             Progress::Step(s) => cx.report(s.progress, s.total, s.message.clone()),
         })
