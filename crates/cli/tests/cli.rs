@@ -534,7 +534,8 @@ fn mcp_stdio_bridges_to_a_running_server() {
         "one line per request, none for the notification: {replies:?}"
     );
     assert_eq!(replies[0]["result"]["serverInfo"]["name"], "breeze-rmm");
-    assert_eq!(replies[1]["result"]["structuredContent"]["total"], 0);
+    // The demo's local agent may or may not have enrolled yet.
+    assert!(replies[1]["result"]["structuredContent"]["total"].is_u64());
     assert_eq!(
         replies[2]["error"]["message"],
         "Tool \"set_device_context\" requires ai:write scope"
