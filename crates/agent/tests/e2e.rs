@@ -1,0 +1,448 @@
+//! The real thing end to end: a Breeze server on a real socket, the real `breeze-agent` binary
+//! enrolled into it and running, and the fleet tools acting on this machine through it — a
+//! library script, file writes and reads, a disk scan and a cleanup of what it found, a network
+//! sweep reporting progress. Then the agent is killed: the device goes offline and tools say so
+//! instead of hanging; restarted, it is back.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{
+    path::Path,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
+use breeze_core::{Actor, ActorType, AuditEvent, DeviceStatus, OrgId, SystemClock};
+use breeze_gateway::GatewayConfig;
+use breeze_limits::MemoryLimiter;
+use breeze_server::{AppState, Breeze, ServerConfig};
+use breeze_store::{Backend, NewScript, NewUser, ScriptParameter, Store, testing::TestStore};
+use breeze_tools::{ProgressReport, tool_cx};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+struct Fleet {
+    store: Store,
+    state: AppState,
+    org: OrgId,
+    other_org: OrgId,
+    actor: Actor,
+    base_url: String,
+}
+
+async fn server(store: Store) -> Fleet {
+    let s = &store;
+    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+    let org = s
+        .create_organization(p.id, "A", "a", audit("o"))
+        .await
+        .unwrap();
+    let other = s
+        .create_organization(p.id, "B", "b", audit("o"))
+        .await
+        .unwrap();
+    let site = s
+        .org(org.id)
+        .create_site("HQ", "UTC", audit("s"))
+        .await
+        .unwrap();
+    let admin = s
+        .create_user(
+            NewUser {
+                partner_id: p.id,
+                org_id: None,
+                email: "admin@p.test".into(),
+                name: "A".into(),
+                password_hash: password::hash("correct horse battery").unwrap(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(p.id, "Administrator").await.unwrap();
+    s.assign_role(admin.id, org.id, role.id, audit("r"))
+        .await
+        .unwrap();
+
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
+    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = ServerConfig::development(&base_url);
+    config.gateway = GatewayConfig {
+        agent: breeze_agent_proto::AgentConfig {
+            heartbeat_interval_secs: 5,
+            ..Default::default()
+        },
+        offline_after: Duration::from_secs(8),
+        sweep_interval: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let state = AppState::new(
+        store.clone(),
+        auth,
+        clock,
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(state.clone()),
+        std::future::pending(),
+    ));
+    let _ = site;
+    Fleet {
+        store,
+        state,
+        org: org.id,
+        other_org: other.id,
+        actor: Actor::new(ActorType::User, admin.id),
+        base_url,
+    }
+}
+
+fn agent(args: &[&str], config: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze-agent"));
+    c.args(args)
+        .arg("--config")
+        .arg(config)
+        .env("BREEZE_AGENT_LOG", "warn")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+async fn enroll(f: &Fleet, config: &Path) {
+    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
+    let (key, _) = f
+        .state
+        .auth
+        .create_enrollment_key(
+            CreateEnrollmentKey {
+                org_id: f.org,
+                site_id: site,
+                name: "e2e".into(),
+                max_uses: Some(1),
+                expires_at: f.state.clock.now() + chrono::Duration::minutes(5),
+                created_by: "test".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let status = agent(
+        &["enroll", "--server", &f.base_url, "--key", key.expose()],
+        config,
+    )
+    .status()
+    .await
+    .unwrap();
+    assert!(status.success(), "breeze-agent enroll failed");
+}
+
+async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Calls a tool's handler as the guard would after allowing it, collecting progress reports.
+async fn call(
+    f: &Fleet,
+    org: OrgId,
+    tool: &str,
+    args: Value,
+) -> (Result<Value, String>, Vec<ProgressReport>) {
+    let registry = breeze_tools::all();
+    let spec = registry.get(tool).unwrap();
+    spec.validate(&args)
+        .unwrap_or_else(|e| panic!("{tool}: {}", e.message));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cx = tool_cx(&f.store, &f.state.gateway, org, f.actor.clone(), None).with_progress(tx);
+    let out = spec.call(&cx, args).await.map_err(|e| e.message);
+    drop(cx);
+    let mut progress = Vec::new();
+    while let Some(p) = rx.recv().await {
+        progress.push(p);
+    }
+    (out, progress)
+}
+
+async fn run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let mut running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+
+    // A library script with declared parameters runs on the real machine.
+    let script = f
+        .store
+        .org(f.org)
+        .create_script(
+            NewScript {
+                name: "greet".into(),
+                description: "says hello".into(),
+                language: "bash".into(),
+                category: "test".into(),
+                body: "echo \"hello $1\"; echo oops >&2; exit 3\n".into(),
+                parameters: vec![ScriptParameter {
+                    name: "who".into(),
+                    description: String::new(),
+                    required: true,
+                    default: None,
+                }],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "run_script",
+        json!({
+            "scriptId": "greet", "deviceIds": [device], "parameters": { "who": "world" }
+        }),
+    )
+    .await;
+    let out = out.unwrap();
+    let run0 = &out["results"][0];
+    assert_eq!(run0["status"], "completed", "{out}");
+    assert_eq!(run0["exitCode"], 3);
+    assert_eq!(run0["stdout"], "hello world\n");
+    assert_eq!(run0["stderr"], "oops\n");
+    assert_eq!(out["succeeded"], 0);
+    let recorded = f
+        .store
+        .org(f.org)
+        .list_commands(device_id, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded[0].script_id,
+        Some(script.id),
+        "the execution is recorded per device"
+    );
+    let (out, _) = call(
+        &f,
+        f.org,
+        "run_script",
+        json!({
+            "scriptId": "greet", "deviceIds": [device]
+        }),
+    )
+    .await;
+    assert!(out.unwrap_err().contains("parameters.who: required"));
+
+    // Files: write (Tier 3 handler), read back, list.
+    let work = tempfile::tempdir().unwrap();
+    let path = work.path().join("note.txt").display().to_string();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({
+            "deviceId": device, "action": "write", "path": path, "content": "written by breeze"
+        }),
+    )
+    .await;
+    assert_eq!(out.unwrap()["status"], "completed");
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({
+            "deviceId": device, "action": "read", "path": path
+        }),
+    )
+    .await;
+    assert_eq!(out.unwrap()["result"]["content"], "written by breeze");
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({
+            "deviceId": device, "action": "read", "path": "/etc/shadow"
+        }),
+    )
+    .await;
+    assert!(out.unwrap_err().contains("protected location"));
+
+    // Processes: the agent itself is among them.
+    let (out, _) = call(&f, f.org, "execute_command", json!({
+        "deviceId": device, "commandType": "list_processes", "payload": { "limit": 500, "sortBy": "memory" }
+    }))
+    .await;
+    let out = out.unwrap();
+    assert!(
+        out["result"].to_string().contains("breeze-agent"),
+        "{}",
+        out["result"]
+    );
+
+    // Disk: a scan finds a planted large file as a cleanup candidate; cleanup deletes it.
+    let big = work.path().join("big.bin");
+    std::fs::write(&big, vec![0u8; 3 * 1024 * 1024]).unwrap();
+    let (out, _) = call(&f, f.org, "analyze_disk_usage", json!({
+        "deviceId": device, "refresh": true, "path": work.path().display().to_string(), "largeFileMb": 1
+    }))
+    .await;
+    let snapshot = out.unwrap();
+    let big_path = big.display().to_string();
+    assert!(
+        snapshot["analysis"]["cleanupCandidates"]
+            .to_string()
+            .contains(&big_path),
+        "{snapshot}"
+    );
+    let (out, _) = call(
+        &f,
+        f.org,
+        "disk_cleanup",
+        json!({ "deviceId": device, "action": "preview" }),
+    )
+    .await;
+    assert!(out.unwrap()["candidates"].to_string().contains(&big_path));
+    let (out, _) = call(
+        &f,
+        f.org,
+        "disk_cleanup",
+        json!({
+            "deviceId": device, "action": "execute", "paths": [big_path, "/etc/hostname"]
+        }),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(
+        out["rejected"],
+        json!(["/etc/hostname"]),
+        "only snapshot candidates are deleted"
+    );
+    assert!(!big.exists(), "{out}");
+
+    // Network discovery reports progress while it sweeps.
+    let (out, progress) = call(
+        &f,
+        f.org,
+        "network_discovery",
+        json!({
+            "deviceId": device, "subnet": "127.0.0.0/28", "scanType": "ping"
+        }),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(out["status"], "completed", "{out}");
+    assert!(!progress.is_empty(), "progress reached the caller");
+
+    // Another organization cannot reach the device, and a missing one reads the same.
+    let (out, _) = call(
+        &f,
+        f.other_org,
+        "execute_command",
+        json!({
+            "deviceId": device, "commandType": "list_processes"
+        }),
+    )
+    .await;
+    assert_eq!(out.unwrap_err(), "Device not found or access denied");
+
+    // Killed, the agent's device goes offline and tools answer at once, queueing nothing.
+    running.kill().await.unwrap();
+    eventually(30, "the device to go offline", || async {
+        f.store
+            .org(f.org)
+            .get_device(device_id)
+            .await
+            .unwrap()
+            .status
+            == DeviceStatus::Offline
+    })
+    .await;
+    let before = f
+        .store
+        .org(f.org)
+        .list_commands(device_id, 100)
+        .await
+        .unwrap()
+        .len();
+    let started = Instant::now();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "execute_command",
+        json!({
+            "deviceId": device, "commandType": "list_processes"
+        }),
+    )
+    .await;
+    assert!(out.unwrap_err().contains("is not online"));
+    assert!(started.elapsed() < Duration::from_secs(2), "no hang");
+    assert_eq!(
+        f.store
+            .org(f.org)
+            .list_commands(device_id, 100)
+            .await
+            .unwrap()
+            .len(),
+        before
+    );
+
+    // Restarted, it is back and works.
+    let _again = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent to reconnect", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+    eventually(20, "the device to be online", || async {
+        f.store
+            .org(f.org)
+            .get_device(device_id)
+            .await
+            .unwrap()
+            .status
+            == DeviceStatus::Online
+    })
+    .await;
+    let (out, _) = call(
+        &f,
+        f.org,
+        "execute_command",
+        json!({
+            "deviceId": device, "commandType": "list_processes", "payload": { "limit": 1 }
+        }),
+    )
+    .await;
+    assert_eq!(out.unwrap()["status"], "completed");
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_on_sqlite() {
+    run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_on_postgres() {
+    run(Backend::Postgres).await;
+}
