@@ -41,6 +41,22 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     ("BREEZE_LOG_FORMAT", "pretty or json (default pretty)"),
     (
+        "BREEZE_ENROLL_RATE_PER_MINUTE",
+        "agent enrollments allowed per client address per minute (default 10)",
+    ),
+    (
+        "BREEZE_METRICS_RAW_DAYS",
+        "days raw metric points are kept (default 7)",
+    ),
+    (
+        "BREEZE_METRICS_HOURLY_DAYS",
+        "days hourly metric rollups are kept (default 90)",
+    ),
+    (
+        "BREEZE_METRICS_DAILY_DAYS",
+        "days daily metric rollups are kept (default 730)",
+    ),
+    (
         "BREEZE_AGENT_CONFIG",
         "`breeze agent`: the agent's config file",
     ),
@@ -220,6 +236,8 @@ pub(crate) struct Settings {
     pub(crate) mcp: McpSettings,
     /// `breeze demo` enrolls and starts a local agent.
     pub(crate) demo_agent: bool,
+    pub(crate) enroll_rate_per_minute: u32,
+    pub(crate) metrics_retention: breeze_store::MetricsRetention,
 }
 
 impl std::fmt::Debug for Settings {
@@ -383,6 +401,18 @@ impl Settings {
             log_format,
             mcp: McpSettings::load(env)?,
             demo_agent: boolean(env, "BREEZE_DEMO_AGENT", true)?,
+            enroll_rate_per_minute: number(env, "BREEZE_ENROLL_RATE_PER_MINUTE", 10u32)?,
+            metrics_retention: breeze_store::MetricsRetention {
+                raw: chrono::Duration::days(
+                    number(env, "BREEZE_METRICS_RAW_DAYS", 7i64)?.min(36_500),
+                ),
+                hourly: chrono::Duration::days(
+                    number(env, "BREEZE_METRICS_HOURLY_DAYS", 90i64)?.min(36_500),
+                ),
+                daily: chrono::Duration::days(
+                    number(env, "BREEZE_METRICS_DAILY_DAYS", 730i64)?.min(36_500),
+                ),
+            },
         })
     }
 

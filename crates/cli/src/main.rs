@@ -44,6 +44,9 @@ enum Command {
     /// Manage agent enrollment keys.
     #[command(subcommand, name = "enrollment-keys")]
     EnrollmentKeys(commands::fleet::EnrollmentKeysCommand),
+    /// Device utilities (synthetic devices for load tests).
+    #[command(subcommand)]
+    Devices(commands::fleet::DevicesCommand),
     /// Manage the script library.
     #[command(subcommand)]
     Scripts(commands::fleet::ScriptsCommand),
@@ -143,6 +146,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Keys(c) => c.run(&commands::open(&settings).await?).await,
         Command::EnrollmentKeys(c) => c.run(&commands::open(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Devices(c) => c.run(&commands::open(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),

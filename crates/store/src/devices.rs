@@ -119,6 +119,45 @@ impl OrgStore<'_> {
         Ok(device)
     }
 
+    /// Registers many devices in one transaction with one audit record (`details.count`):
+    /// for imports and benchmark seeding. Returns how many were created.
+    pub async fn create_devices(&self, devices: Vec<NewDevice>, audit: AuditEvent) -> Result<u64> {
+        let now = self.store.clock.now();
+        let mut sites = std::collections::HashSet::new();
+        for d in &devices {
+            if sites.insert(d.site_id) {
+                self.get_site(d.site_id).await?;
+            }
+        }
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        for d in &devices {
+            sql("INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, os_version, \
+                 status, agent_version, last_seen_at, tags, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
+            .bind(DeviceId::new())
+            .bind(self.org)
+            .bind(d.site_id)
+            .bind(&d.hostname)
+            .bind(d.os_family.as_str())
+            .bind(&d.os_name)
+            .bind(&d.os_version)
+            .bind(d.status.as_str())
+            .bind(d.agent_version.clone())
+            .bind(d.last_seen_at)
+            .bind(Arg::json(&d.tags))
+            .bind(now)
+            .execute(&mut tx)
+            .await?;
+        }
+        let count = devices.len() as u64;
+        let audit = audit
+            .org(self.org)
+            .details(serde_json::json!({ "count": count }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(count)
+    }
+
     /// One device of this organization.
     pub async fn get_device(&self, id: DeviceId) -> Result<Device> {
         sql(format!(

@@ -144,6 +144,78 @@ impl EnrollmentKeysCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub(crate) enum DevicesCommand {
+    /// Create synthetic devices (no agent) for load tests and demos: hostnames `sim-00001`…,
+    /// mixed OS families, about a fifth offline. One transaction, one audit record.
+    Seed {
+        #[arg(long)]
+        org: String,
+        /// Site id or name (default: the organization's first site).
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long)]
+        count: u32,
+    },
+}
+
+impl DevicesCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        let DevicesCommand::Seed { org, site, count } = self;
+        if count == 0 || count > 100_000 {
+            bail!("--count must be between 1 and 100000");
+        }
+        let org = app.store.find_organization(&org).await.context("--org")?;
+        let site = match site {
+            Some(s) => site_of(app, &org, &s).await?,
+            None => app
+                .store
+                .org(org.id)
+                .list_sites()
+                .await?
+                .into_iter()
+                .next()
+                .context("the organization has no site; create one first")?,
+        };
+        let families = [
+            (breeze_core::OsFamily::Linux, "Ubuntu", "24.04"),
+            (breeze_core::OsFamily::Windows, "Windows 11 Pro", "23H2"),
+            (breeze_core::OsFamily::Macos, "macOS", "15.1"),
+        ];
+        let now = app.clock.now();
+        let devices = (1..=count)
+            .map(|i| {
+                let (family, name, version) = families[i as usize % families.len()];
+                breeze_store::NewDevice {
+                    site_id: site.id,
+                    hostname: format!("sim-{i:05}"),
+                    os_family: family,
+                    os_name: name.into(),
+                    os_version: version.into(),
+                    status: if i % 5 == 0 {
+                        breeze_core::DeviceStatus::Offline
+                    } else {
+                        breeze_core::DeviceStatus::Online
+                    },
+                    agent_version: Some("0.1.0".into()),
+                    last_seen_at: Some(now - Duration::seconds(i64::from(i % 600))),
+                    tags: vec!["simulated".into()],
+                }
+            })
+            .collect();
+        let n = app
+            .store
+            .org(org.id)
+            .create_devices(devices, cli_audit("device.bulk_create", "device"))
+            .await?;
+        println!(
+            "created {n} simulated devices in {} / {}",
+            org.slug, site.name
+        );
+        Ok(())
+    }
+}
+
+#[derive(Debug, Subcommand)]
 pub(crate) enum ScriptsCommand {
     /// Add a script to an organization's library.
     Add {

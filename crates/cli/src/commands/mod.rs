@@ -110,8 +110,11 @@ fn server_config(settings: &Settings) -> ServerConfig {
         production: settings.production(),
         require_execute_admin: m.require_execute_admin,
         execute_allowlist: breeze_guard::Allowlist::parse(&m.execute_allowlist),
-        gateway: breeze_gateway::GatewayConfig::default(),
-        enroll_rate_per_minute: 10,
+        gateway: breeze_gateway::GatewayConfig {
+            metrics_retention: settings.metrics_retention,
+            ..breeze_gateway::GatewayConfig::default()
+        },
+        enroll_rate_per_minute: settings.enroll_rate_per_minute,
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,
