@@ -33,6 +33,84 @@ struct Fleet {
     other_org: OrgId,
     actor: Actor,
     base_url: String,
+    addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// An API key (ai:read, ai:write) of the admin, for MCP over HTTP.
+    api_key: String,
+}
+
+fn config_for(base_url: &str) -> ServerConfig {
+    let mut config = ServerConfig::development(base_url);
+    config.gateway = GatewayConfig {
+        agent: breeze_agent_proto::AgentConfig {
+            heartbeat_interval_secs: 5,
+            ..Default::default()
+        },
+        offline_after: Duration::from_secs(8),
+        sweep_interval: Duration::from_secs(1),
+        ..Default::default()
+    };
+    config
+}
+
+/// Serves `state` on `listener` until `stop`.
+fn spawn_server(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(state),
+        async move {
+            stop.cancelled().await;
+        },
+    ))
+}
+
+impl Fleet {
+    /// Stops the server and starts a fresh one (new gateway, nothing in memory) on the same
+    /// address, as a restart would.
+    async fn restart(&mut self) {
+        self.stop.cancel();
+        let served = std::mem::replace(&mut self.served, tokio::spawn(async { Ok(()) }));
+        let _ = tokio::time::timeout(Duration::from_secs(40), served).await;
+        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+        let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
+        let auth = AuthService::new(self.store.clone(), clock.clone(), AuthSettings::default());
+        self.state = AppState::new(
+            self.store.clone(),
+            auth,
+            clock,
+            config_for(&self.base_url),
+            Arc::new(MemoryLimiter::new()),
+        );
+        self.stop = tokio_util::sync::CancellationToken::new();
+        self.served = spawn_server(listener, self.state.clone(), self.stop.clone());
+    }
+
+    /// `tools/call` through the whole MCP pipeline over HTTP.
+    async fn mcp(&self, tool: &str, args: Value) -> Value {
+        let reply: Value = reqwest::Client::new()
+            .post(format!("{}/mcp", self.base_url))
+            .header("x-api-key", &self.api_key)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                        "params": { "name": tool, "arguments": args } })
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .map(|b| serde_json::from_slice(&b).unwrap_or(Value::Null))
+            .unwrap();
+        reply["result"].clone()
+    }
 }
 
 async fn server(store: Store) -> Fleet {
@@ -71,30 +149,34 @@ async fn server(store: Store) -> Fleet {
 
     let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
     let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
+    let (secret, _) = auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: org.id,
+                user_id: admin.id,
+                name: "e2e".into(),
+                scopes: breeze_core::ScopeSet::new([
+                    breeze_core::Scope::AiRead,
+                    breeze_core::Scope::AiWrite,
+                ]),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let mut config = ServerConfig::development(&base_url);
-    config.gateway = GatewayConfig {
-        agent: breeze_agent_proto::AgentConfig {
-            heartbeat_interval_secs: 5,
-            ..Default::default()
-        },
-        offline_after: Duration::from_secs(8),
-        sweep_interval: Duration::from_secs(1),
-        ..Default::default()
-    };
+    let addr = listener.local_addr().unwrap();
+    let base_url = format!("http://{addr}");
     let state = AppState::new(
         store.clone(),
         auth,
         clock,
-        config,
+        config_for(&base_url),
         Arc::new(MemoryLimiter::new()),
     );
-    tokio::spawn(breeze_server::serve(
-        listener,
-        Breeze::new(state.clone()),
-        std::future::pending(),
-    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let served = spawn_server(listener, state.clone(), stop.clone());
     let _ = site;
     Fleet {
         store,
@@ -103,6 +185,10 @@ async fn server(store: Store) -> Fleet {
         other_org: other.id,
         actor: Actor::new(ActorType::User, admin.id),
         base_url,
+        addr,
+        stop,
+        served,
+        api_key: secret.expose().to_owned(),
     }
 }
 
@@ -181,9 +267,32 @@ async fn call(
 
 async fn run(backend: Backend) {
     let test = TestStore::new(backend, Arc::new(SystemClock)).await;
-    let f = server(test.store.clone()).await;
+    let mut f = server(test.store.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("agent.json");
+
+    // A bad key: the agent says why and writes nothing.
+    let out = agent(
+        &[
+            "enroll",
+            "--server",
+            &f.base_url,
+            "--key",
+            &format!("brz_{}", "x".repeat(43)),
+        ],
+        &config,
+    )
+    .output()
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Invalid, expired or used-up enrollment key"),
+        "{stderr}"
+    );
+    assert!(!config.exists());
+
     enroll(&f, &config).await;
     let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
     let device = file["deviceId"].as_str().unwrap().to_owned();
@@ -354,6 +463,99 @@ async fn run(backend: Backend) {
     let out = out.unwrap();
     assert_eq!(out["status"], "completed", "{out}");
     assert!(!progress.is_empty(), "progress reached the caller");
+
+    // A script that outlives its timeout is stopped and reported timed out.
+    f.store
+        .org(f.org)
+        .create_script(
+            NewScript {
+                name: "slow".into(),
+                description: String::new(),
+                language: "sh".into(),
+                category: "test".into(),
+                body: "sleep 30\n".into(),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "run_script",
+        json!({
+            "scriptId": "slow", "deviceIds": [device], "timeoutSeconds": 5
+        }),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(out["results"][0]["status"], "timed_out", "{out}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // The same command delivered twice runs once.
+    let marker = work.path().join("ran.log");
+    let kind = breeze_agent_proto::CommandKind::Shell {
+        shell: breeze_agent_proto::Shell::Sh,
+        command: format!("echo run >> {}", marker.display()),
+    };
+    let cmd = f
+        .state
+        .gateway
+        .submit(
+            f.org,
+            breeze_store::NewCommand {
+                device_id,
+                kind,
+                timeout_secs: 10,
+                output_cap_bytes: 1024,
+                queue_ttl: chrono::Duration::seconds(30),
+                script: None,
+                created_by: "test".into(),
+            },
+            audit("device.command"),
+        )
+        .await
+        .unwrap();
+    let wire = cmd.to_wire().unwrap();
+    assert!(
+        f.state
+            .gateway
+            .deliver(device_id, breeze_agent_proto::ServerFrame::Command(wire))
+    );
+    let done = f
+        .state
+        .gateway
+        .wait(f.org, cmd.id, Duration::from_secs(10), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(done.status, "completed");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "run\n",
+        "ran exactly once"
+    );
+
+    // The server restarts: the agent reconnects by itself and keeps working.
+    f.restart().await;
+    eventually(
+        30,
+        "the agent to reconnect after a server restart",
+        || async { f.state.gateway.is_connected(device_id) },
+    )
+    .await;
+    let r = f
+        .mcp(
+            "execute_command",
+            json!({
+                "deviceId": device, "commandType": "list_processes", "payload": { "limit": 1 }
+            }),
+        )
+        .await;
+    assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
 
     // Another organization cannot reach the device, and a missing one reads the same.
     let (out, _) = call(

@@ -98,6 +98,9 @@ struct Inner {
     connections: Mutex<HashMap<DeviceId, Connection>>,
     waiters: Mutex<HashMap<Uuid, Waiter>>,
     next_conn: AtomicU64,
+    /// Cancelled when the server shuts down: every socket closes so agents reconnect to the
+    /// next instance instead of holding on to this one.
+    closing: CancellationToken,
 }
 
 /// The gateway. Cheap to clone.
@@ -146,6 +149,7 @@ impl Gateway {
                 connections: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
+                closing: CancellationToken::new(),
             }),
         }
     }
@@ -153,6 +157,16 @@ impl Gateway {
     /// The agent configuration handed out at enrollment and in the welcome frame.
     pub fn agent_config(&self) -> AgentConfig {
         self.inner.config.agent
+    }
+
+    /// Closes every agent socket (at shutdown); agents reconnect with backoff.
+    pub fn close_all(&self) {
+        self.inner.closing.cancel();
+    }
+
+    /// Resolves when [`Gateway::close_all`] was called.
+    pub fn closing(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.inner.closing.cancelled()
     }
 
     /// Whether `device` holds a live socket to this instance.

@@ -190,9 +190,11 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    let gateway = breeze.state.gateway.clone();
     let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
+        gateway.close_all();
         let _ = tx.send(());
     });
     let drain_deadline = async {

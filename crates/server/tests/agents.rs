@@ -598,9 +598,38 @@ async fn admins_manage_enrollment_keys_and_scripts(cx: Ctx) {
     assert_eq!(r.status, StatusCode::NO_CONTENT);
 }
 
+/// Enrollment is rate-limited per client address: the attempt past the limit is a 429 with
+/// Retry-After, whether or not the key is good.
+async fn enrollment_is_rate_limited_per_address(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = common::build(
+        &w,
+        |c| c.enroll_rate_per_minute = 3,
+        std::sync::Arc::new(breeze_limits::MemoryLimiter::new()),
+    );
+    let key = enrollment_key(&w, None).await;
+    for i in 0..3 {
+        let r = send(
+            &app,
+            post_json("/api/v1/agents/enroll", None, &enroll_body("brz_bad", "m")),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "attempt {i}");
+    }
+    let r = send(
+        &app,
+        post_json("/api/v1/agents/enroll", None, &enroll_body(&key, "m")),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
+    assert!(err_msg(&r).contains("Too many enrollment attempts"));
+    assert!(r.headers.contains_key("retry-after"));
+}
+
 use uuid::Uuid;
 
 breeze_store::on_both_backends!(
+    enrollment_is_rate_limited_per_address,
     enrollment_and_device_tokens,
     commands_round_trip_over_the_socket,
     admins_manage_enrollment_keys_and_scripts,

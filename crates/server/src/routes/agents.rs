@@ -149,6 +149,10 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                     Err(e) => tracing::warn!(device = %agent.device_id, error = %e, "malformed agent frame"),
                 }
             }
+            () = state.gateway.closing() => {
+                let _ = socket.send(Message::Close(None)).await;
+                break;
+            }
             _ = ping.tick() => {
                 if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
                     break;
