@@ -41,6 +41,14 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     ("BREEZE_LOG_FORMAT", "pretty or json (default pretty)"),
     (
+        "BREEZE_APPROVAL_WEBHOOK_URL",
+        "called (POST, JSON) with each new approval request, e.g. to notify a phone (optional)",
+    ),
+    (
+        "MCP_APPROVAL_WAIT_SECONDS",
+        "how long a Tier 3 call waits for approval before answering pending (0-300, default 300)",
+    ),
+    (
         "BREEZE_ENROLL_RATE_PER_MINUTE",
         "agent enrollments allowed per client address per minute (default 10)",
     ),
@@ -238,6 +246,8 @@ pub(crate) struct Settings {
     pub(crate) demo_agent: bool,
     pub(crate) enroll_rate_per_minute: u32,
     pub(crate) metrics_retention: breeze_store::MetricsRetention,
+    pub(crate) approval_webhook_url: Option<String>,
+    pub(crate) approval_wait_secs: u64,
 }
 
 impl std::fmt::Debug for Settings {
@@ -402,6 +412,22 @@ impl Settings {
             mcp: McpSettings::load(env)?,
             demo_agent: boolean(env, "BREEZE_DEMO_AGENT", true)?,
             enroll_rate_per_minute: number(env, "BREEZE_ENROLL_RATE_PER_MINUTE", 10u32)?,
+            approval_webhook_url: match env.get("BREEZE_APPROVAL_WEBHOOK_URL").map(|v| v.trim()) {
+                None | Some("") => None,
+                Some(v) if v.starts_with("http://") || v.starts_with("https://") => {
+                    Some(v.to_owned())
+                }
+                Some(v) => {
+                    bail!("invalid BREEZE_APPROVAL_WEBHOOK_URL: {v:?} (expected an http(s) URL)")
+                }
+            },
+            approval_wait_secs: match env.get("MCP_APPROVAL_WAIT_SECONDS").map(|v| v.trim()) {
+                None | Some("") => 300,
+                Some(v) => match v.parse::<u64>() {
+                    Ok(n) if n <= 300 => n,
+                    _ => bail!("invalid MCP_APPROVAL_WAIT_SECONDS: {v:?} (expected 0 to 300)"),
+                },
+            },
             metrics_retention: breeze_store::MetricsRetention {
                 raw: chrono::Duration::days(
                     number(env, "BREEZE_METRICS_RAW_DAYS", 7i64)?.min(36_500),

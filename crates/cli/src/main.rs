@@ -44,6 +44,9 @@ enum Command {
     /// Manage agent enrollment keys.
     #[command(subcommand, name = "enrollment-keys")]
     EnrollmentKeys(commands::fleet::EnrollmentKeysCommand),
+    /// Step-up approval requests: list, show, approve, deny, report; approval modes.
+    #[command(subcommand)]
+    Approvals(commands::approvals::ApprovalsCommand),
     /// Device utilities (synthetic devices for load tests).
     #[command(subcommand)]
     Devices(commands::fleet::DevicesCommand),
@@ -147,6 +150,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::EnrollmentKeys(c) => c.run(&commands::open(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open(&settings).await?).await,
         Command::Devices(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Approvals(c) => c.run(&commands::open(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),

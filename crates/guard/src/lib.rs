@@ -4,7 +4,7 @@
 //! handler runs, and shows [`Guard::visible`] tools only. The pipeline, in the specification's
 //! order, each step refusing with an error that names what is missing:
 //!
-//! 1. **Scope** for the call's effective tier (base tier raised by the action table): Tier 1
+//! 1. **Scope** for the call's effective tier (the action's tier, else the base tier): Tier 1
 //!    needs `ai:read`, Tier 2 `ai:write`, Tier 3 `ai:execute` — and `ai:execute_admin` in
 //!    production when required. `ai:execute` implies `ai:write` implies `ai:read`; `*` grants
 //!    all. Tier 4 is always refused.
@@ -13,7 +13,8 @@
 //! 3. **Per-tool rate limit**, per user, exact sliding window (the limiter is shared with the
 //!    transport limits: memory or Redis). A limiter that cannot decide refuses in production.
 //! 4. **Production allowlist** for Tier 3+: `MCP_EXECUTE_TOOL_ALLOWLIST`.
-//! 5. **Approval** for Tier 3: until durable approvals exist, refused as needing one.
+//! 5. **Approval** for Tier 3: [`Clearance::NeedsApproval`] — the caller must get a person's
+//!    approval (breeze-server's durable approval requests) before the handler runs.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -99,15 +100,19 @@ pub enum Refusal {
     /// Production runs only allowlisted Tier 3+ tools.
     #[error("Tool \"{tool}\" is not in MCP_EXECUTE_TOOL_ALLOWLIST for production")]
     NotAllowlisted { tool: String },
-    /// Tier 3: a human must approve first.
-    #[error("Tool \"{tool}\"{action} is Tier 3 and requires human approval, which is not available over MCP yet", action = .action.as_ref().map(|a| format!(" action \"{a}\"")).unwrap_or_default())]
-    ApprovalRequired {
-        tool: String,
-        action: Option<String>,
-    },
     /// Tier 4: never.
     #[error("Tool \"{tool}\" is blocked")]
     Blocked { tool: String },
+}
+
+/// What the guard allows a call to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a Tier 3 call must not run before a person approves it"]
+pub enum Clearance {
+    /// Run now, at this tier.
+    Run(Tier),
+    /// Tier 3: everything else passed; a person must approve before it runs.
+    NeedsApproval,
 }
 
 /// Who is calling: the key's scopes and what its user may do in the key's organization.
@@ -179,7 +184,7 @@ impl Guard {
         caller: &Caller<'_>,
         spec: &ToolSpec,
         args: &Value,
-    ) -> Result<Tier, Refusal> {
+    ) -> Result<Clearance, Refusal> {
         let tier = spec.effective_tier(args);
         if tier == Tier::T4 {
             return Err(Refusal::Blocked {
@@ -224,12 +229,9 @@ impl Guard {
             });
         }
         if tier == Tier::T3 {
-            return Err(Refusal::ApprovalRequired {
-                tool: spec.name.to_owned(),
-                action: spec.action(args).map(|a| a.name.to_owned()),
-            });
+            return Ok(Clearance::NeedsApproval);
         }
-        Ok(tier)
+        Ok(Clearance::Run(tier))
     }
 }
 

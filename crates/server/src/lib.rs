@@ -5,6 +5,7 @@
 //! service, return JSON. Every failure becomes an [`ApiError`], mapped once to
 //! `{"error":{"code","message"}}`.
 
+pub mod approvals;
 mod audit_writer;
 mod authz;
 mod error;
@@ -56,6 +57,8 @@ pub struct ServerConfig {
     pub gateway: GatewayConfig,
     /// Enrollment attempts allowed per client address per minute.
     pub enroll_rate_per_minute: u32,
+    /// Step-up approvals: how long calls wait, the webhook.
+    pub approvals: approvals::ApprovalConfig,
 }
 
 impl ServerConfig {
@@ -72,6 +75,10 @@ impl ServerConfig {
             execute_allowlist: breeze_guard::Allowlist::None,
             gateway: GatewayConfig::default(),
             enroll_rate_per_minute: 10,
+            approvals: approvals::ApprovalConfig {
+                public_url: public_url.to_owned(),
+                ..approvals::ApprovalConfig::default()
+            },
         }
     }
 }
@@ -93,6 +100,9 @@ pub struct AppState {
     pub gateway: Gateway,
     /// Backs the per-address enrollment limit (and is shared with the MCP transport limits).
     pub limiter: Arc<dyn RateLimiter>,
+    /// Every tool.
+    pub registry: Arc<breeze_tools::Registry>,
+    pub approvals: approvals::Approvals,
 }
 
 impl AppState {
@@ -105,6 +115,14 @@ impl AppState {
         limiter: Arc<dyn RateLimiter>,
     ) -> Self {
         let gateway = Gateway::new(store.clone(), config.gateway.clone());
+        let registry = Arc::new(breeze_tools::all());
+        let approvals = approvals::Approvals::new(
+            store.clone(),
+            gateway.clone(),
+            registry.clone(),
+            clock.clone(),
+            config.approvals.clone(),
+        );
         Self {
             store,
             auth,
@@ -112,6 +130,8 @@ impl AppState {
             config: Arc::new(config),
             gateway,
             limiter,
+            registry,
+            approvals,
         }
     }
 }
@@ -138,7 +158,7 @@ impl Breeze {
             state.clock.clone(),
         );
         let audit = audit_writer::AuditWriter::spawn(state.store.clone());
-        let app = mcp::BreezeMcp::new(state.clone(), Arc::new(breeze_tools::all()), guard, audit);
+        let app = mcp::BreezeMcp::new(state.clone(), state.registry.clone(), guard, audit);
         let mut engine_config = state.config.mcp.clone();
         engine_config.fail_closed = state.config.production;
         let mcp = Engine::new(Arc::new(app), engine_config, limiter);
@@ -184,6 +204,7 @@ pub async fn serve(
     let sweeper_stop = tokio_util::sync::CancellationToken::new();
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
+    breeze.state.approvals.spawn_resumer(sweeper_stop.clone());
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
 use breeze_core::{Actor, ActorType, ApiKeyPrincipal, AuditEvent, AuditResult};
-use breeze_guard::{Guard, Refusal};
+use breeze_guard::{Clearance, Guard, Refusal};
 use breeze_mcp::{
     Caller, Cx, HttpError, McpApp, RequestRecord,
     jsonrpc::ErrorObject,
@@ -21,7 +21,7 @@ use breeze_tools::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::{AppState, audit_writer::AuditWriter};
+use crate::{AppState, approvals::Outcome, audit_writer::AuditWriter};
 
 /// The server's name in `initialize`.
 pub const SERVER_NAME: &str = "breeze-rmm";
@@ -53,6 +53,66 @@ impl BreezeMcp {
             guard,
             audit,
             identity,
+        }
+    }
+
+    /// A Tier 3 call: a durable approval request, a bounded wait with progress, and the
+    /// call's result once a person approved it (or why it did not run, or "pending").
+    async fn with_approval(
+        &self,
+        cx: &Cx<ApiKeyPrincipal>,
+        spec: &ToolSpec,
+        arguments: Value,
+        meta: Value,
+    ) -> CallToolResult {
+        let approvals = &self.state.approvals;
+        let record = match approvals
+            .request(
+                &cx.caller.principal,
+                spec,
+                &arguments,
+                cx.request_id.as_ref().map(ToString::to_string),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return tool_error_result(&ToolError::from(e), meta),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let wait = approvals.wait_and_run(record, &tx, &cx.cancel);
+        tokio::pin!(wait);
+        let outcome = loop {
+            tokio::select! {
+                o = &mut wait => break o,
+                Some(p) = rx.recv() => cx.progress(p.progress, p.total, p.message.as_deref()).await,
+            }
+        };
+        match outcome {
+            Outcome::Ran(Ok(output)) => CallToolResult {
+                content: vec![Content::text(output.to_string())],
+                structured_content: Some(output),
+                is_error: false,
+                meta: Some(meta),
+            },
+            Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),
+            Outcome::Pending(r) => {
+                let pending = json!({
+                    "status": "pending_approval",
+                    "approvalId": r.id,
+                    "description": r.description,
+                    "expiresAt": r.expires_at,
+                    "message": format!(
+                        "This Tier 3 call waits for a person's approval (approval {}). Once approved it runs once; check with get_approval_status.",
+                        r.id
+                    ),
+                });
+                CallToolResult {
+                    content: vec![Content::text(pending.to_string())],
+                    structured_content: Some(pending),
+                    is_error: false,
+                    meta: Some(meta),
+                }
+            }
         }
     }
 
@@ -206,8 +266,8 @@ impl McpApp for BreezeMcp {
             user: principal.user_id,
             permissions: principal.permissions,
         };
-        match self.guard.check(&caller, spec, &arguments).await {
-            Ok(_) => {}
+        let clearance = match self.guard.check(&caller, spec, &arguments).await {
+            Ok(c) => c,
             Err(
                 r @ (Refusal::MissingScope { .. }
                 | Refusal::NoRole
@@ -218,17 +278,15 @@ impl McpApp for BreezeMcp {
                 return Err(ErrorObject::new(-32000, r.to_string()));
             }
             Err(r) => {
-                let mut e = ToolError::new(ErrorCode::Forbidden, r.to_string());
-                if let Refusal::ApprovalRequired { .. } = r {
-                    e = e.hint(
-                        "ask a person to do this in Breeze, or use a Tier 1 or Tier 2 alternative",
-                    );
-                }
+                let e = ToolError::new(ErrorCode::Forbidden, r.to_string());
                 return Ok(tool_error_result(&e, meta));
             }
-        }
+        };
         if let Err(e) = spec.validate(&arguments) {
             return Ok(tool_error_result(&e, meta));
+        }
+        if clearance == Clearance::NeedsApproval {
+            return Ok(self.with_approval(&cx, spec, arguments, meta).await);
         }
         let actor = Actor::new(ActorType::ApiKey, principal.key_id);
         let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();

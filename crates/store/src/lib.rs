@@ -10,6 +10,7 @@
 
 mod agents;
 mod api_keys;
+mod approvals;
 mod audit;
 mod commands;
 mod context;
@@ -30,6 +31,7 @@ pub use agents::{
     EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
 };
 pub use api_keys::{ApiKeyRecord, NewApiKey};
+pub use approvals::{APPROVAL_MODES, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};

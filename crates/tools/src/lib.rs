@@ -25,6 +25,7 @@ pub use registry::{Registry, ToolSpec, tool_meta};
 pub fn all() -> Registry {
     let mut r = Registry::default();
     tools::agent::register(&mut r);
+    tools::approvals::register(&mut r);
     tools::audit::register(&mut r);
     tools::context::register(&mut r);
     tools::devices::register(&mut r);

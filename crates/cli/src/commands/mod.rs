@@ -1,6 +1,7 @@
 //! Subcommand implementations and what they share: opening the store, serving until a signal.
 
 pub(crate) mod admin;
+pub(crate) mod approvals;
 pub(crate) mod demo;
 pub(crate) mod fleet;
 pub(crate) mod stdio;
@@ -115,6 +116,12 @@ fn server_config(settings: &Settings) -> ServerConfig {
             ..breeze_gateway::GatewayConfig::default()
         },
         enroll_rate_per_minute: settings.enroll_rate_per_minute,
+        approvals: breeze_server::approvals::ApprovalConfig {
+            wait: std::time::Duration::from_secs(settings.approval_wait_secs),
+            webhook_url: settings.approval_webhook_url.clone(),
+            public_url: settings.public_url.clone(),
+            ..Default::default()
+        },
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,

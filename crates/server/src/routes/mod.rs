@@ -2,6 +2,7 @@
 
 pub(crate) mod agents;
 pub(crate) mod api_keys;
+pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod auth;
 pub(crate) mod fleet;
@@ -20,6 +21,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(api_keys::router())
         .merge(audit::router())
         .merge(agents::router())
+        .merge(approvals::router())
         .merge(fleet::router())
 }
 

@@ -154,11 +154,13 @@ pub(crate) fn build(
 ) -> Router {
     let mut config = (*w.state.config).clone();
     tweak(&mut config);
-    let state = AppState {
-        config: Arc::new(config),
+    let state = AppState::new(
+        w.state.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
         limiter,
-        ..w.state.clone()
-    };
+    );
     app(Breeze::new(state))
 }
 

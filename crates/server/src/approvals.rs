@@ -1,0 +1,535 @@
+//! Step-up approval of Tier 3 calls: the request, the wait, the decision, the one execution.
+//!
+//! A Tier 3 call that passed every other check becomes a durable request
+//! ([`breeze_store::ApprovalRecord`]) pinned to the tool definition and arguments the approver
+//! sees (SHA-256 of each). The caller waits — bounded by the request's 5-minute expiry, with
+//! progress notifications, polling the row every second and woken at once by an in-process
+//! decision; five consecutive database errors end the wait (circuit breaker). A person decides
+//! through REST or the CLI ([`decide`]): approve, deny, or report (deny and revoke the
+//! requesting key). Whoever claims the approved row first — the waiting call, or the
+//! [`Approvals::spawn_resumer`] task for requests whose caller is gone or that were approved
+//! while the server was down — runs it, once, after re-checking both hashes. A request left
+//! running by a crashed server fails at the next start; it is never retried.
+
+use std::{sync::Arc, time::Duration};
+
+use breeze_core::{
+    Actor, ActorType, ApiKeyPrincipal, AuditEvent, Clock, OrgId, User, UserId, rbac,
+};
+use breeze_gateway::Gateway;
+use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
+use breeze_tools::{ErrorCode, ProgressReport, Registry, ToolError, ToolSpec, tool_cx};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// How long a request waits for a person.
+pub const APPROVAL_TTL_SECS: i64 = 300;
+
+/// Consecutive database errors after which a waiting call gives up.
+const CIRCUIT_BREAKER: u32 = 5;
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct ApprovalConfig {
+    /// How long a call waits for the decision before answering "pending" with the request id
+    /// (`MCP_APPROVAL_WAIT_SECONDS`; 0 answers at once, for clients that cannot hold a call).
+    pub wait: Duration,
+    /// Called with each new request (`BREEZE_APPROVAL_WEBHOOK_URL`).
+    pub webhook_url: Option<String>,
+    /// Where approvers find the API (for the webhook's links).
+    pub public_url: String,
+    /// How often waiting calls and the resumer re-read the database.
+    pub poll: Duration,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(APPROVAL_TTL_SECS as u64),
+            webhook_url: None,
+            public_url: String::new(),
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The SHA-256 of what an approver is shown of a tool: name, description, input schema, tiers.
+pub fn definition_hash(spec: &ToolSpec) -> [u8; 32] {
+    let actions: Vec<Value> = spec
+        .actions
+        .iter()
+        .map(|a| json!([a.name, a.tier.number()]))
+        .collect();
+    let doc = json!({
+        "name": spec.name, "description": spec.description, "inputSchema": spec.input_schema,
+        "tier": spec.tier.number(), "actions": actions,
+    });
+    Sha256::digest(doc.to_string().as_bytes()).into()
+}
+
+/// The SHA-256 of a call's arguments (serde_json objects serialize with sorted keys).
+pub fn arguments_hash(args: &Value) -> [u8; 32] {
+    Sha256::digest(args.to_string().as_bytes()).into()
+}
+
+/// How a waited-for request ended, for the caller.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It ran: the tool's output, or its error.
+    Ran(Result<Value, ToolError>),
+    /// Still undecided when the wait ended: the caller gets the id to check later.
+    Pending(ApprovalRecord),
+    /// Denied, reported, expired, or refused at execution (definition changed, …).
+    Refused(ToolError),
+}
+
+struct Inner {
+    store: Store,
+    gateway: Gateway,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    config: ApprovalConfig,
+    decided: watch::Sender<u64>,
+    http: reqwest::Client,
+}
+
+/// The approval service. Cheap to clone.
+#[derive(Clone)]
+pub struct Approvals {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals").finish_non_exhaustive()
+    }
+}
+
+fn refused(message: impl Into<String>) -> ToolError {
+    ToolError::new(ErrorCode::Forbidden, message)
+}
+
+/// A short, human-readable account of what will run.
+async fn describe(store: &Store, org: OrgId, spec: &ToolSpec, args: &Value) -> String {
+    let mut text = spec.title.to_owned();
+    if let Some(action) = spec.action(args) {
+        text.push_str(&format!(" — {}", action.name));
+    }
+    if let Some(id) = args.get("deviceId").and_then(Value::as_str)
+        && let Ok(id) = id.parse()
+        && let Ok(device) = store.org(org).get_device(id).await
+    {
+        text.push_str(&format!(" on {}", device.hostname));
+    }
+    let mut shown = args.to_string();
+    if shown.len() > 400 {
+        let mut end = 400;
+        while !shown.is_char_boundary(end) {
+            end -= 1;
+        }
+        shown.truncate(end);
+        shown.push('…');
+    }
+    format!("{text}: {}({shown})", spec.name)
+}
+
+impl Approvals {
+    pub fn new(
+        store: Store,
+        gateway: Gateway,
+        registry: Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        config: ApprovalConfig,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                gateway,
+                registry,
+                clock,
+                config,
+                decided: watch::channel(0).0,
+                http: reqwest::Client::builder()
+                    .timeout(Duration::from_secs(5))
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Wakes waiting calls after a decision made in this process.
+    pub fn notify_decided(&self) {
+        self.inner.decided.send_modify(|n| *n += 1);
+    }
+
+    /// Records the request for a Tier 3 call and tells the webhook.
+    pub async fn request(
+        &self,
+        principal: &ApiKeyPrincipal,
+        spec: &ToolSpec,
+        args: &Value,
+        request_id: Option<String>,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let org = self.inner.store.org(principal.org_id);
+        let action = spec.action(args).map(|a| a.name);
+        let mode = org.approval_mode(spec.name, action).await?;
+        let description = describe(&self.inner.store, principal.org_id, spec, args).await;
+        let audit = AuditEvent::new(
+            Actor::new(ActorType::ApiKey, principal.key_id),
+            "approval.request",
+            "approval_request",
+        )
+        .request(request_id.clone());
+        let record = org
+            .create_approval(
+                NewApproval {
+                    api_key_id: Some(principal.key_id),
+                    requester_user_id: principal.user_id,
+                    tool: spec.name.to_owned(),
+                    action: action.map(str::to_owned),
+                    tier: spec.effective_tier(args).number(),
+                    arguments: args.clone(),
+                    arguments_hash: arguments_hash(args),
+                    definition_hash: definition_hash(spec),
+                    description,
+                    mode,
+                    request_id,
+                    expires_at: self.inner.clock.now()
+                        + chrono::Duration::seconds(APPROVAL_TTL_SECS),
+                },
+                audit,
+            )
+            .await?;
+        self.call_webhook(&record);
+        Ok(record)
+    }
+
+    fn call_webhook(&self, r: &ApprovalRecord) {
+        let Some(url) = self.inner.config.webhook_url.clone() else {
+            return;
+        };
+        let base = &self.inner.config.public_url;
+        let body = json!({
+            "type": "approval.requested",
+            "id": r.id, "orgId": r.org_id, "tool": r.tool, "action": r.action, "tier": r.tier,
+            "description": r.description, "mode": r.mode, "requesterUserId": r.requester_user_id,
+            "expiresAt": r.expires_at,
+            "approveUrl": format!("{base}/api/v1/approvals/{}/approve", r.id),
+            "denyUrl": format!("{base}/api/v1/approvals/{}/deny", r.id),
+        });
+        let http = self.inner.http.clone();
+        tokio::spawn(async move {
+            match http.post(&url).json(&body).send().await {
+                Ok(res) if res.status().is_success() => {}
+                Ok(res) => {
+                    tracing::warn!(status = %res.status(), "approval webhook refused the notification")
+                }
+                Err(e) => tracing::warn!(error = %e, "approval webhook unreachable"),
+            }
+        });
+    }
+
+    /// Waits for the decision on `record` (bounded by the configured wait and the expiry),
+    /// reporting progress, and runs it when approved. `cancel` withdraws the request.
+    pub async fn wait_and_run(
+        &self,
+        record: ApprovalRecord,
+        progress: &mpsc::UnboundedSender<ProgressReport>,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let store = self.inner.store.org(record.org_id);
+        let started = tokio::time::Instant::now();
+        let wait_until = started + self.inner.config.wait;
+        let mut decided = self.inner.decided.subscribe();
+        let mut errors = 0;
+        let mut last_report = None::<tokio::time::Instant>;
+        loop {
+            let current = match store.get_approval(record.id).await {
+                Ok(r) => {
+                    errors = 0;
+                    r
+                }
+                Err(e) => {
+                    errors += 1;
+                    tracing::warn!(approval = %record.id, error = %e, errors, "approval wait: database error");
+                    if errors >= CIRCUIT_BREAKER {
+                        return Outcome::Refused(
+                            ToolError::new(
+                                ErrorCode::UpstreamError,
+                                format!(
+                                    "stopped waiting for approval {}: the database failed {CIRCUIT_BREAKER} times in a row",
+                                    record.id
+                                ),
+                            )
+                            .hint("check the request's status later with get_approval_status"),
+                        );
+                    }
+                    tokio::time::sleep(self.inner.config.poll).await;
+                    continue;
+                }
+            };
+            match current.status.as_str() {
+                "approved" => {
+                    if self
+                        .inner
+                        .store
+                        .claim_approval(current.id)
+                        .await
+                        .unwrap_or(false)
+                    {
+                        return Outcome::Ran(self.execute(&current).await);
+                    }
+                }
+                "completed" | "failed" => return finished(&current),
+                "denied" | "reported" | "expired" => {
+                    return Outcome::Refused(decision_error(&current));
+                }
+                _ => {}
+            }
+            let now = tokio::time::Instant::now();
+            if current.status == "pending" && self.inner.clock.now() >= current.expires_at {
+                let _ = self.inner.store.expire_approvals().await;
+                continue;
+            }
+            if current.status == "pending" && now >= wait_until {
+                return Outcome::Pending(current);
+            }
+            if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
+                last_report = Some(now);
+                let _ = progress.send(ProgressReport {
+                    progress: (now - started).as_secs_f64(),
+                    total: Some(APPROVAL_TTL_SECS as f64),
+                    message: Some(format!(
+                        "Waiting for a person to approve {} (approval {}, expires {})",
+                        current.description,
+                        current.id,
+                        current.expires_at.to_rfc3339()
+                    )),
+                });
+            }
+            tokio::select! {
+                _ = decided.changed() => {}
+                () = tokio::time::sleep(self.inner.config.poll) => {}
+                () = cancel.cancelled() => {
+                    let _ = store
+                        .decide_approval(
+                            record.id,
+                            Decision::Deny,
+                            record.requester_user_id,
+                            Some("withdrawn: the caller cancelled the call"),
+                            AuditEvent::new(Actor::system("mcp"), "approval.withdraw", "approval_request"),
+                        )
+                        .await;
+                    return Outcome::Refused(refused("cancelled by the client; the approval request was withdrawn"));
+                }
+            }
+        }
+    }
+
+    /// Runs a claimed request: the tool must still have the definition the approver saw, and
+    /// the arguments must be the approved ones. The outcome is stored on the request.
+    async fn execute(&self, r: &ApprovalRecord) -> Result<Value, ToolError> {
+        let outcome = self.run_claimed(r).await;
+        let (stored, is_error) = match &outcome {
+            Ok(v) => (v.clone(), false),
+            Err(e) => (e.to_structured(), true),
+        };
+        if let Err(e) = self
+            .inner
+            .store
+            .finish_approval(r.id, &stored, is_error)
+            .await
+        {
+            tracing::error!(approval = %r.id, error = %e, "could not record an approved call's outcome");
+        }
+        outcome
+    }
+
+    async fn run_claimed(&self, r: &ApprovalRecord) -> Result<Value, ToolError> {
+        let Some(spec) = self.inner.registry.get(&r.tool) else {
+            return Err(refused(format!(
+                "the tool {} no longer exists; nothing was run",
+                r.tool
+            )));
+        };
+        if definition_hash(spec).as_slice() != r.definition_hash.as_slice() {
+            return Err(refused(format!(
+                "the definition of {} changed after it was approved; refusing to run what nobody approved",
+                r.tool
+            )));
+        }
+        if arguments_hash(&r.arguments).as_slice() != r.arguments_hash.as_slice() {
+            return Err(refused(
+                "the arguments differ from the approved ones; nothing was run",
+            ));
+        }
+        spec.validate(&r.arguments)?;
+        let actor = match r.api_key_id {
+            Some(k) => Actor::new(ActorType::ApiKey, k),
+            None => Actor::new(ActorType::User, r.requester_user_id),
+        };
+        let cx = tool_cx(
+            &self.inner.store,
+            &self.inner.gateway,
+            r.org_id,
+            actor,
+            r.request_id.clone(),
+        );
+        spec.call(&cx, r.arguments.clone()).await
+    }
+
+    /// At start, fails requests a previous process left running; then, every poll interval,
+    /// expires stale requests and runs approved ones nobody is waiting for.
+    pub fn spawn_resumer(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.inner.store.fail_interrupted_approvals().await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    requests = n,
+                    "approved calls interrupted by the last shutdown were marked failed, not retried"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not check for interrupted approved calls")
+                }
+            }
+            loop {
+                if let Err(e) = this.resume_once().await {
+                    tracing::warn!(error = %e, "approval resumer failed a round");
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(this.inner.config.poll * 2) => {}
+                }
+            }
+        })
+    }
+
+    async fn resume_once(&self) -> Result<(), StoreError> {
+        self.inner.store.expire_approvals().await?;
+        for r in self.inner.store.unclaimed_approvals().await? {
+            // Give a live waiter the first chance, so its client gets progress and the result.
+            if r.decided_at
+                .is_some_and(|t| self.inner.clock.now() - t < chrono::Duration::seconds(3))
+            {
+                continue;
+            }
+            if self.inner.store.claim_approval(r.id).await? {
+                tracing::info!(approval = %r.id, tool = %r.tool, "running an approved call whose caller is gone");
+                let _ = self.execute(&r).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn finished(r: &ApprovalRecord) -> Outcome {
+    let result = r.result.clone().unwrap_or(Value::Null);
+    if r.result_is_error {
+        let message = result["error"]["message"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| r.reason.clone())
+            .unwrap_or_else(|| "the approved call failed".into());
+        Outcome::Ran(Err(ToolError::new(ErrorCode::UpstreamError, message)))
+    } else {
+        Outcome::Ran(Ok(result))
+    }
+}
+
+/// The tool error for a request a person (or the clock) turned down.
+pub fn decision_error(r: &ApprovalRecord) -> ToolError {
+    let why = r
+        .reason
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    let what = match r.status.as_str() {
+        "reported" => "was reported as suspicious; the requesting API key has been revoked",
+        "expired" => "expired before anyone decided",
+        _ => "was denied",
+    };
+    refused(format!("Approval request {} {what}{why}", r.id))
+}
+
+/// Why a person could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("approval request not found")]
+    NotFound,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A person's decision on an approval request. The request must belong to an organization
+/// `user` can reach, where their role holds the permission the call needs; under four-eyes an
+/// approval must come from someone other than the requester.
+pub async fn decide(
+    store: &Store,
+    registry: &Registry,
+    user: &User,
+    id: Uuid,
+    decision: Decision,
+    reason: Option<&str>,
+    actor: Actor,
+    request_id: Option<String>,
+) -> Result<ApprovalRecord, DecideError> {
+    let record = find_for(store, user.id, id).await?;
+    let access = store
+        .org_access(user.id, record.org_id)
+        .await?
+        .ok_or(DecideError::NotFound)?;
+    if let Some(spec) = registry.get(&record.tool) {
+        let needed = spec.permission_for(&record.arguments);
+        if rbac::check(access.permissions, needed).is_err() {
+            return Err(DecideError::Forbidden(format!(
+                "deciding this request needs the {needed} permission in its organization"
+            )));
+        }
+    }
+    if decision == Decision::Approve
+        && record.mode == "four_eyes"
+        && record.requester_user_id == user.id
+    {
+        return Err(DecideError::Forbidden(
+            "four-eyes approval: a different person must approve this request".into(),
+        ));
+    }
+    let action = match decision {
+        Decision::Approve => "approval.approve",
+        Decision::Deny => "approval.deny",
+        Decision::Report => "approval.report",
+    };
+    Ok(store
+        .org(record.org_id)
+        .decide_approval(
+            id,
+            decision,
+            user.id,
+            reason,
+            AuditEvent::new(actor, action, "approval_request").request(request_id),
+        )
+        .await?)
+}
+
+/// The request `id`, when it belongs to an organization `user` can reach.
+pub async fn find_for(
+    store: &Store,
+    user: UserId,
+    id: Uuid,
+) -> Result<ApprovalRecord, DecideError> {
+    for (org, _) in store.user_organizations(user).await? {
+        match store.org(org.id).get_approval(id).await {
+            Ok(r) => return Ok(r),
+            Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(DecideError::NotFound)
+}

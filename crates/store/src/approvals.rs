@@ -1,0 +1,380 @@
+//! Step-up approvals as stored: a Tier 3 call becomes a durable request that a person approves,
+//! denies or reports, and that is executed at most once.
+//!
+//! The status moves forward only, by conditional updates:
+//!
+//! ```text
+//! pending ──approve──▶ approved ──claim──▶ executing ──▶ completed | failed
+//!    ├──deny──▶ denied        (approved stays approved until exactly one claimer wins)
+//!    ├──report─▶ reported     (and the requesting API key is revoked in the same transaction)
+//!    └──(expiry)─▶ expired
+//! ```
+//!
+//! A row found `executing` when the server starts was interrupted mid-call: it becomes `failed`
+//! and is never retried. An `approved` row nobody claimed (its caller went away, or the server
+//! was down when it was approved) is claimed and run by the server's resumer — once.
+
+use breeze_core::{ApiKeyId, AuditEvent, OrgId, Timestamp, UserId};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    OrgStore, Result, Store, StoreError, audit,
+    sql::{Arg, Tx, sql},
+};
+
+const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, tier, arguments, \
+    arguments_hash, definition_hash, description, mode, status, reason, decided_by, decided_at, \
+    request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error";
+
+/// Who must approve.
+pub const APPROVAL_MODES: [&str; 2] = ["supervised", "four_eyes"];
+
+/// A stored approval request.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ApprovalRecord {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub api_key_id: Option<ApiKeyId>,
+    pub requester_user_id: UserId,
+    pub tool: String,
+    pub action: Option<String>,
+    pub tier: i64,
+    #[sqlx(json)]
+    pub arguments: Value,
+    #[serde(skip)]
+    pub arguments_hash: Vec<u8>,
+    #[serde(skip)]
+    pub definition_hash: Vec<u8>,
+    pub description: String,
+    /// `supervised` or `four_eyes`.
+    pub mode: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub decided_by: Option<UserId>,
+    pub decided_at: Option<Timestamp>,
+    pub request_id: Option<String>,
+    pub created_at: Timestamp,
+    pub expires_at: Timestamp,
+    pub claimed_at: Option<Timestamp>,
+    pub completed_at: Option<Timestamp>,
+    #[sqlx(json(nullable))]
+    pub result: Option<Value>,
+    pub result_is_error: bool,
+}
+
+impl ApprovalRecord {
+    /// Whether nothing more will happen to it.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self.status.as_str(),
+            "denied" | "expired" | "reported" | "completed" | "failed"
+        )
+    }
+}
+
+/// An approval request to record.
+#[derive(Debug, Clone)]
+pub struct NewApproval {
+    pub api_key_id: Option<ApiKeyId>,
+    pub requester_user_id: UserId,
+    pub tool: String,
+    pub action: Option<String>,
+    pub tier: u8,
+    pub arguments: Value,
+    pub arguments_hash: [u8; 32],
+    pub definition_hash: [u8; 32],
+    pub description: String,
+    pub mode: String,
+    pub request_id: Option<String>,
+    pub expires_at: Timestamp,
+}
+
+/// A person's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Deny,
+    /// Deny and revoke the requesting credential: the request looks like abuse.
+    Report,
+}
+
+impl Decision {
+    fn status(self) -> &'static str {
+        match self {
+            Decision::Approve => "approved",
+            Decision::Deny => "denied",
+            Decision::Report => "reported",
+        }
+    }
+}
+
+impl OrgStore<'_> {
+    /// Records a pending approval request, audited.
+    pub async fn create_approval(
+        &self,
+        new: NewApproval,
+        audit: AuditEvent,
+    ) -> Result<ApprovalRecord> {
+        if !APPROVAL_MODES.contains(&new.mode.as_str()) {
+            return Err(StoreError::Invalid(format!(
+                "unknown approval mode {:?}",
+                new.mode
+            )));
+        }
+        let now = self.store.clock.now();
+        let id = Uuid::now_v7();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(format!(
+            "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+             $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE)"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .bind(new.api_key_id.map(|k| k.0))
+        .bind(new.requester_user_id)
+        .bind(&new.tool)
+        .bind(new.action.as_deref())
+        .bind(i64::from(new.tier))
+        .bind(Arg::json(&new.arguments))
+        .bind(&new.arguments_hash[..])
+        .bind(&new.definition_hash[..])
+        .bind(&new.description)
+        .bind(&new.mode)
+        .bind(new.request_id.as_deref())
+        .bind(now)
+        .bind(new.expires_at)
+        .execute(&mut tx)
+        .await?;
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "tool": new.tool, "action": new.action, "tier": new.tier,
+            "description": new.description, "mode": new.mode, "expires_at": new.expires_at,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_approval(id).await
+    }
+
+    /// One approval request of this organization.
+    pub async fn get_approval(&self, id: Uuid) -> Result<ApprovalRecord> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("approval request"))
+    }
+
+    /// This organization's approval requests, newest first; only pending ones when asked.
+    pub async fn list_approvals(
+        &self,
+        pending_only: bool,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>> {
+        let mut q = sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE org_id = $1"
+        ))
+        .bind(self.org);
+        if pending_only {
+            let now = q.arg(self.store.clock.now());
+            q.push(&format!(" AND status = 'pending' AND expires_at > {now}"));
+        }
+        let p = q.arg(i64::from(limit));
+        q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {p}"));
+        q.fetch_all(self.store).await
+    }
+
+    /// Applies a person's decision to a pending, unexpired request — once. A report also
+    /// revokes the requesting API key, in the same transaction. Deciding twice, or too late,
+    /// is a conflict naming the request's state.
+    pub async fn decide_approval(
+        &self,
+        id: Uuid,
+        decision: Decision,
+        by: UserId,
+        reason: Option<&str>,
+        audit: AuditEvent,
+    ) -> Result<ApprovalRecord> {
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let changed = sql(
+            "UPDATE approval_requests SET status = $1, decided_by = $2, decided_at = $3, \
+             reason = $4 WHERE id = $5 AND org_id = $6 AND status = 'pending' AND expires_at > $3",
+        )
+        .bind(decision.status())
+        .bind(by)
+        .bind(now)
+        .bind(reason)
+        .bind(id)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await?;
+        if changed == 0 {
+            drop(tx);
+            let current = self.get_approval(id).await?;
+            let state = if current.status == "pending" {
+                "expired"
+            } else {
+                current.status.as_str()
+            };
+            return Err(StoreError::Conflict(format!(
+                "approval request {id} is already {state}; it can be decided only once, while pending"
+            )));
+        }
+        if decision == Decision::Report {
+            sql("UPDATE api_keys SET revoked_at = $1 WHERE id = \
+                 (SELECT api_key_id FROM approval_requests WHERE id = $2) AND revoked_at IS NULL")
+            .bind(now)
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
+        }
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "decision": decision.status(), "reason": reason,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_approval(id).await
+    }
+
+    /// The approval mode for a tool's action: the most specific policy of `tool.action`,
+    /// `tool`, `*`, else `supervised`.
+    pub async fn approval_mode(&self, tool: &str, action: Option<&str>) -> Result<String> {
+        let rows: Vec<(String, String)> =
+            sql("SELECT action_class, mode FROM approval_policies WHERE org_id = $1")
+                .bind(self.org)
+                .fetch_all(self.store)
+                .await?;
+        let find = |class: &str| {
+            rows.iter()
+                .find(|(c, _)| c == class)
+                .map(|(_, m)| m.clone())
+        };
+        Ok(action
+            .and_then(|a| find(&format!("{tool}.{a}")))
+            .or_else(|| find(tool))
+            .or_else(|| find("*"))
+            .unwrap_or_else(|| "supervised".to_owned()))
+    }
+
+    /// Sets the approval mode for an action class (`*`, `tool` or `tool.action`), audited.
+    pub async fn set_approval_policy(
+        &self,
+        class: &str,
+        mode: &str,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        if !APPROVAL_MODES.contains(&mode) {
+            return Err(StoreError::Invalid(format!(
+                "unknown approval mode {mode:?} (expected supervised or four_eyes)"
+            )));
+        }
+        if class.is_empty() || class.len() > 200 {
+            return Err(StoreError::Invalid(
+                "the action class must be 1 to 200 characters".into(),
+            ));
+        }
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql("DELETE FROM approval_policies WHERE org_id = $1 AND action_class = $2")
+            .bind(self.org)
+            .bind(class)
+            .execute(&mut tx)
+            .await?;
+        sql("INSERT INTO approval_policies (org_id, action_class, mode) VALUES ($1, $2, $3)")
+            .bind(self.org)
+            .bind(class)
+            .bind(mode)
+            .execute(&mut tx)
+            .await?;
+        let audit = audit
+            .org(self.org)
+            .details(serde_json::json!({ "class": class, "mode": mode }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await
+    }
+}
+
+impl Store {
+    /// Pending, unexpired requests of these organizations, newest first.
+    pub async fn pending_approvals(&self, orgs: &[OrgId]) -> Result<Vec<ApprovalRecord>> {
+        if orgs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'pending' AND expires_at > $1"
+        ))
+        .bind(self.clock.now());
+        let ids: Vec<String> = orgs.iter().map(|o| q.arg(*o)).collect();
+        q.push(&format!(
+            " AND org_id IN ({}) ORDER BY created_at DESC, id DESC",
+            ids.join(", ")
+        ));
+        q.fetch_all(self).await
+    }
+
+    /// Claims an approved request for execution. Exactly one caller gets `true`.
+    pub async fn claim_approval(&self, id: Uuid) -> Result<bool> {
+        let n = sql(
+            "UPDATE approval_requests SET status = 'executing', claimed_at = $1 \
+                     WHERE id = $2 AND status = 'approved'",
+        )
+        .bind(self.clock.now())
+        .bind(id)
+        .execute(self)
+        .await?;
+        Ok(n > 0)
+    }
+
+    /// Records the outcome of a claimed request.
+    pub async fn finish_approval(&self, id: Uuid, result: &Value, is_error: bool) -> Result<()> {
+        sql(
+            "UPDATE approval_requests SET status = $1, result = $2, result_is_error = $3, \
+             completed_at = $4 WHERE id = $5 AND status = 'executing'",
+        )
+        .bind(if is_error { "failed" } else { "completed" })
+        .bind(Arg::json(result))
+        .bind(is_error)
+        .bind(self.clock.now())
+        .bind(id)
+        .execute(self)
+        .await
+        .map(drop)
+    }
+
+    /// Approved requests nobody has claimed, oldest first (their callers went away, or the
+    /// server was down when they were approved).
+    pub async fn unclaimed_approvals(&self) -> Result<Vec<ApprovalRecord>> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'approved' \
+             ORDER BY decided_at, id"
+        ))
+        .fetch_all(self)
+        .await
+    }
+
+    /// At start: requests left `executing` by a previous process fail, never to be retried.
+    pub async fn fail_interrupted_approvals(&self) -> Result<u64> {
+        sql(
+            "UPDATE approval_requests SET status = 'failed', completed_at = $1, \
+             reason = 'the server stopped while this call was running; it was not retried', \
+             result_is_error = TRUE WHERE status = 'executing'",
+        )
+        .bind(self.clock.now())
+        .execute(self)
+        .await
+    }
+
+    /// Pending requests past their expiry become `expired`.
+    pub async fn expire_approvals(&self) -> Result<u64> {
+        sql("UPDATE approval_requests SET status = 'expired', \
+             reason = 'nobody decided before it expired' \
+             WHERE status = 'pending' AND expires_at <= $1")
+        .bind(self.clock.now())
+        .execute(self)
+        .await
+    }
+}
