@@ -93,8 +93,13 @@ struct Server(Child);
 
 impl Server {
     fn start(dir: &Path, port: u16, command: &str) -> Server {
+        Self::start_with(dir, port, command, &[])
+    }
+
+    fn start_with(dir: &Path, port: u16, command: &str, env: &[(&str, &str)]) -> Server {
         let child = breeze(dir)
             .args([command, "--listen", &format!("127.0.0.1:{port}")])
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -574,4 +579,83 @@ fn mcp_stdio_bridges_to_a_running_server() {
         run_ok(breeze(dir.path()).args(["mcp", "stdio", "--version"]))
             .contains(env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// A Tier 3 call waits for approval; the server is killed with SIGKILL; the request is
+/// approved from the CLI while the server is down; the restarted server runs it — once.
+#[test]
+fn an_approval_granted_while_the_server_is_down_runs_once_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let no_agent = [("BREEZE_DEMO_AGENT", "false")];
+    let mut server = Server::start_with(dir.path(), port, "demo", &no_agent);
+    let demo = read_demo(dir.path());
+    let execute = demo["api_keys"]["execute"].as_str().unwrap().to_owned();
+    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+    let waiting = std::thread::spawn(move || {
+        // The connection dies with the server; whatever it returns is irrelevant.
+        let _ = std::panic::catch_unwind(|| {
+            mcp_tool(
+                port,
+                &execute,
+                "manage_groups",
+                serde_json::json!({ "action": "create", "name": "Restarted" }),
+            )
+        });
+    });
+    let mut id = String::new();
+    eventually(20, "the approval request", || {
+        let out = run_ok(breeze(dir.path()).args(["approvals", "list", "--org", "acme"]));
+        id = out.split_whitespace().next().unwrap_or_default().to_owned();
+        !id.is_empty()
+    });
+    server.0.kill().unwrap(); // SIGKILL: no graceful anything
+    server.0.wait().unwrap();
+    let _ = waiting.join();
+
+    let out = run_ok(breeze(dir.path()).args([
+        "approvals",
+        "approve",
+        &id,
+        "--user",
+        "admin@breeze.local",
+    ]));
+    assert!(out.contains("approved"), "{out}");
+    let (_, err) = run_err(breeze(dir.path()).args([
+        "approvals",
+        "approve",
+        &id,
+        "--user",
+        "admin@breeze.local",
+    ]));
+    assert!(
+        err.contains("already approved"),
+        "an approval is used once: {err}"
+    );
+
+    let count = |port: u16| {
+        let r = mcp_tool(
+            port,
+            &read,
+            "manage_groups",
+            serde_json::json!({ "action": "list" }),
+        );
+        r["structuredContent"]["groups"]
+            .as_array()
+            .map_or(0, |g| g.iter().filter(|g| g["name"] == "Restarted").count())
+    };
+    let port2 = free_port();
+    let server = Server::start_with(dir.path(), port2, "demo", &no_agent);
+    eventually(30, "the approved call to run after the restart", || {
+        run_ok(breeze(dir.path()).args(["approvals", "show", "--org", "acme", &id]))
+            .contains("\"status\": \"completed\"")
+    });
+    assert_eq!(count(port2), 1);
+    server.stop();
+    // Another restart runs nothing again.
+    let port3 = free_port();
+    let server = Server::start_with(dir.path(), port3, "demo", &no_agent);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(count(port3), 1, "executed exactly once");
+    server.stop();
 }

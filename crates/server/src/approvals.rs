@@ -81,7 +81,7 @@ pub enum Outcome {
     /// It ran: the tool's output, or its error.
     Ran(Result<Value, ToolError>),
     /// Still undecided when the wait ended: the caller gets the id to check later.
-    Pending(ApprovalRecord),
+    Pending(Box<ApprovalRecord>),
     /// Denied, reported, expired, or refused at execution (definition changed, …).
     Refused(ToolError),
 }
@@ -226,7 +226,7 @@ impl Approvals {
             match http.post(&url).json(&body).send().await {
                 Ok(res) if res.status().is_success() => {}
                 Ok(res) => {
-                    tracing::warn!(status = %res.status(), "approval webhook refused the notification")
+                    tracing::warn!(status = %res.status(), "approval webhook refused the notification");
                 }
                 Err(e) => tracing::warn!(error = %e, "approval webhook unreachable"),
             }
@@ -274,13 +274,8 @@ impl Approvals {
             };
             match current.status.as_str() {
                 "approved" => {
-                    if self
-                        .inner
-                        .store
-                        .claim_approval(current.id)
-                        .await
-                        .unwrap_or(false)
-                    {
+                    let won = self.inner.store.claim_approval(current.id).await;
+                    if won.unwrap_or(false) {
                         return Outcome::Ran(self.execute(&current).await);
                     }
                 }
@@ -296,7 +291,7 @@ impl Approvals {
                 continue;
             }
             if current.status == "pending" && now >= wait_until {
-                return Outcome::Pending(current);
+                return Outcome::Pending(Box::new(current));
             }
             if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
                 last_report = Some(now);
@@ -394,7 +389,7 @@ impl Approvals {
                     "approved calls interrupted by the last shutdown were marked failed, not retried"
                 ),
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not check for interrupted approved calls")
+                    tracing::warn!(error = %e, "could not check for interrupted approved calls");
                 }
             }
             loop {
@@ -467,6 +462,15 @@ pub enum DecideError {
     Store(#[from] StoreError),
 }
 
+/// What a person decided, on which request.
+#[derive(Debug, Clone)]
+pub struct DecisionRequest {
+    pub id: Uuid,
+    pub decision: Decision,
+    pub reason: Option<String>,
+    pub request_id: Option<String>,
+}
+
 /// A person's decision on an approval request. The request must belong to an organization
 /// `user` can reach, where their role holds the permission the call needs; under four-eyes an
 /// approval must come from someone other than the requester.
@@ -474,12 +478,15 @@ pub async fn decide(
     store: &Store,
     registry: &Registry,
     user: &User,
-    id: Uuid,
-    decision: Decision,
-    reason: Option<&str>,
     actor: Actor,
-    request_id: Option<String>,
+    req: DecisionRequest,
 ) -> Result<ApprovalRecord, DecideError> {
+    let DecisionRequest {
+        id,
+        decision,
+        reason,
+        request_id,
+    } = req;
     let record = find_for(store, user.id, id).await?;
     let access = store
         .org_access(user.id, record.org_id)
@@ -512,7 +519,7 @@ pub async fn decide(
             id,
             decision,
             user.id,
-            reason,
+            reason.as_deref(),
             AuditEvent::new(actor, action, "approval_request").request(request_id),
         )
         .await?)

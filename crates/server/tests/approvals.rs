@@ -474,9 +474,10 @@ async fn pending_answers_status_tool_and_pinning(cx: Ctx) {
         .unwrap()
         .to_owned();
     w.store
-        .raw_execute(&format!(
-            "UPDATE approval_requests SET definition_hash = arguments_hash WHERE tool = 'manage_groups' AND status = 'pending'"
-        ))
+        .raw_execute(
+            "UPDATE approval_requests SET definition_hash = arguments_hash \
+             WHERE tool = 'manage_groups' AND status = 'pending'",
+        )
         .await
         .unwrap();
     let r = send(&app, decide(&cookie, &id2, "approve", None)).await;

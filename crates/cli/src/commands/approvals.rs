@@ -117,11 +117,13 @@ impl ApprovalsCommand {
             &app.store,
             &registry,
             &user,
-            id,
-            decision,
-            args.reason.as_deref(),
             actor,
-            None,
+            breeze_server::approvals::DecisionRequest {
+                id,
+                decision,
+                reason: args.reason,
+                request_id: None,
+            },
         )
         .await?;
         println!("{}", line(&r));

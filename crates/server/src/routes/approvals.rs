@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::{
     ApiError, AppState,
-    approvals::{DecideError, decide, find_for},
+    approvals::{DecideError, DecisionRequest, decide, find_for},
     extract::{Authenticated, RequestId},
 };
 
@@ -111,11 +111,13 @@ async fn decide_one(
         &state.store,
         &state.registry,
         &user,
-        id,
-        decision,
-        reason.as_deref(),
         actor,
-        request_id,
+        DecisionRequest {
+            id,
+            decision,
+            reason,
+            request_id,
+        },
     )
     .await?;
     state.approvals.notify_decided();

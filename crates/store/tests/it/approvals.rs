@@ -1,0 +1,235 @@
+//! Approval requests in the store: decided once, claimed once, expired, reported (the key is
+//! revoked with it), interrupted executions failed at start, policies most-specific-first.
+
+use breeze_core::{ApiKeyId, OrgId, ScopeSet, UserId};
+use breeze_store::{Decision, NewApiKey, NewApproval, NewUser, Store, StoreError, testing::Ctx};
+use chrono::Duration;
+use serde_json::json;
+
+use crate::audit;
+
+async fn world(s: &Store) -> (OrgId, UserId, ApiKeyId, OrgId) {
+    let p = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let a = s
+        .create_organization(p.id, "A", "a", audit("o", "organization"))
+        .await
+        .unwrap();
+    let b = s
+        .create_organization(p.id, "B", "b", audit("o", "organization"))
+        .await
+        .unwrap();
+    let user = s
+        .create_user(
+            NewUser {
+                partner_id: p.id,
+                org_id: None,
+                email: "u@p.test".into(),
+                name: "U".into(),
+                password_hash: "x".into(),
+            },
+            audit("u", "user"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(p.id, "Administrator").await.unwrap();
+    s.assign_role(user.id, a.id, role.id, audit("r", "user"))
+        .await
+        .unwrap();
+    let key = s
+        .insert_api_key(
+            NewApiKey {
+                org_id: a.id,
+                user_id: user.id,
+                name: "k".into(),
+                key_hash: [7; 32],
+                key_prefix: "brz_x".into(),
+                scopes: ScopeSet::parse_list("ai:execute").unwrap(),
+                expires_at: None,
+            },
+            audit("k", "api_key"),
+        )
+        .await
+        .unwrap();
+    (a.id, user.id, key.id, b.id)
+}
+
+fn request(s: &Store, user: UserId, key: ApiKeyId) -> NewApproval {
+    NewApproval {
+        api_key_id: Some(key),
+        requester_user_id: user,
+        tool: "manage_groups".into(),
+        action: Some("create".into()),
+        tier: 3,
+        arguments: json!({ "action": "create", "name": "x" }),
+        arguments_hash: [1; 32],
+        definition_hash: [2; 32],
+        description: "create a group".into(),
+        mode: "supervised".into(),
+        request_id: None,
+        expires_at: s.clock().now() + Duration::minutes(5),
+    }
+}
+
+async fn approvals_move_forward_once(cx: Ctx) {
+    let s = &cx.store;
+    let (org, user, key, other) = world(s).await;
+    let o = s.org(org);
+    let r = o
+        .create_approval(
+            request(s, user, key),
+            audit("approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, "pending");
+    assert!(
+        s.org(other).get_approval(r.id).await.is_err(),
+        "confined to its organization"
+    );
+    assert_eq!(s.pending_approvals(&[org, other]).await.unwrap().len(), 1);
+    assert!(
+        !s.claim_approval(r.id).await.unwrap(),
+        "pending cannot be claimed"
+    );
+
+    let decided = o
+        .decide_approval(
+            r.id,
+            Decision::Approve,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided.status, "approved");
+    let again = o
+        .decide_approval(
+            r.id,
+            Decision::Deny,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Conflict(ref m)) if m.contains("already approved")),
+        "{again:?}"
+    );
+    assert_eq!(s.unclaimed_approvals().await.unwrap().len(), 1);
+    assert!(s.claim_approval(r.id).await.unwrap());
+    assert!(
+        !s.claim_approval(r.id).await.unwrap(),
+        "claimed exactly once"
+    );
+    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+
+    // A crash mid-execution: at the next start it fails and is never retried.
+    assert_eq!(s.fail_interrupted_approvals().await.unwrap(), 1);
+    let failed = o.get_approval(r.id).await.unwrap();
+    assert_eq!(failed.status, "failed");
+    assert!(failed.reason.unwrap().contains("not retried"));
+    assert!(!s.claim_approval(r.id).await.unwrap());
+
+    // Expiry.
+    let late = o
+        .create_approval(
+            request(s, user, key),
+            audit("approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    cx.clock.advance(Duration::minutes(6));
+    assert!(
+        o.decide_approval(
+            late.id,
+            Decision::Approve,
+            user,
+            None,
+            audit("a", "approval_request")
+        )
+        .await
+        .is_err()
+    );
+    assert_eq!(s.expire_approvals().await.unwrap(), 1);
+    assert_eq!(o.get_approval(late.id).await.unwrap().status, "expired");
+    cx.clock.advance(Duration::minutes(-6));
+
+    // Report revokes the requesting key in the same transaction.
+    let bad = o
+        .create_approval(
+            request(s, user, key),
+            audit("approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    o.decide_approval(
+        bad.id,
+        Decision::Report,
+        user,
+        Some("not me"),
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert!(o.get_api_key(key).await.unwrap().revoked_at.is_some());
+}
+
+async fn policies_resolve_most_specific_first(cx: Ctx) {
+    let s = &cx.store;
+    let (org, ..) = world(s).await;
+    let o = s.org(org);
+    assert_eq!(
+        o.approval_mode("run_script", None).await.unwrap(),
+        "supervised"
+    );
+    o.set_approval_policy("*", "four_eyes", audit("p", "organization"))
+        .await
+        .unwrap();
+    o.set_approval_policy("run_script", "supervised", audit("p", "organization"))
+        .await
+        .unwrap();
+    o.set_approval_policy(
+        "file_operations.delete",
+        "four_eyes",
+        audit("p", "organization"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        o.approval_mode("run_script", None).await.unwrap(),
+        "supervised"
+    );
+    assert_eq!(
+        o.approval_mode("network_discovery", None).await.unwrap(),
+        "four_eyes"
+    );
+    assert_eq!(
+        o.approval_mode("file_operations", Some("delete"))
+            .await
+            .unwrap(),
+        "four_eyes"
+    );
+    o.set_approval_policy("*", "supervised", audit("p", "organization"))
+        .await
+        .unwrap();
+    assert_eq!(
+        o.approval_mode("file_operations", Some("write"))
+            .await
+            .unwrap(),
+        "supervised"
+    );
+    let err = o
+        .set_approval_policy("*", "three_eyes", audit("p", "organization"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("three_eyes"));
+}
+
+breeze_store::on_both_backends!(
+    approvals_move_forward_once,
+    policies_resolve_most_specific_first,
+);
