@@ -190,6 +190,21 @@ async fn rbac_uses_the_tool_or_action_permission() {
 
 #[tokio::test]
 async fn per_tool_limits_hold_exactly_at_the_boundary() {
+    boundary(Arc::new(MemoryLimiter::new())).await;
+}
+
+/// The same boundary with the limiter instances share: one atomic Redis script per decision.
+#[tokio::test]
+async fn per_tool_limits_hold_exactly_at_the_boundary_on_redis() {
+    #[allow(clippy::disallowed_methods)] // test configuration
+    let url =
+        std::env::var("BREEZE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let prefix = format!("breeze:test:guard:{}:", uuid::Uuid::new_v4());
+    let limiter = breeze_limits::RedisLimiter::new(&url, &prefix).unwrap();
+    boundary(Arc::new(limiter)).await;
+}
+
+async fn boundary(limiter: Arc<dyn breeze_limits::RateLimiter>) {
     let registry = breeze_tools::all();
     let set_ctx = registry.get("set_device_context").unwrap();
     let limit = set_ctx.rate_limit.unwrap();
@@ -198,7 +213,12 @@ async fn per_tool_limits_hold_exactly_at_the_boundary() {
         (20, 300),
         "the specification's table"
     );
-    let g = guard(GuardConfig::default());
+    let clock = ManualClock::new(
+        chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+            .unwrap()
+            .into(),
+    );
+    let g = Guard::new(GuardConfig::default(), limiter, Arc::new(clock));
     let rw = scopes("ai:write");
     let me = admin(&rw);
     for n in 1..=20 {
