@@ -51,6 +51,23 @@ fn tools_call(key: &str, tool: &str, args: Value) -> Request<Body> {
         .unwrap()
 }
 
+/// A Tier 3 `manage_groups create` call, left waiting for its approval in the background.
+fn create_group_waiting(
+    w: &World,
+    key: &str,
+    name: &str,
+) -> tokio::task::JoinHandle<common::Reply> {
+    let (app, req) = (
+        w.app.clone(),
+        tools_call(
+            key,
+            "manage_groups",
+            json!({ "action": "create", "name": name }),
+        ),
+    );
+    tokio::spawn(async move { send(&app, req).await })
+}
+
 async fn login(app: &axum::Router, email: &str) -> String {
     let r = send(
         app,
@@ -132,19 +149,7 @@ fn result_of(reply: &common::Reply) -> (Value, Vec<String>) {
 async fn approve_runs_once_and_only_once(cx: Ctx) {
     let w = world(&cx).await;
     let key = exec_key(&w).await;
-    let app = w.app.clone();
-    let k = key.clone();
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "Kiosks" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "Kiosks");
     let id = pending_id(&w).await;
     assert_eq!(
         group_count(&w, "Kiosks").await,
@@ -216,18 +221,7 @@ async fn deny_expire_and_report(cx: Ctx) {
     let cookie = login(&w.app, "admin@p.test").await;
 
     // Denied: a tool error with the recorded reason.
-    let (app, k) = (w.app.clone(), key.clone());
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "A" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "A");
     let id = pending_id(&w).await;
     let r = send(
         &w.app,
@@ -247,18 +241,7 @@ async fn deny_expire_and_report(cx: Ctx) {
     assert_eq!(group_count(&w, "A").await, 0);
 
     // Expired: nobody decided within 5 minutes.
-    let (app, k) = (w.app.clone(), key.clone());
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "B" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "B");
     let id = pending_id(&w).await;
     cx.clock.advance(chrono::Duration::minutes(6));
     let (result, _) = result_of(&call.await.unwrap());
@@ -271,18 +254,7 @@ async fn deny_expire_and_report(cx: Ctx) {
     assert_eq!(group_count(&w, "B").await, 0);
 
     // Reported: refused, and the requesting key is revoked at once.
-    let (app, k) = (w.app.clone(), key.clone());
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "C" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "C");
     let id = pending_id(&w).await;
     let r = send(
         &w.app,
@@ -332,18 +304,7 @@ async fn four_eyes_and_permissions(cx: Ctx) {
         .await
         .unwrap();
 
-    let (app, k) = (w.app.clone(), key.clone());
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "Lab" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "Lab");
     let id = pending_id(&w).await;
     let record = s
         .org(w.org_a)
@@ -511,18 +472,7 @@ async fn pending_answers_status_tool_and_pinning(cx: Ctx) {
 async fn the_wait_has_a_circuit_breaker(cx: Ctx) {
     let w = world(&cx).await;
     let key = exec_key(&w).await;
-    let (app, k) = (w.app.clone(), key.clone());
-    let call = tokio::spawn(async move {
-        send(
-            &app,
-            tools_call(
-                &k,
-                "manage_groups",
-                json!({ "action": "create", "name": "X" }),
-            ),
-        )
-        .await
-    });
+    let call = create_group_waiting(&w, &key, "X");
     pending_id(&w).await;
     w.store.close().await;
     let reply = tokio::time::timeout(Duration::from_secs(30), call)

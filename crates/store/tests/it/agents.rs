@@ -45,6 +45,25 @@ async fn world(s: &Store) -> (OrgId, SiteId, OrgId) {
     (a.id, site.id, b.id)
 }
 
+/// An unlimited enrollment key whose hash is `[1; 32]`, valid for an hour.
+async fn open_key(s: &Store, org: OrgId, site: SiteId) {
+    s.org(org)
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: s.clock().now() + Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create", "enrollment_key"),
+        )
+        .await
+        .unwrap();
+}
+
 fn machine(token: u8, machine_id: Option<&str>) -> EnrollDevice {
     EnrollDevice {
         hostname: "host-1".into(),
@@ -145,21 +164,7 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
 async fn token_rotation_is_two_phase(cx: Ctx) {
     let s = &cx.store;
     let (org, site, _) = world(s).await;
-    s.org(org)
-        .create_enrollment_key(
-            NewEnrollmentKey {
-                site_id: site,
-                name: "k".into(),
-                key_hash: [1; 32],
-                key_prefix: "p".into(),
-                max_uses: None,
-                expires_at: s.clock().now() + Duration::hours(1),
-                created_by: "t".into(),
-            },
-            audit("enrollment_key.create", "enrollment_key"),
-        )
-        .await
-        .unwrap();
+    open_key(s, org, site).await;
     let (dev, _) = s.enroll_device(&[1; 32], machine(20, None)).await.unwrap();
     s.stage_device_token(dev.id, &[21; 32]).await.unwrap();
     // Both work until the new one is used...
@@ -174,21 +179,7 @@ async fn token_rotation_is_two_phase(cx: Ctx) {
 async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
-    s.org(org)
-        .create_enrollment_key(
-            NewEnrollmentKey {
-                site_id: site,
-                name: "k".into(),
-                key_hash: [1; 32],
-                key_prefix: "p".into(),
-                max_uses: None,
-                expires_at: s.clock().now() + Duration::hours(1),
-                created_by: "t".into(),
-            },
-            audit("enrollment_key.create", "enrollment_key"),
-        )
-        .await
-        .unwrap();
+    open_key(s, org, site).await;
     let (dev, _) = s.enroll_device(&[1; 32], machine(30, None)).await.unwrap();
     let alice = UserSession {
         username: "alice".into(),
@@ -269,21 +260,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
 async fn commands_move_forward_only(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
-    s.org(org)
-        .create_enrollment_key(
-            NewEnrollmentKey {
-                site_id: site,
-                name: "k".into(),
-                key_hash: [1; 32],
-                key_prefix: "p".into(),
-                max_uses: None,
-                expires_at: s.clock().now() + Duration::hours(1),
-                created_by: "t".into(),
-            },
-            audit("enrollment_key.create", "enrollment_key"),
-        )
-        .await
-        .unwrap();
+    open_key(s, org, site).await;
     let (dev, _) = s.enroll_device(&[1; 32], machine(40, None)).await.unwrap();
     let o = s.org(org);
     let new = || NewCommand {
@@ -387,21 +364,7 @@ async fn commands_move_forward_only(cx: Ctx) {
 async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
-    s.org(org)
-        .create_enrollment_key(
-            NewEnrollmentKey {
-                site_id: site,
-                name: "k".into(),
-                key_hash: [1; 32],
-                key_prefix: "p".into(),
-                max_uses: None,
-                expires_at: s.clock().now() + Duration::hours(1),
-                created_by: "t".into(),
-            },
-            audit("enrollment_key.create", "enrollment_key"),
-        )
-        .await
-        .unwrap();
+    open_key(s, org, site).await;
     let (dev, _) = s.enroll_device(&[1; 32], machine(50, None)).await.unwrap();
     let t0 = s.clock().now();
     let sample = |mins: i64, cpu: f64| MetricSample {

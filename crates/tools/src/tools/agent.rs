@@ -4,12 +4,13 @@
 //! `set_agent_log_level`.
 
 use breeze_agent_proto::{
-    CommandKind, ContentEncoding, DiscoveryMode, LogLevel, ProcessSort, ServiceActionKind,
+    CommandKind, ContentEncoding, DiscoveryMode, ProcessSort, ServiceActionKind,
 };
 use breeze_core::Permission;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+use super::Level;
 use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
 use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
 
@@ -483,15 +484,6 @@ impl Tool for NetworkDiscovery {
 
 // --- set_agent_log_level ---------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum Level {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct LogLevelInput {
@@ -519,14 +511,8 @@ impl Tool for SetAgentLogLevel {
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = online_device(cx, &input.device_id).await?;
         let minutes = input.duration_minutes.unwrap_or(60);
-        let level = match input.level {
-            Level::Debug => LogLevel::Debug,
-            Level::Info => LogLevel::Info,
-            Level::Warn => LogLevel::Warn,
-            Level::Error => LogLevel::Error,
-        };
         let kind = CommandKind::SetLogLevel {
-            level,
+            level: input.level.into(),
             duration_minutes: minutes,
         };
         let mut opts = RunOptions::new(15, 10);

@@ -19,3 +19,26 @@ pub(crate) fn parse_uuid(field: &str, value: &str) -> Result<uuid::Uuid, crate::
     uuid::Uuid::parse_str(value)
         .map_err(|_| crate::ToolError::invalid(format!("{field}: {value:?} is not a UUID")))
 }
+
+/// An agent log level as tools accept it (trace is not offered).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl From<Level> for breeze_agent_proto::LogLevel {
+    fn from(l: Level) -> Self {
+        match l {
+            Level::Debug => Self::Debug,
+            Level::Info => Self::Info,
+            Level::Warn => Self::Warn,
+            Level::Error => Self::Error,
+        }
+    }
+}

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use breeze_agent_proto::LogLevel;
 use breeze_core::{DeviceId, Permission, Timestamp};
 use breeze_store::{AgentLogFilter, Aggregation, MetricPoint};
 use chrono::{DateTime, Duration, Utc};
@@ -13,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{DEVICE_NOT_FOUND, devices::find_device};
+use super::{DEVICE_NOT_FOUND, Level, devices::find_device};
 use crate::{Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -441,15 +440,6 @@ impl Tool for GetUserExperienceMetrics {
 
 // --- search_agent_logs -----------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-enum LevelArg {
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct LogsInput {
@@ -457,7 +447,7 @@ pub(crate) struct LogsInput {
     #[schemars(length(max = 50))]
     device_ids: Option<Vec<String>>,
     /// This level and above.
-    level: Option<LevelArg>,
+    level: Option<Level>,
     /// Substring of the agent component (module) that logged.
     #[schemars(length(min = 1, max = 100))]
     component: Option<String>,
@@ -516,12 +506,7 @@ impl Tool for SearchAgentLogs {
         }
         let filter = AgentLogFilter {
             device_ids,
-            min_level: input.level.map(|l| match l {
-                LevelArg::Debug => LogLevel::Debug,
-                LevelArg::Info => LogLevel::Info,
-                LevelArg::Warn => LogLevel::Warn,
-                LevelArg::Error => LogLevel::Error,
-            }),
+            min_level: input.level.map(Into::into),
             component: input.component.clone(),
             text: input.message.clone(),
             since: time_arg("startTime", input.start_time.as_deref())?,
