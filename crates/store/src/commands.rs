@@ -223,12 +223,15 @@ impl OrgStore<'_> {
 }
 
 impl Store {
-    /// Hands out a device's pending commands (oldest first), marking them sent.
+    /// Hands out a device's commands that have not started yet (oldest first), marking them
+    /// sent. Commands already sent are handed out again — a delivery can be lost with a
+    /// connection, and the agent runs a command id at most once — until the agent reports
+    /// them started or they end.
     pub async fn claim_pending_commands(&self, device: DeviceId) -> Result<Vec<CommandRecord>> {
         let now = self.clock.now();
         let rows: Vec<CommandRecord> = sql(format!(
-            "UPDATE device_commands SET status = 'sent', sent_at = $1 \
-             WHERE device_id = $2 AND status = 'pending' AND deadline_at > $1 \
+            "UPDATE device_commands SET status = 'sent', sent_at = COALESCE(sent_at, $1) \
+             WHERE device_id = $2 AND status IN ('pending', 'sent') AND deadline_at > $1 \
              RETURNING {COLUMNS}"
         ))
         .bind(now)

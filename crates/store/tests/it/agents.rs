@@ -293,11 +293,16 @@ async fn commands_move_forward_only(cx: Ctx) {
 
     let claimed = s.claim_pending_commands(dev.id).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert!(
-        s.claim_pending_commands(dev.id).await.unwrap().is_empty(),
-        "handed out once"
+    assert_eq!(
+        s.claim_pending_commands(dev.id).await.unwrap().len(),
+        1,
+        "handed out again until the agent says it started (it runs an id once)"
     );
     assert!(s.mark_command_running(dev.id, cmd.id).await.unwrap());
+    assert!(
+        s.claim_pending_commands(dev.id).await.unwrap().is_empty(),
+        "not once running"
+    );
 
     let result = |stdout: &str| CommandResult {
         command_id: cmd.id,
