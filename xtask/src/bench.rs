@@ -12,6 +12,15 @@
 //! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (1),
 //! `BENCH_SESSIONS` (1000). Breeze's transport limits are raised through their environment
 //! variables, never by a code path that skips them.
+//!
+//! Submodules: [`fleet`] (`cargo xtask bench fleet`, simulated agents on the device gateway)
+//! and [`devices`] (`cargo xtask bench devices`, `query_devices` over a seeded fleet against
+//! the rmcp peer), both on a scratch Breeze from [`instance`].
+
+pub(crate) mod devices;
+pub(crate) mod fleet;
+mod instance;
+mod sim;
 
 use std::{
     net::TcpStream,
@@ -104,11 +113,17 @@ fn rss_kb(pid: u32) -> anyhow::Result<u64> {
         .context("no VmRSS")
 }
 
-pub(crate) fn mcp() -> anyhow::Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The workspace root (the parent of `xtask/`).
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .context("workspace root")?
-        .to_owned();
+        .to_owned())
+}
+
+/// A writable copy of the perf-peers harness under `target/bench` (copied on first use from
+/// `$BREEZE_PERF_PEERS` or `../shared/perf-peers`, which may be read-only).
+fn perf_peers(root: &Path) -> anyhow::Result<PathBuf> {
     #[allow(clippy::disallowed_methods)] // benchmark knob
     let peers_src = std::env::var("BREEZE_PERF_PEERS")
         .map(PathBuf::from)
@@ -120,6 +135,30 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         run(Command::new("cp").arg("-r").arg(&peers_src).arg(&work))
             .context("copying the perf-peers harness")?;
     }
+    Ok(peers)
+}
+
+/// `cargo build --release -q -p breeze-cli`; returns the binary. `BENCH_BREEZE_BIN` names a
+/// prebuilt binary instead (to measure a fixed build while the tree changes).
+fn build_breeze(root: &Path) -> anyhow::Result<PathBuf> {
+    #[allow(clippy::disallowed_methods)] // benchmark knob
+    if let Ok(bin) = std::env::var("BENCH_BREEZE_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    run(Command::new("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "breeze-cli",
+    ]))?;
+    Ok(root.join("target/release/breeze"))
+}
+
+pub(crate) fn mcp() -> anyhow::Result<()> {
+    let root = workspace_root()?;
+    let work = root.join("target/bench");
+    let peers = perf_peers(&root)?;
     let duration = env_num("BENCH_DURATION", 10);
     let rounds = env_num("BENCH_ROUNDS", 1);
     let sessions = env_num("BENCH_SESSIONS", 1000);
@@ -380,4 +419,24 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--name value` pairs from `args`; any other word, or a flag not in `known`, is an error.
+fn flags(
+    args: &[&str],
+    known: &[&str],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(&name) = it.next() {
+        if !known.contains(&name) {
+            bail!(
+                "unknown argument {name:?}; expected one of {}",
+                known.join(", ")
+            );
+        }
+        let value = it.next().with_context(|| format!("{name} needs a value"))?;
+        out.insert(name.to_owned(), (*value).to_owned());
+    }
+    Ok(out)
 }

@@ -2,10 +2,23 @@
 //!
 //! - `cargo xtask tidy` checks repository conventions (also run by `cargo test`).
 //! - `cargo xtask bench mcp` measures the MCP server side by side with peer servers.
+//! - `cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]`
+//!   drives the device gateway with simulated agents.
+//! - `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
+//!   [--database sqlite|postgres|both]` measures `query_devices` over a seeded fleet against
+//!   the rmcp peer.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
 
 mod bench;
 mod tidy;
+
+const USAGE: &str = "usage: cargo xtask tidy
+       cargo xtask bench mcp
+       cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]
+                               [--enroll-concurrency N] [--connect-concurrency N]
+                               [--cmd-users N] [--samples-per-batch N]
+       cargo xtask bench devices [--devices N] [--concurrency N] [--duration SECS]
+                                 [--database sqlite|postgres|both]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,6 +30,8 @@ fn main() -> anyhow::Result<()> {
     {
         ["tidy"] => tidy::run(),
         ["bench", "mcp"] => bench::mcp(),
-        _ => anyhow::bail!("usage: cargo xtask tidy | cargo xtask bench mcp"),
+        ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
+        ["bench", "devices", rest @ ..] => bench::devices::run(rest),
+        _ => anyhow::bail!("{USAGE}"),
     }
 }
