@@ -375,7 +375,11 @@ async fn disk_scan_finds_a_planted_large_file() {
 
 #[tokio::test]
 async fn cleanup_deletes_only_candidates() {
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Outside every cleanup category: not under /tmp (where a CI checkout may live), a cache
+    // or a log directory — the home directory.
+    #[allow(clippy::disallowed_methods)] // test setup
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let outside = tempfile::tempdir_in(home).unwrap();
     let keep = outside.path().join("keep.txt");
     std::fs::write(&keep, "keep").unwrap();
     let temp = tempfile::tempdir_in("/tmp").unwrap();

@@ -336,10 +336,13 @@ impl Store {
         }
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
+        // Checked here without a lock; the use is counted at the end (a conditional update
+        // that fails if the key was used up meanwhile), so concurrent enrollments with one key
+        // hold its row only for their commit.
         let key: Key = sql(
-            "UPDATE enrollment_keys SET uses = uses + 1 WHERE key_hash = $1 \
+            "SELECT id, org_id, site_id FROM enrollment_keys WHERE key_hash = $1 \
              AND revoked_at IS NULL AND expires_at > $2 \
-             AND (max_uses IS NULL OR uses < max_uses) RETURNING id, org_id, site_id",
+             AND (max_uses IS NULL OR uses < max_uses)",
         )
         .bind(&key_hash[..])
         .bind(now)
@@ -433,6 +436,14 @@ impl Store {
             "site_id": key.site_id, "reenrolled": existing.is_some(),
         }));
         audit::insert(&mut tx, &event, now).await?;
+        let counted = sql("UPDATE enrollment_keys SET uses = uses + 1 WHERE id = $1 \
+             AND (max_uses IS NULL OR uses < max_uses)")
+        .bind(key.id)
+        .execute(&mut tx)
+        .await?;
+        if counted == 0 {
+            return Err(StoreError::Invalid(INVALID_ENROLLMENT_KEY.into()));
+        }
         tx.commit().await?;
         Ok((self.org(key.org_id).get_device(device_id).await?, key.id))
     }

@@ -182,8 +182,9 @@ impl OrgStore<'_> {
         Ok((rows.into_iter().map(|(d, _)| d).collect(), total))
     }
 
-    /// [`OrgStore::list_devices`] with each device's site name, in one query (the total comes
-    /// from a window count).
+    /// [`OrgStore::list_devices`] with each device's site name. The page is one indexed query;
+    /// the total needs a count only when the page is full or past the end (a window count
+    /// would make the database read and sort every match to return 25).
     pub async fn list_devices_with_sites(
         &self,
         filter: &DeviceFilter,
@@ -195,10 +196,9 @@ impl OrgStore<'_> {
             #[sqlx(flatten)]
             device: Device,
             site_name: String,
-            total_count: i64,
         }
         let mut q = sql(format!(
-            "SELECT {DEVICE_COLUMNS}, s.name AS site_name, COUNT(*) OVER () AS total_count \
+            "SELECT {DEVICE_COLUMNS}, s.name AS site_name \
              FROM devices d JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \
              WHERE d.org_id = $1"
         ))
@@ -208,20 +208,18 @@ impl OrgStore<'_> {
         let o = q.arg(i64::from(offset));
         q.push(&format!(" ORDER BY d.hostname, d.id LIMIT {l} OFFSET {o}"));
         let rows: Vec<Row> = q.fetch_all(self.store).await?;
-        let total = match rows.first() {
-            Some(r) => r.total_count,
-            // Past the last page the window has no row to ride on: count on its own.
-            None if offset > 0 => {
-                let mut count =
-                    sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
-                filter.apply(&mut count);
-                count.fetch_scalar(self.store).await?
-            }
-            None => 0,
+        let partial_page = (rows.len() as u64) < u64::from(limit) && !rows.is_empty();
+        let total = if partial_page || (rows.is_empty() && offset == 0) {
+            u64::from(offset) + rows.len() as u64
+        } else {
+            let mut count =
+                sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
+            filter.apply(&mut count);
+            u64::try_from(count.fetch_scalar::<i64>(self.store).await?).unwrap_or(0)
         };
         Ok((
             rows.into_iter().map(|r| (r.device, r.site_name)).collect(),
-            u64::try_from(total).unwrap_or(0),
+            total,
         ))
     }
 

@@ -30,6 +30,9 @@ use crate::{
 /// How often the server pings an idle socket (keeps proxies from closing it).
 const PING_EVERY: Duration = Duration::from_secs(30);
 
+/// Read and write buffer of one agent socket.
+const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
+
 /// Largest batch of metrics samples or log lines accepted in one report.
 const MAX_BATCH: usize = 5_000;
 
@@ -105,7 +108,11 @@ async fn socket(
     AgentAuth(agent): AgentAuth,
     ws: WebSocketUpgrade,
 ) -> Response {
+    // Small buffers: at fleet scale the per-socket default (128 KiB each way) is most of the
+    // server's memory; frames larger than a buffer still arrive whole.
     ws.max_message_size(MAX_FRAME_BYTES)
+        .read_buffer_size(SOCKET_BUFFER_BYTES)
+        .write_buffer_size(SOCKET_BUFFER_BYTES)
         .on_upgrade(move |socket| run_socket(state, agent, socket))
 }
 
