@@ -29,10 +29,31 @@ from mcp.client.streamable_http import streamablehttp_client
 warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*streamable_http_client.*")
 
 SERVER_NAME = "breeze-rmm"
+# Every tool with a Tier 1 call (read), and those whose lowest call is Tier 2 (write).
 READ_TOOLS = sorted(
-    ["get_device_context", "get_device_details", "manage_groups", "query_audit_log", "query_devices"]
+    [
+        "analyze_disk_usage",
+        "analyze_metrics",
+        "disk_cleanup",
+        "file_operations",
+        "get_active_users",
+        "get_approval_status",
+        "get_device_context",
+        "get_device_details",
+        "get_user_experience_metrics",
+        "manage_groups",
+        "query_audit_log",
+        "query_devices",
+        "search_agent_logs",
+    ]
 )
-WRITE_ONLY_TOOLS = ["resolve_device_context", "set_device_context"]
+WRITE_ONLY_TOOLS = [
+    "execute_command",
+    "manage_services",
+    "resolve_device_context",
+    "set_agent_log_level",
+    "set_device_context",
+]
 WRITE_TOOLS = sorted(READ_TOOLS + WRITE_ONLY_TOOLS)
 SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope'
 TIMEOUT = timedelta(seconds=20)

@@ -32,14 +32,29 @@ if (!opts['demo-json']) {
 const demo = JSON.parse(readFileSync(opts['demo-json'], 'utf8'));
 
 const SERVER_NAME = 'breeze-rmm';
+// Every tool with a Tier 1 call (read), and those whose lowest call is Tier 2 (write).
 const READ_TOOLS = [
+  'analyze_disk_usage',
+  'analyze_metrics',
+  'disk_cleanup',
+  'file_operations',
+  'get_active_users',
+  'get_approval_status',
   'get_device_context',
   'get_device_details',
+  'get_user_experience_metrics',
   'manage_groups',
   'query_audit_log',
   'query_devices',
+  'search_agent_logs',
 ];
-const WRITE_ONLY_TOOLS = ['resolve_device_context', 'set_device_context'];
+const WRITE_ONLY_TOOLS = [
+  'execute_command',
+  'manage_services',
+  'resolve_device_context',
+  'set_agent_log_level',
+  'set_device_context',
+];
 const WRITE_TOOLS = [...READ_TOOLS, ...WRITE_ONLY_TOOLS].sort();
 const SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope';
 const PER_REQUEST_TIMEOUT_MS = 20_000;
