@@ -155,6 +155,9 @@ impl OrgStore<'_> {
             .details(serde_json::json!({ "count": count }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
+        // A bulk load changes the table's statistics at once; refresh them so the planner uses
+        // the listing indexes now rather than after autovacuum gets round to it.
+        sql("ANALYZE devices").execute(self.store).await?;
         Ok(count)
     }
 
