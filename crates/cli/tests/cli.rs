@@ -659,3 +659,41 @@ fn an_approval_granted_while_the_server_is_down_runs_once_after_restart() {
     assert_eq!(count(port3), 1, "executed exactly once");
     server.stop();
 }
+
+/// `breeze devices seed` bulk-creates synthetic devices and refuses silly counts.
+#[test]
+fn devices_seed_creates_synthetic_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let no_agent = [("BREEZE_DEMO_AGENT", "false")];
+    Server::start_with(dir.path(), port, "demo", &no_agent).stop();
+    let out =
+        run_ok(breeze(dir.path()).args(["devices", "seed", "--org", "acme", "--count", "250"]));
+    assert!(
+        out.contains("created 250 simulated devices in acme"),
+        "{out}"
+    );
+    let (_, err) =
+        run_err(breeze(dir.path()).args(["devices", "seed", "--org", "acme", "--count", "0"]));
+    assert!(
+        err.contains("--count must be between 1 and 100000"),
+        "{err}"
+    );
+    let server = Server::start_with(dir.path(), port, "demo", &no_agent);
+    let read = read_demo(dir.path())["api_keys"]["read"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = mcp_tool(
+        port,
+        &read,
+        "query_devices",
+        serde_json::json!({ "status": "offline", "limit": 10 }),
+    );
+    assert_eq!(
+        r["structuredContent"]["total"], 50,
+        "a fifth are offline: {r}"
+    );
+    assert_eq!(r["structuredContent"]["showing"], 10);
+    server.stop();
+}
