@@ -438,9 +438,11 @@ fn finished(r: &ApprovalRecord) -> Outcome {
 
 /// The tool error for a request a person (or the clock) turned down.
 pub fn decision_error(r: &ApprovalRecord) -> ToolError {
+    // An expiry's recorded reason only repeats the status; a person's reason is worth quoting.
     let why = r
         .reason
         .as_deref()
+        .filter(|_| r.status != "expired")
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
     let what = match r.status.as_str() {
