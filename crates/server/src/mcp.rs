@@ -32,6 +32,31 @@ Work read-before-write: resolve the device or target first (query_devices, get_d
 Tools are tiered: Tier 1 reads, Tier 2 makes low-risk changes, Tier 3 is destructive and needs a human's approval. If Breeze refuses a call, report the reason instead of retrying. Never invent data. \
 Guided prompts: breeze-fleet-triage, breeze-device-investigate, breeze-patch-remediate, breeze-incident-kickoff, breeze-turnkey-setup.";
 
+/// Drives `work` to completion, passing each progress report it sends on `rx` to the client.
+async fn forwarding_progress<T>(
+    cx: &Cx<ApiKeyPrincipal>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<breeze_tools::ProgressReport>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            Some(p) = rx.recv() => cx.progress(p.progress, p.total, p.message.as_deref()).await,
+        }
+    }
+}
+
+/// A successful call: the output as structured content, and as JSON text for text-only clients.
+fn tool_result(output: Value, meta: Value) -> CallToolResult {
+    CallToolResult {
+        content: vec![Content::text(output.to_string())],
+        structured_content: Some(output),
+        is_error: false,
+        meta: Some(meta),
+    }
+}
+
 /// The MCP application.
 pub struct BreezeMcp {
     state: AppState,
@@ -78,22 +103,11 @@ impl BreezeMcp {
             Ok(r) => r,
             Err(e) => return tool_error_result(&ToolError::from(e), meta),
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let wait = approvals.wait_and_run(record, &tx, &cx.cancel);
-        tokio::pin!(wait);
-        let outcome = loop {
-            tokio::select! {
-                o = &mut wait => break o,
-                Some(p) = rx.recv() => cx.progress(p.progress, p.total, p.message.as_deref()).await,
-            }
-        };
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let outcome =
+            forwarding_progress(cx, rx, approvals.wait_and_run(record, &tx, &cx.cancel)).await;
         match outcome {
-            Outcome::Ran(Ok(output)) => CallToolResult {
-                content: vec![Content::text(output.to_string())],
-                structured_content: Some(output),
-                is_error: false,
-                meta: Some(meta),
-            },
+            Outcome::Ran(Ok(output)) => tool_result(output, meta),
             Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),
             Outcome::Pending(r) => {
                 let pending = json!({
@@ -106,12 +120,7 @@ impl BreezeMcp {
                         r.id
                     ),
                 });
-                CallToolResult {
-                    content: vec![Content::text(pending.to_string())],
-                    structured_content: Some(pending),
-                    is_error: false,
-                    meta: Some(meta),
-                }
+                tool_result(pending, meta)
             }
         }
     }
@@ -289,7 +298,7 @@ impl McpApp for BreezeMcp {
             return Ok(self.with_approval(&cx, spec, arguments, meta).await);
         }
         let actor = Actor::new(ActorType::ApiKey, principal.key_id);
-        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let tcx = tool_cx(
             &self.state.store,
             &self.state.gateway,
@@ -298,26 +307,16 @@ impl McpApp for BreezeMcp {
             cx.request_id.as_ref().map(ToString::to_string),
         )
         .with_progress(progress_tx);
-        let call = spec.call(&tcx, arguments);
-        tokio::pin!(call);
-        let outcome = loop {
+        let call = async {
             tokio::select! {
-                r = &mut call => break r,
-                Some(p) = progress_rx.recv() => {
-                    cx.progress(p.progress, p.total, p.message.as_deref()).await;
-                }
+                r = spec.call(&tcx, arguments) => r,
                 () = cx.cancel.cancelled() => {
-                    break Err(ToolError::new(ErrorCode::Internal, "cancelled by the client"));
+                    Err(ToolError::new(ErrorCode::Internal, "cancelled by the client"))
                 }
             }
         };
-        Ok(match outcome {
-            Ok(output) => CallToolResult {
-                content: vec![Content::text(output.to_string())],
-                structured_content: Some(output),
-                is_error: false,
-                meta: Some(meta),
-            },
+        Ok(match forwarding_progress(&cx, progress_rx, call).await {
+            Ok(output) => tool_result(output, meta),
             Err(e) => tool_error_result(&e, meta),
         })
     }

@@ -503,51 +503,31 @@ impl Store {
     ) -> Result<()> {
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
+        // A device in maintenance stays there; any other comes online.
+        sql("UPDATE devices SET last_seen_at = $1, agent_version = $2, \
+             status = CASE WHEN status = 'maintenance' THEN status ELSE 'online' END \
+             WHERE id = $3 AND org_id = $4")
+        .bind(now)
+        .bind(&hb.agent_version)
+        .bind(device)
+        .bind(org)
+        .execute(&mut tx)
+        .await?;
         sql(
-            "UPDATE devices SET status = 'online', last_seen_at = $1, agent_version = $2 \
-             WHERE id = $3 AND org_id = $4 AND status <> 'maintenance'",
+            "INSERT INTO device_state (device_id, org_id, heartbeat_at, uptime_secs, \
+             pending_reboot, logged_in_users) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (device_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, \
+             uptime_secs = excluded.uptime_secs, pending_reboot = excluded.pending_reboot, \
+             logged_in_users = excluded.logged_in_users",
         )
-        .bind(now)
-        .bind(&hb.agent_version)
         .bind(device)
         .bind(org)
-        .execute(&mut tx)
-        .await?;
-        sql("UPDATE devices SET last_seen_at = $1, agent_version = $2 \
-             WHERE id = $3 AND org_id = $4 AND status = 'maintenance'")
         .bind(now)
-        .bind(&hb.agent_version)
-        .bind(device)
-        .bind(org)
-        .execute(&mut tx)
-        .await?;
-        let users = Arg::json(&hb.logged_in_users);
-        let uptime = i64::try_from(hb.uptime_secs).unwrap_or(i64::MAX);
-        let updated = sql(
-            "UPDATE device_state SET heartbeat_at = $1, uptime_secs = $2, \
-                           pending_reboot = $3, logged_in_users = $4 WHERE device_id = $5",
-        )
-        .bind(now)
-        .bind(uptime)
+        .bind(i64::try_from(hb.uptime_secs).unwrap_or(i64::MAX))
         .bind(hb.pending_reboot)
-        .bind(users.clone())
-        .bind(device)
+        .bind(Arg::json(&hb.logged_in_users))
         .execute(&mut tx)
         .await?;
-        if updated == 0 {
-            sql(
-                "INSERT INTO device_state (device_id, org_id, heartbeat_at, uptime_secs, \
-                 pending_reboot, logged_in_users) VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(device)
-            .bind(org)
-            .bind(now)
-            .bind(uptime)
-            .bind(hb.pending_reboot)
-            .bind(users)
-            .execute(&mut tx)
-            .await?;
-        }
 
         // Sessions: match open rows to the listed users by (username, terminal, host).
         let open: Vec<UserSessionRecord> = sql(
@@ -613,26 +593,17 @@ impl Store {
         .bind(org)
         .execute(&mut tx)
         .await?;
-        let data = Arg::json(inv);
-        let updated = sql("UPDATE device_state SET inventory = $1, inventory_at = $2 \
-                           WHERE device_id = $3")
-        .bind(data.clone())
-        .bind(now)
+        sql(
+            "INSERT INTO device_state (device_id, org_id, inventory, inventory_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (device_id) DO UPDATE SET \
+             inventory = excluded.inventory, inventory_at = excluded.inventory_at",
+        )
         .bind(device)
+        .bind(org)
+        .bind(Arg::json(inv))
+        .bind(now)
         .execute(&mut tx)
         .await?;
-        if updated == 0 {
-            sql(
-                "INSERT INTO device_state (device_id, org_id, inventory, inventory_at) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .bind(device)
-            .bind(org)
-            .bind(data)
-            .bind(now)
-            .execute(&mut tx)
-            .await?;
-        }
         tx.commit().await
     }
 
