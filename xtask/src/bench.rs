@@ -243,7 +243,9 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let fixture_port = 3212;
     let mut fixture = pinned(0)
         .arg(root.join("target/release/examples/conformance"))
-        .arg(fixture_port.to_string())
+        // Breeze's own reply mode (JSON unless the handler speaks first), as the rmcp peer
+        // answers with `json_response`; the fixture's default, SSE, is the suite's setting.
+        .args([&fixture_port.to_string(), "--replies", "adaptive"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
@@ -266,7 +268,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
             headers: vec![],
         },
         Server {
-            name: "breeze engine (fixture test_simple_text)",
+            name: "breeze engine (fixture test_simple_text, JSON replies)",
             child: fixture,
             url: format!("http://127.0.0.1:{fixture_port}/mcp"),
             body: fixture_body,

@@ -256,7 +256,11 @@ async fn call(
         .unwrap_or_else(|e| panic!("{tool}: {}", e.message));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let cx = tool_cx(&f.store, &f.state.gateway, org, f.actor.clone(), None).with_progress(tx);
-    let out = spec.call(&cx, args).await.map_err(|e| e.message);
+    let out = spec
+        .call(&cx, args)
+        .await
+        .map(|raw| serde_json::from_str(raw.get()).unwrap())
+        .map_err(|e| e.message);
     drop(cx);
     let mut progress = Vec::new();
     while let Some(p) = rx.recv().await {

@@ -3,8 +3,13 @@
 //! [`AuthService`] turns credentials into principals. It knows nothing of HTTP: the server
 //! hands it the raw header or cookie value and maps [`AuthError`] to a response. Time comes
 //! from the injected clock; randomness from the OS unless a caller passes its own.
+//!
+//! API keys that authenticated a moment ago are served from an in-process cache (see
+//! [`cache`](crate::cache)): a change made through this process's store is seen by the next
+//! request, one made by another process within [`AuthSettings::cache_ttl`].
 
 pub mod api_key;
+mod cache;
 mod device;
 pub mod password;
 
@@ -15,6 +20,7 @@ use breeze_core::{
     User, UserId,
 };
 use breeze_store::{ApiKeyRecord, NewApiKey, Store, StoreError};
+use cache::{CachedKey, PrincipalCache};
 use chrono::Duration;
 use rand::{CryptoRng, RngCore, rngs::OsRng};
 use subtle::ConstantTimeEq;
@@ -72,6 +78,11 @@ pub struct AuthSettings {
     pub login_window: std::time::Duration,
     /// Refuse sign-ins when the attempt limiter cannot decide (production).
     pub fail_closed: bool,
+    /// How long an authenticated API key is served from memory without asking the database:
+    /// the longest a revocation or role change made by *another* process (the CLI, another
+    /// instance) can go unseen. Changes made through this process's store are seen at once.
+    /// Zero turns the cache off.
+    pub cache_ttl: Duration,
 }
 
 impl Default for AuthSettings {
@@ -82,6 +93,7 @@ impl Default for AuthSettings {
             login_attempts: 10,
             login_window: std::time::Duration::from_secs(300),
             fail_closed: false,
+            cache_ttl: Duration::seconds(1),
         }
     }
 }
@@ -112,17 +124,21 @@ pub struct AuthService {
     clock: Arc<dyn Clock>,
     settings: AuthSettings,
     limiter: Arc<dyn breeze_limits::RateLimiter>,
+    /// Recently authenticated API keys; shared by clones.
+    cache: Arc<PrincipalCache>,
 }
 
 impl AuthService {
     /// A service over `store`, reading time from `clock`.
     pub fn new(store: Store, clock: Arc<dyn Clock>, settings: AuthSettings) -> Self {
         let limiter = Arc::new(breeze_limits::MemoryLimiter::new());
+        let cache = Arc::new(PrincipalCache::new(settings.cache_ttl));
         Self {
             store,
             clock,
             settings,
             limiter,
+            cache,
         }
     }
 
@@ -140,6 +156,10 @@ impl AuthService {
     /// hash is looked up and compared in constant time; unknown, revoked and expired keys get
     /// the same error. `last_used_at` is written at most once per
     /// [`AuthSettings::last_used_interval`].
+    ///
+    /// A key that authenticated less than [`AuthSettings::cache_ttl`] ago, with no credential
+    /// change through this store since, is served from memory (see [`cache`](crate::cache));
+    /// the hash comparison and the expiry check still run on every request.
     pub async fn authenticate_api_key(
         &self,
         header: Option<&str>,
@@ -152,11 +172,23 @@ impl AuthService {
             return Err(AuthError::InvalidApiKeyFormat);
         }
         let hash = api_key::hash(raw);
-        let Some((key, permissions)) = self.store.find_api_key_by_hash(&hash).await? else {
-            return Err(AuthError::InvalidApiKey);
-        };
         let now = self.clock.now();
-        if !bool::from(key.key_hash.as_slice().ct_eq(&hash[..])) || !key.is_active(now) {
+        // Read before the database: a change that commits while the query runs moves the
+        // generation past the one the entry records, so that entry is never served.
+        let generation = self.store.credentials_generation();
+        let (mut key, from_cache) = match self.cache.get(&hash, generation, now) {
+            Some(key) => (key, true),
+            None => match self.store.find_api_key_by_hash(&hash).await? {
+                Some((record, permissions)) => {
+                    (CachedKey::read(record, permissions, generation, now), false)
+                }
+                None => return Err(AuthError::InvalidApiKey),
+            },
+        };
+        if !key.matches(&hash) || !key.is_active(now) {
+            if from_cache {
+                self.cache.remove(&hash);
+            }
             return Err(AuthError::InvalidApiKey);
         }
         let due = key
@@ -164,16 +196,14 @@ impl AuthService {
             .is_none_or(|t| now - t >= self.settings.last_used_interval);
         if due {
             self.store
-                .touch_api_key(key.id, now, self.settings.last_used_interval)
+                .touch_api_key(key.key_id, now, self.settings.last_used_interval)
                 .await?;
+            key.last_used_at = Some(now);
         }
-        Ok(ApiKeyPrincipal {
-            key_id: key.id,
-            org_id: key.org_id,
-            user_id: key.user_id,
-            scopes: key.scopes,
-            permissions,
-        })
+        if due || !from_cache {
+            self.cache.insert(hash, key.clone());
+        }
+        Ok(key.principal())
     }
 
     /// Creates an API key and returns its secret — the only time it exists outside the caller's

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use breeze_auth::{AuthError, AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Actor, AuditEvent, Clock, OrgId, Scope, ScopeSet, User};
-use breeze_store::{NewUser, Store, testing::Ctx};
+use breeze_store::{
+    Decision, NewApproval, NewUser, Store, StoreOptions,
+    testing::{Ctx, postgres_url},
+};
 use chrono::Duration;
 
 fn audit(action: &str) -> AuditEvent {
@@ -384,7 +387,327 @@ async fn sign_in_attempts_are_throttled_per_email(cx: Ctx) {
     assert!(matches!(err, AuthError::InvalidCredentials));
 }
 
+// ---- The principal cache ----
+
+/// A service over the world's store whose principal cache serves entries for `ttl`.
+fn auth_with_ttl(cx: &Ctx, w: &World, ttl: Duration) -> AuthService {
+    AuthService::new(
+        w.store.clone(),
+        Arc::new(cx.clock.clone()),
+        AuthSettings {
+            cache_ttl: ttl,
+            ..AuthSettings::default()
+        },
+    )
+}
+
+/// A second store on the same database, as another process (the CLI, another instance) would
+/// open it: its changes do not move the first store's credentials generation.
+async fn another_process(cx: &Ctx) -> Store {
+    let options = match &cx.dir {
+        Some(dir) => StoreOptions::new(format!("sqlite://{}", dir.join("breeze.db").display())),
+        None => {
+            // The harness runs each case in a schema of its own; ask the database which.
+            let rows = cx
+                .store
+                .raw_dump("(SELECT current_schema() AS s)")
+                .await
+                .unwrap();
+            let row: serde_json::Value = serde_json::from_str(&rows[0]).unwrap();
+            StoreOptions {
+                pg_schema: Some(row["s"].as_str().unwrap().to_owned()),
+                max_connections: 2,
+                ..StoreOptions::new(postgres_url())
+            }
+        }
+    };
+    Store::connect(&options, Arc::new(cx.clock.clone()))
+        .await
+        .unwrap()
+}
+
+fn is_invalid(r: Result<breeze_core::ApiKeyPrincipal, AuthError>) -> bool {
+    matches!(r, Err(AuthError::InvalidApiKey))
+}
+
+async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
+    let w = world(&cx).await;
+    // A long ttl: only the credentials generation can make these refusals happen.
+    let auth = auth_with_ttl(&cx, &w, Duration::hours(1));
+    let (secret, rec) = auth
+        .create_api_key(request(&w, &[Scope::AiExecute]), audit("api_key.create"))
+        .await
+        .unwrap();
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    w.store
+        .org(w.org)
+        .revoke_api_key(rec.id, audit("api_key.revoke"))
+        .await
+        .unwrap();
+    assert!(is_invalid(
+        auth.authenticate_api_key(Some(secret.expose())).await
+    ));
+
+    // Reporting an approval request revokes the requesting key: refused at once too.
+    let (reported, rec) = auth
+        .create_api_key(request(&w, &[Scope::AiExecute]), audit("api_key.create"))
+        .await
+        .unwrap();
+    auth.authenticate_api_key(Some(reported.expose()))
+        .await
+        .unwrap();
+    let org = w.store.org(w.org);
+    let approval = org
+        .create_approval(
+            NewApproval {
+                api_key_id: Some(rec.id),
+                requester_user_id: w.admin.id,
+                tool: "run_script".into(),
+                action: None,
+                tier: 3,
+                arguments: serde_json::json!({}),
+                arguments_hash: [1; 32],
+                definition_hash: [2; 32],
+                description: "run a script".into(),
+                mode: "supervised".into(),
+                request_id: None,
+                expires_at: cx.clock.now() + Duration::minutes(5),
+            },
+            audit("approval.request"),
+        )
+        .await
+        .unwrap();
+    org.decide_approval(
+        approval.id,
+        Decision::Report,
+        w.admin.id,
+        Some("not me"),
+        audit("approval.report"),
+    )
+    .await
+    .unwrap();
+    assert!(is_invalid(
+        auth.authenticate_api_key(Some(reported.expose())).await
+    ));
+}
+
+async fn a_revocation_by_another_process_is_seen_within_the_ttl(cx: Ctx) {
+    let w = world(&cx).await;
+    let (secret, rec) = w
+        .auth
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    w.auth
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    let other = another_process(&cx).await;
+    other
+        .org(w.org)
+        .revoke_api_key(rec.id, audit("api_key.revoke"))
+        .await
+        .unwrap();
+    assert!(
+        w.store
+            .org(w.org)
+            .get_api_key(rec.id)
+            .await
+            .unwrap()
+            .revoked_at
+            .is_some(),
+        "the database says revoked"
+    );
+    // The default ttl is one second: still served from memory just before it runs out…
+    cx.clock.advance(Duration::milliseconds(999));
+    assert!(
+        w.auth
+            .authenticate_api_key(Some(secret.expose()))
+            .await
+            .is_ok(),
+        "served from the cache within the ttl"
+    );
+    // …and read again, and refused, once it has.
+    cx.clock.advance(Duration::milliseconds(1));
+    assert!(is_invalid(
+        w.auth.authenticate_api_key(Some(secret.expose())).await
+    ));
+    other.close().await;
+}
+
+async fn a_role_change_through_this_store_changes_permissions_at_once(cx: Ctx) {
+    let w = world(&cx).await;
+    let auth = auth_with_ttl(&cx, &w, Duration::hours(1));
+    let (secret, _) = auth
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    let admin = w
+        .store
+        .find_role(w.admin.partner_id, "Administrator")
+        .await
+        .unwrap();
+    let read_only = w
+        .store
+        .find_role(w.admin.partner_id, "Read Only")
+        .await
+        .unwrap();
+    let p = auth
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    assert_eq!(p.permissions, Some(admin.permissions));
+    w.store
+        .assign_role(w.admin.id, w.org, read_only.id, audit("role.assign"))
+        .await
+        .unwrap();
+    let p = auth
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    assert_eq!(p.permissions, Some(read_only.permissions));
+}
+
+async fn an_expired_key_is_refused_from_the_cache(cx: Ctx) {
+    let w = world(&cx).await;
+    let auth = auth_with_ttl(&cx, &w, Duration::hours(1));
+    let mut req = request(&w, &[Scope::AiRead]);
+    req.expires_at = Some(cx.clock.now() + Duration::milliseconds(500));
+    let (secret, _) = auth
+        .create_api_key(req, audit("api_key.create"))
+        .await
+        .unwrap();
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    // Without a database, the refusal can only come from the cached expiry.
+    w.store.close().await;
+    cx.clock.advance(Duration::milliseconds(499));
+    assert!(
+        auth.authenticate_api_key(Some(secret.expose()))
+            .await
+            .is_ok()
+    );
+    cx.clock.advance(Duration::milliseconds(1));
+    assert!(is_invalid(
+        auth.authenticate_api_key(Some(secret.expose())).await
+    ));
+}
+
+async fn a_zero_ttl_reads_the_database_every_time(cx: Ctx) {
+    let w = world(&cx).await;
+    let auth = auth_with_ttl(&cx, &w, Duration::zero());
+    let (secret, rec) = auth
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    let other = another_process(&cx).await;
+    other
+        .org(w.org)
+        .revoke_api_key(rec.id, audit("api_key.revoke"))
+        .await
+        .unwrap();
+    assert!(is_invalid(
+        auth.authenticate_api_key(Some(secret.expose())).await
+    ));
+    other.close().await;
+}
+
+async fn a_cached_key_needs_no_database(cx: Ctx) {
+    let w = world(&cx).await;
+    let (secret, rec) = w
+        .auth
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    let first = w
+        .auth
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    let unknown = format!("brz_{}", "z".repeat(43));
+    assert!(is_invalid(
+        w.auth.authenticate_api_key(Some(&unknown)).await
+    ));
+
+    // With the pool closed any query fails: a success is an answer from memory.
+    w.store.close().await;
+    let again = w
+        .auth
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.key_id, again.org_id, again.user_id, again.permissions),
+        (rec.id, w.org, w.admin.id, first.permissions)
+    );
+    assert_eq!(again.scopes, first.scopes);
+    // A refused key was not remembered: it goes to the (closed) database again.
+    let err = w
+        .auth
+        .authenticate_api_key(Some(&unknown))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AuthError::Store(_)), "{err}");
+    // Past the ttl the database is asked again.
+    cx.clock.advance(Duration::seconds(1));
+    assert!(matches!(
+        w.auth.authenticate_api_key(Some(secret.expose())).await,
+        Err(AuthError::Store(_))
+    ));
+}
+
+async fn last_used_is_decided_from_the_cache(cx: Ctx) {
+    let w = world(&cx).await;
+    let auth = auth_with_ttl(&cx, &w, Duration::hours(1));
+    let (secret, rec) = auth
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    let t0 = cx.clock.now();
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    // A minute later the cached entry says a write is due: it happens, and the entry learns it.
+    cx.clock.advance(Duration::seconds(60));
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    let last_used = w
+        .store
+        .org(w.org)
+        .get_api_key(rec.id)
+        .await
+        .unwrap()
+        .last_used_at;
+    assert_eq!(last_used, Some(t0 + Duration::seconds(60)));
+    // Half a minute on, nothing is due: with the pool closed, the call still succeeds.
+    w.store.close().await;
+    cx.clock.advance(Duration::seconds(30));
+    auth.authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    // Another half minute and the write is due again; it reaches for the database.
+    cx.clock.advance(Duration::seconds(30));
+    assert!(matches!(
+        auth.authenticate_api_key(Some(secret.expose())).await,
+        Err(AuthError::Store(_))
+    ));
+}
+
 breeze_store::on_both_backends!(
+    a_cached_key_revoked_through_this_store_is_refused_at_once,
+    a_revocation_by_another_process_is_seen_within_the_ttl,
+    a_role_change_through_this_store_changes_permissions_at_once,
+    an_expired_key_is_refused_from_the_cache,
+    a_zero_ttl_reads_the_database_every_time,
+    a_cached_key_needs_no_database,
+    last_used_is_decided_from_the_cache,
     sign_in_attempts_are_throttled_per_email,
     keys_authenticate_as_their_org_and_user,
     every_refusal_has_the_documented_error,

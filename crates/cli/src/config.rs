@@ -49,6 +49,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "how long a Tier 3 call waits for approval before answering pending (0-300, default 300)",
     ),
     (
+        "BREEZE_AUTH_CACHE_MS",
+        "ms an API key is served from memory: the longest another process's revocation goes unseen (0-60000, 0 = off, default 1000)",
+    ),
+    (
         "BREEZE_ENROLL_RATE_PER_MINUTE",
         "agent enrollments allowed per client address per minute (default 10)",
     ),
@@ -248,6 +252,8 @@ pub(crate) struct Settings {
     pub(crate) metrics_retention: breeze_store::MetricsRetention,
     pub(crate) approval_webhook_url: Option<String>,
     pub(crate) approval_wait_secs: u64,
+    /// How long an authenticated API key is served from memory, in milliseconds (0 = never).
+    pub(crate) auth_cache_ms: u64,
 }
 
 impl std::fmt::Debug for Settings {
@@ -426,6 +432,13 @@ impl Settings {
                 Some(v) => match v.parse::<u64>() {
                     Ok(n) if n <= 300 => n,
                     _ => bail!("invalid MCP_APPROVAL_WAIT_SECONDS: {v:?} (expected 0 to 300)"),
+                },
+            },
+            auth_cache_ms: match env.get("BREEZE_AUTH_CACHE_MS").map(|v| v.trim()) {
+                None | Some("") => 1000,
+                Some(v) => match v.parse::<u64>() {
+                    Ok(n) if n <= 60_000 => n,
+                    _ => bail!("invalid BREEZE_AUTH_CACHE_MS: {v:?} (expected 0 to 60000)"),
                 },
             },
             metrics_retention: breeze_store::MetricsRetention {
@@ -610,6 +623,23 @@ mod tests {
             err(&[("MCP_MAX_SSE_SESSION_PER_KEY", "3")])
                 .contains("did you mean MCP_MAX_SSE_SESSIONS_PER_KEY?")
         );
+    }
+
+    #[test]
+    fn auth_cache_setting() {
+        assert_eq!(load(&[]).unwrap().auth_cache_ms, 1000);
+        assert_eq!(
+            load(&[("BREEZE_AUTH_CACHE_MS", "0")])
+                .unwrap()
+                .auth_cache_ms,
+            0
+        );
+        for bad in ["-1", "60001", "1s"] {
+            assert!(
+                err(&[("BREEZE_AUTH_CACHE_MS", bad)]).starts_with("invalid BREEZE_AUTH_CACHE_MS"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::{Caller, Cx, McpApp, Peer, RequestRecord, Transport},
-    jsonrpc::{ErrorObject, Id, Message, Notification, Reply, Request},
+    jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
     session::{Session, SessionLimits, SessionRegistry},
 };
@@ -206,12 +206,15 @@ impl<A: McpApp> Engine<A> {
             () = cancel.cancelled() => Err(ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")),
         };
         drop(tracked);
-        let recorded = match &outcome {
-            Ok(v) if v.get("isError").and_then(Value::as_bool) == Some(true) => {
-                Err(tool_error_text(v))
+        let (outcome, recorded) = match outcome {
+            Ok(Answer {
+                payload,
+                tool_error,
+            }) => (Ok(payload), tool_error.map_or(Ok(()), Err)),
+            Err(e) => {
+                let message = e.message.clone();
+                (Err(e), Err(message))
             }
-            Ok(_) => Ok(()),
-            Err(e) => Err(e.message.clone()),
         };
         self.app
             .record(RequestRecord {
@@ -231,6 +234,38 @@ impl<A: McpApp> Engine<A> {
     }
 
     async fn dispatch(
+        &self,
+        cx: Cx<A::Principal>,
+        session: Option<&Session>,
+        req: &Request,
+    ) -> Result<Answer, ErrorObject> {
+        let params = req.params.as_ref();
+        if req.method == "tools/call" {
+            let name = param_str(params, "name")
+                .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: name"))?
+                .to_owned();
+            let arguments = match params.and_then(|p| p.get("arguments")) {
+                None | Some(Value::Null) => Value::Object(Map::new()),
+                Some(v @ Value::Object(_)) => v.clone(),
+                Some(_) => {
+                    return Err(ErrorObject::invalid_params("arguments must be an object"));
+                }
+            };
+            let result = self.app.call_tool(cx, name, arguments).await?;
+            // Written once, straight from the typed result; the audit gets the error's text.
+            return Ok(Answer {
+                tool_error: result.error_text(),
+                payload: Payload::serialize(&result),
+            });
+        }
+        self.dispatch_tree(cx, session, req).await.map(|v| Answer {
+            payload: Payload::Tree(v),
+            tool_error: None,
+        })
+    }
+
+    /// Every method but `tools/call`: small results, built as trees.
+    async fn dispatch_tree(
         &self,
         cx: Cx<A::Principal>,
         session: Option<&Session>,
@@ -269,20 +304,6 @@ impl<A: McpApp> Engine<A> {
             "tools/list" => {
                 let tools = self.app.list_tools(&cx).await?;
                 Ok(json!({ "tools": tools }))
-            }
-            "tools/call" => {
-                let name = param_str(params, "name")
-                    .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: name"))?
-                    .to_owned();
-                let arguments = match params.and_then(|p| p.get("arguments")) {
-                    None | Some(Value::Null) => Value::Object(Map::new()),
-                    Some(v @ Value::Object(_)) => v.clone(),
-                    Some(_) => {
-                        return Err(ErrorObject::invalid_params("arguments must be an object"));
-                    }
-                };
-                let result = self.app.call_tool(cx, name, arguments).await?;
-                Ok(to_json(&result))
             }
             "resources/list" => {
                 let resources = self.app.list_resources(&cx).await?;
@@ -338,18 +359,10 @@ impl Drop for Untrack<'_> {
     }
 }
 
-/// The text a tool error shows the model, for the audit record.
-fn tool_error_text(result: &Value) -> String {
-    if let Some(msg) = result
-        .pointer("/structuredContent/error/message")
-        .and_then(Value::as_str)
-    {
-        return msg.to_owned();
-    }
-    result
-        .pointer("/content/0/text")
-        .and_then(Value::as_str)
-        .map_or_else(|| "tool error".to_owned(), str::to_owned)
+/// A method's answer, and for a tool error the text the audit record keeps.
+struct Answer {
+    payload: Payload,
+    tool_error: Option<String>,
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {

@@ -2,7 +2,7 @@
 //! the specification says (parse error and invalid request with a `null` id).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, value::RawValue};
 
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i32 = -32700;
@@ -111,19 +111,69 @@ pub enum Incoming {
     Batch(Vec<Result<Message, Reply>>),
 }
 
+/// A successful result: a JSON tree, or JSON text serialized once by whoever produced it (a
+/// tool's result is written straight from its typed value, never rebuilt as a tree).
+#[derive(Debug, Clone)]
+pub enum Payload {
+    Tree(Value),
+    Raw(Box<RawValue>),
+}
+
+impl Payload {
+    /// `value` serialized now; `null` if it cannot be (a type whose `Serialize` fails).
+    pub fn serialize(value: &impl Serialize) -> Self {
+        match serde_json::value::to_raw_value(value) {
+            Ok(raw) => Self::Raw(raw),
+            Err(e) => {
+                tracing::error!(error = %e, "a result could not be serialized");
+                Self::Tree(Value::Null)
+            }
+        }
+    }
+
+    /// The result as a tree (parses a raw result: for the rare paths that need one).
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Tree(v) => v.clone(),
+            Self::Raw(r) => serde_json::from_str(r.get()).unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl From<Value> for Payload {
+    fn from(v: Value) -> Self {
+        Self::Tree(v)
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_value() == other.to_value()
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Tree(v) => v.serialize(s),
+            Self::Raw(r) => r.serialize(s),
+        }
+    }
+}
+
 /// A message we send: a response (success or error) to a request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     /// `None` only when the request's id could not be determined.
     pub id: Option<Id>,
-    pub outcome: Result<Value, ErrorObject>,
+    pub outcome: Result<Payload, ErrorObject>,
 }
 
 impl Reply {
-    pub fn ok(id: Id, result: Value) -> Self {
+    pub fn ok(id: Id, result: impl Into<Payload>) -> Self {
         Self {
             id: Some(id),
-            outcome: Ok(result),
+            outcome: Ok(result.into()),
         }
     }
 
@@ -145,7 +195,7 @@ impl Reply {
             }),
         );
         match &self.outcome {
-            Ok(v) => m.insert("result".into(), v.clone()),
+            Ok(v) => m.insert("result".into(), v.to_value()),
             Err(e) => m.insert(
                 "error".into(),
                 serde_json::to_value(e).unwrap_or(Value::Null),
@@ -156,13 +206,18 @@ impl Reply {
 
     /// The wire form, serialized.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_json().into_bytes()
+    }
+
+    /// The wire form as JSON text.
+    pub fn to_json(&self) -> String {
         /// The wire form by reference: serializing a reply never copies its result.
         #[derive(Serialize)]
         struct Wire<'a> {
             jsonrpc: &'static str,
             id: &'a Option<Id>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            result: Option<&'a Value>,
+            result: Option<&'a Payload>,
             #[serde(skip_serializing_if = "Option::is_none")]
             error: Option<&'a ErrorObject>,
         }
@@ -172,7 +227,7 @@ impl Reply {
             result: self.outcome.as_ref().ok(),
             error: self.outcome.as_ref().err(),
         };
-        serde_json::to_vec(&wire).unwrap_or_default()
+        serde_json::to_string(&wire).unwrap_or_default()
     }
 }
 
@@ -342,6 +397,7 @@ mod tests {
     fn bytes_and_values_agree() {
         for r in [
             Reply::ok(Id::Number(1), json!({ "a": [1, 2] })),
+            Reply::ok(Id::Number(2), Payload::serialize(&json!({ "b": "\"q\"" }))),
             Reply::err(Some(Id::String("x".into())), ErrorObject::internal("boom")),
             Reply::err(None, ErrorObject::new(PARSE_ERROR, "bad")),
         ] {

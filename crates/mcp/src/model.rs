@@ -88,12 +88,13 @@ impl Content {
 }
 
 /// The result of `tools/call`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallToolResult {
     pub content: Vec<Content>,
+    /// Serialized once by the tool (large outputs are not rebuilt as a tree).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub structured_content: Option<Value>,
+    pub structured_content: Option<Box<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
@@ -119,6 +120,32 @@ impl CallToolResult {
             is_error: true,
             meta: None,
         }
+    }
+
+    /// For a tool error, what went wrong: `structuredContent.error.message` when present, else
+    /// the first text block. `None` for a success.
+    pub fn error_text(&self) -> Option<String> {
+        if !self.is_error {
+            return None;
+        }
+        let structured = self.structured_content.as_ref().and_then(|raw| {
+            #[derive(serde::Deserialize)]
+            struct Structured {
+                error: Inner,
+            }
+            #[derive(serde::Deserialize)]
+            struct Inner {
+                message: String,
+            }
+            serde_json::from_str::<Structured>(raw.get()).ok()
+        });
+        Some(match structured {
+            Some(s) => s.error.message,
+            None => match self.content.first() {
+                Some(Content::Text { text }) => text.clone(),
+                _ => "tool error".to_owned(),
+            },
+        })
     }
 }
 

@@ -374,7 +374,9 @@ impl Approvals {
             actor,
             r.request_id.clone(),
         );
-        spec.call(&cx, r.arguments.clone()).await
+        let output = spec.call(&cx, r.arguments.clone()).await?;
+        serde_json::from_str(output.get())
+            .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
     }
 
     /// At start, fails requests a previous process left running; then, every poll interval,

@@ -17,7 +17,7 @@ use breeze_mcp::{
     },
 };
 use breeze_tools::{
-    ErrorCode, Registry, ToolError, ToolSpec, prompts, resources, tool_cx, tool_meta,
+    ErrorCode, RawOutput, Registry, ToolError, ToolSpec, prompts, resources, tool_cx, tool_meta,
 };
 use serde_json::{Map, Value, json};
 
@@ -48,9 +48,9 @@ async fn forwarding_progress<T>(
 }
 
 /// A successful call: the output as structured content, and as JSON text for text-only clients.
-fn tool_result(output: Value, meta: Value) -> CallToolResult {
+fn tool_result(output: RawOutput, meta: Value) -> CallToolResult {
     CallToolResult {
-        content: vec![Content::text(output.to_string())],
+        content: vec![Content::text(output.get())],
         structured_content: Some(output),
         is_error: false,
         meta: Some(meta),
@@ -107,7 +107,7 @@ impl BreezeMcp {
         let outcome =
             forwarding_progress(cx, rx, approvals.wait_and_run(record, &tx, &cx.cancel)).await;
         match outcome {
-            Outcome::Ran(Ok(output)) => tool_result(output, meta),
+            Outcome::Ran(Ok(output)) => tool_result(raw(&output), meta),
             Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),
             Outcome::Pending(r) => {
                 let pending = json!({
@@ -120,7 +120,7 @@ impl BreezeMcp {
                         r.id
                     ),
                 });
-                tool_result(pending, meta)
+                tool_result(raw(&pending), meta)
             }
         }
     }
@@ -166,12 +166,17 @@ impl BreezeMcp {
     }
 }
 
+/// `value` as JSON text (the few results built as trees: approvals, errors).
+fn raw(value: &Value) -> RawOutput {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawOutput::default())
+}
+
 fn tool_error_result(e: &ToolError, meta: Value) -> CallToolResult {
     CallToolResult {
         content: vec![Content::text(
             json!({ "error": e.message, "code": e.code }).to_string(),
         )],
-        structured_content: Some(e.to_structured()),
+        structured_content: Some(raw(&e.to_structured())),
         is_error: true,
         meta: Some(meta),
     }

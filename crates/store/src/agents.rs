@@ -437,7 +437,9 @@ impl Store {
             "site_id": key.site_id, "reenrolled": existing.is_some(),
         }));
         audit::insert(&mut tx, &event, now).await?;
-        tx.commit().await?;
+        let committed = tx.commit().await;
+        self.devices_changed(key.org_id);
+        committed?;
         Ok((self.org(key.org_id).get_device(device_id).await?, key.id))
     }
 
@@ -503,16 +505,29 @@ impl Store {
     ) -> Result<()> {
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
-        // A device in maintenance stays there; any other comes online.
-        sql("UPDATE devices SET last_seen_at = $1, agent_version = $2, \
-             status = CASE WHEN status = 'maintenance' THEN status ELSE 'online' END \
-             WHERE id = $3 AND org_id = $4")
+        // A device in maintenance stays there; any other comes online. The usual case (already
+        // online or in maintenance) is one statement; an offline device coming online is a
+        // status change, which device listings must show at once (see `directory`).
+        let present = sql("UPDATE devices SET last_seen_at = $1, agent_version = $2 \
+             WHERE id = $3 AND org_id = $4 AND status <> 'offline'")
         .bind(now)
         .bind(&hb.agent_version)
         .bind(device)
         .bind(org)
         .execute(&mut tx)
         .await?;
+        let came_online = present == 0
+            && sql(
+                "UPDATE devices SET last_seen_at = $1, agent_version = $2, status = 'online' \
+                 WHERE id = $3 AND org_id = $4 AND status = 'offline'",
+            )
+            .bind(now)
+            .bind(&hb.agent_version)
+            .bind(device)
+            .bind(org)
+            .execute(&mut tx)
+            .await?
+                > 0;
         sql(
             "INSERT INTO device_state (device_id, org_id, heartbeat_at, uptime_secs, \
              pending_reboot, logged_in_users) VALUES ($1, $2, $3, $4, $5, $6) \
@@ -568,7 +583,13 @@ impl Store {
                 .await?;
             }
         }
-        tx.commit().await
+        let committed = tx.commit().await;
+        if came_online {
+            self.devices_changed(org);
+        } else {
+            self.presence_changed(org);
+        }
+        committed
     }
 
     /// Stores an inventory report and refreshes the device's hostname and OS from it.
@@ -581,9 +602,11 @@ impl Store {
         let now = self.clock.now();
         let family = inv.os.family.parse::<OsFamily>().unwrap_or(OsFamily::Other);
         let mut tx = Tx::begin(&self.pool).await?;
-        sql(
+        // Only an actual change touches the row (and the device listings).
+        let renamed = sql(
             "UPDATE devices SET hostname = $1, os_family = $2, os_name = $3, os_version = $4 \
-             WHERE id = $5 AND org_id = $6",
+             WHERE id = $5 AND org_id = $6 AND (hostname <> $1 OR os_family <> $2 \
+             OR os_name <> $3 OR os_version <> $4)",
         )
         .bind(&inv.hostname)
         .bind(family.as_str())
@@ -604,7 +627,11 @@ impl Store {
         .bind(now)
         .execute(&mut tx)
         .await?;
-        tx.commit().await
+        let committed = tx.commit().await;
+        if renamed > 0 {
+            self.devices_changed(org);
+        }
+        committed
     }
 
     /// Stores shipped agent log lines.
@@ -637,14 +664,18 @@ impl Store {
     /// returns them. Devices in maintenance and devices without an agent are left alone.
     pub async fn mark_stale_devices_offline(&self, stale_after: Duration) -> Result<Vec<DeviceId>> {
         let cutoff = self.clock.now() - stale_after;
-        let rows: Vec<(DeviceId,)> = sql(
+        let rows: Vec<(DeviceId, OrgId)> = sql(
             "UPDATE devices SET status = 'offline' WHERE status = 'online' \
              AND last_seen_at < $1 \
-             AND id IN (SELECT device_id FROM device_credentials) RETURNING id",
+             AND id IN (SELECT device_id FROM device_credentials) RETURNING id, org_id",
         )
         .bind(cutoff)
         .fetch_all(self)
         .await?;
+        let orgs: std::collections::HashSet<OrgId> = rows.iter().map(|r| r.1).collect();
+        for org in orgs {
+            self.devices_changed(org);
+        }
         Ok(rows.into_iter().map(|r| r.0).collect())
     }
 

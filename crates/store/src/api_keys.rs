@@ -169,9 +169,11 @@ impl OrgStore<'_> {
     }
 
     /// Revokes a key at once. Revoking a revoked key changes nothing and writes no audit record.
+    /// Moves the credentials generation on, so cached principals are re-read.
     pub async fn revoke_api_key(&self, id: ApiKeyId, audit: AuditEvent) -> Result<ApiKeyRecord> {
-        self.stamp_once("api_keys", "revoked_at", id.0, audit)
-            .await?;
+        let stamped = self.stamp_once("api_keys", "revoked_at", id.0, audit).await;
+        self.store.credentials_changed();
+        stamped?;
         self.get_api_key(id).await
     }
 }

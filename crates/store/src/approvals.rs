@@ -188,8 +188,8 @@ impl OrgStore<'_> {
     }
 
     /// Applies a person's decision to a pending, unexpired request — once. A report also
-    /// revokes the requesting API key, in the same transaction. Deciding twice, or too late,
-    /// is a conflict naming the request's state.
+    /// revokes the requesting API key, in the same transaction, and moves the credentials
+    /// generation on. Deciding twice, or too late, is a conflict naming the request's state.
     pub async fn decide_approval(
         &self,
         id: Uuid,
@@ -236,7 +236,12 @@ impl OrgStore<'_> {
             "decision": decision.status(), "reason": reason,
         }));
         audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        let committed = tx.commit().await;
+        if decision == Decision::Report {
+            // The requesting key was revoked in that transaction.
+            self.store.credentials_changed();
+        }
+        committed?;
         self.get_approval(id).await
     }
 

@@ -1,16 +1,20 @@
-//! Devices and device-group membership, always within one organization.
+//! Devices and device-group membership, always within one organization. Listings are answered
+//! from the in-memory device directory (`directory.rs`); every write here that changes what a
+//! listing shows marks it stale once committed.
 
 use breeze_core::{
     AuditEvent, Device, DeviceGroupId, DeviceId, DeviceStatus, OsFamily, SiteId, Timestamp,
 };
 use serde::Deserialize;
 
+#[cfg(feature = "testing")]
+use crate::sql::{Sql, escape_like};
 use crate::{
     OrgStore, Result, StoreError, audit,
-    sql::{Arg, Sql, Tx, escape_like, sql},
+    sql::{Arg, Tx, sql},
 };
 
-const DEVICE_COLUMNS: &str = "d.id, d.org_id, d.site_id, d.hostname, d.os_family, d.os_name, \
+pub(crate) const DEVICE_COLUMNS: &str = "d.id, d.org_id, d.site_id, d.hostname, d.os_family, d.os_name, \
     d.os_version, d.status, d.agent_version, d.last_seen_at, d.tags, d.created_at";
 
 /// A device to register.
@@ -41,6 +45,9 @@ pub struct DeviceFilter {
     pub tags: Vec<String>,
 }
 
+/// The SQL form of a filter, kept for the oracle the device directory is tested against; the
+/// directory implements the same semantics in memory.
+#[cfg(feature = "testing")]
 impl DeviceFilter {
     fn apply(&self, q: &mut Sql) {
         if let Some(status) = self.status {
@@ -115,7 +122,9 @@ impl OrgStore<'_> {
         .execute(&mut tx)
         .await?;
         audit::insert(&mut tx, &audit.org(self.org).resource(device.id), now).await?;
-        tx.commit().await?;
+        let committed = tx.commit().await;
+        self.store.devices_changed(self.org);
+        committed?;
         Ok(device)
     }
 
@@ -154,9 +163,12 @@ impl OrgStore<'_> {
             .org(self.org)
             .details(serde_json::json!({ "count": count }));
         audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        let committed = tx.commit().await;
+        self.store.devices_changed(self.org);
+        committed?;
         // A bulk load changes the table's statistics at once; refresh them so the planner uses
-        // the listing indexes now rather than after autovacuum gets round to it.
+        // the organization indexes (the device directory's loader among them) now rather than
+        // after autovacuum gets round to it.
         sql("ANALYZE devices").execute(self.store).await?;
         Ok(count)
     }
@@ -174,56 +186,62 @@ impl OrgStore<'_> {
     }
 
     /// Devices matching `filter`, by hostname: at most `limit` starting at `offset`, plus the
-    /// total number that match.
+    /// total number that match. Answered from the device directory (see
+    /// [`OrgStore::device_page`]).
     pub async fn list_devices(
         &self,
         filter: &DeviceFilter,
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<Device>, u64)> {
-        let (rows, total) = self.list_devices_with_sites(filter, limit, offset).await?;
-        Ok((rows.into_iter().map(|(d, _)| d).collect(), total))
+        let page = self.device_page(filter, limit, offset).await?;
+        Ok((page.iter().map(|(d, _)| d.clone()).collect(), page.total()))
     }
 
-    /// [`OrgStore::list_devices`] with each device's site name. The page is one indexed query;
-    /// the total needs a count only when the page is full or past the end (a window count
-    /// would make the database read and sort every match to return 25).
+    /// [`OrgStore::list_devices`] with each device's site name.
     pub async fn list_devices_with_sites(
         &self,
         filter: &DeviceFilter,
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<(Device, String)>, u64)> {
-        #[derive(sqlx::FromRow)]
-        struct Row {
-            #[sqlx(flatten)]
-            device: Device,
-            site_name: String,
-        }
+        let page = self.device_page(filter, limit, offset).await?;
+        Ok((
+            page.iter()
+                .map(|(d, site)| (d.clone(), site.to_owned()))
+                .collect(),
+            page.total(),
+        ))
+    }
+
+    /// The listing as the database computes it, bypassing the device directory: the oracle
+    /// the directory is tested against (same filters, same order, same total). Ordered by
+    /// hostname byte-wise on both backends (`COLLATE "C"` on PostgreSQL), as the directory is.
+    #[cfg(feature = "testing")]
+    pub async fn list_devices_from_database(
+        &self,
+        filter: &DeviceFilter,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<Device>, u64)> {
         let mut q = sql(format!(
-            "SELECT {DEVICE_COLUMNS}, s.name AS site_name \
-             FROM devices d JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \
-             WHERE d.org_id = $1"
+            "SELECT {DEVICE_COLUMNS} FROM devices d \
+             JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id WHERE d.org_id = $1"
         ))
         .bind(self.org);
         filter.apply(&mut q);
         let l = q.arg(i64::from(limit));
         let o = q.arg(i64::from(offset));
-        q.push(&format!(" ORDER BY d.hostname, d.id LIMIT {l} OFFSET {o}"));
-        let rows: Vec<Row> = q.fetch_all(self.store).await?;
-        let partial_page = (rows.len() as u64) < u64::from(limit) && !rows.is_empty();
-        let total = if partial_page || (rows.is_empty() && offset == 0) {
-            u64::from(offset) + rows.len() as u64
-        } else {
-            let mut count =
-                sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
-            filter.apply(&mut count);
-            u64::try_from(count.fetch_scalar::<i64>(self.store).await?).unwrap_or(0)
+        let hostname = match self.store.backend() {
+            crate::Backend::Sqlite => "d.hostname",
+            crate::Backend::Postgres => "d.hostname COLLATE \"C\"",
         };
-        Ok((
-            rows.into_iter().map(|r| (r.device, r.site_name)).collect(),
-            total,
-        ))
+        q.push(&format!(" ORDER BY {hostname}, d.id LIMIT {l} OFFSET {o}"));
+        let rows: Vec<Device> = q.fetch_all(self.store).await?;
+        let mut count = sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
+        filter.apply(&mut count);
+        let total = u64::try_from(count.fetch_scalar::<i64>(self.store).await?).unwrap_or(0);
+        Ok((rows, total))
     }
 
     /// The members of a device group of this organization.

@@ -15,6 +15,7 @@ mod audit;
 mod commands;
 mod context;
 mod devices;
+mod directory;
 mod error;
 mod metrics;
 mod scripts;
@@ -37,6 +38,7 @@ pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
+pub use directory::{DevicePage, DirectorySettings};
 pub use error::{Result, StoreError};
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
@@ -49,7 +51,10 @@ use sqlx::{
 pub use users::{NewUser, UserWithSecret};
 
 use breeze_core::{Clock, OrgId};
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +137,12 @@ pub fn redact_url(url: &str) -> String {
 pub struct Store {
     pub(crate) pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The in-memory device listing (see [`directory`]), shared by clones.
+    pub(crate) directory: Arc<directory::DeviceDirectory>,
+    /// The credentials generation: bumped (by [`Store::credentials_changed`]) after every
+    /// committed change to what an API key authenticates as. Shared by clones, so a cache
+    /// keyed on it sees every change made through this store in this process.
+    credentials: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -190,7 +201,29 @@ impl Store {
                 redact_url(url)
             )));
         };
-        Ok(Store { pool, clock })
+        Ok(Store {
+            pool,
+            clock,
+            directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
+            credentials: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The credentials generation: a counter that changes after every committed change, made
+    /// through this store or a clone of it, to what an API key authenticates as (a revoked
+    /// key, a role assignment, a reported approval request). A cache of authenticated keys
+    /// that remembers the generation it read at can tell, without a query, that it may be
+    /// stale. Changes made by another process (another `Store` on the same database) do not
+    /// move it.
+    pub fn credentials_generation(&self) -> u64 {
+        self.credentials.load(Ordering::Acquire)
+    }
+
+    /// Moves the credentials generation on. Called after the transaction of any change to what
+    /// an API key authenticates as has committed (or failed: a spurious bump costs a cache
+    /// miss, a missing one a stale principal). Every such change calls this one helper.
+    pub(crate) fn credentials_changed(&self) {
+        self.credentials.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Applies every pending migration for this backend.

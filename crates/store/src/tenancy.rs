@@ -286,8 +286,10 @@ impl OrgStore<'_> {
             return Err(StoreError::NotFound("device group"));
         }
         audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
-        tx.commit().await?;
-        Ok(())
+        let committed = tx.commit().await;
+        // Its memberships went with it.
+        self.store.devices_changed(self.org);
+        committed
     }
 
     /// The groups a device of this organization belongs to, by name.
@@ -307,7 +309,7 @@ impl OrgStore<'_> {
     pub async fn add_to_group(&self, group: DeviceGroupId, device: DeviceId) -> Result<()> {
         self.get_group(group).await?;
         self.get_device(device).await?;
-        sql(
+        let added = sql(
             "INSERT INTO device_group_members (group_id, device_id, org_id) VALUES ($1, $2, $3) \
              ON CONFLICT (group_id, device_id) DO NOTHING",
         )
@@ -315,8 +317,11 @@ impl OrgStore<'_> {
         .bind(device)
         .bind(self.org)
         .execute(self.store)
-        .await
-        .map(drop)
+        .await;
+        if !matches!(added, Ok(0)) {
+            self.store.devices_changed(self.org);
+        }
+        added.map(drop)
     }
 
     /// Removes a device from a group. Returns whether it was a member.
@@ -326,7 +331,10 @@ impl OrgStore<'_> {
             .bind(device)
             .bind(self.org)
             .execute(self.store)
-            .await?;
-        Ok(n > 0)
+            .await;
+        if !matches!(n, Ok(0)) {
+            self.store.devices_changed(self.org);
+        }
+        Ok(n? > 0)
     }
 }

@@ -253,7 +253,8 @@ impl Store {
 
     /// Gives `user` the role `role` in organization `org`, replacing any role it held there.
     /// The organization and role must belong to the user's partner, and an
-    /// organization-level user can hold a role only in its own organization.
+    /// organization-level user can hold a role only in its own organization. Moves the
+    /// credentials generation on: the user's keys now act with the new role.
     pub async fn assign_role(
         &self,
         user: UserId,
@@ -294,8 +295,9 @@ impl Store {
             .resource(user)
             .details(serde_json::json!({ "role_id": role }));
         audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        Ok(())
+        let committed = tx.commit().await;
+        self.credentials_changed();
+        committed
     }
 
     /// What `user` may do in `org`: `None` when the user is disabled or holds no role there.

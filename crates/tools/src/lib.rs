@@ -19,7 +19,7 @@ pub use contract::{
     Action, Effect, ErrorCode, Hints, ProgressReport, RateLimit, Tier, Tool, ToolCx, ToolError,
     action, per, tool_cx,
 };
-pub use registry::{Registry, ToolSpec, tool_meta};
+pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};
 
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {

@@ -10,7 +10,10 @@ use breeze_core::Permission;
 
 use crate::contract::{Action, Effect, Hints, RateLimit, Tier, Tool, ToolCx, ToolError};
 
-type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<Value, ToolError>>;
+/// A tool's output, serialized once from its typed value.
+pub type RawOutput = Box<serde_json::value::RawValue>;
+
+type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
 
 /// A registered tool.
 pub struct ToolSpec {
@@ -82,12 +85,13 @@ impl ToolSpec {
         }
     }
 
-    /// Runs the handler on already validated arguments; returns the structured output.
+    /// Runs the handler on already validated arguments; returns the structured output as JSON
+    /// text (`serde_json::from_str` makes a tree of it where one is needed).
     pub fn call<'a>(
         &self,
         cx: &'a ToolCx<'a>,
         args: Value,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
         (self.call)(cx, args)
     }
 }
@@ -125,12 +129,12 @@ fn schema_of<T: JsonSchema>() -> Value {
 fn call_erased<'a, T: Tool>(
     cx: &'a ToolCx<'a>,
     args: Value,
-) -> BoxFuture<'a, Result<Value, ToolError>> {
+) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
     async move {
         let input: T::Input = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
         let output = T::call(cx, input).await?;
-        serde_json::to_value(output)
+        serde_json::value::to_raw_value(&output)
             .map_err(|e| ToolError::new(crate::ErrorCode::Internal, e.to_string()))
     }
     .boxed()

@@ -46,6 +46,7 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
     }
     let auth_settings = AuthSettings {
         fail_closed: settings.production(),
+        cache_ttl: chrono::Duration::milliseconds(i64::try_from(settings.auth_cache_ms)?),
         ..AuthSettings::default()
     };
     let auth = AuthService::new(store.clone(), clock.clone(), auth_settings);

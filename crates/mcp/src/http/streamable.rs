@@ -392,44 +392,42 @@ async fn answer<A: McpApp>(
             None => StatusCode::ACCEPTED.into_response(),
         },
         Some(first) = rx.recv() => {
-            let head = futures::stream::once(async move { first });
+            let head = futures::stream::once(async move { first.to_string() });
             sse_response(head.chain(stream_with_final(rx, fut)), keepalive, &extra)
         }
     }
 }
 
 /// Messages from `rx` as they come, then the final reply once `fut` finishes (after draining
-/// whatever was sent before it).
+/// whatever was sent before it), each as JSON text.
 fn stream_with_final(
     rx: mpsc::Receiver<Value>,
     fut: BoxedReply,
-) -> impl Stream<Item = Value> + Send {
+) -> impl Stream<Item = String> + Send {
     enum St {
         Running(mpsc::Receiver<Value>, BoxedReply),
         Draining(mpsc::Receiver<Value>, Option<Reply>),
         Done,
     }
-    futures::stream::unfold(St::Running(rx, fut), |state| async move {
+    let last = |reply: Option<Reply>| reply.map(|r| (r.to_json(), St::Done));
+    futures::stream::unfold(St::Running(rx, fut), move |state| async move {
         match state {
             St::Running(mut rx, mut fut) => {
                 tokio::select! {
                     biased;
                     m = rx.recv() => match m {
-                        Some(v) => Some((v, St::Running(rx, fut))),
-                        None => {
-                            let reply = fut.await;
-                            reply.map(|r| (r.to_value(), St::Done))
-                        }
+                        Some(v) => Some((v.to_string(), St::Running(rx, fut))),
+                        None => last(fut.await),
                     },
                     reply = &mut fut => match rx.try_recv() {
-                        Ok(v) => Some((v, St::Draining(rx, reply))),
-                        Err(_) => reply.map(|r| (r.to_value(), St::Done)),
+                        Ok(v) => Some((v.to_string(), St::Draining(rx, reply))),
+                        Err(_) => last(reply),
                     },
                 }
             }
             St::Draining(mut rx, reply) => match rx.try_recv() {
-                Ok(v) => Some((v, St::Draining(rx, reply))),
-                Err(_) => reply.map(|r| (r.to_value(), St::Done)),
+                Ok(v) => Some((v.to_string(), St::Draining(rx, reply))),
+                Err(_) => last(reply),
             },
             St::Done => None,
         }
@@ -439,12 +437,12 @@ fn stream_with_final(
 /// The SSE answer to one POST: its messages as `message` events, kept alive while the handler
 /// works, and ended after the last (the final reply).
 fn sse_response(
-    stream: impl Stream<Item = Value> + Send + 'static,
+    stream: impl Stream<Item = String> + Send + 'static,
     keepalive: std::time::Duration,
     extra: &[(HeaderName, HeaderValue)],
 ) -> Response {
     let events =
-        stream.map(|v| Ok::<_, Infallible>(Event::default().event("message").data(v.to_string())));
+        stream.map(|text| Ok::<_, Infallible>(Event::default().event("message").data(text)));
     let mut r = sse_body(events, keepalive);
     for (k, v) in extra {
         r.headers_mut().insert(k.clone(), v.clone());

@@ -229,7 +229,70 @@ async fn policies_resolve_most_specific_first(cx: Ctx) {
     assert!(err.to_string().contains("three_eyes"));
 }
 
+/// Every change to what an API key authenticates as moves the credentials generation on, as
+/// seen through any clone of the store; other decisions leave it alone.
+async fn credential_changes_move_the_generation(cx: Ctx) {
+    let s = &cx.store;
+    let (org, user, key, _) = world(s).await;
+    let o = s.org(org);
+    let clone = s.clone();
+    let moved = |before: u64| clone.credentials_generation() > before;
+
+    let g = s.credentials_generation();
+    let denied = o
+        .create_approval(
+            request(s, user, key),
+            audit("approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    o.decide_approval(
+        denied.id,
+        Decision::Deny,
+        user,
+        None,
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(clone.credentials_generation(), g, "a denial changes no key");
+
+    let g = s.credentials_generation();
+    let reported = o
+        .create_approval(
+            request(s, user, key),
+            audit("approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    o.decide_approval(
+        reported.id,
+        Decision::Report,
+        user,
+        None,
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert!(moved(g), "a report revokes the requesting key");
+
+    let g = s.credentials_generation();
+    let partner = s.get_user(user).await.unwrap().partner_id;
+    let role = s.find_role(partner, "Technician").await.unwrap();
+    s.assign_role(user, org, role.id, audit("r", "user"))
+        .await
+        .unwrap();
+    assert!(moved(g), "a role assignment");
+
+    // The report already revoked the key; revoking again still moves the generation (a
+    // spurious move costs a cache miss, a missing one a stale principal).
+    let g = s.credentials_generation();
+    o.revoke_api_key(key, audit("k", "api_key")).await.unwrap();
+    assert!(moved(g), "a revocation");
+}
+
 breeze_store::on_both_backends!(
     approvals_move_forward_once,
     policies_resolve_most_specific_first,
+    credential_changes_move_the_generation,
 );

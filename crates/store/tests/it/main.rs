@@ -5,6 +5,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod context;
+mod directory;
 mod isolation;
 mod tenancy;
 mod users;

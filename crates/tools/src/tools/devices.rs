@@ -148,18 +148,20 @@ impl Tool for QueryDevices {
             search: input.search,
             tags: input.tags.unwrap_or_default(),
         };
-        let (devices, total) = cx
+        // Borrowed from the device directory's snapshot: each field is copied once, into
+        // the summary.
+        let page = cx
             .org
-            .list_devices_with_sites(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
+            .device_page(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
             .await?;
-        let devices: Vec<DeviceSummary> = devices
+        let devices: Vec<DeviceSummary> = page
             .iter()
-            .map(|(d, site)| DeviceSummary::new(d, Some(site.clone())))
+            .map(|(d, site)| DeviceSummary::new(d, Some(site.to_owned())))
             .collect();
         Ok(QueryDevicesOutput {
             showing: devices.len(),
             devices,
-            total,
+            total: page.total(),
         })
     }
 }
