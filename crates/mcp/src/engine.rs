@@ -255,7 +255,7 @@ impl<A: McpApp> Engine<A> {
             // Written once, straight from the typed result; the audit gets the error's text.
             return Ok(Answer {
                 tool_error: result.error_text(),
-                payload: Payload::serialize(&result),
+                payload: Payload::Json(result.to_json_bytes()),
             });
         }
         self.dispatch_tree(cx, session, req).await.map(|v| Answer {

@@ -2,7 +2,7 @@
 //! the specification says (parse error and invalid request with a `null` id).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, value::RawValue};
+use serde_json::{Map, Value};
 
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i32 = -32700;
@@ -111,31 +111,36 @@ pub enum Incoming {
     Batch(Vec<Result<Message, Reply>>),
 }
 
-/// A successful result: a JSON tree, or JSON text serialized once by whoever produced it (a
-/// tool's result is written straight from its typed value, never rebuilt as a tree).
+/// A successful result: a JSON tree, or JSON text this process wrote (a tool's result, written
+/// once from its typed value and not parsed again on the way out).
 #[derive(Debug, Clone)]
 pub enum Payload {
     Tree(Value),
-    Raw(Box<RawValue>),
+    /// Valid JSON text, trusted as such: only this crate's writers make one.
+    Json(Vec<u8>),
 }
 
 impl Payload {
-    /// `value` serialized now; `null` if it cannot be (a type whose `Serialize` fails).
-    pub fn serialize(value: &impl Serialize) -> Self {
-        match serde_json::value::to_raw_value(value) {
-            Ok(raw) => Self::Raw(raw),
-            Err(e) => {
-                tracing::error!(error = %e, "a result could not be serialized");
-                Self::Tree(Value::Null)
-            }
-        }
-    }
-
-    /// The result as a tree (parses a raw result: for the rare paths that need one).
+    /// The result as a tree (parses written JSON: for the rare paths that need one).
     pub fn to_value(&self) -> Value {
         match self {
             Self::Tree(v) => v.clone(),
-            Self::Raw(r) => serde_json::from_str(r.get()).unwrap_or(Value::Null),
+            Self::Json(bytes) => serde_json::from_slice(bytes).unwrap_or(Value::Null),
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            // Writing into a Vec cannot fail.
+            Self::Tree(v) => drop(serde_json::to_writer(out, v)),
+            Self::Json(bytes) => out.extend_from_slice(bytes),
+        }
+    }
+
+    fn len_hint(&self) -> usize {
+        match self {
+            Self::Tree(_) => 128,
+            Self::Json(bytes) => bytes.len(),
         }
     }
 }
@@ -149,15 +154,6 @@ impl From<Value> for Payload {
 impl PartialEq for Payload {
     fn eq(&self, other: &Self) -> bool {
         self.to_value() == other.to_value()
-    }
-}
-
-impl Serialize for Payload {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Tree(v) => v.serialize(s),
-            Self::Raw(r) => r.serialize(s),
-        }
     }
 }
 
@@ -206,28 +202,28 @@ impl Reply {
 
     /// The wire form, serialized.
     pub fn to_bytes(&self) -> Vec<u8> {
-        self.to_json().into_bytes()
+        let hint = self.outcome.as_ref().map_or(128, Payload::len_hint);
+        let mut out = Vec::with_capacity(hint + 64);
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        // Writing into a Vec cannot fail.
+        drop(serde_json::to_writer(&mut out, &self.id));
+        match &self.outcome {
+            Ok(payload) => {
+                out.extend_from_slice(b",\"result\":");
+                payload.write(&mut out);
+            }
+            Err(error) => {
+                out.extend_from_slice(b",\"error\":");
+                drop(serde_json::to_writer(&mut out, error));
+            }
+        }
+        out.push(b'}');
+        out
     }
 
     /// The wire form as JSON text.
     pub fn to_json(&self) -> String {
-        /// The wire form by reference: serializing a reply never copies its result.
-        #[derive(Serialize)]
-        struct Wire<'a> {
-            jsonrpc: &'static str,
-            id: &'a Option<Id>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            result: Option<&'a Payload>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            error: Option<&'a ErrorObject>,
-        }
-        let wire = Wire {
-            jsonrpc: "2.0",
-            id: &self.id,
-            result: self.outcome.as_ref().ok(),
-            error: self.outcome.as_ref().err(),
-        };
-        serde_json::to_string(&wire).unwrap_or_default()
+        String::from_utf8(self.to_bytes()).unwrap_or_default()
     }
 }
 
@@ -397,7 +393,7 @@ mod tests {
     fn bytes_and_values_agree() {
         for r in [
             Reply::ok(Id::Number(1), json!({ "a": [1, 2] })),
-            Reply::ok(Id::Number(2), Payload::serialize(&json!({ "b": "\"q\"" }))),
+            Reply::ok(Id::Number(2), Payload::Json(br#"{"b":"\"q\""}"#.to_vec())),
             Reply::err(Some(Id::String("x".into())), ErrorObject::internal("boom")),
             Reply::err(None, ErrorObject::new(PARSE_ERROR, "bad")),
         ] {

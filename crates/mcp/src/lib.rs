@@ -1,6 +1,7 @@
 //! An MCP protocol engine over axum, free of any domain knowledge.
 //!
 //! - [`jsonrpc`]: JSON-RPC 2.0 messages, parsing, errors.
+//! - [`json`]: JSON writing on the hot path (string escaping, tool results).
 //! - [`protocol`]: revisions 2024-11-05 through 2026-07-28 and negotiation.
 //! - [`model`]: result shapes (tools, content, resources, prompts).
 //! - [`app`]: the [`McpApp`] trait an application implements, and the [`Cx`] its handlers get.
@@ -14,6 +15,7 @@ pub mod engine;
 // refusal path only, so their size does not matter.
 #[allow(clippy::result_large_err)]
 pub mod http;
+pub mod json;
 pub mod jsonrpc;
 pub mod model;
 pub mod protocol;

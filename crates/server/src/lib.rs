@@ -193,6 +193,31 @@ pub fn app(breeze: Breeze) -> Router {
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }
 
+/// How often SQLite's write-ahead log is copied back. Often enough to keep the log small (a
+/// long log slows every commit's page lookups); a checkpoint with little to copy costs little.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Checkpoints the database every [`CHECKPOINT_INTERVAL`] (SQLite's write-ahead log; nothing on
+/// PostgreSQL), so that commits on the request path never run one.
+fn spawn_checkpointer(
+    store: breeze_store::Store,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(CHECKPOINT_INTERVAL);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(e) = store.checkpoint().await {
+                        tracing::warn!(error = %e, "checkpoint failed");
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves, then lets in-flight requests finish
 /// (for at most 30 seconds).
 pub async fn serve(
@@ -205,6 +230,7 @@ pub async fn serve(
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
     breeze.state.approvals.spawn_resumer(sweeper_stop.clone());
+    spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {

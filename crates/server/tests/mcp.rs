@@ -981,13 +981,15 @@ async fn legacy_sse_round_trip(cx: Ctx) {
     .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     let events = sse_events(&mut body, 2).await;
-    let replies: Vec<Value> = events
+    let mut replies: Vec<Value> = events
         .iter()
         .map(|(kind, data)| {
             assert_eq!(kind, "message");
             serde_json::from_str(data).unwrap()
         })
         .collect();
+    // Two POSTs, handled concurrently: replies are matched by id, not by order.
+    replies.sort_by_key(|r| r["id"].as_i64());
     assert_eq!(replies[0]["result"]["protocolVersion"], "2024-11-05");
     assert_eq!(replies[1]["result"]["structuredContent"]["total"], 1);
 

@@ -23,21 +23,20 @@ const ROWS_PER_INSERT: usize = 64;
 
 /// Appends one `($n, …)` tuple for `event` to `q`.
 fn push_row(q: &mut Sql, id: AuditId, event: &AuditEvent, now: Timestamp) {
-    let params = [
-        q.arg(id),
-        q.arg(now),
-        q.arg(event.org_id),
-        q.arg(event.actor.kind.as_str()),
-        q.arg(&event.actor.id),
-        q.arg(&event.action),
-        q.arg(&event.resource_type),
-        q.arg(event.resource_id.clone()),
-        q.arg(Arg::json(&event.details)),
-        q.arg(event.result.as_str()),
-        q.arg(event.error_message.clone()),
-        q.arg(event.request_id.clone()),
-    ];
-    q.push(&format!("({})", params.join(", ")));
+    q.push_row([
+        id.into(),
+        now.into(),
+        event.org_id.into(),
+        event.actor.kind.as_str().into(),
+        event.actor.id.as_str().into(),
+        event.action.as_str().into(),
+        event.resource_type.as_str().into(),
+        event.resource_id.clone().into(),
+        Arg::json(&event.details),
+        event.result.as_str().into(),
+        event.error_message.clone().into(),
+        event.request_id.clone().into(),
+    ]);
 }
 
 /// Writes `event` stamped `now`, on `target` (the pool, or the transaction of the change).

@@ -164,6 +164,13 @@ impl Store {
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal)
+                // Pages are read through a shared mapping instead of copied into each
+                // connection's cache (which a commit on another connection invalidates).
+                .pragma("mmap_size", "268435456")
+                // The server copies the WAL back in the background (`Store::checkpoint`), so a
+                // commit does not stop for a checkpoint and its fsync; this is the backstop for
+                // a process that never does.
+                .pragma("wal_autocheckpoint", "16384")
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
             if let Some(dir) = opts.get_filename().parent()
@@ -179,6 +186,9 @@ impl Store {
             Pool::Sqlite(
                 SqlitePoolOptions::new()
                     .max_connections(options.max_connections)
+                    // A file cannot drop the connection; pinging it before every use would cost
+                    // a round trip to the connection's worker thread.
+                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await?,
             )
@@ -241,6 +251,19 @@ impl Store {
             .fetch_scalar::<i32>(self)
             .await
             .map(drop)
+    }
+
+    /// SQLite: copies committed pages from the write-ahead log back into the database without
+    /// waiting for readers or blocking writers (a passive checkpoint), so that no commit has to
+    /// (SQLite checkpoints on commit only past `wal_autocheckpoint`). PostgreSQL: nothing.
+    pub async fn checkpoint(&self) -> Result<()> {
+        match self.pool {
+            Pool::Sqlite(_) => sql::sql("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(self)
+                .await
+                .map(drop),
+            Pool::Postgres(_) => Ok(()),
+        }
     }
 
     /// Which backend this store uses.

@@ -5,6 +5,8 @@
 //! backend. [`Sql`] runs against a [`Target`]: the pool, or an open [`Tx`]. Only this module
 //! matches on the backend.
 
+use std::borrow::Cow;
+
 use breeze_core::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId,
     Timestamp, UserId,
@@ -208,6 +210,47 @@ pub(crate) fn sql(text: impl Into<String>) -> Sql {
     }
 }
 
+/// The statement as SQLite should see it. There `$n` placeholders are named parameters, and
+/// binding resolves each name by a linear scan — quadratic in the number of parameters, which
+/// shows on multi-row inserts. When the statement uses `$1`, `$2`, … each once and in order
+/// (outside quoted literals), anonymous `?` placeholders mean the same and bind in constant
+/// time; any other statement is left as written.
+fn sqlite_text(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut next, mut copied, mut i, mut quoted) = (1u64, 0, 0, false);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' => quoted = !quoted,
+            b'$' if !quoted => {
+                let digits = bytes[i + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
+                if digits > 0 {
+                    let end = i + 1 + digits;
+                    if text[i + 1..end].parse::<u64>().ok() != Some(next) {
+                        return Cow::Borrowed(text);
+                    }
+                    next += 1;
+                    out.push_str(&text[copied..i]);
+                    out.push('?');
+                    copied = end;
+                    i = end;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if next == 1 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
 /// Runs `$body` with `$q` bound to the statement built for the target's backend and `$e` to
 /// the executor.
 macro_rules! dispatch {
@@ -215,6 +258,7 @@ macro_rules! dispatch {
         let Sql { text, args } = $self;
         match $target.into() {
             Target::SqlitePool($e) => {
+                let text = sqlite_text(&text);
                 let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
                 $body
             }
@@ -223,6 +267,7 @@ macro_rules! dispatch {
                 $body
             }
             Target::SqliteConn($e) => {
+                let text = sqlite_text(&text);
                 let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
                 $body
             }
@@ -250,6 +295,19 @@ impl Sql {
     pub(crate) fn arg(&mut self, arg: impl Into<Arg>) -> String {
         self.args.push(arg.into());
         format!("${}", self.args.len())
+    }
+
+    /// Appends `(` the placeholders of `args` `)`, for a row of a multi-row `VALUES` list.
+    pub(crate) fn push_row<const N: usize>(&mut self, args: [Arg; N]) {
+        use std::fmt::Write as _;
+        self.text.push('(');
+        for (i, arg) in args.into_iter().enumerate() {
+            self.args.push(arg);
+            let sep = if i == 0 { "" } else { ", " };
+            // Writing to a String cannot fail.
+            let _ = write!(self.text, "{sep}${}", self.args.len());
+        }
+        self.text.push(')');
     }
 
     /// Runs the statement; returns the number of rows it affected.
@@ -306,4 +364,34 @@ pub(crate) fn escape_like(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('%', "\\%")
         .replace('_', "\\_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_text;
+
+    #[test]
+    fn sequential_placeholders_become_anonymous_on_sqlite() {
+        assert_eq!(
+            sqlite_text("INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4)"),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?)"
+        );
+        // Quoted text is not a placeholder; `$` without digits is not either.
+        assert_eq!(
+            sqlite_text("SELECT json_extract(x, '$.a$1') FROM t WHERE a = $1 AND b LIKE $2"),
+            "SELECT json_extract(x, '$.a$1') FROM t WHERE a = ? AND b LIKE ?"
+        );
+    }
+
+    #[test]
+    fn other_statements_are_left_as_written() {
+        for text in [
+            "SELECT 1",
+            "UPDATE t SET a = $2 WHERE id = $1",
+            "SELECT * FROM t WHERE a = $1 OR b = $1",
+            "SELECT * FROM t WHERE a = $1 AND b = $3",
+        ] {
+            assert_eq!(sqlite_text(text), text);
+        }
+    }
 }

@@ -277,6 +277,47 @@ pub fn tool_cx<'a>(
     }
 }
 
+/// An output serialized inside the handler, for outputs that borrow what the handler read (a
+/// device listing borrows the directory's snapshot). `T` is the output's shape, usually the
+/// `'static` form of the borrowed type the handler fills in: its schema is the tool's
+/// `outputSchema`.
+pub struct Rendered<T> {
+    json: Box<serde_json::value::RawValue>,
+    shape: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Rendered<T> {
+    /// `output` — a `T`, or `T` with shorter borrows — serialized now.
+    pub fn of(output: &impl Serialize) -> Result<Self, ToolError> {
+        serde_json::value::to_raw_value(output)
+            .map(|json| Self {
+                json,
+                shape: std::marker::PhantomData,
+            })
+            .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
+    }
+}
+
+impl<T> Serialize for Rendered<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(s)
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for Rendered<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        T::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
 /// One tool. See the module docs.
 pub trait Tool: Send + Sync + 'static {
     const NAME: &'static str;

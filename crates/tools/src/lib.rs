@@ -16,8 +16,8 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, Effect, ErrorCode, Hints, ProgressReport, RateLimit, Tier, Tool, ToolCx, ToolError,
-    action, per, tool_cx,
+    Action, Effect, ErrorCode, Hints, ProgressReport, RateLimit, Rendered, Tier, Tool, ToolCx,
+    ToolError, action, per, tool_cx,
 };
 pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};
 

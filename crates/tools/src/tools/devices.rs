@@ -6,46 +6,67 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{DEVICE_NOT_FOUND, parse_uuid};
-use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+use crate::{Registry, Rendered, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetDeviceDetails>();
     r.register::<QueryDevices>();
 }
 
-/// A device as tools show it.
+/// A device as tools show it, borrowed from the device it describes (a listing serializes
+/// straight from the directory's snapshot, copying nothing first).
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct DeviceSummary {
-    id: String,
-    hostname: String,
-    os_type: String,
-    os_name: String,
-    os_version: String,
-    status: String,
-    agent_version: Option<String>,
+pub(crate) struct DeviceSummary<'a> {
+    #[serde(serialize_with = "display")]
+    #[schemars(with = "String")]
+    id: DeviceId,
+    hostname: &'a str,
+    os_type: &'static str,
+    os_name: &'a str,
+    os_version: &'a str,
+    status: &'static str,
+    agent_version: Option<&'a str>,
     /// RFC 3339.
-    last_seen_at: Option<String>,
-    tags: Vec<String>,
-    site_id: String,
-    site_name: Option<String>,
+    #[serde(serialize_with = "rfc3339")]
+    #[schemars(with = "Option<String>")]
+    last_seen_at: Option<breeze_core::Timestamp>,
+    tags: &'a [String],
+    #[serde(serialize_with = "display")]
+    #[schemars(with = "String")]
+    site_id: SiteId,
+    site_name: Option<&'a str>,
 }
 
-impl DeviceSummary {
-    pub(crate) fn new(d: &Device, site_name: Option<String>) -> Self {
+impl<'a> DeviceSummary<'a> {
+    pub(crate) fn new(d: &'a Device, site_name: Option<&'a str>) -> Self {
         Self {
-            id: d.id.to_string(),
-            hostname: d.hostname.clone(),
-            os_type: d.os_family.to_string(),
-            os_name: d.os_name.clone(),
-            os_version: d.os_version.clone(),
-            status: d.status.to_string(),
-            agent_version: d.agent_version.clone(),
-            last_seen_at: d.last_seen_at.map(|t| t.to_rfc3339()),
-            tags: d.tags.clone(),
-            site_id: d.site_id.to_string(),
+            id: d.id,
+            hostname: &d.hostname,
+            os_type: d.os_family.as_str(),
+            os_name: &d.os_name,
+            os_version: &d.os_version,
+            status: d.status.as_str(),
+            agent_version: d.agent_version.as_deref(),
+            last_seen_at: d.last_seen_at,
+            tags: &d.tags,
+            site_id: d.site_id,
             site_name,
         }
+    }
+}
+
+fn display<S: serde::Serializer>(v: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+fn rfc3339<S: serde::Serializer>(
+    t: &Option<breeze_core::Timestamp>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&t.to_rfc3339()),
+        None => s.serialize_none(),
     }
 }
 
@@ -91,8 +112,8 @@ enum OsArg {
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct QueryDevicesOutput {
-    devices: Vec<DeviceSummary>,
+pub(crate) struct QueryDevicesOutput<'a> {
+    devices: Vec<DeviceSummary<'a>>,
     /// How many devices match in all.
     total: u64,
     /// How many are in `devices`.
@@ -121,7 +142,7 @@ impl Tool for QueryDevices {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Input = QueryDevicesInput;
-    type Output = QueryDevicesOutput;
+    type Output = Rendered<QueryDevicesOutput<'static>>;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let filter = DeviceFilter {
@@ -148,17 +169,16 @@ impl Tool for QueryDevices {
             search: input.search,
             tags: input.tags.unwrap_or_default(),
         };
-        // Borrowed from the device directory's snapshot: each field is copied once, into
-        // the summary.
+        // Serialized straight from the device directory's snapshot.
         let page = cx
             .org
             .device_page(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
             .await?;
-        let devices: Vec<DeviceSummary> = page
+        let devices: Vec<DeviceSummary<'_>> = page
             .iter()
-            .map(|(d, site)| DeviceSummary::new(d, Some(site.to_owned())))
+            .map(|(d, site)| DeviceSummary::new(d, Some(site)))
             .collect();
-        Ok(QueryDevicesOutput {
+        Rendered::of(&QueryDevicesOutput {
             showing: devices.len(),
             devices,
             total: page.total(),
@@ -177,8 +197,8 @@ pub(crate) struct DeviceIdInput {
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct DeviceDetails {
-    device: DeviceSummary,
+pub(crate) struct DeviceDetails<'a> {
+    device: DeviceSummary<'a>,
     /// Groups the device belongs to.
     groups: Vec<GroupRef>,
     /// Active context entries (known issues, quirks, follow-ups, preferences).
@@ -212,7 +232,7 @@ impl Tool for GetDeviceDetails {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Input = DeviceIdInput;
-    type Output = DeviceDetails;
+    type Output = Rendered<DeviceDetails<'static>>;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
@@ -228,8 +248,8 @@ impl Tool for GetDeviceDetails {
             })
             .collect();
         let active_context = cx.org.device_context(device.id, false).await?.len();
-        Ok(DeviceDetails {
-            device: DeviceSummary::new(&device, sites.get(&device.site_id).cloned()),
+        Rendered::of(&DeviceDetails {
+            device: DeviceSummary::new(&device, sites.get(&device.site_id).map(String::as_str)),
             groups,
             active_context,
         })

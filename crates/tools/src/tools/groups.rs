@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{devices::DeviceSummary, parse_uuid};
-use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{Effect, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, action, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ManageGroups>();
@@ -70,13 +70,13 @@ impl From<DeviceGroup> for GroupView {
 /// What each action returns; one object with the fields that apply.
 #[derive(Debug, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct GroupsOutput {
+pub(crate) struct GroupsOutput<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     groups: Option<Vec<GroupView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     group: Option<GroupView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    members: Option<Vec<DeviceSummary>>,
+    members: Option<Vec<DeviceSummary<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     showing: Option<usize>,
     /// Devices added or removed.
@@ -137,7 +137,7 @@ impl Tool for ManageGroups {
         action("delete", Tier::T3, Effect::Delete, Permission::DevicesWrite),
     ];
     type Input = GroupsInput;
-    type Output = GroupsOutput;
+    type Output = Rendered<GroupsOutput<'static>>;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         match input.action {
@@ -155,7 +155,7 @@ impl Tool for ManageGroups {
                     .filter(|g| site.is_none() || g.site_id == site)
                     .map(GroupView::from)
                     .collect();
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     showing: Some(groups.len()),
                     groups: Some(groups),
                     ..Default::default()
@@ -164,14 +164,12 @@ impl Tool for ManageGroups {
             GroupAction::Get => {
                 let id = group_id(&input)?;
                 let group = cx.org.get_group(id).await.map_err(group_missing)?;
-                let members: Vec<DeviceSummary> = cx
-                    .org
-                    .group_members(id)
-                    .await?
+                let devices = cx.org.group_members(id).await?;
+                let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
                     .map(|d| DeviceSummary::new(d, None))
                     .collect();
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     group: Some(group.into()),
                     showing: Some(members.len()),
                     members: Some(members),
@@ -222,7 +220,7 @@ impl Tool for ManageGroups {
                 )
                 .request(cx.request_id.clone());
                 cx.org.append_audit(audit).await?;
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     message: Some(format!("{changed} device(s) {verb} the group")),
                     changed: Some(changed),
                     skipped: (!skipped.is_empty()).then_some(skipped),
@@ -246,7 +244,7 @@ impl Tool for ManageGroups {
                     .org
                     .create_group(name, site, input.description.as_deref(), audit)
                     .await?;
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     message: Some(format!("created group {}", group.name)),
                     group: Some(group.into()),
                     ..Default::default()
@@ -267,7 +265,7 @@ impl Tool for ManageGroups {
                     )
                     .await
                     .map_err(group_missing)?;
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     message: Some("group updated".into()),
                     group: Some(group.into()),
                     ..Default::default()
@@ -282,7 +280,7 @@ impl Tool for ManageGroups {
                     .delete_group(id, audit)
                     .await
                     .map_err(group_missing)?;
-                Ok(GroupsOutput {
+                Rendered::of(&GroupsOutput {
                     message: Some("group deleted".into()),
                     ..Default::default()
                 })
