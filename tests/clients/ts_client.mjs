@@ -9,6 +9,7 @@
 // Prints one "PASS ts <transport>" line per transport, or "FAIL ts <transport>" followed by every
 // failed check of that transport, then "ts: N passed, N failed"; exits 1 when any check failed.
 
+import { isDeepStrictEqual } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
@@ -245,7 +246,8 @@ async function runChecks(kind) {
       } catch {
         throw new CheckFailed(`query_devices text content is not JSON: ${show(text.text)}`);
       }
-      check(show(parsed) === show(sc), `query_devices text ${show(parsed)} != structuredContent ${show(sc)}`);
+      // The same JSON value (key order is not part of it).
+      check(isDeepStrictEqual(parsed, sc), `query_devices text ${show(parsed)} != structuredContent ${show(sc)}`);
     });
 
     await step('tools/call set_device_context with the read key', async () => {
