@@ -195,7 +195,7 @@ pub fn app(breeze: Breeze) -> Router {
 
 /// How often SQLite's write-ahead log is copied back. Often enough to keep the log small (a
 /// long log slows every commit's page lookups); a checkpoint with little to copy costs little.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(200);
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Checkpoints the database every [`CHECKPOINT_INTERVAL`] (SQLite's write-ahead log; nothing on
 /// PostgreSQL), so that commits on the request path never run one.

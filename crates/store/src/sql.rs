@@ -11,7 +11,7 @@ use breeze_core::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId,
     Timestamp, UserId,
 };
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 use sqlx::{
     Database, Encode, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Type,
     encode::IsNull,
@@ -34,7 +34,9 @@ pub(crate) enum Arg {
     Bytes(Option<Vec<u8>>),
     Uuid(Option<Uuid>),
     Ts(Option<Timestamp>),
-    Json(Option<Json<Value>>),
+    /// JSON text, serialized once from the caller's value (a JSON column on SQLite, JSONB on
+    /// PostgreSQL).
+    Json(Option<Json<Box<RawValue>>>),
 }
 
 impl Arg {
@@ -42,7 +44,7 @@ impl Arg {
     pub(crate) fn json(value: &impl serde::Serialize) -> Self {
         // Serializing our own plain data types cannot fail; keep a null rather than panic.
         Arg::Json(Some(Json(
-            serde_json::to_value(value).unwrap_or(Value::Null),
+            serde_json::value::to_raw_value(value).unwrap_or_default(),
         )))
     }
 }
@@ -96,6 +98,24 @@ macro_rules! encode_arg {
         }
 
         impl<'q> Encode<'q, $db> for Arg {
+            // By value: the text and bytes move into the statement's arguments (the default
+            // would clone them through `encode_by_ref`).
+            fn encode(
+                self,
+                buf: &mut <$db as Database>::ArgumentBuffer<'q>,
+            ) -> Result<IsNull, BoxDynError> {
+                match self {
+                    Arg::Bool(v) => Encode::<$db>::encode(v, buf),
+                    Arg::I64(v) => Encode::<$db>::encode(v, buf),
+                    Arg::F64(v) => Encode::<$db>::encode(v, buf),
+                    Arg::Text(v) => Encode::<$db>::encode(v, buf),
+                    Arg::Bytes(v) => Encode::<$db>::encode(v, buf),
+                    Arg::Uuid(v) => Encode::<$db>::encode(v, buf),
+                    Arg::Ts(v) => Encode::<$db>::encode(v, buf),
+                    Arg::Json(v) => Encode::<$db>::encode(v, buf),
+                }
+            }
+
             fn encode_by_ref(
                 &self,
                 buf: &mut <$db as Database>::ArgumentBuffer<'q>,
