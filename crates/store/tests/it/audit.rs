@@ -226,28 +226,44 @@ async fn batches_write_every_record(cx: Ctx) {
         )
         .await
         .unwrap();
-    // 130 records cross the 64-row statement boundary twice.
+    // 130 records cross the 64-row statement boundary (PostgreSQL) twice; every field, including
+    // awkward text and JSON, must read back as written.
     let events: Vec<AuditEvent> = (0..130)
         .map(|i| {
-            AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.ping", "mcp")
+            let e = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.ping", "mcp")
                 .org(org.id)
                 .resource(format!("r{i}"))
+                .details(serde_json::json!({ "i": i, "quote": "a\"b\\c", "é": [1, null] }))
+                .request(Some(format!("req-{i}")));
+            if i % 3 == 0 {
+                e.failed(AuditResult::Failure, format!("went \"wrong\" {i}"))
+            } else {
+                e
+            }
         })
         .collect();
     s.append_audit_batch(&events).await.unwrap();
+    // Written one at a time, the same record reads back the same way.
+    s.append_audit(&events[0]).await.unwrap();
     let f = AuditFilter {
         action: Some("mcp.ping".into()),
         ..Default::default()
     };
     let page = s.org(org.id).query_audit(&f, None, 500).await.unwrap();
-    assert_eq!(page.records.len(), 130);
+    assert_eq!(page.records.len(), 131);
     let ids: HashSet<_> = page.records.iter().map(|r| r.id).collect();
-    assert_eq!(ids.len(), 130);
-    assert!(
-        page.records
+    assert_eq!(ids.len(), 131);
+    for (i, written) in events.iter().enumerate() {
+        let read: Vec<_> = page
+            .records
             .iter()
-            .any(|r| r.event.resource_id.as_deref() == Some("r129"))
-    );
+            .filter(|r| r.event.resource_id.as_deref() == Some(&*format!("r{i}")))
+            .collect();
+        assert_eq!(read.len(), if i == 0 { 2 } else { 1 }, "r{i}");
+        for r in read {
+            assert_eq!(&r.event, written, "r{i}");
+        }
+    }
 }
 
 breeze_store::on_both_backends!(
