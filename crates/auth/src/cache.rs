@@ -18,7 +18,8 @@
 //!   does not move this process's generation, so an entry is served only while
 //!   `0 <= now - read_at < ttl`. A clock that went backwards makes the age negative: the entry
 //!   is not served, so a clock step cannot stretch the ttl.
-//! - **Expiry is honoured from the cache**: the caller checks `is_active(now)` on every hit.
+//! - **Expiry is honoured from the cache**: the caller checks the record's `is_active(now)` on
+//!   every hit (the one rule, [`ApiKeyRecord::is_active`]).
 //! - **Only keys that authenticated are cached.** Unknown, revoked or expired keys never are,
 //!   so a spray of random keys cannot fill memory; a stale or inactive entry is dropped when
 //!   met.
@@ -38,7 +39,7 @@ use std::{
     sync::{Mutex, MutexGuard, PoisonError},
 };
 
-use breeze_core::{ApiKeyId, ApiKeyPrincipal, OrgId, PermissionSet, ScopeSet, Timestamp, UserId};
+use breeze_core::{ApiKeyPrincipal, PermissionSet, Timestamp};
 use breeze_store::ApiKeyRecord;
 use chrono::Duration;
 use subtle::ConstantTimeEq;
@@ -49,16 +50,10 @@ pub(crate) const CAPACITY: usize = 10_000;
 /// An API key as read from the database, with when and at which generation it was read.
 #[derive(Clone)]
 pub(crate) struct CachedKey {
-    pub(crate) key_id: ApiKeyId,
-    pub(crate) org_id: OrgId,
-    pub(crate) user_id: UserId,
-    pub(crate) scopes: ScopeSet,
-    pub(crate) permissions: Option<PermissionSet>,
-    /// The stored SHA-256, compared in constant time with the presented key's on every use.
-    key_hash: Vec<u8>,
-    revoked_at: Option<Timestamp>,
-    expires_at: Option<Timestamp>,
-    pub(crate) last_used_at: Option<Timestamp>,
+    /// The stored key; its hash is compared in constant time with the presented key's, and
+    /// its activity checked, on every use.
+    pub(crate) record: ApiKeyRecord,
+    permissions: Option<PermissionSet>,
     /// The store's credentials generation read before the database was asked.
     generation: u64,
     /// The clock's time when it was read.
@@ -69,21 +64,14 @@ impl CachedKey {
     /// A key just read from the database; `generation` and `read_at` were taken before the
     /// query.
     pub(crate) fn read(
-        key: ApiKeyRecord,
+        record: ApiKeyRecord,
         permissions: Option<PermissionSet>,
         generation: u64,
         read_at: Timestamp,
     ) -> Self {
         Self {
-            key_id: key.id,
-            org_id: key.org_id,
-            user_id: key.user_id,
-            scopes: key.scopes,
+            record,
             permissions,
-            key_hash: key.key_hash,
-            revoked_at: key.revoked_at,
-            expires_at: key.expires_at,
-            last_used_at: key.last_used_at,
             generation,
             read_at,
         }
@@ -91,22 +79,16 @@ impl CachedKey {
 
     /// Whether the stored hash equals `presented`, in constant time.
     pub(crate) fn matches(&self, presented: &[u8; 32]) -> bool {
-        bool::from(self.key_hash.as_slice().ct_eq(&presented[..]))
-    }
-
-    /// Whether the key may authenticate at `now`: not revoked and not expired (the rule of
-    /// [`ApiKeyRecord::is_active`]).
-    pub(crate) fn is_active(&self, now: Timestamp) -> bool {
-        self.revoked_at.is_none() && self.expires_at.is_none_or(|exp| now < exp)
+        bool::from(self.record.key_hash.as_slice().ct_eq(&presented[..]))
     }
 
     /// The principal this key authenticates as.
     pub(crate) fn principal(self) -> ApiKeyPrincipal {
         ApiKeyPrincipal {
-            key_id: self.key_id,
-            org_id: self.org_id,
-            user_id: self.user_id,
-            scopes: self.scopes,
+            key_id: self.record.id,
+            org_id: self.record.org_id,
+            user_id: self.record.user_id,
+            scopes: self.record.scopes,
             permissions: self.permissions,
         }
     }
@@ -195,6 +177,7 @@ impl PrincipalCache {
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+    use breeze_core::{ApiKeyId, OrgId, ScopeSet, UserId};
     use chrono::{TimeZone, Utc};
 
     use super::*;
@@ -204,19 +187,20 @@ mod tests {
     }
 
     fn entry(generation: u64, read_at: Timestamp) -> CachedKey {
-        CachedKey {
-            key_id: ApiKeyId::new(),
+        let record = ApiKeyRecord {
+            id: ApiKeyId::new(),
             org_id: OrgId::new(),
             user_id: UserId::new(),
-            scopes: ScopeSet::parse_list("ai:read").unwrap(),
-            permissions: None,
+            name: "k".into(),
             key_hash: vec![1; 32],
-            revoked_at: None,
+            key_prefix: "brz_AAAA".into(),
+            scopes: ScopeSet::parse_list("ai:read").unwrap(),
             expires_at: None,
+            revoked_at: None,
             last_used_at: None,
-            generation,
-            read_at,
-        }
+            created_at: t0(),
+        };
+        CachedKey::read(record, None, generation, read_at)
     }
 
     #[test]
@@ -273,14 +257,8 @@ mod tests {
     }
 
     #[test]
-    fn activity_follows_the_stored_rule() {
-        let mut e = entry(0, t0());
-        assert!(e.is_active(t0()) && e.matches(&[1; 32]) && !e.matches(&[2; 32]));
-        e.expires_at = Some(t0() + Duration::seconds(5));
-        assert!(e.is_active(t0() + Duration::seconds(4)));
-        assert!(!e.is_active(t0() + Duration::seconds(5)));
-        e.expires_at = None;
-        e.revoked_at = Some(t0());
-        assert!(!e.is_active(t0()));
+    fn the_stored_hash_is_what_matches() {
+        let e = entry(0, t0());
+        assert!(e.matches(&[1; 32]) && !e.matches(&[2; 32]));
     }
 }

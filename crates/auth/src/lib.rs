@@ -185,20 +185,21 @@ impl AuthService {
                 None => return Err(AuthError::InvalidApiKey),
             },
         };
-        if !key.matches(&hash) || !key.is_active(now) {
+        if !key.matches(&hash) || !key.record.is_active(now) {
             if from_cache {
                 self.cache.remove(&hash);
             }
             return Err(AuthError::InvalidApiKey);
         }
         let due = key
+            .record
             .last_used_at
             .is_none_or(|t| now - t >= self.settings.last_used_interval);
         if due {
             self.store
-                .touch_api_key(key.key_id, now, self.settings.last_used_interval)
+                .touch_api_key(key.record.id, now, self.settings.last_used_interval)
                 .await?;
-            key.last_used_at = Some(now);
+            key.record.last_used_at = Some(now);
         }
         if due || !from_cache {
             self.cache.insert(hash, key.clone());
