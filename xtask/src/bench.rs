@@ -138,6 +138,16 @@ fn perf_peers(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(peers)
 }
 
+/// Builds `packages` of the perf-peers workspace at `peers` (release).
+fn build_peers(peers: &Path, packages: &[&str]) -> anyhow::Result<()> {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(peers).args(["build", "--release", "-q"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    run(&mut cmd).map(drop)
+}
+
 /// `cargo build --release -q -p breeze-cli`; returns the binary. `BENCH_BREEZE_BIN` names a
 /// prebuilt binary instead (to measure a fixed build while the tree changes).
 fn build_breeze(root: &Path) -> anyhow::Result<PathBuf> {
@@ -164,24 +174,8 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let sessions = env_num("BENCH_SESSIONS", 1000);
 
     eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
-    run(Command::new("cargo").current_dir(&peers).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "loadgen",
-        "-p",
-        "peer-rmcp",
-        "-p",
-        "baseline-axum",
-    ]))?;
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "breeze-cli",
-    ]))?;
+    build_peers(&peers, &["loadgen", "peer-rmcp", "baseline-axum"])?;
+    let breeze_bin = build_breeze(&root)?;
     run(Command::new("cargo").current_dir(&root).args([
         "build",
         "--release",
@@ -199,7 +193,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     std::fs::create_dir_all(&demo_dir)?;
     let breeze_port = 3211;
     let mut breeze = pinned(0)
-        .arg(root.join("target/release/breeze"))
+        .arg(&breeze_bin)
         .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
         .current_dir(&demo_dir)
         .env("BREEZE_LOG", "warn")
@@ -342,7 +336,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let key_header = breeze.headers[0].clone();
     drop(breeze);
     let mut fresh = pinned(0)
-        .arg(root.join("target/release/breeze"))
+        .arg(&breeze_bin)
         .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
         .current_dir(&demo_dir)
         .env("BREEZE_LOG", "warn")

@@ -12,14 +12,14 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Stdio},
 };
 
 use anyhow::Context;
 use serde_json::Value;
 
 use super::{
-    build_breeze, cpu_micros,
+    build_breeze, build_peers, cpu_micros,
     instance::{Db, Instance, free_port},
     perf_peers, pinned, run as sh, wait_for_port, workspace_root,
 };
@@ -137,15 +137,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let root = workspace_root()?;
     let peers = perf_peers(&root)?;
     eprintln!("building (release): loadgen, peer-rmcp, breeze…");
-    sh(Command::new("cargo").current_dir(&peers).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "loadgen",
-        "-p",
-        "peer-rmcp",
-    ]))?;
+    build_peers(&peers, &["loadgen", "peer-rmcp"])?;
     let bin = build_breeze(&root)?;
     let loadgen = peers.join("target/release/loadgen");
     let body_dir = root.join("target/bench/bodies");
