@@ -258,7 +258,9 @@ impl<A: McpApp> Engine<A> {
                 payload: Payload::Json(result.to_json_bytes()),
             });
         }
-        self.dispatch_tree(cx, session, req).await.map(|v| Answer {
+        // Boxed: the other methods' states (resources/read's above all) would otherwise sit in
+        // every tools/call's future.
+        Box::pin(self.dispatch_tree(cx, session, req)).await.map(|v| Answer {
             payload: Payload::Tree(v),
             tool_error: None,
         })

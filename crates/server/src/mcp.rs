@@ -300,7 +300,9 @@ impl McpApp for BreezeMcp {
             return Ok(tool_error_result(&e, meta));
         }
         if clearance == Clearance::NeedsApproval {
-            return Ok(self.with_approval(&cx, spec, arguments, meta).await);
+            // Boxed: this path's state (~9 KB) would otherwise sit in every call's future, and
+            // the transports move whole futures into boxes.
+            return Ok(Box::pin(self.with_approval(&cx, spec, arguments, meta)).await);
         }
         let actor = Actor::new(ActorType::ApiKey, principal.key_id);
         let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
