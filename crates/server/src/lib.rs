@@ -157,7 +157,7 @@ impl Breeze {
             limiter.clone(),
             state.clock.clone(),
         );
-        let audit = audit_writer::AuditWriter::spawn(state.store.clone());
+        let audit = audit_writer::AuditWriter::spawn(state.store.audit_appender());
         let app = mcp::BreezeMcp::new(state.clone(), state.registry.clone(), guard, audit);
         let mut engine_config = state.config.mcp.clone();
         engine_config.fail_closed = state.config.production;

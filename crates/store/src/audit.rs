@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::{
     OrgStore, Result, Store, StoreError,
-    sql::{Arg, Sql, Target, escape_like, sql},
+    sql::{Arg, Sql, Target, Tx, escape_like, sql},
 };
 
 /// Columns of an audit row, in insert order.
@@ -162,22 +162,23 @@ impl Store {
         insert(self, event, self.clock.now()).await
     }
 
-    /// Appends several records with as few statements as possible (one per 64 records); each
-    /// statement is atomic.
-    pub async fn append_audit_batch(&self, events: &[AuditEvent]) -> Result<()> {
-        let now = self.clock.now();
-        for chunk in events.chunks(ROWS_PER_INSERT) {
-            let mut q = sql(INSERT_COLUMNS);
-            for (i, event) in chunk.iter().enumerate() {
-                if i > 0 {
-                    q.push(", ");
-                }
-                push_row(&mut q, AuditId::new(), event, now);
+}
+
+/// Writes `events` stamped `now` in one transaction, with as few statements as possible (one
+/// per [`ROWS_PER_INSERT`] records). The pool's path of [`crate::AuditAppender`].
+pub(crate) async fn insert_batch(store: &Store, events: &[AuditEvent], now: Timestamp) -> Result<()> {
+    let mut tx = Tx::begin(&store.pool).await?;
+    for chunk in events.chunks(ROWS_PER_INSERT) {
+        let mut q = sql(INSERT_COLUMNS);
+        for (i, event) in chunk.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
             }
-            q.execute(self).await?;
+            push_row(&mut q, AuditId::new(), event, now);
         }
-        Ok(())
+        q.execute(&mut tx).await?;
     }
+    tx.commit().await
 }
 
 impl OrgStore<'_> {

@@ -20,6 +20,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error(transparent)]
     Database(sqlx::Error),
+    /// The audit appender's own SQLite connection failed (see [`crate::AuditAppender`]).
+    #[error("audit writer: {0}")]
+    AuditWriter(String),
     #[error(transparent)]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }

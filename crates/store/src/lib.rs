@@ -12,6 +12,7 @@ mod agents;
 mod api_keys;
 mod approvals;
 mod audit;
+mod audit_appender;
 mod commands;
 mod context;
 mod devices;
@@ -34,6 +35,7 @@ pub use agents::{
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
+pub use audit_appender::{AuditAppender, Unwritten};
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
@@ -143,6 +145,8 @@ pub struct Store {
     /// committed change to what an API key authenticates as. Shared by clones, so a cache
     /// keyed on it sees every change made through this store in this process.
     credentials: Arc<AtomicU64>,
+    /// The database file, for SQLite on disk (the audit appender opens its own connection).
+    pub(crate) sqlite_file: Option<Arc<std::path::Path>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -158,6 +162,7 @@ impl Store {
     /// missing). Does not migrate; call [`Store::migrate`].
     pub async fn connect(options: &StoreOptions, clock: Arc<dyn Clock>) -> Result<Store> {
         let url = options.url.as_str();
+        let mut sqlite_file = None;
         let pool = if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
                 .map_err(|e| StoreError::Config(format!("DATABASE_URL: {e}")))?
@@ -182,6 +187,9 @@ impl Store {
                         dir.display()
                     ))
                 })?;
+            }
+            if !url.contains(":memory:") && !url.contains("mode=memory") {
+                sqlite_file = Some(Arc::from(opts.get_filename()));
             }
             Pool::Sqlite(
                 SqlitePoolOptions::new()
@@ -216,6 +224,7 @@ impl Store {
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             credentials: Arc::new(AtomicU64::new(0)),
+            sqlite_file,
         })
     }
 

@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 
-use breeze_core::{Actor, ActorType, AuditEvent, AuditResult};
-use breeze_store::{AuditCursor, AuditFilter};
+use breeze_core::{Actor, ActorType, AuditEvent, AuditResult, Clock};
+use breeze_store::{AuditCursor, AuditFilter, Backend};
 use chrono::Duration;
 
 use crate::audit;
@@ -242,7 +242,8 @@ async fn batches_write_every_record(cx: Ctx) {
             }
         })
         .collect();
-    s.append_audit_batch(&events).await.unwrap();
+    let unwritten = s.audit_appender().append(events.clone()).await;
+    assert!(unwritten.is_empty(), "{unwritten:?}");
     // Written one at a time, the same record reads back the same way.
     s.append_audit(&events[0]).await.unwrap();
     let f = AuditFilter {
@@ -266,7 +267,72 @@ async fn batches_write_every_record(cx: Ctx) {
     }
 }
 
+/// Every column of every audit row but the id, as the database renders it.
+async fn stored_rows_without_ids(s: &breeze_store::Store) -> Vec<String> {
+    let mut rows: Vec<String> = s
+        .raw_dump("audit_log")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| match s.backend() {
+            Backend::Sqlite => row.split_once(',').unwrap().1.to_owned(),
+            Backend::Postgres => {
+                let mut v: serde_json::Value = serde_json::from_str(&row).unwrap();
+                v.as_object_mut().unwrap().remove("id");
+                v.to_string()
+            }
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
+    let s = &cx.store;
+    let appender = s.audit_appender();
+    // On a SQLite file the appender drives its own connection; elsewhere, the pool.
+    let own_thread = format!("{appender:?}").contains("own_thread: true");
+    assert_eq!(own_thread, s.backend() == Backend::Sqlite, "{appender:?}");
+    let event = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.tools.call", "mcp")
+        .resource("query_devices")
+        .details(serde_json::json!({ "tool": "query_devices", "n": 1.5, "s": "é\"\n" }))
+        .request(Some("req".into()))
+        .failed(AuditResult::Denied, "no");
+    // Whole seconds and nanoseconds: timestamps are text on SQLite, and must sort alike.
+    for at in [
+        cx.clock.now(),
+        cx.clock.now() + Duration::nanoseconds(123_456_789),
+    ] {
+        cx.clock.set(at);
+        s.append_audit(&event).await.unwrap();
+        let unwritten = appender.append(vec![event.clone()]).await;
+        assert!(unwritten.is_empty(), "{unwritten:?}");
+    }
+    let rows = stored_rows_without_ids(s).await;
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[0], rows[1]);
+    assert_eq!(rows[2], rows[3]);
+    assert_ne!(rows[0], rows[2]);
+}
+
+async fn records_that_cannot_be_written_are_handed_back_with_the_reason(cx: Ctx) {
+    let s = &cx.store;
+    let appender = s.audit_appender();
+    s.raw_execute("DROP TABLE audit_log").await.unwrap();
+    let events: Vec<AuditEvent> = (0..3)
+        .map(|i| audit("thing.happen", "thing").resource(format!("r{i}")))
+        .collect();
+    let unwritten = appender.append(events.clone()).await;
+    assert_eq!(unwritten.len(), 3);
+    for ((event, error), written) in unwritten.iter().zip(&events) {
+        assert_eq!(event, written);
+        assert!(error.to_string().contains("audit_log"), "{error}");
+    }
+}
+
 breeze_store::on_both_backends!(
+    the_appender_stores_rows_exactly_as_the_pool_does,
+    records_that_cannot_be_written_are_handed_back_with_the_reason,
     batches_write_every_record,
     records_cannot_be_changed_or_deleted,
     filters_and_keyset_pagination
