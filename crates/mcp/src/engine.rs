@@ -260,10 +260,12 @@ impl<A: McpApp> Engine<A> {
         }
         // Boxed: the other methods' states (resources/read's above all) would otherwise sit in
         // every tools/call's future.
-        Box::pin(self.dispatch_tree(cx, session, req)).await.map(|v| Answer {
-            payload: Payload::Tree(v),
-            tool_error: None,
-        })
+        Box::pin(self.dispatch_tree(cx, session, req))
+            .await
+            .map(|v| Answer {
+                payload: Payload::Tree(v),
+                tool_error: None,
+            })
     }
 
     /// Every method but `tools/call`: small results, built as trees.

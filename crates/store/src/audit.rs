@@ -161,12 +161,15 @@ impl Store {
     pub async fn append_audit(&self, event: &AuditEvent) -> Result<AuditId> {
         insert(self, event, self.clock.now()).await
     }
-
 }
 
 /// Writes `events` stamped `now` in one transaction, with as few statements as possible (one
 /// per [`ROWS_PER_INSERT`] records). The pool's path of [`crate::AuditAppender`].
-pub(crate) async fn insert_batch(store: &Store, events: &[AuditEvent], now: Timestamp) -> Result<()> {
+pub(crate) async fn insert_batch(
+    store: &Store,
+    events: &[AuditEvent],
+    now: Timestamp,
+) -> Result<()> {
     let mut tx = Tx::begin(&store.pool).await?;
     for chunk in events.chunks(ROWS_PER_INSERT) {
         let mut q = sql(INSERT_COLUMNS);
