@@ -198,6 +198,8 @@ impl OrgStore<'_> {
         after: Option<AuditCursor>,
         limit: u32,
     ) -> Result<AuditPage> {
+        // Records still in the audit journal are part of the log.
+        self.store.flush_audit().await;
         let limit = limit.clamp(1, MAX_AUDIT_PAGE);
         let mut q = sql(
             "SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \

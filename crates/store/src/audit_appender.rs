@@ -1,77 +1,118 @@
-//! Group commits of audit records, for hot paths that write one per request.
+//! Audit records for hot paths that write one per request.
 //!
-//! An [`AuditAppender`] writes a batch of records in one transaction and hands back the ones it
-//! could not write. On a SQLite file it drives a connection of its own from a dedicated thread:
-//! the batch crosses to that thread once and the answer comes back once, where sqlx's pool
-//! would hand every statement (begin, insert, commit) to a connection's worker thread and back.
-//! At one request at a time that took a request from nine thread switches to about three. On
-//! PostgreSQL (and in-memory SQLite, which a second connection cannot open) it goes through
-//! the pool.
+//! An [`AuditAppender`] takes a batch of records and returns once they are safe, handing back
+//! any it could not write. How depends on the database:
 //!
-//! Rows are encoded exactly as sqlx encodes them (ids as 16-byte blobs, timestamps as
-//! RFC 3339 with automatic fractional digits, details as JSON text), so the two writers' rows
-//! sort and read back alike; a test on both backends reads every field back.
+//! - **A SQLite file: a journal.** The batch is appended to a journal file next to the database
+//!   (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call returns.
+//!   That is the durability of SQLite's own write-ahead log at `synchronous = NORMAL`: the record
+//!   survives the process, not necessarily a power cut. A thread with its own connection moves
+//!   records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in transactions of 64
+//!   rows, yielding the processor between them) and deletes a segment only once all of it is
+//!   in; [`Store::flush_audit`], which every audit query runs first, moves at once, so a process
+//!   reads its own records. Segments left by a process that died are moved when the next one
+//!   opens the journal. Moves insert `OR IGNORE` by id, so a segment moved twice (a crash
+//!   between commit and delete) leaves no duplicates. A lock file (`<db>-audit.lock`) gives the
+//!   journal to one process at a time; another (a second server on the same file) writes
+//!   through the pool.
+//!
+//!   Measured against writing each batch from a dedicated thread before answering: at one
+//!   request at a time, 1 thread switch per request instead of 4 and ~6.5–7k instead of ~4k
+//!   req/s; at 50, p50 1.1 instead of 1.5 ms, throughput about equal, p99 higher (5–6 ms
+//!   against 4, on a noisy machine).
+//! - **Otherwise (PostgreSQL, in-memory SQLite): the pool**, one transaction per batch, each
+//!   record retried alone if the batch fails.
+//!
+//! Rows are encoded exactly as sqlx encodes them (ids as 16-byte blobs, timestamps as RFC 3339
+//! with automatic fractional digits, details as JSON text), so rows written either way sort and
+//! read back alike; a test compares them column by column.
 
-use std::{path::Path, sync::mpsc, time::Duration};
+use std::{
+    borrow::Cow,
+    fs::{File, OpenOptions},
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex, OnceLock, Weak,
+        mpsc::{self, RecvTimeoutError},
+    },
+    time::{Duration, Instant},
+};
 
-use breeze_core::{AuditEvent, AuditId, Timestamp};
+use breeze_core::{AuditEvent, AuditId, OrgId, Timestamp};
 use chrono::SecondsFormat;
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
-use crate::{Backend, Result, Store, StoreError, audit};
+use crate::{Backend, Store, StoreError, audit};
 
 /// Records that could not be written, each with why.
 pub type Unwritten = Vec<(AuditEvent, StoreError)>;
 
-/// Writes batches of audit records, each in one transaction. Cheap to clone.
+/// How long records gather in the journal before they are moved into the table: short, since
+/// a move is work done in one go (a few hundred records per move under load).
+pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(10);
+/// How often a move that failed is tried again.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The store's journal, opened by the first appender (shared by clones of the store).
+pub(crate) type JournalSlot = Arc<OnceLock<Option<Arc<Journal>>>>;
+
+/// Writes batches of audit records. Cheap to clone.
 #[derive(Clone)]
 pub struct AuditAppender {
     store: Store,
-    thread: Option<mpsc::Sender<Job>>,
-}
-
-struct Job {
-    events: Vec<AuditEvent>,
-    now: Timestamp,
-    done: oneshot::Sender<Unwritten>,
+    journal: Option<Arc<Journal>>,
 }
 
 impl std::fmt::Debug for AuditAppender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditAppender")
             .field("backend", &self.store.backend())
-            .field("own_thread", &self.thread.is_some())
+            .field("journal", &self.journal.as_ref().map(|j| &j.base))
             .finish()
     }
 }
 
 impl Store {
-    /// An appender for this store's audit log. On a SQLite file it opens a connection of its
-    /// own, driven by a thread that lives as long as the appender; if that connection cannot be
-    /// opened, it says so in the log and writes through the pool instead.
+    /// An appender for this store's audit log: through a journal on a SQLite file (opened, and
+    /// any segments a dead process left moved, on first use), otherwise through the pool. When
+    /// the journal cannot be had (another process holds it, or the directory is not writable)
+    /// the log says why and the pool is used.
     pub fn audit_appender(&self) -> AuditAppender {
-        let thread = self.sqlite_file.as_deref().and_then(|path| {
-            spawn_writer(path)
-                .inspect_err(|e| {
-                    tracing::warn!(
-                        error = %e,
-                        "audit appender: no connection of its own; writing through the pool"
-                    );
+        let journal = self.sqlite_file.as_deref().and_then(|db| {
+            self.audit_journal
+                .get_or_init(|| {
+                    Journal::open(db)
+                        .inspect_err(|e| {
+                            tracing::warn!(error = %e, "audit journal unavailable; writing through the pool");
+                        })
+                        .ok()
                 })
-                .ok()
+                .clone()
         });
         AuditAppender {
             store: self.clone(),
-            thread,
+            journal,
+        }
+    }
+
+    /// Moves journaled audit records into the table now (see [`AuditAppender`]); nothing to do
+    /// without a journal. A move that fails keeps the journal for the next attempt.
+    pub async fn flush_audit(&self) {
+        if let Some(Some(journal)) = self.audit_journal.get() {
+            journal.flush().await;
         }
     }
 }
 
 impl AuditAppender {
-    /// How many [`AuditAppender::append`] calls are worth having in flight at once: one on
-    /// SQLite (one writer at a time), a few on PostgreSQL (which commits concurrent
-    /// transactions together, so a commit's latency rather than its CPU bounds one writer).
+    /// How many [`AuditAppender::append`] calls are worth having in flight at once: a few on
+    /// PostgreSQL (which commits concurrent transactions together, so a commit's latency rather
+    /// than its CPU bounds one writer), one on SQLite.
     pub fn max_in_flight(&self) -> usize {
         match self.store.backend() {
             Backend::Sqlite => 1,
@@ -79,19 +120,18 @@ impl AuditAppender {
         }
     }
 
-    /// Writes `events` stamped now, in one transaction; if that fails, each alone. Returns the
-    /// records that could still not be written.
+    /// Writes `events` stamped now and returns the records that could not be written.
     pub async fn append(&self, events: Vec<AuditEvent>) -> Unwritten {
         let now = self.store.clock.now();
-        let Some(thread) = &self.thread else {
-            return self.append_through_pool(events, now).await;
-        };
-        let (done, answer) = oneshot::channel();
-        if let Err(mpsc::SendError(job)) = thread.send(Job { events, now, done }) {
-            return gone(job.events);
+        if let Some(journal) = &self.journal {
+            match journal.append(&events, now) {
+                Ok(()) => return Vec::new(),
+                Err(e) => {
+                    tracing::error!(error = %e, "audit journal write failed; writing through the pool");
+                }
+            }
         }
-        // The thread answers every job it takes; a dropped sender means it died with the job.
-        answer.await.unwrap_or_default()
+        self.append_through_pool(events, now).await
     }
 
     async fn append_through_pool(&self, events: Vec<AuditEvent>, now: Timestamp) -> Unwritten {
@@ -109,32 +149,212 @@ impl AuditAppender {
     }
 }
 
-fn gone(events: Vec<AuditEvent>) -> Unwritten {
-    events
-        .into_iter()
-        .map(|e| (e, StoreError::AuditWriter("its thread has stopped".into())))
-        .collect()
+/// One journaled record, as written: the row's columns, already in their stored form.
+#[derive(Serialize)]
+struct LineOut<'a> {
+    id: AuditId,
+    at: &'a str,
+    org: Option<OrgId>,
+    actor_type: &'static str,
+    actor_id: &'a str,
+    action: &'a str,
+    resource_type: &'a str,
+    resource_id: Option<&'a str>,
+    details: &'a serde_json::Value,
+    result: &'static str,
+    error: Option<&'a str>,
+    request_id: Option<&'a str>,
 }
 
-/// Opens the thread's connection (here, so that a failure is reported to the caller) and
-/// starts the thread.
-fn spawn_writer(path: &Path) -> Result<mpsc::Sender<Job>> {
-    let conn = open(path).map_err(|e| {
-        StoreError::Config(format!(
-            "cannot open {} for the audit writer: {e}",
-            path.display()
-        ))
-    })?;
-    let (tx, rx) = mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("breeze-audit".into())
-        .spawn(move || run(conn, rx))
-        .map_err(|e| StoreError::Config(format!("cannot start the audit writer thread: {e}")))?;
-    Ok(tx)
+/// One journaled record, as read back: borrowed from the segment's text where it can be, and
+/// `details` kept as the JSON text it will be stored as.
+#[derive(Deserialize)]
+struct LineIn<'a> {
+    id: Uuid,
+    #[serde(borrow)]
+    at: Cow<'a, str>,
+    org: Option<Uuid>,
+    #[serde(borrow)]
+    actor_type: Cow<'a, str>,
+    #[serde(borrow)]
+    actor_id: Cow<'a, str>,
+    #[serde(borrow)]
+    action: Cow<'a, str>,
+    #[serde(borrow)]
+    resource_type: Cow<'a, str>,
+    #[serde(borrow)]
+    resource_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    details: &'a RawValue,
+    #[serde(borrow)]
+    result: Cow<'a, str>,
+    #[serde(borrow)]
+    error: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    request_id: Option<Cow<'a, str>>,
+}
+
+/// What the appenders tell the mover.
+enum Msg {
+    /// A segment that was empty has records.
+    Pending,
+    /// Move everything now and answer.
+    Flush(oneshot::Sender<()>),
+}
+
+/// The journal of one SQLite database: the segment being appended to, and the mover thread.
+pub(crate) struct Journal {
+    /// `<db>-audit`: segments are `<base>-<n>.jsonl`, the lock `<base>.lock`.
+    base: PathBuf,
+    current: Mutex<Segment>,
+    mover: mpsc::Sender<Msg>,
+    /// Held (locked) for the journal's life.
+    _lock: File,
+}
+
+struct Segment {
+    seq: u64,
+    file: File,
+    len: u64,
+}
+
+impl Journal {
+    fn open(db: &Path) -> Result<Arc<Journal>, StoreError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            StoreError::AuditWriter(format!("{what} ({}): {e}", db.display()))
+        };
+        let mut base = db.as_os_str().to_owned();
+        base.push("-audit");
+        let base = PathBuf::from(base);
+        let lock = File::create(base.with_extension("lock"))
+            .map_err(|e| fail("cannot create the journal lock", &e))?;
+        lock.try_lock()
+            .map_err(|e| fail("the journal is held by another process", &e))?;
+        let conn = open_connection(db).map_err(|e| fail("cannot open the database", &e))?;
+        let sealed = segments(&base).map_err(|e| fail("cannot list journal segments", &e))?;
+        let seq = sealed.last().map_or(0, |s| s + 1);
+        let current =
+            Segment::create(&base, seq).map_err(|e| fail("cannot create a segment", &e))?;
+        let (tx, rx) = mpsc::channel();
+        let journal = Arc::new(Journal {
+            base: base.clone(),
+            current: Mutex::new(current),
+            mover: tx,
+            _lock: lock,
+        });
+        let weak = Arc::downgrade(&journal);
+        std::thread::Builder::new()
+            .name("breeze-audit".into())
+            .spawn(move || {
+                let mut mover = Mover { conn, base, sealed };
+                mover.run(&weak, &rx);
+            })
+            .map_err(|e| fail("cannot start the journal thread", &e))?;
+        Ok(journal)
+    }
+
+    /// Appends `events` with one write.
+    fn append(&self, events: &[AuditEvent], now: Timestamp) -> std::io::Result<()> {
+        let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+        let mut buf = Vec::with_capacity(events.len() * 512);
+        for e in events {
+            let line = LineOut {
+                id: AuditId::new(),
+                at: &at,
+                org: e.org_id,
+                actor_type: e.actor.kind.as_str(),
+                actor_id: &e.actor.id,
+                action: &e.action,
+                resource_type: &e.resource_type,
+                resource_id: e.resource_id.as_deref(),
+                details: &e.details,
+                result: e.result.as_str(),
+                error: e.error_message.as_deref(),
+                request_id: e.request_id.as_deref(),
+            };
+            serde_json::to_writer(&mut buf, &line)?;
+            buf.push(b'\n');
+        }
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = current.file.write_all(&buf) {
+            // Cut off what part of the batch got in (the caller writes the whole batch another
+            // way), so that neither a half line nor a duplicate stays in the journal.
+            let len = current.len;
+            if let Err(cut) = current.file.set_len(len) {
+                tracing::error!(error = %cut, "audit journal: cannot cut off a failed write");
+            }
+            return Err(e);
+        }
+        let was_empty = current.len == 0;
+        current.len += buf.len() as u64;
+        drop(current);
+        if was_empty {
+            let _ = self.mover.send(Msg::Pending);
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.mover.send(Msg::Flush(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Starts a new segment when the current one holds records; returns the sealed one's number.
+    fn seal(&self) -> std::io::Result<Option<u64>> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.len == 0 {
+            return Ok(None);
+        }
+        let next = Segment::create(&self.base, current.seq + 1)?;
+        Ok(Some(std::mem::replace(&mut *current, next).seq))
+    }
+}
+
+impl Segment {
+    fn create(base: &Path, seq: u64) -> std::io::Result<Segment> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(base, seq))?;
+        let len = file.metadata()?.len();
+        Ok(Segment { seq, file, len })
+    }
+}
+
+fn segment_path(base: &Path, seq: u64) -> PathBuf {
+    let mut p = base.as_os_str().to_owned();
+    p.push(format!("-{seq:016}.jsonl"));
+    PathBuf::from(p)
+}
+
+/// Numbers of the segments on disk, in order.
+fn segments(base: &Path) -> std::io::Result<Vec<u64>> {
+    let dir = base
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let prefix = format!(
+        "{}-",
+        base.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix(&prefix)?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    seqs.sort_unstable();
+    Ok(seqs)
 }
 
 /// The pool's settings that matter to a writer (see `Store::connect`).
-fn open(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+fn open_connection(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open_with_flags(
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -147,60 +367,139 @@ fn open(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
     Ok(conn)
 }
 
-/// The thread: one job at a time until every appender is gone.
-fn run(mut conn: rusqlite::Connection, jobs: mpsc::Receiver<Job>) {
-    while let Ok(Job { events, now, done }) = jobs.recv() {
-        let _ = done.send(write(&mut conn, events, now));
+/// The thread that moves sealed segments into the table.
+struct Mover {
+    conn: rusqlite::Connection,
+    base: PathBuf,
+    /// Sealed segments not yet moved, oldest first.
+    sealed: Vec<u64>,
+}
+
+impl Mover {
+    /// Moves the segments a dead process left, then, each time records arrive, waits
+    /// [`MOVE_INTERVAL`] for more (or until a flush) and moves them; retries a failed move every
+    /// [`RETRY_INTERVAL`]. When the journal is gone, moves what is left and ends.
+    fn run(&mut self, journal: &Weak<Journal>, messages: &mpsc::Receiver<Msg>) {
+        self.move_sealed();
+        loop {
+            let mut flushes = Vec::new();
+            let first = if self.sealed.is_empty() {
+                messages.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                messages.recv_timeout(RETRY_INTERVAL)
+            };
+            match first {
+                Ok(Msg::Flush(done)) => flushes.push(done),
+                Ok(Msg::Pending) => {
+                    let deadline = Instant::now() + MOVE_INTERVAL;
+                    while let Ok(msg) =
+                        messages.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    {
+                        if let Msg::Flush(done) = msg {
+                            flushes.push(done);
+                            break;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let Some(journal) = journal.upgrade() else {
+                break;
+            };
+            match journal.seal() {
+                Ok(Some(seq)) => self.sealed.push(seq),
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "audit journal: cannot start a new segment"),
+            }
+            drop(journal);
+            self.move_sealed();
+            for done in flushes {
+                let _ = done.send(());
+            }
+        }
+        // The journal is gone, and with it the segment being appended to: move everything.
+        self.sealed = segments(&self.base).unwrap_or_default();
+        self.move_sealed();
     }
-}
 
-fn write(conn: &mut rusqlite::Connection, events: Vec<AuditEvent>, now: Timestamp) -> Unwritten {
-    let Err(e) = insert_all(conn, &events, now) else {
-        return Vec::new();
-    };
-    tracing::warn!(error = %e, records = events.len(), "audit batch failed; retrying one by one");
-    events
-        .into_iter()
-        .filter_map(|event| {
-            insert_all(conn, std::slice::from_ref(&event), now)
-                .err()
-                .map(|e| (event, StoreError::AuditWriter(e.to_string())))
-        })
-        .collect()
-}
-
-const INSERT_ONE: &str = "INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, \
-    action, resource_type, resource_id, details, result, error_message, request_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
-
-/// `events` in one immediate transaction (a write transaction from its first statement).
-fn insert_all(
-    conn: &mut rusqlite::Connection,
-    events: &[AuditEvent],
-    now: Timestamp,
-) -> rusqlite::Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    {
-        let created_at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
-        let mut insert = tx.prepare_cached(INSERT_ONE)?;
-        for e in events {
-            let details = serde_json::to_string(&e.details)
-                .map_err(|err| rusqlite::Error::ToSqlConversionFailure(Box::new(err)))?;
-            insert.execute(params![
-                AuditId::new().0.as_bytes(),
-                created_at,
-                e.org_id.map(|o| *o.0.as_bytes()),
-                e.actor.kind.as_str(),
-                e.actor.id,
-                e.action,
-                e.resource_type,
-                e.resource_id,
-                details,
-                e.result.as_str(),
-                e.error_message,
-                e.request_id,
-            ])?;
+    /// Moves sealed segments in order; stops at the first that fails (kept for the next try).
+    fn move_sealed(&mut self) {
+        while let Some(&seq) = self.sealed.first() {
+            let path = segment_path(&self.base, seq);
+            match self.move_segment(&path) {
+                Ok(()) => {
+                    if let Err(e) = std::fs::remove_file(&path)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        tracing::error!(error = %e, path = %path.display(), "audit journal: cannot remove a moved segment");
+                        return;
+                    }
+                    self.sealed.remove(0);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, path = %path.display(), "audit journal: move failed; will retry");
+                    return;
+                }
+            }
         }
     }
-    tx.commit()
+
+    fn move_segment(&mut self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut lines = Vec::new();
+        for (n, raw) in text.split(|&b| b == b'\n').enumerate() {
+            if raw.is_empty() {
+                continue;
+            }
+            // A line cut short by a crash was never acknowledged: its write had not returned.
+            match serde_json::from_slice::<LineIn<'_>>(raw) {
+                Ok(line) => lines.push(line),
+                Err(_) => {
+                    tracing::warn!(path = %path.display(), line = n + 1, "audit journal: skipping a torn line");
+                }
+            }
+        }
+        // Short transactions, giving the processor back between them: a move is background
+        // work, and the requests it would hold up share the processor. A segment moved partly
+        // before a crash is moved again, and `OR IGNORE` skips what is already in.
+        for chunk in lines.chunks(ROWS_PER_MOVE) {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            {
+                let mut insert = tx.prepare_cached(INSERT_ONE)?;
+                for line in chunk {
+                    insert.execute(params![
+                        line.id.as_bytes(),
+                        line.at,
+                        line.org.map(|o| *o.as_bytes()),
+                        line.actor_type,
+                        line.actor_id,
+                        line.action,
+                        line.resource_type,
+                        line.resource_id,
+                        line.details.get(),
+                        line.result,
+                        line.error,
+                        line.request_id,
+                    ])?;
+                }
+            }
+            tx.commit()?;
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
 }
+
+/// Records per transaction of a move.
+const ROWS_PER_MOVE: usize = 64;
+
+const INSERT_ONE: &str = "INSERT OR IGNORE INTO audit_log (id, created_at, org_id, actor_type, \
+    actor_id, action, resource_type, resource_id, details, result, error_message, request_id) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";

@@ -145,8 +145,10 @@ pub struct Store {
     /// committed change to what an API key authenticates as. Shared by clones, so a cache
     /// keyed on it sees every change made through this store in this process.
     credentials: Arc<AtomicU64>,
-    /// The database file, for SQLite on disk (the audit appender opens its own connection).
+    /// The database file, for SQLite on disk (where audit appends go through a journal).
     pub(crate) sqlite_file: Option<Arc<std::path::Path>>,
+    /// That journal, once an appender opened it; shared by clones.
+    pub(crate) audit_journal: audit_appender::JournalSlot,
 }
 
 impl std::fmt::Debug for Store {
@@ -225,6 +227,7 @@ impl Store {
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             credentials: Arc::new(AtomicU64::new(0)),
             sqlite_file,
+            audit_journal: Default::default(),
         })
     }
 
@@ -288,8 +291,10 @@ impl Store {
         &self.clock
     }
 
-    /// Closes the pool, waiting for connections to be returned.
+    /// Moves journaled audit records into the table, then closes the pool, waiting for
+    /// connections to be returned.
     pub async fn close(&self) {
+        self.flush_audit().await;
         match &self.pool {
             Pool::Sqlite(p) => p.close().await,
             Pool::Postgres(p) => p.close().await,

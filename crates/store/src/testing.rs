@@ -173,6 +173,8 @@ impl Store {
 
     /// Every row of `table` rendered as one string.
     pub async fn raw_dump(&self, table: &str) -> Result<Vec<String>> {
+        // Audit records still in the journal are rows too.
+        self.flush_audit().await;
         let text = match self.backend() {
             Backend::Postgres => format!("SELECT CAST(row_to_json(t) AS TEXT) FROM {table} t"),
             Backend::Sqlite => {

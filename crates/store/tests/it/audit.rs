@@ -290,9 +290,9 @@ async fn stored_rows_without_ids(s: &breeze_store::Store) -> Vec<String> {
 async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     let s = &cx.store;
     let appender = s.audit_appender();
-    // On a SQLite file the appender drives its own connection; elsewhere, the pool.
-    let own_thread = format!("{appender:?}").contains("own_thread: true");
-    assert_eq!(own_thread, s.backend() == Backend::Sqlite, "{appender:?}");
+    // On a SQLite file the appender journals; elsewhere it writes through the pool.
+    let journaled = !format!("{appender:?}").contains("journal: None");
+    assert_eq!(journaled, s.backend() == Backend::Sqlite, "{appender:?}");
     let event = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.tools.call", "mcp")
         .resource("query_devices")
         .details(serde_json::json!({ "tool": "query_devices", "n": 1.5, "s": "é\"\n" }))
@@ -315,25 +315,110 @@ async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     assert_ne!(rows[0], rows[2]);
 }
 
-async fn records_that_cannot_be_written_are_handed_back_with_the_reason(cx: Ctx) {
+async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
     let s = &cx.store;
     let appender = s.audit_appender();
-    s.raw_execute("DROP TABLE audit_log").await.unwrap();
+    s.raw_execute("ALTER TABLE audit_log RENAME TO audit_log_away")
+        .await
+        .unwrap();
     let events: Vec<AuditEvent> = (0..3)
         .map(|i| audit("thing.happen", "thing").resource(format!("r{i}")))
         .collect();
     let unwritten = appender.append(events.clone()).await;
-    assert_eq!(unwritten.len(), 3);
-    for ((event, error), written) in unwritten.iter().zip(&events) {
-        assert_eq!(event, written);
-        assert!(error.to_string().contains("audit_log"), "{error}");
+    match s.backend() {
+        // Through the pool, each record comes back with the reason.
+        Backend::Postgres => {
+            assert_eq!(unwritten.len(), 3);
+            for ((event, error), written) in unwritten.iter().zip(&events) {
+                assert_eq!(event, written);
+                assert!(error.to_string().contains("audit_log"), "{error}");
+            }
+        }
+        // Journaled: the move fails and the journal keeps them until the table is back.
+        Backend::Sqlite => {
+            assert!(unwritten.is_empty(), "{unwritten:?}");
+            s.flush_audit().await;
+            s.raw_execute("ALTER TABLE audit_log_away RENAME TO audit_log")
+                .await
+                .unwrap();
+            s.flush_audit().await;
+            let rows = s.raw_dump("audit_log").await.unwrap();
+            assert_eq!(rows.len(), 3, "{rows:?}");
+            for i in 0..3 {
+                assert!(
+                    rows.iter().any(|r| r.contains(&format!("'r{i}'"))),
+                    "{rows:?}"
+                );
+            }
+        }
     }
 }
 
 breeze_store::on_both_backends!(
     the_appender_stores_rows_exactly_as_the_pool_does,
-    records_that_cannot_be_written_are_handed_back_with_the_reason,
+    records_are_never_lost_when_the_table_cannot_take_them,
     batches_write_every_record,
     records_cannot_be_changed_or_deleted,
     filters_and_keyset_pagination
 );
+
+/// Segments a dead process left are moved when the journal next opens: every complete line
+/// once (a line already moved is not duplicated), a torn last line skipped.
+#[tokio::test]
+async fn a_dead_process_journal_is_moved_on_the_next_start() {
+    breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
+        let s = &cx.store;
+        let dir = cx.dir.clone().unwrap();
+        // The journal's line format: the row's columns in their stored form.
+        let line = |i: u32| {
+            serde_json::json!({
+                "id": uuid::Uuid::now_v7(),
+                "at": "2026-11-30T12:00:00+00:00",
+                "org": null,
+                "actor_type": "system",
+                "actor_id": "test",
+                "action": "thing.happen",
+                "resource_type": "thing",
+                "resource_id": format!("left-{i}"),
+                "details": { "i": i },
+                "result": "success",
+                "error": null,
+                "request_id": null,
+            })
+            .to_string()
+        };
+        let (first, second) = (line(0), line(1));
+        let text = format!("{first}\n{second}\n{first}\n{}", &line(2)[..40]);
+        std::fs::write(dir.join("breeze.db-audit-0000000000000007.jsonl"), text).unwrap();
+
+        let appender = s.audit_appender();
+        let unwritten = appender
+            .append(vec![audit("thing.happen", "thing").resource("new")])
+            .await;
+        assert!(unwritten.is_empty());
+        let page = s
+            .org(breeze_core::OrgId::new())
+            .query_audit(&AuditFilter::default(), None, 10)
+            .await
+            .unwrap();
+        assert!(page.records.is_empty(), "records without an organization");
+        let rows = s.raw_dump("audit_log").await.unwrap();
+        let resources: Vec<&str> = ["left-0", "left-1", "left-2", "new"]
+            .into_iter()
+            .filter(|r| rows.iter().any(|row| row.contains(&format!("'{r}'"))))
+            .collect();
+        assert_eq!(resources, ["left-0", "left-1", "new"], "{rows:?}");
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        // Moved segments are gone.
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".jsonl"))
+            .collect();
+        assert!(
+            left.iter().all(|n| !n.contains("0000000000000007")),
+            "{left:?}"
+        );
+    })
+    .await;
+}
