@@ -1,15 +1,13 @@
-//! Group-committed audit writes for hot paths (every MCP request writes a record).
+//! Group-written audit records for hot paths (every MCP request writes a record).
 //!
-//! Callers hand a record to the writer and wait until it is committed; the writer task commits
-//! whatever has queued up in one statement. Many concurrent requests share one commit, so the
-//! database sees few transactions, and no caller's answer leaves before its record is durable.
-//! Before committing, the writer lets every other ready task run (a few `yield_now` rounds,
-//! until a round brings nothing new): under load those are requests about to hand in their own
-//! records, which then join the batch — on SQLite this took batches from ~3 to ~50 records at
-//! concurrency 50 and the cost of auditing a request from ~28 µs to ~14 µs of CPU. Idle, the
-//! rounds find nothing and cost nothing measurable.
-//! The store's [`AuditAppender`] commits each batch (on SQLite from a thread of its own); when a
-//! batch fails it retries each record alone, and one that still fails is logged here in full.
+//! Callers hand a record to the writer and wait until it is safe; the writer task hands
+//! whatever has queued up to the store's [`AuditAppender`] as one batch (one journal write on
+//! SQLite, one transaction on PostgreSQL), so no caller's answer leaves before its record is
+//! written. Before writing, the writer lets every other ready task run (a few `yield_now`
+//! rounds, until a round brings nothing new): under load those are requests about to hand in
+//! their own records, which then join the batch (at concurrency 50, batches of ~50 instead of
+//! ~3). Idle, the rounds find nothing and cost nothing measurable. A record the appender could
+//! not write at all is logged here in full.
 
 use breeze_core::AuditEvent;
 use breeze_store::AuditAppender;
@@ -72,7 +70,7 @@ async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>) {
     while commits.join_next().await.is_some() {}
 }
 
-/// Commits `jobs` in one transaction (or one by one if that fails), then answers their callers.
+/// Hands `jobs` to the appender as one batch, then answers their callers.
 async fn commit(appender: AuditAppender, jobs: Vec<Job>) {
     let (events, waiters): (Vec<AuditEvent>, Vec<oneshot::Sender<()>>) = jobs.into_iter().unzip();
     for (event, e) in appender.append(events).await {

@@ -39,7 +39,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use breeze_core::{AuditEvent, AuditId, OrgId, Timestamp};
+use breeze_core::{ActorType, AuditEvent, AuditId, AuditResult, OrgId, Timestamp};
 use chrono::SecondsFormat;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -174,8 +174,7 @@ struct LineIn<'a> {
     #[serde(borrow)]
     at: Cow<'a, str>,
     org: Option<Uuid>,
-    #[serde(borrow)]
-    actor_type: Cow<'a, str>,
+    actor_type: ActorType,
     #[serde(borrow)]
     actor_id: Cow<'a, str>,
     #[serde(borrow)]
@@ -186,8 +185,7 @@ struct LineIn<'a> {
     resource_id: Option<Cow<'a, str>>,
     #[serde(borrow)]
     details: &'a RawValue,
-    #[serde(borrow)]
-    result: Cow<'a, str>,
+    result: AuditResult,
     #[serde(borrow)]
     error: Option<Cow<'a, str>>,
     #[serde(borrow)]
@@ -457,10 +455,11 @@ impl Mover {
                 continue;
             }
             // A line cut short by a crash was never acknowledged: its write had not returned.
+            // Parsing also refuses values the table would (an unknown actor type or result).
             match serde_json::from_slice::<LineIn<'_>>(raw) {
                 Ok(line) => lines.push(line),
-                Err(_) => {
-                    tracing::warn!(path = %path.display(), line = n + 1, "audit journal: skipping a torn line");
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %path.display(), line = n + 1, "audit journal: skipping a torn or invalid line");
                 }
             }
         }
@@ -478,13 +477,13 @@ impl Mover {
                         line.id.as_bytes(),
                         line.at,
                         line.org.map(|o| *o.as_bytes()),
-                        line.actor_type,
+                        line.actor_type.as_str(),
                         line.actor_id,
                         line.action,
                         line.resource_type,
                         line.resource_id,
                         line.details.get(),
-                        line.result,
+                        line.result.as_str(),
                         line.error,
                         line.request_id,
                     ])?;

@@ -20,7 +20,7 @@ pub enum StoreError {
     Corrupt(String),
     #[error(transparent)]
     Database(sqlx::Error),
-    /// The audit appender's own SQLite connection failed (see [`crate::AuditAppender`]).
+    /// The audit journal or its connection failed (see [`crate::AuditAppender`]).
     #[error("audit writer: {0}")]
     AuditWriter(String),
     #[error(transparent)]
