@@ -300,12 +300,18 @@ impl Journal {
     }
 
     /// Starts a new segment when the current one holds records; returns the sealed one's number.
+    /// Only the mover seals, so the number cannot change between the two locks; the new file is
+    /// created between them, so appends never wait on the file system for it.
     fn seal(&self) -> std::io::Result<Option<u64>> {
+        let seq = {
+            let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            if current.len == 0 {
+                return Ok(None);
+            }
+            current.seq
+        };
+        let next = Segment::create(&self.base, seq + 1)?;
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.len == 0 {
-            return Ok(None);
-        }
-        let next = Segment::create(&self.base, current.seq + 1)?;
         Ok(Some(std::mem::replace(&mut *current, next).seq))
     }
 }
