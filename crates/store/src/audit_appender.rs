@@ -221,10 +221,8 @@ impl Journal {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             StoreError::AuditWriter(format!("{what} ({}): {e}", db.display()))
         };
-        let mut base = db.as_os_str().to_owned();
-        base.push("-audit");
-        let base = PathBuf::from(base);
-        let lock = File::create(base.with_extension("lock"))
+        let base = with_suffix(db, "-audit");
+        let lock = File::create(with_suffix(&base, ".lock"))
             .map_err(|e| fail("cannot create the journal lock", &e))?;
         lock.try_lock()
             .map_err(|e| fail("the journal is held by another process", &e))?;
@@ -328,8 +326,13 @@ impl Segment {
 }
 
 fn segment_path(base: &Path, seq: u64) -> PathBuf {
-    let mut p = base.as_os_str().to_owned();
-    p.push(format!("-{seq:016}.jsonl"));
+    with_suffix(base, &format!("-{seq:016}.jsonl"))
+}
+
+/// `path` with `suffix` appended to its file name (`breeze.db` → `breeze.db-audit`).
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
     PathBuf::from(p)
 }
 

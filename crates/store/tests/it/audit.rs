@@ -409,15 +409,18 @@ async fn a_dead_process_journal_is_moved_on_the_next_start() {
             .collect();
         assert_eq!(resources, ["left-0", "left-1", "new"], "{rows:?}");
         assert_eq!(rows.len(), 3, "{rows:?}");
-        // Moved segments are gone.
-        let left: Vec<_> = std::fs::read_dir(&dir)
+        // Moved segments are gone; the journal's files sit beside the database.
+        let files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".jsonl"))
             .collect();
         assert!(
-            left.iter().all(|n| !n.contains("0000000000000007")),
-            "{left:?}"
+            files.iter().all(|n| !n.contains("0000000000000007")),
+            "{files:?}"
+        );
+        assert!(
+            files.iter().any(|n| n == "breeze.db-audit.lock"),
+            "{files:?}"
         );
     })
     .await;
