@@ -14,9 +14,16 @@ use crate::{
     sql::{Arg, Sql, Target, Tx, escape_like, sql},
 };
 
-/// Columns of an audit row, in insert order.
-const INSERT_COLUMNS: &str = "INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, \
-    action, resource_type, resource_id, details, result, error_message, request_id) VALUES ";
+/// Columns of an audit row, in insert order (a macro, so that statements can `concat!` it).
+macro_rules! audit_columns {
+    () => {
+        "id, created_at, org_id, actor_type, actor_id, action, resource_type, resource_id, \
+         details, result, error_message, request_id"
+    };
+}
+pub(crate) use audit_columns;
+
+const INSERT_COLUMNS: &str = concat!("INSERT INTO audit_log (", audit_columns!(), ") VALUES ");
 
 /// Records per multi-row insert (12 parameters each; well under both backends' limits).
 const ROWS_PER_INSERT: usize = 64;

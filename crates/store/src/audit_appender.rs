@@ -47,7 +47,10 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::{Backend, Store, StoreError, audit};
+use crate::{
+    Backend, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store, StoreError,
+    audit::{self, audit_columns},
+};
 
 /// Records that could not be written, each with why.
 pub type Unwritten = Vec<(AuditEvent, StoreError)>;
@@ -219,7 +222,7 @@ struct Segment {
 impl Journal {
     fn open(db: &Path) -> Result<Arc<Journal>, StoreError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
-            StoreError::AuditWriter(format!("{what} ({}): {e}", db.display()))
+            StoreError::AuditJournal(format!("{what} ({}): {e}", db.display()))
         };
         let base = with_suffix(db, "-audit");
         let lock = File::create(with_suffix(&base, ".lock"))
@@ -360,17 +363,18 @@ fn segments(base: &Path) -> std::io::Result<Vec<u64>> {
     Ok(seqs)
 }
 
-/// The pool's settings that matter to a writer (see `Store::connect`).
+/// A connection with the pool's settings (see `Store::connect`).
 fn open_connection(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open_with_flags(
         path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-         PRAGMA mmap_size = 268435456; PRAGMA wal_autocheckpoint = 16384;",
-    )?;
+    conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
+    let pragmas: String = SQLITE_PRAGMAS
+        .iter()
+        .map(|(name, value)| format!("PRAGMA {name} = {value};"))
+        .collect();
+    conn.execute_batch(&pragmas)?;
     Ok(conn)
 }
 
@@ -508,6 +512,8 @@ impl Mover {
 /// Records per transaction of a move.
 const ROWS_PER_MOVE: usize = 64;
 
-const INSERT_ONE: &str = "INSERT OR IGNORE INTO audit_log (id, created_at, org_id, actor_type, \
-    actor_id, action, resource_type, resource_id, details, result, error_message, request_id) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+const INSERT_ONE: &str = concat!(
+    "INSERT OR IGNORE INTO audit_log (",
+    audit_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+);

@@ -21,8 +21,8 @@ pub enum StoreError {
     #[error(transparent)]
     Database(sqlx::Error),
     /// The audit journal or its connection failed (see [`crate::AuditAppender`]).
-    #[error("audit writer: {0}")]
-    AuditWriter(String),
+    #[error("audit journal: {0}")]
+    AuditJournal(String),
     #[error(transparent)]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }

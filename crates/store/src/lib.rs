@@ -48,7 +48,7 @@ pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptP
 pub use sqlx::Error as SqlxError;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+    sqlite::{SqliteConnectOptions, SqlitePoolOptions},
 };
 pub use users::{NewUser, UserWithSecret};
 
@@ -134,6 +134,23 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The pragmas of every SQLite connection a store opens (the pool's, and the audit journal's
+/// own in `audit_appender`).
+pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
+    ("journal_mode", "WAL"),
+    ("synchronous", "NORMAL"),
+    // Pages are read through a shared mapping instead of copied into each connection's cache
+    // (which a commit on another connection invalidates).
+    ("mmap_size", "268435456"),
+    // The server copies the WAL back in the background (`Store::checkpoint`), so a commit does
+    // not stop for a checkpoint and its fsync; this is the backstop for a process that never
+    // does.
+    ("wal_autocheckpoint", "16384"),
+];
+
+/// How long a SQLite connection waits for another's write lock.
+pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The store: a connection pool and the clock used to stamp rows. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -169,17 +186,11 @@ impl Store {
             let opts = SqliteConnectOptions::from_str(url)
                 .map_err(|e| StoreError::Config(format!("DATABASE_URL: {e}")))?
                 .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                // Pages are read through a shared mapping instead of copied into each
-                // connection's cache (which a commit on another connection invalidates).
-                .pragma("mmap_size", "268435456")
-                // The server copies the WAL back in the background (`Store::checkpoint`), so a
-                // commit does not stop for a checkpoint and its fsync; this is the backstop for
-                // a process that never does.
-                .pragma("wal_autocheckpoint", "16384")
                 .foreign_keys(true)
-                .busy_timeout(Duration::from_secs(10));
+                .busy_timeout(SQLITE_BUSY_TIMEOUT);
+            let opts = SQLITE_PRAGMAS
+                .iter()
+                .fold(opts, |opts, &(name, value)| opts.pragma(name, value));
             if let Some(dir) = opts.get_filename().parent()
                 && !dir.as_os_str().is_empty()
             {
