@@ -32,9 +32,16 @@ pub struct TestStore {
 }
 
 impl TestStore {
-    /// A fresh store on `backend`. Panics with a clear message when the backend is unreachable:
-    /// these tests exist to run against a real database.
+    /// A fresh, migrated store on `backend`. Panics with a clear message when the backend is
+    /// unreachable: these tests exist to run against a real database.
     pub async fn new(backend: Backend, clock: Arc<dyn Clock>) -> TestStore {
+        let test = TestStore::unmigrated(backend, clock).await;
+        test.store.migrate().await.expect("migrate the test store");
+        test
+    }
+
+    /// A fresh store on `backend` with no tables yet (for tests of a migration itself).
+    pub async fn unmigrated(backend: Backend, clock: Arc<dyn Clock>) -> TestStore {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("create a temporary directory");
@@ -42,7 +49,6 @@ impl TestStore {
                 let store = Store::connect(&StoreOptions::new(url), clock)
                     .await
                     .expect("open SQLite");
-                store.migrate().await.expect("migrate SQLite");
                 TestStore {
                     store,
                     dir: Some(dir),
@@ -72,7 +78,6 @@ impl TestStore {
                 let store = Store::connect(&options, clock)
                     .await
                     .expect("open PostgreSQL");
-                store.migrate().await.expect("migrate PostgreSQL");
                 TestStore {
                     store,
                     dir: None,
@@ -188,6 +193,41 @@ impl Store {
         };
         let rows: Vec<(String,)> = crate::sql::sql(text).fetch_all(self).await?;
         Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
+    /// Applies this backend's migrations numbered `last` or lower, and no others: the schema a
+    /// database had before a later migration, for tests of that migration over existing rows.
+    /// [`Store::migrate`] then applies the rest.
+    pub async fn migrate_through(&self, last: i64) -> Result<()> {
+        let backend = match self.backend() {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        };
+        let all = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(backend);
+        let some = tempfile::tempdir().expect("create a temporary directory");
+        for entry in std::fs::read_dir(&all).expect("list the migrations") {
+            let path = entry.expect("list the migrations").path();
+            let version = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split('_').next())
+                .and_then(|v| v.parse::<i64>().ok());
+            if version.is_some_and(|v| v <= last) {
+                std::fs::copy(
+                    &path,
+                    some.path().join(path.file_name().expect("a file name")),
+                )
+                .expect("copy a migration");
+            }
+        }
+        let migrator = sqlx::migrate::Migrator::new(some.path()).await?;
+        match &self.pool {
+            crate::Pool::Sqlite(p) => migrator.run(p).await?,
+            crate::Pool::Postgres(p) => migrator.run(p).await?,
+        }
+        Ok(())
     }
 
     /// Names of every table Breeze created.

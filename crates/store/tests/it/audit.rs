@@ -425,3 +425,56 @@ async fn a_dead_process_journal_is_moved_on_the_next_start() {
     })
     .await;
 }
+
+/// Migration 0006 rebuilds the SQLite table (and drops an index on both backends): records
+/// written before it are all there after it, byte for byte, and still cannot be changed.
+async fn records_survive_the_audit_storage_migration(backend: Backend) {
+    use breeze_store::testing::TestStore;
+    let clock = std::sync::Arc::new(breeze_core::SystemClock);
+    let test = TestStore::unmigrated(backend, clock).await;
+    let s = &test.store;
+    s.migrate_through(5).await.unwrap();
+    for i in 0..3 {
+        s.append_audit(
+            &audit("thing.happen", "thing")
+                .resource(format!("before-{i}"))
+                .details(serde_json::json!({ "i": i, "text": "it's \"quoted\"" })),
+        )
+        .await
+        .unwrap();
+    }
+    let mut before = s.raw_dump("audit_log").await.unwrap();
+    assert_eq!(before.len(), 3);
+
+    s.migrate().await.unwrap();
+    let mut after = s.raw_dump("audit_log").await.unwrap();
+    before.sort();
+    after.sort();
+    assert_eq!(after, before);
+    for statement in [
+        "UPDATE audit_log SET action = 'forged'",
+        "DELETE FROM audit_log",
+    ] {
+        let err = s.raw_execute(statement).await.unwrap_err();
+        assert!(
+            err.to_string().contains("append-only"),
+            "{statement}: {err}"
+        );
+    }
+    // And the table takes new records.
+    s.append_audit(&audit("thing.happen", "thing"))
+        .await
+        .unwrap();
+    assert_eq!(s.raw_dump("audit_log").await.unwrap().len(), 4);
+    test.cleanup().await;
+}
+
+#[tokio::test]
+async fn records_survive_the_audit_storage_migration_on_sqlite() {
+    records_survive_the_audit_storage_migration(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn records_survive_the_audit_storage_migration_on_postgres() {
+    records_survive_the_audit_storage_migration(Backend::Postgres).await;
+}
