@@ -1,8 +1,8 @@
 //! Group-written audit records for hot paths (every MCP request writes a record).
 //!
 //! Callers hand a record to the writer and wait until it is safe; the writer task hands
-//! whatever has queued up to the store's [`AuditAppender`] as one batch (one journal write on
-//! SQLite, one transaction on PostgreSQL), so no caller's answer leaves before its record is
+//! whatever has queued up to the store's [`AuditAppender`] as one batch (one transaction, or one
+//! journal write for a small batch on SQLite), so no caller's answer leaves before its record is
 //! written. Before writing, the writer lets every other ready task run (a few `yield_now`
 //! rounds, until a round brings nothing new): under load those are requests about to hand in
 //! their own records, which then join the batch (at concurrency 50, batches of ~50 instead of

@@ -290,7 +290,8 @@ async fn stored_rows_without_ids(s: &breeze_store::Store) -> Vec<String> {
 async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     let s = &cx.store;
     let appender = s.audit_appender();
-    // On a SQLite file the appender journals; elsewhere it writes through the pool.
+    // On a SQLite file the appender journals a lone record and inserts a batch directly;
+    // elsewhere it writes through the pool.
     let journaled = !format!("{appender:?}").contains("journal: None");
     assert_eq!(journaled, s.backend() == Backend::Sqlite, "{appender:?}");
     let event = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.tools.call", "mcp")
@@ -305,14 +306,16 @@ async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     ] {
         cx.clock.set(at);
         s.append_audit(&event).await.unwrap();
-        let unwritten = appender.append(vec![event.clone()]).await;
-        assert!(unwritten.is_empty(), "{unwritten:?}");
+        for batch in [1, 20] {
+            let unwritten = appender.append(vec![event.clone(); batch]).await;
+            assert!(unwritten.is_empty(), "{unwritten:?}");
+        }
     }
     let rows = stored_rows_without_ids(s).await;
-    assert_eq!(rows.len(), 4);
-    assert_eq!(rows[0], rows[1]);
-    assert_eq!(rows[2], rows[3]);
-    assert_ne!(rows[0], rows[2]);
+    assert_eq!(rows.len(), 44);
+    assert!(rows[..22].iter().all(|r| *r == rows[0]), "{rows:#?}");
+    assert!(rows[22..].iter().all(|r| *r == rows[22]), "{rows:#?}");
+    assert_ne!(rows[0], rows[22]);
 }
 
 async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
@@ -321,14 +324,16 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
     s.raw_execute("ALTER TABLE audit_log RENAME TO audit_log_away")
         .await
         .unwrap();
-    let events: Vec<AuditEvent> = (0..3)
+    // A lone record and a batch (which SQLite would insert directly, were the table there).
+    let events: Vec<AuditEvent> = (0..13)
         .map(|i| audit("thing.happen", "thing").resource(format!("r{i}")))
         .collect();
-    let unwritten = appender.append(events.clone()).await;
+    let mut unwritten = appender.append(events[..1].to_vec()).await;
+    unwritten.extend(appender.append(events[1..].to_vec()).await);
     match s.backend() {
         // Through the pool, each record comes back with the reason.
         Backend::Postgres => {
-            assert_eq!(unwritten.len(), 3);
+            assert_eq!(unwritten.len(), 13);
             for ((event, error), written) in unwritten.iter().zip(&events) {
                 assert_eq!(event, written);
                 assert!(error.to_string().contains("audit_log"), "{error}");
@@ -343,8 +348,8 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
                 .unwrap();
             s.flush_audit().await;
             let rows = s.raw_dump("audit_log").await.unwrap();
-            assert_eq!(rows.len(), 3, "{rows:?}");
-            for i in 0..3 {
+            assert_eq!(rows.len(), 13, "{rows:?}");
+            for i in 0..13 {
                 assert!(
                     rows.iter().any(|r| r.contains(&format!("'r{i}'"))),
                     "{rows:?}"
@@ -477,4 +482,65 @@ async fn records_survive_the_audit_storage_migration_on_sqlite() {
 #[tokio::test]
 async fn records_survive_the_audit_storage_migration_on_postgres() {
     records_survive_the_audit_storage_migration(Backend::Postgres).await;
+}
+
+/// Lines in the journal's segments (records not yet in the table).
+fn journaled_lines(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap().lines().count())
+        .sum()
+}
+
+/// A batch goes straight into the table when the write lock is free, and into the journal,
+/// without waiting, when another connection holds it.
+#[tokio::test]
+async fn a_batch_is_inserted_directly_or_journaled_when_the_table_is_busy() {
+    breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
+        let s = &cx.store;
+        let dir = cx.dir.clone().unwrap();
+        let appender = s.audit_appender();
+        let batch = |tag: &str| -> Vec<AuditEvent> {
+            (0..20)
+                .map(|i| audit("thing.happen", "thing").resource(format!("{tag}-{i}")))
+                .collect()
+        };
+        assert!(appender.append(batch("free")).await.is_empty());
+        assert_eq!(journaled_lines(&dir), 0, "a batch skips the journal");
+        assert!(
+            appender
+                .append(batch("lone")[..1].to_vec())
+                .await
+                .is_empty()
+        );
+        assert_eq!(journaled_lines(&dir), 1, "a lone record is journaled");
+
+        // Another connection takes the write lock (as a long write elsewhere would).
+        let holder = rusqlite::Connection::open(dir.join("breeze.db")).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // Waiting would block the caller's thread (the insert is synchronous) for the busy
+        // timeout, 10 s; a timer could not interrupt it, so the test measures.
+        let start = std::time::Instant::now();
+        let unwritten = appender.append(batch("busy")).await;
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the batch waited {:?} for the lock",
+            start.elapsed()
+        );
+        assert!(unwritten.is_empty(), "{unwritten:?}");
+        assert_eq!(journaled_lines(&dir), 21, "the busy batch is journaled");
+        holder.execute_batch("ROLLBACK").unwrap();
+
+        let rows = s.raw_dump("audit_log").await.unwrap();
+        assert_eq!(rows.len(), 41, "{rows:?}");
+        for tag in ["free", "busy"] {
+            for i in 0..20 {
+                assert!(rows.iter().any(|r| r.contains(&format!("'{tag}-{i}'"))));
+            }
+        }
+        assert_eq!(journaled_lines(&dir), 0, "moved in by the flush");
+    })
+    .await;
 }
