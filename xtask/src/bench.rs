@@ -10,7 +10,7 @@
 //! streams (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
 //!
 //! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (1),
-//! `BENCH_SESSIONS` (1000). Breeze's transport limits are raised through their environment
+//! `BENCH_SESSIONS` (5000). Breeze's transport limits are raised through their environment
 //! variables, never by a code path that skips them.
 //!
 //! Submodules: [`fleet`] (`cargo xtask bench fleet`, simulated agents on the device gateway)
@@ -34,16 +34,32 @@ use serde_json::Value;
 
 struct Server {
     name: &'static str,
-    child: Child,
+    child: Running,
     url: String,
     body: PathBuf,
     headers: Vec<String>,
 }
 
-impl Drop for Server {
+/// A server process, killed when dropped (also when the bench stops early with an error).
+struct Running(Child);
+
+impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Spawns `cmd` and waits until it accepts connections on `port`.
+    fn start(cmd: &mut Command, port: u16) -> anyhow::Result<Running> {
+        let mut running = Running(cmd.spawn()?);
+        wait_for_port(port, &mut running.0)?;
+        Ok(running)
+    }
+
+    fn id(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -89,6 +105,27 @@ fn wait_for_port(port: u16, child: &mut Child) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// Reads the JSON file `path` once it exists: `breeze demo` listens before it writes
+/// `demo.json`, so an open port does not mean the file is there.
+fn wait_for_json(path: &Path, child: &mut Child) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // Written whole or not at all is not promised: retry until it parses.
+        if let Ok(bytes) = std::fs::read(path)
+            && let Ok(value) = serde_json::from_slice(&bytes)
+        {
+            return Ok(value);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("server exited before writing {}: {status}", path.display());
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not appear", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// utime + stime of `pid`, in microseconds.
@@ -171,7 +208,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let peers = perf_peers(&root)?;
     let duration = env_num("BENCH_DURATION", 10);
     let rounds = env_num("BENCH_ROUNDS", 1);
-    let sessions = env_num("BENCH_SESSIONS", 1000);
+    let sessions = env_num("BENCH_SESSIONS", 5000);
 
     eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
     build_peers(&peers, &["loadgen", "peer-rmcp", "baseline-axum"])?;
@@ -192,20 +229,20 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&demo_dir);
     std::fs::create_dir_all(&demo_dir)?;
     let breeze_port = 3211;
-    let mut breeze = pinned(0)
-        .arg(&breeze_bin)
-        .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
-        .current_dir(&demo_dir)
-        .env("BREEZE_LOG", "warn")
-        .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
-        .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
-        .env("MCP_MAX_SESSIONS", "1000000")
-        .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
-        .stdout(Stdio::null())
-        .spawn()?;
-    wait_for_port(breeze_port, &mut breeze)?;
-    let demo: Value =
-        serde_json::from_slice(&std::fs::read(demo_dir.join("breeze-data/demo.json"))?)?;
+    let mut breeze = Running::start(
+        pinned(0)
+            .arg(&breeze_bin)
+            .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
+            .current_dir(&demo_dir)
+            .env("BREEZE_LOG", "warn")
+            .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
+            .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
+            .env("MCP_MAX_SESSIONS", "1000000")
+            .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+            .stdout(Stdio::null()),
+        breeze_port,
+    )?;
+    let demo = wait_for_json(&demo_dir.join("breeze-data/demo.json"), &mut breeze.0)?;
     let key = demo["api_keys"]["read"]
         .as_str()
         .context("demo read key")?
@@ -224,26 +261,27 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_simple_text","arguments":{}}}"#,
     )?;
 
-    let spawn_peer = |bin: &str, port: u16| -> anyhow::Result<Child> {
-        let mut c = pinned(0)
-            .arg(peers.join("target/release").join(bin))
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        wait_for_port(port, &mut c)?;
-        Ok(c)
+    let spawn_peer = |bin: &str, port: u16| -> anyhow::Result<Running> {
+        Running::start(
+            pinned(0)
+                .arg(peers.join("target/release").join(bin))
+                .args(["--port", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            port,
+        )
     };
     let fixture_port = 3212;
-    let mut fixture = pinned(0)
-        .arg(root.join("target/release/examples/conformance"))
-        // Breeze's own reply mode (JSON unless the handler speaks first), as the rmcp peer
-        // answers with `json_response`; the fixture's default, SSE, is the suite's setting.
-        .args([&fixture_port.to_string(), "--replies", "adaptive"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    wait_for_port(fixture_port, &mut fixture)?;
+    let fixture = Running::start(
+        pinned(0)
+            .arg(root.join("target/release/examples/conformance"))
+            // Breeze's own reply mode (JSON unless the handler speaks first), as the rmcp peer
+            // answers with `json_response`; the fixture's default, SSE, is the suite's setting.
+            .args([&fixture_port.to_string(), "--replies", "adaptive"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        fixture_port,
+    )?;
 
     let echo = peers.join("bodies/echo.json");
     let servers = vec![
@@ -335,21 +373,27 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let breeze_url = breeze.url.clone();
     let key_header = breeze.headers[0].clone();
     drop(breeze);
-    let mut fresh = pinned(0)
-        .arg(&breeze_bin)
-        .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
-        .current_dir(&demo_dir)
-        // Freed memory goes back to the OS at once, so RSS measures what is held: otherwise
-        // the allocator returns startup's garbage later, in the middle of the measurement.
-        .env("MIMALLOC_PURGE_DELAY", "0")
-        .env("BREEZE_LOG", "warn")
-        .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
-        .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
-        .env("MCP_MAX_SESSIONS", "1000000")
-        .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
-        .stdout(Stdio::null())
-        .spawn()?;
-    wait_for_port(breeze_port, &mut fresh)?;
+    // Measured once the demo has finished starting (it rewrites demo.json when it has): until
+    // then its own allocations come and go by more than the sessions take.
+    let demo_json = demo_dir.join("breeze-data/demo.json");
+    std::fs::remove_file(&demo_json)?;
+    let mut fresh = Running::start(
+        pinned(0)
+            .arg(&breeze_bin)
+            .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
+            .current_dir(&demo_dir)
+            // Freed memory goes back to the OS at once, so RSS measures what is held: otherwise
+            // the allocator returns startup's garbage later, in the middle of the measurement.
+            .env("MIMALLOC_PURGE_DELAY", "0")
+            .env("BREEZE_LOG", "warn")
+            .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
+            .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
+            .env("MCP_MAX_SESSIONS", "1000000")
+            .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+            .stdout(Stdio::null()),
+        breeze_port,
+    )?;
+    wait_for_json(&demo_json, &mut fresh.0)?;
     let fresh = Server {
         name: "breeze",
         child: fresh,
