@@ -128,6 +128,22 @@ fn wait_for_json(path: &Path, child: &mut Child) -> anyhow::Result<Value> {
     }
 }
 
+/// `breeze demo` in `dir` on `port`, pinned to CPU 0, with its transport limits raised through
+/// their settings.
+fn demo_command(bin: &Path, dir: &Path, port: u16) -> Command {
+    let mut cmd = pinned(0);
+    cmd.arg(bin)
+        .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+        .current_dir(dir)
+        .env("BREEZE_LOG", "warn")
+        .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
+        .env("MCP_MAX_SESSIONS", "1000000")
+        .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+        .stdout(Stdio::null());
+    cmd
+}
+
 /// utime + stime of `pid`, in microseconds.
 fn cpu_micros(pid: u32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -230,16 +246,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     std::fs::create_dir_all(&demo_dir)?;
     let breeze_port = 3211;
     let mut breeze = Running::start(
-        pinned(0)
-            .arg(&breeze_bin)
-            .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
-            .current_dir(&demo_dir)
-            .env("BREEZE_LOG", "warn")
-            .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
-            .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
-            .env("MCP_MAX_SESSIONS", "1000000")
-            .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
-            .stdout(Stdio::null()),
+        &mut demo_command(&breeze_bin, &demo_dir, breeze_port),
         breeze_port,
     )?;
     let demo = wait_for_json(&demo_dir.join("breeze-data/demo.json"), &mut breeze.0)?;
@@ -378,19 +385,9 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let demo_json = demo_dir.join("breeze-data/demo.json");
     std::fs::remove_file(&demo_json)?;
     let mut fresh = Running::start(
-        pinned(0)
-            .arg(&breeze_bin)
-            .args(["demo", "--listen", &format!("127.0.0.1:{breeze_port}")])
-            .current_dir(&demo_dir)
-            // Freed memory goes back to the OS at once, so RSS measures what is held: otherwise
-            // the allocator returns startup's garbage later, in the middle of the measurement.
-            .env("MIMALLOC_PURGE_DELAY", "0")
-            .env("BREEZE_LOG", "warn")
-            .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
-            .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
-            .env("MCP_MAX_SESSIONS", "1000000")
-            .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
-            .stdout(Stdio::null()),
+        // Freed memory goes back to the OS at once, so RSS measures what is held: otherwise
+        // the allocator returns startup's garbage later, in the middle of the measurement.
+        demo_command(&breeze_bin, &demo_dir, breeze_port).env("MIMALLOC_PURGE_DELAY", "0"),
         breeze_port,
     )?;
     wait_for_json(&demo_json, &mut fresh.0)?;
