@@ -11,11 +11,13 @@
 //!     journaled instead.
 //!   - Otherwise the batch is appended to a journal file next to the database
 //!     (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call
-//!     returns. A thread with its own connection moves records into `audit_log` about
-//!     [`MOVE_INTERVAL`] after they arrive (in transactions of 64 rows) and deletes a segment
-//!     only once all of it is in; [`Store::flush_audit`], which every audit query runs first,
-//!     moves at once, so a process reads its own records. Segments left by a process that died
-//!     are moved when the next one opens the journal. Moves insert `OR IGNORE` by id, so a
+//!     returns. A thread with its own connection, at a lower priority than the requests,
+//!     moves records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in
+//!     transactions of 64 rows) and deletes a segment only once all of it is in. When more
+//!     than [`MAX_BACKLOG`] records wait in the journal, batches of any size go direct.
+//!     [`Store::flush_audit`], which every audit query runs first, moves at once, so a process
+//!     reads its own records. Segments left by a process that died are moved when the next one
+//!     opens the journal. Moves insert `OR IGNORE` by id, so a
 //!     segment moved twice (a crash between commit and delete) leaves no duplicates. A lock
 //!     file (`<db>-audit.lock`) gives the journal to one process at a time; another (a second
 //!     server on the same file) writes through the pool.
@@ -41,6 +43,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Arc, Mutex, OnceLock, Weak,
+        atomic::{AtomicUsize, Ordering},
         mpsc::{self, RecvTimeoutError},
     },
     time::{Duration, Instant},
@@ -68,6 +71,18 @@ pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(10);
 /// Batches at least this large are inserted into the table directly rather than journaled
 /// (see the module docs).
 const DIRECT_MIN_BATCH: usize = 8;
+/// Records waiting in the journal beyond which a batch of any size is inserted directly. The
+/// mover runs at a lower priority ([`MOVER_NICE_INCREMENT`]), so while requests keep the
+/// processor busy it may fall behind; this bounds what it leaves waiting, and so how long a
+/// flush (every audit query) can wait for it.
+const MAX_BACKLOG: usize = 1024;
+/// How much lower than the rest of the process the mover's priority is (Linux nice values).
+/// Moves then use the processor when requests leave it idle, and a request arriving mid-move
+/// takes the processor at once instead of waiting out the mover's time slice: at one request
+/// at a time, p99 0.38–0.45 ms instead of 0.69–0.76 ms in interleaved runs. Under full load the
+/// mover still gets ~10 % of the processor, and [`MAX_BACKLOG`] sends the rest direct.
+#[cfg(target_os = "linux")]
+const MOVER_NICE_INCREMENT: i32 = 10;
 /// How often a move that failed is tried again.
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -137,7 +152,7 @@ impl AuditAppender {
     pub async fn append(&self, events: Vec<AuditEvent>) -> Unwritten {
         let now = self.store.clock.now();
         if let Some(journal) = &self.journal {
-            if events.len() >= DIRECT_MIN_BATCH {
+            if goes_direct(events.len(), journal.backlog.load(Ordering::Relaxed)) {
                 match journal.insert_now(&events, now) {
                     Ok(()) => return Vec::new(),
                     Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
@@ -169,6 +184,11 @@ impl AuditAppender {
         }
         unwritten
     }
+}
+
+/// Whether a batch of `records` is inserted directly, with `backlog` records in the journal.
+fn goes_direct(records: usize, backlog: usize) -> bool {
+    records >= DIRECT_MIN_BATCH || backlog >= MAX_BACKLOG
 }
 
 /// One journaled record, as written: the row's columns, already in their stored form.
@@ -231,6 +251,8 @@ pub(crate) struct Journal {
     /// The connection large batches are inserted on directly: it never waits for the write lock
     /// and never checkpoints (the server's checkpointer does), so it never blocks its caller.
     direct: Mutex<rusqlite::Connection>,
+    /// Records this process journaled that are not in the table yet (shared with the mover).
+    backlog: Arc<AtomicUsize>,
     /// Held (locked) for the journal's life.
     _lock: File,
 }
@@ -239,6 +261,8 @@ struct Segment {
     seq: u64,
     file: File,
     len: u64,
+    /// Records appended to it.
+    records: usize,
 }
 
 impl Journal {
@@ -260,22 +284,30 @@ impl Journal {
             })
             .map_err(|e| fail("cannot open the database", &e))?;
         let sealed = segments(&base).map_err(|e| fail("cannot list journal segments", &e))?;
-        let seq = sealed.last().map_or(0, |s| s + 1);
+        let seq = sealed.last().map_or(0, |s| s.0 + 1);
         let current =
             Segment::create(&base, seq).map_err(|e| fail("cannot create a segment", &e))?;
         let (tx, rx) = mpsc::channel();
+        let backlog = Arc::new(AtomicUsize::new(0));
         let journal = Arc::new(Journal {
             base: base.clone(),
             current: Mutex::new(current),
             mover: tx,
             direct: Mutex::new(direct),
+            backlog: backlog.clone(),
             _lock: lock,
         });
         let weak = Arc::downgrade(&journal);
         std::thread::Builder::new()
             .name("breeze-audit".into())
             .spawn(move || {
-                let mut mover = Mover { conn, base, sealed };
+                lower_priority();
+                let mut mover = Mover {
+                    conn,
+                    base,
+                    sealed,
+                    backlog,
+                };
                 mover.run(&weak, &rx);
             })
             .map_err(|e| fail("cannot start the journal thread", &e))?;
@@ -316,6 +348,8 @@ impl Journal {
         }
         let was_empty = current.len == 0;
         current.len += buf.len() as u64;
+        current.records += events.len();
+        self.backlog.fetch_add(events.len(), Ordering::Relaxed);
         drop(current);
         if was_empty {
             let _ = self.mover.send(Msg::Pending);
@@ -357,10 +391,10 @@ impl Journal {
         }
     }
 
-    /// Starts a new segment when the current one holds records; returns the sealed one's number.
+    /// Starts a new segment when the current one holds records; returns the sealed one.
     /// Only the mover seals, so the number cannot change between the two locks; the new file is
     /// created between them, so appends never wait on the file system for it.
-    fn seal(&self) -> std::io::Result<Option<u64>> {
+    fn seal(&self) -> std::io::Result<Option<Sealed>> {
         let seq = {
             let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
             if current.len == 0 {
@@ -370,7 +404,8 @@ impl Journal {
         };
         let next = Segment::create(&self.base, seq + 1)?;
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(Some(std::mem::replace(&mut *current, next).seq))
+        let sealed = std::mem::replace(&mut *current, next);
+        Ok(Some(Sealed(sealed.seq, sealed.records)))
     }
 }
 
@@ -381,7 +416,12 @@ impl Segment {
             .append(true)
             .open(segment_path(base, seq))?;
         let len = file.metadata()?.len();
-        Ok(Segment { seq, file, len })
+        Ok(Segment {
+            seq,
+            file,
+            len,
+            records: 0,
+        })
     }
 }
 
@@ -396,8 +436,13 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Numbers of the segments on disk, in order.
-fn segments(base: &Path) -> std::io::Result<Vec<u64>> {
+/// A segment no longer appended to: its number, and how many of its records this process
+/// appended (0 for one left by a process that died).
+#[derive(Clone, Copy)]
+struct Sealed(u64, usize);
+
+/// The segments on disk, in order (as left by another process).
+fn segments(base: &Path) -> std::io::Result<Vec<Sealed>> {
     let dir = base
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -417,7 +462,22 @@ fn segments(base: &Path) -> std::io::Result<Vec<u64>> {
         })
         .collect();
     seqs.sort_unstable();
-    Ok(seqs)
+    Ok(seqs.into_iter().map(|seq| Sealed(seq, 0)).collect())
+}
+
+/// Lowers the calling thread's priority by [`MOVER_NICE_INCREMENT`]. Linux only: elsewhere
+/// `setpriority` applies to the whole process.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{getpriority_process, setpriority_process};
+        let me = Some(rustix::thread::gettid());
+        let lowered = getpriority_process(me)
+            .and_then(|nice| setpriority_process(me, (nice + MOVER_NICE_INCREMENT).min(19)));
+        if let Err(e) = lowered {
+            tracing::debug!(error = %e, "audit journal: cannot lower the mover's priority");
+        }
+    }
 }
 
 /// A connection with the pool's settings (see `Store::connect`).
@@ -440,7 +500,9 @@ struct Mover {
     conn: rusqlite::Connection,
     base: PathBuf,
     /// Sealed segments not yet moved, oldest first.
-    sealed: Vec<u64>,
+    sealed: Vec<Sealed>,
+    /// The journal's count of records not yet moved.
+    backlog: Arc<AtomicUsize>,
 }
 
 impl Mover {
@@ -476,7 +538,7 @@ impl Mover {
                 break;
             };
             match journal.seal() {
-                Ok(Some(seq)) => self.sealed.push(seq),
+                Ok(Some(sealed)) => self.sealed.push(sealed),
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, "audit journal: cannot start a new segment"),
             }
@@ -493,7 +555,7 @@ impl Mover {
 
     /// Moves sealed segments in order; stops at the first that fails (kept for the next try).
     fn move_sealed(&mut self) {
-        while let Some(&seq) = self.sealed.first() {
+        while let Some(&Sealed(seq, records)) = self.sealed.first() {
             let path = segment_path(&self.base, seq);
             match self.move_segment(&path) {
                 Ok(()) => {
@@ -504,6 +566,7 @@ impl Mover {
                         return;
                     }
                     self.sealed.remove(0);
+                    self.backlog.fetch_sub(records, Ordering::Relaxed);
                 }
                 Err(e) => {
                     tracing::error!(error = %e, path = %path.display(), "audit journal: move failed; will retry");
@@ -615,3 +678,16 @@ const INSERT_ONE: &str = concat!(
     audit_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_batches_go_direct_only_behind_a_backlog() {
+        assert!(!goes_direct(1, 0));
+        assert!(!goes_direct(DIRECT_MIN_BATCH - 1, MAX_BACKLOG - 1));
+        assert!(goes_direct(DIRECT_MIN_BATCH, 0));
+        assert!(goes_direct(1, MAX_BACKLOG));
+    }
+}

@@ -540,3 +540,35 @@ async fn a_batch_is_inserted_directly_or_journaled_when_the_table_is_busy() {
     })
     .await;
 }
+
+/// The journal's mover runs at a lower priority than the rest of the process (Linux nice
+/// values), so that requests take the processor from it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_journal_mover_runs_at_a_lower_priority() {
+    breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
+        let s = &cx.store;
+        let unwritten = s
+            .audit_appender()
+            .append(vec![audit("thing.happen", "thing")])
+            .await;
+        assert!(unwritten.is_empty());
+        // Answered by the mover's loop, which runs after it lowered its priority.
+        s.flush_audit().await;
+        // Every mover thread in this test process (tests run side by side); ours is among them.
+        let movers: Vec<i64> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| {
+                let task = task.ok()?.path();
+                let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+                (comm.trim() == "breeze-audit").then_some(())?;
+                let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+                // Fields after the command's closing parenthesis start at field 3; nice is 19.
+                let after = stat.rsplit_once(')')?.1;
+                after.split_whitespace().nth(19 - 3)?.parse().ok()
+            })
+            .collect();
+        assert!(movers.iter().any(|&nice| nice >= 10), "{movers:?}");
+    })
+    .await;
+}
