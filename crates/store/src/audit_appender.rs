@@ -13,8 +13,8 @@
 //!     (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call
 //!     returns. A thread with its own connection, at a lower priority than the requests,
 //!     moves records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in
-//!     transactions of 64 rows) and deletes a segment only once all of it is in. When more
-//!     than [`MAX_BACKLOG`] records wait in the journal, batches of any size go direct.
+//!     transactions of 64 rows) and deletes a segment only once all of it is in. Once
+//!     [`MAX_BACKLOG`] records wait in the journal, batches of any size go direct.
 //!     [`Store::flush_audit`], which every audit query runs first, moves at once, so a process
 //!     reads its own records. Segments left by a process that died are moved when the next one
 //!     opens the journal. Moves insert `OR IGNORE` by id, so a
@@ -71,7 +71,7 @@ pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(10);
 /// Batches at least this large are inserted into the table directly rather than journaled
 /// (see the module docs).
 const DIRECT_MIN_BATCH: usize = 8;
-/// Records waiting in the journal beyond which a batch of any size is inserted directly. The
+/// Records waiting in the journal from which on a batch of any size is inserted directly. The
 /// mover runs at a lower priority ([`MOVER_NICE_INCREMENT`]), so while requests keep the
 /// processor busy it may fall behind; this bounds what it leaves waiting, and so how long a
 /// flush (every audit query) can wait for it.
