@@ -3,7 +3,7 @@
 //! The log is append-only. An event is built where the action happens and written by the
 //! store, in the same transaction as the change it records when there is one.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::{AuditId, OrgId, Timestamp, string_enum};
@@ -29,7 +29,7 @@ string_enum! {
 }
 
 /// Who acted: a kind and that principal's id (a user id, key id, device id, or a system name).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Actor {
     #[serde(rename = "type")]
     pub kind: ActorType,
@@ -59,7 +59,7 @@ impl Actor {
 }
 
 /// An audit event about to be written.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEvent {
     pub org_id: Option<OrgId>,
     pub actor: Actor,
