@@ -93,39 +93,50 @@ fn run(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn wait_for_port(port: u16, child: &mut Child) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = child.try_wait()? {
-            bail!("server on port {port} exited: {status}");
-        }
-        if Instant::now() > deadline {
-            bail!("server on port {port} did not come up");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(())
-}
-
-/// Reads the JSON file `path` once it exists: `breeze demo` listens before it writes
-/// `demo.json`, so an open port does not mean the file is there.
-fn wait_for_json(path: &Path, child: &mut Child) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Polls `probe` every 100 ms until it yields a value; fails when `child` exits first or
+/// `timeout` passes, naming `what` was awaited.
+fn wait_until<T>(
+    child: &mut Child,
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
     loop {
-        // Written whole or not at all is not promised: retry until it parses.
-        if let Ok(bytes) = std::fs::read(path)
-            && let Ok(value) = serde_json::from_slice(&bytes)
-        {
+        if let Some(value) = probe() {
             return Ok(value);
         }
         if let Some(status) = child.try_wait()? {
-            bail!("server exited before writing {}: {status}", path.display());
+            bail!("server exited before {what}: {status}");
         }
         if Instant::now() > deadline {
-            bail!("{} did not appear", path.display());
+            bail!("no {what} within {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn wait_for_port(port: u16, child: &mut Child) -> anyhow::Result<()> {
+    wait_until(
+        child,
+        &format!("listening on port {port}"),
+        Duration::from_secs(60),
+        || TcpStream::connect(("127.0.0.1", port)).ok().map(drop),
+    )
+}
+
+/// Reads the JSON file `path` once it exists and parses: `breeze demo` listens before it
+/// writes `demo.json`, so an open port does not mean the file is there.
+fn wait_for_json(path: &Path, child: &mut Child) -> anyhow::Result<Value> {
+    wait_until(
+        child,
+        &format!("writing {}", path.display()),
+        Duration::from_secs(30),
+        || {
+            let bytes = std::fs::read(path).ok()?;
+            serde_json::from_slice(&bytes).ok()
+        },
+    )
 }
 
 /// `breeze demo` in `dir` on `port`, pinned to CPU 0, with its transport limits raised through

@@ -12,16 +12,16 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Child, Stdio},
+    process::Stdio,
 };
 
 use anyhow::Context;
 use serde_json::Value;
 
 use super::{
-    build_breeze, build_peers, cpu_micros,
+    Running, build_breeze, build_peers, cpu_micros,
     instance::{Db, Instance, free_port},
-    perf_peers, pinned, run as sh, wait_for_port, workspace_root,
+    perf_peers, pinned, run as sh, workspace_root,
 };
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query_devices","arguments":{"status":"offline","limit":25}}}"#;
@@ -36,15 +36,6 @@ struct Row {
     /// CPU of the PostgreSQL backends serving the run, per request.
     db_cpu_us: Option<f64>,
     bytes: u64,
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// One closed-loop run of the load generator against `url`.
@@ -148,15 +139,15 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     {
         let port = free_port()?;
-        let mut child = pinned(0)
-            .arg(peers.join("target/release/peer-rmcp"))
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting peer-rmcp")?;
-        wait_for_port(port, &mut child)?;
-        let peer = KillOnDrop(child);
+        let peer = Running::start(
+            pinned(0)
+                .arg(peers.join("target/release/peer-rmcp"))
+                .args(["--port", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            port,
+        )
+        .context("starting peer-rmcp")?;
         eprintln!("measuring peer-rmcp…");
         rows.push(measure(
             "peer-rmcp (memory, 10,000 devices)".into(),

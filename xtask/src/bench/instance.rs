@@ -10,13 +10,12 @@ use std::{
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::{pinned, run, wait_for_port};
+use super::{pinned, run, wait_for_json, wait_for_port};
 
 /// The database behind the scratch instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,18 +146,7 @@ impl Instance {
             let log = std::fs::read_to_string(&me.log).unwrap_or_default();
             bail!("{e}\nserver log:\n{log}");
         }
-        let demo_json = me.data_dir.join("demo.json");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        me.demo = loop {
-            match std::fs::read(&demo_json)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            {
-                Some(v) => break v,
-                None if Instant::now() > deadline => bail!("no {}", demo_json.display()),
-                None => std::thread::sleep(Duration::from_millis(100)),
-            }
-        };
+        me.demo = wait_for_json(&me.data_dir.join("demo.json"), &mut me.child)?;
         Ok(me)
     }
 
