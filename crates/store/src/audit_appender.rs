@@ -673,7 +673,8 @@ fn insert_rows<'a>(
     tx.commit()
 }
 
-const INSERT_ONE: &str = concat!(
+/// The statement every audit row on SQLite is inserted by (the direct path and the mover).
+pub(crate) const INSERT_ONE: &str = concat!(
     "INSERT OR IGNORE INTO audit_log (",
     audit_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"

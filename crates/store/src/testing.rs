@@ -13,6 +13,9 @@ use sqlx::{Connection, PgConnection};
 
 use crate::{Backend, Result, Store, StoreOptions};
 
+/// The statement SQLite audit rows are inserted by, for tests that inspect its plan.
+pub const SQLITE_AUDIT_INSERT: &str = crate::audit_appender::INSERT_ONE;
+
 /// The PostgreSQL server tests use unless `BREEZE_TEST_POSTGRES_URL` says otherwise.
 pub const DEFAULT_TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -62,7 +65,9 @@ impl TestStore {
                         "PostgreSQL tests need a server at {url} (set BREEZE_TEST_POSTGRES_URL): {e}"
                     )
                 });
-                let now = clock.now().timestamp().max(0);
+                // Wall-clock time, never the test's clock: schemas of tests on other clocks (a
+                // manual clock set days back) must not look stale to this one's sweep.
+                let now = breeze_core::SystemClock.now().timestamp().max(0);
                 sweep_stale_schemas(&mut admin, now).await;
                 let schema = format!("breeze_test_{now}_{}", uuid::Uuid::now_v7().simple());
                 sqlx::query(&format!("CREATE SCHEMA {schema}"))
@@ -100,7 +105,8 @@ impl TestStore {
     }
 }
 
-/// Drops test schemas more than a day old (left by runs that panicked before cleanup).
+/// Drops test schemas created (by the wall clock) more than a day before `now`: those left by
+/// runs that panicked before cleanup.
 async fn sweep_stale_schemas(admin: &mut PgConnection, now: i64) {
     let Ok(names) = sqlx::query_scalar::<_, String>(
         "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'breeze\\_test\\_%'",

@@ -512,11 +512,10 @@ async fn inserting_an_audit_row_builds_no_temporary_table() {
     breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
         let conn = rusqlite::Connection::open(cx.dir.clone().unwrap().join("breeze.db")).unwrap();
         let mut plan = conn
-            .prepare(
-                "EXPLAIN INSERT OR IGNORE INTO audit_log (id, created_at, org_id, actor_type, \
-                 actor_id, action, resource_type, resource_id, details, result, error_message, \
-                 request_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )
+            .prepare(&format!(
+                "EXPLAIN {}",
+                breeze_store::testing::SQLITE_AUDIT_INSERT
+            ))
             .unwrap();
         let opcodes: Vec<String> = plan
             .query_map(

@@ -63,3 +63,24 @@ fn redacts_database_passwords() {
         "sqlite://./breeze-data/breeze.db"
     );
 }
+
+/// A test's PostgreSQL schema survives another test's sweep of stale schemas, whatever clock
+/// either test runs on: the sweep goes by when a schema was really created. (It once went by
+/// each test's own clock, so a test on the wall clock dropped the schemas of tests on a manual
+/// clock set a day or more back, while they ran.)
+#[tokio::test]
+async fn a_test_schema_outlives_another_tests_sweep() {
+    use breeze_core::{Clock, ManualClock, SystemClock};
+    use breeze_store::{Backend, testing::TestStore};
+    let days_back = ManualClock::new(SystemClock.now() - chrono::Duration::days(3));
+    let first = TestStore::new(Backend::Postgres, Arc::new(days_back)).await;
+    let second = TestStore::new(Backend::Postgres, Arc::new(SystemClock)).await;
+    first
+        .store
+        .append_audit(&audit("thing.happen", "thing"))
+        .await
+        .unwrap();
+    assert_eq!(first.store.raw_dump("audit_log").await.unwrap().len(), 1);
+    first.cleanup().await;
+    second.cleanup().await;
+}
