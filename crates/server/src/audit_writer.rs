@@ -65,7 +65,13 @@ async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>) {
         }
         gather(&mut rx, &mut batch).await;
         let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
-        commits.spawn(commit(appender.clone(), jobs));
+        if in_flight == 1 {
+            // One batch at a time (SQLite): the loop would only wait for it, so it is written
+            // here rather than in a task of its own (a spawn and two task switches a batch).
+            commit(appender.clone(), jobs).await;
+        } else {
+            commits.spawn(commit(appender.clone(), jobs));
+        }
     }
     while commits.join_next().await.is_some() {}
 }
