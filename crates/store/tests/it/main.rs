@@ -9,6 +9,7 @@ mod directory;
 mod isolation;
 mod tenancy;
 mod users;
+mod wal;
 
 use std::sync::Arc;
 
