@@ -13,7 +13,9 @@
 //!     (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call
 //!     returns. A thread with its own connection, at a lower priority than the requests,
 //!     moves records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in
-//!     transactions of 64 rows) and deletes a segment only once all of it is in. Once
+//!     transactions of 64 rows) and deletes a segment only once all of it is in. The same
+//!     thread runs the database's checkpoints ([`Store::checkpoint`]), so that they too take
+//!     the processor only below the requests. Once
 //!     [`MAX_BACKLOG`] records wait in the journal, batches of any size go direct.
 //!     [`Store::flush_audit`], which every audit query runs first, moves at once, so a process
 //!     reads its own records. Segments left by a process that died are moved when the next one
@@ -58,7 +60,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::{
-    Backend, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store, StoreError,
+    Backend, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store, StoreError, WAL_RESTART_FRAMES,
     audit::{self, audit_columns},
 };
 
@@ -240,6 +242,8 @@ enum Msg {
     Pending,
     /// Move everything now and answer.
     Flush(oneshot::Sender<()>),
+    /// Copy the write-ahead log back into the database (a passive checkpoint) and answer.
+    Checkpoint(oneshot::Sender<rusqlite::Result<()>>),
 }
 
 /// The journal of one SQLite database: the segment being appended to, and the mover thread.
@@ -307,6 +311,7 @@ impl Journal {
                     base,
                     sealed,
                     backlog,
+                    last_move: Instant::now(),
                 };
                 mover.run(&weak, &rx);
             })
@@ -389,6 +394,18 @@ impl Journal {
         if self.mover.send(Msg::Flush(done)).is_ok() {
             let _ = wait.await;
         }
+    }
+
+    /// A passive checkpoint, run by the mover (see [`Store::checkpoint`]).
+    pub(crate) async fn checkpoint(&self) -> Result<(), StoreError> {
+        let (done, wait) = oneshot::channel();
+        let stopped = || StoreError::AuditJournal("the journal's thread has stopped".into());
+        self.mover
+            .send(Msg::Checkpoint(done))
+            .map_err(|_| stopped())?;
+        wait.await
+            .map_err(|_| stopped())?
+            .map_err(|e| StoreError::AuditJournal(format!("checkpoint failed: {e}")))
     }
 
     /// Starts a new segment when the current one holds records; returns the sealed one.
@@ -503,6 +520,8 @@ struct Mover {
     sealed: Vec<Sealed>,
     /// The journal's count of records not yet moved.
     backlog: Arc<AtomicUsize>,
+    /// When segments were last moved (or a move was tried).
+    last_move: Instant,
 }
 
 impl Mover {
@@ -516,18 +535,31 @@ impl Mover {
             let first = if self.sealed.is_empty() {
                 messages.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
-                messages.recv_timeout(RETRY_INTERVAL)
+                messages.recv_timeout(RETRY_INTERVAL.saturating_sub(self.last_move.elapsed()))
             };
             match first {
                 Ok(Msg::Flush(done)) => flushes.push(done),
+                Ok(Msg::Checkpoint(done)) => {
+                    let _ = done.send(self.checkpoint());
+                    // Checkpoints come often; a failed move is still retried on its own schedule.
+                    if self.sealed.is_empty() || self.last_move.elapsed() < RETRY_INTERVAL {
+                        continue;
+                    }
+                }
                 Ok(Msg::Pending) => {
                     let deadline = Instant::now() + MOVE_INTERVAL;
                     while let Ok(msg) =
                         messages.recv_timeout(deadline.saturating_duration_since(Instant::now()))
                     {
-                        if let Msg::Flush(done) = msg {
-                            flushes.push(done);
-                            break;
+                        match msg {
+                            Msg::Flush(done) => {
+                                flushes.push(done);
+                                break;
+                            }
+                            Msg::Checkpoint(done) => {
+                                let _ = done.send(self.checkpoint());
+                            }
+                            Msg::Pending => {}
                         }
                     }
                 }
@@ -553,8 +585,22 @@ impl Mover {
         self.move_sealed();
     }
 
+    /// [`Store::checkpoint`] on the mover's connection: passive, then a restart of the log
+    /// once it holds [`WAL_RESTART_FRAMES`].
+    fn checkpoint(&self) -> rusqlite::Result<()> {
+        let frames: i64 = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))?;
+        if frames >= WAL_RESTART_FRAMES {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
     /// Moves sealed segments in order; stops at the first that fails (kept for the next try).
     fn move_sealed(&mut self) {
+        self.last_move = Instant::now();
         while let Some(&Sealed(seq, records)) = self.sealed.first() {
             let path = segment_path(&self.base, seq);
             match self.move_segment(&path) {

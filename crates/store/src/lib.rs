@@ -288,6 +288,12 @@ impl Store {
     /// (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the log holds
     /// [`WAL_RESTART_FRAMES`], also has the next writer start it over. PostgreSQL: nothing.
     pub async fn checkpoint(&self) -> Result<()> {
+        // On a file with an audit journal, the journal's thread runs it, below the requests'
+        // priority: a checkpoint under load copies megabytes, and on a processor the requests
+        // share it would hold them up (at one request at a time, p99 0.30 -> 0.40 ms).
+        if let Some(Some(journal)) = self.audit_journal.get() {
+            return journal.checkpoint().await;
+        }
         match &self.pool {
             Pool::Sqlite(pool) => {
                 let (_busy, frames, _copied): (i64, i64, i64) =
