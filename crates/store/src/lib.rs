@@ -285,8 +285,9 @@ impl Store {
 
     /// SQLite: copies committed pages from the write-ahead log back into the database without
     /// waiting for readers or blocking writers (a passive checkpoint), so that no commit has to
-    /// (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the log holds
-    /// 4096 frames (`WAL_RESTART_FRAMES`), also has the next writer start it over. PostgreSQL: nothing.
+    /// (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the log holds 4096
+    /// frames (`WAL_RESTART_FRAMES`), also has the next writer start it over. PostgreSQL:
+    /// nothing.
     pub async fn checkpoint(&self) -> Result<()> {
         // On a file with an audit journal, the journal's thread runs it, below the requests'
         // priority: a checkpoint under load copies megabytes, and on a processor the requests
