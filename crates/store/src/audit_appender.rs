@@ -242,7 +242,7 @@ enum Msg {
     Pending,
     /// Move everything now and answer.
     Flush(oneshot::Sender<()>),
-    /// Copy the write-ahead log back into the database (a passive checkpoint) and answer.
+    /// Checkpoint the database (see [`Store::checkpoint`]) and answer.
     Checkpoint(oneshot::Sender<rusqlite::Result<()>>),
 }
 
@@ -396,7 +396,7 @@ impl Journal {
         }
     }
 
-    /// A passive checkpoint, run by the mover (see [`Store::checkpoint`]).
+    /// [`Store::checkpoint`], run on the mover's thread.
     pub(crate) async fn checkpoint(&self) -> Result<(), StoreError> {
         let (done, wait) = oneshot::channel();
         let stopped = || StoreError::AuditJournal("the journal's thread has stopped".into());
