@@ -303,8 +303,9 @@ impl Store {
                         .await?;
                 if frames >= WAL_RESTART_FRAMES {
                     // Takes the write lock for as long as it copies what the passive checkpoint
-                    // just left (little) and waits for readers of the old log; writers that
-                    // never wait (the audit appender's) journal meanwhile.
+                    // just left (little) and waits for readers of the old log; other writers
+                    // wait meanwhile (this path runs only without a journal, whose direct
+                    // inserts would journal instead).
                     sqlx::query("PRAGMA wal_checkpoint(RESTART)")
                         .execute(pool)
                         .await?;
