@@ -1,5 +1,6 @@
-//! Rate limiting with an exact sliding window: a request is allowed when fewer than `limit`
-//! requests were allowed for the same key in the last `window`.
+//! Rate limiting with a sliding window: a request is allowed when fewer than `limit` requests
+//! were allowed for the same key in the last `window` (exactly in Redis; in memory, a request
+//! stays counted up to 1 ms longer, see [`MemoryLimiter`]).
 //!
 //! [`RateLimiter`] is the seam; [`MemoryLimiter`] keeps windows in this process and
 //! [`RedisLimiter`] shares them between instances. A backend that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
