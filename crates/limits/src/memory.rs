@@ -20,7 +20,7 @@ type Now = Arc<dyn Fn() -> Instant + Send + Sync>;
 
 /// Sliding windows kept in memory, sharded to keep lock contention low.
 ///
-/// A key's window holds one entry per [`GRAIN`] (1 ms) in which requests were allowed: the
+/// A key's window holds one entry per millisecond in which requests were allowed: the
 /// count, stamped with the newest of them. So memory per key is bounded by the window's length
 /// (at most 60,000 entries for a minute) as well as by the limit, however high the limit is
 /// set (a limit of a billion a minute, as benchmarks set, would otherwise keep a timestamp per

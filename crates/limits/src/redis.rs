@@ -1,4 +1,4 @@
-//! The Redis limiter: the same exact sliding window, shared by every instance.
+//! The Redis limiter: an exact sliding window, shared by every instance.
 //!
 //! Each decision is one Lua script run atomically in Redis: drop the entries older than the
 //! window, count, and add this request only when under the limit. Time is Redis's own clock
