@@ -13,7 +13,7 @@ use futures::future::{BoxFuture, FutureExt};
 use crate::{Decision, LimiterError, RateLimiter};
 
 const SHARDS: usize = 16;
-/// Requests allowed this close after the newest one counted share its entry.
+/// Requests allowed within this long of the first in a key's newest entry share that entry.
 const GRAIN: Duration = Duration::from_millis(1);
 
 type Now = Arc<dyn Fn() -> Instant + Send + Sync>;
