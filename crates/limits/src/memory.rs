@@ -55,11 +55,17 @@ impl MemoryLimiter {
         }
     }
 
+    fn shard(&self, key: &str) -> &Mutex<HashMap<String, Window>> {
+        &self.shards[usize::try_from(self.hasher.hash_one(key)).unwrap_or(0) % SHARDS]
+    }
+
     /// The decision, synchronously.
     pub fn check_now(&self, key: &str, limit: u32, window: Duration) -> Decision {
         let now = (self.now)();
-        let shard = &self.shards[usize::try_from(self.hasher.hash_one(key)).unwrap_or(0) % SHARDS];
-        let mut map = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         // Opportunistic clean-up keeps idle keys from piling up.
         if map.len() > 1024 {
             map.retain(|_, w| w.newest().is_some_and(|t| now.duration_since(t) < window));
@@ -86,8 +92,10 @@ impl MemoryLimiter {
 
     #[cfg(test)]
     fn entries(&self, key: &str) -> usize {
-        let shard = &self.shards[usize::try_from(self.hasher.hash_one(key)).unwrap_or(0) % SHARDS];
-        let map = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.get(key).map_or(0, |w| w.entries.len())
     }
 }
