@@ -60,7 +60,8 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::{
-    Backend, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store, StoreError, WAL_RESTART_FRAMES,
+    Backend, PASSIVE_CHECKPOINT, RESTART_CHECKPOINT, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store,
+    StoreError, WAL_RESTART_FRAMES,
     audit::{self, audit_columns},
 };
 
@@ -590,10 +591,9 @@ impl Mover {
     fn checkpoint(&self) -> rusqlite::Result<()> {
         let frames: i64 = self
             .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))?;
+            .query_row(PASSIVE_CHECKPOINT, [], |row| row.get(1))?;
         if frames >= WAL_RESTART_FRAMES {
-            self.conn
-                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))?;
+            self.conn.query_row(RESTART_CHECKPOINT, [], |_| Ok(()))?;
         }
         Ok(())
     }

@@ -154,6 +154,11 @@ pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
 /// begins before that, so the log grew without bound — 0.5 GB in 10 s at 50k requests/s —
 /// and every page lookup searched all of it.
 pub(crate) const WAL_RESTART_FRAMES: i64 = 4096;
+/// The passive checkpoint [`Store::checkpoint`] runs: one row (busy, frames in the log, frames
+/// copied back).
+pub(crate) const PASSIVE_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
+/// The checkpoint that has the next writer start the log over (at [`WAL_RESTART_FRAMES`]).
+pub(crate) const RESTART_CHECKPOINT: &str = "PRAGMA wal_checkpoint(RESTART)";
 
 /// How long a SQLite connection waits for another's write lock.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -298,17 +303,13 @@ impl Store {
         match &self.pool {
             Pool::Sqlite(pool) => {
                 let (_busy, frames, _copied): (i64, i64, i64) =
-                    sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                        .fetch_one(pool)
-                        .await?;
+                    sqlx::query_as(PASSIVE_CHECKPOINT).fetch_one(pool).await?;
                 if frames >= WAL_RESTART_FRAMES {
                     // Takes the write lock for as long as it copies what the passive checkpoint
                     // just left (little) and waits for readers of the old log; other writers
                     // wait meanwhile (this path runs only without a journal, whose direct
                     // inserts would journal instead).
-                    sqlx::query("PRAGMA wal_checkpoint(RESTART)")
-                        .execute(pool)
-                        .await?;
+                    sqlx::query(RESTART_CHECKPOINT).execute(pool).await?;
                 }
                 Ok(())
             }
