@@ -60,9 +60,9 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::{
-    Backend, PASSIVE_CHECKPOINT, RESTART_CHECKPOINT, SQLITE_BUSY_TIMEOUT, SQLITE_PRAGMAS, Store,
-    StoreError, WAL_RESTART_FRAMES,
+    Backend, Store, StoreError,
     audit::{self, audit_columns},
+    open_connection, wal,
 };
 
 /// Records that could not be written, each with why.
@@ -406,7 +406,7 @@ impl Journal {
             .map_err(|_| stopped())?;
         wait.await
             .map_err(|_| stopped())?
-            .map_err(|e| StoreError::AuditJournal(format!("checkpoint failed: {e}")))
+            .map_err(|e| StoreError::Checkpoint(e.to_string()))
     }
 
     /// Starts a new segment when the current one holds records; returns the sealed one.
@@ -498,21 +498,6 @@ fn lower_priority() {
     }
 }
 
-/// A connection with the pool's settings (see `Store::connect`).
-fn open_connection(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
-    let pragmas: String = SQLITE_PRAGMAS
-        .iter()
-        .map(|(name, value)| format!("PRAGMA {name} = {value};"))
-        .collect();
-    conn.execute_batch(&pragmas)?;
-    Ok(conn)
-}
-
 /// The thread that moves sealed segments into the table.
 struct Mover {
     conn: rusqlite::Connection,
@@ -541,7 +526,7 @@ impl Mover {
             match first {
                 Ok(Msg::Flush(done)) => flushes.push(done),
                 Ok(Msg::Checkpoint(done)) => {
-                    let _ = done.send(self.checkpoint());
+                    let _ = done.send(wal::checkpoint(&self.conn));
                     // Checkpoints come often; a failed move is still retried on its own schedule.
                     if self.sealed.is_empty() || self.last_move.elapsed() < RETRY_INTERVAL {
                         continue;
@@ -558,7 +543,7 @@ impl Mover {
                                 break;
                             }
                             Msg::Checkpoint(done) => {
-                                let _ = done.send(self.checkpoint());
+                                let _ = done.send(wal::checkpoint(&self.conn));
                             }
                             Msg::Pending => {}
                         }
@@ -584,18 +569,6 @@ impl Mover {
         // The journal is gone, and with it the segment being appended to: move everything.
         self.sealed = segments(&self.base).unwrap_or_default();
         self.move_sealed();
-    }
-
-    /// [`Store::checkpoint`] on the mover's connection: passive, then a restart of the log
-    /// once it holds [`WAL_RESTART_FRAMES`].
-    fn checkpoint(&self) -> rusqlite::Result<()> {
-        let frames: i64 = self
-            .conn
-            .query_row(PASSIVE_CHECKPOINT, [], |row| row.get(1))?;
-        if frames >= WAL_RESTART_FRAMES {
-            self.conn.query_row(RESTART_CHECKPOINT, [], |_| Ok(()))?;
-        }
-        Ok(())
     }
 
     /// Moves sealed segments in order; stops at the first that fails (kept for the next try).

@@ -23,6 +23,9 @@ pub enum StoreError {
     /// The audit journal or its connection failed (see [`crate::AuditAppender`]).
     #[error("audit journal: {0}")]
     AuditJournal(String),
+    /// A checkpoint of SQLite's write-ahead log failed (see [`crate::Store::checkpoint`]).
+    #[error("checkpoint failed: {0}")]
+    Checkpoint(String),
     #[error(transparent)]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }

@@ -25,6 +25,7 @@ mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod users;
+mod wal;
 
 use std::{str::FromStr, time::Duration};
 
@@ -148,20 +149,24 @@ pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
     ("wal_autocheckpoint", "16384"),
 ];
 
-/// Frames (pages) in SQLite's write-ahead log from which [`Store::checkpoint`] restarts it
-/// (~16 MB). SQLite starts the log over only when a write begins after a checkpoint has copied
-/// all of it back; under a steady stream of writes (an audit row per MCP request) every write
-/// begins before that, so the log grew without bound — 0.5 GB in 10 s at 50k requests/s —
-/// and every page lookup searched all of it.
-pub(crate) const WAL_RESTART_FRAMES: i64 = 4096;
-/// The passive checkpoint [`Store::checkpoint`] runs: one row (busy, frames in the log, frames
-/// copied back).
-pub(crate) const PASSIVE_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
-/// The checkpoint that has the next writer start the log over (at [`WAL_RESTART_FRAMES`]).
-pub(crate) const RESTART_CHECKPOINT: &str = "PRAGMA wal_checkpoint(RESTART)";
-
 /// How long a SQLite connection waits for another's write lock.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A rusqlite connection to the SQLite file at `path` with the pool's settings (see
+/// [`Store::connect`]): the audit journal's and the checkpointer's.
+pub(crate) fn open_connection(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
+    let pragmas: String = SQLITE_PRAGMAS
+        .iter()
+        .map(|(name, value)| format!("PRAGMA {name} = {value};"))
+        .collect();
+    conn.execute_batch(&pragmas)?;
+    Ok(conn)
+}
 
 /// The store: a connection pool and the clock used to stamp rows. Cheap to clone.
 #[derive(Clone)]
@@ -178,6 +183,8 @@ pub struct Store {
     pub(crate) sqlite_file: Option<Arc<std::path::Path>>,
     /// That journal, once an appender opened it; shared by clones.
     pub(crate) audit_journal: audit_appender::JournalSlot,
+    /// Runs the file's checkpoints while it has no journal (whose thread runs them then).
+    checkpointer: Option<wal::Checkpointer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -249,6 +256,7 @@ impl Store {
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             credentials: Arc::new(AtomicU64::new(0)),
+            checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),
             sqlite_file,
             audit_journal: Default::default(),
         })
@@ -288,11 +296,11 @@ impl Store {
             .map(drop)
     }
 
-    /// SQLite: copies committed pages from the write-ahead log back into the database without
-    /// waiting for readers or blocking writers (a passive checkpoint), so that no commit has to
-    /// (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the log holds 4096
-    /// frames (`WAL_RESTART_FRAMES`), also has the next writer start it over. PostgreSQL:
-    /// nothing.
+    /// SQLite on a file: copies committed pages from the write-ahead log back into the
+    /// database without waiting for readers or blocking writers (a passive checkpoint), so that
+    /// no commit has to (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the
+    /// log is long, also has the next writer start it over (see [`wal`]). PostgreSQL and
+    /// in-memory SQLite: nothing.
     pub async fn checkpoint(&self) -> Result<()> {
         // On a file with an audit journal, the journal's thread runs it, below the requests'
         // priority: a checkpoint under load copies megabytes, and on a processor the requests
@@ -300,20 +308,9 @@ impl Store {
         if let Some(Some(journal)) = self.audit_journal.get() {
             return journal.checkpoint().await;
         }
-        match &self.pool {
-            Pool::Sqlite(pool) => {
-                let (_busy, frames, _copied): (i64, i64, i64) =
-                    sqlx::query_as(PASSIVE_CHECKPOINT).fetch_one(pool).await?;
-                if frames >= WAL_RESTART_FRAMES {
-                    // Takes the write lock for as long as it copies what the passive checkpoint
-                    // just left (little) and waits for readers of the old log; other writers
-                    // wait meanwhile (this path runs only without a journal, whose direct
-                    // inserts would journal instead).
-                    sqlx::query(RESTART_CHECKPOINT).execute(pool).await?;
-                }
-                Ok(())
-            }
-            Pool::Postgres(_) => Ok(()),
+        match &self.checkpointer {
+            Some(checkpointer) => checkpointer.checkpoint().await,
+            None => Ok(()),
         }
     }
 

@@ -1,0 +1,90 @@
+//! SQLite's write-ahead log kept short: the checkpoints [`Store::checkpoint`] runs.
+//!
+//! A commit appends pages (frames) to the log; a checkpoint copies them back into the database
+//! file. SQLite starts the log over only when a write begins after a checkpoint has copied all
+//! of it back, which under a steady stream of writes (an audit row per MCP request) never
+//! happens by itself: the log grew without bound — 0.5 GB in 10 s at 50k requests/s — and every
+//! page lookup searched all of it. So each checkpoint is passive (copies what it can without
+//! waiting for anyone), and once the log holds [`WAL_RESTART_FRAMES`] it is followed by a
+//! restart, which takes the write lock, copies the rest and has the next writer start over.
+//!
+//! The restart must get the write lock between two commits of a writer that takes it again
+//! at once. SQLite's own busy handler sleeps up to 100 ms between tries, so against a writer
+//! that leaves the lock free for a fraction of a millisecond at a time it lost for seconds on
+//! end (9.7 s in one measured run on a loaded disk, while the log grew from 4,098 frames to
+//! 11,407). The restart therefore polls every [`LOCK_POLL`] instead: once it holds the lock,
+//! writers wait for it, so the log cannot outgrow what was written while the passive
+//! checkpoint ran.
+//!
+//! Checkpoints run on rusqlite connections of their own (a custom busy handler is not to be had
+//! through the pool): the audit journal's thread's when it has one (see
+//! [`crate::AuditAppender`]), otherwise a [`Checkpointer`]'s on a blocking thread.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use crate::{SQLITE_BUSY_TIMEOUT, StoreError, open_connection};
+
+/// Frames (pages) in the log from which a checkpoint restarts it (~16 MB).
+const WAL_RESTART_FRAMES: i64 = 4096;
+/// The passive checkpoint: one row (busy, frames in the log, frames copied back).
+const PASSIVE_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
+/// The checkpoint that has the next writer start the log over.
+const RESTART_CHECKPOINT: &str = "PRAGMA wal_checkpoint(RESTART)";
+/// How long a restart waits between tries for the write lock (and for readers of the old log).
+const LOCK_POLL: Duration = Duration::from_micros(100);
+
+/// Checkpoints `conn`'s database: passive, then a restart once the log holds
+/// [`WAL_RESTART_FRAMES`] (see the module docs). Blocks; `conn` keeps its busy timeout.
+pub(crate) fn checkpoint(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let frames: i64 = conn.query_row(PASSIVE_CHECKPOINT, [], |row| row.get(1))?;
+    if frames < WAL_RESTART_FRAMES {
+        return Ok(());
+    }
+    conn.busy_handler(Some(poll_for_lock))?;
+    let restarted = conn.query_row(RESTART_CHECKPOINT, [], |_| Ok(()));
+    conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
+    restarted
+}
+
+/// A busy handler that tries again every [`LOCK_POLL`], for as long as the busy timeout.
+fn poll_for_lock(tries: i32) -> bool {
+    const MAX_TRIES: u128 = SQLITE_BUSY_TIMEOUT.as_micros() / LOCK_POLL.as_micros();
+    std::thread::sleep(LOCK_POLL);
+    u128::try_from(tries).is_ok_and(|tries| tries < MAX_TRIES)
+}
+
+/// Runs [`checkpoint`] for a SQLite file without an audit journal, on a connection of its own
+/// (opened on first use) on a blocking thread. Shared by clones of the store.
+#[derive(Clone)]
+pub(crate) struct Checkpointer {
+    db: Arc<Path>,
+    conn: Arc<Mutex<Option<rusqlite::Connection>>>,
+}
+
+impl Checkpointer {
+    pub(crate) fn new(db: Arc<Path>) -> Self {
+        Self {
+            db,
+            conn: Arc::default(),
+        }
+    }
+
+    pub(crate) async fn checkpoint(&self) -> Result<(), StoreError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut slot = this.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let conn = match &mut *slot {
+                Some(conn) => conn,
+                empty => empty.insert(open_connection(&this.db)?),
+            };
+            checkpoint(conn)
+        })
+        .await
+        .map_err(|e| StoreError::Checkpoint(e.to_string()))?
+        .map_err(|e| StoreError::Checkpoint(e.to_string()))
+    }
+}
