@@ -299,7 +299,7 @@ impl Store {
     /// SQLite on a file: copies committed pages from the write-ahead log back into the
     /// database without waiting for readers or blocking writers (a passive checkpoint), so that
     /// no commit has to (SQLite checkpoints on commit only past `wal_autocheckpoint`); once the
-    /// log is long, also has the next writer start it over (see [`wal`]). PostgreSQL and
+    /// log is long, also has the next writer start it over (see the `wal` module). PostgreSQL and
     /// in-memory SQLite: nothing.
     pub async fn checkpoint(&self) -> Result<()> {
         // On a file with an audit journal, the journal's thread runs it, below the requests'
