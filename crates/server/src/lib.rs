@@ -193,23 +193,23 @@ pub fn app(breeze: Breeze) -> Router {
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }
 
-/// How often SQLite's write-ahead log is copied back. Often enough to keep the log small (a
-/// long log slows every commit's page lookups); a checkpoint with little to copy costs little.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(50);
+/// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
+/// store decides, by what was written: `Store::checkpoint_when_due`).
+const CHECKPOINT_TICK: Duration = Duration::from_millis(25);
 
-/// Checkpoints the database every [`CHECKPOINT_INTERVAL`] (SQLite's write-ahead log; nothing on
-/// PostgreSQL), so that commits on the request path never run one.
+/// Checkpoints the database when due, asking every [`CHECKPOINT_TICK`] (SQLite's write-ahead
+/// log; nothing on PostgreSQL), so that commits on the request path never run one.
 fn spawn_checkpointer(
     store: breeze_store::Store,
     stop: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(CHECKPOINT_INTERVAL);
+        let mut tick = tokio::time::interval(CHECKPOINT_TICK);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {
-                    if let Err(e) = store.checkpoint().await {
+                    if let Err(e) = store.checkpoint_when_due().await {
                         tracing::warn!(error = %e, "checkpoint failed");
                     }
                 }

@@ -157,6 +157,15 @@ impl AuditAppender {
 
     /// Writes `events` stamped now and returns the records that could not be written.
     pub async fn append(&self, events: Vec<AuditEvent>) -> Unwritten {
+        let records = events.len();
+        let unwritten = self.write(events).await;
+        self.store
+            .cadence
+            .wrote(records.saturating_sub(unwritten.len()));
+        unwritten
+    }
+
+    async fn write(&self, events: Vec<AuditEvent>) -> Unwritten {
         let now = self.store.clock.now();
         if let Some(journal) = &self.journal {
             if goes_direct(events.len(), journal.backlog.load(Ordering::Relaxed)) {

@@ -185,6 +185,8 @@ pub struct Store {
     pub(crate) audit_journal: audit_appender::JournalSlot,
     /// Runs the file's checkpoints while it has no journal (whose thread runs them then).
     checkpointer: Option<wal::Checkpointer>,
+    /// When the next checkpoint is due ([`Store::checkpoint_when_due`]).
+    pub(crate) cadence: Arc<wal::Cadence>,
 }
 
 impl std::fmt::Debug for Store {
@@ -257,6 +259,7 @@ impl Store {
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             credentials: Arc::new(AtomicU64::new(0)),
             checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),
+            cadence: Arc::default(),
             sqlite_file,
             audit_journal: Default::default(),
         })
@@ -312,6 +315,16 @@ impl Store {
             Some(checkpointer) => checkpointer.checkpoint().await,
             None => Ok(()),
         }
+    }
+
+    /// [`Store::checkpoint`] when one is due: once 1000 audit records were written through this
+    /// store (or its clones) since the last, or 250 ms after it by the store's clock (see the
+    /// `wal` module). Returns whether it ran. The server calls this every 25 ms.
+    pub async fn checkpoint_when_due(&self) -> Result<bool> {
+        if !self.cadence.take_due(self.clock.now()) {
+            return Ok(false);
+        }
+        self.checkpoint().await.map(|()| true)
     }
 
     /// Which backend this store uses.

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use breeze_core::{Actor, ActorType, AuditEvent};
 use breeze_store::{
     Backend,
     testing::{Ctx, run},
@@ -171,3 +172,32 @@ async fn restart_gets_the_lock(cx: Ctx, journal: bool) {
         "the log was not started over: {frames} frames"
     );
 }
+
+/// The server's checkpoints come when due: after 1000 audit records written, or 250 ms by the
+/// store's clock after the last (so at one request at a time every few hundred records, and
+/// under load every few tens of milliseconds), and at once when the clock went back. On both
+/// backends (PostgreSQL's checkpoint does nothing, but the cadence is the same).
+async fn checkpoints_are_due_by_records_or_time(cx: Ctx) {
+    let s = &cx.store;
+    let due = || async { s.checkpoint_when_due().await.unwrap() };
+    assert!(due().await, "the first is due");
+    assert!(!due().await);
+    let appender = s.audit_appender();
+    let event = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.ping", "mcp");
+    for batch in [1, 998] {
+        assert!(appender.append(vec![event.clone(); batch]).await.is_empty());
+    }
+    assert!(!due().await, "999 records");
+    assert!(appender.append(vec![event.clone()]).await.is_empty());
+    assert!(due().await, "1000 records");
+    assert!(!due().await);
+    cx.clock.advance(chrono::Duration::milliseconds(249));
+    assert!(!due().await, "249 ms");
+    cx.clock.advance(chrono::Duration::milliseconds(1));
+    assert!(due().await, "250 ms");
+    assert!(!due().await);
+    cx.clock.advance(chrono::Duration::milliseconds(-1));
+    assert!(due().await, "the clock went back");
+}
+
+breeze_store::on_both_backends!(checkpoints_are_due_by_records_or_time);
