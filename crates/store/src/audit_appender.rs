@@ -13,16 +13,15 @@
 //!     (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call
 //!     returns. A thread with its own connection, at a lower priority than the requests,
 //!     moves records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in
-//!     transactions of [`ROWS_PER_MOVE`] rows) and deletes a segment only once all of it is in. The same
-//!     thread runs the database's checkpoints ([`Store::checkpoint`]), so that they too take
-//!     the processor only below the requests. Once
-//!     [`MAX_BACKLOG`] records wait in the journal, batches of any size go direct.
-//!     [`Store::flush_audit`], which every audit query runs first, moves at once, so a process
-//!     reads its own records. Segments left by a process that died are moved when the next one
-//!     opens the journal. Moves insert `OR IGNORE` by id, so a
-//!     segment moved twice (a crash between commit and delete) leaves no duplicates. A lock
-//!     file (`<db>-audit.lock`) gives the journal to one process at a time; another (a second
-//!     server on the same file) writes through the pool.
+//!     transactions of [`ROWS_PER_MOVE`] rows) and deletes a segment only once all of it is
+//!     in. The same thread runs the database's checkpoints ([`Store::checkpoint`]), so that
+//!     they too take the processor only below the requests. Once [`MAX_BACKLOG`] records wait
+//!     in the journal, batches of any size go direct. [`Store::flush_audit`], which every audit
+//!     query runs first, moves at once, so a process reads its own records. Segments left by a
+//!     process that died are moved when the next one opens the journal. Moves insert
+//!     `OR IGNORE` by id, so a segment moved twice (a crash between commit and delete) leaves
+//!     no duplicates. A lock file (`<db>-audit.lock`) gives the journal to one process at a
+//!     time; another (a second server on the same file) writes through the pool.
 //!
 //!   Both have the durability of SQLite's own write-ahead log at `synchronous = NORMAL`: the
 //!   record survives the process, not necessarily a power cut. Why two ways: a lone record
