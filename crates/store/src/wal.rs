@@ -42,10 +42,10 @@ use breeze_core::Timestamp;
 use crate::{SQLITE_BUSY_TIMEOUT, StoreError, open_connection};
 
 /// Audit records written since the last checkpoint from which the next is due.
-pub(crate) const DUE_ROWS: u64 = 1000;
+const DUE_ROWS: u64 = 1000;
 /// Time since the last checkpoint from which the next is due, however little was written (other
 /// tables' writes are not counted).
-pub(crate) const DUE_INTERVAL: Duration = Duration::from_millis(250);
+const DUE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Frames (pages) in the log from which a checkpoint restarts it (~16 MB).
 const WAL_RESTART_FRAMES: i64 = 4096;
