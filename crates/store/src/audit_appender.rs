@@ -71,8 +71,8 @@ pub type Unwritten = Vec<(AuditEvent, StoreError)>;
 /// a move is work done in one go (a few hundred records per move under load), yet long enough
 /// that a move's fixed costs (a new segment file, a commit) are shared by many records. At one
 /// request at a time, 25 ms and transactions of [`ROWS_PER_MOVE`] = 256 took the journal
-/// thread's processor time from 22–28 to 19 µs per request against 10 ms and 64 (6 of 7
-/// interleaved runs; at concurrency 50, where batches go direct, no change).
+/// thread's processor time to 19–24 µs per request from 22–33 with 10 ms and 64 (lower in 6 of
+/// 7 interleaved runs, one tie; at concurrency 50, where batches go direct, no change).
 pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(25);
 /// Batches at least this large are inserted into the table directly rather than journaled
 /// (see the module docs).
