@@ -9,7 +9,11 @@
 //! sessions are opened on Breeze to measure resident memory per session, and N legacy SSE
 //! streams (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
 //!
-//! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (1),
+//! After the load runs the issue's aims are printed, each with its figure in every round and the
+//! median over the rounds (ratios are taken within a round: the machine's speed drifts between
+//! rounds).
+//!
+//! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (3),
 //! `BENCH_SESSIONS` (5000). Breeze's transport limits are raised through their environment
 //! variables, never by a code path that skips them.
 //!
@@ -34,6 +38,8 @@ use serde_json::Value;
 
 struct Server {
     name: &'static str,
+    /// Which of the four servers this is, for the aims summary.
+    role: Role,
     child: Running,
     url: String,
     body: PathBuf,
@@ -234,7 +240,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let work = root.join("target/bench");
     let peers = perf_peers(&root)?;
     let duration = env_num("BENCH_DURATION", 10);
-    let rounds = env_num("BENCH_ROUNDS", 1);
+    let rounds = env_num("BENCH_ROUNDS", 3);
     let sessions = env_num("BENCH_SESSIONS", 5000);
 
     eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
@@ -305,6 +311,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let servers = vec![
         Server {
             name: "baseline-axum (echo floor)",
+            role: Role::Floor,
             child: spawn_peer("baseline-axum", 3213)?,
             url: "http://127.0.0.1:3213/mcp".into(),
             body: echo.clone(),
@@ -312,6 +319,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         },
         Server {
             name: "peer-rmcp (echo)",
+            role: Role::Rmcp,
             child: spawn_peer("peer-rmcp", 3214)?,
             url: "http://127.0.0.1:3214/mcp".into(),
             body: echo,
@@ -319,6 +327,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         },
         Server {
             name: "breeze engine (fixture test_simple_text, JSON replies)",
+            role: Role::Engine,
             child: fixture,
             url: format!("http://127.0.0.1:{fixture_port}/mcp"),
             body: fixture_body,
@@ -326,6 +335,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         },
         Server {
             name: "breeze pipeline (query_devices, Tier 1)",
+            role: Role::Pipeline,
             child: breeze,
             url: format!("http://127.0.0.1:{breeze_port}/mcp"),
             body: breeze_body,
@@ -333,6 +343,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         },
     ];
 
+    let mut runs: Vec<Run> = Vec::new();
     println!("| server | conc | req/s | p50 ms | p99 ms | errors | server CPU µs/req |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for _ in 0..rounds {
@@ -370,18 +381,27 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
                 } else {
                     0.0
                 };
+                let p99 = line["p99_ms"].as_f64().unwrap_or(0.0);
                 println!(
-                    "| {} | {conc} | {:.0} | {:.3} | {:.3} | {} | {:.1} |",
+                    "| {} | {conc} | {:.0} | {:.3} | {p99:.3} | {} | {:.1} |",
                     s.name,
                     rps,
                     line["p50_ms"].as_f64().unwrap_or(0.0),
-                    line["p99_ms"].as_f64().unwrap_or(0.0),
                     line["errors"],
                     per_req
                 );
+                runs.push(Run {
+                    role: s.role,
+                    conc,
+                    rps,
+                    p99,
+                });
             }
         }
     }
+
+    println!();
+    print_aims(&runs);
 
     // Idle sessions on a fresh Breeze process (memory freed by the load runs would hide them):
     // 100 warm-up sessions, then N more; initialize + initialized, never deleted.
@@ -404,6 +424,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     wait_for_json(&demo_json, &mut fresh.0)?;
     let fresh = Server {
         name: "breeze",
+        role: Role::Pipeline,
         child: fresh,
         url: breeze_url,
         body: PathBuf::new(),
@@ -433,11 +454,12 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     open(sessions)?;
     std::thread::sleep(Duration::from_secs(2));
     let after = rss_kb(pid)?;
+    let per_session = (after.saturating_sub(before)) as f64 / sessions as f64;
     println!();
     println!(
-        "{}: {sessions} idle sessions: RSS {before} KB → {after} KB = {:.2} KB/session",
+        "{}: {sessions} idle sessions: RSS {before} KB → {after} KB = {per_session:.2} KB/session ({})",
         fresh.name,
-        (after.saturating_sub(before)) as f64 / sessions as f64
+        verdict(per_session <= 10.0, "aim ≤ 10 KB")
     );
 
     // Legacy SSE streams held open through a 30 s keepalive.
@@ -460,16 +482,137 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         let during = rss_kb(pid)?;
         let out = holder.wait_with_output()?;
         let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let held = ["opened", "endpoint", "ping"]
+            .iter()
+            .all(|k| report[k].as_u64() == Some(streams))
+            && report["errors"].as_u64() == Some(0);
         println!(
-            "breeze: {streams} SSE streams: opened {}, endpoint events {}, keepalive pings {} within 35 s, errors {}; RSS {before} KB → {during} KB = {:.2} KB/stream",
+            "breeze: {streams} SSE streams: opened {}, endpoint events {}, keepalive pings {} within 35 s, errors {}; RSS {before} KB → {during} KB = {:.2} KB/stream ({})",
             report["opened"],
             report["endpoint"],
             report["ping"],
             report["errors"],
-            (during.saturating_sub(before)) as f64 / streams as f64
+            (during.saturating_sub(before)) as f64 / streams as f64,
+            verdict(held, "every stream held through a keepalive")
         );
     }
     Ok(())
+}
+
+/// The four servers of a run, as the aims compare them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Floor,
+    Rmcp,
+    Engine,
+    Pipeline,
+}
+
+/// One load run's figures.
+struct Run {
+    role: Role,
+    conc: u32,
+    rps: f64,
+    p99: f64,
+}
+
+/// The issue's aims, each as its value in every round and the median over rounds, with
+/// whether the median meets it. Rounds are compared within themselves (the machine's speed
+/// drifts between them), so a ratio is taken between runs of the same round.
+fn print_aims(runs: &[Run]) {
+    let of = |role: Role, conc: u32| -> Vec<&Run> {
+        runs.iter()
+            .filter(|r| r.role == role && r.conc == conc)
+            .collect()
+    };
+    let ratios = |a: Role, b: Role, conc: u32| -> Vec<f64> {
+        of(a, conc)
+            .iter()
+            .zip(of(b, conc))
+            .map(|(a, b)| if b.rps > 0.0 { a.rps / b.rps } else { 0.0 })
+            .collect()
+    };
+    let p99s = |role: Role| -> Vec<f64> { of(role, 50).iter().map(|r| r.p99).collect() };
+    let aims = [
+        Aim {
+            name: "engine ≥ 2× rmcp's echo req/s (c=50)",
+            values: ratios(Role::Engine, Role::Rmcp, 50),
+            unit: "×",
+            met: |m| m >= 2.0,
+        },
+        Aim {
+            name: "pipeline ≥ rmcp's echo req/s (c=1)",
+            values: ratios(Role::Pipeline, Role::Rmcp, 1),
+            unit: "×",
+            met: |m| m >= 1.0,
+        },
+        Aim {
+            name: "pipeline ≥ rmcp's echo req/s (c=50)",
+            values: ratios(Role::Pipeline, Role::Rmcp, 50),
+            unit: "×",
+            met: |m| m >= 1.0,
+        },
+        Aim {
+            name: "pipeline p99 ≤ 3 ms (c=50)",
+            values: p99s(Role::Pipeline),
+            unit: " ms",
+            met: |m| m <= 3.0,
+        },
+        Aim {
+            name: "engine p99 ≤ 3 ms (c=50)",
+            values: p99s(Role::Engine),
+            unit: " ms",
+            met: |m| m <= 3.0,
+        },
+    ];
+    println!("| aim (server pinned to one core) | per round | median | |");
+    println!("|---|---|---:|---|");
+    for aim in aims {
+        let Some(m) = median(&aim.values) else {
+            continue;
+        };
+        let each: Vec<String> = aim
+            .values
+            .iter()
+            .map(|v| format!("{v:.2}{}", aim.unit))
+            .collect();
+        println!(
+            "| {} | {} | {m:.2}{} | {} |",
+            aim.name,
+            each.join(", "),
+            aim.unit,
+            verdict((aim.met)(m), "")
+        );
+    }
+}
+
+/// One aim of the issue: its figure in each round, and whether a median meets it.
+struct Aim {
+    name: &'static str,
+    values: Vec<f64>,
+    unit: &'static str,
+    met: fn(f64) -> bool,
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+fn verdict(met: bool, aim: &str) -> String {
+    let word = if met { "met" } else { "NOT met" };
+    if aim.is_empty() {
+        word.to_owned()
+    } else {
+        format!("{aim}: {word}")
+    }
 }
 
 /// `--name value` pairs from `args`; any other word, or a flag not in `known`, is an error.
@@ -490,4 +633,16 @@ fn flags(
         out.insert(name.to_owned(), (*value).to_owned());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
 }
