@@ -606,6 +606,7 @@ fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
+/// "met" or "NOT met", after `aim` and a colon when one is named.
 fn verdict(met: bool, aim: &str) -> String {
     let word = if met { "met" } else { "NOT met" };
     if aim.is_empty() {
