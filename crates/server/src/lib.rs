@@ -198,7 +198,8 @@ pub fn app(breeze: Breeze) -> Router {
 const CHECKPOINT_TICK: Duration = Duration::from_millis(25);
 
 /// Checkpoints the database when due, asking every [`CHECKPOINT_TICK`] (SQLite's write-ahead
-/// log; nothing on PostgreSQL), so that commits on the request path never run one.
+/// log; started only for a store that has one), so that commits on the request path never run
+/// one.
 fn spawn_checkpointer(
     store: breeze_store::Store,
     stop: tokio_util::sync::CancellationToken,
@@ -230,7 +231,9 @@ pub async fn serve(
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
     breeze.state.approvals.spawn_resumer(sweeper_stop.clone());
-    spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
+    if breeze.state.store.has_write_ahead_log() {
+        spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
+    }
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {

@@ -317,6 +317,12 @@ impl Store {
         }
     }
 
+    /// Whether [`Store::checkpoint`] has anything to do: a SQLite file, whose write-ahead log it
+    /// copies back. PostgreSQL and in-memory SQLite need no checkpoints from us.
+    pub fn has_write_ahead_log(&self) -> bool {
+        self.sqlite_file.is_some()
+    }
+
     /// [`Store::checkpoint`] when one is due: once 1000 audit records were written through this
     /// store (or its clones) since the last, or 250 ms after it by the store's clock (see the
     /// `wal` module). Returns whether it ran. The server calls this every 25 ms.

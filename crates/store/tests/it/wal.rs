@@ -201,4 +201,16 @@ async fn checkpoints_are_due_by_records_or_time(cx: Ctx) {
     assert!(due().await, "the clock went back");
 }
 
-breeze_store::on_both_backends!(checkpoints_are_due_by_records_or_time);
+/// Only a SQLite file has a write-ahead log for the server to checkpoint; on PostgreSQL the
+/// server starts no checkpointer.
+async fn only_a_sqlite_file_has_a_write_ahead_log(cx: Ctx) {
+    assert_eq!(
+        cx.store.has_write_ahead_log(),
+        cx.store.backend() == Backend::Sqlite
+    );
+}
+
+breeze_store::on_both_backends!(
+    checkpoints_are_due_by_records_or_time,
+    only_a_sqlite_file_has_a_write_ahead_log
+);
