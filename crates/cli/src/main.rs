@@ -116,10 +116,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(&settings);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match server_runtime().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("breeze: cannot start the async runtime: {e}");
@@ -159,6 +156,23 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),
+    }
+}
+
+/// The runtime for the server and the admin commands: a worker per processor the process may
+/// use (its affinity and cgroup quota count), and with a single processor one thread that runs
+/// every task itself. A multi-thread runtime would start one worker there too, and then pay for
+/// work stealing and cross-thread wake-ups it cannot use: in interleaved runs pinned to one
+/// core (2026-12-02), the current-thread runtime used 2–11 % less server CPU per MCP request
+/// in 11 of 16 rounds at one request at a time and answered more requests in 10 of 16.
+fn server_runtime() -> tokio::runtime::Builder {
+    let processors = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    if processors == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(processors);
+        builder
     }
 }
 
