@@ -244,6 +244,10 @@ pub struct RequestRecord<'a, P> {
     pub protocol: ProtocolVersion,
     /// `Err` with the message for protocol errors and tool errors alike.
     pub outcome: Result<(), String>,
+    /// Requests the engine is handling as this one is recorded, this one included: 1 when it
+    /// is alone (an application may then write its record straight away rather than wait to
+    /// share the write with others).
+    pub in_flight: usize,
 }
 
 /// An application served by the engine. All methods see an authenticated [`Cx`].

@@ -1,7 +1,13 @@
 //! The protocol engine: turns parsed JSON-RPC messages into calls on the [`McpApp`] and
 //! answers, whatever transport carried them.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use breeze_limits::RateLimiter;
 use serde_json::{Map, Value, json};
@@ -78,6 +84,8 @@ pub struct Engine<A: McpApp> {
     pub(crate) sessions: SessionRegistry,
     pub(crate) config: EngineConfig,
     pub(crate) limiter: Arc<dyn RateLimiter>,
+    /// Requests being handled (for [`RequestRecord::in_flight`]).
+    in_flight: AtomicUsize,
 }
 
 /// The per-message context a transport builds.
@@ -101,6 +109,7 @@ impl<A: McpApp> Engine<A> {
             sessions: SessionRegistry::new(config.sessions),
             config,
             limiter,
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -171,6 +180,7 @@ impl<A: McpApp> Engine<A> {
     }
 
     async fn handle_request(&self, ctx: &CallCtx<A::Principal>, req: Request) -> Reply {
+        let _counted = InFlight::enter(&self.in_flight);
         let cancel = match &ctx.session {
             Some(s) => s.closed.child_token(),
             None => CancellationToken::new(),
@@ -225,6 +235,7 @@ impl<A: McpApp> Engine<A> {
                 transport: ctx.transport,
                 protocol: ctx.protocol,
                 outcome: recorded,
+                in_flight: self.in_flight.load(Ordering::Relaxed),
             })
             .await;
         Reply {
@@ -360,6 +371,22 @@ struct Untrack<'a>(&'a Session, &'a Id);
 impl Drop for Untrack<'_> {
     fn drop(&mut self) {
         self.0.untrack(self.1);
+    }
+}
+
+/// Counts a request in [`Engine::in_flight`] until dropped (however the request ends).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

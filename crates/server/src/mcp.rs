@@ -450,6 +450,6 @@ impl McpApp for BreezeMcp {
         if let Err(message) = r.outcome {
             event = event.failed(AuditResult::Failure, message);
         }
-        self.audit.write(event).await;
+        self.audit.write(event, r.in_flight <= 1).await;
     }
 }

@@ -164,24 +164,27 @@ impl AuditAppender {
         unwritten
     }
 
+    /// Writes `events` stamped now without awaiting anything, when this store can (a SQLite
+    /// file, through its journal or a direct insert); otherwise, or when that failed, hands them
+    /// back for [`append`](Self::append). With no await, a caller that is dropped cannot cut
+    /// the write off halfway.
+    pub fn append_now(&self, events: Vec<AuditEvent>) -> Result<(), Vec<AuditEvent>> {
+        let Some(journal) = &self.journal else {
+            return Err(events);
+        };
+        if !journal.write(&events, self.store.clock.now()) {
+            return Err(events);
+        }
+        self.store.cadence.wrote(events.len());
+        Ok(())
+    }
+
     async fn write(&self, events: Vec<AuditEvent>) -> Unwritten {
         let now = self.store.clock.now();
-        if let Some(journal) = &self.journal {
-            if goes_direct(events.len(), journal.backlog.load(Ordering::Relaxed)) {
-                match journal.insert_now(&events, now) {
-                    Ok(()) => return Vec::new(),
-                    Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "audit batch insert failed; journaling it");
-                    }
-                }
-            }
-            match journal.append(&events, now) {
-                Ok(()) => return Vec::new(),
-                Err(e) => {
-                    tracing::error!(error = %e, "audit journal write failed; writing through the pool");
-                }
-            }
+        if let Some(journal) = &self.journal
+            && journal.write(&events, now)
+        {
+            return Vec::new();
         }
         self.append_through_pool(events, now).await
     }
@@ -330,6 +333,27 @@ impl Journal {
             })
             .map_err(|e| fail("cannot start the journal thread", &e))?;
         Ok(journal)
+    }
+
+    /// Inserts `events` directly or journals them (see the module docs); `false` when neither
+    /// worked (the caller writes them through the pool).
+    fn write(&self, events: &[AuditEvent], now: Timestamp) -> bool {
+        if goes_direct(events.len(), self.backlog.load(Ordering::Relaxed)) {
+            match self.insert_now(events, now) {
+                Ok(()) => return true,
+                Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "audit batch insert failed; journaling it");
+                }
+            }
+        }
+        match self.append(events, now) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "audit journal write failed; writing through the pool");
+                false
+            }
+        }
     }
 
     /// Appends `events` with one write.

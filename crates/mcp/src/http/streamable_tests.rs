@@ -2,7 +2,13 @@
 //! that ends with the answer), requests to the client on the POST's stream, and what a
 //! request the client abandons leaves behind.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use axum::{
     Router,
@@ -26,7 +32,11 @@ use crate::{
     session::SessionKind,
 };
 
-struct TestApp;
+#[derive(Default)]
+struct TestApp {
+    /// [`RequestRecord::in_flight`] of the last request recorded.
+    last_in_flight: AtomicUsize,
+}
 
 impl McpApp for TestApp {
     type Principal = ();
@@ -106,7 +116,10 @@ impl McpApp for TestApp {
         Err(ErrorObject::invalid_params("no prompts"))
     }
 
-    async fn record(&self, _record: RequestRecord<'_, ()>) {}
+    async fn record(&self, record: RequestRecord<'_, ()>) {
+        self.last_in_flight
+            .store(record.in_flight, Ordering::Relaxed);
+    }
 }
 
 fn engine(replies: ReplyMode) -> Arc<Engine<TestApp>> {
@@ -114,7 +127,11 @@ fn engine(replies: ReplyMode) -> Arc<Engine<TestApp>> {
         replies,
         ..EngineConfig::default()
     };
-    Engine::new(Arc::new(TestApp), config, Arc::new(MemoryLimiter::new()))
+    Engine::new(
+        Arc::new(TestApp::default()),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    )
 }
 
 fn app(replies: ReplyMode) -> Router {
@@ -332,13 +349,26 @@ async fn an_abandoned_request_leaves_nothing_behind() {
         method: "tools/call".into(),
         params: Some(json!({ "name": "ask" })),
     });
-    let handling = engine.handle(&ctx, message);
+    let quiet = |id| {
+        Message::Request(RpcRequest {
+            id: Id::Number(id),
+            method: "tools/call".into(),
+            params: Some(json!({ "name": "quiet" })),
+        })
+    };
+    let in_flight_seen = || engine.app.last_in_flight.load(Ordering::Relaxed);
+    let mut handling = Box::pin(engine.handle(&ctx, message));
     let sent = tokio::select! {
-        _ = handling => panic!("the tool waits for the client"),
+        _ = &mut handling => panic!("the tool waits for the client"),
         sent = rx.recv() => sent.unwrap(),
     };
-    // The handler was dropped mid-request, as when the client closes the stream.
     assert_eq!(sent["method"], "sampling/createMessage");
+    engine.handle(&ctx, quiet(8)).await;
+    assert_eq!(in_flight_seen(), 2, "a request beside the waiting one");
+    // The handler is dropped mid-request, as when the client closes the stream.
+    drop(handling);
+    engine.handle(&ctx, quiet(9)).await;
+    assert_eq!(in_flight_seen(), 1, "the abandoned request still counted");
     assert!(
         !session.cancel(&Id::Number(7)),
         "no longer registered as in flight"
