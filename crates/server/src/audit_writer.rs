@@ -9,13 +9,28 @@
 //! ~3). Idle, the rounds find nothing and cost nothing measurable. A record the appender could
 //! not write at all is logged here in full.
 //!
-//! A request that is alone (the caller says so: the engine counts the requests in flight)
-//! has nobody to share a batch with, so it writes its record itself when the store can do that
-//! without awaiting ([`AuditAppender::append_now`]: a SQLite file's journal). That skips the
-//! hand-over, the writer's wake-up and its yield rounds, and with them one `epoll_wait` of the
-//! runtime per request, which on a virtual machine where syscalls are dear is a measurable
-//! share of a request at concurrency 1. Other stores (PostgreSQL: an awaited insert a dropped
-//! request could cut off) always go through the writer.
+//! A lone request has nobody to share a batch with, so it writes its record itself when the
+//! store can do that without awaiting ([`AuditAppender::append_now`]: a SQLite file's
+//! journal). That skips the hand-over, the writer's wake-up and its yield rounds, and with
+//! them one `epoll_wait` of the runtime per request: on a virtual machine where syscalls are
+//! dear, a measurable share of a request at concurrency 1. "Lone" is judged three ways, since a
+//! record written alone under load costs far more than it saves (a journal write each, and a
+//! mover that falls behind), and on a one-thread runtime concurrent requests rarely overlap in
+//! the engine even at concurrency 50:
+//!
+//! - the caller says no other request is in flight (the engine counts them);
+//! - nothing is queued at or being written by the writer (a request arriving meanwhile joins
+//!   that batch, which is how batching resumes when load comes back);
+//! - the writer's last [`SOLO_BATCHES`] batches held one record each; and every
+//!   [`PROBE_EVERY`]th lone record still goes through the writer to test that again.
+//!
+//! Other stores (PostgreSQL: an awaited insert that a dropped request could cut off) always go
+//! through the writer.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU32, Ordering},
+};
 
 use breeze_core::AuditEvent;
 use breeze_store::AuditAppender;
@@ -28,6 +43,10 @@ use tokio::{
 const MAX_BATCH: usize = 256;
 /// Most scheduler rounds a batch waits for stragglers.
 const MAX_GATHER_ROUNDS: usize = 8;
+/// Consecutive one-record batches after which lone requests write their own records.
+const SOLO_BATCHES: u32 = 8;
+/// One in this many lone records goes through the writer all the same (a probe for load).
+const PROBE_EVERY: u32 = 64;
 
 type Job = (AuditEvent, oneshot::Sender<()>);
 
@@ -36,20 +55,33 @@ type Job = (AuditEvent, oneshot::Sender<()>);
 pub struct AuditWriter {
     tx: mpsc::Sender<Job>,
     appender: AuditAppender,
+    lane: Arc<Lane>,
+}
+
+/// What the writer task tells writers about its work, for the lone-request path.
+#[derive(Default)]
+struct Lane {
+    /// A batch is being gathered or written.
+    working: AtomicBool,
+    /// Consecutive batches of one record, up to [`SOLO_BATCHES`].
+    solo_batches: AtomicU32,
+    /// Records written on the lone path, for [`PROBE_EVERY`].
+    lone_writes: AtomicU32,
 }
 
 impl AuditWriter {
     /// Starts the writer task on the current runtime.
     pub fn spawn(appender: AuditAppender) -> Self {
         let (tx, rx) = mpsc::channel::<Job>(4096);
-        tokio::spawn(run(appender.clone(), rx));
-        Self { tx, appender }
+        let lane = Arc::new(Lane::default());
+        tokio::spawn(run(appender.clone(), rx, lane.clone()));
+        Self { tx, appender, lane }
     }
 
     /// Writes `event` and waits until it is written; `alone` when no other request is in
     /// flight (see the module docs). Backpressure, not loss, when the queue is full.
     pub async fn write(&self, event: AuditEvent, alone: bool) {
-        let event = if alone {
+        let event = if alone && self.goes_lone() {
             match self.appender.append_now(vec![event]) {
                 Ok(()) => return,
                 Err(mut handed_back) => match handed_back.pop() {
@@ -70,9 +102,22 @@ impl AuditWriter {
             }
         }
     }
+
+    /// Whether a lone request's record skips the writer (see the module docs).
+    fn goes_lone(&self) -> bool {
+        let idle = self.tx.capacity() == self.tx.max_capacity()
+            && !self.lane.working.load(Ordering::Acquire);
+        idle && self.lane.solo_batches.load(Ordering::Relaxed) >= SOLO_BATCHES
+            && !self
+                .lane
+                .lone_writes
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_add(1)
+                .is_multiple_of(PROBE_EVERY)
+    }
 }
 
-async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>) {
+async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>, lane: Arc<Lane>) {
     let in_flight = appender.max_in_flight();
     let mut commits = JoinSet::new();
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
@@ -84,8 +129,16 @@ async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>) {
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             break;
         }
+        lane.working.store(true, Ordering::Release);
         gather(&mut rx, &mut batch).await;
         let jobs = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
+        if jobs.len() == 1 {
+            let solo = lane.solo_batches.load(Ordering::Relaxed);
+            lane.solo_batches
+                .store((solo + 1).min(SOLO_BATCHES), Ordering::Relaxed);
+        } else {
+            lane.solo_batches.store(0, Ordering::Relaxed);
+        }
         if in_flight == 1 {
             // One batch at a time (SQLite): the loop would only wait for it, so it is written
             // here rather than in a task of its own (a spawn and two task switches a batch).
@@ -93,6 +146,7 @@ async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>) {
         } else {
             commits.spawn(commit(appender.clone(), jobs));
         }
+        lane.working.store(false, Ordering::Release);
     }
     while commits.join_next().await.is_some() {}
 }
@@ -165,8 +219,17 @@ mod tests {
         let on_a_file = cx.dir.is_some();
         let writer = AuditWriter::spawn(cx.store.audit_appender());
 
-        // Alone, on a SQLite file: written by the first poll, before the writer task ran. On
-        // PostgreSQL the write is an awaited insert, so it goes through the writer even alone.
+        // Until the writer has seen SOLO_BATCHES batches of one, lone records go through it.
+        for _ in 0..SOLO_BATCHES {
+            let mut alone = pin!(writer.write(event("mcp.alone"), true));
+            assert!(
+                !polled_once(alone.as_mut()),
+                "written before load was judged"
+            );
+            alone.await;
+        }
+        // Then, on a SQLite file, a lone record is written by the first poll, before the writer
+        // task runs. On PostgreSQL the write is an awaited insert and always goes through it.
         let alone = writer.write(event("mcp.alone"), true);
         if on_a_file {
             assert!(
@@ -181,11 +244,19 @@ mod tests {
             );
             alone.await;
         }
-        assert_eq!(rows_of(&cx.store, "mcp.alone").await, 1);
+        let lone = SOLO_BATCHES as usize + 1;
+        assert_eq!(rows_of(&cx.store, "mcp.alone").await, lone);
 
-        // Not alone: handed to the writer (so not done at the first poll). The caller going
-        // away then (the client hung up) loses nothing: the writer still writes the record.
+        // A request that is not alone hands its record to the writer (not done at the first
+        // poll). Its caller going away then (the client hung up) loses nothing. While that
+        // record waits, a lone request joins it rather than write its own.
         assert!(!polled_once(writer.write(event("mcp.shared"), false)));
+        let mut joining = pin!(writer.write(event("mcp.joined"), true));
+        assert!(
+            !polled_once(joining.as_mut()),
+            "wrote alone beside a queued record"
+        );
+        joining.await;
         let mut written = 0;
         for _ in 0..200 {
             written = rows_of(&cx.store, "mcp.shared").await;
@@ -195,6 +266,33 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(written, 1);
+        assert_eq!(rows_of(&cx.store, "mcp.joined").await, 1);
+
+        if on_a_file {
+            // That batch held two records, so lone records go through the writer again until
+            // SOLO_BATCHES batches of one; then one in PROBE_EVERY still does.
+            for _ in 0..SOLO_BATCHES {
+                let mut alone = pin!(writer.write(event("mcp.alone"), true));
+                assert!(
+                    !polled_once(alone.as_mut()),
+                    "wrote alone right after a shared batch"
+                );
+                alone.await;
+            }
+            let mut through_writer = 0;
+            for _ in 0..PROBE_EVERY * 2 {
+                let mut alone = pin!(writer.write(event("mcp.probe"), true));
+                if !polled_once(alone.as_mut()) {
+                    through_writer += 1;
+                    alone.await;
+                }
+            }
+            assert_eq!(through_writer, 2, "one probe in {PROBE_EVERY} lone records");
+            assert_eq!(
+                rows_of(&cx.store, "mcp.probe").await,
+                PROBE_EVERY as usize * 2
+            );
+        }
     }
 
     breeze_store::on_both_backends!(
