@@ -189,7 +189,6 @@ mod tests {
         future::Future,
         pin::pin,
         task::{Context, Poll, Waker},
-        time::Duration,
     };
 
     use breeze_core::Actor;
@@ -215,69 +214,52 @@ mod tests {
         AuditEvent::new(Actor::system("test"), action, "mcp")
     }
 
+    /// Writes a lone record that must go through the writer task (not done at the first poll).
+    async fn through_the_writer(writer: &AuditWriter, action: &str, why: &str) {
+        let mut write = pin!(writer.write(event(action), true));
+        assert!(!polled_once(write.as_mut()), "{why}");
+        write.await;
+    }
+
     async fn a_lone_request_writes_its_own_record_where_that_cannot_be_cut_off(cx: Ctx) {
         let on_a_file = cx.dir.is_some();
         let writer = AuditWriter::spawn(cx.store.audit_appender());
 
         // Until the writer has seen SOLO_BATCHES batches of one, lone records go through it.
         for _ in 0..SOLO_BATCHES {
-            let mut alone = pin!(writer.write(event("mcp.alone"), true));
-            assert!(
-                !polled_once(alone.as_mut()),
-                "written before load was judged"
-            );
-            alone.await;
+            through_the_writer(&writer, "mcp.alone", "written before load was judged").await;
         }
         // Then, on a SQLite file, a lone record is written by the first poll, before the writer
         // task runs. On PostgreSQL the write is an awaited insert and always goes through it.
-        let alone = writer.write(event("mcp.alone"), true);
         if on_a_file {
             assert!(
-                polled_once(alone),
+                polled_once(writer.write(event("mcp.alone"), true)),
                 "a lone write on SQLite did not finish at once"
             );
         } else {
-            let mut alone = pin!(alone);
-            assert!(
-                !polled_once(alone.as_mut()),
-                "PostgreSQL wrote without the writer"
-            );
-            alone.await;
+            through_the_writer(&writer, "mcp.alone", "PostgreSQL wrote without the writer").await;
         }
         let lone = SOLO_BATCHES as usize + 1;
         assert_eq!(rows_of(&cx.store, "mcp.alone").await, lone);
 
         // A request that is not alone hands its record to the writer (not done at the first
         // poll). Its caller going away then (the client hung up) loses nothing. While that
-        // record waits, a lone request joins it rather than write its own.
+        // record waits, a lone request joins it (one batch) rather than write its own.
         assert!(!polled_once(writer.write(event("mcp.shared"), false)));
-        let mut joining = pin!(writer.write(event("mcp.joined"), true));
-        assert!(
-            !polled_once(joining.as_mut()),
-            "wrote alone beside a queued record"
-        );
-        joining.await;
-        let mut written = 0;
-        for _ in 0..200 {
-            written = rows_of(&cx.store, "mcp.shared").await;
-            if written > 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(written, 1);
+        through_the_writer(&writer, "mcp.joined", "wrote alone beside a queued record").await;
+        assert_eq!(rows_of(&cx.store, "mcp.shared").await, 1);
         assert_eq!(rows_of(&cx.store, "mcp.joined").await, 1);
 
         if on_a_file {
             // That batch held two records, so lone records go through the writer again until
             // SOLO_BATCHES batches of one; then one in PROBE_EVERY still does.
             for _ in 0..SOLO_BATCHES {
-                let mut alone = pin!(writer.write(event("mcp.alone"), true));
-                assert!(
-                    !polled_once(alone.as_mut()),
-                    "wrote alone right after a shared batch"
-                );
-                alone.await;
+                through_the_writer(
+                    &writer,
+                    "mcp.alone",
+                    "wrote alone right after a shared batch",
+                )
+                .await;
             }
             let mut through_writer = 0;
             for _ in 0..PROBE_EVERY * 2 {
