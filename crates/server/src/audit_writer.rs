@@ -81,17 +81,9 @@ impl AuditWriter {
     /// Writes `event` and waits until it is written; `alone` when no other request is in
     /// flight (see the module docs). Backpressure, not loss, when the queue is full.
     pub async fn write(&self, event: AuditEvent, alone: bool) {
-        let event = if alone && self.goes_lone() {
-            match self.appender.append_now(vec![event]) {
-                Ok(()) => return,
-                Err(mut handed_back) => match handed_back.pop() {
-                    Some(event) => event,
-                    None => return,
-                },
-            }
-        } else {
-            event
-        };
+        if alone && self.goes_lone() && self.appender.append_now(std::slice::from_ref(&event)) {
+            return;
+        }
         let (done, wait) = oneshot::channel();
         match self.tx.send((event, done)).await {
             Ok(()) => {

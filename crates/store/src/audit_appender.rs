@@ -165,18 +165,18 @@ impl AuditAppender {
     }
 
     /// Writes `events` stamped now without awaiting anything, when this store can (a SQLite
-    /// file, through its journal or a direct insert); otherwise, or when that failed, hands them
-    /// back for [`append`](Self::append). With no await, a caller that is dropped cannot cut
-    /// the write off halfway.
-    pub fn append_now(&self, events: Vec<AuditEvent>) -> Result<(), Vec<AuditEvent>> {
+    /// file, through its journal or a direct insert); `false` when it cannot, or that failed,
+    /// and the caller writes them with [`append`](Self::append). With no await, a caller that
+    /// is dropped cannot cut the write off halfway.
+    pub fn append_now(&self, events: &[AuditEvent]) -> bool {
         let Some(journal) = &self.journal else {
-            return Err(events);
+            return false;
         };
-        if !journal.write(&events, self.store.clock.now()) {
-            return Err(events);
+        if !journal.write(events, self.store.clock.now()) {
+            return false;
         }
         self.store.cadence.wrote(events.len());
-        Ok(())
+        true
     }
 
     async fn write(&self, events: Vec<AuditEvent>) -> Unwritten {
