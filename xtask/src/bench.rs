@@ -2,18 +2,19 @@
 //!
 //! Uses the harness in `../shared/perf-peers` (or `$BREEZE_PERF_PEERS`): its closed-loop load
 //! generator drives `tools/call` over Streamable HTTP at concurrency 1 and 50 against, in
-//! turn, the bare axum floor, the rmcp peer (echo), the engine alone (the conformance fixtures
-//! server's simplest tool) and Breeze's whole pipeline (key authentication, scope check, schema
-//! validation, rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and
+//! turn, the bare axum floor, the engine alone (the conformance fixtures server's simplest
+//! tool), the rmcp peer (echo) and Breeze's whole pipeline (key authentication, scope check,
+//! schema validation, rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and
 //! the load generator to CPU 1; server CPU time per request is read from `/proc`. Then N idle
 //! sessions are opened on Breeze to measure resident memory per session, and N legacy SSE
 //! streams (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
 //!
 //! After the load runs the aims are printed, each with its figure in every round and the
-//! median over the rounds (ratios are taken within a round: the machine's speed drifts between
-//! rounds).
+//! median over the rounds (ratios are taken within a round, between neighbouring runs: the
+//! machine's speed drifts by tens of percent over minutes, so many short rounds judge an aim
+//! better than a few long ones).
 //!
-//! Settings (environment): `BENCH_DURATION` seconds per run (10), `BENCH_ROUNDS` (3),
+//! Settings (environment): `BENCH_DURATION` seconds per run (6), `BENCH_ROUNDS` (5),
 //! `BENCH_SESSIONS` (5000). Breeze's transport limits are raised through their environment
 //! variables, never by a code path that skips them.
 //!
@@ -239,8 +240,8 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let root = workspace_root()?;
     let work = root.join("target/bench");
     let peers = perf_peers(&root)?;
-    let duration = env_num("BENCH_DURATION", 10);
-    let rounds = env_num("BENCH_ROUNDS", 3);
+    let duration = env_num("BENCH_DURATION", 6);
+    let rounds = env_num("BENCH_ROUNDS", 5);
     let sessions = env_num("BENCH_SESSIONS", 5000);
 
     eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
@@ -308,6 +309,9 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     )?;
 
     let echo = peers.join("bodies/echo.json");
+    // In this order every round: the rmcp peer runs right after the engine and right before the
+    // pipeline, the two figures the aims divide by its own, so that each ratio compares runs a
+    // few seconds apart rather than across the machine's drift.
     let servers = vec![
         Server {
             name: "baseline-axum (echo floor)",
@@ -318,19 +322,19 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
             headers: vec![],
         },
         Server {
-            name: "peer-rmcp (echo)",
-            role: Role::Rmcp,
-            child: spawn_peer("peer-rmcp", 3214)?,
-            url: "http://127.0.0.1:3214/mcp".into(),
-            body: echo,
-            headers: vec![],
-        },
-        Server {
             name: "breeze engine (fixture test_simple_text, JSON replies)",
             role: Role::Engine,
             child: fixture,
             url: format!("http://127.0.0.1:{fixture_port}/mcp"),
             body: fixture_body,
+            headers: vec![],
+        },
+        Server {
+            name: "peer-rmcp (echo)",
+            role: Role::Rmcp,
+            child: spawn_peer("peer-rmcp", 3214)?,
+            url: "http://127.0.0.1:3214/mcp".into(),
+            body: echo,
             headers: vec![],
         },
         Server {
