@@ -5,7 +5,7 @@
 //! from the injected clock; randomness from the OS unless a caller passes its own.
 //!
 //! API keys that authenticated a moment ago are served from an in-process cache (see
-//! [`cache`](crate::cache)): a change made through this process's store is seen by the next
+//! the `cache` module): a change made through this process's store is seen by the next
 //! request, one made by another process within [`AuthSettings::cache_ttl`].
 
 pub mod api_key;
@@ -158,7 +158,7 @@ impl AuthService {
     /// [`AuthSettings::last_used_interval`].
     ///
     /// A key that authenticated less than [`AuthSettings::cache_ttl`] ago, with no credential
-    /// change through this store since, is served from memory (see [`cache`](crate::cache));
+    /// change through this store since, is served from memory (see the `cache` module);
     /// the hash comparison and the expiry check still run on every request.
     pub async fn authenticate_api_key(
         &self,

@@ -1,7 +1,7 @@
 //! Breeze's HTTP edge: the axum application and how it is served.
 //!
 //! [`app`] builds the whole router from an [`AppState`], so tests drive it with `oneshot` and no
-//! socket. Handlers are thin: extract, authorize through [`authz`], call the store or auth
+//! socket. Handlers are thin: extract, authorize through `authz`, call the store or auth
 //! service, return JSON. Every failure becomes an [`ApiError`], mapped once to
 //! `{"error":{"code","message"}}`.
 

@@ -62,7 +62,7 @@ use crate::{
     sql::{Tx, sql},
 };
 
-/// How fresh the device directory keeps its snapshots. See the [module docs](self).
+/// How fresh the device directory keeps its snapshots (the `directory` module's docs say how).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirectorySettings {
     /// How long heartbeat-only changes (last seen, agent version) may take to show in listings.

@@ -1,9 +1,9 @@
 //! Breeze's persistence: one [`Store`] over SQLite (the embedded default) or PostgreSQL.
 //!
-//! Both backends run the same statements (see [`sql`]) against their own migration trees
-//! (`migrations/sqlite`, `migrations/postgres`, kept in lockstep by a test). Organization data
-//! is reached through [`OrgStore`], a handle bound to one organization whose every query is
-//! filtered by it: holding an `OrgStore` for A cannot reveal B's rows, even by id.
+//! Both backends run the same statements (see the `sql` module) against their own migration trees
+//! (`migrations/sqlite`, `migrations/postgres`, kept in lockstep by a test). Organization data is
+//! reached through [`OrgStore`], a handle bound to one organization whose every query is filtered
+//! by it: holding an `OrgStore` for A cannot reveal B's rows, even by id.
 //!
 //! Mutations that deserve an audit record take an [`AuditEvent`] and write it in the same
 //! transaction as the change.

@@ -1,4 +1,5 @@
-//! SQLite's write-ahead log kept short: the checkpoints [`Store::checkpoint`] runs.
+//! SQLite's write-ahead log kept short: the checkpoints that
+//! [`Store::checkpoint`](crate::Store::checkpoint) runs.
 //!
 //! A commit appends pages (frames) to the log; a checkpoint copies them back into the database
 //! file. SQLite starts the log over only when a write begins after a checkpoint has copied all
@@ -16,13 +17,13 @@
 //! writers wait for it, so the log cannot outgrow what was written while the passive
 //! checkpoint ran.
 //!
-//! The server asks for one every few tens of milliseconds ([`Store::checkpoint_when_due`]); one
-//! runs once [`DUE_ROWS`] audit records were written since the last, or [`DUE_INTERVAL`] after
-//! it. So under load (tens of thousands of records a second) checkpoints come every few tens of
-//! milliseconds and each copies little, which keeps the thread that runs them off the processor
-//! in short stretches; at a request at a time they come every ~150 ms, and the pages every
-//! commit rewrites (the table's and its index's last ones) are copied and synced once for many
-//! commits rather than once for a few.
+//! The server asks for one every few tens of milliseconds
+//! ([`Store::checkpoint_when_due`](crate::Store::checkpoint_when_due)); one runs once [`DUE_ROWS`]
+//! audit records were written since the last, or [`DUE_INTERVAL`] after it. So under load (tens of
+//! thousands of records a second) checkpoints come every few tens of milliseconds and each copies
+//! little, which keeps the thread that runs them off the processor in short stretches; at a request
+//! at a time they come every ~150 ms, and the pages every commit rewrites (the table's and its
+//! index's last ones) are copied and synced once for many commits rather than once for a few.
 //!
 //! Checkpoints run on rusqlite connections of their own (a custom busy handler is not to be had
 //! through the pool): the audit journal's thread's when it has one (see
