@@ -1,13 +1,13 @@
 //! `cargo xtask bench mcp`: Breeze's MCP server measured side by side with peer servers.
 //!
 //! Uses the harness in `../shared/perf-peers` (or `$BREEZE_PERF_PEERS`): its closed-loop load
-//! generator drives `tools/call` over Streamable HTTP at concurrency 1 and 50 against, in
-//! turn, the bare axum floor, the engine alone (the conformance fixtures server's simplest
-//! tool), the rmcp peer (echo) and Breeze's whole pipeline (key authentication, scope check,
-//! schema validation, rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and
-//! the load generator to CPU 1; server CPU time per request is read from `/proc`. Then N idle
-//! sessions are opened on Breeze to measure resident memory per session, and N legacy SSE
-//! streams (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
+//! generator drives `tools/call` over Streamable HTTP at concurrency 1 and 50 against, in turn, the
+//! bare axum floor, the engine alone (the conformance fixtures server's simplest tool), the rmcp
+//! peer (echo) and Breeze's whole pipeline (key authentication, scope check, schema validation,
+//! rate limit, audit record) on a Tier-1 tool. Every server is pinned to CPU 0 and the load
+//! generator to CPU 1; server CPU time per request is read from `/proc`. Then N idle sessions are
+//! opened on Breeze to measure resident memory per session, and N legacy SSE streams
+//! (`BENCH_SSE_STREAMS`, 10,000) are held through a keepalive by `scripts/sse_hold.py`.
 //!
 //! After the load runs the aims are printed, each with its figure in every round and the
 //! median over the rounds (ratios are taken within a round, between neighbouring runs: the

@@ -31,7 +31,7 @@ struct Cli {
 enum Cmd {
     /// Enroll this machine with a Breeze server and write the config file.
     Enroll {
-        /// The server URL, e.g. `https://rmm.example.com`
+        /// The server URL, e.g. <https://rmm.example.com>
         #[arg(long)]
         server: String,
         /// The site's enrollment key.
