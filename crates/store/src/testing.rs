@@ -13,8 +13,14 @@ use sqlx::{Connection, PgConnection};
 
 use crate::{Backend, Result, Store, StoreOptions};
 
-/// The statement SQLite audit rows are inserted by, for tests that inspect its plan.
-pub const SQLITE_AUDIT_INSERT: &str = crate::audit_appender::INSERT_ONE;
+/// The statements SQLite audit rows are inserted by (one row, and many at a time), for tests
+/// that inspect their plans.
+pub fn sqlite_audit_inserts() -> [&'static str; 2] {
+    [
+        crate::audit_appender::INSERT_ONE,
+        crate::audit_appender::INSERT_MANY.as_str(),
+    ]
+}
 
 /// The PostgreSQL server tests use unless `BREEZE_TEST_POSTGRES_URL` says otherwise.
 pub const DEFAULT_TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

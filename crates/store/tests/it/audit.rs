@@ -254,8 +254,9 @@ async fn batches_write_every_record(cx: Ctx) {
         )
         .await
         .unwrap();
-    // 130 records cross the 64-row statement boundary (PostgreSQL) twice; every field, including
-    // awkward text and JSON, must read back as written.
+    // 130 records cross the 64-row statement boundary (PostgreSQL) twice, and fill eight 16-row
+    // statements with two rows left over (SQLite); every field, including awkward text and JSON,
+    // must read back as written.
     let events: Vec<AuditEvent> = (0..130)
         .map(|i| {
             let e = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.ping", "mcp")
@@ -506,30 +507,28 @@ async fn records_survive_the_audit_storage_migration_on_postgres() {
 }
 
 /// An audit row's insert is checked in place: SQLite builds no temporary table for it (an IN
-/// list in the result's CHECK did, on every statement, at ~20 % of the insert's cost).
+/// list in the result's CHECK did, on every statement, at ~20 % of the insert's cost), whether
+/// the statement inserts one row or many.
 #[tokio::test]
 async fn inserting_an_audit_row_builds_no_temporary_table() {
     breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
         let conn = rusqlite::Connection::open(cx.dir.clone().unwrap().join("breeze.db")).unwrap();
-        let mut plan = conn
-            .prepare(&format!(
-                "EXPLAIN {}",
-                breeze_store::testing::SQLITE_AUDIT_INSERT
-            ))
-            .unwrap();
-        let opcodes: Vec<String> = plan
-            .query_map(
-                rusqlite::params_from_iter(std::iter::repeat_n(rusqlite::types::Null, 12)),
-                |row| row.get::<_, String>(1),
-            )
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert!(opcodes.iter().any(|op| op == "IdxInsert"), "{opcodes:?}");
-        assert!(
-            !opcodes.iter().any(|op| op == "OpenEphemeral"),
-            "the insert builds a temporary table: {opcodes:?}"
-        );
+        for insert in breeze_store::testing::sqlite_audit_inserts() {
+            let mut plan = conn.prepare(&format!("EXPLAIN {insert}")).unwrap();
+            let nulls = std::iter::repeat_n(rusqlite::types::Null, plan.parameter_count());
+            let opcodes: Vec<String> = plan
+                .query_map(rusqlite::params_from_iter(nulls), |row| {
+                    row.get::<_, String>(1)
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert!(opcodes.iter().any(|op| op == "IdxInsert"), "{opcodes:?}");
+            assert!(
+                !opcodes.iter().any(|op| op == "OpenEphemeral"),
+                "the insert builds a temporary table: {opcodes:?}"
+            );
+        }
         assert_result_is_checked(&cx.store).await;
     })
     .await;
