@@ -124,7 +124,12 @@ mod tests {
             ],
             structured_content: Some(structured),
             is_error: true,
-            meta: Some(serde_json::json!({ "breeze/tier": 1, "server": { "name": "x" } })),
+            meta: Some(
+                crate::model::shared_json(
+                    &serde_json::json!({ "breeze/tier": 1, "server": { "name": "x" } }),
+                )
+                .unwrap(),
+            ),
         };
         for result in [
             full.clone(),

@@ -1,8 +1,19 @@
 //! The MCP result shapes the engine produces: server identity, tools, results, content,
 //! resources and prompts. Field names follow the specification's camelCase wire form.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Value, value::RawValue};
+
+/// JSON text built once and shared by every result that carries it (a tool's `_meta`, the
+/// same for each of its calls): attaching it is a reference count, writing it a copy.
+pub type SharedJson = Arc<RawValue>;
+
+/// `value` as [`SharedJson`].
+pub fn shared_json(value: &impl Serialize) -> serde_json::Result<SharedJson> {
+    serde_json::value::to_raw_value(value).map(Arc::from)
+}
 
 /// Who the server is, as told in `initialize` and `server/discover`.
 #[derive(Debug, Clone, Serialize)]
@@ -97,8 +108,16 @@ pub struct CallToolResult {
     pub structured_content: Option<Box<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
+    #[serde(
+        rename = "_meta",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "shared"
+    )]
+    pub meta: Option<SharedJson>,
+}
+
+fn shared<S: Serializer>(json: &Option<SharedJson>, s: S) -> Result<S::Ok, S::Error> {
+    json.as_deref().serialize(s)
 }
 
 impl CallToolResult {
@@ -164,7 +183,7 @@ impl CallToolResult {
         }
         if let Some(meta) = &self.meta {
             out.extend_from_slice(b",\"_meta\":");
-            drop(serde_json::to_writer(&mut out, meta));
+            out.extend_from_slice(meta.get().as_bytes());
         }
         out.push(b'}');
         out

@@ -1,7 +1,7 @@
 //! Breeze as an MCP application: API-key authentication, the scope-filtered catalogue, the
 //! guard before every call, resources, prompts, and an audit record for every request.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
@@ -12,8 +12,8 @@ use breeze_mcp::{
     jsonrpc::ErrorObject,
     model::{
         CallToolResult, Content, GetPromptResult, PromptArgument, PromptDef, PromptMessage,
-        ResourceContents, ResourceDef, ResourceTemplateDef, ServerInfo, ToolAnnotations,
-        ToolAnnotationsWithTitle, ToolDef,
+        ResourceContents, ResourceDef, ResourceTemplateDef, ServerInfo, SharedJson,
+        ToolAnnotations, ToolAnnotationsWithTitle, ToolDef, shared_json,
     },
 };
 use breeze_tools::{
@@ -48,12 +48,12 @@ async fn forwarding_progress<T>(
 }
 
 /// A successful call: the output as structured content, and as JSON text for text-only clients.
-fn tool_result(output: RawOutput, meta: Value) -> CallToolResult {
+fn tool_result(output: RawOutput, meta: Option<SharedJson>) -> CallToolResult {
     CallToolResult {
         content: vec![Content::text(output.get())],
         structured_content: Some(output),
         is_error: false,
-        meta: Some(meta),
+        meta,
     }
 }
 
@@ -64,6 +64,8 @@ pub struct BreezeMcp {
     guard: Guard,
     audit: AuditWriter,
     identity: Value,
+    /// Each tool's `_meta` (its tiers and the server's identity), written once.
+    metas: HashMap<&'static str, SharedJson>,
 }
 
 impl BreezeMcp {
@@ -72,12 +74,20 @@ impl BreezeMcp {
         if let Some(revision) = option_env!("BREEZE_REVISION") {
             identity["revision"] = json!(revision);
         }
+        let metas = registry
+            .iter()
+            .filter_map(|spec| {
+                let meta = shared_json(&tool_meta(spec, &identity)).ok()?;
+                Some((spec.name, meta))
+            })
+            .collect();
         Self {
             state,
             registry,
             guard,
             audit,
             identity,
+            metas,
         }
     }
 
@@ -88,7 +98,7 @@ impl BreezeMcp {
         cx: &Cx<ApiKeyPrincipal>,
         spec: &ToolSpec,
         arguments: Value,
-        meta: Value,
+        meta: Option<SharedJson>,
     ) -> CallToolResult {
         let approvals = &self.state.approvals;
         let record = match approvals
@@ -171,14 +181,14 @@ fn raw(value: &Value) -> RawOutput {
     serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawOutput::default())
 }
 
-fn tool_error_result(e: &ToolError, meta: Value) -> CallToolResult {
+fn tool_error_result(e: &ToolError, meta: Option<SharedJson>) -> CallToolResult {
     CallToolResult {
         content: vec![Content::text(
             json!({ "error": e.message, "code": e.code }).to_string(),
         )],
         structured_content: Some(raw(&e.to_structured())),
         is_error: true,
-        meta: Some(meta),
+        meta,
     }
 }
 
@@ -273,7 +283,7 @@ impl McpApp for BreezeMcp {
             .registry
             .get(&name)
             .ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
-        let meta = tool_meta(spec, &self.identity);
+        let meta = self.metas.get(spec.name).cloned();
         let principal = &cx.caller.principal;
         let caller = breeze_guard::Caller {
             scopes: &principal.scopes,

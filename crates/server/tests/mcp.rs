@@ -642,6 +642,17 @@ async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
         "{}",
         r.body
     );
+    // A call's result carries the tool's `_meta` as its listing does: tier and server identity.
+    let listed = write.body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "set_device_context")
+        .unwrap()["_meta"]
+        .clone();
+    assert_eq!(r.body["result"]["_meta"], listed);
+    assert_eq!(listed["breeze/tier"], 2);
+    assert_eq!(listed["breeze/server"]["name"], "breeze-rmm");
     let del = rpc(
         3,
         "tools/call",
