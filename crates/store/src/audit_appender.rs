@@ -726,22 +726,27 @@ fn insert_rows<'a>(
     tx.commit()
 }
 
-/// Binds `rows` to `insert`'s parameters in order ([`AUDIT_COLUMNS`] each) and runs it.
+/// Binds `rows` to `insert`'s parameters in order ([`AUDIT_COLUMNS`] each, as
+/// [`audit_columns!`] names them) and runs it.
 fn execute_with(insert: &mut rusqlite::Statement<'_>, rows: &[Row<'_>]) -> rusqlite::Result<()> {
     for (i, row) in rows.iter().enumerate() {
-        let at = i * AUDIT_COLUMNS;
-        insert.raw_bind_parameter(at + 1, row.id)?;
-        insert.raw_bind_parameter(at + 2, row.at)?;
-        insert.raw_bind_parameter(at + 3, row.org)?;
-        insert.raw_bind_parameter(at + 4, row.actor_type.as_str())?;
-        insert.raw_bind_parameter(at + 5, row.actor_id)?;
-        insert.raw_bind_parameter(at + 6, row.action)?;
-        insert.raw_bind_parameter(at + 7, row.resource_type)?;
-        insert.raw_bind_parameter(at + 8, row.resource_id)?;
-        insert.raw_bind_parameter(at + 9, row.details)?;
-        insert.raw_bind_parameter(at + 10, row.result.as_str())?;
-        insert.raw_bind_parameter(at + 11, row.error)?;
-        insert.raw_bind_parameter(at + 12, row.request_id)?;
+        let columns: [&dyn rusqlite::ToSql; AUDIT_COLUMNS] = [
+            &row.id,
+            &row.at,
+            &row.org,
+            &row.actor_type.as_str(),
+            &row.actor_id,
+            &row.action,
+            &row.resource_type,
+            &row.resource_id,
+            &row.details,
+            &row.result.as_str(),
+            &row.error,
+            &row.request_id,
+        ];
+        for (j, value) in columns.into_iter().enumerate() {
+            insert.raw_bind_parameter(i * AUDIT_COLUMNS + j + 1, value)?;
+        }
     }
     insert.raw_execute().map(drop)
 }
