@@ -710,7 +710,6 @@ fn insert_rows<'a>(
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     {
         let mut many = tx.prepare_cached(&INSERT_MANY)?;
-        let mut one = tx.prepare_cached(INSERT_ONE)?;
         let mut chunk = Vec::with_capacity(ROWS_PER_STATEMENT);
         for row in rows {
             chunk.push(row);
@@ -719,8 +718,11 @@ fn insert_rows<'a>(
                 chunk.clear();
             }
         }
-        for row in &chunk {
-            execute_with(&mut one, std::slice::from_ref(row))?;
+        if !chunk.is_empty() {
+            let mut one = tx.prepare_cached(&INSERT_ONE)?;
+            for row in &chunk {
+                execute_with(&mut one, std::slice::from_ref(row))?;
+            }
         }
     }
     tx.commit()
@@ -761,21 +763,20 @@ const ROWS_PER_STATEMENT: usize = 16;
 
 /// The statement every audit row on SQLite is inserted by when it is not one of
 /// [`ROWS_PER_STATEMENT`] (the direct path and the mover).
-pub(crate) const INSERT_ONE: &str = concat!(
-    "INSERT OR IGNORE INTO audit_log (",
-    audit_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-);
+pub(crate) static INSERT_ONE: LazyLock<String> = LazyLock::new(|| insert_of(1));
 
 /// [`INSERT_ONE`] for [`ROWS_PER_STATEMENT`] rows at once.
-pub(crate) static INSERT_MANY: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static INSERT_MANY: LazyLock<String> = LazyLock::new(|| insert_of(ROWS_PER_STATEMENT));
+
+/// The insert of `rows` audit rows, skipping ids already stored.
+fn insert_of(rows: usize) -> String {
     let row = format!("({})", ["?"; AUDIT_COLUMNS].join(", "));
     format!(
         "INSERT OR IGNORE INTO audit_log ({}) VALUES {}",
         audit_columns!(),
-        vec![row.as_str(); ROWS_PER_STATEMENT].join(", ")
+        vec![row.as_str(); rows].join(", ")
     )
-});
+}
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,7 @@ use crate::{Backend, Result, Store, StoreOptions};
 /// that inspect their plans.
 pub fn sqlite_audit_inserts() -> [&'static str; 2] {
     [
-        crate::audit_appender::INSERT_ONE,
+        crate::audit_appender::INSERT_ONE.as_str(),
         crate::audit_appender::INSERT_MANY.as_str(),
     ]
 }
