@@ -85,6 +85,14 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "whether `breeze demo` starts a local agent for this machine (default true)",
     ),
     (
+        "BREEZE_URL",
+        "`breeze mcp stdio`: the Breeze server to forward to, e.g. https://rmm.example.com",
+    ),
+    (
+        "BREEZE_API_KEY",
+        "`breeze mcp stdio`: the API key (brz_…) it presents (AUTH_TOKEN is read too)",
+    ),
+    (
         "BREEZE_TEST_POSTGRES_URL",
         "PostgreSQL for the test-suite (tests only)",
     ),

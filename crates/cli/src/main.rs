@@ -145,14 +145,14 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Partners(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Orgs(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Users(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Keys(c) => c.run(&commands::open(&settings).await?).await,
-        Command::EnrollmentKeys(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Scripts(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Devices(c) => c.run(&commands::open(&settings).await?).await,
-        Command::Approvals(c) => c.run(&commands::open(&settings).await?).await,
+        Command::Partners(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Orgs(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Users(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Keys(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::EnrollmentKeys(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),
@@ -217,5 +217,51 @@ fn init_tracing(settings: &Settings) {
     match settings.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Pretty => builder.init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every `BREEZE_*` / `MCP_*` name the command's own help mentions, in every subcommand.
+    fn documented_settings(cmd: &clap::Command, out: &mut std::collections::BTreeSet<String>) {
+        let mut texts: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_help().map(ToString::to_string))
+            .collect();
+        texts.extend(cmd.get_about().map(ToString::to_string));
+        for text in texts {
+            for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("BREEZE_") || word.starts_with("MCP_") {
+                    out.insert(word.to_owned());
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            documented_settings(sub, out);
+        }
+    }
+
+    /// A variable the binary tells people to set must not make another command refuse to start
+    /// as an "unknown setting" (the stdio bridge's BREEZE_URL once did).
+    #[test]
+    fn every_setting_the_help_documents_is_a_known_setting() {
+        let mut names = std::collections::BTreeSet::new();
+        documented_settings(&Cli::command(), &mut names);
+        assert!(
+            names.contains("BREEZE_URL") && names.contains("BREEZE_API_KEY"),
+            "{names:?}"
+        );
+        for name in names {
+            let env = [(name.clone(), "x".to_owned())].into_iter().collect();
+            if let Err(e) = Settings::load(&env, &SettingFlags::default()) {
+                assert!(
+                    !e.to_string().starts_with("unknown setting"),
+                    "{name} is documented but refused: {e}"
+                );
+            }
+        }
     }
 }

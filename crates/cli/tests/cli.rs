@@ -346,6 +346,34 @@ fn bad_settings_refuse_to_start_and_name_the_setting() {
 }
 
 #[test]
+fn an_admin_command_refuses_a_database_that_is_not_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, err) = run_err(breeze(dir.path()).args(["orgs", "list", "--partner", "demo-msp"]));
+    let expected = dir.path().join("breeze-data").join("breeze.db");
+    assert!(
+        err.contains("no database at") && err.contains("breeze-data/breeze.db"),
+        "names the path it looked for: {err}"
+    );
+    assert!(!expected.exists(), "nothing was created: {err}");
+    assert!(
+        !dir.path().join("breeze-data").exists(),
+        "not even the directory"
+    );
+}
+
+#[test]
+fn the_stdio_bridge_settings_do_not_stop_other_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        breeze(dir.path())
+            .arg("migrate")
+            .env("BREEZE_URL", "http://127.0.0.1:1")
+            .env("BREEZE_API_KEY", "brz_x"),
+    );
+    assert!(out.contains("migrations applied"), "{out}");
+}
+
+#[test]
 fn administration_commands() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

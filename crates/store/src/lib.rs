@@ -104,6 +104,16 @@ impl StoreOptions {
     }
 }
 
+/// The file a `sqlite:` database URL names, or `None` for an in-memory database or another
+/// backend: lets a command that must not create a database check that it exists first.
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    if !url.starts_with("sqlite:") || url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let opts = SqliteConnectOptions::from_str(url).ok()?;
+    Some(opts.get_filename().to_path_buf())
+}
+
 /// Creates `dir` (and parents) when missing; a directory Breeze creates is private to its
 /// owner (0700), since the database holds password and key hashes.
 fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {

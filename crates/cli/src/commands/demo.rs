@@ -473,8 +473,10 @@ fn print_summary(demo: &DemoFile, path: &Path) {
     println!("    write       {}", demo.api_keys.write);
     println!("    execute     {}", demo.api_keys.execute);
     println!();
+    // There is no dashboard yet: these sign in to the REST API (a session cookie) and decide
+    // approvals there or with `breeze approvals`.
     println!(
-        "  Dashboard     {} / {}",
+        "  Admin sign-in {} / {}  (POST /api/v1/auth/login: REST session, approvals)",
         demo.admin.email, demo.admin.password
     );
     println!();

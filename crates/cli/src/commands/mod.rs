@@ -26,6 +26,22 @@ pub(crate) struct App {
 }
 
 /// Connects to the configured database and applies pending migrations.
+/// Opens an existing database for an administrative command. A SQLite file that is not there
+/// is refused, naming the path: run from another directory, `./breeze-data` is a different
+/// (empty) database, and creating it would only lead to "organization not found".
+pub(crate) async fn open_existing(settings: &Settings) -> anyhow::Result<App> {
+    if let Some(file) = breeze_store::sqlite_file(&settings.database_url)
+        && !file.exists()
+    {
+        anyhow::bail!(
+            "no database at {}: run this command where `breeze demo` or `breeze serve` keeps its \
+             data, or set BREEZE_DATA_DIR / DATABASE_URL (`breeze migrate` creates a new one)",
+            file.display()
+        );
+    }
+    open(settings).await
+}
+
 pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let url = breeze_store::redact_url(&settings.database_url);
