@@ -195,7 +195,55 @@ async fn resources_need_their_permission(cx: Ctx) {
     );
 }
 
+/// A hostile client's NUL in a tool name or URI is audited (as U+FFFD): PostgreSQL refused
+/// the record, so such probes left no trace.
+async fn requests_with_nul_are_audited(cx: Ctx) {
+    let w = world(&cx).await;
+    let calls = [
+        rpc(
+            1,
+            "tools/call",
+            json!({ "name": "query\u{0}devices", "arguments": {} }),
+        ),
+        rpc(
+            2,
+            "resources/read",
+            json!({ "uri": "breeze://devices\u{0}" }),
+        ),
+    ];
+    for call in &calls {
+        let r = send(&w.app, mcp(&w.read, call)).await;
+        assert!(r.body["error"].is_object(), "{}", r.body);
+    }
+    w.store.flush_audit().await;
+    let page = w
+        .store
+        .org(w.org_a)
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("mcp.".into()),
+                ..Default::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    let targets: Vec<Option<&str>> = page
+        .records
+        .iter()
+        .map(|r| r.event.resource_id.as_deref())
+        .collect();
+    for target in ["query\u{FFFD}devices", "breeze://devices\u{FFFD}"] {
+        assert!(
+            targets.contains(&Some(target)),
+            "{target} not audited: {targets:?}"
+        );
+    }
+}
+
 breeze_store::on_both_backends!(
     resources_refuse_a_disabled_user_and_a_lost_role,
     resources_need_their_permission,
+    requests_with_nul_are_audited,
 );
