@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     body::Body,
@@ -13,8 +13,13 @@ use axum::{
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Scope, ScopeSet, UserId};
-use breeze_store::{NewUser, testing::Ctx};
-use common::{World, audit, err_msg, send, world};
+use breeze_limits::MemoryLimiter;
+use breeze_server::{AppState, Breeze, ServerConfig};
+use breeze_store::{
+    Backend, NewUser, Store, StoreOptions,
+    testing::{Ctx, postgres_url},
+};
+use common::{PASSWORD, World, audit, err_msg, send, world};
 use serde_json::{Value, json};
 
 fn mcp(key: &str, body: &Value) -> Request<Body> {
@@ -242,8 +247,157 @@ async fn requests_with_nul_are_audited(cx: Ctx) {
     }
 }
 
+/// Options to open `cx`'s database a second time, as another process would.
+async fn same_database(cx: &Ctx) -> StoreOptions {
+    match &cx.dir {
+        Some(dir) => StoreOptions::new(format!("sqlite://{}", dir.join("breeze.db").display())),
+        None => {
+            // The harness runs each case in a schema of its own; ask the database which.
+            let rows = cx
+                .store
+                .raw_dump("(SELECT current_schema() AS s)")
+                .await
+                .unwrap();
+            let row: Value = serde_json::from_str(&rows[0]).unwrap();
+            StoreOptions {
+                pg_schema: Some(row["s"].as_str().unwrap().to_owned()),
+                max_connections: 5,
+                ..StoreOptions::new(postgres_url())
+            }
+        }
+    }
+}
+
+fn login_request(email: &str) -> Request<Body> {
+    Request::post("/api/v1/auth/login")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({ "email": email, "password": PASSWORD }).to_string(),
+        ))
+        .unwrap()
+}
+
+fn readyz() -> Request<Body> {
+    Request::get("/readyz").body(Body::empty()).unwrap()
+}
+
+/// Bounds a request that would otherwise wait on a lock for as long as it is held (the bug),
+/// so that the test fails instead of hanging.
+async fn bounded(app: &axum::Router, req: Request<Body>) -> common::Reply {
+    tokio::time::timeout(Duration::from_secs(60), send(app, req))
+        .await
+        .expect("the request waited on the lock past any timeout")
+}
+
+/// Another connection holds the write lock (SQLite) or a table lock (PostgreSQL): sign-in and
+/// writes answer 503 retryable (REST) and a retryable tool error (MCP) once the lock timeout
+/// passes, rather than an internal error; readiness says the database cannot write.
+async fn a_locked_database_answers_unavailable_and_retryable(cx: Ctx) {
+    let options = StoreOptions {
+        lock_timeout: Duration::from_millis(300),
+        ..same_database(&cx).await
+    };
+    let store = Store::connect(&options, Arc::new(cx.clock.clone()))
+        .await
+        .unwrap();
+    let w = world(&Ctx {
+        store,
+        clock: cx.clock.clone(),
+        dir: cx.dir.clone(),
+    })
+    .await;
+    // A key's first use stamps it; do that before the lock.
+    let r = send(&w.app, mcp(&w.write, &rpc(1, "tools/list", json!({})))).await;
+    assert!(r.body["result"]["tools"].is_array(), "{}", r.body);
+
+    let held = match cx.store.backend() {
+        Backend::Sqlite => cx.store.raw_hold(&["BEGIN IMMEDIATE"]).await,
+        Backend::Postgres => {
+            cx.store
+                .raw_hold(&[
+                    "BEGIN",
+                    "LOCK TABLE device_context, user_sessions IN ACCESS EXCLUSIVE MODE",
+                ])
+                .await
+        }
+    }
+    .unwrap();
+
+    let r = bounded(&w.app, login_request("admin@p.test")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "unavailable");
+    assert_eq!(r.body["error"]["retryable"], true);
+    assert_eq!(r.headers["retry-after"], "1");
+
+    let set = rpc(
+        2,
+        "tools/call",
+        json!({ "name": "set_device_context", "arguments": { "deviceId": w.a_device, "contextType": "quirk", "summary": "fan noise" } }),
+    );
+    let r = bounded(&w.app, mcp(&w.write, &set)).await;
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.body);
+    let error = &r.body["result"]["structuredContent"]["error"];
+    assert_eq!(error["retryable"], true, "{}", r.body);
+    assert_eq!(error["code"], "UPSTREAM_ERROR", "{}", r.body);
+
+    if cx.store.backend() == Backend::Sqlite {
+        let r = bounded(&w.app, readyz()).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    }
+
+    held.release().await;
+    let r = send(&w.app, login_request("admin@p.test")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = send(&w.app, mcp(&w.write, &set)).await;
+    assert_eq!(r.body["result"]["isError"], Value::Null, "{}", r.body);
+    let r = send(&w.app, readyz()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+/// A database that answers but cannot write is not ready: every request writes its audit record.
+async fn readyz_reports_a_database_that_cannot_write(cx: Ctx) {
+    let w = world(&cx).await;
+    let r = send(&w.app, readyz()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let options = same_database(&cx).await;
+    let options = match cx.store.backend() {
+        Backend::Sqlite => StoreOptions {
+            url: format!("{}?mode=ro", options.url),
+            ..options
+        },
+        Backend::Postgres => StoreOptions {
+            url: format!(
+                "{}?options=-c%20default_transaction_read_only%3Don",
+                options.url
+            ),
+            ..options
+        },
+    };
+    let read_only = Store::connect(&options, Arc::new(cx.clock.clone()))
+        .await
+        .unwrap();
+    read_only.ping().await.unwrap();
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(cx.clock.clone());
+    let state = AppState::new(
+        read_only.clone(),
+        breeze_auth::AuthService::new(read_only.clone(), clock.clone(), AuthSettings::default()),
+        clock,
+        ServerConfig::development("http://127.0.0.1:3000"),
+        Arc::new(MemoryLimiter::new()),
+    );
+    let app = breeze_server::app(Breeze::new(state));
+    let r = send(&app, readyz()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    // Writes there are refused as unavailable, not as internal errors.
+    let r = send(&app, login_request("admin@p.test")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    read_only.close().await;
+}
+
 breeze_store::on_both_backends!(
     resources_refuse_a_disabled_user_and_a_lost_role,
     resources_need_their_permission,
     requests_with_nul_are_audited,
+    a_locked_database_answers_unavailable_and_retryable,
+    readyz_reports_a_database_that_cannot_write,
 );
