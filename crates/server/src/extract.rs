@@ -16,6 +16,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<crate::BodyLimit>()
+            .map_or(crate::MAX_REST_BODY_BYTES, |l| l.0);
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
             Err(rejection) => Err(match rejection {
@@ -28,7 +32,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
                     ApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "payload_too_large",
-                        format!("Request body exceeds {} bytes", crate::MAX_REST_BODY_BYTES),
+                        format!("Request body exceeds {limit} bytes"),
                     )
                 }
                 JsonRejection::JsonDataError(e) => {

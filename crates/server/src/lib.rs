@@ -37,8 +37,24 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The name of the dashboard session cookie.
 pub const SESSION_COOKIE: &str = "breeze_session";
 
-/// Largest REST request body accepted.
-pub const MAX_REST_BODY_BYTES: usize = 1024 * 1024;
+/// Largest REST request body accepted where a route states no other limit (see
+/// [`body_limit`]): every JSON request of the API fits in it many times over.
+pub const MAX_REST_BODY_BYTES: usize = 64 * 1024;
+
+/// The body limit in force for a request, for the 413 to state it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub(crate) usize);
+
+/// Caps the request bodies of `router`'s routes at `bytes`, instead of
+/// [`MAX_REST_BODY_BYTES`], for routes whose bodies need more.
+pub(crate) fn body_limit<S>(router: Router<S>, bytes: usize) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    router
+        .layer(DefaultBodyLimit::max(bytes))
+        .layer(axum::Extension(BodyLimit(bytes)))
+}
 
 /// Settings the HTTP layer needs.
 #[derive(Debug, Clone)]

@@ -36,16 +36,29 @@ const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 /// Largest batch of metrics samples or log lines accepted in one report.
 const MAX_BATCH: usize = 5_000;
 
+/// Body limit of the batch reports (inventory with its software list, [`MAX_BATCH`] metric
+/// samples or log lines).
+const REPORT_BODY_BYTES: usize = 1024 * 1024;
+
 pub(crate) fn router() -> Router<AppState> {
-    Router::new()
+    let small = Router::new()
         .route("/agents/enroll", post(enroll))
         .route("/agents/ws", get(socket))
         .route("/agents/heartbeat", post(heartbeat))
+        .route("/agents/token/rotate", post(rotate));
+    let reports = Router::new()
         .route("/agents/inventory", post(inventory))
         .route("/agents/metrics", post(metrics))
-        .route("/agents/logs", post(logs))
-        .route("/agents/commands/{id}/result", post(result))
-        .route("/agents/token/rotate", post(rotate))
+        .route("/agents/logs", post(logs));
+    // A command's result may be as large over HTTP as over the socket (file contents in
+    // base64, two streams of output as escaped JSON).
+    let results = Router::new().route("/agents/commands/{id}/result", post(result));
+    small
+        .merge(crate::body_limit(reports, REPORT_BODY_BYTES))
+        .merge(crate::body_limit(
+            results,
+            breeze_agent_proto::MAX_FRAME_BYTES,
+        ))
 }
 
 async fn enroll(
