@@ -15,7 +15,11 @@ mod routes;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{Router, extract::DefaultBodyLimit, http::HeaderName};
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::{HeaderName, HeaderValue, header},
+};
 use breeze_auth::AuthService;
 use breeze_core::Clock;
 use breeze_gateway::{Gateway, GatewayConfig};
@@ -26,6 +30,7 @@ use breeze_store::Store;
 use tokio::net::TcpListener;
 use tower_http::{
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    set_header::SetResponseHeaderLayer,
     trace::TraceLayer,
 };
 
@@ -195,6 +200,16 @@ pub fn app(breeze: Breeze) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES))
+        // Every response: never sniffed into another type, and never stored by a cache unless
+        // the handler says otherwise (API responses carry sessions, keys and tenant data).
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let id = req

@@ -469,6 +469,135 @@ async fn rest_bodies_are_limited_per_endpoint(cx: Ctx) {
     assert_eq!(err_msg(&r), "Request body exceeds 1048576 bytes");
 }
 
+/// Every response says `nosniff`; those carrying a session, a secret or tenant data say
+/// `no-store`.
+async fn responses_carry_security_headers(cx: Ctx) {
+    let w = world(&cx).await;
+    let login = send(&w.app, login_request("admin@p.test")).await;
+    let cookie = login.headers["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let key = json!({ "name": "k", "scopes": ["ai:read"] }).to_string();
+    let created = send(
+        &w.app,
+        with_cookie("POST", "/api/v1/orgs/org-a/api-keys", &cookie, key),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let me = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/auth/me", &cookie, String::new()),
+    )
+    .await;
+    let mcp_reply = send(&w.app, mcp(&w.read, &rpc(1, "tools/list", json!({})))).await;
+    let others = [
+        send(&w.app, readyz()).await,
+        send(
+            &w.app,
+            Request::get("/nowhere").body(Body::empty()).unwrap(),
+        )
+        .await,
+        send(
+            &w.app,
+            Request::get("/api/v1/orgs").body(Body::empty()).unwrap(),
+        )
+        .await,
+    ];
+    for (what, r) in [
+        ("sign-in", &login),
+        ("a new key", &created),
+        ("me", &me),
+        ("mcp", &mcp_reply),
+    ]
+    .into_iter()
+    .chain(others.iter().map(|r| ("other", r)))
+    {
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{what}");
+        assert_eq!(r.headers["cache-control"], "no-store", "{what}");
+    }
+}
+
+/// A page on another site cannot use a signed-in administrator's cookie to change anything
+/// (mint a key, sign out, sign in as someone else): SameSite is not the only wall.
+async fn cookie_requests_from_another_origin_are_refused(cx: Ctx) {
+    let w = world(&cx).await;
+    let cookie = sign_in(&w, "admin@p.test").await;
+    let key = || json!({ "name": "csrf", "scopes": ["ai:read"] }).to_string();
+    let foreign = |name: &'static str, value: &'static str| {
+        let mut req = with_cookie("POST", "/api/v1/orgs/org-a/api-keys", &cookie, key());
+        req.headers_mut().remove("origin");
+        req.headers_mut().insert(name, value.parse().unwrap());
+        req
+    };
+    for (name, value) in [
+        ("origin", "https://evil.example"),
+        ("origin", "null"),
+        ("origin", "http://127.0.0.1:3000.evil.example"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("referer", "https://evil.example/page"),
+    ] {
+        let r = send(&w.app, foreign(name, value)).await;
+        assert_eq!(
+            r.status,
+            StatusCode::FORBIDDEN,
+            "{name}: {value}: {}",
+            r.body
+        );
+        assert!(
+            err_msg(&r).starts_with("cross-origin request refused"),
+            "{}",
+            r.body
+        );
+    }
+    let r = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/orgs/org-a/api-keys", &cookie, String::new()),
+    )
+    .await;
+    assert!(
+        !r.body.to_string().contains("csrf"),
+        "a key was minted: {}",
+        r.body
+    );
+    // Sign-out and sign-in from another origin are refused too; the session stays.
+    for path in ["/api/v1/auth/logout", "/api/v1/auth/login"] {
+        let body = json!({ "email": "viewer@p.test", "password": PASSWORD }).to_string();
+        let mut req = with_cookie("POST", path, &cookie, body);
+        req.headers_mut()
+            .insert("origin", "https://evil.example".parse().unwrap());
+        let r = send(&w.app, req).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {}", r.body);
+        assert!(r.headers.get("set-cookie").is_none(), "{path}");
+    }
+    // The dashboard's own origin (default port spelled or not), and clients that are no
+    // browser (no Origin, no Referer), still work; so does an API key from anywhere.
+    for origin in ["http://127.0.0.1:3000", "HTTP://127.0.0.1:3000"] {
+        let mut req = with_cookie("POST", "/api/v1/orgs/org-a/api-keys", &cookie, key());
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        let r = send(&w.app, req).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{origin}: {}", r.body);
+    }
+    let mut req = with_cookie("POST", "/api/v1/orgs/org-a/api-keys", &cookie, key());
+    req.headers_mut().remove("origin");
+    assert_eq!(send(&w.app, req).await.status, StatusCode::CREATED);
+    let r = send(
+        &w.app,
+        Request::get("/api/v1/orgs/org-a/devices")
+            .header("x-api-key", &w.read)
+            .header("origin", "https://evil.example")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = send(
+        &w.app,
+        with_cookie("GET", "/api/v1/auth/me", &cookie, String::new()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "still signed in: {}", r.body);
+}
+
 breeze_store::on_both_backends!(
     resources_refuse_a_disabled_user_and_a_lost_role,
     resources_need_their_permission,
@@ -476,4 +605,6 @@ breeze_store::on_both_backends!(
     a_locked_database_answers_unavailable_and_retryable,
     readyz_reports_a_database_that_cannot_write,
     rest_bodies_are_limited_per_endpoint,
+    responses_carry_security_headers,
+    cookie_requests_from_another_origin_are_refused,
 );
