@@ -395,6 +395,10 @@ impl McpApp for BreezeMcp {
         let doc = resources::read(&org, &uri, &self.server_document(&cx))
             .await
             .map_err(|e| match e {
+                resources::ResourceError::Store(inner) if inner.is_retryable() => {
+                    tracing::warn!(error = %inner, "resource read found the database unavailable");
+                    ErrorObject::new(-32000, "Service temporarily unavailable; retry shortly")
+                }
                 resources::ResourceError::Store(inner) => {
                     tracing::error!(error = %inner, "resource read failed");
                     ErrorObject::internal("Internal error")

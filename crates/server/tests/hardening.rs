@@ -316,7 +316,7 @@ async fn a_locked_database_answers_unavailable_and_retryable(cx: Ctx) {
             cx.store
                 .raw_hold(&[
                     "BEGIN",
-                    "LOCK TABLE device_context, user_sessions IN ACCESS EXCLUSIVE MODE",
+                    "LOCK TABLE device_context, user_sessions, scripts IN ACCESS EXCLUSIVE MODE",
                 ])
                 .await
         }
@@ -340,9 +340,22 @@ async fn a_locked_database_answers_unavailable_and_retryable(cx: Ctx) {
     assert_eq!(error["retryable"], true, "{}", r.body);
     assert_eq!(error["code"], "UPSTREAM_ERROR", "{}", r.body);
 
-    if cx.store.backend() == Backend::Sqlite {
-        let r = bounded(&w.app, readyz()).await;
-        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    match cx.store.backend() {
+        // SQLite readers never wait for the writer; a database that cannot write is not ready.
+        Backend::Sqlite => {
+            let r = bounded(&w.app, readyz()).await;
+            assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+        }
+        // A PostgreSQL table lock stops readers too: the resource says so, retryably.
+        Backend::Postgres => {
+            let read = rpc(3, "resources/read", json!({ "uri": "breeze://scripts" }));
+            let r = bounded(&w.app, mcp(&w.write, &read)).await;
+            assert_eq!(r.body["error"]["code"], -32000, "{}", r.body);
+            assert_eq!(
+                err_msg(&r),
+                "Service temporarily unavailable; retry shortly"
+            );
+        }
     }
 
     held.release().await;
