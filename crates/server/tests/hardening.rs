@@ -611,6 +611,161 @@ async fn cookie_requests_from_another_origin_are_refused(cx: Ctx) {
     assert_eq!(r.status, StatusCode::OK, "still signed in: {}", r.body);
 }
 
+/// An agent's result over the socket that meets a locked database is stored once the lock is
+/// gone: the agent counts it delivered and never sends it again, so it was lost and the
+/// command timed out.
+async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
+    use breeze_agent_proto::{AgentFrame, CommandOutcome, CommandResult, ServerFrame};
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+    let options = StoreOptions {
+        lock_timeout: Duration::from_millis(300),
+        ..same_database(&cx).await
+    };
+    let store = Store::connect(&options, Arc::new(cx.clock.clone()))
+        .await
+        .unwrap();
+    let w = world(&Ctx {
+        store,
+        clock: cx.clock.clone(),
+        dir: cx.dir.clone(),
+    })
+    .await;
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let (secret, _) = w
+        .state
+        .auth
+        .create_enrollment_key(
+            breeze_auth::CreateEnrollmentKey {
+                org_id: w.org_a,
+                site_id: site,
+                name: "k".into(),
+                max_uses: None,
+                expires_at: w.state.clock.now() + chrono::Duration::hours(1),
+                created_by: "test".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let enroll = json!({
+        "enrollmentKey": secret.expose(), "hostname": "agent-host", "machineId": "m-lock",
+        "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12",
+                "kernel": "6.1", "arch": "x86_64" },
+        "agentVersion": "0.1.0",
+    });
+    let r = send(
+        &w.app,
+        Request::post("/api/v1/agents/enroll")
+            .header("content-type", "application/json")
+            .body(Body::from(enroll.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let device: breeze_core::DeviceId = serde_json::from_value(r.body["deviceId"].clone()).unwrap();
+    let token = r.body["token"].as_str().unwrap().to_owned();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(w.state.clone()),
+        std::future::pending(),
+    ));
+    let mut req = format!("ws://{addr}/api/v1/agents/ws")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let mut next_frame = async || loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+            .unwrap();
+        if let tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str::<ServerFrame>(t.as_str()).unwrap();
+        }
+    };
+    assert!(matches!(next_frame().await, ServerFrame::Welcome { .. }));
+
+    let cmd = w
+        .store
+        .org(w.org_a)
+        .create_command(
+            breeze_store::NewCommand {
+                device_id: device,
+                kind: breeze_agent_proto::CommandKind::ListProcesses {
+                    sort_by: breeze_agent_proto::ProcessSort::Cpu,
+                    limit: 3,
+                },
+                timeout_secs: 600,
+                output_cap_bytes: 1024,
+                queue_ttl: chrono::Duration::minutes(10),
+                script: None,
+                created_by: "test".into(),
+            },
+            audit("command.create"),
+        )
+        .await
+        .unwrap();
+    let held = match cx.store.backend() {
+        Backend::Sqlite => cx.store.raw_hold(&["BEGIN IMMEDIATE"]).await,
+        Backend::Postgres => {
+            cx.store
+                .raw_hold(&[
+                    "BEGIN",
+                    "LOCK TABLE device_commands IN ACCESS EXCLUSIVE MODE",
+                ])
+                .await
+        }
+    }
+    .unwrap();
+    let result = CommandResult {
+        command_id: cmd.id,
+        status: CommandOutcome::Completed,
+        exit_code: Some(0),
+        stdout: "done".into(),
+        stderr: String::new(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        result: Some(json!({ "processes": [] })),
+        error: None,
+        started_at: w.state.clock.now(),
+        finished_at: w.state.clock.now(),
+    };
+    ws.send(tungstenite::Message::Text(
+        serde_json::to_string(&AgentFrame::CommandResult(result))
+            .unwrap()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    // Let the first attempt meet the lock (it gives up after the 300 ms lock timeout).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    held.release().await;
+    let mut status = String::new();
+    for _ in 0..300 {
+        status = w
+            .store
+            .org(w.org_a)
+            .get_command(cmd.id)
+            .await
+            .unwrap()
+            .status;
+        if status == "completed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "completed", "the result was lost");
+    let stored = w.store.org(w.org_a).get_command(cmd.id).await.unwrap();
+    assert_eq!(stored.stdout.as_deref(), Some("done"));
+}
+
 breeze_store::on_both_backends!(
     resources_refuse_a_disabled_user_and_a_lost_role,
     resources_need_their_permission,
@@ -620,4 +775,5 @@ breeze_store::on_both_backends!(
     rest_bodies_are_limited_per_endpoint,
     responses_carry_security_headers,
     cookie_requests_from_another_origin_are_refused,
+    a_socket_result_survives_a_locked_database,
 );
