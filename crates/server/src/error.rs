@@ -20,7 +20,7 @@ pub struct ApiError {
     pub message: String,
     /// For 5xx: what really happened, logged but never sent.
     detail: Option<String>,
-    /// Seconds for a `Retry-After` header.
+    /// Seconds for a `Retry-After` header; the body then says `"retryable": true`.
     retry_after: Option<u64>,
 }
 
@@ -89,7 +89,11 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = %self.status, detail = self.detail.as_deref().unwrap_or(""), "request failed");
         }
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let body = if self.retry_after.is_some() {
+            json!({ "error": { "code": self.code, "message": self.message, "retryable": true } })
+        } else {
+            json!({ "error": { "code": self.code, "message": self.message } })
+        };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response
@@ -112,19 +116,11 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::bad_request(m),
-            StoreError::Database(ref inner) if is_unavailable(inner) => ApiError::unavailable(e),
+            // Locked, read-only, unreachable: the request may succeed in a moment.
+            StoreError::Unavailable(_) => ApiError::unavailable(e).retry_after(1),
             other => ApiError::internal(other),
         }
     }
-}
-
-fn is_unavailable(e: &breeze_store::SqlxError) -> bool {
-    matches!(
-        e,
-        breeze_store::SqlxError::PoolTimedOut
-            | breeze_store::SqlxError::PoolClosed
-            | breeze_store::SqlxError::Io(_)
-    )
 }
 
 impl From<breeze_gateway::GatewayError> for ApiError {

@@ -1,8 +1,11 @@
 //! Request extractors: JSON bodies with our error shape, the request id, and the principal.
+//!
+//! A request that changes state on the strength of the session cookie must come from this
+//! server's own origin ([`same_origin`]): SameSite=Strict is one wall, this is the second.
 
 use axum::{
     extract::{FromRequest, FromRequestParts, Request, rejection::JsonRejection},
-    http::{StatusCode, request::Parts},
+    http::{HeaderMap, Method, StatusCode, request::Parts},
 };
 use breeze_core::Principal;
 use serde::de::DeserializeOwned;
@@ -16,6 +19,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<crate::BodyLimit>()
+            .map_or(crate::MAX_REST_BODY_BYTES, |l| l.0);
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
             Err(rejection) => Err(match rejection {
@@ -28,7 +35,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
                     ApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "payload_too_large",
-                        format!("Request body exceeds {} bytes", crate::MAX_REST_BODY_BYTES),
+                        format!("Request body exceeds {limit} bytes"),
                     )
                 }
                 JsonRejection::JsonDataError(e) => {
@@ -79,11 +86,89 @@ impl FromRequestParts<AppState> for Authenticated {
         }
         match session_cookie(&parts.headers) {
             Some(token) => {
+                same_origin(&parts.method, &parts.headers, &state.config.public_url)?;
                 let user = state.auth.authenticate_session(Some(token)).await?;
                 Ok(Authenticated(Principal::User(user)))
             }
             None => Err(ApiError::unauthorized("Missing X-API-Key header")),
         }
+    }
+}
+
+/// Refuses a state-changing request (any method but GET, HEAD, OPTIONS) that a browser sent
+/// from another origin than `public_url`'s: by its `Origin` (`null` included), else its
+/// `Sec-Fetch-Site`, else its `Referer`. A request with none of them is no browser's
+/// cross-site request (browsers send `Origin` on every one) and passes.
+pub(crate) fn same_origin(
+    method: &Method,
+    headers: &HeaderMap,
+    public_url: &str,
+) -> Result<(), ApiError> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let ours = origin_of(public_url);
+    let refuse = |what: &str| {
+        Err(ApiError::forbidden(format!(
+            "cross-origin request refused: {what} is not {ours}"
+        )))
+    };
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("(invalid)"));
+    if let Some(origin) = header("origin") {
+        return if origin_of(origin) == ours {
+            Ok(())
+        } else {
+            refuse(&format!("Origin {origin:?}"))
+        };
+    }
+    if let Some(site) = header("sec-fetch-site")
+        && !matches!(site, "same-origin" | "none")
+    {
+        return refuse(&format!("Sec-Fetch-Site {site:?}"));
+    }
+    if let Some(referer) = header("referer")
+        && origin_of(referer) != ours
+    {
+        return refuse("the Referer's origin");
+    }
+    Ok(())
+}
+
+/// The origin of `url` (`scheme://host[:port]`), lowercased, without a default port.
+fn origin_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let scheme = scheme.to_ascii_lowercase();
+    let mut authority = authority.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => Some(":80"),
+        "https" => Some(":443"),
+        _ => None,
+    };
+    if let Some(port) = default_port
+        && authority.ends_with(port)
+    {
+        authority.truncate(authority.len() - port.len());
+    }
+    format!("{scheme}://{authority}")
+}
+
+/// A state-changing request that must come from this server's origin when a browser sends it
+/// (sign-in and sign-out, which do not go through [`Authenticated`]).
+pub(crate) struct SameOrigin;
+
+impl FromRequestParts<AppState> for SameOrigin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        same_origin(&parts.method, &parts.headers, &state.config.public_url)?;
+        Ok(SameOrigin)
     }
 }
 

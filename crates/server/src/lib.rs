@@ -15,7 +15,11 @@ mod routes;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{Router, extract::DefaultBodyLimit, http::HeaderName};
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::{HeaderName, HeaderValue, header},
+};
 use breeze_auth::AuthService;
 use breeze_core::Clock;
 use breeze_gateway::{Gateway, GatewayConfig};
@@ -26,6 +30,7 @@ use breeze_store::Store;
 use tokio::net::TcpListener;
 use tower_http::{
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    set_header::SetResponseHeaderLayer,
     trace::TraceLayer,
 };
 
@@ -37,8 +42,24 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The name of the dashboard session cookie.
 pub const SESSION_COOKIE: &str = "breeze_session";
 
-/// Largest REST request body accepted.
-pub const MAX_REST_BODY_BYTES: usize = 1024 * 1024;
+/// Largest REST request body accepted where a route states no other limit (see
+/// [`body_limit`]): every JSON request of the API fits in it many times over.
+pub const MAX_REST_BODY_BYTES: usize = 64 * 1024;
+
+/// The body limit in force for a request, for the 413 to state it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub(crate) usize);
+
+/// Caps the request bodies of `router`'s routes at `bytes`, instead of
+/// [`MAX_REST_BODY_BYTES`], for routes whose bodies need more.
+pub(crate) fn body_limit<S>(router: Router<S>, bytes: usize) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    router
+        .layer(DefaultBodyLimit::max(bytes))
+        .layer(axum::Extension(BodyLimit(bytes)))
+}
 
 /// Settings the HTTP layer needs.
 #[derive(Debug, Clone)]
@@ -179,6 +200,16 @@ pub fn app(breeze: Breeze) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES))
+        // Every response: never sniffed into another type, and never stored by a cache unless
+        // the handler says otherwise (API responses carry sessions, keys and tenant data).
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
                 let id = req

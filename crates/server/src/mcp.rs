@@ -166,6 +166,20 @@ impl BreezeMcp {
         }
     }
 
+    /// RBAC for `resources/read`, as the guard does it for tools: the key's user must hold a
+    /// role in the organization (a disabled user holds none), and that role the resource's
+    /// permission. Refused with the guard's words and error code.
+    fn require_role_for(principal: &ApiKeyPrincipal, uri: &str) -> Result<(), ErrorObject> {
+        let granted = principal
+            .permissions
+            .ok_or_else(|| ErrorObject::internal(Refusal::NoRole.to_string()))?;
+        match resources::permission_for(uri) {
+            Some(needed) => breeze_core::rbac::check(granted, needed)
+                .map_err(|d| ErrorObject::internal(Refusal::MissingPermission(d.0).to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// The `breeze://server` document for this request.
     fn server_document(&self, cx: &Cx<ApiKeyPrincipal>) -> Value {
         let mut doc = self.identity.clone();
@@ -376,10 +390,15 @@ impl McpApp for BreezeMcp {
         uri: String,
     ) -> Result<Vec<ResourceContents>, ErrorObject> {
         Self::require_read(&cx.caller.principal)?;
+        Self::require_role_for(&cx.caller.principal, &uri)?;
         let org = self.state.store.org(cx.caller.principal.org_id);
         let doc = resources::read(&org, &uri, &self.server_document(&cx))
             .await
             .map_err(|e| match e {
+                resources::ResourceError::Store(inner) if inner.is_retryable() => {
+                    tracing::warn!(error = %inner, "resource read found the database unavailable");
+                    ErrorObject::new(-32000, "Service temporarily unavailable; retry shortly")
+                }
                 resources::ResourceError::Store(inner) => {
                     tracing::error!(error = %inner, "resource read failed");
                     ErrorObject::internal("Internal error")

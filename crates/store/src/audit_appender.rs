@@ -60,7 +60,9 @@ use uuid::Uuid;
 use crate::{
     Backend, Store, StoreError,
     audit::{self, audit_columns},
-    open_connection, wal,
+    open_connection,
+    sql::{json_without_nul, without_nul},
+    wal,
 };
 
 /// Records that could not be written, each with why.
@@ -730,6 +732,9 @@ fn insert_rows<'a>(
 
 /// Binds `rows` to `insert`'s parameters in order ([`AUDIT_COLUMNS`] each, as
 /// [`audit_columns!`] names them) and runs it.
+///
+/// Text is bound as the `sql` module binds it: each U+0000 as U+FFFD (a scan of the bytes,
+/// allocating only for a value that holds one).
 fn execute_with(insert: &mut rusqlite::Statement<'_>, rows: &[Row<'_>]) -> rusqlite::Result<()> {
     for (i, row) in rows.iter().enumerate() {
         let columns: [&dyn rusqlite::ToSql; AUDIT_COLUMNS] = [
@@ -737,14 +742,14 @@ fn execute_with(insert: &mut rusqlite::Statement<'_>, rows: &[Row<'_>]) -> rusql
             &row.at,
             &row.org,
             &row.actor_type.as_str(),
-            &row.actor_id,
-            &row.action,
-            &row.resource_type,
-            &row.resource_id,
-            &row.details,
+            &without_nul(row.actor_id),
+            &without_nul(row.action),
+            &without_nul(row.resource_type),
+            &row.resource_id.map(without_nul),
+            &json_without_nul(row.details),
             &row.result.as_str(),
-            &row.error,
-            &row.request_id,
+            &row.error.map(without_nul),
+            &row.request_id.map(without_nul),
         ];
         for (j, value) in columns.into_iter().enumerate() {
             insert.raw_bind_parameter(i * AUDIT_COLUMNS + j + 1, value)?;

@@ -81,6 +81,12 @@ pub struct StoreOptions {
     pub max_connections: u32,
     /// PostgreSQL only: the schema to work in (tests use one per run).
     pub pg_schema: Option<String>,
+    /// How long a statement waits for a lock another connection holds before it fails as
+    /// [`StoreError::Unavailable`]: SQLite's busy timeout, PostgreSQL's `lock_timeout`.
+    pub lock_timeout: Duration,
+    /// PostgreSQL's `statement_timeout`: no request waits longer on one statement (migrations
+    /// run without it).
+    pub statement_timeout: Duration,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -89,6 +95,8 @@ impl std::fmt::Debug for StoreOptions {
             .field("url", &redact_url(&self.url))
             .field("max_connections", &self.max_connections)
             .field("pg_schema", &self.pg_schema)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
 }
@@ -100,6 +108,8 @@ impl StoreOptions {
             url: url.into(),
             max_connections: 10,
             pg_schema: None,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
     }
 }
@@ -162,6 +172,13 @@ pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
 /// How long a SQLite connection waits for another's write lock.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// [`StoreOptions::lock_timeout`] by default: a request waits this long for a lock at most,
+/// then answers "unavailable, retry".
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// [`StoreOptions::statement_timeout`] by default.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A rusqlite connection to the SQLite file at `path` with the pool's settings (see
 /// [`Store::connect`]): the audit journal's and the checkpointer's.
 pub(crate) fn open_connection(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
@@ -218,7 +235,7 @@ impl Store {
                 .map_err(|e| StoreError::Config(format!("DATABASE_URL: {e}")))?
                 .create_if_missing(true)
                 .foreign_keys(true)
-                .busy_timeout(SQLITE_BUSY_TIMEOUT);
+                .busy_timeout(options.lock_timeout);
             let opts = SQLITE_PRAGMAS
                 .iter()
                 .fold(opts, |opts, &(name, value)| opts.pragma(name, value));
@@ -250,6 +267,13 @@ impl Store {
             if let Some(schema) = &options.pg_schema {
                 opts = opts.options([("search_path", schema.as_str())]);
             }
+            // Without these a request waited on a lock as long as its holder liked (24 s and
+            // more), holding a pooled connection all along.
+            let millis = |d: Duration| d.as_millis().max(1).to_string();
+            opts = opts.options([
+                ("lock_timeout", millis(options.lock_timeout)),
+                ("statement_timeout", millis(options.statement_timeout)),
+            ]);
             Pool::Postgres(
                 PgPoolOptions::new()
                     .max_connections(options.max_connections)
@@ -296,7 +320,26 @@ impl Store {
     pub async fn migrate(&self) -> Result<()> {
         match &self.pool {
             Pool::Sqlite(p) => sqlx::migrate!("./migrations/sqlite").run(p).await?,
-            Pool::Postgres(p) => sqlx::migrate!("./migrations/postgres").run(p).await?,
+            Pool::Postgres(p) => {
+                // A migration may rewrite a large table: it runs without the request timeouts.
+                let mut conn = p.acquire().await?;
+                sqlx::query("SET statement_timeout = 0")
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("SET lock_timeout = 0")
+                    .execute(&mut *conn)
+                    .await?;
+                let migrated = sqlx::migrate!("./migrations/postgres")
+                    .run(&mut *conn)
+                    .await;
+                sqlx::query("RESET statement_timeout")
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("RESET lock_timeout")
+                    .execute(&mut *conn)
+                    .await?;
+                migrated?;
+            }
         }
         Ok(())
     }
@@ -305,6 +348,16 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         sql::sql("SELECT 1")
             .fetch_scalar::<i32>(self)
+            .await
+            .map(drop)
+    }
+
+    /// Checks that the database takes writes: an update that changes nothing, which fails on a
+    /// read-only database (file or mode, standby, `default_transaction_read_only`) and waits
+    /// for the write lock at most the lock timeout.
+    pub async fn ping_write(&self) -> Result<()> {
+        sql::sql("UPDATE partners SET name = name WHERE 1 = 0")
+            .execute(self)
             .await
             .map(drop)
     }

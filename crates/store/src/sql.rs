@@ -4,6 +4,12 @@
 //! PostgreSQL accept, and its arguments are [`Arg`]s that encode themselves for either
 //! backend. [`Sql`] runs against a [`Target`]: the pool, or an open [`Tx`]. Only this module
 //! matches on the backend.
+//!
+//! Stored text never holds U+0000: PostgreSQL refuses it in TEXT ("invalid byte sequence") and
+//! as `\u0000` in JSONB, while SQLite would keep it. So that both backends store the same and
+//! a NUL in a request cannot make its audit record or a result unstorable, every text and JSON
+//! argument has each U+0000 replaced by U+FFFD ([`without_nul`], [`json_without_nul`]); the
+//! audit appender applies the same to the rows it encodes itself. Bytes are stored as given.
 
 use std::borrow::Cow;
 
@@ -40,13 +46,64 @@ pub(crate) enum Arg {
 }
 
 impl Arg {
-    /// A value serialized to JSON (lists of scopes, permissions, tags; details).
+    /// A value serialized to JSON (lists of scopes, permissions, tags; details), any U+0000 in
+    /// its strings stored as U+FFFD.
     pub(crate) fn json(value: &impl serde::Serialize) -> Self {
         // Serializing our own plain data types cannot fail; keep a null rather than panic.
-        Arg::Json(Some(Json(
-            serde_json::value::to_raw_value(value).unwrap_or_default(),
-        )))
+        let raw = serde_json::value::to_raw_value(value).unwrap_or_default();
+        let raw = match json_without_nul(raw.get()) {
+            Cow::Borrowed(_) => raw,
+            // The replacement keeps the text valid JSON; should it not parse, store a null.
+            Cow::Owned(text) => RawValue::from_string(text).unwrap_or_default(),
+        };
+        Arg::Json(Some(Json(raw)))
     }
+}
+
+/// `s` with each U+0000 replaced by U+FFFD; allocates only when there is one.
+pub(crate) fn without_nul(s: &str) -> Cow<'_, str> {
+    if s.as_bytes().contains(&0) {
+        Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(s)
+    }
+}
+
+/// [`without_nul`] for an owned string.
+fn owned_without_nul(s: String) -> String {
+    match without_nul(&s) {
+        Cow::Borrowed(_) => s,
+        Cow::Owned(replaced) => replaced,
+    }
+}
+
+/// JSON text `s` with each `\u0000` escape (U+0000 in a string or key) replaced by `\ufffd`;
+/// allocates only when there is one. A `\\u0000` (an escaped backslash, then `u0000`) is left
+/// alone: the scan steps over every escape whole.
+pub(crate) fn json_without_nul(s: &str) -> Cow<'_, str> {
+    const NUL: &[u8] = b"\\u0000";
+    // Most JSON holds no backslash at all: one memchr decides, before any substring search.
+    if !s.as_bytes().contains(&b'\\') || !s.contains("\\u0000") {
+        return Cow::Borrowed(s);
+    }
+    let bytes = s.as_bytes();
+    let mut out = String::with_capacity(s.len() + 8);
+    let (mut copied, mut i) = (0, 0);
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+        } else if bytes[i..].starts_with(NUL) {
+            out.push_str(&s[copied..i]);
+            out.push_str("\\ufffd");
+            i += NUL.len();
+            copied = i;
+        } else {
+            // An escape: the character after the backslash is ASCII in valid JSON.
+            i += 2;
+        }
+    }
+    out.push_str(&s[copied.min(s.len())..]);
+    Cow::Owned(out)
 }
 
 macro_rules! arg_from {
@@ -66,9 +123,9 @@ arg_from! {
     bool => Bool,
     i64 => I64,
     f64 => F64,
-    String => Text,
-    &str => Text via str::to_owned,
-    &String => Text via String::clone,
+    String => Text via owned_without_nul,
+    &str => Text via |v: &str| without_nul(v).into_owned(),
+    &String => Text via |v: &String| without_nul(v).into_owned(),
     Vec<u8> => Bytes,
     &[u8] => Bytes via <[u8]>::to_vec,
     Uuid => Uuid,
@@ -388,7 +445,26 @@ pub(crate) fn escape_like(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::sqlite_text;
+    use std::borrow::Cow;
+
+    use super::{json_without_nul, sqlite_text, without_nul};
+
+    #[test]
+    fn nul_becomes_the_replacement_character() {
+        assert!(matches!(without_nul("plain"), Cow::Borrowed("plain")));
+        assert_eq!(without_nul("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        let json = serde_json::json!({ "k\0": ["x\0y", "\\u0000", "\\\0"] }).to_string();
+        let cleaned = json_without_nul(&json);
+        let back: serde_json::Value = serde_json::from_str(&cleaned).expect("still JSON");
+        // A literal backslash followed by `u0000` is text, not a NUL, and stays.
+        assert_eq!(
+            back,
+            serde_json::json!({ "k\u{FFFD}": ["x\u{FFFD}y", "\\u0000", "\\\u{FFFD}"] })
+        );
+        let text = "{\"a\":\"\\\\u0000\"}";
+        assert_eq!(json_without_nul(text), text);
+        assert!(matches!(json_without_nul("{\"a\":1}"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn sequential_placeholders_become_anonymous_on_sqlite() {

@@ -179,6 +179,26 @@ macro_rules! on_both_backends {
     };
 }
 
+/// A connection taken out of a store's pool that keeps the locks its statements took (a
+/// `BEGIN IMMEDIATE` on SQLite, a `LOCK TABLE` on PostgreSQL) until it is dropped or
+/// [`released`](HeldConnection::release): another process holding the database.
+pub struct HeldConnection(Held);
+
+enum Held {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl HeldConnection {
+    /// Closes the connection, which gives up its locks.
+    pub async fn release(self) {
+        let _ = match self.0 {
+            Held::Sqlite(c) => c.close().await,
+            Held::Postgres(c) => c.close().await,
+        };
+    }
+}
+
 /// Raw access for tests that must look past the store's interface (e.g. to prove a secret is
 /// stored nowhere). Compiled only with the `testing` feature.
 impl Store {
@@ -186,6 +206,27 @@ impl Store {
     /// (e.g. proving a secret is stored nowhere); never used by Breeze itself.
     pub async fn raw_execute(&self, statement: &str) -> Result<u64> {
         crate::sql::sql(statement).execute(self).await
+    }
+
+    /// Runs `statements` on a connection of the pool's own that is then kept out of the pool
+    /// and returned (see [`HeldConnection`]).
+    pub async fn raw_hold(&self, statements: &[&str]) -> Result<HeldConnection> {
+        Ok(HeldConnection(match &self.pool {
+            crate::Pool::Sqlite(p) => {
+                let mut conn = p.acquire().await?.detach();
+                for statement in statements {
+                    sqlx::query(statement).execute(&mut conn).await?;
+                }
+                Held::Sqlite(conn)
+            }
+            crate::Pool::Postgres(p) => {
+                let mut conn = p.acquire().await?.detach();
+                for statement in statements {
+                    sqlx::query(statement).execute(&mut conn).await?;
+                }
+                Held::Postgres(conn)
+            }
+        }))
     }
 
     /// Every row of `table` rendered as one string.

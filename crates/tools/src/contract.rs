@@ -202,6 +202,14 @@ impl From<StoreError> for ToolError {
             }
             StoreError::Conflict(m) => ToolError::new(ErrorCode::Conflict, m),
             StoreError::Invalid(m) => ToolError::invalid(m),
+            StoreError::Unavailable(inner) => {
+                tracing::warn!(error = %inner, "tool found the database unavailable");
+                ToolError::new(
+                    ErrorCode::UpstreamError,
+                    "the database is busy or unavailable",
+                )
+                .hint("retry in a few seconds")
+            }
             other => {
                 tracing::error!(error = %other, "tool failed on the store");
                 ToolError::new(ErrorCode::Internal, "internal error").hint("try again later")

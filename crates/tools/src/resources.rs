@@ -4,8 +4,12 @@
 //! `breeze://alerts` and `breeze://automations` (empty until those features land), the template
 //! `breeze://devices/{id}` (the device with its latest heartbeat and inventory), and
 //! `breeze://server` (identity, transport, protocol versions).
+//!
+//! Reading a resource is authorized like calling a tool: the key's user must hold a role in
+//! the key's organization, and that role the resource's [`permission_for`] (the server applies
+//! it with `rbac::check` before [`read`]).
 
-use breeze_core::DeviceId;
+use breeze_core::{DeviceId, Permission};
 use breeze_store::{DeviceFilter, OrgStore, StoreError};
 use serde_json::{Value, json};
 
@@ -59,6 +63,18 @@ pub const DEVICE_TEMPLATE: ResourceSpec = ResourceSpec {
     title: "One device",
     description: "One device of the organization, by id.",
 };
+
+/// The permission reading `uri` needs in the key's organization, besides a role there;
+/// `None` for `breeze://server` (no organization data) and for URIs that name no resource.
+pub fn permission_for(uri: &str) -> Option<Permission> {
+    match uri {
+        "breeze://devices" => Some(Permission::DevicesRead),
+        _ if uri.starts_with("breeze://devices/") => Some(Permission::DevicesRead),
+        "breeze://scripts" | "breeze://automations" => Some(Permission::ScriptsRead),
+        "breeze://alerts" => Some(Permission::AlertsRead),
+        _ => None,
+    }
+}
 
 /// Row caps per resource.
 pub const DEVICES_LIMIT: u32 = 500;

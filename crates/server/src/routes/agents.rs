@@ -30,22 +30,73 @@ use crate::{
 /// How often the server pings an idle socket (keeps proxies from closing it).
 const PING_EVERY: Duration = Duration::from_secs(30);
 
+/// Waits before each new attempt to store a command result the database could not take
+/// (about two minutes in all): over the socket the agent counts a result as delivered.
+const RESULT_RETRIES: [Duration; 7] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+];
+
+/// Stores a result that met an unavailable database again, in the background, until it is
+/// stored, the database refuses it for good, or [`RESULT_RETRIES`] run out.
+fn retry_result(state: &AppState, agent: &DevicePrincipal, result: CommandResult) {
+    let (gateway, device, org) = (state.gateway.clone(), agent.device_id, agent.org_id);
+    tokio::spawn(async move {
+        let id = result.command_id;
+        for wait in RESULT_RETRIES {
+            tokio::time::sleep(wait).await;
+            match gateway
+                .handle(device, org, AgentFrame::CommandResult(result.clone()))
+                .await
+            {
+                Ok(()) => return,
+                Err(breeze_gateway::GatewayError::Store(e)) if e.is_retryable() => {
+                    tracing::warn!(command = %id, error = %e, "command result still not stored; retrying");
+                }
+                Err(e) => {
+                    tracing::error!(command = %id, error = %e, "command result cannot be stored");
+                    return;
+                }
+            }
+        }
+        tracing::error!(command = %id, "command result not stored after retries; the command will time out");
+    });
+}
+
 /// Read and write buffer of one agent socket.
 const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Largest batch of metrics samples or log lines accepted in one report.
 const MAX_BATCH: usize = 5_000;
 
+/// Body limit of the batch reports (inventory with its software list, [`MAX_BATCH`] metric
+/// samples or log lines).
+const REPORT_BODY_BYTES: usize = 1024 * 1024;
+
 pub(crate) fn router() -> Router<AppState> {
-    Router::new()
+    let small = Router::new()
         .route("/agents/enroll", post(enroll))
         .route("/agents/ws", get(socket))
         .route("/agents/heartbeat", post(heartbeat))
+        .route("/agents/token/rotate", post(rotate));
+    let reports = Router::new()
         .route("/agents/inventory", post(inventory))
         .route("/agents/metrics", post(metrics))
-        .route("/agents/logs", post(logs))
-        .route("/agents/commands/{id}/result", post(result))
-        .route("/agents/token/rotate", post(rotate))
+        .route("/agents/logs", post(logs));
+    // A command's result may be as large over HTTP as over the socket (file contents in
+    // base64, two streams of output as escaped JSON).
+    let results = Router::new().route("/agents/commands/{id}/result", post(result));
+    small
+        .merge(crate::body_limit(reports, REPORT_BODY_BYTES))
+        .merge(crate::body_limit(
+            results,
+            breeze_agent_proto::MAX_FRAME_BYTES,
+        ))
 }
 
 async fn enroll(
@@ -149,8 +200,20 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                 };
                 match serde_json::from_str::<AgentFrame>(text.as_str()) {
                     Ok(frame) => {
-                        if let Err(e) = state.gateway.handle(agent.device_id, agent.org_id, frame).await {
-                            tracing::warn!(device = %agent.device_id, error = %e, "could not store an agent report");
+                        // A result is kept until stored: the agent will not send it again.
+                        let result = match &frame {
+                            AgentFrame::CommandResult(r) => Some(r.clone()),
+                            _ => None,
+                        };
+                        match state.gateway.handle(agent.device_id, agent.org_id, frame).await {
+                            Ok(()) => {}
+                            Err(breeze_gateway::GatewayError::Store(e)) if e.is_retryable() && result.is_some() => {
+                                tracing::warn!(device = %agent.device_id, error = %e, "database unavailable for a command result; retrying");
+                                if let Some(result) = result {
+                                    retry_result(&state, &agent, result);
+                                }
+                            }
+                            Err(e) => tracing::warn!(device = %agent.device_id, error = %e, "could not store an agent report"),
                         }
                     }
                     Err(e) => tracing::warn!(device = %agent.device_id, error = %e, "malformed agent frame"),

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ApiError, AppState, SESSION_COOKIE,
-    extract::{Authenticated, Json, RequestId},
+    extract::{Authenticated, Json, RequestId, SameOrigin},
 };
 
 pub(crate) fn router() -> Router<AppState> {
@@ -69,6 +69,7 @@ fn cookie(state: &AppState, value: &str, max_age_secs: i64) -> Result<HeaderValu
 
 async fn login(
     State(state): State<AppState>,
+    _: SameOrigin,
     RequestId(request_id): RequestId,
     Json(req): Json<LoginRequest>,
 ) -> Result<Response, ApiError> {
@@ -86,7 +87,11 @@ async fn login(
     Ok(response)
 }
 
-async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn logout(
+    State(state): State<AppState>,
+    _: SameOrigin,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     if let Some(token) = crate::extract::session_cookie(&headers) {
         state.auth.logout(token).await?;
     }

@@ -21,7 +21,12 @@ use crate::{
     extract::{Authenticated, Json as JsonBody, RequestId},
 };
 
+/// Body limit of a script's creation: a body at the store's limit, JSON-escaped (quotes,
+/// backslashes and newlines double), with its metadata.
+const SCRIPT_BODY_BYTES: usize = 4 * breeze_store::MAX_SCRIPT_BYTES;
+
 pub(crate) fn router() -> Router<AppState> {
+    let scripts = Router::new().route("/orgs/{org}/scripts", get(list_scripts).post(create_script));
     Router::new()
         .route(
             "/orgs/{org}/enrollment-keys",
@@ -31,7 +36,7 @@ pub(crate) fn router() -> Router<AppState> {
             "/orgs/{org}/enrollment-keys/{id}",
             axum::routing::delete(revoke_key),
         )
-        .route("/orgs/{org}/scripts", get(list_scripts).post(create_script))
+        .merge(crate::body_limit(scripts, SCRIPT_BODY_BYTES))
         .route(
             "/orgs/{org}/scripts/{id}",
             get(show_script).delete(delete_script),

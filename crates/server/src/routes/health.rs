@@ -16,8 +16,14 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
-/// The process can serve: the database answers.
+/// The process can serve: the database answers and takes writes (a read-only or locked
+/// database fails nearly every request, since each one writes its audit record).
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state.store.ping().await.map_err(ApiError::unavailable)?;
+    state
+        .store
+        .ping_write()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the database cannot write: {e}")))?;
     Ok(Json(json!({ "status": "ready", "database": "ok" })))
 }

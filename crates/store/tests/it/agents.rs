@@ -366,6 +366,57 @@ async fn commands_move_forward_only(cx: Ctx) {
     assert!(stored.stdout.unwrap().len() <= breeze_store::MAX_STORED_OUTPUT_BYTES);
 }
 
+/// An agent's report with NUL in its output is stored (U+0000 as U+FFFD) and readable, on
+/// both backends: PostgreSQL refused it, and the command waited until it timed out.
+async fn a_result_with_nul_output_is_stored(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, _) = world(s).await;
+    open_key(s, org, site).await;
+    let (dev, _) = s.enroll_device(&[1; 32], machine(41, None)).await.unwrap();
+    let cmd = s
+        .org(org)
+        .create_command(
+            NewCommand {
+                device_id: dev.id,
+                kind: CommandKind::ListProcesses {
+                    sort_by: ProcessSort::Cpu,
+                    limit: 5,
+                },
+                timeout_secs: 30,
+                output_cap_bytes: 1024,
+                queue_ttl: Duration::seconds(60),
+                script: None,
+                created_by: "api_key:k".into(),
+            },
+            audit("command.create", "command"),
+        )
+        .await
+        .unwrap();
+    let result = CommandResult {
+        command_id: cmd.id,
+        status: CommandOutcome::Failed,
+        exit_code: Some(1),
+        stdout: "bin\0ary".into(),
+        stderr: "\0".into(),
+        stdout_truncated: false,
+        stderr_truncated: false,
+        result: Some(serde_json::json!({ "processes": [{ "name": "a\0b" }], "k\0": 1 })),
+        error: Some("err\0or".into()),
+        started_at: s.clock().now(),
+        finished_at: s.clock().now(),
+    };
+    let stored = s.complete_command(dev.id, result).await.unwrap().unwrap();
+    assert_eq!(stored.status, "failed");
+    let read = s.org(org).get_command(cmd.id).await.unwrap();
+    assert_eq!(read.stdout.as_deref(), Some("bin\u{FFFD}ary"));
+    assert_eq!(read.stderr.as_deref(), Some("\u{FFFD}"));
+    assert_eq!(read.error.as_deref(), Some("err\u{FFFD}or"));
+    assert_eq!(
+        read.result,
+        Some(serde_json::json!({ "processes": [{ "name": "a\u{FFFD}b" }], "k\u{FFFD}": 1 }))
+    );
+}
+
 async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
@@ -517,6 +568,7 @@ breeze_store::on_both_backends!(
     token_rotation_is_two_phase,
     heartbeats_track_status_and_sessions,
     commands_move_forward_only,
+    a_result_with_nul_output_is_stored,
     metrics_roll_up_and_ignore_resends,
     scripts_are_validated_and_confined,
 );

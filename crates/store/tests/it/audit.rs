@@ -347,6 +347,73 @@ async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     assert_ne!(rows[0], rows[22]);
 }
 
+/// A record whose text holds NUL (a hostile client's method, tool name or URI) is stored with
+/// U+0000 as U+FFFD, whichever way it is written: PostgreSQL refused it, so the request left
+/// no trace.
+async fn records_with_nul_are_stored(cx: Ctx) {
+    let s = &cx.store;
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let org = s
+        .create_organization(partner.id, "A", "a", audit("o", "organization"))
+        .await
+        .unwrap();
+    let event = AuditEvent::new(
+        Actor::new(ActorType::ApiKey, "k\0"),
+        "mcp.tools\0call",
+        "mcp\0",
+    )
+    .org(org.id)
+    .resource("breeze://devices\0")
+    .details(serde_json::json!({ "tool": "query\0devices", "uri\0": "\\u0000" }))
+    .request(Some("req\0".into()))
+    .failed(AuditResult::Failure, "Unknown tool: query\0devices");
+    s.append_audit(&event).await.unwrap();
+    // A lone record (journaled on a SQLite file) and a batch (inserted directly there).
+    let appender = s.audit_appender();
+    for batch in [1, 20] {
+        let unwritten = appender.append(vec![event.clone(); batch]).await;
+        assert!(unwritten.is_empty(), "{unwritten:?}");
+    }
+    s.flush_audit().await;
+    let page = s
+        .org(org.id)
+        .query_audit(
+            &AuditFilter {
+                action: Some("mcp.".into()),
+                ..Default::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 22);
+    for r in &page.records {
+        let e = &r.event;
+        assert_eq!(e.action, "mcp.tools\u{FFFD}call");
+        assert_eq!(e.actor.id, "k\u{FFFD}");
+        assert_eq!(e.resource_type, "mcp\u{FFFD}");
+        assert_eq!(e.resource_id.as_deref(), Some("breeze://devices\u{FFFD}"));
+        assert_eq!(e.request_id.as_deref(), Some("req\u{FFFD}"));
+        assert_eq!(
+            e.error_message.as_deref(),
+            Some("Unknown tool: query\u{FFFD}devices")
+        );
+        assert_eq!(
+            e.details,
+            serde_json::json!({ "tool": "query\u{FFFD}devices", "uri\u{FFFD}": "\\u0000" })
+        );
+    }
+    // The stored rows are alike byte for byte, however they were written.
+    let rows = stored_rows_without_ids(s).await;
+    let nul_rows: Vec<&String> = rows.iter().filter(|r| r.contains("mcp.tools")).collect();
+    assert_eq!(nul_rows.len(), 22);
+    assert!(nul_rows.iter().all(|r| *r == nul_rows[0]), "{nul_rows:#?}");
+}
+
 async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
     let s = &cx.store;
     let appender = s.audit_appender();
@@ -390,6 +457,7 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
 
 breeze_store::on_both_backends!(
     the_appender_stores_rows_exactly_as_the_pool_does,
+    records_with_nul_are_stored,
     records_are_never_lost_when_the_table_cannot_take_them,
     batches_write_every_record,
     records_cannot_be_changed_or_deleted,

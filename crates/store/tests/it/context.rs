@@ -100,4 +100,59 @@ async fn context_entries_resolve_and_expire(cx: Ctx) {
     ));
 }
 
-breeze_store::on_both_backends!(context_entries_resolve_and_expire);
+/// A summary and details with NUL are stored (U+0000 as U+FFFD) on both backends: PostgreSQL
+/// answered an internal error, SQLite stored the NUL.
+async fn nul_in_context_is_stored_as_the_replacement_character(cx: Ctx) {
+    let s = &cx.store;
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let a = s
+        .create_organization(
+            partner.id,
+            "A",
+            "a",
+            audit("organization.create", "organization"),
+        )
+        .await
+        .unwrap();
+    let oa = s.org(a.id);
+    let site = oa
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let dev = oa
+        .create_device(
+            new_device(site.id, "web-01", DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
+        .await
+        .unwrap();
+    let entry = oa
+        .add_context(
+            NewContext {
+                device_id: dev.id,
+                context_type: "quirk".into(),
+                summary: "fan\0noise".into(),
+                details: Some(serde_json::json!({ "note\0": "x\0y" })),
+                created_by: "api_key:k\0".into(),
+                expires_at: None,
+            },
+            audit("device_context.create", "device_context").resource("a\0b"),
+        )
+        .await
+        .unwrap();
+    let read = oa.get_context(entry.id).await.unwrap();
+    assert_eq!(read.summary, "fan\u{FFFD}noise");
+    assert_eq!(read.created_by, "api_key:k\u{FFFD}");
+    assert_eq!(
+        read.details,
+        Some(serde_json::json!({ "note\u{FFFD}": "x\u{FFFD}y" }))
+    );
+}
+
+breeze_store::on_both_backends!(
+    nul_in_context_is_stored_as_the_replacement_character,
+    context_entries_resolve_and_expire
+);
