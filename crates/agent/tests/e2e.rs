@@ -400,7 +400,7 @@ async fn run(backend: Backend) {
         }),
     )
     .await;
-    assert!(out.unwrap_err().contains("protected location"));
+    assert!(out.unwrap_err().contains("is protected"));
 
     // Processes: the agent itself is among them.
     let (out, _) = call(&f, f.org, "execute_command", json!({
