@@ -381,7 +381,8 @@ pub enum CommandKind {
         name: String,
         action: ServiceActionKind,
     },
-    /// Result: `{"path":…,"entries":[{name,kind:"file"|"dir"|"symlink"|"other",sizeBytes,modifiedAt,mode}]}`.
+    /// Result: `{"path":…,"entries":[{name,kind:"file"|"dir"|"symlink"|"other",sizeBytes,modifiedAt,mode}],"protectedOmitted":n}`
+    /// (protected entries are left out and counted).
     FileList { path: String },
     /// Result: `{"path":…,"content":…,"encoding":"utf8"|"base64","sizeBytes":…,"truncated":bool}`.
     FileRead { path: String, max_bytes: u64 },
@@ -414,7 +415,8 @@ pub enum CommandKind {
     },
     /// Disk usage under `path`: totals per mount, the largest files and directories, and cleanup
     /// candidates (temp dirs, package caches, old rotated logs, large files) with sizes.
-    /// Result: `{"mounts":[…],"largestFiles":[{path,sizeBytes,modifiedAt}],"largestDirectories":[…],"cleanupCandidates":[{path,category,sizeBytes,reason}]}`.
+    /// Result: `{"mounts":[…],"largestFiles":[{path,sizeBytes,modifiedAt}],"largestDirectories":[…],"cleanupCandidates":[{path,category,sizeBytes,reason}],"protectedSkipped":n}`
+    /// (protected subtrees are not entered nor named).
     DiskScan {
         path: String,
         top_n: u32,
