@@ -8,6 +8,11 @@
 //! `/var/log`) and `large_file` (at or above the threshold). Cleanup deletes only paths that
 //! fall in the first three categories, after resolving symlinks in their parents, and never a
 //! protected path or a tree that holds one (or another mounted filesystem).
+//!
+//! The scan reads directories by path, not through descriptors as file reads do: a directory
+//! swapped for a link while it runs could show names and sizes (never contents) from where the
+//! link points, until the next entry's checks. Cleanup deletes with `remove_dir_all`, which
+//! does not follow links even under such a race.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

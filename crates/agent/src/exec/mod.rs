@@ -310,7 +310,12 @@ impl Executor {
         progress: Progress,
     ) -> Typed {
         let kind = kind.clone();
-        let guard = || self.protection.for_command(additions);
+        // The guard stats what the patterns name: built on the blocking pool with the work.
+        let guard = || {
+            let protection = self.protection.clone();
+            let additions = additions.to_vec();
+            move || protection.for_command(&additions)
+        };
         match kind {
             CommandKind::ListProcesses { sort_by, limit } => {
                 blocking(move || processes::list(sort_by, limit)).await
@@ -323,32 +328,32 @@ impl Executor {
                 blocking(move || services::action(&name, action)).await
             }
             CommandKind::FileList { path } => {
-                let g = guard()?;
-                blocking(move || files::list(&g, &path)).await
+                let g = guard();
+                blocking(move || files::list(&g()?, &path)).await
             }
             CommandKind::FileRead { path, max_bytes } => {
-                let g = guard()?;
-                blocking(move || files::read(&g, &path, max_bytes)).await
+                let g = guard();
+                blocking(move || files::read(&g()?, &path, max_bytes)).await
             }
             CommandKind::FileWrite {
                 path,
                 content,
                 encoding,
             } => {
-                let g = guard()?;
-                blocking(move || files::write(&g, &path, &content, encoding)).await
+                let g = guard();
+                blocking(move || files::write(&g()?, &path, &content, encoding)).await
             }
             CommandKind::FileDelete { path, recursive } => {
-                let g = guard()?;
-                blocking(move || files::delete(&g, &path, recursive)).await
+                let g = guard();
+                blocking(move || files::delete(&g()?, &path, recursive)).await
             }
             CommandKind::FileMkdir { path } => {
-                let g = guard()?;
-                blocking(move || files::mkdir(&g, &path)).await
+                let g = guard();
+                blocking(move || files::mkdir(&g()?, &path)).await
             }
             CommandKind::FileRename { from, to } => {
-                let g = guard()?;
-                blocking(move || files::rename(&g, &from, &to)).await
+                let g = guard();
+                blocking(move || files::rename(&g()?, &from, &to)).await
             }
             CommandKind::QueryLogs {
                 pattern,
@@ -374,12 +379,12 @@ impl Executor {
                 large_file_bytes,
             } => {
                 let deadline = deadline.into_std();
-                let g = guard()?;
-                blocking(move || disk::scan(&g, &path, top_n, large_file_bytes, deadline)).await
+                let g = guard();
+                blocking(move || disk::scan(&g()?, &path, top_n, large_file_bytes, deadline)).await
             }
             CommandKind::DiskCleanup { paths } => {
-                let g = guard()?;
-                blocking(move || Ok(disk::cleanup(&g, &paths))).await
+                let g = guard();
+                blocking(move || Ok(disk::cleanup(&g()?, &paths))).await
             }
             CommandKind::NetworkDiscovery { mode, cidr } => {
                 network::discover(id, mode, cidr.as_deref(), progress).await

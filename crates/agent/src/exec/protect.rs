@@ -85,17 +85,26 @@ impl Protection {
             .map_err(|e| format!("the organization's protected paths are invalid: {e}"))?;
         let mut ids = HashSet::new();
         let mut named = Vec::new();
+        // Wildcards are expanded by listing directories; an organization's `/*/*/*` must not
+        // make every command list the disk. Past this many names the identity check knows
+        // less (the name and resolved-path checks are whole regardless).
+        let mut budget = EXPANSION_BUDGET;
         for pattern in set.patterns() {
             let mut list = |dir: &Path| -> Vec<String> {
-                std::fs::read_dir(dir)
+                if budget == 0 {
+                    return Vec::new();
+                }
+                let names: Vec<String> = std::fs::read_dir(dir)
                     .map(|entries| {
                         entries
                             .filter_map(Result::ok)
-                            .take(10_000)
+                            .take(budget)
                             .map(|e| e.file_name().to_string_lossy().into_owned())
                             .collect()
                     })
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                budget -= names.len();
+                names
             };
             for path in pattern.expand(&mut list) {
                 // Followed: a protected name that is a link protects what it points to.
@@ -129,6 +138,9 @@ pub struct Guard {
     /// The existing paths the patterns name, for the hard-link check.
     named: Vec<PathBuf>,
 }
+
+/// Most names one command's pattern expansion lists.
+const EXPANSION_BUDGET: usize = 20_000;
 
 /// Most entries the hard-link check visits inside the protected trees before it gives up and
 /// refuses.
