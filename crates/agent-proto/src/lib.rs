@@ -1,7 +1,8 @@
 //! The wire contract between `breeze-agent` and the device gateway in `breeze-server`.
 //!
-//! Everything here is plain serde data; neither side's behaviour lives in this crate. JSON field
-//! names are camelCase, enums are tagged with `"type"`.
+//! Everything here is plain serde data; neither side's behaviour lives in this crate, with one
+//! exception: [`paths`], the protected-path patterns and their lexical matcher, which both sides
+//! must read alike. JSON field names are camelCase, enums are tagged with `"type"`.
 //!
 //! # Endpoints (all under the server's public URL)
 //!
@@ -25,6 +26,8 @@
 //! HTTP heartbeat after a reconnect). The agent runs a command id at most once and answers a
 //! repeated delivery with the stored result; the server accepts only the first terminal result
 //! for a command id and ignores the rest.
+
+pub mod paths;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -338,6 +341,11 @@ pub struct Command {
     /// Cap on captured stdout and on stderr, each; the rest is dropped and flagged truncated.
     pub output_cap_bytes: u64,
     pub kind: CommandKind,
+    /// The organization's additions to the protected paths (patterns, see [`paths`]). The
+    /// agent refuses file and disk work on these and on its built-in list, whatever else the
+    /// command says; an empty list removes nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_paths: Vec<String>,
 }
 
 /// What to run. Typed operations answer with a structured `result`; shell and script commands
@@ -373,7 +381,8 @@ pub enum CommandKind {
         name: String,
         action: ServiceActionKind,
     },
-    /// Result: `{"path":…,"entries":[{name,kind:"file"|"dir"|"symlink"|"other",sizeBytes,modifiedAt,mode}]}`.
+    /// Result: `{"path":…,"entries":[{name,kind:"file"|"dir"|"symlink"|"other",sizeBytes,modifiedAt,mode}],"protectedOmitted":n}`
+    /// (protected entries are left out and counted).
     FileList { path: String },
     /// Result: `{"path":…,"content":…,"encoding":"utf8"|"base64","sizeBytes":…,"truncated":bool}`.
     FileRead { path: String, max_bytes: u64 },
@@ -406,7 +415,8 @@ pub enum CommandKind {
     },
     /// Disk usage under `path`: totals per mount, the largest files and directories, and cleanup
     /// candidates (temp dirs, package caches, old rotated logs, large files) with sizes.
-    /// Result: `{"mounts":[…],"largestFiles":[{path,sizeBytes,modifiedAt}],"largestDirectories":[…],"cleanupCandidates":[{path,category,sizeBytes,reason}]}`.
+    /// Result: `{"mounts":[…],"largestFiles":[{path,sizeBytes,modifiedAt}],"largestDirectories":[…],"cleanupCandidates":[{path,category,sizeBytes,reason}],"protectedSkipped":n}`
+    /// (protected subtrees are not entered nor named).
     DiskScan {
         path: String,
         top_n: u32,
@@ -432,6 +442,39 @@ pub enum CommandKind {
     },
     /// Collect and send inventory now. Result: the inventory.
     CollectInventory,
+}
+
+impl CommandKind {
+    /// Whether the command reads or changes files by path (the kinds the protected paths
+    /// apply to).
+    pub fn touches_paths(&self) -> bool {
+        matches!(
+            self,
+            CommandKind::FileList { .. }
+                | CommandKind::FileRead { .. }
+                | CommandKind::FileWrite { .. }
+                | CommandKind::FileDelete { .. }
+                | CommandKind::FileMkdir { .. }
+                | CommandKind::FileRename { .. }
+                | CommandKind::DiskScan { .. }
+                | CommandKind::DiskCleanup { .. }
+        )
+    }
+
+    /// The paths the command names, for the server's lexical check.
+    pub fn paths(&self) -> Vec<&str> {
+        match self {
+            CommandKind::FileList { path }
+            | CommandKind::FileRead { path, .. }
+            | CommandKind::FileWrite { path, .. }
+            | CommandKind::FileDelete { path, .. }
+            | CommandKind::FileMkdir { path }
+            | CommandKind::DiskScan { path, .. } => vec![path.as_str()],
+            CommandKind::FileRename { from, to } => vec![from.as_str(), to.as_str()],
+            CommandKind::DiskCleanup { paths } => paths.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -546,6 +589,7 @@ mod tests {
                 sort_by: ProcessSort::Cpu,
                 limit: 5,
             },
+            protected_paths: Vec::new(),
         });
         let json = serde_json::to_value(&frame).expect("serialises");
         assert_eq!(json["type"], "command");

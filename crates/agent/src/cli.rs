@@ -45,6 +45,11 @@ enum Cmd {
     Run {
         #[arg(long)]
         config: Option<PathBuf>,
+        /// A file or directory no file or disk command may reach, besides the built-in list,
+        /// the config file and the state directory (repeatable; `breeze demo` protects its data
+        /// directory this way).
+        #[arg(long = "protect", value_name = "PATH")]
+        protect: Vec<PathBuf>,
     },
     /// Replace the device token with a new one from the server.
     RotateToken {
@@ -163,11 +168,11 @@ async fn real_main(cli: Cli, clock: Arc<dyn Clock>, logs: Arc<LogControl>) -> an
             );
             Ok(())
         }
-        Cmd::Run { config } => {
+        Cmd::Run { config, protect } => {
             let path = config_path(config);
             let shutdown = CancellationToken::new();
             tokio::spawn(shutdown_signal(shutdown.clone()));
-            runtime::run(&path, clock, logs, shutdown)
+            runtime::run(&path, &protect, clock, logs, shutdown)
                 .await
                 .map_err(explain)
                 .with_context(|| format!("cannot run with config {}", path.display()))

@@ -82,14 +82,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Runs the agent from the config file at `config_path` until `shutdown` fires.
+/// Runs the agent from the config file at `config_path` until `shutdown` fires. File and disk
+/// commands may not reach the config file, the state directory nor anything in `protect`.
 pub async fn run(
     config_path: &Path,
+    protect: &[PathBuf],
     clock: Arc<dyn Clock>,
     logs: Arc<LogControl>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
-    let agent = Agent::start(config_path, clock, logs, shutdown.clone())?;
+    let agent = Agent::start(config_path, protect, clock, logs, shutdown.clone())?;
     tracing::info!(
         device_id = %lock(&agent.file).device_id,
         server = agent.api.server_url(),
@@ -117,6 +119,7 @@ impl Agent {
     /// Loads the config file and opens the journal (recovering interrupted commands).
     pub fn start(
         config_path: &Path,
+        protect: &[PathBuf],
         clock: Arc<dyn Clock>,
         logs: Arc<LogControl>,
         shutdown: CancellationToken,
@@ -138,7 +141,22 @@ impl Agent {
         }
         let api = Api::new(&file.server_url, file.token.clone())?;
         let (config_tx, _) = watch::channel(file.config);
-        let executor = Executor::new(&state_dir, clock.clone(), logs.clone());
+        let mut own = vec![config_path.to_path_buf()];
+        own.extend_from_slice(protect);
+        // The config file's temporary siblings while it is being rewritten (config::write_atomic).
+        let temporaries = match (config_path.parent(), config_path.file_name()) {
+            (Some(dir), Some(name)) => {
+                let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+                vec![format!(
+                    "{}/.{}.*.tmp",
+                    dir.display(),
+                    name.to_string_lossy()
+                )]
+            }
+            _ => Vec::new(),
+        };
+        let executor =
+            Executor::new(&state_dir, clock.clone(), logs.clone()).protecting(&own, &temporaries);
         Ok(Arc::new(Agent {
             config_path: config_path.to_path_buf(),
             file: Mutex::new(file),

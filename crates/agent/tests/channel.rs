@@ -58,7 +58,9 @@ fn start_agent(config: PathBuf) -> (CancellationToken, tokio::task::JoinHandle<(
     let logs = Arc::new(LogControl::new(clock.clone(), LogLevel::Warn));
     let token = shutdown.clone();
     let handle = tokio::spawn(async move {
-        runtime::run(&config, clock, logs, token).await.unwrap();
+        runtime::run(&config, &[], clock, logs, token)
+            .await
+            .unwrap();
     });
     (shutdown, handle)
 }
@@ -72,6 +74,7 @@ fn shell_command(line: &str) -> Command {
             shell: Shell::Sh,
             command: line.into(),
         },
+        protected_paths: Vec::new(),
     }
 }
 

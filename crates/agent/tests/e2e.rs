@@ -400,7 +400,74 @@ async fn run(backend: Backend) {
         }),
     )
     .await;
-    assert!(out.unwrap_err().contains("protected location"));
+    assert!(out.unwrap_err().contains("is protected"));
+
+    // The agent refuses on its own what the server lets through: its own config file (the
+    // device token), and, through a link the server cannot see, a path the organization added.
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "read", "path": config.display().to_string() }),
+    )
+    .await;
+    let refused = out.unwrap_err();
+    assert!(refused.contains("is protected"), "{refused}");
+    assert!(!refused.contains("brz_"), "{refused}");
+    let vault = work.path().join("vault");
+    std::fs::create_dir(&vault).unwrap();
+    std::fs::write(vault.join("key.pem"), "PRIVATE").unwrap();
+    std::os::unix::fs::symlink(&vault, work.path().join("shortcut")).unwrap();
+    f.store
+        .org(f.org)
+        .set_protected_paths(
+            &[vault.display().to_string()],
+            audit("org.protected_paths.set"),
+        )
+        .await
+        .unwrap();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "read", "path": vault.join("key.pem").display().to_string() }),
+    )
+    .await;
+    assert!(
+        out.unwrap_err().contains("is protected"),
+        "the server's wall"
+    );
+    let through_link = work.path().join("shortcut/key.pem").display().to_string();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "read", "path": through_link }),
+    )
+    .await;
+    let refused = out.unwrap_err();
+    assert!(
+        refused.contains("is protected"),
+        "the agent's wall: {refused}"
+    );
+    assert!(!refused.contains("PRIVATE"));
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "list", "path": work.path().display().to_string() }),
+    )
+    .await;
+    let listing = out.unwrap()["result"].clone();
+    assert!(!listing.to_string().contains("\"vault\""), "{listing}");
+    assert_eq!(listing["protectedOmitted"], 1);
+    f.store
+        .org(f.org)
+        .set_protected_paths(&[], audit("org.protected_paths.set"))
+        .await
+        .unwrap();
+    std::fs::remove_file(work.path().join("shortcut")).unwrap();
+    std::fs::remove_dir_all(&vault).unwrap();
 
     // Processes: the agent itself is among them.
     let (out, _) = call(&f, f.org, "execute_command", json!({

@@ -31,6 +31,7 @@ fn command(kind: CommandKind) -> Command {
         timeout_secs: 30,
         output_cap_bytes: 1024 * 1024,
         kind,
+        protected_paths: Vec::new(),
     }
 }
 

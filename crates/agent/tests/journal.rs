@@ -30,6 +30,7 @@ async fn same_id_twice_runs_once() {
             body: format!("echo ran >> {}; echo hello", marker.display()),
             args: vec![],
         },
+        protected_paths: Vec::new(),
     };
     let mut results = Vec::new();
     for _ in 0..2 {

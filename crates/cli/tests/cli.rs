@@ -231,6 +231,21 @@ fn demo_seeds_serves_and_reuses_its_keys() {
             .unwrap()
             .is_empty()
     );
+    // A read key cannot read the demo's secrets through the agent on the same machine: its
+    // keys and admin password, its database, the agent's own token.
+    let data = std::fs::canonicalize(dir.path().join("breeze-data")).unwrap();
+    for secret in ["demo.json", "breeze.db", "agent/agent.json"] {
+        let path = data.join(secret).display().to_string();
+        let r = mcp_tool(
+            port,
+            read,
+            "file_operations",
+            serde_json::json!({ "deviceId": device, "action": "read", "path": path }),
+        );
+        assert_eq!(r["isError"], true, "{secret} was read: {r}");
+        assert!(r.to_string().contains("is protected"), "{r}");
+        assert!(!r.to_string().contains("brz_"), "{r}");
+    }
     let (_, scripts) = http_get(port, "/api/v1/orgs/acme/scripts", Some(read)).unwrap();
     assert!(
         scripts.to_string().contains("Disk usage report"),

@@ -26,7 +26,7 @@ pub const MAX_STORED_OUTPUT_BYTES: usize = 1024 * 1024;
 const COLUMNS: &str = "id, org_id, device_id, kind, payload, status, timeout_secs, \
     output_cap_bytes, script_id, script_name, created_by, created_at, deadline_at, sent_at, \
     started_at, completed_at, exit_code, stdout, stderr, stdout_truncated, stderr_truncated, \
-    result, error";
+    result, error, protected_paths";
 
 /// A command as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -58,6 +58,10 @@ pub struct CommandRecord {
     #[sqlx(json(nullable))]
     pub result: Option<Value>,
     pub error: Option<String>,
+    /// The organization's protected-path additions when the command was queued (file and
+    /// disk commands only; the agent adds them to its own list).
+    #[sqlx(json)]
+    pub protected_paths: Vec<String>,
 }
 
 impl CommandRecord {
@@ -75,6 +79,7 @@ impl CommandRecord {
             timeout_secs: u32::try_from(self.timeout_secs).unwrap_or(u32::MAX),
             output_cap_bytes: u64::try_from(self.output_cap_bytes).unwrap_or(0),
             kind,
+            protected_paths: self.protected_paths.clone(),
         })
     }
 }
@@ -135,9 +140,15 @@ impl OrgStore<'_> {
         let deadline = now + new.queue_ttl + Duration::seconds(i64::from(new.timeout_secs));
         let kind = kind_tag(&new.kind);
         let mut tx = Tx::begin(&self.store.pool).await?;
+        let protected = if new.kind.touches_paths() {
+            crate::protected_paths::load(&mut tx, self.org).await?
+        } else {
+            Vec::new()
+        };
         sql(format!(
             "INSERT INTO device_commands ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, 'pending', $6, \
-             $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, NULL, NULL, NULL, FALSE, FALSE, NULL, NULL)"
+             $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, NULL, NULL, NULL, FALSE, FALSE, NULL, NULL, \
+             $13)"
         ))
         .bind(id)
         .bind(self.org)
@@ -151,6 +162,7 @@ impl OrgStore<'_> {
         .bind(&new.created_by)
         .bind(now)
         .bind(deadline)
+        .bind(Arg::json(&protected))
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({

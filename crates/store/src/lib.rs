@@ -19,6 +19,7 @@ mod devices;
 mod directory;
 mod error;
 mod metrics;
+mod protected_paths;
 mod scripts;
 mod sql;
 mod tenancy;

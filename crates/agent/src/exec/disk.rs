@@ -1,11 +1,18 @@
 //! `DiskScan` and `DiskCleanup`.
 //!
 //! The scan walks a tree without following symlinks and without entering `/proc`, `/sys` or
-//! `/dev`, within a budget of entries and the command's deadline; it reports the largest files
+//! `/dev` or any protected path (see [`super::protect`]; a scan of `/` skips those subtrees and
+//! names none of them), within a budget of entries and the command's deadline; it reports the largest files
 //! and directories, the mounts, and cleanup candidates: `temp` (under `/tmp`, `/var/tmp`),
 //! `cache` (users' `~/.cache`, apt's downloaded packages), `old_logs` (rotated logs under
 //! `/var/log`) and `large_file` (at or above the threshold). Cleanup deletes only paths that
-//! fall in the first three categories, after resolving symlinks in their parents.
+//! fall in the first three categories, after resolving symlinks in their parents, and never a
+//! protected path or a tree that holds one (or another mounted filesystem).
+//!
+//! The scan reads directories by path, not through descriptors as file reads do: a directory
+//! swapped for a link while it runs could show names and sizes (never contents) from where the
+//! link points, until the next entry's checks. Cleanup deletes with `remove_dir_all`, which
+//! does not follow links even under such a race.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -14,6 +21,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::protect::{Guard, Resolve};
 use super::{Typed, system_time};
 
 /// Most entries one scan visits.
@@ -101,7 +109,9 @@ pub fn categorize(path: &Path) -> Option<Category> {
     None
 }
 
-struct Walk {
+struct Walk<'g> {
+    guard: &'g Guard,
+    protected: u64,
     top_n: usize,
     large: u64,
     deadline: Instant,
@@ -126,7 +136,7 @@ fn keep_top(heap: &mut BinaryHeap<Reverse<(u64, String)>>, n: usize, size: u64, 
     }
 }
 
-impl Walk {
+impl Walk<'_> {
     fn exhausted(&mut self) -> bool {
         if self.visited >= SCAN_BUDGET
             || (self.visited.is_multiple_of(1024) && Instant::now() >= self.deadline)
@@ -157,6 +167,7 @@ impl Walk {
                         };
                         let child = entry.path();
                         match std::fs::symlink_metadata(&child) {
+                            Ok(m) if self.guard.skips(&child, &m) => self.protected += 1,
                             Ok(m) => {
                                 total =
                                     total.saturating_add(self.walk(&child, &m, category.is_some()));
@@ -199,11 +210,14 @@ fn mtime(path: &str) -> Value {
 }
 
 /// Scans `path`. See the module docs.
-pub fn scan(path: &str, top_n: u32, large_file_bytes: u64, deadline: Instant) -> Typed {
-    let root = PathBuf::from(path);
-    if !root.is_absolute() {
-        return Err(format!("path {path:?} must be absolute"));
-    }
+pub fn scan(
+    guard: &Guard,
+    path: &str,
+    top_n: u32,
+    large_file_bytes: u64,
+    deadline: Instant,
+) -> Typed {
+    let root = guard.resolve(path, Resolve::Follow)?;
     let meta = std::fs::symlink_metadata(&root).map_err(|e| format!("cannot scan {path}: {e}"))?;
     let top_n = if top_n == 0 {
         20
@@ -211,6 +225,8 @@ pub fn scan(path: &str, top_n: u32, large_file_bytes: u64, deadline: Instant) ->
         top_n.min(1000) as usize
     };
     let mut walk = Walk {
+        guard,
+        protected: 0,
         top_n,
         large: if large_file_bytes == 0 {
             u64::MAX
@@ -276,6 +292,7 @@ pub fn scan(path: &str, top_n: u32, large_file_bytes: u64, deadline: Instant) ->
         "scannedEntries": walk.visited,
         "truncated": walk.truncated,
         "unreadable": walk.errors,
+        "protectedSkipped": walk.protected,
         "mounts": mounts,
         "largestFiles": largest_files,
         "largestDirectories": largest_dirs,
@@ -283,22 +300,15 @@ pub fn scan(path: &str, top_n: u32, large_file_bytes: u64, deadline: Instant) ->
     }))
 }
 
-/// The path with symlinks in its parent resolved, `..` refused.
-fn resolve(path: &str) -> Result<PathBuf, String> {
-    let p = PathBuf::from(path);
-    if !p.is_absolute() {
-        return Err("not an absolute path".to_owned());
-    }
-    if p.components()
+/// The path with symlinks in its parent resolved and checked, `.` and `..` refused.
+fn resolve(guard: &Guard, path: &str) -> Result<PathBuf, String> {
+    if Path::new(path)
+        .components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
         return Err("the path contains . or .. components".to_owned());
     }
-    let name = p.file_name().ok_or("the path has no file name")?;
-    let parent = p.parent().ok_or("the path has no parent")?;
-    let parent =
-        std::fs::canonicalize(parent).map_err(|e| format!("cannot resolve its directory: {e}"))?;
-    Ok(parent.join(name))
+    guard.resolve(path, Resolve::Parent)
 }
 
 fn tree_size(path: &Path, budget: &mut u64) -> u64 {
@@ -326,15 +336,22 @@ fn tree_size(path: &Path, budget: &mut u64) -> u64 {
 }
 
 /// Deletes recognised cleanup candidates; everything else is skipped with a reason.
-pub fn cleanup(paths: &[String]) -> Value {
+pub fn cleanup(guard: &Guard, paths: &[String]) -> Value {
     let mut deleted = Vec::new();
     let mut skipped = Vec::new();
     let mut freed = 0u64;
     for path in paths {
         let outcome = (|| -> Result<u64, String> {
-            let resolved = resolve(path)?;
+            let resolved = resolve(guard, path)?;
             if categorize(&resolved).is_none() {
                 return Err("not a cleanup candidate: only paths inside a temp or cache directory, or rotated logs, are deleted".to_owned());
+            }
+            let mut budget = SCAN_BUDGET;
+            if guard.tree_holds_protected(&resolved, &mut budget) {
+                return Err(format!(
+                    "{} (it holds protected paths or another filesystem)",
+                    Guard::refusal(path)
+                ));
             }
             let meta =
                 std::fs::symlink_metadata(&resolved).map_err(|e| format!("cannot read it: {e}"))?;

@@ -11,6 +11,7 @@ pub mod files;
 pub mod network;
 pub mod process;
 pub mod processes;
+pub mod protect;
 pub mod services;
 pub mod syslog;
 
@@ -29,6 +30,7 @@ use uuid::Uuid;
 
 use crate::logship::LogControl;
 use process::{Captured, End};
+use protect::Protection;
 
 /// Used when a command carries `timeoutSecs: 0`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -50,6 +52,7 @@ pub struct Executor {
     state_dir: PathBuf,
     clock: Arc<dyn Clock>,
     logs: Arc<LogControl>,
+    protection: Arc<Protection>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -61,13 +64,25 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// An executor writing temporary scripts under `state_dir/scripts`.
+    /// An executor writing temporary scripts under `state_dir/scripts`. File and disk
+    /// commands may not reach `state_dir` nor the built-in protected paths.
     pub fn new(state_dir: &Path, clock: Arc<dyn Clock>, logs: Arc<LogControl>) -> Executor {
         Executor {
             state_dir: state_dir.to_path_buf(),
             clock,
             logs,
+            protection: Arc::new(Protection::new(&[state_dir.to_path_buf()])),
         }
+    }
+
+    /// Also protects `paths` (the agent's config file, `--protect` directories) and what
+    /// `patterns` name, besides the state directory and the built-in list.
+    #[must_use]
+    pub fn protecting(mut self, paths: &[PathBuf], patterns: &[String]) -> Executor {
+        let mut all = vec![self.state_dir.clone()];
+        all.extend_from_slice(paths);
+        self.protection = Arc::new(Protection::new(&all).with_patterns(patterns));
+        self
     }
 
     /// The clock the executor stamps results with.
@@ -121,7 +136,13 @@ impl Executor {
             }
             kind => {
                 let deadline = Instant::now() + timeout;
-                let work = self.typed(command.id, kind, deadline, progress);
+                let work = self.typed(
+                    command.id,
+                    kind,
+                    &command.protected_paths,
+                    deadline,
+                    progress,
+                );
                 let outcome = tokio::select! {
                     r = work => Ok(r),
                     () = tokio::time::sleep_until(deadline) => Err(CommandOutcome::TimedOut),
@@ -284,10 +305,17 @@ impl Executor {
         &self,
         id: Uuid,
         kind: &CommandKind,
+        additions: &[String],
         deadline: Instant,
         progress: Progress,
     ) -> Typed {
         let kind = kind.clone();
+        // The guard stats what the patterns name: built on the blocking pool with the work.
+        let guard = || {
+            let protection = self.protection.clone();
+            let additions = additions.to_vec();
+            move || protection.for_command(&additions)
+        };
         match kind {
             CommandKind::ListProcesses { sort_by, limit } => {
                 blocking(move || processes::list(sort_by, limit)).await
@@ -299,21 +327,33 @@ impl Executor {
             CommandKind::ServiceAction { name, action } => {
                 blocking(move || services::action(&name, action)).await
             }
-            CommandKind::FileList { path } => blocking(move || files::list(&path)).await,
+            CommandKind::FileList { path } => {
+                let g = guard();
+                blocking(move || files::list(&g()?, &path)).await
+            }
             CommandKind::FileRead { path, max_bytes } => {
-                blocking(move || files::read(&path, max_bytes)).await
+                let g = guard();
+                blocking(move || files::read(&g()?, &path, max_bytes)).await
             }
             CommandKind::FileWrite {
                 path,
                 content,
                 encoding,
-            } => blocking(move || files::write(&path, &content, encoding)).await,
-            CommandKind::FileDelete { path, recursive } => {
-                blocking(move || files::delete(&path, recursive)).await
+            } => {
+                let g = guard();
+                blocking(move || files::write(&g()?, &path, &content, encoding)).await
             }
-            CommandKind::FileMkdir { path } => blocking(move || files::mkdir(&path)).await,
+            CommandKind::FileDelete { path, recursive } => {
+                let g = guard();
+                blocking(move || files::delete(&g()?, &path, recursive)).await
+            }
+            CommandKind::FileMkdir { path } => {
+                let g = guard();
+                blocking(move || files::mkdir(&g()?, &path)).await
+            }
             CommandKind::FileRename { from, to } => {
-                blocking(move || files::rename(&from, &to)).await
+                let g = guard();
+                blocking(move || files::rename(&g()?, &from, &to)).await
             }
             CommandKind::QueryLogs {
                 pattern,
@@ -339,9 +379,13 @@ impl Executor {
                 large_file_bytes,
             } => {
                 let deadline = deadline.into_std();
-                blocking(move || disk::scan(&path, top_n, large_file_bytes, deadline)).await
+                let g = guard();
+                blocking(move || disk::scan(&g()?, &path, top_n, large_file_bytes, deadline)).await
             }
-            CommandKind::DiskCleanup { paths } => blocking(move || Ok(disk::cleanup(&paths))).await,
+            CommandKind::DiskCleanup { paths } => {
+                let g = guard();
+                blocking(move || Ok(disk::cleanup(&g()?, &paths))).await
+            }
             CommandKind::NetworkDiscovery { mode, cidr } => {
                 network::discover(id, mode, cidr.as_deref(), progress).await
             }

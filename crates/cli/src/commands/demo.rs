@@ -129,9 +129,15 @@ async fn local_agent(app: App, base_url: String, dir: std::path::PathBuf) {
             return;
         }
     };
+    // The agent runs as this user and can see the data directory: its file tools must not
+    // reach demo.json (keys, the admin password), the database or its own token.
+    let data_dir =
+        std::path::absolute(dir.parent().unwrap_or(&dir)).unwrap_or_else(|_| dir.clone());
     let child = tokio::process::Command::new(exe)
         .args(["agent", "run", "--config"])
         .arg(&config)
+        .arg("--protect")
+        .arg(&data_dir)
         .env("BREEZE_AGENT_LOG", "warn")
         .env(crate::EXIT_WITH_PARENT, "1")
         .stdin(std::process::Stdio::piped())

@@ -8,6 +8,7 @@ pub(crate) mod auth;
 pub(crate) mod fleet;
 pub(crate) mod health;
 pub(crate) mod orgs;
+pub(crate) mod protected_paths;
 
 use axum::Router;
 
@@ -23,6 +24,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(agents::router())
         .merge(approvals::router())
         .merge(fleet::router())
+        .merge(protected_paths::router())
 }
 
 pub(crate) async fn not_found() -> ApiError {

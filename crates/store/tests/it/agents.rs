@@ -563,7 +563,117 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
     assert!(o.list_scripts(None, None).await.unwrap().is_empty());
 }
 
+/// An organization's protected-path additions: validated, replaced as a whole with an audit
+/// record of before and after, confined to the organization, and copied onto each file or
+/// disk command queued afterwards (and only onto those), so the agent gets them with it.
+async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, other) = world(s).await;
+    open_key(s, org, site).await;
+    let (dev, _) = s.enroll_device(&[1; 32], machine(41, None)).await.unwrap();
+    let o = s.org(org);
+    assert!(o.protected_paths().await.unwrap().is_empty());
+    for bad in [
+        vec!["relative".to_owned()],
+        vec!["/a/../b".to_owned()],
+        vec!["/".to_owned()],
+    ] {
+        let e = o
+            .set_protected_paths(&bad, audit("org.protected_paths.set", "organization"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Invalid(_)), "{bad:?}: {e}");
+    }
+    let set = o
+        .set_protected_paths(
+            &[
+                "/srv/vault".into(),
+                " /srv/vault ".into(),
+                "~/.secrets".into(),
+            ],
+            audit("org.protected_paths.set", "organization"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(set, vec!["/srv/vault".to_owned(), "~/.secrets".to_owned()]);
+    assert_eq!(o.protected_paths().await.unwrap(), set);
+    assert!(s.org(other).protected_paths().await.unwrap().is_empty());
+    let page = o
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("org.protected_paths.set".into()),
+                ..Default::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        page.records.len(),
+        1,
+        "only the change that happened is audited"
+    );
+    assert_eq!(
+        page.records[0].event.details["after"],
+        serde_json::json!(["/srv/vault", "~/.secrets"])
+    );
+    assert_eq!(
+        page.records[0].event.details["before"],
+        serde_json::json!([])
+    );
+
+    let queue = |kind: CommandKind| NewCommand {
+        device_id: dev.id,
+        kind,
+        timeout_secs: 30,
+        output_cap_bytes: 1024,
+        queue_ttl: Duration::seconds(60),
+        script: None,
+        created_by: "t".into(),
+    };
+    let read = o
+        .create_command(
+            queue(CommandKind::FileRead {
+                path: "/srv/x".into(),
+                max_bytes: 10,
+            }),
+            audit("command.create", "command"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.to_wire().unwrap().protected_paths, set);
+    let ps = o
+        .create_command(
+            queue(CommandKind::ListProcesses {
+                sort_by: ProcessSort::Cpu,
+                limit: 1,
+            }),
+            audit("command.create", "command"),
+        )
+        .await
+        .unwrap();
+    assert!(ps.to_wire().unwrap().protected_paths.is_empty());
+    // A command keeps the list of its moment; clearing the list does not touch the built-ins
+    // (they are not data) and applies to later commands.
+    o.set_protected_paths(&[], audit("org.protected_paths.set", "organization"))
+        .await
+        .unwrap();
+    assert_eq!(o.get_command(read.id).await.unwrap().protected_paths, set);
+    let later = o
+        .create_command(
+            queue(CommandKind::FileList {
+                path: "/srv".into(),
+            }),
+            audit("command.create", "command"),
+        )
+        .await
+        .unwrap();
+    assert!(later.to_wire().unwrap().protected_paths.is_empty());
+}
+
 breeze_store::on_both_backends!(
+    protected_path_additions_travel_with_file_commands,
     enrollment_keys_count_expire_and_revoke,
     token_rotation_is_two_phase,
     heartbeats_track_status_and_sessions,

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use breeze_agent_proto::paths::{self, ProtectedSet};
 use breeze_agent_proto::{CommandKind, DEFAULT_OUTPUT_CAP_BYTES};
 use breeze_core::{AuditEvent, Device, DeviceStatus};
 use breeze_gateway::{GatewayError, Progress};
@@ -142,6 +143,7 @@ pub(crate) async fn run(
     kind: CommandKind,
     opts: RunOptions,
 ) -> Result<CommandView, ToolError> {
+    check_org_protected(cx, &kind).await?;
     let audit = AuditEvent::new(cx.actor.clone(), opts.audit_action, "device_command")
         .request(cx.request_id.clone());
     let cmd = cx
@@ -194,24 +196,39 @@ pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolEr
     ))
 }
 
-/// Checks a path argument: at most 4096 characters, no NUL, no `..` component, and not under
-/// a location no tool may touch (credentials, kernel interfaces, container state).
+/// Locations the server refuses besides the protected paths the agent also enforces: kernel
+/// interfaces and container state, whole. The agent allows, say, `/proc/cpuinfo`; tools do not
+/// ask for it.
+const SERVER_BLOCKED: &[&str] = &[
+    "/proc",
+    "/sys",
+    "/dev",
+    "/var/run",
+    "/run/secrets",
+    "/var/lib/docker",
+];
+
+/// Windows locations refused (the agent's list is for Unix paths).
+const WINDOWS_BLOCKED: &[&str] = &["c:\\windows\\system32\\config", "c:\\windows\\sam"];
+
+fn builtin_protected() -> &'static ProtectedSet {
+    static SET: std::sync::LazyLock<ProtectedSet> = std::sync::LazyLock::new(ProtectedSet::builtin);
+    &SET
+}
+
+fn protected(field: &str, path: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::Forbidden,
+        format!("{field}: {}", paths::protected_message(path)),
+    )
+}
+
+/// Checks a path argument: at most 4096 characters, no NUL, no `..` component, and, once
+/// normalized (`//etc/./shadow` is `/etc/shadow`), not a protected path nor under a location
+/// no tool may touch. This is the server's first, lexical wall; the agent checks again on the
+/// device, following links, and is the one that cannot be talked around.
 pub(crate) fn safe_path(field: &str, path: &str) -> Result<(), ToolError> {
-    const BLOCKED: &[&str] = &[
-        "/etc/shadow",
-        "/etc/gshadow",
-        "/etc/sudoers",
-        "/proc",
-        "/sys",
-        "/dev",
-        "/root/.ssh",
-        "/var/run",
-        "/run/secrets",
-        "/var/lib/docker",
-        "C:\\Windows\\System32\\config",
-        "C:\\Windows\\SAM",
-    ];
-    if path.is_empty() || path.len() > 4096 {
+    if path.is_empty() || path.len() > paths::MAX_PATH_BYTES {
         return Err(ToolError::invalid(format!(
             "{field}: must be 1 to 4096 characters"
         )));
@@ -224,16 +241,48 @@ pub(crate) fn safe_path(field: &str, path: &str) -> Result<(), ToolError> {
             "{field}: \"..\" components are not allowed; give an absolute path"
         )));
     }
-    let lower = path.to_ascii_lowercase();
-    let blocked = BLOCKED.iter().any(|b| {
-        let b = b.to_ascii_lowercase();
-        lower == b || lower.starts_with(&format!("{b}/")) || lower.starts_with(&format!("{b}\\"))
-    }) || (lower.starts_with("/home/") && lower.split('/').nth(3) == Some(".ssh"));
-    if blocked {
-        return Err(ToolError::new(
-            ErrorCode::Forbidden,
-            format!("{field}: {path} is in a protected location that tools may not touch"),
-        ));
+    if path.starts_with('/') {
+        let normal = match builtin_protected().check_lexical(path) {
+            Ok(normal) => normal,
+            Err(paths::LexicalRefusal::Protected) => return Err(protected(field, path)),
+            Err(paths::LexicalRefusal::Invalid(e)) => {
+                return Err(ToolError::invalid(format!("{field}: {e}")));
+            }
+        };
+        if SERVER_BLOCKED.iter().any(|b| normal.starts_with(b)) {
+            return Err(protected(field, path));
+        }
+        return Ok(());
+    }
+    let lower = path.to_ascii_lowercase().replace('/', "\\");
+    if WINDOWS_BLOCKED
+        .iter()
+        .any(|b| lower == *b || lower.starts_with(&format!("{b}\\")))
+    {
+        return Err(protected(field, path));
+    }
+    Ok(())
+}
+
+/// Refuses a command naming a path the organization added to the protected paths (the
+/// built-in ones were refused by [`safe_path`] already). The agent gets the same additions
+/// with the command and refuses on its own too.
+async fn check_org_protected(cx: &ToolCx<'_>, kind: &CommandKind) -> Result<(), ToolError> {
+    if !kind.touches_paths() {
+        return Ok(());
+    }
+    let additions = cx.org.protected_paths().await?;
+    if additions.is_empty() {
+        return Ok(());
+    }
+    let set = ProtectedSet::builtin()
+        .with_additions(&additions)
+        .map_err(|e| ToolError::new(ErrorCode::Internal, e))?;
+    for path in kind.paths() {
+        if path.starts_with('/') && set.check_lexical(path) == Err(paths::LexicalRefusal::Protected)
+        {
+            return Err(protected("path", path));
+        }
     }
     Ok(())
 }
@@ -253,6 +302,12 @@ mod tests {
             "/proc/1/environ",
             "/home/alice/.ssh/id_ed25519",
             "/root/.ssh",
+            "//etc/shadow",
+            "/etc/./shadow",
+            "/etc//shadow",
+            "//proc/self/environ",
+            "/home/alice/.aws/credentials",
+            "/etc/breeze-agent/agent.json",
             "a\0b",
             "c:\\windows\\system32\\config\\SAM",
         ] {
