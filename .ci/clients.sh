@@ -4,6 +4,8 @@
 # Builds `breeze`, starts `breeze demo` on a free loopback port in a temp dir, then drives it with
 #   - the TypeScript SDK (@modelcontextprotocol/sdk): legacy SSE, Streamable HTTP, stdio bridge
 #   - the Python SDK (PyPI `mcp`): Streamable HTTP and legacy SSE
+#   each SDK calls every tool the execute key sees (and an error result), with its output-schema
+#   validation on: a result that does not match the tool's outputSchema fails the suite
 #   - the MCP Inspector CLI: tools/list over Streamable HTTP
 # and exits non-zero when any check fails. Pins: tests/clients/package.json (+ package-lock.json)
 # and tests/clients/requirements.txt.
@@ -101,7 +103,9 @@ free_port() {
 start_server() {
   local port=$1
   rm -rf "$WORK/demo" && mkdir -p "$WORK/demo"
-  (cd "$WORK/demo" && exec env "${unset_args[@]}" "$BREEZE" demo --listen "127.0.0.1:$port" >server.log 2>&1) &
+  # MCP_APPROVAL_WAIT_SECONDS=0: a Tier 3 call answers "pending approval" at once (its result is
+  # schema-checked by the SDKs like any other), so calling every tool stays fast.
+  (cd "$WORK/demo" && exec env "${unset_args[@]}" MCP_APPROVAL_WAIT_SECONDS=0 "$BREEZE" demo --listen "127.0.0.1:$port" >server.log 2>&1) &
   SERVER_PID=$!
   for _ in $(seq 1 300); do
     if ! kill -0 "$SERVER_PID" 2>/dev/null; then

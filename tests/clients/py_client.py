@@ -48,7 +48,6 @@ READ_TOOLS = sorted(
     ]
 )
 WRITE_ONLY_TOOLS = [
-    "execute_command",
     "manage_services",
     "resolve_device_context",
     "set_agent_log_level",
@@ -57,10 +56,46 @@ WRITE_ONLY_TOOLS = [
 WRITE_TOOLS = sorted(READ_TOOLS + WRITE_ONLY_TOOLS)
 SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope'
 TIMEOUT = timedelta(seconds=20)
+UNKNOWN_ID = "0190c0de-0000-7000-8000-000000000000"
+
+
+def every_tool_args(d: str) -> dict[str, dict]:
+    """Arguments of one call of every tool, for the execute key on the demo's local device `d`.
+
+    Tier 3 calls answer "pending approval" at once (clients.sh runs the demo with
+    MCP_APPROVAL_WAIT_SECONDS=0); a few calls are errors on purpose (unknown ids). A listed
+    tool missing here fails the suite.
+    """
+    return {
+        "analyze_disk_usage": {"deviceId": d, "refresh": True, "path": "/tmp", "topFiles": 5},
+        "analyze_metrics": {"deviceId": d},
+        "disk_cleanup": {"deviceId": d, "action": "preview"},
+        "execute_command": {"deviceId": d, "commandType": "list_processes", "payload": {"limit": 3}},
+        "file_operations": {"deviceId": d, "action": "list", "path": "/tmp"},
+        "get_active_users": {},
+        "get_approval_status": {"approvalId": UNKNOWN_ID},
+        "get_device_context": {"deviceId": d},
+        "get_device_details": {"deviceId": d},
+        "get_user_experience_metrics": {},
+        "manage_groups": {"action": "list"},
+        "manage_services": {"deviceId": d, "action": "list"},
+        "network_discovery": {"deviceId": d, "subnet": "127.0.0.0/30", "scanType": "ping"},
+        "query_audit_log": {"limit": 5},
+        "query_devices": {},
+        "resolve_device_context": {"contextId": UNKNOWN_ID},
+        "run_script": {"scriptId": UNKNOWN_ID, "deviceIds": [d]},
+        "search_agent_logs": {"limit": 5},
+        "set_agent_log_level": {"deviceId": d, "level": "info", "durationMinutes": 1},
+        "set_device_context": {"deviceId": d, "contextType": "followup", "summary": "written by the Python client test"},
+    }
 
 
 class CheckFailed(Exception):
     pass
+
+
+async def _names(session) -> list[str]:
+    return sorted(t.name for t in (await session.list_tools()).tools)
 
 
 def check(cond: Any, msg: str) -> None:
@@ -186,6 +221,53 @@ async def run_checks(kind: str, demo: dict) -> list[str]:
             raise CheckFailed(f"expected a JSON-RPC error, got result {show(res.model_dump())}")
 
         await step("tools/call set_device_context with the read key", scope_refused)
+
+        # Every tool the execute key sees, once, with the SDK's output-schema validation (on by
+        # default: a result that does not match the tool's outputSchema raises). Once per run
+        # (the http transport): per-user tool limits allow few calls.
+        if kind == "http":
+            eok, exe = await step("initialize with the execute key", lambda: open_session("execute"))
+            if eok:
+                lok, listed = await step(
+                    "tools/list with the execute key",
+                    lambda: _names(exe),
+                )
+
+                async def demo_device():
+                    res = await exe.call_tool("query_devices", {})
+                    devices = (res.structuredContent or {}).get("devices") or []
+                    check(devices, f"no device: {show(res.model_dump())}")
+                    return devices[0]["id"]
+
+                dok, device = await step("the demo device", demo_device)
+                if lok and dok:
+                    table = every_tool_args(device)
+                    for name in listed:
+
+                        async def call_one(name=name):
+                            check(name in table, f"no arguments for {name}: add it to every_tool_args")
+                            res = await exe.call_tool(name, table[name], read_timeout_seconds=timedelta(seconds=120))
+                            sc = res.structuredContent
+                            check(isinstance(sc, dict), f"no structuredContent: {show(res.model_dump())}")
+                            if res.isError:
+                                check((sc.get("error") or {}).get("code"), f"an error without the envelope: {show(sc)}")
+
+                        await step(f"tools/call {name} (execute key, outputSchema validated)", call_one)
+
+                    async def unknown_device():
+                        res = await exe.call_tool("get_device_details", {"deviceId": UNKNOWN_ID})
+                        check(res.isError, f"want isError: {show(res.model_dump())}")
+                        code = ((res.structuredContent or {}).get("error") or {}).get("code")
+                        check(code == "NOT_FOUND", f"want NOT_FOUND: {show(res.model_dump())}")
+
+                    await step("tools/call get_device_details for an unknown device (an error result)", unknown_device)
+
+                    async def pending():
+                        res = await exe.call_tool("execute_command", table["execute_command"])
+                        status = (res.structuredContent or {}).get("status")
+                        check(status == "pending_approval", f"want pending_approval: {show(res.model_dump())}")
+
+                    await step("tools/call execute_command answers pending approval", pending)
 
         async def server_resource():
             res = await read.read_resource("breeze://server")

@@ -50,7 +50,6 @@ const READ_TOOLS = [
   'search_agent_logs',
 ];
 const WRITE_ONLY_TOOLS = [
-  'execute_command',
   'manage_services',
   'resolve_device_context',
   'set_agent_log_level',
@@ -58,6 +57,38 @@ const WRITE_ONLY_TOOLS = [
 ];
 const WRITE_TOOLS = [...READ_TOOLS, ...WRITE_ONLY_TOOLS].sort();
 const SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope';
+const UNKNOWN_ID = '0190c0de-0000-7000-8000-000000000000';
+
+/**
+ * Arguments of one call of every tool, for the execute key on the demo's local device `d`.
+ * Tier 3 calls answer "pending approval" at once (clients.sh runs the demo with
+ * MCP_APPROVAL_WAIT_SECONDS=0); a few calls are errors on purpose (unknown ids). A listed tool
+ * missing here fails the suite.
+ */
+function everyToolArgs(d) {
+  return {
+    analyze_disk_usage: { deviceId: d, refresh: true, path: '/tmp', topFiles: 5 },
+    analyze_metrics: { deviceId: d },
+    disk_cleanup: { deviceId: d, action: 'preview' },
+    execute_command: { deviceId: d, commandType: 'list_processes', payload: { limit: 3 } },
+    file_operations: { deviceId: d, action: 'list', path: '/tmp' },
+    get_active_users: {},
+    get_approval_status: { approvalId: UNKNOWN_ID },
+    get_device_context: { deviceId: d },
+    get_device_details: { deviceId: d },
+    get_user_experience_metrics: {},
+    manage_groups: { action: 'list' },
+    manage_services: { deviceId: d, action: 'list' },
+    network_discovery: { deviceId: d, subnet: '127.0.0.0/30', scanType: 'ping' },
+    query_audit_log: { limit: 5 },
+    query_devices: {},
+    resolve_device_context: { contextId: UNKNOWN_ID },
+    run_script: { scriptId: UNKNOWN_ID, deviceIds: [d] },
+    search_agent_logs: { limit: 5 },
+    set_agent_log_level: { deviceId: d, level: 'info', durationMinutes: 1 },
+    set_device_context: { deviceId: d, contextType: 'followup', summary: 'written by the TS client test' },
+  };
+}
 const PER_REQUEST_TIMEOUT_MS = 20_000;
 
 class CheckFailed extends Error {}
@@ -271,6 +302,49 @@ async function runChecks(kind) {
       const serverMsg = err.message.replace(/^MCP error -?\d+: /, '');
       check(serverMsg === SCOPE_ERROR, `error message is ${show(serverMsg)}, want ${show(SCOPE_ERROR)}`);
     });
+
+    // Every tool the execute key sees, once, with the SDK's output-schema validation (on by
+    // default): a result that does not match the tool's outputSchema makes callTool throw.
+    // Once per run (the http transport): per-user tool limits allow few calls.
+    if (kind === 'http') {
+      const exec = await step('initialize with the execute key', () => connect(kind, demo.api_keys.execute, 'execute'));
+      if (exec.ok) {
+        const ec = exec.value;
+        try {
+          const listed = await step('tools/list with the execute key', async () =>
+            (await ec.listTools({}, req)).tools.map((t) => t.name).sort(),
+          );
+          const device = await step('the demo device', async () => {
+            const qd = await ec.callTool({ name: 'query_devices', arguments: {} }, undefined, req);
+            const d = qd.structuredContent?.devices?.[0]?.id;
+            check(d, `no device: ${show(qd)}`);
+            return d;
+          });
+          if (listed.ok && device.ok) {
+            const table = everyToolArgs(device.value);
+            for (const name of listed.value) {
+              await step(`tools/call ${name} (execute key, outputSchema validated)`, async () => {
+                check(table[name], `no arguments for ${name}: add it to everyToolArgs`);
+                const res = await ec.callTool({ name, arguments: table[name] }, undefined, { timeout: 120_000 });
+                check(res.structuredContent && typeof res.structuredContent === 'object', `no structuredContent: ${show(res)}`);
+                if (res.isError) check(res.structuredContent.error?.code, `an error without the envelope: ${show(res)}`);
+              });
+            }
+            await step('tools/call get_device_details for an unknown device (an error result)', async () => {
+              const res = await ec.callTool({ name: 'get_device_details', arguments: { deviceId: UNKNOWN_ID } }, undefined, req);
+              check(res.isError === true, `want isError: ${show(res)}`);
+              check(res.structuredContent?.error?.code === 'NOT_FOUND', `want NOT_FOUND: ${show(res)}`);
+            });
+            await step('tools/call execute_command answers pending approval', async () => {
+              const res = await ec.callTool({ name: 'execute_command', arguments: table.execute_command }, undefined, req);
+              check(res.structuredContent?.status === 'pending_approval', `want pending_approval: ${show(res)}`);
+            });
+          }
+        } finally {
+          await closeClient(ec).catch(() => {});
+        }
+      }
+    }
 
     await step('resources/read breeze://server', async () => {
       const res = await rc.readResource({ uri: 'breeze://server' }, req);

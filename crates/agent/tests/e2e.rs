@@ -620,10 +620,8 @@ async fn run(backend: Backend) {
     .await;
     let r = f
         .mcp(
-            "execute_command",
-            json!({
-                "deviceId": device, "commandType": "list_processes", "payload": { "limit": 1 }
-            }),
+            "file_operations",
+            json!({ "deviceId": device, "action": "list", "path": "/" }),
         )
         .await;
     assert_eq!(r["structuredContent"]["status"], "completed", "{r}");

@@ -216,17 +216,16 @@ fn demo_seeds_serves_and_reuses_its_keys() {
         r["structuredContent"]["dataPoints"].as_i64().unwrap_or(0) >= 1
     });
     let write = demo["api_keys"]["write"].as_str().unwrap();
+    // execute_command is Tier 3 (it waits for a person's approval): list a directory instead.
     let r = mcp_tool(
         port,
         write,
-        "execute_command",
-        serde_json::json!({
-            "deviceId": device, "commandType": "list_processes", "payload": { "limit": 5 }
-        }),
+        "file_operations",
+        serde_json::json!({ "deviceId": device, "action": "list", "path": "/" }),
     );
     assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
     assert!(
-        !r["structuredContent"]["result"]["processes"]
+        !r["structuredContent"]["result"]["entries"]
             .as_array()
             .unwrap()
             .is_empty()

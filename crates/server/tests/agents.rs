@@ -275,10 +275,8 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
             &app,
             mcp_call(
                 &write,
-                "execute_command",
-                json!({
-                    "deviceId": dev, "commandType": "list_processes", "payload": { "limit": 3 }
-                }),
+                "manage_services",
+                json!({ "deviceId": dev, "action": "list" }),
             ),
         )
         .await
@@ -286,13 +284,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
         panic!("a command")
     };
-    assert_eq!(
-        cmd.kind,
-        CommandKind::ListProcesses {
-            sort_by: breeze_agent_proto::ProcessSort::Cpu,
-            limit: 3
-        }
-    );
+    assert_eq!(cmd.kind, CommandKind::ListServices);
     send_frame(&mut ws, &AgentFrame::CommandStarted { command_id: cmd.id }).await;
     let result = |stdout: &str| CommandResult {
         command_id: cmd.id,
@@ -367,10 +359,8 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
         &w.app,
         mcp_call(
             &w.write,
-            "execute_command",
-            json!({
-                "deviceId": device, "commandType": "list_processes"
-            }),
+            "manage_services",
+            json!({ "deviceId": device, "action": "list" }),
         ),
     )
     .await;

@@ -729,6 +729,126 @@ async fn tool_errors_are_structured(cx: Ctx) {
     );
 }
 
+/// Every key of a JSON document, at any depth.
+fn keys_of(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                out.push(k.clone());
+                keys_of(v, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| keys_of(v, out)),
+        _ => {}
+    }
+}
+
+/// get_device_details is what the specification says (hardware, interfaces, disks with usage,
+/// OS and kernel, uptime, users, the latest metrics; packages counted, not dumped), and the
+/// `breeze://devices/{id}` resource is the same document, camelCase throughout.
+async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
+    let w = world(&cx).await;
+    let device: breeze_core::DeviceId = w.a_device.parse().unwrap();
+    let now = w.state.clock.now();
+    let inventory: breeze_agent_proto::Inventory = serde_json::from_value(json!({
+        "collectedAt": now, "hostname": "web-01", "bootTime": now - chrono::Duration::hours(5),
+        "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12", "kernel": "6.1.0-18-amd64", "arch": "x86_64" },
+        "cpu": { "model": "Xeon E-2388G", "physicalCores": 8, "logicalCores": 16 },
+        "memoryTotalBytes": 34_359_738_368u64,
+        "disks": [{ "mount": "/", "filesystem": "ext4", "totalBytes": 1000, "availableBytes": 250 }],
+        "interfaces": [{ "name": "eth0", "mac": "52:54:00:12:34:56", "addresses": ["10.0.0.5/24"] }],
+        "packages": (0..3000).map(|i| json!({ "name": format!("pkg{i}"), "version": "1.0" })).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    w.store
+        .record_inventory(device, w.org_a, &inventory)
+        .await
+        .unwrap();
+    let hb: breeze_agent_proto::Heartbeat = serde_json::from_value(json!({
+        "agentVersion": "1.2.3", "uptimeSecs": 18_000, "pendingReboot": true,
+        "loggedInUsers": [{ "username": "alice", "terminal": "pts/0", "host": "10.0.0.9" }],
+    }))
+    .unwrap();
+    w.store
+        .record_heartbeat(device, w.org_a, &hb)
+        .await
+        .unwrap();
+    let sample = |mins: i64, cpu: f64| -> breeze_agent_proto::MetricSample {
+        serde_json::from_value(json!({
+            "at": now - chrono::Duration::minutes(mins), "cpuPercent": cpu, "ramPercent": 61.5,
+            "ramUsedBytes": 1u64 << 33, "disks": [{ "mount": "/", "usedPercent": 75.0 }],
+            "network": [{ "interface": "eth0", "rxBytes": 1000, "txBytes": 200 }], "processCount": 212,
+        }))
+        .unwrap()
+    };
+    w.store
+        .insert_metrics(device, w.org_a, &[sample(2, 10.0), sample(1, 42.0)])
+        .await
+        .unwrap();
+
+    let call = rpc(
+        1,
+        "tools/call",
+        json!({ "name": "get_device_details", "arguments": { "deviceId": w.a_device } }),
+    );
+    let r = send(&w.app, post("/mcp", Some(&w.read), &call, &[])).await;
+    let d = &r.body["result"]["structuredContent"];
+    assert_eq!(d["device"]["hostname"], "web-01", "{}", r.body);
+    assert_eq!(d["hardware"]["cpuModel"], "Xeon E-2388G");
+    assert_eq!(d["hardware"]["logicalCores"], 16);
+    assert_eq!(d["hardware"]["memoryTotalBytes"], 34_359_738_368u64);
+    assert_eq!(d["os"]["kernel"], "6.1.0-18-amd64");
+    assert_eq!(d["os"]["arch"], "x86_64");
+    assert_eq!(d["disks"][0]["usedBytes"], 750);
+    assert_eq!(d["disks"][0]["usedPercent"], 75.0);
+    assert_eq!(d["networkInterfaces"][0]["addresses"][0], "10.0.0.5/24");
+    assert_eq!(d["uptimeSecs"], 18_000);
+    assert_eq!(d["pendingReboot"], true);
+    assert_eq!(d["loggedInUsers"][0]["username"], "alice");
+    assert_eq!(d["latestMetrics"]["cpuPercent"], 42.0, "the newest sample");
+    assert_eq!(d["latestMetrics"]["diskPercent"], 75.0);
+    assert_eq!(d["installedPackageCount"], 3000);
+    assert_eq!(d["activeContext"], 0);
+    assert!(
+        !r.body.to_string().contains("pkg2999"),
+        "packages are counted, never listed"
+    );
+
+    let read = rpc(
+        2,
+        "resources/read",
+        json!({ "uri": format!("breeze://devices/{}", w.a_device) }),
+    );
+    let r = send(&w.app, post("/mcp", Some(&w.read), &read, &[])).await;
+    let doc: Value =
+        serde_json::from_str(r.body["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&doc, d, "the resource is the tool's document");
+    let mut keys = Vec::new();
+    keys_of(&doc, &mut keys);
+    let snake: Vec<&String> = keys.iter().filter(|k| k.contains('_')).collect();
+    assert!(snake.is_empty(), "snake_case keys: {snake:?}");
+
+    // A device whose agent never reported: the same shape, empty.
+    let r = send(
+        &w.app,
+        post(
+            "/mcp",
+            Some(&w.other_org_key),
+            &rpc(
+                3,
+                "tools/call",
+                json!({ "name": "get_device_details", "arguments": { "deviceId": w.b_device } }),
+            ),
+            &[],
+        ),
+    )
+    .await;
+    let d = &r.body["result"]["structuredContent"];
+    assert_eq!(d["hardware"], Value::Null, "{}", r.body);
+    assert_eq!(d["disks"], json!([]));
+    assert_eq!(d["latestMetrics"], Value::Null);
+}
+
 async fn resources_and_prompts(cx: Ctx) {
     let w = world(&cx).await;
     let app = w.app.clone();
@@ -1318,6 +1438,7 @@ breeze_store::on_both_backends!(
     scopes_filter_the_catalogue_and_calls,
     tool_errors_are_structured,
     resources_and_prompts,
+    device_details_carry_what_the_agent_reported,
     every_request_is_audited,
     legacy_sse_round_trip,
     streamable_get_stream_needs_its_session,

@@ -175,6 +175,20 @@ impl Store {
 }
 
 impl OrgStore<'_> {
+    /// A device's newest raw sample, if it has one (one indexed row, whatever its age).
+    pub async fn latest_metric(&self, device: DeviceId) -> Result<Option<MetricPoint>> {
+        self.get_device(device).await?;
+        sql("SELECT at, CAST(1 AS BIGINT) AS samples, cpu_percent AS cpu_avg, cpu_percent AS cpu_max, \
+             ram_percent AS ram_avg, ram_percent AS ram_max, disk_percent AS disk_avg, \
+             disk_percent AS disk_max, net_rx_bytes, net_tx_bytes, \
+             CAST(process_count AS DOUBLE PRECISION) AS process_avg \
+             FROM device_metrics WHERE org_id = $1 AND device_id = $2 ORDER BY at DESC LIMIT 1")
+        .bind(self.org)
+        .bind(device)
+        .fetch_optional(self.store)
+        .await
+    }
+
     /// A device's metrics from `since` (inclusive) to `until` (exclusive), oldest first.
     pub async fn query_metrics(
         &self,

@@ -146,6 +146,66 @@ pub enum ErrorCode {
     Internal,
 }
 
+impl ErrorCode {
+    /// Every code, for the error envelope's schema.
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::NotFound,
+        ErrorCode::Forbidden,
+        ErrorCode::InsufficientScope,
+        ErrorCode::RateLimited,
+        ErrorCode::Conflict,
+        ErrorCode::UpstreamError,
+        ErrorCode::Internal,
+    ];
+}
+
+/// The schema of an error result's `structuredContent` (`{"error": ToolError}`), one branch
+/// of every tool's `outputSchema`.
+pub fn error_envelope_schema() -> Value {
+    let codes: Vec<Value> = ErrorCode::ALL
+        .iter()
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
+    let scopes = json!({ "type": "array", "items": { "type": "string" } });
+    json!({
+        "type": "object",
+        "description": "The call failed (isError: true).",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message", "retryable"],
+                "properties": {
+                    "code": { "type": "string", "enum": codes },
+                    "message": { "type": "string" },
+                    "retryable": { "type": "boolean" },
+                    "hint": { "type": "string" },
+                    "requiredScopes": scopes,
+                    "grantedScopes": scopes,
+                }
+            }
+        }
+    })
+}
+
+/// The schema of a Tier 3 call's answer while it waits for a person's approval, one branch
+/// of the `outputSchema` of every tool that can need approval.
+pub fn pending_approval_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "The call waits for a person's approval; check with get_approval_status.",
+        "required": ["status", "approvalId", "description", "expiresAt", "message"],
+        "properties": {
+            "status": { "type": "string", "const": "pending_approval" },
+            "approvalId": { "type": "string" },
+            "description": { "type": "string" },
+            "expiresAt": { "type": "string" },
+            "message": { "type": "string" },
+        }
+    })
+}
+
 /// A failed tool call, shown to the model as `isError: true` with `structuredContent.error`.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[serde(rename_all = "camelCase")]

@@ -100,6 +100,10 @@ impl ToolSpec {
 /// none of schemars' numeric `format`s (`uint32`, `int64`, …), which are not JSON Schema formats
 /// and make strict clients warn; the bounds carry the meaning.
 fn schema_of<T: JsonSchema>() -> Value {
+    tidy(schemars::schema_for!(T).to_value())
+}
+
+fn tidy(mut v: Value) -> Value {
     fn strip_numeric_formats(v: &mut Value) {
         match v {
             Value::Object(m) => {
@@ -117,13 +121,41 @@ fn schema_of<T: JsonSchema>() -> Value {
             _ => {}
         }
     }
-    let mut v = schemars::schema_for!(T).to_value();
     if let Value::Object(m) = &mut v {
         m.remove("$schema");
         m.remove("title");
     }
     strip_numeric_formats(&mut v);
     v
+}
+
+/// The `outputSchema` of a tool: every `structuredContent` a call can answer with, so that
+/// clients that validate it (both official SDKs do) accept every result, errors included.
+///
+/// `{"type": "object", "$defs": …, "anyOf": [success, error envelope, (pending approval)]}`:
+/// the success shape is derived for *serialization* (a field the output skips when empty is
+/// not required), schemars' `$defs` are hoisted to the root so its `$ref`s resolve there, and
+/// the pending-approval envelope is admitted only by tools that can need approval.
+pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool) -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator();
+    let mut success = tidy(generator.into_root_schema_for::<T>().to_value());
+    let defs = success
+        .as_object_mut()
+        .and_then(|m| m.remove("$defs"))
+        .filter(|d| d.as_object().is_some_and(|d| !d.is_empty()));
+    let mut any_of = vec![success, crate::contract::error_envelope_schema()];
+    if can_need_approval {
+        any_of.push(crate::contract::pending_approval_schema());
+    }
+    let mut root = Map::new();
+    root.insert("type".into(), Value::from("object"));
+    if let Some(defs) = defs {
+        root.insert("$defs".into(), defs);
+    }
+    root.insert("anyOf".into(), Value::Array(any_of));
+    Value::Object(root)
 }
 
 fn call_erased<'a, T: Tool>(
@@ -151,7 +183,9 @@ impl Registry {
     /// programming errors caught by the registry tests.
     pub fn register<T: Tool>(&mut self) {
         let input_schema = schema_of::<T::Input>();
-        let output_schema = schema_of::<T::Output>();
+        let can_need_approval =
+            T::TIER == Tier::T3 || T::ACTIONS.iter().any(|a| a.tier == Tier::T3);
+        let output_schema = output_schema_of::<T::Output>(can_need_approval);
         #[allow(clippy::expect_used)] // a static schema; proven by the registry test
         let validator =
             jsonschema::validator_for(&input_schema).expect("tool input schema compiles");

@@ -2,7 +2,8 @@
 //!
 //! `breeze://devices` (at most 500), `breeze://scripts` (the script library, at most 200),
 //! `breeze://alerts` and `breeze://automations` (empty until those features land), the template
-//! `breeze://devices/{id}` (the device with its latest heartbeat and inventory), and
+//! `breeze://devices/{id}` (the `get_device_details` document: the device with what its agent
+//! reported, camelCase like every tool output), and
 //! `breeze://server` (identity, transport, protocol versions).
 //!
 //! Reading a resource is authorized like calling a tool: the key's user must hold a role in
@@ -137,17 +138,8 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                 .map(DeviceId)
                 .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
             match org.get_device(parsed).await {
-                Ok(d) => {
-                    let mut doc = serde_json::to_value(&d).unwrap_or(Value::Null);
-                    if let Some(state) = org.device_state(d.id).await? {
-                        doc["heartbeatAt"] = json!(state.heartbeat_at);
-                        doc["uptimeSecs"] = json!(state.uptime_secs);
-                        doc["pendingReboot"] = json!(state.pending_reboot);
-                        doc["loggedInUsers"] = json!(state.logged_in_users);
-                        doc["inventory"] = state.inventory.unwrap_or(Value::Null);
-                    }
-                    Ok(doc)
-                }
+                // The same document as get_device_details: camelCase throughout.
+                Ok(d) => Ok(crate::tools::devices::device_details(org, &d).await?),
                 Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),
                 Err(e) => Err(e.into()),
             }

@@ -5,11 +5,11 @@
 //! runs pinned to CPU 0; this process, pinned to CPU 1, enrolls N agents over HTTP, opens N
 //! WebSockets and keeps them busy for `--duration` seconds with the agent's real cadence
 //! (heartbeat every 60 s, metrics every 30 s, jittered). Meanwhile it times
-//! `execute_command list_processes` through MCP — sequential calls in the first half of the
+//! `manage_services list` through MCP — sequential calls in the first half of the
 //! window, bursts of 10 concurrent calls in the second — and reads the server's CPU time and
 //! RSS from `/proc`. Metrics ingestion is confirmed by counting `device_metrics` rows.
 //!
-//! `execute_command` is limited to 10 calls per user per 5 minutes (by design), so the command
+//! `manage_services` is limited to 10 calls per user per 5 minutes (by design), so the command
 //! loop gets its own users, each with a write key, and spends 10 calls per user
 //! (`--cmd-users`, 40 by default: 400 calls).
 //!
@@ -34,7 +34,7 @@ use super::{
     workspace_root,
 };
 
-/// `execute_command`'s per-user limit: 10 calls per 300 s.
+/// `manage_services`'s per-user limit: 10 calls per 300 s.
 const CALLS_PER_USER: usize = 10;
 /// Concurrency of the command bursts.
 const BURST: usize = 10;
@@ -567,7 +567,7 @@ fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive
     );
     println!();
     println!(
-        "execute_command list_processes round trip (MCP → gateway → simulated agent → MCP), on random connected devices:"
+        "manage_services list round trip (MCP → gateway → simulated agent → MCP), on random connected devices:"
     );
     println!();
     println!("| mode | calls ok | errors | p50 ms | p90 ms | p99 ms | max ms |");

@@ -2,7 +2,7 @@
 //! (`breeze-agent-proto`): enrollment over HTTP, then one WebSocket per agent carrying a
 //! heartbeat every minute and a metrics batch every 30 s (first ones at a random offset so the
 //! fleet spreads evenly), and answering each `command` frame at once with `commandStarted` and a
-//! small `completed` result. Also the MCP client that times `execute_command` round trips.
+//! small `completed` result. Also the MCP client that times `manage_services list` round trips.
 //!
 //! Nothing here panics on what the server answers: every failure is counted by kind (an
 //! `EMFILE` names itself) and the benchmark reports how far it got.
@@ -492,7 +492,8 @@ async fn answer(ws: &mut Socket, command_id: Uuid) -> Result<(), String> {
     ws.send(text(&result)?).await.map_err(|e| ws_kind(&e))
 }
 
-/// `tools/call execute_command list_processes` over stateless MCP POSTs.
+/// `tools/call manage_services list` over stateless MCP POSTs (a Tier 2 agent command;
+/// `execute_command` is Tier 3 and waits for a person's approval).
 #[derive(Clone)]
 pub(super) struct Mcp {
     http: reqwest::Client,
@@ -511,11 +512,11 @@ impl Mcp {
     }
 
     /// One call; the latency on success, the kind of failure otherwise.
-    pub(super) async fn list_processes(&self, key: &str, device: Uuid) -> Result<Duration, String> {
+    pub(super) async fn list_services(&self, key: &str, device: Uuid) -> Result<Duration, String> {
         let body = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "execute_command", "arguments": {
-                "deviceId": device, "commandType": "list_processes", "payload": {"limit": 5}
+            "params": {"name": "manage_services", "arguments": {
+                "deviceId": device, "action": "list"
             }}
         });
         let t = Instant::now();
@@ -575,7 +576,7 @@ pub(super) struct RoundTrips {
 
 /// The command loop: the first half of `window` makes `seq_calls` sequential calls spread
 /// evenly, the second half `burst_rounds` bursts of `concurrency` calls at once. Call `i` uses
-/// key `i / calls_per_key`: each key belongs to its own user, because `execute_command` is
+/// key `i / calls_per_key`: each key belongs to its own user, because `manage_services` is
 /// limited per user.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn command_loop(
@@ -606,7 +607,7 @@ pub(super) async fn command_loop(
             break;
         };
         next += 1;
-        match mcp.list_processes(&key, dev).await {
+        match mcp.list_services(&key, dev).await {
             Ok(l) => seq.latencies.push(l),
             Err(k) => bump(&mut seq.errors, k),
         }
@@ -627,7 +628,7 @@ pub(super) async fn command_loop(
             };
             next += 1;
             let mcp = mcp.clone();
-            calls.push(async move { mcp.list_processes(&key, dev).await });
+            calls.push(async move { mcp.list_services(&key, dev).await });
         }
         for r in futures::future::join_all(calls).await {
             match r {

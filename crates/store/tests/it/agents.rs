@@ -445,6 +445,11 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
         }],
         process_count: 100,
     };
+    assert_eq!(
+        s.org(org).latest_metric(dev.id).await.unwrap(),
+        None,
+        "no sample yet"
+    );
     let batch = vec![sample(0, 10.0), sample(30, 30.0), sample(70, 50.0)];
     assert_eq!(s.insert_metrics(dev.id, org, &batch).await.unwrap(), 3);
     assert_eq!(
@@ -461,6 +466,15 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
         .unwrap();
     assert_eq!(raw.len(), 3);
     assert_eq!(raw[2].disk_max, 80.0, "disk % is the fullest mount");
+    assert_eq!(
+        o.latest_metric(dev.id).await.unwrap().as_ref(),
+        Some(&raw[2]),
+        "the newest sample"
+    );
+    assert!(
+        s.org(other).latest_metric(dev.id).await.is_err(),
+        "another organization's device"
+    );
     let hourly = o
         .query_metrics(dev.id, t0, until, Aggregation::Hourly)
         .await

@@ -150,27 +150,19 @@ impl ExecuteInput {
 impl Tool for ExecuteCommand {
     const NAME: &'static str = "execute_command";
     const TITLE: &'static str = "Execute a system command";
-    const DESCRIPTION: &'static str = "Run a typed system command on a device through its agent: list_processes, kill_process, list_services, start_service, stop_service, restart_service, file_list, file_read, event_logs_list, event_logs_query. Arguments go in payload. Listing processes, files and recent logs is Tier 2; everything else is Tier 3. Arbitrary code runs only as a library script through run_script. Waits up to 30 seconds for the result.";
+    const DESCRIPTION: &'static str = "Run a typed system command on a device through its agent: list_processes, kill_process, list_services, start_service, stop_service, restart_service, file_list, file_read, event_logs_list, event_logs_query. Arguments go in payload. Every command type is Tier 3: it needs ai:execute and a person's approval. Arbitrary code runs only as a library script through run_script. Waits up to 30 seconds for the result.";
     const TIER: Tier = Tier::T3;
     const PERMISSION: Permission = Permission::DevicesExecute;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
     const ACTION_KEY: &'static str = "commandType";
+    // The specification's tool table gives execute_command Tier 3 with no per-action breakdown
+    // (as it does for manage_services, file_operations and disk_cleanup): every command type
+    // needs ai:execute and a person's approval. The table stays for the effects (and so the
+    // hints) of each command type.
     const ACTIONS: &'static [crate::Action] = &[
         action(
             "list_processes",
-            Tier::T2,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "file_list",
-            Tier::T2,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "event_logs_list",
-            Tier::T2,
+            Tier::T3,
             Effect::Read,
             Permission::DevicesExecute,
         ),
@@ -205,7 +197,19 @@ impl Tool for ExecuteCommand {
             Permission::DevicesExecute,
         ),
         action(
+            "file_list",
+            Tier::T3,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
             "file_read",
+            Tier::T3,
+            Effect::Read,
+            Permission::DevicesExecute,
+        ),
+        action(
+            "event_logs_list",
             Tier::T3,
             Effect::Read,
             Permission::DevicesExecute,

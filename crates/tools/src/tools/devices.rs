@@ -120,19 +120,6 @@ pub(crate) struct QueryDevicesOutput<'a> {
     showing: usize,
 }
 
-/// Site names of the organization, for labelling devices.
-pub(crate) async fn site_names(
-    cx: &ToolCx<'_>,
-) -> Result<std::collections::HashMap<SiteId, String>, ToolError> {
-    Ok(cx
-        .org
-        .list_sites()
-        .await?
-        .into_iter()
-        .map(|s| (s.id, s.name))
-        .collect())
-}
-
 pub(crate) struct QueryDevices;
 
 impl Tool for QueryDevices {
@@ -195,6 +182,10 @@ pub(crate) struct DeviceIdInput {
     pub(crate) device_id: String,
 }
 
+/// `get_device_details` (and the `breeze://devices/{id}` resource): the device row, what its
+/// agent last reported (inventory, heartbeat), its newest metrics sample, groups and context.
+/// Inventory-backed fields are empty (or null) until the agent has reported; installed
+/// packages are counted, never listed.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeviceDetails<'a> {
@@ -203,12 +194,206 @@ pub(crate) struct DeviceDetails<'a> {
     groups: Vec<GroupRef>,
     /// Active context entries (known issues, quirks, follow-ups, preferences).
     active_context: usize,
+    /// OS as the agent reported it (kernel and architecture included).
+    os: Option<OsDetails>,
+    /// CPU and memory, from the agent's inventory.
+    hardware: Option<Hardware>,
+    /// Mounted filesystems with their size and usage, from the agent's inventory.
+    disks: Vec<DiskDetails>,
+    network_interfaces: Vec<InterfaceDetails>,
+    /// Seconds since boot, from the latest heartbeat.
+    uptime_secs: Option<i64>,
+    /// RFC 3339, when the agent reports it.
+    boot_time: Option<String>,
+    pending_reboot: Option<bool>,
+    logged_in_users: Vec<LoggedInUser>,
+    /// RFC 3339: the latest heartbeat.
+    last_heartbeat_at: Option<String>,
+    /// RFC 3339: when the agent collected its inventory.
+    inventory_collected_at: Option<String>,
+    /// The newest metrics sample (analyze_metrics has the series).
+    latest_metrics: Option<LatestMetrics>,
+    /// How many packages are installed; null where the platform cannot list them.
+    installed_package_count: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct OsDetails {
+    family: String,
+    name: String,
+    version: String,
+    kernel: String,
+    arch: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Hardware {
+    cpu_model: String,
+    physical_cores: u32,
+    logical_cores: u32,
+    memory_total_bytes: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct DiskDetails {
+    mount: String,
+    filesystem: String,
+    total_bytes: u64,
+    available_bytes: u64,
+    used_bytes: u64,
+    /// 0-100, rounded to one decimal.
+    used_percent: f64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct InterfaceDetails {
+    name: String,
+    mac: Option<String>,
+    /// With prefix length, e.g. "192.168.1.5/24".
+    addresses: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct LoggedInUser {
+    username: String,
+    terminal: Option<String>,
+    host: Option<String>,
+    /// RFC 3339.
+    login_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct LatestMetrics {
+    /// RFC 3339.
+    at: String,
+    cpu_percent: f64,
+    ram_percent: f64,
+    /// The fullest mount's usage.
+    disk_percent: f64,
+    net_rx_bytes: i64,
+    net_tx_bytes: i64,
+    process_count: f64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 struct GroupRef {
     id: String,
     name: String,
+}
+
+fn disk_details(d: &breeze_agent_proto::DiskInfo) -> DiskDetails {
+    let used = d.total_bytes.saturating_sub(d.available_bytes);
+    #[allow(clippy::cast_precision_loss)] // a percentage
+    let used_percent = if d.total_bytes == 0 {
+        0.0
+    } else {
+        (used as f64 * 1000.0 / d.total_bytes as f64).round() / 10.0
+    };
+    DiskDetails {
+        mount: d.mount.clone(),
+        filesystem: d.filesystem.clone(),
+        total_bytes: d.total_bytes,
+        available_bytes: d.available_bytes,
+        used_bytes: used,
+        used_percent,
+    }
+}
+
+/// The details document of `device`, shared by `get_device_details` and the
+/// `breeze://devices/{id}` resource so both read the same (camelCase throughout).
+pub(crate) async fn device_details(
+    org: &breeze_store::OrgStore<'_>,
+    device: &Device,
+) -> Result<serde_json::Value, StoreError> {
+    let site_name = org
+        .list_sites()
+        .await?
+        .into_iter()
+        .find(|s| s.id == device.site_id)
+        .map(|s| s.name);
+    let groups = org
+        .groups_of_device(device.id)
+        .await?
+        .into_iter()
+        .map(|g| GroupRef {
+            id: g.id.to_string(),
+            name: g.name,
+        })
+        .collect();
+    let active_context = org.device_context(device.id, false).await?.len();
+    let state = org.device_state(device.id).await?;
+    // A stored inventory that no longer parses (an older agent's shape) reads as none.
+    let inventory: Option<breeze_agent_proto::Inventory> = state
+        .as_ref()
+        .and_then(|s| s.inventory.clone())
+        .and_then(|v| serde_json::from_value(v).ok());
+    let inv = inventory.as_ref();
+    let latest = org.latest_metric(device.id).await?;
+    let details = DeviceDetails {
+        device: DeviceSummary::new(device, site_name.as_deref()),
+        groups,
+        active_context,
+        os: inv.map(|i| OsDetails {
+            family: i.os.family.clone(),
+            name: i.os.name.clone(),
+            version: i.os.version.clone(),
+            kernel: i.os.kernel.clone(),
+            arch: i.os.arch.clone(),
+        }),
+        hardware: inv.map(|i| Hardware {
+            cpu_model: i.cpu.model.clone(),
+            physical_cores: i.cpu.physical_cores,
+            logical_cores: i.cpu.logical_cores,
+            memory_total_bytes: i.memory_total_bytes,
+        }),
+        disks: inv.map_or_else(Vec::new, |i| i.disks.iter().map(disk_details).collect()),
+        network_interfaces: inv.map_or_else(Vec::new, |i| {
+            i.interfaces
+                .iter()
+                .map(|n| InterfaceDetails {
+                    name: n.name.clone(),
+                    mac: n.mac.clone(),
+                    addresses: n.addresses.clone(),
+                })
+                .collect()
+        }),
+        uptime_secs: state.as_ref().and_then(|s| s.uptime_secs),
+        boot_time: inv.and_then(|i| i.boot_time).map(|t| t.to_rfc3339()),
+        pending_reboot: state.as_ref().map(|s| s.pending_reboot),
+        logged_in_users: state.as_ref().map_or_else(Vec::new, |s| {
+            s.logged_in_users
+                .iter()
+                .map(|u| LoggedInUser {
+                    username: u.username.clone(),
+                    terminal: u.terminal.clone(),
+                    host: u.host.clone(),
+                    login_at: u.login_at.map(|t| t.to_rfc3339()),
+                })
+                .collect()
+        }),
+        last_heartbeat_at: state
+            .as_ref()
+            .and_then(|s| s.heartbeat_at)
+            .map(|t| t.to_rfc3339()),
+        inventory_collected_at: inv.map(|i| i.collected_at.to_rfc3339()),
+        latest_metrics: latest.map(|m| LatestMetrics {
+            at: m.at.to_rfc3339(),
+            cpu_percent: m.cpu_avg,
+            ram_percent: m.ram_avg,
+            disk_percent: m.disk_avg,
+            net_rx_bytes: m.net_rx_bytes,
+            net_tx_bytes: m.net_tx_bytes,
+            process_count: m.process_avg,
+        }),
+        installed_package_count: inv.and_then(|i| i.packages.as_ref()).map(Vec::len),
+    };
+    serde_json::to_value(&details).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
 /// Looks a device up, answering "not found or access denied" for a foreign or missing one.
@@ -228,7 +413,7 @@ pub(crate) struct GetDeviceDetails;
 impl Tool for GetDeviceDetails {
     const NAME: &'static str = "get_device_details";
     const TITLE: &'static str = "Get device details";
-    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, OS, status, agent, site, tags, group memberships and how many active context entries it has.";
+    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups; hardware (CPU, memory), OS with kernel and architecture, network interfaces, disks with usage, uptime and pending reboot, logged-in users (from the agent's inventory and heartbeat), the latest metrics sample, how many active context entries it has, and how many packages are installed (counted, not listed).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Input = DeviceIdInput;
@@ -236,22 +421,6 @@ impl Tool for GetDeviceDetails {
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
-        let sites = site_names(cx).await?;
-        let groups = cx
-            .org
-            .groups_of_device(device.id)
-            .await?
-            .into_iter()
-            .map(|g| GroupRef {
-                id: g.id.to_string(),
-                name: g.name,
-            })
-            .collect();
-        let active_context = cx.org.device_context(device.id, false).await?.len();
-        Rendered::of(&DeviceDetails {
-            device: DeviceSummary::new(&device, sites.get(&device.site_id).map(String::as_str)),
-            groups,
-            active_context,
-        })
+        Rendered::of(&device_details(&cx.org, &device).await?)
     }
 }

@@ -63,7 +63,7 @@ pub(crate) struct CommandView {
     pub stdout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// Whether stdout or stderr was cut at the output cap (always present).
     pub output_truncated: bool,
     /// The structured answer of typed operations.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -289,7 +289,52 @@ async fn check_org_protected(cx: &ToolCx<'_>, kind: &CommandKind) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
-    use super::safe_path;
+    use super::{CommandView, safe_path};
+
+    /// What no pipeline test waits for: a command still running when the call returns (the
+    /// wait is 10 s or more), and an error with every optional field, match every
+    /// agent-backed tool's outputSchema.
+    #[test]
+    fn still_running_and_full_errors_match_the_output_schemas() {
+        let running = CommandView {
+            command_id: uuid::Uuid::nil().to_string(),
+            device_id: uuid::Uuid::nil().to_string(),
+            hostname: "web-01".into(),
+            status: "running".into(),
+            exit_code: None,
+            stdout: None,
+            stderr: None,
+            output_truncated: false,
+            result: None,
+            error: None,
+            duration_ms: None,
+            message: Some("The command is still running on web-01".into()),
+        };
+        let running = serde_json::to_value(&running).unwrap_or_default();
+        let mut error = crate::ToolError::new(crate::ErrorCode::Forbidden, "no").hint("ask");
+        error.required_scopes = vec![breeze_core::Scope::AiExecute];
+        error.granted_scopes = vec![breeze_core::Scope::AiRead];
+        let error = error.to_structured();
+        let registry = crate::all();
+        for name in [
+            "execute_command",
+            "file_operations",
+            "manage_services",
+            "network_discovery",
+            "set_agent_log_level",
+        ] {
+            let Some(spec) = registry.get(name) else {
+                panic!("{name} is registered")
+            };
+            let Ok(validator) = jsonschema::validator_for(&spec.output_schema) else {
+                panic!("{name}: the output schema compiles")
+            };
+            for v in [&running, &error] {
+                let errors: Vec<String> = validator.iter_errors(v).map(|e| e.to_string()).collect();
+                assert!(errors.is_empty(), "{name}: {v} fails: {errors:?}");
+            }
+        }
+    }
 
     #[test]
     fn paths_are_checked() {

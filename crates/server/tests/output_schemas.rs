@@ -1,0 +1,817 @@
+//! Every result of every tool matches the `outputSchema` the tool lists, checked with a real
+//! JSON Schema validator (the official SDKs validate `structuredContent` and throw on a
+//! mismatch, so a result that fails its own schema never reaches the model).
+//!
+//! Generated over the registry, so a new tool is covered without a new row: for every tool
+//! listed to an `ai:execute` key, and every action of its action table, arguments are generated
+//! from the input schema (required fields first, then every field; ids come from the fixture by
+//! field name) and must give a successful result — a tool the generator cannot satisfy fails
+//! the test. Then the same call through every error path: invalid arguments, unknown ids (not
+//! found), an offline device, a command the agent reports timed out, the per-tool rate limit, a
+//! key without the scope, and (for tools that can need approval) the pending-approval answer.
+//! Tier 3 calls go through the real approval flow: a person approves them over REST. A scripted
+//! agent on a real WebSocket answers every command.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult, ServerFrame};
+use breeze_auth::{CreateApiKey, CreateEnrollmentKey};
+use breeze_core::{Scope, ScopeSet};
+use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
+use breeze_server::{AppState, Breeze, app};
+use breeze_store::{NewContext, NewScript, testing::Ctx};
+use breeze_tools::Tier;
+use common::{Reply, World, audit, send, world};
+use futures::{
+    SinkExt, StreamExt,
+    future::{BoxFuture, FutureExt},
+};
+use serde_json::{Map, Value, json};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+
+/// A limiter that allows everything, or refuses the per-tool limits when told to.
+#[derive(Default)]
+struct Switch {
+    refuse_tools: AtomicBool,
+}
+
+impl RateLimiter for Switch {
+    fn check<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        _: Duration,
+    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+        let refuse = key.starts_with("tool:") && self.refuse_tools.load(Ordering::SeqCst);
+        async move {
+            Ok(Decision {
+                allowed: !refuse,
+                retry_after: Duration::from_secs(if refuse { 60 } else { 0 }),
+                remaining: if refuse { 0 } else { limit },
+            })
+        }
+        .boxed()
+    }
+
+    fn backend(&self) -> &'static str {
+        "switch"
+    }
+}
+
+/// How the scripted agent answers.
+const COMPLETE: u8 = 0;
+const TIME_OUT: u8 = 1;
+
+/// The agent's answer to `kind`: a disk scan finds one cleanup candidate.
+fn answer(kind: &CommandKind) -> Value {
+    match kind {
+        CommandKind::DiskScan { .. } => json!({
+            "mounts": [], "largestFiles": [], "largestDirectories": [],
+            "cleanupCandidates": [{ "path": "/tmp/cand.log", "sizeBytes": 4096, "category": "temp" }],
+        }),
+        _ => json!({}),
+    }
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn send_frame(ws: &mut Socket, frame: &AgentFrame) {
+    ws.send(tungstenite::Message::Text(
+        serde_json::to_string(frame).unwrap().into(),
+    ))
+    .await
+    .unwrap();
+}
+
+/// Enrolls a device and connects a scripted agent for it; returns the device id.
+async fn scripted_agent(w: &World, state: &AppState, mode: Arc<AtomicU8>) -> String {
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let (secret, _) = w
+        .state
+        .auth
+        .create_enrollment_key(
+            CreateEnrollmentKey {
+                org_id: w.org_a,
+                site_id: site,
+                name: "schemas".into(),
+                max_uses: None,
+                expires_at: w.state.clock.now() + chrono::Duration::hours(1),
+                created_by: "test".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let body = json!({
+        "enrollmentKey": secret.expose(), "hostname": "agent-host", "machineId": "machine-schemas",
+        "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12",
+                "kernel": "6.1", "arch": "x86_64" },
+        "agentVersion": "0.1.0",
+    });
+    let r = send(
+        &w.app,
+        Request::post("/api/v1/agents/enroll")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let device = r.body["deviceId"].as_str().unwrap().to_owned();
+    let token = r.body["token"].as_str().unwrap().to_owned();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(state.clone()),
+        std::future::pending(),
+    ));
+    let mut req = format!("ws://{addr}/api/v1/agents/ws")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let clock = state.clock.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = ws.next().await {
+            let tungstenite::Message::Text(t) = msg else {
+                continue;
+            };
+            let Ok(ServerFrame::Command(cmd)) = serde_json::from_str(t.as_str()) else {
+                continue;
+            };
+            send_frame(&mut ws, &AgentFrame::CommandStarted { command_id: cmd.id }).await;
+            let timed_out = mode.load(Ordering::SeqCst) == TIME_OUT;
+            let result = CommandResult {
+                command_id: cmd.id,
+                status: if timed_out {
+                    CommandOutcome::TimedOut
+                } else {
+                    CommandOutcome::Completed
+                },
+                exit_code: (!timed_out).then_some(0),
+                stdout: "ok".into(),
+                stderr: String::new(),
+                stdout_truncated: timed_out,
+                stderr_truncated: false,
+                result: (!timed_out).then(|| answer(&cmd.kind)),
+                error: timed_out.then(|| "timed out after 25 s".into()),
+                started_at: clock.now(),
+                finished_at: clock.now(),
+            };
+            send_frame(&mut ws, &AgentFrame::CommandResult(result)).await;
+        }
+    });
+    for _ in 0..200 {
+        if state.gateway.is_connected(device.parse().unwrap()) {
+            return device;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the scripted agent did not connect")
+}
+
+fn tools_call(key: &str, tool: &str, args: &Value) -> Request<Body> {
+    Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-api-key", key)
+        .body(Body::from(
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": { "name": tool, "arguments": args } })
+            .to_string(),
+        ))
+        .unwrap()
+}
+
+/// The JSON-RPC message of a reply that may be SSE-framed.
+fn message_of(reply: &Reply) -> Value {
+    if let Value::String(text) = &reply.body {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|v| v.get("result").is_some() || v.get("error").is_some())
+            .unwrap_or_else(|| panic!("no answer in {text}"))
+    } else {
+        reply.body.clone()
+    }
+}
+
+struct Suite {
+    app: Router,
+    /// The same server, with Tier 3 calls answering "pending" at once.
+    pending_app: Router,
+    w: World,
+    limiter: Arc<Switch>,
+    mode: Arc<AtomicU8>,
+    exec: String,
+    cookie: String,
+    device: String,
+    script: String,
+    validators: BTreeMap<String, jsonschema::Validator>,
+    input_schemas: BTreeMap<String, Value>,
+    counter: AtomicUsize,
+}
+
+/// Fields whose values the generator takes from the fixture rather than from the schema.
+const ID_FIELDS: &[&str] = &[
+    "deviceId",
+    "deviceIds",
+    "siteId",
+    "groupId",
+    "scriptId",
+    "contextId",
+    "approvalId",
+];
+
+const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
+
+impl Suite {
+    /// A call through the whole pipeline; a Tier 3 call is approved by a person while it waits.
+    async fn call(&self, app: &Router, key: &str, tool: &str, args: &Value) -> Value {
+        let (app2, req) = (app.clone(), tools_call(key, tool, args));
+        let call = tokio::spawn(async move { send(&app2, req).await });
+        let org = self.w.store.org(self.w.org_a);
+        while !call.is_finished() {
+            for pending in org.list_approvals(true, 50).await.unwrap() {
+                let r = send(
+                    &self.app,
+                    Request::post(format!("/api/v1/approvals/{}/approve", pending.id))
+                        .header("content-type", "application/json")
+                        .header(header::COOKIE, &self.cookie)
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await;
+                assert!(
+                    r.status == StatusCode::OK || r.status == StatusCode::CONFLICT,
+                    "approve: {}",
+                    r.body
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        message_of(&call.await.unwrap())
+    }
+
+    /// Checks one answer: a JSON-RPC error carries no result; a result carries structured
+    /// content that the tool's listed `outputSchema` accepts. Returns the result, if any.
+    fn check(&self, tool: &str, case: &str, args: &Value, message: &Value) -> Option<Value> {
+        if message.get("error").is_some() {
+            return None;
+        }
+        let result = &message["result"];
+        let content = result
+            .get("structuredContent")
+            .unwrap_or_else(|| panic!("{tool} ({case}): no structuredContent in {result}"));
+        let errors: Vec<String> = self.validators[tool]
+            .iter_errors(content)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{tool} ({case}) with {args}: structuredContent does not match the outputSchema: {errors:?}\n{content:#}"
+        );
+        if result["isError"] == true {
+            assert!(
+                content["error"]["code"].is_string(),
+                "{tool} ({case}): an error result carries the error envelope: {content}"
+            );
+        }
+        Some(result.clone())
+    }
+
+    /// The fixture value of an id-like field, read from the store when the call is made.
+    async fn hint(&self, field: &str) -> Option<Value> {
+        let org = self.w.store.org(self.w.org_a);
+        Some(match field {
+            "deviceId" => json!(self.device),
+            "deviceIds" => json!([self.device]),
+            "siteId" => json!(org.list_sites().await.unwrap()[0].id.to_string()),
+            "groupId" => json!(
+                org.list_groups()
+                    .await
+                    .unwrap()
+                    .first()
+                    .map_or(UNKNOWN_ID.to_owned(), |g| g.id.to_string())
+            ),
+            "scriptId" => json!(self.script),
+            "contextId" => {
+                let entries = org
+                    .device_context(self.device.parse().unwrap(), true)
+                    .await
+                    .unwrap();
+                json!(
+                    entries
+                        .first()
+                        .map_or(UNKNOWN_ID.to_owned(), |c| c.id.to_string())
+                )
+            }
+            "approvalId" => json!(
+                org.list_approvals(false, 1)
+                    .await
+                    .unwrap()
+                    .first()
+                    .map_or(UNKNOWN_ID.to_owned(), |a| a.id.to_string())
+            ),
+            "path" => json!("/tmp/breeze-schemas"),
+            "newPath" => json!("/tmp/breeze-schemas-renamed"),
+            "paths" => json!(["/tmp/cand.log"]),
+            "subnet" => json!("10.0.0.0/24"),
+            "startTime" => {
+                json!((self.w.state.clock.now() - chrono::Duration::hours(1)).to_rfc3339())
+            }
+            "endTime" => json!(self.w.state.clock.now().to_rfc3339()),
+            _ => return None,
+        })
+    }
+
+    /// Arguments for `tool`: the required fields (every field when `full`), the action set.
+    async fn arguments(&self, tool: &str, action: Option<(&str, &str)>, full: bool) -> Value {
+        let schema = &self.input_schemas[tool];
+        let mut hints = Map::new();
+        for field in collect_fields(schema) {
+            if let Some(v) = self.hint(&field).await {
+                hints.insert(field, v);
+            }
+        }
+        let generator = Gen {
+            root: schema,
+            counter: &self.counter,
+            hints: &hints,
+            full,
+        };
+        let mut args = generator.value(tool, "", schema);
+        if let Some((key, name)) = action {
+            args[key] = json!(name);
+        }
+        args
+    }
+}
+
+/// Every property name anywhere in a schema.
+fn collect_fields(schema: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::Object(props)) = m.get("properties") {
+                    out.extend(props.keys().cloned());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(schema, &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Values from a JSON Schema: the first enum value, the shortest string, the minimum number.
+struct Gen<'a> {
+    root: &'a Value,
+    counter: &'a AtomicUsize,
+    hints: &'a Map<String, Value>,
+    full: bool,
+}
+
+impl Gen<'_> {
+    fn resolve<'s>(&'s self, schema: &'s Value) -> &'s Value {
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => {
+                let path = r.strip_prefix('#').unwrap();
+                let target = self
+                    .root
+                    .pointer(path)
+                    .unwrap_or_else(|| panic!("unresolvable $ref {r}"));
+                self.resolve(target)
+            }
+            None => schema,
+        }
+    }
+
+    fn value(&self, tool: &str, field: &str, schema: &Value) -> Value {
+        if let Some(v) = self.hints.get(field) {
+            return v.clone();
+        }
+        let schema = self.resolve(schema);
+        if let Some(c) = schema.get("const") {
+            return c.clone();
+        }
+        if let Some(first) = schema
+            .get("enum")
+            .and_then(Value::as_array)
+            .and_then(|e| e.iter().find(|v| !v.is_null()))
+        {
+            return first.clone();
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+                let branch = branches
+                    .iter()
+                    .find(|b| self.resolve(b).get("type") != Some(&json!("null")))
+                    .unwrap_or_else(|| panic!("{tool}.{field}: no usable branch in {schema}"));
+                return self.value(tool, field, branch);
+            }
+        }
+        let ty = match schema.get("type") {
+            Some(Value::String(t)) => t.as_str(),
+            Some(Value::Array(types)) => types
+                .iter()
+                .filter_map(Value::as_str)
+                .find(|t| *t != "null")
+                .unwrap_or("null"),
+            _ => panic!("{tool}.{field}: the generator cannot make a value for {schema}"),
+        };
+        let number = |k: &str| schema.get(k).and_then(Value::as_u64);
+        match ty {
+            "object" => {
+                let required: Vec<&str> = schema
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let mut out = Map::new();
+                if let Some(Value::Object(props)) = schema.get("properties") {
+                    for (name, s) in props {
+                        if self.full || required.contains(&name.as_str()) {
+                            out.insert(name.clone(), self.value(tool, name, s));
+                        }
+                    }
+                }
+                Value::Object(out)
+            }
+            "string" => {
+                // Distinct strings, so names that must be unique are.
+                let n = self.counter.fetch_add(1, Ordering::SeqCst);
+                let min = number("minLength").unwrap_or(1).max(1) as usize;
+                let max = number("maxLength").unwrap_or(u64::MAX) as usize;
+                let mut v = format!("x{n}");
+                if v.len() > max {
+                    v = "x".repeat(min);
+                }
+                while v.len() < min {
+                    v.push('x');
+                }
+                json!(v)
+            }
+            "integer" | "number" => json!(number("minimum").unwrap_or(1).max(1)),
+            "boolean" => json!(false),
+            "array" => {
+                let items = schema.get("items").unwrap_or(&Value::Null);
+                let n = number("minItems").unwrap_or(1).max(1);
+                Value::Array((0..n).map(|_| self.value(tool, field, items)).collect())
+            }
+            other => panic!("{tool}.{field}: the generator cannot make a {other}"),
+        }
+    }
+}
+
+async fn exec_key(w: &World) -> String {
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            CreateApiKey {
+                org_id: w.org_a,
+                user_id: w.admin,
+                name: "exec".into(),
+                scopes: ScopeSet::new([Scope::AiRead, Scope::AiWrite, Scope::AiExecute]),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+async fn suite(cx: &Ctx) -> Suite {
+    let w = world(cx).await;
+    let limiter = Arc::new(Switch::default());
+    let state = AppState::new(
+        w.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        (*w.state.config).clone(),
+        limiter.clone(),
+    );
+    let app = app(Breeze::new(state.clone()));
+    let pending_app = common::build(
+        &w,
+        |c| c.approvals.wait = Duration::ZERO,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let mode = Arc::new(AtomicU8::new(COMPLETE));
+    let device = scripted_agent(&w, &state, mode.clone()).await;
+    let exec = exec_key(&w).await;
+    let r = send(
+        &app,
+        Request::post("/api/v1/auth/login")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({ "email": "admin@p.test", "password": common::PASSWORD }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let cookie = r.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+
+    // Fixture rows the id fields point at.
+    let org = w.store.org(w.org_a);
+    let script = org
+        .create_script(
+            NewScript {
+                name: "Uptime".into(),
+                description: "Prints the uptime".into(),
+                language: "bash".into(),
+                category: "diagnostics".into(),
+                body: "uptime".into(),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap();
+    org.create_group("Servers", None, None, audit("group.create"))
+        .await
+        .unwrap();
+    org.add_context(
+        NewContext {
+            device_id: device.parse().unwrap(),
+            context_type: "issue".into(),
+            summary: "Disk fills up on Mondays".into(),
+            details: None,
+            created_by: "test".into(),
+            expires_at: None,
+        },
+        audit("context.add"),
+    )
+    .await
+    .unwrap();
+
+    // The catalogue as the client sees it: every registered tool, each with its schemas.
+    let list = send(
+        &app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", &exec)
+            .body(Body::from(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let tools = message_of(&list)["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tools.len(),
+        breeze_tools::all().len(),
+        "every tool is listed"
+    );
+    let mut validators = BTreeMap::new();
+    let mut input_schemas = BTreeMap::new();
+    for t in &tools {
+        let name = t["name"].as_str().unwrap().to_owned();
+        let out = &t["outputSchema"];
+        assert_eq!(out["type"], "object", "{name}: MCP wants an object schema");
+        let v = jsonschema::validator_for(out)
+            .unwrap_or_else(|e| panic!("{name}: the outputSchema does not compile: {e}"));
+        validators.insert(name.clone(), v);
+        input_schemas.insert(name, t["inputSchema"].clone());
+    }
+    Suite {
+        app,
+        pending_app,
+        w,
+        limiter,
+        mode,
+        exec,
+        cookie,
+        device,
+        script: script.id.to_string(),
+        validators,
+        input_schemas,
+        counter: AtomicUsize::new(0),
+    }
+}
+
+async fn every_result_matches_its_output_schema(cx: Ctx) {
+    let s = suite(&cx).await;
+    let registry = breeze_tools::all();
+    let mut checked = 0usize;
+    for spec in registry.iter() {
+        let actions: Vec<Option<&str>> = if spec.actions.is_empty() {
+            vec![None]
+        } else {
+            spec.actions.iter().map(|a| Some(a.name)).collect()
+        };
+        for action in actions {
+            let tool = spec.name;
+            let at = action.map(|a| (spec.action_key, a));
+            let case = |what: &str| {
+                format!(
+                    "{}{what}",
+                    action.map_or(String::new(), |a| format!("{a}: "))
+                )
+            };
+
+            // Success: the required fields, else every field; a tool nothing satisfies fails.
+            let mut args = s.arguments(tool, at, false).await;
+            let mut answer = s.call(&s.app, &s.exec, tool, &args).await;
+            let mut result = s.check(tool, &case("required fields"), &args, &answer);
+            if result.as_ref().is_none_or(|r| r["isError"] == true) {
+                args = s.arguments(tool, at, true).await;
+                answer = s.call(&s.app, &s.exec, tool, &args).await;
+                result = s.check(tool, &case("every field"), &args, &answer);
+            }
+            if result.is_none_or(|r| r["isError"] == true) {
+                panic!(
+                    "{tool} {action:?}: the generated arguments {args} never succeed; teach the generator this tool's fields: {answer}"
+                );
+            }
+            checked += 1;
+            let full = s.arguments(tool, at, true).await;
+
+            // Invalid arguments: one field of the wrong type (or an unknown action).
+            let mut invalid = full.clone();
+            let field = full
+                .as_object()
+                .unwrap()
+                .keys()
+                .find(|k| *k != spec.action_key)
+                .cloned();
+            match field {
+                Some(f) => {
+                    invalid[&f] = if full[&f].is_object() {
+                        json!(17)
+                    } else {
+                        json!({ "not": ["a", "valid", "value"] })
+                    };
+                }
+                None => invalid[spec.action_key] = json!("no_such_action"),
+            }
+            let answer = s.call(&s.app, &s.exec, tool, &invalid).await;
+            let r = s.check(tool, &case("invalid"), &invalid, &answer).unwrap();
+            assert_eq!(r["isError"], true, "{tool}: {invalid} accepted");
+            assert_eq!(r["structuredContent"]["error"]["code"], "INVALID_ARGUMENT");
+
+            // Unknown ids: not found (or an empty answer).
+            let mut unknown = full.clone();
+            let mut any_id = false;
+            for f in ID_FIELDS {
+                if let Some(v) = unknown.get_mut(*f) {
+                    *v = if v.is_array() {
+                        json!([UNKNOWN_ID])
+                    } else {
+                        json!(UNKNOWN_ID)
+                    };
+                    any_id = true;
+                }
+            }
+            if any_id {
+                let answer = s.call(&s.app, &s.exec, tool, &unknown).await;
+                s.check(tool, &case("unknown ids"), &unknown, &answer);
+            }
+
+            if args.get("deviceId").is_some() || args.get("deviceIds").is_some() {
+                // An offline device.
+                let set = |status: &str| {
+                    format!("UPDATE devices SET status = '{status}' WHERE hostname = 'agent-host'")
+                };
+                s.w.store.raw_execute(&set("offline")).await.unwrap();
+                let answer = s.call(&s.app, &s.exec, tool, &args).await;
+                s.w.store.raw_execute(&set("online")).await.unwrap();
+                s.check(tool, &case("offline device"), &args, &answer);
+
+                // The agent reports the command timed out.
+                s.mode.store(TIME_OUT, Ordering::SeqCst);
+                let answer = s.call(&s.app, &s.exec, tool, &args).await;
+                s.mode.store(COMPLETE, Ordering::SeqCst);
+                s.check(tool, &case("timed out"), &args, &answer);
+            }
+
+            // The per-tool rate limit.
+            s.limiter.refuse_tools.store(true, Ordering::SeqCst);
+            let answer = s.call(&s.app, &s.exec, tool, &args).await;
+            s.limiter.refuse_tools.store(false, Ordering::SeqCst);
+            let r = s.check(tool, &case("rate limited"), &args, &answer);
+            if spec.rate_limit.is_some() {
+                assert!(
+                    r.is_none_or(|r| r["isError"] == true),
+                    "{tool}: the rate limit was not applied: {answer}"
+                );
+            }
+
+            // A key without the scope for the call (refused), or one that has it (answered).
+            let answer = s.call(&s.app, &s.w.read, tool, &args).await;
+            s.check(tool, &case("read-only key"), &args, &answer);
+        }
+    }
+    assert!(checked >= registry.len(), "{checked} calls succeeded");
+
+    // Pending approval: every tool that can need it, for each of its Tier 3 actions. (Last,
+    // so these requests stay pending and nothing above approves them.)
+    for spec in registry.iter() {
+        let tier3: Vec<Option<&str>> = if spec.actions.is_empty() {
+            if spec.tier == Tier::T3 {
+                vec![None]
+            } else {
+                vec![]
+            }
+        } else {
+            spec.actions
+                .iter()
+                .filter(|a| a.tier == Tier::T3)
+                .map(|a| Some(a.name))
+                .collect()
+        };
+        for action in tier3 {
+            let at = action.map(|a| (spec.action_key, a));
+            let args = s.arguments(spec.name, at, true).await;
+            let reply = send(&s.pending_app, tools_call(&s.exec, spec.name, &args)).await;
+            let answer = message_of(&reply);
+            let r = s
+                .check(spec.name, "pending approval", &args, &answer)
+                .unwrap();
+            assert_eq!(
+                r["structuredContent"]["status"], "pending_approval",
+                "{}: {r}",
+                spec.name
+            );
+        }
+    }
+}
+
+/// The bug as it was: an `ai:write` key listed processes through `execute_command`. The
+/// specification's table gives every command type Tier 3.
+async fn execute_command_is_tier_3_for_every_command_type(cx: Ctx) {
+    let w = world(&cx).await;
+    let registry = breeze_tools::all();
+    let spec = registry.get("execute_command").unwrap();
+    for a in spec.actions {
+        assert_eq!(a.tier, Tier::T3, "execute_command {}", a.name);
+        let args = json!({ "deviceId": w.a_device, "commandType": a.name });
+        let r = send(&w.app, tools_call(&w.write, "execute_command", &args)).await;
+        let answer = message_of(&r);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("requires ai:execute")),
+            "{}: {answer}",
+            a.name
+        );
+    }
+    // Not listed to a key that cannot call it.
+    let list = send(
+        &w.app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", &w.write)
+            .body(Body::from(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let names: Vec<Value> = message_of(&list)["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
+    assert!(!names.contains(&json!("execute_command")), "{names:?}");
+}
+
+breeze_store::on_both_backends!(
+    every_result_matches_its_output_schema,
+    execute_command_is_tier_3_for_every_command_type,
+);
