@@ -91,7 +91,8 @@ impl BreezeMcp {
         }
     }
 
-    /// A Tier 3 call: a durable approval request, a bounded wait with progress, and the
+    /// A Tier 3 call: the tool's precheck (what can be refused before a person is asked, with
+    /// the call's own error), a durable approval request, a bounded wait with progress, and the
     /// call's result once a person approved it (or why it did not run, or "pending").
     async fn with_approval(
         &self,
@@ -101,13 +102,21 @@ impl BreezeMcp {
         meta: Option<SharedJson>,
     ) -> CallToolResult {
         let approvals = &self.state.approvals;
+        let principal = &cx.caller.principal;
+        let request_id = cx.request_id.as_ref().map(ToString::to_string);
+        let tcx = tool_cx(
+            &self.state.store,
+            &self.state.gateway,
+            principal.org_id,
+            Actor::new(ActorType::ApiKey, principal.key_id),
+            request_id.clone(),
+        );
+        let pin = match spec.precheck(&tcx, &arguments).await {
+            Ok(pin) => pin,
+            Err(e) => return tool_error_result(&e, meta),
+        };
         let record = match approvals
-            .request(
-                &cx.caller.principal,
-                spec,
-                &arguments,
-                cx.request_id.as_ref().map(ToString::to_string),
-            )
+            .request(principal, spec, &arguments, request_id, pin)
             .await
         {
             Ok(r) => r,
