@@ -30,7 +30,7 @@ use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
 use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec, tool_cx};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -197,7 +197,7 @@ impl Approvals {
 
     /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`) and
     /// tells the webhook.
-    pub async fn request(
+    async fn request(
         &self,
         principal: &ApiKeyPrincipal,
         spec: &ToolSpec,
@@ -275,17 +275,48 @@ impl Approvals {
         });
     }
 
-    /// Waits for the decision on `record` (bounded by the configured wait and the expiry),
-    /// reporting progress, and runs it when approved, its progress going to `progress` too.
-    /// While it waits the request is this call's: `cancel`, or this future being dropped (the
-    /// client's connection closed), withdraws it. Once it returns — `Pending` included — the
-    /// request no longer depends on the caller.
-    pub async fn wait_and_run(
+    /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`), waits
+    /// for the decision (bounded by the configured wait and the expiry) reporting progress, and
+    /// runs it when approved, its progress going to `progress` too. While it waits the request
+    /// is this call's: `cancel`, or this future being dropped (the client's connection closed),
+    /// withdraws it. Once it returns — `Pending` included — the request no longer depends on
+    /// the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn request_and_wait(
         &self,
-        record: ApprovalRecord,
+        principal: &ApiKeyPrincipal,
+        spec: &ToolSpec,
+        args: &Value,
+        request_id: Option<String>,
+        pin: Option<Pin>,
         progress: &mpsc::UnboundedSender<ProgressReport>,
         cancel: &CancellationToken,
     ) -> Outcome {
+        // Recorded by a task of its own, so a caller dropped half-way never leaves a request
+        // that nobody would withdraw: the task withdraws it when the caller is gone.
+        let (tx, rx) = oneshot::channel();
+        let (this, principal, name, args) =
+            (self.clone(), principal.clone(), spec.name, args.clone());
+        tokio::spawn(async move {
+            let Some(spec) = this.inner.registry.get(name) else {
+                return;
+            };
+            let created = this.request(&principal, spec, &args, request_id, pin).await;
+            if let Err(Ok(record)) = tx.send(created) {
+                this.withdraw(record.id, "the client went away as the request was made")
+                    .await;
+            }
+        });
+        let record = match rx.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Outcome::Refused(e.into()),
+            Err(_) => {
+                return Outcome::Refused(ToolError::new(
+                    ErrorCode::Internal,
+                    "the approval request could not be recorded",
+                ));
+            }
+        };
         let mut guard = WithdrawOnDrop {
             approvals: self.clone(),
             id: record.id,
@@ -293,7 +324,10 @@ impl Approvals {
             armed: true,
         };
         let outcome = self.wait(record, progress, cancel).await;
-        guard.armed = false;
+        // A cancelled call is not answered, so even a request about to be answered pending is
+        // withdrawn. The withdrawal runs in a task of its own: the transport may drop this
+        // future at any await, and a transaction cut off half-way would hold the row's lock.
+        guard.armed = cancel.is_cancelled();
         outcome
     }
 
@@ -403,7 +437,6 @@ impl Approvals {
                 _ = decided.changed() => {}
                 () = tokio::time::sleep(self.inner.config.poll) => {}
                 () = cancel.cancelled() => {
-                    self.withdraw(record.id, "the client cancelled the call").await;
                     return Outcome::Refused(refused("cancelled by the client; the approval request was withdrawn"));
                 }
             }

@@ -115,16 +115,11 @@ impl BreezeMcp {
             Ok(pin) => pin,
             Err(e) => return tool_error_result(&e, meta),
         };
-        let record = match approvals
-            .request(principal, spec, &arguments, request_id, pin)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return tool_error_result(&ToolError::from(e), meta),
-        };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let outcome =
-            forwarding_progress(cx, rx, approvals.wait_and_run(record, &tx, &cx.cancel)).await;
+        let wait = approvals.request_and_wait(
+            principal, spec, &arguments, request_id, pin, &tx, &cx.cancel,
+        );
+        let outcome = forwarding_progress(cx, rx, wait).await;
         match outcome {
             Outcome::Ran(Ok(output)) => tool_result(raw(&output), meta),
             Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),
