@@ -344,7 +344,7 @@ impl Approvals {
             Ok(true) => tracing::info!(approval = %id, "approval request withdrawn: {why}"),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(approval = %id, error = %e, "could not withdraw an approval request")
+                tracing::warn!(approval = %id, error = %e, "could not withdraw an approval request");
             }
         }
     }
