@@ -474,6 +474,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
                 mode: "supervised".into(),
                 request_id: None,
                 expires_at: cx.clock.now() + Duration::minutes(5),
+                pinned: None,
             },
             audit("approval.request"),
         )

@@ -46,7 +46,7 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     (
         "MCP_APPROVAL_WAIT_SECONDS",
-        "how long a Tier 3 call waits for approval before answering pending (0-300, default 300)",
+        "how long a Tier 3 call waits for approval before answering pending (0-300, default 45: below the 60 s request timeout of common MCP clients)",
     ),
     (
         "BREEZE_AUTH_CACHE_MS",
@@ -436,7 +436,7 @@ impl Settings {
                 }
             },
             approval_wait_secs: match env.get("MCP_APPROVAL_WAIT_SECONDS").map(|v| v.trim()) {
-                None | Some("") => 300,
+                None | Some("") => breeze_server::approvals::DEFAULT_WAIT_SECS,
                 Some(v) => match v.parse::<u64>() {
                     Ok(n) if n <= 300 => n,
                     _ => bail!("invalid MCP_APPROVAL_WAIT_SECONDS: {v:?} (expected 0 to 300)"),
@@ -542,6 +542,10 @@ mod tests {
             (s.environment, s.log_format, s.redis_url),
             (Environment::Development, LogFormat::Pretty, None)
         );
+        // A Tier 3 call answers pending before the 60 s request timeout of common clients.
+        assert_eq!(s.approval_wait_secs, 45);
+        let s = load(&[("MCP_APPROVAL_WAIT_SECONDS", "300")]).unwrap();
+        assert_eq!(s.approval_wait_secs, 300);
     }
 
     #[test]

@@ -570,11 +570,13 @@ fn mcp_stdio_bridges_to_a_running_server() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let replies: Vec<Value> = String::from_utf8(out.stdout)
+    let mut replies: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // Calls after initialize run concurrently: their answers come in whatever order they end.
+    replies.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(
         replies.len(),
         3,

@@ -152,7 +152,7 @@ impl<A: McpApp> Engine<A> {
         message: Message,
     ) -> Option<Reply> {
         match message {
-            Message::Request(req) => Some(self.handle_request(ctx, req).await),
+            Message::Request(req) => self.handle_request(ctx, req).await,
             Message::Notification(n) => {
                 self.handle_notification(ctx, n);
                 None
@@ -179,7 +179,10 @@ impl<A: McpApp> Engine<A> {
         // notifications/initialized and others need no action.
     }
 
-    async fn handle_request(&self, ctx: &CallCtx<A::Principal>, req: Request) -> Reply {
+    /// Handles a request: its reply, or nothing when the request was cancelled (by
+    /// `notifications/cancelled` or its session's end) — the receiver of a cancellation does
+    /// not answer the cancelled request. It is recorded either way.
+    async fn handle_request(&self, ctx: &CallCtx<A::Principal>, req: Request) -> Option<Reply> {
         let _counted = InFlight::enter(&self.in_flight);
         let cancel = match &ctx.session {
             Some(s) => s.closed.child_token(),
@@ -216,6 +219,9 @@ impl<A: McpApp> Engine<A> {
             () = cancel.cancelled() => Err(ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")),
         };
         drop(tracked);
+        // Read once the request can no longer be cancelled: a cancellation that raced with the
+        // answer still means the client will not want it.
+        let cancelled = cancel.is_cancelled();
         let (outcome, recorded) = match outcome {
             Ok(Answer {
                 payload,
@@ -238,10 +244,13 @@ impl<A: McpApp> Engine<A> {
                 in_flight: self.in_flight.load(Ordering::Relaxed),
             })
             .await;
-        Reply {
+        if cancelled {
+            return None;
+        }
+        Some(Reply {
             id: Some(req.id),
             outcome,
-        }
+        })
     }
 
     async fn dispatch(

@@ -1,14 +1,23 @@
 //! Step-up approval of Tier 3 calls: the request, the wait, the decision, the one execution.
 //!
-//! A Tier 3 call that passed every other check becomes a durable request
-//! ([`breeze_store::ApprovalRecord`]) pinned to the tool definition and arguments the approver
-//! sees (SHA-256 of each). The caller waits — bounded by the request's 5-minute expiry, with
-//! progress notifications, polling the row every second and woken at once by an in-process
-//! decision; five consecutive database errors end the wait (circuit breaker). A person decides
-//! through REST or the CLI ([`decide`]): approve, deny, or report (deny and revoke the
-//! requesting key). Whoever claims the approved row first — the waiting call, or the
-//! [`Approvals::spawn_resumer`] task for requests whose caller is gone or that were approved
-//! while the server was down — runs it, once, after re-checking both hashes. A request left
+//! A Tier 3 call that passed every other check — the guard, the schema, and the tool's own
+//! [`breeze_tools::Tool::precheck`] (device, script, arguments: refused with the call's own
+//! error before anyone is asked) — becomes a durable request ([`breeze_store::ApprovalRecord`])
+//! pinned to the tool definition and arguments the approver sees (SHA-256 of each) and to a
+//! snapshot of the stored data the call depends on (a script's body, …). The caller waits —
+//! bounded by [`ApprovalConfig::wait`] (45 s by default, below common client request timeouts)
+//! and the request's 5-minute expiry, with progress notifications, polling the row every second
+//! and woken at once by an in-process decision; five consecutive database errors end the wait
+//! (circuit breaker). While it waits the request belongs to that call: if the client cancels
+//! it, its session ends or its connection closes, the request is withdrawn and can no longer be
+//! approved. Once the wait ends with a `pending_approval` answer the request is detached from
+//! the connection and stays pending for a person; the client follows it with
+//! `get_approval_status`. A person decides through REST or the CLI ([`decide`]): approve,
+//! deny, or report (deny and revoke the requesting key). Whoever claims the approved row first
+//! — the waiting call (its progress reaching the client), or the [`Approvals::spawn_resumer`]
+//! task for requests answered pending or approved while the server was down — runs it, once,
+//! after re-checking both hashes, the pinned snapshot, and that the requesting key and user are
+//! still active and allowed (a revoked or disabled requester's request is void). A request left
 //! running by a crashed server fails at the next start; it is never retried.
 
 use std::{sync::Arc, time::Duration};
@@ -18,15 +27,20 @@ use breeze_core::{
 };
 use breeze_gateway::Gateway;
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
-use breeze_tools::{ErrorCode, ProgressReport, Registry, ToolError, ToolSpec, tool_cx};
+use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec, tool_cx};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// How long a request waits for a person.
 pub const APPROVAL_TTL_SECS: i64 = 300;
+
+/// How long a call waits for the decision before answering `pending_approval`, by default:
+/// below the 60 s request timeout of the MCP TypeScript SDK (and most clients), so a client
+/// gets the pending answer and follows the request instead of timing out and cancelling it.
+pub const DEFAULT_WAIT_SECS: u64 = 45;
 
 /// Consecutive database errors after which a waiting call gives up.
 const CIRCUIT_BREAKER: u32 = 5;
@@ -35,7 +49,8 @@ const CIRCUIT_BREAKER: u32 = 5;
 #[derive(Debug, Clone)]
 pub struct ApprovalConfig {
     /// How long a call waits for the decision before answering "pending" with the request id
-    /// (`MCP_APPROVAL_WAIT_SECONDS`; 0 answers at once, for clients that cannot hold a call).
+    /// (`MCP_APPROVAL_WAIT_SECONDS`, default [`DEFAULT_WAIT_SECS`]; 0 answers at once, for
+    /// clients that cannot hold a call).
     pub wait: Duration,
     /// Called with each new request (`BREEZE_APPROVAL_WEBHOOK_URL`).
     pub webhook_url: Option<String>,
@@ -48,7 +63,7 @@ pub struct ApprovalConfig {
 impl Default for ApprovalConfig {
     fn default() -> Self {
         Self {
-            wait: Duration::from_secs(APPROVAL_TTL_SECS as u64),
+            wait: Duration::from_secs(DEFAULT_WAIT_SECS),
             webhook_url: None,
             public_url: String::new(),
             poll: Duration::from_secs(1),
@@ -75,6 +90,11 @@ pub fn arguments_hash(args: &Value) -> [u8; 32] {
     Sha256::digest(args.to_string().as_bytes()).into()
 }
 
+/// The SHA-256 of a pinned snapshot.
+pub fn pin_hash(pin: &Pin) -> [u8; 32] {
+    Sha256::digest(pin.data.to_string().as_bytes()).into()
+}
+
 /// How a waited-for request ended, for the caller.
 #[derive(Debug)]
 pub enum Outcome {
@@ -82,7 +102,7 @@ pub enum Outcome {
     Ran(Result<Value, ToolError>),
     /// Still undecided when the wait ended: the caller gets the id to check later.
     Pending(Box<ApprovalRecord>),
-    /// Denied, reported, expired, or refused at execution (definition changed, …).
+    /// Denied, reported, expired, withdrawn, or refused at execution (definition changed, …).
     Refused(ToolError),
 }
 
@@ -113,7 +133,13 @@ fn refused(message: impl Into<String>) -> ToolError {
 }
 
 /// A short, human-readable account of what will run.
-async fn describe(store: &Store, org: OrgId, spec: &ToolSpec, args: &Value) -> String {
+async fn describe(
+    store: &Store,
+    org: OrgId,
+    spec: &ToolSpec,
+    args: &Value,
+    pin: Option<&Pin>,
+) -> String {
     let mut text = spec.title.to_owned();
     if let Some(action) = spec.action(args) {
         text.push_str(&format!(" — {}", action.name));
@@ -123,6 +149,9 @@ async fn describe(store: &Store, org: OrgId, spec: &ToolSpec, args: &Value) -> S
         && let Ok(device) = store.org(org).get_device(id).await
     {
         text.push_str(&format!(" on {}", device.hostname));
+    }
+    if let Some(pin) = pin {
+        text.push_str(&format!(" [{}]", pin.summary));
     }
     let mut shown = args.to_string();
     if shown.len() > 400 {
@@ -166,18 +195,27 @@ impl Approvals {
         self.inner.decided.send_modify(|n| *n += 1);
     }
 
-    /// Records the request for a Tier 3 call and tells the webhook.
-    pub async fn request(
+    /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`) and
+    /// tells the webhook.
+    async fn request(
         &self,
         principal: &ApiKeyPrincipal,
         spec: &ToolSpec,
         args: &Value,
         request_id: Option<String>,
+        pin: Option<Pin>,
     ) -> Result<ApprovalRecord, StoreError> {
         let org = self.inner.store.org(principal.org_id);
         let action = spec.action(args).map(|a| a.name);
         let mode = org.approval_mode(spec.name, action).await?;
-        let description = describe(&self.inner.store, principal.org_id, spec, args).await;
+        let description = describe(
+            &self.inner.store,
+            principal.org_id,
+            spec,
+            args,
+            pin.as_ref(),
+        )
+        .await;
         let audit = AuditEvent::new(
             Actor::new(ActorType::ApiKey, principal.key_id),
             "approval.request",
@@ -200,6 +238,10 @@ impl Approvals {
                     request_id,
                     expires_at: self.inner.clock.now()
                         + chrono::Duration::seconds(APPROVAL_TTL_SECS),
+                    pinned: pin.map(|p| {
+                        let hash = pin_hash(&p);
+                        (p.data, hash)
+                    }),
                 },
                 audit,
             )
@@ -217,7 +259,7 @@ impl Approvals {
             "type": "approval.requested",
             "id": r.id, "orgId": r.org_id, "tool": r.tool, "action": r.action, "tier": r.tier,
             "description": r.description, "mode": r.mode, "requesterUserId": r.requester_user_id,
-            "expiresAt": r.expires_at,
+            "expiresAt": r.expires_at, "pinned": r.pinned,
             "approveUrl": format!("{base}/api/v1/approvals/{}/approve", r.id),
             "denyUrl": format!("{base}/api/v1/approvals/{}/deny", r.id),
         });
@@ -233,9 +275,81 @@ impl Approvals {
         });
     }
 
-    /// Waits for the decision on `record` (bounded by the configured wait and the expiry),
-    /// reporting progress, and runs it when approved. `cancel` withdraws the request.
-    pub async fn wait_and_run(
+    /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`), waits
+    /// for the decision (bounded by the configured wait and the expiry) reporting progress, and
+    /// runs it when approved, its progress going to `progress` too. While it waits the request
+    /// is this call's: `cancel`, or this future being dropped (the client's connection closed),
+    /// withdraws it. Once it returns — `Pending` included — the request no longer depends on
+    /// the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn request_and_wait(
+        &self,
+        principal: &ApiKeyPrincipal,
+        spec: &ToolSpec,
+        args: &Value,
+        request_id: Option<String>,
+        pin: Option<Pin>,
+        progress: &mpsc::UnboundedSender<ProgressReport>,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        // Recorded by a task of its own, so a caller dropped half-way never leaves a request
+        // that nobody would withdraw: the task withdraws it when the caller is gone.
+        let (tx, rx) = oneshot::channel();
+        let (this, principal, name, args) =
+            (self.clone(), principal.clone(), spec.name, args.clone());
+        tokio::spawn(async move {
+            let Some(spec) = this.inner.registry.get(name) else {
+                return;
+            };
+            let created = this.request(&principal, spec, &args, request_id, pin).await;
+            if let Err(Ok(record)) = tx.send(created) {
+                this.withdraw(record.id, "the client went away as the request was made")
+                    .await;
+            }
+        });
+        let record = match rx.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Outcome::Refused(e.into()),
+            Err(_) => {
+                return Outcome::Refused(ToolError::new(
+                    ErrorCode::Internal,
+                    "the approval request could not be recorded",
+                ));
+            }
+        };
+        let mut guard = WithdrawOnDrop {
+            approvals: self.clone(),
+            id: record.id,
+            cancel: cancel.clone(),
+            armed: true,
+        };
+        let outcome = self.wait(record, progress, cancel).await;
+        // A cancelled call is not answered, so even a request about to be answered pending is
+        // withdrawn. The withdrawal runs in a task of its own: the transport may drop this
+        // future at any await, and a transaction cut off half-way would hold the row's lock.
+        guard.armed = cancel.is_cancelled();
+        outcome
+    }
+
+    /// Withdraws the request `id` of a caller that cancelled or went away; a no-op when it was
+    /// decided, claimed or finished already.
+    async fn withdraw(&self, id: Uuid, why: &str) {
+        let audit = AuditEvent::new(
+            Actor::system("mcp"),
+            "approval.withdraw",
+            "approval_request",
+        );
+        let reason = format!("withdrawn: {why}");
+        match self.inner.store.withdraw_approval(id, &reason, audit).await {
+            Ok(true) => tracing::info!(approval = %id, "approval request withdrawn: {why}"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(approval = %id, error = %e, "could not withdraw an approval request");
+            }
+        }
+    }
+
+    async fn wait(
         &self,
         record: ApprovalRecord,
         progress: &mpsc::UnboundedSender<ProgressReport>,
@@ -276,11 +390,24 @@ impl Approvals {
                 "approved" => {
                     let won = self.inner.store.claim_approval(current.id).await;
                     if won.unwrap_or(false) {
-                        return Outcome::Ran(self.execute(&current).await);
+                        // Run apart from this call: if the client goes away now, the approved
+                        // call still finishes and its outcome is recorded.
+                        let this = self.clone();
+                        let progress = progress.clone();
+                        let run =
+                            tokio::spawn(
+                                async move { this.execute(&current, Some(progress)).await },
+                            );
+                        return Outcome::Ran(run.await.unwrap_or_else(|e| {
+                            Err(ToolError::new(
+                                ErrorCode::Internal,
+                                format!("the approved call failed: {e}"),
+                            ))
+                        }));
                     }
                 }
                 "completed" | "failed" => return finished(&current),
-                "denied" | "reported" | "expired" => {
+                "denied" | "reported" | "expired" | "withdrawn" => {
                     return Outcome::Refused(decision_error(&current));
                 }
                 _ => {}
@@ -310,15 +437,6 @@ impl Approvals {
                 _ = decided.changed() => {}
                 () = tokio::time::sleep(self.inner.config.poll) => {}
                 () = cancel.cancelled() => {
-                    let _ = store
-                        .decide_approval(
-                            record.id,
-                            Decision::Deny,
-                            record.requester_user_id,
-                            Some("withdrawn: the caller cancelled the call"),
-                            AuditEvent::new(Actor::system("mcp"), "approval.withdraw", "approval_request"),
-                        )
-                        .await;
                     return Outcome::Refused(refused("cancelled by the client; the approval request was withdrawn"));
                 }
             }
@@ -327,8 +445,12 @@ impl Approvals {
 
     /// Runs a claimed request: the tool must still have the definition the approver saw, and
     /// the arguments must be the approved ones. The outcome is stored on the request.
-    async fn execute(&self, r: &ApprovalRecord) -> Result<Value, ToolError> {
-        let outcome = self.run_claimed(r).await;
+    async fn execute(
+        &self,
+        r: &ApprovalRecord,
+        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+    ) -> Result<Value, ToolError> {
+        let outcome = self.run_claimed(r, progress).await;
         let (stored, is_error) = match &outcome {
             Ok(v) => (v.clone(), false),
             Err(e) => (e.to_structured(), true),
@@ -344,7 +466,11 @@ impl Approvals {
         outcome
     }
 
-    async fn run_claimed(&self, r: &ApprovalRecord) -> Result<Value, ToolError> {
+    async fn run_claimed(
+        &self,
+        r: &ApprovalRecord,
+        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+    ) -> Result<Value, ToolError> {
         let Some(spec) = self.inner.registry.get(&r.tool) else {
             return Err(refused(format!(
                 "the tool {} no longer exists; nothing was run",
@@ -363,20 +489,78 @@ impl Approvals {
             ));
         }
         spec.validate(&r.arguments)?;
-        let actor = match r.api_key_id {
-            Some(k) => Actor::new(ActorType::ApiKey, k),
-            None => Actor::new(ActorType::User, r.requester_user_id),
-        };
-        let cx = tool_cx(
+        let key = self.check_requester(r, spec).await?;
+        let mut cx = tool_cx(
             &self.inner.store,
             &self.inner.gateway,
             r.org_id,
-            actor,
+            Actor::new(ActorType::ApiKey, key),
             r.request_id.clone(),
         );
+        // The same checks as before the request was made, on the data as it is now; the
+        // snapshot pinned then must still be what the call would act on.
+        let pin = spec.precheck(&cx, &r.arguments).await?;
+        if pin
+            .as_ref()
+            .map(pin_hash)
+            .as_ref()
+            .map(<[u8; 32]>::as_slice)
+            != r.pinned_hash.as_deref()
+        {
+            let now = pin.map_or_else(|| "nothing".to_owned(), |p| p.summary);
+            return Err(refused(format!(
+                "what {} depends on changed after it was approved (now: {now}); refusing to run what nobody approved",
+                r.tool
+            )));
+        }
+        if let Some(tx) = progress {
+            cx = cx.with_progress(tx);
+        }
         let output = spec.call(&cx, r.arguments.clone()).await?;
         serde_json::from_str(output.get())
             .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
+    }
+
+    /// The requesting API key, when it and its user are still active and the user's role in
+    /// the organization still allows the call; otherwise the request is void.
+    async fn check_requester(
+        &self,
+        r: &ApprovalRecord,
+        spec: &ToolSpec,
+    ) -> Result<breeze_core::ApiKeyId, ToolError> {
+        let void = |why: &str| {
+            refused(format!(
+                "Approval request {} is void: {why}; nothing was run",
+                r.id
+            ))
+        };
+        let Some(key_id) = r.api_key_id else {
+            return Err(void("the requesting API key was deleted"));
+        };
+        let store = &self.inner.store;
+        let key = match store.org(r.org_id).get_api_key(key_id).await {
+            Ok(k) => k,
+            Err(StoreError::NotFound(_)) => return Err(void("the requesting API key was deleted")),
+            Err(e) => return Err(e.into()),
+        };
+        if key.revoked_at.is_some() {
+            return Err(void("the requesting API key was revoked"));
+        }
+        if !key.is_active(self.inner.clock.now()) {
+            return Err(void("the requesting API key has expired"));
+        }
+        let Some(access) = store.org_access(r.requester_user_id, r.org_id).await? else {
+            return Err(void(
+                "the requesting user is disabled or no longer holds a role in the organization",
+            ));
+        };
+        let needed = spec.permission_for(&r.arguments);
+        if rbac::check(access.permissions, needed).is_err() {
+            return Err(void(&format!(
+                "the requesting user no longer holds the {needed} permission"
+            )));
+        }
+        Ok(key_id)
     }
 
     /// At start, fails requests a previous process left running; then, every poll interval,
@@ -417,7 +601,7 @@ impl Approvals {
             }
             if self.inner.store.claim_approval(r.id).await? {
                 tracing::info!(approval = %r.id, tool = %r.tool, "running an approved call whose caller is gone");
-                let _ = self.execute(&r).await;
+                let _ = self.execute(&r, None).await;
             }
         }
         Ok(())
@@ -438,6 +622,33 @@ fn finished(r: &ApprovalRecord) -> Outcome {
     }
 }
 
+/// Withdraws a waiting call's request if the call is dropped before its wait ended (the
+/// transport dropped it: the client cancelled, its session ended, or its connection closed).
+struct WithdrawOnDrop {
+    approvals: Approvals,
+    id: Uuid,
+    cancel: CancellationToken,
+    armed: bool,
+}
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let why = if self.cancel.is_cancelled() {
+            "the client cancelled the call or ended its session"
+        } else {
+            "the client went away while the call waited"
+        };
+        let (approvals, id) = (self.approvals.clone(), self.id);
+        runtime.spawn(async move { approvals.withdraw(id, why).await });
+    }
+}
+
 /// The tool error for a request a person (or the clock) turned down.
 pub fn decision_error(r: &ApprovalRecord) -> ToolError {
     // An expiry's recorded reason only repeats the status; a person's reason is worth quoting.
@@ -445,11 +656,13 @@ pub fn decision_error(r: &ApprovalRecord) -> ToolError {
         .reason
         .as_deref()
         .filter(|_| r.status != "expired")
+        .map(|m| m.strip_prefix("withdrawn: ").unwrap_or(m))
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
     let what = match r.status.as_str() {
         "reported" => "was reported as suspicious; the requesting API key has been revoked",
         "expired" => "expired before anyone decided",
+        "withdrawn" => "was withdrawn",
         _ => "was denied",
     };
     refused(format!("Approval request {} {what}{why}", r.id))

@@ -91,7 +91,8 @@ impl BreezeMcp {
         }
     }
 
-    /// A Tier 3 call: a durable approval request, a bounded wait with progress, and the
+    /// A Tier 3 call: the tool's precheck (what can be refused before a person is asked, with
+    /// the call's own error), a durable approval request, a bounded wait with progress, and the
     /// call's result once a person approved it (or why it did not run, or "pending").
     async fn with_approval(
         &self,
@@ -101,21 +102,24 @@ impl BreezeMcp {
         meta: Option<SharedJson>,
     ) -> CallToolResult {
         let approvals = &self.state.approvals;
-        let record = match approvals
-            .request(
-                &cx.caller.principal,
-                spec,
-                &arguments,
-                cx.request_id.as_ref().map(ToString::to_string),
-            )
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return tool_error_result(&ToolError::from(e), meta),
+        let principal = &cx.caller.principal;
+        let request_id = cx.request_id.as_ref().map(ToString::to_string);
+        let tcx = tool_cx(
+            &self.state.store,
+            &self.state.gateway,
+            principal.org_id,
+            Actor::new(ActorType::ApiKey, principal.key_id),
+            request_id.clone(),
+        );
+        let pin = match spec.precheck(&tcx, &arguments).await {
+            Ok(pin) => pin,
+            Err(e) => return tool_error_result(&e, meta),
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let outcome =
-            forwarding_progress(cx, rx, approvals.wait_and_run(record, &tx, &cx.cancel)).await;
+        let wait = approvals.request_and_wait(
+            principal, spec, &arguments, request_id, pin, &tx, &cx.cancel,
+        );
+        let outcome = forwarding_progress(cx, rx, wait).await;
         match outcome {
             Outcome::Ran(Ok(output)) => tool_result(raw(&output), meta),
             Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),

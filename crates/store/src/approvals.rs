@@ -7,7 +7,9 @@
 //! pending ──approve──▶ approved ──claim──▶ executing ──▶ completed | failed
 //!    ├──deny──▶ denied        (approved stays approved until exactly one claimer wins)
 //!    ├──report─▶ reported     (and the requesting API key is revoked in the same transaction)
-//!    └──(expiry)─▶ expired
+//!    ├──(expiry)─▶ expired
+//!    └──withdraw─▶ withdrawn (the waiting caller cancelled or went away; also from approved,
+//!                             while nobody has claimed it)
 //! ```
 //!
 //! A row found `executing` when the server starts was interrupted mid-call: it becomes `failed`
@@ -26,7 +28,8 @@ use crate::{
 
 const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, tier, arguments, \
     arguments_hash, definition_hash, description, mode, status, reason, decided_by, decided_at, \
-    request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error";
+    request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error, \
+    pinned, pinned_hash";
 
 /// Who must approve.
 pub const APPROVAL_MODES: [&str; 2] = ["supervised", "four_eyes"];
@@ -62,6 +65,12 @@ pub struct ApprovalRecord {
     #[sqlx(json(nullable))]
     pub result: Option<Value>,
     pub result_is_error: bool,
+    /// The stored data the call depends on, as the approver reviews it (a script's name,
+    /// language, body hash, body and parameters, …); the call runs only while it is unchanged.
+    #[sqlx(json(nullable))]
+    pub pinned: Option<Value>,
+    #[serde(skip)]
+    pub pinned_hash: Option<Vec<u8>>,
 }
 
 impl ApprovalRecord {
@@ -69,7 +78,7 @@ impl ApprovalRecord {
     pub fn is_final(&self) -> bool {
         matches!(
             self.status.as_str(),
-            "denied" | "expired" | "reported" | "completed" | "failed"
+            "denied" | "expired" | "reported" | "withdrawn" | "completed" | "failed"
         )
     }
 }
@@ -89,6 +98,8 @@ pub struct NewApproval {
     pub mode: String,
     pub request_id: Option<String>,
     pub expires_at: Timestamp,
+    /// The snapshot of stored data the call depends on, and its SHA-256.
+    pub pinned: Option<(Value, [u8; 32])>,
 }
 
 /// A person's decision.
@@ -110,6 +121,10 @@ impl Decision {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl OrgStore<'_> {
     /// Records a pending approval request, audited.
     pub async fn create_approval(
@@ -128,7 +143,8 @@ impl OrgStore<'_> {
         let mut tx = Tx::begin(&self.store.pool).await?;
         sql(format!(
             "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-             $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE)"
+             $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE, \
+             $16, $17)"
         ))
         .bind(id)
         .bind(self.org)
@@ -145,11 +161,18 @@ impl OrgStore<'_> {
         .bind(new.request_id.as_deref())
         .bind(now)
         .bind(new.expires_at)
+        .bind(
+            new.pinned
+                .as_ref()
+                .map_or(Arg::Json(None), |(v, _)| Arg::json(v)),
+        )
+        .bind(new.pinned.as_ref().map(|(_, h)| h.to_vec()))
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
             "tool": new.tool, "action": new.action, "tier": new.tier,
             "description": new.description, "mode": new.mode, "expires_at": new.expires_at,
+            "pinned_sha256": new.pinned.as_ref().map(|(_, h)| hex(h)),
         }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
@@ -319,6 +342,43 @@ impl Store {
             ids.join(", ")
         ));
         q.fetch_all(self).await
+    }
+
+    /// Withdraws a request whose waiting caller cancelled or went away: a pending request, or
+    /// an approved one nobody has claimed yet, becomes `withdrawn` and can no longer be approved
+    /// or run. Returns whether it was withdrawn (false: it was already decided otherwise,
+    /// claimed, or finished).
+    pub async fn withdraw_approval(
+        &self,
+        id: Uuid,
+        reason: &str,
+        audit: AuditEvent,
+    ) -> Result<bool> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let changed = sql(
+            "UPDATE approval_requests SET status = 'withdrawn', reason = $1, completed_at = $2 \
+             WHERE id = $3 AND status IN ('pending', 'approved')",
+        )
+        .bind(reason)
+        .bind(now)
+        .bind(id)
+        .execute(&mut tx)
+        .await?;
+        if changed == 0 {
+            return Ok(false);
+        }
+        let org: Uuid = sql("SELECT org_id FROM approval_requests WHERE id = $1")
+            .bind(id)
+            .fetch_scalar(&mut tx)
+            .await?;
+        let audit = audit
+            .org(OrgId(org))
+            .resource(id)
+            .details(serde_json::json!({ "reason": reason }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Claims an approved request for execution. Exactly one caller gets `true`.

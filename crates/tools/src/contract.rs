@@ -386,6 +386,16 @@ impl<T: JsonSchema> JsonSchema for Rendered<T> {
     }
 }
 
+/// The stored data a Tier 3 call depends on (a script's body, …), as its approver reviews it.
+/// The approval keeps it with its SHA-256, and the call runs only while it is unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pin {
+    /// One line for the approval's description, e.g. the script's name and body hash.
+    pub summary: String,
+    /// The snapshot itself, shown to the approver.
+    pub data: Value,
+}
+
 /// One tool. See the module docs.
 pub trait Tool: Send + Sync + 'static {
     const NAME: &'static str;
@@ -412,6 +422,19 @@ pub trait Tool: Send + Sync + 'static {
         cx: &ToolCx<'_>,
         input: Self::Input,
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+
+    /// Everything about a call that can be checked before a person is asked to approve it
+    /// (the device is the caller's and online, the script exists, the arguments make sense),
+    /// failing with the error the call itself would give; and the stored data the call
+    /// depends on, to pin in the approval. Run before a Tier 3 call becomes an approval
+    /// request, and again just before the approved call runs.
+    fn precheck(
+        cx: &ToolCx<'_>,
+        input: &Self::Input,
+    ) -> impl Future<Output = Result<Option<Pin>, ToolError>> + Send {
+        let _ = (cx, input);
+        async { Ok(None) }
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, Effect, ErrorCode, Hints, ProgressReport, RateLimit, Rendered, Tier, Tool, ToolCx,
+    Action, Effect, ErrorCode, Hints, Pin, ProgressReport, RateLimit, Rendered, Tier, Tool, ToolCx,
     ToolError, action, per, tool_cx,
 };
 pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};

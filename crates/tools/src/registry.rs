@@ -4,16 +4,19 @@ use std::collections::BTreeMap;
 
 use futures::future::{BoxFuture, FutureExt};
 use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use breeze_core::Permission;
 
-use crate::contract::{Action, Effect, Hints, RateLimit, Tier, Tool, ToolCx, ToolError};
+use crate::contract::{Action, Effect, Hints, Pin, RateLimit, Tier, Tool, ToolCx, ToolError};
 
 /// A tool's output, serialized once from its typed value.
 pub type RawOutput = Box<serde_json::value::RawValue>;
 
 type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
+type PrecheckFn =
+    for<'a> fn(&'a ToolCx<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
 
 /// A registered tool.
 pub struct ToolSpec {
@@ -31,6 +34,7 @@ pub struct ToolSpec {
     pub output_schema: Value,
     validator: jsonschema::Validator,
     call: CallFn,
+    precheck: PrecheckFn,
 }
 
 impl ToolSpec {
@@ -93,6 +97,16 @@ impl ToolSpec {
         args: Value,
     ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
         (self.call)(cx, args)
+    }
+
+    /// The tool's [`Tool::precheck`] on already validated arguments: what can be refused
+    /// before a person is asked, and the stored data to pin.
+    pub fn precheck<'a>(
+        &self,
+        cx: &'a ToolCx<'a>,
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
+        (self.precheck)(cx, args)
     }
 }
 
@@ -172,6 +186,18 @@ fn call_erased<'a, T: Tool>(
     .boxed()
 }
 
+fn precheck_erased<'a, T: Tool>(
+    cx: &'a ToolCx<'a>,
+    args: &'a Value,
+) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
+    async move {
+        let input: T::Input = T::Input::deserialize(args)
+            .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
+        T::precheck(cx, &input).await
+    }
+    .boxed()
+}
+
 /// Every tool, by name.
 #[derive(Default)]
 pub struct Registry {
@@ -209,6 +235,7 @@ impl Registry {
             output_schema,
             validator,
             call: call_erased::<T>,
+            precheck: precheck_erased::<T>,
         };
         let previous = self.tools.insert(T::NAME, spec);
         assert!(previous.is_none(), "tool {} registered twice", T::NAME);

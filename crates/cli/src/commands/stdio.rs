@@ -1,16 +1,25 @@
 //! `breeze mcp stdio`: MCP over stdin/stdout, forwarded to a remote Breeze over Streamable HTTP.
 //!
 //! For clients configured with a `"command"` (Claude Desktop style): each JSON-RPC line read
-//! from stdin is POSTed to `<BREEZE_URL>/mcp` with the API key; each message that comes back —
-//! a JSON body or the events of an SSE reply, progress and log notifications included — is
-//! written to stdout as one line. The session id from `initialize` is kept and sent back.
+//! from stdin is POSTed to `<BREEZE_URL>/mcp` with the API key — concurrently, so a
+//! `notifications/cancelled` reaches Breeze while the call it cancels still runs; each message
+//! that comes back — a JSON body or the events of an SSE reply, progress and log notifications
+//! included — is written to stdout as one line the moment it arrives. The session id from
+//! `initialize` is kept and sent back.
 //! Diagnostics go to stderr only: stdout belongs to the protocol.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::{
+    io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader},
+    sync::mpsc,
+    task::JoinSet,
+};
 
 /// Where and how to connect.
 #[derive(Debug, Clone)]
@@ -50,93 +59,81 @@ impl StdioTarget {
 
 /// Runs the bridge until stdin closes.
 pub(crate) async fn run(target: StdioTarget) -> anyhow::Result<()> {
+    bridge(
+        target,
+        BufReader::new(tokio::io::stdin()),
+        tokio::io::stdout(),
+    )
+    .await
+}
+
+/// What the requests of one bridge share: the session and revision `initialize` gave.
+#[derive(Default)]
+struct Shared {
+    session: Option<String>,
+    protocol: Option<String>,
+}
+
+/// The bridge between `input` (JSON-RPC lines) and `output`. `initialize` is forwarded alone
+/// (what follows needs its session); every other line is POSTed at once, concurrently with the
+/// calls still running, so a `notifications/cancelled` reaches Breeze while the call it cancels
+/// waits. What comes back is written a line at a time as it arrives — a progress notification
+/// while its call still runs. When `input` ends, the calls in flight finish and the session
+/// is ended.
+pub(crate) async fn bridge(
+    target: StdioTarget,
+    input: impl AsyncBufRead + Unpin,
+    output: impl AsyncWrite + Unpin + Send + 'static,
+) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .build()
         .context("cannot build the HTTP client")?;
-    let mut session: Option<String> = None;
-    let mut protocol: Option<String> = None;
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut out = tokio::io::stdout();
+    let target = Arc::new(target);
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        while let Some(m) = out_rx.recv().await {
+            let mut text = m.to_string();
+            text.push('\n');
+            output
+                .write_all(text.as_bytes())
+                .await
+                .context("writing stdout")?;
+            output.flush().await.context("writing stdout")?;
+        }
+        anyhow::Ok(())
+    });
+    let mut calls = JoinSet::new();
+    let mut lines = input.lines();
     while let Some(line) = lines.next_line().await.context("reading stdin")? {
         if line.trim().is_empty() {
             continue;
         }
-        let request_id = serde_json::from_str::<Value>(&line)
-            .ok()
-            .and_then(|v| v.get("id").cloned());
-        let mut req = http
-            .post(&target.endpoint)
-            .header("x-api-key", &target.api_key)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(line.clone());
-        if let Some(s) = &session {
-            req = req.header("mcp-session-id", s);
+        let parsed = serde_json::from_str::<Value>(&line).ok();
+        let is_initialize = parsed
+            .as_ref()
+            .is_some_and(|v| v.get("method").and_then(Value::as_str) == Some("initialize"));
+        let call = forward(
+            http.clone(),
+            target.clone(),
+            shared.clone(),
+            line,
+            parsed.and_then(|v| v.get("id").cloned()),
+            out_tx.clone(),
+        );
+        if is_initialize {
+            call.await;
+        } else {
+            calls.spawn(call);
         }
-        if let Some(p) = &protocol {
-            req = req.header("mcp-protocol-version", p);
-        }
-        let messages = match req.send().await {
-            Ok(resp) => {
-                if let Some(s) = resp
-                    .headers()
-                    .get("mcp-session-id")
-                    .and_then(|v| v.to_str().ok())
-                {
-                    session = Some(s.to_owned());
-                }
-                let is_sse = resp
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.starts_with("text/event-stream"));
-                let status = resp.status();
-                let body = resp.bytes().await.unwrap_or_default();
-                if status == reqwest::StatusCode::ACCEPTED || body.is_empty() {
-                    Vec::new()
-                } else if is_sse {
-                    sse_messages(&String::from_utf8_lossy(&body))
-                } else {
-                    match serde_json::from_slice::<Value>(&body) {
-                        Ok(Value::Array(items)) => items,
-                        Ok(v) => vec![v],
-                        Err(_) => vec![error_for(
-                            request_id.as_ref(),
-                            &format!("HTTP {status} from Breeze"),
-                        )],
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!("breeze mcp stdio: {e}");
-                vec![error_for(
-                    request_id.as_ref(),
-                    &format!("cannot reach Breeze at {}: {e}", target.endpoint),
-                )]
-            }
-        };
-        for m in messages {
-            if let Some(v) = m.pointer("/result/protocolVersion").and_then(Value::as_str) {
-                protocol = Some(v.to_owned());
-            }
-            // Transport errors without an id cannot be matched by the client; answer its request.
-            let m = if m.get("id").is_some_and(Value::is_null) && request_id.is_some() {
-                let mut m = m;
-                m["id"] = request_id.clone().unwrap_or(Value::Null);
-                m
-            } else {
-                m
-            };
-            let mut text = m.to_string();
-            text.push('\n');
-            out.write_all(text.as_bytes())
-                .await
-                .context("writing stdout")?;
-        }
-        out.flush().await.context("writing stdout")?;
     }
+    while calls.join_next().await.is_some() {}
+    drop(out_tx);
+    writer.await.context("the stdout writer stopped")??;
     // The client went away: end the session instead of leaving it to the idle timeout (it
     // counts against the key's session cap until then).
+    let session = lock(&shared).session.clone();
     if let Some(s) = session {
         let ended = http
             .delete(&target.endpoint)
@@ -149,6 +146,114 @@ pub(crate) async fn run(target: StdioTarget) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// POSTs one line and sends each message of the answer to `out` as it arrives.
+async fn forward(
+    http: reqwest::Client,
+    target: Arc<StdioTarget>,
+    shared: Arc<Mutex<Shared>>,
+    line: String,
+    request_id: Option<Value>,
+    out: mpsc::UnboundedSender<Value>,
+) {
+    let emit = |m: Value| {
+        if let Some(v) = m.pointer("/result/protocolVersion").and_then(Value::as_str) {
+            lock(&shared).protocol = Some(v.to_owned());
+        }
+        // Transport errors without an id cannot be matched by the client; answer its request.
+        let m = if m.get("id").is_some_and(Value::is_null) && request_id.is_some() {
+            let mut m = m;
+            m["id"] = request_id.clone().unwrap_or(Value::Null);
+            m
+        } else {
+            m
+        };
+        let _ = out.send(m);
+    };
+    let mut req = http
+        .post(&target.endpoint)
+        .header("x-api-key", &target.api_key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(line);
+    {
+        let shared = lock(&shared);
+        if let Some(s) = &shared.session {
+            req = req.header("mcp-session-id", s);
+        }
+        if let Some(p) = &shared.protocol {
+            req = req.header("mcp-protocol-version", p);
+        }
+    }
+    let mut resp = match req.send().await {
+        Ok(resp) => resp,
+        Err(e) => {
+            eprintln!("breeze mcp stdio: {e}");
+            emit(error_for(
+                request_id.as_ref(),
+                &format!("cannot reach Breeze at {}: {e}", target.endpoint),
+            ));
+            return;
+        }
+    };
+    if let Some(s) = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        lock(&shared).session = Some(s.to_owned());
+    }
+    let is_sse = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let status = resp.status();
+    if is_sse {
+        // Each event as soon as its block is complete.
+        let mut pending = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    pending.extend(chunk.iter().filter(|b| **b != b'\r'));
+                    while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                        let block: Vec<u8> = pending.drain(..end + 2).collect();
+                        sse_messages(&String::from_utf8_lossy(&block))
+                            .into_iter()
+                            .for_each(&emit);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    eprintln!("breeze mcp stdio: the stream broke off: {e}");
+                    break;
+                }
+            }
+        }
+        sse_messages(&String::from_utf8_lossy(&pending))
+            .into_iter()
+            .for_each(&emit);
+        return;
+    }
+    let body = resp.bytes().await.unwrap_or_default();
+    if status == reqwest::StatusCode::ACCEPTED || body.is_empty() {
+        return;
+    }
+    match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Array(items)) => items.into_iter().for_each(emit),
+        Ok(v) => emit(v),
+        Err(_) => emit(error_for(
+            request_id.as_ref(),
+            &format!("HTTP {status} from Breeze"),
+        )),
+    }
 }
 
 /// A JSON-RPC error answering `id` (nothing to answer for notifications).
@@ -201,6 +306,90 @@ mod tests {
         let no_key =
             StdioTarget::from_env(&BTreeMap::new(), Some("http://h".into()), None).unwrap_err();
         assert!(no_key.to_string().contains("BREEZE_API_KEY"));
+    }
+
+    /// A server that answers a `tools/call` with an SSE stream: a progress notification at
+    /// once, the result only when `release` fires.
+    async fn slow_server(
+        release: tokio::sync::oneshot::Receiver<()>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            // The request: headers, then the body they announce.
+            let mut request = Vec::new();
+            loop {
+                let mut buf = [0u8; 4096];
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length: usize = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            socket
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
+                      event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":64,\"total\":256,\"message\":\"scanned 64 of 256 hosts\"}}\n\n",
+                )
+                .await
+                .unwrap();
+            socket.flush().await.unwrap();
+            let _ = release.await;
+            socket
+                .write_all(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{\"content\":[]}}\n\n")
+                .await
+                .unwrap();
+        });
+        (url, server)
+    }
+
+    /// A progress notification is written out while its call still runs, before the result.
+    #[tokio::test]
+    async fn progress_is_forwarded_before_the_result() {
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel();
+        let (url, server) = slow_server(release_rx).await;
+        let target = StdioTarget {
+            endpoint: format!("{url}/mcp"),
+            api_key: "brz_test".into(),
+        };
+        let (mut client_in, bridge_in) = tokio::io::duplex(4096);
+        let (bridge_out, client_out) = tokio::io::duplex(4096);
+        let bridge = tokio::spawn(bridge(target, BufReader::new(bridge_in), bridge_out));
+        client_in
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"network_discovery\",\"_meta\":{\"progressToken\":\"p\"}}}\n",
+            )
+            .await
+            .unwrap();
+        let mut out = BufReader::new(client_out).lines();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(10), out.next_line())
+            .await
+            .expect("the progress is written while the call runs")
+            .unwrap()
+            .unwrap();
+        let first: Value = serde_json::from_str(&first).unwrap();
+        assert_eq!(first["method"], "notifications/progress");
+        assert_eq!(first["params"]["message"], "scanned 64 of 256 hosts");
+        release_tx.send(()).unwrap();
+        let second: Value = serde_json::from_str(&out.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(second["id"], 5);
+        assert!(second["result"].is_object());
+        drop(client_in);
+        bridge.await.unwrap().unwrap();
+        server.await.unwrap();
     }
 
     #[test]

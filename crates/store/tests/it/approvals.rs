@@ -70,6 +70,7 @@ fn request(s: &Store, user: UserId, key: ApiKeyId) -> NewApproval {
         mode: "supervised".into(),
         request_id: None,
         expires_at: s.clock().now() + Duration::minutes(5),
+        pinned: None,
     }
 }
 
@@ -291,7 +292,120 @@ async fn credential_changes_move_the_generation(cx: Ctx) {
     assert!(moved(g), "a revocation");
 }
 
+/// A request whose waiting caller went away is withdrawn — from pending, or from approved while
+/// unclaimed — and then can be neither decided nor claimed; a request already claimed, or
+/// decided otherwise, is not withdrawn. The pinned snapshot is stored with its hash.
+async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
+    let s = &cx.store;
+    let (org, user, key, _) = world(s).await;
+    let o = s.org(org);
+    let new = || {
+        let mut n = request(s, user, key);
+        n.pinned = Some((
+            json!({ "script": { "name": "cleanup", "body": "rm -rf /tmp/x" } }),
+            [9; 32],
+        ));
+        n
+    };
+    let r = o
+        .create_approval(new(), audit("approval.request", "approval_request"))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.pinned.as_ref().unwrap()["script"]["body"],
+        "rm -rf /tmp/x"
+    );
+    assert_eq!(r.pinned_hash.as_deref(), Some(&[9u8; 32][..]));
+    assert!(
+        s.withdraw_approval(r.id, "the caller cancelled", audit("w", "approval_request"))
+            .await
+            .unwrap()
+    );
+    let w = o.get_approval(r.id).await.unwrap();
+    assert_eq!(w.status, "withdrawn");
+    assert!(w.is_final());
+    let approve = o
+        .decide_approval(
+            r.id,
+            Decision::Approve,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await;
+    assert!(
+        matches!(approve, Err(StoreError::Conflict(ref m)) if m.contains("already withdrawn")),
+        "{approve:?}"
+    );
+    assert!(!s.claim_approval(r.id).await.unwrap());
+    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+
+    // Approved but not yet claimed: still withdrawn, and the resumer never sees it.
+    let r = o
+        .create_approval(new(), audit("approval.request", "approval_request"))
+        .await
+        .unwrap();
+    o.decide_approval(
+        r.id,
+        Decision::Approve,
+        user,
+        None,
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        s.withdraw_approval(r.id, "the caller went away", audit("w", "approval_request"))
+            .await
+            .unwrap()
+    );
+    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+    assert!(!s.claim_approval(r.id).await.unwrap());
+
+    // Claimed (running) or denied: withdrawing changes nothing.
+    let r = o
+        .create_approval(new(), audit("approval.request", "approval_request"))
+        .await
+        .unwrap();
+    o.decide_approval(
+        r.id,
+        Decision::Approve,
+        user,
+        None,
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert!(s.claim_approval(r.id).await.unwrap());
+    assert!(
+        !s.withdraw_approval(r.id, "late", audit("w", "approval_request"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(o.get_approval(r.id).await.unwrap().status, "executing");
+    let r = o
+        .create_approval(new(), audit("approval.request", "approval_request"))
+        .await
+        .unwrap();
+    o.decide_approval(
+        r.id,
+        Decision::Deny,
+        user,
+        None,
+        audit("a", "approval_request"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !s.withdraw_approval(r.id, "late", audit("w", "approval_request"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(o.get_approval(r.id).await.unwrap().status, "denied");
+}
+
 breeze_store::on_both_backends!(
+    withdrawn_requests_cannot_be_approved_or_run,
     approvals_move_forward_once,
     policies_resolve_most_specific_first,
     credential_changes_move_the_generation,

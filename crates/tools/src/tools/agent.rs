@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::Level;
 use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
-use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{Effect, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ExecuteCommand>();
@@ -229,6 +229,12 @@ impl Tool for ExecuteCommand {
         let device = online_device(cx, &input.device_id).await?;
         run(cx, &device, kind, RunOptions::new(25, 30)).await
     }
+
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        input.kind()?;
+        online_device(cx, &input.device_id).await?;
+        Ok(None)
+    }
 }
 
 // --- manage_services -------------------------------------------------------------------------
@@ -287,10 +293,24 @@ impl Tool for ManageServices {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let kind = match input.action {
+        let kind = input.kind()?;
+        let device = online_device(cx, &input.device_id).await?;
+        run(cx, &device, kind, RunOptions::new(25, 30)).await
+    }
+
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        input.kind()?;
+        online_device(cx, &input.device_id).await?;
+        Ok(None)
+    }
+}
+
+impl ServicesInput {
+    fn kind(&self) -> Result<CommandKind, ToolError> {
+        Ok(match self.action {
             ServiceAction::List => CommandKind::ListServices,
             other => CommandKind::ServiceAction {
-                name: input.service_name.clone().ok_or_else(|| {
+                name: self.service_name.clone().ok_or_else(|| {
                     ToolError::invalid("serviceName is required for start/stop/restart actions")
                 })?,
                 action: match other {
@@ -299,9 +319,7 @@ impl Tool for ManageServices {
                     _ => ServiceActionKind::Restart,
                 },
             },
-        };
-        let device = online_device(cx, &input.device_id).await?;
-        run(cx, &device, kind, RunOptions::new(25, 30)).await
+        })
     }
 }
 
@@ -373,16 +391,30 @@ impl Tool for FileOperations {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        safe_path("path", &input.path)?;
-        let path = input.path.clone();
-        let kind = match input.action {
+        let kind = input.kind()?;
+        let device = online_device(cx, &input.device_id).await?;
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
+    }
+
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        input.kind()?;
+        online_device(cx, &input.device_id).await?;
+        Ok(None)
+    }
+}
+
+impl FilesInput {
+    fn kind(&self) -> Result<CommandKind, ToolError> {
+        safe_path("path", &self.path)?;
+        let path = self.path.clone();
+        let kind = match self.action {
             FileAction::List => CommandKind::FileList { path },
             FileAction::Read => CommandKind::FileRead {
                 path,
-                max_bytes: input.max_bytes.unwrap_or(65_536),
+                max_bytes: self.max_bytes.unwrap_or(65_536),
             },
             FileAction::Write => {
-                let content = input
+                let content = self
                     .content
                     .clone()
                     .ok_or_else(|| ToolError::invalid("content is required for write"))?;
@@ -394,7 +426,7 @@ impl Tool for FileOperations {
                 CommandKind::FileWrite {
                     path,
                     content,
-                    encoding: match input.encoding {
+                    encoding: match self.encoding {
                         Some(Encoding::Base64) => ContentEncoding::Base64,
                         _ => ContentEncoding::Utf8,
                     },
@@ -402,11 +434,11 @@ impl Tool for FileOperations {
             }
             FileAction::Delete => CommandKind::FileDelete {
                 path,
-                recursive: input.recursive.unwrap_or(false),
+                recursive: self.recursive.unwrap_or(false),
             },
             FileAction::Mkdir => CommandKind::FileMkdir { path },
             FileAction::Rename => {
-                let to = input
+                let to = self
                     .new_path
                     .clone()
                     .ok_or_else(|| ToolError::invalid("newPath is required for rename"))?;
@@ -414,8 +446,7 @@ impl Tool for FileOperations {
                 CommandKind::FileRename { from: path, to }
             }
         };
-        let device = online_device(cx, &input.device_id).await?;
-        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
+        Ok(kind)
     }
 }
 
@@ -460,7 +491,21 @@ impl Tool for NetworkDiscovery {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        if let Some(subnet) = &input.subnet {
+        let kind = input.kind()?;
+        let device = online_device(cx, &input.device_id).await?;
+        require_completed(run(cx, &device, kind, RunOptions::new(110, 120)).await?)
+    }
+
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        input.kind()?;
+        online_device(cx, &input.device_id).await?;
+        Ok(None)
+    }
+}
+
+impl DiscoveryInput {
+    fn kind(&self) -> Result<CommandKind, ToolError> {
+        if let Some(subnet) = &self.subnet {
             let prefix: u8 = subnet
                 .rsplit('/')
                 .next()
@@ -472,17 +517,15 @@ impl Tool for NetworkDiscovery {
                 )));
             }
         }
-        let device = online_device(cx, &input.device_id).await?;
-        let mode = match input.scan_type.unwrap_or_default() {
+        let mode = match self.scan_type.unwrap_or_default() {
             ScanType::Ping => DiscoveryMode::Ping,
             ScanType::Arp => DiscoveryMode::Arp,
             ScanType::Full => DiscoveryMode::Full,
         };
-        let kind = CommandKind::NetworkDiscovery {
+        Ok(CommandKind::NetworkDiscovery {
             mode,
-            cidr: input.subnet.clone(),
-        };
-        require_completed(run(cx, &device, kind, RunOptions::new(110, 120)).await?)
+            cidr: self.subnet.clone(),
+        })
     }
 }
 

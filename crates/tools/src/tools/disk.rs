@@ -14,7 +14,7 @@ use super::{
     devices::find_device,
     dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path},
 };
-use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{Effect, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<AnalyzeDiskUsage>();
@@ -218,6 +218,40 @@ impl Tool for DiskCleanup {
     ];
     type Input = CleanupInput;
     type Output = CleanupOutput;
+
+    /// An execute names the caller's device, online, and paths among the latest snapshot's
+    /// candidates; the run is pinned to that snapshot (a newer scan changes what may be deleted).
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        if input.action != CleanupAction::Execute {
+            return Ok(None);
+        }
+        let device = find_device(cx, &input.device_id).await?;
+        let Some((snapshot_id, _, analysis)) = latest_snapshot(cx, &device).await? else {
+            return Err(ToolError::invalid(NO_SNAPSHOT));
+        };
+        let requested = input
+            .paths
+            .as_ref()
+            .ok_or_else(|| ToolError::invalid("paths is required for execute"))?;
+        let all = candidates(&analysis);
+        let known: HashSet<&str> = all
+            .iter()
+            .filter_map(|c| c.get("path").and_then(Value::as_str))
+            .collect();
+        if !requested
+            .iter()
+            .any(|p| known.contains(p.as_str()) && safe_path("paths", p).is_ok())
+        {
+            return Err(ToolError::invalid(
+                "No valid cleanup candidates selected from the latest preview set",
+            ));
+        }
+        online_device(cx, &input.device_id).await?;
+        Ok(Some(Pin {
+            summary: format!("disk snapshot {snapshot_id}"),
+            data: serde_json::json!({ "diskSnapshotId": snapshot_id }),
+        }))
+    }
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;

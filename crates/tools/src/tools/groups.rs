@@ -7,7 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{devices::DeviceSummary, parse_uuid};
-use crate::{Effect, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{
+    Effect, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, action, per,
+};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ManageGroups>();
@@ -138,6 +140,17 @@ impl Tool for ManageGroups {
     ];
     type Input = GroupsInput;
     type Output = Rendered<GroupsOutput<'static>>;
+
+    /// The group an update or delete names exists in the organization.
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        if matches!(input.action, GroupAction::Update | GroupAction::Delete) {
+            cx.org
+                .get_group(group_id(input)?)
+                .await
+                .map_err(group_missing)?;
+        }
+        Ok(None)
+    }
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         match input.action {

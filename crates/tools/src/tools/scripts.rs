@@ -10,12 +10,14 @@ use breeze_store::{Script, StoreError};
 use futures::future::join_all;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::{
     DEVICE_NOT_FOUND,
     dispatch::{CommandView, RunOptions, online_device, run},
 };
-use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
+use crate::{Effect, ErrorCode, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<RunScript>();
@@ -105,6 +107,38 @@ fn arguments(script: &Script, given: &BTreeMap<String, String>) -> Result<Vec<St
         .collect()
 }
 
+/// The library script `id_or_name`, with the error a call gives when it is not there.
+async fn find(cx: &ToolCx<'_>, id_or_name: &str) -> Result<Script, ToolError> {
+    match cx.org.find_script(id_or_name).await {
+        Ok(s) => Ok(s),
+        Err(StoreError::NotFound(_)) => {
+            Err(ToolError::not_found("Script not found or access denied"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What an approver of `run_script` reviews and what the run is pinned to: the script as it is
+/// now (name, language, body and its SHA-256, declared parameters).
+fn pin(script: &Script) -> Pin {
+    let digest = Sha256::digest(script.body.as_bytes());
+    let body_sha256: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Pin {
+        summary: format!(
+            "script {} ({}, body sha256 {})",
+            script.name,
+            script.language,
+            &body_sha256[..16]
+        ),
+        data: json!({
+            "script": {
+                "id": script.id, "name": script.name, "language": script.language,
+                "bodySha256": body_sha256, "body": script.body, "parameters": script.parameters,
+            }
+        }),
+    }
+}
+
 pub(crate) struct RunScript;
 
 impl Tool for RunScript {
@@ -118,14 +152,28 @@ impl Tool for RunScript {
     type Input = RunScriptInput;
     type Output = RunScriptOutput;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let script = match cx.org.find_script(&input.script_id).await {
-            Ok(s) => s,
-            Err(StoreError::NotFound(_)) => {
-                return Err(ToolError::not_found("Script not found or access denied"));
+    /// The script exists and takes these parameters; every device is the caller's and at least
+    /// one is online (the call itself reports an offline device among several in its result).
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        let script = find(cx, &input.script_id).await?;
+        arguments(&script, &input.parameters.clone().unwrap_or_default())?;
+        let mut offline = None;
+        let mut online = 0;
+        for id in &input.device_ids {
+            match online_device(cx, id).await {
+                Ok(_) => online += 1,
+                Err(e) if e.code == ErrorCode::NotFound => return Err(e),
+                Err(e) => offline = offline.or(Some(e)),
             }
-            Err(e) => return Err(e.into()),
-        };
+        }
+        match offline {
+            Some(e) if online == 0 => Err(e),
+            _ => Ok(Some(pin(&script))),
+        }
+    }
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let script = find(cx, &input.script_id).await?;
         let args = arguments(&script, &input.parameters.clone().unwrap_or_default())?;
         let mut ids = input.device_ids.clone();
         ids.sort();
