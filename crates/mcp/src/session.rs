@@ -176,7 +176,7 @@ impl Session {
     /// stream and no request in flight.
     fn is_idle(&self) -> bool {
         self.kind == SessionKind::Streamable
-            && !lock(&self.stream).as_ref().is_some_and(|t| !t.is_closed())
+            && lock(&self.stream).as_ref().is_none_or(|t| t.is_closed())
             && lock(&self.inflight).is_empty()
     }
 

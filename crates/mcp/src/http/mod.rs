@@ -111,6 +111,16 @@ pub(crate) fn bad_message(reply: &Reply) -> Response {
     response
 }
 
+/// A 400 carrying a JSON-RPC error `body` whose message is `message`.
+pub(crate) fn bad_request(body: &Value, message: String) -> Response {
+    let mut response = json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[]);
+    response.extensions_mut().insert(Refusal {
+        message,
+        rate_limited: false,
+    });
+    response
+}
+
 /// The request's id (see [`crate::EngineConfig::request_id_header`]).
 pub(crate) fn request_id<A: McpApp>(
     engine: &Engine<A>,

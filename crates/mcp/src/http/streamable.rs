@@ -131,15 +131,16 @@ fn stateless_version(message: &Message) -> Option<Result<ProtocolVersion, Respon
         .get(META_PROTOCOL_VERSION)?;
     let raw = raw.as_str().unwrap_or_default();
     Some(ProtocolVersion::parse(raw).filter(|v| v.is_stateless()).ok_or_else(|| {
+        let message = format!("Unsupported protocol version {raw:?}");
         let body = json!({
             "jsonrpc": "2.0", "id": req.id,
             "error": {
                 "code": UNSUPPORTED_PROTOCOL_VERSION,
-                "message": format!("Unsupported protocol version {raw:?}"),
+                "message": message,
                 "data": { "supported": ProtocolVersion::supported_strings(), "requested": raw }
             }
         });
-        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+        super::bad_request(&body, message)
     }))
 }
 
@@ -149,11 +150,12 @@ fn check_method_headers(headers: &HeaderMap, message: &Message) -> Result<(), Re
         return Ok(());
     };
     let mismatch = |what: &str| {
+        let message = format!("Header mismatch: {what}");
         let body = json!({
             "jsonrpc": "2.0", "id": req.id,
-            "error": { "code": HEADER_MISMATCH, "message": format!("Header mismatch: {what}") }
+            "error": { "code": HEADER_MISMATCH, "message": message }
         });
-        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+        super::bad_request(&body, message)
     };
     match header_str(headers, "mcp-method") {
         Some(m) if m == req.method => {}
