@@ -102,7 +102,11 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     (
         "MCP_MAX_SSE_SESSIONS_PER_KEY",
-        "MCP sessions one API key may hold (default 5)",
+        "MCP sessions one API key may hold, both transports (default 5)",
+    ),
+    (
+        "MCP_MAX_SESSIONS_PER_ORG",
+        "MCP sessions one organization's keys may hold together (default 25)",
     ),
     ("MCP_MAX_SESSIONS", "MCP sessions server-wide (default 100)"),
     (
@@ -138,6 +142,7 @@ const CHECKED_PREFIXES: [&str; 2] = ["BREEZE_", "MCP_"];
 #[derive(Debug, Clone)]
 pub(crate) struct McpSettings {
     pub(crate) max_sessions_per_key: usize,
+    pub(crate) max_sessions_per_org: usize,
     pub(crate) max_sessions: usize,
     pub(crate) sse_rate_per_minute: u32,
     pub(crate) message_rate_per_minute: u32,
@@ -179,6 +184,7 @@ impl McpSettings {
     fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Self> {
         Ok(Self {
             max_sessions_per_key: number(env, "MCP_MAX_SSE_SESSIONS_PER_KEY", 5usize)?,
+            max_sessions_per_org: number(env, "MCP_MAX_SESSIONS_PER_ORG", 25usize)?,
             max_sessions: number(env, "MCP_MAX_SESSIONS", 100usize)?,
             sse_rate_per_minute: number(env, "MCP_SSE_RATE_LIMIT_PER_MINUTE", 30u32)?,
             message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
@@ -606,18 +612,21 @@ mod tests {
         assert_eq!(
             (
                 s.mcp.max_sessions_per_key,
+                s.mcp.max_sessions_per_org,
                 s.mcp.max_sessions,
                 s.mcp.max_body_bytes
             ),
-            (5, 100, 65_536)
+            (5, 25, 100, 65_536)
         );
         assert!(s.mcp.require_execute_admin);
         let s = load(&[
             ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
             ("MCP_REQUIRE_EXECUTE_ADMIN", "false"),
+            ("MCP_MAX_SESSIONS_PER_ORG", "7"),
         ])
         .unwrap();
         assert_eq!(s.mcp.message_rate_per_minute, 100_000);
+        assert_eq!(s.mcp.max_sessions_per_org, 7);
         assert!(!s.mcp.require_execute_admin);
         assert!(
             err(&[("MCP_MAX_SSE_SESSIONS_PER_KEY", "0")])

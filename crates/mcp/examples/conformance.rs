@@ -564,6 +564,7 @@ impl McpApp for Fixtures {
         Ok(Caller {
             principal: (),
             key: "anonymous".into(),
+            tenant: "anonymous".into(),
         })
     }
 
@@ -915,6 +916,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The suite never ends its sessions (no DELETE): about 30 stay open per run.
         sessions: SessionLimits {
             max_total: 10_000,
+            max_per_tenant: 10_000,
             max_per_key: 10_000,
             ..SessionLimits::default()
         },

@@ -17,7 +17,7 @@ use crate::{
         ResourceTemplateDef, ServerInfo, ToolDef,
     },
     protocol::ProtocolVersion,
-    session::Session,
+    session::{Session, SessionLimit},
 };
 
 /// An authenticated caller.
@@ -27,6 +27,9 @@ pub struct Caller<P> {
     pub principal: P,
     /// A stable id of the credential: sessions are bound to it and limits counted by it.
     pub key: Arc<str>,
+    /// A stable id of the tenant the credential belongs to (whatever the application calls
+    /// one): sessions are capped per tenant as well, so one cannot starve the others.
+    pub tenant: Arc<str>,
 }
 
 /// An HTTP-level refusal (authentication, limits, origin).
@@ -248,6 +251,43 @@ pub struct RequestRecord<'a, P> {
     /// is alone (an application may then write its record straight away rather than wait to
     /// share the write with others).
     pub in_flight: usize,
+    /// The HTTP request's id (the `EngineConfig::request_id_header`), when it has one.
+    pub request_id: Option<&'a str>,
+}
+
+/// What became of an authenticated HTTP request besides the JSON-RPC requests the engine
+/// answered (those are [`RequestRecord`]s).
+#[derive(Debug, Clone, Copy)]
+pub enum TransportEvent<'a> {
+    /// Refused before the engine answered it (limits, body, parse, session, headers).
+    Refused {
+        status: StatusCode,
+        message: &'a str,
+        /// Beyond a per-credential rate limit (an application may sample these).
+        rate_limited: bool,
+    },
+    /// A session of the caller's credential (or, at the tenant cap, of its tenant) ended to
+    /// make room for the one this request opens.
+    SessionEvicted {
+        session_id: &'a str,
+        /// The credential that held it.
+        owner: &'a str,
+        cap: SessionLimit,
+    },
+    /// DELETE ended the request's session.
+    SessionDeleted,
+    /// A server-to-client stream opened (the legacy SSE stream opens its session too).
+    StreamOpened,
+}
+
+/// An authenticated HTTP request's [`TransportEvent`], for audit.
+#[derive(Debug, Clone)]
+pub struct TransportRecord<'a, P> {
+    pub caller: &'a Caller<P>,
+    pub event: TransportEvent<'a>,
+    pub session_id: Option<&'a str>,
+    pub transport: Transport,
+    pub request_id: Option<&'a str>,
 }
 
 /// An application served by the engine. All methods see an authenticated [`Cx`].
@@ -342,6 +382,21 @@ pub trait McpApp: Send + Sync + 'static {
     /// record the application accepts is never lost after the client saw the answer.
     fn record(&self, record: RequestRecord<'_, Self::Principal>)
     -> impl Future<Output = ()> + Send;
+
+    /// Observes what became of every authenticated HTTP request that no [`RequestRecord`]
+    /// covers (refusals, sessions ended, streams opened). Awaited before the answer is sent.
+    fn record_transport(
+        &self,
+        _record: TransportRecord<'_, Self::Principal>,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// Called once a minute by [`crate::Engine::spawn_sweeper`] (to flush what the application
+    /// keeps between requests, such as counts of sampled records).
+    fn tick(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 #[cfg(test)]
@@ -354,8 +409,8 @@ mod tests {
     #[tokio::test]
     async fn the_standalone_peer_writes_to_the_session_stream() {
         let registry = SessionRegistry::new(SessionLimits::default());
-        let session = registry
-            .create(&Arc::from("k"), SessionKind::Streamable)
+        let (session, _) = registry
+            .create(&Arc::from("k"), &Arc::from("t"), SessionKind::Streamable)
             .unwrap();
         let (stream_tx, mut stream_rx) = mpsc::channel(4);
         assert!(session.attach_stream(stream_tx));

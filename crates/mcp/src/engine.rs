@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use axum::http::{HeaderName, HeaderValue};
 use breeze_limits::RateLimiter;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -59,6 +60,9 @@ pub struct EngineConfig {
     pub fail_closed: bool,
     /// JSON or SSE answers on Streamable HTTP.
     pub replies: ReplyMode,
+    /// The header naming each HTTP request's id (set by a layer in front of the engine, or by
+    /// the client), for records and log lines.
+    pub request_id_header: Option<HeaderName>,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +78,7 @@ impl Default for EngineConfig {
             allow_localhost_origins: true,
             fail_closed: false,
             replies: ReplyMode::Adaptive,
+            request_id_header: Some(HeaderName::from_static("x-request-id")),
         }
     }
 }
@@ -95,6 +100,13 @@ pub(crate) struct CallCtx<P> {
     pub(crate) protocol: ProtocolVersion,
     pub(crate) transport: Transport,
     pub(crate) peer: Peer,
+    /// The HTTP request's id (see [`EngineConfig::request_id_header`]).
+    pub(crate) request_id: Option<HeaderValue>,
+}
+
+/// A request id header's text (ids that are not visible ASCII are left out).
+pub(crate) fn id_text(v: Option<&HeaderValue>) -> Option<&str> {
+    v.and_then(|v| v.to_str().ok())
 }
 
 fn param_str<'a>(params: Option<&'a Value>, key: &str) -> Option<&'a str> {
@@ -139,6 +151,7 @@ impl<A: McpApp> Engine<A> {
                         if n > 0 {
                             tracing::info!(swept = n, "ended idle MCP sessions");
                         }
+                        engine.app.tick().await;
                     }
                 }
             }
@@ -154,19 +167,55 @@ impl<A: McpApp> Engine<A> {
         match message {
             Message::Request(req) => self.handle_request(ctx, req).await,
             Message::Notification(n) => {
-                self.handle_notification(ctx, n);
+                let _counted = InFlight::enter(&self.in_flight);
+                self.handle_notification(ctx, &n);
+                self.record_message(ctx, &n.method, Ok(())).await;
                 None
             }
             Message::Response(r) => {
-                if let Some(s) = &ctx.session {
-                    s.resolve_response(&r.id, r.outcome);
-                }
+                let _counted = InFlight::enter(&self.in_flight);
+                let awaited = ctx
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.resolve_response(&r.id, r.outcome));
+                let outcome = if awaited {
+                    Ok(())
+                } else {
+                    Err(format!("no request awaits the answer {}", r.id))
+                };
+                self.record_message(ctx, "response", outcome).await;
                 None
             }
         }
     }
 
-    fn handle_notification(&self, ctx: &CallCtx<A::Principal>, n: Notification) {
+    /// Records a notification or a response from the client (every message is audited).
+    async fn record_message(
+        &self,
+        ctx: &CallCtx<A::Principal>,
+        method: &str,
+        outcome: Result<(), String>,
+    ) {
+        let request_id = id_text(ctx.request_id.as_ref());
+        if let Err(e) = &outcome {
+            tracing::info!(request_id, method, error = %e, "MCP message failed");
+        }
+        self.app
+            .record(RequestRecord {
+                caller: &ctx.caller,
+                method,
+                target: None,
+                session_id: ctx.session.as_ref().map(|s| &*s.id),
+                transport: ctx.transport,
+                protocol: ctx.protocol,
+                outcome,
+                in_flight: self.in_flight.load(Ordering::Relaxed),
+                request_id,
+            })
+            .await;
+    }
+
+    fn handle_notification(&self, ctx: &CallCtx<A::Principal>, n: &Notification) {
         if n.method == "notifications/cancelled" {
             let id = n.params.as_ref().and_then(|p| p.get("requestId")).cloned();
             if let (Some(session), Some(id)) = (
@@ -232,6 +281,12 @@ impl<A: McpApp> Engine<A> {
                 (Err(e), Err(message))
             }
         };
+        let request_id = id_text(ctx.request_id.as_ref());
+        if let Err(e) = &recorded {
+            // A failed request (a protocol error or a tool error) leaves one line at the
+            // default level, with the HTTP request's id.
+            tracing::info!(request_id, method = %req.method, target, error = %e, "MCP request failed");
+        }
         self.app
             .record(RequestRecord {
                 caller: &ctx.caller,
@@ -242,6 +297,7 @@ impl<A: McpApp> Engine<A> {
                 protocol: ctx.protocol,
                 outcome: recorded,
                 in_flight: self.in_flight.load(Ordering::Relaxed),
+                request_id,
             })
             .await;
         if cancelled {

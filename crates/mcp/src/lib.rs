@@ -21,6 +21,8 @@ pub mod model;
 pub mod protocol;
 pub mod session;
 
-pub use app::{Caller, Cx, HttpError, McpApp, Peer, RequestRecord, Transport};
+pub use app::{
+    Caller, Cx, HttpError, McpApp, Peer, RequestRecord, Transport, TransportEvent, TransportRecord,
+};
 pub use engine::{Engine, EngineConfig, ReplyMode};
 pub use protocol::ProtocolVersion;

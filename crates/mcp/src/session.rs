@@ -1,6 +1,15 @@
 //! Sessions: created by `initialize` (Streamable HTTP) or by opening the legacy SSE stream,
-//! bound to the credential that created them, capped server-wide and per credential, and
-//! dropped after an idle TTL.
+//! bound to the credential that created them, capped server-wide, per tenant and per
+//! credential (one pool for both transports), and dropped after an idle TTL.
+//!
+//! Most clients never end a session (no DELETE: the TypeScript SDK's `close()`, the Inspector,
+//! Claude Code), so a cap that only refused would lock a credential out after a few
+//! connections until the idle TTL. At the per-credential or per-tenant cap, creating a session
+//! therefore ends the least recently used *idle* session in that scope instead — a Streamable
+//! HTTP session with no open stream and no call in flight — and refuses only when every one is
+//! busy. Legacy SSE sessions are never idle in that sense: they live exactly as long as their
+//! stream. At the server-wide cap only the caller's own idle sessions are ended: one tenant
+//! never ends another's.
 //!
 //! A session never authenticates anything: every request authenticates on its own, and a
 //! session is found only when the request's credential owns it — otherwise it does not exist.
@@ -41,10 +50,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Session {
     pub id: Arc<str>,
     pub owner: Arc<str>,
+    /// The owner's tenant (see [`crate::Caller::tenant`]).
+    pub tenant: Arc<str>,
     pub kind: SessionKind,
     protocol: Mutex<ProtocolVersion>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
+    /// The order of creation: of sessions last used within the same millisecond, the older
+    /// counts as less recently used.
+    seq: u64,
     /// The server-to-client stream (legacy SSE, or Streamable HTTP GET), when open.
     stream: Mutex<Option<mpsc::Sender<(u64, Value)>>>,
     next_event_id: AtomicU64,
@@ -66,13 +80,21 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    fn new(id: Arc<str>, owner: Arc<str>, kind: SessionKind, now_ms: u64) -> Self {
+    fn new(
+        id: Arc<str>,
+        owner: Arc<str>,
+        tenant: Arc<str>,
+        kind: SessionKind,
+        (now_ms, seq): (u64, u64),
+    ) -> Self {
         Self {
             id,
             owner,
+            tenant,
             kind,
             protocol: Mutex::new(ProtocolVersion::HEADER_DEFAULT),
             last_active: AtomicU64::new(now_ms),
+            seq,
             stream: Mutex::new(None),
             next_event_id: AtomicU64::new(1),
             replay: Mutex::new(VecDeque::new()),
@@ -150,6 +172,14 @@ impl Session {
             .is_some()
     }
 
+    /// Whether the session may be ended to make room: a Streamable HTTP session with no open
+    /// stream and no request in flight.
+    fn is_idle(&self) -> bool {
+        self.kind == SessionKind::Streamable
+            && lock(&self.stream).as_ref().is_none_or(|t| t.is_closed())
+            && lock(&self.inflight).is_empty()
+    }
+
     /// Reserves an id for a request to the client and the channel its answer arrives on.
     pub fn expect_response(&self) -> (Id, oneshot::Receiver<Result<Value, ErrorObject>>) {
         let n = self.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -178,19 +208,41 @@ impl Session {
     }
 }
 
-/// Why a session could not be created.
+/// Which cap a session could not be created within (every session in its scope was busy),
+/// or made room in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SessionLimit {
     #[error("Too many active MCP sessions")]
     ServerWide,
+    #[error("Too many active MCP sessions for this organization")]
+    PerTenant,
     #[error("Too many active MCP sessions for this API key")]
     PerKey,
 }
 
+impl SessionLimit {
+    /// A short name for records and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionLimit::ServerWide => "server",
+            SessionLimit::PerTenant => "tenant",
+            SessionLimit::PerKey => "key",
+        }
+    }
+}
+
+/// How long a refused client is asked to wait (`Retry-After`) when every session in the full
+/// scope is busy: a busy session frees up when its call ends or its stream closes, which the
+/// server cannot foresee.
+pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(5);
+
 /// Session caps and lifetime.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
+    /// Sessions in this process, all tenants together.
     pub max_total: usize,
+    /// Sessions of one tenant (all its credentials), so one cannot starve the others.
+    pub max_per_tenant: usize,
     pub max_per_key: usize,
     pub idle_ttl: Duration,
 }
@@ -199,16 +251,56 @@ impl Default for SessionLimits {
     fn default() -> Self {
         Self {
             max_total: 100,
+            max_per_tenant: 25,
             max_per_key: 5,
             idle_ttl: Duration::from_secs(30 * 60),
         }
     }
 }
 
+/// A session ended to make room for a new one.
+#[derive(Debug, Clone)]
+pub struct Evicted {
+    pub session: Arc<Session>,
+    /// The cap that was reached.
+    pub cap: SessionLimit,
+}
+
 #[derive(Default)]
 struct Inner {
     sessions: HashMap<Arc<str>, Arc<Session>>,
     per_key: HashMap<Arc<str>, usize>,
+    per_tenant: HashMap<Arc<str>, usize>,
+    /// Sessions created so far.
+    created: u64,
+}
+
+/// Counts one more in `map[k]`.
+fn increment(map: &mut HashMap<Arc<str>, usize>, k: &Arc<str>) {
+    *map.entry(k.clone()).or_insert(0) += 1;
+}
+
+/// Counts one less in `map[k]`, forgetting `k` at zero.
+fn decrement(map: &mut HashMap<Arc<str>, usize>, k: &str) {
+    if let Some(c) = map.get_mut(k) {
+        *c -= 1;
+        if *c == 0 {
+            map.remove(k);
+        }
+    }
+}
+
+impl Inner {
+    fn count(map: &HashMap<Arc<str>, usize>, k: &str) -> usize {
+        map.get(k).copied().unwrap_or(0)
+    }
+
+    fn take(&mut self, id: &str) -> Option<Arc<Session>> {
+        let s = self.sessions.remove(id)?;
+        decrement(&mut self.per_key, &s.owner);
+        decrement(&mut self.per_tenant, &s.tenant);
+        Some(s)
+    }
 }
 
 /// All live sessions.
@@ -235,25 +327,73 @@ impl SessionRegistry {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Creates a session owned by `owner`, within the caps.
+    /// Creates a session owned by `owner` of `tenant`, within the caps: at a full cap, the
+    /// least recently used idle session in its scope is ended first (see the module docs) and
+    /// returned, for the caller to record. `Err` names the cap when every session in its scope
+    /// is busy.
     pub fn create(
         &self,
         owner: &Arc<str>,
+        tenant: &Arc<str>,
         kind: SessionKind,
-    ) -> Result<Arc<Session>, SessionLimit> {
+    ) -> Result<(Arc<Session>, Option<Evicted>), SessionLimit> {
         let mut inner = lock(&self.inner);
-        if inner.sessions.len() >= self.limits.max_total {
-            return Err(SessionLimit::ServerWide);
-        }
-        let count = inner.per_key.get(owner).copied().unwrap_or(0);
-        if count >= self.limits.max_per_key {
-            return Err(SessionLimit::PerKey);
-        }
+        let cap = if Inner::count(&inner.per_key, owner) >= self.limits.max_per_key {
+            Some(SessionLimit::PerKey)
+        } else if Inner::count(&inner.per_tenant, tenant) >= self.limits.max_per_tenant {
+            Some(SessionLimit::PerTenant)
+        } else if inner.sessions.len() >= self.limits.max_total {
+            Some(SessionLimit::ServerWide)
+        } else {
+            None
+        };
+        let evicted = match cap {
+            None => None,
+            Some(cap) => {
+                // The tenant's sessions for its own cap; otherwise the credential's own.
+                let in_scope = |s: &Session| match cap {
+                    SessionLimit::PerTenant => s.tenant == *tenant,
+                    SessionLimit::PerKey | SessionLimit::ServerWide => s.owner == *owner,
+                };
+                let victim = inner
+                    .sessions
+                    .values()
+                    .filter(|s| in_scope(s) && s.is_idle())
+                    .min_by_key(|s| (s.last_active.load(Ordering::Relaxed), s.seq))
+                    .map(|s| s.id.clone())
+                    .ok_or(cap)?;
+                let session = inner.take(&victim).ok_or(cap)?;
+                // One session less in every scope it counted in, the full one included; a
+                // second cap can still be full only when the caps were lowered meanwhile.
+                if Inner::count(&inner.per_key, owner) >= self.limits.max_per_key
+                    || Inner::count(&inner.per_tenant, tenant) >= self.limits.max_per_tenant
+                    || inner.sessions.len() >= self.limits.max_total
+                {
+                    inner.sessions.insert(session.id.clone(), session.clone());
+                    increment(&mut inner.per_key, &session.owner);
+                    increment(&mut inner.per_tenant, &session.tenant);
+                    return Err(cap);
+                }
+                Some(Evicted { session, cap })
+            }
+        };
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
-        let session = Arc::new(Session::new(id.clone(), owner.clone(), kind, self.now_ms()));
+        inner.created += 1;
+        let session = Arc::new(Session::new(
+            id.clone(),
+            owner.clone(),
+            tenant.clone(),
+            kind,
+            (self.now_ms(), inner.created),
+        ));
         inner.sessions.insert(id, session.clone());
-        inner.per_key.insert(owner.clone(), count + 1);
-        Ok(session)
+        increment(&mut inner.per_key, owner);
+        increment(&mut inner.per_tenant, tenant);
+        drop(inner);
+        if let Some(e) = &evicted {
+            e.session.closed.cancel();
+        }
+        Ok((session, evicted))
     }
 
     /// The session `id` if `owner` owns it; marks it active. Foreign and unknown sessions
@@ -271,19 +411,7 @@ impl SessionRegistry {
 
     /// Ends a session. Returns whether it existed.
     pub fn remove(&self, id: &str) -> bool {
-        let removed = {
-            let mut inner = lock(&self.inner);
-            let removed = inner.sessions.remove(id);
-            if let Some(s) = &removed
-                && let Some(c) = inner.per_key.get_mut(&s.owner)
-            {
-                *c -= 1;
-                if *c == 0 {
-                    inner.per_key.remove(&s.owner);
-                }
-            }
-            removed
-        };
+        let removed = lock(&self.inner).take(id);
         match removed {
             Some(s) => {
                 s.closed.cancel();
@@ -324,23 +452,48 @@ mod tests {
         k.into()
     }
 
+    fn limits(max_total: usize, max_per_tenant: usize, max_per_key: usize) -> SessionLimits {
+        SessionLimits {
+            max_total,
+            max_per_tenant,
+            max_per_key,
+            idle_ttl: Duration::from_secs(60),
+        }
+    }
+
+    /// A session of `owner` in tenant `t`, created without ending another.
+    fn open(r: &SessionRegistry, owner: &str, t: &str, kind: SessionKind) -> Arc<Session> {
+        let (s, evicted) = r.create(&key(owner), &key(t), kind).unwrap();
+        assert!(evicted.is_none(), "{:?} ended", evicted.map(|e| e.session));
+        s
+    }
+
+    /// Makes `s` busy with an open stream; the receiver keeps it open.
+    fn stream(s: &Session) -> mpsc::Receiver<(u64, Value)> {
+        let (tx, rx) = mpsc::channel(1);
+        assert!(s.attach_stream(tx));
+        rx
+    }
+
     #[test]
     fn caps_and_ownership() {
-        let r = SessionRegistry::new(SessionLimits {
-            max_total: 3,
-            max_per_key: 2,
-            idle_ttl: Duration::from_secs(60),
-        });
-        let a1 = r.create(&key("a"), SessionKind::Streamable).unwrap();
-        r.create(&key("a"), SessionKind::Streamable).unwrap();
+        let r = SessionRegistry::new(limits(3, 3, 2));
+        let a1 = open(&r, "a", "t", SessionKind::Streamable);
+        let _a1_stream = stream(&a1);
+        let a2 = open(&r, "a", "t", SessionKind::Streamable);
+        a2.track(&Id::Number(1), CancellationToken::new());
         assert_eq!(
-            r.create(&key("a"), SessionKind::LegacySse).unwrap_err(),
-            SessionLimit::PerKey
+            r.create(&key("a"), &key("t"), SessionKind::LegacySse)
+                .unwrap_err(),
+            SessionLimit::PerKey,
+            "both busy: refused"
         );
-        r.create(&key("b"), SessionKind::Streamable).unwrap();
+        open(&r, "b", "u", SessionKind::LegacySse);
         assert_eq!(
-            r.create(&key("c"), SessionKind::Streamable).unwrap_err(),
-            SessionLimit::ServerWide
+            r.create(&key("c"), &key("v"), SessionKind::Streamable)
+                .unwrap_err(),
+            SessionLimit::ServerWide,
+            "another tenant's sessions are never ended for the server-wide cap"
         );
         assert!(r.get(&a1.id, "a").is_some());
         assert!(
@@ -350,7 +503,8 @@ mod tests {
         assert!(r.remove(&a1.id));
         assert!(a1.closed.is_cancelled());
         assert!(
-            r.create(&key("a"), SessionKind::Streamable).is_ok(),
+            r.create(&key("a"), &key("t"), SessionKind::Streamable)
+                .is_ok(),
             "a slot freed"
         );
         assert_eq!(
@@ -360,13 +514,81 @@ mod tests {
     }
 
     #[test]
+    fn at_the_key_cap_the_least_recently_used_idle_session_ends() {
+        let r = SessionRegistry::new(limits(100, 100, 3));
+        let oldest = open(&r, "a", "t", SessionKind::Streamable);
+        let streaming = open(&r, "a", "t", SessionKind::Streamable);
+        let _rx = stream(&streaming);
+        let newer = open(&r, "a", "t", SessionKind::Streamable);
+        std::thread::sleep(Duration::from_millis(2));
+        // Used since: `oldest` is now the most recently used idle one.
+        assert!(r.get(&oldest.id, "a").is_some());
+        let (fresh, evicted) = r
+            .create(&key("a"), &key("t"), SessionKind::Streamable)
+            .unwrap();
+        let evicted = evicted.expect("one ended");
+        assert_eq!(
+            evicted.session.id, newer.id,
+            "the least recently used idle one"
+        );
+        assert_eq!(evicted.cap, SessionLimit::PerKey);
+        assert!(newer.closed.is_cancelled());
+        assert!(r.get(&newer.id, "a").is_none());
+        assert_eq!(r.len(), 3);
+
+        // A call in flight keeps a session too; a legacy SSE session is never idle.
+        fresh.track(&Id::Number(7), CancellationToken::new());
+        let (_, evicted) = r
+            .create(&key("a"), &key("t"), SessionKind::LegacySse)
+            .unwrap();
+        assert_eq!(evicted.unwrap().session.id, oldest.id);
+        assert_eq!(
+            r.create(&key("a"), &key("t"), SessionKind::Streamable)
+                .unwrap_err(),
+            SessionLimit::PerKey,
+            "a stream, a call, a legacy stream: all busy"
+        );
+        fresh.untrack(&Id::Number(7));
+        let (_, evicted) = r
+            .create(&key("a"), &key("t"), SessionKind::Streamable)
+            .unwrap();
+        assert_eq!(evicted.unwrap().session.id, fresh.id);
+    }
+
+    #[test]
+    fn one_tenant_cannot_fill_the_server() {
+        let r = SessionRegistry::new(limits(6, 3, 2));
+        let t1 = open(&r, "k1", "t", SessionKind::Streamable);
+        let _busy = stream(&t1);
+        for owner in ["k1", "k2"] {
+            let s = r.create(&key(owner), &key("t"), SessionKind::Streamable);
+            if owner == "k2" {
+                let (s, _) = s.unwrap();
+                let _ = stream(&s);
+                s.track(&Id::Number(1), CancellationToken::new());
+            }
+        }
+        // Tenant t holds three (its cap); its third key ends the least recently used idle one
+        // of the tenant, whoever's.
+        let (_, evicted) = r
+            .create(&key("k3"), &key("t"), SessionKind::Streamable)
+            .unwrap();
+        let evicted = evicted.unwrap();
+        assert_eq!(evicted.cap, SessionLimit::PerTenant);
+        assert_eq!(&*evicted.session.owner, "k1");
+        // Other tenants still have room.
+        open(&r, "x", "u", SessionKind::Streamable);
+        open(&r, "y", "v", SessionKind::Streamable);
+        assert_eq!(r.len(), 5);
+    }
+
+    #[test]
     fn idle_sessions_are_swept() {
         let r = SessionRegistry::new(SessionLimits {
-            max_total: 10,
-            max_per_key: 10,
             idle_ttl: Duration::ZERO,
+            ..limits(10, 10, 10)
         });
-        let s = r.create(&key("a"), SessionKind::Streamable).unwrap();
+        let s = open(&r, "a", "t", SessionKind::Streamable);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(r.sweep(), 1);
         assert!(r.get(&s.id, "a").is_none());
@@ -376,7 +598,7 @@ mod tests {
     #[tokio::test]
     async fn replay_keeps_the_latest_events() {
         let r = SessionRegistry::new(SessionLimits::default());
-        let s = r.create(&key("a"), SessionKind::Streamable).unwrap();
+        let s = open(&r, "a", "t", SessionKind::Streamable);
         for i in 0..70 {
             assert!(!s.send(serde_json::json!(i)).await, "no stream attached");
         }

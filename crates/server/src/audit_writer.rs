@@ -26,13 +26,23 @@
 //!
 //! Other stores (PostgreSQL: an awaited insert that a dropped request could cut off) always go
 //! through the writer.
+//!
+//! Refusals beyond a rate limit are sampled by [`RefusalSampler`], so a client hammering a
+//! limit cannot make the audit log its own: per key and per window of [`SAMPLE_WINDOW`]
+//! (the limits' window), the first is written in full and the others are counted. The count is
+//! written as one `mcp.refused.count` record when the window has passed (the engine's minute
+//! tick), or on the key's next full refusal record (`details.unrecorded_before`), whichever
+//! comes first: never dropped, except by a process that dies with counts pending.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, AtomicU32, Ordering},
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
 };
 
-use breeze_core::AuditEvent;
+use breeze_core::{AuditEvent, Timestamp};
 use breeze_store::AuditAppender;
 use tokio::{
     sync::{mpsc, oneshot},
@@ -106,6 +116,84 @@ impl AuditWriter {
                 .fetch_add(1, Ordering::Relaxed)
                 .wrapping_add(1)
                 .is_multiple_of(PROBE_EVERY)
+    }
+}
+
+/// The window over which rate-limited refusals of one key are sampled (the transport limits').
+pub(crate) const SAMPLE_WINDOW: chrono::Duration = chrono::Duration::seconds(60);
+
+/// What [`RefusalSampler::sample`] decided for one rate-limited refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sampled {
+    /// Write it in full; `unrecorded_before` refusals of the key's previous window were counted
+    /// but not yet written.
+    Record { unrecorded_before: u64 },
+    /// Counted, to be written by [`RefusalSampler::due`].
+    Counted,
+}
+
+/// The counts of one key's window.
+struct Tally<T> {
+    started: Timestamp,
+    counted: u64,
+    /// What the count's record needs to say (whose, where).
+    whose: T,
+}
+
+/// Samples rate-limited refusals per key (see the module docs). `T` is what a count's record
+/// needs besides the count.
+pub(crate) struct RefusalSampler<T> {
+    windows: Mutex<HashMap<Arc<str>, Tally<T>>>,
+}
+
+impl<T> Default for RefusalSampler<T> {
+    fn default() -> Self {
+        Self {
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> RefusalSampler<T> {
+    /// Decides for a refusal of `key` at `now`.
+    pub(crate) fn sample(&self, key: &Arc<str>, now: Timestamp, whose: T) -> Sampled {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        match windows.get_mut(key) {
+            Some(t) if now < t.started + SAMPLE_WINDOW => {
+                t.counted += 1;
+                Sampled::Counted
+            }
+            _ => {
+                let before = windows.insert(
+                    key.clone(),
+                    Tally {
+                        started: now,
+                        counted: 0,
+                        whose,
+                    },
+                );
+                Sampled::Record {
+                    unrecorded_before: before.map_or(0, |t| t.counted),
+                }
+            }
+        }
+    }
+
+    /// Takes the windows that ended by `now`: each one's start, count and `whose`, for those
+    /// that counted refusals not yet written.
+    pub(crate) fn due(&self, now: Timestamp) -> Vec<(Timestamp, u64, T)> {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        let ended: Vec<Arc<str>> = windows
+            .iter()
+            .filter(|(_, t)| now >= t.started + SAMPLE_WINDOW)
+            .map(|(k, _)| k.clone())
+            .collect();
+        ended
+            .iter()
+            .filter_map(|k| windows.remove(k))
+            .filter(|t| t.counted > 0)
+            .map(|t| (t.started, t.counted, t.whose))
+            .collect()
     }
 }
 
@@ -272,4 +360,46 @@ mod tests {
     breeze_store::on_both_backends!(
         a_lone_request_writes_its_own_record_where_that_cannot_be_cut_off
     );
+
+    #[test]
+    fn rate_limited_refusals_are_sampled_and_counted() {
+        let sampler = RefusalSampler::<&str>::default();
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let t0 = chrono::DateTime::UNIX_EPOCH;
+        let s = chrono::Duration::seconds;
+        assert_eq!(
+            sampler.sample(&a, t0, "a"),
+            Sampled::Record {
+                unrecorded_before: 0
+            }
+        );
+        assert_eq!(sampler.sample(&a, t0 + s(1), "a"), Sampled::Counted);
+        assert_eq!(sampler.sample(&a, t0 + s(59), "a"), Sampled::Counted);
+        assert_eq!(
+            sampler.sample(&b, t0 + s(2), "b"),
+            Sampled::Record {
+                unrecorded_before: 0
+            },
+            "per key"
+        );
+        assert!(sampler.due(t0 + s(59)).is_empty(), "no window has ended");
+        // The next window's first refusal is written in full, with the last window's count.
+        assert_eq!(
+            sampler.sample(&a, t0 + s(60), "a"),
+            Sampled::Record {
+                unrecorded_before: 2
+            }
+        );
+        assert_eq!(sampler.sample(&a, t0 + s(61), "a"), Sampled::Counted);
+        // Or the count is taken once the window has passed; windows with nothing counted go.
+        assert_eq!(sampler.due(t0 + s(120)), vec![(t0 + s(60), 1, "a")]);
+        assert!(sampler.due(t0 + s(200)).is_empty());
+        assert_eq!(
+            sampler.sample(&a, t0 + s(200), "a"),
+            Sampled::Record {
+                unrecorded_before: 0
+            },
+            "a count is written once"
+        );
+    }
 }

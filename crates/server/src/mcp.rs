@@ -5,10 +5,10 @@ use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
-use breeze_core::{Actor, ActorType, ApiKeyPrincipal, AuditEvent, AuditResult};
+use breeze_core::{Actor, ActorType, ApiKeyId, ApiKeyPrincipal, AuditEvent, AuditResult, OrgId};
 use breeze_guard::{Clearance, Guard, Refusal};
 use breeze_mcp::{
-    Caller, Cx, HttpError, McpApp, RequestRecord,
+    Caller, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
     jsonrpc::ErrorObject,
     model::{
         CallToolResult, Content, GetPromptResult, PromptArgument, PromptDef, PromptMessage,
@@ -21,7 +21,11 @@ use breeze_tools::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::{AppState, approvals::Outcome, audit_writer::AuditWriter};
+use crate::{
+    AppState,
+    approvals::Outcome,
+    audit_writer::{AuditWriter, RefusalSampler, Sampled},
+};
 
 /// The server's name in `initialize`.
 pub const SERVER_NAME: &str = "breeze-rmm";
@@ -66,6 +70,8 @@ pub struct BreezeMcp {
     identity: Value,
     /// Each tool's `_meta` (its tiers and the server's identity), written once.
     metas: HashMap<&'static str, SharedJson>,
+    /// Rate-limited refusals: the first per key and window recorded, the others counted.
+    refusals: RefusalSampler<(ApiKeyId, OrgId)>,
 }
 
 impl BreezeMcp {
@@ -88,6 +94,7 @@ impl BreezeMcp {
             audit,
             identity,
             metas,
+            refusals: RefusalSampler::default(),
         }
     }
 
@@ -253,8 +260,14 @@ impl McpApp for BreezeMcp {
             .authenticate_api_key(key)
             .await
             .map_err(auth_http_error)?;
-        let key: Arc<str> = principal.key_id.to_string().into();
-        Ok(Caller { principal, key })
+        // Written straight into the `Arc`s (one allocation each).
+        let key = Arc::from(&*principal.key_id.0.hyphenated().encode_lower(&mut [0; 36]));
+        let tenant = Arc::from(&*principal.org_id.0.hyphenated().encode_lower(&mut [0; 36]));
+        Ok(Caller {
+            principal,
+            key,
+            tenant,
+        })
     }
 
     fn authorize_stream(&self, caller: &Caller<ApiKeyPrincipal>) -> Result<(), HttpError> {
@@ -483,6 +496,106 @@ impl McpApp for BreezeMcp {
         if let Err(message) = r.outcome {
             event = event.failed(AuditResult::Failure, message);
         }
+        event.request_id = r.request_id.map(str::to_owned);
         self.audit.write(event, r.in_flight <= 1).await;
+    }
+
+    /// Refusals (rate-limited ones sampled: see `audit_writer`), sessions ended to make room,
+    /// DELETEs and streams opened.
+    async fn record_transport(&self, r: TransportRecord<'_, ApiKeyPrincipal>) {
+        let p = &r.caller.principal;
+        let mut details = Map::new();
+        details.insert("transport".into(), json!(r.transport.as_str()));
+        if let Some(s) = r.session_id {
+            details.insert("session_id".into(), json!(s));
+        }
+        let (action, failure) = match r.event {
+            TransportEvent::Refused {
+                status,
+                message,
+                rate_limited,
+            } => {
+                if rate_limited {
+                    let now = self.state.clock.now();
+                    match self
+                        .refusals
+                        .sample(&r.caller.key, now, (p.key_id, p.org_id))
+                    {
+                        Sampled::Counted => return,
+                        Sampled::Record { unrecorded_before } if unrecorded_before > 0 => {
+                            details.insert("unrecorded_before".into(), json!(unrecorded_before));
+                        }
+                        Sampled::Record { .. } => {}
+                    }
+                    details.insert("rate_limited".into(), json!(true));
+                }
+                details.insert("status".into(), json!(status.as_u16()));
+                let result = match status {
+                    StatusCode::UNAUTHORIZED
+                    | StatusCode::FORBIDDEN
+                    | StatusCode::TOO_MANY_REQUESTS
+                    | StatusCode::SERVICE_UNAVAILABLE => AuditResult::Denied,
+                    _ => AuditResult::Failure,
+                };
+                ("mcp.refused", Some((result, message)))
+            }
+            TransportEvent::SessionEvicted {
+                session_id,
+                owner,
+                cap,
+            } => {
+                details.insert(
+                    "reason".into(),
+                    json!(format!("{} session cap", cap.as_str())),
+                );
+                details.insert("owner_key".into(), json!(owner));
+                details.insert("session_id".into(), json!(session_id));
+                ("mcp.session.evicted", None)
+            }
+            TransportEvent::SessionDeleted => ("mcp.session.delete", None),
+            TransportEvent::StreamOpened => ("mcp.stream.open", None),
+        };
+        let mut event = AuditEvent::new(Actor::new(ActorType::ApiKey, p.key_id), action, "mcp")
+            .org(p.org_id)
+            .details(Value::Object(details))
+            .request(r.request_id.map(str::to_owned));
+        if let Some(s) = r.session_id {
+            event = event.resource(s);
+        }
+        if let Some((result, message)) = failure {
+            event = event.failed(result, message);
+        }
+        self.audit.write(event, false).await;
+    }
+
+    /// Writes the counts of rate-limited refusals whose window has passed.
+    async fn tick(&self) {
+        self.write_refusal_counts().await;
+    }
+}
+
+impl BreezeMcp {
+    /// Writes one `mcp.refused.count` record per key whose sampling window has passed with
+    /// refusals counted but not recorded (see `audit_writer`).
+    pub async fn write_refusal_counts(&self) {
+        for (started, count, (key_id, org_id)) in self.refusals.due(self.state.clock.now()) {
+            let event = AuditEvent::new(
+                Actor::new(ActorType::ApiKey, key_id),
+                "mcp.refused.count",
+                "mcp",
+            )
+            .org(org_id)
+            .details(json!({
+                "rate_limited": true,
+                "count": count,
+                "window_start": started,
+                "window_seconds": crate::audit_writer::SAMPLE_WINDOW.num_seconds(),
+            }))
+            .failed(
+                AuditResult::Denied,
+                format!("{count} more requests refused: Rate limit exceeded"),
+            );
+            self.audit.write(event, false).await;
+        }
     }
 }

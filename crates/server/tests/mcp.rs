@@ -129,6 +129,19 @@ async fn large_bodies_are_refused_before_parsing(cx: Ctx) {
     );
 }
 
+/// Opens the GET stream of `sid`, which keeps the session busy while the response lives.
+async fn hold_stream(app: &Router, key: &str, sid: &str) -> axum::response::Response {
+    let get = Request::get("/mcp")
+        .header("x-api-key", key)
+        .header("mcp-session-id", sid)
+        .header("accept", "text/event-stream")
+        .body(Body::empty())
+        .unwrap();
+    let r = app.clone().oneshot(get).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    r
+}
+
 async fn session_caps_per_key_and_server_wide(cx: Ctx) {
     let w = world(&cx).await;
     let app = build(
@@ -139,8 +152,11 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         },
         Arc::new(MemoryLimiter::new()),
     );
-    initialize(&app, &w.read).await;
-    initialize(&app, &w.read).await;
+    // Busy sessions (an open stream) are never ended to make room.
+    let first = initialize(&app, &w.read).await;
+    let _first = hold_stream(&app, &w.read, &first).await;
+    let second = initialize(&app, &w.read).await;
+    let _second = hold_stream(&app, &w.read, &second).await;
     let r = send(&app, post("/mcp", Some(&w.read), &init("2025-06-18"), &[])).await;
     assert_eq!(
         (r.status, err_msg(&r)),
@@ -162,7 +178,8 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         StatusCode::TOO_MANY_REQUESTS,
         "legacy SSE sessions count too"
     );
-    initialize(&app, &w.write).await;
+    let third = initialize(&app, &w.write).await;
+    let _third = hold_stream(&app, &w.write, &third).await;
     let r = send(
         &app,
         post("/mcp", Some(&w.other_org_key), &init("2025-06-18"), &[]),

@@ -142,6 +142,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,
+                max_per_tenant: m.max_sessions_per_org,
                 max_per_key: m.max_sessions_per_key,
                 ..SessionLimits::default()
             },

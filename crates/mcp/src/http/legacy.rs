@@ -16,31 +16,64 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    LimitKind, admit, json_response, read_body, rpc_error, sse_body,
-    streamable::session_limit_response,
+    LimitKind, admit, bad_message, json_response, observed, rate_limit, read_body, refused,
+    request_id, rpc_error, session_limit_response, sse_body,
 };
 use crate::{
     Engine,
-    app::{McpApp, Peer, Transport},
+    app::{McpApp, Peer, Transport, TransportEvent},
     engine::CallCtx,
     jsonrpc::{self, INVALID_REQUEST, Incoming, Message},
     protocol::ProtocolVersion,
     session::{Session, SessionKind},
 };
 
+/// Returns the refusal `$r` of the authenticated `$caller`, logged and recorded.
+macro_rules! refuse {
+    ($engine:expr, $caller:expr, $rid:expr, $r:expr) => {
+        return refused(&$engine, &$caller, $rid, Transport::LegacySse, $r).await
+    };
+}
+
 /// GET: opens the stream.
 pub(crate) async fn open<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit(&engine, &headers, LimitKind::Stream).await {
+    let rid = request_id(&engine, &headers);
+    let caller = match admit(
+        &engine,
+        &headers,
+        LimitKind::Stream,
+        rid.as_ref(),
+        Transport::LegacySse,
+    )
+    .await
+    {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let session = match engine.sessions.create(&caller.key, SessionKind::LegacySse) {
-        Ok(s) => s,
-        Err(limit) => return session_limit_response(limit),
+    let session = match engine
+        .sessions
+        .create(&caller.key, &caller.tenant, SessionKind::LegacySse)
+    {
+        Ok((s, evicted)) => {
+            if let Some(e) = evicted {
+                super::evicted(&engine, &caller, rid.as_ref(), Transport::LegacySse, &e).await;
+            }
+            s
+        }
+        Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
     };
+    observed(
+        &engine,
+        &caller,
+        rid.as_ref(),
+        Transport::LegacySse,
+        &session.id,
+        TransportEvent::StreamOpened,
+    )
+    .await;
     session.set_protocol(ProtocolVersion::V2024_11_05);
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     session.attach_stream(tx);
@@ -84,15 +117,31 @@ pub(crate) async fn message<A: McpApp>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+    let rid = request_id(&engine, &headers);
+    let caller = match admit(
+        &engine,
+        &headers,
+        LimitKind::Message,
+        rid.as_ref(),
+        Transport::LegacySse,
+    )
+    .await
+    {
         Ok(c) => c,
         Err(r) => return r,
     };
     let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
     };
     let incoming = jsonrpc::parse(&bytes);
+    if let Incoming::Batch(items) = &incoming {
+        // The first message was counted on admission; each further one counts too.
+        let more = items.len().saturating_sub(1);
+        if let Err(r) = rate_limit(&engine, &caller, LimitKind::Message, more).await {
+            refuse!(engine, caller, rid.as_ref(), r);
+        }
+    }
 
     let Some(session_id) = query.session_id.filter(|s| !s.is_empty()) else {
         // Stateless request-response.
@@ -102,37 +151,45 @@ pub(crate) async fn message<A: McpApp>(
             protocol: ProtocolVersion::V2024_11_05,
             transport: Transport::Stateless,
             peer: Peer::detached(),
+            request_id: rid,
         };
         return match incoming {
             Incoming::Single(Err(reply)) => {
-                json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[])
+                refuse!(
+                    engine,
+                    ctx.caller,
+                    ctx.request_id.as_ref(),
+                    bad_message(&reply)
+                )
             }
             Incoming::Single(Ok(m)) => match engine.handle(&ctx, m).await {
                 Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &[]),
                 None => StatusCode::ACCEPTED.into_response(),
             },
-            Incoming::Batch(_) => rpc_error(
-                StatusCode::BAD_REQUEST,
-                INVALID_REQUEST,
-                "Invalid Request: JSON-RPC batches are not supported on this transport",
-            ),
+            Incoming::Batch(_) => {
+                let r = rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    "Invalid Request: JSON-RPC batches are not supported on this transport",
+                );
+                refuse!(engine, ctx.caller, ctx.request_id.as_ref(), r)
+            }
         };
     };
     let Some(session) = engine.sessions.get(&session_id, &caller.key) else {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::NOT_FOUND,
             super::AUTH_ERROR,
             "Session not found",
         );
+        refuse!(engine, caller, rid.as_ref(), r);
     };
     let messages: Vec<Message> = match incoming {
-        Incoming::Single(Err(reply)) => {
-            return json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[]);
-        }
+        Incoming::Single(Err(reply)) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(m)) => vec![m],
         Incoming::Batch(items) => {
             if !session.protocol().allows_batches() {
-                return rpc_error(
+                let r = rpc_error(
                     StatusCode::BAD_REQUEST,
                     INVALID_REQUEST,
                     &format!(
@@ -140,10 +197,11 @@ pub(crate) async fn message<A: McpApp>(
                         session.protocol()
                     ),
                 );
+                refuse!(engine, caller, rid.as_ref(), r);
             }
             match items.into_iter().collect::<Result<Vec<_>, _>>() {
                 Ok(v) => v,
-                Err(reply) => return json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[]),
+                Err(reply) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
             }
         }
     };
@@ -155,6 +213,7 @@ pub(crate) async fn message<A: McpApp>(
             protocol: session.protocol(),
             transport: Transport::LegacySse,
             peer: Peer::session_stream(session.clone()),
+            request_id: rid,
         };
         for m in messages {
             if let Some(reply) = engine.handle(&ctx, m).await {

@@ -1,6 +1,13 @@
 //! HTTP transports over axum: Streamable HTTP (`/mcp`, `/api/v1/mcp`) and the legacy HTTP+SSE
 //! pair (`/api/v1/mcp/sse`, `/api/v1/mcp/message`), with the checks every request passes —
 //! origin, authentication, the per-credential rate limit, the body limit — in that order.
+//! Every message of a batch counts against the rate limit, not the batch once.
+//!
+//! Every refusal leaves one log line with the request's id (info; warn for 5xx), and every
+//! refusal of an authenticated request is also handed to [`McpApp::record_transport`]
+//! ([`refused`]), as are the requests that carry no JSON-RPC request (DELETE, streams opened)
+//! and sessions ended to make room: with the engine's own [`crate::RequestRecord`]s, every
+//! authenticated request is observed once.
 
 mod legacy;
 mod streamable;
@@ -24,7 +31,10 @@ use serde_json::{Value, json};
 
 use crate::{
     Engine,
-    app::{Caller, HttpError, McpApp},
+    app::{Caller, HttpError, McpApp, Transport, TransportEvent, TransportRecord},
+    engine::id_text,
+    jsonrpc::Reply,
+    session::{BUSY_RETRY_AFTER, Evicted, SessionLimit},
 };
 
 /// The header carrying the session id on Streamable HTTP.
@@ -66,15 +76,180 @@ pub fn router<A: McpApp>(engine: Arc<Engine<A>>, routes: &Routes) -> Router {
         .with_state(engine)
 }
 
+/// Why a request was refused, kept on the refusal's response for its record and log line.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    message: String,
+    rate_limited: bool,
+}
+
 /// A JSON-RPC error sent as an HTTP response (transport-level refusals).
 pub(crate) fn rpc_error(status: StatusCode, code: i32, message: &str) -> Response {
     let body = json!({ "jsonrpc": "2.0", "id": Value::Null, "error": { "code": code, "message": message } });
-    (
+    let mut response = (
         status,
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
-        .into_response()
+        .into_response();
+    response.extensions_mut().insert(Refusal {
+        message: message.to_owned(),
+        rate_limited: false,
+    });
+    response
+}
+
+/// A JSON-RPC error reply (a message that could not be parsed or is not valid) as a 400.
+pub(crate) fn bad_message(reply: &Reply) -> Response {
+    let mut response = json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[]);
+    if let Err(e) = &reply.outcome {
+        response.extensions_mut().insert(Refusal {
+            message: e.message.clone(),
+            rate_limited: false,
+        });
+    }
+    response
+}
+
+/// A 400 carrying a JSON-RPC error `body` whose message is `message`.
+pub(crate) fn bad_request(body: &Value, message: String) -> Response {
+    let mut response = json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[]);
+    response.extensions_mut().insert(Refusal {
+        message,
+        rate_limited: false,
+    });
+    response
+}
+
+/// The request's id (see [`crate::EngineConfig::request_id_header`]).
+pub(crate) fn request_id<A: McpApp>(
+    engine: &Engine<A>,
+    headers: &HeaderMap,
+) -> Option<HeaderValue> {
+    let name = engine.config.request_id_header.as_ref()?;
+    headers.get(name).cloned()
+}
+
+/// The refusal's log line: one per refused request, at the default level.
+fn log_refusal(request_id: Option<&HeaderValue>, response: &Response) {
+    let status = response.status();
+    let reason = response.extensions().get::<Refusal>().map_or_else(
+        || status.canonical_reason().unwrap_or(""),
+        |r| r.message.as_str(),
+    );
+    let request_id = id_text(request_id);
+    if status.is_server_error() {
+        tracing::warn!(
+            request_id,
+            status = status.as_u16(),
+            reason,
+            "MCP request refused"
+        );
+    } else {
+        tracing::info!(
+            request_id,
+            status = status.as_u16(),
+            reason,
+            "MCP request refused"
+        );
+    }
+}
+
+/// Logs and records the refusal of an authenticated request, and returns it.
+pub(crate) async fn refused<A: McpApp>(
+    engine: &Engine<A>,
+    caller: &Caller<A::Principal>,
+    request_id: Option<&HeaderValue>,
+    transport: Transport,
+    response: Response,
+) -> Response {
+    log_refusal(request_id, &response);
+    let status = response.status();
+    let (message, rate_limited) = response.extensions().get::<Refusal>().map_or_else(
+        || (status.canonical_reason().unwrap_or(""), false),
+        |r| (r.message.as_str(), r.rate_limited),
+    );
+    engine
+        .app
+        .record_transport(TransportRecord {
+            caller,
+            event: TransportEvent::Refused {
+                status,
+                message,
+                rate_limited,
+            },
+            session_id: None,
+            transport,
+            request_id: id_text(request_id),
+        })
+        .await;
+    response
+}
+
+/// Records a successful request that carried no JSON-RPC request (DELETE, a stream opened).
+pub(crate) async fn observed<A: McpApp>(
+    engine: &Engine<A>,
+    caller: &Caller<A::Principal>,
+    request_id: Option<&HeaderValue>,
+    transport: Transport,
+    session_id: &str,
+    event: TransportEvent<'_>,
+) {
+    engine
+        .app
+        .record_transport(TransportRecord {
+            caller,
+            event,
+            session_id: Some(session_id),
+            transport,
+            request_id: id_text(request_id),
+        })
+        .await;
+}
+
+/// Logs and records a session ended to make room for the caller's new one.
+pub(crate) async fn evicted<A: McpApp>(
+    engine: &Engine<A>,
+    caller: &Caller<A::Principal>,
+    request_id: Option<&HeaderValue>,
+    transport: Transport,
+    evicted: &Evicted,
+) {
+    let s = &evicted.session;
+    tracing::info!(
+        request_id = id_text(request_id),
+        session_id = %s.id,
+        cap = evicted.cap.as_str(),
+        "ended the least recently used idle MCP session to make room"
+    );
+    engine
+        .app
+        .record_transport(TransportRecord {
+            caller,
+            event: TransportEvent::SessionEvicted {
+                session_id: &s.id,
+                owner: &s.owner,
+                cap: evicted.cap,
+            },
+            session_id: Some(&s.id),
+            transport,
+            request_id: id_text(request_id),
+        })
+        .await;
+}
+
+/// The answer when no session could be made room for: every one in the full scope is busy.
+pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
+    let status = match limit {
+        SessionLimit::ServerWide => StatusCode::SERVICE_UNAVAILABLE,
+        SessionLimit::PerTenant | SessionLimit::PerKey => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let mut response = rpc_error(status, SERVER_ERROR, &limit.to_string());
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(BUSY_RETRY_AFTER.as_secs()),
+    );
+    response
 }
 
 /// JSON-RPC code for transport refusals (rate limits, caps, availability).
@@ -84,6 +259,10 @@ pub(crate) const AUTH_ERROR: i32 = -32001;
 
 impl HttpError {
     pub(crate) fn into_response(self) -> Response {
+        self.into_refusal(false)
+    }
+
+    fn into_refusal(self, rate_limited: bool) -> Response {
         let code = match self.status {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => AUTH_ERROR,
             StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => {
@@ -92,6 +271,9 @@ impl HttpError {
             _ => SERVER_ERROR,
         };
         let mut response = rpc_error(self.status, code, &self.message);
+        if let Some(r) = response.extensions_mut().get_mut::<Refusal>() {
+            r.rate_limited = rate_limited;
+        }
         for (name, value) in self.headers {
             response.headers_mut().insert(name, value);
         }
@@ -100,28 +282,41 @@ impl HttpError {
 }
 
 /// The checks before a body is read: origin, authentication, the stream permission (for
-/// streams), the rate limit of `kind`.
+/// streams), the rate limit of `kind`. Every refusal is logged; those of an authenticated
+/// caller are recorded too.
 pub(crate) async fn admit<A: McpApp>(
     engine: &Engine<A>,
     headers: &HeaderMap,
     kind: LimitKind,
+    request_id: Option<&HeaderValue>,
+    transport: Transport,
 ) -> Result<Caller<A::Principal>, Response> {
-    check_origin(&engine.config, headers).map_err(HttpError::into_response)?;
+    let unauthenticated = |e: HttpError| {
+        let response = e.into_response();
+        log_refusal(request_id, &response);
+        response
+    };
+    check_origin(&engine.config, headers).map_err(unauthenticated)?;
     let caller = engine
         .app
         .authenticate(headers)
         .await
-        .map_err(HttpError::into_response)?;
-    if let LimitKind::Stream = kind {
-        engine
+        .map_err(unauthenticated)?;
+    let checked = match kind {
+        LimitKind::Stream => engine
             .app
             .authorize_stream(&caller)
-            .map_err(HttpError::into_response)?;
+            .map_err(HttpError::into_response),
+        LimitKind::Message => Ok(()),
+    };
+    let checked = match checked {
+        Ok(()) => rate_limit(engine, &caller, kind, 1).await,
+        Err(r) => Err(r),
+    };
+    match checked {
+        Ok(()) => Ok(caller),
+        Err(r) => Err(refused(engine, &caller, request_id, transport, r).await),
     }
-    rate_limit(engine, &caller, kind)
-        .await
-        .map_err(HttpError::into_response)?;
-    Ok(caller)
 }
 
 /// Which transport limit a request counts against.
@@ -131,38 +326,49 @@ pub(crate) enum LimitKind {
     Message,
 }
 
-async fn rate_limit<A: McpApp>(
+/// Counts `n` messages (or stream openings) against the caller's limit of `kind`, one check
+/// each: a batch stops at its first refused message (so at most the limit's worth of checks),
+/// and is refused whole. The messages counted before that stay counted: they were sent.
+pub(crate) async fn rate_limit<A: McpApp>(
     engine: &Engine<A>,
     caller: &Caller<A::Principal>,
     kind: LimitKind,
-) -> Result<(), HttpError> {
+    n: usize,
+) -> Result<(), Response> {
     let (bucket, limit) = match kind {
         LimitKind::Stream => ("sse", engine.config.sse_rate_per_minute),
         LimitKind::Message => ("msg", engine.config.message_rate_per_minute),
     };
     let key = format!("mcp:{bucket}:{}", caller.key);
-    match engine
-        .limiter
-        .check(&key, limit, Duration::from_secs(60))
-        .await
-    {
-        Ok(d) if d.allowed => Ok(()),
-        Ok(d) => Err(
-            HttpError::new(StatusCode::TOO_MANY_REQUESTS, "Rate limit exceeded")
-                .header(header::RETRY_AFTER, HeaderValue::from(d.retry_after_secs())),
-        ),
-        Err(e) if engine.config.fail_closed => {
-            tracing::error!(error = %e, "rate limiter unavailable; refusing (fail closed)");
-            Err(HttpError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service temporarily unavailable",
-            ))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "rate limiter unavailable; allowing (development)");
-            Ok(())
+    for _ in 0..n {
+        match engine
+            .limiter
+            .check(&key, limit, Duration::from_secs(60))
+            .await
+        {
+            Ok(d) if d.allowed => {}
+            Ok(d) => {
+                return Err(
+                    HttpError::new(StatusCode::TOO_MANY_REQUESTS, "Rate limit exceeded")
+                        .header(header::RETRY_AFTER, HeaderValue::from(d.retry_after_secs()))
+                        .into_refusal(true),
+                );
+            }
+            Err(e) if engine.config.fail_closed => {
+                tracing::error!(error = %e, "rate limiter unavailable; refusing (fail closed)");
+                return Err(HttpError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service temporarily unavailable",
+                )
+                .into_response());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "rate limiter unavailable; allowing (development)");
+                return Ok(());
+            }
         }
     }
+    Ok(())
 }
 
 /// Refuses browser origins that are not allowed (DNS-rebinding protection). Requests without

@@ -19,20 +19,28 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{
-    LimitKind, PROTOCOL_HEADER, SESSION_HEADER, accepts_sse, admit, json_response, read_body,
-    rpc_error, sse_body,
+    LimitKind, PROTOCOL_HEADER, SESSION_HEADER, accepts_sse, admit, bad_message, json_response,
+    observed, rate_limit, read_body, refused, request_id, rpc_error, session_limit_response,
+    sse_body,
 };
 use crate::{
     Engine,
-    app::{Caller, McpApp, Peer, Transport},
+    app::{Caller, McpApp, Peer, Transport, TransportEvent},
     engine::{CallCtx, ReplyMode},
     jsonrpc::{
         self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Message, Reply,
         UNSUPPORTED_PROTOCOL_VERSION,
     },
     protocol::{META_PROTOCOL_VERSION, ProtocolVersion},
-    session::{Session, SessionKind, SessionLimit},
+    session::{Session, SessionKind},
 };
+
+/// Returns the refusal `$r` of the authenticated `$caller`, logged and recorded.
+macro_rules! refuse {
+    ($engine:expr, $caller:expr, $rid:expr, $r:expr) => {
+        return refused(&$engine, &$caller, $rid, Transport::StreamableHttp, $r).await
+    };
+}
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -59,14 +67,6 @@ fn header_version(headers: &HeaderMap) -> Result<Option<ProtocolVersion>, Respon
     }
 }
 
-pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
-    let status = match limit {
-        SessionLimit::ServerWide => StatusCode::SERVICE_UNAVAILABLE,
-        SessionLimit::PerKey => StatusCode::TOO_MANY_REQUESTS,
-    };
-    rpc_error(status, super::SERVER_ERROR, &limit.to_string())
-}
-
 fn session_not_found() -> Response {
     rpc_error(
         StatusCode::NOT_FOUND,
@@ -81,26 +81,40 @@ pub(crate) async fn post<A: McpApp>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+    let rid = request_id(&engine, &headers);
+    let caller = match admit(
+        &engine,
+        &headers,
+        LimitKind::Message,
+        rid.as_ref(),
+        Transport::StreamableHttp,
+    )
+    .await
+    {
         Ok(c) => c,
         Err(r) => return r,
     };
     let header_version = match header_version(&headers) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
     };
     let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
     };
     match jsonrpc::parse(&bytes) {
-        Incoming::Single(Err(reply)) => {
-            json_response(StatusCode::BAD_REQUEST, reply.to_bytes(), &[])
-        }
+        Incoming::Single(Err(reply)) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(message)) => {
-            single(engine, caller, &headers, header_version, message).await
+            single(engine, caller, rid, &headers, header_version, message).await
         }
-        Incoming::Batch(items) => batch(engine, caller, &headers, header_version, items).await,
+        Incoming::Batch(items) => {
+            // The batch's first message was counted on admission; each further one counts too.
+            let more = items.len().saturating_sub(1);
+            if let Err(r) = rate_limit(&engine, &caller, LimitKind::Message, more).await {
+                refuse!(engine, caller, rid.as_ref(), r);
+            }
+            batch(engine, caller, rid, &headers, header_version, items).await
+        }
     }
 }
 
@@ -117,15 +131,16 @@ fn stateless_version(message: &Message) -> Option<Result<ProtocolVersion, Respon
         .get(META_PROTOCOL_VERSION)?;
     let raw = raw.as_str().unwrap_or_default();
     Some(ProtocolVersion::parse(raw).filter(|v| v.is_stateless()).ok_or_else(|| {
+        let message = format!("Unsupported protocol version {raw:?}");
         let body = json!({
             "jsonrpc": "2.0", "id": req.id,
             "error": {
                 "code": UNSUPPORTED_PROTOCOL_VERSION,
-                "message": format!("Unsupported protocol version {raw:?}"),
+                "message": message,
                 "data": { "supported": ProtocolVersion::supported_strings(), "requested": raw }
             }
         });
-        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+        super::bad_request(&body, message)
     }))
 }
 
@@ -135,11 +150,12 @@ fn check_method_headers(headers: &HeaderMap, message: &Message) -> Result<(), Re
         return Ok(());
     };
     let mismatch = |what: &str| {
+        let message = format!("Header mismatch: {what}");
         let body = json!({
             "jsonrpc": "2.0", "id": req.id,
-            "error": { "code": HEADER_MISMATCH, "message": format!("Header mismatch: {what}") }
+            "error": { "code": HEADER_MISMATCH, "message": message }
         });
-        json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes(), &[])
+        super::bad_request(&body, message)
     };
     match header_str(headers, "mcp-method") {
         Some(m) if m == req.method => {}
@@ -169,6 +185,7 @@ fn check_method_headers(headers: &HeaderMap, message: &Message) -> Result<(), Re
 async fn single<A: McpApp>(
     engine: Arc<Engine<A>>,
     caller: Caller<A::Principal>,
+    rid: Option<HeaderValue>,
     headers: &HeaderMap,
     header_version: Option<ProtocolVersion>,
     message: Message,
@@ -177,15 +194,16 @@ async fn single<A: McpApp>(
     if let Some(version) = stateless_version(&message) {
         let version = match version {
             Ok(v) => v,
-            Err(r) => return r,
+            Err(r) => refuse!(engine, caller, rid.as_ref(), r),
         };
         if let Err(r) = check_method_headers(headers, &message) {
-            return r;
+            refuse!(engine, caller, rid.as_ref(), r);
         }
         let sse = accepts_sse(headers);
         return answer(
             engine,
             caller,
+            rid,
             None,
             version,
             Transport::Stateless,
@@ -198,10 +216,25 @@ async fn single<A: McpApp>(
 
     let is_initialize = matches!(&message, Message::Request(r) if r.method == "initialize");
     if is_initialize {
-        let session = match engine.sessions.create(&caller.key, SessionKind::Streamable) {
-            Ok(s) => s,
-            Err(limit) => return session_limit_response(limit),
-        };
+        let session =
+            match engine
+                .sessions
+                .create(&caller.key, &caller.tenant, SessionKind::Streamable)
+            {
+                Ok((s, None)) => s,
+                Ok((s, Some(e))) => {
+                    super::evicted(
+                        &engine,
+                        &caller,
+                        rid.as_ref(),
+                        Transport::StreamableHttp,
+                        &e,
+                    )
+                    .await;
+                    s
+                }
+                Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
+            };
         let requested = match &message {
             Message::Request(r) => r
                 .params
@@ -218,6 +251,7 @@ async fn single<A: McpApp>(
         let response = answer(
             engine.clone(),
             caller,
+            rid,
             Some(session.clone()),
             version,
             Transport::StreamableHttp,
@@ -238,7 +272,7 @@ async fn single<A: McpApp>(
                 let v = header_version.unwrap_or_else(|| s.protocol());
                 (Some(s), v, Transport::StreamableHttp)
             }
-            None => return session_not_found(),
+            None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
         },
         None => (
             None,
@@ -249,6 +283,7 @@ async fn single<A: McpApp>(
     answer(
         engine,
         caller,
+        rid,
         session,
         protocol,
         transport,
@@ -262,6 +297,7 @@ async fn single<A: McpApp>(
 async fn batch<A: McpApp>(
     engine: Arc<Engine<A>>,
     caller: Caller<A::Principal>,
+    rid: Option<HeaderValue>,
     headers: &HeaderMap,
     header_version: Option<ProtocolVersion>,
     items: Vec<Result<Message, Reply>>,
@@ -269,7 +305,7 @@ async fn batch<A: McpApp>(
     let session = match header_str(headers, SESSION_HEADER) {
         Some(id) => match engine.sessions.get(id, &caller.key) {
             Some(s) => Some(s),
-            None => return session_not_found(),
+            None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
         },
         None => None,
     };
@@ -277,23 +313,25 @@ async fn batch<A: McpApp>(
         .or_else(|| session.as_ref().map(|s| s.protocol()))
         .unwrap_or(ProtocolVersion::HEADER_DEFAULT);
     if !protocol.allows_batches() {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::BAD_REQUEST,
             INVALID_REQUEST,
             &format!(
                 "Invalid Request: JSON-RPC batches are not supported in protocol version {protocol}"
             ),
         );
+        refuse!(engine, caller, rid.as_ref(), r);
     }
     if items
         .iter()
         .any(|m| matches!(m, Ok(Message::Request(r)) if r.method == "initialize"))
     {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::BAD_REQUEST,
             INVALID_REQUEST,
             "Invalid Request: initialize cannot be batched",
         );
+        refuse!(engine, caller, rid.as_ref(), r);
     }
     let transport = if session.is_some() {
         Transport::StreamableHttp
@@ -306,6 +344,7 @@ async fn batch<A: McpApp>(
         protocol,
         transport,
         peer: Peer::detached(),
+        request_id: rid,
     };
     let mut replies = Vec::new();
     for item in items {
@@ -337,6 +376,7 @@ type BoxedReply = Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send
 async fn answer<A: McpApp>(
     engine: Arc<Engine<A>>,
     caller: Caller<A::Principal>,
+    request_id: Option<HeaderValue>,
     session: Option<Arc<Session>>,
     protocol: ProtocolVersion,
     transport: Transport,
@@ -351,6 +391,7 @@ async fn answer<A: McpApp>(
             protocol,
             transport,
             peer: Peer::detached(),
+            request_id,
         };
         engine.handle(&ctx, message).await;
         return StatusCode::ACCEPTED.into_response();
@@ -362,6 +403,7 @@ async fn answer<A: McpApp>(
             protocol,
             transport,
             peer: Peer::detached(),
+            request_id,
         };
         return match engine.handle(&ctx, message).await {
             Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &extra),
@@ -378,6 +420,7 @@ async fn answer<A: McpApp>(
         protocol,
         transport,
         peer,
+        request_id,
     };
     let mut fut: BoxedReply = Box::pin(async move { engine.handle(&ctx, message).await });
     if mode == ReplyMode::Stream {
@@ -455,46 +498,63 @@ pub(crate) async fn get<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit(&engine, &headers, LimitKind::Stream).await {
+    let rid = request_id(&engine, &headers);
+    let caller = match admit(
+        &engine,
+        &headers,
+        LimitKind::Stream,
+        rid.as_ref(),
+        Transport::StreamableHttp,
+    )
+    .await
+    {
         Ok(c) => c,
         Err(r) => return r,
     };
     match header_version(&headers) {
         Ok(Some(v)) if v.is_stateless() => {
-            return rpc_error(
+            let r = rpc_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 INVALID_REQUEST,
                 "GET streams do not exist in protocol 2026-07-28",
             );
+            refuse!(engine, caller, rid.as_ref(), r);
         }
-        Err(r) => return r,
+        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
         _ => {}
     }
     if !accepts_sse(&headers) {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::NOT_ACCEPTABLE,
             INVALID_REQUEST,
             "Not Acceptable: the client must accept text/event-stream",
         );
+        refuse!(engine, caller, rid.as_ref(), r);
     }
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            "Mcp-Session-Id header required",
-        );
+        refuse!(engine, caller, rid.as_ref(), session_header_required());
     };
     let Some(session) = engine.sessions.get(id, &caller.key) else {
-        return session_not_found();
+        refuse!(engine, caller, rid.as_ref(), session_not_found());
     };
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     if !session.attach_stream(tx) {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::CONFLICT,
             INVALID_REQUEST,
             "Conflict: a stream is already open for this session",
         );
+        refuse!(engine, caller, rid.as_ref(), r);
     }
+    observed(
+        &engine,
+        &caller,
+        rid.as_ref(),
+        Transport::StreamableHttp,
+        &session.id,
+        TransportEvent::StreamOpened,
+    )
+    .await;
     let replay = header_str(&headers, "last-event-id")
         .and_then(|v| v.parse::<u64>().ok())
         .map(|last| session.replay_after(last))
@@ -537,22 +597,44 @@ pub(crate) async fn delete<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit(&engine, &headers, LimitKind::Message).await {
+    let rid = request_id(&engine, &headers);
+    let caller = match admit(
+        &engine,
+        &headers,
+        LimitKind::Message,
+        rid.as_ref(),
+        Transport::StreamableHttp,
+    )
+    .await
+    {
         Ok(c) => c,
         Err(r) => return r,
     };
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            "Mcp-Session-Id header required",
-        );
+        refuse!(engine, caller, rid.as_ref(), session_header_required());
     };
     match engine.sessions.get(id, &caller.key) {
         Some(s) => {
             engine.sessions.remove(&s.id);
+            observed(
+                &engine,
+                &caller,
+                rid.as_ref(),
+                Transport::StreamableHttp,
+                &s.id,
+                TransportEvent::SessionDeleted,
+            )
+            .await;
             StatusCode::NO_CONTENT.into_response()
         }
-        None => session_not_found(),
+        None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
     }
+}
+
+fn session_header_required() -> Response {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        INVALID_REQUEST,
+        "Mcp-Session-Id header required",
+    )
 }

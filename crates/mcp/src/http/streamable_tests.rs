@@ -48,6 +48,7 @@ impl McpApp for TestApp {
         Ok(Caller {
             principal: (),
             key: "test".into(),
+            tenant: "test".into(),
         })
     }
 
@@ -322,20 +323,26 @@ fn session_ctx(
     CallCtx<()>,
     mpsc::Receiver<Value>,
 ) {
-    let session = engine
+    let (session, _) = engine
         .sessions
-        .create(&Arc::from("test"), SessionKind::Streamable)
+        .create(
+            &Arc::from("test"),
+            &Arc::from("test"),
+            SessionKind::Streamable,
+        )
         .unwrap();
     let (tx, rx) = mpsc::channel(8);
     let ctx = CallCtx {
         caller: Caller {
             principal: (),
             key: "test".into(),
+            tenant: "test".into(),
         },
         session: Some(session.clone()),
         protocol: ProtocolVersion::V2025_11_25,
         transport: Transport::StreamableHttp,
         peer: Peer::channel(tx, Some(session.clone())),
+        request_id: None,
     };
     (session, ctx, rx)
 }
