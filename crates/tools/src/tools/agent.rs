@@ -6,13 +6,30 @@
 use breeze_agent_proto::{
     CommandKind, ContentEncoding, DiscoveryMode, ProcessSort, ServiceActionKind,
 };
-use breeze_core::Permission;
+use breeze_core::{Device, Permission};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::Level;
 use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
 use crate::{Effect, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+
+/// An input naming one device and the command to run there.
+trait DeviceCommand {
+    fn device_id(&self) -> &str;
+    /// The command, or why the arguments do not make one.
+    fn kind(&self) -> Result<CommandKind, ToolError>;
+}
+
+/// The command `input` asks for and its device, once that is the caller's and online: one
+/// function, so a call that runs now and one that waits for approval are checked alike.
+async fn target(
+    cx: &ToolCx<'_>,
+    input: &impl DeviceCommand,
+) -> Result<(Device, CommandKind), ToolError> {
+    let kind = input.kind()?;
+    Ok((online_device(cx, input.device_id()).await?, kind))
+}
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ExecuteCommand>();
@@ -95,7 +112,11 @@ fn required<T>(value: Option<T>, field: &str, what: &str) -> Result<T, ToolError
     value.ok_or_else(|| ToolError::invalid(format!("payload.{field} is required for {what}")))
 }
 
-impl ExecuteInput {
+impl DeviceCommand for ExecuteInput {
+    fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
     fn kind(&self) -> Result<CommandKind, ToolError> {
         let empty = CommandPayload::default();
         let p = self.payload.as_ref().unwrap_or(&empty);
@@ -225,15 +246,12 @@ impl Tool for ExecuteCommand {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let kind = input.kind()?;
-        let device = online_device(cx, &input.device_id).await?;
+        let (device, kind) = target(cx, &input).await?;
         run(cx, &device, kind, RunOptions::new(25, 30)).await
     }
 
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
-        input.kind()?;
-        online_device(cx, &input.device_id).await?;
-        Ok(None)
+        target(cx, input).await.map(|_| None)
     }
 }
 
@@ -293,19 +311,20 @@ impl Tool for ManageServices {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let kind = input.kind()?;
-        let device = online_device(cx, &input.device_id).await?;
+        let (device, kind) = target(cx, &input).await?;
         run(cx, &device, kind, RunOptions::new(25, 30)).await
     }
 
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
-        input.kind()?;
-        online_device(cx, &input.device_id).await?;
-        Ok(None)
+        target(cx, input).await.map(|_| None)
     }
 }
 
-impl ServicesInput {
+impl DeviceCommand for ServicesInput {
+    fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
     fn kind(&self) -> Result<CommandKind, ToolError> {
         Ok(match self.action {
             ServiceAction::List => CommandKind::ListServices,
@@ -391,19 +410,20 @@ impl Tool for FileOperations {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let kind = input.kind()?;
-        let device = online_device(cx, &input.device_id).await?;
+        let (device, kind) = target(cx, &input).await?;
         require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
-        input.kind()?;
-        online_device(cx, &input.device_id).await?;
-        Ok(None)
+        target(cx, input).await.map(|_| None)
     }
 }
 
-impl FilesInput {
+impl DeviceCommand for FilesInput {
+    fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
     fn kind(&self) -> Result<CommandKind, ToolError> {
         safe_path("path", &self.path)?;
         let path = self.path.clone();
@@ -491,19 +511,20 @@ impl Tool for NetworkDiscovery {
     type Output = CommandView;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let kind = input.kind()?;
-        let device = online_device(cx, &input.device_id).await?;
+        let (device, kind) = target(cx, &input).await?;
         require_completed(run(cx, &device, kind, RunOptions::new(110, 120)).await?)
     }
 
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
-        input.kind()?;
-        online_device(cx, &input.device_id).await?;
-        Ok(None)
+        target(cx, input).await.map(|_| None)
     }
 }
 
-impl DiscoveryInput {
+impl DeviceCommand for DiscoveryInput {
+    fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
     fn kind(&self) -> Result<CommandKind, ToolError> {
         if let Some(subnet) = &self.subnet {
             let prefix: u8 = subnet
