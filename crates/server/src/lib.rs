@@ -43,7 +43,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub const SESSION_COOKIE: &str = "breeze_session";
 
 /// Largest REST request body accepted where a route states no other limit (see
-/// [`body_limit`]): every JSON request of the API fits in it many times over.
+/// `body_limit`): every JSON request of the API fits in it many times over.
 pub const MAX_REST_BODY_BYTES: usize = 64 * 1024;
 
 /// The body limit in force for a request, for the 413 to state it.

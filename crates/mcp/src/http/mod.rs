@@ -5,7 +5,7 @@
 //!
 //! Every refusal leaves one log line with the request's id (info; warn for 5xx), and every
 //! refusal of an authenticated request is also handed to [`McpApp::record_transport`]
-//! ([`refused`]), as are the requests that carry no JSON-RPC request (DELETE, streams opened)
+//! (`refused`), as are the requests that carry no JSON-RPC request (DELETE, streams opened)
 //! and sessions ended to make room: with the engine's own [`crate::RequestRecord`]s, every
 //! authenticated request is observed once.
 
