@@ -558,11 +558,7 @@ fn tool_selection_md(r: &Registry) -> String {
             };
             rows.push((
                 domain(permission),
-                format!(
-                    "- `{}`{which}: {}",
-                    t.name,
-                    first_sentence(t.description)
-                ),
+                format!("- `{}`{which}: {}", t.name, first_sentence(t.description)),
             ));
         }
         rows.sort_by_key(|(d, _)| *d);
@@ -665,7 +661,8 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
 }
 
 fn error_recovery_md() -> String {
-    let mut table = String::from("| code | retryable | meaning | what to do |\n|---|---|---|---|\n");
+    let mut table =
+        String::from("| code | retryable | meaning | what to do |\n|---|---|---|---|\n");
     for code in ErrorCode::ALL {
         let name = serde_json::to_value(code)
             .ok()
@@ -724,7 +721,11 @@ mod tests {
                 .unwrap_or_else(|| panic!("{} has no section", t.name));
             let section = section.split("\n### ").next().unwrap_or_default();
             assert!(section.contains(t.title), "{}", t.name);
-            assert!(section.contains(&format!("`{}`", t.permission)), "{}", t.name);
+            assert!(
+                section.contains(&format!("`{}`", t.permission)),
+                "{}",
+                t.name
+            );
             assert!(
                 section.contains(&format!("Base tier: {}", t.tier.number())),
                 "{}",
@@ -743,7 +744,11 @@ mod tests {
                 assert!(section.contains(&row), "{}.{}: {row}", t.name, a.name);
             }
             for (name, ..) in arguments(&t.input_schema) {
-                assert!(section.contains(&format!("| `{name}` |")), "{}.{name}", t.name);
+                assert!(
+                    section.contains(&format!("| `{name}` |")),
+                    "{}.{name}",
+                    t.name
+                );
             }
         }
         for p in PROMPTS {
@@ -788,21 +793,34 @@ mod tests {
             .find(|f| f.path == "references/tool-selection.md")
             .unwrap();
         for t in r.iter() {
-            assert!(skill.contents.contains(&format!("| `{}` |", t.name)), "{}", t.name);
+            assert!(
+                skill.contents.contains(&format!("| `{}` |", t.name)),
+                "{}",
+                t.name
+            );
             assert!(
                 selection.contents.contains(&format!("- `{}`", t.name)),
                 "{}",
                 t.name
             );
         }
-        let footguns = files.iter().find(|f| f.path == "references/footguns.md").unwrap();
+        let footguns = files
+            .iter()
+            .find(|f| f.path == "references/footguns.md")
+            .unwrap();
         for t in r.iter() {
             if tiers_of(t).contains(&Tier::T3) {
-                assert!(footguns.contents.contains(&format!("- `{}`", t.name)), "{}", t.name);
+                assert!(
+                    footguns.contents.contains(&format!("- `{}`", t.name)),
+                    "{}",
+                    t.name
+                );
             }
             if t.rate_limit.is_some() {
                 assert!(
-                    footguns.contents.contains(&format!("- `{}`: {}", t.name, rate_limit_label(t))),
+                    footguns
+                        .contents
+                        .contains(&format!("- `{}`: {}", t.name, rate_limit_label(t))),
                     "{}",
                     t.name
                 );
@@ -817,7 +835,10 @@ mod tests {
             let name = name.as_str().unwrap();
             assert!(errors.contents.contains(&format!("| `{name}` |")), "{name}");
         }
-        let workflows = files.iter().find(|f| f.path == "references/workflows.md").unwrap();
+        let workflows = files
+            .iter()
+            .find(|f| f.path == "references/workflows.md")
+            .unwrap();
         for p in PROMPTS {
             assert!(workflows.contents.contains(p.name), "{}", p.name);
             assert!(!workflows.contents.contains("cannot render"), "{}", p.name);
