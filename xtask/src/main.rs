@@ -1,6 +1,8 @@
 //! `cargo xtask`: project automation that is not part of Breeze itself.
 //!
 //! - `cargo xtask tidy` checks repository conventions (also run by `cargo test`).
+//! - `cargo xtask docs` rewrites the documents generated from the tool registry
+//!   (`docs/tools.md`, `docs/skill/`); a `breeze-tools` test fails while they are stale.
 //! - `cargo xtask bench mcp` measures the MCP server side by side with peer servers.
 //! - `cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]`
 //!   drives the device gateway with simulated agents.
@@ -10,9 +12,11 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
 
 mod bench;
+mod docs;
 mod tidy;
 
 const USAGE: &str = "usage: cargo xtask tidy
+       cargo xtask docs
        cargo xtask bench mcp
        cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]
                                [--enroll-concurrency N] [--connect-concurrency N]
@@ -29,6 +33,7 @@ fn main() -> anyhow::Result<()> {
         .as_slice()
     {
         ["tidy"] => tidy::run(),
+        ["docs"] => docs::run(),
         ["bench", "mcp"] => bench::mcp(),
         ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),

@@ -295,6 +295,14 @@ pub(crate) fn process_env() -> BTreeMap<String, String> {
     std::env::vars().collect()
 }
 
+/// The home directory (`HOME`), under which agents keep their skills; `None` when unset or
+/// empty.
+pub(crate) fn home_dir(env: &BTreeMap<String, String>) -> Option<std::path::PathBuf> {
+    env.get("HOME")
+        .filter(|h| !h.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
 /// One raw value and where it came from, for error messages.
 struct Raw<'a> {
     value: Option<&'a str>,

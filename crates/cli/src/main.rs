@@ -61,6 +61,10 @@ enum Command {
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Install the breeze-rmm agent skill (SKILL.md and references, locked to this version)
+    /// for Claude Code and/or OpenClaw, or into --dir.
+    #[command(name = "install-skill")]
+    InstallSkill(commands::skill::InstallSkillArgs),
     /// Run the device agent (the same as the `breeze-agent` binary): enroll, run, rotate-token.
     Agent {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -108,6 +112,19 @@ fn main() -> ExitCode {
     if let Command::Mcp(McpCommand::Stdio { url, api_key }) = cli.command {
         return run_stdio(&env, url, api_key);
     }
+    // Needs no server settings: only where the home directory is.
+    if let Command::InstallSkill(args) = &cli.command {
+        return match commands::skill::run(args, config::home_dir(&env).as_deref()) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("breeze install-skill: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let settings = match Settings::load(&env, &cli.settings) {
         Ok(s) => s,
         Err(e) => {
@@ -154,6 +171,9 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
+        Command::InstallSkill(_) => {
+            anyhow::bail!("`breeze install-skill` is handled before start-up")
+        }
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),
     }
@@ -246,6 +266,15 @@ mod tests {
 
     /// A variable the binary tells people to set must not make another command refuse to start
     /// as an "unknown setting" (the stdio bridge's BREEZE_URL once did).
+    /// The skill is named after the MCP server it documents.
+    #[test]
+    fn the_skill_is_named_after_the_server() {
+        assert_eq!(
+            breeze_tools::docs::SKILL_NAME,
+            breeze_server::mcp::SERVER_NAME
+        );
+    }
+
     #[test]
     fn every_setting_the_help_documents_is_a_known_setting() {
         let mut names = std::collections::BTreeSet::new();

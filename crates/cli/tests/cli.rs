@@ -741,3 +741,66 @@ fn devices_seed_creates_synthetic_devices() {
     assert_eq!(r["structuredContent"]["showing"], 10);
     server.stop();
 }
+
+/// `breeze install-skill` as a user runs it: HOME from the environment, auto-detection, the
+/// refusal without `--force`, `--force`, and `--dir`; every installed file is the checked-in
+/// generated skill (the binary installs what `cargo xtask docs` wrote).
+#[test]
+fn install_skill_finds_the_agents_under_home() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".openclaw")).unwrap();
+    let out = run_ok(
+        breeze(work.path())
+            .arg("install-skill")
+            .env("HOME", home.path()),
+    );
+    let skill = home.path().join(".openclaw/workspace/skills/breeze-rmm");
+    assert!(out.contains(&skill.display().to_string()), "{out}");
+    assert!(out.contains("openclaw gateway restart"), "{out}");
+    assert!(!home.path().join(".claude").exists(), "{out}");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/skill");
+    for file in [
+        "SKILL.md",
+        "references/workflows.md",
+        "references/tool-selection.md",
+        "references/footguns.md",
+        "references/error-recovery.md",
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(skill.join(file)).unwrap(),
+            std::fs::read_to_string(repo.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+
+    let (code, err) = run_err(
+        breeze(work.path())
+            .arg("install-skill")
+            .env("HOME", home.path()),
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&skill.display().to_string()) && err.contains("--force"),
+        "{err}"
+    );
+    run_ok(
+        breeze(work.path())
+            .args(["install-skill", "--force"])
+            .env("HOME", home.path()),
+    );
+
+    // --dir needs no HOME at all.
+    let out = run_ok(
+        breeze(work.path())
+            .args(["install-skill", "--dir"])
+            .arg(work.path().join("skills")),
+    );
+    assert!(
+        work.path().join("skills/breeze-rmm/SKILL.md").is_file(),
+        "{out}"
+    );
+    let (code, err) = run_err(breeze(work.path()).arg("install-skill"));
+    assert_ne!(code, 0);
+    assert!(err.contains("HOME is not set"), "{err}");
+}

@@ -5,11 +5,13 @@
 //!   [`ToolCx`] capability a handler acts through.
 //! - [`registry`]: the erased registry; [`all`] lists every tool domain explicitly.
 //! - [`resources`] and [`prompts`]: the MCP resources and guided prompts.
+//! - [`docs`]: the tool catalogue and the agent skill, generated from the registry.
 //!
 //! Invariant: tools never check authorization. The guard decides before a handler runs, and the
 //! handler only gets a store confined to one organization.
 
 pub mod contract;
+pub mod docs;
 pub mod prompts;
 pub mod registry;
 pub mod resources;
