@@ -16,9 +16,13 @@ use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
 use breeze_core::{Actor, ActorType, AuditEvent, DeviceStatus, OrgId, SystemClock};
 use breeze_gateway::GatewayConfig;
 use breeze_limits::MemoryLimiter;
+use breeze_pipeline::{
+    CallOutcome, Caller,
+    approvals::{DecisionRequest, decide},
+};
 use breeze_server::{AppState, Breeze, ServerConfig};
 use breeze_store::{Backend, NewScript, NewUser, ScriptParameter, Store, testing::TestStore};
-use breeze_tools::{ProgressReport, tool_cx};
+use breeze_tools::{CallOptions, ProgressReport};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
@@ -31,13 +35,16 @@ struct Fleet {
     state: AppState,
     org: OrgId,
     other_org: OrgId,
-    actor: Actor,
     base_url: String,
     addr: std::net::SocketAddr,
     stop: tokio_util::sync::CancellationToken,
     served: tokio::task::JoinHandle<std::io::Result<()>>,
     /// An API key (ai:read, ai:write) of the admin, for MCP over HTTP.
     api_key: String,
+    /// The admin, who approves the Tier 3 calls the tests make.
+    admin: breeze_core::User,
+    /// `*` keys of the admin in `org` and `other_org`, for calls through the pipeline.
+    exec_keys: [(OrgId, String); 2],
 }
 
 fn config_for(base_url: &str) -> ServerConfig {
@@ -143,9 +150,11 @@ async fn server(store: Store) -> Fleet {
         .await
         .unwrap();
     let role = s.find_role(p.id, "Administrator").await.unwrap();
-    s.assign_role(admin.id, org.id, role.id, audit("r"))
-        .await
-        .unwrap();
+    for o in [org.id, other.id] {
+        s.assign_role(admin.id, o, role.id, audit("r"))
+            .await
+            .unwrap();
+    }
 
     let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
     let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
@@ -165,6 +174,23 @@ async fn server(store: Store) -> Fleet {
         )
         .await
         .unwrap();
+    let mut exec_keys = Vec::new();
+    for o in [org.id, other.id] {
+        let (secret, _) = auth
+            .create_api_key(
+                breeze_auth::CreateApiKey {
+                    org_id: o,
+                    user_id: admin.id,
+                    name: "e2e-execute".into(),
+                    scopes: breeze_core::ScopeSet::new([breeze_core::Scope::All]),
+                    expires_at: None,
+                },
+                audit("api_key.create"),
+            )
+            .await
+            .unwrap();
+        exec_keys.push((o, secret.expose().to_owned()));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base_url = format!("http://{addr}");
@@ -183,12 +209,13 @@ async fn server(store: Store) -> Fleet {
         state,
         org: org.id,
         other_org: other.id,
-        actor: Actor::new(ActorType::User, admin.id),
         base_url,
         addr,
         stop,
         served,
         api_key: secret.expose().to_owned(),
+        exec_keys: exec_keys.try_into().unwrap(),
+        admin,
     }
 }
 
@@ -243,25 +270,60 @@ where
     }
 }
 
-/// Calls a tool's handler as the guard would after allowing it, collecting progress reports.
+/// Calls a tool through the whole pipeline with the admin's `*` key of `org` (guard,
+/// validation, approval — a person approves each Tier 3 request as it appears — handler),
+/// collecting progress reports.
 async fn call(
     f: &Fleet,
     org: OrgId,
     tool: &str,
     args: Value,
 ) -> (Result<Value, String>, Vec<ProgressReport>) {
-    let registry = breeze_tools::all();
-    let spec = registry.get(tool).unwrap();
-    spec.validate(&args)
-        .unwrap_or_else(|e| panic!("{tool}: {}", e.message));
+    let key = &f.exec_keys.iter().find(|(o, _)| *o == org).unwrap().1;
+    let principal = f.state.auth.authenticate_api_key(Some(key)).await.unwrap();
+    let approver = {
+        let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
+        tokio::spawn(async move {
+            loop {
+                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                    let request = DecisionRequest {
+                        id: r.id,
+                        decision: breeze_store::Decision::Approve,
+                        reason: None,
+                        request_id: None,
+                    };
+                    let actor = Actor::new(ActorType::User, admin.id);
+                    decide(&store, pipeline.registry(), &admin, actor, request)
+                        .await
+                        .unwrap();
+                    pipeline.approvals().notify_decided();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let cx = tool_cx(&f.store, &f.state.gateway, org, f.actor.clone(), None).with_progress(tx);
-    let out = spec
-        .call(&cx, args)
-        .await
-        .map(|raw| serde_json::from_str(raw.get()).unwrap())
-        .map_err(|e| e.message);
-    drop(cx);
+    let options = CallOptions {
+        request_id: None,
+        progress: Some(tx),
+    };
+    let outcome = f
+        .state
+        .pipeline
+        .call(
+            &Caller::api_key(&principal),
+            tool,
+            args,
+            options,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+    approver.abort();
+    let out = match outcome {
+        CallOutcome::Output(raw) => Ok(serde_json::from_str(raw.get()).unwrap()),
+        CallOutcome::Failed(e) => Err(e.message),
+        other => panic!("{tool}: {other:?}"),
+    };
     let mut progress = Vec::new();
     while let Some(p) = rx.recv().await {
         progress.push(p);
@@ -575,8 +637,8 @@ async fn run(backend: Backend) {
     let cmd = f
         .state
         .gateway
+        .org(f.org)
         .submit(
-            f.org,
             breeze_store::NewCommand {
                 device_id,
                 kind,
@@ -599,7 +661,8 @@ async fn run(backend: Backend) {
     let done = f
         .state
         .gateway
-        .wait(f.org, cmd.id, Duration::from_secs(10), |_| {})
+        .org(f.org)
+        .wait(cmd.id, Duration::from_secs(10), |_| {})
         .await
         .unwrap();
     assert_eq!(done.status, "completed");

@@ -450,7 +450,7 @@ impl Settings {
                 }
             },
             approval_wait_secs: match env.get("MCP_APPROVAL_WAIT_SECONDS").map(|v| v.trim()) {
-                None | Some("") => breeze_server::approvals::DEFAULT_WAIT_SECS,
+                None | Some("") => breeze_pipeline::approvals::DEFAULT_WAIT_SECS,
                 Some(v) => match v.parse::<u64>() {
                     Ok(n) if n <= 300 => n,
                     _ => bail!("invalid MCP_APPROVAL_WAIT_SECONDS: {v:?} (expected 0 to 300)"),

@@ -12,6 +12,7 @@ pub mod principal;
 pub mod rbac;
 pub mod scope;
 pub mod tenancy;
+pub mod tier;
 pub mod user;
 
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
@@ -24,6 +25,7 @@ pub use principal::{ApiKeyPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};
+pub use tier::Tier;
 pub use user::{User, UserKind};
 
 /// A value that failed to parse from its stored or wire form.

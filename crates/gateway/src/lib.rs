@@ -223,9 +223,15 @@ impl Gateway {
         }
     }
 
+    /// The gateway narrowed to one organization: the only way to queue, wait for or cancel a
+    /// command, so a holder can reach that organization's devices and no other's.
+    pub fn org(&self, org: OrgId) -> OrgFleet<'_> {
+        OrgFleet { gateway: self, org }
+    }
+
     /// Queues a command and pushes it at once when the device is connected here; otherwise it
     /// waits for the agent's next connection or HTTP heartbeat (until its deadline).
-    pub async fn submit(
+    async fn submit(
         &self,
         org: OrgId,
         new: NewCommand,
@@ -241,7 +247,7 @@ impl Gateway {
 
     /// Waits until command `id` is final or `wait` passes, calling `on_progress` for each
     /// progress report; returns the command as stored at that point.
-    pub async fn wait(
+    async fn wait(
         &self,
         org: OrgId,
         id: Uuid,
@@ -286,7 +292,7 @@ impl Gateway {
     }
 
     /// Cancels a command that has not finished and tells the agent to stop it.
-    pub async fn cancel(&self, org: OrgId, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
+    async fn cancel(&self, org: OrgId, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
         let cmd = self.inner.store.org(org).get_command(id).await?;
         let cancelled = self.inner.store.org(org).cancel_command(id, reason).await?;
         if cancelled {
@@ -413,5 +419,48 @@ impl Gateway {
                 n += 1;
             }
         })
+    }
+}
+
+/// The device gateway for one organization ([`Gateway::org`]). A command is created through
+/// that organization's `OrgStore`, so its device must be the organization's; waiting and
+/// cancelling read the command through the same scope.
+#[derive(Clone, Copy)]
+pub struct OrgFleet<'a> {
+    gateway: &'a Gateway,
+    org: OrgId,
+}
+
+impl OrgFleet<'_> {
+    /// The organization this handle reaches.
+    pub fn org_id(&self) -> OrgId {
+        self.org
+    }
+
+    /// Queues a command for one of the organization's devices and pushes it at once when the
+    /// device is connected here; otherwise it waits for the agent's next connection or HTTP
+    /// heartbeat (until its deadline).
+    pub async fn submit(
+        &self,
+        new: NewCommand,
+        audit: AuditEvent,
+    ) -> Result<CommandRecord, GatewayError> {
+        self.gateway.submit(self.org, new, audit).await
+    }
+
+    /// Waits until command `id` is final or `wait` passes, calling `on_progress` for each
+    /// progress report; returns the command as stored at that point.
+    pub async fn wait(
+        &self,
+        id: Uuid,
+        wait: Duration,
+        on_progress: impl FnMut(&Progress),
+    ) -> Result<CommandRecord, GatewayError> {
+        self.gateway.wait(self.org, id, wait, on_progress).await
+    }
+
+    /// Cancels a command that has not finished and tells the agent to stop it.
+    pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
+        self.gateway.cancel(self.org, id, reason).await
     }
 }

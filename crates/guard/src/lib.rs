@@ -14,13 +14,21 @@
 //!    transport limits: memory or Redis). A limiter that cannot decide refuses in production.
 //! 4. **Production allowlist** for Tier 3+: `MCP_EXECUTE_TOOL_ALLOWLIST`.
 //! 5. **Approval** for Tier 3: [`Clearance::NeedsApproval`] — the caller must get a person's
-//!    approval (breeze-server's durable approval requests) before the handler runs.
+//!    approval (`breeze-pipeline`'s durable approval requests) before the handler runs.
+//!
+//! The verdict is the only key to a handler: a [`Cleared`] call (or an [`AwaitingApproval`] one,
+//! once a person approved it) is what `breeze-tools` demands to run a tool, and it carries the
+//! organization and actor the guard cleared, so a handler acts for nobody else. Neither can be
+//! made outside this crate. The guard knows tools only through [`Guarded`], which
+//! `breeze_tools::ToolSpec` implements, so it sits below the tools in the dependency graph.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use breeze_core::{Clock, Permission, PermissionSet, Scope, ScopeSet, UserId, rbac};
+use breeze_core::{
+    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, Clock, OrgId, Permission, PermissionSet, Scope,
+    ScopeSet, Tier, UserId, rbac,
+};
 use breeze_limits::RateLimiter;
-use breeze_tools::{Tier, ToolSpec};
 use serde_json::Value;
 
 /// Which Tier 3+ tools production allows (`MCP_EXECUTE_TOOL_ALLOWLIST`).
@@ -103,25 +111,126 @@ pub enum Refusal {
     /// Tier 4: never.
     #[error("Tool \"{tool}\" is blocked")]
     Blocked { tool: String },
+    /// An approval was presented for a call that needs none (its tier changed).
+    #[error("Tool \"{tool}\" no longer needs an approval at this tier; nothing was run")]
+    NotApprovable { tool: String },
+}
+
+/// A per-tool sliding-window limit, counted per user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub max: u32,
+    pub window_secs: u64,
+}
+
+/// What the guard must know of a tool to decide a call of it. `breeze_tools::ToolSpec`
+/// implements it from the tool's declaration.
+pub trait Guarded {
+    /// The tool's name.
+    fn name(&self) -> &'static str;
+    /// The tier of a call with `args`.
+    fn tier_for(&self, args: &Value) -> Tier;
+    /// The lowest tier any call can have: what a caller needs to see the tool listed.
+    fn lowest_tier(&self) -> Tier;
+    /// The permission a call with `args` needs.
+    fn permission_for(&self, args: &Value) -> Permission;
+    /// The per-user limit, if the tool has one.
+    fn rate_limit(&self) -> Option<RateLimit>;
+}
+
+/// Who is calling, in one organization: the credential's scopes, the user it acts for and
+/// what that user may do there. Every front door (MCP, and later the AI chat and Tool Sources)
+/// describes its caller this way.
+#[derive(Debug, Clone)]
+pub struct Caller<'a> {
+    /// The one organization the call can reach.
+    pub org: OrgId,
+    /// Who the audit trail names: the API key, or the signed-in user.
+    pub actor: Actor,
+    /// The API key the call came with, if any (an approval names it, and is void without it).
+    pub key: Option<ApiKeyId>,
+    pub user: UserId,
+    pub scopes: &'a ScopeSet,
+    /// The user's permissions in the organization; `None` when the user holds no role there.
+    pub permissions: Option<PermissionSet>,
+}
+
+impl<'a> Caller<'a> {
+    /// An API key's caller: its organization, its user's permissions there, its scopes.
+    pub fn api_key(p: &'a ApiKeyPrincipal) -> Self {
+        Self {
+            org: p.org_id,
+            actor: Actor::new(ActorType::ApiKey, p.key_id),
+            key: Some(p.key_id),
+            user: p.user_id,
+            scopes: &p.scopes,
+            permissions: p.permissions,
+        }
+    }
+}
+
+/// A call the guard allowed to run now: the only way to a tool's handler. It names the tool,
+/// the organization and the actor it was cleared for; fields are private, so only the guard
+/// makes one.
+#[derive(Debug)]
+pub struct Cleared {
+    tool: &'static str,
+    tier: Tier,
+    org: OrgId,
+    actor: Actor,
+}
+
+impl Cleared {
+    /// The tool this call may run, and nothing else.
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The call's effective tier.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// The organization the call acts in.
+    pub fn org(&self) -> OrgId {
+        self.org
+    }
+
+    /// Who acts.
+    pub fn actor(&self) -> &Actor {
+        &self.actor
+    }
+}
+
+/// A Tier 3 call that passed every check but a person's approval. Its tool's precheck may run
+/// (through [`AwaitingApproval::cleared_for_precheck`]); the handler only after
+/// [`AwaitingApproval::approved`].
+#[derive(Debug)]
+#[must_use = "a Tier 3 call must not run before a person approves it"]
+pub struct AwaitingApproval(Cleared);
+
+impl AwaitingApproval {
+    /// The tool, organization and actor, for the approval request and the precheck. Borrowing
+    /// it does not clear the call: `breeze-tools` runs only the precheck with it.
+    pub fn cleared_for_precheck(&self) -> &Cleared {
+        &self.0
+    }
+
+    /// A person approved the call: it may run. Only the approval workflow
+    /// (`breeze-pipeline::approvals`) calls this, after a recorded approval.
+    pub fn approved(self) -> Cleared {
+        self.0
+    }
 }
 
 /// What the guard allows a call to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 #[must_use = "a Tier 3 call must not run before a person approves it"]
 pub enum Clearance {
-    /// Run now, at this tier.
-    Run(Tier),
+    /// Run now.
+    Run(Cleared),
     /// Tier 3: everything else passed; a person must approve before it runs.
-    NeedsApproval,
-}
-
-/// Who is calling: the key's scopes and what its user may do in the key's organization.
-#[derive(Debug, Clone)]
-pub struct Caller<'a> {
-    pub scopes: &'a ScopeSet,
-    pub user: UserId,
-    /// The user's permissions in the organization; `None` when the user holds no role there.
-    pub permissions: Option<PermissionSet>,
+    NeedsApproval(AwaitingApproval),
 }
 
 /// The guard pipeline.
@@ -170,39 +279,24 @@ impl Guard {
         reaches(scopes, Tier::T1, &GuardConfig::default()).is_ok()
     }
 
-    /// Whether `tools/list` shows `spec` to a key with `scopes`: when at least one of its calls
+    /// Whether `tools/list` shows `tool` to a key with `scopes`: when at least one of its calls
     /// (its lowest-tier action) could pass the scope check.
-    pub fn visible(&self, scopes: &ScopeSet, spec: &ToolSpec) -> bool {
-        let tier = spec.lowest_tier();
+    pub fn visible(&self, scopes: &ScopeSet, tool: &impl Guarded) -> bool {
+        let tier = tool.lowest_tier();
         tier < Tier::T4 && reaches(scopes, tier, &self.config).is_ok()
     }
 
-    /// Decides a call of `spec` with `args`; returns the effective tier when allowed. Counts the
-    /// call against the tool's rate limit only once scope and permission allow it.
+    /// Decides a call of `tool` with `args`. Counts the call against the tool's rate limit only
+    /// once scope and permission allow it.
     pub async fn check(
         &self,
         caller: &Caller<'_>,
-        spec: &ToolSpec,
+        tool: &impl Guarded,
         args: &Value,
     ) -> Result<Clearance, Refusal> {
-        let tier = spec.effective_tier(args);
-        if tier == Tier::T4 {
-            return Err(Refusal::Blocked {
-                tool: spec.name.to_owned(),
-            });
-        }
-        reaches(caller.scopes, tier, &self.config).map_err(|(scope, production_admin)| {
-            Refusal::MissingScope {
-                tool: spec.name.to_owned(),
-                scope,
-                production_admin,
-            }
-        })?;
-        let granted = caller.permissions.ok_or(Refusal::NoRole)?;
-        rbac::check(granted, spec.permission_for(args))
-            .map_err(|d| Refusal::MissingPermission(d.0))?;
-        if let Some(limit) = spec.rate_limit {
-            let key = format!("tool:{}:{}", caller.user, spec.name);
+        let tier = self.authorize(caller, tool, args)?;
+        if let Some(limit) = tool.rate_limit() {
+            let key = format!("tool:{}:{}", caller.user, tool.name());
             match self
                 .limiter
                 .check(&key, limit.max, Duration::from_secs(limit.window_secs))
@@ -214,7 +308,7 @@ impl Guard {
                         + chrono::Duration::from_std(d.retry_after)
                             .unwrap_or(chrono::Duration::zero());
                     return Err(Refusal::RateLimited {
-                        tool: spec.name.to_owned(),
+                        tool: tool.name().to_owned(),
                         retry_at: retry_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                         retry_after: d.retry_after,
                     });
@@ -223,17 +317,166 @@ impl Guard {
                 Err(_) => {}
             }
         }
-        if tier >= Tier::T3 && self.config.production && !self.config.allowlist.allows(spec.name) {
-            return Err(Refusal::NotAllowlisted {
-                tool: spec.name.to_owned(),
+        self.allowlisted(tool, tier)?;
+        Ok(clearance(caller, tool, tier))
+    }
+
+    /// Decides again, for an approved Tier 3 call about to run, whether its requester may still
+    /// make it: scope, role and allowlist as they are now (the rate limit counted the call when
+    /// it was requested). Anything else than "awaiting approval" refuses.
+    pub fn recheck_approved(
+        &self,
+        caller: &Caller<'_>,
+        tool: &impl Guarded,
+        args: &Value,
+    ) -> Result<AwaitingApproval, Refusal> {
+        let tier = self.authorize(caller, tool, args)?;
+        self.allowlisted(tool, tier)?;
+        match clearance(caller, tool, tier) {
+            Clearance::NeedsApproval(a) => Ok(a),
+            Clearance::Run(_) => Err(Refusal::NotApprovable {
+                tool: tool.name().to_owned(),
+            }),
+        }
+    }
+
+    /// Tier 4, scope and RBAC; the call's tier when they allow it.
+    fn authorize(
+        &self,
+        caller: &Caller<'_>,
+        tool: &impl Guarded,
+        args: &Value,
+    ) -> Result<Tier, Refusal> {
+        let tier = tool.tier_for(args);
+        if tier == Tier::T4 {
+            return Err(Refusal::Blocked {
+                tool: tool.name().to_owned(),
             });
         }
-        if tier == Tier::T3 {
-            return Ok(Clearance::NeedsApproval);
+        reaches(caller.scopes, tier, &self.config).map_err(|(scope, production_admin)| {
+            Refusal::MissingScope {
+                tool: tool.name().to_owned(),
+                scope,
+                production_admin,
+            }
+        })?;
+        let granted = caller.permissions.ok_or(Refusal::NoRole)?;
+        rbac::check(granted, tool.permission_for(args))
+            .map_err(|d| Refusal::MissingPermission(d.0))?;
+        Ok(tier)
+    }
+
+    fn allowlisted(&self, tool: &impl Guarded, tier: Tier) -> Result<(), Refusal> {
+        if tier >= Tier::T3 && self.config.production && !self.config.allowlist.allows(tool.name())
+        {
+            return Err(Refusal::NotAllowlisted {
+                tool: tool.name().to_owned(),
+            });
         }
-        Ok(Clearance::Run(tier))
+        Ok(())
+    }
+}
+
+fn clearance(caller: &Caller<'_>, tool: &impl Guarded, tier: Tier) -> Clearance {
+    let cleared = Cleared {
+        tool: tool.name(),
+        tier,
+        org: caller.org,
+        actor: caller.actor.clone(),
+    };
+    if tier == Tier::T3 {
+        Clearance::NeedsApproval(AwaitingApproval(cleared))
+    } else {
+        Clearance::Run(cleared)
     }
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    //! The verdict's own guarantees; the decisions over the whole registry are tested in
+    //! `breeze-pipeline`, where tools and guard meet.
+
+    use breeze_core::{ManualClock, PermissionSet};
+    use breeze_limits::MemoryLimiter;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A tool with a Tier 1 `list` and a Tier 3 `delete`.
+    struct Fake;
+
+    impl Guarded for Fake {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn tier_for(&self, args: &Value) -> Tier {
+            if args["action"] == "list" {
+                Tier::T1
+            } else {
+                Tier::T3
+            }
+        }
+        fn lowest_tier(&self) -> Tier {
+            Tier::T1
+        }
+        fn permission_for(&self, _: &Value) -> Permission {
+            Permission::DevicesRead
+        }
+        fn rate_limit(&self) -> Option<RateLimit> {
+            None
+        }
+    }
+
+    fn guard() -> Guard {
+        let clock = ManualClock::new(chrono::DateTime::UNIX_EPOCH);
+        Guard::new(
+            GuardConfig::default(),
+            Arc::new(MemoryLimiter::new()),
+            Arc::new(clock),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_verdict_carries_the_callers_org_actor_and_tool() {
+        let scopes = ScopeSet::parse_list("ai:execute").unwrap();
+        let user = UserId::new();
+        let caller = Caller {
+            org: OrgId::new(),
+            actor: Actor::new(ActorType::User, user),
+            key: None,
+            user,
+            scopes: &scopes,
+            permissions: Some(PermissionSet::all()),
+        };
+        let g = guard();
+        let Ok(Clearance::Run(cleared)) = g.check(&caller, &Fake, &json!({"action": "list"})).await
+        else {
+            panic!("a Tier 1 call runs");
+        };
+        assert_eq!(
+            (
+                cleared.tool(),
+                cleared.org(),
+                cleared.actor(),
+                cleared.tier()
+            ),
+            ("fake", caller.org, &caller.actor, Tier::T1)
+        );
+        let Ok(Clearance::NeedsApproval(awaiting)) =
+            g.check(&caller, &Fake, &json!({"action": "delete"})).await
+        else {
+            panic!("a Tier 3 call awaits approval");
+        };
+        assert_eq!(awaiting.cleared_for_precheck().org(), caller.org);
+        assert_eq!(awaiting.approved().tier(), Tier::T3);
+        // An approval for a call that is no longer Tier 3 is refused, not run.
+        assert_eq!(
+            g.recheck_approved(&caller, &Fake, &json!({"action": "list"}))
+                .map(|_| ())
+                .unwrap_err(),
+            Refusal::NotApprovable {
+                tool: "fake".into()
+            }
+        );
+    }
+}

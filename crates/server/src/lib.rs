@@ -5,7 +5,6 @@
 //! service, return JSON. Every failure becomes an [`ApiError`], mapped once to
 //! `{"error":{"code","message"}}`.
 
-pub mod approvals;
 mod audit_writer;
 mod authz;
 mod error;
@@ -26,6 +25,7 @@ use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::{Guard, GuardConfig};
 use breeze_limits::RateLimiter;
 use breeze_mcp::{Engine, EngineConfig};
+use breeze_pipeline::{Pipeline, approvals};
 use breeze_store::Store;
 use tokio::net::TcpListener;
 use tower_http::{
@@ -121,9 +121,8 @@ pub struct AppState {
     pub gateway: Gateway,
     /// Backs the per-address enrollment limit (and is shared with the MCP transport limits).
     pub limiter: Arc<dyn RateLimiter>,
-    /// Every tool.
-    pub registry: Arc<breeze_tools::Registry>,
-    pub approvals: approvals::Approvals,
+    /// Every tool call, from every front door, goes through it.
+    pub pipeline: Pipeline,
 }
 
 impl AppState {
@@ -136,12 +135,20 @@ impl AppState {
         limiter: Arc<dyn RateLimiter>,
     ) -> Self {
         let gateway = Gateway::new(store.clone(), config.gateway.clone());
-        let registry = Arc::new(breeze_tools::all());
-        let approvals = approvals::Approvals::new(
+        let guard = Guard::new(
+            GuardConfig {
+                production: config.production,
+                require_execute_admin: config.require_execute_admin,
+                allowlist: config.execute_allowlist.clone(),
+            },
+            limiter.clone(),
+            clock.clone(),
+        );
+        let pipeline = Pipeline::new(
             store.clone(),
             gateway.clone(),
-            registry.clone(),
-            clock.clone(),
+            Arc::new(breeze_tools::all()),
+            guard,
             config.approvals.clone(),
         );
         Self {
@@ -151,8 +158,7 @@ impl AppState {
             config: Arc::new(config),
             gateway,
             limiter,
-            registry,
-            approvals,
+            pipeline,
         }
     }
 }
@@ -169,17 +175,8 @@ impl Breeze {
     /// runtime. `limiter` backs the transport rate limits.
     pub fn new(state: AppState) -> Self {
         let limiter = state.limiter.clone();
-        let guard = Guard::new(
-            GuardConfig {
-                production: state.config.production,
-                require_execute_admin: state.config.require_execute_admin,
-                allowlist: state.config.execute_allowlist.clone(),
-            },
-            limiter.clone(),
-            state.clock.clone(),
-        );
         let audit = audit_writer::AuditWriter::spawn(state.store.audit_appender());
-        let app = mcp::BreezeMcp::new(state.clone(), state.registry.clone(), guard, audit);
+        let app = mcp::BreezeMcp::new(state.clone(), audit);
         let mut engine_config = state.config.mcp.clone();
         engine_config.fail_closed = state.config.production;
         let mcp = Engine::new(Arc::new(app), engine_config, limiter);
@@ -261,7 +258,11 @@ pub async fn serve(
     let sweeper_stop = tokio_util::sync::CancellationToken::new();
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
-    breeze.state.approvals.spawn_resumer(sweeper_stop.clone());
+    breeze
+        .state
+        .pipeline
+        .approvals()
+        .spawn_resumer(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

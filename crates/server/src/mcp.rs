@@ -1,12 +1,14 @@
-//! Breeze as an MCP application: API-key authentication, the scope-filtered catalogue, the
-//! guard before every call, resources, prompts, and an audit record for every request.
+//! Breeze as an MCP application: API-key authentication, the scope-filtered catalogue, tool
+//! calls translated to and from the call pipeline (`breeze-pipeline`, which owns the guard,
+//! validation, approval and the handler), resources, prompts, and an audit record for every
+//! request.
 
 use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
 use breeze_core::{Actor, ActorType, ApiKeyId, ApiKeyPrincipal, AuditEvent, AuditResult, OrgId};
-use breeze_guard::{Clearance, Guard, Refusal};
+use breeze_guard::{Caller as CallCaller, Guard, Refusal};
 use breeze_mcp::{
     Caller, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
     jsonrpc::ErrorObject,
@@ -16,14 +18,14 @@ use breeze_mcp::{
         ToolAnnotations, ToolAnnotationsWithTitle, ToolDef, shared_json,
     },
 };
+use breeze_pipeline::{CallOutcome, pending_answer, raw};
 use breeze_tools::{
-    ErrorCode, RawOutput, Registry, ToolError, ToolSpec, prompts, resources, tool_cx, tool_meta,
+    CallOptions, ErrorCode, RawOutput, ToolError, ToolSpec, prompts, resources, tool_meta,
 };
 use serde_json::{Map, Value, json};
 
 use crate::{
     AppState,
-    approvals::Outcome,
     audit_writer::{AuditWriter, RefusalSampler, Sampled},
 };
 
@@ -64,8 +66,6 @@ fn tool_result(output: RawOutput, meta: Option<SharedJson>) -> CallToolResult {
 /// The MCP application.
 pub struct BreezeMcp {
     state: AppState,
-    registry: Arc<Registry>,
-    guard: Guard,
     audit: AuditWriter,
     identity: Value,
     /// Each tool's `_meta` (its tiers and the server's identity), written once.
@@ -75,12 +75,14 @@ pub struct BreezeMcp {
 }
 
 impl BreezeMcp {
-    pub fn new(state: AppState, registry: Arc<Registry>, guard: Guard, audit: AuditWriter) -> Self {
+    pub fn new(state: AppState, audit: AuditWriter) -> Self {
         let mut identity = json!({ "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") });
         if let Some(revision) = option_env!("BREEZE_REVISION") {
             identity["revision"] = json!(revision);
         }
-        let metas = registry
+        let metas = state
+            .pipeline
+            .registry()
             .iter()
             .filter_map(|spec| {
                 let meta = shared_json(&tool_meta(spec, &identity)).ok()?;
@@ -89,60 +91,10 @@ impl BreezeMcp {
             .collect();
         Self {
             state,
-            registry,
-            guard,
             audit,
             identity,
             metas,
             refusals: RefusalSampler::default(),
-        }
-    }
-
-    /// A Tier 3 call: the tool's precheck (what can be refused before a person is asked, with
-    /// the call's own error), a durable approval request, a bounded wait with progress, and the
-    /// call's result once a person approved it (or why it did not run, or "pending").
-    async fn with_approval(
-        &self,
-        cx: &Cx<ApiKeyPrincipal>,
-        spec: &ToolSpec,
-        arguments: Value,
-        meta: Option<SharedJson>,
-    ) -> CallToolResult {
-        let approvals = &self.state.approvals;
-        let principal = &cx.caller.principal;
-        let request_id = cx.request_id.as_ref().map(ToString::to_string);
-        let tcx = tool_cx(
-            &self.state.store,
-            &self.state.gateway,
-            principal.org_id,
-            Actor::new(ActorType::ApiKey, principal.key_id),
-            request_id.clone(),
-        );
-        let pin = match spec.precheck(&tcx, &arguments).await {
-            Ok(pin) => pin,
-            Err(e) => return tool_error_result(&e, meta),
-        };
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let wait = approvals.request_and_wait(
-            principal, spec, &arguments, request_id, pin, &tx, &cx.cancel,
-        );
-        let outcome = forwarding_progress(cx, rx, wait).await;
-        match outcome {
-            Outcome::Ran(Ok(output)) => tool_result(raw(&output), meta),
-            Outcome::Ran(Err(e)) | Outcome::Refused(e) => tool_error_result(&e, meta),
-            Outcome::Pending(r) => {
-                let pending = json!({
-                    "status": "pending_approval",
-                    "approvalId": r.id,
-                    "description": r.description,
-                    "expiresAt": r.expires_at,
-                    "message": format!(
-                        "This Tier 3 call waits for a person's approval (approval {}). Once approved it runs once; check with get_approval_status.",
-                        r.id
-                    ),
-                });
-                tool_result(raw(&pending), meta)
-            }
         }
     }
 
@@ -199,11 +151,6 @@ impl BreezeMcp {
         doc["protocolVersions"] = json!(breeze_mcp::ProtocolVersion::supported_strings());
         doc
     }
-}
-
-/// `value` as JSON text (the few results built as trees: approvals, errors).
-fn raw(value: &Value) -> RawOutput {
-    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawOutput::default())
 }
 
 fn tool_error_result(e: &ToolError, meta: Option<SharedJson>) -> CallToolResult {
@@ -295,11 +242,11 @@ impl McpApp for BreezeMcp {
     }
 
     async fn list_tools(&self, cx: &Cx<ApiKeyPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
-        let scopes = &cx.caller.principal.scopes;
+        let caller = CallCaller::api_key(&cx.caller.principal);
         Ok(self
-            .registry
-            .iter()
-            .filter(|t| self.guard.visible(scopes, t))
+            .state
+            .pipeline
+            .visible(&caller)
             .map(|t| self.tool_def(t))
             .collect())
     }
@@ -310,63 +257,40 @@ impl McpApp for BreezeMcp {
         name: String,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
-        let spec = self
-            .registry
-            .get(&name)
-            .ok_or_else(|| ErrorObject::invalid_params(format!("Unknown tool: {name}")))?;
-        let meta = self.metas.get(spec.name).cloned();
-        let principal = &cx.caller.principal;
-        let caller = breeze_guard::Caller {
-            scopes: &principal.scopes,
-            user: principal.user_id,
-            permissions: principal.permissions,
+        let caller = CallCaller::api_key(&cx.caller.principal);
+        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
+        let options = CallOptions {
+            request_id: cx.request_id.as_ref().map(ToString::to_string),
+            progress: Some(progress_tx),
         };
-        let clearance = match self.guard.check(&caller, spec, &arguments).await {
-            Ok(c) => c,
-            Err(
+        let call = self
+            .state
+            .pipeline
+            .call(&caller, &name, arguments, options, &cx.cancel);
+        let outcome = forwarding_progress(&cx, progress_rx, call).await;
+        let meta = || self.metas.get(name.as_str()).cloned();
+        match outcome {
+            CallOutcome::Output(output) => Ok(tool_result(output, meta())),
+            CallOutcome::Failed(e) => Ok(tool_error_result(&e, meta())),
+            CallOutcome::Pending(r) => Ok(tool_result(raw(&pending_answer(&r)), meta())),
+            CallOutcome::UnknownTool => {
+                Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
+            }
+            // The specification answers scope and permission refusals as JSON-RPC errors.
+            CallOutcome::Refused(
                 r @ (Refusal::MissingScope { .. }
                 | Refusal::NoRole
                 | Refusal::MissingPermission(_)
                 | Refusal::NotAllowlisted { .. }),
-            ) => return Err(ErrorObject::internal(r.to_string())),
-            Err(r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable)) => {
-                return Err(ErrorObject::new(-32000, r.to_string()));
-            }
-            Err(r) => {
-                let e = ToolError::new(ErrorCode::Forbidden, r.to_string());
-                return Ok(tool_error_result(&e, meta));
-            }
-        };
-        if let Err(e) = spec.validate(&arguments) {
-            return Ok(tool_error_result(&e, meta));
+            ) => Err(ErrorObject::internal(r.to_string())),
+            CallOutcome::Refused(
+                r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable),
+            ) => Err(ErrorObject::new(-32000, r.to_string())),
+            CallOutcome::Refused(r) => Ok(tool_error_result(
+                &ToolError::new(ErrorCode::Forbidden, r.to_string()),
+                meta(),
+            )),
         }
-        if clearance == Clearance::NeedsApproval {
-            // Boxed: this path's state (~9 KB) would otherwise sit in every call's future, and
-            // the transports move whole futures into boxes.
-            return Ok(Box::pin(self.with_approval(&cx, spec, arguments, meta)).await);
-        }
-        let actor = Actor::new(ActorType::ApiKey, principal.key_id);
-        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
-        let tcx = tool_cx(
-            &self.state.store,
-            &self.state.gateway,
-            principal.org_id,
-            actor,
-            cx.request_id.as_ref().map(ToString::to_string),
-        )
-        .with_progress(progress_tx);
-        let call = async {
-            tokio::select! {
-                r = spec.call(&tcx, arguments) => r,
-                () = cx.cancel.cancelled() => {
-                    Err(ToolError::new(ErrorCode::Internal, "cancelled by the client"))
-                }
-            }
-        };
-        Ok(match forwarding_progress(&cx, progress_rx, call).await {
-            Ok(output) => tool_result(output, meta),
-            Err(e) => tool_error_result(&e, meta),
-        })
     }
 
     async fn list_resources(

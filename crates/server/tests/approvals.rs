@@ -414,7 +414,7 @@ async fn pending_answers_status_tool_and_pinning(cx: Ctx) {
 
     // Approved with nobody waiting: the resumer runs it once; the status tool has the result.
     let stop = tokio_util::sync::CancellationToken::new();
-    w.state.approvals.spawn_resumer(stop.clone());
+    w.state.pipeline.approvals().spawn_resumer(stop.clone());
     let cookie = login(&app, "admin@p.test").await;
     let r = send(&app, decide(&cookie, &id, "approve", None)).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -620,7 +620,7 @@ async fn cancelling_a_waiting_call_withdraws_its_request(cx: Ctx) {
 /// request timeout.)
 async fn a_pending_answer_detaches_the_request(cx: Ctx) {
     assert!(
-        breeze_server::approvals::ApprovalConfig::default().wait < Duration::from_secs(60),
+        breeze_pipeline::approvals::ApprovalConfig::default().wait < Duration::from_secs(60),
         "pending is answered before common client timeouts"
     );
     let w = world(&cx).await;
@@ -656,7 +656,7 @@ async fn a_pending_answer_detaches_the_request(cx: Ctx) {
         "pending"
     );
     let stop = tokio_util::sync::CancellationToken::new();
-    w.state.approvals.spawn_resumer(stop.clone());
+    w.state.pipeline.approvals().spawn_resumer(stop.clone());
     let cookie = login(&app, "admin@p.test").await;
     let r = send(&app, decide(&cookie, &id, "approve", None)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);

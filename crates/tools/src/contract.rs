@@ -7,41 +7,15 @@
 
 use std::future::Future;
 
+pub use breeze_core::Tier;
 use breeze_core::{Actor, Clock, OrgId, Permission, Scope, Timestamp};
-use breeze_gateway::Gateway;
+use breeze_gateway::{Gateway, OrgFleet};
+pub use breeze_guard::RateLimit;
 use breeze_store::{OrgStore, Store, StoreError};
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-
-/// How much a call can change, and so what it takes to allow it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Tier {
-    /// Reads only; needs `ai:read`.
-    T1 = 1,
-    /// Low-risk changes; needs `ai:write` (or `ai:execute`).
-    T2 = 2,
-    /// Destructive or code-running; needs `ai:execute` and human approval.
-    T3 = 3,
-    /// Never allowed.
-    T4 = 4,
-}
-
-impl Tier {
-    pub fn number(self) -> u8 {
-        self as u8
-    }
-
-    /// The scope a key needs for this tier (outside the production `ai:execute_admin` rule).
-    pub fn scope(self) -> Scope {
-        match self {
-            Tier::T1 => Scope::AiRead,
-            Tier::T2 => Scope::AiWrite,
-            Tier::T3 | Tier::T4 => Scope::AiExecute,
-        }
-    }
-}
 
 /// What a tool (or one of its actions) does to the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -78,13 +52,6 @@ pub const fn action(
         effect,
         permission,
     }
-}
-
-/// A per-tool sliding-window limit, counted per user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
-    pub max: u32,
-    pub window_secs: u64,
 }
 
 /// Shorthand for a [`RateLimit`]: `max` calls per `window_secs`.
@@ -278,16 +245,34 @@ impl From<StoreError> for ToolError {
     }
 }
 
-/// What a handler can reach: the store confined to the caller's organization, and who acts.
-/// Tools never check authorization: they get this only after the guard has allowed the call.
+/// What a handler can reach: the store and the device gateway confined to the organization the
+/// guard cleared the call for, who acts, the clock, and where progress goes. Tools never check
+/// authorization: a `ToolCx` is made only inside [`crate::ToolSpec::call`] and
+/// [`crate::ToolSpec::precheck`], from the guard's verdict.
 pub struct ToolCx<'a> {
-    pub org: OrgStore<'a>,
+    pub(crate) org: OrgStore<'a>,
     /// The device gateway: runs commands on the organization's agents.
-    pub fleet: &'a Gateway,
-    pub actor: Actor,
-    pub clock: &'a dyn Clock,
-    pub request_id: Option<String>,
+    pub(crate) fleet: OrgFleet<'a>,
+    pub(crate) actor: Actor,
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) request_id: Option<String>,
     /// Where progress of a long call goes (to the client's progress notifications).
+    pub(crate) progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+}
+
+/// The services tools run against, for every organization; a handler sees them only through a
+/// [`ToolCx`] narrowed to the cleared organization.
+#[derive(Clone, Copy)]
+pub struct Services<'a> {
+    pub store: &'a Store,
+    pub gateway: &'a Gateway,
+}
+
+/// What the front door passes along with a call: its request id (for audit records) and where
+/// progress reports go.
+#[derive(Debug, Default)]
+pub struct CallOptions {
+    pub request_id: Option<String>,
     pub progress: Option<mpsc::UnboundedSender<ProgressReport>>,
 }
 
@@ -299,7 +284,23 @@ pub struct ProgressReport {
     pub message: Option<String>,
 }
 
-impl ToolCx<'_> {
+impl<'a> ToolCx<'a> {
+    pub(crate) fn new(
+        services: Services<'a>,
+        org: OrgId,
+        actor: Actor,
+        options: CallOptions,
+    ) -> Self {
+        ToolCx {
+            org: services.store.org(org),
+            fleet: services.gateway.org(org),
+            actor,
+            clock: services.store.clock().as_ref(),
+            request_id: options.request_id,
+            progress: options.progress,
+        }
+    }
+
     pub fn org_id(&self) -> OrgId {
         self.org.org_id()
     }
@@ -317,31 +318,6 @@ impl ToolCx<'_> {
                 message,
             });
         }
-    }
-
-    /// The same context with progress reports sent to `tx`.
-    #[must_use]
-    pub fn with_progress(mut self, tx: mpsc::UnboundedSender<ProgressReport>) -> Self {
-        self.progress = Some(tx);
-        self
-    }
-}
-
-/// Builds a [`ToolCx`]; the only door from a store to a tool handler.
-pub fn tool_cx<'a>(
-    store: &'a Store,
-    fleet: &'a Gateway,
-    org: OrgId,
-    actor: Actor,
-    request_id: Option<String>,
-) -> ToolCx<'a> {
-    ToolCx {
-        org: store.org(org),
-        fleet,
-        actor,
-        clock: store.clock().as_ref(),
-        request_id,
-        progress: None,
     }
 }
 

@@ -7,8 +7,9 @@
 //! - [`resources`] and [`prompts`]: the MCP resources and guided prompts.
 //! - [`docs`]: the tool catalogue and the agent skill, generated from the registry.
 //!
-//! Invariant: tools never check authorization. The guard decides before a handler runs, and the
-//! handler only gets a store confined to one organization.
+//! Invariant: tools never check authorization. The guard decides before a handler runs, and its
+//! verdict (`breeze_guard::Cleared`) is the only way to [`ToolSpec::call`]: the handler gets a
+//! store and a device gateway confined to the organization the guard cleared.
 
 pub mod contract;
 pub mod docs;
@@ -18,8 +19,8 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, Effect, ErrorCode, Hints, Pin, ProgressReport, RateLimit, Rendered, Tier, Tool, ToolCx,
-    ToolError, action, per, tool_cx,
+    Action, CallOptions, Effect, ErrorCode, Hints, Pin, ProgressReport, RateLimit, Rendered,
+    Services, Tier, Tool, ToolCx, ToolError, action, per,
 };
 pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};
 

@@ -8,15 +8,20 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use breeze_core::Permission;
+use breeze_guard::{AwaitingApproval, Cleared, Guarded};
 
-use crate::contract::{Action, Effect, Hints, Pin, RateLimit, Tier, Tool, ToolCx, ToolError};
+use crate::contract::{
+    Action, CallOptions, Effect, ErrorCode, Hints, Pin, RateLimit, Services, Tier, Tool, ToolCx,
+    ToolError,
+};
 
 /// A tool's output, serialized once from its typed value.
 pub type RawOutput = Box<serde_json::value::RawValue>;
 
-type CallFn = for<'a> fn(&'a ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
+// The erased handlers own their `ToolCx`, so a call is one boxed future.
+type CallFn = for<'a> fn(ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
 type PrecheckFn =
-    for<'a> fn(&'a ToolCx<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
+    for<'a> fn(ToolCx<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
 
 /// A registered tool.
 pub struct ToolSpec {
@@ -89,24 +94,70 @@ impl ToolSpec {
         }
     }
 
-    /// Runs the handler on already validated arguments; returns the structured output as JSON
-    /// text (`serde_json::from_str` makes a tree of it where one is needed).
+    /// Runs the handler on already validated arguments, as the guard cleared it: in the
+    /// cleared organization, as the cleared actor. Returns the structured output as JSON text
+    /// (`serde_json::from_str` makes a tree of it where one is needed). A clearance for another
+    /// tool runs nothing.
     pub fn call<'a>(
         &self,
-        cx: &'a ToolCx<'a>,
+        services: Services<'a>,
+        cleared: &Cleared,
         args: Value,
+        options: CallOptions,
     ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
+        if cleared.tool() != self.name {
+            return Box::pin(std::future::ready(Err(mismatch(cleared.tool(), self.name))));
+        }
+        let cx = ToolCx::new(services, cleared.org(), cleared.actor().clone(), options);
         (self.call)(cx, args)
     }
 
-    /// The tool's [`Tool::precheck`] on already validated arguments: what can be refused
-    /// before a person is asked, and the stored data to pin.
+    /// The tool's [`Tool::precheck`] on already validated arguments of a call awaiting a
+    /// person's approval: what can be refused before a person is asked, and the stored data to
+    /// pin.
     pub fn precheck<'a>(
         &self,
-        cx: &'a ToolCx<'a>,
+        services: Services<'a>,
+        awaiting: &AwaitingApproval,
         args: &'a Value,
+        options: CallOptions,
     ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
+        let cleared = awaiting.cleared_for_precheck();
+        if cleared.tool() != self.name {
+            return Box::pin(std::future::ready(Err(mismatch(cleared.tool(), self.name))));
+        }
+        let cx = ToolCx::new(services, cleared.org(), cleared.actor().clone(), options);
         (self.precheck)(cx, args)
+    }
+}
+
+fn mismatch(cleared: &str, tool: &str) -> ToolError {
+    tracing::error!(cleared, tool, "a clearance was presented for another tool");
+    ToolError::new(
+        ErrorCode::Internal,
+        format!("the call was cleared for {cleared}, not {tool}; nothing was run"),
+    )
+}
+
+impl Guarded for ToolSpec {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn tier_for(&self, args: &Value) -> Tier {
+        self.effective_tier(args)
+    }
+
+    fn lowest_tier(&self) -> Tier {
+        ToolSpec::lowest_tier(self)
+    }
+
+    fn permission_for(&self, args: &Value) -> Permission {
+        ToolSpec::permission_for(self, args)
+    }
+
+    fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate_limit
     }
 }
 
@@ -173,27 +224,27 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool) -> Value {
 }
 
 fn call_erased<'a, T: Tool>(
-    cx: &'a ToolCx<'a>,
+    cx: ToolCx<'a>,
     args: Value,
 ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
     async move {
         let input: T::Input = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
-        let output = T::call(cx, input).await?;
+        let output = T::call(&cx, input).await?;
         serde_json::value::to_raw_value(&output)
-            .map_err(|e| ToolError::new(crate::ErrorCode::Internal, e.to_string()))
+            .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
     }
     .boxed()
 }
 
 fn precheck_erased<'a, T: Tool>(
-    cx: &'a ToolCx<'a>,
+    cx: ToolCx<'a>,
     args: &'a Value,
 ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
     async move {
         let input: T::Input = T::Input::deserialize(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
-        T::precheck(cx, &input).await
+        T::precheck(&cx, &input).await
     }
     .boxed()
 }

@@ -113,12 +113,12 @@ impl ApprovalsCommand {
         let id = uuid::Uuid::parse_str(&args.id).context("not an approval request id")?;
         let registry = breeze_tools::all();
         let actor = Actor::new(ActorType::User, user.id);
-        let r = breeze_server::approvals::decide(
+        let r = breeze_pipeline::approvals::decide(
             &app.store,
             &registry,
             &user,
             actor,
-            breeze_server::approvals::DecisionRequest {
+            breeze_pipeline::approvals::DecisionRequest {
                 id,
                 decision,
                 reason: args.reason,

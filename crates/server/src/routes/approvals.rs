@@ -13,9 +13,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use breeze_pipeline::approvals::{DecideError, DecisionRequest, decide, find_for};
+
 use crate::{
     ApiError, AppState,
-    approvals::{DecideError, DecisionRequest, decide, find_for},
     extract::{Authenticated, RequestId},
 };
 
@@ -109,7 +110,7 @@ async fn decide_one(
     }
     let record = decide(
         &state.store,
-        &state.registry,
+        state.pipeline.registry(),
         &user,
         actor,
         DecisionRequest {
@@ -120,6 +121,6 @@ async fn decide_one(
         },
     )
     .await?;
-    state.approvals.notify_decided();
+    state.pipeline.approvals().notify_decided();
     Ok(Json(record))
 }

@@ -149,7 +149,6 @@ pub(crate) async fn run(
     let cmd = cx
         .fleet
         .submit(
-            cx.org_id(),
             NewCommand {
                 device_id: device.id,
                 kind,
@@ -165,7 +164,7 @@ pub(crate) async fn run(
         .map_err(gateway_error)?;
     let done = cx
         .fleet
-        .wait(cx.org_id(), cmd.id, opts.wait, |p| match p {
+        .wait(cmd.id, opts.wait, |p| match p {
             Progress::Started => {
                 cx.report(0.0, None, Some(format!("running on {}", device.hostname)));
             }

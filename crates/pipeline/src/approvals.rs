@@ -22,12 +22,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{
-    Actor, ActorType, ApiKeyPrincipal, AuditEvent, Clock, OrgId, User, UserId, rbac,
-};
+use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, Clock, OrgId, User, UserId, rbac};
 use breeze_gateway::Gateway;
+use breeze_guard::{Caller, Guard};
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
-use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec, tool_cx};
+use breeze_tools::{
+    CallOptions, ErrorCode, Pin, ProgressReport, Registry, Services, ToolError, ToolSpec,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -106,10 +107,31 @@ pub enum Outcome {
     Refused(ToolError),
 }
 
+/// Who asked for an approved call: what the request records and the execution clears again.
+#[derive(Debug, Clone)]
+struct Requester {
+    org: OrgId,
+    actor: Actor,
+    key: Option<ApiKeyId>,
+    user: UserId,
+}
+
+impl Requester {
+    fn of(caller: &Caller<'_>) -> Self {
+        Self {
+            org: caller.org,
+            actor: caller.actor.clone(),
+            key: caller.key,
+            user: caller.user,
+        }
+    }
+}
+
 struct Inner {
     store: Store,
     gateway: Gateway,
     registry: Arc<Registry>,
+    guard: Guard,
     clock: Arc<dyn Clock>,
     config: ApprovalConfig,
     decided: watch::Sender<u64>,
@@ -130,6 +152,14 @@ impl std::fmt::Debug for Approvals {
 
 fn refused(message: impl Into<String>) -> ToolError {
     ToolError::new(ErrorCode::Forbidden, message)
+}
+
+/// The error of a request whose requester may no longer make the call.
+fn void(r: &ApprovalRecord, why: &str) -> ToolError {
+    refused(format!(
+        "Approval request {} is void: {why}; nothing was run",
+        r.id
+    ))
 }
 
 /// A short, human-readable account of what will run.
@@ -170,14 +200,16 @@ impl Approvals {
         store: Store,
         gateway: Gateway,
         registry: Arc<Registry>,
-        clock: Arc<dyn Clock>,
+        guard: Guard,
         config: ApprovalConfig,
     ) -> Self {
+        let clock = store.clock().clone();
         Self {
             inner: Arc::new(Inner {
                 store,
                 gateway,
                 registry,
+                guard,
                 clock,
                 config,
                 decided: watch::channel(0).0,
@@ -199,25 +231,19 @@ impl Approvals {
     /// tells the webhook.
     async fn request(
         &self,
-        principal: &ApiKeyPrincipal,
+        requester: &Requester,
         spec: &ToolSpec,
         args: &Value,
         request_id: Option<String>,
         pin: Option<Pin>,
     ) -> Result<ApprovalRecord, StoreError> {
-        let org = self.inner.store.org(principal.org_id);
+        let org = self.inner.store.org(requester.org);
         let action = spec.action(args).map(|a| a.name);
         let mode = org.approval_mode(spec.name, action).await?;
-        let description = describe(
-            &self.inner.store,
-            principal.org_id,
-            spec,
-            args,
-            pin.as_ref(),
-        )
-        .await;
+        let description =
+            describe(&self.inner.store, requester.org, spec, args, pin.as_ref()).await;
         let audit = AuditEvent::new(
-            Actor::new(ActorType::ApiKey, principal.key_id),
+            requester.actor.clone(),
             "approval.request",
             "approval_request",
         )
@@ -225,8 +251,8 @@ impl Approvals {
         let record = org
             .create_approval(
                 NewApproval {
-                    api_key_id: Some(principal.key_id),
-                    requester_user_id: principal.user_id,
+                    api_key_id: requester.key,
+                    requester_user_id: requester.user,
                     tool: spec.name.to_owned(),
                     action: action.map(str::to_owned),
                     tier: spec.effective_tier(args).number(),
@@ -284,24 +310,24 @@ impl Approvals {
     #[allow(clippy::too_many_arguments)]
     pub async fn request_and_wait(
         &self,
-        principal: &ApiKeyPrincipal,
+        caller: &Caller<'_>,
         spec: &ToolSpec,
         args: &Value,
         request_id: Option<String>,
         pin: Option<Pin>,
-        progress: &mpsc::UnboundedSender<ProgressReport>,
+        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
         cancel: &CancellationToken,
     ) -> Outcome {
         // Recorded by a task of its own, so a caller dropped half-way never leaves a request
         // that nobody would withdraw: the task withdraws it when the caller is gone.
         let (tx, rx) = oneshot::channel();
-        let (this, principal, name, args) =
-            (self.clone(), principal.clone(), spec.name, args.clone());
+        let (this, requester, name, args) =
+            (self.clone(), Requester::of(caller), spec.name, args.clone());
         tokio::spawn(async move {
             let Some(spec) = this.inner.registry.get(name) else {
                 return;
             };
-            let created = this.request(&principal, spec, &args, request_id, pin).await;
+            let created = this.request(&requester, spec, &args, request_id, pin).await;
             if let Err(Ok(record)) = tx.send(created) {
                 this.withdraw(record.id, "the client went away as the request was made")
                     .await;
@@ -323,7 +349,7 @@ impl Approvals {
             cancel: cancel.clone(),
             armed: true,
         };
-        let outcome = self.wait(record, progress, cancel).await;
+        let outcome = self.wait(record, progress.as_ref(), cancel).await;
         // A cancelled call is not answered, so even a request about to be answered pending is
         // withdrawn. The withdrawal runs in a task of its own: the transport may drop this
         // future at any await, and a transaction cut off half-way would hold the row's lock.
@@ -352,7 +378,7 @@ impl Approvals {
     async fn wait(
         &self,
         record: ApprovalRecord,
-        progress: &mpsc::UnboundedSender<ProgressReport>,
+        progress: Option<&mpsc::UnboundedSender<ProgressReport>>,
         cancel: &CancellationToken,
     ) -> Outcome {
         let store = self.inner.store.org(record.org_id);
@@ -393,11 +419,9 @@ impl Approvals {
                         // Run apart from this call: if the client goes away now, the approved
                         // call still finishes and its outcome is recorded.
                         let this = self.clone();
-                        let progress = progress.clone();
+                        let progress = progress.cloned();
                         let run =
-                            tokio::spawn(
-                                async move { this.execute(&current, Some(progress)).await },
-                            );
+                            tokio::spawn(async move { this.execute(&current, progress).await });
                         return Outcome::Ran(run.await.unwrap_or_else(|e| {
                             Err(ToolError::new(
                                 ErrorCode::Internal,
@@ -422,15 +446,17 @@ impl Approvals {
             }
             if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
                 last_report = Some(now);
-                let _ = progress.send(ProgressReport {
-                    progress: (now - started).as_secs_f64(),
-                    total: Some(APPROVAL_TTL_SECS as f64),
-                    message: Some(format!(
-                        "Waiting for a person to approve {} (approval {}, expires {})",
-                        current.description,
-                        current.id,
-                        current.expires_at.to_rfc3339()
-                    )),
+                let _ = progress.map(|p| {
+                    p.send(ProgressReport {
+                        progress: (now - started).as_secs_f64(),
+                        total: Some(APPROVAL_TTL_SECS as f64),
+                        message: Some(format!(
+                            "Waiting for a person to approve {} (approval {}, expires {})",
+                            current.description,
+                            current.id,
+                            current.expires_at.to_rfc3339()
+                        )),
+                    })
                 });
             }
             tokio::select! {
@@ -489,17 +515,34 @@ impl Approvals {
             ));
         }
         spec.validate(&r.arguments)?;
-        let key = self.check_requester(r, spec).await?;
-        let mut cx = tool_cx(
-            &self.inner.store,
-            &self.inner.gateway,
-            r.org_id,
-            Actor::new(ActorType::ApiKey, key),
-            r.request_id.clone(),
-        );
+        let (key, scopes, permissions) = self.requester_now(r).await?;
+        let caller = Caller {
+            org: r.org_id,
+            actor: Actor::new(ActorType::ApiKey, key),
+            key: Some(key),
+            user: r.requester_user_id,
+            scopes: &scopes,
+            permissions: Some(permissions),
+        };
+        // Cleared again as the requester stands now: scope, role and allowlist.
+        let awaiting = self
+            .inner
+            .guard
+            .recheck_approved(&caller, spec, &r.arguments)
+            .map_err(|refusal| void(r, &refusal.to_string()))?;
+        let services = Services {
+            store: &self.inner.store,
+            gateway: &self.inner.gateway,
+        };
+        let options = || CallOptions {
+            request_id: r.request_id.clone(),
+            progress: None,
+        };
         // The same checks as before the request was made, on the data as it is now; the
         // snapshot pinned then must still be what the call would act on.
-        let pin = spec.precheck(&cx, &r.arguments).await?;
+        let pin = spec
+            .precheck(services, &awaiting, &r.arguments, options())
+            .await?;
         if pin
             .as_ref()
             .map(pin_hash)
@@ -513,54 +556,48 @@ impl Approvals {
                 r.tool
             )));
         }
-        if let Some(tx) = progress {
-            cx = cx.with_progress(tx);
-        }
-        let output = spec.call(&cx, r.arguments.clone()).await?;
+        let cleared = awaiting.approved();
+        let options = CallOptions {
+            progress,
+            ..options()
+        };
+        let output = spec
+            .call(services, &cleared, r.arguments.clone(), options)
+            .await?;
         serde_json::from_str(output.get())
             .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
     }
 
-    /// The requesting API key, when it and its user are still active and the user's role in
-    /// the organization still allows the call; otherwise the request is void.
-    async fn check_requester(
+    /// The requesting API key with its scopes and its user's permissions in the organization,
+    /// when the key and the user are still active; otherwise the request is void.
+    async fn requester_now(
         &self,
         r: &ApprovalRecord,
-        spec: &ToolSpec,
-    ) -> Result<breeze_core::ApiKeyId, ToolError> {
-        let void = |why: &str| {
-            refused(format!(
-                "Approval request {} is void: {why}; nothing was run",
-                r.id
-            ))
-        };
+    ) -> Result<(ApiKeyId, breeze_core::ScopeSet, breeze_core::PermissionSet), ToolError> {
         let Some(key_id) = r.api_key_id else {
-            return Err(void("the requesting API key was deleted"));
+            return Err(void(r, "the requesting API key was deleted"));
         };
         let store = &self.inner.store;
         let key = match store.org(r.org_id).get_api_key(key_id).await {
             Ok(k) => k,
-            Err(StoreError::NotFound(_)) => return Err(void("the requesting API key was deleted")),
+            Err(StoreError::NotFound(_)) => {
+                return Err(void(r, "the requesting API key was deleted"));
+            }
             Err(e) => return Err(e.into()),
         };
         if key.revoked_at.is_some() {
-            return Err(void("the requesting API key was revoked"));
+            return Err(void(r, "the requesting API key was revoked"));
         }
         if !key.is_active(self.inner.clock.now()) {
-            return Err(void("the requesting API key has expired"));
+            return Err(void(r, "the requesting API key has expired"));
         }
         let Some(access) = store.org_access(r.requester_user_id, r.org_id).await? else {
             return Err(void(
+                r,
                 "the requesting user is disabled or no longer holds a role in the organization",
             ));
         };
-        let needed = spec.permission_for(&r.arguments);
-        if rbac::check(access.permissions, needed).is_err() {
-            return Err(void(&format!(
-                "the requesting user no longer holds the {needed} permission"
-            )));
-        }
-        Ok(key_id)
+        Ok((key_id, key.scopes, access.permissions))
     }
 
     /// At start, fails requests a previous process left running; then, every poll interval,

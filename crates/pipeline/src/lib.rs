@@ -1,0 +1,224 @@
+//! One tool call, from "this caller asks to run tool T with arguments A" to its result: the
+//! pipeline every front door goes through (MCP now; the AI chat and Tool Sources next).
+//!
+//! [`Pipeline::call`] runs, in order: the guard (`breeze-guard`: scope for the call's tier,
+//! RBAC, the per-tool limit, the production allowlist) → input validation against the tool's
+//! schema → for Tier 3, the tool's precheck and a person's approval ([`approvals`], durable) →
+//! the handler, with a [`breeze_tools::ToolCx`] confined to the cleared organization. The
+//! guard's verdict is the only key to a handler (`breeze_guard::Cleared`), so no caller can
+//! skip a step. The pipeline knows no HTTP and no MCP: a front door turns its request into a
+//! [`Caller`] and a [`CallOutcome`] into its own answer, and writes the request's audit event
+//! (with what only it knows: transport, session).
+
+pub mod approvals;
+
+use std::sync::Arc;
+
+use breeze_gateway::Gateway;
+use breeze_guard::{AwaitingApproval, Clearance};
+pub use breeze_guard::{Caller, Guard, Refusal};
+use breeze_store::{ApprovalRecord, Store};
+use breeze_tools::{CallOptions, ErrorCode, RawOutput, Registry, Services, ToolError, ToolSpec};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals::{ApprovalConfig, Approvals, Outcome};
+
+/// How a call ended, for the front door to answer.
+#[derive(Debug)]
+pub enum CallOutcome {
+    /// The tool ran: its structured output, as JSON text.
+    Output(RawOutput),
+    /// The call failed with a tool error: invalid arguments, the handler's own error, an
+    /// approval denied, withdrawn or void.
+    Failed(ToolError),
+    /// A Tier 3 call still waits for a person; the caller follows it with
+    /// `get_approval_status`.
+    Pending(Box<ApprovalRecord>),
+    /// The guard refused the call; nothing ran.
+    Refused(Refusal),
+    /// No tool has this name.
+    UnknownTool,
+}
+
+struct Inner {
+    store: Store,
+    gateway: Gateway,
+    registry: Arc<Registry>,
+    guard: Guard,
+    approvals: Approvals,
+}
+
+/// The call pipeline. Cheap to clone.
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    pub fn new(
+        store: Store,
+        gateway: Gateway,
+        registry: Arc<Registry>,
+        guard: Guard,
+        approvals: ApprovalConfig,
+    ) -> Self {
+        let approvals = Approvals::new(
+            store.clone(),
+            gateway.clone(),
+            registry.clone(),
+            guard.clone(),
+            approvals,
+        );
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                gateway,
+                registry,
+                guard,
+                approvals,
+            }),
+        }
+    }
+
+    /// Every tool.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The guard, for listing (`Guard::visible`).
+    pub fn guard(&self) -> &Guard {
+        &self.inner.guard
+    }
+
+    /// The approval workflow: decisions wake waiting calls, the resumer runs orphaned ones.
+    pub fn approvals(&self) -> &Approvals {
+        &self.inner.approvals
+    }
+
+    /// The tools `caller` sees listed, in name order: those whose lowest-tier call its scopes
+    /// reach.
+    pub fn visible<'a>(&'a self, caller: &'a Caller<'_>) -> impl Iterator<Item = &'a ToolSpec> {
+        self.inner
+            .registry
+            .iter()
+            .filter(|t| self.inner.guard.visible(caller.scopes, *t))
+    }
+
+    fn services(&self) -> Services<'_> {
+        Services {
+            store: &self.inner.store,
+            gateway: &self.inner.gateway,
+        }
+    }
+
+    /// Runs one call through every step. `cancel` is the caller's: a cancelled call stops (a
+    /// waiting Tier 3 request is withdrawn) and its outcome is not for anyone's eyes.
+    pub async fn call(
+        &self,
+        caller: &Caller<'_>,
+        tool: &str,
+        arguments: Value,
+        options: CallOptions,
+        cancel: &CancellationToken,
+    ) -> CallOutcome {
+        let Some(spec) = self.inner.registry.get(tool) else {
+            return CallOutcome::UnknownTool;
+        };
+        let clearance = match self.inner.guard.check(caller, spec, &arguments).await {
+            Ok(c) => c,
+            Err(r) => return CallOutcome::Refused(r),
+        };
+        if let Err(e) = spec.validate(&arguments) {
+            return CallOutcome::Failed(e);
+        }
+        match clearance {
+            Clearance::Run(cleared) => {
+                tokio::select! {
+                    r = spec.call(self.services(), &cleared, arguments, options) => match r {
+                        Ok(output) => CallOutcome::Output(output),
+                        Err(e) => CallOutcome::Failed(e),
+                    },
+                    () = cancel.cancelled() => CallOutcome::Failed(cancelled()),
+                }
+            }
+            // Boxed: this path's state (~9 KB) would otherwise sit in every call's future, and
+            // the transports move whole futures into boxes.
+            Clearance::NeedsApproval(awaiting) => {
+                Box::pin(self.with_approval(caller, spec, awaiting, arguments, options, cancel))
+                    .await
+            }
+        }
+    }
+
+    /// A Tier 3 call: the tool's precheck (what can be refused before a person is asked, with
+    /// the call's own error), a durable approval request, a bounded wait with progress, and the
+    /// call's result once a person approved it (or why it did not run, or "pending").
+    async fn with_approval(
+        &self,
+        caller: &Caller<'_>,
+        spec: &ToolSpec,
+        awaiting: AwaitingApproval,
+        arguments: Value,
+        options: CallOptions,
+        cancel: &CancellationToken,
+    ) -> CallOutcome {
+        let CallOptions {
+            request_id,
+            progress,
+        } = options;
+        let precheck = CallOptions {
+            request_id: request_id.clone(),
+            progress: None,
+        };
+        let pin = match spec
+            .precheck(self.services(), &awaiting, &arguments, precheck)
+            .await
+        {
+            Ok(pin) => pin,
+            Err(e) => return CallOutcome::Failed(e),
+        };
+        // The approved call is cleared again when it runs (the requester may have lost the
+        // right meanwhile): this verdict ends here.
+        drop(awaiting);
+        let outcome = self
+            .inner
+            .approvals
+            .request_and_wait(caller, spec, &arguments, request_id, pin, progress, cancel)
+            .await;
+        match outcome {
+            Outcome::Ran(Ok(output)) => CallOutcome::Output(raw(&output)),
+            Outcome::Ran(Err(e)) | Outcome::Refused(e) => CallOutcome::Failed(e),
+            Outcome::Pending(r) => CallOutcome::Pending(r),
+        }
+    }
+}
+
+fn cancelled() -> ToolError {
+    ToolError::new(ErrorCode::Internal, "cancelled by the client")
+}
+
+/// `value` as JSON text.
+pub fn raw(value: &Value) -> RawOutput {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawOutput::default())
+}
+
+/// The `structuredContent` of a call that waits for a person's approval.
+pub fn pending_answer(r: &ApprovalRecord) -> Value {
+    json!({
+        "status": "pending_approval",
+        "approvalId": r.id,
+        "description": r.description,
+        "expiresAt": r.expires_at,
+        "message": format!(
+            "This Tier 3 call waits for a person's approval (approval {}). Once approved it runs once; check with get_approval_status.",
+            r.id
+        ),
+    })
+}
