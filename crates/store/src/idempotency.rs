@@ -271,12 +271,11 @@ impl Store {
             .bind(before)
             .execute(self)
             .await?;
-        let open = sql(
-            "DELETE FROM idempotency_records WHERE state = 'in_progress' AND claimed_at < $1",
-        )
-        .bind(before)
-        .execute(self)
-        .await?;
+        let open =
+            sql("DELETE FROM idempotency_records WHERE state = 'in_progress' AND claimed_at < $1")
+                .bind(before)
+                .execute(self)
+                .await?;
         Ok(done + open)
     }
 }
