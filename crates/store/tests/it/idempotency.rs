@@ -2,7 +2,7 @@
 //! outcome replayed, a different payload refused, a stale claim taken over once, records pruned
 //! after the retention window, and all of it still true for a store opened after a restart.
 
-use breeze_core::{Actor, ActorType, Clock, OrgId, Timestamp};
+use breeze_core::{Actor, ActorType, OrgId, Timestamp};
 use breeze_store::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim, Store, StoreError, testing::Ctx,
