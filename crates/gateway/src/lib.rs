@@ -10,8 +10,8 @@
 //! [`Gateway::deliver`] is the only place a frame leaves for a device.
 //!
 //! Background work ([`Gateway::spawn_sweeper`]): commands past their deadline become
-//! `timed_out`, devices that missed heartbeats become `offline`, and metrics and agent logs
-//! past retention are pruned.
+//! `timed_out`, devices that missed heartbeats become `offline`, and metrics, agent logs and
+//! idempotency records past retention are pruned.
 
 use std::{
     collections::HashMap,
@@ -397,6 +397,10 @@ impl Gateway {
                 .await?;
             let before = store.clock().now() - self.inner.config.log_retention;
             store.prune_agent_logs(before).await?;
+            // Write tools' requestIds are replayed for this long (the store's constant).
+            store
+                .prune_idempotency(store.clock().now() - breeze_store::IDEMPOTENCY_RETENTION)
+                .await?;
         }
         Ok(())
     }
@@ -462,5 +466,59 @@ impl OrgFleet<'_> {
     /// Cancels a command that has not finished and tells the agent to stop it.
     pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
         self.gateway.cancel(self.org, id, reason).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a panic is the failure report
+mod tests {
+    use breeze_core::{Actor, ActorType, AuditEvent};
+    use breeze_store::{Backend, ClaimOutcome, IDEMPOTENCY_STALE_AFTER, testing};
+    use serde_json::json;
+
+    use super::{Gateway, GatewayConfig};
+
+    /// The hourly prune of the sweep removes idempotency records past retention (and the
+    /// other sweeps leave them).
+    #[tokio::test]
+    async fn the_pruning_sweep_forgets_old_request_ids() {
+        testing::run(Backend::Sqlite, |cx| async move {
+            let s = &cx.store;
+            let audit = |a: &str| AuditEvent::new(Actor::system("test"), a, "x");
+            let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+            let org = s
+                .create_organization(p.id, "A", "a", audit("o"))
+                .await
+                .unwrap()
+                .id;
+            let actor = Actor::new(ActorType::ApiKey, "k");
+            let o = s.org(org);
+            let claim = || {
+                o.claim_request(
+                    &actor,
+                    "r-1",
+                    "create_group",
+                    &[1; 32],
+                    s.clock().now(),
+                    IDEMPOTENCY_STALE_AFTER,
+                )
+            };
+            let ClaimOutcome::Claimed(c) = claim().await.unwrap() else {
+                panic!("a first call claims")
+            };
+            o.complete_request(&c, &json!(1), false, s.clock().now())
+                .await
+                .unwrap();
+            cx.clock.advance(chrono::Duration::hours(25));
+            let gw = Gateway::new(s.clone(), GatewayConfig::default());
+            gw.sweep(false).await.unwrap();
+            assert!(matches!(
+                claim().await.unwrap(),
+                ClaimOutcome::Replay { .. }
+            ));
+            gw.sweep(true).await.unwrap();
+            assert!(matches!(claim().await.unwrap(), ClaimOutcome::Claimed(_)));
+        })
+        .await;
     }
 }

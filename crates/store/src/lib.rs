@@ -18,6 +18,7 @@ mod context;
 mod devices;
 mod directory;
 mod error;
+mod idempotency;
 mod metrics;
 mod protected_paths;
 mod scripts;
@@ -44,6 +45,10 @@ pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
 pub use error::{Result, StoreError};
+pub use idempotency::{
+    ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
+    RequestClaim,
+};
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).

@@ -229,6 +229,31 @@ impl Store {
         }))
     }
 
+    /// A second store on this store's database (the same SQLite file, or the same PostgreSQL
+    /// schema) with the same clock, as a restarted process would open it: for tests that what
+    /// was stored survives a restart.
+    pub async fn reopen(&self) -> Result<Store> {
+        let options = match (&self.sqlite_file, self.backend()) {
+            (Some(file), _) => StoreOptions::new(format!("sqlite://{}", file.display())),
+            (None, Backend::Postgres) => {
+                let schema: String = crate::sql::sql("SELECT CAST(current_schema() AS TEXT)")
+                    .fetch_scalar(self)
+                    .await?;
+                StoreOptions {
+                    pg_schema: Some(schema),
+                    max_connections: 5,
+                    ..StoreOptions::new(postgres_url())
+                }
+            }
+            (None, Backend::Sqlite) => {
+                return Err(crate::StoreError::Config(
+                    "an in-memory SQLite database cannot be reopened".into(),
+                ));
+            }
+        };
+        Store::connect(&options, self.clock.clone()).await
+    }
+
     /// Every row of `table` rendered as one string.
     pub async fn raw_dump(&self, table: &str) -> Result<Vec<String>> {
         // Audit records still in the journal are rows too.

@@ -6,6 +6,7 @@ mod approvals;
 mod audit;
 mod context;
 mod directory;
+mod idempotency;
 mod isolation;
 mod tenancy;
 mod users;
