@@ -77,6 +77,10 @@ mod tests {
                 "{}: tier 4 tools are never registered",
                 t.name
             );
+            if let Some(top) = t.actions.iter().map(|a| a.tier).max() {
+                // The fail-closed tier (the highest action's) is never below the listed one.
+                assert!(t.tier <= top, "{}: listed above every action", t.name);
+            }
             for a in t.actions {
                 assert!(
                     a.tier < Tier::T4,
