@@ -105,8 +105,9 @@ mod tests {
     /// rate limits"), one row per tool: its name, the Tier column as the spec prints it (`None`
     /// for Breeze's own tools the spec does not list), whether the spec's description breaks
     /// the tier down per action, and the per-user limit (calls, window in seconds).
+    type SpecTool = (&'static str, Option<&'static str>, bool, Option<(u32, u64)>);
     #[rustfmt::skip]
-    const SPEC_TOOLS: &[(&str, Option<&str>, bool, Option<(u32, u64)>)] = &[
+    const SPEC_TOOLS: &[SpecTool] = &[
         ("analyze_disk_usage",          Some("1"),     false, Some((10, 300))),
         ("analyze_metrics",             Some("1"),     false, None),
         ("disk_cleanup",                Some("1/3"),   true,  Some((3, 600))),
