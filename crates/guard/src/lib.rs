@@ -4,7 +4,8 @@
 //! handler runs, and shows [`Guard::visible`] tools only. The pipeline, in the specification's
 //! order, each step refusing with an error that names what is missing:
 //!
-//! 1. **Scope** for the call's effective tier (the action's tier, else the base tier): Tier 1
+//! 1. **Scope** for the call's effective tier (the named action's tier; for a call naming no
+//!    action or an unknown one the tool's highest, fail closed): Tier 1
 //!    needs `ai:read`, Tier 2 `ai:write`, Tier 3 `ai:execute` — and `ai:execute_admin` in
 //!    production when required. `ai:execute` implies `ai:write` implies `ai:read`; `*` grants
 //!    all. Tier 4 is always refused.

@@ -1,14 +1,21 @@
 //! The tool contract: how a tool is declared, and what the registry derives from it.
 //!
 //! A tool is a unit struct implementing [`Tool`]: name, title, description, an input type whose
-//! JSON Schema is derived, an output type (→ `outputSchema` and `structuredContent`), a base
-//! tier, a per-action tier table, the effects its actions have, and the handler. Annotations are
-//! *derived* from the effects, so no tool can claim to be read-only while it deletes.
+//! JSON Schema is derived, an output type (→ `outputSchema` and `structuredContent`), its listed
+//! tier, its action type, the effects of a tool without actions, and the handler. Annotations
+//! are *derived* from the effects, so no tool can claim to be read-only while it deletes.
+//!
+//! A tool whose calls pick an action declares the action enum with [`actions!`](crate::actions):
+//! each variant with its wire name, tier, effect and permission in one line, so a variant
+//! without them does not compile and no string-keyed table sits beside the enum. The input's
+//! action field has that type; a call naming no action or an unknown one is judged at the
+//! tool's highest tier (fail closed) before schema validation refuses it.
 
 use std::future::Future;
 
+pub use breeze_core::Permission;
 pub use breeze_core::Tier;
-use breeze_core::{Actor, Clock, OrgId, Permission, Scope, Timestamp};
+use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp};
 use breeze_gateway::{Gateway, OrgFleet};
 pub use breeze_guard::RateLimit;
 use breeze_store::{OrgStore, Store, StoreError};
@@ -29,8 +36,8 @@ pub enum Effect {
     Execute,
 }
 
-/// One row of a tool's action table.
-#[derive(Debug, Clone, Copy)]
+/// One row of a tool's action table: what one action is called on the wire, and what it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Action {
     pub name: &'static str,
     pub tier: Tier,
@@ -39,19 +46,108 @@ pub struct Action {
     pub permission: Permission,
 }
 
-/// Shorthand for an [`Action`] row.
-pub const fn action(
-    name: &'static str,
-    tier: Tier,
-    effect: Effect,
-    permission: Permission,
-) -> Action {
-    Action {
-        name,
-        tier,
-        effect,
-        permission,
+/// A tool's action type, declared with [`actions!`](crate::actions): every variant carries its
+/// row, so an action without a tier, effect or permission does not compile.
+pub trait ActionSet: Copy + Send + Sync + 'static {
+    /// Every variant, in declaration order.
+    const ALL: &'static [Self];
+    /// One row per variant, in declaration order (`TABLE[i]` is `ALL[i].rule()`).
+    const TABLE: &'static [Action];
+
+    /// This action's row (an exhaustive match).
+    fn rule(self) -> &'static Action;
+
+    /// The wire name, as the tool's action argument spells it.
+    fn name(self) -> &'static str {
+        self.rule().name
     }
+}
+
+/// The action type of a tool whose calls name no action: it has no variants and no rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoActions {}
+
+impl ActionSet for NoActions {
+    const ALL: &'static [Self] = &[];
+    const TABLE: &'static [Action] = &[];
+
+    fn rule(self) -> &'static Action {
+        match self {}
+    }
+}
+
+/// Declares a tool's action enum with each variant's wire name, tier, effect and permission in
+/// one place:
+///
+/// ```
+/// use breeze_tools::{ActionSet, Tier};
+///
+/// breeze_tools::actions! {
+///     /// What `manage_groups` does.
+///     enum GroupAction {
+///         List = "list" => (T1, Read, DevicesRead),
+///         Delete = "delete" => (T3, Delete, DevicesWrite),
+///     }
+/// }
+/// assert_eq!(GroupAction::Delete.rule().tier, Tier::T3);
+/// assert_eq!(GroupAction::TABLE[0].name, "list");
+/// ```
+///
+/// A variant without its tier, effect and permission is refused at compile time:
+///
+/// ```compile_fail
+/// breeze_tools::actions! {
+///     enum GroupAction {
+///         List = "list" => (T1, Read, DevicesRead),
+///         Delete = "delete",
+///     }
+/// }
+/// ```
+///
+/// The enum derives serde (each variant renamed to its wire name), `JsonSchema`, `Copy`, `Eq`
+/// and `Debug`; its [`ActionSet`] table and `rule` are generated from the same list, so every
+/// variant has exactly one row. Tiers, effects and permissions are [`Tier`], [`Effect`] and
+/// [`Permission`] variant names. A `///` doc on the enum or a variant becomes a `description`
+/// in the tool's input schema (models read it; it counts against the catalogue's size); notes
+/// for developers go in `//` comments.
+#[macro_export]
+macro_rules! actions {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $wire:literal => ($tier:ident, $effect:ident, $perm:ident) ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash,
+            ::serde::Serialize, ::serde::Deserialize, ::schemars::JsonSchema,
+        )]
+        $vis enum $name {
+            $( $(#[$vmeta])* #[serde(rename = $wire)] $variant ),+
+        }
+
+        impl $crate::ActionSet for $name {
+            const ALL: &'static [Self] = &[$($name::$variant),+];
+            const TABLE: &'static [$crate::Action] = &[$(
+                $crate::actions!(@row $wire, $tier, $effect, $perm)
+            ),+];
+
+            fn rule(self) -> &'static $crate::Action {
+                match self {
+                    $( $name::$variant => &$crate::actions!(@row $wire, $tier, $effect, $perm) ),+
+                }
+            }
+        }
+    };
+    (@row $wire:literal, $tier:ident, $effect:ident, $perm:ident) => {
+        $crate::Action {
+            name: $wire,
+            tier: $crate::Tier::$tier,
+            effect: $crate::Effect::$effect,
+            permission: $crate::contract::Permission::$perm,
+        }
+    };
 }
 
 /// Shorthand for a [`RateLimit`]: `max` calls per `window_secs`.
@@ -377,17 +473,19 @@ pub trait Tool: Send + Sync + 'static {
     const NAME: &'static str;
     const TITLE: &'static str;
     const DESCRIPTION: &'static str;
-    /// The tier of the tool as a whole (the per-action table may raise a call above it).
+    /// The tool's tier as the specification lists it. For a tool with actions it is what the
+    /// listing shows (`_meta`); every call is judged at its action's tier instead.
     const TIER: Tier;
-    /// What the acting user's role must allow (actions may name their own).
+    /// What the acting user's role must allow (for a tool with actions, each action's own).
     const PERMISSION: Permission;
     /// The per-user sliding-window limit, if the tool has one.
     const RATE_LIMIT: Option<RateLimit> = None;
-    /// Effects of a tool without actions.
+    /// Effects of a tool without actions (a tool with actions has its actions' effects).
     const EFFECTS: &'static [Effect] = &[Effect::Read];
-    /// Per-action tiers and effects, for tools whose [`Tool::ACTION_KEY`] argument picks an
-    /// action.
-    const ACTIONS: &'static [Action] = &[];
+    /// The actions a call can name in its [`Tool::ACTION_KEY`] argument, each with its tier,
+    /// effect and permission ([`actions!`](crate::actions)); [`NoActions`] for a tool without.
+    /// The input's action field has this type.
+    type Actions: ActionSet;
     /// The argument naming the action.
     const ACTION_KEY: &'static str = "action";
 
@@ -416,6 +514,40 @@ pub trait Tool: Send + Sync + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    crate::actions! {
+        /// A test action type.
+        enum Sample {
+            /// Documented variants keep their rows.
+            Look = "look" => (T1, Read, DevicesRead),
+            Poke = "poke_it" => (T2, Update, DevicesWrite),
+            Wipe = "wipe" => (T3, Delete, FilesWrite),
+        }
+    }
+
+    #[test]
+    fn declared_actions_carry_their_rows() {
+        assert_eq!(Sample::ALL.len(), Sample::TABLE.len());
+        for (i, a) in Sample::ALL.iter().enumerate() {
+            assert_eq!(a.rule(), &Sample::TABLE[i], "{a:?}");
+            assert_eq!(serde_json::to_value(a).ok(), Some(json!(a.name())));
+            let back: Sample = serde_json::from_value(json!(a.name())).unwrap_or_else(|e| {
+                panic!("{a:?} does not read back from its wire name: {e}");
+            });
+            assert_eq!(back, *a);
+        }
+        assert_eq!(
+            Sample::Poke.rule(),
+            &Action {
+                name: "poke_it",
+                tier: Tier::T2,
+                effect: Effect::Update,
+                permission: Permission::DevicesWrite,
+            }
+        );
+        assert!(serde_json::from_value::<Sample>(json!("Poke")).is_err());
+        assert!(NoActions::TABLE.is_empty() && NoActions::ALL.is_empty());
+    }
 
     #[test]
     fn hints_follow_effects() {

@@ -19,8 +19,8 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, CallOptions, Effect, ErrorCode, Hints, Pin, ProgressReport, RateLimit, Rendered,
-    Services, Tier, Tool, ToolCx, ToolError, action, per,
+    Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin, ProgressReport,
+    RateLimit, Rendered, Services, Tier, Tool, ToolCx, ToolError, per,
 };
 pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};
 
@@ -42,6 +42,8 @@ pub fn all() -> Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use breeze_core::Permission;
 
     #[test]
     fn every_tool_is_well_formed() {
@@ -78,6 +80,10 @@ mod tests {
                 "{}: tier 4 tools are never registered",
                 t.name
             );
+            if let Some(top) = t.actions.iter().map(|a| a.tier).max() {
+                // The fail-closed tier (the highest action's) is never below the listed one.
+                assert!(t.tier <= top, "{}: listed above every action", t.name);
+            }
             for a in t.actions {
                 assert!(
                     a.tier < Tier::T4,
@@ -98,194 +104,175 @@ mod tests {
         }
     }
 
-    /// The specification's table, row by row: for every tool and action, the effective tier,
-    /// the permission and the per-user rate limit.
+    /// The specification's tool tables (breeze-mcp-server.md, "Available tools" and "Per-tool
+    /// rate limits"), one row per tool: its name, the Tier column as the spec prints it (`None`
+    /// for Breeze's own tools the spec does not list), whether the spec's description breaks
+    /// the tier down per action, and the per-user limit (calls, window in seconds).
+    type SpecTool = (&'static str, Option<&'static str>, bool, Option<(u32, u64)>);
+    #[rustfmt::skip]
+    const SPEC_TOOLS: &[SpecTool] = &[
+        ("analyze_disk_usage",          Some("1"),     false, Some((10, 300))),
+        ("analyze_metrics",             Some("1"),     false, None),
+        ("disk_cleanup",                Some("1/3"),   true,  Some((3, 600))),
+        ("execute_command",             Some("3"),     false, Some((10, 300))),
+        ("file_operations",             Some("1/3"),   true,  Some((20, 300))),
+        ("get_active_users",            Some("1"),     false, None),
+        ("get_approval_status",         None,          false, None),
+        ("get_device_context",          Some("1"),     false, None),
+        ("get_device_details",          Some("1"),     false, None),
+        ("get_user_experience_metrics", Some("1"),     false, None),
+        ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
+        ("manage_services",             Some("3"),     true,  Some((10, 300))),
+        ("network_discovery",           Some("3"),     false, Some((2, 600))),
+        ("query_audit_log",             Some("1"),     false, None),
+        ("query_devices",               Some("1"),     false, None),
+        ("resolve_device_context",      Some("2"),     false, Some((20, 300))),
+        ("run_script",                  Some("3"),     false, Some((5, 300))),
+        ("search_agent_logs",           Some("1"),     false, None),
+        ("set_agent_log_level",         Some("2"),     false, None),
+        ("set_device_context",          Some("2"),     false, Some((20, 300))),
+    ];
+
+    /// Every call a tool can take, one row per action (`None` for a tool without actions):
+    /// the tier (the spec's per-action breakdown where it gives one, else the tool's tier) and
+    /// the permission the acting user's role must hold.
+    #[rustfmt::skip]
+    const SPEC_CALLS: &[(&str, Option<&str>, Tier, Permission)] = &[
+        ("analyze_disk_usage",          None,                     Tier::T1, Permission::DevicesRead),
+        ("analyze_metrics",             None,                     Tier::T1, Permission::DevicesRead),
+        ("disk_cleanup",                Some("preview"),          Tier::T1, Permission::DevicesRead),
+        ("disk_cleanup",                Some("execute"),          Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("list_processes"),   Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("kill_process"),     Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("list_services"),    Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("start_service"),    Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("stop_service"),     Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("restart_service"),  Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("file_list"),        Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("file_read"),        Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("event_logs_list"),  Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("event_logs_query"), Tier::T3, Permission::DevicesExecute),
+        ("file_operations",             Some("list"),             Tier::T1, Permission::FilesRead),
+        ("file_operations",             Some("read"),             Tier::T1, Permission::FilesRead),
+        ("file_operations",             Some("write"),            Tier::T3, Permission::FilesWrite),
+        ("file_operations",             Some("delete"),           Tier::T3, Permission::FilesWrite),
+        ("file_operations",             Some("mkdir"),            Tier::T3, Permission::FilesWrite),
+        ("file_operations",             Some("rename"),           Tier::T3, Permission::FilesWrite),
+        ("get_active_users",            None,                     Tier::T1, Permission::DevicesRead),
+        ("get_approval_status",         None,                     Tier::T1, Permission::DevicesRead),
+        ("get_device_context",          None,                     Tier::T1, Permission::DevicesRead),
+        ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
+        ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("add_devices"),      Tier::T2, Permission::DevicesWrite),
+        ("manage_groups",               Some("remove_devices"),   Tier::T2, Permission::DevicesWrite),
+        ("manage_groups",               Some("create"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_groups",               Some("update"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_groups",               Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_services",             Some("list"),             Tier::T2, Permission::ServicesManage),
+        ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
+        ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),
+        ("manage_services",             Some("restart"),          Tier::T3, Permission::ServicesManage),
+        ("network_discovery",           None,                     Tier::T3, Permission::DevicesExecute),
+        ("query_audit_log",             None,                     Tier::T1, Permission::AuditRead),
+        ("query_devices",               None,                     Tier::T1, Permission::DevicesRead),
+        ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
+        ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
+        ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),
+        ("set_agent_log_level",         None,                     Tier::T2, Permission::DevicesExecute),
+        ("set_device_context",          None,                     Tier::T2, Permission::DevicesWrite),
+    ];
+
+    fn tier_of(digit: &str) -> Tier {
+        match digit {
+            "1" => Tier::T1,
+            "2" => Tier::T2,
+            "3" => Tier::T3,
+            other => panic!("not a tier in the spec's table: {other}"),
+        }
+    }
+
+    /// Every registered tool and action against the tables above, both ways: a tool or action
+    /// missing from the tables fails, and so does a row naming one that is not registered.
     #[test]
     fn tiers_permissions_and_limits_follow_the_spec() {
-        use breeze_core::Permission::*;
         use serde_json::json;
+        use std::collections::BTreeSet;
         let r = all();
-        #[rustfmt::skip]
-        type Row = (&'static str, Option<&'static str>, Tier, breeze_core::Permission, Option<(u32, u64)>);
-        let table: &[Row] = &[
-            (
-                "analyze_disk_usage",
-                None,
-                Tier::T1,
-                DevicesRead,
-                Some((10, 300)),
-            ),
-            ("analyze_metrics", None, Tier::T1, DevicesRead, None),
-            (
-                "disk_cleanup",
-                Some("preview"),
-                Tier::T1,
-                DevicesRead,
-                Some((3, 600)),
-            ),
-            (
-                "disk_cleanup",
-                Some("execute"),
-                Tier::T3,
-                DevicesExecute,
-                Some((3, 600)),
-            ),
-            (
-                "execute_command",
-                Some("list_processes"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("file_list"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("event_logs_list"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("kill_process"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("file_read"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("restart_service"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "execute_command",
-                Some("no_such_command"),
-                Tier::T3,
-                DevicesExecute,
-                Some((10, 300)),
-            ),
-            (
-                "file_operations",
-                Some("list"),
-                Tier::T1,
-                FilesRead,
-                Some((20, 300)),
-            ),
-            (
-                "file_operations",
-                Some("read"),
-                Tier::T1,
-                FilesRead,
-                Some((20, 300)),
-            ),
-            (
-                "file_operations",
-                Some("write"),
-                Tier::T3,
-                FilesWrite,
-                Some((20, 300)),
-            ),
-            (
-                "file_operations",
-                Some("delete"),
-                Tier::T3,
-                FilesWrite,
-                Some((20, 300)),
-            ),
-            (
-                "file_operations",
-                Some("mkdir"),
-                Tier::T3,
-                FilesWrite,
-                Some((20, 300)),
-            ),
-            (
-                "file_operations",
-                Some("rename"),
-                Tier::T3,
-                FilesWrite,
-                Some((20, 300)),
-            ),
-            ("get_active_users", None, Tier::T1, DevicesRead, None),
-            (
-                "get_user_experience_metrics",
-                None,
-                Tier::T1,
-                DevicesRead,
-                None,
-            ),
-            (
-                "manage_services",
-                Some("list"),
-                Tier::T2,
-                ServicesManage,
-                Some((10, 300)),
-            ),
-            (
-                "manage_services",
-                Some("start"),
-                Tier::T3,
-                ServicesManage,
-                Some((10, 300)),
-            ),
-            (
-                "manage_services",
-                Some("stop"),
-                Tier::T3,
-                ServicesManage,
-                Some((10, 300)),
-            ),
-            (
-                "manage_services",
-                Some("restart"),
-                Tier::T3,
-                ServicesManage,
-                Some((10, 300)),
-            ),
-            (
-                "network_discovery",
-                None,
-                Tier::T3,
-                DevicesExecute,
-                Some((2, 600)),
-            ),
-            ("run_script", None, Tier::T3, ScriptsExecute, Some((5, 300))),
-            ("search_agent_logs", None, Tier::T1, DevicesRead, None),
-            (
-                "set_agent_log_level",
-                None,
-                Tier::T2,
-                DevicesExecute,
-                Some((5, 600)),
-            ),
-        ];
-        for (name, act, tier, permission, limit) in table {
+
+        let registered: BTreeSet<&str> = r.iter().map(|t| t.name).collect();
+        let listed: BTreeSet<&str> = SPEC_TOOLS.iter().map(|row| row.0).collect();
+        assert_eq!(listed.len(), SPEC_TOOLS.len(), "a tool is listed twice");
+        assert_eq!(
+            registered, listed,
+            "registry and spec table disagree on the tools"
+        );
+
+        let calls: BTreeSet<(&str, Option<&str>)> = r
+            .iter()
+            .flat_map(|t| {
+                let actions: Vec<Option<&str>> = if t.actions.is_empty() {
+                    vec![None]
+                } else {
+                    t.actions.iter().map(|a| Some(a.name)).collect()
+                };
+                actions.into_iter().map(move |a| (t.name, a))
+            })
+            .collect();
+        let rows: BTreeSet<(&str, Option<&str>)> =
+            SPEC_CALLS.iter().map(|row| (row.0, row.1)).collect();
+        assert_eq!(rows.len(), SPEC_CALLS.len(), "a call is listed twice");
+        assert_eq!(
+            calls, rows,
+            "registry and spec table disagree on the actions"
+        );
+
+        for (name, action, tier, permission) in SPEC_CALLS {
             let spec = r
                 .get(name)
                 .unwrap_or_else(|| panic!("{name} is not registered"));
-            let args = act.map_or(json!({}), |a| json!({ spec.action_key: a }));
+            let args = action.map_or(json!({}), |a| json!({ spec.action_key: a }));
             assert_eq!(spec.effective_tier(&args), *tier, "{name} {args}");
             assert_eq!(spec.permission_for(&args), *permission, "{name} {args}");
+            let declared = spec.action(&args);
+            assert_eq!(declared.is_some(), action.is_some(), "{name} {args}");
+        }
+
+        for (name, column, per_action, limit) in SPEC_TOOLS {
+            let spec = r
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} is not registered"));
             assert_eq!(
                 spec.rate_limit.map(|l| (l.max, l.window_secs)),
                 *limit,
                 "{name}"
             );
+            let Some(column) = column else {
+                continue;
+            };
+            let column: Vec<Tier> = column.split('/').map(tier_of).collect();
+            // The tool's own tier is the Tier column as listed (its lowest for "1/3").
+            assert_eq!(spec.tier, column[0], "{name}: tier");
+            let action_tiers: BTreeSet<Tier> = spec.actions.iter().map(|a| a.tier).collect();
+            if column.len() > 1 {
+                // "1/2/3": exactly these tiers occur among the actions.
+                assert_eq!(
+                    action_tiers,
+                    column.iter().copied().collect::<BTreeSet<_>>(),
+                    "{name}: the action tiers are not the spec's {column:?}"
+                );
+            } else if !per_action {
+                // One tier and no per-action breakdown: no action may run below it.
+                assert!(
+                    action_tiers.iter().all(|t| *t >= column[0]),
+                    "{name}: an action runs below the spec's Tier {column:?}"
+                );
+            } else {
+                // One tier with a breakdown in the text (manage_services "3", list Tier 2):
+                // the rows above decide each action; the listed tier is the highest.
+                assert_eq!(action_tiers.last(), Some(&column[0]), "{name}");
+            }
         }
     }
 
@@ -374,24 +361,101 @@ mod tests {
 
     #[test]
     fn effective_tier_follows_the_action_table() {
+        use serde_json::json;
         let r = all();
         let g = r.get("manage_groups").unwrap();
+        let tier = |args: serde_json::Value| g.effective_tier(&args);
+        assert_eq!(tier(json!({ "action": "list" })), Tier::T1);
+        assert_eq!(tier(json!({ "action": "add_devices" })), Tier::T2);
+        assert_eq!(tier(json!({ "action": "delete" })), Tier::T3);
+        // Fail closed: no action, an unknown one, or one of the wrong type is judged at the
+        // tool's highest tier and that action's permission, never at the listed Tier 1.
+        for args in [
+            json!({ "action": "bogus" }),
+            json!({}),
+            json!({ "action": 3 }),
+            json!({ "action": "LIST" }),
+        ] {
+            assert_eq!(g.effective_tier(&args), Tier::T3, "{args}");
+            assert_eq!(g.permission_for(&args), Permission::DevicesWrite, "{args}");
+        }
+        assert_eq!(g.tier, Tier::T1, "the listed tier is unchanged");
+        assert_eq!(g.lowest_tier(), Tier::T1, "still listed to a read key");
+        let d = r.get("disk_cleanup").unwrap();
+        assert_eq!(d.effective_tier(&json!({ "action": "nope" })), Tier::T3);
         assert_eq!(
-            g.effective_tier(&serde_json::json!({ "action": "list" })),
-            Tier::T1
+            d.permission_for(&json!({ "action": "nope" })),
+            Permission::DevicesExecute
         );
-        assert_eq!(
-            g.effective_tier(&serde_json::json!({ "action": "add_devices" })),
-            Tier::T2
-        );
-        assert_eq!(
-            g.effective_tier(&serde_json::json!({ "action": "delete" })),
-            Tier::T3
-        );
-        assert_eq!(
-            g.effective_tier(&serde_json::json!({ "action": "bogus" })),
-            Tier::T1
-        );
+        // manage_services: listed Tier 3, but listing is Tier 2 and so is the tool's lowest.
+        let m = r.get("manage_services").unwrap();
+        assert_eq!(m.lowest_tier(), Tier::T2);
+        assert_eq!(m.effective_tier(&json!({})), Tier::T3);
+        // A tool without actions: its own tier whatever the arguments say.
+        let q = r.get("query_devices").unwrap();
+        assert_eq!(q.effective_tier(&json!({ "action": "delete" })), Tier::T1);
+    }
+
+    /// A tool's action type is its input's action field: the input schema at
+    /// [`ToolSpec::action_key`] admits exactly the action table's names and is required, so
+    /// the guard's view of a call and the handler's cannot differ.
+    #[test]
+    fn the_action_field_admits_exactly_the_action_table() {
+        for t in all().iter() {
+            if t.actions.is_empty() {
+                // (An `action` field of such a tool is data, e.g. query_audit_log's filter.)
+                assert_eq!(t.action_key, "action", "{}: a key with no actions", t.name);
+                continue;
+            }
+            let field = t.input_schema["properties"].get(t.action_key);
+            let field = field.unwrap_or_else(|| panic!("{}: no {} field", t.name, t.action_key));
+            let mut names = Vec::new();
+            wire_names(&t.input_schema, field, &mut names);
+            names.sort_unstable();
+            let mut table: Vec<&str> = t.actions.iter().map(|a| a.name).collect();
+            table.sort_unstable();
+            assert_eq!(names, table, "{}.{}", t.name, t.action_key);
+            let required = t.input_schema["required"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert!(
+                required.iter().any(|k| k == t.action_key),
+                "{}: {} must be required",
+                t.name,
+                t.action_key
+            );
+        }
+    }
+
+    /// The strings a (sub)schema admits: its `enum` and `const` values, following `$ref`s into
+    /// the root's `$defs` and `oneOf`/`anyOf` branches.
+    fn wire_names(root: &serde_json::Value, v: &serde_json::Value, out: &mut Vec<String>) {
+        if let Some(r) = v.get("$ref").and_then(serde_json::Value::as_str) {
+            let def = r.trim_start_matches("#/$defs/");
+            wire_names(root, &root["$defs"][def], out);
+        }
+        for e in v
+            .get("enum")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.extend(e.as_str().map(str::to_owned));
+        }
+        if let Some(c) = v.get("const").and_then(serde_json::Value::as_str) {
+            out.push(c.to_owned());
+        }
+        for key in ["oneOf", "anyOf"] {
+            for b in v
+                .get(key)
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                wire_names(root, b, out);
+            }
+        }
     }
 
     #[test]

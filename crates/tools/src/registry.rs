@@ -11,8 +11,8 @@ use breeze_core::Permission;
 use breeze_guard::{AwaitingApproval, Cleared, Guarded};
 
 use crate::contract::{
-    Action, CallOptions, Effect, ErrorCode, Hints, Pin, RateLimit, Services, Tier, Tool, ToolCx,
-    ToolError,
+    Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, Pin, RateLimit, Services, Tier, Tool,
+    ToolCx, ToolError,
 };
 
 /// A tool's output, serialized once from its typed value.
@@ -43,16 +43,32 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    /// The action named in `args`, when the tool has an action table and the name is in it.
+    /// The action named in `args`, when the tool has actions and the name is one of them.
     pub fn action(&self, args: &Value) -> Option<&'static Action> {
         let name = args.get(self.action_key)?.as_str()?;
         self.actions.iter().find(|a| a.name == name)
     }
 
-    /// The tier of a call: the action's when the call names one in the table, else the base
-    /// tier (so an unknown or missing action is judged at the tool's base tier).
+    /// The action a call is judged as: the one it names, else (no action, or an unknown one)
+    /// the tool's highest-tier action, the first of them in declaration order. `None` only for
+    /// a tool without actions.
+    fn judged_as(&self, args: &Value) -> Option<&'static Action> {
+        self.action(args).or_else(|| {
+            self.actions
+                .iter()
+                .fold(None, |top: Option<&'static Action>, a| match top {
+                    Some(t) if t.tier >= a.tier => Some(t),
+                    _ => Some(a),
+                })
+        })
+    }
+
+    /// The tier of a call: the named action's; for a call naming no action or an unknown one,
+    /// the tool's highest (fail closed: schema validation then refuses the call anyway, but
+    /// nothing before it may treat the call as cheaper than the tool's costliest action); the
+    /// tool's tier for a tool without actions.
     pub fn effective_tier(&self, args: &Value) -> Tier {
-        self.action(args).map_or(self.tier, |a| a.tier)
+        self.judged_as(args).map_or(self.tier, |a| a.tier)
     }
 
     /// The lowest tier any call of this tool can have: what a caller needs to see it listed.
@@ -60,12 +76,15 @@ impl ToolSpec {
         self.actions
             .iter()
             .map(|a| a.tier)
-            .fold(self.tier, Tier::min)
+            .min()
+            .unwrap_or(self.tier)
     }
 
-    /// The permission a call needs: the action's, else the tool's.
+    /// The permission a call needs: the action's it is judged as (see
+    /// [`effective_tier`](Self::effective_tier)), else the tool's.
     pub fn permission_for(&self, args: &Value) -> Permission {
-        self.action(args).map_or(self.permission, |a| a.permission)
+        self.judged_as(args)
+            .map_or(self.permission, |a| a.permission)
     }
 
     /// Checks `args` against the input schema; the error names each offending field.
@@ -260,16 +279,16 @@ impl Registry {
     /// programming errors caught by the registry tests.
     pub fn register<T: Tool>(&mut self) {
         let input_schema = schema_of::<T::Input>();
-        let can_need_approval =
-            T::TIER == Tier::T3 || T::ACTIONS.iter().any(|a| a.tier == Tier::T3);
+        let actions = <T::Actions as ActionSet>::TABLE;
+        let can_need_approval = T::TIER == Tier::T3 || actions.iter().any(|a| a.tier == Tier::T3);
         let output_schema = output_schema_of::<T::Output>(can_need_approval);
         #[allow(clippy::expect_used)] // a static schema; proven by the registry test
         let validator =
             jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
-        let effects: Vec<Effect> = if T::ACTIONS.is_empty() {
+        let effects: Vec<Effect> = if actions.is_empty() {
             T::EFFECTS.to_vec()
         } else {
-            T::ACTIONS.iter().map(|a| a.effect).collect()
+            actions.iter().map(|a| a.effect).collect()
         };
         let spec = ToolSpec {
             name: T::NAME,
@@ -278,7 +297,7 @@ impl Registry {
             tier: T::TIER,
             permission: T::PERMISSION,
             rate_limit: T::RATE_LIMIT,
-            actions: T::ACTIONS,
+            actions,
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),
             effects,

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::Level;
 use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
-use crate::{Effect, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{Effect, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 /// An input naming one device and the command to run there.
 trait DeviceCommand {
@@ -41,19 +41,22 @@ pub(crate) fn register(r: &mut Registry) {
 
 // --- execute_command -------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum CommandType {
-    ListProcesses,
-    KillProcess,
-    ListServices,
-    StartService,
-    StopService,
-    RestartService,
-    FileList,
-    FileRead,
-    EventLogsList,
-    EventLogsQuery,
+crate::actions! {
+    // The command types of `execute_command`. The specification's tool table gives
+    // execute_command Tier 3 with no per-action breakdown: every command type needs ai:execute
+    // and a person's approval, reads included. The effects still differ (and so the hints).
+    pub(crate) enum CommandType {
+        ListProcesses = "list_processes" => (T3, Read, DevicesExecute),
+        KillProcess = "kill_process" => (T3, Execute, DevicesExecute),
+        ListServices = "list_services" => (T3, Read, DevicesExecute),
+        StartService = "start_service" => (T3, Execute, DevicesExecute),
+        StopService = "stop_service" => (T3, Execute, DevicesExecute),
+        RestartService = "restart_service" => (T3, Execute, DevicesExecute),
+        FileList = "file_list" => (T3, Read, DevicesExecute),
+        FileRead = "file_read" => (T3, Read, DevicesExecute),
+        EventLogsList = "event_logs_list" => (T3, Read, DevicesExecute),
+        EventLogsQuery = "event_logs_query" => (T3, Read, DevicesExecute),
+    }
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -176,72 +179,7 @@ impl Tool for ExecuteCommand {
     const PERMISSION: Permission = Permission::DevicesExecute;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
     const ACTION_KEY: &'static str = "commandType";
-    // The specification's tool table gives execute_command Tier 3 with no per-action breakdown
-    // (as it does for manage_services, file_operations and disk_cleanup): every command type
-    // needs ai:execute and a person's approval. The table stays for the effects (and so the
-    // hints) of each command type.
-    const ACTIONS: &'static [crate::Action] = &[
-        action(
-            "list_processes",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "kill_process",
-            Tier::T3,
-            Effect::Execute,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "list_services",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "start_service",
-            Tier::T3,
-            Effect::Execute,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "stop_service",
-            Tier::T3,
-            Effect::Execute,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "restart_service",
-            Tier::T3,
-            Effect::Execute,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "file_list",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "file_read",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "event_logs_list",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-        action(
-            "event_logs_query",
-            Tier::T3,
-            Effect::Read,
-            Permission::DevicesExecute,
-        ),
-    ];
+    type Actions = CommandType;
     type Input = ExecuteInput;
     type Output = CommandView;
 
@@ -257,13 +195,14 @@ impl Tool for ExecuteCommand {
 
 // --- manage_services -------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum ServiceAction {
-    List,
-    Start,
-    Stop,
-    Restart,
+crate::actions! {
+    // What `manage_services` does: listing is Tier 2, changing a service's state Tier 3.
+    pub(crate) enum ServiceAction {
+        List = "list" => (T2, Read, ServicesManage),
+        Start = "start" => (T3, Execute, ServicesManage),
+        Stop = "stop" => (T3, Execute, ServicesManage),
+        Restart = "restart" => (T3, Execute, ServicesManage),
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -286,27 +225,7 @@ impl Tool for ManageServices {
     const TIER: Tier = Tier::T3;
     const PERMISSION: Permission = Permission::ServicesManage;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
-    const ACTIONS: &'static [crate::Action] = &[
-        action("list", Tier::T2, Effect::Read, Permission::ServicesManage),
-        action(
-            "start",
-            Tier::T3,
-            Effect::Execute,
-            Permission::ServicesManage,
-        ),
-        action(
-            "stop",
-            Tier::T3,
-            Effect::Execute,
-            Permission::ServicesManage,
-        ),
-        action(
-            "restart",
-            Tier::T3,
-            Effect::Execute,
-            Permission::ServicesManage,
-        ),
-    ];
+    type Actions = ServiceAction;
     type Input = ServicesInput;
     type Output = CommandView;
 
@@ -344,15 +263,16 @@ impl DeviceCommand for ServicesInput {
 
 // --- file_operations -------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum FileAction {
-    List,
-    Read,
-    Write,
-    Delete,
-    Mkdir,
-    Rename,
+crate::actions! {
+    // What `file_operations` does: list and read are Tier 1, every change Tier 3.
+    pub(crate) enum FileAction {
+        List = "list" => (T1, Read, FilesRead),
+        Read = "read" => (T1, Read, FilesRead),
+        Write = "write" => (T3, Update, FilesWrite),
+        Delete = "delete" => (T3, Delete, FilesWrite),
+        Mkdir = "mkdir" => (T3, Create, FilesWrite),
+        Rename = "rename" => (T3, Update, FilesWrite),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -398,14 +318,7 @@ impl Tool for FileOperations {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::FilesRead;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
-    const ACTIONS: &'static [crate::Action] = &[
-        action("list", Tier::T1, Effect::Read, Permission::FilesRead),
-        action("read", Tier::T1, Effect::Read, Permission::FilesRead),
-        action("write", Tier::T3, Effect::Update, Permission::FilesWrite),
-        action("delete", Tier::T3, Effect::Delete, Permission::FilesWrite),
-        action("mkdir", Tier::T3, Effect::Create, Permission::FilesWrite),
-        action("rename", Tier::T3, Effect::Update, Permission::FilesWrite),
-    ];
+    type Actions = FileAction;
     type Input = FilesInput;
     type Output = CommandView;
 
@@ -507,6 +420,7 @@ impl Tool for NetworkDiscovery {
     const PERMISSION: Permission = Permission::DevicesExecute;
     const RATE_LIMIT: Option<RateLimit> = per(2, 600);
     const EFFECTS: &'static [Effect] = &[Effect::Execute];
+    type Actions = NoActions;
     type Input = DiscoveryInput;
     type Output = CommandView;
 
@@ -571,8 +485,9 @@ impl Tool for SetAgentLogLevel {
     const DESCRIPTION: &'static str = "Temporarily change which agent log lines are shipped (debug, info, warn, error) for troubleshooting; the agent reverts by itself after durationMinutes (default 60). Search the shipped lines with search_agent_logs.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::DevicesExecute;
-    const RATE_LIMIT: Option<RateLimit> = per(5, 600);
+    // No per-tool limit: the specification's rate-limit table has no row for this tool.
     const EFFECTS: &'static [Effect] = &[Effect::Update];
+    type Actions = NoActions;
     type Input = LogLevelInput;
     type Output = CommandView;
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::parse_uuid;
-use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetApprovalStatus>();
@@ -52,6 +52,7 @@ impl Tool for GetApprovalStatus {
     const DESCRIPTION: &'static str = "Where a Tier 3 call's approval request stands (pending, approved, completed, denied, expired, …) and, once it ran, its result. Use the approvalId from a pending_approval answer.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = StatusInput;
     type Output = StatusOutput;
 

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<QueryAuditLog>();
@@ -88,6 +88,7 @@ impl Tool for QueryAuditLog {
     const DESCRIPTION: &'static str = "Who did what, newest first: filter the organization's audit log by action, resource, actor type and time window.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AuditRead;
+    type Actions = NoActions;
     type Input = QueryAuditInput;
     type Output = AuditOutput;
 

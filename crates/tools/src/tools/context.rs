@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::devices::find_device;
 use breeze_core::Permission;
 
-use crate::{Effect, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
+use crate::{Effect, NoActions, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetDeviceContext>();
@@ -74,6 +74,7 @@ impl Tool for GetDeviceContext {
     const DESCRIPTION: &'static str = "What is remembered about a device: known issues, quirks, follow-ups and preferences recorded earlier. Read this before acting on a device. Resolved and expired entries are included only on request.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = GetContextInput;
     type Output = ContextList;
 
@@ -141,6 +142,7 @@ impl Tool for SetDeviceContext {
     const PERMISSION: Permission = Permission::DevicesWrite;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
     const EFFECTS: &'static [Effect] = &[Effect::Create];
+    type Actions = NoActions;
     type Input = SetContextInput;
     type Output = ContextView;
 
@@ -189,6 +191,7 @@ impl Tool for ResolveDeviceContext {
     const PERMISSION: Permission = Permission::DevicesWrite;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
     const EFFECTS: &'static [Effect] = &[Effect::Update];
+    type Actions = NoActions;
     type Input = ResolveContextInput;
     type Output = ContextView;
 

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{DEVICE_NOT_FOUND, parse_uuid};
-use crate::{Registry, Rendered, Tier, Tool, ToolCx, ToolError};
+use crate::{NoActions, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetDeviceDetails>();
@@ -128,6 +128,7 @@ impl Tool for QueryDevices {
     const DESCRIPTION: &'static str = "Search and filter the organization's devices by status, OS, site, group, hostname and tags. Returns the matching devices (most useful fields), the total that match, and how many are shown.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = QueryDevicesInput;
     type Output = Rendered<QueryDevicesOutput<'static>>;
 
@@ -416,6 +417,7 @@ impl Tool for GetDeviceDetails {
     const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups; hardware (CPU, memory), OS with kernel and architecture, network interfaces, disks with usage, uptime and pending reboot, logged-in users (from the agent's inventory and heartbeat), the latest metrics sample, how many active context entries it has, and how many packages are installed (counted, not listed).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = DeviceIdInput;
     type Output = Rendered<DeviceDetails<'static>>;
 

@@ -14,7 +14,7 @@ use super::{
     devices::find_device,
     dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path},
 };
-use crate::{Effect, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, action, per};
+use crate::{NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<AnalyzeDiskUsage>();
@@ -109,6 +109,7 @@ impl Tool for AnalyzeDiskUsage {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
+    type Actions = NoActions;
     type Input = AnalyzeInput;
     type Output = Snapshot;
 
@@ -150,11 +151,12 @@ impl Tool for AnalyzeDiskUsage {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum CleanupAction {
-    Preview,
-    Execute,
+crate::actions! {
+    // What `disk_cleanup` does: previewing is Tier 1, deleting Tier 3.
+    pub(crate) enum CleanupAction {
+        Preview = "preview" => (T1, Read, DevicesRead),
+        Execute = "execute" => (T3, Delete, DevicesExecute),
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -207,15 +209,7 @@ impl Tool for DiskCleanup {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(3, 600);
-    const ACTIONS: &'static [crate::Action] = &[
-        action("preview", Tier::T1, Effect::Read, Permission::DevicesRead),
-        action(
-            "execute",
-            Tier::T3,
-            Effect::Delete,
-            Permission::DevicesExecute,
-        ),
-    ];
+    type Actions = CleanupAction;
     type Input = CleanupInput;
     type Output = CleanupOutput;
 

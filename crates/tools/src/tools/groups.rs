@@ -7,24 +7,24 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{devices::DeviceSummary, parse_uuid};
-use crate::{
-    Effect, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, action, per,
-};
+use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ManageGroups>();
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum GroupAction {
-    List,
-    Get,
-    Create,
-    Update,
-    Delete,
-    AddDevices,
-    RemoveDevices,
+crate::actions! {
+    // What `manage_groups` does: reads are Tier 1, membership changes Tier 2, changes to the
+    // groups themselves Tier 3.
+    pub(crate) enum GroupAction {
+        List = "list" => (T1, Read, DevicesRead),
+        Get = "get" => (T1, Read, DevicesRead),
+        Create = "create" => (T3, Create, DevicesWrite),
+        Update = "update" => (T3, Update, DevicesWrite),
+        Delete = "delete" => (T3, Delete, DevicesWrite),
+        AddDevices = "add_devices" => (T2, Update, DevicesWrite),
+        RemoveDevices = "remove_devices" => (T2, Update, DevicesWrite),
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -119,25 +119,7 @@ impl Tool for ManageGroups {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
-    const ACTIONS: &'static [crate::Action] = &[
-        action("list", Tier::T1, Effect::Read, Permission::DevicesRead),
-        action("get", Tier::T1, Effect::Read, Permission::DevicesRead),
-        action(
-            "add_devices",
-            Tier::T2,
-            Effect::Update,
-            Permission::DevicesWrite,
-        ),
-        action(
-            "remove_devices",
-            Tier::T2,
-            Effect::Update,
-            Permission::DevicesWrite,
-        ),
-        action("create", Tier::T3, Effect::Create, Permission::DevicesWrite),
-        action("update", Tier::T3, Effect::Update, Permission::DevicesWrite),
-        action("delete", Tier::T3, Effect::Delete, Permission::DevicesWrite),
-    ];
+    type Actions = GroupAction;
     type Input = GroupsInput;
     type Output = Rendered<GroupsOutput<'static>>;
 

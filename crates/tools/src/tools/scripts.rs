@@ -17,7 +17,9 @@ use super::{
     DEVICE_NOT_FOUND,
     dispatch::{CommandView, RunOptions, online_device, run},
 };
-use crate::{Effect, ErrorCode, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
+use crate::{
+    Effect, ErrorCode, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per,
+};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<RunScript>();
@@ -149,6 +151,7 @@ impl Tool for RunScript {
     const PERMISSION: Permission = Permission::ScriptsExecute;
     const RATE_LIMIT: Option<RateLimit> = per(5, 300);
     const EFFECTS: &'static [Effect] = &[Effect::Execute];
+    type Actions = NoActions;
     type Input = RunScriptInput;
     type Output = RunScriptOutput;
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{DEVICE_NOT_FOUND, Level, devices::find_device};
-use crate::{Registry, Tier, Tool, ToolCx, ToolError};
+use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<AnalyzeMetrics>();
@@ -124,6 +124,7 @@ impl Tool for AnalyzeMetrics {
     const DESCRIPTION: &'static str = "A device's CPU, RAM, disk and network time series with min/max/avg/current summaries, raw or aggregated hourly or daily, up to 168 hours back.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = MetricsInput;
     type Output = MetricsOutput;
 
@@ -253,6 +254,7 @@ impl Tool for GetActiveUsers {
     const DESCRIPTION: &'static str = "Who is logged in, per device or fleet-wide, from the agents' latest heartbeats, with a reboot-safety signal: a session blocks a reboot unless it has been idle past the threshold.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = ActiveUsersInput;
     type Output = ActiveUsersOutput;
 
@@ -372,6 +374,7 @@ impl Tool for GetUserExperienceMetrics {
     const DESCRIPTION: &'static str = "Login performance and session behaviour over time, per device or user, from the sessions agents report: average login duration, session length, per-user figures and the newest sessions.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = ExperienceInput;
     type Output = ExperienceOutput;
 
@@ -491,6 +494,7 @@ impl Tool for SearchAgentLogs {
     const DESCRIPTION: &'static str = "Search the diagnostic logs agents ship, newest first, by device, minimum level, component, time range and message text. Raise what an agent ships with set_agent_log_level.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
     type Input = LogsInput;
     type Output = LogsOutput;
 
