@@ -35,7 +35,7 @@ pub use agents::{
     EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
 };
 pub use api_keys::{ApiKeyRecord, NewApiKey};
-pub use approvals::{APPROVAL_MODES, ApprovalRecord, Decision, NewApproval};
+pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, Unwritten};
 pub use breeze_core::AuditEvent;
