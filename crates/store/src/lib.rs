@@ -19,6 +19,7 @@ mod devices;
 mod directory;
 mod error;
 mod metrics;
+mod packages;
 mod protected_paths;
 mod scripts;
 mod sql;
@@ -45,6 +46,7 @@ pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
 pub use error::{Result, StoreError};
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;

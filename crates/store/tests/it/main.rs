@@ -7,6 +7,7 @@ mod audit;
 mod context;
 mod directory;
 mod isolation;
+mod packages;
 mod tenancy;
 mod users;
 mod wal;
