@@ -263,6 +263,7 @@ mod tests {
             ),
             ("run_script", None, Tier::T3, ScriptsExecute, Some((5, 300))),
             ("search_agent_logs", None, Tier::T1, DevicesRead, None),
+            ("get_device_software", None, Tier::T1, DevicesRead, None),
             (
                 "set_agent_log_level",
                 None,
