@@ -866,7 +866,7 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     assert_eq!(d["latestMetrics"], Value::Null);
 
     // The packages themselves: get_device_software pages through them.
-    let software = |id: u64, key: &str, args: Value| {
+    let software = |id: i64, key: &str, args: Value| {
         let (app, key) = (w.app.clone(), key.to_owned());
         async move {
             let call = rpc(
