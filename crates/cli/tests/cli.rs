@@ -644,7 +644,14 @@ fn automatic_approval_policy_only_for_read_only_actions() {
     let policy = |class: &str, mode: &str| {
         let mut cmd = breeze(d);
         cmd.args([
-            "approvals", "policy", "--org", "fabrikam", "--class", class, "--mode", mode,
+            "approvals",
+            "policy",
+            "--org",
+            "fabrikam",
+            "--class",
+            class,
+            "--mode",
+            mode,
         ]);
         cmd
     };

@@ -1119,7 +1119,10 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     let call = spawn_call(list.clone());
     let id = pending_id(&w).await;
     let r = org.get_approval(id.parse().unwrap()).await.unwrap();
-    assert_eq!((r.status.as_str(), r.mode.as_str()), ("pending", "supervised"));
+    assert_eq!(
+        (r.status.as_str(), r.mode.as_str()),
+        ("pending", "supervised")
+    );
     assert_eq!(r.action.as_deref(), Some("list_processes"));
     let d = send(&w.app, decide(&cookie, &id, "deny", None)).await;
     assert_eq!(d.status, StatusCode::OK, "{}", d.body);
@@ -1159,7 +1162,10 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     let reply = call.await.unwrap();
     let (result, _) = result_of(&reply);
     assert_ne!(result["isError"], true, "{}", reply.body);
-    assert_eq!(result["structuredContent"]["status"], "completed", "{result}");
+    assert_eq!(
+        result["structuredContent"]["status"], "completed",
+        "{result}"
+    );
     let r = org.list_approvals(false, 10).await.unwrap().remove(0);
     assert_eq!(r.mode, "automatic");
     assert_eq!(r.status, "completed", "ran once, recorded");
@@ -1184,14 +1190,20 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     let e = &page.records[0].event;
     assert_eq!(e.resource_id, Some(r.id.to_string()));
     assert_eq!(e.actor.kind, breeze_core::ActorType::ApiKey);
-    assert_eq!(Some(e.actor.id.clone()), r.api_key_id.map(|k| k.to_string()));
+    assert_eq!(
+        Some(e.actor.id.clone()),
+        r.api_key_id.map(|k| k.to_string())
+    );
 
     // Other command types still wait for a person.
     let kill = spawn_call(json!({ "deviceId": device, "commandType": "kill_process",
                                   "payload": { "pid": 42 } }));
     let id = pending_id(&w).await;
     let r = org.get_approval(id.parse().unwrap()).await.unwrap();
-    assert_eq!((r.action.as_deref(), r.mode.as_str()), (Some("kill_process"), "supervised"));
+    assert_eq!(
+        (r.action.as_deref(), r.mode.as_str()),
+        (Some("kill_process"), "supervised")
+    );
     send(&w.app, decide(&cookie, &id, "deny", None)).await;
     kill.await.unwrap();
 
@@ -1206,7 +1218,10 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     let call = spawn_call(list);
     let id = pending_id(&w).await;
     let r = org.get_approval(id.parse().unwrap()).await.unwrap();
-    assert_eq!((r.status.as_str(), r.mode.as_str()), ("pending", "supervised"));
+    assert_eq!(
+        (r.status.as_str(), r.mode.as_str()),
+        ("pending", "supervised")
+    );
     send(&w.app, decide(&cookie, &id, "deny", None)).await;
     call.await.unwrap();
 }

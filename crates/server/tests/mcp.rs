@@ -882,7 +882,10 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     assert_eq!(s["total"], 3000, "{r}");
     assert_eq!(s["listed"], true);
     assert_eq!(s["packages"].as_array().unwrap().len(), 50, "50 by default");
-    assert_eq!(s["packages"][0], json!({ "name": "pkg0", "version": "1.0" }));
+    assert_eq!(
+        s["packages"][0],
+        json!({ "name": "pkg0", "version": "1.0" })
+    );
     let next = s["nextCursor"].as_str().unwrap().to_owned();
     let r = software(
         5,
@@ -892,7 +895,10 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     .await;
     let s = &r["structuredContent"];
     assert_eq!(s["packages"].as_array().unwrap().len(), 200);
-    assert_eq!(s["packages"][0]["name"], "pkg1042", "after pkg1041, by name");
+    assert_eq!(
+        s["packages"][0]["name"], "pkg1042",
+        "after pkg1041, by name"
+    );
     let r = software(
         6,
         &w.read,
@@ -911,7 +917,10 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     )
     .await;
     assert_eq!(r["isError"], true);
-    assert_eq!(r["structuredContent"]["error"]["code"], "INVALID_ARGUMENT", "{r}");
+    assert_eq!(
+        r["structuredContent"]["error"]["code"], "INVALID_ARGUMENT",
+        "{r}"
+    );
     assert!(
         r["structuredContent"]["error"]["message"]
             .as_str()

@@ -206,8 +206,10 @@ impl OrgStore<'_> {
         audit::insert(&mut tx, &audit, now).await?;
         if automatic {
             let reason = format!("automatic: organization policy for {class}");
-            sql("UPDATE approval_requests SET status = 'approved', decided_at = $1, reason = $2 \
-                 WHERE id = $3 AND status = 'pending'")
+            sql(
+                "UPDATE approval_requests SET status = 'approved', decided_at = $1, reason = $2 \
+                 WHERE id = $3 AND status = 'pending'",
+            )
             .bind(now)
             .bind(&reason)
             .bind(id)

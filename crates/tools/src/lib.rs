@@ -409,7 +409,12 @@ mod tests {
         }
         for class in &allowed {
             let (tool, action) = class.split_once('.').unwrap();
-            let row = r.get(tool).unwrap().actions.iter().find(|a| a.name == action);
+            let row = r
+                .get(tool)
+                .unwrap()
+                .actions
+                .iter()
+                .find(|a| a.name == action);
             assert!(
                 row.is_some_and(|a| a.effect == Effect::Read && a.tier == Tier::T3),
                 "{class}"

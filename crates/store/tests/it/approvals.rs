@@ -238,7 +238,12 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     let s = &cx.store;
     let (org, user, key, _) = world(s).await;
     let o = s.org(org);
-    for class in ["*", "execute_command", "execute_command.", ".list_processes"] {
+    for class in [
+        "*",
+        "execute_command",
+        "execute_command.",
+        ".list_processes",
+    ] {
         let err = o
             .set_approval_policy(class, "automatic", audit("p", "organization"))
             .await
@@ -279,7 +284,8 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     bare.action = None;
     bare.mode = "automatic".into();
     assert!(matches!(
-        o.create_approval(bare, audit("a", "approval_request")).await,
+        o.create_approval(bare, audit("a", "approval_request"))
+            .await,
         Err(StoreError::Invalid(_))
     ));
 
@@ -303,7 +309,10 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
         r.reason.as_deref(),
         Some("automatic: organization policy for execute_command.list_processes")
     );
-    assert!(s.claim_approval(r.id).await.unwrap(), "it runs like an approved request");
+    assert!(
+        s.claim_approval(r.id).await.unwrap(),
+        "it runs like an approved request"
+    );
     assert!(!s.claim_approval(r.id).await.unwrap(), "once");
     let page = o
         .query_audit(
@@ -344,7 +353,10 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     assert_eq!(page.records.len(), 2);
     assert_eq!(page.records[0].event.details["mode"], "supervised");
     assert_eq!(page.records[0].event.details["previous"], "automatic");
-    assert_eq!(page.records[1].event.details["previous"], serde_json::Value::Null);
+    assert_eq!(
+        page.records[1].event.details["previous"],
+        serde_json::Value::Null
+    );
     assert_eq!(
         o.approval_mode("execute_command", Some("list_processes"))
             .await

@@ -73,7 +73,9 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
     // Before any inventory: nothing listed, and it says so.
     let page = o.device_packages(dev, None, None, 50).await.unwrap();
     assert!(!page.listed && page.packages.is_empty() && page.total == 0);
-    s.record_inventory(dev, a, &inventory(s, None)).await.unwrap();
+    s.record_inventory(dev, a, &inventory(s, None))
+        .await
+        .unwrap();
     assert!(!o.device_packages(dev, None, None, 50).await.unwrap().listed);
 
     let mut many: Vec<(String, String)> = (0..25)
