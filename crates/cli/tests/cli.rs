@@ -625,6 +625,62 @@ fn mcp_stdio_bridges_to_a_running_server() {
     );
 }
 
+/// `breeze approvals policy --mode automatic` is accepted only for a read-only Tier 3 action;
+/// anything else is refused naming the class and why, and nothing is stored.
+#[test]
+fn automatic_approval_policy_only_for_read_only_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(breeze(d).arg("migrate"));
+    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
+    run_ok(breeze(d).args([
+        "orgs",
+        "create",
+        "--partner",
+        "northwind-it",
+        "--name",
+        "Fabrikam",
+    ]));
+    let policy = |class: &str, mode: &str| {
+        let mut cmd = breeze(d);
+        cmd.args([
+            "approvals",
+            "policy",
+            "--org",
+            "fabrikam",
+            "--class",
+            class,
+            "--mode",
+            mode,
+        ]);
+        cmd
+    };
+    for (class, why) in [
+        ("*", "default"),
+        ("execute_command", "whole tool"),
+        ("execute_command.kill_process", "not read-only"),
+        ("execute_command.run_script", "no action"),
+        ("run_script", "whole tool"),
+        ("file_operations.write", "not read-only"),
+    ] {
+        let (_, err) = run_err(&mut policy(class, "automatic"));
+        assert!(
+            err.contains(&format!("cannot set approval mode automatic for {class}"))
+                && err.contains(why),
+            "{class}: {err}"
+        );
+    }
+    let (_, err) = run_err(&mut policy("*", "nobody"));
+    assert!(err.contains("nobody"), "{err}");
+    let out = run_ok(&mut policy("execute_command.list_processes", "automatic"));
+    assert!(
+        out.contains("execute_command.list_processes → automatic"),
+        "{out}"
+    );
+    let out = run_ok(&mut policy("execute_command.list_processes", "supervised"));
+    assert!(out.contains("→ supervised"), "{out}");
+}
+
 /// A Tier 3 call waits for approval; the server is killed with SIGKILL; the request is
 /// approved from the CLI while the server is down; the restarted server runs it — once.
 #[test]

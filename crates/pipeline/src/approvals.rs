@@ -96,6 +96,19 @@ pub fn pin_hash(pin: &Pin) -> [u8; 32] {
     Sha256::digest(pin.data.to_string().as_bytes()).into()
 }
 
+/// The mode a new request gets from its organization's policy `mode`: `automatic` (approved
+/// at once by the store, then claimed and run like any approved request) only while the
+/// registry still finds the action read-only; otherwise a person approves (`supervised`).
+fn policy_mode(spec: &ToolSpec, action: Option<&str>, mode: String) -> String {
+    if mode == breeze_store::AUTOMATIC
+        && let Some(why) = spec.automatic_approval_refusal(action)
+    {
+        tracing::warn!(tool = spec.name, "approval policy automatic ignored: {why}");
+        return "supervised".to_owned();
+    }
+    mode
+}
+
 /// How a waited-for request ended, for the caller.
 #[derive(Debug)]
 pub enum Outcome {
@@ -239,7 +252,7 @@ impl Approvals {
     ) -> Result<ApprovalRecord, StoreError> {
         let org = self.inner.store.org(requester.org);
         let action = spec.action(args).map(|a| a.name);
-        let mode = org.approval_mode(spec.name, action).await?;
+        let mode = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
         let description =
             describe(&self.inner.store, requester.org, spec, args, pin.as_ref()).await;
         let audit = AuditEvent::new(
@@ -272,7 +285,10 @@ impl Approvals {
                 audit,
             )
             .await?;
-        self.call_webhook(&record);
+        if record.status == "pending" {
+            // An automatically approved request has nobody to notify.
+            self.call_webhook(&record);
+        }
         Ok(record)
     }
 

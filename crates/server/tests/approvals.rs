@@ -1099,7 +1099,135 @@ async fn progress_of_an_approved_call_reaches_its_caller(cx: Ctx) {
     assert!(seen.contains("\"status\":\"completed\""), "{seen}");
 }
 
+/// Issue #20 item 7: every `execute_command` type waits for a person by default; an
+/// organization may make a read-only command type automatic — the call still becomes a durable
+/// request, approved by the policy (no person, audited as the requester's), and runs once in
+/// the same call; back to supervised, it waits again.
+async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
+    let w = world(&cx).await;
+    let key = exec_key(&w).await;
+    let (device, mut ws) = connected_agent(&w).await;
+    let list = json!({ "deviceId": device, "commandType": "list_processes" });
+    let spawn_call = |args: Value| {
+        let (app, req) = (w.app.clone(), tools_call(&key, "execute_command", args));
+        tokio::spawn(async move { send(&app, req).await })
+    };
+    let org = w.store.org(w.org_a);
+    let cookie = login(&w.app, "admin@p.test").await;
+
+    // By default: pending, supervised; the person denies it.
+    let call = spawn_call(list.clone());
+    let id = pending_id(&w).await;
+    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.mode.as_str()),
+        ("pending", "supervised")
+    );
+    assert_eq!(r.action.as_deref(), Some("list_processes"));
+    let d = send(&w.app, decide(&cookie, &id, "deny", None)).await;
+    assert_eq!(d.status, StatusCode::OK, "{}", d.body);
+    let (result, _) = result_of(&call.await.unwrap());
+    assert_eq!(result["isError"], true, "{result}");
+
+    // The organization opts in for list_processes: the call runs without a person.
+    org.set_approval_policy(
+        "execute_command.list_processes",
+        "automatic",
+        audit("approval_policy.set"),
+    )
+    .await
+    .unwrap();
+    let call = spawn_call(list.clone());
+    let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
+        panic!("the automatically approved command reaches the agent")
+    };
+    let now = w.state.clock.now();
+    send_frame(
+        &mut ws,
+        &AgentFrame::CommandResult(CommandResult {
+            command_id: cmd.id,
+            status: CommandOutcome::Completed,
+            exit_code: Some(0),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            result: Some(json!({ "processes": [] })),
+            error: None,
+            started_at: now,
+            finished_at: now,
+        }),
+    )
+    .await;
+    let reply = call.await.unwrap();
+    let (result, _) = result_of(&reply);
+    assert_ne!(result["isError"], true, "{}", reply.body);
+    assert_eq!(
+        result["structuredContent"]["status"], "completed",
+        "{result}"
+    );
+    let r = org.list_approvals(false, 10).await.unwrap().remove(0);
+    assert_eq!(r.mode, "automatic");
+    assert_eq!(r.status, "completed", "ran once, recorded");
+    assert_eq!(r.decided_by, None, "no person decided");
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("automatic: organization policy for execute_command.list_processes")
+    );
+    assert!(!w.store.claim_approval(r.id).await.unwrap());
+    let page = org
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("approval.auto_approved".into()),
+                ..Default::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    let e = &page.records[0].event;
+    assert_eq!(e.resource_id, Some(r.id.to_string()));
+    assert_eq!(e.actor.kind, breeze_core::ActorType::ApiKey);
+    assert_eq!(
+        Some(e.actor.id.clone()),
+        r.api_key_id.map(|k| k.to_string())
+    );
+
+    // Other command types still wait for a person.
+    let kill = spawn_call(json!({ "deviceId": device, "commandType": "kill_process",
+                                  "payload": { "pid": 42 } }));
+    let id = pending_id(&w).await;
+    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        (r.action.as_deref(), r.mode.as_str()),
+        (Some("kill_process"), "supervised")
+    );
+    send(&w.app, decide(&cookie, &id, "deny", None)).await;
+    kill.await.unwrap();
+
+    // Back to supervised: pending again.
+    org.set_approval_policy(
+        "execute_command.list_processes",
+        "supervised",
+        audit("approval_policy.set"),
+    )
+    .await
+    .unwrap();
+    let call = spawn_call(list);
+    let id = pending_id(&w).await;
+    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.mode.as_str()),
+        ("pending", "supervised")
+    );
+    send(&w.app, decide(&cookie, &id, "deny", None)).await;
+    call.await.unwrap();
+}
+
 breeze_store::on_both_backends!(
+    automatic_approval_for_a_read_only_command_type,
     cancelling_a_waiting_call_withdraws_its_request,
     a_pending_answer_detaches_the_request,
     calls_that_cannot_run_are_refused_before_anyone_is_asked,

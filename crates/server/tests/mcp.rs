@@ -864,6 +864,75 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     assert_eq!(d["hardware"], Value::Null, "{}", r.body);
     assert_eq!(d["disks"], json!([]));
     assert_eq!(d["latestMetrics"], Value::Null);
+
+    // The packages themselves: get_device_software pages through them.
+    let software = |id: i64, key: &str, args: Value| {
+        let (app, key) = (w.app.clone(), key.to_owned());
+        async move {
+            let call = rpc(
+                id,
+                "tools/call",
+                json!({ "name": "get_device_software", "arguments": args }),
+            );
+            send(&app, post("/mcp", Some(&key), &call, &[])).await.body["result"].clone()
+        }
+    };
+    let r = software(4, &w.read, json!({ "deviceId": w.a_device })).await;
+    let s = &r["structuredContent"];
+    assert_eq!(s["total"], 3000, "{r}");
+    assert_eq!(s["listed"], true);
+    assert_eq!(s["packages"].as_array().unwrap().len(), 50, "50 by default");
+    assert_eq!(
+        s["packages"][0],
+        json!({ "name": "pkg0", "version": "1.0" })
+    );
+    let next = s["nextCursor"].as_str().unwrap().to_owned();
+    let r = software(
+        5,
+        &w.read,
+        json!({ "deviceId": w.a_device, "cursor": next, "limit": 200 }),
+    )
+    .await;
+    let s = &r["structuredContent"];
+    assert_eq!(s["packages"].as_array().unwrap().len(), 200);
+    assert_eq!(
+        s["packages"][0]["name"], "pkg1042",
+        "after pkg1041, by name"
+    );
+    let r = software(
+        6,
+        &w.read,
+        json!({ "deviceId": w.a_device, "name": "PKG299" }),
+    )
+    .await;
+    let s = &r["structuredContent"];
+    assert_eq!(s["total"], 11, "pkg299 and pkg2990..pkg2999: {r}");
+    assert!(s.get("nextCursor").is_none());
+    let r = software(7, &w.read, json!({ "deviceId": w.a_device, "limit": 201 })).await;
+    assert_eq!(r["structuredContent"]["error"]["code"], "INVALID_ARGUMENT");
+    let r = software(
+        8,
+        &w.read,
+        json!({ "deviceId": w.a_device, "cursor": "forged" }),
+    )
+    .await;
+    assert_eq!(r["isError"], true);
+    assert_eq!(
+        r["structuredContent"]["error"]["code"], "INVALID_ARGUMENT",
+        "{r}"
+    );
+    assert!(
+        r["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cursor"),
+        "{r}"
+    );
+    // Another organization's device is not found, like a missing one.
+    let r = software(9, &w.read, json!({ "deviceId": w.b_device })).await;
+    assert_eq!(r["structuredContent"]["error"]["code"], "NOT_FOUND", "{r}");
+    let r = software(10, &w.other_org_key, json!({ "deviceId": w.b_device })).await;
+    assert_eq!(r["structuredContent"]["listed"], false, "{r}");
 }
 
 async fn resources_and_prompts(cx: Ctx) {

@@ -573,6 +573,22 @@ async fn suite(cx: &Ctx) -> Suite {
     )
     .await
     .unwrap();
+    // An inventory with packages (same hostname and OS as enrolled), so the device tools
+    // answer with data: get_device_software's success path lists packages.
+    let inventory: breeze_agent_proto::Inventory = serde_json::from_value(json!({
+        "collectedAt": w.state.clock.now(), "hostname": "agent-host",
+        "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12", "kernel": "6.1", "arch": "x86_64" },
+        "cpu": { "model": "CPU", "physicalCores": 2, "logicalCores": 4 },
+        "memoryTotalBytes": 1u64 << 30,
+        "disks": [{ "mount": "/", "filesystem": "ext4", "totalBytes": 1000, "availableBytes": 250 }],
+        "interfaces": [],
+        "packages": [{ "name": "libc6", "version": "2.36" }, { "name": "openssl", "version": "3.0.11" }],
+    }))
+    .unwrap();
+    w.store
+        .record_inventory(device.parse().unwrap(), w.org_a, &inventory)
+        .await
+        .unwrap();
 
     // The catalogue as the client sees it: every registered tool, each with its schemas.
     let list = send(

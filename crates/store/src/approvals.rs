@@ -31,8 +31,24 @@ const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, 
     request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error, \
     pinned, pinned_hash";
 
-/// Who must approve.
-pub const APPROVAL_MODES: [&str; 2] = ["supervised", "four_eyes"];
+/// Who must approve: the requester may (`supervised`, the default), someone else must
+/// (`four_eyes`), or nobody — the organization's policy approves at once (`automatic`, only for
+/// a `tool.action` class that the registry finds read-only; the store checks the class's shape).
+pub const APPROVAL_MODES: [&str; 3] = ["supervised", "four_eyes", "automatic"];
+
+/// The mode in which the organization's policy approves a request itself.
+pub const AUTOMATIC: &str = "automatic";
+
+/// `automatic` is for one action (`tool.action`), never for `*` or a whole tool.
+fn check_automatic_shape(class: &str) -> Result<()> {
+    match class.split_once('.') {
+        Some((tool, action)) if !tool.is_empty() && !action.is_empty() && tool != "*" => Ok(()),
+        _ => Err(StoreError::Invalid(format!(
+            "cannot set approval mode automatic for {class}: it is set per read-only action \
+             (tool.action), never for * or a whole tool"
+        ))),
+    }
+}
 
 /// A stored approval request.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -51,7 +67,8 @@ pub struct ApprovalRecord {
     #[serde(skip)]
     pub definition_hash: Vec<u8>,
     pub description: String,
-    /// `supervised` or `four_eyes`.
+    /// `supervised`, `four_eyes` or `automatic` (approved by the organization's policy:
+    /// `decided_by` empty, the reason names the policy).
     pub mode: String,
     pub status: String,
     pub reason: Option<String>,
@@ -126,7 +143,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl OrgStore<'_> {
-    /// Records a pending approval request, audited.
+    /// Records an approval request, audited: pending, or — in mode `automatic` — approved at
+    /// once by the organization's policy (no person in `decided_by`, the reason naming the
+    /// policy), with an `approval.auto_approved` audit record by the same actor.
     pub async fn create_approval(
         &self,
         new: NewApproval,
@@ -137,6 +156,14 @@ impl OrgStore<'_> {
                 "unknown approval mode {:?}",
                 new.mode
             )));
+        }
+        let automatic = new.mode == AUTOMATIC;
+        let class = match &new.action {
+            Some(a) => format!("{}.{a}", new.tool),
+            None => new.tool.clone(),
+        };
+        if automatic {
+            check_automatic_shape(&class)?;
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
@@ -174,7 +201,27 @@ impl OrgStore<'_> {
             "description": new.description, "mode": new.mode, "expires_at": new.expires_at,
             "pinned_sha256": new.pinned.as_ref().map(|(_, h)| hex(h)),
         }));
+        let actor = audit.actor.clone();
+        let request_id = audit.request_id.clone();
         audit::insert(&mut tx, &audit, now).await?;
+        if automatic {
+            let reason = format!("automatic: organization policy for {class}");
+            sql(
+                "UPDATE approval_requests SET status = 'approved', decided_at = $1, reason = $2 \
+                 WHERE id = $3 AND status = 'pending'",
+            )
+            .bind(now)
+            .bind(&reason)
+            .bind(id)
+            .execute(&mut tx)
+            .await?;
+            let auto = AuditEvent::new(actor, "approval.auto_approved", "approval_request")
+                .request(request_id)
+                .org(self.org)
+                .resource(id)
+                .details(serde_json::json!({ "class": class, "reason": reason }));
+            audit::insert(&mut tx, &auto, now).await?;
+        }
         tx.commit().await?;
         self.get_approval(id).await
     }
@@ -288,7 +335,10 @@ impl OrgStore<'_> {
             .unwrap_or_else(|| "supervised".to_owned()))
     }
 
-    /// Sets the approval mode for an action class (`*`, `tool` or `tool.action`), audited.
+    /// Sets the approval mode for an action class (`*`, `tool` or `tool.action`), audited
+    /// (`details` carry the class, the new mode and the one it replaces). `automatic` is
+    /// refused for `*` and a bare tool here; whether the action is read-only is the registry's
+    /// to say (`breeze_tools::Registry::check_approval_policy`), asked by every door first.
     pub async fn set_approval_policy(
         &self,
         class: &str,
@@ -297,7 +347,7 @@ impl OrgStore<'_> {
     ) -> Result<()> {
         if !APPROVAL_MODES.contains(&mode) {
             return Err(StoreError::Invalid(format!(
-                "unknown approval mode {mode:?} (expected supervised or four_eyes)"
+                "unknown approval mode {mode:?} (expected supervised, four_eyes or automatic)"
             )));
         }
         if class.is_empty() || class.len() > 200 {
@@ -305,8 +355,19 @@ impl OrgStore<'_> {
                 "the action class must be 1 to 200 characters".into(),
             ));
         }
+        if mode == AUTOMATIC {
+            check_automatic_shape(class)?;
+        }
+
         let now = self.store.clock.now();
         let mut tx = Tx::begin(&self.store.pool).await?;
+        let previous: Option<(String,)> =
+            sql("SELECT mode FROM approval_policies WHERE org_id = $1 AND action_class = $2")
+                .bind(self.org)
+                .bind(class)
+                .fetch_optional(&mut tx)
+                .await?;
+        let previous = previous.map(|(m,)| m);
         sql("DELETE FROM approval_policies WHERE org_id = $1 AND action_class = $2")
             .bind(self.org)
             .bind(class)
@@ -320,7 +381,7 @@ impl OrgStore<'_> {
             .await?;
         let audit = audit
             .org(self.org)
-            .details(serde_json::json!({ "class": class, "mode": mode }));
+            .details(serde_json::json!({ "class": class, "mode": mode, "previous": previous }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await
     }

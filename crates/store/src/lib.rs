@@ -20,6 +20,7 @@ mod directory;
 mod error;
 mod idempotency;
 mod metrics;
+mod packages;
 mod protected_paths;
 mod scripts;
 mod sql;
@@ -36,7 +37,7 @@ pub use agents::{
     EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
 };
 pub use api_keys::{ApiKeyRecord, NewApiKey};
-pub use approvals::{APPROVAL_MODES, ApprovalRecord, Decision, NewApproval};
+pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, Unwritten};
 pub use breeze_core::AuditEvent;
@@ -50,6 +51,7 @@ pub use idempotency::{
     RequestClaim,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;

@@ -120,6 +120,8 @@ mod tests {
         ("get_approval_status",         None,          false, None),
         ("get_device_context",          Some("1"),     false, None),
         ("get_device_details",          Some("1"),     false, None),
+        // Breeze's own: get_device_details counts packages, this pages them.
+        ("get_device_software",         None,          false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
@@ -162,6 +164,7 @@ mod tests {
         ("get_approval_status",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_context",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
+        ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
@@ -456,6 +459,57 @@ mod tests {
                 wire_names(root, b, out);
             }
         }
+    }
+
+    /// Automatic approval is derived from the action tables: exactly the read-only Tier 3
+    /// actions (today execute_command's read-only command types); everything else is refused
+    /// with a message naming the class.
+    #[test]
+    fn automatic_approval_only_for_read_only_tier_3_actions() {
+        let r = all();
+        let allowed = r.automatic_approval_classes();
+        for class in [
+            "execute_command.list_processes",
+            "execute_command.file_list",
+            "execute_command.event_logs_list",
+        ] {
+            assert!(allowed.iter().any(|c| c == class), "{class}: {allowed:?}");
+            assert_eq!(r.check_approval_policy(class, "automatic"), Ok(()));
+        }
+        for class in &allowed {
+            let (tool, action) = class.split_once('.').unwrap();
+            let row = r
+                .get(tool)
+                .unwrap()
+                .actions
+                .iter()
+                .find(|a| a.name == action);
+            assert!(
+                row.is_some_and(|a| a.effect == Effect::Read && a.tier == Tier::T3),
+                "{class}"
+            );
+        }
+        for (class, why) in [
+            ("*", "default"),
+            ("execute_command", "whole tool"),
+            ("execute_command.kill_process", "not read-only"),
+            ("execute_command.start_service", "not read-only"),
+            ("run_script", "whole tool"),
+            ("file_operations.write", "not read-only"),
+            ("file_operations.read", "never waits for approval"),
+            ("manage_groups.delete", "not read-only"),
+            ("execute_command.bogus", "no action"),
+            ("no_such_tool.x", "no such tool"),
+        ] {
+            let err = r.check_approval_policy(class, "automatic").unwrap_err();
+            assert!(err.contains(class) && err.contains(why), "{class}: {err}");
+        }
+        // The other modes are for any class.
+        assert_eq!(r.check_approval_policy("*", "four_eyes"), Ok(()));
+        assert_eq!(
+            r.check_approval_policy("execute_command.kill_process", "supervised"),
+            Ok(())
+        );
     }
 
     #[test]

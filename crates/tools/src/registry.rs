@@ -87,6 +87,36 @@ impl ToolSpec {
             .map_or(self.permission, |a| a.permission)
     }
 
+    /// Why calls of `action` (none: the tool as a whole) may not be approved automatically by
+    /// an organization's policy, or `None` when they may: only an action of the action table
+    /// whose effect is [`Effect::Read`] and that needs approval (Tier 3) qualifies — a command
+    /// type that only looks.
+    pub fn automatic_approval_refusal(&self, action: Option<&str>) -> Option<String> {
+        let Some(action) = action else {
+            return Some(format!(
+                "automatic approval is set per read-only action, never for a whole tool ({})",
+                self.name
+            ));
+        };
+        let class = format!("{}.{action}", self.name);
+        let Some(row) = self.actions.iter().find(|a| a.name == action) else {
+            return Some(format!("{class}: {} has no action {action:?}", self.name));
+        };
+        if row.effect != Effect::Read {
+            return Some(format!(
+                "{class} is not read-only (its effect is {:?}); only read-only actions can be approved automatically",
+                row.effect
+            ));
+        }
+        if row.tier != Tier::T3 {
+            return Some(format!(
+                "{class} never waits for approval (Tier {}), so there is nothing to approve automatically",
+                row.tier.number()
+            ));
+        }
+        None
+    }
+
     /// Checks `args` against the input schema; the error names each offending field.
     pub fn validate(&self, args: &Value) -> Result<(), ToolError> {
         let problems: Vec<String> = self
@@ -309,6 +339,49 @@ impl Registry {
         };
         let previous = self.tools.insert(T::NAME, spec);
         assert!(previous.is_none(), "tool {} registered twice", T::NAME);
+    }
+
+    /// Whether an organization may give the action class `class` (`*`, `tool` or
+    /// `tool.action`) the approval mode `mode`: `automatic` only for a read-only Tier 3
+    /// action ([`ToolSpec::automatic_approval_refusal`]); the error names the class and why.
+    /// Every door that sets a policy asks this (the store can check only the class's shape).
+    pub fn check_approval_policy(&self, class: &str, mode: &str) -> Result<(), String> {
+        if mode != "automatic" {
+            return Ok(());
+        }
+        let refusal = match class.split_once('.') {
+            _ if class == "*" => Some(
+                "automatic approval cannot be the organization's default (class *); set it per read-only action".to_owned(),
+            ),
+            None => match self.get(class) {
+                Some(spec) => spec.automatic_approval_refusal(None),
+                None => Some(format!("{class}: no such tool")),
+            },
+            Some((tool, action)) => match self.get(tool) {
+                Some(spec) => spec.automatic_approval_refusal(Some(action)),
+                None => Some(format!("{class}: no such tool {tool:?}")),
+            },
+        };
+        match refusal {
+            None => Ok(()),
+            Some(why) => Err(format!(
+                "cannot set approval mode automatic for {class}: {why}; allowed: {}",
+                self.automatic_approval_classes().join(", ")
+            )),
+        }
+    }
+
+    /// Every action class an organization may approve automatically, derived from the action
+    /// tables (read-only Tier 3 actions).
+    pub fn automatic_approval_classes(&self) -> Vec<String> {
+        self.iter()
+            .flat_map(|spec| {
+                spec.actions
+                    .iter()
+                    .filter(|a| spec.automatic_approval_refusal(Some(a.name)).is_none())
+                    .map(|a| format!("{}.{}", spec.name, a.name))
+            })
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&ToolSpec> {

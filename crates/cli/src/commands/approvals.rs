@@ -39,8 +39,10 @@ pub(crate) enum ApprovalsCommand {
         org: String,
         #[arg(long)]
         class: String,
-        /// supervised (the requester may approve) or four_eyes (someone else must).
-        #[arg(long)]
+        /// supervised (the requester may approve), four_eyes (someone else must) or
+        /// automatic (the policy approves at once; only for a read-only `tool.action` such as
+        /// execute_command.list_processes).
+        #[arg(long, value_parser = ["supervised", "four_eyes", "automatic"])]
         mode: String,
     },
 }
@@ -84,6 +86,9 @@ impl ApprovalsCommand {
                 return Ok(());
             }
             ApprovalsCommand::Policy { org, class, mode } => {
+                breeze_tools::all()
+                    .check_approval_policy(&class, &mode)
+                    .map_err(anyhow::Error::msg)?;
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 app.store
                     .org(org.id)

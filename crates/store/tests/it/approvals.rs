@@ -230,6 +230,141 @@ async fn policies_resolve_most_specific_first(cx: Ctx) {
     assert!(err.to_string().contains("three_eyes"));
 }
 
+/// `automatic` is for one action: `*` and a bare tool are refused (the registry decides which
+/// actions are read-only); a request in mode automatic is recorded approved by the policy, with
+/// no person in `decided_by` and an `approval.auto_approved` audit record by the requester;
+/// policy changes are audited with the mode they replace.
+async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
+    let s = &cx.store;
+    let (org, user, key, _) = world(s).await;
+    let o = s.org(org);
+    for class in [
+        "*",
+        "execute_command",
+        "execute_command.",
+        ".list_processes",
+    ] {
+        let err = o
+            .set_approval_policy(class, "automatic", audit("p", "organization"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Invalid(m) if m.contains(class) && m.contains("automatic")),
+            "{class}: {err}"
+        );
+    }
+    assert_eq!(
+        o.approval_mode("execute_command", Some("list_processes"))
+            .await
+            .unwrap(),
+        "supervised",
+        "the refused settings left nothing behind"
+    );
+    o.set_approval_policy(
+        "execute_command.list_processes",
+        "automatic",
+        audit("approval_policy.set", "organization"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        o.approval_mode("execute_command", Some("list_processes"))
+            .await
+            .unwrap(),
+        "automatic"
+    );
+    assert_eq!(
+        o.approval_mode("execute_command", Some("kill_process"))
+            .await
+            .unwrap(),
+        "supervised"
+    );
+    // A request without an action cannot be automatic, whatever the caller passes.
+    let mut bare = request(s, user, key);
+    bare.action = None;
+    bare.mode = "automatic".into();
+    assert!(matches!(
+        o.create_approval(bare, audit("a", "approval_request"))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+
+    let mut new = request(s, user, key);
+    new.tool = "execute_command".into();
+    new.action = Some("list_processes".into());
+    new.mode = "automatic".into();
+    let requester = breeze_core::Actor::new(breeze_core::ActorType::ApiKey, key);
+    let r = o
+        .create_approval(
+            new,
+            breeze_core::AuditEvent::new(requester, "approval.request", "approval_request"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, "approved");
+    assert_eq!(r.mode, "automatic");
+    assert_eq!(r.decided_by, None);
+    assert!(r.decided_at.is_some());
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("automatic: organization policy for execute_command.list_processes")
+    );
+    assert!(
+        s.claim_approval(r.id).await.unwrap(),
+        "it runs like an approved request"
+    );
+    assert!(!s.claim_approval(r.id).await.unwrap(), "once");
+    let page = o
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("approval.auto_approved".into()),
+                ..Default::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    let e = &page.records[0].event;
+    assert_eq!(e.resource_id.as_deref(), Some(r.id.to_string().as_str()));
+    assert_eq!(e.actor.id, key.to_string());
+    assert_eq!(e.details["class"], "execute_command.list_processes");
+
+    // Back to supervised: audited with what it replaced; new requests wait again.
+    o.set_approval_policy(
+        "execute_command.list_processes",
+        "supervised",
+        audit("approval_policy.set", "organization"),
+    )
+    .await
+    .unwrap();
+    let page = o
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("approval_policy.set".into()),
+                ..Default::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 2);
+    assert_eq!(page.records[0].event.details["mode"], "supervised");
+    assert_eq!(page.records[0].event.details["previous"], "automatic");
+    assert_eq!(
+        page.records[1].event.details["previous"],
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        o.approval_mode("execute_command", Some("list_processes"))
+            .await
+            .unwrap(),
+        "supervised"
+    );
+}
+
 /// Every change to what an API key authenticates as moves the credentials generation on, as
 /// seen through any clone of the store; other decisions leave it alone.
 async fn credential_changes_move_the_generation(cx: Ctx) {
@@ -408,5 +543,6 @@ breeze_store::on_both_backends!(
     withdrawn_requests_cannot_be_approved_or_run,
     approvals_move_forward_once,
     policies_resolve_most_specific_first,
+    automatic_approval_is_per_action_and_audited,
     credential_changes_move_the_generation,
 );

@@ -8,6 +8,7 @@ mod context;
 mod directory;
 mod idempotency;
 mod isolation;
+mod packages;
 mod tenancy;
 mod users;
 mod wal;

@@ -1,4 +1,5 @@
-//! Device inventory: `query_devices`, `get_device_details`.
+//! Device inventory: `query_devices`, `get_device_details`, `get_device_software` (the
+//! installed packages `get_device_details` only counts, paged).
 
 use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, Permission, SiteId};
 use breeze_store::{DeviceFilter, StoreError};
@@ -10,6 +11,7 @@ use crate::{NoActions, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetDeviceDetails>();
+    r.register::<GetDeviceSoftware>();
     r.register::<QueryDevices>();
 }
 
@@ -214,7 +216,8 @@ pub(crate) struct DeviceDetails<'a> {
     inventory_collected_at: Option<String>,
     /// The newest metrics sample (analyze_metrics has the series).
     latest_metrics: Option<LatestMetrics>,
-    /// How many packages are installed; null where the platform cannot list them.
+    /// How many packages are installed; null where the platform cannot list them. The list
+    /// itself, paged and filterable: get_device_software.
     installed_package_count: Option<usize>,
 }
 
@@ -414,7 +417,7 @@ pub(crate) struct GetDeviceDetails;
 impl Tool for GetDeviceDetails {
     const NAME: &'static str = "get_device_details";
     const TITLE: &'static str = "Get device details";
-    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups; hardware (CPU, memory), OS with kernel and architecture, network interfaces, disks with usage, uptime and pending reboot, logged-in users (from the agent's inventory and heartbeat), the latest metrics sample, how many active context entries it has, and how many packages are installed (counted, not listed).";
+    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups; hardware (CPU, memory), OS with kernel and architecture, network interfaces, disks with usage, uptime and pending reboot, logged-in users (from the agent's inventory and heartbeat), the latest metrics sample, how many active context entries it has, and how many packages are installed (counted, not listed: get_device_software pages through them).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Actions = NoActions;
@@ -424,5 +427,95 @@ impl Tool for GetDeviceDetails {
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         Rendered::of(&device_details(&cx.org, &device).await?)
+    }
+}
+
+// --- get_device_software ---------------------------------------------------------------------
+
+/// Arguments of `get_device_software`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct SoftwareInput {
+    /// The device's id (UUID).
+    #[schemars(length(min = 36, max = 36))]
+    device_id: String,
+    /// Only packages whose name contains this text (case-insensitive).
+    #[schemars(length(min = 1, max = 200))]
+    name: Option<String>,
+    /// How many packages per page (1-200, default 50).
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+    /// The nextCursor of the previous page, unchanged.
+    #[schemars(length(min = 1, max = 2000))]
+    cursor: Option<String>,
+}
+
+/// One installed package.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct PackageView {
+    name: String,
+    version: String,
+}
+
+/// A page of a device's installed packages.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SoftwareOutput {
+    device_id: String,
+    /// Ordered by name (case-insensitive), then version.
+    packages: Vec<PackageView>,
+    /// How many packages match, over every page.
+    total: usize,
+    /// Pass as cursor for the next page; absent on the last one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    /// False when the agent has not reported an inventory yet or its platform cannot list
+    /// packages.
+    listed: bool,
+}
+
+pub(crate) struct GetDeviceSoftware;
+
+impl Tool for GetDeviceSoftware {
+    const NAME: &'static str = "get_device_software";
+    const TITLE: &'static str = "List installed software";
+    const DESCRIPTION: &'static str = "The packages installed on one device (name and version, from the agent's latest inventory), ordered by name: filter by a case-insensitive name substring, page with limit (default 50, max 200) and the nextCursor of the previous page. total counts every match.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
+    type Input = SoftwareInput;
+    type Output = SoftwareOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let device = find_device(cx, &input.device_id).await?;
+        let page = cx
+            .org
+            .device_packages(
+                device.id,
+                input.name.as_deref(),
+                input.cursor.as_deref(),
+                input.limit.unwrap_or(50),
+            )
+            .await
+            .map_err(|e| match e {
+                // Only the cursor can be invalid here: name it as the field.
+                StoreError::Invalid(m) => ToolError::invalid(format!("cursor: {m}")),
+                other => other.into(),
+            })?;
+        Ok(SoftwareOutput {
+            device_id: device.id.to_string(),
+            packages: page
+                .packages
+                .into_iter()
+                .map(|p| PackageView {
+                    name: p.name,
+                    version: p.version,
+                })
+                .collect(),
+            total: page.total,
+            next_cursor: page.next_cursor,
+            listed: page.listed,
+        })
     }
 }
