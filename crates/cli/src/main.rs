@@ -182,10 +182,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
 /// The runtime for the server and the admin commands: tokio's multi-thread runtime (a worker
 /// per processor the process may use), except with a single processor, where one thread runs
 /// every task itself. A multi-thread runtime would start one worker there too, and then pay for
-/// work stealing and cross-thread wake-ups it cannot use. In interleaved runs pinned to one core
-/// (2026-12-02, 16 rounds of 3 s at one request at a time), the current-thread runtime used less
-/// server CPU per MCP request in 11 rounds and answered more requests in 10 (median 1.13× rmcp's
-/// echo against 1.01×, on a machine whose speed drifted by more than that between rounds).
+/// work stealing and cross-thread wake-ups it cannot use (the README's performance section has
+/// the measurement).
 fn server_runtime() -> tokio::runtime::Builder {
     let processors = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     if processors == 1 {

@@ -2,8 +2,8 @@
 //! hand (a tool result, whose text block is its structured content as escaped JSON text).
 //!
 //! Everything written here is byte-for-byte what `serde_json` writes for the same value; the
-//! tests hold both to that. (Escaping the JSON text of a 25-device listing takes ~6 µs here
-//! against ~8 µs through `serde_json`'s serializer.)
+//! tests hold both to that. It exists because it is faster than going through `serde_json`'s
+//! serializer for the text block every tool result repeats.
 
 /// Whether `b` must be escaped inside a JSON string (as `serde_json` does: quote, backslash,
 /// control characters; not `/`, not DEL, not non-ASCII).

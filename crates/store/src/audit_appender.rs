@@ -25,11 +25,11 @@
 //!
 //!   Both have the durability of SQLite's own write-ahead log at `synchronous = NORMAL`: the
 //!   record survives the process, not necessarily a power cut. Why two ways: a lone record
-//!   costs ~50 µs to commit (the pages a commit writes) but ~2 µs to journal, and moves then
-//!   commit in bulk; a batch's commit is a few µs per record, and inserting it where it was
-//!   handed in puts the work between requests, in the runtime's own order, instead of on a
-//!   thread the kernel slots in among them a millisecond at a time (which set the tail latency
-//!   under load: at concurrency 50, p99 fell from 5–6 ms to 4–5 ms in interleaved runs).
+//!   costs an order of magnitude more to commit (the pages a commit writes) than to journal,
+//!   and moves then commit in bulk; a batch's commit is cheap per record, and inserting it
+//!   where it was handed in puts the work between requests, in the runtime's own order,
+//!   instead of on a thread the kernel slots in among them a millisecond at a time, which
+//!   would set the tail latency under load.
 //! - **Otherwise (PostgreSQL, in-memory SQLite): the pool**, one transaction per batch, each
 //!   record retried alone if the batch fails.
 //!
@@ -70,10 +70,8 @@ pub type Unwritten = Vec<(AuditEvent, StoreError)>;
 
 /// How long records gather in the journal before they are moved into the table: short, since
 /// a move is work done in one go (a few hundred records per move under load), yet long enough
-/// that a move's fixed costs (a new segment file, a commit) are shared by many records. At one
-/// request at a time, 25 ms and transactions of [`ROWS_PER_MOVE`] = 256 took the journal
-/// thread's processor time to 19–24 µs per request from 22–33 with 10 ms and 64 (lower in 6 of
-/// 7 interleaved runs, one tie; at concurrency 50, where batches go direct, no change).
+/// that a move's fixed costs (a new segment file, a commit) are shared by many records (with
+/// [`ROWS_PER_MOVE`] rows to a transaction).
 pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(25);
 /// Batches at least this large are inserted into the table directly rather than journaled
 /// (see the module docs).
@@ -85,9 +83,9 @@ const DIRECT_MIN_BATCH: usize = 8;
 const MAX_BACKLOG: usize = 1024;
 /// How much lower than the rest of the process the mover's priority is (Linux nice values).
 /// Moves then use the processor when requests leave it idle, and a request arriving mid-move
-/// takes the processor at once instead of waiting out the mover's time slice: at one request
-/// at a time, p99 0.38–0.45 ms instead of 0.69–0.76 ms in interleaved runs. Under full load the
-/// mover still gets ~10 % of the processor, and [`MAX_BACKLOG`] sends the rest direct.
+/// takes the processor at once instead of waiting out the mover's time slice, which keeps
+/// tail latency down. Under full load the mover still gets a share of the processor, and
+/// [`MAX_BACKLOG`] sends the rest direct.
 #[cfg(target_os = "linux")]
 const MOVER_NICE_INCREMENT: i32 = 10;
 /// How often a move that failed is tried again.
@@ -762,8 +760,7 @@ fn execute_with(insert: &mut rusqlite::Statement<'_>, rows: &[Row<'_>]) -> rusql
 const AUDIT_COLUMNS: usize = 12;
 
 /// Rows per run of [`INSERT_MANY`]: a statement's own costs (binding aside: its reset, cursors
-/// and halt) are paid once for all of them. In a micro-benchmark of batches of 48 rows on this
-/// schema, 16 rows a statement took SQLite's work per row from 3.8–4.4 µs to 3.1–3.5 µs.
+/// and halt) are paid once for all of them, which measurably cuts SQLite's work per row.
 const ROWS_PER_STATEMENT: usize = 16;
 
 /// The statement every audit row on SQLite is inserted by when it is not one of

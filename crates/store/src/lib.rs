@@ -378,7 +378,7 @@ impl Store {
     pub async fn checkpoint(&self) -> Result<()> {
         // On a file with an audit journal, the journal's thread runs it, below the requests'
         // priority: a checkpoint under load copies megabytes, and on a processor the requests
-        // share it would hold them up (at one request at a time, p99 0.30 -> 0.40 ms).
+        // share it would hold them up and lengthen their tail latency.
         if let Some(Some(journal)) = self.audit_journal.get() {
             return journal.checkpoint().await;
         }

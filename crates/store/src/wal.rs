@@ -4,16 +4,14 @@
 //! A commit appends pages (frames) to the log; a checkpoint copies them back into the database
 //! file. SQLite starts the log over only when a write begins after a checkpoint has copied all
 //! of it back, which under a steady stream of writes (an audit row per MCP request) never
-//! happens by itself: the log grew without bound — 0.5 GB in 10 s at 50k requests/s — and every
-//! page lookup searched all of it. So each checkpoint is passive (copies what it can without
+//! happens by itself: the log grows without bound, and every page lookup searches all of it. So each checkpoint is passive (copies what it can without
 //! waiting for anyone), and once the log holds [`WAL_RESTART_FRAMES`] it is followed by a
 //! restart, which takes the write lock, copies the rest and has the next writer start over.
 //!
 //! The restart must get the write lock between two commits of a writer that takes it again
 //! at once. SQLite's own busy handler sleeps up to 100 ms between tries, so against a writer
-//! that leaves the lock free for a fraction of a millisecond at a time it lost for seconds on
-//! end (9.7 s in one measured run on a loaded disk, while the log grew from 4,098 frames to
-//! 11,407). The restart therefore polls every [`LOCK_POLL`] instead: once it holds the lock,
+//! that leaves the lock free for a fraction of a millisecond at a time it can lose for seconds
+//! on end while the log keeps growing. The restart therefore polls every [`LOCK_POLL`] instead: once it holds the lock,
 //! writers wait for it, so the log cannot outgrow what was written while the passive
 //! checkpoint ran.
 //!
