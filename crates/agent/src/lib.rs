@@ -12,7 +12,7 @@
 //! - [`cli`]: the command line (`enroll`, `run`, `rotate-token`), shared with `breeze agent`;
 //! - [`api`]: the HTTP client for the `/api/v1/agents/*` endpoints;
 //! - [`enroll`]: enrollment and token rotation;
-//! - [`runtime`]: the `run` loop — socket, HTTP fallback, timers, dispatch;
+//! - [`runtime`]: the `run` loop — socket, HTTP fallback, timers, running received commands;
 //! - [`backoff`]: the reconnect schedule;
 //! - [`journal`]: the persistent exactly-once command journal;
 //! - [`exec`]: every command kind, against the real OS;

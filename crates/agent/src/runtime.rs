@@ -1,4 +1,4 @@
-//! `breeze-agent run`: the socket, the HTTP fallback, the timers and command dispatch.
+//! `breeze-agent run`: the socket, the HTTP fallback, the timers and running received commands.
 //!
 //! One outbound WebSocket to `/api/v1/agents/ws` carries everything while it is up. It is
 //! considered down when the upgrade fails, a read or write fails, the server closes it, or
@@ -429,7 +429,7 @@ impl Agent {
             }
             ServerFrame::Command(command) => {
                 let this = self.clone();
-                tokio::spawn(async move { this.dispatch(command).await });
+                tokio::spawn(async move { this.run_command(command).await });
             }
             ServerFrame::Cancel { command_id } => match lock(&self.running).get(&command_id) {
                 Some(token) => {
@@ -448,7 +448,7 @@ impl Agent {
     // -----------------------------------------------------------------------------------------
 
     /// Runs a delivered command at most once; a repeated delivery re-sends the stored result.
-    pub async fn dispatch(self: &Arc<Self>, command: Command) {
+    pub async fn run_command(self: &Arc<Self>, command: Command) {
         let id = command.id;
         match self.journal.begin(id) {
             Ok(Begin::Running) => {
@@ -576,7 +576,7 @@ impl Agent {
                 }
                 for command in response.commands {
                     let this = self.clone();
-                    tokio::spawn(async move { this.dispatch(command).await });
+                    tokio::spawn(async move { this.run_command(command).await });
                 }
             }
             Err(e) => self.note_http_error("heartbeat", &e),

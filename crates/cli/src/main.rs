@@ -220,7 +220,7 @@ fn run_stdio(
     }
 }
 
-/// `mcp stdio` is dispatched before settings are loaded.
+/// `mcp stdio` is handled before settings are loaded.
 fn unreachable_stdio() -> anyhow::Result<()> {
     anyhow::bail!("breeze mcp stdio runs without server settings")
 }

@@ -330,7 +330,7 @@ fn sqlite_text(text: &str) -> Cow<'_, str> {
 
 /// Runs `$body` with `$q` bound to the statement built for the target's backend and `$e` to
 /// the executor.
-macro_rules! dispatch {
+macro_rules! on_backend {
     ($self:ident, $target:expr, $build:ident, |$q:ident, $e:ident| $body:expr) => {{
         let Sql { text, args } = $self;
         match $target.into() {
@@ -389,7 +389,7 @@ impl Sql {
 
     /// Runs the statement; returns the number of rows it affected.
     pub(crate) async fn execute<'a>(self, target: impl Into<Target<'a>>) -> Result<u64> {
-        dispatch!(self, target, query, |q, e| Ok(q
+        on_backend!(self, target, query, |q, e| Ok(q
             .execute(e)
             .await
             .map_err(StoreError::from)?
@@ -401,7 +401,7 @@ impl Sql {
         self,
         target: impl Into<Target<'a>>,
     ) -> Result<Vec<T>> {
-        dispatch!(self, target, query, |q, e| {
+        on_backend!(self, target, query, |q, e| {
             q.try_map(|row| T::from_row(&row))
                 .fetch_all(e)
                 .await
@@ -414,7 +414,7 @@ impl Sql {
         self,
         target: impl Into<Target<'a>>,
     ) -> Result<Option<T>> {
-        dispatch!(self, target, query, |q, e| {
+        on_backend!(self, target, query, |q, e| {
             q.try_map(|row| T::from_row(&row))
                 .fetch_optional(e)
                 .await
@@ -429,7 +429,7 @@ impl Sql {
         T: for<'r> sqlx::Decode<'r, Postgres> + Type<Postgres>,
         T: Send + Unpin,
     {
-        dispatch!(self, target, query_scalar, |q, e| q
+        on_backend!(self, target, query_scalar, |q, e| q
             .fetch_one(e)
             .await
             .map_err(StoreError::from))

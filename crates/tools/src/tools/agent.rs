@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::Level;
-use super::dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path};
+use super::device_command::{
+    CommandView, RunOptions, online_device, require_completed, run, safe_path,
+};
 use crate::{Effect, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 /// An input naming one device and the command to run there.

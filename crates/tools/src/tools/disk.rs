@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
+    device_command::{CommandView, RunOptions, online_device, require_completed, run, safe_path},
     devices::find_device,
-    dispatch::{CommandView, RunOptions, online_device, require_completed, run, safe_path},
 };
 use crate::{NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     DEVICE_NOT_FOUND,
-    dispatch::{CommandView, RunOptions, online_device, run},
+    device_command::{CommandView, RunOptions, online_device, run},
 };
 use crate::{
     Effect, ErrorCode, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per,
