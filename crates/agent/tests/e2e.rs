@@ -665,7 +665,7 @@ async fn run(backend: Backend) {
         .wait(cmd.id, Duration::from_secs(10), |_| {})
         .await
         .unwrap();
-    assert_eq!(done.status, "completed");
+    assert_eq!(done.status, breeze_core::CommandStatus::Completed);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         std::fs::read_to_string(&marker).unwrap(),

@@ -15,6 +15,34 @@ string_enum! {
 }
 
 string_enum! {
+    /// Where a device command is in its life: it moves forward only, from pending (queued) to
+    /// sent, running and one of the final states.
+    pub enum CommandStatus: "command status" {
+        /// Queued; no agent has it yet.
+        Pending = "pending",
+        /// Handed to the agent's socket or heartbeat.
+        Sent = "sent",
+        /// The agent started it.
+        Running = "running",
+        Completed = "completed",
+        Failed = "failed",
+        /// Past its deadline, queued or running.
+        TimedOut = "timed_out",
+        Cancelled = "cancelled",
+    }
+}
+
+impl CommandStatus {
+    /// Whether the command reached a final state.
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            CommandStatus::Pending | CommandStatus::Sent | CommandStatus::Running
+        )
+    }
+}
+
+string_enum! {
     /// The operating system family a device runs.
     pub enum OsFamily: "OS family" {
         Linux = "linux",

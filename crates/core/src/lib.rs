@@ -17,7 +17,7 @@ pub mod user;
 
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use device::{Device, DeviceStatus, OsFamily};
+pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use ids::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId, UserId,
 };

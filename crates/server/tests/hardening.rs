@@ -747,7 +747,7 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
     // Let the first attempt meet the lock (it gives up after the 300 ms lock timeout).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     held.release().await;
-    let mut status = String::new();
+    let mut status = breeze_core::CommandStatus::Pending;
     for _ in 0..300 {
         status = w
             .store
@@ -756,12 +756,16 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
             .await
             .unwrap()
             .status;
-        if status == "completed" {
+        if status == breeze_core::CommandStatus::Completed {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(status, "completed", "the result was lost");
+    assert_eq!(
+        status,
+        breeze_core::CommandStatus::Completed,
+        "the result was lost"
+    );
     let stored = w.store.org(w.org_a).get_command(cmd.id).await.unwrap();
     assert_eq!(stored.stdout.as_deref(), Some("done"));
 }

@@ -6,7 +6,7 @@
 //! change nothing.
 
 use breeze_agent_proto::{Command, CommandKind, CommandOutcome, CommandResult};
-use breeze_core::{AuditEvent, DeviceId, OrgId, Timestamp};
+use breeze_core::{AuditEvent, CommandStatus, DeviceId, OrgId, Timestamp};
 use chrono::Duration;
 use serde::Serialize;
 use serde_json::Value;
@@ -39,7 +39,8 @@ pub struct CommandRecord {
     /// The full [`CommandKind`] as JSON.
     #[sqlx(json)]
     pub payload: Value,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: CommandStatus,
     pub timeout_secs: i64,
     pub output_cap_bytes: i64,
     pub script_id: Option<Uuid>,
@@ -67,7 +68,7 @@ pub struct CommandRecord {
 impl CommandRecord {
     /// Whether the command reached a final state.
     pub fn is_terminal(&self) -> bool {
-        !matches!(self.status.as_str(), "pending" | "sent" | "running")
+        self.status.is_terminal()
     }
 
     /// The wire form handed to the agent.

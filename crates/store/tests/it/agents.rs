@@ -5,7 +5,7 @@ use breeze_agent_proto::{
     CommandKind, CommandOutcome, CommandResult, DiskUsageSample, Heartbeat, MetricSample,
     NetworkSample, ProcessSort, UserSession,
 };
-use breeze_core::{DeviceStatus, OrgId, OsFamily, SiteId};
+use breeze_core::{CommandStatus, DeviceStatus, OrgId, OsFamily, SiteId};
 use breeze_store::{
     Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, NewCommand, NewEnrollmentKey, NewScript,
     Store, StoreError, testing::Ctx,
@@ -279,7 +279,7 @@ async fn commands_move_forward_only(cx: Ctx) {
         .create_command(new(), audit("command.create", "command"))
         .await
         .unwrap();
-    assert_eq!(cmd.status, "pending");
+    assert_eq!(cmd.status, CommandStatus::Pending);
     assert_eq!(cmd.kind, "list_processes");
     assert_eq!(cmd.to_wire().unwrap().kind, new().kind);
     // Another organization can neither see nor queue for the device.
@@ -330,7 +330,7 @@ async fn commands_move_forward_only(cx: Ctx) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(done.status, "completed");
+    assert_eq!(done.status, CommandStatus::Completed);
     assert!(
         s.complete_command(dev.id, result("second"))
             .await
@@ -352,7 +352,7 @@ async fn commands_move_forward_only(cx: Ctx) {
     let timed = s.time_out_commands().await.unwrap();
     assert_eq!(timed.len(), 1);
     assert_eq!(timed[0].id, late.id);
-    assert_eq!(timed[0].status, "timed_out");
+    assert_eq!(timed[0].status, CommandStatus::TimedOut);
     assert!(timed[0].error.as_deref().unwrap().contains("did not pick"));
     // Output beyond the server's ceiling is cut and flagged.
     let big = o
@@ -406,7 +406,7 @@ async fn a_result_with_nul_output_is_stored(cx: Ctx) {
         finished_at: s.clock().now(),
     };
     let stored = s.complete_command(dev.id, result).await.unwrap().unwrap();
-    assert_eq!(stored.status, "failed");
+    assert_eq!(stored.status, CommandStatus::Failed);
     let read = s.org(org).get_command(cmd.id).await.unwrap();
     assert_eq!(read.stdout.as_deref(), Some("bin\u{FFFD}ary"));
     assert_eq!(read.stderr.as_deref(), Some("\u{FFFD}"));

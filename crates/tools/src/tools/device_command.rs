@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use breeze_agent_proto::paths::{self, ProtectedSet};
 use breeze_agent_proto::{CommandKind, DEFAULT_OUTPUT_CAP_BYTES};
-use breeze_core::{AuditEvent, Device, DeviceStatus};
+use breeze_core::{AuditEvent, CommandStatus, Device, DeviceStatus};
 use breeze_gateway::{GatewayError, Progress};
 use breeze_store::{CommandRecord, NewCommand};
 use schemars::JsonSchema;
@@ -56,7 +56,8 @@ pub(crate) struct CommandView {
     pub hostname: String,
     /// pending, sent, running (still going when the call returned), completed, failed,
     /// timed_out or cancelled.
-    pub status: String,
+    #[schemars(schema_with = "command_status_schema")]
+    pub status: CommandStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,8 +108,14 @@ impl CommandView {
 
     /// Whether the command finished successfully.
     pub(crate) fn completed(&self) -> bool {
-        self.status == "completed"
+        self.status == CommandStatus::Completed
     }
+}
+
+/// Every [`CommandStatus`] by its wire name.
+fn command_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names: Vec<&str> = CommandStatus::ALL.iter().map(|s| s.as_str()).collect();
+    schemars::json_schema!({ "type": "string", "enum": names })
 }
 
 /// The caller's device, online; otherwise the error a tool returns.
@@ -177,7 +184,7 @@ pub(crate) async fn run(
 
 /// A command's failure as a tool error (for tools whose whole answer is the command's result).
 pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolError> {
-    if view.completed() || !matches!(view.status.as_str(), "failed" | "timed_out" | "cancelled") {
+    if view.completed() || !view.status.is_terminal() {
         return Ok(view);
     }
     let why = view
@@ -189,7 +196,7 @@ pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolEr
         ErrorCode::UpstreamError,
         format!(
             "{} on {}: {why}",
-            view.status.replace('_', " "),
+            view.status.as_str().replace('_', " "),
             view.hostname
         ),
     ))
@@ -299,7 +306,7 @@ mod tests {
             command_id: uuid::Uuid::nil().to_string(),
             device_id: uuid::Uuid::nil().to_string(),
             hostname: "web-01".into(),
-            status: "running".into(),
+            status: breeze_core::CommandStatus::Running,
             exit_code: None,
             stdout: None,
             stderr: None,

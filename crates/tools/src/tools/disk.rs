@@ -132,7 +132,7 @@ impl Tool for AnalyzeDiskUsage {
         opts.audit_action = "device.disk_scan";
         let view = require_completed(run(cx, &device, kind, opts).await?)?;
         match view.result {
-            Some(analysis) if view.status == "completed" => Ok(snapshot(
+            Some(analysis) if view.completed() => Ok(snapshot(
                 &device,
                 view.command_id,
                 Some(cx.now().to_rfc3339()),
