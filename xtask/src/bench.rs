@@ -557,10 +557,22 @@ fn print_aims(runs: &[Run]) {
             met: |m| m >= 1.0,
         },
         Aim {
+            name: "pipeline ≥ 1.5× rmcp's echo req/s (c=50, #22)",
+            values: ratios(Role::Pipeline, Role::Rmcp, 50),
+            unit: "×",
+            met: |m| m >= 1.5,
+        },
+        Aim {
             name: "pipeline p99 ≤ 3 ms (c=50)",
             values: p99s(Role::Pipeline),
             unit: " ms",
             met: |m| m <= 3.0,
+        },
+        Aim {
+            name: "pipeline p99 ≤ 2 ms (c=50, #22)",
+            values: p99s(Role::Pipeline),
+            unit: " ms",
+            met: |m| m <= 2.0,
         },
         Aim {
             name: "engine p99 ≤ 3 ms (c=50)",
