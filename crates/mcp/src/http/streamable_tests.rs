@@ -44,11 +44,13 @@ impl McpApp for TestApp {
     async fn authenticate(
         &self,
         _headers: &axum::http::HeaderMap,
+        _query: Option<&str>,
     ) -> Result<Caller<()>, HttpError> {
         Ok(Caller {
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
+            binding: None,
         })
     }
 
@@ -337,6 +339,7 @@ fn session_ctx(
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
+            binding: None,
         },
         session: Some(session.clone()),
         protocol: ProtocolVersion::V2025_11_25,
