@@ -46,6 +46,32 @@ mod tests {
     use breeze_core::Permission;
 
     #[test]
+    fn every_tool_has_its_modules_domain() {
+        let r = all();
+        assert_eq!(
+            r.domains(),
+            [
+                "agent",
+                "approvals",
+                "audit",
+                "context",
+                "devices",
+                "disk",
+                "groups",
+                "scripts",
+                "telemetry"
+            ]
+        );
+        assert!(r.iter().all(|t| t.domain != registry::NO_DOMAIN));
+        assert_eq!(r.get("query_devices").map(|t| t.domain), Some("devices"));
+        assert_eq!(r.get("run_script").map(|t| t.domain), Some("scripts"));
+        // A tool registered outside a domain says so rather than borrowing one.
+        let mut bare = Registry::default();
+        tools::devices::register(&mut bare);
+        assert!(bare.iter().all(|t| t.domain == registry::NO_DOMAIN));
+    }
+
+    #[test]
     fn every_tool_is_well_formed() {
         let r = all();
         assert!(!r.is_empty());
