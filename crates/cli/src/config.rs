@@ -665,7 +665,10 @@ mod tests {
             ("BREEZE_MCP_DISCOVER_BYTES", "2048"),
         ])
         .unwrap();
-        assert_eq!(s.mcp.catalog, breeze_server::catalog::CatalogMode::Consolidated);
+        assert_eq!(
+            s.mcp.catalog,
+            breeze_server::catalog::CatalogMode::Consolidated
+        );
         assert_eq!(s.mcp.discover_bytes, 2048);
         let e = err(&[("BREEZE_MCP_CATALOG", "compact")]);
         assert!(

@@ -350,11 +350,21 @@ impl MetaTool {
 
     pub fn description(self) -> &'static str {
         match self {
-            MetaTool::Discover => "Lists Breeze operations in pages (name, title, one-line summary, domain, tiers, and which of breeze_read / breeze_write / breeze_execute runs each). Filter with query (words in the name or description), domain, effect (read|write|execute) or tier (1-3); pass nextCursor back unchanged with the same filters for the next page. Lists only what this key's scopes could call; roles and approvals are decided at call time.",
-            MetaTool::Describe => "Returns the complete input and output schemas, tiers and actions of 1 to 3 operations named by breeze_discover. Describe an operation before calling it.",
-            MetaTool::Read => "Runs a read-only operation (Tier 1): {\"operation\": name, \"input\": {...its input schema...}}. The result is the operation's own.",
-            MetaTool::Write => "Runs a low-risk change (Tier 2, or a change that runs nothing on a device): {\"operation\": name, \"input\": {...}}. Same checks, limits and audit as calling the operation directly.",
-            MetaTool::Execute => "Runs a Tier 3 or device-executing operation: {\"operation\": name, \"input\": {...}}. Tier 3 waits for a person's approval exactly as a direct call does.",
+            MetaTool::Discover => {
+                "Lists Breeze operations in pages (name, title, one-line summary, domain, tiers, and which of breeze_read / breeze_write / breeze_execute runs each). Filter with query (words in the name or description), domain, effect (read|write|execute) or tier (1-3); pass nextCursor back unchanged with the same filters for the next page. Lists only what this key's scopes could call; roles and approvals are decided at call time."
+            }
+            MetaTool::Describe => {
+                "Returns the complete input and output schemas, tiers and actions of 1 to 3 operations named by breeze_discover. Describe an operation before calling it."
+            }
+            MetaTool::Read => {
+                "Runs a read-only operation (Tier 1): {\"operation\": name, \"input\": {...its input schema...}}. The result is the operation's own."
+            }
+            MetaTool::Write => {
+                "Runs a low-risk change (Tier 2, or a change that runs nothing on a device): {\"operation\": name, \"input\": {...}}. Same checks, limits and audit as calling the operation directly."
+            }
+            MetaTool::Execute => {
+                "Runs a Tier 3 or device-executing operation: {\"operation\": name, \"input\": {...}}. Tier 3 waits for a person's approval exactly as a direct call does."
+            }
         }
     }
 
@@ -493,9 +503,10 @@ impl DiscoverFilters {
                     f.domain = Some(d);
                 }
                 "effect" => {
-                    f.effect = Some(OpClass::parse(&text()?).ok_or_else(|| {
-                        invalid("effect: expected one of read, write, execute")
-                    })?);
+                    f.effect =
+                        Some(OpClass::parse(&text()?).ok_or_else(|| {
+                            invalid("effect: expected one of read, write, execute")
+                        })?);
                 }
                 "tier" => match v.as_u64() {
                     Some(t @ 1..=3) => f.tier = u8::try_from(t).ok(),
@@ -513,7 +524,13 @@ impl DiscoverFilters {
     }
 
     fn canonical(&self) -> String {
-        json!([self.query, self.domain, self.effect.map(OpClass::as_str), self.tier]).to_string()
+        json!([
+            self.query,
+            self.domain,
+            self.effect.map(OpClass::as_str),
+            self.tier
+        ])
+        .to_string()
     }
 }
 
@@ -620,8 +637,14 @@ impl Consolidated {
             ipad[i] ^= k;
             opad[i] ^= k;
         }
-        let inner = Sha256::new().chain_update(ipad).chain_update(payload).finalize();
-        let outer = Sha256::new().chain_update(opad).chain_update(inner).finalize();
+        let inner = Sha256::new()
+            .chain_update(ipad)
+            .chain_update(payload)
+            .finalize();
+        let outer = Sha256::new()
+            .chain_update(opad)
+            .chain_update(inner)
+            .finalize();
         let mut out = [0u8; 16];
         out.copy_from_slice(&outer[..16]);
         out
@@ -665,7 +688,12 @@ impl Consolidated {
         let (payload, mac) = bytes.split_at(20);
         // Constant-time enough: a mismatch anywhere fails the same way.
         let expected = self.mac(payload);
-        if expected.iter().zip(mac).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+        if expected
+            .iter()
+            .zip(mac)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            != 0
+        {
             return Err(bad("not a cursor this server made (or it was altered)"));
         }
         if payload[12..20] != *self.version.as_bytes().get(..8).unwrap_or_default() {
@@ -790,8 +818,8 @@ impl Consolidated {
         }
         let mut out = Vec::new();
         for name in names {
-            let Some((spec, classes)) = Self::operations(guard, registry, catalog, scopes)
-                .find(|(s, _)| s.name == name)
+            let Some((spec, classes)) =
+                Self::operations(guard, registry, catalog, scopes).find(|(s, _)| s.name == name)
             else {
                 return Err(unknown_operation(name));
             };
@@ -863,7 +891,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }
     (0..s.len())
@@ -879,8 +907,11 @@ mod tests {
     #[test]
     fn query_params_are_decoded() {
         assert_eq!(
-            query_param(Some("a=1&toolsets=devices%2Cscripts&catalog=full"), "toolsets")
-                .as_deref(),
+            query_param(
+                Some("a=1&toolsets=devices%2Cscripts&catalog=full"),
+                "toolsets"
+            )
+            .as_deref(),
             Some("devices,scripts")
         );
         assert_eq!(query_param(Some("catalog"), "catalog").as_deref(), Some(""));

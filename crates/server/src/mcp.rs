@@ -377,10 +377,7 @@ impl McpApp for BreezeMcp {
         self.run(cx, &name, arguments).await
     }
 
-    async fn list_resources(
-        &self,
-        cx: &Cx<McpPrincipal>,
-    ) -> Result<Vec<ResourceDef>, ErrorObject> {
+    async fn list_resources(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ResourceDef>, ErrorObject> {
         Self::require_read(&cx.caller.principal)?;
         Ok(resources::RESOURCES
             .iter()
@@ -585,7 +582,10 @@ impl McpApp for BreezeMcp {
 impl BreezeMcp {
     /// Whether `p`'s scopes reach meta-tool `m` (listing and calling agree on this).
     fn reaches_meta(&self, p: &McpPrincipal, m: MetaTool) -> bool {
-        self.state.pipeline.guard().reaches_tier(&p.scopes, m.tier())
+        self.state
+            .pipeline
+            .guard()
+            .reaches_tier(&p.scopes, m.tier())
     }
 
     /// Runs `name` through the pipeline and turns its outcome into an MCP answer.

@@ -104,12 +104,7 @@ async fn exec_key(w: &World) -> String {
 }
 
 /// Every page of `breeze_discover` with `filters`, each checked against `budget`.
-async fn walk(
-    app: &Router,
-    key: &str,
-    filters: Value,
-    budget: usize,
-) -> (Vec<Value>, usize) {
+async fn walk(app: &Router, key: &str, filters: Value, budget: usize) -> (Vec<Value>, usize) {
     let mut entries = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -154,10 +149,9 @@ fn probe_input(spec: &breeze_tools::ToolSpec, class: OpClass) -> Option<Value> {
     if spec.actions.is_empty() {
         return (classes_of(spec) == [class]).then_some(input);
     }
-    let action = spec
-        .actions
-        .iter()
-        .find(|a| breeze_server::catalog::call_class(spec, &json!({ spec.action_key: a.name })) == class)?;
+    let action = spec.actions.iter().find(|a| {
+        breeze_server::catalog::call_class(spec, &json!({ spec.action_key: a.name })) == class
+    })?;
     input[spec.action_key] = json!(action.name);
     Some(input)
 }
@@ -170,7 +164,9 @@ async fn consolidated_listing_and_calling_agree(cx: Ctx) {
     let exec = exec_key(&w).await;
     let registry = w.state.pipeline.registry();
     for (label, key) in [("read", &w.read), ("write", &w.write), ("execute", &exec)] {
-        let listed: BTreeSet<String> = names(&list(&w.app, key, C, &[]).await).into_iter().collect();
+        let listed: BTreeSet<String> = names(&list(&w.app, key, C, &[]).await)
+            .into_iter()
+            .collect();
         for m in MetaTool::ALL {
             let r = call(&w.app, key, C, m.name(), json!({})).await;
             let scope_refused = r.body["error"]["message"]
@@ -188,7 +184,10 @@ async fn consolidated_listing_and_calling_agree(cx: Ctx) {
         let (entries, _) = walk(&w.app, key, json!({}), 8192).await;
         let mut seen = BTreeSet::new();
         for e in &entries {
-            assert!(seen.insert(e["name"].as_str().unwrap().to_owned()), "listed twice: {e}");
+            assert!(
+                seen.insert(e["name"].as_str().unwrap().to_owned()),
+                "listed twice: {e}"
+            );
         }
         for spec in registry.iter() {
             let entry = entries.iter().find(|e| e["name"] == spec.name);
@@ -197,9 +196,8 @@ async fn consolidated_listing_and_calling_agree(cx: Ctx) {
                     continue;
                 };
                 let meta = class.meta_tool().name();
-                let discovered = entry.is_some_and(|e| {
-                    e["metaTools"].as_array().unwrap().contains(&json!(meta))
-                });
+                let discovered = entry
+                    .is_some_and(|e| e["metaTools"].as_array().unwrap().contains(&json!(meta)));
                 let r = call(
                     &w.app,
                     key,
@@ -249,13 +247,24 @@ async fn toolsets_restrict_listing_and_calling(cx: Ctx) {
     assert_eq!(structured(&r)["devices"][0]["hostname"], "web-01");
 
     // The same choice by header.
-    let by_header = names(&list(&w.app, &exec, "/mcp", &[("x-breeze-toolsets", "devices,scripts")]).await);
+    let by_header = names(
+        &list(
+            &w.app,
+            &exec,
+            "/mcp",
+            &[("x-breeze-toolsets", "devices,scripts")],
+        )
+        .await,
+    );
     assert_eq!(by_header, expected);
 
     let r = list(&w.app, &exec, "/mcp?toolsets=devices,printers", &[]).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let m = err_msg(&r);
-    assert!(m.contains("\"printers\"") && m.contains("devices, disk"), "{m}");
+    assert!(
+        m.contains("\"printers\"") && m.contains("devices, disk"),
+        "{m}"
+    );
     let r = list(&w.app, &exec, "/mcp?catalog=compact", &[]).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(err_msg(&r).contains("full, consolidated"), "{}", r.body);
@@ -263,13 +272,7 @@ async fn toolsets_restrict_listing_and_calling(cx: Ctx) {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
     // Toolsets narrow the consolidated catalog too.
-    let (entries, _) = walk(
-        &w.app,
-        &exec,
-        json!({}),
-        8192,
-    )
-    .await;
+    let (entries, _) = walk(&w.app, &exec, json!({}), 8192).await;
     let r = call(
         &w.app,
         &exec,
@@ -316,10 +319,28 @@ async fn discover_pages_fit_and_cover_everything(cx: Ctx) {
         }
     }
     let (reads, _) = walk(&small, &exec, json!({ "effect": "read" }), 1024).await;
-    assert!(reads.iter().all(|e| e["metaTools"].as_array().unwrap().contains(&json!("breeze_read"))));
-    let (devices, _) = walk(&small, &exec, json!({ "domain": "devices", "query": "device" }), 1024).await;
+    assert!(reads.iter().all(|e| {
+        e["metaTools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("breeze_read"))
+    }));
+    let (devices, _) = walk(
+        &small,
+        &exec,
+        json!({ "domain": "devices", "query": "device" }),
+        1024,
+    )
+    .await;
     assert!(!devices.is_empty() && devices.iter().all(|e| e["domain"] == "devices"));
-    let r = call(&w.app, &exec, C, "breeze_discover", json!({ "domain": "printers" })).await;
+    let r = call(
+        &w.app,
+        &exec,
+        C,
+        "breeze_discover",
+        json!({ "domain": "printers" }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("INVALID_ARGUMENT"));
 }
 
@@ -334,12 +355,23 @@ async fn cursors_reject_changed_filters_and_forgeries(cx: Ctx) {
     );
     let r = call(&small, &exec, C, "breeze_discover", json!({})).await;
     let cursor = structured(&r)["nextCursor"].as_str().unwrap().to_owned();
-    let ok = call(&small, &exec, C, "breeze_discover", json!({ "cursor": cursor })).await;
+    let ok = call(
+        &small,
+        &exec,
+        C,
+        "breeze_discover",
+        json!({ "cursor": cursor }),
+    )
+    .await;
     assert_eq!(tool_error(&ok), None, "{}", ok.body);
     let mut flipped = cursor.clone().into_bytes();
     flipped[1] = if flipped[1] == b'0' { b'1' } else { b'0' };
     let flipped = String::from_utf8(flipped).unwrap();
-    let other_server = build(&w, |c| c.catalog.discover_bytes = 1024, Arc::new(MemoryLimiter::new()));
+    let other_server = build(
+        &w,
+        |c| c.catalog.discover_bytes = 1024,
+        Arc::new(MemoryLimiter::new()),
+    );
     for (app, args) in [
         (&small, json!({ "cursor": cursor, "effect": "read" })),
         (&small, json!({ "cursor": cursor, "query": "device" })),
@@ -352,7 +384,14 @@ async fn cursors_reject_changed_filters_and_forgeries(cx: Ctx) {
         assert_eq!(tool_error(&r), Some("INVALID_CURSOR"), "{args}: {}", r.body);
     }
     // Another key's scopes make another listing: its cursor is not this one's.
-    let r = call(&small, &w.read, C, "breeze_discover", json!({ "cursor": cursor })).await;
+    let r = call(
+        &small,
+        &w.read,
+        C,
+        "breeze_discover",
+        json!({ "cursor": cursor }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("INVALID_CURSOR"), "{}", r.body);
 }
 
@@ -360,7 +399,14 @@ async fn cursors_reject_changed_filters_and_forgeries(cx: Ctx) {
 async fn describe_one_to_three(cx: Ctx) {
     let w = world(&cx).await;
     let registry = w.state.pipeline.registry();
-    let r = call(&w.app, &w.read, C, "breeze_describe", json!({ "operations": ["query_devices"] })).await;
+    let r = call(
+        &w.app,
+        &w.read,
+        C,
+        "breeze_describe",
+        json!({ "operations": ["query_devices"] }),
+    )
+    .await;
     let op = &structured(&r)["operations"][0];
     let spec = registry.get("query_devices").unwrap();
     assert_eq!(op["inputSchema"], spec.input_schema);
@@ -371,14 +417,39 @@ async fn describe_one_to_three(cx: Ctx) {
     let ops = structured(&r)["operations"].as_array().unwrap();
     assert_eq!(ops.len(), 3);
     let groups = &ops[2];
-    assert!(groups["actions"].as_array().unwrap().iter().any(|a| a["metaTool"] == "breeze_execute"));
+    assert!(
+        groups["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["metaTool"] == "breeze_execute")
+    );
     let four = json!({ "operations": ["query_devices", "get_device_details", "manage_groups", "run_script"] });
     let r = call(&w.app, &w.read, C, "breeze_describe", four).await;
     assert_eq!(tool_error(&r), Some("INVALID_ARGUMENT"), "{}", r.body);
-    assert!(r.body["result"]["structuredContent"]["error"]["message"].as_str().unwrap().contains("1 to 3"));
-    let r = call(&w.app, &w.read, C, "breeze_describe", json!({ "operations": [] })).await;
+    assert!(
+        r.body["result"]["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 to 3")
+    );
+    let r = call(
+        &w.app,
+        &w.read,
+        C,
+        "breeze_describe",
+        json!({ "operations": [] }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("INVALID_ARGUMENT"));
-    let r = call(&w.app, &w.read, C, "breeze_describe", json!({ "operations": ["nope"] })).await;
+    let r = call(
+        &w.app,
+        &w.read,
+        C,
+        "breeze_describe",
+        json!({ "operations": ["nope"] }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("UNKNOWN_OPERATION"));
 }
 
@@ -396,7 +467,10 @@ async fn meta_tools_run_through_the_pipeline(cx: Ctx) {
     )
     .await;
     assert_eq!(structured(&via)["devices"], structured(&direct)["devices"]);
-    assert_eq!(via.body["result"]["_meta"]["breeze/tier"], 1, "the operation's _meta");
+    assert_eq!(
+        via.body["result"]["_meta"]["breeze/tier"], 1,
+        "the operation's _meta"
+    );
 
     // A full catalog's tool is not a tool of the consolidated catalog, and the reverse.
     let r = call(&w.app, &w.read, C, "query_devices", json!({})).await;
@@ -405,22 +479,55 @@ async fn meta_tools_run_through_the_pipeline(cx: Ctx) {
     assert_eq!(err_msg(&r), "Unknown tool: breeze_discover");
 
     // Effect mismatches name the right meta-tool; unknown operations are refused.
-    let create = json!({ "operation": "manage_groups", "input": { "action": "create", "name": "G" } });
+    let create =
+        json!({ "operation": "manage_groups", "input": { "action": "create", "name": "G" } });
     let r = call(&w.app, &exec, C, "breeze_read", create.clone()).await;
     assert_eq!(tool_error(&r), Some("TOOL_EFFECT_MISMATCH"), "{}", r.body);
-    let m = r.body["result"]["structuredContent"]["error"]["message"].as_str().unwrap();
+    let m = r.body["result"]["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap();
     assert!(m.contains("breeze_execute"), "{m}");
-    let r = call(&w.app, &exec, C, "breeze_write", json!({ "operation": "query_devices" })).await;
+    let r = call(
+        &w.app,
+        &exec,
+        C,
+        "breeze_write",
+        json!({ "operation": "query_devices" }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("TOOL_EFFECT_MISMATCH"));
-    assert!(r.body["result"]["structuredContent"]["error"]["message"].as_str().unwrap().contains("breeze_read"));
-    let r = call(&w.app, &exec, C, "breeze_read", json!({ "operation": "format_disk" })).await;
+    assert!(
+        r.body["result"]["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("breeze_read")
+    );
+    let r = call(
+        &w.app,
+        &exec,
+        C,
+        "breeze_read",
+        json!({ "operation": "format_disk" }),
+    )
+    .await;
     assert_eq!(tool_error(&r), Some("UNKNOWN_OPERATION"));
     let r = call(&w.app, &exec, C, "breeze_read", json!({ "input": {} })).await;
     assert_eq!(tool_error(&r), Some("INVALID_ARGUMENT"));
 
     // A read key has no breeze_write: refused as the guard refuses a tool.
-    let r = call(&w.app, &w.read, C, "breeze_write", json!({ "operation": "set_device_context" })).await;
-    assert!(err_msg(&r).contains("requires ai:write scope"), "{}", r.body);
+    let r = call(
+        &w.app,
+        &w.read,
+        C,
+        "breeze_write",
+        json!({ "operation": "set_device_context" }),
+    )
+    .await;
+    assert!(
+        err_msg(&r).contains("requires ai:write scope"),
+        "{}",
+        r.body
+    );
 
     // A Tier 2 write runs through breeze_write.
     let note = json!({ "operation": "set_device_context", "input": { "deviceId": w.a_device, "contextType": "quirk", "summary": "via meta" } });
@@ -428,14 +535,20 @@ async fn meta_tools_run_through_the_pipeline(cx: Ctx) {
     assert_eq!(tool_error(&r), None, "{}", r.body);
 
     // A Tier 3 call through breeze_execute asks for a person's approval like the direct call.
-    let app = build(&w, |c| c.approvals.wait = Duration::ZERO, Arc::new(MemoryLimiter::new()));
+    let app = build(
+        &w,
+        |c| c.approvals.wait = Duration::ZERO,
+        Arc::new(MemoryLimiter::new()),
+    );
     let r = call(&app, &exec, C, "breeze_execute", create).await;
     let out = structured(&r);
     assert_eq!(out["status"], "pending_approval", "{}", r.body);
     let pending = w.store.org(w.org_a).list_approvals(true, 10).await.unwrap();
     assert!(
-        pending.iter().any(|a| a.id.to_string() == out["approvalId"].as_str().unwrap()
-            && a.tool == "manage_groups"),
+        pending
+            .iter()
+            .any(|a| a.id.to_string() == out["approvalId"].as_str().unwrap()
+                && a.tool == "manage_groups"),
         "{pending:?}"
     );
 }
@@ -450,33 +563,62 @@ async fn selection_by_query_header_setting_and_session(cx: Ctx) {
     assert_eq!(names(&list(&w.app, &w.read, "/mcp", &h).await), metas);
     let full = names(&list(&w.app, &w.read, "/mcp", &[]).await);
     assert!(full.contains(&"query_devices".to_owned()));
-    assert_eq!(names(&list(&w.app, &w.read, "/mcp?catalog=full", &h).await), full, "the query wins");
+    assert_eq!(
+        names(&list(&w.app, &w.read, "/mcp?catalog=full", &h).await),
+        full,
+        "the query wins"
+    );
     let by_setting = build(
         &w,
         |c| c.catalog.default_mode = CatalogMode::Consolidated,
         Arc::new(MemoryLimiter::new()),
     );
     assert_eq!(names(&list(&by_setting, &w.read, "/mcp", &[]).await), metas);
-    assert_eq!(names(&list(&by_setting, &w.read, "/mcp?catalog=full", &[]).await), full);
+    assert_eq!(
+        names(&list(&by_setting, &w.read, "/mcp?catalog=full", &[]).await),
+        full
+    );
 
     // A session keeps its choice.
     let init = json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
     let r = send(&w.app, request(C, &w.read, "initialize", init, &[])).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let sid = r.headers.get("mcp-session-id").unwrap().to_str().unwrap().to_owned();
-    let on_session = |path: &'static str| request(path, &w.read, "tools/list", json!({}), &[("mcp-session-id", sid.as_str())]);
+    let sid = r
+        .headers
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let on_session = |path: &'static str| {
+        request(
+            path,
+            &w.read,
+            "tools/list",
+            json!({}),
+            &[("mcp-session-id", sid.as_str())],
+        )
+    };
     assert_eq!(names(&send(&w.app, on_session(C)).await), metas);
-    for other in ["/mcp", "/mcp?catalog=full", "/mcp?catalog=consolidated&toolsets=devices"] {
+    for other in [
+        "/mcp",
+        "/mcp?catalog=full",
+        "/mcp?catalog=consolidated&toolsets=devices",
+    ] {
         let r = send(&w.app, on_session(other)).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{other}: {}", r.body);
         let m = err_msg(&r);
-        assert!(m.contains("opened with catalog=consolidated") && m.contains("open a new session"), "{m}");
+        assert!(
+            m.contains("opened with catalog=consolidated") && m.contains("open a new session"),
+            "{m}"
+        );
     }
 }
 
 /// The size of `tools/list` per key and catalog mode, printed for the report beside the issue's
 /// targets (consolidated ≤ 8 KB, held here; full ≤ 40 KB for an execute key, printed as met or
 /// not: the full list's size is the registry's schemas', which this test does not own).
+#[allow(clippy::print_stdout)] // the numbers are this test's report (`--nocapture`)
 async fn catalog_sizes(cx: Ctx) {
     let w = world(&cx).await;
     let exec = exec_key(&w).await;
@@ -494,7 +636,9 @@ async fn catalog_sizes(cx: Ctx) {
                 ("full", "execute") => " (aim <= 40960: NOT met)",
                 _ => "",
             };
-            println!("tools/list {mode:>12} {label:>7} key: {tools:>2} tools, {bytes:>6} bytes{aim}");
+            println!(
+                "tools/list {mode:>12} {label:>7} key: {tools:>2} tools, {bytes:>6} bytes{aim}"
+            );
         }
     }
 }

@@ -39,9 +39,9 @@ impl StdioTarget {
         Self::with_catalog(env, url, key, None, None)
     }
 
-    /// As [`from_env`](Self::from_env), with the catalog (`full` or `consolidated`) and the
-    /// toolsets the bridge asks for: passed on as `?catalog=` / `?toolsets=` on every request,
-    /// so the session keeps them.
+    /// Reads `BREEZE_URL` and the API key as `from_env` does, with the catalog (`full` or
+    /// `consolidated`) and the toolsets the bridge asks for: passed on as `?catalog=` /
+    /// `?toolsets=` on every request, so the session keeps them.
     pub(crate) fn with_catalog(
         env: &BTreeMap<String, String>,
         url: Option<String>,
@@ -85,7 +85,9 @@ impl StdioTarget {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, ',' | '_' | '-'))
             {
-                bail!("invalid --toolsets: {t:?} (expected comma-separated domain names, e.g. devices,scripts)");
+                bail!(
+                    "invalid --toolsets: {t:?} (expected comma-separated domain names, e.g. devices,scripts)"
+                );
             }
             query.push(format!("toolsets={t}"));
         }
@@ -355,13 +357,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.endpoint, "https://h/mcp?catalog=full");
-        let e = StdioTarget::with_catalog(&env, Some("https://h".into()), key(), Some("tiny".into()), None)
-            .unwrap_err()
-            .to_string();
+        let e = StdioTarget::with_catalog(
+            &env,
+            Some("https://h".into()),
+            key(),
+            Some("tiny".into()),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("full, consolidated"), "{e}");
         assert!(
-            StdioTarget::with_catalog(&env, Some("https://h".into()), key(), None, Some("a&b=c".into()))
-                .is_err()
+            StdioTarget::with_catalog(
+                &env,
+                Some("https://h".into()),
+                key(),
+                None,
+                Some("a&b=c".into())
+            )
+            .is_err()
         );
     }
 
