@@ -2,7 +2,10 @@
 """Drives a RUNNING Breeze with the official MCP Python SDK (PyPI package `mcp`, 1.x) over the
 Streamable HTTP client (`streamablehttp_client`) and the legacy HTTP+SSE client (`sse_client`).
 
-Usage: python py_client.py --demo-json PATH/breeze-data/demo.json [--only http,sse]
+Usage: python py_client.py --demo-json PATH/breeze-data/demo.json [--only http,sse,consolidated]
+
+`consolidated` is a consolidated-catalog session over Streamable HTTP (`?catalog=consolidated`):
+tools/list, breeze_discover (every page), breeze_describe, breeze_read of query_devices.
 
 Prints one "PASS py <transport>" line per transport; exits non-zero with a clear message when a
 check fails.
@@ -125,6 +128,8 @@ async def session_for(kind: str, demo: dict, api_key: str):
     headers = {"X-API-Key": api_key}
     if kind == "http":
         transport = streamablehttp_client(demo["mcp_url"], headers=headers)
+    elif kind == "consolidated":
+        transport = streamablehttp_client(demo["mcp_url"] + "?catalog=consolidated", headers=headers)
     else:
         transport = sse_client(demo["mcp_sse_url"], headers=headers)
     async with transport as streams:
@@ -136,7 +141,78 @@ async def session_for(kind: str, demo: dict, api_key: str):
 LABELS = {
     "http": "streamable-http (streamablehttp_client)",
     "sse": "sse (sse_client)",
+    "consolidated": "consolidated catalog over streamable-http (?catalog=consolidated)",
 }
+
+DISCOVER_BUDGET = 8192
+
+
+async def run_consolidated(demo: dict) -> list[str]:
+    """tools/list -> breeze_discover (every page) -> breeze_describe -> breeze_read, with the SDK's
+    output-schema validation on, and the structured errors of the meta-tools."""
+    failures: list[str] = []
+
+    async def step(name: str, fn):
+        try:
+            return True, await fn()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
+            failures.append(f"{name}: {describe(exc)}")
+            return False, None
+
+    async with session_for("consolidated", demo, demo["api_keys"]["read"]) as s:
+        await s.initialize()
+
+        async def listed():
+            names = await _names(s)
+            want = ["breeze_describe", "breeze_discover", "breeze_read"]
+            check(names == want, f"read key sees {names}, want {want}")
+
+        await step("tools/list (meta-tools only)", listed)
+
+        async def walk():
+            names: list[str] = []
+            cursor = None
+            for _ in range(50):
+                res = await s.call_tool("breeze_discover", {"cursor": cursor} if cursor else {})
+                check(not res.isError, f"isError: {show(res.model_dump())}")
+                sc = res.structuredContent or {}
+                size = len(json.dumps(sc, separators=(",", ":"), ensure_ascii=False))
+                check(size <= DISCOVER_BUDGET, f"a page of {size} bytes exceeds {DISCOVER_BUDGET}")
+                names += [o["name"] for o in sc["operations"]]
+                cursor = sc.get("nextCursor")
+                if not cursor:
+                    check(sc["total"] == len(names), f"total {sc['total']} but {len(names)} listed")
+                    check(len(set(names)) == len(names), f"an operation listed twice: {names}")
+                    check("query_devices" in names, f"query_devices not discovered: {names}")
+                    return
+            raise CheckFailed("more than 50 pages")
+
+        await step("breeze_discover, every page", walk)
+
+        async def describe_qd():
+            res = await s.call_tool("breeze_describe", {"operations": ["query_devices"]})
+            check(not res.isError, f"isError: {show(res.model_dump())}")
+            op = (res.structuredContent or {})["operations"][0]
+            check(op["name"] == "query_devices" and op["inputSchema"]["type"] == "object", f"bad: {show(op)}")
+
+        await step("breeze_describe query_devices", describe_qd)
+
+        async def read_qd():
+            res = await s.call_tool("breeze_read", {"operation": "query_devices", "input": {}})
+            check(not res.isError, f"isError: {show(res.model_dump())}")
+            check(isinstance((res.structuredContent or {}).get("devices"), list), f"no devices: {show(res.model_dump())}")
+
+        await step("breeze_read query_devices", read_qd)
+
+        async def mismatch():
+            res = await s.call_tool(
+                "breeze_read", {"operation": "manage_groups", "input": {"action": "create", "name": "x"}}
+            )
+            code = ((res.structuredContent or {}).get("error") or {}).get("code")
+            check(res.isError and code == "TOOL_EFFECT_MISMATCH", f"want TOOL_EFFECT_MISMATCH: {show(res.model_dump())}")
+
+        await step("breeze_read of a write answers TOOL_EFFECT_MISMATCH", mismatch)
+    return failures
 
 
 async def run_checks(kind: str, demo: dict) -> list[str]:
@@ -313,7 +389,7 @@ async def run_checks(kind: str, demo: dict) -> list[str]:
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo-json", required=True)
-    parser.add_argument("--only", default="http,sse")
+    parser.add_argument("--only", default="http,sse,consolidated")
     args = parser.parse_args()
     with open(args.demo_json, encoding="utf-8") as f:
         demo = json.load(f)
@@ -326,7 +402,7 @@ async def main() -> int:
     failed = 0
     for kind in kinds:
         try:
-            failures = await run_checks(kind, demo)
+            failures = await (run_consolidated(demo) if kind == "consolidated" else run_checks(kind, demo))
         except BaseException as exc:  # noqa: BLE001 - closing a transport can fail too
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise

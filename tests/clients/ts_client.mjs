@@ -23,7 +23,7 @@ const { values: opts } = parseArgs({
   options: {
     'demo-json': { type: 'string' },
     'breeze-bin': { type: 'string' },
-    only: { type: 'string', default: 'sse,http,stdio' },
+    only: { type: 'string', default: 'sse,http,stdio,consolidated-http,consolidated-stdio' },
   },
 });
 if (!opts['demo-json']) {
@@ -164,6 +164,28 @@ const TRANSPORTS = {
       new StreamableHTTPClientTransport(new URL(demo.mcp_url), {
         requestInit: { headers: { 'X-API-Key': apiKey } },
       }),
+  },
+  'consolidated-http': {
+    label: 'consolidated catalog over streamable-http (?catalog=consolidated)',
+    consolidated: true,
+    make: (apiKey) => {
+      const url = new URL(demo.mcp_url);
+      url.searchParams.set('catalog', 'consolidated');
+      return new StreamableHTTPClientTransport(url, { requestInit: { headers: { 'X-API-Key': apiKey } } });
+    },
+  },
+  'consolidated-stdio': {
+    label: 'consolidated catalog over stdio (breeze mcp stdio --catalog consolidated)',
+    consolidated: true,
+    make: (apiKey) => {
+      check(opts['breeze-bin'], 'stdio transport needs --breeze-bin');
+      return new StdioClientTransport({
+        command: opts['breeze-bin'],
+        args: ['mcp', 'stdio', '--catalog', 'consolidated'],
+        env: cleanEnv({ BREEZE_URL: demo.base_url, BREEZE_API_KEY: apiKey }),
+        stderr: 'pipe',
+      });
+    },
   },
   stdio: {
     label: 'stdio (StdioClientTransport -> breeze mcp stdio)',
@@ -382,6 +404,92 @@ async function runChecks(kind) {
   return failures;
 }
 
+const DISCOVER_BUDGET = 8192;
+
+/**
+ * A consolidated-catalog session end to end: tools/list → breeze_discover (every page, within
+ * the budget) → breeze_describe → breeze_read of query_devices, and the structured errors
+ * (TOOL_EFFECT_MISMATCH, INVALID_CURSOR), with the SDK's output-schema validation on.
+ */
+async function runConsolidated(kind) {
+  const req = { timeout: PER_REQUEST_TIMEOUT_MS };
+  const failures = [];
+  const step = async (name, fn) => {
+    try {
+      return { ok: true, value: await fn() };
+    } catch (err) {
+      failures.push(`${name}: ${describe(err)}`);
+      return { ok: false };
+    }
+  };
+  const conn = await step('initialize with the read key', () => connect(kind, demo.api_keys.read, 'read'));
+  if (!conn.ok) return failures;
+  const c = conn.value;
+  try {
+    await step('tools/list (meta-tools only)', async () => {
+      const names = (await c.listTools({}, req)).tools.map((t) => t.name).sort();
+      const want = ['breeze_describe', 'breeze_discover', 'breeze_read'];
+      check(sameList(names, want), `read key sees ${show(names)}, want ${show(want)}`);
+    });
+    const walked = await step('breeze_discover, every page', async () => {
+      const names = [];
+      let cursor;
+      for (let page = 0; page < 50; page++) {
+        const args = cursor ? { cursor } : {};
+        const res = await c.callTool({ name: 'breeze_discover', arguments: args }, undefined, req);
+        check(!res.isError, `isError: ${show(res)}`);
+        const sc = res.structuredContent;
+        const bytes = JSON.stringify(sc).length;
+        check(bytes <= DISCOVER_BUDGET, `a page of ${bytes} bytes exceeds ${DISCOVER_BUDGET}`);
+        names.push(...sc.operations.map((o) => o.name));
+        cursor = sc.nextCursor;
+        if (!cursor) {
+          check(sc.total === names.length, `total ${sc.total} but ${names.length} listed`);
+          check(new Set(names).size === names.length, `an operation listed twice: ${show(names)}`);
+          return names;
+        }
+      }
+      throw new CheckFailed('more than 50 pages');
+    });
+    if (walked.ok) {
+      await step('breeze_discover lists query_devices', async () => {
+        check(walked.value.includes('query_devices'), `not discovered: ${show(walked.value)}`);
+      });
+    }
+    await step('breeze_describe query_devices', async () => {
+      const res = await c.callTool({ name: 'breeze_describe', arguments: { operations: ['query_devices'] } }, undefined, req);
+      check(!res.isError, `isError: ${show(res)}`);
+      const op = res.structuredContent.operations[0];
+      check(op.name === 'query_devices' && op.inputSchema?.type === 'object', `bad description: ${show(op)}`);
+      check(op.outputSchema && typeof op.outputSchema === 'object', `no outputSchema: ${show(op)}`);
+    });
+    await step('breeze_read query_devices', async () => {
+      const res = await c.callTool(
+        { name: 'breeze_read', arguments: { operation: 'query_devices', input: {} } },
+        undefined,
+        req,
+      );
+      check(!res.isError, `isError: ${show(res)}`);
+      check(Array.isArray(res.structuredContent?.devices), `no devices: ${show(res)}`);
+    });
+    await step('breeze_read of a write answers TOOL_EFFECT_MISMATCH', async () => {
+      const res = await c.callTool(
+        { name: 'breeze_read', arguments: { operation: 'manage_groups', input: { action: 'create', name: 'x' } } },
+        undefined,
+        req,
+      );
+      check(res.isError && res.structuredContent?.error?.code === 'TOOL_EFFECT_MISMATCH', `want TOOL_EFFECT_MISMATCH: ${show(res)}`);
+    });
+    await step('breeze_discover with a forged cursor answers INVALID_CURSOR', async () => {
+      const res = await c.callTool({ name: 'breeze_discover', arguments: { cursor: 'deadbeef' } }, undefined, req);
+      check(res.isError && res.structuredContent?.error?.code === 'INVALID_CURSOR', `want INVALID_CURSOR: ${show(res)}`);
+    });
+  } finally {
+    await closeClient(c).catch(() => {});
+  }
+  return failures;
+}
+
 async function main() {
   const kinds = opts.only.split(',').map((s) => s.trim()).filter(Boolean);
   for (const k of kinds) {
@@ -392,7 +500,7 @@ async function main() {
   }
   let failed = 0;
   for (const kind of kinds) {
-    const failures = await runChecks(kind);
+    const failures = TRANSPORTS[kind].consolidated ? await runConsolidated(kind) : await runChecks(kind);
     if (failures.length === 0) {
       console.log(`PASS ts ${TRANSPORTS[kind].label}`);
     } else {

@@ -101,6 +101,14 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "Redis for the test-suite (tests only)",
     ),
     (
+        "BREEZE_MCP_CATALOG",
+        "MCP catalog of a connection that chooses none: full or consolidated (default full)",
+    ),
+    (
+        "BREEZE_MCP_DISCOVER_BYTES",
+        "most bytes of one breeze_discover page, at least 1024 (default 8192)",
+    ),
+    (
         "MCP_MAX_SSE_SESSIONS_PER_KEY",
         "MCP sessions one API key may hold, both transports (default 5)",
     ),
@@ -150,6 +158,10 @@ pub(crate) struct McpSettings {
     pub(crate) require_execute_admin: bool,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) execute_allowlist: String,
+    /// `BREEZE_MCP_CATALOG`.
+    pub(crate) catalog: breeze_server::catalog::CatalogMode,
+    /// `BREEZE_MCP_DISCOVER_BYTES`.
+    pub(crate) discover_bytes: usize,
 }
 
 /// Parses a positive whole-number setting, or gives its default.
@@ -190,6 +202,25 @@ impl McpSettings {
             message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
             max_body_bytes: number(env, "MCP_MESSAGE_MAX_BODY_BYTES", 65_536usize)?,
             require_execute_admin: boolean(env, "MCP_REQUIRE_EXECUTE_ADMIN", true)?,
+            catalog: match env.get("BREEZE_MCP_CATALOG").map(|v| v.trim()) {
+                None | Some("") => breeze_server::catalog::CatalogMode::Full,
+                Some(v) => breeze_server::catalog::CatalogMode::parse(v)
+                    .map_err(|e| anyhow::anyhow!("invalid BREEZE_MCP_CATALOG: {e}"))?,
+            },
+            discover_bytes: {
+                let n = number(
+                    env,
+                    "BREEZE_MCP_DISCOVER_BYTES",
+                    breeze_server::catalog::DEFAULT_DISCOVER_BYTES,
+                )?;
+                if n < breeze_server::catalog::MIN_DISCOVER_BYTES {
+                    bail!(
+                        "invalid BREEZE_MCP_DISCOVER_BYTES: {n} (expected at least {})",
+                        breeze_server::catalog::MIN_DISCOVER_BYTES
+                    );
+                }
+                n
+            },
             execute_allowlist: env
                 .get("MCP_EXECUTE_TOOL_ALLOWLIST")
                 .cloned()
@@ -627,6 +658,27 @@ mod tests {
             (5, 25, 100, 65_536)
         );
         assert!(s.mcp.require_execute_admin);
+        assert_eq!(s.mcp.catalog, breeze_server::catalog::CatalogMode::Full);
+        assert_eq!(s.mcp.discover_bytes, 8192);
+        let s = load(&[
+            ("BREEZE_MCP_CATALOG", "Consolidated"),
+            ("BREEZE_MCP_DISCOVER_BYTES", "2048"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.mcp.catalog,
+            breeze_server::catalog::CatalogMode::Consolidated
+        );
+        assert_eq!(s.mcp.discover_bytes, 2048);
+        let e = err(&[("BREEZE_MCP_CATALOG", "compact")]);
+        assert!(
+            e.starts_with("invalid BREEZE_MCP_CATALOG") && e.contains("full, consolidated"),
+            "{e}"
+        );
+        assert!(
+            err(&[("BREEZE_MCP_DISCOVER_BYTES", "100")])
+                .starts_with("invalid BREEZE_MCP_DISCOVER_BYTES")
+        );
         let s = load(&[
             ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
             ("MCP_REQUIRE_EXECUTE_ADMIN", "false"),

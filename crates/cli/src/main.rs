@@ -83,6 +83,13 @@ enum McpCommand {
         /// The API key [env: BREEZE_API_KEY or AUTH_TOKEN].
         #[arg(long)]
         api_key: Option<String>,
+        /// The catalog to ask for: full (every tool) or consolidated (discover, describe and
+        /// read/write/execute meta-tools); the server's BREEZE_MCP_CATALOG when not given.
+        #[arg(long)]
+        catalog: Option<String>,
+        /// Only these domains' tools, comma-separated (e.g. devices,scripts).
+        #[arg(long)]
+        toolsets: Option<String>,
     },
 }
 
@@ -109,8 +116,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let env = config::process_env();
-    if let Command::Mcp(McpCommand::Stdio { url, api_key }) = cli.command {
-        return run_stdio(&env, url, api_key);
+    if let Command::Mcp(McpCommand::Stdio {
+        url,
+        api_key,
+        catalog,
+        toolsets,
+    }) = cli.command
+    {
+        return run_stdio(&env, url, api_key, catalog, toolsets);
     }
     // Needs no server settings: only where the home directory is.
     if let Command::InstallSkill(args) = &cli.command {
@@ -198,8 +211,11 @@ fn run_stdio(
     env: &std::collections::BTreeMap<String, String>,
     url: Option<String>,
     key: Option<String>,
+    catalog: Option<String>,
+    toolsets: Option<String>,
 ) -> ExitCode {
-    let target = match commands::stdio::StdioTarget::from_env(env, url, key) {
+    let target = match commands::stdio::StdioTarget::with_catalog(env, url, key, catalog, toolsets)
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("breeze mcp stdio: {e:#}");

@@ -280,6 +280,12 @@ impl Guard {
         reaches(scopes, Tier::T1, &GuardConfig::default()).is_ok()
     }
 
+    /// Whether `scopes` pass the scope check for a call of `tier` (never for Tier 4): what a
+    /// consolidated catalog's meta-tools are listed by.
+    pub fn reaches_tier(&self, scopes: &ScopeSet, tier: Tier) -> bool {
+        tier < Tier::T4 && reaches(scopes, tier, &self.config).is_ok()
+    }
+
     /// Whether `tools/list` shows `tool` to a key with `scopes`: when at least one of its calls
     /// (its lowest-tier action) could pass the scope check.
     pub fn visible(&self, scopes: &ScopeSet, tool: &impl Guarded) -> bool {

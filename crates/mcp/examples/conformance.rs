@@ -560,11 +560,16 @@ fn complete(params: Option<&Value>) -> Result<Value, ErrorObject> {
 impl McpApp for Fixtures {
     type Principal = ();
 
-    async fn authenticate(&self, _headers: &HeaderMap) -> Result<Caller<()>, HttpError> {
+    async fn authenticate(
+        &self,
+        _headers: &HeaderMap,
+        _query: Option<&str>,
+    ) -> Result<Caller<()>, HttpError> {
         Ok(Caller {
             principal: (),
             key: "anonymous".into(),
             tenant: "anonymous".into(),
+            binding: None,
         })
     }
 

@@ -30,6 +30,12 @@ pub struct Caller<P> {
     /// A stable id of the tenant the credential belongs to (whatever the application calls
     /// one): sessions are capped per tenant as well, so one cannot starve the others.
     pub tenant: Arc<str>,
+    /// What the request chose that a session keeps for its whole life, in the application's
+    /// own words (e.g. a catalog): `None` when the application has no such choice. A session
+    /// remembers its creating request's binding (`initialize`, or the legacy stream's GET);
+    /// a later request on the session whose binding differs is refused with 400, never
+    /// silently switched — a client changes its choice by opening a new session.
+    pub binding: Option<Arc<str>>,
 }
 
 /// An HTTP-level refusal (authentication, limits, origin).
@@ -295,10 +301,13 @@ pub trait McpApp: Send + Sync + 'static {
     /// Who is calling, as the application understands it.
     type Principal: Clone + Send + Sync + 'static;
 
-    /// Authenticates a request from its headers.
+    /// Authenticates a request from its headers; `query` is the request URI's query string
+    /// (without `?`), for choices a client makes in its connection URL (see
+    /// [`Caller::binding`]). An unknown choice is refused here, with a 400 naming valid values.
     fn authenticate(
         &self,
         headers: &HeaderMap,
+        query: Option<&str>,
     ) -> impl Future<Output = Result<Caller<Self::Principal>, HttpError>> + Send;
 
     /// Whether the caller may open a server-to-client stream.

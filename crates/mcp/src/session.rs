@@ -54,6 +54,8 @@ pub struct Session {
     pub tenant: Arc<str>,
     pub kind: SessionKind,
     protocol: Mutex<ProtocolVersion>,
+    /// The creating request's [`crate::Caller::binding`].
+    binding: Mutex<Option<Arc<str>>>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
     /// The order of creation: of sessions last used within the same millisecond, the older
@@ -93,6 +95,7 @@ impl Session {
             tenant,
             kind,
             protocol: Mutex::new(ProtocolVersion::HEADER_DEFAULT),
+            binding: Mutex::new(None),
             last_active: AtomicU64::new(now_ms),
             seq,
             stream: Mutex::new(None),
@@ -112,6 +115,16 @@ impl Session {
 
     pub fn set_protocol(&self, v: ProtocolVersion) {
         *lock(&self.protocol) = v;
+    }
+
+    /// Keeps the creating request's binding (see [`crate::Caller::binding`]).
+    pub fn bind(&self, binding: Option<Arc<str>>) {
+        *lock(&self.binding) = binding;
+    }
+
+    /// The binding the session was created with.
+    pub fn binding(&self) -> Option<Arc<str>> {
+        lock(&self.binding).clone()
     }
 
     /// Attaches the server-to-client stream. Returns false when one is already attached.

@@ -7,6 +7,7 @@
 
 mod audit_writer;
 mod authz;
+pub mod catalog;
 mod error;
 mod extract;
 pub mod mcp;
@@ -80,6 +81,8 @@ pub struct ServerConfig {
     pub enroll_rate_per_minute: u32,
     /// Step-up approvals: how long calls wait, the webhook.
     pub approvals: approvals::ApprovalConfig,
+    /// MCP catalog modes: the default mode, the `breeze_discover` page budget.
+    pub catalog: catalog::CatalogConfig,
 }
 
 impl ServerConfig {
@@ -100,6 +103,7 @@ impl ServerConfig {
                 public_url: public_url.to_owned(),
                 ..approvals::ApprovalConfig::default()
             },
+            catalog: catalog::CatalogConfig::default(),
         }
     }
 }

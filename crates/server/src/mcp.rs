@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
-use breeze_core::{Actor, ActorType, ApiKeyId, ApiKeyPrincipal, AuditEvent, AuditResult, OrgId};
+use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, AuditResult, OrgId};
 use breeze_guard::{Caller as CallCaller, Guard, Refusal};
 use breeze_mcp::{
     Caller, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use crate::{
     AppState,
     audit_writer::{AuditWriter, RefusalSampler, Sampled},
+    catalog::{self, Catalog, CatalogMode, Consolidated, McpPrincipal, MetaTool},
 };
 
 /// The server's name in `initialize`.
@@ -40,7 +41,7 @@ Guided prompts: breeze-fleet-triage, breeze-device-investigate, breeze-patch-rem
 
 /// Drives `work` to completion, passing each progress report it sends on `rx` to the client.
 async fn forwarding_progress<T>(
-    cx: &Cx<ApiKeyPrincipal>,
+    cx: &Cx<McpPrincipal>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<breeze_tools::ProgressReport>,
     work: impl std::future::Future<Output = T>,
 ) -> T {
@@ -72,6 +73,13 @@ pub struct BreezeMcp {
     metas: HashMap<&'static str, SharedJson>,
     /// Rate-limited refusals: the first per key and window recorded, the others counted.
     refusals: RefusalSampler<(ApiKeyId, OrgId)>,
+    /// The catalog of a connection that chooses none, and its binding text (shared, so the
+    /// common case allocates nothing per request).
+    default_catalog: (Arc<Catalog>, Arc<str>),
+    /// The consolidated catalog's version and cursor key.
+    consolidated: Consolidated,
+    /// The meta-tools' definitions, written once.
+    meta_defs: Vec<(MetaTool, ToolDef)>,
 }
 
 impl BreezeMcp {
@@ -89,13 +97,29 @@ impl BreezeMcp {
                 Some((spec.name, meta))
             })
             .collect();
+        let config = state.config.catalog;
+        let default = Catalog {
+            mode: config.default_mode,
+            toolsets: None,
+        };
+        let binding = Arc::from(default.binding());
+        let consolidated = Consolidated::new(state.pipeline.registry(), config.discover_bytes);
+        let meta_defs = MetaTool::ALL.iter().map(|m| (*m, meta_def(*m))).collect();
         Self {
             state,
             audit,
             identity,
             metas,
             refusals: RefusalSampler::default(),
+            default_catalog: (Arc::new(default), binding),
+            consolidated,
+            meta_defs,
         }
+    }
+
+    /// The consolidated catalog's version (a hash of every operation's schemas).
+    pub fn catalog_version(&self) -> &str {
+        self.consolidated.version()
     }
 
     fn tool_def(&self, spec: &ToolSpec) -> ToolDef {
@@ -118,7 +142,7 @@ impl BreezeMcp {
         }
     }
 
-    fn require_read(principal: &ApiKeyPrincipal) -> Result<(), ErrorObject> {
+    fn require_read(principal: &McpPrincipal) -> Result<(), ErrorObject> {
         if Guard::reaches_read(&principal.scopes) {
             Ok(())
         } else {
@@ -132,7 +156,7 @@ impl BreezeMcp {
     /// RBAC for `resources/read`, as the guard does it for tools: the key's user must hold a
     /// role in the organization (a disabled user holds none), and that role the resource's
     /// permission. Refused with the guard's words and error code.
-    fn require_role_for(principal: &ApiKeyPrincipal, uri: &str) -> Result<(), ErrorObject> {
+    fn require_role_for(principal: &McpPrincipal, uri: &str) -> Result<(), ErrorObject> {
         let granted = principal
             .permissions
             .ok_or_else(|| ErrorObject::internal(Refusal::NoRole.to_string()))?;
@@ -144,7 +168,7 @@ impl BreezeMcp {
     }
 
     /// The `breeze://server` document for this request.
-    fn server_document(&self, cx: &Cx<ApiKeyPrincipal>) -> Value {
+    fn server_document(&self, cx: &Cx<McpPrincipal>) -> Value {
         let mut doc = self.identity.clone();
         doc["transport"] = json!(cx.transport.as_str());
         doc["protocolVersion"] = json!(cx.protocol.as_str());
@@ -161,6 +185,56 @@ fn tool_error_result(e: &ToolError, meta: Option<SharedJson>) -> CallToolResult 
         structured_content: Some(raw(&e.to_structured())),
         is_error: true,
         meta,
+    }
+}
+
+/// The `operation` and `input` of a `breeze_read` / `breeze_write` / `breeze_execute` call.
+fn meta_input(tool: &str, arguments: Value) -> Result<(String, Value), ToolError> {
+    let Value::Object(mut m) = arguments else {
+        return Err(ToolError::invalid(format!(
+            "{tool} takes {{\"operation\": name, \"input\": {{...}}}}"
+        )));
+    };
+    let operation = match m.remove("operation") {
+        Some(Value::String(s)) => s,
+        _ => {
+            return Err(ToolError::invalid(format!(
+                "operation: required, the operation's name (see breeze_discover); {tool} takes {{\"operation\": name, \"input\": {{...}}}}"
+            )));
+        }
+    };
+    let input = match m.remove("input") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err(ToolError::invalid("input: expected an object")),
+    };
+    if let Some(extra) = m.keys().next() {
+        return Err(ToolError::invalid(format!(
+            "unknown argument {extra:?} ({tool} takes operation and input)"
+        )));
+    }
+    Ok((operation, input))
+}
+
+/// A meta-tool's definition.
+fn meta_def(m: MetaTool) -> ToolDef {
+    let read_only = matches!(m, MetaTool::Discover | MetaTool::Describe | MetaTool::Read);
+    ToolDef {
+        name: m.name().to_owned(),
+        title: Some(m.title().to_owned()),
+        description: m.description().to_owned(),
+        input_schema: m.input_schema(),
+        output_schema: Some(m.output_schema()),
+        annotations: Some(ToolAnnotationsWithTitle {
+            title: Some(m.title().to_owned()),
+            hints: ToolAnnotations {
+                read_only_hint: read_only,
+                destructive_hint: !read_only,
+                idempotent_hint: read_only,
+                open_world_hint: m == MetaTool::Execute,
+            },
+        }),
+        meta: None,
     }
 }
 
@@ -181,12 +255,13 @@ fn auth_http_error(e: AuthError) -> HttpError {
 }
 
 impl McpApp for BreezeMcp {
-    type Principal = ApiKeyPrincipal;
+    type Principal = McpPrincipal;
 
     async fn authenticate(
         &self,
         headers: &HeaderMap,
-    ) -> Result<Caller<ApiKeyPrincipal>, HttpError> {
+        query: Option<&str>,
+    ) -> Result<Caller<McpPrincipal>, HttpError> {
         let key = match headers.get("x-api-key") {
             Some(v) => Some(
                 v.to_str()
@@ -210,14 +285,32 @@ impl McpApp for BreezeMcp {
         // Written straight into the `Arc`s (one allocation each).
         let key = Arc::from(&*principal.key_id.0.hyphenated().encode_lower(&mut [0; 36]));
         let tenant = Arc::from(&*principal.org_id.0.hyphenated().encode_lower(&mut [0; 36]));
+        let chosen = catalog::choose(
+            self.state.pipeline.registry(),
+            self.state.config.catalog.default_mode,
+            headers,
+            query,
+        )
+        .map_err(|m| HttpError::new(StatusCode::BAD_REQUEST, m))?;
+        let (catalog, binding) = match chosen {
+            None => self.default_catalog.clone(),
+            Some(c) => {
+                let binding = Arc::from(c.binding());
+                (Arc::new(c), binding)
+            }
+        };
         Ok(Caller {
-            principal,
+            principal: McpPrincipal {
+                key: principal,
+                catalog,
+            },
             key,
             tenant,
+            binding: Some(binding),
         })
     }
 
-    fn authorize_stream(&self, caller: &Caller<ApiKeyPrincipal>) -> Result<(), HttpError> {
+    fn authorize_stream(&self, caller: &Caller<McpPrincipal>) -> Result<(), HttpError> {
         if Guard::reaches_read(&caller.principal.scopes) {
             Ok(())
         } else {
@@ -241,62 +334,50 @@ impl McpApp for BreezeMcp {
         Some(INSTRUCTIONS.into())
     }
 
-    async fn list_tools(&self, cx: &Cx<ApiKeyPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
-        let caller = CallCaller::api_key(&cx.caller.principal);
+    async fn list_tools(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
+        let p = &cx.caller.principal;
+        if p.catalog.mode == CatalogMode::Consolidated {
+            return Ok(self
+                .meta_defs
+                .iter()
+                .filter(|(m, _)| self.reaches_meta(p, *m))
+                .map(|(_, d)| d.clone())
+                .collect());
+        }
+        let caller = CallCaller::api_key(p);
         Ok(self
             .state
             .pipeline
             .visible(&caller)
+            .filter(|t| p.catalog.admits(t))
             .map(|t| self.tool_def(t))
             .collect())
     }
 
     async fn call_tool(
         &self,
-        cx: Cx<ApiKeyPrincipal>,
+        cx: Cx<McpPrincipal>,
         name: String,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
-        let caller = CallCaller::api_key(&cx.caller.principal);
-        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
-        let options = CallOptions {
-            request_id: cx.request_id.as_ref().map(ToString::to_string),
-            progress: Some(progress_tx),
-        };
-        let call = self
+        let catalog = cx.caller.principal.catalog.clone();
+        if catalog.mode == CatalogMode::Consolidated {
+            return Box::pin(self.call_meta(cx, name, arguments)).await;
+        }
+        // Outside the chosen toolsets a tool does not exist for this connection.
+        if !self
             .state
             .pipeline
-            .call(&caller, &name, arguments, options, &cx.cancel);
-        let outcome = forwarding_progress(&cx, progress_rx, call).await;
-        let meta = || self.metas.get(name.as_str()).cloned();
-        match outcome {
-            CallOutcome::Output(output) => Ok(tool_result(output, meta())),
-            CallOutcome::Failed(e) => Ok(tool_error_result(&e, meta())),
-            CallOutcome::Pending(r) => Ok(tool_result(raw(&pending_answer(&r)), meta())),
-            CallOutcome::UnknownTool => {
-                Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
-            }
-            // The specification answers scope and permission refusals as JSON-RPC errors.
-            CallOutcome::Refused(
-                r @ (Refusal::MissingScope { .. }
-                | Refusal::NoRole
-                | Refusal::MissingPermission(_)
-                | Refusal::NotAllowlisted { .. }),
-            ) => Err(ErrorObject::internal(r.to_string())),
-            CallOutcome::Refused(
-                r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable),
-            ) => Err(ErrorObject::new(-32000, r.to_string())),
-            CallOutcome::Refused(r) => Ok(tool_error_result(
-                &ToolError::new(ErrorCode::Forbidden, r.to_string()),
-                meta(),
-            )),
+            .registry()
+            .get(&name)
+            .is_some_and(|t| catalog.admits(t))
+        {
+            return Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")));
         }
+        self.run(cx, &name, arguments).await
     }
 
-    async fn list_resources(
-        &self,
-        cx: &Cx<ApiKeyPrincipal>,
-    ) -> Result<Vec<ResourceDef>, ErrorObject> {
+    async fn list_resources(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ResourceDef>, ErrorObject> {
         Self::require_read(&cx.caller.principal)?;
         Ok(resources::RESOURCES
             .iter()
@@ -312,7 +393,7 @@ impl McpApp for BreezeMcp {
 
     async fn list_resource_templates(
         &self,
-        cx: &Cx<ApiKeyPrincipal>,
+        cx: &Cx<McpPrincipal>,
     ) -> Result<Vec<ResourceTemplateDef>, ErrorObject> {
         Self::require_read(&cx.caller.principal)?;
         let t = resources::DEVICE_TEMPLATE;
@@ -327,7 +408,7 @@ impl McpApp for BreezeMcp {
 
     async fn read_resource(
         &self,
-        cx: Cx<ApiKeyPrincipal>,
+        cx: Cx<McpPrincipal>,
         uri: String,
     ) -> Result<Vec<ResourceContents>, ErrorObject> {
         Self::require_read(&cx.caller.principal)?;
@@ -350,7 +431,7 @@ impl McpApp for BreezeMcp {
         Ok(vec![ResourceContents::text(uri, "application/json", text)])
     }
 
-    async fn list_prompts(&self, _cx: &Cx<ApiKeyPrincipal>) -> Result<Vec<PromptDef>, ErrorObject> {
+    async fn list_prompts(&self, _cx: &Cx<McpPrincipal>) -> Result<Vec<PromptDef>, ErrorObject> {
         Ok(prompts::PROMPTS
             .iter()
             .map(|p| PromptDef {
@@ -372,7 +453,7 @@ impl McpApp for BreezeMcp {
 
     async fn get_prompt(
         &self,
-        _cx: Cx<ApiKeyPrincipal>,
+        _cx: Cx<McpPrincipal>,
         name: String,
         arguments: Map<String, Value>,
     ) -> Result<GetPromptResult, ErrorObject> {
@@ -387,7 +468,7 @@ impl McpApp for BreezeMcp {
         })
     }
 
-    async fn record(&self, r: RequestRecord<'_, ApiKeyPrincipal>) {
+    async fn record(&self, r: RequestRecord<'_, McpPrincipal>) {
         let p = &r.caller.principal;
         let mut details = Map::new();
         details.insert("method".into(), json!(r.method));
@@ -426,7 +507,7 @@ impl McpApp for BreezeMcp {
 
     /// Refusals (rate-limited ones sampled: see `audit_writer`), sessions ended to make room,
     /// DELETEs and streams opened.
-    async fn record_transport(&self, r: TransportRecord<'_, ApiKeyPrincipal>) {
+    async fn record_transport(&self, r: TransportRecord<'_, McpPrincipal>) {
         let p = &r.caller.principal;
         let mut details = Map::new();
         details.insert("transport".into(), json!(r.transport.as_str()));
@@ -499,6 +580,105 @@ impl McpApp for BreezeMcp {
 }
 
 impl BreezeMcp {
+    /// Whether `p`'s scopes reach meta-tool `m` (listing and calling agree on this).
+    fn reaches_meta(&self, p: &McpPrincipal, m: MetaTool) -> bool {
+        self.state
+            .pipeline
+            .guard()
+            .reaches_tier(&p.scopes, m.tier())
+    }
+
+    /// Runs `name` through the pipeline and turns its outcome into an MCP answer.
+    async fn run(
+        &self,
+        cx: Cx<McpPrincipal>,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, ErrorObject> {
+        let caller = CallCaller::api_key(&cx.caller.principal);
+        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
+        let options = CallOptions {
+            request_id: cx.request_id.as_ref().map(ToString::to_string),
+            progress: Some(progress_tx),
+        };
+        let call = self
+            .state
+            .pipeline
+            .call(&caller, name, arguments, options, &cx.cancel);
+        let outcome = forwarding_progress(&cx, progress_rx, call).await;
+        let meta = || self.metas.get(name).cloned();
+        match outcome {
+            CallOutcome::Output(output) => Ok(tool_result(output, meta())),
+            CallOutcome::Failed(e) => Ok(tool_error_result(&e, meta())),
+            CallOutcome::Pending(r) => Ok(tool_result(raw(&pending_answer(&r)), meta())),
+            CallOutcome::UnknownTool => {
+                Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
+            }
+            // The specification answers scope and permission refusals as JSON-RPC errors.
+            CallOutcome::Refused(
+                r @ (Refusal::MissingScope { .. }
+                | Refusal::NoRole
+                | Refusal::MissingPermission(_)
+                | Refusal::NotAllowlisted { .. }),
+            ) => Err(ErrorObject::internal(r.to_string())),
+            CallOutcome::Refused(
+                r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable),
+            ) => Err(ErrorObject::new(-32000, r.to_string())),
+            CallOutcome::Refused(r) => Ok(tool_error_result(
+                &ToolError::new(ErrorCode::Forbidden, r.to_string()),
+                meta(),
+            )),
+        }
+    }
+
+    /// A call in the consolidated catalog: a meta-tool the key's scopes reach (otherwise
+    /// refused as the guard refuses a tool), discover and describe answered here, and read /
+    /// write / execute run through [`run`](Self::run) — the same pipeline as a direct call —
+    /// once the operation is known to the connection's catalog and its call's class matches.
+    async fn call_meta(
+        &self,
+        cx: Cx<McpPrincipal>,
+        name: String,
+        arguments: Value,
+    ) -> Result<CallToolResult, ErrorObject> {
+        let Some(meta_tool) = MetaTool::from_name(&name) else {
+            return Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")));
+        };
+        let p = &cx.caller.principal;
+        if !self.reaches_meta(p, meta_tool) {
+            return Err(ErrorObject::internal(format!(
+                "Tool \"{name}\" requires {} scope",
+                meta_tool.tier().scope()
+            )));
+        }
+        let pipeline = &self.state.pipeline;
+        let (guard, registry) = (pipeline.guard(), pipeline.registry());
+        let answered = |r: Result<Value, ToolError>| match r {
+            Ok(v) => Ok(tool_result(raw(&v), None)),
+            Err(e) => Ok(tool_error_result(&e, None)),
+        };
+        let Some(class) = meta_tool.class() else {
+            return answered(if meta_tool == MetaTool::Discover {
+                self.consolidated
+                    .discover(guard, registry, &p.catalog, &p.scopes, &arguments)
+            } else {
+                Consolidated::describe(guard, registry, &p.catalog, &p.scopes, &arguments)
+            });
+        };
+        let (operation, input) = match meta_input(&name, arguments) {
+            Ok(v) => v,
+            Err(e) => return answered(Err(e)),
+        };
+        let Some(spec) = registry.get(&operation).filter(|s| p.catalog.admits(s)) else {
+            return answered(Err(catalog::unknown_operation(&operation)));
+        };
+        let needed = catalog::call_class(spec, &input);
+        if needed != class {
+            return answered(Err(catalog::effect_mismatch(&operation, meta_tool, needed)));
+        }
+        self.run(cx, &operation, input).await
+    }
+
     /// Writes one `mcp.refused.count` record per key whose sampling window has passed with
     /// refusals counted but not recorded (see `audit_writer`).
     pub async fn write_refusal_counts(&self) {

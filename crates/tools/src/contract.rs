@@ -207,11 +207,19 @@ pub enum ErrorCode {
     Conflict,
     UpstreamError,
     Internal,
+    /// A `breeze_discover` cursor used with other filters, from another catalog version, or
+    /// not made by this server.
+    InvalidCursor,
+    /// A consolidated-catalog call named no operation the caller's catalog has.
+    UnknownOperation,
+    /// A consolidated-catalog call ran an operation through the wrong meta-tool (a write
+    /// through `breeze_read`, …).
+    ToolEffectMismatch,
 }
 
 impl ErrorCode {
     /// Every code, for the error envelope's schema.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::Forbidden,
@@ -220,6 +228,9 @@ impl ErrorCode {
         ErrorCode::Conflict,
         ErrorCode::UpstreamError,
         ErrorCode::Internal,
+        ErrorCode::InvalidCursor,
+        ErrorCode::UnknownOperation,
+        ErrorCode::ToolEffectMismatch,
     ];
 }
 

@@ -657,6 +657,18 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
             "Breeze failed unexpectedly (or the call was cancelled).",
             "Do not loop: retry at most once later, then report the message and the time to the user.",
         ),
+        ErrorCode::InvalidCursor => (
+            "A `breeze_discover` cursor was reused with other filters, came from an older catalog version, or was altered.",
+            "Start discovery again without a cursor, with the filters you want, and follow its `nextCursor` unchanged.",
+        ),
+        ErrorCode::UnknownOperation => (
+            "The consolidated catalog has no operation of that name for this connection (a typo, or outside the chosen toolsets).",
+            "Find the name with `breeze_discover` (filter by query or domain); do not guess names.",
+        ),
+        ErrorCode::ToolEffectMismatch => (
+            "The operation was sent through the wrong meta-tool: `breeze_read` runs reads, `breeze_write` changes, `breeze_execute` Tier 3 and device-executing calls.",
+            "Call the meta-tool the message names, with the same `operation` and `input`.",
+        ),
     }
 }
 

@@ -27,15 +27,15 @@ pub use registry::{RawOutput, Registry, ToolSpec, tool_meta};
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {
     let mut r = Registry::default();
-    tools::agent::register(&mut r);
-    tools::approvals::register(&mut r);
-    tools::audit::register(&mut r);
-    tools::context::register(&mut r);
-    tools::devices::register(&mut r);
-    tools::disk::register(&mut r);
-    tools::groups::register(&mut r);
-    tools::scripts::register(&mut r);
-    tools::telemetry::register(&mut r);
+    r.domain("agent", tools::agent::register);
+    r.domain("approvals", tools::approvals::register);
+    r.domain("audit", tools::audit::register);
+    r.domain("context", tools::context::register);
+    r.domain("devices", tools::devices::register);
+    r.domain("disk", tools::disk::register);
+    r.domain("groups", tools::groups::register);
+    r.domain("scripts", tools::scripts::register);
+    r.domain("telemetry", tools::telemetry::register);
     r
 }
 
@@ -44,6 +44,32 @@ mod tests {
     use super::*;
 
     use breeze_core::Permission;
+
+    #[test]
+    fn every_tool_has_its_modules_domain() {
+        let r = all();
+        assert_eq!(
+            r.domains(),
+            [
+                "agent",
+                "approvals",
+                "audit",
+                "context",
+                "devices",
+                "disk",
+                "groups",
+                "scripts",
+                "telemetry"
+            ]
+        );
+        assert!(r.iter().all(|t| t.domain != registry::NO_DOMAIN));
+        assert_eq!(r.get("query_devices").map(|t| t.domain), Some("devices"));
+        assert_eq!(r.get("run_script").map(|t| t.domain), Some("scripts"));
+        // A tool registered outside a domain says so rather than borrowing one.
+        let mut bare = Registry::default();
+        tools::devices::register(&mut bare);
+        assert!(bare.iter().all(|t| t.domain == registry::NO_DOMAIN));
+    }
 
     #[test]
     fn every_tool_is_well_formed() {

@@ -26,6 +26,9 @@ type PrecheckFn =
 /// A registered tool.
 pub struct ToolSpec {
     pub name: &'static str,
+    /// The domain (toolset) the tool belongs to: the name its module registers it under
+    /// ([`Registry::domain`]), e.g. `devices`.
+    pub domain: &'static str,
     pub title: &'static str,
     pub description: &'static str,
     pub tier: Tier,
@@ -302,9 +305,31 @@ fn precheck_erased<'a, T: Tool>(
 #[derive(Default)]
 pub struct Registry {
     tools: BTreeMap<&'static str, ToolSpec>,
+    /// The domain the tools being registered belong to (see [`Registry::domain`]).
+    current_domain: &'static str,
 }
 
+/// The domain of a tool registered outside [`Registry::domain`] (tests' own registries).
+pub const NO_DOMAIN: &str = "other";
+
 impl Registry {
+    /// Registers the tools `register` adds as the domain `name` (a toolset clients can choose,
+    /// `?toolsets=devices,scripts`): each domain module's `register` is called this way, so
+    /// every tool gets exactly one domain.
+    pub fn domain(&mut self, name: &'static str, register: fn(&mut Registry)) {
+        let outer = std::mem::replace(&mut self.current_domain, name);
+        register(self);
+        self.current_domain = outer;
+    }
+
+    /// Every domain, in name order.
+    pub fn domains(&self) -> Vec<&'static str> {
+        let mut d: Vec<&'static str> = self.iter().map(|t| t.domain).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
     /// Adds `T`. Panics on a duplicate name or a schema that does not compile: both are
     /// programming errors caught by the registry tests.
     pub fn register<T: Tool>(&mut self) {
@@ -320,8 +345,14 @@ impl Registry {
         } else {
             actions.iter().map(|a| a.effect).collect()
         };
+        let domain = if self.current_domain.is_empty() {
+            NO_DOMAIN
+        } else {
+            self.current_domain
+        };
         let spec = ToolSpec {
             name: T::NAME,
+            domain,
             title: T::TITLE,
             description: T::DESCRIPTION,
             tier: T::TIER,

@@ -140,6 +140,10 @@ fn server_config(settings: &Settings) -> ServerConfig {
             public_url: settings.public_url.clone(),
             ..Default::default()
         },
+        catalog: breeze_server::catalog::CatalogConfig {
+            default_mode: m.catalog,
+            discover_bytes: m.discover_bytes,
+        },
         mcp: EngineConfig {
             sessions: SessionLimits {
                 max_total: m.max_sessions,

@@ -30,23 +30,71 @@ pub(crate) struct StdioTarget {
 
 impl StdioTarget {
     /// Reads `BREEZE_URL` and `BREEZE_API_KEY` (or `AUTH_TOKEN`) from `env`, unless flags gave them.
+    #[cfg(test)]
     pub(crate) fn from_env(
         env: &BTreeMap<String, String>,
         url: Option<String>,
         key: Option<String>,
     ) -> anyhow::Result<Self> {
+        Self::with_catalog(env, url, key, None, None)
+    }
+
+    /// Reads `BREEZE_URL` and the API key as `from_env` does, with the catalog (`full` or
+    /// `consolidated`) and the toolsets the bridge asks for: passed on as `?catalog=` /
+    /// `?toolsets=` on every request, so the session keeps them.
+    pub(crate) fn with_catalog(
+        env: &BTreeMap<String, String>,
+        url: Option<String>,
+        key: Option<String>,
+        catalog: Option<String>,
+        toolsets: Option<String>,
+    ) -> anyhow::Result<Self> {
         let url = url.or_else(|| env.get("BREEZE_URL").cloned()).context(
             "BREEZE_URL is required: the Breeze server to forward to, e.g. https://rmm.example.com",
         )?;
-        let url = url.trim().trim_end_matches('/');
+        let url = url.trim();
+        // A query in the URL (`…/mcp?catalog=consolidated`) is kept as given.
+        let (url, given_query) = match url.split_once('?') {
+            Some((u, q)) => (u.trim_end_matches('/'), Some(q)),
+            None => (url.trim_end_matches('/'), None),
+        };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             bail!("invalid BREEZE_URL: {url:?} (expected http(s)://host[:port])");
         }
-        let endpoint = if url.ends_with("/mcp") {
+        let mut endpoint = if url.ends_with("/mcp") {
             url.to_owned()
         } else {
             format!("{url}/mcp")
         };
+        let mut query: Vec<String> = given_query
+            .filter(|q| !q.is_empty())
+            .map(str::to_owned)
+            .into_iter()
+            .collect();
+        if let Some(c) = catalog {
+            let c = c.trim().to_ascii_lowercase();
+            if !matches!(c.as_str(), "full" | "consolidated") {
+                bail!("invalid --catalog: {c:?} (valid: full, consolidated)");
+            }
+            query.push(format!("catalog={c}"));
+        }
+        if let Some(t) = toolsets {
+            let t = t.trim();
+            if t.is_empty()
+                || !t
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, ',' | '_' | '-'))
+            {
+                bail!(
+                    "invalid --toolsets: {t:?} (expected comma-separated domain names, e.g. devices,scripts)"
+                );
+            }
+            query.push(format!("toolsets={t}"));
+        }
+        if !query.is_empty() {
+            endpoint.push('?');
+            endpoint.push_str(&query.join("&"));
+        }
         let api_key = key
             .or_else(|| env.get("BREEZE_API_KEY").cloned())
             .or_else(|| env.get("AUTH_TOKEN").cloned())
@@ -282,6 +330,54 @@ fn sse_messages(body: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_catalog_choice_rides_on_the_endpoint() {
+        let env = BTreeMap::new();
+        let key = || Some("brz_x".to_owned());
+        let t = StdioTarget::with_catalog(
+            &env,
+            Some("https://h/".into()),
+            key(),
+            Some("Consolidated".into()),
+            Some("devices,scripts".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            t.endpoint,
+            "https://h/mcp?catalog=consolidated&toolsets=devices,scripts"
+        );
+        // A query already in the URL is kept, and the path still gets /mcp.
+        let t = StdioTarget::with_catalog(
+            &env,
+            Some("https://h?catalog=full".into()),
+            key(),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.endpoint, "https://h/mcp?catalog=full");
+        let e = StdioTarget::with_catalog(
+            &env,
+            Some("https://h".into()),
+            key(),
+            Some("tiny".into()),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("full, consolidated"), "{e}");
+        assert!(
+            StdioTarget::with_catalog(
+                &env,
+                Some("https://h".into()),
+                key(),
+                None,
+                Some("a&b=c".into())
+            )
+            .is_err()
+        );
+    }
 
     #[test]
     fn target_from_env() {

@@ -7,7 +7,7 @@ use std::{convert::Infallible, sync::Arc};
 use axum::{
     body::Body,
     extract::{Query, State},
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, StatusCode, Uri},
     response::{IntoResponse, Response, sse::Event},
 };
 use futures::StreamExt;
@@ -38,12 +38,14 @@ macro_rules! refuse {
 /// GET: opens the stream.
 pub(crate) async fn open<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
     let caller = match admit(
         &engine,
         &headers,
+        uri.query(),
         LimitKind::Stream,
         rid.as_ref(),
         Transport::LegacySse,
@@ -65,6 +67,7 @@ pub(crate) async fn open<A: McpApp>(
         }
         Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
     };
+    session.bind(caller.binding.clone());
     observed(
         &engine,
         &caller,
@@ -77,12 +80,18 @@ pub(crate) async fn open<A: McpApp>(
     session.set_protocol(ProtocolVersion::V2024_11_05);
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     session.attach_stream(tx);
-    let endpoint = format!(
+    // The stream's own query (the application's choices, see `Caller::binding`) rides along
+    // on the POST URL, so the client's messages make the same choice as the session.
+    let mut endpoint = format!(
         "{}{}?sessionId={}",
         engine.config.public_base_url.trim_end_matches('/'),
         super::Routes::default().legacy_message,
         session.id
     );
+    if let Some(q) = uri.query().filter(|q| !q.is_empty()) {
+        endpoint.push('&');
+        endpoint.push_str(q);
+    }
 
     /// Ends the session when the client goes away.
     struct EndOnDrop<A: McpApp>(Arc<Engine<A>>, Arc<Session>);
@@ -114,6 +123,7 @@ pub(crate) struct MessageQuery {
 pub(crate) async fn message<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
     Query(query): Query<MessageQuery>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -121,6 +131,7 @@ pub(crate) async fn message<A: McpApp>(
     let caller = match admit(
         &engine,
         &headers,
+        uri.query(),
         LimitKind::Message,
         rid.as_ref(),
         Transport::LegacySse,
@@ -184,6 +195,9 @@ pub(crate) async fn message<A: McpApp>(
         );
         refuse!(engine, caller, rid.as_ref(), r);
     };
+    if let Err(r) = super::check_binding(&session, &caller) {
+        refuse!(engine, caller, rid.as_ref(), r);
+    }
     let messages: Vec<Message> = match incoming {
         Incoming::Single(Err(reply)) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(m)) => vec![m],

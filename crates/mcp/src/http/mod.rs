@@ -287,6 +287,7 @@ impl HttpError {
 pub(crate) async fn admit<A: McpApp>(
     engine: &Engine<A>,
     headers: &HeaderMap,
+    query: Option<&str>,
     kind: LimitKind,
     request_id: Option<&HeaderValue>,
     transport: Transport,
@@ -299,7 +300,7 @@ pub(crate) async fn admit<A: McpApp>(
     check_origin(&engine.config, headers).map_err(unauthenticated)?;
     let caller = engine
         .app
-        .authenticate(headers)
+        .authenticate(headers, query)
         .await
         .map_err(unauthenticated)?;
     let checked = match kind {
@@ -317,6 +318,28 @@ pub(crate) async fn admit<A: McpApp>(
         Ok(()) => Ok(caller),
         Err(r) => Err(refused(engine, &caller, request_id, transport, r).await),
     }
+}
+
+/// A request on `session` must make the choice the session was created with (see
+/// [`Caller::binding`]): refused with 400 otherwise, naming both.
+pub(crate) fn check_binding<P>(
+    session: &crate::session::Session,
+    caller: &Caller<P>,
+) -> Result<(), Response> {
+    let kept = session.binding();
+    if kept == caller.binding {
+        return Ok(());
+    }
+    let name = |b: &Option<Arc<str>>| b.as_deref().unwrap_or("none").to_owned();
+    Err(rpc_error(
+        StatusCode::BAD_REQUEST,
+        crate::jsonrpc::INVALID_REQUEST,
+        &format!(
+            "This session was opened with {}; this request asks for {}. A session keeps what its initialize chose: send the same choice on every request of the session, or open a new session",
+            name(&kept),
+            name(&caller.binding)
+        ),
+    ))
 }
 
 /// Which transport limit a request counts against.

@@ -11,7 +11,7 @@ use std::{convert::Infallible, pin::Pin, sync::Arc};
 use axum::{
     body::Body,
     extract::State,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri},
     response::{IntoResponse, Response, sse::Event},
 };
 use futures::{Stream, StreamExt};
@@ -78,6 +78,7 @@ fn session_not_found() -> Response {
 /// POST: one message or a batch.
 pub(crate) async fn post<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -85,6 +86,7 @@ pub(crate) async fn post<A: McpApp>(
     let caller = match admit(
         &engine,
         &headers,
+        uri.query(),
         LimitKind::Message,
         rid.as_ref(),
         Transport::StreamableHttp,
@@ -235,6 +237,7 @@ async fn single<A: McpApp>(
                 }
                 Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
             };
+        session.bind(caller.binding.clone());
         let requested = match &message {
             Message::Request(r) => r
                 .params
@@ -269,6 +272,9 @@ async fn single<A: McpApp>(
     let (session, protocol, transport) = match header_str(headers, SESSION_HEADER) {
         Some(id) => match engine.sessions.get(id, &caller.key) {
             Some(s) => {
+                if let Err(r) = super::check_binding(&s, &caller) {
+                    refuse!(engine, caller, rid.as_ref(), r);
+                }
                 let v = header_version.unwrap_or_else(|| s.protocol());
                 (Some(s), v, Transport::StreamableHttp)
             }
@@ -304,7 +310,12 @@ async fn batch<A: McpApp>(
 ) -> Response {
     let session = match header_str(headers, SESSION_HEADER) {
         Some(id) => match engine.sessions.get(id, &caller.key) {
-            Some(s) => Some(s),
+            Some(s) => {
+                if let Err(r) = super::check_binding(&s, &caller) {
+                    refuse!(engine, caller, rid.as_ref(), r);
+                }
+                Some(s)
+            }
             None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
         },
         None => None,
@@ -496,12 +507,14 @@ fn sse_response(
 /// GET: the session's server-to-client stream, resumable with `Last-Event-ID`.
 pub(crate) async fn get<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
     let caller = match admit(
         &engine,
         &headers,
+        uri.query(),
         LimitKind::Stream,
         rid.as_ref(),
         Transport::StreamableHttp,
@@ -595,12 +608,14 @@ pub(crate) fn session_stream(
 /// DELETE: ends the session.
 pub(crate) async fn delete<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
     let caller = match admit(
         &engine,
         &headers,
+        uri.query(),
         LimitKind::Message,
         rid.as_ref(),
         Transport::StreamableHttp,

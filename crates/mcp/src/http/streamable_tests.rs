@@ -44,11 +44,16 @@ impl McpApp for TestApp {
     async fn authenticate(
         &self,
         _headers: &axum::http::HeaderMap,
+        query: Option<&str>,
     ) -> Result<Caller<()>, HttpError> {
         Ok(Caller {
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
+            // `choice=…` in the query is the choice, for the binding tests.
+            binding: query
+                .and_then(|q| q.split('&').find(|p| p.starts_with("choice=")))
+                .map(Arc::from),
         })
     }
 
@@ -337,6 +342,7 @@ fn session_ctx(
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
+            binding: None,
         },
         session: Some(session.clone()),
         protocol: ProtocolVersion::V2025_11_25,
@@ -485,4 +491,111 @@ async fn the_get_stream_resumes_after_last_event_id() {
         "{text}"
     );
     assert!(text.contains("\"n\":2") && text.contains("\"n\":3"));
+}
+
+/// POSTs `body` to `path` on `session`.
+async fn post_at(app: &Router, path: &str, session: &str, body: &Value) -> Response {
+    let request = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .header(super::SESSION_HEADER, session)
+        .header(super::PROTOCOL_HEADER, "2025-11-25");
+    app.clone()
+        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_keeps_the_binding_of_its_initialize() {
+    let app = app(ReplyMode::Adaptive);
+    let init = json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }
+    });
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post("/mcp?choice=a")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json")
+                .body(Body::from(init.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let session = response.headers()[super::SESSION_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+    let same = post_at(&app, "/mcp?choice=a", &session, &list).await;
+    assert_eq!(same.status(), StatusCode::OK);
+    let batch = json!([list]);
+    for (path, body) in [
+        ("/mcp?choice=b", &list),
+        ("/mcp", &list),
+        ("/mcp?choice=b", &batch),
+    ] {
+        let other = post_at(&app, path, &session, body).await;
+        assert_eq!(other.status(), StatusCode::BAD_REQUEST, "{path}");
+        let text = body_text(other).await;
+        assert!(
+            text.contains("opened with choice=a") && text.contains("open a new session"),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_legacy_endpoint_carries_the_streams_query() {
+    let app = app(ReplyMode::Adaptive);
+    let response = app
+        .clone()
+        .oneshot(
+            Request::get("/api/v1/mcp/sse?choice=a")
+                .header(header::ACCEPT, "text/event-stream")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    let endpoint = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(endpoint.ends_with("&choice=a"), "{endpoint}");
+    let path = endpoint.trim_start_matches("http://localhost:3000");
+    let path = &path[path.find("/api").unwrap()..];
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+    let send = |path: String| {
+        let app = app.clone();
+        let list = list.clone();
+        async move {
+            app.oneshot(
+                Request::post(path)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(list.to_string()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap()
+            .status()
+        }
+    };
+    assert_eq!(send(path.to_owned()).await, StatusCode::ACCEPTED);
+    let without = path.trim_end_matches("&choice=a").to_owned();
+    assert_eq!(send(without).await, StatusCode::BAD_REQUEST);
+    drop(body);
 }
