@@ -657,6 +657,10 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
             "Breeze failed unexpectedly (or the call was cancelled).",
             "Do not loop: retry at most once later, then report the message and the time to the user.",
         ),
+        ErrorCode::ResponseTooLarge => (
+            "A read's answer is larger than the server's response budget (BREEZE_MCP_MAX_RESPONSE_BYTES); nothing changed.",
+            "Narrow the query (a smaller limit, a filter, one device) and call again. A write is never refused for its size: it answers payloadOmitted; re-query with a read tool.",
+        ),
     }
 }
 
