@@ -80,6 +80,8 @@ pub struct ServerConfig {
     pub enroll_rate_per_minute: u32,
     /// Step-up approvals: how long calls wait, the webhook.
     pub approvals: approvals::ApprovalConfig,
+    /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
+    pub max_response_bytes: usize,
 }
 
 impl ServerConfig {
@@ -100,6 +102,7 @@ impl ServerConfig {
                 public_url: public_url.to_owned(),
                 ..approvals::ApprovalConfig::default()
             },
+            max_response_bytes: 0,
         }
     }
 }
@@ -150,7 +153,8 @@ impl AppState {
             Arc::new(breeze_tools::all()),
             guard,
             config.approvals.clone(),
-        );
+        )
+        .with_max_response_bytes(config.max_response_bytes);
         Self {
             store,
             auth,
