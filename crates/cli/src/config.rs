@@ -671,7 +671,11 @@ mod tests {
 
     #[test]
     fn response_budget_setting() {
-        assert_eq!(load(&[]).unwrap().mcp.max_response_bytes, 0, "off by default");
+        assert_eq!(
+            load(&[]).unwrap().mcp.max_response_bytes,
+            0,
+            "off by default"
+        );
         let s = load(&[("BREEZE_MCP_MAX_RESPONSE_BYTES", "65536")]).unwrap();
         assert_eq!(s.mcp.max_response_bytes, 65_536);
         assert_eq!(

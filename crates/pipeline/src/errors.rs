@@ -37,7 +37,8 @@ pub fn refusal_error(refusal: &Refusal, granted: &ScopeSet) -> ToolError {
             e.retry_after_seconds = Some(secs);
             e
         }
-        Refusal::LimiterUnavailable => ToolError::new(ErrorCode::RateLimited, message)
-            .hint("retry in a few seconds"),
+        Refusal::LimiterUnavailable => {
+            ToolError::new(ErrorCode::RateLimited, message).hint("retry in a few seconds")
+        }
     }
 }

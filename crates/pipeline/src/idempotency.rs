@@ -36,10 +36,7 @@ pub(crate) fn take_request_id(
     spec: &ToolSpec,
     arguments: &mut Value,
 ) -> Result<Option<String>, ToolError> {
-    let Some(value) = arguments
-        .as_object_mut()
-        .and_then(|m| m.remove(REQUEST_ID))
-    else {
+    let Some(value) = arguments.as_object_mut().and_then(|m| m.remove(REQUEST_ID)) else {
         return Ok(None);
     };
     if !spec.is_write(arguments) {
@@ -108,7 +105,11 @@ pub(crate) async fn begin(
     match claimed {
         Ok(ClaimOutcome::Claimed(claim)) => {
             if claim.reclaimed {
-                tracing::warn!(tool = spec.name, request_id, "took over a stale idempotency claim: an earlier call with this requestId never finished");
+                tracing::warn!(
+                    tool = spec.name,
+                    request_id,
+                    "took over a stale idempotency claim: an earlier call with this requestId never finished"
+                );
             }
             Begin::Run(Held {
                 store: store.clone(),
@@ -174,9 +175,7 @@ impl Held {
                 .ok()
                 .map(|v| (v, false)),
             CallOutcome::Pending(r) => Some((pending_answer(r), false)),
-            CallOutcome::Failed(e) if !cancelled && !e.retryable => {
-                Some((e.to_structured(), true))
-            }
+            CallOutcome::Failed(e) if !cancelled && !e.retryable => Some((e.to_structured(), true)),
             _ => None,
         };
         let org = self.store.org(self.org);

@@ -10,7 +10,8 @@
 use std::{sync::Arc, time::Duration};
 
 use breeze_core::{
-    Actor, ActorType, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, PermissionSet, ScopeSet, UserId,
+    Actor, ActorType, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, PermissionSet,
+    ScopeSet, UserId,
 };
 use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::GuardConfig;
@@ -54,7 +55,11 @@ async fn world(cx: &Ctx) -> World {
         .create_organization(p.id, "A", "a", audit())
         .await
         .unwrap();
-    let site = s.org(org.id).create_site("HQ", "UTC", audit()).await.unwrap();
+    let site = s
+        .org(org.id)
+        .create_site("HQ", "UTC", audit())
+        .await
+        .unwrap();
     let device = s
         .org(org.id)
         .create_device(
@@ -166,26 +171,65 @@ async fn a_replay_answers_the_stored_result_and_runs_nothing(cx: Ctx) {
     let w = world(&cx).await;
     let p = pipeline(&cx, &cx.store, Duration::ZERO);
     let me = w.caller();
-    let first = output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("r-1"))).await);
+    let first = output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("r-1")),
+        )
+        .await,
+    );
     assert!(first.get("replayed").is_none(), "{first}");
-    let again = output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("r-1"))).await);
+    let again = output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("r-1")),
+        )
+        .await,
+    );
     assert_eq!(again["replayed"], true, "{again}");
     assert_eq!(again["id"], first["id"], "the stored result: {again}");
     assert_eq!(context_rows(&cx, &w).await, 1, "the handler ran once");
 
-    let e = failure(call(&p, &me, "set_device_context", remember(&w, "other", Some("r-1"))).await);
+    let e = failure(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "other", Some("r-1")),
+        )
+        .await,
+    );
     assert_eq!(e.code, ErrorCode::Conflict);
     assert!(!e.retryable);
-    assert!(e.message.contains("was used for a different call"), "{}", e.message);
+    assert!(
+        e.message.contains("was used for a different call"),
+        "{}",
+        e.message
+    );
     // Another tool under the same requestId is a different call too.
     let group = json!({ "action": "add_devices", "groupId": uuid::Uuid::nil().to_string(),
                         "deviceIds": [w.device.to_string()], "requestId": "r-1" });
-    assert_eq!(failure(call(&p, &me, "manage_groups", group).await).code, ErrorCode::Conflict);
+    assert_eq!(
+        failure(call(&p, &me, "manage_groups", group).await).code,
+        ErrorCode::Conflict
+    );
     assert_eq!(context_rows(&cx, &w).await, 1);
 
     // Without a requestId every call runs; a new requestId runs once more.
     output(call(&p, &me, "set_device_context", remember(&w, "disk", None)).await);
-    output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("r-2"))).await);
+    output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("r-2")),
+        )
+        .await,
+    );
     assert_eq!(context_rows(&cx, &w).await, 3);
 
     // Another principal's requestId is its own.
@@ -193,8 +237,15 @@ async fn a_replay_answers_the_stored_result_and_runs_nothing(cx: Ctx) {
         user: UserId::new(),
         ..w
     };
-    let theirs =
-        output(call(&p, &other.caller(), "set_device_context", remember(&other, "x", Some("r-1"))).await);
+    let theirs = output(
+        call(
+            &p,
+            &other.caller(),
+            "set_device_context",
+            remember(&other, "x", Some("r-1")),
+        )
+        .await,
+    );
     assert!(theirs.get("replayed").is_none(), "{theirs}");
 }
 
@@ -216,7 +267,10 @@ async fn a_request_id_is_checked_on_writes_and_ignored_on_reads(cx: Ctx) {
     // A read (a tool without writes, and a read action of a tool with writes) ignores it.
     for (tool, args) in [
         ("query_devices", json!({ "requestId": "q-1" })),
-        ("manage_groups", json!({ "action": "list", "requestId": "q-1" })),
+        (
+            "manage_groups",
+            json!({ "action": "list", "requestId": "q-1" }),
+        ),
     ] {
         for _ in 0..2 {
             let out = output(call(&p, &me, tool, args.clone()).await);
@@ -232,11 +286,27 @@ async fn a_replay_survives_a_restart(cx: Ctx) {
     let me = w.caller();
     let first = {
         let p = pipeline(&cx, &cx.store, Duration::ZERO);
-        output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("boot"))).await)
+        output(
+            call(
+                &p,
+                &me,
+                "set_device_context",
+                remember(&w, "disk", Some("boot")),
+            )
+            .await,
+        )
     };
     let reopened = cx.store.reopen().await.unwrap();
     let p = pipeline(&cx, &reopened, Duration::ZERO);
-    let again = output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("boot"))).await);
+    let again = output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("boot")),
+        )
+        .await,
+    );
     assert_eq!(again["replayed"], true, "{again}");
     assert_eq!(again["id"], first["id"]);
     assert_eq!(context_rows(&cx, &w).await, 1);
@@ -262,7 +332,15 @@ async fn a_call_still_running_is_a_retryable_conflict(cx: Ctx) {
         .await
         .unwrap();
     assert!(matches!(claimed, ClaimOutcome::Claimed(_)));
-    let e = failure(call(&p, &me, "set_device_context", remember(&w, "disk", Some("busy"))).await);
+    let e = failure(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("busy")),
+        )
+        .await,
+    );
     assert_eq!(e.code, ErrorCode::Conflict);
     assert!(e.retryable, "in progress is worth retrying");
     assert_eq!(context_rows(&cx, &w).await, 0);
@@ -295,7 +373,13 @@ async fn a_cancelled_call_releases_its_request_id(cx: Ctx) {
     let cancel = CancellationToken::new();
     cancel.cancel();
     let out = waiting
-        .call(&me, "manage_groups", args.clone(), CallOptions::default(), &cancel)
+        .call(
+            &me,
+            "manage_groups",
+            args.clone(),
+            CallOptions::default(),
+            &cancel,
+        )
         .await;
     failure(out);
     let p = pipeline(&cx, &cx.store, Duration::ZERO);
@@ -316,15 +400,38 @@ async fn the_response_budget_fails_reads_and_trims_writes(cx: Ctx) {
     let e = failure(call(&p, &me, "query_devices", json!({})).await);
     assert_eq!(e.code, ErrorCode::ResponseTooLarge);
     assert!(!e.retryable);
-    assert!(e.message.contains("above the server's limit of 40 bytes"), "{}", e.message);
-    assert!(e.hint.as_deref().unwrap().contains("smaller limit"), "{e:?}");
+    assert!(
+        e.message.contains("above the server's limit of 40 bytes"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.hint.as_deref().unwrap().contains("smaller limit"),
+        "{e:?}"
+    );
 
-    let out = output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("b-1"))).await);
+    let out = output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("b-1")),
+        )
+        .await,
+    );
     assert_eq!(out["status"], "applied", "{out}");
     assert_eq!(out["payloadOmitted"], true);
     assert!(out["bytes"].as_u64().unwrap() > 40, "{out}");
     assert_eq!(context_rows(&cx, &w).await, 1, "the write happened");
-    let again = output(call(&p, &me, "set_device_context", remember(&w, "disk", Some("b-1"))).await);
+    let again = output(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "disk", Some("b-1")),
+        )
+        .await,
+    );
     assert_eq!(again["replayed"], true);
     assert_eq!(again["payloadOmitted"], true);
     assert_eq!(context_rows(&cx, &w).await, 1);

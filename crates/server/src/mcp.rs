@@ -130,8 +130,7 @@ impl BreezeMcp {
                     "API key missing required scope: ai:read",
                 )
             };
-            Err(ErrorObject::new(codes::UNAUTHORIZED, e.message.clone())
-                .with_data(error_data(&e)))
+            Err(ErrorObject::new(codes::UNAUTHORIZED, e.message.clone()).with_data(error_data(&e)))
         }
     }
 
@@ -143,7 +142,9 @@ impl BreezeMcp {
             let e = refusal_error(&r, &principal.scopes);
             ErrorObject::new(codes::INTERNAL_ERROR, e.message.clone()).with_data(error_data(&e))
         };
-        let granted = principal.permissions.ok_or_else(|| refuse(Refusal::NoRole))?;
+        let granted = principal
+            .permissions
+            .ok_or_else(|| refuse(Refusal::NoRole))?;
         match resources::permission_for(uri) {
             Some(needed) => breeze_core::rbac::check(granted, needed)
                 .map_err(|d| refuse(Refusal::MissingPermission(d.0))),

@@ -233,17 +233,13 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => {
                 "fix the fields the message names (see the tool's inputSchema) and call again"
             }
-            ErrorCode::NotFound => {
-                "look the id up again with a read tool; do not guess ids"
-            }
+            ErrorCode::NotFound => "look the id up again with a read tool; do not guess ids",
             ErrorCode::Forbidden => "do not retry; tell the user the reason",
             ErrorCode::InsufficientScope => {
                 "do not retry; the API key needs the scope in requiredScopes"
             }
             ErrorCode::RateLimited => "wait for the time named, then retry once",
-            ErrorCode::Conflict => {
-                "re-read the current state, then decide whether to call again"
-            }
+            ErrorCode::Conflict => "re-read the current state, then decide whether to call again",
             ErrorCode::UpstreamError => "retry in a few seconds",
             ErrorCode::Internal => "retry at most once later, then report the message",
             ErrorCode::ResponseTooLarge => {

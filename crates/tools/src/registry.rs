@@ -276,8 +276,7 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool, has_write: bool)
         .as_object_mut()
         .and_then(|m| m.remove("$defs"))
         .filter(|d| d.as_object().is_some_and(|d| !d.is_empty()));
-    if has_write && let Some(props) = success.get_mut("properties").and_then(Value::as_object_mut)
-    {
+    if has_write && let Some(props) = success.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert(
             "replayed".into(),
             json!({ "type": "boolean", "description": "A replay of an earlier call with the same requestId: nothing ran again." }),
