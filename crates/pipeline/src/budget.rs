@@ -10,7 +10,7 @@ use crate::{CallOutcome, raw};
 
 /// Applies the budget of `max` bytes (0: none) to a call's outcome; `write` says whether the
 /// call was a write.
-pub(crate) fn apply(max: usize, write: bool, outcome: CallOutcome) -> CallOutcome {
+pub fn apply(max: usize, write: bool, outcome: CallOutcome) -> CallOutcome {
     let CallOutcome::Output(out) = &outcome else {
         return outcome;
     };

@@ -15,7 +15,7 @@
 //! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`].
 
 pub mod approvals;
-mod budget;
+pub mod budget;
 pub mod errors;
 pub mod idempotency;
 
