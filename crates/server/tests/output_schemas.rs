@@ -719,11 +719,15 @@ async fn every_result_matches_its_output_schema(cx: Ctx) {
                 let first = s.check(tool, &case("requestId"), &keyed, &first).unwrap();
                 let again = s.call(&s.app, &s.exec, tool, &keyed).await;
                 let again = s.check(tool, &case("replayed"), &keyed, &again).unwrap();
-                assert_eq!(
-                    again["structuredContent"]["replayed"], true,
-                    "{tool}: the replay is marked: {again}"
-                );
-                assert_eq!(first["isError"], again["isError"], "{tool}: {again}");
+                // A retryable failure (a busy database, an agent that did not answer) released
+                // its requestId, so the second call ran again instead of replaying.
+                if first["structuredContent"]["error"]["retryable"] != true {
+                    assert_eq!(
+                        again["structuredContent"]["replayed"], true,
+                        "{tool}: the replay is marked: {again} (first: {first})"
+                    );
+                    assert_eq!(first["isError"], again["isError"], "{tool}: {again}");
+                }
 
                 // Over the response budget a write answers payloadOmitted, never an error.
                 if spec.effective_tier(&args) != Tier::T3 {
