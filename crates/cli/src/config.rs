@@ -141,6 +141,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "MCP_EXECUTE_TOOL_ALLOWLIST",
         "production: Tier 3+ tools allowed (comma-separated, * for all)",
     ),
+    (
+        "BREEZE_MCP_MAX_RESPONSE_BYTES",
+        "largest tool answer in bytes: a larger read fails with RESPONSE_TOO_LARGE, a larger write answers payloadOmitted (default 0 = off)",
+    ),
 ];
 
 /// Prefixes whose variables must all be known.
@@ -162,6 +166,8 @@ pub(crate) struct McpSettings {
     pub(crate) catalog: breeze_server::catalog::CatalogMode,
     /// `BREEZE_MCP_DISCOVER_BYTES`.
     pub(crate) discover_bytes: usize,
+    /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
+    pub(crate) max_response_bytes: usize,
 }
 
 /// Parses a positive whole-number setting, or gives its default.
@@ -220,6 +226,15 @@ impl McpSettings {
                     );
                 }
                 n
+            },
+            max_response_bytes: match env.get("BREEZE_MCP_MAX_RESPONSE_BYTES").map(|v| v.trim()) {
+                None | Some("") => 0,
+                Some(v) => match v.parse::<usize>() {
+                    Ok(n) => n,
+                    Err(_) => bail!(
+                        "invalid BREEZE_MCP_MAX_RESPONSE_BYTES: {v:?} (expected a whole number of bytes, 0 = off)"
+                    ),
+                },
             },
             execute_allowlist: env
                 .get("MCP_EXECUTE_TOOL_ALLOWLIST")
@@ -704,6 +719,34 @@ mod tests {
             err(&[("MCP_MAX_SSE_SESSION_PER_KEY", "3")])
                 .contains("did you mean MCP_MAX_SSE_SESSIONS_PER_KEY?")
         );
+    }
+
+    #[test]
+    fn response_budget_setting() {
+        assert_eq!(
+            load(&[]).unwrap().mcp.max_response_bytes,
+            0,
+            "off by default"
+        );
+        let s = load(&[("BREEZE_MCP_MAX_RESPONSE_BYTES", "65536")]).unwrap();
+        assert_eq!(s.mcp.max_response_bytes, 65_536);
+        assert_eq!(
+            load(&[("BREEZE_MCP_MAX_RESPONSE_BYTES", "0")])
+                .unwrap()
+                .mcp
+                .max_response_bytes,
+            0
+        );
+        assert!(
+            err(&[("BREEZE_MCP_MAX_RESPONSE_BYTES", "-1")])
+                .starts_with("invalid BREEZE_MCP_MAX_RESPONSE_BYTES")
+        );
+        assert!(
+            err(&[("BREEZE_MCP_MAX_RESPONSE_BYTE", "1")])
+                .contains("did you mean BREEZE_MCP_MAX_RESPONSE_BYTES?")
+        );
+        let config = crate::commands::server_config_for_test(&s);
+        assert_eq!(config.max_response_bytes, 65_536, "flows into the server");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// JSON-RPC error code for a request the client cancelled.
-pub const REQUEST_CANCELLED: i32 = -32800;
+pub const REQUEST_CANCELLED: i32 = crate::jsonrpc::codes::REQUEST_CANCELLED;
 
 /// How a Streamable HTTP request is answered when the client accepts both
 /// `application/json` and `text/event-stream` (the specification allows either).

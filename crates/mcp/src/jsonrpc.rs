@@ -4,20 +4,35 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Invalid JSON was received.
-pub const PARSE_ERROR: i32 = -32700;
-/// The JSON sent is not a valid request object.
-pub const INVALID_REQUEST: i32 = -32600;
-/// The method does not exist or is not available.
-pub const METHOD_NOT_FOUND: i32 = -32601;
-/// Invalid method parameters.
-pub const INVALID_PARAMS: i32 = -32602;
-/// Internal error.
-pub const INTERNAL_ERROR: i32 = -32603;
-/// MCP 2026-07-28: a header disagrees with the body (`HeaderMismatch`).
-pub const HEADER_MISMATCH: i32 = -32020;
-/// MCP 2026-07-28: the requested protocol version is not supported.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+/// The JSON-RPC error codes Breeze answers with, by name (use these, never literals).
+pub mod codes {
+    /// Invalid JSON was received.
+    pub const PARSE_ERROR: i32 = -32700;
+    /// The JSON sent is not a valid request object.
+    pub const INVALID_REQUEST: i32 = -32600;
+    /// The method does not exist or is not available.
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    /// Invalid method parameters (an unknown tool, resource or prompt included).
+    pub const INVALID_PARAMS: i32 = -32602;
+    /// Internal error; the MCP specification also answers scope, role, permission and
+    /// allowlist refusals of a tool call with it.
+    pub const INTERNAL_ERROR: i32 = -32603;
+    /// Implementation-defined server error: rate limits, caps, temporary unavailability.
+    pub const SERVER_ERROR: i32 = -32000;
+    /// Implementation-defined: the caller is not authenticated or lacks the scope to read.
+    pub const UNAUTHORIZED: i32 = -32001;
+    /// A request the client cancelled (answered only where an answer is still owed).
+    pub const REQUEST_CANCELLED: i32 = -32800;
+    /// MCP 2026-07-28: a header disagrees with the body (`HeaderMismatch`).
+    pub const HEADER_MISMATCH: i32 = -32020;
+    /// MCP 2026-07-28: the requested protocol version is not supported.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
+pub use codes::{
+    HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+    PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+};
 
 /// A request id: a string or a number (never null for a request).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

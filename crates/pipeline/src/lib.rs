@@ -9,8 +9,15 @@
 //! skip a step. The pipeline knows no HTTP and no MCP: a front door turns its request into a
 //! [`Caller`] and a [`CallOutcome`] into its own answer, and writes the request's audit event
 //! (with what only it knows: transport, session).
+//!
+//! Around those steps: a write's `requestId` is claimed after validation and its outcome
+//! stored for replays ([`idempotency`]), and the answer is held to the response budget
+//! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`].
 
 pub mod approvals;
+pub mod budget;
+pub mod errors;
+pub mod idempotency;
 
 use std::sync::Arc;
 
@@ -30,8 +37,11 @@ pub enum CallOutcome {
     /// The tool ran: its structured output, as JSON text.
     Output(RawOutput),
     /// The call failed with a tool error: invalid arguments, the handler's own error, an
-    /// approval denied, withdrawn or void.
+    /// approval denied, withdrawn or void, a requestId conflict, a read over the budget.
     Failed(ToolError),
+    /// A replay (same requestId, same call) of a call that failed: its stored error envelope
+    /// `{"error": …, "replayed": true}`, as JSON text. Nothing ran.
+    ReplayedError(RawOutput),
     /// A Tier 3 call still waits for a person; the caller follows it with
     /// `get_approval_status`.
     Pending(Box<ApprovalRecord>),
@@ -41,12 +51,15 @@ pub enum CallOutcome {
     UnknownTool,
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Store,
     gateway: Gateway,
     registry: Arc<Registry>,
     guard: Guard,
     approvals: Approvals,
+    /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: 0 = no budget.
+    max_response_bytes: usize,
 }
 
 /// The call pipeline. Cheap to clone.
@@ -83,6 +96,18 @@ impl Pipeline {
                 registry,
                 guard,
                 approvals,
+                max_response_bytes: 0,
+            }),
+        }
+    }
+
+    /// This pipeline with a response budget of `bytes` (0: none; see [`budget`]).
+    #[must_use]
+    pub fn with_max_response_bytes(self, bytes: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                max_response_bytes: bytes,
+                ..(*self.inner).clone()
             }),
         }
     }
@@ -135,9 +160,47 @@ impl Pipeline {
             Ok(c) => c,
             Err(r) => return CallOutcome::Refused(r),
         };
+        let mut arguments = arguments;
+        let request_id = match idempotency::take_request_id(spec, &mut arguments) {
+            Ok(id) => id,
+            Err(e) => return CallOutcome::Failed(e),
+        };
         if let Err(e) = spec.validate(&arguments) {
             return CallOutcome::Failed(e);
         }
+        let write = spec.is_write(&arguments);
+        let held = match request_id {
+            None => None,
+            Some(id) => {
+                let needs_approval = matches!(clearance, Clearance::NeedsApproval(_));
+                let store = &self.inner.store;
+                match idempotency::begin(store, caller, spec, needs_approval, &id, &arguments).await
+                {
+                    idempotency::Begin::Run(held) => Some(held),
+                    idempotency::Begin::Answer(outcome) => return outcome,
+                }
+            }
+        };
+        let outcome = self
+            .run(caller, spec, clearance, arguments, options, cancel)
+            .await;
+        let outcome = budget::apply(self.inner.max_response_bytes, write, outcome);
+        if let Some(held) = held {
+            held.finish(&outcome, cancel.is_cancelled()).await;
+        }
+        outcome
+    }
+
+    /// The cleared call itself: at once, or after a person's approval.
+    async fn run(
+        &self,
+        caller: &Caller<'_>,
+        spec: &ToolSpec,
+        clearance: Clearance,
+        arguments: Value,
+        options: CallOptions,
+        cancel: &CancellationToken,
+    ) -> CallOutcome {
         match clearance {
             Clearance::Run(cleared) => {
                 tokio::select! {

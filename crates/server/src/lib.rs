@@ -83,6 +83,8 @@ pub struct ServerConfig {
     pub approvals: approvals::ApprovalConfig,
     /// MCP catalog modes: the default mode, the `breeze_discover` page budget.
     pub catalog: catalog::CatalogConfig,
+    /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
+    pub max_response_bytes: usize,
 }
 
 impl ServerConfig {
@@ -104,6 +106,7 @@ impl ServerConfig {
                 ..approvals::ApprovalConfig::default()
             },
             catalog: catalog::CatalogConfig::default(),
+            max_response_bytes: 0,
         }
     }
 }
@@ -154,7 +157,8 @@ impl AppState {
             Arc::new(breeze_tools::all()),
             guard,
             config.approvals.clone(),
-        );
+        )
+        .with_max_response_bytes(config.max_response_bytes);
         Self {
             store,
             auth,

@@ -11,14 +11,14 @@ use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, AuditResult, OrgId};
 use breeze_guard::{Caller as CallCaller, Guard, Refusal};
 use breeze_mcp::{
     Caller, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
-    jsonrpc::ErrorObject,
+    jsonrpc::{ErrorObject, codes},
     model::{
         CallToolResult, Content, GetPromptResult, PromptArgument, PromptDef, PromptMessage,
         ResourceContents, ResourceDef, ResourceTemplateDef, ServerInfo, SharedJson,
         ToolAnnotations, ToolAnnotationsWithTitle, ToolDef, shared_json,
     },
 };
-use breeze_pipeline::{CallOutcome, pending_answer, raw};
+use breeze_pipeline::{CallOutcome, errors::refusal_error, pending_answer, raw};
 use breeze_tools::{
     CallOptions, ErrorCode, RawOutput, ToolError, ToolSpec, prompts, resources, tool_meta,
 };
@@ -146,10 +146,15 @@ impl BreezeMcp {
         if Guard::reaches_read(&principal.scopes) {
             Ok(())
         } else {
-            Err(ErrorObject::new(
-                -32001,
-                "API key missing required scope: ai:read",
-            ))
+            let e = ToolError {
+                required_scopes: vec![breeze_core::Scope::AiRead],
+                granted_scopes: principal.scopes.iter().collect(),
+                ..ToolError::new(
+                    ErrorCode::InsufficientScope,
+                    "API key missing required scope: ai:read",
+                )
+            };
+            Err(ErrorObject::new(codes::UNAUTHORIZED, e.message.clone()).with_data(error_data(&e)))
         }
     }
 
@@ -157,12 +162,16 @@ impl BreezeMcp {
     /// role in the organization (a disabled user holds none), and that role the resource's
     /// permission. Refused with the guard's words and error code.
     fn require_role_for(principal: &McpPrincipal, uri: &str) -> Result<(), ErrorObject> {
+        let refuse = |r: Refusal| {
+            let e = refusal_error(&r, &principal.scopes);
+            ErrorObject::new(codes::INTERNAL_ERROR, e.message.clone()).with_data(error_data(&e))
+        };
         let granted = principal
             .permissions
-            .ok_or_else(|| ErrorObject::internal(Refusal::NoRole.to_string()))?;
+            .ok_or_else(|| refuse(Refusal::NoRole))?;
         match resources::permission_for(uri) {
             Some(needed) => breeze_core::rbac::check(granted, needed)
-                .map_err(|d| ErrorObject::internal(Refusal::MissingPermission(d.0).to_string())),
+                .map_err(|d| refuse(Refusal::MissingPermission(d.0))),
             None => Ok(()),
         }
     }
@@ -177,15 +186,25 @@ impl BreezeMcp {
     }
 }
 
+/// A failed call: the error envelope as structured content, and the same JSON as text.
 fn tool_error_result(e: &ToolError, meta: Option<SharedJson>) -> CallToolResult {
+    error_envelope_result(raw(&e.to_structured()), meta)
+}
+
+/// An error result whose envelope is already JSON text (a replayed error).
+fn error_envelope_result(envelope: RawOutput, meta: Option<SharedJson>) -> CallToolResult {
     CallToolResult {
-        content: vec![Content::text(
-            json!({ "error": e.message, "code": e.code }).to_string(),
-        )],
-        structured_content: Some(raw(&e.to_structured())),
+        content: vec![Content::text(envelope.get())],
+        structured_content: Some(envelope),
         is_error: true,
         meta,
     }
+}
+
+/// The `data` of a JSON-RPC error that refuses a call: the structured error, as a tool error
+/// result would carry it (`code`, `message`, `retryable`, `hint`, …).
+fn error_data(e: &ToolError) -> Value {
+    e.to_structured()["error"].take()
 }
 
 /// The `operation` and `input` of a `breeze_read` / `breeze_write` / `breeze_execute` call.
@@ -419,7 +438,10 @@ impl McpApp for BreezeMcp {
             .map_err(|e| match e {
                 resources::ResourceError::Store(inner) if inner.is_retryable() => {
                     tracing::warn!(error = %inner, "resource read found the database unavailable");
-                    ErrorObject::new(-32000, "Service temporarily unavailable; retry shortly")
+                    ErrorObject::new(
+                        codes::SERVER_ERROR,
+                        "Service temporarily unavailable; retry shortly",
+                    )
                 }
                 resources::ResourceError::Store(inner) => {
                     tracing::error!(error = %inner, "resource read failed");
@@ -610,24 +632,29 @@ impl BreezeMcp {
         match outcome {
             CallOutcome::Output(output) => Ok(tool_result(output, meta())),
             CallOutcome::Failed(e) => Ok(tool_error_result(&e, meta())),
+            CallOutcome::ReplayedError(envelope) => Ok(error_envelope_result(envelope, meta())),
             CallOutcome::Pending(r) => Ok(tool_result(raw(&pending_answer(&r)), meta())),
             CallOutcome::UnknownTool => {
                 Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
             }
-            // The specification answers scope and permission refusals as JSON-RPC errors.
-            CallOutcome::Refused(
-                r @ (Refusal::MissingScope { .. }
-                | Refusal::NoRole
-                | Refusal::MissingPermission(_)
-                | Refusal::NotAllowlisted { .. }),
-            ) => Err(ErrorObject::internal(r.to_string())),
-            CallOutcome::Refused(
-                r @ (Refusal::RateLimited { .. } | Refusal::LimiterUnavailable),
-            ) => Err(ErrorObject::new(-32000, r.to_string())),
-            CallOutcome::Refused(r) => Ok(tool_error_result(
-                &ToolError::new(ErrorCode::Forbidden, r.to_string()),
-                meta(),
-            )),
+            CallOutcome::Refused(r) => {
+                let e = refusal_error(&r, &cx.caller.principal.scopes);
+                // The specification answers scope, permission and rate-limit refusals as
+                // JSON-RPC errors; their `data` carries the structured error.
+                let code = match r {
+                    Refusal::MissingScope { .. }
+                    | Refusal::NoRole
+                    | Refusal::MissingPermission(_)
+                    | Refusal::NotAllowlisted { .. } => codes::INTERNAL_ERROR,
+                    Refusal::RateLimited { .. } | Refusal::LimiterUnavailable => {
+                        codes::SERVER_ERROR
+                    }
+                    Refusal::Blocked { .. } | Refusal::NotApprovable { .. } => {
+                        return Ok(tool_error_result(&e, meta()));
+                    }
+                };
+                Err(ErrorObject::new(code, e.message.clone()).with_data(error_data(&e)))
+            }
         }
     }
 
@@ -646,10 +673,14 @@ impl BreezeMcp {
         };
         let p = &cx.caller.principal;
         if !self.reaches_meta(p, meta_tool) {
-            return Err(ErrorObject::internal(format!(
-                "Tool \"{name}\" requires {} scope",
-                meta_tool.tier().scope()
-            )));
+            let refusal = Refusal::MissingScope {
+                tool: name.clone(),
+                scope: meta_tool.tier().scope(),
+                production_admin: false,
+            };
+            let e = refusal_error(&refusal, &p.scopes);
+            return Err(ErrorObject::new(codes::INTERNAL_ERROR, e.message.clone())
+                .with_data(error_data(&e)));
         }
         let pipeline = &self.state.pipeline;
         let (guard, registry) = (pipeline.guard(), pipeline.registry());

@@ -653,6 +653,17 @@ async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
             "Tool \"set_device_context\" requires ai:write scope"
         )
     );
+    // The JSON-RPC error carries the structured error in `data`.
+    let data = &r.body["error"]["data"];
+    assert_eq!(data["code"], "INSUFFICIENT_SCOPE", "{}", r.body);
+    assert_eq!(data["message"], r.body["error"]["message"]);
+    assert_eq!(data["retryable"], false);
+    assert!(
+        data["hint"].as_str().unwrap().contains("ai:write"),
+        "{data}"
+    );
+    assert_eq!(data["requiredScopes"], json!(["ai:write"]));
+    assert_eq!(data["grantedScopes"], json!(["ai:read"]));
     let r = send(&app, post("/mcp", Some(&w.write), &set, &[])).await;
     assert_eq!(
         r.body["result"]["structuredContent"]["state"], "active",
@@ -727,8 +738,16 @@ async fn tool_errors_are_structured(cx: Ctx) {
     let text: Value =
         serde_json::from_str(r.body["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(
-        text["error"], "Device not found or access denied",
-        "text-only clients see it too"
+        text, r.body["result"]["structuredContent"],
+        "text-only clients see the same structured error"
+    );
+    assert_eq!(
+        text["error"]["message"],
+        "Device not found or access denied"
+    );
+    assert!(
+        text["error"]["hint"].is_string(),
+        "every error has a hint: {text}"
     );
     let r = send(
         &app,
@@ -1397,6 +1416,8 @@ async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
             "Insufficient permissions: requires devices.write"
         )
     );
+    assert_eq!(r.body["error"]["data"]["code"], "FORBIDDEN", "{}", r.body);
+    assert!(r.body["error"]["data"]["hint"].is_string());
     let r = send(
         &app,
         post(
@@ -1428,6 +1449,11 @@ async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
     }
     let r = send(&app, post("/mcp", Some(&w.write), &set(21), &[])).await;
     assert_eq!(r.body["error"]["code"], -32000);
+    let data = &r.body["error"]["data"];
+    assert_eq!(data["code"], "RATE_LIMITED", "{}", r.body);
+    assert_eq!(data["retryable"], true);
+    assert!(data["retryAfterSeconds"].as_u64().unwrap() >= 1, "{data}");
+    assert!(data["hint"].is_string());
     assert!(
         err_msg(&r).starts_with("Tool rate limit exceeded for set_device_context. Try again at "),
         "{}",

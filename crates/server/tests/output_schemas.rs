@@ -217,6 +217,9 @@ fn message_of(reply: &Reply) -> Value {
 
 struct Suite {
     app: Router,
+    /// The same server with a response budget of one byte: every read is too large, every
+    /// write's payload is omitted.
+    budget_app: Router,
     /// The same server, with Tier 3 calls answering "pending" at once.
     pending_app: Router,
     w: World,
@@ -275,7 +278,16 @@ impl Suite {
     /// Checks one answer: a JSON-RPC error carries no result; a result carries structured
     /// content that the tool's listed `outputSchema` accepts. Returns the result, if any.
     fn check(&self, tool: &str, case: &str, args: &Value, message: &Value) -> Option<Value> {
-        if message.get("error").is_some() {
+        if let Some(error) = message.get("error") {
+            // A refusal answered as a JSON-RPC error carries the structured error in `data`.
+            let data = &error["data"];
+            assert!(
+                data["code"].is_string()
+                    && data["message"] == error["message"]
+                    && data["retryable"].is_boolean()
+                    && data["hint"].is_string(),
+                "{tool} ({case}): a JSON-RPC refusal carries the structured error in data: {error}"
+            );
             return None;
         }
         let result = &message["result"];
@@ -291,9 +303,23 @@ impl Suite {
             "{tool} ({case}) with {args}: structuredContent does not match the outputSchema: {errors:?}\n{content:#}"
         );
         if result["isError"] == true {
+            let error = &content["error"];
             assert!(
-                content["error"]["code"].is_string(),
-                "{tool} ({case}): an error result carries the error envelope: {content}"
+                error["code"].is_string()
+                    && error["message"].is_string()
+                    && error["retryable"].is_boolean()
+                    && error["hint"].is_string(),
+                "{tool} ({case}): an error result carries code, message, retryable and hint: {content}"
+            );
+            let text: Value = result["content"][0]["text"]
+                .as_str()
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or_else(|| {
+                    panic!("{tool} ({case}): the text content is not JSON: {result}")
+                });
+            assert_eq!(
+                &text, content,
+                "{tool} ({case}): the text content carries the same structured error"
             );
         }
         Some(result.clone())
@@ -454,7 +480,9 @@ impl Gen<'_> {
                     .unwrap_or_default();
                 let mut out = Map::new();
                 if let Some(Value::Object(props)) = schema.get("properties") {
-                    for (name, s) in props {
+                    // The idempotency key is set by the replay case alone: generated calls
+                    // repeat their arguments and must run each time.
+                    for (name, s) in props.iter().filter(|(n, _)| *n != "requestId") {
                         if self.full || required.contains(&name.as_str()) {
                             out.insert(name.clone(), self.value(tool, name, s));
                         }
@@ -521,6 +549,11 @@ async fn suite(cx: &Ctx) -> Suite {
     let pending_app = common::build(
         &w,
         |c| c.approvals.wait = Duration::ZERO,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let budget_app = common::build(
+        &w,
+        |c| c.max_response_bytes = 1,
         Arc::new(MemoryLimiter::new()),
     );
     let mode = Arc::new(AtomicU8::new(COMPLETE));
@@ -625,6 +658,7 @@ async fn suite(cx: &Ctx) -> Suite {
     }
     Suite {
         app,
+        budget_app,
         pending_app,
         w,
         limiter,
@@ -675,6 +709,47 @@ async fn every_result_matches_its_output_schema(cx: Ctx) {
             }
             checked += 1;
             let full = s.arguments(tool, at, true).await;
+
+            if spec.is_write(&args) {
+                // A replay: the same call with the same requestId answers the stored result,
+                // marked replayed, and it matches the outputSchema.
+                let mut keyed = args.clone();
+                keyed["requestId"] = json!(format!("replay-{tool}-{}", action.unwrap_or("")));
+                let first = s.call(&s.app, &s.exec, tool, &keyed).await;
+                let first = s.check(tool, &case("requestId"), &keyed, &first).unwrap();
+                let again = s.call(&s.app, &s.exec, tool, &keyed).await;
+                let again = s.check(tool, &case("replayed"), &keyed, &again).unwrap();
+                // A retryable failure (a busy database, an agent that did not answer) released
+                // its requestId, so the second call ran again instead of replaying.
+                if first["structuredContent"]["error"]["retryable"] != true {
+                    assert_eq!(
+                        again["structuredContent"]["replayed"], true,
+                        "{tool}: the replay is marked: {again} (first: {first})"
+                    );
+                    assert_eq!(first["isError"], again["isError"], "{tool}: {again}");
+                }
+
+                // Over the response budget a write answers payloadOmitted, never an error.
+                if spec.effective_tier(&args) != Tier::T3 {
+                    let answer = s.call(&s.budget_app, &s.exec, tool, &args).await;
+                    let r = s.check(tool, &case("budget"), &args, &answer).unwrap();
+                    if r["isError"] != true {
+                        assert_eq!(
+                            r["structuredContent"]["payloadOmitted"], true,
+                            "{tool}: {r}"
+                        );
+                    }
+                }
+            } else if spec.effective_tier(&args) != Tier::T3 {
+                // Over the response budget a read fails with RESPONSE_TOO_LARGE. (Tier 3 is
+                // left out: the budget server learns of approvals only by polling.)
+                let answer = s.call(&s.budget_app, &s.exec, tool, &args).await;
+                let r = s.check(tool, &case("budget"), &args, &answer).unwrap();
+                assert_eq!(
+                    r["structuredContent"]["error"]["code"], "RESPONSE_TOO_LARGE",
+                    "{tool}: {r}"
+                );
+            }
 
             // Invalid arguments: one field of the wrong type (or an unknown action).
             let mut invalid = full.clone();

@@ -215,11 +215,14 @@ pub enum ErrorCode {
     /// A consolidated-catalog call ran an operation through the wrong meta-tool (a write
     /// through `breeze_read`, …).
     ToolEffectMismatch,
+    /// A read's answer is larger than `BREEZE_MCP_MAX_RESPONSE_BYTES`: narrow it and call
+    /// again.
+    ResponseTooLarge,
 }
 
 impl ErrorCode {
     /// Every code, for the error envelope's schema.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::Forbidden,
@@ -231,7 +234,35 @@ impl ErrorCode {
         ErrorCode::InvalidCursor,
         ErrorCode::UnknownOperation,
         ErrorCode::ToolEffectMismatch,
+        ErrorCode::ResponseTooLarge,
     ];
+
+    /// What to do about an error of this code, when the site that raised it gave no hint of
+    /// its own: every error carries a hint.
+    pub fn default_hint(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => {
+                "fix the fields the message names (see the tool's inputSchema) and call again"
+            }
+            ErrorCode::NotFound => "look the id up again with a read tool; do not guess ids",
+            ErrorCode::Forbidden => "do not retry; tell the user the reason",
+            ErrorCode::InsufficientScope => {
+                "do not retry; the API key needs the scope in requiredScopes"
+            }
+            ErrorCode::RateLimited => "wait for the time named, then retry once",
+            ErrorCode::Conflict => "re-read the current state, then decide whether to call again",
+            ErrorCode::UpstreamError => "retry in a few seconds",
+            ErrorCode::Internal => "retry at most once later, then report the message",
+            ErrorCode::ResponseTooLarge => {
+                "narrow the query (a smaller limit or a filter) and call again"
+            }
+            ErrorCode::InvalidCursor => {
+                "start again without a cursor and follow nextCursor unchanged"
+            }
+            ErrorCode::UnknownOperation => "find the operation's name with breeze_discover",
+            ErrorCode::ToolEffectMismatch => "call the meta-tool the message names",
+        }
+    }
 }
 
 /// The schema of an error result's `structuredContent` (`{"error": ToolError}`), one branch
@@ -257,8 +288,28 @@ pub fn error_envelope_schema() -> Value {
                     "hint": { "type": "string" },
                     "requiredScopes": scopes,
                     "grantedScopes": scopes,
+                    "retryAfterSeconds": { "type": "integer", "minimum": 0 },
                 }
-            }
+            },
+            "replayed": { "type": "boolean" },
+        }
+    })
+}
+
+/// The schema of a write whose answer exceeded `BREEZE_MCP_MAX_RESPONSE_BYTES`: the change
+/// was made, its payload is left out. One branch of the `outputSchema` of every tool that has
+/// a write.
+pub fn payload_omitted_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "The write was applied; its answer was larger than the response budget and is left out. Re-query with a read tool; do not call again.",
+        "required": ["status", "payloadOmitted", "bytes", "hint"],
+        "properties": {
+            "status": { "type": "string", "const": "applied" },
+            "payloadOmitted": { "type": "boolean", "const": true },
+            "bytes": { "type": "integer", "minimum": 0 },
+            "hint": { "type": "string" },
+            "replayed": { "type": "boolean" },
         }
     })
 }
@@ -276,6 +327,7 @@ pub fn pending_approval_schema() -> Value {
             "description": { "type": "string" },
             "expiresAt": { "type": "string" },
             "message": { "type": "string" },
+            "replayed": { "type": "boolean" },
         }
     })
 }
@@ -294,6 +346,9 @@ pub struct ToolError {
     pub required_scopes: Vec<Scope>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub granted_scopes: Vec<Scope>,
+    /// For a rate limit: when to try again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
 }
 
 impl ToolError {
@@ -302,9 +357,10 @@ impl ToolError {
             code,
             message: message.into(),
             retryable: matches!(code, ErrorCode::RateLimited | ErrorCode::UpstreamError),
-            hint: None,
+            hint: Some(code.default_hint().to_owned()),
             required_scopes: Vec::new(),
             granted_scopes: Vec::new(),
+            retry_after_seconds: None,
         }
     }
 
@@ -322,9 +378,15 @@ impl ToolError {
         self
     }
 
-    /// The `structuredContent` of the error result.
+    /// The `structuredContent` of the error result (and its text content): `{"error": …}`
+    /// with code, message, retryable and a hint (the code's default when none was given).
     pub fn to_structured(&self) -> Value {
-        json!({ "error": self })
+        if self.hint.is_some() {
+            return json!({ "error": self });
+        }
+        let mut e = self.clone();
+        e.hint = Some(self.code.default_hint().to_owned());
+        json!({ "error": e })
     }
 }
 

@@ -669,6 +669,10 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
             "The operation was sent through the wrong meta-tool: `breeze_read` runs reads, `breeze_write` changes, `breeze_execute` Tier 3 and device-executing calls.",
             "Call the meta-tool the message names, with the same `operation` and `input`.",
         ),
+        ErrorCode::ResponseTooLarge => (
+            "A read's answer is larger than the server's response budget (BREEZE_MCP_MAX_RESPONSE_BYTES); nothing changed.",
+            "Narrow the query (a smaller limit, a filter, one device) and call again. A write is never refused for its size: it answers payloadOmitted; re-query with a read tool.",
+        ),
     }
 }
 

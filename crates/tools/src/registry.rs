@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use futures::future::{BoxFuture, FutureExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use breeze_core::Permission;
 use breeze_guard::{AwaitingApproval, Cleared, Guarded};
@@ -72,6 +72,21 @@ impl ToolSpec {
     /// tool's tier for a tool without actions.
     pub fn effective_tier(&self, args: &Value) -> Tier {
         self.judged_as(args).map_or(self.tier, |a| a.tier)
+    }
+
+    /// Whether a call with `args` writes: the named action's effect is not [`Effect::Read`]
+    /// (a call naming no action or an unknown one counts as a write: fail closed, validation
+    /// refuses it anyway); for a tool without actions, any of its effects is not a read.
+    pub fn is_write(&self, args: &Value) -> bool {
+        if self.actions.is_empty() {
+            return self.effects.iter().any(|e| *e != Effect::Read);
+        }
+        self.action(args).is_none_or(|a| a.effect != Effect::Read)
+    }
+
+    /// Whether any call of this tool can write: its input schema takes a `requestId`.
+    pub fn has_write(&self) -> bool {
+        self.effects.iter().any(|e| *e != Effect::Read)
     }
 
     /// The lowest tier any call of this tool can have: what a caller needs to see it listed.
@@ -253,7 +268,9 @@ fn tidy(mut v: Value) -> Value {
 /// the success shape is derived for *serialization* (a field the output skips when empty is
 /// not required), schemars' `$defs` are hoisted to the root so its `$ref`s resolve there, and
 /// the pending-approval envelope is admitted only by tools that can need approval.
-pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool) -> Value {
+/// A tool with a write (`has_write`) also admits `replayed: true` on its success answer (an
+/// idempotent replay) and the `payloadOmitted` answer of a write over the response budget.
+pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool, has_write: bool) -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12()
         .for_serialize()
         .into_generator();
@@ -262,9 +279,18 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool) -> Value {
         .as_object_mut()
         .and_then(|m| m.remove("$defs"))
         .filter(|d| d.as_object().is_some_and(|d| !d.is_empty()));
+    if has_write && let Some(props) = success.get_mut("properties").and_then(Value::as_object_mut) {
+        props.insert(
+            "replayed".into(),
+            json!({ "type": "boolean", "description": "A replay of an earlier call with the same requestId: nothing ran again." }),
+        );
+    }
     let mut any_of = vec![success, crate::contract::error_envelope_schema()];
     if can_need_approval {
         any_of.push(crate::contract::pending_approval_schema());
+    }
+    if has_write {
+        any_of.push(crate::contract::payload_omitted_schema());
     }
     let mut root = Map::new();
     root.insert("type".into(), Value::from("object"));
@@ -301,6 +327,36 @@ fn precheck_erased<'a, T: Tool>(
     .boxed()
 }
 
+/// The name of the idempotency key every tool with a write accepts.
+pub const REQUEST_ID: &str = "requestId";
+
+/// The description of `requestId` in every write tool's input schema.
+pub const REQUEST_ID_DESCRIPTION: &str = "Idempotency key: replaying this call with the same requestId returns the stored result (replayed: true) and changes nothing; a different call with the same requestId is CONFLICT";
+
+/// Adds the optional `requestId` (1 to 200 characters) to the input schema of a tool with a
+/// write. Generated here, so every write tool, a new one included, takes it; the pipeline
+/// removes it from the arguments before validation and the handler (whose input type denies
+/// unknown fields never sees it).
+fn add_request_id(input_schema: &mut Value) {
+    let Some(root) = input_schema.as_object_mut() else {
+        return;
+    };
+    let props = root
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(props) = props.as_object_mut() {
+        props.insert(
+            REQUEST_ID.into(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "maxLength": breeze_store::MAX_REQUEST_ID_CHARS,
+                "description": REQUEST_ID_DESCRIPTION,
+            }),
+        );
+    }
+}
+
 /// Every tool, by name.
 #[derive(Default)]
 pub struct Registry {
@@ -333,13 +389,9 @@ impl Registry {
     /// Adds `T`. Panics on a duplicate name or a schema that does not compile: both are
     /// programming errors caught by the registry tests.
     pub fn register<T: Tool>(&mut self) {
-        let input_schema = schema_of::<T::Input>();
+        let mut input_schema = schema_of::<T::Input>();
         let actions = <T::Actions as ActionSet>::TABLE;
         let can_need_approval = T::TIER == Tier::T3 || actions.iter().any(|a| a.tier == Tier::T3);
-        let output_schema = output_schema_of::<T::Output>(can_need_approval);
-        #[allow(clippy::expect_used)] // a static schema; proven by the registry test
-        let validator =
-            jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
         let effects: Vec<Effect> = if actions.is_empty() {
             T::EFFECTS.to_vec()
         } else {
@@ -350,6 +402,14 @@ impl Registry {
         } else {
             self.current_domain
         };
+        let has_write = effects.iter().any(|e| *e != Effect::Read);
+        if has_write {
+            add_request_id(&mut input_schema);
+        }
+        let output_schema = output_schema_of::<T::Output>(can_need_approval, has_write);
+        #[allow(clippy::expect_used)] // a static schema; proven by the registry test
+        let validator =
+            jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
         let spec = ToolSpec {
             name: T::NAME,
             domain,

@@ -121,6 +121,12 @@ pub(crate) async fn run_server(
     Ok(())
 }
 
+/// [`server_config`], for the settings tests.
+#[cfg(test)]
+pub(crate) fn server_config_for_test(settings: &Settings) -> ServerConfig {
+    server_config(settings)
+}
+
 /// The server's configuration from validated settings.
 fn server_config(settings: &Settings) -> ServerConfig {
     let m = &settings.mcp;
@@ -134,6 +140,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             ..breeze_gateway::GatewayConfig::default()
         },
         enroll_rate_per_minute: settings.enroll_rate_per_minute,
+        max_response_bytes: m.max_response_bytes,
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),

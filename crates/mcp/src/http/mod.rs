@@ -253,9 +253,9 @@ pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
 }
 
 /// JSON-RPC code for transport refusals (rate limits, caps, availability).
-pub(crate) const SERVER_ERROR: i32 = -32000;
+pub(crate) const SERVER_ERROR: i32 = crate::jsonrpc::codes::SERVER_ERROR;
 /// JSON-RPC code for authentication refusals.
-pub(crate) const AUTH_ERROR: i32 = -32001;
+pub(crate) const AUTH_ERROR: i32 = crate::jsonrpc::codes::UNAUTHORIZED;
 
 impl HttpError {
     pub(crate) fn into_response(self) -> Response {
