@@ -130,6 +130,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "comma-separated browser origins allowed to call MCP",
     ),
     (
+        "BREEZE_MCP_MAX_ITEMS",
+        "most items one batch tool call may carry (default 1000)",
+    ),
+    (
         "MCP_EXECUTE_TOOL_ALLOWLIST",
         "production: Tier 3+ tools allowed (comma-separated, * for all)",
     ),
@@ -150,6 +154,8 @@ pub(crate) struct McpSettings {
     pub(crate) require_execute_admin: bool,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) execute_allowlist: String,
+    /// `BREEZE_MCP_MAX_ITEMS`: items in one batch call.
+    pub(crate) max_items: usize,
 }
 
 /// Parses a positive whole-number setting, or gives its default.
@@ -190,6 +196,11 @@ impl McpSettings {
             message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
             max_body_bytes: number(env, "MCP_MESSAGE_MAX_BODY_BYTES", 65_536usize)?,
             require_execute_admin: boolean(env, "MCP_REQUIRE_EXECUTE_ADMIN", true)?,
+            max_items: number(
+                env,
+                "BREEZE_MCP_MAX_ITEMS",
+                breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            )?,
             execute_allowlist: env
                 .get("MCP_EXECUTE_TOOL_ALLOWLIST")
                 .cloned()
@@ -627,6 +638,12 @@ mod tests {
             (5, 25, 100, 65_536)
         );
         assert!(s.mcp.require_execute_admin);
+        assert_eq!(s.mcp.max_items, 1000, "BREEZE_MCP_MAX_ITEMS defaults to 1000");
+        assert_eq!(
+            load(&[("BREEZE_MCP_MAX_ITEMS", "25")]).unwrap().mcp.max_items,
+            25
+        );
+        assert!(err(&[("BREEZE_MCP_MAX_ITEMS", "0")]).starts_with("invalid BREEZE_MCP_MAX_ITEMS"));
         let s = load(&[
             ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
             ("MCP_REQUIRE_EXECUTE_ADMIN", "false"),

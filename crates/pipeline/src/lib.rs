@@ -4,13 +4,15 @@
 //! [`Pipeline::call`] runs, in order: the guard (`breeze-guard`: scope for the call's tier,
 //! RBAC, the per-tool limit, the production allowlist) → input validation against the tool's
 //! schema → for Tier 3, the tool's precheck and a person's approval ([`approvals`], durable) →
-//! the handler, with a [`breeze_tools::ToolCx`] confined to the cleared organization. The
+//! the handler; arguments that are a batch envelope go through [`batch`] (every item validated
+//! and guarded before the first runs, one approval for a Tier 3 batch) to the same handler, with a [`breeze_tools::ToolCx`] confined to the cleared organization. The
 //! guard's verdict is the only key to a handler (`breeze_guard::Cleared`), so no caller can
 //! skip a step. The pipeline knows no HTTP and no MCP: a front door turns its request into a
 //! [`Caller`] and a [`CallOutcome`] into its own answer, and writes the request's audit event
 //! (with what only it knows: transport, session).
 
 pub mod approvals;
+pub mod batch;
 
 use std::sync::Arc;
 
@@ -39,14 +41,20 @@ pub enum CallOutcome {
     Refused(Refusal),
     /// No tool has this name.
     UnknownTool,
+    /// A batch's answer ([`batch`]): its items' outcomes, an error result when nothing ran (an
+    /// item was rejected) or no item succeeded.
+    Batch { answer: RawOutput, is_error: bool },
 }
 
+#[derive(Clone)]
 struct Inner {
     store: Store,
     gateway: Gateway,
     registry: Arc<Registry>,
     guard: Guard,
     approvals: Approvals,
+    /// `BREEZE_MCP_MAX_ITEMS`.
+    max_batch_items: usize,
 }
 
 /// The call pipeline. Cheap to clone.
@@ -83,8 +91,17 @@ impl Pipeline {
                 registry,
                 guard,
                 approvals,
+                max_batch_items: batch::DEFAULT_MAX_ITEMS,
             }),
         }
+    }
+
+    /// The most items one batch may carry (`BREEZE_MCP_MAX_ITEMS`; default
+    /// [`batch::DEFAULT_MAX_ITEMS`]).
+    #[must_use]
+    pub fn with_max_batch_items(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.inner).max_batch_items = max;
+        self
     }
 
     /// Every tool.
@@ -131,6 +148,10 @@ impl Pipeline {
         let Some(spec) = self.inner.registry.get(tool) else {
             return CallOutcome::UnknownTool;
         };
+        if batch::is_batch(&arguments) {
+            // Boxed, like the approval path: rare, and its state would weigh on every call.
+            return Box::pin(batch::run(self, caller, spec, arguments, options, cancel)).await;
+        }
         let clearance = match self.inner.guard.check(caller, spec, &arguments).await {
             Ok(c) => c,
             Err(r) => return CallOutcome::Refused(r),
@@ -200,7 +221,7 @@ impl Pipeline {
     }
 }
 
-fn cancelled() -> ToolError {
+pub(crate) fn cancelled() -> ToolError {
     ToolError::new(ErrorCode::Internal, "cancelled by the client")
 }
 

@@ -80,6 +80,8 @@ pub struct ServerConfig {
     pub enroll_rate_per_minute: u32,
     /// Step-up approvals: how long calls wait, the webhook.
     pub approvals: approvals::ApprovalConfig,
+    /// The most items one batch call may carry (`BREEZE_MCP_MAX_ITEMS`).
+    pub max_batch_items: usize,
 }
 
 impl ServerConfig {
@@ -100,6 +102,7 @@ impl ServerConfig {
                 public_url: public_url.to_owned(),
                 ..approvals::ApprovalConfig::default()
             },
+            max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
         }
     }
 }
@@ -150,7 +153,8 @@ impl AppState {
             Arc::new(breeze_tools::all()),
             guard,
             config.approvals.clone(),
-        );
+        )
+        .with_max_batch_items(config.max_batch_items);
         Self {
             store,
             auth,

@@ -207,11 +207,14 @@ pub enum ErrorCode {
     Conflict,
     UpstreamError,
     Internal,
+    /// A batch asked for `atomicity: "atomic"` where it cannot be honoured (more than one item);
+    /// nothing ran.
+    AtomicityUnsupported,
 }
 
 impl ErrorCode {
     /// Every code, for the error envelope's schema.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::Forbidden,
@@ -220,6 +223,7 @@ impl ErrorCode {
         ErrorCode::Conflict,
         ErrorCode::UpstreamError,
         ErrorCode::Internal,
+        ErrorCode::AtomicityUnsupported,
     ];
 }
 

@@ -657,6 +657,10 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
             "Breeze failed unexpectedly (or the call was cancelled).",
             "Do not loop: retry at most once later, then report the message and the time to the user.",
         ),
+        ErrorCode::AtomicityUnsupported => (
+            "A batch asked for `atomicity: \"atomic\"` with more than one item; Breeze never groups several items into one transaction, and nothing ran.",
+            "Send the items with `atomicity: \"best_effort\"` (each item has its own outcome) or one item per call.",
+        ),
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use futures::future::{BoxFuture, FutureExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use breeze_core::Permission;
 use breeze_guard::{AwaitingApproval, Cleared, Guarded};
@@ -35,7 +35,12 @@ pub struct ToolSpec {
     pub action_key: &'static str,
     pub effects: Vec<Effect>,
     pub hints: Hints,
+    /// The tool's own arguments: what one call takes, and what every call (and every item of
+    /// a batch) is validated against.
     pub input_schema: Value,
+    /// What `tools/list` advertises: `input_schema` plus the batch envelope
+    /// ([`with_batch_envelope`]).
+    pub listed_input_schema: Value,
     pub output_schema: Value,
     validator: jsonschema::Validator,
     call: CallFn,
@@ -243,10 +248,92 @@ fn tidy(mut v: Value) -> Value {
     v
 }
 
+/// A tool's own input schema plus the batch envelope every tool accepts instead of its
+/// arguments (`breeze-pipeline::batch`): `items` (each `{clientRef, input}`, `input` being the
+/// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
+/// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
+/// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
+/// carry the tool's own required fields; `mode` is required with `items`. Whether items are
+/// mixed with the tool's arguments, their count and uniqueness are checked by the pipeline.
+pub fn with_batch_envelope(own: &Value) -> Value {
+    let mut schema = own.clone();
+    let Some(root) = schema.as_object_mut() else {
+        return schema;
+    };
+    if let Some(props) = root
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    {
+        props.insert(
+            "items".into(),
+            json!({
+                "type": "array", "minItems": 1,
+                "description": "Batch instead of the other arguments: every item is validated and guarded before any runs.",
+                "items": {
+                    "type": "object", "required": ["clientRef", "input"],
+                    "properties": {
+                        "clientRef": { "type": "string", "description": "Unique in the batch" },
+                        "input": { "type": "object", "description": "Validated as this tool's own arguments" },
+                    },
+                },
+            }),
+        );
+        props.insert(
+            "mode".into(),
+            json!({ "type": "string", "enum": ["preview", "commit"], "description": "With items: preview runs nothing" }),
+        );
+        props.insert(
+            "atomicity".into(),
+            json!({ "type": "string", "enum": ["best_effort", "atomic"], "description": "atomic: one item only" }),
+        );
+    }
+    if let Some(required) = root.remove("required") {
+        root.insert("if".into(), json!({ "required": ["items"] }));
+        root.insert("else".into(), json!({ "required": required }));
+    }
+    root.insert("dependentRequired".into(), json!({ "items": ["mode"] }));
+    schema
+}
+
+/// The `structuredContent` of a batch (`breeze-pipeline::batch`), one branch of every tool's
+/// `outputSchema`: the mode, how it ended, counts, and one outcome per item in order (the
+/// item's own output or error, or for a preview its tier, approval and precheck).
+pub fn batch_result_schema() -> Value {
+    let object = json!({ "type": "object" });
+    json!({
+        "type": "object",
+        "description": "A batch's answer (arguments with items).",
+        "required": ["mode", "outcome", "counts", "items"],
+        "properties": {
+            "mode": { "type": "string", "enum": ["preview", "commit"] },
+            "atomicity": { "type": "string" },
+            "outcome": { "type": "string", "enum": ["previewed", "rejected", "completed"] },
+            "counts": { "type": "object", "additionalProperties": { "type": "integer" } },
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["clientRef", "status"],
+                    "properties": {
+                        "clientRef": { "type": "string" },
+                        "status": { "type": "string", "enum": ["would_run", "ok", "error", "rejected", "not_run"] },
+                        "tier": { "type": "integer" },
+                        "needsApproval": { "type": "boolean" },
+                        "precheck": object,
+                        "output": object,
+                        "error": object,
+                    },
+                },
+            },
+        },
+    })
+}
+
 /// The `outputSchema` of a tool: every `structuredContent` a call can answer with, so that
 /// clients that validate it (both official SDKs do) accept every result, errors included.
 ///
-/// `{"type": "object", "$defs": …, "anyOf": [success, error envelope, (pending approval)]}`:
+/// `{"type": "object", "$defs": …, "anyOf": [success, error envelope, batch, (pending approval)]}`:
 /// the success shape is derived for *serialization* (a field the output skips when empty is
 /// not required), schemars' `$defs` are hoisted to the root so its `$ref`s resolve there, and
 /// the pending-approval envelope is admitted only by tools that can need approval.
@@ -259,7 +346,11 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool) -> Value {
         .as_object_mut()
         .and_then(|m| m.remove("$defs"))
         .filter(|d| d.as_object().is_some_and(|d| !d.is_empty()));
-    let mut any_of = vec![success, crate::contract::error_envelope_schema()];
+    let mut any_of = vec![
+        success,
+        crate::contract::error_envelope_schema(),
+        batch_result_schema(),
+    ];
     if can_need_approval {
         any_of.push(crate::contract::pending_approval_schema());
     }
@@ -331,6 +422,7 @@ impl Registry {
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),
             effects,
+            listed_input_schema: with_batch_envelope(&input_schema),
             input_schema,
             output_schema,
             validator,

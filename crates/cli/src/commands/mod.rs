@@ -134,6 +134,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             ..breeze_gateway::GatewayConfig::default()
         },
         enroll_rate_per_minute: settings.enroll_rate_per_minute,
+        max_batch_items: m.max_items,
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),
