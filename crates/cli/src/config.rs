@@ -638,9 +638,15 @@ mod tests {
             (5, 25, 100, 65_536)
         );
         assert!(s.mcp.require_execute_admin);
-        assert_eq!(s.mcp.max_items, 1000, "BREEZE_MCP_MAX_ITEMS defaults to 1000");
         assert_eq!(
-            load(&[("BREEZE_MCP_MAX_ITEMS", "25")]).unwrap().mcp.max_items,
+            s.mcp.max_items, 1000,
+            "BREEZE_MCP_MAX_ITEMS defaults to 1000"
+        );
+        assert_eq!(
+            load(&[("BREEZE_MCP_MAX_ITEMS", "25")])
+                .unwrap()
+                .mcp
+                .max_items,
             25
         );
         assert!(err(&[("BREEZE_MCP_MAX_ITEMS", "0")]).starts_with("invalid BREEZE_MCP_MAX_ITEMS"));

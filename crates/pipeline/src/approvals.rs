@@ -278,7 +278,10 @@ impl Approvals {
                 let mut mode = None::<String>;
                 for action in batch::approval_actions(spec, env) {
                     let m = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
-                    if mode.as_deref().is_none_or(|s| strictness(&m) > strictness(s)) {
+                    if mode
+                        .as_deref()
+                        .is_none_or(|s| strictness(&m) > strictness(s))
+                    {
                         mode = Some(m);
                     }
                 }

@@ -155,7 +155,9 @@ impl Envelope {
             if let Some(extra) = item.keys().find(|k| *k != "clientRef" && *k != "input") {
                 return Err(invalid(
                     spec,
-                    format!("items[{i}] has an unknown field {extra:?} (expected clientRef and input)"),
+                    format!(
+                        "items[{i}] has an unknown field {extra:?} (expected clientRef and input)"
+                    ),
                 ));
             }
             let client_ref = match item.get("clientRef").and_then(Value::as_str) {
@@ -282,7 +284,12 @@ fn refusal_error(r: &Refusal) -> ToolError {
 
 /// The guard's verdict on an item, then its validation — the single call's order — counting
 /// nothing.
-fn judge(guard: &Guard, caller: &Caller<'_>, spec: &ToolSpec, input: &Value) -> Result<Clearance, ToolError> {
+fn judge(
+    guard: &Guard,
+    caller: &Caller<'_>,
+    spec: &ToolSpec,
+    input: &Value,
+) -> Result<Clearance, ToolError> {
     let clearance = guard
         .check_uncounted(caller, spec, input)
         .map_err(|r| refusal_error(&r))?;
@@ -376,7 +383,10 @@ pub(crate) async fn run(
         .iter()
         .any(|c| matches!(c, Clearance::NeedsApproval(_)))
     {
-        return Box::pin(with_approval(p, caller, spec, &env, clearances, options, cancel)).await;
+        return Box::pin(with_approval(
+            p, caller, spec, &env, clearances, options, cancel,
+        ))
+        .await;
     }
     let cleared = clearances
         .into_iter()
@@ -389,7 +399,18 @@ pub(crate) async fn run(
         request_id,
         progress,
     } = options;
-    answer(run_items(p.services(), spec, &env, cleared, request_id, progress, cancel).await)
+    answer(
+        run_items(
+            p.services(),
+            spec,
+            &env,
+            cleared,
+            request_id,
+            progress,
+            cancel,
+        )
+        .await,
+    )
 }
 
 /// Runs nothing: per item, its tier, whether it needs approval, and for a Tier 3 item the
@@ -404,7 +425,10 @@ async fn preview(
     let mut any_rejected = false;
     for (item, verdict) in env.items.iter().zip(verdicts) {
         let mut m = outcome_of(&item.client_ref, "would_run");
-        m.insert("tier".into(), json!(spec.effective_tier(&item.input).number()));
+        m.insert(
+            "tier".into(),
+            json!(spec.effective_tier(&item.input).number()),
+        );
         match verdict {
             Err(e) => {
                 any_rejected = true;
@@ -439,7 +463,11 @@ async fn preview(
         }
         items.push(m);
     }
-    let outcome = if any_rejected { "rejected" } else { "previewed" };
+    let outcome = if any_rejected {
+        "rejected"
+    } else {
+        "previewed"
+    };
     answer(env.answer(outcome, items))
 }
 
@@ -561,9 +589,8 @@ pub(crate) async fn run_approved(
     let mut cleared = Vec::with_capacity(env.items.len());
     let mut pins = Vec::new();
     for item in &env.items {
-        let void = |why: String| {
-            crate::approvals::void(r, &format!("item {}: {why}", item.client_ref))
-        };
+        let void =
+            |why: String| crate::approvals::void(r, &format!("item {}: {why}", item.client_ref));
         spec.validate(&item.input).map_err(|e| void(e.message))?;
         match guard
             .check_uncounted(caller, spec, &item.input)
@@ -586,7 +613,13 @@ pub(crate) async fn run_approved(
         }
     }
     let pin = combined_pin(pins);
-    if pin.as_ref().map(pin_hash).as_ref().map(<[u8; 32]>::as_slice) != r.pinned_hash.as_deref() {
+    if pin
+        .as_ref()
+        .map(pin_hash)
+        .as_ref()
+        .map(<[u8; 32]>::as_slice)
+        != r.pinned_hash.as_deref()
+    {
         let now = pin.map_or_else(|| "nothing".to_owned(), |p| p.summary);
         return Err(crate::approvals::refused(format!(
             "what the batch of {} depends on changed after it was approved (now: {now}); refusing to run what nobody approved",
@@ -595,7 +628,16 @@ pub(crate) async fn run_approved(
     }
     // Apart from any caller: nothing cancels an approved execution once it starts.
     let never = CancellationToken::new();
-    Ok(run_items(services, spec, &env, cleared, r.request_id.clone(), progress, &never).await)
+    Ok(run_items(
+        services,
+        spec,
+        &env,
+        cleared,
+        r.request_id.clone(),
+        progress,
+        &never,
+    )
+    .await)
 }
 
 /// The approval request's description of a batch: the tool, then every item (its reference

@@ -253,8 +253,9 @@ fn tidy(mut v: Value) -> Value {
 /// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
 /// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
 /// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
-/// carry the tool's own required fields; `mode` is required with `items`. Whether items are
-/// mixed with the tool's arguments, their count and uniqueness are checked by the pipeline.
+/// carry the tool's own required fields. The rest — `mode` required with `items`, no mixing,
+/// the item count, unique `clientRef`s, atomic for one item only — the pipeline checks and the
+/// catalogue and skill document, rather than every listing repeating it.
 pub fn with_batch_envelope(own: &Value) -> Value {
     let mut schema = own.clone();
     let Some(root) = schema.as_object_mut() else {
@@ -269,63 +270,44 @@ pub fn with_batch_envelope(own: &Value) -> Value {
             "items".into(),
             json!({
                 "type": "array", "minItems": 1,
-                "description": "Batch instead of the other arguments: every item is validated and guarded before any runs.",
+                "description": "Batch instead of the other arguments (needs mode)",
                 "items": {
                     "type": "object", "required": ["clientRef", "input"],
                     "properties": {
-                        "clientRef": { "type": "string", "description": "Unique in the batch" },
-                        "input": { "type": "object", "description": "Validated as this tool's own arguments" },
+                        "clientRef": { "type": "string" },
+                        "input": { "type": "object", "description": "Validated as this tool's arguments" },
                     },
                 },
             }),
         );
         props.insert(
             "mode".into(),
-            json!({ "type": "string", "enum": ["preview", "commit"], "description": "With items: preview runs nothing" }),
+            json!({ "type": "string", "enum": ["preview", "commit"] }),
         );
         props.insert(
             "atomicity".into(),
-            json!({ "type": "string", "enum": ["best_effort", "atomic"], "description": "atomic: one item only" }),
+            json!({ "type": "string", "enum": ["best_effort", "atomic"] }),
         );
     }
     if let Some(required) = root.remove("required") {
         root.insert("if".into(), json!({ "required": ["items"] }));
         root.insert("else".into(), json!({ "required": required }));
     }
-    root.insert("dependentRequired".into(), json!({ "items": ["mode"] }));
     schema
 }
 
 /// The `structuredContent` of a batch (`breeze-pipeline::batch`), one branch of every tool's
-/// `outputSchema`: the mode, how it ended, counts, and one outcome per item in order (the
-/// item's own output or error, or for a preview its tier, approval and precheck).
+/// `outputSchema`, kept minimal since every listing repeats it: how it ended, counts, and one
+/// outcome per item in order (`clientRef`, `status`; the item's output or error, or for a preview
+/// its tier, approval and precheck).
 pub fn batch_result_schema() -> Value {
-    let object = json!({ "type": "object" });
     json!({
         "type": "object",
-        "description": "A batch's answer (arguments with items).",
-        "required": ["mode", "outcome", "counts", "items"],
+        "required": ["outcome", "counts", "items"],
         "properties": {
-            "mode": { "type": "string", "enum": ["preview", "commit"] },
-            "atomicity": { "type": "string" },
-            "outcome": { "type": "string", "enum": ["previewed", "rejected", "completed"] },
-            "counts": { "type": "object", "additionalProperties": { "type": "integer" } },
-            "items": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["clientRef", "status"],
-                    "properties": {
-                        "clientRef": { "type": "string" },
-                        "status": { "type": "string", "enum": ["would_run", "ok", "error", "rejected", "not_run"] },
-                        "tier": { "type": "integer" },
-                        "needsApproval": { "type": "boolean" },
-                        "precheck": object,
-                        "output": object,
-                        "error": object,
-                    },
-                },
-            },
+            "outcome": { "enum": ["previewed", "rejected", "completed"] },
+            "counts": { "type": "object" },
+            "items": { "type": "array", "items": { "type": "object", "required": ["clientRef", "status"] } },
         },
     })
 }
