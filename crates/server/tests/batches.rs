@@ -475,6 +475,7 @@ async fn a_tier_3_batch_is_one_approval(cx: Ctx) {
 /// The catalogue stays small with the envelope in every tool: at most 700 bytes per tool for
 /// the envelope and the batch output branch. Prints the size of `tools/list` for an execute key
 /// and what batches add.
+#[allow(clippy::print_stdout)] // the measurement is part of the report (`--nocapture`)
 async fn tools_list_stays_small(cx: Ctx) {
     let w = world(&cx).await;
     let key = exec_key(&w).await;
