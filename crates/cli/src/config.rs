@@ -138,6 +138,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "comma-separated browser origins allowed to call MCP",
     ),
     (
+        "BREEZE_MCP_MAX_ITEMS",
+        "most items one batch tool call may carry (default 1000)",
+    ),
+    (
         "MCP_EXECUTE_TOOL_ALLOWLIST",
         "production: Tier 3+ tools allowed (comma-separated, * for all)",
     ),
@@ -168,6 +172,8 @@ pub(crate) struct McpSettings {
     pub(crate) discover_bytes: usize,
     /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
     pub(crate) max_response_bytes: usize,
+    /// `BREEZE_MCP_MAX_ITEMS`: items in one batch call.
+    pub(crate) max_items: usize,
 }
 
 /// Parses a positive whole-number setting, or gives its default.
@@ -236,6 +242,11 @@ impl McpSettings {
                     ),
                 },
             },
+            max_items: number(
+                env,
+                "BREEZE_MCP_MAX_ITEMS",
+                breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            )?,
             execute_allowlist: env
                 .get("MCP_EXECUTE_TOOL_ALLOWLIST")
                 .cloned()
@@ -694,6 +705,18 @@ mod tests {
             err(&[("BREEZE_MCP_DISCOVER_BYTES", "100")])
                 .starts_with("invalid BREEZE_MCP_DISCOVER_BYTES")
         );
+        assert_eq!(
+            s.mcp.max_items, 1000,
+            "BREEZE_MCP_MAX_ITEMS defaults to 1000"
+        );
+        assert_eq!(
+            load(&[("BREEZE_MCP_MAX_ITEMS", "25")])
+                .unwrap()
+                .mcp
+                .max_items,
+            25
+        );
+        assert!(err(&[("BREEZE_MCP_MAX_ITEMS", "0")]).starts_with("invalid BREEZE_MCP_MAX_ITEMS"));
         let s = load(&[
             ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
             ("MCP_REQUIRE_EXECUTE_ADMIN", "false"),

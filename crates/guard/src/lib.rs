@@ -347,6 +347,21 @@ impl Guard {
         }
     }
 
+    /// Decides a call as [`check`](Self::check) does — scope, role, allowlist — without
+    /// counting it against the tool's rate limit. For a batch (`breeze-pipeline::batch`): its
+    /// preview, which runs nothing, and the items of an approved batch, each of which was
+    /// counted when the batch was requested.
+    pub fn check_uncounted(
+        &self,
+        caller: &Caller<'_>,
+        tool: &impl Guarded,
+        args: &Value,
+    ) -> Result<Clearance, Refusal> {
+        let tier = self.authorize(caller, tool, args)?;
+        self.allowlisted(tool, tier)?;
+        Ok(clearance(caller, tool, tier))
+    }
+
     /// Tier 4, scope and RBAC; the call's tier when they allow it.
     fn authorize(
         &self,

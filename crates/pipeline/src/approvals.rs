@@ -35,6 +35,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::batch;
+
 /// How long a request waits for a person.
 pub const APPROVAL_TTL_SECS: i64 = 300;
 
@@ -109,6 +111,15 @@ fn policy_mode(spec: &ToolSpec, action: Option<&str>, mode: String) -> String {
     mode
 }
 
+/// How strict an approval mode is, to take the strictest of a batch's items.
+fn strictness(mode: &str) -> u8 {
+    match mode {
+        "automatic" => 0,
+        "supervised" => 1,
+        _ => 2,
+    }
+}
+
 /// How a waited-for request ended, for the caller.
 #[derive(Debug)]
 pub enum Outcome {
@@ -163,12 +174,12 @@ impl std::fmt::Debug for Approvals {
     }
 }
 
-fn refused(message: impl Into<String>) -> ToolError {
+pub(crate) fn refused(message: impl Into<String>) -> ToolError {
     ToolError::new(ErrorCode::Forbidden, message)
 }
 
 /// The error of a request whose requester may no longer make the call.
-fn void(r: &ApprovalRecord, why: &str) -> ToolError {
+pub(crate) fn void(r: &ApprovalRecord, why: &str) -> ToolError {
     refused(format!(
         "Approval request {} is void: {why}; nothing was run",
         r.id
@@ -251,10 +262,33 @@ impl Approvals {
         pin: Option<Pin>,
     ) -> Result<ApprovalRecord, StoreError> {
         let org = self.inner.store.org(requester.org);
-        let action = spec.action(args).map(|a| a.name);
-        let mode = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
-        let description =
-            describe(&self.inner.store, requester.org, spec, args, pin.as_ref()).await;
+        let batch = batch::is_batch(args)
+            .then(|| batch::Envelope::parse(spec, args, usize::MAX).ok())
+            .flatten();
+        let (action, mode, description) = match &batch {
+            None => {
+                let action = spec.action(args).map(|a| a.name);
+                let mode = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
+                let description =
+                    describe(&self.inner.store, requester.org, spec, args, pin.as_ref()).await;
+                (action, mode, description)
+            }
+            // A batch: the strictest policy of its Tier 3 items' actions.
+            Some(env) => {
+                let mut mode = None::<String>;
+                for action in batch::approval_actions(spec, env) {
+                    let m = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
+                    if mode
+                        .as_deref()
+                        .is_none_or(|s| strictness(&m) > strictness(s))
+                    {
+                        mode = Some(m);
+                    }
+                }
+                let mode = mode.unwrap_or_else(|| "supervised".to_owned());
+                (None, mode, batch::describe(spec, env, pin.as_ref()))
+            }
+        };
         let audit = AuditEvent::new(
             requester.actor.clone(),
             "approval.request",
@@ -530,7 +564,10 @@ impl Approvals {
                 "the arguments differ from the approved ones; nothing was run",
             ));
         }
-        spec.validate(&r.arguments)?;
+        let is_batch = batch::is_batch(&r.arguments);
+        if !is_batch {
+            spec.validate(&r.arguments)?;
+        }
         let (key, scopes, permissions) = self.requester_now(r).await?;
         let caller = Caller {
             org: r.org_id,
@@ -540,16 +577,20 @@ impl Approvals {
             scopes: &scopes,
             permissions: Some(permissions),
         };
+        let services = Services {
+            store: &self.inner.store,
+            gateway: &self.inner.gateway,
+        };
+        if is_batch {
+            return batch::run_approved(&self.inner.guard, services, spec, r, &caller, progress)
+                .await;
+        }
         // Cleared again as the requester stands now: scope, role and allowlist.
         let awaiting = self
             .inner
             .guard
             .recheck_approved(&caller, spec, &r.arguments)
             .map_err(|refusal| void(r, &refusal.to_string()))?;
-        let services = Services {
-            store: &self.inner.store,
-            gateway: &self.inner.gateway,
-        };
         let options = || CallOptions {
             request_id: r.request_id.clone(),
             progress: None,
@@ -763,11 +804,20 @@ pub async fn decide(
         .await?
         .ok_or(DecideError::NotFound)?;
     if let Some(spec) = registry.get(&record.tool) {
-        let needed = spec.permission_for(&record.arguments);
-        if rbac::check(access.permissions, needed).is_err() {
-            return Err(DecideError::Forbidden(format!(
-                "deciding this request needs the {needed} permission in its organization"
-            )));
+        // A batch: every item's permission.
+        let needed: Vec<_> = match record.arguments.get("items").and_then(Value::as_array) {
+            Some(items) if batch::is_batch(&record.arguments) => items
+                .iter()
+                .map(|i| spec.permission_for(&i["input"]))
+                .collect(),
+            _ => vec![spec.permission_for(&record.arguments)],
+        };
+        for needed in needed {
+            if rbac::check(access.permissions, needed).is_err() {
+                return Err(DecideError::Forbidden(format!(
+                    "deciding this request needs the {needed} permission in its organization"
+                )));
+            }
         }
     }
     if decision == Decision::Approve

@@ -12,9 +12,13 @@
 //!
 //! Around those steps: a write's `requestId` is claimed after validation and its outcome
 //! stored for replays ([`idempotency`]), and the answer is held to the response budget
-//! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`].
+//! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`]. Arguments
+//! that are a batch envelope (`items`, `mode`, `atomicity`) go through [`batch`] instead: every
+//! item validated and guarded before the first runs, one approval for a Tier 3 batch, each item
+//! then through the same handler.
 
 pub mod approvals;
+pub mod batch;
 pub mod budget;
 pub mod errors;
 pub mod idempotency;
@@ -47,6 +51,9 @@ pub enum CallOutcome {
     Pending(Box<ApprovalRecord>),
     /// The guard refused the call; nothing ran.
     Refused(Refusal),
+    /// A batch's answer ([`batch`]): its items' outcomes, an error result when nothing ran (an
+    /// item was rejected) or no item succeeded.
+    Batch { answer: RawOutput, is_error: bool },
     /// No tool has this name.
     UnknownTool,
 }
@@ -60,6 +67,8 @@ struct Inner {
     approvals: Approvals,
     /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: 0 = no budget.
     max_response_bytes: usize,
+    /// `BREEZE_MCP_MAX_ITEMS`.
+    max_batch_items: usize,
 }
 
 /// The call pipeline. Cheap to clone.
@@ -97,8 +106,17 @@ impl Pipeline {
                 guard,
                 approvals,
                 max_response_bytes: 0,
+                max_batch_items: batch::DEFAULT_MAX_ITEMS,
             }),
         }
+    }
+
+    /// The most items one batch may carry (`BREEZE_MCP_MAX_ITEMS`; default
+    /// [`batch::DEFAULT_MAX_ITEMS`]).
+    #[must_use]
+    pub fn with_max_batch_items(mut self, max: usize) -> Self {
+        Arc::make_mut(&mut self.inner).max_batch_items = max;
+        self
     }
 
     /// This pipeline with a response budget of `bytes` (0: none; see [`budget`]).
@@ -156,6 +174,10 @@ impl Pipeline {
         let Some(spec) = self.inner.registry.get(tool) else {
             return CallOutcome::UnknownTool;
         };
+        if batch::is_batch(&arguments) {
+            // Boxed, like the approval path: rare, and its state would weigh on every call.
+            return Box::pin(batch::run(self, caller, spec, arguments, options, cancel)).await;
+        }
         let clearance = match self.inner.guard.check(caller, spec, &arguments).await {
             Ok(c) => c,
             Err(r) => return CallOutcome::Refused(r),
@@ -263,7 +285,7 @@ impl Pipeline {
     }
 }
 
-fn cancelled() -> ToolError {
+pub(crate) fn cancelled() -> ToolError {
     ToolError::new(ErrorCode::Internal, "cancelled by the client")
 }
 

@@ -85,6 +85,8 @@ pub struct ServerConfig {
     pub catalog: catalog::CatalogConfig,
     /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
     pub max_response_bytes: usize,
+    /// The most items one batch call may carry (`BREEZE_MCP_MAX_ITEMS`).
+    pub max_batch_items: usize,
 }
 
 impl ServerConfig {
@@ -107,6 +109,7 @@ impl ServerConfig {
             },
             catalog: catalog::CatalogConfig::default(),
             max_response_bytes: 0,
+            max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
         }
     }
 }
@@ -158,7 +161,8 @@ impl AppState {
             guard,
             config.approvals.clone(),
         )
-        .with_max_response_bytes(config.max_response_bytes);
+        .with_max_response_bytes(config.max_response_bytes)
+        .with_max_batch_items(config.max_batch_items);
         Self {
             store,
             auth,

@@ -127,7 +127,7 @@ impl BreezeMcp {
             name: spec.name.to_owned(),
             title: Some(spec.title.to_owned()),
             description: spec.description.to_owned(),
-            input_schema: spec.input_schema.clone(),
+            input_schema: spec.listed_input_schema.clone(),
             output_schema: Some(spec.output_schema.clone()),
             annotations: Some(ToolAnnotationsWithTitle {
                 title: Some(spec.title.to_owned()),
@@ -634,6 +634,10 @@ impl BreezeMcp {
             CallOutcome::Failed(e) => Ok(tool_error_result(&e, meta())),
             CallOutcome::ReplayedError(envelope) => Ok(error_envelope_result(envelope, meta())),
             CallOutcome::Pending(r) => Ok(tool_result(raw(&pending_answer(&r)), meta())),
+            CallOutcome::Batch { answer, is_error } => Ok(CallToolResult {
+                is_error,
+                ..tool_result(answer, meta())
+            }),
             CallOutcome::UnknownTool => {
                 Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
             }

@@ -8,7 +8,8 @@
 //! field name) and must give a successful result — a tool the generator cannot satisfy fails
 //! the test. Then the same call through every error path: invalid arguments, unknown ids (not
 //! found), an offline device, a command the agent reports timed out, the per-tool rate limit, a
-//! key without the scope, and (for tools that can need approval) the pending-approval answer.
+//! key without the scope, and (for tools that can need approval) the pending-approval answer;
+//! and every call as a batch of one item: preview, commit, and rejected.
 //! Tier 3 calls go through the real approval flow: a person approves them over REST. A scripted
 //! agent on a real WebSocket answers every command.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
@@ -302,7 +303,9 @@ impl Suite {
             errors.is_empty(),
             "{tool} ({case}) with {args}: structuredContent does not match the outputSchema: {errors:?}\n{content:#}"
         );
-        if result["isError"] == true {
+        // A batch's answer (isError when nothing ran or no item succeeded) has items, not an
+        // error envelope.
+        if result["isError"] == true && content["outcome"].is_null() {
             let error = &content["error"];
             assert!(
                 error["code"].is_string()
@@ -391,6 +394,30 @@ impl Suite {
         }
         args
     }
+}
+
+/// A listed input schema without the batch envelope every tool advertises: the tool's own
+/// arguments, which the generator fills in. Fails when the envelope is missing.
+fn own_arguments(listed: &Value) -> Value {
+    let mut own = listed.clone();
+    let props = own["properties"].as_object_mut().unwrap();
+    for key in ["items", "mode", "atomicity"] {
+        assert!(
+            props.remove(key).is_some(),
+            "{key} is not advertised: {listed}"
+        );
+    }
+    let root = own.as_object_mut().unwrap();
+    root.remove("if");
+    if let Some(Value::Object(mut rule)) = root.remove("else") {
+        root.insert("required".into(), rule.remove("required").unwrap());
+    }
+    own
+}
+
+/// `args` as a batch of one item.
+fn batch_of(mode: &str, args: &Value) -> Value {
+    json!({ "mode": mode, "items": [{ "clientRef": "one", "input": args }] })
 }
 
 /// Every property name anywhere in a schema.
@@ -654,7 +681,7 @@ async fn suite(cx: &Ctx) -> Suite {
         let v = jsonschema::validator_for(out)
             .unwrap_or_else(|e| panic!("{name}: the outputSchema does not compile: {e}"));
         validators.insert(name.clone(), v);
-        input_schemas.insert(name, t["inputSchema"].clone());
+        input_schemas.insert(name, own_arguments(&t["inputSchema"]));
     }
     Suite {
         app,
@@ -750,6 +777,22 @@ async fn every_result_matches_its_output_schema(cx: Ctx) {
                     "{tool}: {r}"
                 );
             }
+            // Batches: a preview, a commit (a Tier 3 one approved like any call), and a batch
+            // rejected for an invalid item, all answering in the listed outputSchema.
+            for mode in ["preview", "commit"] {
+                let batch = batch_of(mode, &args);
+                let answer = s.call(&s.app, &s.exec, tool, &batch).await;
+                let r = s.check(tool, &case(&format!("batch {mode}")), &batch, &answer);
+                let r = r.unwrap_or_else(|| panic!("{tool}: batch {mode}: {answer}"));
+                assert_eq!(r["structuredContent"]["mode"], mode, "{tool}: {r}");
+            }
+            let mut bad = batch_of("commit", &args);
+            bad["items"][0]["input"]["noSuchField"] = json!(1);
+            let answer = s.call(&s.app, &s.exec, tool, &bad).await;
+            let r = s
+                .check(tool, &case("batch rejected"), &bad, &answer)
+                .unwrap();
+            assert_eq!(r["structuredContent"]["outcome"], "rejected", "{tool}: {r}");
 
             // Invalid arguments: one field of the wrong type (or an unknown action).
             let mut invalid = full.clone();

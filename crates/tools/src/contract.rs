@@ -218,11 +218,14 @@ pub enum ErrorCode {
     /// A read's answer is larger than `BREEZE_MCP_MAX_RESPONSE_BYTES`: narrow it and call
     /// again.
     ResponseTooLarge,
+    /// A batch asked for `atomicity: "atomic"` where it cannot be honoured (more than one item);
+    /// nothing ran.
+    AtomicityUnsupported,
 }
 
 impl ErrorCode {
     /// Every code, for the error envelope's schema.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::Forbidden,
@@ -235,6 +238,7 @@ impl ErrorCode {
         ErrorCode::UnknownOperation,
         ErrorCode::ToolEffectMismatch,
         ErrorCode::ResponseTooLarge,
+        ErrorCode::AtomicityUnsupported,
     ];
 
     /// What to do about an error of this code, when the site that raised it gave no hint of
@@ -261,6 +265,9 @@ impl ErrorCode {
             }
             ErrorCode::UnknownOperation => "find the operation's name with breeze_discover",
             ErrorCode::ToolEffectMismatch => "call the meta-tool the message names",
+            ErrorCode::AtomicityUnsupported => {
+                "send the items with atomicity best_effort, or one item per call"
+            }
         }
     }
 }

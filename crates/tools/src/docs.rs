@@ -274,7 +274,15 @@ pub fn catalogue(r: &Registry) -> String {
         "Breeze {VERSION} serves {} MCP tools ({actions} actions), {} resources and {} prompts. \
          A call's tier decides the API-key scope it needs: {}; an action can put a call above \
          or below its tool's base tier. The key's user must also hold the permission in the \
-         key's organization. Rate limits are sliding windows counted per user.\n",
+         key's organization. Rate limits are sliding windows counted per user.\n\n\
+         Every tool also takes a batch instead of its arguments: `items` (each `{{clientRef, input}}`, \
+         `input` being the tool's own arguments), `mode` (`preview` or `commit`, required) and \
+         `atomicity` (`best_effort`, the default, or `atomic`, for one item only; more items are \
+         refused with `ATOMICITY_UNSUPPORTED`). Every item is validated and guarded before any \
+         runs; one invalid or refused item and nothing runs. `preview` runs nothing: per item its \
+         tier, whether it needs approval and, for a Tier 3 item, the tool's pre-approval check. \
+         `commit` runs the items in order, each with its own outcome, and counts each against the \
+         rate limit; a commit with a Tier 3 item is one approval request listing every item.\n",
         r.len(),
         RESOURCES.len() + 1,
         PROMPTS.len(),
@@ -672,6 +680,10 @@ fn error_advice(code: ErrorCode) -> (&'static str, &'static str) {
         ErrorCode::ResponseTooLarge => (
             "A read's answer is larger than the server's response budget (BREEZE_MCP_MAX_RESPONSE_BYTES); nothing changed.",
             "Narrow the query (a smaller limit, a filter, one device) and call again. A write is never refused for its size: it answers payloadOmitted; re-query with a read tool.",
+        ),
+        ErrorCode::AtomicityUnsupported => (
+            "A batch asked for `atomicity: \"atomic\"` with more than one item; Breeze never groups several items into one transaction, and nothing ran.",
+            "Send the items with `atomicity: \"best_effort\"` (each item has its own outcome) or one item per call.",
         ),
     }
 }

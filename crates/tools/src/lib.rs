@@ -339,6 +339,36 @@ mod tests {
         }
     }
 
+    /// Every listed input schema carries the batch envelope, flat (no top-level `anyOf`,
+    /// `oneOf` or `allOf`, which the Anthropic API refuses), compiles, accepts a batch without
+    /// the tool's own required fields, and still requires them of a single call.
+    #[test]
+    fn the_batch_envelope_is_listed_for_every_tool() {
+        use serde_json::json;
+        for t in all().iter() {
+            let listed = &t.listed_input_schema;
+            check_schema(t.name, "listedInputSchema", listed);
+            for key in ["anyOf", "oneOf", "allOf"] {
+                assert!(listed.get(key).is_none(), "{}: top-level {key}", t.name);
+            }
+            for key in ["items", "mode", "atomicity"] {
+                assert!(listed["properties"].get(key).is_some(), "{}: {key}", t.name);
+            }
+            let v = jsonschema::validator_for(listed)
+                .unwrap_or_else(|e| panic!("{}: the listed schema does not compile: {e}", t.name));
+            let batch = json!({ "mode": "preview", "items": [{ "clientRef": "a", "input": {} }] });
+            assert!(v.is_valid(&batch), "{}: a batch is refused", t.name);
+            let required = t.input_schema["required"].as_array().cloned();
+            if required.is_some_and(|r| !r.is_empty()) {
+                assert!(
+                    !v.is_valid(&json!({})),
+                    "{}: required fields dropped",
+                    t.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn no_tool_claims_an_inconsistent_hint() {
         for t in all().iter() {

@@ -38,7 +38,12 @@ pub struct ToolSpec {
     pub action_key: &'static str,
     pub effects: Vec<Effect>,
     pub hints: Hints,
+    /// The tool's own arguments: what one call takes, and what every call (and every item of
+    /// a batch) is validated against.
     pub input_schema: Value,
+    /// What `tools/list` advertises: `input_schema` plus the batch envelope
+    /// ([`with_batch_envelope`]).
+    pub listed_input_schema: Value,
     pub output_schema: Value,
     validator: jsonschema::Validator,
     call: CallFn,
@@ -261,10 +266,74 @@ fn tidy(mut v: Value) -> Value {
     v
 }
 
+/// A tool's own input schema plus the batch envelope every tool accepts instead of its
+/// arguments (`breeze-pipeline::batch`): `items` (each `{clientRef, input}`, `input` being the
+/// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
+/// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
+/// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
+/// carry the tool's own required fields. The rest — `mode` required with `items`, no mixing,
+/// the item count, unique `clientRef`s, atomic for one item only — the pipeline checks and the
+/// catalogue and skill document, rather than every listing repeating it.
+pub fn with_batch_envelope(own: &Value) -> Value {
+    let mut schema = own.clone();
+    let Some(root) = schema.as_object_mut() else {
+        return schema;
+    };
+    if let Some(props) = root
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+    {
+        props.insert(
+            "items".into(),
+            json!({
+                "type": "array", "minItems": 1,
+                "description": "Batch instead of the other arguments (needs mode)",
+                "items": {
+                    "type": "object", "required": ["clientRef", "input"],
+                    "properties": {
+                        "clientRef": { "type": "string" },
+                        "input": { "type": "object", "description": "Validated as this tool's arguments" },
+                    },
+                },
+            }),
+        );
+        props.insert(
+            "mode".into(),
+            json!({ "type": "string", "enum": ["preview", "commit"] }),
+        );
+        props.insert(
+            "atomicity".into(),
+            json!({ "type": "string", "enum": ["best_effort", "atomic"] }),
+        );
+    }
+    if let Some(required) = root.remove("required") {
+        root.insert("if".into(), json!({ "required": ["items"] }));
+        root.insert("else".into(), json!({ "required": required }));
+    }
+    schema
+}
+
+/// The `structuredContent` of a batch (`breeze-pipeline::batch`), one branch of every tool's
+/// `outputSchema`, kept minimal since every listing repeats it: how it ended, counts, and one
+/// outcome per item in order (`clientRef`, `status`; the item's output or error, or for a preview
+/// its tier, approval and precheck).
+pub fn batch_result_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["outcome", "counts", "items"],
+        "properties": {
+            "outcome": { "enum": ["previewed", "rejected", "completed"] },
+            "counts": { "type": "object" },
+            "items": { "type": "array", "items": { "type": "object", "required": ["clientRef", "status"] } },
+        },
+    })
+}
+
 /// The `outputSchema` of a tool: every `structuredContent` a call can answer with, so that
 /// clients that validate it (both official SDKs do) accept every result, errors included.
 ///
-/// `{"type": "object", "$defs": …, "anyOf": [success, error envelope, (pending approval)]}`:
+/// `{"type": "object", "$defs": …, "anyOf": [success, error envelope, batch, (pending approval)]}`:
 /// the success shape is derived for *serialization* (a field the output skips when empty is
 /// not required), schemars' `$defs` are hoisted to the root so its `$ref`s resolve there, and
 /// the pending-approval envelope is admitted only by tools that can need approval.
@@ -285,7 +354,11 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool, has_write: bool)
             json!({ "type": "boolean", "description": "A replay of an earlier call with the same requestId: nothing ran again." }),
         );
     }
-    let mut any_of = vec![success, crate::contract::error_envelope_schema()];
+    let mut any_of = vec![
+        success,
+        crate::contract::error_envelope_schema(),
+        batch_result_schema(),
+    ];
     if can_need_approval {
         any_of.push(crate::contract::pending_approval_schema());
     }
@@ -422,6 +495,7 @@ impl Registry {
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),
             effects,
+            listed_input_schema: with_batch_envelope(&input_schema),
             input_schema,
             output_schema,
             validator,
