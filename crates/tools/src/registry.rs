@@ -288,14 +288,8 @@ pub fn with_batch_envelope(own: &Value) -> Value {
             "items".into(),
             json!({
                 "type": "array", "minItems": 1,
-                "description": "Batch instead of the other arguments (needs mode)",
-                "items": {
-                    "type": "object", "required": ["clientRef", "input"],
-                    "properties": {
-                        "clientRef": { "type": "string" },
-                        "input": { "type": "object", "description": "Validated as this tool's arguments" },
-                    },
-                },
+                "description": "A batch of {clientRef, input: this tool's arguments}; needs mode",
+                "items": { "type": "object", "required": ["clientRef", "input"] },
             }),
         );
         props.insert(
@@ -319,15 +313,24 @@ pub fn with_batch_envelope(own: &Value) -> Value {
 /// outcome per item in order (`clientRef`, `status`; the item's output or error, or for a preview
 /// its tier, approval and precheck).
 pub fn batch_result_schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["outcome", "counts", "items"],
-        "properties": {
-            "outcome": { "enum": ["previewed", "rejected", "completed"] },
-            "counts": { "type": "object" },
-            "items": { "type": "array", "items": { "type": "object", "required": ["clientRef", "status"] } },
-        },
-    })
+    json!({ "type": "object", "required": ["outcome", "counts", "items"] })
+}
+
+/// Removes the `description` annotations from an output schema (a property that happens to
+/// be called `description` is a schema object, not a string, and stays). Output shapes are
+/// repeated in every listing; their fields are documented in docs/tools.md, and the Rust docs
+/// schemars would copy are written for developers, not models.
+fn strip_descriptions(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.get("description").is_some_and(Value::is_string) {
+                m.remove("description");
+            }
+            m.values_mut().for_each(strip_descriptions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
 }
 
 /// The `outputSchema` of a tool: every `structuredContent` a call can answer with, so that
@@ -344,15 +347,13 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool, has_write: bool)
         .for_serialize()
         .into_generator();
     let mut success = tidy(generator.into_root_schema_for::<T>().to_value());
+    strip_descriptions(&mut success);
     let defs = success
         .as_object_mut()
         .and_then(|m| m.remove("$defs"))
         .filter(|d| d.as_object().is_some_and(|d| !d.is_empty()));
     if has_write && let Some(props) = success.get_mut("properties").and_then(Value::as_object_mut) {
-        props.insert(
-            "replayed".into(),
-            json!({ "type": "boolean", "description": "A replay of an earlier call with the same requestId: nothing ran again." }),
-        );
+        props.insert("replayed".into(), json!({ "type": "boolean" }));
     }
     let mut any_of = vec![
         success,
@@ -404,7 +405,8 @@ fn precheck_erased<'a, T: Tool>(
 pub const REQUEST_ID: &str = "requestId";
 
 /// The description of `requestId` in every write tool's input schema.
-pub const REQUEST_ID_DESCRIPTION: &str = "Idempotency key: replaying this call with the same requestId returns the stored result (replayed: true) and changes nothing; a different call with the same requestId is CONFLICT";
+pub const REQUEST_ID_DESCRIPTION: &str =
+    "Idempotency key: a replay returns the stored result (replayed: true), runs nothing";
 
 /// Adds the optional `requestId` (1 to 200 characters) to the input schema of a tool with a
 /// write. Generated here, so every write tool, a new one included, takes it; the pipeline
