@@ -31,7 +31,7 @@ use axum::{
 };
 use breeze_limits::MemoryLimiter;
 use breeze_mcp::{
-    Caller, Cx, Engine, EngineConfig, HttpError, McpApp, Peer, ReplyMode, RequestRecord,
+    Client, Cx, Engine, EngineConfig, HttpError, McpApp, Peer, ReplyMode, RequestRecord,
     http::{Routes, router},
     jsonrpc::ErrorObject,
     model::{
@@ -564,8 +564,8 @@ impl McpApp for Fixtures {
         &self,
         _headers: &HeaderMap,
         _query: Option<&str>,
-    ) -> Result<Caller<()>, HttpError> {
-        Ok(Caller {
+    ) -> Result<Client<()>, HttpError> {
+        Ok(Client {
             principal: (),
             key: "anonymous".into(),
             tenant: "anonymous".into(),

@@ -20,9 +20,9 @@ use crate::{
     session::{Session, SessionLimit},
 };
 
-/// An authenticated caller.
+/// An authenticated client.
 #[derive(Debug, Clone)]
-pub struct Caller<P> {
+pub struct Client<P> {
     /// The application's principal (opaque to the engine).
     pub principal: P,
     /// A stable id of the credential: sessions are bound to it and limits counted by it.
@@ -154,7 +154,7 @@ impl Peer {
         };
         let (id, rx): (Id, oneshot::Receiver<Result<Value, ErrorObject>>) =
             session.expect_response();
-        // Forgets the pending answer however this ends, including when the caller stops
+        // Forgets the pending answer however this ends, including when the client stops
         // waiting (the client dropped the stream and the handler with it).
         let _pending = ForgetOnDrop(session, &id);
         if !self.send(outgoing(Some(&id), method, params)).await {
@@ -198,7 +198,7 @@ impl Drop for ForgetOnDrop<'_> {
 /// Everything a handler knows about the request it serves.
 #[derive(Clone)]
 pub struct Cx<P> {
-    pub caller: Caller<P>,
+    pub client: Client<P>,
     pub protocol: ProtocolVersion,
     pub transport: Transport,
     pub session_id: Option<Arc<str>>,
@@ -244,7 +244,7 @@ impl<P> Cx<P> {
 /// What the engine tells the application about each JSON-RPC request it answered, for audit.
 #[derive(Debug, Clone)]
 pub struct RequestRecord<'a, P> {
-    pub caller: &'a Caller<P>,
+    pub client: &'a Client<P>,
     pub method: &'a str,
     /// The tool, resource URI or prompt the request named.
     pub target: Option<&'a str>,
@@ -272,7 +272,7 @@ pub enum TransportEvent<'a> {
         /// Beyond a per-credential rate limit (an application may sample these).
         rate_limited: bool,
     },
-    /// A session of the caller's credential (or, at the tenant cap, of its tenant) ended to
+    /// A session of the client's credential (or, at the tenant cap, of its tenant) ended to
     /// make room for the one this request opens.
     SessionEvicted {
         session_id: &'a str,
@@ -289,7 +289,7 @@ pub enum TransportEvent<'a> {
 /// An authenticated HTTP request's [`TransportEvent`], for audit.
 #[derive(Debug, Clone)]
 pub struct TransportRecord<'a, P> {
-    pub caller: &'a Caller<P>,
+    pub client: &'a Client<P>,
     pub event: TransportEvent<'a>,
     pub session_id: Option<&'a str>,
     pub transport: Transport,
@@ -303,15 +303,15 @@ pub trait McpApp: Send + Sync + 'static {
 
     /// Authenticates a request from its headers; `query` is the request URI's query string
     /// (without `?`), for choices a client makes in its connection URL (see
-    /// [`Caller::binding`]). An unknown choice is refused here, with a 400 naming valid values.
+    /// [`Client::binding`]). An unknown choice is refused here, with a 400 naming valid values.
     fn authenticate(
         &self,
         headers: &HeaderMap,
         query: Option<&str>,
-    ) -> impl Future<Output = Result<Caller<Self::Principal>, HttpError>> + Send;
+    ) -> impl Future<Output = Result<Client<Self::Principal>, HttpError>> + Send;
 
-    /// Whether the caller may open a server-to-client stream.
-    fn authorize_stream(&self, _caller: &Caller<Self::Principal>) -> Result<(), HttpError> {
+    /// Whether the client may open a server-to-client stream.
+    fn authorize_stream(&self, _caller: &Client<Self::Principal>) -> Result<(), HttpError> {
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    app::{Caller, Cx, McpApp, Peer, RequestRecord, Transport},
+    app::{Client, Cx, McpApp, Peer, RequestRecord, Transport},
     jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
     session::{Session, SessionLimits, SessionRegistry},
@@ -95,7 +95,7 @@ pub struct Engine<A: McpApp> {
 
 /// The per-message context a transport builds.
 pub(crate) struct CallCtx<P> {
-    pub(crate) caller: Caller<P>,
+    pub(crate) client: Client<P>,
     pub(crate) session: Option<Arc<Session>>,
     pub(crate) protocol: ProtocolVersion,
     pub(crate) transport: Transport,
@@ -202,7 +202,7 @@ impl<A: McpApp> Engine<A> {
         }
         self.app
             .record(RequestRecord {
-                caller: &ctx.caller,
+                client: &ctx.client,
                 method,
                 target: None,
                 session_id: ctx.session.as_ref().map(|s| &*s.id),
@@ -249,7 +249,7 @@ impl<A: McpApp> Engine<A> {
             .and_then(|m| m.get("progressToken"))
             .cloned();
         let cx = Cx {
-            caller: ctx.caller.clone(),
+            client: ctx.client.clone(),
             protocol: ctx.protocol,
             transport: ctx.transport,
             session_id: ctx.session.as_ref().map(|s| s.id.clone()),
@@ -289,7 +289,7 @@ impl<A: McpApp> Engine<A> {
         }
         self.app
             .record(RequestRecord {
-                caller: &ctx.caller,
+                client: &ctx.client,
                 method: &req.method,
                 target,
                 session_id: ctx.session.as_ref().map(|s| &*s.id),

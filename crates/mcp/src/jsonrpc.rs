@@ -19,7 +19,7 @@ pub mod codes {
     pub const INTERNAL_ERROR: i32 = -32603;
     /// Implementation-defined server error: rate limits, caps, temporary unavailability.
     pub const SERVER_ERROR: i32 = -32000;
-    /// Implementation-defined: the caller is not authenticated or lacks the scope to read.
+    /// Implementation-defined: the client is not authenticated or lacks the scope to read.
     pub const UNAUTHORIZED: i32 = -32001;
     /// A request the client cancelled (answered only where an answer is still owed).
     pub const REQUEST_CANCELLED: i32 = -32800;

@@ -22,7 +22,7 @@ pub mod protocol;
 pub mod session;
 
 pub use app::{
-    Caller, Cx, HttpError, McpApp, Peer, RequestRecord, Transport, TransportEvent, TransportRecord,
+    Client, Cx, HttpError, McpApp, Peer, RequestRecord, Transport, TransportEvent, TransportRecord,
 };
 pub use engine::{Engine, EngineConfig, ReplyMode};
 pub use protocol::ProtocolVersion;

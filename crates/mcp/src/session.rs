@@ -8,7 +8,7 @@
 //! therefore ends the least recently used *idle* session in that scope instead — a Streamable
 //! HTTP session with no open stream and no call in flight — and refuses only when every one is
 //! busy. Legacy SSE sessions are never idle in that sense: they live exactly as long as their
-//! stream. At the server-wide cap only the caller's own idle sessions are ended: one tenant
+//! stream. At the server-wide cap only the client's own idle sessions are ended: one tenant
 //! never ends another's.
 //!
 //! A session never authenticates anything: every request authenticates on its own, and a
@@ -50,11 +50,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Session {
     pub id: Arc<str>,
     pub owner: Arc<str>,
-    /// The owner's tenant (see [`crate::Caller::tenant`]).
+    /// The owner's tenant (see [`crate::Client::tenant`]).
     pub tenant: Arc<str>,
     pub kind: SessionKind,
     protocol: Mutex<ProtocolVersion>,
-    /// The creating request's [`crate::Caller::binding`].
+    /// The creating request's [`crate::Client::binding`].
     binding: Mutex<Option<Arc<str>>>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
@@ -117,7 +117,7 @@ impl Session {
         *lock(&self.protocol) = v;
     }
 
-    /// Keeps the creating request's binding (see [`crate::Caller::binding`]).
+    /// Keeps the creating request's binding (see [`crate::Client::binding`]).
     pub fn bind(&self, binding: Option<Arc<str>>) {
         *lock(&self.binding) = binding;
     }
@@ -342,7 +342,7 @@ impl SessionRegistry {
 
     /// Creates a session owned by `owner` of `tenant`, within the caps: at a full cap, the
     /// least recently used idle session in its scope is ended first (see the module docs) and
-    /// returned, for the caller to record. `Err` names the cap when every session in its scope
+    /// returned, for the client to record. `Err` names the cap when every session in its scope
     /// is busy.
     pub fn create(
         &self,

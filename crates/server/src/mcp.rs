@@ -8,9 +8,9 @@ use std::{collections::HashMap, sync::Arc};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
 use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, AuditResult, OrgId};
-use breeze_guard::{Caller as CallCaller, Guard, Refusal};
+use breeze_guard::{Caller, Guard, Refusal};
 use breeze_mcp::{
-    Caller, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
+    Client, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
     jsonrpc::{ErrorObject, codes},
     model::{
         CallToolResult, Content, GetPromptResult, PromptArgument, PromptDef, PromptMessage,
@@ -280,7 +280,7 @@ impl McpApp for BreezeMcp {
         &self,
         headers: &HeaderMap,
         query: Option<&str>,
-    ) -> Result<Caller<McpPrincipal>, HttpError> {
+    ) -> Result<Client<McpPrincipal>, HttpError> {
         let key = match headers.get("x-api-key") {
             Some(v) => Some(
                 v.to_str()
@@ -318,7 +318,7 @@ impl McpApp for BreezeMcp {
                 (Arc::new(c), binding)
             }
         };
-        Ok(Caller {
+        Ok(Client {
             principal: McpPrincipal {
                 key: principal,
                 catalog,
@@ -329,8 +329,8 @@ impl McpApp for BreezeMcp {
         })
     }
 
-    fn authorize_stream(&self, caller: &Caller<McpPrincipal>) -> Result<(), HttpError> {
-        if Guard::reaches_read(&caller.principal.scopes) {
+    fn authorize_stream(&self, client: &Client<McpPrincipal>) -> Result<(), HttpError> {
+        if Guard::reaches_read(&client.principal.scopes) {
             Ok(())
         } else {
             Err(HttpError::new(
@@ -354,7 +354,7 @@ impl McpApp for BreezeMcp {
     }
 
     async fn list_tools(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
-        let p = &cx.caller.principal;
+        let p = &cx.client.principal;
         if p.catalog.mode == CatalogMode::Consolidated {
             return Ok(self
                 .meta_defs
@@ -363,7 +363,7 @@ impl McpApp for BreezeMcp {
                 .map(|(_, d)| d.clone())
                 .collect());
         }
-        let caller = CallCaller::api_key(p);
+        let caller = Caller::api_key(p);
         Ok(self
             .state
             .pipeline
@@ -379,7 +379,7 @@ impl McpApp for BreezeMcp {
         name: String,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
-        let catalog = cx.caller.principal.catalog.clone();
+        let catalog = cx.client.principal.catalog.clone();
         if catalog.mode == CatalogMode::Consolidated {
             return Box::pin(self.call_meta(cx, name, arguments)).await;
         }
@@ -397,7 +397,7 @@ impl McpApp for BreezeMcp {
     }
 
     async fn list_resources(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ResourceDef>, ErrorObject> {
-        Self::require_read(&cx.caller.principal)?;
+        Self::require_read(&cx.client.principal)?;
         Ok(resources::RESOURCES
             .iter()
             .map(|r| ResourceDef {
@@ -414,7 +414,7 @@ impl McpApp for BreezeMcp {
         &self,
         cx: &Cx<McpPrincipal>,
     ) -> Result<Vec<ResourceTemplateDef>, ErrorObject> {
-        Self::require_read(&cx.caller.principal)?;
+        Self::require_read(&cx.client.principal)?;
         let t = resources::DEVICE_TEMPLATE;
         Ok(vec![ResourceTemplateDef {
             uri_template: t.uri.into(),
@@ -430,9 +430,9 @@ impl McpApp for BreezeMcp {
         cx: Cx<McpPrincipal>,
         uri: String,
     ) -> Result<Vec<ResourceContents>, ErrorObject> {
-        Self::require_read(&cx.caller.principal)?;
-        Self::require_role_for(&cx.caller.principal, &uri)?;
-        let org = self.state.store.org(cx.caller.principal.org_id);
+        Self::require_read(&cx.client.principal)?;
+        Self::require_role_for(&cx.client.principal, &uri)?;
+        let org = self.state.store.org(cx.client.principal.org_id);
         let doc = resources::read(&org, &uri, &self.server_document(&cx))
             .await
             .map_err(|e| match e {
@@ -491,7 +491,7 @@ impl McpApp for BreezeMcp {
     }
 
     async fn record(&self, r: RequestRecord<'_, McpPrincipal>) {
-        let p = &r.caller.principal;
+        let p = &r.client.principal;
         let mut details = Map::new();
         details.insert("method".into(), json!(r.method));
         if let Some(t) = r.target {
@@ -530,7 +530,7 @@ impl McpApp for BreezeMcp {
     /// Refusals (rate-limited ones sampled: see `audit_writer`), sessions ended to make room,
     /// DELETEs and streams opened.
     async fn record_transport(&self, r: TransportRecord<'_, McpPrincipal>) {
-        let p = &r.caller.principal;
+        let p = &r.client.principal;
         let mut details = Map::new();
         details.insert("transport".into(), json!(r.transport.as_str()));
         if let Some(s) = r.session_id {
@@ -546,7 +546,7 @@ impl McpApp for BreezeMcp {
                     let now = self.state.clock.now();
                     match self
                         .refusals
-                        .sample(&r.caller.key, now, (p.key_id, p.org_id))
+                        .sample(&r.client.key, now, (p.key_id, p.org_id))
                     {
                         Sampled::Counted => return,
                         Sampled::Record { unrecorded_before } if unrecorded_before > 0 => {
@@ -617,7 +617,7 @@ impl BreezeMcp {
         name: &str,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
-        let caller = CallCaller::api_key(&cx.caller.principal);
+        let caller = Caller::api_key(&cx.client.principal);
         let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
         let options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
@@ -642,7 +642,7 @@ impl BreezeMcp {
                 Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
             }
             CallOutcome::Refused(r) => {
-                let e = refusal_error(&r, &cx.caller.principal.scopes);
+                let e = refusal_error(&r, &cx.client.principal.scopes);
                 // The specification answers scope, permission and rate-limit refusals as
                 // JSON-RPC errors; their `data` carries the structured error.
                 let code = match r {
@@ -675,7 +675,7 @@ impl BreezeMcp {
         let Some(meta_tool) = MetaTool::from_name(&name) else {
             return Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")));
         };
-        let p = &cx.caller.principal;
+        let p = &cx.client.principal;
         if !self.reaches_meta(p, meta_tool) {
             let refusal = Refusal::MissingScope {
                 tool: name.clone(),

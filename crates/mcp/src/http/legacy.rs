@@ -28,10 +28,10 @@ use crate::{
     session::{Session, SessionKind},
 };
 
-/// Returns the refusal `$r` of the authenticated `$caller`, logged and recorded.
+/// Returns the refusal `$r` of the authenticated `$client`, logged and recorded.
 macro_rules! refuse {
-    ($engine:expr, $caller:expr, $rid:expr, $r:expr) => {
-        return refused(&$engine, &$caller, $rid, Transport::LegacySse, $r).await
+    ($engine:expr, $client:expr, $rid:expr, $r:expr) => {
+        return refused(&$engine, &$client, $rid, Transport::LegacySse, $r).await
     };
 }
 
@@ -42,7 +42,7 @@ pub(crate) async fn open<A: McpApp>(
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
-    let caller = match admit(
+    let client = match admit(
         &engine,
         &headers,
         uri.query(),
@@ -57,20 +57,20 @@ pub(crate) async fn open<A: McpApp>(
     };
     let session = match engine
         .sessions
-        .create(&caller.key, &caller.tenant, SessionKind::LegacySse)
+        .create(&client.key, &client.tenant, SessionKind::LegacySse)
     {
         Ok((s, evicted)) => {
             if let Some(e) = evicted {
-                super::evicted(&engine, &caller, rid.as_ref(), Transport::LegacySse, &e).await;
+                super::evicted(&engine, &client, rid.as_ref(), Transport::LegacySse, &e).await;
             }
             s
         }
-        Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
+        Err(limit) => refuse!(engine, client, rid.as_ref(), session_limit_response(limit)),
     };
-    session.bind(caller.binding.clone());
+    session.bind(client.binding.clone());
     observed(
         &engine,
-        &caller,
+        &client,
         rid.as_ref(),
         Transport::LegacySse,
         &session.id,
@@ -80,7 +80,7 @@ pub(crate) async fn open<A: McpApp>(
     session.set_protocol(ProtocolVersion::V2024_11_05);
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     session.attach_stream(tx);
-    // The stream's own query (the application's choices, see `Caller::binding`) rides along
+    // The stream's own query (the application's choices, see `Client::binding`) rides along
     // on the POST URL, so the client's messages make the same choice as the session.
     let mut endpoint = format!(
         "{}{}?sessionId={}",
@@ -128,7 +128,7 @@ pub(crate) async fn message<A: McpApp>(
     body: Body,
 ) -> Response {
     let rid = request_id(&engine, &headers);
-    let caller = match admit(
+    let client = match admit(
         &engine,
         &headers,
         uri.query(),
@@ -143,21 +143,21 @@ pub(crate) async fn message<A: McpApp>(
     };
     let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
         Ok(b) => b,
-        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     let incoming = jsonrpc::parse(&bytes);
     if let Incoming::Batch(items) = &incoming {
         // The first message was counted on admission; each further one counts too.
         let more = items.len().saturating_sub(1);
-        if let Err(r) = rate_limit(&engine, &caller, LimitKind::Message, more).await {
-            refuse!(engine, caller, rid.as_ref(), r);
+        if let Err(r) = rate_limit(&engine, &client, LimitKind::Message, more).await {
+            refuse!(engine, client, rid.as_ref(), r);
         }
     }
 
     let Some(session_id) = query.session_id.filter(|s| !s.is_empty()) else {
         // Stateless request-response.
         let ctx = CallCtx {
-            caller,
+            client,
             session: None,
             protocol: ProtocolVersion::V2024_11_05,
             transport: Transport::Stateless,
@@ -168,7 +168,7 @@ pub(crate) async fn message<A: McpApp>(
             Incoming::Single(Err(reply)) => {
                 refuse!(
                     engine,
-                    ctx.caller,
+                    ctx.client,
                     ctx.request_id.as_ref(),
                     bad_message(&reply)
                 )
@@ -183,23 +183,23 @@ pub(crate) async fn message<A: McpApp>(
                     INVALID_REQUEST,
                     "Invalid Request: JSON-RPC batches are not supported on this transport",
                 );
-                refuse!(engine, ctx.caller, ctx.request_id.as_ref(), r)
+                refuse!(engine, ctx.client, ctx.request_id.as_ref(), r)
             }
         };
     };
-    let Some(session) = engine.sessions.get(&session_id, &caller.key) else {
+    let Some(session) = engine.sessions.get(&session_id, &client.key) else {
         let r = rpc_error(
             StatusCode::NOT_FOUND,
             super::AUTH_ERROR,
             "Session not found",
         );
-        refuse!(engine, caller, rid.as_ref(), r);
+        refuse!(engine, client, rid.as_ref(), r);
     };
-    if let Err(r) = super::check_binding(&session, &caller) {
-        refuse!(engine, caller, rid.as_ref(), r);
+    if let Err(r) = super::check_binding(&session, &client) {
+        refuse!(engine, client, rid.as_ref(), r);
     }
     let messages: Vec<Message> = match incoming {
-        Incoming::Single(Err(reply)) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
+        Incoming::Single(Err(reply)) => refuse!(engine, client, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(m)) => vec![m],
         Incoming::Batch(items) => {
             if !session.protocol().allows_batches() {
@@ -211,18 +211,18 @@ pub(crate) async fn message<A: McpApp>(
                         session.protocol()
                     ),
                 );
-                refuse!(engine, caller, rid.as_ref(), r);
+                refuse!(engine, client, rid.as_ref(), r);
             }
             match items.into_iter().collect::<Result<Vec<_>, _>>() {
                 Ok(v) => v,
-                Err(reply) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
+                Err(reply) => refuse!(engine, client, rid.as_ref(), bad_message(&reply)),
             }
         }
     };
     // Answer now; the replies travel on the session's stream.
     tokio::spawn(async move {
         let ctx = CallCtx {
-            caller,
+            client,
             session: Some(session.clone()),
             protocol: session.protocol(),
             transport: Transport::LegacySse,

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use crate::{
     Engine,
-    app::{Caller, HttpError, McpApp, Transport, TransportEvent, TransportRecord},
+    app::{Client, HttpError, McpApp, Transport, TransportEvent, TransportRecord},
     engine::id_text,
     jsonrpc::Reply,
     session::{BUSY_RETRY_AFTER, Evicted, SessionLimit},
@@ -158,7 +158,7 @@ fn log_refusal(request_id: Option<&HeaderValue>, response: &Response) {
 /// Logs and records the refusal of an authenticated request, and returns it.
 pub(crate) async fn refused<A: McpApp>(
     engine: &Engine<A>,
-    caller: &Caller<A::Principal>,
+    client: &Client<A::Principal>,
     request_id: Option<&HeaderValue>,
     transport: Transport,
     response: Response,
@@ -172,7 +172,7 @@ pub(crate) async fn refused<A: McpApp>(
     engine
         .app
         .record_transport(TransportRecord {
-            caller,
+            client,
             event: TransportEvent::Refused {
                 status,
                 message,
@@ -189,7 +189,7 @@ pub(crate) async fn refused<A: McpApp>(
 /// Records a successful request that carried no JSON-RPC request (DELETE, a stream opened).
 pub(crate) async fn observed<A: McpApp>(
     engine: &Engine<A>,
-    caller: &Caller<A::Principal>,
+    client: &Client<A::Principal>,
     request_id: Option<&HeaderValue>,
     transport: Transport,
     session_id: &str,
@@ -198,7 +198,7 @@ pub(crate) async fn observed<A: McpApp>(
     engine
         .app
         .record_transport(TransportRecord {
-            caller,
+            client,
             event,
             session_id: Some(session_id),
             transport,
@@ -207,10 +207,10 @@ pub(crate) async fn observed<A: McpApp>(
         .await;
 }
 
-/// Logs and records a session ended to make room for the caller's new one.
+/// Logs and records a session ended to make room for the client's new one.
 pub(crate) async fn evicted<A: McpApp>(
     engine: &Engine<A>,
-    caller: &Caller<A::Principal>,
+    client: &Client<A::Principal>,
     request_id: Option<&HeaderValue>,
     transport: Transport,
     evicted: &Evicted,
@@ -225,7 +225,7 @@ pub(crate) async fn evicted<A: McpApp>(
     engine
         .app
         .record_transport(TransportRecord {
-            caller,
+            client,
             event: TransportEvent::SessionEvicted {
                 session_id: &s.id,
                 owner: &s.owner,
@@ -283,7 +283,7 @@ impl HttpError {
 
 /// The checks before a body is read: origin, authentication, the stream permission (for
 /// streams), the rate limit of `kind`. Every refusal is logged; those of an authenticated
-/// caller are recorded too.
+/// client are recorded too.
 pub(crate) async fn admit<A: McpApp>(
     engine: &Engine<A>,
     headers: &HeaderMap,
@@ -291,14 +291,14 @@ pub(crate) async fn admit<A: McpApp>(
     kind: LimitKind,
     request_id: Option<&HeaderValue>,
     transport: Transport,
-) -> Result<Caller<A::Principal>, Response> {
+) -> Result<Client<A::Principal>, Response> {
     let unauthenticated = |e: HttpError| {
         let response = e.into_response();
         log_refusal(request_id, &response);
         response
     };
     check_origin(&engine.config, headers).map_err(unauthenticated)?;
-    let caller = engine
+    let client = engine
         .app
         .authenticate(headers, query)
         .await
@@ -306,28 +306,28 @@ pub(crate) async fn admit<A: McpApp>(
     let checked = match kind {
         LimitKind::Stream => engine
             .app
-            .authorize_stream(&caller)
+            .authorize_stream(&client)
             .map_err(HttpError::into_response),
         LimitKind::Message => Ok(()),
     };
     let checked = match checked {
-        Ok(()) => rate_limit(engine, &caller, kind, 1).await,
+        Ok(()) => rate_limit(engine, &client, kind, 1).await,
         Err(r) => Err(r),
     };
     match checked {
-        Ok(()) => Ok(caller),
-        Err(r) => Err(refused(engine, &caller, request_id, transport, r).await),
+        Ok(()) => Ok(client),
+        Err(r) => Err(refused(engine, &client, request_id, transport, r).await),
     }
 }
 
 /// A request on `session` must make the choice the session was created with (see
-/// [`Caller::binding`]): refused with 400 otherwise, naming both.
+/// [`Client::binding`]): refused with 400 otherwise, naming both.
 pub(crate) fn check_binding<P>(
     session: &crate::session::Session,
-    caller: &Caller<P>,
+    client: &Client<P>,
 ) -> Result<(), Response> {
     let kept = session.binding();
-    if kept == caller.binding {
+    if kept == client.binding {
         return Ok(());
     }
     let name = |b: &Option<Arc<str>>| b.as_deref().unwrap_or("none").to_owned();
@@ -337,7 +337,7 @@ pub(crate) fn check_binding<P>(
         &format!(
             "This session was opened with {}; this request asks for {}. A session keeps what its initialize chose: send the same choice on every request of the session, or open a new session",
             name(&kept),
-            name(&caller.binding)
+            name(&client.binding)
         ),
     ))
 }
@@ -349,12 +349,12 @@ pub(crate) enum LimitKind {
     Message,
 }
 
-/// Counts `n` messages (or stream openings) against the caller's limit of `kind`, one check
+/// Counts `n` messages (or stream openings) against the client's limit of `kind`, one check
 /// each: a batch stops at its first refused message (so at most the limit's worth of checks),
 /// and is refused whole. The messages counted before that stay counted: they were sent.
 pub(crate) async fn rate_limit<A: McpApp>(
     engine: &Engine<A>,
-    caller: &Caller<A::Principal>,
+    client: &Client<A::Principal>,
     kind: LimitKind,
     n: usize,
 ) -> Result<(), Response> {
@@ -362,7 +362,7 @@ pub(crate) async fn rate_limit<A: McpApp>(
         LimitKind::Stream => ("sse", engine.config.sse_rate_per_minute),
         LimitKind::Message => ("msg", engine.config.message_rate_per_minute),
     };
-    let key = format!("mcp:{bucket}:{}", caller.key);
+    let key = format!("mcp:{bucket}:{}", client.key);
     for _ in 0..n {
         match engine
             .limiter

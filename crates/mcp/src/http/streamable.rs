@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     Engine,
-    app::{Caller, McpApp, Peer, Transport, TransportEvent},
+    app::{Client, McpApp, Peer, Transport, TransportEvent},
     engine::{CallCtx, ReplyMode},
     jsonrpc::{
         self, HEADER_MISMATCH, INVALID_REQUEST, Incoming, Message, Reply,
@@ -35,10 +35,10 @@ use crate::{
     session::{Session, SessionKind},
 };
 
-/// Returns the refusal `$r` of the authenticated `$caller`, logged and recorded.
+/// Returns the refusal `$r` of the authenticated `$client`, logged and recorded.
 macro_rules! refuse {
-    ($engine:expr, $caller:expr, $rid:expr, $r:expr) => {
-        return refused(&$engine, &$caller, $rid, Transport::StreamableHttp, $r).await
+    ($engine:expr, $client:expr, $rid:expr, $r:expr) => {
+        return refused(&$engine, &$client, $rid, Transport::StreamableHttp, $r).await
     };
 }
 
@@ -83,7 +83,7 @@ pub(crate) async fn post<A: McpApp>(
     body: Body,
 ) -> Response {
     let rid = request_id(&engine, &headers);
-    let caller = match admit(
+    let client = match admit(
         &engine,
         &headers,
         uri.query(),
@@ -98,24 +98,24 @@ pub(crate) async fn post<A: McpApp>(
     };
     let header_version = match header_version(&headers) {
         Ok(v) => v,
-        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     let bytes = match read_body(body, &headers, engine.config.max_body_bytes).await {
         Ok(b) => b,
-        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     match jsonrpc::parse(&bytes) {
-        Incoming::Single(Err(reply)) => refuse!(engine, caller, rid.as_ref(), bad_message(&reply)),
+        Incoming::Single(Err(reply)) => refuse!(engine, client, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(message)) => {
-            single(engine, caller, rid, &headers, header_version, message).await
+            single(engine, client, rid, &headers, header_version, message).await
         }
         Incoming::Batch(items) => {
             // The batch's first message was counted on admission; each further one counts too.
             let more = items.len().saturating_sub(1);
-            if let Err(r) = rate_limit(&engine, &caller, LimitKind::Message, more).await {
-                refuse!(engine, caller, rid.as_ref(), r);
+            if let Err(r) = rate_limit(&engine, &client, LimitKind::Message, more).await {
+                refuse!(engine, client, rid.as_ref(), r);
             }
-            batch(engine, caller, rid, &headers, header_version, items).await
+            batch(engine, client, rid, &headers, header_version, items).await
         }
     }
 }
@@ -186,7 +186,7 @@ fn check_method_headers(headers: &HeaderMap, message: &Message) -> Result<(), Re
 
 async fn single<A: McpApp>(
     engine: Arc<Engine<A>>,
-    caller: Caller<A::Principal>,
+    client: Client<A::Principal>,
     rid: Option<HeaderValue>,
     headers: &HeaderMap,
     header_version: Option<ProtocolVersion>,
@@ -196,15 +196,15 @@ async fn single<A: McpApp>(
     if let Some(version) = stateless_version(&message) {
         let version = match version {
             Ok(v) => v,
-            Err(r) => refuse!(engine, caller, rid.as_ref(), r),
+            Err(r) => refuse!(engine, client, rid.as_ref(), r),
         };
         if let Err(r) = check_method_headers(headers, &message) {
-            refuse!(engine, caller, rid.as_ref(), r);
+            refuse!(engine, client, rid.as_ref(), r);
         }
         let sse = accepts_sse(headers);
         return answer(
             engine,
-            caller,
+            client,
             rid,
             None,
             version,
@@ -221,13 +221,13 @@ async fn single<A: McpApp>(
         let session =
             match engine
                 .sessions
-                .create(&caller.key, &caller.tenant, SessionKind::Streamable)
+                .create(&client.key, &client.tenant, SessionKind::Streamable)
             {
                 Ok((s, None)) => s,
                 Ok((s, Some(e))) => {
                     super::evicted(
                         &engine,
-                        &caller,
+                        &client,
                         rid.as_ref(),
                         Transport::StreamableHttp,
                         &e,
@@ -235,9 +235,9 @@ async fn single<A: McpApp>(
                     .await;
                     s
                 }
-                Err(limit) => refuse!(engine, caller, rid.as_ref(), session_limit_response(limit)),
+                Err(limit) => refuse!(engine, client, rid.as_ref(), session_limit_response(limit)),
             };
-        session.bind(caller.binding.clone());
+        session.bind(client.binding.clone());
         let requested = match &message {
             Message::Request(r) => r
                 .params
@@ -253,7 +253,7 @@ async fn single<A: McpApp>(
         );
         let response = answer(
             engine.clone(),
-            caller,
+            client,
             rid,
             Some(session.clone()),
             version,
@@ -270,15 +270,15 @@ async fn single<A: McpApp>(
     }
 
     let (session, protocol, transport) = match header_str(headers, SESSION_HEADER) {
-        Some(id) => match engine.sessions.get(id, &caller.key) {
+        Some(id) => match engine.sessions.get(id, &client.key) {
             Some(s) => {
-                if let Err(r) = super::check_binding(&s, &caller) {
-                    refuse!(engine, caller, rid.as_ref(), r);
+                if let Err(r) = super::check_binding(&s, &client) {
+                    refuse!(engine, client, rid.as_ref(), r);
                 }
                 let v = header_version.unwrap_or_else(|| s.protocol());
                 (Some(s), v, Transport::StreamableHttp)
             }
-            None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
+            None => refuse!(engine, client, rid.as_ref(), session_not_found()),
         },
         None => (
             None,
@@ -288,7 +288,7 @@ async fn single<A: McpApp>(
     };
     answer(
         engine,
-        caller,
+        client,
         rid,
         session,
         protocol,
@@ -302,21 +302,21 @@ async fn single<A: McpApp>(
 
 async fn batch<A: McpApp>(
     engine: Arc<Engine<A>>,
-    caller: Caller<A::Principal>,
+    client: Client<A::Principal>,
     rid: Option<HeaderValue>,
     headers: &HeaderMap,
     header_version: Option<ProtocolVersion>,
     items: Vec<Result<Message, Reply>>,
 ) -> Response {
     let session = match header_str(headers, SESSION_HEADER) {
-        Some(id) => match engine.sessions.get(id, &caller.key) {
+        Some(id) => match engine.sessions.get(id, &client.key) {
             Some(s) => {
-                if let Err(r) = super::check_binding(&s, &caller) {
-                    refuse!(engine, caller, rid.as_ref(), r);
+                if let Err(r) = super::check_binding(&s, &client) {
+                    refuse!(engine, client, rid.as_ref(), r);
                 }
                 Some(s)
             }
-            None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
+            None => refuse!(engine, client, rid.as_ref(), session_not_found()),
         },
         None => None,
     };
@@ -331,7 +331,7 @@ async fn batch<A: McpApp>(
                 "Invalid Request: JSON-RPC batches are not supported in protocol version {protocol}"
             ),
         );
-        refuse!(engine, caller, rid.as_ref(), r);
+        refuse!(engine, client, rid.as_ref(), r);
     }
     if items
         .iter()
@@ -342,7 +342,7 @@ async fn batch<A: McpApp>(
             INVALID_REQUEST,
             "Invalid Request: initialize cannot be batched",
         );
-        refuse!(engine, caller, rid.as_ref(), r);
+        refuse!(engine, client, rid.as_ref(), r);
     }
     let transport = if session.is_some() {
         Transport::StreamableHttp
@@ -350,7 +350,7 @@ async fn batch<A: McpApp>(
         Transport::Stateless
     };
     let ctx = CallCtx {
-        caller,
+        client,
         session,
         protocol,
         transport,
@@ -386,7 +386,7 @@ type BoxedReply = Pin<Box<dyn std::future::Future<Output = Option<Reply>> + Send
 #[allow(clippy::too_many_arguments)]
 async fn answer<A: McpApp>(
     engine: Arc<Engine<A>>,
-    caller: Caller<A::Principal>,
+    client: Client<A::Principal>,
     request_id: Option<HeaderValue>,
     session: Option<Arc<Session>>,
     protocol: ProtocolVersion,
@@ -397,7 +397,7 @@ async fn answer<A: McpApp>(
 ) -> Response {
     if !matches!(message, Message::Request(_)) {
         let ctx = CallCtx {
-            caller,
+            client,
             session,
             protocol,
             transport,
@@ -409,7 +409,7 @@ async fn answer<A: McpApp>(
     }
     if !sse_ok {
         let ctx = CallCtx {
-            caller,
+            client,
             session,
             protocol,
             transport,
@@ -426,7 +426,7 @@ async fn answer<A: McpApp>(
     let mode = engine.config.replies;
     let keepalive = engine.config.keepalive;
     let ctx = CallCtx {
-        caller,
+        client,
         session,
         protocol,
         transport,
@@ -511,7 +511,7 @@ pub(crate) async fn get<A: McpApp>(
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
-    let caller = match admit(
+    let client = match admit(
         &engine,
         &headers,
         uri.query(),
@@ -531,9 +531,9 @@ pub(crate) async fn get<A: McpApp>(
                 INVALID_REQUEST,
                 "GET streams do not exist in protocol 2026-07-28",
             );
-            refuse!(engine, caller, rid.as_ref(), r);
+            refuse!(engine, client, rid.as_ref(), r);
         }
-        Err(r) => refuse!(engine, caller, rid.as_ref(), r),
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
         _ => {}
     }
     if !accepts_sse(&headers) {
@@ -542,13 +542,13 @@ pub(crate) async fn get<A: McpApp>(
             INVALID_REQUEST,
             "Not Acceptable: the client must accept text/event-stream",
         );
-        refuse!(engine, caller, rid.as_ref(), r);
+        refuse!(engine, client, rid.as_ref(), r);
     }
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
-        refuse!(engine, caller, rid.as_ref(), session_header_required());
+        refuse!(engine, client, rid.as_ref(), session_header_required());
     };
-    let Some(session) = engine.sessions.get(id, &caller.key) else {
-        refuse!(engine, caller, rid.as_ref(), session_not_found());
+    let Some(session) = engine.sessions.get(id, &client.key) else {
+        refuse!(engine, client, rid.as_ref(), session_not_found());
     };
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     if !session.attach_stream(tx) {
@@ -557,11 +557,11 @@ pub(crate) async fn get<A: McpApp>(
             INVALID_REQUEST,
             "Conflict: a stream is already open for this session",
         );
-        refuse!(engine, caller, rid.as_ref(), r);
+        refuse!(engine, client, rid.as_ref(), r);
     }
     observed(
         &engine,
-        &caller,
+        &client,
         rid.as_ref(),
         Transport::StreamableHttp,
         &session.id,
@@ -612,7 +612,7 @@ pub(crate) async fn delete<A: McpApp>(
     headers: HeaderMap,
 ) -> Response {
     let rid = request_id(&engine, &headers);
-    let caller = match admit(
+    let client = match admit(
         &engine,
         &headers,
         uri.query(),
@@ -626,14 +626,14 @@ pub(crate) async fn delete<A: McpApp>(
         Err(r) => return r,
     };
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
-        refuse!(engine, caller, rid.as_ref(), session_header_required());
+        refuse!(engine, client, rid.as_ref(), session_header_required());
     };
-    match engine.sessions.get(id, &caller.key) {
+    match engine.sessions.get(id, &client.key) {
         Some(s) => {
             engine.sessions.remove(&s.id);
             observed(
                 &engine,
-                &caller,
+                &client,
                 rid.as_ref(),
                 Transport::StreamableHttp,
                 &s.id,
@@ -642,7 +642,7 @@ pub(crate) async fn delete<A: McpApp>(
             .await;
             StatusCode::NO_CONTENT.into_response()
         }
-        None => refuse!(engine, caller, rid.as_ref(), session_not_found()),
+        None => refuse!(engine, client, rid.as_ref(), session_not_found()),
     }
 }
 

@@ -24,7 +24,7 @@ use tower::ServiceExt;
 
 use super::{Routes, router};
 use crate::{
-    Caller, Cx, Engine, EngineConfig, HttpError, McpApp, Peer, RequestRecord, Transport,
+    Client, Cx, Engine, EngineConfig, HttpError, McpApp, Peer, RequestRecord, Transport,
     engine::{CallCtx, ReplyMode},
     jsonrpc::{ErrorObject, Id, Message, Request as RpcRequest},
     model::{CallToolResult, GetPromptResult, ResourceContents, ToolDef},
@@ -45,8 +45,8 @@ impl McpApp for TestApp {
         &self,
         _headers: &axum::http::HeaderMap,
         query: Option<&str>,
-    ) -> Result<Caller<()>, HttpError> {
-        Ok(Caller {
+    ) -> Result<Client<()>, HttpError> {
+        Ok(Client {
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
@@ -338,7 +338,7 @@ fn session_ctx(
         .unwrap();
     let (tx, rx) = mpsc::channel(8);
     let ctx = CallCtx {
-        caller: Caller {
+        client: Client {
             principal: (),
             key: "test".into(),
             tenant: "test".into(),
