@@ -337,9 +337,7 @@ impl Guard {
         tool: &impl Guarded,
         args: &Value,
     ) -> Result<AwaitingApproval, Refusal> {
-        let tier = self.authorize(caller, tool, args)?;
-        self.allowlisted(tool, tier)?;
-        match clearance(caller, tool, tier) {
+        match self.check_uncounted(caller, tool, args)? {
             Clearance::NeedsApproval(a) => Ok(a),
             Clearance::Run(_) => Err(Refusal::NotApprovable {
                 tool: tool.name().to_owned(),

@@ -98,6 +98,12 @@ pub fn pin_hash(pin: &Pin) -> [u8; 32] {
     Sha256::digest(pin.data.to_string().as_bytes()).into()
 }
 
+/// Whether `pin`, taken just before an approved call runs, is the snapshot the request pinned
+/// (both none, or the same SHA-256).
+pub(crate) fn pin_unchanged(pin: Option<&Pin>, r: &ApprovalRecord) -> bool {
+    pin.map(pin_hash).as_ref().map(<[u8; 32]>::as_slice) == r.pinned_hash.as_deref()
+}
+
 /// The mode a new request gets from its organization's policy `mode`: `automatic` (approved
 /// at once by the store, then claimed and run like any approved request) only while the
 /// registry still finds the action read-only; otherwise a person approves (`supervised`).
@@ -600,13 +606,7 @@ impl Approvals {
         let pin = spec
             .precheck(services, &awaiting, &r.arguments, options())
             .await?;
-        if pin
-            .as_ref()
-            .map(pin_hash)
-            .as_ref()
-            .map(<[u8; 32]>::as_slice)
-            != r.pinned_hash.as_deref()
-        {
+        if !pin_unchanged(pin.as_ref(), r) {
             let now = pin.map_or_else(|| "nothing".to_owned(), |p| p.summary);
             return Err(refused(format!(
                 "what {} depends on changed after it was approved (now: {now}); refusing to run what nobody approved",

@@ -30,10 +30,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    CallOutcome, Pipeline,
-    approvals::{Outcome, pin_hash},
-};
+use crate::{CallOutcome, Pipeline, approvals::Outcome};
 
 /// Items in one batch unless `BREEZE_MCP_MAX_ITEMS` says otherwise.
 pub const DEFAULT_MAX_ITEMS: usize = 1000;
@@ -613,13 +610,7 @@ pub(crate) async fn run_approved(
         }
     }
     let pin = combined_pin(pins);
-    if pin
-        .as_ref()
-        .map(pin_hash)
-        .as_ref()
-        .map(<[u8; 32]>::as_slice)
-        != r.pinned_hash.as_deref()
-    {
+    if !crate::approvals::pin_unchanged(pin.as_ref(), r) {
         let now = pin.map_or_else(|| "nothing".to_owned(), |p| p.summary);
         return Err(crate::approvals::refused(format!(
             "what the batch of {} depends on changed after it was approved (now: {now}); refusing to run what nobody approved",
