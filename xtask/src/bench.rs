@@ -158,6 +158,7 @@ fn demo_command(bin: &Path, dir: &Path, port: u16) -> Command {
         .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
         .env("MCP_MAX_SESSIONS", "1000000")
         .env("MCP_MAX_SSE_SESSIONS_PER_KEY", "1000000")
+        .env("MCP_MAX_SESSIONS_PER_ORG", "1000000")
         .stdout(Stdio::null());
     cmd
 }
