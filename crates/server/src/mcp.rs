@@ -618,16 +618,25 @@ impl BreezeMcp {
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
         let caller = Caller::api_key(&cx.client.principal);
-        let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
-        let options = CallOptions {
+        let mut options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
-            progress: Some(progress_tx),
+            progress: None,
         };
-        let call = self
-            .state
-            .pipeline
-            .call(&caller, name, arguments, options, &cx.cancel);
-        let outcome = forwarding_progress(&cx, progress_rx, call).await;
+        // Progress goes nowhere without the client's token: no channel then.
+        let outcome = if cx.progress_token.is_some() {
+            let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();
+            options.progress = Some(progress_tx);
+            let call = self
+                .state
+                .pipeline
+                .call(&caller, name, arguments, options, &cx.cancel);
+            forwarding_progress(&cx, progress_rx, call).await
+        } else {
+            self.state
+                .pipeline
+                .call(&caller, name, arguments, options, &cx.cancel)
+                .await
+        };
         let meta = || self.metas.get(name).cloned();
         match outcome {
             CallOutcome::Output(output) => Ok(tool_result(output, meta())),

@@ -142,6 +142,10 @@ impl ToolSpec {
 
     /// Checks `args` against the input schema; the error names each offending field.
     pub fn validate(&self, args: &Value) -> Result<(), ToolError> {
+        // The common case answers without building the error iterator's state.
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
         let problems: Vec<String> = self
             .validator
             .iter_errors(args)
