@@ -380,14 +380,13 @@ pub fn with_batch_envelope(own: &Value) -> Value {
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
     {
-        // Without `minItems`, the items' `type` and the count and uniqueness rules: the
-        // pipeline checks those and refuses with a message that names them.
+        // The items' shape, their count and unique `clientRef`s are said here and checked by
+        // the pipeline, which refuses with a message naming the rule.
         props.insert(
             "items".into(),
             json!({
                 "type": "array",
-                "items": { "required": ["clientRef", "input"] },
-                "description": "Batch: input is this tool's arguments; needs mode",
+                "description": "Batch of {clientRef, input: this tool's arguments}; needs mode",
             }),
         );
         props.insert(
