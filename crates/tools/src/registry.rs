@@ -367,9 +367,10 @@ fn tidy(mut v: Value) -> Value {
 /// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
 /// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
 /// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
-/// carry the tool's own required fields. The rest — `mode` required with `items`, no mixing,
-/// the item count, unique `clientRef`s, atomic for one item only — the pipeline checks and the
-/// catalogue and skill document, rather than every listing repeating it.
+/// carry the tool's own required fields. The rest — each item's `{clientRef, input}` shape
+/// (said in `items`' description), `mode` required with `items`, no mixing, the item count,
+/// unique `clientRef`s, atomic for one item only — the pipeline checks and the catalogue and
+/// skill document, rather than every listing repeating it.
 pub fn with_batch_envelope(own: &Value) -> Value {
     let mut schema = own.clone();
     let Some(root) = schema.as_object_mut() else {
