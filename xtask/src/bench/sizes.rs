@@ -116,7 +116,7 @@ fn print_parts(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()
             (t["name"].as_str().unwrap_or("?").to_owned(), whole, parts)
         })
         .collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
     println!(
         "| execute key, full: tool | bytes | {} | other |",
         PARTS.join(" | ")
