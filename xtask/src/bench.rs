@@ -18,6 +18,9 @@
 //! `BENCH_SESSIONS` (5000). Breeze's transport limits are raised through their environment
 //! variables, never by a code path that skips them.
 //!
+//! Before the load runs, the size of `tools/list` per key and catalog mode is printed beside
+//! its aims ([`sizes`], also `cargo xtask bench sizes` alone).
+//!
 //! Submodules: [`fleet`] (`cargo xtask bench fleet`, simulated agents on the device gateway)
 //! and [`devices`] (`cargo xtask bench devices`, `query_devices` over a seeded fleet against
 //! the rmcp peer), both on a scratch Breeze from [`instance`].
@@ -26,6 +29,7 @@ pub(crate) mod devices;
 pub(crate) mod fleet;
 mod instance;
 mod sim;
+pub(crate) mod sizes;
 
 use std::{
     net::TcpStream,
@@ -273,6 +277,11 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         .as_str()
         .context("demo read key")?
         .to_owned();
+    sizes::print_sizes(
+        &format!("http://127.0.0.1:{breeze_port}"),
+        &sizes::demo_keys(&demo)?,
+    )?;
+    println!();
 
     let bodies = work.join("bodies");
     std::fs::create_dir_all(&bodies)?;

@@ -4,6 +4,8 @@
 //! - `cargo xtask docs` rewrites the documents generated from the tool registry
 //!   (`docs/tools.md`, `docs/skill/`); a `breeze-tools` test fails while they are stale.
 //! - `cargo xtask bench mcp` measures the MCP server side by side with peer servers.
+//! - `cargo xtask bench sizes` prints the byte size of `tools/list` per key and catalog mode,
+//!   and the execute key's full listing per tool and part (no load).
 //! - `cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]`
 //!   drives the device gateway with simulated agents.
 //! - `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
@@ -18,6 +20,7 @@ mod tidy;
 const USAGE: &str = "usage: cargo xtask tidy
        cargo xtask docs
        cargo xtask bench mcp
+       cargo xtask bench sizes
        cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]
                                [--enroll-concurrency N] [--connect-concurrency N]
                                [--cmd-users N] [--samples-per-batch N]
@@ -35,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         ["tidy"] => tidy::run(),
         ["docs"] => docs::run(),
         ["bench", "mcp"] => bench::mcp(),
+        ["bench", "sizes"] => bench::sizes::run_sizes(),
         ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),
         _ => anyhow::bail!("{USAGE}"),

@@ -20,7 +20,8 @@ use breeze_mcp::{
 };
 use breeze_pipeline::{CallOutcome, errors::refusal_error, pending_answer, raw};
 use breeze_tools::{
-    CallOptions, ErrorCode, RawOutput, ToolError, ToolSpec, prompts, resources, tool_meta,
+    CallOptions, ErrorCode, RawOutput, ToolError, ToolSpec, listed_meta, prompts, resources,
+    tool_meta,
 };
 use serde_json::{Map, Value, json};
 
@@ -128,7 +129,7 @@ impl BreezeMcp {
             title: Some(spec.title.to_owned()),
             description: spec.description.to_owned(),
             input_schema: spec.listed_input_schema.clone(),
-            output_schema: Some(spec.output_schema.clone()),
+            output_schema: Some(spec.listed_output_schema.clone()),
             annotations: Some(ToolAnnotationsWithTitle {
                 title: Some(spec.title.to_owned()),
                 hints: ToolAnnotations {
@@ -138,7 +139,7 @@ impl BreezeMcp {
                     open_world_hint: spec.hints.open_world,
                 },
             }),
-            meta: Some(tool_meta(spec, &self.identity)),
+            meta: Some(listed_meta(spec)),
         }
     }
 

@@ -496,8 +496,8 @@ async fn tools_list_stays_small(cx: Ctx) {
         registry.len(),
         bytes - envelope - branch
     );
-    // The 40 KB target is for the whole catalogue, which is above it before batches
-    // (trimming it is other work); what batches may add is bounded here.
+    // The whole listing's limit (40 KB for an execute key) is `catalog.rs`'s `catalog_sizes`;
+    // what batches may add to it is bounded here.
     assert!(
         envelope + branch <= 700 * registry.len(),
         "batches add {} bytes per tool",

@@ -670,7 +670,8 @@ async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
         "{}",
         r.body
     );
-    // A call's result carries the tool's `_meta` as its listing does: tier and server identity.
+    // A call's result carries the tool's tier, as its listing does, and the server identity,
+    // which the listing leaves to `initialize` (every entry would repeat it).
     let listed = write.body["result"]["tools"]
         .as_array()
         .unwrap()
@@ -678,9 +679,10 @@ async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
         .find(|t| t["name"] == "set_device_context")
         .unwrap()["_meta"]
         .clone();
-    assert_eq!(r.body["result"]["_meta"], listed);
-    assert_eq!(listed["breeze/tier"], 2);
-    assert_eq!(listed["breeze/server"]["name"], "breeze-rmm");
+    assert_eq!(listed, json!({ "breeze/tier": 2 }));
+    let meta = &r.body["result"]["_meta"];
+    assert_eq!(meta["breeze/tier"], 2);
+    assert_eq!(meta["breeze/server"]["name"], "breeze-rmm");
     let del = rpc(
         3,
         "tools/call",

@@ -230,7 +230,8 @@ struct Suite {
     cookie: String,
     device: String,
     script: String,
-    validators: BTreeMap<String, jsonschema::Validator>,
+    /// Per tool, the listed and the full output schema's validators.
+    validators: BTreeMap<String, Vec<(&'static str, jsonschema::Validator)>>,
     input_schemas: BTreeMap<String, Value>,
     counter: AtomicUsize,
 }
@@ -277,7 +278,7 @@ impl Suite {
     }
 
     /// Checks one answer: a JSON-RPC error carries no result; a result carries structured
-    /// content that the tool's listed `outputSchema` accepts. Returns the result, if any.
+    /// content that the tool's listed `outputSchema` and its full one accept. Returns the result, if any.
     fn check(&self, tool: &str, case: &str, args: &Value, message: &Value) -> Option<Value> {
         if let Some(error) = message.get("error") {
             // A refusal answered as a JSON-RPC error carries the structured error in `data`.
@@ -295,14 +296,16 @@ impl Suite {
         let content = result
             .get("structuredContent")
             .unwrap_or_else(|| panic!("{tool} ({case}): no structuredContent in {result}"));
-        let errors: Vec<String> = self.validators[tool]
-            .iter_errors(content)
-            .map(|e| format!("{} at {}", e, e.instance_path()))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{tool} ({case}) with {args}: structuredContent does not match the outputSchema: {errors:?}\n{content:#}"
-        );
+        for (which, validator) in &self.validators[tool] {
+            let errors: Vec<String> = validator
+                .iter_errors(content)
+                .map(|e| format!("{} at {}", e, e.instance_path()))
+                .collect();
+            assert!(
+                errors.is_empty(),
+                "{tool} ({case}) with {args}: structuredContent does not match the {which} outputSchema: {errors:?}\n{content:#}"
+            );
+        }
         // A batch's answer (isError when nothing ran or no item succeeded) has items, not an
         // error envelope.
         if result["isError"] == true && content["outcome"].is_null() {
@@ -672,15 +675,20 @@ async fn suite(cx: &Ctx) -> Suite {
         breeze_tools::all().len(),
         "every tool is listed"
     );
+    let registry = breeze_tools::all();
     let mut validators = BTreeMap::new();
     let mut input_schemas = BTreeMap::new();
     for t in &tools {
         let name = t["name"].as_str().unwrap().to_owned();
         let out = &t["outputSchema"];
         assert_eq!(out["type"], "object", "{name}: MCP wants an object schema");
-        let v = jsonschema::validator_for(out)
+        let listed = jsonschema::validator_for(out)
             .unwrap_or_else(|e| panic!("{name}: the outputSchema does not compile: {e}"));
-        validators.insert(name.clone(), v);
+        // The listing's is the top level of the full one (`breeze_describe`'s): both must
+        // accept every answer.
+        let full = jsonschema::validator_for(&registry.get(&name).unwrap().output_schema)
+            .unwrap_or_else(|e| panic!("{name}: the full outputSchema does not compile: {e}"));
+        validators.insert(name.clone(), vec![("listed", listed), ("full", full)]);
         input_schemas.insert(name, own_arguments(&t["inputSchema"]));
     }
     Suite {

@@ -22,7 +22,7 @@ pub use contract::{
     Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin, ProgressReport,
     RateLimit, Rendered, Services, Tier, Tool, ToolCx, ToolError, per,
 };
-pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, tool_meta};
+pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {

@@ -44,7 +44,12 @@ pub struct ToolSpec {
     /// What `tools/list` advertises: `input_schema` plus the batch envelope
     /// ([`with_batch_envelope`]).
     pub listed_input_schema: Value,
+    /// Every `structuredContent` a call can answer with, in full: what `breeze_describe`, the
+    /// tool catalogue and the skill show ([`output_schema_of`]).
     pub output_schema: Value,
+    /// What `tools/list` advertises: `output_schema` cut to its top level
+    /// ([`listed_output_schema`]), which accepts everything the full one does.
+    pub listed_output_schema: Value,
     validator: jsonschema::Validator,
     call: CallFn,
     precheck: PrecheckFn,
@@ -241,7 +246,98 @@ impl Guarded for ToolSpec {
 /// none of schemars' numeric `format`s (`uint32`, `int64`, …), which are not JSON Schema formats
 /// and make strict clients warn; the bounds carry the meaning.
 fn schema_of<T: JsonSchema>() -> Value {
-    tidy(schemars::schema_for!(T).to_value())
+    let mut schema = tidy(schemars::schema_for!(T).to_value());
+    if let Some(m) = schema.as_object_mut() {
+        // The input type's Rust doc: the tool's description says it for models.
+        m.remove("description");
+    }
+    inline_enums(&mut schema);
+    schema
+}
+
+/// Replaces each reference to a `$defs` entry that is a plain string enum (`type` and `enum`,
+/// perhaps a `description`) by the enum itself, and an optional one — schemars' `anyOf: [{$ref},
+/// {type: null}]` — by `type: [string, null]` with `null` among the values; drops the entries
+/// no longer referenced. The same instances validate (these are the same sets of values,
+/// written once where they are used): a listing repeats every schema, and a reference costs a
+/// reader a lookup.
+fn inline_enums(schema: &mut Value) {
+    let Some(defs) = schema.get("$defs").and_then(Value::as_object).cloned() else {
+        return;
+    };
+    let enums: Map<String, Value> = defs
+        .into_iter()
+        .filter(|(_, d)| {
+            d.as_object().is_some_and(|m| {
+                m.get("type").is_some_and(|t| t == "string")
+                    && m.get("enum").is_some_and(Value::is_array)
+                    && m.keys()
+                        .all(|k| ["type", "enum", "description"].contains(&k.as_str()))
+            })
+        })
+        .map(|(name, d)| (format!("#/$defs/{name}"), d))
+        .collect();
+    if enums.is_empty() {
+        return;
+    }
+    // The values of the enum `v` references; `None` when `v` is no reference to one, or has a
+    // `type` or `enum` of its own (which the inlined ones would overwrite).
+    fn enum_values(enums: &Map<String, Value>, v: &Map<String, Value>) -> Option<Vec<Value>> {
+        if v.contains_key("type") || v.contains_key("enum") {
+            return None;
+        }
+        let r = v.get("$ref")?.as_str()?;
+        enums.get(r)?.get("enum")?.as_array().cloned()
+    }
+    fn walk(enums: &Map<String, Value>, v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if let Some(values) = enum_values(enums, m) {
+                    m.remove("$ref");
+                    m.insert("type".into(), json!("string"));
+                    m.insert("enum".into(), Value::Array(values));
+                    return;
+                }
+                let nullable = m
+                    .get("anyOf")
+                    .and_then(Value::as_array)
+                    .and_then(|alts| match alts.as_slice() {
+                        [a, null] | [null, a] if *null == json!({ "type": "null" }) => a
+                            .as_object()
+                            .filter(|a| a.len() == 1)
+                            .and_then(|a| enum_values(enums, a)),
+                        _ => None,
+                    });
+                if let Some(mut values) = nullable {
+                    values.push(Value::Null);
+                    m.remove("anyOf");
+                    m.insert("type".into(), json!(["string", "null"]));
+                    m.insert("enum".into(), Value::Array(values));
+                    return;
+                }
+                m.values_mut().for_each(|sub| walk(enums, sub));
+            }
+            Value::Array(items) => items.iter_mut().for_each(|sub| walk(enums, sub)),
+            _ => {}
+        }
+    }
+    let Some(root) = schema.as_object_mut() else {
+        return;
+    };
+    let mut defs = root.remove("$defs");
+    for (_, sub) in root.iter_mut() {
+        walk(&enums, sub);
+    }
+    if let Some(Value::Object(d)) = &mut defs {
+        for (_, sub) in d.iter_mut() {
+            walk(&enums, sub);
+        }
+        let text = Value::Object(root.clone()).to_string() + &Value::Object(d.clone()).to_string();
+        d.retain(|name, _| text.contains(&format!("\"#/$defs/{name}\"")));
+        if !d.is_empty() {
+            root.insert("$defs".into(), Value::Object(std::mem::take(d)));
+        }
+    }
 }
 
 fn tidy(mut v: Value) -> Value {
@@ -275,9 +371,10 @@ fn tidy(mut v: Value) -> Value {
 /// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
 /// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
 /// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
-/// carry the tool's own required fields. The rest — `mode` required with `items`, no mixing,
-/// the item count, unique `clientRef`s, atomic for one item only — the pipeline checks and the
-/// catalogue and skill document, rather than every listing repeating it.
+/// carry the tool's own required fields. The rest — each item's `{clientRef, input}` shape
+/// (said in `items`' description), `mode` required with `items`, no mixing, the item count,
+/// unique `clientRef`s, atomic for one item only — the pipeline checks and the catalogue and
+/// skill document, rather than every listing repeating it.
 pub fn with_batch_envelope(own: &Value) -> Value {
     let mut schema = own.clone();
     let Some(root) = schema.as_object_mut() else {
@@ -288,12 +385,13 @@ pub fn with_batch_envelope(own: &Value) -> Value {
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
     {
+        // The items' shape, their count and unique `clientRef`s are said here and checked by
+        // the pipeline, which refuses with a message naming the rule.
         props.insert(
             "items".into(),
             json!({
-                "type": "array", "minItems": 1,
-                "description": "A batch of {clientRef, input: this tool's arguments}; needs mode",
-                "items": { "type": "object", "required": ["clientRef", "input"] },
+                "type": "array",
+                "description": "Batch of {clientRef, input: this tool's arguments}; needs mode",
             }),
         );
         props.insert(
@@ -379,6 +477,123 @@ pub fn output_schema_of<T: JsonSchema>(can_need_approval: bool, has_write: bool)
     Value::Object(root)
 }
 
+/// The listed form of an [`output_schema_of`] schema: the same branches, the success branch
+/// cut to its top level — its `required` fields and each property's JSON type, nothing nested —
+/// the shared envelopes to the fields they require, and no `$defs`. Every instance the full schema accepts, this one accepts (it drops
+/// constraints and adds none: a property's type set is the union of what its schema allows, or
+/// no constraint where that cannot be read off), so clients that validate `structuredContent`
+/// against the listing accept every real answer. The full schema stays in `breeze_describe`,
+/// docs/tools.md and the skill; every listing repeats this one, so it is kept small.
+pub fn listed_output_schema(full: &Value) -> Value {
+    let defs = full.get("$defs");
+    let Some(branches) = full.get("anyOf").and_then(Value::as_array) else {
+        return shallow(full, defs);
+    };
+    let branches: Vec<Value> = branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if i == 0 {
+                let mut success = shallow(b, defs);
+                // The root says `object` already.
+                if let Some(m) = success.as_object_mut()
+                    && m.get("type").is_some_and(|t| t == "object")
+                {
+                    m.remove("type");
+                }
+                success
+            } else {
+                // The shared envelopes (error, batch, pending approval, payload omitted) are
+                // told apart by the fields they require; their inner shape is the catalogue's.
+                let mut m = Map::new();
+                if let Some(r) = b.get("required") {
+                    m.insert("required".into(), r.clone());
+                }
+                Value::Object(m)
+            }
+        })
+        .collect();
+    json!({ "type": "object", "anyOf": branches })
+}
+
+/// `schema` (resolved through `defs`) with only its type, `required` and each property's type.
+fn shallow(schema: &Value, defs: Option<&Value>) -> Value {
+    let Some(s) = resolve(schema, defs).and_then(Value::as_object) else {
+        return json!({});
+    };
+    let mut out = Map::new();
+    if let Some(t) = s.get("type") {
+        out.insert("type".into(), t.clone());
+    }
+    if let Some(required) = s
+        .get("required")
+        .filter(|r| r.as_array().is_some_and(|r| !r.is_empty()))
+    {
+        out.insert("required".into(), required.clone());
+    }
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        let props: Map<String, Value> = props
+            .iter()
+            .map(|(name, p)| {
+                let only_type = match json_types(p, defs) {
+                    Some(types) if types.len() == 1 => json!({ "type": types[0] }),
+                    Some(types) => json!({ "type": types }),
+                    None => json!({}),
+                };
+                (name.clone(), only_type)
+            })
+            .collect();
+        out.insert("properties".into(), Value::Object(props));
+    }
+    // A success shape that is itself a choice (a tagged enum) keeps its branches, each cut the
+    // same way.
+    for key in ["anyOf", "oneOf"] {
+        if let Some(alts) = s.get(key).and_then(Value::as_array) {
+            let alts: Vec<Value> = alts.iter().map(|a| shallow(a, defs)).collect();
+            out.insert(key.into(), Value::Array(alts));
+        }
+    }
+    Value::Object(out)
+}
+
+/// `schema` itself, or the `$defs` entry its local `$ref` names (`None` for a reference that
+/// does not resolve).
+fn resolve<'a>(schema: &'a Value, defs: Option<&'a Value>) -> Option<&'a Value> {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => defs?.get(r.strip_prefix("#/$defs/")?),
+        None => Some(schema),
+    }
+}
+
+/// The JSON types an instance of `schema` can have, sorted, or `None` when that cannot be read
+/// off its `type` (or, for a choice, every branch's type).
+fn json_types(schema: &Value, defs: Option<&Value>) -> Option<Vec<String>> {
+    let s = resolve(schema, defs)?;
+    let mut types: Vec<String> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .map(|t| t.as_str().map(str::to_owned))
+            .collect::<Option<_>>()?,
+        Some(_) => return None,
+        None => {
+            let alts = s.get("anyOf").or_else(|| s.get("oneOf"))?.as_array()?;
+            let mut all = Vec::new();
+            for a in alts {
+                all.extend(json_types(a, defs)?);
+            }
+            all
+        }
+    };
+    types.sort_unstable();
+    types.dedup();
+    // `integer` is a subset of `number`: listing both says nothing more than `number`.
+    if types.iter().any(|t| t == "number") {
+        types.retain(|t| t != "integer");
+    }
+    (!types.is_empty()).then_some(types)
+}
+
 fn call_erased<'a, T: Tool>(
     cx: ToolCx<'a>,
     args: Value,
@@ -409,8 +624,7 @@ fn precheck_erased<'a, T: Tool>(
 pub const REQUEST_ID: &str = "requestId";
 
 /// The description of `requestId` in every write tool's input schema.
-pub const REQUEST_ID_DESCRIPTION: &str =
-    "Idempotency key: a replay returns the stored result (replayed: true), runs nothing";
+pub const REQUEST_ID_DESCRIPTION: &str = "Idempotency key: a replay answers the stored result";
 
 /// Adds the optional `requestId` (1 to 200 characters) to the input schema of a tool with a
 /// write. Generated here, so every write tool, a new one included, takes it; the pipeline
@@ -486,6 +700,7 @@ impl Registry {
             add_request_id(&mut input_schema);
         }
         let output_schema = output_schema_of::<T::Output>(can_need_approval, has_write);
+        let listed_output_schema = listed_output_schema(&output_schema);
         #[allow(clippy::expect_used)] // a static schema; proven by the registry test
         let validator =
             jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
@@ -504,6 +719,7 @@ impl Registry {
             listed_input_schema: with_batch_envelope(&input_schema),
             input_schema,
             output_schema,
+            listed_output_schema,
             validator,
             call: call_erased::<T>,
             precheck: precheck_erased::<T>,
@@ -573,18 +789,178 @@ impl Registry {
     }
 }
 
-/// The `_meta` of a tool definition or result: its tier and the server identity.
+/// The `_meta` of a tool's result: its tier, its actions' tiers and the server identity.
 pub fn tool_meta(spec: &ToolSpec, server: &Value) -> Value {
     let mut m = Map::new();
     m.insert("breeze/tier".into(), Value::from(spec.tier.number()));
     if !spec.actions.is_empty() {
-        let tiers: Map<String, Value> = spec
-            .actions
-            .iter()
-            .map(|a| (a.name.to_owned(), Value::from(a.tier.number())))
-            .collect();
-        m.insert("breeze/actionTiers".into(), Value::Object(tiers));
+        m.insert("breeze/actionTiers".into(), action_tiers(spec));
     }
     m.insert("breeze/server".into(), server.clone());
     Value::Object(m)
+}
+
+/// The `_meta` of a tool's `tools/list` entry: its tier, and its actions' tiers where they
+/// differ from it (an action not named runs at `breeze/tier`). The server identity is left to
+/// `initialize`, the `breeze://server` resource and every result: each listing entry would
+/// repeat it.
+pub fn listed_meta(spec: &ToolSpec) -> Value {
+    let mut m = Map::new();
+    m.insert("breeze/tier".into(), Value::from(spec.tier.number()));
+    if spec.actions.iter().any(|a| a.tier != spec.tier) {
+        m.insert("breeze/actionTiers".into(), action_tiers(spec));
+    }
+    Value::Object(m)
+}
+
+fn action_tiers(spec: &ToolSpec) -> Value {
+    spec.actions
+        .iter()
+        .map(|a| (a.name.to_owned(), Value::from(a.tier.number())))
+        .collect::<Map<String, Value>>()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::{inline_enums, listed_output_schema};
+
+    fn valid(schema: &Value, v: &Value) -> bool {
+        jsonschema::validator_for(schema)
+            .unwrap_or_else(|e| panic!("{schema} compiles: {e}"))
+            .is_valid(v)
+    }
+
+    /// Every tool's listed output schema accepts each shared envelope and every answer its full
+    /// one accepts among a set of samples (the server's `output_schemas` test checks real
+    /// answers against both), holds no reference, and keeps the success branch's required
+    /// fields.
+    #[test]
+    fn listed_output_schemas_accept_what_the_full_ones_do() {
+        let error = crate::ToolError::new(crate::ErrorCode::NotFound, "gone").to_structured();
+        let envelopes = [
+            error,
+            json!({ "outcome": "committed", "mode": "commit", "counts": {}, "items": [] }),
+            json!({ "status": "pending_approval", "approvalId": "a", "expiresAt": "t",
+                    "description": "d", "message": "m" }),
+            json!({ "status": "applied", "payloadOmitted": true, "bytes": 9, "hint": "h" }),
+        ];
+        for t in crate::all().iter() {
+            let listed = &t.listed_output_schema;
+            assert_eq!(listed["type"], "object", "{}", t.name);
+            assert!(!listed.to_string().contains("$ref"), "{}: {listed}", t.name);
+            let full_success = &t.output_schema["anyOf"][0];
+            assert_eq!(
+                listed["anyOf"][0].get("required"),
+                full_success.get("required").filter(|r| r != &&json!([])),
+                "{}",
+                t.name
+            );
+            for e in &envelopes {
+                if valid(&t.output_schema, e) {
+                    assert!(valid(listed, e), "{}: listed refuses {e}", t.name);
+                }
+            }
+            // The error and batch envelopes are every tool's.
+            assert!(valid(listed, &envelopes[0]) && valid(listed, &envelopes[1]));
+        }
+    }
+
+    /// The cut keeps each property's JSON types, unions a choice's, and drops what cannot be
+    /// read off (no constraint rather than a wrong one).
+    #[test]
+    fn the_success_branch_is_cut_to_property_types() {
+        let full = json!({
+            "type": "object",
+            "$defs": {
+                "E": { "type": "string", "enum": ["a", "b"] },
+                "O": { "type": "object", "properties": { "x": { "type": "integer", "minimum": 3 } } }
+            },
+            "anyOf": [
+                {
+                    "type": "object",
+                    "required": ["e"],
+                    "properties": {
+                        "e": { "$ref": "#/$defs/E" },
+                        "o": { "anyOf": [{ "$ref": "#/$defs/O" }, { "type": "null" }] },
+                        "n": { "type": ["integer", "number"] },
+                        "c": { "const": 1 }
+                    }
+                },
+                { "type": "object", "required": ["error"], "properties": { "error": { "type": "object" } } }
+            ]
+        });
+        assert_eq!(
+            listed_output_schema(&full),
+            json!({
+                "type": "object",
+                "anyOf": [
+                    {
+                        "required": ["e"],
+                        "properties": {
+                            "e": { "type": "string" },
+                            "o": { "type": ["null", "object"] },
+                            "n": { "type": "number" },
+                            "c": {}
+                        }
+                    },
+                    { "required": ["error"] }
+                ]
+            })
+        );
+        // Wider, never narrower: a value the full schema refuses only for a nested constraint
+        // passes; a value of another type still fails.
+        let listed = listed_output_schema(&full);
+        assert!(valid(&listed, &json!({ "e": "zz", "o": { "x": 1 } })));
+        assert!(!valid(&listed, &json!({ "e": 5 })));
+    }
+
+    /// Inlining referenced enums keeps the accepted values exactly.
+    #[test]
+    fn inlined_enums_accept_the_same_values() {
+        let before = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "$defs": {
+                "S": { "type": "string", "enum": ["on", "off"] },
+                "P": { "type": "object", "properties": { "s": { "$ref": "#/$defs/S" } } }
+            },
+            "properties": {
+                "a": { "$ref": "#/$defs/S", "description": "one" },
+                "b": { "anyOf": [{ "$ref": "#/$defs/S" }, { "type": "null" }] },
+                "p": { "$ref": "#/$defs/P" }
+            }
+        });
+        let mut after = before.clone();
+        inline_enums(&mut after);
+        assert_eq!(
+            after["properties"]["a"],
+            json!({ "type": "string", "enum": ["on", "off"], "description": "one" })
+        );
+        assert_eq!(
+            after["properties"]["b"],
+            json!({ "type": ["string", "null"], "enum": ["on", "off", null] })
+        );
+        assert_eq!(
+            after["$defs"].as_object().map(|d| d.len()),
+            Some(1),
+            "{after}"
+        );
+        for v in [
+            json!({ "a": "on" }),
+            json!({ "a": "x" }),
+            json!({ "a": null }),
+            json!({ "b": null }),
+            json!({ "b": "off" }),
+            json!({ "b": "no" }),
+            json!({ "b": 1 }),
+            json!({ "p": { "s": "on" } }),
+            json!({ "p": { "s": "up" } }),
+            json!({ "z": 1 }),
+        ] {
+            assert_eq!(valid(&before, &v), valid(&after, &v), "{v}");
+        }
+    }
 }

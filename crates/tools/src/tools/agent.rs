@@ -176,7 +176,7 @@ impl DeviceCommand for ExecuteInput {
 impl Tool for ExecuteCommand {
     const NAME: &'static str = "execute_command";
     const TITLE: &'static str = "Execute a system command";
-    const DESCRIPTION: &'static str = "Run a typed system command on a device through its agent: list_processes, kill_process, list_services, start_service, stop_service, restart_service, file_list, file_read, event_logs_list, event_logs_query. Arguments go in payload. Every command type is Tier 3: it needs ai:execute and a person's approval. Arbitrary code runs only as a library script through run_script. Waits up to 30 seconds for the result.";
+    const DESCRIPTION: &'static str = "Run a typed system command (commandType, its arguments in payload) on a device through its agent. Every command type is Tier 3: it needs ai:execute and a person's approval. Arbitrary code runs only as a library script through run_script. Waits up to 30 seconds for the result.";
     const TIER: Tier = Tier::T3;
     const PERMISSION: Permission = Permission::DevicesExecute;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
@@ -484,7 +484,7 @@ pub(crate) struct SetAgentLogLevel;
 impl Tool for SetAgentLogLevel {
     const NAME: &'static str = "set_agent_log_level";
     const TITLE: &'static str = "Set agent log level";
-    const DESCRIPTION: &'static str = "Temporarily change which agent log lines are shipped (debug, info, warn, error) for troubleshooting; the agent reverts by itself after durationMinutes (default 60). Search the shipped lines with search_agent_logs.";
+    const DESCRIPTION: &'static str = "Temporarily change which agent log lines are shipped, for troubleshooting; the agent reverts by itself after durationMinutes (default 60). Search the shipped lines with search_agent_logs.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::DevicesExecute;
     // No per-tool limit: the specification's rate-limit table has no row for this tool.

@@ -127,7 +127,7 @@ pub(crate) struct QueryDevices;
 impl Tool for QueryDevices {
     const NAME: &'static str = "query_devices";
     const TITLE: &'static str = "Query devices";
-    const DESCRIPTION: &'static str = "Search and filter the organization's devices by status, OS, site, group, hostname and tags. Returns the matching devices (most useful fields), the total that match, and how many are shown.";
+    const DESCRIPTION: &'static str = "Search and filter the organization's devices by status, OS, site, group, hostname and tags: the matching devices, the total that match and how many are shown.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Actions = NoActions;
@@ -417,7 +417,7 @@ pub(crate) struct GetDeviceDetails;
 impl Tool for GetDeviceDetails {
     const NAME: &'static str = "get_device_details";
     const TITLE: &'static str = "Get device details";
-    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups; hardware (CPU, memory), OS with kernel and architecture, network interfaces, disks with usage, uptime and pending reboot, logged-in users (from the agent's inventory and heartbeat), the latest metrics sample, how many active context entries it has, and how many packages are installed (counted, not listed: get_device_software pages through them).";
+    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups, hardware, OS, network interfaces, disks, uptime, pending reboot, logged-in users, the latest metrics sample and how many active context entries it has. Installed packages are counted, not listed: get_device_software pages through them.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Actions = NoActions;
@@ -480,7 +480,7 @@ pub(crate) struct GetDeviceSoftware;
 impl Tool for GetDeviceSoftware {
     const NAME: &'static str = "get_device_software";
     const TITLE: &'static str = "List installed software";
-    const DESCRIPTION: &'static str = "The packages installed on one device (name and version, from the agent's latest inventory), ordered by name: filter by a case-insensitive name substring, page with limit (default 50, max 200) and the nextCursor of the previous page. total counts every match.";
+    const DESCRIPTION: &'static str = "The packages installed on one device (name and version, from the agent's latest inventory), ordered by name. Page with the previous page's nextCursor; total counts every match.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Actions = NoActions;

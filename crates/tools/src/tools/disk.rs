@@ -105,7 +105,7 @@ pub(crate) struct AnalyzeDiskUsage;
 impl Tool for AnalyzeDiskUsage {
     const NAME: &'static str = "analyze_disk_usage";
     const TITLE: &'static str = "Analyze disk usage";
-    const DESCRIPTION: &'static str = "Where a device's disk space goes: usage per mount, the largest files and directories, and cleanup candidates (temp files, caches, rotated logs, large files) with sizes. Uses the latest snapshot, or scans now with refresh=true (device must be online; waits up to 90 seconds).";
+    const DESCRIPTION: &'static str = "Where a device's disk space goes: usage per mount, the largest files and directories, and cleanup candidates with sizes. Uses the latest snapshot, or scans now with refresh=true (device online; waits up to 90 seconds).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);

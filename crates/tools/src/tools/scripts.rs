@@ -146,7 +146,7 @@ pub(crate) struct RunScript;
 impl Tool for RunScript {
     const NAME: &'static str = "run_script";
     const TITLE: &'static str = "Run a script";
-    const DESCRIPTION: &'static str = "Run a script from the organization's library (by id or name) on up to 10 devices in parallel, with values for its declared parameters. Each device's run is recorded with its output and exit code. Waits up to the script's timeout plus 15 seconds; runs still going are reported with their command id.";
+    const DESCRIPTION: &'static str = "Run a library script (by id or name) on up to 10 devices in parallel, with values for its declared parameters. Each run is recorded with its output and exit code. Waits up to the script's timeout plus 15 seconds; runs still going are reported with their command id.";
     const TIER: Tier = Tier::T3;
     const PERMISSION: Permission = Permission::ScriptsExecute;
     const RATE_LIMIT: Option<RateLimit> = per(5, 300);

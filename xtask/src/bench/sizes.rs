@@ -1,0 +1,185 @@
+//! `cargo xtask bench sizes`: the byte size of `tools/list` per API key (read, write, execute)
+//! and catalog mode (full, consolidated), beside issue #22's aims (consolidated ≤ 8 KB for every
+//! key, full ≤ 40 KB for an execute key), then the execute key's full listing split per tool
+//! and per part (description, inputSchema, outputSchema, annotations, `_meta`), so the bytes can
+//! be found. No load is generated: a `breeze demo` is started (debug build, or
+//! `BENCH_BREEZE_BIN`), asked, and stopped. `cargo xtask bench mcp` prints the same table.
+//!
+//! Sizes are of the `result` object as sent (compact JSON): what a client puts in its model's
+//! context. The same figures are held by the `catalog_sizes` test in `crates/server`.
+
+use std::{collections::BTreeMap, process::Command, time::Duration};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::{Running, demo_command, run, wait_for_json, workspace_root};
+
+/// The aim for the consolidated listing of every key, bytes.
+const CONSOLIDATED_AIM: usize = 8 * 1024;
+/// The aim for an execute key's full listing, bytes.
+const FULL_EXECUTE_AIM: usize = 40 * 1024;
+
+/// The demo's three keys by label, in the order they are reported.
+pub(super) fn demo_keys(demo: &Value) -> anyhow::Result<Vec<(&'static str, String)>> {
+    ["read", "write", "execute"]
+        .into_iter()
+        .map(|label| {
+            let key = demo["api_keys"][label]
+                .as_str()
+                .with_context(|| format!("demo {label} key"))?;
+            Ok((label, key.to_owned()))
+        })
+        .collect()
+}
+
+/// `cargo xtask bench sizes`.
+pub(crate) fn run_sizes() -> anyhow::Result<()> {
+    let root = workspace_root()?;
+    #[allow(clippy::disallowed_methods)] // benchmark knob
+    let bin = match std::env::var("BENCH_BREEZE_BIN") {
+        Ok(bin) => bin.into(),
+        Err(_) => {
+            eprintln!("building (debug): breeze…");
+            run(Command::new("cargo").current_dir(&root).args([
+                "build",
+                "-q",
+                "-p",
+                "breeze-cli",
+            ]))?;
+            root.join("target/debug/breeze")
+        }
+    };
+    let dir = root.join("target/bench/sizes-demo");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let port = 3216;
+    let mut breeze = Running::start(&mut demo_command(&bin, &dir, port), port)?;
+    let demo = wait_for_json(&dir.join("breeze-data/demo.json"), &mut breeze.0)?;
+    let keys = demo_keys(&demo)?;
+    let base = format!("http://127.0.0.1:{port}");
+    print_sizes(&base, &keys)?;
+    println!();
+    print_parts(&base, &keys)?;
+    Ok(())
+}
+
+/// Prints the size table for the server at `base` (the listing of each key in each mode).
+pub(super) fn print_sizes(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()> {
+    println!("| tools/list | key | tools | bytes | aim |");
+    println!("|---|---|---:|---:|---|");
+    for (mode, path) in [
+        ("full", "/mcp"),
+        ("consolidated", "/mcp?catalog=consolidated"),
+    ] {
+        for (label, key) in keys {
+            let result = list(&format!("{base}{path}"), key)?;
+            let bytes = result.to_string().len();
+            let tools = result["tools"].as_array().map_or(0, Vec::len);
+            let aim = match (mode, *label) {
+                ("consolidated", _) => super::verdict(bytes <= CONSOLIDATED_AIM, "≤ 8192"),
+                ("full", "execute") => super::verdict(bytes <= FULL_EXECUTE_AIM, "≤ 40960"),
+                _ => String::new(),
+            };
+            println!("| {mode} | {label} | {tools} | {bytes} | {aim} |");
+        }
+    }
+    Ok(())
+}
+
+/// Prints the execute key's full listing per tool and per part, largest tool first, and the
+/// parts' totals. A part's bytes are its value's compact JSON; the rest of a tool's entry (its
+/// name, title, keys and punctuation) is in `other`.
+fn print_parts(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()> {
+    let key = keys
+        .iter()
+        .find(|(l, _)| *l == "execute")
+        .map(|(_, k)| k)
+        .context("the execute key")?;
+    let result = list(&format!("{base}/mcp"), key)?;
+    let tools = result["tools"].as_array().context("tools")?;
+    const PARTS: [&str; 5] = [
+        "description",
+        "inputSchema",
+        "outputSchema",
+        "annotations",
+        "_meta",
+    ];
+    let mut rows: Vec<(String, usize, Vec<usize>)> = tools
+        .iter()
+        .map(|t| {
+            let whole = t.to_string().len();
+            let parts = PARTS
+                .iter()
+                .map(|p| t.get(*p).map_or(0, |v| v.to_string().len()))
+                .collect();
+            (t["name"].as_str().unwrap_or("?").to_owned(), whole, parts)
+        })
+        .collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+    println!(
+        "| execute key, full: tool | bytes | {} | other |",
+        PARTS.join(" | ")
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut totals = BTreeMap::<usize, usize>::new();
+    let mut whole_total = 0;
+    for (name, whole, parts) in &rows {
+        let other = whole - parts.iter().sum::<usize>();
+        whole_total += whole;
+        for (i, p) in parts.iter().chain([&other]).enumerate() {
+            *totals.entry(i).or_default() += p;
+        }
+        let cells: Vec<String> = parts.iter().map(usize::to_string).collect();
+        println!("| {name} | {whole} | {} | {other} |", cells.join(" | "));
+    }
+    let cells: Vec<String> = totals.values().map(usize::to_string).collect();
+    println!(
+        "| **all {} tools** | {whole_total} | {} |",
+        rows.len(),
+        cells.join(" | ")
+    );
+    Ok(())
+}
+
+/// The `result` of a stateless `tools/list` POST to `url` with `key`.
+fn list(url: &str, key: &str) -> anyhow::Result<Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+        let resp = http
+            .post(url)
+            .header("x-api-key", key)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body.to_string())
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "tools/list at {url}: HTTP {status}: {text}"
+        );
+        // JSON, or an SSE stream whose last `data:` line is the answer.
+        let json = if text.trim_start().starts_with('{') {
+            text.as_str()
+        } else {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .rfind(|d| d.contains("\"result\""))
+                .unwrap_or("")
+        };
+        let mut v: Value =
+            serde_json::from_str(json).with_context(|| format!("tools/list reply: {text}"))?;
+        anyhow::ensure!(v.get("error").is_none(), "tools/list at {url}: {v}");
+        Ok(v["result"].take())
+    })
+}
