@@ -429,6 +429,297 @@ async fn overview_and_switcher_respect_organizations(cx: Ctx) {
     assert_eq!(by_id.status, StatusCode::NOT_FOUND);
 }
 
+/// An API key of the admin in `org` with every tier's scope.
+async fn exec_key(w: &World, org: breeze_core::OrgId) -> String {
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: org,
+                user_id: w.admin,
+                name: "exec".into(),
+                scopes: breeze_core::ScopeSet::new([
+                    breeze_core::Scope::AiRead,
+                    breeze_core::Scope::AiWrite,
+                    breeze_core::Scope::AiExecute,
+                ]),
+                expires_at: None,
+            },
+            common::audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+/// A Tier 3 `manage_groups create` MCP call, left waiting for its approval.
+fn group_call_waiting(w: &World, key: &str, name: &str) -> tokio::task::JoinHandle<common::Reply> {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": { "name": "manage_groups", "arguments": { "action": "create", "name": name } } });
+    let req = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-api-key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let app = w.app.clone();
+    tokio::spawn(async move { send(&app, req).await })
+}
+
+/// Waits for a pending request in `org`; its id.
+async fn pending_in(w: &World, org: breeze_core::OrgId, skip: usize) -> String {
+    for _ in 0..400 {
+        let list = w.store.org(org).list_approvals(true, 10).await.unwrap();
+        if list.len() > skip {
+            return list[0].id.to_string();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no approval request appeared")
+}
+
+/// A user who is Administrator in `org` only.
+async fn admin_of(w: &World, email: &str, org: breeze_core::OrgId) {
+    let s = &w.store;
+    let partner = s.find_partner("p").await.unwrap();
+    let u = s
+        .create_user(
+            breeze_store::NewUser {
+                partner_id: partner.id,
+                org_id: None,
+                email: email.into(),
+                name: "Other".into(),
+                password_hash: breeze_auth::password::hash(PASSWORD).unwrap(),
+            },
+            common::audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(partner.id, "Administrator").await.unwrap();
+    s.assign_role(u.id, org, role.id, common::audit("r"))
+        .await
+        .unwrap();
+}
+
+async fn status_of(w: &World, org: breeze_core::OrgId, id: &str) -> String {
+    w.store
+        .org(org)
+        .get_approval(id.parse().unwrap())
+        .await
+        .unwrap()
+        .status
+}
+
+async fn approvals_are_listed_and_decided_from_the_page(cx: Ctx) {
+    let w = world(&cx).await;
+    admin_of(&w, "ops@p.test", w.org_a).await;
+    let key = exec_key(&w, w.org_a).await;
+    let call = group_call_waiting(&w, &key, "Lab");
+    let id = pending_in(&w, w.org_a, 0).await;
+    let ops = sign_in(&w.app, "ops@p.test").await;
+    let r = get(&w.app, "/o/org-a/approvals", &ops.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    for shown in [
+        id.as_str(),
+        "manage_groups.create",
+        "Tier 3",
+        "admin@p.test",
+        "&#34;Lab&#34;",
+        " left",
+        "value=\"approve\"",
+    ] {
+        assert!(page.contains(shown), "{shown} not in {page}");
+    }
+    // The live fragment shows the same request.
+    let r = get(&w.app, "/o/org-a/approvals/pending", &ops.cookie).await;
+    assert!(html(&r).contains(&id) && !html(&r).contains("<html"));
+    // The webhook-style link lands on the organization's page.
+    let r = get(&w.app, &format!("/approvals/{id}"), &ops.cookie).await;
+    assert_eq!(location(&r), format!("/o/org-a/approvals#a-{id}"));
+    // Without the CSRF token nothing is decided.
+    let uri = format!("/o/org-a/approvals/{id}");
+    for token in ["", "forged", &ops.csrf[..63]] {
+        let r = post_form(
+            &w.app,
+            &uri,
+            &ops.cookie,
+            &[("csrf", token), ("decision", "approve")],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{token:?}");
+    }
+    assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
+    // A bad decision: a clear error, the reason typed is kept, nothing decided.
+    let r = post_form(
+        &w.app,
+        &uri,
+        &ops.cookie,
+        &[
+            ("csrf", &ops.csrf),
+            ("decision", "maybe"),
+            ("reason", "checked the args"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(html(&r).contains("Unknown decision"));
+    assert!(html(&r).contains(">checked the args</textarea>"));
+    assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
+    // Approve: the waiting MCP call runs and completes.
+    let r = post_form(
+        &w.app,
+        &uri,
+        &ops.cookie,
+        &[
+            ("csrf", &ops.csrf),
+            ("decision", "approve"),
+            ("reason", "ok by ops"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(location(&r), format!("/o/org-a/approvals?decided={id}"));
+    let reply = call.await.unwrap();
+    let text = reply.body.to_string();
+    assert!(!text.contains("\"isError\":true"), "{text}");
+    assert!(
+        w.store
+            .org(w.org_a)
+            .list_groups()
+            .await
+            .unwrap()
+            .iter()
+            .any(|g| g.name == "Lab")
+    );
+    let r = get(&w.app, location(&r), &ops.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("is now"), "{page}");
+    assert!(
+        page.contains("ok by ops") && page.contains("ran: succeeded"),
+        "{page}"
+    );
+    // Deciding twice is a conflict, said plainly.
+    let r = post_form(
+        &w.app,
+        &uri,
+        &ops.cookie,
+        &[("csrf", &ops.csrf), ("decision", "deny")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    // Deny: the call gets its error.
+    let call = group_call_waiting(&w, &key, "Denied");
+    let id = pending_in(&w, w.org_a, 0).await;
+    let r = post_form(
+        &w.app,
+        &format!("/o/org-a/approvals/{id}"),
+        &ops.cookie,
+        &[
+            ("csrf", &ops.csrf),
+            ("decision", "deny"),
+            ("reason", "not today"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let text = call.await.unwrap().body.to_string();
+    assert!(
+        text.contains("denied") && text.contains("not today"),
+        "{text}"
+    );
+}
+
+async fn four_eyes_holds_on_the_page(cx: Ctx) {
+    let w = world(&cx).await;
+    w.store
+        .org(w.org_a)
+        .set_approval_policy("manage_groups.create", "four_eyes", common::audit("policy"))
+        .await
+        .unwrap();
+    let key = exec_key(&w, w.org_a).await;
+    let _call = group_call_waiting(&w, &key, "Lab");
+    let id = pending_in(&w, w.org_a, 0).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, "/o/org-a/approvals", &admin.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("someone else approves it"), "{page}");
+    assert!(!page.contains("value=\"approve\""));
+    // Posting the approval anyway is refused by the same rule as the API, reason kept.
+    let r = post_form(
+        &w.app,
+        &format!("/o/org-a/approvals/{id}"),
+        &admin.cookie,
+        &[
+            ("csrf", &admin.csrf),
+            ("decision", "approve"),
+            ("reason", "mine"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(html(&r).contains("four-eyes"));
+    assert!(html(&r).contains(">mine</textarea>"));
+    assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
+    // The Read Only viewer sees it but cannot decide it.
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = post_form(
+        &w.app,
+        &format!("/o/org-a/approvals/{id}"),
+        &viewer.cookie,
+        &[("csrf", &viewer.csrf), ("decision", "deny")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(html(&r).contains("devices.write"), "{}", html(&r));
+    assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
+}
+
+async fn another_organizations_approvals_are_out_of_reach(cx: Ctx) {
+    let w = world(&cx).await;
+    admin_of(&w, "ops@p.test", w.org_a).await;
+    let key_b = exec_key(&w, w.org_b).await;
+    let _call = group_call_waiting(&w, &key_b, "B-only");
+    let id_b = pending_in(&w, w.org_b, 0).await;
+    let ops = sign_in(&w.app, "ops@p.test").await;
+    // Not listed in A, B's pages are 404, and B's request cannot be reached by id.
+    let r = get(&w.app, "/o/org-a/approvals", &ops.cookie).await;
+    assert!(!html(&r).contains(&id_b));
+    for path in ["/o/org-b/approvals", "/o/org-b/approvals/pending"] {
+        let r = get(&w.app, path, &ops.cookie).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    let r = get(&w.app, &format!("/approvals/{id_b}"), &ops.cookie).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    for uri in [
+        format!("/o/org-b/approvals/{id_b}"),
+        format!("/o/org-a/approvals/{id_b}"),
+    ] {
+        for decision in ["approve", "deny", "report"] {
+            let r = post_form(
+                &w.app,
+                &uri,
+                &ops.cookie,
+                &[("csrf", &ops.csrf), ("decision", decision)],
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri} {decision}");
+        }
+    }
+    // Even someone in both organizations cannot decide B's request through A's page.
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = post_form(
+        &w.app,
+        &format!("/o/org-a/approvals/{id_b}"),
+        &admin.cookie,
+        &[("csrf", &admin.csrf), ("decision", "deny")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(status_of(&w, w.org_b, &id_b).await, "pending");
+}
+
 macro_rules! sqlite_tests {
     ($($case:ident),+ $(,)?) => {$(
         #[tokio::test]
@@ -448,5 +739,8 @@ mod pages {
         sign_out_needs_the_csrf_token,
         a_token_from_another_session_is_refused,
         overview_and_switcher_respect_organizations,
+        approvals_are_listed_and_decided_from_the_page,
+        four_eyes_holds_on_the_page,
+        another_organizations_approvals_are_out_of_reach,
     );
 }

@@ -70,6 +70,8 @@ pub(crate) struct Layout {
     pub(crate) orgs: Vec<Link>,
     pub(crate) nav: Vec<Link>,
     pub(crate) settings: Vec<Link>,
+    /// The organization's live-update stream (`/o/{org}/events`), empty outside one.
+    pub(crate) events: String,
     pub(crate) css: &'static str,
     pub(crate) js: &'static str,
     pub(crate) htmx: &'static str,
@@ -90,6 +92,7 @@ impl Layout {
             orgs: Vec::new(),
             nav: Vec::new(),
             settings: Vec::new(),
+            events: String::new(),
             css: assets::url("app.css"),
             js: assets::url("app.js"),
             htmx: assets::url("htmx.min.js"),
@@ -122,6 +125,7 @@ impl Layout {
         if let Some(org) = org {
             l.org_slug = org.slug.clone();
             l.org_name = org.name.clone();
+            l.events = format!("/o/{}/events", org.slug);
             let link = |s: Section| Link {
                 href: format!("/o/{}{}", org.slug, s.suffix()),
                 label: s.label().to_owned(),

@@ -12,8 +12,10 @@
 //! Organization pages live under `/o/{org}/…` (`{org}` is the slug), so the organization is
 //! part of every URL: bookmarkable, and the switcher is a set of links.
 
+mod approvals;
 pub(crate) mod assets;
 pub(crate) mod csrf;
+mod events;
 pub(crate) mod layout;
 mod login;
 mod overview;
@@ -44,6 +46,8 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(home))
         .merge(login::router())
+        .merge(approvals::router())
+        .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
