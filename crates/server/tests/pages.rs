@@ -720,6 +720,230 @@ async fn another_organizations_approvals_are_out_of_reach(cx: Ctx) {
     assert_eq!(status_of(&w, w.org_b, &id_b).await, "pending");
 }
 
+/// An MCP `initialize` with `key`: its status.
+async fn mcp_status(w: &World, key: &str) -> StatusCode {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "t", "version": "1" } } });
+    let r = send(
+        &w.app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await;
+    r.status
+}
+
+/// The `brz_…` secret shown on a page.
+fn secret_in(page: &str) -> Option<String> {
+    let at = page.find("id=\"secret\" class=\"secret\">")?;
+    let rest = &page[at + 27..];
+    Some(rest[..rest.find('<').unwrap()].to_owned())
+}
+
+async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let uri = "/o/org-a/settings/api-keys";
+    let r = get(&w.app, uri, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let before = w.store.org(w.org_a).list_api_keys().await.unwrap().len();
+    // CSRF first: nothing is created without it.
+    let r = post_form(
+        &w.app,
+        uri,
+        &admin.cookie,
+        &[("name", "x"), ("scope", "ai:read"), ("expires_days", "0")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Bad input: a clear error, what was typed kept, nothing created.
+    for (form, says) in [
+        (
+            vec![("name", ""), ("scope", "ai:read"), ("expires_days", "30")],
+            "Give the key a name",
+        ),
+        (
+            vec![("name", "Laptop"), ("expires_days", "30")],
+            "at least one scope",
+        ),
+        (
+            vec![("name", "Laptop"), ("scope", "*"), ("expires_days", "30")],
+            "Unknown scope",
+        ),
+        (
+            vec![
+                ("name", "Laptop"),
+                ("scope", "ai:read"),
+                ("expires_days", "-1"),
+            ],
+            "Choose an expiry",
+        ),
+        (
+            vec![
+                ("name", "Laptop"),
+                ("scope", "ai:read"),
+                ("expires_days", "12"),
+            ],
+            "Choose an expiry",
+        ),
+    ] {
+        let mut form = form.clone();
+        form.push(("csrf", &admin.csrf));
+        let r = post_form(&w.app, uri, &admin.cookie, &form).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{form:?}");
+        assert!(html(&r).contains(says), "{says}: {}", html(&r));
+        if form[0].1 == "Laptop" {
+            assert!(html(&r).contains("value=\"Laptop\""));
+        }
+        assert!(secret_in(html(&r)).is_none());
+    }
+    assert_eq!(
+        w.store.org(w.org_a).list_api_keys().await.unwrap().len(),
+        before
+    );
+    // Create: the secret once, in this response only.
+    let r = post_form(
+        &w.app,
+        uri,
+        &admin.cookie,
+        &[
+            ("csrf", &admin.csrf),
+            ("name", "Claude <Desktop>"),
+            ("scope", "ai:read"),
+            ("scope", "ai:write"),
+            ("expires_days", "30"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.headers[header::CACHE_CONTROL], "no-store");
+    let secret = secret_in(html(&r)).unwrap();
+    assert!(secret.starts_with("brz_") && secret.len() == 47, "{secret}");
+    assert!(
+        html(&r).contains("Claude &#60;Desktop&#62;"),
+        "escaped name"
+    );
+    assert_eq!(mcp_status(&w, &secret).await, StatusCode::OK);
+    let r = get(&w.app, uri, &admin.cookie).await;
+    let page = html(&r);
+    assert!(!page.contains(&secret) && secret_in(page).is_none());
+    assert!(
+        page.contains(&format!("{}…", &secret[..8])),
+        "the prefix identifies it"
+    );
+    assert!(page.contains("ai:read ai:write"));
+    let record = w
+        .store
+        .org(w.org_a)
+        .list_api_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|k| k.name == "Claude <Desktop>")
+        .unwrap();
+    assert!(record.expires_at.is_some());
+    assert!(page.contains(&format!("k-{}", record.id)));
+    // Revoke (CSRF checked), and MCP refuses the key at once.
+    let revoke = format!("{uri}/{}/revoke", record.id);
+    let r = post_form(&w.app, &revoke, &admin.cookie, &[("csrf", "nope")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(mcp_status(&w, &secret).await, StatusCode::OK);
+    let r = post_form(&w.app, &revoke, &admin.cookie, &[("csrf", &admin.csrf)]).await;
+    assert_eq!((r.status, location(&r)), (StatusCode::SEE_OTHER, uri));
+    assert_eq!(mcp_status(&w, &secret).await, StatusCode::UNAUTHORIZED);
+    let r = get(&w.app, uri, &admin.cookie).await;
+    assert!(html(&r).contains("revoked"));
+    // A malformed id is a 404, not an error.
+    let r = post_form(
+        &w.app,
+        &format!("{uri}/nope/revoke"),
+        &admin.cookie,
+        &[("csrf", &admin.csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+async fn api_keys_need_the_permission_and_stay_in_their_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    // Read Only may not manage keys.
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = get(&w.app, "/o/org-a/settings/api-keys", &viewer.cookie).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(html(&r).contains("apikeys.manage"), "{}", html(&r));
+    // An administrator of A only cannot see, create or revoke B's keys, by URL or by id.
+    admin_of(&w, "ops@p.test", w.org_a).await;
+    let ops = sign_in(&w.app, "ops@p.test").await;
+    let b_key = w.store.org(w.org_b).list_api_keys().await.unwrap()[0].id;
+    let r = get(&w.app, "/o/org-b/settings/api-keys", &ops.cookie).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = post_form(
+        &w.app,
+        "/o/org-b/settings/api-keys",
+        &ops.cookie,
+        &[
+            ("csrf", &ops.csrf),
+            ("name", "x"),
+            ("scope", "ai:read"),
+            ("expires_days", "0"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    for org in ["org-a", "org-b"] {
+        let r = post_form(
+            &w.app,
+            &format!("/o/{org}/settings/api-keys/{b_key}/revoke"),
+            &ops.cookie,
+            &[("csrf", &ops.csrf)],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{org}");
+    }
+    let r = get(&w.app, "/o/org-a/settings/api-keys", &ops.cookie).await;
+    assert!(!html(&r).contains(&b_key.to_string()));
+    assert_eq!(mcp_status(&w, &w.other_org_key).await, StatusCode::OK);
+}
+
+async fn mcp_and_apps_pages_show_this_servers_urls(cx: Ctx) {
+    let w = world(&cx).await;
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = get(&w.app, "/o/org-a/settings/mcp", &viewer.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    for shown in [
+        "http://127.0.0.1:3000/mcp",
+        "http://127.0.0.1:3000/api/v1/mcp/sse",
+        "claude mcp add --transport http breeze http://127.0.0.1:3000/mcp --header &#34;X-API-Key: brz_…&#34;",
+        "[mcp_servers.breeze]",
+        "url = &#34;http://127.0.0.1:3000/mcp&#34;",
+        "Claude Desktop",
+        "Cursor",
+        "ChatGPT",
+        "&#34;args&#34;: [&#34;mcp&#34;, &#34;stdio&#34;]",
+        "&#34;BREEZE_URL&#34;: &#34;http://127.0.0.1:3000&#34;",
+    ] {
+        assert!(page.contains(shown), "{shown} not in {page}");
+    }
+    let r = get(&w.app, "/o/org-a/settings/apps", &viewer.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(html(&r).contains("OAuth is off"));
+    assert!(html(&r).contains("http://127.0.0.1:3000/mcp"));
+    for path in ["/o/org-b/settings/mcp", "/o/org-b/settings/apps"] {
+        let r = get(&w.app, path, &viewer.cookie).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    // The sign-in page's compact card.
+    let r = get(&w.app, "/login", "").await;
+    assert!(html(&r).contains("Connecting an AI agent?"));
+    assert!(html(&r).contains("<code id=\"mcp-url\">http://127.0.0.1:3000/mcp</code>"));
+}
+
 macro_rules! sqlite_tests {
     ($($case:ident),+ $(,)?) => {$(
         #[tokio::test]
@@ -742,5 +966,8 @@ mod pages {
         approvals_are_listed_and_decided_from_the_page,
         four_eyes_holds_on_the_page,
         another_organizations_approvals_are_out_of_reach,
+        api_keys_are_created_once_listed_and_revoked,
+        api_keys_need_the_permission_and_stay_in_their_organization,
+        mcp_and_apps_pages_show_this_servers_urls,
     );
 }

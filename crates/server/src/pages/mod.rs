@@ -19,6 +19,7 @@ mod events;
 pub(crate) mod layout;
 mod login;
 mod overview;
+mod settings;
 
 use askama::Template;
 use axum::{
@@ -49,6 +50,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(approvals::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
+        .merge(settings::router())
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CSP),
