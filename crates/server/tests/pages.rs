@@ -944,6 +944,108 @@ async fn mcp_and_apps_pages_show_this_servers_urls(cx: Ctx) {
     assert!(html(&r).contains("<code id=\"mcp-url\">http://127.0.0.1:3000/mcp</code>"));
 }
 
+/// An MCP `initialize` with `key` and request id `rid` (each is an audit record).
+async fn mcp_with_request_id(w: &World, key: &str, rid: &str) {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "t", "version": "1" } } });
+    let r = send(
+        &w.app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", key)
+            .header("x-request-id", rid)
+            .body(Body::from(body.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+async fn audit_log_filters_pages_and_stays_in_its_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    // Each initialize leaves more than one mcp.* record: 30 make two pages of 50.
+    for i in 0..30 {
+        mcp_with_request_id(&w, &w.read, &format!("rid-a-{i:02}")).await;
+    }
+    mcp_with_request_id(&w, &w.other_org_key, "rid-b-secret").await;
+    w.store.flush_audit().await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, "/o/org-a/audit?action=mcp.", &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let page = html(&r).to_owned();
+    assert_eq!(page.matches("<tr id=\"r-").count(), 50);
+    assert!(page.contains("rid-a-29") && !page.contains("rid-a-00"));
+    assert!(page.contains("mcp.initialize"));
+    assert!(!page.contains("rid-b-secret"));
+    // The next page continues where the first stopped, with the same filter.
+    let at = page.find("id=\"next-page\"").unwrap();
+    let href_at = page[..at].rfind("href=\"").unwrap() + 6;
+    let href_len = page[href_at..].find('"').unwrap();
+    let href = page[href_at..href_at + href_len].replace("&#38;", "&");
+    assert!(href.contains("action=mcp."), "{href}");
+    let r = get(&w.app, &href, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page2 = html(&r);
+    let filter = breeze_store::AuditFilter {
+        action: Some("mcp.".into()),
+        ..Default::default()
+    };
+    let total = w
+        .store
+        .org(w.org_a)
+        .query_audit(&filter, None, 1000)
+        .await
+        .unwrap()
+        .records
+        .len();
+    assert!((51..100).contains(&total), "{total}");
+    assert_eq!(page2.matches("<tr id=\"r-").count(), total - 50, "{href}");
+    assert!(page2.contains("rid-a-00") && !page2.contains("rid-a-29"));
+    assert!(!page2.contains("id=\"next-page\""));
+    // Other filters narrow it.
+    let r = get(
+        &w.app,
+        "/o/org-a/audit?action=api_key.create&result=success",
+        &admin.cookie,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!html(&r).contains("mcp.initialize"));
+    let r = get(
+        &w.app,
+        "/o/org-a/audit?action=mcp.&since=2099-01-01T00:00",
+        &admin.cookie,
+    )
+    .await;
+    assert!(html(&r).contains("No record matches."));
+    // Bad input: 400 with a clear message, the filter form kept.
+    for (q, says) in [
+        ("since=yesterday", "is not a time"),
+        ("result=maybe", "maybe"),
+        ("actor_type=robot", "robot"),
+        ("cursor=garbage", "cursor"),
+    ] {
+        let r = get(
+            &w.app,
+            &format!("/o/org-a/audit?action=mcp.&{q}"),
+            &admin.cookie,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}");
+        assert!(html(&r).to_lowercase().contains(says), "{q}: {}", html(&r));
+        assert!(html(&r).contains("value=\"mcp.\""), "{q}");
+    }
+    // Another organization's log is a 404 for a person outside it.
+    admin_of(&w, "ops@p.test", w.org_a).await;
+    let ops = sign_in(&w.app, "ops@p.test").await;
+    let r = get(&w.app, "/o/org-b/audit", &ops.cookie).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = get(&w.app, "/o/org-a/audit?action=mcp.", &ops.cookie).await;
+    assert!(html(&r).contains("rid-a-29") && !html(&r).contains("rid-b-secret"));
+}
+
 macro_rules! sqlite_tests {
     ($($case:ident),+ $(,)?) => {$(
         #[tokio::test]
@@ -969,5 +1071,6 @@ mod pages {
         api_keys_are_created_once_listed_and_revoked,
         api_keys_need_the_permission_and_stay_in_their_organization,
         mcp_and_apps_pages_show_this_servers_urls,
+        audit_log_filters_pages_and_stays_in_its_organization,
     );
 }

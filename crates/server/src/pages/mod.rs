@@ -14,6 +14,7 @@
 
 mod approvals;
 pub(crate) mod assets;
+mod audit;
 pub(crate) mod csrf;
 mod events;
 pub(crate) mod layout;
@@ -48,6 +49,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/", get(home))
         .merge(login::router())
         .merge(approvals::router())
+        .merge(audit::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
         .merge(settings::router())
