@@ -16,6 +16,7 @@ mod approvals;
 pub(crate) mod assets;
 mod audit;
 pub(crate) mod csrf;
+mod devices;
 mod events;
 pub(crate) mod layout;
 mod login;
@@ -50,6 +51,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(login::router())
         .merge(approvals::router())
         .merge(audit::router())
+        .merge(devices::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
         .merge(settings::router())
