@@ -55,12 +55,22 @@
     var url = document.body.getAttribute("data-events");
     if (!url || !window.EventSource) return;
     var es = new EventSource(url);
-    ["approvals", "devices", "metrics"].forEach(function (name) {
-      es.addEventListener(name, function () {
-        document.querySelectorAll('[data-refresh-on~="' + name + '"]').forEach(function (el) {
-          if (window.htmx) window.htmx.trigger(el, "refresh");
-        });
+    var names = ["approvals", "devices", "metrics"];
+    function refresh(name) {
+      document.querySelectorAll('[data-refresh-on~="' + name + '"]').forEach(function (el) {
+        if (window.htmx) window.htmx.trigger(el, "refresh");
       });
+    }
+    names.forEach(function (name) {
+      es.addEventListener(name, function () { refresh(name); });
+    });
+    // The stream reports changes after it opened; whatever changed between the page's render
+    // and then is fetched once now (and again after a reconnect).
+    var opened = false;
+    es.addEventListener("open", function () {
+      if (opened) names.forEach(refresh);
+      else setTimeout(function () { names.forEach(refresh); }, 2500);
+      opened = true;
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", listen);

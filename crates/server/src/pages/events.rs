@@ -1,8 +1,8 @@
 //! `GET /o/{org}/events`: live updates for an organization's pages, as Server-Sent Events.
 //!
 //! Each event names what changed — `approvals` (the set of pending requests), `devices` (how
-//! many are online) or `metrics` (a tick every 15 s, when charts may have a new point) — and
-//! carries no data: `app.js` tells the elements that asked for that event to reload themselves
+//! many are online) or `metrics` (a tick every 14 s, when charts may have a new point) — and
+//! carries only that name (an event with empty data is never dispatched by browsers): `app.js` tells the elements that asked for that event to reload themselves
 //! through their own authorized fragment URL, so nothing reaches the browser by this stream
 //! that the pages would not show. The stream's task asks the store every 2 s and ends when
 //! the browser goes away.
@@ -47,7 +47,7 @@ pub(super) async fn stream(
             if let Ok(ids) = pending {
                 if last_pending.as_ref().is_some_and(|l| *l != ids)
                     && tx
-                        .send(Ok(Event::default().event("approvals").data("")))
+                        .send(Ok(Event::default().event("approvals").data("approvals")))
                         .await
                         .is_err()
                 {
@@ -63,7 +63,7 @@ pub(super) async fn stream(
                 let online = page.total();
                 if last_online.is_some_and(|l| l != online)
                     && tx
-                        .send(Ok(Event::default().event("devices").data("")))
+                        .send(Ok(Event::default().event("devices").data("devices")))
                         .await
                         .is_err()
                 {
@@ -74,7 +74,7 @@ pub(super) async fn stream(
             ticks += 1;
             if ticks.is_multiple_of(METRICS_TICK)
                 && tx
-                    .send(Ok(Event::default().event("metrics").data("")))
+                    .send(Ok(Event::default().event("metrics").data("metrics")))
                     .await
                     .is_err()
             {
