@@ -1227,6 +1227,7 @@ async fn device_page_shows_charts_notes_and_stays_in_its_organization(cx: Ctx) {
     assert_eq!(html(&by_b), html(&missing));
 }
 
+#[allow(clippy::print_stdout)] // the numbers are this test's report (`--nocapture`)
 async fn ten_thousand_devices_list_quickly(cx: Ctx) {
     let w = world(&cx).await;
     seed_devices(&w, w.org_a, 10_000).await;

@@ -412,6 +412,9 @@ pub(crate) fn svg_chart(
     s
 }
 
+/// A chart's id, title, and the value it draws from a point.
+type Series = (&'static str, &'static str, fn(&MetricPoint) -> f64);
+
 async fn charts(
     state: &AppState,
     store: breeze_store::OrgStore<'_>,
@@ -425,7 +428,7 @@ async fn charts(
             .query_metrics(device, since, until, window.aggregation())
             .await?,
     );
-    let series: [(&'static str, &'static str, fn(&MetricPoint) -> f64); 3] = [
+    let series: [Series; 3] = [
         ("cpu", "CPU", |p| p.cpu_avg),
         ("memory", "Memory", |p| p.ram_avg),
         ("disk", "Disk", |p| p.disk_avg),

@@ -400,7 +400,7 @@ fn snippets(base: &str) -> Vec<Snippet> {
                   once OAuth is enabled on this server, add this URL as a connector (Settings → \
                   Connectors → Create):"
                 .into(),
-            text: mcp.clone(),
+            text: mcp,
         },
         Snippet {
             id: "stdio",
