@@ -796,7 +796,7 @@ mod tests {
         assert!(svg.contains("aria-label=\"CPU: 3 points\""));
         // Left edge at 0 %, middle at 50 %, the right edge clamped to 100 %.
         assert!(
-            svg.contains("points=\"34.0,132.0 314.0,70.0 594.0,8.0\""),
+            svg.contains("points=\"34.0,140.0 314.0,74.0 594.0,8.0\""),
             "{svg}"
         );
         assert!(svg.contains(">10:00<") && svg.contains(">11:00<"));
