@@ -344,6 +344,8 @@ impl Approvals {
             "expiresAt": r.expires_at, "pinned": r.pinned,
             "approveUrl": format!("{base}/api/v1/approvals/{}/approve", r.id),
             "denyUrl": format!("{base}/api/v1/approvals/{}/deny", r.id),
+            // The dashboard's page for the request (sign-in first, then back to it).
+            "pageUrl": format!("{base}/approvals/{}", r.id),
         });
         let http = self.inner.http.clone();
         tokio::spawn(async move {

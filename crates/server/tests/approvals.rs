@@ -401,6 +401,12 @@ async fn pending_answers_status_tool_and_pinning(cx: Ctx) {
             .unwrap()
             .ends_with(&format!("/api/v1/approvals/{id}/approve"))
     );
+    assert!(
+        hook["pageUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/approvals/{id}"))
+    );
 
     let status = |k: &str| tools_call(k, "get_approval_status", json!({ "approvalId": id }));
     let (result, _) = result_of(&send(&app, status(&key)).await);

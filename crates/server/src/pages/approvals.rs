@@ -1,0 +1,394 @@
+//! Approvals: the organization's pending Tier 3 requests, decided by a person.
+//!
+//! `GET /o/{org}/approvals` lists the pending requests (description, tool and action,
+//! arguments, pinned data, tier, requester, time left) and the latest decided ones with their
+//! outcome; `GET /o/{org}/approvals/pending` is the list alone, which htmx reloads on a timer
+//! and on the live `approvals` event. `POST /o/{org}/approvals/{id}` decides one (`decision` =
+//! approve | deny | report, optional `reason`) through `breeze_pipeline::approvals::decide`,
+//! exactly like the REST route: the approver's permission and four-eyes are enforced there.
+//! `GET /approvals/{id}` sends a link (the approval webhook's) to the request's organization.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use axum::{
+    Router,
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::{IntoResponse, Redirect, Response},
+    routing::get,
+};
+use breeze_core::{Permission, Timestamp, UserId};
+use breeze_pipeline::approvals::{DecideError, DecisionRequest, decide, find_for};
+use breeze_store::{ApprovalRecord, Decision};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::{Layout, PageError, Section, SignedForm, SignedIn, render_status};
+use crate::{ApiError, AppState, authz::org_scope, extract::RequestId};
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/o/{org}/approvals", get(show))
+        .route("/o/{org}/approvals/pending", get(pending_fragment))
+        .route("/o/{org}/approvals/{id}", axum::routing::post(decide_one))
+        .route("/approvals/{id}", get(find))
+}
+
+/// A pending request as the page shows it.
+pub(crate) struct PendingView {
+    id: String,
+    description: String,
+    tool: String,
+    tier: i64,
+    arguments: String,
+    pinned: String,
+    requester: String,
+    mode: String,
+    /// Four-eyes and the viewer is the requester: they may deny or report, not approve.
+    own_four_eyes: bool,
+    time_left: String,
+    created: String,
+}
+
+/// A decided request.
+struct DecidedView {
+    id: String,
+    tool: String,
+    description: String,
+    status: String,
+    decided_by: String,
+    reason: String,
+    when: String,
+    outcome: String,
+}
+
+/// The pending list (the page's live part).
+#[derive(Template)]
+#[template(path = "approvals_pending.html")]
+struct PendingFragment {
+    org_slug: String,
+    csrf: String,
+    pending: Vec<PendingView>,
+    failed_id: String,
+    reason: String,
+}
+
+#[derive(Template)]
+#[template(path = "approvals.html")]
+struct ApprovalsPage {
+    l: Layout,
+    org_slug: String,
+    csrf: String,
+    pending: Vec<PendingView>,
+    decided: Vec<DecidedView>,
+    notice: String,
+    error: String,
+    failed_id: String,
+    reason: String,
+}
+
+/// "4 min 12 s", "1 h 3 min", or "expired".
+fn time_left(now: Timestamp, until: Timestamp) -> String {
+    let secs = (until - now).num_seconds();
+    if secs <= 0 {
+        return "expired".to_owned();
+    }
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    if h > 0 {
+        format!("{h} h {m} min")
+    } else if m > 0 {
+        format!("{m} min {s} s")
+    } else {
+        format!("{s} s")
+    }
+}
+
+fn when(t: Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn tool_name(r: &ApprovalRecord) -> String {
+    match &r.action {
+        Some(a) => format!("{}.{a}", r.tool),
+        None => r.tool.clone(),
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// Names of people, looked up once per page.
+struct People<'a> {
+    state: &'a AppState,
+    names: HashMap<UserId, String>,
+}
+
+impl People<'_> {
+    async fn name(&mut self, id: UserId) -> String {
+        if let Some(n) = self.names.get(&id) {
+            return n.clone();
+        }
+        let n = match self.state.store.get_user(id).await {
+            Ok(u) => format!("{} <{}>", u.name, u.email),
+            Err(_) => id.to_string(),
+        };
+        self.names.insert(id, n.clone());
+        n
+    }
+}
+
+async fn pending_views(
+    state: &AppState,
+    who: &SignedIn,
+    org: breeze_core::OrgId,
+    people: &mut People<'_>,
+) -> Result<Vec<PendingView>, PageError> {
+    let now = state.clock.now();
+    let mut out = Vec::new();
+    for r in state.store.pending_approvals(&[org]).await? {
+        out.push(PendingView {
+            id: r.id.to_string(),
+            description: r.description.clone(),
+            tool: tool_name(&r),
+            tier: r.tier,
+            arguments: pretty(&r.arguments),
+            pinned: r.pinned.as_ref().map(pretty).unwrap_or_default(),
+            requester: people.name(r.requester_user_id).await,
+            mode: r.mode.clone(),
+            own_four_eyes: r.mode == "four_eyes" && r.requester_user_id == who.user.id,
+            time_left: time_left(now, r.expires_at),
+            created: when(r.created_at),
+        });
+    }
+    Ok(out)
+}
+
+fn outcome(r: &ApprovalRecord) -> String {
+    match (r.status.as_str(), &r.result, r.result_is_error) {
+        ("completed", Some(_), false) => "ran: succeeded".to_owned(),
+        ("completed", Some(res), true) => {
+            let msg = res
+                .pointer("/error/message")
+                .or_else(|| res.get("message"))
+                .and_then(|m| m.as_str())
+                .unwrap_or("tool error");
+            format!("ran: failed — {msg}")
+        }
+        ("approved", ..) => "approved; running or about to run".to_owned(),
+        ("failed", ..) => "failed".to_owned(),
+        (s, ..) => s.to_owned(),
+    }
+}
+
+/// What the page shows after a decision or for a failed one.
+#[derive(Default)]
+struct Banner {
+    notice: String,
+    error: String,
+    failed_id: String,
+    reason: String,
+}
+
+async fn page(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    status: StatusCode,
+    banner: Banner,
+) -> Result<Response, PageError> {
+    let scope = org_scope(state, &who.principal(), org, Permission::DevicesRead).await?;
+    let mut people = People {
+        state,
+        names: HashMap::new(),
+    };
+    let pending = pending_views(state, who, scope.org.id, &mut people).await?;
+    let mut decided = Vec::new();
+    for r in scope.store(state).list_approvals(false, 60).await? {
+        if r.status == "pending" && r.expires_at > state.clock.now() {
+            continue;
+        }
+        if decided.len() == 25 {
+            break;
+        }
+        let decided_by = match r.decided_by {
+            Some(u) => people.name(u).await,
+            None if r.mode == "automatic" => "policy".to_owned(),
+            None => String::new(),
+        };
+        decided.push(DecidedView {
+            id: r.id.to_string(),
+            tool: tool_name(&r),
+            description: r.description.clone(),
+            status: if r.status == "pending" {
+                "expired".to_owned()
+            } else {
+                r.status.clone()
+            },
+            decided_by,
+            reason: r.reason.clone().unwrap_or_default(),
+            when: when(r.decided_at.unwrap_or(r.created_at)),
+            outcome: outcome(&r),
+        });
+    }
+    let l = Layout::for_user(
+        state,
+        who,
+        Some(&scope.org),
+        Section::Approvals,
+        "Approvals",
+    )
+    .await?;
+    render_status(
+        status,
+        &ApprovalsPage {
+            org_slug: scope.org.slug.clone(),
+            csrf: who.csrf.clone(),
+            l,
+            pending,
+            decided,
+            notice: banner.notice,
+            error: banner.error,
+            failed_id: banner.failed_id,
+            reason: banner.reason,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct ShowQuery {
+    decided: Option<String>,
+}
+
+async fn show(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Result<Response, PageError> {
+    let mut banner = Banner::default();
+    if let Some(id) = q.decided.as_deref().and_then(|s| Uuid::parse_str(s).ok())
+        && let Ok(r) = find_for(&state.store, who.user.id, id).await
+    {
+        banner.notice = format!("Request {} ({}) is now {}.", r.id, tool_name(&r), r.status);
+    }
+    page(&state, &who, &org, StatusCode::OK, banner).await
+}
+
+async fn pending_fragment(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+) -> Result<Response, PageError> {
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let mut people = People {
+        state: &state,
+        names: HashMap::new(),
+    };
+    let pending = pending_views(&state, &who, scope.org.id, &mut people).await?;
+    render_status(
+        StatusCode::OK,
+        &PendingFragment {
+            org_slug: scope.org.slug,
+            csrf: who.csrf,
+            pending,
+            failed_id: String::new(),
+            reason: String::new(),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct DecisionForm {
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn decide_one(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, id)): Path<(String, String)>,
+    f: SignedForm<DecisionForm>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let not_found = || PageError::from(ApiError::not_found("approval request not found"));
+    let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    let reason = f.form.reason.trim().to_owned();
+    let failed = |error: String| Banner {
+        notice: String::new(),
+        error,
+        failed_id: id.to_string(),
+        reason: reason.clone(),
+    };
+    let decision = match f.form.decision.as_str() {
+        "approve" => Decision::Approve,
+        "deny" => Decision::Deny,
+        "report" => Decision::Report,
+        other => {
+            let msg = format!("Unknown decision {other:?}: choose approve, deny or report.");
+            return page(&state, &who, &org, StatusCode::BAD_REQUEST, failed(msg)).await;
+        }
+    };
+    if reason.chars().count() > 1000 {
+        let msg = "The reason is too long: at most 1000 characters.".to_owned();
+        return page(&state, &who, &org, StatusCode::BAD_REQUEST, failed(msg)).await;
+    }
+    // The request must be this organization's (and one the person can reach at all).
+    match find_for(&state.store, who.user.id, id).await {
+        Ok(r) if r.org_id == scope.org.id => {}
+        Ok(_) | Err(DecideError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(ApiError::from(e).into()),
+    }
+    let result = decide(
+        &state.store,
+        state.pipeline.registry(),
+        &who.user,
+        who.principal().actor(),
+        DecisionRequest {
+            id,
+            decision,
+            reason: (!reason.is_empty()).then(|| reason.clone()),
+            request_id,
+        },
+    )
+    .await;
+    match result {
+        Ok(record) => {
+            state.pipeline.approvals().notify_decided();
+            Ok(Redirect::to(&format!(
+                "/o/{}/approvals?decided={}",
+                scope.org.slug, record.id
+            ))
+            .into_response())
+        }
+        Err(e) => {
+            let api = ApiError::from(e);
+            if api.status.is_server_error() || api.status == StatusCode::NOT_FOUND {
+                return Err(api.into());
+            }
+            let status = api.status;
+            page(&state, &who, &org, status, failed(api.message)).await
+        }
+    }
+}
+
+/// `GET /approvals/{id}`: the page of the request's organization.
+async fn find(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(id): Path<String>,
+) -> Result<Response, PageError> {
+    let not_found = || PageError::from(ApiError::not_found("approval request not found"));
+    let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    let record = match find_for(&state.store, who.user.id, id).await {
+        Ok(r) => r,
+        Err(DecideError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(ApiError::from(e).into()),
+    };
+    let org = state.store.org(record.org_id).organization().await?;
+    Ok(Redirect::to(&format!("/o/{}/approvals#a-{}", org.slug, record.id)).into_response())
+}
