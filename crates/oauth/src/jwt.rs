@@ -42,8 +42,9 @@ pub struct AccessClaims {
 }
 
 /// The Ed25519 signing key, its public half and its id.
+#[derive(Clone)]
 pub struct SigningKey {
-    pair: Ed25519KeyPair,
+    pair: std::sync::Arc<Ed25519KeyPair>,
     public: Vec<u8>,
     kid: String,
 }
@@ -79,7 +80,11 @@ impl SigningKey {
             .map_err(|_| JwtError::Key("not an Ed25519 seed".into()))?;
         let public = pair.public_key().as_ref().to_vec();
         let kid = thumbprint(&public);
-        Ok(Self { pair, public, kid })
+        Ok(Self {
+            pair: std::sync::Arc::new(pair),
+            public,
+            kid,
+        })
     }
 
     /// The key of an OKP/Ed25519 private JWK (`{"kty":"OKP","crv":"Ed25519","d":…,"x":…}`).

@@ -11,6 +11,7 @@ pub mod catalog;
 mod error;
 mod extract;
 pub mod mcp;
+pub mod oauth;
 mod routes;
 
 use std::{sync::Arc, time::Duration};
@@ -87,6 +88,8 @@ pub struct ServerConfig {
     pub max_response_bytes: usize,
     /// The most items one batch call may carry (`BREEZE_MCP_MAX_ITEMS`).
     pub max_batch_items: usize,
+    /// OAuth 2.1 for MCP clients (`MCP_OAUTH_ENABLED`); `None` when off.
+    pub oauth: Option<oauth::OAuthSettings>,
 }
 
 impl ServerConfig {
@@ -110,6 +113,7 @@ impl ServerConfig {
             catalog: catalog::CatalogConfig::default(),
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            oauth: None,
         }
     }
 }
@@ -133,6 +137,8 @@ pub struct AppState {
     pub limiter: Arc<dyn RateLimiter>,
     /// Every tool call, from every front door, goes through it.
     pub pipeline: Pipeline,
+    /// The OAuth authorization server, when enabled.
+    pub oauth: Option<breeze_oauth::OAuth>,
 }
 
 impl AppState {
@@ -163,6 +169,16 @@ impl AppState {
         )
         .with_max_response_bytes(config.max_response_bytes)
         .with_max_batch_items(config.max_batch_items);
+        let oauth = config.oauth.as_ref().map(|o| {
+            breeze_oauth::OAuth::new(
+                store.clone(),
+                clock.clone(),
+                o.config.clone(),
+                o.key.clone(),
+                &o.cookie_secret,
+                Arc::new(oauth::HttpFetcher),
+            )
+        });
         Self {
             store,
             auth,
@@ -171,6 +187,7 @@ impl AppState {
             gateway,
             limiter,
             pipeline,
+            oauth,
         }
     }
 }
