@@ -95,6 +95,10 @@ impl IntoResponse for ApiError {
             json!({ "error": { "code": self.code, "message": self.message } })
         };
         let mut response = (self.status, Json(body)).into_response();
+        // For the dashboard, which answers the same error as a page.
+        response
+            .extensions_mut()
+            .insert(ErrorMessage(self.message.clone()));
         if let Some(secs) = self.retry_after {
             response
                 .headers_mut()
@@ -109,6 +113,11 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// The client-readable message of an error response, kept as a response extension so the
+/// dashboard can show it on its error page.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorMessage(pub(crate) String);
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {

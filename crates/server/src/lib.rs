@@ -12,6 +12,7 @@ mod error;
 mod extract;
 pub mod mcp;
 pub mod oauth;
+mod pages;
 mod routes;
 
 use std::{sync::Arc, time::Duration};
@@ -218,6 +219,7 @@ pub fn app(breeze: Breeze) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let rest = Router::new()
         .merge(routes::health::router())
+        .merge(pages::router())
         .nest("/api/v1", routes::api_router())
         .with_state(breeze.state);
     Router::new()

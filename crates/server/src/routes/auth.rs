@@ -55,7 +55,11 @@ async fn memberships(
         .collect())
 }
 
-fn cookie(state: &AppState, value: &str, max_age_secs: i64) -> Result<HeaderValue, ApiError> {
+pub(crate) fn cookie(
+    state: &AppState,
+    value: &str,
+    max_age_secs: i64,
+) -> Result<HeaderValue, ApiError> {
     let secure = if state.config.secure_cookies() {
         "; Secure"
     } else {

@@ -1,0 +1,68 @@
+// Breeze dashboard: the little script the pages need (no inline script anywhere; CSP
+// script-src 'self'). Copy buttons, the CSRF header on htmx requests, live updates over SSE.
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    var m = document.querySelector('meta[name="csrf-token"]');
+    return m ? m.getAttribute("content") : "";
+  }
+
+  // htmx requests carry the session's CSRF token as a header.
+  document.addEventListener("htmx:configRequest", function (e) {
+    var t = csrfToken();
+    if (t) e.detail.headers["X-CSRF-Token"] = t;
+  });
+
+  // <button data-copy="ID"> copies the text of element ID.
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest ? e.target.closest("[data-copy]") : null;
+    if (!b) return;
+    var el = document.getElementById(b.getAttribute("data-copy"));
+    if (!el) return;
+    var text = el.value !== undefined && el.tagName !== "CODE" && el.tagName !== "PRE" ? el.value : el.textContent;
+    var done = function () {
+      var old = b.textContent;
+      b.textContent = "Copied";
+      b.classList.add("copied");
+      setTimeout(function () { b.textContent = old; b.classList.remove("copied"); }, 1500);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, function () { selectText(el); });
+    } else {
+      selectText(el);
+      try { document.execCommand("copy"); done(); } catch (_) { /* selected for a manual copy */ }
+    }
+  });
+
+  function selectText(el) {
+    var r = document.createRange();
+    r.selectNodeContents(el);
+    var s = window.getSelection();
+    s.removeAllRanges();
+    s.addRange(r);
+  }
+
+  // <form data-confirm="Question?"> asks before submitting.
+  document.addEventListener("submit", function (e) {
+    var q = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (q && !window.confirm(q)) e.preventDefault();
+  }, true);
+
+  // <body data-events="/o/acme/events">: live updates. Each server event names what changed;
+  // elements with data-refresh-on="EVENT" get an htmx "refresh" event and reload themselves.
+  function listen() {
+    var url = document.body.getAttribute("data-events");
+    if (!url || !window.EventSource) return;
+    var es = new EventSource(url);
+    ["approvals", "devices", "metrics"].forEach(function (name) {
+      es.addEventListener(name, function () {
+        document.querySelectorAll('[data-refresh-on~="' + name + '"]').forEach(function (el) {
+          if (window.htmx) window.htmx.trigger(el, "refresh");
+        });
+      });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", listen);
+  else listen();
+})();

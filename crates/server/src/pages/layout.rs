@@ -1,0 +1,146 @@
+//! What `base.html` needs on every page: the title, the signed-in person, the current
+//! organization, the organization switcher, the navigation, the CSRF token and asset URLs.
+
+use breeze_core::Organization;
+
+use super::{PageError, SignedIn, assets};
+use crate::AppState;
+
+/// A part of the dashboard, for the navigation and the organization switcher (which links to
+/// the same part of another organization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Home,
+    Approvals,
+    Devices,
+    Audit,
+    ApiKeys,
+    Mcp,
+    Apps,
+}
+
+impl Section {
+    /// The section's path below `/o/{org}`.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Section::Home => "",
+            Section::Approvals => "/approvals",
+            Section::Devices => "/devices",
+            Section::Audit => "/audit",
+            Section::ApiKeys => "/settings/api-keys",
+            Section::Mcp => "/settings/mcp",
+            Section::Apps => "/settings/apps",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Section::Home => "Overview",
+            Section::Approvals => "Approvals",
+            Section::Devices => "Devices",
+            Section::Audit => "Audit log",
+            Section::ApiKeys => "API keys",
+            Section::Mcp => "MCP",
+            Section::Apps => "Connected apps",
+        }
+    }
+}
+
+/// A link to an organization (switcher) or a section (navigation).
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    pub(crate) href: String,
+    pub(crate) label: String,
+    pub(crate) active: bool,
+}
+
+/// The base page context every template receives as `l`.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub(crate) title: String,
+    /// The session's CSRF token; empty when nobody is signed in.
+    pub(crate) csrf: String,
+    pub(crate) signed_in: bool,
+    pub(crate) user_name: String,
+    pub(crate) user_email: String,
+    /// The current organization's slug and name (empty outside an organization).
+    pub(crate) org_slug: String,
+    pub(crate) org_name: String,
+    /// Every organization the person can reach, linking to the current section there.
+    pub(crate) orgs: Vec<Link>,
+    pub(crate) nav: Vec<Link>,
+    pub(crate) settings: Vec<Link>,
+    pub(crate) css: &'static str,
+    pub(crate) js: &'static str,
+    pub(crate) htmx: &'static str,
+    pub(crate) icon: &'static str,
+}
+
+impl Layout {
+    /// A page for nobody in particular (sign-in, errors).
+    pub(crate) fn bare(title: &str) -> Self {
+        Self {
+            title: title.to_owned(),
+            csrf: String::new(),
+            signed_in: false,
+            user_name: String::new(),
+            user_email: String::new(),
+            org_slug: String::new(),
+            org_name: String::new(),
+            orgs: Vec::new(),
+            nav: Vec::new(),
+            settings: Vec::new(),
+            css: assets::url("app.css"),
+            js: assets::url("app.js"),
+            htmx: assets::url("htmx.min.js"),
+            icon: assets::url("favicon.svg"),
+        }
+    }
+
+    /// A signed-in page, in organization `org` when there is one, showing `section`.
+    pub(crate) async fn for_user(
+        state: &AppState,
+        who: &SignedIn,
+        org: Option<&Organization>,
+        section: Section,
+        title: &str,
+    ) -> Result<Self, PageError> {
+        let mut l = Self::bare(title);
+        l.csrf = who.csrf.clone();
+        l.signed_in = true;
+        l.user_name = who.user.name.clone();
+        l.user_email = who.user.email.clone();
+        let memberships = state.store.user_organizations(who.user.id).await?;
+        l.orgs = memberships
+            .iter()
+            .map(|(o, _)| Link {
+                href: format!("/o/{}{}", o.slug, section.suffix()),
+                label: o.name.clone(),
+                active: org.is_some_and(|c| c.id == o.id),
+            })
+            .collect();
+        if let Some(org) = org {
+            l.org_slug = org.slug.clone();
+            l.org_name = org.name.clone();
+            let link = |s: Section| Link {
+                href: format!("/o/{}{}", org.slug, s.suffix()),
+                label: s.label().to_owned(),
+                active: s == section,
+            };
+            l.nav = [
+                Section::Home,
+                Section::Approvals,
+                Section::Devices,
+                Section::Audit,
+            ]
+            .into_iter()
+            .map(link)
+            .collect();
+            l.settings = [Section::ApiKeys, Section::Mcp, Section::Apps]
+                .into_iter()
+                .map(link)
+                .collect();
+        }
+        Ok(l)
+    }
+}

@@ -1,0 +1,386 @@
+//! The dashboard: server-rendered HTML pages for people, beside the REST API.
+//!
+//! Templates are askama files in `crates/server/templates/` (checked when the crate compiles;
+//! every page extends `base.html`), progressively enhanced with htmx; every asset is embedded
+//! ([`assets`]). A page handler takes [`SignedIn`] (no session → redirect to
+//! `/login?next=…`), authorizes through `authz::org_scope` exactly like the REST route of the
+//! same data (another organization's page answers 404), builds a [`layout::Layout`] and renders.
+//! A state-changing request takes [`SignedForm`], which also checks the CSRF token ([`csrf`]).
+//! Every page response carries a strict Content-Security-Policy (no inline script or style)
+//! and `X-Frame-Options: DENY`.
+//!
+//! Organization pages live under `/o/{org}/…` (`{org}` is the slug), so the organization is
+//! part of every URL: bookmarkable, and the switcher is a set of links.
+
+pub(crate) mod assets;
+pub(crate) mod csrf;
+pub(crate) mod layout;
+mod login;
+mod overview;
+
+use askama::Template;
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Request},
+    http::{HeaderMap, HeaderValue, StatusCode, header, request::Parts},
+    response::{Html, IntoResponse, Redirect, Response},
+    routing::get,
+};
+use breeze_core::{Principal, User};
+use serde::de::DeserializeOwned;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use crate::{ApiError, AppState, extract::session_cookie};
+
+pub(crate) use layout::{Layout, Section};
+
+/// The Content-Security-Policy of every page.
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
+
+/// The dashboard's routes (merged into the application by `app`).
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(home))
+        .merge(login::router())
+        .merge(overview::router())
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        ))
+        // Assets are outside the page headers' layer only in spirit: they carry them too.
+        .route("/assets/{file}", get(assets::serve))
+}
+
+/// A failed page request, answered as an HTML page (or a redirect to sign-in).
+#[derive(Debug)]
+pub(crate) enum PageError {
+    /// Not signed in: go to the sign-in page, then back to `next`.
+    SignIn { next: String, htmx: bool },
+    /// Anything the REST API would refuse, with its status and message.
+    Api(ApiError),
+}
+
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
+        PageError::Api(e)
+    }
+}
+
+impl From<breeze_store::StoreError> for PageError {
+    fn from(e: breeze_store::StoreError) -> Self {
+        PageError::Api(e.into())
+    }
+}
+
+impl From<askama::Error> for PageError {
+    fn from(e: askama::Error) -> Self {
+        PageError::Api(ApiError::internal(format!("template: {e}")))
+    }
+}
+
+impl PageError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        PageError::Api(ApiError::bad_request(message))
+    }
+}
+
+/// The page shown for a refused or failed request.
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    l: Layout,
+    status: u16,
+    reason: String,
+    message: String,
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        match self {
+            PageError::SignIn { next, htmx } => {
+                let to = login::login_url(&next);
+                if htmx {
+                    // htmx follows a redirect inside its request; this makes the whole page go.
+                    let mut r = StatusCode::NO_CONTENT.into_response();
+                    if let Ok(v) = HeaderValue::from_str(&to) {
+                        r.headers_mut().insert("hx-redirect", v);
+                    }
+                    r
+                } else {
+                    Redirect::to(&to).into_response()
+                }
+            }
+            PageError::Api(e) => {
+                let status = e.status;
+                // Logs 5xx detail, sets Retry-After; the body is replaced by a page.
+                let api = e.into_response();
+                let message = if status.is_server_error() {
+                    "Something went wrong on our side. Try again in a moment.".to_owned()
+                } else {
+                    message_of(&api)
+                };
+                let page = ErrorPage {
+                    l: Layout::bare(status.canonical_reason().unwrap_or("Error")),
+                    status: status.as_u16(),
+                    reason: status.canonical_reason().unwrap_or("Error").to_owned(),
+                    message,
+                };
+                let body = page
+                    .render()
+                    .unwrap_or_else(|_| "<!doctype html><title>Error</title>".to_owned());
+                let mut r = (status, Html(body)).into_response();
+                if let Some(v) = api.headers().get(header::RETRY_AFTER) {
+                    r.headers_mut().insert(header::RETRY_AFTER, v.clone());
+                }
+                r
+            }
+        }
+    }
+}
+
+/// The message an [`ApiError`] response carries (kept on the error for pages to show).
+fn message_of(r: &Response) -> String {
+    r.extensions()
+        .get::<crate::error::ErrorMessage>()
+        .map_or_else(|| "Request refused".to_owned(), |m| m.0.clone())
+}
+
+/// Renders `template` as a 200 page.
+pub(crate) fn render<T: Template>(template: &T) -> Result<Response, PageError> {
+    Ok(Html(template.render()?).into_response())
+}
+
+/// Renders `template` with `status` (a form shown again with its error).
+pub(crate) fn render_status<T: Template>(
+    status: StatusCode,
+    template: &T,
+) -> Result<Response, PageError> {
+    Ok((status, Html(template.render()?)).into_response())
+}
+
+/// A signed-in person (the session cookie), with the session's CSRF token. A request without a
+/// valid session is sent to sign in; a state-changing one must also come from our origin.
+pub(crate) struct SignedIn {
+    pub(crate) user: User,
+    pub(crate) csrf: String,
+}
+
+impl SignedIn {
+    /// The principal the REST authorization (`authz`) judges.
+    pub(crate) fn principal(&self) -> Principal {
+        Principal::User(self.user.clone())
+    }
+}
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = PageError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let htmx = parts.headers.contains_key("hx-request");
+        let back = || PageError::SignIn {
+            next: parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned(),
+            htmx,
+        };
+        let Some(token) = session_cookie(&parts.headers) else {
+            return Err(back());
+        };
+        crate::extract::same_origin(&parts.method, &parts.headers, &state.config.public_url)?;
+        match state.auth.authenticate_session(Some(token)).await {
+            Ok(user) => Ok(SignedIn {
+                user,
+                csrf: csrf::token_for(token),
+            }),
+            Err(breeze_auth::AuthError::NotSignedIn) => Err(back()),
+            Err(e) => Err(ApiError::from(e).into()),
+        }
+    }
+}
+
+/// A state-changing form post by a signed-in person: the session, a valid CSRF token (form
+/// field `csrf` or header `X-CSRF-Token`) and the urlencoded form `T`. A wrong or missing
+/// token is refused with 403 before the form is looked at.
+pub(crate) struct SignedForm<T> {
+    pub(crate) who: SignedIn,
+    pub(crate) form: T,
+    pub(crate) headers: HeaderMap,
+}
+
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for SignedForm<T> {
+    type Rejection = PageError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let who = SignedIn::from_request_parts(&mut parts, state).await?;
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(|e| PageError::bad_request(e.body_text()))?;
+        let presented = parts
+            .headers
+            .get(csrf::HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| form_urlencoded_field(&bytes, csrf::FIELD));
+        if !csrf::matches(&who.csrf, presented.as_deref()) {
+            return Err(ApiError::forbidden(
+                "This form has expired or did not come from this site (CSRF token missing or \
+                 wrong). Go back, reload the page and try again.",
+            )
+            .into());
+        }
+        let form = serde_urlencoded::from_bytes::<T>(&bytes)
+            .map_err(|e| PageError::bad_request(format!("Invalid form: {e}")))?;
+        Ok(SignedForm {
+            who,
+            form,
+            headers: parts.headers,
+        })
+    }
+}
+
+/// The first value of `name` in an urlencoded body.
+pub(crate) fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {
+    serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// This server's Streamable HTTP MCP URL (what the cards show).
+pub(crate) fn mcp_url(state: &AppState) -> String {
+    format!("{}/mcp", state.config.public_url.trim_end_matches('/'))
+}
+
+/// `GET /`: the first organization's overview (or a page saying there is none).
+async fn home(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    who: SignedIn,
+) -> Result<Response, PageError> {
+    let orgs = state.store.user_organizations(who.user.id).await?;
+    match orgs.first() {
+        Some((org, _)) => Ok(Redirect::to(&format!("/o/{}", org.slug)).into_response()),
+        None => {
+            let l = Layout::for_user(&state, &who, None, Section::Home, "Breeze").await?;
+            render(&NoOrganization { l })
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "no_org.html")]
+struct NoOrganization {
+    l: Layout,
+}
+
+/// Whether `next` is a safe place to send a person after sign-in: a path on this site,
+/// starting with exactly one `/`, with no backslash, no control or space character, nothing
+/// that decodes to one, and no scheme or host. Anything else means `/`.
+pub(crate) fn safe_next(next: &str) -> &str {
+    fn raw_ok(s: &str) -> bool {
+        s.starts_with('/')
+            && !s.starts_with("//")
+            && !s.contains('\\')
+            && s.len() <= 2048
+            && s.chars().all(|c| c.is_ascii_graphic())
+    }
+    // What a decoding hop (a proxy, a framework) would make of it: still a local path, and no
+    // control character or backslash anywhere. Twice, for double-encoded separators.
+    fn decoded_ok(s: &str) -> bool {
+        s.starts_with('/')
+            && !s.starts_with("//")
+            && !s.contains('\\')
+            && !s.chars().any(char::is_control)
+    }
+    if !raw_ok(next) {
+        return "/";
+    }
+    // A second decoding that fails is only a literal `%` from the first one.
+    match percent_decode(next) {
+        Some(once) if decoded_ok(&once) => {
+            let twice = percent_decode(&once).unwrap_or(once);
+            if decoded_ok(&twice) { next } else { "/" }
+        }
+        _ => "/",
+    }
+}
+
+/// `s` with every `%XX` decoded; `None` when that is not UTF-8 or an escape is malformed.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_accepts_only_same_origin_paths() {
+        for good in [
+            "/",
+            "/o/acme/approvals",
+            "/oauth/auth?client_id=x&redirect_uri=http%3A%2F%2F127.0.0.1%2Fcb&state=a%20b",
+            "/o/acme/devices?search=web-01&page=2",
+            "/oauth/auth?state=100%25",
+        ] {
+            assert_eq!(safe_next(good), good, "{good}");
+        }
+        for bad in [
+            "",
+            "//evil.example",
+            "//evil.example/o/acme",
+            "///evil.example",
+            "https://evil.example/",
+            "http:/evil.example",
+            "javascript:alert(1)",
+            "evil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "/%2fevil.example",
+            "/%2Fevil.example",
+            "/%5cevil.example",
+            "/%5Cevil.example",
+            "/%252f%252fevil.example",
+            "/%2f%2fevil.example",
+            "%2f%2fevil.example",
+            "/\tevil",
+            "/ /evil.example",
+            "/\r\nLocation: https://evil.example",
+            "/%0d%0aSet-Cookie:x=1",
+            "/%00",
+            "/%zz",
+            "/\u{3002}evil",
+        ] {
+            assert_eq!(safe_next(bad), "/", "{bad:?} must fall back to /");
+        }
+    }
+}
