@@ -220,6 +220,10 @@ pub fn app(breeze: Breeze) -> Router {
     let rest = Router::new()
         .merge(routes::health::router())
         .merge(pages::router())
+        .merge(match breeze.state.config.oauth.as_ref() {
+            Some(o) => routes::oauth::router(o.dcr.enabled),
+            None => Router::new(),
+        })
         .nest("/api/v1", routes::api_router())
         .with_state(breeze.state);
     Router::new()

@@ -459,6 +459,18 @@ impl Store {
         }
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
+        // The common case first, and as the transaction's first statement a write: on SQLite a
+        // transaction that reads before it writes cannot wait for the write lock (it fails
+        // busy at once), while one that starts by writing waits its turn.
+        let rotated = sql("UPDATE oauth_refresh_tokens SET rotated_at = $1 \
+                           WHERE token_hash = $2 AND rotated_at IS NULL AND discarded_at IS NULL \
+                           AND expires_at > $1 AND grant_id IN (SELECT id FROM oauth_grants \
+                           WHERE status = 'active' AND client_id = $3)")
+        .bind(now)
+        .bind(&hash[..])
+        .bind(client_id)
+        .execute(&mut tx)
+        .await?;
         let row: Option<Row> = sql("SELECT grant_id, expires_at, rotated_at, discarded_at \
              FROM oauth_refresh_tokens WHERE token_hash = $1")
         .bind(&hash[..])
@@ -488,29 +500,22 @@ impl Store {
                 .request(request_id.clone())
         };
         let mut outcome = None;
-        if row.discarded_at.is_none() {
-            let rotated = sql("UPDATE oauth_refresh_tokens SET rotated_at = $1 \
-                               WHERE token_hash = $2 AND rotated_at IS NULL AND discarded_at IS NULL")
+        if rotated > 0 {
+            outcome = Some(Refreshed::Rotated(Box::new(grant.clone())));
+        } else if row.discarded_at.is_none()
+            && let Some(rotated_at) = row.rotated_at
+            && now - rotated_at <= retry_window
+        {
+            // The previous token again: the client lost the answer. Its successor may be
+            // replaced only while nobody has used it.
+            let discarded = sql("UPDATE oauth_refresh_tokens SET discarded_at = $1 \
+                 WHERE parent_hash = $2 AND rotated_at IS NULL AND discarded_at IS NULL")
             .bind(now)
             .bind(&hash[..])
             .execute(&mut tx)
             .await?;
-            if rotated > 0 {
-                outcome = Some(Refreshed::Rotated(Box::new(grant.clone())));
-            } else if let Some(rotated_at) = row.rotated_at.or(Some(now))
-                && now - rotated_at <= retry_window
-            {
-                // The previous token again: the client lost the answer. Its successor may be
-                // replaced only while nobody has used it.
-                let discarded = sql("UPDATE oauth_refresh_tokens SET discarded_at = $1 \
-                     WHERE parent_hash = $2 AND rotated_at IS NULL AND discarded_at IS NULL")
-                .bind(now)
-                .bind(&hash[..])
-                .execute(&mut tx)
-                .await?;
-                if discarded > 0 {
-                    outcome = Some(Refreshed::Retried(Box::new(grant.clone())));
-                }
+            if discarded > 0 {
+                outcome = Some(Refreshed::Retried(Box::new(grant.clone())));
             }
         }
         let Some(outcome) = outcome else {
