@@ -7,6 +7,9 @@
 #   each SDK calls every tool the execute key sees (and an error result), with its output-schema
 #   validation on: a result that does not match the tool's outputSchema fails the suite
 #   - the MCP Inspector CLI: tools/list over Streamable HTTP
+#   - OAuth 2.1 with the TypeScript SDK's OAuth client provider, on a second demo started with
+#     MCP_OAUTH_ENABLED: discovery → DCR → consent (answered headless by a signed-in HTTP client)
+#     → token → tools → refresh → revoke → 401 → re-authorization
 # and exits non-zero when any check fails. Pins: tests/clients/package.json (+ package-lock.json)
 # and tests/clients/requirements.txt.
 #
@@ -100,12 +103,13 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
+# start_server PORT [VAR=value...]: the extra settings go to this demo only.
 start_server() {
-  local port=$1
+  local port=$1; shift
   rm -rf "$WORK/demo" && mkdir -p "$WORK/demo"
   # MCP_APPROVAL_WAIT_SECONDS=0: a Tier 3 call answers "pending approval" at once (its result is
   # schema-checked by the SDKs like any other), so calling every tool stays fast.
-  (cd "$WORK/demo" && exec env "${unset_args[@]}" MCP_APPROVAL_WAIT_SECONDS=0 "$BREEZE" demo --listen "127.0.0.1:$port" >server.log 2>&1) &
+  (cd "$WORK/demo" && exec env "${unset_args[@]}" MCP_APPROVAL_WAIT_SECONDS=0 "$@" "$BREEZE" demo --listen "127.0.0.1:$port" >server.log 2>&1) &
   SERVER_PID=$!
   for _ in $(seq 1 300); do
     if ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -179,6 +183,27 @@ inspector_check() {
   node "$CLIENTS/inspector_check.mjs" "$WORK/inspector.json"
 }
 run_suite inspector-cli inspector_check
+
+# ---- 5b. OAuth: a second demo with OAuth and anonymous registration on -------------------------
+stop_server() {
+  kill "$SERVER_PID" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+}
+log "breeze demo with OAuth"
+stop_server
+started=""
+for attempt in 1 2 3; do
+  PORT=$(free_port)
+  if start_server "$PORT" MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true; then
+    started=1; break
+  fi
+  echo "attempt $attempt: breeze demo with OAuth on port $PORT did not start:" >&2
+  tail -n 20 "$WORK/demo/server.log" >&2 || true
+done
+[ -n "$started" ] || die "breeze demo with OAuth would not start"
+run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mjs" --demo-json "$DEMO_JSON"
 
 # ---- 6. verdict -------------------------------------------------------------------------------
 passed=$(grep -c '^PASS ' "$results" || true)

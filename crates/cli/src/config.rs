@@ -146,13 +146,53 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "production: Tier 3+ tools allowed (comma-separated, * for all)",
     ),
     (
+        "MCP_OAUTH_ENABLED",
+        "OAuth 2.1 for MCP clients: mounts /oauth/* and /.well-known/oauth-*, MCP accepts Bearer tokens (default false)",
+    ),
+    (
+        "OAUTH_ISSUER",
+        "public issuer base URL (default: the origin of BREEZE_PUBLIC_URL)",
+    ),
+    (
+        "OAUTH_RESOURCE_URL",
+        "the protected resource tokens are for (default BREEZE_PUBLIC_URL/mcp)",
+    ),
+    (
+        "OAUTH_JWKS_PRIVATE_JWK",
+        "EdDSA (OKP/Ed25519) private JWK signing access tokens; required in production with OAuth",
+    ),
+    (
+        "OAUTH_JWKS_PUBLIC_JWK",
+        "its public JWK (derived when unset; must match when set)",
+    ),
+    (
+        "OAUTH_COOKIE_SECRET",
+        "secret (32+ characters) keying the consent page's tokens; required in production with OAuth",
+    ),
+    (
+        "OAUTH_DCR_ENABLED",
+        "serve Dynamic Client Registration at /oauth/reg (default false)",
+    ),
+    (
+        "OAUTH_DCR_REQUIRE_IAT",
+        "registration needs an initial access token: a Breeze API key as Authorization: Bearer (default false)",
+    ),
+    (
+        "OAUTH_DCR_ALLOW_ANONYMOUS",
+        "deliberately allow anonymous registration, as Claude.ai and ChatGPT need (default false)",
+    ),
+    (
+        "OAUTH_CONSENT_URL_BASE",
+        "origin of the sign-in page when the web app is served elsewhere (default: this server)",
+    ),
+    (
         "BREEZE_MCP_MAX_RESPONSE_BYTES",
         "largest tool answer in bytes: a larger read fails with RESPONSE_TOO_LARGE, a larger write answers payloadOmitted (default 0 = off)",
     ),
 ];
 
 /// Prefixes whose variables must all be known.
-const CHECKED_PREFIXES: [&str; 2] = ["BREEZE_", "MCP_"];
+const CHECKED_PREFIXES: [&str; 3] = ["BREEZE_", "MCP_", "OAUTH_"];
 
 /// MCP settings.
 #[derive(Debug, Clone)]
@@ -325,6 +365,8 @@ pub(crate) struct Settings {
     pub(crate) approval_wait_secs: u64,
     /// How long an authenticated API key is served from memory, in milliseconds (0 = never).
     pub(crate) auth_cache_ms: u64,
+    /// OAuth 2.1 (`MCP_OAUTH_ENABLED`); `None` when off.
+    pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -485,7 +527,9 @@ impl Settings {
             Some(v) => bail!("invalid {}: {v:?} (expected pretty or json)", format.origin),
         };
 
+        let oauth = oauth_settings(env, environment == Environment::Production, &public_url)?;
         Ok(Settings {
+            oauth,
             listen,
             database_url,
             redis_url,
@@ -536,6 +580,97 @@ impl Settings {
 
     pub(crate) fn production(&self) -> bool {
         self.environment == Environment::Production
+    }
+}
+
+fn http_url(env: &BTreeMap<String, String>, var: &str) -> anyhow::Result<Option<String>> {
+    match env.get(var).map(|v| v.trim()) {
+        None | Some("") => Ok(None),
+        Some(v)
+            if (v.starts_with("http://") || v.starts_with("https://"))
+                && v.len() > "https://".len()
+                && !v.contains(char::is_whitespace) =>
+        {
+            Ok(Some(v.trim_end_matches('/').to_owned()))
+        }
+        Some(v) => bail!("invalid {var}: {v:?} (expected an http(s) URL)"),
+    }
+}
+
+/// The OAuth settings, when `MCP_OAUTH_ENABLED`. In production the signing key and cookie
+/// secret are required, and registration needs a posture flag; in development a missing key
+/// or secret is made up for this process (tokens then die with it).
+fn oauth_settings(
+    env: &BTreeMap<String, String>,
+    production: bool,
+    public_url: &str,
+) -> anyhow::Result<Option<breeze_server::oauth::OAuthSettings>> {
+    use rand::RngCore;
+    if !boolean(env, "MCP_OAUTH_ENABLED", false)? {
+        return Ok(None);
+    }
+    let text = |var: &str| env.get(var).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let key = match text("OAUTH_JWKS_PRIVATE_JWK") {
+        Some(jwk) => breeze_oauth::SigningKey::from_jwk(jwk)
+            .map_err(|e| anyhow::anyhow!("invalid OAUTH_JWKS_PRIVATE_JWK: {e}"))?,
+        None if production => bail!(
+            "OAUTH_JWKS_PRIVATE_JWK is required when MCP_OAUTH_ENABLED=true in production (an OKP/Ed25519 private JWK)"
+        ),
+        None => {
+            let mut seed = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut seed);
+            breeze_oauth::SigningKey::from_seed(&seed)
+                .map_err(|e| anyhow::anyhow!("cannot make a signing key: {e}"))?
+        }
+    };
+    if let Some(public) = text("OAUTH_JWKS_PUBLIC_JWK")
+        && !key.matches_public_jwk(public)
+    {
+        bail!("invalid OAUTH_JWKS_PUBLIC_JWK: it is not the public key of OAUTH_JWKS_PRIVATE_JWK");
+    }
+    let cookie_secret = match text("OAUTH_COOKIE_SECRET") {
+        Some(s) if s.len() >= 32 => s.as_bytes().to_vec(),
+        Some(_) => bail!("invalid OAUTH_COOKIE_SECRET: use at least 32 characters"),
+        None if production => {
+            bail!("OAUTH_COOKIE_SECRET is required when MCP_OAUTH_ENABLED=true in production")
+        }
+        None => {
+            let mut secret = vec![0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut secret);
+            secret
+        }
+    };
+    let dcr = breeze_server::oauth::DcrPolicy {
+        enabled: boolean(env, "OAUTH_DCR_ENABLED", false)?,
+        require_iat: boolean(env, "OAUTH_DCR_REQUIRE_IAT", false)?,
+        allow_anonymous: boolean(env, "OAUTH_DCR_ALLOW_ANONYMOUS", false)?,
+    };
+    if dcr.require_iat && dcr.allow_anonymous {
+        bail!("OAUTH_DCR_REQUIRE_IAT and OAUTH_DCR_ALLOW_ANONYMOUS contradict each other; set one");
+    }
+    if production && dcr.enabled && !dcr.require_iat && !dcr.allow_anonymous {
+        bail!(
+            "OAUTH_DCR_ENABLED in production needs OAUTH_DCR_REQUIRE_IAT or OAUTH_DCR_ALLOW_ANONYMOUS (anonymous registration is what Claude.ai and ChatGPT need)"
+        );
+    }
+    let origin = url_origin(public_url);
+    let issuer = http_url(env, "OAUTH_ISSUER")?.unwrap_or(origin);
+    let resource =
+        http_url(env, "OAUTH_RESOURCE_URL")?.unwrap_or_else(|| format!("{public_url}/mcp"));
+    let mut settings =
+        breeze_server::oauth::OAuthSettings::development(&issuer, key, cookie_secret);
+    settings.config = breeze_oauth::OAuthConfig::new(&issuer, &resource);
+    settings.dcr = dcr;
+    settings.consent_url_base = http_url(env, "OAUTH_CONSENT_URL_BASE")?;
+    Ok(Some(settings))
+}
+
+/// `scheme://host[:port]` of `url` (what it is when it has no path).
+fn url_origin(url: &str) -> String {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    match url[after..].find('/') {
+        Some(i) => url[..after + i].to_owned(),
+        None => url.to_owned(),
     }
 }
 
@@ -787,6 +922,46 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn oauth_is_off_by_default_and_production_needs_its_secrets() {
+        assert!(load(&[]).unwrap().oauth.is_none());
+        let dev = load(&[("MCP_OAUTH_ENABLED", "true")]).unwrap();
+        let o = dev.oauth.unwrap();
+        assert_eq!(o.config.issuer, "http://127.0.0.1:3000");
+        assert_eq!(o.config.resource, "http://127.0.0.1:3000/mcp");
+        assert!(!o.dcr.enabled);
+        let prod = [
+            ("BREEZE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+            ("MCP_OAUTH_ENABLED", "true"),
+        ];
+        assert!(err(&prod).contains("OAUTH_JWKS_PRIVATE_JWK is required"));
+        let jwk = breeze_oauth::SigningKey::private_jwk(&[3; 32]).unwrap();
+        let mut with_key = prod.to_vec();
+        with_key.push(("OAUTH_JWKS_PRIVATE_JWK", &jwk));
+        assert!(err(&with_key).contains("OAUTH_COOKIE_SECRET is required"));
+        with_key.push(("OAUTH_COOKIE_SECRET", "0123456789abcdef0123456789abcdef"));
+        let s = load(&with_key).unwrap().oauth.unwrap();
+        assert_eq!(s.config.resource, "https://rmm.example.com/mcp");
+        let mut dcr = with_key.clone();
+        dcr.push(("OAUTH_DCR_ENABLED", "true"));
+        assert!(err(&dcr).contains("needs OAUTH_DCR_REQUIRE_IAT or OAUTH_DCR_ALLOW_ANONYMOUS"));
+        dcr.push(("OAUTH_DCR_ALLOW_ANONYMOUS", "true"));
+        assert!(load(&dcr).unwrap().oauth.unwrap().dcr.allow_anonymous);
+        let mut short = prod.to_vec();
+        short.push(("OAUTH_JWKS_PRIVATE_JWK", &jwk));
+        short.push(("OAUTH_COOKIE_SECRET", "short"));
+        assert!(err(&short).contains("at least 32 characters"));
+        assert!(
+            err(&[
+                ("MCP_OAUTH_ENABLED", "true"),
+                ("OAUTH_JWKS_PRIVATE_JWK", "{}")
+            ])
+            .starts_with("invalid OAUTH_JWKS_PRIVATE_JWK")
+        );
+        assert!(err(&[("OAUTH_ISSUR", "x")]).contains("did you mean OAUTH_ISSUER?"));
     }
 
     #[test]

@@ -13,6 +13,8 @@ string_enum! {
     pub enum ActorType: "actor type" {
         User = "user",
         ApiKey = "api_key",
+        /// An OAuth grant: an AI client acting for the user who consented.
+        OauthGrant = "oauth_grant",
         Agent = "agent",
         System = "system",
     }

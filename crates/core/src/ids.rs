@@ -64,4 +64,6 @@ id_type! {
     SessionId,
     /// An audit record.
     AuditId,
+    /// An OAuth grant: one user's consent for one client in one organization.
+    GrantId,
 }

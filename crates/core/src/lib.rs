@@ -19,9 +19,10 @@ pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use ids::{
-    ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId, UserId,
+    ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
+    SiteId, UserId,
 };
-pub use principal::{ApiKeyPrincipal, Principal};
+pub use principal::{ApiKeyPrincipal, OAuthPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::{Actor, ActorType, ApiKeyId, OrgId, PermissionSet, ScopeSet, User, UserId};
+use crate::{Actor, ActorType, ApiKeyId, GrantId, OrgId, PermissionSet, ScopeSet, User, UserId};
 
 /// An authenticated API key: bound to one organization, acting as the user who created it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -14,6 +14,21 @@ pub struct ApiKeyPrincipal {
     pub scopes: ScopeSet,
     /// What the user may do in `org_id`, read with the key itself; `None` when the user is
     /// disabled or holds no role there.
+    pub permissions: Option<PermissionSet>,
+}
+
+/// An OAuth access token's bearer: a client acting, through one grant, for the user who
+/// consented, in the one organization chosen at consent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OAuthPrincipal {
+    pub grant_id: GrantId,
+    pub client_id: String,
+    pub org_id: OrgId,
+    /// The consenting user, whose permissions in `org_id` the token acts with.
+    pub user_id: UserId,
+    /// The token's `mcp:*` scopes as the tiers they reach (`mcp:read` is `ai:read`, …).
+    pub scopes: ScopeSet,
+    /// What the user may do in `org_id` now; `None` when disabled or holding no role there.
     pub permissions: Option<PermissionSet>,
 }
 

@@ -20,10 +20,13 @@
 //! a key of this process, so a cursor reused under other filters, from an older catalog, from
 //! another server process or altered is `INVALID_CURSOR`.
 
-use std::{ops::Deref, sync::Arc};
+use std::sync::Arc;
 
-use breeze_core::{ApiKeyPrincipal, ScopeSet, Tier};
-use breeze_guard::Guard;
+use breeze_core::{
+    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, GrantId, OAuthPrincipal, OrgId, PermissionSet,
+    ScopeSet, Tier, UserId,
+};
+use breeze_guard::{Caller, Guard};
 use breeze_tools::{Effect, ErrorCode, Registry, ToolError, ToolSpec, contract};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -115,18 +118,78 @@ impl Catalog {
     }
 }
 
-/// Breeze's MCP principal: the API key and the catalog the connection chose.
+/// What an MCP connection authenticated with: an API key, or an OAuth grant's access token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Credential {
+    ApiKey(ApiKeyId),
+    Grant(GrantId),
+}
+
+impl Credential {
+    /// Who the audit trail names.
+    pub fn actor(self) -> Actor {
+        match self {
+            Credential::ApiKey(k) => Actor::new(ActorType::ApiKey, k),
+            Credential::Grant(g) => Actor::new(ActorType::OauthGrant, g),
+        }
+    }
+
+    /// The API key, when the connection used one.
+    pub fn api_key(self) -> Option<ApiKeyId> {
+        match self {
+            Credential::ApiKey(k) => Some(k),
+            Credential::Grant(_) => None,
+        }
+    }
+}
+
+/// Breeze's MCP principal: the credential, the user it acts for in one organization with its
+/// scopes and that user's permissions, and the catalog the connection chose.
 #[derive(Debug, Clone)]
 pub struct McpPrincipal {
-    pub key: ApiKeyPrincipal,
+    pub credential: Credential,
+    pub org_id: OrgId,
+    pub user_id: UserId,
+    pub scopes: ScopeSet,
+    pub permissions: Option<PermissionSet>,
     pub catalog: Arc<Catalog>,
 }
 
-impl Deref for McpPrincipal {
-    type Target = ApiKeyPrincipal;
+impl McpPrincipal {
+    /// An API key's principal.
+    pub fn api_key(p: ApiKeyPrincipal, catalog: Arc<Catalog>) -> Self {
+        Self {
+            credential: Credential::ApiKey(p.key_id),
+            org_id: p.org_id,
+            user_id: p.user_id,
+            scopes: p.scopes,
+            permissions: p.permissions,
+            catalog,
+        }
+    }
 
-    fn deref(&self) -> &ApiKeyPrincipal {
-        &self.key
+    /// An OAuth access token's principal.
+    pub fn oauth(p: OAuthPrincipal, catalog: Arc<Catalog>) -> Self {
+        Self {
+            credential: Credential::Grant(p.grant_id),
+            org_id: p.org_id,
+            user_id: p.user_id,
+            scopes: p.scopes,
+            permissions: p.permissions,
+            catalog,
+        }
+    }
+
+    /// The guard's view of this caller.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            org: self.org_id,
+            actor: self.credential.actor(),
+            key: self.credential.api_key(),
+            user: self.user_id,
+            scopes: &self.scopes,
+            permissions: self.permissions,
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod catalog;
 mod error;
 mod extract;
 pub mod mcp;
+pub mod oauth;
 mod pages;
 mod routes;
 
@@ -88,6 +89,8 @@ pub struct ServerConfig {
     pub max_response_bytes: usize,
     /// The most items one batch call may carry (`BREEZE_MCP_MAX_ITEMS`).
     pub max_batch_items: usize,
+    /// OAuth 2.1 for MCP clients (`MCP_OAUTH_ENABLED`); `None` when off.
+    pub oauth: Option<oauth::OAuthSettings>,
 }
 
 impl ServerConfig {
@@ -111,6 +114,7 @@ impl ServerConfig {
             catalog: catalog::CatalogConfig::default(),
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            oauth: None,
         }
     }
 }
@@ -134,6 +138,8 @@ pub struct AppState {
     pub limiter: Arc<dyn RateLimiter>,
     /// Every tool call, from every front door, goes through it.
     pub pipeline: Pipeline,
+    /// The OAuth authorization server, when enabled.
+    pub oauth: Option<breeze_oauth::OAuth>,
 }
 
 impl AppState {
@@ -164,6 +170,16 @@ impl AppState {
         )
         .with_max_response_bytes(config.max_response_bytes)
         .with_max_batch_items(config.max_batch_items);
+        let oauth = config.oauth.as_ref().map(|o| {
+            breeze_oauth::OAuth::new(
+                store.clone(),
+                clock.clone(),
+                o.config.clone(),
+                o.key.clone(),
+                &o.cookie_secret,
+                Arc::new(oauth::HttpFetcher),
+            )
+        });
         Self {
             store,
             auth,
@@ -172,6 +188,7 @@ impl AppState {
             gateway,
             limiter,
             pipeline,
+            oauth,
         }
     }
 }
@@ -203,6 +220,10 @@ pub fn app(breeze: Breeze) -> Router {
     let rest = Router::new()
         .merge(routes::health::router())
         .merge(pages::router())
+        .merge(match breeze.state.config.oauth.as_ref() {
+            Some(o) => routes::oauth::router(o.dcr.enabled),
+            None => Router::new(),
+        })
         .nest("/api/v1", routes::api_router())
         .with_state(breeze.state);
     Router::new()

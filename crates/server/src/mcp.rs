@@ -1,5 +1,6 @@
-//! Breeze as an MCP application: API-key authentication, the scope-filtered catalogue, tool
-//! calls translated to and from the call pipeline (`breeze-pipeline`, which owns the guard,
+//! Breeze as an MCP application: API-key and OAuth bearer-token authentication (a token acts
+//! exactly as a key of its grant's user would, through the same guard and pipeline), the
+//! scope-filtered catalogue, tool calls translated to and from the call pipeline (`breeze-pipeline`, which owns the guard,
 //! validation, approval and the handler), resources, prompts, and an audit record for every
 //! request.
 
@@ -7,8 +8,8 @@ use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
-use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, AuditResult, OrgId};
-use breeze_guard::{Caller, Guard, Refusal};
+use breeze_core::{AuditEvent, AuditResult, OrgId};
+use breeze_guard::{Guard, Refusal};
 use breeze_mcp::{
     Client, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
     jsonrpc::{ErrorObject, codes},
@@ -28,8 +29,31 @@ use serde_json::{Map, Value, json};
 use crate::{
     AppState,
     audit_writer::{AuditWriter, RefusalSampler, Sampled},
-    catalog::{self, Catalog, CatalogMode, Consolidated, McpPrincipal, MetaTool},
+    catalog::{self, Catalog, CatalogMode, Consolidated, Credential, McpPrincipal, MetaTool},
+    oauth::OAuthSettings,
 };
+
+/// The principal a request's credential authenticated as, before the catalog is chosen.
+enum Credentialed {
+    Key(breeze_core::ApiKeyPrincipal),
+    Token(breeze_core::OAuthPrincipal),
+}
+
+/// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3, RFC 9728 §5.1): where the resource
+/// metadata is, the scope to ask for, and the error if the request carried a token.
+fn challenge(o: &OAuthSettings, error: Option<(&str, &str)>, scope: &str) -> HeaderValue {
+    let mut v = String::from("Bearer realm=\"breeze\"");
+    if let Some((code, description)) = error {
+        v.push_str(&format!(
+            ", error=\"{code}\", error_description=\"{description}\""
+        ));
+    }
+    v.push_str(&format!(
+        ", resource_metadata=\"{}\", scope=\"{scope}\"",
+        o.resource_metadata_url()
+    ));
+    HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("Bearer"))
+}
 
 /// The server's name in `initialize`.
 pub const SERVER_NAME: &str = "breeze-rmm";
@@ -73,7 +97,7 @@ pub struct BreezeMcp {
     /// Each tool's `_meta` (its tiers and the server's identity), written once.
     metas: HashMap<&'static str, SharedJson>,
     /// Rate-limited refusals: the first per key and window recorded, the others counted.
-    refusals: RefusalSampler<(ApiKeyId, OrgId)>,
+    refusals: RefusalSampler<(Credential, OrgId)>,
     /// The catalog of a connection that chooses none, and its binding text (shared, so the
     /// common case allocates nothing per request).
     default_catalog: (Arc<Catalog>, Arc<str>),
@@ -282,29 +306,40 @@ impl McpApp for BreezeMcp {
         headers: &HeaderMap,
         query: Option<&str>,
     ) -> Result<Client<McpPrincipal>, HttpError> {
-        let key = match headers.get("x-api-key") {
-            Some(v) => Some(
-                v.to_str()
-                    .map_err(|_| auth_http_error(AuthError::InvalidApiKeyFormat))?,
-            ),
-            None if headers.contains_key(header::AUTHORIZATION) => {
+        let principal = match (headers.get("x-api-key"), &self.state.oauth) {
+            (Some(v), _) => {
+                let key = v
+                    .to_str()
+                    .map_err(|_| auth_http_error(AuthError::InvalidApiKeyFormat))?;
+                Credentialed::Key(
+                    self.state
+                        .auth
+                        .authenticate_api_key(Some(key))
+                        .await
+                        .map_err(auth_http_error)?,
+                )
+            }
+            (None, Some(oauth)) => {
+                Credentialed::Token(self.authenticate_bearer(oauth, headers).await?)
+            }
+            (None, None) if headers.contains_key(header::AUTHORIZATION) => {
                 return Err(HttpError::new(
                     StatusCode::UNAUTHORIZED,
                     "Bearer tokens are not accepted: OAuth is not enabled on this server; send X-API-Key",
                 )
                 .header(header::WWW_AUTHENTICATE, HeaderValue::from_static("X-API-Key")));
             }
-            None => None,
+            (None, None) => {
+                return Err(auth_http_error(AuthError::MissingApiKey));
+            }
         };
-        let principal = self
-            .state
-            .auth
-            .authenticate_api_key(key)
-            .await
-            .map_err(auth_http_error)?;
         // Written straight into the `Arc`s (one allocation each).
-        let key = Arc::from(&*principal.key_id.0.hyphenated().encode_lower(&mut [0; 36]));
-        let tenant = Arc::from(&*principal.org_id.0.hyphenated().encode_lower(&mut [0; 36]));
+        let (credential_id, org_id) = match &principal {
+            Credentialed::Key(k) => (k.key_id.0, k.org_id),
+            Credentialed::Token(t) => (t.grant_id.0, t.org_id),
+        };
+        let key = Arc::from(&*credential_id.hyphenated().encode_lower(&mut [0; 36]));
+        let tenant = Arc::from(&*org_id.0.hyphenated().encode_lower(&mut [0; 36]));
         let chosen = catalog::choose(
             self.state.pipeline.registry(),
             self.state.config.catalog.default_mode,
@@ -320,9 +355,9 @@ impl McpApp for BreezeMcp {
             }
         };
         Ok(Client {
-            principal: McpPrincipal {
-                key: principal,
-                catalog,
+            principal: match principal {
+                Credentialed::Key(k) => McpPrincipal::api_key(k, catalog),
+                Credentialed::Token(t) => McpPrincipal::oauth(t, catalog),
             },
             key,
             tenant,
@@ -332,12 +367,25 @@ impl McpApp for BreezeMcp {
 
     fn authorize_stream(&self, client: &Client<McpPrincipal>) -> Result<(), HttpError> {
         if Guard::reaches_read(&client.principal.scopes) {
-            Ok(())
-        } else {
-            Err(HttpError::new(
+            return Ok(());
+        }
+        match (&client.principal.credential, &self.state.config.oauth) {
+            (Credential::Grant(_), Some(o)) => Err(HttpError::new(
+                StatusCode::FORBIDDEN,
+                "access token missing required scope: mcp:read",
+            )
+            .header(
+                header::WWW_AUTHENTICATE,
+                challenge(
+                    o,
+                    Some(("insufficient_scope", "the token lacks mcp:read")),
+                    "mcp:read",
+                ),
+            )),
+            _ => Err(HttpError::new(
                 StatusCode::FORBIDDEN,
                 "API key missing required scope: ai:read",
-            ))
+            )),
         }
     }
 
@@ -364,7 +412,7 @@ impl McpApp for BreezeMcp {
                 .map(|(_, d)| d.clone())
                 .collect());
         }
-        let caller = Caller::api_key(p);
+        let caller = p.caller();
         Ok(self
             .state
             .pipeline
@@ -512,7 +560,7 @@ impl McpApp for BreezeMcp {
         details.insert("transport".into(), json!(r.transport.as_str()));
         details.insert("protocol_version".into(), json!(r.protocol.as_str()));
         let mut event = AuditEvent::new(
-            Actor::new(ActorType::ApiKey, p.key_id),
+            p.credential.actor(),
             &format!("mcp.{}", r.method.replace('/', ".")),
             "mcp",
         )
@@ -547,7 +595,7 @@ impl McpApp for BreezeMcp {
                     let now = self.state.clock.now();
                     match self
                         .refusals
-                        .sample(&r.client.key, now, (p.key_id, p.org_id))
+                        .sample(&r.client.key, now, (p.credential, p.org_id))
                     {
                         Sampled::Counted => return,
                         Sampled::Record { unrecorded_before } if unrecorded_before > 0 => {
@@ -583,7 +631,7 @@ impl McpApp for BreezeMcp {
             TransportEvent::SessionDeleted => ("mcp.session.delete", None),
             TransportEvent::StreamOpened => ("mcp.stream.open", None),
         };
-        let mut event = AuditEvent::new(Actor::new(ActorType::ApiKey, p.key_id), action, "mcp")
+        let mut event = AuditEvent::new(p.credential.actor(), action, "mcp")
             .org(p.org_id)
             .details(Value::Object(details))
             .request(r.request_id.map(str::to_owned));
@@ -603,6 +651,58 @@ impl McpApp for BreezeMcp {
 }
 
 impl BreezeMcp {
+    /// Authenticates `Authorization: Bearer <access token>`; a missing or refused token is a
+    /// 401 whose challenge points the client at the protected-resource metadata.
+    async fn authenticate_bearer(
+        &self,
+        oauth: &breeze_oauth::OAuth,
+        headers: &HeaderMap,
+    ) -> Result<breeze_core::OAuthPrincipal, HttpError> {
+        let Some(settings) = &self.state.config.oauth else {
+            return Err(HttpError::new(StatusCode::UNAUTHORIZED, "not signed in"));
+        };
+        let scope = breeze_oauth::scope::RESOURCE_SCOPES.join(" ");
+        let refuse = |error: Option<(&str, &str)>, message: &str| {
+            HttpError::new(StatusCode::UNAUTHORIZED, message)
+                .header(header::WWW_AUTHENTICATE, challenge(settings, error, &scope))
+        };
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Err(refuse(
+                None,
+                "Authentication required: sign in with OAuth (Authorization: Bearer) or send X-API-Key",
+            ));
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim())
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return Err(refuse(
+                Some(("invalid_request", "expected Authorization: Bearer <token>")),
+                "expected Authorization: Bearer <access token>",
+            ));
+        };
+        oauth.authenticate_bearer(token).await.map_err(|e| match e {
+            breeze_oauth::BearerError::Invalid => refuse(
+                Some((
+                    "invalid_token",
+                    "the access token is invalid, expired or revoked",
+                )),
+                "Invalid access token",
+            ),
+            breeze_oauth::BearerError::Store(inner) => {
+                tracing::error!(error = %inner, "grant lookup failed");
+                HttpError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service temporarily unavailable",
+                )
+            }
+        })
+    }
+
     /// Whether `p`'s scopes reach meta-tool `m` (listing and calling agree on this).
     fn reaches_meta(&self, p: &McpPrincipal, m: MetaTool) -> bool {
         self.state
@@ -618,7 +718,7 @@ impl BreezeMcp {
         name: &str,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
-        let caller = Caller::api_key(&cx.client.principal);
+        let caller = cx.client.principal.caller();
         let mut options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
             progress: None,
@@ -727,23 +827,19 @@ impl BreezeMcp {
     /// Writes one `mcp.refused.count` record per key whose sampling window has passed with
     /// refusals counted but not recorded (see `audit_writer`).
     pub async fn write_refusal_counts(&self) {
-        for (started, count, (key_id, org_id)) in self.refusals.due(self.state.clock.now()) {
-            let event = AuditEvent::new(
-                Actor::new(ActorType::ApiKey, key_id),
-                "mcp.refused.count",
-                "mcp",
-            )
-            .org(org_id)
-            .details(json!({
-                "rate_limited": true,
-                "count": count,
-                "window_start": started,
-                "window_seconds": crate::audit_writer::SAMPLE_WINDOW.num_seconds(),
-            }))
-            .failed(
-                AuditResult::Denied,
-                format!("{count} more requests refused: Rate limit exceeded"),
-            );
+        for (started, count, (credential, org_id)) in self.refusals.due(self.state.clock.now()) {
+            let event = AuditEvent::new(credential.actor(), "mcp.refused.count", "mcp")
+                .org(org_id)
+                .details(json!({
+                    "rate_limited": true,
+                    "count": count,
+                    "window_start": started,
+                    "window_seconds": crate::audit_writer::SAMPLE_WINDOW.num_seconds(),
+                }))
+                .failed(
+                    AuditResult::Denied,
+                    format!("{count} more requests refused: Rate limit exceeded"),
+                );
             self.audit.write(event, false).await;
         }
     }

@@ -20,6 +20,7 @@ mod directory;
 mod error;
 mod idempotency;
 mod metrics;
+mod oauth;
 mod packages;
 mod protected_paths;
 mod scripts;
@@ -51,6 +52,10 @@ pub use idempotency::{
     RequestClaim,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use oauth::{
+    NewOAuthClient, NewOAuthCode, NewRefreshToken, OAuthClientKind, OAuthClientRecord,
+    OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,
+};
 pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).

@@ -14,8 +14,8 @@
 use std::borrow::Cow;
 
 use breeze_core::{
-    ApiKeyId, AuditId, DeviceGroupId, DeviceId, OrgId, PartnerId, RoleId, SessionId, SiteId,
-    Timestamp, UserId,
+    ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
+    SiteId, Timestamp, UserId,
 };
 use serde_json::{Value, value::RawValue};
 use sqlx::{
@@ -131,6 +131,7 @@ arg_from! {
     Uuid => Uuid,
     Timestamp => Ts,
     ApiKeyId => Uuid via |v: ApiKeyId| v.0,
+    GrantId => Uuid via |v: GrantId| v.0,
     AuditId => Uuid via |v: AuditId| v.0,
     DeviceGroupId => Uuid via |v: DeviceGroupId| v.0,
     DeviceId => Uuid via |v: DeviceId| v.0,

@@ -181,7 +181,8 @@ impl Store {
         )
     }
 
-    /// Replaces a user's password hash and ends all of the user's sessions.
+    /// Replaces a user's password hash, ends all of the user's sessions and revokes the user's
+    /// OAuth grants (so every token an AI client holds for the user dies with the old password).
     pub async fn set_password_hash(
         &self,
         user: UserId,
@@ -202,8 +203,10 @@ impl Store {
             .bind(user)
             .execute(&mut tx)
             .await?;
+        crate::oauth::revoke_user_grants_in(&mut tx, user, "password_changed", now).await?;
         audit::insert(&mut tx, &audit.resource(user), now).await?;
         tx.commit().await?;
+        self.credentials_changed();
         Ok(())
     }
 

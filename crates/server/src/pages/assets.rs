@@ -3,7 +3,7 @@
 //! Each file in `crates/server/assets/` is compiled in with `include_bytes!` and answered at
 //! `/assets/<stem>.<hash>.<ext>`, where `<hash>` is the first 10 hex digits of its SHA-256:
 //! a new build with a changed file gets a new URL, so every asset is cacheable for a year
-//! (`immutable`). Templates never spell an asset's URL; they take it from [`url`].
+//! (`immutable`). Templates never spell an asset's URL; they take it from [`url`](fn@url).
 
 use std::sync::LazyLock;
 

@@ -7,6 +7,7 @@ pub(crate) mod audit;
 pub(crate) mod auth;
 pub(crate) mod fleet;
 pub(crate) mod health;
+pub(crate) mod oauth;
 pub(crate) mod orgs;
 pub(crate) mod protected_paths;
 
@@ -25,6 +26,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(approvals::router())
         .merge(fleet::router())
         .merge(protected_paths::router())
+        .merge(oauth::grants_router())
 }
 
 pub(crate) async fn not_found() -> ApiError {
