@@ -110,13 +110,14 @@ pub const MAX_OFFLINE_MINUTES: u32 = 43_200;
 
 /// What a rule watches on each targeted device.
 ///
-/// - `Metric`: for a level (`cpu`, `memory`, `disk`, `disk_free`), every sample of the last
-///   `duration_minutes` breaches and those samples cover the duration (the oldest lies within
-///   one sampling gap of its start), e.g. "CPU above 90 % for 5 minutes"; with a duration of 0,
-///   the newest sample breaches. For a rate (`network_in`, `network_out`), the bytes of the
-///   samples of the duration divided by its seconds breach. It clears when a sample of the
-///   duration does not breach (a rate: when the average does not); a device without samples in
-///   the duration is neither breaching nor clear.
+/// - `Metric`, a level (`cpu`, `memory`, `disk`, `disk_free`): breaching when a sample at or
+///   before `duration_minutes` ago breached and every sample since did, and the newest sample
+///   is recent (within the store's sampling gap, two minutes) — "CPU above 90 % for 5 minutes";
+///   with a duration of 0, when the newest sample breaches. Clear when the newest sample does
+///   not breach.
+/// - `Metric`, a rate (`network_in`, `network_out`): the bytes of the samples of the duration
+///   divided by its seconds, once the samples cover the duration; clear when that average
+///   does not breach.
 /// - `Offline`: the device is offline and was last seen at least `minutes` ago (or never).
 ///   It clears when the device is back online.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

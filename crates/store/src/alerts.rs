@@ -287,8 +287,9 @@ pub enum Observed {
     Breaching,
     /// The condition does not hold.
     Clear,
-    /// Not enough data to say (no samples in the duration, or they do not cover it yet; a
-    /// device in maintenance for an offline rule).
+    /// Neither: the breach has not lasted the duration yet, the newest sample is older than
+    /// [`SAMPLE_GAP`], or (offline rules) the device is in maintenance or offline for less
+    /// than the rule's minutes.
     Unknown,
 }
 
@@ -372,8 +373,9 @@ fn push_target(q: &mut Sql, column: &str, target: RuleTarget) {
 struct LevelRow {
     device_id: DeviceId,
     samples: i64,
-    breaching: i64,
-    first_at: Timestamp,
+    breach_start: Option<Timestamp>,
+    last_ok: Option<Timestamp>,
+    newest: Timestamp,
     average: f64,
 }
 
@@ -838,19 +840,8 @@ impl OrgStore<'_> {
                 threshold,
                 duration_minutes,
             } => {
-                let duration = if duration_minutes == 0 {
-                    SAMPLE_GAP
-                } else {
-                    Duration::minutes(i64::from(duration_minutes))
-                };
+                let duration = Duration::minutes(i64::from(duration_minutes));
                 let from = now - duration;
-                // Samples that begin within one gap of the window's start cover it; a zero
-                // duration asks only for the newest samples, with nothing to cover.
-                let covered_by = if duration_minutes == 0 {
-                    now
-                } else {
-                    from + SAMPLE_GAP
-                };
                 let expr = level_expr(metric);
                 let op = match comparison {
                     Comparison::Above => ">",
@@ -873,7 +864,8 @@ impl OrgStore<'_> {
                         .into_iter()
                         .map(|r| {
                             let rate = r.total / seconds;
-                            let state = if r.first_at > covered_by {
+                            // Samples that begin within one gap of the window's start cover it.
+                            let state = if r.first_at > from + SAMPLE_GAP {
                                 Observed::Unknown
                             } else if comparison.breaches(rate, threshold) {
                                 Observed::Breaching
@@ -889,29 +881,40 @@ impl OrgStore<'_> {
                         })
                         .collect())
                 } else {
+                    // Samples from one gap before the duration: the breach must have begun at
+                    // or before its start (`breach_start`), with no clear sample since
+                    // (`last_ok`), and the newest sample must be recent.
                     let mut q = sql(format!(
                         "SELECT device_id, COUNT(*) AS samples, \
-                         SUM(CASE WHEN {expr} {op} $4 THEN 1 ELSE 0 END) AS breaching, \
-                         MIN(at) AS first_at, \
+                         MAX(CASE WHEN {expr} {op} $4 AND at <= $5 THEN at END) AS breach_start, \
+                         MAX(CASE WHEN NOT ({expr} {op} $4) THEN at END) AS last_ok, \
+                         MAX(at) AS newest, \
                          CAST(AVG({expr}) AS DOUBLE PRECISION) AS average \
                          FROM device_metrics WHERE org_id = $1 AND at > $2 AND at <= $3"
                     ))
                     .bind(self.org)
-                    .bind(from)
+                    .bind(from - SAMPLE_GAP)
                     .bind(now)
-                    .bind(threshold);
+                    .bind(threshold)
+                    .bind(from);
                     push_target(&mut q, "device_id", target);
                     q.push(" GROUP BY device_id ORDER BY device_id");
                     let rows: Vec<LevelRow> = q.fetch_all(self.store).await?;
+                    let recent = now - SAMPLE_GAP;
                     Ok(rows
                         .into_iter()
                         .map(|r| {
-                            let state = if r.breaching < r.samples {
-                                Observed::Clear
-                            } else if r.first_at > covered_by {
+                            let state = if r.newest <= recent {
                                 Observed::Unknown
-                            } else {
+                            } else if r.last_ok == Some(r.newest) {
+                                Observed::Clear
+                            } else if r
+                                .breach_start
+                                .is_some_and(|b| r.last_ok.is_none_or(|ok| ok < b))
+                            {
                                 Observed::Breaching
+                            } else {
+                                Observed::Unknown
                             };
                             Observation {
                                 device_id: r.device_id,

@@ -203,14 +203,14 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         StoreError::Conflict(_)
     ));
 
-    // Six minutes of samples every 30 s: "hot" above 90 % throughout, "cool" with one dip.
+    // Six minutes of samples every 30 s: "hot" above 90 % throughout, "cool" below at the end.
     let now = s.clock().now();
     let mut hot_samples = Vec::new();
     let mut cool_samples = Vec::new();
     for i in 0..12 {
         let at = now - Duration::seconds(360) + Duration::seconds(30 * (i + 1));
         hot_samples.push(sample(at, 95.0, 50.0, 1000));
-        cool_samples.push(sample(at, if i == 6 { 40.0 } else { 95.0 }, 50.0, 1000));
+        cool_samples.push(sample(at, if i == 11 { 40.0 } else { 95.0 }, 50.0, 1000));
     }
     s.insert_metrics(hot.id, a.id, &hot_samples).await.unwrap();
     s.insert_metrics(cool.id, a.id, &cool_samples)
