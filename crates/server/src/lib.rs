@@ -87,6 +87,8 @@ pub struct ServerConfig {
     pub max_response_bytes: usize,
     /// The most items one batch call may carry (`BREEZE_MCP_MAX_ITEMS`).
     pub max_batch_items: usize,
+    /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
+    pub alerts: breeze_alerts::EngineConfig,
 }
 
 impl ServerConfig {
@@ -110,6 +112,14 @@ impl ServerConfig {
             catalog: catalog::CatalogConfig::default(),
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            alerts: breeze_alerts::EngineConfig {
+                notify: breeze_alerts::NotifyConfig {
+                    // Development: a webhook receiver on this machine is the usual test.
+                    allow_private_targets: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
         }
     }
 }
@@ -275,6 +285,11 @@ pub async fn serve(
         .pipeline
         .approvals()
         .spawn_resumer(sweeper_stop.clone());
+    let alerts = Arc::new(breeze_alerts::AlertEngine::new(
+        breeze.state.store.clone(),
+        breeze.state.config.alerts.clone(),
+    ));
+    alerts.spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

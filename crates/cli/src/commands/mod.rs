@@ -142,6 +142,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         enroll_rate_per_minute: settings.enroll_rate_per_minute,
         max_response_bytes: m.max_response_bytes,
         max_batch_items: m.max_items,
+        alerts: settings.alerts.clone(),
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),
