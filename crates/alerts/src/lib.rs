@@ -123,7 +123,8 @@ impl AlertEngine {
                     }
                 }
                 (Observed::Clear, Some(alert)) if rule.auto_resolve => {
-                    if org.auto_resolve_alert(alert.id, obs.value).await? {
+                    let changed = org.auto_resolve_alert(alert.id, obs.value).await?;
+                    if changed {
                         report.resolved.push(alert.id);
                         let alert = org.get_alert(alert.id).await?;
                         self.notify(rule, alert, AlertNews::Resolved);

@@ -556,7 +556,7 @@ impl From<NotificationChannel> for ChannelView {
                 .config
                 .get("url")
                 .and_then(Value::as_str)
-                .and_then(|u| webhook_host(u)),
+                .and_then(webhook_host),
             breeze_core::ChannelKind::InApp => None,
         };
         Self {
