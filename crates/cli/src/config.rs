@@ -45,6 +45,32 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "called (POST, JSON) with each new approval request, e.g. to notify a phone (optional)",
     ),
     (
+        "BREEZE_ALERT_TICK_SECONDS",
+        "how often the alert engine evaluates the rules (default 30)",
+    ),
+    (
+        "BREEZE_SMTP_HOST",
+        "SMTP relay for email notification channels (optional; without it email channels record a failure)",
+    ),
+    (
+        "BREEZE_SMTP_PORT",
+        "the relay's port (default 587 with starttls, 465 with tls, 25 with none)",
+    ),
+    (
+        "BREEZE_SMTP_SECURITY",
+        "starttls, tls or none (default starttls)",
+    ),
+    (
+        "BREEZE_SMTP_FROM",
+        "the From address of alert mail, e.g. Breeze <alerts@example.com> (required with BREEZE_SMTP_HOST)",
+    ),
+    ("BREEZE_SMTP_USERNAME", "the relay's user (optional)"),
+    ("BREEZE_SMTP_PASSWORD", "the relay's password (optional)"),
+    (
+        "BREEZE_WEBHOOK_ALLOW_PRIVATE",
+        "let alert webhooks reach loopback and private addresses (default true in development, false in production)",
+    ),
+    (
         "MCP_APPROVAL_WAIT_SECONDS",
         "how long a Tier 3 call waits for approval before answering pending (0-300, default 45: below the 60 s request timeout of common MCP clients)",
     ),
@@ -367,6 +393,8 @@ pub(crate) struct Settings {
     pub(crate) auth_cache_ms: u64,
     /// OAuth 2.1 (`MCP_OAUTH_ENABLED`); `None` when off.
     pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
+    /// The alert engine: tick, SMTP relay, webhook policy.
+    pub(crate) alerts: breeze_alerts::EngineConfig,
 }
 
 impl std::fmt::Debug for Settings {
@@ -528,8 +556,10 @@ impl Settings {
         };
 
         let oauth = oauth_settings(env, environment == Environment::Production, &public_url)?;
+        let alerts = alert_settings(env, environment == Environment::Production)?;
         Ok(Settings {
             oauth,
+            alerts,
             listen,
             database_url,
             redis_url,
@@ -674,6 +704,57 @@ fn url_origin(url: &str) -> String {
     }
 }
 
+/// The alert engine's settings: its tick, the SMTP relay (all or nothing), the webhook policy.
+fn alert_settings(
+    env: &BTreeMap<String, String>,
+    production: bool,
+) -> anyhow::Result<breeze_alerts::EngineConfig> {
+    use breeze_alerts::{SmtpConfig, SmtpSecurity};
+    let text = |var: &str| {
+        env.get(var)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let smtp = match text("BREEZE_SMTP_HOST") {
+        None => None,
+        Some(host) => {
+            let security = match text("BREEZE_SMTP_SECURITY").as_deref() {
+                None | Some("starttls") => SmtpSecurity::StartTls,
+                Some("tls") => SmtpSecurity::Tls,
+                Some("none") => SmtpSecurity::None,
+                Some(v) => {
+                    bail!("invalid BREEZE_SMTP_SECURITY: {v:?} (expected starttls, tls or none)")
+                }
+            };
+            let default_port = match security {
+                SmtpSecurity::StartTls => 587,
+                SmtpSecurity::Tls => 465,
+                SmtpSecurity::None => 25,
+            };
+            let Some(from) = text("BREEZE_SMTP_FROM") else {
+                bail!("BREEZE_SMTP_FROM is required with BREEZE_SMTP_HOST");
+            };
+            Some(SmtpConfig {
+                host,
+                port: number(env, "BREEZE_SMTP_PORT", default_port)?,
+                security,
+                from,
+                username: text("BREEZE_SMTP_USERNAME"),
+                password: text("BREEZE_SMTP_PASSWORD"),
+            })
+        }
+    };
+    Ok(breeze_alerts::EngineConfig {
+        tick: std::time::Duration::from_secs(number(env, "BREEZE_ALERT_TICK_SECONDS", 30u64)?),
+        notify: breeze_alerts::NotifyConfig {
+            smtp,
+            allow_private_targets: boolean(env, "BREEZE_WEBHOOK_ALLOW_PRIVATE", !production)?,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+}
+
 /// Refuses `BREEZE_*` variables Breeze does not know: a typo must not silently fall back to a
 /// default.
 fn check_unknown(env: &BTreeMap<String, String>) -> anyhow::Result<()> {
@@ -724,6 +805,47 @@ mod tests {
 
     fn load(vars: &[(&str, &str)]) -> anyhow::Result<Settings> {
         load_with(vars, &SettingFlags::default())
+    }
+
+    #[test]
+    fn alert_settings() {
+        let s = load(&[]).unwrap();
+        assert!(s.alerts.notify.smtp.is_none());
+        assert!(s.alerts.notify.allow_private_targets, "development");
+        assert_eq!(s.alerts.tick, std::time::Duration::from_secs(30));
+        let s = load(&[
+            ("BREEZE_SMTP_HOST", "mail.example.com"),
+            ("BREEZE_SMTP_FROM", "Breeze <a@example.com>"),
+            ("BREEZE_SMTP_SECURITY", "tls"),
+            ("BREEZE_SMTP_PASSWORD", "hunter2"),
+            ("BREEZE_ALERT_TICK_SECONDS", "10"),
+        ])
+        .unwrap();
+        let smtp = s.alerts.notify.smtp.clone().unwrap();
+        assert_eq!((smtp.host.as_str(), smtp.port), ("mail.example.com", 465));
+        assert!(
+            !format!("{smtp:?}").contains("hunter2"),
+            "the password is never shown"
+        );
+        assert_eq!(s.alerts.tick, std::time::Duration::from_secs(10));
+        let err = load(&[("BREEZE_SMTP_HOST", "mail.example.com")]).unwrap_err();
+        assert!(err.to_string().contains("BREEZE_SMTP_FROM"), "{err}");
+        let err = load(&[
+            ("BREEZE_SMTP_HOST", "m"),
+            ("BREEZE_SMTP_FROM", "a@b.c"),
+            ("BREEZE_SMTP_SECURITY", "ssl3"),
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("BREEZE_SMTP_SECURITY"), "{err}");
+        let prod = load(&[
+            ("BREEZE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+        ])
+        .unwrap();
+        assert!(
+            !prod.alerts.notify.allow_private_targets,
+            "production refuses private webhooks"
+        );
     }
 
     fn load_with(vars: &[(&str, &str)], flags: &SettingFlags) -> anyhow::Result<Settings> {

@@ -4,6 +4,7 @@
 //! device group → device), principals and their permissions, API-key scopes, audit events and
 //! the [`Clock`] through which all code reads the time.
 
+pub mod alert;
 pub mod audit;
 pub mod clock;
 pub mod device;
@@ -15,6 +16,9 @@ pub mod tenancy;
 pub mod tier;
 pub mod user;
 
+pub use alert::{
+    AlertCondition, AlertStatus, ChannelKind, Comparison, Metric, Severity, TargetKind,
+};
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};

@@ -91,6 +91,8 @@ pub struct ServerConfig {
     pub max_batch_items: usize,
     /// OAuth 2.1 for MCP clients (`MCP_OAUTH_ENABLED`); `None` when off.
     pub oauth: Option<oauth::OAuthSettings>,
+    /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
+    pub alerts: breeze_alerts::EngineConfig,
 }
 
 impl ServerConfig {
@@ -115,6 +117,14 @@ impl ServerConfig {
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
             oauth: None,
+            alerts: breeze_alerts::EngineConfig {
+                notify: breeze_alerts::NotifyConfig {
+                    // Development: a webhook receiver on this machine is the usual test.
+                    allow_private_targets: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
         }
     }
 }
@@ -298,6 +308,11 @@ pub async fn serve(
         .pipeline
         .approvals()
         .spawn_resumer(sweeper_stop.clone());
+    let alerts = Arc::new(breeze_alerts::AlertEngine::new(
+        breeze.state.store.clone(),
+        breeze.state.config.alerts.clone(),
+    ));
+    alerts.spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

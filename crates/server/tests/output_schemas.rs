@@ -245,6 +245,9 @@ const ID_FIELDS: &[&str] = &[
     "scriptId",
     "contextId",
     "approvalId",
+    "alertId",
+    "ruleId",
+    "channelIds",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -364,6 +367,22 @@ impl Suite {
                     .first()
                     .map_or(UNKNOWN_ID.to_owned(), |a| a.id.to_string())
             ),
+            // A fresh alert (an open one for acknowledge and resolve) of a fresh rule.
+            "alertId" => {
+                let rule = self.fresh_rule().await;
+                let device = breeze_core::DeviceId(self.device.parse().unwrap());
+                let alert = org.raise_alert(&rule, device, Some(1.0)).await.unwrap();
+                json!(alert.unwrap().id.to_string())
+            }
+            "ruleId" => json!(self.fresh_rule().await.id.to_string()),
+            "channelIds" => json!([]),
+            "cursor" => json!(
+                breeze_store::AlertCursor {
+                    triggered_at: self.w.state.clock.now(),
+                    id: uuid::Uuid::now_v7(),
+                }
+                .encode()
+            ),
             "path" => json!("/tmp/breeze-schemas"),
             "newPath" => json!("/tmp/breeze-schemas-renamed"),
             "paths" => json!(["/tmp/cand.log"]),
@@ -374,6 +393,31 @@ impl Suite {
             "endTime" => json!(self.w.state.clock.now().to_rfc3339()),
             _ => return None,
         })
+    }
+
+    /// A new alert rule of the fixture's organization (each delete consumes one).
+    async fn fresh_rule(&self) -> breeze_store::AlertRule {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_rule(
+                breeze_store::NewRule {
+                    name: format!("fixture rule {n}"),
+                    description: None,
+                    severity: breeze_core::Severity::High,
+                    enabled: true,
+                    condition: breeze_core::AlertCondition::Offline { minutes: 10 },
+                    target: breeze_store::RuleTarget::Organization,
+                    cooldown_minutes: 0,
+                    auto_resolve: true,
+                    channel_ids: vec![],
+                    created_by: "fixture".into(),
+                },
+                audit("alert_rule.create"),
+            )
+            .await
+            .unwrap()
     }
 
     /// Arguments for `tool`: the required fields (every field when `full`), the action set.

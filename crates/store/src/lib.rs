@@ -9,6 +9,7 @@
 //! transaction as the change.
 
 mod agents;
+mod alerts;
 mod api_keys;
 mod approvals;
 mod audit;
@@ -36,6 +37,12 @@ use std::{str::FromStr, time::Duration};
 pub use agents::{
     AgentLogFilter, AgentLogRecord, DeviceCredential, DeviceState, EnrollDevice,
     EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
+};
+pub use alerts::{
+    Alert, AlertCursor, AlertEvent, AlertFilter, AlertPage, AlertRule, AlertSummary,
+    MAX_ALERT_PAGE, MAX_COOLDOWN_MINUTES, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_RULE_CHANNELS,
+    MAX_RULES_PER_ORG, NewChannel, NewRule, NotificationChannel, Observation, Observed, RuleTarget,
+    RuleUpdate, SAMPLE_GAP, engine_actor,
 };
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};

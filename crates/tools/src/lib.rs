@@ -28,6 +28,7 @@ pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_
 pub fn all() -> Registry {
     let mut r = Registry::default();
     r.domain("agent", tools::agent::register);
+    r.domain("alerts", tools::alerts::register);
     r.domain("approvals", tools::approvals::register);
     r.domain("audit", tools::audit::register);
     r.domain("context", tools::context::register);
@@ -52,6 +53,7 @@ mod tests {
             r.domains(),
             [
                 "agent",
+                "alerts",
                 "approvals",
                 "audit",
                 "context",
@@ -149,6 +151,8 @@ mod tests {
         // Breeze's own: get_device_details counts packages, this pages them.
         ("get_device_software",         None,          false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
+        ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
+        ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
@@ -192,6 +196,18 @@ mod tests {
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
+        ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
+        ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
+        ("manage_alert_rules",          Some("test"),             Tier::T1, Permission::AlertsRead),
+        ("manage_alert_rules",          Some("list_channels"),    Tier::T1, Permission::AlertsRead),
+        ("manage_alert_rules",          Some("summary"),          Tier::T1, Permission::AlertsRead),
+        ("manage_alert_rules",          Some("create"),           Tier::T2, Permission::AlertsManage),
+        ("manage_alert_rules",          Some("update"),           Tier::T2, Permission::AlertsManage),
+        ("manage_alert_rules",          Some("delete"),           Tier::T3, Permission::AlertsManage),
+        ("manage_alerts",               Some("list"),             Tier::T1, Permission::AlertsRead),
+        ("manage_alerts",               Some("get"),              Tier::T1, Permission::AlertsRead),
+        ("manage_alerts",               Some("acknowledge"),      Tier::T2, Permission::AlertsManage),
+        ("manage_alerts",               Some("resolve"),          Tier::T2, Permission::AlertsManage),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("add_devices"),      Tier::T2, Permission::DevicesWrite),

@@ -1,7 +1,8 @@
 //! MCP resources: read-only, organization-scoped JSON views.
 //!
 //! `breeze://devices` (at most 500), `breeze://scripts` (the script library, at most 200),
-//! `breeze://alerts` and `breeze://automations` (empty until those features land), the template
+//! `breeze://alerts` (unresolved alerts, newest first, at most 200), `breeze://automations`
+//! (empty until that feature lands), the template
 //! `breeze://devices/{id}` (the `get_device_details` document: the device with what its agent
 //! reported, camelCase like every tool output), and
 //! `breeze://server` (identity, transport, protocol versions).
@@ -35,7 +36,7 @@ pub const RESOURCES: &[ResourceSpec] = &[
         uri: "breeze://alerts",
         name: "alerts",
         title: "Active alerts",
-        description: "Active alerts (up to 200).",
+        description: "Active (open or acknowledged) alerts, newest first (up to 200): id, title, severity, status, device, rule, triggered at.",
     },
     ResourceSpec {
         uri: "breeze://scripts",
@@ -127,8 +128,27 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                     .collect(),
             ))
         }
-        // The features behind these land in later releases; the organization has none yet.
-        "breeze://alerts" | "breeze://automations" => Ok(Value::Array(Vec::new())),
+        "breeze://alerts" => {
+            let filter = breeze_store::AlertFilter {
+                unresolved: true,
+                ..Default::default()
+            };
+            let page = org.list_alerts(&filter, None, LIST_LIMIT).await?;
+            Ok(Value::Array(
+                page.alerts
+                    .iter()
+                    .map(|a| {
+                        json!({
+                            "id": a.id, "title": a.title, "severity": a.severity,
+                            "status": a.status, "deviceId": a.device_id, "ruleId": a.rule_id,
+                            "message": a.message, "triggeredAt": a.triggered_at,
+                        })
+                    })
+                    .collect(),
+            ))
+        }
+        // The feature behind this lands in a later release; the organization has none yet.
+        "breeze://automations" => Ok(Value::Array(Vec::new())),
         "breeze://server" => Ok(server.clone()),
         _ => {
             let Some(id) = uri.strip_prefix("breeze://devices/") else {

@@ -143,6 +143,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         max_response_bytes: m.max_response_bytes,
         max_batch_items: m.max_items,
         oauth: settings.oauth.clone(),
+        alerts: settings.alerts.clone(),
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),

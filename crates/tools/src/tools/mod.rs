@@ -1,6 +1,7 @@
 //! The tools, one module per domain; each exposes `register`, called in [`crate::all`].
 
 pub(crate) mod agent;
+pub(crate) mod alerts;
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod context;

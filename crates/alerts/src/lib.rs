@@ -1,0 +1,193 @@
+//! Breeze's alert engine: a background worker that evaluates alert rules over the stored
+//! metrics and device states, raises and auto-resolves alerts, and notifies channels.
+//!
+//! Each [`AlertEngine::tick`] walks at most `rules_per_tick` enabled rules (continuing where
+//! the last tick stopped, so every rule comes round however many there are) and, for each,
+//! asks the store what its condition looks like on the targeted devices
+//! (`OrgStore::observe_rule`, read-only). A breaching device without an unresolved alert of the
+//! rule gets one (`raise_alert` refuses duplicates by a unique index and honours the cooldown);
+//! an unresolved alert whose device is clear again is resolved when the rule auto-resolves. A
+//! device the store cannot judge (no recent samples) changes nothing. Every raise and
+//! resolution is told to the rule's channels in tasks of their own ([`notify`]), so no channel
+//! delays evaluation; the engine reads the time only through the store's `Clock`.
+
+pub mod notify;
+
+use std::{sync::Arc, time::Duration};
+
+use breeze_store::{AlertRule, Observed, Store, StoreError};
+use tokio::sync::Mutex;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use uuid::Uuid;
+
+pub use notify::{AlertNews, NotifyConfig, SmtpConfig, SmtpSecurity, is_public, sign};
+
+/// The engine's pace and its notifications.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// How often a tick runs.
+    pub tick: Duration,
+    /// The most rules one tick evaluates.
+    pub rules_per_tick: u32,
+    pub notify: NotifyConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_secs(30),
+            rules_per_tick: 500,
+            notify: NotifyConfig::default(),
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub rules: usize,
+    pub raised: Vec<Uuid>,
+    pub resolved: Vec<Uuid>,
+    /// Rules whose evaluation failed (logged; the others went on).
+    pub failed: usize,
+}
+
+/// The alert engine. Cheap to share (`Arc`).
+pub struct AlertEngine {
+    store: Store,
+    config: EngineConfig,
+    notifier: notify::Notifier,
+    /// The last rule evaluated: the next tick starts after it.
+    cursor: Mutex<Option<Uuid>>,
+    deliveries: TaskTracker,
+}
+
+impl AlertEngine {
+    pub fn new(store: Store, config: EngineConfig) -> Self {
+        Self {
+            store,
+            notifier: notify::Notifier {
+                config: config.notify.clone(),
+            },
+            config,
+            cursor: Mutex::new(None),
+            deliveries: TaskTracker::new(),
+        }
+    }
+
+    /// Evaluates the next slice of rules. A rule that fails is logged and skipped; only a
+    /// failure to list the rules fails the tick.
+    pub async fn tick(&self) -> Result<TickReport, StoreError> {
+        let mut cursor = self.cursor.lock().await;
+        let mut rules = self
+            .store
+            .alert_rules_after(*cursor, self.config.rules_per_tick)
+            .await?;
+        if rules.is_empty() && cursor.is_some() {
+            // The walk reached the end: start over.
+            rules = self
+                .store
+                .alert_rules_after(None, self.config.rules_per_tick)
+                .await?;
+        }
+        *cursor = if rules.len() < self.config.rules_per_tick as usize {
+            None
+        } else {
+            rules.last().map(|r| r.id)
+        };
+        drop(cursor);
+        let mut report = TickReport {
+            rules: rules.len(),
+            ..TickReport::default()
+        };
+        for rule in rules {
+            if let Err(e) = self.evaluate(&rule, &mut report).await {
+                report.failed += 1;
+                tracing::warn!(rule = %rule.id, error = %e, "alert rule evaluation failed");
+            }
+        }
+        Ok(report)
+    }
+
+    async fn evaluate(&self, rule: &AlertRule, report: &mut TickReport) -> Result<(), StoreError> {
+        let org = self.store.org(rule.org_id);
+        let observations = org.observe_rule(rule).await?;
+        let unresolved = org.unresolved_alerts_of_rule(rule.id).await?;
+        for obs in &observations {
+            let open = unresolved.iter().find(|a| a.device_id == obs.device_id);
+            match (obs.state, open) {
+                (Observed::Breaching, None) => {
+                    if let Some(alert) = org.raise_alert(rule, obs.device_id, obs.value).await? {
+                        report.raised.push(alert.id);
+                        self.notify(rule, alert, AlertNews::Raised);
+                    }
+                }
+                (Observed::Clear, Some(alert)) if rule.auto_resolve => {
+                    let changed = org.auto_resolve_alert(alert.id, obs.value).await?;
+                    if changed {
+                        report.resolved.push(alert.id);
+                        let alert = org.get_alert(alert.id).await?;
+                        self.notify(rule, alert, AlertNews::Resolved);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a delivery task per channel of the rule.
+    fn notify(&self, rule: &AlertRule, alert: breeze_store::Alert, news: AlertNews) {
+        if rule.channel_ids.is_empty() {
+            return;
+        }
+        let (store, notifier, rule) = (self.store.clone(), self.notifier.clone(), rule.clone());
+        let tracker = self.deliveries.clone();
+        self.deliveries.spawn(async move {
+            let org = store.org(alert.org_id);
+            for id in &rule.channel_ids {
+                let channel = match org.get_channel(*id).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(channel = %id, error = %e, "alert channel unavailable");
+                        continue;
+                    }
+                };
+                let (store, notifier, rule, alert) =
+                    (store.clone(), notifier.clone(), rule.clone(), alert.clone());
+                // Channels deliver side by side: a slow one does not hold up the next.
+                tracker.spawn(async move {
+                    notifier
+                        .deliver(&store, &rule, &alert, &channel, news)
+                        .await;
+                });
+            }
+        });
+    }
+
+    /// Waits until every delivery started so far has finished and been recorded (tests, and
+    /// shutdown).
+    pub async fn settle(&self) {
+        self.deliveries.close();
+        self.deliveries.wait().await;
+        self.deliveries.reopen();
+    }
+
+    /// Runs [`AlertEngine::tick`] every `config.tick` until `stop`.
+    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.config.tick);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        if let Err(e) = self.tick().await {
+                            tracing::warn!(error = %e, "alert engine tick failed");
+                        }
+                    }
+                }
+            }
+        })
+    }
+}

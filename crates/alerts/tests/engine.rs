@@ -1,0 +1,461 @@
+//! The alert engine end to end on both backends, stepping a manual clock: samples cross a
+//! threshold for the rule's duration, one alert is raised (never two), its channels are told —
+//! a real SMTP conversation with a listener this test runs, a signed webhook to a local HTTP
+//! server that fails once and is retried, in-app — while a dead and a hanging channel fail
+//! without holding up evaluation; the condition clears and the alert resolves itself.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration as StdDuration,
+};
+
+use axum::{Router, http::HeaderMap, routing::post};
+use breeze_agent_proto::{DiskUsageSample, MetricSample};
+use breeze_alerts::{AlertEngine, EngineConfig, NotifyConfig, SmtpConfig, SmtpSecurity, sign};
+use breeze_core::{
+    Actor, AlertCondition, AlertStatus, AuditEvent, ChannelKind, Comparison, DeviceStatus, Metric,
+    OrgId, OsFamily, Severity, SiteId,
+};
+use breeze_store::{NewChannel, NewDevice, NewRule, RuleTarget, Store, testing::Ctx};
+use chrono::Duration;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::TcpListener,
+};
+
+fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+/// A minimal SMTP server: enough of RFC 5321 for a client to hand over one message per
+/// connection; every message's DATA is kept.
+async fn smtp_server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mail = Arc::new(Mutex::new(Vec::new()));
+    let kept = mail.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut lines = BufReader::new(read).lines();
+                write.write_all(b"220 test ESMTP\r\n").await.unwrap();
+                let mut envelope = String::new();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
+                    let reply: &[u8] = match verb.as_str() {
+                        "EHLO" | "HELO" => b"250-test\r\n250 8BITMIME\r\n",
+                        "MAIL" | "RCPT" => {
+                            envelope.push_str(&line);
+                            envelope.push('\n');
+                            b"250 OK\r\n"
+                        }
+                        "DATA" => {
+                            write.write_all(b"354 go ahead\r\n").await.unwrap();
+                            let mut data = envelope.clone();
+                            while let Ok(Some(l)) = lines.next_line().await {
+                                if l == "." {
+                                    break;
+                                }
+                                data.push_str(&l);
+                                data.push('\n');
+                            }
+                            kept.lock().unwrap().push(data);
+                            b"250 queued\r\n"
+                        }
+                        "QUIT" => {
+                            write.write_all(b"221 bye\r\n").await.unwrap();
+                            return;
+                        }
+                        "RSET" | "NOOP" => b"250 OK\r\n",
+                        _ => b"502 unknown\r\n",
+                    };
+                    write.write_all(reply).await.unwrap();
+                }
+            });
+        }
+    });
+    (port, mail)
+}
+
+#[derive(Debug, Clone)]
+struct Hook {
+    headers: HeaderMap,
+    body: String,
+}
+
+/// An HTTP receiver that answers 500 to the first `fail_first` requests, then 200.
+async fn webhook_server(fail_first: usize) -> (u16, Arc<Mutex<Vec<Hook>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::<Hook>::new()));
+    let kept = seen.clone();
+    let app = Router::new().route(
+        "/hook",
+        post(move |headers: HeaderMap, body: String| {
+            let kept = kept.clone();
+            async move {
+                let mut seen = kept.lock().unwrap();
+                seen.push(Hook { headers, body });
+                if seen.len() <= fail_first {
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, seen)
+}
+
+/// Accepts connections and never answers.
+async fn hanging_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    port
+}
+
+fn config(smtp_port: u16, allow_private: bool) -> EngineConfig {
+    EngineConfig {
+        tick: StdDuration::from_secs(30),
+        rules_per_tick: 100,
+        notify: NotifyConfig {
+            smtp: Some(SmtpConfig {
+                host: "127.0.0.1".into(),
+                port: smtp_port,
+                security: SmtpSecurity::None,
+                from: "Breeze <alerts@breeze.test>".into(),
+                username: None,
+                password: None,
+            }),
+            timeout: StdDuration::from_secs(2),
+            webhook_attempts: 3,
+            webhook_backoff: StdDuration::from_millis(20),
+            allow_private_targets: allow_private,
+        },
+    }
+}
+
+async fn tenant(s: &Store) -> (OrgId, SiteId) {
+    let partner = s
+        .create_partner("P", "p", audit("partner.create"))
+        .await
+        .unwrap();
+    let org = s
+        .create_organization(partner.id, "A", "a", audit("organization.create"))
+        .await
+        .unwrap();
+    let site = s
+        .org(org.id)
+        .create_site("HQ", "UTC", audit("site.create"))
+        .await
+        .unwrap();
+    (org.id, site.id)
+}
+
+fn device(site: SiteId, hostname: &str, status: DeviceStatus) -> NewDevice {
+    NewDevice {
+        site_id: site,
+        hostname: hostname.into(),
+        os_family: OsFamily::Linux,
+        os_name: "Debian".into(),
+        os_version: "12".into(),
+        status,
+        agent_version: None,
+        last_seen_at: None,
+        tags: vec![],
+    }
+}
+
+fn cpu(at: breeze_core::Timestamp, percent: f64) -> MetricSample {
+    MetricSample {
+        at,
+        cpu_percent: percent,
+        ram_percent: 30.0,
+        ram_used_bytes: 1 << 30,
+        disks: vec![DiskUsageSample {
+            mount: "/".into(),
+            used_percent: 40.0,
+        }],
+        network: vec![],
+        process_count: 50,
+    }
+}
+
+fn channel(name: &str, kind: ChannelKind, config: serde_json::Value) -> NewChannel {
+    NewChannel {
+        name: name.into(),
+        kind,
+        config,
+        secret: (kind == ChannelKind::Webhook).then(|| "a-secret-of-some-length".to_owned()),
+    }
+}
+
+async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site) = tenant(s).await;
+    let o = s.org(org);
+    let hot = o
+        .create_device(
+            device(site, "hot", DeviceStatus::Online),
+            audit("device.create"),
+        )
+        .await
+        .unwrap();
+    let (smtp_port, mail) = smtp_server().await;
+    let (hook_port, hooks) = webhook_server(1).await;
+    let hang_port = hanging_server().await;
+    let dead_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut channels = Vec::new();
+    for (name, kind, config) in [
+        (
+            "mail",
+            ChannelKind::Email,
+            serde_json::json!({ "to": ["ops@example.com"] }),
+        ),
+        (
+            "hook",
+            ChannelKind::Webhook,
+            serde_json::json!({ "url": format!("http://127.0.0.1:{hook_port}/hook") }),
+        ),
+        ("app", ChannelKind::InApp, serde_json::json!({})),
+        (
+            "dead",
+            ChannelKind::Webhook,
+            serde_json::json!({ "url": format!("http://127.0.0.1:{dead_port}/hook") }),
+        ),
+        (
+            "hang",
+            ChannelKind::Webhook,
+            serde_json::json!({ "url": format!("http://127.0.0.1:{hang_port}/hook") }),
+        ),
+    ] {
+        channels.push(
+            o.create_channel(
+                channel(name, kind, config),
+                audit("notification_channel.create"),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    o.create_rule(
+        NewRule {
+            name: "CPU hot".into(),
+            description: None,
+            severity: Severity::Critical,
+            enabled: true,
+            condition: AlertCondition::Metric {
+                metric: Metric::Cpu,
+                comparison: Comparison::Above,
+                threshold: 90.0,
+                duration_minutes: 5,
+            },
+            target: RuleTarget::Organization,
+            cooldown_minutes: 15,
+            auto_resolve: true,
+            channel_ids: channels.iter().map(|c| c.id).collect(),
+            created_by: "test".into(),
+        },
+        audit("alert_rule.create"),
+    )
+    .await
+    .unwrap();
+    let engine = AlertEngine::new(s.clone(), config(smtp_port, true));
+
+    // Four minutes above the threshold: not yet for five.
+    let start = s.clock().now();
+    for minute in 0..4 {
+        let at = start + Duration::minutes(minute);
+        cx.clock.set(at);
+        s.insert_metrics(
+            hot.id,
+            org,
+            &[cpu(at, 97.0), cpu(at + Duration::seconds(30), 97.0)],
+        )
+        .await
+        .unwrap();
+        assert!(
+            engine.tick().await.unwrap().raised.is_empty(),
+            "minute {minute}"
+        );
+    }
+    for minute in 4..7 {
+        let at = start + Duration::minutes(minute);
+        s.insert_metrics(
+            hot.id,
+            org,
+            &[cpu(at, 97.0), cpu(at + Duration::seconds(30), 97.0)],
+        )
+        .await
+        .unwrap();
+    }
+    cx.clock
+        .set(start + Duration::minutes(6) + Duration::seconds(45));
+    let began = std::time::Instant::now();
+    let report = engine.tick().await.unwrap();
+    assert!(
+        began.elapsed() < StdDuration::from_secs(1),
+        "evaluation does not wait for channels (a hanging one takes 2 s)"
+    );
+    assert_eq!(report.raised.len(), 1, "{report:?}");
+    let alert_id = report.raised[0];
+    assert!(
+        engine.tick().await.unwrap().raised.is_empty(),
+        "no second alert while one is open"
+    );
+    engine.settle().await;
+
+    let mail = mail.lock().unwrap().clone();
+    assert_eq!(mail.len(), 1, "{mail:?}");
+    assert!(mail[0].contains("RCPT TO:<ops@example.com>"), "{}", mail[0]);
+    assert!(
+        mail[0].contains("Subject: [Breeze critical] CPU hot: hot"),
+        "{}",
+        mail[0]
+    );
+
+    let hooks_seen = hooks.lock().unwrap().clone();
+    assert_eq!(hooks_seen.len(), 2, "one failure, one retry that succeeded");
+    let header = |h: &Hook, name: &str| h.headers[name].to_str().unwrap().to_owned();
+    assert_eq!(
+        header(&hooks_seen[0], "x-breeze-delivery"),
+        header(&hooks_seen[1], "x-breeze-delivery"),
+        "a retry is the same delivery"
+    );
+    for h in &hooks_seen {
+        let expected = sign(
+            "a-secret-of-some-length",
+            &header(h, "x-breeze-timestamp"),
+            &h.body,
+        );
+        assert_eq!(
+            header(h, "x-breeze-signature"),
+            format!("sha256={expected}")
+        );
+        assert_eq!(header(h, "x-breeze-event"), "alert.raised");
+    }
+    let body: serde_json::Value = serde_json::from_str(&hooks_seen[1].body).unwrap();
+    assert_eq!(body["alert"]["id"], serde_json::json!(alert_id));
+
+    let events = o.alert_events(alert_id).await.unwrap();
+    let outcome = |name: &str| {
+        events
+            .iter()
+            .find(|e| e.details.as_ref().is_some_and(|d| d["channel"] == name))
+            .map(|e| e.kind.clone())
+    };
+    assert_eq!(outcome("mail").as_deref(), Some("notified"));
+    assert_eq!(outcome("hook").as_deref(), Some("notified"));
+    assert_eq!(outcome("app").as_deref(), Some("notified"));
+    assert_eq!(outcome("dead").as_deref(), Some("notify_failed"));
+    assert_eq!(outcome("hang").as_deref(), Some("notify_failed"));
+
+    // The load ends: the next sample is below the threshold and the alert resolves itself.
+    let later = start + Duration::minutes(8);
+    cx.clock.set(later);
+    s.insert_metrics(hot.id, org, &[cpu(later, 12.0)])
+        .await
+        .unwrap();
+    let report = engine.tick().await.unwrap();
+    assert_eq!(report.resolved, vec![alert_id]);
+    engine.settle().await;
+    let alert = o.get_alert(alert_id).await.unwrap();
+    assert_eq!(alert.status, AlertStatus::Resolved);
+    assert_eq!(alert.resolved_by.as_deref(), Some("system:alert-engine"));
+    let hooks_seen = hooks.lock().unwrap().clone();
+    assert_eq!(
+        hooks_seen.last().unwrap().headers["x-breeze-event"],
+        "alert.resolved"
+    );
+
+    // Within the cooldown a new breach raises nothing.
+    for minute in 9..16 {
+        let at = start + Duration::minutes(minute);
+        s.insert_metrics(
+            hot.id,
+            org,
+            &[cpu(at, 99.0), cpu(at + Duration::seconds(30), 99.0)],
+        )
+        .await
+        .unwrap();
+    }
+    cx.clock.set(start + Duration::minutes(16));
+    assert!(engine.tick().await.unwrap().raised.is_empty());
+}
+
+async fn offline_devices_and_private_webhooks(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site) = tenant(s).await;
+    let o = s.org(org);
+    let mut gone = device(site, "gone", DeviceStatus::Offline);
+    gone.last_seen_at = Some(s.clock().now() - Duration::minutes(3));
+    let gone = o.create_device(gone, audit("device.create")).await.unwrap();
+    let (hook_port, hooks) = webhook_server(0).await;
+    let hook = o
+        .create_channel(
+            channel(
+                "hook",
+                ChannelKind::Webhook,
+                serde_json::json!({ "url": format!("http://127.0.0.1:{hook_port}/hook") }),
+            ),
+            audit("notification_channel.create"),
+        )
+        .await
+        .unwrap();
+    o.create_rule(
+        NewRule {
+            name: "offline".into(),
+            description: None,
+            severity: Severity::Medium,
+            enabled: true,
+            condition: AlertCondition::Offline { minutes: 10 },
+            target: RuleTarget::Device(gone.id),
+            cooldown_minutes: 0,
+            auto_resolve: true,
+            channel_ids: vec![hook.id],
+            created_by: "test".into(),
+        },
+        audit("alert_rule.create"),
+    )
+    .await
+    .unwrap();
+    // Private targets refused: the production default.
+    let engine = AlertEngine::new(s.clone(), config(1, false));
+    assert!(
+        engine.tick().await.unwrap().raised.is_empty(),
+        "3 minutes offline"
+    );
+    cx.clock.advance(Duration::minutes(8));
+    let report = engine.tick().await.unwrap();
+    assert_eq!(report.raised.len(), 1);
+    engine.settle().await;
+    assert!(
+        hooks.lock().unwrap().is_empty(),
+        "nothing reached 127.0.0.1"
+    );
+    let events = o.alert_events(report.raised[0]).await.unwrap();
+    let failed = events.iter().find(|e| e.kind == "notify_failed").unwrap();
+    let detail = failed.details.as_ref().unwrap()["detail"].as_str().unwrap();
+    assert!(detail.contains("non-public"), "{detail}");
+}
+
+breeze_store::on_both_backends!(
+    a_breach_raises_notifies_and_resolves,
+    offline_devices_and_private_webhooks
+);

@@ -1,0 +1,1360 @@
+//! Alerts, alert rules, notification channels, and the evaluation of a rule's condition over
+//! the stored samples and device states.
+//!
+//! Every change (a rule created, updated or deleted; an alert raised, acknowledged, resolved;
+//! a notification delivered or failed) is written with its audit record in one transaction, and
+//! every change to an alert also as an `alert_events` row, which is the history shown with the
+//! alert. At most one unresolved alert exists per rule and device: a partial unique index makes
+//! a second insert a no-op, whoever races.
+
+use breeze_core::{
+    Actor, AlertCondition, AlertStatus, AuditEvent, ChannelKind, Comparison, DeviceGroupId,
+    DeviceId, Metric, OrgId, Severity, SiteId, TargetKind, Timestamp,
+};
+use chrono::Duration;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    OrgStore, Result, Store, StoreError, audit,
+    sql::{Arg, Sql, Tx, sql},
+};
+
+/// Samples may be this far apart and still count as covering a condition's duration: agents
+/// send one every 30–60 s, so one lost sample does not stop a rule from firing.
+pub const SAMPLE_GAP: Duration = Duration::seconds(120);
+
+/// The most rules one organization may keep (each is evaluated every engine tick).
+pub const MAX_RULES_PER_ORG: i64 = 200;
+
+/// The most notification channels one rule may name.
+pub const MAX_RULE_CHANNELS: usize = 10;
+
+/// The longest cooldown a rule may ask for (a week).
+pub const MAX_COOLDOWN_MINUTES: u32 = 10_080;
+
+/// The largest page of alerts one listing returns.
+pub const MAX_ALERT_PAGE: u32 = 200;
+
+/// The longest rule or channel name, and the longest note on an alert.
+pub const MAX_NAME_CHARS: usize = 255;
+/// The longest rule description or alert note.
+pub const MAX_NOTE_CHARS: usize = 2000;
+
+/// Who the engine acts as in audit records and alert histories.
+pub fn engine_actor() -> Actor {
+    Actor::system("alert-engine")
+}
+
+/// What a rule watches, as the tools and the engine see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "id", rename_all = "snake_case")]
+pub enum RuleTarget {
+    Organization,
+    Site(SiteId),
+    Group(DeviceGroupId),
+    Device(DeviceId),
+}
+
+impl RuleTarget {
+    fn kind(self) -> TargetKind {
+        match self {
+            RuleTarget::Organization => TargetKind::Organization,
+            RuleTarget::Site(_) => TargetKind::Site,
+            RuleTarget::Group(_) => TargetKind::Group,
+            RuleTarget::Device(_) => TargetKind::Device,
+        }
+    }
+}
+
+/// A rule: a condition, what it watches, how loud and where it notifies.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct AlertRule {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub name: String,
+    pub description: Option<String>,
+    #[sqlx(try_from = "String")]
+    pub severity: Severity,
+    pub enabled: bool,
+    #[sqlx(json)]
+    pub condition: AlertCondition,
+    #[sqlx(try_from = "String")]
+    pub target_kind: TargetKind,
+    pub target_site_id: Option<SiteId>,
+    pub target_group_id: Option<DeviceGroupId>,
+    pub target_device_id: Option<DeviceId>,
+    pub cooldown_minutes: i64,
+    pub auto_resolve: bool,
+    #[sqlx(json)]
+    pub channel_ids: Vec<Uuid>,
+    pub created_by: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub deleted_at: Option<Timestamp>,
+}
+
+impl AlertRule {
+    /// The rule's target as one value.
+    pub fn target(&self) -> Result<RuleTarget> {
+        let missing = || StoreError::Corrupt(format!("rule {} has no target id", self.id));
+        Ok(match self.target_kind {
+            TargetKind::Organization => RuleTarget::Organization,
+            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
+            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
+            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
+        })
+    }
+}
+
+/// A rule to create.
+#[derive(Debug, Clone)]
+pub struct NewRule {
+    pub name: String,
+    pub description: Option<String>,
+    pub severity: Severity,
+    pub enabled: bool,
+    pub condition: AlertCondition,
+    pub target: RuleTarget,
+    pub cooldown_minutes: u32,
+    pub auto_resolve: bool,
+    pub channel_ids: Vec<Uuid>,
+    pub created_by: String,
+}
+
+/// Changes to a rule; `None` keeps the current value.
+#[derive(Debug, Clone, Default)]
+pub struct RuleUpdate {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub severity: Option<Severity>,
+    pub enabled: Option<bool>,
+    pub condition: Option<AlertCondition>,
+    pub target: Option<RuleTarget>,
+    pub cooldown_minutes: Option<u32>,
+    pub auto_resolve: Option<bool>,
+    pub channel_ids: Option<Vec<Uuid>>,
+}
+
+/// One alert: a rule's condition held on a device.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Alert {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub rule_id: Uuid,
+    pub device_id: DeviceId,
+    #[sqlx(try_from = "String")]
+    pub severity: Severity,
+    #[sqlx(try_from = "String")]
+    pub status: AlertStatus,
+    pub title: String,
+    pub message: String,
+    /// The observed value that raised it.
+    pub value: Option<f64>,
+    pub triggered_at: Timestamp,
+    pub acknowledged_at: Option<Timestamp>,
+    pub acknowledged_by: Option<String>,
+    pub resolved_at: Option<Timestamp>,
+    pub resolved_by: Option<String>,
+}
+
+/// One entry of an alert's history.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct AlertEvent {
+    pub id: Uuid,
+    pub alert_id: Uuid,
+    pub at: Timestamp,
+    /// `raised`, `acknowledged`, `resolved`, `auto_resolved`, `notified`, `notify_failed`.
+    pub kind: String,
+    pub actor: String,
+    pub note: Option<String>,
+    #[sqlx(json(nullable))]
+    pub details: Option<Value>,
+}
+
+/// A place notifications go.
+#[derive(Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct NotificationChannel {
+    pub id: Uuid,
+    pub org_id: OrgId,
+    pub name: String,
+    #[sqlx(try_from = "String")]
+    pub kind: ChannelKind,
+    /// Email: `{"to": [...]}`; webhook: `{"url": "..."}`; in-app: `{}`.
+    #[sqlx(json)]
+    pub config: Value,
+    /// The webhook's signing secret; never serialized, never in `Debug`.
+    #[serde(skip)]
+    pub secret: Option<String>,
+    pub enabled: bool,
+    pub created_at: Timestamp,
+}
+
+impl std::fmt::Debug for NotificationChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotificationChannel")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("config", &self.config)
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("enabled", &self.enabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A channel to create.
+#[derive(Clone)]
+pub struct NewChannel {
+    pub name: String,
+    pub kind: ChannelKind,
+    pub config: Value,
+    pub secret: Option<String>,
+}
+
+/// Which alerts a listing returns.
+#[derive(Debug, Clone, Default)]
+pub struct AlertFilter {
+    pub status: Option<AlertStatus>,
+    /// Unresolved (open or acknowledged) only; combined with `status` it narrows further.
+    pub unresolved: bool,
+    pub severity: Option<Severity>,
+    pub device: Option<DeviceId>,
+    pub rule: Option<Uuid>,
+    /// Triggered at or after.
+    pub since: Option<Timestamp>,
+    /// Triggered before.
+    pub until: Option<Timestamp>,
+}
+
+/// Where the next page of alerts starts: the last alert of the previous page (newest first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertCursor {
+    pub triggered_at: Timestamp,
+    pub id: Uuid,
+}
+
+impl AlertCursor {
+    /// The opaque string form handed to clients.
+    pub fn encode(&self) -> String {
+        use base64::Engine as _;
+        let raw = format!("{}|{}", self.triggered_at.to_rfc3339(), self.id);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// Parses [`AlertCursor::encode`]'s output.
+    pub fn decode(s: &str) -> Result<Self> {
+        use base64::Engine as _;
+        let bad = || StoreError::Invalid("invalid cursor".to_owned());
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| bad())?;
+        let raw = String::from_utf8(raw).map_err(|_| bad())?;
+        let (ts, id) = raw.split_once('|').ok_or_else(bad)?;
+        Ok(Self {
+            triggered_at: ts.parse().map_err(|_| bad())?,
+            id: id.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// One page of alerts, newest first.
+#[derive(Debug, Clone)]
+pub struct AlertPage {
+    pub alerts: Vec<Alert>,
+    pub next_cursor: Option<AlertCursor>,
+}
+
+/// Counts of alerts by status and, for unresolved ones, by severity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertSummary {
+    pub open: i64,
+    pub acknowledged: i64,
+    pub resolved: i64,
+    /// Unresolved alerts per severity (every severity listed, zero included).
+    pub unresolved_by_severity: Vec<(Severity, i64)>,
+    pub rules: i64,
+    pub enabled_rules: i64,
+}
+
+/// What a rule's condition looks like on one device now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observed {
+    /// The condition holds.
+    Breaching,
+    /// The condition does not hold.
+    Clear,
+    /// Neither: the breach has not lasted the duration yet, the newest sample is older than
+    /// [`SAMPLE_GAP`], or (offline rules) the device is in maintenance or offline for less
+    /// than the rule's minutes.
+    Unknown,
+}
+
+/// A rule's condition on one device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    pub device_id: DeviceId,
+    pub state: Observed,
+    /// The average over the duration (a level or a rate), or the minutes offline.
+    pub value: Option<f64>,
+    /// Samples the decision rests on (0 for offline rules).
+    pub samples: i64,
+}
+
+const RULE_COLUMNS: &str = "id, org_id, name, description, severity, enabled, condition, \
+    target_kind, target_site_id, target_group_id, target_device_id, cooldown_minutes, \
+    auto_resolve, channel_ids, created_by, created_at, updated_at, deleted_at";
+const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, title, message, \
+    value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by";
+const CHANNEL_COLUMNS: &str = "id, org_id, name, kind, config, secret, enabled, created_at";
+
+fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(StoreError::Invalid(format!("{field} cannot be empty")));
+    }
+    if value.chars().count() > max {
+        return Err(StoreError::Invalid(format!(
+            "{field} is longer than {max} characters"
+        )));
+    }
+    Ok(())
+}
+
+fn check_note(note: Option<&str>) -> Result<()> {
+    match note {
+        Some(n) if n.chars().count() > MAX_NOTE_CHARS => Err(StoreError::Invalid(format!(
+            "note is longer than {MAX_NOTE_CHARS} characters"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The SQL expression of a level metric over `device_metrics`.
+fn level_expr(metric: Metric) -> &'static str {
+    match metric {
+        Metric::Cpu => "cpu_percent",
+        Metric::Memory => "ram_percent",
+        Metric::Disk => "disk_percent",
+        Metric::DiskFree => "(100.0 - disk_percent)",
+        Metric::NetworkIn => "net_rx_bytes",
+        Metric::NetworkOut => "net_tx_bytes",
+    }
+}
+
+/// Appends ` AND {column} IN (the target's devices)` to `q` (`$1` is the organization).
+fn push_target(q: &mut Sql, column: &str, target: RuleTarget) {
+    match target {
+        RuleTarget::Organization => {}
+        RuleTarget::Site(site) => {
+            let p = q.arg(site);
+            q.push(&format!(
+                " AND {column} IN (SELECT id FROM devices WHERE org_id = $1 AND site_id = {p})"
+            ));
+        }
+        RuleTarget::Group(group) => {
+            let p = q.arg(group);
+            q.push(&format!(
+                " AND {column} IN (SELECT device_id FROM device_group_members \
+                 WHERE org_id = $1 AND group_id = {p})"
+            ));
+        }
+        RuleTarget::Device(device) => {
+            let p = q.arg(device);
+            q.push(&format!(" AND {column} = {p}"));
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct LevelRow {
+    device_id: DeviceId,
+    samples: i64,
+    breach_start: Option<Timestamp>,
+    last_ok: Option<Timestamp>,
+    newest: Timestamp,
+    average: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct RateRow {
+    device_id: DeviceId,
+    samples: i64,
+    first_at: Timestamp,
+    total: f64,
+}
+
+#[derive(sqlx::FromRow)]
+struct PresenceRow {
+    id: DeviceId,
+    #[sqlx(try_from = "String")]
+    status: breeze_core::DeviceStatus,
+    last_seen_at: Option<Timestamp>,
+}
+
+impl Store {
+    /// Enabled, undeleted rules of every organization with ids after `after`, by id, at most
+    /// `limit`: the engine's walk over the rules, a bounded slice per tick.
+    pub async fn alert_rules_after(
+        &self,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<AlertRule>> {
+        let mut q = sql(format!(
+            "SELECT {RULE_COLUMNS} FROM alert_rules WHERE enabled = $1 AND deleted_at IS NULL"
+        ))
+        .bind(true);
+        if let Some(after) = after {
+            let p = q.arg(after);
+            q.push(&format!(" AND id > {p}"));
+        }
+        let l = q.arg(i64::from(limit));
+        q.push(&format!(" ORDER BY id LIMIT {l}"));
+        q.fetch_all(self).await
+    }
+}
+
+impl OrgStore<'_> {
+    // ---- notification channels -------------------------------------------------------------
+
+    /// Creates a notification channel. Email needs `{"to": [addresses]}` (1–20), a webhook
+    /// `{"url": "http(s)://..."}` and a secret of at least 16 characters; in-app nothing.
+    pub async fn create_channel(
+        &self,
+        new: NewChannel,
+        audit: AuditEvent,
+    ) -> Result<NotificationChannel> {
+        check_text("name", &new.name, MAX_NAME_CHARS)?;
+        match new.kind {
+            ChannelKind::Email => {
+                let to = new
+                    .config
+                    .get("to")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| StoreError::Invalid("an email channel needs \"to\"".into()))?;
+                if to.is_empty() || to.len() > 20 {
+                    return Err(StoreError::Invalid(
+                        "an email channel needs 1-20 recipients".into(),
+                    ));
+                }
+                for addr in to {
+                    let ok = addr.as_str().is_some_and(|a| {
+                        a.len() <= 254
+                            && a.split_once('@').is_some_and(|(l, d)| {
+                                !l.is_empty() && d.contains('.') && !a.contains(['\r', '\n', ' '])
+                            })
+                    });
+                    if !ok {
+                        return Err(StoreError::Invalid(format!(
+                            "{addr} is not an email address"
+                        )));
+                    }
+                }
+            }
+            ChannelKind::Webhook => {
+                let url = new.config.get("url").and_then(Value::as_str).unwrap_or("");
+                if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048
+                {
+                    return Err(StoreError::Invalid(
+                        "a webhook channel needs an http(s) \"url\" of at most 2048 characters"
+                            .into(),
+                    ));
+                }
+                if new.secret.as_deref().is_none_or(|s| s.len() < 16) {
+                    return Err(StoreError::Invalid(
+                        "a webhook channel needs a signing secret of at least 16 characters".into(),
+                    ));
+                }
+            }
+            ChannelKind::InApp => {}
+        }
+        let now = self.store.clock.now();
+        let id = Uuid::now_v7();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(format!(
+            "INSERT INTO notification_channels ({CHANNEL_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .bind(new.name.as_str())
+        .bind(new.kind.as_str())
+        .bind(Arg::json(&new.config))
+        .bind(new.secret.as_deref())
+        .bind(true)
+        .bind(now)
+        .execute(&mut tx)
+        .await
+        .map_err(|e| e.conflict_as(|| format!("a channel named {:?} already exists", new.name)))?;
+        let audit = audit
+            .org(self.org)
+            .resource(id)
+            .details(serde_json::json!({ "name": new.name, "kind": new.kind }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_channel(id).await
+    }
+
+    /// One notification channel of this organization.
+    pub async fn get_channel(&self, id: Uuid) -> Result<NotificationChannel> {
+        sql(format!(
+            "SELECT {CHANNEL_COLUMNS} FROM notification_channels WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("notification channel"))
+    }
+
+    /// The notification channels, by name.
+    pub async fn list_channels(&self) -> Result<Vec<NotificationChannel>> {
+        sql(format!(
+            "SELECT {CHANNEL_COLUMNS} FROM notification_channels WHERE org_id = $1 ORDER BY name, id"
+        ))
+        .bind(self.org)
+        .fetch_all(self.store)
+        .await
+    }
+
+    // ---- rules -----------------------------------------------------------------------------
+
+    /// The target exists in this organization (another's is `NotFound`, like a missing one).
+    async fn check_target(&self, target: RuleTarget) -> Result<()> {
+        match target {
+            RuleTarget::Organization => Ok(()),
+            RuleTarget::Site(s) => self.get_site(s).await.map(drop),
+            RuleTarget::Group(g) => self.get_group(g).await.map(drop),
+            RuleTarget::Device(d) => self.get_device(d).await.map(drop),
+        }
+    }
+
+    async fn check_channels(&self, ids: &[Uuid]) -> Result<()> {
+        if ids.len() > MAX_RULE_CHANNELS {
+            return Err(StoreError::Invalid(format!(
+                "a rule may notify at most {MAX_RULE_CHANNELS} channels"
+            )));
+        }
+        for id in ids {
+            self.get_channel(*id).await?;
+        }
+        Ok(())
+    }
+
+    fn check_rule_fields(
+        condition: &AlertCondition,
+        cooldown: u32,
+        description: Option<&str>,
+    ) -> Result<()> {
+        condition.validate().map_err(StoreError::Invalid)?;
+        if cooldown > MAX_COOLDOWN_MINUTES {
+            return Err(StoreError::Invalid(format!(
+                "cooldownMinutes is over the maximum of {MAX_COOLDOWN_MINUTES}"
+            )));
+        }
+        if description.is_some_and(|d| d.chars().count() > MAX_NOTE_CHARS) {
+            return Err(StoreError::Invalid(format!(
+                "description is longer than {MAX_NOTE_CHARS} characters"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates a rule after checking its condition, that its target and channels are this
+    /// organization's, and the organization's rule count.
+    pub async fn create_rule(&self, new: NewRule, audit: AuditEvent) -> Result<AlertRule> {
+        check_text("name", &new.name, MAX_NAME_CHARS)?;
+        Self::check_rule_fields(
+            &new.condition,
+            new.cooldown_minutes,
+            new.description.as_deref(),
+        )?;
+        self.check_target(new.target).await?;
+        let mut channels = new.channel_ids.clone();
+        channels.sort_unstable();
+        channels.dedup();
+        self.check_channels(&channels).await?;
+        let count =
+            sql("SELECT COUNT(*) FROM alert_rules WHERE org_id = $1 AND deleted_at IS NULL")
+                .bind(self.org)
+                .fetch_scalar::<i64>(self.store)
+                .await?;
+        if count >= MAX_RULES_PER_ORG {
+            return Err(StoreError::Conflict(format!(
+                "the organization already has {MAX_RULES_PER_ORG} alert rules"
+            )));
+        }
+        let now = self.store.clock.now();
+        let id = Uuid::now_v7();
+        let (site, group, device) = target_columns(new.target);
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql(format!(
+            "INSERT INTO alert_rules ({RULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+             $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .bind(new.name.as_str())
+        .bind(new.description.as_deref())
+        .bind(new.severity.as_str())
+        .bind(new.enabled)
+        .bind(Arg::json(&new.condition))
+        .bind(new.target.kind().as_str())
+        .bind(site)
+        .bind(group)
+        .bind(device)
+        .bind(i64::from(new.cooldown_minutes))
+        .bind(new.auto_resolve)
+        .bind(Arg::json(&channels))
+        .bind(new.created_by.as_str())
+        .bind(now)
+        .bind(now)
+        .bind(None::<Timestamp>)
+        .execute(&mut tx)
+        .await
+        .map_err(|e| {
+            e.conflict_as(|| format!("an alert rule named {:?} already exists", new.name))
+        })?;
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "name": new.name, "severity": new.severity, "condition": new.condition,
+            "target": new.target,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_rule(id).await
+    }
+
+    /// One rule of this organization that is not deleted.
+    pub async fn get_rule(&self, id: Uuid) -> Result<AlertRule> {
+        sql(format!(
+            "SELECT {RULE_COLUMNS} FROM alert_rules WHERE id = $1 AND org_id = $2 \
+             AND deleted_at IS NULL"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("alert rule"))
+    }
+
+    /// The rules in use, by name.
+    pub async fn list_rules(&self) -> Result<Vec<AlertRule>> {
+        sql(format!(
+            "SELECT {RULE_COLUMNS} FROM alert_rules WHERE org_id = $1 AND deleted_at IS NULL \
+             ORDER BY name, id"
+        ))
+        .bind(self.org)
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// Changes a rule; the audit record holds the fields changed.
+    pub async fn update_rule(
+        &self,
+        id: Uuid,
+        update: RuleUpdate,
+        audit: AuditEvent,
+    ) -> Result<AlertRule> {
+        let current = self.get_rule(id).await?;
+        if let Some(name) = &update.name {
+            check_text("name", name, MAX_NAME_CHARS)?;
+        }
+        let condition = update.condition.unwrap_or(current.condition);
+        let cooldown = match update.cooldown_minutes {
+            Some(c) => c,
+            None => u32::try_from(current.cooldown_minutes).unwrap_or(MAX_COOLDOWN_MINUTES),
+        };
+        Self::check_rule_fields(&condition, cooldown, update.description.as_deref())?;
+        let target = match update.target {
+            Some(t) => {
+                self.check_target(t).await?;
+                t
+            }
+            None => current.target()?,
+        };
+        let channels = match &update.channel_ids {
+            Some(ids) => {
+                let mut ids = ids.clone();
+                ids.sort_unstable();
+                ids.dedup();
+                self.check_channels(&ids).await?;
+                ids
+            }
+            None => current.channel_ids.clone(),
+        };
+        let name = update.name.clone().unwrap_or(current.name.clone());
+        let now = self.store.clock.now();
+        let (site, group, device) = target_columns(target);
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let n = sql(
+            "UPDATE alert_rules SET name = $1, description = $2, severity = $3, enabled = $4, \
+             condition = $5, target_kind = $6, target_site_id = $7, target_group_id = $8, \
+             target_device_id = $9, cooldown_minutes = $10, auto_resolve = $11, \
+             channel_ids = $12, updated_at = $13 \
+             WHERE id = $14 AND org_id = $15 AND deleted_at IS NULL",
+        )
+        .bind(name.as_str())
+        .bind(
+            update
+                .description
+                .as_deref()
+                .or(current.description.as_deref()),
+        )
+        .bind(update.severity.unwrap_or(current.severity).as_str())
+        .bind(update.enabled.unwrap_or(current.enabled))
+        .bind(Arg::json(&condition))
+        .bind(target.kind().as_str())
+        .bind(site)
+        .bind(group)
+        .bind(device)
+        .bind(i64::from(cooldown))
+        .bind(update.auto_resolve.unwrap_or(current.auto_resolve))
+        .bind(Arg::json(&channels))
+        .bind(now)
+        .bind(id)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await
+        .map_err(|e| e.conflict_as(|| format!("an alert rule named {name:?} already exists")))?;
+        if n == 0 {
+            return Err(StoreError::NotFound("alert rule"));
+        }
+        let changed: Vec<&str> = [
+            ("name", update.name.is_some()),
+            ("description", update.description.is_some()),
+            ("severity", update.severity.is_some()),
+            ("enabled", update.enabled.is_some()),
+            ("condition", update.condition.is_some()),
+            ("target", update.target.is_some()),
+            ("cooldownMinutes", update.cooldown_minutes.is_some()),
+            ("autoResolve", update.auto_resolve.is_some()),
+            ("channelIds", update.channel_ids.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect();
+        let audit = audit
+            .org(self.org)
+            .resource(id)
+            .details(serde_json::json!({ "changed": changed, "condition": condition }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_rule(id).await
+    }
+
+    /// Deletes a rule (softly: its alerts keep naming it) and resolves its unresolved alerts,
+    /// each with a history entry, in one transaction with the audit record.
+    pub async fn delete_rule(&self, id: Uuid, actor: &Actor, audit: AuditEvent) -> Result<u64> {
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let n = sql("UPDATE alert_rules SET deleted_at = $1, enabled = $2 \
+             WHERE id = $3 AND org_id = $4 AND deleted_at IS NULL")
+        .bind(now)
+        .bind(false)
+        .bind(id)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("alert rule"));
+        }
+        let open: Vec<(Uuid,)> = sql(
+            "UPDATE alerts SET status = 'resolved', resolved_at = $1, resolved_by = $2 \
+             WHERE org_id = $3 AND rule_id = $4 AND status <> 'resolved' RETURNING id",
+        )
+        .bind(now)
+        .bind(actor.to_string())
+        .bind(self.org)
+        .bind(id)
+        .fetch_all(&mut tx)
+        .await?;
+        for (alert,) in &open {
+            insert_event(
+                &mut tx,
+                self.org,
+                *alert,
+                now,
+                "resolved",
+                actor,
+                Some("the rule was deleted"),
+                None,
+            )
+            .await?;
+        }
+        let audit = audit
+            .org(self.org)
+            .resource(id)
+            .details(serde_json::json!({ "alertsResolved": open.len() }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(open.len() as u64)
+    }
+
+    // ---- evaluation ------------------------------------------------------------------------
+
+    /// What `rule`'s condition looks like now on each targeted device that has something to
+    /// say (devices without samples in the duration are left out of metric rules). Reads only.
+    pub async fn observe_rule(&self, rule: &AlertRule) -> Result<Vec<Observation>> {
+        let now = self.store.clock.now();
+        let target = rule.target()?;
+        match rule.condition {
+            AlertCondition::Offline { minutes } => {
+                let mut q = sql("SELECT id, status, last_seen_at FROM devices WHERE org_id = $1")
+                    .bind(self.org);
+                push_target(&mut q, "id", target);
+                q.push(" ORDER BY id");
+                let rows: Vec<PresenceRow> = q.fetch_all(self.store).await?;
+                let cutoff = now - Duration::minutes(i64::from(minutes));
+                Ok(rows
+                    .into_iter()
+                    .map(|r| {
+                        let away = r
+                            .last_seen_at
+                            .map(|t| (now - t).num_seconds() as f64 / 60.0);
+                        let state = match r.status {
+                            breeze_core::DeviceStatus::Online => Observed::Clear,
+                            breeze_core::DeviceStatus::Maintenance => Observed::Unknown,
+                            breeze_core::DeviceStatus::Offline => {
+                                if r.last_seen_at.is_none_or(|t| t <= cutoff) {
+                                    Observed::Breaching
+                                } else {
+                                    Observed::Unknown
+                                }
+                            }
+                        };
+                        Observation {
+                            device_id: r.id,
+                            state,
+                            value: away,
+                            samples: 0,
+                        }
+                    })
+                    .collect())
+            }
+            AlertCondition::Metric {
+                metric,
+                comparison,
+                threshold,
+                duration_minutes,
+            } => {
+                let duration = Duration::minutes(i64::from(duration_minutes));
+                let from = now - duration;
+                let expr = level_expr(metric);
+                let op = match comparison {
+                    Comparison::Above => ">",
+                    Comparison::Below => "<",
+                };
+                if metric.is_rate() {
+                    let mut q = sql(format!(
+                        "SELECT device_id, COUNT(*) AS samples, MIN(at) AS first_at, \
+                         CAST(SUM({expr}) AS DOUBLE PRECISION) AS total \
+                         FROM device_metrics WHERE org_id = $1 AND at > $2 AND at <= $3"
+                    ))
+                    .bind(self.org)
+                    .bind(from)
+                    .bind(now);
+                    push_target(&mut q, "device_id", target);
+                    q.push(" GROUP BY device_id ORDER BY device_id");
+                    let rows: Vec<RateRow> = q.fetch_all(self.store).await?;
+                    let seconds = duration.num_seconds().max(1) as f64;
+                    Ok(rows
+                        .into_iter()
+                        .map(|r| {
+                            let rate = r.total / seconds;
+                            // Samples that begin within one gap of the window's start cover it.
+                            let state = if r.first_at > from + SAMPLE_GAP {
+                                Observed::Unknown
+                            } else if comparison.breaches(rate, threshold) {
+                                Observed::Breaching
+                            } else {
+                                Observed::Clear
+                            };
+                            Observation {
+                                device_id: r.device_id,
+                                state,
+                                value: Some(rate),
+                                samples: r.samples,
+                            }
+                        })
+                        .collect())
+                } else {
+                    // Samples from one gap before the duration: the breach must have begun at
+                    // or before its start (`breach_start`), with no clear sample since
+                    // (`last_ok`), and the newest sample must be recent.
+                    let mut q = sql(format!(
+                        "SELECT device_id, COUNT(*) AS samples, \
+                         MAX(CASE WHEN {expr} {op} $4 AND at <= $5 THEN at END) AS breach_start, \
+                         MAX(CASE WHEN NOT ({expr} {op} $4) THEN at END) AS last_ok, \
+                         MAX(at) AS newest, \
+                         CAST(AVG({expr}) AS DOUBLE PRECISION) AS average \
+                         FROM device_metrics WHERE org_id = $1 AND at > $2 AND at <= $3"
+                    ))
+                    .bind(self.org)
+                    .bind(from - SAMPLE_GAP)
+                    .bind(now)
+                    .bind(threshold)
+                    .bind(from);
+                    push_target(&mut q, "device_id", target);
+                    q.push(" GROUP BY device_id ORDER BY device_id");
+                    let rows: Vec<LevelRow> = q.fetch_all(self.store).await?;
+                    let recent = now - SAMPLE_GAP;
+                    Ok(rows
+                        .into_iter()
+                        .map(|r| {
+                            let state = if r.newest <= recent {
+                                Observed::Unknown
+                            } else if r.last_ok == Some(r.newest) {
+                                Observed::Clear
+                            } else if r
+                                .breach_start
+                                .is_some_and(|b| r.last_ok.is_none_or(|ok| ok < b))
+                            {
+                                Observed::Breaching
+                            } else {
+                                Observed::Unknown
+                            };
+                            Observation {
+                                device_id: r.device_id,
+                                state,
+                                value: Some(r.average),
+                                samples: r.samples,
+                            }
+                        })
+                        .collect())
+                }
+            }
+        }
+    }
+
+    /// The rule's unresolved alerts.
+    pub async fn unresolved_alerts_of_rule(&self, rule: Uuid) -> Result<Vec<Alert>> {
+        sql(format!(
+            "SELECT {ALERT_COLUMNS} FROM alerts WHERE org_id = $1 AND rule_id = $2 \
+             AND status <> 'resolved' ORDER BY id"
+        ))
+        .bind(self.org)
+        .bind(rule)
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// Raises an alert of `rule` on `device`, unless one is unresolved already or the rule's
+    /// cooldown since the last one resolved there has not passed. Returns the new alert.
+    pub async fn raise_alert(
+        &self,
+        rule: &AlertRule,
+        device: DeviceId,
+        value: Option<f64>,
+    ) -> Result<Option<Alert>> {
+        let now = self.store.clock.now();
+        if rule.cooldown_minutes > 0 {
+            let last: Option<Timestamp> = sql(
+                "SELECT MAX(resolved_at) FROM alerts WHERE org_id = $1 AND rule_id = $2 \
+                 AND device_id = $3 AND status = 'resolved'",
+            )
+            .bind(self.org)
+            .bind(rule.id)
+            .bind(device)
+            .fetch_scalar(self.store)
+            .await?;
+            if last.is_some_and(|t| t + Duration::minutes(rule.cooldown_minutes) > now) {
+                return Ok(None);
+            }
+        }
+        let hostname = self.get_device(device).await?.hostname;
+        let title = format!("{}: {}", rule.name, hostname);
+        let value_text = value
+            .map(|v| format!(" (observed {v:.1})"))
+            .unwrap_or_default();
+        let message = format!("{}{value_text}", rule.condition.describe());
+        let id = Uuid::now_v7();
+        let actor = engine_actor();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let n = sql(format!(
+            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .bind(rule.id)
+        .bind(device)
+        .bind(rule.severity.as_str())
+        .bind(AlertStatus::Open.as_str())
+        .bind(title.as_str())
+        .bind(message.as_str())
+        .bind(value)
+        .bind(now)
+        .bind(None::<Timestamp>)
+        .bind(None::<String>)
+        .bind(None::<Timestamp>)
+        .bind(None::<String>)
+        .execute(&mut tx)
+        .await?;
+        if n == 0 {
+            drop(tx);
+            return Ok(None);
+        }
+        let details = serde_json::json!({ "ruleId": rule.id, "deviceId": device, "value": value });
+        insert_event(
+            &mut tx,
+            self.org,
+            id,
+            now,
+            "raised",
+            &actor,
+            None,
+            Some(&details),
+        )
+        .await?;
+        let audit = AuditEvent::new(actor, "alert.raise", "alert")
+            .org(self.org)
+            .resource(id)
+            .details(details);
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_alert(id).await.map(Some)
+    }
+
+    /// Resolves an unresolved alert because its condition cleared. Returns whether it changed.
+    pub async fn auto_resolve_alert(&self, id: Uuid, value: Option<f64>) -> Result<bool> {
+        let details = serde_json::json!({ "value": value });
+        self.transition(
+            id,
+            AlertStatus::Resolved,
+            &engine_actor(),
+            Some("the condition cleared"),
+            "auto_resolved",
+            AuditEvent::new(engine_actor(), "alert.auto_resolve", "alert").details(details),
+        )
+        .await
+    }
+
+    /// Acknowledges an open alert, with an optional note. Acknowledging one that is not open
+    /// is a conflict.
+    pub async fn acknowledge_alert(
+        &self,
+        id: Uuid,
+        actor: &Actor,
+        note: Option<&str>,
+        audit: AuditEvent,
+    ) -> Result<Alert> {
+        check_note(note)?;
+        if !self
+            .transition(
+                id,
+                AlertStatus::Acknowledged,
+                actor,
+                note,
+                "acknowledged",
+                audit,
+            )
+            .await?
+        {
+            let alert = self.get_alert(id).await?;
+            return Err(StoreError::Conflict(format!(
+                "the alert is {}, not open",
+                alert.status
+            )));
+        }
+        self.get_alert(id).await
+    }
+
+    /// Resolves an open or acknowledged alert, with an optional note. Resolving a resolved one
+    /// is a conflict.
+    pub async fn resolve_alert(
+        &self,
+        id: Uuid,
+        actor: &Actor,
+        note: Option<&str>,
+        audit: AuditEvent,
+    ) -> Result<Alert> {
+        check_note(note)?;
+        if !self
+            .transition(id, AlertStatus::Resolved, actor, note, "resolved", audit)
+            .await?
+        {
+            self.get_alert(id).await?;
+            return Err(StoreError::Conflict("the alert is already resolved".into()));
+        }
+        self.get_alert(id).await
+    }
+
+    /// Moves an alert forward (open → acknowledged → resolved, or straight to resolved) with a
+    /// history entry and the audit record, in one transaction; `false` when it was not in a
+    /// state that moves there.
+    async fn transition(
+        &self,
+        id: Uuid,
+        to: AlertStatus,
+        actor: &Actor,
+        note: Option<&str>,
+        event: &str,
+        audit: AuditEvent,
+    ) -> Result<bool> {
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let statement = match to {
+            AlertStatus::Acknowledged => {
+                "UPDATE alerts SET status = 'acknowledged', acknowledged_at = $1, \
+                 acknowledged_by = $2 WHERE id = $3 AND org_id = $4 AND status = 'open'"
+            }
+            AlertStatus::Resolved => {
+                "UPDATE alerts SET status = 'resolved', resolved_at = $1, resolved_by = $2 \
+                 WHERE id = $3 AND org_id = $4 AND status <> 'resolved'"
+            }
+            AlertStatus::Open => return Err(StoreError::Invalid("alerts never reopen".into())),
+        };
+        let n = sql(statement)
+            .bind(now)
+            .bind(actor.to_string())
+            .bind(id)
+            .bind(self.org)
+            .execute(&mut tx)
+            .await?;
+        if n == 0 {
+            drop(tx);
+            return Ok(false);
+        }
+        insert_event(&mut tx, self.org, id, now, event, actor, note, None).await?;
+        let mut audit = audit.org(self.org).resource(id);
+        if let Some(note) = note {
+            audit.details = merge_note(audit.details, note);
+        }
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Records a notification's outcome on an alert (`notified` or `notify_failed`), audited.
+    pub async fn record_notification(
+        &self,
+        alert: Uuid,
+        channel: &NotificationChannel,
+        outcome: std::result::Result<String, String>,
+    ) -> Result<()> {
+        let now = self.store.clock.now();
+        let actor = engine_actor();
+        let (kind, detail, result) = match &outcome {
+            Ok(d) => ("notified", d.as_str(), breeze_core::AuditResult::Success),
+            Err(e) => (
+                "notify_failed",
+                e.as_str(),
+                breeze_core::AuditResult::Failure,
+            ),
+        };
+        let details = serde_json::json!({
+            "channelId": channel.id, "channel": channel.name, "kind": channel.kind,
+            "detail": detail,
+        });
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        insert_event(
+            &mut tx,
+            self.org,
+            alert,
+            now,
+            kind,
+            &actor,
+            None,
+            Some(&details),
+        )
+        .await?;
+        let mut audit = AuditEvent::new(actor, "alert.notify", "alert")
+            .org(self.org)
+            .resource(alert)
+            .details(details);
+        audit.result = result;
+        if let Err(e) = &outcome {
+            audit.error_message = Some(e.clone());
+        }
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await
+    }
+
+    // ---- reading alerts --------------------------------------------------------------------
+
+    /// One alert of this organization.
+    pub async fn get_alert(&self, id: Uuid) -> Result<Alert> {
+        sql(format!(
+            "SELECT {ALERT_COLUMNS} FROM alerts WHERE id = $1 AND org_id = $2"
+        ))
+        .bind(id)
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .ok_or(StoreError::NotFound("alert"))
+    }
+
+    /// An alert's history, oldest first.
+    pub async fn alert_events(&self, alert: Uuid) -> Result<Vec<AlertEvent>> {
+        sql(
+            "SELECT id, alert_id, at, kind, actor, note, details FROM alert_events \
+             WHERE org_id = $1 AND alert_id = $2 ORDER BY at, id",
+        )
+        .bind(self.org)
+        .bind(alert)
+        .fetch_all(self.store)
+        .await
+    }
+
+    /// Alerts matching `filter`, newest first, `limit` per page (1–[`MAX_ALERT_PAGE`]),
+    /// starting after `after`.
+    pub async fn list_alerts(
+        &self,
+        filter: &AlertFilter,
+        after: Option<AlertCursor>,
+        limit: u32,
+    ) -> Result<AlertPage> {
+        let limit = limit.clamp(1, MAX_ALERT_PAGE);
+        let mut q = sql(format!(
+            "SELECT {ALERT_COLUMNS} FROM alerts WHERE org_id = $1"
+        ))
+        .bind(self.org);
+        if let Some(status) = filter.status {
+            let p = q.arg(status.as_str());
+            q.push(&format!(" AND status = {p}"));
+        }
+        if filter.unresolved {
+            q.push(" AND status <> 'resolved'");
+        }
+        if let Some(severity) = filter.severity {
+            let p = q.arg(severity.as_str());
+            q.push(&format!(" AND severity = {p}"));
+        }
+        if let Some(device) = filter.device {
+            let p = q.arg(device);
+            q.push(&format!(" AND device_id = {p}"));
+        }
+        if let Some(rule) = filter.rule {
+            let p = q.arg(rule);
+            q.push(&format!(" AND rule_id = {p}"));
+        }
+        if let Some(since) = filter.since {
+            let p = q.arg(since);
+            q.push(&format!(" AND triggered_at >= {p}"));
+        }
+        if let Some(until) = filter.until {
+            let p = q.arg(until);
+            q.push(&format!(" AND triggered_at < {p}"));
+        }
+        if let Some(c) = after {
+            let t = q.arg(c.triggered_at);
+            let id = q.arg(c.id);
+            q.push(&format!(
+                " AND (triggered_at < {t} OR (triggered_at = {t} AND id < {id}))"
+            ));
+        }
+        let fetch = q.arg(i64::from(limit) + 1);
+        q.push(&format!(
+            " ORDER BY triggered_at DESC, id DESC LIMIT {fetch}"
+        ));
+        let mut alerts: Vec<Alert> = q.fetch_all(self.store).await?;
+        let more = alerts.len() > limit as usize;
+        alerts.truncate(limit as usize);
+        let next_cursor = if more {
+            alerts.last().map(|a| AlertCursor {
+                triggered_at: a.triggered_at,
+                id: a.id,
+            })
+        } else {
+            None
+        };
+        Ok(AlertPage {
+            alerts,
+            next_cursor,
+        })
+    }
+
+    /// Counts by status, unresolved counts by severity, and the rules in use.
+    pub async fn alert_summary(&self) -> Result<AlertSummary> {
+        let rows: Vec<(String, String, i64)> = sql(
+            "SELECT status, severity, COUNT(*) FROM alerts WHERE org_id = $1 \
+             GROUP BY status, severity",
+        )
+        .bind(self.org)
+        .fetch_all(self.store)
+        .await?;
+        let mut s = AlertSummary {
+            unresolved_by_severity: Severity::ALL.iter().rev().map(|s| (*s, 0)).collect(),
+            ..AlertSummary::default()
+        };
+        for (status, severity, n) in rows {
+            match status.parse::<AlertStatus>() {
+                Ok(AlertStatus::Open) => s.open += n,
+                Ok(AlertStatus::Acknowledged) => s.acknowledged += n,
+                Ok(AlertStatus::Resolved) => {
+                    s.resolved += n;
+                    continue;
+                }
+                Err(e) => return Err(StoreError::Corrupt(e.to_string())),
+            }
+            if let Some(entry) = s
+                .unresolved_by_severity
+                .iter_mut()
+                .find(|(sev, _)| sev.as_str() == severity)
+            {
+                entry.1 += n;
+            }
+        }
+        let (rules, enabled): (i64, i64) = sql(
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN enabled THEN 1 ELSE 0 END), 0) \
+             FROM alert_rules WHERE org_id = $1 AND deleted_at IS NULL",
+        )
+        .bind(self.org)
+        .fetch_optional(self.store)
+        .await?
+        .unwrap_or((0, 0));
+        s.rules = rules;
+        s.enabled_rules = enabled;
+        Ok(s)
+    }
+}
+
+fn target_columns(target: RuleTarget) -> (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>) {
+    match target {
+        RuleTarget::Organization => (None, None, None),
+        RuleTarget::Site(s) => (Some(s), None, None),
+        RuleTarget::Group(g) => (None, Some(g), None),
+        RuleTarget::Device(d) => (None, None, Some(d)),
+    }
+}
+
+fn merge_note(details: Value, note: &str) -> Value {
+    match details {
+        Value::Object(mut map) => {
+            map.insert("note".into(), Value::String(note.to_owned()));
+            Value::Object(map)
+        }
+        _ => serde_json::json!({ "note": note }),
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one row's columns
+async fn insert_event(
+    tx: &mut Tx,
+    org: OrgId,
+    alert: Uuid,
+    at: Timestamp,
+    kind: &str,
+    actor: &Actor,
+    note: Option<&str>,
+    details: Option<&Value>,
+) -> Result<()> {
+    sql(
+        "INSERT INTO alert_events (id, org_id, alert_id, at, kind, actor, note, details) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(Uuid::now_v7())
+    .bind(org)
+    .bind(alert)
+    .bind(at)
+    .bind(kind)
+    .bind(actor.to_string())
+    .bind(note)
+    .bind(details.map_or(Arg::Json(None), Arg::json))
+    .execute(tx)
+    .await
+    .map(drop)
+}

@@ -1,0 +1,943 @@
+//! `manage_alerts` (list, get, acknowledge, resolve) and `manage_alert_rules` (list, get,
+//! create, update, delete, test, list_channels, summary).
+//!
+//! Reads are Tier 1; acknowledging, resolving, creating and updating Tier 2; deleting a rule
+//! Tier 3. Every change is written with its audit record and, on an alert, a history entry that
+//! `get` shows. Rule targets, channels, alerts and rules of another organization are "not
+//! found", like missing ones (the store only reaches this organization's rows).
+
+use breeze_core::{
+    AlertCondition, AlertStatus, AuditEvent, Comparison, DeviceGroupId, DeviceId, Metric,
+    Permission, Severity, SiteId, Timestamp,
+};
+use breeze_store::{
+    Alert, AlertCursor, AlertEvent, AlertFilter, AlertRule, NewRule, NotificationChannel, Observed,
+    RuleTarget, RuleUpdate, StoreError,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::parse_uuid;
+use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<ManageAlerts>();
+    r.register::<ManageAlertRules>();
+}
+
+const ALERT_NOT_FOUND: &str = "Alert not found or access denied";
+const RULE_NOT_FOUND: &str = "Alert rule not found or access denied";
+
+/// The most observations `test` lists (the counts cover every device).
+const MAX_TEST_DEVICES: usize = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SeverityArg {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl From<SeverityArg> for Severity {
+    fn from(s: SeverityArg) -> Self {
+        match s {
+            SeverityArg::Info => Severity::Info,
+            SeverityArg::Low => Severity::Low,
+            SeverityArg::Medium => Severity::Medium,
+            SeverityArg::High => Severity::High,
+            SeverityArg::Critical => Severity::Critical,
+        }
+    }
+}
+
+fn uuid_or_missing(raw: Option<&str>, field: &str, missing: &str) -> Result<Uuid, ToolError> {
+    let raw =
+        raw.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))?;
+    Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
+}
+
+fn time_arg(field: &str, raw: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
+    raw.map(|t| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|_| ToolError::invalid(format!("{field}: {t:?} is not an RFC 3339 time")))
+    })
+    .transpose()
+}
+
+// ---- manage_alerts ---------------------------------------------------------------------------
+
+crate::actions! {
+    // What `manage_alerts` does: reading is Tier 1, acknowledging and resolving Tier 2.
+    pub(crate) enum AlertAction {
+        List = "list" => (T1, Read, AlertsRead),
+        Get = "get" => (T1, Read, AlertsRead),
+        Acknowledge = "acknowledge" => (T2, Update, AlertsManage),
+        Resolve = "resolve" => (T2, Update, AlertsManage),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum StatusArg {
+    /// Open or acknowledged.
+    Active,
+    Open,
+    Acknowledged,
+    Resolved,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct AlertsInput {
+    action: AlertAction,
+    /// The alert (UUID); required for get, acknowledge, resolve.
+    #[schemars(length(min = 36, max = 36))]
+    alert_id: Option<String>,
+    /// list: by status (`active` = open or acknowledged).
+    status: Option<StatusArg>,
+    /// list: by severity.
+    severity: Option<SeverityArg>,
+    /// list: one device's alerts.
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    /// list: one rule's alerts.
+    #[schemars(length(min = 36, max = 36))]
+    rule_id: Option<String>,
+    /// list: triggered at or after (RFC 3339).
+    #[schemars(length(max = 40))]
+    start_time: Option<String>,
+    /// list: triggered before (RFC 3339).
+    #[schemars(length(max = 40))]
+    end_time: Option<String>,
+    /// list: page size (1-100, default 25).
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+    /// list: the `nextCursor` of the previous page.
+    #[schemars(length(max = 200))]
+    cursor: Option<String>,
+    /// acknowledge, resolve: why (kept on the alert's history and in the audit log).
+    #[schemars(length(max = 2000))]
+    note: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct AlertHistoryEntry {
+    at: String,
+    kind: String,
+    actor: String,
+    note: Option<String>,
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
+    details: Option<Value>,
+}
+
+impl From<AlertEvent> for AlertHistoryEntry {
+    fn from(e: AlertEvent) -> Self {
+        Self {
+            at: e.at.to_rfc3339(),
+            kind: e.kind,
+            actor: e.actor,
+            note: e.note,
+            details: e.details,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct AlertView {
+    id: String,
+    rule_id: String,
+    device_id: String,
+    severity: String,
+    status: String,
+    title: String,
+    message: String,
+    value: Option<f64>,
+    triggered_at: String,
+    acknowledged_at: Option<String>,
+    acknowledged_by: Option<String>,
+    resolved_at: Option<String>,
+    resolved_by: Option<String>,
+    /// get, acknowledge, resolve: what happened to the alert, oldest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<Vec<AlertHistoryEntry>>,
+}
+
+impl From<Alert> for AlertView {
+    fn from(a: Alert) -> Self {
+        Self {
+            id: a.id.to_string(),
+            rule_id: a.rule_id.to_string(),
+            device_id: a.device_id.to_string(),
+            severity: a.severity.to_string(),
+            status: a.status.to_string(),
+            title: a.title,
+            message: a.message,
+            value: a.value,
+            triggered_at: a.triggered_at.to_rfc3339(),
+            acknowledged_at: a.acknowledged_at.map(|t| t.to_rfc3339()),
+            acknowledged_by: a.acknowledged_by,
+            resolved_at: a.resolved_at.map(|t| t.to_rfc3339()),
+            resolved_by: a.resolved_by,
+            history: None,
+        }
+    }
+}
+
+/// What each action returns; one object with the fields that apply.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AlertsOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alerts: Option<Vec<AlertView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alert: Option<AlertView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    showing: Option<usize>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn alert_missing(e: StoreError) -> ToolError {
+    match e {
+        StoreError::NotFound("alert") => ToolError::not_found(ALERT_NOT_FOUND),
+        other => other.into(),
+    }
+}
+
+async fn alert_with_history(cx: &ToolCx<'_>, alert: Alert) -> Result<AlertView, ToolError> {
+    let history = cx.org.alert_events(alert.id).await?;
+    let mut view = AlertView::from(alert);
+    view.history = Some(history.into_iter().map(AlertHistoryEntry::from).collect());
+    Ok(view)
+}
+
+pub(crate) struct ManageAlerts;
+
+impl Tool for ManageAlerts {
+    const NAME: &'static str = "manage_alerts";
+    const TITLE: &'static str = "Manage alerts";
+    const DESCRIPTION: &'static str = "Alerts raised by the organization's alert rules. action=list (filters: status, severity, deviceId, ruleId, startTime/endTime; paged with cursor) | get (with its history) read; acknowledge | resolve (Tier 2) change it, with an optional note recorded on the alert.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::AlertsRead;
+    type Actions = AlertAction;
+    type Input = AlertsInput;
+    type Output = Rendered<AlertsOutput>;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        match input.action {
+            AlertAction::List => {
+                let (status, unresolved) = match input.status {
+                    None => (None, false),
+                    Some(StatusArg::Active) => (None, true),
+                    Some(StatusArg::Open) => (Some(AlertStatus::Open), false),
+                    Some(StatusArg::Acknowledged) => (Some(AlertStatus::Acknowledged), false),
+                    Some(StatusArg::Resolved) => (Some(AlertStatus::Resolved), false),
+                };
+                let filter = AlertFilter {
+                    status,
+                    unresolved,
+                    severity: input.severity.map(Severity::from),
+                    device: input
+                        .device_id
+                        .as_deref()
+                        .map(|d| parse_uuid("deviceId", d).map(DeviceId))
+                        .transpose()?,
+                    rule: input
+                        .rule_id
+                        .as_deref()
+                        .map(|r| parse_uuid("ruleId", r))
+                        .transpose()?,
+                    since: time_arg("startTime", input.start_time.as_deref())?,
+                    until: time_arg("endTime", input.end_time.as_deref())?,
+                };
+                let after = input
+                    .cursor
+                    .as_deref()
+                    .map(AlertCursor::decode)
+                    .transpose()
+                    .map_err(|_| ToolError::invalid("cursor is not one this listing returned"))?;
+                let page = cx
+                    .org
+                    .list_alerts(&filter, after, input.limit.unwrap_or(25).clamp(1, 100))
+                    .await?;
+                let alerts: Vec<AlertView> = page.alerts.into_iter().map(AlertView::from).collect();
+                Rendered::of(&AlertsOutput {
+                    showing: Some(alerts.len()),
+                    alerts: Some(alerts),
+                    next_cursor: page.next_cursor.map(|c| c.encode()),
+                    ..Default::default()
+                })
+            }
+            AlertAction::Get => {
+                let id = uuid_or_missing(input.alert_id.as_deref(), "alertId", ALERT_NOT_FOUND)?;
+                let alert = cx.org.get_alert(id).await.map_err(alert_missing)?;
+                Rendered::of(&AlertsOutput {
+                    alert: Some(alert_with_history(cx, alert).await?),
+                    ..Default::default()
+                })
+            }
+            AlertAction::Acknowledge | AlertAction::Resolve => {
+                let id = uuid_or_missing(input.alert_id.as_deref(), "alertId", ALERT_NOT_FOUND)?;
+                let note = input.note.as_deref().filter(|n| !n.trim().is_empty());
+                let ack = input.action == AlertAction::Acknowledge;
+                let verb = if ack { "acknowledge" } else { "resolve" };
+                let audit = AuditEvent::new(cx.actor.clone(), &format!("alert.{verb}"), "alert")
+                    .request(cx.request_id.clone());
+                let alert = if ack {
+                    cx.org.acknowledge_alert(id, &cx.actor, note, audit).await
+                } else {
+                    cx.org.resolve_alert(id, &cx.actor, note, audit).await
+                }
+                .map_err(alert_missing)?;
+                Rendered::of(&AlertsOutput {
+                    message: Some(format!("alert {}d", verb.trim_end_matches('e'))),
+                    alert: Some(alert_with_history(cx, alert).await?),
+                    ..Default::default()
+                })
+            }
+        }
+    }
+}
+
+// ---- manage_alert_rules ----------------------------------------------------------------------
+
+crate::actions! {
+    // What `manage_alert_rules` does: reading and testing are Tier 1, creating and updating
+    // Tier 2, deleting Tier 3.
+    pub(crate) enum RuleAction {
+        List = "list" => (T1, Read, AlertsRead),
+        Get = "get" => (T1, Read, AlertsRead),
+        Create = "create" => (T2, Create, AlertsManage),
+        Update = "update" => (T2, Update, AlertsManage),
+        Delete = "delete" => (T3, Delete, AlertsManage),
+        Test = "test" => (T1, Read, AlertsRead),
+        ListChannels = "list_channels" => (T1, Read, AlertsRead),
+        Summary = "summary" => (T1, Read, AlertsRead),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum MetricArg {
+    /// CPU use, percent.
+    Cpu,
+    /// Memory use, percent.
+    Memory,
+    /// Use of the fullest disk, percent.
+    Disk,
+    /// Free space of the fullest disk, percent.
+    DiskFree,
+    /// Bytes received per second, averaged over the duration.
+    NetworkIn,
+    /// Bytes sent per second, averaged over the duration.
+    NetworkOut,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ComparisonArg {
+    Above,
+    Below,
+}
+
+/// What the rule watches on each device.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum ConditionArg {
+    /// A metric past a threshold for a duration, e.g. cpu above 90 for 5 minutes (every
+    /// sample of the duration breaches; network rates are averaged over it).
+    #[serde(rename_all = "camelCase")]
+    Metric {
+        metric: MetricArg,
+        comparison: ComparisonArg,
+        /// Percent (0-100) for cpu, memory, disk, disk_free; bytes per second for network.
+        #[schemars(range(min = 0.0, max = 1e12))]
+        threshold: f64,
+        /// How long it must hold (0 = the newest sample; at most 1440).
+        #[schemars(range(min = 0, max = 1440))]
+        duration_minutes: u32,
+    },
+    /// The device has been offline at least this many minutes.
+    Offline {
+        #[schemars(range(min = 1, max = 43200))]
+        minutes: u32,
+    },
+}
+
+impl From<ConditionArg> for AlertCondition {
+    fn from(c: ConditionArg) -> Self {
+        match c {
+            ConditionArg::Metric {
+                metric,
+                comparison,
+                threshold,
+                duration_minutes,
+            } => AlertCondition::Metric {
+                metric: match metric {
+                    MetricArg::Cpu => Metric::Cpu,
+                    MetricArg::Memory => Metric::Memory,
+                    MetricArg::Disk => Metric::Disk,
+                    MetricArg::DiskFree => Metric::DiskFree,
+                    MetricArg::NetworkIn => Metric::NetworkIn,
+                    MetricArg::NetworkOut => Metric::NetworkOut,
+                },
+                comparison: match comparison {
+                    ComparisonArg::Above => Comparison::Above,
+                    ComparisonArg::Below => Comparison::Below,
+                },
+                threshold,
+                duration_minutes,
+            },
+            ConditionArg::Offline { minutes } => AlertCondition::Offline { minutes },
+        }
+    }
+}
+
+/// Which devices the rule watches.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum TargetArg {
+    /// Every device of the organization.
+    Organization,
+    #[serde(rename_all = "camelCase")]
+    Site {
+        #[schemars(length(min = 36, max = 36))]
+        site_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Group {
+        #[schemars(length(min = 36, max = 36))]
+        group_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Device {
+        #[schemars(length(min = 36, max = 36))]
+        device_id: String,
+    },
+}
+
+impl TargetArg {
+    /// The target; an id that is not a UUID names nothing here, like another organization's.
+    fn resolve(&self) -> Result<RuleTarget, ToolError> {
+        let id = |raw: &str, what: &str| {
+            Uuid::parse_str(raw)
+                .map_err(|_| ToolError::not_found(format!("{what} not found or access denied")))
+        };
+        Ok(match self {
+            TargetArg::Organization => RuleTarget::Organization,
+            TargetArg::Site { site_id } => RuleTarget::Site(SiteId(id(site_id, "site")?)),
+            TargetArg::Group { group_id } => {
+                RuleTarget::Group(DeviceGroupId(id(group_id, "device group")?))
+            }
+            TargetArg::Device { device_id } => {
+                RuleTarget::Device(DeviceId(id(device_id, "device")?))
+            }
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct RulesInput {
+    action: RuleAction,
+    /// The rule (UUID); required for get, update, delete; test uses it unless condition is
+    /// given (a draft).
+    #[schemars(length(min = 36, max = 36))]
+    rule_id: Option<String>,
+    /// create (required), update.
+    #[schemars(length(min = 1, max = 255))]
+    name: Option<String>,
+    #[schemars(length(max = 2000))]
+    description: Option<String>,
+    /// create (default medium), update.
+    severity: Option<SeverityArg>,
+    /// create (default true), update.
+    enabled: Option<bool>,
+    /// create (required), update, test (a draft, or a change to the rule named by ruleId).
+    condition: Option<ConditionArg>,
+    /// create (default organization), update, test.
+    target: Option<TargetArg>,
+    /// After an alert resolves, minutes before the rule may raise another for the same device
+    /// (0-10080, default 15).
+    #[schemars(range(min = 0, max = 10080))]
+    cooldown_minutes: Option<u32>,
+    /// Resolve the alert when the condition clears (default true).
+    auto_resolve: Option<bool>,
+    /// Notification channels (from list_channels) told when an alert is raised or resolved.
+    #[schemars(length(max = 10))]
+    channel_ids: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct RuleView {
+    id: String,
+    name: String,
+    description: Option<String>,
+    severity: String,
+    enabled: bool,
+    /// The condition as stored (kind metric or offline).
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    condition: Value,
+    /// The condition in words, e.g. "cpu above 90 % for 5 min".
+    summary: String,
+    target_type: String,
+    target_id: Option<String>,
+    cooldown_minutes: i64,
+    auto_resolve: bool,
+    channel_ids: Vec<String>,
+    created_by: String,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<AlertRule> for RuleView {
+    fn from(r: AlertRule) -> Self {
+        let target_id = r
+            .target_site_id
+            .map(|s| s.to_string())
+            .or(r.target_group_id.map(|g| g.to_string()))
+            .or(r.target_device_id.map(|d| d.to_string()));
+        Self {
+            id: r.id.to_string(),
+            summary: r.condition.describe(),
+            condition: serde_json::to_value(r.condition).unwrap_or_default(),
+            name: r.name,
+            description: r.description,
+            severity: r.severity.to_string(),
+            enabled: r.enabled,
+            target_type: r.target_kind.to_string(),
+            target_id,
+            cooldown_minutes: r.cooldown_minutes,
+            auto_resolve: r.auto_resolve,
+            channel_ids: r.channel_ids.iter().map(Uuid::to_string).collect(),
+            created_by: r.created_by,
+            created_at: r.created_at.to_rfc3339(),
+            updated_at: r.updated_at.to_rfc3339(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ChannelView {
+    id: String,
+    name: String,
+    /// email, webhook or in_app.
+    kind: String,
+    enabled: bool,
+    /// Email: the recipients; webhook: the host it posts to (never the secret).
+    target: Option<String>,
+}
+
+impl From<NotificationChannel> for ChannelView {
+    fn from(c: NotificationChannel) -> Self {
+        let target = match c.kind {
+            breeze_core::ChannelKind::Email => {
+                c.config.get("to").and_then(Value::as_array).map(|to| {
+                    to.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+            }
+            breeze_core::ChannelKind::Webhook => c
+                .config
+                .get("url")
+                .and_then(Value::as_str)
+                .and_then(webhook_host),
+            breeze_core::ChannelKind::InApp => None,
+        };
+        Self {
+            id: c.id.to_string(),
+            name: c.name,
+            kind: c.kind.to_string(),
+            enabled: c.enabled,
+            target,
+        }
+    }
+}
+
+/// The host of an http(s) URL (a webhook's query may carry a token: it is not shown).
+fn webhook_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    Some(authority.rsplit('@').next()?.to_owned())
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ObservationView {
+    device_id: String,
+    /// breaching, clear, or unknown (not long enough yet, or no recent samples).
+    state: String,
+    value: Option<f64>,
+    samples: i64,
+    /// Whether the engine would raise an alert now (breaching, no unresolved alert of the rule
+    /// on the device). The cooldown is not considered.
+    would_raise: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct TestView {
+    /// The condition tested, in words.
+    condition: String,
+    breaching: usize,
+    clear: usize,
+    unknown: usize,
+    /// Up to 100 devices, breaching first.
+    devices: Vec<ObservationView>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct SummaryView {
+    open: i64,
+    acknowledged: i64,
+    resolved: i64,
+    /// Unresolved alerts per severity, most severe first.
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    unresolved_by_severity: Value,
+    rules: i64,
+    enabled_rules: i64,
+}
+
+/// What each action returns; one object with the fields that apply.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RulesOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rules: Option<Vec<RuleView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<RuleView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channels: Option<Vec<ChannelView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    test: Option<TestView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<SummaryView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    showing: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn rule_id(input: &RulesInput) -> Result<Uuid, ToolError> {
+    uuid_or_missing(input.rule_id.as_deref(), "ruleId", RULE_NOT_FOUND)
+}
+
+fn rule_missing(e: StoreError) -> ToolError {
+    match e {
+        StoreError::NotFound("alert rule") => ToolError::not_found(RULE_NOT_FOUND),
+        other => other.into(),
+    }
+}
+
+fn channel_ids(raw: Option<&[String]>) -> Result<Option<Vec<Uuid>>, ToolError> {
+    raw.map(|ids| {
+        ids.iter()
+            .map(|id| {
+                Uuid::parse_str(id).map_err(|_| {
+                    ToolError::not_found("notification channel not found or access denied")
+                })
+            })
+            .collect()
+    })
+    .transpose()
+}
+
+pub(crate) struct ManageAlertRules;
+
+impl Tool for ManageAlertRules {
+    const NAME: &'static str = "manage_alert_rules";
+    const TITLE: &'static str = "Manage alert rules";
+    const DESCRIPTION: &'static str = "Alert rules: a condition (a metric — cpu, memory, disk, disk_free, network_in/out — above or below a threshold for a duration, or offline for N minutes), a target (organization, site, group, device), severity, cooldown, auto-resolve and notification channels. action=list|get|test (a rule or a draft against current data, raising nothing)|list_channels|summary read; create|update (Tier 2); delete (Tier 3, needs human approval).";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::AlertsRead;
+    const RATE_LIMIT: Option<RateLimit> = per(15, 300);
+    type Actions = RuleAction;
+    type Input = RulesInput;
+    type Output = Rendered<RulesOutput>;
+
+    /// The rule a delete names exists in the organization.
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        if input.action == RuleAction::Delete {
+            cx.org
+                .get_rule(rule_id(input)?)
+                .await
+                .map_err(rule_missing)?;
+        }
+        Ok(None)
+    }
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        match input.action {
+            RuleAction::List => {
+                let rules: Vec<RuleView> = cx
+                    .org
+                    .list_rules()
+                    .await?
+                    .into_iter()
+                    .map(RuleView::from)
+                    .collect();
+                Rendered::of(&RulesOutput {
+                    showing: Some(rules.len()),
+                    rules: Some(rules),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Get => {
+                let rule = cx
+                    .org
+                    .get_rule(rule_id(&input)?)
+                    .await
+                    .map_err(rule_missing)?;
+                Rendered::of(&RulesOutput {
+                    rule: Some(rule.into()),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Create => {
+                let name = input
+                    .name
+                    .clone()
+                    .ok_or_else(|| ToolError::invalid("name is required for create"))?;
+                let condition = input
+                    .condition
+                    .ok_or_else(|| ToolError::invalid("condition is required for create"))?;
+                let target = input
+                    .target
+                    .as_ref()
+                    .map(TargetArg::resolve)
+                    .transpose()?
+                    .unwrap_or(RuleTarget::Organization);
+                let new = NewRule {
+                    name,
+                    description: input.description.clone(),
+                    severity: input.severity.map_or(Severity::Medium, Severity::from),
+                    enabled: input.enabled.unwrap_or(true),
+                    condition: condition.into(),
+                    target,
+                    cooldown_minutes: input.cooldown_minutes.unwrap_or(15),
+                    auto_resolve: input.auto_resolve.unwrap_or(true),
+                    channel_ids: channel_ids(input.channel_ids.as_deref())?.unwrap_or_default(),
+                    created_by: cx.actor.to_string(),
+                };
+                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.create", "alert_rule")
+                    .request(cx.request_id.clone());
+                let rule = cx.org.create_rule(new, audit).await?;
+                Rendered::of(&RulesOutput {
+                    message: Some(format!("created alert rule {}", rule.name)),
+                    rule: Some(rule.into()),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Update => {
+                let id = rule_id(&input)?;
+                let update = RuleUpdate {
+                    name: input.name.clone(),
+                    description: input.description.clone(),
+                    severity: input.severity.map(Severity::from),
+                    enabled: input.enabled,
+                    condition: input.condition.map(AlertCondition::from),
+                    target: input.target.as_ref().map(TargetArg::resolve).transpose()?,
+                    cooldown_minutes: input.cooldown_minutes,
+                    auto_resolve: input.auto_resolve,
+                    channel_ids: channel_ids(input.channel_ids.as_deref())?,
+                };
+                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.update", "alert_rule")
+                    .request(cx.request_id.clone());
+                let rule = cx
+                    .org
+                    .update_rule(id, update, audit)
+                    .await
+                    .map_err(rule_missing)?;
+                Rendered::of(&RulesOutput {
+                    message: Some("alert rule updated".into()),
+                    rule: Some(rule.into()),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Delete => {
+                let id = rule_id(&input)?;
+                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.delete", "alert_rule")
+                    .request(cx.request_id.clone());
+                let resolved = cx
+                    .org
+                    .delete_rule(id, &cx.actor, audit)
+                    .await
+                    .map_err(rule_missing)?;
+                Rendered::of(&RulesOutput {
+                    message: Some(format!(
+                        "alert rule deleted; {resolved} unresolved alert(s) resolved"
+                    )),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Test => Rendered::of(&RulesOutput {
+                test: Some(test_rule(cx, &input).await?),
+                ..Default::default()
+            }),
+            RuleAction::ListChannels => {
+                let channels: Vec<ChannelView> = cx
+                    .org
+                    .list_channels()
+                    .await?
+                    .into_iter()
+                    .map(ChannelView::from)
+                    .collect();
+                Rendered::of(&RulesOutput {
+                    showing: Some(channels.len()),
+                    channels: Some(channels),
+                    ..Default::default()
+                })
+            }
+            RuleAction::Summary => {
+                let s = cx.org.alert_summary().await?;
+                let by_severity: serde_json::Map<String, Value> = s
+                    .unresolved_by_severity
+                    .iter()
+                    .map(|(sev, n)| (sev.to_string(), Value::from(*n)))
+                    .collect();
+                Rendered::of(&RulesOutput {
+                    summary: Some(SummaryView {
+                        open: s.open,
+                        acknowledged: s.acknowledged,
+                        resolved: s.resolved,
+                        unresolved_by_severity: Value::Object(by_severity),
+                        rules: s.rules,
+                        enabled_rules: s.enabled_rules,
+                    }),
+                    ..Default::default()
+                })
+            }
+        }
+    }
+}
+
+/// Evaluates a stored rule, a stored rule with changes, or a draft (condition and target) over
+/// the current data, the way the engine would, and writes nothing.
+async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, ToolError> {
+    let stored = match input.rule_id.as_deref() {
+        Some(_) => Some(
+            cx.org
+                .get_rule(rule_id(input)?)
+                .await
+                .map_err(rule_missing)?,
+        ),
+        None => None,
+    };
+    let condition: AlertCondition = match (input.condition, &stored) {
+        (Some(c), _) => c.into(),
+        (None, Some(rule)) => rule.condition,
+        (None, None) => {
+            return Err(ToolError::invalid(
+                "test needs ruleId, or a condition to try as a draft",
+            ));
+        }
+    };
+    condition.validate().map_err(ToolError::invalid)?;
+    let target = match (&input.target, &stored) {
+        (Some(t), _) => t.resolve()?,
+        (None, Some(rule)) => rule.target()?,
+        (None, None) => RuleTarget::Organization,
+    };
+    // A draft is observed through a rule value that is never stored; its target is checked
+    // like a stored one's, so another organization's device is "not found" here too.
+    match target {
+        RuleTarget::Organization => {}
+        RuleTarget::Site(s) => drop(cx.org.get_site(s).await?),
+        RuleTarget::Group(g) => drop(cx.org.get_group(g).await?),
+        RuleTarget::Device(d) => drop(cx.org.get_device(d).await?),
+    }
+    let now = cx.now();
+    let mut rule = stored.clone().unwrap_or_else(|| AlertRule {
+        id: Uuid::nil(),
+        org_id: cx.org_id(),
+        name: "draft".into(),
+        description: None,
+        severity: Severity::Medium,
+        enabled: true,
+        condition,
+        target_kind: breeze_core::TargetKind::Organization,
+        target_site_id: None,
+        target_group_id: None,
+        target_device_id: None,
+        cooldown_minutes: 0,
+        auto_resolve: true,
+        channel_ids: vec![],
+        created_by: cx.actor.to_string(),
+        created_at: now,
+        updated_at: now,
+        deleted_at: None,
+    });
+    rule.condition = condition;
+    (
+        rule.target_kind,
+        rule.target_site_id,
+        rule.target_group_id,
+        rule.target_device_id,
+    ) = match target {
+        RuleTarget::Organization => (breeze_core::TargetKind::Organization, None, None, None),
+        RuleTarget::Site(s) => (breeze_core::TargetKind::Site, Some(s), None, None),
+        RuleTarget::Group(g) => (breeze_core::TargetKind::Group, None, Some(g), None),
+        RuleTarget::Device(d) => (breeze_core::TargetKind::Device, None, None, Some(d)),
+    };
+    let mut observations = cx.org.observe_rule(&rule).await?;
+    let open: Vec<DeviceId> = match &stored {
+        Some(r) => cx
+            .org
+            .unresolved_alerts_of_rule(r.id)
+            .await?
+            .into_iter()
+            .map(|a| a.device_id)
+            .collect(),
+        None => Vec::new(),
+    };
+    let count = |s: Observed| observations.iter().filter(|o| o.state == s).count();
+    let (breaching, clear, unknown) = (
+        count(Observed::Breaching),
+        count(Observed::Clear),
+        count(Observed::Unknown),
+    );
+    observations.sort_by_key(|o| match o.state {
+        Observed::Breaching => 0,
+        Observed::Unknown => 1,
+        Observed::Clear => 2,
+    });
+    let devices = observations
+        .into_iter()
+        .take(MAX_TEST_DEVICES)
+        .map(|o| ObservationView {
+            device_id: o.device_id.to_string(),
+            state: match o.state {
+                Observed::Breaching => "breaching",
+                Observed::Clear => "clear",
+                Observed::Unknown => "unknown",
+            }
+            .into(),
+            value: o.value,
+            samples: o.samples,
+            would_raise: o.state == Observed::Breaching && !open.contains(&o.device_id),
+        })
+        .collect();
+    Ok(TestView {
+        condition: condition.describe(),
+        breaching,
+        clear,
+        unknown,
+        devices,
+    })
+}
