@@ -172,25 +172,12 @@ impl Store {
 
 /// Writes `events` stamped `now` in one transaction, with as few statements as possible (one
 /// per [`ROWS_PER_INSERT`] records). The pool's path of [`crate::AuditAppender`].
-///
-/// On PostgreSQL the commit does not wait for the write-ahead log's flush to disk
-/// (`synchronous_commit = off`, for this transaction only): the records are committed — they
-/// survive Breeze's process and are visible to every reader at once — and the server writes
-/// them to disk within a few `wal_writer_delay`s. That is the durability the SQLite journal
-/// gives the same records (the process, not a power cut), and it takes the disk's flush off
-/// every MCP request's path; changes and the audit records committed with them keep
-/// synchronous commits.
 pub(crate) async fn insert_batch(
     store: &Store,
     events: &[AuditEvent],
     now: Timestamp,
 ) -> Result<()> {
     let mut tx = Tx::begin(&store.pool).await?;
-    if store.backend() == crate::Backend::Postgres {
-        sql("SET LOCAL synchronous_commit = off")
-            .execute(&mut tx)
-            .await?;
-    }
     for chunk in events.chunks(ROWS_PER_INSERT) {
         let mut q = sql(INSERT_COLUMNS);
         for (i, event) in chunk.iter().enumerate() {
