@@ -17,6 +17,16 @@
 //! snapshot; once approved the items are re-cleared (the requester as they stand then, every
 //! pin unchanged) and run in order as one execution whose stored result is the batch's answer.
 //!
+//! Idempotency: a commit of a tool with a write takes one `requestId` beside `items`, for the
+//! whole batch ([`crate::idempotency`]): claimed after every item is cleared and counted, keyed
+//! by the envelope (items, mode, atomicity) as the approval request stores it, and answered
+//! from the stored batch answer on a replay. A preview ignores it (it changes nothing), as a
+//! read does.
+//!
+//! Budget: the answer is held to the response budget like any other ([`crate::budget`]): a
+//! preview over it fails with RESPONSE_TOO_LARGE; a commit keeps each item's status and error
+//! and omits what the items returned (`payloadOmitted`), then the items themselves.
+//!
 //! Atomicity: `atomic` is honoured only for exactly one item — one call is as atomic as the
 //! tool is — and refused with `ATOMICITY_UNSUPPORTED` for more, before anything runs: items are
 //! never grouped into one transaction, and never quietly downgraded to best effort.
@@ -25,18 +35,25 @@ use std::collections::HashSet;
 
 use breeze_guard::{Caller, Clearance, Cleared, Guard, Refusal};
 use breeze_store::ApprovalRecord;
-use breeze_tools::{CallOptions, ErrorCode, Pin, ProgressReport, Services, ToolError, ToolSpec};
+use breeze_tools::{
+    CallOptions, ErrorCode, Pin, ProgressReport, REQUEST_ID, Services, ToolError, ToolSpec,
+};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::{CallOutcome, Pipeline, approvals::Outcome};
+use crate::{
+    CallOutcome, Pipeline,
+    approvals::Outcome,
+    budget,
+    idempotency::{self, Begin},
+};
 
 /// Items in one batch unless `BREEZE_MCP_MAX_ITEMS` says otherwise.
 pub const DEFAULT_MAX_ITEMS: usize = 1000;
 
 /// The envelope's own keys; anything else beside `items` is a tool argument, refused.
-const ENVELOPE_KEYS: [&str; 3] = ["items", "mode", "atomicity"];
+const ENVELOPE_KEYS: [&str; 4] = ["items", "mode", "atomicity", REQUEST_ID];
 
 /// Whether `args` is a batch envelope rather than the tool's own arguments.
 pub fn is_batch(args: &Value) -> bool {
@@ -74,6 +91,8 @@ pub struct Envelope {
     pub mode: Mode,
     pub atomicity: Atomicity,
     pub items: Vec<Item>,
+    /// The batch's idempotency key, when given (see the module docs).
+    pub request_id: Option<String>,
 }
 
 fn invalid(spec: &ToolSpec, message: impl std::fmt::Display) -> ToolError {
@@ -183,6 +202,23 @@ impl Envelope {
                 input: input.clone(),
             });
         }
+        let request_id = match obj.get(REQUEST_ID) {
+            None => None,
+            Some(Value::String(id))
+                if (1..=breeze_store::MAX_REQUEST_ID_CHARS).contains(&id.chars().count()) =>
+            {
+                Some(id.clone())
+            }
+            Some(other) => {
+                return Err(invalid(
+                    spec,
+                    format!(
+                        "requestId must be a string of 1 to {} characters, got {other}",
+                        breeze_store::MAX_REQUEST_ID_CHARS
+                    ),
+                ));
+            }
+        };
         if atomicity == Atomicity::Atomic && items.len() > 1 {
             return Err(ToolError::new(
                 ErrorCode::AtomicityUnsupported,
@@ -198,10 +234,12 @@ impl Envelope {
             mode,
             atomicity,
             items,
+            request_id,
         })
     }
 
-    /// The envelope as an approval request stores it (and its arguments hash pins).
+    /// The envelope as an approval request stores it (and its arguments hash pins), and as
+    /// its requestId's payload hash covers it: without the requestId.
     pub fn to_value(&self) -> Value {
         let items: Vec<Value> = self
             .items
@@ -357,13 +395,15 @@ pub(crate) async fn run(
         .map(|item| judge(guard, caller, spec, &item.input))
         .collect();
     if env.mode == Mode::Preview {
-        return preview(p, spec, &env, verdicts).await;
+        let outcome = preview(p, spec, &env, verdicts).await;
+        return budget::apply(p.inner.max_response_bytes, false, outcome);
     }
     if verdicts.iter().any(Result::is_err) {
         let errors: Vec<Option<ToolError>> = verdicts.into_iter().map(Result::err).collect();
         return rejected(&env, &errors);
     }
     drop(verdicts);
+    let max_bytes = p.inner.max_response_bytes;
     // Every item counts against the tool's rate limit; the counted verdicts are the ones used.
     let mut clearances = Vec::with_capacity(env.items.len());
     for (i, item) in env.items.iter().enumerate() {
@@ -376,38 +416,70 @@ pub(crate) async fn run(
             }
         }
     }
-    if clearances
+    let needs_approval = clearances
         .iter()
-        .any(|c| matches!(c, Clearance::NeedsApproval(_)))
-    {
-        return Box::pin(with_approval(
+        .any(|c| matches!(c, Clearance::NeedsApproval(_)));
+    let writes = env.items.iter().any(|i| spec.is_write(&i.input));
+    let held = match env.request_id.as_deref().filter(|_| writes) {
+        None => None,
+        Some(id) => {
+            let (store, args) = (&p.inner.store, env.to_value());
+            match idempotency::begin(store, caller, spec, needs_approval, id, &args).await {
+                Begin::Run(held) => Some(held),
+                Begin::Answer(outcome) => return as_batch(outcome),
+            }
+        }
+    };
+    let outcome = if needs_approval {
+        Box::pin(with_approval(
             p, caller, spec, &env, clearances, options, cancel,
         ))
-        .await;
-    }
-    let cleared = clearances
-        .into_iter()
-        .filter_map(|c| match c {
-            Clearance::Run(c) => Some(c),
-            Clearance::NeedsApproval(_) => None,
-        })
-        .collect();
-    let CallOptions {
-        request_id,
-        progress,
-    } = options;
-    answer(
-        run_items(
-            p.services(),
-            spec,
-            &env,
-            cleared,
+        .await
+    } else {
+        let cleared = clearances
+            .into_iter()
+            .filter_map(|c| match c {
+                Clearance::Run(c) => Some(c),
+                Clearance::NeedsApproval(_) => None,
+            })
+            .collect();
+        let CallOptions {
             request_id,
             progress,
-            cancel,
+        } = options;
+        answer(
+            run_items(
+                p.services(),
+                spec,
+                &env,
+                cleared,
+                request_id,
+                progress,
+                cancel,
+            )
+            .await,
         )
-        .await,
-    )
+    };
+    let outcome = budget::apply(max_bytes, true, outcome);
+    if let Some(held) = held {
+        held.finish(&outcome, cancel.is_cancelled()).await;
+    }
+    outcome
+}
+
+/// A stored answer replayed ([`idempotency::begin`]) as a batch's: with the batch's error flag.
+fn as_batch(outcome: CallOutcome) -> CallOutcome {
+    match outcome {
+        CallOutcome::Output(answer) => CallOutcome::Batch {
+            answer,
+            is_error: false,
+        },
+        CallOutcome::ReplayedError(answer) => CallOutcome::Batch {
+            answer,
+            is_error: true,
+        },
+        other => other,
+    }
 }
 
 /// Runs nothing: per item, its tier, whether it needs approval, and for a Tier 3 item the

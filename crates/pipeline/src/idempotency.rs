@@ -165,7 +165,7 @@ pub(crate) struct Held {
 
 impl Held {
     /// Stores `outcome` for replays, or releases the claim when the outcome is worth retrying
-    /// (a retryable error, or the call was `cancelled`).
+    /// (a retryable error, or the call was `cancelled`; a batch's answer is always stored).
     pub(crate) async fn finish(mut self, outcome: &CallOutcome, cancelled: bool) {
         let Some(claim) = self.claim.take() else {
             return;
@@ -175,6 +175,10 @@ impl Held {
                 .ok()
                 .map(|v| (v, false)),
             CallOutcome::Pending(r) => Some((pending_answer(r), false)),
+            // Stored whatever its items did: a retry must not run again the items that ran.
+            CallOutcome::Batch { answer, is_error } => serde_json::from_str::<Value>(answer.get())
+                .ok()
+                .map(|v| (v, *is_error)),
             CallOutcome::Failed(e) if !cancelled && !e.retryable => Some((e.to_structured(), true)),
             _ => None,
         };

@@ -472,6 +472,164 @@ async fn a_failed_write_replays_its_error(cx: Ctx) {
     }
 }
 
+/// A batch's answer and error flag.
+fn batch(o: CallOutcome) -> (Value, bool) {
+    match o {
+        CallOutcome::Batch { answer, is_error } => {
+            (serde_json::from_str(answer.get()).unwrap(), is_error)
+        }
+        other => panic!("expected a batch answer, got {other:?}"),
+    }
+}
+
+fn batch_of(w: &World, mode: &str, summaries: &[&str], request_id: Option<&str>) -> Value {
+    let items: Vec<Value> = summaries
+        .iter()
+        .map(|s| json!({ "clientRef": s, "input": remember(w, s, None) }))
+        .collect();
+    let mut args = json!({ "items": items, "mode": mode });
+    if let Some(id) = request_id {
+        args["requestId"] = json!(id);
+    }
+    args
+}
+
+/// A committed batch takes one requestId for the whole batch: the replay answers the stored
+/// batch answer, marked replayed, and runs no item again; other items under the same
+/// requestId are CONFLICT; a preview ignores it; a malformed one is refused naming it.
+async fn a_batch_replays_under_its_request_id(cx: Ctx) {
+    let w = world(&cx).await;
+    let p = pipeline(&cx, &cx.store, Duration::ZERO);
+    let me = w.caller();
+
+    let (preview, _) = batch(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "preview", &["a", "b"], Some("b-1")),
+        )
+        .await,
+    );
+    assert_eq!(preview["outcome"], "previewed", "{preview}");
+    assert_eq!(context_rows(&cx, &w).await, 0);
+
+    let (first, is_error) = batch(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "commit", &["a", "b"], Some("b-1")),
+        )
+        .await,
+    );
+    assert!(!is_error, "{first}");
+    assert_eq!(first["counts"]["ok"], 2, "{first}");
+    assert!(first.get("replayed").is_none(), "{first}");
+    assert_eq!(context_rows(&cx, &w).await, 2);
+
+    let (again, is_error) = batch(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "commit", &["a", "b"], Some("b-1")),
+        )
+        .await,
+    );
+    assert!(!is_error);
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["items"], first["items"], "the stored answer");
+    assert_eq!(context_rows(&cx, &w).await, 2, "no item ran again");
+
+    let e = failure(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "commit", &["a", "c"], Some("b-1")),
+        )
+        .await,
+    );
+    assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+    // The batch's requestId is not a single call's: the same key for one call is a conflict.
+    let e = failure(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            remember(&w, "a", Some("b-1")),
+        )
+        .await,
+    );
+    assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+    assert_eq!(context_rows(&cx, &w).await, 2);
+
+    for bad in [json!(""), json!(7), json!("x".repeat(201))] {
+        let mut args = batch_of(&w, "commit", &["d"], None);
+        args["requestId"] = bad;
+        let e = failure(call(&p, &me, "set_device_context", args).await);
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{e:?}");
+        assert!(e.message.contains("requestId"), "{}", e.message);
+    }
+    assert_eq!(context_rows(&cx, &w).await, 2);
+}
+
+/// A batch is held to the response budget: a preview over it fails like a read and runs
+/// nothing; a commit keeps every item's status, omits what they returned, and still ran.
+async fn a_batch_is_held_to_the_response_budget(cx: Ctx) {
+    let w = world(&cx).await;
+    let p = pipeline(&cx, &cx.store, Duration::ZERO).with_max_response_bytes(600);
+    let me = w.caller();
+    let refs = ["a", "b", "c", "d", "e", "f"];
+    let many: Vec<String> = (0..12).map(|i| format!("item-{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let e = failure(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "preview", &many, None),
+        )
+        .await,
+    );
+    assert_eq!(e.code, ErrorCode::ResponseTooLarge, "{e:?}");
+    assert_eq!(context_rows(&cx, &w).await, 0);
+
+    let (out, is_error) = batch(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "commit", &refs, Some("q")),
+        )
+        .await,
+    );
+    assert!(!is_error, "{out}");
+    assert_eq!(out["payloadOmitted"], true, "{out}");
+    assert!(out["bytes"].as_u64().unwrap() > 600, "{out}");
+    assert_eq!(out["counts"]["ok"], 6, "{out}");
+    assert!(out.to_string().len() <= 600, "{out}");
+    for item in out["items"].as_array().unwrap() {
+        assert_eq!(item["status"], "ok", "{out}");
+        assert!(item.get("output").is_none(), "{out}");
+    }
+    assert_eq!(context_rows(&cx, &w).await, 6, "every item ran");
+    // The replay is the trimmed answer too.
+    let (again, _) = batch(
+        call(
+            &p,
+            &me,
+            "set_device_context",
+            batch_of(&w, "commit", &refs, Some("q")),
+        )
+        .await,
+    );
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["payloadOmitted"], true);
+    assert_eq!(context_rows(&cx, &w).await, 6);
+}
+
 on_both_backends!(
     a_replay_answers_the_stored_result_and_runs_nothing,
     a_request_id_is_checked_on_writes_and_ignored_on_reads,
@@ -481,4 +639,6 @@ on_both_backends!(
     a_cancelled_call_releases_its_request_id,
     the_response_budget_fails_reads_and_trims_writes,
     a_failed_write_replays_its_error,
+    a_batch_replays_under_its_request_id,
+    a_batch_is_held_to_the_response_budget,
 );

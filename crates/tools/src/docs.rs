@@ -282,7 +282,10 @@ pub fn catalogue(r: &Registry) -> String {
          runs; one invalid or refused item and nothing runs. `preview` runs nothing: per item its \
          tier, whether it needs approval and, for a Tier 3 item, the tool's pre-approval check. \
          `commit` runs the items in order, each with its own outcome, and counts each against the \
-         rate limit; a commit with a Tier 3 item is one approval request listing every item.\n",
+         rate limit; a commit with a Tier 3 item is one approval request listing every item. A \
+         commit of a write tool takes one `requestId` for the whole batch (a replay answers the \
+         stored batch answer and runs nothing); over the response budget a preview fails with \
+         `RESPONSE_TOO_LARGE` and a commit omits the items' outputs (`payloadOmitted`).\n",
         r.len(),
         RESOURCES.len() + 1,
         PROMPTS.len(),
