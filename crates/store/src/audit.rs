@@ -120,7 +120,7 @@ pub struct AuditPage {
 }
 
 #[derive(sqlx::FromRow)]
-struct AuditRow {
+pub(crate) struct AuditRow {
     id: Uuid,
     created_at: Timestamp,
     org_id: Option<Uuid>,
