@@ -418,6 +418,14 @@ impl Store {
         self.checkpoint().await.map(|()| true)
     }
 
+    /// The connection pool's use: connections open, and of those how many are idle.
+    pub fn pool_stats(&self) -> (u32, usize) {
+        match &self.pool {
+            Pool::Sqlite(p) => (p.size(), p.num_idle()),
+            Pool::Postgres(p) => (p.size(), p.num_idle()),
+        }
+    }
+
     /// Which backend this store uses.
     pub fn backend(&self) -> Backend {
         match self.pool {

@@ -333,7 +333,14 @@ async fn purge_time(backend: Backend) {
         .replace("{n}", &n.to_string())
     };
     let started = Instant::now();
-    s.raw_execute(&insert(rows, ts)).await.unwrap();
+    // In slices, each well inside the statement timeout.
+    let slice = 100_000.min(rows);
+    for k in 0..rows / slice {
+        let ts = ts
+            .replace("i *", &format!("(i + {}) *", k * slice))
+            .replace("{n}", &rows.to_string());
+        s.raw_execute(&insert(slice, &ts)).await.unwrap();
+    }
     let young_ts = match backend {
         Backend::Postgres => "now() - make_interval(secs => i)",
         Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '-' || i || ' seconds')",
