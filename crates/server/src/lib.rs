@@ -376,7 +376,7 @@ async fn run_audit_retention(
         ),
         Ok(_) => {}
         Err(e) => {
-            tracing::warn!(error = %e, "audit purge failed; records are kept until the next run")
+            tracing::warn!(error = %e, "audit purge failed; records are kept until the next run");
         }
     }
 }

@@ -92,7 +92,7 @@ impl AuditCommand {
                 let report = app.store.purge_audit(&settings.audit_archive_dir).await?;
                 match (report.cutoff, report.skipped) {
                     (None, _) => {
-                        println!("audit records are kept forever (BREEZE_AUDIT_RETENTION_DAYS=0)")
+                        println!("audit records are kept forever (BREEZE_AUDIT_RETENTION_DAYS=0)");
                     }
                     (Some(_), true) => println!("another process is purging; nothing done"),
                     (Some(cutoff), false) => println!(
