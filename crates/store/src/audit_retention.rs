@@ -114,7 +114,7 @@ impl Store {
     }
 
     /// PostgreSQL: makes the audit log's monthly partitions from last month through
-    /// [`MONTHS_AHEAD`] months ahead of the store's clock that are missing; returns how many
+    /// three months ahead of the store's clock that are missing; returns how many
     /// it made. SQLite: nothing to make.
     pub async fn prepare_audit_partitions(&self) -> Result<u32> {
         if self.backend() != Backend::Postgres {
