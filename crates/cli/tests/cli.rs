@@ -387,6 +387,55 @@ fn the_stdio_bridge_settings_do_not_stop_other_commands() {
     assert!(out.contains("migrations applied"), "{out}");
 }
 
+/// SIGTERM drains: an open MCP stream ends with an SSE `retry:` hint (so its client
+/// reconnects, elsewhere behind a load balancer) and the process exits 0 promptly, not at the
+/// 30 s drain deadline the open stream would otherwise hold it to.
+#[test]
+fn sigterm_ends_streams_with_a_reconnect_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::start_with(dir.path(), port, "demo", &[("BREEZE_DEMO_AGENT", "false")]);
+    let key = read_demo(dir.path())["api_keys"]["read"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET /api/v1/mcp/sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-API-Key: {key}\r\n\
+         Accept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: endpoint") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "stream closed early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let started = Instant::now();
+    let reader = std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        String::from_utf8_lossy(&rest).into_owned()
+    });
+    server.stop();
+    let stopped = started.elapsed();
+    let rest = reader.join().unwrap();
+    assert!(rest.contains("retry: 500"), "no reconnect hint in {rest:?}");
+    assert!(
+        stopped < Duration::from_secs(10),
+        "the open stream held the shutdown for {stopped:?}"
+    );
+}
+
 /// The JSON lines of a gzip audit export.
 fn export_lines(gz: &[u8]) -> Vec<Value> {
     let mut text = String::new();

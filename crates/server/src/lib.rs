@@ -381,8 +381,10 @@ async fn run_audit_retention(
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// (for at most 30 seconds).
+/// Serves `app` on `listener` until `shutdown` resolves, then drains: no new connections or MCP
+/// sessions, every SSE stream ends with a `retry:` hint and every agent socket closes (so
+/// clients and agents reconnect, behind a load balancer to another instance), and requests in
+/// flight finish (for at most 30 seconds).
 pub async fn serve(
     listener: TcpListener,
     breeze: Breeze,
@@ -433,9 +435,12 @@ pub async fn serve(
         });
     }
     let gateway = breeze.state.gateway.clone();
+    let engine = breeze.mcp.clone();
     let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
+        // No new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        engine.drain();
         gateway.close_all();
         let _ = tx.send(());
     });

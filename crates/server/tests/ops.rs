@@ -178,7 +178,52 @@ async fn request_ids_are_honoured_and_echoed(cx: Ctx) {
     let _: Value = r.body;
 }
 
+/// A draining instance refuses new MCP sessions on both transports with 503 and
+/// `Retry-After`, and still answers requests that need no new session.
+async fn a_draining_instance_takes_no_new_sessions(cx: Ctx) {
+    let w = world(&cx).await;
+    let breeze = breeze_server::Breeze::new(w.state.clone());
+    breeze.mcp.drain();
+    assert!(breeze.mcp.is_draining());
+    let app = breeze_server::app(breeze);
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "t", "version": "1" } }
+    });
+    let r = send(
+        &app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("x-api-key", &w.read)
+            .body(Body::from(init.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.headers["retry-after"], "1");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down")
+    );
+    let r = send(
+        &app,
+        Request::get("/api/v1/mcp/sse")
+            .header("x-api-key", &w.read)
+            .header("accept", "text/event-stream")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let r = send(&app, mcp_call(&w.read, 2, "query_devices")).await;
+    assert!(r.body["result"].is_object(), "{}", r.body);
+}
+
 breeze_store::on_both_backends!(
     metrics_are_token_protected_and_count,
-    request_ids_are_honoured_and_echoed
+    request_ids_are_honoured_and_echoed,
+    a_draining_instance_takes_no_new_sessions
 );
