@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::{
     Backend, Pool, Result, Store, StoreError,
-    audit::{AuditRow, audit_columns},
+    audit::{AuditRow, audit_columns, push_time_bounds},
     sql::sql,
 };
 
@@ -179,14 +179,7 @@ impl Store {
                 let p = q.arg(org);
                 q.push(&format!(" AND org_id = {p}"));
             }
-            if let Some(since) = filter.since {
-                let p = q.arg(since);
-                q.push(&format!(" AND created_at >= {p}"));
-            }
-            if let Some(until) = filter.until {
-                let p = q.arg(until);
-                q.push(&format!(" AND created_at < {p}"));
-            }
+            push_time_bounds(&mut q, filter.since, filter.until);
             if let Some(id) = after {
                 let p = q.arg(id);
                 q.push(&format!(" AND id > {p}"));
