@@ -298,6 +298,31 @@ pub fn app(breeze: Breeze) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(axum::middleware::map_request(drop_unfit_request_id))
+}
+
+/// The longest client-sent request id kept.
+const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Removes a client's `X-Request-Id` that is longer than [`MAX_REQUEST_ID_BYTES`] or holds
+/// anything but letters, digits and `-_.:/@+=`, so that a new one is made: the id lands in every
+/// log line of the request and in its audit record.
+async fn drop_unfit_request_id(mut req: axum::extract::Request) -> axum::extract::Request {
+    let fit = |v: &HeaderValue| {
+        let b = v.as_bytes();
+        !b.is_empty()
+            && b.len() <= MAX_REQUEST_ID_BYTES
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.:/@+=".contains(c))
+    };
+    if req
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .is_some_and(|v| !fit(v))
+    {
+        req.headers_mut().remove(REQUEST_ID_HEADER);
+    }
+    req
 }
 
 /// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
@@ -326,8 +351,12 @@ fn spawn_checkpointer(
     })
 }
 
-/// How often the audit retention job runs (and once at start).
+/// How often the audit retention job runs.
 const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// When it first runs after start: soon, so that an instance restarted more often than daily
+/// still purges, but not while it starts up.
+const AUDIT_RETENTION_FIRST: Duration = Duration::from_secs(60);
 
 /// The daily audit job: stores the configured retention (the database enforces it), makes
 /// PostgreSQL's monthly partitions ahead, and purges what is past the retention after
@@ -339,11 +368,18 @@ fn spawn_audit_retention(
     stop: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(AUDIT_RETENTION_EVERY);
+        let first = tokio::time::Instant::now() + AUDIT_RETENTION_FIRST;
+        let mut tick = tokio::time::interval_at(first, AUDIT_RETENTION_EVERY);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
-                _ = tick.tick() => run_audit_retention(&store, days, &archive_dir).await,
+                _ = tick.tick() => {}
+            }
+            // A run cut short by shutdown leaves at most a `.partial` archive (replaced by the
+            // next run) and records not yet deleted (deleted by it).
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = run_audit_retention(&store, days, &archive_dir) => {}
             }
         }
     })

@@ -176,6 +176,35 @@ async fn request_ids_are_honoured_and_echoed(cx: Ctx) {
     let id = r.headers["x-request-id"].to_str().unwrap();
     assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
     let _: Value = r.body;
+    // An id too long or with other characters (it goes into every log line and the audit
+    // record) is replaced by a new one.
+    for unfit in [
+        "x".repeat(129),
+        "a b".into(),
+        "\"quoted\"".into(),
+        "a;b".into(),
+    ] {
+        let r = send(
+            &w.app,
+            Request::get("/healthz")
+                .header("x-request-id", unfit.as_str())
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        let id = r.headers["x-request-id"].to_str().unwrap();
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{unfit:?} kept as {id}");
+    }
+    let longest = "a".repeat(128);
+    let r = send(
+        &w.app,
+        Request::get("/healthz")
+            .header("x-request-id", longest.as_str())
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.headers["x-request-id"], longest.as_str());
 }
 
 /// A draining instance refuses new MCP sessions on both transports with 503 and
