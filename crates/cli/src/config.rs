@@ -95,6 +95,22 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "days daily metric rollups are kept (default 730)",
     ),
     (
+        "BREEZE_AUDIT_RETENTION_DAYS",
+        "days audit records are kept before they are archived and purged (default 90; 0 = keep forever)",
+    ),
+    (
+        "BREEZE_AUDIT_ARCHIVE_DIR",
+        "where purged audit records are archived as gzip JSON lines (default <data dir>/audit-archive)",
+    ),
+    (
+        "BREEZE_METRICS_ADDR",
+        "serve GET /metrics (Prometheus) on this address of its own, e.g. 127.0.0.1:9464 (optional)",
+    ),
+    (
+        "BREEZE_METRICS_TOKEN",
+        "serve GET /metrics on the main listener to `Authorization: Bearer <token>` (optional; 16+ characters)",
+    ),
+    (
         "BREEZE_AGENT_CONFIG",
         "`breeze agent`: the agent's config file",
     ),
@@ -395,6 +411,12 @@ pub(crate) struct Settings {
     pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
     /// The alert engine: tick, SMTP relay, webhook policy.
     pub(crate) alerts: breeze_alerts::EngineConfig,
+    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps audit records forever.
+    pub(crate) audit_retention_days: Option<u32>,
+    /// `BREEZE_AUDIT_ARCHIVE_DIR`.
+    pub(crate) audit_archive_dir: PathBuf,
+    /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
+    pub(crate) metrics: breeze_server::metrics::MetricsAccess,
 }
 
 impl std::fmt::Debug for Settings {
@@ -557,7 +579,46 @@ impl Settings {
 
         let oauth = oauth_settings(env, environment == Environment::Production, &public_url)?;
         let alerts = alert_settings(env, environment == Environment::Production)?;
+        let audit_retention_days = match env.get("BREEZE_AUDIT_RETENTION_DAYS").map(|v| v.trim()) {
+            None | Some("") => Some(90),
+            Some(v) => match v.parse::<u32>() {
+                Ok(0) => None,
+                Ok(n) if n <= 36_500 => Some(n),
+                _ => bail!(
+                    "invalid BREEZE_AUDIT_RETENTION_DAYS: {v:?} (expected 0 to 36500; 0 keeps forever)"
+                ),
+            },
+        };
+        let audit_archive_dir = match env.get("BREEZE_AUDIT_ARCHIVE_DIR").map(|v| v.trim()) {
+            None | Some("") => data_dir.join("audit-archive"),
+            Some(v) => PathBuf::from(v),
+        };
+        let metrics = breeze_server::metrics::MetricsAccess {
+            addr: match env.get("BREEZE_METRICS_ADDR").map(|v| v.trim()) {
+                None | Some("") => None,
+                Some(v) => Some(v.parse::<SocketAddr>().map_err(|_| {
+                    anyhow::anyhow!(
+                        "invalid BREEZE_METRICS_ADDR: {v:?} is not an address such as 127.0.0.1:9464"
+                    )
+                })?),
+            },
+            token: match env.get("BREEZE_METRICS_TOKEN").map(|v| v.trim()) {
+                None | Some("") => None,
+                Some(v) if v.len() >= 16 && v.bytes().all(|b| b.is_ascii_graphic()) => {
+                    Some(v.to_owned())
+                }
+                Some(_) => bail!(
+                    "invalid BREEZE_METRICS_TOKEN: expected 16 or more printable characters, no spaces"
+                ),
+            },
+        };
+        if metrics.addr.is_some_and(|a| a == listen) {
+            bail!("invalid BREEZE_METRICS_ADDR: it is BREEZE_LISTEN's address");
+        }
         Ok(Settings {
+            audit_retention_days,
+            audit_archive_dir,
+            metrics,
             oauth,
             alerts,
             listen,

@@ -52,6 +52,9 @@ enum Command {
     /// Step-up approval requests: list, show, approve, deny, report; approval modes.
     #[command(subcommand)]
     Approvals(commands::approvals::ApprovalsCommand),
+    /// The audit log: export it (gzip JSON lines), purge what is past the retention.
+    #[command(subcommand)]
+    Audit(commands::audit::AuditCommand),
     /// Device utilities (synthetic devices for load tests).
     #[command(subcommand)]
     Devices(commands::fleet::DevicesCommand),
@@ -183,6 +186,10 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Audit(c) => {
+            c.run(&commands::open_existing(&settings).await?, &settings)
+                .await
+        }
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
         Command::InstallSkill(_) => {
             anyhow::bail!("`breeze install-skill` is handled before start-up")

@@ -387,6 +387,143 @@ fn the_stdio_bridge_settings_do_not_stop_other_commands() {
     assert!(out.contains("migrations applied"), "{out}");
 }
 
+/// SIGTERM drains: an open MCP stream ends with an SSE `retry:` hint (so its client
+/// reconnects, elsewhere behind a load balancer) and the process exits 0 promptly, not at the
+/// 30 s drain deadline the open stream would otherwise hold it to.
+#[test]
+fn sigterm_ends_streams_with_a_reconnect_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::start_with(dir.path(), port, "demo", &[("BREEZE_DEMO_AGENT", "false")]);
+    let key = read_demo(dir.path())["api_keys"]["read"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET /api/v1/mcp/sse HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-API-Key: {key}\r\n\
+         Accept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: endpoint") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "stream closed early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let started = Instant::now();
+    let reader = std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest);
+        String::from_utf8_lossy(&rest).into_owned()
+    });
+    server.stop();
+    let stopped = started.elapsed();
+    let rest = reader.join().unwrap();
+    assert!(rest.contains("retry: 500"), "no reconnect hint in {rest:?}");
+    assert!(
+        stopped < Duration::from_secs(10),
+        "the open stream held the shutdown for {stopped:?}"
+    );
+}
+
+/// The JSON lines of a gzip audit export.
+fn export_lines(gz: &[u8]) -> Vec<Value> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(gz)
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `breeze audit export` writes gzip JSON lines, to a file (0600) or standard output, narrowed
+/// by organization and time; `breeze audit purge` stores the retention and purges.
+#[test]
+fn audit_export_and_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(breeze(d).arg("migrate"));
+    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
+    for name in ["Contoso Ltd", "Fabrikam"] {
+        run_ok(breeze(d).args([
+            "orgs",
+            "create",
+            "--partner",
+            "northwind-it",
+            "--name",
+            name,
+        ]));
+    }
+    let out = d.join("all.jsonl.gz");
+    run_ok(breeze(d).args(["audit", "export", "--out", out.to_str().unwrap()]));
+    let all = export_lines(&std::fs::read(&out).unwrap());
+    assert_eq!(all.len(), 3, "partner and two organizations: {all:#?}");
+    assert!(
+        all.iter()
+            .all(|r| r["id"].is_string() && r["created_at"].is_string())
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    // One organization, to standard output.
+    let stdout = breeze(d)
+        .args(["audit", "export", "--org", "fabrikam"])
+        .output()
+        .unwrap();
+    assert!(stdout.status.success());
+    let fabrikam = export_lines(&stdout.stdout);
+    assert_eq!(fabrikam.len(), 1);
+    assert_eq!(fabrikam[0]["action"], "organization.create");
+    assert!(String::from_utf8_lossy(&stdout.stderr).contains("exported 1 audit records"));
+
+    // Time bounds: nothing before 2000, everything since.
+    let none = breeze(d)
+        .args(["audit", "export", "--until", "2000-01-01", "--out", "-"])
+        .output()
+        .unwrap();
+    assert!(export_lines(&none.stdout).is_empty());
+    let since = breeze(d)
+        .args(["audit", "export", "--since", "2000-01-01T00:00:00Z"])
+        .output()
+        .unwrap();
+    assert_eq!(export_lines(&since.stdout).len(), 3);
+    let (_, err) = run_err(breeze(d).args(["audit", "export", "--since", "yesterday"]));
+    assert!(err.contains("--since"), "{err}");
+
+    let kept = run_ok(
+        breeze(d)
+            .args(["audit", "purge"])
+            .env("BREEZE_AUDIT_RETENTION_DAYS", "0"),
+    );
+    assert!(kept.contains("kept forever"), "{kept}");
+    let purged = run_ok(breeze(d).args(["audit", "purge"]));
+    assert!(
+        purged.contains("0 archived"),
+        "nothing is 90 days old: {purged}"
+    );
+    let (_, err) = run_err(
+        breeze(d)
+            .args(["audit", "purge"])
+            .env("BREEZE_AUDIT_RETENTION_DAYS", "-1"),
+    );
+    assert!(err.contains("BREEZE_AUDIT_RETENTION_DAYS"), "{err}");
+}
+
 #[test]
 fn administration_commands() {
     let dir = tempfile::tempdir().unwrap();

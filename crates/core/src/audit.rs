@@ -3,7 +3,7 @@
 //! The log is append-only. An event is built where the action happens and written by the
 //! store, in the same transaction as the change it records when there is one.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{AuditId, OrgId, Timestamp, string_enum};
@@ -31,7 +31,7 @@ string_enum! {
 }
 
 /// Who acted: a kind and that principal's id (a user id, key id, device id, or a system name).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
     #[serde(rename = "type")]
     pub kind: ActorType,
@@ -61,7 +61,7 @@ impl Actor {
 }
 
 /// An audit event about to be written.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditEvent {
     pub org_id: Option<OrgId>,
     pub actor: Actor,
@@ -128,8 +128,9 @@ impl AuditEvent {
     }
 }
 
-/// An audit event as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// An audit event as stored (and as archived: one JSON line per record, read back by
+/// deserializing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRecord {
     pub id: AuditId,
     pub created_at: Timestamp,

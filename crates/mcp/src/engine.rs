@@ -91,6 +91,8 @@ pub struct Engine<A: McpApp> {
     pub(crate) limiter: Arc<dyn RateLimiter>,
     /// Requests being handled (for [`RequestRecord::in_flight`]).
     in_flight: AtomicUsize,
+    /// Cancelled by [`Engine::drain`]: the instance is shutting down.
+    pub(crate) draining: CancellationToken,
 }
 
 /// The per-message context a transport builds.
@@ -122,7 +124,20 @@ impl<A: McpApp> Engine<A> {
             config,
             limiter,
             in_flight: AtomicUsize::new(0),
+            draining: CancellationToken::new(),
         })
+    }
+
+    /// Starts draining for shutdown: new sessions are refused (503 with `Retry-After`, so a
+    /// client retries, through a load balancer on another instance), and every open SSE stream
+    /// ends with a `retry:` hint, so its client reconnects. Calls in flight go on.
+    pub fn drain(&self) {
+        self.draining.cancel();
+    }
+
+    /// Whether [`Engine::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
     }
 
     /// The live sessions.

@@ -11,6 +11,7 @@ pub mod catalog;
 mod error;
 mod extract;
 pub mod mcp;
+pub mod metrics;
 pub mod oauth;
 mod pages;
 mod routes;
@@ -93,6 +94,20 @@ pub struct ServerConfig {
     pub oauth: Option<oauth::OAuthSettings>,
     /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
     pub alerts: breeze_alerts::EngineConfig,
+    /// Audit retention and its daily purge.
+    pub audit: AuditRetentionConfig,
+    /// Who may read `GET /metrics` (off by default).
+    pub metrics: metrics::MetricsAccess,
+}
+
+/// The audit log's retention, applied by a daily job that [`serve`] starts.
+#[derive(Debug, Clone, Default)]
+pub struct AuditRetentionConfig {
+    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps records forever.
+    pub days: Option<u32>,
+    /// `BREEZE_AUDIT_ARCHIVE_DIR`: where purged records are archived. `None` runs no job (the
+    /// database's retention is left as it is): for embedding and tests.
+    pub archive_dir: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -125,6 +140,8 @@ impl ServerConfig {
                 },
                 ..Default::default()
             },
+            audit: AuditRetentionConfig::default(),
+            metrics: metrics::MetricsAccess::default(),
         }
     }
 }
@@ -150,6 +167,8 @@ pub struct AppState {
     pub pipeline: Pipeline,
     /// The OAuth authorization server, when enabled.
     pub oauth: Option<breeze_oauth::OAuth>,
+    /// Counters for `GET /metrics`.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -161,6 +180,14 @@ impl AppState {
         config: ServerConfig,
         limiter: Arc<dyn RateLimiter>,
     ) -> Self {
+        let tools = breeze_tools::all();
+        let metrics = Arc::new(metrics::Metrics::new(
+            tools.iter().map(|t| t.name).collect::<Vec<_>>(),
+        ));
+        let limiter: Arc<dyn RateLimiter> = Arc::new(metrics::CountingLimiter {
+            inner: limiter,
+            metrics: metrics.clone(),
+        });
         let gateway = Gateway::new(store.clone(), config.gateway.clone());
         let guard = Guard::new(
             GuardConfig {
@@ -174,7 +201,7 @@ impl AppState {
         let pipeline = Pipeline::new(
             store.clone(),
             gateway.clone(),
-            Arc::new(breeze_tools::all()),
+            Arc::new(tools),
             guard,
             config.approvals.clone(),
         )
@@ -199,6 +226,7 @@ impl AppState {
             limiter,
             pipeline,
             oauth,
+            metrics,
         }
     }
 }
@@ -227,8 +255,10 @@ impl Breeze {
 /// The whole application.
 pub fn app(breeze: Breeze) -> Router {
     let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
+    let metrics = breeze.state.metrics.clone();
     let rest = Router::new()
         .merge(routes::health::router())
+        .route("/metrics", axum::routing::get(metrics::scrape_with_token))
         .merge(pages::router())
         .merge(match breeze.state.config.oauth.as_ref() {
             Some(o) => routes::oauth::router(o.dcr.enabled),
@@ -241,6 +271,10 @@ pub fn app(breeze: Breeze) -> Router {
         .merge(rest)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::count_requests,
+        ))
         .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES))
         // Every response: never sniffed into another type, and never stored by a cache unless
         // the handler says otherwise (API responses carry sessions, keys and tenant data).
@@ -264,6 +298,31 @@ pub fn app(breeze: Breeze) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(axum::middleware::map_request(drop_unfit_request_id))
+}
+
+/// The longest client-sent request id kept.
+const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Removes a client's `X-Request-Id` that is longer than [`MAX_REQUEST_ID_BYTES`] or holds
+/// anything but letters, digits and `-_.:/@+=`, so that a new one is made: the id lands in every
+/// log line of the request and in its audit record.
+async fn drop_unfit_request_id(mut req: axum::extract::Request) -> axum::extract::Request {
+    let fit = |v: &HeaderValue| {
+        let b = v.as_bytes();
+        !b.is_empty()
+            && b.len() <= MAX_REQUEST_ID_BYTES
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.:/@+=".contains(c))
+    };
+    if req
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .is_some_and(|v| !fit(v))
+    {
+        req.headers_mut().remove(REQUEST_ID_HEADER);
+    }
+    req
 }
 
 /// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
@@ -292,8 +351,76 @@ fn spawn_checkpointer(
     })
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then lets in-flight requests finish
-/// (for at most 30 seconds).
+/// How often the audit retention job runs.
+const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// When it first runs after start: soon, so that an instance restarted more often than daily
+/// still purges, but not while it starts up.
+const AUDIT_RETENTION_FIRST: Duration = Duration::from_secs(60);
+
+/// The daily audit job: stores the configured retention (the database enforces it), makes
+/// PostgreSQL's monthly partitions ahead, and purges what is past the retention after
+/// archiving it (`Store::purge_audit`; on PostgreSQL one instance at a time).
+fn spawn_audit_retention(
+    store: breeze_store::Store,
+    days: Option<u32>,
+    archive_dir: std::path::PathBuf,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let first = tokio::time::Instant::now() + AUDIT_RETENTION_FIRST;
+        let mut tick = tokio::time::interval_at(first, AUDIT_RETENTION_EVERY);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            // A run cut short by shutdown leaves at most a `.partial` archive (replaced by the
+            // next run) and records not yet deleted (deleted by it).
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = run_audit_retention(&store, days, &archive_dir) => {}
+            }
+        }
+    })
+}
+
+/// One run of the audit job; failures are logged and retried at the next run.
+async fn run_audit_retention(
+    store: &breeze_store::Store,
+    days: Option<u32>,
+    archive_dir: &std::path::Path,
+) {
+    if let Err(e) = store.set_audit_retention(days).await {
+        tracing::warn!(error = %e, "cannot store the audit retention");
+        return;
+    }
+    if let Err(e) = store.prepare_audit_partitions().await {
+        tracing::warn!(error = %e, "cannot make the audit log's partitions");
+    }
+    match store.purge_audit(archive_dir).await {
+        Ok(r) if r.skipped => tracing::info!("audit purge skipped: another instance runs it"),
+        Ok(r) if r.archived > 0 || r.partitions_dropped > 0 => tracing::info!(
+            cutoff = ?r.cutoff,
+            archived = r.archived,
+            archive = ?r.archive,
+            partitions_dropped = r.partitions_dropped,
+            rows_deleted = r.rows_deleted,
+            archive_ms = r.archive_time.as_millis() as u64,
+            delete_ms = r.delete_time.as_millis() as u64,
+            "audit records past the retention archived and purged"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "audit purge failed; records are kept until the next run");
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then drains: no new connections or MCP
+/// sessions, every SSE stream ends with a `retry:` hint and every agent socket closes (so
+/// clients and agents reconnect, behind a load balancer to another instance), and requests in
+/// flight finish (for at most 30 seconds).
 pub async fn serve(
     listener: TcpListener,
     breeze: Breeze,
@@ -316,16 +443,40 @@ pub async fn serve(
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }
+    if let Some(dir) = &breeze.state.config.audit.archive_dir {
+        spawn_audit_retention(
+            breeze.state.store.clone(),
+            breeze.state.config.audit.days,
+            dir.clone(),
+            sweeper_stop.clone(),
+        );
+    }
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    if let Some(addr) = breeze.state.config.metrics.addr {
+        let metrics_listener = TcpListener::bind(addr).await?;
+        let router = metrics::listener_router(breeze.state.clone());
+        let stop = sweeper_stop.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(metrics_listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "the metrics listener failed");
+            }
+        });
+    }
     let gateway = breeze.state.gateway.clone();
+    let engine = breeze.mcp.clone();
     let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
+        // No new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        engine.drain();
         gateway.close_all();
         let _ = tx.send(());
     });

@@ -718,6 +718,7 @@ impl BreezeMcp {
         name: &str,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
+        let started = std::time::Instant::now();
         let caller = cx.client.principal.caller();
         let mut options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
@@ -738,6 +739,9 @@ impl BreezeMcp {
                 .call(&caller, name, arguments, options, &cx.cancel)
                 .await
         };
+        self.state
+            .metrics
+            .tool_call(name, &outcome, started.elapsed());
         let meta = || self.metas.get(name).cloned();
         match outcome {
             CallOutcome::Output(output) => Ok(tool_result(output, meta())),

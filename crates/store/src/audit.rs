@@ -120,7 +120,7 @@ pub struct AuditPage {
 }
 
 #[derive(sqlx::FromRow)]
-struct AuditRow {
+pub(crate) struct AuditRow {
     id: Uuid,
     created_at: Timestamp,
     org_id: Option<Uuid>,
@@ -157,6 +157,19 @@ impl TryFrom<AuditRow> for AuditRecord {
                 request_id: r.request_id,
             },
         })
+    }
+}
+
+/// Narrows `q` (a statement ending in a `WHERE` clause) to records created at or after
+/// `since` and before `until`.
+pub(crate) fn push_time_bounds(q: &mut Sql, since: Option<Timestamp>, until: Option<Timestamp>) {
+    if let Some(since) = since {
+        let p = q.arg(since);
+        q.push(&format!(" AND created_at >= {p}"));
+    }
+    if let Some(until) = until {
+        let p = q.arg(until);
+        q.push(&format!(" AND created_at < {p}"));
     }
 }
 
@@ -238,14 +251,7 @@ impl OrgStore<'_> {
                 q.push(&format!(" AND {column} = {p}"));
             }
         }
-        if let Some(since) = filter.since {
-            let p = q.arg(since);
-            q.push(&format!(" AND created_at >= {p}"));
-        }
-        if let Some(until) = filter.until {
-            let p = q.arg(until);
-            q.push(&format!(" AND created_at < {p}"));
-        }
+        push_time_bounds(&mut q, filter.since, filter.until);
         if let Some(cursor) = after {
             let t = q.arg(cursor.created_at);
             let id = q.arg(cursor.id);

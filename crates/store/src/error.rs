@@ -28,6 +28,9 @@ pub enum StoreError {
     /// The audit journal or its connection failed (see [`crate::AuditAppender`]).
     #[error("audit journal: {0}")]
     AuditJournal(String),
+    /// An audit archive could not be written or read (see [`crate::Store::purge_audit`]).
+    #[error("audit archive: {0}")]
+    Archive(String),
     /// A checkpoint of SQLite's write-ahead log failed (see [`crate::Store::checkpoint`]).
     #[error("checkpoint failed: {0}")]
     Checkpoint(String),

@@ -14,6 +14,7 @@ mod api_keys;
 mod approvals;
 mod audit;
 mod audit_appender;
+mod audit_retention;
 mod commands;
 mod context;
 mod devices;
@@ -48,6 +49,7 @@ pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, Unwritten};
+pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_archive};
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
@@ -414,6 +416,14 @@ impl Store {
             return Ok(false);
         }
         self.checkpoint().await.map(|()| true)
+    }
+
+    /// The connection pool's use: connections open, and of those how many are idle.
+    pub fn pool_stats(&self) -> (u32, usize) {
+        match &self.pool {
+            Pool::Sqlite(p) => (p.size(), p.num_idle()),
+            Pool::Postgres(p) => (p.size(), p.num_idle()),
+        }
     }
 
     /// Which backend this store uses.

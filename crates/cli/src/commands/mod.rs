@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod approvals;
+pub(crate) mod audit;
 pub(crate) mod demo;
 pub(crate) mod fleet;
 pub(crate) mod skill;
@@ -144,6 +145,11 @@ fn server_config(settings: &Settings) -> ServerConfig {
         max_batch_items: m.max_items,
         oauth: settings.oauth.clone(),
         alerts: settings.alerts.clone(),
+        metrics: settings.metrics.clone(),
+        audit: breeze_server::AuditRetentionConfig {
+            days: settings.audit_retention_days,
+            archive_dir: Some(settings.audit_archive_dir.clone()),
+        },
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),

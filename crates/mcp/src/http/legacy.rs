@@ -55,6 +55,9 @@ pub(crate) async fn open<A: McpApp>(
         Ok(c) => c,
         Err(r) => return r,
     };
+    if engine.is_draining() {
+        refuse!(engine, client, rid.as_ref(), super::draining_response());
+    }
     let session = match engine
         .sessions
         .create(&client.key, &client.tenant, SessionKind::LegacySse)
@@ -110,7 +113,10 @@ pub(crate) async fn open<A: McpApp>(
         let _ = &guard;
         Ok::<_, Infallible>(e)
     });
-    sse_body(events, engine.config.keepalive)
+    sse_body(
+        super::until_drained(events, engine.draining.clone()),
+        engine.config.keepalive,
+    )
 }
 
 #[derive(Deserialize)]

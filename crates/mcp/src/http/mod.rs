@@ -26,7 +26,7 @@ use axum::{
     },
     routing::{get, post},
 };
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 use crate::{
@@ -250,6 +250,46 @@ pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
         HeaderValue::from(BUSY_RETRY_AFTER.as_secs()),
     );
     response
+}
+
+/// The answer to a new session while the instance drains for shutdown: 503, retry at once
+/// (elsewhere, behind a load balancer).
+pub(crate) fn draining_response() -> Response {
+    let mut response = rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        SERVER_ERROR,
+        "this server is shutting down; retry",
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// How soon a client whose stream ended at shutdown should reconnect (the SSE `retry:` field).
+pub(crate) const SHUTDOWN_RETRY: Duration = Duration::from_millis(500);
+
+/// `events` until `draining` is cancelled, then one event carrying only `retry:` (the reconnect
+/// hint of the SSE specification) and the end of the stream.
+pub(crate) fn until_drained<S>(
+    events: S,
+    draining: tokio_util::sync::CancellationToken,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static
+where
+    S: Stream<Item = Result<Event, Infallible>> + Send + 'static,
+{
+    let hint = draining.clone();
+    events.take_until(draining.cancelled_owned()).chain(
+        futures::stream::once(async move { hint.is_cancelled() }).filter_map(
+            |drained| async move {
+                drained.then(|| {
+                    Ok(Event::default()
+                        .retry(SHUTDOWN_RETRY)
+                        .comment("shutting down"))
+                })
+            },
+        ),
+    )
 }
 
 /// JSON-RPC code for transport refusals (rate limits, caps, availability).

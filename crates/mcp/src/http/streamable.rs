@@ -218,6 +218,9 @@ async fn single<A: McpApp>(
 
     let is_initialize = matches!(&message, Message::Request(r) if r.method == "initialize");
     if is_initialize {
+        if engine.is_draining() {
+            refuse!(engine, client, rid.as_ref(), super::draining_response());
+        }
         let session =
             match engine
                 .sessions
@@ -572,7 +575,13 @@ pub(crate) async fn get<A: McpApp>(
         .and_then(|v| v.parse::<u64>().ok())
         .map(|last| session.replay_after(last))
         .unwrap_or_default();
-    session_stream(session, rx, replay, engine.config.keepalive)
+    session_stream(
+        session,
+        rx,
+        replay,
+        engine.config.keepalive,
+        engine.draining.clone(),
+    )
 }
 
 /// The SSE body of a session stream: replayed events, then live ones, until the session ends.
@@ -581,6 +590,7 @@ pub(crate) fn session_stream(
     rx: mpsc::Receiver<(u64, Value)>,
     replay: Vec<(u64, Value)>,
     keepalive: std::time::Duration,
+    draining: tokio_util::sync::CancellationToken,
 ) -> Response {
     struct Detach(Arc<Session>);
     impl Drop for Detach {
@@ -602,7 +612,7 @@ pub(crate) fn session_stream(
                     .data(v.to_string()),
             )
         });
-    sse_body(events, keepalive)
+    sse_body(super::until_drained(events, draining), keepalive)
 }
 
 /// DELETE: ends the session.

@@ -5,6 +5,7 @@ mod agents;
 mod alerts;
 mod approvals;
 mod audit;
+mod audit_retention;
 mod context;
 mod directory;
 mod idempotency;

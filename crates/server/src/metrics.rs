@@ -1,0 +1,384 @@
+//! `GET /metrics`: the server's counters in the Prometheus text format.
+//!
+//! Off unless configured ([`MetricsAccess`]): on a listener of its own (`BREEZE_METRICS_ADDR`,
+//! unauthenticated: bind it where only the scraper reaches), and/or on the main listener to a
+//! bearer token (`BREEZE_METRICS_TOKEN`, compared in constant time). Nothing else is served on
+//! the metrics listener.
+//!
+//! The hot path only touches atomics: per-tool counters and histograms are made once, for every
+//! registered tool, and looked up by name (a tool the registry does not know is counted as
+//! `other`); the per-route HTTP counters go through `prometheus-client`'s family (a read lock
+//! and a hash once the route was seen). Gauges that the process already knows (agents
+//! connected, database pool) are read when scraped.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::{HeaderMap, Method, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use breeze_guard::Refusal;
+use breeze_limits::{Decision, LimiterError, RateLimiter};
+use breeze_pipeline::CallOutcome;
+use futures::future::BoxFuture;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::AppState;
+
+/// Who may read `/metrics`: `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`; neither means off.
+#[derive(Clone, Default)]
+pub struct MetricsAccess {
+    /// A listener of its own, serving `/metrics` only, without authentication.
+    pub addr: Option<std::net::SocketAddr>,
+    /// `/metrics` on the main listener to `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for MetricsAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsAccess")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpLabels {
+    route: String,
+    method: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOutcome {
+    tool: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+    decision: &'static str,
+}
+
+/// How a `tools/call` ended, as the label `outcome`.
+const OUTCOMES: [&str; 6] = [
+    "ok",
+    "tool_error",
+    "pending_approval",
+    "batch",
+    "refused",
+    "unknown_tool",
+];
+
+/// One tool's counters (one per outcome) and its latency histogram.
+struct ToolMetrics {
+    calls: [Counter; OUTCOMES.len()],
+    seconds: Histogram,
+}
+
+/// The process's metrics. Cheap to share (`Arc`); every method is a few atomic operations.
+pub struct Metrics {
+    registry: Registry,
+    http: Family<HttpLabels, Counter>,
+    tools: HashMap<&'static str, ToolMetrics>,
+    other_tool: ToolMetrics,
+    refusals: Family<Reason, Counter>,
+    approval_waits: Counter,
+    limits: Family<LimitLabels, Counter>,
+    agents: Gauge,
+    pool_size: Gauge,
+    pool_idle: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms … ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Metrics {
+    /// Metrics for a server with `tools` registered.
+    pub fn new<'a>(tools: impl IntoIterator<Item = &'static str> + 'a) -> Self {
+        let mut registry = Registry::with_prefix("breeze");
+        let http = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by matched route, method and status",
+            http.clone(),
+        );
+        let calls = Family::<ToolOutcome, Counter>::default();
+        registry.register(
+            "mcp_tool_calls",
+            "MCP tools/call requests by tool and outcome",
+            calls.clone(),
+        );
+        let seconds = Family::<ToolLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "mcp_tool_call_seconds",
+            "Time from a tools/call reaching the pipeline to its outcome (an agent-backed tool's \
+             time includes the command's round trip to the device)",
+            seconds.clone(),
+        );
+        let tool = |name: &'static str| ToolMetrics {
+            calls: OUTCOMES.map(|outcome| {
+                calls.get_or_create_owned(&ToolOutcome {
+                    tool: name,
+                    outcome,
+                })
+            }),
+            seconds: seconds.get_or_create_owned(&ToolLabel { tool: name }),
+        };
+        let tools = tools.into_iter().map(|name| (name, tool(name))).collect();
+        let other_tool = tool("other");
+        let refusals = Family::<Reason, Counter>::default();
+        registry.register(
+            "guard_refusals",
+            "Tool calls the guard refused, by reason",
+            refusals.clone(),
+        );
+        let approval_waits = Counter::default();
+        registry.register(
+            "approval_waits",
+            "Tier 3 calls answered pending_approval (the approval wait ran out first)",
+            approval_waits.clone(),
+        );
+        let limits = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limit_decisions",
+            "Rate-limit decisions by limit (the key's first segment) and decision",
+            limits.clone(),
+        );
+        let agents = Gauge::default();
+        registry.register(
+            "agents_connected",
+            "Agents holding a socket to this instance",
+            agents.clone(),
+        );
+        let pool_size = Gauge::default();
+        registry.register(
+            "db_pool_connections",
+            "Database connections open in the pool",
+            pool_size.clone(),
+        );
+        let pool_idle = Gauge::default();
+        registry.register(
+            "db_pool_idle_connections",
+            "Open database connections not in use",
+            pool_idle.clone(),
+        );
+        Self {
+            registry,
+            http,
+            tools,
+            other_tool,
+            refusals,
+            approval_waits,
+            limits,
+            agents,
+            pool_size,
+            pool_idle,
+        }
+    }
+
+    /// Counts a `tools/call` of `tool` that ended with `outcome` after `elapsed`.
+    pub fn tool_call(&self, tool: &str, outcome: &CallOutcome, elapsed: Duration) {
+        let m = self.tools.get(tool).unwrap_or(&self.other_tool);
+        let i = match outcome {
+            CallOutcome::Output(_) => 0,
+            CallOutcome::Failed(_) | CallOutcome::ReplayedError(_) => 1,
+            CallOutcome::Pending(_) => {
+                self.approval_waits.inc();
+                2
+            }
+            CallOutcome::Batch { .. } => 3,
+            CallOutcome::Refused(r) => {
+                self.refusals
+                    .get_or_create(&Reason {
+                        reason: refusal_reason(r),
+                    })
+                    .inc();
+                4
+            }
+            CallOutcome::UnknownTool => 5,
+        };
+        m.calls[i].inc();
+        m.seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one rate-limit decision on `key`.
+    fn limit_decision(&self, key: &str, decision: &'static str) {
+        let limit = match key.split_once(':') {
+            Some((prefix, _)) if prefix.len() <= 24 => prefix,
+            _ => "other",
+        };
+        self.limits
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+                decision,
+            })
+            .inc();
+    }
+
+    /// The text exposition, with the gauges read from `state` now.
+    pub fn render(&self, state: &AppState) -> String {
+        self.agents
+            .set(i64::try_from(state.gateway.connected_count()).unwrap_or(i64::MAX));
+        let (size, idle) = state.store.pool_stats();
+        self.pool_size.set(i64::from(size));
+        self.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// A guard refusal's reason as a label.
+fn refusal_reason(r: &Refusal) -> &'static str {
+    match r {
+        Refusal::MissingScope { .. } => "missing_scope",
+        Refusal::NoRole => "no_role",
+        Refusal::MissingPermission(_) => "missing_permission",
+        Refusal::RateLimited { .. } => "rate_limited",
+        Refusal::LimiterUnavailable => "limiter_unavailable",
+        Refusal::NotAllowlisted { .. } => "not_allowlisted",
+        Refusal::Blocked { .. } => "blocked",
+        Refusal::NotApprovable { .. } => "not_approvable",
+    }
+}
+
+/// Counts every HTTP request by its matched route (`unmatched` otherwise), method and status.
+pub(crate) async fn count_requests(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let method = match *request.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    let response = next.run(request).await;
+    metrics
+        .http
+        .get_or_create(&HttpLabels {
+            route,
+            method,
+            status: response.status().as_u16(),
+        })
+        .inc();
+    response
+}
+
+/// The scrape response.
+fn exposition(state: &AppState) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(state),
+    )
+        .into_response()
+}
+
+/// `GET /metrics` on the main listener: only to the configured bearer token (404 when none is
+/// configured, 401 otherwise).
+pub(crate) async fn scrape_with_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(token) = state.config.metrics.token.as_deref() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(
+        presented.as_bytes(),
+        token.as_bytes(),
+    )) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+        )
+            .into_response();
+    }
+    exposition(&state)
+}
+
+/// The router of the metrics listener (`BREEZE_METRICS_ADDR`): `GET /metrics`, nothing else.
+pub fn listener_router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(|State(state): State<AppState>| async move { exposition(&state) }),
+        )
+        .with_state(state)
+}
+
+/// A rate limiter that counts the decisions of the one it wraps.
+pub(crate) struct CountingLimiter {
+    pub(crate) inner: Arc<dyn RateLimiter>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl RateLimiter for CountingLimiter {
+    fn check<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+        Box::pin(async move {
+            let decided = self.inner.check(key, limit, window).await;
+            let decision = match &decided {
+                Ok(d) if d.allowed => "allowed",
+                Ok(_) => "refused",
+                Err(_) => "unavailable",
+            };
+            self.metrics.limit_decision(key, decision);
+            decided
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+}
