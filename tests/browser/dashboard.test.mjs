@@ -5,12 +5,13 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, mkdirSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 
 const BASE = process.env.BREEZE_URL;
 const demo = JSON.parse(readFileSync(process.env.DEMO_JSON, "utf8"));
 const agent = JSON.parse(readFileSync(process.env.AGENT_JSON, "utf8"));
-const SHOTS = process.env.SCREENSHOTS || "target/browser-screenshots";
+const SHOTS = process.env.SCREENSHOTS || "target/screenshots";
 const ORG = demo.organization.slug;
 mkdirSync(SHOTS, { recursive: true });
 
@@ -170,9 +171,28 @@ test("approve a pending Tier 3 MCP call and see it complete; deny one and see th
   noProblems();
 });
 
-test("the demo machine's device page: chart SVG that gains a point; another organization's URL is 404", async () => {
+test("the device list updates live when devices are added", async () => {
   await page.goto(`${BASE}/o/${ORG}/devices`);
   await shoot("devices");
+  const count = (await page.locator("#device-count").textContent()).trim();
+  // Another process (the admin CLI on the demo's database) adds devices: the page's 'devices'
+  // event reloads the rows, count and pager in place.
+  execFileSync(process.env.BREEZE_BIN, ["devices", "seed", "--org", ORG, "--count", "3"], {
+    cwd: process.env.DEMO_DIR,
+    env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(BREEZE_|MCP_|DATABASE_URL|REDIS_URL)/.test(k))),
+    stdio: "ignore",
+  });
+  await page.waitForFunction(
+    (before) => document.querySelector("#device-count")?.textContent.trim() !== before,
+    count,
+    { timeout: 40000 },
+  );
+  assert.equal(new URL(page.url()).pathname, `/o/${ORG}/devices`, "no navigation");
+  noProblems();
+});
+
+test("the demo machine's device page: chart SVG that gains a point; another organization's URL is 404", async () => {
+  await page.goto(`${BASE}/o/${ORG}/devices`);
   const device = agent.deviceId;
   await page.click(`a[href='/o/${ORG}/devices/${device}']`);
   await page.locator("#chart-cpu svg.chart").waitFor();
@@ -191,9 +211,13 @@ test("the demo machine's device page: chart SVG that gains a point; another orga
     before,
     { timeout: 40000 },
   );
-  const other = demo.organizations?.find?.((o) => o.slug !== ORG)?.slug || "globex";
+  // The demo's second organization: the admin belongs to it too (it is in the switcher), but
+  // the demo machine is not its device, so the URL answers 404 like a missing one.
+  const other = "globex";
+  assert.equal(await page.locator(`.switcher a[href^='/o/${other}']`).count(), 1);
   const r = await page.goto(`${BASE}/o/${other}/devices/${device}`);
   assert.equal(r.status(), 404);
+  await shoot("not-found");
   noProblems();
 });
 
