@@ -7,7 +7,8 @@
 # Chromium): sign in through `next`, create an API key (shown once, copied, revoked, then refused
 # by MCP), approve a waiting Tier 3 MCP call and see it complete, deny one and see the error, the
 # device list updating live as devices are added, the demo machine's chart gaining a point,
-# another organization's device URL answering 404.
+# another organization's device URL answering 404, an OAuth client's grant under Connected apps
+# (consent, token, revoke, then refused by MCP).
 # Screenshots of every page at 1280 px and 390 px go to target/screenshots/ (CI artifacts).
 # Setup and cleanup shared with clients.sh live in .ci/lib.sh.
 # Pins: tests/browser/package.json + package-lock.json.
@@ -38,9 +39,13 @@ ci_build_breeze
 ci_npm_ci "$SUITE"
 
 # ---- 3. breeze demo on a free port (its agent enrolled) ---------------------------------------
-# A Tier 3 call waits up to 120 s for the browser to approve it.
+# A Tier 3 call waits up to 120 s for the browser to approve it; OAuth with anonymous
+# registration is on, so a client can connect and show up under Connected apps.
 CI_DEMO_READY=(breeze-data/demo.json breeze-data/agent/agent.json)
-start_server() { ci_start_demo "$1" MCP_APPROVAL_WAIT_SECONDS=120 "${@:2}"; }
+start_server() {
+  ci_start_demo "$1" MCP_APPROVAL_WAIT_SECONDS=120 MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true \
+    OAUTH_DCR_ALLOW_ANONYMOUS=true "${@:2}"
+}
 ci_demo_up "breeze demo" start_server
 
 # ---- 4. the browser tests ---------------------------------------------------------------------

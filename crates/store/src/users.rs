@@ -264,6 +264,15 @@ impl Store {
         found.map(drop).ok_or(StoreError::NotFound("organization"))
     }
 
+    /// `NotFound("role")` unless `role` is one of `partner`'s.
+    async fn role_of_partner(&self, partner: PartnerId, role: RoleId) -> Result<()> {
+        if self.list_roles(partner).await?.iter().any(|r| r.id == role) {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound("role"))
+        }
+    }
+
     /// Gives `user` the role `role` in organization `org`, replacing any role it held there.
     /// The organization and role must belong to the user's partner, and an
     /// organization-level user can hold a role only in its own organization. Moves the
@@ -284,14 +293,7 @@ impl Store {
                 "an organization-level user can only hold a role in its own organization".into(),
             ));
         }
-        if !self
-            .list_roles(u.partner_id)
-            .await?
-            .iter()
-            .any(|r| r.id == role)
-        {
-            return Err(StoreError::NotFound("role"));
-        }
+        self.role_of_partner(u.partner_id, role).await?;
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
         sql(
@@ -331,14 +333,7 @@ impl Store {
                 "an organization-level user cannot hold a partner-wide role".into(),
             ));
         }
-        if !self
-            .list_roles(u.partner_id)
-            .await?
-            .iter()
-            .any(|r| r.id == role)
-        {
-            return Err(StoreError::NotFound("role"));
-        }
+        self.role_of_partner(u.partner_id, role).await?;
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
         sql(
