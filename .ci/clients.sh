@@ -19,57 +19,17 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENTS="$ROOT/tests/clients"
 cd "$ROOT"
 
-log() { printf '\n== %s\n' "$*"; }
-die() { printf 'clients.sh: %s\n' "$*" >&2; exit 1; }
-
-for tool in cargo npm python3 curl; do
-  command -v "$tool" >/dev/null || die "$tool is required"
-done
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/breeze-clients.XXXXXX")
-SERVER_PID=""
-cleanup() {
-  local rc=$?
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  if [ "$rc" -ne 0 ] && [ -f "$WORK/demo/server.log" ]; then
-    printf '\n== server log (last 40 lines)\n'
-    tail -n 40 "$WORK/demo/server.log" || true
-  fi
-  if [ "${CLIENTS_KEEP_TMP:-}" = 1 ]; then
-    echo "kept $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+CI_NAME=clients.sh
+CI_KEEP_VAR=CLIENTS_KEEP_TMP
+# shellcheck source=.ci/lib.sh
+. "$ROOT/.ci/lib.sh"
+ci_require cargo npm python3 curl
 
 # ---- 1. the breeze binary ---------------------------------------------------------------------
-log "cargo build -p breeze-cli"
-cargo build -p breeze-cli --locked
-TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-# A private copy: a concurrent rebuild of target/debug/breeze cannot swap it under the test.
-mkdir -p "$WORK/bin"
-cp "$TARGET_DIR/debug/breeze" "$WORK/bin/breeze"
-BREEZE="$WORK/bin/breeze"
+ci_build_breeze
 
 # ---- 2. npm deps (SDK, Inspector, Node 22) ----------------------------------------------------
-log "npm deps in tests/clients"
-lock_sum=$(sha256sum "$CLIENTS/package-lock.json" | cut -d' ' -f1)
-stamp="$CLIENTS/node_modules/.breeze-lock-sha256"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$lock_sum" ] \
-  && "$CLIENTS/node_modules/.bin/node" --version >/dev/null 2>&1; then
-  echo "node_modules matches package-lock.json; reusing it"
-else
-  (cd "$CLIENTS" && npm ci --no-audit --no-fund --loglevel=error)
-  echo "$lock_sum" >"$stamp"
-fi
+ci_npm_ci "$CLIENTS" "$CLIENTS/node_modules/.bin/node" --version
 NODE_BIN="$CLIENTS/node_modules/.bin"
 node_version=$("$NODE_BIN/node" --version) || die "node@22 from tests/clients did not install (its preinstall script makes bin/node)"
 case "$node_version" in v22.*) ;; *) die "tests/clients/node_modules/.bin/node is $node_version, want v22.x" ;; esac
@@ -92,52 +52,11 @@ fi
 echo "python $("$PYENV/bin/python" -c 'import sys; print(sys.version.split()[0])'), mcp $("$PYENV/bin/python" -c 'from importlib.metadata import version; print(version("mcp"))')"
 
 # ---- 4. breeze demo on a free port ------------------------------------------------------------
-# breeze refuses unknown BREEZE_*/MCP_* variables; DATABASE_URL/REDIS_URL would move it off the
-# embedded SQLite database. Run it (and the stdio bridge) without any of them.
-unset_args=()
-while IFS= read -r name; do
-  unset_args+=(-u "$name")
-done < <(env | sed -n 's/^\(BREEZE_[A-Za-z0-9_]*\|MCP_[A-Za-z0-9_]*\|DATABASE_URL\|REDIS_URL\)=.*/\1/p')
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 # start_server PORT [VAR=value...]: the extra settings go to this demo only.
-start_server() {
-  local port=$1; shift
-  rm -rf "$WORK/demo" && mkdir -p "$WORK/demo"
-  # MCP_APPROVAL_WAIT_SECONDS=0: a Tier 3 call answers "pending approval" at once (its result is
-  # schema-checked by the SDKs like any other), so calling every tool stays fast.
-  (cd "$WORK/demo" && exec env "${unset_args[@]}" MCP_APPROVAL_WAIT_SECONDS=0 "$@" "$BREEZE" demo --listen "127.0.0.1:$port" >server.log 2>&1) &
-  SERVER_PID=$!
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-      wait "$SERVER_PID" 2>/dev/null || true
-      SERVER_PID=""
-      return 1
-    fi
-    if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" = 200 ] \
-      && [ -s "$WORK/demo/breeze-data/demo.json" ]; then
-      return 0
-    fi
-    sleep 0.2
-  done
-  echo "breeze demo did not become healthy within 60s" >&2
-  return 1
-}
-
-log "breeze demo"
-started=""
-for attempt in 1 2 3; do
-  PORT=$(free_port)
-  if start_server "$PORT"; then started=1; break; fi
-  echo "attempt $attempt: breeze demo on port $PORT did not start:" >&2
-  tail -n 20 "$WORK/demo/server.log" >&2 || true
-done
-[ -n "$started" ] || die "breeze demo would not start"
-DEMO_JSON="$WORK/demo/breeze-data/demo.json"
-echo "breeze demo (pid $SERVER_PID) at http://127.0.0.1:$PORT"
+# MCP_APPROVAL_WAIT_SECONDS=0: a Tier 3 call answers "pending approval" at once (its result is
+# schema-checked by the SDKs like any other), so calling every tool stays fast.
+start_server() { ci_start_demo "$1" MCP_APPROVAL_WAIT_SECONDS=0 "${@:2}"; }
+ci_demo_up "breeze demo" start_server
 
 # ---- 5. the clients ---------------------------------------------------------------------------
 results="$WORK/results.txt"
@@ -185,24 +104,9 @@ inspector_check() {
 run_suite inspector-cli inspector_check
 
 # ---- 5b. OAuth: a second demo with OAuth and anonymous registration on -------------------------
-stop_server() {
-  kill "$SERVER_PID" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
-}
-log "breeze demo with OAuth"
 stop_server
-started=""
-for attempt in 1 2 3; do
-  PORT=$(free_port)
-  if start_server "$PORT" MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true; then
-    started=1; break
-  fi
-  echo "attempt $attempt: breeze demo with OAuth on port $PORT did not start:" >&2
-  tail -n 20 "$WORK/demo/server.log" >&2 || true
-done
-[ -n "$started" ] || die "breeze demo with OAuth would not start"
+ci_demo_up "breeze demo with OAuth" start_server \
+  MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true
 run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mjs" --demo-json "$DEMO_JSON"
 
 # ---- 6. verdict -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 pub(crate) mod devices;
 pub(crate) mod fleet;
 mod instance;
+pub(crate) mod pages;
 mod sim;
 pub(crate) mod sizes;
 

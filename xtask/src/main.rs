@@ -11,6 +11,10 @@
 //! - `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
 //!   [--database sqlite|postgres|both]` measures `query_devices` over a seeded fleet against
 //!   the rmcp peer.
+//! - `cargo xtask bench pages [--devices N] [--rounds R] [--database sqlite|postgres]
+//!   [--build release|debug]` prints each dashboard page's bytes and time for an
+//!   organization of N devices (default 10,000), and whether the devices list met its
+//!   100 ms aim.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
 
 mod bench;
@@ -25,7 +29,9 @@ const USAGE: &str = "usage: cargo xtask tidy
                                [--enroll-concurrency N] [--connect-concurrency N]
                                [--cmd-users N] [--samples-per-batch N]
        cargo xtask bench devices [--devices N] [--concurrency N] [--duration SECS]
-                                 [--database sqlite|postgres|both]";
+                                 [--database sqlite|postgres|both]
+       cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
+                               [--build release|debug]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         ["bench", "sizes"] => bench::sizes::run_sizes(),
         ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),
+        ["bench", "pages", rest @ ..] => bench::pages::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

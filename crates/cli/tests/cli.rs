@@ -586,6 +586,25 @@ fn administration_commands() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("with role Technician in contoso-ltd"));
 
+    // A partner admin: the role in every organization of the partner.
+    let out = run_ok(breeze(d).args([
+        "users",
+        "create",
+        "--email",
+        "boss@northwind.test",
+        "--name",
+        "Boss",
+        "--partner",
+        "northwind-it",
+    ]));
+    assert!(
+        out.contains("with role Administrator in every organization of northwind-it"),
+        "{out}"
+    );
+    let (_, err) =
+        run_err(breeze(d).args(["users", "create", "--email", "y@n.test", "--name", "Y"]));
+    assert!(err.contains("--partner") || err.contains("--org"), "{err}");
+
     let (_, err) = run_err(breeze(d).args([
         "users", "create", "--email", "x@n.test", "--name", "X", "--org", "nowhere",
     ]));

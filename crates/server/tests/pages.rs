@@ -18,6 +18,16 @@ pub(crate) struct Browser {
     pub(crate) csrf: String,
 }
 
+impl Browser {
+    /// Posts `form` as this signed-in browser's page would: its session cookie, our origin,
+    /// and its CSRF token as the `csrf` field.
+    async fn post(&self, app: &Router, uri: &str, form: &[(&str, &str)]) -> common::Reply {
+        let mut all = vec![("csrf", self.csrf.as_str())];
+        all.extend_from_slice(form);
+        post_form(app, uri, &self.cookie, &all).await
+    }
+}
+
 const ORIGIN: &str = "http://127.0.0.1:3000";
 
 fn set_cookies(r: &common::Reply) -> Vec<String> {
@@ -552,33 +562,25 @@ async fn approvals_are_listed_and_decided_from_the_page(cx: Ctx) {
     }
     assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
     // A bad decision: a clear error, the reason typed is kept, nothing decided.
-    let r = post_form(
-        &w.app,
-        &uri,
-        &ops.cookie,
-        &[
-            ("csrf", &ops.csrf),
-            ("decision", "maybe"),
-            ("reason", "checked the args"),
-        ],
-    )
-    .await;
+    let r = ops
+        .post(
+            &w.app,
+            &uri,
+            &[("decision", "maybe"), ("reason", "checked the args")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(html(&r).contains("Unknown decision"));
     assert!(html(&r).contains(">checked the args</textarea>"));
     assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
     // Approve: the waiting MCP call runs and completes.
-    let r = post_form(
-        &w.app,
-        &uri,
-        &ops.cookie,
-        &[
-            ("csrf", &ops.csrf),
-            ("decision", "approve"),
-            ("reason", "ok by ops"),
-        ],
-    )
-    .await;
+    let r = ops
+        .post(
+            &w.app,
+            &uri,
+            &[("decision", "approve"), ("reason", "ok by ops")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert_eq!(location(&r), format!("/o/org-a/approvals?decided={id}"));
     let reply = call.await.unwrap();
@@ -601,28 +603,18 @@ async fn approvals_are_listed_and_decided_from_the_page(cx: Ctx) {
         "{page}"
     );
     // Deciding twice is a conflict, said plainly.
-    let r = post_form(
-        &w.app,
-        &uri,
-        &ops.cookie,
-        &[("csrf", &ops.csrf), ("decision", "deny")],
-    )
-    .await;
+    let r = ops.post(&w.app, &uri, &[("decision", "deny")]).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     // Deny: the call gets its error.
     let call = group_call_waiting(&w, &key, "Denied");
     let id = pending_in(&w, w.org_a, 0).await;
-    let r = post_form(
-        &w.app,
-        &format!("/o/org-a/approvals/{id}"),
-        &ops.cookie,
-        &[
-            ("csrf", &ops.csrf),
-            ("decision", "deny"),
-            ("reason", "not today"),
-        ],
-    )
-    .await;
+    let r = ops
+        .post(
+            &w.app,
+            &format!("/o/org-a/approvals/{id}"),
+            &[("decision", "deny"), ("reason", "not today")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     let text = call.await.unwrap().body.to_string();
     assert!(
@@ -647,30 +639,26 @@ async fn four_eyes_holds_on_the_page(cx: Ctx) {
     assert!(page.contains("someone else approves it"), "{page}");
     assert!(!page.contains("value=\"approve\""));
     // Posting the approval anyway is refused by the same rule as the API, reason kept.
-    let r = post_form(
-        &w.app,
-        &format!("/o/org-a/approvals/{id}"),
-        &admin.cookie,
-        &[
-            ("csrf", &admin.csrf),
-            ("decision", "approve"),
-            ("reason", "mine"),
-        ],
-    )
-    .await;
+    let r = admin
+        .post(
+            &w.app,
+            &format!("/o/org-a/approvals/{id}"),
+            &[("decision", "approve"), ("reason", "mine")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert!(html(&r).contains("four-eyes"));
     assert!(html(&r).contains(">mine</textarea>"));
     assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
     // The Read Only viewer sees it but cannot decide it.
     let viewer = sign_in(&w.app, "viewer@p.test").await;
-    let r = post_form(
-        &w.app,
-        &format!("/o/org-a/approvals/{id}"),
-        &viewer.cookie,
-        &[("csrf", &viewer.csrf), ("decision", "deny")],
-    )
-    .await;
+    let r = viewer
+        .post(
+            &w.app,
+            &format!("/o/org-a/approvals/{id}"),
+            &[("decision", "deny")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert!(html(&r).contains("devices.write"), "{}", html(&r));
     assert_eq!(status_of(&w, w.org_a, &id).await, "pending");
@@ -697,25 +685,19 @@ async fn another_organizations_approvals_are_out_of_reach(cx: Ctx) {
         format!("/o/org-a/approvals/{id_b}"),
     ] {
         for decision in ["approve", "deny", "report"] {
-            let r = post_form(
-                &w.app,
-                &uri,
-                &ops.cookie,
-                &[("csrf", &ops.csrf), ("decision", decision)],
-            )
-            .await;
+            let r = ops.post(&w.app, &uri, &[("decision", decision)]).await;
             assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri} {decision}");
         }
     }
     // Even someone in both organizations cannot decide B's request through A's page.
     let admin = sign_in(&w.app, "admin@p.test").await;
-    let r = post_form(
-        &w.app,
-        &format!("/o/org-a/approvals/{id_b}"),
-        &admin.cookie,
-        &[("csrf", &admin.csrf), ("decision", "deny")],
-    )
-    .await;
+    let r = admin
+        .post(
+            &w.app,
+            &format!("/o/org-a/approvals/{id_b}"),
+            &[("decision", "deny")],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(status_of(&w, w.org_b, &id_b).await, "pending");
 }
@@ -807,19 +789,18 @@ async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
         before
     );
     // Create: the secret once, in this response only.
-    let r = post_form(
-        &w.app,
-        uri,
-        &admin.cookie,
-        &[
-            ("csrf", &admin.csrf),
-            ("name", "Claude <Desktop>"),
-            ("scope", "ai:read"),
-            ("scope", "ai:write"),
-            ("expires_days", "30"),
-        ],
-    )
-    .await;
+    let r = admin
+        .post(
+            &w.app,
+            uri,
+            &[
+                ("name", "Claude <Desktop>"),
+                ("scope", "ai:read"),
+                ("scope", "ai:write"),
+                ("expires_days", "30"),
+            ],
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     assert_eq!(r.headers[header::CACHE_CONTROL], "no-store");
     let secret = secret_in(html(&r)).unwrap();
@@ -853,19 +834,13 @@ async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
     let r = post_form(&w.app, &revoke, &admin.cookie, &[("csrf", "nope")]).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(mcp_status(&w, &secret).await, StatusCode::OK);
-    let r = post_form(&w.app, &revoke, &admin.cookie, &[("csrf", &admin.csrf)]).await;
+    let r = admin.post(&w.app, &revoke, &[]).await;
     assert_eq!((r.status, location(&r)), (StatusCode::SEE_OTHER, uri));
     assert_eq!(mcp_status(&w, &secret).await, StatusCode::UNAUTHORIZED);
     let r = get(&w.app, uri, &admin.cookie).await;
     assert!(html(&r).contains("revoked"));
     // A malformed id is a 404, not an error.
-    let r = post_form(
-        &w.app,
-        &format!("{uri}/nope/revoke"),
-        &admin.cookie,
-        &[("csrf", &admin.csrf)],
-    )
-    .await;
+    let r = admin.post(&w.app, &format!("{uri}/nope/revoke"), &[]).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -882,27 +857,22 @@ async fn api_keys_need_the_permission_and_stay_in_their_organization(cx: Ctx) {
     let b_key = w.store.org(w.org_b).list_api_keys().await.unwrap()[0].id;
     let r = get(&w.app, "/o/org-b/settings/api-keys", &ops.cookie).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = post_form(
-        &w.app,
-        "/o/org-b/settings/api-keys",
-        &ops.cookie,
-        &[
-            ("csrf", &ops.csrf),
-            ("name", "x"),
-            ("scope", "ai:read"),
-            ("expires_days", "0"),
-        ],
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
-    for org in ["org-a", "org-b"] {
-        let r = post_form(
+    let r = ops
+        .post(
             &w.app,
-            &format!("/o/{org}/settings/api-keys/{b_key}/revoke"),
-            &ops.cookie,
-            &[("csrf", &ops.csrf)],
+            "/o/org-b/settings/api-keys",
+            &[("name", "x"), ("scope", "ai:read"), ("expires_days", "0")],
         )
         .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    for org in ["org-a", "org-b"] {
+        let r = ops
+            .post(
+                &w.app,
+                &format!("/o/{org}/settings/api-keys/{b_key}/revoke"),
+                &[],
+            )
+            .await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{org}");
     }
     let r = get(&w.app, "/o/org-a/settings/api-keys", &ops.cookie).await;
@@ -1081,7 +1051,7 @@ async fn device_list_searches_filters_and_pages(cx: Ctx) {
     assert_eq!(r.status, StatusCode::OK);
     let page = html(&r);
     assert!(page.contains("1–50 of 121 devices"), "{page}");
-    assert_eq!(page.matches("/o/org-a/devices/").count(), 50);
+    assert_eq!(page.matches("href=\"/o/org-a/devices/").count(), 50);
     assert!(page.contains("host-00000") && !page.contains("web-01"));
     assert!(page.contains("href=\"/o/org-a/devices?page=2\""));
     let r = get(&w.app, "/o/org-a/devices?page=3", &viewer.cookie).await;
@@ -1253,34 +1223,469 @@ async fn ten_thousand_devices_list_quickly(cx: Ctx) {
     assert!(times.iter().all(|t| t.as_millis() < 1000), "{times:?}");
 }
 
-macro_rules! sqlite_tests {
-    ($($case:ident),+ $(,)?) => {$(
-        #[tokio::test]
-        async fn $case() {
-            breeze_store::testing::run(breeze_store::Backend::Sqlite, super::$case).await;
+/// Reads the event stream `body` until an event named `name` arrives; false after `within`.
+async fn event_arrives(body: &mut Body, name: &str, within: std::time::Duration) -> bool {
+    use http_body_util::BodyExt;
+    let wanted = format!("event: {name}\n");
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            _ => return false,
+        };
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+            if seen.contains(&wanted) {
+                return true;
+            }
         }
-    )+};
+    }
 }
 
-mod pages {
-    sqlite_tests!(
-        signed_out_pages_redirect_to_sign_in_with_next,
-        sign_in_goes_to_next_only_on_this_site,
-        sign_in_refuses_bad_passwords_forged_forms_and_other_origins,
-        sign_in_is_throttled,
-        pages_carry_a_strict_policy_and_assets_are_immutable,
-        sign_out_needs_the_csrf_token,
-        a_token_from_another_session_is_refused,
-        overview_and_switcher_respect_organizations,
-        approvals_are_listed_and_decided_from_the_page,
-        four_eyes_holds_on_the_page,
-        another_organizations_approvals_are_out_of_reach,
-        api_keys_are_created_once_listed_and_revoked,
-        api_keys_need_the_permission_and_stay_in_their_organization,
-        mcp_and_apps_pages_show_this_servers_urls,
-        audit_log_filters_pages_and_stays_in_its_organization,
-        device_list_searches_filters_and_pages,
-        device_page_shows_charts_notes_and_stays_in_its_organization,
-        ten_thousand_devices_list_quickly,
+/// Opens `/o/{org}/events` as `who`; the streaming body.
+async fn events(w: &World, org: &str, who: &Browser) -> Body {
+    use tower::ServiceExt;
+    let res = w
+        .app
+        .clone()
+        .oneshot(
+            Request::get(format!("/o/{org}/events"))
+                .header(header::COOKIE, &who.cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        res.headers().get(header::CONTENT_TYPE).unwrap(),
+        "text/event-stream"
     );
+    res.into_body()
 }
+
+async fn live_updates_name_what_changed_and_fragments_stay_in_their_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    // The pages ask for the live reloads, each through its own fragment URL.
+    let r = get(&w.app, "/o/org-a/devices?status=online", &admin.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("data-refresh-on=\"devices\""), "{page}");
+    assert!(page.contains("hx-get=\"/o/org-a/devices/rows?status=online&#38;page=1\""));
+    let r = get(
+        &w.app,
+        &format!("/o/org-a/devices/{}", w.a_device),
+        &admin.cookie,
+    )
+    .await;
+    let page = html(&r);
+    assert!(page.contains(&format!(
+        "hx-get=\"/o/org-a/devices/{}/status\"",
+        w.a_device
+    )));
+    assert!(page.contains("data-refresh-on=\"metrics\""));
+    let r = get(&w.app, "/o/org-a/approvals", &admin.cookie).await;
+    assert!(html(&r).contains("data-refresh-on=\"approvals\""));
+    // An invalid filter asks for no reload (it would show another list).
+    let r = get(&w.app, "/o/org-a/devices?status=sideways", &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(!html(&r).contains("data-refresh-on=\"devices\""));
+
+    // A device added (or changing status) is a `devices` event.
+    let mut stream = events(&w, "org-a", &admin).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    w.store
+        .org(w.org_a)
+        .create_device(
+            breeze_store::NewDevice {
+                site_id: site,
+                hostname: "db-02".into(),
+                os_family: breeze_core::OsFamily::Linux,
+                os_name: "Debian".into(),
+                os_version: "12".into(),
+                status: breeze_core::DeviceStatus::Offline,
+                agent_version: None,
+                last_seen_at: None,
+                tags: vec![],
+            },
+            common::audit("d"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        event_arrives(&mut stream, "devices", std::time::Duration::from_secs(8)).await,
+        "no devices event"
+    );
+    // The list's rows fragment shows it, for the same query.
+    let r = get(&w.app, "/o/org-a/devices/rows?page=1", &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let rows = html(&r);
+    assert!(
+        rows.contains("db-02") && rows.contains("1–2 of 2 devices"),
+        "{rows}"
+    );
+    assert!(!rows.contains("<html"), "a fragment, not a page");
+    let r = get(
+        &w.app,
+        "/o/org-a/devices/rows?status=offline",
+        &admin.cookie,
+    )
+    .await;
+    assert!(html(&r).contains("1–1 of 1 devices"), "{}", html(&r));
+    let r = get(
+        &w.app,
+        &format!("/o/org-a/devices/{}/status", w.a_device),
+        &viewer.cookie,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        html(&r).trim(),
+        "<span class=\"badge s-online\">online</span>"
+    );
+    // Another organization's device, rows or stream: 404 like the pages.
+    for uri in [
+        format!("/o/org-a/devices/{}/status", w.b_device),
+        format!("/o/org-b/devices/{}/status", w.b_device),
+        "/o/org-b/devices/rows?page=1".to_owned(),
+        "/o/org-b/events".to_owned(),
+    ] {
+        let r = get(&w.app, &uri, &viewer.cookie).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}");
+    }
+    // Signed out: sign in (htmx is told to navigate).
+    let r = get(&w.app, "/o/org-a/devices/rows", "").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+
+    // A new pending approval is an `approvals` event.
+    let key = exec_key(&w, w.org_a).await;
+    let call = group_call_waiting(&w, &key, "Live");
+    pending_in(&w, w.org_a, 0).await;
+    assert!(
+        event_arrives(&mut stream, "approvals", std::time::Duration::from_secs(8)).await,
+        "no approvals event"
+    );
+    let r = get(&w.app, "/o/org-a/approvals/pending", &admin.cookie).await;
+    assert!(html(&r).contains("Live"), "{}", html(&r));
+    call.abort();
+}
+
+/// Enables OAuth on `w`'s application.
+fn with_oauth(w: &World) -> Router {
+    common::build(
+        w,
+        |c| {
+            c.oauth = Some(breeze_server::oauth::OAuthSettings::development(
+                "http://127.0.0.1:3000",
+                breeze_oauth::jwt::SigningKey::from_seed(&[9; 32]).unwrap(),
+                vec![7; 32],
+            ));
+        },
+        std::sync::Arc::new(breeze_limits::MemoryLimiter::new()),
+    )
+}
+
+/// A grant of `user` in `org` to a client named `name` redirecting to `redirect`, made the
+/// way the token endpoint makes one (a code, redeemed).
+async fn grant_for(
+    w: &World,
+    user: breeze_core::UserId,
+    org: breeze_core::OrgId,
+    name: &str,
+    redirect: &str,
+) -> String {
+    let s = &w.store;
+    let now = w.state.clock.now();
+    let client_id = format!("client-{name}");
+    s.insert_oauth_client(
+        breeze_store::NewOAuthClient {
+            client_id: client_id.clone(),
+            kind: breeze_store::OAuthClientKind::Dcr,
+            client_name: name.into(),
+            redirect_uris: vec![redirect.into()],
+            metadata: serde_json::json!({}),
+            expires_at: now + chrono::Duration::days(30),
+        },
+        common::audit("oauth.client.register"),
+    )
+    .await
+    .unwrap();
+    let mut hash = [0u8; 32];
+    hash[..name.len().min(32)].copy_from_slice(&name.as_bytes()[..name.len().min(32)]);
+    s.insert_oauth_code(breeze_store::NewOAuthCode {
+        code_hash: hash,
+        client_id,
+        org_id: org,
+        user_id: user,
+        redirect_uri: redirect.into(),
+        code_challenge: "x".repeat(43),
+        resource: "http://127.0.0.1:3000/mcp".into(),
+        scopes: vec!["mcp:read".into(), "mcp:write".into()],
+        expires_at: now + chrono::Duration::minutes(1),
+    })
+    .await
+    .unwrap();
+    let code = s.find_oauth_code(&hash).await.unwrap().unwrap();
+    let mut refresh = [1u8; 32];
+    refresh[..name.len().min(32)].copy_from_slice(&name.as_bytes()[..name.len().min(32)]);
+    match s
+        .redeem_oauth_code(
+            &code,
+            name,
+            breeze_store::NewRefreshToken {
+                token_hash: refresh,
+                expires_at: now + chrono::Duration::days(30),
+            },
+            None,
+        )
+        .await
+        .unwrap()
+    {
+        breeze_store::Redeemed::Issued(g) => g.id.to_string(),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn connected_apps_list_and_revoke_the_persons_grants(cx: Ctx) {
+    let w = world(&cx).await;
+    let uri = "/o/org-a/settings/apps";
+    // OAuth off: said so, and nothing to revoke.
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, uri, &admin.cookie).await;
+    assert!(html(&r).contains("OAuth is off"));
+    let r = admin
+        .post(&w.app, &format!("{uri}/{}/revoke", uuid_like()), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    let app = with_oauth(&w);
+    let admin = sign_in(&app, "admin@p.test").await;
+    let viewer = sign_in(&app, "viewer@p.test").await;
+    let r = get(&app, uri, &admin.cookie).await;
+    assert!(html(&r).contains("No app is connected"), "{}", html(&r));
+    let viewer_id = w
+        .store
+        .find_user_for_login("viewer@p.test")
+        .await
+        .unwrap()
+        .unwrap()
+        .user
+        .id;
+    let chat = grant_for(
+        &w,
+        w.admin,
+        w.org_b,
+        "ChatGPT",
+        "https://chatgpt.com/connector/cb",
+    )
+    .await;
+    let code = grant_for(
+        &w,
+        w.admin,
+        w.org_a,
+        "Codex",
+        "http://127.0.0.1:8765/callback",
+    )
+    .await;
+    let theirs = grant_for(&w, viewer_id, w.org_a, "Viewer App", "https://v.example/cb").await;
+    let r = get(&app, uri, &admin.cookie).await;
+    let page = html(&r);
+    for needle in [
+        "ChatGPT",
+        "chatgpt.com",
+        "Org B",
+        "Codex",
+        "127.0.0.1:8765",
+        "mcp:read mcp:write",
+        "Connected",
+    ] {
+        assert!(page.contains(needle), "{needle}: {page}");
+    }
+    assert!(!page.contains("Viewer App") && !page.contains("v.example"));
+    assert!(page.contains(&format!("{uri}/{chat}/revoke")));
+    // Revoking needs the CSRF token, and only the person's own grant.
+    let r = post_form(
+        &app,
+        &format!("{uri}/{chat}/revoke"),
+        &admin.cookie,
+        &[("csrf", "x")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = admin
+        .post(&app, &format!("{uri}/{theirs}/revoke"), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = admin.post(&app, &format!("{uri}/nope/revoke"), &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = admin.post(&app, &format!("{uri}/{chat}/revoke"), &[]).await;
+    assert_eq!((r.status, location(&r)), (StatusCode::SEE_OTHER, uri));
+    let grants = w.store.user_oauth_grants(w.admin).await.unwrap();
+    let states: Vec<(&str, bool)> = grants
+        .iter()
+        .map(|g| (g.client_name.as_str(), g.is_active()))
+        .collect();
+    assert_eq!(states, vec![("Codex", true), ("ChatGPT", false)]);
+    let r = get(&app, uri, &admin.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("Revoked"), "{page}");
+    assert!(!page.contains(&format!("{uri}/{chat}/revoke")));
+    assert!(page.contains(&format!("{uri}/{code}/revoke")));
+    let r = get(&app, uri, &viewer.cookie).await;
+    assert!(html(&r).contains("Viewer App") && !html(&r).contains("Codex"));
+    // The revocation is audited like the REST route's.
+    let filter = breeze_store::AuditFilter {
+        action: Some("oauth.grant.revoke".into()),
+        ..Default::default()
+    };
+    let audit = w
+        .store
+        .org(w.org_b)
+        .query_audit(&filter, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(audit.records.len(), 1);
+}
+
+fn uuid_like() -> String {
+    "0190c4b2-7a4e-7cc2-9d7e-3f2f7bb5c001".to_owned()
+}
+
+async fn partner_admins_reach_every_organization_of_their_partner(cx: Ctx) {
+    let w = world(&cx).await;
+    let s = &w.store;
+    let p = s.find_partner("p").await.unwrap();
+    let other = s
+        .create_partner("Q", "q", common::audit("p"))
+        .await
+        .unwrap();
+    let q_org = s
+        .create_organization(other.id, "Org Q", "org-q", common::audit("o"))
+        .await
+        .unwrap();
+    let org_c = s
+        .create_organization(p.id, "Org C", "org-c", common::audit("o"))
+        .await
+        .unwrap();
+    let mk = |email: &str| breeze_store::NewUser {
+        partner_id: p.id,
+        org_id: None,
+        email: email.into(),
+        name: "Partner".into(),
+        password_hash: breeze_auth::password::hash(PASSWORD).unwrap(),
+    };
+    let boss = s
+        .create_user(mk("boss@p.test"), common::audit("u"))
+        .await
+        .unwrap();
+    let auditor = s
+        .create_user(mk("auditor@p.test"), common::audit("u"))
+        .await
+        .unwrap();
+    let admin_role = s.find_role(p.id, "Administrator").await.unwrap();
+    let read_only = s.find_role(p.id, "Read Only").await.unwrap();
+    s.assign_partner_role(boss.id, admin_role.id, common::audit("r"))
+        .await
+        .unwrap();
+    s.assign_partner_role(auditor.id, read_only.id, common::audit("r"))
+        .await
+        .unwrap();
+
+    // The switcher lists every organization of the partner, none of another partner's.
+    let b = sign_in(&w.app, "boss@p.test").await;
+    let r = get(&w.app, "/o/org-c/devices", &b.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    for org in ["/o/org-a/devices", "/o/org-b/devices", "/o/org-c/devices"] {
+        assert!(page.contains(&format!("href=\"{org}\"")), "{org}: {page}");
+    }
+    assert!(!page.contains("org-q"));
+    for path in [
+        "/o/org-a",
+        "/o/org-b/approvals",
+        "/o/org-a/settings/api-keys",
+        &format!("/o/org-b/devices/{}", w.b_device),
+        "/o/org-c/audit",
+    ] {
+        let r = get(&w.app, path, &b.cookie).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+    }
+    let r = get(&w.app, &format!("/o/{}", q_org.slug), &b.cookie).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = get(&w.app, "/api/v1/orgs", &b.cookie).await;
+    let slugs: Vec<&str> = r.body["organizations"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", r.body))
+        .iter()
+        .map(|o| o["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, vec!["org-a", "org-b", "org-c"]);
+    // A form works there too (the role is the partner-wide Administrator).
+    let r = b
+        .post(
+            &w.app,
+            "/o/org-c/settings/api-keys",
+            &[
+                ("name", "boss key"),
+                ("scope", "ai:read"),
+                ("expires_days", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    // A partner-wide Read Only role reads everywhere and is refused what Read Only cannot do,
+    // on the page exactly like on the REST route.
+    let a = sign_in(&w.app, "auditor@p.test").await;
+    let r = get(&w.app, "/o/org-b/devices", &a.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = get(&w.app, "/o/org-b/settings/api-keys", &a.cookie).await;
+    let api = get(&w.app, "/api/v1/orgs/org-b/api-keys", &a.cookie).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert_eq!(api.status, StatusCode::FORBIDDEN);
+    // An organization role wins over the partner-wide one there.
+    s.assign_role(auditor.id, org_c.id, admin_role.id, common::audit("r"))
+        .await
+        .unwrap();
+    let r = get(&w.app, "/o/org-c/settings/api-keys", &a.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    // Taking the partner role away leaves only the organization's.
+    assert!(
+        s.remove_partner_role(auditor.id, common::audit("r"))
+            .await
+            .unwrap()
+    );
+    let r = get(&w.app, "/o/org-b/devices", &a.cookie).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = get(&w.app, "/o/org-c", &a.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    assert!(!page.contains("href=\"/o/org-a\"") && !page.contains("href=\"/o/org-b\""));
+}
+
+breeze_store::on_both_backends!(
+    signed_out_pages_redirect_to_sign_in_with_next,
+    sign_in_goes_to_next_only_on_this_site,
+    sign_in_refuses_bad_passwords_forged_forms_and_other_origins,
+    sign_in_is_throttled,
+    pages_carry_a_strict_policy_and_assets_are_immutable,
+    sign_out_needs_the_csrf_token,
+    a_token_from_another_session_is_refused,
+    overview_and_switcher_respect_organizations,
+    approvals_are_listed_and_decided_from_the_page,
+    four_eyes_holds_on_the_page,
+    another_organizations_approvals_are_out_of_reach,
+    api_keys_are_created_once_listed_and_revoked,
+    api_keys_need_the_permission_and_stay_in_their_organization,
+    mcp_and_apps_pages_show_this_servers_urls,
+    audit_log_filters_pages_and_stays_in_its_organization,
+    device_list_searches_filters_and_pages,
+    device_page_shows_charts_notes_and_stays_in_its_organization,
+    ten_thousand_devices_list_quickly,
+    live_updates_name_what_changed_and_fragments_stay_in_their_organization,
+    connected_apps_list_and_revoke_the_persons_grants,
+    partner_admins_reach_every_organization_of_their_partner,
+);

@@ -15,6 +15,16 @@ use crate::{
 const USER_COLUMNS: &str =
     "id, partner_id, org_id, email, name, password_hash, disabled, created_at, last_login_at";
 
+/// The rows `(u, o, r)`: an enabled user `u`, an organization `o` of its partner, and the role
+/// `r` it holds there — its own in `o` if any, else its partner-wide role (partner-level users
+/// only). Every role and organization is checked to be the user's partner's.
+const REACH: &str = "users u \
+     JOIN organizations o ON o.partner_id = u.partner_id \
+     LEFT JOIN user_org_roles uor ON uor.user_id = u.id AND uor.org_id = o.id \
+     LEFT JOIN user_partner_roles upr ON upr.user_id = u.id AND u.org_id IS NULL \
+     JOIN roles r ON r.id = COALESCE(uor.role_id, upr.role_id) AND r.partner_id = u.partner_id \
+     AND NOT u.disabled";
+
 /// A user to create. The password arrives already hashed (argon2, by breeze-auth).
 #[derive(Debug, Clone)]
 pub struct NewUser {
@@ -254,6 +264,15 @@ impl Store {
         found.map(drop).ok_or(StoreError::NotFound("organization"))
     }
 
+    /// `NotFound("role")` unless `role` is one of `partner`'s.
+    async fn role_of_partner(&self, partner: PartnerId, role: RoleId) -> Result<()> {
+        if self.list_roles(partner).await?.iter().any(|r| r.id == role) {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound("role"))
+        }
+    }
+
     /// Gives `user` the role `role` in organization `org`, replacing any role it held there.
     /// The organization and role must belong to the user's partner, and an
     /// organization-level user can hold a role only in its own organization. Moves the
@@ -274,14 +293,7 @@ impl Store {
                 "an organization-level user can only hold a role in its own organization".into(),
             ));
         }
-        if !self
-            .list_roles(u.partner_id)
-            .await?
-            .iter()
-            .any(|r| r.id == role)
-        {
-            return Err(StoreError::NotFound("role"));
-        }
+        self.role_of_partner(u.partner_id, role).await?;
         let now = self.clock.now();
         let mut tx = Tx::begin(&self.pool).await?;
         sql(
@@ -303,20 +315,73 @@ impl Store {
         committed
     }
 
-    /// What `user` may do in `org`: `None` when the user is disabled or holds no role there.
-    /// Feed the result to [`OrgAccess::require`].
-    pub async fn org_access(&self, user: UserId, org: OrgId) -> Result<Option<OrgAccess>> {
-        let row: Option<(Uuid, Json<PermissionSet>)> =
-            sql("SELECT r.id, r.permissions FROM user_org_roles uor \
-             JOIN users u ON u.id = uor.user_id \
-             JOIN roles r ON r.id = uor.role_id \
-             JOIN organizations o ON o.id = uor.org_id \
-             WHERE uor.user_id = $1 AND uor.org_id = $2 AND NOT u.disabled \
-               AND o.partner_id = u.partner_id AND r.partner_id = u.partner_id")
+    /// Gives partner-level `user` the role `role` across its partner (a partner admin): the
+    /// role then applies in every organization of the partner, present and future, except
+    /// where the user holds a role of its own in an organization ([`Store::assign_role`]),
+    /// which wins there. Replaces any partner-wide role it held. The role must be the user's
+    /// partner's, and an organization-level user cannot hold one. Moves the credentials
+    /// generation on.
+    pub async fn assign_partner_role(
+        &self,
+        user: UserId,
+        role: RoleId,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        let u = self.get_user(user).await?;
+        if let UserKind::Organization { .. } = u.kind {
+            return Err(StoreError::Invalid(
+                "an organization-level user cannot hold a partner-wide role".into(),
+            ));
+        }
+        self.role_of_partner(u.partner_id, role).await?;
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        sql(
+            "INSERT INTO user_partner_roles (user_id, role_id, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (user_id) DO UPDATE SET role_id = excluded.role_id",
+        )
+        .bind(user)
+        .bind(role)
+        .bind(now)
+        .execute(&mut tx)
+        .await?;
+        let audit = audit
+            .resource(user)
+            .details(serde_json::json!({ "role_id": role, "partner_wide": true }));
+        audit::insert(&mut tx, &audit, now).await?;
+        let committed = tx.commit().await;
+        self.credentials_changed();
+        committed
+    }
+
+    /// Takes `user`'s partner-wide role away (its per-organization roles stay). Returns whether
+    /// it held one; audited when it did. Moves the credentials generation on.
+    pub async fn remove_partner_role(&self, user: UserId, audit: AuditEvent) -> Result<bool> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let removed = sql("DELETE FROM user_partner_roles WHERE user_id = $1")
             .bind(user)
-            .bind(org)
-            .fetch_optional(self)
+            .execute(&mut tx)
             .await?;
+        if removed > 0 {
+            audit::insert(&mut tx, &audit.resource(user), now).await?;
+        }
+        let committed = tx.commit().await;
+        self.credentials_changed();
+        committed.map(|()| removed > 0)
+    }
+
+    /// What `user` may do in `org`: `None` when the user is disabled or holds no role there.
+    /// The role is the user's own in `org`, else its partner-wide role when `org` is its
+    /// partner's ([`Store::assign_partner_role`]). Feed the result to [`OrgAccess::require`].
+    pub async fn org_access(&self, user: UserId, org: OrgId) -> Result<Option<OrgAccess>> {
+        let row: Option<(Uuid, Json<PermissionSet>)> = sql(format!(
+            "SELECT r.id, r.permissions FROM {REACH} WHERE u.id = $1 AND o.id = $2"
+        ))
+        .bind(user)
+        .bind(org)
+        .fetch_optional(self)
+        .await?;
         Ok(row.map(|(role, perms)| OrgAccess {
             user_id: user,
             org_id: org,
@@ -325,7 +390,8 @@ impl Store {
         }))
     }
 
-    /// The organizations `user` holds a role in, by name, with the role's name.
+    /// The organizations `user` holds a role in (its own, or through its partner-wide role),
+    /// by name, with the role's name.
     pub async fn user_organizations(&self, user: UserId) -> Result<Vec<(Organization, String)>> {
         #[derive(sqlx::FromRow)]
         struct Row {
@@ -333,14 +399,10 @@ impl Store {
             org: Organization,
             role_name: String,
         }
-        let rows: Vec<Row> = sql(
+        let rows: Vec<Row> = sql(format!(
             "SELECT o.id, o.partner_id, o.name, o.slug, o.created_at, r.name AS role_name \
-             FROM user_org_roles uor \
-             JOIN organizations o ON o.id = uor.org_id \
-             JOIN roles r ON r.id = uor.role_id \
-             JOIN users u ON u.id = uor.user_id \
-             WHERE uor.user_id = $1 AND NOT u.disabled ORDER BY o.name, o.id",
-        )
+             FROM {REACH} WHERE u.id = $1 ORDER BY o.name, o.id"
+        ))
         .bind(user)
         .fetch_all(self)
         .await?;

@@ -115,7 +115,8 @@ impl OrgsCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum UsersCommand {
-    /// Create a user with a role in one or more organizations.
+    /// Create a user with a role in one or more organizations, or in all of a partner's
+    /// (`--partner`: a partner admin).
     Create(CreateUser),
 }
 
@@ -126,11 +127,16 @@ pub(crate) struct CreateUser {
     #[arg(long)]
     name: String,
     /// Organization id or slug; repeat for a partner-level user with access to several.
-    #[arg(long = "org", required = true)]
+    #[arg(long = "org", required_unless_present = "partner")]
     orgs: Vec<String>,
     /// Role to hold in each organization (Administrator, Technician, Read Only).
     #[arg(long, default_value = "Administrator")]
     role: String,
+    /// A partner admin: a partner-level user of this partner (id or slug) holding --role in
+    /// every organization of the partner, present and future (a role given in an --org wins
+    /// there).
+    #[arg(long)]
+    partner: Option<String>,
     /// Make a partner-level user even with a single --org.
     #[arg(long)]
     partner_level: bool,
@@ -160,9 +166,17 @@ impl UsersCommand {
                     .with_context(|| format!("--org {r}"))?,
             );
         }
-        let partner = orgs[0].partner_id;
+        let partner_wide = match &args.partner {
+            Some(p) => Some(app.store.find_partner(p).await.context("--partner")?),
+            None => None,
+        };
+        let partner = match (&partner_wide, orgs.first()) {
+            (Some(p), _) => p.id,
+            (None, Some(o)) => o.partner_id,
+            (None, None) => bail!("give --org (one or more) or --partner"),
+        };
         if orgs.iter().any(|o| o.partner_id != partner) {
-            bail!("every --org must belong to the same partner");
+            bail!("every --org must belong to the same partner (and to --partner)");
         }
         let role = app
             .store
@@ -180,13 +194,17 @@ impl UsersCommand {
             (generate_password(), true)
         };
         let hash = password::hash(&password)?;
-        let partner_level = args.partner_level || orgs.len() > 1;
+        let partner_level = args.partner_level || orgs.len() > 1 || partner_wide.is_some();
         let user = app
             .store
             .create_user(
                 NewUser {
                     partner_id: partner,
-                    org_id: (!partner_level).then(|| orgs[0].id),
+                    org_id: if partner_level {
+                        None
+                    } else {
+                        orgs.first().map(|o| o.id)
+                    },
                     email: args.email,
                     name: args.name,
                     password_hash: hash,
@@ -204,14 +222,28 @@ impl UsersCommand {
                 )
                 .await?;
         }
-        let names: Vec<&str> = orgs.iter().map(|o| o.slug.as_str()).collect();
-        println!(
-            "created user {} ({}) with role {} in {}",
-            user.email,
-            user.id,
-            role.name,
-            names.join(", ")
-        );
+        if let Some(p) = &partner_wide {
+            app.store
+                .assign_partner_role(
+                    user.id,
+                    role.id,
+                    cli_audit("user.partner_role.assign", "user"),
+                )
+                .await?;
+            println!(
+                "created user {} ({}) with role {} in every organization of {}",
+                user.email, user.id, role.name, p.slug
+            );
+        } else {
+            let names: Vec<&str> = orgs.iter().map(|o| o.slug.as_str()).collect();
+            println!(
+                "created user {} ({}) with role {} in {}",
+                user.email,
+                user.id,
+                role.name,
+                names.join(", ")
+            );
+        }
         if generated {
             println!("password: {password}");
             println!("(shown once; pass --password-stdin to choose one)");

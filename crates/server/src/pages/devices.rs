@@ -6,8 +6,10 @@
 //! memory / disk charts over an hour, a day or a week (server-side SVG from the metric
 //! rollups: raw samples for an hour or a day, hourly rollups for a week; at most
 //! [`MAX_POINTS`] points, averaged when there are more), context notes, recent commands with
-//! their output, and the pending approvals that name it. `…/charts` is the charts alone, which
-//! htmx reloads on the live `metrics` event. Needs `devices.read`, like the REST routes.
+//! their output, and the pending approvals that name it. Live updates (`events`): `…/charts`
+//! is the charts alone, which htmx reloads on the `metrics` event; `…/{id}/status` (the
+//! status badge) and `/o/{org}/devices/rows?…` (the list's count, rows and pager for the same
+//! query) are reloaded on the `devices` event. Needs `devices.read`, like the REST routes.
 
 use std::fmt::Write as _;
 
@@ -35,7 +37,9 @@ pub(crate) const MAX_POINTS: usize = 240;
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/o/{org}/devices", get(list))
+        .route("/o/{org}/devices/rows", get(rows_fragment))
         .route("/o/{org}/devices/{id}", get(show))
+        .route("/o/{org}/devices/{id}/status", get(status_fragment))
         .route("/o/{org}/devices/{id}/charts", get(charts_fragment))
 }
 
@@ -65,6 +69,19 @@ struct Choice {
     selected: bool,
 }
 
+/// The part of the list page that live updates reload: the count, the rows and the pager.
+struct Results {
+    org_slug: String,
+    /// The page's own query string, so a reload shows the same page of the same filter.
+    query: String,
+    rows: Vec<Row>,
+    total: u64,
+    from: u64,
+    to: u64,
+    prev: String,
+    next: String,
+}
+
 #[derive(Template)]
 #[template(path = "devices.html")]
 struct ListPage {
@@ -73,13 +90,16 @@ struct ListPage {
     statuses: Vec<Choice>,
     oses: Vec<Choice>,
     sites: Vec<Choice>,
-    rows: Vec<Row>,
-    total: u64,
-    from: u64,
-    to: u64,
-    prev: String,
-    next: String,
+    r: Results,
     error: String,
+}
+
+/// `GET /o/{org}/devices/rows?…`: the results alone, which the list reloads on the live
+/// `devices` event (a device came online, went offline, was added).
+#[derive(Template)]
+#[template(path = "devices_rows.html")]
+struct RowsFragment {
+    r: Results,
 }
 
 fn ago(now: Timestamp, t: Option<Timestamp>) -> String {
@@ -95,14 +115,22 @@ fn ago(now: Timestamp, t: Option<Timestamp>) -> String {
     }
 }
 
-async fn list(
-    State(state): State<AppState>,
-    who: SignedIn,
-    Path(org): Path<String>,
+/// A list request read and answered: the filter's choices, the results and any problem with
+/// the query (then no rows, and the page answers 400).
+struct Listing {
+    search: String,
+    query: ListQuery,
+    sites: Vec<breeze_core::Site>,
+    results: Results,
+    problems: Vec<String>,
+}
+
+async fn listing(
+    state: &AppState,
+    scope: &crate::authz::OrgScope,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
-    let store = scope.store(&state);
+) -> Result<Listing, PageError> {
+    let store = scope.store(state);
     let (q, mut problems) = match q {
         Ok(Query(q)) => (q, Vec::new()),
         Err(e) => (ListQuery::default(), vec![e.body_text()]),
@@ -179,6 +207,59 @@ async fn list(
         .collect();
         serde_urlencoded::to_string(pairs).unwrap_or_default()
     };
+    let results = Results {
+        org_slug: scope.org.slug.clone(),
+        query: if problems.is_empty() {
+            link(page)
+        } else {
+            String::new()
+        },
+        from: if total == 0 { 0 } else { from + 1 },
+        to: from + rows.len() as u64,
+        prev: if page > 1 {
+            link(page - 1)
+        } else {
+            String::new()
+        },
+        next: if from + (rows.len() as u64) < total {
+            link(page + 1)
+        } else {
+            String::new()
+        },
+        rows,
+        total,
+    };
+    Ok(Listing {
+        search,
+        query: q,
+        sites,
+        results,
+        problems,
+    })
+}
+
+fn list_status(problems: &[String]) -> StatusCode {
+    if problems.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, PageError> {
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let Listing {
+        search,
+        query: q,
+        sites,
+        results,
+        problems,
+    } = listing(&state, &scope, q).await?;
     let choices = |all: Vec<(String, String)>, current: &str| {
         all.into_iter()
             .map(|(value, label)| Choice {
@@ -188,14 +269,9 @@ async fn list(
             })
             .collect()
     };
-    let status = if problems.is_empty() {
-        StatusCode::OK
-    } else {
-        StatusCode::BAD_REQUEST
-    };
     let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Devices, "Devices").await?;
     render_status(
-        status,
+        list_status(&problems),
         &ListPage {
             l,
             statuses: choices(
@@ -219,23 +295,24 @@ async fn list(
                     .collect(),
                 q.site.trim(),
             ),
-            search: search.clone(),
-            from: if total == 0 { 0 } else { from + 1 },
-            to: from + rows.len() as u64,
-            prev: if page > 1 {
-                link(page - 1)
-            } else {
-                String::new()
-            },
-            next: if from + (rows.len() as u64) < total {
-                link(page + 1)
-            } else {
-                String::new()
-            },
-            rows,
-            total,
+            search,
+            r: results,
             error: problems.join("; "),
         },
+    )
+}
+
+async fn rows_fragment(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, PageError> {
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let listing = listing(&state, &scope, q).await?;
+    render_status(
+        list_status(&listing.problems),
+        &RowsFragment { r: listing.results },
     )
 }
 
@@ -480,6 +557,25 @@ async fn charts_fragment(
     render(&ChartsFragment {
         charts: charts(&state, store, device, window).await?,
         windows: windows(&scope.org.slug, &id, window),
+    })
+}
+
+/// The device's status badge alone, which its page reloads on the live `devices` event.
+#[derive(Template)]
+#[template(path = "device_status.html")]
+struct StatusFragment {
+    status: &'static str,
+}
+
+async fn status_fragment(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let device = scope.store(&state).get_device(device_id(&id)?).await?;
+    render(&StatusFragment {
+        status: device.status.as_str(),
     })
 }
 

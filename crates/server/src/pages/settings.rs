@@ -1,8 +1,11 @@
 //! Settings: API keys (create, shown once; list with last use; revoke), the MCP card with
-//! each client's snippet, and connected apps (OAuth grants; "OAuth is off" until it lands).
+//! each client's snippet, and connected apps: the person's OAuth grants (client, redirect
+//! hosts, organization, scopes, created, last used, the contract's connection state) with a
+//! revoke button, or "OAuth is off" while `MCP_OAUTH_ENABLED` is not set.
 //!
 //! API keys need `apikeys.manage` in the organization (`authz::org_scope`, like
-//! `/api/v1/orgs/{org}/api-keys`); the MCP and apps pages only membership. A new key's secret
+//! `/api/v1/orgs/{org}/api-keys`); the MCP and apps pages only membership (the grants are the
+//! person's own, like `/api/v1/oauth/grants`). A new key's secret
 //! is in the response to the creating POST and nowhere else (the page is `no-store`).
 
 use askama::Template;
@@ -14,7 +17,7 @@ use axum::{
     routing::{get, post},
 };
 use breeze_auth::CreateApiKey;
-use breeze_core::{ApiKeyId, AuditEvent, Permission, Scope, ScopeSet};
+use breeze_core::{ApiKeyId, AuditEvent, GrantId, Permission, Scope, ScopeSet};
 use chrono::Duration;
 
 use super::{Layout, PageError, Section, SignedForm, SignedIn, render, render_status};
@@ -26,6 +29,7 @@ pub(super) fn router() -> Router<AppState> {
         .route("/o/{org}/settings/api-keys/{id}/revoke", post(revoke_key))
         .route("/o/{org}/settings/mcp", get(mcp))
         .route("/o/{org}/settings/apps", get(apps))
+        .route("/o/{org}/settings/apps/{id}/revoke", post(revoke_grant))
 }
 
 /// The scopes a key can be given, with what each allows.
@@ -428,8 +432,25 @@ async fn mcp(
         mcp_url: super::mcp_url(&state),
         sse_url: format!("{base}/api/v1/mcp/sse"),
         snippets: snippets(base),
-        oauth: false,
+        oauth: state.oauth.is_some(),
     })
+}
+
+/// One OAuth grant as the connected-apps page shows it.
+struct GrantRow {
+    id: String,
+    client: String,
+    /// The hosts the client may be redirected to (its registered redirect URIs).
+    redirect_hosts: String,
+    organization: String,
+    scopes: String,
+    created: String,
+    last_used: String,
+    /// The contract's connection state: `Connected` or `Revoked`.
+    state: &'static str,
+    /// The state as a CSS class (`s-connected`, `s-revoked`).
+    state_class: String,
+    active: bool,
 }
 
 #[derive(Template)]
@@ -438,6 +459,64 @@ struct AppsPage {
     l: Layout,
     mcp_url: String,
     oauth: bool,
+    grants: Vec<GrantRow>,
+}
+
+/// The distinct hosts of a client's redirect URIs, in order.
+fn redirect_hosts(uris: &[String]) -> String {
+    let mut hosts: Vec<String> = Vec::new();
+    for u in uris {
+        let host = url::Url::parse(u)
+            .ok()
+            .map(|u| match (u.host_str(), u.port()) {
+                (Some(h), Some(p)) => format!("{h}:{p}"),
+                (Some(h), None) => h.to_owned(),
+                // A private-use scheme (`com.example.app:/cb`) has no host: show the scheme.
+                (None, _) => format!("{}:", u.scheme()),
+            });
+        if let Some(h) = host
+            && !hosts.contains(&h)
+        {
+            hosts.push(h);
+        }
+    }
+    hosts.join(", ")
+}
+
+/// The signed-in person's OAuth grants (every organization's: a grant belongs to the person),
+/// newest first, with each client's redirect hosts and the grant's organization.
+async fn grant_rows(state: &AppState, who: &SignedIn) -> Result<Vec<GrantRow>, PageError> {
+    let grants = state.store.user_oauth_grants(who.user.id).await?;
+    let orgs = state.store.user_organizations(who.user.id).await?;
+    let mut hosts: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut rows = Vec::with_capacity(grants.len());
+    for g in grants {
+        if !hosts.contains_key(&g.client_id) {
+            let h = state
+                .store
+                .get_oauth_client(&g.client_id)
+                .await?
+                .map_or_else(String::new, |c| redirect_hosts(&c.redirect_uris));
+            hosts.insert(g.client_id.clone(), h);
+        }
+        let conn = breeze_oauth::connection_state(&g);
+        rows.push(GrantRow {
+            id: g.id.to_string(),
+            redirect_hosts: hosts.get(&g.client_id).cloned().unwrap_or_default(),
+            organization: orgs.iter().find(|(o, _)| o.id == g.org_id).map_or_else(
+                || "(no longer a member)".to_owned(),
+                |(o, _)| o.name.clone(),
+            ),
+            scopes: g.scopes.join(" "),
+            created: when(g.created_at),
+            last_used: g.last_used_at.map_or_else(|| "never".to_owned(), when),
+            state: conn,
+            state_class: conn.to_ascii_lowercase().replace(' ', "-"),
+            active: g.is_active(),
+            client: g.client_name,
+        });
+    }
+    Ok(rows)
 }
 
 async fn apps(
@@ -445,10 +524,18 @@ async fn apps(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let state = &state;
+    let who = &who;
+    let scope = org_scope(state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let oauth = state.oauth.is_some();
+    let grants = if oauth {
+        grant_rows(state, who).await?
+    } else {
+        Vec::new()
+    };
     let l = Layout::for_user(
-        &state,
-        &who,
+        state,
+        who,
         Some(&scope.org),
         Section::Apps,
         "Connected apps",
@@ -456,7 +543,34 @@ async fn apps(
     .await?;
     render(&AppsPage {
         l,
-        mcp_url: super::mcp_url(&state),
-        oauth: false,
+        mcp_url: super::mcp_url(state),
+        oauth,
+        grants,
     })
+}
+
+/// `POST /o/{org}/settings/apps/{grant}/revoke`: revokes one of the person's own grants and
+/// all its tokens, like `DELETE /api/v1/oauth/grants/{id}` (another person's grant, or any
+/// while OAuth is off, is 404).
+async fn revoke_grant(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, id)): Path<(String, String)>,
+    f: SignedForm<Empty>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let not_found = || PageError::from(ApiError::not_found("OAuth grant not found"));
+    if state.oauth.is_none() {
+        return Err(not_found());
+    }
+    let id: GrantId = id.parse().map_err(|_| not_found())?;
+    let audit = AuditEvent::new(who.principal().actor(), "oauth.grant.revoke", "oauth_grant")
+        .details(serde_json::json!({ "reason": "revoked_by_user" }))
+        .request(request_id);
+    state
+        .store
+        .revoke_user_oauth_grant(who.user.id, id, audit)
+        .await?;
+    Ok(Redirect::to(&format!("/o/{}/settings/apps", scope.org.slug)).into_response())
 }

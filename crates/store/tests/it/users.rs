@@ -345,7 +345,104 @@ async fn api_key_rows_track_use_and_revocation(cx: Ctx) {
     assert!(matches!(bad, StoreError::Invalid(_)));
 }
 
+async fn partner_wide_roles_reach_every_organization_of_the_partner(cx: Ctx) {
+    let s = &cx.store;
+    let org = |p, name: &'static str| {
+        s.create_organization(p, name, name, audit("organization.create", "organization"))
+    };
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let other = s
+        .create_partner("Q", "q", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let a = org(partner.id, "a").await.unwrap();
+    let foreign = org(other.id, "f").await.unwrap();
+    let admin = s.find_role(partner.id, "Administrator").await.unwrap();
+    let read_only = s.find_role(partner.id, "Read Only").await.unwrap();
+    let foreign_role = s.find_role(other.id, "Administrator").await.unwrap();
+    let boss = s
+        .create_user(
+            new_user(partner.id, None, "boss@p.test"),
+            audit("user.create", "user"),
+        )
+        .await
+        .unwrap();
+    let local = s
+        .create_user(
+            new_user(partner.id, Some(a.id), "local@p.test"),
+            audit("user.create", "user"),
+        )
+        .await
+        .unwrap();
+
+    // Only a partner-level user, only with its own partner's role.
+    assert!(matches!(
+        s.assign_partner_role(local.id, admin.id, audit("r", "user"))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        s.assign_partner_role(boss.id, foreign_role.id, audit("r", "user"))
+            .await,
+        Err(StoreError::NotFound("role"))
+    ));
+    assert_eq!(s.org_access(boss.id, a.id).await.unwrap(), None);
+    assert!(s.user_organizations(boss.id).await.unwrap().is_empty());
+
+    s.assign_partner_role(boss.id, read_only.id, audit("r", "user"))
+        .await
+        .unwrap();
+    // Reassigning replaces it.
+    s.assign_partner_role(boss.id, admin.id, audit("r", "user"))
+        .await
+        .unwrap();
+    // Every organization of the partner, including one created afterwards; none of another's.
+    let b = org(partner.id, "b").await.unwrap();
+    for o in [a.id, b.id] {
+        let access = s.org_access(boss.id, o).await.unwrap().unwrap();
+        assert_eq!(access.role_id, admin.id);
+        assert!(access.require(Permission::ScriptsExecute).is_ok());
+    }
+    assert_eq!(s.org_access(boss.id, foreign.id).await.unwrap(), None);
+    let names = |v: Vec<(breeze_core::Organization, String)>| {
+        v.into_iter().map(|(o, r)| (o.slug, r)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(s.user_organizations(boss.id).await.unwrap()),
+        vec![
+            ("a".into(), "Administrator".into()),
+            ("b".into(), "Administrator".into())
+        ]
+    );
+    // A role in one organization wins there.
+    s.assign_role(boss.id, b.id, read_only.id, audit("r", "user"))
+        .await
+        .unwrap();
+    let in_b = s.org_access(boss.id, b.id).await.unwrap().unwrap();
+    assert!(in_b.require(Permission::ScriptsExecute).is_err());
+    // Removing the partner-wide role leaves the organization's.
+    assert!(
+        s.remove_partner_role(boss.id, audit("r", "user"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.remove_partner_role(boss.id, audit("r", "user"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.org_access(boss.id, a.id).await.unwrap(), None);
+    assert_eq!(
+        names(s.user_organizations(boss.id).await.unwrap()),
+        vec![("b".into(), "Read Only".into())]
+    );
+}
+
 breeze_store::on_both_backends!(
+    partner_wide_roles_reach_every_organization_of_the_partner,
     roles_decide_access_per_organization,
     sessions_expire,
     api_key_rows_track_use_and_revocation

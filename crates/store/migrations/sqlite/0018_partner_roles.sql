@@ -1,0 +1,11 @@
+-- Partner-wide roles (SQLite). Kept in lockstep with migrations/postgres/0018_partner_roles.sql.
+--
+-- A partner-level user (users.org_id IS NULL) may hold one role across its partner: it then has
+-- that role in every organization of the partner, present and future, except where it holds a
+-- role of its own in an organization (user_org_roles), which wins there. This is a partner
+-- admin. The store checks that the user is partner-level and the role is its partner's.
+CREATE TABLE user_partner_roles (
+    user_id     BLOB PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+    role_id     BLOB NOT NULL REFERENCES roles (id),
+    created_at  TEXT NOT NULL
+);
