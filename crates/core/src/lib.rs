@@ -9,6 +9,7 @@ pub mod audit;
 pub mod clock;
 pub mod device;
 pub mod ids;
+pub mod maintenance;
 pub mod principal;
 pub mod rbac;
 pub mod scope;
@@ -26,6 +27,7 @@ pub use ids::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
     SiteId, UserId,
 };
+pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
 pub use principal::{ApiKeyPrincipal, OAuthPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use scope::{Scope, ScopeSet};

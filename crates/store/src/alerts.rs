@@ -58,7 +58,7 @@ pub enum RuleTarget {
 }
 
 impl RuleTarget {
-    fn kind(self) -> TargetKind {
+    pub(crate) fn kind(self) -> TargetKind {
         match self {
             RuleTarget::Organization => TargetKind::Organization,
             RuleTarget::Site(_) => TargetKind::Site,
@@ -312,7 +312,7 @@ const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, t
     value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by";
 const CHANNEL_COLUMNS: &str = "id, org_id, name, kind, config, secret, enabled, created_at";
 
-fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
+pub(crate) fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
     if value.trim().is_empty() {
         return Err(StoreError::Invalid(format!("{field} cannot be empty")));
     }
@@ -523,7 +523,7 @@ impl OrgStore<'_> {
     // ---- rules -----------------------------------------------------------------------------
 
     /// The target exists in this organization (another's is `NotFound`, like a missing one).
-    async fn check_target(&self, target: RuleTarget) -> Result<()> {
+    pub(crate) async fn check_target(&self, target: RuleTarget) -> Result<()> {
         match target {
             RuleTarget::Organization => Ok(()),
             RuleTarget::Site(s) => self.get_site(s).await.map(drop),
@@ -1312,7 +1312,7 @@ impl OrgStore<'_> {
     }
 }
 
-fn target_columns(target: RuleTarget) -> (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>) {
+pub(crate) fn target_columns(target: RuleTarget) -> (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>) {
     match target {
         RuleTarget::Organization => (None, None, None),
         RuleTarget::Site(s) => (Some(s), None, None),

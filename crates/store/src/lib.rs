@@ -20,6 +20,7 @@ mod devices;
 mod directory;
 mod error;
 mod idempotency;
+mod maintenance;
 mod metrics;
 mod oauth;
 mod packages;
@@ -57,6 +58,9 @@ pub use error::{Result, StoreError};
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
+};
+pub use maintenance::{
+    AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
 pub use oauth::{

@@ -9,6 +9,7 @@ mod context;
 mod directory;
 mod idempotency;
 mod isolation;
+mod maintenance;
 mod packages;
 mod tenancy;
 mod users;

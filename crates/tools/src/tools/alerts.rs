@@ -55,13 +55,13 @@ impl From<SeverityArg> for Severity {
     }
 }
 
-fn uuid_or_missing(raw: Option<&str>, field: &str, missing: &str) -> Result<Uuid, ToolError> {
+pub(crate) fn uuid_or_missing(raw: Option<&str>, field: &str, missing: &str) -> Result<Uuid, ToolError> {
     let raw =
         raw.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))?;
     Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
 }
 
-fn time_arg(field: &str, raw: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
+pub(crate) fn time_arg(field: &str, raw: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
     raw.map(|t| {
         chrono::DateTime::parse_from_rfc3339(t)
             .map(|t| t.with_timezone(&chrono::Utc))
@@ -429,7 +429,7 @@ pub(crate) enum TargetArg {
 
 impl TargetArg {
     /// The target; an id that is not a UUID names nothing here, like another organization's.
-    fn resolve(&self) -> Result<RuleTarget, ToolError> {
+    pub(crate) fn resolve(&self) -> Result<RuleTarget, ToolError> {
         let id = |raw: &str, what: &str| {
             Uuid::parse_str(raw)
                 .map_err(|_| ToolError::not_found(format!("{what} not found or access denied")))
@@ -626,6 +626,9 @@ pub(crate) struct RulesOutput {
     channels: Option<Vec<ChannelView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     test: Option<TestView>,
+    /// get: the newest alerts held back by maintenance windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suppressions: Option<Vec<super::maintenance::SuppressionView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<SummaryView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -704,8 +707,10 @@ impl Tool for ManageAlertRules {
                     .get_rule(rule_id(&input)?)
                     .await
                     .map_err(rule_missing)?;
+                let suppressions = cx.org.suppressions(Some(rule.id), None, 20).await?;
                 Rendered::of(&RulesOutput {
                     rule: Some(rule.into()),
+                    suppressions: Some(suppressions.into_iter().map(Into::into).collect()),
                     ..Default::default()
                 })
             }
