@@ -534,7 +534,9 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
     assert_eq!(held[0].window_id, window.id);
     assert_eq!(
         held[0].occurrence_start,
-        "2026-01-05T12:00:00Z".parse::<breeze_core::Timestamp>().unwrap()
+        "2026-01-05T12:00:00Z"
+            .parse::<breeze_core::Timestamp>()
+            .unwrap()
     );
     let audited = o
         .query_audit(&AuditFilter::default(), None, 100)
@@ -545,7 +547,13 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
         .filter(|r| r.event.action == "alert.suppress")
         .count();
     assert_eq!(audited, 1);
-    assert!(o.list_alerts(&Default::default(), None, 10).await.unwrap().alerts.is_empty());
+    assert!(
+        o.list_alerts(&Default::default(), None, 10)
+            .await
+            .unwrap()
+            .alerts
+            .is_empty()
+    );
 
     // 13:00 UTC is 22:00 in Tokyo: the window has closed, the breach raises.
     let after = "2026-01-05T13:00:30Z".parse().unwrap();

@@ -119,9 +119,7 @@ impl MaintenanceSchedule {
                     return Err("a day is listed twice".into());
                 }
                 if *duration_minutes == 0 || *duration_minutes > MAX_WEEKLY_MINUTES {
-                    return Err(format!(
-                        "durationMinutes must be 1-{MAX_WEEKLY_MINUTES}"
-                    ));
+                    return Err(format!("durationMinutes must be 1-{MAX_WEEKLY_MINUTES}"));
                 }
                 Ok(())
             }
@@ -155,12 +153,12 @@ impl MaintenanceSchedule {
             return Some(o);
         }
         match self {
-            MaintenanceSchedule::Once { starts_at, ends_at } => (*starts_at > t).then_some(
-                Occurrence {
+            MaintenanceSchedule::Once { starts_at, ends_at } => {
+                (*starts_at > t).then_some(Occurrence {
                     starts_at: *starts_at,
                     ends_at: *ends_at,
-                },
-            ),
+                })
+            }
             MaintenanceSchedule::Weekly { .. } => self
                 .weekly_around(tz, t)
                 .into_iter()
@@ -275,23 +273,34 @@ mod tests {
         let s = weekly(&[DayOfWeek::Sun], "02:30", 60);
         // 2026-03-29 is the spring-forward Sunday in Berlin: 02:30 does not exist, so the
         // window opens at 03:00 CEST (01:00 UTC).
-        let o = s
-            .occurrence_at(berlin, at("2026-03-29T01:10:00Z"))
-            .unwrap();
+        let o = s.occurrence_at(berlin, at("2026-03-29T01:10:00Z")).unwrap();
         assert_eq!(o.starts_at, at("2026-03-29T01:00:00Z"));
         // A winter Sunday: 02:30 CET is 01:30 UTC.
-        assert!(s.occurrence_at(berlin, at("2026-01-04T01:29:00Z")).is_none());
-        assert!(s.occurrence_at(berlin, at("2026-01-04T01:30:00Z")).is_some());
+        assert!(
+            s.occurrence_at(berlin, at("2026-01-04T01:29:00Z"))
+                .is_none()
+        );
+        assert!(
+            s.occurrence_at(berlin, at("2026-01-04T01:30:00Z"))
+                .is_some()
+        );
         // A summer Sunday: 02:30 CEST is 00:30 UTC.
-        assert!(s.occurrence_at(berlin, at("2026-07-05T00:45:00Z")).is_some());
-        assert!(s.occurrence_at(berlin, at("2026-07-05T01:30:00Z")).is_none());
+        assert!(
+            s.occurrence_at(berlin, at("2026-07-05T00:45:00Z"))
+                .is_some()
+        );
+        assert!(
+            s.occurrence_at(berlin, at("2026-07-05T01:30:00Z"))
+                .is_none()
+        );
         // Autumn: 02:30 happens twice on 2026-10-25; the first (CEST, 00:30 UTC) counts.
-        let o = s
-            .occurrence_at(berlin, at("2026-10-25T00:40:00Z"))
-            .unwrap();
+        let o = s.occurrence_at(berlin, at("2026-10-25T00:40:00Z")).unwrap();
         assert_eq!(o.starts_at, at("2026-10-25T00:30:00Z"));
         // Not on a Monday.
-        assert!(s.occurrence_at(berlin, at("2026-07-06T00:45:00Z")).is_none());
+        assert!(
+            s.occurrence_at(berlin, at("2026-07-06T00:45:00Z"))
+                .is_none()
+        );
     }
 
     #[test]

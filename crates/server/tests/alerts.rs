@@ -7,7 +7,7 @@
 
 mod common;
 
-use axum::{Router, body::Body, http::Request};
+use axum::{body::Body, http::Request};
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_core::{AlertCondition, ChannelKind, DeviceId, OrgId, Severity};
 use breeze_store::{AuditFilter, NewChannel, NewRule, RuleTarget, testing::Ctx};

@@ -230,11 +230,11 @@ impl OrgStore<'_> {
         if let Some(name) = &update.name {
             check_text("name", name, crate::alerts::MAX_NAME_CHARS)?;
         }
-        let time_zone = update.time_zone.clone().unwrap_or(current.time_zone.clone());
-        let schedule = update
-            .schedule
+        let time_zone = update
+            .time_zone
             .clone()
-            .unwrap_or(current.schedule.clone());
+            .unwrap_or(current.time_zone.clone());
+        let schedule = update.schedule.clone().unwrap_or(current.schedule.clone());
         check_window(&time_zone, &schedule, update.description.as_deref())?;
         let target = match update.target {
             Some(t) => {

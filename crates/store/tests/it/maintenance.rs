@@ -46,27 +46,48 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let (oa, ob) = (s.org(a.id), s.org(b.id));
-    let site = oa.create_site("HQ", "UTC", audit("s", "site")).await.unwrap();
+    let site = oa
+        .create_site("HQ", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
     let branch = oa
         .create_site("Branch", "UTC", audit("s", "site"))
         .await
         .unwrap();
-    let site_b = ob.create_site("B", "UTC", audit("s", "site")).await.unwrap();
+    let site_b = ob
+        .create_site("B", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
     let web = oa
-        .create_device(new_device(site.id, "web", DeviceStatus::Online), audit("d", "device"))
+        .create_device(
+            new_device(site.id, "web", DeviceStatus::Online),
+            audit("d", "device"),
+        )
         .await
         .unwrap();
     let db = oa
-        .create_device(new_device(branch.id, "db", DeviceStatus::Online), audit("d", "device"))
+        .create_device(
+            new_device(branch.id, "db", DeviceStatus::Online),
+            audit("d", "device"),
+        )
         .await
         .unwrap();
     let dev_b = ob
-        .create_device(new_device(site_b.id, "b", DeviceStatus::Online), audit("d", "device"))
+        .create_device(
+            new_device(site_b.id, "b", DeviceStatus::Online),
+            audit("d", "device"),
+        )
         .await
         .unwrap();
-    let group = oa.create_group("DBs", None, None, audit("g", "g")).await.unwrap();
+    let group = oa
+        .create_group("DBs", None, None, audit("g", "g"))
+        .await
+        .unwrap();
     oa.add_to_group(group.id, db.id).await.unwrap();
-    let group_b = ob.create_group("BG", None, None, audit("g", "g")).await.unwrap();
+    let group_b = ob
+        .create_group("BG", None, None, audit("g", "g"))
+        .await
+        .unwrap();
 
     // Another organization's targets are unknown here, and nothing is written.
     for target in [
@@ -76,7 +97,12 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     ] {
         let err = oa
             .create_window(
-                once("steal", target, "2026-02-02T09:00:00Z", "2026-02-02T11:00:00Z"),
+                once(
+                    "steal",
+                    target,
+                    "2026-02-02T09:00:00Z",
+                    "2026-02-02T11:00:00Z",
+                ),
                 audit("maintenance_window.create", "w"),
             )
             .await
@@ -86,9 +112,16 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     assert!(oa.list_windows().await.unwrap().is_empty());
 
     // Bad schedules and zones are refused.
-    let mut bad = once("bad", RuleTarget::Organization, "2026-02-02T11:00:00Z", "2026-02-02T09:00:00Z");
+    let mut bad = once(
+        "bad",
+        RuleTarget::Organization,
+        "2026-02-02T11:00:00Z",
+        "2026-02-02T09:00:00Z",
+    );
     assert!(matches!(
-        oa.create_window(bad.clone(), audit("w", "w")).await.unwrap_err(),
+        oa.create_window(bad.clone(), audit("w", "w"))
+            .await
+            .unwrap_err(),
         StoreError::Invalid(_)
     ));
     bad.schedule = MaintenanceSchedule::Once {
@@ -103,7 +136,12 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
 
     let site_window = oa
         .create_window(
-            once("HQ now", RuleTarget::Site(site.id), "2026-02-02T09:00:00Z", "2026-02-02T11:00:00Z"),
+            once(
+                "HQ now",
+                RuleTarget::Site(site.id),
+                "2026-02-02T09:00:00Z",
+                "2026-02-02T11:00:00Z",
+            ),
             audit("maintenance_window.create", "w"),
         )
         .await
@@ -130,7 +168,12 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .unwrap();
     let b_window = ob
         .create_window(
-            once("B all", RuleTarget::Organization, "2026-02-02T00:00:00Z", "2026-02-03T00:00:00Z"),
+            once(
+                "B all",
+                RuleTarget::Organization,
+                "2026-02-02T00:00:00Z",
+                "2026-02-03T00:00:00Z",
+            ),
             audit("maintenance_window.create", "w"),
         )
         .await
@@ -138,7 +181,12 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     // Names are unique in an organization.
     assert!(matches!(
         oa.create_window(
-            once("HQ now", RuleTarget::Organization, "2026-02-02T09:00:00Z", "2026-02-02T11:00:00Z"),
+            once(
+                "HQ now",
+                RuleTarget::Organization,
+                "2026-02-02T09:00:00Z",
+                "2026-02-02T11:00:00Z"
+            ),
             audit("w", "w")
         )
         .await
@@ -153,23 +201,58 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         n.sort();
         n
     };
-    assert_eq!(names(oa.open_windows(RuleTarget::Device(web.id), now).await.unwrap()), ["HQ now"]);
-    assert_eq!(names(oa.open_windows(RuleTarget::Device(db.id), now).await.unwrap()), ["DB Mondays"]);
-    assert_eq!(names(oa.open_windows(RuleTarget::Site(branch.id), now).await.unwrap()), Vec::<String>::new());
     assert_eq!(
-        names(oa.open_windows(RuleTarget::Organization, now).await.unwrap()),
+        names(
+            oa.open_windows(RuleTarget::Device(web.id), now)
+                .await
+                .unwrap()
+        ),
+        ["HQ now"]
+    );
+    assert_eq!(
+        names(
+            oa.open_windows(RuleTarget::Device(db.id), now)
+                .await
+                .unwrap()
+        ),
+        ["DB Mondays"]
+    );
+    assert_eq!(
+        names(
+            oa.open_windows(RuleTarget::Site(branch.id), now)
+                .await
+                .unwrap()
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names(
+            oa.open_windows(RuleTarget::Organization, now)
+                .await
+                .unwrap()
+        ),
         ["DB Mondays", "HQ now"]
     );
     // B's organization-wide window covers nothing of A; B's device is unknown to A.
     assert!(matches!(
-        oa.open_windows(RuleTarget::Device(dev_b.id), now).await.unwrap_err(),
+        oa.open_windows(RuleTarget::Device(dev_b.id), now)
+            .await
+            .unwrap_err(),
         StoreError::NotFound(_)
     ));
-    let covered = oa.maintenance_covering(&[web.id, db.id], now).await.unwrap();
+    let covered = oa
+        .maintenance_covering(&[web.id, db.id], now)
+        .await
+        .unwrap();
     assert_eq!(covered[&web.id].0.id, site_window.id);
     assert_eq!(covered[&db.id].0.id, weekly.id);
     let later = now + Duration::hours(2);
-    assert!(oa.maintenance_covering(&[web.id, db.id], later).await.unwrap().is_empty());
+    assert!(
+        oa.maintenance_covering(&[web.id, db.id], later)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Suppressions: once per rule, device, window and occurrence.
     let rule = oa
@@ -191,11 +274,33 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let (w, o) = &covered[&web.id];
-    assert!(oa.record_suppression(rule.id, web.id, w, *o, Some(1.0)).await.unwrap());
-    assert!(!oa.record_suppression(rule.id, web.id, w, *o, Some(2.0)).await.unwrap());
-    assert_eq!(oa.suppressions(Some(rule.id), None, 10).await.unwrap().len(), 1);
-    assert_eq!(oa.suppressions(None, Some(w.id), 10).await.unwrap().len(), 1);
-    assert!(ob.suppressions(Some(rule.id), None, 10).await.unwrap().is_empty());
+    assert!(
+        oa.record_suppression(rule.id, web.id, w, *o, Some(1.0))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !oa.record_suppression(rule.id, web.id, w, *o, Some(2.0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        oa.suppressions(Some(rule.id), None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        oa.suppressions(None, Some(w.id), 10).await.unwrap().len(),
+        1
+    );
+    assert!(
+        ob.suppressions(Some(rule.id), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Update and delete: B's window is not found from A, and stays as it was.
     let update = WindowUpdate {
@@ -207,9 +312,14 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         oa.update_window(b_window.id, update.clone(), audit("w", "w"))
             .await
             .unwrap_err(),
-        oa.delete_window(b_window.id, audit("w", "w")).await.unwrap_err(),
+        oa.delete_window(b_window.id, audit("w", "w"))
+            .await
+            .unwrap_err(),
     ] {
-        assert!(matches!(err, StoreError::NotFound("maintenance window")), "{err}");
+        assert!(
+            matches!(err, StoreError::NotFound("maintenance window")),
+            "{err}"
+        );
     }
     assert!(ob.get_window(b_window.id).await.unwrap().enabled);
     let err = oa
@@ -226,11 +336,20 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
 
     let disabled = oa
-        .update_window(site_window.id, update, audit("maintenance_window.update", "w"))
+        .update_window(
+            site_window.id,
+            update,
+            audit("maintenance_window.update", "w"),
+        )
         .await
         .unwrap();
     assert!(!disabled.enabled);
-    assert!(oa.open_windows(RuleTarget::Device(web.id), now).await.unwrap().is_empty());
+    assert!(
+        oa.open_windows(RuleTarget::Device(web.id), now)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     oa.delete_window(weekly.id, audit("maintenance_window.delete", "w"))
         .await
         .unwrap();
