@@ -18,6 +18,7 @@ mod commands;
 mod context;
 mod devices;
 mod directory;
+mod dynamic_groups;
 mod error;
 mod idempotency;
 mod maintenance;
@@ -54,6 +55,7 @@ pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag}
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
+pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
 pub use error::{Result, StoreError};
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,

@@ -7,6 +7,7 @@ mod approvals;
 mod audit;
 mod context;
 mod directory;
+mod dynamic_groups;
 mod idempotency;
 mod isolation;
 mod maintenance;
