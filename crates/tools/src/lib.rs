@@ -213,6 +213,8 @@ mod tests {
         ("manage_alerts",               Some("resolve"),          Tier::T2, Permission::AlertsManage),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("preview"),          Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("membership_log"),   Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("add_devices"),      Tier::T2, Permission::DevicesWrite),
         ("manage_groups",               Some("remove_devices"),   Tier::T2, Permission::DevicesWrite),
         ("manage_groups",               Some("create"),           Tier::T3, Permission::DevicesWrite),

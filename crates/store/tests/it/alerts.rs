@@ -527,19 +527,8 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
 /// another organization.
 async fn channels_are_deleted_only_when_unused(cx: Ctx) {
     let s = &cx.store;
-    let partner = s
-        .create_partner("P", "p", audit("partner.create", "partner"))
-        .await
-        .unwrap();
-    let a = s
-        .create_organization(partner.id, "A", "a", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let b = s
-        .create_organization(partner.id, "B", "b", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let (oa, ob) = (s.org(a.id), s.org(b.id));
+    let (a, b) = crate::two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
     let channel = oa
         .create_channel(
             NewChannel {
@@ -583,7 +572,7 @@ async fn channels_are_deleted_only_when_unused(cx: Ctx) {
         .unwrap();
     assert!(oa.list_channels().await.unwrap().is_empty());
     assert!(
-        actions(&cx, a.id)
+        actions(&cx, a)
             .await
             .contains(&"notification_channel.delete".to_owned())
     );

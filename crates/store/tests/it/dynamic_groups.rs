@@ -46,19 +46,8 @@ fn inventory(
 
 async fn dynamic_groups_follow_their_filter(cx: Ctx) {
     let s = &cx.store;
-    let partner = s
-        .create_partner("P", "p", audit("partner.create", "partner"))
-        .await
-        .unwrap();
-    let a = s
-        .create_organization(partner.id, "A", "a", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let b = s
-        .create_organization(partner.id, "B", "b", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let (oa, ob) = (s.org(a.id), s.org(b.id));
+    let (a, b) = crate::two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
@@ -134,13 +123,13 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .unwrap();
     assert!(r.added.is_empty());
     // web's inventory shows 5 % free: it joins, logged as the recompute's.
-    s.record_inventory(web.id, a.id, &inventory("web-01", &["nginx"], 5))
+    s.record_inventory(web.id, a, &inventory("web-01", &["nginx"], 5))
         .await
         .unwrap();
-    s.record_inventory(db.id, a.id, &inventory("db-01", &["postgresql"], 60))
+    s.record_inventory(db.id, a, &inventory("db-01", &["postgresql"], 60))
         .await
         .unwrap();
-    s.record_inventory(web_b.id, b.id, &inventory("web-99", &["nginx"], 1))
+    s.record_inventory(web_b.id, b, &inventory("web-99", &["nginx"], 1))
         .await
         .unwrap();
     let members: Vec<_> = oa
@@ -152,7 +141,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .collect();
     assert_eq!(members, vec![web.id]);
     // The disk is cleaned: it leaves.
-    s.record_inventory(web.id, a.id, &inventory("web-01", &["nginx"], 70))
+    s.record_inventory(web.id, a, &inventory("web-01", &["nginx"], 70))
         .await
         .unwrap();
     assert!(oa.group_members(group.id).await.unwrap().is_empty());

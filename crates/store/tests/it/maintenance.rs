@@ -33,19 +33,8 @@ fn once(name: &str, target: RuleTarget, from: &str, to: &str) -> NewWindow {
 async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     let s = &cx.store;
     cx.clock.set(at("2026-02-02T10:00:00Z"));
-    let partner = s
-        .create_partner("P", "p", audit("partner.create", "partner"))
-        .await
-        .unwrap();
-    let a = s
-        .create_organization(partner.id, "A", "a", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let b = s
-        .create_organization(partner.id, "B", "b", audit("organization.create", "org"))
-        .await
-        .unwrap();
-    let (oa, ob) = (s.org(a.id), s.org(b.id));
+    let (a, b) = crate::two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
         .create_site("HQ", "UTC", audit("s", "site"))
         .await

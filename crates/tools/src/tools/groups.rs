@@ -56,18 +56,16 @@ pub(crate) struct GroupsInput {
     /// Devices to add or remove (1-100).
     #[schemars(length(min = 1, max = 100))]
     device_ids: Option<Vec<String>>,
-    /// create, update (makes the group dynamic), preview.
+    /// Makes the group dynamic (field op value; gt/lt for numbers).
     filter: Option<FilterArg>,
-    /// preview, membership_log: at most this many rows (default 50).
     #[schemars(range(min = 1, max = 200))]
     limit: Option<u32>,
 }
 
-/// A dynamic group's filter.
+// A dynamic group's filter: all (default) or any of the conditions.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FilterArg {
-    /// all (default) or any of the conditions.
     #[serde(rename = "match")]
     mode: Option<MatchArg>,
     #[schemars(length(min = 1, max = 20))]
@@ -110,8 +108,8 @@ pub(crate) enum OpArg {
     Lt,
 }
 
-/// `field op value`: text ops on text fields (matches is a * ? glob, in takes a list),
-/// gt/lt on lastSeenMinutes and diskFreePercent.
+// `field op value`: text ops on text fields (matches is a * ? glob, in takes a list), gt/lt
+// on lastSeenMinutes and diskFreePercent.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ConditionArg {
@@ -289,7 +287,7 @@ pub(crate) struct ManageGroups;
 impl Tool for ManageGroups {
     const NAME: &'static str = "manage_groups";
     const TITLE: &'static str = "Manage device groups";
-    const DESCRIPTION: &'static str = "Device groups, static or dynamic (a filter over device fields, tags, packages, last seen, disk free; members recomputed on change). action=list|get|preview (a filter's matches)|membership_log read; add_devices|remove_devices (Tier 2, static groups); create|update|delete (Tier 3).";
+    const DESCRIPTION: &'static str = "Device groups, static or dynamic (filter). action=list|get|preview|membership_log read; add_devices|remove_devices (Tier 2); create|update|delete (Tier 3).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
