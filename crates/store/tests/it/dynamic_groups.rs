@@ -232,6 +232,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
 
 /// 10,000 devices, a filter over hostname, OS and tags: the first computation and a
 /// recomputation after a change, timed.
+#[allow(clippy::print_stdout)] // the timings are this test's report (`--nocapture`)
 async fn ten_thousand_devices(cx: Ctx) {
     let s = &cx.store;
     let partner = s
