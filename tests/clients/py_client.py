@@ -87,6 +87,7 @@ def every_tool_args(d: str) -> dict[str, dict]:
         "manage_alert_rules": {"action": "test", "condition": {"kind": "metric", "metric": "cpu", "comparison": "above", "threshold": 90, "durationMinutes": 5}},
         "manage_alerts": {"action": "list", "status": "active"},
         "manage_groups": {"action": "list"},
+        "manage_maintenance_windows": {"action": "active_now", "target": {"type": "device", "deviceId": d}},
         "manage_services": {"deviceId": d, "action": "list"},
         "network_discovery": {"deviceId": d, "subnet": "127.0.0.0/30", "scanType": "ping"},
         "query_audit_log": {"limit": 5},

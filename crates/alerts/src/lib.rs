@@ -7,7 +7,10 @@
 //! (`OrgStore::observe_rule`, read-only). A breaching device without an unresolved alert of the
 //! rule gets one (`raise_alert` refuses duplicates by a unique index and honours the cooldown);
 //! an unresolved alert whose device is clear again is resolved when the rule auto-resolves. A
-//! device the store cannot judge (no recent samples) changes nothing. Every raise and
+//! device the store cannot judge (no recent samples) changes nothing. A breach on a device under
+//! an open maintenance window that suppresses alerts raises nothing: it is recorded as a
+//! suppression of the rule (`OrgStore::record_suppression`, audited) and raised once the window
+//! is over, if the condition still holds. Every raise and
 //! resolution is told to the rule's channels in tasks of their own ([`notify`]), so no channel
 //! delays evaluation; the engine reads the time only through the store's `Clock`.
 
@@ -48,6 +51,9 @@ pub struct TickReport {
     pub rules: usize,
     pub raised: Vec<Uuid>,
     pub resolved: Vec<Uuid>,
+    /// Breaches not raised because their device was under an open maintenance window (each
+    /// recorded once per rule, device, window and occurrence).
+    pub suppressed: usize,
     /// Rules whose evaluation failed (logged; the others went on).
     pub failed: usize,
 }
@@ -113,10 +119,33 @@ impl AlertEngine {
         let org = self.store.org(rule.org_id);
         let observations = org.observe_rule(rule).await?;
         let unresolved = org.unresolved_alerts_of_rule(rule.id).await?;
+        let open_alert = |d| unresolved.iter().find(|a| a.device_id == d);
+        // Breaches that would raise: those under an open maintenance window are held back
+        // and recorded instead.
+        let would_raise: Vec<_> = observations
+            .iter()
+            .filter(|o| o.state == Observed::Breaching && open_alert(o.device_id).is_none())
+            .map(|o| o.device_id)
+            .collect();
+        let in_maintenance = org
+            .maintenance_covering(&would_raise, self.store.clock().now())
+            .await?;
         for obs in &observations {
-            let open = unresolved.iter().find(|a| a.device_id == obs.device_id);
+            let open = open_alert(obs.device_id);
             match (obs.state, open) {
                 (Observed::Breaching, None) => {
+                    if let Some((window, occurrence)) = in_maintenance.get(&obs.device_id) {
+                        org.record_suppression(
+                            rule.id,
+                            obs.device_id,
+                            window,
+                            *occurrence,
+                            obs.value,
+                        )
+                        .await?;
+                        report.suppressed += 1;
+                        continue;
+                    }
                     if let Some(alert) = org.raise_alert(rule, obs.device_id, obs.value).await? {
                         report.raised.push(alert.id);
                         self.notify(rule, alert, AlertNews::Raised);

@@ -455,7 +455,119 @@ async fn offline_devices_and_private_webhooks(cx: Ctx) {
     assert!(detail.contains("non-public"), "{detail}");
 }
 
+/// A weekly window over the device's site, open now in its own time zone: the breach raises
+/// nothing and is recorded once (on the rule, audited), however many ticks see it; once the
+/// window is over the still-breaching device raises.
+async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
+    use breeze_core::{DayOfWeek, MaintenanceSchedule, maintenance::parse_hhmm};
+    use breeze_store::{AuditFilter, NewWindow};
+    let s = &cx.store;
+    let (org, site) = tenant(s).await;
+    let o = s.org(org);
+    let hot = o
+        .create_device(
+            device(site, "hot", DeviceStatus::Online),
+            audit("device.create"),
+        )
+        .await
+        .unwrap();
+    let rule = o
+        .create_rule(
+            NewRule {
+                name: "CPU hot".into(),
+                description: None,
+                severity: Severity::High,
+                enabled: true,
+                condition: AlertCondition::Metric {
+                    metric: Metric::Cpu,
+                    comparison: Comparison::Above,
+                    threshold: 90.0,
+                    duration_minutes: 0,
+                },
+                target: RuleTarget::Organization,
+                cooldown_minutes: 0,
+                auto_resolve: true,
+                channel_ids: vec![],
+                created_by: "test".into(),
+            },
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
+    // Monday 2026-01-05 21:30 in Tokyo is 12:30 UTC; the window is Mondays 21:00 for an hour.
+    let start: breeze_core::Timestamp = "2026-01-05T12:30:00Z".parse().unwrap();
+    cx.clock.set(start);
+    let window = o
+        .create_window(
+            NewWindow {
+                name: "Patch night".into(),
+                description: None,
+                target: RuleTarget::Site(site),
+                time_zone: "Asia/Tokyo".into(),
+                schedule: MaintenanceSchedule::Weekly {
+                    days: vec![DayOfWeek::Mon],
+                    start_time: parse_hhmm("21:00").unwrap(),
+                    duration_minutes: 60,
+                },
+                suppress_alerts: true,
+                enabled: true,
+                created_by: "test".into(),
+            },
+            audit("maintenance_window.create"),
+        )
+        .await
+        .unwrap();
+    let engine = AlertEngine::new(s.clone(), config(1, false));
+    for minute in 0..3 {
+        let at = start + Duration::minutes(minute);
+        cx.clock.set(at);
+        s.insert_metrics(hot.id, org, &[cpu(at, 99.0)])
+            .await
+            .unwrap();
+        let report = engine.tick().await.unwrap();
+        assert!(report.raised.is_empty(), "minute {minute}: {report:?}");
+        assert_eq!(report.suppressed, 1, "minute {minute}");
+    }
+    let held = o.suppressions(Some(rule.id), None, 10).await.unwrap();
+    assert_eq!(held.len(), 1, "one record per occurrence: {held:?}");
+    assert_eq!(held[0].device_id, hot.id);
+    assert_eq!(held[0].window_id, window.id);
+    assert_eq!(
+        held[0].occurrence_start,
+        "2026-01-05T12:00:00Z"
+            .parse::<breeze_core::Timestamp>()
+            .unwrap()
+    );
+    let audited = o
+        .query_audit(&AuditFilter::default(), None, 100)
+        .await
+        .unwrap()
+        .records
+        .into_iter()
+        .filter(|r| r.event.action == "alert.suppress")
+        .count();
+    assert_eq!(audited, 1);
+    assert!(
+        o.list_alerts(&Default::default(), None, 10)
+            .await
+            .unwrap()
+            .alerts
+            .is_empty()
+    );
+
+    // 13:00 UTC is 22:00 in Tokyo: the window has closed, the breach raises.
+    let after = "2026-01-05T13:00:30Z".parse().unwrap();
+    cx.clock.set(after);
+    s.insert_metrics(hot.id, org, &[cpu(after, 99.0)])
+        .await
+        .unwrap();
+    let report = engine.tick().await.unwrap();
+    assert_eq!(report.raised.len(), 1, "{report:?}");
+    assert_eq!(report.suppressed, 0);
+}
+
 breeze_store::on_both_backends!(
     a_breach_raises_notifies_and_resolves,
-    offline_devices_and_private_webhooks
+    offline_devices_and_private_webhooks,
+    a_maintenance_window_suppresses_then_lets_through
 );

@@ -61,6 +61,9 @@ enum Command {
     /// Manage the script library.
     #[command(subcommand)]
     Scripts(commands::fleet::ScriptsCommand),
+    /// Manage alert notification channels (email, signed webhook, in-app).
+    #[command(subcommand)]
+    Channels(commands::fleet::ChannelsCommand),
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -184,6 +187,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Keys(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::EnrollmentKeys(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Channels(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Audit(c) => {

@@ -676,6 +676,67 @@ fn administration_commands() {
     assert!(run_ok(breeze(d).args(["keys", "list", "--org", "contoso-ltd"])).contains("revoked"));
     let (_, err) = run_err(breeze(d).args(["keys", "revoke", "--org", "fabrikam", id]));
     assert!(err.contains("API key not found"), "{err}");
+
+    // Notification channels: a webhook's generated secret is printed once and never listed;
+    // another organization's channel is not found.
+    let added = run_ok(breeze(d).args([
+        "channels",
+        "add",
+        "--org",
+        "contoso-ltd",
+        "--name",
+        "ops hook",
+        "--kind",
+        "webhook",
+        "--url",
+        "https://hooks.example.com/breeze?token=t0ps3cret",
+    ]));
+    let secret = added
+        .split("signing secret (shown once, keep it with the receiver): ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(secret.len(), 32, "{added}");
+    run_ok(breeze(d).args([
+        "channels",
+        "add",
+        "--org",
+        "contoso-ltd",
+        "--name",
+        "ops mail",
+        "--kind",
+        "email",
+        "--to",
+        "ops@contoso.test",
+    ]));
+    let (_, err) = run_err(breeze(d).args([
+        "channels",
+        "add",
+        "--org",
+        "contoso-ltd",
+        "--name",
+        "bad",
+        "--kind",
+        "pager",
+    ]));
+    assert!(err.contains("--kind"), "{err}");
+    let list = run_ok(breeze(d).args(["channels", "list", "--org", "contoso-ltd"]));
+    assert!(
+        list.contains("ops hook") && list.contains("ops@contoso.test"),
+        "{list}"
+    );
+    assert!(
+        !list.contains(&secret) && !list.contains("t0ps3cret"),
+        "no secret is listed: {list}"
+    );
+    assert!(run_ok(breeze(d).args(["channels", "list", "--org", "fabrikam"])).is_empty());
+    let (_, err) = run_err(breeze(d).args(["channels", "remove", "--org", "fabrikam", "ops hook"]));
+    assert!(err.contains("no channel"), "{err}");
+    assert!(
+        run_ok(breeze(d).args(["channels", "remove", "--org", "contoso-ltd", "ops hook"]))
+            .contains("removed channel ops hook")
+    );
 }
 
 #[test]

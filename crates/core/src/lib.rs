@@ -8,7 +8,9 @@ pub mod alert;
 pub mod audit;
 pub mod clock;
 pub mod device;
+pub mod group_filter;
 pub mod ids;
+pub mod maintenance;
 pub mod principal;
 pub mod rbac;
 pub mod scope;
@@ -22,10 +24,14 @@ pub use alert::{
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
+pub use group_filter::{
+    DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,
+};
 pub use ids::{
     ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
     SiteId, UserId,
 };
+pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
 pub use principal::{ApiKeyPrincipal, OAuthPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use scope::{Scope, ScopeSet};

@@ -7,38 +7,13 @@
 
 mod common;
 
-use axum::{Router, body::Body, http::Request};
+use axum::{body::Body, http::Request};
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_core::{AlertCondition, ChannelKind, DeviceId, OrgId, Severity};
 use breeze_store::{AuditFilter, NewChannel, NewRule, RuleTarget, testing::Ctx};
 use chrono::Duration;
-use common::{audit, send, world};
+use common::{audit, code, send, tool, world};
 use serde_json::{Value, json};
-
-fn call(key: &str, tool: &str, args: Value) -> Request<Body> {
-    let body = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": tool, "arguments": args },
-    });
-    Request::post("/mcp")
-        .header("content-type", "application/json")
-        .header("x-api-key", key)
-        .body(Body::from(body.to_string()))
-        .unwrap()
-}
-
-/// The structured result of a call (its `structuredContent`), or the JSON-RPC error.
-async fn tool(app: &Router, key: &str, name: &str, args: Value) -> Value {
-    let r = send(app, call(key, name, args)).await;
-    if !r.body["error"].is_null() {
-        return json!({ "rpcError": r.body["error"] });
-    }
-    r.body["result"]["structuredContent"].clone()
-}
-
-fn code(v: &Value) -> &str {
-    v["error"]["code"].as_str().unwrap_or("")
-}
 
 fn offline_rule(name: &str, target: RuleTarget) -> NewRule {
     NewRule {

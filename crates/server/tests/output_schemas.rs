@@ -248,6 +248,7 @@ const ID_FIELDS: &[&str] = &[
     "alertId",
     "ruleId",
     "channelIds",
+    "windowId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -375,6 +376,8 @@ impl Suite {
                 json!(alert.unwrap().id.to_string())
             }
             "ruleId" => json!(self.fresh_rule().await.id.to_string()),
+            "windowId" => json!(self.fresh_window().await.id.to_string()),
+            "timeZone" => json!("UTC"),
             "channelIds" => json!([]),
             "cursor" => json!(
                 breeze_store::AlertCursor {
@@ -415,6 +418,33 @@ impl Suite {
                     created_by: "fixture".into(),
                 },
                 audit("alert_rule.create"),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A new maintenance window of the fixture's organization (each delete consumes one).
+    async fn fresh_window(&self) -> breeze_store::MaintenanceWindow {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        let now = self.w.state.clock.now();
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_window(
+                breeze_store::NewWindow {
+                    name: format!("fixture window {n}"),
+                    description: None,
+                    target: breeze_store::RuleTarget::Organization,
+                    time_zone: "UTC".into(),
+                    schedule: breeze_core::MaintenanceSchedule::Once {
+                        starts_at: now,
+                        ends_at: now + chrono::Duration::hours(1),
+                    },
+                    suppress_alerts: true,
+                    enabled: true,
+                    created_by: "fixture".into(),
+                },
+                audit("maintenance_window.create"),
             )
             .await
             .unwrap()

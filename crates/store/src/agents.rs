@@ -586,6 +586,10 @@ impl Store {
         let committed = tx.commit().await;
         if came_online {
             self.devices_changed(org);
+            if committed.is_ok() {
+                self.device_facts_changed(org, device, "status: online")
+                    .await;
+            }
         } else {
             self.presence_changed(org);
         }
@@ -631,6 +635,9 @@ impl Store {
         if renamed > 0 {
             self.devices_changed(org);
         }
+        if committed.is_ok() {
+            self.device_facts_changed(org, device, "inventory").await;
+        }
         committed
     }
 
@@ -675,6 +682,10 @@ impl Store {
         let orgs: std::collections::HashSet<OrgId> = rows.iter().map(|r| r.1).collect();
         for org in orgs {
             self.devices_changed(org);
+        }
+        for (device, org) in &rows {
+            self.device_facts_changed(*org, *device, "status: offline")
+                .await;
         }
         Ok(rows.into_iter().map(|r| r.0).collect())
     }

@@ -58,7 +58,7 @@ pub enum RuleTarget {
 }
 
 impl RuleTarget {
-    fn kind(self) -> TargetKind {
+    pub(crate) fn kind(self) -> TargetKind {
         match self {
             RuleTarget::Organization => TargetKind::Organization,
             RuleTarget::Site(_) => TargetKind::Site,
@@ -312,7 +312,7 @@ const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, t
     value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by";
 const CHANNEL_COLUMNS: &str = "id, org_id, name, kind, config, secret, enabled, created_at";
 
-fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
+pub(crate) fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
     if value.trim().is_empty() {
         return Err(StoreError::Invalid(format!("{field} cannot be empty")));
     }
@@ -520,10 +520,43 @@ impl OrgStore<'_> {
         .await
     }
 
+    /// Deletes a notification channel. A channel a rule in use still names is a conflict:
+    /// change those rules first.
+    pub async fn delete_channel(&self, id: Uuid, audit: AuditEvent) -> Result<NotificationChannel> {
+        let channel = self.get_channel(id).await?;
+        let users: Vec<String> = self
+            .list_rules()
+            .await?
+            .into_iter()
+            .filter(|r| r.channel_ids.contains(&id))
+            .map(|r| r.name)
+            .collect();
+        if !users.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "the channel is used by alert rule(s) {}",
+                users.join(", ")
+            )));
+        }
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        sql("DELETE FROM notification_channels WHERE id = $1 AND org_id = $2")
+            .bind(id)
+            .bind(self.org)
+            .execute(&mut tx)
+            .await?;
+        let audit = audit
+            .org(self.org)
+            .resource(id)
+            .details(serde_json::json!({ "name": channel.name, "kind": channel.kind }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(channel)
+    }
+
     // ---- rules -----------------------------------------------------------------------------
 
     /// The target exists in this organization (another's is `NotFound`, like a missing one).
-    async fn check_target(&self, target: RuleTarget) -> Result<()> {
+    pub(crate) async fn check_target(&self, target: RuleTarget) -> Result<()> {
         match target {
             RuleTarget::Organization => Ok(()),
             RuleTarget::Site(s) => self.get_site(s).await.map(drop),
@@ -1312,7 +1345,9 @@ impl OrgStore<'_> {
     }
 }
 
-fn target_columns(target: RuleTarget) -> (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>) {
+pub(crate) fn target_columns(
+    target: RuleTarget,
+) -> (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>) {
     match target {
         RuleTarget::Organization => (None, None, None),
         RuleTarget::Site(s) => (Some(s), None, None),

@@ -19,8 +19,10 @@ mod commands;
 mod context;
 mod devices;
 mod directory;
+mod dynamic_groups;
 mod error;
 mod idempotency;
+mod maintenance;
 mod metrics;
 mod oauth;
 mod packages;
@@ -55,10 +57,14 @@ pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag}
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
+pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
 pub use error::{Result, StoreError};
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
+};
+pub use maintenance::{
+    AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
 pub use oauth::{

@@ -35,6 +35,7 @@ pub fn all() -> Registry {
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
+    r.domain("maintenance", tools::maintenance::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("telemetry", tools::telemetry::register);
     r
@@ -60,6 +61,7 @@ mod tests {
                 "devices",
                 "disk",
                 "groups",
+                "maintenance",
                 "scripts",
                 "telemetry"
             ]
@@ -154,6 +156,7 @@ mod tests {
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
+        ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
         ("query_audit_log",             Some("1"),     false, None),
@@ -210,11 +213,19 @@ mod tests {
         ("manage_alerts",               Some("resolve"),          Tier::T2, Permission::AlertsManage),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("preview"),          Tier::T1, Permission::DevicesRead),
+        ("manage_groups",               Some("membership_log"),   Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("add_devices"),      Tier::T2, Permission::DevicesWrite),
         ("manage_groups",               Some("remove_devices"),   Tier::T2, Permission::DevicesWrite),
         ("manage_groups",               Some("create"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("update"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_maintenance_windows",  Some("list"),             Tier::T1, Permission::DevicesRead),
+        ("manage_maintenance_windows",  Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_maintenance_windows",  Some("active_now"),       Tier::T1, Permission::DevicesRead),
+        ("manage_maintenance_windows",  Some("create"),           Tier::T2, Permission::DevicesWrite),
+        ("manage_maintenance_windows",  Some("update"),           Tier::T2, Permission::DevicesWrite),
+        ("manage_maintenance_windows",  Some("delete"),           Tier::T3, Permission::DevicesWrite),
         ("manage_services",             Some("list"),             Tier::T2, Permission::ServicesManage),
         ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),

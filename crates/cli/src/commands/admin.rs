@@ -147,9 +147,14 @@ pub(crate) struct CreateUser {
 
 /// A random password of 20 letters and digits.
 pub(crate) fn generate_password() -> String {
+    random_secret(20)
+}
+
+/// `len` random letters and digits from the OS-seeded generator.
+pub(crate) fn random_secret(len: usize) -> String {
     rand::thread_rng()
         .sample_iter(&Alphanumeric)
-        .take(20)
+        .take(len)
         .map(char::from)
         .collect()
 }

@@ -379,3 +379,142 @@ mod tests {
         assert!(!p.required && p.name == "days" && p.default.as_deref() == Some("7"));
     }
 }
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ChannelsCommand {
+    /// Add a notification channel. A webhook's signing secret is read from --secret-file, or
+    /// generated and printed once; it is never shown again.
+    Add {
+        #[arg(long)]
+        org: String,
+        #[arg(long)]
+        name: String,
+        /// email, webhook or in_app.
+        #[arg(long)]
+        kind: String,
+        /// Email: a recipient (repeatable).
+        #[arg(long = "to")]
+        to: Vec<String>,
+        /// Webhook: the http(s) URL it posts to.
+        #[arg(long)]
+        url: Option<String>,
+        /// Webhook: a file holding the signing secret (at least 16 characters).
+        #[arg(long)]
+        secret_file: Option<std::path::PathBuf>,
+    },
+    /// List an organization's channels (never their secrets).
+    List {
+        #[arg(long)]
+        org: String,
+    },
+    /// Remove a channel that no alert rule names.
+    Remove {
+        #[arg(long)]
+        org: String,
+        /// Id or name.
+        channel: String,
+    },
+}
+
+fn describe_channel(c: &breeze_store::NotificationChannel) -> String {
+    let target = match c.kind {
+        breeze_core::ChannelKind::Email => c.config["to"]
+            .as_array()
+            .map(|to| {
+                to.iter()
+                    .filter_map(serde_json::Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default(),
+        // The URL's query may carry a token: only scheme, host and path are shown.
+        breeze_core::ChannelKind::Webhook => c.config["url"]
+            .as_str()
+            .map(|u| u.split(['?', '#']).next().unwrap_or("").to_owned())
+            .unwrap_or_default(),
+        breeze_core::ChannelKind::InApp => String::new(),
+    };
+    format!("{}  {:<8} {}  {}", c.id, c.kind, c.name, target)
+}
+
+impl ChannelsCommand {
+    pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
+        match self {
+            ChannelsCommand::Add {
+                org,
+                name,
+                kind,
+                to,
+                url,
+                secret_file,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let kind: breeze_core::ChannelKind = kind.parse().context("--kind")?;
+                let (config, secret, generated) = match kind {
+                    breeze_core::ChannelKind::Email => {
+                        (serde_json::json!({ "to": to }), None, false)
+                    }
+                    breeze_core::ChannelKind::Webhook => {
+                        let url = url.context("--url is required for a webhook")?;
+                        let (secret, generated) = match secret_file {
+                            Some(path) => (
+                                std::fs::read_to_string(&path)
+                                    .with_context(|| {
+                                        format!("--secret-file: cannot read {}", path.display())
+                                    })?
+                                    .trim()
+                                    .to_owned(),
+                                false,
+                            ),
+                            None => (super::admin::random_secret(32), true),
+                        };
+                        (serde_json::json!({ "url": url }), Some(secret), generated)
+                    }
+                    breeze_core::ChannelKind::InApp => (serde_json::json!({}), None, false),
+                };
+                let shown = secret.clone().filter(|_| generated);
+                let channel = app
+                    .store
+                    .org(org.id)
+                    .create_channel(
+                        breeze_store::NewChannel {
+                            name,
+                            kind,
+                            config,
+                            secret,
+                        },
+                        cli_audit("notification_channel.create", "notification_channel"),
+                    )
+                    .await?;
+                println!("added channel {}", describe_channel(&channel));
+                if let Some(secret) = shown {
+                    println!("signing secret (shown once, keep it with the receiver): {secret}");
+                }
+            }
+            ChannelsCommand::List { org } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                for c in app.store.org(org.id).list_channels().await? {
+                    println!("{}", describe_channel(&c));
+                }
+            }
+            ChannelsCommand::Remove { org, channel } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let store = app.store.org(org.id);
+                let found = store
+                    .list_channels()
+                    .await?
+                    .into_iter()
+                    .find(|c| c.id.to_string() == channel || c.name == channel)
+                    .with_context(|| format!("no channel {channel:?} in this organization"))?;
+                store
+                    .delete_channel(
+                        found.id,
+                        cli_audit("notification_channel.delete", "notification_channel"),
+                    )
+                    .await?;
+                println!("removed channel {} ({})", found.name, found.id);
+            }
+        }
+        Ok(())
+    }
+}

@@ -195,3 +195,30 @@ pub(crate) fn err_msg(r: &Reply) -> &str {
         .as_str()
         .unwrap_or_else(|| panic!("not an error body: {}", r.body))
 }
+
+/// A `tools/call` request with an API key.
+pub(crate) fn tool_request(key: &str, tool: &str, args: Value) -> Request<Body> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": tool, "arguments": args },
+    });
+    Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("x-api-key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+/// The structured result of a tool call (its `structuredContent`), or `{"rpcError": …}`.
+pub(crate) async fn tool(app: &Router, key: &str, name: &str, args: Value) -> Value {
+    let r = send(app, tool_request(key, name, args)).await;
+    if !r.body["error"].is_null() {
+        return serde_json::json!({ "rpcError": r.body["error"] });
+    }
+    r.body["result"]["structuredContent"].clone()
+}
+
+/// The tool error code of a structured result ("" when it is not an error).
+pub(crate) fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}

@@ -523,7 +523,63 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
     assert!((obs[0].value.unwrap() - 2000.0).abs() < 1.0, "{obs:?}");
 }
 
+/// A channel is deleted with an audit record, not while a rule names it, and never from
+/// another organization.
+async fn channels_are_deleted_only_when_unused(cx: Ctx) {
+    let s = &cx.store;
+    let (a, b) = crate::two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
+    let channel = oa
+        .create_channel(
+            NewChannel {
+                name: "app".into(),
+                kind: ChannelKind::InApp,
+                config: serde_json::json!({}),
+                secret: None,
+            },
+            audit("notification_channel.create", "c"),
+        )
+        .await
+        .unwrap();
+    let mut rule = cpu_rule("hot", RuleTarget::Organization);
+    rule.channel_ids = vec![channel.id];
+    let rule = oa
+        .create_rule(rule, audit("alert_rule.create", "r"))
+        .await
+        .unwrap();
+    let err = ob
+        .delete_channel(channel.id, audit("notification_channel.delete", "c"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    let err = oa
+        .delete_channel(channel.id, audit("notification_channel.delete", "c"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    oa.update_rule(
+        rule.id,
+        RuleUpdate {
+            channel_ids: Some(vec![]),
+            ..RuleUpdate::default()
+        },
+        audit("alert_rule.update", "r"),
+    )
+    .await
+    .unwrap();
+    oa.delete_channel(channel.id, audit("notification_channel.delete", "c"))
+        .await
+        .unwrap();
+    assert!(oa.list_channels().await.unwrap().is_empty());
+    assert!(
+        actions(&cx, a)
+            .await
+            .contains(&"notification_channel.delete".to_owned())
+    );
+}
+
 breeze_store::on_both_backends!(
     rules_alerts_and_their_lifecycle,
-    offline_disk_free_and_network_conditions
+    offline_disk_free_and_network_conditions,
+    channels_are_deleted_only_when_unused
 );

@@ -8,8 +8,10 @@ mod audit;
 mod audit_retention;
 mod context;
 mod directory;
+mod dynamic_groups;
 mod idempotency;
 mod isolation;
+mod maintenance;
 mod packages;
 mod tenancy;
 mod users;
@@ -19,6 +21,23 @@ use std::sync::Arc;
 
 use breeze_core::{Actor, AuditEvent};
 use breeze_store::Store;
+
+/// Partner `p` with organizations A and B.
+pub(crate) async fn two_orgs(s: &Store) -> (breeze_core::OrgId, breeze_core::OrgId) {
+    let partner = s
+        .create_partner("P", "p", audit("partner.create", "partner"))
+        .await
+        .unwrap();
+    let mut orgs = Vec::new();
+    for (name, slug) in [("A", "a"), ("B", "b")] {
+        let org = s
+            .create_organization(partner.id, name, slug, audit("organization.create", "org"))
+            .await
+            .unwrap();
+        orgs.push(org.id);
+    }
+    (orgs[0], orgs[1])
+}
 
 /// An audit event from the test harness.
 pub(crate) fn audit(action: &str, resource: &str) -> AuditEvent {

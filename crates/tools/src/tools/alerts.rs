@@ -55,13 +55,17 @@ impl From<SeverityArg> for Severity {
     }
 }
 
-fn uuid_or_missing(raw: Option<&str>, field: &str, missing: &str) -> Result<Uuid, ToolError> {
+pub(crate) fn uuid_or_missing(
+    raw: Option<&str>,
+    field: &str,
+    missing: &str,
+) -> Result<Uuid, ToolError> {
     let raw =
         raw.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))?;
     Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
 }
 
-fn time_arg(field: &str, raw: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
+pub(crate) fn time_arg(field: &str, raw: Option<&str>) -> Result<Option<Timestamp>, ToolError> {
     raw.map(|t| {
         chrono::DateTime::parse_from_rfc3339(t)
             .map(|t| t.with_timezone(&chrono::Utc))
@@ -85,7 +89,7 @@ crate::actions! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum StatusArg {
-    /// Open or acknowledged.
+    // open or acknowledged
     Active,
     Open,
     Acknowledged,
@@ -96,32 +100,27 @@ pub(crate) enum StatusArg {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct AlertsInput {
     action: AlertAction,
-    /// The alert (UUID); required for get, acknowledge, resolve.
+    /// get, acknowledge, resolve.
     #[schemars(length(min = 36, max = 36))]
     alert_id: Option<String>,
-    /// list: by status (`active` = open or acknowledged).
+    /// list filters: status, severity, deviceId, ruleId, startTime, endTime (RFC 3339).
     status: Option<StatusArg>,
-    /// list: by severity.
     severity: Option<SeverityArg>,
-    /// list: one device's alerts.
     #[schemars(length(min = 36, max = 36))]
     device_id: Option<String>,
-    /// list: one rule's alerts.
     #[schemars(length(min = 36, max = 36))]
     rule_id: Option<String>,
-    /// list: triggered at or after (RFC 3339).
     #[schemars(length(max = 40))]
     start_time: Option<String>,
-    /// list: triggered before (RFC 3339).
     #[schemars(length(max = 40))]
     end_time: Option<String>,
-    /// list: page size (1-100, default 25).
+    /// default 25.
     #[schemars(range(min = 1, max = 100))]
     limit: Option<u32>,
-    /// list: the `nextCursor` of the previous page.
+    /// The last page's nextCursor.
     #[schemars(length(max = 200))]
     cursor: Option<String>,
-    /// acknowledge, resolve: why (kept on the alert's history and in the audit log).
+    /// acknowledge, resolve: kept on the alert.
     #[schemars(length(max = 2000))]
     note: Option<String>,
 }
@@ -227,7 +226,7 @@ pub(crate) struct ManageAlerts;
 impl Tool for ManageAlerts {
     const NAME: &'static str = "manage_alerts";
     const TITLE: &'static str = "Manage alerts";
-    const DESCRIPTION: &'static str = "Alerts raised by the organization's alert rules. action=list (filters: status, severity, deviceId, ruleId, startTime/endTime; paged with cursor) | get (with its history) read; acknowledge | resolve (Tier 2) change it, with an optional note recorded on the alert.";
+    const DESCRIPTION: &'static str = "Alerts raised by alert rules. action=list (filtered, paged)|get (with history) read; acknowledge|resolve (Tier 2) with an optional note.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AlertsRead;
     type Actions = AlertAction;
@@ -330,17 +329,11 @@ crate::actions! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum MetricArg {
-    /// CPU use, percent.
     Cpu,
-    /// Memory use, percent.
     Memory,
-    /// Use of the fullest disk, percent.
     Disk,
-    /// Free space of the fullest disk, percent.
     DiskFree,
-    /// Bytes received per second, averaged over the duration.
     NetworkIn,
-    /// Bytes sent per second, averaged over the duration.
     NetworkOut,
 }
 
@@ -351,24 +344,24 @@ pub(crate) enum ComparisonArg {
     Below,
 }
 
-/// What the rule watches on each device.
+// What the rule watches on each device.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum ConditionArg {
-    /// A metric past a threshold for a duration, e.g. cpu above 90 for 5 minutes (every
-    /// sample of the duration breaches; network rates are averaged over it).
+    // A metric past a threshold for a duration (every sample breaches; network rates are
+    // averaged over it).
     #[serde(rename_all = "camelCase")]
     Metric {
         metric: MetricArg,
         comparison: ComparisonArg,
-        /// Percent (0-100) for cpu, memory, disk, disk_free; bytes per second for network.
+        /// Percent; bytes/s for network.
         #[schemars(range(min = 0.0, max = 1e12))]
         threshold: f64,
-        /// How long it must hold (0 = the newest sample; at most 1440).
+        /// 0 = the newest sample.
         #[schemars(range(min = 0, max = 1440))]
         duration_minutes: u32,
     },
-    /// The device has been offline at least this many minutes.
+    // Offline for at least `minutes`.
     Offline {
         #[schemars(range(min = 1, max = 43200))]
         minutes: u32,
@@ -404,11 +397,10 @@ impl From<ConditionArg> for AlertCondition {
     }
 }
 
-/// Which devices the rule watches.
+// Which devices a rule or maintenance window covers.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum TargetArg {
-    /// Every device of the organization.
     Organization,
     #[serde(rename_all = "camelCase")]
     Site {
@@ -429,7 +421,7 @@ pub(crate) enum TargetArg {
 
 impl TargetArg {
     /// The target; an id that is not a UUID names nothing here, like another organization's.
-    fn resolve(&self) -> Result<RuleTarget, ToolError> {
+    pub(crate) fn resolve(&self) -> Result<RuleTarget, ToolError> {
         let id = |raw: &str, what: &str| {
             Uuid::parse_str(raw)
                 .map_err(|_| ToolError::not_found(format!("{what} not found or access denied")))
@@ -451,8 +443,7 @@ impl TargetArg {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct RulesInput {
     action: RuleAction,
-    /// The rule (UUID); required for get, update, delete; test uses it unless condition is
-    /// given (a draft).
+    /// get, update, delete, test (else a draft).
     #[schemars(length(min = 36, max = 36))]
     rule_id: Option<String>,
     /// create (required), update.
@@ -460,21 +451,19 @@ pub(crate) struct RulesInput {
     name: Option<String>,
     #[schemars(length(max = 2000))]
     description: Option<String>,
-    /// create (default medium), update.
+    /// default medium.
     severity: Option<SeverityArg>,
-    /// create (default true), update.
     enabled: Option<bool>,
-    /// create (required), update, test (a draft, or a change to the rule named by ruleId).
+    /// create (required), update, test.
     condition: Option<ConditionArg>,
-    /// create (default organization), update, test.
+    /// default organization.
     target: Option<TargetArg>,
-    /// After an alert resolves, minutes before the rule may raise another for the same device
-    /// (0-10080, default 15).
+    /// Minutes after a resolve before re-raising on the device (15).
     #[schemars(range(min = 0, max = 10080))]
     cooldown_minutes: Option<u32>,
-    /// Resolve the alert when the condition clears (default true).
+    /// Resolve when clear (default true).
     auto_resolve: Option<bool>,
-    /// Notification channels (from list_channels) told when an alert is raised or resolved.
+    /// From list_channels.
     #[schemars(length(max = 10))]
     channel_ids: Option<Vec<String>>,
 }
@@ -626,6 +615,9 @@ pub(crate) struct RulesOutput {
     channels: Option<Vec<ChannelView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     test: Option<TestView>,
+    /// get: the newest alerts held back by maintenance windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suppressions: Option<Vec<super::maintenance::SuppressionView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: Option<SummaryView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -663,7 +655,7 @@ pub(crate) struct ManageAlertRules;
 impl Tool for ManageAlertRules {
     const NAME: &'static str = "manage_alert_rules";
     const TITLE: &'static str = "Manage alert rules";
-    const DESCRIPTION: &'static str = "Alert rules: a condition (a metric — cpu, memory, disk, disk_free, network_in/out — above or below a threshold for a duration, or offline for N minutes), a target (organization, site, group, device), severity, cooldown, auto-resolve and notification channels. action=list|get|test (a rule or a draft against current data, raising nothing)|list_channels|summary read; create|update (Tier 2); delete (Tier 3, needs human approval).";
+    const DESCRIPTION: &'static str = "Alert rules: a metric above/below a threshold for a duration, or offline for N minutes, on a target, with severity, cooldown, auto-resolve and channels. action=list|get|test (raises nothing)|list_channels|summary read; create|update (Tier 2); delete (Tier 3).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AlertsRead;
     const RATE_LIMIT: Option<RateLimit> = per(15, 300);
@@ -704,8 +696,10 @@ impl Tool for ManageAlertRules {
                     .get_rule(rule_id(&input)?)
                     .await
                     .map_err(rule_missing)?;
+                let suppressions = cx.org.suppressions(Some(rule.id), None, 20).await?;
                 Rendered::of(&RulesOutput {
                     rule: Some(rule.into()),
+                    suppressions: Some(suppressions.into_iter().map(Into::into).collect()),
                     ..Default::default()
                 })
             }

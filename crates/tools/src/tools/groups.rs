@@ -1,7 +1,16 @@
-//! `manage_groups`: device groups (static membership) — list, get, create, update, delete,
-//! add and remove devices. Reads are Tier 1, membership changes Tier 2, structure changes Tier 3.
+//! `manage_groups`: device groups — list, get, create, update, delete, add and remove devices,
+//! preview a dynamic filter, membership log. Reads are Tier 1, membership changes Tier 2,
+//! structure changes Tier 3.
+//!
+//! A group created or updated with a `filter` is dynamic: its members are the devices the
+//! filter matches (over OS, site, hostname, status, agent version, tags, installed packages,
+//! last seen, disk free), recomputed by the store when the filter changes and when a device's
+//! inventory or status changes; devices are not added or removed by hand. Every membership
+//! change is in the group's log (who or what, why, when).
 
-use breeze_core::{AuditEvent, DeviceGroup, DeviceGroupId, DeviceId, Permission, SiteId};
+use breeze_core::{
+    AuditEvent, DeviceGroup, DeviceGroupId, DeviceId, GroupFilter, Permission, SiteId,
+};
 use breeze_store::StoreError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,11 +28,13 @@ crate::actions! {
     pub(crate) enum GroupAction {
         List = "list" => (T1, Read, DevicesRead),
         Get = "get" => (T1, Read, DevicesRead),
+        Preview = "preview" => (T1, Read, DevicesRead),
+        MembershipLog = "membership_log" => (T1, Read, DevicesRead),
+        AddDevices = "add_devices" => (T2, Update, DevicesWrite),
+        RemoveDevices = "remove_devices" => (T2, Update, DevicesWrite),
         Create = "create" => (T3, Create, DevicesWrite),
         Update = "update" => (T3, Update, DevicesWrite),
         Delete = "delete" => (T3, Delete, DevicesWrite),
-        AddDevices = "add_devices" => (T2, Update, DevicesWrite),
-        RemoveDevices = "remove_devices" => (T2, Update, DevicesWrite),
     }
 }
 
@@ -45,6 +56,129 @@ pub(crate) struct GroupsInput {
     /// Devices to add or remove (1-100).
     #[schemars(length(min = 1, max = 100))]
     device_ids: Option<Vec<String>>,
+    /// Makes the group dynamic (field op value; gt/lt for numbers).
+    filter: Option<FilterArg>,
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u32>,
+}
+
+// A dynamic group's filter: all (default) or any of the conditions.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FilterArg {
+    #[serde(rename = "match")]
+    mode: Option<MatchArg>,
+    #[schemars(length(min = 1, max = 20))]
+    conditions: Vec<ConditionArg>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum MatchArg {
+    All,
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum FieldArg {
+    Os,
+    OsName,
+    OsVersion,
+    Hostname,
+    Site,
+    Status,
+    AgentVersion,
+    Tag,
+    Package,
+    LastSeenMinutes,
+    DiskFreePercent,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum OpArg {
+    Eq,
+    Ne,
+    Contains,
+    StartsWith,
+    Matches,
+    In,
+    Gt,
+    Lt,
+}
+
+// `field op value`: text ops on text fields (matches is a * ? glob, in takes a list), gt/lt
+// on lastSeenMinutes and diskFreePercent.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConditionArg {
+    field: FieldArg,
+    op: OpArg,
+    value: ValueArg,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum ValueArg {
+    Text(#[schemars(length(max = 255))] String),
+    Number(f64),
+    List(#[schemars(length(max = 100))] Vec<String>),
+}
+
+impl FilterArg {
+    fn resolve(&self) -> Result<GroupFilter, ToolError> {
+        // The core types carry the meaning; these mirror them for the schema.
+        let json = serde_json::json!({
+            "match": match self.mode { Some(MatchArg::Any) => "any", _ => "all" },
+            "conditions": self.conditions.iter().map(|c| serde_json::json!({
+                "field": serde_json::to_value(c.field_name()).unwrap_or_default(),
+                "op": c.op_name(),
+                "value": match &c.value {
+                    ValueArg::Text(t) => serde_json::json!(t),
+                    ValueArg::Number(n) => serde_json::json!(n),
+                    ValueArg::List(l) => serde_json::json!(l),
+                },
+            })).collect::<Vec<_>>(),
+        });
+        let filter: GroupFilter =
+            serde_json::from_value(json).map_err(|e| ToolError::invalid(format!("filter: {e}")))?;
+        filter
+            .validate()
+            .map_err(|e| ToolError::invalid(format!("filter: {e}")))?;
+        Ok(filter)
+    }
+}
+
+impl ConditionArg {
+    fn field_name(&self) -> &'static str {
+        match self.field {
+            FieldArg::Os => "os",
+            FieldArg::OsName => "osName",
+            FieldArg::OsVersion => "osVersion",
+            FieldArg::Hostname => "hostname",
+            FieldArg::Site => "site",
+            FieldArg::Status => "status",
+            FieldArg::AgentVersion => "agentVersion",
+            FieldArg::Tag => "tag",
+            FieldArg::Package => "package",
+            FieldArg::LastSeenMinutes => "lastSeenMinutes",
+            FieldArg::DiskFreePercent => "diskFreePercent",
+        }
+    }
+
+    fn op_name(&self) -> &'static str {
+        match self.op {
+            OpArg::Eq => "eq",
+            OpArg::Ne => "ne",
+            OpArg::Contains => "contains",
+            OpArg::StartsWith => "startsWith",
+            OpArg::Matches => "matches",
+            OpArg::In => "in",
+            OpArg::Gt => "gt",
+            OpArg::Lt => "lt",
+        }
+    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -55,18 +189,36 @@ struct GroupView {
     description: Option<String>,
     site_id: Option<String>,
     created_at: String,
+    dynamic: bool,
+    /// A dynamic group's filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    filter: Option<serde_json::Value>,
 }
 
-impl From<DeviceGroup> for GroupView {
-    fn from(g: DeviceGroup) -> Self {
+impl GroupView {
+    fn new(g: DeviceGroup, filter: Option<&GroupFilter>) -> Self {
         Self {
             id: g.id.to_string(),
             name: g.name,
             description: g.description,
             site_id: g.site_id.map(|s| s.to_string()),
             created_at: g.created_at.to_rfc3339(),
+            dynamic: filter.is_some(),
+            filter: filter.and_then(|f| serde_json::to_value(f).ok()),
         }
     }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct LogView {
+    device_id: String,
+    /// added or removed.
+    change: String,
+    actor: String,
+    reason: String,
+    at: String,
 }
 
 /// What each action returns; one object with the fields that apply.
@@ -79,6 +231,12 @@ pub(crate) struct GroupsOutput<'a> {
     group: Option<GroupView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     members: Option<Vec<DeviceSummary<'a>>>,
+    /// preview: how many devices the filter matches (members lists up to limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matched: Option<usize>,
+    /// membership_log: newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log: Option<Vec<LogView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     showing: Option<usize>,
     /// Devices added or removed.
@@ -110,12 +268,26 @@ fn group_missing(e: StoreError) -> ToolError {
     }
 }
 
+/// Sets a group's filter (audited) and recomputes its members as the caller.
+async fn set_filter(
+    cx: &ToolCx<'_>,
+    group: DeviceGroupId,
+    filter: &GroupFilter,
+) -> Result<breeze_store::Recomputed, ToolError> {
+    let audit = AuditEvent::new(cx.actor.clone(), "device_group.set_filter", "device_group")
+        .request(cx.request_id.clone());
+    Ok(cx
+        .org
+        .set_group_filter(group, filter, &cx.actor, audit)
+        .await?)
+}
+
 pub(crate) struct ManageGroups;
 
 impl Tool for ManageGroups {
     const NAME: &'static str = "manage_groups";
     const TITLE: &'static str = "Manage device groups";
-    const DESCRIPTION: &'static str = "Device groups of the organization. action=list|get read; add_devices|remove_devices change membership (Tier 2); create|update|delete change groups themselves (Tier 3, need human approval).";
+    const DESCRIPTION: &'static str = "Device groups, static or dynamic (filter). action=list|get|preview|membership_log read; add_devices|remove_devices (Tier 2); create|update|delete (Tier 3).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(20, 300);
@@ -142,13 +314,19 @@ impl Tool for ManageGroups {
                     .as_deref()
                     .map(|s| parse_uuid("siteId", s).map(SiteId))
                     .transpose()?;
+                let filters = cx.org.group_filters().await?;
                 let groups: Vec<GroupView> = cx
                     .org
                     .list_groups()
                     .await?
                     .into_iter()
                     .filter(|g| site.is_none() || g.site_id == site)
-                    .map(GroupView::from)
+                    .map(|g| {
+                        let dynamic = filters.contains_key(&g.id);
+                        let mut view = GroupView::new(g, None);
+                        view.dynamic = dynamic;
+                        view
+                    })
                     .collect();
                 Rendered::of(&GroupsOutput {
                     showing: Some(groups.len()),
@@ -159,21 +337,70 @@ impl Tool for ManageGroups {
             GroupAction::Get => {
                 let id = group_id(&input)?;
                 let group = cx.org.get_group(id).await.map_err(group_missing)?;
+                let filter = cx.org.group_filter(id).await?;
                 let devices = cx.org.group_members(id).await?;
                 let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
                     .map(|d| DeviceSummary::new(d, None))
                     .collect();
                 Rendered::of(&GroupsOutput {
-                    group: Some(group.into()),
+                    group: Some(GroupView::new(group, filter.as_ref())),
                     showing: Some(members.len()),
                     members: Some(members),
+                    ..Default::default()
+                })
+            }
+            GroupAction::Preview => {
+                let filter = input
+                    .filter
+                    .as_ref()
+                    .ok_or_else(|| ToolError::invalid("filter is required for preview"))?
+                    .resolve()?;
+                let devices = cx.org.preview_filter(&filter).await?;
+                let limit = input.limit.unwrap_or(50) as usize;
+                let members: Vec<DeviceSummary<'_>> = devices
+                    .iter()
+                    .take(limit)
+                    .map(|d| DeviceSummary::new(d, None))
+                    .collect();
+                Rendered::of(&GroupsOutput {
+                    matched: Some(devices.len()),
+                    showing: Some(members.len()),
+                    members: Some(members),
+                    ..Default::default()
+                })
+            }
+            GroupAction::MembershipLog => {
+                let id = group_id(&input)?;
+                let log: Vec<LogView> = cx
+                    .org
+                    .membership_log(id, input.limit.unwrap_or(50))
+                    .await
+                    .map_err(group_missing)?
+                    .into_iter()
+                    .map(|c| LogView {
+                        device_id: c.device_id.to_string(),
+                        change: c.change,
+                        actor: c.actor,
+                        reason: c.reason,
+                        at: c.at.to_rfc3339(),
+                    })
+                    .collect();
+                Rendered::of(&GroupsOutput {
+                    showing: Some(log.len()),
+                    log: Some(log),
                     ..Default::default()
                 })
             }
             GroupAction::AddDevices | GroupAction::RemoveDevices => {
                 let id = group_id(&input)?;
                 cx.org.get_group(id).await.map_err(group_missing)?;
+                if cx.org.group_filter(id).await?.is_some() {
+                    return Err(ToolError::new(
+                        crate::ErrorCode::Conflict,
+                        "the group is dynamic: its filter decides its members (update the filter)",
+                    ));
+                }
                 let ids = input.device_ids.filter(|v| !v.is_empty()).ok_or_else(|| {
                     ToolError::invalid("deviceIds is required for add_devices/remove_devices")
                 })?;
@@ -193,6 +420,10 @@ impl Tool for ManageGroups {
                         cx.org.remove_from_group(id, device).await?
                     };
                     if done {
+                        let added = input.action == GroupAction::AddDevices;
+                        cx.org
+                            .log_membership(id, device, added, &cx.actor, "by hand")
+                            .await?;
                         changed += 1;
                     } else {
                         skipped.push(raw);
@@ -235,18 +466,25 @@ impl Tool for ManageGroups {
                 let audit =
                     AuditEvent::new(cx.actor.clone(), "device_group.create", "device_group")
                         .request(cx.request_id.clone());
+                let filter = input.filter.as_ref().map(FilterArg::resolve).transpose()?;
                 let group = cx
                     .org
                     .create_group(name, site, input.description.as_deref(), audit)
                     .await?;
+                let changes = match &filter {
+                    Some(f) => Some(set_filter(cx, group.id, f).await?),
+                    None => None,
+                };
                 Rendered::of(&GroupsOutput {
                     message: Some(format!("created group {}", group.name)),
-                    group: Some(group.into()),
+                    changed: changes.map(|c| c.added.len() + c.removed.len()),
+                    group: Some(GroupView::new(group, filter.as_ref())),
                     ..Default::default()
                 })
             }
             GroupAction::Update => {
                 let id = group_id(&input)?;
+                let filter = input.filter.as_ref().map(FilterArg::resolve).transpose()?;
                 let audit =
                     AuditEvent::new(cx.actor.clone(), "device_group.update", "device_group")
                         .request(cx.request_id.clone());
@@ -260,9 +498,15 @@ impl Tool for ManageGroups {
                     )
                     .await
                     .map_err(group_missing)?;
+                let changes = match &filter {
+                    Some(f) => Some(set_filter(cx, id, f).await?),
+                    None => None,
+                };
+                let filter = cx.org.group_filter(id).await?;
                 Rendered::of(&GroupsOutput {
                     message: Some("group updated".into()),
-                    group: Some(group.into()),
+                    changed: changes.map(|c| c.added.len() + c.removed.len()),
+                    group: Some(GroupView::new(group, filter.as_ref())),
                     ..Default::default()
                 })
             }

@@ -9,6 +9,7 @@ mod device_command;
 pub(crate) mod devices;
 pub(crate) mod disk;
 pub(crate) mod groups;
+pub(crate) mod maintenance;
 pub(crate) mod scripts;
 pub(crate) mod telemetry;
 
