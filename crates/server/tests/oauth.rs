@@ -234,13 +234,20 @@ async fn refresh(app: &Router, client_id: &str, token: &str, extra: &[(&str, &st
     send(app, form("/oauth/token", &pairs, &[])).await
 }
 
+/// The whole authorization of `client_id` in org A by the admin — sign-in, consent page,
+/// approval, code exchange — with `extra` authorization parameters: the token response.
+async fn authorized(w: &World, app: &Router, client_id: &str, extra: &[(&str, &str)]) -> Value {
+    let code = code_for(w, app, client_id, extra).await;
+    let r = exchange(app, client_id, &code, VERIFIER).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body
+}
+
 /// Tokens for a fresh Claude client in org A.
 async fn tokens(w: &World, app: &Router) -> (String, Value) {
     let client = claude_client(app).await;
-    let code = code_for(w, app, &client, &[]).await;
-    let r = exchange(app, &client, &code, VERIFIER).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    (client, r.body)
+    let t = authorized(w, app, &client, &[]).await;
+    (client, t)
 }
 
 fn rpc(method: &str, params: Value) -> Value {
@@ -469,11 +476,7 @@ async fn full_flow_refresh_revoke(cx: Ctx) {
     let r = send(&app, get("/api/v1/oauth/grants", Some(&viewer))).await;
     assert_eq!(r.body["grants"], json!([]));
     // Re-authorization works.
-    let code = code_for(&w, &app, &client, &[]).await;
-    assert_eq!(
-        exchange(&app, &client, &code, VERIFIER).await.status,
-        StatusCode::OK
-    );
+    authorized(&w, &app, &client, &[]).await;
     // Denying creates nothing.
     let (_, c) = consent_page(&app, &viewer, &auth_query(&client, CLAUDE_CB, &[])).await;
     let r = decide(&app, &c.unwrap(), "deny", &w.org_a.to_string()).await;
@@ -1146,8 +1149,7 @@ async fn scopes_and_organizations_bound_the_token(cx: Ctx) {
     let app = oauth_app(&w);
     let client = claude_client(&app).await;
     // A token reaching no tier (only openid) cannot open the stream: 403 insufficient_scope.
-    let code = code_for(&w, &app, &client, &[("scope", "openid")]).await;
-    let t = exchange(&app, &client, &code, VERIFIER).await.body;
+    let t = authorized(&w, &app, &client, &[("scope", "openid")]).await;
     let access = t["access_token"].as_str().unwrap();
     let r = send(
         &app,
@@ -1189,6 +1191,169 @@ async fn scopes_and_organizations_bound_the_token(cx: Ctx) {
     assert!(
         !text.contains("web-01") || text.contains("NOT_FOUND"),
         "{text}"
+    );
+}
+
+const EXECUTE: &str = "mcp:read mcp:write mcp:execute";
+
+/// A Tier 3 `manage_groups create` call made with `bearer`, left waiting in the background.
+fn create_group_waiting(app: &Router, bearer: &str, name: &str) -> tokio::task::JoinHandle<Reply> {
+    let (app, bearer) = (app.clone(), bearer.to_owned());
+    let body = rpc(
+        "tools/call",
+        json!({ "name": "manage_groups", "arguments": { "action": "create", "name": name } }),
+    );
+    tokio::spawn(async move { mcp(&app, &bearer, &body).await })
+}
+
+/// The organization's newest pending approval request, once the waiting call made it.
+async fn pending_request(w: &World) -> breeze_store::ApprovalRecord {
+    for _ in 0..200 {
+        let pending = w.store.org(w.org_a).list_approvals(true, 1).await.unwrap();
+        if let Some(r) = pending.into_iter().next() {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no approval request appeared")
+}
+
+async fn decide_approval(app: &Router, session: &str, id: uuid::Uuid, decision: &str) -> Reply {
+    send(
+        app,
+        json_post(
+            &format!("/api/v1/approvals/{id}/{decision}"),
+            &json!({ "reason": "test" }),
+            &[("cookie", session)],
+        ),
+    )
+    .await
+}
+
+/// The structured error message of a tool result.
+fn tool_error(r: &Reply) -> String {
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.body);
+    r.body["result"]["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn group_exists(w: &World, name: &str) -> bool {
+    let groups = w.store.org(w.org_a).list_groups().await.unwrap();
+    groups.iter().any(|g| g.name == name)
+}
+
+/// A token's Tier 3 call waits for a person exactly as an API key's does, runs once approved
+/// (cleared again as the grant stands then), is void once the grant is revoked, and a
+/// "reported" decision revokes the client's grants for that user — not other clients'.
+async fn tier3_calls_with_a_token_go_through_approval(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let session = sign_in(&app, "admin@p.test").await;
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", EXECUTE)]).await;
+    let access = t["access_token"].as_str().unwrap().to_owned();
+    let grants = send(&app, get("/api/v1/oauth/grants", Some(&session))).await;
+    let grant = grants.body["grants"][0]["id"].as_str().unwrap().to_owned();
+
+    // Approved: the waiting call runs it and answers with its result.
+    let call = create_group_waiting(&app, &access, "Kiosks");
+    let request = pending_request(&w).await;
+    assert_eq!(request.api_key_id, None);
+    assert_eq!(
+        request.oauth_grant_id.map(|g| g.to_string()).as_deref(),
+        Some(grant.as_str())
+    );
+    assert!(
+        !group_exists(&w, "Kiosks").await,
+        "nothing runs before approval"
+    );
+    let r = decide_approval(&app, &session, request.id, "approve").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = call.await.unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_ne!(r.body["result"]["isError"], true, "{}", r.body);
+    assert_eq!(
+        r.body["result"]["structuredContent"]["group"]["name"],
+        "Kiosks"
+    );
+    assert!(group_exists(&w, "Kiosks").await);
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("approval.request") && l.contains("oauth_grant")),
+        "the request is audited with the grant as actor"
+    );
+
+    // Approved after the user revoked the grant: void, nothing runs.
+    let client2 = claude_client(&app).await;
+    let t2 = authorized(&w, &app, &client2, &[("scope", EXECUTE)]).await;
+    let access2 = t2["access_token"].as_str().unwrap().to_owned();
+    let call = create_group_waiting(&app, &access2, "Void");
+    let request = pending_request(&w).await;
+    let g2 = request.oauth_grant_id.unwrap();
+    let r = send(
+        &app,
+        Request::delete(format!("/api/v1/oauth/grants/{g2}"))
+            .header("cookie", &session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    decide_approval(&app, &session, request.id, "approve").await;
+    let msg = tool_error(&call.await.unwrap());
+    assert!(
+        msg.contains("is void") && msg.contains("grant was revoked"),
+        "{msg}"
+    );
+    assert!(!group_exists(&w, "Void").await);
+
+    // Reported: refused, and the client's grants for this user die at once (a second grant
+    // of the same client too); another client's grant is untouched.
+    let second = authorized(&w, &app, &client, &[("scope", "mcp:read")]).await;
+    let other = claude_client(&app).await;
+    let other_t = authorized(&w, &app, &other, &[]).await;
+    let call = create_group_waiting(&app, &access, "Reported");
+    let request = pending_request(&w).await;
+    let r = decide_approval(&app, &session, request.id, "report").await;
+    assert_eq!(r.body["status"], "reported", "{}", r.body);
+    let msg = tool_error(&call.await.unwrap());
+    assert!(
+        msg.contains("OAuth client's access has been revoked"),
+        "{msg}"
+    );
+    assert!(!group_exists(&w, "Reported").await);
+    assert_eq!(lists_tools(&app, &access).await, StatusCode::UNAUTHORIZED);
+    let second_access = second["access_token"].as_str().unwrap();
+    assert_eq!(
+        lists_tools(&app, second_access).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let r = refresh(&app, &client, t["refresh_token"].as_str().unwrap(), &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant");
+    let other_access = other_t["access_token"].as_str().unwrap();
+    assert_eq!(lists_tools(&app, other_access).await, StatusCode::OK);
+    let grants = send(&app, get("/api/v1/oauth/grants", Some(&session))).await;
+    let reported: Vec<&Value> = grants.body["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["revoke_reason"] == "approval_reported")
+        .collect();
+    assert_eq!(reported.len(), 2, "{}", grants.body);
+    assert!(
+        reported
+            .iter()
+            .all(|g| g["client_id"] == client.as_str() && g["state"] == "Revoked")
+    );
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert_eq!(
+        audit.matches("approval_reported").count(),
+        2,
+        "one record per grant"
     );
 }
 
@@ -1262,4 +1427,5 @@ breeze_store::on_both_backends!(
     consent_csrf_and_organizations,
     scopes_and_organizations_bound_the_token,
     metadata_documents_are_fetched_safely,
+    tier3_calls_with_a_token_go_through_approval,
 );
