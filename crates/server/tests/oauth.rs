@@ -22,7 +22,7 @@ use breeze_oauth::{AccessClaims, SigningKey, pkce};
 use breeze_server::oauth::{HttpFetcher, OAuthSettings};
 use breeze_store::testing::Ctx;
 use chrono::Duration;
-use common::{PASSWORD, Reply, World, build, send, world};
+use common::{PASSWORD, Reply, World, build, err_msg, send, world};
 use serde_json::{Value, json};
 
 const BASE: &str = "http://127.0.0.1:3000";
@@ -1357,6 +1357,292 @@ async fn tier3_calls_with_a_token_go_through_approval(cx: Ctx) {
     );
 }
 
+/// The MCP spec's scope challenge: a token whose scopes do not reach a call's tier gets 403
+/// `insufficient_scope` naming its scopes plus the one needed (so the client can step up),
+/// audited with the grant as actor; API keys keep their JSON-RPC refusal.
+async fn insufficient_scope_is_a_step_up_challenge(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", "mcp:read")]).await;
+    let access = t["access_token"].as_str().unwrap();
+    let call = |name: &str, arguments: Value| {
+        rpc(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+    };
+    for (body, needed, scope) in [
+        (
+            call("manage_groups", json!({ "action": "create", "name": "X" })),
+            "mcp:execute",
+            "mcp:read mcp:execute",
+        ),
+        (
+            call("set_device_context", json!({})),
+            "mcp:write",
+            "mcp:read mcp:write",
+        ),
+        (
+            // A batch is judged by its costliest item.
+            call(
+                "manage_groups",
+                json!({ "mode": "commit", "items": [
+                    { "clientRef": "a", "input": { "action": "list" } },
+                    { "clientRef": "b", "input": { "action": "create", "name": "Y" } },
+                ] }),
+            ),
+            "mcp:execute",
+            "mcp:read mcp:execute",
+        ),
+    ] {
+        let r = mcp(&app, access, &body).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{body}: {}", r.body);
+        let c = challenge(&r);
+        assert!(c.starts_with("Bearer "), "{c}");
+        assert!(c.contains("error=\"insufficient_scope\""), "{c}");
+        assert!(c.contains(&format!("scope=\"{scope}\"")), "{c}");
+        assert!(
+            c.contains(&format!(
+                "resource_metadata=\"{BASE}/.well-known/oauth-protected-resource/mcp\""
+            )),
+            "{c}"
+        );
+        assert!(err_msg(&r).contains(needed), "{}", r.body);
+    }
+    // What the token reaches runs; tools/list is unchanged.
+    let r = mcp(&app, access, &call("query_devices", json!({}))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(lists_tools(&app, access).await, StatusCode::OK);
+    // The consolidated catalog's execute meta-tool is challenged the same way.
+    let r = send(
+        &app,
+        json_post(
+            "/mcp?catalog=consolidated",
+            &call(
+                "breeze_execute",
+                json!({ "operation": "manage_groups", "input": {} }),
+            ),
+            &[
+                ("authorization", &format!("Bearer {access}")),
+                ("accept", "application/json, text/event-stream"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(challenge(&r).contains("scope=\"mcp:read mcp:execute\""));
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("mcp.refused") && l.contains("oauth_grant") && l.contains("403")),
+        "the refusal is audited with the grant as actor"
+    );
+    // An API key without the scope: the JSON-RPC refusal as before, no challenge.
+    let r = send(
+        &app,
+        json_post(
+            "/mcp",
+            &call("manage_groups", json!({ "action": "create", "name": "X" })),
+            &[
+                ("x-api-key", &w.read),
+                ("accept", "application/json, text/event-stream"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.headers.get("www-authenticate").is_none());
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ai:execute")
+    );
+    // Stepped up: the call passes the challenge (and meets validation).
+    let t = authorized(&w, &app, &client, &[("scope", "mcp:read mcp:execute")]).await;
+    let r = mcp(
+        &app,
+        t["access_token"].as_str().unwrap(),
+        &call("set_device_context", json!({})),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "mcp:execute reaches Tier 2: {}",
+        r.body
+    );
+}
+
+/// Browser-based clients reach discovery, JWKS, token, registration and revocation across
+/// origins; the authorization page and introspection stay same-origin.
+async fn cors_on_the_public_endpoints(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let preflight = |path: &str| {
+        Request::options(path)
+            .header("origin", "http://localhost:6274")
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type, mcp-protocol-version, authorization",
+            )
+            .body(Body::empty())
+            .unwrap()
+    };
+    for path in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/jwks.json",
+        "/oauth/token",
+        "/oauth/reg",
+        "/oauth/token/revocation",
+    ] {
+        let r = send(&app, preflight(path)).await;
+        assert!(r.status.is_success(), "{path}: {}", r.status);
+        let h = |n: &str| {
+            r.headers
+                .get(n)
+                .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+                .unwrap_or_default()
+        };
+        assert_eq!(h("access-control-allow-origin"), "*", "{path}");
+        assert!(h("access-control-allow-methods").contains("post"), "{path}");
+        assert!(
+            h("access-control-allow-headers").contains("mcp-protocol-version"),
+            "{path}"
+        );
+        assert!(h("access-control-allow-credentials").is_empty(), "{path}");
+    }
+    let r = send(
+        &app,
+        Request::get("/.well-known/oauth-authorization-server")
+            .header("origin", "http://localhost:6274")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["access-control-allow-origin"], "*");
+    let r = send(
+        &app,
+        form(
+            "/oauth/token",
+            &[
+                ("grant_type", "refresh_token"),
+                ("client_id", "x"),
+                ("refresh_token", "y"),
+            ],
+            &[("origin", "http://localhost:6274")],
+        ),
+    )
+    .await;
+    assert_eq!(r.headers["access-control-allow-origin"], "*", "errors too");
+    for path in ["/oauth/auth", "/oauth/token/introspection"] {
+        let r = send(&app, preflight(path)).await;
+        assert!(
+            r.headers.get("access-control-allow-origin").is_none(),
+            "{path} answers no other origin"
+        );
+    }
+}
+
+/// "Sign out everywhere" ends every session of the person and revokes their grants, audited;
+/// the daily sweep removes stale registered clients once a day, whoever asks.
+async fn sign_out_everywhere_and_the_daily_sweep(cx: Ctx) {
+    let w = world(&cx).await;
+    let mut config = (*w.state.config).clone();
+    config.oauth = Some(settings());
+    let state = breeze_server::AppState::new(
+        w.state.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let app = breeze_server::app(breeze_server::Breeze::new(state.clone()));
+    let (_, t) = tokens(&w, &app).await;
+    let access = t["access_token"].as_str().unwrap();
+    let one = sign_in(&app, "admin@p.test").await;
+    let two = sign_in(&app, "admin@p.test").await;
+    let viewer = sign_in(&app, "viewer@p.test").await;
+    let me = |cookie: &str| send(&app, get("/api/v1/auth/me", Some(cookie)));
+    assert_eq!(me(&two).await.status, StatusCode::OK);
+    // An API key cannot.
+    let r = send(
+        &app,
+        json_post(
+            "/api/v1/auth/logout-everywhere",
+            &json!({}),
+            &[("x-api-key", &w.read)],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = send(
+        &app,
+        json_post(
+            "/api/v1/auth/logout-everywhere",
+            &json!({}),
+            &[("cookie", &one)],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body["sessions_ended"].as_u64().unwrap() >= 3,
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["grants_revoked"], 1);
+    assert!(set_cookie(&r, "breeze_session").ends_with("breeze_session="));
+    assert_eq!(me(&one).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(me(&two).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        me(&viewer).await.status,
+        StatusCode::OK,
+        "only the person's own"
+    );
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit.contains("auth.logout_everywhere"));
+
+    // The sweep: once per day by the store's clock, across instances (a second OAuth over the
+    // same store is another instance).
+    let oauth = state.oauth.clone().unwrap();
+    let stale = claude_client(&app).await;
+    let kept = claude_client(&app).await;
+    authorized(&w, &app, &kept, &[]).await;
+    assert_eq!(oauth.sweep_when_due().await.unwrap(), Some(0), "first run");
+    cx.clock.advance(Duration::days(91));
+    let other = breeze_server::AppState::new(
+        w.state.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        state.config.as_ref().clone(),
+        Arc::new(MemoryLimiter::new()),
+    )
+    .oauth
+    .unwrap();
+    let removed = other.sweep_when_due().await.unwrap();
+    assert!(removed.is_some_and(|n| n >= 1), "{removed:?}");
+    assert_eq!(oauth.sweep_when_due().await.unwrap(), None, "once a day");
+    assert!(w.store.get_oauth_client(&stale).await.unwrap().is_none());
+    assert!(
+        w.store.get_oauth_client(&kept).await.unwrap().is_some(),
+        "a client with an active grant stays"
+    );
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit.contains("oauth.client.sweep"));
+    cx.clock.advance(Duration::days(1));
+    assert!(
+        oauth.sweep_when_due().await.unwrap().is_some(),
+        "the next day"
+    );
+}
+
 async fn metadata_documents_are_fetched_safely(cx: Ctx) {
     let w = world(&cx).await;
     let app = oauth_app(&w);
@@ -1428,4 +1714,7 @@ breeze_store::on_both_backends!(
     scopes_and_organizations_bound_the_token,
     metadata_documents_are_fetched_safely,
     tier3_calls_with_a_token_go_through_approval,
+    insufficient_scope_is_a_step_up_challenge,
+    cors_on_the_public_endpoints,
+    sign_out_everywhere_and_the_daily_sweep,
 );

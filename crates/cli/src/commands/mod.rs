@@ -4,6 +4,7 @@ pub(crate) mod admin;
 pub(crate) mod approvals;
 pub(crate) mod demo;
 pub(crate) mod fleet;
+pub(crate) mod grants;
 pub(crate) mod skill;
 pub(crate) mod stdio;
 
