@@ -102,7 +102,11 @@ class Browser:
         if not org:
             raise RuntimeError("no organization to choose")
         fields += [("org_id", html.unescape(org.group(1))), ("decision", "approve")]
-        r = await self.http.post(f"{self.base}/oauth/auth", data=fields)
+        r = await self.http.post(
+            f"{self.base}/oauth/auth",
+            content=urlencode(fields),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
         if r.status_code != 303:
             raise RuntimeError(f"consent post answered {r.status_code}: {r.text[:300]}")
         back = urlparse(r.headers["location"])

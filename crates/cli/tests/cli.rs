@@ -625,22 +625,20 @@ fn mcp_stdio_bridges_to_a_running_server() {
     );
 }
 
+/// A migrated database in `d` with partner Northwind IT and its organization `org`.
+fn migrated_with_org(d: &Path, org: &str) {
+    run_ok(breeze(d).arg("migrate"));
+    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
+    run_ok(breeze(d).args(["orgs", "create", "--partner", "northwind-it", "--name", org]));
+}
+
 /// `breeze approvals policy --mode automatic` is accepted only for a read-only Tier 3 action;
 /// anything else is refused naming the class and why, and nothing is stored.
 #[test]
 fn automatic_approval_policy_only_for_read_only_actions() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    run_ok(breeze(d).arg("migrate"));
-    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
-    run_ok(breeze(d).args([
-        "orgs",
-        "create",
-        "--partner",
-        "northwind-it",
-        "--name",
-        "Fabrikam",
-    ]));
+    migrated_with_org(d, "Fabrikam");
     let policy = |class: &str, mode: &str| {
         let mut cmd = breeze(d);
         cmd.args([
@@ -917,16 +915,7 @@ fn seed_grants(dir: &Path, email: &str, org: &str) {
 fn grants_are_listed_and_revoked_from_the_shell() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    run_ok(breeze(d).arg("migrate"));
-    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
-    run_ok(breeze(d).args([
-        "orgs",
-        "create",
-        "--partner",
-        "northwind-it",
-        "--name",
-        "Contoso Ltd",
-    ]));
+    migrated_with_org(d, "Contoso Ltd");
     run_ok(breeze(d).args([
         "users",
         "create",

@@ -333,12 +333,20 @@ impl McpApp for BreezeMcp {
                 return Err(auth_http_error(AuthError::MissingApiKey));
             }
         };
-        // Written straight into the `Arc`s (one allocation each).
-        let (credential_id, org_id) = match &principal {
-            Credentialed::Key(k) => (k.key_id.0, k.org_id),
-            Credentialed::Token(t) => (t.grant_id.0, t.org_id),
+        // Written straight into the `Arc`s (one allocation each). A key's sessions are the
+        // key's; a token's belong to its client acting for its user in its organization, not
+        // to one grant: a scope step-up or a re-authorization makes a new grant, and the
+        // client's session carries on (every request still authenticates its own token).
+        let (key, org_id): (Arc<str>, _) = match &principal {
+            Credentialed::Key(k) => (
+                Arc::from(&*k.key_id.0.hyphenated().encode_lower(&mut [0; 36])),
+                k.org_id,
+            ),
+            Credentialed::Token(t) => (
+                Arc::from(format!("oauth:{}:{}:{}", t.user_id, t.org_id, t.client_id)),
+                t.org_id,
+            ),
         };
-        let key = Arc::from(&*credential_id.hyphenated().encode_lower(&mut [0; 36]));
         let tenant = Arc::from(&*org_id.0.hyphenated().encode_lower(&mut [0; 36]));
         let chosen = catalog::choose(
             self.state.pipeline.registry(),

@@ -250,6 +250,18 @@ async fn tokens(w: &World, app: &Router) -> (String, Value) {
     (client, t)
 }
 
+/// The signed-in person revokes grant `id` (`DELETE /api/v1/oauth/grants/{id}`).
+async fn revoke_grant(app: &Router, session: &str, id: &str) -> Reply {
+    send(
+        app,
+        Request::delete(format!("/api/v1/oauth/grants/{id}"))
+            .header("cookie", session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
 fn rpc(method: &str, params: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params })
 }
@@ -264,6 +276,36 @@ async fn mcp(app: &Router, bearer: &str, body: &Value) -> Reply {
                 ("authorization", &format!("Bearer {bearer}")),
                 ("accept", "application/json, text/event-stream"),
                 ("mcp-protocol-version", "2025-06-18"),
+            ],
+        ),
+    )
+    .await
+}
+
+/// `initialize` with `bearer`: the new session's id.
+async fn open_session(app: &Router, bearer: &str) -> String {
+    let init = rpc(
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "1" } }),
+    );
+    let r = mcp(app, bearer, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.headers["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A request in session `session`.
+async fn mcp_in(app: &Router, bearer: &str, session: &str, body: &Value) -> Reply {
+    send(
+        app,
+        json_post(
+            "/mcp",
+            body,
+            &[
+                ("authorization", &format!("Bearer {bearer}")),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-06-18"),
+                ("mcp-session-id", session),
             ],
         ),
     )
@@ -455,14 +497,7 @@ async fn full_flow_refresh_revoke(cx: Ctx) {
     );
 
     // The user revokes the grant: every token dies at once; the client must sign in again.
-    let r = send(
-        &app,
-        Request::delete(format!("/api/v1/oauth/grants/{gid}"))
-            .header("cookie", &session)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let r = revoke_grant(&app, &session, &gid).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["grant"]["state"], "Revoked");
     let r = mcp(&app, &access2, &rpc("tools/list", json!({}))).await;
@@ -1294,14 +1329,7 @@ async fn tier3_calls_with_a_token_go_through_approval(cx: Ctx) {
     let call = create_group_waiting(&app, &access2, "Void");
     let request = pending_request(&w).await;
     let g2 = request.oauth_grant_id.unwrap();
-    let r = send(
-        &app,
-        Request::delete(format!("/api/v1/oauth/grants/{g2}"))
-            .header("cookie", &session)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let r = revoke_grant(&app, &session, &g2.to_string()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     decide_approval(&app, &session, request.id, "approve").await;
     let msg = tool_error(&call.await.unwrap());
@@ -1460,11 +1488,16 @@ async fn insufficient_scope_is_a_step_up_challenge(cx: Ctx) {
             .unwrap()
             .contains("ai:execute")
     );
-    // Stepped up: the call passes the challenge (and meets validation).
+    // Stepped up (a new grant of the same client): the call passes the challenge (and meets
+    // validation) in the session the read-only token opened; another client's token cannot
+    // use that session.
+    let session = open_session(&app, access).await;
     let t = authorized(&w, &app, &client, &[("scope", "mcp:read mcp:execute")]).await;
-    let r = mcp(
+    let stepped = t["access_token"].as_str().unwrap();
+    let r = mcp_in(
         &app,
-        t["access_token"].as_str().unwrap(),
+        stepped,
+        &session,
         &call("set_device_context", json!({})),
     )
     .await;
@@ -1474,6 +1507,10 @@ async fn insufficient_scope_is_a_step_up_challenge(cx: Ctx) {
         "mcp:execute reaches Tier 2: {}",
         r.body
     );
+    let (_, other) = tokens(&w, &app).await;
+    let other = other["access_token"].as_str().unwrap();
+    let r = mcp_in(&app, other, &session, &call("query_devices", json!({}))).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
 }
 
 /// Browser-based clients reach discovery, JWKS, token, registration and revocation across
