@@ -218,10 +218,14 @@ fn perf_peers(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(peers)
 }
 
-/// Builds `packages` of the perf-peers workspace at `peers` (release).
+/// Builds `packages` of the perf-peers workspace at `peers` (release; debug for `bench mcp`'s
+/// smoke run, see [`profile`]).
 fn build_peers(peers: &Path, packages: &[&str]) -> anyhow::Result<()> {
     let mut cmd = Command::new("cargo");
-    cmd.current_dir(peers).args(["build", "--release", "-q"]);
+    cmd.current_dir(peers)
+        .arg("build")
+        .args(profile().0)
+        .arg("-q");
     for p in packages {
         cmd.args(["-p", p]);
     }
@@ -244,9 +248,9 @@ fn build_breeze(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(root.join("target").join(dir).join("breeze"))
 }
 
-/// Cargo's flags and the target directory of the profile Breeze is built with: release, or
-/// with `BENCH_PROFILE=debug` a debug build (a smoke run of the bench's plumbing, whose
-/// numbers mean nothing).
+/// Cargo's flags and the target directory of the profile Breeze and the peers are built with:
+/// release, or with `BENCH_PROFILE=debug` a debug build (a smoke run of the bench's plumbing,
+/// whose numbers mean nothing).
 fn profile() -> (&'static [&'static str], &'static str) {
     #[allow(clippy::disallowed_methods)] // benchmark knob
     match std::env::var("BENCH_PROFILE").as_deref() {
@@ -272,7 +276,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         .arg("build")
         .args(flags)
         .args(["-q", "-p", "breeze-mcp", "--example", "conformance"]))?;
-    let loadgen = peers.join("target/release/loadgen");
+    let loadgen = peers.join("target").join(dir).join("loadgen");
 
     // Breeze demo in a scratch directory, limits raised through their settings.
     let demo_dir = work.join("breeze-demo");
@@ -315,7 +319,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let spawn_peer = |bin: &str, port: u16| -> anyhow::Result<Running> {
         Running::start(
             pinned(0)
-                .arg(peers.join("target/release").join(bin))
+                .arg(peers.join("target").join(dir).join(bin))
                 .args(["--port", &port.to_string()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
