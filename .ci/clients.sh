@@ -7,9 +7,10 @@
 #   each SDK calls every tool the execute key sees (and an error result), with its output-schema
 #   validation on: a result that does not match the tool's outputSchema fails the suite
 #   - the MCP Inspector CLI: tools/list over Streamable HTTP
-#   - OAuth 2.1 with the TypeScript SDK's OAuth client provider, on a second demo started with
-#     MCP_OAUTH_ENABLED: discovery → DCR → consent (answered headless by a signed-in HTTP client)
-#     → token → tools → refresh → revoke → 401 → re-authorization
+#   - OAuth 2.1 with the TypeScript SDK's OAuth client provider and the Python SDK's
+#     (`OAuthClientProvider`), on a second demo started with MCP_OAUTH_ENABLED: discovery → DCR
+#     → consent (answered headless by a signed-in HTTP client) → token → tools → refresh →
+#     (Python: scope step-up on 403 insufficient_scope) → revoke → 401 → re-authorization
 # and exits non-zero when any check fails. Pins: tests/clients/package.json (+ package-lock.json)
 # and tests/clients/requirements.txt.
 #
@@ -108,6 +109,7 @@ stop_server
 ci_demo_up "breeze demo with OAuth" start_server \
   MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true
 run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mjs" --demo-json "$DEMO_JSON"
+run_suite py-oauth timeout 120 env "${unset_args[@]}" "$PYENV/bin/python" "$CLIENTS/py_oauth.py" --demo-json "$DEMO_JSON"
 
 # ---- 6. verdict -------------------------------------------------------------------------------
 passed=$(grep -c '^PASS ' "$results" || true)

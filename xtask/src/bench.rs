@@ -28,6 +28,7 @@
 pub(crate) mod devices;
 pub(crate) mod fleet;
 mod instance;
+mod oauth;
 pub(crate) mod pages;
 mod sim;
 pub(crate) mod sizes;
@@ -44,9 +45,12 @@ use serde_json::Value;
 
 struct Server {
     name: &'static str,
-    /// Which of the four servers this is, for the aims summary.
+    /// Which of the servers this is, for the aims summary.
     role: Role,
-    child: Running,
+    /// The process measured (a run that shares another's server names its process here).
+    pid: u32,
+    /// The process, when this run owns it: held to be killed when dropped.
+    _child: Option<Running>,
     url: String,
     body: PathBuf,
     headers: Vec<String>,
@@ -215,10 +219,14 @@ fn perf_peers(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(peers)
 }
 
-/// Builds `packages` of the perf-peers workspace at `peers` (release).
+/// Builds `packages` of the perf-peers workspace at `peers` (release; debug for `bench mcp`'s
+/// smoke run, see [`profile`]).
 fn build_peers(peers: &Path, packages: &[&str]) -> anyhow::Result<()> {
     let mut cmd = Command::new("cargo");
-    cmd.current_dir(peers).args(["build", "--release", "-q"]);
+    cmd.current_dir(peers)
+        .arg("build")
+        .args(profile().0)
+        .arg("-q");
     for p in packages {
         cmd.args(["-p", p]);
     }
@@ -232,14 +240,24 @@ fn build_breeze(root: &Path) -> anyhow::Result<PathBuf> {
     if let Ok(bin) = std::env::var("BENCH_BREEZE_BIN") {
         return Ok(PathBuf::from(bin));
     }
-    run(Command::new("cargo").current_dir(root).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "breeze-cli",
-    ]))?;
-    Ok(root.join("target/release/breeze"))
+    let (flags, dir) = profile();
+    run(Command::new("cargo")
+        .current_dir(root)
+        .arg("build")
+        .args(flags)
+        .args(["-q", "-p", "breeze-cli"]))?;
+    Ok(root.join("target").join(dir).join("breeze"))
+}
+
+/// Cargo's flags and the target directory of the profile Breeze and the peers are built with:
+/// release, or with `BENCH_PROFILE=debug` a debug build (a smoke run of the bench's plumbing,
+/// whose numbers mean nothing).
+fn profile() -> (&'static [&'static str], &'static str) {
+    #[allow(clippy::disallowed_methods)] // benchmark knob
+    match std::env::var("BENCH_PROFILE").as_deref() {
+        Ok("debug") => (&[], "debug"),
+        _ => (&["--release"], "release"),
+    }
 }
 
 pub(crate) fn mcp() -> anyhow::Result<()> {
@@ -250,27 +268,25 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let rounds = env_num("BENCH_ROUNDS", 5);
     let sessions = env_num("BENCH_SESSIONS", 5000);
 
-    eprintln!("building (release): loadgen, peers, breeze, the fixtures server…");
+    let (flags, dir) = profile();
+    eprintln!("building ({dir}): loadgen, peers, breeze, the fixtures server…");
     build_peers(&peers, &["loadgen", "peer-rmcp", "baseline-axum"])?;
     let breeze_bin = build_breeze(&root)?;
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "breeze-mcp",
-        "--example",
-        "conformance",
-    ]))?;
-    let loadgen = peers.join("target/release/loadgen");
+    run(Command::new("cargo")
+        .current_dir(&root)
+        .arg("build")
+        .args(flags)
+        .args(["-q", "-p", "breeze-mcp", "--example", "conformance"]))?;
+    let loadgen = peers.join("target").join(dir).join("loadgen");
 
     // Breeze demo in a scratch directory, limits raised through their settings.
     let demo_dir = work.join("breeze-demo");
     let _ = std::fs::remove_dir_all(&demo_dir);
     std::fs::create_dir_all(&demo_dir)?;
     let breeze_port = 3211;
+    // With OAuth on, so a Bearer token's run sits beside the API key's.
     let mut breeze = Running::start(
-        &mut demo_command(&breeze_bin, &demo_dir, breeze_port),
+        demo_command(&breeze_bin, &demo_dir, breeze_port).envs(oauth::DEMO_ENV),
         breeze_port,
     )?;
     let demo = wait_for_json(&demo_dir.join("breeze-data/demo.json"), &mut breeze.0)?;
@@ -278,6 +294,10 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         .as_str()
         .context("demo read key")?
         .to_owned();
+    let breeze_base = format!("http://127.0.0.1:{breeze_port}");
+    let mcp_url = demo["mcp_url"].as_str().context("demo mcp_url")?;
+    let token = oauth::access_token(&breeze_base, mcp_url, &demo)
+        .context("an OAuth access token for the Bearer run")?;
     sizes::print_sizes(
         &format!("http://127.0.0.1:{breeze_port}"),
         &sizes::demo_keys(&demo)?,
@@ -300,7 +320,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let spawn_peer = |bin: &str, port: u16| -> anyhow::Result<Running> {
         Running::start(
             pinned(0)
-                .arg(peers.join("target/release").join(bin))
+                .arg(peers.join("target").join(dir).join(bin))
                 .args(["--port", &port.to_string()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
@@ -310,7 +330,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let fixture_port = 3212;
     let fixture = Running::start(
         pinned(0)
-            .arg(root.join("target/release/examples/conformance"))
+            .arg(root.join("target").join(dir).join("examples/conformance"))
             // Breeze's own reply mode (JSON unless the handler speaks first), as the rmcp peer
             // answers with `json_response`; the fixture's default, SSE, is the suite's setting.
             .args([&fixture_port.to_string(), "--replies", "adaptive"])
@@ -323,11 +343,17 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     // In this order every round: the rmcp peer runs right after the engine and right before the
     // pipeline, the two figures the aims divide by its own, so that each ratio compares runs a
     // few seconds apart rather than across the machine's drift.
+    let pipeline_pid = breeze.id();
+    let (floor, rmcp) = (
+        spawn_peer("baseline-axum", 3213)?,
+        spawn_peer("peer-rmcp", 3214)?,
+    );
     let servers = vec![
         Server {
             name: "baseline-axum (echo floor)",
             role: Role::Floor,
-            child: spawn_peer("baseline-axum", 3213)?,
+            pid: floor.id(),
+            _child: Some(floor),
             url: "http://127.0.0.1:3213/mcp".into(),
             body: echo.clone(),
             headers: vec![],
@@ -335,7 +361,8 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         Server {
             name: "breeze engine (fixture test_simple_text, JSON replies)",
             role: Role::Engine,
-            child: fixture,
+            pid: fixture.id(),
+            _child: Some(fixture),
             url: format!("http://127.0.0.1:{fixture_port}/mcp"),
             body: fixture_body,
             headers: vec![],
@@ -343,7 +370,8 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         Server {
             name: "peer-rmcp (echo)",
             role: Role::Rmcp,
-            child: spawn_peer("peer-rmcp", 3214)?,
+            pid: rmcp.id(),
+            _child: Some(rmcp),
             url: "http://127.0.0.1:3214/mcp".into(),
             body: echo,
             headers: vec![],
@@ -351,10 +379,22 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
         Server {
             name: "breeze pipeline (query_devices, Tier 1)",
             role: Role::Pipeline,
-            child: breeze,
+            pid: pipeline_pid,
+            _child: Some(breeze),
+            url: format!("http://127.0.0.1:{breeze_port}/mcp"),
+            body: breeze_body.clone(),
+            headers: vec![format!("X-API-Key: {key}")],
+        },
+        // The same server and call with an OAuth access token instead of the key, right after
+        // it, so the two compare runs seconds apart.
+        Server {
+            name: "breeze pipeline, Bearer token (query_devices, Tier 1)",
+            role: Role::Bearer,
+            pid: pipeline_pid,
+            _child: None,
             url: format!("http://127.0.0.1:{breeze_port}/mcp"),
             body: breeze_body,
-            headers: vec![format!("X-API-Key: {key}")],
+            headers: vec![format!("Authorization: Bearer {token}")],
         },
     ];
 
@@ -364,7 +404,7 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     for _ in 0..rounds {
         for conc in [1u32, 50] {
             for s in &servers {
-                let pid = s.child.id();
+                let pid = s.pid;
                 let mut cmd = pinned(1);
                 cmd.arg(&loadgen)
                     .args(["--url", &s.url, "--body"])
@@ -421,7 +461,11 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     // Idle sessions on a fresh Breeze process (memory freed by the load runs would hide them):
     // 100 warm-up sessions, then N more; initialize + initialized, never deleted.
     let mut servers = servers;
-    let breeze = servers.pop().context("the Breeze server")?;
+    let at = servers
+        .iter()
+        .position(|s| s.role == Role::Pipeline)
+        .context("the Breeze server")?;
+    let breeze = servers.swap_remove(at);
     drop(servers);
     let breeze_url = breeze.url.clone();
     let key_header = breeze.headers[0].clone();
@@ -440,12 +484,13 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     let fresh = Server {
         name: "breeze",
         role: Role::Pipeline,
-        child: fresh,
+        pid: fresh.id(),
+        _child: Some(fresh),
         url: breeze_url,
         body: PathBuf::new(),
         headers: vec![key_header],
     };
-    let pid = fresh.child.id();
+    let pid = fresh.pid;
     let init = peers.join("bodies/initialize.json");
     let open = |n: u64| -> anyhow::Result<()> {
         run(pinned(1)
@@ -514,13 +559,15 @@ pub(crate) fn mcp() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The four servers of a run, as the aims compare them.
+/// The servers of a run, as the aims compare them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
     Floor,
     Rmcp,
     Engine,
     Pipeline,
+    /// The pipeline's server again, called with an OAuth access token instead of the key.
+    Bearer,
 }
 
 /// One load run's figures.
@@ -584,6 +631,18 @@ fn print_aims(runs: &[Run]) {
             values: p99s(Role::Pipeline),
             unit: " ms",
             met: |m| m <= 2.0,
+        },
+        Aim {
+            name: "Bearer token ≥ 0.95× the API key's req/s (c=1, #23)",
+            values: ratios(Role::Bearer, Role::Pipeline, 1),
+            unit: "×",
+            met: |m| m >= 0.95,
+        },
+        Aim {
+            name: "Bearer token ≥ 0.95× the API key's req/s (c=50, #23)",
+            values: ratios(Role::Bearer, Role::Pipeline, 50),
+            unit: "×",
+            met: |m| m >= 0.95,
         },
         Aim {
             name: "engine p99 ≤ 3 ms (c=50)",

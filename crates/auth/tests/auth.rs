@@ -463,6 +463,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
         .create_approval(
             NewApproval {
                 api_key_id: Some(rec.id),
+                oauth_grant_id: None,
                 requester_user_id: w.admin.id,
                 tool: "run_script".into(),
                 action: None,

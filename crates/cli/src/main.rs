@@ -1,5 +1,5 @@
 //! The `breeze` command: run the server (`serve`, `demo`), migrate the database, and
-//! administer partners, organizations, users and API keys from a shell.
+//! administer partners, organizations, users, API keys and OAuth grants from a shell.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
 
 mod commands;
@@ -46,6 +46,9 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::admin::KeysCommand),
+    /// A user's OAuth grants (connected AI clients): list, revoke.
+    #[command(subcommand)]
+    Grants(commands::grants::GrantsCommand),
     /// Manage agent enrollment keys.
     #[command(subcommand, name = "enrollment-keys")]
     EnrollmentKeys(commands::fleet::EnrollmentKeysCommand),
@@ -185,6 +188,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::Orgs(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Users(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Keys(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::Grants(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::EnrollmentKeys(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Channels(c) => c.run(&commands::open_existing(&settings).await?).await,

@@ -842,22 +842,20 @@ fn mcp_stdio_bridges_to_a_running_server() {
     );
 }
 
+/// A migrated database in `d` with partner Northwind IT and its organization `org`.
+fn migrated_with_org(d: &Path, org: &str) {
+    run_ok(breeze(d).arg("migrate"));
+    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
+    run_ok(breeze(d).args(["orgs", "create", "--partner", "northwind-it", "--name", org]));
+}
+
 /// `breeze approvals policy --mode automatic` is accepted only for a read-only Tier 3 action;
 /// anything else is refused naming the class and why, and nothing is stored.
 #[test]
 fn automatic_approval_policy_only_for_read_only_actions() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    run_ok(breeze(d).arg("migrate"));
-    run_ok(breeze(d).args(["partners", "create", "--name", "Northwind IT"]));
-    run_ok(breeze(d).args([
-        "orgs",
-        "create",
-        "--partner",
-        "northwind-it",
-        "--name",
-        "Fabrikam",
-    ]));
+    migrated_with_org(d, "Fabrikam");
     let policy = |class: &str, mode: &str| {
         let mut cmd = breeze(d);
         cmd.args([
@@ -1076,4 +1074,107 @@ fn install_skill_finds_the_agents_under_home() {
     let (code, err) = run_err(breeze(work.path()).arg("install-skill"));
     assert_ne!(code, 0);
     assert!(err.contains("HOME is not set"), "{err}");
+}
+
+/// Two grants of one user, made through the store as the token endpoint makes them.
+fn seed_grants(dir: &Path, email: &str, org: &str) {
+    use breeze_store::{NewOAuthCode, NewRefreshToken, Redeemed, Store, StoreOptions};
+    let url = format!("sqlite://{}", dir.join("breeze-data/breeze.db").display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clock = std::sync::Arc::new(breeze_core::SystemClock);
+        let store = Store::connect(&StoreOptions::new(url), clock.clone())
+            .await
+            .unwrap();
+        let user = store
+            .find_user_for_login(email)
+            .await
+            .unwrap()
+            .unwrap()
+            .user;
+        let org = store.find_organization(org).await.unwrap();
+        let now = breeze_core::Clock::now(&*clock);
+        for (i, client) in ["bzcl_cli_a", "bzcl_cli_b"].into_iter().enumerate() {
+            let hash = [u8::try_from(i).unwrap() + 1; 32];
+            store
+                .insert_oauth_code(NewOAuthCode {
+                    code_hash: hash,
+                    client_id: client.into(),
+                    org_id: org.id,
+                    user_id: user.id,
+                    redirect_uri: "http://127.0.0.1/cb".into(),
+                    code_challenge: "c".into(),
+                    resource: "http://127.0.0.1:3000/mcp".into(),
+                    scopes: vec!["mcp:read".into()],
+                    expires_at: now + chrono::Duration::minutes(1),
+                })
+                .await
+                .unwrap();
+            let code = store.find_oauth_code(&hash).await.unwrap().unwrap();
+            let refresh = NewRefreshToken {
+                token_hash: [u8::try_from(i).unwrap() + 9; 32],
+                expires_at: now + chrono::Duration::days(14),
+            };
+            let redeemed = store
+                .redeem_oauth_code(&code, "Claude", refresh, None)
+                .await
+                .unwrap();
+            assert!(matches!(redeemed, Redeemed::Issued(_)));
+        }
+        store.close().await;
+    });
+}
+
+#[test]
+fn grants_are_listed_and_revoked_from_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    migrated_with_org(d, "Contoso Ltd");
+    run_ok(breeze(d).args([
+        "users",
+        "create",
+        "--email",
+        "g@n.test",
+        "--name",
+        "G",
+        "--org",
+        "contoso-ltd",
+    ]));
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "g@n.test"]));
+    assert!(listed.contains("no OAuth grants"), "{listed}");
+    seed_grants(d, "g@n.test", "contoso-ltd");
+
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "g@n.test", "--json"]));
+    let grants: Value = serde_json::from_str(&listed).unwrap();
+    let grants = grants.as_array().unwrap();
+    assert_eq!(grants.len(), 2, "{listed}");
+    assert!(grants.iter().all(|g| g["state"] == "Connected"), "{listed}");
+    let id = grants[0]["id"].as_str().unwrap();
+
+    let out = run_ok(breeze(d).args(["grants", "revoke", "--user", "g@n.test", id]));
+    assert!(out.contains("state Revoked"), "{out}");
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "g@n.test"]));
+    assert_eq!(listed.matches("Connected").count(), 1, "{listed}");
+    assert_eq!(listed.matches("Revoked").count(), 1, "{listed}");
+    // Someone else cannot revoke it by id: the same "no such grant" as a missing one.
+    let (_, err) = run_err(breeze(d).args(["grants", "revoke", "--user", "nobody@n.test", id]));
+    assert!(err.contains("no user with email"), "{err}");
+
+    let out = run_ok(breeze(d).args(["grants", "revoke", "--user", "g@n.test", "--all"]));
+    assert!(out.contains("revoked 1 OAuth grant"), "{out}");
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "g@n.test", "--json"]));
+    let grants: Value = serde_json::from_str(&listed).unwrap();
+    assert!(
+        grants
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["state"] == "Revoked"),
+        "{listed}"
+    );
+    let (_, err) = run_err(breeze(d).args(["grants", "revoke", "--user", "g@n.test"]));
+    assert!(err.contains("--all") || err.contains("<ID>"), "{err}");
 }

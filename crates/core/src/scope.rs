@@ -66,6 +66,18 @@ impl ScopeSet {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The tiers OAuth scopes reach: `mcp:read`, `mcp:write` and `mcp:execute` are `ai:read`,
+    /// `ai:write` and `ai:execute`; any other scope (`openid`, `offline_access`) reaches none.
+    /// The one mapping, shared by bearer tokens and the approvals their calls make.
+    pub fn from_oauth<S: AsRef<str>>(scopes: &[S]) -> Self {
+        Self::new(scopes.iter().filter_map(|s| match s.as_ref() {
+            "mcp:read" => Some(Scope::AiRead),
+            "mcp:write" => Some(Scope::AiWrite),
+            "mcp:execute" => Some(Scope::AiExecute),
+            _ => None,
+        }))
+    }
 }
 
 impl From<ScopeSet> for Vec<Scope> {

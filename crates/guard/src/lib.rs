@@ -26,8 +26,8 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use breeze_core::{
-    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, Clock, OrgId, Permission, PermissionSet, Scope,
-    ScopeSet, Tier, UserId, rbac,
+    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, Clock, GrantId, OrgId, Permission, PermissionSet,
+    Scope, ScopeSet, Tier, UserId, rbac,
 };
 use breeze_limits::RateLimiter;
 use serde_json::Value;
@@ -146,10 +146,14 @@ pub trait Guarded {
 pub struct Caller<'a> {
     /// The one organization the call can reach.
     pub org: OrgId,
-    /// Who the audit trail names: the API key, or the signed-in user.
+    /// Who the audit trail names: the API key, the OAuth grant, or the signed-in user.
     pub actor: Actor,
-    /// The API key the call came with, if any (an approval names it, and is void without it).
+    /// The API key the call came with, if any (an approval names it, and is void once it is
+    /// revoked).
     pub key: Option<ApiKeyId>,
+    /// The OAuth grant whose access token the call came with, if any (an approval names it,
+    /// and is void once it is revoked).
+    pub grant: Option<GrantId>,
     pub user: UserId,
     pub scopes: &'a ScopeSet,
     /// The user's permissions in the organization; `None` when the user holds no role there.
@@ -163,6 +167,7 @@ impl<'a> Caller<'a> {
             org: p.org_id,
             actor: Actor::new(ActorType::ApiKey, p.key_id),
             key: Some(p.key_id),
+            grant: None,
             user: p.user_id,
             scopes: &p.scopes,
             permissions: p.permissions,
@@ -464,6 +469,7 @@ mod tests {
             org: OrgId::new(),
             actor: Actor::new(ActorType::User, user),
             key: None,
+            grant: None,
             user,
             scopes: &scopes,
             permissions: Some(PermissionSet::all()),

@@ -315,6 +315,18 @@ pub trait McpApp: Send + Sync + 'static {
         Ok(())
     }
 
+    /// A look at each JSON-RPC request of a POST before any is dispatched: an `Err` refuses the
+    /// whole HTTP request with its status and headers, as authentication would (e.g. a bearer
+    /// token lacking the scope a `tools/call` needs: 403 with the OAuth scope challenge, so the
+    /// client can step up and retry). Lets everything through by default.
+    fn screen(
+        &self,
+        _client: &Client<Self::Principal>,
+        _request: &crate::jsonrpc::Request,
+    ) -> Result<(), HttpError> {
+        Ok(())
+    }
+
     fn server_info(&self) -> ServerInfo;
 
     fn instructions(&self) -> Option<String> {

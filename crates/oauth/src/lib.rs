@@ -1174,6 +1174,37 @@ impl OAuth {
     }
 }
 
+/// The lease name of the daily sweep of stale clients, codes and refresh tokens.
+pub const SWEEP_JOB: &str = "oauth.sweep";
+
+impl OAuth {
+    /// The daily sweep, when due: registered clients unused past their TTL and holding no
+    /// active grant, expired cached metadata documents, expired codes and refresh tokens are
+    /// removed — once a day by the store's clock across every instance sharing the database
+    /// (a lease row, [`Store::claim_scheduled_run`]). Returns how many clients went, `None`
+    /// when it was not due; a sweep that removed clients is audited (`oauth.client.sweep`).
+    pub async fn sweep_when_due(&self) -> Result<Option<u64>, OAuthError> {
+        let store = &self.inner.store;
+        if !store
+            .claim_scheduled_run(SWEEP_JOB, Duration::days(1))
+            .await?
+        {
+            return Ok(None);
+        }
+        let removed = store.sweep_oauth().await?;
+        if removed > 0 {
+            let event =
+                AuditEvent::new(Actor::system("oauth"), "oauth.client.sweep", "oauth_client")
+                    .details(serde_json::json!({
+                        "removed": removed,
+                        "client_ttl_days": self.inner.config.client_ttl.num_days(),
+                    }));
+            store.append_audit(&event).await?;
+        }
+        Ok(Some(removed))
+    }
+}
+
 /// The connection state a grant shows the user (the contract's vocabulary).
 pub fn connection_state(grant: &OAuthGrantRecord) -> &'static str {
     if grant.is_active() {

@@ -46,12 +46,7 @@ pub fn parse(scope: Option<&str>) -> Result<Vec<String>, String> {
 
 /// The tiers `scopes` reach, as the guard's scope set.
 pub fn tier_scopes(scopes: &[String]) -> ScopeSet {
-    ScopeSet::new(scopes.iter().filter_map(|s| match s.as_str() {
-        "mcp:read" => Some(Scope::AiRead),
-        "mcp:write" => Some(Scope::AiWrite),
-        "mcp:execute" => Some(Scope::AiExecute),
-        _ => None,
-    }))
+    ScopeSet::from_oauth(scopes)
 }
 
 /// The OAuth scope that reaches guard scope `scope`, if any.

@@ -13,16 +13,21 @@
 //! approved. Once the wait ends with a `pending_approval` answer the request is detached from
 //! the connection and stays pending for a person; the client follows it with
 //! `get_approval_status`. A person decides through REST or the CLI ([`decide`]): approve,
-//! deny, or report (deny and revoke the requesting key). Whoever claims the approved row first
+//! deny, or report (deny and revoke the requesting key — or, for a call made with an OAuth
+//! access token, the client's grants for the requesting user). Whoever claims the approved row first
 //! — the waiting call (its progress reaching the client), or the [`Approvals::spawn_resumer`]
 //! task for requests answered pending or approved while the server was down — runs it, once,
-//! after re-checking both hashes, the pinned snapshot, and that the requesting key and user are
-//! still active and allowed (a revoked or disabled requester's request is void). A request left
+//! after re-checking both hashes, the pinned snapshot, and that the requesting credential (API
+//! key or OAuth grant) and user are still active and allowed (a revoked or disabled
+//! requester's request is void). A request left
 //! running by a crashed server fails at the next start; it is never retried.
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{Actor, ActorType, ApiKeyId, AuditEvent, Clock, OrgId, User, UserId, rbac};
+use breeze_core::{
+    Actor, ActorType, ApiKeyId, AuditEvent, Clock, GrantId, OrgId, PermissionSet, ScopeSet, User,
+    UserId, rbac,
+};
 use breeze_gateway::Gateway;
 use breeze_guard::{Caller, Guard};
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
@@ -143,6 +148,7 @@ struct Requester {
     org: OrgId,
     actor: Actor,
     key: Option<ApiKeyId>,
+    grant: Option<GrantId>,
     user: UserId,
 }
 
@@ -152,9 +158,19 @@ impl Requester {
             org: caller.org,
             actor: caller.actor.clone(),
             key: caller.key,
+            grant: caller.grant,
             user: caller.user,
         }
     }
+}
+
+/// The credential an approved call runs with again, as it stands now.
+struct RequesterNow {
+    actor: Actor,
+    key: Option<ApiKeyId>,
+    grant: Option<GrantId>,
+    scopes: ScopeSet,
+    permissions: PermissionSet,
 }
 
 struct Inner {
@@ -305,6 +321,7 @@ impl Approvals {
             .create_approval(
                 NewApproval {
                     api_key_id: requester.key,
+                    oauth_grant_id: requester.grant,
                     requester_user_id: requester.user,
                     tool: spec.name.to_owned(),
                     action: action.map(str::to_owned),
@@ -576,14 +593,15 @@ impl Approvals {
         if !is_batch {
             spec.validate(&r.arguments)?;
         }
-        let (key, scopes, permissions) = self.requester_now(r).await?;
+        let now = self.requester_now(r).await?;
         let caller = Caller {
             org: r.org_id,
-            actor: Actor::new(ActorType::ApiKey, key),
-            key: Some(key),
+            actor: now.actor,
+            key: now.key,
+            grant: now.grant,
             user: r.requester_user_id,
-            scopes: &scopes,
-            permissions: Some(permissions),
+            scopes: &now.scopes,
+            permissions: Some(now.permissions),
         };
         let services = Services {
             store: &self.inner.store,
@@ -627,36 +645,60 @@ impl Approvals {
             .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
     }
 
-    /// The requesting API key with its scopes and its user's permissions in the organization,
-    /// when the key and the user are still active; otherwise the request is void.
-    async fn requester_now(
-        &self,
-        r: &ApprovalRecord,
-    ) -> Result<(ApiKeyId, breeze_core::ScopeSet, breeze_core::PermissionSet), ToolError> {
-        let Some(key_id) = r.api_key_id else {
-            return Err(void(r, "the requesting API key was deleted"));
-        };
+    /// The requesting credential — an API key, or an OAuth grant — with its scopes and its
+    /// user's permissions in the organization, when the credential and the user are still
+    /// active; otherwise the request is void.
+    async fn requester_now(&self, r: &ApprovalRecord) -> Result<RequesterNow, ToolError> {
         let store = &self.inner.store;
-        let key = match store.org(r.org_id).get_api_key(key_id).await {
-            Ok(k) => k,
-            Err(StoreError::NotFound(_)) => {
-                return Err(void(r, "the requesting API key was deleted"));
+        let (actor, key, grant, scopes) = match (r.api_key_id, r.oauth_grant_id) {
+            (Some(key_id), _) => {
+                let key = match store.org(r.org_id).get_api_key(key_id).await {
+                    Ok(k) => k,
+                    Err(StoreError::NotFound(_)) => {
+                        return Err(void(r, "the requesting API key was deleted"));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if key.revoked_at.is_some() {
+                    return Err(void(r, "the requesting API key was revoked"));
+                }
+                if !key.is_active(self.inner.clock.now()) {
+                    return Err(void(r, "the requesting API key has expired"));
+                }
+                let actor = Actor::new(ActorType::ApiKey, key_id);
+                (actor, Some(key_id), None, key.scopes)
             }
-            Err(e) => return Err(e.into()),
+            (None, Some(grant_id)) => {
+                let Some((grant, _)) = store.find_oauth_grant(grant_id).await? else {
+                    return Err(void(r, "the requesting OAuth grant was deleted"));
+                };
+                if !grant.is_active() {
+                    return Err(void(r, "the requesting OAuth client's grant was revoked"));
+                }
+                if grant.org_id != r.org_id || grant.user_id != r.requester_user_id {
+                    return Err(void(r, "the requesting OAuth grant is for someone else"));
+                }
+                let actor = Actor::new(ActorType::OauthGrant, grant_id);
+                let scopes = ScopeSet::from_oauth(&grant.scopes);
+                (actor, None, Some(grant_id), scopes)
+            }
+            (None, None) => {
+                return Err(void(r, "the requesting API key or OAuth grant was deleted"));
+            }
         };
-        if key.revoked_at.is_some() {
-            return Err(void(r, "the requesting API key was revoked"));
-        }
-        if !key.is_active(self.inner.clock.now()) {
-            return Err(void(r, "the requesting API key has expired"));
-        }
         let Some(access) = store.org_access(r.requester_user_id, r.org_id).await? else {
             return Err(void(
                 r,
                 "the requesting user is disabled or no longer holds a role in the organization",
             ));
         };
-        Ok((key_id, key.scopes, access.permissions))
+        Ok(RequesterNow {
+            actor,
+            key,
+            grant,
+            scopes,
+            permissions: access.permissions,
+        })
     }
 
     /// At start, fails requests a previous process left running; then, every poll interval,
@@ -756,6 +798,9 @@ pub fn decision_error(r: &ApprovalRecord) -> ToolError {
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
     let what = match r.status.as_str() {
+        "reported" if r.oauth_grant_id.is_some() => {
+            "was reported as suspicious; the requesting OAuth client's access has been revoked"
+        }
         "reported" => "was reported as suspicious; the requesting API key has been revoked",
         "expired" => "expired before anyone decided",
         "withdrawn" => "was withdrawn",

@@ -33,6 +33,7 @@ fn caller(scopes: &ScopeSet, permissions: Option<PermissionSet>) -> Caller<'_> {
         org: OrgId::new(),
         actor: Actor::new(ActorType::User, user),
         key: None,
+        grant: None,
         user,
         scopes,
         permissions,

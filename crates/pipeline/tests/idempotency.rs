@@ -41,6 +41,7 @@ impl World {
             org: self.org,
             actor: Actor::new(ActorType::User, self.user),
             key: None,
+            grant: None,
             user: self.user,
             scopes: &self.scopes,
             permissions: Some(PermissionSet::all()),

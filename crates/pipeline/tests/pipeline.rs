@@ -88,6 +88,7 @@ fn caller(org: OrgId, scopes: &ScopeSet) -> Caller<'_> {
         org,
         actor: Actor::new(ActorType::User, user),
         key: None,
+        grant: None,
         user,
         scopes,
         permissions: Some(PermissionSet::all()),

@@ -141,6 +141,14 @@ impl Credential {
             Credential::Grant(_) => None,
         }
     }
+
+    /// The OAuth grant, when the connection used one of its access tokens.
+    pub fn grant(self) -> Option<GrantId> {
+        match self {
+            Credential::ApiKey(_) => None,
+            Credential::Grant(g) => Some(g),
+        }
+    }
 }
 
 /// Breeze's MCP principal: the credential, the user it acts for in one organization with its
@@ -186,6 +194,7 @@ impl McpPrincipal {
             org: self.org_id,
             actor: self.credential.actor(),
             key: self.credential.api_key(),
+            grant: self.credential.grant(),
             user: self.user_id,
             scopes: &self.scopes,
             permissions: self.permissions,

@@ -385,6 +385,31 @@ fn spawn_audit_retention(
     })
 }
 
+/// How often the server asks whether the daily OAuth sweep is due (the lease decides, by the
+/// store's clock, so a day passes the same for every instance).
+const OAUTH_SWEEP_TICK: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Runs the daily sweep of stale OAuth clients, codes and refresh tokens
+/// ([`breeze_oauth::OAuth::sweep_when_due`]) until `stop`.
+pub fn spawn_oauth_sweeper(
+    oauth: breeze_oauth::OAuth,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(OAUTH_SWEEP_TICK);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => match oauth.sweep_when_due().await {
+                    Ok(Some(n)) => tracing::info!(clients = n, "daily OAuth sweep done"),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "OAuth sweep failed; trying again later"),
+                },
+            }
+        }
+    })
+}
+
 /// One run of the audit job; failures are logged and retried at the next run.
 async fn run_audit_retention(
     store: &breeze_store::Store,
@@ -450,6 +475,9 @@ pub async fn serve(
             dir.clone(),
             sweeper_stop.clone(),
         );
+    }
+    if let Some(oauth) = breeze.state.oauth.clone() {
+        spawn_oauth_sweeper(oauth, sweeper_stop.clone());
     }
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {

@@ -8,7 +8,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use breeze_auth::AuthError;
-use breeze_core::{AuditEvent, AuditResult, OrgId};
+use breeze_core::{AuditEvent, AuditResult, OrgId, Tier};
 use breeze_guard::{Guard, Refusal};
 use breeze_mcp::{
     Client, Cx, HttpError, McpApp, RequestRecord, TransportEvent, TransportRecord,
@@ -333,12 +333,20 @@ impl McpApp for BreezeMcp {
                 return Err(auth_http_error(AuthError::MissingApiKey));
             }
         };
-        // Written straight into the `Arc`s (one allocation each).
-        let (credential_id, org_id) = match &principal {
-            Credentialed::Key(k) => (k.key_id.0, k.org_id),
-            Credentialed::Token(t) => (t.grant_id.0, t.org_id),
+        // Written straight into the `Arc`s (one allocation each). A key's sessions are the
+        // key's; a token's belong to its client acting for its user in its organization, not
+        // to one grant: a scope step-up or a re-authorization makes a new grant, and the
+        // client's session carries on (every request still authenticates its own token).
+        let (key, org_id): (Arc<str>, _) = match &principal {
+            Credentialed::Key(k) => (
+                Arc::from(&*k.key_id.0.hyphenated().encode_lower(&mut [0; 36])),
+                k.org_id,
+            ),
+            Credentialed::Token(t) => (
+                Arc::from(format!("oauth:{}:{}:{}", t.user_id, t.org_id, t.client_id)),
+                t.org_id,
+            ),
         };
-        let key = Arc::from(&*credential_id.hyphenated().encode_lower(&mut [0; 36]));
         let tenant = Arc::from(&*org_id.0.hyphenated().encode_lower(&mut [0; 36]));
         let chosen = catalog::choose(
             self.state.pipeline.registry(),
@@ -387,6 +395,70 @@ impl McpApp for BreezeMcp {
                 "API key missing required scope: ai:read",
             )),
         }
+    }
+
+    /// The MCP authorization spec's scope challenge (2025-11-25, "Scope Challenge Handling"):
+    /// a `tools/call` made with an access token whose scopes do not reach the call's tier is
+    /// refused at the HTTP level — 403, `WWW-Authenticate: Bearer error="insufficient_scope"`
+    /// naming the token's scopes plus the one needed — so the client can ask the user for more
+    /// and retry. API keys (and a token that already holds the scope but is refused for another
+    /// reason, such as production's `ai:execute_admin`) get the JSON-RPC refusal as before.
+    fn screen(
+        &self,
+        client: &Client<McpPrincipal>,
+        request: &breeze_mcp::jsonrpc::Request,
+    ) -> Result<(), HttpError> {
+        let p = &client.principal;
+        let (Credential::Grant(_), Some(settings)) = (&p.credential, &self.state.config.oauth)
+        else {
+            return Ok(());
+        };
+        if request.method != "tools/call" {
+            return Ok(());
+        }
+        let params = request.params.as_ref();
+        let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+            return Ok(());
+        };
+        let Some(tier) = self.call_tier(p, name, params.and_then(|p| p.get("arguments"))) else {
+            return Ok(());
+        };
+        if tier == Tier::T4 || self.state.pipeline.guard().reaches_tier(&p.scopes, tier) {
+            return Ok(());
+        }
+        let Some(needed) = breeze_oauth::scope::oauth_name(tier.scope()) else {
+            return Ok(());
+        };
+        let mut held: Vec<&str> = p
+            .scopes
+            .iter()
+            .filter_map(breeze_oauth::scope::oauth_name)
+            .collect();
+        if held.contains(&needed) {
+            return Ok(());
+        }
+        held.push(needed);
+        // In the resource's own order: mcp:read, mcp:write, mcp:execute.
+        let scope: Vec<&str> = breeze_oauth::scope::RESOURCE_SCOPES
+            .into_iter()
+            .filter(|s| held.contains(s))
+            .collect();
+        let description = format!("{name} needs {needed}");
+        Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "access token missing required scope: {needed} (tool {name} is Tier {})",
+                tier.number()
+            ),
+        )
+        .header(
+            header::WWW_AUTHENTICATE,
+            challenge(
+                settings,
+                Some(("insufficient_scope", &description)),
+                &scope.join(" "),
+            ),
+        ))
     }
 
     fn server_info(&self) -> ServerInfo {
@@ -701,6 +773,30 @@ impl BreezeMcp {
                 )
             }
         })
+    }
+
+    /// The tier a `tools/call` of `name` with `arguments` is judged at, as the guard will judge
+    /// it (a batch: its costliest item); `None` for a tool this connection does not have.
+    fn call_tier(&self, p: &McpPrincipal, name: &str, arguments: Option<&Value>) -> Option<Tier> {
+        if p.catalog.mode == CatalogMode::Consolidated {
+            return MetaTool::from_name(name).map(MetaTool::tier);
+        }
+        let spec = self
+            .state
+            .pipeline
+            .registry()
+            .get(name)
+            .filter(|t| p.catalog.admits(t))?;
+        let empty = Value::Object(Map::new());
+        let args = arguments.unwrap_or(&empty);
+        if breeze_pipeline::batch::is_batch(args) {
+            let items = args.get("items").and_then(Value::as_array)?;
+            return items
+                .iter()
+                .map(|i| spec.effective_tier(i.get("input").unwrap_or(&empty)))
+                .max();
+        }
+        Some(spec.effective_tier(args))
     }
 
     /// Whether `p`'s scopes reach meta-tool `m` (listing and calling agree on this).

@@ -22,7 +22,7 @@ use breeze_oauth::{AccessClaims, SigningKey, pkce};
 use breeze_server::oauth::{HttpFetcher, OAuthSettings};
 use breeze_store::testing::Ctx;
 use chrono::Duration;
-use common::{PASSWORD, Reply, World, build, send, world};
+use common::{PASSWORD, Reply, World, build, err_msg, send, world};
 use serde_json::{Value, json};
 
 const BASE: &str = "http://127.0.0.1:3000";
@@ -234,13 +234,32 @@ async fn refresh(app: &Router, client_id: &str, token: &str, extra: &[(&str, &st
     send(app, form("/oauth/token", &pairs, &[])).await
 }
 
+/// The whole authorization of `client_id` in org A by the admin — sign-in, consent page,
+/// approval, code exchange — with `extra` authorization parameters: the token response.
+async fn authorized(w: &World, app: &Router, client_id: &str, extra: &[(&str, &str)]) -> Value {
+    let code = code_for(w, app, client_id, extra).await;
+    let r = exchange(app, client_id, &code, VERIFIER).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body
+}
+
 /// Tokens for a fresh Claude client in org A.
 async fn tokens(w: &World, app: &Router) -> (String, Value) {
     let client = claude_client(app).await;
-    let code = code_for(w, app, &client, &[]).await;
-    let r = exchange(app, &client, &code, VERIFIER).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    (client, r.body)
+    let t = authorized(w, app, &client, &[]).await;
+    (client, t)
+}
+
+/// The signed-in person revokes grant `id` (`DELETE /api/v1/oauth/grants/{id}`).
+async fn revoke_grant(app: &Router, session: &str, id: &str) -> Reply {
+    send(
+        app,
+        Request::delete(format!("/api/v1/oauth/grants/{id}"))
+            .header("cookie", session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
 }
 
 fn rpc(method: &str, params: Value) -> Value {
@@ -257,6 +276,36 @@ async fn mcp(app: &Router, bearer: &str, body: &Value) -> Reply {
                 ("authorization", &format!("Bearer {bearer}")),
                 ("accept", "application/json, text/event-stream"),
                 ("mcp-protocol-version", "2025-06-18"),
+            ],
+        ),
+    )
+    .await
+}
+
+/// `initialize` with `bearer`: the new session's id.
+async fn open_session(app: &Router, bearer: &str) -> String {
+    let init = rpc(
+        "initialize",
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "1" } }),
+    );
+    let r = mcp(app, bearer, &init).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.headers["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A request in session `session`.
+async fn mcp_in(app: &Router, bearer: &str, session: &str, body: &Value) -> Reply {
+    send(
+        app,
+        json_post(
+            "/mcp",
+            body,
+            &[
+                ("authorization", &format!("Bearer {bearer}")),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-06-18"),
+                ("mcp-session-id", session),
             ],
         ),
     )
@@ -448,14 +497,7 @@ async fn full_flow_refresh_revoke(cx: Ctx) {
     );
 
     // The user revokes the grant: every token dies at once; the client must sign in again.
-    let r = send(
-        &app,
-        Request::delete(format!("/api/v1/oauth/grants/{gid}"))
-            .header("cookie", &session)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let r = revoke_grant(&app, &session, &gid).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["grant"]["state"], "Revoked");
     let r = mcp(&app, &access2, &rpc("tools/list", json!({}))).await;
@@ -469,11 +511,7 @@ async fn full_flow_refresh_revoke(cx: Ctx) {
     let r = send(&app, get("/api/v1/oauth/grants", Some(&viewer))).await;
     assert_eq!(r.body["grants"], json!([]));
     // Re-authorization works.
-    let code = code_for(&w, &app, &client, &[]).await;
-    assert_eq!(
-        exchange(&app, &client, &code, VERIFIER).await.status,
-        StatusCode::OK
-    );
+    authorized(&w, &app, &client, &[]).await;
     // Denying creates nothing.
     let (_, c) = consent_page(&app, &viewer, &auth_query(&client, CLAUDE_CB, &[])).await;
     let r = decide(&app, &c.unwrap(), "deny", &w.org_a.to_string()).await;
@@ -1146,8 +1184,7 @@ async fn scopes_and_organizations_bound_the_token(cx: Ctx) {
     let app = oauth_app(&w);
     let client = claude_client(&app).await;
     // A token reaching no tier (only openid) cannot open the stream: 403 insufficient_scope.
-    let code = code_for(&w, &app, &client, &[("scope", "openid")]).await;
-    let t = exchange(&app, &client, &code, VERIFIER).await.body;
+    let t = authorized(&w, &app, &client, &[("scope", "openid")]).await;
     let access = t["access_token"].as_str().unwrap();
     let r = send(
         &app,
@@ -1189,6 +1226,457 @@ async fn scopes_and_organizations_bound_the_token(cx: Ctx) {
     assert!(
         !text.contains("web-01") || text.contains("NOT_FOUND"),
         "{text}"
+    );
+}
+
+const EXECUTE: &str = "mcp:read mcp:write mcp:execute";
+
+/// A Tier 3 `manage_groups create` call made with `bearer`, left waiting in the background.
+fn create_group_waiting(app: &Router, bearer: &str, name: &str) -> tokio::task::JoinHandle<Reply> {
+    let (app, bearer) = (app.clone(), bearer.to_owned());
+    let body = rpc(
+        "tools/call",
+        json!({ "name": "manage_groups", "arguments": { "action": "create", "name": name } }),
+    );
+    tokio::spawn(async move { mcp(&app, &bearer, &body).await })
+}
+
+/// The organization's newest pending approval request, once the waiting call made it.
+async fn pending_request(w: &World) -> breeze_store::ApprovalRecord {
+    for _ in 0..200 {
+        let pending = w.store.org(w.org_a).list_approvals(true, 1).await.unwrap();
+        if let Some(r) = pending.into_iter().next() {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("no approval request appeared")
+}
+
+async fn decide_approval(app: &Router, session: &str, id: uuid::Uuid, decision: &str) -> Reply {
+    send(
+        app,
+        json_post(
+            &format!("/api/v1/approvals/{id}/{decision}"),
+            &json!({ "reason": "test" }),
+            &[("cookie", session)],
+        ),
+    )
+    .await
+}
+
+/// The structured error message of a tool result.
+fn tool_error(r: &Reply) -> String {
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.body);
+    r.body["result"]["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn group_exists(w: &World, name: &str) -> bool {
+    let groups = w.store.org(w.org_a).list_groups().await.unwrap();
+    groups.iter().any(|g| g.name == name)
+}
+
+/// A token's Tier 3 call waits for a person exactly as an API key's does, runs once approved
+/// (cleared again as the grant stands then), is void once the grant is revoked, and a
+/// "reported" decision revokes the client's grants for that user — not other clients'.
+async fn tier3_calls_with_a_token_go_through_approval(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let session = sign_in(&app, "admin@p.test").await;
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", EXECUTE)]).await;
+    let access = t["access_token"].as_str().unwrap().to_owned();
+    let grants = send(&app, get("/api/v1/oauth/grants", Some(&session))).await;
+    let grant = grants.body["grants"][0]["id"].as_str().unwrap().to_owned();
+
+    // Approved: the waiting call runs it and answers with its result.
+    let call = create_group_waiting(&app, &access, "Kiosks");
+    let request = pending_request(&w).await;
+    assert_eq!(request.api_key_id, None);
+    assert_eq!(
+        request.oauth_grant_id.map(|g| g.to_string()).as_deref(),
+        Some(grant.as_str())
+    );
+    assert!(
+        !group_exists(&w, "Kiosks").await,
+        "nothing runs before approval"
+    );
+    let r = decide_approval(&app, &session, request.id, "approve").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = call.await.unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_ne!(r.body["result"]["isError"], true, "{}", r.body);
+    assert_eq!(
+        r.body["result"]["structuredContent"]["group"]["name"],
+        "Kiosks"
+    );
+    assert!(group_exists(&w, "Kiosks").await);
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("approval.request") && l.contains("oauth_grant")),
+        "the request is audited with the grant as actor"
+    );
+
+    // Approved after the user revoked the grant: void, nothing runs.
+    let client2 = claude_client(&app).await;
+    let t2 = authorized(&w, &app, &client2, &[("scope", EXECUTE)]).await;
+    let access2 = t2["access_token"].as_str().unwrap().to_owned();
+    let call = create_group_waiting(&app, &access2, "Void");
+    let request = pending_request(&w).await;
+    let g2 = request.oauth_grant_id.unwrap();
+    let r = revoke_grant(&app, &session, &g2.to_string()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    decide_approval(&app, &session, request.id, "approve").await;
+    let msg = tool_error(&call.await.unwrap());
+    assert!(
+        msg.contains("is void") && msg.contains("grant was revoked"),
+        "{msg}"
+    );
+    assert!(!group_exists(&w, "Void").await);
+
+    // Reported: refused, and the client's grants for this user die at once (a second grant
+    // of the same client too); another client's grant is untouched.
+    let second = authorized(&w, &app, &client, &[("scope", "mcp:read")]).await;
+    let other = claude_client(&app).await;
+    let other_t = authorized(&w, &app, &other, &[]).await;
+    let call = create_group_waiting(&app, &access, "Reported");
+    let request = pending_request(&w).await;
+    let r = decide_approval(&app, &session, request.id, "report").await;
+    assert_eq!(r.body["status"], "reported", "{}", r.body);
+    let msg = tool_error(&call.await.unwrap());
+    assert!(
+        msg.contains("OAuth client's access has been revoked"),
+        "{msg}"
+    );
+    assert!(!group_exists(&w, "Reported").await);
+    assert_eq!(lists_tools(&app, &access).await, StatusCode::UNAUTHORIZED);
+    let second_access = second["access_token"].as_str().unwrap();
+    assert_eq!(
+        lists_tools(&app, second_access).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let r = refresh(&app, &client, t["refresh_token"].as_str().unwrap(), &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant");
+    let other_access = other_t["access_token"].as_str().unwrap();
+    assert_eq!(lists_tools(&app, other_access).await, StatusCode::OK);
+    let grants = send(&app, get("/api/v1/oauth/grants", Some(&session))).await;
+    let reported: Vec<&Value> = grants.body["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["revoke_reason"] == "approval_reported")
+        .collect();
+    assert_eq!(reported.len(), 2, "{}", grants.body);
+    assert!(
+        reported
+            .iter()
+            .all(|g| g["client_id"] == client.as_str() && g["state"] == "Revoked")
+    );
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert_eq!(
+        audit.matches("approval_reported").count(),
+        2,
+        "one record per grant"
+    );
+}
+
+/// The MCP spec's scope challenge: a token whose scopes do not reach a call's tier gets 403
+/// `insufficient_scope` naming its scopes plus the one needed (so the client can step up),
+/// audited with the grant as actor; API keys keep their JSON-RPC refusal.
+async fn insufficient_scope_is_a_step_up_challenge(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", "mcp:read")]).await;
+    let access = t["access_token"].as_str().unwrap();
+    let call = |name: &str, arguments: Value| {
+        rpc(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+    };
+    for (body, needed, scope) in [
+        (
+            call("manage_groups", json!({ "action": "create", "name": "X" })),
+            "mcp:execute",
+            "mcp:read mcp:execute",
+        ),
+        (
+            call("set_device_context", json!({})),
+            "mcp:write",
+            "mcp:read mcp:write",
+        ),
+        (
+            // A batch is judged by its costliest item.
+            call(
+                "manage_groups",
+                json!({ "mode": "commit", "items": [
+                    { "clientRef": "a", "input": { "action": "list" } },
+                    { "clientRef": "b", "input": { "action": "create", "name": "Y" } },
+                ] }),
+            ),
+            "mcp:execute",
+            "mcp:read mcp:execute",
+        ),
+    ] {
+        let r = mcp(&app, access, &body).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{body}: {}", r.body);
+        let c = challenge(&r);
+        assert!(c.starts_with("Bearer "), "{c}");
+        assert!(c.contains("error=\"insufficient_scope\""), "{c}");
+        assert!(c.contains(&format!("scope=\"{scope}\"")), "{c}");
+        assert!(
+            c.contains(&format!(
+                "resource_metadata=\"{BASE}/.well-known/oauth-protected-resource/mcp\""
+            )),
+            "{c}"
+        );
+        assert!(err_msg(&r).contains(needed), "{}", r.body);
+    }
+    // What the token reaches runs; tools/list is unchanged.
+    let r = mcp(&app, access, &call("query_devices", json!({}))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(lists_tools(&app, access).await, StatusCode::OK);
+    // The consolidated catalog's execute meta-tool is challenged the same way.
+    let r = send(
+        &app,
+        json_post(
+            "/mcp?catalog=consolidated",
+            &call(
+                "breeze_execute",
+                json!({ "operation": "manage_groups", "input": {} }),
+            ),
+            &[
+                ("authorization", &format!("Bearer {access}")),
+                ("accept", "application/json, text/event-stream"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(challenge(&r).contains("scope=\"mcp:read mcp:execute\""));
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("mcp.refused") && l.contains("oauth_grant") && l.contains("403")),
+        "the refusal is audited with the grant as actor"
+    );
+    // An API key without the scope: the JSON-RPC refusal as before, no challenge.
+    let r = send(
+        &app,
+        json_post(
+            "/mcp",
+            &call("manage_groups", json!({ "action": "create", "name": "X" })),
+            &[
+                ("x-api-key", &w.read),
+                ("accept", "application/json, text/event-stream"),
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.headers.get("www-authenticate").is_none());
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ai:execute")
+    );
+    // Stepped up (a new grant of the same client): the call passes the challenge (and meets
+    // validation) in the session the read-only token opened; another client's token cannot
+    // use that session.
+    let session = open_session(&app, access).await;
+    let t = authorized(&w, &app, &client, &[("scope", "mcp:read mcp:execute")]).await;
+    let stepped = t["access_token"].as_str().unwrap();
+    let r = mcp_in(
+        &app,
+        stepped,
+        &session,
+        &call("set_device_context", json!({})),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "mcp:execute reaches Tier 2: {}",
+        r.body
+    );
+    let (_, other) = tokens(&w, &app).await;
+    let other = other["access_token"].as_str().unwrap();
+    let r = mcp_in(&app, other, &session, &call("query_devices", json!({}))).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}
+
+/// Browser-based clients reach discovery, JWKS, token, registration and revocation across
+/// origins; the authorization page and introspection stay same-origin.
+async fn cors_on_the_public_endpoints(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let preflight = |path: &str| {
+        Request::options(path)
+            .header("origin", "http://localhost:6274")
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type, mcp-protocol-version, authorization",
+            )
+            .body(Body::empty())
+            .unwrap()
+    };
+    for path in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/jwks.json",
+        "/oauth/token",
+        "/oauth/reg",
+        "/oauth/token/revocation",
+    ] {
+        let r = send(&app, preflight(path)).await;
+        assert!(r.status.is_success(), "{path}: {}", r.status);
+        let h = |n: &str| {
+            r.headers
+                .get(n)
+                .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+                .unwrap_or_default()
+        };
+        assert_eq!(h("access-control-allow-origin"), "*", "{path}");
+        assert!(h("access-control-allow-methods").contains("post"), "{path}");
+        assert!(
+            h("access-control-allow-headers").contains("mcp-protocol-version"),
+            "{path}"
+        );
+        assert!(h("access-control-allow-credentials").is_empty(), "{path}");
+    }
+    let r = send(
+        &app,
+        Request::get("/.well-known/oauth-authorization-server")
+            .header("origin", "http://localhost:6274")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["access-control-allow-origin"], "*");
+    let r = send(
+        &app,
+        form(
+            "/oauth/token",
+            &[
+                ("grant_type", "refresh_token"),
+                ("client_id", "x"),
+                ("refresh_token", "y"),
+            ],
+            &[("origin", "http://localhost:6274")],
+        ),
+    )
+    .await;
+    assert_eq!(r.headers["access-control-allow-origin"], "*", "errors too");
+    for path in ["/oauth/auth", "/oauth/token/introspection"] {
+        let r = send(&app, preflight(path)).await;
+        assert!(
+            r.headers.get("access-control-allow-origin").is_none(),
+            "{path} answers no other origin"
+        );
+    }
+}
+
+/// "Sign out everywhere" ends every session of the person and revokes their grants, audited;
+/// the daily sweep removes stale registered clients once a day, whoever asks.
+async fn sign_out_everywhere_and_the_daily_sweep(cx: Ctx) {
+    let w = world(&cx).await;
+    let mut config = (*w.state.config).clone();
+    config.oauth = Some(settings());
+    let state = breeze_server::AppState::new(
+        w.state.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let app = breeze_server::app(breeze_server::Breeze::new(state.clone()));
+    let (_, t) = tokens(&w, &app).await;
+    let access = t["access_token"].as_str().unwrap();
+    let one = sign_in(&app, "admin@p.test").await;
+    let two = sign_in(&app, "admin@p.test").await;
+    let viewer = sign_in(&app, "viewer@p.test").await;
+    let me = |cookie: &str| send(&app, get("/api/v1/auth/me", Some(cookie)));
+    assert_eq!(me(&two).await.status, StatusCode::OK);
+    // An API key cannot.
+    let r = send(
+        &app,
+        json_post(
+            "/api/v1/auth/logout-everywhere",
+            &json!({}),
+            &[("x-api-key", &w.read)],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = send(
+        &app,
+        json_post(
+            "/api/v1/auth/logout-everywhere",
+            &json!({}),
+            &[("cookie", &one)],
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        r.body["sessions_ended"].as_u64().unwrap() >= 3,
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["grants_revoked"], 1);
+    assert!(set_cookie(&r, "breeze_session").ends_with("breeze_session="));
+    assert_eq!(me(&one).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(me(&two).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        me(&viewer).await.status,
+        StatusCode::OK,
+        "only the person's own"
+    );
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit.contains("auth.logout_everywhere"));
+
+    // The sweep: once per day by the store's clock, across instances (a second OAuth over the
+    // same store is another instance).
+    let oauth = state.oauth.clone().unwrap();
+    let stale = claude_client(&app).await;
+    let kept = claude_client(&app).await;
+    authorized(&w, &app, &kept, &[]).await;
+    assert_eq!(oauth.sweep_when_due().await.unwrap(), Some(0), "first run");
+    cx.clock.advance(Duration::days(91));
+    let other = breeze_server::AppState::new(
+        w.state.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        state.config.as_ref().clone(),
+        Arc::new(MemoryLimiter::new()),
+    )
+    .oauth
+    .unwrap();
+    let removed = other.sweep_when_due().await.unwrap();
+    assert!(removed.is_some_and(|n| n >= 1), "{removed:?}");
+    assert_eq!(oauth.sweep_when_due().await.unwrap(), None, "once a day");
+    assert!(w.store.get_oauth_client(&stale).await.unwrap().is_none());
+    assert!(
+        w.store.get_oauth_client(&kept).await.unwrap().is_some(),
+        "a client with an active grant stays"
+    );
+    let audit = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit.contains("oauth.client.sweep"));
+    cx.clock.advance(Duration::days(1));
+    assert!(
+        oauth.sweep_when_due().await.unwrap().is_some(),
+        "the next day"
     );
 }
 
@@ -1262,4 +1750,8 @@ breeze_store::on_both_backends!(
     consent_csrf_and_organizations,
     scopes_and_organizations_bound_the_token,
     metadata_documents_are_fetched_safely,
+    tier3_calls_with_a_token_go_through_approval,
+    insufficient_scope_is_a_step_up_challenge,
+    cors_on_the_public_endpoints,
+    sign_out_everywhere_and_the_daily_sweep,
 );

@@ -6,7 +6,9 @@
 //! ```text
 //! pending ──approve──▶ approved ──claim──▶ executing ──▶ completed | failed
 //!    ├──deny──▶ denied        (approved stays approved until exactly one claimer wins)
-//!    ├──report─▶ reported     (and the requesting API key is revoked in the same transaction)
+//!    ├──report─▶ reported     (and the requesting API key — or, for a call made with an OAuth
+//!    │                         token, the client's grants for that user — is revoked in the
+//!    │                         same transaction)
 //!    ├──(expiry)─▶ expired
 //!    └──withdraw─▶ withdrawn (the waiting caller cancelled or went away; also from approved,
 //!                             while nobody has claimed it)
@@ -16,7 +18,7 @@
 //! and is never retried. An `approved` row nobody claimed (its caller went away, or the server
 //! was down when it was approved) is claimed and run by the server's resumer — once.
 
-use breeze_core::{ApiKeyId, AuditEvent, OrgId, Timestamp, UserId};
+use breeze_core::{Actor, ApiKeyId, AuditEvent, GrantId, OrgId, Timestamp, UserId};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -29,7 +31,7 @@ use crate::{
 const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, tier, arguments, \
     arguments_hash, definition_hash, description, mode, status, reason, decided_by, decided_at, \
     request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error, \
-    pinned, pinned_hash";
+    pinned, pinned_hash, oauth_grant_id";
 
 /// Who must approve: the requester may (`supervised`, the default), someone else must
 /// (`four_eyes`), or nobody — the organization's policy approves at once (`automatic`, only for
@@ -88,6 +90,8 @@ pub struct ApprovalRecord {
     pub pinned: Option<Value>,
     #[serde(skip)]
     pub pinned_hash: Option<Vec<u8>>,
+    /// The OAuth grant whose access token made the request (`api_key_id` is then empty).
+    pub oauth_grant_id: Option<GrantId>,
 }
 
 impl ApprovalRecord {
@@ -104,6 +108,8 @@ impl ApprovalRecord {
 #[derive(Debug, Clone)]
 pub struct NewApproval {
     pub api_key_id: Option<ApiKeyId>,
+    /// The OAuth grant, for a call made with one of its access tokens.
+    pub oauth_grant_id: Option<GrantId>,
     pub requester_user_id: UserId,
     pub tool: String,
     pub action: Option<String>,
@@ -171,7 +177,7 @@ impl OrgStore<'_> {
         sql(format!(
             "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE, \
-             $16, $17)"
+             $16, $17, $18)"
         ))
         .bind(id)
         .bind(self.org)
@@ -194,6 +200,7 @@ impl OrgStore<'_> {
                 .map_or(Arg::Json(None), |(v, _)| Arg::json(v)),
         )
         .bind(new.pinned.as_ref().map(|(_, h)| h.to_vec()))
+        .bind(new.oauth_grant_id)
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
@@ -305,7 +312,12 @@ impl OrgStore<'_> {
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
             "decision": decision.status(), "reason": reason,
         }));
+        let (actor, request_id) = (audit.actor.clone(), audit.request_id.clone());
         audit::insert(&mut tx, &audit, now).await?;
+        if decision == Decision::Report {
+            self.revoke_reported_client(&mut tx, id, actor, request_id, now)
+                .await?;
+        }
         let committed = tx.commit().await;
         if decision == Decision::Report {
             // The requesting key was revoked in that transaction.
@@ -313,6 +325,50 @@ impl OrgStore<'_> {
         }
         committed?;
         self.get_approval(id).await
+    }
+
+    /// A reported request made with an OAuth token: the client loses the user's trust, so
+    /// every active grant of that client for the requesting user (the requesting grant among
+    /// them) is revoked, audited as `oauth.grant.revoke` with the reason `approval_reported`.
+    async fn revoke_reported_client(
+        &self,
+        tx: &mut Tx,
+        id: Uuid,
+        actor: Actor,
+        request_id: Option<String>,
+        now: Timestamp,
+    ) -> Result<()> {
+        let grant: Option<(Option<GrantId>,)> =
+            sql("SELECT oauth_grant_id FROM approval_requests WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((Some(grant),)) = grant else {
+            return Ok(());
+        };
+        let revoked: Vec<(GrantId, OrgId, String)> = sql(
+            "UPDATE oauth_grants SET status = 'revoked', revoked_at = $1, \
+             revoke_reason = 'approval_reported' \
+             WHERE status = 'active' AND (user_id, client_id) = \
+             (SELECT user_id, client_id FROM oauth_grants WHERE id = $2) \
+             RETURNING id, org_id, client_id",
+        )
+        .bind(now)
+        .bind(grant)
+        .fetch_all(&mut *tx)
+        .await?;
+        for (g, org, client_id) in revoked {
+            let event = AuditEvent::new(actor.clone(), "oauth.grant.revoke", "oauth_grant")
+                .org(org)
+                .resource(g)
+                .request(request_id.clone())
+                .details(serde_json::json!({
+                    "reason": "approval_reported", "approval_request": id,
+                    "client_id": client_id, "requesting_grant": grant,
+                }));
+            audit::insert(&mut *tx, &event, now).await?;
+        }
+        Ok(())
     }
 
     /// The approval mode for a tool's action: the most specific policy of `tool.action`,

@@ -27,6 +27,7 @@ mod metrics;
 mod oauth;
 mod packages;
 mod protected_paths;
+mod scheduled;
 mod scripts;
 mod sql;
 mod tenancy;

@@ -709,7 +709,9 @@ impl Store {
         let mut tx = Tx::begin(&self.pool).await?;
         let n = revoke_user_grants_in(&mut tx, user, reason, now).await?;
         if n > 0 {
-            let event = audit.details(json!({ "grants": n, "reason": reason }));
+            let event = audit
+                .resource(user)
+                .details(json!({ "grants": n, "reason": reason }));
             audit::insert(&mut tx, &event, now).await?;
         }
         tx.commit().await?;

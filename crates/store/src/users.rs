@@ -220,6 +220,28 @@ impl Store {
         Ok(())
     }
 
+    /// "Sign out everywhere": ends every session of `user` and revokes every active OAuth grant
+    /// of theirs (each token an AI client holds dies with it), audited as one `audit` record
+    /// naming both counts, in one transaction. Returns (sessions ended, grants revoked).
+    pub async fn sign_out_everywhere(&self, user: UserId, audit: AuditEvent) -> Result<(u64, u64)> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let sessions = sql("DELETE FROM user_sessions WHERE user_id = $1")
+            .bind(user)
+            .execute(&mut tx)
+            .await?;
+        let grants =
+            crate::oauth::revoke_user_grants_in(&mut tx, user, "signed_out_everywhere", now)
+                .await?;
+        let audit = audit
+            .resource(user)
+            .details(serde_json::json!({ "sessions": sessions, "grants": grants }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.credentials_changed();
+        Ok((sessions, grants))
+    }
+
     /// Records a successful sign-in.
     pub async fn record_login(&self, user: UserId) -> Result<()> {
         sql("UPDATE users SET last_login_at = $1 WHERE id = $2")

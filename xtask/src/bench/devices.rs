@@ -130,7 +130,8 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     eprintln!("building (release): loadgen, peer-rmcp, breeze…");
     build_peers(&peers, &["loadgen", "peer-rmcp"])?;
     let bin = build_breeze(&root)?;
-    let loadgen = peers.join("target/release/loadgen");
+    let dir = super::profile().1;
+    let loadgen = peers.join("target").join(dir).join("loadgen");
     let body_dir = root.join("target/bench/bodies");
     std::fs::create_dir_all(&body_dir)?;
     let body: PathBuf = body_dir.join("query_offline.json");
@@ -141,7 +142,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         let port = free_port()?;
         let peer = Running::start(
             pinned(0)
-                .arg(peers.join("target/release/peer-rmcp"))
+                .arg(peers.join("target").join(dir).join("peer-rmcp"))
                 .args(["--port", &port.to_string()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),

@@ -5,6 +5,7 @@ pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod demo;
 pub(crate) mod fleet;
+pub(crate) mod grants;
 pub(crate) mod skill;
 pub(crate) mod stdio;
 

@@ -152,6 +152,9 @@ pub(crate) async fn message<A: McpApp>(
         Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     let incoming = jsonrpc::parse(&bytes);
+    if let Err(r) = super::screen(&engine, &client, &incoming) {
+        refuse!(engine, client, rid.as_ref(), r);
+    }
     if let Incoming::Batch(items) = &incoming {
         // The first message was counted on admission; each further one counts too.
         let more = items.len().saturating_sub(1);

@@ -360,6 +360,34 @@ pub(crate) async fn admit<A: McpApp>(
     }
 }
 
+/// The application's [`McpApp::screen`] of every request in a POST's body, before any is
+/// dispatched: its first refusal refuses the whole POST.
+pub(crate) fn screen<A: McpApp>(
+    engine: &Engine<A>,
+    client: &Client<A::Principal>,
+    incoming: &crate::jsonrpc::Incoming,
+) -> Result<(), Response> {
+    use crate::jsonrpc::{Incoming, Message};
+    let requests: Vec<&crate::jsonrpc::Request> = match incoming {
+        Incoming::Single(Ok(Message::Request(r))) => vec![r],
+        Incoming::Batch(items) => items
+            .iter()
+            .filter_map(|m| match m {
+                Ok(Message::Request(r)) => Some(r),
+                _ => None,
+            })
+            .collect(),
+        Incoming::Single(_) => Vec::new(),
+    };
+    for r in requests {
+        engine
+            .app
+            .screen(client, r)
+            .map_err(HttpError::into_response)?;
+    }
+    Ok(())
+}
+
 /// A request on `session` must make the choice the session was created with (see
 /// [`Client::binding`]): refused with 400 otherwise, naming both.
 pub(crate) fn check_binding<P>(

@@ -104,7 +104,11 @@ pub(crate) async fn post<A: McpApp>(
         Ok(b) => b,
         Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
-    match jsonrpc::parse(&bytes) {
+    let incoming = jsonrpc::parse(&bytes);
+    if let Err(r) = super::screen(&engine, &client, &incoming) {
+        refuse!(engine, client, rid.as_ref(), r);
+    }
+    match incoming {
         Incoming::Single(Err(reply)) => refuse!(engine, client, rid.as_ref(), bad_message(&reply)),
         Incoming::Single(Ok(message)) => {
             single(engine, client, rid, &headers, header_version, message).await

@@ -19,6 +19,7 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/auth/login", post(login))
         .route("/auth/logout", post(logout))
+        .route("/auth/logout-everywhere", post(logout_everywhere))
         .route("/auth/me", get(me))
 }
 
@@ -100,6 +101,31 @@ async fn logout(
         state.auth.logout(token).await?;
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, cookie(&state, "", 0)?);
+    Ok(response)
+}
+
+/// `POST /api/v1/auth/logout-everywhere`: the signed-in person ends every session of theirs
+/// (this one included) and revokes every OAuth grant they gave an AI client; audited
+/// (`auth.logout_everywhere`, with both counts). API keys manage no credentials.
+async fn logout_everywhere(
+    State(state): State<AppState>,
+    _: SameOrigin,
+    RequestId(request_id): RequestId,
+    Authenticated(principal): Authenticated,
+) -> Result<Response, ApiError> {
+    let Principal::User(user) = &principal else {
+        return Err(ApiError::forbidden(
+            "API keys cannot sign anyone out; sign in",
+        ));
+    };
+    let event = breeze_core::AuditEvent::new(principal.actor(), "auth.logout_everywhere", "user")
+        .request(request_id);
+    let (sessions, grants) = state.store.sign_out_everywhere(user.id, event).await?;
+    let body = serde_json::json!({ "sessions_ended": sessions, "grants_revoked": grants });
+    let mut response = axum::Json(body).into_response();
     response
         .headers_mut()
         .insert(header::SET_COOKIE, cookie(&state, "", 0)?);

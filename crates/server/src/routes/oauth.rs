@@ -46,48 +46,78 @@ pub(crate) fn grants_router() -> Router<AppState> {
         .route("/oauth/grants/{id}", delete(revoke_grant))
 }
 
-/// The OAuth routes; `registration` mounts `/oauth/reg` (DCR).
+/// The OAuth routes; `registration` mounts `/oauth/reg` (DCR). Discovery, JWKS, token,
+/// revocation and registration answer browsers of any origin (CORS, no credentials): a
+/// browser-based client (MCP Inspector, a web app) calls them from its own page. The
+/// authorization endpoint and consent (cookies, a page) and introspection (an API key) do not.
 pub(crate) fn router(registration: bool) -> Router<AppState> {
-    let mut r = Router::new()
+    let mut public = Router::new()
         .route(
             "/.well-known/oauth-authorization-server",
-            get(server_metadata),
+            get(server_metadata).options(preflight),
         )
         .route(
             "/.well-known/oauth-authorization-server/{*path}",
-            get(server_metadata),
+            get(server_metadata).options(preflight),
         )
-        .route("/.well-known/openid-configuration", get(server_metadata))
+        .route(
+            "/.well-known/openid-configuration",
+            get(server_metadata).options(preflight),
+        )
         .route(
             "/.well-known/openid-configuration/{*path}",
-            get(server_metadata),
+            get(server_metadata).options(preflight),
         )
         .route(
             "/mcp/.well-known/openid-configuration",
-            get(server_metadata),
+            get(server_metadata).options(preflight),
         )
         .route(
             "/.well-known/oauth-protected-resource",
-            get(resource_metadata),
+            get(resource_metadata).options(preflight),
         )
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
-            get(resource_metadata),
+            get(resource_metadata).options(preflight),
         )
-        .route("/.well-known/jwks.json", get(jwks))
-        .route("/oauth/auth", get(authorize).post(consent))
-        .route("/oauth/token", post(token))
-        .route("/oauth/token/revocation", post(revoke))
-        .route("/oauth/token/introspection", post(introspect));
+        .route("/.well-known/jwks.json", get(jwks).options(preflight))
+        .route("/oauth/token", post(token).options(preflight))
+        .route("/oauth/token/revocation", post(revoke).options(preflight));
     if registration {
-        r = r.merge(crate::body_limit(
+        public = public.merge(crate::body_limit(
             Router::new()
-                .route("/oauth/reg", post(register))
-                .route("/oauth/register", post(register)),
+                .route("/oauth/reg", post(register).options(preflight))
+                .route("/oauth/register", post(register).options(preflight)),
             MAX_REGISTRATION_BYTES,
         ));
     }
-    r
+    Router::new()
+        .route("/oauth/auth", get(authorize).post(consent))
+        .route("/oauth/token/introspection", post(introspect))
+        .merge(public.layer(cors()))
+}
+
+/// `OPTIONS` on a cross-origin route: the CORS layer answers a preflight itself; any other
+/// `OPTIONS` gets this (the routes need a handler for the layer to wrap — the application's
+/// method-not-allowed answer is not layered).
+async fn preflight() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+/// Any origin, without credentials (none of these endpoints reads a cookie); the headers the
+/// SDKs send (the TypeScript SDK adds `MCP-Protocol-Version` to discovery requests).
+fn cors() -> tower_http::cors::CorsLayer {
+    use axum::http::Method;
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::Any)
+        .allow_methods([Method::GET, Method::POST])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::HeaderName::from_static("mcp-protocol-version"),
+        ])
+        .expose_headers([header::WWW_AUTHENTICATE, header::RETRY_AFTER])
+        .max_age(std::time::Duration::from_secs(86_400))
 }
 
 fn oauth(state: &AppState) -> Result<&OAuth, ApiError> {

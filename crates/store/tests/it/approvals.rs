@@ -59,6 +59,7 @@ async fn world(s: &Store) -> (OrgId, UserId, ApiKeyId, OrgId) {
 fn request(s: &Store, user: UserId, key: ApiKeyId) -> NewApproval {
     NewApproval {
         api_key_id: Some(key),
+        oauth_grant_id: None,
         requester_user_id: user,
         tool: "manage_groups".into(),
         action: Some("create".into()),
