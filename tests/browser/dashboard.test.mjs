@@ -250,29 +250,18 @@ test("connected apps: an OAuth client's grant is listed, revoked, and its token 
   await page.goto(auth.toString());
   await page.locator("h1", { hasText: "Browser test app" }).waitFor();
   await shoot("consent");
-  // Its form is answered with this browser's session outside the browser: Chromium sends
-  // `Origin: null` on a form POST from a page served with `Referrer-Policy: no-referrer`, which
-  // the consent endpoint refuses (reported; routes/oauth.rs is not this suite's to change).
-  const session = (await context.cookies(BASE)).find((c) => c.name === "breeze_session");
-  const form = await page.evaluate(() => {
-    const f = document.querySelector("form[action='/oauth/auth']");
-    return [...new FormData(f).entries()];
+  // The person allows it in the browser; the redirect to the client's loopback callback is
+  // caught here (nothing listens there), as a native client's local listener would.
+  let callback;
+  await page.route("http://127.0.0.1:53682/**", (route) => {
+    callback = new URL(route.request().url());
+    return route.fulfill({ status: 200, contentType: "text/plain", body: "signed in" });
   });
-  const consentCookie = (await context.cookies(BASE)).find((c) => /breeze_consent$/.test(c.name));
-  const fields = new URLSearchParams(form);
-  fields.set("decision", "approve");
-  const answer = await fetch(`${BASE}/oauth/auth`, {
-    method: "POST",
-    redirect: "manual",
-    headers: {
-      "content-type": "application/x-www-form-urlencoded",
-      origin: BASE,
-      cookie: `breeze_session=${session.value}; ${consentCookie.name}=${consentCookie.value}`,
-    },
-    body: fields.toString(),
-  });
-  assert.equal(answer.status, 303, (await answer.text()).slice(0, 500));
-  const code = new URL(answer.headers.get("location")).searchParams.get("code");
+  await page.locator("button", { hasText: "Allow" }).click();
+  await page.waitForURL(/127\.0\.0\.1:53682\/callback/);
+  await page.unroute("http://127.0.0.1:53682/**");
+  assert.equal(callback.searchParams.get("state"), "s1");
+  const code = callback.searchParams.get("code");
   assert.ok(code, "the code came back to the client");
   const tok = await fetch(`${BASE}/oauth/token`, {
     method: "POST",

@@ -253,8 +253,10 @@ fn refusal_page(e: OAuthError) -> Response {
     page_headers(PageError::Api(api).into_response(), None)
 }
 
-/// The page headers of the authorization endpoint: no framing, no referrer, no caching, and a
-/// form target that admits the client's redirect origin.
+/// The page headers of the authorization endpoint: no framing, no caching, a form target that
+/// admits the client's redirect origin, and a referrer for this origin only: the consent form's
+/// POST must carry its `Origin` (a browser sends `Origin: null` from a `no-referrer` page, which
+/// the same-origin check refuses), while nothing of this page's URL reaches another origin.
 fn page_headers(mut r: Response, redirect_origin: Option<&str>) -> Response {
     let csp = format!(
         "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'; \
@@ -268,7 +270,7 @@ fn page_headers(mut r: Response, redirect_origin: Option<&str>) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     r
