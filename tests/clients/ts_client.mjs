@@ -48,6 +48,7 @@ const READ_TOOLS = [
   'manage_alert_rules',
   'manage_alerts',
   'manage_groups',
+  'manage_maintenance_windows',
   'query_audit_log',
   'query_devices',
   'search_agent_logs',
