@@ -8,6 +8,7 @@
 mod audit_writer;
 mod authz;
 pub mod catalog;
+mod edge;
 mod error;
 mod extract;
 pub mod mcp;
@@ -18,11 +19,7 @@ mod routes;
 
 use std::{sync::Arc, time::Duration};
 
-use axum::{
-    Router,
-    extract::DefaultBodyLimit,
-    http::{HeaderName, HeaderValue, header},
-};
+use axum::{Router, extract::DefaultBodyLimit};
 use breeze_auth::AuthService;
 use breeze_core::Clock;
 use breeze_gateway::{Gateway, GatewayConfig};
@@ -32,11 +29,7 @@ use breeze_mcp::{Engine, EngineConfig};
 use breeze_pipeline::{Pipeline, approvals};
 use breeze_store::Store;
 use tokio::net::TcpListener;
-use tower_http::{
-    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
-    set_header::SetResponseHeaderLayer,
-    trace::TraceLayer,
-};
+use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
 
@@ -254,7 +247,6 @@ impl Breeze {
 
 /// The whole application.
 pub fn app(breeze: Breeze) -> Router {
-    let request_id = HeaderName::from_static(REQUEST_ID_HEADER);
     let metrics = breeze.state.metrics.clone();
     let rest = Router::new()
         .merge(routes::health::router())
@@ -271,58 +263,24 @@ pub fn app(breeze: Breeze) -> Router {
         .merge(rest)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            metrics,
-            metrics::count_requests,
-        ))
-        .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES))
-        // Every response: never sniffed into another type, and never stored by a cache unless
-        // the handler says otherwise (API responses carry sessions, keys and tenant data).
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("no-store"),
-        ))
+        // One `layer` call with the whole stack: axum wraps every route in each layer it is
+        // given, cloning and boxing it on every request; composed first (and the edge's work
+        // done by one service rather than axum middleware, see `edge`), that happens once.
         .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-                let id = req
-                    .headers()
-                    .get(REQUEST_ID_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id = %id)
-            }),
+            tower::ServiceBuilder::new()
+                .layer(edge::EdgeLayer::new(metrics))
+                .layer(TraceLayer::new_for_http().make_span_with(
+                    |req: &axum::http::Request<_>| {
+                        let id = req
+                            .headers()
+                            .get(REQUEST_ID_HEADER)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default();
+                        tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                    },
+                ))
+                .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES)),
         )
-        .layer(PropagateRequestIdLayer::new(request_id.clone()))
-        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
-        .layer(axum::middleware::map_request(drop_unfit_request_id))
-}
-
-/// The longest client-sent request id kept.
-const MAX_REQUEST_ID_BYTES: usize = 128;
-
-/// Removes a client's `X-Request-Id` that is longer than [`MAX_REQUEST_ID_BYTES`] or holds
-/// anything but letters, digits and `-_.:/@+=`, so that a new one is made: the id lands in every
-/// log line of the request and in its audit record.
-async fn drop_unfit_request_id(mut req: axum::extract::Request) -> axum::extract::Request {
-    let fit = |v: &HeaderValue| {
-        let b = v.as_bytes();
-        !b.is_empty()
-            && b.len() <= MAX_REQUEST_ID_BYTES
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || b"-_.:/@+=".contains(c))
-    };
-    if req
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .is_some_and(|v| !fit(v))
-    {
-        req.headers_mut().remove(REQUEST_ID_HEADER);
-    }
-    req
 }
 
 /// How often the server asks whether SQLite's write-ahead log is due to be copied back (the

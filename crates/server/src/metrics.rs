@@ -14,9 +14,8 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{MatchedPath, Request, State},
+    extract::{MatchedPath, State},
     http::{HeaderMap, Method, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use breeze_guard::Refusal;
@@ -271,37 +270,33 @@ fn refusal_reason(r: &Refusal) -> &'static str {
     }
 }
 
-/// Counts every HTTP request by its matched route (`unmatched` otherwise), method and status.
-pub(crate) async fn count_requests(
-    State(metrics): State<Arc<Metrics>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
-    let method = match *request.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    };
-    let response = next.run(request).await;
-    metrics
-        .http
-        .get_or_create(&HttpLabels {
-            route,
-            method,
-            status: response.status().as_u16(),
-        })
-        .inc();
-    response
+impl Metrics {
+    /// Counts one HTTP response: its route (the matched pattern, `unmatched` for none), method
+    /// and status. Called by the edge layer ([`crate::edge`]) once per request.
+    pub(crate) fn http_response(
+        &self,
+        route: Option<&MatchedPath>,
+        method: &Method,
+        status: StatusCode,
+    ) {
+        let method = match *method {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            Method::PUT => "PUT",
+            Method::PATCH => "PATCH",
+            Method::DELETE => "DELETE",
+            Method::HEAD => "HEAD",
+            Method::OPTIONS => "OPTIONS",
+            _ => "other",
+        };
+        self.http
+            .get_or_create(&HttpLabels {
+                route: route.map_or("unmatched", MatchedPath::as_str).to_owned(),
+                method,
+                status: status.as_u16(),
+            })
+            .inc();
+    }
 }
 
 /// The scrape response.

@@ -1,0 +1,184 @@
+//! The edge: what every request and response passes through, as one tower layer.
+//!
+//! In: a client's `X-Request-Id` is kept when it is fit to land in log lines and audit records
+//! (at most [`MAX_REQUEST_ID_BYTES`] of letters, digits and `-_.:/@+=`); otherwise, or when
+//! there is none, the request gets a new one (a UUID). Out: the response carries the request's
+//! id (unless the handler set one), `X-Content-Type-Options: nosniff`, `Cache-Control: no-store`
+//! unless the handler chose a policy (API responses carry sessions, keys and tenant data), and
+//! is counted in the metrics by route, method and status.
+//!
+//! Written as one service with a future of its own, not as a stack of middleware, because
+//! axum wraps every route in the layer it is given: each axum middleware (`from_fn`,
+//! `map_request`) boxes the rest of the request's future and clones its inner service into a
+//! box of its own, on every request. This layer allocates nothing but the id it makes.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+};
+
+use axum::{
+    extract::{MatchedPath, Request},
+    http::{HeaderValue, Method, Response, header},
+};
+use pin_project_lite::pin_project;
+use tower::{Layer, Service};
+
+use crate::{REQUEST_ID_HEADER, metrics::Metrics};
+
+/// The longest client-sent request id kept.
+pub(crate) const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Whether a client's request id is kept as it is.
+fn fit(id: &HeaderValue) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_REQUEST_ID_BYTES
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.:/@+=".contains(c))
+}
+
+/// A new request id: a random UUID, hyphenated.
+fn new_id() -> HeaderValue {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+    HeaderValue::from_str(id).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+/// The edge layer (see the module docs).
+#[derive(Clone)]
+pub(crate) struct EdgeLayer {
+    metrics: Arc<Metrics>,
+}
+
+impl EdgeLayer {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
+
+    fn layer(&self, inner: S) -> Edge<S> {
+        Edge {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The edge service around one route.
+#[derive(Clone)]
+pub(crate) struct Edge<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B> Service<Request> for Edge<S>
+where
+    S: Service<Request, Response = Response<B>>,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = EdgeFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let id = match req.headers().get(REQUEST_ID_HEADER) {
+            Some(id) if fit(id) => id.clone(),
+            _ => {
+                let id = new_id();
+                req.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
+                id
+            }
+        };
+        let route = req.extensions().get::<MatchedPath>().cloned();
+        let method = req.method().clone();
+        EdgeFuture {
+            inner: self.inner.call(req),
+            done: Some(Done {
+                id,
+                route,
+                method,
+                metrics: self.metrics.clone(),
+            }),
+        }
+    }
+}
+
+/// What the response needs from its request.
+struct Done {
+    id: HeaderValue,
+    route: Option<MatchedPath>,
+    method: Method,
+    metrics: Arc<Metrics>,
+}
+
+pin_project! {
+    /// The route's future, finishing its response as the module docs say.
+    pub(crate) struct EdgeFuture<F> {
+        #[pin]
+        inner: F,
+        done: Option<Done>,
+    }
+}
+
+impl<F, B, E> Future for EdgeFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = ready!(this.inner.poll(cx))?;
+        if let Some(done) = this.done.take() {
+            let headers = response.headers_mut();
+            headers.entry(REQUEST_ID_HEADER).or_insert(done.id);
+            headers.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            headers
+                .entry(header::CACHE_CONTROL)
+                .or_insert(HeaderValue::from_static("no-store"));
+            done.metrics
+                .http_response(done.route.as_ref(), &done.method, response.status());
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fit_id_is_kept_and_anything_else_is_not() {
+        assert!(fit(&HeaderValue::from_static("abc-123_x.y:z/@+=")));
+        assert!(fit(&HeaderValue::from_str(
+            &"a".repeat(MAX_REQUEST_ID_BYTES)
+        )
+        .unwrap()));
+        assert!(!fit(&HeaderValue::from_str(
+            &"a".repeat(MAX_REQUEST_ID_BYTES + 1)
+        )
+        .unwrap()));
+        assert!(!fit(&HeaderValue::from_static("")));
+        assert!(!fit(&HeaderValue::from_static("a b")));
+        assert!(!fit(&HeaderValue::from_static("a\"b")));
+    }
+
+    #[test]
+    fn a_new_id_is_a_uuid() {
+        let id = new_id();
+        let id = id.to_str().unwrap();
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+    }
+}
