@@ -85,7 +85,7 @@ export PATH="$NODE_BIN:$PATH"
 run_suite ts-sdk timeout 300 env "${unset_args[@]}" node "$CLIENTS/ts_client.mjs" \
   --demo-json "$DEMO_JSON" --breeze-bin "$BREEZE"
 run_suite py-sdk timeout 300 env "${unset_args[@]}" "$PYENV/bin/python" "$CLIENTS/py_client.py" \
-  --demo-json "$DEMO_JSON"
+  --demo-json "$DEMO_JSON" --breeze-bin "$BREEZE"
 
 READ_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_keys"]["read"])' "$DEMO_JSON")
 MCP_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mcp_url"])' "$DEMO_JSON")

@@ -2,7 +2,8 @@
 """Drives a RUNNING Breeze with the official MCP Python SDK (PyPI package `mcp`, 1.x) over the
 Streamable HTTP client (`streamablehttp_client`) and the legacy HTTP+SSE client (`sse_client`).
 
-Usage: python py_client.py --demo-json PATH/breeze-data/demo.json [--only http,sse,consolidated]
+Usage: python py_client.py --demo-json PATH/breeze-data/demo.json --breeze-bin PATH/breeze
+       [--only http,sse,consolidated]
 
 `consolidated` is a consolidated-catalog session over Streamable HTTP (`?catalog=consolidated`):
 tools/list, breeze_discover (every page), breeze_describe, breeze_read of query_devices.
@@ -14,6 +15,7 @@ check fails.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import json
 import sys
 import warnings
@@ -32,38 +34,90 @@ from mcp.client.streamable_http import streamablehttp_client
 warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*streamable_http_client.*")
 
 SERVER_NAME = "breeze-rmm"
-# Every tool with a Tier 1 call (read), and those whose lowest call is Tier 2 (write).
-READ_TOOLS = sorted(
-    [
-        "analyze_disk_usage",
-        "analyze_metrics",
-        "disk_cleanup",
-        "file_operations",
-        "get_active_users",
-        "get_approval_status",
-        "get_device_context",
-        "get_device_details",
-        "get_device_software",
-        "get_user_experience_metrics",
-        "manage_alert_rules",
-        "manage_alerts",
-        "manage_groups",
-        "manage_maintenance_windows",
-        "query_audit_log",
-        "query_devices",
-        "search_agent_logs",
-    ]
-)
-WRITE_ONLY_TOOLS = [
-    "manage_services",
-    "resolve_device_context",
-    "set_agent_log_level",
-    "set_device_context",
-]
-WRITE_TOOLS = sorted(READ_TOOLS + WRITE_ONLY_TOOLS)
+# The tools each key should see come from the binary's own registry (`breeze mcp tools
+# --json`, read in `main`), not from a list kept here: every tool with a Tier 1 call (read), and
+# those whose lowest call is Tier 2 (write).
+REGISTRY: list[dict] = []
+READ_TOOLS: list[str] = []
+WRITE_ONLY_TOOLS: list[str] = []
+WRITE_TOOLS: list[str] = []
+
+
+def load_expected_tools(breeze_bin: str) -> None:
+    """Fills the expected tool lists from `breeze mcp tools --json`."""
+    out = subprocess.run(
+        [breeze_bin, "mcp", "tools", "--json"], check=True, capture_output=True, text=True
+    ).stdout
+    tools = json.loads(out)["tools"]
+    REGISTRY[:] = tools
+    READ_TOOLS[:] = sorted(t["name"] for t in tools if min(t["tiers"]) == 1)
+    WRITE_ONLY_TOOLS[:] = sorted(t["name"] for t in tools if min(t["tiers"]) == 2)
+    WRITE_TOOLS[:] = sorted(READ_TOOLS + WRITE_ONLY_TOOLS)
+
+
 SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope'
 TIMEOUT = timedelta(seconds=20)
 UNKNOWN_ID = "0190c0de-0000-7000-8000-000000000000"
+
+
+def synthesize_args(name: str, schema: dict, d: str) -> dict:
+    """Arguments for a tool every_tool_args does not know, made from its listed input schema: its
+    lowest-tier action (from the registry), and for every other required property the first enum
+    value, the demo device for a device id, an unknown id for other ids, the smallest valid string
+    or number. The call may fail (an unknown id); what is checked is that its result, error or
+    not, passes the SDK's outputSchema validation."""
+    tool = next((t for t in REGISTRY if t["name"] == name), {})
+    actions = sorted(tool.get("actions") or [], key=lambda a: a["tier"])
+    action = actions[0]["name"] if actions else None
+
+    def resolve(s):
+        ref = (s or {}).get("$ref")
+        if not ref:
+            return s or {}
+        node = schema
+        for k in ref.removeprefix("#/").split("/"):
+            node = (node or {}).get(k)
+        return resolve(node)
+
+    def value(key, s0):
+        s = resolve(s0)
+        if "const" in s:
+            return s["const"]
+        if isinstance(s.get("enum"), list):
+            return s["enum"][0]
+        for alt in s.get("oneOf") or s.get("anyOf") or []:
+            r = resolve(alt)
+            if r.get("type") != "null":
+                return value(key, r)
+        t = s.get("type")
+        if isinstance(t, list):
+            t = next((x for x in t if x != "null"), None)
+        is_id = key.lower().endswith("id") or s.get("format") == "uuid"
+        if t == "string":
+            if is_id:
+                return d if key.lower() == "deviceid" else UNKNOWN_ID
+            return "x" * max(1, s.get("minLength", 1))
+        if t in ("integer", "number"):
+            return s.get("minimum", 1)
+        if t == "boolean":
+            return False
+        if t == "array":
+            if key.lower() == "deviceids":
+                return [d]
+            return [value(key.removesuffix("s"), s.get("items")) for _ in range(s.get("minItems", 0))]
+        return obj(s)
+
+    def obj(s, top=False):
+        props = s.get("properties") or {}
+        required = s.get("required") or (s.get("else") or {}).get("required") or []
+        out = {}
+        if top and action and "action" in props:
+            out["action"] = action
+        for k in required:
+            out.setdefault(k, value(k, props.get(k)))
+        return out
+
+    return obj(resolve(schema), top=True)
 
 
 def every_tool_args(d: str) -> dict[str, dict]:
@@ -71,7 +125,7 @@ def every_tool_args(d: str) -> dict[str, dict]:
 
     Tier 3 calls answer "pending approval" at once (clients.sh runs the demo with
     MCP_APPROVAL_WAIT_SECONDS=0); a few calls are errors on purpose (unknown ids). A listed
-    tool missing here fails the suite.
+    tool missing here is called with arguments made from its input schema (synthesize_args).
     """
     return {
         "analyze_disk_usage": {"deviceId": d, "refresh": True, "path": "/tmp", "topFiles": 5},
@@ -326,11 +380,12 @@ async def run_checks(kind: str, demo: dict) -> list[str]:
                 dok, device = await step("the demo device", demo_device)
                 if lok and dok:
                     table = every_tool_args(device)
+                    schemas = {t.name: t.inputSchema for t in (await exe.list_tools()).tools}
                     for name in listed:
 
                         async def call_one(name=name):
-                            check(name in table, f"no arguments for {name}: add it to every_tool_args")
-                            res = await exe.call_tool(name, table[name], read_timeout_seconds=timedelta(seconds=120))
+                            args = table.get(name) or synthesize_args(name, schemas.get(name) or {}, device)
+                            res = await exe.call_tool(name, args, read_timeout_seconds=timedelta(seconds=120))
                             sc = res.structuredContent
                             check(isinstance(sc, dict), f"no structuredContent: {show(res.model_dump())}")
                             if res.isError:
@@ -396,7 +451,9 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo-json", required=True)
     parser.add_argument("--only", default="http,sse,consolidated")
+    parser.add_argument("--breeze-bin", required=True, help="the breeze binary whose registry is expected")
     args = parser.parse_args()
+    load_expected_tools(args.breeze_bin)
     with open(args.demo_json, encoding="utf-8") as f:
         demo = json.load(f)
     kinds = [k.strip() for k in args.only.split(",") if k.strip()]

@@ -10,6 +10,7 @@
 // failed check of that transport, then "ts: N passed, N failed"; exits 1 when any check failed.
 
 import { isDeepStrictEqual } from 'node:util';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 
@@ -27,38 +28,25 @@ const { values: opts } = parseArgs({
   },
 });
 if (!opts['demo-json']) {
-  console.error('usage: node ts_client.mjs --demo-json PATH [--breeze-bin PATH] [--only sse,http,stdio]');
+  console.error('usage: node ts_client.mjs --demo-json PATH --breeze-bin PATH [--only sse,http,stdio]');
   process.exit(2);
 }
 const demo = JSON.parse(readFileSync(opts['demo-json'], 'utf8'));
 
 const SERVER_NAME = 'breeze-rmm';
-// Every tool with a Tier 1 call (read), and those whose lowest call is Tier 2 (write).
-const READ_TOOLS = [
-  'analyze_disk_usage',
-  'analyze_metrics',
-  'disk_cleanup',
-  'file_operations',
-  'get_active_users',
-  'get_approval_status',
-  'get_device_context',
-  'get_device_details',
-  'get_device_software',
-  'get_user_experience_metrics',
-  'manage_alert_rules',
-  'manage_alerts',
-  'manage_groups',
-  'manage_maintenance_windows',
-  'query_audit_log',
-  'query_devices',
-  'search_agent_logs',
-];
-const WRITE_ONLY_TOOLS = [
-  'manage_services',
-  'resolve_device_context',
-  'set_agent_log_level',
-  'set_device_context',
-];
+// The tools each key should see, from the binary's own registry (`breeze mcp tools --json`),
+// not from a list kept here: every tool with a Tier 1 call (read), and those whose lowest call
+// is Tier 2 (write). A new tool is expected without anyone editing this file.
+if (!opts['breeze-bin']) {
+  console.error('ts_client.mjs needs --breeze-bin (the expected tool lists come from its registry)');
+  process.exit(2);
+}
+const REGISTRY = JSON.parse(
+  execFileSync(opts['breeze-bin'], ['mcp', 'tools', '--json'], { encoding: 'utf8' }),
+).tools;
+const lowestTier = (t) => Math.min(...t.tiers);
+const READ_TOOLS = REGISTRY.filter((t) => lowestTier(t) === 1).map((t) => t.name).sort();
+const WRITE_ONLY_TOOLS = REGISTRY.filter((t) => lowestTier(t) === 2).map((t) => t.name).sort();
 const WRITE_TOOLS = [...READ_TOOLS, ...WRITE_ONLY_TOOLS].sort();
 const SCOPE_ERROR = 'Tool "set_device_context" requires ai:write scope';
 const UNKNOWN_ID = '0190c0de-0000-7000-8000-000000000000';
@@ -67,8 +55,63 @@ const UNKNOWN_ID = '0190c0de-0000-7000-8000-000000000000';
  * Arguments of one call of every tool, for the execute key on the demo's local device `d`.
  * Tier 3 calls answer "pending approval" at once (clients.sh runs the demo with
  * MCP_APPROVAL_WAIT_SECONDS=0); a few calls are errors on purpose (unknown ids). A listed tool
- * missing here fails the suite.
+ * missing here is called with arguments made from its input schema (synthesizeArgs).
  */
+/**
+ * Arguments for a tool the table above does not know, made from its listed input schema: its
+ * lowest-tier action (from the registry), and for every other required property the first enum
+ * value, the demo device for a device id, an unknown id for other ids, the smallest valid
+ * string or number. The call may well fail (an unknown id); what is checked is that its result,
+ * error or not, is what the SDK validates against the tool's outputSchema.
+ */
+function synthesizeArgs(name, schema, d) {
+  const tool = REGISTRY.find((t) => t.name === name);
+  const action = tool?.actions?.length
+    ? [...tool.actions].sort((a, b) => a.tier - b.tier)[0].name
+    : undefined;
+  const resolve = (s) => {
+    const ref = s?.$ref;
+    if (!ref) return s ?? {};
+    const path = ref.replace(/^#\//, '').split('/');
+    return resolve(path.reduce((o, k) => o?.[k], schema));
+  };
+  const value = (key, s0) => {
+    const s = resolve(s0);
+    if (s.const !== undefined) return s.const;
+    if (Array.isArray(s.enum)) return s.enum[0];
+    for (const alt of s.oneOf ?? s.anyOf ?? []) {
+      const r = resolve(alt);
+      if (r.type !== 'null') return value(key, r);
+    }
+    const type = Array.isArray(s.type) ? s.type.find((t) => t !== 'null') : s.type;
+    const isId = /id$/i.test(key) || s.format === 'uuid';
+    switch (type) {
+      case 'string':
+        if (isId) return /^deviceId$/i.test(key) ? d : UNKNOWN_ID;
+        return 'x'.repeat(Math.max(1, s.minLength ?? 1));
+      case 'integer':
+      case 'number':
+        return s.minimum ?? 1;
+      case 'boolean':
+        return false;
+      case 'array':
+        return /^deviceIds$/i.test(key) ? [d] : Array.from({ length: s.minItems ?? 0 }, () => value(key.replace(/s$/, ''), s.items));
+      case 'object':
+      default:
+        return object(s);
+    }
+  };
+  const object = (s, top = false) => {
+    const props = s.properties ?? {};
+    const required = s.required ?? s.else?.required ?? [];
+    const out = {};
+    if (top && action && props.action) out.action = action;
+    for (const k of required) if (!(k in out)) out[k] = value(k, props[k]);
+    return out;
+  };
+  return object(resolve(schema), true);
+}
+
 function everyToolArgs(d) {
   return {
     analyze_disk_usage: { deviceId: d, refresh: true, path: '/tmp', topFiles: 5 },
@@ -352,10 +395,11 @@ async function runChecks(kind) {
           });
           if (listed.ok && device.ok) {
             const table = everyToolArgs(device.value);
+            const schemas = Object.fromEntries((await ec.listTools({}, req)).tools.map((t) => [t.name, t.inputSchema]));
             for (const name of listed.value) {
               await step(`tools/call ${name} (execute key, outputSchema validated)`, async () => {
-                check(table[name], `no arguments for ${name}: add it to everyToolArgs`);
-                const res = await ec.callTool({ name, arguments: table[name] }, undefined, { timeout: 120_000 });
+                const args = table[name] ?? synthesizeArgs(name, schemas[name], device.value);
+                const res = await ec.callTool({ name, arguments: args }, undefined, { timeout: 120_000 });
                 check(res.structuredContent && typeof res.structuredContent === 'object', `no structuredContent: ${show(res)}`);
                 if (res.isError) check(res.structuredContent.error?.code, `an error without the envelope: ${show(res)}`);
               });

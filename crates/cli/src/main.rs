@@ -100,6 +100,12 @@ enum McpCommand {
         #[arg(long)]
         toolsets: Option<String>,
     },
+    /// List this binary's tools: name, the tiers of its calls and its permission; with --json,
+    /// the registry as data (every tool, its tiers, actions and permissions).
+    Tools {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Set by `breeze demo` on its agent child: the child holds a pipe from the parent on stdin and
@@ -133,6 +139,10 @@ fn main() -> ExitCode {
     }) = cli.command
     {
         return run_stdio(&env, url, api_key, catalog, toolsets);
+    }
+    if let Command::Mcp(McpCommand::Tools { json }) = cli.command {
+        print!("{}", commands::tools::list(json));
+        return ExitCode::SUCCESS;
     }
     // Needs no server settings: only where the home directory is.
     if let Command::InstallSkill(args) = &cli.command {
@@ -199,6 +209,9 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
                 .await
         }
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
+        Command::Mcp(McpCommand::Tools { .. }) => {
+            anyhow::bail!("`breeze mcp tools` is handled before start-up")
+        }
         Command::InstallSkill(_) => {
             anyhow::bail!("`breeze install-skill` is handled before start-up")
         }

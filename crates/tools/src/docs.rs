@@ -170,7 +170,8 @@ fn tiers_of(t: &ToolSpec) -> Vec<Tier> {
     tiers
 }
 
-fn tiers_label(t: &ToolSpec) -> String {
+/// Every tier a call of `t` can have, lowest first, as "1, 3".
+pub fn tiers_label(t: &ToolSpec) -> String {
     tiers_of(t)
         .iter()
         .map(|t| t.number().to_string())
@@ -257,6 +258,32 @@ fn enum_values(schema: &Value) -> Option<Vec<String>> {
         .filter_map(|v| v.get("const").and_then(quote))
         .collect();
     (values.len() == variants.len()).then_some(values)
+}
+
+/// The registry as data, for tools outside Rust (`breeze mcp tools --json`; the official-client
+/// suites derive the tool lists they expect per key from it): per tool, in name order, its
+/// name, domain, title, base tier, every tier its calls can have (lowest first), permission,
+/// and actions with their tiers and permissions.
+pub fn index(r: &Registry) -> Value {
+    let tools = r
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "domain": t.domain,
+                "title": t.title,
+                "baseTier": t.tier.number(),
+                "tiers": tiers_of(t).iter().map(|t| t.number()).collect::<Vec<_>>(),
+                "permission": t.permission.as_str(),
+                "actions": t.actions.iter().map(|a| serde_json::json!({
+                    "name": a.name,
+                    "tier": a.tier.number(),
+                    "permission": a.permission.as_str(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect::<Vec<_>>();
+    serde_json::json!({ "version": VERSION, "tools": tools })
 }
 
 /// The catalogue: every tool, action, tier, scope, permission, effect, hint and limit; the

@@ -8,6 +8,7 @@ pub(crate) mod fleet;
 pub(crate) mod grants;
 pub(crate) mod skill;
 pub(crate) mod stdio;
+pub(crate) mod tools;
 
 use std::sync::Arc;
 
