@@ -141,6 +141,7 @@ def every_tool_args(d: str) -> dict[str, dict]:
         "get_user_experience_metrics": {},
         "manage_alert_rules": {"action": "test", "condition": {"kind": "metric", "metric": "cpu", "comparison": "above", "threshold": 90, "durationMinutes": 5}},
         "manage_alerts": {"action": "list", "status": "active"},
+        "manage_automations": {"action": "list"},
         "manage_groups": {"action": "list"},
         "manage_maintenance_windows": {"action": "active_now", "target": {"type": "device", "deviceId": d}},
         "manage_services": {"deviceId": d, "action": "list"},

@@ -58,6 +58,7 @@ fn config_for(base_url: &str) -> ServerConfig {
         sweep_interval: Duration::from_secs(1),
         ..Default::default()
     };
+    config.automations.tick = Duration::from_millis(500);
     config
 }
 
@@ -429,6 +430,122 @@ async fn run(backend: Backend) {
     )
     .await;
     assert!(out.unwrap_err().contains("parameters.who: required"));
+
+    // An alert raises; the automation it triggers runs the library script on the device, as
+    // its owner (an execute key), after a person approves; the history shows the outcome.
+    let exec_key = &f.exec_keys.iter().find(|(o, _)| *o == f.org).unwrap().1;
+    let owner = f
+        .state
+        .auth
+        .authenticate_api_key(Some(exec_key))
+        .await
+        .unwrap()
+        .key_id;
+    let o = f.store.org(f.org);
+    let rule = o
+        .create_rule(
+            breeze_store::NewRule {
+                name: "hot".into(),
+                description: None,
+                severity: breeze_core::Severity::High,
+                enabled: true,
+                condition: breeze_core::AlertCondition::Offline { minutes: 60 },
+                target: breeze_store::RuleTarget::Organization,
+                cooldown_minutes: 0,
+                auto_resolve: false,
+                channel_ids: vec![],
+                created_by: "test".into(),
+            },
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
+    let automation = o
+        .create_automation(
+            breeze_store::NewAutomation {
+                name: "greet on alert".into(),
+                description: None,
+                enabled: true,
+                trigger: breeze_store::TriggerSpec::Alert {
+                    rule: Some(rule.id),
+                    min_severity: None,
+                },
+                action: breeze_store::ActionSpec::RunScript {
+                    script: script.id,
+                    parameters: [("who".to_owned(), "automation".to_owned())].into(),
+                    timeout_seconds: 30,
+                },
+                target: breeze_store::RuleTarget::Organization,
+                owner_actor: Actor::new(ActorType::ApiKey, owner).to_string(),
+            },
+            audit("automation.create"),
+        )
+        .await
+        .unwrap();
+    let approver = {
+        let (store, pipeline, admin, org) = (
+            f.store.clone(),
+            f.state.pipeline.clone(),
+            f.admin.clone(),
+            f.org,
+        );
+        tokio::spawn(async move {
+            loop {
+                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                    let request = DecisionRequest {
+                        id: r.id,
+                        decision: breeze_store::Decision::Approve,
+                        reason: None,
+                        request_id: None,
+                    };
+                    let actor = Actor::new(ActorType::User, admin.id);
+                    let _ = decide(&store, pipeline.registry(), &admin, actor, request).await;
+                    pipeline.approvals().notify_decided();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let alert = o
+        .raise_alert(&rule, device_id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    eventually(60, "the automation's run to finish", || async {
+        f.store
+            .org(f.org)
+            .list_runs(Some(automation.id), 5)
+            .await
+            .unwrap()
+            .first()
+            .is_some_and(|r| r.status.is_terminal())
+    })
+    .await;
+    approver.abort();
+    let run = o.list_runs(Some(automation.id), 5).await.unwrap().remove(0);
+    assert_eq!(run.alert_id, Some(alert.id));
+    // The approval was granted while the worker's call waited, which then ran it.
+    let approved = o.list_approvals(false, 20).await.unwrap();
+    assert!(
+        approved.iter().any(|a| a.tool == "run_script"
+            && a.arguments["parameters"]["who"] == "automation"
+            && a.status == "completed"),
+        "the automation's script run was approved by a person first"
+    );
+    let outcome = &run.devices[0];
+    assert_eq!(outcome.device_id, device_id, "{run:?}");
+    assert_eq!(outcome.status, "completed", "{run:?}");
+    assert_eq!(outcome.exit_code, Some(3), "{run:?}");
+    assert_eq!(
+        outcome.stdout.as_deref(),
+        Some("hello automation\n"),
+        "{run:?}"
+    );
+    assert_eq!(
+        run.status,
+        breeze_core::RunStatus::Failed,
+        "exit 3 is a failure: {run:?}"
+    );
 
     // Files: write (Tier 3 handler), read back, list.
     let work = tempfile::tempdir().unwrap();

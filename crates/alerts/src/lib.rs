@@ -23,7 +23,9 @@ use tokio::sync::Mutex;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
-pub use notify::{AlertNews, NotifyConfig, SmtpConfig, SmtpSecurity, is_public, sign};
+pub use notify::{
+    AlertNews, ChannelMessage, NotifyConfig, SmtpConfig, SmtpSecurity, is_public, sign,
+};
 
 /// The engine's pace and its notifications.
 #[derive(Debug, Clone)]

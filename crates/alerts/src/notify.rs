@@ -157,15 +157,6 @@ impl Notifier {
         channel: &NotificationChannel,
         news: AlertNews,
     ) -> Result<String, String> {
-        let smtp = self
-            .config
-            .smtp
-            .as_ref()
-            .ok_or("no SMTP relay is configured")?;
-        let from: Mailbox = smtp
-            .from
-            .parse()
-            .map_err(|e| format!("the From address is invalid: {e}"))?;
         let subject = match news {
             AlertNews::Raised => format!("[Breeze {}] {}", alert.severity, alert.title),
             AlertNews::Resolved => format!("[Breeze resolved] {}", alert.title),
@@ -180,6 +171,25 @@ impl Notifier {
             alert.triggered_at.to_rfc3339(),
             alert.id,
         );
+        self.send_email(channel, subject, body).await
+    }
+
+    /// Mails `subject` and `body` to the channel's recipients through the SMTP relay.
+    async fn send_email(
+        &self,
+        channel: &NotificationChannel,
+        subject: String,
+        body: String,
+    ) -> Result<String, String> {
+        let smtp = self
+            .config
+            .smtp
+            .as_ref()
+            .ok_or("no SMTP relay is configured")?;
+        let from: Mailbox = smtp
+            .from
+            .parse()
+            .map_err(|e| format!("the From address is invalid: {e}"))?;
         let mut builder = Message::builder()
             .from(from)
             .subject(subject)
@@ -236,6 +246,23 @@ impl Notifier {
         channel: &NotificationChannel,
         news: AlertNews,
     ) -> Result<String, String> {
+        let body = serde_json::json!({
+            "event": news.event(),
+            "alert": alert,
+            "rule": { "id": rule.id, "name": rule.name, "condition": rule.condition },
+        })
+        .to_string();
+        self.send_webhook(clock, channel, news.event(), body).await
+    }
+
+    /// POSTs `body` (JSON text) to the channel's URL, signed, with retries and backoff.
+    async fn send_webhook(
+        &self,
+        clock: &dyn Clock,
+        channel: &NotificationChannel,
+        event: &str,
+        body: String,
+    ) -> Result<String, String> {
         let url = channel
             .config
             .get("url")
@@ -257,12 +284,6 @@ impl Notifier {
             .resolve(&host, addr)
             .build()
             .map_err(|e| e.to_string())?;
-        let body = serde_json::json!({
-            "event": news.event(),
-            "alert": alert,
-            "rule": { "id": rule.id, "name": rule.name, "condition": rule.condition },
-        })
-        .to_string();
         let delivery = uuid::Uuid::now_v7().to_string();
         let mut last = String::new();
         let attempts = self.config.webhook_attempts.max(1);
@@ -276,7 +297,7 @@ impl Notifier {
             let sent = client
                 .post(parsed.clone())
                 .header("content-type", "application/json")
-                .header("x-breeze-event", news.event())
+                .header("x-breeze-event", event)
                 .header("x-breeze-delivery", &delivery)
                 .header("x-breeze-timestamp", &timestamp)
                 .header("x-breeze-signature", format!("sha256={signature}"))
@@ -306,6 +327,49 @@ impl Notifier {
         Err(format!(
             "webhook failed after {attempts} attempt(s): {last}"
         ))
+    }
+}
+
+/// A message to a channel that is not an alert's news (an automation's notify action).
+#[derive(Debug, Clone)]
+pub struct ChannelMessage {
+    /// The webhook's `X-Breeze-Event`, e.g. `automation.notify`.
+    pub event: &'static str,
+    /// The mail's subject.
+    pub subject: String,
+    /// The mail's text.
+    pub text: String,
+    /// The webhook's JSON body.
+    pub payload: serde_json::Value,
+}
+
+/// Delivers `message` to `channel` as alert news is delivered (mail through the relay, a
+/// signed webhook with retries, in-app), bounded by the configured timeouts. The outcome, for
+/// the caller to record; a disabled channel is a failure.
+pub async fn send(
+    config: &NotifyConfig,
+    clock: &dyn Clock,
+    channel: &NotificationChannel,
+    message: &ChannelMessage,
+) -> Result<String, String> {
+    if !channel.enabled {
+        return Err("the channel is disabled".to_owned());
+    }
+    let notifier = Notifier {
+        config: config.clone(),
+    };
+    match channel.kind {
+        ChannelKind::InApp => Ok("shown in the app".to_owned()),
+        ChannelKind::Email => {
+            notifier
+                .send_email(channel, message.subject.clone(), message.text.clone())
+                .await
+        }
+        ChannelKind::Webhook => {
+            notifier
+                .send_webhook(clock, channel, message.event, message.payload.to_string())
+                .await
+        }
     }
 }
 

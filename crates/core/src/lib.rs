@@ -6,6 +6,7 @@
 
 pub mod alert;
 pub mod audit;
+pub mod automation;
 pub mod clock;
 pub mod device;
 pub mod group_filter;
@@ -22,6 +23,7 @@ pub use alert::{
     AlertCondition, AlertStatus, ChannelKind, Comparison, Metric, Severity, TargetKind,
 };
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
+pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{

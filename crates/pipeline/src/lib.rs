@@ -22,6 +22,7 @@ pub mod batch;
 pub mod budget;
 pub mod errors;
 pub mod idempotency;
+pub mod standing;
 
 use std::sync::Arc;
 

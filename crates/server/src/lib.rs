@@ -7,6 +7,7 @@
 
 mod audit_writer;
 mod authz;
+pub mod automations;
 pub mod catalog;
 mod edge;
 mod error;
@@ -87,6 +88,8 @@ pub struct ServerConfig {
     pub oauth: Option<oauth::OAuthSettings>,
     /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
     pub alerts: breeze_alerts::EngineConfig,
+    /// The automation worker's pace.
+    pub automations: automations::AutomationConfig,
     /// Audit retention and its daily purge.
     pub audit: AuditRetentionConfig,
     /// Who may read `GET /metrics` (off by default).
@@ -133,6 +136,7 @@ impl ServerConfig {
                 },
                 ..Default::default()
             },
+            automations: automations::AutomationConfig::default(),
             audit: AuditRetentionConfig::default(),
             metrics: metrics::MetricsAccess::default(),
         }
@@ -423,6 +427,13 @@ pub async fn serve(
         breeze.state.config.alerts.clone(),
     ));
     alerts.spawn(sweeper_stop.clone());
+    Arc::new(automations::AutomationWorker::new(
+        breeze.state.store.clone(),
+        breeze.state.pipeline.clone(),
+        breeze.state.config.alerts.notify.clone(),
+        breeze.state.config.automations.clone(),
+    ))
+    .spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

@@ -249,6 +249,8 @@ const ID_FIELDS: &[&str] = &[
     "ruleId",
     "channelIds",
     "windowId",
+    "automationId",
+    "channelId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -377,6 +379,9 @@ impl Suite {
             }
             "ruleId" => json!(self.fresh_rule().await.id.to_string()),
             "windowId" => json!(self.fresh_window().await.id.to_string()),
+            "automationId" => json!(self.fresh_automation().await.id.to_string()),
+            "channelId" => json!(self.fresh_channel().await.id.to_string()),
+            "cron" => json!("0 * * * *"),
             "timeZone" => json!("UTC"),
             "channelIds" => json!([]),
             "cursor" => json!(
@@ -418,6 +423,51 @@ impl Suite {
                     created_by: "fixture".into(),
                 },
                 audit("alert_rule.create"),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A new in-app channel of the fixture's organization.
+    async fn fresh_channel(&self) -> breeze_store::NotificationChannel {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_channel(
+                breeze_store::NewChannel {
+                    name: format!("fixture channel {n}"),
+                    kind: breeze_core::ChannelKind::InApp,
+                    config: json!({}),
+                    secret: None,
+                },
+                audit("notification_channel.create"),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A new manual automation of the fixture's organization (each delete consumes one).
+    async fn fresh_automation(&self) -> breeze_store::Automation {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        let channel = self.fresh_channel().await;
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_automation(
+                breeze_store::NewAutomation {
+                    name: format!("fixture automation {n}"),
+                    description: None,
+                    enabled: true,
+                    trigger: breeze_store::TriggerSpec::Manual,
+                    action: breeze_store::ActionSpec::Notify {
+                        channel: channel.id,
+                        message: None,
+                    },
+                    target: breeze_store::RuleTarget::Organization,
+                    owner_actor: "system:fixture".into(),
+                },
+                audit("automation.create"),
             )
             .await
             .unwrap()

@@ -308,7 +308,7 @@ pub struct Observation {
 const RULE_COLUMNS: &str = "id, org_id, name, description, severity, enabled, condition, \
     target_kind, target_site_id, target_group_id, target_device_id, cooldown_minutes, \
     auto_resolve, channel_ids, created_by, created_at, updated_at, deleted_at";
-const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, title, message, \
+pub(crate) const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, title, message, \
     value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by";
 const CHANNEL_COLUMNS: &str = "id, org_id, name, kind, config, secret, enabled, created_at";
 

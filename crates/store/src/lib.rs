@@ -15,6 +15,7 @@ mod approvals;
 mod audit;
 mod audit_appender;
 mod audit_retention;
+mod automations;
 mod commands;
 mod context;
 mod devices;
@@ -53,6 +54,11 @@ pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewAppr
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, Unwritten};
 pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_archive};
+pub use automations::{
+    ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,
+    MAX_AUTOMATIONS_PER_ORG, MAX_RUN_DEVICES, MAX_RUN_PAGE, NewAutomation, NewRun,
+    RUN_INTERRUPTED_AFTER, RunUpdate, TriggerSpec, automations_actor,
+};
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};

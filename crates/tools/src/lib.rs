@@ -31,6 +31,7 @@ pub fn all() -> Registry {
     r.domain("alerts", tools::alerts::register);
     r.domain("approvals", tools::approvals::register);
     r.domain("audit", tools::audit::register);
+    r.domain("automations", tools::automations::register);
     r.domain("context", tools::context::register);
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
@@ -57,6 +58,7 @@ mod tests {
                 "alerts",
                 "approvals",
                 "audit",
+                "automations",
                 "context",
                 "devices",
                 "disk",
@@ -155,6 +157,7 @@ mod tests {
         ("get_user_experience_metrics", Some("1"),     false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
+        ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
@@ -211,6 +214,15 @@ mod tests {
         ("manage_alerts",               Some("get"),              Tier::T1, Permission::AlertsRead),
         ("manage_alerts",               Some("acknowledge"),      Tier::T2, Permission::AlertsManage),
         ("manage_alerts",               Some("resolve"),          Tier::T2, Permission::AlertsManage),
+        ("manage_automations",          Some("list"),           Tier::T1, Permission::ScriptsRead),
+        ("manage_automations",          Some("get"),            Tier::T1, Permission::ScriptsRead),
+        ("manage_automations",          Some("history"),        Tier::T1, Permission::ScriptsRead),
+        ("manage_automations",          Some("create"),         Tier::T2, Permission::ScriptsWrite),
+        ("manage_automations",          Some("update"),         Tier::T2, Permission::ScriptsWrite),
+        ("manage_automations",          Some("enable"),         Tier::T2, Permission::ScriptsWrite),
+        ("manage_automations",          Some("disable"),        Tier::T2, Permission::ScriptsWrite),
+        ("manage_automations",          Some("run"),            Tier::T2, Permission::ScriptsExecute),
+        ("manage_automations",          Some("delete"),         Tier::T3, Permission::ScriptsWrite),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("preview"),          Tier::T1, Permission::DevicesRead),

@@ -2,7 +2,7 @@
 //!
 //! `breeze://devices` (at most 500), `breeze://scripts` (the script library, at most 200),
 //! `breeze://alerts` (unresolved alerts, newest first, at most 200), `breeze://automations`
-//! (empty until that feature lands), the template
+//! (automations by name, at most 200: trigger, task, enabled, next run), the template
 //! `breeze://devices/{id}` (the `get_device_details` document: the device with what its agent
 //! reported, camelCase like every tool output), and
 //! `breeze://server` (identity, transport, protocol versions).
@@ -48,7 +48,7 @@ pub const RESOURCES: &[ResourceSpec] = &[
         uri: "breeze://automations",
         name: "automations",
         title: "Automations",
-        description: "Automation rules (up to 200).",
+        description: "Automations (up to 200): name, description, enabled, trigger, task, next run.",
     },
     ResourceSpec {
         uri: "breeze://server",
@@ -147,8 +147,25 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                     .collect(),
             ))
         }
-        // The feature behind this lands in a later release; the organization has none yet.
-        "breeze://automations" => Ok(Value::Array(Vec::new())),
+        "breeze://automations" => {
+            let automations = org.list_automations().await?;
+            Ok(Value::Array(
+                automations
+                    .iter()
+                    .take(LIST_LIMIT as usize)
+                    .map(|a| {
+                        json!({
+                            "id": a.id, "name": a.name, "description": a.description,
+                            "enabled": a.enabled, "trigger": a.trigger_kind, "cron": a.cron,
+                            "timeZone": a.time_zone, "alertRuleId": a.alert_rule_id,
+                            "task": a.action_kind, "scriptId": a.script_id,
+                            "channelId": a.channel_id, "targetType": a.target_kind,
+                            "nextRunAt": a.next_run_at, "updatedAt": a.updated_at,
+                        })
+                    })
+                    .collect(),
+            ))
+        }
         "breeze://server" => Ok(server.clone()),
         _ => {
             let Some(id) = uri.strip_prefix("breeze://devices/") else {

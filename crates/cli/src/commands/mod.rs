@@ -147,6 +147,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         max_batch_items: m.max_items,
         oauth: settings.oauth.clone(),
         alerts: settings.alerts.clone(),
+        automations: breeze_server::automations::AutomationConfig::default(),
         metrics: settings.metrics.clone(),
         audit: breeze_server::AuditRetentionConfig {
             days: settings.audit_retention_days,
