@@ -36,6 +36,7 @@ pub fn all() -> Registry {
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
     r.domain("maintenance", tools::maintenance::register);
+    r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("telemetry", tools::telemetry::register);
     r
@@ -62,6 +63,7 @@ mod tests {
                 "disk",
                 "groups",
                 "maintenance",
+                "reports",
                 "scripts",
                 "telemetry"
             ]
