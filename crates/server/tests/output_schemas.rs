@@ -249,6 +249,8 @@ const ID_FIELDS: &[&str] = &[
     "ruleId",
     "channelIds",
     "windowId",
+    "reportId",
+    "runId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -377,6 +379,22 @@ impl Suite {
             }
             "ruleId" => json!(self.fresh_rule().await.id.to_string()),
             "windowId" => json!(self.fresh_window().await.id.to_string()),
+            "reportId" => json!(self.fresh_report().await.id.to_string()),
+            "runId" => {
+                let def = self.fresh_report().await;
+                let run = org
+                    .generate_report(
+                        breeze_store::ReportRequest::from(&def),
+                        "fixture",
+                        audit("report.generate"),
+                    )
+                    .await
+                    .unwrap();
+                json!(run.id.to_string())
+            }
+            // Filters that fit every kind: none.
+            "filters" => json!({}),
+            "reportType" => json!("device_inventory"),
             "timeZone" => json!("UTC"),
             "channelIds" => json!([]),
             "cursor" => json!(
@@ -418,6 +436,27 @@ impl Suite {
                     created_by: "fixture".into(),
                 },
                 audit("alert_rule.create"),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A new report definition of the fixture's organization (each delete consumes one).
+    async fn fresh_report(&self) -> breeze_store::ReportDefinition {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_report(
+                breeze_store::NewReport {
+                    name: format!("fixture report {n}"),
+                    description: None,
+                    kind: breeze_core::ReportKind::DeviceInventory,
+                    format: breeze_core::ReportFormat::Csv,
+                    filters: breeze_core::ReportFilters::default(),
+                    created_by: "fixture".into(),
+                },
+                audit("report.create"),
             )
             .await
             .unwrap()

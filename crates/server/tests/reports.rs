@@ -177,8 +177,8 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
     }
     for args in [
         json!({ "action": "generate" }),
-        json!({ "action": "generate", "reportId": "0192f0c1-0000-7000-8000-000000000000",
-                "reportType": "device_inventory" }),
+        json!({ "action": "generate", "reportType": "audit_activity",
+                "filters": { "status": "online" } }),
         json!({ "action": "create", "reportType": "device_inventory" }),
         json!({ "action": "create", "name": "x" }),
         json!({ "action": "create", "name": "x", "reportType": "device_inventory",

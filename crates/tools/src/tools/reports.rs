@@ -158,7 +158,8 @@ impl FiltersArg {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ReportsInput {
     action: ReportAction,
-    /// A definition: get, update, delete; generate (or give reportType); history (optional).
+    /// A definition: get, update, delete; generate (its settings, overridden by any given);
+    /// history (optional).
     #[schemars(length(min = 36, max = 36))]
     report_id: Option<String>,
     /// data: a run from generate or history.
@@ -314,7 +315,7 @@ pub(crate) struct GenerateReport;
 impl Tool for GenerateReport {
     const NAME: &'static str = "generate_report";
     const TITLE: &'static str = "Generate reports";
-    const DESCRIPTION: &'static str = "Reports of device inventory, alert history or audit activity as JSON or CSV. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId, or reportType + filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
+    const DESCRIPTION: &'static str = "Reports of device inventory, alert history or audit activity as JSON or CSV. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId and/or reportType, format, filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AuditRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
@@ -378,20 +379,27 @@ impl Tool for GenerateReport {
             }
             ReportAction::Generate => {
                 let request = match (&input.report_id, input.report_type) {
-                    (Some(_), None) => {
-                        if input.format.is_some() || input.filters.is_some() || input.name.is_some()
-                        {
-                            return Err(ToolError::invalid(
-                                "generate takes either reportId alone (the definition's settings) \
-                                 or reportType with format, filters and name",
-                            ));
-                        }
+                    // A definition's settings; what the call gives besides overrides them.
+                    (Some(_), t) => {
                         let def = cx
                             .org
                             .get_report(input.report_id()?)
                             .await
                             .map_err(report_missing)?;
-                        ReportRequest::from(&def)
+                        let mut request = ReportRequest::from(&def);
+                        if let Some(t) = t {
+                            request.kind = t.kind()?;
+                        }
+                        if let Some(f) = input.format {
+                            request.format = f.into();
+                        }
+                        if let Some(filters) = input.filters()? {
+                            request.filters = filters;
+                        }
+                        if let Some(name) = &input.name {
+                            request.name.clone_from(name);
+                        }
+                        request
                     }
                     (None, Some(t)) => {
                         let kind = t.kind()?;
@@ -403,10 +411,8 @@ impl Tool for GenerateReport {
                             filters: input.filters()?.unwrap_or_default(),
                         }
                     }
-                    _ => {
-                        return Err(ToolError::invalid(
-                            "generate needs reportId or reportType (not both)",
-                        ));
+                    (None, None) => {
+                        return Err(ToolError::invalid("generate needs reportId or reportType"));
                     }
                 };
                 let run = cx
