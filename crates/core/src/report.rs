@@ -64,12 +64,12 @@ pub struct ReportFilters {
 impl ReportFilters {
     /// Checks the filters make sense for `kind`, naming the first that does not.
     pub fn validate(&self, kind: ReportKind) -> Result<(), String> {
-        if let Some(h) = self.since_hours {
-            if h == 0 || h > MAX_REPORT_HOURS {
-                return Err(format!(
-                    "sinceHours must be 1 to {MAX_REPORT_HOURS}, not {h}"
-                ));
-            }
+        if let Some(h) = self.since_hours
+            && (h == 0 || h > MAX_REPORT_HOURS)
+        {
+            return Err(format!(
+                "sinceHours must be 1 to {MAX_REPORT_HOURS}, not {h}"
+            ));
         }
         let device = self.status.is_some() || self.os_type.is_some() || self.site_id.is_some();
         match kind {
