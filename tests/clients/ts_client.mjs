@@ -119,6 +119,7 @@ function everyToolArgs(d) {
     disk_cleanup: { deviceId: d, action: 'preview' },
     execute_command: { deviceId: d, commandType: 'list_processes', payload: { limit: 3 } },
     file_operations: { deviceId: d, action: 'list', path: '/tmp' },
+    generate_report: { action: 'history', limit: 5 },
     get_active_users: {},
     get_approval_status: { approvalId: UNKNOWN_ID },
     get_device_context: { deviceId: d },

@@ -25,6 +25,7 @@
 //! and [`devices`] (`cargo xtask bench devices`, `query_devices` over a seeded fleet against
 //! the rmcp peer), both on a scratch Breeze from [`instance`].
 
+pub(crate) mod alerts;
 pub(crate) mod devices;
 pub(crate) mod fleet;
 mod instance;

@@ -11,6 +11,9 @@
 //! - `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
 //!   [--database sqlite|postgres|both]` measures `query_devices` over a seeded fleet against
 //!   the rmcp peer.
+//! - `cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
+//!   [--database sqlite|postgres|both]` measures the alert engine's evaluation cycle, alert
+//!   latency and a 10,000-device report's time and peak memory, in process.
 //! - `cargo xtask bench pages [--devices N] [--rounds R] [--database sqlite|postgres]
 //!   [--build release|debug]` prints each dashboard page's bytes and time for an
 //!   organization of N devices (default 10,000), and whether the devices list met its
@@ -30,6 +33,8 @@ const USAGE: &str = "usage: cargo xtask tidy
                                [--cmd-users N] [--samples-per-batch N]
        cargo xtask bench devices [--devices N] [--concurrency N] [--duration SECS]
                                  [--database sqlite|postgres|both]
+       cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
+                                [--database sqlite|postgres|both]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]";
 
@@ -48,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),
         ["bench", "pages", rest @ ..] => bench::pages::run(rest),
+        ["bench", "alerts", rest @ ..] => bench::alerts::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

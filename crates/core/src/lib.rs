@@ -14,6 +14,7 @@ pub mod ids;
 pub mod maintenance;
 pub mod principal;
 pub mod rbac;
+pub mod report;
 pub mod scope;
 pub mod tenancy;
 pub mod tier;
@@ -36,6 +37,7 @@ pub use ids::{
 pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
 pub use principal::{ApiKeyPrincipal, OAuthPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
+pub use report::{ReportFilters, ReportFormat, ReportKind, ReportStatus};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};
 pub use tier::Tier;

@@ -251,6 +251,8 @@ const ID_FIELDS: &[&str] = &[
     "windowId",
     "automationId",
     "channelId",
+    "reportId",
+    "runId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -382,6 +384,22 @@ impl Suite {
             "automationId" => json!(self.fresh_automation().await.id.to_string()),
             "channelId" => json!(self.fresh_channel().await.id.to_string()),
             "cron" => json!("0 * * * *"),
+            "reportId" => json!(self.fresh_report().await.id.to_string()),
+            "runId" => {
+                let def = self.fresh_report().await;
+                let run = org
+                    .generate_report(
+                        breeze_store::ReportRequest::from(&def),
+                        "fixture",
+                        audit("report.generate"),
+                    )
+                    .await
+                    .unwrap();
+                json!(run.id.to_string())
+            }
+            // Filters that fit every kind: none.
+            "filters" => json!({}),
+            "reportType" => json!("device_inventory"),
             "timeZone" => json!("UTC"),
             "channelIds" => json!([]),
             "cursor" => json!(
@@ -468,6 +486,27 @@ impl Suite {
                     owner_actor: "system:fixture".into(),
                 },
                 audit("automation.create"),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// A new report definition of the fixture's organization (each delete consumes one).
+    async fn fresh_report(&self) -> breeze_store::ReportDefinition {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_report(
+                breeze_store::NewReport {
+                    name: format!("fixture report {n}"),
+                    description: None,
+                    kind: breeze_core::ReportKind::DeviceInventory,
+                    format: breeze_core::ReportFormat::Csv,
+                    filters: breeze_core::ReportFilters::default(),
+                    created_by: "fixture".into(),
+                },
+                audit("report.create"),
             )
             .await
             .unwrap()

@@ -28,6 +28,7 @@ mod metrics;
 mod oauth;
 mod packages;
 mod protected_paths;
+mod reports;
 mod scheduled;
 mod scripts;
 mod sql;
@@ -79,6 +80,10 @@ pub use oauth::{
     OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,
 };
 pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
+pub use reports::{
+    CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
+    ReportRequest, ReportRun, ReportUpdate,
+};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;

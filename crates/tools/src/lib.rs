@@ -37,6 +37,7 @@ pub fn all() -> Registry {
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
     r.domain("maintenance", tools::maintenance::register);
+    r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("telemetry", tools::telemetry::register);
     r
@@ -64,6 +65,7 @@ mod tests {
                 "disk",
                 "groups",
                 "maintenance",
+                "reports",
                 "scripts",
                 "telemetry"
             ]
@@ -148,6 +150,7 @@ mod tests {
         ("disk_cleanup",                Some("1/3"),   true,  Some((3, 600))),
         ("execute_command",             Some("3"),     false, Some((10, 300))),
         ("file_operations",             Some("1/3"),   true,  Some((20, 300))),
+        ("generate_report",             Some("1/2"),   false, Some((10, 300))),
         ("get_active_users",            Some("1"),     false, None),
         ("get_approval_status",         None,          false, None),
         ("get_device_context",          Some("1"),     false, None),
@@ -196,6 +199,14 @@ mod tests {
         ("file_operations",             Some("delete"),           Tier::T3, Permission::FilesWrite),
         ("file_operations",             Some("mkdir"),            Tier::T3, Permission::FilesWrite),
         ("file_operations",             Some("rename"),           Tier::T3, Permission::FilesWrite),
+        ("generate_report",             Some("list"),             Tier::T1, Permission::AuditRead),
+        ("generate_report",             Some("get"),              Tier::T1, Permission::AuditRead),
+        ("generate_report",             Some("history"),          Tier::T1, Permission::AuditRead),
+        ("generate_report",             Some("data"),             Tier::T1, Permission::AuditRead),
+        ("generate_report",             Some("generate"),         Tier::T2, Permission::AuditRead),
+        ("generate_report",             Some("create"),           Tier::T2, Permission::DevicesWrite),
+        ("generate_report",             Some("update"),           Tier::T2, Permission::DevicesWrite),
+        ("generate_report",             Some("delete"),           Tier::T2, Permission::DevicesWrite),
         ("get_active_users",            None,                     Tier::T1, Permission::DevicesRead),
         ("get_approval_status",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_context",          None,                     Tier::T1, Permission::DevicesRead),

@@ -59,7 +59,7 @@ fn scope_phrase(scope: Option<&str>) -> String {
 
 fn fleet_triage(a: &Args<'_>) -> String {
     format!(
-        "Triage the fleet {}.\n\n1. Get the overall picture: query_devices with status=offline, then query_devices for the rest, and read breeze://alerts.\n2. For each device that stands out, get_device_details and get_device_context to see what is already known.\n3. Check recent activity with query_audit_log.\n4. Produce one prioritized attention list: what is wrong, on which device, how sure you are, and the next read-only step for each.\n\nThis is a read-only sweep: do not change anything. {READ_FIRST}",
+        "Triage the fleet {}.\n\n1. Get the overall picture: query_devices with status=offline, then query_devices for the rest; manage_alerts with action=list (unresolved, by severity) and manage_alert_rules with action=summary.\n2. Check what is expected: manage_maintenance_windows with action=active_now (alerts held back there are known work), and manage_automations with action=list for what already reacts on its own.\n3. For each device that stands out, get_device_details (hardware, disks, latest metrics, open alerts) and get_device_context to see what is already known.\n4. Check recent activity with query_audit_log.\n5. Produce one prioritized attention list: what is wrong, on which device, how sure you are, and the next read-only step for each. If I want it on record, generate_report (alert_history or device_inventory) after I agree.\n\nThis is a read-only sweep: do not change anything. {READ_FIRST}",
         scope_phrase(a.get("scope"))
     )
 }
@@ -85,7 +85,7 @@ fn incident_kickoff(a: &Args<'_>) -> String {
         .map(|s| format!(" Scope: {s}."))
         .unwrap_or_default();
     format!(
-        "Open an incident: {summary}.{scope}\n\n1. Echo the organization and scope back to me.\n2. Build a timeline from query_audit_log and the affected devices (query_devices, get_device_details, get_device_context).\n3. Collect evidence read-only and summarize it.\n4. Draft the incident report: impact, timeline, evidence, open questions, next actions; note follow-ups with set_device_context after I agree.\n\n{READ_FIRST}"
+        "Open an incident: {summary}.{scope}\n\n1. Echo the organization and scope back to me.\n2. Find what is affected: query_devices, then get_device_details and get_device_context for each affected device.\n3. Build a timeline from manage_alerts (action=list, then get for each alert's history), manage_alert_rules (action=get for the rules that fired), query_audit_log, and manage_automations (action=history) for what ran on its own.\n4. Check whether a maintenance window explains it: manage_maintenance_windows with action=active_now for the affected devices.\n5. Collect evidence read-only and summarize it; keep the record with generate_report (alert_history and audit_activity for the period) after I agree, and give me the download paths.\n6. Draft the incident report: impact, timeline, evidence, open questions, next actions. Acknowledge alerts (manage_alerts action=acknowledge) or note follow-ups with set_device_context only after I agree.\n\n{READ_FIRST}"
     )
 }
 
@@ -231,6 +231,32 @@ mod tests {
             render("breeze-fleet-triage", &args(json!({ "scope": 3 }))),
             Err(PromptError::NotAString(_))
         ));
+    }
+
+    #[test]
+    fn triage_and_incident_steer_through_the_monitoring_tools() {
+        let registry = crate::all();
+        let steer = [
+            "query_devices",
+            "get_device_details",
+            "manage_alerts",
+            "manage_alert_rules",
+            "manage_maintenance_windows",
+            "generate_report",
+            "query_audit_log",
+        ];
+        for (name, given) in [
+            ("breeze-fleet-triage", json!({})),
+            ("breeze-incident-kickoff", json!({ "summary": "Mail down" })),
+        ] {
+            let (_, text) = render(name, &args(given)).unwrap();
+            for tool in steer {
+                assert!(text.contains(tool), "{name} names {tool}");
+                assert!(registry.get(tool).is_some(), "{tool} is a registered tool");
+            }
+            // Named before it lands (issue #26); the client is told by Breeze if it is missing.
+            assert!(text.contains("manage_automations"), "{name}");
+        }
     }
 
     #[test]

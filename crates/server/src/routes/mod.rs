@@ -10,6 +10,7 @@ pub(crate) mod health;
 pub(crate) mod oauth;
 pub(crate) mod orgs;
 pub(crate) mod protected_paths;
+pub(crate) mod reports;
 
 use axum::Router;
 
@@ -26,6 +27,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(approvals::router())
         .merge(fleet::router())
         .merge(protected_paths::router())
+        .merge(reports::router())
         .merge(oauth::grants_router())
 }
 

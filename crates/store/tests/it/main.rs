@@ -14,6 +14,7 @@ mod idempotency;
 mod isolation;
 mod maintenance;
 mod packages;
+mod reports;
 mod tenancy;
 mod users;
 mod wal;

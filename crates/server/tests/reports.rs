@@ -1,0 +1,389 @@
+//! `generate_report` over MCP and the download over REST: the attacks (another organization's
+//! definition, run and site answer not found on every action and on the download; patch and
+//! compliance reports refused by name; bad inputs; a read key generating, which is Tier 2) and
+//! the way a person uses it — a definition created, generated, its history read, and the
+//! report downloaded whole with the read key while the tool's reply carries only a summary.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use axum::{body::Body, http::Request};
+use breeze_core::{DeviceStatus, OsFamily, ReportFilters, ReportFormat, ReportKind};
+use breeze_store::{NewDevice, ReportRequest, testing::Ctx};
+use common::{Reply, World, audit, code, send, tool, world};
+use serde_json::{Value, json};
+
+const TOOL: &str = "generate_report";
+
+fn download_request(key: &str, path: &str) -> Request<Body> {
+    Request::get(path)
+        .header("x-api-key", key)
+        .body(Body::empty())
+        .unwrap()
+}
+
+async fn download(w: &World, key: &str, path: &str) -> Reply {
+    send(&w.app, download_request(key, path)).await
+}
+
+/// A completed run of B's, and a definition of B's.
+async fn b_report(w: &World) -> (String, String) {
+    let ob = w.store.org(w.org_b);
+    let def = ob
+        .create_report(
+            breeze_store::NewReport {
+                name: "B fleet".into(),
+                description: None,
+                kind: ReportKind::DeviceInventory,
+                format: ReportFormat::Json,
+                filters: ReportFilters::default(),
+                created_by: "test".into(),
+            },
+            audit("report.create"),
+        )
+        .await
+        .unwrap();
+    let run = ob
+        .generate_report(ReportRequest::from(&def), "test", audit("report.generate"))
+        .await
+        .unwrap();
+    (def.id.to_string(), run.id.to_string())
+}
+
+async fn another_organizations_reports_are_not_found(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let (b_def, b_run) = b_report(&w).await;
+    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    for args in [
+        json!({ "action": "get", "reportId": b_def }),
+        json!({ "action": "update", "reportId": b_def, "name": "mine" }),
+        json!({ "action": "delete", "reportId": b_def }),
+        json!({ "action": "generate", "reportId": b_def }),
+    ] {
+        let r = tool(app, &w.write, TOOL, args.clone()).await;
+        assert_eq!(code(&r), "NOT_FOUND", "{args}: {r}");
+        assert_eq!(r["error"]["message"], "Report not found or access denied");
+    }
+    let r = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "data", "runId": b_run }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    assert_eq!(
+        r["error"]["message"],
+        "Report run not found or access denied"
+    );
+    // B's history is not in A's, even asked by B's definition id.
+    let r = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "history", "reportId": b_def }),
+    )
+    .await;
+    assert_eq!(r["runs"], json!([]), "{r}");
+    let r = tool(app, &w.read, TOOL, json!({ "action": "list" })).await;
+    assert_eq!(r["reports"], json!([]), "{r}");
+    // A filter naming B's site.
+    for action in ["create", "generate"] {
+        let r = tool(
+            app,
+            &w.write,
+            TOOL,
+            json!({ "action": action, "name": "steal", "reportType": "device_inventory",
+                    "filters": { "siteId": b_site.to_string() } }),
+        )
+        .await;
+        assert_eq!(code(&r), "NOT_FOUND", "{action}: {r}");
+    }
+    // The download: A's key for B's run, through A's organization or B's.
+    for org in [w.org_a, w.org_b] {
+        let r = download(
+            &w,
+            &w.read,
+            &format!("/api/v1/orgs/{org}/reports/{b_run}/download"),
+        )
+        .await;
+        assert_eq!(r.status, 404, "{org}: {}", r.body);
+    }
+    let r = download(
+        &w,
+        &w.read,
+        &format!("/api/v1/orgs/{}/reports/not-a-uuid/download", w.org_a),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    // B's own key does get it.
+    let r = download(
+        &w,
+        &w.other_org_key,
+        &format!("/api/v1/orgs/{}/reports/{b_run}/download", w.org_b),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Nothing of B changed, nothing was created in A.
+    assert_eq!(
+        w.store
+            .org(w.org_b)
+            .get_report(b_def.parse().unwrap())
+            .await
+            .unwrap()
+            .name,
+        "B fleet"
+    );
+    assert!(
+        w.store
+            .org(w.org_a)
+            .list_reports()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        w.store
+            .org(w.org_a)
+            .report_runs(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    for t in ["patch_status", "compliance_status"] {
+        for action in ["create", "generate"] {
+            let r = tool(
+                app,
+                &w.write,
+                TOOL,
+                json!({ "action": action, "name": "p", "reportType": t }),
+            )
+            .await;
+            assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not available yet"),
+                "{r}"
+            );
+        }
+    }
+    for args in [
+        json!({ "action": "generate" }),
+        json!({ "action": "generate", "reportType": "audit_activity",
+                "filters": { "status": "online" } }),
+        json!({ "action": "create", "reportType": "device_inventory" }),
+        json!({ "action": "create", "name": "x" }),
+        json!({ "action": "create", "name": "x", "reportType": "device_inventory",
+                "filters": { "sinceHours": 24 } }),
+        json!({ "action": "create", "name": "x", "reportType": "audit_activity",
+                "filters": { "severity": "high" } }),
+        json!({ "action": "create", "name": "x", "reportType": "alert_history",
+                "filters": { "sinceHours": 0 } }),
+        json!({ "action": "create", "name": "x", "reportType": "device_inventory",
+                "filters": { "hostname": "web" } }),
+        json!({ "action": "create", "name": "x", "reportType": "device_inventory",
+                "format": "pdf" }),
+        json!({ "action": "data" }),
+    ] {
+        let r = tool(app, &w.write, TOOL, args.clone()).await;
+        let c = code(&r);
+        assert!(
+            c == "INVALID_ARGUMENT" || !r["rpcError"].is_null(),
+            "{args}: {r}"
+        );
+    }
+    // A read-only key can read but not generate or define (Tier 2).
+    for args in [
+        json!({ "action": "generate", "reportType": "device_inventory" }),
+        json!({ "action": "create", "name": "x", "reportType": "device_inventory" }),
+    ] {
+        let r = tool(app, &w.read, TOOL, args).await;
+        assert!(
+            r["rpcError"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("requires ai:write"),
+            "{r}"
+        );
+    }
+    assert!(
+        w.store
+            .org(w.org_a)
+            .report_runs(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        w.store
+            .org(w.org_a)
+            .list_reports()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let oa = w.store.org(w.org_a);
+    let site = oa.list_sites().await.unwrap()[0].id;
+    let fleet: Vec<NewDevice> = (0..1500)
+        .map(|i| NewDevice {
+            site_id: site,
+            hostname: format!("node-{i:05}"),
+            os_family: if i % 3 == 0 {
+                OsFamily::Windows
+            } else {
+                OsFamily::Linux
+            },
+            os_name: "OS".into(),
+            os_version: "1".into(),
+            status: DeviceStatus::Online,
+            agent_version: None,
+            last_seen_at: None,
+            tags: vec![],
+        })
+        .collect();
+    oa.create_devices(fleet, audit("device.seed"))
+        .await
+        .unwrap();
+
+    let created = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "create", "name": "Windows fleet", "reportType": "device_inventory",
+                "format": "csv", "filters": { "osType": "windows" } }),
+    )
+    .await;
+    let id = created["report"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["report"]["filters"], json!({ "osType": "windows" }));
+    let generated = send(
+        app,
+        common::tool_request(
+            &w.write,
+            TOOL,
+            json!({ "action": "generate", "reportId": id }),
+        ),
+    )
+    .await;
+    let reply_bytes = generated.body.to_string().len();
+    let run = &generated.body["result"]["structuredContent"]["run"];
+    assert_eq!(run["status"], "completed", "{}", generated.body);
+    assert_eq!(run["rows"], 500);
+    assert_eq!(run["reportId"], id.as_str());
+    assert!(
+        reply_bytes < 4_000,
+        "the reply is a summary ({reply_bytes} bytes)"
+    );
+    let path = run["downloadPath"].as_str().unwrap().to_owned();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+
+    // The read key downloads it whole.
+    let r = download(&w, &w.read, &path).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "text/csv; charset=utf-8");
+    let text = r.body.as_str().unwrap();
+    assert_eq!(text.lines().count(), 501);
+    assert_eq!(text.len() as u64, run["bytes"].as_u64().unwrap());
+
+    // data: summary and a bounded preview; history and get list the run.
+    let data = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "data", "runId": run_id }),
+    )
+    .await;
+    assert!(
+        data["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("id,hostname,")
+    );
+    assert!(data["preview"].as_str().unwrap().chars().count() <= 1_501);
+    let history = tool(app, &w.read, TOOL, json!({ "action": "history" })).await;
+    assert_eq!(history["runs"][0]["id"], run_id.as_str());
+    let got = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "get", "reportId": id }),
+    )
+    .await;
+    assert_eq!(got["runs"][0]["id"], run_id.as_str());
+
+    // Ad hoc JSON of the whole fleet; audit activity shows the generation.
+    let adhoc = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "generate", "reportType": "device_inventory" }),
+    )
+    .await;
+    let r = download(&w, &w.read, adhoc["run"]["downloadPath"].as_str().unwrap()).await;
+    assert_eq!(r.body.as_array().unwrap().len(), 1501);
+    let activity = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "generate", "reportType": "audit_activity", "format": "json",
+                "filters": { "sinceHours": 1 } }),
+    )
+    .await;
+    let r = download(
+        &w,
+        &w.read,
+        activity["run"]["downloadPath"].as_str().unwrap(),
+    )
+    .await;
+    let actions: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(actions.contains(&"report.generate"), "{actions:?}");
+    assert!(actions.contains(&"report.create"), "{actions:?}");
+
+    // Update and delete; the history stays.
+    let updated = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "update", "reportId": id, "format": "json" }),
+    )
+    .await;
+    assert_eq!(updated["report"]["format"], "json");
+    let deleted = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "delete", "reportId": id }),
+    )
+    .await;
+    assert!(
+        deleted["message"].as_str().unwrap().contains("deleted"),
+        "{deleted}"
+    );
+    let r = download(&w, &w.read, &path).await;
+    assert_eq!(r.status, 200);
+    let _: Value = r.body;
+}
+
+breeze_store::on_both_backends!(
+    another_organizations_reports_are_not_found,
+    bad_inputs_and_tiers_are_refused,
+    a_report_is_defined_generated_and_downloaded
+);

@@ -1,0 +1,309 @@
+//! Reports: definition lifecycle with audit, generation streamed into chunks (JSON and CSV,
+//! several chunks for a fleet of 1,200 devices, filters applied), the history and its bound,
+//! and confinement (another organization's definition, run, chunks and site are not found).
+
+use breeze_core::{DeviceStatus, ReportFilters, ReportFormat, ReportKind, ReportStatus, Severity};
+use breeze_store::{CHUNK_BYTES, NewReport, ReportRequest, ReportUpdate, StoreError, testing::Ctx};
+
+use crate::{audit, tenancy::new_device};
+
+fn inventory(name: &str, format: ReportFormat) -> NewReport {
+    NewReport {
+        name: name.into(),
+        description: None,
+        kind: ReportKind::DeviceInventory,
+        format,
+        filters: ReportFilters::default(),
+        created_by: "test".into(),
+    }
+}
+
+async fn download(o: &breeze_store::OrgStore<'_>, run: uuid::Uuid) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut seq = 0;
+    while let Some(chunk) = o.report_chunk(run, seq).await.unwrap() {
+        assert!(chunk.len() < CHUNK_BYTES + 4096, "a chunk is bounded");
+        all.extend(chunk);
+        seq += 1;
+    }
+    all
+}
+
+async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
+    let s = &cx.store;
+    let (a, b) = crate::two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
+    let site = oa
+        .create_site("HQ", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
+    let site_b = ob
+        .create_site("B", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
+    let fleet: Vec<_> = (0..1200)
+        .map(|i| {
+            let status = if i % 4 == 0 {
+                DeviceStatus::Offline
+            } else {
+                DeviceStatus::Online
+            };
+            let mut d = new_device(site.id, &format!("host-{i:05}"), status);
+            if i == 7 {
+                d.hostname = "=cmd|' /C calc'!A0".into();
+            }
+            d
+        })
+        .collect();
+    oa.create_devices(fleet, audit("device.seed", "device"))
+        .await
+        .unwrap();
+    ob.create_device(
+        new_device(site_b.id, "b-only", DeviceStatus::Online),
+        audit("d", "device"),
+    )
+    .await
+    .unwrap();
+
+    // Definitions: create, conflict, update, list.
+    let def = oa
+        .create_report(
+            inventory("Fleet", ReportFormat::Json),
+            audit("report.create", "report"),
+        )
+        .await
+        .unwrap();
+    let dup = oa
+        .create_report(
+            inventory("Fleet", ReportFormat::Csv),
+            audit("report.create", "report"),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(dup, StoreError::Conflict(_)), "{dup:?}");
+    let mut bad = inventory("Bad", ReportFormat::Json);
+    bad.filters.since_hours = Some(24);
+    assert!(matches!(
+        oa.create_report(bad, audit("report.create", "report"))
+            .await
+            .unwrap_err(),
+        StoreError::Invalid(_)
+    ));
+    let mut foreign_site = inventory("Theirs", ReportFormat::Json);
+    foreign_site.filters.site_id = Some(site_b.id);
+    assert!(matches!(
+        oa.create_report(foreign_site, audit("report.create", "report"))
+            .await
+            .unwrap_err(),
+        StoreError::NotFound(_)
+    ));
+    let def = oa
+        .update_report(
+            def.id,
+            ReportUpdate {
+                description: Some("all devices".into()),
+                ..Default::default()
+            },
+            audit("report.update", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(def.description.as_deref(), Some("all devices"));
+    assert_eq!(oa.list_reports().await.unwrap().len(), 1);
+
+    // JSON, whole fleet: several chunks, every device of A once, none of B.
+    let run = oa
+        .generate_report(
+            ReportRequest::from(&def),
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, ReportStatus::Completed);
+    assert_eq!(run.row_count, 1200);
+    assert!(run.chunk_count >= 2, "{run:?}");
+    let body = download(&oa, run.id).await;
+    assert_eq!(body.len() as i64, run.byte_count);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(rows.len(), 1200);
+    assert_eq!(rows[0]["site"], "HQ");
+    assert!(rows.iter().all(|r| r["hostname"] != "b-only"));
+
+    // CSV of the offline devices: header plus 300 rows, the formula defused.
+    let csv = oa
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "Offline".into(),
+                kind: ReportKind::DeviceInventory,
+                format: ReportFormat::Csv,
+                filters: ReportFilters {
+                    status: Some(DeviceStatus::Offline),
+                    ..Default::default()
+                },
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(csv.row_count, 300);
+    let text = String::from_utf8(download(&oa, csv.id).await).unwrap();
+    assert!(
+        text.starts_with("id,hostname,site,status,osType,"),
+        "{text:.80}"
+    );
+    assert_eq!(text.lines().count(), 301);
+    assert!(text.lines().skip(1).all(|l| l.contains(",offline,")));
+    let online = oa
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "Online csv".into(),
+                kind: ReportKind::DeviceInventory,
+                format: ReportFormat::Csv,
+                filters: ReportFilters {
+                    status: Some(DeviceStatus::Online),
+                    ..Default::default()
+                },
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8(download(&oa, online.id).await).unwrap();
+    assert!(
+        text.contains("\"'=cmd|' /C calc'!A0\""),
+        "a formula is never a formula"
+    );
+
+    // Alert history (empty) and audit activity (the definitions' records).
+    let alerts = oa
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "Alerts".into(),
+                kind: ReportKind::AlertHistory,
+                format: ReportFormat::Json,
+                filters: ReportFilters {
+                    severity: Some(Severity::Critical),
+                    since_hours: Some(24),
+                    ..Default::default()
+                },
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(alerts.row_count, 0);
+    assert_eq!(download(&oa, alerts.id).await, b"[]\n");
+    let activity = oa
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "Activity".into(),
+                kind: ReportKind::AuditActivity,
+                format: ReportFormat::Json,
+                filters: ReportFilters::default(),
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    let records: Vec<serde_json::Value> =
+        serde_json::from_slice(&download(&oa, activity.id).await).unwrap();
+    let actions: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["action"].as_str())
+        .collect();
+    assert!(actions.contains(&"report.create"), "{actions:?}");
+    assert!(actions.contains(&"report.generate"), "{actions:?}");
+
+    // History: newest first, by definition.
+    let history = oa.report_runs(None, 10).await.unwrap();
+    assert_eq!(history.len(), 5);
+    assert_eq!(history[0].id, activity.id);
+    let of_def = oa.report_runs(Some(def.id), 10).await.unwrap();
+    assert_eq!(of_def.len(), 1);
+    assert_eq!(of_def[0].id, run.id);
+
+    // Confinement: B sees none of it, by listing or by id.
+    assert!(ob.list_reports().await.unwrap().is_empty());
+    assert!(ob.report_runs(None, 10).await.unwrap().is_empty());
+    assert!(matches!(
+        ob.get_report(def.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        ob.get_report_run(run.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(ob.report_chunk(run.id, 0).await.unwrap(), None);
+    assert!(matches!(
+        ob.update_report(
+            def.id,
+            ReportUpdate::default(),
+            audit("report.update", "report")
+        )
+        .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        ob.delete_report(def.id, audit("report.delete", "report"))
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Deleting the definition keeps its history.
+    oa.delete_report(def.id, audit("report.delete", "report"))
+        .await
+        .unwrap();
+    assert!(oa.list_reports().await.unwrap().is_empty());
+    assert_eq!(oa.get_report_run(run.id).await.unwrap().name, "Fleet");
+}
+
+async fn the_history_keeps_the_newest_runs(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let o = s.org(a);
+    let mut first = None;
+    for i in 0..(breeze_store::MAX_RUNS_KEPT + 2) {
+        cx.clock.advance(chrono::Duration::seconds(1));
+        let run = o
+            .generate_report(
+                ReportRequest {
+                    definition_id: None,
+                    name: format!("r{i}"),
+                    kind: ReportKind::DeviceInventory,
+                    format: ReportFormat::Csv,
+                    filters: ReportFilters::default(),
+                },
+                "test",
+                audit("report.generate", "report"),
+            )
+            .await
+            .unwrap();
+        first.get_or_insert(run.id);
+    }
+    let kept = o.report_runs(None, 100).await.unwrap();
+    assert_eq!(kept.len() as i64, breeze_store::MAX_RUNS_KEPT);
+    let first = first.unwrap();
+    assert!(matches!(
+        o.get_report_run(first).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(
+        o.report_chunk(first, 0).await.unwrap(),
+        None,
+        "chunks go with the run"
+    );
+}
+
+breeze_store::on_both_backends!(
+    reports_are_defined_generated_in_chunks_and_confined,
+    the_history_keeps_the_newest_runs
+);
