@@ -7,6 +7,7 @@
 pub mod alert;
 pub mod audit;
 pub mod clock;
+pub mod config_policy;
 pub mod device;
 pub mod group_filter;
 pub mod ids;
@@ -23,6 +24,7 @@ pub use alert::{
 };
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,

@@ -6,6 +6,7 @@ mod alerts;
 mod approvals;
 mod audit;
 mod audit_retention;
+mod config_policies;
 mod context;
 mod directory;
 mod dynamic_groups;
