@@ -40,6 +40,24 @@ const TARGET_NOT_FOUND: &str = "Assignment target not found or access denied";
 /// The most devices a preview lists (the count covers all).
 const MAX_PREVIEW_DEVICES: usize = 100;
 
+/// Any JSON value (a setting's value), as an explicit schema object: SDKs refuse a bare
+/// `true` schema.
+pub(crate) struct AnyJson;
+
+impl JsonSchema for AnyJson {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AnyJson".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "description": "any JSON value" })
+    }
+}
+
 fn uuid_arg(raw: &str, missing: &str) -> Result<Uuid, ToolError> {
     Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
 }
@@ -228,7 +246,7 @@ pub(crate) struct DeviceInput {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ValueView {
-    #[schemars(with = "Option<Value>")]
+    #[schemars(with = "AnyJson")]
     value: Value,
     /// The assignment it comes from: policy, level, target, priority.
     source: Source,
@@ -262,9 +280,9 @@ fn effective_view(e: &Effective) -> EffectiveView {
 pub(crate) struct DriftView {
     /// e.g. monitoring.metricIntervalSeconds.
     setting: String,
-    #[schemars(with = "Option<Value>")]
+    #[schemars(with = "AnyJson")]
     desired: Value,
-    #[schemars(with = "Option<Value>")]
+    #[schemars(with = "AnyJson")]
     applied: Value,
 }
 
