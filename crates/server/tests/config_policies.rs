@@ -24,7 +24,10 @@ fn policy(name: &str, settings: Vec<(FeatureType, Value)>) -> NewConfigPolicy {
 }
 
 fn metric(m: u32) -> Vec<(FeatureType, Value)> {
-    vec![(FeatureType::Monitoring, json!({ "metricIntervalSeconds": m }))]
+    vec![(
+        FeatureType::Monitoring,
+        json!({ "metricIntervalSeconds": m }),
+    )]
 }
 
 async fn another_organizations_ids_are_not_found(cx: Ctx) {
@@ -69,27 +72,63 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let org_a = w.org_a.to_string();
 
     let cases = [
-        ("get_effective_configuration", json!({ "deviceId": w.b_device })),
-        ("preview_configuration_change", json!({ "deviceId": w.b_device,
-            "add": [{ "configPolicyId": a_policy, "level": "organization", "targetId": org_a }] })),
-        ("preview_configuration_change", json!({ "remove": [b_assignment] })),
-        ("preview_configuration_change", json!({
-            "add": [{ "configPolicyId": b_policy, "level": "organization", "targetId": org_a }] })),
-        ("remove_configuration_policy_assignment", json!({ "assignmentId": b_assignment })),
-        ("remove_configuration_policy_assignment", json!({ "assignmentId": "not-a-uuid-but-36-characters-long-xx" })),
-        ("apply_configuration_policy", json!({ "configPolicyId": b_policy,
-            "level": "organization", "targetId": org_a })),
-        ("apply_configuration_policy", json!({ "configPolicyId": a_policy,
-            "level": "organization", "targetId": org_b })),
-        ("apply_configuration_policy", json!({ "configPolicyId": a_policy,
-            "level": "site", "targetId": b_site })),
-        ("apply_configuration_policy", json!({ "configPolicyId": a_policy,
-            "level": "device_group", "targetId": b_group })),
-        ("apply_configuration_policy", json!({ "configPolicyId": a_policy,
-            "level": "device", "targetId": w.b_device })),
+        (
+            "get_effective_configuration",
+            json!({ "deviceId": w.b_device }),
+        ),
+        (
+            "preview_configuration_change",
+            json!({ "deviceId": w.b_device,
+            "add": [{ "configPolicyId": a_policy, "level": "organization", "targetId": org_a }] }),
+        ),
+        (
+            "preview_configuration_change",
+            json!({ "remove": [b_assignment] }),
+        ),
+        (
+            "preview_configuration_change",
+            json!({
+            "add": [{ "configPolicyId": b_policy, "level": "organization", "targetId": org_a }] }),
+        ),
+        (
+            "remove_configuration_policy_assignment",
+            json!({ "assignmentId": b_assignment }),
+        ),
+        (
+            "remove_configuration_policy_assignment",
+            json!({ "assignmentId": "not-a-uuid-but-36-characters-long-xx" }),
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": b_policy,
+            "level": "organization", "targetId": org_a }),
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": a_policy,
+            "level": "organization", "targetId": org_b }),
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": a_policy,
+            "level": "site", "targetId": b_site }),
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": a_policy,
+            "level": "device_group", "targetId": b_group }),
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": a_policy,
+            "level": "device", "targetId": w.b_device }),
+        ),
         // A's policy at A's site, but named with B's site's level mixed up: a site id as a group.
-        ("apply_configuration_policy", json!({ "configPolicyId": a_policy,
-            "level": "device_group", "targetId": a_site })),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": a_policy,
+            "level": "device_group", "targetId": a_site }),
+        ),
     ];
     for (name, args) in &cases {
         let r = tool(app, &w.write, name, args.clone()).await;
@@ -126,20 +165,32 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
         .to_string();
     let org = w.org_a.to_string();
     for (name, args, needle) in [
-        ("apply_configuration_policy",
-         json!({ "configPolicyId": p, "level": "organization", "targetId": org, "priority": 1001 }),
-         "priority"),
-        ("apply_configuration_policy",
-         json!({ "configPolicyId": p, "level": "partner", "targetId": org }),
-         "partner"),
-        ("apply_configuration_policy",
-         json!({ "configPolicyId": p, "level": "galaxy", "targetId": org }),
-         "level"),
-        ("apply_configuration_policy",
-         json!({ "configPolicyId": p, "level": "organization", "targetId": org, "extra": 1 }),
-         "extra"),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": p, "level": "organization", "targetId": org, "priority": 1001 }),
+            "priority",
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": p, "level": "partner", "targetId": org }),
+            "partner",
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": p, "level": "galaxy", "targetId": org }),
+            "level",
+        ),
+        (
+            "apply_configuration_policy",
+            json!({ "configPolicyId": p, "level": "organization", "targetId": org, "extra": 1 }),
+            "extra",
+        ),
         ("preview_configuration_change", json!({}), "add or remove"),
-        ("list_configuration_policies", json!({ "limit": 0 }), "limit"),
+        (
+            "list_configuration_policies",
+            json!({ "limit": 0 }),
+            "limit",
+        ),
     ] {
         let r = tool(app, &w.write, name, args.clone()).await;
         assert_eq!(code(&r), "INVALID_ARGUMENT", "{name} {args}: {r}");
@@ -174,7 +225,10 @@ fn effective_values(out: &Value) -> Value {
     if let Some(features) = v.as_object_mut() {
         for fields in features.values_mut() {
             for field in fields.as_object_mut().unwrap().values_mut() {
-                field["source"].as_object_mut().unwrap().remove("assignmentId");
+                field["source"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("assignmentId");
             }
         }
     }
@@ -191,8 +245,11 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
             policy(
                 "baseline",
                 vec![
-                    (FeatureType::Monitoring, json!({ "metricIntervalSeconds": 60,
-                                                       "inventoryIntervalSeconds": 3600 })),
+                    (
+                        FeatureType::Monitoring,
+                        json!({ "metricIntervalSeconds": 60,
+                                                       "inventoryIntervalSeconds": 3600 }),
+                    ),
                     (FeatureType::AgentLog, json!({ "level": "warn" })),
                 ],
             ),
@@ -246,8 +303,7 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
     )
     .await;
     assert_eq!(
-        before["effective"]["monitoring"]["metricIntervalSeconds"]["value"],
-        60,
+        before["effective"]["monitoring"]["metricIntervalSeconds"]["value"], 60,
         "{before}"
     );
     // Not reported by an agent yet: no applied values, not in sync.
@@ -314,8 +370,7 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
     )
     .await;
     assert_eq!(
-        preview["devices"][0]["changes"][0]["after"]["value"],
-        60,
+        preview["devices"][0]["changes"][0]["after"]["value"], 60,
         "{preview}"
     );
     let removed = tool(
