@@ -680,9 +680,8 @@ mod tests {
         }))
         .expect("an old heartbeat reads");
         assert_eq!(hb.applied_policy, None);
-        let frame =
-            serde_json::to_value(ServerFrame::Policy(response.policy.clone().expect("set")))
-                .expect("serialises");
+        let frame = serde_json::to_value(ServerFrame::Policy(response.policy.expect("set")))
+            .expect("serialises");
         assert_eq!(frame["type"], "policy");
         assert_eq!(frame["metricsIntervalSecs"], 10);
     }

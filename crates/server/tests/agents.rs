@@ -320,6 +320,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
             pending_reboot: true,
             logged_in_users: vec![],
             running_commands: vec![],
+            applied_policy: None,
         }),
     )
     .await;
