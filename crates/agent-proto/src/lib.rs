@@ -149,6 +149,44 @@ pub enum ServerFrame {
     Config(AgentConfig),
     /// Ask for a fresh inventory now.
     CollectInventory,
+    /// The device's effective configuration policy. Sent after the welcome and whenever it
+    /// changes; an agent that predates it logs an unreadable frame and ignores it.
+    Policy(PolicyConfig),
+}
+
+/// What the configuration policies resolved for this device, as the agent applies it. `None`
+/// means no policy sets the value: the agent falls back to [`AgentConfig`] (intervals) and its
+/// default shipped level. The agent echoes `revision` and the values in effect in
+/// [`Heartbeat::applied_policy`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyConfig {
+    /// A digest of the effective settings; equal revisions mean equal configurations.
+    pub revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_interval_secs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_interval_secs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+    /// Every effective setting by feature type (`monitoring`, `agent_log`, `patch`,
+    /// `maintenance`, `monitored_services`), as JSON objects; the agent keeps what it does not
+    /// apply itself.
+    #[serde(default)]
+    pub features: serde_json::Map<String, Value>,
+}
+
+/// What the agent has in effect after a [`PolicyConfig`]: the revision it applied and the
+/// values it runs with (whatever their source).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedPolicy {
+    /// The revision of the last [`PolicyConfig`] applied (`None`: none received yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    pub metrics_interval_secs: u32,
+    pub inventory_interval_secs: u32,
+    pub log_level: LogLevel,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -166,6 +204,10 @@ pub struct Heartbeat {
     /// Command ids the agent is running right now.
     #[serde(default)]
     pub running_commands: Vec<Uuid>,
+    /// What the agent applied of its configuration policy (agents that predate policies send
+    /// nothing here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_policy: Option<AppliedPolicy>,
 }
 
 /// A logged-in user session as the OS reports it (utmp on Linux).
@@ -196,6 +238,10 @@ pub struct HeartbeatResponse {
     pub commands: Vec<Command>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<AgentConfig>,
+    /// The effective configuration policy, when the heartbeat's `appliedPolicy` revision is
+    /// not the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyConfig>,
 }
 
 /// Hardware and software inventory, sent at enrollment and every `inventory_interval_secs`.
@@ -605,6 +651,39 @@ mod tests {
         let json = serde_json::to_value(&up).expect("serialises");
         assert_eq!(json["type"], "commandStarted");
         assert!(json.get("commandId").is_some());
+    }
+
+    /// An agent that predates policies reads heartbeat answers with `policy` (unknown fields
+    /// are ignored), and a server reads heartbeats without `appliedPolicy`.
+    #[test]
+    fn policy_fields_are_backward_compatible() {
+        #[derive(Deserialize)]
+        #[allow(dead_code)] // the old shape, read for the test
+        struct OldResponse {
+            commands: Vec<Command>,
+        }
+        let response = HeartbeatResponse {
+            commands: Vec::new(),
+            config: None,
+            policy: Some(PolicyConfig {
+                revision: "r".into(),
+                metrics_interval_secs: Some(10),
+                inventory_interval_secs: None,
+                log_level: Some(LogLevel::Debug),
+                features: serde_json::Map::new(),
+            }),
+        };
+        let json = serde_json::to_string(&response).expect("serialises");
+        assert!(serde_json::from_str::<OldResponse>(&json).is_ok());
+        let hb: Heartbeat = serde_json::from_value(serde_json::json!({
+            "agentVersion": "0.1", "uptimeSecs": 1, "pendingReboot": false, "loggedInUsers": []
+        }))
+        .expect("an old heartbeat reads");
+        assert_eq!(hb.applied_policy, None);
+        let frame = serde_json::to_value(ServerFrame::Policy(response.policy.expect("set")))
+            .expect("serialises");
+        assert_eq!(frame["type"], "policy");
+        assert_eq!(frame["metricsIntervalSecs"], 10);
     }
 
     #[test]

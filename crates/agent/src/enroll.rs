@@ -67,6 +67,7 @@ pub async fn rotate_token(config_path: &Path) -> Result<AgentFile, AgentError> {
         pending_reboot: system::heartbeat::pending_reboot(),
         logged_in_users: system::heartbeat::logged_in_users(),
         running_commands: Vec::new(),
+        applied_policy: None,
     };
     if let Err(e) = api.heartbeat(&heartbeat).await {
         tracing::warn!(error = %e, "the new token is saved but its first use failed; the agent will use it on its next connection");

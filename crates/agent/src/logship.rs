@@ -23,6 +23,8 @@ pub const DEFAULT_SHIP_LEVEL: LogLevel = LogLevel::Warn;
 
 #[derive(Debug)]
 struct State {
+    /// The level shipped without an override: the policy's (`agent_log`), else the default.
+    base: LogLevel,
     override_: Option<(LogLevel, Timestamp)>,
     entries: VecDeque<LogEntry>,
     dropped: u64,
@@ -31,14 +33,15 @@ struct State {
 /// The shipping level (with its temporary override) and the buffer of captured entries.
 pub struct LogControl {
     clock: Arc<dyn Clock>,
-    base: LogLevel,
+    /// The base level when no policy sets one.
+    default_base: LogLevel,
     state: Mutex<State>,
 }
 
 impl std::fmt::Debug for LogControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LogControl")
-            .field("base", &self.base)
+            .field("default_base", &self.default_base)
             .finish_non_exhaustive()
     }
 }
@@ -48,8 +51,9 @@ impl LogControl {
     pub fn new(clock: Arc<dyn Clock>, base: LogLevel) -> LogControl {
         LogControl {
             clock,
-            base,
+            default_base: base,
             state: Mutex::new(State {
+                base,
                 override_: None,
                 entries: VecDeque::new(),
                 dropped: 0,
@@ -69,10 +73,21 @@ impl LogControl {
             Some((level, until)) if now < until => level,
             Some(_) => {
                 state.override_ = None;
-                self.base
+                state.base
             }
-            None => self.base,
+            None => state.base,
         }
+    }
+
+    /// Sets the base level (a configuration policy's `agent_log.level`); `None` goes back to
+    /// the default. A temporary override still wins while it lasts.
+    pub fn set_base(&self, level: Option<LogLevel>) {
+        self.lock().base = level.unwrap_or(self.default_base);
+    }
+
+    /// The base level in effect (without the temporary override).
+    pub fn base(&self) -> LogLevel {
+        self.lock().base
     }
 
     /// Ships `level` for `minutes`, then reverts to the base level. Returns when it reverts.

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use breeze_agent_proto::{
-    AgentConfig, AgentFrame, Command, CommandKind, CommandOutcome, CommandResult, Heartbeat,
-    Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, ServerFrame,
+    AgentConfig, AgentFrame, AppliedPolicy, Command, CommandKind, CommandOutcome, CommandResult,
+    Heartbeat, Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, PolicyConfig, ServerFrame,
 };
 use breeze_core::Clock;
 use futures::{SinkExt, StreamExt};
@@ -62,6 +62,9 @@ pub struct Agent {
     executor: Executor,
     logs: Arc<LogControl>,
     config_tx: watch::Sender<AgentConfig>,
+    /// The configuration policy last received (none yet after a start: the server sends it
+    /// after the welcome and with an HTTP heartbeat whose reported revision is not current).
+    policy_tx: watch::Sender<Option<PolicyConfig>>,
     socket: Mutex<Option<mpsc::Sender<AgentFrame>>>,
     running: Mutex<HashMap<Uuid, CancellationToken>>,
     outbox: Mutex<VecDeque<CommandResult>>,
@@ -141,6 +144,7 @@ impl Agent {
         }
         let api = Api::new(&file.server_url, file.token.clone())?;
         let (config_tx, _) = watch::channel(file.config);
+        let (policy_tx, _) = watch::channel(None);
         let mut own = vec![config_path.to_path_buf()];
         own.extend_from_slice(protect);
         // The config file's temporary siblings while it is being rewritten (config::write_atomic).
@@ -166,6 +170,7 @@ impl Agent {
             executor,
             logs,
             config_tx,
+            policy_tx,
             socket: Mutex::new(None),
             running: Mutex::new(HashMap::new()),
             outbox: Mutex::new(recovered.into_iter().collect()),
@@ -190,6 +195,56 @@ impl Agent {
         if let Err(e) = file.save(&self.config_path) {
             tracing::warn!(error = %e, "could not save the new settings");
         }
+    }
+
+    /// The metric interval in effect: the policy's, else the server's agent settings.
+    fn metrics_interval_secs(&self) -> u32 {
+        let policy = self
+            .policy_tx
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.metrics_interval_secs);
+        policy.unwrap_or(self.config().metrics_interval_secs)
+    }
+
+    /// The inventory interval in effect: the policy's, else the server's agent settings.
+    fn inventory_interval_secs(&self) -> u32 {
+        let policy = self
+            .policy_tx
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.inventory_interval_secs);
+        policy.unwrap_or(self.config().inventory_interval_secs)
+    }
+
+    /// What is in effect of the configuration policy, as heartbeats report it.
+    pub fn applied_policy(&self) -> AppliedPolicy {
+        AppliedPolicy {
+            revision: self.policy_tx.borrow().as_ref().map(|p| p.revision.clone()),
+            metrics_interval_secs: self.metrics_interval_secs(),
+            inventory_interval_secs: self.inventory_interval_secs(),
+            log_level: self.logs.base(),
+        }
+    }
+
+    /// Applies a configuration policy: intervals (the loops wake and re-time themselves) and
+    /// the shipped log level; then reports what is in effect with a heartbeat at once. The
+    /// policy changes no files and runs nothing, so the protected paths are not involved.
+    fn apply_policy(self: &Arc<Self>, policy: PolicyConfig) {
+        if self.policy_tx.borrow().as_ref() == Some(&policy) {
+            return;
+        }
+        tracing::info!(
+            revision = %policy.revision,
+            metrics_interval_secs = ?policy.metrics_interval_secs,
+            inventory_interval_secs = ?policy.inventory_interval_secs,
+            log_level = ?policy.log_level,
+            "configuration policy from the server"
+        );
+        self.logs.set_base(policy.log_level);
+        self.policy_tx.send_replace(Some(policy));
+        let this = self.clone();
+        tokio::spawn(async move { this.send_heartbeat().await });
     }
 
     /// After a 401: picks up a token another process (`rotate-token`) wrote to the file.
@@ -440,6 +495,7 @@ impl Agent {
             },
             ServerFrame::Config(config) => self.apply_config(config),
             ServerFrame::CollectInventory => self.inventory_now.notify_one(),
+            ServerFrame::Policy(policy) => self.apply_policy(policy),
         }
     }
 
@@ -559,6 +615,7 @@ impl Agent {
             pending_reboot: system::heartbeat::pending_reboot(),
             logged_in_users: system::heartbeat::logged_in_users(),
             running_commands: self.journal.running(),
+            applied_policy: Some(self.applied_policy()),
         }
     }
 
@@ -573,6 +630,9 @@ impl Agent {
             Ok(response) => {
                 if let Some(config) = response.config {
                     self.apply_config(config);
+                }
+                if let Some(policy) = response.policy {
+                    self.apply_policy(policy);
                 }
                 for command in response.commands {
                     let this = self.clone();
@@ -641,17 +701,22 @@ impl Agent {
         // The first sample goes out a few seconds after start, on its own, so a freshly
         // enrolled machine shows live metrics at once; later ones are batched.
         let mut first = true;
+        let mut policy_rx = self.policy_tx.subscribe();
+        let mut since = Instant::now();
         loop {
             let every = if first {
                 Duration::from_secs(5)
             } else {
-                Duration::from_secs(u64::from(self.config().metrics_interval_secs.max(1)))
+                Duration::from_secs(u64::from(self.metrics_interval_secs().max(1)))
             }
             .max(sysinfo::MINIMUM_CPU_UPDATE_INTERVAL);
+            // A new interval re-times the wait from the last sample.
             tokio::select! {
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep_until(since + every) => {}
+                _ = policy_rx.changed() => continue,
                 () = self.shutdown.cancelled() => return,
             }
+            since = Instant::now();
             let sampler = sampler.clone();
             let clock = self.clock.clone();
             let sample =
@@ -692,12 +757,16 @@ impl Agent {
             {
                 self.send_inventory(inventory).await;
             }
-            let every =
-                Duration::from_secs(u64::from(self.config().inventory_interval_secs.max(60)));
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                () = self.inventory_now.notified() => {}
-                () = self.shutdown.cancelled() => return,
+            let mut policy_rx = self.policy_tx.subscribe();
+            let since = Instant::now();
+            loop {
+                let every = Duration::from_secs(u64::from(self.inventory_interval_secs().max(60)));
+                tokio::select! {
+                    () = tokio::time::sleep_until(since + every) => break,
+                    () = self.inventory_now.notified() => break,
+                    changed = policy_rx.changed() => if changed.is_err() { break },
+                    () = self.shutdown.cancelled() => return,
+                }
             }
         }
     }

@@ -214,6 +214,7 @@ async fn http_fallback_when_the_socket_is_refused() {
                 Json(HeartbeatResponse {
                     commands,
                     config: None,
+                    policy: None,
                 })
             }),
         )

@@ -2,7 +2,8 @@
 //! enrolled into it and running, and the fleet tools acting on this machine through it — a
 //! library script, file writes and reads, a disk scan and a cleanup of what it found, a network
 //! sweep reporting progress. Then the agent is killed: the device goes offline and tools say so
-//! instead of hanging; restarted, it is back.
+//! instead of hanging; restarted, it is back. A configuration policy applied through the
+//! pipeline changes the metric interval the agent reports as applied.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use std::{
@@ -886,6 +887,110 @@ async fn run(backend: Backend) {
     .await;
     assert_eq!(out.unwrap()["status"], "completed");
     test.cleanup().await;
+}
+
+/// A configuration policy applied through the pipeline reaches the real agent: the metric
+/// interval it reports as applied becomes the policy's, with no drift, and falls back to the
+/// server's when the assignment is removed.
+async fn policy_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+    let applied = |want: u64| {
+        let f = &f;
+        let device = device.clone();
+        move || {
+            let device = device.clone();
+            async move {
+                let (out, _) = call(
+                    f,
+                    f.org,
+                    "get_effective_configuration",
+                    json!({ "deviceId": device }),
+                )
+                .await;
+                let out = out.unwrap();
+                out["applied"]["values"]["metricsIntervalSecs"] == want && out["inSync"] == true
+            }
+        }
+    };
+    // Before any policy: the server's interval (30 s), in sync with an empty configuration.
+    eventually(20, "the agent's first report", applied(30)).await;
+
+    let policy = f
+        .store
+        .org(f.org)
+        .create_config_policy(
+            breeze_store::NewConfigPolicy {
+                name: "fast metrics".into(),
+                description: None,
+                status: breeze_core::PolicyStatus::Active,
+                settings: vec![(
+                    breeze_core::FeatureType::Monitoring,
+                    json!({ "metricIntervalSeconds": 7 }),
+                )],
+                created_by: "test".into(),
+            },
+            audit("config_policy.create"),
+        )
+        .await
+        .unwrap();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "apply_configuration_policy",
+        json!({ "configPolicyId": policy.id.to_string(), "level": "organization",
+                "targetId": f.org.to_string(), "priority": 10 }),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(out["affectedDevices"], 1, "{out}");
+    let assignment = out["assignment"]["id"].as_str().unwrap().to_owned();
+    eventually(20, "the agent to apply 7 s", applied(7)).await;
+    let (out, _) = call(
+        &f,
+        f.org,
+        "get_effective_configuration",
+        json!({ "deviceId": device }),
+    )
+    .await;
+    let out = out.unwrap();
+    let v = &out["effective"]["monitoring"]["metricIntervalSeconds"];
+    assert_eq!(v["value"], 7, "{out}");
+    assert_eq!(v["source"]["policyName"], "fast metrics");
+    assert_eq!(v["source"]["level"], "organization");
+    assert_eq!(out["drift"], json!([]));
+
+    let (out, _) = call(
+        &f,
+        f.org,
+        "remove_configuration_policy_assignment",
+        json!({ "assignmentId": assignment }),
+    )
+    .await;
+    assert!(out.is_ok(), "{out:?}");
+    eventually(20, "the agent to fall back to 30 s", applied(30)).await;
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_policy_reaches_the_real_agent_on_sqlite() {
+    policy_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_policy_reaches_the_real_agent_on_postgres() {
+    policy_run(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

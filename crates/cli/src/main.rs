@@ -67,6 +67,9 @@ enum Command {
     /// Manage alert notification channels (email, signed webhook, in-app).
     #[command(subcommand)]
     Channels(commands::fleet::ChannelsCommand),
+    /// Configuration policies: create, update, delete, list, assign (partner-wide too).
+    #[command(subcommand, name = "config-policies")]
+    ConfigPolicies(commands::config_policies::ConfigPoliciesCommand),
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -202,6 +205,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::EnrollmentKeys(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Channels(c) => c.run(&commands::open_existing(&settings).await?).await,
+        Command::ConfigPolicies(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
         Command::Audit(c) => {

@@ -737,6 +737,97 @@ fn administration_commands() {
         run_ok(breeze(d).args(["channels", "remove", "--org", "contoso-ltd", "ops hook"]))
             .contains("removed channel ops hook")
     );
+
+    // Configuration policies: a bad setting is refused naming it; a policy is created,
+    // assigned, listed with its assignment, deactivated and deleted; another organization
+    // neither sees nor deletes it; a partner-wide policy shows in every organization.
+    let cp = |args: &[&str]| {
+        let mut all = vec!["config-policies"];
+        all.extend_from_slice(args);
+        breeze(d).args(all).output().unwrap()
+    };
+    let (_, err) = run_err(breeze(d).args([
+        "config-policies",
+        "create",
+        "--org",
+        "contoso-ltd",
+        "--name",
+        "bad",
+        "--feature",
+        r#"monitoring={"metricIntervalSeconds":1}"#,
+    ]));
+    assert!(err.contains("monitoring.metricIntervalSeconds"), "{err}");
+    let created = run_ok(breeze(d).args([
+        "config-policies",
+        "create",
+        "--org",
+        "contoso-ltd",
+        "--name",
+        "Fast",
+        "--feature",
+        r#"monitoring={"metricIntervalSeconds":15}"#,
+        "--feature",
+        r#"agent_log={"level":"info"}"#,
+    ]));
+    let id = created.split_whitespace().nth(1).unwrap().to_owned();
+    let assigned = run_ok(breeze(d).args([
+        "config-policies",
+        "assign",
+        "--org",
+        "contoso-ltd",
+        &id,
+        "--priority",
+        "5",
+    ]));
+    assert!(
+        assigned.contains("organization") && assigned.contains("priority 5"),
+        "{assigned}"
+    );
+    let list = run_ok(breeze(d).args(["config-policies", "list", "--org", "contoso-ltd"]));
+    assert!(
+        list.contains("Fast") && list.contains("priority 5"),
+        "{list}"
+    );
+    assert!(
+        !run_ok(breeze(d).args(["config-policies", "list", "--org", "fabrikam"])).contains("Fast")
+    );
+    assert!(!cp(&["delete", "--org", "fabrikam", &id]).status.success());
+    let updated = run_ok(breeze(d).args([
+        "config-policies",
+        "update",
+        "--org",
+        "contoso-ltd",
+        &id,
+        "--status",
+        "inactive",
+    ]));
+    assert!(updated.contains("inactive"), "{updated}");
+    assert!(
+        run_ok(breeze(d).args(["config-policies", "delete", "--org", "contoso-ltd", &id]))
+            .contains("deleted Fast")
+    );
+    let partner = run_ok(breeze(d).args([
+        "config-policies",
+        "create",
+        "--partner",
+        "northwind-it",
+        "--name",
+        "Baseline",
+        "--feature",
+        r#"monitoring={"inventoryIntervalSeconds":3600}"#,
+    ]));
+    let pid = partner.split_whitespace().nth(1).unwrap().to_owned();
+    run_ok(breeze(d).args([
+        "config-policies",
+        "assign",
+        "--partner",
+        "northwind-it",
+        &pid,
+    ]));
+    assert!(
+        run_ok(breeze(d).args(["config-policies", "list", "--org", "fabrikam"]))
+            .contains("Baseline")
+    );
 }
 
 #[test]

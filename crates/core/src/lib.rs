@@ -8,6 +8,7 @@ pub mod alert;
 pub mod audit;
 pub mod automation;
 pub mod clock;
+pub mod config_policy;
 pub mod device;
 pub mod group_filter;
 pub mod ids;
@@ -26,6 +27,7 @@ pub use alert::{
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,

@@ -23,8 +23,11 @@ use std::{
 };
 
 use breeze_agent_proto::{
-    AgentConfig, AgentFrame, CommandProgress, HeartbeatResponse, ServerFrame,
+    AgentConfig, AgentFrame, AppliedPolicy, CommandProgress, HeartbeatResponse, LogLevel,
+    PolicyConfig, ServerFrame,
 };
+use breeze_core::FeatureType;
+use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
 use breeze_core::{AuditEvent, DeviceId, OrgId};
 use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Store, StoreError};
 use tokio::sync::{mpsc, watch};
@@ -181,7 +184,11 @@ impl Gateway {
 
     /// Registers a live socket for `device`, replacing (and so closing) an older one, queues
     /// the welcome frame and hands out the commands still pending for it.
-    pub async fn connect(&self, device: DeviceId) -> Result<Registration, GatewayError> {
+    pub async fn connect(
+        &self,
+        device: DeviceId,
+        org: OrgId,
+    ) -> Result<Registration, GatewayError> {
         let (tx, outbox) = mpsc::channel(OUTBOX);
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
         // The channel is fresh and larger than one frame: this cannot fail.
@@ -196,10 +203,71 @@ impl Gateway {
             id,
             outbox,
         };
+        // The effective configuration policy right after the welcome; a failure here is
+        // logged, never the connection's.
+        match self.policy_for(org, device).await {
+            Ok(policy) => {
+                self.deliver(device, ServerFrame::Policy(policy));
+            }
+            Err(e) => tracing::warn!(%device, error = %e, "could not resolve the device's policy"),
+        }
         for cmd in self.inner.store.claim_pending_commands(device).await? {
             self.push_claimed(device, &cmd).await;
         }
         Ok(registration)
+    }
+
+    /// The device's effective configuration as the agent receives it.
+    pub async fn policy_for(
+        &self,
+        org: OrgId,
+        device: DeviceId,
+    ) -> Result<PolicyConfig, GatewayError> {
+        let effective = self
+            .inner
+            .store
+            .org(org)
+            .effective_configuration(device)
+            .await?;
+        Ok(wire_policy(&effective))
+    }
+
+    /// Pushes the effective configuration to those of `devices` connected here, in the
+    /// background (one resolution of the organization's candidates for all of them).
+    fn push_policies(&self, org: OrgId, devices: Vec<DeviceId>) {
+        let gw = self.clone();
+        tokio::spawn(async move {
+            let connected: Vec<DeviceId> = devices
+                .into_iter()
+                .filter(|d| gw.is_connected(*d))
+                .collect();
+            if connected.is_empty() {
+                return;
+            }
+            let o = gw.inner.store.org(org);
+            let (places, candidates) = match (
+                o.device_places(if connected.len() == 1 {
+                    Some(&connected)
+                } else {
+                    None
+                })
+                .await,
+                o.config_candidates().await,
+            ) {
+                (Ok(p), Ok(c)) => (p, c),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(%org, error = %e, "could not resolve policies to push");
+                    return;
+                }
+            };
+            for place in places {
+                let device = DeviceId(place.device);
+                if connected.contains(&device) {
+                    let effective = breeze_core::config_policy::resolve_for(&place, &candidates);
+                    gw.deliver(device, ServerFrame::Policy(wire_policy(&effective)));
+                }
+            }
+        });
     }
 
     /// Sends `frame` to `device` if it holds a live socket here. The only way out to agents.
@@ -323,7 +391,15 @@ impl Gateway {
     ) -> Result<(), GatewayError> {
         let store = &self.inner.store;
         match frame {
-            AgentFrame::Heartbeat(hb) => store.record_heartbeat(device, org, &hb).await?,
+            AgentFrame::Heartbeat(hb) => {
+                store.record_heartbeat(device, org, &hb).await?;
+                if let Some(applied) = &hb.applied_policy {
+                    let json = applied_json(applied);
+                    store
+                        .record_config_report(device, org, applied.revision.as_deref(), &json)
+                        .await?;
+                }
+            }
             AgentFrame::Inventory(inv) => store.record_inventory(device, org, &inv).await?,
             AgentFrame::Metrics(batch) => {
                 store.insert_metrics(device, org, &batch.samples).await?;
@@ -361,7 +437,17 @@ impl Gateway {
         org: OrgId,
         hb: breeze_agent_proto::Heartbeat,
     ) -> Result<HeartbeatResponse, GatewayError> {
+        let reported = hb.applied_policy.as_ref().and_then(|a| a.revision.clone());
         self.handle(device, org, AgentFrame::Heartbeat(hb)).await?;
+        // The policy goes along only when the agent runs another revision.
+        let policy = match self.policy_for(org, device).await {
+            Ok(p) if Some(&p.revision) != reported.as_ref() => Some(p),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(%device, error = %e, "could not resolve the device's policy");
+                None
+            }
+        };
         let mut commands = Vec::new();
         for cmd in self.inner.store.claim_pending_commands(device).await? {
             match cmd.to_wire() {
@@ -372,6 +458,7 @@ impl Gateway {
         Ok(HeartbeatResponse {
             commands,
             config: Some(self.inner.config.agent),
+            policy,
         })
     }
 
@@ -467,6 +554,69 @@ impl OrgFleet<'_> {
     pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
         self.gateway.cancel(self.org, id, reason).await
     }
+
+    /// Sends the effective configuration policy to those of the organization's `devices`
+    /// that are connected here, in the background; the others get it when they connect or
+    /// through their next HTTP heartbeat.
+    pub fn push_policies(&self, devices: Vec<DeviceId>) {
+        self.gateway.push_policies(self.org, devices);
+    }
+}
+
+/// The wire form of an effective configuration: what the agent applies itself, every feature
+/// as JSON, and a revision that is a digest of the values (equal values, equal revision,
+/// whichever policies they come from).
+pub fn wire_policy(effective: &Effective) -> PolicyConfig {
+    let monitoring = feature_values(effective, FeatureType::Monitoring);
+    let secs = |k: &str| {
+        monitoring
+            .get(k)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    let log_level = feature_values(effective, FeatureType::AgentLog)
+        .get("level")
+        .and_then(|v| serde_json::from_value::<LogLevelSetting>(v.clone()).ok())
+        .map(|l| match l {
+            LogLevelSetting::Error => LogLevel::Error,
+            LogLevelSetting::Warn => LogLevel::Warn,
+            LogLevelSetting::Info => LogLevel::Info,
+            LogLevelSetting::Debug => LogLevel::Debug,
+            LogLevelSetting::Trace => LogLevel::Trace,
+        });
+    let features: serde_json::Map<String, serde_json::Value> = effective
+        .keys()
+        .map(|f| {
+            (
+                f.as_str().to_owned(),
+                serde_json::Value::Object(feature_values(effective, *f)),
+            )
+        })
+        .collect();
+    PolicyConfig {
+        revision: revision(&features),
+        metrics_interval_secs: secs("metricIntervalSeconds"),
+        inventory_interval_secs: secs("inventoryIntervalSeconds"),
+        log_level,
+        features,
+    }
+}
+
+/// A short, stable digest of the effective values (FNV-1a over their canonical JSON: serde
+/// maps are sorted). Not a security boundary: only "same or different".
+fn revision(features: &serde_json::Map<String, serde_json::Value>) -> String {
+    let text = serde_json::Value::Object(features.clone()).to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The applied report as stored (camelCase JSON).
+fn applied_json(applied: &AppliedPolicy) -> serde_json::Value {
+    serde_json::to_value(applied).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -265,6 +265,12 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     };
     assert_eq!(device_id.to_string(), device);
     assert_eq!(config.metrics_interval_secs, 30);
+    // The effective configuration policy follows the welcome (none assigned: no overrides).
+    let ServerFrame::Policy(policy) = next_frame(&mut ws).await else {
+        panic!("the second frame is the configuration policy")
+    };
+    assert_eq!(policy.metrics_interval_secs, None);
+    assert!(policy.features.is_empty());
 
     // A Tier 2 command: the call waits while the agent works, then returns its answer.
     let app = w.app.clone();
@@ -320,6 +326,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
             pending_reboot: true,
             logged_in_users: vec![],
             running_commands: vec![],
+            applied_policy: None,
         }),
     )
     .await;

@@ -1022,6 +1022,9 @@ async fn connected_agent(w: &World) -> (String, Socket) {
     let ServerFrame::Welcome { .. } = next_frame(&mut ws).await else {
         panic!("the first frame is the welcome")
     };
+    let ServerFrame::Policy(_) = next_frame(&mut ws).await else {
+        panic!("the configuration policy follows the welcome")
+    };
     (device, ws)
 }
 

@@ -691,6 +691,7 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
         }
     };
     assert!(matches!(next_frame().await, ServerFrame::Welcome { .. }));
+    assert!(matches!(next_frame().await, ServerFrame::Policy(_)));
 
     let cmd = w
         .store

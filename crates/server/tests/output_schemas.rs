@@ -253,6 +253,9 @@ const ID_FIELDS: &[&str] = &[
     "channelId",
     "reportId",
     "runId",
+    "configPolicyId",
+    "assignmentId",
+    "targetId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -400,6 +403,11 @@ impl Suite {
             // Filters that fit every kind: none.
             "filters" => json!({}),
             "reportType" => json!("device_inventory"),
+            "configPolicyId" => json!(self.fresh_policy().await.to_string()),
+            "level" => json!("organization"),
+            "targetId" => json!(self.w.org_a.to_string()),
+            "assignmentId" => json!(self.fresh_assignment().await.to_string()),
+            "remove" => json!([self.fresh_assignment().await.to_string()]),
             "timeZone" => json!("UTC"),
             "channelIds" => json!([]),
             "cursor" => json!(
@@ -512,6 +520,51 @@ impl Suite {
             .unwrap()
     }
 
+    /// A new configuration policy of the fixture's organization (each assignment uses one).
+    async fn fresh_policy(&self) -> uuid::Uuid {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_config_policy(
+                breeze_store::NewConfigPolicy {
+                    name: format!("fixture policy {n}"),
+                    description: None,
+                    status: breeze_core::PolicyStatus::Active,
+                    settings: vec![(
+                        breeze_core::FeatureType::Monitoring,
+                        json!({ "metricIntervalSeconds": 60 }),
+                    )],
+                    created_by: "fixture".into(),
+                },
+                audit("config_policy.create"),
+            )
+            .await
+            .unwrap()
+            .id
+    }
+
+    /// A new assignment of a new policy to the organization (each removal consumes one).
+    async fn fresh_assignment(&self) -> uuid::Uuid {
+        let policy = self.fresh_policy().await;
+        self.w
+            .store
+            .org(self.w.org_a)
+            .assign_config_policy(
+                breeze_store::NewAssignment {
+                    policy_id: policy,
+                    level: breeze_core::ConfigLevel::Organization,
+                    target_id: self.w.org_a.0,
+                    priority: 0,
+                    created_by: "fixture".into(),
+                },
+                audit("config_policy.assign"),
+            )
+            .await
+            .unwrap()
+            .id
+    }
+
     /// A new maintenance window of the fixture's organization (each delete consumes one).
     async fn fresh_window(&self) -> breeze_store::MaintenanceWindow {
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
@@ -544,6 +597,10 @@ impl Suite {
         let schema = &self.input_schemas[tool];
         let mut hints = Map::new();
         for field in collect_fields(schema) {
+            // `level` is a hierarchy level only for the configuration policy tools.
+            if field == "level" && !tool.contains("configuration") {
+                continue;
+            }
             if let Some(v) = self.hint(&field).await {
                 hints.insert(field, v);
             }

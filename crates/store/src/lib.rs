@@ -17,6 +17,7 @@ mod audit_appender;
 mod audit_retention;
 mod automations;
 mod commands;
+mod config_policies;
 mod context;
 mod devices;
 mod directory;
@@ -62,6 +63,10 @@ pub use automations::{
 };
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
+pub use config_policies::{
+    ConfigAssignment, ConfigPolicy, ConfigPolicyUpdate, ConfigReport, MAX_CONFIG_ASSIGNMENTS,
+    MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
+};
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};

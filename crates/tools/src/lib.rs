@@ -32,6 +32,7 @@ pub fn all() -> Registry {
     r.domain("approvals", tools::approvals::register);
     r.domain("audit", tools::audit::register);
     r.domain("automations", tools::automations::register);
+    r.domain("configuration", tools::config_policies::register);
     r.domain("context", tools::context::register);
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
@@ -60,6 +61,7 @@ mod tests {
                 "approvals",
                 "audit",
                 "automations",
+                "configuration",
                 "context",
                 "devices",
                 "disk",
@@ -147,6 +149,7 @@ mod tests {
     const SPEC_TOOLS: &[SpecTool] = &[
         ("analyze_disk_usage",          Some("1"),     false, Some((10, 300))),
         ("analyze_metrics",             Some("1"),     false, None),
+        ("apply_configuration_policy",  Some("2"),     false, None),
         ("disk_cleanup",                Some("1/3"),   true,  Some((3, 600))),
         ("execute_command",             Some("3"),     false, Some((10, 300))),
         ("file_operations",             Some("1/3"),   true,  Some((20, 300))),
@@ -157,7 +160,9 @@ mod tests {
         ("get_device_details",          Some("1"),     false, None),
         // Breeze's own: get_device_details counts packages, this pages them.
         ("get_device_software",         None,          false, None),
+        ("get_effective_configuration", Some("1"),     false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
+        ("list_configuration_policies", Some("1"),     false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
@@ -165,8 +170,10 @@ mod tests {
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
+        ("preview_configuration_change", Some("1"),    false, None),
         ("query_audit_log",             Some("1"),     false, None),
         ("query_devices",               Some("1"),     false, None),
+        ("remove_configuration_policy_assignment", Some("2"), false, None),
         ("resolve_device_context",      Some("2"),     false, Some((20, 300))),
         ("run_script",                  Some("3"),     false, Some((5, 300))),
         ("search_agent_logs",           Some("1"),     false, None),
@@ -181,6 +188,7 @@ mod tests {
     const SPEC_CALLS: &[(&str, Option<&str>, Tier, Permission)] = &[
         ("analyze_disk_usage",          None,                     Tier::T1, Permission::DevicesRead),
         ("analyze_metrics",             None,                     Tier::T1, Permission::DevicesRead),
+        ("apply_configuration_policy",  None,                     Tier::T2, Permission::DevicesWrite),
         ("disk_cleanup",                Some("preview"),          Tier::T1, Permission::DevicesRead),
         ("disk_cleanup",                Some("execute"),          Tier::T3, Permission::DevicesExecute),
         ("execute_command",             Some("list_processes"),   Tier::T3, Permission::DevicesExecute),
@@ -212,7 +220,9 @@ mod tests {
         ("get_device_context",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
+        ("get_effective_configuration", None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
+        ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("test"),             Tier::T1, Permission::AlertsRead),
@@ -254,8 +264,10 @@ mod tests {
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("restart"),          Tier::T3, Permission::ServicesManage),
         ("network_discovery",           None,                     Tier::T3, Permission::DevicesExecute),
+        ("preview_configuration_change", None,                    Tier::T1, Permission::DevicesRead),
         ("query_audit_log",             None,                     Tier::T1, Permission::AuditRead),
         ("query_devices",               None,                     Tier::T1, Permission::DevicesRead),
+        ("remove_configuration_policy_assignment", None,          Tier::T2, Permission::DevicesWrite),
         ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
         ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
         ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),

@@ -415,6 +415,7 @@ async fn run_agent(mut ws: Socket, mut ctx: AgentCtx) {
                     pending_reboot: false,
                     logged_in_users: vec![],
                     running_commands: vec![],
+                    applied_policy: None,
                 });
                 match text(&frame) {
                     Ok(m) => if let Err(e) = ws.send(m).await { break Err(ws_kind(&e)) },

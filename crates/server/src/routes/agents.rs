@@ -168,7 +168,7 @@ async fn socket(
 }
 
 async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSocket) {
-    let mut registration = match state.gateway.connect(agent.device_id).await {
+    let mut registration = match state.gateway.connect(agent.device_id, agent.org_id).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(device = %agent.device_id, error = %e, "could not register an agent socket");

@@ -195,6 +195,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         pending_reboot: true,
         logged_in_users: users,
         running_commands: vec![],
+        applied_policy: None,
     };
     s.record_heartbeat(dev.id, org, &hb(vec![alice.clone()]))
         .await

@@ -565,6 +565,7 @@ fn heartbeat(agent_version: &str) -> Heartbeat {
         pending_reboot: false,
         logged_in_users: vec![],
         running_commands: vec![],
+        applied_policy: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod approvals;
 mod audit;
 mod audit_retention;
 mod automations;
+mod config_policies;
 mod context;
 mod directory;
 mod dynamic_groups;

@@ -5,6 +5,7 @@ pub(crate) mod alerts;
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod automations;
+pub(crate) mod config_policies;
 pub(crate) mod context;
 mod device_command;
 pub(crate) mod devices;
