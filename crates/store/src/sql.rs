@@ -257,9 +257,14 @@ pub(crate) enum Tx {
 }
 
 impl Tx {
+    /// Begins a transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
+    /// waiting for it as any statement does: a deferred transaction that reads and then writes
+    /// fails with `SQLITE_BUSY` at its first write, without waiting, when another connection
+    /// committed after its read — which a busy demo (an agent's heartbeats beside a tool call)
+    /// hit within seconds of starting.
     pub(crate) async fn begin(pool: &Pool) -> Result<Tx> {
         Ok(match pool {
-            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
             Pool::Postgres(p) => Tx::Postgres(p.begin().await?),
         })
     }
