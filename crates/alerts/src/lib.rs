@@ -15,6 +15,8 @@
 //! delays evaluation; the engine reads the time only through the store's `Clock`.
 
 pub mod notify;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::{sync::Arc, time::Duration};
 

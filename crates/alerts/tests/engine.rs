@@ -5,113 +5,23 @@
 //! without holding up evaluation; the condition clears and the alert resolves itself.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration as StdDuration,
-};
+use std::time::Duration as StdDuration;
 
-use axum::{Router, http::HeaderMap, routing::post};
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
-use breeze_alerts::{AlertEngine, EngineConfig, NotifyConfig, SmtpConfig, SmtpSecurity, sign};
+use breeze_alerts::{
+    AlertEngine, EngineConfig, NotifyConfig, SmtpConfig, SmtpSecurity, sign,
+    testing::{Hook, smtp_server, webhook_server},
+};
 use breeze_core::{
     Actor, AlertCondition, AlertStatus, AuditEvent, ChannelKind, Comparison, DeviceStatus, Metric,
     OrgId, OsFamily, Severity, SiteId,
 };
 use breeze_store::{NewChannel, NewDevice, NewRule, RuleTarget, Store, testing::Ctx};
 use chrono::Duration;
-use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-    net::TcpListener,
-};
+use tokio::net::TcpListener;
 
 fn audit(action: &str) -> AuditEvent {
     AuditEvent::new(Actor::system("test"), action, "test")
-}
-
-/// A minimal SMTP server: enough of RFC 5321 for a client to hand over one message per
-/// connection; every message's DATA is kept.
-async fn smtp_server() -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let mail = Arc::new(Mutex::new(Vec::new()));
-    let kept = mail.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                return;
-            };
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let (read, mut write) = socket.into_split();
-                let mut lines = BufReader::new(read).lines();
-                write.write_all(b"220 test ESMTP\r\n").await.unwrap();
-                let mut envelope = String::new();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
-                    let reply: &[u8] = match verb.as_str() {
-                        "EHLO" | "HELO" => b"250-test\r\n250 8BITMIME\r\n",
-                        "MAIL" | "RCPT" => {
-                            envelope.push_str(&line);
-                            envelope.push('\n');
-                            b"250 OK\r\n"
-                        }
-                        "DATA" => {
-                            write.write_all(b"354 go ahead\r\n").await.unwrap();
-                            let mut data = envelope.clone();
-                            while let Ok(Some(l)) = lines.next_line().await {
-                                if l == "." {
-                                    break;
-                                }
-                                data.push_str(&l);
-                                data.push('\n');
-                            }
-                            kept.lock().unwrap().push(data);
-                            b"250 queued\r\n"
-                        }
-                        "QUIT" => {
-                            write.write_all(b"221 bye\r\n").await.unwrap();
-                            return;
-                        }
-                        "RSET" | "NOOP" => b"250 OK\r\n",
-                        _ => b"502 unknown\r\n",
-                    };
-                    write.write_all(reply).await.unwrap();
-                }
-            });
-        }
-    });
-    (port, mail)
-}
-
-#[derive(Debug, Clone)]
-struct Hook {
-    headers: HeaderMap,
-    body: String,
-}
-
-/// An HTTP receiver that answers 500 to the first `fail_first` requests, then 200.
-async fn webhook_server(fail_first: usize) -> (u16, Arc<Mutex<Vec<Hook>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::<Hook>::new()));
-    let kept = seen.clone();
-    let app = Router::new().route(
-        "/hook",
-        post(move |headers: HeaderMap, body: String| {
-            let kept = kept.clone();
-            async move {
-                let mut seen = kept.lock().unwrap();
-                seen.push(Hook { headers, body });
-                if seen.len() <= fail_first {
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
-                } else {
-                    axum::http::StatusCode::OK
-                }
-            }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (port, seen)
 }
 
 /// Accepts connections and never answers.
@@ -214,8 +124,8 @@ async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
         )
         .await
         .unwrap();
-    let (smtp_port, mail) = smtp_server().await;
-    let (hook_port, hooks) = webhook_server(1).await;
+    let (smtp_port, mail) = smtp_server().await.unwrap();
+    let (hook_port, hooks) = webhook_server(1).await.unwrap();
     let hang_port = hanging_server().await;
     let dead_port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -406,7 +316,7 @@ async fn offline_devices_and_private_webhooks(cx: Ctx) {
     let mut gone = device(site, "gone", DeviceStatus::Offline);
     gone.last_seen_at = Some(s.clock().now() - Duration::minutes(3));
     let gone = o.create_device(gone, audit("device.create")).await.unwrap();
-    let (hook_port, hooks) = webhook_server(0).await;
+    let (hook_port, hooks) = webhook_server(0).await.unwrap();
     let hook = o
         .create_channel(
             channel(

@@ -755,7 +755,7 @@ impl OrgStore<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("alert rule"));
         }
-        let changed: Vec<&str> = [
+        let changed = audit::changed_fields([
             ("name", update.name.is_some()),
             ("description", update.description.is_some()),
             ("severity", update.severity.is_some()),
@@ -765,10 +765,7 @@ impl OrgStore<'_> {
             ("cooldownMinutes", update.cooldown_minutes.is_some()),
             ("autoResolve", update.auto_resolve.is_some()),
             ("channelIds", update.channel_ids.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, set)| set.then_some(f))
-        .collect();
+        ]);
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -59,6 +59,17 @@ pub(crate) async fn insert<'a>(
     Ok(id)
 }
 
+/// The names of an update's fields that were supplied, for the `changed` list of its audit
+/// record: each pair is a field's wire name and whether the update set it.
+pub(crate) fn changed_fields<const N: usize>(
+    fields: [(&'static str, bool); N],
+) -> Vec<&'static str> {
+    fields
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+        .collect()
+}
+
 /// Which audit records to return. Every field narrows the result.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct AuditFilter {

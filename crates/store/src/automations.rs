@@ -594,17 +594,14 @@ impl OrgStore<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("automation"));
         }
-        let changed: Vec<&str> = [
+        let changed = audit::changed_fields([
             ("name", update.name.is_some()),
             ("description", update.description.is_some()),
             ("enabled", update.enabled.is_some()),
             ("trigger", update.trigger.is_some()),
             ("action", update.action.is_some()),
             ("target", update.target.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, set)| set.then_some(f))
-        .collect();
+        ]);
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
             "changed": changed, "enabled": enabled, "owner": owner, "nextRunAt": next,
         }));

@@ -277,7 +277,7 @@ impl OrgStore<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("maintenance window"));
         }
-        let changed: Vec<&str> = [
+        let changed = audit::changed_fields([
             ("name", update.name.is_some()),
             ("description", update.description.is_some()),
             ("target", update.target.is_some()),
@@ -285,10 +285,7 @@ impl OrgStore<'_> {
             ("schedule", update.schedule.is_some()),
             ("suppressAlerts", update.suppress_alerts.is_some()),
             ("enabled", update.enabled.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, set)| set.then_some(f))
-        .collect();
+        ]);
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -452,16 +452,13 @@ impl OrgStore<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("report"));
         }
-        let changed: Vec<&str> = [
+        let changed = audit::changed_fields([
             ("name", update.name.is_some()),
             ("description", update.description.is_some()),
             ("kind", update.kind.is_some()),
             ("format", update.format.is_some()),
             ("filters", update.filters.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, set)| set.then_some(f))
-        .collect();
+        ]);
         let audit = audit
             .org(self.org)
             .resource(id)
