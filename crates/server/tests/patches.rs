@@ -257,10 +257,6 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
             json!({ "action": "defer", "packageName": "openssl", "deferUntil": "2020-01-01T00:00:00Z" }),
             "not in the future",
         ),
-        (
-            json!({ "action": "approve", "packageName": "openssl", "deferUntil": "2030-01-01T00:00:00Z" }),
-            "only for defer",
-        ),
         (json!({ "action": "approve" }), "packageName"),
         (json!({ "action": "approve", "packageName": "-oDpkg::x" }), "packageName"),
         (json!({ "action": "bulk_approve" }), "packageNames"),

@@ -483,7 +483,8 @@ pub fn parse_apt_simulation(text: &str) -> Vec<AvailablePatch> {
             let (installed, rest) = rest.split_once(']')?;
             let rest = rest.trim_start().strip_prefix('(')?;
             let (candidate, rest) = rest.split_once(' ')?;
-            // "origin, origin [arch])"
+            // "origin, origin [arch])", perhaps followed by " []".
+            let rest = rest.split(')').next()?;
             let (origins, arch) = match rest.rfind('[') {
                 Some(i) => (
                     &rest[..i],

@@ -662,12 +662,7 @@ async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> 
         breeze_store::check_package_text("version", v)?;
     }
     let window = match (input.when.unwrap_or(WhenArg::Now), &input.window_id) {
-        (WhenArg::Now, None) => None,
-        (WhenArg::Now, Some(_)) => {
-            return Err(ToolError::invalid(
-                "windowId is only for when=maintenance_window",
-            ));
-        }
+        (WhenArg::Now, _) => None,
         (WhenArg::MaintenanceWindow, None) => {
             return Err(ToolError::invalid(
                 "windowId is required for when=maintenance_window",
@@ -1362,10 +1357,8 @@ async fn decide(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, 
         (None, PatchDecision::Deferred) => {
             return Err(ToolError::invalid("deferUntil is required for defer"));
         }
-        (Some(_), _) => {
-            return Err(ToolError::invalid("deferUntil is only for defer"));
-        }
-        (None, _) => None,
+        // Fields of other actions are ignored, as everywhere.
+        (_, _) => None,
     };
     let a = cx
         .org
