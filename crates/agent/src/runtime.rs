@@ -165,10 +165,9 @@ impl Agent {
             }
             _ => Vec::new(),
         };
-        let executor =
-            Executor::new(&state_dir, clock.clone(), logs.clone())
-                .protecting(&own, &temporaries)
-                .patching(file.patching.clone().unwrap_or_default());
+        let executor = Executor::new(&state_dir, clock.clone(), logs.clone())
+            .protecting(&own, &temporaries)
+            .patching(file.patching.clone().unwrap_or_default());
         Ok(Arc::new(Agent {
             config_path: config_path.to_path_buf(),
             file: Mutex::new(file),
@@ -823,8 +822,7 @@ impl Agent {
             let mut policy_rx = self.policy_tx.subscribe();
             let since = Instant::now();
             loop {
-                let every =
-                    Duration::from_secs(u64::from(self.patch_scan_interval_minutes()) * 60);
+                let every = Duration::from_secs(u64::from(self.patch_scan_interval_minutes()) * 60);
                 tokio::select! {
                     () = tokio::time::sleep_until(since + every) => break,
                     changed = policy_rx.changed() => if changed.is_err() { break },

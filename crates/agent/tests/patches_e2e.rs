@@ -282,10 +282,17 @@ async fn job_done(f: &Fleet, job: &str) -> Value {
     let mut last = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        last = call(f, "manage_patches", json!({ "action": "results", "jobId": job }))
-            .await
-            .unwrap();
-        if !matches!(last["job"]["status"].as_str(), Some("running" | "scheduled")) {
+        last = call(
+            f,
+            "manage_patches",
+            json!({ "action": "results", "jobId": job }),
+        )
+        .await
+        .unwrap();
+        if !matches!(
+            last["job"]["status"].as_str(),
+            Some("running" | "scheduled")
+        ) {
             return last;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -378,7 +385,11 @@ async fn patch_run(backend: Backend) {
     )
     .await
     .unwrap();
-    assert_eq!(r["job"]["devices"][0]["packages"], json!(["breeze-fake-pkg"]), "{r}");
+    assert_eq!(
+        r["job"]["devices"][0]["packages"],
+        json!(["breeze-fake-pkg"]),
+        "{r}"
+    );
     let job = r["job"]["id"].as_str().unwrap().to_owned();
     let done = job_done(&f, &job).await;
     assert_eq!(done["job"]["status"], "succeeded", "{done}");
@@ -426,11 +437,15 @@ async fn patch_run(backend: Backend) {
     let job = r["job"]["id"].as_str().unwrap().to_owned();
     let done = job_done(&f, &job).await;
     assert_eq!(done["job"]["status"], "succeeded", "{done}");
-    assert_eq!(done["job"]["devices"][0]["results"][0]["status"], "rolled_back");
+    assert_eq!(
+        done["job"]["devices"][0]["results"][0]["status"],
+        "rolled_back"
+    );
     let log = std::fs::read_to_string(dir.path().join("apt.log")).unwrap();
     assert!(
-        log.lines().any(|l| l.starts_with("install -y --allow-downgrades")
-            && l.ends_with(" breeze-fake-pkg=1.0-1")),
+        log.lines()
+            .any(|l| l.starts_with("install -y --allow-downgrades")
+                && l.ends_with(" breeze-fake-pkg=1.0-1")),
         "{log}"
     );
     let list = call(

@@ -144,7 +144,10 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         json!({ "action": "install", "deviceIds": [w.b_device], "packageNames": ["openssl"] }),
     )
     .await;
-    let b_job = r["job"]["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_owned();
+    let b_job = r["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
     w.store
         .org(w.org_a)
         .set_approval_policy("manage_patches.install", "automatic", audit("p"))
@@ -220,14 +223,28 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
     );
     let exec = exec_key(&w, w.org_a).await;
     // A read key reads but cannot decide; a write key decides but cannot install.
-    let r = tool(&app, &w.read, TOOL, json!({ "action": "approve", "packageName": "openssl" })).await;
+    let r = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "approve", "packageName": "openssl" }),
+    )
+    .await;
     assert!(r["rpcError"].is_object() || code(&r) == "FORBIDDEN", "{r}");
     let r = tool(&app, &w.read, TOOL, json!({ "action": "list" })).await;
     assert_eq!(r["showing"], 4, "{r}");
-    let install = json!({ "action": "install", "deviceIds": [w.a_device], "packageNames": ["openssl"] });
+    let install =
+        json!({ "action": "install", "deviceIds": [w.a_device], "packageNames": ["openssl"] });
     let r = tool(&app, &w.write, TOOL, install.clone()).await;
     assert!(r["rpcError"].is_object() || !code(&r).is_empty(), "{r}");
-    assert!(w.store.org(w.org_a).list_patch_jobs(5).await.unwrap().is_empty());
+    assert!(
+        w.store
+            .org(w.org_a)
+            .list_patch_jobs(5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // With the execute scope: an approval request naming the plan, nothing sent yet.
     let r = tool(&app, &exec, TOOL, install.clone()).await;
     assert_eq!(r["status"], "pending_approval", "{r}");
@@ -245,10 +262,20 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
         "{}",
         approval.description
     );
-    assert!(w.store.org(w.org_a).list_patch_jobs(5).await.unwrap().is_empty());
+    assert!(
+        w.store
+            .org(w.org_a)
+            .list_patch_jobs(5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     for (args, needle) in [
-        (json!({ "action": "defer", "packageName": "openssl" }), "deferUntil"),
+        (
+            json!({ "action": "defer", "packageName": "openssl" }),
+            "deferUntil",
+        ),
         (
             json!({ "action": "defer", "packageName": "openssl", "deferUntil": "tomorrow-ish" }),
             "deferUntil",
@@ -258,11 +285,17 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
             "not in the future",
         ),
         (json!({ "action": "approve" }), "packageName"),
-        (json!({ "action": "approve", "packageName": "-oDpkg::x" }), "packageName"),
+        (
+            json!({ "action": "approve", "packageName": "-oDpkg::x" }),
+            "packageName",
+        ),
         (json!({ "action": "bulk_approve" }), "packageNames"),
         (json!({ "action": "list", "cursor": "garbage" }), "cursor"),
         (json!({ "action": "list", "limit": 0 }), "limit"),
-        (json!({ "action": "approve", "packageName": "x", "extra": 1 }), "extra"),
+        (
+            json!({ "action": "approve", "packageName": "x", "extra": 1 }),
+            "extra",
+        ),
         (json!({ "action": "upgrade_everything" }), "action"),
     ] {
         let r = tool(&app, &w.write, TOOL, args.clone()).await;
@@ -276,7 +309,13 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
         .set_approval_policy("manage_patches.install", "automatic", audit("p"))
         .await
         .unwrap();
-    let r = tool(&app, &exec, TOOL, json!({ "action": "install", "deviceIds": [w.a_device] })).await;
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "install", "deviceIds": [w.a_device] }),
+    )
+    .await;
     assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
     assert!(
         r["error"]["message"]
@@ -301,7 +340,11 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
         json!({ "action": "rollback", "deviceIds": [w.a_device], "packageNames": ["openssl"] }),
     )
     .await;
-    assert_eq!(code(&r), "INVALID_ARGUMENT", "no earlier version is recorded: {r}");
+    assert_eq!(
+        code(&r),
+        "INVALID_ARGUMENT",
+        "no earlier version is recorded: {r}"
+    );
 }
 
 fn answer(cmd: uuid::Uuid, report: &PatchInstallReport, now: breeze_core::Timestamp) -> AgentFrame {
@@ -390,8 +433,18 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         assert_eq!(code(&r), "", "{args}: {r}");
         assert_eq!(r["approvals"].as_array().unwrap().len(), 1, "{r}");
     }
-    let list = tool(app, &w.read, TOOL, json!({ "action": "list", "deviceId": w.a_device })).await;
-    assert_eq!(decision_of(&list, "openssl")["decision"], "approved", "{list}");
+    let list = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "list", "deviceId": w.a_device }),
+    )
+    .await;
+    assert_eq!(
+        decision_of(&list, "openssl")["decision"],
+        "approved",
+        "{list}"
+    );
     assert_eq!(decision_of(&list, "kernel")["decision"], "auto_approved");
     assert_eq!(decision_of(&list, "vim-minimal")["decision"], "declined");
     assert_eq!(decision_of(&list, "curl")["decision"], "deferred");
@@ -404,16 +457,41 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     )
     .await;
     assert_eq!(code(&r), "", "{r}");
-    let list = tool(app, &w.read, TOOL, json!({ "action": "list", "securityOnly": true })).await;
+    let list = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "list", "securityOnly": true }),
+    )
+    .await;
     assert_eq!(list["showing"], 3, "{list}");
-    assert_eq!(decision_of(&list, "curl")["decision"], "approved", "the policy's wins");
+    assert_eq!(
+        decision_of(&list, "curl")["decision"],
+        "approved",
+        "the policy's wins"
+    );
     // Paging: two per page, the cursor continues, the last page has none.
     let p1 = tool(app, &w.read, TOOL, json!({ "action": "list", "limit": 2 })).await;
     let cursor = p1["nextCursor"].as_str().unwrap();
-    let p2 = tool(app, &w.read, TOOL, json!({ "action": "list", "limit": 2, "cursor": cursor })).await;
+    let p2 = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "list", "limit": 2, "cursor": cursor }),
+    )
+    .await;
     assert_eq!(p2["showing"], 2, "{p2}");
-    assert!(p2.get("nextCursor").is_none() || p2["nextCursor"].is_null(), "{p2}");
-    let c = tool(app, &w.read, TOOL, json!({ "action": "compliance", "deviceId": w.a_device })).await;
+    assert!(
+        p2.get("nextCursor").is_none() || p2["nextCursor"].is_null(),
+        "{p2}"
+    );
+    let c = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "compliance", "deviceId": w.a_device }),
+    )
+    .await;
     assert_eq!(c["devices"][0]["missingApproved"], 3, "{c}");
     assert_eq!(c["devices"][0]["pendingSecurity"], 0, "{c}");
     assert_eq!(c["summary"]["topMissing"]["kernel"], 1, "{c}");
@@ -431,7 +509,11 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     assert_eq!(r["job"]["status"], "running", "{r}");
     let part = &r["job"]["devices"][0];
     assert_eq!(part["status"], "sent", "{r}");
-    assert_eq!(part["packages"], json!(["curl", "kernel", "openssl"]), "{r}");
+    assert_eq!(
+        part["packages"],
+        json!(["curl", "kernel", "openssl"]),
+        "{r}"
+    );
     let cmd_id: uuid::Uuid = part["commandId"].as_str().unwrap().parse().unwrap();
     let cmd = oa.get_command(cmd_id).await.unwrap();
     assert_eq!(cmd.kind, "patch_install");
@@ -449,7 +531,12 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         manager: "dnf".into(),
         packages: vec![
             outcome("curl", "installed", "7.76.1-29", Some("7.76.1-30")),
-            outcome("kernel", "installed", "5.14.0-427.37", Some("5.14.0-427.42")),
+            outcome(
+                "kernel",
+                "installed",
+                "5.14.0-427.37",
+                Some("5.14.0-427.42"),
+            ),
             outcome("openssl", "installed", "3.0.7-27", Some("3.0.7-28")),
         ],
         reboot_required: true,
@@ -465,19 +552,38 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     };
     w.state
         .gateway
-        .handle(device, w.org_a, answer(cmd_id, &report, w.state.clock.now()))
+        .handle(
+            device,
+            w.org_a,
+            answer(cmd_id, &report, w.state.clock.now()),
+        )
         .await
         .unwrap();
-    let r = tool(app, &w.read, TOOL, json!({ "action": "results", "jobId": job_id })).await;
+    let r = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "results", "jobId": job_id }),
+    )
+    .await;
     assert_eq!(r["job"]["status"], "succeeded", "{r}");
     let part = &r["job"]["devices"][0];
     assert_eq!(part["status"], "succeeded");
     assert_eq!(part["reboot"], "deferred_users_logged_in");
     assert_eq!(part["results"][1]["toVersion"], "5.14.0-427.42");
     let c = tool(app, &w.read, TOOL, json!({ "action": "compliance" })).await;
-    assert_eq!(c["devices"][0]["compliant"], true, "only the declined vim is left: {c}");
+    assert_eq!(
+        c["devices"][0]["compliant"], true,
+        "only the declined vim is left: {c}"
+    );
     assert_eq!(c["summary"]["compliancePercent"], 100.0);
-    let h = tool(app, &w.read, TOOL, json!({ "action": "results", "deviceId": w.a_device })).await;
+    let h = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "results", "deviceId": w.a_device }),
+    )
+    .await;
     assert_eq!(h["history"].as_array().unwrap().len(), 3, "{h}");
     assert_eq!(h["jobs"][0]["id"], job_id.as_str());
 
@@ -508,7 +614,13 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     );
 
     // Every change is in the audit log.
-    for action in ["patch.approve", "patch.decline", "patch.defer", "patch.install", "patch.rollback"] {
+    for action in [
+        "patch.approve",
+        "patch.decline",
+        "patch.defer",
+        "patch.install",
+        "patch.rollback",
+    ] {
         let page = oa
             .query_audit(
                 &breeze_store::AuditFilter {
@@ -571,7 +683,7 @@ async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
         breeze_tools::dispatch_scheduled_patch_jobs(&w.store, &w.state.gateway).await,
         0
     );
-    cx.clock.advance(std::time::Duration::from_secs(3 * 3600));
+    cx.clock.advance(chrono::Duration::hours(3));
     assert_eq!(
         breeze_tools::dispatch_scheduled_patch_jobs(&w.store, &w.state.gateway).await,
         1

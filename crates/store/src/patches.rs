@@ -456,9 +456,11 @@ impl Store {
                         } else {
                             "failed"
                         };
-                        sql("UPDATE patch_job_devices SET status = $1, results = $2, reboot = $3, \
+                        sql(
+                            "UPDATE patch_job_devices SET status = $1, results = $2, reboot = $3, \
                              reboot_detail = $4, updated_at = $5 \
-                             WHERE job_id = $6 AND device_id = $7 AND org_id = $8")
+                             WHERE job_id = $6 AND device_id = $7 AND org_id = $8",
+                        )
                         .bind(status)
                         .bind(Arg::json(&r.packages))
                         .bind(r.reboot.as_str())
@@ -496,8 +498,10 @@ impl Store {
                         let error = cmd.error.clone().unwrap_or_else(|| {
                             format!("the agent's answer was {}", cmd.status.as_str())
                         });
-                        sql("UPDATE patch_job_devices SET status = 'failed', error = $1, \
-                             updated_at = $2 WHERE job_id = $3 AND device_id = $4 AND org_id = $5")
+                        sql(
+                            "UPDATE patch_job_devices SET status = 'failed', error = $1, \
+                             updated_at = $2 WHERE job_id = $3 AND device_id = $4 AND org_id = $5",
+                        )
                         .bind(error)
                         .bind(now)
                         .bind(part.job_id)
@@ -747,7 +751,9 @@ impl OrgStore<'_> {
     /// with one part per device, audited.
     pub async fn create_patch_job(&self, new: NewPatchJob, audit: AuditEvent) -> Result<PatchJob> {
         if new.devices.is_empty() {
-            return Err(StoreError::Invalid("a patch job needs at least one device".into()));
+            return Err(StoreError::Invalid(
+                "a patch job needs at least one device".into(),
+            ));
         }
         if !["never", "if_needed", "always"].contains(&new.reboot_policy.as_str()) {
             return Err(StoreError::Invalid(format!(
@@ -830,8 +836,10 @@ impl OrgStore<'_> {
     ) -> Result<()> {
         let now = self.store.clock.now();
         let mut tx = Tx::begin(&self.store.pool).await?;
-        sql("UPDATE patch_jobs SET status = 'running', started_at = COALESCE(started_at, $1) \
-             WHERE id = $2 AND org_id = $3 AND status IN ('scheduled', 'running')")
+        sql(
+            "UPDATE patch_jobs SET status = 'running', started_at = COALESCE(started_at, $1) \
+             WHERE id = $2 AND org_id = $3 AND status IN ('scheduled', 'running')",
+        )
         .bind(now)
         .bind(job)
         .bind(self.org)
@@ -841,8 +849,10 @@ impl OrgStore<'_> {
             Ok(c) => ("sent", Some(c), None),
             Err(e) => ("failed", None, Some(e)),
         };
-        sql("UPDATE patch_job_devices SET status = $1, command_id = $2, error = $3, \
-             updated_at = $4 WHERE job_id = $5 AND device_id = $6 AND org_id = $7")
+        sql(
+            "UPDATE patch_job_devices SET status = $1, command_id = $2, error = $3, \
+             updated_at = $4 WHERE job_id = $5 AND device_id = $6 AND org_id = $7",
+        )
         .bind(status)
         .bind(cmd)
         .bind(error)
@@ -894,16 +904,20 @@ impl OrgStore<'_> {
         self.get_patch_job(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin(&self.store.pool).await?;
-        let n = sql("UPDATE patch_jobs SET status = 'cancelled', finished_at = $1 \
-                     WHERE id = $2 AND org_id = $3 AND status = 'scheduled'")
+        let n = sql(
+            "UPDATE patch_jobs SET status = 'cancelled', finished_at = $1 \
+                     WHERE id = $2 AND org_id = $3 AND status = 'scheduled'",
+        )
         .bind(now)
         .bind(id)
         .bind(self.org)
         .execute(&mut tx)
         .await?;
         if n > 0 {
-            sql("UPDATE patch_job_devices SET status = 'skipped', updated_at = $1 \
-                 WHERE job_id = $2 AND org_id = $3")
+            sql(
+                "UPDATE patch_job_devices SET status = 'skipped', updated_at = $1 \
+                 WHERE job_id = $2 AND org_id = $3",
+            )
             .bind(now)
             .bind(id)
             .bind(self.org)

@@ -22,10 +22,10 @@ pub use contract::{
     Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin, ProgressReport,
     RateLimit, Rendered, Services, Tier, Tool, ToolCx, ToolError, per,
 };
+pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 /// Starts install and rollback jobs whose maintenance window has opened (the server runs it
 /// periodically).
 pub use tools::patches::dispatch_scheduled_patch_jobs;
-pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {

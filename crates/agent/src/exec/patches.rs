@@ -24,8 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use breeze_agent_proto::{
-    AvailablePatch, PackageOutcome, PackageVersion, PatchInstallReport, PatchScanReport,
-    RebootMode,
+    AvailablePatch, PackageOutcome, PackageVersion, PatchInstallReport, PatchScanReport, RebootMode,
 };
 use breeze_core::Clock;
 use serde::{Deserialize, Serialize};
@@ -240,11 +239,8 @@ impl PackageManager {
             }
         }
         let after = self.scan(clock, Vec::new())?;
-        let still: HashMap<&str, &AvailablePatch> = after
-            .patches
-            .iter()
-            .map(|p| (p.name.as_str(), p))
-            .collect();
+        let still: HashMap<&str, &AvailablePatch> =
+            after.patches.iter().map(|p| (p.name.as_str(), p)).collect();
         let outcomes = packages
             .iter()
             .map(|name| match offered.get(name.as_str()) {
@@ -736,7 +732,8 @@ mod tests {
         let vim = merged.iter().find(|p| p.name == "vim-minimal").unwrap();
         assert!(!vim.security && vim.advisory.is_none());
         // dnf5's columns read the same.
-        let five = parse_dnf_updateinfo("FEDORA-2025-1 security Important curl-8.6.0-10.fc40.x86_64");
+        let five =
+            parse_dnf_updateinfo("FEDORA-2025-1 security Important curl-8.6.0-10.fc40.x86_64");
         assert_eq!(five["curl"].severity.as_deref(), Some("important"));
         assert!(five["curl"].security);
     }
@@ -763,7 +760,10 @@ mod tests {
         );
         let (a, d) = reboot_decision(r(RebootMode::IfNeeded, false), true, true, &alice);
         assert_eq!(a, "deferred_users_logged_in");
-        assert_eq!(d.as_deref(), Some("not rebooted: a user is logged in (alice)"));
+        assert_eq!(
+            d.as_deref(),
+            Some("not rebooted: a user is logged in (alice)")
+        );
         assert_eq!(
             reboot_decision(r(RebootMode::Always, true), false, true, &alice).0,
             "scheduled"

@@ -5,8 +5,8 @@
 //! organization B is reachable through A.
 
 use breeze_agent_proto::{
-    AvailablePatch, CommandKind, CommandOutcome, CommandResult, PackageOutcome,
-    PatchInstallReport, PatchScanReport,
+    AvailablePatch, CommandKind, CommandOutcome, CommandResult, PackageOutcome, PatchInstallReport,
+    PatchScanReport,
 };
 use breeze_core::{DeviceId, DeviceStatus, FeatureType, OrgId, PolicyStatus};
 use breeze_store::{
@@ -181,9 +181,13 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap()
         .unwrap();
     s.record_patch_command(&done).await.unwrap();
-    s.record_patch_scan(db, a, &report(s, vec![patch("bash", "5.2-1", "5.2-2", false)]))
-        .await
-        .unwrap();
+    s.record_patch_scan(
+        db,
+        a,
+        &report(s, vec![patch("bash", "5.2-1", "5.2-2", false)]),
+    )
+    .await
+    .unwrap();
     s.record_patch_scan(
         theirs,
         b,
@@ -204,7 +208,11 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     let scans = oa.patch_scans().await.unwrap();
     let web_scan = scans.iter().find(|s| s.device_id == web).unwrap();
     assert_eq!(
-        (web_scan.patch_count, web_scan.security_count, web_scan.command_id),
+        (
+            web_scan.patch_count,
+            web_scan.security_count,
+            web_scan.command_id
+        ),
         (3, 2, None),
         "the answer closes the request"
     );
@@ -278,8 +286,15 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(deferred.effective("5.2-2", s.clock().now()), Some(PatchDecision::Deferred));
-    assert_eq!(deferred.effective("5.2-2", later), None, "past its date: no decision");
+    assert_eq!(
+        deferred.effective("5.2-2", s.clock().now()),
+        Some(PatchDecision::Deferred)
+    );
+    assert_eq!(
+        deferred.effective("5.2-2", later),
+        None,
+        "past its date: no decision"
+    );
     let past = s.clock().now() - chrono::Duration::hours(1);
     let e = oa
         .decide_patch(
@@ -288,7 +303,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(&e, StoreError::Invalid(m) if m.contains("deferUntil")), "{e}");
+    assert!(
+        matches!(&e, StoreError::Invalid(m) if m.contains("deferUntil")),
+        "{e}"
+    );
     let e = oa
         .decide_patch(
             decide("-oAPT::x", PatchDecision::Approved, None, None),
@@ -296,7 +314,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(&e, StoreError::Invalid(m) if m.contains("packageName")), "{e}");
+    assert!(
+        matches!(&e, StoreError::Invalid(m) if m.contains("packageName")),
+        "{e}"
+    );
     // A policy scope: A's own policy works, B's is not found.
     let policy = |name: &str| NewConfigPolicy {
         name: name.into(),
@@ -326,7 +347,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(e, StoreError::NotFound("configuration policy")), "{e}");
+    assert!(
+        matches!(e, StoreError::NotFound("configuration policy")),
+        "{e}"
+    );
     let approvals = oa.list_patch_approvals().await.unwrap();
     assert_eq!(approvals.len(), 3, "{approvals:?}");
     assert!(ob.list_patch_approvals().await.unwrap().is_empty());
@@ -366,10 +390,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
                 reboot_policy: "if_needed".into(),
                 reboot_with_users: false,
                 window: None,
-                devices: vec![
-                    (web, json!(["openssl", "libssl3"])),
-                    (db, json!(["bash"])),
-                ],
+                devices: vec![(web, json!(["openssl", "libssl3"])), (db, json!(["bash"]))],
                 requested_by: "test".into(),
             },
             audit("patch.install", "patch_job"),
@@ -377,7 +398,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(job.status, "running");
-    assert!(ob.get_patch_job(job.id).await.is_err(), "B cannot read A's job");
+    assert!(
+        ob.get_patch_job(job.id).await.is_err(),
+        "B cannot read A's job"
+    );
     let install = CommandKind::PatchInstall {
         packages: vec!["openssl".into(), "libssl3".into()],
         reboot: breeze_agent_proto::RebootMode::IfNeeded,
@@ -393,7 +417,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     };
     let result = PatchInstallReport {
         manager: "apt".into(),
-        packages: vec![outcome("openssl", "installed"), outcome("libssl3", "failed")],
+        packages: vec![
+            outcome("openssl", "installed"),
+            outcome("libssl3", "failed"),
+        ],
         reboot_required: true,
         reboot: "deferred_users_logged_in".into(),
         reboot_detail: Some("not rebooted: a user is logged in (alice)".into()),
@@ -416,7 +443,9 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.patch_part_sent(job.id, web, Ok(web_cmd.id)).await.unwrap();
+    oa.patch_part_sent(job.id, web, Ok(web_cmd.id))
+        .await
+        .unwrap();
     oa.patch_part_sent(job.id, db, Err("device offline".into()))
         .await
         .unwrap();
@@ -451,7 +480,10 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     assert_eq!(web_part.reboot.as_deref(), Some("deferred_users_logged_in"));
     assert_eq!(web_part.results.as_ref().unwrap()[0]["status"], "installed");
     let db_part = parts.iter().find(|p| p.device_id == db).unwrap();
-    assert_eq!((db_part.status.as_str(), db_part.error.as_deref()), ("failed", Some("device offline")));
+    assert_eq!(
+        (db_part.status.as_str(), db_part.error.as_deref()),
+        ("failed", Some("device offline"))
+    );
     // The scan made after the install replaced the device's list.
     let left = oa
         .list_device_patches(&PatchFilter {
@@ -521,7 +553,9 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.patch_part_sent(rollback.id, web, Ok(cmd.id)).await.unwrap();
+    oa.patch_part_sent(rollback.id, web, Ok(cmd.id))
+        .await
+        .unwrap();
     let now = s.clock().now();
     let done = s
         .complete_command(
@@ -627,7 +661,10 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
         )
         .await
         .unwrap_err();
-    assert!(matches!(&e, StoreError::Invalid(m) if m.contains("rebootPolicy")), "{e}");
+    assert!(
+        matches!(&e, StoreError::Invalid(m) if m.contains("rebootPolicy")),
+        "{e}"
+    );
 }
 
 breeze_store::on_both_backends!(

@@ -32,9 +32,9 @@ use breeze_core::{
 };
 use breeze_gateway::Gateway;
 use breeze_store::{
-    DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob,
-    OrgStore, PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind,
-    Store, StoreError,
+    DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob, OrgStore,
+    PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind, Store,
+    StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -446,7 +446,11 @@ struct Decisions {
 }
 
 impl Decisions {
-    async fn load(org: &OrgStore<'_>, only: Option<&[DeviceId]>, now: Timestamp) -> Result<Self, ToolError> {
+    async fn load(
+        org: &OrgStore<'_>,
+        only: Option<&[DeviceId]>,
+        now: Timestamp,
+    ) -> Result<Self, ToolError> {
         let mut d = Decisions {
             org: HashMap::new(),
             by_policy: HashMap::new(),
@@ -497,11 +501,14 @@ impl Decisions {
     /// pending, the deferral's date).
     fn decide(&self, patch: &DevicePatch) -> (&'static str, Option<Timestamp>) {
         let policy = self.devices.get(&patch.device_id);
-        let scoped = policy.into_iter().flat_map(|p| p.policies.iter()).find_map(|p| {
-            self.by_policy
-                .get(&(*p, patch.name.clone()))
-                .filter(|a| a.effective(&patch.available_version, self.now).is_some())
-        });
+        let scoped = policy
+            .into_iter()
+            .flat_map(|p| p.policies.iter())
+            .find_map(|p| {
+                self.by_policy
+                    .get(&(*p, patch.name.clone()))
+                    .filter(|a| a.effective(&patch.available_version, self.now).is_some())
+            });
         let found = scoped.or_else(|| {
             self.org
                 .get(&patch.name)
@@ -654,7 +661,9 @@ async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> 
     let action = if rollback { "rollback" } else { "install" };
     let ids = required(&input.device_ids, "deviceIds", action)?;
     if ids.is_empty() {
-        return Err(ToolError::invalid(format!("deviceIds: name at least one device to {action}")));
+        return Err(ToolError::invalid(format!(
+            "deviceIds: name at least one device to {action}"
+        )));
     }
     let devices = named_devices(cx, ids).await?;
     let names = package_names(input)?;
@@ -664,10 +673,10 @@ async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> 
     let window = match (input.when.unwrap_or(WhenArg::Now), &input.window_id) {
         (WhenArg::Now, _) => None,
         (WhenArg::MaintenanceWindow, None) => {
-            return Err(ToolError::invalid(
-                "windowId is required for when=maintenance_window",
-            )
-            .hint("manage_maintenance_windows action=list shows the windows"));
+            return Err(
+                ToolError::invalid("windowId is required for when=maintenance_window")
+                    .hint("manage_maintenance_windows action=list shows the windows"),
+            );
         }
         (WhenArg::MaintenanceWindow, Some(w)) => {
             let id = Uuid::parse_str(w).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
@@ -698,9 +707,9 @@ async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> 
             .and_then(|p| p.reboot_delay_minutes)
             .unwrap_or(5);
         let packages: Vec<Value> = if rollback {
-            let names = names.as_ref().ok_or_else(|| {
-                ToolError::invalid("packageNames is required for rollback")
-            })?;
+            let names = names
+                .as_ref()
+                .ok_or_else(|| ToolError::invalid("packageNames is required for rollback"))?;
             if input.version.is_some() && names.len() != 1 {
                 return Err(ToolError::invalid(
                     "version: give it with exactly one package in packageNames",
@@ -737,10 +746,9 @@ async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> 
                                 device.hostname
                             )),
                             Some(p) => match decisions.decide(p) {
-                                ("declined", _) => out.skipped.push(format!(
-                                    "{n} on {}: declined",
-                                    device.hostname
-                                )),
+                                ("declined", _) => out
+                                    .skipped
+                                    .push(format!("{n} on {}: declined", device.hostname)),
                                 ("deferred", until) => out.skipped.push(format!(
                                     "{n} on {}: deferred until {}",
                                     device.hostname,
@@ -1043,7 +1051,12 @@ async fn list(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, To
 
 async fn compliance(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
     let devices = match &input.device_id {
-        Some(d) => vec![cx.org.get_device(device_id(d)?).await.map_err(store_error)?],
+        Some(d) => vec![
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?,
+        ],
         None => {
             cx.org
                 .list_devices(&DeviceFilter::default(), 10_000, 0)
@@ -1299,7 +1312,9 @@ async fn scan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, To
             .hint("name deviceIds to queue scans for devices that are offline"));
     }
     // Wait a bounded time for the answers; the rest are recorded when they arrive.
-    let waits = waiting.iter().map(|(_, id)| cx.fleet.wait(*id, SCAN_WAIT, |_| {}));
+    let waits = waiting
+        .iter()
+        .map(|(_, id)| cx.fleet.wait(*id, SCAN_WAIT, |_| {}));
     let done = futures::future::join_all(waits).await;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
         .org
@@ -1322,7 +1337,9 @@ async fn scan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, To
             }
         } else {
             v.status = "failed".into();
-            v.error = cmd.error.or_else(|| Some(format!("the scan {}", cmd.status)));
+            v.error = cmd
+                .error
+                .or_else(|| Some(format!("the scan {}", cmd.status)));
         }
     }
     let completed = views.iter().filter(|v| v.status == "completed").count();
@@ -1393,7 +1410,11 @@ async fn decide(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, 
 async fn bulk_approve(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
     let names: Vec<String> = match package_names(input)? {
         Some(n) if !n.is_empty() => n,
-        Some(_) => return Err(ToolError::invalid("packageNames: name at least one package")),
+        Some(_) => {
+            return Err(ToolError::invalid(
+                "packageNames: name at least one package",
+            ));
+        }
         None => {
             if input.security_only != Some(true) && input.severity.is_none() {
                 return Err(ToolError::invalid(
@@ -1499,7 +1520,10 @@ async fn install(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput,
             "{} job {} waits for maintenance window {:?}; follow it with action=results",
             kind.as_str(),
             job.id,
-            plan.window.as_ref().map(|w| w.1.clone()).unwrap_or_default()
+            plan.window
+                .as_ref()
+                .map(|w| w.1.clone())
+                .unwrap_or_default()
         )
     } else {
         for d in &plan.devices {
