@@ -221,7 +221,9 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     )
     .await
     .unwrap();
-    let r = tool(app, &w.other_org_key, TOOL, json!({ "action": "list" })).await;
+    // (A fresh limiter: the admin used up the per-user limit above.)
+    let fresh = build(&w, |_| {}, Arc::new(MemoryLimiter::new()));
+    let r = tool(&fresh, &w.other_org_key, TOOL, json!({ "action": "list" })).await;
     let patches = r["patches"].as_array().unwrap();
     assert_eq!(patches.len(), 4, "{r}");
     assert!(patches.iter().all(|p| p["deviceId"] == w.b_device.as_str()));
