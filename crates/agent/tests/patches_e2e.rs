@@ -291,9 +291,13 @@ async fn job_done(f: &Fleet, job: &str) -> Value {
         assert!(Instant::now() < deadline, "the job did not finish: {j:?}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    call(f, "manage_patches", json!({ "action": "results", "jobId": job }))
-        .await
-        .unwrap()
+    call(
+        f,
+        "manage_patches",
+        json!({ "action": "results", "jobId": job }),
+    )
+    .await
+    .unwrap()
 }
 
 async fn patch_run(backend: Backend) {
@@ -352,8 +356,8 @@ async fn patch_run(backend: Backend) {
     assert_eq!(fake["availableVersion"], "1.0-2");
     assert_eq!(fake["security"], true);
     assert_eq!(fake["decision"], "pending");
-    let real = list["showing"].as_u64().unwrap() - 1;
-    eprintln!("this machine's real upgradable packages (apt-get -s dist-upgrade): {real}");
+    // This machine's real upgradable packages (apt-get -s dist-upgrade), however many.
+    assert!(list["showing"].as_u64().unwrap() >= 1, "{list}");
     let c = call(
         &f,
         "manage_patches",
@@ -409,7 +413,7 @@ async fn patch_run(backend: Backend) {
         }
         "deferred_users_logged_in" => {
             assert!(!dir.path().join("reboot.log").exists());
-            eprintln!("reboot deferred: {}", part["rebootDetail"]);
+            assert!(part["rebootDetail"].as_str().unwrap().contains("logged in"));
         }
         other => panic!("unexpected reboot outcome {other}: {done}"),
     }
