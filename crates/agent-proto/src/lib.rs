@@ -187,6 +187,9 @@ pub struct AppliedPolicy {
     pub metrics_interval_secs: u32,
     pub inventory_interval_secs: u32,
     pub log_level: LogLevel,
+    /// The patch scan interval in effect (agents that predate patching send nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_scan_interval_minutes: Option<u32>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,6 +263,10 @@ pub struct Inventory {
     pub packages: Option<Vec<Package>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_time: Option<DateTime<Utc>>,
+    /// A patch scan made on the agent's own schedule (the `patch` policy's
+    /// `scanIntervalMinutes`, else daily); absent when none is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patches: Option<PatchScanReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -488,6 +495,34 @@ pub enum CommandKind {
     },
     /// Collect and send inventory now. Result: the inventory.
     CollectInventory,
+    /// List the updates the package manager (apt or dnf) offers; read-only.
+    /// Result: a [`PatchScanReport`].
+    PatchScan,
+    /// Install (upgrade) the named packages, then handle a reboot per `reboot`: never, only
+    /// when the OS asks for one, or always — but not while users are logged in unless
+    /// `reboot_with_users`. Result: a [`PatchInstallReport`].
+    PatchInstall {
+        packages: Vec<String>,
+        #[serde(default)]
+        reboot: RebootMode,
+        #[serde(default)]
+        reboot_with_users: bool,
+        /// Minutes the reboot is announced before it happens (0: at once).
+        #[serde(default)]
+        reboot_delay_minutes: u32,
+    },
+    /// Put the named packages back to an earlier version where the package manager still
+    /// offers it (apt: `name=version` with downgrades allowed; dnf: `downgrade`). Result: a
+    /// [`PatchInstallReport`].
+    PatchRollback {
+        packages: Vec<PackageVersion>,
+        #[serde(default)]
+        reboot: RebootMode,
+        #[serde(default)]
+        reboot_with_users: bool,
+        #[serde(default)]
+        reboot_delay_minutes: u32,
+    },
 }
 
 impl CommandKind {
@@ -521,6 +556,96 @@ impl CommandKind {
             _ => Vec::new(),
         }
     }
+}
+
+/// What a patch install does about a reboot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RebootMode {
+    #[default]
+    Never,
+    IfNeeded,
+    Always,
+}
+
+/// A package at a version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageVersion {
+    pub name: String,
+    pub version: String,
+}
+
+/// One update the package manager offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AvailablePatch {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_version: Option<String>,
+    pub available_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Where it comes from (apt suite, dnf repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// A security update (apt: from a `-security` suite; dnf: a security advisory).
+    #[serde(default)]
+    pub security: bool,
+    /// The advisory's severity when the package manager gives one (dnf: critical, important,
+    /// moderate, low).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advisory: Option<String>,
+}
+
+/// What a patch scan found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchScanReport {
+    /// `apt` or `dnf`.
+    pub manager: String,
+    pub scanned_at: DateTime<Utc>,
+    pub patches: Vec<AvailablePatch>,
+    /// The OS asks for a reboot (`/var/run/reboot-required`).
+    #[serde(default)]
+    pub reboot_required: bool,
+    /// Users logged in at the time: the safety signal against rebooting under them.
+    #[serde(default)]
+    pub logged_in_users: Vec<String>,
+}
+
+/// One package's outcome in an install or rollback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageOutcome {
+    pub name: String,
+    /// `installed`, `rolled_back`, `failed`, `not_available`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What an install or rollback did, package by package, and about the reboot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchInstallReport {
+    pub manager: String,
+    pub packages: Vec<PackageOutcome>,
+    pub reboot_required: bool,
+    /// `not_needed`, `not_requested` (policy never), `deferred_users_logged_in`,
+    /// `scheduled`, `failed`.
+    pub reboot: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_detail: Option<String>,
+    /// The scan made after the change (what is still available).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<PatchScanReport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,6 +32,9 @@ pub struct AgentFile {
     /// Where the command journal and temporary scripts live; defaults to `<config dir>/state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
+    /// The package manager patch commands use (default: the one installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patching: Option<crate::exec::patches::PatchingConfig>,
 }
 
 impl fmt::Debug for AgentFile {
@@ -44,6 +47,7 @@ impl fmt::Debug for AgentFile {
             .field("token", &redact(&self.token))
             .field("config", &self.config)
             .field("state_dir", &self.state_dir)
+            .field("patching", &self.patching)
             .finish()
     }
 }
@@ -234,6 +238,7 @@ mod tests {
             token: "brz_secretsecretsecret".into(),
             config: AgentConfig::default(),
             state_dir: None,
+            patching: None,
         }
     }
 

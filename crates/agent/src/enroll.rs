@@ -39,6 +39,7 @@ pub async fn enroll(
         token: response.token,
         config: response.config,
         state_dir: None,
+        patching: None,
     };
     file.save(config_path)?;
     tracing::info!(device_id = %file.device_id, config = %config_path.display(), "enrolled");

@@ -46,6 +46,11 @@ const DEAD_AFTER: Duration = Duration::from_secs(60);
 /// Log batches go out every minute, or sooner at this many entries.
 const LOG_BATCH_EVERY: Duration = Duration::from_secs(60);
 const LOG_BATCH_AT: usize = 100;
+/// Patch scans on the agent's own schedule: every day unless the `patch` policy says
+/// otherwise (never more often than every 5 minutes); the first one shortly after start.
+const DEFAULT_PATCH_SCAN_MINUTES: u32 = 24 * 60;
+const MIN_PATCH_SCAN_MINUTES: u32 = 5;
+const FIRST_PATCH_SCAN_AFTER: Duration = Duration::from_secs(10);
 /// Delay before the first heartbeat, so the socket has a moment to come up.
 const FIRST_HEARTBEAT_AFTER: Duration = Duration::from_secs(3);
 
@@ -107,6 +112,7 @@ pub async fn run(
         tokio::spawn(agent.clone().inventory_loop()),
         tokio::spawn(agent.clone().log_loop()),
         tokio::spawn(agent.clone().maintenance_loop()),
+        tokio::spawn(agent.clone().patch_loop()),
     ];
     shutdown.cancelled().await;
     tracing::info!("stopping");
@@ -159,8 +165,9 @@ impl Agent {
             }
             _ => Vec::new(),
         };
-        let executor =
-            Executor::new(&state_dir, clock.clone(), logs.clone()).protecting(&own, &temporaries);
+        let executor = Executor::new(&state_dir, clock.clone(), logs.clone())
+            .protecting(&own, &temporaries)
+            .patching(file.patching.clone().unwrap_or_default());
         Ok(Arc::new(Agent {
             config_path: config_path.to_path_buf(),
             file: Mutex::new(file),
@@ -224,7 +231,21 @@ impl Agent {
             metrics_interval_secs: self.metrics_interval_secs(),
             inventory_interval_secs: self.inventory_interval_secs(),
             log_level: self.logs.base(),
+            patch_scan_interval_minutes: Some(self.patch_scan_interval_minutes()),
         }
+    }
+
+    /// The patch scan interval in effect: the policy's `patch.scanIntervalMinutes`, else daily.
+    fn patch_scan_interval_minutes(&self) -> u32 {
+        self.policy_tx
+            .borrow()
+            .as_ref()
+            .and_then(|p| p.features.get("patch"))
+            .and_then(|f| f.get("scanIntervalMinutes"))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|v| *v >= MIN_PATCH_SCAN_MINUTES)
+            .unwrap_or(DEFAULT_PATCH_SCAN_MINUTES)
     }
 
     /// Applies a configuration policy: intervals (the loops wake and re-time themselves) and
@@ -764,6 +785,46 @@ impl Agent {
                 tokio::select! {
                     () = tokio::time::sleep_until(since + every) => break,
                     () = self.inventory_now.notified() => break,
+                    changed = policy_rx.changed() => if changed.is_err() { break },
+                    () = self.shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+
+    /// Scans for patches on the policy's interval and sends the report with an inventory.
+    /// A machine without a supported package manager scans nothing (logged once at debug).
+    async fn patch_loop(self: Arc<Self>) {
+        tokio::select! {
+            () = tokio::time::sleep(FIRST_PATCH_SCAN_AFTER) => {}
+            () = self.shutdown.cancelled() => return,
+        }
+        loop {
+            let config = lock(&self.file).patching.clone().unwrap_or_default();
+            let clock = self.clock.clone();
+            let scanned = tokio::task::spawn_blocking(move || {
+                let pm = exec::patches::PackageManager::detect(&config)?;
+                let users = system::heartbeat::logged_in_users()
+                    .into_iter()
+                    .map(|u| u.username)
+                    .collect();
+                let report = pm.scan(clock.as_ref(), users)?;
+                let mut inventory = system::inventory::collect(clock.as_ref());
+                inventory.patches = Some(report);
+                Ok::<_, String>(inventory)
+            })
+            .await;
+            match scanned {
+                Ok(Ok(inventory)) => self.send_inventory(inventory).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "no patch scan"),
+                Err(e) => tracing::warn!(error = %e, "the patch scan panicked"),
+            }
+            let mut policy_rx = self.policy_tx.subscribe();
+            let since = Instant::now();
+            loop {
+                let every = Duration::from_secs(u64::from(self.patch_scan_interval_minutes()) * 60);
+                tokio::select! {
+                    () = tokio::time::sleep_until(since + every) => break,
                     changed = policy_rx.changed() => if changed.is_err() { break },
                     () = self.shutdown.cancelled() => return,
                 }

@@ -46,6 +46,7 @@ fn write_config(dir: &Path, port: u16) -> PathBuf {
             metrics_batch_size: 2,
         },
         state_dir: None,
+        patching: None,
     }
     .save(&path)
     .unwrap();

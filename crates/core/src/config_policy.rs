@@ -145,6 +145,10 @@ pub struct PatchSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1440))]
     pub reboot_delay_minutes: Option<u32>,
+    /// Minutes between the agent's own patch scans (5–10080; default daily).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 5, max = 10080))]
+    pub scan_interval_minutes: Option<u32>,
 }
 
 /// How a maintenance schedule recurs.
@@ -296,6 +300,12 @@ pub fn validate_feature(
                 "rebootDelayMinutes",
                 s.reboot_delay_minutes,
                 (0, 1440),
+            )?;
+            in_range(
+                feature,
+                "scanIntervalMinutes",
+                s.scan_interval_minutes,
+                (5, 10080),
             )?;
             to_map(&s)
         }

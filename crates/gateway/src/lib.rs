@@ -400,7 +400,14 @@ impl Gateway {
                         .await?;
                 }
             }
-            AgentFrame::Inventory(inv) => store.record_inventory(device, org, &inv).await?,
+            AgentFrame::Inventory(mut inv) => {
+                // A patch scan made on the agent's schedule rides along; it is kept apart.
+                let patches = inv.patches.take();
+                store.record_inventory(device, org, &inv).await?;
+                if let Some(report) = patches {
+                    store.record_patch_scan(device, org, &report).await?;
+                }
+            }
             AgentFrame::Metrics(batch) => {
                 store.insert_metrics(device, org, &batch.samples).await?;
             }
@@ -420,7 +427,12 @@ impl Gateway {
             }
             AgentFrame::CommandResult(r) => {
                 let id = r.command_id;
-                if store.complete_command(device, r).await?.is_some() {
+                if let Some(cmd) = store.complete_command(device, r).await? {
+                    if cmd.kind.starts_with("patch_")
+                        && let Err(e) = store.record_patch_command(&cmd).await
+                    {
+                        tracing::warn!(command = %id, error = %e, "could not record a patch result");
+                    }
                     self.notify(id, None);
                 } else {
                     tracing::debug!(command = %id, "ignored a repeated or foreign result");
@@ -466,6 +478,11 @@ impl Gateway {
     pub async fn sweep(&self, prune: bool) -> Result<(), GatewayError> {
         let store = &self.inner.store;
         for cmd in store.time_out_commands().await? {
+            if cmd.kind.starts_with("patch_")
+                && let Err(e) = store.record_patch_command(&cmd).await
+            {
+                tracing::warn!(command = %cmd.id, error = %e, "could not record a patch timeout");
+            }
             self.notify(cmd.id, None);
             self.deliver(cmd.device_id, ServerFrame::Cancel { command_id: cmd.id });
         }

@@ -347,6 +347,32 @@ fn spawn_audit_retention(
     })
 }
 
+/// How often scheduled patch jobs are checked against their maintenance windows.
+const PATCH_DISPATCH_TICK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts install and rollback jobs whose maintenance window has opened
+/// ([`breeze_tools::dispatch_scheduled_patch_jobs`]) until `stop`.
+pub fn spawn_patch_dispatcher(
+    store: breeze_store::Store,
+    gateway: breeze_gateway::Gateway,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PATCH_DISPATCH_TICK);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {
+                    let n = breeze_tools::dispatch_scheduled_patch_jobs(&store, &gateway).await;
+                    if n > 0 {
+                        tracing::info!(jobs = n, "patch jobs started in their maintenance window");
+                    }
+                }
+            }
+        }
+    })
+}
+
 /// How often the server asks whether the daily OAuth sweep is due (the lease decides, by the
 /// store's clock, so a day passes the same for every instance).
 const OAUTH_SWEEP_TICK: std::time::Duration = std::time::Duration::from_secs(600);
@@ -434,6 +460,11 @@ pub async fn serve(
         breeze.state.config.automations.clone(),
     ))
     .spawn(sweeper_stop.clone());
+    spawn_patch_dispatcher(
+        breeze.state.store.clone(),
+        breeze.state.gateway.clone(),
+        sweeper_stop.clone(),
+    );
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

@@ -425,6 +425,16 @@ impl Suite {
                 json!((self.w.state.clock.now() - chrono::Duration::hours(1)).to_rfc3339())
             }
             "endTime" => json!(self.w.state.clock.now().to_rfc3339()),
+            // manage_patches: a deferral date, a job, and a package the fixture device's last
+            // scan offers (its scripted agent answers scans with nothing, so it stays).
+            "deferUntil" => {
+                json!((self.w.state.clock.now() + chrono::Duration::days(7)).to_rfc3339())
+            }
+            "jobId" => json!(self.fresh_patch_job().await.to_string()),
+            "packageNames" => {
+                self.offer_patch().await;
+                json!(["openssl"])
+            }
             _ => return None,
         })
     }
@@ -518,6 +528,52 @@ impl Suite {
             )
             .await
             .unwrap()
+    }
+
+    /// The fixture device's last patch scan offers `openssl`.
+    async fn offer_patch(&self) {
+        let report = breeze_agent_proto::PatchScanReport {
+            manager: "apt".into(),
+            scanned_at: self.w.state.clock.now(),
+            patches: vec![breeze_agent_proto::AvailablePatch {
+                name: "openssl".into(),
+                installed_version: Some("3.0.14".into()),
+                available_version: "3.0.15".into(),
+                arch: None,
+                source: None,
+                security: true,
+                severity: None,
+                advisory: None,
+            }],
+            reboot_required: false,
+            logged_in_users: Vec::new(),
+        };
+        self.w
+            .store
+            .record_patch_scan(self.device.parse().unwrap(), self.w.org_a, &report)
+            .await
+            .unwrap();
+    }
+
+    /// A new patch job of the fixture's organization.
+    async fn fresh_patch_job(&self) -> uuid::Uuid {
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_patch_job(
+                breeze_store::NewPatchJob {
+                    kind: breeze_store::PatchJobKind::Install,
+                    reboot_policy: "never".into(),
+                    reboot_with_users: false,
+                    window: None,
+                    devices: vec![(self.device.parse().unwrap(), json!(["openssl"]))],
+                    requested_by: "fixture".into(),
+                },
+                audit("patch.install"),
+            )
+            .await
+            .unwrap()
+            .id
     }
 
     /// A new configuration policy of the fixture's organization (each assignment uses one).

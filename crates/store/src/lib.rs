@@ -28,6 +28,7 @@ mod maintenance;
 mod metrics;
 mod oauth;
 mod packages;
+mod patches;
 mod protected_paths;
 mod reports;
 mod scheduled;
@@ -85,6 +86,11 @@ pub use oauth::{
     OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,
 };
 pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
+pub use patches::{
+    DevicePatch, MAX_PATCH_JOB_DEVICES, MAX_PATCH_PACKAGES, MAX_PATCH_PAGE, NewPatchDecision,
+    NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
+    PatchJobDevice, PatchJobKind, PatchScan, check_package_text,
+};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,

@@ -23,6 +23,9 @@ pub use contract::{
     RateLimit, Rendered, Services, Tier, Tool, ToolCx, ToolError, per,
 };
 pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
+/// Starts install and rollback jobs whose maintenance window has opened (the server runs it
+/// periodically).
+pub use tools::patches::dispatch_scheduled_patch_jobs;
 
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {
@@ -38,6 +41,7 @@ pub fn all() -> Registry {
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
     r.domain("maintenance", tools::maintenance::register);
+    r.domain("patches", tools::patches::register);
     r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("telemetry", tools::telemetry::register);
@@ -67,6 +71,7 @@ mod tests {
                 "disk",
                 "groups",
                 "maintenance",
+                "patches",
                 "reports",
                 "scripts",
                 "telemetry"
@@ -168,6 +173,7 @@ mod tests {
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
+        ("manage_patches",              Some("1/2/3"), true,  Some((15, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
         ("preview_configuration_change", Some("1"),    false, None),
@@ -259,6 +265,17 @@ mod tests {
         ("manage_maintenance_windows",  Some("create"),           Tier::T2, Permission::DevicesWrite),
         ("manage_maintenance_windows",  Some("update"),           Tier::T2, Permission::DevicesWrite),
         ("manage_maintenance_windows",  Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_patches",              Some("list"),             Tier::T1, Permission::DevicesRead),
+        ("manage_patches",              Some("compliance"),       Tier::T1, Permission::DevicesRead),
+        ("manage_patches",              Some("results"),          Tier::T1, Permission::DevicesRead),
+        ("manage_patches",              Some("scan"),             Tier::T2, Permission::DevicesExecute),
+        ("manage_patches",              Some("approve"),          Tier::T2, Permission::DevicesWrite),
+        ("manage_patches",              Some("decline"),          Tier::T2, Permission::DevicesWrite),
+        ("manage_patches",              Some("defer"),            Tier::T2, Permission::DevicesWrite),
+        ("manage_patches",              Some("bulk_approve"),     Tier::T2, Permission::DevicesWrite),
+        ("manage_patches",              Some("cancel"),           Tier::T2, Permission::DevicesExecute),
+        ("manage_patches",              Some("install"),          Tier::T3, Permission::DevicesExecute),
+        ("manage_patches",              Some("rollback"),         Tier::T3, Permission::DevicesExecute),
         ("manage_services",             Some("list"),             Tier::T2, Permission::ServicesManage),
         ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),

@@ -9,6 +9,7 @@
 pub mod disk;
 pub mod files;
 pub mod network;
+pub mod patches;
 pub mod process;
 pub mod processes;
 pub mod protect;
@@ -53,6 +54,7 @@ pub struct Executor {
     clock: Arc<dyn Clock>,
     logs: Arc<LogControl>,
     protection: Arc<Protection>,
+    patching: Arc<patches::PatchingConfig>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -72,7 +74,15 @@ impl Executor {
             clock,
             logs,
             protection: Arc::new(Protection::new(&[state_dir.to_path_buf()])),
+            patching: Arc::new(patches::PatchingConfig::default()),
         }
+    }
+
+    /// Patches through the package manager `config` names (tests: a fake executable).
+    #[must_use]
+    pub fn patching(mut self, config: patches::PatchingConfig) -> Executor {
+        self.patching = Arc::new(config);
+        self
     }
 
     /// Also protects `paths` (the agent's config file, `--protect` directories) and what
@@ -405,11 +415,66 @@ impl Executor {
                 })
                 .await
             }
+            CommandKind::PatchScan => {
+                let (config, clock) = (self.patching.clone(), self.clock.clone());
+                blocking(move || {
+                    let pm = patches::PackageManager::detect(&config)?;
+                    let report = pm.scan(clock.as_ref(), usernames())?;
+                    serde_json::to_value(report).map_err(|e| e.to_string())
+                })
+                .await
+            }
+            CommandKind::PatchInstall {
+                packages,
+                reboot,
+                reboot_with_users,
+                reboot_delay_minutes,
+            } => {
+                let (config, clock) = (self.patching.clone(), self.clock.clone());
+                let reboot = patches::Reboot {
+                    mode: reboot,
+                    with_users: reboot_with_users,
+                    delay_minutes: reboot_delay_minutes,
+                };
+                blocking(move || {
+                    let pm = patches::PackageManager::detect(&config)?;
+                    let report = pm.install(clock.as_ref(), &packages, reboot, &usernames)?;
+                    serde_json::to_value(report).map_err(|e| e.to_string())
+                })
+                .await
+            }
+            CommandKind::PatchRollback {
+                packages,
+                reboot,
+                reboot_with_users,
+                reboot_delay_minutes,
+            } => {
+                let (config, clock) = (self.patching.clone(), self.clock.clone());
+                let reboot = patches::Reboot {
+                    mode: reboot,
+                    with_users: reboot_with_users,
+                    delay_minutes: reboot_delay_minutes,
+                };
+                blocking(move || {
+                    let pm = patches::PackageManager::detect(&config)?;
+                    let report = pm.rollback(clock.as_ref(), &packages, reboot, &usernames)?;
+                    serde_json::to_value(report).map_err(|e| e.to_string())
+                })
+                .await
+            }
             CommandKind::Shell { .. } | CommandKind::Script { .. } => {
                 Err("not a typed command".to_owned())
             }
         }
     }
+}
+
+/// Who is logged in (the reboot safety signal).
+fn usernames() -> Vec<String> {
+    crate::system::heartbeat::logged_in_users()
+        .into_iter()
+        .map(|u| u.username)
+        .collect()
 }
 
 /// Runs blocking work on the blocking pool.

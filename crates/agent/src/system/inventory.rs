@@ -79,6 +79,7 @@ pub fn collect(clock: &dyn Clock) -> Inventory {
             0,
         )
         .filter(|t| t.timestamp() > 0),
+        patches: None,
     }
 }
 

@@ -15,6 +15,7 @@ mod idempotency;
 mod isolation;
 mod maintenance;
 mod packages;
+mod patches;
 mod reports;
 mod tenancy;
 mod users;

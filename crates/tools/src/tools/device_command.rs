@@ -137,7 +137,7 @@ pub(crate) async fn online_device(cx: &ToolCx<'_>, device_id: &str) -> Result<De
     Ok(device)
 }
 
-fn gateway_error(e: GatewayError) -> ToolError {
+pub(crate) fn gateway_error(e: GatewayError) -> ToolError {
     match e {
         GatewayError::Store(s) => s.into(),
     }

@@ -1,0 +1,508 @@
+//! Patch management end to end with the real `breeze-agent` binary on this machine.
+//!
+//! The agent's package manager is a fake `apt-get` (a shell script in a temporary directory)
+//! that records every invocation: for a simulation (`-s`, read-only) it passes the call to
+//! this machine's real `apt-get` — so the scan shows this machine's real upgradable packages,
+//! however many there are — and adds one fake security update, `breeze-fake-pkg`; an install
+//! or downgrade only flips a marker file. Nothing here changes this machine's packages; the
+//! reboot command is a fake too, and the "reboot required" file lives in the temporary
+//! directory.
+//!
+//! The agent's own first scan arrives by itself; then through the pipeline: scan now, list,
+//! approve the fake package, install (Tier 3, approved by the admin) with reboot if_needed,
+//! the job's result, rollback to the recorded version; and a `patch` policy's scan interval
+//! that the agent reports as applied.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{
+    path::Path,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
+use breeze_core::{Actor, ActorType, AuditEvent, OrgId, SystemClock};
+use breeze_gateway::GatewayConfig;
+use breeze_limits::MemoryLimiter;
+use breeze_pipeline::{
+    CallOutcome, Caller,
+    approvals::{DecisionRequest, decide},
+};
+use breeze_server::{AppState, Breeze, ServerConfig};
+use breeze_store::{Backend, NewUser, Store, testing::TestStore};
+use breeze_tools::CallOptions;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+fn audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("test"), action, "test")
+}
+
+struct Fleet {
+    store: Store,
+    state: AppState,
+    org: OrgId,
+    base_url: String,
+    stop: tokio_util::sync::CancellationToken,
+    admin: breeze_core::User,
+    key: String,
+}
+
+async fn server(store: Store) -> Fleet {
+    let s = &store;
+    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
+    let org = s
+        .create_organization(p.id, "A", "a", audit("o"))
+        .await
+        .unwrap();
+    s.org(org.id)
+        .create_site("HQ", "UTC", audit("s"))
+        .await
+        .unwrap();
+    let admin = s
+        .create_user(
+            NewUser {
+                partner_id: p.id,
+                org_id: None,
+                email: "admin@p.test".into(),
+                name: "A".into(),
+                password_hash: password::hash("correct horse battery").unwrap(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(p.id, "Administrator").await.unwrap();
+    s.assign_role(admin.id, org.id, role.id, audit("r"))
+        .await
+        .unwrap();
+    let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
+    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
+    let (secret, _) = auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: org.id,
+                user_id: admin.id,
+                name: "e2e-execute".into(),
+                scopes: breeze_core::ScopeSet::new([breeze_core::Scope::All]),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = ServerConfig::development(&base_url);
+    config.gateway = GatewayConfig {
+        agent: breeze_agent_proto::AgentConfig {
+            heartbeat_interval_secs: 5,
+            ..Default::default()
+        },
+        offline_after: Duration::from_secs(8),
+        sweep_interval: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let state = AppState::new(
+        store.clone(),
+        auth,
+        clock,
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(state.clone()),
+        async move { stopped.cancelled().await },
+    ));
+    Fleet {
+        store,
+        state,
+        org: org.id,
+        base_url,
+        stop,
+        admin,
+        key: secret.expose().to_owned(),
+    }
+}
+
+fn agent(args: &[&str], config: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze-agent"));
+    c.args(args)
+        .arg("--config")
+        .arg(config)
+        .env("BREEZE_AGENT_LOG", "warn")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+async fn enroll(f: &Fleet, config: &Path) {
+    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
+    let (key, _) = f
+        .state
+        .auth
+        .create_enrollment_key(
+            CreateEnrollmentKey {
+                org_id: f.org,
+                site_id: site,
+                name: "e2e".into(),
+                max_uses: Some(1),
+                expires_at: f.state.clock.now() + chrono::Duration::minutes(5),
+                created_by: "test".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let status = agent(
+        &["enroll", "--server", &f.base_url, "--key", key.expose()],
+        config,
+    )
+    .status()
+    .await
+    .unwrap();
+    assert!(status.success(), "breeze-agent enroll failed");
+}
+
+async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Calls a tool through the whole pipeline with the admin's `*` key; the admin approves each
+/// Tier 3 request as it appears.
+async fn call(f: &Fleet, tool: &str, args: Value) -> Result<Value, String> {
+    let principal = f
+        .state
+        .auth
+        .authenticate_api_key(Some(&f.key))
+        .await
+        .unwrap();
+    let org = f.org;
+    let approver = {
+        let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
+        tokio::spawn(async move {
+            loop {
+                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                    let request = DecisionRequest {
+                        id: r.id,
+                        decision: breeze_store::Decision::Approve,
+                        reason: None,
+                        request_id: None,
+                    };
+                    let actor = Actor::new(ActorType::User, admin.id);
+                    decide(&store, pipeline.registry(), &admin, actor, request)
+                        .await
+                        .unwrap();
+                    pipeline.approvals().notify_decided();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let outcome = f
+        .state
+        .pipeline
+        .call(
+            &Caller::api_key(&principal),
+            tool,
+            args,
+            CallOptions::default(),
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+    approver.abort();
+    match outcome {
+        CallOutcome::Output(raw) => Ok(serde_json::from_str(raw.get()).unwrap()),
+        CallOutcome::Failed(e) => Err(e.message),
+        other => panic!("{tool}: {other:?}"),
+    }
+}
+
+/// The fake `apt-get` and reboot command, recording into `dir/apt.log` and `dir/reboot.log`.
+fn fakes(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.display();
+    let apt = dir.join("fake-apt-get");
+    std::fs::write(
+        &apt,
+        format!(
+            r#"#!/bin/sh
+echo "$*" >> "{d}/apt.log"
+case " $* " in
+  *" -s "*)
+    if [ -x /usr/bin/apt-get ]; then /usr/bin/apt-get "$@" 2>/dev/null | grep '^Inst ' || true; fi
+    [ -f "{d}/installed" ] || echo "Inst breeze-fake-pkg [1.0-1] (1.0-2 Debian-Security:12/stable-security [amd64])"
+    exit 0 ;;
+  *" install "*)
+    case " $* " in
+      *" --allow-downgrades "*) rm -f "{d}/installed" ;;
+      *) touch "{d}/installed" ;;
+    esac
+    echo "Setting up breeze-fake-pkg"
+    exit 0 ;;
+  *) echo "unexpected: $*" >&2; exit 2 ;;
+esac
+"#
+        ),
+    )
+    .unwrap();
+    let reboot = dir.join("fake-reboot");
+    std::fs::write(
+        &reboot,
+        format!("#!/bin/sh\necho \"$*\" >> \"{d}/reboot.log\"\n"),
+    )
+    .unwrap();
+    for f in [&apt, &reboot] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (apt, reboot)
+}
+
+fn fake_in(list: &Value) -> Option<&Value> {
+    list["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "breeze-fake-pkg")
+}
+
+/// Waits (reading the store: the tool has a per-user limit) until the job is final, then
+/// answers the tool's `results` for it.
+async fn job_done(f: &Fleet, job: &str) -> Value {
+    let id: uuid::Uuid = job.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (j, _) = f.store.org(f.org).get_patch_job(id).await.unwrap();
+        if !matches!(j.status.as_str(), "running" | "scheduled") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {j:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    call(
+        f,
+        "manage_patches",
+        json!({ "action": "results", "jobId": job }),
+    )
+    .await
+    .unwrap()
+}
+
+async fn patch_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let (apt, reboot) = fakes(dir.path());
+    let required = dir.path().join("reboot-required");
+    std::fs::write(&required, "*** System restart required ***\n").unwrap();
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    file["patching"] = json!({
+        "manager": "apt", "executable": apt, "rebootCommand": [reboot],
+        "rebootRequiredFile": required,
+    });
+    std::fs::write(&config, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+
+    // The agent's own first scan arrives with an inventory, unasked.
+    eventually(60, "the agent's scheduled scan", || async {
+        f.store
+            .org(f.org)
+            .patch_scans()
+            .await
+            .unwrap()
+            .iter()
+            .any(|s| s.device_id == device_id && s.scanned_at.is_some())
+    })
+    .await;
+
+    // Scan now, through the pipeline: this machine's real upgradable packages and the fake.
+    let scan = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "scan", "deviceIds": [device] }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(scan["scans"][0]["status"], "completed", "{scan}");
+    let list = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "list", "deviceId": device, "limit": 500 }),
+    )
+    .await
+    .unwrap();
+    let fake = fake_in(&list).unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(fake["installedVersion"], "1.0-1");
+    assert_eq!(fake["availableVersion"], "1.0-2");
+    assert_eq!(fake["security"], true);
+    assert_eq!(fake["decision"], "pending");
+    // This machine's real upgradable packages (apt-get -s dist-upgrade), however many.
+    assert!(list["showing"].as_u64().unwrap() >= 1, "{list}");
+    let c = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "compliance", "deviceId": device }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c["devices"][0]["manager"], "apt", "{c}");
+    assert_eq!(c["devices"][0]["rebootRequired"], true, "{c}");
+    assert!(c["devices"][0]["pendingSecurity"].as_u64().unwrap() >= 1);
+
+    // Approve only the fake; install every approved update, reboot if needed.
+    let r = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "approve", "packageName": "breeze-fake-pkg" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["approvals"][0]["decision"], "approved", "{r}");
+    let r = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "install", "deviceIds": [device], "rebootPolicy": "if_needed" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r["job"]["devices"][0]["packages"],
+        json!(["breeze-fake-pkg"]),
+        "{r}"
+    );
+    let job = r["job"]["id"].as_str().unwrap().to_owned();
+    let done = job_done(&f, &job).await;
+    assert_eq!(done["job"]["status"], "succeeded", "{done}");
+    let part = &done["job"]["devices"][0];
+    assert_eq!(part["results"][0]["status"], "installed", "{done}");
+    assert_eq!(part["results"][0]["fromVersion"], "1.0-1");
+    assert_eq!(part["results"][0]["toVersion"], "1.0-2");
+    let log = std::fs::read_to_string(dir.path().join("apt.log")).unwrap();
+    let installs: Vec<&str> = log.lines().filter(|l| l.starts_with("install")).collect();
+    assert_eq!(installs.len(), 1, "{log}");
+    assert!(
+        installs[0].starts_with("install -y --only-upgrade")
+            && installs[0].ends_with(" breeze-fake-pkg"),
+        "only the approved package, through the fake: {log}"
+    );
+    // The reboot: scheduled through the fake command, or deferred for logged-in users.
+    match part["reboot"].as_str().unwrap() {
+        "scheduled" => {
+            let rebooted = std::fs::read_to_string(dir.path().join("reboot.log")).unwrap();
+            assert_eq!(rebooted.trim(), "+5", "{rebooted}");
+        }
+        "deferred_users_logged_in" => {
+            assert!(!dir.path().join("reboot.log").exists());
+            assert!(part["rebootDetail"].as_str().unwrap().contains("logged in"));
+        }
+        other => panic!("unexpected reboot outcome {other}: {done}"),
+    }
+    let list = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "list", "deviceId": device, "limit": 500 }),
+    )
+    .await
+    .unwrap();
+    assert!(fake_in(&list).is_none(), "installed: no longer offered");
+
+    // Roll it back to the version before the install.
+    let r = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "rollback", "deviceIds": [device], "packageNames": ["breeze-fake-pkg"] }),
+    )
+    .await
+    .unwrap();
+    let job = r["job"]["id"].as_str().unwrap().to_owned();
+    let done = job_done(&f, &job).await;
+    assert_eq!(done["job"]["status"], "succeeded", "{done}");
+    assert_eq!(
+        done["job"]["devices"][0]["results"][0]["status"],
+        "rolled_back"
+    );
+    let log = std::fs::read_to_string(dir.path().join("apt.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("install -y --allow-downgrades")
+                && l.ends_with(" breeze-fake-pkg=1.0-1")),
+        "{log}"
+    );
+    let list = call(
+        &f,
+        "manage_patches",
+        json!({ "action": "list", "deviceId": device, "limit": 500 }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake_in(&list).unwrap()["installedVersion"], "1.0-1");
+
+    // The patch policy's scan interval reaches the agent, which reports it as applied.
+    let policy = f
+        .store
+        .org(f.org)
+        .create_config_policy(
+            breeze_store::NewConfigPolicy {
+                name: "patch ring".into(),
+                description: None,
+                status: breeze_core::PolicyStatus::Active,
+                settings: vec![(
+                    breeze_core::FeatureType::Patch,
+                    json!({ "scanIntervalMinutes": 30 }),
+                )],
+                created_by: "test".into(),
+            },
+            audit("config_policy.create"),
+        )
+        .await
+        .unwrap();
+    call(
+        &f,
+        "apply_configuration_policy",
+        json!({ "configPolicyId": policy.id.to_string(), "level": "organization",
+                "targetId": f.org.to_string() }),
+    )
+    .await
+    .unwrap();
+    eventually(30, "the agent to apply the scan interval", || async {
+        f.store
+            .org(f.org)
+            .config_report(device_id)
+            .await
+            .unwrap()
+            .is_some_and(|r| r.applied["patchScanIntervalMinutes"] == 30)
+    })
+    .await;
+    f.stop.cancel();
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_through_the_real_agent_on_sqlite() {
+    patch_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_through_the_real_agent_on_postgres() {
+    patch_run(Backend::Postgres).await;
+}

@@ -1,0 +1,1556 @@
+//! `manage_patches`: what the organization's devices can update (apt and dnf, through their
+//! agents), what is decided about each package, and installing and rolling back.
+//!
+//! - Tier 1: `list` (available updates from each device's last scan, with the decision that
+//!   applies there, paged), `compliance` (per device and a summary: approved or security
+//!   updates still missing), `results` (an install or rollback job with each device's outcome,
+//!   or the newest jobs and a device's package history).
+//! - Tier 2: `scan` (asks agents to scan now; results arrive as they answer), `approve`,
+//!   `decline`, `defer` (until a date) a package — organization-wide or for the devices a
+//!   configuration policy's patch settings cover, any version or one — and `bulk_approve`
+//!   (named packages, or every available one matching `securityOnly`/`severity`); `cancel` a
+//!   job still waiting for its window.
+//! - Tier 3: `install` (named packages, else every approved one, on named devices; now or in
+//!   a maintenance window; reboot never / if_needed / always, never under logged-in users
+//!   unless `rebootWithUsers`) and `rollback` (to the version before the last install, or a
+//!   named one). The approver sees the plan per device (pinned: the call runs only while the
+//!   plan is what was approved).
+//!
+//! Which decision applies on a device: one for a configuration policy that sets the device's
+//! patch settings, else the organization's, else the policy's auto-approval (`autoApprove`,
+//! optionally only `autoApproveSeverities`); otherwise the update is pending. A deferral past
+//! its date, or a decision about another version, is no decision. Everything that changes
+//! something is audited; another organization's device, policy, window or job is "not found".
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use breeze_agent_proto::{CommandKind, PackageVersion, RebootMode};
+use breeze_core::{
+    AuditEvent, DeviceId, DeviceStatus, FeatureType, OrgId, Permission, Timestamp,
+    config_policy::resolve_for,
+};
+use breeze_gateway::Gateway;
+use breeze_store::{
+    DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob, OrgStore,
+    PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind, Store,
+    StoreError,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::DEVICE_NOT_FOUND;
+use super::device_command::gateway_error;
+use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<ManagePatches>();
+}
+
+const POLICY_NOT_FOUND: &str = "Configuration policy not found or access denied";
+const JOB_NOT_FOUND: &str = "Patch job not found or access denied";
+const WINDOW_NOT_FOUND: &str = "Maintenance window not found or access denied";
+/// The most devices one scan, install or rollback names.
+const MAX_DEVICES: usize = 100;
+/// How long a patch command may wait for an offline agent, and run.
+const SCAN_TIMEOUT_SECS: u32 = 600;
+const INSTALL_TIMEOUT_SECS: u32 = 3600;
+const QUEUE_TTL_MINUTES: i64 = 60;
+/// How long `scan` waits for answers before reporting what arrived.
+const SCAN_WAIT: Duration = Duration::from_secs(20);
+
+crate::actions! {
+    // Reads are Tier 1; scanning and deciding Tier 2; changing packages Tier 3.
+    pub(crate) enum PatchAction {
+        List = "list" => (T1, Read, DevicesRead),
+        Compliance = "compliance" => (T1, Read, DevicesRead),
+        Results = "results" => (T1, Read, DevicesRead),
+        Scan = "scan" => (T2, Execute, DevicesExecute),
+        Approve = "approve" => (T2, Update, DevicesWrite),
+        Decline = "decline" => (T2, Update, DevicesWrite),
+        Defer = "defer" => (T2, Update, DevicesWrite),
+        BulkApprove = "bulk_approve" => (T2, Update, DevicesWrite),
+        Cancel = "cancel" => (T2, Update, DevicesExecute),
+        Install = "install" => (T3, Execute, DevicesExecute),
+        Rollback = "rollback" => (T3, Execute, DevicesExecute),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SeverityArg {
+    Critical,
+    Important,
+    Moderate,
+    Low,
+}
+
+impl SeverityArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            SeverityArg::Critical => "critical",
+            SeverityArg::Important => "important",
+            SeverityArg::Moderate => "moderate",
+            SeverityArg::Low => "low",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RebootArg {
+    Never,
+    IfNeeded,
+    Always,
+}
+
+impl RebootArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            RebootArg::Never => "never",
+            RebootArg::IfNeeded => "if_needed",
+            RebootArg::Always => "always",
+        }
+    }
+}
+
+fn reboot_mode(s: &str) -> RebootMode {
+    match s {
+        "if_needed" => RebootMode::IfNeeded,
+        "always" => RebootMode::Always,
+        _ => RebootMode::Never,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WhenArg {
+    Now,
+    MaintenanceWindow,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct PatchesInput {
+    action: PatchAction,
+    /// list, compliance: one device; results: its package history.
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    /// scan (default: every online device), install, rollback (required): 1–100 devices.
+    #[schemars(length(min = 1, max = 100))]
+    device_ids: Option<Vec<String>>,
+    /// approve, decline, defer: the package.
+    #[schemars(length(min = 1, max = 200))]
+    package_name: Option<String>,
+    /// bulk_approve, install (default: every approved update), rollback (required).
+    #[schemars(length(min = 1, max = 500))]
+    package_names: Option<Vec<String>>,
+    /// approve, decline, defer: only this version (default any); rollback of one package: the
+    /// version to go back to (default: the one before its last install).
+    #[schemars(length(min = 1, max = 200))]
+    version: Option<String>,
+    /// approve, decline, defer, bulk_approve: only for the devices this configuration
+    /// policy's patch settings cover (default: the whole organization).
+    #[schemars(length(min = 36, max = 36))]
+    config_policy_id: Option<String>,
+    /// defer (required): RFC 3339, in the future.
+    #[schemars(length(min = 10, max = 40))]
+    defer_until: Option<String>,
+    #[schemars(length(max = 2000))]
+    note: Option<String>,
+    /// list, bulk_approve: only security updates.
+    security_only: Option<bool>,
+    /// list, bulk_approve: only this severity (as the package manager rates it; dnf).
+    severity: Option<SeverityArg>,
+    /// list: part of the package name.
+    #[schemars(length(min = 1, max = 100))]
+    search: Option<String>,
+    /// install, rollback: now (default) or in a maintenance window (windowId).
+    when: Option<WhenArg>,
+    #[schemars(length(min = 36, max = 36))]
+    window_id: Option<String>,
+    /// install, rollback: never (default), if_needed (the OS asks for one) or always.
+    reboot_policy: Option<RebootArg>,
+    /// install, rollback: reboot even with users logged in (default false: deferred).
+    reboot_with_users: Option<bool>,
+    /// results, cancel: the job.
+    #[schemars(length(min = 36, max = 36))]
+    job_id: Option<String>,
+    /// list: the nextCursor of the previous page.
+    #[schemars(length(max = 400))]
+    cursor: Option<String>,
+    /// list: 1–500 (default 100); results: jobs (default 20).
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u32>,
+}
+
+/// One available update and the decision that applies on its device.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct PatchView {
+    device_id: String,
+    hostname: String,
+    name: String,
+    installed_version: Option<String>,
+    available_version: String,
+    arch: Option<String>,
+    source: Option<String>,
+    security: bool,
+    severity: Option<String>,
+    advisory: Option<String>,
+    /// approved, auto_approved, declined, deferred or pending.
+    decision: String,
+    defer_until: Option<String>,
+    scanned_at: String,
+}
+
+/// One device's patch compliance.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct DeviceCompliance {
+    device_id: String,
+    hostname: String,
+    /// Never scanned: nothing is known.
+    scanned: bool,
+    last_scan_at: Option<String>,
+    manager: Option<String>,
+    available: usize,
+    security: usize,
+    critical: usize,
+    important: usize,
+    /// Approved (or auto-approved) and not installed.
+    missing_approved: usize,
+    /// Security updates nobody decided about.
+    pending_security: usize,
+    /// Nothing approved is missing and no security update waits for a decision.
+    compliant: bool,
+    reboot_required: bool,
+    logged_in_users: Vec<String>,
+    /// A scan asked for and not answered yet (its command id), or the last scan's error.
+    scan_pending: Option<String>,
+    scan_error: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ComplianceSummary {
+    devices: usize,
+    scanned: usize,
+    never_scanned: usize,
+    compliant: usize,
+    /// Of the scanned devices.
+    compliance_percent: f64,
+    missing_approved: usize,
+    pending_security: usize,
+    reboot_required: usize,
+    /// Packages missing on the most devices: name → devices.
+    top_missing: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ApprovalView {
+    id: String,
+    package_name: String,
+    version: Option<String>,
+    /// The configuration policy it is scoped to (none: organization-wide).
+    config_policy_id: Option<String>,
+    /// approved, declined or deferred.
+    decision: String,
+    defer_until: Option<String>,
+    note: Option<String>,
+    decided_by: String,
+    decided_at: String,
+}
+
+impl From<PatchApproval> for ApprovalView {
+    fn from(a: PatchApproval) -> Self {
+        Self {
+            id: a.id.to_string(),
+            package_name: a.package_name,
+            version: a.version,
+            config_policy_id: a.policy_id.map(|p| p.to_string()),
+            decision: a.decision.as_str().into(),
+            defer_until: a.defer_until.map(|t| t.to_rfc3339()),
+            note: a.note,
+            decided_by: a.decided_by,
+            decided_at: a.decided_at.to_rfc3339(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct JobView {
+    id: String,
+    /// install or rollback.
+    kind: String,
+    /// scheduled, running, succeeded, partial, failed, cancelled.
+    status: String,
+    reboot_policy: String,
+    reboot_with_users: bool,
+    /// now or maintenance_window.
+    schedule: String,
+    window_id: Option<String>,
+    window_name: Option<String>,
+    requested_by: String,
+    created_at: String,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    /// Each device's part (results only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    devices: Option<Vec<JobDeviceView>>,
+}
+
+impl JobView {
+    fn new(j: PatchJob, parts: Option<Vec<PatchJobDevice>>) -> Self {
+        Self {
+            id: j.id.to_string(),
+            kind: j.kind,
+            status: j.status,
+            reboot_policy: j.reboot_policy,
+            reboot_with_users: j.reboot_with_users,
+            schedule: j.schedule,
+            window_id: j.window_id.map(|w| w.to_string()),
+            window_name: j.window_name,
+            requested_by: j.requested_by,
+            created_at: j.created_at.to_rfc3339(),
+            started_at: j.started_at.map(|t| t.to_rfc3339()),
+            finished_at: j.finished_at.map(|t| t.to_rfc3339()),
+            devices: parts.map(|p| p.into_iter().map(JobDeviceView::from).collect()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct JobDeviceView {
+    device_id: String,
+    /// scheduled, sent, succeeded, partial, failed, skipped.
+    status: String,
+    /// What the device was asked to do: package names, or {name, version} for a rollback.
+    #[schemars(with = "Vec<Value>")]
+    packages: Value,
+    command_id: Option<String>,
+    /// Per package: name, status (installed, rolled_back, failed, not_available),
+    /// fromVersion, toVersion, error.
+    #[schemars(with = "Option<Vec<serde_json::Map<String, Value>>>")]
+    results: Option<Value>,
+    /// not_needed, not_requested, deferred_users_logged_in, scheduled, failed.
+    reboot: Option<String>,
+    reboot_detail: Option<String>,
+    error: Option<String>,
+    updated_at: String,
+}
+
+impl From<PatchJobDevice> for JobDeviceView {
+    fn from(p: PatchJobDevice) -> Self {
+        Self {
+            device_id: p.device_id.to_string(),
+            status: p.status,
+            packages: p.packages,
+            command_id: p.command_id.map(|c| c.to_string()),
+            results: p.results,
+            reboot: p.reboot,
+            reboot_detail: p.reboot_detail,
+            error: p.error,
+            updated_at: p.updated_at.to_rfc3339(),
+        }
+    }
+}
+
+/// One device's answer to `scan`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ScanView {
+    device_id: String,
+    hostname: String,
+    command_id: Option<String>,
+    /// completed, queued (answers when the agent gets to it), failed, skipped (offline).
+    status: String,
+    patches: Option<i64>,
+    security: Option<i64>,
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct HistoryView {
+    device_id: String,
+    job_id: Option<String>,
+    package_name: String,
+    /// install or rollback.
+    action: String,
+    from_version: Option<String>,
+    to_version: Option<String>,
+    status: String,
+    error: Option<String>,
+    at: String,
+}
+
+/// What each action returns; one object with the fields that apply.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PatchesOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patches: Option<Vec<PatchView>>,
+    /// list: pass as cursor for the next page (absent on the last).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    devices: Option<Vec<DeviceCompliance>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<ComplianceSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scans: Option<Vec<ScanView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<Vec<ApprovalView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<JobView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobs: Option<Vec<JobView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<Vec<HistoryView>>,
+    /// install, rollback: devices or packages left out, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    showing: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decisions per device
+// ---------------------------------------------------------------------------------------------
+
+/// A device's patch settings as the configuration policies resolve them.
+#[derive(Debug, Clone, Default)]
+struct DevicePolicy {
+    /// The policies that set any of its patch settings.
+    policies: Vec<Uuid>,
+    auto_approve: bool,
+    /// `None`: every severity.
+    auto_severities: Option<Vec<String>>,
+    reboot_delay_minutes: Option<u32>,
+}
+
+/// The organization's decisions and every device's patch settings.
+struct Decisions {
+    org: HashMap<String, PatchApproval>,
+    by_policy: HashMap<(Uuid, String), PatchApproval>,
+    devices: HashMap<DeviceId, DevicePolicy>,
+    now: Timestamp,
+}
+
+impl Decisions {
+    async fn load(
+        org: &OrgStore<'_>,
+        only: Option<&[DeviceId]>,
+        now: Timestamp,
+    ) -> Result<Self, ToolError> {
+        let mut d = Decisions {
+            org: HashMap::new(),
+            by_policy: HashMap::new(),
+            devices: HashMap::new(),
+            now,
+        };
+        for a in org.list_patch_approvals().await? {
+            match a.policy_id {
+                Some(p) => {
+                    d.by_policy.insert((p, a.package_name.clone()), a);
+                }
+                None => {
+                    d.org.insert(a.package_name.clone(), a);
+                }
+            }
+        }
+        let candidates = org.config_candidates().await?;
+        for place in org.device_places(only).await? {
+            let effective = resolve_for(&place, &candidates);
+            let mut policy = DevicePolicy::default();
+            if let Some(fields) = effective.get(&FeatureType::Patch) {
+                let mut ids: Vec<Uuid> = fields.values().map(|v| v.source.policy_id).collect();
+                ids.sort();
+                ids.dedup();
+                policy.policies = ids;
+                policy.auto_approve = fields
+                    .get("autoApprove")
+                    .and_then(|v| v.value.as_bool())
+                    .unwrap_or(false);
+                policy.auto_severities = fields.get("autoApproveSeverities").and_then(|v| {
+                    v.value.as_array().map(|a| {
+                        a.iter()
+                            .filter_map(|s| s.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                });
+                policy.reboot_delay_minutes = fields
+                    .get("rebootDelayMinutes")
+                    .and_then(|v| v.value.as_u64())
+                    .and_then(|v| u32::try_from(v).ok());
+            }
+            d.devices.insert(DeviceId(place.device), policy);
+        }
+        Ok(d)
+    }
+
+    /// The decision on `device` for `patch`: (approved | auto_approved | declined | deferred |
+    /// pending, the deferral's date).
+    fn decide(&self, patch: &DevicePatch) -> (&'static str, Option<Timestamp>) {
+        let policy = self.devices.get(&patch.device_id);
+        let scoped = policy
+            .into_iter()
+            .flat_map(|p| p.policies.iter())
+            .find_map(|p| {
+                self.by_policy
+                    .get(&(*p, patch.name.clone()))
+                    .filter(|a| a.effective(&patch.available_version, self.now).is_some())
+            });
+        let found = scoped.or_else(|| {
+            self.org
+                .get(&patch.name)
+                .filter(|a| a.effective(&patch.available_version, self.now).is_some())
+        });
+        if let Some(a) = found {
+            return match a.decision {
+                PatchDecision::Approved => ("approved", None),
+                PatchDecision::Declined => ("declined", None),
+                PatchDecision::Deferred => ("deferred", a.defer_until),
+            };
+        }
+        if let Some(p) = policy
+            && p.auto_approve
+        {
+            let ok = match &p.auto_severities {
+                None => true,
+                Some(list) => patch
+                    .severity
+                    .as_ref()
+                    .is_some_and(|s| list.iter().any(|l| l == s)),
+            };
+            if ok {
+                return ("auto_approved", None);
+            }
+        }
+        ("pending", None)
+    }
+}
+
+fn approved(decision: &str) -> bool {
+    matches!(decision, "approved" | "auto_approved")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------------------------
+
+fn device_id(raw: &str) -> Result<DeviceId, ToolError> {
+    Uuid::parse_str(raw)
+        .map(DeviceId)
+        .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))
+}
+
+fn store_error(e: StoreError) -> ToolError {
+    match e {
+        StoreError::NotFound("device") => ToolError::not_found(DEVICE_NOT_FOUND),
+        StoreError::NotFound("configuration policy") => ToolError::not_found(POLICY_NOT_FOUND),
+        StoreError::NotFound("patch job") => ToolError::not_found(JOB_NOT_FOUND),
+        StoreError::NotFound("maintenance window") => ToolError::not_found(WINDOW_NOT_FOUND),
+        other => other.into(),
+    }
+}
+
+/// The named devices, each the organization's (a foreign or unknown one is "not found").
+async fn named_devices(
+    cx: &ToolCx<'_>,
+    ids: &[String],
+) -> Result<Vec<breeze_core::Device>, ToolError> {
+    if ids.len() > MAX_DEVICES {
+        return Err(ToolError::invalid(format!(
+            "deviceIds: at most {MAX_DEVICES} devices"
+        )));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for raw in ids {
+        let id = device_id(raw)?;
+        if seen.insert(id) {
+            out.push(cx.org.get_device(id).await.map_err(store_error)?);
+        }
+    }
+    Ok(out)
+}
+
+fn required<'a, T>(value: &'a Option<T>, field: &str, action: &str) -> Result<&'a T, ToolError> {
+    value
+        .as_ref()
+        .ok_or_else(|| ToolError::invalid(format!("{field} is required for {action}")))
+}
+
+fn package_names(input: &PatchesInput) -> Result<Option<Vec<String>>, ToolError> {
+    let Some(names) = &input.package_names else {
+        return Ok(None);
+    };
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        breeze_store::check_package_text("packageNames", n)?;
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    Ok(Some(out))
+}
+
+fn policy_id(input: &PatchesInput) -> Result<Option<Uuid>, ToolError> {
+    input
+        .config_policy_id
+        .as_deref()
+        .map(|p| Uuid::parse_str(p).map_err(|_| ToolError::not_found(POLICY_NOT_FOUND)))
+        .transpose()
+}
+
+fn audit(cx: &ToolCx<'_>, action: &str, resource: &str) -> AuditEvent {
+    AuditEvent::new(cx.actor.clone(), action, resource).request(cx.request_id.clone())
+}
+
+/// `deviceId|name` of the last row, base64-free and opaque enough.
+fn cursor_of(p: &DevicePatch) -> String {
+    format!("{}|{}", p.device_id, p.name)
+}
+
+fn parse_cursor(raw: &str) -> Result<(DeviceId, String), ToolError> {
+    let bad = || ToolError::invalid("cursor: not a cursor this tool gave; start again without it");
+    let (d, n) = raw.split_once('|').ok_or_else(bad)?;
+    let d = Uuid::parse_str(d).map_err(|_| bad())?;
+    if n.is_empty() {
+        return Err(bad());
+    }
+    Ok((DeviceId(d), n.to_owned()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Install and rollback plans
+// ---------------------------------------------------------------------------------------------
+
+/// What an install or rollback would do: per device, its packages; and what is left out.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Plan {
+    kind: &'static str,
+    reboot_policy: &'static str,
+    reboot_with_users: bool,
+    window: Option<(Uuid, String)>,
+    devices: Vec<PlanDevice>,
+    skipped: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PlanDevice {
+    device_id: DeviceId,
+    hostname: String,
+    packages: Value,
+    reboot_delay_minutes: u32,
+}
+
+async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> {
+    let rollback = input.action == PatchAction::Rollback;
+    let action = if rollback { "rollback" } else { "install" };
+    let ids = required(&input.device_ids, "deviceIds", action)?;
+    if ids.is_empty() {
+        return Err(ToolError::invalid(format!(
+            "deviceIds: name at least one device to {action}"
+        )));
+    }
+    let devices = named_devices(cx, ids).await?;
+    let names = package_names(input)?;
+    if let Some(v) = &input.version {
+        breeze_store::check_package_text("version", v)?;
+    }
+    let window = match (input.when.unwrap_or(WhenArg::Now), &input.window_id) {
+        (WhenArg::Now, _) => None,
+        (WhenArg::MaintenanceWindow, None) => {
+            return Err(
+                ToolError::invalid("windowId is required for when=maintenance_window")
+                    .hint("manage_maintenance_windows action=list shows the windows"),
+            );
+        }
+        (WhenArg::MaintenanceWindow, Some(w)) => {
+            let id = Uuid::parse_str(w).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
+            let w = cx.org.get_window(id).await.map_err(store_error)?;
+            if !w.enabled {
+                return Err(ToolError::invalid(format!(
+                    "windowId: the maintenance window {:?} is disabled",
+                    w.name
+                )));
+            }
+            Some((w.id, w.name))
+        }
+    };
+    let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+    let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
+    let mut out = Plan {
+        kind: action,
+        reboot_policy: input.reboot_policy.unwrap_or(RebootArg::Never).as_str(),
+        reboot_with_users: input.reboot_with_users.unwrap_or(false),
+        window,
+        devices: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for device in &devices {
+        let delay = decisions
+            .devices
+            .get(&device.id)
+            .and_then(|p| p.reboot_delay_minutes)
+            .unwrap_or(5);
+        let packages: Vec<Value> = if rollback {
+            let names = names
+                .as_ref()
+                .ok_or_else(|| ToolError::invalid("packageNames is required for rollback"))?;
+            if input.version.is_some() && names.len() != 1 {
+                return Err(ToolError::invalid(
+                    "version: give it with exactly one package in packageNames",
+                ));
+            }
+            let previous = cx.org.previous_versions(device.id, names).await?;
+            let mut list = Vec::new();
+            for n in names {
+                match input.version.clone().or_else(|| previous.get(n).cloned()) {
+                    Some(v) => list.push(json!({ "name": n, "version": v })),
+                    None => out.skipped.push(format!(
+                        "{} on {}: no earlier version is recorded (give version)",
+                        n, device.hostname
+                    )),
+                }
+            }
+            list
+        } else {
+            let available = cx
+                .org
+                .list_device_patches(&PatchFilter {
+                    device: Some(device.id),
+                    limit: MAX_PATCH_PAGE,
+                    ..Default::default()
+                })
+                .await?;
+            let mut list = Vec::new();
+            match &names {
+                Some(names) => {
+                    for n in names {
+                        match available.iter().find(|p| &p.name == n) {
+                            None => out.skipped.push(format!(
+                                "{n} on {}: no update offered in its last scan",
+                                device.hostname
+                            )),
+                            Some(p) => match decisions.decide(p) {
+                                ("declined", _) => out
+                                    .skipped
+                                    .push(format!("{n} on {}: declined", device.hostname)),
+                                ("deferred", until) => out.skipped.push(format!(
+                                    "{n} on {}: deferred until {}",
+                                    device.hostname,
+                                    until.map(|t| t.to_rfc3339()).unwrap_or_default()
+                                )),
+                                _ => list.push(Value::String(n.clone())),
+                            },
+                        }
+                    }
+                }
+                None => {
+                    for p in &available {
+                        if approved(decisions.decide(p).0) {
+                            list.push(Value::String(p.name.clone()));
+                        }
+                    }
+                    if list.is_empty() {
+                        out.skipped.push(format!(
+                            "{}: no approved update is available",
+                            device.hostname
+                        ));
+                    }
+                }
+            }
+            list
+        };
+        if !packages.is_empty() {
+            out.devices.push(PlanDevice {
+                device_id: device.id,
+                hostname: device.hostname.clone(),
+                packages: Value::Array(packages),
+                reboot_delay_minutes: delay,
+            });
+        }
+    }
+    if out.devices.is_empty() {
+        let why = out.skipped.join("; ");
+        return Err(ToolError::invalid(format!("nothing to {action}: {why}"))
+            .hint("scan, then approve what should be installed (or name packages)"));
+    }
+    Ok(out)
+}
+
+/// Queues a job's command for one device part and records it on the part.
+async fn send_part(
+    org: &OrgStore<'_>,
+    fleet: &breeze_gateway::OrgFleet<'_>,
+    job: &PatchJob,
+    device: DeviceId,
+    packages: &Value,
+    delay: u32,
+    audit: AuditEvent,
+) -> Result<Option<Uuid>, ToolError> {
+    let reboot = reboot_mode(&job.reboot_policy);
+    let kind = if job.kind == "rollback" {
+        let packages: Vec<PackageVersion> =
+            serde_json::from_value(packages.clone()).map_err(|e| {
+                ToolError::new(crate::ErrorCode::Internal, format!("rollback plan: {e}"))
+            })?;
+        CommandKind::PatchRollback {
+            packages,
+            reboot,
+            reboot_with_users: job.reboot_with_users,
+            reboot_delay_minutes: delay,
+        }
+    } else {
+        let packages: Vec<String> = serde_json::from_value(packages.clone()).map_err(|e| {
+            ToolError::new(crate::ErrorCode::Internal, format!("install plan: {e}"))
+        })?;
+        CommandKind::PatchInstall {
+            packages,
+            reboot,
+            reboot_with_users: job.reboot_with_users,
+            reboot_delay_minutes: delay,
+        }
+    };
+    let sent = fleet
+        .submit(
+            NewCommand {
+                device_id: device,
+                kind,
+                timeout_secs: INSTALL_TIMEOUT_SECS,
+                output_cap_bytes: breeze_agent_proto::DEFAULT_OUTPUT_CAP_BYTES,
+                queue_ttl: chrono::Duration::minutes(QUEUE_TTL_MINUTES),
+                script: None,
+                created_by: job.requested_by.clone(),
+            },
+            audit,
+        )
+        .await;
+    match sent {
+        Ok(cmd) => {
+            org.patch_part_sent(job.id, device, Ok(cmd.id)).await?;
+            Ok(Some(cmd.id))
+        }
+        Err(e) => {
+            let message = gateway_error(e).message;
+            org.patch_part_sent(job.id, device, Err(message)).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Sends every part of jobs whose maintenance window is open now; answers how many jobs
+/// started. Run by the server every half minute; a job runs as whoever asked for it (the
+/// install was approved then).
+pub async fn dispatch_scheduled_patch_jobs(store: &Store, gateway: &Gateway) -> usize {
+    let jobs = match store.scheduled_patch_jobs().await {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read scheduled patch jobs");
+            return 0;
+        }
+    };
+    let now = store.clock().now();
+    let mut started = 0;
+    for job in jobs {
+        let org = store.org(job.org_id);
+        let open = match job.window_id {
+            Some(w) => match org.get_window(w).await {
+                Ok(w) => w.open_at(now).is_some(),
+                Err(_) => false,
+            },
+            None => true,
+        };
+        if !open {
+            continue;
+        }
+        if let Err(e) = start_job(&org, &gateway.org(job.org_id), job.org_id, &job).await {
+            tracing::warn!(job = %job.id, error = %e.message, "could not start a patch job");
+        } else {
+            started += 1;
+        }
+    }
+    started
+}
+
+async fn start_job(
+    org: &OrgStore<'_>,
+    fleet: &breeze_gateway::OrgFleet<'_>,
+    org_id: OrgId,
+    job: &PatchJob,
+) -> Result<(), ToolError> {
+    let (_, parts) = org.get_patch_job(job.id).await?;
+    for part in parts.into_iter().filter(|p| p.status == "scheduled") {
+        let audit = AuditEvent::new(
+            breeze_core::Actor::system("patches"),
+            "patch.job.dispatch",
+            "patch_job",
+        )
+        .org(org_id)
+        .resource(job.id);
+        send_part(org, fleet, job, part.device_id, &part.packages, 5, audit).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tool
+// ---------------------------------------------------------------------------------------------
+
+pub(crate) struct ManagePatches;
+
+impl Tool for ManagePatches {
+    const NAME: &'static str = "manage_patches";
+    const TITLE: &'static str = "Manage patches";
+    const DESCRIPTION: &'static str = "Patch management through the agents' package managers (apt, dnf): list available updates per device (security flag, severity), compliance per device and summary, results of install jobs (Tier 1); scan now, approve/decline/defer a package (organization-wide or per configuration policy), bulk_approve, cancel a scheduled job (Tier 2); install approved or named updates now or in a maintenance window with a reboot policy (never/if_needed/always, deferred while users are logged in), rollback to the previous version (Tier 3, approval).";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    const RATE_LIMIT: Option<RateLimit> = per(15, 300);
+    type Actions = PatchAction;
+    type Input = PatchesInput;
+    type Output = Rendered<PatchesOutput>;
+
+    /// Install and rollback: the plan per device, pinned for the approver.
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        if !matches!(input.action, PatchAction::Install | PatchAction::Rollback) {
+            return Ok(None);
+        }
+        let plan = plan(cx, input).await?;
+        let packages: usize = plan
+            .devices
+            .iter()
+            .map(|d| d.packages.as_array().map_or(0, Vec::len))
+            .sum();
+        Ok(Some(Pin {
+            summary: format!(
+                "{} {packages} package(s) on {} device(s), reboot {}{}",
+                plan.kind,
+                plan.devices.len(),
+                plan.reboot_policy,
+                plan.window
+                    .as_ref()
+                    .map(|w| format!(", in window {:?}", w.1))
+                    .unwrap_or_default()
+            ),
+            data: serde_json::to_value(&plan).unwrap_or_default(),
+        }))
+    }
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let out = match input.action {
+            PatchAction::List => list(cx, &input).await?,
+            PatchAction::Compliance => compliance(cx, &input).await?,
+            PatchAction::Results => results(cx, &input).await?,
+            PatchAction::Scan => scan(cx, &input).await?,
+            PatchAction::Approve | PatchAction::Decline | PatchAction::Defer => {
+                decide(cx, &input).await?
+            }
+            PatchAction::BulkApprove => bulk_approve(cx, &input).await?,
+            PatchAction::Cancel => {
+                let raw = required(&input.job_id, "jobId", "cancel")?;
+                let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
+                let cancelled = cx
+                    .org
+                    .cancel_patch_job(id, audit(cx, "patch.job.cancel", "patch_job"))
+                    .await
+                    .map_err(store_error)?;
+                let (job, parts) = cx.org.get_patch_job(id).await.map_err(store_error)?;
+                PatchesOutput {
+                    message: Some(if cancelled {
+                        "the job was waiting for its window and is cancelled".into()
+                    } else {
+                        format!("the job is {} and cannot be cancelled", job.status)
+                    }),
+                    job: Some(JobView::new(job, Some(parts))),
+                    ..Default::default()
+                }
+            }
+            PatchAction::Install | PatchAction::Rollback => install(cx, &input).await?,
+        };
+        Rendered::of(&out)
+    }
+}
+
+async fn list(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let device = match &input.device_id {
+        Some(d) => Some(
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?
+                .id,
+        ),
+        None => None,
+    };
+    let limit = input.limit.unwrap_or(100).clamp(1, MAX_PATCH_PAGE);
+    let filter = PatchFilter {
+        device,
+        security_only: input.security_only.unwrap_or(false),
+        severity: input.severity.map(|s| s.as_str().to_owned()),
+        search: input.search.clone(),
+        after: input.cursor.as_deref().map(parse_cursor).transpose()?,
+        limit: limit + 1,
+    };
+    let mut rows = cx.org.list_device_patches(&filter).await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let ids: Vec<DeviceId> = {
+        let mut v: Vec<DeviceId> = rows.iter().map(|p| p.device_id).collect();
+        v.dedup();
+        v
+    };
+    let decisions = Decisions::load(&cx.org, Some(&ids), cx.clock.now()).await?;
+    let mut hostnames: HashMap<DeviceId, String> = HashMap::new();
+    for id in &ids {
+        if let Ok(d) = cx.org.get_device(*id).await {
+            hostnames.insert(*id, d.hostname);
+        }
+    }
+    let next_cursor = more.then(|| rows.last().map(cursor_of)).flatten();
+    let patches: Vec<PatchView> = rows
+        .into_iter()
+        .map(|p| {
+            let (decision, until) = decisions.decide(&p);
+            PatchView {
+                device_id: p.device_id.to_string(),
+                hostname: hostnames.get(&p.device_id).cloned().unwrap_or_default(),
+                decision: decision.into(),
+                defer_until: until.map(|t| t.to_rfc3339()),
+                scanned_at: p.scanned_at.to_rfc3339(),
+                name: p.name,
+                installed_version: p.installed_version,
+                available_version: p.available_version,
+                arch: p.arch,
+                source: p.source,
+                security: p.security,
+                severity: p.severity,
+                advisory: p.advisory,
+            }
+        })
+        .collect();
+    Ok(PatchesOutput {
+        showing: Some(patches.len()),
+        patches: Some(patches),
+        next_cursor,
+        ..Default::default()
+    })
+}
+
+async fn compliance(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let devices = match &input.device_id {
+        Some(d) => vec![
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?,
+        ],
+        None => {
+            cx.org
+                .list_devices(&DeviceFilter::default(), 10_000, 0)
+                .await?
+                .0
+        }
+    };
+    let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+    let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
+    let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
+        .org
+        .patch_scans()
+        .await?
+        .into_iter()
+        .map(|s| (s.device_id, s))
+        .collect();
+    let mut per_device: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
+    let mut after = None;
+    loop {
+        let page = cx
+            .org
+            .list_device_patches(&PatchFilter {
+                device: input.device_id.as_ref().map(|_| only[0]),
+                after: after.clone(),
+                limit: MAX_PATCH_PAGE,
+                ..Default::default()
+            })
+            .await?;
+        let full = page.len() == MAX_PATCH_PAGE as usize;
+        after = page.last().map(|p| (p.device_id, p.name.clone()));
+        for p in page {
+            per_device.entry(p.device_id).or_default().push(p);
+        }
+        if !full {
+            break;
+        }
+    }
+    let mut top: HashMap<String, usize> = HashMap::new();
+    let mut views = Vec::new();
+    for d in &devices {
+        let scan = scans.get(&d.id);
+        let patches = per_device.remove(&d.id).unwrap_or_default();
+        let mut v = DeviceCompliance {
+            device_id: d.id.to_string(),
+            hostname: d.hostname.clone(),
+            scanned: scan.is_some_and(|s| s.scanned_at.is_some()),
+            last_scan_at: scan.and_then(|s| s.scanned_at).map(|t| t.to_rfc3339()),
+            manager: scan.and_then(|s| s.manager.clone()),
+            available: patches.len(),
+            security: patches.iter().filter(|p| p.security).count(),
+            critical: patches
+                .iter()
+                .filter(|p| p.severity.as_deref() == Some("critical"))
+                .count(),
+            important: patches
+                .iter()
+                .filter(|p| p.severity.as_deref() == Some("important"))
+                .count(),
+            missing_approved: 0,
+            pending_security: 0,
+            compliant: false,
+            reboot_required: scan.is_some_and(|s| s.reboot_required),
+            logged_in_users: scan.map(|s| s.logged_in_users.clone()).unwrap_or_default(),
+            scan_pending: scan.and_then(|s| s.command_id).map(|c| c.to_string()),
+            scan_error: scan.and_then(|s| s.error.clone()),
+        };
+        for p in &patches {
+            let decision = decisions.decide(p).0;
+            if approved(decision) {
+                v.missing_approved += 1;
+                *top.entry(p.name.clone()).or_default() += 1;
+            } else if p.security && decision == "pending" {
+                v.pending_security += 1;
+            }
+        }
+        v.compliant = v.scanned && v.missing_approved == 0 && v.pending_security == 0;
+        views.push(v);
+    }
+    let scanned = views.iter().filter(|v| v.scanned).count();
+    let compliant = views.iter().filter(|v| v.compliant).count();
+    let mut top: Vec<(String, usize)> = top.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(10);
+    let summary = ComplianceSummary {
+        devices: views.len(),
+        scanned,
+        never_scanned: views.len() - scanned,
+        compliant,
+        compliance_percent: if scanned == 0 {
+            0.0
+        } else {
+            (compliant as f64 * 1000.0 / scanned as f64).round() / 10.0
+        },
+        missing_approved: views.iter().map(|v| v.missing_approved).sum(),
+        pending_security: views.iter().map(|v| v.pending_security).sum(),
+        reboot_required: views.iter().filter(|v| v.reboot_required).count(),
+        top_missing: top.into_iter().collect(),
+    };
+    views.truncate(input.limit.unwrap_or(500) as usize);
+    Ok(PatchesOutput {
+        showing: Some(views.len()),
+        devices: Some(views),
+        summary: Some(summary),
+        approvals: Some(
+            cx.org
+                .list_patch_approvals()
+                .await?
+                .into_iter()
+                .take(100)
+                .map(Into::into)
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+async fn results(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    if let Some(raw) = &input.job_id {
+        let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
+        let (job, parts) = cx.org.get_patch_job(id).await.map_err(store_error)?;
+        return Ok(PatchesOutput {
+            job: Some(JobView::new(job, Some(parts))),
+            ..Default::default()
+        });
+    }
+    let device = match &input.device_id {
+        Some(d) => Some(
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?
+                .id,
+        ),
+        None => None,
+    };
+    let jobs: Vec<JobView> = cx
+        .org
+        .list_patch_jobs(input.limit.unwrap_or(20).min(100))
+        .await?
+        .into_iter()
+        .map(|j| JobView::new(j, None))
+        .collect();
+    let history = match device {
+        Some(d) => Some(
+            cx.org
+                .patch_history(Some(d), None, 100)
+                .await?
+                .into_iter()
+                .map(|h| HistoryView {
+                    device_id: h.device_id.to_string(),
+                    job_id: h.job_id.map(|j| j.to_string()),
+                    package_name: h.package_name,
+                    action: h.action,
+                    from_version: h.from_version,
+                    to_version: h.to_version,
+                    status: h.status,
+                    error: h.error,
+                    at: h.at.to_rfc3339(),
+                })
+                .collect(),
+        ),
+        None => None,
+    };
+    Ok(PatchesOutput {
+        showing: Some(jobs.len()),
+        jobs: Some(jobs),
+        history,
+        ..Default::default()
+    })
+}
+
+async fn scan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let devices = match &input.device_ids {
+        Some(ids) => named_devices(cx, ids).await?,
+        None => {
+            cx.org
+                .list_devices(
+                    &DeviceFilter {
+                        status: Some(DeviceStatus::Online),
+                        ..Default::default()
+                    },
+                    MAX_DEVICES as u32,
+                    0,
+                )
+                .await?
+                .0
+        }
+    };
+    let mut views = Vec::new();
+    let mut waiting = Vec::new();
+    for d in &devices {
+        if d.status != DeviceStatus::Online && input.device_ids.is_none() {
+            continue;
+        }
+        let submitted = cx
+            .fleet
+            .submit(
+                NewCommand {
+                    device_id: d.id,
+                    kind: CommandKind::PatchScan,
+                    timeout_secs: SCAN_TIMEOUT_SECS,
+                    output_cap_bytes: breeze_agent_proto::DEFAULT_OUTPUT_CAP_BYTES,
+                    queue_ttl: chrono::Duration::minutes(15),
+                    script: None,
+                    created_by: cx.actor.to_string(),
+                },
+                audit(cx, "device.command", "device_command"),
+            )
+            .await;
+        match submitted {
+            Ok(cmd) => {
+                cx.org
+                    .request_patch_scan(
+                        d.id,
+                        cmd.id,
+                        &cx.actor.to_string(),
+                        audit(cx, "patch.scan", "device"),
+                    )
+                    .await
+                    .map_err(store_error)?;
+                // Only a command pushed to a connected agent is worth waiting for.
+                let pushed = cx
+                    .org
+                    .get_command(cmd.id)
+                    .await
+                    .is_ok_and(|c| c.status != breeze_core::CommandStatus::Pending);
+                if pushed {
+                    waiting.push((views.len(), cmd.id));
+                }
+                views.push(ScanView {
+                    device_id: d.id.to_string(),
+                    hostname: d.hostname.clone(),
+                    command_id: Some(cmd.id.to_string()),
+                    status: "queued".into(),
+                    patches: None,
+                    security: None,
+                    error: None,
+                });
+            }
+            Err(e) => views.push(ScanView {
+                device_id: d.id.to_string(),
+                hostname: d.hostname.clone(),
+                command_id: None,
+                status: "failed".into(),
+                patches: None,
+                security: None,
+                error: Some(gateway_error(e).message),
+            }),
+        }
+    }
+    if views.is_empty() {
+        return Err(ToolError::invalid("no online device to scan")
+            .hint("name deviceIds to queue scans for devices that are offline"));
+    }
+    // Wait a bounded time for the answers; the rest are recorded when they arrive.
+    let waits = waiting
+        .iter()
+        .map(|(_, id)| cx.fleet.wait(*id, SCAN_WAIT, |_| {}));
+    let done = futures::future::join_all(waits).await;
+    let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
+        .org
+        .patch_scans()
+        .await?
+        .into_iter()
+        .map(|s| (s.device_id, s))
+        .collect();
+    for ((i, _), cmd) in waiting.iter().zip(done) {
+        let Ok(cmd) = cmd else { continue };
+        let v = &mut views[*i];
+        if !cmd.is_terminal() {
+            continue;
+        }
+        if cmd.status == breeze_core::CommandStatus::Completed {
+            v.status = "completed".into();
+            if let Some(s) = scans.get(&cmd.device_id) {
+                v.patches = Some(s.patch_count);
+                v.security = Some(s.security_count);
+            }
+        } else {
+            v.status = "failed".into();
+            v.error = cmd
+                .error
+                .or_else(|| Some(format!("the scan {}", cmd.status)));
+        }
+    }
+    let completed = views.iter().filter(|v| v.status == "completed").count();
+    Ok(PatchesOutput {
+        message: Some(format!(
+            "{completed} of {} scans answered; the others are recorded when their agents answer (list and compliance show them)",
+            views.len()
+        )),
+        showing: Some(views.len()),
+        scans: Some(views),
+        ..Default::default()
+    })
+}
+
+async fn decide(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let (decision, verb) = match input.action {
+        PatchAction::Approve => (PatchDecision::Approved, "approve"),
+        PatchAction::Decline => (PatchDecision::Declined, "decline"),
+        _ => (PatchDecision::Deferred, "defer"),
+    };
+    let name = required(&input.package_name, "packageName", verb)?;
+    let defer_until = match (&input.defer_until, decision) {
+        (Some(raw), PatchDecision::Deferred) => Some(
+            chrono::DateTime::parse_from_rfc3339(raw)
+                .map_err(|_| {
+                    ToolError::invalid(format!(
+                        "deferUntil: {raw:?} is not an RFC 3339 date and time"
+                    ))
+                })?
+                .with_timezone(&chrono::Utc),
+        ),
+        (None, PatchDecision::Deferred) => {
+            return Err(ToolError::invalid("deferUntil is required for defer"));
+        }
+        // Fields of other actions are ignored, as everywhere.
+        (_, _) => None,
+    };
+    let a = cx
+        .org
+        .decide_patch(
+            NewPatchDecision {
+                package_name: name.clone(),
+                version: input.version.clone(),
+                policy_id: policy_id(input)?,
+                decision,
+                defer_until,
+                note: input.note.clone(),
+                decided_by: cx.actor.to_string(),
+            },
+            audit(cx, &format!("patch.{verb}"), "patch_approval"),
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(PatchesOutput {
+        message: Some(format!(
+            "{} {}{}",
+            name,
+            a.decision.as_str(),
+            a.policy_id
+                .map(|p| format!(" for the devices of policy {p}"))
+                .unwrap_or_else(|| " organization-wide".into())
+        )),
+        approvals: Some(vec![a.into()]),
+        ..Default::default()
+    })
+}
+
+async fn bulk_approve(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let names: Vec<String> = match package_names(input)? {
+        Some(n) if !n.is_empty() => n,
+        Some(_) => {
+            return Err(ToolError::invalid(
+                "packageNames: name at least one package",
+            ));
+        }
+        None => {
+            if input.security_only != Some(true) && input.severity.is_none() {
+                return Err(ToolError::invalid(
+                    "bulk_approve needs packageNames, or securityOnly=true or a severity to \
+                     approve every available update that matches",
+                ));
+            }
+            let mut names = Vec::new();
+            let mut after = None;
+            loop {
+                let page = cx
+                    .org
+                    .list_device_patches(&PatchFilter {
+                        security_only: input.security_only.unwrap_or(false),
+                        severity: input.severity.map(|s| s.as_str().to_owned()),
+                        after: after.clone(),
+                        limit: MAX_PATCH_PAGE,
+                        ..Default::default()
+                    })
+                    .await?;
+                let full = page.len() == MAX_PATCH_PAGE as usize;
+                after = page.last().map(|p| (p.device_id, p.name.clone()));
+                for p in page {
+                    if !names.contains(&p.name) {
+                        names.push(p.name);
+                    }
+                }
+                if !full {
+                    break;
+                }
+            }
+            if names.is_empty() {
+                return Err(ToolError::invalid(
+                    "no available update matches; scan first, or name packageNames",
+                ));
+            }
+            names
+        }
+    };
+    if names.len() > breeze_store::MAX_PATCH_PACKAGES {
+        return Err(ToolError::invalid(format!(
+            "at most {} packages at once",
+            breeze_store::MAX_PATCH_PACKAGES
+        )));
+    }
+    let policy = policy_id(input)?;
+    let mut approvals = Vec::new();
+    for n in &names {
+        let a = cx
+            .org
+            .decide_patch(
+                NewPatchDecision {
+                    package_name: n.clone(),
+                    version: None,
+                    policy_id: policy,
+                    decision: PatchDecision::Approved,
+                    defer_until: None,
+                    note: input.note.clone(),
+                    decided_by: cx.actor.to_string(),
+                },
+                audit(cx, "patch.approve", "patch_approval"),
+            )
+            .await
+            .map_err(store_error)?;
+        approvals.push(ApprovalView::from(a));
+    }
+    Ok(PatchesOutput {
+        message: Some(format!("{} packages approved", approvals.len())),
+        showing: Some(approvals.len()),
+        approvals: Some(approvals),
+        ..Default::default()
+    })
+}
+
+async fn install(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let plan = plan(cx, input).await?;
+    let kind = if input.action == PatchAction::Rollback {
+        PatchJobKind::Rollback
+    } else {
+        PatchJobKind::Install
+    };
+    let job = cx
+        .org
+        .create_patch_job(
+            NewPatchJob {
+                kind,
+                reboot_policy: plan.reboot_policy.to_owned(),
+                reboot_with_users: plan.reboot_with_users,
+                window: plan.window.clone(),
+                devices: plan
+                    .devices
+                    .iter()
+                    .map(|d| (d.device_id, d.packages.clone()))
+                    .collect(),
+                requested_by: cx.actor.to_string(),
+            },
+            audit(cx, &format!("patch.{}", kind.as_str()), "patch_job"),
+        )
+        .await
+        .map_err(store_error)?;
+    let message = if plan.window.is_some() {
+        format!(
+            "{} job {} waits for maintenance window {:?}; follow it with action=results",
+            kind.as_str(),
+            job.id,
+            plan.window
+                .as_ref()
+                .map(|w| w.1.clone())
+                .unwrap_or_default()
+        )
+    } else {
+        for d in &plan.devices {
+            send_part(
+                &cx.org,
+                &cx.fleet,
+                &job,
+                d.device_id,
+                &d.packages,
+                d.reboot_delay_minutes,
+                audit(cx, "device.command", "device_command"),
+            )
+            .await?;
+        }
+        format!(
+            "{} job {} sent to {} device(s); follow it with action=results jobId={}",
+            kind.as_str(),
+            job.id,
+            plan.devices.len(),
+            job.id
+        )
+    };
+    let (job, parts) = cx.org.get_patch_job(job.id).await?;
+    Ok(PatchesOutput {
+        message: Some(message),
+        job: Some(JobView::new(job, Some(parts))),
+        skipped: (!plan.skipped.is_empty()).then_some(plan.skipped),
+        ..Default::default()
+    })
+}
