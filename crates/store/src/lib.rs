@@ -32,6 +32,7 @@ mod protected_paths;
 mod reports;
 mod scheduled;
 mod scripts;
+mod security;
 mod sql;
 mod tenancy;
 #[cfg(feature = "testing")]
@@ -88,6 +89,10 @@ pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
+};
+pub use security::{
+    FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,
+    QuarantineEntry, SCANS_KEPT, ScanOutcome, SecurityFinding, SecurityScan,
 };
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).

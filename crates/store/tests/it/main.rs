@@ -16,6 +16,7 @@ mod isolation;
 mod maintenance;
 mod packages;
 mod reports;
+mod security;
 mod tenancy;
 mod users;
 mod wal;

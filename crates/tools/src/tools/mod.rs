@@ -14,6 +14,7 @@ pub(crate) mod groups;
 pub(crate) mod maintenance;
 pub(crate) mod reports;
 pub(crate) mod scripts;
+pub(crate) mod security;
 pub(crate) mod telemetry;
 
 /// A device id argument, with the error every tool gives for a missing or foreign device.
