@@ -579,13 +579,20 @@ pub fn world_writable_check(guard: &Guard, roots: &[PathBuf], deadline: Instant,
     let mut walked = Vec::new();
     let mut incomplete = false;
     let mut unreadable = 0u64;
-    for root in roots {
-        let Ok(real) = std::fs::canonicalize(root) else {
-            continue;
-        };
-        if !seen.insert(real.clone()) {
-            continue;
+    // Resolved, and a root inside another is walked as part of it.
+    let mut real_roots: Vec<PathBuf> = roots
+        .iter()
+        .filter_map(|r| std::fs::canonicalize(r).ok())
+        .filter(|r| seen.insert(r.clone()))
+        .collect();
+    real_roots.sort();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for r in real_roots {
+        if !kept.iter().any(|k| r.starts_with(k)) {
+            kept.push(r);
         }
+    }
+    for real in kept {
         let Ok(meta) = std::fs::symlink_metadata(&real) else {
             continue;
         };

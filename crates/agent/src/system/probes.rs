@@ -111,6 +111,10 @@ pub(crate) struct ProbeState {
 // ---------------------------------------------------------------------------------------------
 
 /// Whether a host firewall filters incoming traffic (`None`: cannot tell).
+#[allow(
+    dead_code,
+    reason = "the compliance rules' probe; the scan reads firewall_state for its evidence"
+)]
 pub(crate) fn firewall_enabled() -> Option<bool> {
     firewall_state().value
 }
@@ -220,7 +224,10 @@ pub(crate) fn firewall_state() -> ProbeState {
             readable = true;
             let on = nft_filters_input(&r.stdout);
             filtering |= on;
-            tools.insert("nft".into(), json!({ "installed": true, "filtersInput": on }));
+            tools.insert(
+                "nft".into(),
+                json!({ "installed": true, "path": r.program, "filtersInput": on }),
+            );
         }
         Some(r) => {
             tools.insert(
@@ -237,7 +244,10 @@ pub(crate) fn firewall_state() -> ProbeState {
             readable = true;
             let on = iptables_filters_input(&r.stdout);
             filtering |= on;
-            tools.insert("iptables".into(), json!({ "installed": true, "filtersInput": on }));
+            tools.insert(
+                "iptables".into(),
+                json!({ "installed": true, "path": r.program, "filtersInput": on }),
+            );
         }
         Some(r) => {
             tools.insert(
@@ -273,6 +283,10 @@ pub(crate) fn firewall_state() -> ProbeState {
 
 /// Whether the root filesystem (and `/home`, `/var` when separate) sits on dm-crypt/LUKS
 /// (`None`: cannot tell, e.g. an overlay or network root).
+#[allow(
+    dead_code,
+    reason = "the compliance rules' probe; the scan reads disk_encryption_state for its evidence"
+)]
 pub(crate) fn disk_encrypted() -> Option<bool> {
     disk_encryption_state().value
 }

@@ -3,7 +3,7 @@
 //! only from the state they are in, and another organization reaches none of it.
 
 use breeze_core::{
-    DeviceId, DeviceStatus,
+    Clock, DeviceId, DeviceStatus,
     security::{CheckStatus, FindingSeverity, QuarantineState, ScanStatus},
 };
 use breeze_store::{
