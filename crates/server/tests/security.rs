@@ -20,12 +20,21 @@ use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
 use breeze_store::{
     NewFinding, NewFlagged, NewPosture, NewQuarantine, OrgStore, ScanOutcome, testing::Ctx,
 };
-use common::{World, audit, build, code, tool, world};
+use common::{World, audit, build, tool, world};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 const TOOL: &str = "security_scan";
+
+/// A tool error's code, whether a result (`structuredContent.error`) or a refusal before the
+/// tool (a JSON-RPC error's `data`); "" when the call succeeded.
+fn code(v: &Value) -> &str {
+    v["error"]["code"]
+        .as_str()
+        .or_else(|| v["rpcError"]["data"]["code"].as_str())
+        .unwrap_or("")
+}
 
 struct Unlimited;
 
