@@ -364,11 +364,7 @@ async fn run(backend: Backend) {
             assert_eq!(ssh["evidence"]["files"][0], "/etc/ssh/sshd_config", "{ssh}");
         }
     } else {
-        assert_eq!(
-            ssh["evidence"]["sshdInstalled"],
-            installed("sshd"),
-            "{ssh}"
-        );
+        assert_eq!(ssh["evidence"]["sshdInstalled"], installed("sshd"), "{ssh}");
         if !installed("sshd") {
             assert_eq!(ssh["status"], "pass", "no SSH server: {ssh}");
         }
@@ -506,7 +502,11 @@ async fn run(backend: Backend) {
     )
     .await
     .unwrap();
-    assert_eq!(status["quarantinedFiles"].as_array().unwrap().len(), 2, "{status}");
+    assert_eq!(
+        status["quarantinedFiles"].as_array().unwrap().len(),
+        2,
+        "{status}"
+    );
     // Every step is in the audit log.
     for a in [
         "device.security_scan",
@@ -541,7 +541,9 @@ async fn run(backend: Backend) {
     assert_eq!(p["device"]["score"], posture["score"], "{p}");
     assert_eq!(p["trend"].as_array().unwrap().len(), 1);
     assert_eq!(p["weights"].as_array().unwrap().len(), 8);
-    let fleet = call(&f, f.org, "get_security_posture", json!({})).await.unwrap();
+    let fleet = call(&f, f.org, "get_security_posture", json!({}))
+        .await
+        .unwrap();
     assert_eq!(fleet["fleet"]["devicesAudited"], 1, "{fleet}");
     let theirs = call(&f, f.other_org, "get_security_posture", json!({}))
         .await

@@ -164,8 +164,16 @@ fn factor_score(factor: &str, findings: &[FindingInput<'_>]) -> (u32, Option<Str
         match of(check) {
             Some(f) if f.status == CheckStatus::Pass => (100, None, basis(&[check])),
             Some(f) if f.status == CheckStatus::Fail => (fail, None, basis(&[check])),
-            Some(_) => (50, Some(format!("the {check} check could not tell")), basis(&[check])),
-            None => (50, Some(format!("no {check} check in the scan")), Vec::new()),
+            Some(_) => (
+                50,
+                Some(format!("the {check} check could not tell")),
+                basis(&[check]),
+            ),
+            None => (
+                50,
+                Some(format!("no {check} check in the scan")),
+                Vec::new(),
+            ),
         }
     };
     match factor {
@@ -211,13 +219,21 @@ fn factor_score(factor: &str, findings: &[FindingInput<'_>]) -> (u32, Option<Str
                 }
             }
             let gap = (!gaps.is_empty()).then(|| format!("{} could not be read", gaps.join(", ")));
-            (clamp(score), gap, basis(&["ssh_root_login", "ssh_password_auth"]))
+            (
+                clamp(score),
+                gap,
+                basis(&["ssh_root_login", "ssh_password_auth"]),
+            )
         }
         "file_permissions" => match of("world_writable") {
             Some(f) if f.status == CheckStatus::Fail => {
                 let files = count(f.evidence, "files");
                 let dirs = count(f.evidence, "directories");
-                let weight = if f.severity >= FindingSeverity::High { 25 } else { 15 };
+                let weight = if f.severity >= FindingSeverity::High {
+                    25
+                } else {
+                    15
+                };
                 (
                     clamp(100 - weight * files - 10 * dirs),
                     None,
@@ -267,17 +283,29 @@ fn action_for(factor: &str, gap: bool) -> &'static str {
             "firewall" | "ssh_config" => {
                 "Run the agent as root (or give it read access) so the scan can read the firewall rules and sshd configuration"
             }
-            _ => "Re-run the scan where the agent can read this (root, a supported package manager)",
+            _ => {
+                "Re-run the scan where the agent can read this (root, a supported package manager)"
+            }
         };
     }
     match factor {
         "patch_compliance" => "Install the pending security updates (manage_patches)",
         "encryption" => "Encrypt the system volumes with LUKS (dm-crypt) at the next rebuild",
-        "av_health" => "Install or start an antivirus/EDR agent (e.g. ClamAV, Wazuh, osquery, your EDR)",
-        "firewall" => "Enable a host firewall (nftables, ufw or firewalld) that filters incoming traffic",
-        "open_ports" => "Bind risky services (databases, telnet, SMB, RDP, VNC) to loopback or firewall them",
-        "ssh_config" => "Set PermitRootLogin no (or prohibit-password) and PasswordAuthentication no in sshd_config",
-        "file_permissions" => "Remove world-write permission from system files, or quarantine the flagged ones",
+        "av_health" => {
+            "Install or start an antivirus/EDR agent (e.g. ClamAV, Wazuh, osquery, your EDR)"
+        }
+        "firewall" => {
+            "Enable a host firewall (nftables, ufw or firewalld) that filters incoming traffic"
+        }
+        "open_ports" => {
+            "Bind risky services (databases, telnet, SMB, RDP, VNC) to loopback or firewall them"
+        }
+        "ssh_config" => {
+            "Set PermitRootLogin no (or prohibit-password) and PasswordAuthentication no in sshd_config"
+        }
+        "file_permissions" => {
+            "Remove world-write permission from system files, or quarantine the flagged ones"
+        }
         "threats" => "Quarantine the files matching indicators (security_scan action quarantine)",
         _ => "Review this factor",
     }
@@ -310,7 +338,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn f<'a>(check: &'a str, status: CheckStatus, severity: FindingSeverity, evidence: &'a Value) -> FindingInput<'a> {
+    fn f<'a>(
+        check: &'a str,
+        status: CheckStatus,
+        severity: FindingSeverity,
+        evidence: &'a Value,
+    ) -> FindingInput<'a> {
         FindingInput {
             check,
             status,
@@ -334,7 +367,12 @@ mod tests {
             pass("disk_encryption"),
             pass("antivirus"),
             pass("firewall"),
-            f("listening_services", CheckStatus::Pass, FindingSeverity::Info, &open),
+            f(
+                "listening_services",
+                CheckStatus::Pass,
+                FindingSeverity::Info,
+                &open,
+            ),
             pass("ssh_root_login"),
             pass("ssh_password_auth"),
             pass("world_writable"),
@@ -350,22 +388,57 @@ mod tests {
         let updates = json!({ "pendingSecurity": 3 });
         let e = json!({});
         let findings = [
-            f("security_updates", CheckStatus::Fail, FindingSeverity::High, &updates),
-            f("disk_encryption", CheckStatus::Fail, FindingSeverity::Medium, &e),
+            f(
+                "security_updates",
+                CheckStatus::Fail,
+                FindingSeverity::High,
+                &updates,
+            ),
+            f(
+                "disk_encryption",
+                CheckStatus::Fail,
+                FindingSeverity::Medium,
+                &e,
+            ),
             f("antivirus", CheckStatus::Fail, FindingSeverity::Medium, &e),
-            f("firewall", CheckStatus::Unknown, FindingSeverity::Medium, &e),
-            f("ssh_root_login", CheckStatus::Fail, FindingSeverity::High, &e),
-            f("ssh_password_auth", CheckStatus::Pass, FindingSeverity::Info, &e),
+            f(
+                "firewall",
+                CheckStatus::Unknown,
+                FindingSeverity::Medium,
+                &e,
+            ),
+            f(
+                "ssh_root_login",
+                CheckStatus::Fail,
+                FindingSeverity::High,
+                &e,
+            ),
+            f(
+                "ssh_password_auth",
+                CheckStatus::Pass,
+                FindingSeverity::Info,
+                &e,
+            ),
         ];
         let p = score(&findings);
-        let by = |name: &str| p.factors.iter().find(|x| x.factor == name).cloned().expect("factor");
+        let by = |name: &str| {
+            p.factors
+                .iter()
+                .find(|x| x.factor == name)
+                .cloned()
+                .expect("factor")
+        };
         assert_eq!(by("patch_compliance").score, 70);
         assert_eq!(by("encryption").score, 0);
         assert_eq!(by("av_health").score, 0);
         assert_eq!(by("firewall").score, 50);
         assert!(by("firewall").data_gap.is_some());
         assert_eq!(by("ssh_config").score, 40);
-        assert_eq!(by("threats").score, 100, "no indicator list, nothing to hold against it");
+        assert_eq!(
+            by("threats").score,
+            100,
+            "no indicator list, nothing to hold against it"
+        );
         // 70*.25 + 0 + 0 + 50*.10 + 50*.10 (no listening check) + 40*.10 + 50*.10 + 100*.05
         assert_eq!(p.score, 42);
         assert_eq!(p.risk_level, "critical");
@@ -375,8 +448,15 @@ mod tests {
         assert_eq!(recs[1].factor, "encryption");
         assert_eq!((recs[1].impact, recs[1].priority.as_str()), (15, "high"));
         assert!(recs.windows(2).all(|w| w[0].impact >= w[1].impact));
-        let fw = recs.iter().find(|r| r.factor == "firewall").expect("firewall");
-        assert!(fw.action.contains("root"), "a data gap asks for data: {}", fw.action);
+        let fw = recs
+            .iter()
+            .find(|r| r.factor == "firewall")
+            .expect("firewall");
+        assert!(
+            fw.action.contains("root"),
+            "a data gap asks for data: {}",
+            fw.action
+        );
     }
 
     #[test]

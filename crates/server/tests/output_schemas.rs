@@ -861,10 +861,12 @@ async fn suite(cx: &Ctx) -> Suite {
         limiter.clone(),
     );
     let app = app(Breeze::new(state.clone()));
+    // No per-tool limits here: every Tier 3 action of a tool is asked for once (security_scan
+    // has six actions and a limit of three).
     let pending_app = common::build(
         &w,
         |c| c.approvals.wait = Duration::ZERO,
-        Arc::new(MemoryLimiter::new()),
+        Arc::new(Switch::default()),
     );
     let budget_app = common::build(
         &w,

@@ -235,7 +235,10 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(q.state, QuarantineState::Quarantined);
-    assert_eq!(ob.list_security_scans(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        ob.list_security_scans(None, None, 10).await.unwrap().len(),
+        1
+    );
 }
 
 async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
@@ -247,7 +250,11 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
     );
     let key = exec_key(&w, w.org_a).await;
     let cases = [
-        (json!({ "action": "scan" }), "INVALID_ARGUMENT", "deviceIds or target"),
+        (
+            json!({ "action": "scan" }),
+            "INVALID_ARGUMENT",
+            "deviceIds or target",
+        ),
         (
             json!({ "action": "scan", "deviceIds": [w.a_device], "extraRoots": ["usr/bin"] }),
             "INVALID_ARGUMENT",
@@ -263,8 +270,16 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
             "INVALID_ARGUMENT",
             "extraRoots",
         ),
-        (json!({ "action": "quarantine" }), "INVALID_ARGUMENT", "flaggedFileId"),
-        (json!({ "action": "restore" }), "INVALID_ARGUMENT", "quarantineId"),
+        (
+            json!({ "action": "quarantine" }),
+            "INVALID_ARGUMENT",
+            "flaggedFileId",
+        ),
+        (
+            json!({ "action": "restore" }),
+            "INVALID_ARGUMENT",
+            "quarantineId",
+        ),
         (json!({ "action": "wipe" }), "INVALID_ARGUMENT", ""),
     ];
     for (args, want, mentions) in cases {
@@ -359,7 +374,12 @@ async fn posture_for_devices_and_fleets(cx: Ctx) {
     assert_eq!(out["fleet"]["devicesNotScanned"], 1);
     assert!(out["message"].as_str().unwrap().contains("security_scan"));
 
-    seed_scan(&oa, &w.a_device, &["firewall", "disk_encryption", "security_updates"]).await;
+    seed_scan(
+        &oa,
+        &w.a_device,
+        &["firewall", "disk_encryption", "security_updates"],
+    )
+    .await;
     cx.clock.advance(chrono::Duration::days(1));
     seed_scan(&oa, &w.a_device, &["firewall"]).await;
     seed_scan(&ob, &w.b_device, &[]).await;

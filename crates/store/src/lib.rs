@@ -90,11 +90,11 @@ pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
 };
+pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 pub use security::{
     FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,
     QuarantineEntry, SCANS_KEPT, ScanOutcome, SecurityFinding, SecurityScan,
 };
-pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;
 use sqlx::{

@@ -93,8 +93,7 @@ pub struct FlaggedFile {
     pub size_bytes: i64,
 }
 
-const FLAGGED_COLUMNS: &str =
-    "id, scan_id, device_id, path, reason, check_name, severity, sha256, mode, uid, gid, size_bytes";
+const FLAGGED_COLUMNS: &str = "id, scan_id, device_id, path, reason, check_name, severity, sha256, mode, uid, gid, size_bytes";
 
 /// A flagged file to record.
 #[derive(Debug, Clone)]

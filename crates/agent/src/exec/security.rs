@@ -119,7 +119,13 @@ pub struct Check {
     pub evidence: Value,
 }
 
-fn check(check: &'static str, status: &'static str, severity: &'static str, title: impl Into<String>, evidence: Value) -> Check {
+fn check(
+    check: &'static str,
+    status: &'static str,
+    severity: &'static str,
+    title: impl Into<String>,
+    evidence: Value,
+) -> Check {
     Check {
         check,
         status,
@@ -166,7 +172,12 @@ pub fn scan(
     for extra in extra_roots {
         walk_roots.push(guard.resolve(extra, Resolve::Follow)?);
     }
-    checks.push(world_writable_check(guard, &walk_roots, deadline, &mut flagged));
+    checks.push(world_writable_check(
+        guard,
+        &walk_roots,
+        deadline,
+        &mut flagged,
+    ));
     checks.push(listening_check());
     checks.push(antivirus_check(Path::new("/proc")));
     if !indicator_paths.is_empty() {
@@ -197,8 +208,20 @@ fn is_root() -> bool {
 fn firewall_check() -> Check {
     let s = probes::firewall_state();
     match s.value {
-        Some(true) => check("firewall", "pass", "info", "A host firewall filters incoming traffic", s.evidence),
-        Some(false) => check("firewall", "fail", "high", "No host firewall filters incoming traffic", s.evidence),
+        Some(true) => check(
+            "firewall",
+            "pass",
+            "info",
+            "A host firewall filters incoming traffic",
+            s.evidence,
+        ),
+        Some(false) => check(
+            "firewall",
+            "fail",
+            "high",
+            "No host firewall filters incoming traffic",
+            s.evidence,
+        ),
         None => check(
             "firewall",
             "unknown",
@@ -212,9 +235,27 @@ fn firewall_check() -> Check {
 fn encryption_check() -> Check {
     let s = probes::disk_encryption_state();
     match s.value {
-        Some(true) => check("disk_encryption", "pass", "info", "System volumes are encrypted (dm-crypt/LUKS)", s.evidence),
-        Some(false) => check("disk_encryption", "fail", "medium", "A system volume is not encrypted", s.evidence),
-        None => check("disk_encryption", "unknown", "low", "Could not tell whether the system volumes are encrypted", s.evidence),
+        Some(true) => check(
+            "disk_encryption",
+            "pass",
+            "info",
+            "System volumes are encrypted (dm-crypt/LUKS)",
+            s.evidence,
+        ),
+        Some(false) => check(
+            "disk_encryption",
+            "fail",
+            "medium",
+            "A system volume is not encrypted",
+            s.evidence,
+        ),
+        None => check(
+            "disk_encryption",
+            "unknown",
+            "low",
+            "Could not tell whether the system volumes are encrypted",
+            s.evidence,
+        ),
     }
 }
 
@@ -260,10 +301,17 @@ fn updates_check() -> Check {
             );
         }
         let all = parse_apt_simulation(&r.stdout);
-        let security: Vec<&str> = all.iter().filter(|(_, s)| *s).map(|(n, _)| n.as_str()).collect();
+        let security: Vec<&str> = all
+            .iter()
+            .filter(|(_, s)| *s)
+            .map(|(n, _)| n.as_str())
+            .collect();
         return updates_finding("apt", all.len(), &security);
     }
-    if let Some(r) = run_tool(&["dnf", "yum"], &["-q", "-C", "updateinfo", "list", "--security"]) {
+    if let Some(r) = run_tool(
+        &["dnf", "yum"],
+        &["-q", "-C", "updateinfo", "list", "--security"],
+    ) {
         if !r.success {
             return check(
                 "security_updates",
@@ -295,7 +343,13 @@ fn updates_finding(manager: &str, total: usize, security: &[&str]) -> Check {
         "note": "from the package lists as last refreshed; the scan refreshes nothing",
     });
     match security.len() {
-        0 => check("security_updates", "pass", "info", "No pending security updates", evidence),
+        0 => check(
+            "security_updates",
+            "pass",
+            "info",
+            "No pending security updates",
+            evidence,
+        ),
         n => check(
             "security_updates",
             "fail",
@@ -327,7 +381,9 @@ pub fn parse_sshd_t(text: &str) -> SshSettings {
     for line in text.lines() {
         let mut it = line.split_whitespace();
         match (it.next(), it.next()) {
-            (Some("permitrootlogin"), Some(v)) => s.permit_root_login = Some(v.to_ascii_lowercase()),
+            (Some("permitrootlogin"), Some(v)) => {
+                s.permit_root_login = Some(v.to_ascii_lowercase())
+            }
             (Some("passwordauthentication"), Some(v)) => {
                 s.password_authentication = Some(v.to_ascii_lowercase());
             }
@@ -365,7 +421,10 @@ fn read_config_file(path: &Path, base: &Path, depth: u32, s: &mut SshSettings) {
             continue;
         }
         let (key, value) = match line.split_once(|c: char| c.is_whitespace() || c == '=') {
-            Some((k, v)) => (k.to_ascii_lowercase(), v.trim().trim_start_matches('=').trim()),
+            Some((k, v)) => (
+                k.to_ascii_lowercase(),
+                v.trim().trim_start_matches('=').trim(),
+            ),
             None => continue,
         };
         if key == "match" {
@@ -375,7 +434,11 @@ fn read_config_file(path: &Path, base: &Path, depth: u32, s: &mut SshSettings) {
         if in_match {
             continue;
         }
-        let first = value.split_whitespace().next().unwrap_or("").trim_matches('"');
+        let first = value
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .trim_matches('"');
         match key.as_str() {
             "include" => {
                 for pattern in value.split_whitespace() {
@@ -460,8 +523,20 @@ pub fn ssh_findings(s: &SshSettings, source: &str) -> [Check; 2] {
         })
     };
     let root_check = match root_effective.as_str() {
-        "yes" => check("ssh_root_login", "fail", "high", "SSH allows root to log in with a password", evidence("PermitRootLogin", &root, &root_effective)),
-        "no" => check("ssh_root_login", "pass", "info", "SSH refuses root logins", evidence("PermitRootLogin", &root, &root_effective)),
+        "yes" => check(
+            "ssh_root_login",
+            "fail",
+            "high",
+            "SSH allows root to log in with a password",
+            evidence("PermitRootLogin", &root, &root_effective),
+        ),
+        "no" => check(
+            "ssh_root_login",
+            "pass",
+            "info",
+            "SSH refuses root logins",
+            evidence("PermitRootLogin", &root, &root_effective),
+        ),
         _ => check(
             "ssh_root_login",
             "pass",
@@ -471,7 +546,13 @@ pub fn ssh_findings(s: &SshSettings, source: &str) -> [Check; 2] {
         ),
     };
     let password_check = if password_effective == "no" {
-        check("ssh_password_auth", "pass", "info", "SSH password authentication is off", evidence("PasswordAuthentication", &password, &password_effective))
+        check(
+            "ssh_password_auth",
+            "pass",
+            "info",
+            "SSH password authentication is off",
+            evidence("PasswordAuthentication", &password, &password_effective),
+        )
     } else {
         check(
             "ssh_password_auth",
@@ -514,12 +595,28 @@ fn ssh_checks() -> Vec<Check> {
     if sshd.is_some() {
         return ["ssh_root_login", "ssh_password_auth"]
             .into_iter()
-            .map(|c| check(c, "unknown", "medium", "sshd is installed but its configuration was not found", evidence.clone()))
+            .map(|c| {
+                check(
+                    c,
+                    "unknown",
+                    "medium",
+                    "sshd is installed but its configuration was not found",
+                    evidence.clone(),
+                )
+            })
             .collect();
     }
     ["ssh_root_login", "ssh_password_auth"]
         .into_iter()
-        .map(|c| check(c, "pass", "info", "No SSH server is installed", evidence.clone()))
+        .map(|c| {
+            check(
+                c,
+                "pass",
+                "info",
+                "No SSH server is installed",
+                evidence.clone(),
+            )
+        })
         .collect()
 }
 
@@ -532,7 +629,13 @@ fn mode_string(mode: u32) -> String {
 }
 
 /// A file's metadata as a flag lists it (the sha256 only up to [`MAX_HASH_BYTES`]).
-fn flag(path: &Path, meta: &std::fs::Metadata, reason: String, check: &'static str, severity: &'static str) -> Flagged {
+fn flag(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    reason: String,
+    check: &'static str,
+    severity: &'static str,
+) -> Flagged {
     use std::os::unix::fs::MetadataExt;
     let sha256 = (meta.len() <= MAX_HASH_BYTES)
         .then(|| sha256_of(path).ok())
@@ -570,7 +673,12 @@ fn sha256_of_reader(r: &mut impl Read) -> std::io::Result<String> {
 
 /// Walks `roots` (resolved, deduplicated) without following links, staying on each root's
 /// filesystem, for world-writable files and non-sticky world-writable directories.
-pub fn world_writable_check(guard: &Guard, roots: &[PathBuf], deadline: Instant, flagged: &mut Vec<Flagged>) -> Check {
+pub fn world_writable_check(
+    guard: &Guard,
+    roots: &[PathBuf],
+    deadline: Instant,
+    flagged: &mut Vec<Flagged>,
+) -> Check {
     use std::os::unix::fs::MetadataExt;
     let mut seen = HashSet::new();
     let mut budget = WALK_BUDGET;
@@ -624,7 +732,9 @@ pub fn world_writable_check(guard: &Guard, roots: &[PathBuf], deadline: Instant,
                 let other_writable = mode & 0o002 != 0;
                 if meta.is_dir() {
                     if other_writable && mode & 0o1000 == 0 && dirs.len() < MAX_FLAGGED {
-                        dirs.push(json!({ "path": path.to_string_lossy(), "mode": mode_string(mode) }));
+                        dirs.push(
+                            json!({ "path": path.to_string_lossy(), "mode": mode_string(mode) }),
+                        );
                     }
                     if meta.dev() == dev && depth < WALK_DEPTH {
                         stack.push((path, depth + 1));
@@ -667,11 +777,29 @@ pub fn world_writable_check(guard: &Guard, roots: &[PathBuf], deadline: Instant,
             evidence,
         )
     } else if walked.is_empty() {
-        check("world_writable", "unknown", "low", "No system path could be walked", evidence)
+        check(
+            "world_writable",
+            "unknown",
+            "low",
+            "No system path could be walked",
+            evidence,
+        )
     } else if incomplete {
-        check("world_writable", "unknown", "low", "The walk stopped at its budget before finishing; nothing found so far", evidence)
+        check(
+            "world_writable",
+            "unknown",
+            "low",
+            "The walk stopped at its budget before finishing; nothing found so far",
+            evidence,
+        )
     } else {
-        check("world_writable", "pass", "info", "No world-writable files in system paths", evidence)
+        check(
+            "world_writable",
+            "pass",
+            "info",
+            "No world-writable files in system paths",
+            evidence,
+        )
     }
 }
 
@@ -695,7 +823,9 @@ pub struct Listener {
 impl Listener {
     /// Whether the socket is bound beyond loopback.
     pub fn exposed(&self) -> bool {
-        !(self.address.starts_with("127.") || self.address == "::1" || self.address.starts_with("::ffff:127."))
+        !(self.address.starts_with("127.")
+            || self.address == "::1"
+            || self.address.starts_with("::ffff:127."))
     }
 }
 
@@ -805,14 +935,24 @@ pub fn listening_finding(listeners: &[Listener], tables_read: usize) -> Check {
         "tablesRead": tables_read,
     });
     if tables_read == 0 {
-        return check("listening_services", "unknown", "low", "Could not read /proc/net", evidence);
+        return check(
+            "listening_services",
+            "unknown",
+            "low",
+            "Could not read /proc/net",
+            evidence,
+        );
     }
     if risky.is_empty() {
         check(
             "listening_services",
             "pass",
             "info",
-            format!("{} listening socket(s), {} beyond loopback, none on a risky port", listeners.len(), exposed.len()),
+            format!(
+                "{} listening socket(s), {} beyond loopback, none on a risky port",
+                listeners.len(),
+                exposed.len()
+            ),
             evidence,
         )
     } else {
@@ -830,7 +970,12 @@ pub fn listening_finding(listeners: &[Listener], tables_read: usize) -> Check {
 fn listening_check() -> Check {
     let mut all = Vec::new();
     let mut read = 0;
-    for (file, proto) in [("tcp", "tcp"), ("tcp6", "tcp6"), ("udp", "udp"), ("udp6", "udp6")] {
+    for (file, proto) in [
+        ("tcp", "tcp"),
+        ("tcp6", "tcp6"),
+        ("udp", "udp"),
+        ("udp6", "udp6"),
+    ] {
         if let Ok(text) = std::fs::read_to_string(Path::new("/proc/net").join(file)) {
             read += 1;
             all.extend(parse_proc_net(&text, proto));
@@ -857,7 +1002,12 @@ pub fn av_running(proc: &Path) -> BTreeMap<&'static str, String> {
         return found;
     };
     for entry in entries.filter_map(Result::ok) {
-        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
         let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
@@ -890,17 +1040,32 @@ pub fn antivirus_check(proc: &Path) -> Check {
     });
     if !running.is_empty() {
         let names: Vec<&str> = running.keys().copied().collect();
-        check("antivirus", "pass", "info", format!("Antivirus/EDR running: {}", names.join(", ")), evidence)
+        check(
+            "antivirus",
+            "pass",
+            "info",
+            format!("Antivirus/EDR running: {}", names.join(", ")),
+            evidence,
+        )
     } else if !installed.is_empty() {
         check(
             "antivirus",
             "fail",
             "high",
-            format!("Antivirus/EDR installed but not running: {}", installed.join(", ")),
+            format!(
+                "Antivirus/EDR installed but not running: {}",
+                installed.join(", ")
+            ),
             evidence,
         )
     } else {
-        check("antivirus", "fail", "medium", "No antivirus or EDR found", evidence)
+        check(
+            "antivirus",
+            "fail",
+            "medium",
+            "No antivirus or EDR found",
+            evidence,
+        )
     }
 }
 
@@ -922,7 +1087,13 @@ fn indicator_check(guard: &Guard, paths: &[String], flagged: &mut Vec<Flagged>) 
         if let Ok(meta) = std::fs::symlink_metadata(&p)
             && meta.is_file()
         {
-            let mut f = flag(&p, &meta, "matches a configured indicator path".into(), "indicators", "high");
+            let mut f = flag(
+                &p,
+                &meta,
+                "matches a configured indicator path".into(),
+                "indicators",
+                "high",
+            );
             f.path.clone_from(given);
             matched.push(given.clone());
             flagged.push(f);
@@ -930,9 +1101,21 @@ fn indicator_check(guard: &Guard, paths: &[String], flagged: &mut Vec<Flagged>) 
     }
     let evidence = json!({ "checked": paths.len(), "matched": matched, "refused": refused });
     if matched.is_empty() {
-        check("indicators", "pass", "info", "No indicator path is present", evidence)
+        check(
+            "indicators",
+            "pass",
+            "info",
+            "No indicator path is present",
+            evidence,
+        )
     } else {
-        check("indicators", "fail", "high", format!("{} indicator path(s) present", matched.len()), evidence)
+        check(
+            "indicators",
+            "fail",
+            "high",
+            format!("{} indicator path(s) present", matched.len()),
+            evidence,
+        )
     }
 }
 
@@ -974,7 +1157,8 @@ impl QuarantineRecord {
 }
 
 fn record_dir(qdir: &Path, id: &str) -> Result<(Uuid, PathBuf), String> {
-    let id = Uuid::parse_str(id).map_err(|_| format!("quarantineId {id:?} is not a quarantine id"))?;
+    let id =
+        Uuid::parse_str(id).map_err(|_| format!("quarantineId {id:?} is not a quarantine id"))?;
     Ok((id, qdir.join(id.to_string())))
 }
 
@@ -1018,9 +1202,12 @@ pub fn quarantine(
 ) -> Typed {
     use std::os::unix::fs::MetadataExt;
     let p = guard.resolve(path, Resolve::Parent)?;
-    let meta = std::fs::symlink_metadata(&p).map_err(|e| format!("cannot quarantine {path}: {e}"))?;
+    let meta =
+        std::fs::symlink_metadata(&p).map_err(|e| format!("cannot quarantine {path}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("cannot quarantine {path}: only regular files are quarantined (not links, directories or devices)"));
+        return Err(format!(
+            "cannot quarantine {path}: only regular files are quarantined (not links, directories or devices)"
+        ));
     }
     // Hash what the guard opens (no link swapped in on the way).
     let mut file = guard.open_read(path, &p)?;
@@ -1032,10 +1219,12 @@ pub fn quarantine(
             "{path} changed since the scan (sha256 {sha256}, expected {want}); nothing was moved"
         ));
     }
-    crate::config::create_private_dir(qdir).map_err(|e| format!("cannot create the quarantine: {e}"))?;
+    crate::config::create_private_dir(qdir)
+        .map_err(|e| format!("cannot create the quarantine: {e}"))?;
     let id = Uuid::now_v7();
     let dir = qdir.join(id.to_string());
-    crate::config::create_private_dir(&dir).map_err(|e| format!("cannot create the quarantine: {e}"))?;
+    crate::config::create_private_dir(&dir)
+        .map_err(|e| format!("cannot create the quarantine: {e}"))?;
     let content = dir.join("content");
     let mut record = QuarantineRecord {
         quarantine_id: id,
@@ -1060,7 +1249,8 @@ pub fn quarantine(
     }
     record.state = "quarantined".into();
     if delete {
-        std::fs::remove_file(&content).map_err(|e| format!("quarantined, but cannot delete the content: {e}"))?;
+        std::fs::remove_file(&content)
+            .map_err(|e| format!("quarantined, but cannot delete the content: {e}"))?;
         record.state = "removed".into();
         record.changed_at = Some(now);
     }
@@ -1075,20 +1265,30 @@ pub fn restore(guard: &Guard, qdir: &Path, id: &str, now: Timestamp) -> Typed {
     let (_, dir) = record_dir(qdir, id)?;
     let mut record = read_record(&dir)?;
     if record.state != "quarantined" {
-        return Err(format!("cannot restore: the file is {} (only quarantined files are restored)", record.state));
+        return Err(format!(
+            "cannot restore: the file is {} (only quarantined files are restored)",
+            record.state
+        ));
     }
     let target = guard.resolve(&record.original_path, Resolve::Parent)?;
     if std::fs::symlink_metadata(&target).is_ok() {
-        return Err(format!("cannot restore: something is at {} now; move it away first", record.original_path));
+        return Err(format!(
+            "cannot restore: something is at {} now; move it away first",
+            record.original_path
+        ));
     }
     let content = dir.join("content");
     let sha = sha256_of(&content).map_err(|e| format!("cannot read the quarantined copy: {e}"))?;
     if sha != record.sha256 {
-        return Err("the quarantined copy no longer matches its recorded sha256; not restored".into());
+        return Err(
+            "the quarantined copy no longer matches its recorded sha256; not restored".into(),
+        );
     }
-    move_file(&content, &target).map_err(|e| format!("cannot restore {}: {e}", record.original_path))?;
+    move_file(&content, &target)
+        .map_err(|e| format!("cannot restore {}: {e}", record.original_path))?;
     let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(record.mode));
-    let owner_restored = std::os::unix::fs::chown(&target, Some(record.uid), Some(record.gid)).is_ok();
+    let owner_restored =
+        std::os::unix::fs::chown(&target, Some(record.uid), Some(record.gid)).is_ok();
     record.state = "restored".into();
     record.changed_at = Some(now);
     write_record(&dir, &record)?;
@@ -1105,7 +1305,8 @@ pub fn delete(qdir: &Path, id: &str, now: Timestamp) -> Typed {
     if record.state != "quarantined" {
         return Err(format!("cannot remove: the file is {}", record.state));
     }
-    std::fs::remove_file(dir.join("content")).map_err(|e| format!("cannot delete the quarantined copy: {e}"))?;
+    std::fs::remove_file(dir.join("content"))
+        .map_err(|e| format!("cannot delete the quarantined copy: {e}"))?;
     record.state = "removed".into();
     record.changed_at = Some(now);
     write_record(&dir, &record)?;
@@ -1132,7 +1333,11 @@ mod tests {
             Inst openssl [3.0.15-1] (3.0.17-1~deb12u2 Debian-Security:12/stable-security [amd64])\n";
         let parsed = parse_apt_simulation(text);
         assert_eq!(parsed.len(), 3);
-        let security: Vec<&str> = parsed.iter().filter(|p| p.1).map(|p| p.0.as_str()).collect();
+        let security: Vec<&str> = parsed
+            .iter()
+            .filter(|p| p.1)
+            .map(|p| p.0.as_str())
+            .collect();
         assert_eq!(security, ["libgcrypt20", "openssl"]);
         let c = updates_finding("apt", 3, &security);
         assert_eq!((c.status, c.severity), ("fail", "high"));
@@ -1146,7 +1351,13 @@ mod tests {
             FEDORA-2024-2 bugfix        kernel-6.7.0-1.fc39.x86_64\n\
             FEDORA-2024-3 Moderate/Sec. curl-8.2.1-4.fc39.x86_64\n\
             FEDORA-2024-4 Low/Sec.      curl-8.2.1-4.fc39.x86_64\n";
-        assert_eq!(parse_dnf_security(text), ["curl-8.2.1-4.fc39.x86_64", "openssl-libs-3.1.4-1.fc39.x86_64"]);
+        assert_eq!(
+            parse_dnf_security(text),
+            [
+                "curl-8.2.1-4.fc39.x86_64",
+                "openssl-libs-3.1.4-1.fc39.x86_64"
+            ]
+        );
     }
 
     fn write(p: &Path, text: &str) {
@@ -1163,12 +1374,25 @@ mod tests {
             &base.join("sshd_config"),
             "Include sshd_config.d/*.conf\n# PermitRootLogin yes\nPermitRootLogin yes\nPasswordAuthentication yes\nMatch User backup\n  PasswordAuthentication no\n",
         );
-        write(&base.join("sshd_config.d/10-hardening.conf"), "PermitRootLogin no\n");
-        write(&base.join("sshd_config.d/20-other.conf"), "PermitRootLogin yes\n");
-        write(&base.join("sshd_config.d/readme.txt"), "PasswordAuthentication no\n");
+        write(
+            &base.join("sshd_config.d/10-hardening.conf"),
+            "PermitRootLogin no\n",
+        );
+        write(
+            &base.join("sshd_config.d/20-other.conf"),
+            "PermitRootLogin yes\n",
+        );
+        write(
+            &base.join("sshd_config.d/readme.txt"),
+            "PasswordAuthentication no\n",
+        );
         let s = read_sshd_config(&base.join("sshd_config"), base);
         assert_eq!(s.permit_root_login.as_deref(), Some("no"), "{s:?}");
-        assert_eq!(s.password_authentication.as_deref(), Some("yes"), "Match block and .txt ignored");
+        assert_eq!(
+            s.password_authentication.as_deref(),
+            Some("yes"),
+            "Match block and .txt ignored"
+        );
         assert_eq!(s.files.len(), 3);
         let [root, pw] = ssh_findings(&s, "sshd_config");
         assert_eq!((root.status, pw.status), ("pass", "fail"));
@@ -1188,7 +1412,10 @@ mod tests {
         assert_eq!((root.status, root.severity), ("pass", "low"));
         assert_eq!(pw.status, "fail", "passwords default to yes");
 
-        write(&base.join("sshd_config"), "PermitRootLogin=Yes\nPasswordAuthentication = no\nInclude /nonexistent/*.conf\n");
+        write(
+            &base.join("sshd_config"),
+            "PermitRootLogin=Yes\nPasswordAuthentication = no\nInclude /nonexistent/*.conf\n",
+        );
         let s = read_sshd_config(&base.join("sshd_config"), base);
         let [root, pw] = ssh_findings(&s, "sshd_config");
         assert_eq!((root.status, root.severity), ("fail", "high"));
@@ -1197,7 +1424,8 @@ mod tests {
 
     #[test]
     fn sshd_t_output_is_read() {
-        let s = parse_sshd_t("port 22\npermitrootlogin without-password\npasswordauthentication no\n");
+        let s =
+            parse_sshd_t("port 22\npermitrootlogin without-password\npasswordauthentication no\n");
         assert_eq!(s.permit_root_login.as_deref(), Some("without-password"));
         let [root, pw] = ssh_findings(&s, "sshd -T");
         assert_eq!((root.status, pw.status), ("pass", "pass"));
@@ -1220,7 +1448,10 @@ mod tests {
     fn proc_net_tables_are_parsed() {
         let tcp = parse_proc_net(TCP, "tcp");
         assert_eq!(tcp.len(), 3, "the established connection is not listening");
-        assert_eq!((tcp[0].address.as_str(), tcp[0].port, tcp[0].uid), ("127.0.0.1", 25672, 106));
+        assert_eq!(
+            (tcp[0].address.as_str(), tcp[0].port, tcp[0].uid),
+            ("127.0.0.1", 25672, 106)
+        );
         assert!(!tcp[0].exposed());
         assert_eq!((tcp[1].address.as_str(), tcp[1].port), ("0.0.0.0", 22));
         assert!(tcp[1].exposed());
@@ -1236,14 +1467,22 @@ mod tests {
         all.extend(tcp6);
         all.extend(udp);
         let c = listening_finding(&all, 3);
-        assert_eq!((c.status, c.severity), ("fail", "high"), "telnet on 0.0.0.0");
+        assert_eq!(
+            (c.status, c.severity),
+            ("fail", "high"),
+            "telnet on 0.0.0.0"
+        );
         let risky: Vec<u64> = c.evidence["riskyExposed"]
             .as_array()
             .expect("array")
             .iter()
             .filter_map(|r| r["port"].as_u64())
             .collect();
-        assert_eq!(risky, [23, 5432], "redis on ::1 is loopback; ssh is not in the list");
+        assert_eq!(
+            risky,
+            [23, 5432],
+            "redis on ::1 is loopback; ssh is not in the list"
+        );
         assert_eq!(listening_finding(&[], 0).status, "unknown");
     }
 
@@ -1255,20 +1494,29 @@ mod tests {
         write(&dir.path().join("300/comm"), "clamd\n");
         write(&dir.path().join("self/comm"), "clamd\n");
         let running = av_running(dir.path());
-        assert_eq!(running.keys().copied().collect::<Vec<_>>(), ["ClamAV", "SentinelOne"]);
+        assert_eq!(
+            running.keys().copied().collect::<Vec<_>>(),
+            ["ClamAV", "SentinelOne"]
+        );
         let c = antivirus_check(dir.path());
         assert_eq!(c.status, "pass");
         let empty = tempfile::tempdir().expect("tmp");
         let c = antivirus_check(empty.path());
         assert_ne!(c.status, "pass");
-        assert!(c.evidence["processesLookedFor"].as_array().is_some_and(|a| !a.is_empty()));
+        assert!(
+            c.evidence["processesLookedFor"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        );
     }
 
     #[test]
     fn world_writable_walk_flags_files_skips_sticky_dirs_links_and_protected() {
         let dir = tempfile::tempdir().expect("tmp");
         let root = dir.path().join("sys");
-        let chmod = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+        let chmod = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+        };
         write(&root.join("bin/tool"), "#!/bin/sh\n");
         chmod(&root.join("bin/tool"), 0o777);
         write(&root.join("etc/app.conf"), "x=1\n");
@@ -1285,18 +1533,33 @@ mod tests {
         let guard = guard_for(&[root.join("secret")]);
         let mut flagged = Vec::new();
         let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        let c = world_writable_check(&guard, &[root.clone(), root.join("bin")], deadline, &mut flagged);
+        let c = world_writable_check(
+            &guard,
+            &[root.clone(), root.join("bin")],
+            deadline,
+            &mut flagged,
+        );
         assert_eq!((c.status, c.severity), ("fail", "high"), "{}", c.evidence);
         let paths: Vec<&str> = flagged.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(flagged.len(), 2, "{paths:?}");
         assert!(paths.iter().any(|p| p.ends_with("bin/tool")));
         assert!(paths.iter().any(|p| p.ends_with("etc/app.conf")));
-        let tool = flagged.iter().find(|f| f.path.ends_with("bin/tool")).expect("tool");
+        let tool = flagged
+            .iter()
+            .find(|f| f.path.ends_with("bin/tool"))
+            .expect("tool");
         assert_eq!((tool.severity, tool.mode.as_str()), ("high", "0777"));
-        assert_eq!(tool.sha256.as_deref(), Some(sha256_of(&root.join("bin/tool")).expect("hash").as_str()));
+        assert_eq!(
+            tool.sha256.as_deref(),
+            Some(sha256_of(&root.join("bin/tool")).expect("hash").as_str())
+        );
         let dirs = c.evidence["directories"].as_array().expect("dirs");
         assert_eq!(dirs.len(), 1, "the sticky dir is fine: {dirs:?}");
-        assert!(dirs[0]["path"].as_str().is_some_and(|p| p.ends_with("/open")));
+        assert!(
+            dirs[0]["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/open"))
+        );
 
         chmod(&root.join("bin/tool"), 0o755);
         chmod(&root.join("etc/app.conf"), 0o644);
@@ -1333,9 +1596,16 @@ mod tests {
         assert!(!victim.exists());
         let id = q["quarantineId"].as_str().expect("id").to_owned();
         let content = qdir.join(&id).join("content");
-        assert_eq!(std::fs::metadata(&content).expect("content").mode() & 0o7777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&content).expect("content").mode() & 0o7777,
+            0o600
+        );
         // The quarantine is under the protected state directory: file commands cannot reach it.
-        assert!(guard.resolve(&content.to_string_lossy(), Resolve::Follow).is_err());
+        assert!(
+            guard
+                .resolve(&content.to_string_lossy(), Resolve::Follow)
+                .is_err()
+        );
 
         // Something new at the path blocks the restore.
         write(&victim, "other");
@@ -1343,8 +1613,14 @@ mod tests {
         std::fs::remove_file(&victim).expect("rm");
         let r = restore(&guard, &qdir, &id, now).expect("restored");
         assert_eq!(r["state"], "restored");
-        assert_eq!(std::fs::read_to_string(&victim).expect("back"), "#!/bin/sh\necho pwned\n");
-        assert_eq!(std::fs::metadata(&victim).expect("meta").mode() & 0o7777, 0o757);
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("back"),
+            "#!/bin/sh\necho pwned\n"
+        );
+        assert_eq!(
+            std::fs::metadata(&victim).expect("meta").mode() & 0o7777,
+            0o757
+        );
         assert!(restore(&guard, &qdir, &id, now).is_err(), "restored once");
 
         // Quarantine with delete: the record stays, the content is gone.
@@ -1360,7 +1636,10 @@ mod tests {
         write(&victim, "again");
         let q = quarantine(&guard, &qdir, &given, None, false, now).expect("quarantined");
         let id3 = q["quarantineId"].as_str().expect("id").to_owned();
-        assert_eq!(delete(&qdir, &id3, now).expect("deleted")["state"], "removed");
+        assert_eq!(
+            delete(&qdir, &id3, now).expect("deleted")["state"],
+            "removed"
+        );
 
         // Ids are ids, not paths.
         assert!(restore(&guard, &qdir, "../../etc", now).is_err());
@@ -1382,7 +1661,17 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(protected_dir.join("file"), &link).expect("link");
         assert!(quarantine(&guard, &qdir, &link.to_string_lossy(), None, false, now).is_err());
-        assert!(quarantine(&guard, &qdir, &dir.path().to_string_lossy(), None, false, now).is_err());
+        assert!(
+            quarantine(
+                &guard,
+                &qdir,
+                &dir.path().to_string_lossy(),
+                None,
+                false,
+                now
+            )
+            .is_err()
+        );
         assert!(protected_dir.join("file").exists());
     }
 }

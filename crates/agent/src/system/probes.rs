@@ -37,7 +37,14 @@ pub(crate) fn run_tool(names: &[&str], args: &[&str]) -> Option<ToolRun> {
         if name.contains('/') {
             candidates.push(PathBuf::from(name));
         } else {
-            for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin"] {
+            for dir in [
+                "/usr/sbin",
+                "/sbin",
+                "/usr/bin",
+                "/bin",
+                "/usr/local/sbin",
+                "/usr/local/bin",
+            ] {
                 candidates.push(Path::new(dir).join(name));
             }
         }
@@ -138,8 +145,7 @@ pub(crate) fn nft_filters_input(ruleset: &str) -> bool {
             in_input_chain = false;
             continue;
         }
-        if l.starts_with("type filter hook input") || l.starts_with("type filter hook prerouting")
-        {
+        if l.starts_with("type filter hook input") || l.starts_with("type filter hook prerouting") {
             if l.contains("policy drop") || l.contains("policy reject") {
                 return true;
             }
@@ -165,9 +171,13 @@ pub(crate) fn iptables_filters_input(rules: &str) -> bool {
 /// The kernel's packet-filter facts readable without privileges.
 fn kernel_filter_facts() -> Value {
     let tables = |p: &str| -> Option<Vec<String>> {
-        std::fs::read_to_string(p)
-            .ok()
-            .map(|t| t.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+        std::fs::read_to_string(p).ok().map(|t| {
+            t.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
     };
     json!({
         "nfTablesModuleLoaded": Path::new("/sys/module/nf_tables").exists(),
@@ -203,7 +213,10 @@ pub(crate) fn firewall_state() -> ProbeState {
     if Path::new("/usr/sbin/firewalld").exists() || Path::new("/usr/bin/firewalld").exists() {
         let active = run_tool(&["systemctl"], &["is-active", "firewalld"])
             .map(|r| r.stdout.trim() == "active");
-        tools.insert("firewalld".into(), json!({ "installed": true, "active": active }));
+        tools.insert(
+            "firewalld".into(),
+            json!({ "installed": true, "active": active }),
+        );
         if active == Some(true) {
             return ProbeState {
                 value: Some(true),
@@ -371,8 +384,7 @@ fn layer_of(dir: &Path, depth: u32) -> Layer {
         let below: Vec<Layer> = slaves
             .filter_map(Result::ok)
             .map(|e| {
-                std::fs::canonicalize(e.path())
-                    .map_or(Layer::Unknown, |p| layer_of(&p, depth + 1))
+                std::fs::canonicalize(e.path()).map_or(Layer::Unknown, |p| layer_of(&p, depth + 1))
             })
             .collect();
         return if below.is_empty() {
@@ -390,8 +402,7 @@ fn layer_of(dir: &Path, depth: u32) -> Layer {
         let below: Vec<Layer> = slaves
             .filter_map(Result::ok)
             .map(|e| {
-                std::fs::canonicalize(e.path())
-                    .map_or(Layer::Unknown, |p| layer_of(&p, depth + 1))
+                std::fs::canonicalize(e.path()).map_or(Layer::Unknown, |p| layer_of(&p, depth + 1))
             })
             .collect();
         if !below.is_empty() {
@@ -415,7 +426,9 @@ fn layer_of(dir: &Path, depth: u32) -> Layer {
 const DATA_MOUNTS: &[&str] = &["/", "/home", "/var"];
 
 /// Filesystems whose encryption a block device cannot tell.
-const VIRTUAL_FS: &[&str] = &["overlay", "tmpfs", "nfs", "nfs4", "cifs", "fuse", "9p", "virtiofs"];
+const VIRTUAL_FS: &[&str] = &[
+    "overlay", "tmpfs", "nfs", "nfs4", "cifs", "fuse", "9p", "virtiofs",
+];
 
 /// Decides from mountinfo text and a sysfs root (injectable for tests).
 pub(crate) fn disk_encryption_from(mountinfo: &str, sys: &Path) -> ProbeState {
@@ -482,7 +495,10 @@ mod tests {
     #[test]
     fn nft_rulesets_are_read() {
         assert!(nft_filters_input(NFT_DROP));
-        assert!(!nft_filters_input(NFT_ACCEPT_EMPTY), "output rules do not count");
+        assert!(
+            !nft_filters_input(NFT_ACCEPT_EMPTY),
+            "output rules do not count"
+        );
         assert!(nft_filters_input(NFT_ACCEPT_RULES));
         assert!(!nft_filters_input(""));
     }
@@ -498,7 +514,10 @@ mod tests {
 
     #[test]
     fn ufw_conf_is_read() {
-        assert_eq!(parse_ufw_conf("# c\nENABLED=yes\nLOGLEVEL=low\n"), Some(true));
+        assert_eq!(
+            parse_ufw_conf("# c\nENABLED=yes\nLOGLEVEL=low\n"),
+            Some(true)
+        );
         assert_eq!(parse_ufw_conf("ENABLED=no\n"), Some(false));
         assert_eq!(parse_ufw_conf("LOGLEVEL=low\n"), None);
     }
@@ -511,7 +530,8 @@ mod tests {
         assert!(!kernel_has_no_filter(&nft));
         let ipt = json!({ "nfTablesModuleLoaded": false, "ipTables": ["filter"], "ip6Tables": [] });
         assert!(!kernel_has_no_filter(&ipt));
-        let unreadable = json!({ "nfTablesModuleLoaded": false, "ipTables": null, "ip6Tables": [] });
+        let unreadable =
+            json!({ "nfTablesModuleLoaded": false, "ipTables": null, "ip6Tables": [] });
         assert!(!kernel_has_no_filter(&unreadable));
     }
 
@@ -589,7 +609,10 @@ mod tests {
     #[test]
     fn the_real_machine_answers() {
         let d = disk_encryption_state();
-        let volumes = d.evidence["volumes"].as_array().cloned().unwrap_or_default();
+        let volumes = d.evidence["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         assert!(volumes.iter().any(|v| v["mount"] == "/"), "{}", d.evidence);
         assert_eq!(disk_encrypted(), d.value);
         let f = firewall_state();

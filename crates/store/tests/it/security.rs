@@ -17,11 +17,17 @@ use uuid::Uuid;
 use crate::{audit, tenancy::new_device};
 
 async fn device(o: &OrgStore<'_>, name: &str) -> DeviceId {
-    let site = o.create_site(name, "UTC", audit("s", "site")).await.unwrap();
-    o.create_device(new_device(site.id, name, DeviceStatus::Online), audit("d", "device"))
+    let site = o
+        .create_site(name, "UTC", audit("s", "site"))
         .await
-        .unwrap()
-        .id
+        .unwrap();
+    o.create_device(
+        new_device(site.id, name, DeviceStatus::Online),
+        audit("d", "device"),
+    )
+    .await
+    .unwrap()
+    .id
 }
 
 fn outcome(score: i64) -> ScanOutcome {
@@ -73,12 +79,22 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
 
     // Another organization's device cannot be scanned from here.
     let e = oa
-        .create_security_scan(db, Uuid::now_v7(), "key:x", audit("security_scan.start", "s"))
+        .create_security_scan(
+            db,
+            Uuid::now_v7(),
+            "key:x",
+            audit("security_scan.start", "s"),
+        )
         .await;
     assert!(matches!(e, Err(StoreError::NotFound(_))), "{e:?}");
 
     let scan = oa
-        .create_security_scan(da, Uuid::now_v7(), "key:x", audit("security_scan.start", "s"))
+        .create_security_scan(
+            da,
+            Uuid::now_v7(),
+            "key:x",
+            audit("security_scan.start", "s"),
+        )
         .await
         .unwrap();
     assert_eq!(scan.status, ScanStatus::Running);
@@ -99,7 +115,12 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
         ob.record_scan_result(scan.id, outcome(40)).await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(ob.list_security_scans(None, None, 10).await.unwrap().is_empty());
+    assert!(
+        ob.list_security_scans(None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Recorded once, whoever notices first.
     cx.clock.advance(Duration::seconds(30));
@@ -129,11 +150,19 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     assert_eq!(snaps.len(), 1);
     assert_eq!(snaps[0].score, 40, "the second record wrote nothing");
     assert!(ob.latest_postures().await.unwrap().is_empty());
-    assert_eq!(oa.latest_completed_scan(da).await.unwrap().map(|s| s.id), Some(scan.id));
+    assert_eq!(
+        oa.latest_completed_scan(da).await.unwrap().map(|s| s.id),
+        Some(scan.id)
+    );
 
     // A failed scan records no posture.
     let failed = oa
-        .create_security_scan(da, Uuid::now_v7(), "key:x", audit("security_scan.start", "s"))
+        .create_security_scan(
+            da,
+            Uuid::now_v7(),
+            "key:x",
+            audit("security_scan.start", "s"),
+        )
         .await
         .unwrap();
     let mut o = outcome(0);
@@ -144,7 +173,11 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     o.flagged.clear();
     assert!(oa.record_scan_result(failed.id, o).await.unwrap());
     assert_eq!(
-        oa.get_security_scan(failed.id).await.unwrap().error.as_deref(),
+        oa.get_security_scan(failed.id)
+            .await
+            .unwrap()
+            .error
+            .as_deref(),
         Some("unknown command")
     );
     assert_eq!(oa.latest_postures().await.unwrap()[0].scan_id, scan.id);
@@ -218,7 +251,11 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     ));
     assert_eq!(oa.list_quarantine(Some(da), 10).await.unwrap().len(), 1);
     assert!(ob.list_quarantine(None, 10).await.unwrap().is_empty());
-    for action in ["security_scan.start", "security_scan.quarantine", "security_scan.restore"] {
+    for action in [
+        "security_scan.start",
+        "security_scan.quarantine",
+        "security_scan.restore",
+    ] {
         let filter = AuditFilter {
             action: Some(action.into()),
             ..Default::default()

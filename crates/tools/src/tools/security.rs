@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use breeze_agent_proto::{CommandKind, DEFAULT_OUTPUT_CAP_BYTES};
 use breeze_core::{
-    AuditEvent, Device, DeviceId, DeviceStatus, Permission, SiteId, DeviceGroupId,
+    AuditEvent, Device, DeviceGroupId, DeviceId, DeviceStatus, Permission, SiteId,
     security::{
         self as posture, CheckStatus, FACTOR_WEIGHTS, FactorScore, FindingInput, FindingSeverity,
         Posture, QuarantineState, Recommendation, RiskLevel, ScanStatus,
@@ -417,7 +417,10 @@ async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, Too
     Ok(cx.org.get_security_scan(scan.id).await?)
 }
 
-async fn summary(cx: &ToolCx<'_>, scan: &SecurityScan) -> Result<Option<BTreeMap<String, usize>>, ToolError> {
+async fn summary(
+    cx: &ToolCx<'_>,
+    scan: &SecurityScan,
+) -> Result<Option<BTreeMap<String, usize>>, ToolError> {
     if scan.status != ScanStatus::Completed {
         return Ok(None);
     }
@@ -501,17 +504,18 @@ async fn scan_devices(
                 ScanTarget::Organization => {}
                 ScanTarget::Site { site_id } => {
                     let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
-                    cx.org.get_site(id).await.map_err(|_| {
-                        ToolError::not_found("Site not found or access denied")
-                    })?;
+                    cx.org
+                        .get_site(id)
+                        .await
+                        .map_err(|_| ToolError::not_found("Site not found or access denied"))?;
                     filter.site_id = Some(id);
                 }
                 ScanTarget::Group { group_id } => {
-                    let id =
-                        DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
-                    cx.org.get_group(id).await.map_err(|_| {
-                        ToolError::not_found("Group not found or access denied")
-                    })?;
+                    let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
+                    cx.org
+                        .get_group(id)
+                        .await
+                        .map_err(|_| ToolError::not_found("Group not found or access denied"))?;
                     filter.group_id = Some(id);
                 }
             }
@@ -536,7 +540,9 @@ async fn scan_devices(
 fn check_scan_paths(input: &ScanInput) -> Result<(), ToolError> {
     for p in input.extra_roots.iter().flatten() {
         if !p.starts_with('/') {
-            return Err(ToolError::invalid(format!("extraRoots: {p:?} is not an absolute path")));
+            return Err(ToolError::invalid(format!(
+                "extraRoots: {p:?} is not an absolute path"
+            )));
         }
         safe_path("extraRoots", p)?;
     }
@@ -653,7 +659,11 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
         (Some(raw), _) => settle(cx, find_scan(cx, raw).await?).await?,
         (None, Some(d)) => {
             let device = find_device(cx, d).await?;
-            for s in cx.org.list_security_scans(Some(device.id), Some(ScanStatus::Running), 5).await? {
+            for s in cx
+                .org
+                .list_security_scans(Some(device.id), Some(ScanStatus::Running), 5)
+                .await?
+            {
                 settle(cx, s).await?;
             }
             cx.org
@@ -747,7 +757,11 @@ fn quarantine_record(
 }
 
 /// quarantine, or remove of a flagged file (quarantined, then its content deleted).
-async fn do_quarantine(cx: &ToolCx<'_>, input: &ScanInput, delete: bool) -> Result<ScanOutput, ToolError> {
+async fn do_quarantine(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+    delete: bool,
+) -> Result<ScanOutput, ToolError> {
     let flagged = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
     safe_path("path", &flagged.path)?;
     let device = online_device(cx, &flagged.device_id.to_string()).await?;
@@ -774,16 +788,26 @@ async fn do_quarantine(cx: &ToolCx<'_>, input: &ScanInput, delete: bool) -> Resu
     let record = quarantine_record(cx, device.id, &flagged, result)?;
     let audit = AuditEvent::new(
         cx.actor.clone(),
-        if delete { "security_scan.remove" } else { "security_scan.quarantine" },
+        if delete {
+            "security_scan.remove"
+        } else {
+            "security_scan.quarantine"
+        },
         "security_quarantine",
     )
     .request(cx.request_id.clone());
     let entry = cx.org.record_quarantine(record, audit).await?;
     Ok(ScanOutput {
         message: Some(if delete {
-            format!("{} was deleted (its quarantine record is kept)", entry.original_path)
+            format!(
+                "{} was deleted (its quarantine record is kept)",
+                entry.original_path
+            )
         } else {
-            format!("{} is quarantined; restore it with quarantineId {}", entry.original_path, entry.id)
+            format!(
+                "{} is quarantined; restore it with quarantineId {}",
+                entry.original_path, entry.id
+            )
         }),
         quarantine: Some(entry.into()),
         ..Default::default()
@@ -791,12 +815,20 @@ async fn do_quarantine(cx: &ToolCx<'_>, input: &ScanInput, delete: bool) -> Resu
 }
 
 /// remove of a quarantined file, or restore.
-async fn do_quarantined(cx: &ToolCx<'_>, input: &ScanInput, restore: bool) -> Result<ScanOutput, ToolError> {
+async fn do_quarantined(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+    restore: bool,
+) -> Result<ScanOutput, ToolError> {
     let entry = find_quarantine(cx, input.quarantine_id.as_deref()).await?;
     if entry.state != QuarantineState::Quarantined {
         return Err(ToolError::new(
             ErrorCode::Conflict,
-            format!("the file is {}; only quarantined files can be {}", entry.state, if restore { "restored" } else { "removed" }),
+            format!(
+                "the file is {}; only quarantined files can be {}",
+                entry.state,
+                if restore { "restored" } else { "removed" }
+            ),
         ));
     }
     if restore {
@@ -831,13 +863,23 @@ async fn do_quarantined(cx: &ToolCx<'_>, input: &ScanInput, restore: bool) -> Re
     }
     let audit = AuditEvent::new(
         cx.actor.clone(),
-        if restore { "security_scan.restore" } else { "security_scan.remove" },
+        if restore {
+            "security_scan.restore"
+        } else {
+            "security_scan.remove"
+        },
         "security_quarantine",
     )
     .request(cx.request_id.clone());
     let entry = cx
         .org
-        .set_quarantine_state(entry.id, QuarantineState::Quarantined, to, &cx.actor.to_string(), audit)
+        .set_quarantine_state(
+            entry.id,
+            QuarantineState::Quarantined,
+            to,
+            &cx.actor.to_string(),
+            audit,
+        )
         .await?;
     Ok(ScanOutput {
         message: Some(format!("{} is {}", entry.original_path, entry.state)),
@@ -881,7 +923,11 @@ impl Tool for SecurityScanTool {
                 let f = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
                 online_device(cx, &f.device_id.to_string()).await?;
                 Ok(Some(Pin {
-                    summary: format!("{} (sha256 {})", f.path, f.sha256.as_deref().unwrap_or("not hashed")),
+                    summary: format!(
+                        "{} (sha256 {})",
+                        f.path,
+                        f.sha256.as_deref().unwrap_or("not hashed")
+                    ),
                     data: serde_json::json!({ "flaggedFileId": f.id, "path": f.path, "sha256": f.sha256 }),
                 }))
             }
@@ -890,7 +936,11 @@ impl Tool for SecurityScanTool {
                     let f = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
                     online_device(cx, &f.device_id.to_string()).await?;
                     return Ok(Some(Pin {
-                        summary: format!("delete {} (sha256 {})", f.path, f.sha256.as_deref().unwrap_or("not hashed")),
+                        summary: format!(
+                            "delete {} (sha256 {})",
+                            f.path,
+                            f.sha256.as_deref().unwrap_or("not hashed")
+                        ),
                         data: serde_json::json!({ "flaggedFileId": f.id, "path": f.path, "sha256": f.sha256 }),
                     }));
                 }
@@ -1100,7 +1150,8 @@ impl Tool for GetSecurityPosture {
                 })
                 .collect();
             let message = posture.is_none().then(|| {
-                "This device has no completed security scan; run security_scan with action scan".to_owned()
+                "This device has no completed security scan; run security_scan with action scan"
+                    .to_owned()
             });
             return Ok(PostureOutput {
                 scope: "device".into(),
@@ -1112,7 +1163,10 @@ impl Tool for GetSecurityPosture {
             });
         }
         let latest = cx.org.latest_postures().await?;
-        let (devices, total) = cx.org.list_devices(&DeviceFilter::default(), 10_000, 0).await?;
+        let (devices, total) = cx
+            .org
+            .list_devices(&DeviceFilter::default(), 10_000, 0)
+            .await?;
         let hostnames: BTreeMap<DeviceId, String> =
             devices.into_iter().map(|d| (d.id, d.hostname)).collect();
         let audited = latest.len();
