@@ -382,7 +382,7 @@ pub fn parse_sshd_t(text: &str) -> SshSettings {
         let mut it = line.split_whitespace();
         match (it.next(), it.next()) {
             (Some("permitrootlogin"), Some(v)) => {
-                s.permit_root_login = Some(v.to_ascii_lowercase())
+                s.permit_root_login = Some(v.to_ascii_lowercase());
             }
             (Some("passwordauthentication"), Some(v)) => {
                 s.password_authentication = Some(v.to_ascii_lowercase());
@@ -1515,7 +1515,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let root = dir.path().join("sys");
         let chmod = |p: &Path, m: u32| {
-            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
         };
         write(&root.join("bin/tool"), "#!/bin/sh\n");
         chmod(&root.join("bin/tool"), 0o777);
@@ -1576,7 +1576,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let state = dir.path().join("state");
         let qdir = state.join("quarantine");
-        let guard = guard_for(&[state.clone()]);
+        let guard = guard_for(&[state]);
         let work = dir.path().join("work");
         let victim = work.join("payload.sh");
         write(&victim, "#!/bin/sh\necho pwned\n");
@@ -1653,7 +1653,7 @@ mod tests {
         let qdir = state.join("quarantine");
         let protected_dir = dir.path().join("keep");
         write(&protected_dir.join("file"), "x");
-        let guard = guard_for(&[state.clone(), protected_dir.clone()]);
+        let guard = guard_for(&[state, protected_dir.clone()]);
         let now = chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("a valid time");
         let p = protected_dir.join("file").to_string_lossy().into_owned();
         assert!(quarantine(&guard, &qdir, &p, None, false, now).is_err());
