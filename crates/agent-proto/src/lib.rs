@@ -523,6 +523,41 @@ pub enum CommandKind {
         #[serde(default)]
         reboot_delay_minutes: u32,
     },
+    /// Read-only Linux security checks (firewall, pending security updates, disk encryption,
+    /// SSH configuration, world-writable files under system paths, listening services,
+    /// antivirus/EDR presence). Each check is `pass`, `fail` or `unknown` (the agent could not
+    /// tell, e.g. unprivileged) with a severity and evidence; files a check flags are listed
+    /// with their metadata. Result: `{"checks":[{check,status,severity,title,evidence}],
+    /// "flaggedFiles":[{path,reason,check,severity,sha256,mode,uid,gid,sizeBytes}],"privileged":bool}`.
+    /// Older agents answer it with a failed result ("unknown command").
+    SecurityScan {
+        /// Extra directories walked for world-writable files besides the built-in system
+        /// paths (bounded walk; protected paths are skipped).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        extra_roots: Vec<String>,
+        /// Indicator paths: a file found at one of these is flagged.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        indicator_paths: Vec<String>,
+    },
+    /// Moves a flagged file into the agent's own quarantine (under its state directory),
+    /// recording its original path, mode, owner and sha256; with `delete` the content is then
+    /// deleted and only the record stays. Refused on protected paths and on anything but a
+    /// regular file, and when `expectedSha256` is given and differs.
+    /// Result: `{"quarantineId","originalPath","sha256","mode","uid","gid","sizeBytes","state":"quarantined"|"removed"}`.
+    QuarantineFile {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_sha256: Option<String>,
+        #[serde(default)]
+        delete: bool,
+    },
+    /// Puts a quarantined file back at its original path with its mode (and owner when the
+    /// agent may). Refused when something is there now or the path became protected.
+    /// Result: `{"quarantineId","originalPath","sha256","state":"restored","ownerRestored":bool}`.
+    RestoreQuarantined { quarantine_id: String },
+    /// Deletes a quarantined file's content; the record stays.
+    /// Result: `{"quarantineId","originalPath","state":"removed"}`.
+    DeleteQuarantined { quarantine_id: String },
 }
 
 impl CommandKind {
@@ -539,6 +574,9 @@ impl CommandKind {
                 | CommandKind::FileRename { .. }
                 | CommandKind::DiskScan { .. }
                 | CommandKind::DiskCleanup { .. }
+                | CommandKind::SecurityScan { .. }
+                | CommandKind::QuarantineFile { .. }
+                | CommandKind::RestoreQuarantined { .. }
         )
     }
 
@@ -550,9 +588,18 @@ impl CommandKind {
             | CommandKind::FileWrite { path, .. }
             | CommandKind::FileDelete { path, .. }
             | CommandKind::FileMkdir { path }
-            | CommandKind::DiskScan { path, .. } => vec![path.as_str()],
+            | CommandKind::DiskScan { path, .. }
+            | CommandKind::QuarantineFile { path, .. } => vec![path.as_str()],
             CommandKind::FileRename { from, to } => vec![from.as_str(), to.as_str()],
             CommandKind::DiskCleanup { paths } => paths.iter().map(String::as_str).collect(),
+            CommandKind::SecurityScan {
+                extra_roots,
+                indicator_paths,
+            } => extra_roots
+                .iter()
+                .chain(indicator_paths)
+                .map(String::as_str)
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -809,6 +856,41 @@ mod tests {
             .expect("serialises");
         assert_eq!(frame["type"], "policy");
         assert_eq!(frame["metricsIntervalSecs"], 10);
+    }
+
+    /// The security kinds are tagged like the others and read with their optional fields
+    /// left out (a server that sends none of them is unaffected).
+    #[test]
+    fn security_kinds_round_trip() {
+        let kind: CommandKind =
+            serde_json::from_value(serde_json::json!({ "type": "security_scan" }))
+                .expect("defaults apply");
+        assert_eq!(
+            kind,
+            CommandKind::SecurityScan {
+                extra_roots: Vec::new(),
+                indicator_paths: Vec::new()
+            }
+        );
+        let q = CommandKind::QuarantineFile {
+            path: "/tmp/x".into(),
+            expected_sha256: None,
+            delete: true,
+        };
+        let json = serde_json::to_value(&q).expect("serialises");
+        assert_eq!(json["type"], "quarantine_file");
+        assert!(q.touches_paths());
+        assert_eq!(q.paths(), vec!["/tmp/x"]);
+        let r: CommandKind = serde_json::from_value(
+            serde_json::json!({ "type": "restore_quarantined", "quarantineId": "abc" }),
+        )
+        .expect("reads");
+        assert_eq!(
+            r,
+            CommandKind::RestoreQuarantined {
+                quarantine_id: "abc".into()
+            }
+        );
     }
 
     #[test]

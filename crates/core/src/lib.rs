@@ -17,6 +17,7 @@ pub mod principal;
 pub mod rbac;
 pub mod report;
 pub mod scope;
+pub mod security;
 pub mod tenancy;
 pub mod tier;
 pub mod user;

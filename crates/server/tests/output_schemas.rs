@@ -85,6 +85,11 @@ fn answer(kind: &CommandKind) -> Value {
             "mounts": [], "largestFiles": [], "largestDirectories": [],
             "cleanupCandidates": [{ "path": "/tmp/cand.log", "sizeBytes": 4096, "category": "temp" }],
         }),
+        CommandKind::QuarantineFile { path, delete, .. } => json!({
+            "quarantineId": uuid::Uuid::now_v7(), "originalPath": path, "sha256": "c".repeat(64),
+            "mode": "0644", "uid": 0, "gid": 0, "sizeBytes": 1,
+            "state": if *delete { "removed" } else { "quarantined" },
+        }),
         _ => json!({}),
     }
 }
@@ -421,6 +426,11 @@ impl Suite {
             "newPath" => json!("/tmp/breeze-schemas-renamed"),
             "paths" => json!(["/tmp/cand.log"]),
             "subnet" => json!("10.0.0.0/24"),
+            "scanId" => json!(self.fresh_scan().await.0.to_string()),
+            "flaggedFileId" => json!(self.fresh_scan().await.1.to_string()),
+            "quarantineId" => json!(self.fresh_quarantine().await.to_string()),
+            "extraRoots" => json!(["/tmp"]),
+            "indicatorPaths" => json!(["/tmp/breeze-indicator"]),
             "startTime" => {
                 json!((self.w.state.clock.now() - chrono::Duration::hours(1)).to_rfc3339())
             }
@@ -437,6 +447,61 @@ impl Suite {
             }
             _ => return None,
         })
+    }
+
+    /// A completed security scan of the fixture's device with one flagged file: (scan, file).
+    async fn fresh_scan(&self) -> (uuid::Uuid, uuid::Uuid) {
+        let org = self.w.store.org(self.w.org_a);
+        let device = breeze_core::DeviceId(self.device.parse().unwrap());
+        let scan = org
+            .create_security_scan(device, uuid::Uuid::now_v7(), "fixture", audit("s"))
+            .await
+            .unwrap();
+        let outcome = breeze_store::ScanOutcome {
+            status: breeze_core::security::ScanStatus::Completed,
+            error: None,
+            privileged: Some(true),
+            findings: Vec::new(),
+            flagged: vec![breeze_store::NewFlagged {
+                path: "/tmp/breeze-flagged".into(),
+                reason: "fixture".into(),
+                check: "indicators".into(),
+                severity: breeze_core::security::FindingSeverity::High,
+                sha256: Some("c".repeat(64)),
+                mode: "0644".into(),
+                uid: 0,
+                gid: 0,
+                size_bytes: 1,
+            }],
+            posture: None,
+        };
+        org.record_scan_result(scan.id, outcome).await.unwrap();
+        let flagged = org.scan_flagged_files(scan.id).await.unwrap()[0].id;
+        (scan.id, flagged)
+    }
+
+    /// A quarantined file of the fixture's device (each restore or remove consumes one).
+    async fn fresh_quarantine(&self) -> uuid::Uuid {
+        let org = self.w.store.org(self.w.org_a);
+        org.record_quarantine(
+            breeze_store::NewQuarantine {
+                device_id: breeze_core::DeviceId(self.device.parse().unwrap()),
+                flagged_id: None,
+                agent_ref: uuid::Uuid::now_v7().to_string(),
+                original_path: "/tmp/breeze-flagged".into(),
+                sha256: "c".repeat(64),
+                mode: "0644".into(),
+                uid: 0,
+                gid: 0,
+                size_bytes: 1,
+                state: breeze_core::security::QuarantineState::Quarantined,
+                created_by: "fixture".into(),
+            },
+            audit("q"),
+        )
+        .await
+        .unwrap()
+        .id
     }
 
     /// A new alert rule of the fixture's organization (each delete consumes one).
@@ -852,10 +917,12 @@ async fn suite(cx: &Ctx) -> Suite {
         limiter.clone(),
     );
     let app = app(Breeze::new(state.clone()));
+    // No per-tool limits here: every Tier 3 action of a tool is asked for once (security_scan
+    // has six actions and a limit of three).
     let pending_app = common::build(
         &w,
         |c| c.approvals.wait = Duration::ZERO,
-        Arc::new(MemoryLimiter::new()),
+        Arc::new(Switch::default()),
     );
     let budget_app = common::build(
         &w,

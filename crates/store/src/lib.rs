@@ -33,6 +33,7 @@ mod protected_paths;
 mod reports;
 mod scheduled;
 mod scripts;
+mod security;
 mod sql;
 mod tenancy;
 #[cfg(feature = "testing")]
@@ -96,6 +97,10 @@ pub use reports::{
     ReportRequest, ReportRun, ReportUpdate,
 };
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
+pub use security::{
+    FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,
+    QuarantineEntry, SCANS_KEPT, ScanOutcome, SecurityFinding, SecurityScan,
+};
 /// The database driver's error, for callers that classify failures (e.g. unavailable vs bug).
 pub use sqlx::Error as SqlxError;
 use sqlx::{

@@ -44,6 +44,7 @@ pub fn all() -> Registry {
     r.domain("patches", tools::patches::register);
     r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
+    r.domain("security", tools::security::register);
     r.domain("telemetry", tools::telemetry::register);
     r
 }
@@ -74,6 +75,7 @@ mod tests {
                 "patches",
                 "reports",
                 "scripts",
+                "security",
                 "telemetry"
             ]
         );
@@ -166,6 +168,7 @@ mod tests {
         // Breeze's own: get_device_details counts packages, this pages them.
         ("get_device_software",         None,          false, None),
         ("get_effective_configuration", Some("1"),     false, None),
+        ("get_security_posture",        Some("1"),     false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
         ("list_configuration_policies", Some("1"),     false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
@@ -183,6 +186,7 @@ mod tests {
         ("resolve_device_context",      Some("2"),     false, Some((20, 300))),
         ("run_script",                  Some("3"),     false, Some((5, 300))),
         ("search_agent_logs",           Some("1"),     false, None),
+        ("security_scan",               Some("3"),     false, Some((3, 600))),
         ("set_agent_log_level",         Some("2"),     false, None),
         ("set_device_context",          Some("2"),     false, Some((20, 300))),
     ];
@@ -227,6 +231,7 @@ mod tests {
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_effective_configuration", None,                     Tier::T1, Permission::DevicesRead),
+        ("get_security_posture",        None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
@@ -288,6 +293,12 @@ mod tests {
         ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
         ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
         ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),
+        ("security_scan",               Some("scan"),             Tier::T3, Permission::DevicesExecute),
+        ("security_scan",               Some("status"),           Tier::T3, Permission::DevicesRead),
+        ("security_scan",               Some("results"),          Tier::T3, Permission::DevicesRead),
+        ("security_scan",               Some("quarantine"),       Tier::T3, Permission::FilesWrite),
+        ("security_scan",               Some("remove"),           Tier::T3, Permission::FilesWrite),
+        ("security_scan",               Some("restore"),          Tier::T3, Permission::FilesWrite),
         ("set_agent_log_level",         None,                     Tier::T2, Permission::DevicesExecute),
         ("set_device_context",          None,                     Tier::T2, Permission::DevicesWrite),
     ];

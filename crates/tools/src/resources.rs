@@ -4,7 +4,7 @@
 //! `breeze://alerts` (unresolved alerts, newest first, at most 200), `breeze://automations`
 //! (automations by name, at most 200: trigger, task, enabled, next run), the template
 //! `breeze://devices/{id}` (the `get_device_details` document: the device with what its agent
-//! reported, camelCase like every tool output), and
+//! reported, camelCase like every tool output, and its latest security posture), and
 //! `breeze://server` (identity, transport, protocol versions).
 //!
 //! Reading a resource is authorized like calling a tool: the key's user must hold a role in
@@ -176,7 +176,11 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                 .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
             match org.get_device(parsed).await {
                 // The same document as get_device_details: camelCase throughout.
-                Ok(d) => Ok(crate::tools::devices::device_details(org, &d).await?),
+                Ok(d) => {
+                    let mut doc = crate::tools::devices::device_details(org, &d).await?;
+                    crate::tools::security::add_posture(org, d.id, &mut doc).await?;
+                    Ok(doc)
+                }
                 Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),
                 Err(e) => Err(e.into()),
             }

@@ -13,6 +13,7 @@ pub mod patches;
 pub mod process;
 pub mod processes;
 pub mod protect;
+pub mod security;
 pub mod services;
 pub mod syslog;
 
@@ -93,6 +94,11 @@ impl Executor {
         all.extend_from_slice(paths);
         self.protection = Arc::new(Protection::new(&all).with_patterns(patterns));
         self
+    }
+
+    /// Where quarantined files are kept (inside the protected state directory).
+    fn quarantine_dir(&self) -> PathBuf {
+        self.state_dir.join("quarantine")
     }
 
     /// The clock the executor stamps results with.
@@ -461,6 +467,48 @@ impl Executor {
                     serde_json::to_value(report).map_err(|e| e.to_string())
                 })
                 .await
+            }
+            CommandKind::SecurityScan {
+                extra_roots,
+                indicator_paths,
+            } => {
+                let deadline = deadline.into_std();
+                let g = guard();
+                blocking(move || {
+                    security::scan(&g()?, None, &extra_roots, &indicator_paths, deadline)
+                })
+                .await
+            }
+            CommandKind::QuarantineFile {
+                path,
+                expected_sha256,
+                delete,
+            } => {
+                let g = guard();
+                let qdir = self.quarantine_dir();
+                let now = self.clock.now();
+                blocking(move || {
+                    security::quarantine(
+                        &g()?,
+                        &qdir,
+                        &path,
+                        expected_sha256.as_deref(),
+                        delete,
+                        now,
+                    )
+                })
+                .await
+            }
+            CommandKind::RestoreQuarantined { quarantine_id } => {
+                let g = guard();
+                let qdir = self.quarantine_dir();
+                let now = self.clock.now();
+                blocking(move || security::restore(&g()?, &qdir, &quarantine_id, now)).await
+            }
+            CommandKind::DeleteQuarantined { quarantine_id } => {
+                let qdir = self.quarantine_dir();
+                let now = self.clock.now();
+                blocking(move || security::delete(&qdir, &quarantine_id, now)).await
             }
             CommandKind::Shell { .. } | CommandKind::Script { .. } => {
                 Err("not a typed command".to_owned())

@@ -3,6 +3,7 @@
 pub mod heartbeat;
 pub mod inventory;
 pub mod metrics;
+pub mod probes;
 
 use breeze_agent_proto::OsInfo;
 

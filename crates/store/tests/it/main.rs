@@ -17,6 +17,7 @@ mod maintenance;
 mod packages;
 mod patches;
 mod reports;
+mod security;
 mod tenancy;
 mod users;
 mod wal;

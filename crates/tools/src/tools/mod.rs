@@ -15,6 +15,7 @@ pub(crate) mod maintenance;
 pub(crate) mod patches;
 pub(crate) mod reports;
 pub(crate) mod scripts;
+pub(crate) mod security;
 pub(crate) mod telemetry;
 
 /// A device id argument, with the error every tool gives for a missing or foreign device.

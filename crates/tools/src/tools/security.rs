@@ -1,0 +1,1263 @@
+//! `security_scan` (Tier 3 for every action, 3 calls per 10 minutes) and
+//! `get_security_posture` (Tier 1).
+//!
+//! A scan is a `security_scan` command on each chosen online device (read-only Linux checks:
+//! firewall, pending security updates, disk encryption, SSH root login and password
+//! authentication, world-writable system files, listening services, antivirus/EDR, indicator
+//! paths). Its row is written when it is queued; the agent's answer — findings, flagged files
+//! and the posture it gives (`breeze_core::security::score`) — is recorded when the call sees
+//! it finish, or later by `status`/`results`, whichever comes first (the store records it
+//! once). `quarantine`, `remove` and `restore` act only on files a scan of the same device
+//! flagged (pinned by the sha256 the scan saw) or on the organization's own quarantine
+//! records; the agent refuses protected paths whatever is asked. Another organization's
+//! device, scan, flagged file or quarantine record is "not found", like a missing one.
+//!
+//! The posture is eight weighted factors (`breeze_core::security::FACTOR_WEIGHTS`, stated in
+//! every answer), per device from its newest scan and for the fleet as the average of its
+//! devices' newest postures, with recommendations ordered by the points each would gain and
+//! the trend from the stored snapshots.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use breeze_agent_proto::{CommandKind, DEFAULT_OUTPUT_CAP_BYTES};
+use breeze_core::{
+    AuditEvent, Device, DeviceGroupId, DeviceId, DeviceStatus, Permission, SiteId,
+    security::{
+        self as posture, CheckStatus, FACTOR_WEIGHTS, FactorScore, FindingInput, FindingSeverity,
+        Posture, QuarantineState, Recommendation, RiskLevel, ScanStatus,
+    },
+};
+use breeze_gateway::GatewayError;
+use breeze_store::{
+    CommandRecord, DeviceFilter, FlaggedFile, NewCommand, NewFinding, NewFlagged, NewPosture,
+    NewQuarantine, PostureSnapshot, QuarantineEntry, ScanOutcome, SecurityScan, StoreError,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{
+    device_command::{RunOptions, online_device, require_completed, run, safe_path},
+    devices::find_device,
+};
+use crate::{ErrorCode, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<GetSecurityPosture>();
+    r.register::<SecurityScanTool>();
+}
+
+const SCAN_NOT_FOUND: &str = "Security scan not found or access denied";
+const FLAGGED_NOT_FOUND: &str = "Flagged file not found or access denied";
+const QUARANTINE_NOT_FOUND: &str = "Quarantined file not found or access denied";
+/// Most devices one scan call reaches.
+const MAX_SCAN_DEVICES: usize = 50;
+/// The agent stops a scan after this long.
+const SCAN_TIMEOUT_SECS: u32 = 300;
+/// How long a scan call waits for results before answering with the scans still running.
+const SCAN_WAIT: Duration = Duration::from_secs(90);
+/// How long a command waits for an online agent that is reconnecting.
+const QUEUE_TTL_SECS: i64 = 75;
+
+fn uuid_arg(raw: &str, missing: &str) -> Result<Uuid, ToolError> {
+    Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
+}
+
+fn gateway_error(e: GatewayError) -> ToolError {
+    match e {
+        GatewayError::Store(s) => s.into(),
+    }
+}
+
+crate::actions! {
+    // Every action is Tier 3, as the spec lists the tool: a scan runs on devices, and its
+    // results, status and the quarantine are held to the same bar.
+    pub(crate) enum ScanAction {
+        Scan = "scan" => (T3, Execute, DevicesExecute),
+        Status = "status" => (T3, Read, DevicesRead),
+        Results = "results" => (T3, Read, DevicesRead),
+        Quarantine = "quarantine" => (T3, Update, FilesWrite),
+        Remove = "remove" => (T3, Delete, FilesWrite),
+        Restore = "restore" => (T3, Update, FilesWrite),
+    }
+}
+
+/// Which devices a scan reaches.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum ScanTarget {
+    /// Every online device of the organization (at most 50).
+    Organization,
+    #[serde(rename_all = "camelCase")]
+    Site {
+        #[schemars(length(min = 36, max = 36))]
+        site_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Group {
+        #[schemars(length(min = 36, max = 36))]
+        group_id: String,
+    },
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ScanInput {
+    action: ScanAction,
+    /// scan: the devices (1-50); or give target.
+    #[schemars(length(min = 1, max = 50))]
+    device_ids: Option<Vec<String>>,
+    /// scan, when deviceIds is not given: an organization, site or group (online devices, at
+    /// most 50).
+    target: Option<ScanTarget>,
+    /// scan: extra directories to walk for world-writable files (absolute, at most 10).
+    #[schemars(length(max = 10))]
+    extra_roots: Option<Vec<String>>,
+    /// scan: indicator paths; a file present at one is flagged (absolute, at most 100).
+    #[schemars(length(max = 100))]
+    indicator_paths: Option<Vec<String>>,
+    /// status, results: one scan.
+    #[schemars(length(min = 36, max = 36))]
+    scan_id: Option<String>,
+    /// status, results: the device's latest scans (results: its newest completed one).
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    /// results: only failed and unknown checks.
+    failed_only: Option<bool>,
+    /// quarantine, remove: a file a scan flagged (from results).
+    #[schemars(length(min = 36, max = 36))]
+    flagged_file_id: Option<String>,
+    /// remove, restore: a quarantine record (from a quarantine answer or status).
+    #[schemars(length(min = 36, max = 36))]
+    quarantine_id: Option<String>,
+}
+
+/// A scan as tools show it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScanView {
+    scan_id: String,
+    device_id: String,
+    /// running, completed or failed.
+    status: String,
+    requested_by: String,
+    started_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    /// Whether the agent ran as root (unprivileged scans answer more checks "unknown").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    privileged: Option<bool>,
+    /// Checks by status (pass, fail, unknown), once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<BTreeMap<String, usize>>,
+}
+
+impl ScanView {
+    fn new(s: &SecurityScan, summary: Option<BTreeMap<String, usize>>) -> Self {
+        Self {
+            scan_id: s.id.to_string(),
+            device_id: s.device_id.to_string(),
+            status: s.status.to_string(),
+            requested_by: s.requested_by.clone(),
+            started_at: s.started_at.to_rfc3339(),
+            finished_at: s.finished_at.map(|t| t.to_rfc3339()),
+            error: s.error.clone(),
+            privileged: s.privileged,
+            summary,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FindingView {
+    check: String,
+    /// pass, fail or unknown (the agent could not tell).
+    status: String,
+    /// info, low, medium, high or critical.
+    severity: String,
+    title: String,
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    evidence: Value,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FlaggedView {
+    flagged_file_id: String,
+    path: String,
+    reason: String,
+    check: String,
+    severity: String,
+    sha256: Option<String>,
+    mode: String,
+    uid: i64,
+    gid: i64,
+    size_bytes: i64,
+}
+
+impl From<FlaggedFile> for FlaggedView {
+    fn from(f: FlaggedFile) -> Self {
+        Self {
+            flagged_file_id: f.id.to_string(),
+            path: f.path,
+            reason: f.reason,
+            check: f.check,
+            severity: f.severity.to_string(),
+            sha256: f.sha256,
+            mode: f.mode,
+            uid: f.uid,
+            gid: f.gid,
+            size_bytes: f.size_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ResultsView {
+    scan: ScanView,
+    findings: Vec<FindingView>,
+    flagged_files: Vec<FlaggedView>,
+    /// The posture this scan gives the device (completed scans).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    posture: Option<Posture>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct QuarantineView {
+    quarantine_id: String,
+    device_id: String,
+    original_path: String,
+    sha256: String,
+    mode: String,
+    uid: i64,
+    gid: i64,
+    size_bytes: i64,
+    /// quarantined (restorable), removed or restored.
+    state: String,
+    created_by: String,
+    updated_at: String,
+}
+
+impl From<QuarantineEntry> for QuarantineView {
+    fn from(q: QuarantineEntry) -> Self {
+        Self {
+            quarantine_id: q.id.to_string(),
+            device_id: q.device_id.to_string(),
+            original_path: q.original_path,
+            sha256: q.sha256,
+            mode: q.mode,
+            uid: q.uid,
+            gid: q.gid,
+            size_bytes: q.size_bytes,
+            state: q.state.to_string(),
+            created_by: q.created_by,
+            updated_at: q.updated_at.to_rfc3339(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SkippedView {
+    device_id: String,
+    reason: String,
+}
+
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScanOutput {
+    /// scan, status: the scans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scans: Option<Vec<ScanView>>,
+    /// scan: devices not scanned (offline) and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<SkippedView>,
+    /// results: one scan's findings, flagged files and posture.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    results: Option<ResultsView>,
+    /// quarantine, remove, restore: the record after the action; status: the device's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quarantine: Option<QuarantineView>,
+    /// status with deviceId: the device's quarantine records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quarantined_files: Option<Vec<QuarantineView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recording results
+// ---------------------------------------------------------------------------------------------
+
+fn parse_finding(v: &Value) -> Option<NewFinding> {
+    Some(NewFinding {
+        check: v.get("check")?.as_str()?.chars().take(64).collect(),
+        status: v
+            .get("status")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(CheckStatus::Unknown),
+        severity: v
+            .get("severity")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(FindingSeverity::Info),
+        title: v
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .chars()
+            .take(500)
+            .collect(),
+        evidence: v.get("evidence").cloned().unwrap_or(Value::Null),
+    })
+}
+
+fn parse_flagged(v: &Value) -> Option<NewFlagged> {
+    let s = |k: &str| v.get(k).and_then(Value::as_str);
+    let n = |k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
+    Some(NewFlagged {
+        path: s("path")?.to_owned(),
+        reason: s("reason").unwrap_or("flagged").chars().take(500).collect(),
+        check: s("check").unwrap_or("unknown").chars().take(64).collect(),
+        severity: s("severity")
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(FindingSeverity::Medium),
+        sha256: s("sha256")
+            .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned),
+        mode: s("mode").unwrap_or("").chars().take(8).collect(),
+        uid: n("uid"),
+        gid: n("gid"),
+        size_bytes: n("sizeBytes"),
+    })
+}
+
+/// The posture findings give.
+fn posture_of(findings: &[NewFinding]) -> Posture {
+    let inputs: Vec<FindingInput<'_>> = findings
+        .iter()
+        .map(|f| FindingInput {
+            check: &f.check,
+            status: f.status,
+            severity: f.severity,
+            evidence: &f.evidence,
+        })
+        .collect();
+    posture::score(&inputs)
+}
+
+/// What a finished scan command says, as a scan outcome.
+fn outcome_of(command: &CommandRecord) -> ScanOutcome {
+    let completed = command.status == breeze_core::CommandStatus::Completed;
+    let result = command.result.as_ref().filter(|_| completed);
+    let Some(result) = result else {
+        return ScanOutcome {
+            status: ScanStatus::Failed,
+            error: Some(
+                command
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("the scan ended {}", command.status)),
+            ),
+            privileged: None,
+            findings: Vec::new(),
+            flagged: Vec::new(),
+            posture: None,
+        };
+    };
+    let findings: Vec<NewFinding> = result
+        .get("checks")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(parse_finding).collect())
+        .unwrap_or_default();
+    let flagged: Vec<NewFlagged> = result
+        .get("flaggedFiles")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().take(200).filter_map(parse_flagged).collect())
+        .unwrap_or_default();
+    let p = posture_of(&findings);
+    ScanOutcome {
+        status: ScanStatus::Completed,
+        error: None,
+        privileged: result.get("privileged").and_then(Value::as_bool),
+        findings,
+        flagged,
+        posture: Some(NewPosture {
+            score: i64::from(p.score),
+            risk_level: p.risk_level.clone(),
+            factors: serde_json::to_value(&p.factors).unwrap_or_default(),
+        }),
+    }
+}
+
+/// A running scan whose command has finished gets its outcome recorded; the scan as it is now.
+async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, ToolError> {
+    if scan.status != ScanStatus::Running {
+        return Ok(scan);
+    }
+    let command = match cx.org.get_command(scan.command_id).await {
+        Ok(c) => c,
+        Err(StoreError::NotFound(_)) => return Ok(scan),
+        Err(e) => return Err(e.into()),
+    };
+    if !command.is_terminal() {
+        return Ok(scan);
+    }
+    cx.org
+        .record_scan_result(scan.id, outcome_of(&command))
+        .await?;
+    Ok(cx.org.get_security_scan(scan.id).await?)
+}
+
+async fn summary(
+    cx: &ToolCx<'_>,
+    scan: &SecurityScan,
+) -> Result<Option<BTreeMap<String, usize>>, ToolError> {
+    if scan.status != ScanStatus::Completed {
+        return Ok(None);
+    }
+    let mut counts = BTreeMap::new();
+    for f in cx.org.scan_findings(scan.id).await? {
+        *counts.entry(f.status.to_string()).or_insert(0) += 1;
+    }
+    Ok(Some(counts))
+}
+
+async fn view(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<ScanView, ToolError> {
+    let scan = settle(cx, scan).await?;
+    let s = summary(cx, &scan).await?;
+    Ok(ScanView::new(&scan, s))
+}
+
+async fn find_scan(cx: &ToolCx<'_>, raw: &str) -> Result<SecurityScan, ToolError> {
+    let id = uuid_arg(raw, SCAN_NOT_FOUND)?;
+    match cx.org.get_security_scan(id).await {
+        Ok(s) => Ok(s),
+        Err(StoreError::NotFound(_)) => Err(ToolError::not_found(SCAN_NOT_FOUND)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn find_flagged(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<FlaggedFile, ToolError> {
+    let raw = raw.ok_or_else(|| ToolError::invalid("flaggedFileId is required"))?;
+    let id = uuid_arg(raw, FLAGGED_NOT_FOUND)?;
+    match cx.org.get_flagged_file(id).await {
+        Ok(f) => Ok(f),
+        Err(StoreError::NotFound(_)) => Err(ToolError::not_found(FLAGGED_NOT_FOUND)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn find_quarantine(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<QuarantineEntry, ToolError> {
+    let raw = raw.ok_or_else(|| ToolError::invalid("quarantineId is required"))?;
+    let id = uuid_arg(raw, QUARANTINE_NOT_FOUND)?;
+    match cx.org.get_quarantine(id).await {
+        Ok(q) => Ok(q),
+        Err(StoreError::NotFound(_)) => Err(ToolError::not_found(QUARANTINE_NOT_FOUND)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// security_scan
+// ---------------------------------------------------------------------------------------------
+
+/// The devices a scan names: `(online devices, skipped)`.
+async fn scan_devices(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+) -> Result<(Vec<Device>, Vec<SkippedView>), ToolError> {
+    let mut devices = Vec::new();
+    let mut skipped = Vec::new();
+    match (&input.device_ids, &input.target) {
+        (None, None) => return Err(ToolError::invalid("scan needs deviceIds or target")),
+        (Some(ids), _) => {
+            for raw in ids {
+                let d = find_device(cx, raw).await?;
+                if devices.iter().any(|x: &Device| x.id == d.id) {
+                    continue;
+                }
+                if d.status == DeviceStatus::Online {
+                    devices.push(d);
+                } else {
+                    skipped.push(SkippedView {
+                        device_id: d.id.to_string(),
+                        reason: format!("not online (status: {})", d.status),
+                    });
+                }
+            }
+        }
+        (None, Some(target)) => {
+            let mut filter = DeviceFilter {
+                status: Some(DeviceStatus::Online),
+                ..Default::default()
+            };
+            match target {
+                ScanTarget::Organization => {}
+                ScanTarget::Site { site_id } => {
+                    let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
+                    cx.org
+                        .get_site(id)
+                        .await
+                        .map_err(|_| ToolError::not_found("Site not found or access denied"))?;
+                    filter.site_id = Some(id);
+                }
+                ScanTarget::Group { group_id } => {
+                    let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
+                    cx.org
+                        .get_group(id)
+                        .await
+                        .map_err(|_| ToolError::not_found("Group not found or access denied"))?;
+                    filter.group_id = Some(id);
+                }
+            }
+            let (found, _) = cx
+                .org
+                .list_devices(&filter, MAX_SCAN_DEVICES as u32, 0)
+                .await?;
+            devices = found;
+        }
+    }
+    if devices.is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::UpstreamError,
+            "No online device to scan; nothing was sent",
+        )
+        .hint("try again when the devices are back online"));
+    }
+    devices.truncate(MAX_SCAN_DEVICES);
+    Ok((devices, skipped))
+}
+
+fn check_scan_paths(input: &ScanInput) -> Result<(), ToolError> {
+    for p in input.extra_roots.iter().flatten() {
+        if !p.starts_with('/') {
+            return Err(ToolError::invalid(format!(
+                "extraRoots: {p:?} is not an absolute path"
+            )));
+        }
+        safe_path("extraRoots", p)?;
+    }
+    for p in input.indicator_paths.iter().flatten() {
+        if !p.starts_with('/') {
+            return Err(ToolError::invalid(format!(
+                "indicatorPaths: {p:?} is not an absolute path"
+            )));
+        }
+        safe_path("indicatorPaths", p)?;
+    }
+    Ok(())
+}
+
+async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+    check_scan_paths(input)?;
+    let (devices, skipped) = scan_devices(cx, input).await?;
+    let kind = CommandKind::SecurityScan {
+        extra_roots: input.extra_roots.clone().unwrap_or_default(),
+        indicator_paths: input.indicator_paths.clone().unwrap_or_default(),
+    };
+    let mut scans = Vec::new();
+    for device in &devices {
+        let audit = AuditEvent::new(cx.actor.clone(), "device.security_scan", "device_command")
+            .request(cx.request_id.clone());
+        let command = cx
+            .fleet
+            .submit(
+                NewCommand {
+                    device_id: device.id,
+                    kind: kind.clone(),
+                    timeout_secs: SCAN_TIMEOUT_SECS,
+                    output_cap_bytes: DEFAULT_OUTPUT_CAP_BYTES,
+                    queue_ttl: chrono::Duration::seconds(QUEUE_TTL_SECS),
+                    script: None,
+                    created_by: cx.actor.to_string(),
+                },
+                audit,
+            )
+            .await
+            .map_err(gateway_error)?;
+        let audit = AuditEvent::new(cx.actor.clone(), "security_scan.start", "security_scan")
+            .request(cx.request_id.clone());
+        let scan = cx
+            .org
+            .create_security_scan(device.id, command.id, &cx.actor.to_string(), audit)
+            .await?;
+        scans.push(scan);
+    }
+    let deadline = tokio::time::Instant::now() + SCAN_WAIT;
+    let total = scans.len();
+    let mut views = Vec::new();
+    for (i, scan) in scans.into_iter().enumerate() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        cx.fleet
+            .wait(scan.command_id, left, |_| {})
+            .await
+            .map_err(gateway_error)?;
+        cx.report(
+            (i + 1) as f64,
+            Some(total as f64),
+            Some(format!("{} of {total} scans answered or waited for", i + 1)),
+        );
+        views.push(view(cx, scan).await?);
+    }
+    let running = views.iter().filter(|v| v.status == "running").count();
+    let message = (running > 0).then(|| {
+        format!("{running} scan(s) still running; ask again with action status or results and their scanId")
+    });
+    Ok(ScanOutput {
+        scans: Some(views),
+        skipped,
+        message,
+        ..Default::default()
+    })
+}
+
+async fn do_status(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+    if let Some(raw) = &input.scan_id {
+        let scan = find_scan(cx, raw).await?;
+        return Ok(ScanOutput {
+            scans: Some(vec![view(cx, scan).await?]),
+            ..Default::default()
+        });
+    }
+    let device = match &input.device_id {
+        Some(d) => Some(find_device(cx, d).await?.id),
+        None => None,
+    };
+    let mut views = Vec::new();
+    for scan in cx.org.list_security_scans(device, None, 20).await? {
+        views.push(view(cx, scan).await?);
+    }
+    let quarantined = match device {
+        Some(d) => Some(
+            cx.org
+                .list_quarantine(Some(d), 50)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+        ),
+        None => None,
+    };
+    Ok(ScanOutput {
+        scans: Some(views),
+        quarantined_files: quarantined,
+        ..Default::default()
+    })
+}
+
+async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+    let scan = match (&input.scan_id, &input.device_id) {
+        (Some(raw), _) => settle(cx, find_scan(cx, raw).await?).await?,
+        (None, Some(d)) => {
+            let device = find_device(cx, d).await?;
+            for s in cx
+                .org
+                .list_security_scans(Some(device.id), Some(ScanStatus::Running), 5)
+                .await?
+            {
+                settle(cx, s).await?;
+            }
+            cx.org
+                .latest_completed_scan(device.id)
+                .await?
+                .ok_or_else(|| {
+                    ToolError::not_found("No completed security scan for this device")
+                        .hint("run security_scan with action scan first")
+                })?
+        }
+        (None, None) => return Err(ToolError::invalid("results needs scanId or deviceId")),
+    };
+    let failed_only = input.failed_only.unwrap_or(false);
+    let stored = cx.org.scan_findings(scan.id).await?;
+    let news: Vec<NewFinding> = stored
+        .iter()
+        .map(|f| NewFinding {
+            check: f.check.clone(),
+            status: f.status,
+            severity: f.severity,
+            title: f.title.clone(),
+            evidence: f.evidence.clone(),
+        })
+        .collect();
+    let posture = (scan.status == ScanStatus::Completed).then(|| posture_of(&news));
+    let summary = summary(cx, &scan).await?;
+    let findings = stored
+        .into_iter()
+        .filter(|f| !failed_only || f.status != CheckStatus::Pass)
+        .map(|f| FindingView {
+            check: f.check,
+            status: f.status.to_string(),
+            severity: f.severity.to_string(),
+            title: f.title,
+            evidence: f.evidence,
+        })
+        .collect();
+    let flagged = cx
+        .org
+        .scan_flagged_files(scan.id)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let message = (scan.status == ScanStatus::Running)
+        .then(|| "The scan is still running; ask again shortly".to_owned());
+    Ok(ScanOutput {
+        results: Some(ResultsView {
+            scan: ScanView::new(&scan, summary),
+            findings,
+            flagged_files: flagged,
+            posture,
+        }),
+        message,
+        ..Default::default()
+    })
+}
+
+/// The agent's quarantine answer as a record to store.
+fn quarantine_record(
+    cx: &ToolCx<'_>,
+    device: DeviceId,
+    flagged: &FlaggedFile,
+    result: &Value,
+) -> Result<NewQuarantine, ToolError> {
+    let s = |k: &str| result.get(k).and_then(Value::as_str).map(str::to_owned);
+    let n = |k: &str| result.get(k).and_then(Value::as_i64).unwrap_or(0);
+    let agent_ref = s("quarantineId").ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::UpstreamError,
+            "the agent's answer names no quarantine id",
+        )
+    })?;
+    let state = match s("state").as_deref() {
+        Some("removed") => QuarantineState::Removed,
+        _ => QuarantineState::Quarantined,
+    };
+    Ok(NewQuarantine {
+        device_id: device,
+        flagged_id: Some(flagged.id),
+        agent_ref,
+        original_path: flagged.path.clone(),
+        sha256: s("sha256").unwrap_or_default(),
+        mode: s("mode").unwrap_or_else(|| flagged.mode.clone()),
+        uid: n("uid"),
+        gid: n("gid"),
+        size_bytes: n("sizeBytes"),
+        state,
+        created_by: cx.actor.to_string(),
+    })
+}
+
+/// quarantine, or remove of a flagged file (quarantined, then its content deleted).
+async fn do_quarantine(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+    delete: bool,
+) -> Result<ScanOutput, ToolError> {
+    let flagged = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
+    safe_path("path", &flagged.path)?;
+    let device = online_device(cx, &flagged.device_id.to_string()).await?;
+    let kind = CommandKind::QuarantineFile {
+        path: flagged.path.clone(),
+        expected_sha256: flagged.sha256.clone(),
+        delete,
+    };
+    let mut opts = RunOptions::new(60, 60);
+    opts.audit_action = if delete {
+        "device.security_remove"
+    } else {
+        "device.security_quarantine"
+    };
+    let done = require_completed(run(cx, &device, kind, opts).await?)?;
+    let Some(result) = done.result.as_ref().filter(|_| done.completed()) else {
+        return Ok(ScanOutput {
+            message: done
+                .message
+                .or_else(|| Some("the quarantine is still running on the device".into())),
+            ..Default::default()
+        });
+    };
+    let record = quarantine_record(cx, device.id, &flagged, result)?;
+    let audit = AuditEvent::new(
+        cx.actor.clone(),
+        if delete {
+            "security_scan.remove"
+        } else {
+            "security_scan.quarantine"
+        },
+        "security_quarantine",
+    )
+    .request(cx.request_id.clone());
+    let entry = cx.org.record_quarantine(record, audit).await?;
+    Ok(ScanOutput {
+        message: Some(if delete {
+            format!(
+                "{} was deleted (its quarantine record is kept)",
+                entry.original_path
+            )
+        } else {
+            format!(
+                "{} is quarantined; restore it with quarantineId {}",
+                entry.original_path, entry.id
+            )
+        }),
+        quarantine: Some(entry.into()),
+        ..Default::default()
+    })
+}
+
+/// remove of a quarantined file, or restore.
+async fn do_quarantined(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+    restore: bool,
+) -> Result<ScanOutput, ToolError> {
+    let entry = find_quarantine(cx, input.quarantine_id.as_deref()).await?;
+    if entry.state != QuarantineState::Quarantined {
+        return Err(ToolError::new(
+            ErrorCode::Conflict,
+            format!(
+                "the file is {}; only quarantined files can be {}",
+                entry.state,
+                if restore { "restored" } else { "removed" }
+            ),
+        ));
+    }
+    if restore {
+        safe_path("path", &entry.original_path)?;
+    }
+    let device = online_device(cx, &entry.device_id.to_string()).await?;
+    let (kind, action, to) = if restore {
+        (
+            CommandKind::RestoreQuarantined {
+                quarantine_id: entry.agent_ref.clone(),
+            },
+            "device.security_restore",
+            QuarantineState::Restored,
+        )
+    } else {
+        (
+            CommandKind::DeleteQuarantined {
+                quarantine_id: entry.agent_ref.clone(),
+            },
+            "device.security_remove",
+            QuarantineState::Removed,
+        )
+    };
+    let mut opts = RunOptions::new(60, 60);
+    opts.audit_action = action;
+    let done = require_completed(run(cx, &device, kind, opts).await?)?;
+    if !done.completed() {
+        return Ok(ScanOutput {
+            message: done.message,
+            ..Default::default()
+        });
+    }
+    let audit = AuditEvent::new(
+        cx.actor.clone(),
+        if restore {
+            "security_scan.restore"
+        } else {
+            "security_scan.remove"
+        },
+        "security_quarantine",
+    )
+    .request(cx.request_id.clone());
+    let entry = cx
+        .org
+        .set_quarantine_state(
+            entry.id,
+            QuarantineState::Quarantined,
+            to,
+            &cx.actor.to_string(),
+            audit,
+        )
+        .await?;
+    Ok(ScanOutput {
+        message: Some(format!("{} is {}", entry.original_path, entry.state)),
+        quarantine: Some(entry.into()),
+        ..Default::default()
+    })
+}
+
+pub(crate) struct SecurityScanTool;
+
+impl Tool for SecurityScanTool {
+    const NAME: &'static str = "security_scan";
+    const TITLE: &'static str = "Security scan";
+    const DESCRIPTION: &'static str = "Run read-only security checks on Linux devices (firewall, pending security updates, disk encryption, SSH root login and password auth, world-writable system files, listening services, antivirus/EDR, indicator paths), check status, read results (findings with severity and evidence, flagged files, posture), and quarantine, remove or restore flagged files (restorable quarantine on the agent). Every action is Tier 3.";
+    const TIER: Tier = Tier::T3;
+    const PERMISSION: Permission = Permission::DevicesExecute;
+    const RATE_LIMIT: Option<RateLimit> = per(3, 600);
+    type Actions = ScanAction;
+    type Input = ScanInput;
+    type Output = ScanOutput;
+
+    /// Checks what the call names exists in the caller's organization (and the device is
+    /// online for actions that reach it); a quarantine is pinned to the flagged file's sha256.
+    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        match input.action {
+            ScanAction::Scan => {
+                check_scan_paths(input)?;
+                scan_devices(cx, input).await?;
+                Ok(None)
+            }
+            ScanAction::Status | ScanAction::Results => {
+                if let Some(raw) = &input.scan_id {
+                    find_scan(cx, raw).await?;
+                }
+                if let Some(d) = &input.device_id {
+                    find_device(cx, d).await?;
+                }
+                Ok(None)
+            }
+            ScanAction::Quarantine => {
+                let f = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
+                online_device(cx, &f.device_id.to_string()).await?;
+                Ok(Some(Pin {
+                    summary: format!(
+                        "{} (sha256 {})",
+                        f.path,
+                        f.sha256.as_deref().unwrap_or("not hashed")
+                    ),
+                    data: serde_json::json!({ "flaggedFileId": f.id, "path": f.path, "sha256": f.sha256 }),
+                }))
+            }
+            ScanAction::Remove | ScanAction::Restore => {
+                if input.action == ScanAction::Remove && input.quarantine_id.is_none() {
+                    let f = find_flagged(cx, input.flagged_file_id.as_deref()).await?;
+                    online_device(cx, &f.device_id.to_string()).await?;
+                    return Ok(Some(Pin {
+                        summary: format!(
+                            "delete {} (sha256 {})",
+                            f.path,
+                            f.sha256.as_deref().unwrap_or("not hashed")
+                        ),
+                        data: serde_json::json!({ "flaggedFileId": f.id, "path": f.path, "sha256": f.sha256 }),
+                    }));
+                }
+                let q = find_quarantine(cx, input.quarantine_id.as_deref()).await?;
+                online_device(cx, &q.device_id.to_string()).await?;
+                Ok(Some(Pin {
+                    summary: format!("{} ({})", q.original_path, q.state),
+                    data: serde_json::json!({ "quarantineId": q.id, "state": q.state }),
+                }))
+            }
+        }
+    }
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        match input.action {
+            ScanAction::Scan => do_scan(cx, &input).await,
+            ScanAction::Status => do_status(cx, &input).await,
+            ScanAction::Results => do_results(cx, &input).await,
+            ScanAction::Quarantine => do_quarantine(cx, &input, false).await,
+            ScanAction::Remove if input.quarantine_id.is_some() => {
+                do_quarantined(cx, &input, false).await
+            }
+            ScanAction::Remove => do_quarantine(cx, &input, true).await,
+            ScanAction::Restore => do_quarantined(cx, &input, true).await,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// get_security_posture
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct PostureInput {
+    /// One device (default: the whole fleet of the organization).
+    #[schemars(length(min = 36, max = 36))]
+    device_id: Option<String>,
+    /// Trend window in days (1-365, default 30).
+    #[schemars(range(min = 1, max = 365))]
+    days: Option<u32>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WeightView {
+    factor: String,
+    label: String,
+    /// Percent of the overall score.
+    weight: u32,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DevicePosture {
+    device_id: String,
+    hostname: String,
+    /// 0-100.
+    score: i64,
+    /// low (>= 85), medium (>= 70), high (>= 45) or critical.
+    risk_level: String,
+    captured_at: String,
+    scan_id: String,
+    factors: Vec<FactorScore>,
+    recommendations: Vec<Recommendation>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DeviceScore {
+    device_id: String,
+    hostname: String,
+    score: i64,
+    risk_level: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct FleetPosture {
+    /// The average of the audited devices' newest scores (0-100).
+    score: u32,
+    risk_level: String,
+    devices_audited: usize,
+    /// Devices with no completed scan yet.
+    devices_not_scanned: usize,
+    /// Devices per risk level.
+    risk_counts: BTreeMap<String, usize>,
+    /// Each factor averaged over the audited devices.
+    factors: Vec<FactorScore>,
+    recommendations: Vec<Recommendation>,
+    /// The lowest-scoring devices (at most 10).
+    lowest_devices: Vec<DeviceScore>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TrendPoint {
+    /// A snapshot's time (device), or a UTC day (fleet).
+    at: String,
+    score: i64,
+    /// Devices averaged (fleet).
+    devices: usize,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PostureOutput {
+    /// device or fleet.
+    scope: String,
+    /// The factors and their weights.
+    weights: Vec<WeightView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<DevicePosture>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<FleetPosture>,
+    /// Oldest first.
+    trend: Vec<TrendPoint>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn factors_of(s: &PostureSnapshot) -> Vec<FactorScore> {
+    serde_json::from_value(s.factors.clone()).unwrap_or_default()
+}
+
+fn weights() -> Vec<WeightView> {
+    FACTOR_WEIGHTS
+        .iter()
+        .map(|(f, l, w)| WeightView {
+            factor: (*f).to_owned(),
+            label: (*l).to_owned(),
+            weight: *w,
+        })
+        .collect()
+}
+
+/// A device's posture from its newest snapshot (shared with the device resource).
+pub(crate) async fn device_posture(
+    cx: &ToolCx<'_>,
+    device: &Device,
+) -> Result<Option<DevicePosture>, ToolError> {
+    let latest = cx.org.latest_posture(device.id).await?;
+    Ok(latest.map(|s| {
+        let factors = factors_of(&s);
+        DevicePosture {
+            device_id: device.id.to_string(),
+            hostname: device.hostname.clone(),
+            score: s.score,
+            risk_level: s.risk_level.clone(),
+            captured_at: s.taken_at.to_rfc3339(),
+            scan_id: s.scan_id.to_string(),
+            recommendations: posture::recommendations(&factors),
+            factors,
+        }
+    }))
+}
+
+/// Adds the device's newest posture (`securityPosture`: score, risk level, when, from which
+/// scan; `null` before its first scan) to a device document.
+pub(crate) async fn add_posture(
+    org: &breeze_store::OrgStore<'_>,
+    device: DeviceId,
+    doc: &mut Value,
+) -> Result<(), StoreError> {
+    let latest = org.latest_posture(device).await?;
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert(
+            "securityPosture".into(),
+            latest.map_or(Value::Null, |s| {
+                serde_json::json!({
+                    "score": s.score, "riskLevel": s.risk_level,
+                    "capturedAt": s.taken_at.to_rfc3339(), "scanId": s.scan_id,
+                })
+            }),
+        );
+    }
+    Ok(())
+}
+
+pub(crate) struct GetSecurityPosture;
+
+impl Tool for GetSecurityPosture {
+    const NAME: &'static str = "get_security_posture";
+    const TITLE: &'static str = "Get security posture";
+    const DESCRIPTION: &'static str = "Security posture scores (0-100) for one device or the whole fleet, from the latest security scans: the factor breakdown with stated weights (pending security updates 25, disk encryption 15, antivirus/EDR 15, firewall 10, listening services 10, SSH 10, world-writable files 10, indicators 5), recommendations ordered by points gained, and the trend over time.";
+    const TIER: Tier = Tier::T1;
+    const PERMISSION: Permission = Permission::DevicesRead;
+    type Actions = NoActions;
+    type Input = PostureInput;
+    type Output = PostureOutput;
+
+    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+        let days = i64::from(input.days.unwrap_or(30));
+        let since = cx.now() - chrono::Duration::days(days);
+        if let Some(raw) = &input.device_id {
+            let device = find_device(cx, raw).await?;
+            let posture = device_posture(cx, &device).await?;
+            let trend = cx
+                .org
+                .posture_snapshots(Some(device.id), since, 1000)
+                .await?
+                .into_iter()
+                .map(|s| TrendPoint {
+                    at: s.taken_at.to_rfc3339(),
+                    score: s.score,
+                    devices: 1,
+                })
+                .collect();
+            let message = posture.is_none().then(|| {
+                "This device has no completed security scan; run security_scan with action scan"
+                    .to_owned()
+            });
+            return Ok(PostureOutput {
+                scope: "device".into(),
+                weights: weights(),
+                device: posture,
+                fleet: None,
+                trend,
+                message,
+            });
+        }
+        let latest = cx.org.latest_postures().await?;
+        let (devices, total) = cx
+            .org
+            .list_devices(&DeviceFilter::default(), 10_000, 0)
+            .await?;
+        let hostnames: BTreeMap<DeviceId, String> =
+            devices.into_iter().map(|d| (d.id, d.hostname)).collect();
+        let audited = latest.len();
+        let mut risk_counts: BTreeMap<String, usize> = ["low", "medium", "high", "critical"]
+            .into_iter()
+            .map(|r| (r.to_owned(), 0))
+            .collect();
+        let mut sums: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+        let mut score_sum = 0i64;
+        for s in &latest {
+            *risk_counts.entry(s.risk_level.clone()).or_insert(0) += 1;
+            score_sum += s.score;
+            for f in factors_of(s) {
+                let e = sums.entry(f.factor).or_insert((0, 0));
+                e.0 += u64::from(f.score);
+                e.1 += 1;
+            }
+        }
+        let factors: Vec<FactorScore> = FACTOR_WEIGHTS
+            .iter()
+            .map(|(factor, label, weight)| {
+                let score = sums
+                    .get(*factor)
+                    .filter(|(_, n)| *n > 0)
+                    .map_or(0, |(sum, n)| u32::try_from(sum / *n as u64).unwrap_or(0));
+                FactorScore {
+                    factor: (*factor).to_owned(),
+                    label: (*label).to_owned(),
+                    weight: *weight,
+                    score,
+                    impact: ((100 - score.min(100)) * weight + 50) / 100,
+                    data_gap: None,
+                    basis: vec![format!("average of {audited} device(s)")],
+                }
+            })
+            .collect();
+        let score = if audited == 0 {
+            0
+        } else {
+            u32::try_from(score_sum / audited as i64).unwrap_or(0)
+        };
+        let mut lowest: Vec<DeviceScore> = latest
+            .iter()
+            .map(|s| DeviceScore {
+                device_id: s.device_id.to_string(),
+                hostname: hostnames.get(&s.device_id).cloned().unwrap_or_default(),
+                score: s.score,
+                risk_level: s.risk_level.clone(),
+            })
+            .collect();
+        lowest.sort_by_key(|d| d.score);
+        lowest.truncate(10);
+        // Trend: per UTC day, each device's last snapshot of the day, averaged.
+        let mut days_map: BTreeMap<String, BTreeMap<DeviceId, i64>> = BTreeMap::new();
+        for s in cx.org.posture_snapshots(None, since, 100_000).await? {
+            days_map
+                .entry(s.taken_at.date_naive().to_string())
+                .or_default()
+                .insert(s.device_id, s.score);
+        }
+        let trend = days_map
+            .into_iter()
+            .map(|(day, scores)| TrendPoint {
+                at: day,
+                score: scores.values().sum::<i64>() / scores.len().max(1) as i64,
+                devices: scores.len(),
+            })
+            .collect();
+        let message = (audited == 0).then(|| {
+            "No device has a completed security scan; run security_scan with action scan".to_owned()
+        });
+        Ok(PostureOutput {
+            scope: "fleet".into(),
+            weights: weights(),
+            device: None,
+            fleet: Some(FleetPosture {
+                score,
+                risk_level: RiskLevel::of(score).to_string(),
+                devices_audited: audited,
+                devices_not_scanned: (total as usize).saturating_sub(audited),
+                risk_counts,
+                recommendations: if audited == 0 {
+                    Vec::new()
+                } else {
+                    posture::recommendations(&factors)
+                },
+                factors,
+                lowest_devices: lowest,
+            }),
+            trend,
+            message,
+        })
+    }
+}
