@@ -9,6 +9,7 @@ mod audit_writer;
 mod authz;
 pub mod automations;
 pub mod catalog;
+pub mod compliance;
 mod edge;
 mod error;
 mod extract;
@@ -432,6 +433,13 @@ pub async fn serve(
         breeze.state.pipeline.clone(),
         breeze.state.config.alerts.notify.clone(),
         breeze.state.config.automations.clone(),
+    ))
+    .spawn(sweeper_stop.clone());
+    Arc::new(compliance::ComplianceWorker::new(
+        breeze.state.store.clone(),
+        breeze.state.gateway.clone(),
+        breeze.state.pipeline.clone(),
+        compliance::ComplianceConfig::default(),
     ))
     .spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {

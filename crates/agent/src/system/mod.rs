@@ -3,6 +3,7 @@
 pub mod heartbeat;
 pub mod inventory;
 pub mod metrics;
+pub(crate) mod probes;
 
 use breeze_agent_proto::OsInfo;
 

@@ -12,6 +12,7 @@ pub(crate) mod devices;
 pub(crate) mod disk;
 pub(crate) mod groups;
 pub(crate) mod maintenance;
+pub(crate) mod policies;
 pub(crate) mod reports;
 pub(crate) mod scripts;
 pub(crate) mod telemetry;
