@@ -68,6 +68,7 @@ mod tests {
                 "disk",
                 "groups",
                 "maintenance",
+                "policies",
                 "reports",
                 "scripts",
                 "telemetry"
