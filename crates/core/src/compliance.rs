@@ -156,7 +156,9 @@ impl ComplianceRule {
     pub fn validate(&self, i: usize) -> Result<(), String> {
         let f = |name: &str| format!("rules[{i}].{name}");
         match self {
-            ComplianceRule::PackageInstalled { name } => check_text(&f("name"), name, MAX_RULE_TEXT),
+            ComplianceRule::PackageInstalled { name } => {
+                check_text(&f("name"), name, MAX_RULE_TEXT)
+            }
             ComplianceRule::PackageMinVersion { name, min_version } => {
                 check_text(&f("name"), name, MAX_RULE_TEXT)?;
                 check_text(&f("minVersion"), min_version, MAX_RULE_TEXT)
@@ -206,7 +208,10 @@ pub fn validate_rules(rules: &[ComplianceRule]) -> Result<(), String> {
     if rules.len() > MAX_RULES {
         return Err(format!("rules holds more than {MAX_RULES} rules"));
     }
-    rules.iter().enumerate().try_for_each(|(i, r)| r.validate(i))
+    rules
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, r)| r.validate(i))
 }
 
 /// A device's standing from its rules' results: every rule must have a result.
@@ -300,8 +305,7 @@ fn verrevcmp(a: &str, b: &str) -> Ordering {
     let (mut i, mut j) = (0, 0);
     while i < a.len() || j < b.len() {
         // Non-digit run, character by character.
-        while (i < a.len() && !a[i].is_ascii_digit()) || (j < b.len() && !b[j].is_ascii_digit())
-        {
+        while (i < a.len() && !a[i].is_ascii_digit()) || (j < b.len() && !b[j].is_ascii_digit()) {
             let ac = deb_order(a.get(i).copied().filter(|c| !c.is_ascii_digit()));
             let bc = deb_order(b.get(j).copied().filter(|c| !c.is_ascii_digit()));
             if ac != bc {
@@ -535,25 +539,16 @@ pub fn evaluate_inventory(
                     Some(version) => {
                         let ok = compare_versions(scheme, version, min_version) != Ordering::Less;
                         let cmp = if ok { ">=" } else { "<" };
-                        result(
-                            Some(ok),
-                            format!("{name} {version} {cmp} {min_version}"),
-                        )
+                        result(Some(ok), format!("{name} {version} {cmp} {min_version}"))
                     }
                 }
             }
         },
         ComplianceRule::OsVersion { name, min_version } => {
             if let Some(n) = name
-                && !facts
-                    .os_name
-                    .to_lowercase()
-                    .contains(&n.to_lowercase())
+                && !facts.os_name.to_lowercase().contains(&n.to_lowercase())
             {
-                return result(
-                    Some(false),
-                    format!("OS is {:?}, not {n:?}", facts.os_name),
-                );
+                return result(Some(false), format!("OS is {:?}, not {n:?}", facts.os_name));
             }
             let ok = rpmvercmp(&facts.os_version, min_version) != Ordering::Less;
             let cmp = if ok { ">=" } else { "<" };
@@ -640,7 +635,10 @@ mod tests {
 
     #[test]
     fn schemes_follow_the_os() {
-        assert_eq!(VersionScheme::for_os("Debian GNU/Linux"), VersionScheme::Deb);
+        assert_eq!(
+            VersionScheme::for_os("Debian GNU/Linux"),
+            VersionScheme::Deb
+        );
         assert_eq!(VersionScheme::for_os("Ubuntu"), VersionScheme::Deb);
         assert_eq!(VersionScheme::for_os("Rocky Linux"), VersionScheme::Rpm);
         assert_eq!(VersionScheme::for_os("Fedora Linux"), VersionScheme::Rpm);
@@ -661,8 +659,16 @@ mod tests {
     fn inventory_rules_decide() {
         let f = facts();
         let eval = |r: ComplianceRule| evaluate_inventory(0, &r, Some(&f)).passed;
-        assert_eq!(eval(ComplianceRule::PackageInstalled { name: "bash".into() }), Some(true));
-        assert_eq!(eval(ComplianceRule::PackageInstalled { name: "zsh".into() }), Some(false));
+        assert_eq!(
+            eval(ComplianceRule::PackageInstalled {
+                name: "bash".into()
+            }),
+            Some(true)
+        );
+        assert_eq!(
+            eval(ComplianceRule::PackageInstalled { name: "zsh".into() }),
+            Some(false)
+        );
         assert_eq!(
             eval(ComplianceRule::PackageMinVersion {
                 name: "openssl".into(),
@@ -693,7 +699,11 @@ mod tests {
             Some(false)
         );
         assert_eq!(eval(ComplianceRule::FirewallEnabled), None);
-        let none = evaluate_inventory(0, &ComplianceRule::PackageInstalled { name: "x".into() }, None);
+        let none = evaluate_inventory(
+            0,
+            &ComplianceRule::PackageInstalled { name: "x".into() },
+            None,
+        );
         assert_eq!(none.passed, None);
     }
 
@@ -707,8 +717,14 @@ mod tests {
         };
         assert_eq!(overall(1, &[r(Some(true))]), ComplianceState::Compliant);
         assert_eq!(overall(2, &[r(Some(true))]), ComplianceState::Unknown);
-        assert_eq!(overall(2, &[r(Some(true)), r(None)]), ComplianceState::Unknown);
-        assert_eq!(overall(2, &[r(None), r(Some(false))]), ComplianceState::NonCompliant);
+        assert_eq!(
+            overall(2, &[r(Some(true)), r(None)]),
+            ComplianceState::Unknown
+        );
+        assert_eq!(
+            overall(2, &[r(None), r(Some(false))]),
+            ComplianceState::NonCompliant
+        );
     }
 
     #[test]
@@ -718,7 +734,9 @@ mod tests {
             sha256: "zz".into(),
         };
         assert!(bad.validate(3).unwrap_err().contains("rules[3].sha256"));
-        let rel = ComplianceRule::FilePresent { path: "etc/x".into() };
+        let rel = ComplianceRule::FilePresent {
+            path: "etc/x".into(),
+        };
         assert!(rel.validate(0).unwrap_err().contains("rules[0].path"));
         assert!(validate_rules(&[]).is_err());
         let json = serde_json::json!({"type": "setting_value", "path": "/etc/ssh/sshd_config",

@@ -27,8 +27,8 @@ pub use alert::{
 };
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
-pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{

@@ -25,8 +25,8 @@ use breeze_core::{AuditEvent, DeviceId, PolicyEnforcement, RunStatus};
 use breeze_gateway::Gateway;
 use breeze_pipeline::{CallOutcome, Pipeline, standing};
 use breeze_store::{
-    CompliancePolicy, DeviceOutcome, NewCommand, Remediation, RemediationUpdate, Store,
-    StoreError, compliance_actor,
+    CompliancePolicy, DeviceOutcome, NewCommand, Remediation, RemediationUpdate, Store, StoreError,
+    compliance_actor,
 };
 use breeze_tools::CallOptions;
 use serde_json::{Value, json};
@@ -271,29 +271,37 @@ impl ComplianceWorker {
         };
         let Some(script) = p.remediation_script_id else {
             return self
-                .finish(&r, RunStatus::Failed, "the policy has no remediation script")
+                .finish(
+                    &r,
+                    RunStatus::Failed,
+                    "the policy has no remediation script",
+                )
                 .await;
         };
         let Some(actor) = actor_of(&r.requested_by) else {
             return self
-                .finish(&r, RunStatus::Refused, format!("{} cannot act", r.requested_by))
+                .finish(
+                    &r,
+                    RunStatus::Refused,
+                    format!("{} cannot act", r.requested_by),
+                )
                 .await;
         };
         let clock = self.store.clock().clone();
-        let standing =
-            match standing::standing(&self.store, clock.as_ref(), r.org_id, &actor).await {
-                Ok(s) => s,
-                Err(standing::StandingError::Void(why)) => {
-                    return self
-                        .finish(
-                            &r,
-                            RunStatus::Refused,
-                            format!("runs as {actor}, which cannot act: {why}; nothing was run"),
-                        )
-                        .await;
-                }
-                Err(standing::StandingError::Store(e)) => return Err(e),
-            };
+        let standing = match standing::standing(&self.store, clock.as_ref(), r.org_id, &actor).await
+        {
+            Ok(s) => s,
+            Err(standing::StandingError::Void(why)) => {
+                return self
+                    .finish(
+                        &r,
+                        RunStatus::Refused,
+                        format!("runs as {actor}, which cannot act: {why}; nothing was run"),
+                    )
+                    .await;
+            }
+            Err(standing::StandingError::Store(e)) => return Err(e),
+        };
         let caller = standing.caller();
         let mut outcomes: Vec<DeviceOutcome> = Vec::new();
         let mut approvals = Vec::new();

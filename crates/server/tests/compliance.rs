@@ -110,7 +110,10 @@ async fn inventory(w: &World) {
     }))
     .unwrap();
     let device = DeviceId(w.a_device.parse().unwrap());
-    w.store.record_inventory(device, w.org_a, &inv).await.unwrap();
+    w.store
+        .record_inventory(device, w.org_a, &inv)
+        .await
+        .unwrap();
 }
 
 fn rules() -> Value {
@@ -177,7 +180,12 @@ async fn isolation_tiers_and_lifecycle(cx: Ctx) {
     )
     .await;
     let id = created["policy"]["id"].as_str().unwrap().to_owned();
-    assert!(created["policy"]["owner"].as_str().unwrap().starts_with("api_key:"));
+    assert!(
+        created["policy"]["owner"]
+            .as_str()
+            .unwrap()
+            .starts_with("api_key:")
+    );
 
     // Evaluate: bash passes both rules, auditd is missing.
     let e = tool(
@@ -201,9 +209,21 @@ async fn isolation_tiers_and_lifecycle(cx: Ctx) {
     )
     .await;
     assert_eq!(s["showing"], 1, "{s}");
-    let sum = tool(&w.app, &w.read, TOOL, json!({ "action": "compliance_summary" })).await;
+    let sum = tool(
+        &w.app,
+        &w.read,
+        TOOL,
+        json!({ "action": "compliance_summary" }),
+    )
+    .await;
     assert_eq!(sum["summary"][0]["nonCompliant"], 1, "{sum}");
-    let h = tool(&w.app, &w.read, TOOL, json!({ "action": "history", "policyId": id })).await;
+    let h = tool(
+        &w.app,
+        &w.read,
+        TOOL,
+        json!({ "action": "history", "policyId": id }),
+    )
+    .await;
     assert_eq!(h["history"][0]["toStatus"], "non_compliant", "{h}");
 
     // Another organization's key reaches none of it.
@@ -217,7 +237,13 @@ async fn isolation_tiers_and_lifecycle(cx: Ctx) {
     }
     let r = tool(&w.app, &w.other_org_key, TOOL, json!({ "action": "list" })).await;
     assert_eq!(r["showing"], 0, "{r}");
-    let r = tool(&w.app, &w.other_org_key, TOOL, json!({ "action": "compliance_summary" })).await;
+    let r = tool(
+        &w.app,
+        &w.other_org_key,
+        TOOL,
+        json!({ "action": "compliance_summary" }),
+    )
+    .await;
     assert_eq!(r["showing"], 0, "{r}");
 
     // A write key cannot delete or remediate (Tier 3).
@@ -233,9 +259,21 @@ async fn isolation_tiers_and_lifecycle(cx: Ctx) {
     }
 
     // Deactivate, activate; every change is audited.
-    let r = tool(&w.app, &w.write, TOOL, json!({ "action": "deactivate", "policyId": id })).await;
+    let r = tool(
+        &w.app,
+        &w.write,
+        TOOL,
+        json!({ "action": "deactivate", "policyId": id }),
+    )
+    .await;
     assert_eq!(r["policy"]["active"], false, "{r}");
-    let r = tool(&w.app, &w.write, TOOL, json!({ "action": "activate", "policyId": id })).await;
+    let r = tool(
+        &w.app,
+        &w.write,
+        TOOL,
+        json!({ "action": "activate", "policyId": id }),
+    )
+    .await;
     assert_eq!(r["policy"]["active"], true, "{r}");
     let r = tool(
         &w.app,
@@ -252,10 +290,7 @@ async fn isolation_tiers_and_lifecycle(cx: Ctx) {
         "compliance_policy.activate",
         "compliance_policy.update",
     ] {
-        assert!(
-            audit.iter().any(|r| r.contains(want)),
-            "{want} is audited"
-        );
+        assert!(audit.iter().any(|r| r.contains(want)), "{want} is audited");
     }
 
     // The worker: the updated policy is due; one claim evaluates it (bash only: compliant).
@@ -308,7 +343,10 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
         .unwrap()
         .remove(0);
     assert_eq!(rem.status, RunStatus::Refused, "{rem:?}");
-    assert!(rem.message.as_deref().unwrap().contains("ai:execute"), "{rem:?}");
+    assert!(
+        rem.message.as_deref().unwrap().contains("ai:execute"),
+        "{rem:?}"
+    );
     assert_eq!(commands(&w).await, 0);
 
     // An execute key's remediate is Tier 3: a person approves it first.
@@ -323,8 +361,20 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     )
     .await;
     let id = created["policy"]["id"].as_str().unwrap().to_owned();
-    tool(&app, &exec, TOOL, json!({ "action": "evaluate", "policyId": id, "waitSeconds": 0 })).await;
-    let pending = tool(&app, &exec, TOOL, json!({ "action": "remediate", "policyId": id })).await;
+    tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "evaluate", "policyId": id, "waitSeconds": 0 }),
+    )
+    .await;
+    let pending = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "remediate", "policyId": id }),
+    )
+    .await;
     assert_eq!(pending["status"], "pending_approval", "{pending}");
     let approval: uuid::Uuid = pending["approvalId"].as_str().unwrap().parse().unwrap();
     assert!(
@@ -338,7 +388,13 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     );
     w.store
         .org(w.org_a)
-        .decide_approval(approval, Decision::Approve, w.admin, None, audit("approval.approve"))
+        .decide_approval(
+            approval,
+            Decision::Approve,
+            w.admin,
+            None,
+            audit("approval.approve"),
+        )
         .await
         .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -393,7 +449,13 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
         "no script reached a device without its own approval"
     );
     // Reads show it.
-    let g = tool(&app, &w.read, TOOL, json!({ "action": "get", "policyId": id })).await;
+    let g = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "get", "policyId": id }),
+    )
+    .await;
     assert_eq!(g["remediations"][0]["id"], queued[0].id.to_string(), "{g}");
 }
 

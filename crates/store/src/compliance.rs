@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use breeze_agent_proto::{ComplianceProbe, Package, ProbeResult};
 use breeze_core::{
-    AuditEvent, ComplianceRule, ComplianceState, DeviceGroupId, DeviceId, OrgId,
-    PolicyEnforcement, RuleResult, RuleSource, RunStatus, SiteId, TargetKind, Timestamp,
+    AuditEvent, ComplianceRule, ComplianceState, DeviceGroupId, DeviceId, OrgId, PolicyEnforcement,
+    RuleResult, RuleSource, RunStatus, SiteId, TargetKind, Timestamp,
     compliance::{InventoryFacts, evaluate_inventory, overall, validate_rules},
 };
 use serde::{Deserialize, Serialize};
@@ -342,7 +342,14 @@ fn decide(
             })
         })
         .collect();
-    write_for(policy, device, results, old, old.and_then(|o| o.check_command_id), now)
+    write_for(
+        policy,
+        device,
+        results,
+        old,
+        old.and_then(|o| o.check_command_id),
+        now,
+    )
 }
 
 fn write_for(
@@ -526,7 +533,9 @@ impl OrgStore<'_> {
         .bind(now)
         .execute(&mut tx)
         .await
-        .map_err(|e| e.conflict_as(|| format!("a compliance policy named {:?} exists", new.name)))?;
+        .map_err(|e| {
+            e.conflict_as(|| format!("a compliance policy named {:?} exists", new.name))
+        })?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
             "name": new.name, "rules": new.rules, "target": new.target,
             "enforcement": new.enforcement, "remediationScriptId": new.remediation_script,
@@ -741,16 +750,21 @@ impl OrgStore<'_> {
             .bind(g)
             .fetch_all(self.store)
             .await?,
-            RuleTarget::Device(d) => sql("SELECT id FROM devices WHERE org_id = $1 AND id = $2")
-                .bind(self.org)
-                .bind(d)
-                .fetch_all(self.store)
-                .await?,
+            RuleTarget::Device(d) => {
+                sql("SELECT id FROM devices WHERE org_id = $1 AND id = $2")
+                    .bind(self.org)
+                    .bind(d)
+                    .fetch_all(self.store)
+                    .await?
+            }
         };
         Ok(rows.into_iter().map(|(d,)| d).collect())
     }
 
-    async fn inventories(&self, only: Option<DeviceId>) -> Result<HashMap<DeviceId, InventoryFacts>> {
+    async fn inventories(
+        &self,
+        only: Option<DeviceId>,
+    ) -> Result<HashMap<DeviceId, InventoryFacts>> {
         let mut q = sql(
             "SELECT device_id, inventory FROM device_state WHERE org_id = $1 \
              AND inventory IS NOT NULL",
@@ -772,7 +786,11 @@ impl OrgStore<'_> {
             .collect())
     }
 
-    async fn currents(&self, policy: Option<Uuid>, device: Option<DeviceId>) -> Result<Vec<Current>> {
+    async fn currents(
+        &self,
+        policy: Option<Uuid>,
+        device: Option<DeviceId>,
+    ) -> Result<Vec<Current>> {
         let mut q = sql(
             "SELECT policy_id, device_id, status, results, check_command_id, changed_at \
              FROM compliance_status WHERE org_id = $1",
@@ -830,7 +848,10 @@ impl OrgStore<'_> {
                     tally(&mut report, w.status);
                     writes.push(w);
                 }
-                None => tally(&mut report, old.map_or(ComplianceState::Unknown, |o| o.status)),
+                None => tally(
+                    &mut report,
+                    old.map_or(ComplianceState::Unknown, |o| o.status),
+                ),
             }
         }
         report.changed = writes.len();
@@ -894,13 +915,12 @@ impl OrgStore<'_> {
         let Some((site,)) = place else {
             return Ok(0);
         };
-        let groups: Vec<(DeviceGroupId,)> = sql(
-            "SELECT group_id FROM device_group_members WHERE org_id = $1 AND device_id = $2",
-        )
-        .bind(self.org)
-        .bind(device)
-        .fetch_all(self.store)
-        .await?;
+        let groups: Vec<(DeviceGroupId,)> =
+            sql("SELECT group_id FROM device_group_members WHERE org_id = $1 AND device_id = $2")
+                .bind(self.org)
+                .bind(device)
+                .fetch_all(self.store)
+                .await?;
         let covers = |t: RuleTarget| match t {
             RuleTarget::Organization => true,
             RuleTarget::Site(s) => s == site,
@@ -946,8 +966,11 @@ impl OrgStore<'_> {
         if probes.is_empty() {
             return Ok((Vec::new(), probes));
         }
-        let targeted: HashSet<DeviceId> =
-            self.target_devices(policy.target()?).await?.into_iter().collect();
+        let targeted: HashSet<DeviceId> = self
+            .target_devices(policy.target()?)
+            .await?
+            .into_iter()
+            .collect();
         let online: Vec<(DeviceId,)> =
             sql("SELECT id FROM devices WHERE org_id = $1 AND status = 'online' ORDER BY id")
                 .bind(self.org)
@@ -978,10 +1001,7 @@ impl OrgStore<'_> {
         command: Uuid,
     ) -> Result<()> {
         let now = self.store.clock.now();
-        let old = self
-            .currents(Some(policy.id), Some(device))
-            .await?
-            .pop();
+        let old = self.currents(Some(policy.id), Some(device)).await?.pop();
         let results = match &old {
             Some(o) => o.results.clone(),
             None => decide(policy, device, None, None, now)
@@ -1009,11 +1029,7 @@ impl OrgStore<'_> {
         if !command.is_terminal() {
             return Ok(None);
         }
-        let Some(old) = self
-            .currents(Some(policy.id), Some(device))
-            .await?
-            .pop()
-        else {
+        let Some(old) = self.currents(Some(policy.id), Some(device)).await?.pop() else {
             return Ok(None);
         };
         if old.check_command_id != Some(command.id) {
@@ -1225,10 +1241,13 @@ impl OrgStore<'_> {
         .bind(now)
         .execute(&mut tx)
         .await?;
-        let audit = audit.org(self.org).resource(policy).details(serde_json::json!({
-            "remediationId": id, "scriptId": script, "devices": devices,
-            "requestedBy": requested_by,
-        }));
+        let audit = audit
+            .org(self.org)
+            .resource(policy)
+            .details(serde_json::json!({
+                "remediationId": id, "scriptId": script, "devices": devices,
+                "requestedBy": requested_by,
+            }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
         self.get_remediation(id).await

@@ -65,10 +65,9 @@ pub use automations::{
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use compliance::{
-    CompliancePolicy, CompliancePolicyUpdate, ComplianceChange, ComplianceStatus,
-    EvaluationReport, FinishedCheck, MAX_POLICIES_PER_ORG, MAX_REMEDIATION_DEVICES,
-    NewCompliancePolicy, PolicySummary, Remediation, RemediationUpdate, agent_probes,
-    compliance_actor, probe_of,
+    ComplianceChange, CompliancePolicy, CompliancePolicyUpdate, ComplianceStatus, EvaluationReport,
+    FinishedCheck, MAX_POLICIES_PER_ORG, MAX_REMEDIATION_DEVICES, NewCompliancePolicy,
+    PolicySummary, Remediation, RemediationUpdate, agent_probes, compliance_actor, probe_of,
 };
 pub use config_policies::{
     ConfigAssignment, ConfigPolicy, ConfigPolicyUpdate, ConfigReport, MAX_CONFIG_ASSIGNMENTS,

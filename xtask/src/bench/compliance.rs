@@ -20,7 +20,9 @@ use breeze_core::{
     Actor, AuditEvent, ComplianceRule, DeviceId, DeviceStatus, ManualClock, OrgId, OsFamily,
     PolicyEnforcement,
 };
-use breeze_store::{Backend, NewCompliancePolicy, NewDevice, RuleTarget, Store, testing::TestStore};
+use breeze_store::{
+    Backend, NewCompliancePolicy, NewDevice, RuleTarget, Store, testing::TestStore,
+};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -31,7 +33,13 @@ fn audit(action: &str) -> AuditEvent {
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(
         args,
-        &["--devices", "--rules", "--packages", "--changes", "--database"],
+        &[
+            "--devices",
+            "--rules",
+            "--packages",
+            "--changes",
+            "--database",
+        ],
     )?;
     let num = |name: &str, default: u64| -> anyhow::Result<u64> {
         f.get(name).map_or(Ok(default), |v| {
@@ -90,7 +98,11 @@ fn inventory(store: &Store, i: usize, n: usize, bump: u32) -> anyhow::Result<Inv
         .map(|k| json!({ "name": format!("lib{k:04}"), "version": format!("1.{k}.{bump}-1") }))
         .collect();
     if i % 7 != 0 {
-        let v = if i % 10 == 0 { "3.0.2-0ubuntu1" } else { "3.0.15-1~deb12u1" };
+        let v = if i % 10 == 0 {
+            "3.0.2-0ubuntu1"
+        } else {
+            "3.0.15-1~deb12u1"
+        };
         packages.push(json!({ "name": "openssl", "version": v }));
     }
     Ok(serde_json::from_value(json!({

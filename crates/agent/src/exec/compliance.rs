@@ -73,11 +73,7 @@ pub fn setting_of(text: &str, key: &str) -> Option<String> {
             return None;
         }
         if k.eq_ignore_ascii_case(key) {
-            let v = rest
-                .trim_start()
-                .strip_prefix('=')
-                .unwrap_or(rest)
-                .trim();
+            let v = rest.trim_start().strip_prefix('=').unwrap_or(rest).trim();
             let v = v.split(" #").next().unwrap_or(v).trim();
             return Some(v.trim_matches(|c| c == '"' || c == '\'').to_owned());
         }

@@ -30,7 +30,10 @@ fn ufw_enabled(conf: &Path) -> Option<bool> {
     let value = text.lines().rev().find_map(|l| {
         let l = l.trim();
         let v = l.strip_prefix("ENABLED=")?;
-        Some(v.trim_matches(|c| c == '"' || c == '\'').eq_ignore_ascii_case("yes"))
+        Some(
+            v.trim_matches(|c| c == '"' || c == '\'')
+                .eq_ignore_ascii_case("yes"),
+        )
     })?;
     Some(value)
 }
@@ -67,7 +70,9 @@ fn root_source(mounts: &str) -> Option<String> {
             (target == "/").then(|| (source.to_owned(), fstype.to_owned()))
         })
         .last()
-        .and_then(|(source, fstype)| (source.starts_with("/dev/") && fstype != "overlay").then_some(source))
+        .and_then(|(source, fstype)| {
+            (source.starts_with("/dev/") && fstype != "overlay").then_some(source)
+        })
 }
 
 /// Whether the block device `name` (as under `/sys/class/block`) is dm-crypt or sits on one,

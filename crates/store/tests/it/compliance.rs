@@ -59,7 +59,10 @@ fn openssl_rules() -> Vec<ComplianceRule> {
 
 async fn devices(s: &Store, org: OrgId, n: usize) -> Vec<DeviceId> {
     let o = s.org(org);
-    let site = o.create_site("HQ", "UTC", audit("s", "site")).await.unwrap();
+    let site = o
+        .create_site("HQ", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
     let mut out = Vec::new();
     for i in 0..n {
         let d = o
@@ -90,7 +93,10 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let dev_b = devices(s, b, 1).await[0];
-    let group_b = ob.create_group("g", None, None, audit("g", "group")).await.unwrap();
+    let group_b = ob
+        .create_group("g", None, None, audit("g", "group"))
+        .await
+        .unwrap();
     let script_b = ob
         .create_script(
             NewScript {
@@ -108,7 +114,10 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         .unwrap();
 
     let p = oa
-        .create_compliance_policy(policy("ssl", openssl_rules()), audit("compliance_policy.create", "p"))
+        .create_compliance_policy(
+            policy("ssl", openssl_rules()),
+            audit("compliance_policy.create", "p"),
+        )
         .await
         .unwrap();
     assert!(p.active && p.next_evaluation_at.is_some(), "due at once");
@@ -116,13 +125,18 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     for target in [RuleTarget::Device(dev_b), RuleTarget::Group(group_b.id)] {
         let mut n = policy("x", openssl_rules());
         n.target = target;
-        let e = oa.create_compliance_policy(n, audit("c", "p")).await.unwrap_err();
+        let e = oa
+            .create_compliance_policy(n, audit("c", "p"))
+            .await
+            .unwrap_err();
         assert!(matches!(e, StoreError::NotFound(_)), "{e:?}");
     }
     let mut n = policy("y", openssl_rules());
     n.remediation_script = Some(script_b.id);
     assert!(matches!(
-        oa.create_compliance_policy(n, audit("c", "p")).await.unwrap_err(),
+        oa.create_compliance_policy(n, audit("c", "p"))
+            .await
+            .unwrap_err(),
         StoreError::NotFound(_)
     ));
     // Validation names the field.
@@ -133,11 +147,17 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
             sha256: "nothex".into(),
         }],
     );
-    let e = oa.create_compliance_policy(bad, audit("c", "p")).await.unwrap_err();
+    let e = oa
+        .create_compliance_policy(bad, audit("c", "p"))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("rules[0].sha256"), "{e}");
     let mut n = policy("r", openssl_rules());
     n.enforcement = PolicyEnforcement::Remediate;
-    let e = oa.create_compliance_policy(n, audit("c", "p")).await.unwrap_err();
+    let e = oa
+        .create_compliance_policy(n, audit("c", "p"))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("remediationScriptId"), "{e}");
     assert!(matches!(
         oa.create_compliance_policy(policy("ssl", openssl_rules()), audit("c", "p"))
@@ -147,7 +167,10 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     ));
 
     // B reaches none of A's policy.
-    assert!(matches!(ob.get_compliance_policy(p.id).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        ob.get_compliance_policy(p.id).await,
+        Err(StoreError::NotFound(_))
+    ));
     assert!(ob.list_compliance_policies().await.unwrap().is_empty());
     assert!(matches!(
         ob.update_compliance_policy(p.id, CompliancePolicyUpdate::default(), audit("u", "p"))
@@ -159,10 +182,16 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.queue_remediation(p.id, None, "api_key:x", audit("q", "p")).await,
+        ob.queue_remediation(p.id, None, "api_key:x", audit("q", "p"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(ob.compliance_statuses(Some(p.id), None, None, 100).await.unwrap().is_empty());
+    assert!(
+        ob.compliance_statuses(Some(p.id), None, None, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let off = oa
         .update_compliance_policy(
@@ -179,7 +208,10 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     oa.delete_compliance_policy(p.id, audit("compliance_policy.delete", "p"))
         .await
         .unwrap();
-    assert!(matches!(oa.get_compliance_policy(p.id).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        oa.get_compliance_policy(p.id).await,
+        Err(StoreError::NotFound(_))
+    ));
     let done = actions(s, a).await;
     for want in [
         "compliance_policy.create",
@@ -195,9 +227,13 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
     let (a, _b) = crate::two_orgs(s).await;
     let o = s.org(a);
     let d = devices(s, a, 3).await;
-    s.record_inventory(d[0], a, &inventory(s, &[("openssl", "3.0.15-1~deb12u1"), ("bash", "5.2")]))
-        .await
-        .unwrap();
+    s.record_inventory(
+        d[0],
+        a,
+        &inventory(s, &[("openssl", "3.0.15-1~deb12u1"), ("bash", "5.2")]),
+    )
+    .await
+    .unwrap();
     s.record_inventory(d[1], a, &inventory(s, &[("bash", "5.2")]))
         .await
         .unwrap();
@@ -224,7 +260,11 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
     let d1 = status(d[1]).await;
     assert_eq!(d1.status, ComplianceState::NonCompliant);
     assert_eq!(d1.results[0].passed, Some(false));
-    assert!(d1.results[0].detail.contains("not installed"), "{:?}", d1.results);
+    assert!(
+        d1.results[0].detail.contains("not installed"),
+        "{:?}",
+        d1.results
+    );
     assert_eq!(status(d[2]).await.status, ComplianceState::Unknown);
 
     // Nothing changed: nothing is written.
@@ -243,13 +283,23 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(status(d[1]).await.status, ComplianceState::Compliant);
-    let history = o.compliance_history(Some(p.id), Some(d[1]), 10).await.unwrap();
+    let history = o
+        .compliance_history(Some(p.id), Some(d[1]), 10)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 2, "{history:?}");
     assert_eq!(history[0].from_status.as_deref(), Some("non_compliant"));
     assert_eq!(history[0].to_status, "compliant");
     let summary = o.compliance_summary().await.unwrap();
     assert_eq!(summary.len(), 1);
-    assert_eq!((summary[0].compliant, summary[0].non_compliant, summary[0].unknown), (2, 0, 1));
+    assert_eq!(
+        (
+            summary[0].compliant,
+            summary[0].non_compliant,
+            summary[0].unknown
+        ),
+        (2, 0, 1)
+    );
 
     // A narrower target drops the devices it no longer covers.
     let p = o
@@ -263,16 +313,32 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert!(o.compliance_statuses(Some(p.id), None, None, 10).await.unwrap().is_empty());
+    assert!(
+        o.compliance_statuses(Some(p.id), None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let r = o.evaluate_policy_inventory(&p, None).await.unwrap();
     assert_eq!((r.devices, r.compliant), (1, 1));
 
     // The lease: one claim per period.
     let due = p.next_evaluation_at.unwrap();
-    assert_eq!(s.due_compliance_policies(s.clock().now(), 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.due_compliance_policies(s.clock().now(), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(s.claim_compliance_evaluation(&p, due).await.unwrap());
     assert!(!s.claim_compliance_evaluation(&p, due).await.unwrap());
-    assert!(s.due_compliance_policies(s.clock().now(), 10).await.unwrap().is_empty());
+    assert!(
+        s.due_compliance_policies(s.clock().now(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
@@ -296,23 +362,34 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
         .await
         .unwrap();
     let rules = vec![
-        ComplianceRule::PackageInstalled { name: "bash".into() },
+        ComplianceRule::PackageInstalled {
+            name: "bash".into(),
+        },
         ComplianceRule::FilePresent {
             path: "/tmp/x".into(),
         },
     ];
     let mut n = policy("file", rules);
     n.remediation_script = Some(script.id);
-    let p = o.create_compliance_policy(n, audit("c", "p")).await.unwrap();
+    let p = o
+        .create_compliance_policy(n, audit("c", "p"))
+        .await
+        .unwrap();
     for dev in &d {
-        s.record_inventory(*dev, a, &inventory(s, &[("bash", "5.2")])).await.unwrap();
+        s.record_inventory(*dev, a, &inventory(s, &[("bash", "5.2")]))
+            .await
+            .unwrap();
     }
     // The incremental path already wrote both devices; agent rules are not decided yet.
-    let rows = o.compliance_statuses(Some(p.id), None, None, 10).await.unwrap();
+    let rows = o
+        .compliance_statuses(Some(p.id), None, None, 10)
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.status == ComplianceState::Unknown));
     assert!(matches!(
-        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p")).await,
+        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
+            .await,
         Err(StoreError::Invalid(_))
     ));
 
@@ -342,7 +419,13 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
         commands.push((*dev, cmd.id));
     }
     // A check outstanding: not sent again.
-    assert!(o.compliance_check_targets(&p, None, 10).await.unwrap().0.is_empty());
+    assert!(
+        o.compliance_check_targets(&p, None, 10)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
     assert!(s.finished_compliance_checks(10).await.unwrap().is_empty());
     let now = s.clock().now();
     for (i, (dev, id)) in commands.iter().enumerate() {
@@ -371,7 +454,9 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     assert_eq!(finished.len(), 2);
     for f in finished {
         let cmd = o.get_command(f.check_command_id).await.unwrap();
-        o.fold_compliance_check(&p, f.device_id, &cmd).await.unwrap();
+        o.fold_compliance_check(&p, f.device_id, &cmd)
+            .await
+            .unwrap();
     }
     assert!(s.finished_compliance_checks(10).await.unwrap().is_empty());
     let pid = p.id;
@@ -392,13 +477,19 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
 
     // Remediation: on the non-compliant device only, one open at a time, claimed once.
     let r = o
-        .queue_remediation(p.id, None, "api_key:k1", audit("compliance.remediation.queue", "p"))
+        .queue_remediation(
+            p.id,
+            None,
+            "api_key:k1",
+            audit("compliance.remediation.queue", "p"),
+        )
         .await
         .unwrap();
     assert_eq!(r.device_ids, vec![commands[1].0]);
     assert_eq!(r.status, RunStatus::Queued);
     assert!(matches!(
-        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p")).await,
+        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
+            .await,
         Err(StoreError::Conflict(_))
     ));
     let claimed = s.claim_queued_remediations(10).await.unwrap();
@@ -419,7 +510,10 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     assert!(finished.finished_at.is_some());
     assert_eq!(o.list_remediations(p.id, 10).await.unwrap().len(), 1);
     let done = actions(s, a).await;
-    for want in ["compliance.remediation.queue", "compliance.remediation.finish"] {
+    for want in [
+        "compliance.remediation.queue",
+        "compliance.remediation.finish",
+    ] {
         assert!(done.iter().any(|x| x == want), "{want} in {done:?}");
     }
 }

@@ -36,9 +36,7 @@ use uuid::Uuid;
 
 use super::alerts::{TargetArg, uuid_or_missing};
 use super::device_command::safe_path;
-use crate::{
-    ErrorCode, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per,
-};
+use crate::{ErrorCode, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<ManagePolicies>();
@@ -348,7 +346,8 @@ fn script_id(input: &PoliciesInput) -> Result<Option<Uuid>, ToolError> {
         .remediation_script_id
         .as_deref()
         .map(|s| {
-            Uuid::parse_str(s).map_err(|_| ToolError::not_found("Script not found or access denied"))
+            Uuid::parse_str(s)
+                .map_err(|_| ToolError::not_found("Script not found or access denied"))
         })
         .transpose()
 }
@@ -407,9 +406,7 @@ async fn check_agents(
     if wait.is_zero() || sent.is_empty() {
         return Ok((sent.len(), 0));
     }
-    let waits = sent
-        .iter()
-        .map(|(_, id)| cx.fleet.wait(*id, wait, |_| {}));
+    let waits = sent.iter().map(|(_, id)| cx.fleet.wait(*id, wait, |_| {}));
     let done = futures::future::join_all(waits).await;
     let mut answered = 0;
     for ((d, _), cmd) in sent.iter().zip(done) {
@@ -673,7 +670,10 @@ impl Tool for ManagePolicies {
                         .enforcement
                         .map_or(PolicyEnforcement::Monitor, Into::into),
                     remediation_script: script_id(&input)?,
-                    remediation_parameters: input.remediation_parameters.clone().unwrap_or_default(),
+                    remediation_parameters: input
+                        .remediation_parameters
+                        .clone()
+                        .unwrap_or_default(),
                     active: input.active.unwrap_or(true),
                     owner_actor: cx.actor.to_string(),
                     evaluate_every_minutes: input.evaluate_every_minutes.unwrap_or(60),
