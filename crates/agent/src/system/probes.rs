@@ -69,7 +69,7 @@ fn root_source(mounts: &str) -> Option<String> {
             let (source, target, fstype) = (f.next()?, f.next()?, f.next()?);
             (target == "/").then(|| (source.to_owned(), fstype.to_owned()))
         })
-        .last()
+        .next_back()
         .and_then(|(source, fstype)| {
             (source.starts_with("/dev/") && fstype != "overlay").then_some(source)
         })
