@@ -97,8 +97,8 @@ fn inventory(store: &Store, i: usize, n: usize, bump: u32) -> anyhow::Result<Inv
     let mut packages: Vec<serde_json::Value> = (0..n)
         .map(|k| json!({ "name": format!("lib{k:04}"), "version": format!("1.{k}.{bump}-1") }))
         .collect();
-    if i % 7 != 0 {
-        let v = if i % 10 == 0 {
+    if !i.is_multiple_of(7) {
+        let v = if i.is_multiple_of(10) {
             "3.0.2-0ubuntu1"
         } else {
             "3.0.15-1~deb12u1"
