@@ -14,6 +14,9 @@
 //! - `cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
 //!   [--database sqlite|postgres|both]` measures the alert engine's evaluation cycle, alert
 //!   latency and a 10,000-device report's time and peak memory, in process.
+//! - `cargo xtask bench compliance [--devices N] [--rules N] [--packages N] [--changes N]
+//!   [--database sqlite|postgres|both]` measures compliance evaluation (a full pass and an
+//!   incremental inventory change) over a seeded fleet, in process.
 //! - `cargo xtask bench pages [--devices N] [--rounds R] [--database sqlite|postgres]
 //!   [--build release|debug]` prints each dashboard page's bytes and time for an
 //!   organization of N devices (default 10,000), and whether the devices list met its
@@ -35,6 +38,8 @@ const USAGE: &str = "usage: cargo xtask tidy
                                  [--database sqlite|postgres|both]
        cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
                                 [--database sqlite|postgres|both]
+       cargo xtask bench compliance [--devices N] [--rules N] [--packages N] [--changes N]
+                                    [--database sqlite|postgres|both]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]";
 
@@ -54,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),
         ["bench", "pages", rest @ ..] => bench::pages::run(rest),
         ["bench", "alerts", rest @ ..] => bench::alerts::run(rest),
+        ["bench", "compliance", rest @ ..] => bench::compliance::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

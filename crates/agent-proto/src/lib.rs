@@ -558,6 +558,60 @@ pub enum CommandKind {
     /// Deletes a quarantined file's content; the record stays.
     /// Result: `{"quarantineId","originalPath","state":"removed"}`.
     DeleteQuarantined { quarantine_id: String },
+    /// Compliance checks, each answered in the order asked. A check the agent cannot decide
+    /// (no systemd, a protected or unreadable path, an unknown platform) answers `passed: null`
+    /// with the reason; the command itself still completes. File paths obey the protected
+    /// paths like file commands. Result: `{"checks":[{passed,detail}]}` ([`ProbeResult`]).
+    /// An agent older than this kind cannot read the frame and the command times out.
+    ComplianceCheck { checks: Vec<ComplianceProbe> },
+}
+
+/// One agent-side compliance check ([`CommandKind::ComplianceCheck`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
+pub enum ComplianceProbe {
+    /// The systemd unit is active.
+    ServiceRunning { name: String },
+    /// A regular file exists at `path`.
+    FilePresent { path: String },
+    /// The file's SHA-256 is `sha256` (hex, any case).
+    FileSha256 { path: String, sha256: String },
+    /// The config file sets `key` to `value` (first uncommented occurrence before a `Match`
+    /// block; `key value` or `key=value`; case-insensitive).
+    SettingValue {
+        path: String,
+        key: String,
+        value: String,
+    },
+    /// The root filesystem sits on dm-crypt (LUKS).
+    DiskEncrypted,
+    /// A host firewall is active.
+    FirewallEnabled,
+}
+
+impl ComplianceProbe {
+    /// The path the check reads, if any.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            ComplianceProbe::FilePresent { path }
+            | ComplianceProbe::FileSha256 { path, .. }
+            | ComplianceProbe::SettingValue { path, .. } => Some(path.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// One check's answer in a `ComplianceCheck` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeResult {
+    /// True or false; null when the agent cannot tell.
+    pub passed: Option<bool>,
+    pub detail: String,
 }
 
 impl CommandKind {
@@ -577,6 +631,7 @@ impl CommandKind {
                 | CommandKind::SecurityScan { .. }
                 | CommandKind::QuarantineFile { .. }
                 | CommandKind::RestoreQuarantined { .. }
+                | CommandKind::ComplianceCheck { .. }
         )
     }
 
@@ -600,6 +655,9 @@ impl CommandKind {
                 .chain(indicator_paths)
                 .map(String::as_str)
                 .collect(),
+            CommandKind::ComplianceCheck { checks } => {
+                checks.iter().filter_map(ComplianceProbe::path).collect()
+            }
             _ => Vec::new(),
         }
     }

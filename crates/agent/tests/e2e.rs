@@ -1354,3 +1354,205 @@ async fn monitoring_run(backend: Backend) {
 async fn cpu_load_alerts_notifies_automates_resolves_and_is_suppressed_on_postgres() {
     monitoring_run(Backend::Postgres).await;
 }
+
+/// Approves every pending request of `org` as the admin until aborted.
+fn approve_everything(f: &Fleet, org: OrgId) -> tokio::task::JoinHandle<()> {
+    let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
+    tokio::spawn(async move {
+        loop {
+            for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                let request = DecisionRequest {
+                    id: r.id,
+                    decision: breeze_store::Decision::Approve,
+                    reason: None,
+                    request_id: None,
+                };
+                let actor = Actor::new(ActorType::User, admin.id);
+                let _ = decide(&store, pipeline.registry(), &admin, actor, request).await;
+                pipeline.approvals().notify_decided();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Compliance with the real agent: a rule on a package this machine has installed (read from
+/// the inventory the agent reported) passes and one on a missing package fails; a "file
+/// present" rule is checked by the agent and fails; `remediate` (approved) queues the policy's
+/// library script, which the compliance worker runs through `run_script` (approved again) on
+/// the agent; evaluated again, the rule passes. The file lives in a temporary directory.
+async fn compliance_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+    let o = f.store.org(f.org);
+    eventually(30, "the agent's inventory", || async {
+        o.device_packages(device_id, None, None, 1)
+            .await
+            .is_ok_and(|p| p.listed && p.total > 0)
+    })
+    .await;
+    let installed = o
+        .device_packages(device_id, None, None, 1)
+        .await
+        .unwrap()
+        .packages[0]
+        .name
+        .clone();
+
+    // Inventory rules: the installed package passes, a missing one fails.
+    let (out, _) = call(
+        &f,
+        f.org,
+        "manage_policies",
+        json!({ "action": "create", "name": "packages",
+                "rules": [{ "type": "package_installed", "name": installed },
+                          { "type": "package_installed", "name": "breeze-no-such-package" }] }),
+    )
+    .await;
+    let packages = out.unwrap()["policy"]["id"].as_str().unwrap().to_owned();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "manage_policies",
+        json!({ "action": "evaluate", "policyId": packages, "deviceId": device, "waitSeconds": 0 }),
+    )
+    .await;
+    let out = out.unwrap();
+    let results = &out["statuses"][0]["results"];
+    assert_eq!(results[0]["passed"], true, "{out}");
+    assert_eq!(results[1]["passed"], false, "{out}");
+    assert_eq!(out["statuses"][0]["status"], "non_compliant", "{out}");
+
+    // An agent rule: a file the remediation script creates (outside the agent's own state
+    // directory, which it protects).
+    let marks = tempfile::tempdir().unwrap();
+    let marker = marks.path().join("remediated");
+    let script = o
+        .create_script(
+            NewScript {
+                name: "create marker".into(),
+                description: String::new(),
+                language: "sh".into(),
+                category: "test".into(),
+                body: format!("touch '{}'\n", marker.display()),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "manage_policies",
+        json!({ "action": "create", "name": "marker",
+                "rules": [{ "type": "file_present", "path": marker.display().to_string() }],
+                "remediationScriptId": script.id.to_string(),
+                "target": { "type": "device", "deviceId": device } }),
+    )
+    .await;
+    let policy = out.unwrap()["policy"]["id"].as_str().unwrap().to_owned();
+    let evaluate = || {
+        call(
+            &f,
+            f.org,
+            "manage_policies",
+            json!({ "action": "evaluate", "policyId": policy, "waitSeconds": 20 }),
+        )
+    };
+    let (out, _) = evaluate().await;
+    let out = out.unwrap();
+    assert_eq!(out["evaluation"]["checksAnswered"], 1, "{out}");
+    assert_eq!(out["statuses"][0]["results"][0]["passed"], false, "{out}");
+    assert!(!marker.exists());
+
+    // Remediate (approved), then the worker runs the script through run_script (approved).
+    let (out, _) = call(
+        &f,
+        f.org,
+        "manage_policies",
+        json!({ "action": "remediate", "policyId": policy }),
+    )
+    .await;
+    let out = out.unwrap();
+    let remediation: uuid::Uuid = out["remediations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let approver = approve_everything(&f, f.org);
+    let worker = Arc::new(breeze_server::compliance::ComplianceWorker::new(
+        f.store.clone(),
+        f.state.gateway.clone(),
+        f.state.pipeline.clone(),
+        breeze_server::compliance::ComplianceConfig::default(),
+    ));
+    eventually(90, "the remediation to finish", || {
+        let (worker, o) = (worker.clone(), f.store.org(f.org));
+        async move {
+            worker.tick().await.unwrap();
+            worker.settle().await;
+            let r = o.get_remediation(remediation).await.unwrap();
+            r.finished_at.is_some()
+        }
+    })
+    .await;
+    approver.abort();
+    let r = o.get_remediation(remediation).await.unwrap();
+    assert_eq!(r.status, breeze_core::RunStatus::Succeeded, "{r:?}");
+    assert!(marker.exists(), "the script ran on this machine");
+    let approvals = f.store.raw_dump("approval_requests").await.unwrap();
+    for tool in ["manage_policies", "run_script"] {
+        assert!(
+            approvals.iter().any(|a| a.contains(tool)),
+            "{tool} was approved by a person"
+        );
+    }
+
+    // A check the worker sent before the script ran may still be awaited: its answer is
+    // folded in by the worker, and the next evaluation sends a fresh one.
+    eventually(60, "the marker rule to pass", || {
+        let worker = worker.clone();
+        let evaluate = &evaluate;
+        async move {
+            worker.tick().await.unwrap();
+            worker.settle().await;
+            let (out, _) = evaluate().await;
+            let out = out.unwrap();
+            out["statuses"][0]["results"][0]["passed"] == true
+                && out["statuses"][0]["status"] == "compliant"
+        }
+    })
+    .await;
+    let (out, _) = call(
+        &f,
+        f.org,
+        "manage_policies",
+        json!({ "action": "history", "policyId": policy }),
+    )
+    .await;
+    assert_eq!(out.unwrap()["history"][0]["toStatus"], "compliant");
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compliance_with_the_real_agent_on_sqlite() {
+    compliance_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compliance_with_the_real_agent_on_postgres() {
+    compliance_run(Backend::Postgres).await;
+}

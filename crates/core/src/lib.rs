@@ -8,6 +8,7 @@ pub mod alert;
 pub mod audit;
 pub mod automation;
 pub mod clock;
+pub mod compliance;
 pub mod config_policy;
 pub mod device;
 pub mod group_filter;
@@ -28,6 +29,7 @@ pub use alert::{
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{

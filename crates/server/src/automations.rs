@@ -91,7 +91,7 @@ pub struct AutomationWorker {
     runs: TaskTracker,
 }
 
-fn actor_of(text: &str) -> Option<Actor> {
+pub(crate) fn actor_of(text: &str) -> Option<Actor> {
     let (kind, id) = text.split_once(':')?;
     Some(Actor::new(kind.parse::<ActorType>().ok()?, id))
 }
@@ -104,7 +104,7 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// The device outcomes of a `run_script` answer.
-fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
+pub(crate) fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
     answer["results"]
         .as_array()
         .map(|results| {
@@ -131,7 +131,7 @@ fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
         .unwrap_or_default()
 }
 
-fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Vec<DeviceOutcome> {
+pub(crate) fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Vec<DeviceOutcome> {
     devices
         .iter()
         .map(|d| DeviceOutcome {
@@ -144,7 +144,7 @@ fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Vec<DeviceOut
 }
 
 /// A finished run's status from its devices' outcomes.
-fn overall(devices: &[DeviceOutcome]) -> RunStatus {
+pub(crate) fn overall(devices: &[DeviceOutcome]) -> RunStatus {
     let acted: Vec<&DeviceOutcome> = devices
         .iter()
         .filter(|d| d.status != "suppressed")

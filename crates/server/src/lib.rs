@@ -9,6 +9,7 @@ mod audit_writer;
 mod authz;
 pub mod automations;
 pub mod catalog;
+pub mod compliance;
 mod edge;
 mod error;
 mod extract;
@@ -465,6 +466,13 @@ pub async fn serve(
         breeze.state.gateway.clone(),
         sweeper_stop.clone(),
     );
+    Arc::new(compliance::ComplianceWorker::new(
+        breeze.state.store.clone(),
+        breeze.state.gateway.clone(),
+        breeze.state.pipeline.clone(),
+        compliance::ComplianceConfig::default(),
+    ))
+    .spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {
         spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
     }

@@ -409,6 +409,9 @@ impl Suite {
             "filters" => json!({}),
             "reportType" => json!("device_inventory"),
             "configPolicyId" => json!(self.fresh_policy().await.to_string()),
+            "policyId" => json!(self.fresh_compliance_policy().await.to_string()),
+            "remediationScriptId" => json!(self.script),
+            "rules" => json!([{ "type": "package_installed", "name": "breeze-absent-package" }]),
             "level" => json!("organization"),
             "targetId" => json!(self.w.org_a.to_string()),
             "assignmentId" => json!(self.fresh_assignment().await.to_string()),
@@ -572,6 +575,49 @@ impl Suite {
             )
             .await
             .unwrap()
+    }
+
+    /// A new compliance policy with a remediation script, on which the fixture's device is
+    /// non-compliant (a package it lacks), so `remediate` has work (each delete consumes one).
+    async fn fresh_compliance_policy(&self) -> uuid::Uuid {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        let org = self.w.store.org(self.w.org_a);
+        let device = breeze_core::DeviceId(self.device.parse().unwrap());
+        let inventory: breeze_agent_proto::Inventory = serde_json::from_value(json!({
+            "collectedAt": self.w.state.clock.now(), "hostname": "fixture",
+            "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12", "kernel": "6.1", "arch": "x86_64" },
+            "cpu": { "model": "CPU", "physicalCores": 1, "logicalCores": 1 },
+            "memoryTotalBytes": 1u64, "disks": [], "interfaces": [],
+            "packages": [{ "name": "bash", "version": "5.2" }],
+        }))
+        .unwrap();
+        self.w
+            .store
+            .record_inventory(device, self.w.org_a, &inventory)
+            .await
+            .unwrap();
+        let policy = org
+            .create_compliance_policy(
+                breeze_store::NewCompliancePolicy {
+                    name: format!("fixture compliance {n}"),
+                    description: None,
+                    rules: vec![breeze_core::ComplianceRule::PackageInstalled {
+                        name: "breeze-absent-package".into(),
+                    }],
+                    target: breeze_store::RuleTarget::Device(device),
+                    enforcement: breeze_core::PolicyEnforcement::Monitor,
+                    remediation_script: Some(self.script.parse().unwrap()),
+                    remediation_parameters: BTreeMap::new(),
+                    active: true,
+                    owner_actor: "system:fixture".into(),
+                    evaluate_every_minutes: 60,
+                },
+                audit("compliance_policy.create"),
+            )
+            .await
+            .unwrap();
+        org.evaluate_policy_inventory(&policy, None).await.unwrap();
+        policy.id
     }
 
     /// A new report definition of the fixture's organization (each delete consumes one).

@@ -17,6 +17,7 @@ mod audit_appender;
 mod audit_retention;
 mod automations;
 mod commands;
+mod compliance;
 mod config_policies;
 mod context;
 mod devices;
@@ -65,6 +66,11 @@ pub use automations::{
 };
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
+pub use compliance::{
+    ComplianceChange, CompliancePolicy, CompliancePolicyUpdate, ComplianceStatus, EvaluationReport,
+    FinishedCheck, MAX_POLICIES_PER_ORG, MAX_REMEDIATION_DEVICES, NewCompliancePolicy,
+    PolicySummary, Remediation, RemediationUpdate, agent_probes, compliance_actor, probe_of,
+};
 pub use config_policies::{
     ConfigAssignment, ConfigPolicy, ConfigPolicyUpdate, ConfigReport, MAX_CONFIG_ASSIGNMENTS,
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,

@@ -42,6 +42,7 @@ pub fn all() -> Registry {
     r.domain("groups", tools::groups::register);
     r.domain("maintenance", tools::maintenance::register);
     r.domain("patches", tools::patches::register);
+    r.domain("policies", tools::policies::register);
     r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("security", tools::security::register);
@@ -73,6 +74,7 @@ mod tests {
                 "groups",
                 "maintenance",
                 "patches",
+                "policies",
                 "reports",
                 "scripts",
                 "security",
@@ -177,6 +179,7 @@ mod tests {
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_patches",              Some("1/2/3"), true,  Some((15, 300))),
+        ("manage_policies",             Some("1/2/3"), false, Some((20, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
         ("preview_configuration_change", Some("1"),    false, None),
@@ -281,6 +284,18 @@ mod tests {
         ("manage_patches",              Some("cancel"),           Tier::T2, Permission::DevicesExecute),
         ("manage_patches",              Some("install"),          Tier::T3, Permission::DevicesExecute),
         ("manage_patches",              Some("rollback"),         Tier::T3, Permission::DevicesExecute),
+        ("manage_policies",             Some("list"),             Tier::T1, Permission::DevicesRead),
+        ("manage_policies",             Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_policies",             Some("compliance_status"),Tier::T1, Permission::DevicesRead),
+        ("manage_policies",             Some("compliance_summary"),Tier::T1, Permission::DevicesRead),
+        ("manage_policies",             Some("history"),          Tier::T1, Permission::DevicesRead),
+        ("manage_policies",             Some("evaluate"),         Tier::T2, Permission::DevicesWrite),
+        ("manage_policies",             Some("create"),           Tier::T2, Permission::DevicesWrite),
+        ("manage_policies",             Some("update"),           Tier::T2, Permission::DevicesWrite),
+        ("manage_policies",             Some("activate"),         Tier::T2, Permission::DevicesWrite),
+        ("manage_policies",             Some("deactivate"),       Tier::T2, Permission::DevicesWrite),
+        ("manage_policies",             Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_policies",             Some("remediate"),        Tier::T3, Permission::ScriptsExecute),
         ("manage_services",             Some("list"),             Tier::T2, Permission::ServicesManage),
         ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),

@@ -6,6 +6,7 @@
 //! `failed`. Every kind obeys the command's timeout (`timed_out`) and cancellation
 //! (`cancelled`). The exactly-once bookkeeping is the caller's ([`crate::journal`]).
 
+pub mod compliance;
 pub mod disk;
 pub mod files;
 pub mod network;
@@ -509,6 +510,10 @@ impl Executor {
                 let qdir = self.quarantine_dir();
                 let now = self.clock.now();
                 blocking(move || security::delete(&qdir, &quarantine_id, now)).await
+            }
+            CommandKind::ComplianceCheck { checks } => {
+                let g = guard();
+                blocking(move || compliance::check(&g(), &checks)).await
             }
             CommandKind::Shell { .. } | CommandKind::Script { .. } => {
                 Err("not a typed command".to_owned())

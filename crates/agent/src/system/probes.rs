@@ -20,6 +20,23 @@ use serde_json::{Value, json};
 /// The most a probe's helper program may run.
 const TOOL_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Whether systemd unit `name` is active: `None` without systemd or systemctl.
+pub(crate) fn unit_active(name: &str) -> Option<bool> {
+    if !(cfg!(target_os = "linux") && Path::new("/run/systemd/system").is_dir()) {
+        return None;
+    }
+    if !crate::exec::services::valid_unit_name(name) {
+        return None;
+    }
+    let out = Command::new("systemctl")
+        .args(["is-active", "--", name])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).trim() == "active")
+}
+
 /// What a helper program said: `None` when it is not installed.
 #[derive(Debug, Clone)]
 pub(crate) struct ToolRun {

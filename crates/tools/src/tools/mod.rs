@@ -13,6 +13,7 @@ pub(crate) mod disk;
 pub(crate) mod groups;
 pub(crate) mod maintenance;
 pub(crate) mod patches;
+pub(crate) mod policies;
 pub(crate) mod reports;
 pub(crate) mod scripts;
 pub(crate) mod security;

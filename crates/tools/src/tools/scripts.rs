@@ -122,7 +122,7 @@ async fn find(cx: &ToolCx<'_>, id_or_name: &str) -> Result<Script, ToolError> {
 
 /// What an approver of `run_script` reviews and what the run is pinned to: the script as it is
 /// now (name, language, body and its SHA-256, declared parameters).
-fn pin(script: &Script) -> Pin {
+pub(crate) fn pin(script: &Script) -> Pin {
     let digest = Sha256::digest(script.body.as_bytes());
     let body_sha256: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     Pin {

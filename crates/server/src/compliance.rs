@@ -1,0 +1,460 @@
+//! The compliance worker, one of the server's background tasks ([`crate::serve`]).
+//!
+//! Each [`ComplianceWorker::tick`]:
+//! 1. **Evaluations.** Active policies whose `next_evaluation_at` is due (by the store's
+//!    `Clock`) are claimed through that lease ([`Store::claim_compliance_evaluation`]: one
+//!    instance per period), their inventory rules re-decided for every targeted device, and a
+//!    `ComplianceCheck` queued on each online targeted device with no check outstanding (at
+//!    most `checks_per_policy`). A policy with `enforcement: remediate` that finds
+//!    non-compliant devices queues a remediation as its owner (one open at a time).
+//! 2. **Answers.** Agent checks whose command is final are folded into the devices' results.
+//! 3. **Remediations.** Queued remediations are claimed (one instance each) and run in tracked
+//!    tasks; those waiting for approval are finished once their requests are.
+//!
+//! **The Tier 3 rule.** A remediation's script goes through [`Pipeline::call`] as `run_script`
+//! — the same guard (scope, role, per-tool limit, allowlist) and the same durable approval as
+//! an MCP call — as the credential that asked for it (the caller of `remediate`, or the
+//! policy's owner for one the worker queued), rebuilt as it stands now
+//! ([`breeze_pipeline::standing`]). Nothing reaches an agent any other way; this is the
+//! automation worker's path, and its helpers are shared.
+
+use std::{sync::Arc, time::Duration};
+
+use breeze_agent_proto::CommandKind;
+use breeze_core::{AuditEvent, DeviceId, PolicyEnforcement, RunStatus};
+use breeze_gateway::Gateway;
+use breeze_pipeline::{CallOutcome, Pipeline, standing};
+use breeze_store::{
+    CompliancePolicy, DeviceOutcome, NewCommand, Remediation, RemediationUpdate, Store, StoreError,
+    compliance_actor,
+};
+use breeze_tools::CallOptions;
+use serde_json::{Value, json};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::automations::{actor_of, outcome_for, overall, script_outcomes};
+
+/// `run_script` takes at most this many devices a call.
+const DEVICES_PER_CALL: usize = 10;
+
+/// The worker's pace and bounds.
+#[derive(Debug, Clone)]
+pub struct ComplianceConfig {
+    /// How often a tick runs.
+    pub tick: Duration,
+    /// The most due policies one tick evaluates.
+    pub policies_per_tick: u32,
+    /// The most agent checks one policy's evaluation queues.
+    pub checks_per_policy: usize,
+    /// The most finished checks one tick folds in.
+    pub answers_per_tick: u32,
+    /// The most queued remediations one tick starts.
+    pub remediations_per_tick: u32,
+}
+
+impl Default for ComplianceConfig {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_secs(30),
+            policies_per_tick: 20,
+            checks_per_policy: 200,
+            answers_per_tick: 1000,
+            remediations_per_tick: 10,
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComplianceTick {
+    /// Policies this instance evaluated.
+    pub evaluated: usize,
+    /// Agent checks queued.
+    pub checks_sent: usize,
+    /// Agent answers folded in.
+    pub answers: usize,
+    /// Remediations queued by enforcement.
+    pub remediations_queued: usize,
+    /// Remediations started.
+    pub remediations_started: usize,
+    /// Remediations finished after their approvals were.
+    pub followed_up: usize,
+}
+
+/// The compliance worker. Cheap to share (`Arc`).
+pub struct ComplianceWorker {
+    store: Store,
+    gateway: Gateway,
+    pipeline: Pipeline,
+    config: ComplianceConfig,
+    runs: TaskTracker,
+}
+
+impl ComplianceWorker {
+    pub fn new(
+        store: Store,
+        gateway: Gateway,
+        pipeline: Pipeline,
+        config: ComplianceConfig,
+    ) -> Self {
+        Self {
+            store,
+            gateway,
+            pipeline,
+            config,
+            runs: TaskTracker::new(),
+        }
+    }
+
+    /// One round: due evaluations, answers, remediations (started in tasks of their own),
+    /// approvals.
+    pub async fn tick(self: &Arc<Self>) -> Result<ComplianceTick, StoreError> {
+        let mut report = ComplianceTick::default();
+        let now = self.store.clock().now();
+        for p in self
+            .store
+            .due_compliance_policies(now, self.config.policies_per_tick)
+            .await?
+        {
+            let Some(due) = p.next_evaluation_at else {
+                continue;
+            };
+            if !self.store.claim_compliance_evaluation(&p, due).await? {
+                continue;
+            }
+            report.evaluated += 1;
+            let (sent, queued) = self.evaluate(&p).await?;
+            report.checks_sent += sent;
+            report.remediations_queued += usize::from(queued);
+        }
+        report.answers = self.fold_answers().await?;
+        for r in self
+            .store
+            .claim_queued_remediations(self.config.remediations_per_tick)
+            .await?
+        {
+            report.remediations_started += 1;
+            let this = self.clone();
+            self.runs.spawn(async move {
+                let (org, id) = (r.org_id, r.id);
+                if let Err(e) = this.remediate(r).await {
+                    tracing::warn!(remediation = %id, error = %e, "remediation failed on the store");
+                    let _ = this
+                        .store
+                        .org(org)
+                        .update_remediation(
+                            id,
+                            RemediationUpdate {
+                                status: RunStatus::Failed,
+                                approval_ids: vec![],
+                                devices: vec![],
+                                message: Some(format!("internal error: {e}")),
+                            },
+                        )
+                        .await;
+                }
+            });
+        }
+        report.followed_up = self.follow_approvals().await?;
+        Ok(report)
+    }
+
+    /// Waits until every remediation started so far has finished its part (tests, shutdown).
+    pub async fn settle(&self) {
+        self.runs.close();
+        self.runs.wait().await;
+        self.runs.reopen();
+    }
+
+    /// One policy's periodic evaluation: (checks sent, remediation queued).
+    async fn evaluate(&self, p: &CompliancePolicy) -> Result<(usize, bool), StoreError> {
+        let org = self.store.org(p.org_id);
+        let report = org.evaluate_policy_inventory(p, None).await?;
+        let (devices, probes) = org
+            .compliance_check_targets(p, None, self.config.checks_per_policy)
+            .await?;
+        let fleet = self.gateway.org(p.org_id);
+        let mut sent = 0;
+        for d in devices {
+            let audit = AuditEvent::new(compliance_actor(), "compliance.check", "device_command");
+            let cmd = fleet
+                .submit(
+                    NewCommand {
+                        device_id: d,
+                        kind: CommandKind::ComplianceCheck {
+                            checks: probes.clone(),
+                        },
+                        timeout_secs: 60,
+                        output_cap_bytes: 64 * 1024,
+                        queue_ttl: chrono::Duration::minutes(5),
+                        script: None,
+                        created_by: compliance_actor().to_string(),
+                    },
+                    audit,
+                )
+                .await
+                .map_err(|breeze_gateway::GatewayError::Store(e)| e)?;
+            org.set_compliance_check(p, d, cmd.id).await?;
+            sent += 1;
+        }
+        let mut queued = false;
+        if p.enforcement == PolicyEnforcement::Remediate && report.non_compliant > 0 {
+            let audit = AuditEvent::new(
+                compliance_actor(),
+                "compliance.remediation.queue",
+                "compliance_policy",
+            );
+            match org
+                .queue_remediation(p.id, None, &p.owner_actor, audit)
+                .await
+            {
+                Ok(_) => queued = true,
+                // One is open already, or nothing is left to do.
+                Err(StoreError::Conflict(_) | StoreError::Invalid(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((sent, queued))
+    }
+
+    async fn fold_answers(&self) -> Result<usize, StoreError> {
+        let mut folded = 0;
+        for f in self
+            .store
+            .finished_compliance_checks(self.config.answers_per_tick)
+            .await?
+        {
+            let org = self.store.org(f.org_id);
+            let (policy, command) = match (
+                org.get_compliance_policy(f.policy_id).await,
+                org.get_command(f.check_command_id).await,
+            ) {
+                (Ok(p), Ok(c)) => (p, c),
+                (Err(StoreError::NotFound(_)), _) | (_, Err(StoreError::NotFound(_))) => continue,
+                (Err(e), _) | (_, Err(e)) => return Err(e),
+            };
+            org.fold_compliance_check(&policy, f.device_id, &command)
+                .await?;
+            folded += 1;
+        }
+        Ok(folded)
+    }
+
+    async fn finish(
+        &self,
+        r: &Remediation,
+        status: RunStatus,
+        message: impl Into<String>,
+    ) -> Result<(), StoreError> {
+        self.store
+            .org(r.org_id)
+            .update_remediation(
+                r.id,
+                RemediationUpdate {
+                    status,
+                    approval_ids: vec![],
+                    devices: vec![],
+                    message: Some(message.into()),
+                },
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Runs a remediation's script through the pipeline as its requester.
+    async fn remediate(&self, r: Remediation) -> Result<(), StoreError> {
+        let org = self.store.org(r.org_id);
+        let p = match org.get_compliance_policy(r.policy_id).await {
+            Ok(p) => p,
+            Err(StoreError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(script) = p.remediation_script_id else {
+            return self
+                .finish(
+                    &r,
+                    RunStatus::Failed,
+                    "the policy has no remediation script",
+                )
+                .await;
+        };
+        let Some(actor) = actor_of(&r.requested_by) else {
+            return self
+                .finish(
+                    &r,
+                    RunStatus::Refused,
+                    format!("{} cannot act", r.requested_by),
+                )
+                .await;
+        };
+        let clock = self.store.clock().clone();
+        let standing = match standing::standing(&self.store, clock.as_ref(), r.org_id, &actor).await
+        {
+            Ok(s) => s,
+            Err(standing::StandingError::Void(why)) => {
+                return self
+                    .finish(
+                        &r,
+                        RunStatus::Refused,
+                        format!("runs as {actor}, which cannot act: {why}; nothing was run"),
+                    )
+                    .await;
+            }
+            Err(standing::StandingError::Store(e)) => return Err(e),
+        };
+        let caller = standing.caller();
+        let mut outcomes: Vec<DeviceOutcome> = Vec::new();
+        let mut approvals = Vec::new();
+        let mut refusals = Vec::new();
+        for chunk in r.device_ids.chunks(DEVICES_PER_CALL) {
+            let args = json!({
+                "scriptId": script.to_string(),
+                "deviceIds": chunk.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+                "parameters": p.remediation_parameters,
+            });
+            let outcome = self
+                .pipeline
+                .call(
+                    &caller,
+                    "run_script",
+                    args,
+                    CallOptions::default(),
+                    &CancellationToken::new(),
+                )
+                .await;
+            match outcome {
+                CallOutcome::Output(raw) => {
+                    let answer: Value = serde_json::from_str(raw.get()).unwrap_or_default();
+                    outcomes.extend(script_outcomes(&answer));
+                }
+                CallOutcome::Pending(record) => {
+                    approvals.push(record.id);
+                    outcomes.extend(outcome_for(
+                        chunk,
+                        "pending_approval",
+                        &format!("waiting for approval request {}", record.id),
+                    ));
+                }
+                CallOutcome::Refused(refusal) => {
+                    let why = refusal.to_string();
+                    outcomes.extend(outcome_for(chunk, "refused", &why));
+                    refusals.push(why);
+                }
+                CallOutcome::Failed(e) => {
+                    outcomes.extend(outcome_for(chunk, "failed", &e.message));
+                    refusals.push(e.message);
+                }
+                other => {
+                    let why = format!("unexpected outcome: {other:?}");
+                    outcomes.extend(outcome_for(chunk, "failed", &why));
+                }
+            }
+        }
+        let status = if approvals.is_empty() {
+            overall(&outcomes)
+        } else {
+            RunStatus::PendingApproval
+        };
+        let message = match status {
+            RunStatus::PendingApproval => Some(format!(
+                "run_script as {actor} waits for approval ({} request(s))",
+                approvals.len()
+            )),
+            _ => refusals.first().map(|w| format!("as {actor}: {w}")),
+        };
+        org.update_remediation(
+            r.id,
+            RemediationUpdate {
+                status,
+                approval_ids: approvals,
+                devices: outcomes,
+                message,
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Finishes remediations whose approval requests are all final.
+    async fn follow_approvals(&self) -> Result<usize, StoreError> {
+        let mut done = 0;
+        for r in self.store.remediations_awaiting_approval(100).await? {
+            let org = self.store.org(r.org_id);
+            let mut records = Vec::new();
+            for id in &r.approval_ids {
+                records.push(org.get_approval(*id).await?);
+            }
+            if !records.iter().all(|a| a.is_final()) {
+                continue;
+            }
+            let mut outcomes: Vec<DeviceOutcome> = r
+                .devices
+                .iter()
+                .filter(|d| d.status != "pending_approval")
+                .cloned()
+                .collect();
+            let mut notes = Vec::new();
+            for a in &records {
+                let devices: Vec<DeviceId> = a.arguments["deviceIds"]
+                    .as_array()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(|d| d.as_str()?.parse().ok().map(DeviceId))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                match (a.status.as_str(), &a.result) {
+                    ("completed", Some(answer)) => outcomes.extend(script_outcomes(answer)),
+                    (status, result) => {
+                        let why = result
+                            .as_ref()
+                            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                            .or_else(|| a.reason.clone())
+                            .unwrap_or_else(|| format!("approval {status}"));
+                        let device_status = if status == "failed" {
+                            "failed"
+                        } else {
+                            "refused"
+                        };
+                        outcomes.extend(outcome_for(
+                            &devices,
+                            device_status,
+                            &format!("approval {}: {why}", a.id),
+                        ));
+                        notes.push(format!("approval {status}: {why}"));
+                    }
+                }
+            }
+            org.update_remediation(
+                r.id,
+                RemediationUpdate {
+                    status: overall(&outcomes),
+                    approval_ids: r.approval_ids.clone(),
+                    devices: outcomes,
+                    message: notes.first().cloned().or(r.message.clone()),
+                },
+            )
+            .await?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// Runs [`ComplianceWorker::tick`] every `config.tick` until `stop`.
+    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.config.tick);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        if let Err(e) = self.tick().await {
+                            tracing::warn!(error = %e, "compliance worker tick failed");
+                        }
+                    }
+                }
+            }
+        })
+    }
+}
