@@ -6,9 +6,9 @@
 //!
 //! | check | how |
 //! |---|---|
-//! | `firewall` | [`crate::system::probes::firewall_state`] |
+//! | `firewall` | `system::probes::firewall_state` (nft, iptables, ufw) |
 //! | `security_updates` | `apt-get -s upgrade` (origins naming `-security`) or `dnf updateinfo list --security` |
-//! | `disk_encryption` | [`crate::system::probes::disk_encryption_state`] |
+//! | `disk_encryption` | `system::probes::disk_encryption_state` (dm-crypt under the root and data mounts) |
 //! | `ssh_root_login`, `ssh_password_auth` | `sshd -T` when it runs, else `sshd_config` with its `Include`s (first value wins, `Match` blocks skipped) |
 //! | `world_writable` | a bounded walk of system paths (and `extraRoots`) without following links, skipping protected paths |
 //! | `listening_services` | `/proc/net/{tcp,tcp6,udp,udp6}`, owners from `/proc/*/fd` when readable |
