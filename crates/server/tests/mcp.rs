@@ -858,9 +858,15 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
         json!({ "uri": format!("breeze://devices/{}", w.a_device) }),
     );
     let r = send(&w.app, post("/mcp", Some(&w.read), &read, &[])).await;
-    let doc: Value =
+    let mut doc: Value =
         serde_json::from_str(r.body["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
-    assert_eq!(&doc, d, "the resource is the tool's document");
+    // The resource adds the security posture (null before any scan) to the tool's document.
+    let posture = doc.as_object_mut().unwrap().remove("securityPosture");
+    assert_eq!(posture, Some(Value::Null), "no scan yet");
+    assert_eq!(
+        &doc, d,
+        "the resource is the tool's document plus the posture"
+    );
     let mut keys = Vec::new();
     keys_of(&doc, &mut keys);
     let snake: Vec<&String> = keys.iter().filter(|k| k.contains('_')).collect();
