@@ -5,9 +5,16 @@
 //! wakes the tool call waiting for a result. The database is the source of truth: a command
 //! is a row before it is a frame, every state change is a forward-only update, and a waiter
 //! re-reads the row on a short poll as well as on the in-process wake-up — so a result that
-//! arrives over the HTTP fallback, or (later) on another instance, is never missed. Routing
-//! frames to agents connected to *other* instances is the one seam left for Redis:
+//! arrives over the HTTP fallback, or on another instance, is never missed.
 //! [`Gateway::deliver`] is the only place a frame leaves for a device.
+//!
+//! **Several instances** ([`Gateway::spawn_bus_follower`]): a command queued here for an agent
+//! whose socket another instance holds is announced on the store's cluster bus, and that
+//! instance claims it (the same forward-only claim as at connection, so exactly once) and
+//! pushes it at once; results, starts and cancellations are announced too, so a waiter here
+//! wakes as soon as the agent answers there, and a cancellation reaches the agent wherever it
+//! is. Progress steps reach only waiters on the instance holding the socket; elsewhere a
+//! waiter sees the command's stored states.
 //!
 //! Background work ([`Gateway::spawn_sweeper`]): commands past their deadline become
 //! `timed_out`, devices that missed heartbeats become `offline`, and metrics, agent logs and
@@ -29,13 +36,17 @@ use breeze_agent_proto::{
 use breeze_core::FeatureType;
 use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
 use breeze_core::{AuditEvent, DeviceId, OrgId};
-use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Store, StoreError};
-use tokio::sync::{mpsc, watch};
+use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Signal, Store, StoreError};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Frames buffered per connected agent before a push counts as failed.
 const OUTBOX: usize = 256;
+
+/// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
+/// it names the organization and each instance re-resolves its own agents of it.
+const MAX_SIGNALLED_DEVICES: usize = 100;
 
 /// Tunables.
 #[derive(Debug, Clone)]
@@ -85,6 +96,7 @@ pub enum Progress {
 
 struct Connection {
     id: u64,
+    org: OrgId,
     tx: mpsc::Sender<ServerFrame>,
 }
 
@@ -196,7 +208,7 @@ impl Gateway {
             device_id: device.0,
             config: self.inner.config.agent,
         });
-        lock(&self.inner.connections).insert(device, Connection { id, tx });
+        lock(&self.inner.connections).insert(device, Connection { id, org, tx });
         let registration = Registration {
             gateway: self.clone(),
             device,
@@ -232,15 +244,43 @@ impl Gateway {
         Ok(wire_policy(&effective))
     }
 
-    /// Pushes the effective configuration to those of `devices` connected here, in the
-    /// background (one resolution of the organization's candidates for all of them).
+    /// Pushes the effective configuration to `devices`: those connected here in the
+    /// background, the others through the instances holding their sockets.
     fn push_policies(&self, org: OrgId, devices: Vec<DeviceId>) {
+        let elsewhere: Vec<DeviceId> = devices
+            .iter()
+            .copied()
+            .filter(|d| !self.is_connected(*d))
+            .collect();
+        if !elsewhere.is_empty() {
+            self.inner.store.publish(Signal::PoliciesChanged {
+                org,
+                devices: (elsewhere.len() <= MAX_SIGNALLED_DEVICES).then_some(elsewhere),
+            });
+        }
+        self.push_policies_here(org, Some(devices));
+    }
+
+    /// Pushes the effective configuration to those of `devices` (`None`: of the organization's
+    /// devices) connected here, in the background (one resolution of the organization's
+    /// candidates for all of them).
+    fn push_policies_here(&self, org: OrgId, devices: Option<Vec<DeviceId>>) {
         let gw = self.clone();
         tokio::spawn(async move {
-            let connected: Vec<DeviceId> = devices
-                .into_iter()
-                .filter(|d| gw.is_connected(*d))
-                .collect();
+            let connected: Vec<DeviceId> = {
+                let conns = lock(&gw.inner.connections);
+                match devices {
+                    Some(devices) => devices
+                        .into_iter()
+                        .filter(|d| conns.get(d).is_some_and(|c| c.org == org))
+                        .collect(),
+                    None => conns
+                        .iter()
+                        .filter(|(_, c)| c.org == org)
+                        .map(|(d, _)| *d)
+                        .collect(),
+                }
+            };
             if connected.is_empty() {
                 return;
             }
@@ -297,8 +337,9 @@ impl Gateway {
         OrgFleet { gateway: self, org }
     }
 
-    /// Queues a command and pushes it at once when the device is connected here; otherwise it
-    /// waits for the agent's next connection or HTTP heartbeat (until its deadline).
+    /// Queues a command and pushes it at once when the device is connected here; otherwise the
+    /// instance holding the device's socket is told to (the bus), and failing that it waits for
+    /// the agent's next connection or HTTP heartbeat (until its deadline).
     async fn submit(
         &self,
         org: OrgId,
@@ -307,10 +348,40 @@ impl Gateway {
     ) -> Result<CommandRecord, GatewayError> {
         let device = new.device_id;
         let cmd = self.inner.store.org(org).create_command(new, audit).await?;
-        if self.is_connected(device) && self.inner.store.mark_command_sent(cmd.id).await? {
+        if !self.is_connected(device) {
+            self.inner.store.publish(Signal::CommandQueued { device });
+        } else if self.inner.store.mark_command_sent(cmd.id).await? {
             self.push_claimed(device, &cmd).await;
         }
         Ok(cmd)
+    }
+
+    /// Claims and pushes every command pending for `device`, when its socket is here.
+    async fn push_pending(&self, device: DeviceId) {
+        if !self.is_connected(device) {
+            return;
+        }
+        match self.inner.store.claim_pending_commands(device).await {
+            Ok(commands) => {
+                for cmd in commands {
+                    self.push_claimed(device, &cmd).await;
+                }
+            }
+            Err(e) => tracing::warn!(%device, error = %e, "could not claim pending commands"),
+        }
+    }
+
+    /// Tells the agent that command `id` is cancelled, wherever its socket is, and wakes the
+    /// command's waiters here and elsewhere.
+    fn command_cancelled(&self, device: DeviceId, id: Uuid) {
+        if !self.deliver(device, ServerFrame::Cancel { command_id: id }) {
+            self.inner
+                .store
+                .publish(Signal::CommandCancelled { device, id });
+        } else {
+            self.inner.store.publish(Signal::CommandChanged { id });
+        }
+        self.notify(id, None);
     }
 
     /// Waits until command `id` is final or `wait` passes, calling `on_progress` for each
@@ -364,8 +435,7 @@ impl Gateway {
         let cmd = self.inner.store.org(org).get_command(id).await?;
         let cancelled = self.inner.store.org(org).cancel_command(id, reason).await?;
         if cancelled {
-            self.deliver(cmd.device_id, ServerFrame::Cancel { command_id: id });
-            self.notify(id, None);
+            self.command_cancelled(cmd.device_id, id);
         }
         Ok(cancelled)
     }
@@ -415,6 +485,7 @@ impl Gateway {
             AgentFrame::CommandStarted { command_id } => {
                 if store.mark_command_running(device, command_id).await? {
                     self.notify(command_id, Some(Progress::Started));
+                    store.publish(Signal::CommandChanged { id: command_id });
                 }
             }
             AgentFrame::CommandProgress(p) => {
@@ -434,6 +505,7 @@ impl Gateway {
                         tracing::warn!(command = %id, error = %e, "could not record a patch result");
                     }
                     self.notify(id, None);
+                    store.publish(Signal::CommandChanged { id });
                 } else {
                     tracing::debug!(command = %id, "ignored a repeated or foreign result");
                 }
@@ -483,8 +555,7 @@ impl Gateway {
             {
                 tracing::warn!(command = %cmd.id, error = %e, "could not record a patch timeout");
             }
-            self.notify(cmd.id, None);
-            self.deliver(cmd.device_id, ServerFrame::Cancel { command_id: cmd.id });
+            self.command_cancelled(cmd.device_id, cmd.id);
         }
         let offline_after = chrono::Duration::from_std(self.inner.config.offline_after)
             .unwrap_or(chrono::Duration::minutes(3));
@@ -507,6 +578,52 @@ impl Gateway {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Follows the other instances' signals until `stop` ([`breeze_store::Store::subscribe`]):
+    /// claims and pushes commands queued elsewhere for agents connected here, tells them of
+    /// cancellations, pushes their policies, and wakes local waiters of commands that changed
+    /// elsewhere.
+    pub fn spawn_bus_follower(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let gw = self.clone();
+        let mut signals = gw.inner.store.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let signal = tokio::select! {
+                    () = stop.cancelled() => break,
+                    received = signals.recv() => match received {
+                        Ok(signal) => signal,
+                        Err(broadcast::error::RecvError::Lagged(_)) => Signal::Resync,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                };
+                gw.follow(signal).await;
+            }
+        })
+    }
+
+    async fn follow(&self, signal: Signal) {
+        match signal {
+            Signal::CommandQueued { device } => self.push_pending(device).await,
+            Signal::CommandChanged { id } => self.notify(id, None),
+            Signal::CommandCancelled { device, id } => {
+                self.deliver(device, ServerFrame::Cancel { command_id: id });
+                self.notify(id, None);
+            }
+            Signal::PoliciesChanged { org, devices } => self.push_policies_here(org, devices),
+            Signal::Resync => {
+                let devices: Vec<DeviceId> =
+                    lock(&self.inner.connections).keys().copied().collect();
+                for device in devices {
+                    self.push_pending(device).await;
+                }
+                let waiting: Vec<Uuid> = lock(&self.inner.waiters).keys().copied().collect();
+                for id in waiting {
+                    self.notify(id, None);
+                }
+            }
+            Signal::DevicesChanged { .. } | Signal::CredentialsChanged => {}
+        }
     }
 
     /// Runs [`Gateway::sweep`] every `sweep_interval` until `stop` (pruning hourly).

@@ -44,7 +44,7 @@ use std::{
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD as B64};
 use breeze_core::{
-    Actor, AuditEvent, AuditResult, Clock, GrantId, OAuthPrincipal, OrgId, PermissionSet,
+    Actor, AuditEvent, AuditResult, Clock, GrantId, OAuthPrincipal, OrgId, PermissionSet, ScopeSet,
     Timestamp, UserId,
 };
 use breeze_store::{
@@ -292,12 +292,22 @@ pub enum BearerError {
     Store(#[from] StoreError),
 }
 
-#[derive(Clone)]
+/// A grant as read, shared by every request of its tokens until it is stale (an `Arc`: a
+/// hit costs a reference count, not a copy of the record).
 struct CachedGrant {
     grant: OAuthGrantRecord,
     permissions: Option<PermissionSet>,
     read_at: Timestamp,
     generation: u64,
+}
+
+/// What a request needs of a verified access token, computed once per token.
+struct VerifiedToken {
+    exp: i64,
+    client_id: String,
+    org_id: OrgId,
+    grant_id: GrantId,
+    scopes: ScopeSet,
 }
 
 /// Verified tokens remembered (by SHA-256) at most; beyond it the map starts over.
@@ -317,8 +327,8 @@ struct Inner {
     cookie_key: hmac::Key,
     fetcher: Arc<dyn MetadataFetcher>,
     rng: Mutex<Box<dyn SecureRng>>,
-    tokens: Mutex<HashMap<[u8; 32], AccessClaims>>,
-    grants: Mutex<HashMap<GrantId, CachedGrant>>,
+    tokens: Mutex<HashMap<[u8; 32], Arc<VerifiedToken>>>,
+    grants: Mutex<HashMap<GrantId, Arc<CachedGrant>>>,
 }
 
 fn hash(secret: &str) -> [u8; 32] {
@@ -997,43 +1007,49 @@ impl OAuth {
             .lock()
             .ok()
             .and_then(|m| m.get(&key).cloned());
-        let claims = match cached {
-            Some(c) if c.exp + self.inner.config.leeway_secs > now.timestamp() => c,
+        let verified = match cached {
+            Some(v) if v.exp + self.inner.config.leeway_secs > now.timestamp() => v,
             _ => {
                 let c = self.verify(token).map_err(|_| BearerError::Invalid)?;
+                let scopes: Vec<String> = c.scope.split(' ').map(str::to_owned).collect();
+                let v = Arc::new(VerifiedToken {
+                    exp: c.exp,
+                    client_id: c.client_id,
+                    org_id: c.org_id,
+                    grant_id: c.grant_id,
+                    scopes: scope::tier_scopes(&scopes),
+                });
                 if let Ok(mut m) = self.inner.tokens.lock() {
                     if m.len() >= MAX_CACHED {
                         m.clear();
                     }
-                    m.insert(key, c.clone());
+                    m.insert(key, v.clone());
                 }
-                c
+                v
             }
         };
-        let (grant, permissions) = self.grant_now(claims.grant_id).await?;
+        let cached = self.grant_now(verified.grant_id).await?;
+        let grant = &cached.grant;
         if !grant.is_active()
-            || grant.client_id != claims.client_id
-            || grant.org_id != claims.org_id
+            || grant.client_id != verified.client_id
+            || grant.org_id != verified.org_id
         {
             return Err(BearerError::Invalid);
         }
-        let scopes: Vec<String> = claims.scope.split(' ').map(str::to_owned).collect();
         Ok(OAuthPrincipal {
             grant_id: grant.id,
-            client_id: grant.client_id,
+            client_id: grant.client_id.clone(),
             org_id: grant.org_id,
             user_id: grant.user_id,
-            scopes: scope::tier_scopes(&scopes),
-            permissions,
+            scopes: verified.scopes.clone(),
+            permissions: cached.permissions,
         })
     }
 
     /// Grant `id` and its user's permissions, from memory if read less than `cache_ttl` ago
-    /// with no credential change through this store since.
-    async fn grant_now(
-        &self,
-        id: GrantId,
-    ) -> Result<(OAuthGrantRecord, Option<PermissionSet>), BearerError> {
+    /// with no credential change since (through this store, or another server's announced on
+    /// the bus).
+    async fn grant_now(&self, id: GrantId) -> Result<Arc<CachedGrant>, BearerError> {
         let now = self.now();
         let generation = self.inner.store.credentials_generation();
         let hit = self.inner.grants.lock().ok().and_then(|m| {
@@ -1044,7 +1060,7 @@ impl OAuth {
                 .cloned()
         });
         if let Some(c) = hit {
-            return Ok((c.grant, c.permissions));
+            return Ok(c);
         }
         let (grant, permissions) = self
             .inner
@@ -1058,21 +1074,19 @@ impl OAuth {
                 .touch_oauth_grant(id, now, Duration::seconds(60))
                 .await?;
         }
+        let cached = Arc::new(CachedGrant {
+            grant,
+            permissions,
+            read_at: now,
+            generation,
+        });
         if let Ok(mut m) = self.inner.grants.lock() {
             if m.len() >= MAX_CACHED {
                 m.clear();
             }
-            m.insert(
-                id,
-                CachedGrant {
-                    grant: grant.clone(),
-                    permissions,
-                    read_at: now,
-                    generation,
-                },
-            );
+            m.insert(id, cached.clone());
         }
-        Ok((grant, permissions))
+        Ok(cached)
     }
 
     /// The active grant behind a token of either kind, with the token's claims for an access

@@ -444,6 +444,12 @@ pub async fn serve(
     let sweeper_stop = tokio_util::sync::CancellationToken::new();
     breeze.mcp.spawn_sweeper(sweeper_stop.clone());
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
+    // Other instances on the same PostgreSQL: their signals reach this one's caches and agents.
+    breeze.state.store.spawn_bus_listener();
+    breeze
+        .state
+        .gateway
+        .spawn_bus_follower(sweeper_stop.clone());
     breeze
         .state
         .pipeline

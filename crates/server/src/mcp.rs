@@ -733,8 +733,8 @@ impl BreezeMcp {
         let Some(settings) = &self.state.config.oauth else {
             return Err(HttpError::new(StatusCode::UNAUTHORIZED, "not signed in"));
         };
-        let scope = breeze_oauth::scope::RESOURCE_SCOPES.join(" ");
         let refuse = |error: Option<(&str, &str)>, message: &str| {
+            let scope = breeze_oauth::scope::RESOURCE_SCOPES.join(" ");
             HttpError::new(StatusCode::UNAUTHORIZED, message)
                 .header(header::WWW_AUTHENTICATE, challenge(settings, error, &scope))
         };

@@ -197,6 +197,14 @@ impl DeviceDirectory {
         }
     }
 
+    /// Marks every snapshot stale (signals from other servers may have been missed).
+    fn all_changed(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
+        for slot in slots {
+            lock(&slot.state).structure += 1;
+        }
+    }
+
     /// Marks `org`'s snapshot soft-stale: refreshed in the background after `presence_lag`.
     fn presence_changed(&self, org: OrgId) {
         if let Some(slot) = self.existing(org) {
@@ -331,6 +339,16 @@ impl Store {
     /// created, renamed, moved between states or groups): the next listing reloads it.
     pub(crate) fn devices_changed(&self, org: OrgId) {
         self.directory.structure_changed(org);
+        self.publish(crate::Signal::DevicesChanged { org });
+    }
+
+    /// Applies another server's structural change to `org` (the bus), or, with `None`, a
+    /// possibly missed one to every organization.
+    pub(crate) fn devices_changed_elsewhere(&self, org: Option<OrgId>) {
+        match org {
+            Some(org) => self.directory.structure_changed(org),
+            None => self.directory.all_changed(),
+        }
     }
 
     /// Marks `org`'s device listing soft-stale after a heartbeat: listings show it within the

@@ -16,6 +16,7 @@ mod audit;
 mod audit_appender;
 mod audit_retention;
 mod automations;
+mod bus;
 mod commands;
 mod compliance;
 mod config_policies;
@@ -65,6 +66,7 @@ pub use automations::{
     RUN_INTERRUPTED_AFTER, RunUpdate, TriggerSpec, automations_actor,
 };
 pub use breeze_core::AuditEvent;
+pub use bus::Signal;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use compliance::{
     ComplianceChange, CompliancePolicy, CompliancePolicyUpdate, ComplianceStatus, EvaluationReport,
@@ -276,6 +278,8 @@ pub struct Store {
     checkpointer: Option<wal::Checkpointer>,
     /// When the next checkpoint is due ([`Store::checkpoint_when_due`]).
     pub(crate) cadence: Arc<wal::Cadence>,
+    /// What this store tells, and hears from, other servers on the database (see [`bus`]).
+    bus: Arc<bus::Bus>,
 }
 
 impl std::fmt::Debug for Store {
@@ -340,6 +344,11 @@ impl Store {
                 PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(Duration::from_secs(10))
+                    // The pool already pings a connection when it comes back (and drops it if
+                    // the ping fails); pinging again before each use doubled the round trips of
+                    // every statement. A connection that breaks while idle (a database restart)
+                    // fails the one statement that next uses it, and is dropped.
+                    .test_before_acquire(false)
                     .connect_with(opts)
                     .await?,
             )
@@ -350,6 +359,7 @@ impl Store {
             )));
         };
         Ok(Store {
+            bus: bus::Bus::new(&pool, options.pg_schema.as_deref()),
             pool,
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
@@ -365,8 +375,8 @@ impl Store {
     /// through this store or a clone of it, to what an API key authenticates as (a revoked
     /// key, a role assignment, a reported approval request). A cache of authenticated keys
     /// that remembers the generation it read at can tell, without a query, that it may be
-    /// stale. Changes made by another process (another `Store` on the same database) do not
-    /// move it.
+    /// stale. Changes made by another server on the same PostgreSQL database move it when their
+    /// signal arrives ([`Store::spawn_bus_listener`]); until then the cache's own ttl bounds it.
     pub fn credentials_generation(&self) -> u64 {
         self.credentials.load(Ordering::Acquire)
     }
@@ -375,6 +385,13 @@ impl Store {
     /// an API key authenticates as has committed (or failed: a spurious bump costs a cache
     /// miss, a missing one a stale principal). Every such change calls this one helper.
     pub(crate) fn credentials_changed(&self) {
+        self.bump_credentials();
+        self.publish(Signal::CredentialsChanged);
+    }
+
+    /// Moves the credentials generation on without telling other servers (for a change one
+    /// of them announced).
+    fn bump_credentials(&self) {
         self.credentials.fetch_add(1, Ordering::AcqRel);
     }
 

@@ -49,15 +49,20 @@ impl Arg {
     /// A value serialized to JSON (lists of scopes, permissions, tags; details), any U+0000 in
     /// its strings stored as U+FFFD.
     pub(crate) fn json(value: &impl serde::Serialize) -> Self {
-        // Serializing our own plain data types cannot fail; keep a null rather than panic.
-        let raw = serde_json::value::to_raw_value(value).unwrap_or_default();
-        let raw = match json_without_nul(raw.get()) {
-            Cow::Borrowed(_) => raw,
-            // The replacement keeps the text valid JSON; should it not parse, store a null.
-            Cow::Owned(text) => RawValue::from_string(text).unwrap_or_default(),
-        };
-        Arg::Json(Some(Json(raw)))
+        Arg::Json(Some(json_value(value)))
     }
+}
+
+/// `value` serialized to JSON, any U+0000 in its strings as U+FFFD (PostgreSQL's JSONB refuses
+/// it), ready to bind to a JSON column.
+pub(crate) fn json_value(value: &impl serde::Serialize) -> Json<Box<RawValue>> {
+    // Serializing our own plain data types cannot fail; keep a null rather than panic.
+    let raw = serde_json::value::to_raw_value(value).unwrap_or_default();
+    Json(match json_without_nul(raw.get()) {
+        Cow::Borrowed(_) => raw,
+        // The replacement keeps the text valid JSON; should it not parse, store a null.
+        Cow::Owned(text) => RawValue::from_string(text).unwrap_or_default(),
+    })
 }
 
 /// `s` with each U+0000 replaced by U+FFFD; allocates only when there is one.

@@ -7,6 +7,7 @@ mod approvals;
 mod audit;
 mod audit_retention;
 mod automations;
+mod bus;
 mod compliance;
 mod config_policies;
 mod context;

@@ -1,0 +1,119 @@
+//! The cluster bus on PostgreSQL: a second store on the same database (another `breeze serve`
+//! instance) hears the first one's changes and applies them to its read models at once,
+//! instead of serving them stale for their age limits.
+
+use std::{sync::Arc, time::Duration};
+
+use breeze_core::{DeviceStatus, OsFamily, SystemClock, UserId};
+use breeze_store::{Backend, NewDevice, Signal, Store, testing::TestStore};
+use tokio::sync::broadcast;
+
+use crate::{audit, two_orgs};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn heard(signals: &mut broadcast::Receiver<Signal>, expected: &Signal) {
+    loop {
+        let signal = tokio::time::timeout(PATIENCE, signals.recv())
+            .await
+            .expect("the other store hears the change")
+            .expect("the bus is open");
+        if &signal == expected {
+            return;
+        }
+    }
+}
+
+fn new_device(site: breeze_core::SiteId, hostname: &str) -> NewDevice {
+    NewDevice {
+        site_id: site,
+        hostname: hostname.into(),
+        os_family: OsFamily::Linux,
+        os_name: "Debian".into(),
+        os_version: "12".into(),
+        status: DeviceStatus::Online,
+        agent_version: None,
+        last_seen_at: None,
+        tags: vec![],
+    }
+}
+
+#[tokio::test]
+async fn another_instances_changes_reach_the_read_models() {
+    let test = TestStore::new(Backend::Postgres, Arc::new(SystemClock)).await;
+    let a: &Store = &test.store;
+    let b = a.reopen().await.unwrap();
+    b.spawn_bus_listener();
+    b.bus_listening().await;
+    let mut signals = b.subscribe();
+
+    let (org, other_org) = two_orgs(a).await;
+    let site = a
+        .org(org)
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap()
+        .id;
+    a.org(org)
+        .create_device(new_device(site, "web-01"), audit("device.create", "device"))
+        .await
+        .unwrap();
+    heard(&mut signals, &Signal::DevicesChanged { org }).await;
+    let total = |s: Store| async move {
+        s.org(org)
+            .list_devices(&Default::default(), 100, 0)
+            .await
+            .unwrap()
+            .1
+    };
+    // B's snapshot is now loaded and fresh for the directory's max age (5 s) ...
+    assert_eq!(total(b.clone()).await, 1);
+
+    // ... yet A's next device shows in B's listing as soon as the signal is in.
+    a.org(org)
+        .create_device(new_device(site, "web-02"), audit("device.create", "device"))
+        .await
+        .unwrap();
+    heard(&mut signals, &Signal::DevicesChanged { org }).await;
+    assert_eq!(total(b.clone()).await, 2);
+    // The other organization's listing is untouched by either.
+    assert_eq!(
+        b.org(other_org)
+            .list_devices(&Default::default(), 100, 0)
+            .await
+            .unwrap()
+            .1,
+        0
+    );
+
+    // A change to what keys authenticate as moves B's credentials generation, so B's key
+    // cache reads again instead of serving for its ttl.
+    let before = b.credentials_generation();
+    a.sign_out_everywhere(UserId(uuid::Uuid::now_v7()), audit("user.sign_out", "user"))
+        .await
+        .unwrap();
+    heard(&mut signals, &Signal::CredentialsChanged).await;
+    assert!(b.credentials_generation() > before);
+
+    b.close().await;
+    test.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_store_does_not_hear_itself_and_sqlite_sends_nothing() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+        let s = &test.store;
+        s.spawn_bus_listener();
+        s.bus_listening().await;
+        let mut signals = s.subscribe();
+        two_orgs(s).await;
+        s.sign_out_everywhere(UserId(uuid::Uuid::now_v7()), audit("user.sign_out", "user"))
+            .await
+            .unwrap();
+        // Its own signals were applied when made; hearing them again would double the work.
+        let echoed = tokio::time::timeout(Duration::from_millis(500), signals.recv()).await;
+        assert!(echoed.is_err(), "{backend:?}: heard {echoed:?}");
+        test.cleanup().await;
+    }
+}
