@@ -622,7 +622,9 @@ impl Gateway {
                     self.notify(id, None);
                 }
             }
-            Signal::DevicesChanged { .. } | Signal::CredentialsChanged => {}
+            Signal::DevicesChanged { .. }
+            | Signal::CredentialsChanged
+            | Signal::ApprovalDecided => {}
         }
     }
 

@@ -7,7 +7,8 @@
 //! snapshot of the stored data the call depends on (a script's body, …). The caller waits —
 //! bounded by [`ApprovalConfig::wait`] (45 s by default, below common client request timeouts)
 //! and the request's 5-minute expiry, with progress notifications, polling the row every second
-//! and woken at once by an in-process decision; five consecutive database errors end the wait
+//! and woken at once by a decision made in this process or announced by another server on the
+//! database ([`Approvals::spawn_bus_follower`]); five consecutive database errors end the wait
 //! (circuit breaker). While it waits the request belongs to that call: if the client cancels
 //! it, its session ends or its connection closes, the request is withdrawn and can no longer be
 //! approved. Once the wait ends with a `pending_approval` answer the request is detached from
@@ -30,13 +31,13 @@ use breeze_core::{
 };
 use breeze_gateway::Gateway;
 use breeze_guard::{Caller, Guard};
-use breeze_store::{ApprovalRecord, Decision, NewApproval, Store, StoreError};
+use breeze_store::{ApprovalRecord, Decision, NewApproval, Signal, Store, StoreError};
 use breeze_tools::{
     CallOptions, ErrorCode, Pin, ProgressReport, Registry, Services, ToolError, ToolSpec,
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -271,6 +272,28 @@ impl Approvals {
     /// Wakes waiting calls after a decision made in this process.
     pub fn notify_decided(&self) {
         self.inner.decided.send_modify(|n| *n += 1);
+    }
+
+    /// Wakes waiting calls when another server on the database announces a decision (the
+    /// store's cluster bus), until `stop`; without it they see the decision at their next poll.
+    pub fn spawn_bus_follower(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        let mut signals = self.inner.store.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let wake = tokio::select! {
+                    () = stop.cancelled() => break,
+                    received = signals.recv() => match received {
+                        Ok(signal) => matches!(signal, Signal::ApprovalDecided | Signal::Resync),
+                        Err(broadcast::error::RecvError::Lagged(_)) => true,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                };
+                if wake {
+                    this.notify_decided();
+                }
+            }
+        })
     }
 
     /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`) and

@@ -324,6 +324,8 @@ impl OrgStore<'_> {
             self.store.credentials_changed();
         }
         committed?;
+        // Awaited, not spawned: a decision made by the CLI must be announced before it exits.
+        self.store.announce(crate::Signal::ApprovalDecided).await;
         self.get_approval(id).await
     }
 

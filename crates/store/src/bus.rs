@@ -54,6 +54,8 @@ pub enum Signal {
     DevicesChanged { org: OrgId },
     /// What some API key authenticates as changed.
     CredentialsChanged,
+    /// A person decided an approval request: calls waiting for one look again.
+    ApprovalDecided,
     /// The effective configuration of `devices` of `org` changed (`None`: of too many to
     /// name in one signal, so of any of the organization's).
     PoliciesChanged {
@@ -129,24 +131,38 @@ impl Store {
     /// caller never waits on it, and a failure is logged: the receivers' fallbacks cover it).
     /// What this process must do about the change, the caller does itself.
     pub fn publish(&self, signal: Signal) {
+        let Some(notify) = self.notification(signal) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(notify);
+        }
+    }
+
+    /// [`Store::publish`], returning once the signal is sent: for a process that may exit
+    /// right after (the CLI deciding an approval).
+    pub async fn announce(&self, signal: Signal) {
+        if let Some(notify) = self.notification(signal) {
+            notify.await;
+        }
+    }
+
+    /// The `NOTIFY` that sends `signal` (PostgreSQL only).
+    fn notification(
+        &self,
+        signal: Signal,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let (Some(channel), Pool::Postgres(pool)) = (&self.bus.channel, &self.pool) else {
-            return;
+            return None;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let payload = match serde_json::to_string(&Envelope {
+        let payload = serde_json::to_string(&Envelope {
             from: self.bus.instance,
             signal,
-        }) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(error = %e, "unencodable bus signal");
-                return;
-            }
-        };
+        })
+        .map_err(|e| tracing::warn!(error = %e, "unencodable bus signal"))
+        .ok()?;
         let (channel, pool) = (channel.clone(), pool.clone());
-        runtime.spawn(async move {
+        Some(async move {
             if let Err(e) = sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(&channel)
                 .bind(&payload)
@@ -155,7 +171,7 @@ impl Store {
             {
                 tracing::warn!(error = %e, "could not publish a bus signal");
             }
-        });
+        })
     }
 
     /// Signals from the other servers on this database, once [`Store::spawn_bus_listener`]
@@ -240,6 +256,7 @@ impl Store {
                 self.bump_credentials();
             }
             Signal::CommandQueued { .. }
+            | Signal::ApprovalDecided
             | Signal::CommandChanged { .. }
             | Signal::CommandCancelled { .. }
             | Signal::PoliciesChanged { .. } => {}
