@@ -16,9 +16,9 @@
 //! is. Progress steps reach only waiters on the instance holding the socket; elsewhere a
 //! waiter sees the command's stored states.
 //!
-//! Background work ([`Gateway::spawn_sweeper`]): commands past their deadline become
-//! `timed_out`, devices that missed heartbeats become `offline`, and metrics, agent logs and
-//! idempotency records past retention are pruned.
+//! Background work ([`Gateway::spawn_sweeper`], once per cluster): commands past their deadline
+//! become `timed_out`, devices that missed heartbeats become `offline`, and metrics, agent logs
+//! and idempotency records past retention are pruned.
 
 use std::{
     collections::HashMap,
@@ -43,6 +43,9 @@ use uuid::Uuid;
 
 /// Frames buffered per connected agent before a push counts as failed.
 const OUTBOX: usize = 256;
+
+/// The gateway's sweep among the cluster's periodic jobs (`Store::claim_run`).
+const SWEEP_JOB: &str = "gateway.sweep";
 
 /// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
 /// it names the organization and each instance re-resolves its own agents of it.
@@ -628,22 +631,42 @@ impl Gateway {
         }
     }
 
-    /// Runs [`Gateway::sweep`] every `sweep_interval` until `stop` (pruning hourly).
+    /// Runs [`Gateway::sweep`] every `sweep_interval` until `stop` (pruning hourly), once per
+    /// cluster: each interval's run is claimed in the database by one of the servers sharing
+    /// it (`Store::claim_run`), and the others skip it.
     pub fn spawn_sweeper(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let gw = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(gw.inner.config.sweep_interval);
-            let prune_every = (3600 / gw.inner.config.sweep_interval.as_secs().max(1)).max(1);
-            let mut n: u64 = 0;
+            let period = gw.inner.config.sweep_interval.max(Duration::from_millis(1));
+            let mut tick = tokio::time::interval(period);
+            let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX);
+            let prune_every = (3_600_000 / period_ms).max(1);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                if let Err(e) = gw.sweep(n.is_multiple_of(prune_every)).await {
+                let store = &gw.inner.store;
+                let slot = store.clock().now().timestamp_millis() / period_ms;
+                match store.claim_run(SWEEP_JOB, slot).await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not claim the gateway sweep");
+                        continue;
+                    }
+                }
+                let prune = slot % prune_every == 0;
+                if let Err(e) = gw.sweep(prune).await {
                     tracing::warn!(error = %e, "gateway sweep failed");
                 }
-                n += 1;
+                if prune
+                    && let Err(e) = store
+                        .prune_runs(store.clock().now() - chrono::Duration::days(1))
+                        .await
+                {
+                    tracing::warn!(error = %e, "could not prune claimed runs");
+                }
             }
         })
     }

@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{DeviceStatus, OsFamily, SystemClock, UserId};
+use breeze_core::{Clock, DeviceStatus, OsFamily, SystemClock, UserId};
 use breeze_store::{Backend, NewDevice, Signal, Store, testing::TestStore};
 use tokio::sync::broadcast;
 
@@ -114,6 +114,34 @@ async fn a_store_does_not_hear_itself_and_sqlite_sends_nothing() {
         // Its own signals were applied when made; hearing them again would double the work.
         let echoed = tokio::time::timeout(Duration::from_millis(500), signals.recv()).await;
         assert!(echoed.is_err(), "{backend:?}: heard {echoed:?}");
+        test.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_periodic_run_is_claimed_by_one_server() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+        let a = test.store.clone();
+        let b = a.reopen().await.unwrap();
+        // Both ask for the same slots at once: each slot goes to exactly one of them.
+        for slot in 0..20 {
+            let (x, y) = tokio::join!(
+                a.claim_run("gateway.sweep", slot),
+                b.claim_run("gateway.sweep", slot)
+            );
+            assert!(x.unwrap() ^ y.unwrap(), "{backend:?}: slot {slot}");
+        }
+        // Another job's slots are its own.
+        assert!(a.claim_run("audit.purge", 0).await.unwrap());
+        assert_eq!(
+            a.prune_runs(SystemClock.now() + chrono::Duration::seconds(1))
+                .await
+                .unwrap(),
+            21
+        );
+        assert!(b.claim_run("gateway.sweep", 0).await.unwrap());
+        b.close().await;
         test.cleanup().await;
     }
 }
