@@ -16,6 +16,7 @@ mod extract;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
+mod owner_runs;
 mod pages;
 mod routes;
 

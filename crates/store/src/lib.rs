@@ -32,6 +32,7 @@ mod packages;
 mod patches;
 mod protected_paths;
 mod reports;
+mod runs;
 mod scheduled;
 mod scripts;
 mod security;
@@ -62,7 +63,7 @@ pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_ar
 pub use automations::{
     ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,
     MAX_AUTOMATIONS_PER_ORG, MAX_RUN_DEVICES, MAX_RUN_PAGE, NewAutomation, NewRun,
-    RUN_INTERRUPTED_AFTER, RunUpdate, TriggerSpec, automations_actor,
+    RUN_INTERRUPTED_AFTER, TriggerSpec, automations_actor,
 };
 pub use breeze_core::AuditEvent;
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
@@ -102,6 +103,7 @@ pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
 };
+pub use runs::RunUpdate;
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 pub use security::{
     FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,
