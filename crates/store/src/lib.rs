@@ -20,6 +20,7 @@ mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod deployments;
 mod devices;
 mod directory;
 mod dynamic_groups;
@@ -77,6 +78,11 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use deployments::{
+    Advance, Control, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
+    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, Payload, Ring,
+    STEP_LEASE, deployments_actor,
+};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
 pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
