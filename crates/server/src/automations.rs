@@ -13,7 +13,7 @@
 //! 3. **Runs.** Queued runs are claimed (one instance each) and executed in tracked tasks.
 //! 4. **Approvals.** Runs waiting for approval are finished once their requests are.
 //!
-//! **The Tier 3 rule** ([`crate::owner_runs`]). A run's script goes through [`Pipeline::call`]
+//! **The Tier 3 rule** (`owner_runs`). A run's script goes through [`Pipeline::call`]
 //! as `run_script` — the same guard (scope, role, per-tool limit, allowlist) and the same
 //! durable approval as an MCP call — with the credential the run acts as (the automation's owner: the API key or OAuth
 //! grant that created or last changed it; for a manual run, whoever asked) as it stands now

@@ -16,7 +16,7 @@
 //! an MCP call — as the credential that asked for it (the caller of `remediate`, or the
 //! policy's owner for one the worker queued), rebuilt as it stands now
 //! ([`breeze_pipeline::standing`]). Nothing reaches an agent any other way; this is the
-//! automation worker's path, shared in [`crate::owner_runs`].
+//! automation worker's path, shared in `owner_runs`.
 
 use std::{sync::Arc, time::Duration};
 

@@ -10,11 +10,11 @@
 //!    its failures exceed the deployment's ceiling (recorded with the reason, audited
 //!    `deployment.pause.auto`); once every device is done, start the next ring only if the
 //!    ring met its success threshold (else pause), or complete after the last.
-//! 3. **Sending.** The ring's pending devices go out [`DEVICES_PER_CALL`] at a time, the gate
+//! 3. **Sending.** The ring's pending devices go out 10 at a time (`run_script`'s limit), the gate
 //!    checked again after each call, so a failing canary stops the rest of its ring too.
 //!    Devices offline when their turn comes are skipped (they count neither way).
 //!
-//! **The Tier 3 rule** ([`crate::owner_runs`]). Every run is `run_script` through
+//! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` through
 //! [`Pipeline::call`] as the deployment's owner — the credential that created it, then whoever
 //! last started or resumed it — rebuilt as it stands now: the guard and the approvals apply
 //! exactly as to an MCP call. A key without `ai:execute` is refused (the deployment pauses
@@ -257,8 +257,8 @@ impl DeploymentWorker {
             })
             .collect();
         for o in &called.outcomes {
-            if results.contains_key(&o.device_id) {
-                results.insert(o.device_id, result_of(o, called.approval));
+            if let Some(r) = results.get_mut(&o.device_id) {
+                *r = result_of(o, called.approval);
             }
         }
         let results: Vec<DeviceResult> = results.into_values().collect();

@@ -83,7 +83,7 @@ fn worker(w: &World) -> Arc<DeploymentWorker> {
     let state = quick_state(w);
     Arc::new(DeploymentWorker::new(
         w.store.clone(),
-        state.pipeline.clone(),
+        state.pipeline,
         DeploymentConfig::default(),
     ))
 }

@@ -201,7 +201,7 @@ pub struct Remediation {
     pub finished_at: Option<Timestamp>,
 }
 
-/// A remediation's progress or end: a run's ([`crate::runs`]).
+/// A remediation's progress or end: a run's (the shared run bookkeeping).
 pub type RemediationUpdate = RunUpdate;
 
 /// The remediation table's shared bookkeeping ([`crate::runs`]).
