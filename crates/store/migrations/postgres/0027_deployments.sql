@@ -6,7 +6,9 @@
 -- automatically (with `pause_reason`) when a ring's failures cross it. `owner_actor` is the
 -- credential its script runs act as (who created, then who last started or resumed it).
 -- `next_step_at` is the worker's lease: the instance that moves it forward with a conditional
--- update advances the deployment, so a cluster steps each deployment once at a time.
+-- update advances the deployment, so a cluster steps each deployment once at a time. The
+-- target's ids carry no foreign keys: the devices are resolved at creation into
+-- `deployment_devices`, and a deployment's history outlives a deleted site or group.
 CREATE TABLE deployments (
     id                   UUID PRIMARY KEY,
     org_id               UUID NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
@@ -29,7 +31,11 @@ CREATE TABLE deployments (
     updated_at           TIMESTAMPTZ NOT NULL,
     started_at           TIMESTAMPTZ,
     finished_at          TIMESTAMPTZ,
-    UNIQUE (id, org_id)
+    UNIQUE (id, org_id),
+    CHECK ((target_kind = 'organization' AND target_site_id IS NULL AND target_group_id IS NULL AND target_device_id IS NULL)
+        OR (target_kind = 'site' AND target_site_id IS NOT NULL AND target_group_id IS NULL AND target_device_id IS NULL)
+        OR (target_kind = 'group' AND target_group_id IS NOT NULL AND target_site_id IS NULL AND target_device_id IS NULL)
+        OR (target_kind = 'device' AND target_device_id IS NOT NULL AND target_site_id IS NULL AND target_group_id IS NULL))
 );
 CREATE INDEX deployments_org ON deployments (org_id, created_at);
 CREATE INDEX deployments_due ON deployments (next_step_at) WHERE status = 'running';
