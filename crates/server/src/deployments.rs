@@ -14,7 +14,8 @@
 //!    checked again after each call, so a failing canary stops the rest of its ring too.
 //!    Devices offline when their turn comes are skipped (they count neither way).
 //!
-//! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` through
+//! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` (a script payload) or
+//! `manage_patches` `install` (a package payload, then followed through its patch job) through
 //! [`Pipeline::call`] as the deployment's owner — the credential that created it, then whoever
 //! last started or resumed it — rebuilt as it stands now: the guard and the approvals apply
 //! exactly as to an MCP call. A key without `ai:execute` is refused (the deployment pauses
@@ -27,11 +28,13 @@ use breeze_core::{
     DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus,
     deployment::{Gate, gate},
 };
-use breeze_pipeline::Pipeline;
+use breeze_pipeline::{CallOutcome, Pipeline};
 use breeze_store::{
-    Advance, Deployment, DeviceOutcome, DeviceResult, OrgStore, Payload, STEP_LEASE, Store,
-    StoreError,
+    Advance, Deployment, DeviceOutcome, DeviceResult, OrgStore, PatchJobDevice, Payload,
+    STEP_LEASE, Store, StoreError,
 };
+use breeze_tools::CallOptions;
+use serde_json::{Value, json};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
@@ -91,7 +94,76 @@ fn result_of(o: &DeviceOutcome, approval: Option<Uuid>) -> DeviceResult {
         exit_code: o.exit_code,
         output: o.stdout.clone(),
         error,
+        patch_job_id: None,
     }
+}
+
+fn failed(device: DeviceId, why: &str) -> DeviceResult {
+    DeviceResult {
+        device_id: device,
+        status: Some(DeviceRunStatus::Failed),
+        error: Some(why.to_owned()),
+        ..DeviceResult::default()
+    }
+}
+
+/// The devices of a `manage_patches` install answer: each waits for the job it started, or
+/// failed when no job was made (nothing to install: the answer says why).
+fn job_started(answer: &Value, devices: &[DeviceId]) -> Vec<DeviceResult> {
+    match answer["job"]["id"]
+        .as_str()
+        .and_then(|j| j.parse::<Uuid>().ok())
+    {
+        Some(job) => devices
+            .iter()
+            .map(|d| DeviceResult {
+                device_id: *d,
+                patch_job_id: Some(job),
+                ..DeviceResult::default()
+            })
+            .collect(),
+        None => {
+            let why = answer["skipped"]
+                .as_array()
+                .map(|s| {
+                    s.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "manage_patches started no install job".into());
+            devices.iter().map(|d| failed(*d, &why)).collect()
+        }
+    }
+}
+
+/// How a device's part of patch job `job` counts (`None`: not final yet).
+fn part_result(device: DeviceId, job: Uuid, parts: &[PatchJobDevice]) -> Option<DeviceResult> {
+    let Some(part) = parts.iter().find(|p| p.device_id == device) else {
+        return Some(failed(
+            device,
+            &format!("left out of patch job {job} (the package is not offered by its last scan)"),
+        ));
+    };
+    let status = match part.status.as_str() {
+        "succeeded" => DeviceRunStatus::Succeeded,
+        "failed" | "partial" | "skipped" => DeviceRunStatus::Failed,
+        _ => return None,
+    };
+    Some(DeviceResult {
+        device_id: device,
+        status: Some(status),
+        command_id: part.command_id.map(|c| c.to_string()),
+        output: part.results.as_ref().map(|r| {
+            let text = r.to_string();
+            text.chars().take(1000).collect()
+        }),
+        error: part.error.clone().or_else(|| {
+            (status == DeviceRunStatus::Failed).then(|| format!("patch job {}", part.status))
+        }),
+        ..DeviceResult::default()
+    })
 }
 
 impl DeploymentWorker {
@@ -227,45 +299,91 @@ impl DeploymentWorker {
             Ok(s) => s,
             Err(why) => return Ok(Some(why)),
         };
-        let (script_id, parameters, timeout) = match &d.payload {
+        org.deployment_devices_running(d.id, &online).await?;
+        let caller = standing.caller();
+        let (results, refusal) = match &d.payload {
             Payload::Script {
                 script_id,
                 parameters,
                 timeout_seconds,
-            } => (*script_id, parameters, *timeout_seconds),
-        };
-        org.deployment_devices_running(d.id, &online).await?;
-        let call = ScriptCall {
-            script_id,
-            parameters,
-            timeout_seconds: Some(i64::from(timeout)),
-        };
-        let called =
-            owner_runs::call_script(&self.pipeline, &standing.caller(), call, &online).await;
-        let mut results: BTreeMap<DeviceId, DeviceResult> = online
-            .iter()
-            .map(|id| {
-                (
-                    *id,
-                    DeviceResult {
-                        device_id: *id,
-                        status: Some(DeviceRunStatus::Failed),
-                        error: Some("run_script gave no answer for this device".into()),
-                        ..DeviceResult::default()
-                    },
-                )
-            })
-            .collect();
-        for o in &called.outcomes {
-            if let Some(r) = results.get_mut(&o.device_id) {
-                *r = result_of(o, called.approval);
+            } => {
+                let call = ScriptCall {
+                    script_id: *script_id,
+                    parameters,
+                    timeout_seconds: Some(i64::from(*timeout_seconds)),
+                };
+                let called = owner_runs::call_script(&self.pipeline, &caller, call, &online).await;
+                let mut results: BTreeMap<DeviceId, DeviceResult> = online
+                    .iter()
+                    .map(|id| {
+                        (
+                            *id,
+                            failed(*id, "run_script gave no answer for this device"),
+                        )
+                    })
+                    .collect();
+                for o in &called.outcomes {
+                    if let Some(r) = results.get_mut(&o.device_id) {
+                        *r = result_of(o, called.approval);
+                    }
+                }
+                (results.into_values().collect(), called.refusal)
             }
-        }
-        let results: Vec<DeviceResult> = results.into_values().collect();
+            Payload::Package { name } => self.install(&caller, name, &online).await,
+        };
         org.record_deployment_results(d.id, &results).await?;
-        Ok(called
-            .refusal
-            .map(|why| format!("run_script as {} was refused: {why}", standing.actor)))
+        Ok(refusal.map(|why| format!("its run as {} was refused: {why}", standing.actor)))
+    }
+
+    /// Installs package `name` on `devices` through `manage_patches` as `caller`: each device
+    /// then waits for the patch job (or the approval request that will start it).
+    async fn install(
+        &self,
+        caller: &breeze_pipeline::Caller<'_>,
+        name: &str,
+        devices: &[DeviceId],
+    ) -> (Vec<DeviceResult>, Option<String>) {
+        let args = json!({
+            "action": "install",
+            "deviceIds": devices.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            "packageNames": [name],
+            "when": "now",
+            "rebootPolicy": "never",
+        });
+        let outcome = self
+            .pipeline
+            .call(
+                caller,
+                "manage_patches",
+                args,
+                CallOptions::default(),
+                &CancellationToken::new(),
+            )
+            .await;
+        let all = |why: &str| devices.iter().map(|d| failed(*d, why)).collect::<Vec<_>>();
+        match outcome {
+            CallOutcome::Output(raw) => {
+                let answer: Value = serde_json::from_str(raw.get()).unwrap_or_default();
+                (job_started(&answer, devices), None)
+            }
+            CallOutcome::Pending(record) => (
+                devices
+                    .iter()
+                    .map(|d| DeviceResult {
+                        device_id: *d,
+                        approval_id: Some(record.id),
+                        ..DeviceResult::default()
+                    })
+                    .collect(),
+                None,
+            ),
+            CallOutcome::Refused(refusal) => {
+                let why = refusal.to_string();
+                (all(&why), Some(why))
+            }
+            CallOutcome::Failed(e) => (all(&e.message), Some(e.message)),
+            other => (all(&format!("unexpected outcome: {other:?}")), None),
+        }
     }
 
     /// Settles devices whose approval request is final, and fails devices an instance that
@@ -284,8 +402,15 @@ impl DeploymentWorker {
             };
             let mut results = Vec::new();
             for r in &records {
-                let (outcomes, _) = owner_runs::approval_outcomes(r);
-                results.extend(outcomes.iter().map(|o| result_of(o, None)));
+                match (r.tool.as_str(), r.status.as_str(), &r.result) {
+                    ("manage_patches", "completed", Some(answer)) => {
+                        results.extend(job_started(answer, &owner_runs::approval_devices(r)));
+                    }
+                    _ => {
+                        let (outcomes, _) = owner_runs::approval_outcomes(r);
+                        results.extend(outcomes.iter().map(|o| result_of(o, None)));
+                    }
+                }
             }
             // A device the request named but its answer did not: failed, not stuck.
             for dev in running.iter().filter(|r| r.approval_id == Some(id)) {
@@ -300,10 +425,33 @@ impl DeploymentWorker {
             }
             org.record_deployment_results(d.id, &results).await?;
         }
+        let running = org
+            .deployment_devices(d.id, None, Some(DeviceRunStatus::Running))
+            .await?;
+        let mut jobs: Vec<Uuid> = running.iter().filter_map(|r| r.patch_job_id).collect();
+        jobs.sort();
+        jobs.dedup();
+        for job in jobs {
+            let parts = match org.get_patch_job(job).await {
+                Ok((_, parts)) => parts,
+                Err(StoreError::NotFound(_)) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let results: Vec<DeviceResult> = running
+                .iter()
+                .filter(|r| r.patch_job_id == Some(job))
+                .filter_map(|r| part_result(r.device_id, job, &parts))
+                .collect();
+            org.record_deployment_results(d.id, &results).await?;
+        }
         let stale = self.store.clock().now() - STEP_LEASE;
         let interrupted: Vec<DeviceResult> = running
             .iter()
-            .filter(|r| r.approval_id.is_none() && r.started_at.is_some_and(|t| t < stale))
+            .filter(|r| {
+                r.approval_id.is_none()
+                    && r.patch_job_id.is_none()
+                    && r.started_at.is_some_and(|t| t < stale)
+            })
             .map(|r| DeviceResult {
                 device_id: r.device_id,
                 status: Some(DeviceRunStatus::Failed),

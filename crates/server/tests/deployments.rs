@@ -603,8 +603,137 @@ async fn rings_refusals_and_other_organizations(cx: Ctx) {
     assert_eq!(r["showing"], 1, "{r}");
 }
 
+async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "rm",
+                "payload": { "kind": "package", "name": "htop", "action": "remove" } }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot remove"),
+        "{r}"
+    );
+    // The device's last scan offers the package.
+    let device: DeviceId = w.a_device.parse().unwrap();
+    let report = breeze_agent_proto::PatchScanReport {
+        manager: "apt".into(),
+        scanned_at: w.state.clock.now(),
+        patches: vec![breeze_agent_proto::AvailablePatch {
+            name: "htop".into(),
+            installed_version: None,
+            available_version: "3.2.2".into(),
+            arch: None,
+            source: None,
+            security: false,
+            severity: None,
+            advisory: None,
+        }],
+        reboot_required: false,
+        logged_in_users: Vec::new(),
+    };
+    w.store
+        .record_patch_scan(device, w.org_a, &report)
+        .await
+        .unwrap();
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "htop-rollout",
+                "payload": { "kind": "package", "name": "htop" },
+                "target": { "type": "device", "deviceId": w.a_device } }),
+    )
+    .await;
+    assert_eq!(
+        created["deployment"]["payload"]["kind"], "package",
+        "{created}"
+    );
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+    let worker = worker(&w);
+    tick(&worker).await;
+
+    // The install is manage_patches' Tier 3 call as the owner: a person approves it first.
+    let o = w.store.org(w.org_a);
+    let did: Uuid = id.parse().unwrap();
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
+    let approval = o.get_approval(part.approval_id.unwrap()).await.unwrap();
+    assert_eq!(approval.tool, "manage_patches");
+    assert_eq!(approval.arguments["action"], "install");
+    assert_eq!(approval.arguments["packageNames"][0], "htop");
+    o.decide_approval(
+        approval.id,
+        Decision::Approve,
+        w.admin,
+        None,
+        audit("approve"),
+    )
+    .await
+    .unwrap();
+    let state = quick_state(&w);
+    let stop = tokio_util::sync::CancellationToken::new();
+    state.pipeline.approvals().spawn_resumer(stop.clone());
+    for _ in 0..100 {
+        if o.get_approval(approval.id).await.unwrap().is_final() {
+            break;
+        }
+        cx.clock.advance(chrono::Duration::seconds(1));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    assert_eq!(
+        o.get_approval(approval.id).await.unwrap().status,
+        "completed"
+    );
+
+    // The approved call made a patch job; the device waits for its part.
+    tick(&worker).await;
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
+    let job = part.patch_job_id.expect("the device follows the patch job");
+    let (_, parts) = o.get_patch_job(job).await.unwrap();
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].device_id, device);
+
+    // The agent's answer (as the gateway would record it): the part succeeded.
+    w.store
+        .raw_execute("UPDATE patch_job_devices SET status = 'succeeded'")
+        .await
+        .unwrap();
+    tick(&worker).await;
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Succeeded, "{part:?}");
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Completed);
+}
+
 breeze_store::on_both_backends!(
     a_write_key_deployment_never_runs,
     an_execute_key_deployment_waits_pauses_on_failure_and_resumes,
-    rings_refusals_and_other_organizations
+    rings_refusals_and_other_organizations,
+    a_package_deployment_goes_through_manage_patches
 );

@@ -1,4 +1,5 @@
-//! Staged deployments (migration 0027): a payload (a library script with its parameters) for
+//! Staged deployments (migration 0027): a payload (a library script with its parameters, or a
+//! package to install through the patch layer) for
 //! the devices of a target, in rings, with a failure ceiling and per-ring success thresholds,
 //! and each device's part.
 //!
@@ -50,6 +51,9 @@ pub enum Payload {
         parameters: BTreeMap<String, String>,
         timeout_seconds: u32,
     },
+    /// Install package `name` (the manager's available version) through `manage_patches`
+    /// (Tier 3), the agent's patch layer, with no reboot.
+    Package { name: String },
 }
 
 /// A ring as stored: its name and success threshold (its devices are rows of their own).
@@ -162,6 +166,8 @@ pub struct DeploymentDevice {
     /// The approval request its run waits or waited for.
     pub approval_id: Option<Uuid>,
     pub command_id: Option<String>,
+    /// The patch job installing a package payload.
+    pub patch_job_id: Option<Uuid>,
     pub exit_code: Option<i64>,
     /// The first part of the output.
     pub output: Option<String>,
@@ -177,6 +183,8 @@ pub struct DeviceResult {
     pub status: Option<DeviceRunStatus>,
     pub approval_id: Option<Uuid>,
     pub command_id: Option<String>,
+    /// The patch job installing a package payload (kept when `None`).
+    pub patch_job_id: Option<Uuid>,
     pub exit_code: Option<i64>,
     pub output: Option<String>,
     pub error: Option<String>,
@@ -201,7 +209,7 @@ const DEPLOYMENT_COLUMNS: &str = "id, org_id, name, description, payload, target
     current_ring, accepted_ring, pause_reason, owner_actor, next_step_at, created_at, \
     updated_at, started_at, finished_at";
 const DEVICE_COLUMNS: &str = "x.deployment_id, x.device_id, d.hostname, x.ring, x.status, \
-    x.approval_id, x.command_id, x.exit_code, x.output, x.error, x.started_at, x.finished_at";
+    x.approval_id, x.command_id, x.patch_job_id, x.exit_code, x.output, x.error, x.started_at, x.finished_at";
 
 /// The deployment worker, in audit records.
 pub fn deployments_actor() -> breeze_core::Actor {
@@ -244,6 +252,14 @@ impl OrgStore<'_> {
                     return Err(StoreError::Invalid(
                         "timeoutSeconds must be between 5 and 600".into(),
                     ));
+                }
+            }
+            Payload::Package { name } => {
+                check_text("payload.name", name, 200)?;
+                if name.starts_with('-') || name.chars().any(char::is_whitespace) {
+                    return Err(StoreError::Invalid(format!(
+                        "payload.name {name:?} is not a package name"
+                    )));
                 }
             }
         }
@@ -571,7 +587,7 @@ impl OrgStore<'_> {
         if retry {
             retried = sql(
                 "UPDATE deployment_devices SET status = 'pending', approval_id = NULL, \
-                 command_id = NULL, exit_code = NULL, output = NULL, error = NULL, \
+                 command_id = NULL, patch_job_id = NULL, exit_code = NULL, output = NULL, error = NULL, \
                  started_at = NULL, finished_at = NULL \
                  WHERE deployment_id = $1 AND org_id = $2 AND ring = $3 AND status = 'failed'",
             )
@@ -640,7 +656,8 @@ impl OrgStore<'_> {
             let status = r.status.unwrap_or(DeviceRunStatus::Running);
             sql(
                 "UPDATE deployment_devices SET status = $1, approval_id = COALESCE($2, approval_id), \
-                 command_id = $3, exit_code = $4, output = $5, error = $6, finished_at = $7 \
+                 command_id = $3, exit_code = $4, output = $5, error = $6, finished_at = $7, \
+                 patch_job_id = COALESCE($11, patch_job_id) \
                  WHERE deployment_id = $8 AND org_id = $9 AND device_id = $10",
             )
             .bind(status.as_str())
@@ -653,6 +670,7 @@ impl OrgStore<'_> {
             .bind(id)
             .bind(self.org)
             .bind(r.device_id)
+            .bind(r.patch_job_id)
             .execute(&mut tx)
             .await?;
         }

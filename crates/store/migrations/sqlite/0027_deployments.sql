@@ -1,6 +1,7 @@
 -- Staged deployments (SQLite). Kept in lockstep with migrations/postgres/0027_deployments.sql.
 --
--- A deployment runs one payload (JSON: a library script with its parameters) on the devices of
+-- A deployment runs one payload (JSON: a library script with its parameters, or a package to
+-- install through the patch layer) on the devices of
 -- its target, ring after ring (`rings`, JSON: each ring's name and success threshold; the
 -- devices are fixed at creation in `deployment_devices`). `max_failure_percent` pauses it
 -- automatically (with `pause_reason`) when a ring's failures cross it. `owner_actor` is the
@@ -40,7 +41,8 @@ CREATE TABLE deployments (
 CREATE INDEX deployments_org ON deployments (org_id, created_at);
 CREATE INDEX deployments_due ON deployments (next_step_at) WHERE status = 'running';
 
--- Each device of a deployment: its ring, where it stands, and what its run came to.
+-- Each device of a deployment: its ring, where it stands, and what its run came to (for a
+-- package, the patch job that installs it).
 CREATE TABLE deployment_devices (
     deployment_id  BLOB NOT NULL,
     device_id      BLOB NOT NULL,
@@ -49,6 +51,7 @@ CREATE TABLE deployment_devices (
     status         TEXT NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'skipped')),
     approval_id    BLOB,
     command_id     TEXT,
+    patch_job_id   BLOB,
     exit_code      INTEGER,
     output         TEXT,
     error          TEXT,

@@ -1,7 +1,8 @@
 //! `manage_deployments`: staged software deployments — list, get, device_status, create,
 //! start, pause, resume, cancel.
 //!
-//! A deployment runs one payload (a library script with its parameters) on the devices of its
+//! A deployment runs one payload (a library script with its parameters, or a package installed
+//! through the agents' patch layer) on the devices of its
 //! target (organization, site, group or device), ring after ring: rings of named devices, of a
 //! group's members, or cumulative percentages of the target; devices no ring takes form a last
 //! ring. The devices and rings are fixed at `create`, so a draft shows exactly what `start`
@@ -12,7 +13,8 @@
 //!
 //! Reads are Tier 1; create Tier 2 (nothing runs); start, pause, resume and cancel Tier 3 (the
 //! spec's "1/2/3"). **The payload never runs on the deployment's say-so:** the server's worker
-//! sends each device's run through the call pipeline as `run_script` (Tier 3), as the
+//! sends each device's run through the call pipeline as `run_script` (or `manage_patches`
+//! `install`, followed through its patch job; both Tier 3), as the
 //! deployment's owner — its creator, then whoever last started or resumed it — cleared by the
 //! guard as that credential stands then, with approvals as for any MCP call.
 
@@ -72,6 +74,23 @@ pub(crate) enum PayloadArg {
         #[schemars(range(min = 5, max = 600))]
         timeout_seconds: Option<u32>,
     },
+    /// A package through the agents' patch layer (each device: manage_patches install, Tier 3,
+    /// as the owner; no reboot). The package must be offered by the device's last patch scan.
+    #[serde(rename_all = "camelCase")]
+    Package {
+        #[schemars(length(min = 1, max = 200))]
+        name: String,
+        /// install (default); remove is not available (the patch layer installs and rolls
+        /// back only).
+        action: Option<PackageActionArg>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PackageActionArg {
+    Install,
+    Remove,
 }
 
 /// One ring, in order: exactly one of deviceIds, groupId, percent.
@@ -155,7 +174,7 @@ struct DeploymentView {
     id: String,
     name: String,
     description: Option<String>,
-    /// kind script (scriptId, parameters, timeoutSeconds).
+    /// kind script (scriptId, parameters, timeoutSeconds) or package (name).
     #[schemars(with = "serde_json::Map<String, Value>")]
     payload: Value,
     target_type: String,
@@ -306,6 +325,15 @@ fn payload(arg: &PayloadArg) -> Result<Payload, ToolError> {
             parameters: parameters.clone().unwrap_or_default(),
             timeout_seconds: timeout_seconds.unwrap_or(120),
         },
+        PayloadArg::Package { name, action } => {
+            if *action == Some(PackageActionArg::Remove) {
+                return Err(ToolError::invalid(
+                    "payload.action remove: the agents' patch layer (apt, dnf) installs and rolls back packages; it cannot remove one, and nothing was created",
+                )
+                .hint("deploy a library script that removes the package instead"));
+            }
+            Payload::Package { name: name.clone() }
+        }
     })
 }
 
@@ -394,7 +422,7 @@ pub(crate) struct ManageDeployments;
 impl Tool for ManageDeployments {
     const NAME: &'static str = "manage_deployments";
     const TITLE: &'static str = "Manage staged deployments";
-    const DESCRIPTION: &'static str = "Staged software deployments: a payload (a library script) for a target's devices in rings (named devices, a group, or cumulative percentages of the target), with a failure ceiling (maxFailurePercent: pauses at once, reason recorded) and per-ring success thresholds (the next ring starts only when met). action=list|get|device_status read (Tier 1); create a draft (Tier 2, nothing runs; the devices and rings are fixed and shown); start|pause|resume|cancel (Tier 3). Each device's run goes through run_script's Tier 3 approval as the deployment's owner; offline devices are skipped. resume accepts the ring's failures, or retryFailed=true runs them again.";
+    const DESCRIPTION: &'static str = "Staged software deployments: a payload (a library script, or a package to install through the patch layer) for a target's devices in rings (named devices, a group, or cumulative percentages of the target), with a failure ceiling (maxFailurePercent: pauses at once, reason recorded) and per-ring success thresholds (the next ring starts only when met). action=list|get|device_status read (Tier 1); create a draft (Tier 2, nothing runs; the devices and rings are fixed and shown); start|pause|resume|cancel (Tier 3). Each device's run goes through run_script's (or manage_patches install's) Tier 3 approval as the deployment's owner; offline devices are skipped. resume accepts the ring's failures, or retryFailed=true runs them again.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::ScriptsRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 600);
