@@ -8,123 +8,26 @@
 //! and starts an automation, clears by itself, and is held back by a maintenance window.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+
 use std::{
-    path::Path,
     process::Stdio,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
-use breeze_core::{Actor, ActorType, AuditEvent, DeviceStatus, OrgId, SystemClock};
-use breeze_gateway::GatewayConfig;
+use breeze_core::{Actor, ActorType, DeviceStatus, OrgId, SystemClock};
 use breeze_limits::MemoryLimiter;
 use breeze_pipeline::{
-    CallOutcome, Caller,
+    CallOutcome,
     approvals::{DecisionRequest, decide},
 };
-use breeze_server::{AppState, Breeze, ServerConfig};
-use breeze_store::{Backend, NewScript, NewUser, ScriptParameter, Store, testing::TestStore};
-use breeze_tools::{CallOptions, ProgressReport};
+use breeze_server::ServerConfig;
+use breeze_store::{Backend, NewScript, ScriptParameter, Store, testing::TestStore};
+use breeze_tools::ProgressReport;
+use common::{Fleet, agent, approve_everything, audit, call_outcome, enroll, eventually};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("test"), action, "test")
-}
-
-struct Fleet {
-    store: Store,
-    state: AppState,
-    org: OrgId,
-    other_org: OrgId,
-    base_url: String,
-    addr: std::net::SocketAddr,
-    stop: tokio_util::sync::CancellationToken,
-    served: tokio::task::JoinHandle<std::io::Result<()>>,
-    /// An API key (ai:read, ai:write) of the admin, for MCP over HTTP.
-    api_key: String,
-    /// The admin, who approves the Tier 3 calls the tests make.
-    admin: breeze_core::User,
-    /// Held while this test runs beside others; the CPU-load scenario runs alone.
-    _beside_others: Option<tokio::sync::RwLockReadGuard<'static, ()>>,
-    /// `*` keys of the admin in `org` and `other_org`, for calls through the pipeline.
-    exec_keys: [(OrgId, String); 2],
-}
-
-fn config_for(base_url: &str) -> ServerConfig {
-    let mut config = ServerConfig::development(base_url);
-    config.gateway = GatewayConfig {
-        agent: breeze_agent_proto::AgentConfig {
-            heartbeat_interval_secs: 5,
-            ..Default::default()
-        },
-        offline_after: Duration::from_secs(8),
-        sweep_interval: Duration::from_secs(1),
-        ..Default::default()
-    };
-    config.automations.tick = Duration::from_millis(500);
-    config
-}
-
-/// Serves `state` on `listener` until `stop`.
-fn spawn_server(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    tokio::spawn(breeze_server::serve(
-        listener,
-        Breeze::new(state),
-        async move {
-            stop.cancelled().await;
-        },
-    ))
-}
-
-impl Fleet {
-    /// Stops the server and starts a fresh one (new gateway, nothing in memory) on the same
-    /// address, as a restart would.
-    async fn restart(&mut self) {
-        self.stop.cancel();
-        let served = std::mem::replace(&mut self.served, tokio::spawn(async { Ok(()) }));
-        let _ = tokio::time::timeout(Duration::from_secs(40), served).await;
-        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
-        let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
-        let auth = AuthService::new(self.store.clone(), clock.clone(), AuthSettings::default());
-        self.state = AppState::new(
-            self.store.clone(),
-            auth,
-            clock,
-            config_for(&self.base_url),
-            Arc::new(MemoryLimiter::new()),
-        );
-        self.stop = tokio_util::sync::CancellationToken::new();
-        self.served = spawn_server(listener, self.state.clone(), self.stop.clone());
-    }
-
-    /// `tools/call` through the whole MCP pipeline over HTTP.
-    async fn mcp(&self, tool: &str, args: Value) -> Value {
-        let reply: Value = reqwest::Client::new()
-            .post(format!("{}/mcp", self.base_url))
-            .header("x-api-key", &self.api_key)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .body(
-                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                        "params": { "name": tool, "arguments": args } })
-                .to_string(),
-            )
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .map(|b| serde_json::from_slice(&b).unwrap_or(Value::Null))
-            .unwrap();
-        reply["result"].clone()
-    }
-}
 
 /// Tests share the machine's CPU, except the monitoring scenario, which needs its CPU load
 /// to be the only one and takes this exclusively.
@@ -139,208 +42,19 @@ async fn server(store: Store) -> Fleet {
 
 /// [`server`] with its configuration changed by `tweak` first.
 async fn server_with(store: Store, tweak: impl FnOnce(&mut ServerConfig)) -> Fleet {
-    let s = &store;
-    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
-    let org = s
-        .create_organization(p.id, "A", "a", audit("o"))
-        .await
-        .unwrap();
-    let other = s
-        .create_organization(p.id, "B", "b", audit("o"))
-        .await
-        .unwrap();
-    let site = s
-        .org(org.id)
-        .create_site("HQ", "UTC", audit("s"))
-        .await
-        .unwrap();
-    let admin = s
-        .create_user(
-            NewUser {
-                partner_id: p.id,
-                org_id: None,
-                email: "admin@p.test".into(),
-                name: "A".into(),
-                password_hash: password::hash("correct horse battery").unwrap(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(p.id, "Administrator").await.unwrap();
-    for o in [org.id, other.id] {
-        s.assign_role(admin.id, o, role.id, audit("r"))
-            .await
-            .unwrap();
-    }
-
-    let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
-    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
-    let (secret, _) = auth
-        .create_api_key(
-            breeze_auth::CreateApiKey {
-                org_id: org.id,
-                user_id: admin.id,
-                name: "e2e".into(),
-                scopes: breeze_core::ScopeSet::new([
-                    breeze_core::Scope::AiRead,
-                    breeze_core::Scope::AiWrite,
-                ]),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    let mut exec_keys = Vec::new();
-    for o in [org.id, other.id] {
-        let (secret, _) = auth
-            .create_api_key(
-                breeze_auth::CreateApiKey {
-                    org_id: o,
-                    user_id: admin.id,
-                    name: "e2e-execute".into(),
-                    scopes: breeze_core::ScopeSet::new([breeze_core::Scope::All]),
-                    expires_at: None,
-                },
-                audit("api_key.create"),
-            )
-            .await
-            .unwrap();
-        exec_keys.push((o, secret.expose().to_owned()));
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let base_url = format!("http://{addr}");
-    let mut config = config_for(&base_url);
-    tweak(&mut config);
-    let state = AppState::new(
-        store.clone(),
-        auth,
-        clock,
-        config,
-        Arc::new(MemoryLimiter::new()),
-    );
-    let stop = tokio_util::sync::CancellationToken::new();
-    let served = spawn_server(listener, state.clone(), stop.clone());
-    let _ = site;
-    Fleet {
-        store,
-        state,
-        org: org.id,
-        other_org: other.id,
-        base_url,
-        addr,
-        stop,
-        served,
-        api_key: secret.expose().to_owned(),
-        exec_keys: exec_keys.try_into().unwrap(),
-        admin,
-        _beside_others: None,
-    }
+    common::server_with(store, tweak, Arc::new(MemoryLimiter::new())).await
 }
 
-fn agent(args: &[&str], config: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze-agent"));
-    c.args(args)
-        .arg("--config")
-        .arg(config)
-        .env("BREEZE_AGENT_LOG", "warn")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-async fn enroll(f: &Fleet, config: &Path) {
-    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
-    let (key, _) = f
-        .state
-        .auth
-        .create_enrollment_key(
-            CreateEnrollmentKey {
-                org_id: f.org,
-                site_id: site,
-                name: "e2e".into(),
-                max_uses: Some(1),
-                expires_at: f.state.clock.now() + chrono::Duration::minutes(5),
-                created_by: "test".into(),
-            },
-            audit("enrollment_key.create"),
-        )
-        .await
-        .unwrap();
-    let status = agent(
-        &["enroll", "--server", &f.base_url, "--key", key.expose()],
-        config,
-    )
-    .status()
-    .await
-    .unwrap();
-    assert!(status.success(), "breeze-agent enroll failed");
-}
-
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Calls a tool through the whole pipeline with the admin's `*` key of `org` (guard,
-/// validation, approval — a person approves each Tier 3 request as it appears — handler),
-/// collecting progress reports.
+/// Calls a tool through the whole pipeline with the admin's `*` key of `org` (a person
+/// approves each Tier 3 request as it appears), collecting progress reports.
 async fn call(
     f: &Fleet,
     org: OrgId,
     tool: &str,
     args: Value,
 ) -> (Result<Value, String>, Vec<ProgressReport>) {
-    let key = &f.exec_keys.iter().find(|(o, _)| *o == org).unwrap().1;
-    let principal = f.state.auth.authenticate_api_key(Some(key)).await.unwrap();
-    let approver = {
-        let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
-        tokio::spawn(async move {
-            loop {
-                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
-                    let request = DecisionRequest {
-                        id: r.id,
-                        decision: breeze_store::Decision::Approve,
-                        reason: None,
-                        request_id: None,
-                    };
-                    let actor = Actor::new(ActorType::User, admin.id);
-                    decide(&store, pipeline.registry(), &admin, actor, request)
-                        .await
-                        .unwrap();
-                    pipeline.approvals().notify_decided();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let options = CallOptions {
-        request_id: None,
-        progress: Some(tx),
-    };
-    let outcome = f
-        .state
-        .pipeline
-        .call(
-            &Caller::api_key(&principal),
-            tool,
-            args,
-            options,
-            &tokio_util::sync::CancellationToken::new(),
-        )
-        .await;
-    approver.abort();
-    let out = match outcome {
+    let out = match call_outcome(f, org, tool, args, Some(tx)).await {
         CallOutcome::Output(raw) => Ok(serde_json::from_str(raw.get()).unwrap()),
         CallOutcome::Failed(e) => Err(e.message),
         other => panic!("{tool}: {other:?}"),
@@ -1353,27 +1067,6 @@ async fn monitoring_run(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_load_alerts_notifies_automates_resolves_and_is_suppressed_on_postgres() {
     monitoring_run(Backend::Postgres).await;
-}
-
-/// Approves every pending request of `org` as the admin until aborted.
-fn approve_everything(f: &Fleet, org: OrgId) -> tokio::task::JoinHandle<()> {
-    let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
-    tokio::spawn(async move {
-        loop {
-            for r in store.org(org).list_approvals(true, 10).await.unwrap() {
-                let request = DecisionRequest {
-                    id: r.id,
-                    decision: breeze_store::Decision::Approve,
-                    reason: None,
-                    request_id: None,
-                };
-                let actor = Actor::new(ActorType::User, admin.id);
-                let _ = decide(&store, pipeline.registry(), &admin, actor, request).await;
-                pipeline.approvals().notify_decided();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
 }
 
 /// Compliance with the real agent: a rule on a package this machine has installed (read from

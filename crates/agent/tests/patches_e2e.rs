@@ -14,220 +14,24 @@
 //! that the agent reports as applied.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+
 use std::{
     path::Path,
-    process::Stdio,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
-use breeze_core::{Actor, ActorType, AuditEvent, OrgId, SystemClock};
-use breeze_gateway::GatewayConfig;
-use breeze_limits::MemoryLimiter;
-use breeze_pipeline::{
-    CallOutcome, Caller,
-    approvals::{DecisionRequest, decide},
-};
-use breeze_server::{AppState, Breeze, ServerConfig};
-use breeze_store::{Backend, NewUser, Store, testing::TestStore};
-use breeze_tools::CallOptions;
+use breeze_core::SystemClock;
+use breeze_store::{Backend, testing::TestStore};
+use common::{Fleet, agent, audit, enroll, eventually, server};
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("test"), action, "test")
-}
-
-struct Fleet {
-    store: Store,
-    state: AppState,
-    org: OrgId,
-    base_url: String,
-    stop: tokio_util::sync::CancellationToken,
-    admin: breeze_core::User,
-    key: String,
-}
-
-async fn server(store: Store) -> Fleet {
-    let s = &store;
-    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
-    let org = s
-        .create_organization(p.id, "A", "a", audit("o"))
-        .await
-        .unwrap();
-    s.org(org.id)
-        .create_site("HQ", "UTC", audit("s"))
-        .await
-        .unwrap();
-    let admin = s
-        .create_user(
-            NewUser {
-                partner_id: p.id,
-                org_id: None,
-                email: "admin@p.test".into(),
-                name: "A".into(),
-                password_hash: password::hash("correct horse battery").unwrap(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(p.id, "Administrator").await.unwrap();
-    s.assign_role(admin.id, org.id, role.id, audit("r"))
-        .await
-        .unwrap();
-    let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
-    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
-    let (secret, _) = auth
-        .create_api_key(
-            breeze_auth::CreateApiKey {
-                org_id: org.id,
-                user_id: admin.id,
-                name: "e2e-execute".into(),
-                scopes: breeze_core::ScopeSet::new([breeze_core::Scope::All]),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let mut config = ServerConfig::development(&base_url);
-    config.gateway = GatewayConfig {
-        agent: breeze_agent_proto::AgentConfig {
-            heartbeat_interval_secs: 5,
-            ..Default::default()
-        },
-        offline_after: Duration::from_secs(8),
-        sweep_interval: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let state = AppState::new(
-        store.clone(),
-        auth,
-        clock,
-        config,
-        Arc::new(MemoryLimiter::new()),
-    );
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopped = stop.clone();
-    tokio::spawn(breeze_server::serve(
-        listener,
-        Breeze::new(state.clone()),
-        async move { stopped.cancelled().await },
-    ));
-    Fleet {
-        store,
-        state,
-        org: org.id,
-        base_url,
-        stop,
-        admin,
-        key: secret.expose().to_owned(),
-    }
-}
-
-fn agent(args: &[&str], config: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze-agent"));
-    c.args(args)
-        .arg("--config")
-        .arg(config)
-        .env("BREEZE_AGENT_LOG", "warn")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-async fn enroll(f: &Fleet, config: &Path) {
-    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
-    let (key, _) = f
-        .state
-        .auth
-        .create_enrollment_key(
-            CreateEnrollmentKey {
-                org_id: f.org,
-                site_id: site,
-                name: "e2e".into(),
-                max_uses: Some(1),
-                expires_at: f.state.clock.now() + chrono::Duration::minutes(5),
-                created_by: "test".into(),
-            },
-            audit("enrollment_key.create"),
-        )
-        .await
-        .unwrap();
-    let status = agent(
-        &["enroll", "--server", &f.base_url, "--key", key.expose()],
-        config,
-    )
-    .status()
-    .await
-    .unwrap();
-    assert!(status.success(), "breeze-agent enroll failed");
-}
-
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+use tokio::process::Child;
 
 /// Calls a tool through the whole pipeline with the admin's `*` key; the admin approves each
 /// Tier 3 request as it appears.
 async fn call(f: &Fleet, tool: &str, args: Value) -> Result<Value, String> {
-    let principal = f
-        .state
-        .auth
-        .authenticate_api_key(Some(&f.key))
-        .await
-        .unwrap();
-    let org = f.org;
-    let approver = {
-        let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
-        tokio::spawn(async move {
-            loop {
-                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
-                    let request = DecisionRequest {
-                        id: r.id,
-                        decision: breeze_store::Decision::Approve,
-                        reason: None,
-                        request_id: None,
-                    };
-                    let actor = Actor::new(ActorType::User, admin.id);
-                    decide(&store, pipeline.registry(), &admin, actor, request)
-                        .await
-                        .unwrap();
-                    pipeline.approvals().notify_decided();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
-    let outcome = f
-        .state
-        .pipeline
-        .call(
-            &Caller::api_key(&principal),
-            tool,
-            args,
-            CallOptions::default(),
-            &tokio_util::sync::CancellationToken::new(),
-        )
-        .await;
-    approver.abort();
-    match outcome {
-        CallOutcome::Output(raw) => Ok(serde_json::from_str(raw.get()).unwrap()),
-        CallOutcome::Failed(e) => Err(e.message),
-        other => panic!("{tool}: {other:?}"),
-    }
+    common::call(f, f.org, tool, args).await
 }
 
 /// The fake `apt-get` and reboot command, recording into `dir/apt.log` and `dir/reboot.log`.

@@ -8,32 +8,19 @@
 //! it.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::{
-    path::Path,
-    process::Stdio,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+mod common;
 
-use breeze_auth::{AuthService, AuthSettings, CreateEnrollmentKey, password};
-use breeze_core::{Actor, ActorType, AuditEvent, OrgId, SystemClock};
-use breeze_gateway::GatewayConfig;
+use std::{path::Path, sync::Arc, time::Duration};
+
+use breeze_core::{OrgId, SystemClock};
 use breeze_limits::{Decision, LimiterError, RateLimiter};
-use breeze_pipeline::{
-    CallOutcome, Caller,
-    approvals::{DecisionRequest, decide},
-};
-use breeze_server::{AppState, Breeze, ServerConfig};
-use breeze_store::{Backend, NewUser, Store, testing::TestStore};
-use breeze_tools::CallOptions;
+use breeze_pipeline::CallOutcome;
+use breeze_store::{Backend, Store, testing::TestStore};
+use common::{Fleet, agent, enroll, eventually};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::process::{Child, Command};
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("test"), action, "test")
-}
+use tokio::process::Child;
 
 /// No limits: this test calls `security_scan` more than its 3 per 10 minutes (the limit is
 /// the server tests' business).
@@ -60,195 +47,15 @@ impl RateLimiter for Unlimited {
     }
 }
 
-struct Fleet {
-    store: Store,
-    state: AppState,
-    org: OrgId,
-    other_org: OrgId,
-    base_url: String,
-    _stop: tokio_util::sync::CancellationToken,
-    admin: breeze_core::User,
-    exec_keys: [(OrgId, String); 2],
-}
-
+/// A fleet without rate limits.
 async fn server(store: Store) -> Fleet {
-    let s = &store;
-    let p = s.create_partner("P", "p", audit("p")).await.unwrap();
-    let org = s
-        .create_organization(p.id, "A", "a", audit("o"))
-        .await
-        .unwrap();
-    let other = s
-        .create_organization(p.id, "B", "b", audit("o"))
-        .await
-        .unwrap();
-    s.org(org.id)
-        .create_site("HQ", "UTC", audit("s"))
-        .await
-        .unwrap();
-    let admin = s
-        .create_user(
-            NewUser {
-                partner_id: p.id,
-                org_id: None,
-                email: "admin@p.test".into(),
-                name: "A".into(),
-                password_hash: password::hash("correct horse battery").unwrap(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(p.id, "Administrator").await.unwrap();
-    for o in [org.id, other.id] {
-        s.assign_role(admin.id, o, role.id, audit("r"))
-            .await
-            .unwrap();
-    }
-    let clock: Arc<dyn breeze_core::Clock> = Arc::new(SystemClock);
-    let auth = AuthService::new(store.clone(), clock.clone(), AuthSettings::default());
-    let mut exec_keys = Vec::new();
-    for o in [org.id, other.id] {
-        let (secret, _) = auth
-            .create_api_key(
-                breeze_auth::CreateApiKey {
-                    org_id: o,
-                    user_id: admin.id,
-                    name: "e2e-execute".into(),
-                    scopes: breeze_core::ScopeSet::new([breeze_core::Scope::All]),
-                    expires_at: None,
-                },
-                audit("api_key.create"),
-            )
-            .await
-            .unwrap();
-        exec_keys.push((o, secret.expose().to_owned()));
-    }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let mut config = ServerConfig::development(&base_url);
-    config.gateway = GatewayConfig {
-        agent: breeze_agent_proto::AgentConfig {
-            heartbeat_interval_secs: 5,
-            ..Default::default()
-        },
-        offline_after: Duration::from_secs(8),
-        sweep_interval: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let state = AppState::new(store.clone(), auth, clock, config, Arc::new(Unlimited));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let until = stop.clone();
-    tokio::spawn(breeze_server::serve(
-        listener,
-        Breeze::new(state.clone()),
-        async move { until.cancelled().await },
-    ));
-    Fleet {
-        store,
-        state,
-        org: org.id,
-        other_org: other.id,
-        base_url,
-        _stop: stop,
-        admin,
-        exec_keys: exec_keys.try_into().unwrap(),
-    }
-}
-
-fn agent(args: &[&str], config: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_breeze-agent"));
-    c.args(args)
-        .arg("--config")
-        .arg(config)
-        .env("BREEZE_AGENT_LOG", "warn")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-async fn enroll(f: &Fleet, config: &Path) {
-    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
-    let (key, _) = f
-        .state
-        .auth
-        .create_enrollment_key(
-            CreateEnrollmentKey {
-                org_id: f.org,
-                site_id: site,
-                name: "e2e".into(),
-                max_uses: Some(1),
-                expires_at: f.state.clock.now() + chrono::Duration::minutes(5),
-                created_by: "test".into(),
-            },
-            audit("enrollment_key.create"),
-        )
-        .await
-        .unwrap();
-    let status = agent(
-        &["enroll", "--server", &f.base_url, "--key", key.expose()],
-        config,
-    )
-    .status()
-    .await
-    .unwrap();
-    assert!(status.success(), "breeze-agent enroll failed");
-}
-
-async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    common::server_with(store, |_| {}, Arc::new(Unlimited)).await
 }
 
 /// Calls a tool through the whole pipeline with the admin's `*` key of `org`; a person
-/// approves each Tier 3 request as it appears.
+/// approves each Tier 3 request as it appears. An error reads `Code: message`.
 async fn call(f: &Fleet, org: OrgId, tool: &str, args: Value) -> Result<Value, String> {
-    let key = &f.exec_keys.iter().find(|(o, _)| *o == org).unwrap().1;
-    let principal = f.state.auth.authenticate_api_key(Some(key)).await.unwrap();
-    let approver = {
-        let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
-        tokio::spawn(async move {
-            loop {
-                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
-                    let request = DecisionRequest {
-                        id: r.id,
-                        decision: breeze_store::Decision::Approve,
-                        reason: None,
-                        request_id: None,
-                    };
-                    let actor = Actor::new(ActorType::User, admin.id);
-                    decide(&store, pipeline.registry(), &admin, actor, request)
-                        .await
-                        .unwrap();
-                    pipeline.approvals().notify_decided();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
-    let outcome = f
-        .state
-        .pipeline
-        .call(
-            &Caller::api_key(&principal),
-            tool,
-            args,
-            CallOptions {
-                request_id: None,
-                progress: None,
-            },
-            &tokio_util::sync::CancellationToken::new(),
-        )
-        .await;
-    approver.abort();
-    match outcome {
+    match common::call_outcome(f, org, tool, args, None).await {
         CallOutcome::Output(raw) => Ok(serde_json::from_str(raw.get()).unwrap()),
         CallOutcome::Failed(e) => Err(format!("{:?}: {}", e.code, e.message)),
         other => panic!("{tool}: {other:?}"),

@@ -10,6 +10,7 @@ pub mod automation;
 pub mod clock;
 pub mod compliance;
 pub mod config_policy;
+pub mod deployment;
 pub mod device;
 pub mod group_filter;
 pub mod ids;
@@ -31,6 +32,7 @@ pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatu
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
+pub use deployment::{DeploymentStatus, DeviceRunStatus};
 pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
 pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,

@@ -13,9 +13,9 @@
 //! 3. **Runs.** Queued runs are claimed (one instance each) and executed in tracked tasks.
 //! 4. **Approvals.** Runs waiting for approval are finished once their requests are.
 //!
-//! **The Tier 3 rule.** A run's script goes through [`Pipeline::call`] as `run_script` — the
-//! same guard (scope, role, per-tool limit, allowlist) and the same durable approval as an MCP
-//! call — with the credential the run acts as (the automation's owner: the API key or OAuth
+//! **The Tier 3 rule** (`owner_runs`). A run's script goes through [`Pipeline::call`]
+//! as `run_script` — the same guard (scope, role, per-tool limit, allowlist) and the same
+//! durable approval as an MCP call — with the credential the run acts as (the automation's owner: the API key or OAuth
 //! grant that created or last changed it; for a manual run, whoever asked) as it stands now
 //! ([`breeze_pipeline::standing`]). A key without `ai:execute` is refused; one with it gets an
 //! approval request that a person must grant before anything runs (the run waits in
@@ -28,23 +28,17 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use breeze_alerts::{ChannelMessage, NotifyConfig};
-use breeze_core::{
-    Actor, ActorType, AutomationAction, AutomationTrigger, DeviceId, RunStatus, Timestamp,
-};
-use breeze_pipeline::{CallOutcome, Pipeline, standing};
+use breeze_core::{AutomationAction, AutomationTrigger, DeviceId, RunStatus, Timestamp};
+use breeze_pipeline::Pipeline;
 use breeze_store::{
     Automation, AutomationRun, DeviceFilter, DeviceOutcome, MAX_RUN_DEVICES, NewRun, OrgStore,
     RuleTarget, RunUpdate, Store, StoreError,
 };
-use breeze_tools::CallOptions;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Mutex;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-/// `run_script` takes at most this many devices a call.
-const DEVICES_PER_CALL: usize = 10;
-/// The most output kept per device in a run's history.
-const KEPT_OUTPUT_CHARS: usize = 1000;
+use crate::owner_runs::{self, ScriptCall, overall};
 
 /// The worker's pace.
 #[derive(Debug, Clone)]
@@ -89,85 +83,6 @@ pub struct AutomationWorker {
     /// Alerts at or after this instant are looked at next tick.
     alerts_since: Mutex<Option<Timestamp>>,
     runs: TaskTracker,
-}
-
-pub(crate) fn actor_of(text: &str) -> Option<Actor> {
-    let (kind, id) = text.split_once(':')?;
-    Some(Actor::new(kind.parse::<ActorType>().ok()?, id))
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_owned(),
-    }
-}
-
-/// The device outcomes of a `run_script` answer.
-pub(crate) fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
-    answer["results"]
-        .as_array()
-        .map(|results| {
-            results
-                .iter()
-                .filter_map(|r| {
-                    let device_id = DeviceId(r["deviceId"].as_str()?.parse().ok()?);
-                    Some(DeviceOutcome {
-                        device_id,
-                        hostname: r["hostname"].as_str().map(str::to_owned),
-                        status: r["status"].as_str().unwrap_or("unknown").to_owned(),
-                        exit_code: r["exitCode"].as_i64(),
-                        command_id: r["commandId"].as_str().map(str::to_owned),
-                        stdout: r["stdout"].as_str().map(|s| truncate(s, KEPT_OUTPUT_CHARS)),
-                        error: r["error"]
-                            .as_str()
-                            .or(r["stderr"].as_str())
-                            .map(|s| truncate(s, KEPT_OUTPUT_CHARS)),
-                        ..Default::default()
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-pub(crate) fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Vec<DeviceOutcome> {
-    devices
-        .iter()
-        .map(|d| DeviceOutcome {
-            device_id: *d,
-            status: status.to_owned(),
-            error: Some(error.to_owned()),
-            ..Default::default()
-        })
-        .collect()
-}
-
-/// A finished run's status from its devices' outcomes.
-pub(crate) fn overall(devices: &[DeviceOutcome]) -> RunStatus {
-    let acted: Vec<&DeviceOutcome> = devices
-        .iter()
-        .filter(|d| d.status != "suppressed")
-        .collect();
-    if acted.is_empty() {
-        return if devices.is_empty() {
-            RunStatus::Failed
-        } else {
-            RunStatus::Suppressed
-        };
-    }
-    if acted.iter().all(|d| d.status == "refused") {
-        return RunStatus::Refused;
-    }
-    let ok = acted
-        .iter()
-        .filter(|d| d.status == "completed" && d.exit_code == Some(0))
-        .count();
-    match ok {
-        0 => RunStatus::Failed,
-        n if n == acted.len() => RunStatus::Succeeded,
-        _ => RunStatus::Partial,
-    }
 }
 
 impl AutomationWorker {
@@ -466,25 +381,9 @@ impl AutomationWorker {
         } else {
             &a.owner_actor
         };
-        let Some(actor) = actor_of(acting) else {
-            return self
-                .finish_with(run, RunStatus::Refused, format!("{acting} cannot act"))
-                .await;
-        };
-        let clock = self.store.clock().clone();
-        let standing = match standing::standing(&self.store, clock.as_ref(), a.org_id, &actor).await
-        {
+        let standing = match owner_runs::acting_as(&self.store, a.org_id, acting).await? {
             Ok(s) => s,
-            Err(standing::StandingError::Void(why)) => {
-                return self
-                    .finish_with(
-                        run,
-                        RunStatus::Refused,
-                        format!("runs as {actor}, which cannot act: {why}; nothing was run"),
-                    )
-                    .await;
-            }
-            Err(standing::StandingError::Store(e)) => return Err(e),
+            Err(why) => return self.finish_with(run, RunStatus::Refused, why).await,
         };
         let mut targets = self.devices(org, a, run).await?;
         let mut outcomes = Vec::new();
@@ -521,73 +420,26 @@ impl AutomationWorker {
                 None => free.push(d),
             }
         }
-        let mut approvals = Vec::new();
-        let mut refusals = Vec::new();
-        let caller = standing.caller();
-        for chunk in free.chunks(DEVICES_PER_CALL) {
-            let args = json!({
-                "scriptId": a.script_id.map(|s| s.to_string()).unwrap_or_default(),
-                "deviceIds": chunk.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-                "parameters": a.parameters,
-                "timeoutSeconds": a.timeout_seconds,
-            });
-            let outcome = self
-                .pipeline
-                .call(
-                    &caller,
-                    "run_script",
-                    args,
-                    CallOptions::default(),
-                    &CancellationToken::new(),
-                )
-                .await;
-            match outcome {
-                CallOutcome::Output(raw) => {
-                    let answer: Value = serde_json::from_str(raw.get()).unwrap_or_default();
-                    outcomes.extend(script_outcomes(&answer));
-                }
-                CallOutcome::Pending(record) => {
-                    approvals.push(record.id);
-                    outcomes.extend(outcome_for(
-                        chunk,
-                        "pending_approval",
-                        &format!("waiting for approval request {}", record.id),
-                    ));
-                }
-                CallOutcome::Refused(refusal) => {
-                    let why = refusal.to_string();
-                    outcomes.extend(outcome_for(chunk, "refused", &why));
-                    refusals.push(why);
-                }
-                CallOutcome::Failed(e) => {
-                    outcomes.extend(outcome_for(chunk, "failed", &e.message));
-                    refusals.push(e.message);
-                }
-                other => {
-                    let why = format!("unexpected outcome: {other:?}");
-                    outcomes.extend(outcome_for(chunk, "failed", &why));
-                }
-            }
-        }
-        let status = if approvals.is_empty() {
-            overall(&outcomes)
-        } else {
-            RunStatus::PendingApproval
+        let script = ScriptCall {
+            script_id: a.script_id.unwrap_or_default(),
+            parameters: &a.parameters,
+            timeout_seconds: Some(a.timeout_seconds),
         };
+        let mut done =
+            owner_runs::run_script_as(&self.pipeline, &standing.caller(), script, &free).await;
+        outcomes.append(&mut done.outcomes);
+        done.outcomes = outcomes;
+        let status = done.status();
         let message = match status {
-            RunStatus::PendingApproval => Some(format!(
-                "run_script as {actor} waits for approval ({} request(s))",
-                approvals.len()
-            )),
             RunStatus::Suppressed => Some("every device is under maintenance".into()),
-            _ => refusals.first().map(|r| format!("as {actor}: {r}")),
+            _ => done.message(status, &standing.actor),
         };
         self.finish(
             run,
             RunUpdate {
                 status,
-                approval_ids: approvals,
-                devices: outcomes,
+                approval_ids: done.approvals,
+                devices: done.outcomes,
                 message,
             },
         )
@@ -599,63 +451,24 @@ impl AutomationWorker {
     async fn follow_approvals(&self) -> Result<usize, StoreError> {
         let mut done = 0;
         for run in self.store.runs_awaiting_approval(100).await? {
-            let org = self.store.org(run.org_id);
-            let mut records = Vec::new();
-            for id in &run.approval_ids {
-                records.push(org.get_approval(*id).await?);
-            }
-            if !records.iter().all(|r| r.is_final()) {
+            let Some(records) =
+                owner_runs::final_approvals(&self.store, run.org_id, &run.approval_ids).await?
+            else {
                 continue;
-            }
-            let mut outcomes: Vec<DeviceOutcome> = run
-                .devices
-                .iter()
-                .filter(|d| d.status != "pending_approval")
-                .cloned()
-                .collect();
-            let mut notes = Vec::new();
-            for r in &records {
-                let devices: Vec<DeviceId> = r.arguments["deviceIds"]
-                    .as_array()
-                    .map(|ids| {
-                        ids.iter()
-                            .filter_map(|d| d.as_str()?.parse().ok().map(DeviceId))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                match (r.status.as_str(), &r.result) {
-                    ("completed", Some(answer)) => outcomes.extend(script_outcomes(answer)),
-                    (status, result) => {
-                        let why = result
-                            .as_ref()
-                            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                            .or_else(|| r.reason.clone())
-                            .unwrap_or_else(|| format!("approval {status}"));
-                        let device_status = if status == "failed" {
-                            "failed"
-                        } else {
-                            "refused"
-                        };
-                        outcomes.extend(outcome_for(
-                            &devices,
-                            device_status,
-                            &format!("approval {}: {why}", r.id),
-                        ));
-                        notes.push(format!("approval {status}: {why}"));
-                    }
-                }
-            }
-            let status = overall(&outcomes);
-            org.update_run(
-                run.id,
-                RunUpdate {
-                    status,
-                    approval_ids: run.approval_ids.clone(),
-                    devices: outcomes,
-                    message: notes.first().cloned().or(run.message.clone()),
-                },
-            )
-            .await?;
+            };
+            let (outcomes, note) = owner_runs::settle_approvals(&run.devices, &records);
+            self.store
+                .org(run.org_id)
+                .update_run(
+                    run.id,
+                    RunUpdate {
+                        status: overall(&outcomes),
+                        approval_ids: run.approval_ids.clone(),
+                        devices: outcomes,
+                        message: note.or(run.message.clone()),
+                    },
+                )
+                .await?;
             done += 1;
         }
         Ok(done)

@@ -16,26 +16,21 @@
 //! an MCP call — as the credential that asked for it (the caller of `remediate`, or the
 //! policy's owner for one the worker queued), rebuilt as it stands now
 //! ([`breeze_pipeline::standing`]). Nothing reaches an agent any other way; this is the
-//! automation worker's path, and its helpers are shared.
+//! automation worker's path, shared in `owner_runs`.
 
 use std::{sync::Arc, time::Duration};
 
 use breeze_agent_proto::CommandKind;
-use breeze_core::{AuditEvent, DeviceId, PolicyEnforcement, RunStatus};
+use breeze_core::{AuditEvent, PolicyEnforcement, RunStatus};
 use breeze_gateway::Gateway;
-use breeze_pipeline::{CallOutcome, Pipeline, standing};
+use breeze_pipeline::Pipeline;
 use breeze_store::{
-    CompliancePolicy, DeviceOutcome, NewCommand, Remediation, RemediationUpdate, Store, StoreError,
+    CompliancePolicy, NewCommand, Remediation, RemediationUpdate, Store, StoreError,
     compliance_actor,
 };
-use breeze_tools::CallOptions;
-use serde_json::{Value, json};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::automations::{actor_of, outcome_for, overall, script_outcomes};
-
-/// `run_script` takes at most this many devices a call.
-const DEVICES_PER_CALL: usize = 10;
+use crate::owner_runs::{self, ScriptCall, overall};
 
 /// The worker's pace and bounds.
 #[derive(Debug, Clone)]
@@ -278,97 +273,26 @@ impl ComplianceWorker {
                 )
                 .await;
         };
-        let Some(actor) = actor_of(&r.requested_by) else {
-            return self
-                .finish(
-                    &r,
-                    RunStatus::Refused,
-                    format!("{} cannot act", r.requested_by),
-                )
-                .await;
-        };
-        let clock = self.store.clock().clone();
-        let standing = match standing::standing(&self.store, clock.as_ref(), r.org_id, &actor).await
-        {
+        let standing = match owner_runs::acting_as(&self.store, r.org_id, &r.requested_by).await? {
             Ok(s) => s,
-            Err(standing::StandingError::Void(why)) => {
-                return self
-                    .finish(
-                        &r,
-                        RunStatus::Refused,
-                        format!("runs as {actor}, which cannot act: {why}; nothing was run"),
-                    )
-                    .await;
-            }
-            Err(standing::StandingError::Store(e)) => return Err(e),
+            Err(why) => return self.finish(&r, RunStatus::Refused, why).await,
         };
-        let caller = standing.caller();
-        let mut outcomes: Vec<DeviceOutcome> = Vec::new();
-        let mut approvals = Vec::new();
-        let mut refusals = Vec::new();
-        for chunk in r.device_ids.chunks(DEVICES_PER_CALL) {
-            let args = json!({
-                "scriptId": script.to_string(),
-                "deviceIds": chunk.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-                "parameters": p.remediation_parameters,
-            });
-            let outcome = self
-                .pipeline
-                .call(
-                    &caller,
-                    "run_script",
-                    args,
-                    CallOptions::default(),
-                    &CancellationToken::new(),
-                )
+        let call = ScriptCall {
+            script_id: script,
+            parameters: &p.remediation_parameters,
+            timeout_seconds: None,
+        };
+        let done =
+            owner_runs::run_script_as(&self.pipeline, &standing.caller(), call, &r.device_ids)
                 .await;
-            match outcome {
-                CallOutcome::Output(raw) => {
-                    let answer: Value = serde_json::from_str(raw.get()).unwrap_or_default();
-                    outcomes.extend(script_outcomes(&answer));
-                }
-                CallOutcome::Pending(record) => {
-                    approvals.push(record.id);
-                    outcomes.extend(outcome_for(
-                        chunk,
-                        "pending_approval",
-                        &format!("waiting for approval request {}", record.id),
-                    ));
-                }
-                CallOutcome::Refused(refusal) => {
-                    let why = refusal.to_string();
-                    outcomes.extend(outcome_for(chunk, "refused", &why));
-                    refusals.push(why);
-                }
-                CallOutcome::Failed(e) => {
-                    outcomes.extend(outcome_for(chunk, "failed", &e.message));
-                    refusals.push(e.message);
-                }
-                other => {
-                    let why = format!("unexpected outcome: {other:?}");
-                    outcomes.extend(outcome_for(chunk, "failed", &why));
-                }
-            }
-        }
-        let status = if approvals.is_empty() {
-            overall(&outcomes)
-        } else {
-            RunStatus::PendingApproval
-        };
-        let message = match status {
-            RunStatus::PendingApproval => Some(format!(
-                "run_script as {actor} waits for approval ({} request(s))",
-                approvals.len()
-            )),
-            _ => refusals.first().map(|w| format!("as {actor}: {w}")),
-        };
+        let status = done.status();
         org.update_remediation(
             r.id,
             RemediationUpdate {
                 status,
-                approval_ids: approvals,
-                devices: outcomes,
-                message,
+                message: done.message(status, &standing.actor),
+                approval_ids: done.approvals,
+                devices: done.outcomes,
             },
         )
         .await?;
@@ -379,62 +303,24 @@ impl ComplianceWorker {
     async fn follow_approvals(&self) -> Result<usize, StoreError> {
         let mut done = 0;
         for r in self.store.remediations_awaiting_approval(100).await? {
-            let org = self.store.org(r.org_id);
-            let mut records = Vec::new();
-            for id in &r.approval_ids {
-                records.push(org.get_approval(*id).await?);
-            }
-            if !records.iter().all(|a| a.is_final()) {
+            let Some(records) =
+                owner_runs::final_approvals(&self.store, r.org_id, &r.approval_ids).await?
+            else {
                 continue;
-            }
-            let mut outcomes: Vec<DeviceOutcome> = r
-                .devices
-                .iter()
-                .filter(|d| d.status != "pending_approval")
-                .cloned()
-                .collect();
-            let mut notes = Vec::new();
-            for a in &records {
-                let devices: Vec<DeviceId> = a.arguments["deviceIds"]
-                    .as_array()
-                    .map(|ids| {
-                        ids.iter()
-                            .filter_map(|d| d.as_str()?.parse().ok().map(DeviceId))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                match (a.status.as_str(), &a.result) {
-                    ("completed", Some(answer)) => outcomes.extend(script_outcomes(answer)),
-                    (status, result) => {
-                        let why = result
-                            .as_ref()
-                            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                            .or_else(|| a.reason.clone())
-                            .unwrap_or_else(|| format!("approval {status}"));
-                        let device_status = if status == "failed" {
-                            "failed"
-                        } else {
-                            "refused"
-                        };
-                        outcomes.extend(outcome_for(
-                            &devices,
-                            device_status,
-                            &format!("approval {}: {why}", a.id),
-                        ));
-                        notes.push(format!("approval {status}: {why}"));
-                    }
-                }
-            }
-            org.update_remediation(
-                r.id,
-                RemediationUpdate {
-                    status: overall(&outcomes),
-                    approval_ids: r.approval_ids.clone(),
-                    devices: outcomes,
-                    message: notes.first().cloned().or(r.message.clone()),
-                },
-            )
-            .await?;
+            };
+            let (outcomes, note) = owner_runs::settle_approvals(&r.devices, &records);
+            self.store
+                .org(r.org_id)
+                .update_remediation(
+                    r.id,
+                    RemediationUpdate {
+                        status: overall(&outcomes),
+                        approval_ids: r.approval_ids.clone(),
+                        devices: outcomes,
+                        message: note.or(r.message.clone()),
+                    },
+                )
+                .await?;
             done += 1;
         }
         Ok(done)

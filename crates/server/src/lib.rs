@@ -10,12 +10,14 @@ mod authz;
 pub mod automations;
 pub mod catalog;
 pub mod compliance;
+pub mod deployments;
 mod edge;
 mod error;
 mod extract;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
+mod owner_runs;
 mod pages;
 mod routes;
 
@@ -91,6 +93,8 @@ pub struct ServerConfig {
     pub alerts: breeze_alerts::EngineConfig,
     /// The automation worker's pace.
     pub automations: automations::AutomationConfig,
+    /// The deployment worker's pace.
+    pub deployments: deployments::DeploymentConfig,
     /// Audit retention and its daily purge.
     pub audit: AuditRetentionConfig,
     /// Who may read `GET /metrics` (off by default).
@@ -138,6 +142,7 @@ impl ServerConfig {
                 ..Default::default()
             },
             automations: automations::AutomationConfig::default(),
+            deployments: deployments::DeploymentConfig::default(),
             audit: AuditRetentionConfig::default(),
             metrics: metrics::MetricsAccess::default(),
         }
@@ -477,6 +482,12 @@ pub async fn serve(
         breeze.state.gateway.clone(),
         breeze.state.pipeline.clone(),
         compliance::ComplianceConfig::default(),
+    ))
+    .spawn(sweeper_stop.clone());
+    Arc::new(deployments::DeploymentWorker::new(
+        breeze.state.store.clone(),
+        breeze.state.pipeline.clone(),
+        breeze.state.config.deployments.clone(),
     ))
     .spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {

@@ -823,6 +823,59 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
         .insert_metrics(device, w.org_a, &[sample(2, 10.0), sample(1, 42.0)])
         .await
         .unwrap();
+    // A compliance policy the device fails one rule of, and a patch scan with one update.
+    let policy = w
+        .store
+        .org(w.org_a)
+        .create_compliance_policy(
+            breeze_store::NewCompliancePolicy {
+                name: "baseline".into(),
+                description: None,
+                rules: vec![
+                    breeze_core::ComplianceRule::PackageInstalled {
+                        name: "pkg1".into(),
+                    },
+                    breeze_core::ComplianceRule::PackageInstalled {
+                        name: "breeze-absent-package".into(),
+                    },
+                ],
+                target: breeze_store::RuleTarget::Device(device),
+                enforcement: breeze_core::PolicyEnforcement::Monitor,
+                remediation_script: None,
+                remediation_parameters: Default::default(),
+                active: true,
+                owner_actor: "system:test".into(),
+                evaluate_every_minutes: 60,
+            },
+            audit("compliance_policy.create"),
+        )
+        .await
+        .unwrap();
+    w.store
+        .org(w.org_a)
+        .evaluate_policy_inventory(&policy, None)
+        .await
+        .unwrap();
+    let scan = breeze_agent_proto::PatchScanReport {
+        manager: "apt".into(),
+        scanned_at: now,
+        patches: vec![breeze_agent_proto::AvailablePatch {
+            name: "openssl".into(),
+            installed_version: Some("3.0.14".into()),
+            available_version: "3.0.15".into(),
+            arch: None,
+            source: None,
+            security: true,
+            severity: None,
+            advisory: None,
+        }],
+        reboot_required: false,
+        logged_in_users: Vec::new(),
+    };
+    w.store
+        .record_patch_scan(device, w.org_a, &scan)
+        .await
+        .unwrap();
 
     let call = rpc(
         1,
@@ -860,12 +913,31 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     let r = send(&w.app, post("/mcp", Some(&w.read), &read, &[])).await;
     let mut doc: Value =
         serde_json::from_str(r.body["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
-    // The resource adds the security posture (null before any scan) to the tool's document.
+    // The resource adds the security posture (null before any scan), compliance and pending
+    // patches to the tool's document.
     let posture = doc.as_object_mut().unwrap().remove("securityPosture");
     assert_eq!(posture, Some(Value::Null), "no scan yet");
+    // And the device's standing against each compliance policy, and its pending patches.
+    let compliance = doc.as_object_mut().unwrap().remove("compliance").unwrap();
+    assert_eq!(compliance.as_array().unwrap().len(), 1, "{compliance}");
+    assert_eq!(compliance[0]["policyName"], "baseline", "{compliance}");
+    assert_eq!(compliance[0]["status"], "non_compliant", "{compliance}");
+    assert_eq!(compliance[0]["failingRules"], 1, "{compliance}");
+    let patches = doc
+        .as_object_mut()
+        .unwrap()
+        .remove("pendingPatches")
+        .unwrap();
+    assert_eq!(patches["count"], 1, "{patches}");
+    assert_eq!(patches["securityCount"], 1, "{patches}");
+    assert_eq!(patches["packages"][0]["name"], "openssl", "{patches}");
+    assert_eq!(
+        patches["packages"][0]["availableVersion"], "3.0.15",
+        "{patches}"
+    );
     assert_eq!(
         &doc, d,
-        "the resource is the tool's document plus the posture"
+        "the resource is the tool's document plus posture, compliance and patches"
     );
     let mut keys = Vec::new();
     keys_of(&doc, &mut keys);

@@ -255,6 +255,7 @@ const ID_FIELDS: &[&str] = &[
     "channelIds",
     "windowId",
     "automationId",
+    "deploymentId",
     "channelId",
     "reportId",
     "runId",
@@ -551,6 +552,45 @@ impl Suite {
             .unwrap()
     }
 
+    /// A new deployment of the fixture's organization in the state `action` applies to:
+    /// running for pause, paused for resume, else a draft.
+    async fn fresh_deployment(&self, action: Option<&str>) -> uuid::Uuid {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        let org = self.w.store.org(self.w.org_a);
+        let d = org
+            .create_deployment(
+                breeze_store::NewDeployment {
+                    name: format!("fixture deployment {n}"),
+                    description: None,
+                    payload: breeze_store::Payload::Script {
+                        script_id: self.script.parse().unwrap(),
+                        parameters: Default::default(),
+                        timeout_seconds: 30,
+                    },
+                    target: breeze_store::RuleTarget::Organization,
+                    rings: vec![],
+                    max_failure_percent: 0,
+                    owner_actor: "system:fixture".into(),
+                },
+                audit("deployment.create"),
+            )
+            .await
+            .unwrap();
+        let mut controls = Vec::new();
+        if matches!(action, Some("pause" | "resume")) {
+            controls.push(breeze_store::Control::Start);
+        }
+        if action == Some("resume") {
+            controls.push(breeze_store::Control::Pause);
+        }
+        for c in controls {
+            org.control_deployment(d.id, c, "system:fixture", audit("deployment.control"))
+                .await
+                .unwrap();
+        }
+        d.id
+    }
+
     /// A new manual automation of the fixture's organization (each delete consumes one).
     async fn fresh_automation(&self) -> breeze_store::Automation {
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
@@ -771,6 +811,20 @@ impl Suite {
             if let Some(v) = self.hint(&field).await {
                 hints.insert(field, v);
             }
+        }
+        if tool == "manage_deployments" {
+            // A deployment in the state the action applies to; one ring of the fixture's
+            // device (exactly one of deviceIds, groupId, percent); status filters that exist.
+            let action = action.map(|(_, a)| a);
+            let deployment = self.fresh_deployment(action).await;
+            hints.insert("deploymentId".into(), json!(deployment.to_string()));
+            hints.insert("rings".into(), json!([{ "deviceIds": [self.device] }]));
+            let status = if action == Some("device_status") {
+                "pending"
+            } else {
+                "draft"
+            };
+            hints.insert("status".into(), json!(status));
         }
         let generator = Gen {
             root: schema,

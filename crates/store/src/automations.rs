@@ -25,6 +25,7 @@ use crate::{
     Alert, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
+    runs::{RunRow, RunTable, RunUpdate},
     sql::{Arg, Tx, sql},
 };
 
@@ -253,13 +254,26 @@ pub struct NewRun {
     pub message: Option<String>,
 }
 
-/// A run's progress or end.
-#[derive(Debug, Clone)]
-pub struct RunUpdate {
-    pub status: RunStatus,
-    pub approval_ids: Vec<Uuid>,
-    pub devices: Vec<DeviceOutcome>,
-    pub message: Option<String>,
+/// The run table's shared bookkeeping ([`crate::runs`]).
+const RUNS: RunTable = RunTable {
+    table: "automation_runs",
+    columns: RUN_COLUMNS,
+    what: "automation run",
+    resource_type: "automation_run",
+    finish_action: "automation.run.finish",
+    wait_action: "automation.run.wait",
+    actor: automations_actor,
+};
+
+impl RunRow for AutomationRun {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn started(&mut self, now: Timestamp) {
+        self.status = RunStatus::Running;
+        self.started_at = Some(now);
+    }
 }
 
 const AUTOMATION_COLUMNS: &str = "id, org_id, name, description, enabled, trigger_kind, cron, \
@@ -657,14 +671,7 @@ impl OrgStore<'_> {
 
     /// One run of this organization.
     pub async fn get_run(&self, id: Uuid) -> Result<AutomationRun> {
-        sql(format!(
-            "SELECT {RUN_COLUMNS} FROM automation_runs WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self.store)
-        .await?
-        .ok_or(StoreError::NotFound("automation run"))
+        RUNS.get(self, id).await
     }
 
     /// The newest runs (of one automation, or of all), at most `limit` (≤ [`MAX_RUN_PAGE`]).
@@ -688,40 +695,7 @@ impl OrgStore<'_> {
 
     /// Records a run's progress or end (audited `automation.run.finish` when it ends).
     pub async fn update_run(&self, id: Uuid, update: RunUpdate) -> Result<AutomationRun> {
-        let now = self.store.clock.now();
-        let done = update.status.is_terminal();
-        let mut tx = Tx::begin(&self.store.pool).await?;
-        let n = sql(
-            "UPDATE automation_runs SET status = $1, approval_ids = $2, devices = $3, \
-             message = $4, finished_at = $5 WHERE id = $6 AND org_id = $7",
-        )
-        .bind(update.status.as_str())
-        .bind(Arg::json(&update.approval_ids))
-        .bind(Arg::json(&update.devices))
-        .bind(update.message.as_deref())
-        .bind(done.then_some(now))
-        .bind(id)
-        .bind(self.org)
-        .execute(&mut tx)
-        .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("automation run"));
-        }
-        let action = if done {
-            "automation.run.finish"
-        } else {
-            "automation.run.wait"
-        };
-        let audit = AuditEvent::new(automations_actor(), action, "automation_run")
-            .org(self.org)
-            .resource(id)
-            .details(serde_json::json!({
-                "status": update.status, "approvals": update.approval_ids,
-                "devices": update.devices.len(), "message": update.message,
-            }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        self.get_run(id).await
+        RUNS.update(self, id, update).await
     }
 
     /// Alerts raised at or after `since`, oldest first, at most `limit`.
@@ -853,42 +827,12 @@ impl Store {
     /// Takes up to `limit` queued runs for this worker (each by a conditional update, so one
     /// instance gets each) and marks them running.
     pub async fn claim_queued_runs(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        let queued: Vec<AutomationRun> = sql(format!(
-            "SELECT {RUN_COLUMNS} FROM automation_runs WHERE status = 'queued' \
-             ORDER BY created_at, id LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await?;
-        let now = self.clock.now();
-        let mut claimed = Vec::new();
-        for mut run in queued {
-            let n = sql(
-                "UPDATE automation_runs SET status = 'running', started_at = $1 \
-                 WHERE id = $2 AND status = 'queued'",
-            )
-            .bind(now)
-            .bind(run.id)
-            .execute(self)
-            .await?;
-            if n == 1 {
-                run.status = RunStatus::Running;
-                run.started_at = Some(now);
-                claimed.push(run);
-            }
-        }
-        Ok(claimed)
+        RUNS.claim_queued(self, limit).await
     }
 
     /// Runs waiting for approval of their script runs, oldest first, at most `limit`.
     pub async fn runs_awaiting_approval(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        sql(format!(
-            "SELECT {RUN_COLUMNS} FROM automation_runs WHERE status = 'pending_approval' \
-             ORDER BY created_at, id LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        RUNS.awaiting_approval(self, limit).await
     }
 
     /// Marks runs left `running` for longer than [`RUN_INTERRUPTED_AFTER`] failed (their

@@ -28,6 +28,7 @@ use crate::{
     CommandRecord, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
+    runs::{RunRow, RunTable, RunUpdate},
     sql::{Arg, Sql, Tx, sql},
 };
 
@@ -200,13 +201,29 @@ pub struct Remediation {
     pub finished_at: Option<Timestamp>,
 }
 
-/// A remediation's progress or end.
-#[derive(Debug, Clone)]
-pub struct RemediationUpdate {
-    pub status: RunStatus,
-    pub approval_ids: Vec<Uuid>,
-    pub devices: Vec<DeviceOutcome>,
-    pub message: Option<String>,
+/// A remediation's progress or end: a run's (the shared run bookkeeping).
+pub type RemediationUpdate = RunUpdate;
+
+/// The remediation table's shared bookkeeping ([`crate::runs`]).
+const REMEDIATIONS: RunTable = RunTable {
+    table: "compliance_remediations",
+    columns: REMEDIATION_COLUMNS,
+    what: "remediation",
+    resource_type: "compliance_remediation",
+    finish_action: "compliance.remediation.finish",
+    wait_action: "compliance.remediation.wait",
+    actor: compliance_actor,
+};
+
+impl RunRow for Remediation {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn started(&mut self, now: Timestamp) {
+        self.status = RunStatus::Running;
+        self.started_at = Some(now);
+    }
 }
 
 /// An agent check whose command reached a final state, for the worker to fold in.
@@ -1255,14 +1272,7 @@ impl OrgStore<'_> {
 
     /// One remediation of this organization.
     pub async fn get_remediation(&self, id: Uuid) -> Result<Remediation> {
-        sql(format!(
-            "SELECT {REMEDIATION_COLUMNS} FROM compliance_remediations WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self.store)
-        .await?
-        .ok_or(StoreError::NotFound("remediation"))
+        REMEDIATIONS.get(self, id).await
     }
 
     /// A policy's remediations, newest first, at most `limit` (1–100).
@@ -1285,40 +1295,7 @@ impl OrgStore<'_> {
         id: Uuid,
         update: RemediationUpdate,
     ) -> Result<Remediation> {
-        let now = self.store.clock.now();
-        let done = update.status.is_terminal();
-        let mut tx = Tx::begin(&self.store.pool).await?;
-        let n = sql(
-            "UPDATE compliance_remediations SET status = $1, approval_ids = $2, devices = $3, \
-             message = $4, finished_at = $5 WHERE id = $6 AND org_id = $7",
-        )
-        .bind(update.status.as_str())
-        .bind(Arg::json(&update.approval_ids))
-        .bind(Arg::json(&update.devices))
-        .bind(update.message.as_deref())
-        .bind(done.then_some(now))
-        .bind(id)
-        .bind(self.org)
-        .execute(&mut tx)
-        .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("remediation"));
-        }
-        let action = if done {
-            "compliance.remediation.finish"
-        } else {
-            "compliance.remediation.wait"
-        };
-        let audit = AuditEvent::new(compliance_actor(), action, "compliance_remediation")
-            .org(self.org)
-            .resource(id)
-            .details(serde_json::json!({
-                "status": update.status, "approvals": update.approval_ids,
-                "devices": update.devices.len(), "message": update.message,
-            }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        self.get_remediation(id).await
+        REMEDIATIONS.update(self, id, update).await
     }
 }
 
@@ -1387,41 +1364,11 @@ impl Store {
     /// Takes up to `limit` queued remediations (each by a conditional update) and marks them
     /// running.
     pub async fn claim_queued_remediations(&self, limit: u32) -> Result<Vec<Remediation>> {
-        let queued: Vec<Remediation> = sql(format!(
-            "SELECT {REMEDIATION_COLUMNS} FROM compliance_remediations WHERE status = 'queued' \
-             ORDER BY created_at, id LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await?;
-        let now = self.clock.now();
-        let mut claimed = Vec::new();
-        for mut r in queued {
-            let n = sql(
-                "UPDATE compliance_remediations SET status = 'running', started_at = $1 \
-                 WHERE id = $2 AND status = 'queued'",
-            )
-            .bind(now)
-            .bind(r.id)
-            .execute(self)
-            .await?;
-            if n == 1 {
-                r.status = RunStatus::Running;
-                r.started_at = Some(now);
-                claimed.push(r);
-            }
-        }
-        Ok(claimed)
+        REMEDIATIONS.claim_queued(self, limit).await
     }
 
     /// Remediations waiting for approval of their script runs, oldest first.
     pub async fn remediations_awaiting_approval(&self, limit: u32) -> Result<Vec<Remediation>> {
-        sql(format!(
-            "SELECT {REMEDIATION_COLUMNS} FROM compliance_remediations \
-             WHERE status = 'pending_approval' ORDER BY created_at, id LIMIT $1"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        REMEDIATIONS.awaiting_approval(self, limit).await
     }
 }

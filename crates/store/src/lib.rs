@@ -22,6 +22,7 @@ mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod deployments;
 mod devices;
 mod directory;
 mod dynamic_groups;
@@ -34,6 +35,7 @@ mod packages;
 mod patches;
 mod protected_paths;
 mod reports;
+mod runs;
 mod scheduled;
 mod scripts;
 mod security;
@@ -64,7 +66,7 @@ pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_ar
 pub use automations::{
     ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,
     MAX_AUTOMATIONS_PER_ORG, MAX_RUN_DEVICES, MAX_RUN_PAGE, NewAutomation, NewRun,
-    RUN_INTERRUPTED_AFTER, RunUpdate, TriggerSpec, automations_actor,
+    RUN_INTERRUPTED_AFTER, TriggerSpec, automations_actor,
 };
 pub use breeze_core::AuditEvent;
 pub use bus::Signal;
@@ -79,6 +81,11 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use deployments::{
+    Advance, Control, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
+    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, Payload, Ring,
+    STEP_LEASE, deployments_actor,
+};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
 pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
@@ -105,6 +112,7 @@ pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
 };
+pub use runs::RunUpdate;
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 pub use security::{
     FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,

@@ -37,6 +37,7 @@ pub fn all() -> Registry {
     r.domain("automations", tools::automations::register);
     r.domain("configuration", tools::config_policies::register);
     r.domain("context", tools::context::register);
+    r.domain("deployments", tools::deployments::register);
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
@@ -69,6 +70,7 @@ mod tests {
                 "automations",
                 "configuration",
                 "context",
+                "deployments",
                 "devices",
                 "disk",
                 "groups",
@@ -176,6 +178,7 @@ mod tests {
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
+        ("manage_deployments",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_patches",              Some("1/2/3"), true,  Some((15, 300))),
@@ -258,6 +261,14 @@ mod tests {
         ("manage_automations",          Some("disable"),        Tier::T2, Permission::ScriptsWrite),
         ("manage_automations",          Some("run"),            Tier::T2, Permission::ScriptsExecute),
         ("manage_automations",          Some("delete"),         Tier::T3, Permission::ScriptsWrite),
+        ("manage_deployments",          Some("list"),           Tier::T1, Permission::ScriptsRead),
+        ("manage_deployments",          Some("get"),            Tier::T1, Permission::ScriptsRead),
+        ("manage_deployments",          Some("device_status"),  Tier::T1, Permission::ScriptsRead),
+        ("manage_deployments",          Some("create"),         Tier::T2, Permission::ScriptsWrite),
+        ("manage_deployments",          Some("start"),          Tier::T3, Permission::ScriptsExecute),
+        ("manage_deployments",          Some("pause"),          Tier::T3, Permission::ScriptsExecute),
+        ("manage_deployments",          Some("resume"),         Tier::T3, Permission::ScriptsExecute),
+        ("manage_deployments",          Some("cancel"),         Tier::T3, Permission::ScriptsExecute),
         ("manage_groups",               Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_groups",               Some("preview"),          Tier::T1, Permission::DevicesRead),

@@ -74,7 +74,7 @@ fn device_investigate(a: &Args<'_>) -> String {
 fn patch_remediate(a: &Args<'_>) -> String {
     let target = a.get("target").unwrap_or_default();
     format!(
-        "Remediate missing patches on \"{target}\" (a device, site or organization).\n\n1. Resolve the target with query_devices and echo the devices back with their organization; use exactly these device ids from here on.\n2. Scan now: manage_patches action=scan with deviceIds (results arrive as agents answer; offline devices answer later).\n3. Show the gaps: manage_patches action=compliance (per device: approved updates still missing, security updates nobody decided about, reboot required, who is logged in) and action=list (securityOnly=true first; severity where the package manager gives one). Check manage_maintenance_windows for a window to install in.\n4. Propose decisions and wait for my answer: approve (or bulk_approve, e.g. securityOnly=true), decline or defer (deferUntil) per package, organization-wide or for a configuration policy. Deciding is Tier 2: do it only after I agree.\n5. Stop and get my explicit confirmation of the install: which devices, which packages (default: every approved one), now or in which maintenance window, and the reboot policy (never, if_needed, always; a reboot is deferred while users are logged in unless rebootWithUsers). install is Tier 3 and waits for a person's approval of exactly that plan.\n6. Only then manage_patches action=install, never beyond the confirmed target; follow it with action=results jobId=… and report each device's result (installed, failed, not available; the reboot outcome). Offer action=rollback for a package that broke something (also Tier 3).\n\n{READ_FIRST}"
+        "Remediate missing patches on \"{target}\" (a device, site or organization).\n\n1. Resolve the target with query_devices and echo the devices back with their organization; use exactly these device ids from here on.\n2. Scan now: manage_patches action=scan with deviceIds (results arrive as agents answer; offline devices answer later).\n3. Show the gaps: manage_patches action=compliance (per device: approved updates still missing, security updates nobody decided about, reboot required, who is logged in) and action=list (securityOnly=true first; severity where the package manager gives one). Check manage_maintenance_windows for a window to install in.\n4. Propose decisions and wait for my answer: approve (or bulk_approve, e.g. securityOnly=true), decline or defer (deferUntil) per package, organization-wide or for a configuration policy. Deciding is Tier 2: do it only after I agree.\n5. Stop and get my explicit confirmation of the install: which devices, which packages (default: every approved one), now or in which maintenance window, and the reboot policy (never, if_needed, always; a reboot is deferred while users are logged in unless rebootWithUsers). install is Tier 3 and waits for a person's approval of exactly that plan.\n6. Only then manage_patches action=install, never beyond the confirmed target; follow it with action=results jobId=… and report each device's result (installed, failed, not available; the reboot outcome). Offer action=rollback for a package that broke something (also Tier 3).\n7. For a fix that is a library script (a workaround, a configuration change) or a wide target, stage it instead with manage_deployments: create a draft with a small canary ring first (deviceIds or percent) and maxFailurePercent, show me its rings and devices, and start only after I confirm (Tier 3; each device's run is run_script's Tier 3 approval too). Follow it with action=get and device_status; it pauses by itself when a ring fails — report the reason, and resume (retryFailed=true after a fix) or cancel only on my word.\n\n{READ_FIRST}"
     )
 }
 
@@ -256,6 +256,20 @@ mod tests {
             }
             // Named before it lands (issue #26); the client is told by Breeze if it is missing.
             assert!(text.contains("manage_automations"), "{name}");
+        }
+    }
+
+    #[test]
+    fn patch_remediation_steers_to_staged_deployments() {
+        let registry = crate::all();
+        let (_, text) = render(
+            "breeze-patch-remediate",
+            &args(json!({ "target": "web-01" })),
+        )
+        .unwrap();
+        for tool in ["manage_patches", "manage_deployments", "query_devices"] {
+            assert!(text.contains(tool), "names {tool}");
+            assert!(registry.get(tool).is_some(), "{tool} is a registered tool");
         }
     }
 

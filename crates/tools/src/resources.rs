@@ -4,7 +4,8 @@
 //! `breeze://alerts` (unresolved alerts, newest first, at most 200), `breeze://automations`
 //! (automations by name, at most 200: trigger, task, enabled, next run), the template
 //! `breeze://devices/{id}` (the `get_device_details` document: the device with what its agent
-//! reported, camelCase like every tool output, and its latest security posture), and
+//! reported, camelCase like every tool output, its latest security posture, its standing
+//! against each compliance policy, and its pending patches from its last scan), and
 //! `breeze://server` (identity, transport, protocol versions).
 //!
 //! Reading a resource is authorized like calling a tool: the key's user must hold a role in
@@ -81,6 +82,79 @@ pub fn permission_for(uri: &str) -> Option<Permission> {
 /// Row caps per resource.
 pub const DEVICES_LIMIT: u32 = 500;
 pub const LIST_LIMIT: u32 = 200;
+/// Pending patches a device document lists by name (the counts cover them all).
+pub const PATCHES_SHOWN: u32 = 50;
+
+/// Adds to a device document its standing against each compliance policy
+/// (`compliance`: policy, status, failing rules, when evaluated) and its pending patches
+/// (`pendingPatches`: the last scan's available updates — counts, reboot flag and the first
+/// [`PATCHES_SHOWN`] by name — or null before any scan).
+async fn add_compliance_and_patches(
+    org: &OrgStore<'_>,
+    device: DeviceId,
+    doc: &mut Value,
+) -> Result<(), StoreError> {
+    let names: std::collections::HashMap<uuid::Uuid, String> = org
+        .list_compliance_policies()
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.name))
+        .collect();
+    let compliance: Vec<Value> = org
+        .compliance_statuses(None, Some(device), None, LIST_LIMIT)
+        .await?
+        .iter()
+        .map(|s| {
+            json!({
+                "policyId": s.policy_id, "policyName": names.get(&s.policy_id),
+                "status": s.status,
+                "failingRules": s.results.iter().filter(|r| r.passed == Some(false)).count(),
+                "evaluatedAt": s.evaluated_at.to_rfc3339(),
+            })
+        })
+        .collect();
+    let scan = org
+        .patch_scans()
+        .await?
+        .into_iter()
+        .find(|s| s.device_id == device && s.scanned_at.is_some());
+    let pending = match scan {
+        None => Value::Null,
+        Some(scan) => {
+            let filter = breeze_store::PatchFilter {
+                device: Some(device),
+                security_only: false,
+                severity: None,
+                search: None,
+                after: None,
+                limit: PATCHES_SHOWN,
+            };
+            let packages: Vec<Value> = org
+                .list_device_patches(&filter)
+                .await?
+                .iter()
+                .map(|p| {
+                    json!({
+                        "name": p.name, "installedVersion": p.installed_version,
+                        "availableVersion": p.available_version, "security": p.security,
+                        "severity": p.severity,
+                    })
+                })
+                .collect();
+            json!({
+                "count": scan.patch_count, "securityCount": scan.security_count,
+                "rebootRequired": scan.reboot_required,
+                "scannedAt": scan.scanned_at.map(|t| t.to_rfc3339()),
+                "packages": packages,
+            })
+        }
+    };
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("compliance".into(), Value::Array(compliance));
+        obj.insert("pendingPatches".into(), pending);
+    }
+    Ok(())
+}
 
 /// Why a resource could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +253,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                 Ok(d) => {
                     let mut doc = crate::tools::devices::device_details(org, &d).await?;
                     crate::tools::security::add_posture(org, d.id, &mut doc).await?;
+                    add_compliance_and_patches(org, d.id, &mut doc).await?;
                     Ok(doc)
                 }
                 Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),

@@ -149,6 +149,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         oauth: settings.oauth.clone(),
         alerts: settings.alerts.clone(),
         automations: breeze_server::automations::AutomationConfig::default(),
+        deployments: breeze_server::deployments::DeploymentConfig::default(),
         metrics: settings.metrics.clone(),
         audit: breeze_server::AuditRetentionConfig {
             days: settings.audit_retention_days,

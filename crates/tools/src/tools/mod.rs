@@ -7,6 +7,7 @@ pub(crate) mod audit;
 pub(crate) mod automations;
 pub(crate) mod config_policies;
 pub(crate) mod context;
+pub(crate) mod deployments;
 mod device_command;
 pub(crate) mod devices;
 pub(crate) mod disk;

@@ -1,0 +1,227 @@
+//! A staged deployment end to end with the real `breeze-agent` binary on this machine.
+//!
+//! A harmless library script (it prints a line; it exits 3 while a marker file in a temporary
+//! directory exists — the injected failure) is deployed to two rings: `canary`, this machine's
+//! enrolled agent plus a seeded device, and a last ring of another seeded device. The seeded
+//! devices have no agent (offline): they are skipped, counting neither way. Created and
+//! started through the pipeline with the admin's `*` key (start is Tier 3, approved), the
+//! server's own deployment worker sends the canary run through `run_script` as that key (Tier
+//! 3 again, approved by the admin as it appears). With the marker present the real agent's run
+//! fails: the deployment pauses by itself, the reason recorded. The marker removed, `resume`
+//! with `retryFailed` runs the canary again, it succeeds, the next ring starts, and the
+//! deployment completes.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use breeze_core::{DeviceStatus, OsFamily, SystemClock};
+use breeze_store::{AuditFilter, Backend, NewDevice, NewScript, testing::TestStore};
+use common::{Fleet, agent, approve_everything, audit, enroll, eventually, server};
+use serde_json::{Value, json};
+use tokio::process::Child;
+
+const TOOL: &str = "manage_deployments";
+
+async fn call(f: &Fleet, args: Value) -> Value {
+    common::call(f, f.org, TOOL, args).await.unwrap()
+}
+
+async fn status(f: &Fleet, id: &str) -> Value {
+    call(f, json!({ "action": "device_status", "deploymentId": id })).await
+}
+
+/// A device of the organization with no agent behind it.
+async fn seeded(f: &Fleet, hostname: &str) -> String {
+    let o = f.store.org(f.org);
+    let site = o.list_sites().await.unwrap()[0].id;
+    o.create_device(
+        NewDevice {
+            site_id: site,
+            hostname: hostname.into(),
+            os_family: OsFamily::Linux,
+            os_name: "Debian".into(),
+            os_version: "12".into(),
+            status: DeviceStatus::Offline,
+            agent_version: None,
+            last_seen_at: None,
+            tags: vec![],
+        },
+        audit("device.create"),
+    )
+    .await
+    .unwrap()
+    .id
+    .to_string()
+}
+
+/// The deployment's device status (one tool call: the tool allows 10 in 10 minutes) once the
+/// store shows it `want` (at most two minutes).
+async fn until(f: &Fleet, id: &str, want: &str) -> Value {
+    let deployment: uuid::Uuid = id.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = f.store.org(f.org).get_deployment(deployment).await.unwrap();
+        if d.status.as_str() == want {
+            return status(f, id).await;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deployment is not {want}: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn device<'a>(s: &'a Value, id: &str) -> &'a Value {
+    s["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["deviceId"] == id)
+        .unwrap_or_else(|| panic!("{id} in {s}"))
+}
+
+async fn deployment_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let real = file["deviceId"].as_str().unwrap().to_owned();
+    let real_id: breeze_core::DeviceId = real.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(real_id)
+    })
+    .await;
+    eventually(20, "the device online", || async {
+        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+    })
+    .await;
+    let canary_seed = seeded(&f, "seeded-canary").await;
+    let last_seed = seeded(&f, "seeded-last").await;
+
+    let marker = dir.path().join("fail-now");
+    std::fs::write(&marker, "injected").unwrap();
+    let script = f
+        .store
+        .org(f.org)
+        .create_script(
+            NewScript {
+                name: "harmless".into(),
+                description: "prints a line; fails while the marker exists".into(),
+                language: "sh".into(),
+                category: "general".into(),
+                body: format!(
+                    "if [ -e '{}' ]; then echo 'injected failure' >&2; exit 3; fi\n\
+                     echo deployed-by-breeze\n",
+                    marker.display()
+                ),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap();
+
+    let created = call(
+        &f,
+        json!({ "action": "create", "name": "harmless-rollout",
+                "payload": { "kind": "script", "scriptId": script.id.to_string(),
+                             "timeoutSeconds": 30 },
+                "rings": [ { "name": "canary", "deviceIds": [real, canary_seed] },
+                           { "name": "rest", "deviceIds": [last_seed] } ] }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["deployment"]["status"], "draft", "{created}");
+    let started = call(&f, json!({ "action": "start", "deploymentId": id })).await;
+    assert_eq!(started["deployment"]["status"], "running", "{started}");
+
+    // The worker's run_script as the key waits for a person: the admin approves as it appears.
+    let approver = approve_everything(&f, f.org);
+    let last = until(&f, &id, "paused").await;
+    let reason = last["deployment"]["pauseReason"].as_str().unwrap();
+    assert!(reason.contains("ring 1 (canary): 1 of 1"), "{last}");
+    let mine = device(&last, &real);
+    assert_eq!(mine["status"], "failed", "{last}");
+    assert_eq!(mine["exitCode"], 3, "{last}");
+    assert!(
+        mine["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("injected failure"),
+        "{last}"
+    );
+    assert_eq!(device(&last, &canary_seed)["status"], "skipped", "{last}");
+    assert_eq!(device(&last, &last_seed)["status"], "pending", "{last}");
+
+    // Fixed, resumed with a retry: the canary runs again and succeeds, the next ring's seeded
+    // device is skipped, and the deployment completes.
+    std::fs::remove_file(&marker).unwrap();
+    let resumed = call(
+        &f,
+        json!({ "action": "resume", "deploymentId": id, "retryFailed": true }),
+    )
+    .await;
+    assert_eq!(resumed["deployment"]["status"], "running", "{resumed}");
+    let last = until(&f, &id, "completed").await;
+    approver.abort();
+    let mine = device(&last, &real);
+    assert_eq!(mine["status"], "succeeded", "{last}");
+    assert!(
+        mine["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("deployed-by-breeze"),
+        "{last}"
+    );
+    assert_eq!(device(&last, &last_seed)["status"], "skipped", "{last}");
+
+    // On record: the automatic pause with its reason, the resume, the rings, the end.
+    let page = f
+        .store
+        .org(f.org)
+        .query_audit(
+            &AuditFilter {
+                resource_id: Some(id.clone()),
+                ..AuditFilter::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    let actions: Vec<&str> = page
+        .records
+        .iter()
+        .map(|r| r.event.action.as_str())
+        .collect();
+    for want in [
+        "deployment.start",
+        "deployment.pause.auto",
+        "deployment.resume",
+        "deployment.ring.advance",
+        "deployment.complete",
+    ] {
+        assert!(actions.contains(&want), "{want} in {actions:?}");
+    }
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_deployment_through_the_real_agent_on_sqlite() {
+    deployment_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_deployment_through_the_real_agent_on_postgres() {
+    deployment_run(Backend::Postgres).await;
+}

@@ -1,0 +1,739 @@
+//! `manage_deployments` over MCP and the deployment worker under a test clock, on both
+//! backends.
+//!
+//! The attack first: a deployment whose owner is a key without `ai:execute` never runs — the
+//! worker's `run_script` is refused by the guard, the deployment pauses with the refusal, and
+//! nothing reaches a device or asks for approval; a write key cannot start one at all (Tier 3).
+//! Then an execute key's deployment: each run waits for a person's approval, a denied run is a
+//! failed device that pauses the deployment automatically with the reason, a `resume` accepts
+//! the ring's failures and the next ring (offline devices skipped) finishes it, with every
+//! change audited; two workers step it once. Then the tool: rings by device, group and
+//! percentage, the refusals, and another organization's ids on every id-taking action.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::sync::Arc;
+
+use breeze_auth::CreateApiKey;
+use breeze_core::{
+    DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet,
+    Timestamp,
+};
+use breeze_limits::MemoryLimiter;
+use breeze_server::{
+    AppState, Breeze, ServerConfig,
+    deployments::{DeploymentConfig, DeploymentWorker},
+};
+use breeze_store::{
+    AuditFilter, Control, Decision, Deployment, NewDevice, NewScript, testing::Ctx,
+};
+use common::{World, audit, code, tool, world};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const TOOL: &str = "manage_deployments";
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+async fn key(w: &World, org: OrgId, scopes: &[Scope]) -> String {
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            CreateApiKey {
+                org_id: org,
+                user_id: w.admin,
+                name: "k".into(),
+                scopes: ScopeSet::new(scopes.iter().copied()),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+async fn exec_key(w: &World, org: OrgId) -> String {
+    key(w, org, &[Scope::AiRead, Scope::AiWrite, Scope::AiExecute]).await
+}
+
+/// A state whose Tier 3 calls answer "pending" at once (no 45 s wait in a test), with a fresh
+/// limiter (every key here is the admin's; the tool allows 10 calls in 10 minutes).
+fn quick_state(w: &World) -> AppState {
+    let mut config: ServerConfig = (*w.state.config).clone();
+    config.approvals.wait = std::time::Duration::ZERO;
+    AppState::new(
+        w.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    )
+}
+
+fn quick_app(w: &World) -> axum::Router {
+    breeze_server::app(Breeze::new(quick_state(w)))
+}
+
+fn worker(w: &World) -> Arc<DeploymentWorker> {
+    let state = quick_state(w);
+    Arc::new(DeploymentWorker::new(
+        w.store.clone(),
+        state.pipeline,
+        DeploymentConfig::default(),
+    ))
+}
+
+async fn tick(worker: &Arc<DeploymentWorker>) -> usize {
+    let r = worker.tick().await.unwrap();
+    worker.settle().await;
+    r.stepped
+}
+
+async fn script_id(w: &World, org: OrgId) -> String {
+    w.store
+        .org(org)
+        .create_script(
+            NewScript {
+                name: "hello".into(),
+                description: String::new(),
+                language: "sh".into(),
+                category: "general".into(),
+                body: "echo deployed".into(),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            audit("script.create"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string()
+}
+
+/// One more device of `org`, `online` or offline.
+async fn device(w: &World, org: OrgId, hostname: &str, online: bool) -> String {
+    let o = w.store.org(org);
+    let site = o.list_sites().await.unwrap()[0].id;
+    o.create_device(
+        NewDevice {
+            site_id: site,
+            hostname: hostname.into(),
+            os_family: OsFamily::Linux,
+            os_name: "Debian".into(),
+            os_version: "12".into(),
+            status: if online {
+                DeviceStatus::Online
+            } else {
+                DeviceStatus::Offline
+            },
+            agent_version: None,
+            last_seen_at: None,
+            tags: vec![],
+        },
+        audit("d"),
+    )
+    .await
+    .unwrap()
+    .id
+    .to_string()
+}
+
+async fn get(w: &World, id: &str) -> Deployment {
+    w.store
+        .org(w.org_a)
+        .get_deployment(id.parse().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn commands(w: &World) -> usize {
+    w.store.raw_dump("device_commands").await.unwrap().len()
+}
+
+async fn approvals(w: &World) -> usize {
+    w.store.raw_dump("approval_requests").await.unwrap().len()
+}
+
+/// Starts a draft as `actor` (what an approved `start` does).
+async fn start_as(w: &World, id: &str, actor: &str) {
+    w.store
+        .org(w.org_a)
+        .control_deployment(
+            id.parse().unwrap(),
+            Control::Start,
+            actor,
+            audit("deployment.start"),
+        )
+        .await
+        .unwrap();
+}
+
+/// The `Actor` text of the API key `secret`.
+async fn actor_of(w: &World, secret: &str) -> String {
+    let p = w
+        .state
+        .auth
+        .authenticate_api_key(Some(secret))
+        .await
+        .unwrap();
+    format!("api_key:{}", p.key_id)
+}
+
+async fn a_write_key_deployment_never_runs(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let script = script_id(&w, w.org_a).await;
+    let created = tool(
+        &app,
+        &w.write,
+        TOOL,
+        json!({ "action": "create", "name": "sneaky",
+                "payload": { "kind": "script", "scriptId": script },
+                "target": { "type": "device", "deviceId": w.a_device } }),
+    )
+    .await;
+    assert_eq!(created["deployment"]["status"], "draft", "{created}");
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    assert!(
+        created["deployment"]["owner"]
+            .as_str()
+            .unwrap()
+            .starts_with("api_key:")
+    );
+    // The write key cannot start it: start is Tier 3.
+    let r = tool(
+        &app,
+        &w.write,
+        TOOL,
+        json!({ "action": "start", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(
+        r["rpcError"]["data"]["code"], "INSUFFICIENT_SCOPE",
+        "start is Tier 3: {r}"
+    );
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Draft);
+
+    // Even running as the write key (as if it had been started for it), the worker's
+    // run_script is refused by the guard: the deployment pauses with the refusal.
+    let owner = actor_of(&w, &w.write).await;
+    start_as(&w, &id, &owner).await;
+    let worker = worker(&w);
+    assert_eq!(tick(&worker).await, 1);
+    let d = get(&w, &id).await;
+    assert_eq!(d.status, DeploymentStatus::Paused, "{d:?}");
+    let reason = d.pause_reason.unwrap();
+    assert!(reason.contains("ai:execute"), "{reason}");
+    assert_eq!(commands(&w).await, 0, "nothing reached a device");
+    assert_eq!(approvals(&w).await, 0, "no approval was asked for");
+    let s = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "device_status", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(s["devices"][0]["status"], "failed", "{s}");
+    assert_eq!(s["deployment"]["status"], "paused", "{s}");
+}
+
+async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let script = script_id(&w, w.org_a).await;
+    let asleep = device(&w, w.org_a, "asleep-01", false).await;
+    let later = device(&w, w.org_a, "later-01", false).await;
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "agent-update",
+                "payload": { "kind": "script", "scriptId": script, "timeoutSeconds": 30 },
+                "rings": [ { "name": "canary", "deviceIds": [w.a_device, asleep] } ] }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let rings = &created["deployment"]["rings"];
+    assert_eq!(rings.as_array().unwrap().len(), 2, "{created}");
+    assert_eq!(rings[0]["devices"], 2, "{created}");
+    assert_eq!(rings[1]["name"], "remaining", "{created}");
+    assert_eq!(rings[1]["devices"], 1, "{created}");
+    assert!(later.len() == 36);
+
+    // start is Tier 3: the execute key gets an approval request, not a running deployment.
+    let pending = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "start", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(pending["status"], "pending_approval", "{pending}");
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Draft);
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+
+    // Two workers, one step: the lease.
+    let (one, two) = (worker(&w), worker(&w));
+    let (a, b) = tokio::join!(one.tick(), two.tick());
+    one.settle().await;
+    two.settle().await;
+    assert_eq!(a.unwrap().stepped + b.unwrap().stepped, 1);
+
+    // The offline device is skipped; the online one's run waits for a person.
+    let o = w.store.org(w.org_a);
+    let devices = o
+        .deployment_devices(id.parse().unwrap(), Some(0), None)
+        .await
+        .unwrap();
+    let by = |d: &str| {
+        devices
+            .iter()
+            .find(|x| x.device_id.to_string() == d)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by(&asleep).status, DeviceRunStatus::Skipped, "{devices:?}");
+    let web = by(&w.a_device);
+    assert_eq!(web.status, DeviceRunStatus::Running, "{devices:?}");
+    let approval = web.approval_id.expect("the run waits for approval");
+    let record = o.get_approval(approval).await.unwrap();
+    assert_eq!(record.tool, "run_script");
+    assert_eq!(record.arguments["deviceIds"][0], w.a_device);
+    assert_eq!(
+        commands(&w).await,
+        0,
+        "nothing runs before a person approves"
+    );
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Running);
+
+    // The person denies it: a failed device, above the 0% allowed, pauses the deployment.
+    o.decide_approval(
+        approval,
+        Decision::Deny,
+        w.admin,
+        Some("not today"),
+        audit("deny"),
+    )
+    .await
+    .unwrap();
+    cx.clock.advance(chrono::Duration::seconds(20));
+    tick(&one).await;
+    let d = get(&w, &id).await;
+    assert_eq!(d.status, DeploymentStatus::Paused, "{d:?}");
+    let reason = d.pause_reason.clone().unwrap();
+    assert!(reason.contains("ring 1 (canary): 1 of 1"), "{reason}");
+    let s = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "device_status", "deploymentId": id, "status": "failed" }),
+    )
+    .await;
+    assert_eq!(s["showing"], 1, "{s}");
+    assert!(
+        s["devices"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not today"),
+        "{s}"
+    );
+    // A paused deployment is not stepped.
+    assert_eq!(tick(&one).await, 0);
+
+    // Resumed, the ring's failure is accepted; the next ring's device is offline: skipped,
+    // and the deployment completes.
+    w.store
+        .org(w.org_a)
+        .control_deployment(
+            id.parse().unwrap(),
+            Control::Resume {
+                retry_failed: false,
+            },
+            &owner,
+            audit("deployment.resume"),
+        )
+        .await
+        .unwrap();
+    tick(&one).await;
+    let d = get(&w, &id).await;
+    assert_eq!(d.status, DeploymentStatus::Completed, "{d:?}");
+    assert!(d.finished_at.is_some());
+    let g = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "get", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(g["deployment"]["rings"][0]["failed"], 1, "{g}");
+    assert_eq!(g["deployment"]["rings"][1]["skipped"], 1, "{g}");
+    assert_eq!(commands(&w).await, 0);
+
+    // Every state change is on record.
+    let page = o
+        .query_audit(
+            &AuditFilter {
+                resource_id: Some(id.clone()),
+                ..AuditFilter::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap();
+    let actions: Vec<&str> = page
+        .records
+        .iter()
+        .map(|r| r.event.action.as_str())
+        .collect();
+    for want in [
+        "deployment.create",
+        "deployment.start",
+        "deployment.pause.auto",
+        "deployment.resume",
+        "deployment.ring.advance",
+        "deployment.complete",
+    ] {
+        assert!(actions.contains(&want), "{want} in {actions:?}");
+    }
+}
+
+async fn rings_refusals_and_other_organizations(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let script = script_id(&w, w.org_a).await;
+    let b_script = script_id(&w, w.org_b).await;
+    let mut a_devices = vec![w.a_device.clone()];
+    for i in 0..5 {
+        a_devices.push(device(&w, w.org_a, &format!("a-{i}"), true).await);
+    }
+    let oa = w.store.org(w.org_a);
+    let group = oa
+        .create_group("canaries", None, None, audit("g"))
+        .await
+        .unwrap();
+    oa.add_to_group(group.id, DeviceId(a_devices[3].parse().unwrap()))
+        .await
+        .unwrap();
+    let b_group = w
+        .store
+        .org(w.org_b)
+        .create_group("theirs", None, None, audit("g"))
+        .await
+        .unwrap();
+    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+
+    // Rings by group, then percentages of the whole target; the rest gets a ring.
+    let app = quick_app(&w);
+    let created = tool(
+        &app,
+        &w.write,
+        TOOL,
+        json!({ "action": "create", "name": "staged",
+                "payload": { "kind": "script", "scriptId": script },
+                "maxFailurePercent": 20,
+                "rings": [ { "groupId": group.id.to_string() },
+                           { "percent": 50, "successPercent": 90 } ] }),
+    )
+    .await;
+    let d = &created["deployment"];
+    let sizes: Vec<u64> = d["rings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["devices"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [1, 2, 3], "{created}");
+    assert_eq!(d["rings"][1]["successPercent"], 90, "{created}");
+    assert_eq!(d["rings"][2]["successPercent"], 80, "{created}");
+    let id = d["id"].as_str().unwrap().to_owned();
+
+    // Bad inputs name the problem; another organization's script, device, group or site is
+    // not found.
+    let mk = |extra: Value| {
+        let mut v = json!({ "action": "create", "name": "x",
+                            "payload": { "kind": "script", "scriptId": script } });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    let cases = [
+        (
+            json!({ "action": "create", "name": "x",
+                    "payload": { "kind": "script", "scriptId": b_script } }),
+            "NOT_FOUND",
+            "",
+        ),
+        (
+            mk(json!({ "rings": [ { "deviceIds": [w.b_device] } ] })),
+            "NOT_FOUND",
+            "",
+        ),
+        (
+            mk(json!({ "rings": [ { "groupId": b_group.id.to_string() } ] })),
+            "NOT_FOUND",
+            "",
+        ),
+        (
+            mk(json!({ "target": { "type": "site", "siteId": b_site.to_string() } })),
+            "NOT_FOUND",
+            "",
+        ),
+        (
+            mk(
+                json!({ "target": { "type": "device", "deviceId": w.a_device },
+                       "rings": [ { "deviceIds": [a_devices[1]] } ] }),
+            ),
+            "INVALID_ARGUMENT",
+            "not in the deployment's target",
+        ),
+        (
+            mk(json!({ "rings": [ { "percent": 50 }, { "percent": 40 } ] })),
+            "INVALID_ARGUMENT",
+            "above the previous ring",
+        ),
+        (
+            mk(json!({ "rings": [ { "percent": 50, "groupId": group.id.to_string() } ] })),
+            "INVALID_ARGUMENT",
+            "exactly one of",
+        ),
+        (
+            json!({ "action": "create", "name": "x" }),
+            "INVALID_ARGUMENT",
+            "payload",
+        ),
+    ];
+    for (i, (args, want, needle)) in cases.into_iter().enumerate() {
+        // A fresh limiter every few calls (10 calls in 10 minutes per user).
+        let app = if i % 5 == 0 {
+            quick_app(&w)
+        } else {
+            app.clone()
+        };
+        let r = tool(&app, &w.write, TOOL, args.clone()).await;
+        assert_eq!(code(&r), want, "{args}: {r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(needle),
+            "{args}: {r}"
+        );
+    }
+
+    // Organization B's keys see nothing of A's deployment, on every id-taking action.
+    let b_exec = exec_key(&w, w.org_b).await;
+    let app = quick_app(&w);
+    for action in ["get", "device_status", "start", "pause", "resume", "cancel"] {
+        let r = tool(
+            &app,
+            &b_exec,
+            TOOL,
+            json!({ "action": action, "deploymentId": id }),
+        )
+        .await;
+        assert_eq!(code(&r), "NOT_FOUND", "{action}: {r}");
+    }
+    let r = tool(&app, &w.other_org_key, TOOL, json!({ "action": "list" })).await;
+    assert_eq!(r["showing"], 0, "{r}");
+    assert_eq!(
+        approvals(&w).await,
+        0,
+        "no approval for another organization's id"
+    );
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Draft);
+    // A malformed id names nothing either.
+    let app = quick_app(&w);
+    let r = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "get", "deploymentId": Uuid::nil().to_string() }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+
+    // State rules: a draft cannot be paused or resumed; a cancelled one cannot start.
+    let actor = "user:test";
+    let o = w.store.org(w.org_a);
+    let did: Uuid = id.parse().unwrap();
+    for c in [
+        Control::Pause,
+        Control::Resume {
+            retry_failed: false,
+        },
+    ] {
+        let e = o
+            .control_deployment(did, c, actor, audit("x"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("draft"), "{e}");
+    }
+    let d = o
+        .control_deployment(did, Control::Cancel, actor, audit("deployment.cancel"))
+        .await
+        .unwrap();
+    assert_eq!(d.status, DeploymentStatus::Cancelled);
+    assert!(
+        o.deployment_devices(did, None, None)
+            .await
+            .unwrap()
+            .iter()
+            .all(|x| x.status == DeviceRunStatus::Skipped)
+    );
+    assert!(
+        o.control_deployment(did, Control::Start, actor, audit("x"))
+            .await
+            .is_err()
+    );
+    let r = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "list", "status": "cancelled" }),
+    )
+    .await;
+    assert_eq!(r["showing"], 1, "{r}");
+}
+
+async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "rm",
+                "payload": { "kind": "package", "name": "htop", "action": "remove" } }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot remove"),
+        "{r}"
+    );
+    // The device's last scan offers the package.
+    let device: DeviceId = w.a_device.parse().unwrap();
+    let report = breeze_agent_proto::PatchScanReport {
+        manager: "apt".into(),
+        scanned_at: w.state.clock.now(),
+        patches: vec![breeze_agent_proto::AvailablePatch {
+            name: "htop".into(),
+            installed_version: None,
+            available_version: "3.2.2".into(),
+            arch: None,
+            source: None,
+            security: false,
+            severity: None,
+            advisory: None,
+        }],
+        reboot_required: false,
+        logged_in_users: Vec::new(),
+    };
+    w.store
+        .record_patch_scan(device, w.org_a, &report)
+        .await
+        .unwrap();
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "htop-rollout",
+                "payload": { "kind": "package", "name": "htop" },
+                "target": { "type": "device", "deviceId": w.a_device } }),
+    )
+    .await;
+    assert_eq!(
+        created["deployment"]["payload"]["kind"], "package",
+        "{created}"
+    );
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+    let worker = worker(&w);
+    tick(&worker).await;
+
+    // The install is manage_patches' Tier 3 call as the owner: a person approves it first.
+    let o = w.store.org(w.org_a);
+    let did: Uuid = id.parse().unwrap();
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
+    let approval = o.get_approval(part.approval_id.unwrap()).await.unwrap();
+    assert_eq!(approval.tool, "manage_patches");
+    assert_eq!(approval.arguments["action"], "install");
+    assert_eq!(approval.arguments["packageNames"][0], "htop");
+    o.decide_approval(
+        approval.id,
+        Decision::Approve,
+        w.admin,
+        None,
+        audit("approve"),
+    )
+    .await
+    .unwrap();
+    let state = quick_state(&w);
+    let stop = tokio_util::sync::CancellationToken::new();
+    state.pipeline.approvals().spawn_resumer(stop.clone());
+    for _ in 0..100 {
+        if o.get_approval(approval.id).await.unwrap().is_final() {
+            break;
+        }
+        cx.clock.advance(chrono::Duration::seconds(1));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    assert_eq!(
+        o.get_approval(approval.id).await.unwrap().status,
+        "completed"
+    );
+
+    // The approved call made a patch job; the device waits for its part.
+    tick(&worker).await;
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
+    let job = part.patch_job_id.expect("the device follows the patch job");
+    let (_, parts) = o.get_patch_job(job).await.unwrap();
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].device_id, device);
+
+    // The agent's answer (as the gateway would record it): the part succeeded.
+    w.store
+        .raw_execute("UPDATE patch_job_devices SET status = 'succeeded'")
+        .await
+        .unwrap();
+    tick(&worker).await;
+    let part = o
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(part.status, DeviceRunStatus::Succeeded, "{part:?}");
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Completed);
+}
+
+breeze_store::on_both_backends!(
+    a_write_key_deployment_never_runs,
+    an_execute_key_deployment_waits_pauses_on_failure_and_resumes,
+    rings_refusals_and_other_organizations,
+    a_package_deployment_goes_through_manage_patches
+);
