@@ -419,16 +419,26 @@ impl Approvals {
         // Recorded by a task of its own, so a caller dropped half-way never leaves a request
         // that nobody would withdraw: the task withdraws it when the caller is gone.
         let (tx, rx) = oneshot::channel();
-        let (this, requester, name, args) =
-            (self.clone(), Requester::of(caller), spec.name, args.clone());
+        let (this, requester, name, args, cancelled) = (
+            self.clone(),
+            Requester::of(caller),
+            spec.name,
+            args.clone(),
+            cancel.clone(),
+        );
         tokio::spawn(async move {
             let Some(spec) = this.inner.registry.get(name) else {
                 return;
             };
             let created = this.request(&requester, spec, &args, request_id, pin).await;
             if let Err(Ok(record)) = tx.send(created) {
-                this.withdraw(record.id, "the client went away as the request was made")
-                    .await;
+                // A cancellation also drops the call: say which it was.
+                let why = if cancelled.is_cancelled() {
+                    "the client cancelled the call or ended its session"
+                } else {
+                    "the client went away as the request was made"
+                };
+                this.withdraw(record.id, why).await;
             }
         });
         let record = match rx.await {
