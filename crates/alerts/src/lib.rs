@@ -20,6 +20,7 @@ pub mod testing;
 
 use std::{sync::Arc, time::Duration};
 
+use breeze_core::AlertCondition;
 use breeze_store::{AlertRule, Observed, Store, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -150,7 +151,15 @@ impl AlertEngine {
                         report.suppressed += 1;
                         continue;
                     }
-                    if let Some(alert) = org.raise_alert(rule, obs.device_id, obs.value).await? {
+                    // An event rule's alert keeps the events it was raised on.
+                    let trigger = match &rule.condition {
+                        AlertCondition::Event(c) => org.matching_events(c, obs.device_id).await?,
+                        _ => Vec::new(),
+                    };
+                    if let Some(alert) = org
+                        .raise_alert_on(rule, obs.device_id, obs.value, &trigger)
+                        .await?
+                    {
                         report.raised.push(alert.id);
                         self.notify(rule, alert, AlertNews::Raised);
                     }

@@ -412,6 +412,19 @@ impl Gateway {
                 store.insert_metrics(device, org, &batch.samples).await?;
             }
             AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
+            AgentFrame::Events(batch) => {
+                if batch.events.len() > breeze_agent_proto::MAX_EVENT_BATCH {
+                    return Err(GatewayError::Store(breeze_store::StoreError::Invalid(
+                        format!(
+                            "an event batch holds at most {} events",
+                            breeze_agent_proto::MAX_EVENT_BATCH
+                        ),
+                    )));
+                }
+                store
+                    .insert_device_events(device, org, &batch.events)
+                    .await?;
+            }
             AgentFrame::CommandStarted { command_id } => {
                 if store.mark_command_running(device, command_id).await? {
                     self.notify(command_id, Some(Progress::Started));
@@ -501,6 +514,9 @@ impl Gateway {
                 .await?;
             let before = store.clock().now() - self.inner.config.log_retention;
             store.prune_agent_logs(before).await?;
+            store
+                .prune_device_events(store.clock().now() - breeze_store::EVENT_RETENTION)
+                .await?;
             // Write tools' requestIds are replayed for this long (the store's constant).
             store
                 .prune_idempotency(store.clock().now() - breeze_store::IDEMPOTENCY_RETENTION)
