@@ -13,6 +13,7 @@ pub mod compliance;
 mod edge;
 mod error;
 mod extract;
+pub mod groups;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
@@ -454,6 +455,11 @@ pub async fn serve(
         breeze.state.config.alerts.clone(),
     ));
     alerts.spawn(sweeper_stop.clone());
+    Arc::new(groups::GroupTimer::new(
+        breeze.state.store.clone(),
+        groups::GroupTimerConfig::default(),
+    ))
+    .spawn(sweeper_stop.clone());
     Arc::new(automations::AutomationWorker::new(
         breeze.state.store.clone(),
         breeze.state.pipeline.clone(),

@@ -79,7 +79,9 @@ pub use config_policies::{
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
-pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
+pub use dynamic_groups::{
+    MembershipChange, Recomputed, TIME_REEVALUATION, groups_actor, groups_clock_actor,
+};
 pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use idempotency::{
