@@ -104,6 +104,23 @@ struct Inner {
     /// Cancelled when the server shuts down: every socket closes so agents reconnect to the
     /// next instance instead of holding on to this one.
     closing: CancellationToken,
+    /// Told of every stored metrics or events report (the alert engine's incremental path).
+    reports: Mutex<Option<tokio::sync::mpsc::Sender<Reported>>>,
+}
+
+/// A report an agent made that was stored: what the alert engine evaluates incrementally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reported {
+    pub org: OrgId,
+    pub device: DeviceId,
+    pub kind: ReportKind,
+}
+
+/// What was reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReportKind {
+    Metrics,
+    Events,
 }
 
 /// The gateway. Cheap to clone.
@@ -153,7 +170,20 @@ impl Gateway {
                 waiters: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
                 closing: CancellationToken::new(),
+                reports: Mutex::new(None),
             }),
+        }
+    }
+
+    /// Sends every stored metrics or events report to `listener` from now on. A full listener
+    /// misses reports (never blocks an agent): the alert engine's tick is the safety net.
+    pub fn listen_reports(&self, listener: tokio::sync::mpsc::Sender<Reported>) {
+        *lock(&self.inner.reports) = Some(listener);
+    }
+
+    fn reported(&self, org: OrgId, device: DeviceId, kind: ReportKind) {
+        if let Some(tx) = lock(&self.inner.reports).as_ref() {
+            let _ = tx.try_send(Reported { org, device, kind });
         }
     }
 
@@ -410,6 +440,7 @@ impl Gateway {
             }
             AgentFrame::Metrics(batch) => {
                 store.insert_metrics(device, org, &batch.samples).await?;
+                self.reported(org, device, ReportKind::Metrics);
             }
             AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
             AgentFrame::Events(batch) => {
@@ -424,6 +455,7 @@ impl Gateway {
                 store
                     .insert_device_events(device, org, &batch.events)
                     .await?;
+                self.reported(org, device, ReportKind::Events);
             }
             AgentFrame::CommandStarted { command_id } => {
                 if store.mark_command_running(device, command_id).await? {

@@ -154,7 +154,6 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
 /// enough and removes the one no longer seen recently, each change logged as the clock's;
 /// organization B's group over the same filter never gets A's device.
 async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
-    use breeze_core::Clock as _;
     let w = world(&cx).await;
     let o = w.store.org(w.org_a);
     let site = o.list_sites().await.unwrap()[0].id;

@@ -370,6 +370,14 @@ fn push_target(q: &mut Sql, column: &str, target: RuleTarget) {
     }
 }
 
+/// Appends ` AND {column} IN (devices)` when the evaluation is for some devices only.
+fn push_only(q: &mut Sql, column: &str, only: Option<&[DeviceId]>) {
+    if let Some(devices) = only {
+        let list: Vec<String> = devices.iter().map(|d| q.arg(*d)).collect();
+        q.push(&format!(" AND {column} IN ({})", list.join(", ")));
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct LevelRow {
     device_id: DeviceId,
@@ -832,12 +840,35 @@ impl OrgStore<'_> {
     /// What `rule`'s condition looks like now on each targeted device that has something to
     /// say (devices without samples in the duration are left out of metric rules). Reads only.
     pub async fn observe_rule(&self, rule: &AlertRule) -> Result<Vec<Observation>> {
+        self.observe(rule, None).await
+    }
+
+    /// [`OrgStore::observe_rule`] for some devices only (those the rule does not target, or
+    /// that have nothing to say, are left out): the engine's incremental path, when devices
+    /// reported. An empty list observes nothing.
+    pub async fn observe_rule_for(
+        &self,
+        rule: &AlertRule,
+        devices: &[DeviceId],
+    ) -> Result<Vec<Observation>> {
+        if devices.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.observe(rule, Some(devices)).await
+    }
+
+    async fn observe(
+        &self,
+        rule: &AlertRule,
+        only: Option<&[DeviceId]>,
+    ) -> Result<Vec<Observation>> {
         let now = self.store.clock.now();
         let target = rule.target()?;
         match &rule.condition {
             AlertCondition::Event(c) => {
                 let mut q = sql("SELECT id FROM devices WHERE org_id = $1").bind(self.org);
                 push_target(&mut q, "id", target);
+                push_only(&mut q, "id", only);
                 q.push(" ORDER BY id");
                 let devices: Vec<(DeviceId,)> = q.fetch_all(self.store).await?;
                 let from = now - Duration::minutes(i64::from(c.window_minutes));
@@ -845,6 +876,7 @@ impl OrgStore<'_> {
                     .bind(self.org);
                 crate::events::push_event_match(&mut q, c, from, now);
                 push_target(&mut q, "device_id", target);
+                push_only(&mut q, "device_id", only);
                 q.push(" GROUP BY device_id");
                 let counts: std::collections::HashMap<DeviceId, i64> = q
                     .fetch_all::<(DeviceId, i64)>(self.store)
@@ -872,6 +904,7 @@ impl OrgStore<'_> {
                 let mut q = sql("SELECT id, status, last_seen_at FROM devices WHERE org_id = $1")
                     .bind(self.org);
                 push_target(&mut q, "id", target);
+                push_only(&mut q, "id", only);
                 q.push(" ORDER BY id");
                 let rows: Vec<PresenceRow> = q.fetch_all(self.store).await?;
                 let cutoff = now - Duration::minutes(i64::from(*minutes));
@@ -924,6 +957,7 @@ impl OrgStore<'_> {
                     .bind(from)
                     .bind(now);
                     push_target(&mut q, "device_id", target);
+                    push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
                     let rows: Vec<RateRow> = q.fetch_all(self.store).await?;
                     let seconds = duration.num_seconds().max(1) as f64;
@@ -965,6 +999,7 @@ impl OrgStore<'_> {
                     .bind(threshold)
                     .bind(from);
                     push_target(&mut q, "device_id", target);
+                    push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
                     let rows: Vec<LevelRow> = q.fetch_all(self.store).await?;
                     let recent = now - SAMPLE_GAP;
