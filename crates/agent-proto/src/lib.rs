@@ -14,6 +14,7 @@
 //! | `POST /api/v1/agents/inventory`         | `Authorization: Bearer`   | [`Inventory`] → 204                    |
 //! | `POST /api/v1/agents/metrics`           | `Authorization: Bearer`   | [`MetricsBatch`] → 204                 |
 //! | `POST /api/v1/agents/logs`              | `Authorization: Bearer`   | [`LogBatch`] → 204                     |
+//! | `POST /api/v1/agents/events`            | `Authorization: Bearer`   | [`EventBatch`] → 204                   |
 //! | `POST /api/v1/agents/commands/{id}/result` | `Authorization: Bearer` | [`CommandResult`] → 204               |
 //! | `POST /api/v1/agents/token/rotate`      | `Authorization: Bearer`   | `{}` → [`RotateTokenResponse`]         |
 //!
@@ -119,6 +120,10 @@ pub enum AgentFrame {
     Inventory(Box<Inventory>),
     Metrics(MetricsBatch),
     Logs(LogBatch),
+    /// Events the agent observed (a watched log line matched, a command failed, the agent
+    /// started). Newer than the other frames: a server that predates it logs an unreadable
+    /// frame and keeps the socket, so an agent may send it to any server.
+    Events(EventBatch),
     /// The command was accepted and has started (pending/sent → running).
     CommandStarted {
         command_id: Uuid,
@@ -368,6 +373,70 @@ pub struct LogEntry {
     /// The module that logged it, e.g. `breeze_agent::channel`.
     pub target: String,
     pub message: String,
+}
+
+/// Largest number of events in one [`EventBatch`] the server accepts.
+pub const MAX_EVENT_BATCH: usize = 100;
+/// Longest event message the server keeps (longer ones are cut, marked with `…`).
+pub const MAX_EVENT_MESSAGE_CHARS: usize = 2000;
+/// Most attributes one event carries (the server keeps the first ones by name).
+pub const MAX_EVENT_ATTRIBUTES: usize = 16;
+/// Longest attribute name and value the server keeps (values longer are cut).
+pub const MAX_EVENT_ATTRIBUTE_NAME_CHARS: usize = 64;
+pub const MAX_EVENT_ATTRIBUTE_VALUE_CHARS: usize = 256;
+
+/// The event source of a watched log file's matching line ([`AgentEvent::source`]).
+pub const EVENT_SOURCE_LOG_WATCH: &str = "log_watch";
+/// The event source of the agent's own events: `agent_started`, `command_failed`,
+/// `script_failed`.
+pub const EVENT_SOURCE_AGENT: &str = "agent";
+
+/// Events the agent observed, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventBatch {
+    pub events: Vec<AgentEvent>,
+}
+
+/// One thing that happened on the device that alert rules may count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEvent {
+    pub at: DateTime<Utc>,
+    /// Where it comes from: [`EVENT_SOURCE_LOG_WATCH`], [`EVENT_SOURCE_AGENT`]. 1–64 ASCII
+    /// letters, digits, `_`, `-`, `.`, `:` (the server refuses others).
+    pub source: String,
+    /// What it is within the source (a log watch's name, `command_failed`, …); same alphabet.
+    pub kind: String,
+    pub severity: EventSeverity,
+    pub message: String,
+    /// A few small facts (the file, the command id, an exit code, lines dropped by the rate
+    /// limit); see the `MAX_EVENT_ATTRIBUTE*` limits.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub attributes: std::collections::BTreeMap<String, String>,
+}
+
+/// How bad an event is, least to most: the same words as alert severities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventSeverity {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl EventSeverity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventSeverity::Info => "info",
+            EventSeverity::Low => "low",
+            EventSeverity::Medium => "medium",
+            EventSeverity::High => "high",
+            EventSeverity::Critical => "critical",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -881,6 +950,27 @@ mod tests {
         let json = serde_json::to_value(&up).expect("serialises");
         assert_eq!(json["type"], "commandStarted");
         assert!(json.get("commandId").is_some());
+    }
+
+    /// The event frame's wire shape: `events` with camelCase fields, attributes optional (an
+    /// agent may leave them out).
+    #[test]
+    fn event_frames_are_tagged_and_attributes_optional() {
+        let frame: AgentFrame = serde_json::from_value(serde_json::json!({
+            "type": "events",
+            "events": [{ "at": "2026-01-01T00:00:00Z", "source": "log_watch", "kind": "syslog",
+                         "severity": "high", "message": "disk failure" }]
+        }))
+        .expect("reads");
+        let AgentFrame::Events(batch) = &frame else {
+            panic!("not an events frame: {frame:?}")
+        };
+        assert_eq!(batch.events[0].severity, EventSeverity::High);
+        assert!(batch.events[0].attributes.is_empty());
+        let json = serde_json::to_value(&frame).expect("serialises");
+        assert_eq!(json["type"], "events");
+        assert!(json["events"][0].get("attributes").is_none());
+        assert!(EventSeverity::Critical > EventSeverity::Info);
     }
 
     /// An agent that predates policies reads heartbeat answers with `policy` (unknown fields

@@ -5,8 +5,8 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use breeze_agent_proto::{
-    CommandResult, EnrollRequest, EnrollResponse, Heartbeat, HeartbeatResponse, Inventory,
-    LogBatch, MetricsBatch, RotateTokenResponse,
+    CommandResult, EnrollRequest, EnrollResponse, EventBatch, Heartbeat, HeartbeatResponse,
+    Inventory, LogBatch, MetricsBatch, RotateTokenResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,6 +22,7 @@ pub mod paths {
     pub const INVENTORY: &str = "/api/v1/agents/inventory";
     pub const METRICS: &str = "/api/v1/agents/metrics";
     pub const LOGS: &str = "/api/v1/agents/logs";
+    pub const EVENTS: &str = "/api/v1/agents/events";
     pub const ROTATE: &str = "/api/v1/agents/token/rotate";
 
     /// `POST /api/v1/agents/commands/{id}/result`.
@@ -120,6 +121,11 @@ impl Api {
     /// `POST /api/v1/agents/logs`.
     pub async fn logs(&self, batch: &LogBatch) -> Result<(), AgentError> {
         self.post(paths::LOGS, batch, true).await.map(drop)
+    }
+
+    /// `POST /api/v1/agents/events`.
+    pub async fn events(&self, batch: &EventBatch) -> Result<(), AgentError> {
+        self.post(paths::EVENTS, batch, true).await.map(drop)
     }
 
     /// `POST /api/v1/agents/commands/{id}/result`.

@@ -1,7 +1,7 @@
 //! The agent's config file: where it is, what it holds, and how it is written.
 //!
 //! The file is JSON (`serverUrl`, `deviceId`, `orgId`, `siteId`, `token`, `config`,
-//! `stateDir`), written atomically (temporary file, fsync, rename, fsync of the directory) with
+//! `stateDir`, `patching`, `logWatches`), written atomically (temporary file, fsync, rename, fsync of the directory) with
 //! mode 0600 in a directory with mode 0700. Reading a file that others may read logs a warning.
 //! The token is never logged: `Debug` shows its prefix only.
 
@@ -35,6 +35,9 @@ pub struct AgentFile {
     /// The package manager patch commands use (default: the one installed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patching: Option<crate::exec::patches::PatchingConfig>,
+    /// Log files the agent tails, each matching line an event (see [`crate::logwatch`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_watches: Vec<crate::logwatch::LogWatch>,
 }
 
 impl fmt::Debug for AgentFile {
@@ -48,6 +51,7 @@ impl fmt::Debug for AgentFile {
             .field("config", &self.config)
             .field("state_dir", &self.state_dir)
             .field("patching", &self.patching)
+            .field("log_watches", &self.log_watches)
             .finish()
     }
 }
@@ -239,6 +243,7 @@ mod tests {
             config: AgentConfig::default(),
             state_dir: None,
             patching: None,
+            log_watches: Vec::new(),
         }
     }
 

@@ -40,6 +40,7 @@ pub async fn enroll(
         config: response.config,
         state_dir: None,
         patching: None,
+        log_watches: Vec::new(),
     };
     file.save(config_path)?;
     tracing::info!(device_id = %file.device_id, config = %config_path.display(), "enrolled");

@@ -17,7 +17,8 @@
 //! - [`journal`]: the persistent exactly-once command journal;
 //! - [`exec`]: every command kind, against the real OS;
 //! - [`system`]: inventory, metrics and heartbeat facts;
-//! - [`logship`]: the shipped-log capture layer and the temporary level override.
+//! - [`logship`]: the shipped-log capture layer and the temporary level override;
+//! - [`logwatch`]: tailing the log files the config file names, matching lines as events.
 
 pub mod api;
 pub mod backoff;
@@ -28,6 +29,7 @@ pub mod error;
 pub mod exec;
 pub mod journal;
 pub mod logship;
+pub mod logwatch;
 pub mod runtime;
 pub mod system;
 

@@ -7,6 +7,11 @@
 //! commands), inventory, metrics and logs to their HTTP endpoints, and command results to
 //! `POST /api/v1/agents/commands/{id}/result`. Results that could not be delivered wait in a
 //! bounded outbox (and in the journal) and are retried on every heartbeat.
+//!
+//! Events (`AgentFrame::Events`: watched log lines from [`crate::logwatch`], and the agent's
+//! own — `agent_started` at every start, `command_failed` / `script_failed` when a command
+//! fails or times out) wait in a bounded queue ([`EVENT_QUEUE_CAPACITY`], the oldest dropped
+//! first) and go out within about a second, over the socket or `POST /api/v1/agents/events`.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -14,8 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use breeze_agent_proto::{
-    AgentConfig, AgentFrame, AppliedPolicy, Command, CommandKind, CommandOutcome, CommandResult,
-    Heartbeat, Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, PolicyConfig, ServerFrame,
+    AgentConfig, AgentEvent, AgentFrame, AppliedPolicy, Command, CommandKind, CommandOutcome,
+    CommandResult, EVENT_SOURCE_AGENT, EventBatch, EventSeverity, Heartbeat, Inventory, LogBatch,
+    MAX_EVENT_BATCH, MAX_FRAME_BYTES, MetricsBatch, PolicyConfig, ServerFrame,
 };
 use breeze_core::Clock;
 use futures::{SinkExt, StreamExt};
@@ -39,6 +45,10 @@ use crate::system::{self, metrics::MetricsBuffer, metrics::Sampler};
 
 /// Results kept for retry while nothing can deliver them.
 pub const OUTBOX_CAPACITY: usize = 1_000;
+/// Events kept while nothing can deliver them (the oldest go first).
+pub const EVENT_QUEUE_CAPACITY: usize = 1_000;
+/// How long a failed event delivery waits before the next try.
+const EVENT_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Ping interval on the socket.
 const PING_EVERY: Duration = Duration::from_secs(20);
 /// Silence after which the socket is considered dead.
@@ -74,6 +84,8 @@ pub struct Agent {
     running: Mutex<HashMap<Uuid, CancellationToken>>,
     outbox: Mutex<VecDeque<CommandResult>>,
     metrics: Mutex<MetricsBuffer>,
+    events: Mutex<VecDeque<AgentEvent>>,
+    events_ready: Notify,
     inventory_now: Notify,
     shutdown: CancellationToken,
 }
@@ -105,6 +117,14 @@ pub async fn run(
         server = agent.api.server_url(),
         "agent running"
     );
+    agent.emit(AgentEvent {
+        at: agent.clock.now(),
+        source: EVENT_SOURCE_AGENT.to_owned(),
+        kind: "agent_started".to_owned(),
+        severity: EventSeverity::Info,
+        message: format!("breeze-agent {} started", crate::AGENT_VERSION),
+        attributes: [("version".to_owned(), crate::AGENT_VERSION.to_owned())].into(),
+    });
     let tasks = vec![
         tokio::spawn(agent.clone().connection_loop()),
         tokio::spawn(agent.clone().heartbeat_loop()),
@@ -113,6 +133,8 @@ pub async fn run(
         tokio::spawn(agent.clone().log_loop()),
         tokio::spawn(agent.clone().maintenance_loop()),
         tokio::spawn(agent.clone().patch_loop()),
+        tokio::spawn(agent.clone().event_loop()),
+        tokio::spawn(agent.clone().log_watch_loop()),
     ];
     shutdown.cancelled().await;
     tracing::info!("stopping");
@@ -182,6 +204,8 @@ impl Agent {
             running: Mutex::new(HashMap::new()),
             outbox: Mutex::new(recovered.into_iter().collect()),
             metrics: Mutex::new(MetricsBuffer::new(system::metrics::DEFAULT_BUFFER_SAMPLES)),
+            events: Mutex::new(VecDeque::new()),
+            events_ready: Notify::new(),
             inventory_now: Notify::new(),
             shutdown,
         }))
@@ -493,6 +517,7 @@ impl Agent {
             AgentFrame::CommandResult(result) => self.push_outbox(result),
             AgentFrame::Metrics(batch) => lock(&self.metrics).restore(batch.samples),
             AgentFrame::Logs(batch) => self.logs.restore(batch.entries),
+            AgentFrame::Events(batch) => self.restore_events(batch.events),
             _ => {}
         }
     }
@@ -573,6 +598,12 @@ impl Agent {
                     self.send_inventory(inventory).await;
                 }
                 tracing::info!(command_id = %id, status = ?result.status, "command finished");
+                if matches!(
+                    result.status,
+                    CommandOutcome::Failed | CommandOutcome::TimedOut
+                ) {
+                    self.emit(failure_event(&command, &result));
+                }
                 self.deliver(result).await;
             }
         }
@@ -861,6 +892,121 @@ impl Agent {
         }
     }
 
+    // -----------------------------------------------------------------------------------------
+    // Events
+    // -----------------------------------------------------------------------------------------
+
+    /// Queues an event for the server; past [`EVENT_QUEUE_CAPACITY`] the oldest is dropped.
+    pub fn emit(&self, event: AgentEvent) {
+        let mut queue = lock(&self.events);
+        if queue.len() >= EVENT_QUEUE_CAPACITY {
+            queue.pop_front();
+            tracing::warn!("event queue full; the oldest undelivered event is dropped");
+        }
+        queue.push_back(event);
+        drop(queue);
+        self.events_ready.notify_one();
+    }
+
+    /// Puts events that could not be delivered back in front, oldest first, within capacity.
+    fn restore_events(&self, events: Vec<AgentEvent>) {
+        let mut queue = lock(&self.events);
+        for event in events.into_iter().rev() {
+            if queue.len() >= EVENT_QUEUE_CAPACITY {
+                break;
+            }
+            queue.push_front(event);
+        }
+    }
+
+    /// Sends queued events in batches; `false` when a batch could not be delivered (it is
+    /// back in the queue).
+    async fn flush_events(&self) -> bool {
+        loop {
+            let events: Vec<AgentEvent> = {
+                let mut queue = lock(&self.events);
+                let n = queue.len().min(MAX_EVENT_BATCH);
+                queue.drain(..n).collect()
+            };
+            if events.is_empty() {
+                return true;
+            }
+            let batch = match self
+                .send_frame(AgentFrame::Events(EventBatch { events }))
+                .await
+            {
+                Ok(()) => continue,
+                Err(AgentFrame::Events(batch)) => batch,
+                Err(_) => return true,
+            };
+            if let Err(e) = self.api.events(&batch).await {
+                self.note_http_error("events", &e);
+                self.restore_events(batch.events);
+                return false;
+            }
+        }
+    }
+
+    async fn event_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = self.events_ready.notified() => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            if !self.flush_events().await {
+                tokio::select! {
+                    () = tokio::time::sleep(EVENT_RETRY_AFTER) => {}
+                    () = self.shutdown.cancelled() => return,
+                }
+                self.events_ready.notify_one();
+            }
+        }
+    }
+
+    /// Tails the config file's log watches (an invalid one is logged and left out).
+    async fn log_watch_loop(self: Arc<Self>) {
+        let watches = lock(&self.file).log_watches.clone();
+        if let Err(e) = crate::logwatch::validate_all(&watches) {
+            tracing::error!(error = %e, "the config file's logWatches are not valid; no log is watched");
+            return;
+        }
+        if watches.is_empty() {
+            return;
+        }
+        tracing::info!(count = watches.len(), "watching log files");
+        let mut watchers: Vec<crate::logwatch::Watcher> = watches
+            .into_iter()
+            .map(crate::logwatch::Watcher::new)
+            .collect();
+        loop {
+            let clock = self.clock.clone();
+            let polled = tokio::task::spawn_blocking(move || {
+                let now = Instant::now().into_std();
+                let events: Vec<AgentEvent> = watchers
+                    .iter_mut()
+                    .flat_map(|w| w.poll(clock.as_ref(), now))
+                    .collect();
+                (watchers, events)
+            })
+            .await;
+            let events;
+            (watchers, events) = match polled {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::error!(error = %e, "the log watch panicked; no log is watched");
+                    return;
+                }
+            };
+            for event in events {
+                self.emit(event);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(crate::logwatch::POLL_EVERY) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
     async fn maintenance_loop(self: Arc<Self>) {
         loop {
             tokio::select! {
@@ -870,5 +1016,41 @@ impl Agent {
             let pruned = self.journal.prune();
             tracing::debug!(pruned, "journal pruned");
         }
+    }
+}
+
+/// The agent's own event for a command that failed or timed out.
+fn failure_event(command: &Command, result: &CommandResult) -> AgentEvent {
+    let what = serde_json::to_value(&command.kind)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "command".to_owned());
+    let kind = if matches!(command.kind, CommandKind::Script { .. }) {
+        "script_failed"
+    } else {
+        "command_failed"
+    };
+    let outcome = match result.status {
+        CommandOutcome::TimedOut => "timed out",
+        _ => "failed",
+    };
+    let why = match (&result.error, result.exit_code) {
+        (Some(e), _) => format!(": {e}"),
+        (None, Some(code)) => format!(" with exit code {code}"),
+        (None, None) => String::new(),
+    };
+    let mut attributes = std::collections::BTreeMap::new();
+    attributes.insert("commandId".to_owned(), command.id.to_string());
+    attributes.insert("command".to_owned(), what.clone());
+    if let Some(code) = result.exit_code {
+        attributes.insert("exitCode".to_owned(), code.to_string());
+    }
+    AgentEvent {
+        at: result.finished_at,
+        source: EVENT_SOURCE_AGENT.to_owned(),
+        kind: kind.to_owned(),
+        severity: EventSeverity::Medium,
+        message: format!("{what} {outcome}{why}"),
+        attributes,
     }
 }

@@ -47,6 +47,7 @@ fn write_config(dir: &Path, port: u16) -> PathBuf {
         },
         state_dir: None,
         patching: None,
+        log_watches: Vec::new(),
     }
     .save(&path)
     .unwrap();

@@ -5,7 +5,9 @@
 //! instead of hanging; restarted, it is back. A configuration policy applied through the
 //! pipeline changes the metric interval the agent reports as applied. And the monitoring
 //! scenario: real CPU load on this machine raises an alert that goes out by SMTP and webhook
-//! and starts an automation, clears by itself, and is held back by a maintenance window.
+//! and starts an automation, clears by itself, and is held back by a maintenance window. And
+//! agent-reported events: a log watch configured on a temporary file turns a matching line into
+//! an event that raises an event rule's alert, which resolves itself once its window passes.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -1248,4 +1250,178 @@ async fn compliance_with_the_real_agent_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compliance_with_the_real_agent_on_postgres() {
     compliance_run(Backend::Postgres).await;
+}
+
+/// Agent-reported events with the real agent (#26): the agent's config names a log watch on a
+/// temporary file; the agent reports its own start, a line matching the watch but not the
+/// rule's text raises nothing, a matching line raises the event rule's alert (read back through
+/// `manage_alerts get` with the line that raised it; another organization's key is told it does
+/// not exist), and with no matching line in the rule's one-minute window the alert resolves
+/// itself. The store is polled, not the tools, whose calls are rate-limited.
+async fn events_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let shared = MACHINE.read().await;
+    let mut f = server_with(test.store.clone(), |c| {
+        c.alerts.tick = Duration::from_secs(1);
+    })
+    .await;
+    f._beside_others = Some(shared);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let watched = dir.path().join("app.log");
+    std::fs::write(&watched, "FATAL: disk failure long before the agent ran\n").unwrap();
+    // The watch goes into the agent's config file, as an administrator would write it.
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    file["logWatches"] = json!([{
+        "name": "app_errors", "path": watched, "patterns": ["FATAL", "disk failure"],
+        "ignoreCase": true, "severity": "high", "maxPerMinute": 5
+    }]);
+    std::fs::write(&config, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+    let o = f.store.org(f.org);
+    let events = || async { o.device_events(device_id, 50).await.unwrap() };
+    eventually(20, "the agent's start event", || async {
+        events()
+            .await
+            .iter()
+            .any(|e| e.source == "agent" && e.kind == "agent_started")
+    })
+    .await;
+
+    let (created, _) = call(
+        &f,
+        f.org,
+        "manage_alert_rules",
+        json!({ "action": "create", "name": "disk failures in the app log", "severity": "high",
+                "cooldownMinutes": 0,
+                "condition": { "kind": "event", "source": "log_watch", "eventKind": "app_errors",
+                               "minSeverity": "medium", "messageContains": "DISK FAILURE",
+                               "count": 1, "windowMinutes": 1 },
+                "target": { "type": "device", "deviceId": device } }),
+    )
+    .await;
+    let created = created.unwrap();
+    assert_eq!(
+        created["rule"]["summary"],
+        "1 or more events from log_watch of kind app_errors at medium or worse containing \"DISK FAILURE\" in 1 min",
+        "{created}"
+    );
+    let rule_id: uuid::Uuid = created["rule"]["id"].as_str().unwrap().parse().unwrap();
+
+    // A line of the watch that is not the rule's: an event, no breach.
+    append_line(&watched, "FATAL: config reload refused");
+    eventually(20, "the watched line as an event", || async {
+        events()
+            .await
+            .iter()
+            .any(|e| e.source == "log_watch" && e.message == "FATAL: config reload refused")
+    })
+    .await;
+    assert!(
+        !events()
+            .await
+            .iter()
+            .any(|e| e.message.contains("long before")),
+        "lines written before the agent started are history, not events"
+    );
+    let (tested, _) = call(
+        &f,
+        f.org,
+        "manage_alert_rules",
+        json!({ "action": "test", "ruleId": rule_id }),
+    )
+    .await;
+    let tested = tested.unwrap();
+    assert_eq!(tested["test"]["breaching"], 0, "{tested}");
+    assert_eq!(tested["test"]["clear"], 1, "{tested}");
+
+    let written = Instant::now();
+    append_line(
+        &watched,
+        "kernel: sda: Disk failure imminent, replace the drive",
+    );
+    let unresolved = || async {
+        o.unresolved_alerts_of_rule(rule_id)
+            .await
+            .unwrap()
+            .into_iter()
+            .next()
+    };
+    eventually(30, "the event rule's alert", || async {
+        unresolved().await.is_some()
+    })
+    .await;
+    let raised_after = written.elapsed();
+    // The agent polls each second and sends at once; the engine evaluates on arrival.
+    assert!(
+        raised_after < Duration::from_secs(15),
+        "raised {raised_after:?} after the line was written"
+    );
+    let alert = unresolved().await.unwrap();
+    assert_eq!(alert.device_id, device_id);
+    assert_eq!(alert.value, Some(1.0));
+    let (got, _) = call(
+        &f,
+        f.org,
+        "manage_alerts",
+        json!({ "action": "get", "alertId": alert.id }),
+    )
+    .await;
+    let got = got.unwrap();
+    let trigger = &got["alert"]["triggeringEvents"];
+    assert_eq!(trigger.as_array().map(Vec::len), Some(1), "{got}");
+    assert_eq!(
+        trigger[0]["message"],
+        "kernel: sda: Disk failure imminent, replace the drive"
+    );
+    assert_eq!(trigger[0]["source"], "log_watch");
+    assert_eq!(trigger[0]["kind"], "app_errors");
+    assert_eq!(trigger[0]["severity"], "high");
+    assert_eq!(trigger[0]["attributes"]["pattern"], "disk failure");
+    let (foreign, _) = call(
+        &f,
+        f.other_org,
+        "manage_alerts",
+        json!({ "action": "get", "alertId": alert.id }),
+    )
+    .await;
+    assert!(
+        foreign.as_ref().is_err_and(|e| e.contains("not found")),
+        "{foreign:?}"
+    );
+
+    // No matching line in the window: the alert resolves itself.
+    eventually(100, "the alert to resolve itself", || async {
+        unresolved().await.is_none()
+    })
+    .await;
+    let history = o.alert_events(alert.id).await.unwrap();
+    assert!(
+        history.iter().any(|e| e.kind == "auto_resolved"),
+        "{history:?}"
+    );
+    test.cleanup().await;
+}
+
+fn append_line(path: &Path, line: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    writeln!(file, "{line}").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_log_line_raises_an_event_alert_that_resolves_on_sqlite() {
+    events_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_log_line_raises_an_event_alert_that_resolves_on_postgres() {
+    events_run(Backend::Postgres).await;
 }

@@ -13,14 +13,33 @@
 //! is over, if the condition still holds. Every raise and
 //! resolution is told to the rule's channels in tasks of their own ([`notify`]), so no channel
 //! delays evaluation; the engine reads the time only through the store's `Clock`.
+//!
+//! Incremental evaluation: once [`AlertEngine::enable_incremental`] is called (the server does,
+//! wiring the gateway's stored reports to [`AlertEngine::devices_reported`]), a device's metric
+//! batch evaluates the organization's metric rules for that device at once, and an events batch
+//! its event rules — an alert is raised when the report that meets the condition arrives, not
+//! at the next tick. The tick then keeps what only time changes (offline rules, event rules'
+//! windows running out) and sweeps metric rules every [`FULL_SWEEP_EVERY`]th tick only, as a
+//! safety net for reports the listener missed. Both paths judge a (rule, device) pair the same
+//! way and change it only through the store's conditional writes (the unique index on
+//! unresolved alerts, forward-only transitions), and within one process a rule is evaluated by
+//! one path at a time (a lock per rule, sharded), so a breach is raised — and notified — once.
 
 pub mod notify;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
-use breeze_store::{AlertRule, Observed, Store, StoreError};
+use breeze_core::{AlertCondition, DeviceId, OrgId};
+use breeze_store::{AlertRule, Observation, Observed, Store, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
@@ -28,6 +47,28 @@ use uuid::Uuid;
 pub use notify::{
     AlertNews, ChannelMessage, NotifyConfig, SmtpConfig, SmtpSecurity, is_public, sign,
 };
+
+/// With incremental evaluation on, the tick evaluates metric rules only every this many ticks
+/// (a safety net for reports the incremental path missed).
+pub const FULL_SWEEP_EVERY: u64 = 10;
+
+/// How long the incremental path reuses an organization's rule list.
+pub const RULE_CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// The most devices one incremental observation of a rule names.
+pub const MAX_DEVICES_PER_EVALUATION: usize = 500;
+
+/// Rule locks: a rule is evaluated by one path at a time within a process.
+const RULE_LOCK_SHARDS: usize = 64;
+
+/// What devices reported, for [`AlertEngine::devices_reported`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ingest {
+    /// A metrics batch: the metric rules.
+    Metrics,
+    /// An events batch: the event rules.
+    Events,
+}
 
 /// The engine's pace and its notifications.
 #[derive(Debug, Clone)]
@@ -70,6 +111,19 @@ pub struct AlertEngine {
     /// The last rule evaluated: the next tick starts after it.
     cursor: Mutex<Option<Uuid>>,
     deliveries: TaskTracker,
+    /// Metric rules are evaluated as reports arrive (the tick sweeps them rarely).
+    incremental: AtomicBool,
+    ticks: AtomicU64,
+    rule_locks: Vec<Mutex<()>>,
+    /// Enabled rules per organization for the incremental path, with when they were read.
+    rule_cache: std::sync::Mutex<HashMap<OrgId, CachedRules>>,
+}
+
+/// An organization's enabled rules and when they were read.
+type CachedRules = (Instant, Arc<Vec<AlertRule>>);
+
+fn is_metric_rule(rule: &AlertRule) -> bool {
+    matches!(rule.condition, AlertCondition::Metric { .. })
 }
 
 impl AlertEngine {
@@ -82,7 +136,83 @@ impl AlertEngine {
             config,
             cursor: Mutex::new(None),
             deliveries: TaskTracker::new(),
+            incremental: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
+            rule_locks: (0..RULE_LOCK_SHARDS).map(|_| Mutex::new(())).collect(),
+            rule_cache: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Turns on incremental evaluation: the caller delivers every stored metrics and events
+    /// report to [`AlertEngine::devices_reported`]; the tick then leaves metric rules to it
+    /// (sweeping them every [`FULL_SWEEP_EVERY`]th tick).
+    pub fn enable_incremental(&self) {
+        self.incremental.store(true, Ordering::Relaxed);
+    }
+
+    fn rule_lock(&self, rule: Uuid) -> &Mutex<()> {
+        let shard = (rule.as_u128() % RULE_LOCK_SHARDS as u128) as usize;
+        &self.rule_locks[shard]
+    }
+
+    /// The organization's enabled rules, read at most [`RULE_CACHE_TTL`] ago.
+    async fn org_rules(&self, org: OrgId) -> Result<Arc<Vec<AlertRule>>, StoreError> {
+        if let Some((at, rules)) = self
+            .rule_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&org)
+            && at.elapsed() < RULE_CACHE_TTL
+        {
+            return Ok(rules.clone());
+        }
+        let rules: Arc<Vec<AlertRule>> = Arc::new(
+            self.store
+                .org(org)
+                .list_rules()
+                .await?
+                .into_iter()
+                .filter(|r| r.enabled)
+                .collect(),
+        );
+        self.rule_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(org, (Instant::now(), rules.clone()));
+        Ok(rules)
+    }
+
+    /// Evaluates, for devices of one organization that just reported, the rules their reports
+    /// can change: metrics batches the organization's metric rules, events batches its event
+    /// rules — one query per rule for up to [`MAX_DEVICES_PER_EVALUATION`] devices. A rule
+    /// that fails is logged and counted; the others go on.
+    pub async fn devices_reported(
+        &self,
+        org: OrgId,
+        devices: &[DeviceId],
+        ingest: Ingest,
+    ) -> Result<TickReport, StoreError> {
+        let rules = self.org_rules(org).await?;
+        let mut report = TickReport::default();
+        for rule in rules.iter().filter(|r| match ingest {
+            Ingest::Metrics => is_metric_rule(r),
+            Ingest::Events => matches!(r.condition, AlertCondition::Event(_)),
+        }) {
+            report.rules += 1;
+            let _held = self.rule_lock(rule.id).lock().await;
+            for chunk in devices.chunks(MAX_DEVICES_PER_EVALUATION) {
+                let outcome = async {
+                    let observations = self.store.org(org).observe_rule_for(rule, chunk).await?;
+                    self.apply(rule, &observations, &mut report).await
+                }
+                .await;
+                if let Err(e) = outcome {
+                    report.failed += 1;
+                    tracing::warn!(rule = %rule.id, error = %e, "incremental alert evaluation failed");
+                }
+            }
+        }
+        Ok(report)
     }
 
     /// Evaluates the next slice of rules. A rule that fails is logged and skipped; only a
@@ -106,6 +236,14 @@ impl AlertEngine {
             rules.last().map(|r| r.id)
         };
         drop(cursor);
+        // With incremental evaluation, metric rules are swept only now and then.
+        let n = self.ticks.fetch_add(1, Ordering::Relaxed);
+        let sweep_metrics =
+            !self.incremental.load(Ordering::Relaxed) || n.is_multiple_of(FULL_SWEEP_EVERY);
+        let rules: Vec<AlertRule> = rules
+            .into_iter()
+            .filter(|r| sweep_metrics || !is_metric_rule(r))
+            .collect();
         let mut report = TickReport {
             rules: rules.len(),
             ..TickReport::default()
@@ -120,8 +258,22 @@ impl AlertEngine {
     }
 
     async fn evaluate(&self, rule: &AlertRule, report: &mut TickReport) -> Result<(), StoreError> {
+        let _held = self.rule_lock(rule.id).lock().await;
+        let observations = self.store.org(rule.org_id).observe_rule(rule).await?;
+        self.apply(rule, &observations, report).await
+    }
+
+    /// Raises and resolves as `observations` say (the caller holds the rule's lock).
+    async fn apply(
+        &self,
+        rule: &AlertRule,
+        observations: &[Observation],
+        report: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        if observations.is_empty() {
+            return Ok(());
+        }
         let org = self.store.org(rule.org_id);
-        let observations = org.observe_rule(rule).await?;
         let unresolved = org.unresolved_alerts_of_rule(rule.id).await?;
         let open_alert = |d| unresolved.iter().find(|a| a.device_id == d);
         // Breaches that would raise: those under an open maintenance window are held back
@@ -134,7 +286,7 @@ impl AlertEngine {
         let in_maintenance = org
             .maintenance_covering(&would_raise, self.store.clock().now())
             .await?;
-        for obs in &observations {
+        for obs in observations {
             let open = open_alert(obs.device_id);
             match (obs.state, open) {
                 (Observed::Breaching, None) => {
@@ -150,7 +302,15 @@ impl AlertEngine {
                         report.suppressed += 1;
                         continue;
                     }
-                    if let Some(alert) = org.raise_alert(rule, obs.device_id, obs.value).await? {
+                    // An event rule's alert keeps the events it was raised on.
+                    let trigger = match &rule.condition {
+                        AlertCondition::Event(c) => org.matching_events(c, obs.device_id).await?,
+                        _ => Vec::new(),
+                    };
+                    if let Some(alert) = org
+                        .raise_alert_on(rule, obs.device_id, obs.value, &trigger)
+                        .await?
+                    {
                         report.raised.push(alert.id);
                         self.notify(rule, alert, AlertNews::Raised);
                     }

@@ -476,7 +476,101 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
     assert_eq!(report.suppressed, 0);
 }
 
+/// Incremental evaluation: the report that meets the condition raises at once (no tick), the
+/// tick then leaves metric rules alone but for its periodic sweep, and both paths together —
+/// even at the same moment — raise and resolve each (rule, device) once.
+async fn reports_raise_at_once_and_both_paths_agree(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site) = tenant(s).await;
+    let o = s.org(org);
+    let hot = o
+        .create_device(device(site, "hot", DeviceStatus::Online), audit("d"))
+        .await
+        .unwrap();
+    let cool = o
+        .create_device(device(site, "cool", DeviceStatus::Online), audit("d"))
+        .await
+        .unwrap();
+    let rule = o
+        .create_rule(
+            NewRule {
+                name: "CPU hot".into(),
+                description: None,
+                severity: Severity::High,
+                enabled: true,
+                condition: AlertCondition::Metric {
+                    metric: Metric::Cpu,
+                    comparison: Comparison::Above,
+                    threshold: 90.0,
+                    duration_minutes: 2,
+                },
+                target: RuleTarget::Organization,
+                cooldown_minutes: 0,
+                auto_resolve: true,
+                channel_ids: vec![],
+                created_by: "test".into(),
+            },
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
+    let engine = std::sync::Arc::new(AlertEngine::new(s.clone(), EngineConfig::default()));
+    engine.enable_incremental();
+    let metrics = breeze_alerts::Ingest::Metrics;
+    let start = s.clock().now();
+    for step in 0..4 {
+        let at = start + Duration::seconds(30 * step);
+        cx.clock.set(at);
+        for (d, percent) in [(hot.id, 97.0), (cool.id, 20.0)] {
+            s.insert_metrics(d, org, &[cpu(at, percent)]).await.unwrap();
+        }
+        let report = engine
+            .devices_reported(org, &[hot.id, cool.id], metrics)
+            .await
+            .unwrap();
+        assert!(report.raised.is_empty(), "step {step}: {report:?}");
+    }
+    // The sample that completes two minutes raises on arrival.
+    let at = start + Duration::minutes(2);
+    cx.clock.set(at);
+    s.insert_metrics(hot.id, org, &[cpu(at, 97.0)])
+        .await
+        .unwrap();
+    let report = engine
+        .devices_reported(org, &[hot.id], metrics)
+        .await
+        .unwrap();
+    assert_eq!(report.raised.len(), 1, "{report:?}");
+    let alert = report.raised[0];
+    let (just_hot, both) = ([hot.id], [hot.id, cool.id]);
+    // The tick (its first is a sweep) and another arrival, at once: nothing more.
+    let (tick, again) = tokio::join!(
+        engine.tick(),
+        engine.devices_reported(org, &just_hot, metrics)
+    );
+    assert!(tick.unwrap().raised.is_empty());
+    assert!(again.unwrap().raised.is_empty());
+    assert_eq!(o.unresolved_alerts_of_rule(rule.id).await.unwrap().len(), 1);
+    // Cleared: both paths race to resolve; one does.
+    let at = at + Duration::seconds(30);
+    cx.clock.set(at);
+    s.insert_metrics(hot.id, org, &[cpu(at, 20.0)])
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(
+        engine.devices_reported(org, &just_hot, metrics),
+        engine.devices_reported(org, &both, metrics)
+    );
+    assert_eq!(a.unwrap().resolved.len() + b.unwrap().resolved.len(), 1);
+    // Between sweeps the tick leaves metric rules to the arrivals.
+    assert_eq!(engine.tick().await.unwrap().rules, 0);
+    let events = o.alert_events(alert).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, ["raised", "auto_resolved"]);
+}
+
 breeze_store::on_both_backends!(
+    reports_raise_at_once_and_both_paths_agree,
     a_breach_raises_notifies_and_resolves,
     offline_devices_and_private_webhooks,
     a_maintenance_window_suppresses_then_lets_through

@@ -120,7 +120,12 @@ pub const MAX_OFFLINE_MINUTES: u32 = 43_200;
 ///   does not breach.
 /// - `Offline`: the device is offline and was last seen at least `minutes` ago (or never).
 ///   It clears when the device is back online.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// - `Event`: at least `count` events the device's agent reported within the last
+///   `windowMinutes` match — the source and event kind when given (exactly), a severity at or
+///   above `minSeverity`, and the message containing `messageContains` when given (ignoring
+///   ASCII case). Clear when fewer match in the window, so an alert resolves itself once the
+///   window passes without matching events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum AlertCondition {
     #[serde(rename_all = "camelCase")]
@@ -133,6 +138,116 @@ pub enum AlertCondition {
     Offline {
         minutes: u32,
     },
+    Event(EventCondition),
+}
+
+/// The longest window an event condition may count over (a day, well inside the events'
+/// retention).
+pub const MAX_EVENT_WINDOW_MINUTES: u32 = 1440;
+/// The most events an event condition may ask for in its window.
+pub const MAX_EVENT_COUNT: u32 = 1000;
+/// The longest source or event kind an agent reports (and a condition names).
+pub const MAX_EVENT_NAME_CHARS: usize = 64;
+/// The longest message substring a condition matches on.
+pub const MAX_EVENT_PATTERN_CHARS: usize = 200;
+
+/// Which agent-reported events a rule counts; see [`AlertCondition`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EventCondition {
+    /// The event source, e.g. `log_watch` or `agent`; any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The event kind, e.g. a log watch's name or `command_failed`; any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_kind: Option<String>,
+    /// The least severity that counts.
+    #[serde(default = "least_severity")]
+    pub min_severity: Severity,
+    /// A substring of the message (ASCII case ignored); any message when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_contains: Option<String>,
+    /// How many matching events within the window breach (at least 1).
+    #[serde(default = "one")]
+    pub count: u32,
+    /// The window, in minutes, counted back from now.
+    pub window_minutes: u32,
+}
+
+fn least_severity() -> Severity {
+    Severity::Info
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Whether `name` is a valid event source or kind: 1–64 characters of ASCII letters, digits,
+/// `_`, `-`, `.` and `:`.
+pub fn is_event_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_EVENT_NAME_CHARS
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+impl EventCondition {
+    fn validate(&self) -> Result<(), String> {
+        for (field, value) in [("source", &self.source), ("eventKind", &self.event_kind)] {
+            if let Some(v) = value
+                && !is_event_name(v)
+            {
+                return Err(format!(
+                    "{field} {v:?} is not an event name (1-{MAX_EVENT_NAME_CHARS} ASCII letters, \
+                     digits, '_', '-', '.', ':')"
+                ));
+            }
+        }
+        if let Some(m) = &self.message_contains {
+            if m.trim().is_empty() {
+                return Err("messageContains cannot be blank (leave it out to match any)".into());
+            }
+            if m.chars().count() > MAX_EVENT_PATTERN_CHARS {
+                return Err(format!(
+                    "messageContains is longer than {MAX_EVENT_PATTERN_CHARS} characters"
+                ));
+            }
+        }
+        if self.count == 0 || self.count > MAX_EVENT_COUNT {
+            return Err(format!(
+                "count must lie in 1-{MAX_EVENT_COUNT}, got {}",
+                self.count
+            ));
+        }
+        if self.window_minutes == 0 || self.window_minutes > MAX_EVENT_WINDOW_MINUTES {
+            return Err(format!(
+                "windowMinutes must lie in 1-{MAX_EVENT_WINDOW_MINUTES}, got {}",
+                self.window_minutes
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let mut what = String::from("events");
+        if let Some(s) = &self.source {
+            what.push_str(&format!(" from {s}"));
+        }
+        if let Some(k) = &self.event_kind {
+            what.push_str(&format!(" of kind {k}"));
+        }
+        if self.min_severity != Severity::Info {
+            what.push_str(&format!(" at {} or worse", self.min_severity));
+        }
+        if let Some(m) = &self.message_contains {
+            what.push_str(&format!(" containing {m:?}"));
+        }
+        format!(
+            "{} or more {what} in {} min",
+            self.count, self.window_minutes
+        )
+    }
 }
 
 impl AlertCondition {
@@ -164,6 +279,7 @@ impl AlertCondition {
                 }
                 Ok(())
             }
+            AlertCondition::Event(ref e) => e.validate(),
             AlertCondition::Offline { minutes } => {
                 if minutes == 0 || minutes > MAX_OFFLINE_MINUTES {
                     return Err(format!(
@@ -204,6 +320,7 @@ impl AlertCondition {
                 }
             }
             AlertCondition::Offline { minutes } => format!("offline for {minutes} min"),
+            AlertCondition::Event(ref e) => e.describe(),
         }
     }
 }
@@ -236,6 +353,34 @@ mod tests {
         };
         assert!(nan.validate().is_err());
         assert!(AlertCondition::Offline { minutes: 0 }.validate().is_err());
+        let event: AlertCondition = serde_json::from_value(serde_json::json!({
+            "kind": "event", "source": "log_watch", "minSeverity": "high",
+            "messageContains": "disk failure", "count": 3, "windowMinutes": 10
+        }))
+        .unwrap();
+        assert!(event.validate().is_ok());
+        assert_eq!(
+            event.describe(),
+            "3 or more events from log_watch at high or worse containing \"disk failure\" in 10 min"
+        );
+        let AlertCondition::Event(mut e) = event else {
+            unreachable!()
+        };
+        e.count = 0;
+        assert!(e.validate().unwrap_err().contains("count"));
+        e.count = 1;
+        e.source = Some("log watch".into());
+        assert!(e.validate().unwrap_err().contains("source"));
+        e.source = None;
+        e.window_minutes = 2000;
+        assert!(e.validate().unwrap_err().contains("windowMinutes"));
+        assert!(
+            serde_json::from_value::<AlertCondition>(serde_json::json!({
+                "kind": "event", "windowMinutes": 5, "sevrity": "high"
+            }))
+            .is_err(),
+            "a misspelled field is refused"
+        );
         assert!(
             serde_json::from_value::<AlertCondition>(serde_json::json!({
                 "kind": "offline", "minutes": 5, "extra": 1

@@ -110,6 +110,14 @@ pub struct DeviceFacts<'a> {
 }
 
 impl GroupFilter {
+    /// Whether the filter's answer changes as time passes with no write to the device
+    /// (`lastSeenMinutes`): such groups are re-evaluated periodically.
+    pub fn depends_on_time(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.field == FilterField::LastSeenMinutes)
+    }
+
     /// Checks every condition's operator and value against its field.
     pub fn validate(&self) -> Result<(), String> {
         if self.conditions.is_empty() {

@@ -25,7 +25,8 @@ pub mod tier;
 pub mod user;
 
 pub use alert::{
-    AlertCondition, AlertStatus, ChannelKind, Comparison, Metric, Severity, TargetKind,
+    AlertCondition, AlertStatus, ChannelKind, Comparison, EventCondition, Metric, Severity,
+    TargetKind, is_event_name,
 };
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};

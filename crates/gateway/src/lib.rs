@@ -119,6 +119,23 @@ struct Inner {
     /// Cancelled when the server shuts down: every socket closes so agents reconnect to the
     /// next instance instead of holding on to this one.
     closing: CancellationToken,
+    /// Told of every stored metrics or events report (the alert engine's incremental path).
+    reports: Mutex<Option<tokio::sync::mpsc::Sender<Reported>>>,
+}
+
+/// A report an agent made that was stored: what the alert engine evaluates incrementally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reported {
+    pub org: OrgId,
+    pub device: DeviceId,
+    pub kind: ReportKind,
+}
+
+/// What was reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReportKind {
+    Metrics,
+    Events,
 }
 
 /// The gateway. Cheap to clone.
@@ -168,7 +185,20 @@ impl Gateway {
                 waiters: Mutex::new(HashMap::new()),
                 next_conn: AtomicU64::new(1),
                 closing: CancellationToken::new(),
+                reports: Mutex::new(None),
             }),
+        }
+    }
+
+    /// Sends every stored metrics or events report to `listener` from now on. A full listener
+    /// misses reports (never blocks an agent): the alert engine's tick is the safety net.
+    pub fn listen_reports(&self, listener: tokio::sync::mpsc::Sender<Reported>) {
+        *lock(&self.inner.reports) = Some(listener);
+    }
+
+    fn reported(&self, org: OrgId, device: DeviceId, kind: ReportKind) {
+        if let Some(tx) = lock(&self.inner.reports).as_ref() {
+            let _ = tx.try_send(Reported { org, device, kind });
         }
     }
 
@@ -483,8 +513,23 @@ impl Gateway {
             }
             AgentFrame::Metrics(batch) => {
                 store.insert_metrics(device, org, &batch.samples).await?;
+                self.reported(org, device, ReportKind::Metrics);
             }
             AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
+            AgentFrame::Events(batch) => {
+                if batch.events.len() > breeze_agent_proto::MAX_EVENT_BATCH {
+                    return Err(GatewayError::Store(breeze_store::StoreError::Invalid(
+                        format!(
+                            "an event batch holds at most {} events",
+                            breeze_agent_proto::MAX_EVENT_BATCH
+                        ),
+                    )));
+                }
+                store
+                    .insert_device_events(device, org, &batch.events)
+                    .await?;
+                self.reported(org, device, ReportKind::Events);
+            }
             AgentFrame::CommandStarted { command_id } => {
                 if store.mark_command_running(device, command_id).await? {
                     self.notify(command_id, Some(Progress::Started));
@@ -575,6 +620,9 @@ impl Gateway {
                 .await?;
             let before = store.clock().now() - self.inner.config.log_retention;
             store.prune_agent_logs(before).await?;
+            store
+                .prune_device_events(store.clock().now() - breeze_store::EVENT_RETENTION)
+                .await?;
             // Write tools' requestIds are replayed for this long (the store's constant).
             store
                 .prune_idempotency(store.clock().now() - breeze_store::IDEMPOTENCY_RETENTION)

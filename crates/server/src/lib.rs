@@ -14,6 +14,7 @@ pub mod deployments;
 mod edge;
 mod error;
 mod extract;
+pub mod groups;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
@@ -293,6 +294,48 @@ pub fn app(breeze: Breeze) -> Router {
         )
 }
 
+/// Reports the gateway may hold for the alert engine before it misses some (the tick's sweep
+/// catches those).
+const INCREMENTAL_QUEUE: usize = 8192;
+
+/// Wires the gateway's stored metrics and events reports to the alert engine's incremental
+/// path: reports waiting together are coalesced per device and kind, then evaluated.
+fn spawn_incremental_alerts(
+    gateway: &Gateway,
+    engine: Arc<breeze_alerts::AlertEngine>,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(INCREMENTAL_QUEUE);
+    gateway.listen_reports(tx);
+    engine.enable_incremental();
+    tokio::spawn(async move {
+        loop {
+            let first = tokio::select! {
+                () = stop.cancelled() => break,
+                r = rx.recv() => match r { Some(r) => r, None => break },
+            };
+            let mut due = std::collections::HashSet::from([first]);
+            while let Ok(more) = rx.try_recv() {
+                due.insert(more);
+            }
+            let mut grouped: std::collections::HashMap<_, Vec<_>> =
+                std::collections::HashMap::new();
+            for r in due {
+                grouped.entry((r.org, r.kind)).or_default().push(r.device);
+            }
+            for ((org, kind), devices) in grouped {
+                let ingest = match kind {
+                    breeze_gateway::ReportKind::Metrics => breeze_alerts::Ingest::Metrics,
+                    breeze_gateway::ReportKind::Events => breeze_alerts::Ingest::Events,
+                };
+                if let Err(e) = engine.devices_reported(org, &devices, ingest).await {
+                    tracing::warn!(%org, error = %e, "incremental alert evaluation failed");
+                }
+            }
+        }
+    })
+}
+
 /// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
 /// store decides, by what was written: `Store::checkpoint_when_due`).
 const CHECKPOINT_TICK: Duration = Duration::from_millis(25);
@@ -464,7 +507,13 @@ pub async fn serve(
         breeze.state.store.clone(),
         breeze.state.config.alerts.clone(),
     ));
+    spawn_incremental_alerts(&breeze.state.gateway, alerts.clone(), sweeper_stop.clone());
     alerts.spawn(sweeper_stop.clone());
+    Arc::new(groups::GroupTimer::new(
+        breeze.state.store.clone(),
+        groups::GroupTimerConfig::default(),
+    ))
+    .spawn(sweeper_stop.clone());
     Arc::new(automations::AutomationWorker::new(
         breeze.state.store.clone(),
         breeze.state.pipeline.clone(),

@@ -411,8 +411,368 @@ async fn rules_are_tested_created_and_alerts_handled(cx: Ctx) {
     assert_eq!(r.body["result"]["contents"][0]["text"], "[]");
 }
 
+fn agent_post(path: &str, token: &str, body: &Value) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+/// A device of organization A with an agent's token, enrolled over HTTP.
+async fn enrolled_device(w: &common::World) -> (String, String) {
+    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let (key, _) = w
+        .state
+        .auth
+        .create_enrollment_key(
+            breeze_auth::CreateEnrollmentKey {
+                org_id: w.org_a,
+                site_id: site,
+                name: "events".into(),
+                max_uses: Some(1),
+                expires_at: w.state.clock.now() + Duration::hours(1),
+                created_by: "test".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let r = send(
+        &w.app,
+        Request::post("/api/v1/agents/enroll")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({
+                    "enrollmentKey": key.expose(), "hostname": "db-01", "machineId": "m-events",
+                    "os": { "family": "linux", "name": "Debian GNU/Linux", "version": "12",
+                            "kernel": "6.1", "arch": "x86_64" },
+                    "agentVersion": "0.1.0",
+                })
+                .to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    (
+        r.body["deviceId"].as_str().unwrap().to_owned(),
+        r.body["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn event(at: chrono::DateTime<chrono::Utc>, severity: &str, message: &str) -> Value {
+    json!({ "at": at, "source": "log_watch", "kind": "syslog", "severity": severity,
+            "message": message, "attributes": { "path": "/var/log/syslog" } })
+}
+
+/// An event rule over what an agent reports: validation that names the field, counting within
+/// the window (source, kind, severity, text), the alert keeping the events that raised it
+/// (shown by `manage_alerts get`), auto-resolution once the window passes, and the attacks —
+/// another organization's key reading the alert or testing the rule, creating a rule on A's
+/// device, and an organization-wide rule of B counting A's events.
+async fn event_rules_count_reported_events_and_resolve(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let (device, token) = enrolled_device(&w).await;
+    let engine = breeze_alerts::AlertEngine::new(w.store.clone(), Default::default());
+    let condition = json!({ "kind": "event", "source": "log_watch", "eventKind": "syslog",
+                            "minSeverity": "medium", "messageContains": "SEGFAULT",
+                            "count": 2, "windowMinutes": 10 });
+
+    // Invalid conditions are refused naming what is wrong; nothing is created.
+    for (bad, names) in [
+        (
+            json!({ "kind": "event", "windowMinutes": 10, "count": 0 }),
+            "count",
+        ),
+        (
+            json!({ "kind": "event", "windowMinutes": 0 }),
+            "windowMinutes",
+        ),
+        (
+            json!({ "kind": "event", "windowMinutes": 1441 }),
+            "windowMinutes",
+        ),
+        (
+            json!({ "kind": "event", "windowMinutes": 5, "source": "log watch" }),
+            "source",
+        ),
+        (
+            json!({ "kind": "event", "windowMinutes": 5, "messageContains": "  " }),
+            "messageContains",
+        ),
+        (
+            json!({ "kind": "event", "windowMinutes": 5, "minSeverity": "fatal" }),
+            "minSeverity",
+        ),
+        (
+            json!({ "kind": "event", "source": "agent" }),
+            "windowMinutes",
+        ),
+    ] {
+        let r = tool(
+            app,
+            &w.write,
+            "manage_alert_rules",
+            json!({ "action": "create", "name": "bad", "condition": bad }),
+        )
+        .await;
+        assert_eq!(code(&r), "INVALID_ARGUMENT", "{bad}: {r}");
+        let message = r["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(names), "{bad}: {message}");
+    }
+
+    let created = tool(
+        app,
+        &w.write,
+        "manage_alert_rules",
+        json!({ "action": "create", "name": "segfaults", "severity": "high",
+                "cooldownMinutes": 0, "condition": condition,
+                "target": { "type": "device", "deviceId": device } }),
+    )
+    .await;
+    let rule_id = created["rule"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["rule"]["condition"]["kind"], "event", "{created}");
+
+    // B's organization-wide event rule must never count A's events.
+    let ob = w.store.org(w.org_b);
+    let mut b_rule = offline_rule("B events", RuleTarget::Organization);
+    b_rule.condition =
+        serde_json::from_value(json!({ "kind": "event", "windowMinutes": 10 })).unwrap();
+    let b_rule = ob
+        .create_rule(b_rule, audit("alert_rule.create"))
+        .await
+        .unwrap();
+
+    let now = w.state.clock.now();
+    let post = |events: Value| {
+        send(
+            app,
+            agent_post(
+                "/api/v1/agents/events",
+                &token,
+                &json!({ "events": events }),
+            ),
+        )
+    };
+    // One match, one too mild, one of another text: not two matches yet.
+    let r = post(json!([
+        event(
+            now - Duration::minutes(1),
+            "high",
+            "app[12]: segfault at 0 ip 42"
+        ),
+        event(now, "low", "app[13]: segfault at 0 ip 43"),
+        event(now, "critical", "kernel: oom-killer"),
+    ]))
+    .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let report = engine.tick().await.unwrap();
+    assert!(report.raised.is_empty(), "{report:?}");
+    let tested = tool(
+        app,
+        &w.read,
+        "manage_alert_rules",
+        json!({ "action": "test", "ruleId": rule_id }),
+    )
+    .await;
+    assert_eq!(tested["test"]["devices"][0]["value"], 1.0, "{tested}");
+    assert_eq!(tested["test"]["breaching"], 0);
+
+    // A second match within the window raises, once.
+    cx.clock.advance(Duration::seconds(30));
+    let r = post(json!([event(
+        w.state.clock.now(),
+        "medium",
+        "app[14]: SegFault at 0 ip 44"
+    )]))
+    .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let report = engine.tick().await.unwrap();
+    assert_eq!(report.raised.len(), 1, "{report:?}");
+    assert!(
+        engine.tick().await.unwrap().raised.is_empty(),
+        "raised once"
+    );
+    let alert = report.raised[0].to_string();
+    let got = tool(
+        app,
+        &w.read,
+        "manage_alerts",
+        json!({ "action": "get", "alertId": alert }),
+    )
+    .await;
+    let trigger = got["alert"]["triggeringEvents"].as_array().unwrap();
+    let messages: Vec<&str> = trigger
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "app[14]: SegFault at 0 ip 44",
+            "app[12]: segfault at 0 ip 42"
+        ],
+        "{got}"
+    );
+    assert_eq!(trigger[0]["attributes"]["path"], "/var/log/syslog");
+    assert_eq!(got["alert"]["value"], 2.0);
+    // B's rule saw nothing, and B's key reaches none of it.
+    assert!(
+        ob.unresolved_alerts_of_rule(b_rule.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let foreign = tool(
+        app,
+        &w.other_org_key,
+        "manage_alerts",
+        json!({ "action": "get", "alertId": alert }),
+    )
+    .await;
+    assert_eq!(code(&foreign), "NOT_FOUND", "{foreign}");
+    let foreign = tool(
+        app,
+        &w.other_org_key,
+        "manage_alert_rules",
+        json!({ "action": "test", "ruleId": rule_id }),
+    )
+    .await;
+    assert_eq!(code(&foreign), "NOT_FOUND", "{foreign}");
+    let b_write = w
+        .state
+        .auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: w.org_b,
+                user_id: w.admin,
+                name: "b-write".into(),
+                scopes: breeze_core::ScopeSet::new([
+                    breeze_core::Scope::AiRead,
+                    breeze_core::Scope::AiWrite,
+                ]),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap()
+        .0
+        .expose()
+        .to_owned();
+    let foreign = tool(
+        app,
+        &b_write,
+        "manage_alert_rules",
+        json!({ "action": "create", "name": "spy", "condition": condition,
+                "target": { "type": "device", "deviceId": device } }),
+    )
+    .await;
+    assert_eq!(code(&foreign), "NOT_FOUND", "{foreign}");
+    let foreign = tool(
+        app,
+        &b_write,
+        "manage_alert_rules",
+        json!({ "action": "test", "condition": condition,
+                "target": { "type": "device", "deviceId": device } }),
+    )
+    .await;
+    assert_eq!(code(&foreign), "NOT_FOUND", "{foreign}");
+
+    // Refused batches write nothing.
+    let bad_source = json!([{ "at": now, "source": "bad source", "kind": "x", "severity": "info", "message": "m" }]);
+    let r = post(bad_source).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.to_string().contains("events[0].source"),
+        "{}",
+        r.body
+    );
+    let r = post(Value::Array(vec![event(now, "info", "x"); 101])).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let o = w.store.org(w.org_a);
+    let stored = o
+        .device_events(DeviceId(device.parse().unwrap()), 200)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 4);
+
+    // Once the window holds fewer than two matches, the alert resolves itself.
+    cx.clock
+        .advance(Duration::minutes(9) + Duration::seconds(45));
+    let report = engine.tick().await.unwrap();
+    assert_eq!(report.resolved.len(), 1, "{report:?}");
+    let got = tool(
+        app,
+        &w.read,
+        "manage_alerts",
+        json!({ "action": "get", "alertId": alert }),
+    )
+    .await;
+    assert_eq!(got["alert"]["status"], "resolved", "{got}");
+    assert_eq!(
+        got["alert"]["triggeringEvents"].as_array().map(Vec::len),
+        Some(2),
+        "kept after resolving"
+    );
+}
+
+/// Retention: a device keeps its newest events up to the cap, and the sweep drops old ones.
+async fn device_events_are_bounded(cx: Ctx) {
+    let w = world(&cx).await;
+    let device = DeviceId(w.a_device.parse().unwrap());
+    let now = w.state.clock.now();
+    let batch: Vec<breeze_agent_proto::AgentEvent> = (0..breeze_store::MAX_EVENTS_PER_DEVICE + 5)
+        .map(|i| breeze_agent_proto::AgentEvent {
+            at: now - Duration::seconds(2000 - i),
+            source: "agent".into(),
+            kind: "command_failed".into(),
+            severity: breeze_agent_proto::EventSeverity::Medium,
+            message: format!("failure {i}"),
+            attributes: Default::default(),
+        })
+        .collect();
+    w.store
+        .insert_device_events(device, w.org_a, &batch)
+        .await
+        .unwrap();
+    let o = w.store.org(w.org_a);
+    let newest = o.device_events(device, 1).await.unwrap();
+    assert_eq!(
+        newest[0].message,
+        format!("failure {}", breeze_store::MAX_EVENTS_PER_DEVICE + 4)
+    );
+    let future = breeze_agent_proto::AgentEvent {
+        at: now + Duration::hours(5),
+        ..batch[0].clone()
+    };
+    w.store
+        .insert_device_events(device, w.org_a, &[future])
+        .await
+        .unwrap();
+    let newest = o.device_events(device, 1).await.unwrap();
+    assert_eq!(
+        newest[0].at, now,
+        "an event is never later than its arrival"
+    );
+    // Everything left is pruned at once: exactly the cap was kept.
+    cx.clock
+        .advance(breeze_store::EVENT_RETENTION + Duration::hours(1));
+    let pruned = w
+        .store
+        .prune_device_events(w.state.clock.now() - breeze_store::EVENT_RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(pruned, breeze_store::MAX_EVENTS_PER_DEVICE as u64);
+    assert!(o.device_events(device, 10).await.unwrap().is_empty());
+}
+
 breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     oversized_and_out_of_range_inputs_are_refused,
-    rules_are_tested_created_and_alerts_handled
+    rules_are_tested_created_and_alerts_handled,
+    event_rules_count_reported_events_and_resolve,
+    device_events_are_bounded
 );

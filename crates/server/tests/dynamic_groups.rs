@@ -149,4 +149,115 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
     }
 }
 
-breeze_store::on_both_backends!(dynamic_groups_over_mcp);
+/// Groups over `lastSeenMinutes` follow the clock with no write to any device: the periodic
+/// re-evaluation (one instance per period, by lease) adds the device that has been away long
+/// enough and removes the one no longer seen recently, each change logged as the clock's;
+/// organization B's group over the same filter never gets A's device.
+async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
+    let w = world(&cx).await;
+    let o = w.store.org(w.org_a);
+    let site = o.list_sites().await.unwrap()[0].id;
+    let now = w.state.clock.now();
+    let stale = o
+        .create_device(
+            breeze_store::NewDevice {
+                site_id: site,
+                hostname: "stale-01".into(),
+                os_family: breeze_core::OsFamily::Linux,
+                os_name: "Debian".into(),
+                os_version: "12".into(),
+                status: breeze_core::DeviceStatus::Offline,
+                agent_version: None,
+                last_seen_at: Some(now),
+                tags: vec![],
+            },
+            audit("d"),
+        )
+        .await
+        .unwrap();
+    let condition = |field, op, value| FilterCondition { field, op, value };
+    let away = GroupFilter {
+        mode: MatchMode::All,
+        conditions: vec![
+            condition(FilterField::Status, FilterOp::Eq, json!("offline")),
+            condition(FilterField::LastSeenMinutes, FilterOp::Gt, json!(10)),
+        ],
+    };
+    let recent = GroupFilter {
+        mode: MatchMode::All,
+        conditions: vec![condition(
+            FilterField::LastSeenMinutes,
+            FilterOp::Lt,
+            json!(15),
+        )],
+    };
+    let test_actor = breeze_core::Actor::system("test");
+    let mut groups = Vec::new();
+    for (name, filter) in [("Away 10 min", &away), ("Seen in 15 min", &recent)] {
+        let g = o.create_group(name, None, None, audit("g")).await.unwrap();
+        o.set_group_filter(g.id, filter, &test_actor, audit("f"))
+            .await
+            .unwrap();
+        groups.push(g.id);
+    }
+    let ob = w.store.org(w.org_b);
+    let b_group = ob
+        .create_group("B away", None, None, audit("g"))
+        .await
+        .unwrap();
+    ob.set_group_filter(b_group.id, &away, &test_actor, audit("f"))
+        .await
+        .unwrap();
+    let members = |g| async move {
+        o.group_members(g)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.hostname)
+            .collect::<Vec<_>>()
+    };
+    assert!(members(groups[0]).await.is_empty());
+    assert_eq!(members(groups[1]).await, ["stale-01"]);
+
+    let timer = breeze_server::groups::GroupTimer::new(w.store.clone(), Default::default());
+    let other_instance =
+        breeze_server::groups::GroupTimer::new(w.store.clone(), Default::default());
+    cx.clock.advance(chrono::Duration::minutes(5));
+    assert_eq!(
+        timer.tick().await.unwrap(),
+        Some(vec![]),
+        "nothing moved yet"
+    );
+    cx.clock.advance(chrono::Duration::minutes(6));
+    let changed = timer.tick().await.unwrap().unwrap();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].1, groups[0]);
+    assert_eq!(changed[0].2.added, vec![stale.id]);
+    assert_eq!(members(groups[0]).await, ["stale-01"]);
+    // Within the period, neither this instance nor another runs it again.
+    assert_eq!(timer.tick().await.unwrap(), None);
+    assert_eq!(other_instance.tick().await.unwrap(), None);
+    // Later, the other instance takes its turn: the device is no longer recent.
+    cx.clock.advance(chrono::Duration::minutes(5));
+    let changed = other_instance.tick().await.unwrap().unwrap();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].2.removed, vec![stale.id]);
+    assert!(members(groups[1]).await.is_empty());
+    let log = o.membership_log(groups[0], 10).await.unwrap();
+    assert_eq!(log[0].change, "added");
+    assert_eq!(log[0].actor, "system:dynamic-groups-clock");
+    assert_eq!(log[0].reason, breeze_store::TIME_REEVALUATION);
+    assert_eq!(
+        log[0].at,
+        w.state.clock.now() - chrono::Duration::minutes(5)
+    );
+    assert!(
+        ob.group_members(b_group.id).await.unwrap().is_empty(),
+        "B's group never holds A's device"
+    );
+}
+
+breeze_store::on_both_backends!(
+    dynamic_groups_over_mcp,
+    time_dependent_groups_follow_the_clock
+);

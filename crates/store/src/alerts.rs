@@ -299,9 +299,10 @@ pub enum Observed {
 pub struct Observation {
     pub device_id: DeviceId,
     pub state: Observed,
-    /// The average over the duration (a level or a rate), or the minutes offline.
+    /// The average over the duration (a level or a rate), the minutes offline, or the events
+    /// matching in the window.
     pub value: Option<f64>,
-    /// Samples the decision rests on (0 for offline rules).
+    /// Samples (or matching events) the decision rests on (0 for offline rules).
     pub samples: i64,
 }
 
@@ -366,6 +367,14 @@ fn push_target(q: &mut Sql, column: &str, target: RuleTarget) {
             let p = q.arg(device);
             q.push(&format!(" AND {column} = {p}"));
         }
+    }
+}
+
+/// Appends ` AND {column} IN (devices)` when the evaluation is for some devices only.
+fn push_only(q: &mut Sql, column: &str, only: Option<&[DeviceId]>) {
+    if let Some(devices) = only {
+        let list: Vec<String> = devices.iter().map(|d| q.arg(*d)).collect();
+        q.push(&format!(" AND {column} IN ({})", list.join(", ")));
     }
 }
 
@@ -695,7 +704,10 @@ impl OrgStore<'_> {
         if let Some(name) = &update.name {
             check_text("name", name, MAX_NAME_CHARS)?;
         }
-        let condition = update.condition.unwrap_or(current.condition);
+        let condition = update
+            .condition
+            .clone()
+            .unwrap_or(current.condition.clone());
         let cooldown = match update.cooldown_minutes {
             Some(c) => c,
             None => u32::try_from(current.cooldown_minutes).unwrap_or(MAX_COOLDOWN_MINUTES),
@@ -828,16 +840,74 @@ impl OrgStore<'_> {
     /// What `rule`'s condition looks like now on each targeted device that has something to
     /// say (devices without samples in the duration are left out of metric rules). Reads only.
     pub async fn observe_rule(&self, rule: &AlertRule) -> Result<Vec<Observation>> {
+        self.observe(rule, None).await
+    }
+
+    /// [`OrgStore::observe_rule`] for some devices only (those the rule does not target, or
+    /// that have nothing to say, are left out): the engine's incremental path, when devices
+    /// reported. An empty list observes nothing.
+    pub async fn observe_rule_for(
+        &self,
+        rule: &AlertRule,
+        devices: &[DeviceId],
+    ) -> Result<Vec<Observation>> {
+        if devices.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.observe(rule, Some(devices)).await
+    }
+
+    async fn observe(
+        &self,
+        rule: &AlertRule,
+        only: Option<&[DeviceId]>,
+    ) -> Result<Vec<Observation>> {
         let now = self.store.clock.now();
         let target = rule.target()?;
-        match rule.condition {
+        match &rule.condition {
+            AlertCondition::Event(c) => {
+                let mut q = sql("SELECT id FROM devices WHERE org_id = $1").bind(self.org);
+                push_target(&mut q, "id", target);
+                push_only(&mut q, "id", only);
+                q.push(" ORDER BY id");
+                let devices: Vec<(DeviceId,)> = q.fetch_all(self.store).await?;
+                let from = now - Duration::minutes(i64::from(c.window_minutes));
+                let mut q = sql("SELECT device_id, COUNT(*) FROM device_events WHERE org_id = $1")
+                    .bind(self.org);
+                crate::events::push_event_match(&mut q, c, from, now);
+                push_target(&mut q, "device_id", target);
+                push_only(&mut q, "device_id", only);
+                q.push(" GROUP BY device_id");
+                let counts: std::collections::HashMap<DeviceId, i64> = q
+                    .fetch_all::<(DeviceId, i64)>(self.store)
+                    .await?
+                    .into_iter()
+                    .collect();
+                Ok(devices
+                    .into_iter()
+                    .map(|(device_id,)| {
+                        let n = counts.get(&device_id).copied().unwrap_or(0);
+                        Observation {
+                            device_id,
+                            state: if n >= i64::from(c.count) {
+                                Observed::Breaching
+                            } else {
+                                Observed::Clear
+                            },
+                            value: Some(n as f64),
+                            samples: n,
+                        }
+                    })
+                    .collect())
+            }
             AlertCondition::Offline { minutes } => {
                 let mut q = sql("SELECT id, status, last_seen_at FROM devices WHERE org_id = $1")
                     .bind(self.org);
                 push_target(&mut q, "id", target);
+                push_only(&mut q, "id", only);
                 q.push(" ORDER BY id");
                 let rows: Vec<PresenceRow> = q.fetch_all(self.store).await?;
-                let cutoff = now - Duration::minutes(i64::from(minutes));
+                let cutoff = now - Duration::minutes(i64::from(*minutes));
                 Ok(rows
                     .into_iter()
                     .map(|r| {
@@ -864,7 +934,7 @@ impl OrgStore<'_> {
                     })
                     .collect())
             }
-            AlertCondition::Metric {
+            &AlertCondition::Metric {
                 metric,
                 comparison,
                 threshold,
@@ -887,6 +957,7 @@ impl OrgStore<'_> {
                     .bind(from)
                     .bind(now);
                     push_target(&mut q, "device_id", target);
+                    push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
                     let rows: Vec<RateRow> = q.fetch_all(self.store).await?;
                     let seconds = duration.num_seconds().max(1) as f64;
@@ -928,6 +999,7 @@ impl OrgStore<'_> {
                     .bind(threshold)
                     .bind(from);
                     push_target(&mut q, "device_id", target);
+                    push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
                     let rows: Vec<LevelRow> = q.fetch_all(self.store).await?;
                     let recent = now - SAMPLE_GAP;
@@ -979,6 +1051,18 @@ impl OrgStore<'_> {
         device: DeviceId,
         value: Option<f64>,
     ) -> Result<Option<Alert>> {
+        self.raise_alert_on(rule, device, value, &[]).await
+    }
+
+    /// [`OrgStore::raise_alert`], keeping with the alert the events it was raised on (an
+    /// event rule's newest matching events; see [`OrgStore::alert_trigger_events`]).
+    pub async fn raise_alert_on(
+        &self,
+        rule: &AlertRule,
+        device: DeviceId,
+        value: Option<f64>,
+        trigger: &[crate::DeviceEvent],
+    ) -> Result<Option<Alert>> {
         let now = self.store.clock.now();
         if rule.cooldown_minutes > 0 {
             let last: Option<Timestamp> = sql(
@@ -1004,8 +1088,8 @@ impl OrgStore<'_> {
         let actor = engine_actor();
         let mut tx = Tx::begin(&self.store.pool).await?;
         let n = sql(format!(
-            "INSERT INTO alerts ({ALERT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING"
+            "INSERT INTO alerts ({ALERT_COLUMNS}, trigger_events) VALUES ($1, $2, $3, $4, $5, \
+             $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING"
         ))
         .bind(id)
         .bind(self.org)
@@ -1021,13 +1105,22 @@ impl OrgStore<'_> {
         .bind(None::<String>)
         .bind(None::<Timestamp>)
         .bind(None::<String>)
+        .bind(if trigger.is_empty() {
+            Arg::Json(None)
+        } else {
+            Arg::json(&trigger)
+        })
         .execute(&mut tx)
         .await?;
         if n == 0 {
             drop(tx);
             return Ok(None);
         }
-        let details = serde_json::json!({ "ruleId": rule.id, "deviceId": device, "value": value });
+        let mut details =
+            serde_json::json!({ "ruleId": rule.id, "deviceId": device, "value": value });
+        if !trigger.is_empty() {
+            details["events"] = Value::from(trigger.len());
+        }
         insert_event(
             &mut tx,
             self.org,

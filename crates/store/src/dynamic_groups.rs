@@ -26,6 +26,14 @@ pub fn groups_actor() -> Actor {
     Actor::system("dynamic-groups")
 }
 
+/// Who re-evaluates time-dependent groups as time passes (membership log and audit).
+pub fn groups_clock_actor() -> Actor {
+    Actor::system("dynamic-groups-clock")
+}
+
+/// The reason logged for a change made by the periodic re-evaluation.
+pub const TIME_REEVALUATION: &str = "time re-evaluation: lastSeenMinutes moved on";
+
 /// One membership change.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct MembershipChange {
@@ -345,6 +353,45 @@ impl OrgStore<'_> {
 }
 
 impl Store {
+    /// Re-evaluates every organization's dynamic groups whose filter depends on time
+    /// ([`GroupFilter::depends_on_time`]), for all their devices, logging each change as
+    /// [`groups_clock_actor`] with [`TIME_REEVALUATION`]. A group that fails is logged and
+    /// skipped. Returns the groups changed with their changes. The caller holds the
+    /// cluster-wide lease (`claim_scheduled_run`).
+    pub async fn reevaluate_time_dependent_groups(
+        &self,
+    ) -> Result<Vec<(OrgId, DeviceGroupId, Recomputed)>> {
+        let filters: Vec<(OrgId, DeviceGroupId, sqlx::types::Json<GroupFilter>)> = sql(
+            "SELECT org_id, group_id, filter FROM device_group_filters ORDER BY org_id, group_id",
+        )
+        .fetch_all(self)
+        .await?;
+        let mut out = Vec::new();
+        for (org, group, filter) in filters {
+            if !filter.0.depends_on_time() {
+                continue;
+            }
+            match self
+                .org(org)
+                .recompute_group(
+                    group,
+                    &filter.0,
+                    None,
+                    &groups_clock_actor(),
+                    TIME_REEVALUATION,
+                )
+                .await
+            {
+                Ok(changes) if !changes.added.is_empty() || !changes.removed.is_empty() => {
+                    out.push((org, group, changes));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(%group, error = %e, "dynamic group re-evaluation failed"),
+            }
+        }
+        Ok(out)
+    }
+
     /// After a device's inventory or status changed: recomputes the dynamic groups of its
     /// organization for it. Best effort — a failure is logged, never the caller's.
     pub(crate) async fn device_facts_changed(&self, org: OrgId, device: DeviceId, reason: &str) {

@@ -27,6 +27,7 @@ mod devices;
 mod directory;
 mod dynamic_groups;
 mod error;
+mod events;
 mod idempotency;
 mod maintenance;
 mod metrics;
@@ -88,8 +89,11 @@ pub use deployments::{
 };
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
-pub use dynamic_groups::{MembershipChange, Recomputed, groups_actor};
+pub use dynamic_groups::{
+    MembershipChange, Recomputed, TIME_REEVALUATION, groups_actor, groups_clock_actor,
+};
 pub use error::{Result, StoreError};
+pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,

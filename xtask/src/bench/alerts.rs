@@ -1,16 +1,21 @@
 //! `cargo xtask bench alerts [--devices N] [--rules N] [--cycles N] [--database
-//! sqlite|postgres|both]`: the alert engine and report generation over a seeded fleet, in this
+//! sqlite|postgres|both] [--mode tick|incremental|both]`: the alert engine and report generation over a seeded fleet, in this
 //! process (no server), on a fresh store per backend (`breeze_store::testing`: a SQLite file, or
 //! a schema of the test PostgreSQL).
 //!
 //! The fleet (10,000 devices) sends one metric sample per device every 30 s, the agents' real
-//! rate (`metrics_interval_secs`), on a manual clock stepped 30 s per cycle — the engine's own
-//! tick. Twenty organization-wide rules (CPU, memory, disk, offline) are evaluated every cycle;
+//! rate (`metrics_interval_secs`), spread over the cycle (device i reports 1 + i mod 29 s into
+//! it, the clock stepped to each arrival), and the engine ticks at the end of each 30 s cycle.
+//! `--mode tick` evaluates on the tick only (metric rules rescanned every tick: the engine
+//! before incremental evaluation); `--mode incremental` also hands each arrival's devices to
+//! `AlertEngine::devices_reported`, as the server's gateway listener does, and the tick then
+//! keeps offline rules (metric rules every 10th tick). Twenty organization-wide rules (CPU, memory, disk, offline) are evaluated every cycle;
 //! from the fourth cycle 1 % of the devices run their CPU at 99 %. Per cycle this prints the
 //! engine's wall time and this process's CPU time (PostgreSQL's backends are not counted), and
 //! at the end the alert latency of the hot devices: from the moment the rule's duration was
-//! met (breach start + duration) to the raise, in the clock the engine sees (the wait for the
-//! next tick included) plus the tick's own wall time up to that point.
+//! met (the device's first hot sample + duration, which is also when the sample that meets it
+//! arrives) to the raise, in the clock the engine sees (the wait for the next tick included)
+//! plus the wall time of the evaluation that raised it.
 //!
 //! Then a 10,000-device inventory report is generated as JSON and as CSV: time, size, and the
 //! peak resident memory it added (`/proc/self/clear_refs` resets the high-water mark, then
@@ -42,7 +47,10 @@ fn audit(action: &str) -> AuditEvent {
 }
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
-    let f = super::flags(args, &["--devices", "--rules", "--cycles", "--database"])?;
+    let f = super::flags(
+        args,
+        &["--devices", "--rules", "--cycles", "--database", "--mode"],
+    )?;
     let num = |name: &str, default: u64| -> anyhow::Result<u64> {
         f.get(name).map_or(Ok(default), |v| {
             v.parse()
@@ -58,6 +66,12 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         "postgres" => vec![Backend::Postgres],
         other => anyhow::bail!("--database: {other:?} is not sqlite, postgres or both"),
     };
+    let modes = match f.get("--mode").map_or("both", String::as_str) {
+        "both" => vec![false, true],
+        "tick" => vec![false],
+        "incremental" => vec![true],
+        other => anyhow::bail!("--mode: {other:?} is not tick, incremental or both"),
+    };
     println!(
         "bench alerts: {devices} devices, {rules} rules, {cycles} cycles of {INTERVAL_SECS} s \
          ({} build)",
@@ -72,7 +86,9 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     for db in dbs {
-        rt.block_on(one_backend(db, devices, rules, cycles))?;
+        for &incremental in &modes {
+            rt.block_on(one_backend(db, devices, rules, cycles, incremental))?;
+        }
     }
     Ok(())
 }
@@ -200,11 +216,32 @@ async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<Devic
     Ok((org.id, ids))
 }
 
+/// Adds the latency of each raised alert of a hot device: from its duration being met to `now`
+/// in the engine's clock, plus the evaluation's wall time.
+async fn collect(
+    o: &breeze_store::OrgStore<'_>,
+    raised: &[uuid::Uuid],
+    first_hot: &std::collections::HashMap<DeviceId, Timestamp>,
+    now: Timestamp,
+    wall_s: f64,
+    latencies: &mut Vec<f64>,
+) -> anyhow::Result<()> {
+    for id in raised {
+        let alert = o.get_alert(*id).await?;
+        if let Some(first) = first_hot.get(&alert.device_id) {
+            let due = *first + chrono::Duration::minutes(HOT_RULE_MINUTES);
+            latencies.push((now - due).num_milliseconds() as f64 / 1000.0 + wall_s);
+        }
+    }
+    Ok(())
+}
+
 async fn one_backend(
     db: Backend,
     devices: usize,
     rules: usize,
     cycles: usize,
+    incremental: bool,
 ) -> anyhow::Result<()> {
     let start: Timestamp = "2026-03-02T09:00:00Z".parse()?;
     let clock = ManualClock::new(start);
@@ -214,7 +251,14 @@ async fn one_backend(
         Backend::Sqlite => "SQLite",
         Backend::Postgres => "PostgreSQL",
     };
-    println!("\n== {name} ==");
+    println!(
+        "\n== {name}, {} ==",
+        if incremental {
+            "incremental (on arrival + tick)"
+        } else {
+            "tick only"
+        }
+    );
     let t = Instant::now();
     let (org, ids) = seed(&store, devices).await?;
     let o = store.org(org);
@@ -235,39 +279,81 @@ async fn one_backend(
             ..EngineConfig::default()
         },
     );
-    let mut breach_start: Option<Timestamp> = None;
+    if incremental {
+        engine.enable_incremental();
+    }
+    // Device i reports this many seconds into each cycle.
+    let offset = |i: usize| 1 + (i % 29) as i64;
+    let mut arrivals: Vec<Vec<DeviceId>> = vec![Vec::new(); 30];
+    for (i, d) in ids.iter().enumerate() {
+        arrivals[offset(i) as usize].push(*d);
+    }
+    let mut first_hot: std::collections::HashMap<DeviceId, Timestamp> = Default::default();
     let mut latencies: Vec<f64> = Vec::new();
     let mut ingest_s = 0.0;
-    println!("cycle  ingest s  tick wall ms  tick CPU ms  raised  resolved");
+    let mut on_arrival_ms = 0.0;
+    println!("cycle  ingest s  arrival eval ms  tick wall ms  tick CPU ms  raised  resolved");
     let mut tick_walls = Vec::new();
     let mut tick_cpus = Vec::new();
     for cycle in 0..cycles {
-        clock.advance(chrono::Duration::seconds(INTERVAL_SECS));
-        let now = clock.now();
+        let cycle_start = clock.now();
         let hot_now = cycle >= HOT_FROM;
-        if hot_now && breach_start.is_none() {
-            breach_start = Some(now);
+        let mut raised = 0;
+        let mut arrival_ms = 0.0;
+        let mut ingest = 0.0;
+        for (secs, group) in arrivals.iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let at = cycle_start + chrono::Duration::seconds(secs as i64);
+            clock.set(at);
+            // One sample per device, as the agents send them (16 batches in flight).
+            let t = Instant::now();
+            let results: Vec<_> = futures::stream::iter(group.iter().copied())
+                .map(|d| {
+                    let store = store.clone();
+                    let cpu = if hot_now && hot_set.contains(&d) {
+                        99.0
+                    } else {
+                        20.0
+                    };
+                    async move { store.insert_metrics(d, org, &[sample(at, cpu)]).await }
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            for r in results {
+                r?;
+            }
+            ingest += t.elapsed().as_secs_f64();
+            if hot_now {
+                for d in group.iter().filter(|d| hot_set.contains(d)) {
+                    first_hot.entry(*d).or_insert(at);
+                }
+            }
+            if incremental {
+                let t = Instant::now();
+                let report = engine
+                    .devices_reported(org, group, breeze_alerts::Ingest::Metrics)
+                    .await?;
+                let wall = t.elapsed().as_secs_f64();
+                arrival_ms += wall * 1000.0;
+                raised += report.raised.len();
+                collect(
+                    &o,
+                    &report.raised,
+                    &first_hot,
+                    clock.now(),
+                    wall,
+                    &mut latencies,
+                )
+                .await?;
+            }
         }
-        // One sample per device, as the agents send them (16 batches in flight).
-        let t = Instant::now();
-        let results: Vec<_> = futures::stream::iter(ids.iter().copied())
-            .map(|d| {
-                let store = store.clone();
-                let cpu = if hot_now && hot_set.contains(&d) {
-                    99.0
-                } else {
-                    20.0
-                };
-                async move { store.insert_metrics(d, org, &[sample(now, cpu)]).await }
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        for r in results {
-            r?;
-        }
-        let ingest = t.elapsed().as_secs_f64();
         ingest_s += ingest;
+        on_arrival_ms += arrival_ms;
+        clock.set(cycle_start + chrono::Duration::seconds(INTERVAL_SECS));
+        let now = clock.now();
 
         let cpu0 = cpu_micros()?;
         let t = Instant::now();
@@ -276,20 +362,19 @@ async fn one_backend(
         let cpu = (cpu_micros()? - cpu0) as f64 / 1000.0;
         tick_walls.push(wall.as_secs_f64() * 1000.0);
         tick_cpus.push(cpu);
-        if let Some(b) = breach_start {
-            let due = b + chrono::Duration::minutes(HOT_RULE_MINUTES);
-            for id in &report.raised {
-                let alert = o.get_alert(*id).await?;
-                if hot_set.contains(&alert.device_id) {
-                    let waited = (now - due).num_milliseconds() as f64 / 1000.0;
-                    latencies.push(waited + wall.as_secs_f64());
-                }
-            }
-        }
+        raised += report.raised.len();
+        collect(
+            &o,
+            &report.raised,
+            &first_hot,
+            now,
+            wall.as_secs_f64(),
+            &mut latencies,
+        )
+        .await?;
         println!(
-            "{cycle:>5}  {ingest:>8.2}  {:>12.1}  {cpu:>11.1}  {:>6}  {:>8}",
+            "{cycle:>5}  {ingest:>8.2}  {arrival_ms:>15.1}  {:>12.1}  {cpu:>11.1}  {raised:>6}  {:>8}",
             wall.as_secs_f64() * 1000.0,
-            report.raised.len(),
             report.resolved.len()
         );
     }
@@ -307,6 +392,12 @@ async fn one_backend(
         percentile(&c, 1.0),
         percentile(&c, 0.5) / (INTERVAL_SECS as f64 * 10.0),
     );
+    if incremental {
+        println!(
+            "evaluation on arrival: {:.0} ms per cycle on average",
+            on_arrival_ms / cycles as f64
+        );
+    }
     println!(
         "ingest: {:.0} samples/s in this bench (one sample per device per cycle)",
         (devices * cycles) as f64 / ingest_s

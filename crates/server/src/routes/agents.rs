@@ -1,5 +1,5 @@
 //! The agent-facing API: enrollment, the WebSocket channel and its HTTP fallbacks (heartbeat,
-//! inventory, metrics, logs, command results), and token rotation. The wire types are
+//! inventory, metrics, logs, events, command results), and token rotation. The wire types are
 //! `breeze-agent-proto`'s; everything an agent reports goes to the [`breeze_gateway::Gateway`].
 
 use std::time::Duration;
@@ -15,8 +15,9 @@ use axum::{
     routing::{get, post},
 };
 use breeze_agent_proto::{
-    AgentFrame, CommandResult, EnrollRequest, EnrollResponse, Heartbeat, HeartbeatResponse,
-    Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, RotateTokenResponse,
+    AgentFrame, CommandResult, EnrollRequest, EnrollResponse, EventBatch, Heartbeat,
+    HeartbeatResponse, Inventory, LogBatch, MAX_EVENT_BATCH, MAX_FRAME_BYTES, MetricsBatch,
+    RotateTokenResponse,
 };
 use breeze_auth::{DevicePrincipal, Enrollment};
 use breeze_core::OsFamily;
@@ -87,7 +88,8 @@ pub(crate) fn router() -> Router<AppState> {
     let reports = Router::new()
         .route("/agents/inventory", post(inventory))
         .route("/agents/metrics", post(metrics))
-        .route("/agents/logs", post(logs));
+        .route("/agents/logs", post(logs))
+        .route("/agents/events", post(events));
     // A command's result may be as large over HTTP as over the socket (file contents in
     // base64, two streams of output as escaped JSON).
     let results = Router::new().route("/agents/commands/{id}/result", post(result));
@@ -290,6 +292,19 @@ async fn logs(
         )));
     }
     report(&state, agent, AgentFrame::Logs(batch)).await
+}
+
+async fn events(
+    State(state): State<AppState>,
+    AgentAuth(agent): AgentAuth,
+    JsonBody(batch): JsonBody<EventBatch>,
+) -> Result<StatusCode, ApiError> {
+    if batch.events.len() > MAX_EVENT_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "an event batch holds at most {MAX_EVENT_BATCH} events"
+        )));
+    }
+    report(&state, agent, AgentFrame::Events(batch)).await
 }
 
 async fn result(

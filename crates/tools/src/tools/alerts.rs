@@ -7,12 +7,12 @@
 //! found", like missing ones (the store only reaches this organization's rows).
 
 use breeze_core::{
-    AlertCondition, AlertStatus, AuditEvent, Comparison, DeviceGroupId, DeviceId, Metric,
-    Permission, Severity, SiteId, Timestamp,
+    AlertCondition, AlertStatus, AuditEvent, Comparison, DeviceGroupId, DeviceId, EventCondition,
+    Metric, Permission, Severity, SiteId, Timestamp,
 };
 use breeze_store::{
-    Alert, AlertCursor, AlertEvent, AlertFilter, AlertRule, NewRule, NotificationChannel, Observed,
-    RuleTarget, RuleUpdate, StoreError,
+    Alert, AlertCursor, AlertEvent, AlertFilter, AlertRule, DeviceEvent, NewRule,
+    NotificationChannel, Observed, RuleTarget, RuleUpdate, StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -167,6 +167,36 @@ struct AlertView {
     /// get, acknowledge, resolve: what happened to the alert, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     history: Option<Vec<AlertHistoryEntry>>,
+    /// get, acknowledge, resolve, on an event rule's alert: the newest events (at most 10)
+    /// that raised it, as they were then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    triggering_events: Option<Vec<EventView>>,
+}
+
+/// An event a device's agent reported.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct EventView {
+    at: String,
+    source: String,
+    kind: String,
+    severity: String,
+    message: String,
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    attributes: std::collections::BTreeMap<String, String>,
+}
+
+impl From<DeviceEvent> for EventView {
+    fn from(e: DeviceEvent) -> Self {
+        Self {
+            at: e.at.to_rfc3339(),
+            source: e.source,
+            kind: e.kind,
+            severity: e.severity.to_string(),
+            message: e.message,
+            attributes: e.attributes,
+        }
+    }
 }
 
 impl From<Alert> for AlertView {
@@ -186,6 +216,7 @@ impl From<Alert> for AlertView {
             resolved_at: a.resolved_at.map(|t| t.to_rfc3339()),
             resolved_by: a.resolved_by,
             history: None,
+            triggering_events: None,
         }
     }
 }
@@ -216,8 +247,12 @@ fn alert_missing(e: StoreError) -> ToolError {
 
 async fn alert_with_history(cx: &ToolCx<'_>, alert: Alert) -> Result<AlertView, ToolError> {
     let history = cx.org.alert_events(alert.id).await?;
+    let events = cx.org.alert_trigger_events(alert.id).await?;
     let mut view = AlertView::from(alert);
     view.history = Some(history.into_iter().map(AlertHistoryEntry::from).collect());
+    if !events.is_empty() {
+        view.triggering_events = Some(events.into_iter().map(EventView::from).collect());
+    }
     Ok(view)
 }
 
@@ -226,7 +261,7 @@ pub(crate) struct ManageAlerts;
 impl Tool for ManageAlerts {
     const NAME: &'static str = "manage_alerts";
     const TITLE: &'static str = "Manage alerts";
-    const DESCRIPTION: &'static str = "Alerts raised by alert rules. action=list (filtered, paged)|get (with history) read; acknowledge|resolve (Tier 2) with an optional note.";
+    const DESCRIPTION: &'static str = "Alerts raised by alert rules. action=list (filtered, paged)|get (with history and an event rule's triggering events) read; acknowledge|resolve (Tier 2) with an optional note.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AlertsRead;
     type Actions = AlertAction;
@@ -345,7 +380,7 @@ pub(crate) enum ComparisonArg {
 }
 
 // What the rule watches on each device.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub(crate) enum ConditionArg {
     // A metric past a threshold for a duration (every sample breaches; network rates are
@@ -366,11 +401,36 @@ pub(crate) enum ConditionArg {
         #[schemars(range(min = 1, max = 43200))]
         minutes: u32,
     },
+    // At least `count` matching events the device's agent reported within the last
+    // `windowMinutes`; clears (and auto-resolves) once fewer match in the window.
+    #[serde(rename_all = "camelCase")]
+    Event {
+        /// log_watch (a watched log file's matching line) or agent (the agent's own:
+        /// agent_started, command_failed, script_failed); any source when absent.
+        #[schemars(length(min = 1, max = 64))]
+        source: Option<String>,
+        /// The event kind: a log watch's name, or one of the agent's own kinds; any when
+        /// absent.
+        #[schemars(length(min = 1, max = 64))]
+        event_kind: Option<String>,
+        /// The least severity that counts (default info: all).
+        min_severity: Option<SeverityArg>,
+        /// A substring of the message, ASCII case ignored.
+        #[schemars(length(min = 1, max = 200))]
+        message_contains: Option<String>,
+        /// Matching events that breach (default 1).
+        #[schemars(range(min = 1, max = 1000))]
+        count: Option<u32>,
+        /// Required: the window counted back from now.
+        #[schemars(range(min = 1, max = 1440))]
+        window_minutes: Option<u32>,
+    },
 }
 
-impl From<ConditionArg> for AlertCondition {
-    fn from(c: ConditionArg) -> Self {
-        match c {
+impl ConditionArg {
+    /// The stored condition; an event condition without its window is refused by name.
+    fn into_condition(self) -> Result<AlertCondition, ToolError> {
+        Ok(match self {
             ConditionArg::Metric {
                 metric,
                 comparison,
@@ -393,7 +453,26 @@ impl From<ConditionArg> for AlertCondition {
                 duration_minutes,
             },
             ConditionArg::Offline { minutes } => AlertCondition::Offline { minutes },
-        }
+            ConditionArg::Event {
+                source,
+                event_kind,
+                min_severity,
+                message_contains,
+                count,
+                window_minutes,
+            } => AlertCondition::Event(EventCondition {
+                source,
+                event_kind,
+                min_severity: min_severity.map_or(Severity::Info, Severity::from),
+                message_contains,
+                count: count.unwrap_or(1),
+                window_minutes: window_minutes.ok_or_else(|| {
+                    ToolError::invalid(
+                        "condition.windowMinutes is required for an event condition (1-1440)",
+                    )
+                })?,
+            }),
+        })
     }
 }
 
@@ -476,7 +555,7 @@ struct RuleView {
     description: Option<String>,
     severity: String,
     enabled: bool,
-    /// The condition as stored (kind metric or offline).
+    /// The condition as stored (kind metric, offline or event).
     #[schemars(with = "serde_json::Map<String, Value>")]
     condition: Value,
     /// The condition in words, e.g. "cpu above 90 % for 5 min".
@@ -501,7 +580,7 @@ impl From<AlertRule> for RuleView {
         Self {
             id: r.id.to_string(),
             summary: r.condition.describe(),
-            condition: serde_json::to_value(r.condition).unwrap_or_default(),
+            condition: serde_json::to_value(&r.condition).unwrap_or_default(),
             name: r.name,
             description: r.description,
             severity: r.severity.to_string(),
@@ -655,7 +734,7 @@ pub(crate) struct ManageAlertRules;
 impl Tool for ManageAlertRules {
     const NAME: &'static str = "manage_alert_rules";
     const TITLE: &'static str = "Manage alert rules";
-    const DESCRIPTION: &'static str = "Alert rules: a metric above/below a threshold for a duration, or offline for N minutes, on a target, with severity, cooldown, auto-resolve and channels. action=list|get|test (raises nothing)|list_channels|summary read; create|update (Tier 2); delete (Tier 3).";
+    const DESCRIPTION: &'static str = "Alert rules: a metric above/below a threshold for a duration, offline for N minutes, or N agent-reported events (watched log lines, agent failures) matching source/kind/severity/text within a window, on a target, with severity, cooldown, auto-resolve and channels. action=list|get|test (raises nothing)|list_channels|summary read; create|update (Tier 2); delete (Tier 3).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AlertsRead;
     const RATE_LIMIT: Option<RateLimit> = per(15, 300);
@@ -710,6 +789,7 @@ impl Tool for ManageAlertRules {
                     .ok_or_else(|| ToolError::invalid("name is required for create"))?;
                 let condition = input
                     .condition
+                    .clone()
                     .ok_or_else(|| ToolError::invalid("condition is required for create"))?;
                 let target = input
                     .target
@@ -722,7 +802,7 @@ impl Tool for ManageAlertRules {
                     description: input.description.clone(),
                     severity: input.severity.map_or(Severity::Medium, Severity::from),
                     enabled: input.enabled.unwrap_or(true),
-                    condition: condition.into(),
+                    condition: condition.into_condition()?,
                     target,
                     cooldown_minutes: input.cooldown_minutes.unwrap_or(15),
                     auto_resolve: input.auto_resolve.unwrap_or(true),
@@ -745,7 +825,11 @@ impl Tool for ManageAlertRules {
                     description: input.description.clone(),
                     severity: input.severity.map(Severity::from),
                     enabled: input.enabled,
-                    condition: input.condition.map(AlertCondition::from),
+                    condition: input
+                        .condition
+                        .clone()
+                        .map(ConditionArg::into_condition)
+                        .transpose()?,
                     target: input.target.as_ref().map(TargetArg::resolve).transpose()?,
                     cooldown_minutes: input.cooldown_minutes,
                     auto_resolve: input.auto_resolve,
@@ -833,9 +917,9 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
         ),
         None => None,
     };
-    let condition: AlertCondition = match (input.condition, &stored) {
-        (Some(c), _) => c.into(),
-        (None, Some(rule)) => rule.condition,
+    let condition: AlertCondition = match (&input.condition, &stored) {
+        (Some(c), _) => c.clone().into_condition()?,
+        (None, Some(rule)) => rule.condition.clone(),
         (None, None) => {
             return Err(ToolError::invalid(
                 "test needs ruleId, or a condition to try as a draft",
@@ -864,7 +948,7 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
         description: None,
         severity: Severity::Medium,
         enabled: true,
-        condition,
+        condition: condition.clone(),
         target_kind: breeze_core::TargetKind::Organization,
         target_site_id: None,
         target_group_id: None,
@@ -877,7 +961,7 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
         updated_at: now,
         deleted_at: None,
     });
-    rule.condition = condition;
+    rule.condition = condition.clone();
     (
         rule.target_kind,
         rule.target_site_id,
