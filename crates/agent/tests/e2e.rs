@@ -1410,7 +1410,7 @@ async fn events_run(backend: Backend) {
     test.cleanup().await;
 }
 
-fn append_line(path: &Path, line: &str) {
+fn append_line(path: &std::path::Path, line: &str) {
     use std::io::Write;
     let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     writeln!(file, "{line}").unwrap();
