@@ -44,8 +44,10 @@ use uuid::Uuid;
 /// Frames buffered per connected agent before a push counts as failed.
 const OUTBOX: usize = 256;
 
-/// The gateway's sweep among the cluster's periodic jobs (`Store::claim_run`).
+/// The gateway's sweep and its hourly pruning among the cluster's periodic jobs
+/// (`Store::claim_scheduled_run`).
 const SWEEP_JOB: &str = "gateway.sweep";
+const PRUNE_JOB: &str = "gateway.prune";
 
 /// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
 /// it names the organization and each instance re-resolves its own agents of it.
@@ -680,40 +682,37 @@ impl Gateway {
     }
 
     /// Runs [`Gateway::sweep`] every `sweep_interval` until `stop` (pruning hourly), once per
-    /// cluster: each interval's run is claimed in the database by one of the servers sharing
-    /// it (`Store::claim_run`), and the others skip it.
+    /// cluster: each run is claimed through the store's lease rows
+    /// (`Store::claim_scheduled_run`) by one of the servers sharing the database, and the
+    /// others skip it.
     pub fn spawn_sweeper(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let gw = self.clone();
         tokio::spawn(async move {
-            let period = gw.inner.config.sweep_interval.max(Duration::from_millis(1));
-            let mut tick = tokio::time::interval(period);
-            let period_ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX);
-            let prune_every = (3_600_000 / period_ms).max(1);
+            let interval = gw.inner.config.sweep_interval.max(Duration::from_millis(1));
+            let mut tick = tokio::time::interval(interval);
+            // A little under the interval, so a tick that fires early does not skip a run.
+            let lease = chrono::Duration::from_std(interval - interval / 10)
+                .unwrap_or(chrono::Duration::seconds(5));
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
                     _ = tick.tick() => {}
                 }
                 let store = &gw.inner.store;
-                let slot = store.clock().now().timestamp_millis() / period_ms;
-                match store.claim_run(SWEEP_JOB, slot).await {
-                    Ok(true) => {}
-                    Ok(false) => continue,
+                let claimed = async |job, period| match store.claim_scheduled_run(job, period).await
+                {
+                    Ok(claimed) => claimed,
                     Err(e) => {
-                        tracing::warn!(error = %e, "could not claim the gateway sweep");
-                        continue;
+                        tracing::warn!(error = %e, job, "could not claim a gateway job");
+                        false
                     }
+                };
+                if !claimed(SWEEP_JOB, lease).await {
+                    continue;
                 }
-                let prune = slot % prune_every == 0;
+                let prune = claimed(PRUNE_JOB, chrono::Duration::minutes(59)).await;
                 if let Err(e) = gw.sweep(prune).await {
                     tracing::warn!(error = %e, "gateway sweep failed");
-                }
-                if prune
-                    && let Err(e) = store
-                        .prune_runs(store.clock().now() - chrono::Duration::days(1))
-                        .await
-                {
-                    tracing::warn!(error = %e, "could not prune claimed runs");
                 }
             }
         })

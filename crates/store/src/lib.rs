@@ -17,7 +17,6 @@ mod audit_appender;
 mod audit_retention;
 mod automations;
 mod bus;
-mod cluster_runs;
 mod commands;
 mod compliance;
 mod config_policies;

@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{Clock, DeviceStatus, OsFamily, SystemClock, UserId};
+use breeze_core::{DeviceStatus, OsFamily, SystemClock, UserId};
 use breeze_store::{Backend, NewDevice, Signal, Store, testing::TestStore};
 use tokio::sync::broadcast;
 
@@ -119,28 +119,34 @@ async fn a_store_does_not_hear_itself_and_sqlite_sends_nothing() {
 }
 
 #[tokio::test]
-async fn a_periodic_run_is_claimed_by_one_server() {
+async fn a_periodic_job_runs_on_one_server_per_period() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let test = TestStore::new(backend, Arc::new(SystemClock)).await;
         let a = test.store.clone();
         let b = a.reopen().await.unwrap();
-        // Both ask for the same slots at once: each slot goes to exactly one of them.
-        for slot in 0..20 {
-            let (x, y) = tokio::join!(
-                a.claim_run("gateway.sweep", slot),
-                b.claim_run("gateway.sweep", slot)
-            );
-            assert!(x.unwrap() ^ y.unwrap(), "{backend:?}: slot {slot}");
-        }
-        // Another job's slots are its own.
-        assert!(a.claim_run("audit.purge", 0).await.unwrap());
-        assert_eq!(
-            a.prune_runs(SystemClock.now() + chrono::Duration::seconds(1))
-                .await
-                .unwrap(),
-            21
+        let period = chrono::Duration::hours(1);
+        // Both ask at once: one of them runs it.
+        let (x, y) = tokio::join!(
+            a.claim_scheduled_run("gateway.sweep", period),
+            b.claim_scheduled_run("gateway.sweep", period)
         );
-        assert!(b.claim_run("gateway.sweep", 0).await.unwrap());
+        assert!(x.unwrap() ^ y.unwrap(), "{backend:?}");
+        // Within the period nobody does; another job is its own.
+        assert!(
+            !a.claim_scheduled_run("gateway.sweep", period)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !b.claim_scheduled_run("gateway.sweep", period)
+                .await
+                .unwrap()
+        );
+        assert!(
+            b.claim_scheduled_run("gateway.prune", period)
+                .await
+                .unwrap()
+        );
         b.close().await;
         test.cleanup().await;
     }
