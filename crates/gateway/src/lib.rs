@@ -37,7 +37,7 @@ use breeze_core::FeatureType;
 use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
 use breeze_core::{AuditEvent, DeviceId, OrgId};
 use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Signal, Store, StoreError};
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -633,26 +633,18 @@ impl Gateway {
         Ok(())
     }
 
-    /// Follows the other instances' signals until `stop` ([`breeze_store::Store::subscribe`]):
+    /// Follows the other instances' signals until `stop` ([`breeze_store::Store::follow_bus`]):
     /// claims and pushes commands queued elsewhere for agents connected here, tells them of
     /// cancellations, pushes their policies, and wakes local waiters of commands that changed
     /// elsewhere.
     pub fn spawn_bus_follower(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let gw = self.clone();
-        let mut signals = gw.inner.store.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let signal = tokio::select! {
-                    () = stop.cancelled() => break,
-                    received = signals.recv() => match received {
-                        Ok(signal) => signal,
-                        Err(broadcast::error::RecvError::Lagged(_)) => Signal::Resync,
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
-                };
-                gw.follow(signal).await;
-            }
-        })
+        self.inner
+            .store
+            .follow_bus(stop.cancelled_owned(), move |signal| {
+                let gw = gw.clone();
+                async move { gw.follow(signal).await }
+            })
     }
 
     async fn follow(&self, signal: Signal) {

@@ -37,7 +37,7 @@ use breeze_tools::{
 };
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -278,22 +278,14 @@ impl Approvals {
     /// store's cluster bus), until `stop`; without it they see the decision at their next poll.
     pub fn spawn_bus_follower(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        let mut signals = self.inner.store.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let wake = tokio::select! {
-                    () = stop.cancelled() => break,
-                    received = signals.recv() => match received {
-                        Ok(signal) => matches!(signal, Signal::ApprovalDecided | Signal::Resync),
-                        Err(broadcast::error::RecvError::Lagged(_)) => true,
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
-                };
-                if wake {
+        self.inner
+            .store
+            .follow_bus(stop.cancelled_owned(), move |signal| {
+                if matches!(signal, Signal::ApprovalDecided | Signal::Resync) {
                     this.notify_decided();
                 }
-            }
-        })
+                std::future::ready(())
+            })
     }
 
     /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`) and

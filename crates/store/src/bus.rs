@@ -181,6 +181,36 @@ impl Store {
         self.bus.subscribers.subscribe()
     }
 
+    /// Hands every signal from the other servers to `handle`, one at a time, until `stop`
+    /// completes or the bus closes. A follower that fell behind is handed [`Signal::Resync`]
+    /// in place of what it missed: the signals carry no data, so looking again at everything
+    /// is always enough.
+    pub fn follow_bus<F, Fut>(
+        &self,
+        stop: impl Future<Output = ()> + Send + 'static,
+        mut handle: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: FnMut(Signal) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let mut signals = self.subscribe();
+        tokio::spawn(async move {
+            tokio::pin!(stop);
+            loop {
+                let signal = tokio::select! {
+                    () = &mut stop => break,
+                    received = signals.recv() => match received {
+                        Ok(signal) => signal,
+                        Err(broadcast::error::RecvError::Lagged(_)) => Signal::Resync,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                };
+                handle(signal).await;
+            }
+        })
+    }
+
     /// Starts listening for the other servers' signals (PostgreSQL; a no-op on SQLite) until
     /// the store's pool closes. Each signal is applied to this store's read models, then
     /// handed to subscribers.
