@@ -571,6 +571,8 @@ impl Suite {
                     rings: vec![],
                     max_failure_percent: 0,
                     owner_actor: "system:fixture".into(),
+                    maintenance_window_only: false,
+                    window_id: None,
                 },
                 audit("deployment.create"),
             )

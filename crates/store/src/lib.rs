@@ -82,9 +82,9 @@ pub use config_policies::{
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use deployments::{
-    Advance, Control, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
-    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, Payload, Ring,
-    STEP_LEASE, deployments_actor,
+    Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
+    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, PackageAction,
+    Payload, Ring, STEP_LEASE, deployment_request_id, deployments_actor,
 };
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};

@@ -295,6 +295,7 @@ mod tests {
         ("manage_patches",              Some("cancel"),           Tier::T2, Permission::DevicesExecute),
         ("manage_patches",              Some("install"),          Tier::T3, Permission::DevicesExecute),
         ("manage_patches",              Some("rollback"),         Tier::T3, Permission::DevicesExecute),
+        ("manage_patches",              Some("remove"),           Tier::T3, Permission::DevicesExecute),
         ("manage_policies",             Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_policies",             Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_policies",             Some("compliance_status"),Tier::T1, Permission::DevicesRead),
