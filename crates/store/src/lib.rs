@@ -36,6 +36,7 @@ mod patches;
 mod protected_paths;
 mod reports;
 mod runs;
+mod scan_schedules;
 mod scheduled;
 mod scripts;
 mod security;
@@ -116,6 +117,10 @@ pub use reports::{
     ReportRequest, ReportRun, ReportUpdate,
 };
 pub use runs::RunUpdate;
+pub use scan_schedules::{
+    MAX_SCAN_INTERVAL_MINUTES, MAX_SCAN_SCHEDULES_PER_ORG, MIN_SCAN_INTERVAL_MINUTES,
+    NewScanSchedule, ScanCadence, ScanSchedule,
+};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 pub use security::{
     FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,

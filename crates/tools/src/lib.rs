@@ -326,6 +326,9 @@ mod tests {
         ("security_scan",               Some("quarantine"),       Tier::T3, Permission::FilesWrite),
         ("security_scan",               Some("remove"),           Tier::T3, Permission::FilesWrite),
         ("security_scan",               Some("restore"),          Tier::T3, Permission::FilesWrite),
+        ("security_scan",               Some("schedule"),         Tier::T3, Permission::DevicesExecute),
+        ("security_scan",               Some("list_schedules"),   Tier::T3, Permission::DevicesRead),
+        ("security_scan",               Some("unschedule"),       Tier::T3, Permission::DevicesExecute),
         ("set_agent_log_level",         None,                     Tier::T2, Permission::DevicesExecute),
         ("set_device_context",          None,                     Tier::T2, Permission::DevicesWrite),
     ];
