@@ -592,6 +592,12 @@ pub enum CommandKind {
         #[serde(default)]
         reboot_delay_minutes: u32,
     },
+    /// Remove the named installed packages with the package manager (apt: `apt-get remove -y`,
+    /// configuration files kept; dnf: `remove -y`). apt refuses the whole removal when its
+    /// simulation shows it would also remove a package not named (a dependent). No reboot.
+    /// Result: a [`PatchInstallReport`] whose packages are `removed`, `not_installed` or
+    /// `failed`. Older agents answer it with a failed result ("unknown command").
+    PackageRemove { packages: Vec<String> },
     /// Read-only Linux security checks (firewall, pending security updates, disk encryption,
     /// SSH configuration, world-writable files under system paths, listening services,
     /// antivirus/EDR presence). Each check is `pass`, `fail` or `unknown` (the agent could not
@@ -795,7 +801,7 @@ pub struct PatchScanReport {
 #[serde(rename_all = "camelCase")]
 pub struct PackageOutcome {
     pub name: String,
-    /// `installed`, `rolled_back`, `failed`, `not_available`.
+    /// `installed`, `rolled_back`, `removed`, `not_installed`, `failed`, `not_available`.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_version: Option<String>,
@@ -805,7 +811,7 @@ pub struct PackageOutcome {
     pub error: Option<String>,
 }
 
-/// What an install or rollback did, package by package, and about the reboot.
+/// What an install, rollback or removal did, package by package, and about the reboot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PatchInstallReport {

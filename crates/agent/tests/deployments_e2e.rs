@@ -10,6 +10,13 @@
 //! fails: the deployment pauses by itself, the reason recorded. The marker removed, `resume`
 //! with `retryFailed` runs the canary again, it succeeds, the next ring starts, and the
 //! deployment completes.
+//!
+//! Then a package removal deployment through the same real agent, whose package manager is a
+//! fake `apt-get` (a shell script in the temporary directory that records every invocation
+//! and answers apt's simulation) — never this machine's packages: `breeze-fake-pkg` is
+//! removed (the device succeeds, the fake saw exactly `remove -y breeze-fake-pkg`), while
+//! `breeze-fake-lib`, whose removal would also take `breeze-fake-app`, is refused by the agent
+//! before anything runs: the device fails and the deployment pauses.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -214,6 +221,144 @@ async fn deployment_run(backend: Backend) {
         assert!(actions.contains(&want), "{want} in {actions:?}");
     }
     test.cleanup().await;
+}
+
+/// The fake `apt-get`: records each invocation in `dir/apt.log`; its simulation of
+/// `remove breeze-fake-pkg` lists it (until removed), of `remove breeze-fake-lib` lists it and
+/// its dependent `breeze-fake-app`; `remove -y breeze-fake-pkg` marks it removed. Anything
+/// else is answered with nothing to do.
+fn fake_apt(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.display();
+    let apt = dir.join("fake-apt-get");
+    std::fs::write(
+        &apt,
+        format!(
+            r#"#!/bin/sh
+echo "$*" >> "{d}/apt.log"
+case " $* " in
+  *" -s "*" remove breeze-fake-pkg "*)
+    [ -f "{d}/removed" ] && echo "Package 'breeze-fake-pkg' is not installed, so not removed"       || echo "Remv breeze-fake-pkg [1.0-2]"
+    exit 0 ;;
+  *" -s "*" remove breeze-fake-lib "*)
+    echo "Remv breeze-fake-app [2.0-1]"; echo "Remv breeze-fake-lib [1.0-1]"; exit 0 ;;
+  *" remove -y breeze-fake-pkg "*)
+    touch "{d}/removed"; echo "Removing breeze-fake-pkg (1.0-2) ..."; exit 0 ;;
+  *" remove "*) echo "E: unexpected removal: $*" >&2; exit 100 ;;
+  *) exit 0 ;;
+esac
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).unwrap();
+    apt
+}
+
+async fn removal_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let apt = fake_apt(dir.path());
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    file["patching"] = json!({ "manager": "apt", "executable": apt });
+    std::fs::write(&config, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let real = file["deviceId"].as_str().unwrap().to_owned();
+    let real_id: breeze_core::DeviceId = real.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(real_id)
+    })
+    .await;
+    eventually(20, "the device online", || async {
+        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+    })
+    .await;
+    let approver = approve_everything(&f, f.org);
+    let log = || std::fs::read_to_string(dir.path().join("apt.log")).unwrap_or_default();
+
+    // Removing the package: the agent simulates, removes, checks; the device succeeds.
+    let created = call(
+        &f,
+        json!({ "action": "create", "name": "remove-fake",
+                "payload": { "kind": "package", "name": "breeze-fake-pkg", "action": "remove" },
+                "target": { "type": "device", "deviceId": real } }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let started = call(&f, json!({ "action": "start", "deploymentId": id })).await;
+    assert_eq!(started["deployment"]["status"], "running", "{started}");
+    let last = until(&f, &id, "completed").await;
+    let mine = device(&last, &real);
+    assert_eq!(mine["status"], "succeeded", "{last}");
+    let output = mine["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains("\"removed\"") && output.contains("1.0-2"),
+        "{last}"
+    );
+    let removals: Vec<String> = log()
+        .lines()
+        .filter(|l| l.starts_with("remove "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(removals, ["remove -y breeze-fake-pkg"], "{}", log());
+    assert!(dir.path().join("removed").exists());
+
+    // A removal that would take a package not named is refused on the device: it fails
+    // (the dependent named) and the deployment pauses; nothing was removed.
+    let created = call(
+        &f,
+        json!({ "action": "create", "name": "remove-lib",
+                "payload": { "kind": "package", "name": "breeze-fake-lib", "action": "remove" },
+                "target": { "type": "device", "deviceId": real } }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    call(&f, json!({ "action": "start", "deploymentId": id })).await;
+    let last = until(&f, &id, "paused").await;
+    approver.abort();
+    let mine = device(&last, &real);
+    assert_eq!(mine["status"], "failed", "{last}");
+    assert!(
+        mine["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("breeze-fake-app"),
+        "{last}"
+    );
+    assert!(
+        !log().contains("remove -y breeze-fake-lib"),
+        "nothing removed: {}",
+        log()
+    );
+    // Each removal is audited as the key that owns the deployment.
+    let page = f
+        .store
+        .org(f.org)
+        .query_audit(
+            &AuditFilter {
+                action: Some("patch.remove".into()),
+                ..AuditFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 2, "{page:?}");
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_removal_deployment_through_the_real_agent_on_sqlite() {
+    removal_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_removal_deployment_through_the_real_agent_on_postgres() {
+    removal_run(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

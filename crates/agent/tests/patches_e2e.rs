@@ -297,6 +297,23 @@ async fn patch_run(backend: Backend) {
             .is_some_and(|r| r.applied["patchScanIntervalMinutes"] == 30)
     })
     .await;
+    // What the agent applied matches the effective configuration: no drift on the setting.
+    let effective = call(
+        &f,
+        "get_effective_configuration",
+        json!({ "deviceId": device }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        effective["effective"]["patch"]["scanIntervalMinutes"]["value"], 30,
+        "{effective}"
+    );
+    assert_eq!(
+        effective["applied"]["values"]["patchScanIntervalMinutes"], 30,
+        "{effective}"
+    );
+    assert_eq!(effective["drift"], json!([]), "{effective}");
     f.stop.cancel();
     test.cleanup().await;
 }

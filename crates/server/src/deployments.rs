@@ -14,8 +14,21 @@
 //!    checked again after each call, so a failing canary stops the rest of its ring too.
 //!    Devices offline when their turn comes are skipped (they count neither way).
 //!
-//! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` (a script payload) or
-//! `manage_patches` `install` (a package payload, then followed through its patch job) through
+//! **Maintenance windows.** A deployment created with `when=maintenance_window` sends a
+//! device's run only while a window is open for it — the one it names (`windowId`, as
+//! `manage_patches` install in a window), else any enabled window covering the device. The
+//! others stay pending, deferred with the reason and the next opening (when known), and are
+//! sent at the first tick after their window opens; a ring is done only when they are.
+//!
+//! **Cancelling** ([`OrgStore::control_deployment`]) withdraws, in the cancel's transaction, the
+//! approval requests the deployment's runs still wait for (pending, or approved and unclaimed):
+//! nobody can approve them, the approval resumer never runs them, and a call waiting on one
+//! ends refused; their devices are skipped, the reason naming the cancelled deployment. A send
+//! under way when the cancel lands withdraws what it just requested itself.
+//!
+//! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` (a script payload),
+//! `manage_patches` `install` (a package payload, then followed through its patch job) or
+//! `manage_patches` `remove` (a package removal, answered per device) through
 //! [`Pipeline::call`] as the deployment's owner — the credential that created it, then whoever
 //! last started or resumed it — rebuilt as it stands now: the guard and the approvals apply
 //! exactly as to an MCP call. A key without `ai:execute` is refused (the deployment pauses
@@ -30,8 +43,8 @@ use breeze_core::{
 };
 use breeze_pipeline::{CallOutcome, Pipeline};
 use breeze_store::{
-    Advance, Deployment, DeviceOutcome, DeviceResult, OrgStore, PatchJobDevice, Payload,
-    STEP_LEASE, Store, StoreError,
+    Advance, Deferral, Deployment, DeploymentDevice, DeviceOutcome, DeviceResult, OrgStore,
+    PackageAction, PatchJobDevice, Payload, STEP_LEASE, Store, StoreError, deployment_request_id,
 };
 use breeze_tools::CallOptions;
 use serde_json::{Value, json};
@@ -71,6 +84,22 @@ pub struct DeploymentWorker {
     pipeline: Pipeline,
     config: DeploymentConfig,
     steps: TaskTracker,
+}
+
+/// What sending a ring's next devices came to.
+enum Sent {
+    /// Devices were sent or skipped: gate again.
+    Progress,
+    /// No pending device is in its maintenance window now.
+    Waiting,
+    /// The deployment must pause: its owner cannot run it.
+    Pause(String),
+}
+
+/// ", the next opens at …" for a deferral's reason.
+fn opens(next: Option<breeze_core::Timestamp>) -> String {
+    next.map(|t| format!(", next opening at {}", t.to_rfc3339()))
+        .unwrap_or_default()
 }
 
 /// How one device's `run_script` outcome counts in a deployment (`None`: still running).
@@ -136,6 +165,41 @@ fn job_started(answer: &Value, devices: &[DeviceId]) -> Vec<DeviceResult> {
             devices.iter().map(|d| failed(*d, &why)).collect()
         }
     }
+}
+
+/// The devices of a `manage_patches` remove answer: each device's removal as it came back
+/// (offline: skipped; still running when the call returned: failed, saying so).
+fn removal_results(answer: &Value, devices: &[DeviceId]) -> Vec<DeviceResult> {
+    let removals = answer["removals"].as_array().cloned().unwrap_or_default();
+    devices
+        .iter()
+        .map(|d| {
+            let Some(r) = removals
+                .iter()
+                .find(|r| r["deviceId"].as_str() == Some(d.to_string().as_str()))
+            else {
+                return failed(*d, "manage_patches remove gave no answer for this device");
+            };
+            let status = match r["status"].as_str() {
+                Some("succeeded") => DeviceRunStatus::Succeeded,
+                Some("offline") => DeviceRunStatus::Skipped,
+                _ => DeviceRunStatus::Failed,
+            };
+            DeviceResult {
+                device_id: *d,
+                status: Some(status),
+                command_id: r["commandId"].as_str().map(str::to_owned),
+                output: r
+                    .get("packages")
+                    .map(|p| p.to_string().chars().take(1000).collect()),
+                error: r["error"].as_str().map(str::to_owned).or_else(|| {
+                    (status == DeviceRunStatus::Failed)
+                        .then(|| format!("removal {}", r["status"].as_str().unwrap_or("failed")))
+                }),
+                ..DeviceResult::default()
+            }
+        })
+        .collect()
 }
 
 /// How a device's part of patch job `job` counts (`None`: not final yet).
@@ -252,26 +316,125 @@ impl DeploymentWorker {
                     return Ok(());
                 }
                 Gate::Continue if tally.pending == 0 => return Ok(()),
-                Gate::Continue => {
-                    if let Some(reason) = self.send(&org, &d).await? {
+                Gate::Continue => match self.send(&org, &d).await? {
+                    Sent::Progress => {}
+                    // Every pending device is outside its window: the next tick looks again.
+                    Sent::Waiting => return Ok(()),
+                    Sent::Pause(reason) => {
                         org.advance_deployment(&d, Advance::Pause(reason)).await?;
                         return Ok(());
                     }
-                }
+                },
             }
         }
     }
 
-    /// Sends the next [`DEVICES_PER_CALL`] pending devices of the current ring. `Some(why)`
-    /// when the deployment must pause because its owner cannot run it.
-    async fn send(&self, org: &OrgStore<'_>, d: &Deployment) -> Result<Option<String>, StoreError> {
+    /// Of a deployment's `pending` devices, those whose maintenance window is open now (all of
+    /// them unless the deployment runs only in windows); the others are deferred, saying why
+    /// and when their next window opens.
+    async fn in_window(
+        &self,
+        org: &OrgStore<'_>,
+        d: &Deployment,
+        pending: &[DeploymentDevice],
+    ) -> Result<Vec<DeviceId>, StoreError> {
+        let ids: Vec<DeviceId> = pending.iter().map(|p| p.device_id).collect();
+        if !d.maintenance_window_only {
+            return Ok(ids);
+        }
+        let now = self.store.clock().now();
+        let (open, deferrals) = match d.window_id {
+            Some(w) => {
+                let (is_open, reason, until) = match org.get_window(w).await {
+                    Ok(w) if !w.enabled => (
+                        false,
+                        format!("deferred: its maintenance window {:?} is disabled", w.name),
+                        None,
+                    ),
+                    Ok(w) => {
+                        let next = w.current_or_next(now).map(|o| o.starts_at);
+                        (
+                            w.open_at(now).is_some(),
+                            format!(
+                                "deferred: outside maintenance window {:?}{}",
+                                w.name,
+                                opens(next)
+                            ),
+                            next,
+                        )
+                    }
+                    Err(StoreError::NotFound(_)) => (
+                        false,
+                        "deferred: its maintenance window no longer exists".into(),
+                        None,
+                    ),
+                    Err(e) => return Err(e),
+                };
+                if is_open {
+                    (ids, Vec::new())
+                } else {
+                    let deferrals = ids
+                        .iter()
+                        .map(|id| Deferral {
+                            device_id: *id,
+                            reason: reason.clone(),
+                            until,
+                        })
+                        .collect();
+                    (Vec::new(), deferrals)
+                }
+            }
+            None => {
+                let covering = org.windows_covering(&ids).await?;
+                let (mut open, mut deferrals) = (Vec::new(), Vec::new());
+                for id in ids {
+                    let windows = covering.get(&id).map(Vec::as_slice).unwrap_or_default();
+                    if windows.iter().any(|w| w.open_at(now).is_some()) {
+                        open.push(id);
+                        continue;
+                    }
+                    let next = windows
+                        .iter()
+                        .filter_map(|w| w.current_or_next(now).map(|o| (o.starts_at, w)))
+                        .min_by_key(|(t, _)| *t);
+                    let reason = match next {
+                        _ if windows.is_empty() => {
+                            "deferred: no enabled maintenance window covers this device".into()
+                        }
+                        Some((t, w)) => format!(
+                            "deferred: outside its maintenance windows; {:?}{}",
+                            w.name,
+                            opens(Some(t))
+                        ),
+                        None => "deferred: none of its maintenance windows opens again".into(),
+                    };
+                    deferrals.push(Deferral {
+                        device_id: id,
+                        reason,
+                        until: next.map(|(t, _)| t),
+                    });
+                }
+                (open, deferrals)
+            }
+        };
+        org.defer_deployment_devices(d.id, &deferrals).await?;
+        Ok(open)
+    }
+
+    /// Sends the next [`DEVICES_PER_CALL`] pending devices of the current ring (those in their
+    /// maintenance window, for a deployment that waits for windows).
+    async fn send(&self, org: &OrgStore<'_>, d: &Deployment) -> Result<Sent, StoreError> {
         let pending = org
             .deployment_devices(d.id, Some(d.current_ring), Some(DeviceRunStatus::Pending))
             .await?;
+        let ready = self.in_window(org, d, &pending).await?;
+        if ready.is_empty() {
+            return Ok(Sent::Waiting);
+        }
         let mut skipped = Vec::new();
         let mut online = Vec::new();
-        for p in pending.iter().take(DEVICES_PER_CALL) {
-            match org.get_device(p.device_id).await {
+        for id in ready.into_iter().take(DEVICES_PER_CALL) {
+            match org.get_device(id).await {
                 Ok(device) if device.status == DeviceStatus::Online => online.push(device.id),
                 Ok(device) => skipped.push(DeviceResult {
                     device_id: device.id,
@@ -283,7 +446,7 @@ impl DeploymentWorker {
                     ..DeviceResult::default()
                 }),
                 Err(StoreError::NotFound(_)) => skipped.push(DeviceResult {
-                    device_id: p.device_id,
+                    device_id: id,
                     status: Some(DeviceRunStatus::Skipped),
                     error: Some("the device no longer exists".into()),
                     ..DeviceResult::default()
@@ -293,11 +456,11 @@ impl DeploymentWorker {
         }
         org.record_deployment_results(d.id, &skipped).await?;
         if online.is_empty() {
-            return Ok(None);
+            return Ok(Sent::Progress);
         }
         let standing = match owner_runs::acting_as(&self.store, d.org_id, &d.owner_actor).await? {
             Ok(s) => s,
-            Err(why) => return Ok(Some(why)),
+            Err(why) => return Ok(Sent::Pause(why)),
         };
         org.deployment_devices_running(d.id, &online).await?;
         let caller = standing.caller();
@@ -312,7 +475,14 @@ impl DeploymentWorker {
                     parameters,
                     timeout_seconds: Some(i64::from(*timeout_seconds)),
                 };
-                let called = owner_runs::call_script(&self.pipeline, &caller, call, &online).await;
+                let called = owner_runs::call_script(
+                    &self.pipeline,
+                    &caller,
+                    call,
+                    &online,
+                    Some(deployment_request_id(d.id)),
+                )
+                .await;
                 let mut results: BTreeMap<DeviceId, DeviceResult> = online
                     .iter()
                     .map(|id| {
@@ -329,34 +499,77 @@ impl DeploymentWorker {
                 }
                 (results.into_values().collect(), called.refusal)
             }
-            Payload::Package { name } => self.install(&caller, name, &online).await,
+            Payload::Package { name, action } => {
+                self.package(&caller, d.id, name, *action, &online).await
+            }
         };
+        // Cancelled while the call waited for a person: the cancel withdrew its request, so
+        // the refusal is the cancel's, not the devices' failure.
+        let (mut results, refusal) = (results, refusal);
+        if refusal.is_some()
+            && org.get_deployment(d.id).await?.status == DeploymentStatus::Cancelled
+        {
+            for r in results
+                .iter_mut()
+                .filter(|r| r.status == Some(DeviceRunStatus::Failed))
+            {
+                r.status = Some(DeviceRunStatus::Skipped);
+                r.error = Some(format!(
+                    "the deployment was cancelled while its run waited for approval; {}",
+                    r.error.as_deref().unwrap_or("the request was withdrawn")
+                ));
+            }
+        }
         org.record_deployment_results(d.id, &results).await?;
-        Ok(refusal.map(|why| format!("its run as {} was refused: {why}", standing.actor)))
+        // A cancel that came while this call was out could not see the approval request it
+        // made: withdraw it now, so a person cannot approve it and nothing runs.
+        let withdrawn = org.withdraw_cancelled_deployment_approvals(d.id).await?;
+        if !withdrawn.is_empty() {
+            tracing::info!(deployment = %d.id, ?withdrawn, "withdrew the approval requests of a deployment cancelled mid-send");
+            return Ok(Sent::Progress);
+        }
+        Ok(match refusal {
+            Some(why) => Sent::Pause(format!("its run as {} was refused: {why}", standing.actor)),
+            None => Sent::Progress,
+        })
     }
 
-    /// Installs package `name` on `devices` through `manage_patches` as `caller`: each device
-    /// then waits for the patch job (or the approval request that will start it).
-    async fn install(
+    /// Installs package `name` on `devices` through `manage_patches` as `caller` (each device
+    /// then waits for the patch job, or the approval request that will start it), or removes
+    /// it (each device's answer is in the call's, or the approved call's).
+    async fn package(
         &self,
         caller: &breeze_pipeline::Caller<'_>,
+        deployment: Uuid,
         name: &str,
+        action: PackageAction,
         devices: &[DeviceId],
     ) -> (Vec<DeviceResult>, Option<String>) {
-        let args = json!({
-            "action": "install",
-            "deviceIds": devices.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-            "packageNames": [name],
-            "when": "now",
-            "rebootPolicy": "never",
-        });
+        let ids: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+        let args = match action {
+            PackageAction::Install => json!({
+                "action": "install",
+                "deviceIds": ids,
+                "packageNames": [name],
+                "when": "now",
+                "rebootPolicy": "never",
+            }),
+            PackageAction::Remove => json!({
+                "action": "remove",
+                "deviceIds": ids,
+                "packageNames": [name],
+            }),
+        };
         let outcome = self
             .pipeline
             .call(
                 caller,
                 "manage_patches",
                 args,
-                CallOptions::default(),
+                CallOptions {
+                    request_id: Some(deployment_request_id(deployment)),
+                    ..CallOptions::default()
+                },
                 &CancellationToken::new(),
             )
             .await;
@@ -364,7 +577,10 @@ impl DeploymentWorker {
         match outcome {
             CallOutcome::Output(raw) => {
                 let answer: Value = serde_json::from_str(raw.get()).unwrap_or_default();
-                (job_started(&answer, devices), None)
+                match action {
+                    PackageAction::Install => (job_started(&answer, devices), None),
+                    PackageAction::Remove => (removal_results(&answer, devices), None),
+                }
             }
             CallOutcome::Pending(record) => (
                 devices
@@ -403,6 +619,11 @@ impl DeploymentWorker {
             let mut results = Vec::new();
             for r in &records {
                 match (r.tool.as_str(), r.status.as_str(), &r.result) {
+                    ("manage_patches", "completed", Some(answer))
+                        if r.arguments["action"] == "remove" =>
+                    {
+                        results.extend(removal_results(answer, &owner_runs::approval_devices(r)));
+                    }
                     ("manage_patches", "completed", Some(answer)) => {
                         results.extend(job_started(answer, &owner_runs::approval_devices(r)));
                     }

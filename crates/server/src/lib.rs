@@ -21,6 +21,7 @@ pub mod oauth;
 mod owner_runs;
 mod pages;
 mod routes;
+pub mod scan_schedules;
 
 use std::{sync::Arc, time::Duration};
 
@@ -537,6 +538,11 @@ pub async fn serve(
         breeze.state.store.clone(),
         breeze.state.pipeline.clone(),
         breeze.state.config.deployments.clone(),
+    ))
+    .spawn(sweeper_stop.clone());
+    Arc::new(scan_schedules::ScanScheduleWorker::new(
+        breeze.state.store.clone(),
+        breeze.state.pipeline.clone(),
     ))
     .spawn(sweeper_stop.clone());
     if breeze.state.store.has_write_ahead_log() {

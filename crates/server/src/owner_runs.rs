@@ -151,12 +151,13 @@ pub(crate) struct Called {
 }
 
 /// Calls `run_script` on `devices` (at most [`DEVICES_PER_CALL`]) through the pipeline as
-/// `caller`.
+/// `caller`, with `request_id` on its approval request and audit records when given.
 pub(crate) async fn call_script(
     pipeline: &Pipeline,
     caller: &breeze_pipeline::Caller<'_>,
     script: ScriptCall<'_>,
     devices: &[DeviceId],
+    request_id: Option<String>,
 ) -> Called {
     let mut args = json!({
         "scriptId": script.script_id.to_string(),
@@ -171,7 +172,10 @@ pub(crate) async fn call_script(
             caller,
             "run_script",
             args,
-            CallOptions::default(),
+            CallOptions {
+                request_id,
+                ..CallOptions::default()
+            },
             &CancellationToken::new(),
         )
         .await;
@@ -253,7 +257,7 @@ pub(crate) async fn run_script_as(
 ) -> Dispatched {
     let mut done = Dispatched::default();
     for chunk in devices.chunks(DEVICES_PER_CALL) {
-        let called = call_script(pipeline, caller, script, chunk).await;
+        let called = call_script(pipeline, caller, script, chunk, None).await;
         done.outcomes.extend(called.outcomes);
         done.approvals.extend(called.approval);
         done.refusals.extend(called.refusal);

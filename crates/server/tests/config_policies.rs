@@ -361,6 +361,62 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
         "{drifted}"
     );
 
+    // The patch scan interval the agent applies drifts the same way.
+    let patch = w
+        .store
+        .org(w.org_a)
+        .create_config_policy(
+            policy(
+                "patch cadence",
+                vec![(FeatureType::Patch, json!({ "scanIntervalMinutes": 30 }))],
+            ),
+            audit("config_policy.create"),
+        )
+        .await
+        .unwrap();
+    tool(
+        app,
+        &w.write,
+        "apply_configuration_policy",
+        json!({ "configPolicyId": patch.id.to_string(), "level": "organization",
+                "targetId": w.org_a.to_string() }),
+    )
+    .await;
+    w.store
+        .record_config_report(
+            device,
+            w.org_a,
+            Some("stale"),
+            &json!({ "metricsIntervalSecs": 10, "inventoryIntervalSecs": 3600, "logLevel": "warn",
+                     "patchScanIntervalMinutes": 1440 }),
+        )
+        .await
+        .unwrap();
+    let drifted = tool(
+        app,
+        &w.read,
+        "get_effective_configuration",
+        json!({ "deviceId": w.a_device }),
+    )
+    .await;
+    assert_eq!(
+        drifted["drift"],
+        json!([{ "setting": "patch.scanIntervalMinutes", "desired": 30, "applied": 1440 }]),
+        "{drifted}"
+    );
+    let assignment_patch =
+        drifted["effective"]["patch"]["scanIntervalMinutes"]["source"]["assignmentId"]
+            .as_str()
+            .map(str::to_owned);
+    assert!(assignment_patch.is_some(), "{drifted}");
+    tool(
+        app,
+        &w.write,
+        "remove_configuration_policy_assignment",
+        json!({ "assignmentId": assignment_patch.unwrap() }),
+    )
+    .await;
+
     // The preview of removing it is the way back; removing it does exactly that.
     let preview = tool(
         app,

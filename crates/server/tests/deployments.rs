@@ -26,7 +26,8 @@ use breeze_server::{
     deployments::{DeploymentConfig, DeploymentWorker},
 };
 use breeze_store::{
-    AuditFilter, Control, Decision, Deployment, NewDevice, NewScript, testing::Ctx,
+    AuditFilter, Control, Decision, Deployment, NewDevice, NewScript, NewWindow, RuleTarget,
+    WindowUpdate, testing::Ctx,
 };
 use common::{World, audit, code, tool, world};
 use serde_json::{Value, json};
@@ -608,6 +609,7 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     let w = world(&cx).await;
     let app = quick_app(&w);
     let exec = exec_key(&w, w.org_a).await;
+    // A removal is a package payload too (its runs: manage_patches remove, Tier 3).
     let r = tool(
         &app,
         &exec,
@@ -616,14 +618,35 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
                 "payload": { "kind": "package", "name": "htop", "action": "remove" } }),
     )
     .await;
-    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cannot remove"),
-        "{r}"
+    assert_eq!(r["deployment"]["payload"]["action"], "remove", "{r}");
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "rm",
+                "payload": { "kind": "package", "name": "-y", "action": "remove" } }),
+    )
+    .await;
+    assert_eq!(
+        code(&r),
+        "INVALID_ARGUMENT",
+        "an option is not a package: {r}"
     );
+    // manage_patches remove is Tier 3: a write key cannot; an execute key waits for a person;
+    // a name that is an option is refused.
+    let rm = json!({ "action": "remove", "deviceIds": [w.a_device], "packageNames": ["htop"] });
+    let r = tool(&app, &w.write, "manage_patches", rm.clone()).await;
+    assert_eq!(r["rpcError"]["data"]["code"], "INSUFFICIENT_SCOPE", "{r}");
+    let r = tool(&app, &exec, "manage_patches", rm).await;
+    assert_eq!(r["status"], "pending_approval", "{r}");
+    let r = tool(
+        &app,
+        &exec,
+        "manage_patches",
+        json!({ "action": "remove", "deviceIds": [w.a_device], "packageNames": ["--purge"] }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
     // The device's last scan offers the package.
     let device: DeviceId = w.a_device.parse().unwrap();
     let report = breeze_agent_proto::PatchScanReport {
@@ -731,9 +754,405 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     assert_eq!(get(&w, &id).await.status, DeploymentStatus::Completed);
 }
 
+/// Cancelling a deployment withdraws the approval requests its runs wait for: nobody can
+/// approve them any more, the resumer never runs them, their devices are skipped saying the
+/// deployment was cancelled, and a worker call that was waiting on one stops waiting.
+async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let script = script_id(&w, w.org_a).await;
+    let second = device(&w, w.org_a, "web-02", true).await;
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "to-cancel",
+                "payload": { "kind": "script", "scriptId": script },
+                "rings": [ { "deviceIds": [w.a_device, second] } ] }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let did: Uuid = id.parse().unwrap();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+
+    // A worker whose calls wait for the decision (an hour: only a withdrawal ends it early).
+    let mut state = quick_state(&w);
+    let mut config: ServerConfig = (*state.config).clone();
+    config.approvals.wait = std::time::Duration::from_secs(3600);
+    config.approvals.poll = std::time::Duration::from_millis(20);
+    state = AppState::new(
+        w.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let waiting = Arc::new(DeploymentWorker::new(
+        w.store.clone(),
+        state.pipeline,
+        DeploymentConfig::default(),
+    ));
+    assert_eq!(waiting.tick().await.unwrap().stepped, 1);
+    let o = w.store.org(w.org_a);
+    let approval = loop {
+        let pending = o.list_approvals(true, 10).await.unwrap();
+        if let Some(a) = pending.iter().find(|a| a.tool == "run_script") {
+            break a.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(approval.tool, "run_script");
+    assert_eq!(approval.arguments["deviceIds"].as_array().unwrap().len(), 2);
+
+    // The cancel (what an approved `cancel` does).
+    o.control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
+        .await
+        .unwrap();
+    let r = o.get_approval(approval.id).await.unwrap();
+    assert_eq!(r.status, "withdrawn", "{r:?}");
+    let reason = r.reason.clone().unwrap();
+    assert!(
+        reason.contains("to-cancel") && reason.contains("cancelled"),
+        "{reason}"
+    );
+
+    // The worker's waiting call ends (refused: withdrawn) instead of waiting out its hour;
+    // the guard only turns a hang into a failure.
+    tokio::time::timeout(std::time::Duration::from_secs(120), waiting.settle())
+        .await
+        .expect("the waiting run_script call stopped when its request was withdrawn");
+
+    // Both devices are skipped with the reason, even after the refused call answered.
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    assert_eq!(parts.len(), 2);
+    for p in &parts {
+        assert_eq!(p.status, DeviceRunStatus::Skipped, "{p:?}");
+        let e = p.error.clone().unwrap();
+        assert!(e.contains("cancelled") && e.contains("withdrawn"), "{e}");
+    }
+    assert_eq!(get(&w, &id).await.status, DeploymentStatus::Cancelled);
+
+    // Nobody can approve it now, and the resumer has nothing to run.
+    let late = o
+        .decide_approval(
+            approval.id,
+            Decision::Approve,
+            w.admin,
+            None,
+            audit("approve"),
+        )
+        .await;
+    assert!(late.is_err(), "a withdrawn request cannot be approved");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let resumer = quick_state(&w)
+        .pipeline
+        .approvals()
+        .spawn_resumer(stop.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    stop.cancel();
+    resumer.await.unwrap();
+    assert_eq!(commands(&w).await, 0, "nothing reached a device");
+    assert_eq!(
+        o.get_approval(approval.id).await.unwrap().status,
+        "withdrawn"
+    );
+
+    // The withdrawal and the cancel are on record.
+    let page = o
+        .query_audit(
+            &AuditFilter {
+                resource_id: Some(approval.id.to_string()),
+                ..AuditFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(
+        page.records
+            .iter()
+            .any(|r| r.event.action == "approval.withdraw"),
+        "{page:?}"
+    );
+    let cancel = o
+        .query_audit(
+            &AuditFilter {
+                resource_id: Some(id.clone()),
+                action: Some("deployment.cancel".into()),
+                ..AuditFilter::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancel.records[0].event.details["withdrawnApprovals"][0],
+        approval.id.to_string(),
+        "{cancel:?}"
+    );
+}
+
+/// A window as the tests make them.
+fn window(name: &str, target: RuleTarget, time_zone: &str, schedule: Value) -> NewWindow {
+    NewWindow {
+        name: name.into(),
+        description: None,
+        target,
+        time_zone: time_zone.into(),
+        schedule: serde_json::from_value(schedule).unwrap(),
+        suppress_alerts: false,
+        enabled: true,
+        created_by: "test".into(),
+    }
+}
+
+/// A deployment with when=maintenance_window sends a device's run only while a window is
+/// open for it (under the test clock): the device in an open window goes at once, the one
+/// whose weekly window (Europe/Berlin) opens later is deferred with that opening and goes when
+/// it opens, one no window covers waits saying so. windowId narrows it to one window; a
+/// disabled or another organization's window is refused.
+async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
+    // Monday 2026-03-02, 10:00 UTC (11:00 in Berlin).
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let script = script_id(&w, w.org_a).await;
+    let night = device(&w, w.org_a, "night-01", true).await;
+    let bare = device(&w, w.org_a, "bare-01", true).await;
+    let o = w.store.org(w.org_a);
+    let id_of = |s: &str| DeviceId(s.parse().unwrap());
+    let group = o
+        .create_group("wave", None, None, audit("g"))
+        .await
+        .unwrap();
+    for d in [&w.a_device, &night, &bare] {
+        o.add_to_group(group.id, id_of(d)).await.unwrap();
+    }
+    o.create_window(
+        window(
+            "now-ish",
+            RuleTarget::Device(id_of(&w.a_device)),
+            "UTC",
+            json!({ "kind": "once", "startsAt": "2026-03-02T09:30:00Z",
+                    "endsAt": "2026-03-02T10:30:00Z" }),
+        ),
+        audit("w"),
+    )
+    .await
+    .unwrap();
+    // Mondays 13:00-14:00 in Berlin: 12:00 UTC in March.
+    let berlin = o
+        .create_window(
+            window(
+                "berlin-lunch",
+                RuleTarget::Device(id_of(&night)),
+                "Europe/Berlin",
+                json!({ "kind": "weekly", "days": ["mon"], "startTime": "13:00",
+                        "durationMinutes": 60 }),
+            ),
+            audit("w"),
+        )
+        .await
+        .unwrap();
+
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "in-windows", "when": "maintenance_window",
+                "payload": { "kind": "script", "scriptId": script },
+                "target": { "type": "group", "groupId": group.id.to_string() } }),
+    )
+    .await;
+    assert_eq!(
+        created["deployment"]["when"], "maintenance_window",
+        "{created}"
+    );
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let did: Uuid = id.parse().unwrap();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+    let worker = worker(&w);
+    tick(&worker).await;
+
+    let part = |parts: &[breeze_store::DeploymentDevice], d: &str| {
+        parts
+            .iter()
+            .find(|p| p.device_id == id_of(d))
+            .unwrap()
+            .clone()
+    };
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let web = part(&parts, &w.a_device);
+    assert_eq!(web.status, DeviceRunStatus::Running, "{web:?}");
+    assert!(web.approval_id.is_some(), "its run went out: {web:?}");
+    let n = part(&parts, &night);
+    assert_eq!(n.status, DeviceRunStatus::Pending, "{n:?}");
+    assert_eq!(n.deferred_until, Some(at("2026-03-02T12:00:00Z")), "{n:?}");
+    assert!(
+        n.deferred_reason
+            .as_deref()
+            .unwrap()
+            .contains("berlin-lunch"),
+        "{n:?}"
+    );
+    let b = part(&parts, &bare);
+    assert_eq!(b.status, DeviceRunStatus::Pending, "{b:?}");
+    assert!(
+        b.deferred_reason
+            .as_deref()
+            .unwrap()
+            .contains("no enabled maintenance window"),
+        "{b:?}"
+    );
+    assert_eq!(b.deferred_until, None);
+    // The tool says so.
+    let s = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "device_status", "deploymentId": id }),
+    )
+    .await;
+    let row = s["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["deviceId"] == night.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(row["status"], "deferred", "{s}");
+    assert_eq!(row["nextWindowAt"], "2026-03-02T12:00:00+00:00", "{s}");
+    assert_eq!(s["deployment"]["rings"][0]["deferred"], 2, "{s}");
+    assert_eq!(s["deployment"]["status"], "running", "{s}");
+
+    // Still outside: another tick sends nothing more.
+    cx.clock.set(at("2026-03-02T11:59:00Z"));
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    assert_eq!(part(&parts, &night).status, DeviceRunStatus::Pending);
+
+    // Berlin's window opens: night-01 goes out at the next tick; bare-01 still waits.
+    cx.clock.set(at("2026-03-02T12:01:00Z"));
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let n = part(&parts, &night);
+    assert_eq!(n.status, DeviceRunStatus::Running, "{n:?}");
+    assert!(
+        n.approval_id.is_some() && n.deferred_reason.is_none(),
+        "{n:?}"
+    );
+    let approval = o.get_approval(n.approval_id.unwrap()).await.unwrap();
+    assert_eq!(approval.arguments["deviceIds"], json!([night]));
+    assert_eq!(part(&parts, &bare).status, DeviceRunStatus::Pending);
+
+    // windowId: only that window counts; it must be this organization's and enabled.
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "one-window", "when": "maintenance_window",
+                "windowId": berlin.id.to_string(),
+                "payload": { "kind": "script", "scriptId": script },
+                "target": { "type": "device", "deviceId": bare } }),
+    )
+    .await;
+    assert_eq!(r["deployment"]["windowId"], berlin.id.to_string(), "{r}");
+    let one = r["deployment"]["id"].as_str().unwrap().to_owned();
+    start_as(&w, &one, &owner).await;
+    tick(&worker).await;
+    let bp = o
+        .deployment_devices(one.parse().unwrap(), None, None)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        bp.status,
+        DeviceRunStatus::Running,
+        "berlin-lunch is open: {bp:?}"
+    );
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "x", "windowId": berlin.id.to_string(),
+                "payload": { "kind": "script", "scriptId": script } }),
+    )
+    .await;
+    assert_eq!(
+        r["deployment"]["when"], "now",
+        "windowId without when is ignored: {r}"
+    );
+    assert!(r["deployment"]["windowId"].is_null(), "{r}");
+    let theirs = w
+        .store
+        .org(w.org_b)
+        .create_window(
+            window(
+                "theirs",
+                RuleTarget::Organization,
+                "UTC",
+                json!({ "kind": "weekly", "days": ["mon"], "startTime": "00:00",
+                           "durationMinutes": 1440 }),
+            ),
+            audit("w"),
+        )
+        .await
+        .unwrap();
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "x", "when": "maintenance_window",
+                "windowId": theirs.id.to_string(),
+                "payload": { "kind": "script", "scriptId": script } }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    o.update_window(
+        berlin.id,
+        WindowUpdate {
+            enabled: Some(false),
+            ..WindowUpdate::default()
+        },
+        audit("w"),
+    )
+    .await
+    .unwrap();
+    let r = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "x", "when": "maintenance_window",
+                "windowId": berlin.id.to_string(),
+                "payload": { "kind": "script", "scriptId": script } }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "disabled window: {r}");
+
+    // Cancelling withdraws both devices' waiting approvals; bare-01 (pending) is skipped.
+    o.control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
+        .await
+        .unwrap();
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    assert!(
+        parts.iter().all(|p| p.status == DeviceRunStatus::Skipped),
+        "{parts:?}"
+    );
+    assert_eq!(commands(&w).await, 0);
+}
+
 breeze_store::on_both_backends!(
     a_write_key_deployment_never_runs,
     an_execute_key_deployment_waits_pauses_on_failure_and_resumes,
     rings_refusals_and_other_organizations,
-    a_package_deployment_goes_through_manage_patches
+    a_package_deployment_goes_through_manage_patches,
+    cancelling_withdraws_the_approvals_its_runs_wait_for,
+    maintenance_window_deployments_wait_for_each_devices_window
 );

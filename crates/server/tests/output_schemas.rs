@@ -260,6 +260,7 @@ const ID_FIELDS: &[&str] = &[
     "reportId",
     "runId",
     "configPolicyId",
+    "scheduleId",
     "assignmentId",
     "targetId",
 ];
@@ -433,6 +434,7 @@ impl Suite {
             "scanId" => json!(self.fresh_scan().await.0.to_string()),
             "flaggedFileId" => json!(self.fresh_scan().await.1.to_string()),
             "quarantineId" => json!(self.fresh_quarantine().await.to_string()),
+            "scheduleId" => json!(self.fresh_scan_schedule().await.to_string()),
             "extraRoots" => json!(["/tmp"]),
             "indicatorPaths" => json!(["/tmp/breeze-indicator"]),
             "startTime" => {
@@ -482,6 +484,26 @@ impl Suite {
         org.record_scan_result(scan.id, outcome).await.unwrap();
         let flagged = org.scan_flagged_files(scan.id).await.unwrap()[0].id;
         (scan.id, flagged)
+    }
+
+    /// A new scan schedule of the fixture's organization (each unschedule consumes one).
+    async fn fresh_scan_schedule(&self) -> uuid::Uuid {
+        let n = self.counter.fetch_add(1, Ordering::SeqCst);
+        self.w
+            .store
+            .org(self.w.org_a)
+            .create_scan_schedule(
+                breeze_store::NewScanSchedule {
+                    name: format!("fixture schedule {n}"),
+                    arguments: json!({ "deviceIds": [self.device] }),
+                    cadence: breeze_store::ScanCadence::Interval(60),
+                    owner_actor: "system:fixture".into(),
+                },
+                audit("security.schedule.create"),
+            )
+            .await
+            .unwrap()
+            .id
     }
 
     /// A quarantined file of the fixture's device (each restore or remove consumes one).
@@ -571,6 +593,8 @@ impl Suite {
                     rings: vec![],
                     max_failure_percent: 0,
                     owner_actor: "system:fixture".into(),
+                    maintenance_window_only: false,
+                    window_id: None,
                 },
                 audit("deployment.create"),
             )

@@ -52,8 +52,29 @@ pub enum Payload {
         timeout_seconds: u32,
     },
     /// Install package `name` (the manager's available version) through `manage_patches`
-    /// (Tier 3), the agent's patch layer, with no reboot.
-    Package { name: String },
+    /// `install`, or remove it through `manage_patches` `remove` (both Tier 3), the agent's
+    /// package manager, with no reboot.
+    Package {
+        name: String,
+        /// Absent in deployments made before removal existed: install.
+        #[serde(default, skip_serializing_if = "PackageAction::is_install")]
+        action: PackageAction,
+    },
+}
+
+/// What a package deployment does with its package.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackageAction {
+    #[default]
+    Install,
+    Remove,
+}
+
+impl PackageAction {
+    pub fn is_install(&self) -> bool {
+        *self == PackageAction::Install
+    }
 }
 
 /// A ring as stored: its name and success threshold (its devices are rows of their own).
@@ -98,6 +119,10 @@ pub struct NewDeployment {
     pub max_failure_percent: u8,
     /// The creating credential (`Actor` text).
     pub owner_actor: String,
+    /// Send a device's run only while a maintenance window is open for it.
+    pub maintenance_window_only: bool,
+    /// With `maintenance_window_only`: only this window counts (else any covering the device).
+    pub window_id: Option<Uuid>,
 }
 
 /// A deployment as stored.
@@ -133,6 +158,10 @@ pub struct Deployment {
     pub updated_at: Timestamp,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
+    /// A device's run is sent only while a maintenance window is open for it.
+    pub maintenance_window_only: bool,
+    /// The one window that counts (`None`: any enabled window covering the device).
+    pub window_id: Option<Uuid>,
 }
 
 impl Deployment {
@@ -174,6 +203,19 @@ pub struct DeploymentDevice {
     pub error: Option<String>,
     pub started_at: Option<Timestamp>,
     pub finished_at: Option<Timestamp>,
+    /// Why a pending device waits (outside its maintenance window).
+    pub deferred_reason: Option<String>,
+    /// When its next maintenance window opens, when known.
+    pub deferred_until: Option<Timestamp>,
+}
+
+/// A pending device held back until its maintenance window opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferral {
+    pub device_id: DeviceId,
+    pub reason: String,
+    /// When its next window opens, when known.
+    pub until: Option<Timestamp>,
 }
 
 /// What one device's run came to, for the worker to record.
@@ -207,9 +249,16 @@ pub enum Control {
 const DEPLOYMENT_COLUMNS: &str = "id, org_id, name, description, payload, target_kind, \
     target_site_id, target_group_id, target_device_id, rings, max_failure_percent, status, \
     current_ring, accepted_ring, pause_reason, owner_actor, next_step_at, created_at, \
-    updated_at, started_at, finished_at";
+    updated_at, started_at, finished_at, maintenance_window_only, window_id";
 const DEVICE_COLUMNS: &str = "x.deployment_id, x.device_id, d.hostname, x.ring, x.status, \
-    x.approval_id, x.command_id, x.patch_job_id, x.exit_code, x.output, x.error, x.started_at, x.finished_at";
+    x.approval_id, x.command_id, x.patch_job_id, x.exit_code, x.output, x.error, x.started_at, x.finished_at, \
+    x.deferred_reason, x.deferred_until";
+
+/// The request id the worker's calls for deployment `id` carry (on their approval requests and
+/// audit records), so a cancel finds the requests of calls still waiting.
+pub fn deployment_request_id(id: Uuid) -> String {
+    format!("deployment:{id}")
+}
 
 /// The deployment worker, in audit records.
 pub fn deployments_actor() -> breeze_core::Actor {
@@ -254,7 +303,7 @@ impl OrgStore<'_> {
                     ));
                 }
             }
-            Payload::Package { name } => {
+            Payload::Package { name, .. } => {
                 check_text("payload.name", name, 200)?;
                 if name.starts_with('-') || name.chars().any(char::is_whitespace) {
                     return Err(StoreError::Invalid(format!(
@@ -264,6 +313,17 @@ impl OrgStore<'_> {
             }
         }
         percent_ok("maxFailurePercent", new.max_failure_percent)?;
+        match (new.maintenance_window_only, new.window_id) {
+            (false, Some(_)) => {
+                return Err(StoreError::Invalid(
+                    "windowId applies only to a deployment that runs in maintenance windows".into(),
+                ));
+            }
+            (true, Some(w)) => {
+                self.get_window(w).await?;
+            }
+            _ => {}
+        }
         if new.rings.len() > MAX_RINGS {
             return Err(StoreError::Invalid(format!(
                 "a deployment has at most {MAX_RINGS} rings"
@@ -383,7 +443,7 @@ impl OrgStore<'_> {
         let mut tx = Tx::begin(&self.store.pool).await?;
         sql(format!(
             "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-             $8, $9, $10, $11, 'draft', 0, NULL, NULL, $12, NULL, $13, $13, NULL, NULL)"
+             $8, $9, $10, $11, 'draft', 0, NULL, NULL, $12, NULL, $13, $13, NULL, NULL, $14, $15)"
         ))
         .bind(id)
         .bind(self.org)
@@ -398,6 +458,8 @@ impl OrgStore<'_> {
         .bind(i64::from(new.max_failure_percent))
         .bind(new.owner_actor.as_str())
         .bind(now)
+        .bind(new.maintenance_window_only)
+        .bind(new.window_id)
         .execute(&mut tx)
         .await?;
         for chunk in assigned.chunks(200) {
@@ -426,6 +488,7 @@ impl OrgStore<'_> {
             "name": new.name, "payload": new.payload, "target": new.target,
             "rings": rings, "ringSizes": sizes, "devices": assigned.len(),
             "maxFailurePercent": new.max_failure_percent,
+            "maintenanceWindowOnly": new.maintenance_window_only, "windowId": new.window_id,
         }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
@@ -608,6 +671,11 @@ impl OrgStore<'_> {
             .execute(&mut tx)
             .await?;
         }
+        let mut withdrawn = Vec::new();
+        if control == Control::Cancel {
+            let why = format!("the deployment {:?} was cancelled by {actor}", d.name);
+            withdrawn = self.withdraw_approvals_of(&mut tx, id, &why, now).await?;
+        }
         let changed = audit::changed_fields([
             ("status", true),
             ("pauseReason", reason.is_some() || d.pause_reason.is_some()),
@@ -619,10 +687,116 @@ impl OrgStore<'_> {
             "owner": if owner_changes { actor } else { d.owner_actor.as_str() },
             "acceptedFailures": accepted, "retriedDevices": retried,
             "skippedDevices": skipped, "pauseReason": reason,
+            "withdrawnApprovals": withdrawn,
         }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
         self.get_deployment(id).await
+    }
+
+    /// Withdraws the approval requests deployment `id`'s running devices wait for — those still
+    /// pending, or approved and not yet claimed — so nobody can approve them and the resumer
+    /// never runs them; the devices that waited on them are skipped, saying `why`. Each
+    /// withdrawal is audited `approval.withdraw` (by the deployments worker, the reason naming
+    /// the deployment). A request already claimed or finished is left alone: its answer is
+    /// history, and its devices keep what it came to. Returns the withdrawn requests.
+    async fn withdraw_approvals_of(
+        &self,
+        tx: &mut Tx,
+        id: Uuid,
+        why: &str,
+        now: Timestamp,
+    ) -> Result<Vec<Uuid>> {
+        // Those its devices wait on, and those of calls still waiting when the cancel came
+        // (not yet on a device): the worker makes its calls with the deployment's request id.
+        let waiting: Vec<(Uuid,)> = sql(
+            "SELECT approval_id FROM deployment_devices WHERE deployment_id = $1 \
+             AND org_id = $2 AND status = 'running' AND approval_id IS NOT NULL \
+             UNION SELECT id FROM approval_requests WHERE org_id = $2 AND request_id = $3 \
+             AND status IN ('pending', 'approved')",
+        )
+        .bind(id)
+        .bind(self.org)
+        .bind(deployment_request_id(id))
+        .fetch_all(&mut *tx)
+        .await?;
+        let reason = format!("withdrawn: {why}");
+        let mut withdrawn = Vec::new();
+        for (approval,) in waiting {
+            let n = sql(
+                "UPDATE approval_requests SET status = 'withdrawn', reason = $1, \
+                 completed_at = $2 WHERE id = $3 AND org_id = $4 \
+                 AND status IN ('pending', 'approved')",
+            )
+            .bind(reason.as_str())
+            .bind(now)
+            .bind(approval)
+            .bind(self.org)
+            .execute(&mut *tx)
+            .await?;
+            if n == 0 {
+                continue;
+            }
+            let event =
+                AuditEvent::new(deployments_actor(), "approval.withdraw", "approval_request")
+                    .org(self.org)
+                    .resource(approval)
+                    .details(serde_json::json!({ "reason": reason, "deploymentId": id }));
+            audit::insert(&mut *tx, &event, now).await?;
+            sql(
+                "UPDATE deployment_devices SET status = 'skipped', error = $1, finished_at = $2 \
+                 WHERE deployment_id = $3 AND org_id = $4 AND status = 'running' \
+                 AND approval_id = $5",
+            )
+            .bind(format!(
+                "{why}; its approval request {approval} was withdrawn"
+            ))
+            .bind(now)
+            .bind(id)
+            .bind(self.org)
+            .bind(approval)
+            .execute(&mut *tx)
+            .await?;
+            withdrawn.push(approval);
+        }
+        Ok(withdrawn)
+    }
+
+    /// For the worker when a deployment was cancelled while it was sending: withdraws the
+    /// approval requests its runs made after the cancel (the cancel withdrew those it found).
+    /// Nothing when the deployment is not cancelled. Returns the withdrawn requests.
+    pub async fn withdraw_cancelled_deployment_approvals(&self, id: Uuid) -> Result<Vec<Uuid>> {
+        let d = self.get_deployment(id).await?;
+        if d.status != DeploymentStatus::Cancelled {
+            return Ok(Vec::new());
+        }
+        let now = self.store.clock.now();
+        let why = format!("the deployment {:?} was cancelled", d.name);
+        let mut tx = Tx::begin(&self.store.pool).await?;
+        let withdrawn = self.withdraw_approvals_of(&mut tx, id, &why, now).await?;
+        tx.commit().await?;
+        Ok(withdrawn)
+    }
+
+    /// Holds pending devices of deployment `id` back until their window opens, saying why
+    /// (written only where it changed, as the worker re-reads them every tick).
+    pub async fn defer_deployment_devices(&self, id: Uuid, deferrals: &[Deferral]) -> Result<()> {
+        for d in deferrals {
+            sql(
+                "UPDATE deployment_devices SET deferred_reason = $1, deferred_until = $2 \
+                 WHERE deployment_id = $3 AND org_id = $4 AND device_id = $5 \
+                 AND status = 'pending' AND (deferred_reason IS NULL OR deferred_reason <> $1 \
+                 OR deferred_until IS NULL OR deferred_until <> $2)",
+            )
+            .bind(d.reason.as_str())
+            .bind(d.until)
+            .bind(id)
+            .bind(self.org)
+            .bind(d.device_id)
+            .execute(self.store)
+            .await?;
+        }
+        Ok(())
     }
 
     /// Marks `devices` of deployment `id` running (their run is being sent).
@@ -630,7 +804,8 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         for d in devices {
             sql(
-                "UPDATE deployment_devices SET status = 'running', started_at = $1 \
+                "UPDATE deployment_devices SET status = 'running', started_at = $1, \
+                 deferred_reason = NULL, deferred_until = NULL \
                  WHERE deployment_id = $2 AND org_id = $3 AND device_id = $4",
             )
             .bind(now)
@@ -644,7 +819,9 @@ impl OrgStore<'_> {
     }
 
     /// Records what devices' runs came to (a `status` of `None` leaves it running, e.g.
-    /// waiting for approval `approval_id`).
+    /// waiting for approval `approval_id`). A skipped device stays skipped: a cancel skips the
+    /// devices whose approval it withdrew, and the call that was waiting on that request
+    /// answers afterwards.
     pub async fn record_deployment_results(
         &self,
         id: Uuid,
@@ -658,7 +835,8 @@ impl OrgStore<'_> {
                 "UPDATE deployment_devices SET status = $1, approval_id = COALESCE($2, approval_id), \
                  command_id = $3, exit_code = $4, output = $5, error = $6, finished_at = $7, \
                  patch_job_id = COALESCE($11, patch_job_id) \
-                 WHERE deployment_id = $8 AND org_id = $9 AND device_id = $10",
+                 WHERE deployment_id = $8 AND org_id = $9 AND device_id = $10 \
+                 AND status <> 'skipped'",
             )
             .bind(status.as_str())
             .bind(r.approval_id)

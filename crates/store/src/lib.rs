@@ -36,6 +36,7 @@ mod patches;
 mod protected_paths;
 mod reports;
 mod runs;
+mod scan_schedules;
 mod scheduled;
 mod scripts;
 mod security;
@@ -82,9 +83,9 @@ pub use config_policies::{
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
 pub use deployments::{
-    Advance, Control, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
-    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, Payload, Ring,
-    STEP_LEASE, deployments_actor,
+    Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
+    MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, PackageAction,
+    Payload, Ring, STEP_LEASE, deployment_request_id, deployments_actor,
 };
 pub use devices::{DeviceFilter, NewDevice};
 pub use directory::{DevicePage, DirectorySettings};
@@ -116,6 +117,10 @@ pub use reports::{
     ReportRequest, ReportRun, ReportUpdate,
 };
 pub use runs::RunUpdate;
+pub use scan_schedules::{
+    MAX_SCAN_INTERVAL_MINUTES, MAX_SCAN_SCHEDULES_PER_ORG, MIN_SCAN_INTERVAL_MINUTES,
+    NewScanSchedule, ScanCadence, ScanSchedule,
+};
 pub use scripts::{MAX_SCRIPT_BYTES, NewScript, SCRIPT_LANGUAGES, Script, ScriptParameter};
 pub use security::{
     FlaggedFile, NewFinding, NewFlagged, NewPosture, NewQuarantine, PostureSnapshot,

@@ -418,6 +418,56 @@ impl OrgStore<'_> {
         Ok(covered)
     }
 
+    /// Each of `devices` with the enabled windows that cover it (the organization's, its
+    /// site's, its groups' and its own), open or not: what a deployment that runs only in
+    /// maintenance windows asks before sending a device's run.
+    pub async fn windows_covering(
+        &self,
+        devices: &[DeviceId],
+    ) -> Result<HashMap<DeviceId, Vec<MaintenanceWindow>>> {
+        let mut covering: HashMap<DeviceId, Vec<MaintenanceWindow>> =
+            devices.iter().map(|d| (*d, Vec::new())).collect();
+        if devices.is_empty() {
+            return Ok(covering);
+        }
+        for window in self.list_windows().await? {
+            if !window.enabled {
+                continue;
+            }
+            let members: Option<HashSet<DeviceId>> = match window.target()? {
+                RuleTarget::Organization => None,
+                RuleTarget::Device(d) => Some(HashSet::from([d])),
+                RuleTarget::Site(s) => Some(
+                    sql("SELECT id FROM devices WHERE org_id = $1 AND site_id = $2")
+                        .bind(self.org)
+                        .bind(s)
+                        .fetch_all::<(DeviceId,)>(self.store)
+                        .await?
+                        .into_iter()
+                        .map(|(d,)| d)
+                        .collect(),
+                ),
+                RuleTarget::Group(g) => Some(
+                    sql("SELECT device_id FROM device_group_members \
+                         WHERE org_id = $1 AND group_id = $2")
+                    .bind(self.org)
+                    .bind(g)
+                    .fetch_all::<(DeviceId,)>(self.store)
+                    .await?
+                    .into_iter()
+                    .map(|(d,)| d)
+                    .collect(),
+                ),
+            };
+            for (d, list) in &mut covering {
+                if members.as_ref().is_none_or(|m| m.contains(d)) {
+                    list.push(window.clone());
+                }
+            }
+        }
+        Ok(covering)
+    }
+
     /// Records that `rule` did not raise on `device` because of `window`'s `occurrence`: once
     /// per rule, device, window and occurrence, audited (`alert.suppress`) when new. Returns
     /// whether this call recorded it.

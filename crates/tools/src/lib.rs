@@ -295,6 +295,7 @@ mod tests {
         ("manage_patches",              Some("cancel"),           Tier::T2, Permission::DevicesExecute),
         ("manage_patches",              Some("install"),          Tier::T3, Permission::DevicesExecute),
         ("manage_patches",              Some("rollback"),         Tier::T3, Permission::DevicesExecute),
+        ("manage_patches",              Some("remove"),           Tier::T3, Permission::DevicesExecute),
         ("manage_policies",             Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_policies",             Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_policies",             Some("compliance_status"),Tier::T1, Permission::DevicesRead),
@@ -325,6 +326,9 @@ mod tests {
         ("security_scan",               Some("quarantine"),       Tier::T3, Permission::FilesWrite),
         ("security_scan",               Some("remove"),           Tier::T3, Permission::FilesWrite),
         ("security_scan",               Some("restore"),          Tier::T3, Permission::FilesWrite),
+        ("security_scan",               Some("schedule"),         Tier::T3, Permission::DevicesExecute),
+        ("security_scan",               Some("list_schedules"),   Tier::T3, Permission::DevicesRead),
+        ("security_scan",               Some("unschedule"),       Tier::T3, Permission::DevicesExecute),
         ("set_agent_log_level",         None,                     Tier::T2, Permission::DevicesExecute),
         ("set_device_context",          None,                     Tier::T2, Permission::DevicesWrite),
     ];

@@ -469,6 +469,15 @@ impl Executor {
                 })
                 .await
             }
+            CommandKind::PackageRemove { packages } => {
+                let config = self.patching.clone();
+                blocking(move || {
+                    let pm = patches::PackageManager::detect(&config)?;
+                    let report = pm.remove(&packages)?;
+                    serde_json::to_value(report).map_err(|e| e.to_string())
+                })
+                .await
+            }
             CommandKind::SecurityScan {
                 extra_roots,
                 indicator_paths,

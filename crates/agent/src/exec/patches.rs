@@ -14,6 +14,11 @@
 //!   configuration files); dnf `upgrade -y`. A package still offered afterwards failed.
 //! - Rollback: apt `apt-get install -y --allow-downgrades name=version` (possible while the
 //!   repository still offers the version); dnf `downgrade -y name-version`.
+//! - Remove (`PackageRemove`): apt simulates `apt-get -s remove name` per package (`Remv`
+//!   lines: installed, and what else would go) and refuses when a package not named would be
+//!   removed with it, else `apt-get remove -y` (configuration files kept); dnf `list
+//!   --installed`, then `remove -y`. Checked again afterwards: a package still installed failed.
+//!   Never reboots.
 //! - Reboot: required when `/var/run/reboot-required` exists (apt) or `needs-restarting -r`
 //!   says so (dnf). Policy `never` never reboots; `if_needed` when required; `always` always —
 //!   but with users logged in (the safety signal) only when the call allows it; otherwise the
@@ -333,6 +338,134 @@ impl PackageManager {
         Ok(self.finish(outcomes, reboot, users, after))
     }
 
+    /// Which of `packages` are installed, with their versions; for apt also what removing
+    /// each would remove besides it (its dependents), from a simulation (`apt-get -s remove`,
+    /// nothing changes). A name apt does not know is not installed.
+    fn installed(&self, packages: &[String]) -> Result<HashMap<String, Installed>, String> {
+        let mut found = HashMap::new();
+        match self.manager {
+            Manager::Apt => {
+                for name in packages {
+                    let out = self.run(&[
+                        "-s".into(),
+                        "-o".into(),
+                        "Debug::NoLocking=1".into(),
+                        "remove".into(),
+                        name.clone(),
+                    ])?;
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let removed = parse_apt_removals(&text);
+                    if let Some(version) = removed
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.clone())
+                    {
+                        let also = removed
+                            .into_iter()
+                            .map(|(n, _)| n)
+                            .filter(|n| n != name)
+                            .collect();
+                        found.insert(name.clone(), Installed { version, also });
+                    } else if !out.status.success()
+                        && !String::from_utf8_lossy(&out.stderr).contains("Unable to locate")
+                    {
+                        return Err(failure("apt-get -s remove", &out));
+                    }
+                }
+            }
+            Manager::Dnf => {
+                let mut args = Self::args(&["-q", "list", "--installed"]);
+                args.extend(packages.iter().cloned());
+                // Exit 1 with nothing listed: none of them is installed.
+                let out = self.run(&args)?;
+                for (name, version) in parse_dnf_installed(&String::from_utf8_lossy(&out.stdout)) {
+                    if packages.contains(&name) {
+                        found.insert(
+                            name,
+                            Installed {
+                                version,
+                                also: Vec::new(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Removes the installed ones of `packages` (apt keeps their configuration files); never
+    /// reboots. With apt, when removing them would also remove a package not named, nothing
+    /// is removed and each says which: a removal takes exactly what was asked for.
+    pub fn remove(&self, packages: &[String]) -> Result<PatchInstallReport, String> {
+        check_names(packages.iter().map(String::as_str))?;
+        if packages.is_empty() {
+            return Err("packages: name at least one package".to_owned());
+        }
+        let before = self.installed(packages)?;
+        let mut dependents: Vec<String> = before
+            .values()
+            .flat_map(|i| i.also.iter())
+            .filter(|n| !packages.contains(n))
+            .cloned()
+            .collect();
+        dependents.sort();
+        dependents.dedup();
+        let mut error = None;
+        if !dependents.is_empty() {
+            error = Some(format!(
+                "removing it would also remove {}; nothing was removed",
+                dependents.join(", ")
+            ));
+        } else if !before.is_empty() {
+            let mut args = Self::args(&["remove", "-y"]);
+            args.extend(packages.iter().filter(|p| before.contains_key(*p)).cloned());
+            let out = self.run(&args)?;
+            if !out.status.success() {
+                error = Some(failure("the removal", &out));
+            }
+        }
+        let after = if dependents.is_empty() && !before.is_empty() {
+            self.installed(packages)?
+        } else {
+            before.clone()
+        };
+        let outcomes = packages
+            .iter()
+            .map(|name| match before.get(name) {
+                None => PackageOutcome {
+                    name: name.clone(),
+                    status: "not_installed".into(),
+                    from_version: None,
+                    to_version: None,
+                    error: None,
+                },
+                Some(was) => {
+                    let still = after.contains_key(name);
+                    PackageOutcome {
+                        name: name.clone(),
+                        status: if still { "failed" } else { "removed" }.into(),
+                        from_version: Some(was.version.clone()),
+                        to_version: None,
+                        error: still.then(|| {
+                            error
+                                .clone()
+                                .unwrap_or_else(|| "still installed after the removal".into())
+                        }),
+                    }
+                }
+            })
+            .collect();
+        Ok(PatchInstallReport {
+            manager: self.manager.name().to_owned(),
+            packages: outcomes,
+            reboot_required: self.reboot_required(),
+            reboot: "not_requested".into(),
+            reboot_detail: None,
+            scan: None,
+        })
+    }
+
     fn finish(
         &self,
         packages: Vec<PackageOutcome>,
@@ -385,6 +518,34 @@ impl PackageManager {
             }),
         }
     }
+}
+
+/// An installed package a removal would take: its version and, for apt, what else removing it
+/// would remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Installed {
+    version: String,
+    also: Vec<String>,
+}
+
+/// Parses `apt-get -s remove`: `Remv name [version]` (or `Remv name:arch [version]`), one line
+/// per package the removal would take.
+pub fn parse_apt_removals(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("Remv ")?;
+            let mut parts = rest.split_whitespace();
+            let name = parts.next()?;
+            let name = name.split(':').next().unwrap_or(name).to_owned();
+            let version = parts
+                .next()
+                .and_then(|v| v.strip_prefix('['))
+                .and_then(|v| v.strip_suffix(']'))
+                .unwrap_or_default()
+                .to_owned();
+            Some((name, version))
+        })
+        .collect()
 }
 
 /// A call's reboot handling.
@@ -772,6 +933,19 @@ mod tests {
             reboot_decision(r(RebootMode::Always, false), false, false, &[]).0,
             "not_needed",
             "nothing changed, nothing asks"
+        );
+    }
+
+    #[test]
+    fn apt_removal_simulation_parses() {
+        let text = "Reading package lists...\nRemv htop [3.2.2-2]\nRemv libfoo:amd64 [1.0]\n\
+                    Package 'nope' is not installed, so not removed\n";
+        assert_eq!(
+            parse_apt_removals(text),
+            vec![
+                ("htop".to_owned(), "3.2.2-2".to_owned()),
+                ("libfoo".to_owned(), "1.0".to_owned())
+            ]
         );
     }
 

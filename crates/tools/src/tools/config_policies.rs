@@ -347,6 +347,16 @@ impl Tool for GetEffectiveConfiguration {
                     wire.log_level.and_then(|l| serde_json::to_value(l).ok()),
                     "logLevel",
                 ),
+                // The one patch setting the agent applies itself (its own scan schedule); the
+                // others are the server's decisions (approvals, install jobs' reboots).
+                (
+                    "patch.scanIntervalMinutes",
+                    wire.features
+                        .get("patch")
+                        .and_then(|f| f.get("scanIntervalMinutes"))
+                        .cloned(),
+                    "patchScanIntervalMinutes",
+                ),
             ];
             for (setting, want, key) in desired {
                 let have = r.applied.get(key).cloned().unwrap_or(Value::Null);

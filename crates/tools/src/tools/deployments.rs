@@ -25,8 +25,8 @@ use breeze_core::{
     deployment::RingTally,
 };
 use breeze_store::{
-    Control, Deployment, DeploymentDevice, NewDeployment, NewRing, NewRingMembers, Payload,
-    RuleTarget, StoreError,
+    Control, Deployment, DeploymentDevice, NewDeployment, NewRing, NewRingMembers, PackageAction,
+    Payload, RuleTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -44,6 +44,7 @@ pub(crate) fn register(r: &mut Registry) {
 }
 
 const DEPLOYMENT_NOT_FOUND: &str = "Deployment not found or access denied";
+const WINDOW_NOT_FOUND: &str = "Maintenance window not found or access denied";
 
 crate::actions! {
     // What `manage_deployments` does: reads are Tier 1; creating a draft Tier 2 (nothing
@@ -74,14 +75,15 @@ pub(crate) enum PayloadArg {
         #[schemars(range(min = 5, max = 600))]
         timeout_seconds: Option<u32>,
     },
-    /// A package through the agents' patch layer (each device: manage_patches install, Tier 3,
-    /// as the owner; no reboot). The package must be offered by the device's last patch scan.
+    /// A package through the agents' package managers, as the owner, no reboot: install (each
+    /// device: manage_patches install, Tier 3; the package must be offered by the device's
+    /// last patch scan) or remove (manage_patches remove, Tier 3, destructive; a device where
+    /// it is not installed succeeds).
     #[serde(rename_all = "camelCase")]
     Package {
         #[schemars(length(min = 1, max = 200))]
         name: String,
-        /// install (default); remove is not available (the patch layer installs and rolls
-        /// back only).
+        /// install (default) or remove.
         action: Option<PackageActionArg>,
     },
 }
@@ -91,6 +93,14 @@ pub(crate) enum PayloadArg {
 pub(crate) enum PackageActionArg {
     Install,
     Remove,
+}
+
+/// When a deployment's runs go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WhenArg {
+    Now,
+    MaintenanceWindow,
 }
 
 /// One ring, in order: exactly one of deviceIds, groupId, percent.
@@ -139,6 +149,15 @@ pub(crate) struct DeploymentsInput {
     /// deployment (0-100, default 0: any failure pauses).
     #[schemars(range(min = 0, max = 100))]
     max_failure_percent: Option<u8>,
+    /// create: when each device's run goes out — now (default: as its ring comes) or
+    /// maintenance_window (only while a maintenance window is open for the device; outside one
+    /// it is deferred and goes out when its window opens).
+    when: Option<WhenArg>,
+    /// create with when=maintenance_window: only this window counts (default: any enabled
+    /// window covering the device — its organization's, site's, groups' or its own); ignored
+    /// with when=now.
+    #[schemars(length(min = 36, max = 36))]
+    window_id: Option<String>,
     /// resume: run the current ring's failed devices again (default false: accept them).
     retry_failed: Option<bool>,
     /// list: only this status (draft, running, paused, completed, cancelled).
@@ -166,6 +185,8 @@ struct RingView {
     succeeded: usize,
     failed: usize,
     skipped: usize,
+    /// Of the pending: held back until their maintenance window opens.
+    deferred: usize,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -188,6 +209,10 @@ struct DeploymentView {
     pause_reason: Option<String>,
     /// The credential its runs act as.
     owner: String,
+    /// now, or maintenance_window (each device's run waits for its window).
+    when: String,
+    /// The one window that counts (when=maintenance_window; none: any covering the device).
+    window_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rings: Option<Vec<RingView>>,
     created_at: String,
@@ -196,13 +221,14 @@ struct DeploymentView {
 }
 
 impl DeploymentView {
-    fn new(d: Deployment, tallies: Option<Vec<RingTally>>) -> Self {
+    fn new(d: Deployment, tallies: Option<Vec<RingTally>>, deferred: &[usize]) -> Self {
         let rings = tallies.map(|t| {
             d.rings
                 .iter()
                 .zip(t)
                 .enumerate()
                 .map(|(i, (r, t))| RingView {
+                    deferred: deferred.get(i).copied().unwrap_or(0),
                     ring: i + 1,
                     name: r.name.clone(),
                     success_percent: r.success_percent,
@@ -232,6 +258,12 @@ impl DeploymentView {
             max_failure_percent: d.max_failure_percent,
             pause_reason: d.pause_reason,
             owner: d.owner_actor,
+            when: if d.maintenance_window_only {
+                "maintenance_window".into()
+            } else {
+                "now".into()
+            },
+            window_id: d.window_id.map(|w| w.to_string()),
             rings,
             created_at: d.created_at.to_rfc3339(),
             started_at: d.started_at.map(|t| t.to_rfc3339()),
@@ -248,8 +280,14 @@ struct DeviceView {
     hostname: String,
     /// 1-based.
     ring: i64,
-    /// pending, running, succeeded, failed, skipped.
+    /// pending, deferred (pending, outside its maintenance window), running, succeeded,
+    /// failed, skipped.
     status: String,
+    /// Why it is deferred, and when its next window opens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deferred: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_window_at: Option<String>,
     /// The approval request its run waits or waited for.
     approval_id: Option<String>,
     command_id: Option<String>,
@@ -266,7 +304,18 @@ impl From<DeploymentDevice> for DeviceView {
             device_id: d.device_id.to_string(),
             hostname: d.hostname,
             ring: d.ring + 1,
-            status: d.status.to_string(),
+            status: if d.status == DeviceRunStatus::Pending && d.deferred_reason.is_some() {
+                "deferred".into()
+            } else {
+                d.status.to_string()
+            },
+            deferred: d
+                .deferred_reason
+                .filter(|_| d.status == DeviceRunStatus::Pending),
+            next_window_at: d
+                .deferred_until
+                .filter(|_| d.status == DeviceRunStatus::Pending)
+                .map(|t| t.to_rfc3339()),
             approval_id: d.approval_id.map(|a| a.to_string()),
             command_id: d.command_id,
             exit_code: d.exit_code,
@@ -325,15 +374,13 @@ fn payload(arg: &PayloadArg) -> Result<Payload, ToolError> {
             parameters: parameters.clone().unwrap_or_default(),
             timeout_seconds: timeout_seconds.unwrap_or(120),
         },
-        PayloadArg::Package { name, action } => {
-            if *action == Some(PackageActionArg::Remove) {
-                return Err(ToolError::invalid(
-                    "payload.action remove: the agents' patch layer (apt, dnf) installs and rolls back packages; it cannot remove one, and nothing was created",
-                )
-                .hint("deploy a library script that removes the package instead"));
-            }
-            Payload::Package { name: name.clone() }
-        }
+        PayloadArg::Package { name, action } => Payload::Package {
+            name: name.clone(),
+            action: match action {
+                Some(PackageActionArg::Remove) => PackageAction::Remove,
+                _ => PackageAction::Install,
+            },
+        },
     })
 }
 
@@ -372,7 +419,49 @@ fn ring(i: usize, r: &RingArg, max_failure: u8) -> Result<NewRing, ToolError> {
 
 async fn view(cx: &ToolCx<'_>, d: Deployment) -> Result<DeploymentView, ToolError> {
     let tallies = cx.org.deployment_tallies(&d).await?;
-    Ok(DeploymentView::new(d, Some(tallies)))
+    let mut deferred = vec![0; d.rings.len()];
+    if d.maintenance_window_only {
+        for p in cx
+            .org
+            .deployment_devices(d.id, None, Some(DeviceRunStatus::Pending))
+            .await?
+        {
+            if let Some(n) = usize::try_from(p.ring)
+                .ok()
+                .filter(|_| p.deferred_reason.is_some())
+                .and_then(|r| deferred.get_mut(r))
+            {
+                *n += 1;
+            }
+        }
+    }
+    Ok(DeploymentView::new(d, Some(tallies), &deferred))
+}
+
+/// The window a `when=maintenance_window` deployment names: this organization's and enabled
+/// (as `manage_patches` install in a window asks).
+async fn window(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Option<Uuid>, ToolError> {
+    // As manage_patches: a window matters only to when=maintenance_window.
+    let Some(raw) = input
+        .window_id
+        .as_ref()
+        .filter(|_| input.when == Some(WhenArg::MaintenanceWindow))
+    else {
+        return Ok(None);
+    };
+    let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
+    let w = cx.org.get_window(id).await.map_err(|e| match e {
+        StoreError::NotFound(_) => ToolError::not_found(WINDOW_NOT_FOUND),
+        other => other.into(),
+    })?;
+    if !w.enabled {
+        return Err(ToolError::invalid(format!(
+            "windowId: the maintenance window {:?} is disabled",
+            w.name
+        ))
+        .hint("manage_maintenance_windows action=update can enable it"));
+    }
+    Ok(Some(id))
 }
 
 async fn create(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Deployment, ToolError> {
@@ -407,6 +496,8 @@ async fn create(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Deployment,
         rings,
         max_failure_percent: max_failure,
         owner_actor: cx.actor.to_string(),
+        maintenance_window_only: input.when == Some(WhenArg::MaintenanceWindow),
+        window_id: window(cx, input).await?,
     };
     cx.org
         .create_deployment(new, audit(cx, "deployment.create"))

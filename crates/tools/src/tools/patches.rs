@@ -14,7 +14,9 @@
 //!   a maintenance window; reboot never / if_needed / always, never under logged-in users
 //!   unless `rebootWithUsers`) and `rollback` (to the version before the last install, or a
 //!   named one). The approver sees the plan per device (pinned: the call runs only while the
-//!   plan is what was approved).
+//!   plan is what was approved). `remove` (destructive) takes named installed packages off
+//!   named devices through each agent's package manager and answers per device and package;
+//!   apt refuses a removal that would take a package not named with it.
 //!
 //! Which decision applies on a device: one for a configuration policy that sets the device's
 //! patch settings, else the organization's, else the policy's auto-approval (`autoApprove`,
@@ -42,7 +44,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::DEVICE_NOT_FOUND;
-use super::device_command::gateway_error;
+use super::device_command::{CommandView, RunOptions, gateway_error, run};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -75,6 +77,8 @@ crate::actions! {
         Cancel = "cancel" => (T2, Update, DevicesExecute),
         Install = "install" => (T3, Execute, DevicesExecute),
         Rollback = "rollback" => (T3, Execute, DevicesExecute),
+        // Destructive: the package is gone from the device.
+        Remove = "remove" => (T3, Delete, DevicesExecute),
     }
 }
 
@@ -138,13 +142,15 @@ pub(crate) struct PatchesInput {
     /// list, compliance: one device; results: its package history.
     #[schemars(length(min = 36, max = 36))]
     device_id: Option<String>,
-    /// scan (default: every online device), install, rollback (required): 1–100 devices.
+    /// scan (default: every online device), install, rollback, remove (required): 1–100
+    /// devices.
     #[schemars(length(min = 1, max = 100))]
     device_ids: Option<Vec<String>>,
     /// approve, decline, defer: the package.
     #[schemars(length(min = 1, max = 200))]
     package_name: Option<String>,
-    /// bulk_approve, install (default: every approved update), rollback (required).
+    /// bulk_approve, install (default: every approved update), rollback, remove (required:
+    /// installed packages to remove, at most 20).
     #[schemars(length(min = 1, max = 500))]
     package_names: Option<Vec<String>>,
     /// approve, decline, defer: only this version (default any); rollback of one package: the
@@ -413,6 +419,9 @@ pub(crate) struct PatchesOutput {
     jobs: Option<Vec<JobView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     history: Option<Vec<HistoryView>>,
+    /// remove: each device's removal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removals: Option<Vec<RemovalView>>,
     /// install, rollback: devices or packages left out, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<Vec<String>>,
@@ -420,6 +429,40 @@ pub(crate) struct PatchesOutput {
     showing: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+}
+
+/// One package of a removal.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct RemovedPackage {
+    name: String,
+    /// removed, not_installed, failed.
+    status: String,
+    /// The version that was installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// One device's removal.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RemovalView {
+    device_id: String,
+    hostname: String,
+    /// succeeded (every named package removed or not installed), failed, offline (nothing
+    /// sent), running (still going when the call returned; its result is recorded on the
+    /// command).
+    status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    manager: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    packages: Option<Vec<RemovedPackage>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -915,7 +958,7 @@ pub(crate) struct ManagePatches;
 impl Tool for ManagePatches {
     const NAME: &'static str = "manage_patches";
     const TITLE: &'static str = "Manage patches";
-    const DESCRIPTION: &'static str = "Patch management through the agents' package managers (apt, dnf): list available updates per device (security flag, severity), compliance per device and summary, results of install jobs (Tier 1); scan now, approve/decline/defer a package (organization-wide or per configuration policy), bulk_approve, cancel a scheduled job (Tier 2); install approved or named updates now or in a maintenance window with a reboot policy (never/if_needed/always, deferred while users are logged in), rollback to the previous version (Tier 3, approval).";
+    const DESCRIPTION: &'static str = "Patch management through the agents' package managers (apt, dnf): list available updates per device (security flag, severity), compliance per device and summary, results of install jobs (Tier 1); scan now, approve/decline/defer a package (organization-wide or per configuration policy), bulk_approve, cancel a scheduled job (Tier 2); install approved or named updates now or in a maintenance window with a reboot policy (never/if_needed/always, deferred while users are logged in), rollback to the previous version, remove installed packages (Tier 3, approval; remove is destructive and never reboots).";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     const RATE_LIMIT: Option<RateLimit> = per(15, 300);
@@ -925,6 +968,25 @@ impl Tool for ManagePatches {
 
     /// Install and rollback: the plan per device, pinned for the approver.
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+        if input.action == PatchAction::Remove {
+            let (devices, packages) = removal(cx, input).await?;
+            return Ok(Some(Pin {
+                summary: format!(
+                    "remove {} from {} device(s): {}",
+                    packages.join(", "),
+                    devices.len(),
+                    devices
+                        .iter()
+                        .map(|d| d.hostname.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                data: json!({
+                    "packages": packages,
+                    "devices": devices.iter().map(|d| d.id.to_string()).collect::<Vec<_>>(),
+                }),
+            }));
+        }
         if !matches!(input.action, PatchAction::Install | PatchAction::Rollback) {
             return Ok(None);
         }
@@ -979,9 +1041,164 @@ impl Tool for ManagePatches {
                 }
             }
             PatchAction::Install | PatchAction::Rollback => install(cx, &input).await?,
+            PatchAction::Remove => remove(cx, &input).await?,
         };
         Rendered::of(&out)
     }
+}
+
+/// The most packages one removal names.
+const MAX_REMOVE_PACKAGES: usize = 20;
+/// How long a removal may run on the agent, and how long the call waits for it.
+const REMOVE_TIMEOUT_SECS: u32 = 900;
+
+/// What one device's `PackageRemove` came to.
+fn removal_view(view: CommandView) -> RemovalView {
+    let report: Option<breeze_agent_proto::PatchInstallReport> = view
+        .result
+        .clone()
+        .and_then(|r| serde_json::from_value(r).ok());
+    let packages: Option<Vec<RemovedPackage>> = report.as_ref().map(|r| {
+        r.packages
+            .iter()
+            .map(|p| RemovedPackage {
+                name: p.name.clone(),
+                status: p.status.clone(),
+                from_version: p.from_version.clone(),
+                error: p.error.clone(),
+            })
+            .collect()
+    });
+    let status = match (&view.status, &packages) {
+        (s, _) if !s.is_terminal() => "running",
+        (breeze_core::CommandStatus::Completed, Some(ps))
+            if ps
+                .iter()
+                .all(|p| matches!(p.status.as_str(), "removed" | "not_installed")) =>
+        {
+            "succeeded"
+        }
+        _ => "failed",
+    };
+    let error = match status {
+        "failed" => packages
+            .iter()
+            .flatten()
+            .find_map(|p| p.error.clone())
+            .or(view.error.clone())
+            .or(view.stderr.clone())
+            .or_else(|| Some(format!("the removal ended {}", view.status))),
+        "running" => view.message.clone(),
+        _ => None,
+    };
+    RemovalView {
+        device_id: view.device_id,
+        hostname: view.hostname,
+        status: status.into(),
+        command_id: Some(view.command_id),
+        manager: report.map(|r| r.manager),
+        packages,
+        error,
+    }
+}
+
+/// A removal's devices (this organization's) and packages (names, never options), checked.
+async fn removal(
+    cx: &ToolCx<'_>,
+    input: &PatchesInput,
+) -> Result<(Vec<breeze_core::Device>, Vec<String>), ToolError> {
+    let ids = input
+        .device_ids
+        .as_ref()
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| ToolError::invalid("deviceIds is required for remove"))?;
+    let packages = input
+        .package_names
+        .clone()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| ToolError::invalid("packageNames is required for remove"))?;
+    if packages.len() > MAX_REMOVE_PACKAGES {
+        return Err(ToolError::invalid(format!(
+            "packageNames: a removal names at most {MAX_REMOVE_PACKAGES} packages"
+        )));
+    }
+    if let Some(bad) = packages.iter().find(|p| !package_name_ok(p)) {
+        return Err(ToolError::invalid(format!(
+            "packageNames: {bad:?} is not a package name (letters, digits and .+-_:~, not starting with -)"
+        )));
+    }
+    let mut devices = Vec::new();
+    for raw in ids {
+        devices.push(
+            cx.org
+                .get_device(device_id(raw)?)
+                .await
+                .map_err(store_error)?,
+        );
+    }
+    Ok((devices, packages))
+}
+
+/// `remove`: the named installed packages off the named devices, through each agent's package
+/// manager; waits for every device's answer (they run side by side).
+async fn remove(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {
+    let (devices, packages) = removal(cx, input).await?;
+    let opts = || RunOptions {
+        audit_action: "patch.remove",
+        ..RunOptions::new(REMOVE_TIMEOUT_SECS, u64::from(REMOVE_TIMEOUT_SECS))
+    };
+    let runs = devices.iter().map(|d| {
+        let kind = CommandKind::PackageRemove {
+            packages: packages.clone(),
+        };
+        async move {
+            if d.status != DeviceStatus::Online {
+                return RemovalView {
+                    device_id: d.id.to_string(),
+                    hostname: d.hostname.clone(),
+                    status: "offline".into(),
+                    command_id: None,
+                    manager: None,
+                    packages: None,
+                    error: Some(format!("{} is {}; nothing was sent", d.hostname, d.status)),
+                };
+            }
+            match run(cx, d, kind, opts()).await {
+                Ok(view) => removal_view(view),
+                Err(e) => RemovalView {
+                    device_id: d.id.to_string(),
+                    hostname: d.hostname.clone(),
+                    status: "failed".into(),
+                    command_id: None,
+                    manager: None,
+                    packages: None,
+                    error: Some(e.message),
+                },
+            }
+        }
+    });
+    let removals = futures::future::join_all(runs).await;
+    let ok = removals.iter().filter(|r| r.status == "succeeded").count();
+    Ok(PatchesOutput {
+        message: Some(format!(
+            "removal of {} finished on {ok} of {} device(s)",
+            packages.join(", "),
+            removals.len()
+        )),
+        showing: Some(removals.len()),
+        removals: Some(removals),
+        ..Default::default()
+    })
+}
+
+/// A package name an agent takes as an argument: 1–200 of letters, digits and `.+-_:~`, not
+/// starting with `-` (never an option).
+fn package_name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 200
+        && !s.starts_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".+-_:~".contains(c))
 }
 
 async fn list(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<PatchesOutput, ToolError> {

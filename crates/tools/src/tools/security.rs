@@ -81,6 +81,10 @@ crate::actions! {
         Quarantine = "quarantine" => (T3, Update, FilesWrite),
         Remove = "remove" => (T3, Delete, FilesWrite),
         Restore = "restore" => (T3, Update, FilesWrite),
+        // Scheduling a Tier 3 scan is Tier 3: each occurrence runs as the scheduler.
+        Schedule = "schedule" => (T3, Create, DevicesExecute),
+        ListSchedules = "list_schedules" => (T3, Read, DevicesRead),
+        Unschedule = "unschedule" => (T3, Delete, DevicesExecute),
     }
 }
 
@@ -132,6 +136,68 @@ pub(crate) struct ScanInput {
     /// remove, restore: a quarantine record (from a quarantine answer or status).
     #[schemars(length(min = 36, max = 36))]
     quarantine_id: Option<String>,
+    /// schedule: a name for the schedule (default "scheduled security scan").
+    #[schemars(length(min = 1, max = 255))]
+    name: Option<String>,
+    /// schedule: run the scan (deviceIds or target, extraRoots, indicatorPaths as for scan)
+    /// every this many minutes (60-43200); or give cron (which wins when both are given).
+    #[schemars(range(min = 60, max = 43200))]
+    interval_minutes: Option<u32>,
+    /// schedule: a five-field cron expression ("0 3 * * 1-5"), read in timeZone; at most
+    /// hourly.
+    #[schemars(length(min = 9, max = 100))]
+    cron: Option<String>,
+    /// schedule with cron: an IANA time zone (default UTC).
+    #[schemars(length(min = 1, max = 64))]
+    time_zone: Option<String>,
+    /// unschedule: the schedule.
+    #[schemars(length(min = 36, max = 36))]
+    schedule_id: Option<String>,
+}
+
+/// A scan schedule as tools show it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScheduleView {
+    schedule_id: String,
+    name: String,
+    /// The scan call each occurrence makes.
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    arguments: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interval_minutes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<String>,
+    time_zone: String,
+    /// Whose Tier 3 call each occurrence is (approval and rate limit as for that caller).
+    owner: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_run_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_run_at: Option<String>,
+    /// ran, pending_approval, refused, failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_message: Option<String>,
+}
+
+impl From<breeze_store::ScanSchedule> for ScheduleView {
+    fn from(s: breeze_store::ScanSchedule) -> Self {
+        Self {
+            schedule_id: s.id.to_string(),
+            name: s.name,
+            arguments: s.arguments,
+            interval_minutes: s.interval_minutes,
+            cron: s.cron,
+            time_zone: s.time_zone,
+            owner: s.owner_actor,
+            next_run_at: s.next_run_at.map(|t| t.to_rfc3339()),
+            last_run_at: s.last_run_at.map(|t| t.to_rfc3339()),
+            last_status: s.last_status,
+            last_message: s.last_message,
+        }
+    }
 }
 
 /// A scan as tools show it.
@@ -288,6 +354,12 @@ pub(crate) struct ScanOutput {
     /// status with deviceId: the device's quarantine records.
     #[serde(skip_serializing_if = "Option::is_none")]
     quarantined_files: Option<Vec<QuarantineView>>,
+    /// schedule, unschedule: the schedule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schedule: Option<ScheduleView>,
+    /// list_schedules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    schedules: Option<Vec<ScheduleView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
 }
@@ -893,7 +965,7 @@ pub(crate) struct SecurityScanTool;
 impl Tool for SecurityScanTool {
     const NAME: &'static str = "security_scan";
     const TITLE: &'static str = "Security scan";
-    const DESCRIPTION: &'static str = "Run read-only security checks on Linux devices (firewall, pending security updates, disk encryption, SSH root login and password auth, world-writable system files, listening services, antivirus/EDR, indicator paths), check status, read results (findings with severity and evidence, flagged files, posture), and quarantine, remove or restore flagged files (restorable quarantine on the agent). Every action is Tier 3.";
+    const DESCRIPTION: &'static str = "Run read-only security checks on Linux devices (firewall, pending security updates, disk encryption, SSH root login and password auth, world-writable system files, listening services, antivirus/EDR, indicator paths), check status, read results (findings with severity and evidence, flagged files, posture), and quarantine, remove or restore flagged files (restorable quarantine on the agent); schedule a scan (intervalMinutes, or cron in timeZone; each occurrence is this call as the scheduler), list_schedules, unschedule. Every action is Tier 3.";
     const TIER: Tier = Tier::T3;
     const PERMISSION: Permission = Permission::DevicesExecute;
     const RATE_LIMIT: Option<RateLimit> = per(3, 600);
@@ -910,6 +982,17 @@ impl Tool for SecurityScanTool {
                 scan_devices(cx, input).await?;
                 Ok(None)
             }
+            ScanAction::Schedule => {
+                check_scan_paths(input)?;
+                scan_target_exists(cx, input).await?;
+                schedule_cadence(input)?;
+                Ok(None)
+            }
+            ScanAction::Unschedule => {
+                find_schedule(cx, input).await?;
+                Ok(None)
+            }
+            ScanAction::ListSchedules => Ok(None),
             ScanAction::Status | ScanAction::Results => {
                 if let Some(raw) = &input.scan_id {
                     find_scan(cx, raw).await?;
@@ -965,6 +1048,159 @@ impl Tool for SecurityScanTool {
             }
             ScanAction::Remove => do_quarantine(cx, &input, true).await,
             ScanAction::Restore => do_quarantined(cx, &input, true).await,
+            ScanAction::Schedule => do_schedule(cx, &input).await,
+            ScanAction::ListSchedules => Ok(ScanOutput {
+                schedules: Some(
+                    cx.org
+                        .list_scan_schedules()
+                        .await?
+                        .into_iter()
+                        .map(Into::into)
+                        .collect(),
+                ),
+                ..ScanOutput::default()
+            }),
+            ScanAction::Unschedule => {
+                let s = find_schedule(cx, &input).await?;
+                let audit = AuditEvent::new(
+                    cx.actor.clone(),
+                    "security.schedule.delete",
+                    "security_scan_schedule",
+                )
+                .request(cx.request_id.clone());
+                let s = cx.org.delete_scan_schedule(s.id, audit).await?;
+                Ok(ScanOutput {
+                    message: Some(format!(
+                        "schedule {:?} deleted; its past scans stay",
+                        s.name
+                    )),
+                    schedule: Some(s.into()),
+                    ..ScanOutput::default()
+                })
+            }
+        }
+    }
+}
+
+const SCHEDULE_NOT_FOUND: &str = "Scan schedule not found or access denied";
+
+async fn find_schedule(
+    cx: &ToolCx<'_>,
+    input: &ScanInput,
+) -> Result<breeze_store::ScanSchedule, ToolError> {
+    let raw = input
+        .schedule_id
+        .as_deref()
+        .ok_or_else(|| ToolError::invalid("scheduleId is required for unschedule"))?;
+    let id = uuid_arg(raw, SCHEDULE_NOT_FOUND)?;
+    cx.org.get_scan_schedule(id).await.map_err(|e| match e {
+        StoreError::NotFound(_) => ToolError::not_found(SCHEDULE_NOT_FOUND),
+        other => other.into(),
+    })
+}
+
+/// A schedule's devices or target exist in the organization (online or not: they are
+/// scanned as they stand at each occurrence).
+async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), ToolError> {
+    match (&input.device_ids, &input.target) {
+        (None, None) => Err(ToolError::invalid("schedule needs deviceIds or target")),
+        (Some(ids), _) => {
+            for raw in ids {
+                find_device(cx, raw).await?;
+            }
+            Ok(())
+        }
+        (None, Some(ScanTarget::Organization)) => Ok(()),
+        (None, Some(ScanTarget::Site { site_id })) => {
+            let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
+            cx.org
+                .get_site(id)
+                .await
+                .map(drop)
+                .map_err(|_| ToolError::not_found("Site not found or access denied"))
+        }
+        (None, Some(ScanTarget::Group { group_id })) => {
+            let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
+            cx.org
+                .get_group(id)
+                .await
+                .map(drop)
+                .map_err(|_| ToolError::not_found("Group not found or access denied"))
+        }
+    }
+}
+
+fn schedule_cadence(input: &ScanInput) -> Result<breeze_store::ScanCadence, ToolError> {
+    // A cron, when given, is the cadence (it says more than an interval).
+    match (input.interval_minutes, &input.cron) {
+        (Some(m), None) => Ok(breeze_store::ScanCadence::Interval(m)),
+        (_, Some(cron)) => {
+            let time_zone = input.time_zone.clone().unwrap_or_else(|| "UTC".into());
+            breeze_core::CronSchedule::parse(cron, &time_zone).map_err(ToolError::invalid)?;
+            Ok(breeze_store::ScanCadence::Cron {
+                cron: cron.clone(),
+                time_zone,
+            })
+        }
+        (None, None) => Err(ToolError::invalid("schedule needs intervalMinutes or cron")),
+    }
+}
+
+/// `schedule`: stores the scan call for the server's worker to make at each occurrence, as
+/// this caller.
+async fn do_schedule(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+    let cadence = schedule_cadence(input)?;
+    let mut arguments = serde_json::Map::new();
+    if let Some(ids) = &input.device_ids {
+        arguments.insert("deviceIds".into(), serde_json::json!(ids));
+    } else if let Some(t) = &input.target {
+        arguments.insert("target".into(), target_json(t));
+    }
+    if let Some(r) = &input.extra_roots {
+        arguments.insert("extraRoots".into(), serde_json::json!(r));
+    }
+    if let Some(p) = &input.indicator_paths {
+        arguments.insert("indicatorPaths".into(), serde_json::json!(p));
+    }
+    let audit = AuditEvent::new(
+        cx.actor.clone(),
+        "security.schedule.create",
+        "security_scan_schedule",
+    )
+    .request(cx.request_id.clone());
+    let s = cx
+        .org
+        .create_scan_schedule(
+            breeze_store::NewScanSchedule {
+                name: input
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| "scheduled security scan".into()),
+                arguments: Value::Object(arguments),
+                cadence,
+                owner_actor: cx.actor.to_string(),
+            },
+            audit,
+        )
+        .await?;
+    let view = ScheduleView::from(s);
+    Ok(ScanOutput {
+        message: Some(format!(
+            "scheduled; the first scan runs at {} as {} (each occurrence is a security_scan call: Tier 3, its rate limit, approvals as for that caller)",
+            view.next_run_at.as_deref().unwrap_or("never"),
+            view.owner
+        )),
+        schedule: Some(view),
+        ..ScanOutput::default()
+    })
+}
+
+fn target_json(t: &ScanTarget) -> Value {
+    match t {
+        ScanTarget::Organization => serde_json::json!({ "kind": "organization" }),
+        ScanTarget::Site { site_id } => serde_json::json!({ "kind": "site", "siteId": site_id }),
+        ScanTarget::Group { group_id } => {
+            serde_json::json!({ "kind": "group", "groupId": group_id })
         }
     }
 }
