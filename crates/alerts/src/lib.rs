@@ -24,6 +24,19 @@
 //! way and change it only through the store's conditional writes (the unique index on
 //! unresolved alerts, forward-only transitions), and within one process a rule is evaluated by
 //! one path at a time (a lock per rule, sharded), so a breach is raised — and notified — once.
+//!
+//! Several instances on one database: each evaluates the reports its own agents send (a report
+//! arrives at one instance), but the tick runs on one instance of the cluster at a time — the
+//! holder of the held lease [`LEASE`] (`Store::hold_lease`), renewed at every tick and taken
+//! over by another instance once it went unrenewed for [`LEASE_TICKS`] ticks; the others'
+//! ticks stand by ([`TickReport::standby`]). Paths of different instances can still judge the
+//! same (rule, device) at the same moment (one's arrival, the other's sweep), so what makes a
+//! raise and its notification single is the store, not the lease: the alert is inserted under
+//! the unique index of unresolved alerts and only the instance whose insert won notifies;
+//! resolving is a conditional update and only the instance whose update changed the row
+//! notifies; a suppression is recorded once per window occurrence. The lease saves the
+//! duplicated work (every instance sweeping every rule) and keeps the walk through the rules
+//! on one cursor.
 
 pub mod notify;
 #[cfg(feature = "testing")]
@@ -51,6 +64,13 @@ pub use notify::{
 /// With incremental evaluation on, the tick evaluates metric rules only every this many ticks
 /// (a safety net for reports the incremental path missed).
 pub const FULL_SWEEP_EVERY: u64 = 10;
+
+/// The held lease of the periodic tick in `scheduled_runs`: one instance of a cluster ticks.
+pub const LEASE: &str = "alerts.tick";
+
+/// The tick's lease lapses after this many tick periods without a renewal (its holder died or
+/// lost the database), and another instance takes the ticking over.
+pub const LEASE_TICKS: u32 = 3;
 
 /// How long the incremental path reuses an organization's rule list.
 pub const RULE_CACHE_TTL: Duration = Duration::from_secs(5);
@@ -101,12 +121,16 @@ pub struct TickReport {
     pub suppressed: usize,
     /// Rules whose evaluation failed (logged; the others went on).
     pub failed: usize,
+    /// The tick did nothing: another instance of the cluster holds the tick's lease.
+    pub standby: bool,
 }
 
 /// The alert engine. Cheap to share (`Arc`).
 pub struct AlertEngine {
     store: Store,
     config: EngineConfig,
+    /// This engine's name as a lease holder (unique per process start).
+    instance: String,
     notifier: notify::Notifier,
     /// The last rule evaluated: the next tick starts after it.
     cursor: Mutex<Option<Uuid>>,
@@ -134,6 +158,7 @@ impl AlertEngine {
                 config: config.notify.clone(),
             },
             config,
+            instance: Uuid::now_v7().to_string(),
             cursor: Mutex::new(None),
             deliveries: TaskTracker::new(),
             incremental: AtomicBool::new(false),
@@ -215,9 +240,35 @@ impl AlertEngine {
         Ok(report)
     }
 
-    /// Evaluates the next slice of rules. A rule that fails is logged and skipped; only a
-    /// failure to list the rules fails the tick.
+    /// This engine's name as the holder of the tick's lease.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// How long the tick's lease lasts unrenewed.
+    fn lease_ttl(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.config.tick.saturating_mul(LEASE_TICKS))
+            .unwrap_or(chrono::Duration::minutes(5))
+    }
+
+    /// Evaluates the next slice of rules if this instance holds (or now takes) the tick's
+    /// lease; otherwise does nothing and says so ([`TickReport::standby`]). A rule that fails
+    /// is logged and skipped; only a failure to take the lease or list the rules fails the
+    /// tick.
     pub async fn tick(&self) -> Result<TickReport, StoreError> {
+        // Renewed at every tick, so it lapses only when this instance stops ticking. A tick
+        // slower than the lease's time to live may overlap another instance's: the store's
+        // conditional writes keep that correct, the lease only keeps it rare.
+        if !self
+            .store
+            .hold_lease(LEASE, &self.instance, self.lease_ttl())
+            .await?
+        {
+            return Ok(TickReport {
+                standby: true,
+                ..TickReport::default()
+            });
+        }
         let mut cursor = self.cursor.lock().await;
         let mut rules = self
             .store
@@ -291,6 +342,8 @@ impl AlertEngine {
             match (obs.state, open) {
                 (Observed::Breaching, None) => {
                     if let Some((window, occurrence)) = in_maintenance.get(&obs.device_id) {
+                        // Recorded (and audited) once per occurrence, whichever path or
+                        // instance gets there first; counted in every report that held it back.
                         org.record_suppression(
                             rule.id,
                             obs.device_id,
@@ -307,6 +360,8 @@ impl AlertEngine {
                         AlertCondition::Event(c) => org.matching_events(c, obs.device_id).await?,
                         _ => Vec::new(),
                     };
+                    // `None` when another path or instance raised it first (the unique index):
+                    // that one notifies.
                     if let Some(alert) = org
                         .raise_alert_on(rule, obs.device_id, obs.value, &trigger)
                         .await?
@@ -366,7 +421,8 @@ impl AlertEngine {
         self.deliveries.reopen();
     }
 
-    /// Runs [`AlertEngine::tick`] every `config.tick` until `stop`.
+    /// Runs [`AlertEngine::tick`] every `config.tick` until `stop`, then gives the tick's
+    /// lease up so another instance takes it at its next tick.
     pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(self.config.tick);
@@ -380,6 +436,9 @@ impl AlertEngine {
                         }
                     }
                 }
+            }
+            if let Err(e) = self.store.release_lease(LEASE, &self.instance).await {
+                tracing::warn!(error = %e, "could not give the alert engine's lease up");
             }
         })
     }

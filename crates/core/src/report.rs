@@ -27,6 +27,8 @@ string_enum! {
         Json = "json",
         /// RFC 4180 CSV with a header row.
         Csv = "csv",
+        /// A PDF 1.4 table, A4 landscape (the header on every page).
+        Pdf = "pdf",
     }
 }
 

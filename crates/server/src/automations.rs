@@ -457,9 +457,11 @@ impl AutomationWorker {
                 continue;
             };
             let (outcomes, note) = owner_runs::settle_approvals(&run.devices, &records);
-            self.store
+            // Every instance sees the waiting run: the one whose update moves it finishes it.
+            if self
+                .store
                 .org(run.org_id)
-                .update_run(
+                .finish_awaiting_run(
                     run.id,
                     RunUpdate {
                         status: overall(&outcomes),
@@ -468,8 +470,11 @@ impl AutomationWorker {
                         message: note.or(run.message.clone()),
                     },
                 )
-                .await?;
-            done += 1;
+                .await?
+                .is_some()
+            {
+                done += 1;
+            }
         }
         Ok(done)
     }

@@ -509,7 +509,7 @@ pub async fn serve(
         breeze.state.config.alerts.clone(),
     ));
     spawn_incremental_alerts(&breeze.state.gateway, alerts.clone(), sweeper_stop.clone());
-    alerts.spawn(sweeper_stop.clone());
+    let alerts_task = alerts.spawn(sweeper_stop.clone());
     Arc::new(groups::GroupTimer::new(
         breeze.state.store.clone(),
         groups::GroupTimerConfig::default(),
@@ -600,5 +600,8 @@ pub async fn serve(
         }
     };
     sweeper_stop.cancel();
+    // The engine gives its tick's lease up as it stops, so another instance ticks at once
+    // rather than after the lease lapses; a moment's wait for it, no more.
+    let _ = tokio::time::timeout(Duration::from_secs(2), alerts_task).await;
     result
 }

@@ -190,7 +190,7 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
         json!({ "action": "create", "name": "x", "reportType": "device_inventory",
                 "filters": { "hostname": "web" } }),
         json!({ "action": "create", "name": "x", "reportType": "device_inventory",
-                "format": "pdf" }),
+                "format": "xlsx" }),
         json!({ "action": "data" }),
     ] {
         let r = tool(app, &w.write, TOOL, args.clone()).await;
@@ -382,7 +382,44 @@ async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
     let _: Value = r.body;
 }
 
+/// PDF: downloaded as a PDF document (its structure is checked by the store's tests); `data`
+/// previews no binary.
+async fn a_pdf_report_is_downloaded_as_a_document(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let pdf = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "generate", "reportType": "device_inventory", "format": "pdf" }),
+    )
+    .await;
+    assert_eq!(pdf["run"]["format"], "pdf", "{pdf}");
+    let r = download(&w, &w.read, pdf["run"]["downloadPath"].as_str().unwrap()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "application/pdf");
+    assert!(
+        r.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains(".pdf")
+    );
+    let text = r.body.as_str().unwrap();
+    assert!(text.starts_with("%PDF-1.4\n") && text.ends_with("%%EOF\n"));
+    assert!(text.contains("(web-01) Tj"), "the hostnames are on it");
+    let data = tool(
+        app,
+        &w.read,
+        TOOL,
+        json!({ "action": "data", "runId": pdf["run"]["id"] }),
+    )
+    .await;
+    assert!(data["preview"].is_null(), "{data}");
+    assert_eq!(data["run"]["format"], "pdf");
+}
+
 breeze_store::on_both_backends!(
+    a_pdf_report_is_downloaded_as_a_document,
     another_organizations_reports_are_not_found,
     bad_inputs_and_tiers_are_refused,
     a_report_is_defined_generated_and_downloaded

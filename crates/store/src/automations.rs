@@ -698,6 +698,17 @@ impl OrgStore<'_> {
         RUNS.update(self, id, update).await
     }
 
+    /// Finishes a run waiting for approval: [`OrgStore::update_run`] only if it is still
+    /// `pending_approval`; `None` when another instance finished it first.
+    pub async fn finish_awaiting_run(
+        &self,
+        id: Uuid,
+        update: RunUpdate,
+    ) -> Result<Option<AutomationRun>> {
+        RUNS.update_from(self, id, update, Some(RunStatus::PendingApproval))
+            .await
+    }
+
     /// Alerts raised at or after `since`, oldest first, at most `limit`.
     pub async fn alerts_raised_since(&self, since: Timestamp, limit: u32) -> Result<Vec<Alert>> {
         sql(format!(

@@ -33,6 +33,7 @@ mod metrics;
 mod oauth;
 mod packages;
 mod patches;
+mod pdf;
 mod protected_paths;
 mod reports;
 mod runs;

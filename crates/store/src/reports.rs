@@ -157,10 +157,12 @@ struct Output {
     seq: i64,
     rows: i64,
     bytes: i64,
+    /// The PDF's layout and object offsets (PDF only).
+    pdf: Option<crate::pdf::PdfTable>,
 }
 
 impl Output {
-    fn new(run: Uuid, format: ReportFormat, columns: &[&str]) -> Self {
+    fn new(run: Uuid, format: ReportFormat, columns: &[&str], title: &str) -> Self {
         let mut out = Self {
             run,
             format,
@@ -168,12 +170,16 @@ impl Output {
             seq: 0,
             rows: 0,
             bytes: 0,
+            pdf: None,
         };
         match format {
             ReportFormat::Json => out.buf.extend_from_slice(b"["),
             ReportFormat::Csv => {
                 let header: Vec<Value> = columns.iter().map(|c| Value::from(*c)).collect();
                 out.csv_line(&header);
+            }
+            ReportFormat::Pdf => {
+                out.pdf = Some(crate::pdf::PdfTable::start(&mut out.buf, title, columns));
             }
         }
         out
@@ -211,14 +217,35 @@ impl Output {
                 self.buf.push(b'}');
             }
             ReportFormat::Csv => self.csv_line(&values),
+            ReportFormat::Pdf => {
+                let cells: Vec<String> = values
+                    .into_iter()
+                    .map(|v| match v {
+                        Value::Null => String::new(),
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    })
+                    .collect();
+                if let Some(pdf) = self.pdf.as_mut() {
+                    pdf.row(&mut self.buf, &cells);
+                }
+            }
         }
         self.rows += 1;
     }
 
     fn finish(&mut self) {
-        if self.format == ReportFormat::Json {
-            self.buf
-                .extend_from_slice(if self.rows == 0 { b"]\n" } else { b"\n]\n" });
+        match self.format {
+            ReportFormat::Json => {
+                self.buf
+                    .extend_from_slice(if self.rows == 0 { b"]\n" } else { b"\n]\n" });
+            }
+            ReportFormat::Csv => {}
+            ReportFormat::Pdf => {
+                if let Some(pdf) = self.pdf.take() {
+                    pdf.finish(&mut self.buf, self.rows);
+                }
+            }
         }
     }
 }
@@ -532,7 +559,13 @@ impl OrgStore<'_> {
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
 
-        let mut out = Output::new(id, req.format, columns_of(req.kind));
+        let title = format!(
+            "{} - {} - {} UTC",
+            req.name,
+            req.kind,
+            now.format("%Y-%m-%d %H:%M")
+        );
+        let mut out = Output::new(id, req.format, columns_of(req.kind), &title);
         let written = match self.write_rows(&req, now, &mut out).await {
             Ok(()) => {
                 out.finish();
@@ -602,21 +635,28 @@ impl OrgStore<'_> {
 
     /// Stores the buffered output as the next chunk once it holds [`CHUNK_BYTES`] (or, with
     /// `force`, whatever it holds).
+    ///
+    /// A chunk holds at most [`CHUNK_BYTES`]: what a row or a format's ending wrote beyond
+    /// (a PDF's cross-reference table grows with its pages) goes on into the next.
     async fn flush_chunk(&self, out: &mut Output, force: bool) -> Result<()> {
-        if out.buf.is_empty() || (!force && out.buf.len() < CHUNK_BYTES) {
-            return Ok(());
+        while !out.buf.is_empty() && (force || out.buf.len() >= CHUNK_BYTES) {
+            let data = if out.buf.len() > CHUNK_BYTES {
+                let rest = out.buf.split_off(CHUNK_BYTES);
+                std::mem::replace(&mut out.buf, rest)
+            } else {
+                std::mem::replace(&mut out.buf, Vec::with_capacity(CHUNK_BYTES + 4096))
+            };
+            let len = data.len() as i64;
+            sql("INSERT INTO report_chunks (run_id, org_id, seq, data) VALUES ($1, $2, $3, $4)")
+                .bind(out.run)
+                .bind(self.org)
+                .bind(out.seq)
+                .bind(data)
+                .execute(self.store)
+                .await?;
+            out.seq += 1;
+            out.bytes += len;
         }
-        let data = std::mem::replace(&mut out.buf, Vec::with_capacity(CHUNK_BYTES + 4096));
-        let len = data.len() as i64;
-        sql("INSERT INTO report_chunks (run_id, org_id, seq, data) VALUES ($1, $2, $3, $4)")
-            .bind(out.run)
-            .bind(self.org)
-            .bind(out.seq)
-            .bind(data)
-            .execute(self.store)
-            .await?;
-        out.seq += 1;
-        out.bytes += len;
         Ok(())
     }
 

@@ -115,10 +115,25 @@ impl RunTable {
         id: Uuid,
         update: RunUpdate,
     ) -> Result<T> {
+        self.update_from(org, id, update, None)
+            .await?
+            .ok_or(StoreError::NotFound(self.what))
+    }
+
+    /// [`RunTable::update`] only if the row is still `from` (when given): `None` when it is
+    /// not (or does not exist). Instances that both saw a row waiting for approval finish it
+    /// once — the one whose update moved it — and the other records nothing.
+    pub(crate) async fn update_from<T: RunRow>(
+        &self,
+        org: &OrgStore<'_>,
+        id: Uuid,
+        update: RunUpdate,
+        from: Option<RunStatus>,
+    ) -> Result<Option<T>> {
         let now = org.store.clock.now();
         let done = update.status.is_terminal();
         let mut tx = Tx::begin(&org.store.pool).await?;
-        let n = sql(format!(
+        let mut q = sql(format!(
             "UPDATE {} SET status = $1, approval_ids = $2, devices = $3, message = $4, \
              finished_at = $5 WHERE id = $6 AND org_id = $7",
             self.table
@@ -129,11 +144,14 @@ impl RunTable {
         .bind(update.message.as_deref())
         .bind(done.then_some(now))
         .bind(id)
-        .bind(org.org)
-        .execute(&mut tx)
-        .await?;
+        .bind(org.org);
+        if let Some(from) = from {
+            let p = q.arg(from.as_str());
+            q.push(&format!(" AND status = {p}"));
+        }
+        let n = q.execute(&mut tx).await?;
         if n == 0 {
-            return Err(StoreError::NotFound(self.what));
+            return Ok(None);
         }
         let action = if done {
             self.finish_action
@@ -149,6 +167,6 @@ impl RunTable {
             }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
-        self.get(org, id).await
+        self.get(org, id).await.map(Some)
     }
 }

@@ -13,6 +13,10 @@ use sqlx::{Connection, PgConnection};
 
 use crate::{Backend, Result, Store, StoreOptions};
 
+/// Checks that bytes are a structurally valid PDF as the report writer makes them (header,
+/// cross-reference offsets, stream lengths, page count); returns the number of pages.
+pub use crate::pdf::check_structure as check_pdf;
+
 /// The statements SQLite audit rows are inserted by (one row, and many at a time), for tests
 /// that inspect their plans.
 pub fn sqlite_audit_inserts() -> [&'static str; 2] {

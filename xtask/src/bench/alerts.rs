@@ -17,7 +17,7 @@
 //! arrives) to the raise, in the clock the engine sees (the wait for the next tick included)
 //! plus the wall time of the evaluation that raised it.
 //!
-//! Then a 10,000-device inventory report is generated as JSON and as CSV: time, size, and the
+//! Then a 10,000-device inventory report is generated as JSON, CSV and PDF: time, size, and the
 //! peak resident memory it added (`/proc/self/clear_refs` resets the high-water mark, then
 //! `VmHWM` is read). The build profile is printed: debug numbers are smoke numbers.
 
@@ -411,8 +411,8 @@ async fn one_backend(
         percentile(&latencies, 0.99),
     );
 
-    // Reports: a 10,000-device inventory as JSON and CSV.
-    for format in [ReportFormat::Json, ReportFormat::Csv] {
+    // Reports: a 10,000-device inventory as JSON, CSV and PDF.
+    for format in [ReportFormat::Json, ReportFormat::Csv, ReportFormat::Pdf] {
         let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
         let rss0 = status_kib("VmRSS:");
         let t = Instant::now();

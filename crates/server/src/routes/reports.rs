@@ -45,6 +45,7 @@ async fn download(
     let (content_type, ext) = match record.format {
         ReportFormat::Json => ("application/json", "json"),
         ReportFormat::Csv => ("text/csv; charset=utf-8", "csv"),
+        ReportFormat::Pdf => ("application/pdf", "pdf"),
     };
     let org_id = scope.org.id;
     let store: Store = state.store.clone();

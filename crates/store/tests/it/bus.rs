@@ -151,3 +151,96 @@ async fn a_periodic_job_runs_on_one_server_per_period() {
         test.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_held_lease_stays_with_its_holder_until_it_lapses() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+            .unwrap()
+            .to_utc();
+        let clock = breeze_core::ManualClock::new(at);
+        let test = TestStore::new(backend, Arc::new(clock.clone())).await;
+        let a = test.store.clone();
+        let b = a.reopen().await.unwrap();
+        let ttl = chrono::Duration::seconds(90);
+        // Both ask at once: one holds it.
+        let (x, y) = tokio::join!(
+            a.hold_lease("alerts.tick", "a", ttl),
+            b.hold_lease("alerts.tick", "b", ttl)
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert!(x ^ y, "{backend:?}: {x} {y}");
+        let (holder, holder_name, other, other_name) = if x {
+            (&a, "a", &b, "b")
+        } else {
+            (&b, "b", &a, "a")
+        };
+        // Renewed each time its holder asks, refused to the other meanwhile — even long
+        // after the first claim, as long as the renewals keep coming.
+        for _ in 0..3 {
+            clock.advance(chrono::Duration::seconds(60));
+            assert!(
+                holder
+                    .hold_lease("alerts.tick", holder_name, ttl)
+                    .await
+                    .unwrap()
+            );
+            assert!(
+                !other
+                    .hold_lease("alerts.tick", other_name, ttl)
+                    .await
+                    .unwrap()
+            );
+        }
+        // Another lease is its own.
+        assert!(
+            other
+                .hold_lease("other.job", other_name, ttl)
+                .await
+                .unwrap()
+        );
+        // The holder stops renewing: once the time to live passed, the other takes over, and
+        // the old holder is refused when it comes back.
+        clock.advance(chrono::Duration::seconds(89));
+        assert!(
+            !other
+                .hold_lease("alerts.tick", other_name, ttl)
+                .await
+                .unwrap()
+        );
+        clock.advance(chrono::Duration::seconds(1));
+        assert!(
+            other
+                .hold_lease("alerts.tick", other_name, ttl)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !holder
+                .hold_lease("alerts.tick", holder_name, ttl)
+                .await
+                .unwrap()
+        );
+        // Released by its holder (a clean shutdown): free at once. Released by another: kept.
+        assert!(
+            !holder
+                .release_lease("alerts.tick", holder_name)
+                .await
+                .unwrap()
+        );
+        assert!(
+            other
+                .release_lease("alerts.tick", other_name)
+                .await
+                .unwrap()
+        );
+        assert!(
+            holder
+                .hold_lease("alerts.tick", holder_name, ttl)
+                .await
+                .unwrap()
+        );
+        b.close().await;
+        test.cleanup().await;
+    }
+}

@@ -303,7 +303,82 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
     );
 }
 
+/// A PDF report: a definition in PDF is kept (the format check admits it), 1,200 devices
+/// make a structurally valid PDF over several stored chunks and many pages, with every
+/// hostname on it and text escaped.
+async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let o = s.org(a);
+    let site = o
+        .create_site("HQ", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
+    let fleet: Vec<_> = (0..1200)
+        .map(|i| {
+            let mut d = new_device(site.id, &format!("host-{i:05}"), DeviceStatus::Online);
+            if i == 7 {
+                d.hostname = "a(b)c\\d".into();
+            }
+            d
+        })
+        .collect();
+    o.create_devices(fleet, audit("device.seed", "device"))
+        .await
+        .unwrap();
+    let def = o
+        .create_report(
+            inventory("Fleet PDF", ReportFormat::Pdf),
+            audit("report.create", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        o.get_report(def.id).await.unwrap().format,
+        ReportFormat::Pdf
+    );
+    let run = o
+        .generate_report(
+            ReportRequest::from(&def),
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, ReportStatus::Completed);
+    assert_eq!(run.format, ReportFormat::Pdf);
+    assert_eq!(run.row_count, 1200);
+    assert!(run.chunk_count >= 2, "{run:?}");
+    let pdf = download(&o, run.id).await;
+    assert_eq!(pdf.len() as i64, run.byte_count);
+    let pages = breeze_store::testing::check_pdf(&pdf);
+    assert!(pages >= 20, "1,200 rows over {pages} pages");
+    let text = String::from_utf8_lossy(&pdf);
+    assert!(text.contains("(host-00000) Tj") && text.contains("(host-01199) Tj"));
+    assert!(text.contains(r"(a\(b\)c\\d) Tj"), "escaped");
+    assert!(text.contains("(Fleet PDF - device_inventory - "), "titled");
+    // An empty report is still a document: one page that says so.
+    let empty = o
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "None".into(),
+                kind: ReportKind::AlertHistory,
+                format: ReportFormat::Pdf,
+                filters: ReportFilters::default(),
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    let pdf = download(&o, empty.id).await;
+    assert_eq!(breeze_store::testing::check_pdf(&pdf), 1);
+    assert!(String::from_utf8_lossy(&pdf).contains("(No rows.) Tj"));
+}
+
 breeze_store::on_both_backends!(
     reports_are_defined_generated_in_chunks_and_confined,
-    the_history_keeps_the_newest_runs
+    the_history_keeps_the_newest_runs,
+    pdf_reports_are_valid_documents_over_chunks
 );

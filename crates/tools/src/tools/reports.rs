@@ -1,7 +1,7 @@
 //! `generate_report`: report definitions (list, get, create, update, delete), generation now,
 //! the history of runs, and a run's data (summary, a short preview and its download path).
 //!
-//! Kinds: device inventory, alert history, audit activity; formats JSON and CSV. Patch and
+//! Kinds: device inventory, alert history, audit activity; formats JSON, CSV and PDF. Patch and
 //! compliance reports are refused by name until Breeze has that data. The output is never put
 //! in the reply: the store streams it into stored chunks and the reply names
 //! `GET /api/v1/orgs/{org}/reports/{runId}/download`, which serves it chunk by chunk.
@@ -85,6 +85,7 @@ impl ReportTypeArg {
 pub(crate) enum FormatArg {
     Json,
     Csv,
+    Pdf,
 }
 
 impl From<FormatArg> for ReportFormat {
@@ -92,6 +93,7 @@ impl From<FormatArg> for ReportFormat {
         match f {
             FormatArg::Json => ReportFormat::Json,
             FormatArg::Csv => ReportFormat::Csv,
+            FormatArg::Pdf => ReportFormat::Pdf,
         }
     }
 }
@@ -315,7 +317,7 @@ pub(crate) struct GenerateReport;
 impl Tool for GenerateReport {
     const NAME: &'static str = "generate_report";
     const TITLE: &'static str = "Generate reports";
-    const DESCRIPTION: &'static str = "Reports of device inventory, alert history or audit activity as JSON or CSV. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId and/or reportType, format, filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
+    const DESCRIPTION: &'static str = "Reports of device inventory, alert history or audit activity as JSON, CSV or PDF. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId and/or reportType, format, filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AuditRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
@@ -370,7 +372,11 @@ impl Tool for GenerateReport {
             ReportAction::Data => {
                 let id = uuid_or_missing(input.run_id.as_deref(), "runId", RUN_NOT_FOUND)?;
                 let run = cx.org.get_report_run(id).await.map_err(report_missing)?;
-                let first = cx.org.report_chunk(id, 0).await?;
+                // A PDF has no text to preview: its download is the way to read it.
+                let first = match run.format {
+                    ReportFormat::Pdf => None,
+                    _ => cx.org.report_chunk(id, 0).await?,
+                };
                 Rendered::of(&ReportsOutput {
                     preview: first.as_deref().map(preview),
                     run: Some(RunView::new(run)),
