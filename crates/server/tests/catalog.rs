@@ -615,37 +615,9 @@ async fn selection_by_query_header_setting_and_session(cx: Ctx) {
     }
 }
 
-/// The tools the catalogue had when issue #22 set the full listing's aim (≤ 40 KB for an
-/// execute key "at today's catalogue"): the aim is held on these, so a longer schema of any of
-/// them fails, while tools added since are measured and printed, not refused — a growing
-/// catalogue is what toolsets and the consolidated mode are for.
-const CONTRACT_II_CATALOGUE: [&str; 21] = [
-    "analyze_disk_usage",
-    "analyze_metrics",
-    "disk_cleanup",
-    "execute_command",
-    "file_operations",
-    "get_active_users",
-    "get_approval_status",
-    "get_device_context",
-    "get_device_details",
-    "get_device_software",
-    "get_user_experience_metrics",
-    "manage_groups",
-    "manage_services",
-    "network_discovery",
-    "query_audit_log",
-    "query_devices",
-    "resolve_device_context",
-    "run_script",
-    "search_agent_logs",
-    "set_agent_log_level",
-    "set_device_context",
-];
-
 /// The size of `tools/list` per key and catalog mode (compact JSON of the `result`), printed for
 /// the report and held to the contract's limits: the consolidated list ≤ 8 KB for every key, the
-/// full list of [`CONTRACT_II_CATALOGUE`] ≤ 40 KB for an execute key. A longer schema that
+/// full list of [`breeze_tools::BUDGETED_CATALOGUE`] ≤ 40 KB for an execute key. A longer schema that
 /// crosses a limit fails here: trim the listing (see `listed_output_schema`) rather than the
 /// limit. `cargo xtask bench sizes` prints the same figures split per tool and part.
 #[allow(clippy::print_stdout)] // the numbers are this test's report (`--nocapture`)
@@ -667,16 +639,18 @@ async fn catalog_sizes(cx: Ctx) {
                     let listed = r.body["result"]["tools"].as_array().unwrap();
                     let contract: Vec<&Value> = listed
                         .iter()
-                        .filter(|t| CONTRACT_II_CATALOGUE.contains(&t["name"].as_str().unwrap()))
+                        .filter(|t| {
+                            breeze_tools::BUDGETED_CATALOGUE.contains(&t["name"].as_str().unwrap())
+                        })
                         .collect();
-                    assert_eq!(contract.len(), CONTRACT_II_CATALOGUE.len());
+                    assert_eq!(contract.len(), breeze_tools::BUDGETED_CATALOGUE.len());
                     let held = json!({ "tools": contract }).to_string().len();
                     println!(
                         "tools/list         full execute key: the {} tools of #22: {held} bytes (limit 40960)",
                         contract.len()
                     );
                     assert!(
-                        held <= 40 * 1024,
+                        held <= breeze_tools::FULL_LISTING_BUDGET,
                         "#22's catalogue, execute: {held} > 40960"
                     );
                     ""

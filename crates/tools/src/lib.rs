@@ -27,6 +27,36 @@ pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_
 /// periodically).
 pub use tools::patches::dispatch_scheduled_patch_jobs;
 
+/// The byte budget of an execute key's full `tools/list` (compact JSON of the `result`).
+pub const FULL_LISTING_BUDGET: usize = 40 * 1024;
+
+/// The catalogue [`FULL_LISTING_BUDGET`] was set for. The budget keeps each of these tools'
+/// listing terse; it is not held against tools added since — a catalogue that outgrows any fixed
+/// budget is what the consolidated mode (≤ 8 KB for every key) is for.
+pub const BUDGETED_CATALOGUE: [&str; 21] = [
+    "analyze_disk_usage",
+    "analyze_metrics",
+    "disk_cleanup",
+    "execute_command",
+    "file_operations",
+    "get_active_users",
+    "get_approval_status",
+    "get_device_context",
+    "get_device_details",
+    "get_device_software",
+    "get_user_experience_metrics",
+    "manage_groups",
+    "manage_services",
+    "network_discovery",
+    "query_audit_log",
+    "query_devices",
+    "resolve_device_context",
+    "run_script",
+    "search_agent_logs",
+    "set_agent_log_level",
+    "set_device_context",
+];
+
 /// Every tool. Domains are listed alphabetically; add new ones here.
 pub fn all() -> Registry {
     let mut r = Registry::default();
