@@ -111,6 +111,30 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "serve GET /metrics on the main listener to `Authorization: Bearer <token>` (optional; 16+ characters)",
     ),
     (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "export traces over OTLP/HTTP to this collector (…/v1/traces is added); off when unset",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "the traces URL itself, instead of OTEL_EXPORTER_OTLP_ENDPOINT",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "http/protobuf (default) or http/json (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL wins)",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "key=value,… sent with every export (a collector's credentials)",
+    ),
+    (
+        "OTEL_SERVICE_NAME",
+        "the traces' service.name (default breeze)",
+    ),
+    (
+        "OTEL_TRACES_SAMPLER_ARG",
+        "share of traces kept, 0.0 to 1.0, parent-based (default 1.0)",
+    ),
+    (
         "BREEZE_AGENT_CONFIG",
         "`breeze agent`: the agent's config file",
     ),
@@ -417,6 +441,8 @@ pub(crate) struct Settings {
     pub(crate) audit_archive_dir: PathBuf,
     /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
     pub(crate) metrics: breeze_server::metrics::MetricsAccess,
+    /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
+    pub(crate) traces: Option<crate::telemetry::TraceSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -616,6 +642,7 @@ impl Settings {
             bail!("invalid BREEZE_METRICS_ADDR: it is BREEZE_LISTEN's address");
         }
         Ok(Settings {
+            traces: crate::telemetry::TraceSettings::load(env)?,
             audit_retention_days,
             audit_archive_dir,
             metrics,

@@ -4,12 +4,13 @@
 
 mod commands;
 mod config;
+mod telemetry;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{LogFormat, SettingFlags, Settings};
+use crate::config::{SettingFlags, Settings};
 
 /// Every request allocates (JSON trees, strings, futures); mimalloc's thread-local free lists
 /// serve them with less work than the system allocator.
@@ -167,7 +168,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&settings);
+    // Held to the end of `main`: dropping it flushes the traces still buffered.
+    let _telemetry = telemetry::init(&settings);
     let runtime = match server_runtime().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -271,19 +273,6 @@ fn run_stdio(
 /// `mcp stdio` is handled before settings are loaded.
 fn unreachable_stdio() -> anyhow::Result<()> {
     anyhow::bail!("breeze mcp stdio runs without server settings")
-}
-
-fn init_tracing(settings: &Settings) {
-    let filter = tracing_subscriber::EnvFilter::new(&settings.log_filter);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    match settings.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Pretty => builder.init(),
-    }
 }
 
 #[cfg(test)]

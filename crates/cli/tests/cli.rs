@@ -1269,3 +1269,214 @@ fn grants_are_listed_and_revoked_from_the_shell() {
     let (_, err) = run_err(breeze(d).args(["grants", "revoke", "--user", "g@n.test"]));
     assert!(err.contains("--all") || err.contains("<ID>"), "{err}");
 }
+
+/// The exports a stand-in collector received: content type and body of each.
+type Exports = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A stand-in OpenTelemetry collector: answers every OTLP/HTTP export with 200 and keeps the
+/// request bodies with their content type.
+fn otlp_collector() -> (u16, Exports) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 8192];
+            let (head, body_start) = loop {
+                let Ok(n) = conn.read(&mut buf) else {
+                    break (String::new(), 0);
+                };
+                if n == 0 {
+                    break (String::new(), 0);
+                }
+                raw.extend_from_slice(&buf[..n]);
+                if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break (String::from_utf8_lossy(&raw[..at]).to_lowercase(), at + 4);
+                }
+            };
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+                    .unwrap_or_default()
+            };
+            let len: usize = header("content-length:").parse().unwrap_or(0);
+            while raw.len() < body_start + len {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                }
+            }
+            let kind = header("content-type:");
+            let reply = if kind.contains("json") { "{}" } else { "" };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+            let body = raw.get(body_start..).unwrap_or_default().to_vec();
+            keep.lock().unwrap().push((kind, body));
+        }
+    });
+    (port, seen)
+}
+
+/// The spans of OTLP/JSON export bodies, each with its resource's `service.name`.
+fn exported_spans(bodies: &[(String, Vec<u8>)]) -> Vec<(String, Value)> {
+    let mut spans = Vec::new();
+    for (_, body) in bodies {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+            let service = rs["resource"]["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|a| a["key"] == "service.name")
+                .and_then(|a| a["value"]["stringValue"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                for s in ss["spans"].as_array().into_iter().flatten() {
+                    spans.push((service.clone(), s.clone()));
+                }
+            }
+        }
+    }
+    spans
+}
+
+/// A span's string attribute.
+fn attr<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?["value"]["stringValue"]
+        .as_str()
+}
+
+#[test]
+fn a_tool_call_is_traced_over_otlp_through_guard_handler_store_and_agent() {
+    let (collector, seen) = otlp_collector();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let endpoint = format!("http://127.0.0.1:{collector}");
+    let server = Server::start_with(
+        dir.path(),
+        port,
+        "demo",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_SERVICE_NAME", "breeze-under-test"),
+            // The SDK's own setting: export every 100 ms rather than every 5 s.
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let demo = read_demo(dir.path());
+    let read = demo["api_keys"]["read"].as_str().unwrap();
+    let write = demo["api_keys"]["write"].as_str().unwrap();
+    let mut device = String::new();
+    eventually(30, "the local agent to come online", || {
+        let r = mcp_tool(port, read, "query_devices", serde_json::json!({}));
+        let d = &r["structuredContent"]["devices"][0];
+        device = d["id"].as_str().unwrap_or_default().to_owned();
+        d["status"] == "online"
+    });
+    // A Tier 1 call with an agent round trip.
+    let r = mcp_tool(
+        port,
+        write,
+        "file_operations",
+        serde_json::json!({ "deviceId": device, "action": "list", "path": "/" }),
+    );
+    assert_eq!(r["structuredContent"]["status"], "completed", "{r}");
+
+    let mut spans = Vec::new();
+    let mut call = Value::Null;
+    eventually(20, "the file_operations call's spans", || {
+        spans = exported_spans(&seen.lock().unwrap());
+        call = spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s["name"] == "tool.call" && attr(s, "tool") == Some("file_operations"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let trace = &call["traceId"];
+        let names: Vec<&Value> = spans
+            .iter()
+            .filter(|(_, s)| s["traceId"] == *trace)
+            .map(|(_, s)| &s["name"])
+            .collect();
+        !call.is_null()
+            && names.iter().any(|n| *n == "agent.wait")
+            && names.iter().any(|n| *n == "http")
+    });
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|(kind, _)| kind == "application/json"),
+        "http/json was asked for"
+    );
+    assert!(
+        spans
+            .iter()
+            .all(|(service, _)| service == "breeze-under-test")
+    );
+    assert_eq!(attr(&call, "outcome"), Some("output"), "{call}");
+    let trace: Vec<&Value> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s["traceId"] == call["traceId"])
+        .collect();
+    let one = |name: &str| -> &Value {
+        let found: Vec<&&Value> = trace.iter().filter(|s| s["name"] == name).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "one {name} span in the call's trace: {trace:#?}"
+        );
+        found[0]
+    };
+    // The request's span is the root; the call's steps nest under it in order.
+    let http = one("http");
+    assert_eq!(attr(http, "path"), Some("/mcp"));
+    assert!(
+        attr(http, "request_id").is_some_and(|id| !id.is_empty()),
+        "the request id is on the request's span: {http}"
+    );
+    assert_eq!(call["parentSpanId"], http["spanId"]);
+    for step in ["guard", "handler"] {
+        assert_eq!(one(step)["parentSpanId"], call["spanId"], "{step}");
+    }
+    let handler = one("handler");
+    let submit = one("agent.submit");
+    assert_eq!(submit["parentSpanId"], handler["spanId"]);
+    assert_eq!(attr(submit, "device"), Some(device.as_str()));
+    let wait = one("agent.wait");
+    assert_eq!(wait["parentSpanId"], handler["spanId"]);
+    assert!(
+        attr(wait, "status").is_some_and(|s| s.contains("ompleted")),
+        "{wait}"
+    );
+    // The store's statements are events of the steps that ran them.
+    let statements = trace
+        .iter()
+        .flat_map(|s| s["events"].as_array().into_iter().flatten())
+        .filter(|e| {
+            e["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| a["key"] == "db.statement")
+        })
+        .count();
+    assert!(
+        statements > 0,
+        "no SQL statement in the call's trace: {trace:#?}"
+    );
+    server.stop();
+}

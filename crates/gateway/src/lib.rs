@@ -39,6 +39,7 @@ use breeze_core::{AuditEvent, DeviceId, OrgId};
 use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Signal, Store, StoreError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Frames buffered per connected agent before a push counts as failed.
@@ -734,7 +735,15 @@ impl OrgFleet<'_> {
         new: NewCommand,
         audit: AuditEvent,
     ) -> Result<CommandRecord, GatewayError> {
-        self.gateway.submit(self.org, new, audit).await
+        let span = tracing::debug_span!(
+            "agent.submit",
+            device = %new.device_id,
+            kind = %breeze_store::kind_tag(&new.kind)
+        );
+        self.gateway
+            .submit(self.org, new, audit)
+            .instrument(span)
+            .await
     }
 
     /// Waits until command `id` is final or `wait` passes, calling `on_progress` for each
@@ -745,7 +754,18 @@ impl OrgFleet<'_> {
         wait: Duration,
         on_progress: impl FnMut(&Progress),
     ) -> Result<CommandRecord, GatewayError> {
-        self.gateway.wait(self.org, id, wait, on_progress).await
+        // The agent's round trip as a caller sees it: from here to the command's final state.
+        let span =
+            tracing::debug_span!("agent.wait", command = %id, status = tracing::field::Empty);
+        let record = self
+            .gateway
+            .wait(self.org, id, wait, on_progress)
+            .instrument(span.clone())
+            .await;
+        if let Ok(r) = &record {
+            span.record("status", tracing::field::debug(&r.status));
+        }
+        record
     }
 
     /// Cancels a command that has not finished and tells the agent to stop it.

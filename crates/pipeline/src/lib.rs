@@ -33,6 +33,7 @@ use breeze_store::{ApprovalRecord, Store};
 use breeze_tools::{CallOptions, ErrorCode, RawOutput, Registry, Services, ToolError, ToolSpec};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::approvals::{ApprovalConfig, Approvals, Outcome};
 
@@ -57,6 +58,24 @@ pub enum CallOutcome {
     Batch { answer: RawOutput, is_error: bool },
     /// No tool has this name.
     UnknownTool,
+}
+
+impl CallOutcome {
+    /// The outcome's name, as traces record it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallOutcome::Output(_) => "output",
+            CallOutcome::Failed(_) => "failed",
+            CallOutcome::ReplayedError(_) => "replayed_error",
+            CallOutcome::Pending(_) => "pending",
+            CallOutcome::Refused(_) => "refused",
+            CallOutcome::Batch {
+                is_error: false, ..
+            } => "batch",
+            CallOutcome::Batch { is_error: true, .. } => "batch_error",
+            CallOutcome::UnknownTool => "unknown_tool",
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -164,7 +183,27 @@ impl Pipeline {
 
     /// Runs one call through every step. `cancel` is the caller's: a cancelled call stops (a
     /// waiting Tier 3 request is withdrawn) and its outcome is not for anyone's eyes.
+    ///
+    /// Traced as a `tool.call` span (`debug`: free unless traces are exported) with the steps
+    /// `guard`, `handler` and `approval.wait` under it.
     pub async fn call(
+        &self,
+        caller: &Caller<'_>,
+        tool: &str,
+        arguments: Value,
+        options: CallOptions,
+        cancel: &CancellationToken,
+    ) -> CallOutcome {
+        let span = tracing::debug_span!("tool.call", tool, outcome = tracing::field::Empty);
+        let outcome = self
+            .call_untraced(caller, tool, arguments, options, cancel)
+            .instrument(span.clone())
+            .await;
+        span.record("outcome", outcome.kind());
+        outcome
+    }
+
+    async fn call_untraced(
         &self,
         caller: &Caller<'_>,
         tool: &str,
@@ -179,7 +218,8 @@ impl Pipeline {
             // Boxed, like the approval path: rare, and its state would weigh on every call.
             return Box::pin(batch::run(self, caller, spec, arguments, options, cancel)).await;
         }
-        let clearance = match self.inner.guard.check(caller, spec, &arguments).await {
+        let checked = self.inner.guard.check(caller, spec, &arguments);
+        let clearance = match checked.instrument(tracing::debug_span!("guard")).await {
             Ok(c) => c,
             Err(r) => return CallOutcome::Refused(r),
         };
@@ -226,8 +266,11 @@ impl Pipeline {
     ) -> CallOutcome {
         match clearance {
             Clearance::Run(cleared) => {
+                let handler = spec
+                    .call(self.services(), &cleared, arguments, options)
+                    .instrument(tracing::debug_span!("handler"));
                 tokio::select! {
-                    r = spec.call(self.services(), &cleared, arguments, options) => match r {
+                    r = handler => match r {
                         Ok(output) => CallOutcome::Output(output),
                         Err(e) => CallOutcome::Failed(e),
                     },
@@ -277,6 +320,7 @@ impl Pipeline {
             .inner
             .approvals
             .request_and_wait(caller, spec, &arguments, request_id, pin, progress, cancel)
+            .instrument(tracing::debug_span!("approval.wait"))
             .await;
         match outcome {
             Outcome::Ran(Ok(output)) => CallOutcome::Output(raw(&output)),

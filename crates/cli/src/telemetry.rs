@@ -1,0 +1,293 @@
+//! Logs and traces: the process's one `tracing` subscriber.
+//!
+//! Logs go to stderr (pretty or JSON) under `BREEZE_LOG`. Traces go over OTLP/HTTP to a
+//! collector when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`) is set, and nowhere
+//! otherwise. The two are separate layers with their own filters: the spans a trace is made of
+//! (`tool.call`, `guard`, `handler`, `approval.wait`, `agent.submit`, `agent.wait`, and the
+//! store's SQL statements as span events) are `debug` spans of Breeze's crates, so with no
+//! exporter they are disabled where they are written and the hot path pays nothing for them.
+//!
+//! Exporting happens on the SDK's own thread (a batch every `OTEL_BSP_SCHEDULE_DELAY` ms, 5 s by
+//! default); a collector that is down costs dropped spans, never a request.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Context, bail};
+use opentelemetry::{KeyValue, trace::TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::{
+    Resource,
+    trace::{Sampler, SdkTracerProvider},
+};
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::{Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
+
+use crate::config::{LogFormat, Settings};
+
+/// Where and how traces are exported (`OTEL_*`, the OpenTelemetry SDK's own variable names).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TraceSettings {
+    /// The traces URL (`…/v1/traces`).
+    pub(crate) endpoint: String,
+    pub(crate) json: bool,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`: sent with every export (a collector's API key).
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) service_name: String,
+    /// `OTEL_TRACES_SAMPLER_ARG`: the share of traces kept (parent-based: a kept trace keeps
+    /// all of its spans).
+    pub(crate) ratio: f64,
+}
+
+impl TraceSettings {
+    /// `None` when no endpoint is set (tracing off); an error naming the variable when a value
+    /// is not usable.
+    pub(crate) fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Option<Self>> {
+        let get = |k: &str| env.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let endpoint = match (
+            get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ) {
+            (Some(url), _) => (url.to_owned(), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            // The base endpoint gets the signal's path, as the OTLP specification says.
+            (None, Some(base)) => (
+                format!("{}/v1/traces", base.trim_end_matches('/')),
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (None, None) => return Ok(None),
+        };
+        let (endpoint, origin) = endpoint;
+        let rest = endpoint
+            .strip_prefix("http://")
+            .or_else(|| endpoint.strip_prefix("https://"));
+        if rest
+            .is_none_or(|r| r.is_empty() || r.starts_with('/') || r.contains(char::is_whitespace))
+        {
+            bail!("invalid {origin}: {endpoint:?} (expected http(s)://host[:port][/path])");
+        }
+        let protocol = get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .map(|v| (v, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+            .or_else(|| {
+                get("OTEL_EXPORTER_OTLP_PROTOCOL").map(|v| (v, "OTEL_EXPORTER_OTLP_PROTOCOL"))
+            });
+        let json = match protocol {
+            None | Some(("http/protobuf", _)) => false,
+            Some(("http/json", _)) => true,
+            Some(("grpc", origin)) => bail!(
+                "invalid {origin}: grpc is not supported; use http/protobuf (the default) or http/json"
+            ),
+            Some((v, origin)) => {
+                bail!("invalid {origin}: {v:?} (expected http/protobuf or http/json)")
+            }
+        };
+        let headers = match get("OTEL_EXPORTER_OTLP_HEADERS") {
+            None => Vec::new(),
+            Some(v) => v
+                .split(',')
+                .filter(|h| !h.trim().is_empty())
+                .map(|h| {
+                    let (k, v) = h.split_once('=').with_context(|| {
+                        // The value may be a secret: name the entry by its key side only.
+                        format!(
+                            "invalid OTEL_EXPORTER_OTLP_HEADERS: entry {:?} is not key=value",
+                            h.split(':').next().unwrap_or_default().trim()
+                        )
+                    })?;
+                    Ok((k.trim().to_owned(), v.trim().to_owned()))
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
+        let ratio = match get("OTEL_TRACES_SAMPLER_ARG") {
+            None => 1.0,
+            Some(v) => match v.parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => r,
+                _ => bail!("invalid OTEL_TRACES_SAMPLER_ARG: {v:?} (expected 0.0 to 1.0)"),
+            },
+        };
+        Ok(Some(TraceSettings {
+            endpoint,
+            json,
+            headers,
+            service_name: get("OTEL_SERVICE_NAME").unwrap_or("breeze").to_owned(),
+            ratio,
+        }))
+    }
+}
+
+/// What must outlive the process's work: the tracer provider, flushed on drop.
+pub(crate) struct Telemetry(Option<SdkTracerProvider>);
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.0.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("breeze: flushing traces: {e}");
+        }
+    }
+}
+
+/// Installs the subscriber: logs always, traces when configured. A tracer that cannot be built
+/// is reported and left out; Breeze runs without it.
+pub(crate) fn init(settings: &Settings) -> Telemetry {
+    let filter = tracing_subscriber::EnvFilter::new(&settings.log_filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let logs = match settings.log_format {
+        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+        LogFormat::Pretty => logs.with_filter(filter).boxed(),
+    };
+    let (traces, provider) = match settings.traces.as_ref().map(provider) {
+        None => (None, None),
+        Some(Ok(provider)) => {
+            let tracer = provider.tracer("breeze");
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(trace_filter());
+            (Some(layer), Some(provider))
+        }
+        Some(Err(e)) => {
+            eprintln!("breeze: traces are off: {e:#}");
+            (None, None)
+        }
+    };
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .init();
+    Telemetry(provider)
+}
+
+/// What a trace is made of: Breeze's spans (the request's `http` span at `info`, the steps of a
+/// call at `debug`) and the store's statements (sqlx logs each at `debug`), nothing else.
+fn trace_filter() -> Targets {
+    Targets::new()
+        .with_target("breeze", LevelFilter::DEBUG)
+        .with_target("sqlx::query", LevelFilter::DEBUG)
+}
+
+fn provider(t: &TraceSettings) -> anyhow::Result<SdkTracerProvider> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(&t.endpoint)
+        .with_protocol(if t.json {
+            Protocol::HttpJson
+        } else {
+            Protocol::HttpBinary
+        })
+        .with_timeout(Duration::from_secs(10))
+        .with_headers(t.headers.iter().cloned().collect())
+        .build()
+        .context("building the OTLP exporter")?;
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            t.ratio,
+        ))))
+        .with_resource(
+            Resource::builder()
+                .with_service_name(t.service_name.clone())
+                .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+                .build(),
+        )
+        .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(vars: &[(&str, &str)]) -> anyhow::Result<Option<TraceSettings>> {
+        TraceSettings::load(
+            &vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn off_unless_an_endpoint_is_set() {
+        assert_eq!(load(&[("OTEL_SERVICE_NAME", "x")]).unwrap(), None);
+    }
+
+    #[test]
+    fn the_base_endpoint_gets_the_traces_path_and_the_signal_one_wins() {
+        let t = load(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.endpoint, "http://collector:4318/v1/traces");
+        assert!(!t.json);
+        assert_eq!(t.service_name, "breeze");
+        assert!((t.ratio - 1.0).abs() < f64::EPSILON);
+        let t = load(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "https://t.example/otlp",
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cr=t, x-team=ops"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.endpoint, "https://t.example/otlp");
+        assert!(t.json);
+        assert_eq!(
+            t.headers,
+            [
+                ("x-api-key".to_owned(), "s3cr=t".to_owned()),
+                ("x-team".to_owned(), "ops".to_owned())
+            ]
+        );
+        assert!((t.ratio - 0.25).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (vars, names) in [
+            (
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")][..],
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://")][..],
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ][..],
+                "OTEL_EXPORTER_OTLP_PROTOCOL: grpc is not supported",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "thrift"),
+                ][..],
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_HEADERS", "authorization: Bearer abc"),
+                ][..],
+                "OTEL_EXPORTER_OTLP_HEADERS: entry \"authorization\"",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_TRACES_SAMPLER_ARG", "2"),
+                ][..],
+                "OTEL_TRACES_SAMPLER_ARG",
+            ),
+        ] {
+            let e = load(vars).unwrap_err().to_string();
+            assert!(e.contains(names), "{vars:?}: {e}");
+            assert!(!e.contains("abc"), "a header's value is never echoed: {e}");
+        }
+    }
+}
