@@ -89,6 +89,18 @@ fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// The id of the demo's local device once its agent is online.
+fn local_device(port: u16, key: &str) -> String {
+    let mut device = String::new();
+    eventually(30, "the local agent to come online", || {
+        let r = mcp_tool(port, key, "query_devices", serde_json::json!({}));
+        let d = &r["structuredContent"]["devices"][0];
+        device = d["id"].as_str().unwrap_or_default().to_owned();
+        d["status"] == "online"
+    });
+    device
+}
+
 struct Server(Child);
 
 impl Server {
@@ -199,13 +211,7 @@ fn demo_seeds_serves_and_reuses_its_keys() {
     // The demo enrolled this machine: its agent is online, with live metrics, and the seeded
     // scripts are in the library.
     let read = demo["api_keys"]["read"].as_str().unwrap();
-    let mut device = String::new();
-    eventually(30, "the local agent to come online", || {
-        let r = mcp_tool(port, read, "query_devices", serde_json::json!({}));
-        let d = &r["structuredContent"]["devices"][0];
-        device = d["id"].as_str().unwrap_or_default().to_owned();
-        d["status"] == "online"
-    });
+    let device = local_device(port, read);
     eventually(30, "the first metrics sample", || {
         let r = mcp_tool(
             port,
@@ -1378,13 +1384,7 @@ fn a_tool_call_is_traced_over_otlp_through_guard_handler_store_and_agent() {
     let demo = read_demo(dir.path());
     let read = demo["api_keys"]["read"].as_str().unwrap();
     let write = demo["api_keys"]["write"].as_str().unwrap();
-    let mut device = String::new();
-    eventually(30, "the local agent to come online", || {
-        let r = mcp_tool(port, read, "query_devices", serde_json::json!({}));
-        let d = &r["structuredContent"]["devices"][0];
-        device = d["id"].as_str().unwrap_or_default().to_owned();
-        d["status"] == "online"
-    });
+    let device = local_device(port, read);
     // A Tier 1 call with an agent round trip.
     let r = mcp_tool(
         port,
