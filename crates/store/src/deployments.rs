@@ -27,6 +27,7 @@ use crate::{
     OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
+    scheduled::RowLease,
     sql::{Arg, Tx, sql},
 };
 
@@ -946,15 +947,7 @@ pub enum Advance {
 impl Store {
     /// Running deployments of every organization whose step is due at `now`, soonest first.
     pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
-        sql(format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE status = 'running' \
-             AND next_step_at IS NOT NULL AND next_step_at <= $1 \
-             ORDER BY next_step_at, id LIMIT $2"
-        ))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        STEP.due(self, now, limit).await
     }
 
     /// Takes the lease of `deployment`'s due step: moves `next_step_at` from `due` to now +
@@ -962,16 +955,20 @@ impl Store {
     /// instance hands it back ([`OrgStore::release_deployment`]); one that dies leaves it to
     /// another after the lease.
     pub async fn claim_deployment_step(&self, d: &Deployment, due: Timestamp) -> Result<bool> {
-        let n = sql(
-            "UPDATE deployments SET next_step_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND next_step_at = $4 AND status = 'running'",
+        STEP.claim(
+            self,
+            (d.id, d.org_id),
+            due,
+            Some(self.clock.now() + STEP_LEASE),
         )
-        .bind(self.clock.now() + STEP_LEASE)
-        .bind(d.id)
-        .bind(d.org_id)
-        .bind(due)
-        .execute(self)
-        .await?;
-        Ok(n == 1)
+        .await
     }
 }
+
+/// The worker's lease: a running deployment's own `next_step_at`.
+const STEP: RowLease = RowLease {
+    table: "deployments",
+    columns: DEPLOYMENT_COLUMNS,
+    at: "next_step_at",
+    only: "status = 'running'",
+};
