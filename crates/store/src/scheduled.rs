@@ -14,6 +14,7 @@
 //! due rows are read and each is claimed by moving that column from the instant read to the
 //! next with one conditional statement — written here once for every such table.
 
+use breeze_core::{OrgId, Timestamp};
 use chrono::Duration;
 use uuid::Uuid;
 
@@ -21,7 +22,6 @@ use crate::{
     Result, Store,
     sql::{FromRows, Target, sql},
 };
-use breeze_core::{OrgId, Timestamp};
 
 /// A table whose rows carry their own lease: the column `at` holds when each row is next due.
 pub(crate) struct RowLease {
