@@ -593,8 +593,10 @@ pub enum CommandKind {
         reboot_delay_minutes: u32,
     },
     /// Remove the named installed packages with the package manager (apt: `apt-get remove -y`,
-    /// configuration files kept; dnf: `remove -y`). apt refuses the whole removal when its
-    /// simulation shows it would also remove a package not named (a dependent). No reboot.
+    /// configuration files kept; dnf: `remove -y` without its clean-up of unused
+    /// dependencies). The agent refuses the whole removal when apt's simulation or dnf's
+    /// `remove --assumeno` summary shows it would also remove a package not named (a
+    /// dependent). No reboot.
     /// Result: a [`PatchInstallReport`] whose packages are `removed`, `not_installed` or
     /// `failed`. Older agents answer it with a failed result ("unknown command").
     PackageRemove { packages: Vec<String> },

@@ -17,6 +17,10 @@
 //! removed (the device succeeds, the fake saw exactly `remove -y breeze-fake-pkg`), while
 //! `breeze-fake-lib`, whose removal would also take `breeze-fake-app`, is refused by the agent
 //! before anything runs: the device fails and the deployment pauses.
+//!
+//! And the same with a fake `dnf` through `manage_patches` `remove`: the agent reads dnf's
+//! `remove --assumeno` transaction summary first and refuses a removal that would take a
+//! dependent; each removal lands in the device's patch history.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -349,6 +353,170 @@ async fn removal_run(backend: Backend) {
         .unwrap();
     assert_eq!(page.records.len(), 2, "{page:?}");
     test.cleanup().await;
+}
+
+/// The fake `dnf`: records each invocation in `dir/dnf.log`; `list --installed` lists
+/// `breeze-fake-pkg` (until removed) and `breeze-fake-lib`; the `remove --assumeno` summary of
+/// `breeze-fake-pkg` takes only it, of `breeze-fake-lib` also its dependent `breeze-fake-app`
+/// (and, like dnf, answers "Operation aborted" with exit 1); `remove -y breeze-fake-pkg` marks
+/// it removed. Any other removal is an error; anything else has nothing to do.
+fn fake_dnf(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir.display();
+    let dnf = dir.join("fake-dnf");
+    std::fs::write(
+        &dnf,
+        format!(
+            r#"#!/bin/sh
+echo "$*" >> "{d}/dnf.log"
+head='Dependencies resolved.\n======\n Package          Arch    Version     Repository   Size\n======\n'
+case " $* " in
+  *" list --installed "*)
+    for p in "$@"; do
+      case "$p" in
+        breeze-fake-pkg) [ -f "{d}/removed" ] || echo "breeze-fake-pkg.x86_64   1.0-2.el9   @appstream" ;;
+        breeze-fake-lib) echo "breeze-fake-lib.x86_64   1.0-1.el9   @appstream" ;;
+      esac
+    done
+    exit 0 ;;
+  *" remove --assumeno "*" breeze-fake-pkg "*)
+    printf "$head"'Removing:\n breeze-fake-pkg  x86_64  1.0-2.el9   @appstream   10 k\n\nTransaction Summary\n======\nRemove  1 Package\n\nOperation aborted.\n'
+    exit 1 ;;
+  *" remove --assumeno "*" breeze-fake-lib "*)
+    printf "$head"'Removing:\n breeze-fake-lib  x86_64  1.0-1.el9   @appstream   10 k\nRemoving dependent packages:\n breeze-fake-app  x86_64  2.0-1.el9   @appstream    5 k\n\nTransaction Summary\n======\nRemove  2 Packages\n\nOperation aborted.\n'
+    exit 1 ;;
+  *" remove -y "*" breeze-fake-pkg "*)
+    touch "{d}/removed"; echo "Removed: breeze-fake-pkg-1.0-2.el9.x86_64"; exit 0 ;;
+  *" remove "*) echo "Error: unexpected removal: $*" >&2; exit 1 ;;
+  *) exit 0 ;;
+esac
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&dnf, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dnf
+}
+
+/// `manage_patches` `remove` through the real agent driving a fake `dnf`: a removal whose
+/// `--assumeno` summary takes only the named package goes ahead; one that would also take a
+/// dependent is refused before anything is removed. Both are in the device's patch history.
+async fn dnf_removal_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let dnf = fake_dnf(dir.path());
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    file["patching"] = json!({ "manager": "dnf", "executable": dnf });
+    std::fs::write(&config, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let real = file["deviceId"].as_str().unwrap().to_owned();
+    let real_id: breeze_core::DeviceId = real.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(real_id)
+    })
+    .await;
+    eventually(20, "the device online", || async {
+        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+    })
+    .await;
+    let log = || std::fs::read_to_string(dir.path().join("dnf.log")).unwrap_or_default();
+    let removals = || -> Vec<String> {
+        log()
+            .lines()
+            .filter(|l| l.starts_with("remove "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let patches = |args: Value| common::call(&f, f.org, "manage_patches", args);
+
+    // Only what was named: checked, then removed, both without dnf's unused-dependency clean-up.
+    let r = patches(json!({ "action": "remove", "deviceIds": [real],
+                            "packageNames": ["breeze-fake-pkg"] }))
+    .await
+    .unwrap();
+    let removal = &r["removals"][0];
+    assert_eq!(removal["status"], "succeeded", "{r}");
+    assert_eq!(removal["manager"], "dnf", "{r}");
+    assert_eq!(removal["packages"][0]["status"], "removed", "{r}");
+    assert_eq!(removal["packages"][0]["fromVersion"], "1.0-2.el9", "{r}");
+    assert_eq!(
+        removals(),
+        [
+            "remove --assumeno --setopt=clean_requirements_on_remove=False breeze-fake-pkg",
+            "remove -y --setopt=clean_requirements_on_remove=False breeze-fake-pkg",
+        ],
+        "{}",
+        log()
+    );
+    assert!(dir.path().join("removed").exists());
+
+    // A removal that would take a dependent is refused on the device, nothing removed.
+    let r = patches(json!({ "action": "remove", "deviceIds": [real],
+                            "packageNames": ["breeze-fake-lib"] }))
+    .await
+    .unwrap();
+    let removal = &r["removals"][0];
+    assert_eq!(removal["status"], "failed", "{r}");
+    assert_eq!(removal["packages"][0]["status"], "failed", "{r}");
+    assert!(
+        removal["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("breeze-fake-app"),
+        "{r}"
+    );
+    assert!(
+        !removals()
+            .iter()
+            .any(|l| l.starts_with("remove -y") && l.contains("breeze-fake-lib")),
+        "nothing removed: {}",
+        log()
+    );
+
+    // Both are the device's patch history (newest first), as manage_patches results shows.
+    let h = patches(json!({ "action": "results", "deviceId": real }))
+        .await
+        .unwrap();
+    let history = h["history"].as_array().unwrap();
+    let entries: Vec<(&str, &str, &str)> = history
+        .iter()
+        .map(|e| {
+            (
+                e["packageName"].as_str().unwrap(),
+                e["action"].as_str().unwrap(),
+                e["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("breeze-fake-lib", "remove", "failed"),
+            ("breeze-fake-pkg", "remove", "removed")
+        ],
+        "{h}"
+    );
+    assert!(
+        history[0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("breeze-fake-app"),
+        "{h}"
+    );
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dnf_removal_through_the_real_agent_on_sqlite() {
+    dnf_removal_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dnf_removal_through_the_real_agent_on_postgres() {
+    dnf_removal_run(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

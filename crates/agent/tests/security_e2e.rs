@@ -5,7 +5,8 @@
 //! the test itself reads from this machine (not canned values); a file placed at an indicator
 //! path is flagged with its real sha256, quarantined, restored, quarantined again and removed;
 //! the posture and its trend come from the stored snapshot; another organization sees none of
-//! it.
+//! it. And a scheduled scan from `schedule` through the schedule worker and a person's approval
+//! to the agent's stored results.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -357,6 +358,170 @@ async fn run(backend: Backend) {
         .unwrap();
     assert_eq!(theirs["fleet"]["devicesAudited"], 0, "{theirs}");
     test.cleanup().await;
+}
+
+/// The real clock, `ahead` later: the instance of a scheduled scan whose occurrence came due.
+struct Ahead(chrono::Duration);
+
+impl breeze_core::Clock for Ahead {
+    fn now(&self) -> breeze_core::Timestamp {
+        breeze_core::Clock::now(&SystemClock) + self.0
+    }
+}
+
+/// A scheduled scan through to stored results: `security_scan` `schedule` (Tier 3, approved),
+/// then — an hour on, as the schedule worker of an instance whose clock is there sees it — the
+/// worker fires the occurrence through the pipeline as the schedule's owner; its scan call is
+/// Tier 3 again and waits for a person (the request carrying the schedule's request id), who
+/// approves it; the real agent runs the scan, and its results are stored and read back with
+/// `security_scan` `status` and `results`. The schedule records what the occurrence came to and
+/// its next run.
+async fn scheduled_run(backend: Backend) {
+    let test = TestStore::new(backend, Arc::new(SystemClock)).await;
+    let f = server(test.store.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.json");
+    enroll(&f, &config).await;
+    let file: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    let device = file["deviceId"].as_str().unwrap().to_owned();
+    let device_id: breeze_core::DeviceId = device.parse().unwrap();
+    let _running: Child = agent(&["run"], &config).spawn().unwrap();
+    eventually(20, "the agent's socket", || async {
+        f.state.gateway.is_connected(device_id)
+    })
+    .await;
+
+    let scheduled = call(
+        &f,
+        f.org,
+        "security_scan",
+        json!({ "action": "schedule", "name": "hourly", "deviceIds": [device],
+                "intervalMinutes": 60 }),
+    )
+    .await
+    .unwrap();
+    let schedule = scheduled["schedule"]["scheduleId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{scheduled}"))
+        .to_owned();
+    let schedule_id: uuid::Uuid = schedule.parse().unwrap();
+    let o = f.store.org(f.org);
+    let stored = o.get_scan_schedule(schedule_id).await.unwrap();
+    assert!(stored.owner_actor.starts_with("api_key:"), "{stored:?}");
+    assert!(
+        o.list_security_scans(None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The instance an hour on: its worker finds the occurrence due and fires it.
+    let later = test
+        .store
+        .reopen_with_clock(Arc::new(Ahead(chrono::Duration::minutes(61))))
+        .await
+        .unwrap();
+    let worker = Arc::new(breeze_server::scan_schedules::ScanScheduleWorker::new(
+        later.clone(),
+        f.state.pipeline.clone(),
+    ));
+    let approver = common::approve_everything(&f, f.org);
+    assert_eq!(worker.tick().await.unwrap(), 1, "the due occurrence fires");
+    tokio::time::timeout(Duration::from_secs(120), worker.settle())
+        .await
+        .expect("the scheduled scan call ended");
+    approver.abort();
+    assert_eq!(worker.tick().await.unwrap(), 0, "fired once");
+
+    // It went through a person's approval, as the owner, naming the schedule.
+    let requests: Vec<_> = o
+        .list_approvals(false, 50)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.request_id.as_deref() == Some(&format!("scan-schedule:{schedule}")))
+        .collect();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].tool, "security_scan");
+    assert_eq!(requests[0].arguments["action"], "scan");
+    assert_eq!(requests[0].status, "completed", "{:?}", requests[0]);
+
+    // What the occurrence came to, and the next one.
+    let after = o.get_scan_schedule(schedule_id).await.unwrap();
+    assert_eq!(after.last_status.as_deref(), Some("ran"), "{after:?}");
+    let scans = o
+        .list_security_scans(Some(device_id), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(scans.len(), 1, "{scans:?}");
+    let scan_id = scans[0].id.to_string();
+    assert!(
+        after
+            .last_message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&scan_id),
+        "{after:?}"
+    );
+    assert!(after.next_run_at > stored.next_run_at, "{after:?}");
+
+    // The results are stored and read through the tool.
+    let status = call(
+        &f,
+        f.org,
+        "security_scan",
+        json!({ "action": "status", "scanId": scan_id }),
+    )
+    .await
+    .unwrap();
+    let view = &status["scans"][0];
+    assert_eq!(view["status"], "completed", "{status}");
+    assert_eq!(view["deviceId"], device.as_str(), "{status}");
+    assert_eq!(view["requestedBy"], stored.owner_actor.as_str(), "{status}");
+    let checked: usize = view["summary"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{status}"))
+        .values()
+        .map(|n| n.as_u64().unwrap() as usize)
+        .sum();
+    assert!(checked >= 8, "every check answered: {status}");
+    let results = call(
+        &f,
+        f.org,
+        "security_scan",
+        json!({ "action": "results", "deviceId": device }),
+    )
+    .await
+    .unwrap();
+    let results = &results["results"];
+    for check in ["firewall", "ssh_root_login", "listening_services"] {
+        let f = finding(results, check);
+        assert!(
+            ["pass", "fail", "unknown"].contains(&f["status"].as_str().unwrap()),
+            "{f}"
+        );
+    }
+    let posture = call(
+        &f,
+        f.org,
+        "get_security_posture",
+        json!({ "deviceId": device }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(posture["trend"].as_array().unwrap().len(), 1, "{posture}");
+    later.close().await;
+    test.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_security_scan_reaches_stored_results_on_sqlite() {
+    scheduled_run(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_security_scan_reaches_stored_results_on_postgres() {
+    scheduled_run(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

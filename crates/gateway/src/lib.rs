@@ -550,7 +550,7 @@ impl Gateway {
             AgentFrame::CommandResult(r) => {
                 let id = r.command_id;
                 if let Some(cmd) = store.complete_command(device, r).await? {
-                    if cmd.kind.starts_with("patch_")
+                    if breeze_store::records_patch_result(&cmd.kind)
                         && let Err(e) = store.record_patch_command(&cmd).await
                     {
                         tracing::warn!(command = %id, error = %e, "could not record a patch result");
@@ -601,7 +601,7 @@ impl Gateway {
     pub async fn sweep(&self, prune: bool) -> Result<(), GatewayError> {
         let store = &self.inner.store;
         for cmd in store.time_out_commands().await? {
-            if cmd.kind.starts_with("patch_")
+            if breeze_store::records_patch_result(&cmd.kind)
                 && let Err(e) = store.record_patch_command(&cmd).await
             {
                 tracing::warn!(command = %cmd.id, error = %e, "could not record a patch timeout");

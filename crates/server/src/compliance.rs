@@ -72,7 +72,7 @@ pub struct ComplianceTick {
     pub remediations_queued: usize,
     /// Remediations started.
     pub remediations_started: usize,
-    /// Remediations finished after their approvals were.
+    /// Remediations this instance finished after their approvals were.
     pub followed_up: usize,
 }
 
@@ -309,9 +309,12 @@ impl ComplianceWorker {
                 continue;
             };
             let (outcomes, note) = owner_runs::settle_approvals(&r.devices, &records);
-            self.store
+            // Every instance sees the waiting remediation: the one whose update moves it
+            // finishes it, the others record nothing.
+            if self
+                .store
                 .org(r.org_id)
-                .update_remediation(
+                .finish_awaiting_remediation(
                     r.id,
                     RemediationUpdate {
                         status: overall(&outcomes),
@@ -320,8 +323,11 @@ impl ComplianceWorker {
                         message: note.or(r.message.clone()),
                     },
                 )
-                .await?;
-            done += 1;
+                .await?
+                .is_some()
+            {
+                done += 1;
+            }
         }
         Ok(done)
     }

@@ -12,19 +12,27 @@
 //!    ring met its success threshold (else pause), or complete after the last.
 //! 3. **Sending.** The ring's pending devices go out 10 at a time (`run_script`'s limit), the gate
 //!    checked again after each call, so a failing canary stops the rest of its ring too.
-//!    Devices offline when their turn comes are skipped (they count neither way).
+//!    Devices offline when their turn comes are skipped (they count neither way) — except in a
+//!    deployment that waits for maintenance windows (below).
 //!
 //! **Maintenance windows.** A deployment created with `when=maintenance_window` sends a
 //! device's run only while a window is open for it — the one it names (`windowId`, as
 //! `manage_patches` install in a window), else any enabled window covering the device. The
 //! others stay pending, deferred with the reason and the next opening (when known), and are
-//! sent at the first tick after their window opens; a ring is done only when they are.
+//! sent at the first tick after their window opens; a ring is done only when they are. A
+//! device offline while its window is open is not skipped: it stays pending (deferred, saying
+//! so) and goes at the first tick that finds it online inside a window — later in this one,
+//! or in the next.
 //!
 //! **Cancelling** ([`OrgStore::control_deployment`]) withdraws, in the cancel's transaction, the
 //! approval requests the deployment's runs still wait for (pending, or approved and unclaimed):
 //! nobody can approve them, the approval resumer never runs them, and a call waiting on one
 //! ends refused; their devices are skipped, the reason naming the cancelled deployment. A send
-//! under way when the cancel lands withdraws what it just requested itself.
+//! under way when the cancel lands withdraws what it just requested itself. A run already on a
+//! device — its approved call claimed and under way — is not interrupted (killing a script or
+//! a package manager half-way leaves the device in a state nobody knows): the cancelled
+//! deployment stays due for the worker until those runs end, each device's result is recorded
+//! as it arrives, and nothing else starts; the deployment stays `cancelled`.
 //!
 //! **The Tier 3 rule** (`owner_runs`). Every run is `run_script` (a script payload),
 //! `manage_patches` `install` (a package payload, then followed through its patch job) or
@@ -277,8 +285,9 @@ impl DeploymentWorker {
         self.steps.reopen();
     }
 
-    /// One step: settle approvals, then gate and send until the ring waits or the deployment
-    /// pauses or ends.
+    /// One step: settle approvals (also of a cancelled deployment's runs still under way),
+    /// then — running only — gate and send until the ring waits or the deployment pauses or
+    /// ends.
     async fn step(&self, d: Deployment) -> Result<(), StoreError> {
         let org = self.store.org(d.org_id);
         self.follow(&org, &d).await?;
@@ -433,9 +442,16 @@ impl DeploymentWorker {
         }
         let mut skipped = Vec::new();
         let mut online = Vec::new();
-        for id in ready.into_iter().take(DEVICES_PER_CALL) {
+        let mut offline = Vec::new();
+        for id in ready {
+            if online.len() + skipped.len() == DEVICES_PER_CALL {
+                break;
+            }
             match org.get_device(id).await {
                 Ok(device) if device.status == DeviceStatus::Online => online.push(device.id),
+                // In its window but offline: it keeps its place and goes when it is online
+                // inside a window (this one, or the next).
+                Ok(device) if d.maintenance_window_only => offline.push(device),
                 Ok(device) => skipped.push(DeviceResult {
                     device_id: device.id,
                     status: Some(DeviceRunStatus::Skipped),
@@ -454,9 +470,29 @@ impl DeploymentWorker {
                 Err(e) => return Err(e),
             }
         }
+        if !offline.is_empty() {
+            let deferrals: Vec<Deferral> = offline
+                .iter()
+                .map(|device| Deferral {
+                    device_id: device.id,
+                    reason: format!(
+                        "deferred: {} was {} while its maintenance window was open; it goes \
+                         when it is online inside a window",
+                        device.hostname, device.status
+                    ),
+                    until: None,
+                })
+                .collect();
+            org.defer_deployment_devices(d.id, &deferrals).await?;
+        }
         org.record_deployment_results(d.id, &skipped).await?;
         if online.is_empty() {
-            return Ok(Sent::Progress);
+            // Only offline devices are in their window: look again next tick.
+            return Ok(if skipped.is_empty() {
+                Sent::Waiting
+            } else {
+                Sent::Progress
+            });
         }
         let standing = match owner_runs::acting_as(&self.store, d.org_id, &d.owner_actor).await? {
             Ok(s) => s,

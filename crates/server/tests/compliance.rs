@@ -459,7 +459,126 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     assert_eq!(g["remediations"][0]["id"], queued[0].id.to_string(), "{g}");
 }
 
+/// Two instances' compliance workers on one database both see a remediation waiting for an
+/// approval that became final: it is finished — rewritten and audited — once.
+async fn waiting_remediation_is_finished_once(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T09:58:00Z"));
+    let w = world(&cx).await;
+    inventory(&w).await;
+    let script = script(&w, w.org_a).await;
+    let state = quick_state(&w);
+    let app = breeze_server::app(breeze_server::Breeze::new(state.clone()));
+    let created = tool(
+        &app,
+        &w.write,
+        TOOL,
+        json!({ "action": "create", "name": "manual", "rules": rules(),
+                "remediationScriptId": script,
+                "target": { "type": "device", "deviceId": w.a_device } }),
+    )
+    .await;
+    let policy: uuid::Uuid = created["policy"]["id"].as_str().unwrap().parse().unwrap();
+    tool(
+        &app,
+        &w.write,
+        TOOL,
+        json!({ "action": "evaluate", "policyId": policy, "waitSeconds": 0 }),
+    )
+    .await;
+    let org = w.store.org(w.org_a);
+    let rem = org
+        .queue_remediation(
+            policy,
+            None,
+            "system:test",
+            audit("compliance.remediation.queue"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        w.store.claim_queued_remediations(10).await.unwrap().len(),
+        1
+    );
+    // Its run_script request, denied by a person.
+    let request = org
+        .create_approval(
+            breeze_store::NewApproval {
+                api_key_id: None,
+                oauth_grant_id: None,
+                requester_user_id: w.admin,
+                tool: "run_script".into(),
+                action: None,
+                tier: 3,
+                arguments: json!({ "scriptId": script, "deviceIds": [w.a_device] }),
+                arguments_hash: [1; 32],
+                definition_hash: [2; 32],
+                description: "remediate".into(),
+                mode: "supervised".into(),
+                request_id: None,
+                expires_at: w.state.clock.now() + chrono::Duration::minutes(5),
+                pinned: None,
+            },
+            audit("approval.request"),
+        )
+        .await
+        .unwrap();
+    org.update_remediation(
+        rem.id,
+        breeze_store::RemediationUpdate {
+            status: RunStatus::PendingApproval,
+            approval_ids: vec![request.id],
+            devices: vec![],
+            message: None,
+        },
+    )
+    .await
+    .unwrap();
+    org.decide_approval(
+        request.id,
+        Decision::Deny,
+        w.admin,
+        None,
+        audit("approval.deny"),
+    )
+    .await
+    .unwrap();
+
+    let other_store = w.store.reopen().await.unwrap();
+    let other_state = AppState::new(
+        other_store.clone(),
+        state.auth.clone(),
+        state.clock.clone(),
+        (*state.config).clone(),
+        Arc::new(MemoryLimiter::new()),
+    );
+    let (one, two) = (worker(&state), worker(&other_state));
+    let (a, b) = tokio::join!(one.tick(), two.tick());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.followed_up + b.followed_up, 1, "{a:?} {b:?}");
+    // Later ticks find nothing waiting.
+    let (a, b) = tokio::join!(one.tick(), two.tick());
+    assert_eq!(a.unwrap().followed_up + b.unwrap().followed_up, 0);
+    let done = org.get_remediation(rem.id).await.unwrap();
+    assert!(done.status.is_terminal(), "{done:?}");
+    let finishes = org
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some("compliance.remediation.finish".into()),
+                resource_id: Some(rem.id.to_string()),
+                ..Default::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap()
+        .records;
+    assert_eq!(finishes.len(), 1, "one rewrite: {finishes:?}");
+    other_store.close().await;
+}
+
 breeze_store::on_both_backends!(
     isolation_tiers_and_lifecycle,
-    remediation_goes_through_run_script
+    remediation_goes_through_run_script,
+    waiting_remediation_is_finished_once
 );

@@ -8,13 +8,18 @@
 //! failed device that pauses the deployment automatically with the reason, a `resume` accepts
 //! the ring's failures and the next ring (offline devices skipped) finishes it, with every
 //! change audited; two workers step it once. Then the tool: rings by device, group and
-//! percentage, the refusals, and another organization's ids on every id-taking action.
+//! percentage, the refusals, and another organization's ids on every id-taking action. Then
+//! cancelling: what waits for approval is withdrawn, a run already under way on a device is
+//! not interrupted and its result is still recorded while the deployment stays cancelled; and
+//! maintenance windows: a device offline while its window is open waits (deferred) for a
+//! window it is online in.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
 
 use std::sync::Arc;
 
+use breeze_agent_proto::{AgentFrame, CommandOutcome, CommandResult};
 use breeze_auth::CreateApiKey;
 use breeze_core::{
     DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet,
@@ -1148,7 +1153,283 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     assert_eq!(commands(&w).await, 0);
 }
 
+/// A cancel does not interrupt a run already under way on a device (its approved call claimed
+/// and waiting for the agent): the deployment is cancelled at once and starts nothing more,
+/// and when the agent answers, the worker still records that device's result; then it stops
+/// stepping the deployment.
+async fn cancelling_records_runs_already_under_way(cx: Ctx) {
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let script = script_id(&w, w.org_a).await;
+    let second = device(&w, w.org_a, "web-02", true).await;
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "under-way",
+                "payload": { "kind": "script", "scriptId": script },
+                "rings": [ { "deviceIds": [w.a_device] }, { "deviceIds": [second] } ] }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let did: Uuid = id.parse().unwrap();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+    let state = quick_state(&w);
+    let worker = Arc::new(DeploymentWorker::new(
+        w.store.clone(),
+        state.pipeline.clone(),
+        DeploymentConfig::default(),
+    ));
+    assert_eq!(tick(&worker).await, 1);
+    let o = w.store.org(w.org_a);
+    let web = DeviceId(w.a_device.parse().unwrap());
+    let part = o
+        .deployment_devices(did, Some(0), None)
+        .await
+        .unwrap()
+        .remove(0);
+    let approval = part.approval_id.expect("ring 1 waits for approval");
+
+    // A person approves; the resumer claims the call, which queues the script on web-01 and
+    // waits for the agent.
+    o.decide_approval(approval, Decision::Approve, w.admin, None, audit("approve"))
+        .await
+        .unwrap();
+    // Past the few seconds a live waiter gets first: the resumer runs it.
+    cx.clock.advance(chrono::Duration::seconds(5));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let resumer = state.pipeline.approvals().spawn_resumer(stop.clone());
+    let mut queued = Vec::new();
+    for _ in 0..200 {
+        queued = o.list_commands(web, 10).await.unwrap();
+        if !queued.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(queued.len(), 1, "the approved run reached web-01");
+    assert_eq!(o.get_approval(approval).await.unwrap().status, "executing");
+
+    // The cancel: too late to withdraw that run; ring 2 is never reached.
+    let cancelled = o
+        .control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status, DeploymentStatus::Cancelled);
+    assert_eq!(o.get_approval(approval).await.unwrap().status, "executing");
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let status_of = |parts: &[breeze_store::DeploymentDevice], d: &str| {
+        parts
+            .iter()
+            .find(|p| p.device_id.to_string() == d)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        status_of(&parts, &w.a_device).status,
+        DeviceRunStatus::Running
+    );
+    assert_eq!(status_of(&parts, &second).status, DeviceRunStatus::Skipped);
+
+    // The agent answers; the approved call ends with it.
+    let now = w.state.clock.now();
+    state
+        .gateway
+        .handle(
+            web,
+            w.org_a,
+            AgentFrame::CommandResult(CommandResult {
+                command_id: queued[0].id,
+                status: CommandOutcome::Completed,
+                exit_code: Some(0),
+                stdout: "deployed\n".into(),
+                stderr: String::new(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+                result: None,
+                error: None,
+                started_at: now,
+                finished_at: now,
+            }),
+        )
+        .await
+        .unwrap();
+    for _ in 0..200 {
+        if o.get_approval(approval).await.unwrap().status == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    stop.cancel();
+    resumer.await.unwrap();
+    assert_eq!(o.get_approval(approval).await.unwrap().status, "completed");
+
+    // The worker still follows the cancelled deployment: web-01's result is recorded.
+    cx.clock.advance(chrono::Duration::seconds(20));
+    assert_eq!(
+        tick(&worker).await,
+        1,
+        "the cancelled deployment is followed"
+    );
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let web_part = status_of(&parts, &w.a_device);
+    assert_eq!(web_part.status, DeviceRunStatus::Succeeded, "{web_part:?}");
+    assert_eq!(web_part.exit_code, Some(0));
+    assert!(web_part.finished_at.is_some());
+    assert_eq!(status_of(&parts, &second).status, DeviceRunStatus::Skipped);
+    let d = get(&w, &id).await;
+    assert_eq!(d.status, DeploymentStatus::Cancelled, "{d:?}");
+    assert_eq!(commands(&w).await, 1, "nothing else started");
+    // Nothing is left running: it is due no more.
+    assert_eq!(d.next_step_at, None, "{d:?}");
+    cx.clock.advance(chrono::Duration::seconds(20));
+    assert_eq!(tick(&worker).await, 0);
+    let r = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "device_status", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(r["deployment"]["status"], "cancelled", "{r}");
+}
+
+/// With when=maintenance_window, a device offline while its window is open is not skipped: it
+/// stays pending (deferred, saying it was offline) and goes when it is online inside a window —
+/// later in the same one, or, when it comes back after the window closed, in the next.
+async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
+    // Monday 2026-03-02 10:00 UTC; the window is Mondays 10:00-11:00 UTC.
+    cx.clock.set(at("2026-03-02T10:00:00Z"));
+    let w = world(&cx).await;
+    let app = quick_app(&w);
+    let exec = exec_key(&w, w.org_a).await;
+    let script = script_id(&w, w.org_a).await;
+    let soon = device(&w, w.org_a, "soon-01", false).await;
+    let late = device(&w, w.org_a, "late-01", false).await;
+    let o = w.store.org(w.org_a);
+    let id_of = |s: &str| DeviceId(s.parse().unwrap());
+    o.create_window(
+        window(
+            "monday-ten",
+            RuleTarget::Organization,
+            "UTC",
+            json!({ "kind": "weekly", "days": ["mon"], "startTime": "10:00",
+                    "durationMinutes": 60 }),
+        ),
+        audit("w"),
+    )
+    .await
+    .unwrap();
+    let created = tool(
+        &app,
+        &exec,
+        TOOL,
+        json!({ "action": "create", "name": "offline-in-window", "when": "maintenance_window",
+                "payload": { "kind": "script", "scriptId": script },
+                "rings": [ { "deviceIds": [soon, late] } ] }),
+    )
+    .await;
+    let id = created["deployment"]["id"].as_str().unwrap().to_owned();
+    let did: Uuid = id.parse().unwrap();
+    let owner = actor_of(&w, &exec).await;
+    start_as(&w, &id, &owner).await;
+    let worker = worker(&w);
+    let part = |parts: &[breeze_store::DeploymentDevice], d: &str| {
+        parts
+            .iter()
+            .find(|p| p.device_id == id_of(d))
+            .unwrap()
+            .clone()
+    };
+
+    // Both offline inside the open window: pending, deferred, nothing asked or sent.
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    for d in [&soon, &late] {
+        let p = part(&parts, d);
+        assert_eq!(p.status, DeviceRunStatus::Pending, "{p:?}");
+        assert!(
+            p.deferred_reason.as_deref().unwrap().contains("offline"),
+            "{p:?}"
+        );
+    }
+    assert_eq!(approvals(&w).await, 0);
+    let s = tool(
+        &app,
+        &w.read,
+        TOOL,
+        json!({ "action": "device_status", "deploymentId": id }),
+    )
+    .await;
+    assert_eq!(s["deployment"]["status"], "running", "{s}");
+    for d in [&soon, &late] {
+        let row = s["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["deviceId"] == d.as_str())
+            .unwrap();
+        assert_eq!(row["status"], "deferred", "{s}");
+    }
+
+    // soon-01 comes online inside the window: it goes at the next tick.
+    cx.clock.set(at("2026-03-02T10:30:00Z"));
+    let hb = breeze_agent_proto::Heartbeat {
+        agent_version: "1".into(),
+        uptime_secs: 1,
+        pending_reboot: false,
+        logged_in_users: vec![],
+        running_commands: vec![],
+        applied_policy: None,
+    };
+    w.store
+        .record_heartbeat(id_of(&soon), w.org_a, &hb)
+        .await
+        .unwrap();
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let p = part(&parts, &soon);
+    assert_eq!(p.status, DeviceRunStatus::Running, "{p:?}");
+    assert!(
+        p.approval_id.is_some() && p.deferred_reason.is_none(),
+        "{p:?}"
+    );
+    assert_eq!(part(&parts, &late).status, DeviceRunStatus::Pending);
+
+    // late-01 comes back after the window closed: it waits for next Monday's.
+    cx.clock.set(at("2026-03-02T11:30:00Z"));
+    w.store
+        .record_heartbeat(id_of(&late), w.org_a, &hb)
+        .await
+        .unwrap();
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let p = part(&parts, &late);
+    assert_eq!(p.status, DeviceRunStatus::Pending, "{p:?}");
+    assert_eq!(p.deferred_until, Some(at("2026-03-09T10:00:00Z")), "{p:?}");
+    cx.clock.set(at("2026-03-09T10:01:00Z"));
+    w.store
+        .record_heartbeat(id_of(&late), w.org_a, &hb)
+        .await
+        .unwrap();
+    tick(&worker).await;
+    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let p = part(&parts, &late);
+    assert_eq!(p.status, DeviceRunStatus::Running, "{p:?}");
+    assert!(p.approval_id.is_some(), "{p:?}");
+    assert_eq!(
+        part(&parts, &soon).status,
+        DeviceRunStatus::Running,
+        "nobody was skipped: {parts:?}"
+    );
+}
+
 breeze_store::on_both_backends!(
+    cancelling_records_runs_already_under_way,
+    offline_devices_wait_for_a_window_they_are_online_in,
     a_write_key_deployment_never_runs,
     an_execute_key_deployment_waits_pauses_on_failure_and_resumes,
     rings_refusals_and_other_organizations,

@@ -26,6 +26,7 @@ use crate::{
     alerts::{ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
+    scheduled::RowLease,
     sql::{Arg, Tx, sql},
 };
 
@@ -771,20 +772,19 @@ async fn insert_run(
     Ok(Some(id))
 }
 
+/// A schedule automation's lease: its own `next_run_at`.
+const SCHEDULE: RowLease = RowLease {
+    table: "automations",
+    columns: AUTOMATION_COLUMNS,
+    at: "next_run_at",
+    only: "trigger_kind = 'schedule' AND enabled = TRUE",
+};
+
 impl Store {
     /// Enabled schedule automations of every organization whose next run is due at `now`,
     /// soonest first, at most `limit`.
     pub async fn due_automations(&self, now: Timestamp, limit: u32) -> Result<Vec<Automation>> {
-        sql(format!(
-            "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE trigger_kind = 'schedule' \
-             AND enabled = $1 AND next_run_at IS NOT NULL AND next_run_at <= $2 \
-             ORDER BY next_run_at, id LIMIT $3"
-        ))
-        .bind(true)
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        SCHEDULE.due(self, now, limit).await
     }
 
     /// Enabled alert-triggered automations of every organization, at most `limit`.
@@ -810,18 +810,10 @@ impl Store {
         run: NewRun,
     ) -> Result<bool> {
         let mut tx = Tx::begin(&self.pool).await?;
-        let n = sql(
-            "UPDATE automations SET next_run_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND next_run_at = $4 AND enabled = $5",
-        )
-        .bind(next)
-        .bind(automation.id)
-        .bind(automation.org_id)
-        .bind(due)
-        .bind(true)
-        .execute(&mut tx)
-        .await?;
-        if n == 0 {
+        if !SCHEDULE
+            .claim(&mut tx, (automation.id, automation.org_id), due, next)
+            .await?
+        {
             return Ok(false);
         }
         let action = if run.status == RunStatus::Skipped {

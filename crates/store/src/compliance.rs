@@ -29,6 +29,7 @@ use crate::{
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
+    scheduled::RowLease,
     sql::{Arg, Sql, Tx, sql},
 };
 
@@ -213,6 +214,14 @@ const REMEDIATIONS: RunTable = RunTable {
     finish_action: "compliance.remediation.finish",
     wait_action: "compliance.remediation.wait",
     actor: compliance_actor,
+};
+
+/// The periodic evaluation's lease: an active policy's own `next_evaluation_at`.
+const EVALUATION_LEASE: RowLease = RowLease {
+    table: "compliance_policies",
+    columns: POLICY_COLUMNS,
+    at: "next_evaluation_at",
+    only: "active = TRUE",
 };
 
 impl RunRow for Remediation {
@@ -1297,6 +1306,19 @@ impl OrgStore<'_> {
     ) -> Result<Remediation> {
         REMEDIATIONS.update(self, id, update).await
     }
+
+    /// Finishes a remediation waiting for approval: [`OrgStore::update_remediation`] only if
+    /// it is still `pending_approval`; `None` when another instance finished it first (every
+    /// instance's worker sees the waiting row, one records its end).
+    pub async fn finish_awaiting_remediation(
+        &self,
+        id: Uuid,
+        update: RemediationUpdate,
+    ) -> Result<Option<Remediation>> {
+        REMEDIATIONS
+            .update_from(self, id, update, Some(RunStatus::PendingApproval))
+            .await
+    }
 }
 
 impl Store {
@@ -1314,16 +1336,7 @@ impl Store {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<CompliancePolicy>> {
-        sql(format!(
-            "SELECT {POLICY_COLUMNS} FROM compliance_policies WHERE active = $1 \
-             AND next_evaluation_at IS NOT NULL AND next_evaluation_at <= $2 \
-             ORDER BY next_evaluation_at, id LIMIT $3"
-        ))
-        .bind(true)
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        EVALUATION_LEASE.due(self, now, limit).await
     }
 
     /// Takes the lease of `policy`'s due evaluation: moves `next_evaluation_at` from `due` to
@@ -1334,18 +1347,9 @@ impl Store {
         due: Timestamp,
     ) -> Result<bool> {
         let next = self.clock.now() + chrono::Duration::minutes(policy.evaluate_every_minutes);
-        let n = sql(
-            "UPDATE compliance_policies SET next_evaluation_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND next_evaluation_at = $4 AND active = $5",
-        )
-        .bind(next)
-        .bind(policy.id)
-        .bind(policy.org_id)
-        .bind(due)
-        .bind(true)
-        .execute(self)
-        .await?;
-        Ok(n == 1)
+        EVALUATION_LEASE
+            .claim(self, (policy.id, policy.org_id), due, Some(next))
+            .await
     }
 
     /// Agent checks whose command is final, for the worker to fold in, at most `limit`.

@@ -27,6 +27,7 @@ use crate::{
     OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
+    scheduled::RowLease,
     sql::{Arg, Tx, sql},
 };
 
@@ -242,7 +243,8 @@ pub enum Control {
     /// paused → running; the caller becomes the owner. With `retry_failed`, the current
     /// ring's failed devices run again; without, its failures are accepted.
     Resume { retry_failed: bool },
-    /// draft, running or paused → cancelled; devices not reached are skipped.
+    /// draft, running or paused → cancelled; devices not reached are skipped. Runs already
+    /// under way on a device are not interrupted: the worker records what they come to.
     Cancel,
 }
 
@@ -632,7 +634,9 @@ impl OrgStore<'_> {
         .bind(owner_changes)
         .bind(actor)
         .bind(accepted)
-        .bind((to == DeploymentStatus::Running).then_some(now))
+        // A cancelled deployment stays due once more: the worker follows the runs already on
+        // a device (their approved call was under way) to their end, starting nothing.
+        .bind(matches!(to, DeploymentStatus::Running | DeploymentStatus::Cancelled).then_some(now))
         .bind((control == Control::Start).then_some(now))
         .bind(to.is_final().then_some(now))
         .bind(now)
@@ -917,11 +921,15 @@ impl OrgStore<'_> {
         Ok(true)
     }
 
-    /// Hands a stepped deployment back: due again at `next` if it is still running.
+    /// Hands a stepped deployment back: due again at `next` if it is still running, or
+    /// cancelled with devices whose run is still under way (the worker records what they come
+    /// to); otherwise due no more.
     pub async fn release_deployment(&self, id: Uuid, next: Timestamp) -> Result<()> {
         sql(
-            "UPDATE deployments SET next_step_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND status = 'running'",
+            "UPDATE deployments SET next_step_at = CASE WHEN status = 'running' \
+             OR EXISTS (SELECT 1 FROM deployment_devices dd WHERE dd.deployment_id = $2 \
+             AND dd.org_id = $3 AND dd.status = 'running') THEN $1 ELSE NULL END \
+             WHERE id = $2 AND org_id = $3 AND status IN ('running', 'cancelled')",
         )
         .bind(next)
         .bind(id)
@@ -944,17 +952,10 @@ pub enum Advance {
 }
 
 impl Store {
-    /// Running deployments of every organization whose step is due at `now`, soonest first.
+    /// Running deployments of every organization whose step is due at `now`, soonest first
+    /// (and cancelled ones still following runs that were under way).
     pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
-        sql(format!(
-            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE status = 'running' \
-             AND next_step_at IS NOT NULL AND next_step_at <= $1 \
-             ORDER BY next_step_at, id LIMIT $2"
-        ))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        STEP.due(self, now, limit).await
     }
 
     /// Takes the lease of `deployment`'s due step: moves `next_step_at` from `due` to now +
@@ -962,16 +963,21 @@ impl Store {
     /// instance hands it back ([`OrgStore::release_deployment`]); one that dies leaves it to
     /// another after the lease.
     pub async fn claim_deployment_step(&self, d: &Deployment, due: Timestamp) -> Result<bool> {
-        let n = sql(
-            "UPDATE deployments SET next_step_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND next_step_at = $4 AND status = 'running'",
+        STEP.claim(
+            self,
+            (d.id, d.org_id),
+            due,
+            Some(self.clock.now() + STEP_LEASE),
         )
-        .bind(self.clock.now() + STEP_LEASE)
-        .bind(d.id)
-        .bind(d.org_id)
-        .bind(due)
-        .execute(self)
-        .await?;
-        Ok(n == 1)
+        .await
     }
 }
+
+/// The worker's lease: a running deployment's own `next_step_at`, or a cancelled one's
+/// while runs that were under way when it was cancelled have not ended.
+const STEP: RowLease = RowLease {
+    table: "deployments",
+    columns: DEPLOYMENT_COLUMNS,
+    at: "next_step_at",
+    only: "status IN ('running', 'cancelled')",
+};

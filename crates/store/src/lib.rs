@@ -111,7 +111,7 @@ pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use patches::{
     DevicePatch, MAX_PATCH_JOB_DEVICES, MAX_PATCH_PACKAGES, MAX_PATCH_PAGE, NewPatchDecision,
     NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
-    PatchJobDevice, PatchJobKind, PatchScan, check_package_text,
+    PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
 pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,

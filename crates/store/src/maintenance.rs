@@ -371,48 +371,20 @@ impl OrgStore<'_> {
         at: Timestamp,
     ) -> Result<HashMap<DeviceId, (MaintenanceWindow, Occurrence)>> {
         let mut covered = HashMap::new();
-        if devices.is_empty() {
-            return Ok(covered);
-        }
-        let open: Vec<(MaintenanceWindow, Occurrence)> = self
-            .list_windows()
-            .await?
-            .into_iter()
-            .filter(|w| w.suppress_alerts)
-            .filter_map(|w| w.open_at(at).map(|o| (w, o)))
-            .collect();
-        for (window, occurrence) in open {
-            let members: Option<HashSet<DeviceId>> = match window.target()? {
-                RuleTarget::Organization => None,
-                RuleTarget::Device(d) => Some(HashSet::from([d])),
-                RuleTarget::Site(s) => Some(
-                    sql("SELECT id FROM devices WHERE org_id = $1 AND site_id = $2")
-                        .bind(self.org)
-                        .bind(s)
-                        .fetch_all::<(DeviceId,)>(self.store)
-                        .await?
-                        .into_iter()
-                        .map(|(d,)| d)
-                        .collect(),
-                ),
-                RuleTarget::Group(g) => Some(
-                    sql("SELECT device_id FROM device_group_members \
-                         WHERE org_id = $1 AND group_id = $2")
-                    .bind(self.org)
-                    .bind(g)
-                    .fetch_all::<(DeviceId,)>(self.store)
-                    .await?
-                    .into_iter()
-                    .map(|(d,)| d)
-                    .collect(),
-                ),
-            };
-            for d in devices {
-                if members.as_ref().is_none_or(|m| m.contains(d)) {
-                    covered
-                        .entry(*d)
-                        .or_insert_with(|| (window.clone(), occurrence));
+        let open = self
+            .windows_over(devices, |w| {
+                if w.suppress_alerts {
+                    w.open_at(at)
+                } else {
+                    None
                 }
+            })
+            .await?;
+        for (window, occurrence, members) in open {
+            for d in members {
+                covered
+                    .entry(d)
+                    .or_insert_with(|| (window.clone(), occurrence));
             }
         }
         Ok(covered)
@@ -427,13 +399,38 @@ impl OrgStore<'_> {
     ) -> Result<HashMap<DeviceId, Vec<MaintenanceWindow>>> {
         let mut covering: HashMap<DeviceId, Vec<MaintenanceWindow>> =
             devices.iter().map(|d| (*d, Vec::new())).collect();
+        for (window, (), members) in self
+            .windows_over(devices, |w| w.enabled.then_some(()))
+            .await?
+        {
+            for d in members {
+                if let Some(list) = covering.get_mut(&d) {
+                    list.push(window.clone());
+                }
+            }
+        }
+        Ok(covering)
+    }
+
+    /// The one walk behind [`OrgStore::maintenance_covering`] and
+    /// [`OrgStore::windows_covering`]: each window of the organization that `select` keeps
+    /// (with what `select` made of it, e.g. its open occurrence), with those of `devices` it
+    /// covers — its whole organization, its site's devices, its group's members or its one
+    /// device. Windows that cover none of `devices` are left out; nothing is read when
+    /// `devices` is empty, and one query per kept site or group window otherwise.
+    async fn windows_over<T>(
+        &self,
+        devices: &[DeviceId],
+        select: impl Fn(&MaintenanceWindow) -> Option<T>,
+    ) -> Result<Vec<(MaintenanceWindow, T, Vec<DeviceId>)>> {
+        let mut out = Vec::new();
         if devices.is_empty() {
-            return Ok(covering);
+            return Ok(out);
         }
         for window in self.list_windows().await? {
-            if !window.enabled {
+            let Some(kept) = select(&window) else {
                 continue;
-            }
+            };
             let members: Option<HashSet<DeviceId>> = match window.target()? {
                 RuleTarget::Organization => None,
                 RuleTarget::Device(d) => Some(HashSet::from([d])),
@@ -459,13 +456,16 @@ impl OrgStore<'_> {
                     .collect(),
                 ),
             };
-            for (d, list) in &mut covering {
-                if members.as_ref().is_none_or(|m| m.contains(d)) {
-                    list.push(window.clone());
-                }
+            let covered: Vec<DeviceId> = devices
+                .iter()
+                .filter(|d| members.as_ref().is_none_or(|m| m.contains(d)))
+                .copied()
+                .collect();
+            if !covered.is_empty() {
+                out.push((window, kept, covered));
             }
         }
-        Ok(covering)
+        Ok(out)
     }
 
     /// Records that `rule` did not raise on `device` because of `window`'s `occurrence`: once

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use breeze_agent_proto::{PackageOutcome, PatchInstallReport, PatchScanReport};
+use breeze_agent_proto::{CommandKind, PackageOutcome, PatchInstallReport, PatchScanReport};
 use breeze_core::{AuditEvent, DeviceId, OrgId, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -383,10 +383,12 @@ impl Store {
         tx.commit().await
     }
 
-    /// Takes what a finished patch command (scan, install, rollback) reports: a scan is
-    /// stored; an install or rollback settles its device's part of the job, adds each package
-    /// change to the history, stores the scan made after it, and settles the job once every
-    /// device has answered. Other commands, and commands of no job, change nothing.
+    /// Takes what a finished patch command (scan, install, rollback, removal) reports: a scan
+    /// is stored; an install or rollback settles its device's part of the job, adds each
+    /// package change to the history, stores the scan made after it, and settles the job once
+    /// every device has answered; a removal (no job) adds each named package's outcome to the
+    /// history as `remove` — `failed` with the reason when the agent gave no answer. Other
+    /// commands, and installs of no job, change nothing.
     pub async fn record_patch_command(&self, cmd: &CommandRecord) -> Result<()> {
         let org = cmd.org_id;
         let device = cmd.device_id;
@@ -472,23 +474,8 @@ impl Store {
                         .execute(&mut tx)
                         .await?;
                         for o in &r.packages {
-                            sql(format!(
-                                "INSERT INTO patch_history (org_id, {HISTORY_COLUMNS}) VALUES \
-                                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-                            ))
-                            .bind(org)
-                            .bind(Uuid::now_v7())
-                            .bind(device)
-                            .bind(part.job_id)
-                            .bind(o.name.as_str())
-                            .bind(action)
-                            .bind(o.from_version.clone())
-                            .bind(o.to_version.clone())
-                            .bind(o.status.as_str())
-                            .bind(o.error.clone())
-                            .bind(now)
-                            .execute(&mut tx)
-                            .await?;
+                            insert_history(&mut tx, org, device, Some(part.job_id), action, o, now)
+                                .await?;
                         }
                         if let Some(scan) = &r.scan {
                             write_scan(&mut tx, org, device, scan, now).await?;
@@ -512,6 +499,43 @@ impl Store {
                     }
                 }
                 settle_job(&mut tx, org, part.job_id, now).await?;
+                tx.commit().await
+            }
+            "package_remove" => {
+                let report = cmd
+                    .result
+                    .clone()
+                    .filter(|_| completed)
+                    .and_then(|v| serde_json::from_value::<PatchInstallReport>(v).ok());
+                // Each package the agent answered for, or — no answer (failed, timed out,
+                // cancelled) — each package the command named, failed with the reason.
+                let outcomes: Vec<PackageOutcome> = match report {
+                    Some(r) => r.packages,
+                    None => {
+                        let named = match serde_json::from_value::<CommandKind>(cmd.payload.clone())
+                        {
+                            Ok(CommandKind::PackageRemove { packages }) => packages,
+                            _ => Vec::new(),
+                        };
+                        let error = cmd.error.clone().unwrap_or_else(|| {
+                            format!("the agent's answer was {}", cmd.status.as_str())
+                        });
+                        named
+                            .into_iter()
+                            .map(|name| PackageOutcome {
+                                name,
+                                status: "failed".into(),
+                                from_version: None,
+                                to_version: None,
+                                error: Some(error.clone()),
+                            })
+                            .collect()
+                    }
+                };
+                let mut tx = Tx::begin(&self.pool).await?;
+                for o in &outcomes {
+                    insert_history(&mut tx, org, device, None, "remove", o, now).await?;
+                }
                 tx.commit().await
             }
             _ => Ok(()),
@@ -978,4 +1002,40 @@ impl OrgStore<'_> {
         }
         Ok(out)
     }
+}
+
+/// Appends one package change to `patch_history`.
+async fn insert_history(
+    tx: &mut Tx,
+    org: OrgId,
+    device: DeviceId,
+    job: Option<Uuid>,
+    action: &str,
+    o: &PackageOutcome,
+    now: Timestamp,
+) -> Result<()> {
+    sql(format!(
+        "INSERT INTO patch_history (org_id, {HISTORY_COLUMNS}) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+    ))
+    .bind(org)
+    .bind(Uuid::now_v7())
+    .bind(device)
+    .bind(job)
+    .bind(o.name.as_str())
+    .bind(action)
+    .bind(o.from_version.clone())
+    .bind(o.to_version.clone())
+    .bind(o.status.as_str())
+    .bind(o.error.clone())
+    .bind(now)
+    .execute(tx)
+    .await
+    .map(drop)
+}
+
+/// Whether [`Store::record_patch_command`] wants a finished command of kind tag `kind` (patch
+/// scans, installs and rollbacks, and package removals).
+pub fn records_patch_result(kind: &str) -> bool {
+    kind.starts_with("patch_") || kind == "package_remove"
 }

@@ -17,6 +17,7 @@ use crate::{
     OrgStore, Result, Store, StoreError,
     alerts::{MAX_NAME_CHARS, check_text},
     audit,
+    scheduled::RowLease,
     sql::{Arg, Tx, sql},
 };
 
@@ -234,6 +235,14 @@ impl OrgStore<'_> {
     }
 }
 
+/// The schedules' lease: their own `next_run_at` ([`crate::scheduled::RowLease`]).
+const LEASE: RowLease = RowLease {
+    table: "security_scan_schedules",
+    columns: COLUMNS,
+    at: "next_run_at",
+    only: "TRUE",
+};
+
 impl Store {
     /// Schedules of every organization due at `now`, soonest first, at most `limit`.
     pub async fn due_scan_schedules(
@@ -241,14 +250,7 @@ impl Store {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<ScanSchedule>> {
-        sql(format!(
-            "SELECT {COLUMNS} FROM security_scan_schedules WHERE next_run_at IS NOT NULL \
-             AND next_run_at <= $1 ORDER BY next_run_at, id LIMIT $2"
-        ))
-        .bind(now)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
+        LEASE.due(self, now, limit).await
     }
 
     /// Takes the occurrence due at `due`: moves `next_run_at` to `next` if it is still `due`
@@ -259,16 +261,6 @@ impl Store {
         due: Timestamp,
         next: Option<Timestamp>,
     ) -> Result<bool> {
-        let n = sql(
-            "UPDATE security_scan_schedules SET next_run_at = $1 WHERE id = $2 AND org_id = $3 \
-             AND next_run_at = $4",
-        )
-        .bind(next)
-        .bind(s.id)
-        .bind(s.org_id)
-        .bind(due)
-        .execute(self)
-        .await?;
-        Ok(n == 1)
+        LEASE.claim(self, (s.id, s.org_id), due, next).await
     }
 }

@@ -7,10 +7,84 @@
 //!   it runs; the others stand by and take over only once the lease went unrenewed for its time
 //!   to live (the holder died or lost the database). For work that keeps state between runs —
 //!   the alert engine's walk through the rules — so the same instance does it while it lives.
+//!
+//! A third kind lives on the rows themselves: a [`RowLease`] is a table whose every row says
+//! when it is next due (an automation's `next_run_at`, a compliance policy's
+//! `next_evaluation_at`, a deployment's `next_step_at`, a scan schedule's `next_run_at`). The
+//! due rows are read and each is claimed by moving that column from the instant read to the
+//! next with one conditional statement — written here once for every such table.
 
+use breeze_core::{OrgId, Timestamp};
 use chrono::Duration;
+use uuid::Uuid;
 
-use crate::{Result, Store, sql::sql};
+use crate::{
+    Result, Store,
+    sql::{FromRows, Target, sql},
+};
+
+/// A table whose rows carry their own lease: the column `at` holds when each row is next due.
+pub(crate) struct RowLease {
+    pub table: &'static str,
+    /// The columns a row is read with.
+    pub columns: &'static str,
+    /// The lease column.
+    pub at: &'static str,
+    /// A constant condition a row must also meet to be due or claimed (e.g.
+    /// `"status = 'running'"`); no placeholders.
+    pub only: &'static str,
+}
+
+impl RowLease {
+    /// Rows of every organization due at `now`, soonest first, at most `limit`.
+    pub(crate) async fn due<T: FromRows>(
+        &self,
+        store: &Store,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<T>> {
+        let RowLease {
+            table,
+            columns,
+            at,
+            only,
+        } = self;
+        sql(format!(
+            "SELECT {columns} FROM {table} WHERE {only} AND {at} IS NOT NULL AND {at} <= $1 \
+             ORDER BY {at}, id LIMIT $2"
+        ))
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(store)
+        .await
+    }
+
+    /// Claims row `id`'s occurrence `due`: moves the lease column to `next` if it still holds
+    /// `due` and the row still meets `only` (one statement, so of instances claiming at once
+    /// one wins). False when another instance, or a change to the row, was first.
+    pub(crate) async fn claim<'a>(
+        &self,
+        target: impl Into<Target<'a>>,
+        (id, org): (Uuid, OrgId),
+        due: Timestamp,
+        next: Option<Timestamp>,
+    ) -> Result<bool> {
+        let RowLease {
+            table, at, only, ..
+        } = self;
+        let n = sql(format!(
+            "UPDATE {table} SET {at} = $1 WHERE id = $2 AND org_id = $3 AND {at} = $4 \
+             AND {only}"
+        ))
+        .bind(next)
+        .bind(id)
+        .bind(org)
+        .bind(due)
+        .execute(target)
+        .await?;
+        Ok(n == 1)
+    }
+}
 
 impl Store {
     /// Claims this period's run of job `name`: true (and the run is recorded as started now)

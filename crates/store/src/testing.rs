@@ -237,6 +237,12 @@ impl Store {
     /// schema) with the same clock, as a restarted process would open it: for tests that what
     /// was stored survives a restart.
     pub async fn reopen(&self) -> Result<Store> {
+        self.reopen_with_clock(self.clock.clone()).await
+    }
+
+    /// [`Store::reopen`] on another clock: an instance whose time runs ahead (or behind), for
+    /// tests of work that comes due later than a test can wait.
+    pub async fn reopen_with_clock(&self, clock: Arc<dyn Clock>) -> Result<Store> {
         let options = match (&self.sqlite_file, self.backend()) {
             (Some(file), _) => StoreOptions::new(format!("sqlite://{}", file.display())),
             (None, Backend::Postgres) => {
@@ -255,7 +261,7 @@ impl Store {
                 ));
             }
         };
-        Store::connect(&options, self.clock.clone()).await
+        Store::connect(&options, clock).await
     }
 
     /// Every row of `table` rendered as one string.

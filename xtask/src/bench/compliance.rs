@@ -6,7 +6,9 @@
 //! `--rules` (20) inventory rules (packages installed, at least a version, the OS version —
 //! agent rules are answered by agents and cost the server one fold per answer). Printed: wall
 //! and this process's CPU time of a full pass that writes every device (the first), of a full
-//! pass that finds nothing changed, and of one after 1 % of the devices changed; then per
+//! pass that finds nothing changed, and of one after 1 % of the devices' inventories changed
+//! unseen (written while the policy was inactive, so the incremental path did not already
+//! re-evaluate them and the pass writes the devices whose results changed); then per
 //! incremental inventory change (`--changes`, 200): the inventory write with its
 //! re-evaluation (`record_inventory`), and the re-evaluation alone
 //! (`evaluate_device_inventory`), median and p99. PostgreSQL's backends are not counted in the
@@ -21,7 +23,8 @@ use breeze_core::{
     PolicyEnforcement,
 };
 use breeze_store::{
-    Backend, NewCompliancePolicy, NewDevice, RuleTarget, Store, testing::TestStore,
+    Backend, CompliancePolicyUpdate, NewCompliancePolicy, NewDevice, RuleTarget, Store,
+    testing::TestStore,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -251,14 +254,41 @@ async fn one_backend(
     };
     pass("first (writes every device)").await?;
     pass("nothing changed").await?;
+    // 1 % of the devices report changed inventories. `record_inventory` re-evaluates an active
+    // policy for the device at once (the incremental path, measured below), which would leave
+    // the full pass nothing to write; the policy is inactive meanwhile, so the pass finds the
+    // changes itself — what a periodic pass costs when inventories changed since the last one
+    // (an incremental evaluation that failed, or a policy activated again). Deactivating and
+    // activating keeps the devices' results.
     let some: Vec<(usize, DeviceId)> = indexed
         .iter()
         .copied()
         .step_by(100)
         .map(|(i, d)| (i + 3, d))
         .collect();
+    let active = |on: bool| {
+        let o = store.org(org);
+        let id = policy.id;
+        async move {
+            o.update_compliance_policy(
+                id,
+                CompliancePolicyUpdate {
+                    active: Some(on),
+                    ..CompliancePolicyUpdate::default()
+                },
+                audit("compliance_policy.update"),
+            )
+            .await
+        }
+    };
+    active(false).await?;
     record_all(&store, org, &some, packages, 1).await?;
-    pass("after 1 % changed").await?;
+    active(true).await?;
+    println!(
+        "{} devices' inventories changed, not evaluated incrementally",
+        some.len()
+    );
+    pass("after 1 % changed unseen").await?;
 
     // Incremental: one device's inventory changes at a time.
     let mut with_write = Vec::new();

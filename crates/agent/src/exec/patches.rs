@@ -17,7 +17,9 @@
 //! - Remove (`PackageRemove`): apt simulates `apt-get -s remove name` per package (`Remv`
 //!   lines: installed, and what else would go) and refuses when a package not named would be
 //!   removed with it, else `apt-get remove -y` (configuration files kept); dnf `list
-//!   --installed`, then `remove -y`. Checked again afterwards: a package still installed failed.
+//!   --installed`, then `remove --assumeno` (its transaction summary: what else would go) and
+//!   the same refusal, else `remove -y` — both with `clean_requirements_on_remove` off, so dnf
+//!   takes only what was named. Checked again afterwards: a package still installed failed.
 //!   Never reboots.
 //! - Reboot: required when `/var/run/reboot-required` exists (apt) or `needs-restarting -r`
 //!   says so (dnf). Policy `never` never reboots; `if_needed` when required; `always` always —
@@ -338,10 +340,16 @@ impl PackageManager {
         Ok(self.finish(outcomes, reboot, users, after))
     }
 
-    /// Which of `packages` are installed, with their versions; for apt also what removing
-    /// each would remove besides it (its dependents), from a simulation (`apt-get -s remove`,
-    /// nothing changes). A name apt does not know is not installed.
-    fn installed(&self, packages: &[String]) -> Result<HashMap<String, Installed>, String> {
+    /// Which of `packages` are installed, with their versions, and what removing them would
+    /// remove besides them (their dependents) from a simulation where nothing changes: apt's
+    /// `apt-get -s remove` per package (always: it is also how apt tells what is installed);
+    /// dnf's `remove --assumeno` of the installed ones, when `simulate`. A name apt does not
+    /// know is not installed.
+    fn installed(
+        &self,
+        packages: &[String],
+        simulate: bool,
+    ) -> Result<HashMap<String, Installed>, String> {
         let mut found = HashMap::new();
         match self.manager {
             Manager::Apt => {
@@ -389,20 +397,52 @@ impl PackageManager {
                         );
                     }
                 }
+                if simulate && !found.is_empty() {
+                    let mut present: Vec<String> = found.keys().cloned().collect();
+                    present.sort();
+                    let also = self.dnf_dependents(&present)?;
+                    for i in found.values_mut() {
+                        i.also.clone_from(&also);
+                    }
+                }
             }
         }
         Ok(found)
     }
 
+    /// What `dnf remove` of `packages` would take besides them, from its transaction summary
+    /// with `--assumeno` (nothing changes). Unused dependencies are left out of the removal
+    /// (`clean_requirements_on_remove` off, here and in the removal itself), like apt without
+    /// autoremove: what remains are the packages that need one of them (dependents).
+    fn dnf_dependents(&self, packages: &[String]) -> Result<Vec<String>, String> {
+        let mut args = Self::args(&["remove", "--assumeno", DNF_KEEP_UNUSED]);
+        args.extend(packages.iter().cloned());
+        // dnf answers "Operation aborted" with exit 1: the summary is what counts.
+        let out = self.run(&args)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let taken = parse_dnf_removals(&text);
+        if !packages.iter().all(|p| taken.contains(p)) {
+            return Err(format!(
+                "dnf's removal check did not list what it would remove; {}",
+                failure("dnf remove --assumeno", &out)
+            ));
+        }
+        Ok(taken
+            .into_iter()
+            .filter(|n| !packages.contains(n))
+            .collect())
+    }
+
     /// Removes the installed ones of `packages` (apt keeps their configuration files); never
-    /// reboots. With apt, when removing them would also remove a package not named, nothing
-    /// is removed and each says which: a removal takes exactly what was asked for.
+    /// reboots. When removing them would also remove a package not named (apt's simulation,
+    /// dnf's `--assumeno` summary), nothing is removed and each says which: a removal takes
+    /// exactly what was asked for.
     pub fn remove(&self, packages: &[String]) -> Result<PatchInstallReport, String> {
         check_names(packages.iter().map(String::as_str))?;
         if packages.is_empty() {
             return Err("packages: name at least one package".to_owned());
         }
-        let before = self.installed(packages)?;
+        let before = self.installed(packages, true)?;
         let mut dependents: Vec<String> = before
             .values()
             .flat_map(|i| i.also.iter())
@@ -419,6 +459,9 @@ impl PackageManager {
             ));
         } else if !before.is_empty() {
             let mut args = Self::args(&["remove", "-y"]);
+            if self.manager == Manager::Dnf {
+                args.push(DNF_KEEP_UNUSED.to_owned());
+            }
             args.extend(packages.iter().filter(|p| before.contains_key(*p)).cloned());
             let out = self.run(&args)?;
             if !out.status.success() {
@@ -426,7 +469,7 @@ impl PackageManager {
             }
         }
         let after = if dependents.is_empty() && !before.is_empty() {
-            self.installed(packages)?
+            self.installed(packages, false)?
         } else {
             before.clone()
         };
@@ -526,6 +569,41 @@ impl PackageManager {
 struct Installed {
     version: String,
     also: Vec<String>,
+}
+
+/// dnf's option that keeps a removal to the named packages and their dependents (no
+/// clean-up of dependencies nothing else needs, which dnf does by default on Fedora and RHEL).
+const DNF_KEEP_UNUSED: &str = "--setopt=clean_requirements_on_remove=False";
+
+/// Parses the transaction summary of `dnf remove` (dnf 4 and dnf 5): the package names listed
+/// under its `Removing…:` headings (`Removing:`, `Removing dependent packages:`, `Removing
+/// unused dependencies:`), up to `Transaction Summary`. A package line starts with exactly one
+/// space; a long name wrapped onto a line of its own is followed by a continuation line
+/// indented further, which is not a package.
+pub fn parse_dnf_removals(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut in_removal = false;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            let heading = line.trim();
+            if heading.starts_with("Transaction Summary") {
+                break;
+            }
+            if heading.ends_with(':') {
+                in_removal = heading.starts_with("Removing");
+            }
+            continue;
+        }
+        if !in_removal || line.starts_with("  ") {
+            continue;
+        }
+        if let Some(name) = line.split_whitespace().next()
+            && !names.iter().any(|n| n == name)
+        {
+            names.push(name.to_owned());
+        }
+    }
+    names
 }
 
 /// Parses `apt-get -s remove`: `Remv name [version]` (or `Remv name:arch [version]`), one line
@@ -947,6 +1025,47 @@ mod tests {
                 ("libfoo".to_owned(), "1.0".to_owned())
             ]
         );
+    }
+
+    #[test]
+    fn dnf_removal_summary_parses() {
+        // dnf 4, with a wrapped long name and unused dependencies.
+        let dnf4 = "Dependencies resolved.\n\
+            ================================================================================\n \
+            Package            Architecture   Version            Repository        Size\n\
+            ================================================================================\n\
+            Removing:\n \
+            htop               x86_64         3.2.2-1.el9        @epel            500 k\n\
+            Removing dependent packages:\n \
+            a-very-long-package-name-that-dnf-wraps-onto-its-own-line\n   \
+                               noarch         1.0-1.el9          @appstream        10 k\n\
+            Removing unused dependencies:\n \
+            libbar             x86_64         2.0-1              @baseos           20 k\n\
+            \n\
+            Transaction Summary\n\
+            ================================================================================\n\
+            Remove  3 Packages\n\
+            \n\
+            Freed space: 530 k\n\
+            Operation aborted.\n";
+        assert_eq!(
+            parse_dnf_removals(dnf4),
+            [
+                "htop",
+                "a-very-long-package-name-that-dnf-wraps-onto-its-own-line",
+                "libbar"
+            ]
+        );
+        // dnf 5.
+        let dnf5 = "Package              Arch   Version         Repository      Size\n\
+            Removing:\n \
+            htop                 x86_64 3.3.0-1.fc40    <unknown>   500.0 KiB\n\
+            \n\
+            Transaction Summary:\n \
+            Removing:           1 package\n\
+            Operation aborted by the user.\n";
+        assert_eq!(parse_dnf_removals(dnf5), ["htop"]);
+        assert!(parse_dnf_removals("No match for argument: nope\n").is_empty());
     }
 
     #[test]

@@ -495,27 +495,76 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     let claimed = s.claim_queued_remediations(10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert!(s.claim_queued_remediations(10).await.unwrap().is_empty());
-    let finished = o
+    let approval = uuid::Uuid::now_v7();
+    let waiting = o
         .update_remediation(
             r.id,
             RemediationUpdate {
-                status: RunStatus::Succeeded,
-                approval_ids: vec![],
+                status: RunStatus::PendingApproval,
+                approval_ids: vec![approval],
                 devices: vec![],
                 message: None,
             },
         )
         .await
         .unwrap();
+    assert_eq!(waiting.status, RunStatus::PendingApproval);
+
+    // Two instances on one database both see it waiting; each finishes it once its approval
+    // is final, and only the first update records anything.
+    let other = s.reopen().await.unwrap();
+    let seen_here = s.remediations_awaiting_approval(10).await.unwrap();
+    let seen_there = other.remediations_awaiting_approval(10).await.unwrap();
+    assert_eq!((seen_here.len(), seen_there.len()), (1, 1));
+    let end = || RemediationUpdate {
+        status: RunStatus::Succeeded,
+        approval_ids: vec![approval],
+        devices: vec![],
+        message: None,
+    };
+    let there_org = other.org(a);
+    let (here, there) = tokio::join!(
+        o.finish_awaiting_remediation(r.id, end()),
+        there_org.finish_awaiting_remediation(r.id, end()),
+    );
+    let (here, there) = (here.unwrap(), there.unwrap());
+    assert!(
+        here.is_some() ^ there.is_some(),
+        "exactly one instance finishes it: {here:?} {there:?}"
+    );
+    let finished = here.or(there).unwrap();
+    assert_eq!(finished.status, RunStatus::Succeeded);
     assert!(finished.finished_at.is_some());
+    // Finished: neither lists it, and a late finish records nothing.
+    assert!(
+        s.remediations_awaiting_approval(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        o.finish_awaiting_remediation(r.id, end())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    other.close().await;
     assert_eq!(o.list_remediations(p.id, 10).await.unwrap().len(), 1);
     let done = actions(s, a).await;
     for want in [
         "compliance.remediation.queue",
+        "compliance.remediation.wait",
         "compliance.remediation.finish",
     ] {
         assert!(done.iter().any(|x| x == want), "{want} in {done:?}");
     }
+    assert_eq!(
+        done.iter()
+            .filter(|x| *x == "compliance.remediation.finish")
+            .count(),
+        1,
+        "one rewrite of the finished remediation: {done:?}"
+    );
 }
 
 breeze_store::on_both_backends!(

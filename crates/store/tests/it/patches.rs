@@ -667,7 +667,101 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
     );
 }
 
+/// A removal (no job) is history too: each package the agent answered for, or — no answer —
+/// each package the command named, failed with the reason; another organization sees none.
+async fn removals_are_history(cx: Ctx) {
+    let s = &cx.store;
+    let (a, b) = crate::two_orgs(s).await;
+    let web = device(s, a, "web-01").await;
+    let report = PatchInstallReport {
+        manager: "apt".into(),
+        packages: vec![
+            PackageOutcome {
+                name: "nginx".into(),
+                status: "removed".into(),
+                from_version: Some("1.22.1-9".into()),
+                to_version: None,
+                error: None,
+            },
+            PackageOutcome {
+                name: "curl".into(),
+                status: "not_installed".into(),
+                from_version: None,
+                to_version: None,
+                error: None,
+            },
+        ],
+        reboot_required: false,
+        reboot: "not_requested".into(),
+        reboot_detail: None,
+        scan: None,
+    };
+    answer(
+        s,
+        a,
+        web,
+        CommandKind::PackageRemove {
+            packages: vec!["nginx".into(), "curl".into()],
+        },
+        CommandOutcome::Completed,
+        serde_json::to_value(&report).unwrap(),
+    )
+    .await;
+    cx.clock.advance(chrono::Duration::seconds(5));
+    answer(
+        s,
+        a,
+        web,
+        CommandKind::PackageRemove {
+            packages: vec!["vim".into()],
+        },
+        CommandOutcome::Failed,
+        json!(null),
+    )
+    .await;
+    let oa = s.org(a);
+    let history = oa.patch_history(Some(web), None, 10).await.unwrap();
+    assert_eq!(history.len(), 3, "{history:?}");
+    assert!(
+        history
+            .iter()
+            .all(|h| h.action == "remove" && h.job_id.is_none())
+    );
+    // Newest first: the failed removal, then the two answered packages.
+    assert_eq!(
+        (history[0].package_name.as_str(), history[0].status.as_str()),
+        ("vim", "failed")
+    );
+    assert_eq!(history[0].error.as_deref(), Some("apt broke"));
+    let nginx = oa
+        .patch_history(Some(web), Some("nginx"), 10)
+        .await
+        .unwrap();
+    assert_eq!(nginx.len(), 1);
+    assert_eq!(nginx[0].status, "removed");
+    assert_eq!(nginx[0].from_version.as_deref(), Some("1.22.1-9"));
+    assert_eq!(
+        oa.patch_history(Some(web), Some("curl"), 10).await.unwrap()[0].status,
+        "not_installed"
+    );
+    // A removal is never what a rollback goes back to.
+    assert!(
+        oa.previous_versions(web, &["nginx".into()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.org(b)
+            .patch_history(None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 breeze_store::on_both_backends!(
     scans_decisions_jobs_and_history,
-    scheduled_jobs_wait_and_cancel
+    scheduled_jobs_wait_and_cancel,
+    removals_are_history
 );

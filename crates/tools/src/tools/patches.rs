@@ -387,7 +387,7 @@ struct HistoryView {
     device_id: String,
     job_id: Option<String>,
     package_name: String,
-    /// install or rollback.
+    /// install, rollback or remove (a removal has no job).
     action: String,
     from_version: Option<String>,
     to_version: Option<String>,
