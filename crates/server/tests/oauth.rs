@@ -857,7 +857,19 @@ async fn forged_and_foreign_tokens_are_refused(cx: Ctx) {
         parts[1],
         parts[2]
     );
+    // The valid token's signature under other claims: verified tokens are remembered by their
+    // signature, so the valid one is used (and remembered) first.
+    let mut elevated = claims.clone();
+    elevated["scope"] = json!("mcp:read mcp:write mcp:execute");
+    let swapped_claims = format!(
+        "{}.{}.{}",
+        parts[0],
+        B64.encode(elevated.to_string()),
+        parts[2]
+    );
+    assert_eq!(lists_tools(&app, &access).await, StatusCode::OK);
     for (name, bad) in [
+        ("same signature, other claims", swapped_claims),
         ("alg none", none),
         ("hs256", hs256),
         ("unknown kid", stranger),
