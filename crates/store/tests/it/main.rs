@@ -16,6 +16,7 @@ mod dynamic_groups;
 mod idempotency;
 mod isolation;
 mod maintenance;
+mod migrations;
 mod packages;
 mod patches;
 mod reports;
