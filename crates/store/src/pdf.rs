@@ -5,11 +5,11 @@
 //! offset is remembered for the cross-reference table at the end. The writer keeps only those
 //! offsets (two objects a page), the page being laid out, and the glyphs used so far.
 //!
-//! Text is set in a TrueType font embedded whole (see [`crate::pdf_font`]) as a Type0 font with
+//! Text is set in a TrueType font, a subset of it embedded (see [`crate::pdf_font`]), as a Type0 font with
 //! a CIDFontType2 descendant: Identity-H encoding (each character is its glyph id in two bytes),
 //! a `/W` array with the widths of the glyphs used, and a `/ToUnicode` CMap mapping each glyph
 //! back to its character, so the text can be searched and copied. The glyphs used are known only
-//! at the end, so the font's objects are written after the last page. Characters the font lacks
+//! at the end, so the font's objects (and the subset) are written after the last page. Characters the font lacks
 //! (DejaVu Sans has no CJK) print as its `.notdef` box and copy as U+FFFD. The header row is set
 //! in the same font, drawn with a thin outline (text render mode 2) to look bold.
 //!
@@ -488,7 +488,22 @@ impl PdfTable {
         let font = &e.font;
         let descriptor = self.next_number();
         let (file, cmap) = (descriptor + 1, descriptor + 3);
-        let name = &font.name;
+        let glyphs: std::collections::BTreeSet<u16> = e.used.keys().copied().collect();
+        let (subset, program) = font.program(&glyphs);
+        // A subset is named with a tag of six capitals that depends on the glyphs in it.
+        let name = if subset {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for g in &glyphs {
+                h = (h ^ u64::from(*g)).wrapping_mul(0x0100_0000_01b3);
+            }
+            let tag: String = (0..6)
+                .map(|i| char::from(b'A' + ((h >> (i * 8)) % 26) as u8))
+                .collect();
+            format!("{tag}+{}", font.name)
+        } else {
+            font.name.clone()
+        };
+        let name = &name;
         self.object(
             out,
             FONT,
@@ -539,12 +554,13 @@ impl PdfTable {
             )
             .as_bytes(),
         );
-        self.stream_object(
-            out,
-            file,
-            &format!(" /Length1 {} /Filter /FlateDecode", font.file_len()),
-            &font.deflated,
-        );
+        // Deflating into a Vec cannot fail; if it did, the program goes uncompressed.
+        let (filter, body) = match crate::pdf_font::deflate(&program) {
+            Ok(deflated) => (" /Filter /FlateDecode", deflated),
+            Err(_) => ("", program.clone()),
+        };
+        let dict = format!(" /Length1 {}{filter}", program.len());
+        self.stream_object(out, file, &dict, &body);
         self.stream_object(out, cmap, "", to_unicode(&e.used).as_bytes());
     }
 }
@@ -764,7 +780,10 @@ mod tests {
         assert!(text.contains(&format!("<{e_acute:04X}> <00E9>")));
         assert!(text.contains(&format!("{e_acute} [{width}")));
         assert!(text.contains("/Encoding /Identity-H") && text.contains("/CIDToGIDMap /Identity"));
-        assert!(text.contains(&format!("/BaseFont /{} ", font.name)));
+        assert!(
+            text.contains(&format!("+{} ", font.name)),
+            "a subset's name"
+        );
         assert!(font.name.starts_with("DejaVuSans"), "{}", font.name);
         assert_eq!(font.glyph('中').0, 0, "no CJK in DejaVu Sans");
         // The fonts are written after the last page.

@@ -467,6 +467,8 @@ async fn pdf_reports_print_unicode_text(cx: Ctx) {
     );
     let raw = String::from_utf8_lossy(&pdf);
     assert!(raw.contains("/FontFile2") && raw.contains("/ToUnicode"));
+    // The font is a subset: a page of text, not the whole font file (~340 KiB deflated).
+    assert!(pdf.len() < 100 * 1024, "{} bytes", pdf.len());
 }
 
 breeze_store::on_both_backends!(
