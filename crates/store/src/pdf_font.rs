@@ -72,7 +72,7 @@ impl std::fmt::Debug for PdfFont {
 
 fn refuse(path: &Path, why: impl std::fmt::Display) -> StoreError {
     StoreError::Config(format!(
-        "BREEZE_PDF_FONT: cannot use {} for PDF reports: {why}",
+        "cannot use {} as PDF reports' font: {why}",
         path.display()
     ))
 }
@@ -327,7 +327,8 @@ impl FontChoice {
     pub(crate) fn new(configured: Option<&Path>) -> Result<Self> {
         Ok(match configured {
             Some(path) => {
-                let font = PdfFont::load(path)?;
+                let font = PdfFont::load(path)
+                    .map_err(|e| StoreError::Config(format!("BREEZE_PDF_FONT: {e}")))?;
                 tracing::info!(font = %path.display(), "PDF reports embed this font");
                 FontChoice::Configured(Arc::new(font))
             }
@@ -414,7 +415,7 @@ mod tests {
 
     #[test]
     fn a_font_that_cannot_be_used_is_refused_naming_the_setting() {
-        let missing = PdfFont::load(Path::new("/nonexistent/font.ttf")).unwrap_err();
+        let missing = FontChoice::new(Some(Path::new("/nonexistent/font.ttf"))).unwrap_err();
         assert!(
             matches!(&missing, StoreError::Config(m) if m.contains("BREEZE_PDF_FONT")
                 && m.contains("/nonexistent/font.ttf")),
