@@ -103,6 +103,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "where purged audit records are archived as gzip JSON lines (default <data dir>/audit-archive)",
     ),
     (
+        "BREEZE_PDF_FONT",
+        "TrueType font PDF reports embed for text beyond Latin-1 (default: DejaVu Sans Condensed or Sans if installed, else Helvetica)",
+    ),
+    (
         "BREEZE_METRICS_ADDR",
         "serve GET /metrics (Prometheus) on this address of its own, e.g. 127.0.0.1:9464 (optional)",
     ),
@@ -439,6 +443,8 @@ pub(crate) struct Settings {
     pub(crate) audit_retention_days: Option<u32>,
     /// `BREEZE_AUDIT_ARCHIVE_DIR`.
     pub(crate) audit_archive_dir: PathBuf,
+    /// `BREEZE_PDF_FONT`: `None` probes the well-known font paths.
+    pub(crate) pdf_font: Option<PathBuf>,
     /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
     pub(crate) metrics: breeze_server::metrics::MetricsAccess,
     /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
@@ -619,6 +625,10 @@ impl Settings {
             None | Some("") => data_dir.join("audit-archive"),
             Some(v) => PathBuf::from(v),
         };
+        let pdf_font = match env.get("BREEZE_PDF_FONT").map(|v| v.trim()) {
+            None | Some("") => None,
+            Some(v) => Some(PathBuf::from(v)),
+        };
         let metrics = breeze_server::metrics::MetricsAccess {
             addr: match env.get("BREEZE_METRICS_ADDR").map(|v| v.trim()) {
                 None | Some("") => None,
@@ -645,6 +655,7 @@ impl Settings {
             traces: crate::telemetry::TraceSettings::load(env)?,
             audit_retention_days,
             audit_archive_dir,
+            pdf_font,
             metrics,
             oauth,
             alerts,

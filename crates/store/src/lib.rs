@@ -34,6 +34,7 @@ mod oauth;
 mod packages;
 mod patches;
 mod pdf;
+mod pdf_font;
 mod protected_paths;
 mod reports;
 mod runs;
@@ -113,6 +114,7 @@ pub use patches::{
     NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
     PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
+pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
@@ -169,6 +171,9 @@ pub struct StoreOptions {
     /// PostgreSQL's `statement_timeout`: no request waits longer on one statement (migrations
     /// run without it).
     pub statement_timeout: Duration,
+    /// The TrueType font PDF reports embed (`BREEZE_PDF_FONT`); `None` looks in
+    /// [`WELL_KNOWN_FONTS`], and without one reports are set in Helvetica (Latin-1 only).
+    pub pdf_font: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -179,6 +184,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("pg_schema", &self.pg_schema)
             .field("lock_timeout", &self.lock_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("pdf_font", &self.pdf_font)
             .finish()
     }
 }
@@ -192,6 +198,7 @@ impl StoreOptions {
             pg_schema: None,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            pdf_font: None,
         }
     }
 }
@@ -298,6 +305,8 @@ pub struct Store {
     pub(crate) cadence: Arc<wal::Cadence>,
     /// What this store tells, and hears from, other servers on the database (see [`bus`]).
     bus: Arc<bus::Bus>,
+    /// The font PDF reports embed.
+    pub(crate) pdf_font: pdf_font::FontChoice,
 }
 
 impl std::fmt::Debug for Store {
@@ -313,6 +322,8 @@ impl Store {
     /// missing). Does not migrate; call [`Store::migrate`].
     pub async fn connect(options: &StoreOptions, clock: Arc<dyn Clock>) -> Result<Store> {
         let url = options.url.as_str();
+        // First: a font setting that cannot be used is refused before anything is opened.
+        let pdf_font = pdf_font::FontChoice::new(options.pdf_font.as_deref())?;
         let mut sqlite_file = None;
         let pool = if url.starts_with("sqlite:") {
             let opts = SqliteConnectOptions::from_str(url)
@@ -386,6 +397,7 @@ impl Store {
             cadence: Arc::default(),
             sqlite_file,
             audit_journal: Default::default(),
+            pdf_font,
         })
     }
 

@@ -1,12 +1,22 @@
-//! A small PDF 1.4 writer for tabular reports, written as the rows come (no dependency).
+//! A small PDF 1.4 writer for tabular reports, written as the rows come.
 //!
 //! Why by hand: a report of 10,000 devices is generated page by page into the store's chunks, so
 //! the writer must never hold the document; PDF allows that as long as every object's byte
 //! offset is remembered for the cross-reference table at the end. The writer keeps only those
-//! offsets (two objects a page) and the page being laid out. Text is set in the standard Type1
-//! fonts Helvetica and Helvetica-Bold (every reader has them, nothing is embedded) with
-//! WinAnsiEncoding; characters outside it print as `?`. A cell too wide for its column is cut
-//! and ends with `..`, measured with Helvetica's own character widths.
+//! offsets (two objects a page), the page being laid out, and the glyphs used so far.
+//!
+//! Text is set in a TrueType font, a subset of it embedded (see [`crate::pdf_font`]), as a Type0 font with
+//! a CIDFontType2 descendant: Identity-H encoding (each character is its glyph id in two bytes),
+//! a `/W` array with the widths of the glyphs used, and a `/ToUnicode` CMap mapping each glyph
+//! back to its character, so the text can be searched and copied. The glyphs used are known only
+//! at the end, so the font's objects (and the subset) are written after the last page. Characters the font lacks
+//! (DejaVu Sans has no CJK) print as its `.notdef` box and copy as U+FFFD. The header row is set
+//! in the same font, drawn with a thin outline (text render mode 2) to look bold.
+//!
+//! With no font available it falls back to the standard Type1 fonts Helvetica and
+//! Helvetica-Bold (nothing embedded) with WinAnsiEncoding: characters outside it print as `?`,
+//! and the first page says so under the title. Either way a cell too wide for its column is cut
+//! and ends with `..`, measured with the font's own character widths.
 //!
 //! Layout: A4 landscape, a title on the first page, the column header on every page, "page N"
 //! at the foot. A page's content stream is written as its rows come, its length given by an
@@ -14,7 +24,13 @@
 //! object is written last (its kids are known only then); PDF lets objects appear in any
 //! order, the cross-reference table maps each number to its offset.
 
-use std::fmt::Write as _;
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write as _,
+    sync::Arc,
+};
+
+use crate::pdf_font::PdfFont;
 
 /// A4 landscape, in points.
 const PAGE_W: f64 = 842.0;
@@ -26,7 +42,9 @@ const TITLE_SIZE: f64 = 11.0;
 /// Padding between columns.
 const GAP: f64 = 4.0;
 
-// Fixed object numbers; each page then takes three: content stream, its length, page.
+// Fixed object numbers; each page then takes three: content stream, its length, page. With an
+// embedded font, FONT is its Type0 font and FONT_BOLD its CIDFontType2 descendant (both written
+// at the end, with the font descriptor, the font file and the ToUnicode CMap).
 const CATALOG: usize = 1;
 const PAGES: usize = 2;
 const FONT: usize = 3;
@@ -58,34 +76,113 @@ fn win_ansi(c: char) -> u8 {
     }
 }
 
-/// The width of `byte` in points at `size`.
-fn width(byte: u8, size: f64) -> f64 {
-    let w = match byte {
+/// Helvetica's width of WinAnsi `byte`, in 1/1000 em.
+fn helvetica_width(byte: u8) -> u16 {
+    match byte {
         32..=126 => HELVETICA[usize::from(byte - 32)],
         _ => 556,
-    };
-    f64::from(w) * size / 1000.0
+    }
 }
 
-/// `text` as WinAnsi bytes that fit in `room` points (cut, ending with `..`, when they do not).
-fn fit(text: &str, room: f64, size: f64) -> Vec<u8> {
-    let bytes: Vec<u8> = text.chars().map(win_ansi).collect();
-    let total: f64 = bytes.iter().map(|b| width(*b, size)).sum();
+/// A glyph as the content stream names it (a WinAnsi byte, or a glyph id of the embedded
+/// font), its width in 1/1000 em, and the character it stands for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Glyph {
+    code: u16,
+    width: u16,
+    ch: char,
+}
+
+/// `glyphs` that fit in `room` points at `size`, cut and ending with `dots` (two full stops)
+/// when they do not.
+fn fit(glyphs: Vec<Glyph>, dots: [Glyph; 2], room: f64, size: f64) -> Vec<Glyph> {
+    let w = |g: &Glyph| f64::from(g.width) * size / 1000.0;
+    let total: f64 = glyphs.iter().map(w).sum();
     if total <= room {
-        return bytes;
+        return glyphs;
     }
-    let room = room - 2.0 * width(b'.', size);
+    let room = room - dots.iter().map(w).sum::<f64>();
     let mut used = 0.0;
     let mut out = Vec::new();
-    for b in bytes {
-        used += width(b, size);
+    for g in glyphs {
+        used += w(&g);
         if used > room {
             break;
         }
-        out.push(b);
+        out.push(g);
     }
-    out.extend_from_slice(b"..");
+    out.extend(dots);
     out
+}
+
+/// How text is set.
+enum Typeface {
+    /// Helvetica with WinAnsiEncoding, nothing embedded.
+    Standard,
+    /// An embedded TrueType font, with the glyphs met so far.
+    Embedded(Embedded),
+}
+
+struct Embedded {
+    font: Arc<PdfFont>,
+    /// Each character met so far: its glyph.
+    chars: HashMap<char, Glyph>,
+    /// Each glyph drawn so far: its width and the character it stands for (the first one met,
+    /// for the ToUnicode CMap).
+    used: BTreeMap<u16, (u16, char)>,
+}
+
+impl Typeface {
+    /// `text`'s glyphs (tabs and line breaks as spaces).
+    fn shape(&mut self, text: &str) -> Vec<Glyph> {
+        let text = text.chars().map(|c| {
+            if matches!(c, '\t' | '\n' | '\r') {
+                ' '
+            } else {
+                c
+            }
+        });
+        match self {
+            Typeface::Standard => text
+                .map(|c| {
+                    let b = win_ansi(c);
+                    Glyph {
+                        code: u16::from(b),
+                        width: helvetica_width(b),
+                        ch: c,
+                    }
+                })
+                .collect(),
+            Typeface::Embedded(e) => text
+                .map(|c| {
+                    *e.chars.entry(c).or_insert_with(|| {
+                        let (code, width) = e.font.glyph(c);
+                        Glyph { code, width, ch: c }
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Appends `glyphs` as a string operand of `Tj`, recording the embedded glyphs as used.
+    fn string(&mut self, out: &mut Vec<u8>, glyphs: &[Glyph]) {
+        match self {
+            Typeface::Standard => {
+                let bytes: Vec<u8> = glyphs.iter().map(|g| g.code as u8).collect();
+                literal(out, &bytes);
+            }
+            Typeface::Embedded(e) => {
+                out.push(b'<');
+                for g in glyphs {
+                    // .notdef stands for every character the font lacks: it copies as U+FFFD.
+                    let ch = if g.code == 0 { '\u{fffd}' } else { g.ch };
+                    e.used.entry(g.code).or_insert((g.width, ch));
+                    out.extend_from_slice(format!("{:04X}", g.code).as_bytes());
+                }
+                out.push(b'>');
+            }
+        }
+    }
 }
 
 /// Appends `bytes` as a PDF literal string.
@@ -116,6 +213,7 @@ pub(crate) struct PdfTable {
     xs: Vec<f64>,
     widths: Vec<f64>,
     title: String,
+    face: Typeface,
     /// The page being written: its content stream's object, where the stream's data began,
     /// and the baseline of the next row.
     stream: usize,
@@ -124,9 +222,19 @@ pub(crate) struct PdfTable {
     rows_on_page: usize,
 }
 
+/// The line under the title when no Unicode font was found.
+const NO_FONT_NOTE: &str = "Set in Helvetica: no Unicode font was found (BREEZE_PDF_FONT), \
+                            characters beyond Latin-1 print as ?";
+
 impl PdfTable {
-    /// Starts a document (header, catalog, fonts) with `columns` and a `title` on its first page.
-    pub(crate) fn start(out: &mut Vec<u8>, title: &str, columns: &[&str]) -> Self {
+    /// Starts a document (header, catalog, fonts) with `columns` and a `title` on its first
+    /// page, set in `font` (embedded), or in Helvetica when it is `None`.
+    pub(crate) fn start(
+        out: &mut Vec<u8>,
+        title: &str,
+        columns: &[&str],
+        font: Option<Arc<PdfFont>>,
+    ) -> Self {
         let weights: Vec<f64> = columns.iter().map(|c| column_weight(c)).collect();
         let sum: f64 = weights.iter().sum::<f64>().max(1.0);
         let usable = PAGE_W - 2.0 * MARGIN;
@@ -137,6 +245,14 @@ impl PdfTable {
             xs.push(x);
             x += w;
         }
+        let face = match font {
+            Some(font) => Typeface::Embedded(Embedded {
+                font,
+                chars: HashMap::new(),
+                used: BTreeMap::new(),
+            }),
+            None => Typeface::Standard,
+        };
         let mut pdf = Self {
             written: 0,
             offsets: vec![0; FIRST_FREE - 1],
@@ -145,6 +261,7 @@ impl PdfTable {
             xs,
             widths,
             title: title.to_owned(),
+            face,
             stream: 0,
             stream_start: 0,
             y: 0.0,
@@ -157,16 +274,18 @@ impl PdfTable {
             CATALOG,
             format!("<< /Type /Catalog /Pages {PAGES} 0 R >>").as_bytes(),
         );
-        for (n, name) in [(FONT, "Helvetica"), (FONT_BOLD, "Helvetica-Bold")] {
-            pdf.object(
-                out,
-                n,
-                format!(
-                    "<< /Type /Font /Subtype /Type1 /BaseFont /{name} \
-                     /Encoding /WinAnsiEncoding >>"
-                )
-                .as_bytes(),
-            );
+        if matches!(pdf.face, Typeface::Standard) {
+            for (n, name) in [(FONT, "Helvetica"), (FONT_BOLD, "Helvetica-Bold")] {
+                pdf.object(
+                    out,
+                    n,
+                    format!(
+                        "<< /Type /Font /Subtype /Type1 /BaseFont /{name} \
+                         /Encoding /WinAnsiEncoding >>"
+                    )
+                    .as_bytes(),
+                );
+            }
         }
         pdf.new_page(out);
         pdf
@@ -192,8 +311,29 @@ impl PdfTable {
         self.emit(out, b"\nendobj\n");
     }
 
+    /// Writes stream object `n` (with `dict` entries beside its length) and its length, object
+    /// `n + 1`.
+    fn stream_object(&mut self, out: &mut Vec<u8>, n: usize, dict: &str, data: &[u8]) {
+        self.begin_object(out, n);
+        self.emit(
+            out,
+            format!("<< /Length {} 0 R{dict} >>\nstream\n", n + 1).as_bytes(),
+        );
+        self.emit(out, data);
+        self.emit(out, b"\nendstream\nendobj\n");
+        self.object(out, n + 1, data.len().to_string().as_bytes());
+    }
+
     fn next_number(&self) -> usize {
         self.offsets.len() + 1
+    }
+
+    /// `text` as glyphs that fit in `room` points at `size`.
+    fn fit(&mut self, text: &str, room: f64, size: f64) -> Vec<Glyph> {
+        let glyphs = self.face.shape(text);
+        let dots = self.face.shape("..");
+        let dots = [dots[0], dots[1]];
+        fit(glyphs, dots, room, size)
     }
 
     /// Begins a page: opens its content stream, then the title (first page only) and the
@@ -212,20 +352,27 @@ impl PdfTable {
         self.y = PAGE_H - MARGIN;
         if self.pages.is_empty() {
             self.y -= TITLE_SIZE;
-            let title = fit(&self.title, PAGE_W - 2.0 * MARGIN, TITLE_SIZE);
-            self.text(out, FONT_BOLD, TITLE_SIZE, MARGIN, &title);
+            let title = self.title.clone();
+            let title = self.fit(&title, PAGE_W - 2.0 * MARGIN, TITLE_SIZE);
+            self.text(out, true, TITLE_SIZE, MARGIN, &title);
             self.y -= LEADING;
+            if matches!(self.face, Typeface::Standard) {
+                self.y -= FONT_SIZE;
+                let note = self.fit(NO_FONT_NOTE, PAGE_W - 2.0 * MARGIN, FONT_SIZE);
+                self.text(out, false, FONT_SIZE, MARGIN, &note);
+                self.y -= LEADING;
+            }
         }
         self.y -= FONT_SIZE;
-        let header: Vec<Vec<u8>> = self
-            .columns
+        let columns = self.columns.clone();
+        let header: Vec<Vec<Glyph>> = columns
             .iter()
-            .zip(&self.widths)
+            .zip(self.widths.clone())
             // Bold is a little wider than the widths measured: some room to spare.
-            .map(|(c, w)| fit(c, (w - GAP) * 0.9, FONT_SIZE))
+            .map(|(c, w)| self.fit(c, (w - GAP) * 0.9, FONT_SIZE))
             .collect();
         for (i, cell) in header.iter().enumerate() {
-            self.text(out, FONT_BOLD, FONT_SIZE, self.xs[i], cell);
+            self.text(out, true, FONT_SIZE, self.xs[i], cell);
         }
         let rule_y = self.y - 2.5;
         let rule = format!(
@@ -236,11 +383,27 @@ impl PdfTable {
         self.y -= LEADING + 1.0;
     }
 
-    fn text(&mut self, out: &mut Vec<u8>, font: usize, size: f64, x: f64, bytes: &[u8]) {
-        let font = if font == FONT_BOLD { "F2" } else { "F1" };
-        let mut op = format!("BT /{font} {size} Tf {x:.2} {:.2} Td ", self.y).into_bytes();
-        literal(&mut op, bytes);
-        op.extend_from_slice(b" Tj ET\n");
+    fn text(&mut self, out: &mut Vec<u8>, bold: bool, size: f64, x: f64, glyphs: &[Glyph]) {
+        let y = self.y;
+        let mut op = match (&self.face, bold) {
+            (Typeface::Standard, false) => format!("BT /F1 {size} Tf {x:.2} {y:.2} Td "),
+            (Typeface::Standard, true) => format!("BT /F2 {size} Tf {x:.2} {y:.2} Td "),
+            (Typeface::Embedded(_), false) => format!("BT /F1 {size} Tf {x:.2} {y:.2} Td "),
+            // One face embedded: bold is drawn filled and thinly outlined.
+            (Typeface::Embedded(_), true) => {
+                format!(
+                    "q 2 Tr {:.2} w BT /F1 {size} Tf {x:.2} {y:.2} Td ",
+                    size / 30.0
+                )
+            }
+        }
+        .into_bytes();
+        self.face.string(&mut op, glyphs);
+        op.extend_from_slice(b" Tj ET");
+        if bold && matches!(self.face, Typeface::Embedded(_)) {
+            op.extend_from_slice(b" Q");
+        }
+        op.push(b'\n');
         self.emit(out, &op);
     }
 
@@ -248,23 +411,22 @@ impl PdfTable {
     /// page object.
     fn end_page(&mut self, out: &mut Vec<u8>) {
         let number = self.pages.len() + 1;
-        let foot = format!("page {number}");
+        let foot = self.face.shape(&format!("page {number}"));
         self.y = MARGIN / 2.0;
-        self.text(
-            out,
-            FONT,
-            FONT_SIZE,
-            PAGE_W - MARGIN - 40.0,
-            foot.as_bytes(),
-        );
+        self.text(out, false, FONT_SIZE, PAGE_W - MARGIN - 40.0, &foot);
         let stream = self.stream;
         let length = self.written - self.stream_start;
         self.emit(out, b"\nendstream\nendobj\n");
         self.object(out, stream + 1, length.to_string().as_bytes());
         let page = stream + 2;
+        // With an embedded font there is one face: F2 names it too.
+        let bold = match self.face {
+            Typeface::Standard => FONT_BOLD,
+            Typeface::Embedded(_) => FONT,
+        };
         let dict = format!(
             "<< /Type /Page /Parent {PAGES} 0 R /MediaBox [0 0 {PAGE_W} {PAGE_H}] \
-             /Resources << /Font << /F1 {FONT} 0 R /F2 {FONT_BOLD} 0 R >> >> \
+             /Resources << /Font << /F1 {FONT} 0 R /F2 {bold} 0 R >> >> \
              /Contents {stream} 0 R >>"
         );
         self.object(out, page, dict.as_bytes());
@@ -278,19 +440,21 @@ impl PdfTable {
             self.new_page(out);
         }
         for (i, cell) in cells.iter().enumerate().take(self.columns.len()) {
-            let fitted = fit(cell, self.widths[i] - GAP, FONT_SIZE);
+            let fitted = self.fit(cell, self.widths[i] - GAP, FONT_SIZE);
             if !fitted.is_empty() {
-                self.text(out, FONT, FONT_SIZE, self.xs[i], &fitted);
+                self.text(out, false, FONT_SIZE, self.xs[i], &fitted);
             }
         }
         self.y -= LEADING;
         self.rows_on_page += 1;
     }
 
-    /// Ends the document: the last page, the page tree, the cross-reference table, the trailer.
+    /// Ends the document: the last page, the page tree, the embedded font, the
+    /// cross-reference table, the trailer.
     pub(crate) fn finish(mut self, out: &mut Vec<u8>, rows: i64) {
         if rows == 0 && self.rows_on_page == 0 {
-            self.text(out, FONT, FONT_SIZE, MARGIN, b"No rows.");
+            let none = self.face.shape("No rows.");
+            self.text(out, false, FONT_SIZE, MARGIN, &none);
         }
         self.end_page(out);
         let mut kids = String::new();
@@ -302,6 +466,9 @@ impl PdfTable {
             self.pages.len()
         );
         self.object(out, PAGES, tree.as_bytes());
+        if let Typeface::Embedded(e) = std::mem::replace(&mut self.face, Typeface::Standard) {
+            self.embed(out, &e);
+        }
         let xref = self.written;
         let mut table = format!("xref\n0 {}\n0000000000 65535 f \n", self.offsets.len() + 1);
         for offset in &self.offsets {
@@ -314,6 +481,116 @@ impl PdfTable {
         );
         self.emit(out, table.as_bytes());
     }
+
+    /// Writes the embedded font's objects: the Type0 font, its CIDFontType2 descendant with
+    /// the used glyphs' widths, the font descriptor, the font file and the ToUnicode CMap.
+    fn embed(&mut self, out: &mut Vec<u8>, e: &Embedded) {
+        let font = &e.font;
+        let descriptor = self.next_number();
+        let (file, cmap) = (descriptor + 1, descriptor + 3);
+        let glyphs: std::collections::BTreeSet<u16> = e.used.keys().copied().collect();
+        let (subset, program) = font.program(&glyphs);
+        // A subset is named with a tag of six capitals that depends on the glyphs in it.
+        let name = if subset {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for g in &glyphs {
+                h = (h ^ u64::from(*g)).wrapping_mul(0x0100_0000_01b3);
+            }
+            let tag: String = (0..6)
+                .map(|i| char::from(b'A' + ((h >> (i * 8)) % 26) as u8))
+                .collect();
+            format!("{tag}+{}", font.name)
+        } else {
+            font.name.clone()
+        };
+        let name = &name;
+        self.object(
+            out,
+            FONT,
+            format!(
+                "<< /Type /Font /Subtype /Type0 /BaseFont /{name} /Encoding /Identity-H \
+                 /DescendantFonts [{FONT_BOLD} 0 R] /ToUnicode {cmap} 0 R >>"
+            )
+            .as_bytes(),
+        );
+        // Widths of runs of consecutive glyph ids: `first [w w …]`.
+        let mut widths = String::new();
+        let mut next = None;
+        for (&gid, &(width, _)) in &e.used {
+            if next != Some(gid) {
+                if next.is_some() {
+                    widths.push_str("] ");
+                }
+                let _ = write!(widths, "{gid} [");
+            } else {
+                widths.push(' ');
+            }
+            let _ = write!(widths, "{width}");
+            next = gid.checked_add(1);
+        }
+        if !e.used.is_empty() {
+            widths.push(']');
+        }
+        self.object(
+            out,
+            FONT_BOLD,
+            format!(
+                "<< /Type /Font /Subtype /CIDFontType2 /BaseFont /{name} \
+                 /CIDSystemInfo << /Registry (Adobe) /Ordering (Identity) /Supplement 0 >> \
+                 /FontDescriptor {descriptor} 0 R /CIDToGIDMap /Identity /DW 1000 \
+                 /W [{widths}] >>"
+            )
+            .as_bytes(),
+        );
+        let [x0, y0, x1, y1] = font.bbox;
+        self.object(
+            out,
+            descriptor,
+            format!(
+                "<< /Type /FontDescriptor /FontName /{name} /Flags 32 \
+                 /FontBBox [{x0} {y0} {x1} {y1}] /ItalicAngle {} /Ascent {} /Descent {} \
+                 /CapHeight {} /StemV 80 /FontFile2 {file} 0 R >>",
+                font.italic_angle, font.ascent, font.descent, font.cap_height
+            )
+            .as_bytes(),
+        );
+        // Deflating into a Vec cannot fail; if it did, the program goes uncompressed.
+        let (filter, body) = match crate::pdf_font::deflate(&program) {
+            Ok(deflated) => (" /Filter /FlateDecode", deflated),
+            Err(_) => ("", program.clone()),
+        };
+        let dict = format!(" /Length1 {}{filter}", program.len());
+        self.stream_object(out, file, &dict, &body);
+        self.stream_object(out, cmap, "", to_unicode(&e.used).as_bytes());
+    }
+}
+
+/// The ToUnicode CMap: each used glyph id (two bytes, as Identity-H writes it) to the
+/// character it stands for, in UTF-16BE.
+fn to_unicode(used: &BTreeMap<u16, (u16, char)>) -> String {
+    let mut cmap = String::from(
+        "/CIDInit /ProcSet findresource begin\n12 dict begin\nbegincmap\n\
+         /CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def\n\
+         /CMapName /Adobe-Identity-UCS def\n/CMapType 2 def\n\
+         1 begincodespacerange\n<0000> <FFFF>\nendcodespacerange\n",
+    );
+    let entries: Vec<_> = used.iter().collect();
+    // At most 100 entries a block.
+    for block in entries.chunks(100) {
+        let _ = writeln!(cmap, "{} beginbfchar", block.len());
+        for (gid, (_, ch)) in block {
+            let mut units = [0u16; 2];
+            let utf16: String = ch
+                .encode_utf16(&mut units)
+                .iter()
+                .map(|u| format!("{u:04X}"))
+                .collect();
+            let _ = writeln!(cmap, "<{gid:04X}> <{utf16}>");
+        }
+        cmap.push_str("endbfchar\n");
+    }
+    cmap.push_str("endcmap\nCMapName currentdict /CMap defineresource pop\nend\nend\n");
+    cmap
 }
 
 /// How much of the line a column gets: ids (UUIDs) and times are long, the rest share.
@@ -406,9 +683,25 @@ pub fn check_structure(pdf: &[u8]) -> usize {
 mod tests {
     use super::*;
 
-    fn document(rows: usize) -> Vec<u8> {
+    /// The font the tests embed: DejaVu Sans (Condensed if installed) where Debian puts it
+    /// (CI installs fonts-dejavu-core).
+    fn dejavu() -> Arc<PdfFont> {
+        let path = crate::pdf_font::WELL_KNOWN_FONTS
+            .iter()
+            .map(std::path::Path::new)
+            .find(|p| p.exists() && p.to_string_lossy().contains("DejaVu"))
+            .expect("DejaVu Sans is installed (apt-get install fonts-dejavu-core)");
+        Arc::new(PdfFont::load(path).unwrap())
+    }
+
+    fn document(rows: usize, font: Option<Arc<PdfFont>>) -> Vec<u8> {
         let mut out = Vec::new();
-        let mut pdf = PdfTable::start(&mut out, "Device inventory (ACME)", &["id", "hostname"]);
+        let mut pdf = PdfTable::start(
+            &mut out,
+            "Device inventory (ACME)",
+            &["id", "hostname"],
+            font,
+        );
         // The caller empties its buffer now and then (a stored chunk); offsets still count.
         let mut file = Vec::new();
         for i in 0..rows {
@@ -424,7 +717,7 @@ mod tests {
 
     #[test]
     fn a_long_table_is_a_valid_pdf_of_many_pages() {
-        let pdf = document(500);
+        let pdf = document(500, None);
         let pages = check_structure(&pdf);
         assert!(pages >= 9, "{pages} pages");
         let text = String::from_utf8_lossy(&pdf);
@@ -435,21 +728,78 @@ mod tests {
             &text[..2000]
         );
         assert!(text.contains("(page 1) Tj") && text.contains(&format!("(page {pages}) Tj")));
+        // Without a font, the first page says why the '?'.
+        assert!(text.contains("(Set in Helvetica: no Unicode font was found"));
+        assert!(!text.contains("/FontFile2"));
     }
 
     #[test]
     fn an_empty_table_is_one_page() {
-        let pdf = document(0);
+        let pdf = document(0, None);
         assert_eq!(check_structure(&pdf), 1);
         assert!(String::from_utf8_lossy(&pdf).contains("(No rows.) Tj"));
+        let pdf = document(0, Some(dejavu()));
+        assert_eq!(check_structure(&pdf), 1);
     }
 
     #[test]
     fn long_cells_are_cut_to_their_column() {
-        let cut = fit(&"W".repeat(200), 50.0, FONT_SIZE);
-        assert!(cut.ends_with(b".."));
-        let w: f64 = cut.iter().map(|b| width(*b, FONT_SIZE)).sum();
-        assert!(w <= 50.0, "{w}");
-        assert_eq!(fit("short", 50.0, FONT_SIZE), b"short");
+        for font in [None, Some(dejavu())] {
+            let mut out = Vec::new();
+            let mut pdf = PdfTable::start(&mut out, "t", &["a"], font);
+            let cut = pdf.fit(&"W".repeat(200), 50.0, FONT_SIZE);
+            let dot = pdf.face.shape(".")[0];
+            assert_eq!(&cut[cut.len() - 2..], &[dot, dot]);
+            let w: f64 = cut
+                .iter()
+                .map(|g| f64::from(g.width) * FONT_SIZE / 1000.0)
+                .sum();
+            assert!(w <= 50.0 && w > 40.0, "{w}");
+            assert_eq!(pdf.fit("short", 50.0, FONT_SIZE).len(), 5);
+        }
+    }
+
+    /// With the font embedded: the text is glyph ids, every glyph drawn has a width and a
+    /// ToUnicode entry naming its character, a character the font lacks is .notdef, and the
+    /// font objects come after the pages.
+    #[test]
+    fn an_embedded_font_maps_every_glyph_used() {
+        let font = dejavu();
+        let pdf = document(300, Some(font.clone()));
+        let pages = check_structure(&pdf);
+        assert!(pages >= 5, "{pages} pages");
+        let text = String::from_utf8_lossy(&pdf);
+        let (gid, _) = font.glyph('✓');
+        assert_ne!(gid, 0, "DejaVu Sans has ✓");
+        assert!(text.contains(&format!("{gid:04X}> Tj")), "✓ ends the cell");
+        assert!(
+            text.contains(&format!("<{gid:04X}> <2713>")),
+            "✓ in the CMap"
+        );
+        let (e_acute, width) = font.glyph('é');
+        assert!(text.contains(&format!("<{e_acute:04X}> <00E9>")));
+        assert!(text.contains(&format!("{e_acute} [{width}")));
+        assert!(text.contains("/Encoding /Identity-H") && text.contains("/CIDToGIDMap /Identity"));
+        assert!(
+            text.contains(&format!("+{} ", font.name)),
+            "a subset's name"
+        );
+        assert!(font.name.starts_with("DejaVuSans"), "{}", font.name);
+        assert_eq!(font.glyph('中').0, 0, "no CJK in DejaVu Sans");
+        // The fonts are written after the last page.
+        let last_page = text.rfind("/Type /Page ").unwrap();
+        assert!(text.rfind("/Subtype /Type0").unwrap() > last_page);
+        assert!(!text.contains("WinAnsiEncoding"));
+    }
+
+    #[test]
+    fn to_unicode_writes_surrogate_pairs_and_blocks_of_100() {
+        let used: BTreeMap<u16, (u16, char)> = (1..=150u16)
+            .map(|g| (g, (500, 'a')))
+            .chain([(200, (500, '😀'))])
+            .collect();
+        let cmap = to_unicode(&used);
+        assert!(cmap.contains("100 beginbfchar") && cmap.contains("51 beginbfchar"));
+        assert!(cmap.contains("<00C8> <D83DDE00>"), "{cmap}");
     }
 }

@@ -162,7 +162,13 @@ struct Output {
 }
 
 impl Output {
-    fn new(run: Uuid, format: ReportFormat, columns: &[&str], title: &str) -> Self {
+    fn new(
+        run: Uuid,
+        format: ReportFormat,
+        columns: &[&str],
+        title: &str,
+        font: &crate::pdf_font::FontChoice,
+    ) -> Self {
         let mut out = Self {
             run,
             format,
@@ -179,7 +185,12 @@ impl Output {
                 out.csv_line(&header);
             }
             ReportFormat::Pdf => {
-                out.pdf = Some(crate::pdf::PdfTable::start(&mut out.buf, title, columns));
+                out.pdf = Some(crate::pdf::PdfTable::start(
+                    &mut out.buf,
+                    title,
+                    columns,
+                    font.font(),
+                ));
             }
         }
         out
@@ -565,7 +576,13 @@ impl OrgStore<'_> {
             req.kind,
             now.format("%Y-%m-%d %H:%M")
         );
-        let mut out = Output::new(id, req.format, columns_of(req.kind), &title);
+        let mut out = Output::new(
+            id,
+            req.format,
+            columns_of(req.kind),
+            &title,
+            &self.store.pdf_font,
+        );
         let written = match self.write_rows(&req, now, &mut out).await {
             Ok(()) => {
                 out.finish();

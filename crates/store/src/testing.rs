@@ -318,6 +318,31 @@ impl Store {
         Ok(())
     }
 
+    /// The first column of every row `query` returns, as text (the query casts it): for tests
+    /// that read the catalog (indexes, foreign keys, row counts) past the store's interface.
+    pub async fn raw_strings(&self, query: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = crate::sql::sql(query).fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
+    /// The version of every migration applied to this database, in order.
+    pub async fn raw_applied_migrations(&self) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> =
+            crate::sql::sql("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                .fetch_all(self)
+                .await?;
+        Ok(rows.into_iter().map(|(v,)| v).collect())
+    }
+
+    /// The versions of this backend's migrations (those [`Store::migrate`] applies), in order.
+    pub fn migration_versions(&self) -> Vec<i64> {
+        let migrator = match self.backend() {
+            Backend::Sqlite => sqlx::migrate!("./migrations/sqlite"),
+            Backend::Postgres => sqlx::migrate!("./migrations/postgres"),
+        };
+        migrator.iter().map(|m| m.version).collect()
+    }
+
     /// Names of every table Breeze created.
     pub async fn raw_tables(&self) -> Result<Vec<String>> {
         let text = match self.backend() {

@@ -51,7 +51,10 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let url = breeze_store::redact_url(&settings.database_url);
     let store = Store::connect(
-        &StoreOptions::new(settings.database_url.clone()),
+        &StoreOptions {
+            pdf_font: settings.pdf_font.clone(),
+            ..StoreOptions::new(settings.database_url.clone())
+        },
         clock.clone(),
     )
     .await

@@ -16,6 +16,7 @@ mod dynamic_groups;
 mod idempotency;
 mod isolation;
 mod maintenance;
+mod migrations;
 mod packages;
 mod patches;
 mod reports;
@@ -80,6 +81,27 @@ async fn refuses_unknown_database_urls() {
         err.to_string()
             .contains("DATABASE_URL must start with sqlite:// or postgres://"),
         "{err}"
+    );
+}
+
+/// A PDF font setting that cannot be used stops the store from opening, naming the setting,
+/// rather than silently printing reports in Helvetica.
+#[tokio::test]
+async fn refuses_an_unusable_pdf_font() {
+    let clock = Arc::new(breeze_core::SystemClock);
+    let dir = tempfile::tempdir().unwrap();
+    let options = breeze_store::StoreOptions {
+        pdf_font: Some(dir.path().join("missing.ttf")),
+        ..breeze_store::StoreOptions::new(format!(
+            "sqlite://{}",
+            dir.path().join("breeze.db").display()
+        ))
+    };
+    let err = Store::connect(&options, clock).await.unwrap_err();
+    assert!(
+        matches!(&err, breeze_store::StoreError::Config(m) if m.starts_with("BREEZE_PDF_FONT: ")
+            && m.contains("missing.ttf")),
+        "{err:?}"
     );
 }
 

@@ -353,10 +353,10 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
     assert_eq!(pdf.len() as i64, run.byte_count);
     let pages = breeze_store::testing::check_pdf(&pdf);
     assert!(pages >= 20, "1,200 rows over {pages} pages");
-    let text = String::from_utf8_lossy(&pdf);
-    assert!(text.contains("(host-00000) Tj") && text.contains("(host-01199) Tj"));
-    assert!(text.contains(r"(a\(b\)c\\d) Tj"), "escaped");
-    assert!(text.contains("(Fleet PDF - device_inventory - "), "titled");
+    let text = pdf_text(&pdf);
+    assert!(text.contains("host-00000") && text.contains("host-01199"));
+    assert!(text.contains(r"a(b)c\d"), "escaped");
+    assert!(text.contains("Fleet PDF - device_inventory - "), "titled");
     // An empty report is still a document: one page that says so.
     let empty = o
         .generate_report(
@@ -374,11 +374,106 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
         .unwrap();
     let pdf = download(&o, empty.id).await;
     assert_eq!(breeze_store::testing::check_pdf(&pdf), 1);
-    assert!(String::from_utf8_lossy(&pdf).contains("(No rows.) Tj"));
+    assert!(pdf_text(&pdf).contains("No rows."));
+}
+
+/// The text of a PDF as poppler's `pdftotext` extracts it (what a reader searches and copies),
+/// after `qpdf --check` found the file sound. CI installs both (poppler-utils, qpdf).
+fn pdf_text(pdf: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.pdf");
+    std::fs::write(&file, pdf).unwrap();
+    let check = std::process::Command::new("qpdf")
+        .arg("--check")
+        .arg(&file)
+        .output()
+        .expect("qpdf is installed (apt-get install qpdf)");
+    assert!(
+        check.status.success(),
+        "qpdf --check: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let out = std::process::Command::new("pdftotext")
+        .args(["-enc", "UTF-8"])
+        .arg(&file)
+        .arg("-")
+        .output()
+        .expect("pdftotext is installed (apt-get install poppler-utils)");
+    assert!(
+        out.status.success(),
+        "pdftotext: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Text beyond Latin-1 (Cyrillic, Greek, Polish, Turkish, Vietnamese, symbols) is printed with
+/// the embedded font and comes back out of the PDF as it went in; CJK, which DejaVu Sans
+/// lacks, is drawn as its .notdef box and copies as U+FFFD.
+async fn pdf_reports_print_unicode_text(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let o = s.org(a);
+    let site = o
+        .create_site("Zürich", "UTC", audit("s", "site"))
+        .await
+        .unwrap();
+    // Short enough for the hostname column in DejaVu Sans as well as Condensed.
+    let names = [
+        "сервер-1",
+        "Ωμέγα-θ1",
+        "Łódź-Żó",
+        "İst-ğş",
+        "Hà-Nội-ữ",
+        "café→ï",
+        "Ærø-ø",
+    ];
+    let fleet: Vec<_> = names
+        .iter()
+        .map(|n| new_device(site.id, n, DeviceStatus::Online))
+        .chain([new_device(site.id, "東京-01", DeviceStatus::Online)])
+        .collect();
+    o.create_devices(fleet, audit("device.seed", "device"))
+        .await
+        .unwrap();
+    let run = o
+        .generate_report(
+            ReportRequest {
+                definition_id: None,
+                name: "Парк устройств".into(),
+                kind: ReportKind::DeviceInventory,
+                format: ReportFormat::Pdf,
+                filters: ReportFilters::default(),
+            },
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((run.status, run.row_count), (ReportStatus::Completed, 8));
+    let pdf = download(&o, run.id).await;
+    assert_eq!(breeze_store::testing::check_pdf(&pdf), 1);
+    let text = pdf_text(&pdf);
+    for name in names {
+        assert!(text.contains(name), "{name} round-trips:\n{text}");
+    }
+    assert!(text.contains("Парк устройств"), "the title:\n{text}");
+    assert!(text.contains("Zürich"), "the site:\n{text}");
+    assert!(!text.contains('?'), "nothing printed as '?':\n{text}");
+    assert!(
+        text.contains("\u{fffd}\u{fffd}-01") && !text.contains("東京"),
+        "CJK is .notdef:\n{text}"
+    );
+    let raw = String::from_utf8_lossy(&pdf);
+    assert!(raw.contains("/FontFile2") && raw.contains("/ToUnicode"));
+    // The font is a subset: a page of text, not the whole font file (~340 KiB deflated).
+    assert!(pdf.len() < 100 * 1024, "{} bytes", pdf.len());
 }
 
 breeze_store::on_both_backends!(
     reports_are_defined_generated_in_chunks_and_confined,
     the_history_keeps_the_newest_runs,
-    pdf_reports_are_valid_documents_over_chunks
+    pdf_reports_are_valid_documents_over_chunks,
+    pdf_reports_print_unicode_text
 );
