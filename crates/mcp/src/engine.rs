@@ -16,9 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::{Client, Cx, McpApp, Peer, RequestRecord, Transport},
+    cluster::{Heard, Note, SessionCluster, SessionRecord},
     jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
-    session::{Session, SessionLimits, SessionRegistry},
+    session::{
+        Evicted, Session, SessionError, SessionKind, SessionLimits, SessionRegistry, new_session_id,
+    },
 };
 
 /// JSON-RPC error code for a request the client cancelled.
@@ -89,6 +92,8 @@ pub struct Engine<A: McpApp> {
     pub(crate) sessions: SessionRegistry,
     pub(crate) config: EngineConfig,
     pub(crate) limiter: Arc<dyn RateLimiter>,
+    /// The other instances' sessions, when there are other instances.
+    pub(crate) cluster: Option<Arc<SessionCluster>>,
     /// Requests being handled (for [`RequestRecord::in_flight`]).
     in_flight: AtomicUsize,
     /// Cancelled by [`Engine::drain`]: the instance is shutting down.
@@ -118,11 +123,35 @@ fn param_str<'a>(params: Option<&'a Value>, key: &str) -> Option<&'a str> {
 impl<A: McpApp> Engine<A> {
     /// An engine serving `app`.
     pub fn new(app: Arc<A>, config: EngineConfig, limiter: Arc<dyn RateLimiter>) -> Arc<Self> {
+        Self::build(app, config, limiter, None)
+    }
+
+    /// An engine serving `app` as one instance of `cluster`: sessions and their caps are
+    /// shared with every other instance (see [`crate::cluster`]).
+    pub fn in_cluster(
+        app: Arc<A>,
+        config: EngineConfig,
+        limiter: Arc<dyn RateLimiter>,
+        cluster: Arc<SessionCluster>,
+    ) -> Arc<Self> {
+        Self::build(app, config, limiter, Some(cluster))
+    }
+
+    fn build(
+        app: Arc<A>,
+        config: EngineConfig,
+        limiter: Arc<dyn RateLimiter>,
+        cluster: Option<Arc<SessionCluster>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             app,
-            sessions: SessionRegistry::new(config.sessions),
+            sessions: SessionRegistry::for_instance(
+                config.sessions,
+                cluster.as_ref().map(|c| &**c.instance()),
+            ),
             config,
             limiter,
+            cluster,
             in_flight: AtomicUsize::new(0),
             draining: CancellationToken::new(),
         })
@@ -153,8 +182,221 @@ impl<A: McpApp> Engine<A> {
         &self.app
     }
 
-    /// Sweeps idle sessions once a minute until `stop` is cancelled.
+    /// Creates a session for `client` within the caps (cluster-wide in a cluster): at a full
+    /// cap the least recently used idle session in its scope ends to make room (returned, for
+    /// the caller to record).
+    pub(crate) async fn open_session<P>(
+        &self,
+        client: &Client<P>,
+        kind: SessionKind,
+        protocol: ProtocolVersion,
+    ) -> Result<(Arc<Session>, Option<Evicted>), SessionError> {
+        let Some(cluster) = &self.cluster else {
+            let (session, evicted) = self
+                .sessions
+                .create(&client.key, &client.tenant, kind)
+                .map_err(SessionError::Full)?;
+            session.set_protocol(protocol);
+            session.bind(client.binding.clone());
+            return Ok((session, evicted));
+        };
+        let me = cluster.instance().clone();
+        let record = SessionRecord {
+            id: new_session_id(),
+            owner: client.key.clone(),
+            tenant: client.tenant.clone(),
+            kind,
+            protocol,
+            binding: client.binding.clone(),
+            holder: me.clone(),
+            // The legacy transport's stream opens with its session.
+            stream: (kind == SessionKind::LegacySse).then_some(me),
+        };
+        let evicted = cluster.open(&record, &self.config.sessions).await?;
+        if let Some(e) = &evicted {
+            self.sessions.remove(&e.id);
+        }
+        let session = self
+            .sessions
+            .insert(record.id, &record.owner, &record.tenant, kind, false);
+        session.set_protocol(protocol);
+        session.bind(record.binding);
+        Ok((session, evicted))
+    }
+
+    /// The session `id` if `client` owns it: this instance's, or in a cluster one another
+    /// instance created, adopted here. Foreign and unknown sessions are equally `None`.
+    pub(crate) async fn find_session<P>(
+        &self,
+        id: &str,
+        client: &Client<P>,
+    ) -> Result<Option<Arc<Session>>, SessionError> {
+        if let Some(s) = self.sessions.local(id) {
+            return Ok(self.sessions.get(&s.id, &client.key));
+        }
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        let Some(record) = cluster.find(id).await? else {
+            return Ok(None);
+        };
+        if record.owner != client.key {
+            return Ok(None);
+        }
+        let session = self.sessions.insert(
+            record.id.clone(),
+            &record.owner,
+            &record.tenant,
+            record.kind,
+            true,
+        );
+        session.set_protocol(record.protocol);
+        session.bind(record.binding.clone());
+        if let Some(at) = record.stream.filter(|at| at != cluster.instance()) {
+            session.relay_to(Some((at, cluster.outbox().clone())));
+        }
+        Ok(self.sessions.get(&session.id, &client.key))
+    }
+
+    /// Ends session `id`, here and (in a cluster) everywhere.
+    pub(crate) async fn end_session(&self, id: &str) {
+        self.sessions.remove(id);
+        if let Some(cluster) = &self.cluster
+            && let Err(e) = cluster.close(id).await
+        {
+            // Its record expires after the idle TTL.
+            tracing::warn!(session_id = id, error = %e, "could not end an MCP session in the cluster");
+        }
+    }
+
+    /// Tells the cluster this instance now holds session `id`'s stream.
+    pub(crate) async fn hold_stream(&self, id: &str) {
+        if let Some(cluster) = &self.cluster
+            && let Err(e) = cluster.hold_stream(id).await
+        {
+            tracing::warn!(session_id = id, error = %e, "could not record an MCP stream in the cluster");
+        }
+    }
+
+    /// Sends the client's answer to a request this instance did not send to the instance
+    /// that did (named in the id). Returns whether it went.
+    fn forward_answer(
+        &self,
+        session: &Session,
+        id: &Id,
+        outcome: Result<Value, ErrorObject>,
+    ) -> bool {
+        let Some(cluster) = &self.cluster else {
+            return false;
+        };
+        let Id::String(text) = id else { return false };
+        let Some((instance, _)) = text
+            .strip_prefix("srv-")
+            .and_then(|rest| rest.rsplit_once('-'))
+        else {
+            return false;
+        };
+        if instance == &**cluster.instance() {
+            return false;
+        }
+        cluster.outbox().post(
+            Some(instance.into()),
+            Note::Answer {
+                session: session.id.to_string(),
+                id: id.clone(),
+                outcome,
+            },
+        )
+    }
+
+    /// Applies what another instance said.
+    async fn apply(&self, heard: Heard) {
+        let me = self.cluster.as_ref().map(|c| c.instance().clone());
+        let note = match heard {
+            Heard::Note(n) => n,
+            Heard::Resync => {
+                let n = self.sessions.drop_adopted();
+                tracing::info!(dropped = n, "resubscribed to the session cluster");
+                return;
+            }
+        };
+        match note {
+            Note::Deliver { session, message } => {
+                if let Some(s) = self.sessions.local(&session) {
+                    self.sessions.touch(&s);
+                    s.send(message).await;
+                }
+            }
+            Note::Answer {
+                session,
+                id,
+                outcome,
+            } => {
+                if let Some(s) = self.sessions.local(&session) {
+                    s.resolve_response(&id, outcome);
+                }
+            }
+            Note::Cancel { session, id } => {
+                if let Some(s) = self.sessions.local(&session) {
+                    s.cancel(&id);
+                }
+            }
+            Note::End { session } => {
+                self.sessions.remove(&session);
+            }
+            Note::Stream { session, at } => {
+                if let (Some(s), Some(cluster)) = (self.sessions.local(&session), &self.cluster) {
+                    let relay = (me.as_deref() != Some(at.as_str()))
+                        .then(|| (Arc::from(at), cluster.outbox().clone()));
+                    s.relay_to(relay);
+                }
+            }
+        }
+    }
+
+    /// In a cluster: publishes what this instance posts, applies what the others say, and
+    /// reports this instance's active sessions every [`crate::cluster::REFRESH_EVERY`].
+    fn spawn_cluster_tasks(self: &Arc<Self>, stop: &CancellationToken) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        cluster.spawn_publisher(stop.clone());
+        let mut heard = cluster.subscribe(stop.clone());
+        let engine = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some(h) = heard.recv().await {
+                engine.apply(h).await;
+            }
+        });
+        let engine = Arc::clone(self);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::cluster::REFRESH_EVERY);
+            let mut since = 0;
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        let now = engine.sessions.now();
+                        let active = engine.sessions.active_since(since);
+                        if active.is_empty() {
+                            since = now;
+                            continue;
+                        }
+                        match cluster.refresh(&active, engine.config.sessions.idle_ttl).await {
+                            Ok(()) => since = now,
+                            Err(e) => tracing::warn!(error = %e, "could not report MCP sessions to the cluster"),
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Sweeps idle sessions once a minute until `stop` is cancelled (and, in a cluster, keeps
+    /// this instance in it).
     pub fn spawn_sweeper(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        self.spawn_cluster_tasks(&stop);
         let engine = Arc::clone(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(60));
@@ -189,10 +431,14 @@ impl<A: McpApp> Engine<A> {
             }
             Message::Response(r) => {
                 let _counted = InFlight::enter(&self.in_flight);
-                let awaited = ctx
-                    .session
-                    .as_ref()
-                    .is_some_and(|s| s.resolve_response(&r.id, r.outcome));
+                let awaited = ctx.session.as_ref().is_some_and(|s| {
+                    // The answer travels to the instance that asked, when another did.
+                    if s.awaits(&r.id) {
+                        s.resolve_response(&r.id, r.outcome)
+                    } else {
+                        self.forward_answer(s, &r.id, r.outcome)
+                    }
+                });
                 let outcome = if awaited {
                     Ok(())
                 } else {
@@ -236,8 +482,17 @@ impl<A: McpApp> Engine<A> {
             if let (Some(session), Some(id)) = (
                 &ctx.session,
                 id.and_then(|v| serde_json::from_value::<Id>(v).ok()),
-            ) {
-                session.cancel(&id);
+            ) && !session.cancel(&id)
+                && let Some(cluster) = &self.cluster
+            {
+                // Running on another instance, perhaps.
+                cluster.outbox().post(
+                    None,
+                    Note::Cancel {
+                        session: session.id.to_string(),
+                        id,
+                    },
+                );
             }
         }
         // notifications/initialized and others need no action.

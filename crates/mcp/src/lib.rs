@@ -7,9 +7,11 @@
 //! - [`app`]: the [`McpApp`] trait an application implements, and the [`Cx`] its handlers get.
 //! - [`engine`]: dispatch of methods onto the app; audit hook; cancellation.
 //! - [`session`]: sessions bound to credentials, with caps and idle expiry.
+//! - [`cluster`]: sessions shared by several instances through Redis.
 //! - [`http`]: Streamable HTTP and legacy HTTP+SSE transports.
 
 pub mod app;
+pub mod cluster;
 pub mod engine;
 // The transports return ready HTTP responses as their error values: built once, on the
 // refusal path only, so their size does not matter.

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    cluster::{Note, Outbox},
     jsonrpc::{ErrorObject, Id},
     protocol::ProtocolVersion,
 };
@@ -68,8 +69,23 @@ pub struct Session {
     inflight: Mutex<HashMap<Id, CancellationToken>>,
     pending: Mutex<HashMap<Id, oneshot::Sender<Result<Value, ErrorObject>>>>,
     next_request_id: AtomicU64,
+    /// The prefix of the ids of requests to the client: in a cluster it names this instance,
+    /// so an answer posted to another instance is sent back here.
+    request_prefix: Arc<str>,
+    /// In a cluster, where messages for the session's own stream go while this instance holds
+    /// no stream for it: the instance that does.
+    relay: Mutex<Option<Relay>>,
+    /// Whether this instance adopted the session from the cluster rather than creating it.
+    adopted: bool,
     /// Cancelled when the session ends: streams close, in-flight calls stop.
     pub closed: CancellationToken,
+}
+
+/// The instance holding a session's stream, and the way to it.
+#[derive(Clone)]
+struct Relay {
+    to: Arc<str>,
+    outbox: Outbox,
 }
 
 impl std::fmt::Debug for Session {
@@ -88,6 +104,8 @@ impl Session {
         tenant: Arc<str>,
         kind: SessionKind,
         (now_ms, seq): (u64, u64),
+        request_prefix: Arc<str>,
+        adopted: bool,
     ) -> Self {
         Self {
             id,
@@ -104,8 +122,22 @@ impl Session {
             inflight: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             next_request_id: AtomicU64::new(1),
+            request_prefix,
+            relay: Mutex::new(None),
+            adopted,
             closed: CancellationToken::new(),
         }
+    }
+
+    /// Sends what this instance writes to the session's own stream, while it holds none, to
+    /// instance `to` (`None`: keep it here, for a stream opened later).
+    pub(crate) fn relay_to(&self, to: Option<(Arc<str>, Outbox)>) {
+        *lock(&self.relay) = to.map(|(to, outbox)| Relay { to, outbox });
+    }
+
+    /// Whether the session came from another instance of the cluster.
+    pub fn is_adopted(&self) -> bool {
+        self.adopted
     }
 
     /// The revision negotiated by `initialize` (2025-03-26 until then).
@@ -152,9 +184,20 @@ impl Session {
             }
             r.push_back((id, message.clone()));
         }
-        let tx = lock(&self.stream).clone();
-        match tx {
-            Some(tx) => tx.send((id, message)).await.is_ok(),
+        let tx = lock(&self.stream).clone().filter(|t| !t.is_closed());
+        if let Some(tx) = tx {
+            return tx.send((id, message)).await.is_ok();
+        }
+        let relay = lock(&self.relay).clone();
+        match relay {
+            // Sent in order with everything else this instance relays.
+            Some(r) => r.outbox.post(
+                Some(r.to),
+                Note::Deliver {
+                    session: self.id.to_string(),
+                    message,
+                },
+            ),
             None => false,
         }
     }
@@ -188,15 +231,18 @@ impl Session {
     /// Whether the session may be ended to make room: a Streamable HTTP session with no open
     /// stream and no request in flight.
     fn is_idle(&self) -> bool {
-        self.kind == SessionKind::Streamable
-            && lock(&self.stream).as_ref().is_none_or(|t| t.is_closed())
-            && lock(&self.inflight).is_empty()
+        self.kind == SessionKind::Streamable && self.is_quiet()
+    }
+
+    /// No open stream and no request in flight.
+    fn is_quiet(&self) -> bool {
+        lock(&self.stream).as_ref().is_none_or(|t| t.is_closed()) && lock(&self.inflight).is_empty()
     }
 
     /// Reserves an id for a request to the client and the channel its answer arrives on.
     pub fn expect_response(&self) -> (Id, oneshot::Receiver<Result<Value, ErrorObject>>) {
         let n = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let id = Id::String(format!("srv-{n}"));
+        let id = Id::String(format!("{}{n}", self.request_prefix));
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id.clone(), tx);
         (id, rx)
@@ -210,6 +256,11 @@ impl Session {
     #[cfg(test)]
     pub(crate) fn awaiting_answers(&self) -> usize {
         lock(&self.pending).len()
+    }
+
+    /// Whether a request this instance sent awaits the answer `id`.
+    pub(crate) fn awaits(&self, id: &Id) -> bool {
+        lock(&self.pending).contains_key(id)
     }
 
     /// Delivers the client's answer to a request we sent. Returns false for unknown ids.
@@ -244,6 +295,17 @@ impl SessionLimit {
     }
 }
 
+/// Why no session could be created or found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// Every session in the full scope is busy.
+    #[error("{0}")]
+    Full(SessionLimit),
+    /// The cluster's session store cannot answer (see [`crate::cluster`]).
+    #[error("session store unavailable: {0}")]
+    Unavailable(String),
+}
+
 /// How long a refused client is asked to wait (`Retry-After`) when every session in the full
 /// scope is busy: a busy session frees up when its call ends or its stream closes, which the
 /// server cannot foresee.
@@ -274,7 +336,9 @@ impl Default for SessionLimits {
 /// A session ended to make room for a new one.
 #[derive(Debug, Clone)]
 pub struct Evicted {
-    pub session: Arc<Session>,
+    pub id: Arc<str>,
+    /// The credential that owned it.
+    pub owner: Arc<str>,
     /// The cap that was reached.
     pub cap: SessionLimit,
 }
@@ -316,19 +380,36 @@ impl Inner {
     }
 }
 
+/// A new session's id: 128 random bits.
+pub(crate) fn new_session_id() -> Arc<str> {
+    uuid::Uuid::new_v4().simple().to_string().into()
+}
+
 /// All live sessions.
 pub struct SessionRegistry {
     inner: Mutex<Inner>,
     limits: SessionLimits,
     epoch: Instant,
+    /// See [`Session::request_prefix`].
+    request_prefix: Arc<str>,
 }
 
 impl SessionRegistry {
     pub fn new(limits: SessionLimits) -> Self {
+        Self::for_instance(limits, None)
+    }
+
+    /// The registry of one instance of a cluster, named `instance`.
+    pub(crate) fn for_instance(limits: SessionLimits, instance: Option<&str>) -> Self {
+        let request_prefix = match instance {
+            Some(i) => format!("srv-{i}-").into(),
+            None => "srv-".into(),
+        };
         Self {
             inner: Mutex::new(Inner::default()),
             limits,
             epoch: Instant::now(),
+            request_prefix,
         }
     }
 
@@ -387,10 +468,27 @@ impl SessionRegistry {
                     increment(&mut inner.per_tenant, &session.tenant);
                     return Err(cap);
                 }
-                Some(Evicted { session, cap })
+                session.closed.cancel();
+                Some(Evicted {
+                    id: session.id.clone(),
+                    owner: session.owner.clone(),
+                    cap,
+                })
             }
         };
-        let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+        let session = self.add(&mut inner, new_session_id(), owner, tenant, kind, false);
+        Ok((session, evicted))
+    }
+
+    fn add(
+        &self,
+        inner: &mut Inner,
+        id: Arc<str>,
+        owner: &Arc<str>,
+        tenant: &Arc<str>,
+        kind: SessionKind,
+        adopted: bool,
+    ) -> Arc<Session> {
         inner.created += 1;
         let session = Arc::new(Session::new(
             id.clone(),
@@ -398,15 +496,72 @@ impl SessionRegistry {
             tenant.clone(),
             kind,
             (self.now_ms(), inner.created),
+            self.request_prefix.clone(),
+            adopted,
         ));
         inner.sessions.insert(id, session.clone());
         increment(&mut inner.per_key, owner);
         increment(&mut inner.per_tenant, tenant);
-        drop(inner);
-        if let Some(e) = &evicted {
-            e.session.closed.cancel();
+        session
+    }
+
+    /// Adds a session the cluster already admitted (see [`crate::cluster`]): its caps were
+    /// decided cluster-wide, so this instance's are not applied. `adopted` when another
+    /// instance created it.
+    pub(crate) fn insert(
+        &self,
+        id: Arc<str>,
+        owner: &Arc<str>,
+        tenant: &Arc<str>,
+        kind: SessionKind,
+        adopted: bool,
+    ) -> Arc<Session> {
+        let mut inner = lock(&self.inner);
+        // Two requests adopting the same session at once share one copy.
+        if let Some(s) = inner.sessions.get(&id) {
+            return s.clone();
         }
-        Ok((session, evicted))
+        self.add(&mut inner, id, owner, tenant, kind, adopted)
+    }
+
+    /// Marks `session` active now.
+    pub(crate) fn touch(&self, session: &Session) {
+        session.last_active.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// The session `id` whoever owns it, for messages from the cluster.
+    pub(crate) fn local(&self, id: &str) -> Option<Arc<Session>> {
+        lock(&self.inner).sessions.get(id).cloned()
+    }
+
+    /// Ends every session adopted from another instance: after missing the cluster's messages
+    /// for a while, this instance no longer knows whether they still exist; the next request
+    /// adopts a live one again.
+    pub(crate) fn drop_adopted(&self) -> usize {
+        let adopted: Vec<Arc<str>> = lock(&self.inner)
+            .sessions
+            .values()
+            .filter(|s| s.adopted)
+            .map(|s| s.id.clone())
+            .collect();
+        adopted.iter().filter(|id| self.remove(id)).count()
+    }
+
+    /// Sessions used since `since` (milliseconds on this registry's clock, see
+    /// [`SessionRegistry::now`]) or busy now (a stream or a call in flight): the ones whose
+    /// activity the cluster must hear of.
+    pub(crate) fn active_since(&self, since: u64) -> Vec<(Arc<str>, Arc<str>, Arc<str>)> {
+        lock(&self.inner)
+            .sessions
+            .values()
+            .filter(|s| s.last_active.load(Ordering::Relaxed) >= since || !s.is_quiet())
+            .map(|s| (s.id.clone(), s.owner.clone(), s.tenant.clone()))
+            .collect()
+    }
+
+    /// Milliseconds since this registry started.
+    pub(crate) fn now(&self) -> u64 {
+        self.now_ms()
     }
 
     /// The session `id` if `owner` owns it; marks it active. Foreign and unknown sessions
@@ -477,7 +632,7 @@ mod tests {
     /// A session of `owner` in tenant `t`, created without ending another.
     fn open(r: &SessionRegistry, owner: &str, t: &str, kind: SessionKind) -> Arc<Session> {
         let (s, evicted) = r.create(&key(owner), &key(t), kind).unwrap();
-        assert!(evicted.is_none(), "{:?} ended", evicted.map(|e| e.session));
+        assert!(evicted.is_none(), "{:?} ended", evicted.map(|e| e.id));
         s
     }
 
@@ -540,10 +695,7 @@ mod tests {
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
         let evicted = evicted.expect("one ended");
-        assert_eq!(
-            evicted.session.id, newer.id,
-            "the least recently used idle one"
-        );
+        assert_eq!(evicted.id, newer.id, "the least recently used idle one");
         assert_eq!(evicted.cap, SessionLimit::PerKey);
         assert!(newer.closed.is_cancelled());
         assert!(r.get(&newer.id, "a").is_none());
@@ -554,7 +706,7 @@ mod tests {
         let (_, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::LegacySse)
             .unwrap();
-        assert_eq!(evicted.unwrap().session.id, oldest.id);
+        assert_eq!(evicted.unwrap().id, oldest.id);
         assert_eq!(
             r.create(&key("a"), &key("t"), SessionKind::Streamable)
                 .unwrap_err(),
@@ -565,7 +717,7 @@ mod tests {
         let (_, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
-        assert_eq!(evicted.unwrap().session.id, fresh.id);
+        assert_eq!(evicted.unwrap().id, fresh.id);
     }
 
     #[test]
@@ -588,7 +740,7 @@ mod tests {
             .unwrap();
         let evicted = evicted.unwrap();
         assert_eq!(evicted.cap, SessionLimit::PerTenant);
-        assert_eq!(&*evicted.session.owner, "k1");
+        assert_eq!(&*evicted.owner, "k1");
         // Other tenants still have room.
         open(&r, "x", "u", SessionKind::Streamable);
         open(&r, "y", "v", SessionKind::Streamable);

@@ -247,12 +247,25 @@ impl Breeze {
     /// Builds the application and starts its background tasks (audit writer) on the current
     /// runtime. `limiter` backs the transport rate limits.
     pub fn new(state: AppState) -> Self {
+        Self::build(state, None)
+    }
+
+    /// [`Breeze::new`] as one instance of a cluster: MCP sessions, their caps and what travels
+    /// between a session's requests are shared through `cluster` (Redis).
+    pub fn clustered(state: AppState, cluster: Arc<breeze_mcp::cluster::SessionCluster>) -> Self {
+        Self::build(state, Some(cluster))
+    }
+
+    fn build(state: AppState, cluster: Option<Arc<breeze_mcp::cluster::SessionCluster>>) -> Self {
         let limiter = state.limiter.clone();
         let audit = audit_writer::AuditWriter::spawn(state.store.audit_appender());
-        let app = mcp::BreezeMcp::new(state.clone(), audit);
+        let app = Arc::new(mcp::BreezeMcp::new(state.clone(), audit));
         let mut engine_config = state.config.mcp.clone();
         engine_config.fail_closed = state.config.production;
-        let mcp = Engine::new(Arc::new(app), engine_config, limiter);
+        let mcp = match cluster {
+            Some(c) => Engine::in_cluster(app, engine_config, limiter, c),
+            None => Engine::new(app, engine_config, limiter),
+        };
         Self { state, mcp }
     }
 }

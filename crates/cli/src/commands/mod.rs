@@ -119,7 +119,15 @@ pub(crate) async fn run_server(
         server_config(settings),
         limiter,
     );
-    let breeze = Breeze::new(state);
+    let breeze = match &settings.redis_url {
+        Some(url) => {
+            let cluster = breeze_mcp::cluster::SessionCluster::new(url, "breeze:mcp:")
+                .context("REDIS_URL")?;
+            tracing::info!(instance = %cluster.instance(), "MCP sessions are shared through Redis");
+            Breeze::clustered(state, Arc::new(cluster))
+        }
+        None => Breeze::new(state),
+    };
     breeze_server::serve(listener, breeze, shutdown_signal())
         .await
         .context("server failed")?;

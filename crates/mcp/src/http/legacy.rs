@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::{
     LimitKind, admit, bad_message, json_response, observed, rate_limit, read_body, refused,
-    request_id, rpc_error, session_limit_response, sse_body,
+    request_id, rpc_error, session_error_response, sse_body,
 };
 use crate::{
     Engine,
@@ -59,8 +59,12 @@ pub(crate) async fn open<A: McpApp>(
         refuse!(engine, client, rid.as_ref(), super::draining_response());
     }
     let session = match engine
-        .sessions
-        .create(&client.key, &client.tenant, SessionKind::LegacySse)
+        .open_session(
+            &client,
+            SessionKind::LegacySse,
+            ProtocolVersion::V2024_11_05,
+        )
+        .await
     {
         Ok((s, evicted)) => {
             if let Some(e) = evicted {
@@ -68,9 +72,8 @@ pub(crate) async fn open<A: McpApp>(
             }
             s
         }
-        Err(limit) => refuse!(engine, client, rid.as_ref(), session_limit_response(limit)),
+        Err(e) => refuse!(engine, client, rid.as_ref(), session_error_response(e)),
     };
-    session.bind(client.binding.clone());
     observed(
         &engine,
         &client,
@@ -80,7 +83,6 @@ pub(crate) async fn open<A: McpApp>(
         TransportEvent::StreamOpened,
     )
     .await;
-    session.set_protocol(ProtocolVersion::V2024_11_05);
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     session.attach_stream(tx);
     // The stream's own query (the application's choices, see `Client::binding`) rides along
@@ -96,11 +98,17 @@ pub(crate) async fn open<A: McpApp>(
         endpoint.push_str(q);
     }
 
-    /// Ends the session when the client goes away.
+    /// Ends the session when the client goes away (in a cluster, everywhere).
     struct EndOnDrop<A: McpApp>(Arc<Engine<A>>, Arc<Session>);
     impl<A: McpApp> Drop for EndOnDrop<A> {
         fn drop(&mut self) {
             self.0.sessions.remove(&self.1.id);
+            if self.0.cluster.is_some()
+                && let Ok(rt) = tokio::runtime::Handle::try_current()
+            {
+                let (engine, id) = (self.0.clone(), self.1.id.clone());
+                rt.spawn(async move { engine.end_session(&id).await });
+            }
         }
     }
     let guard = EndOnDrop(engine.clone(), session.clone());
@@ -196,13 +204,17 @@ pub(crate) async fn message<A: McpApp>(
             }
         };
     };
-    let Some(session) = engine.sessions.get(&session_id, &client.key) else {
-        let r = rpc_error(
-            StatusCode::NOT_FOUND,
-            super::AUTH_ERROR,
-            "Session not found",
-        );
-        refuse!(engine, client, rid.as_ref(), r);
+    let session = match super::find_session(&engine, &session_id, &client).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            let r = rpc_error(
+                StatusCode::NOT_FOUND,
+                super::AUTH_ERROR,
+                "Session not found",
+            );
+            refuse!(engine, client, rid.as_ref(), r);
+        }
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     if let Err(r) = super::check_binding(&session, &client) {
         refuse!(engine, client, rid.as_ref(), r);

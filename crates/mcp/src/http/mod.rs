@@ -34,7 +34,7 @@ use crate::{
     app::{Client, HttpError, McpApp, Transport, TransportEvent, TransportRecord},
     engine::id_text,
     jsonrpc::Reply,
-    session::{BUSY_RETRY_AFTER, Evicted, SessionLimit},
+    session::{BUSY_RETRY_AFTER, Evicted, Session, SessionError, SessionLimit},
 };
 
 /// The header carrying the session id on Streamable HTTP.
@@ -215,10 +215,9 @@ pub(crate) async fn evicted<A: McpApp>(
     transport: Transport,
     evicted: &Evicted,
 ) {
-    let s = &evicted.session;
     tracing::info!(
         request_id = id_text(request_id),
-        session_id = %s.id,
+        session_id = %evicted.id,
         cap = evicted.cap.as_str(),
         "ended the least recently used idle MCP session to make room"
     );
@@ -227,11 +226,11 @@ pub(crate) async fn evicted<A: McpApp>(
         .record_transport(TransportRecord {
             client,
             event: TransportEvent::SessionEvicted {
-                session_id: &s.id,
-                owner: &s.owner,
+                session_id: &evicted.id,
+                owner: &evicted.owner,
                 cap: evicted.cap,
             },
-            session_id: Some(&s.id),
+            session_id: Some(&evicted.id),
             transport,
             request_id: id_text(request_id),
         })
@@ -250,6 +249,39 @@ pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
         HeaderValue::from(BUSY_RETRY_AFTER.as_secs()),
     );
     response
+}
+
+/// The answer when no session could be created or looked up: a full cap, or the cluster's
+/// session store out of reach (503 whatever the environment: sessions live there).
+pub(crate) fn session_error_response(e: SessionError) -> Response {
+    match e {
+        SessionError::Full(limit) => session_limit_response(limit),
+        SessionError::Unavailable(why) => {
+            tracing::error!(error = %why, "MCP session store unavailable; refusing");
+            let mut response = rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                SERVER_ERROR,
+                "Service temporarily unavailable: the session store cannot be reached",
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+    }
+}
+
+/// The session `id` of `client` (see [`Engine::find_session`]); a store that cannot answer is
+/// the ready refusal.
+pub(crate) async fn find_session<A: McpApp>(
+    engine: &Engine<A>,
+    id: &str,
+    client: &Client<A::Principal>,
+) -> Result<Option<Arc<Session>>, Response> {
+    engine
+        .find_session(id, client)
+        .await
+        .map_err(session_error_response)
 }
 
 /// The answer to a new session while the instance drains for shutdown: 503, retry at once
@@ -390,10 +422,7 @@ pub(crate) fn screen<A: McpApp>(
 
 /// A request on `session` must make the choice the session was created with (see
 /// [`Client::binding`]): refused with 400 otherwise, naming both.
-pub(crate) fn check_binding<P>(
-    session: &crate::session::Session,
-    client: &Client<P>,
-) -> Result<(), Response> {
+pub(crate) fn check_binding<P>(session: &Session, client: &Client<P>) -> Result<(), Response> {
     let kept = session.binding();
     if kept == client.binding {
         return Ok(());

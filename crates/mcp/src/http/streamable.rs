@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::{
     LimitKind, PROTOCOL_HEADER, SESSION_HEADER, accepts_sse, admit, bad_message, json_response,
-    observed, rate_limit, read_body, refused, request_id, rpc_error, session_limit_response,
+    observed, rate_limit, read_body, refused, request_id, rpc_error, session_error_response,
     sse_body,
 };
 use crate::{
@@ -225,26 +225,6 @@ async fn single<A: McpApp>(
         if engine.is_draining() {
             refuse!(engine, client, rid.as_ref(), super::draining_response());
         }
-        let session =
-            match engine
-                .sessions
-                .create(&client.key, &client.tenant, SessionKind::Streamable)
-            {
-                Ok((s, None)) => s,
-                Ok((s, Some(e))) => {
-                    super::evicted(
-                        &engine,
-                        &client,
-                        rid.as_ref(),
-                        Transport::StreamableHttp,
-                        &e,
-                    )
-                    .await;
-                    s
-                }
-                Err(limit) => refuse!(engine, client, rid.as_ref(), session_limit_response(limit)),
-            };
-        session.bind(client.binding.clone());
         let requested = match &message {
             Message::Request(r) => r
                 .params
@@ -254,6 +234,24 @@ async fn single<A: McpApp>(
             _ => None,
         };
         let version = ProtocolVersion::negotiate(requested);
+        let session = match engine
+            .open_session(&client, SessionKind::Streamable, version)
+            .await
+        {
+            Ok((s, None)) => s,
+            Ok((s, Some(e))) => {
+                super::evicted(
+                    &engine,
+                    &client,
+                    rid.as_ref(),
+                    Transport::StreamableHttp,
+                    &e,
+                )
+                .await;
+                s
+            }
+            Err(e) => refuse!(engine, client, rid.as_ref(), session_error_response(e)),
+        };
         let id_header = (
             HeaderName::from_static(SESSION_HEADER),
             HeaderValue::from_str(&session.id).unwrap_or(HeaderValue::from_static("")),
@@ -271,21 +269,22 @@ async fn single<A: McpApp>(
         )
         .await;
         if !response.status().is_success() {
-            engine.sessions.remove(&session.id);
+            engine.end_session(&session.id).await;
         }
         return response;
     }
 
     let (session, protocol, transport) = match header_str(headers, SESSION_HEADER) {
-        Some(id) => match engine.sessions.get(id, &client.key) {
-            Some(s) => {
+        Some(id) => match super::find_session(&engine, id, &client).await {
+            Err(r) => refuse!(engine, client, rid.as_ref(), r),
+            Ok(Some(s)) => {
                 if let Err(r) = super::check_binding(&s, &client) {
                     refuse!(engine, client, rid.as_ref(), r);
                 }
                 let v = header_version.unwrap_or_else(|| s.protocol());
                 (Some(s), v, Transport::StreamableHttp)
             }
-            None => refuse!(engine, client, rid.as_ref(), session_not_found()),
+            Ok(None) => refuse!(engine, client, rid.as_ref(), session_not_found()),
         },
         None => (
             None,
@@ -316,14 +315,15 @@ async fn batch<A: McpApp>(
     items: Vec<Result<Message, Reply>>,
 ) -> Response {
     let session = match header_str(headers, SESSION_HEADER) {
-        Some(id) => match engine.sessions.get(id, &client.key) {
-            Some(s) => {
+        Some(id) => match super::find_session(&engine, id, &client).await {
+            Err(r) => refuse!(engine, client, rid.as_ref(), r),
+            Ok(Some(s)) => {
                 if let Err(r) = super::check_binding(&s, &client) {
                     refuse!(engine, client, rid.as_ref(), r);
                 }
                 Some(s)
             }
-            None => refuse!(engine, client, rid.as_ref(), session_not_found()),
+            Ok(None) => refuse!(engine, client, rid.as_ref(), session_not_found()),
         },
         None => None,
     };
@@ -554,8 +554,10 @@ pub(crate) async fn get<A: McpApp>(
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         refuse!(engine, client, rid.as_ref(), session_header_required());
     };
-    let Some(session) = engine.sessions.get(id, &client.key) else {
-        refuse!(engine, client, rid.as_ref(), session_not_found());
+    let session = match super::find_session(&engine, id, &client).await {
+        Ok(Some(s)) => s,
+        Ok(None) => refuse!(engine, client, rid.as_ref(), session_not_found()),
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
     };
     let (tx, rx) = mpsc::channel::<(u64, Value)>(64);
     if !session.attach_stream(tx) {
@@ -566,6 +568,7 @@ pub(crate) async fn get<A: McpApp>(
         );
         refuse!(engine, client, rid.as_ref(), r);
     }
+    engine.hold_stream(&session.id).await;
     observed(
         &engine,
         &client,
@@ -642,9 +645,10 @@ pub(crate) async fn delete<A: McpApp>(
     let Some(id) = header_str(&headers, SESSION_HEADER) else {
         refuse!(engine, client, rid.as_ref(), session_header_required());
     };
-    match engine.sessions.get(id, &client.key) {
-        Some(s) => {
-            engine.sessions.remove(&s.id);
+    match super::find_session(&engine, id, &client).await {
+        Err(r) => refuse!(engine, client, rid.as_ref(), r),
+        Ok(Some(s)) => {
+            engine.end_session(&s.id).await;
             observed(
                 &engine,
                 &client,
@@ -656,7 +660,7 @@ pub(crate) async fn delete<A: McpApp>(
             .await;
             StatusCode::NO_CONTENT.into_response()
         }
-        None => refuse!(engine, client, rid.as_ref(), session_not_found()),
+        Ok(None) => refuse!(engine, client, rid.as_ref(), session_not_found()),
     }
 }
 

@@ -1,0 +1,534 @@
+//! Sessions shared by every instance of a cluster, through Redis.
+//!
+//! Behind a load balancer with no affinity, each request of a session may reach any instance.
+//! The cluster keeps, per session, a record (owner, tenant, transport, revision, binding, the
+//! instance that created it and the one holding its server-to-client stream) and the session's
+//! last activity in three sorted sets — all sessions, per credential, per tenant — so the caps
+//! are counted cluster-wide. An instance that receives a request for a session it does not
+//! hold finds the record, checks the owner, and adopts the session (a local copy); what must
+//! reach another instance travels as a [`Note`] on Redis pub/sub:
+//!
+//! - a message for a session's own stream (a legacy SSE reply, a Streamable HTTP GET-stream
+//!   event) goes to the instance holding the stream, through one ordered outbox per instance,
+//!   so replies arrive in the order they were sent;
+//! - the client's answer to a request the server sent (sampling, elicitation) goes to the
+//!   instance that sent it, named in the request's id (`srv-<instance>-<n>`);
+//! - `notifications/cancelled` and a session's end go to every instance.
+//!
+//! Activity reaches Redis once a second per instance ([`SessionCluster::refresh`]), not per
+//! request, so the hot path makes no Redis round trip for a session it holds. A session counts
+//! as idle for the caps' least-recently-used rule once no instance has reported it for
+//! [`IDLE_AFTER`]: every instance reports its sessions that are busy (a stream open, a call in
+//! flight) every second, so a busy session never looks idle. A record not refreshed for the
+//! idle TTL expires; an instance that dies leaves its sessions to expire that way.
+//!
+//! Redis is the only place another instance's sessions are known: when it cannot answer, what
+//! needs it (a new session, a session held elsewhere) is refused with 503 whatever the
+//! environment, and a session this instance holds keeps working.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use redis::{Client, Script, aio::ConnectionManager};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    jsonrpc::{ErrorObject, Id},
+    protocol::ProtocolVersion,
+    session::{Evicted, SessionError, SessionKind, SessionLimit, SessionLimits},
+};
+
+/// How long a session must go unreported before the caps may end it to make room.
+pub const IDLE_AFTER: Duration = Duration::from_secs(3);
+
+/// How often an instance reports its sessions' activity.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// Counts the caps, ends the least recently used idle session in the full scope if one must
+/// make room, and records the new session. Keys: record, all, per credential, per tenant.
+const OPEN: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[9])
+for i = 2, 4 do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - ttl) end
+local cap, scope = '', nil
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[11]) then cap, scope = 'key', KEYS[3]
+elseif redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[12]) then cap, scope = 'tenant', KEYS[4]
+elseif redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[13]) then cap, scope = 'server', KEYS[3]
+end
+local victim, victim_owner = '', ''
+if scope then
+  local v = redis.call('ZRANGEBYSCORE', scope, '-inf', now - tonumber(ARGV[10]), 'LIMIT', 0, 1)
+  if #v == 0 then return {cap, '', ''} end
+  victim = v[1]
+  local vk = ARGV[14] .. 's:' .. victim
+  local f = redis.call('HMGET', vk, 'owner', 'tenant')
+  redis.call('ZREM', KEYS[2], victim)
+  redis.call('ZREM', scope, victim)
+  if f[1] then redis.call('ZREM', ARGV[14] .. 'key:' .. f[1], victim); victim_owner = f[1] end
+  if f[2] then redis.call('ZREM', ARGV[14] .. 'tenant:' .. f[2], victim) end
+  redis.call('DEL', vk)
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'tenant', ARGV[3], 'kind', ARGV[4],
+  'protocol', ARGV[5], 'holder', ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'binding', ARGV[6]) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'stream', ARGV[8]) end
+redis.call('PEXPIRE', KEYS[1], ttl)
+for i = 2, 4 do
+  redis.call('ZADD', KEYS[i], now, ARGV[1])
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
+return {cap, victim, victim_owner}
+";
+
+/// Marks sessions active now, if they still exist. ARGV: prefix, ttl, then id, owner, tenant
+/// for each session.
+const REFRESH: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local p, ttl = ARGV[1], tonumber(ARGV[2])
+for i = 3, #ARGV, 3 do
+  local id = ARGV[i]
+  if redis.call('PEXPIRE', p .. 's:' .. id, ttl) == 1 then
+    redis.call('ZADD', p .. 'all', 'XX', now, id)
+    redis.call('ZADD', p .. 'key:' .. ARGV[i + 1], 'XX', now, id)
+    redis.call('ZADD', p .. 'tenant:' .. ARGV[i + 2], 'XX', now, id)
+  end
+end
+return 0
+";
+
+/// Removes a session's record and its place in the caps. ARGV: prefix, id.
+const CLOSE: &str = r"
+local p, id = ARGV[1], ARGV[2]
+local f = redis.call('HMGET', p .. 's:' .. id, 'owner', 'tenant')
+redis.call('ZREM', p .. 'all', id)
+if f[1] then redis.call('ZREM', p .. 'key:' .. f[1], id) end
+if f[2] then redis.call('ZREM', p .. 'tenant:' .. f[2], id) end
+return redis.call('DEL', p .. 's:' .. id)
+";
+
+/// A session as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: Arc<str>,
+    pub owner: Arc<str>,
+    pub tenant: Arc<str>,
+    pub kind: SessionKind,
+    pub protocol: ProtocolVersion,
+    pub binding: Option<Arc<str>>,
+    /// The instance that created it.
+    pub holder: Arc<str>,
+    /// The instance holding its server-to-client stream, if one is open.
+    pub stream: Option<Arc<str>>,
+}
+
+/// What one instance tells another.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub(crate) enum Note {
+    /// A message for the session's own stream, held by the receiver.
+    Deliver { session: String, message: Value },
+    /// The client's answer to a request the receiver sent.
+    Answer {
+        session: String,
+        id: Id,
+        outcome: Result<Value, ErrorObject>,
+    },
+    /// `notifications/cancelled` for a request running wherever it runs.
+    Cancel { session: String, id: Id },
+    /// The session ended: every copy ends.
+    End { session: String },
+    /// The session's stream is now held by `at`.
+    Stream { session: String, at: String },
+}
+
+/// What the follower receives: a note, or word that notes may have been missed.
+#[derive(Debug)]
+pub(crate) enum Heard {
+    Note(Note),
+    /// The subscription was re-established; what was published meanwhile is lost.
+    Resync,
+}
+
+/// A note and its addressee (`None`: every instance).
+type Addressed = (Option<Arc<str>>, Note);
+
+/// The ordered way out of an instance: notes are published one at a time in the order posted.
+#[derive(Clone)]
+pub(crate) struct Outbox(mpsc::UnboundedSender<Addressed>);
+
+impl Outbox {
+    /// Queues `note` for instance `to` (every instance when `None`). False once the cluster's
+    /// publisher has stopped.
+    pub(crate) fn post(&self, to: Option<Arc<str>>, note: Note) -> bool {
+        self.0.send((to, note)).is_ok()
+    }
+}
+
+/// This instance's view of the cluster's sessions in Redis.
+pub struct SessionCluster {
+    client: Client,
+    conn: Mutex<Option<ConnectionManager>>,
+    prefix: String,
+    instance: Arc<str>,
+    timeout: Duration,
+    open: Script,
+    refresh: Script,
+    close: Script,
+    outbox: Outbox,
+    outbox_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Addressed>>>,
+}
+
+impl std::fmt::Debug for SessionCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCluster")
+            .field("prefix", &self.prefix)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionCluster {
+    /// The cluster on the Redis at `url`, keys under `prefix`. Does not connect yet; an invalid
+    /// URL is an error now. The instance gets a random name.
+    pub fn new(url: &str, prefix: &str) -> Result<Self, SessionError> {
+        let client = Client::open(url)
+            .map_err(|e| SessionError::Unavailable(format!("invalid REDIS_URL: {e}")))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let instance = uuid::Uuid::new_v4().simple().to_string();
+        Ok(Self {
+            client,
+            conn: Mutex::new(None),
+            prefix: prefix.to_owned(),
+            instance: instance[..12].into(),
+            timeout: Duration::from_millis(500),
+            open: Script::new(OPEN),
+            refresh: Script::new(REFRESH),
+            close: Script::new(CLOSE),
+            outbox: Outbox(tx),
+            outbox_rx: std::sync::Mutex::new(Some(rx)),
+        })
+    }
+
+    /// This instance's name in the cluster.
+    pub fn instance(&self) -> &Arc<str> {
+        &self.instance
+    }
+
+    pub(crate) fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    fn channel(&self, to: Option<&str>) -> String {
+        match to {
+            Some(i) => format!("{}i:{i}", self.prefix),
+            None => format!("{}all", self.prefix),
+        }
+    }
+
+    fn record_key(&self, id: &str) -> String {
+        format!("{}s:{id}", self.prefix)
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, SessionError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = tokio::time::timeout(self.timeout, ConnectionManager::new(self.client.clone()))
+            .await
+            .map_err(|_| SessionError::Unavailable("Redis connection timed out".into()))?
+            .map_err(|e| SessionError::Unavailable(e.to_string()))?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs `f` on a connection within the timeout; a failure drops the connection, so the
+    /// next call makes a new one.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, SessionError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let conn = self.connection().await?;
+        match tokio::time::timeout(self.timeout, f(conn)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                *self.conn.lock().await = None;
+                Err(SessionError::Unavailable(e.to_string()))
+            }
+            Err(_) => {
+                *self.conn.lock().await = None;
+                Err(SessionError::Unavailable(
+                    "Redis did not answer in time".into(),
+                ))
+            }
+        }
+    }
+
+    /// Admits `record` within the cluster-wide `limits`: at a full cap the least recently used
+    /// idle session in its scope ends (returned, already removed from the cluster; its copies
+    /// end when they hear of it); `Full` when none is idle.
+    pub async fn open(
+        &self,
+        record: &SessionRecord,
+        limits: &SessionLimits,
+    ) -> Result<Option<Evicted>, SessionError> {
+        let p = &self.prefix;
+        let mut inv = self.open.prepare_invoke();
+        inv.key(self.record_key(&record.id))
+            .key(format!("{p}all"))
+            .key(format!("{p}key:{}", record.owner))
+            .key(format!("{p}tenant:{}", record.tenant))
+            .arg(&*record.id)
+            .arg(&*record.owner)
+            .arg(&*record.tenant)
+            .arg(kind_str(record.kind))
+            .arg(record.protocol.as_str())
+            .arg(record.binding.as_deref().unwrap_or(""))
+            .arg(&*record.holder)
+            .arg(record.stream.as_deref().unwrap_or(""))
+            .arg(millis(limits.idle_ttl))
+            .arg(millis(IDLE_AFTER))
+            .arg(limits.max_per_key)
+            .arg(limits.max_per_tenant)
+            .arg(limits.max_total)
+            .arg(p);
+        let (cap, victim, owner): (String, String, String) = self
+            .run(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
+        let cap = match cap.as_str() {
+            "" => None,
+            "key" => Some(SessionLimit::PerKey),
+            "tenant" => Some(SessionLimit::PerTenant),
+            _ => Some(SessionLimit::ServerWide),
+        };
+        match (cap, victim.is_empty()) {
+            (None, _) => Ok(None),
+            (Some(cap), true) => Err(SessionError::Full(cap)),
+            (Some(cap), false) => {
+                self.outbox.post(
+                    None,
+                    Note::End {
+                        session: victim.clone(),
+                    },
+                );
+                Ok(Some(Evicted {
+                    id: victim.into(),
+                    owner: owner.into(),
+                    cap,
+                }))
+            }
+        }
+    }
+
+    /// The record of session `id`, whoever owns it.
+    pub async fn find(&self, id: &str) -> Result<Option<SessionRecord>, SessionError> {
+        let key = self.record_key(id);
+        let fields: std::collections::HashMap<String, String> = self
+            .run(|mut c| async move {
+                redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query_async::<std::collections::HashMap<String, String>>(&mut c)
+                    .await
+            })
+            .await?;
+        let get = |k: &str| fields.get(k).map(|v| Arc::<str>::from(v.as_str()));
+        let (Some(owner), Some(tenant), Some(holder)) =
+            (get("owner"), get("tenant"), get("holder"))
+        else {
+            return Ok(None);
+        };
+        let kind = match fields.get("kind").map(String::as_str) {
+            Some("legacy") => SessionKind::LegacySse,
+            _ => SessionKind::Streamable,
+        };
+        let protocol = fields
+            .get("protocol")
+            .and_then(|v| ProtocolVersion::parse(v))
+            .unwrap_or(ProtocolVersion::HEADER_DEFAULT);
+        Ok(Some(SessionRecord {
+            id: id.into(),
+            owner,
+            tenant,
+            kind,
+            protocol,
+            binding: get("binding"),
+            holder,
+            stream: get("stream"),
+        }))
+    }
+
+    /// Ends session `id` everywhere: its record goes, and every copy ends.
+    pub async fn close(&self, id: &str) -> Result<(), SessionError> {
+        let mut inv = self.close.prepare_invoke();
+        inv.arg(&self.prefix).arg(id);
+        self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .await?;
+        self.outbox.post(
+            None,
+            Note::End {
+                session: id.to_owned(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Records that this instance now holds session `id`'s stream, and tells the others.
+    pub async fn hold_stream(&self, id: &str) -> Result<(), SessionError> {
+        let key = self.record_key(id);
+        let me = self.instance.to_string();
+        self.run(|mut c| async move {
+            redis::cmd("HSET")
+                .arg(&key)
+                .arg("stream")
+                .arg(&me)
+                .query_async::<i64>(&mut c)
+                .await
+        })
+        .await?;
+        self.outbox.post(
+            None,
+            Note::Stream {
+                session: id.to_owned(),
+                at: self.instance.to_string(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Marks `sessions` (id, owner, tenant) active now and keeps their records alive.
+    pub async fn refresh(
+        &self,
+        sessions: &[(Arc<str>, Arc<str>, Arc<str>)],
+        ttl: Duration,
+    ) -> Result<(), SessionError> {
+        for chunk in sessions.chunks(300) {
+            let mut inv = self.refresh.prepare_invoke();
+            inv.arg(&self.prefix).arg(millis(ttl));
+            for (id, owner, tenant) in chunk {
+                inv.arg(&**id).arg(&**owner).arg(&**tenant);
+            }
+            self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the outbox in order until `stop`. A note Redis cannot take is retried once on
+    /// a new connection, then dropped with a log line (its request fails by its own timeout).
+    pub(crate) fn spawn_publisher(self: &Arc<Self>, stop: CancellationToken) {
+        let Some(mut rx) = self
+            .outbox_rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        else {
+            return;
+        };
+        let cluster = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                let (to, note) = tokio::select! {
+                    () = stop.cancelled() => break,
+                    n = rx.recv() => match n { Some(n) => n, None => break },
+                };
+                let channel = cluster.channel(to.as_deref());
+                let payload = match serde_json::to_string(&note) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not encode a cluster note");
+                        continue;
+                    }
+                };
+                for attempt in 0..2 {
+                    let (ch, body) = (channel.clone(), payload.clone());
+                    let sent = cluster
+                        .run(|mut c| async move {
+                            redis::cmd("PUBLISH")
+                                .arg(ch)
+                                .arg(body)
+                                .query_async::<i64>(&mut c)
+                                .await
+                        })
+                        .await;
+                    match sent {
+                        Ok(_) => break,
+                        Err(e) if attempt == 1 => {
+                            tracing::warn!(error = %e, channel, "a cluster note was lost");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        });
+    }
+
+    /// Follows this instance's channel and the broadcast one until `stop`, resubscribing after
+    /// a failure (and then saying [`Heard::Resync`]).
+    pub(crate) fn subscribe(self: &Arc<Self>, stop: CancellationToken) -> mpsc::Receiver<Heard> {
+        let (tx, rx) = mpsc::channel(1024);
+        let cluster = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut first = true;
+            while !stop.is_cancelled() {
+                let mut pubsub = match cluster.client.get_async_pubsub().await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot subscribe to the session cluster; retrying");
+                        tokio::select! {
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                        }
+                    }
+                };
+                let channels = [
+                    cluster.channel(Some(&cluster.instance)),
+                    cluster.channel(None),
+                ];
+                if let Err(e) = pubsub.subscribe(&channels).await {
+                    tracing::warn!(error = %e, "cannot subscribe to the session cluster; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                if !first && tx.send(Heard::Resync).await.is_err() {
+                    return;
+                }
+                first = false;
+                let mut messages = pubsub.into_on_message();
+                loop {
+                    let msg = tokio::select! {
+                        () = stop.cancelled() => return,
+                        m = messages.next() => m,
+                    };
+                    let Some(msg) = msg else { break };
+                    match serde_json::from_slice::<Note>(msg.get_payload_bytes()) {
+                        Ok(note) => {
+                            if tx.send(Heard::Note(note)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "an unreadable cluster note"),
+                    }
+                }
+                tracing::warn!("lost the session cluster's subscription; resubscribing");
+            }
+        });
+        rx
+    }
+}
+
+fn kind_str(kind: SessionKind) -> &'static str {
+    match kind {
+        SessionKind::Streamable => "streamable",
+        SessionKind::LegacySse => "legacy",
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -1,0 +1,543 @@
+//! Two engines sharing sessions through a real Redis (`BREEZE_TEST_REDIS_URL`, default
+//! 127.0.0.1:6379): each request of a session may land on either, as behind a load balancer
+//! with no affinity.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{HeaderMap, Request, StatusCode, header},
+    response::Response,
+};
+use breeze_limits::MemoryLimiter;
+use breeze_mcp::{
+    Client, Cx, Engine, EngineConfig, HttpError, McpApp,
+    cluster::SessionCluster,
+    http::{Routes, router},
+    jsonrpc::ErrorObject,
+    model::{CallToolResult, GetPromptResult, ResourceContents, ServerInfo, ToolDef},
+    session::SessionLimits,
+};
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// The app behind both engines: the credential is the `x-key` header.
+#[derive(Default)]
+struct App {
+    /// Calls of `wait` that ended by cancellation.
+    cancelled: AtomicUsize,
+}
+
+impl McpApp for App {
+    type Principal = ();
+
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        _query: Option<&str>,
+    ) -> Result<Client<()>, HttpError> {
+        let key = headers
+            .get("x-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("k1");
+        Ok(Client {
+            principal: (),
+            key: key.into(),
+            tenant: "t".into(),
+            binding: None,
+        })
+    }
+
+    fn server_info(&self) -> ServerInfo {
+        ServerInfo {
+            name: "cluster-test".into(),
+            version: "0".into(),
+            revision: None,
+            title: None,
+        }
+    }
+
+    async fn list_tools(&self, _cx: &Cx<()>) -> Result<Vec<ToolDef>, ErrorObject> {
+        Ok(Vec::new())
+    }
+
+    async fn call_tool(
+        &self,
+        cx: Cx<()>,
+        name: String,
+        arguments: Value,
+    ) -> Result<CallToolResult, ErrorObject> {
+        match name.as_str() {
+            "echo" => Ok(CallToolResult::text(arguments.to_string())),
+            "wait" => {
+                cx.cancel.cancelled().await;
+                self.cancelled.fetch_add(1, Ordering::SeqCst);
+                Ok(CallToolResult::text("cancelled"))
+            }
+            "ask" => {
+                let answer = cx
+                    .peer
+                    .request("sampling/createMessage", json!({ "messages": [] }))
+                    .await?;
+                let text = answer.pointer("/content/text").and_then(Value::as_str);
+                Ok(CallToolResult::text(format!(
+                    "answer: {}",
+                    text.unwrap_or("")
+                )))
+            }
+            _ => Err(ErrorObject::invalid_params("unknown tool")),
+        }
+    }
+
+    async fn read_resource(
+        &self,
+        _cx: Cx<()>,
+        _uri: String,
+    ) -> Result<Vec<ResourceContents>, ErrorObject> {
+        Err(ErrorObject::invalid_params("no resources"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _cx: Cx<()>,
+        _name: String,
+        _arguments: Map<String, Value>,
+    ) -> Result<GetPromptResult, ErrorObject> {
+        Err(ErrorObject::invalid_params("no prompts"))
+    }
+
+    async fn record(&self, _record: breeze_mcp::RequestRecord<'_, ()>) {}
+}
+
+#[allow(clippy::disallowed_methods)] // test-harness setting
+fn redis_url() -> String {
+    std::env::var("BREEZE_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// One instance: its engine (cluster tasks running until the test ends) and its routes.
+struct Instance {
+    engine: Arc<Engine<App>>,
+    routes: Router,
+}
+
+/// `n` instances of one cluster under a fresh key prefix.
+fn cluster(n: usize, sessions: SessionLimits, stop: &CancellationToken) -> Vec<Instance> {
+    let prefix = format!("breeze:test:mcp:{}:", uuid::Uuid::new_v4().simple());
+    (0..n)
+        .map(|_| instance(&redis_url(), &prefix, sessions, stop))
+        .collect()
+}
+
+fn instance(
+    url: &str,
+    prefix: &str,
+    sessions: SessionLimits,
+    stop: &CancellationToken,
+) -> Instance {
+    let cluster = Arc::new(SessionCluster::new(url, prefix).unwrap());
+    let config = EngineConfig {
+        sessions,
+        message_rate_per_minute: 10_000,
+        sse_rate_per_minute: 10_000,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::in_cluster(
+        Arc::new(App::default()),
+        config,
+        Arc::new(MemoryLimiter::new()),
+        cluster,
+    );
+    engine.spawn_sweeper(stop.clone());
+    let routes = router(engine.clone(), &Routes::default());
+    Instance { engine, routes }
+}
+
+async fn send(routes: &Router, request: Request<Body>) -> Response {
+    routes.clone().oneshot(request).await.unwrap()
+}
+
+fn post(session: Option<&str>, key: &str, body: &Value) -> Request<Body> {
+    let mut r = Request::post("/mcp")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header("x-key", key);
+    if let Some(id) = session {
+        r = r
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    r.body(Body::from(body.to_string())).unwrap()
+}
+
+fn initialize_body() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": { "sampling": {} },
+            "clientInfo": { "name": "t", "version": "1" }
+        }
+    })
+}
+
+/// Opens a Streamable HTTP session on `at` for `key`.
+async fn initialize(at: &Instance, key: &str) -> Result<String, Response> {
+    let r = send(&at.routes, post(None, key, &initialize_body())).await;
+    if r.status() != StatusCode::OK {
+        return Err(r);
+    }
+    Ok(r.headers()["mcp-session-id"].to_str().unwrap().to_owned())
+}
+
+fn call(id: i64, tool: &str, arguments: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "name": tool, "arguments": arguments }
+    })
+}
+
+async fn body_json(r: Response) -> Value {
+    let bytes = r.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The next `data:` JSON of an SSE body (skipping keep-alives and other lines).
+struct SseReader {
+    body: axum::body::BodyDataStream,
+    buffer: String,
+}
+
+impl SseReader {
+    fn new(r: Response) -> Self {
+        Self {
+            body: r.into_body().into_data_stream(),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event as (event name, data), within five seconds.
+    async fn next(&mut self) -> (String, String) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let event: String = self.buffer.drain(..end + 2).collect();
+                    let mut name = String::from("message");
+                    let mut data = String::new();
+                    for line in event.lines() {
+                        if let Some(v) = line.strip_prefix("event:") {
+                            name = v.trim().to_owned();
+                        } else if let Some(v) = line.strip_prefix("data:") {
+                            data.push_str(v.trim_start());
+                        }
+                    }
+                    if !data.is_empty() {
+                        return (name, data);
+                    }
+                    continue;
+                }
+                let chunk = self.body.next().await.expect("stream ended").unwrap();
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an SSE event within 5 s")
+    }
+
+    async fn next_json(&mut self) -> Value {
+        let (_, data) = self.next().await;
+        serde_json::from_str(&data).unwrap()
+    }
+}
+
+/// Retries `check` for up to two seconds: news travels between instances asynchronously.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..100 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: not within 2 s");
+}
+
+#[tokio::test]
+async fn a_session_opened_on_one_instance_is_served_by_another() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let id = initialize(a, "k1").await.unwrap();
+
+    let r = send(
+        &b.routes,
+        post(Some(&id), "k1", &call(1, "echo", json!({"x": 1}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let reply = body_json(r).await;
+    assert_eq!(
+        reply["result"]["content"][0]["text"], r#"{"x":1}"#,
+        "{reply}"
+    );
+    assert_eq!(
+        b.engine.sessions().len(),
+        1,
+        "b adopted the session from the cluster"
+    );
+
+    // Another credential cannot use it, on either instance: it does not exist for them.
+    for at in [a, b] {
+        let r = send(
+            &at.routes,
+            post(Some(&id), "k2", &call(2, "echo", json!({}))),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    }
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let r = send(
+        &b.routes,
+        post(Some(unknown), "k1", &call(3, "echo", json!({}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // Ended through b, it ends on a too.
+    let r = send(
+        &b.routes,
+        Request::delete("/mcp")
+            .header("x-key", "k1")
+            .header("mcp-session-id", &id)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    eventually("a hears of the end", || async {
+        a.engine.sessions().is_empty()
+    })
+    .await;
+    let r = send(
+        &a.routes,
+        post(Some(&id), "k1", &call(4, "echo", json!({}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let stream = send(
+        &a.routes,
+        Request::get("/api/v1/mcp/sse")
+            .header("x-key", "k1")
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut events = SseReader::new(stream);
+    let (name, endpoint) = events.next().await;
+    assert_eq!(name, "endpoint");
+    let path = endpoint
+        .split_once("/api/")
+        .map(|(_, p)| format!("/api/{p}"))
+        .unwrap();
+
+    // Every message goes to b, and a mix to a: the replies come back on a's stream in order.
+    let mut messages = vec![initialize_body()];
+    messages.extend((1..=20).map(|i| call(i, "echo", json!({ "n": i }))));
+    for (i, m) in messages.iter().enumerate() {
+        let at = if i % 3 == 2 { a } else { b };
+        let r = send(
+            &at.routes,
+            Request::post(path.as_str())
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("x-key", "k1")
+                .body(Body::from(m.to_string()))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        // Each reply before the next message, as a client awaiting its answers would.
+        let reply = events.next_json().await;
+        assert_eq!(reply["id"], m["id"], "{reply}");
+    }
+
+    // Another credential's POST for the session is refused on b as on a.
+    let r = send(
+        &b.routes,
+        Request::post(path.as_str())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-key", "k2")
+            .body(Body::from(call(99, "echo", json!({})).to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // The stream's end ends the session everywhere.
+    drop(events);
+    eventually("the session ends on both", || async {
+        a.engine.sessions().is_empty() && b.engine.sessions().is_empty()
+    })
+    .await;
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_cancellation_reaches_the_call_on_another_instance() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let id = initialize(a, "k1").await.unwrap();
+    let running = {
+        let (routes, id) = (a.routes.clone(), id.clone());
+        tokio::spawn(async move {
+            send(&routes, post(Some(&id), "k1", &call(7, "wait", json!({})))).await
+        })
+    };
+    eventually("the call runs on a", || async {
+        a.engine.app().cancelled.load(Ordering::SeqCst) == 0 && !a.engine.sessions().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancel = json!({
+        "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 7, "reason": "user" }
+    });
+    let r = send(&b.routes, post(Some(&id), "k1", &cancel)).await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    eventually("the call on a is cancelled", || async {
+        a.engine.app().cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("the cancelled call's request ends");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_answer_to_a_server_request_reaches_the_instance_that_asked() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let id = initialize(a, "k1").await.unwrap();
+    let r = send(&a.routes, post(Some(&id), "k1", &call(5, "ask", json!({})))).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut events = SseReader::new(r);
+    let request = events.next_json().await;
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let answer = json!({
+        "jsonrpc": "2.0", "id": request["id"],
+        "result": { "role": "assistant", "content": { "type": "text", "text": "hi" }, "model": "m" }
+    });
+    let r = send(&b.routes, post(Some(&id), "k1", &answer)).await;
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let reply = events.next_json().await;
+    assert_eq!(reply["id"], 5);
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "answer: hi",
+        "{reply}"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn session_caps_count_every_instance() {
+    let stop = CancellationToken::new();
+    let limits = SessionLimits {
+        max_per_key: 2,
+        ..SessionLimits::default()
+    };
+    let nodes = cluster(2, limits, &stop);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let first = initialize(a, "k1").await.unwrap();
+    let second = initialize(b, "k1").await.unwrap();
+    // Both were used just now: neither may be ended to make room.
+    let refused = initialize(a, "k1").await.unwrap_err();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    // Another credential has its own cap.
+    initialize(b, "k2").await.unwrap();
+
+    // Once idle, the least recently used one ends for a new session, on whichever instance.
+    let idle = breeze_mcp::cluster::IDLE_AFTER + Duration::from_millis(300);
+    tokio::time::sleep(idle).await;
+    let r = send(
+        &a.routes,
+        post(Some(&second), "k1", &call(1, "echo", json!({}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    tokio::time::sleep(breeze_mcp::cluster::REFRESH_EVERY * 2).await;
+    initialize(b, "k1")
+        .await
+        .expect("the idle session made room");
+    eventually("the first session ends on a", || async {
+        send(
+            &a.routes,
+            post(Some(&first), "k1", &call(2, "echo", json!({}))),
+        )
+        .await
+        .status()
+            == StatusCode::NOT_FOUND
+    })
+    .await;
+    let r = send(
+        &b.routes,
+        post(Some(&second), "k1", &call(3, "echo", json!({}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK, "the recently used one stays");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn without_redis_sessions_are_refused_not_made_local() {
+    let stop = CancellationToken::new();
+    let down = instance("redis://127.0.0.1:1", "x:", SessionLimits::default(), &stop);
+    let refused = initialize(&down, "k1").await.unwrap_err();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    assert!(down.engine.sessions().is_empty());
+    let r = send(
+        &down.routes,
+        post(
+            Some("0123456789abcdef0123456789abcdef"),
+            "k1",
+            &call(1, "echo", json!({})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Stateless requests need no session and still work.
+    let stateless = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "echo", "arguments": {} }
+    });
+    let r = send(&down.routes, post(None, "k1", &stateless)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    stop.cancel();
+}
