@@ -14,8 +14,20 @@
 # and exits non-zero when any check fails. Pins: tests/clients/package.json (+ package-lock.json)
 # and tests/clients/requirements.txt.
 #
+# With --cluster, every suite runs against two instances instead of one demo: `breeze demo` and
+# `breeze serve` on one PostgreSQL database and Redis, behind nginx balancing round-robin per
+# request with no affinity, so consecutive requests of one session land on different instances
+# (sessions, legacy SSE replies, approvals, agent commands and OAuth tokens must all work
+# across them); it then checks that both instances answered MCP requests.
+#
 # Environment: CLIENTS_KEEP_TMP=1 keeps the temp dir (server log, demo.json) for debugging.
 set -euo pipefail
+CLUSTER=""
+case "${1:-}" in
+  --cluster) CLUSTER=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--cluster]" >&2; exit 2 ;;
+esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CLIENTS="$ROOT/tests/clients"
 cd "$ROOT"
@@ -57,7 +69,12 @@ echo "python $("$PYENV/bin/python" -c 'import sys; print(sys.version.split()[0])
 # MCP_APPROVAL_WAIT_SECONDS=0: a Tier 3 call answers "pending approval" at once (its result is
 # schema-checked by the SDKs like any other), so calling every tool stays fast.
 start_server() { ci_start_demo "$1" MCP_APPROVAL_WAIT_SECONDS=0 "${@:2}"; }
-ci_demo_up "breeze demo" start_server
+if [ -n "$CLUSTER" ]; then
+  ci_require psql
+  ci_cluster_up "two instances behind nginx" MCP_APPROVAL_WAIT_SECONDS=0
+else
+  ci_demo_up "breeze demo" start_server
+fi
 
 # ---- 5. the clients ---------------------------------------------------------------------------
 results="$WORK/results.txt"
@@ -104,12 +121,32 @@ inspector_check() {
 }
 run_suite inspector-cli inspector_check
 
+# both_answered LABEL: in a cluster, each instance answered MCP requests (nginx's log names the
+# instance of every proxied request).
+both_answered() {
+  local counts
+  counts=$(awk '$3 ~ /mcp/ { n[$1]++ } END { for (u in n) print u, n[u] }' "$UPSTREAM_LOG" | sort)
+  if [ "$(printf '%s\n' "$counts" | grep -c .)" -ge 2 ]; then
+    echo "PASS cluster $1: MCP requests answered by each instance: $(echo $counts)" | tee -a "$results"
+  else
+    echo "FAIL cluster $1: MCP requests answered by only: $(echo $counts)" | tee -a "$results"
+  fi
+}
+
 # ---- 5b. OAuth: a second demo with OAuth and anonymous registration on -------------------------
-stop_server
-ci_demo_up "breeze demo with OAuth" start_server \
-  MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true
+oauth_settings=(MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true OAUTH_DCR_ALLOW_ANONYMOUS=true)
+if [ -n "$CLUSTER" ]; then
+  both_answered "before OAuth"
+  stop_cluster
+  ci_cluster_up "two instances with OAuth behind nginx" MCP_APPROVAL_WAIT_SECONDS=0 "${oauth_settings[@]}"
+else
+  stop_server
+  ci_demo_up "breeze demo with OAuth" start_server "${oauth_settings[@]}"
+fi
 run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mjs" --demo-json "$DEMO_JSON"
 run_suite py-oauth timeout 120 env "${unset_args[@]}" "$PYENV/bin/python" "$CLIENTS/py_oauth.py" --demo-json "$DEMO_JSON"
+
+[ -n "$CLUSTER" ] && both_answered "OAuth"
 
 # ---- 6. verdict -------------------------------------------------------------------------------
 passed=$(grep -c '^PASS ' "$results" || true)

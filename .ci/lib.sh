@@ -48,6 +48,7 @@ stop_server() {
 
 ci_cleanup() {
   local rc=$?
+  stop_cluster
   stop_server
   if [ "$rc" -ne 0 ] && [ -f "$WORK/demo/server.log" ]; then
     printf '\n== server log (last 40 lines)\n'
@@ -134,4 +135,100 @@ ci_demo_up() {
   [ -n "$started" ] || die "$label would not start"
   DEMO_JSON="$WORK/demo/breeze-data/demo.json"
   echo "$label (pid $SERVER_PID) at http://127.0.0.1:$PORT"
+}
+
+# ---- a cluster behind nginx ---------------------------------------------------------------------
+CLUSTER_PIDS=()
+
+stop_cluster() {
+  local pid
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${CLUSTER_PIDS[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  CLUSTER_PIDS=()
+  stop_server
+}
+
+# wait_healthy PORT PID: /healthz answers 200 within 60 s while PID lives.
+wait_healthy() {
+  for _ in $(seq 1 300); do
+    kill -0 "$2" 2>/dev/null || return 1
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/healthz")" = 200 ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+ci_cluster_up() {
+  local label=$1; shift
+  log "$label"
+  if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+  fi
+  local nginx_bin
+  nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+  local db="breeze_ci_cluster"
+  psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
+    -c "CREATE DATABASE $db" >/dev/null
+  PORT=$(free_port)
+  local port_a port_b
+  port_a=$(free_port)
+  port_b=$(free_port)
+  mkdir -p "$WORK/nginx"
+  UPSTREAM_LOG="$WORK/nginx/upstream.log"
+  : >"$UPSTREAM_LOG"
+  cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes 1;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  log_format upstream '\$upstream_addr \$request_method \$uri \$status';
+  map \$http_upgrade \$connection_upgrade { default upgrade; '' ''; }
+  upstream breeze {
+    server 127.0.0.1:$port_a max_fails=0;
+    server 127.0.0.1:$port_b max_fails=0;
+    keepalive 32;
+  }
+  server {
+    listen 127.0.0.1:$PORT;
+    access_log $UPSTREAM_LOG upstream;
+    location / {
+      proxy_pass http://breeze;
+      proxy_http_version 1.1;
+      proxy_set_header Host \$http_host;
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection \$connection_upgrade;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 1h;
+    }
+  }
+}
+NGINX
+  "$nginx_bin" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' &
+  CLUSTER_PIDS+=($!)
+  # One signing key and cookie secret for both, as a deployment shares them (only read with
+  # MCP_OAUTH_ENABLED).
+  local jwk secret
+  jwk=$(python3 -c 'import base64,os,json; print(json.dumps({"kty":"OKP","crv":"Ed25519","kid":"ci","d":base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")}))')
+  secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+  local shared=(DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" REDIS_URL=redis://127.0.0.1:6379
+    BREEZE_PUBLIC_URL="http://127.0.0.1:$PORT" OAUTH_JWKS_PRIVATE_JWK="$jwk" OAUTH_COOKIE_SECRET="$secret" "$@")
+  ci_start_demo "$port_a" "${shared[@]}" || die "$label: breeze demo would not start"
+  mkdir -p "$WORK/second"
+  (cd "$WORK/second" && exec env "${unset_args[@]}" "${shared[@]}" "$BREEZE" serve --listen "127.0.0.1:$port_b" >server.log 2>&1) &
+  CLUSTER_PIDS+=($!)
+  wait_healthy "$port_b" "${CLUSTER_PIDS[-1]}" || { tail -n 20 "$WORK/second/server.log" >&2; die "$label: breeze serve would not start"; }
+  wait_healthy "$PORT" "${CLUSTER_PIDS[0]}" || die "$label: nginx would not proxy"
+  DEMO_JSON="$WORK/demo/breeze-data/demo.json"
+  echo "$label: nginx at http://127.0.0.1:$PORT over breeze demo (:$port_a, pid $SERVER_PID) and breeze serve (:$port_b)"
 }
