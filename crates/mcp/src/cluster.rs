@@ -20,7 +20,9 @@
 //! as idle for the caps' least-recently-used rule once no instance has reported it for
 //! [`IDLE_AFTER`]: every instance reports its sessions that are busy (a stream open, a call in
 //! flight) every second, so a busy session never looks idle. A record not refreshed for the
-//! idle TTL expires; an instance that dies leaves its sessions to expire that way.
+//! idle TTL expires; an instance that dies leaves its sessions to expire that way. Redis keeps
+//! nothing on disk in the reference deployment: after it restarts, each instance records the
+//! sessions it created again as soon as its subscription is back.
 //!
 //! Redis is the only place another instance's sessions are known: when it cannot answer, what
 //! needs it (a new session, a session held elsewhere) is refused with 503 whatever the
@@ -96,6 +98,28 @@ for i = 3, #ARGV, 3 do
     redis.call('ZADD', p .. 'all', 'XX', now, id)
     redis.call('ZADD', p .. 'key:' .. ARGV[i + 1], 'XX', now, id)
     redis.call('ZADD', p .. 'tenant:' .. ARGV[i + 2], 'XX', now, id)
+  end
+end
+return 0
+";
+
+/// Records sessions again after Redis lost them (a restart), without counting the caps: they
+/// exist already. ARGV: prefix, ttl, then id, owner, tenant, kind, protocol, binding, holder,
+/// stream for each session ('' for none).
+const RESTORE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local p, ttl = ARGV[1], tonumber(ARGV[2])
+for i = 3, #ARGV, 8 do
+  local id, key = ARGV[i], p .. 's:' .. ARGV[i]
+  redis.call('HSET', key, 'owner', ARGV[i + 1], 'tenant', ARGV[i + 2], 'kind', ARGV[i + 3],
+    'protocol', ARGV[i + 4], 'holder', ARGV[i + 6])
+  if ARGV[i + 5] ~= '' then redis.call('HSET', key, 'binding', ARGV[i + 5]) end
+  if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'stream', ARGV[i + 7]) end
+  redis.call('PEXPIRE', key, ttl)
+  for _, set in ipairs({p .. 'all', p .. 'key:' .. ARGV[i + 1], p .. 'tenant:' .. ARGV[i + 2]}) do
+    redis.call('ZADD', set, 'NX', now, id)
+    redis.call('PEXPIRE', set, ttl)
   end
 end
 return 0
@@ -178,8 +202,11 @@ pub struct SessionCluster {
     timeout: Duration,
     open: Script,
     refresh: Script,
+    restore: Script,
     close: Script,
     outbox: Outbox,
+    /// True while this instance's subscription is up.
+    subscribed: tokio::sync::watch::Sender<bool>,
     outbox_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Addressed>>>,
 }
 
@@ -208,8 +235,10 @@ impl SessionCluster {
             timeout: Duration::from_millis(500),
             open: Script::new(OPEN),
             refresh: Script::new(REFRESH),
+            restore: Script::new(RESTORE),
             close: Script::new(CLOSE),
             outbox: Outbox(tx),
+            subscribed: tokio::sync::watch::Sender::new(false),
             outbox_rx: std::sync::Mutex::new(Some(rx)),
         })
     }
@@ -217,6 +246,13 @@ impl SessionCluster {
     /// This instance's name in the cluster.
     pub fn instance(&self) -> &Arc<str> {
         &self.instance
+    }
+
+    /// Resolves once this instance hears the cluster (its subscription is up): notes published
+    /// before then do not reach it.
+    pub async fn subscribed(&self) {
+        let mut rx = self.subscribed.subscribe();
+        let _ = rx.wait_for(|up| *up).await;
     }
 
     pub(crate) fn outbox(&self) -> &Outbox {
@@ -247,25 +283,32 @@ impl SessionCluster {
         Ok(c)
     }
 
-    /// Runs `f` on a connection within the timeout; a failure drops the connection, so the
-    /// next call makes a new one.
+    /// Runs `f` on a connection within the timeout. A connection that fails (Redis restarted)
+    /// is dropped and `f` tried once more on a new one, so the first request after Redis comes
+    /// back succeeds; a timeout is not retried.
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, SessionError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: Fn(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let conn = self.connection().await?;
-        match tokio::time::timeout(self.timeout, f(conn)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                *self.conn.lock().await = None;
-                Err(SessionError::Unavailable(e.to_string()))
-            }
-            Err(_) => {
-                *self.conn.lock().await = None;
-                Err(SessionError::Unavailable(
-                    "Redis did not answer in time".into(),
-                ))
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let conn = self.connection().await?;
+            match tokio::time::timeout(self.timeout, f(conn)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => {
+                    *self.conn.lock().await = None;
+                    if attempt == 2 || !(e.is_io_error() || e.is_connection_dropped()) {
+                        return Err(SessionError::Unavailable(e.to_string()));
+                    }
+                }
+                Err(_) => {
+                    *self.conn.lock().await = None;
+                    return Err(SessionError::Unavailable(
+                        "Redis did not answer in time".into(),
+                    ));
+                }
             }
         }
     }
@@ -298,6 +341,7 @@ impl SessionCluster {
             .arg(limits.max_per_tenant)
             .arg(limits.max_total)
             .arg(p);
+        let inv = &inv;
         let (cap, victim, owner): (String, String, String) = self
             .run(|mut c| async move { inv.invoke_async(&mut c).await })
             .await?;
@@ -328,11 +372,11 @@ impl SessionCluster {
 
     /// The record of session `id`, whoever owns it.
     pub async fn find(&self, id: &str) -> Result<Option<SessionRecord>, SessionError> {
-        let key = self.record_key(id);
+        let key = &self.record_key(id);
         let fields: std::collections::HashMap<String, String> = self
             .run(|mut c| async move {
                 redis::cmd("HGETALL")
-                    .arg(&key)
+                    .arg(key)
                     .query_async::<std::collections::HashMap<String, String>>(&mut c)
                     .await
             })
@@ -367,6 +411,7 @@ impl SessionCluster {
     pub async fn close(&self, id: &str) -> Result<(), SessionError> {
         let mut inv = self.close.prepare_invoke();
         inv.arg(&self.prefix).arg(id);
+        let inv = &inv;
         self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
             .await?;
         self.outbox.post(
@@ -380,13 +425,12 @@ impl SessionCluster {
 
     /// Records that this instance now holds session `id`'s stream, and tells the others.
     pub async fn hold_stream(&self, id: &str) -> Result<(), SessionError> {
-        let key = self.record_key(id);
-        let me = self.instance.to_string();
+        let (key, me) = (&self.record_key(id), &*self.instance);
         self.run(|mut c| async move {
             redis::cmd("HSET")
-                .arg(&key)
+                .arg(key)
                 .arg("stream")
-                .arg(&me)
+                .arg(me)
                 .query_async::<i64>(&mut c)
                 .await
         })
@@ -413,14 +457,43 @@ impl SessionCluster {
             for (id, owner, tenant) in chunk {
                 inv.arg(&**id).arg(&**owner).arg(&**tenant);
             }
+            let inv = &inv;
             self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
                 .await?;
         }
         Ok(())
     }
 
-    /// Publishes the outbox in order until `stop`. A note Redis cannot take is retried once on
-    /// a new connection, then dropped with a log line (its request fails by its own timeout).
+    /// Records this instance's own sessions again, after Redis lost what it held (see
+    /// [`Heard::Resync`]).
+    pub async fn restore(
+        &self,
+        records: &[SessionRecord],
+        ttl: Duration,
+    ) -> Result<(), SessionError> {
+        for chunk in records.chunks(100) {
+            let mut inv = self.restore.prepare_invoke();
+            inv.arg(&self.prefix).arg(millis(ttl));
+            for r in chunk {
+                inv.arg(&*r.id)
+                    .arg(&*r.owner)
+                    .arg(&*r.tenant)
+                    .arg(kind_str(r.kind))
+                    .arg(r.protocol.as_str())
+                    .arg(r.binding.as_deref().unwrap_or(""))
+                    .arg(&*r.holder)
+                    .arg(r.stream.as_deref().unwrap_or(""));
+            }
+            let inv = &inv;
+            self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the outbox in order until `stop`. A note Redis cannot take (see
+    /// [`SessionCluster::run`]) is dropped with a log line: what waited for it ends by its own
+    /// timeout or the client's.
     pub(crate) fn spawn_publisher(self: &Arc<Self>, stop: CancellationToken) {
         let Some(mut rx) = self
             .outbox_rx
@@ -445,24 +518,18 @@ impl SessionCluster {
                         continue;
                     }
                 };
-                for attempt in 0..2 {
-                    let (ch, body) = (channel.clone(), payload.clone());
-                    let sent = cluster
-                        .run(|mut c| async move {
-                            redis::cmd("PUBLISH")
-                                .arg(ch)
-                                .arg(body)
-                                .query_async::<i64>(&mut c)
-                                .await
-                        })
-                        .await;
-                    match sent {
-                        Ok(_) => break,
-                        Err(e) if attempt == 1 => {
-                            tracing::warn!(error = %e, channel, "a cluster note was lost");
-                        }
-                        Err(_) => {}
-                    }
+                let (ch, body) = (&channel, &payload);
+                let sent = cluster
+                    .run(|mut c| async move {
+                        redis::cmd("PUBLISH")
+                            .arg(ch)
+                            .arg(body)
+                            .query_async::<i64>(&mut c)
+                            .await
+                    })
+                    .await;
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, channel, "a cluster note was lost");
                 }
             }
         });
@@ -499,6 +566,7 @@ impl SessionCluster {
                     return;
                 }
                 first = false;
+                cluster.subscribed.send_replace(true);
                 let mut messages = pubsub.into_on_message();
                 loop {
                     let msg = tokio::select! {
@@ -515,6 +583,7 @@ impl SessionCluster {
                         Err(e) => tracing::warn!(error = %e, "an unreadable cluster note"),
                     }
                 }
+                cluster.subscribed.send_replace(false);
                 tracing::warn!("lost the session cluster's subscription; resubscribing");
             }
         });

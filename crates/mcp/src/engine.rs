@@ -269,6 +269,13 @@ impl<A: McpApp> Engine<A> {
         }
     }
 
+    /// Resolves once this instance hears the rest of its cluster (at once without one).
+    pub async fn cluster_ready(&self) {
+        if let Some(c) = &self.cluster {
+            c.subscribed().await;
+        }
+    }
+
     /// Tells the cluster this instance now holds session `id`'s stream.
     pub(crate) async fn hold_stream(&self, id: &str) {
         if let Some(cluster) = &self.cluster
@@ -315,8 +322,21 @@ impl<A: McpApp> Engine<A> {
         let note = match heard {
             Heard::Note(n) => n,
             Heard::Resync => {
-                let n = self.sessions.drop_adopted();
-                tracing::info!(dropped = n, "resubscribed to the session cluster");
+                let dropped = self.sessions.drop_adopted();
+                let Some(cluster) = &self.cluster else { return };
+                // Redis may have restarted empty: what this instance created is recorded again.
+                let own = self.sessions.own_records(cluster.instance());
+                let restored = cluster.restore(&own, self.config.sessions.idle_ttl).await;
+                match restored {
+                    Ok(()) => tracing::info!(
+                        dropped,
+                        restored = own.len(),
+                        "resubscribed to the session cluster"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record this instance's MCP sessions again");
+                    }
+                }
                 return;
             }
         };

@@ -559,6 +559,28 @@ impl SessionRegistry {
             .collect()
     }
 
+    /// The records of the sessions this instance created (not adopted), as `instance`.
+    pub(crate) fn own_records(&self, instance: &Arc<str>) -> Vec<crate::cluster::SessionRecord> {
+        lock(&self.inner)
+            .sessions
+            .values()
+            .filter(|s| !s.adopted)
+            .map(|s| crate::cluster::SessionRecord {
+                id: s.id.clone(),
+                owner: s.owner.clone(),
+                tenant: s.tenant.clone(),
+                kind: s.kind,
+                protocol: s.protocol(),
+                binding: s.binding(),
+                holder: instance.clone(),
+                stream: lock(&s.stream)
+                    .as_ref()
+                    .is_some_and(|t| !t.is_closed())
+                    .then(|| instance.clone()),
+            })
+            .collect()
+    }
+
     /// Milliseconds since this registry started.
     pub(crate) fn now(&self) -> u64 {
         self.now_ms()

@@ -36,7 +36,9 @@ use tower::ServiceExt;
 /// The app behind both engines: the credential is the `x-key` header.
 #[derive(Default)]
 struct App {
-    /// Calls of `wait` that ended by cancellation.
+    /// Calls of `wait` started.
+    waiting: AtomicUsize,
+    /// Calls of `wait` that ended (they end only by cancellation).
     cancelled: AtomicUsize,
 }
 
@@ -82,8 +84,17 @@ impl McpApp for App {
         match name.as_str() {
             "echo" => Ok(CallToolResult::text(arguments.to_string())),
             "wait" => {
+                /// Counts the call's end, whether the engine drops it or it sees the
+                /// cancellation first.
+                struct Ended<'a>(&'a AtomicUsize);
+                impl Drop for Ended<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                self.waiting.fetch_add(1, Ordering::SeqCst);
+                let _ended = Ended(&self.cancelled);
                 cx.cancel.cancelled().await;
-                self.cancelled.fetch_add(1, Ordering::SeqCst);
                 Ok(CallToolResult::text("cancelled"))
             }
             "ask" => {
@@ -133,11 +144,17 @@ struct Instance {
 }
 
 /// `n` instances of one cluster under a fresh key prefix.
-fn cluster(n: usize, sessions: SessionLimits, stop: &CancellationToken) -> Vec<Instance> {
+async fn cluster(n: usize, sessions: SessionLimits, stop: &CancellationToken) -> Vec<Instance> {
     let prefix = format!("breeze:test:mcp:{}:", uuid::Uuid::new_v4().simple());
-    (0..n)
-        .map(|_| instance(&redis_url(), &prefix, sessions, stop))
-        .collect()
+    let mut nodes = Vec::new();
+    for _ in 0..n {
+        let node = instance(&redis_url(), &prefix, sessions, stop);
+        tokio::time::timeout(Duration::from_secs(5), node.engine.cluster_ready())
+            .await
+            .expect("subscribed to the cluster within 5 s");
+        nodes.push(node);
+    }
+    nodes
 }
 
 fn instance(
@@ -262,24 +279,33 @@ impl SseReader {
 }
 
 /// Retries `check` for up to two seconds: news travels between instances asynchronously.
-async fn eventually<F, Fut>(what: &str, mut check: F)
+async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..100 {
+    eventually_for(Duration::from_secs(2), what, check).await;
+}
+
+async fn eventually_for<F, Fut>(patience: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    while tokio::time::Instant::now() < deadline {
         if check().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("{what}: not within 2 s");
+    panic!("{what}: not within {patience:?}");
 }
 
 #[tokio::test]
 async fn a_session_opened_on_one_instance_is_served_by_another() {
     let stop = CancellationToken::new();
-    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let id = initialize(a, "k1").await.unwrap();
 
@@ -344,7 +370,7 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
 #[tokio::test]
 async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
     let stop = CancellationToken::new();
-    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let stream = send(
         &a.routes,
@@ -408,7 +434,7 @@ async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
 #[tokio::test]
 async fn a_cancellation_reaches_the_call_on_another_instance() {
     let stop = CancellationToken::new();
-    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let id = initialize(a, "k1").await.unwrap();
     let running = {
@@ -418,10 +444,9 @@ async fn a_cancellation_reaches_the_call_on_another_instance() {
         })
     };
     eventually("the call runs on a", || async {
-        a.engine.app().cancelled.load(Ordering::SeqCst) == 0 && !a.engine.sessions().is_empty()
+        a.engine.app().waiting.load(Ordering::SeqCst) == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let cancel = json!({
         "jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": { "requestId": 7, "reason": "user" }
@@ -441,7 +466,7 @@ async fn a_cancellation_reaches_the_call_on_another_instance() {
 #[tokio::test]
 async fn the_answer_to_a_server_request_reaches_the_instance_that_asked() {
     let stop = CancellationToken::new();
-    let nodes = cluster(2, SessionLimits::default(), &stop);
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let id = initialize(a, "k1").await.unwrap();
     let r = send(&a.routes, post(Some(&id), "k1", &call(5, "ask", json!({})))).await;
@@ -471,7 +496,7 @@ async fn session_caps_count_every_instance() {
         max_per_key: 2,
         ..SessionLimits::default()
     };
-    let nodes = cluster(2, limits, &stop);
+    let nodes = cluster(2, limits, &stop).await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let first = initialize(a, "k1").await.unwrap();
     let second = initialize(b, "k1").await.unwrap();
@@ -539,5 +564,95 @@ async fn without_redis_sessions_are_refused_not_made_local() {
     });
     let r = send(&down.routes, post(None, "k1", &stateless)).await;
     assert_eq!(r.status(), StatusCode::OK);
+    stop.cancel();
+}
+
+/// A Redis of the test's own on a free port (Debian's `redis-server`), to stop and restart.
+struct PrivateRedis {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl PrivateRedis {
+    fn start(port: u16) -> Self {
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's redis-server package) on PATH");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Self { port, child };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server did not listen on {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[tokio::test]
+async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = PrivateRedis::start(port);
+    let stop = CancellationToken::new();
+    let limits = SessionLimits::default();
+    let a = instance(&redis.url(), "r:", limits, &stop);
+    let b = instance(&redis.url(), "r:", limits, &stop);
+    let id = initialize(&a, "k1").await.unwrap();
+    let used = |at: &Instance, n: i64| {
+        let (routes, id) = (at.routes.clone(), id.clone());
+        async move {
+            send(&routes, post(Some(&id), "k1", &call(n, "echo", json!({}))))
+                .await
+                .status()
+        }
+    };
+    assert_eq!(used(&b, 1).await, StatusCode::OK);
+
+    redis.stop();
+    let refused = initialize(&a, "k1").await.unwrap_err();
+    assert_eq!(
+        refused.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "fails closed"
+    );
+    assert_eq!(
+        used(&a, 2).await,
+        StatusCode::OK,
+        "a session held here still works"
+    );
+
+    // Back, empty: a's session is recorded again once a has resubscribed, so an instance that
+    // never saw it (c) can serve it, and new sessions open again.
+    let redis = PrivateRedis::start(port);
+    let c = instance(&redis.url(), "r:", limits, &stop);
+    eventually_for(Duration::from_secs(10), "c serves a's session", || async {
+        used(&c, 3).await == StatusCode::OK
+    })
+    .await;
+    assert_eq!(used(&b, 4).await, StatusCode::OK);
+    initialize(&b, "k1").await.expect("new sessions open again");
     stop.cancel();
 }
