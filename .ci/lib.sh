@@ -222,6 +222,7 @@ NGINX
   jwk=$(python3 -c 'import base64,os,json; print(json.dumps({"kty":"OKP","crv":"Ed25519","kid":"ci","d":base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")}))')
   secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
   local shared=(DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" REDIS_URL=redis://127.0.0.1:6379
+    BREEZE_REDIS_PREFIX="ci$$-$RANDOM:"
     BREEZE_PUBLIC_URL="http://127.0.0.1:$PORT" OAUTH_JWKS_PRIVATE_JWK="$jwk" OAUTH_COOKIE_SECRET="$secret" "$@")
   ci_start_demo "$port_a" "${shared[@]}" || die "$label: breeze demo would not start"
   mkdir -p "$WORK/second"

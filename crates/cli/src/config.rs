@@ -24,6 +24,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "redis://… for shared rate limits and sessions (optional)",
     ),
     (
+        "BREEZE_REDIS_PREFIX",
+        "prefix of every Redis key and channel, for deployments sharing one Redis (default breeze:)",
+    ),
+    (
         "BREEZE_ENV",
         "development or production (default development)",
     ),
@@ -421,6 +425,8 @@ pub(crate) struct Settings {
     pub(crate) listen: SocketAddr,
     pub(crate) database_url: String,
     pub(crate) redis_url: Option<String>,
+    /// `BREEZE_REDIS_PREFIX`: every Redis key and channel starts with it.
+    pub(crate) redis_prefix: String,
     pub(crate) environment: Environment,
     pub(crate) public_url: String,
     pub(crate) data_dir: PathBuf,
@@ -574,6 +580,21 @@ impl Settings {
             ),
         };
 
+        let redis_prefix = env
+            .get("BREEZE_REDIS_PREFIX")
+            .map_or("breeze:", |v| v.trim());
+        if redis_prefix.is_empty()
+            || redis_prefix.len() > 64
+            || !redis_prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.'))
+        {
+            bail!(
+                "invalid BREEZE_REDIS_PREFIX: {redis_prefix:?} (1 to 64 of letters, digits, ':', '_', '-', '.')"
+            );
+        }
+        let redis_prefix = redis_prefix.to_owned();
+
         let public = pick(&flags.public_url, "public-url", env, "BREEZE_PUBLIC_URL");
         let public_url = match public.value.map(str::trim) {
             None if environment == Environment::Production => {
@@ -662,6 +683,7 @@ impl Settings {
             listen,
             database_url,
             redis_url,
+            redis_prefix,
             environment,
             public_url,
             data_dir,
@@ -1013,6 +1035,7 @@ mod tests {
         );
         assert!(err(&[("BREEZE_LOG_FORMAT", "xml")]).starts_with("invalid BREEZE_LOG_FORMAT"));
         assert!(err(&[("BREEZE_LOG", "info,[[[")]).starts_with("invalid BREEZE_LOG"));
+        assert!(err(&[("BREEZE_REDIS_PREFIX", "a b")]).starts_with("invalid BREEZE_REDIS_PREFIX"));
     }
 
     #[test]

@@ -106,7 +106,8 @@ pub(crate) async fn run_server(
     let limiter: Arc<dyn breeze_limits::RateLimiter> = match &settings.redis_url {
         Some(url) => {
             let limiter =
-                breeze_limits::RedisLimiter::new(url, "breeze:rl:").context("REDIS_URL")?;
+                breeze_limits::RedisLimiter::new(url, &format!("{}rl:", settings.redis_prefix))
+                    .context("REDIS_URL")?;
             tracing::info!(redis = %breeze_store::redact_url(url), "rate limits are shared through Redis");
             Arc::new(limiter)
         }
@@ -121,8 +122,9 @@ pub(crate) async fn run_server(
     );
     let breeze = match &settings.redis_url {
         Some(url) => {
-            let cluster = breeze_mcp::cluster::SessionCluster::new(url, "breeze:mcp:")
-                .context("REDIS_URL")?;
+            let prefix = format!("{}mcp:", settings.redis_prefix);
+            let cluster =
+                breeze_mcp::cluster::SessionCluster::new(url, &prefix).context("REDIS_URL")?;
             tracing::info!(instance = %cluster.instance(), "MCP sessions are shared through Redis");
             Breeze::clustered(state, Arc::new(cluster))
         }

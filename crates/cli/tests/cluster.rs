@@ -1,0 +1,433 @@
+//! Two `breeze` processes on one PostgreSQL database and one Redis, and an instance killed with
+//! SIGKILL while it holds a legacy SSE stream and the socket of an agent running a command.
+//!
+//! Two small TCP proxies stand in for the load balancer: one sends every connection to the first
+//! instance while it is up and to the second after (the agent and the SSE stream start on the
+//! instance that dies), the other alternates per connection (each request of this test is a
+//! connection of its own, so consecutive requests land on different instances).
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Server, breeze, eventually, export_lines, free_port, local_device, mcp_tool};
+
+/// A database of this test's own, dropped at the end.
+struct Database {
+    name: String,
+}
+
+impl Database {
+    fn create() -> Self {
+        let name = format!("breeze_fault_{}", std::process::id());
+        let db = Self { name };
+        db.psql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name));
+        db.psql(&format!("CREATE DATABASE {}", db.name));
+        db
+    }
+
+    fn psql(&self, sql: &str) {
+        let ok = Command::new("psql")
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .expect("psql (PostgreSQL's client) on PATH")
+            .success();
+        assert!(ok, "psql: {sql}");
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+            ])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// How a proxy picks an instance for a new connection (it skips one that refuses).
+#[derive(Clone, Copy)]
+enum Pick {
+    /// The first that accepts, in order.
+    First,
+    /// The next in turn.
+    Alternate,
+}
+
+/// A TCP proxy on a free port over `upstreams`; its threads live as long as the test.
+fn proxy(upstreams: Vec<u16>, pick: Pick) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let turn = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let start = match pick {
+                Pick::First => 0,
+                Pick::Alternate => turn.fetch_add(1, Ordering::Relaxed),
+            };
+            let upstream = (0..upstreams.len())
+                .map(|i| upstreams[(start + i) % upstreams.len()])
+                .find_map(|p| TcpStream::connect(("127.0.0.1", p)).ok());
+            let Some(upstream) = upstream else { continue };
+            for (mut from, mut to) in [
+                (client.try_clone().unwrap(), upstream.try_clone().unwrap()),
+                (upstream, client),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    port
+}
+
+/// A POST through `port` with a request id; returns the status and the body.
+fn post(port: u16, path: &str, key: &str, request_id: &str, body: &Value) -> (u16, String) {
+    let body = body.to_string();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\nX-Request-Id: {request_id}\r\n\
+         Content-Type: application/json\r\nAccept: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
+    (status, body.unwrap_or_default())
+}
+
+/// A legacy SSE stream: its POST path and its `message` events as they come.
+struct LegacyStream {
+    path: String,
+    events: mpsc::Receiver<Value>,
+    ended: Arc<AtomicBool>,
+}
+
+impl LegacyStream {
+    fn open(port: u16, key: &str) -> Self {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            s,
+            "GET /api/v1/mcp/sse HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\n\
+             Accept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let (tx, events) = mpsc::channel();
+        let (path_tx, path_rx) = mpsc::channel();
+        let ended = Arc::new(AtomicBool::new(false));
+        let end = ended.clone();
+        std::thread::spawn(move || {
+            let mut event = String::new();
+            // Chunked transfer: the chunk-size lines are not `event:`/`data:` lines, so
+            // reading line by line and keeping only those is enough here.
+            for line in BufReader::new(s).lines() {
+                let Ok(line) = line else { break };
+                if let Some(name) = line.strip_prefix("event:") {
+                    event = name.trim().to_owned();
+                } else if let Some(data) = line.strip_prefix("data:") {
+                    let data = data.trim();
+                    if event == "endpoint" {
+                        let path = data.split_once("/api/").map(|(_, p)| format!("/api/{p}"));
+                        let _ = path_tx.send(path.unwrap());
+                    } else if let Ok(v) = serde_json::from_str::<Value>(data) {
+                        let _ = tx.send(v);
+                    }
+                }
+            }
+            end.store(true, Ordering::SeqCst);
+        });
+        let path = path_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        Self {
+            path,
+            events,
+            ended,
+        }
+    }
+
+    /// Sends `message` through `port` and waits for its reply on the stream.
+    fn ask(&self, port: u16, key: &str, request_id: &str, message: &Value) -> Value {
+        let (status, body) = post(port, &self.path, key, request_id, message);
+        assert_eq!(status, 202, "{body}");
+        loop {
+            let reply = self.events.recv_timeout(Duration::from_secs(10)).unwrap();
+            if reply["id"] == message["id"] {
+                return reply;
+            }
+        }
+    }
+}
+
+fn initialize(id: i64) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": { "name": "fault-test", "version": "1" } } })
+}
+
+fn tools_list(id: i64) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list" })
+}
+
+/// Runs `breeze` with `env` in `dir`; its standard output.
+fn run(dir: &Path, env: &[(&str, String)], args: &[&str]) -> String {
+    let out = breeze(dir)
+        .envs(env.iter().map(|(k, v)| (k, v.as_str())))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "breeze {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// An agent process enrolled through `server`, until dropped.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create();
+    let (port_a, port_b) = (free_port(), free_port());
+    let sticky = proxy(vec![port_a, port_b], Pick::First);
+    let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
+    let env = vec![
+        ("DATABASE_URL", db.url()),
+        ("REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
+        (
+            "BREEZE_REDIS_PREFIX",
+            format!("fault{}:", std::process::id()),
+        ),
+        ("BREEZE_PUBLIC_URL", format!("http://127.0.0.1:{balanced}")),
+        ("BREEZE_DEMO_AGENT", "false".to_owned()),
+    ];
+    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = Server::start_with(&a_dir, port_a, "demo", &env_ref);
+    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
+    let demo: Value =
+        serde_json::from_slice(&std::fs::read(a_dir.join("breeze-data/demo.json")).unwrap())
+            .unwrap();
+    let execute = demo["api_keys"]["execute"].as_str().unwrap().to_owned();
+    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+
+    // A script that counts its runs on the device, and an agent on the first instance.
+    let marker = dir.path().join("runs.txt");
+    let script = dir.path().join("slow.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "sleep 4\necho run >> {}\necho finished-once\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let script_path = script.to_str().unwrap();
+    run(
+        dir.path(),
+        &env,
+        &[
+            "scripts",
+            "add",
+            "--org",
+            "acme",
+            "--name",
+            "slow",
+            "--language",
+            "sh",
+            "--file",
+            script_path,
+        ],
+    );
+    let key: Value = serde_json::from_str(&run(
+        dir.path(),
+        &env,
+        &[
+            "enrollment-keys",
+            "create",
+            "--org",
+            "acme",
+            "--site",
+            "Headquarters",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    let agent_config = dir.path().join("agent/agent.json");
+    let agent_config = agent_config.to_str().unwrap();
+    let server_url = format!("http://127.0.0.1:{sticky}");
+    run(
+        dir.path(),
+        &[],
+        &[
+            "agent",
+            "enroll",
+            "--server",
+            &server_url,
+            "--key",
+            key["key"].as_str().unwrap(),
+            "--config",
+            agent_config,
+        ],
+    );
+    let _agent = Agent(
+        breeze(dir.path())
+            .args(["agent", "run", "--config", agent_config])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let device = local_device(balanced, &read);
+
+    // A legacy SSE stream on the first instance; its messages land on either.
+    let stream = LegacyStream::open(sticky, &read);
+    let mut answered = Vec::new();
+    for (n, message) in [initialize(1), tools_list(2), tools_list(3)]
+        .iter()
+        .enumerate()
+    {
+        let rid = format!("fault-before-{n}");
+        let reply = stream.ask(balanced, &read, &rid, message);
+        assert!(reply.get("result").is_some(), "{reply}");
+        answered.push(rid);
+    }
+
+    // The script, asked on the second instance, approved, sent to the agent on the first.
+    let call = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "run_script", "arguments": { "scriptId": "slow", "deviceIds": [device] } } });
+    let running = std::thread::spawn(move || post(port_b, "/mcp", &execute, "fault-run", &call));
+    let mut approval = String::new();
+    eventually(20, "the approval request", || {
+        let out = run(dir.path(), &env, &["approvals", "list", "--org", "acme"]);
+        approval = out.split_whitespace().next().unwrap_or_default().to_owned();
+        !approval.is_empty()
+    });
+    run(
+        dir.path(),
+        &env,
+        &[
+            "approvals",
+            "approve",
+            &approval,
+            "--user",
+            "admin@breeze.local",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500)); // the script is sleeping on the device
+    let mut a = a;
+    a.0.kill().unwrap(); // SIGKILL: no drain, no goodbye to the agent or the stream
+    a.0.wait().unwrap();
+
+    // The call finishes on the second instance once the agent reconnects there and reports.
+    let (status, body) = running.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    let result = reply["result"].to_string();
+    assert!(
+        result.contains("finished-once"),
+        "the command completed: {result}"
+    );
+    answered.push("fault-run".to_owned());
+    let runs = std::fs::read_to_string(&marker).unwrap();
+    assert_eq!(runs.lines().count(), 1, "the script ran exactly once");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap().lines().count(),
+        1,
+        "and was not sent again"
+    );
+
+    // The stream died with its instance; the client reconnects through the balancer.
+    eventually(10, "the stream to end with its instance", || {
+        stream.ended.load(Ordering::SeqCst)
+    });
+    let stream = LegacyStream::open(sticky, &read);
+    for (n, message) in [initialize(1), tools_list(2)].iter().enumerate() {
+        let rid = format!("fault-after-{n}");
+        let reply = stream.ask(balanced, &read, &rid, message);
+        assert!(reply.get("result").is_some(), "{reply}");
+        answered.push(rid);
+    }
+    let after = mcp_tool(balanced, &read, "query_devices", json!({}));
+    assert_eq!(after["structuredContent"]["devices"][0]["status"], "online");
+
+    // Every request that was answered, before the kill or after, is in the audit log.
+    let export = dir.path().join("audit.jsonl.gz");
+    run(
+        dir.path(),
+        &env,
+        &["audit", "export", "--out", export.to_str().unwrap()],
+    );
+    let ids: Vec<String> = export_lines(&std::fs::read(&export).unwrap())
+        .iter()
+        .filter_map(|r| r["request_id"].as_str().map(str::to_owned))
+        .collect();
+    for rid in &answered {
+        assert!(ids.contains(rid), "{rid} answered but not audited");
+    }
+    b.stop();
+}
