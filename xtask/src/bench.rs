@@ -26,6 +26,7 @@
 //! the rmcp peer), both on a scratch Breeze from [`instance`].
 
 pub(crate) mod alerts;
+pub(crate) mod cluster;
 pub(crate) mod compliance;
 pub(crate) mod devices;
 pub(crate) mod fleet;

@@ -40,6 +40,7 @@ const USAGE: &str = "usage: cargo xtask tidy
                                 [--database sqlite|postgres|both]
        cargo xtask bench compliance [--devices N] [--rules N] [--packages N] [--changes N]
                                     [--database sqlite|postgres|both]
+       cargo xtask bench cluster [--agents N] [--calls N] [--duration SECS]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]";
 
@@ -56,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         ["bench", "mcp"] => bench::mcp(),
         ["bench", "sizes"] => bench::sizes::run_sizes(),
         ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
+        ["bench", "cluster", rest @ ..] => bench::cluster::run_bench(rest),
         ["bench", "devices", rest @ ..] => bench::devices::run(rest),
         ["bench", "pages", rest @ ..] => bench::pages::run(rest),
         ["bench", "alerts", rest @ ..] => bench::alerts::run(rest),

@@ -28,7 +28,13 @@
 //! needs it (a new session, a session held elsewhere) is refused with 503 whatever the
 //! environment, and a session this instance holds keeps working.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use futures::StreamExt;
 use redis::{Client, Script, aio::ConnectionManager};
@@ -193,6 +199,27 @@ impl Outbox {
     }
 }
 
+/// What this instance has asked of Redis and heard from the others, since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    /// Commands and scripts sent to Redis (each attempt).
+    pub redis_round_trips: u64,
+    /// Of those, the ones that failed or timed out.
+    pub redis_failures: u64,
+    /// Notes published to other instances.
+    pub notes_sent: u64,
+    /// Notes heard from the cluster (this instance's own broadcasts included).
+    pub notes_received: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    round_trips: AtomicU64,
+    failures: AtomicU64,
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
 /// This instance's view of the cluster's sessions in Redis.
 pub struct SessionCluster {
     client: Client,
@@ -205,6 +232,7 @@ pub struct SessionCluster {
     restore: Script,
     close: Script,
     outbox: Outbox,
+    counters: Counters,
     /// True while this instance's subscription is up.
     subscribed: tokio::sync::watch::Sender<bool>,
     outbox_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Addressed>>>,
@@ -238,6 +266,7 @@ impl SessionCluster {
             restore: Script::new(RESTORE),
             close: Script::new(CLOSE),
             outbox: Outbox(tx),
+            counters: Counters::default(),
             subscribed: tokio::sync::watch::Sender::new(false),
             outbox_rx: std::sync::Mutex::new(Some(rx)),
         })
@@ -246,6 +275,17 @@ impl SessionCluster {
     /// This instance's name in the cluster.
     pub fn instance(&self) -> &Arc<str> {
         &self.instance
+    }
+
+    /// Counts so far.
+    pub fn stats(&self) -> ClusterStats {
+        let c = &self.counters;
+        ClusterStats {
+            redis_round_trips: c.round_trips.load(Ordering::Relaxed),
+            redis_failures: c.failures.load(Ordering::Relaxed),
+            notes_sent: c.sent.load(Ordering::Relaxed),
+            notes_received: c.received.load(Ordering::Relaxed),
+        }
     }
 
     /// Resolves once this instance hears the cluster (its subscription is up): notes published
@@ -294,16 +334,25 @@ impl SessionCluster {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let conn = self.connection().await?;
+            self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+            let conn = match self.connection().await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
             match tokio::time::timeout(self.timeout, f(conn)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
                     *self.conn.lock().await = None;
                     if attempt == 2 || !(e.is_io_error() || e.is_connection_dropped()) {
                         return Err(SessionError::Unavailable(e.to_string()));
                     }
                 }
                 Err(_) => {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
                     *self.conn.lock().await = None;
                     return Err(SessionError::Unavailable(
                         "Redis did not answer in time".into(),
@@ -528,8 +577,11 @@ impl SessionCluster {
                             .await
                     })
                     .await;
-                if let Err(e) = sent {
-                    tracing::warn!(error = %e, channel, "a cluster note was lost");
+                match sent {
+                    Ok(_) => {
+                        cluster.counters.sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => tracing::warn!(error = %e, channel, "a cluster note was lost"),
                 }
             }
         });
@@ -574,6 +626,7 @@ impl SessionCluster {
                         m = messages.next() => m,
                     };
                     let Some(msg) = msg else { break };
+                    cluster.counters.received.fetch_add(1, Ordering::Relaxed);
                     match serde_json::from_slice::<Note>(msg.get_payload_bytes()) {
                         Ok(note) => {
                             if tx.send(Heard::Note(note)).await.is_err() {

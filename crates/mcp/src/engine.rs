@@ -169,6 +169,14 @@ impl<A: McpApp> Engine<A> {
         self.draining.is_cancelled()
     }
 
+    /// Sessions live on this instance, and what the cluster (when there is one) has cost.
+    pub fn session_stats(&self) -> (usize, Option<crate::cluster::ClusterStats>) {
+        (
+            self.sessions.len(),
+            self.cluster.as_ref().map(|c| c.stats()),
+        )
+    }
+
     /// The live sessions.
     pub fn sessions(&self) -> &SessionRegistry {
         &self.sessions

@@ -325,6 +325,12 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
         1,
         "b adopted the session from the cluster"
     );
+    let (live, stats) = b.engine.session_stats();
+    assert_eq!(live, 1);
+    assert!(
+        stats.unwrap().redis_round_trips >= 1,
+        "the lookup is counted"
+    );
 
     // Another credential cannot use it, on either instance: it does not exist for them.
     for at in [a, b] {

@@ -266,6 +266,11 @@ impl Breeze {
             Some(c) => Engine::in_cluster(app, engine_config, limiter, c),
             None => Engine::new(app, engine_config, limiter),
         };
+        // Weak: the engine holds the state that holds the metrics.
+        let engine = Arc::downgrade(&mcp);
+        state
+            .metrics
+            .watch_mcp(move || engine.upgrade().map_or((0, None), |e| e.session_stats()));
         Self { state, mcp }
     }
 }

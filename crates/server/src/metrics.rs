@@ -110,6 +110,24 @@ pub struct Metrics {
     agents: Gauge,
     pool_size: Gauge,
     pool_idle: Gauge,
+    mcp_sessions: Gauge,
+    redis_round_trips: Counter,
+    redis_failures: Counter,
+    cluster_notes_sent: Counter,
+    cluster_notes_received: Counter,
+    /// Reads the MCP engine's sessions and cluster counts (set once the engine exists).
+    mcp: std::sync::OnceLock<McpStats>,
+}
+
+/// Reads live MCP sessions and cluster counts, when scraped.
+type McpStats = Box<dyn Fn() -> (usize, Option<breeze_mcp::cluster::ClusterStats>) + Send + Sync>;
+
+/// Brings `counter` up to `total` (a count kept elsewhere, monotonic).
+fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -189,6 +207,37 @@ impl Metrics {
             "Open database connections not in use",
             pool_idle.clone(),
         );
+        let mcp_sessions = Gauge::default();
+        registry.register(
+            "mcp_sessions",
+            "MCP sessions live on this instance (adopted from other instances included)",
+            mcp_sessions.clone(),
+        );
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let redis_round_trips = counter(
+            &mut registry,
+            "redis_session_round_trips",
+            "Commands and scripts sent to Redis for MCP sessions (every attempt)",
+        );
+        let redis_failures = counter(
+            &mut registry,
+            "redis_session_failures",
+            "Of those, the ones that failed or timed out",
+        );
+        let cluster_notes_sent = counter(
+            &mut registry,
+            "cluster_notes_sent",
+            "Notes published to the other instances (stream messages, answers, cancellations, session ends)",
+        );
+        let cluster_notes_received = counter(
+            &mut registry,
+            "cluster_notes_received",
+            "Notes heard from the cluster",
+        );
         Self {
             registry,
             http,
@@ -200,7 +249,21 @@ impl Metrics {
             agents,
             pool_size,
             pool_idle,
+            mcp_sessions,
+            redis_round_trips,
+            redis_failures,
+            cluster_notes_sent,
+            cluster_notes_received,
+            mcp: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reads the MCP engine's sessions (and cluster counts) through `stats` at every scrape.
+    pub fn watch_mcp(
+        &self,
+        stats: impl Fn() -> (usize, Option<breeze_mcp::cluster::ClusterStats>) + Send + Sync + 'static,
+    ) {
+        let _ = self.mcp.set(Box::new(stats));
     }
 
     /// Counts a `tools/call` of `tool` that ended with `outcome` after `elapsed`.
@@ -249,6 +312,17 @@ impl Metrics {
         let (size, idle) = state.store.pool_stats();
         self.pool_size.set(i64::from(size));
         self.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+        if let Some(read) = self.mcp.get() {
+            let (sessions, cluster) = read();
+            self.mcp_sessions
+                .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+            if let Some(c) = cluster {
+                catch_up(&self.redis_round_trips, c.redis_round_trips);
+                catch_up(&self.redis_failures, c.redis_failures);
+                catch_up(&self.cluster_notes_sent, c.notes_sent);
+                catch_up(&self.cluster_notes_received, c.notes_received);
+            }
+        }
         let mut out = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -151,8 +151,24 @@ async fn metrics_are_token_protected_and_count(cx: Ctx) {
     assert!(allowed >= 4.0, "the transport limits decided: {after:#?}");
     assert_eq!(get(&after, "breeze_agents_connected"), 0.0);
     assert!(get(&after, "breeze_db_pool_connections") >= 1.0);
+    assert_eq!(get(&after, "breeze_mcp_sessions"), 0.0, "stateless calls");
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } } });
+    let r = send(
+        &app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", &w.read)
+            .body(Body::from(init.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(get(&scrape_ok(&app).await, "breeze_mcp_sessions"), 1.0);
     let scrapes = r#"breeze_http_requests_total{route="/metrics",method="GET",status="200"}"#;
-    assert_eq!(get(&after, scrapes), 1.0, "the previous scrape");
+    assert_eq!(get(&after, scrapes), 1.0, "the scrape before");
 }
 
 /// A request's id is the client's `X-Request-Id` when it sent one, echoed back; otherwise a

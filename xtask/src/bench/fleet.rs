@@ -116,7 +116,7 @@ fn pin_self(cpu: u32) -> bool {
 }
 
 /// `n` users in `acme`, each with an `ai:read,ai:write` key; returns the keys.
-fn command_keys(inst: &Instance, n: usize) -> anyhow::Result<Vec<String>> {
+pub(super) fn command_keys(inst: &Instance, n: usize) -> anyhow::Result<Vec<String>> {
     let stamp = sim::now().timestamp();
     let make = |i: usize| -> anyhow::Result<String> {
         let email = format!("bench-cmd-{stamp}-{i}@bench.invalid");

@@ -52,6 +52,25 @@ pub(super) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A second server on a scratch Breeze's database ([`Instance::start_peer`]); killed on drop.
+pub(super) struct Peer {
+    child: Child,
+    pub(super) base_url: String,
+}
+
+impl Peer {
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running scratch Breeze; killed (and its PostgreSQL database dropped) on drop.
 pub(super) struct Instance {
     child: Child,
@@ -152,6 +171,38 @@ impl Instance {
 
     pub(super) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// A second server on this instance's database: `breeze serve` on CPU `cpu` with the shared
+    /// settings and `server_env` (which should name the same `REDIS_URL` as the first).
+    pub(super) fn start_peer(&self, cpu: u32, server_env: &[(&str, &str)]) -> anyhow::Result<Peer> {
+        let port = free_port()?;
+        let dir = self.log.with_file_name("peer");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join("server.log");
+        let mut cmd = pinned(cpu);
+        cmd.arg(&self.bin)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(File::create(&log)?));
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in server_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().context("starting breeze serve")?;
+        if let Err(e) = wait_for_port(port, &mut child) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            bail!("{e}\nserver log:\n{log}");
+        }
+        Ok(Peer {
+            child,
+            base_url: format!("http://127.0.0.1:{port}"),
+        })
     }
 
     /// One of the demo's API keys: `read`, `write` or `execute`.
