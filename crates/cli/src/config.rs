@@ -119,6 +119,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "serve GET /metrics on the main listener to `Authorization: Bearer <token>` (optional; 16+ characters)",
     ),
     (
+        "BREEZE_SHUTDOWN_DELAY_SECONDS",
+        "on SIGTERM, seconds to keep serving with /readyz at 503 before draining, so a load balancer stops sending first (0-300; default 5 in production, 0 in development)",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "export traces over OTLP/HTTP to this collector (…/v1/traces is added); off when unset",
     ),
@@ -453,6 +457,8 @@ pub(crate) struct Settings {
     pub(crate) pdf_font: Option<PathBuf>,
     /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
     pub(crate) metrics: breeze_server::metrics::MetricsAccess,
+    /// `BREEZE_SHUTDOWN_DELAY_SECONDS`.
+    pub(crate) shutdown_delay: std::time::Duration,
     /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
     pub(crate) traces: Option<crate::telemetry::TraceSettings>,
 }
@@ -650,6 +656,17 @@ impl Settings {
             None | Some("") => None,
             Some(v) => Some(PathBuf::from(v)),
         };
+        let shutdown_delay = match env.get("BREEZE_SHUTDOWN_DELAY_SECONDS").map(|v| v.trim()) {
+            None | Some("") if environment == Environment::Production => 5,
+            None | Some("") => 0,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n <= 300 => n,
+                _ => bail!(
+                    "invalid BREEZE_SHUTDOWN_DELAY_SECONDS: {v:?} (expected 0 to 300 seconds)"
+                ),
+            },
+        };
+        let shutdown_delay = std::time::Duration::from_secs(shutdown_delay);
         let metrics = breeze_server::metrics::MetricsAccess {
             addr: match env.get("BREEZE_METRICS_ADDR").map(|v| v.trim()) {
                 None | Some("") => None,
@@ -678,6 +695,7 @@ impl Settings {
             audit_archive_dir,
             pdf_font,
             metrics,
+            shutdown_delay,
             oauth,
             alerts,
             listen,

@@ -23,7 +23,9 @@ use std::{
 use serde_json::{Value, json};
 
 mod common;
-use common::{Server, breeze, eventually, export_lines, free_port, local_device, mcp_tool};
+use common::{
+    Server, breeze, eventually, export_lines, free_port, http_get, local_device, mcp_tool,
+};
 
 /// A database of this test's own, dropped at the end.
 struct Database {
@@ -31,8 +33,9 @@ struct Database {
 }
 
 impl Database {
-    fn create() -> Self {
-        let name = format!("breeze_fault_{}", std::process::id());
+    /// `breeze_<label>_<pid>`: one per test, the tests of this file run at once.
+    fn create(label: &str) -> Self {
+        let name = format!("breeze_{label}_{}", std::process::id());
         let db = Self { name };
         db.psql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name));
         db.psql(&format!("CREATE DATABASE {}", db.name));
@@ -95,11 +98,27 @@ enum Pick {
     Alternate,
 }
 
-/// A TCP proxy on a free port over `upstreams`; its threads live as long as the test.
+/// A TCP proxy on a free port over `upstreams`; its threads live as long as the test. Like a
+/// load balancer it health-checks every upstream (`/readyz`, every 50 ms) and sends new
+/// connections to ready ones, to any that accepts when none is ready.
 fn proxy(upstreams: Vec<u16>, pick: Pick) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let turn = Arc::new(AtomicUsize::new(0));
+    let ready: Arc<Vec<AtomicBool>> =
+        Arc::new(upstreams.iter().map(|_| AtomicBool::new(true)).collect());
+    {
+        let (ready, upstreams) = (ready.clone(), upstreams.clone());
+        std::thread::spawn(move || {
+            loop {
+                for (i, p) in upstreams.iter().enumerate() {
+                    let ok = http_get(*p, "/readyz", None).is_ok_and(|(status, _)| status == 200);
+                    ready[i].store(ok, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+    }
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(client) = client else { continue };
@@ -107,9 +126,14 @@ fn proxy(upstreams: Vec<u16>, pick: Pick) -> u16 {
                 Pick::First => 0,
                 Pick::Alternate => turn.fetch_add(1, Ordering::Relaxed),
             };
-            let upstream = (0..upstreams.len())
-                .map(|i| upstreams[(start + i) % upstreams.len()])
-                .find_map(|p| TcpStream::connect(("127.0.0.1", p)).ok());
+            let order: Vec<usize> = (0..upstreams.len())
+                .map(|i| (start + i) % upstreams.len())
+                .collect();
+            let upstream = order
+                .iter()
+                .filter(|i| ready[**i].load(Ordering::SeqCst))
+                .chain(order.iter())
+                .find_map(|i| TcpStream::connect(("127.0.0.1", upstreams[*i])).ok());
             let Some(upstream) = upstream else { continue };
             for (mut from, mut to) in [
                 (client.try_clone().unwrap(), upstream.try_clone().unwrap()),
@@ -127,17 +151,38 @@ fn proxy(upstreams: Vec<u16>, pick: Pick) -> u16 {
 
 /// A POST through `port` with a request id; returns the status and the body.
 fn post(port: u16, path: &str, key: &str, request_id: &str, body: &Value) -> (u16, String) {
+    let (status, _, body) = post_in(port, path, key, request_id, None, body);
+    (status, body)
+}
+
+/// A POST with a request id, in session `session` when given; returns the status, the raw
+/// response headers and the body.
+fn post_in(
+    port: u16,
+    path: &str,
+    key: &str,
+    request_id: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, String, String) {
     let body = body.to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMcp-Protocol-Version: 2025-06-18\r\n"))
+        .unwrap_or_default();
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new(), String::new());
+    };
     s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
-    write!(
+    let sent = write!(
         s,
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\nX-Request-Id: {request_id}\r\n\
-         Content-Type: application/json\r\nAccept: application/json\r\n\
+         {session}Content-Type: application/json\r\nAccept: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    if sent.is_err() {
+        return (0, String::new(), String::new());
+    }
     let mut raw = String::new();
     let _ = s.read_to_string(&mut raw);
     let status = raw
@@ -145,8 +190,8 @@ fn post(port: u16, path: &str, key: &str, request_id: &str, body: &Value) -> (u1
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
-    (status, body.unwrap_or_default())
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw.as_str(), ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// A legacy SSE stream: its POST path and its `message` events as they come.
@@ -248,7 +293,7 @@ impl Drop for Agent {
 #[test]
 fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::create();
+    let db = Database::create("fault");
     let (port_a, port_b) = (free_port(), free_port());
     let sticky = proxy(vec![port_a, port_b], Pick::First);
     let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
@@ -429,5 +474,106 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
     for rid in &answered {
         assert!(ids.contains(rid), "{rid} answered but not audited");
     }
+    b.stop();
+}
+
+/// SIGTERM, then wait for the exit (a drained shutdown).
+fn terminate(server: Server) {
+    server.stop();
+}
+
+#[test]
+fn a_rolling_restart_fails_no_call_of_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create("rolling");
+    let (port_a, port_b) = (free_port(), free_port());
+    let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
+    let env = [
+        ("DATABASE_URL", db.url()),
+        ("REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
+        (
+            "BREEZE_REDIS_PREFIX",
+            format!("roll{}:", std::process::id()),
+        ),
+        // The caller calls back to back for seconds: more than the default 120 a minute.
+        ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000".to_owned()),
+        // Time for the balancer's health check to take a stopping instance out.
+        ("BREEZE_SHUTDOWN_DELAY_SECONDS", "1".to_owned()),
+        ("BREEZE_PUBLIC_URL", format!("http://127.0.0.1:{balanced}")),
+        ("BREEZE_DEMO_AGENT", "false".to_owned()),
+    ];
+    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let a = Server::start_with(&a_dir, port_a, "demo", &env_ref);
+    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
+    let demo: Value =
+        serde_json::from_slice(&std::fs::read(a_dir.join("breeze-data/demo.json")).unwrap())
+            .unwrap();
+    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+
+    let (status, head, body) = post_in(
+        balanced,
+        "/mcp",
+        &read,
+        "roll-init",
+        None,
+        &json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": { "name": "rolling", "version": "1" } } }),
+    );
+    assert_eq!(status, 200, "{body}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap();
+
+    // One client calls in its session without pause while each instance restarts in turn.
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = {
+        let (stop, read, session) = (stop.clone(), read.clone(), session.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0, Vec::new());
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let call = json!({ "jsonrpc": "2.0", "id": n, "method": "tools/call",
+                    "params": { "name": "query_devices", "arguments": { "limit": 1 } } });
+                let rid = format!("roll-{n}");
+                let (status, _, body) =
+                    post_in(balanced, "/mcp", &read, &rid, Some(&session), &call);
+                if status == 200 && body.contains("\"result\"") {
+                    ok += 1;
+                } else {
+                    failed.push(format!("{status} {body}"));
+                }
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    terminate(a);
+    let a = Server::start_with(&a_dir, port_a, "serve", &env_ref);
+    std::thread::sleep(Duration::from_secs(1));
+    terminate(b);
+    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = caller.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failed.len(),
+        ok + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 20, "the caller kept calling: {ok}");
+    a.stop();
     b.stop();
 }

@@ -101,6 +101,10 @@ pub struct ServerConfig {
     pub audit: AuditRetentionConfig,
     /// Who may read `GET /metrics` (off by default).
     pub metrics: metrics::MetricsAccess,
+    /// How long a shutdown keeps serving with `/readyz` answering 503 before it drains
+    /// (`BREEZE_SHUTDOWN_DELAY_SECONDS`): the time a load balancer needs to stop sending
+    /// new connections here, so none arrives after the listener closes.
+    pub shutdown_delay: Duration,
 }
 
 /// The audit log's retention, applied by a daily job that [`serve`] starts.
@@ -147,6 +151,7 @@ impl ServerConfig {
             deployments: deployments::DeploymentConfig::default(),
             audit: AuditRetentionConfig::default(),
             metrics: metrics::MetricsAccess::default(),
+            shutdown_delay: Duration::ZERO,
         }
     }
 }
@@ -174,6 +179,8 @@ pub struct AppState {
     pub oauth: Option<breeze_oauth::OAuth>,
     /// Counters for `GET /metrics`.
     pub metrics: Arc<metrics::Metrics>,
+    /// Set when a shutdown begins: `/readyz` answers 503 from then on.
+    pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -232,6 +239,7 @@ impl AppState {
             pipeline,
             oauth,
             metrics,
+            shutting_down: Arc::default(),
         }
     }
 }
@@ -598,9 +606,22 @@ pub async fn serve(
     }
     let gateway = breeze.state.gateway.clone();
     let engine = breeze.mcp.clone();
+    let breeze_state_flag = breeze.state.shutting_down.clone();
+    let shutdown_delay = breeze.state.config.shutdown_delay;
     let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let (shutting_down, delay) = (breeze_state_flag, shutdown_delay);
     let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
+        // Not ready any more, but still serving: the load balancer stops sending new
+        // connections before the listener closes, so none is refused mid-way.
+        shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+        if !delay.is_zero() {
+            tracing::info!(
+                delay_ms = delay.as_millis(),
+                "shutting down: /readyz answers 503 while the load balancer catches up"
+            );
+            tokio::time::sleep(delay).await;
+        }
         // No new MCP sessions; SSE streams end with a reconnect hint; agents move.
         engine.drain();
         gateway.close_all();

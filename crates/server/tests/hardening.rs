@@ -367,6 +367,23 @@ async fn a_locked_database_answers_unavailable_and_retryable(cx: Ctx) {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
 
+/// A shutting-down instance is not ready (its load balancer takes it out) while it still serves.
+async fn readyz_reports_a_shutdown(cx: Ctx) {
+    let w = world(&cx).await;
+    assert_eq!(send(&w.app, readyz()).await.status, StatusCode::OK);
+    w.state
+        .shutting_down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = send(&w.app, readyz()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    let r = send(
+        &w.app,
+        Request::get("/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "still alive and serving");
+}
+
 /// A database that answers but cannot write is not ready: every request writes its audit record.
 async fn readyz_reports_a_database_that_cannot_write(cx: Ctx) {
     let w = world(&cx).await;
@@ -777,6 +794,7 @@ breeze_store::on_both_backends!(
     requests_with_nul_are_audited,
     a_locked_database_answers_unavailable_and_retryable,
     readyz_reports_a_database_that_cannot_write,
+    readyz_reports_a_shutdown,
     rest_bodies_are_limited_per_endpoint,
     responses_carry_security_headers,
     cookie_requests_from_another_origin_are_refused,

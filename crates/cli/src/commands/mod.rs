@@ -164,6 +164,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         automations: breeze_server::automations::AutomationConfig::default(),
         deployments: breeze_server::deployments::DeploymentConfig::default(),
         metrics: settings.metrics.clone(),
+        shutdown_delay: settings.shutdown_delay,
         audit: breeze_server::AuditRetentionConfig {
             days: settings.audit_retention_days,
             archive_dir: Some(settings.audit_archive_dir.clone()),

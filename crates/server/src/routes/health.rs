@@ -16,9 +16,16 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
-/// The process can serve: the database answers and takes writes (a read-only or locked
-/// database fails nearly every request, since each one writes its audit record).
+/// The process can serve: it is not shutting down, and the database answers and takes writes
+/// (a read-only or locked database fails nearly every request, since each one writes its audit
+/// record).
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    if state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Err(ApiError::unavailable("shutting down"));
+    }
     state.store.ping().await.map_err(ApiError::unavailable)?;
     state
         .store
