@@ -537,7 +537,7 @@ fn a_rolling_restart_fails_no_call_of_a_session() {
     // One client calls in its session without pause while each instance restarts in turn.
     let stop = Arc::new(AtomicBool::new(false));
     let caller = {
-        let (stop, read, session) = (stop.clone(), read.clone(), session.clone());
+        let stop = stop.clone();
         std::thread::spawn(move || {
             let (mut ok, mut failed) = (0, Vec::new());
             let mut n = 0;
