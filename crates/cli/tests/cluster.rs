@@ -1,5 +1,7 @@
-//! Two `breeze` processes on one PostgreSQL database and one Redis, and an instance killed with
-//! SIGKILL while it holds a legacy SSE stream and the socket of an agent running a command.
+//! Faults with real processes: two `breeze` processes on one PostgreSQL database and one Redis,
+//! an instance killed with SIGKILL while it holds a legacy SSE stream and the socket of an agent
+//! running a command, a rolling restart under a steady caller, and a PostgreSQL server stopped
+//! and started under a running instance.
 //!
 //! Two small TCP proxies stand in for the load balancer: one sends every connection to the first
 //! instance while it is up and to the second after (the agent and the SSE stream start on the
@@ -576,4 +578,136 @@ fn a_rolling_restart_fails_no_call_of_a_session() {
     assert!(ok > 20, "the caller kept calling: {ok}");
     a.stop();
     b.stop();
+}
+
+/// A PostgreSQL server of the test's own (Debian's binaries, run as the `postgres` user), on a
+/// free port, to stop and start again.
+struct PrivatePostgres {
+    dir: tempfile::TempDir,
+    port: u16,
+    bin: std::path::PathBuf,
+}
+
+impl PrivatePostgres {
+    fn start() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's server binaries under /usr/lib/postgresql")
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("pg_ctl").exists())
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let pg = Self {
+            port: free_port(),
+            bin,
+            dir,
+        };
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(pg.dir.path())
+            .status()
+            .unwrap();
+        pg.as_postgres(&[
+            pg.bin.join("initdb").to_str().unwrap(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-D",
+            data.to_str().unwrap(),
+        ]);
+        pg.ctl("start");
+        pg
+    }
+
+    /// Runs `args` as the `postgres` user (initdb and the server refuse root).
+    fn as_postgres(&self, args: &[&str]) {
+        let ok = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("runuser")
+            .success();
+        assert!(ok, "{args:?}");
+    }
+
+    fn ctl(&self, action: &str) {
+        let data = self.dir.path().join("data");
+        let log = self.dir.path().join("log");
+        let options = format!(
+            "-p {} -k {} -h 127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let mut args = vec![
+            self.bin.join("pg_ctl").to_str().unwrap().to_owned(),
+            "-D".into(),
+            data.to_str().unwrap().to_owned(),
+            "-l".into(),
+            log.to_str().unwrap().to_owned(),
+            "-o".into(),
+            options,
+            "-w".into(),
+        ];
+        if action == "stop" {
+            args.extend(["-m".into(), "fast".into()]);
+        }
+        args.push(action.to_owned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.as_postgres(&args);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.ctl("stop")));
+    }
+}
+
+#[test]
+fn a_postgresql_restart_is_503_then_recovers_without_a_restart() {
+    let pg = PrivatePostgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let env = [
+        ("DATABASE_URL", pg.url()),
+        ("BREEZE_DEMO_AGENT", "false".to_owned()),
+    ];
+    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut server = Server::start_with(dir.path(), port, "demo", &env_ref);
+    let demo: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("breeze-data/demo.json")).unwrap())
+            .unwrap();
+    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "query_devices", "arguments": {} } });
+    let ready = || http_get(port, "/readyz", None).map_or(0, |(status, _)| status);
+    assert_eq!(ready(), 200);
+    assert_eq!(post(port, "/mcp", &read, "pg-before", &call).0, 200);
+
+    pg.ctl("stop");
+    eventually(10, "/readyz to report the database", || ready() == 503);
+    let (status, body) = post(port, "/mcp", &read, "pg-down", &call);
+    assert!(
+        status == 503 || body.contains("\"retryable\":true"),
+        "a call while the database is down is refused as retryable: {status} {body}"
+    );
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "the server is still running"
+    );
+
+    pg.ctl("start");
+    eventually(30, "/readyz to recover", || ready() == 200);
+    let (status, body) = post(port, "/mcp", &read, "pg-after", &call);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"result\""), "{body}");
+    server.stop();
 }
