@@ -24,6 +24,10 @@ use crate::{
     },
 };
 
+/// How long a relayed stream message may wait for room in its client's stream (see
+/// [`Engine::apply`]).
+const DELIVER_PATIENCE: Duration = Duration::from_secs(2);
+
 /// JSON-RPC error code for a request the client cancelled.
 pub const REQUEST_CANCELLED: i32 = crate::jsonrpc::codes::REQUEST_CANCELLED;
 
@@ -352,7 +356,12 @@ impl<A: McpApp> Engine<A> {
             Note::Deliver { session, message } => {
                 if let Some(s) = self.sessions.local(&session) {
                     self.sessions.touch(&s);
-                    s.send(message).await;
+                    // Notes are applied in order, one at a time: a client that stopped reading
+                    // its stream may hold the others up this long, no longer.
+                    let sent = tokio::time::timeout(DELIVER_PATIENCE, s.send(message)).await;
+                    if sent.is_err() {
+                        tracing::warn!(session_id = %s.id, "a relayed message was dropped: the client is not reading its stream");
+                    }
                 }
             }
             Note::Answer {
