@@ -3,9 +3,11 @@
 //! stays counted up to 1 ms longer, see [`MemoryLimiter`]).
 //!
 //! [`RateLimiter`] is the seam; [`MemoryLimiter`] keeps windows in this process and
-//! [`RedisLimiter`] shares them between instances. A backend that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
+//! [`RedisLimiter`] shares them between instances, over a [`RedisConnection`] (which the MCP
+//! engine's session cluster uses too). A backend that can fail (Redis) reports [`LimiterError::Unavailable`] and the caller decides whether
 //! to fail open or closed.
 
+mod connection;
 mod memory;
 mod redis;
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+pub use connection::RedisConnection;
 pub use memory::MemoryLimiter;
 pub use redis::RedisLimiter;
 

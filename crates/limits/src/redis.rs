@@ -2,17 +2,16 @@
 //!
 //! Each decision is one Lua script run atomically in Redis: drop the entries older than the
 //! window, count, and add this request only when under the limit. Time is Redis's own clock
-//! (`TIME`), so instances with skewed clocks agree. A connection is made on first use and
-//! remade after failures; any failure or a reply slower than the timeout is
-//! [`LimiterError::Unavailable`], and the caller fails closed or open.
+//! (`TIME`), so instances with skewed clocks agree. Any failure of the [`RedisConnection`] or a
+//! reply slower than its timeout is [`LimiterError::Unavailable`], and the caller fails closed
+//! or open.
 
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
-use redis::{Client, Script, aio::ConnectionManager};
-use tokio::sync::Mutex;
+use redis::Script;
 
-use crate::{Decision, LimiterError, RateLimiter};
+use crate::{Decision, LimiterError, RateLimiter, RedisConnection};
 
 const SCRIPT: &str = r"
 local t = redis.call('TIME')
@@ -34,39 +33,21 @@ return {0, retry, 0}
 
 /// Sliding windows in Redis.
 pub struct RedisLimiter {
-    client: Client,
-    conn: Mutex<Option<ConnectionManager>>,
+    redis: RedisConnection,
     script: Script,
     prefix: String,
-    timeout: Duration,
 }
 
 impl RedisLimiter {
     /// A limiter on the Redis at `url` (`redis://host:port/db`). Does not connect yet; an
     /// invalid URL is an error now.
     pub fn new(url: &str, prefix: &str) -> Result<Self, LimiterError> {
-        let client = Client::open(url)
-            .map_err(|e| LimiterError::Unavailable(format!("invalid REDIS_URL: {e}")))?;
         Ok(Self {
-            client,
-            conn: Mutex::new(None),
+            redis: RedisConnection::open(url, Duration::from_millis(500))
+                .map_err(LimiterError::Unavailable)?,
             script: Script::new(SCRIPT),
             prefix: prefix.to_owned(),
-            timeout: Duration::from_millis(500),
         })
-    }
-
-    async fn connection(&self) -> Result<ConnectionManager, LimiterError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let c = tokio::time::timeout(self.timeout, ConnectionManager::new(self.client.clone()))
-            .await
-            .map_err(|_| LimiterError::Unavailable("Redis connection timed out".into()))?
-            .map_err(|e| LimiterError::Unavailable(e.to_string()))?;
-        *slot = Some(c.clone());
-        Ok(c)
     }
 
     async fn decide(
@@ -75,23 +56,16 @@ impl RedisLimiter {
         limit: u32,
         window: Duration,
     ) -> Result<Decision, LimiterError> {
-        let mut conn = self.connection().await?;
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
         let member = uuid::Uuid::now_v7().to_string();
         let mut invocation = self.script.key(format!("{}{key}", self.prefix));
         invocation.arg(window_ms).arg(limit).arg(member);
-        let reply: Result<(i64, i64, i64), _> =
-            match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut conn)).await {
-                Ok(r) => r,
-                Err(_) => {
-                    *self.conn.lock().await = None;
-                    return Err(LimiterError::Unavailable(
-                        "Redis did not answer in time".into(),
-                    ));
-                }
-            };
-        let (allowed, retry_ms, remaining) =
-            reply.map_err(|e| LimiterError::Unavailable(e.to_string()))?;
+        let invocation = &invocation;
+        let (allowed, retry_ms, remaining): (i64, i64, i64) = self
+            .redis
+            .run(|mut c| async move { invocation.invoke_async(&mut c).await })
+            .await
+            .map_err(LimiterError::Unavailable)?;
         Ok(Decision {
             allowed: allowed == 1,
             retry_after: Duration::from_millis(u64::try_from(retry_ms).unwrap_or(0)),

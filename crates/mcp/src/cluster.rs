@@ -36,11 +36,12 @@ use std::{
     time::Duration,
 };
 
+use breeze_limits::RedisConnection;
 use futures::StreamExt;
-use redis::{Client, Script, aio::ConnectionManager};
+use redis::{Script, aio::ConnectionManager};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -202,7 +203,7 @@ impl Outbox {
 /// What this instance has asked of Redis and heard from the others, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClusterStats {
-    /// Commands and scripts sent to Redis (each attempt).
+    /// Commands and scripts sent to Redis (a retry on a new connection counts once).
     pub redis_round_trips: u64,
     /// Of those, the ones that failed or timed out.
     pub redis_failures: u64,
@@ -222,11 +223,9 @@ struct Counters {
 
 /// This instance's view of the cluster's sessions in Redis.
 pub struct SessionCluster {
-    client: Client,
-    conn: Mutex<Option<ConnectionManager>>,
+    redis: RedisConnection,
     prefix: String,
     instance: Arc<str>,
-    timeout: Duration,
     open: Script,
     refresh: Script,
     restore: Script,
@@ -251,16 +250,14 @@ impl SessionCluster {
     /// The cluster on the Redis at `url`, keys under `prefix`. Does not connect yet; an invalid
     /// URL is an error now. The instance gets a random name.
     pub fn new(url: &str, prefix: &str) -> Result<Self, SessionError> {
-        let client = Client::open(url)
-            .map_err(|e| SessionError::Unavailable(format!("invalid REDIS_URL: {e}")))?;
+        let redis = RedisConnection::open(url, Duration::from_millis(500))
+            .map_err(SessionError::Unavailable)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let instance = uuid::Uuid::new_v4().simple().to_string();
         Ok(Self {
-            client,
-            conn: Mutex::new(None),
+            redis,
             prefix: prefix.to_owned(),
             instance: instance[..12].into(),
-            timeout: Duration::from_millis(500),
             open: Script::new(OPEN),
             refresh: Script::new(REFRESH),
             restore: Script::new(RESTORE),
@@ -310,56 +307,17 @@ impl SessionCluster {
         format!("{}s:{id}", self.prefix)
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, SessionError> {
-        let mut slot = self.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            return Ok(c.clone());
-        }
-        let c = tokio::time::timeout(self.timeout, ConnectionManager::new(self.client.clone()))
-            .await
-            .map_err(|_| SessionError::Unavailable("Redis connection timed out".into()))?
-            .map_err(|e| SessionError::Unavailable(e.to_string()))?;
-        *slot = Some(c.clone());
-        Ok(c)
-    }
-
-    /// Runs `f` on a connection within the timeout. A connection that fails (Redis restarted)
-    /// is dropped and `f` tried once more on a new one, so the first request after Redis comes
-    /// back succeeds; a timeout is not retried.
+    /// Runs `f` on the shared connection (see [`RedisConnection::run`]), counted.
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, SessionError>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
-            let conn = match self.connection().await {
-                Ok(c) => c,
-                Err(e) => {
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(e);
-                }
-            };
-            match tokio::time::timeout(self.timeout, f(conn)).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => {
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    *self.conn.lock().await = None;
-                    if attempt == 2 || !(e.is_io_error() || e.is_connection_dropped()) {
-                        return Err(SessionError::Unavailable(e.to_string()));
-                    }
-                }
-                Err(_) => {
-                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    *self.conn.lock().await = None;
-                    return Err(SessionError::Unavailable(
-                        "Redis did not answer in time".into(),
-                    ));
-                }
-            }
-        }
+        self.counters.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.redis.run(f).await.map_err(|e| {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            SessionError::Unavailable(e)
+        })
     }
 
     /// Admits `record` within the cluster-wide `limits`: at a full cap the least recently used
@@ -595,7 +553,7 @@ impl SessionCluster {
         tokio::spawn(async move {
             let mut first = true;
             while !stop.is_cancelled() {
-                let mut pubsub = match cluster.client.get_async_pubsub().await {
+                let mut pubsub = match cluster.redis.client().get_async_pubsub().await {
                     Ok(p) => p,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot subscribe to the session cluster; retrying");
