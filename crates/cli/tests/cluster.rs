@@ -282,6 +282,72 @@ fn run(dir: &Path, env: &[(&str, String)], args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Two instances on a database of their own and Redis, behind a balancing proxy that is their
+/// public URL: `breeze demo` (A, which seeds the demo tenant) and `breeze serve` (B).
+struct Pair {
+    dir: tempfile::TempDir,
+    _db: Database,
+    port_a: u16,
+    port_b: u16,
+    balanced: u16,
+    /// The settings both instances and the admin CLI run with.
+    env: Vec<(&'static str, String)>,
+    demo: Value,
+}
+
+impl Pair {
+    /// Starts both with `extra` settings; `label` names the database and the Redis prefix.
+    fn start(label: &str, extra: &[(&'static str, &str)]) -> (Pair, Server, Server) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(label);
+        let (port_a, port_b) = (free_port(), free_port());
+        let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
+        let mut env = vec![
+            ("DATABASE_URL", db.url()),
+            ("REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
+            (
+                "BREEZE_REDIS_PREFIX",
+                format!("{label}{}:", std::process::id()),
+            ),
+            ("BREEZE_PUBLIC_URL", format!("http://127.0.0.1:{balanced}")),
+            ("BREEZE_DEMO_AGENT", "false".to_owned()),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let mut pair = Pair {
+            dir,
+            _db: db,
+            port_a,
+            port_b,
+            balanced,
+            env,
+            demo: Value::Null,
+        };
+        let a = pair.server('a', "demo");
+        let b = pair.server('b', "serve");
+        let demo = pair.dir.path().join("a/breeze-data/demo.json");
+        pair.demo = serde_json::from_slice(&std::fs::read(demo).unwrap()).unwrap();
+        (pair, a, b)
+    }
+
+    /// Starts instance `which` ('a' or 'b') with `command` in its own directory.
+    fn server(&self, which: char, command: &str) -> Server {
+        let dir = self.dir.path().join(which.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = if which == 'a' {
+            self.port_a
+        } else {
+            self.port_b
+        };
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Server::start_with(&dir, port, command, &env)
+    }
+
+    /// One of the demo's API keys: `read`, `write` or `execute`.
+    fn key(&self, which: &str) -> String {
+        self.demo["api_keys"][which].as_str().unwrap().to_owned()
+    }
+}
+
 /// An agent process enrolled through `server`, until dropped.
 struct Agent(Child);
 
@@ -294,36 +360,14 @@ impl Drop for Agent {
 
 #[test]
 fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::create("fault");
-    let (port_a, port_b) = (free_port(), free_port());
-    let sticky = proxy(vec![port_a, port_b], Pick::First);
-    let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
-    let env = vec![
-        ("DATABASE_URL", db.url()),
-        ("REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
-        (
-            "BREEZE_REDIS_PREFIX",
-            format!("fault{}:", std::process::id()),
-        ),
-        ("BREEZE_PUBLIC_URL", format!("http://127.0.0.1:{balanced}")),
-        ("BREEZE_DEMO_AGENT", "false".to_owned()),
-    ];
-    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    let a = Server::start_with(&a_dir, port_a, "demo", &env_ref);
-    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
-    let demo: Value =
-        serde_json::from_slice(&std::fs::read(a_dir.join("breeze-data/demo.json")).unwrap())
-            .unwrap();
-    let execute = demo["api_keys"]["execute"].as_str().unwrap().to_owned();
-    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+    let (pair, a, b) = Pair::start("fault", &[]);
+    let (dir, env, port_b, balanced) = (pair.dir.path(), &pair.env, pair.port_b, pair.balanced);
+    let sticky = proxy(vec![pair.port_a, port_b], Pick::First);
+    let (execute, read) = (pair.key("execute"), pair.key("read"));
 
     // A script that counts its runs on the device, and an agent on the first instance.
-    let marker = dir.path().join("runs.txt");
-    let script = dir.path().join("slow.sh");
+    let marker = dir.join("runs.txt");
+    let script = dir.join("slow.sh");
     std::fs::write(
         &script,
         format!(
@@ -334,8 +378,8 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
     .unwrap();
     let script_path = script.to_str().unwrap();
     run(
-        dir.path(),
-        &env,
+        dir,
+        env,
         &[
             "scripts",
             "add",
@@ -350,8 +394,8 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
         ],
     );
     let key: Value = serde_json::from_str(&run(
-        dir.path(),
-        &env,
+        dir,
+        env,
         &[
             "enrollment-keys",
             "create",
@@ -363,11 +407,11 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
         ],
     ))
     .unwrap();
-    let agent_config = dir.path().join("agent/agent.json");
+    let agent_config = dir.join("agent/agent.json");
     let agent_config = agent_config.to_str().unwrap();
     let server_url = format!("http://127.0.0.1:{sticky}");
     run(
-        dir.path(),
+        dir,
         &[],
         &[
             "agent",
@@ -381,7 +425,7 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
         ],
     );
     let _agent = Agent(
-        breeze(dir.path())
+        breeze(dir)
             .args(["agent", "run", "--config", agent_config])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -409,13 +453,13 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
     let running = std::thread::spawn(move || post(port_b, "/mcp", &execute, "fault-run", &call));
     let mut approval = String::new();
     eventually(20, "the approval request", || {
-        let out = run(dir.path(), &env, &["approvals", "list", "--org", "acme"]);
+        let out = run(dir, env, &["approvals", "list", "--org", "acme"]);
         approval = out.split_whitespace().next().unwrap_or_default().to_owned();
         !approval.is_empty()
     });
     run(
-        dir.path(),
-        &env,
+        dir,
+        env,
         &[
             "approvals",
             "approve",
@@ -463,10 +507,10 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
     assert_eq!(after["structuredContent"]["devices"][0]["status"], "online");
 
     // Every request that was answered, before the kill or after, is in the audit log.
-    let export = dir.path().join("audit.jsonl.gz");
+    let export = dir.join("audit.jsonl.gz");
     run(
-        dir.path(),
-        &env,
+        dir,
+        env,
         &["audit", "export", "--out", export.to_str().unwrap()],
     );
     let ids: Vec<String> = export_lines(&std::fs::read(&export).unwrap())
@@ -486,34 +530,16 @@ fn terminate(server: Server) {
 
 #[test]
 fn a_rolling_restart_fails_no_call_of_a_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::create("rolling");
-    let (port_a, port_b) = (free_port(), free_port());
-    let balanced = proxy(vec![port_a, port_b], Pick::Alternate);
-    let env = [
-        ("DATABASE_URL", db.url()),
-        ("REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
-        (
-            "BREEZE_REDIS_PREFIX",
-            format!("roll{}:", std::process::id()),
-        ),
-        // The caller calls back to back for seconds: more than the default 120 a minute.
-        ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000".to_owned()),
-        // Time for the balancer's health check to take a stopping instance out.
-        ("BREEZE_SHUTDOWN_DELAY_SECONDS", "1".to_owned()),
-        ("BREEZE_PUBLIC_URL", format!("http://127.0.0.1:{balanced}")),
-        ("BREEZE_DEMO_AGENT", "false".to_owned()),
-    ];
-    let env_ref: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a_dir).unwrap();
-    std::fs::create_dir_all(&b_dir).unwrap();
-    let a = Server::start_with(&a_dir, port_a, "demo", &env_ref);
-    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
-    let demo: Value =
-        serde_json::from_slice(&std::fs::read(a_dir.join("breeze-data/demo.json")).unwrap())
-            .unwrap();
-    let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+    let (pair, a, b) = Pair::start(
+        "rolling",
+        &[
+            // The caller calls back to back for seconds: more than the default 120 a minute.
+            ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "100000"),
+            // Time for the balancer's health check to take a stopping instance out.
+            ("BREEZE_SHUTDOWN_DELAY_SECONDS", "1"),
+        ],
+    );
+    let (balanced, read) = (pair.balanced, pair.key("read"));
 
     let (status, head, body) = post_in(
         balanced,
@@ -561,10 +587,10 @@ fn a_rolling_restart_fails_no_call_of_a_session() {
     };
     std::thread::sleep(Duration::from_secs(1));
     terminate(a);
-    let a = Server::start_with(&a_dir, port_a, "serve", &env_ref);
+    let a = pair.server('a', "serve");
     std::thread::sleep(Duration::from_secs(1));
     terminate(b);
-    let b = Server::start_with(&b_dir, port_b, "serve", &env_ref);
+    let b = pair.server('b', "serve");
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::SeqCst);
     let (ok, failed) = caller.join().unwrap();
@@ -623,18 +649,24 @@ impl PrivatePostgres {
 
     /// Runs `args` as the `postgres` user (initdb and the server refuse root).
     fn as_postgres(&self, args: &[&str]) {
-        let ok = Command::new("runuser")
+        assert!(self.try_as_postgres(args), "{args:?}");
+    }
+
+    fn try_as_postgres(&self, args: &[&str]) -> bool {
+        Command::new("runuser")
             .args(["-u", "postgres", "--"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("runuser")
-            .success();
-        assert!(ok, "{args:?}");
+            .is_ok_and(|s| s.success())
     }
 
     fn ctl(&self, action: &str) {
+        assert!(self.try_ctl(action), "pg_ctl {action}");
+    }
+
+    fn try_ctl(&self, action: &str) -> bool {
         let data = self.dir.path().join("data");
         let log = self.dir.path().join("log");
         let options = format!(
@@ -657,7 +689,7 @@ impl PrivatePostgres {
         }
         args.push(action.to_owned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.as_postgres(&args);
+        self.try_as_postgres(&args)
     }
 
     fn url(&self) -> String {
@@ -667,7 +699,7 @@ impl PrivatePostgres {
 
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.ctl("stop")));
+        self.try_ctl("stop");
     }
 }
 
@@ -686,8 +718,10 @@ fn a_postgresql_restart_is_503_then_recovers_without_a_restart() {
         serde_json::from_slice(&std::fs::read(dir.path().join("breeze-data/demo.json")).unwrap())
             .unwrap();
     let read = demo["api_keys"]["read"].as_str().unwrap().to_owned();
+    // A call that reads the database itself (`query_devices` answers from the in-memory
+    // device directory, which outlives a database outage by design).
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "query_devices", "arguments": {} } });
+        "params": { "name": "manage_groups", "arguments": { "action": "list" } } });
     let ready = || http_get(port, "/readyz", None).map_or(0, |(status, _)| status);
     assert_eq!(ready(), 200);
     assert_eq!(post(port, "/mcp", &read, "pg-before", &call).0, 200);
