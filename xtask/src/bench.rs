@@ -236,6 +236,37 @@ fn build_peers(peers: &Path, packages: &[&str]) -> anyhow::Result<()> {
     run(&mut cmd).map(drop)
 }
 
+/// In a debug build of xtask, runs `cargo xtask bench <bench> <args>` again from a release build
+/// (the bench's clients share the machine with the servers, so they must be optimised) and
+/// returns its outcome; `None` in a release build, which goes on itself.
+fn rerun_in_release(root: &Path, bench: &str, args: &[&str]) -> Option<anyhow::Result<()>> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    eprintln!("building xtask (release) for the clients…");
+    let status = Command::new("cargo")
+        .current_dir(root)
+        .args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "xtask",
+            "--",
+            "bench",
+            bench,
+        ])
+        .args(args)
+        .status();
+    Some(match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(anyhow::anyhow!(
+            "the release build of the {bench} benchmark failed: {s}"
+        )),
+        Err(e) => Err(e.into()),
+    })
+}
+
 /// `cargo build --release -q -p breeze-cli`; returns the binary. `BENCH_BREEZE_BIN` names a
 /// prebuilt binary instead (to measure a fixed build while the tree changes).
 fn build_breeze(root: &Path) -> anyhow::Result<PathBuf> {

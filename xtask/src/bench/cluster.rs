@@ -19,7 +19,6 @@
 //!   and each instance's resident memory.
 
 use std::{
-    process::Command,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -66,27 +65,8 @@ fn parse(args: &[&str]) -> anyhow::Result<Args> {
 pub(crate) fn run_bench(args: &[&str]) -> anyhow::Result<()> {
     let a = parse(args)?;
     let root = workspace_root()?;
-    if cfg!(debug_assertions) {
-        // The clients share the machine with the servers: run them optimised.
-        eprintln!("building xtask (release) for the clients…");
-        let status = Command::new("cargo")
-            .current_dir(&root)
-            .args([
-                "run",
-                "--release",
-                "-q",
-                "-p",
-                "xtask",
-                "--",
-                "bench",
-                "cluster",
-            ])
-            .args(args)
-            .status()?;
-        if !status.success() {
-            bail!("the release build of the cluster benchmark failed: {status}");
-        }
-        return Ok(());
+    if let Some(done) = super::rerun_in_release(&root, "cluster", args) {
+        return done;
     }
     eprintln!("building breeze and the load generator (release)…");
     let bin = build_breeze(&root)?;
@@ -365,26 +345,11 @@ async fn commands(inst: &Instance, a: &str, b: &str, calls: usize) -> anyhow::Re
 }
 
 fn sim_config(inst: &Instance, base_url: &str, agents: usize) -> anyhow::Result<SimConfig> {
-    let out = tokio::task::block_in_place(|| {
-        inst.cli(&[
-            "enrollment-keys",
-            "create",
-            "--org",
-            "acme",
-            "--site",
-            "Headquarters",
-            "--max-uses",
-            &agents.to_string(),
-            "--expires-in-hours",
-            "2",
-            "--json",
-        ])
-    })?;
-    let v: Value = serde_json::from_str(&out).context("enrollment-keys create --json")?;
+    let enrollment_key = tokio::task::block_in_place(|| inst.enrollment_key(agents))?;
     Ok(SimConfig {
         base_url: base_url.to_owned(),
         agents,
-        enrollment_key: v["key"].as_str().context("no key")?.to_owned(),
+        enrollment_key,
         enroll_concurrency: 32,
         connect_concurrency: 64,
         samples_per_batch: 1,

@@ -173,27 +173,8 @@ pub(super) fn command_keys(inst: &Instance, n: usize) -> anyhow::Result<Vec<Stri
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let a = parse(args)?;
     let root = workspace_root()?;
-    if cfg!(debug_assertions) {
-        // The simulator shares the machine with the server: run it optimised.
-        eprintln!("building xtask (release) for the simulator…");
-        let status = Command::new("cargo")
-            .current_dir(&root)
-            .args([
-                "run",
-                "--release",
-                "-q",
-                "-p",
-                "xtask",
-                "--",
-                "bench",
-                "fleet",
-            ])
-            .args(args)
-            .status()?;
-        if !status.success() {
-            bail!("the release build of the fleet benchmark failed: {status}");
-        }
-        return Ok(());
+    if let Some(done) = super::rerun_in_release(&root, "fleet", args) {
+        return done;
     }
     let nofile = raise_nofile(a.agents as u64 * 2 + 4096);
     eprintln!("building breeze (release)…");
@@ -209,24 +190,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         ],
     )?;
     eprintln!("breeze demo on {} ({})", inst.base_url, a.db.name());
-    let out = inst.cli(&[
-        "enrollment-keys",
-        "create",
-        "--org",
-        "acme",
-        "--site",
-        "Headquarters",
-        "--max-uses",
-        &a.agents.to_string(),
-        "--expires-in-hours",
-        "2",
-        "--json",
-    ])?;
-    let v: Value = serde_json::from_str(&out).context("enrollment-keys create --json")?;
-    let enrollment_key = v["key"]
-        .as_str()
-        .context("enrollment-keys create: no key")?
-        .to_owned();
+    let enrollment_key = inst.enrollment_key(a.agents)?;
     let t = Instant::now();
     let keys = command_keys(&inst, a.cmd_users)?;
     eprintln!(

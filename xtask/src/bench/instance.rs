@@ -223,6 +223,28 @@ impl Instance {
         run(&mut cmd)
     }
 
+    /// A new enrollment key for the demo's first site, good for `uses` agents for two hours.
+    pub(super) fn enrollment_key(&self, uses: usize) -> anyhow::Result<String> {
+        let out = self.cli(&[
+            "enrollment-keys",
+            "create",
+            "--org",
+            "acme",
+            "--site",
+            "Headquarters",
+            "--max-uses",
+            &uses.to_string(),
+            "--expires-in-hours",
+            "2",
+            "--json",
+        ])?;
+        let v: Value = serde_json::from_str(&out).context("enrollment-keys create --json")?;
+        v["key"]
+            .as_str()
+            .map(str::to_owned)
+            .context("enrollment-keys create: no key")
+    }
+
     /// The single number a `SELECT count(*) …` answers, asked with the backend's own shell.
     pub(super) fn count(&self, sql: &str) -> anyhow::Result<u64> {
         let out = match self.db {
