@@ -45,23 +45,7 @@ impl Database {
     }
 
     fn psql(&self, sql: &str) {
-        let ok = Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                sql,
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .expect("psql (PostgreSQL's client) on PATH")
-            .success();
-        assert!(ok, "psql: {sql}");
+        assert!(psql(sql), "psql: {sql}");
     }
 
     fn url(&self) -> String {
@@ -71,24 +55,32 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-            ])
-            .arg(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .stdout(Stdio::null())
-            .status();
+        psql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
     }
+}
+
+/// Runs `sql` on the machine's PostgreSQL as `postgres`; whether it succeeded.
+fn psql(sql: &str) -> bool {
+    Command::new("psql")
+        .args([
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("psql (PostgreSQL's client) on PATH")
+        .success()
 }
 
 /// How a proxy picks an instance for a new connection (it skips one that refuses).
