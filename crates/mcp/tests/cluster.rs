@@ -83,6 +83,17 @@ impl McpApp for App {
     ) -> Result<CallToolResult, ErrorObject> {
         match name.as_str() {
             "echo" => Ok(CallToolResult::text(arguments.to_string())),
+            "announce" => {
+                // A message tied to no request: it travels on the session's own stream.
+                if let Some(peer) = cx.peer.standalone() {
+                    peer.notify(
+                        "notifications/message",
+                        json!({ "level": "info", "data": arguments }),
+                    )
+                    .await;
+                }
+                Ok(CallToolResult::text("announced"))
+            }
             "wait" => {
                 /// Counts the call's end, whether the engine drops it or it sees the
                 /// cancellation first.
@@ -434,6 +445,46 @@ async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
         a.engine.sessions().is_empty() && b.engine.sessions().is_empty()
     })
     .await;
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn the_get_stream_receives_what_another_instance_sends_on_it() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let id = initialize(a, "k1").await.unwrap();
+    // b adopts the session before a opens its GET stream: the news of the stream must reach b.
+    let r = send(
+        &b.routes,
+        post(Some(&id), "k1", &call(1, "echo", json!({}))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let stream = send(
+        &a.routes,
+        Request::get("/mcp")
+            .header("x-key", "k1")
+            .header("mcp-session-id", &id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut events = SseReader::new(stream);
+    // The news that a holds the stream travels to b asynchronously.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = send(
+        &b.routes,
+        post(Some(&id), "k1", &call(2, "announce", json!({ "n": 7 }))),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let note = events.next_json().await;
+    assert_eq!(note["method"], "notifications/message", "{note}");
+    assert_eq!(note["params"]["data"]["n"], 7);
     stop.cancel();
 }
 
