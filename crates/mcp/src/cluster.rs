@@ -93,8 +93,8 @@ end
 return {cap, victim, victim_owner}
 ";
 
-/// Marks sessions active now, if they still exist. ARGV: prefix, ttl, then id, owner, tenant
-/// for each session.
+/// Marks sessions active now, if they still exist, and keeps their records and the sets they
+/// are counted in alive. ARGV: prefix, ttl, then id, owner, tenant for each session.
 const REFRESH: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -102,9 +102,10 @@ local p, ttl = ARGV[1], tonumber(ARGV[2])
 for i = 3, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('PEXPIRE', p .. 's:' .. id, ttl) == 1 then
-    redis.call('ZADD', p .. 'all', 'XX', now, id)
-    redis.call('ZADD', p .. 'key:' .. ARGV[i + 1], 'XX', now, id)
-    redis.call('ZADD', p .. 'tenant:' .. ARGV[i + 2], 'XX', now, id)
+    for _, set in ipairs({p .. 'all', p .. 'key:' .. ARGV[i + 1], p .. 'tenant:' .. ARGV[i + 2]}) do
+      redis.call('ZADD', set, 'XX', now, id)
+      redis.call('PEXPIRE', set, ttl)
+    end
   end
 end
 return 0

@@ -713,3 +713,34 @@ async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
     initialize(&b, "k1").await.expect("new sessions open again");
     stop.cancel();
 }
+
+#[tokio::test]
+async fn a_session_in_use_stays_counted_past_the_idle_ttl() {
+    let stop = CancellationToken::new();
+    let limits = SessionLimits {
+        max_per_key: 1,
+        idle_ttl: Duration::from_secs(4),
+        ..SessionLimits::default()
+    };
+    let nodes = cluster(2, limits, &stop).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let id = initialize(a, "k1").await.unwrap();
+    // Used every half second for longer than the idle TTL, on both instances.
+    for n in 0..14 {
+        let at = if n % 2 == 0 { a } else { b };
+        let r = send(
+            &at.routes,
+            post(Some(&id), "k1", &call(n, "echo", json!({}))),
+        )
+        .await;
+        assert_eq!(r.status(), StatusCode::OK, "call {n}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let refused = initialize(b, "k1").await.unwrap_err();
+    assert_eq!(
+        refused.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the busy session still fills the key's cap"
+    );
+    stop.cancel();
+}
