@@ -6,7 +6,7 @@
 //! last activity in three sorted sets — all sessions, per credential, per tenant — so the caps
 //! are counted cluster-wide. An instance that receives a request for a session it does not
 //! hold finds the record, checks the owner, and adopts the session (a local copy); what must
-//! reach another instance travels as a [`Note`] on Redis pub/sub:
+//! reach another instance travels as a note on Redis pub/sub:
 //!
 //! - a message for a session's own stream (a legacy SSE reply, a Streamable HTTP GET-stream
 //!   event) goes to the instance holding the stream, through one ordered outbox per instance,
@@ -472,8 +472,8 @@ impl SessionCluster {
         Ok(())
     }
 
-    /// Records this instance's own sessions again, after Redis lost what it held (see
-    /// [`Heard::Resync`]).
+    /// Records this instance's own sessions again, after a resubscription: Redis may have
+    /// restarted empty.
     pub async fn restore(
         &self,
         records: &[SessionRecord],
