@@ -314,7 +314,8 @@ pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// Session caps and lifetime.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
-    /// Sessions in this process, all tenants together.
+    /// Sessions in this process, all tenants together (in a cluster, in every instance: see
+    /// [`crate::cluster`]; so are the other two caps).
     pub max_total: usize,
     /// Sessions of one tenant (all its credentials), so one cannot starve the others.
     pub max_per_tenant: usize,
