@@ -159,6 +159,32 @@ pub(crate) fn init(settings: &Settings) -> Telemetry {
     Telemetry(provider)
 }
 
+/// Links a request's span to the W3C trace context (`traceparent`, `tracestate`) its client
+/// sent, so Breeze's spans join the caller's trace; a missing or malformed header leaves the
+/// request its own trace.
+pub(crate) fn span_parent() -> breeze_server::SpanParent {
+    use opentelemetry::propagation::{Extractor, TextMapPropagator};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    struct Headers<'a>(&'a axum::http::HeaderMap);
+    impl Extractor for Headers<'_> {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(key).and_then(|v| v.to_str().ok())
+        }
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(axum::http::HeaderName::as_str).collect()
+        }
+    }
+    let propagator = opentelemetry_sdk::propagation::TraceContextPropagator::new();
+    breeze_server::SpanParent(std::sync::Arc::new(move |headers, span| {
+        if headers.contains_key("traceparent") {
+            let cx = propagator.extract(&Headers(headers));
+            // Only a span the tracing layer records can take a parent; others ignore it.
+            let _ = span.set_parent(cx);
+        }
+    }))
+}
+
 /// What a trace is made of: Breeze's spans (the request's `http` span at `info`, the steps of a
 /// call at `debug`) and the store's statements (sqlx logs each at `debug`), nothing else.
 fn trace_filter() -> Targets {

@@ -1329,5 +1329,38 @@ fn a_tool_call_is_traced_over_otlp_through_guard_handler_store_and_agent() {
         statements > 0,
         "no SQL statement in the call's trace: {trace:#?}"
     );
+
+    // A caller's W3C trace context: the request joins the caller's trace, under its span.
+    let (trace_id, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "query_devices", "arguments": {} } })
+    .to_string();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {read}\r\n\
+         traceparent: 00-{trace_id}-{parent}-01\r\nContent-Type: application/json\r\n\
+         Accept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.contains("\"result\""), "{reply}");
+    let mut joined = Vec::new();
+    eventually(20, "the call's spans in the caller's trace", || {
+        joined = exported_spans(&seen.lock().unwrap())
+            .into_iter()
+            .map(|(_, s)| s)
+            .filter(|s| s["traceId"] == trace_id)
+            .collect();
+        joined.iter().any(|s| s["name"] == "tool.call")
+            && joined.iter().any(|s| s["name"] == "http")
+    });
+    let http = joined.iter().find(|s| s["name"] == "http").unwrap();
+    assert_eq!(
+        http["parentSpanId"], parent,
+        "under the caller's span: {http}"
+    );
     server.stop();
 }

@@ -105,6 +105,22 @@ pub struct ServerConfig {
     /// (`BREEZE_SHUTDOWN_DELAY_SECONDS`): the time a load balancer needs to stop sending
     /// new connections here, so none arrives after the listener closes.
     pub shutdown_delay: Duration,
+    /// Links each request's span to the trace its client sent (W3C `traceparent`), when traces
+    /// are exported; set by the binary, which alone knows OpenTelemetry.
+    pub span_parent: Option<SpanParent>,
+}
+
+/// Gives a request's span (second argument) the parent its headers name.
+pub type SetSpanParent = dyn Fn(&axum::http::HeaderMap, &tracing::Span) + Send + Sync;
+
+/// Makes a request's `http` span a child of the trace context in its headers.
+#[derive(Clone)]
+pub struct SpanParent(pub Arc<SetSpanParent>);
+
+impl std::fmt::Debug for SpanParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanParent")
+    }
 }
 
 /// The audit log's retention, applied by a daily job that [`serve`] starts.
@@ -152,6 +168,7 @@ impl ServerConfig {
             audit: AuditRetentionConfig::default(),
             metrics: metrics::MetricsAccess::default(),
             shutdown_delay: Duration::ZERO,
+            span_parent: None,
         }
     }
 }
@@ -286,6 +303,7 @@ impl Breeze {
 /// The whole application.
 pub fn app(breeze: Breeze) -> Router {
     let metrics = breeze.state.metrics.clone();
+    let span_parent = breeze.state.config.span_parent.clone();
     let rest = Router::new()
         .merge(routes::health::router())
         .route("/metrics", axum::routing::get(metrics::scrape_with_token))
@@ -308,13 +326,17 @@ pub fn app(breeze: Breeze) -> Router {
             tower::ServiceBuilder::new()
                 .layer(edge::EdgeLayer::new(metrics))
                 .layer(TraceLayer::new_for_http().make_span_with(
-                    |req: &axum::http::Request<_>| {
+                    move |req: &axum::http::Request<_>| {
                         let id = req
                             .headers()
                             .get(REQUEST_ID_HEADER)
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or_default();
-                        tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                        let span = tracing::info_span!("http", method = %req.method(), path = %req.uri().path(), request_id = %id);
+                        if let Some(parent) = &span_parent {
+                            (parent.0)(req.headers(), &span);
+                        }
+                        span
                     },
                 ))
                 .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES)),

@@ -165,6 +165,10 @@ fn server_config(settings: &Settings) -> ServerConfig {
         deployments: breeze_server::deployments::DeploymentConfig::default(),
         metrics: settings.metrics.clone(),
         shutdown_delay: settings.shutdown_delay,
+        span_parent: settings
+            .traces
+            .is_some()
+            .then(crate::telemetry::span_parent),
         audit: breeze_server::AuditRetentionConfig {
             days: settings.audit_retention_days,
             archive_dir: Some(settings.audit_archive_dir.clone()),
