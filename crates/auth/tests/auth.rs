@@ -7,7 +7,7 @@ use breeze_auth::{AuthError, AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Actor, AuditEvent, Clock, OrgId, Scope, ScopeSet, User};
 use breeze_store::{
     Decision, NewApproval, NewUser, Store, StoreOptions,
-    testing::{Ctx, postgres_url},
+    testing::{Ctx, store_url},
 };
 use chrono::Duration;
 
@@ -417,7 +417,7 @@ async fn another_process(cx: &Ctx) -> Store {
             StoreOptions {
                 pg_schema: Some(row["s"].as_str().unwrap().to_owned()),
                 max_connections: 2,
-                ..StoreOptions::new(postgres_url())
+                ..StoreOptions::new(store_url())
             }
         }
     };

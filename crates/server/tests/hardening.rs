@@ -17,7 +17,7 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::{AppState, Breeze, ServerConfig};
 use breeze_store::{
     Backend, NewUser, Store, StoreOptions,
-    testing::{Ctx, postgres_url},
+    testing::{Ctx, store_url},
 };
 use common::{PASSWORD, World, audit, err_msg, send, world};
 use serde_json::{Value, json};
@@ -262,7 +262,7 @@ async fn same_database(cx: &Ctx) -> StoreOptions {
             StoreOptions {
                 pg_schema: Some(row["s"].as_str().unwrap().to_owned()),
                 max_connections: 5,
-                ..StoreOptions::new(postgres_url())
+                ..StoreOptions::new(store_url())
             }
         }
     }

@@ -159,7 +159,7 @@ impl OrgStore<'_> {
             ));
         }
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO enrollment_keys (id, org_id, site_id, name, key_hash, key_prefix, \
              max_uses, uses, expires_at, revoked_at, created_by, created_at) \
@@ -193,7 +193,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("enrollment key"))
     }
@@ -205,7 +205,7 @@ impl OrgStore<'_> {
              ORDER BY created_at DESC, id DESC"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -230,7 +230,7 @@ impl OrgStore<'_> {
         )
         .bind(device)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 
@@ -246,7 +246,7 @@ impl OrgStore<'_> {
             q.push(&format!(" AND device_id = {p}"));
         }
         q.push(" ORDER BY device_id");
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// User sessions of this organization since `since`, newest first, optionally for one
@@ -275,7 +275,7 @@ impl OrgStore<'_> {
         }
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY login_at DESC, id DESC LIMIT {p}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Agent log lines of this organization, newest first.
@@ -314,7 +314,7 @@ impl OrgStore<'_> {
         }
         let p = q.arg(i64::from(f.limit));
         q.push(&format!(" ORDER BY at DESC LIMIT {p}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 }
 

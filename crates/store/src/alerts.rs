@@ -482,7 +482,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO notification_channels ({CHANNEL_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
@@ -514,7 +514,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("notification channel"))
     }
@@ -525,7 +525,7 @@ impl OrgStore<'_> {
             "SELECT {CHANNEL_COLUMNS} FROM notification_channels WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -547,7 +547,7 @@ impl OrgStore<'_> {
             )));
         }
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("DELETE FROM notification_channels WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -622,7 +622,7 @@ impl OrgStore<'_> {
         let count =
             sql("SELECT COUNT(*) FROM alert_rules WHERE org_id = $1 AND deleted_at IS NULL")
                 .bind(self.org)
-                .fetch_scalar::<i64>(self.store)
+                .fetch_scalar::<i64>(self)
                 .await?;
         if count >= MAX_RULES_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -632,7 +632,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO alert_rules ({RULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
@@ -677,7 +677,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("alert rule"))
     }
@@ -689,7 +689,7 @@ impl OrgStore<'_> {
              ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -733,7 +733,7 @@ impl OrgStore<'_> {
         let name = update.name.clone().unwrap_or(current.name.clone());
         let now = self.store.clock.now();
         let (site, group, device) = target_columns(target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE alert_rules SET name = $1, description = $2, severity = $3, enabled = $4, \
              condition = $5, target_kind = $6, target_site_id = $7, target_group_id = $8, \
@@ -791,7 +791,7 @@ impl OrgStore<'_> {
     /// each with a history entry, in one transaction with the audit record.
     pub async fn delete_rule(&self, id: Uuid, actor: &Actor, audit: AuditEvent) -> Result<u64> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("UPDATE alert_rules SET deleted_at = $1, enabled = $2 \
              WHERE id = $3 AND org_id = $4 AND deleted_at IS NULL")
         .bind(now)
@@ -870,7 +870,7 @@ impl OrgStore<'_> {
                 push_target(&mut q, "id", target);
                 push_only(&mut q, "id", only);
                 q.push(" ORDER BY id");
-                let devices: Vec<(DeviceId,)> = q.fetch_all(self.store).await?;
+                let devices: Vec<(DeviceId,)> = q.fetch_all(self).await?;
                 let from = now - Duration::minutes(i64::from(c.window_minutes));
                 let mut q = sql("SELECT device_id, COUNT(*) FROM device_events WHERE org_id = $1")
                     .bind(self.org);
@@ -879,7 +879,7 @@ impl OrgStore<'_> {
                 push_only(&mut q, "device_id", only);
                 q.push(" GROUP BY device_id");
                 let counts: std::collections::HashMap<DeviceId, i64> = q
-                    .fetch_all::<(DeviceId, i64)>(self.store)
+                    .fetch_all::<(DeviceId, i64)>(self)
                     .await?
                     .into_iter()
                     .collect();
@@ -906,7 +906,7 @@ impl OrgStore<'_> {
                 push_target(&mut q, "id", target);
                 push_only(&mut q, "id", only);
                 q.push(" ORDER BY id");
-                let rows: Vec<PresenceRow> = q.fetch_all(self.store).await?;
+                let rows: Vec<PresenceRow> = q.fetch_all(self).await?;
                 let cutoff = now - Duration::minutes(i64::from(*minutes));
                 Ok(rows
                     .into_iter()
@@ -959,7 +959,7 @@ impl OrgStore<'_> {
                     push_target(&mut q, "device_id", target);
                     push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
-                    let rows: Vec<RateRow> = q.fetch_all(self.store).await?;
+                    let rows: Vec<RateRow> = q.fetch_all(self).await?;
                     let seconds = duration.num_seconds().max(1) as f64;
                     Ok(rows
                         .into_iter()
@@ -1001,7 +1001,7 @@ impl OrgStore<'_> {
                     push_target(&mut q, "device_id", target);
                     push_only(&mut q, "device_id", only);
                     q.push(" GROUP BY device_id ORDER BY device_id");
-                    let rows: Vec<LevelRow> = q.fetch_all(self.store).await?;
+                    let rows: Vec<LevelRow> = q.fetch_all(self).await?;
                     let recent = now - SAMPLE_GAP;
                     Ok(rows
                         .into_iter()
@@ -1039,7 +1039,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(rule)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -1072,7 +1072,7 @@ impl OrgStore<'_> {
             .bind(self.org)
             .bind(rule.id)
             .bind(device)
-            .fetch_scalar(self.store)
+            .fetch_scalar(self)
             .await?;
             if last.is_some_and(|t| t + Duration::minutes(rule.cooldown_minutes) > now) {
                 return Ok(None);
@@ -1086,7 +1086,7 @@ impl OrgStore<'_> {
         let message = format!("{}{value_text}", rule.condition.describe());
         let id = Uuid::now_v7();
         let actor = engine_actor();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(format!(
             "INSERT INTO alerts ({ALERT_COLUMNS}, trigger_events) VALUES ($1, $2, $3, $4, $5, \
              $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING"
@@ -1218,7 +1218,7 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<bool> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let statement = match to {
             AlertStatus::Acknowledged => {
                 "UPDATE alerts SET status = 'acknowledged', acknowledged_at = $1, \
@@ -1272,7 +1272,7 @@ impl OrgStore<'_> {
             "channelId": channel.id, "channel": channel.name, "kind": channel.kind,
             "detail": detail,
         });
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         insert_event(
             &mut tx,
             self.org,
@@ -1305,7 +1305,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("alert"))
     }
@@ -1318,7 +1318,7 @@ impl OrgStore<'_> {
         )
         .bind(self.org)
         .bind(alert)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -1373,7 +1373,7 @@ impl OrgStore<'_> {
         q.push(&format!(
             " ORDER BY triggered_at DESC, id DESC LIMIT {fetch}"
         ));
-        let mut alerts: Vec<Alert> = q.fetch_all(self.store).await?;
+        let mut alerts: Vec<Alert> = q.fetch_all(self).await?;
         let more = alerts.len() > limit as usize;
         alerts.truncate(limit as usize);
         let next_cursor = if more {
@@ -1397,7 +1397,7 @@ impl OrgStore<'_> {
              GROUP BY status, severity",
         )
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         let mut s = AlertSummary {
             unresolved_by_severity: Severity::ALL.iter().rev().map(|s| (*s, 0)).collect(),
@@ -1426,7 +1426,7 @@ impl OrgStore<'_> {
              FROM alert_rules WHERE org_id = $1 AND deleted_at IS NULL",
         )
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .unwrap_or((0, 0));
         s.rules = rules;

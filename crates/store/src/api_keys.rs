@@ -152,7 +152,7 @@ impl OrgStore<'_> {
             "SELECT {KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at DESC, id DESC"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -163,7 +163,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("API key"))
     }

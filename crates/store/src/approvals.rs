@@ -173,7 +173,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE, \
@@ -240,7 +240,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("approval request"))
     }
@@ -261,7 +261,7 @@ impl OrgStore<'_> {
         }
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {p}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Applies a person's decision to a pending, unexpired request — once. A report also
@@ -276,7 +276,7 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<ApprovalRecord> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let changed = sql(
             "UPDATE approval_requests SET status = $1, decided_by = $2, decided_at = $3, \
              reason = $4 WHERE id = $5 AND org_id = $6 AND status = 'pending' AND expires_at > $3",
@@ -379,7 +379,7 @@ impl OrgStore<'_> {
         let rows: Vec<(String, String)> =
             sql("SELECT action_class, mode FROM approval_policies WHERE org_id = $1")
                 .bind(self.org)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await?;
         let find = |class: &str| {
             rows.iter()
@@ -418,7 +418,7 @@ impl OrgStore<'_> {
         }
 
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let previous: Option<(String,)> =
             sql("SELECT mode FROM approval_policies WHERE org_id = $1 AND action_class = $2")
                 .bind(self.org)

@@ -204,7 +204,7 @@ pub(crate) async fn insert_batch(
     events: &[AuditEvent],
     now: Timestamp,
 ) -> Result<()> {
-    if let Pool::Postgres(pool) = &store.pool {
+    if let Pool::Postgres { system: pool, .. } = &store.pool {
         return insert_batch_pg(pool, events, now).await;
     }
     let mut tx = Tx::begin(&store.pool).await?;
@@ -288,7 +288,7 @@ async fn insert_batch_pg(pool: &PgPool, events: &[AuditEvent], now: Timestamp) -
 impl OrgStore<'_> {
     /// Appends an audit record in this organization (whatever `event.org_id` said).
     pub async fn append_audit(&self, event: AuditEvent) -> Result<AuditId> {
-        insert(self.store, &event.org(self.org), self.store.clock.now()).await
+        insert(self, &event.org(self.org), self.store.clock.now()).await
     }
 
     /// Audit records of this organization matching `filter`, newest first, `limit` per page
@@ -343,7 +343,7 @@ impl OrgStore<'_> {
         let fetch = q.arg(i64::from(limit) + 1);
         q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {fetch}"));
 
-        let mut rows: Vec<AuditRow> = q.fetch_all(self.store).await?;
+        let mut rows: Vec<AuditRow> = q.fetch_all(self).await?;
         let more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         let records = rows

@@ -299,7 +299,7 @@ impl Store {
     async fn purge_lock(&self) -> Result<Option<PurgeLock>> {
         match &self.pool {
             Pool::Sqlite(_) => Ok(Some(PurgeLock { _conn: None })),
-            Pool::Postgres(pool) => {
+            Pool::Postgres { system: pool, .. } => {
                 let mut conn = pool.acquire().await?.detach();
                 let got: bool = sqlx::query_scalar(
                     "SELECT pg_try_advisory_lock(hashtext(current_schema() || '.audit_purge'))",

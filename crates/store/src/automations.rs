@@ -438,7 +438,7 @@ impl OrgStore<'_> {
         .await?;
         let count = sql("SELECT COUNT(*) FROM automations WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_AUTOMATIONS_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -451,7 +451,7 @@ impl OrgStore<'_> {
         let (tk, cron, tz, rule, severity) = trigger_columns(&new.trigger);
         let (ak, script, params, timeout, channel, message) = action_columns(&new.action);
         let (site, group, device) = target_columns(new.target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO automations ({AUTOMATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
              $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
@@ -499,7 +499,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("automation"))
     }
@@ -510,7 +510,7 @@ impl OrgStore<'_> {
             "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -566,7 +566,7 @@ impl OrgStore<'_> {
         let (tk, cron, tz, rule, severity) = trigger_columns(&trigger);
         let (ak, script, params, timeout, channel, message) = action_columns(&action);
         let (site, group, device) = target_columns(target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE automations SET name = $1, description = $2, enabled = $3, trigger_kind = $4, \
              cron = $5, time_zone = $6, alert_rule_id = $7, alert_min_severity = $8, \
@@ -629,7 +629,7 @@ impl OrgStore<'_> {
     pub async fn delete_automation(&self, id: Uuid, audit: AuditEvent) -> Result<Automation> {
         let current = self.get_automation(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("DELETE FROM automation_runs WHERE automation_id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -661,7 +661,7 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<Option<AutomationRun>> {
         self.get_automation(automation).await?;
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let run = insert_run(&mut tx, self.store, self.org, automation, &new, audit).await?;
         tx.commit().await?;
         match run {
@@ -691,7 +691,7 @@ impl OrgStore<'_> {
         }
         let l = q.arg(i64::from(limit.clamp(1, MAX_RUN_PAGE)));
         q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Records a run's progress or end (audited `automation.run.finish` when it ends).
@@ -719,7 +719,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(since)
         .bind(i64::from(limit))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 }

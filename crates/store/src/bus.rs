@@ -88,7 +88,7 @@ pub(crate) struct Bus {
 
 impl Bus {
     pub(crate) fn new(pool: &Pool, pg_schema: Option<&str>) -> Arc<Bus> {
-        let channel = matches!(pool, Pool::Postgres(_)).then(|| channel_name(pg_schema));
+        let channel = matches!(pool, Pool::Postgres { .. }).then(|| channel_name(pg_schema));
         Arc::new(Bus {
             instance: Uuid::now_v7(),
             channel,
@@ -152,7 +152,8 @@ impl Store {
         &self,
         signal: Signal,
     ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-        let (Some(channel), Pool::Postgres(pool)) = (&self.bus.channel, &self.pool) else {
+        let (Some(channel), Pool::Postgres { system: pool, .. }) = (&self.bus.channel, &self.pool)
+        else {
             return None;
         };
         let payload = serde_json::to_string(&Envelope {
@@ -215,7 +216,8 @@ impl Store {
     /// the store's pool closes. Each signal is applied to this store's read models, then
     /// handed to subscribers.
     pub fn spawn_bus_listener(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let (Some(channel), Pool::Postgres(pool)) = (&self.bus.channel, &self.pool) else {
+        let (Some(channel), Pool::Postgres { system: pool, .. }) = (&self.bus.channel, &self.pool)
+        else {
             return None;
         };
         let (channel, pool, store) = (channel.clone(), pool.clone(), self.clone());

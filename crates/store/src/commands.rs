@@ -140,7 +140,7 @@ impl OrgStore<'_> {
         let id = Uuid::now_v7();
         let deadline = now + new.queue_ttl + Duration::seconds(i64::from(new.timeout_secs));
         let kind = kind_tag(&new.kind);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let protected = if new.kind.touches_paths() {
             crate::protected_paths::load(&mut tx, self.org).await?
         } else {
@@ -183,7 +183,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("command"))
     }
@@ -198,7 +198,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(device)
         .bind(i64::from(limit))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -215,7 +215,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(device)
         .bind(kind)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 
@@ -229,7 +229,7 @@ impl OrgStore<'_> {
         .bind(reason)
         .bind(id)
         .bind(self.org)
-        .execute(self.store)
+        .execute(self)
         .await?;
         Ok(n > 0)
     }

@@ -524,7 +524,7 @@ impl OrgStore<'_> {
         .await?;
         let count = sql("SELECT COUNT(*) FROM compliance_policies WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_POLICIES_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -534,7 +534,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO compliance_policies ({POLICY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
              $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, NULL, $17, $18)"
@@ -579,7 +579,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("compliance policy"))
     }
@@ -590,7 +590,7 @@ impl OrgStore<'_> {
             "SELECT {POLICY_COLUMNS} FROM compliance_policies WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -642,7 +642,7 @@ impl OrgStore<'_> {
             .clone()
             .unwrap_or(current.remediation_parameters.clone());
         let (site, group, device) = target_columns(target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE compliance_policies SET name = $1, description = $2, rules = $3, \
              target_kind = $4, target_site_id = $5, target_group_id = $6, target_device_id = $7, \
@@ -721,7 +721,7 @@ impl OrgStore<'_> {
     ) -> Result<CompliancePolicy> {
         let current = self.get_compliance_policy(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         for table in [
             "compliance_remediations",
             "compliance_history",
@@ -758,14 +758,14 @@ impl OrgStore<'_> {
             RuleTarget::Organization => {
                 sql("SELECT id FROM devices WHERE org_id = $1 ORDER BY id")
                     .bind(self.org)
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
             RuleTarget::Site(s) => {
                 sql("SELECT id FROM devices WHERE org_id = $1 AND site_id = $2 ORDER BY id")
                     .bind(self.org)
                     .bind(s)
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
             RuleTarget::Group(g) => sql(
@@ -774,13 +774,13 @@ impl OrgStore<'_> {
             )
             .bind(self.org)
             .bind(g)
-            .fetch_all(self.store)
+            .fetch_all(self)
             .await?,
             RuleTarget::Device(d) => {
                 sql("SELECT id FROM devices WHERE org_id = $1 AND id = $2")
                     .bind(self.org)
                     .bind(d)
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
         };
@@ -800,8 +800,7 @@ impl OrgStore<'_> {
             let p = q.arg(d);
             q.push(&format!(" AND device_id = {p}"));
         }
-        let rows: Vec<(DeviceId, sqlx::types::Json<serde_json::Value>)> =
-            q.fetch_all(self.store).await?;
+        let rows: Vec<(DeviceId, sqlx::types::Json<serde_json::Value>)> = q.fetch_all(self).await?;
         Ok(rows
             .into_iter()
             .filter_map(|(d, v)| {
@@ -830,7 +829,7 @@ impl OrgStore<'_> {
             let d = q.arg(d);
             q.push(&format!(" AND device_id = {d}"));
         }
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Evaluates `policy`'s inventory rules on every device it targets (or on `only` of them):
@@ -892,7 +891,7 @@ impl OrgStore<'_> {
         } else {
             Vec::new()
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         write_rows(&mut tx, self.org, &writes, now).await?;
         for d in gone {
             sql("DELETE FROM compliance_status WHERE policy_id = $1 AND device_id = $2 AND org_id = $3")
@@ -923,7 +922,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(true)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         let policies: Vec<CompliancePolicy> = policies
             .into_iter()
@@ -936,7 +935,7 @@ impl OrgStore<'_> {
             sql("SELECT site_id FROM devices WHERE org_id = $1 AND id = $2")
                 .bind(self.org)
                 .bind(device)
-                .fetch_optional(self.store)
+                .fetch_optional(self)
                 .await?;
         let Some((site,)) = place else {
             return Ok(0);
@@ -945,7 +944,7 @@ impl OrgStore<'_> {
             sql("SELECT group_id FROM device_group_members WHERE org_id = $1 AND device_id = $2")
                 .bind(self.org)
                 .bind(device)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await?;
         let covers = |t: RuleTarget| match t {
             RuleTarget::Organization => true,
@@ -974,7 +973,7 @@ impl OrgStore<'_> {
         if writes.is_empty() {
             return Ok(0);
         }
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         write_rows(&mut tx, self.org, &writes, now).await?;
         tx.commit().await?;
         Ok(writes.len())
@@ -1000,7 +999,7 @@ impl OrgStore<'_> {
         let online: Vec<(DeviceId,)> =
             sql("SELECT id FROM devices WHERE org_id = $1 AND status = 'online' ORDER BY id")
                 .bind(self.org)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await?;
         let busy: HashSet<DeviceId> = self
             .currents(Some(policy.id), None)
@@ -1035,7 +1034,7 @@ impl OrgStore<'_> {
                 .unwrap_or_default(),
         };
         if let Some(w) = write_for(policy, device, results, old.as_ref(), Some(command), now) {
-            let mut tx = Tx::begin(&self.store.pool).await?;
+            let mut tx = Tx::begin_in(self).await?;
             write_rows(&mut tx, self.org, &[w], now).await?;
             tx.commit().await?;
         }
@@ -1106,7 +1105,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let status = overall(policy.rules.len(), &results);
         if let Some(w) = write_for(policy, device, results, Some(&old), None, now) {
-            let mut tx = Tx::begin(&self.store.pool).await?;
+            let mut tx = Tx::begin_in(self).await?;
             write_rows(&mut tx, self.org, &[w], now).await?;
             tx.commit().await?;
         }
@@ -1143,7 +1142,7 @@ impl OrgStore<'_> {
         q.push(&format!(
             " ORDER BY d.hostname, s.device_id, s.policy_id LIMIT {l}"
         ));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Per policy, how many devices stand in each status.
@@ -1153,7 +1152,7 @@ impl OrgStore<'_> {
              GROUP BY policy_id, status",
         )
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         let mut by: HashMap<Uuid, PolicySummary> = HashMap::new();
         for (p, s, n) in counts {
@@ -1203,7 +1202,7 @@ impl OrgStore<'_> {
         }
         let l = q.arg(i64::from(limit.clamp(1, 200)));
         q.push(&format!(" ORDER BY at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     // ---- remediations ------------------------------------------------------------------------
@@ -1243,7 +1242,7 @@ impl OrgStore<'_> {
         )
         .bind(self.org)
         .bind(policy)
-        .fetch_scalar(self.store)
+        .fetch_scalar(self)
         .await?;
         if open > 0 {
             return Err(StoreError::Conflict(
@@ -1252,7 +1251,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO compliance_remediations ({REMEDIATION_COLUMNS}) VALUES ($1, $2, $3, $4, \
              'queued', $5, $6, $7, NULL, $8, NULL, NULL)"
@@ -1293,7 +1292,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(policy)
         .bind(i64::from(limit.clamp(1, 100)))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 

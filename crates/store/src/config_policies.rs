@@ -426,7 +426,7 @@ impl OrgStore<'_> {
         .bind(id)
         .bind(self.org)
         .bind(partner)
-        .fetch_optional::<PolicyRow>(self.store)
+        .fetch_optional::<PolicyRow>(self)
         .await?
         .ok_or(StoreError::NotFound("configuration policy"))?
         .into_policy()
@@ -445,7 +445,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(partner)
         .bind(status.map(PolicyStatus::as_str))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         rows.into_iter().map(PolicyRow::into_policy).collect()
     }
@@ -470,7 +470,7 @@ impl OrgStore<'_> {
         let description = update.description.clone().or(current.description.clone());
         let status = update.status.unwrap_or(current.status);
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "UPDATE config_policies SET name = $1, description = $2, status = $3, settings = $4, \
              updated_at = $5 WHERE id = $6 AND org_id = $7",
@@ -498,7 +498,7 @@ impl OrgStore<'_> {
     pub async fn delete_config_policy(&self, id: Uuid, audit: AuditEvent) -> Result<ConfigPolicy> {
         let policy = self.own_policy(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("DELETE FROM config_policy_assignments WHERE policy_id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -537,7 +537,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(partner)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         rows.into_iter()
             .map(AssignmentRow::into_assignment)
@@ -552,7 +552,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional::<AssignmentRow>(self.store)
+        .fetch_optional::<AssignmentRow>(self)
         .await?
         .ok_or(StoreError::NotFound("configuration policy assignment"))?
         .into_assignment()
@@ -601,7 +601,7 @@ impl OrgStore<'_> {
         .bind(new.policy_id)
         .bind(new.level.as_str())
         .bind(new.target_id)
-        .fetch_scalar::<i64>(self.store)
+        .fetch_scalar::<i64>(self)
         .await?;
         if taken > 0 {
             return Err(StoreError::Conflict(format!(
@@ -621,7 +621,7 @@ impl OrgStore<'_> {
         let policy = self.check_new_assignment(&new).await?;
         let count = sql("SELECT COUNT(*) FROM config_policy_assignments WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_CONFIG_ASSIGNMENTS {
             return Err(StoreError::Conflict(format!(
@@ -636,7 +636,7 @@ impl OrgStore<'_> {
         };
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO config_policy_assignments ({ASSIGNMENT_COLUMNS}, org_id, target_site_id, \
              target_group_id, target_device_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
@@ -675,7 +675,7 @@ impl OrgStore<'_> {
     ) -> Result<ConfigAssignment> {
         let assignment = self.get_config_assignment(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("DELETE FROM config_policy_assignments WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -743,13 +743,13 @@ impl OrgStore<'_> {
                 sql("SELECT id, site_id FROM devices WHERE org_id = $1 AND id = $2")
                     .bind(self.org)
                     .bind(ids[0])
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
             _ => {
                 sql("SELECT id, site_id FROM devices WHERE org_id = $1 ORDER BY id")
                     .bind(self.org)
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
         };
@@ -761,13 +761,13 @@ impl OrgStore<'_> {
                 )
                 .bind(self.org)
                 .bind(ids[0])
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await?
             }
             _ => {
                 sql("SELECT group_id, device_id FROM device_group_members WHERE org_id = $1")
                     .bind(self.org)
-                    .fetch_all(self.store)
+                    .fetch_all(self)
                     .await?
             }
         };
@@ -807,7 +807,7 @@ impl OrgStore<'_> {
         )
         .bind(device)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 }

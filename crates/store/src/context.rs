@@ -69,7 +69,7 @@ impl OrgStore<'_> {
         self.get_device(new.device_id).await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO device_context (org_id, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         ))
@@ -100,7 +100,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("context entry"))
     }
@@ -124,7 +124,7 @@ impl OrgStore<'_> {
             ));
         }
         q.push(" ORDER BY created_at DESC, id DESC");
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Marks an entry resolved (kept in history). Resolving twice keeps the first time.

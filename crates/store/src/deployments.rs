@@ -376,7 +376,7 @@ impl OrgStore<'_> {
         self.check_deployment(&new).await?;
         let count = sql("SELECT COUNT(*) FROM deployments WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_DEPLOYMENTS_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -442,7 +442,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
              $8, $9, $10, $11, 'draft', 0, NULL, NULL, $12, NULL, $13, $13, NULL, NULL, $14, $15)"
@@ -504,7 +504,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("deployment"))
     }
@@ -526,7 +526,7 @@ impl OrgStore<'_> {
         }
         let l = q.arg(i64::from(limit.clamp(1, 100)));
         q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// A deployment's devices (of one ring and status, or all), by ring then hostname.
@@ -552,7 +552,7 @@ impl OrgStore<'_> {
             q.push(&format!(" AND x.status = {p}"));
         }
         q.push(" ORDER BY x.ring, d.hostname, x.device_id");
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Each ring's tally, in ring order (`rings` long).
@@ -563,7 +563,7 @@ impl OrgStore<'_> {
         )
         .bind(d.id)
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         let mut tallies = vec![RingTally::default(); d.rings.len()];
         for (ring, status, n) in rows {
@@ -623,7 +623,7 @@ impl OrgStore<'_> {
             Control::Pause => Some(format!("paused by {actor}")),
             _ => None,
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("UPDATE deployments SET status = $1, pause_reason = $2, \
              owner_actor = CASE WHEN $3 THEN $4 ELSE owner_actor END, \
              accepted_ring = CASE WHEN $5 THEN current_ring ELSE accepted_ring END, \
@@ -776,7 +776,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let why = format!("the deployment {:?} was cancelled", d.name);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let withdrawn = self.withdraw_approvals_of(&mut tx, id, &why, now).await?;
         tx.commit().await?;
         Ok(withdrawn)
@@ -797,7 +797,7 @@ impl OrgStore<'_> {
             .bind(id)
             .bind(self.org)
             .bind(d.device_id)
-            .execute(self.store)
+            .execute(self)
             .await?;
         }
         Ok(())
@@ -816,7 +816,7 @@ impl OrgStore<'_> {
             .bind(id)
             .bind(self.org)
             .bind(*d)
-            .execute(self.store)
+            .execute(self)
             .await?;
         }
         Ok(())
@@ -832,7 +832,7 @@ impl OrgStore<'_> {
         results: &[DeviceResult],
     ) -> Result<()> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         for r in results {
             let status = r.status.unwrap_or(DeviceRunStatus::Running);
             sql(
@@ -884,7 +884,7 @@ impl OrgStore<'_> {
                 "deployment.complete",
             ),
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE deployments SET status = $1, current_ring = $2, pause_reason = $3, \
              finished_at = $4, next_step_at = $5, updated_at = $6 \
@@ -934,7 +934,7 @@ impl OrgStore<'_> {
         .bind(next)
         .bind(id)
         .bind(self.org)
-        .execute(self.store)
+        .execute(self)
         .await
         .map(drop)
     }

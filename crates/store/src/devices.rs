@@ -101,7 +101,7 @@ impl OrgStore<'_> {
             tags: new.tags,
             created_at: now,
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, os_version, \
              status, agent_version, last_seen_at, tags, created_at) \
@@ -138,7 +138,7 @@ impl OrgStore<'_> {
                 self.get_site(d.site_id).await?;
             }
         }
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         for d in &devices {
             sql("INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, os_version, \
                  status, agent_version, last_seen_at, tags, created_at) \
@@ -169,7 +169,7 @@ impl OrgStore<'_> {
         // A bulk load changes the table's statistics at once; refresh them so the planner uses
         // the organization indexes (the device directory's loader among them) now rather than
         // after autovacuum gets round to it.
-        sql("ANALYZE devices").execute(self.store).await?;
+        sql("ANALYZE devices").execute(self).await?;
         Ok(count)
     }
 
@@ -180,7 +180,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("device"))
     }
@@ -237,10 +237,10 @@ impl OrgStore<'_> {
             crate::Backend::Postgres => "d.hostname COLLATE \"C\"",
         };
         q.push(&format!(" ORDER BY {hostname}, d.id LIMIT {l} OFFSET {o}"));
-        let rows: Vec<Device> = q.fetch_all(self.store).await?;
+        let rows: Vec<Device> = q.fetch_all(self).await?;
         let mut count = sql("SELECT COUNT(*) FROM devices d WHERE d.org_id = $1").bind(self.org);
         filter.apply(&mut count);
-        let total = u64::try_from(count.fetch_scalar::<i64>(self.store).await?).unwrap_or(0);
+        let total = u64::try_from(count.fetch_scalar::<i64>(self).await?).unwrap_or(0);
         Ok((rows, total))
     }
 

@@ -85,7 +85,7 @@ impl OrgStore<'_> {
             sql("SELECT filter FROM device_group_filters WHERE group_id = $1 AND org_id = $2")
                 .bind(group)
                 .bind(self.org)
-                .fetch_optional(self.store)
+                .fetch_optional(self)
                 .await?;
         Ok(raw.map(|(f,)| f.0))
     }
@@ -95,7 +95,7 @@ impl OrgStore<'_> {
         let rows: Vec<(DeviceGroupId, sqlx::types::Json<GroupFilter>)> =
             sql("SELECT group_id, filter FROM device_group_filters WHERE org_id = $1")
                 .bind(self.org)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await?;
         Ok(rows.into_iter().map(|(g, f)| (g, f.0)).collect())
     }
@@ -113,7 +113,7 @@ impl OrgStore<'_> {
             q.push(&format!(" AND d.id = {p}"));
         }
         q.push(" ORDER BY d.hostname, d.id");
-        let devices: Vec<Device> = q.fetch_all(self.store).await?;
+        let devices: Vec<Device> = q.fetch_all(self).await?;
         let mut inventories: HashMap<DeviceId, InventoryFacts> = HashMap::new();
         if filter.needs_inventory() {
             let mut q = sql("SELECT device_id, inventory FROM device_state \
@@ -123,8 +123,7 @@ impl OrgStore<'_> {
                 let p = q.arg(d);
                 q.push(&format!(" AND device_id = {p}"));
             }
-            let rows: Vec<(DeviceId, sqlx::types::Json<Inventory>)> =
-                q.fetch_all(self.store).await?;
+            let rows: Vec<(DeviceId, sqlx::types::Json<Inventory>)> = q.fetch_all(self).await?;
             inventories = rows
                 .into_iter()
                 .map(|(d, inv)| (d, inventory_facts(&inv.0)))
@@ -162,7 +161,7 @@ impl OrgStore<'_> {
         filter.validate().map_err(StoreError::Invalid)?;
         self.get_group(group).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO device_group_filters (group_id, org_id, filter, updated_at) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (group_id) DO UPDATE SET \
@@ -209,7 +208,7 @@ impl OrgStore<'_> {
             q.push(&format!(" AND device_id = {p}"));
         }
         let current: HashSet<DeviceId> = q
-            .fetch_all::<(DeviceId,)>(self.store)
+            .fetch_all::<(DeviceId,)>(self)
             .await?
             .into_iter()
             .map(|(d,)| d)
@@ -224,7 +223,7 @@ impl OrgStore<'_> {
         changes.added.sort_unstable();
         changes.removed.sort_unstable();
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         for chunk in changes.added.chunks(200) {
             let mut q =
                 sql("INSERT INTO device_group_members (group_id, device_id, org_id) VALUES ");
@@ -294,7 +293,7 @@ impl OrgStore<'_> {
             "SELECT group_id, filter FROM device_group_filters WHERE org_id = $1 ORDER BY group_id",
         )
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         let mut out = Vec::new();
         for (group, filter) in filters {
@@ -328,7 +327,7 @@ impl OrgStore<'_> {
         .bind(actor.to_string())
         .bind(reason)
         .bind(self.store.clock.now())
-        .execute(self.store)
+        .execute(self)
         .await
         .map(drop)
     }
@@ -347,7 +346,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(group)
         .bind(i64::from(limit.clamp(1, 200)))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 }

@@ -207,7 +207,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(device)
         .bind(limit)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -229,7 +229,7 @@ impl OrgStore<'_> {
         push_event_match(&mut q, condition, from, now);
         let l = q.arg(MAX_TRIGGER_EVENTS);
         q.push(&format!(" ORDER BY at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// The events an alert was raised on (empty for alerts of other conditions).
@@ -243,7 +243,7 @@ impl OrgStore<'_> {
             sql("SELECT trigger_events FROM alerts WHERE id = $1 AND org_id = $2")
                 .bind(alert)
                 .bind(self.org)
-                .fetch_optional(self.store)
+                .fetch_optional(self)
                 .await?;
         Ok(row
             .ok_or(StoreError::NotFound("alert"))?

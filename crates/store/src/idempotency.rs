@@ -142,7 +142,7 @@ impl OrgStore<'_> {
             .bind(&payload_hash[..])
             .bind(token)
             .bind(now)
-            .execute(self.store)
+            .execute(self)
             .await?;
             let claim = |reclaimed| {
                 ClaimOutcome::Claimed(RequestClaim {
@@ -163,7 +163,7 @@ impl OrgStore<'_> {
             .bind(actor.kind.as_str())
             .bind(&actor.id)
             .bind(request_id)
-            .fetch_optional::<Row>(self.store)
+            .fetch_optional::<Row>(self)
             .await?
             else {
                 continue;
@@ -197,7 +197,7 @@ impl OrgStore<'_> {
                     .bind(token)
                     .bind(now)
                     .bind(row.claim_token)
-                    .execute(self.store)
+                    .execute(self)
                     .await?;
                     if taken == 1 {
                         return Ok(claim(true));
@@ -238,7 +238,7 @@ impl OrgStore<'_> {
         .bind(is_error)
         .bind(now)
         .bind(claim.token)
-        .execute(self.store)
+        .execute(self)
         .await?;
         Ok(n == 1)
     }
@@ -256,7 +256,7 @@ impl OrgStore<'_> {
         .bind(&claim.actor.id)
         .bind(&claim.request_id)
         .bind(claim.token)
-        .execute(self.store)
+        .execute(self)
         .await?;
         Ok(n == 1)
     }

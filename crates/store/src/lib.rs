@@ -37,6 +37,7 @@ mod pdf;
 mod pdf_font;
 mod protected_paths;
 mod reports;
+mod row_security;
 mod runs;
 mod scan_schedules;
 mod scheduled;
@@ -119,6 +120,7 @@ pub use reports::{
     CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
     ReportRequest, ReportRun, ReportUpdate,
 };
+pub use row_security::RowSecurity;
 pub use runs::RunUpdate;
 pub use scan_schedules::{
     MAX_SCAN_INTERVAL_MINUTES, MAX_SCAN_SCHEDULES_PER_ORG, MIN_SCAN_INTERVAL_MINUTES,
@@ -153,7 +155,12 @@ pub enum Backend {
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
     Sqlite(sqlx::SqlitePool),
-    Postgres(sqlx::PgPool),
+    /// Two pools on one database: `system` in the `system` row-security scope, `tenant` for
+    /// [`OrgStore`]'s statements, each setting its organization (see [`row_security`]).
+    Postgres {
+        system: sqlx::PgPool,
+        tenant: sqlx::PgPool,
+    },
 }
 
 /// How to open a store.
@@ -369,7 +376,7 @@ impl Store {
                 ("lock_timeout", millis(options.lock_timeout)),
                 ("statement_timeout", millis(options.statement_timeout)),
             ]);
-            Pool::Postgres(
+            let pool = || {
                 PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(Duration::from_secs(10))
@@ -378,9 +385,15 @@ impl Store {
                     // every statement. A connection that breaks while idle (a database restart)
                     // fails the one statement that next uses it, and is dropped.
                     .test_before_acquire(false)
-                    .connect_with(opts)
-                    .await?,
-            )
+            };
+            let system = opts
+                .clone()
+                .options([(row_security::SCOPE_SETTING, row_security::SYSTEM_SCOPE)]);
+            Pool::Postgres {
+                system: pool().connect_with(system).await?,
+                // Connections open as organizations' statements need them.
+                tenant: pool().min_connections(0).connect_lazy_with(opts),
+            }
         } else {
             return Err(StoreError::Config(format!(
                 "DATABASE_URL must start with sqlite:// or postgres://, got {:?}",
@@ -429,7 +442,7 @@ impl Store {
     pub async fn migrate(&self) -> Result<()> {
         match &self.pool {
             Pool::Sqlite(p) => sqlx::migrate!("./migrations/sqlite").run(p).await?,
-            Pool::Postgres(p) => {
+            Pool::Postgres { system: p, .. } => {
                 // A migration may rewrite a large table: it runs without the request timeouts.
                 let mut conn = p.acquire().await?;
                 sqlx::query("SET statement_timeout = 0")
@@ -509,7 +522,10 @@ impl Store {
     pub fn pool_stats(&self) -> (u32, usize) {
         match &self.pool {
             Pool::Sqlite(p) => (p.size(), p.num_idle()),
-            Pool::Postgres(p) => (p.size(), p.num_idle()),
+            Pool::Postgres { system, tenant } => (
+                system.size() + tenant.size(),
+                system.num_idle() + tenant.num_idle(),
+            ),
         }
     }
 
@@ -517,7 +533,16 @@ impl Store {
     pub fn backend(&self) -> Backend {
         match self.pool {
             Pool::Sqlite(_) => Backend::Sqlite,
-            Pool::Postgres(_) => Backend::Postgres,
+            Pool::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// Whether PostgreSQL's row security holds for the role this store connects as (see
+    /// [`row_security`]).
+    pub async fn row_security(&self) -> Result<RowSecurity> {
+        match &self.pool {
+            Pool::Sqlite(_) => Ok(RowSecurity::NotAvailable),
+            Pool::Postgres { system, .. } => row_security::check(system).await,
         }
     }
 
@@ -532,7 +557,10 @@ impl Store {
         self.flush_audit().await;
         match &self.pool {
             Pool::Sqlite(p) => p.close().await,
-            Pool::Postgres(p) => p.close().await,
+            Pool::Postgres { system, tenant } => {
+                tenant.close().await;
+                system.close().await;
+            }
         }
     }
 
@@ -567,7 +595,7 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<()> {
         let now = self.store.clock.now();
-        let mut tx = sql::Tx::begin(&self.store.pool).await?;
+        let mut tx = sql::Tx::begin_in(self).await?;
         let changed = sql::sql(format!(
             "UPDATE {table} SET {column} = $1 WHERE id = $2 AND org_id = $3 AND {column} IS NULL"
         ))

@@ -153,7 +153,7 @@ impl OrgStore<'_> {
         self.check_target(new.target).await?;
         let count = sql("SELECT COUNT(*) FROM maintenance_windows WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_WINDOWS_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -163,7 +163,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO maintenance_windows ({WINDOW_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
              $7, $8, $9, $10, $11, $12, $13, $14, $15)"
@@ -204,7 +204,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("maintenance window"))
     }
@@ -215,7 +215,7 @@ impl OrgStore<'_> {
             "SELECT {WINDOW_COLUMNS} FROM maintenance_windows WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -246,7 +246,7 @@ impl OrgStore<'_> {
         let name = update.name.clone().unwrap_or(current.name.clone());
         let now = self.store.clock.now();
         let (site, group, device) = target_columns(target);
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE maintenance_windows SET name = $1, description = $2, target_kind = $3, \
              target_site_id = $4, target_group_id = $5, target_device_id = $6, time_zone = $7, \
@@ -299,7 +299,7 @@ impl OrgStore<'_> {
     pub async fn delete_window(&self, id: Uuid, audit: AuditEvent) -> Result<MaintenanceWindow> {
         let current = self.get_window(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("DELETE FROM maintenance_windows WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -438,7 +438,7 @@ impl OrgStore<'_> {
                     sql("SELECT id FROM devices WHERE org_id = $1 AND site_id = $2")
                         .bind(self.org)
                         .bind(s)
-                        .fetch_all::<(DeviceId,)>(self.store)
+                        .fetch_all::<(DeviceId,)>(self)
                         .await?
                         .into_iter()
                         .map(|(d,)| d)
@@ -449,7 +449,7 @@ impl OrgStore<'_> {
                          WHERE org_id = $1 AND group_id = $2")
                     .bind(self.org)
                     .bind(g)
-                    .fetch_all::<(DeviceId,)>(self.store)
+                    .fetch_all::<(DeviceId,)>(self)
                     .await?
                     .into_iter()
                     .map(|(d,)| d)
@@ -481,7 +481,7 @@ impl OrgStore<'_> {
     ) -> Result<bool> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(format!(
             "INSERT INTO alert_suppressions (org_id, {SUPPRESSION_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING"
@@ -536,7 +536,7 @@ impl OrgStore<'_> {
         }
         let l = q.arg(i64::from(limit.clamp(1, 200)));
         q.push(&format!(" ORDER BY at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 }
 

@@ -185,7 +185,7 @@ impl OrgStore<'_> {
              FROM device_metrics WHERE org_id = $1 AND device_id = $2 ORDER BY at DESC LIMIT 1")
         .bind(self.org)
         .bind(device)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 
@@ -213,7 +213,7 @@ impl OrgStore<'_> {
                 .bind(device)
                 .bind(since)
                 .bind(until)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await
             }
             Some((bucket, width)) => {
@@ -227,7 +227,7 @@ impl OrgStore<'_> {
                 .bind(bucket)
                 .bind(bucket_start(since, width))
                 .bind(until)
-                .fetch_all(self.store)
+                .fetch_all(self)
                 .await
             }
         }

@@ -625,7 +625,7 @@ impl OrgStore<'_> {
         let limit = f.limit.clamp(1, MAX_PATCH_PAGE);
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY device_id, name LIMIT {p}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// The organization's scan rows (one per device that ever scanned or was asked to).
@@ -634,7 +634,7 @@ impl OrgStore<'_> {
             "SELECT {SCAN_COLUMNS} FROM patch_scans WHERE org_id = $1 ORDER BY device_id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -648,7 +648,7 @@ impl OrgStore<'_> {
     ) -> Result<()> {
         self.get_device(device).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO patch_scans (device_id, org_id, requested_at, requested_by, command_id) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (device_id) DO UPDATE SET \
@@ -703,14 +703,14 @@ impl OrgStore<'_> {
             let found = sql("SELECT COUNT(*) FROM config_policies WHERE id = $1 AND org_id = $2")
                 .bind(p)
                 .bind(self.org)
-                .fetch_scalar::<i64>(self.store)
+                .fetch_scalar::<i64>(self)
                 .await?;
             if found == 0 {
                 return Err(StoreError::NotFound("configuration policy"));
             }
         }
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let mut del = sql("DELETE FROM patch_approvals WHERE org_id = $1 AND package_name = $2")
             .bind(self.org)
             .bind(new.package_name.as_str());
@@ -764,7 +764,7 @@ impl OrgStore<'_> {
              ORDER BY package_name, decided_at"
         ))
         .bind(self.org)
-        .fetch_all::<ApprovalRow>(self.store)
+        .fetch_all::<ApprovalRow>(self)
         .await?
         .into_iter()
         .map(ApprovalRow::into_approval)
@@ -805,7 +805,7 @@ impl OrgStore<'_> {
         } else {
             "sent"
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO patch_jobs ({JOB_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
              $10, $11, $12, NULL)"
@@ -859,7 +859,7 @@ impl OrgStore<'_> {
         command: std::result::Result<Uuid, String>,
     ) -> Result<()> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "UPDATE patch_jobs SET status = 'running', started_at = COALESCE(started_at, $1) \
              WHERE id = $2 AND org_id = $3 AND status IN ('scheduled', 'running')",
@@ -897,7 +897,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("patch job"))?;
         let parts = sql(format!(
@@ -906,7 +906,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         Ok((job, parts))
     }
@@ -919,7 +919,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(i64::from(limit.clamp(1, 100)))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -927,7 +927,7 @@ impl OrgStore<'_> {
     pub async fn cancel_patch_job(&self, id: Uuid, audit: AuditEvent) -> Result<bool> {
         self.get_patch_job(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE patch_jobs SET status = 'cancelled', finished_at = $1 \
                      WHERE id = $2 AND org_id = $3 AND status = 'scheduled'",
@@ -974,7 +974,7 @@ impl OrgStore<'_> {
         }
         let p = q.arg(i64::from(limit.clamp(1, 500)));
         q.push(&format!(" ORDER BY at DESC, id DESC LIMIT {p}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// The version each of `packages` had on `device` before its latest successful install:
@@ -994,7 +994,7 @@ impl OrgStore<'_> {
             .bind(self.org)
             .bind(device)
             .bind(p.as_str())
-            .fetch_optional(self.store)
+            .fetch_optional(self)
             .await?;
             if let Some((Some(v),)) = row {
                 out.insert(p.clone(), v);

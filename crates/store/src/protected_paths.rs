@@ -34,7 +34,7 @@ pub(crate) async fn load<'a>(
 impl OrgStore<'_> {
     /// The organization's additions to the protected paths, in the order they were set.
     pub async fn protected_paths(&self) -> Result<Vec<String>> {
-        load(self.store, self.org).await
+        load(self, self.org).await
     }
 
     /// Replaces the organization's additions with `patterns` (validated: absolute, no `.` or
@@ -47,7 +47,7 @@ impl OrgStore<'_> {
     ) -> Result<Vec<String>> {
         let patterns = validate_additions(patterns).map_err(StoreError::Invalid)?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let before = load(&mut tx, self.org).await?;
         sql(
             "INSERT INTO org_protected_paths (org_id, patterns, updated_at) VALUES ($1, $2, $3) \

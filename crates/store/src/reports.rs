@@ -389,7 +389,7 @@ impl OrgStore<'_> {
         }
         let count = sql("SELECT COUNT(*) FROM report_definitions WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_REPORTS_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -398,7 +398,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO report_definitions ({DEFINITION_COLUMNS}) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -431,7 +431,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("report"))
     }
@@ -443,7 +443,7 @@ impl OrgStore<'_> {
              ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -466,7 +466,7 @@ impl OrgStore<'_> {
         }
         let name = update.name.clone().unwrap_or(current.name.clone());
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE report_definitions SET name = $1, description = $2, kind = $3, format = $4, \
              filters = $5, updated_at = $6 WHERE id = $7 AND org_id = $8",
@@ -510,7 +510,7 @@ impl OrgStore<'_> {
     pub async fn delete_report(&self, id: Uuid, audit: AuditEvent) -> Result<ReportDefinition> {
         let current = self.get_report(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("DELETE FROM report_definitions WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -546,7 +546,7 @@ impl OrgStore<'_> {
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO report_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              0, 0, 0, NULL, $9, $10, NULL)"
@@ -604,7 +604,7 @@ impl OrgStore<'_> {
                 .bind(finished)
                 .bind(id)
                 .bind(self.org)
-                .execute(self.store)
+                .execute(self)
                 .await?;
             }
             Err(e) => {
@@ -612,7 +612,7 @@ impl OrgStore<'_> {
                 let _ = sql("DELETE FROM report_chunks WHERE run_id = $1 AND org_id = $2")
                     .bind(id)
                     .bind(self.org)
-                    .execute(self.store)
+                    .execute(self)
                     .await;
                 let _ = sql(
                     "UPDATE report_runs SET status = $1, error = $2, finished_at = $3 \
@@ -623,7 +623,7 @@ impl OrgStore<'_> {
                 .bind(finished)
                 .bind(id)
                 .bind(self.org)
-                .execute(self.store)
+                .execute(self)
                 .await;
                 return Err(e);
             }
@@ -638,13 +638,13 @@ impl OrgStore<'_> {
              ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET $2")
         .bind(self.org)
         .bind(MAX_RUNS_KEPT)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await?;
         for (run,) in old {
             sql("DELETE FROM report_runs WHERE id = $1 AND org_id = $2")
                 .bind(run)
                 .bind(self.org)
-                .execute(self.store)
+                .execute(self)
                 .await?;
         }
         Ok(())
@@ -669,7 +669,7 @@ impl OrgStore<'_> {
                 .bind(self.org)
                 .bind(out.seq)
                 .bind(data)
-                .execute(self.store)
+                .execute(self)
                 .await?;
             out.seq += 1;
             out.bytes += len;
@@ -716,7 +716,7 @@ impl OrgStore<'_> {
                     }
                     let l = q.arg(REPORT_PAGE);
                     q.push(&format!(" ORDER BY d.id LIMIT {l}"));
-                    let rows: Vec<InventoryRow> = q.fetch_all(self.store).await?;
+                    let rows: Vec<InventoryRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for r in rows {
                         after = Some(r.id);
@@ -765,7 +765,7 @@ impl OrgStore<'_> {
                     }
                     let l = q.arg(REPORT_PAGE);
                     q.push(&format!(" ORDER BY a.id LIMIT {l}"));
-                    let rows: Vec<AlertRow> = q.fetch_all(self.store).await?;
+                    let rows: Vec<AlertRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for r in rows {
                         after = Some(r.id);
@@ -814,7 +814,7 @@ impl OrgStore<'_> {
                     }
                     let l = q.arg(REPORT_PAGE);
                     q.push(&format!(" ORDER BY id LIMIT {l}"));
-                    let rows: Vec<AuditRow> = q.fetch_all(self.store).await?;
+                    let rows: Vec<AuditRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for row in rows {
                         let r = AuditRecord::try_from(row)?;
@@ -853,7 +853,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("report run"))
     }
@@ -874,7 +874,7 @@ impl OrgStore<'_> {
         }
         let l = q.arg(i64::from(limit.clamp(1, 100)));
         q.push(&format!(" ORDER BY started_at DESC, id DESC LIMIT {l}"));
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// The `seq`th chunk of a run's output (`None` past the last). Read one at a time so a
@@ -885,7 +885,7 @@ impl OrgStore<'_> {
                 .bind(run)
                 .bind(self.org)
                 .bind(seq)
-                .fetch_optional::<(Vec<u8>,)>(self.store)
+                .fetch_optional::<(Vec<u8>,)>(self)
                 .await?
                 .map(|(d,)| d),
         )

@@ -137,7 +137,7 @@ impl OrgStore<'_> {
         };
         let count = sql("SELECT COUNT(*) FROM security_scan_schedules WHERE org_id = $1")
             .bind(self.org)
-            .fetch_scalar::<i64>(self.store)
+            .fetch_scalar::<i64>(self)
             .await?;
         if count >= MAX_SCAN_SCHEDULES_PER_ORG {
             return Err(StoreError::Conflict(format!(
@@ -145,7 +145,7 @@ impl OrgStore<'_> {
             )));
         }
         let id = Uuid::now_v7();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO security_scan_schedules ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
              $7, $8, $9, NULL, NULL, NULL, $10)"
@@ -178,7 +178,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("scan schedule"))
     }
@@ -190,7 +190,7 @@ impl OrgStore<'_> {
              ORDER BY created_at, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -198,7 +198,7 @@ impl OrgStore<'_> {
     pub async fn delete_scan_schedule(&self, id: Uuid, audit: AuditEvent) -> Result<ScanSchedule> {
         let s = self.get_scan_schedule(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("DELETE FROM security_scan_schedules WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -229,7 +229,7 @@ impl OrgStore<'_> {
         .bind(message)
         .bind(id)
         .bind(self.org)
-        .execute(self.store)
+        .execute(self)
         .await
         .map(drop)
     }

@@ -104,7 +104,7 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let name = new.name.trim().to_owned();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO scripts ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)"
         ))
@@ -137,7 +137,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("script"))
     }
@@ -152,7 +152,7 @@ impl OrgStore<'_> {
         ))
         .bind(id_or_name)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("script"))
     }
@@ -175,14 +175,14 @@ impl OrgStore<'_> {
             ));
         }
         q.push(" ORDER BY name");
-        q.fetch_all(self.store).await
+        q.fetch_all(self).await
     }
 
     /// Removes a script; past executions keep its name.
     pub async fn delete_script(&self, id: Uuid, audit: AuditEvent) -> Result<()> {
         let script = self.get_script(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("DELETE FROM scripts WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)

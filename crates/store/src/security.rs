@@ -199,7 +199,7 @@ impl OrgStore<'_> {
         self.get_device(device).await?;
         let id = Uuid::now_v7();
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO security_scans (id, org_id, device_id, command_id, status, requested_by, \
              started_at) VALUES ($1, $2, $3, $4, 'running', $5, $6)",
@@ -228,7 +228,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("security scan"))
     }
@@ -249,7 +249,7 @@ impl OrgStore<'_> {
         .bind(device)
         .bind(status.map(|s| s.as_str()))
         .bind(i64::from(limit))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -261,7 +261,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(device)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 
@@ -275,7 +275,7 @@ impl OrgStore<'_> {
             ));
         }
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE security_scans SET status = $1, finished_at = $2, error = $3, privileged = $4 \
              WHERE id = $5 AND org_id = $6 AND status = 'running'",
@@ -368,7 +368,7 @@ impl OrgStore<'_> {
         )
         .bind(scan_id)
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -380,7 +380,7 @@ impl OrgStore<'_> {
         ))
         .bind(scan_id)
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -391,7 +391,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("flagged file"))
     }
@@ -405,7 +405,7 @@ impl OrgStore<'_> {
         self.get_device(new.device_id).await?;
         let id = Uuid::now_v7();
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO security_quarantine (org_id, {QUARANTINE_COLUMNS}) VALUES ($1, $2, $3, \
              $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
@@ -445,7 +445,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("quarantined file"))
     }
@@ -463,7 +463,7 @@ impl OrgStore<'_> {
         .bind(self.org)
         .bind(device)
         .bind(i64::from(limit))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -479,7 +479,7 @@ impl OrgStore<'_> {
     ) -> Result<QuarantineEntry> {
         let entry = self.get_quarantine(id).await?;
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql(
             "UPDATE security_quarantine SET state = $1, updated_by = $2, updated_at = $3 \
              WHERE id = $4 AND org_id = $5 AND state = $6",
@@ -521,7 +521,7 @@ impl OrgStore<'_> {
         .bind(device)
         .bind(since)
         .bind(i64::from(limit))
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -533,7 +533,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(device)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await
     }
 
@@ -546,7 +546,7 @@ impl OrgStore<'_> {
              ORDER BY device_id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 }

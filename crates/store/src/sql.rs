@@ -225,6 +225,15 @@ impl<T> FromRows for T where
 
 /// Where a statement runs.
 pub(crate) enum Target<'a> {
+    /// A pool or connection, used as it is.
+    Direct(Direct<'a>),
+    /// PostgreSQL's tenant pool, for one organization: the statement runs on a connection
+    /// whose row-security scope was set to it (see [`crate::row_security`]).
+    PgOrg(&'a PgPool, OrgId),
+}
+
+/// An executor a statement runs on as it is.
+pub(crate) enum Direct<'a> {
     SqlitePool(&'a SqlitePool),
     PgPool(&'a PgPool),
     SqliteConn(&'a mut SqliteConnection),
@@ -233,10 +242,10 @@ pub(crate) enum Target<'a> {
 
 impl<'a> From<&'a Pool> for Target<'a> {
     fn from(pool: &'a Pool) -> Self {
-        match pool {
-            Pool::Sqlite(p) => Target::SqlitePool(p),
-            Pool::Postgres(p) => Target::PgPool(p),
-        }
+        Target::Direct(match pool {
+            Pool::Sqlite(p) => Direct::SqlitePool(p),
+            Pool::Postgres { system, .. } => Direct::PgPool(system),
+        })
     }
 }
 
@@ -246,12 +255,23 @@ impl<'a> From<&'a crate::Store> for Target<'a> {
     }
 }
 
+/// An organization's statements: on PostgreSQL they run in its row-security scope, so a
+/// statement that forgot its `org_id` filter still sees only that organization's rows.
+impl<'a> From<&'a crate::OrgStore<'_>> for Target<'a> {
+    fn from(org: &'a crate::OrgStore<'_>) -> Self {
+        match &org.store.pool {
+            Pool::Sqlite(p) => Target::Direct(Direct::SqlitePool(p)),
+            Pool::Postgres { tenant, .. } => Target::PgOrg(tenant, org.org),
+        }
+    }
+}
+
 impl<'a> From<&'a mut Tx> for Target<'a> {
     fn from(tx: &'a mut Tx) -> Self {
-        match tx {
-            Tx::Sqlite(t) => Target::SqliteConn(t),
-            Tx::Postgres(t) => Target::PgConn(t),
-        }
+        Target::Direct(match tx {
+            Tx::Sqlite(t) => Direct::SqliteConn(t),
+            Tx::Postgres(t) => Direct::PgConn(t),
+        })
     }
 }
 
@@ -270,7 +290,20 @@ impl Tx {
     pub(crate) async fn begin(pool: &Pool) -> Result<Tx> {
         Ok(match pool {
             Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
-            Pool::Postgres(p) => Tx::Postgres(p.begin().await?),
+            Pool::Postgres { system, .. } => Tx::Postgres(system.begin().await?),
+        })
+    }
+
+    /// Begins a transaction of `org`'s: on PostgreSQL on the tenant pool, in the organization's
+    /// row-security scope (set in the same round trip as `BEGIN`).
+    pub(crate) async fn begin_in(org: &crate::OrgStore<'_>) -> Result<Tx> {
+        Ok(match &org.store.pool {
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres { tenant, .. } => Tx::Postgres(
+                tenant
+                    .begin_with(crate::row_security::begin_in(org.org))
+                    .await?,
+            ),
         })
     }
 
@@ -339,29 +372,43 @@ fn sqlite_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Runs `$body` with `$q` bound to the statement built for the target's backend and `$e` to
-/// the executor.
+/// Runs `$body` with `$q` bound to the statement built for the executor's backend and `$e`
+/// to the executor.
 macro_rules! on_backend {
-    ($self:ident, $target:expr, $build:ident, |$q:ident, $e:ident| $body:expr) => {{
+    ($self:ident, $direct:expr, $build:ident, |$q:ident, $e:ident| $body:expr) => {{
         let Sql { text, args } = $self;
+        match $direct {
+            Direct::SqlitePool($e) => {
+                let text = sqlite_text(&text);
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Direct::PgPool($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Direct::SqliteConn($e) => {
+                let text = sqlite_text(&text);
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+            Direct::PgConn($e) => {
+                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
+                $body
+            }
+        }
+    }};
+}
+
+/// Runs the statement on `$target` through `$on`, which runs it on a [`Direct`] executor: an
+/// organization's statement on PostgreSQL first takes a tenant connection in its scope.
+macro_rules! on_target {
+    ($self:ident, $target:ident, $on:ident) => {{
         match $target.into() {
-            Target::SqlitePool($e) => {
-                let text = sqlite_text(&text);
-                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
-                $body
-            }
-            Target::PgPool($e) => {
-                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
-                $body
-            }
-            Target::SqliteConn($e) => {
-                let text = sqlite_text(&text);
-                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
-                $body
-            }
-            Target::PgConn($e) => {
-                let $q = args.into_iter().fold(sqlx::$build(&text), |q, a| q.bind(a));
-                $body
+            Target::Direct(direct) => $self.$on(direct).await,
+            Target::PgOrg(pool, org) => {
+                let mut conn = crate::row_security::acquire_in(pool, org).await?;
+                $self.$on(Direct::PgConn(&mut conn)).await
             }
         }
     }};
@@ -400,7 +447,11 @@ impl Sql {
 
     /// Runs the statement; returns the number of rows it affected.
     pub(crate) async fn execute<'a>(self, target: impl Into<Target<'a>>) -> Result<u64> {
-        on_backend!(self, target, query, |q, e| Ok(q
+        on_target!(self, target, execute_on)
+    }
+
+    async fn execute_on(self, direct: Direct<'_>) -> Result<u64> {
+        on_backend!(self, direct, query, |q, e| Ok(q
             .execute(e)
             .await
             .map_err(StoreError::from)?
@@ -412,7 +463,11 @@ impl Sql {
         self,
         target: impl Into<Target<'a>>,
     ) -> Result<Vec<T>> {
-        on_backend!(self, target, query, |q, e| {
+        on_target!(self, target, fetch_all_on)
+    }
+
+    async fn fetch_all_on<T: FromRows>(self, direct: Direct<'_>) -> Result<Vec<T>> {
+        on_backend!(self, direct, query, |q, e| {
             q.try_map(|row| T::from_row(&row))
                 .fetch_all(e)
                 .await
@@ -425,7 +480,11 @@ impl Sql {
         self,
         target: impl Into<Target<'a>>,
     ) -> Result<Option<T>> {
-        on_backend!(self, target, query, |q, e| {
+        on_target!(self, target, fetch_optional_on)
+    }
+
+    async fn fetch_optional_on<T: FromRows>(self, direct: Direct<'_>) -> Result<Option<T>> {
+        on_backend!(self, direct, query, |q, e| {
             q.try_map(|row| T::from_row(&row))
                 .fetch_optional(e)
                 .await
@@ -440,7 +499,16 @@ impl Sql {
         T: for<'r> sqlx::Decode<'r, Postgres> + Type<Postgres>,
         T: Send + Unpin,
     {
-        on_backend!(self, target, query_scalar, |q, e| q
+        on_target!(self, target, fetch_scalar_on)
+    }
+
+    async fn fetch_scalar_on<T>(self, direct: Direct<'_>) -> Result<T>
+    where
+        T: for<'r> sqlx::Decode<'r, Sqlite> + Type<Sqlite>,
+        T: for<'r> sqlx::Decode<'r, Postgres> + Type<Postgres>,
+        T: Send + Unpin,
+    {
+        on_backend!(self, direct, query_scalar, |q, e| q
             .fetch_one(e)
             .await
             .map_err(StoreError::from))

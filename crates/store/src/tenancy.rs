@@ -132,7 +132,7 @@ impl OrgStore<'_> {
             "SELECT {ORG_COLUMNS} FROM organizations WHERE id = $1"
         ))
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("organization"))
     }
@@ -147,7 +147,7 @@ impl OrgStore<'_> {
             timezone: timezone.to_owned(),
             created_at: now,
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("INSERT INTO sites (id, org_id, name, timezone, created_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(site.id)
             .bind(self.org)
@@ -168,7 +168,7 @@ impl OrgStore<'_> {
             "SELECT {SITE_COLUMNS} FROM sites WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -179,7 +179,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("site"))
     }
@@ -204,7 +204,7 @@ impl OrgStore<'_> {
             description: description.map(str::to_owned),
             created_at: now,
         };
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql(
             "INSERT INTO device_groups (id, org_id, site_id, name, description, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -229,7 +229,7 @@ impl OrgStore<'_> {
             "SELECT {GROUP_COLUMNS} FROM device_groups WHERE org_id = $1 ORDER BY name, id"
         ))
         .bind(self.org)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -240,7 +240,7 @@ impl OrgStore<'_> {
         ))
         .bind(id)
         .bind(self.org)
-        .fetch_optional(self.store)
+        .fetch_optional(self)
         .await?
         .ok_or(StoreError::NotFound("device group"))
     }
@@ -257,7 +257,7 @@ impl OrgStore<'_> {
         let name = name.unwrap_or(&current.name);
         let description = description.or(current.description.as_deref());
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         sql("UPDATE device_groups SET name = $1, description = $2 WHERE id = $3 AND org_id = $4")
             .bind(name)
             .bind(description)
@@ -276,7 +276,7 @@ impl OrgStore<'_> {
     /// Deletes a group (its memberships go with it; the devices stay).
     pub async fn delete_group(&self, id: DeviceGroupId, audit: AuditEvent) -> Result<()> {
         let now = self.store.clock.now();
-        let mut tx = Tx::begin(&self.store.pool).await?;
+        let mut tx = Tx::begin_in(self).await?;
         let n = sql("DELETE FROM device_groups WHERE id = $1 AND org_id = $2")
             .bind(id)
             .bind(self.org)
@@ -301,7 +301,7 @@ impl OrgStore<'_> {
         ))
         .bind(self.org)
         .bind(device)
-        .fetch_all(self.store)
+        .fetch_all(self)
         .await
     }
 
@@ -316,7 +316,7 @@ impl OrgStore<'_> {
         .bind(group)
         .bind(device)
         .bind(self.org)
-        .execute(self.store)
+        .execute(self)
         .await;
         if !matches!(added, Ok(0)) {
             self.store.devices_changed(self.org);
@@ -330,7 +330,7 @@ impl OrgStore<'_> {
             .bind(group)
             .bind(device)
             .bind(self.org)
-            .execute(self.store)
+            .execute(self)
             .await;
         if !matches!(n, Ok(0)) {
             self.store.devices_changed(self.org);

@@ -4,10 +4,14 @@
 //! schema in the database at `BREEZE_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), so parallel runs never see each other's rows.
 //! Schemas left behind by crashed runs are dropped after a day.
+//!
+//! Test stores on PostgreSQL connect as [`TEST_ROLE`], which owns its schema but is neither a
+//! superuser nor exempt from row security: every PostgreSQL test runs behind the `org_wall`
+//! policies (migration 0032), as a deployment that follows the README does.
 
 use std::{future::Future, sync::Arc};
 
-use breeze_core::{Clock, ManualClock};
+use breeze_core::{Clock, ManualClock, OrgId};
 use chrono::{TimeZone, Utc};
 use sqlx::{Connection, PgConnection};
 
@@ -33,6 +37,40 @@ pub const DEFAULT_TEST_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/
 pub fn postgres_url() -> String {
     #[allow(clippy::disallowed_methods)] // test-harness setting, not a Breeze setting
     std::env::var("BREEZE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_TEST_POSTGRES_URL.into())
+}
+
+/// The role PostgreSQL test stores connect as: it owns its test schema, and row security
+/// holds for it (no superuser, no `BYPASSRLS`).
+pub const TEST_ROLE: &str = "breeze_wall_test";
+
+/// [`TEST_ROLE`]'s password (trust authentication ignores it; password authentication needs
+/// one).
+const TEST_ROLE_PASSWORD: &str = "breeze-wall-test";
+
+/// [`postgres_url`] with [`TEST_ROLE`] as its user: what test stores connect with.
+pub fn store_url() -> String {
+    let url = postgres_url();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url;
+    };
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{TEST_ROLE}:{TEST_ROLE_PASSWORD}@{host}")
+}
+
+/// Creates [`TEST_ROLE`] unless it exists (parallel test processes may race to it).
+async fn ensure_test_role(admin: &mut PgConnection) {
+    let create = format!(
+        "DO $$ BEGIN \
+           IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{TEST_ROLE}') THEN \
+             CREATE ROLE {TEST_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD '{TEST_ROLE_PASSWORD}'; \
+           END IF; \
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; \
+         END $$"
+    );
+    sqlx::raw_sql(&create)
+        .execute(admin)
+        .await
+        .expect("create the test role");
 }
 
 /// An isolated, migrated store; dropping it removes the SQLite file. Call
@@ -80,7 +118,8 @@ impl TestStore {
                 let now = breeze_core::SystemClock.now().timestamp().max(0);
                 sweep_stale_schemas(&mut admin, now).await;
                 let schema = format!("breeze_test_{now}_{}", uuid::Uuid::now_v7().simple());
-                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                ensure_test_role(&mut admin).await;
+                sqlx::query(&format!("CREATE SCHEMA {schema} AUTHORIZATION {TEST_ROLE}"))
                     .execute(&mut admin)
                     .await
                     .expect("create a test schema");
@@ -88,7 +127,7 @@ impl TestStore {
                 let options = StoreOptions {
                     pg_schema: Some(schema.clone()),
                     max_connections: 5,
-                    ..StoreOptions::new(url)
+                    ..StoreOptions::new(store_url())
                 };
                 let store = Store::connect(&options, clock)
                     .await
@@ -212,6 +251,20 @@ impl Store {
         crate::sql::sql(statement).execute(self).await
     }
 
+    /// Runs raw SQL as organization `org`'s statements run: on PostgreSQL on the tenant pool,
+    /// in its row-security scope. For tests of the wall itself (a statement that forgot its
+    /// `org_id` filter).
+    pub async fn raw_execute_in(&self, org: OrgId, statement: &str) -> Result<u64> {
+        crate::sql::sql(statement).execute(&self.org(org)).await
+    }
+
+    /// [`Store::raw_strings`] as organization `org`'s statements run (see
+    /// [`Store::raw_execute_in`]).
+    pub async fn raw_strings_in(&self, org: OrgId, query: &str) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = crate::sql::sql(query).fetch_all(&self.org(org)).await?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
     /// Runs `statements` on a connection of the pool's own that is then kept out of the pool
     /// and returned (see [`HeldConnection`]).
     pub async fn raw_hold(&self, statements: &[&str]) -> Result<HeldConnection> {
@@ -223,7 +276,7 @@ impl Store {
                 }
                 Held::Sqlite(conn)
             }
-            crate::Pool::Postgres(p) => {
+            crate::Pool::Postgres { system: p, .. } => {
                 let mut conn = p.acquire().await?.detach();
                 for statement in statements {
                     sqlx::query(statement).execute(&mut conn).await?;
@@ -252,7 +305,7 @@ impl Store {
                 StoreOptions {
                     pg_schema: Some(schema),
                     max_connections: 5,
-                    ..StoreOptions::new(postgres_url())
+                    ..StoreOptions::new(store_url())
                 }
             }
             (None, Backend::Sqlite) => {
@@ -313,7 +366,7 @@ impl Store {
         let migrator = sqlx::migrate::Migrator::new(some.path()).await?;
         match &self.pool {
             crate::Pool::Sqlite(p) => migrator.run(p).await?,
-            crate::Pool::Postgres(p) => migrator.run(p).await?,
+            crate::Pool::Postgres { system: p, .. } => migrator.run(p).await?,
         }
         Ok(())
     }

@@ -81,6 +81,16 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
 pub(crate) async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listener = bind(&settings).await?;
     let app = open(&settings).await?;
+    if let breeze_store::RowSecurity::BypassedBy { role } = app.store.row_security().await? {
+        // Not refused: the code's organization filters still hold. But the second wall is
+        // down, and whoever runs this should know.
+        tracing::warn!(
+            %role,
+            "PostgreSQL role {role} bypasses row-level security (a superuser or BYPASSRLS): \
+             connect as a role without either so the org_wall policies hold (see README, \
+             Deployment)"
+        );
+    }
     run_server(&settings, listener, app).await
 }
 

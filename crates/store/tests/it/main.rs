@@ -20,6 +20,7 @@ mod migrations;
 mod packages;
 mod patches;
 mod reports;
+mod row_security;
 mod security;
 mod tenancy;
 mod users;
