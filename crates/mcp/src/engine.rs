@@ -20,7 +20,8 @@ use crate::{
     jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
     session::{
-        Evicted, Session, SessionError, SessionKind, SessionLimits, SessionRegistry, new_session_id,
+        Evicted, Lookup, Session, SessionError, SessionKind, SessionLimits, SessionRegistry,
+        new_session_id,
     },
 };
 
@@ -243,8 +244,10 @@ impl<A: McpApp> Engine<A> {
         id: &str,
         client: &Client<P>,
     ) -> Result<Option<Arc<Session>>, SessionError> {
-        if let Some(s) = self.sessions.local(id) {
-            return Ok(self.sessions.get(&s.id, &client.key));
+        match self.sessions.lookup(id, &client.key) {
+            Lookup::Mine(session) => return Ok(Some(session)),
+            Lookup::Foreign => return Ok(None),
+            Lookup::Missing => {}
         }
         let Some(cluster) = &self.cluster else {
             return Ok(None);
@@ -273,6 +276,12 @@ impl<A: McpApp> Engine<A> {
     /// Ends session `id`, here and (in a cluster) everywhere.
     pub(crate) async fn end_session(&self, id: &str) {
         self.sessions.remove(id);
+        self.end_in_cluster(id).await;
+    }
+
+    /// Ends session `id` on the other instances of its cluster (if any); this one has already
+    /// let it go.
+    pub(crate) async fn end_in_cluster(&self, id: &str) {
         if let Some(cluster) = &self.cluster
             && let Err(e) = cluster.close(id).await
         {

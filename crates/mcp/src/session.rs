@@ -386,6 +386,16 @@ pub(crate) fn new_session_id() -> Arc<str> {
     uuid::Uuid::new_v4().simple().to_string().into()
 }
 
+/// What [`SessionRegistry::lookup`] found.
+pub(crate) enum Lookup {
+    /// The caller's own session.
+    Mine(Arc<Session>),
+    /// A session held here for another key: answered like a missing one.
+    Foreign,
+    /// No session of that id here (another instance may hold it).
+    Missing,
+}
+
 /// All live sessions.
 pub struct SessionRegistry {
     inner: Mutex<Inner>,
@@ -585,6 +595,20 @@ impl SessionRegistry {
     /// Milliseconds since this registry started.
     pub(crate) fn now(&self) -> u64 {
         self.now_ms()
+    }
+
+    /// Session `id` as `owner` asks for it, in one look at the registry: `owner`'s (marked
+    /// active), someone else's, or not held here.
+    pub(crate) fn lookup(&self, id: &str, owner: &str) -> Lookup {
+        let inner = lock(&self.inner);
+        match inner.sessions.get(id) {
+            Some(s) if &*s.owner == owner => {
+                s.last_active.store(self.now_ms(), Ordering::Relaxed);
+                Lookup::Mine(s.clone())
+            }
+            Some(_) => Lookup::Foreign,
+            None => Lookup::Missing,
+        }
     }
 
     /// The session `id` if `owner` owns it; marks it active. Foreign and unknown sessions

@@ -628,10 +628,9 @@ pub async fn serve(
     }
     let gateway = breeze.state.gateway.clone();
     let engine = breeze.mcp.clone();
-    let breeze_state_flag = breeze.state.shutting_down.clone();
-    let shutdown_delay = breeze.state.config.shutdown_delay;
+    let shutting_down = breeze.state.shutting_down.clone();
+    let delay = breeze.state.config.shutdown_delay;
     let make = app(breeze).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let (shutting_down, delay) = (breeze_state_flag, shutdown_delay);
     let server = axum::serve(listener, make).with_graceful_shutdown(async move {
         shutdown.await;
         // Not ready any more, but still serving: the load balancer stops sending new

@@ -107,7 +107,7 @@ pub(crate) async fn open<A: McpApp>(
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
                 let (engine, id) = (self.0.clone(), self.1.id.clone());
-                rt.spawn(async move { engine.end_session(&id).await });
+                rt.spawn(async move { engine.end_in_cluster(&id).await });
             }
         }
     }
