@@ -42,7 +42,8 @@ const USAGE: &str = "usage: cargo xtask tidy
                                     [--database sqlite|postgres|both]
        cargo xtask bench cluster [--agents N] [--calls N] [--duration SECS]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
-                               [--build release|debug]";
+                               [--build release|debug]
+       cargo xtask bench row-security [--calls N] [--devices N]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -62,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         ["bench", "pages", rest @ ..] => bench::pages::run(rest),
         ["bench", "alerts", rest @ ..] => bench::alerts::run(rest),
         ["bench", "compliance", rest @ ..] => bench::compliance::run(rest),
+        ["bench", "row-security", rest @ ..] => bench::row_security::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

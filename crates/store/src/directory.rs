@@ -407,7 +407,7 @@ pub(crate) struct OrgDevices {
 
 impl OrgDevices {
     /// Reads every device of `org` with its site name, and the organization's group
-    /// memberships, in one read transaction.
+    /// memberships, in one read transaction in the organization's row-security scope.
     async fn load(store: &Store, org: OrgId) -> Result<OrgDevices> {
         #[derive(sqlx::FromRow)]
         struct Row {
@@ -415,7 +415,7 @@ impl OrgDevices {
             device: Device,
             site_name: String,
         }
-        let mut tx = Tx::begin(&store.pool).await?;
+        let mut tx = Tx::begin_in(&store.org(org)).await?;
         let rows: Vec<Row> = sql(format!(
             "SELECT {DEVICE_COLUMNS}, s.name AS site_name \
              FROM devices d JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \

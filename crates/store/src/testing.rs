@@ -265,6 +265,22 @@ impl Store {
         Ok(rows.into_iter().map(|(r,)| r).collect())
     }
 
+    /// Runs `query` (an `i64` scalar, `$1` bound to `arg`) on the system pool, or with `org`
+    /// as organization `org`'s statements run (see [`Store::raw_execute_in`]): for the
+    /// row-security benchmark, which compares the two.
+    pub async fn raw_scalar(
+        &self,
+        org: Option<OrgId>,
+        query: &'static str,
+        arg: uuid::Uuid,
+    ) -> Result<i64> {
+        let q = crate::sql::sql(query).bind(arg);
+        match org {
+            Some(org) => q.fetch_scalar(&self.org(org)).await,
+            None => q.fetch_scalar(self).await,
+        }
+    }
+
     /// Runs `statements` on a connection of the pool's own that is then kept out of the pool
     /// and returned (see [`HeldConnection`]).
     pub async fn raw_hold(&self, statements: &[&str]) -> Result<HeldConnection> {

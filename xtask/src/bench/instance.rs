@@ -47,6 +47,32 @@ fn postgres_admin_url() -> String {
     std::env::var("BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://127.0.0.1:5432/test".into())
 }
 
+/// The role Breeze connects to a bench database as: by default `breeze_bench` (created when
+/// missing), which owns the database but cannot bypass row security, as a deployment that
+/// follows the README runs; with `BENCH_POSTGRES_ROLE=admin`, the admin URL's own user
+/// (usually a superuser, which passes through the row-security policies) for comparison.
+fn bench_role(admin: &str) -> anyhow::Result<String> {
+    #[allow(clippy::disallowed_methods)] // benchmark knob, not a Breeze setting
+    if std::env::var("BENCH_POSTGRES_ROLE").is_ok_and(|r| r == "admin") {
+        return Ok(run(Command::new("psql")
+            .arg(admin)
+            .args(["-Atc", "SELECT current_user"]))
+        .context("PostgreSQL is not reachable (psql)")?
+        .trim()
+        .to_owned());
+    }
+    run(Command::new("psql").arg(admin).args([
+        "-qc",
+        "DO $$ BEGIN \
+           IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'breeze_bench') THEN \
+             CREATE ROLE breeze_bench LOGIN NOSUPERUSER NOBYPASSRLS; \
+           END IF; \
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$",
+    ]))
+    .context("PostgreSQL is not reachable (psql)")?;
+    Ok("breeze_bench".to_owned())
+}
+
 /// A port nobody listens on right now.
 pub(super) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -112,12 +138,7 @@ impl Instance {
         let mut pg_db = None;
         if db == Db::Postgres {
             let admin = postgres_admin_url();
-            let user = run(Command::new("psql")
-                .arg(&admin)
-                .args(["-Atc", "SELECT current_user"]))
-            .context("PostgreSQL is not reachable (psql)")?
-            .trim()
-            .to_owned();
+            let user = bench_role(&admin)?;
             let name = format!(
                 "breeze_bench_{}_{}",
                 std::process::id(),
@@ -125,7 +146,7 @@ impl Instance {
             );
             run(Command::new("psql")
                 .arg(&admin)
-                .args(["-qc", &format!("CREATE DATABASE {name}")]))?;
+                .args(["-qc", &format!("CREATE DATABASE {name} OWNER {user}")]))?;
             pg_db = Some(name.clone());
             let (base, _) = admin
                 .rsplit_once('/')
