@@ -103,6 +103,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "days audit records are kept before they are archived and purged (default 90; 0 = keep forever)",
     ),
     (
+        "BREEZE_AUDIT_SYNCHRONOUS_COMMIT",
+        "PostgreSQL: request audit records wait for their commit to reach the disk (default false)",
+    ),
+    (
         "BREEZE_AUDIT_ARCHIVE_DIR",
         "where purged audit records are archived as gzip JSON lines (default <data dir>/audit-archive)",
     ),
@@ -455,6 +459,8 @@ pub(crate) struct Settings {
     pub(crate) audit_archive_dir: PathBuf,
     /// `BREEZE_PDF_FONT`: `None` probes the well-known font paths.
     pub(crate) pdf_font: Option<PathBuf>,
+    /// `BREEZE_AUDIT_SYNCHRONOUS_COMMIT` (PostgreSQL).
+    pub(crate) audit_synchronous_commit: bool,
     /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
     pub(crate) metrics: breeze_server::metrics::MetricsAccess,
     /// `BREEZE_SHUTDOWN_DELAY_SECONDS`.
@@ -694,6 +700,7 @@ impl Settings {
             audit_retention_days,
             audit_archive_dir,
             pdf_font,
+            audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", false)?,
             metrics,
             shutdown_delay,
             oauth,

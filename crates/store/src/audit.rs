@@ -6,7 +6,7 @@ use breeze_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::{PgPool, types::Json};
+use sqlx::{Connection, PgConnection, postgres::PgConnectOptions, types::Json};
 use uuid::Uuid;
 
 use crate::{
@@ -204,8 +204,8 @@ pub(crate) async fn insert_batch(
     events: &[AuditEvent],
     now: Timestamp,
 ) -> Result<()> {
-    if let Pool::Postgres { system: pool, .. } = &store.pool {
-        return insert_batch_pg(pool, events, now).await;
+    if let Pool::Postgres { audit, .. } = &store.pool {
+        return audit.insert(events, now).await;
     }
     let mut tx = Tx::begin(&store.pool).await?;
     for chunk in events.chunks(ROWS_PER_INSERT) {
@@ -239,7 +239,107 @@ const PG_INSERT_ARRAYS: &str = concat!(
      result, error_message, request_id)"
 );
 
-async fn insert_batch_pg(pool: &PgPool, events: &[AuditEvent], now: Timestamp) -> Result<()> {
+/// Connections of the audit appender's own on PostgreSQL, kept out of the pools.
+///
+/// Every request's record is written here, so what a pooled connection costs on each use
+/// would be the hot path's: the pool pings a connection (a round trip) every time it comes
+/// back. These are taken and put back without one; a connection whose statement failed, or
+/// whose caller gave up mid-way, is dropped and the next batch opens a new one.
+///
+/// Their commits are asynchronous unless `synchronous_commit` was asked for
+/// ([`crate::StoreOptions::audit_synchronous_commit`]): PostgreSQL acknowledges the commit
+/// before its write-ahead log reaches the disk, so at one request at a time the record costs
+/// no disk flush. The record still survives Breeze's process at once, and PostgreSQL's within
+/// its WAL writer's delay (three times `wal_writer_delay`, 600 ms by default); this is the
+/// durability of the SQLite path's journal (see [`crate::AuditAppender`]). A change's own
+/// audit record, written in the change's transaction, is committed synchronously as always.
+pub(crate) struct AuditConnections {
+    options: PgConnectOptions,
+    idle: std::sync::Mutex<Vec<PgConnection>>,
+    permits: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for AuditConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditConnections")
+            .field("available", &self.permits.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuditConnections {
+    /// At most `max` connections with `options`, opened when first needed.
+    pub(crate) fn new(options: PgConnectOptions, max: usize) -> Self {
+        Self {
+            options,
+            idle: std::sync::Mutex::default(),
+            permits: tokio::sync::Semaphore::new(max.max(1)),
+        }
+    }
+
+    /// Writes `events` stamped `now` in one statement.
+    async fn insert(&self, events: &[AuditEvent], now: Timestamp) -> Result<()> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
+        let idle = self.take_idle();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => PgConnection::connect_with(&self.options).await?,
+        };
+        insert_batch_pg(&mut conn, events, now).await?;
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn);
+        Ok(())
+    }
+
+    fn take_idle(&self) -> Option<PgConnection> {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    }
+
+    /// A setting as the audit connections see it (`SHOW`), for tests.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn show(&self, setting: &str) -> Result<String> {
+        let mut conn = match self.take_idle() {
+            Some(conn) => conn,
+            None => PgConnection::connect_with(&self.options).await?,
+        };
+        let value = show(&mut conn, setting).await?;
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn);
+        Ok(value)
+    }
+
+    /// Closes the idle connections; later batches open new ones.
+    pub(crate) async fn close(&self) {
+        while let Some(conn) = self.take_idle() {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+async fn show(conn: &mut PgConnection, setting: &str) -> Result<String> {
+    Ok(sqlx::query_scalar("SELECT current_setting($1)")
+        .bind(setting)
+        .fetch_one(conn)
+        .await?)
+}
+
+async fn insert_batch_pg(
+    conn: &mut PgConnection,
+    events: &[AuditEvent],
+    now: Timestamp,
+) -> Result<()> {
     let n = events.len();
     let mut ids = Vec::with_capacity(n);
     let mut orgs = Vec::with_capacity(n);
@@ -280,7 +380,7 @@ async fn insert_batch_pg(pool: &PgPool, events: &[AuditEvent], now: Timestamp) -
         .bind(results)
         .bind(error_messages)
         .bind(request_ids)
-        .execute(pool)
+        .execute(conn)
         .await?;
     Ok(())
 }

@@ -149,7 +149,7 @@ impl AuditAppender {
     pub fn max_in_flight(&self) -> usize {
         match self.store.backend() {
             Backend::Sqlite => 1,
-            Backend::Postgres => 4,
+            Backend::Postgres => crate::AUDIT_CONNECTIONS,
         }
     }
 

@@ -157,9 +157,12 @@ pub(crate) enum Pool {
     Sqlite(sqlx::SqlitePool),
     /// Two pools on one database: `system` in the `system` row-security scope, `tenant` for
     /// [`OrgStore`]'s statements, each setting its organization (see [`row_security`]).
+    /// The audit appender's request records go through connections of their own
+    /// ([`audit::AuditConnections`]).
     Postgres {
         system: sqlx::PgPool,
         tenant: sqlx::PgPool,
+        audit: Arc<audit::AuditConnections>,
     },
 }
 
@@ -181,6 +184,12 @@ pub struct StoreOptions {
     /// The TrueType font PDF reports embed (`BREEZE_PDF_FONT`); `None` looks in
     /// [`WELL_KNOWN_FONTS`], and without one reports are set in Helvetica (Latin-1 only).
     pub pdf_font: Option<std::path::PathBuf>,
+    /// PostgreSQL: whether the audit appender's request records wait for their commit to
+    /// reach the disk (`BREEZE_AUDIT_SYNCHRONOUS_COMMIT`). Off by default: they survive
+    /// Breeze's process at once and PostgreSQL's within its WAL writer's delay, as the SQLite
+    /// path's records do (see [`AuditAppender`]); a change's own audit record is always
+    /// committed with the change.
+    pub audit_synchronous_commit: bool,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -192,6 +201,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("lock_timeout", &self.lock_timeout)
             .field("statement_timeout", &self.statement_timeout)
             .field("pdf_font", &self.pdf_font)
+            .field("audit_synchronous_commit", &self.audit_synchronous_commit)
             .finish()
     }
 }
@@ -206,6 +216,7 @@ impl StoreOptions {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             pdf_font: None,
+            audit_synchronous_commit: false,
         }
     }
 }
@@ -264,6 +275,10 @@ pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
     // does.
     ("wal_autocheckpoint", "16384"),
 ];
+
+/// The audit appender's own PostgreSQL connections: as many as it keeps batches in flight
+/// ([`AuditAppender::max_in_flight`]).
+const AUDIT_CONNECTIONS: usize = 4;
 
 /// How long a SQLite connection waits for another's write lock.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -389,10 +404,23 @@ impl Store {
             let system = opts
                 .clone()
                 .options([(row_security::SCOPE_SETTING, row_security::SYSTEM_SCOPE)]);
+            let commit = if options.audit_synchronous_commit {
+                "on"
+            } else {
+                "off"
+            };
+            let audit = system
+                .clone()
+                .options([("synchronous_commit", commit)])
+                .application_name("breeze-audit");
             Pool::Postgres {
                 system: pool().connect_with(system).await?,
                 // Connections open as organizations' statements need them.
                 tenant: pool().min_connections(0).connect_lazy_with(opts),
+                audit: Arc::new(audit::AuditConnections::new(
+                    audit,
+                    AUDIT_CONNECTIONS.min(options.max_connections as usize),
+                )),
             }
         } else {
             return Err(StoreError::Config(format!(
@@ -522,7 +550,7 @@ impl Store {
     pub fn pool_stats(&self) -> (u32, usize) {
         match &self.pool {
             Pool::Sqlite(p) => (p.size(), p.num_idle()),
-            Pool::Postgres { system, tenant } => (
+            Pool::Postgres { system, tenant, .. } => (
                 system.size() + tenant.size(),
                 system.num_idle() + tenant.num_idle(),
             ),
@@ -557,7 +585,12 @@ impl Store {
         self.flush_audit().await;
         match &self.pool {
             Pool::Sqlite(p) => p.close().await,
-            Pool::Postgres { system, tenant } => {
+            Pool::Postgres {
+                system,
+                tenant,
+                audit,
+            } => {
+                audit.close().await;
                 tenant.close().await;
                 system.close().await;
             }

@@ -265,6 +265,14 @@ impl Store {
         Ok(rows.into_iter().map(|(r,)| r).collect())
     }
 
+    /// A setting as the audit appender's own PostgreSQL connections see it (`None` on SQLite).
+    pub async fn raw_audit_setting(&self, setting: &str) -> Result<Option<String>> {
+        match &self.pool {
+            crate::Pool::Sqlite(_) => Ok(None),
+            crate::Pool::Postgres { audit, .. } => audit.show(setting).await.map(Some),
+        }
+    }
+
     /// Runs `query` (an `i64` scalar, `$1` bound to `arg`) on the system pool, or with `org`
     /// as organization `org`'s statements run (see [`Store::raw_execute_in`]): for the
     /// row-security benchmark, which compares the two.

@@ -281,7 +281,11 @@ impl Instance {
                     .find(|(k, _)| k == "DATABASE_URL")
                     .map(|(_, v)| v.as_str())
                     .context("no DATABASE_URL")?;
-                run(Command::new("psql").arg(url).args(["-Atc", sql]))?
+                // Breeze's own role sees no row without a row-security scope.
+                run(Command::new("psql")
+                    .arg(url)
+                    .env("PGOPTIONS", "-c breeze.scope=system")
+                    .args(["-Atc", sql]))?
             }
         };
         out.trim()

@@ -53,6 +53,7 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
     let store = Store::connect(
         &StoreOptions {
             pdf_font: settings.pdf_font.clone(),
+            audit_synchronous_commit: settings.audit_synchronous_commit,
             ..StoreOptions::new(settings.database_url.clone())
         },
         clock.clone(),

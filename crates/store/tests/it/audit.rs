@@ -1,6 +1,6 @@
 //! The audit log: append-only, filtered queries, keyset pagination.
 
-use std::collections::HashSet;
+use std::{collections::HashSet, sync::Arc};
 
 use breeze_core::{Actor, ActorType, AuditEvent, AuditResult, Clock};
 use breeze_store::{AuditCursor, AuditFilter, Backend};
@@ -453,6 +453,72 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
             }
         }
     }
+}
+
+/// PostgreSQL: the appender's own connections commit asynchronously unless asked not to, and a
+/// connection that died under them (a database restart, an administrator's
+/// `pg_terminate_backend`) loses no record: the batch is written again through the pool and
+/// the next one opens a new connection.
+#[tokio::test]
+async fn audit_connections_commit_as_configured_and_survive_a_dead_connection() {
+    use breeze_store::testing::{TestStore, store_url};
+    let clock = Arc::new(breeze_core::SystemClock);
+    let test = TestStore::new(Backend::Postgres, clock.clone()).await;
+    let s = &test.store;
+    assert_eq!(
+        s.raw_audit_setting("synchronous_commit").await.unwrap(),
+        Some("off".into())
+    );
+    let schema = s
+        .raw_strings("SELECT CAST(current_schema() AS TEXT)")
+        .await
+        .unwrap()
+        .remove(0);
+    let strict = breeze_store::Store::connect(
+        &breeze_store::StoreOptions {
+            pg_schema: Some(schema),
+            max_connections: 2,
+            audit_synchronous_commit: true,
+            ..breeze_store::StoreOptions::new(store_url())
+        },
+        clock,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        strict
+            .raw_audit_setting("synchronous_commit")
+            .await
+            .unwrap(),
+        Some("on".into())
+    );
+    strict.close().await;
+
+    let event = |i: usize| {
+        AuditEvent::new(Actor::system("t"), "audit.probe", "probe").resource(format!("p{i}"))
+    };
+    let appender = s.audit_appender();
+    assert!(appender.append(vec![event(0)]).await.is_empty());
+    // Kill this store's audit connection (the one whose search path is this test's schema).
+    let killed = s
+        .raw_strings(
+            "SELECT CAST(pg_terminate_backend(pid) AS TEXT) FROM pg_stat_activity \
+             WHERE application_name = 'breeze-audit' AND pid <> pg_backend_pid() \
+               AND usename = current_user",
+        )
+        .await
+        .unwrap();
+    assert!(killed.iter().any(|k| k == "true"), "{killed:?}");
+    for i in 1..4 {
+        let unwritten = appender.append(vec![event(i)]).await;
+        assert!(unwritten.is_empty(), "{unwritten:?}");
+    }
+    let written = s
+        .raw_strings("SELECT resource_id FROM audit_log WHERE action = 'audit.probe' ORDER BY 1")
+        .await
+        .unwrap();
+    assert_eq!(written, ["p0", "p1", "p2", "p3"]);
+    test.cleanup().await;
 }
 
 breeze_store::on_both_backends!(
