@@ -9,8 +9,10 @@
 #
 # The suite runs once per reply mode of the engine: `stream` (every answer an SSE stream, as the
 # reference server does) and `adaptive` (JSON unless the handler sends something first, which is
-# what Breeze serves). Scenarios that cannot pass are listed, with the reason, in
-# .ci/conformance-baseline.yml. Exits non-zero on any failure.
+# what Breeze serves), then once more through two of those servers sharing their sessions in
+# Redis (CONFORMANCE_REDIS_URL, default redis://127.0.0.1:6379) behind a round-robin nginx
+# (installed from Debian's packages when missing). Scenarios that cannot pass are listed, with
+# the reason, in .ci/conformance-baseline.yml. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,46 +56,54 @@ BIN="${CARGO_TARGET_DIR:-target}/debug/examples/conformance"
 [ -x "$BIN" ] || die "$BIN was not built"
 
 WORK=$(mktemp -d)
-SERVER_PID=
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-  fi
+SERVER_PIDS=()
+stop_servers() {
+  local pid
+  for pid in "${SERVER_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  SERVER_PIDS=()
 }
-trap 'stop_server; rm -rf "$WORK"' EXIT
+trap 'stop_servers; rm -rf "$WORK"' EXIT
+
+# start_fixtures NAME [--replies MODE]: starts the fixtures server (the caller's CONFORMANCE_*
+# environment applies), waits for its URL; sets URL.
+start_fixtures() {
+  local name=$1; shift
+  "$BIN" 0 "$@" >"$WORK/$name.url" 2>"$WORK/$name.server.log" &
+  SERVER_PIDS+=($!)
+  URL=
+  for _ in $(seq 1 100); do
+    URL=$(head -n1 "$WORK/$name.url" 2>/dev/null || true)
+    [ -n "$URL" ] && break
+    kill -0 "${SERVER_PIDS[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$URL" ] || { cat "$WORK/$name.server.log" >&2; die "the fixtures server $name did not start"; }
+  echo "fixtures server $name at $URL (pid ${SERVER_PIDS[-1]})"
+}
 
 passed=0
 failed=0
 status=0
 summary=()
-for mode in "${MODES[@]}"; do
-  log "active server suite against the fixtures server, $mode replies"
-  "$BIN" 0 --replies "$mode" >"$WORK/$mode.url" 2>"$WORK/$mode.server.log" &
-  SERVER_PID=$!
-  url=
-  for _ in $(seq 1 100); do
-    url=$(head -n1 "$WORK/$mode.url" 2>/dev/null || true)
-    [ -n "$url" ] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$url" ] || { cat "$WORK/$mode.server.log" >&2; die "the fixtures server did not start"; }
-  echo "fixtures server at $url (pid $SERVER_PID)"
 
+# run_suite NAME URL: the active suite against URL; adds its totals to the summary.
+run_suite() {
+  local name=$1 url=$2 rc=0 total pid
   # A request the server never answers costs the suite's 60 s timeout; a hung run is cut short.
-  rc=0
   timeout 900 conformance server --url "$url" --suite active --expected-failures "$BASELINE" \
-    2>&1 | tee "$WORK/$mode.log" || rc=$?
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    cat "$WORK/$mode.server.log" >&2
-    echo "the fixtures server exited during the run" >&2
-    rc=1
-  fi
-  stop_server
-
-  total=$(grep -E '^Total: [0-9]+ passed, [0-9]+ failed' "$WORK/$mode.log" | tail -n1 || true)
+    2>&1 | tee "$WORK/$name.log" || rc=$?
+  for pid in "${SERVER_PIDS[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$WORK"/*.server.log >&2
+      echo "a fixtures server exited during the run" >&2
+      rc=1
+    fi
+  done
+  stop_servers
+  total=$(grep -E '^Total: [0-9]+ passed, [0-9]+ failed' "$WORK/$name.log" | tail -n1 || true)
   if [[ $total =~ ^Total:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
     passed=$((passed + BASH_REMATCH[1]))
     failed=$((failed + BASH_REMATCH[2]))
@@ -102,7 +112,42 @@ for mode in "${MODES[@]}"; do
     failed=$((failed + 1))
   fi
   [ "$rc" -eq 0 ] || status=1
-  summary+=("$mode replies: $total (exit $rc)")
+  summary+=("$name: $total (exit $rc)")
+}
+
+for mode in "${MODES[@]}"; do
+  log "active server suite against the fixtures server, $mode replies"
+  start_fixtures "$mode" --replies "$mode"
+  run_suite "$mode replies" "$URL"
+done
+
+# The same suite through two fixtures servers sharing their sessions in Redis, behind nginx
+# balancing every request round robin (what `breeze serve` does with REDIS_URL, see README:
+# Deployment): a session made on one is used on the other, and a server-to-client request
+# (sampling, elicitation) asked by one is answered through the other.
+log "active server suite through two clustered fixtures servers behind nginx, adaptive replies"
+# shellcheck source=.ci/nginx.sh
+source .ci/nginx.sh
+nginx_install
+export CONFORMANCE_REDIS_URL="${CONFORMANCE_REDIS_URL:-redis://127.0.0.1:6379}"
+export CONFORMANCE_REDIS_PREFIX="conformance$$-$RANDOM:"
+upstreams=()
+for name in cluster-a cluster-b; do
+  start_fixtures "$name" --replies adaptive
+  port=${URL#http://127.0.0.1:}
+  upstreams+=("${port%%/*}")
+done
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+nginx_round_robin "$WORK/nginx" "$port" "${upstreams[@]}"
+SERVER_PIDS+=("$NGINX_PID")
+for _ in $(seq 1 100); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/mcp")" != 000 ] && break
+  sleep 0.1
+done
+run_suite "cluster (2 servers, adaptive replies)" "http://127.0.0.1:$port/mcp"
+for upstream in "${upstreams[@]}"; do
+  grep -q "127.0.0.1:$upstream POST" "$WORK/nginx/upstream.log" \
+    || { echo "nginx sent no request to :$upstream" >&2; status=1; }
 done
 
 log "conformance summary"

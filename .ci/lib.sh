@@ -23,6 +23,9 @@
 #   stop_server                  stops the server started last
 # shellcheck shell=bash
 
+# shellcheck source=.ci/nginx.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nginx.sh"
+
 log() { printf '\n== %s\n' "$*"; }
 die() { printf '%s: %s\n' "$CI_NAME" "$*" >&2; exit 1; }
 
@@ -167,61 +170,27 @@ wait_healthy() {
 ci_cluster_up() {
   local label=$1; shift
   log "$label"
-  if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-  fi
-  local nginx_bin
-  nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+  nginx_install
   local db="breeze_ci_cluster"
+  # The instances connect as a role that owns the database but cannot bypass row-level
+  # security, as a deployment that follows the README does.
   psql -q -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" \
-    -c "CREATE DATABASE $db" >/dev/null
+    -c "DO \$\$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'breeze_ci') THEN
+          CREATE ROLE breeze_ci LOGIN NOSUPERUSER NOBYPASSRLS; END IF; END \$\$" \
+    -c "CREATE DATABASE $db OWNER breeze_ci" >/dev/null
   PORT=$(free_port)
   local port_a port_b
   port_a=$(free_port)
   port_b=$(free_port)
-  mkdir -p "$WORK/nginx"
   UPSTREAM_LOG="$WORK/nginx/upstream.log"
-  : >"$UPSTREAM_LOG"
-  cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  log_format upstream '\$upstream_addr \$request_method \$uri \$status';
-  map \$http_upgrade \$connection_upgrade { default upgrade; '' ''; }
-  upstream breeze {
-    server 127.0.0.1:$port_a max_fails=0;
-    server 127.0.0.1:$port_b max_fails=0;
-    keepalive 32;
-  }
-  server {
-    listen 127.0.0.1:$PORT;
-    access_log $UPSTREAM_LOG upstream;
-    location / {
-      proxy_pass http://breeze;
-      proxy_http_version 1.1;
-      proxy_set_header Host \$http_host;
-      proxy_set_header Upgrade \$http_upgrade;
-      proxy_set_header Connection \$connection_upgrade;
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 1h;
-    }
-  }
-}
-NGINX
-  "$nginx_bin" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' &
-  CLUSTER_PIDS+=($!)
+  nginx_round_robin "$WORK/nginx" "$PORT" "$port_a" "$port_b"
+  CLUSTER_PIDS+=("$NGINX_PID")
   # One signing key and cookie secret for both, as a deployment shares them (only read with
   # MCP_OAUTH_ENABLED).
   local jwk secret
   jwk=$(python3 -c 'import base64,os,json; print(json.dumps({"kty":"OKP","crv":"Ed25519","kid":"ci","d":base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")}))')
   secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-  local shared=(DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" REDIS_URL=redis://127.0.0.1:6379
+  local shared=(DATABASE_URL="postgres://breeze_ci@127.0.0.1:5432/$db" REDIS_URL=redis://127.0.0.1:6379
     BREEZE_REDIS_PREFIX="ci$$-$RANDOM:"
     BREEZE_PUBLIC_URL="http://127.0.0.1:$PORT" OAUTH_JWKS_PRIVATE_JWK="$jwk" OAUTH_COOKIE_SECRET="$secret" "$@")
   ci_start_demo "$port_a" "${shared[@]}" || die "$label: breeze demo would not start"

@@ -29,6 +29,10 @@ use common::{
     Server, breeze, eventually, export_lines, free_port, http_get, local_device, mcp_tool,
 };
 
+/// The role the instances connect as: it owns the test's database but cannot bypass
+/// row-level security, as a deployment that follows the README connects.
+const ROLE: &str = "breeze_ci";
+
 /// A database of this test's own, dropped at the end.
 struct Database {
     name: String,
@@ -40,7 +44,13 @@ impl Database {
         let name = format!("breeze_{label}_{}", std::process::id());
         let db = Self { name };
         db.psql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name));
-        db.psql(&format!("CREATE DATABASE {}", db.name));
+        // Another test may be creating the role at the same moment.
+        psql(&format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN \
+             CREATE ROLE {ROLE} LOGIN NOSUPERUSER NOBYPASSRLS; END IF; \
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+        ));
+        db.psql(&format!("CREATE DATABASE {} OWNER {ROLE}", db.name));
         db
     }
 
@@ -49,7 +59,7 @@ impl Database {
     }
 
     fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+        format!("postgres://{ROLE}@127.0.0.1:5432/{}", self.name)
     }
 }
 

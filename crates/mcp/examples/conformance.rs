@@ -11,6 +11,10 @@
 //! `CONFORMANCE_REPLIES`) chooses the engine's [`ReplyMode`]; the default is `stream`, the
 //! reference server's behaviour.
 //!
+//! With `CONFORMANCE_REDIS_URL` set the server joins a cluster of such servers sharing that
+//! Redis (and `CONFORMANCE_REDIS_PREFIX`, default `conformance:`), as `breeze serve` does with
+//! `REDIS_URL`: the suite can then run through a round-robin balancer over several of them.
+//!
 //! `.ci/conformance.sh` builds this example and runs the suite against it.
 
 use std::{
@@ -932,12 +936,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         replies,
         ..EngineConfig::default()
     };
-    let engine = Engine::new(
-        Arc::new(Fixtures::new()),
-        config,
-        Arc::new(MemoryLimiter::new()),
-    );
+    let env = |name: &str| std::env::var_os(name).and_then(|v| v.into_string().ok());
+    let (fixtures, limiter) = (Arc::new(Fixtures::new()), Arc::new(MemoryLimiter::new()));
+    let engine = match env("CONFORMANCE_REDIS_URL") {
+        Some(url) => {
+            let prefix = env("CONFORMANCE_REDIS_PREFIX").unwrap_or_else(|| "conformance:".into());
+            let cluster = breeze_mcp::cluster::SessionCluster::new(&url, &prefix)?;
+            Engine::in_cluster(fixtures, config, limiter, Arc::new(cluster))
+        }
+        None => Engine::new(fixtures, config, limiter),
+    };
+    // Also runs the cluster's tasks; a request relayed here before this server hears the
+    // cluster would be lost, so the URL is printed only once it does.
     let _sweeper = engine.spawn_sweeper(CancellationToken::new());
+    engine.cluster_ready().await;
     let routes = Routes {
         streamable: vec!["/mcp"],
         ..Routes::default()
