@@ -769,6 +769,18 @@ fn flags(
     Ok(out)
 }
 
+/// Flag `name` of `flags` as a number, `default` when absent.
+fn number(
+    flags: &std::collections::BTreeMap<String, String>,
+    name: &str,
+    default: u64,
+) -> anyhow::Result<u64> {
+    flags.get(name).map_or(Ok(default), |v| {
+        v.parse()
+            .with_context(|| format!("{name}: {v:?} is not a number"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::median;

@@ -24,7 +24,6 @@
 
 use std::{sync::Arc, time::Instant};
 
-use anyhow::Context;
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_alerts::{AlertEngine, EngineConfig};
 use breeze_core::{
@@ -52,12 +51,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         args,
         &["--devices", "--rules", "--cycles", "--database", "--mode"],
     )?;
-    let num = |name: &str, default: u64| -> anyhow::Result<u64> {
-        f.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name}: {v:?} is not a number"))
-        })
-    };
+    let num = |name: &str, default: u64| super::number(&f, name, default);
     let devices = num("--devices", 10_000)? as usize;
     let rules = num("--rules", 20)? as usize;
     let cycles = num("--cycles", 10)? as usize;

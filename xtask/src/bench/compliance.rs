@@ -16,7 +16,6 @@
 
 use std::{sync::Arc, time::Instant};
 
-use anyhow::Context;
 use breeze_agent_proto::Inventory;
 use breeze_core::{
     Actor, AuditEvent, ComplianceRule, DeviceId, DeviceStatus, ManualClock, OrgId, OsFamily,
@@ -44,12 +43,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             "--database",
         ],
     )?;
-    let num = |name: &str, default: u64| -> anyhow::Result<u64> {
-        f.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name}: {v:?} is not a number"))
-        })
-    };
+    let num = |name: &str, default: u64| super::number(&f, name, default);
     let devices = num("--devices", 10_000)? as usize;
     let rules = num("--rules", 20)? as usize;
     let packages = num("--packages", 300)? as usize;

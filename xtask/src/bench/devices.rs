@@ -111,12 +111,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         args,
         &["--devices", "--concurrency", "--duration", "--database"],
     )?;
-    let num = |name: &str, default: u64| -> anyhow::Result<u64> {
-        f.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name}: {v:?} is not a number"))
-        })
-    };
+    let num = |name: &str, default: u64| super::number(&f, name, default);
     let devices = num("--devices", 10_000)?;
     let conc = num("--concurrency", 50)? as usize;
     let duration = num("--duration", 20)?;

@@ -128,12 +128,7 @@ fn first_device(page: &str, org: &str) -> Option<String> {
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(args, &["--devices", "--rounds", "--database", "--build"])?;
-    let num = |name: &str, default: u64| -> anyhow::Result<u64> {
-        f.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name}: {v:?} is not a number"))
-        })
-    };
+    let num = |name: &str, default: u64| super::number(&f, name, default);
     let devices = num("--devices", 10_000)?;
     let rounds = num("--rounds", 20)?.max(1) as usize;
     let db = Db::parse(f.get("--database").map_or("sqlite", String::as_str))?;

@@ -11,7 +11,6 @@
 
 use std::{sync::Arc, time::Instant};
 
-use anyhow::Context;
 use breeze_core::{Actor, AuditEvent, DeviceStatus, ManualClock, OrgId, OsFamily};
 use breeze_store::{Backend, NewDevice, Store, testing::TestStore};
 
@@ -23,12 +22,7 @@ fn audit(action: &str) -> AuditEvent {
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(args, &["--calls", "--devices"])?;
-    let num = |name: &str, default: u64| -> anyhow::Result<u64> {
-        f.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .with_context(|| format!("{name}: {v:?} is not a number"))
-        })
-    };
+    let num = |name: &str, default: u64| super::number(&f, name, default);
     let calls = num("--calls", 5_000)? as usize;
     let devices = num("--devices", 1_000)? as usize;
     println!(
