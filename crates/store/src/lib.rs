@@ -565,8 +565,8 @@ impl Store {
         }
     }
 
-    /// Whether PostgreSQL's row security holds for the role this store connects as (see
-    /// [`row_security`]).
+    /// Whether PostgreSQL's row security (the `org_wall` policies of migration 0032, the wall
+    /// behind [`OrgStore`]'s filters) holds for the role this store connects as.
     pub async fn row_security(&self) -> Result<RowSecurity> {
         match &self.pool {
             Pool::Sqlite(_) => Ok(RowSecurity::NotAvailable),
