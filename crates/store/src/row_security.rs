@@ -7,8 +7,9 @@
 //!
 //! The store keeps two pools on PostgreSQL:
 //! - the **system** pool, whose connections start with `breeze.scope=system` (a startup
-//!   option, so it costs no statement): the audit appender, authentication, agents, sweeps
-//!   and migrations — work that is not done on behalf of one organization;
+//!   option, so it costs no statement): authentication, agents, sweeps and migrations — work
+//!   that is not done on behalf of one organization (the audit appender's own connections
+//!   start in the same scope);
 //! - the **tenant** pool, used only through [`crate::OrgStore`]: its connections start with
 //!   no scope, and each statement first sets the organization it runs for — in the same round
 //!   trip as `BEGIN` for a transaction ([`begin_in`]), as one `SET` before a lone statement

@@ -7,9 +7,10 @@
 -- writable only when the connection's `breeze.scope` is `system` (the store's system pool sets
 -- it at connect) or the row's organization id (the tenant pool sets it per statement); unset,
 -- the connection sees no row. A superuser or a BYPASSRLS role passes through regardless.
--- A table that also holds partner-wide rows (`partner_id` set, `org_id` NULL: configuration
--- policies an organization inherits) gets `partner_read` as well: an organization may read,
--- never write, the rows of its own partner.
+-- The two tables whose partner-wide rows (`partner_id` set, `org_id` NULL) an organization
+-- inherits, configuration policies and their assignments, get `partner_read` as well: an
+-- organization may read, never write, the rows of its own partner. (Partner-wide users are
+-- reached only by the system scope.)
 --
 -- The tables are found in the catalog rather than listed, so none is missed; a table added
 -- later needs its own policy, which `row_security_covers_every_tenant_table` checks. The
@@ -33,13 +34,13 @@ BEGIN
             'CREATE POLICY org_wall ON %s '
             'USING (current_setting(''breeze.scope'', true) IN (''system'', org_id::text))',
             t);
-        IF EXISTS (SELECT FROM pg_attribute
-                   WHERE attrelid = t AND attname = 'partner_id' AND NOT attisdropped) THEN
+        IF t IN ('config_policies'::regclass, 'config_policy_assignments'::regclass) THEN
             EXECUTE format(
                 'CREATE POLICY partner_read ON %s FOR SELECT '
                 'USING (org_id IS NULL AND partner_id = '
-                '(SELECT o.partner_id FROM organizations o '
-                ' WHERE o.id::text = current_setting(''breeze.scope'', true)))',
+                '(SELECT o.partner_id FROM organizations o WHERE o.id = '
+                ' CASE WHEN current_setting(''breeze.scope'', true) ~ ''^[0-9a-f]{8}-'' '
+                ' THEN CAST(current_setting(''breeze.scope'', true) AS uuid) END))',
                 t);
         END IF;
     END LOOP;

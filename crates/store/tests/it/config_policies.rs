@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::{audit, tenancy::new_device};
 
-fn monitoring(name: &str, metric: u32) -> NewConfigPolicy {
+pub(crate) fn monitoring(name: &str, metric: u32) -> NewConfigPolicy {
     NewConfigPolicy {
         name: name.into(),
         description: None,

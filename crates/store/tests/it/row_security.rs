@@ -4,7 +4,7 @@
 //! as a deployment does.
 
 use breeze_core::DeviceStatus;
-use breeze_store::{Backend, RowSecurity, testing::Ctx};
+use breeze_store::{Backend, NewUser, RowSecurity, testing::Ctx};
 use sqlx::Connection;
 
 use crate::{audit, tenancy::new_device, two_orgs};
@@ -90,6 +90,47 @@ async fn unfiltered_statements_reach_only_their_organization(cx: Ctx) {
     assert!(
         err.to_string().contains("row-level security"),
         "unexpected error: {err}"
+    );
+
+    // A partner's configuration policy is inherited: readable in A's scope, never writable;
+    // a partner-wide user is not readable at all.
+    let partner = s.org(a).organization().await.unwrap().partner_id;
+    s.create_partner_config_policy(
+        partner,
+        crate::config_policies::monitoring("partner-wide", 70),
+        audit("config_policy.create", "config_policy"),
+    )
+    .await
+    .unwrap();
+    s.create_user(
+        NewUser {
+            partner_id: partner,
+            org_id: None,
+            email: "tech@p.test".into(),
+            name: "T".into(),
+            password_hash: "x".into(),
+        },
+        audit("user.create", "user"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.raw_strings_in(a, "SELECT name FROM config_policies")
+            .await
+            .unwrap(),
+        ["partner-wide"]
+    );
+    assert_eq!(
+        s.raw_execute_in(a, "UPDATE config_policies SET name = 'taken'")
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(
+        s.raw_strings_in(a, "SELECT email FROM users")
+            .await
+            .unwrap()
+            .is_empty()
     );
 
     // A connection that never set a scope sees nothing at all: the wall fails closed.
