@@ -735,6 +735,15 @@ fn a_postgresql_restart_is_503_then_recovers_without_a_restart() {
         status == 503 || body.contains("\"retryable\":true"),
         "a call while the database is down is refused as retryable: {status} {body}"
     );
+    // `query_devices` could answer from memory, but its audit record cannot be written: a
+    // read is not answered without one.
+    let from_memory = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "query_devices", "arguments": {} } });
+    let (status, body) = post(port, "/mcp", &read, "pg-down-read", &from_memory);
+    assert!(
+        !body.contains("\"result\"") && body.contains("\"retryable\":true"),
+        "a read without its audit record is refused as retryable: {status} {body}"
+    );
     assert!(
         server.0.try_wait().unwrap().is_none(),
         "the server is still running"

@@ -849,7 +849,9 @@ impl McpApp for Fixtures {
         })
     }
 
-    async fn record(&self, _record: RequestRecord<'_, ()>) {}
+    async fn record(&self, _record: RequestRecord<'_, ()>) -> Result<(), ErrorObject> {
+        Ok(())
+    }
 }
 
 /// Whether a `Host` value names this machine (any port).

@@ -401,8 +401,15 @@ pub trait McpApp: Send + Sync + 'static {
 
     /// Observes every answered request (audit). Awaited before the answer is sent, so a
     /// record the application accepts is never lost after the client saw the answer.
-    fn record(&self, record: RequestRecord<'_, Self::Principal>)
-    -> impl Future<Output = ()> + Send;
+    ///
+    /// `Err` withholds the answer: the client gets that error instead. For an application
+    /// whose record could not be kept, for a request that changed nothing (a read answered
+    /// without its audit record would leave no trace). The engine ignores it for messages
+    /// that have no answer (notifications, the client's responses).
+    fn record(
+        &self,
+        record: RequestRecord<'_, Self::Principal>,
+    ) -> impl Future<Output = Result<(), ErrorObject>> + Send;
 
     /// Observes what became of every authenticated HTTP request that no [`RequestRecord`]
     /// covers (refusals, sessions ended, streams opened). Awaited before the answer is sent.

@@ -507,7 +507,9 @@ impl<A: McpApp> Engine<A> {
         if let Err(e) = &outcome {
             tracing::info!(request_id, method, error = %e, "MCP message failed");
         }
-        self.app
+        // A message has no answer to withhold.
+        let _ = self
+            .app
             .record(RequestRecord {
                 client: &ctx.client,
                 method,
@@ -603,7 +605,8 @@ impl<A: McpApp> Engine<A> {
             // default level, with the HTTP request's id.
             tracing::info!(request_id, method = %req.method, target, error = %e, "MCP request failed");
         }
-        self.app
+        let kept = self
+            .app
             .record(RequestRecord {
                 client: &ctx.client,
                 method: &req.method,
@@ -619,6 +622,10 @@ impl<A: McpApp> Engine<A> {
         if cancelled {
             return None;
         }
+        let outcome = match kept {
+            Ok(()) => outcome,
+            Err(withheld) => Err(withheld),
+        };
         Some(Reply {
             id: Some(req.id),
             outcome,

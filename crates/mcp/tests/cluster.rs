@@ -140,7 +140,9 @@ impl McpApp for App {
         Err(ErrorObject::invalid_params("no prompts"))
     }
 
-    async fn record(&self, _record: breeze_mcp::RequestRecord<'_, ()>) {}
+    async fn record(&self, _record: breeze_mcp::RequestRecord<'_, ()>) -> Result<(), ErrorObject> {
+        Ok(())
+    }
 }
 
 #[allow(clippy::disallowed_methods)] // test-harness setting

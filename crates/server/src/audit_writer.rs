@@ -58,7 +58,8 @@ const SOLO_BATCHES: u32 = 8;
 /// One in this many lone records goes through the writer all the same (a probe for load).
 const PROBE_EVERY: u32 = 64;
 
-type Job = (AuditEvent, oneshot::Sender<()>);
+/// A record, and where to say whether it was written.
+type Job = (AuditEvent, oneshot::Sender<bool>);
 
 /// A handle to the writer task. Cheap to clone.
 #[derive(Clone)]
@@ -89,18 +90,19 @@ impl AuditWriter {
     }
 
     /// Writes `event` and waits until it is written; `alone` when no other request is in
-    /// flight (see the module docs). Backpressure, not loss, when the queue is full.
-    pub async fn write(&self, event: AuditEvent, alone: bool) {
+    /// flight (see the module docs). Backpressure, not loss, when the queue is full. Whether
+    /// the record was written: one that was not is logged in full (at error level), and the
+    /// caller decides whether its answer may still go out.
+    pub async fn write(&self, event: AuditEvent, alone: bool) -> bool {
         if alone && self.goes_lone() && self.appender.append_now(std::slice::from_ref(&event)) {
-            return;
+            return true;
         }
         let (done, wait) = oneshot::channel();
         match self.tx.send((event, done)).await {
-            Ok(()) => {
-                let _ = wait.await;
-            }
+            Ok(()) => wait.await.unwrap_or(false),
             Err(mpsc::error::SendError((event, _))) => {
                 tracing::error!(record = ?event, "audit writer stopped; record logged instead");
+                false
             }
         }
     }
@@ -233,12 +235,16 @@ async fn run(appender: AuditAppender, mut rx: mpsc::Receiver<Job>, lane: Arc<Lan
 
 /// Hands `jobs` to the appender as one batch, then answers their callers.
 async fn commit(appender: AuditAppender, jobs: Vec<Job>) {
-    let (events, waiters): (Vec<AuditEvent>, Vec<oneshot::Sender<()>>) = jobs.into_iter().unzip();
-    for (event, e) in appender.append(events).await {
+    let (events, waiters): (Vec<AuditEvent>, Vec<oneshot::Sender<bool>>) = jobs.into_iter().unzip();
+    let mut written = vec![true; waiters.len()];
+    for (i, event, e) in appender.append(events).await {
         tracing::error!(error = %e, record = ?event, "audit record could not be written");
+        if let Some(w) = written.get_mut(i) {
+            *w = false;
+        }
     }
-    for done in waiters {
-        let _ = done.send(());
+    for (done, written) in waiters.into_iter().zip(written) {
+        let _ = done.send(written);
     }
 }
 
@@ -268,7 +274,7 @@ mod tests {
     use std::{
         future::Future,
         pin::pin,
-        task::{Context, Poll, Waker},
+        task::{Context, Waker},
     };
 
     use breeze_core::Actor;
@@ -277,12 +283,11 @@ mod tests {
     use super::*;
 
     /// Polls `fut` once, without letting any other task run.
-    fn polled_once(fut: impl Future<Output = ()>) -> bool {
+    fn polled_once<T>(fut: impl Future<Output = T>) -> bool {
         let mut fut = pin!(fut);
-        matches!(
-            fut.as_mut().poll(&mut Context::from_waker(Waker::noop())),
-            Poll::Ready(())
-        )
+        fut.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
     }
 
     async fn rows_of(store: &Store, action: &str) -> usize {

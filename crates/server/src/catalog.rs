@@ -391,6 +391,15 @@ impl MetaTool {
         MetaTool::ALL.into_iter().find(|m| m.name() == name)
     }
 
+    /// Whether it only reads: the operations a read meta-tool runs are reads (a write through
+    /// it is refused as `TOOL_EFFECT_MISMATCH`).
+    pub fn read_only(self) -> bool {
+        matches!(
+            self,
+            MetaTool::Discover | MetaTool::Describe | MetaTool::Read
+        )
+    }
+
     /// The tier a key must reach to see and call it (`ai:read`, `ai:write`, `ai:execute`).
     pub fn tier(self) -> Tier {
         match self {

@@ -108,6 +108,18 @@ pub struct BreezeMcp {
 }
 
 impl BreezeMcp {
+    /// Whether the recorded request changed nothing: every method but `tools/call`, and a call
+    /// of a tool (or meta-tool) whose every action only reads.
+    fn changes_nothing(&self, method: &str, target: Option<&str>) -> bool {
+        if method != "tools/call" {
+            return true;
+        }
+        target.is_some_and(|name| match self.state.pipeline.registry().get(name) {
+            Some(spec) => spec.hints.read_only,
+            None => MetaTool::from_name(name).is_some_and(MetaTool::read_only),
+        })
+    }
+
     pub fn new(state: AppState, audit: AuditWriter) -> Self {
         let mut identity = json!({ "name": SERVER_NAME, "version": env!("CARGO_PKG_VERSION") });
         if let Some(revision) = option_env!("BREEZE_REVISION") {
@@ -232,6 +244,18 @@ fn error_data(e: &ToolError) -> Value {
     e.to_structured()["error"].take()
 }
 
+/// The answer to a read whose audit record could not be written: withheld, as retryable.
+fn unrecorded_read() -> ErrorObject {
+    let mut e = ToolError::new(
+        ErrorCode::Internal,
+        "The audit log cannot be written right now, so this read was not answered; nothing \
+         was changed",
+    )
+    .hint("Retry shortly: the server answers again once its database is back (/readyz 200).");
+    e.retryable = true;
+    ErrorObject::new(codes::SERVER_ERROR, e.message.clone()).with_data(error_data(&e))
+}
+
 /// The `operation` and `input` of a `breeze_read` / `breeze_write` / `breeze_execute` call.
 fn meta_input(tool: &str, arguments: Value) -> Result<(String, Value), ToolError> {
     let Value::Object(mut m) = arguments else {
@@ -262,7 +286,7 @@ fn meta_input(tool: &str, arguments: Value) -> Result<(String, Value), ToolError
 
 /// A meta-tool's definition.
 fn meta_def(m: MetaTool) -> ToolDef {
-    let read_only = matches!(m, MetaTool::Discover | MetaTool::Describe | MetaTool::Read);
+    let read_only = m.read_only();
     ToolDef {
         name: m.name().to_owned(),
         title: Some(m.title().to_owned()),
@@ -611,7 +635,7 @@ impl McpApp for BreezeMcp {
         })
     }
 
-    async fn record(&self, r: RequestRecord<'_, McpPrincipal>) {
+    async fn record(&self, r: RequestRecord<'_, McpPrincipal>) -> Result<(), ErrorObject> {
         let p = &r.client.principal;
         let mut details = Map::new();
         details.insert("method".into(), json!(r.method));
@@ -645,7 +669,15 @@ impl McpApp for BreezeMcp {
             event = event.failed(AuditResult::Failure, message);
         }
         event.request_id = r.request_id.map(str::to_owned);
-        self.audit.write(event, r.in_flight <= 1).await;
+        if self.audit.write(event, r.in_flight <= 1).await
+            || !self.changes_nothing(r.method, r.target)
+        {
+            return Ok(());
+        }
+        // A read answered without its record would leave no trace of what was read (the
+        // database is down: the device directory still answers from memory). A change already
+        // made is answered all the same; its record is in the error log.
+        Err(unrecorded_read())
     }
 
     /// Refusals (rate-limited ones sampled: see `audit_writer`), sessions ended to make room,

@@ -1218,6 +1218,77 @@ async fn every_request_is_audited(cx: Ctx) {
     assert_eq!(failed.event.actor.kind, breeze_core::ActorType::ApiKey);
 }
 
+/// A read whose request record cannot be written is not answered (it would leave no trace),
+/// and says so as retryable; a change is answered all the same (it happened; its record is in
+/// the error log). PostgreSQL: there a record the table refuses is unwritten at once (SQLite
+/// journals it and moves it later).
+async fn reads_without_an_audit_record_are_withheld_changes_are_not(cx: Ctx) {
+    if cx.store.backend() == breeze_store::Backend::Sqlite {
+        return;
+    }
+    let w = world(&cx).await;
+    // Request records (mcp.*) are refused from now on; a change's own record is not.
+    w.store
+        .raw_execute(
+            "CREATE FUNCTION refuse_request_records() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF NEW.action LIKE 'mcp.%' THEN RAISE EXCEPTION 'refused for the test'; \
+             END IF; RETURN NEW; END $$",
+        )
+        .await
+        .unwrap();
+    w.store
+        .raw_execute(
+            "CREATE TRIGGER refuse_request_records BEFORE INSERT ON audit_log \
+             FOR EACH ROW EXECUTE FUNCTION refuse_request_records()",
+        )
+        .await
+        .unwrap();
+    let call = |id: i64, name: &str, arguments: Value| {
+        rpc(
+            id,
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+    };
+
+    for (key, body) in [
+        (&w.read, call(1, "query_devices", json!({}))),
+        (&w.read, rpc(2, "tools/list", json!({}))),
+    ] {
+        let r = send(&w.app, post("/mcp", Some(key), &body, &[])).await;
+        assert!(r.body.get("result").is_none(), "{}", r.body);
+        assert_eq!(r.body["error"]["data"]["retryable"], true, "{}", r.body);
+        assert!(
+            err_msg(&r).contains("audit log cannot be written"),
+            "{}",
+            r.body
+        );
+    }
+
+    let note = json!({ "deviceId": w.a_device, "contextType": "quirk", "summary": "fan noise" });
+    let r = send(
+        &w.app,
+        post(
+            "/mcp",
+            Some(&w.write),
+            &call(3, "set_device_context", note),
+            &[],
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.body["result"]["structuredContent"]["summary"], "fan noise",
+        "{}",
+        r.body
+    );
+    let stored = w
+        .store
+        .raw_strings("SELECT summary FROM device_context")
+        .await
+        .unwrap();
+    assert_eq!(stored, ["fan noise"]);
+}
+
 /// Reads SSE events from a streaming body until `want` events arrived.
 async fn sse_events(body: &mut Body, want: usize) -> Vec<(String, String)> {
     let mut buf = String::new();
@@ -1632,6 +1703,7 @@ breeze_store::on_both_backends!(
     resources_and_prompts,
     device_details_carry_what_the_agent_reported,
     every_request_is_audited,
+    reads_without_an_audit_record_are_withheld_changes_are_not,
     legacy_sse_round_trip,
     streamable_get_stream_needs_its_session,
     streams_send_keepalive_pings,

@@ -65,8 +65,8 @@ use crate::{
     wal,
 };
 
-/// Records that could not be written, each with why.
-pub type Unwritten = Vec<(AuditEvent, StoreError)>;
+/// Records that could not be written, each with its place in the batch handed in and why.
+pub type Unwritten = Vec<(usize, AuditEvent, StoreError)>;
 
 /// How long records gather in the journal before they are moved into the table: short, since
 /// a move is work done in one go (a few hundred records per move under load), yet long enough
@@ -194,9 +194,9 @@ impl AuditAppender {
         };
         tracing::warn!(error = %e, records = events.len(), "audit batch failed; retrying one by one");
         let mut unwritten = Vec::new();
-        for event in events {
+        for (i, event) in events.into_iter().enumerate() {
             if let Err(e) = audit::insert(&self.store, &event, now).await {
-                unwritten.push((event, e));
+                unwritten.push((i, event, e));
             }
         }
         unwritten

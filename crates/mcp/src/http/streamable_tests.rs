@@ -77,7 +77,7 @@ impl McpApp for TestApp {
         _arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
         match name.as_str() {
-            "quiet" => Ok(CallToolResult::text("ok")),
+            "quiet" | "unrecorded" => Ok(CallToolResult::text("ok")),
             "chatty" => {
                 cx.log("info", json!("working")).await;
                 Ok(CallToolResult::text("done"))
@@ -122,9 +122,14 @@ impl McpApp for TestApp {
         Err(ErrorObject::invalid_params("no prompts"))
     }
 
-    async fn record(&self, record: RequestRecord<'_, ()>) {
+    async fn record(&self, record: RequestRecord<'_, ()>) -> Result<(), ErrorObject> {
         self.last_in_flight
             .store(record.in_flight, Ordering::Relaxed);
+        // The tool named "unrecorded" stands for a request whose record could not be kept.
+        if record.target == Some("unrecorded") {
+            return Err(ErrorObject::internal("the record could not be kept"));
+        }
+        Ok(())
     }
 }
 
@@ -211,6 +216,21 @@ async fn body_text(response: Response) -> String {
         .unwrap()
         .to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn a_record_the_application_could_not_keep_withholds_the_answer() {
+    let app = app(ReplyMode::Adaptive);
+    let session = initialize(&app).await;
+    let response = post(&app, Some(&session), call(1, "unrecorded")).await;
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    assert_eq!(body["id"], 1);
+    assert!(body.get("result").is_none(), "{body}");
+    assert_eq!(body["error"]["message"], "the record could not be kept");
+    // A record kept: the answer goes out.
+    let response = post(&app, Some(&session), call(2, "quiet")).await;
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    assert_eq!(body["result"]["content"][0]["text"], "ok");
 }
 
 #[tokio::test]

@@ -430,7 +430,7 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
         // Through the pool, each record comes back with the reason.
         Backend::Postgres => {
             assert_eq!(unwritten.len(), 13);
-            for ((event, error), written) in unwritten.iter().zip(&events) {
+            for ((_, event, error), written) in unwritten.iter().zip(&events) {
                 assert_eq!(event, written);
                 assert!(error.to_string().contains("audit_log"), "{error}");
             }
