@@ -265,6 +265,17 @@ fn initialize(id: i64) -> Value {
         "clientInfo": { "name": "fault-test", "version": "1" } } })
 }
 
+/// The `Mcp-Session-Id` of raw response headers.
+fn session_id(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"))
+}
+
 fn tools_list(id: i64) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list" })
 }
@@ -526,6 +537,68 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
 }
 
 /// SIGTERM, then wait for the exit (a drained shutdown).
+/// Session caps and message rate limits count every instance: through a balancer alternating
+/// between two, a key's sixth session is refused although neither instance holds more than
+/// three, and a key's messages beyond its rate are refused although each instance saw about
+/// half of them.
+#[test]
+fn session_caps_and_rate_limits_count_every_instance() {
+    const RATE: usize = 40;
+    let (pair, _a, _b) = Pair::start(
+        "caps",
+        &[("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", &RATE.to_string())],
+    );
+    let (balanced, read, execute) = (pair.balanced, pair.key("read"), pair.key("execute"));
+    let initialize = |key: &str, n: i64| {
+        post_in(
+            balanced,
+            "/mcp",
+            key,
+            &format!("caps-init-{n}"),
+            None,
+            &json!({
+            "jsonrpc": "2.0", "id": n, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": { "name": "caps", "version": "1" } } }),
+        )
+    };
+
+    // The per-key cap is 5 (none of these sessions is idle yet, so none is ended for room).
+    for n in 0..5 {
+        let (status, _, body) = initialize(&read, n);
+        assert_eq!(status, 200, "session {n}: {body}");
+    }
+    let (status, _, body) = initialize(&read, 5);
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("Too many active MCP sessions for this API key"),
+        "{body}"
+    );
+
+    // One session of another key, then messages in it beyond its rate, alternating instances.
+    let (status, head, body) = initialize(&execute, 10);
+    assert_eq!(status, 200, "{body}");
+    let session = session_id(&head);
+    let statuses: Vec<u16> = (0..RATE + 10)
+        .map(|n| {
+            post_in(
+                balanced,
+                "/mcp",
+                &execute,
+                &format!("caps-list-{n}"),
+                Some(&session),
+                &tools_list(100 + n as i64),
+            )
+            .0
+        })
+        .collect();
+    let answered = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(answered + limited, statuses.len(), "{statuses:?}");
+    assert!(answered < RATE, "{answered} answered of {statuses:?}");
+    assert!(limited >= 10, "{limited} refused of {statuses:?}");
+}
+
 fn terminate(server: Server) {
     server.stop();
 }
@@ -555,14 +628,7 @@ fn a_rolling_restart_fails_no_call_of_a_session() {
             "clientInfo": { "name": "rolling", "version": "1" } } }),
     );
     assert_eq!(status, 200, "{body}");
-    let session = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap();
+    let session = session_id(&head);
 
     // One client calls in its session without pause while each instance restarts in turn.
     let stop = Arc::new(AtomicBool::new(false));
