@@ -284,17 +284,27 @@ impl AuditConnections {
             .acquire()
             .await
             .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
-        let idle = self.take_idle();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => PgConnection::connect_with(&self.options).await?,
-        };
+        let mut conn = self.take_or_connect().await?;
         insert_batch_pg(&mut conn, events, now).await?;
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(conn);
         Ok(())
+    }
+
+    /// An idle connection, or a new one (given as long as the pool gives an acquire).
+    async fn take_or_connect(&self) -> Result<PgConnection> {
+        if let Some(conn) = self.take_idle() {
+            return Ok(conn);
+        }
+        tokio::time::timeout(
+            crate::PG_ACQUIRE_TIMEOUT,
+            PgConnection::connect_with(&self.options),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?
+        .map_err(StoreError::from)
     }
 
     fn take_idle(&self) -> Option<PgConnection> {
@@ -307,10 +317,7 @@ impl AuditConnections {
     /// A setting as the audit connections see it (`SHOW`), for tests.
     #[cfg(feature = "testing")]
     pub(crate) async fn show(&self, setting: &str) -> Result<String> {
-        let mut conn = match self.take_idle() {
-            Some(conn) => conn,
-            None => PgConnection::connect_with(&self.options).await?,
-        };
+        let mut conn = self.take_or_connect().await?;
         let value = show(&mut conn, setting).await?;
         self.idle
             .lock()

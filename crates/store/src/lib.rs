@@ -276,6 +276,10 @@ pub(crate) const SQLITE_PRAGMAS: [(&str, &str); 4] = [
     ("wal_autocheckpoint", "16384"),
 ];
 
+/// How long a statement waits for a PostgreSQL connection (from a pool, or a new one for the
+/// audit appender) before it fails as unavailable.
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The audit appender's own PostgreSQL connections: as many as it keeps batches in flight
 /// ([`AuditAppender::max_in_flight`]).
 const AUDIT_CONNECTIONS: usize = 4;
@@ -394,7 +398,7 @@ impl Store {
             let pool = || {
                 PgPoolOptions::new()
                     .max_connections(options.max_connections)
-                    .acquire_timeout(Duration::from_secs(10))
+                    .acquire_timeout(PG_ACQUIRE_TIMEOUT)
                     // The pool already pings a connection when it comes back (and drops it if
                     // the ping fails); pinging again before each use doubled the round trips of
                     // every statement. A connection that breaks while idle (a database restart)
