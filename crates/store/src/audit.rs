@@ -286,14 +286,11 @@ impl AuditConnections {
             .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolClosed))?;
         let mut conn = self.take_or_connect().await?;
         insert_batch_pg(&mut conn, events, now).await?;
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(conn);
+        self.put_back(conn);
         Ok(())
     }
 
-    /// An idle connection, or a new one (given as long as the pool gives an acquire).
+    /// An idle connection, or a new one (waited for as long as a pool acquire).
     async fn take_or_connect(&self) -> Result<PgConnection> {
         if let Some(conn) = self.take_idle() {
             return Ok(conn);
@@ -305,6 +302,13 @@ impl AuditConnections {
         .await
         .map_err(|_| StoreError::Unavailable(sqlx::Error::PoolTimedOut))?
         .map_err(StoreError::from)
+    }
+
+    fn put_back(&self, conn: PgConnection) {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn);
     }
 
     fn take_idle(&self) -> Option<PgConnection> {
@@ -319,10 +323,7 @@ impl AuditConnections {
     pub(crate) async fn show(&self, setting: &str) -> Result<String> {
         let mut conn = self.take_or_connect().await?;
         let value = show(&mut conn, setting).await?;
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(conn);
+        self.put_back(conn);
         Ok(value)
     }
 
