@@ -1,7 +1,8 @@
 //! `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
 //! [--database sqlite|postgres|both]`: `tools/call query_devices {"status":"offline","limit":25}`
 //! through Breeze's whole MCP pipeline over a seeded fleet, beside the rmcp peer answering the
-//! same call from memory over its own 10,000 devices.
+//! same call from memory over its own 10,000 devices, and the same peer's echo (the
+//! reference of the pipeline's aims on PostgreSQL, #25).
 //!
 //! Breeze runs `breeze demo` (no local agent) with N synthetic devices from
 //! `breeze devices seed` (a fifth offline). The read key is used; the transport's message limit
@@ -156,6 +157,18 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             duration,
             &Vec::new,
         )?);
+        // The same peer's echo: what #25's pipeline aims are stated against.
+        rows.push(measure(
+            "peer-rmcp (echo)".into(),
+            &loadgen,
+            peer.0.id(),
+            &format!("http://127.0.0.1:{port}/mcp"),
+            &peers.join("bodies/echo.json"),
+            &[],
+            conc,
+            duration,
+            &Vec::new,
+        )?);
     }
     for db in dbs {
         let inst = Instance::start(
@@ -222,16 +235,18 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             r.bytes
         );
     }
-    if let Some((peer, breezes)) = rows.split_first() {
+    if let [peer, echo, breezes @ ..] = rows.as_slice() {
         println!();
         for b in breezes {
             println!(
-                "{} vs peer-rmcp: req/s {:.2}×, p50 {:.2}×, p99 {:.2}×, CPU/req {:.2}×",
+                "{} vs peer-rmcp: req/s {:.2}×, p50 {:.2}×, p99 {:.2}×, CPU/req {:.2}×; \
+                 vs its echo: req/s {:.2}×",
                 b.name,
                 b.rps / peer.rps.max(1e-9),
                 b.p50 / peer.p50.max(1e-9),
                 b.p99 / peer.p99.max(1e-9),
-                b.cpu_us / peer.cpu_us.max(1e-9)
+                b.cpu_us / peer.cpu_us.max(1e-9),
+                b.rps / echo.rps.max(1e-9)
             );
         }
     }
