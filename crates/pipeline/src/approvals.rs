@@ -433,7 +433,12 @@ impl Approvals {
                 this.withdraw(record.id, why).await;
             }
         });
-        let record = match rx.await {
+        let mut rx = Unreceived {
+            rx,
+            approvals: self.clone(),
+            cancel: cancel.clone(),
+        };
+        let record = match (&mut rx.rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Outcome::Refused(e.into()),
             Err(_) => {
@@ -782,6 +787,33 @@ fn finished(r: &ApprovalRecord) -> Outcome {
         Outcome::Ran(Err(ToolError::new(ErrorCode::UpstreamError, message)))
     } else {
         Outcome::Ran(Ok(result))
+    }
+}
+
+/// The caller's end of the recording task's channel. The task withdraws a request it could not
+/// hand over; one it handed over that the caller never took (dropped between the send and the
+/// receive) is withdrawn here, when the caller is dropped.
+struct Unreceived<E> {
+    rx: oneshot::Receiver<Result<ApprovalRecord, E>>,
+    approvals: Approvals,
+    cancel: CancellationToken,
+}
+
+impl<E> Drop for Unreceived<E> {
+    fn drop(&mut self) {
+        let Ok(Ok(record)) = self.rx.try_recv() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let why = if self.cancel.is_cancelled() {
+            "the client cancelled the call or ended its session"
+        } else {
+            "the client went away as the request was made"
+        };
+        let approvals = self.approvals.clone();
+        runtime.spawn(async move { approvals.withdraw(record.id, why).await });
     }
 }
 
