@@ -424,12 +424,7 @@ impl Approvals {
             };
             let created = this.request(&requester, spec, &args, request_id, pin).await;
             if let Err(Ok(record)) = tx.send(created) {
-                // A cancellation also drops the call: say which it was.
-                let why = if cancelled.is_cancelled() {
-                    "the client cancelled the call or ended its session"
-                } else {
-                    "the client went away as the request was made"
-                };
+                let why = dropped_because(&cancelled, WENT_AWAY_AS_MADE);
                 this.withdraw(record.id, why).await;
             }
         });
@@ -460,6 +455,15 @@ impl Approvals {
         // future at any await, and a transaction cut off half-way would hold the row's lock.
         guard.armed = cancel.is_cancelled();
         outcome
+    }
+
+    /// [`Approvals::withdraw`] in a task of its own, from a `Drop` (nothing when no runtime
+    /// runs).
+    fn withdraw_later(&self, id: Uuid, why: &'static str) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let approvals = self.clone();
+            runtime.spawn(async move { approvals.withdraw(id, why).await });
+        }
     }
 
     /// Withdraws the request `id` of a caller that cancelled or went away; a no-op when it was
@@ -804,16 +808,8 @@ impl<E> Drop for Unreceived<E> {
         let Ok(Ok(record)) = self.rx.try_recv() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let why = if self.cancel.is_cancelled() {
-            "the client cancelled the call or ended its session"
-        } else {
-            "the client went away as the request was made"
-        };
-        let approvals = self.approvals.clone();
-        runtime.spawn(async move { approvals.withdraw(record.id, why).await });
+        let why = dropped_because(&self.cancel, WENT_AWAY_AS_MADE);
+        self.approvals.withdraw_later(record.id, why);
     }
 }
 
@@ -828,21 +824,25 @@ struct WithdrawOnDrop {
 
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            let why = dropped_because(&self.cancel, "the client went away while the call waited");
+            self.approvals.withdraw_later(self.id, why);
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let why = if self.cancel.is_cancelled() {
-            "the client cancelled the call or ended its session"
-        } else {
-            "the client went away while the call waited"
-        };
-        let (approvals, id) = (self.approvals.clone(), self.id);
-        runtime.spawn(async move { approvals.withdraw(id, why).await });
     }
 }
+
+/// Why a call was dropped, for its withdrawn request: a cancellation drops it too, so say
+/// which it was; `otherwise` when the client just went away.
+fn dropped_because(cancel: &CancellationToken, otherwise: &'static str) -> &'static str {
+    if cancel.is_cancelled() {
+        "the client cancelled the call or ended its session"
+    } else {
+        otherwise
+    }
+}
+
+/// [`dropped_because`] for a caller gone before it received its recorded request.
+const WENT_AWAY_AS_MADE: &str = "the client went away as the request was made";
 
 /// The tool error for a request a person (or the clock) turned down.
 pub fn decision_error(r: &ApprovalRecord) -> ToolError {
