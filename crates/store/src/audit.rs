@@ -277,6 +277,11 @@ impl AuditConnections {
         }
     }
 
+    /// What its connections are opened with (the audit journal's mover opens its own alike).
+    pub(crate) fn options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+
     /// Writes `events` stamped `now` in one statement.
     async fn insert(&self, events: &[AuditEvent], now: Timestamp) -> Result<()> {
         let _permit = self

@@ -54,6 +54,7 @@ use breeze_core::{ActorType, AuditEvent, AuditId, AuditResult, OrgId, Timestamp}
 use chrono::SecondsFormat;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use sqlx::{Connection, PgConnection, postgres::PgConnectOptions};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -111,15 +112,23 @@ impl std::fmt::Debug for AuditAppender {
 }
 
 impl Store {
-    /// An appender for this store's audit log: through a journal on a SQLite file (opened, and
+    /// An appender for this store's audit log: through a journal on a SQLite file, or on
+    /// PostgreSQL in the directory [`crate::StoreOptions::audit_journal`] names (opened, and
     /// any segments a dead process left moved, on first use), otherwise through the pool. When
     /// the journal cannot be had (another process holds it, or the directory is not writable)
     /// the log says why and the pool is used.
     pub fn audit_appender(&self) -> AuditAppender {
-        let journal = self.sqlite_file.as_deref().and_then(|db| {
+        let place = match (&self.sqlite_file, &self.pool, &self.audit_journal_dir) {
+            (Some(db), _, _) => Some(Place::Sqlite(db)),
+            (None, crate::Pool::Postgres { audit, .. }, Some(dir)) => {
+                Some(Place::Postgres(dir, audit.options()))
+            }
+            _ => None,
+        };
+        let journal = place.and_then(|place| {
             self.audit_journal
                 .get_or_init(|| {
-                    Journal::open(db)
+                    Journal::open(place)
                         .inspect_err(|e| {
                             tracing::warn!(error = %e, "audit journal unavailable; writing through the pool");
                         })
@@ -261,15 +270,16 @@ enum Msg {
     Checkpoint(oneshot::Sender<rusqlite::Result<()>>),
 }
 
-/// The journal of one SQLite database: the segment being appended to, and the mover thread.
+/// The journal of one database: the segment being appended to, and the mover thread.
 pub(crate) struct Journal {
     /// `<db>-audit`: segments are `<base>-<n>.jsonl`, the lock `<base>.lock`.
     base: PathBuf,
     current: Mutex<Segment>,
     mover: mpsc::Sender<Msg>,
-    /// The connection large batches are inserted on directly: it never waits for the write lock
-    /// and never checkpoints (the server's checkpointer does), so it never blocks its caller.
-    direct: Mutex<rusqlite::Connection>,
+    /// SQLite: the connection large batches are inserted on directly; it never waits for the
+    /// write lock and never checkpoints (the server's checkpointer does), so it never blocks
+    /// its caller. PostgreSQL has none: large batches go through the appender's connections.
+    direct: Option<Mutex<rusqlite::Connection>>,
     /// Records this process journaled that are not in the table yet (shared with the mover).
     backlog: Arc<AtomicUsize>,
     /// Held (locked) for the journal's life.
@@ -285,23 +295,42 @@ struct Segment {
 }
 
 impl Journal {
-    fn open(db: &Path) -> Result<Arc<Journal>, StoreError> {
+    fn open(place: Place<'_>) -> Result<Arc<Journal>, StoreError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
-            StoreError::AuditJournal(format!("{what} ({}): {e}", db.display()))
+            StoreError::AuditJournal(format!("{what} ({}): {e}", place.path().display()))
         };
-        let base = with_suffix(db, "-audit");
+        let base = match place {
+            Place::Sqlite(db) => with_suffix(db, "-audit"),
+            Place::Postgres(dir, _) => {
+                crate::create_private_dir(dir)
+                    .map_err(|e| fail("cannot create the journal directory", &e))?;
+                dir.join("audit")
+            }
+        };
         let lock = File::create(with_suffix(&base, ".lock"))
             .map_err(|e| fail("cannot create the journal lock", &e))?;
         lock.try_lock()
             .map_err(|e| fail("the journal is held by another process", &e))?;
-        let conn = open_connection(db).map_err(|e| fail("cannot open the database", &e))?;
-        let direct = open_connection(db)
-            .and_then(|c| {
-                c.busy_timeout(Duration::ZERO)?;
-                c.execute_batch("PRAGMA wal_autocheckpoint = 0")?;
-                Ok(c)
-            })
-            .map_err(|e| fail("cannot open the database", &e))?;
+        let (sink, direct) = match place {
+            Place::Sqlite(db) => {
+                let conn = open_connection(db).map_err(|e| fail("cannot open the database", &e))?;
+                let direct = open_connection(db)
+                    .and_then(|c| {
+                        c.busy_timeout(Duration::ZERO)?;
+                        c.execute_batch("PRAGMA wal_autocheckpoint = 0")?;
+                        Ok(c)
+                    })
+                    .map_err(|e| fail("cannot open the database", &e))?;
+                (Sink::Sqlite(conn), Some(Mutex::new(direct)))
+            }
+            Place::Postgres(_, options) => (
+                Sink::Postgres(
+                    PgSink::new(options.clone())
+                        .map_err(|e| fail("cannot start the journal's runtime", &e))?,
+                ),
+                None,
+            ),
+        };
         let sealed = segments(&base).map_err(|e| fail("cannot list journal segments", &e))?;
         let seq = sealed.last().map_or(0, |s| s.0 + 1);
         let current =
@@ -312,7 +341,7 @@ impl Journal {
             base: base.clone(),
             current: Mutex::new(current),
             mover: tx,
-            direct: Mutex::new(direct),
+            direct,
             backlog: backlog.clone(),
             _lock: lock,
         });
@@ -322,7 +351,7 @@ impl Journal {
             .spawn(move || {
                 lower_priority();
                 let mut mover = Mover {
-                    conn,
+                    sink,
                     base,
                     sealed,
                     backlog,
@@ -335,10 +364,14 @@ impl Journal {
     }
 
     /// Inserts `events` directly or journals them (see the module docs); `false` when neither
-    /// worked (the caller writes them through the pool).
+    /// worked, or when they go direct on PostgreSQL, whose insert is awaited (the caller
+    /// writes them through the pool).
     fn write(&self, events: &[AuditEvent], now: Timestamp) -> bool {
         if goes_direct(events.len(), self.backlog.load(Ordering::Relaxed)) {
-            match self.insert_now(events, now) {
+            let Some(direct) = &self.direct else {
+                return false;
+            };
+            match insert_now(direct, events, now) {
                 Ok(()) => return true,
                 Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
                 Err(e) => {
@@ -398,33 +431,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Inserts `events` into the table in one transaction, or nothing: `Err` with
-    /// `DatabaseBusy` at once when another connection holds the write lock.
-    fn insert_now(&self, events: &[AuditEvent], now: Timestamp) -> rusqlite::Result<()> {
-        let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
-        let details = events
-            .iter()
-            .map(|e| serde_json::to_string(&e.details))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-        let rows = events.iter().zip(&details).map(|(e, details)| Row {
-            id: *AuditId::new().0.as_bytes(),
-            at: &at,
-            org: e.org_id.map(|o| *o.0.as_bytes()),
-            actor_type: e.actor.kind,
-            actor_id: &e.actor.id,
-            action: &e.action,
-            resource_type: &e.resource_type,
-            resource_id: e.resource_id.as_deref(),
-            details,
-            result: e.result,
-            error: e.error_message.as_deref(),
-            request_id: e.request_id.as_deref(),
-        });
-        let mut conn = self.direct.lock().unwrap_or_else(|p| p.into_inner());
-        insert_rows(&mut conn, rows)
-    }
-
     async fn flush(&self) {
         let (done, wait) = oneshot::channel();
         if self.mover.send(Msg::Flush(done)).is_ok() {
@@ -460,6 +466,37 @@ impl Journal {
         let sealed = std::mem::replace(&mut *current, next);
         Ok(Some(Sealed(sealed.seq, sealed.records)))
     }
+}
+
+/// Inserts `events` into the table in one transaction, or nothing: `Err` with
+/// `DatabaseBusy` at once when another connection holds the write lock.
+fn insert_now(
+    direct: &Mutex<rusqlite::Connection>,
+    events: &[AuditEvent],
+    now: Timestamp,
+) -> rusqlite::Result<()> {
+    let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+    let details = events
+        .iter()
+        .map(|e| serde_json::to_string(&e.details))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+    let rows = events.iter().zip(&details).map(|(e, details)| Row {
+        id: *AuditId::new().0.as_bytes(),
+        at: &at,
+        org: e.org_id.map(|o| *o.0.as_bytes()),
+        actor_type: e.actor.kind,
+        actor_id: &e.actor.id,
+        action: &e.action,
+        resource_type: &e.resource_type,
+        resource_id: e.resource_id.as_deref(),
+        details,
+        result: e.result,
+        error: e.error_message.as_deref(),
+        request_id: e.request_id.as_deref(),
+    });
+    let mut conn = direct.lock().unwrap_or_else(|p| p.into_inner());
+    insert_rows(&mut conn, rows)
 }
 
 impl Segment {
@@ -535,7 +572,7 @@ fn lower_priority() {
 
 /// The thread that moves sealed segments into the table.
 struct Mover {
-    conn: rusqlite::Connection,
+    sink: Sink,
     base: PathBuf,
     /// Sealed segments not yet moved, oldest first.
     sealed: Vec<Sealed>,
@@ -561,7 +598,7 @@ impl Mover {
             match first {
                 Ok(Msg::Flush(done)) => flushes.push(done),
                 Ok(Msg::Checkpoint(done)) => {
-                    let _ = done.send(wal::checkpoint(&self.conn));
+                    let _ = done.send(self.sink.checkpoint());
                     // Checkpoints come often; a failed move is still retried on its own schedule.
                     if self.sealed.is_empty() || self.last_move.elapsed() < RETRY_INTERVAL {
                         continue;
@@ -578,7 +615,7 @@ impl Mover {
                                 break;
                             }
                             Msg::Checkpoint(done) => {
-                                let _ = done.send(wal::checkpoint(&self.conn));
+                                let _ = done.send(self.sink.checkpoint());
                             }
                             Msg::Pending => {}
                         }
@@ -654,11 +691,154 @@ impl Mover {
         // work, and the requests it would hold up share the processor. A segment moved partly
         // before a crash is moved again, and `OR IGNORE` skips what is already in.
         for chunk in lines.chunks(ROWS_PER_MOVE) {
-            insert_rows(&mut self.conn, chunk.iter().map(Row::from))?;
+            self.sink.insert(chunk)?;
             std::thread::yield_now();
         }
         Ok(())
     }
+}
+
+/// Where a journal is kept, and the database its mover writes to.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// Next to this SQLite file (`<db>-audit-<n>.jsonl`).
+    Sqlite(&'a Path),
+    /// In this directory (`audit-<n>.jsonl`), moved over connections with these options.
+    Postgres(&'a Path, &'a PgConnectOptions),
+}
+
+impl Place<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            Place::Sqlite(p) | Place::Postgres(p, _) => p,
+        }
+    }
+}
+
+/// What the mover writes journaled records into.
+enum Sink {
+    Sqlite(rusqlite::Connection),
+    Postgres(PgSink),
+}
+
+impl Sink {
+    /// Inserts `lines` at once (one transaction), skipping ids already stored.
+    fn insert(&mut self, lines: &[LineIn<'_>]) -> Result<(), Box<dyn std::error::Error>> {
+        match self {
+            Sink::Sqlite(conn) => Ok(insert_rows(conn, lines.iter().map(Row::from))?),
+            Sink::Postgres(pg) => pg.insert(lines),
+        }
+    }
+
+    /// [`Store::checkpoint`]: SQLite's; PostgreSQL needs none from us.
+    fn checkpoint(&self) -> rusqlite::Result<()> {
+        match self {
+            Sink::Sqlite(conn) => wal::checkpoint(conn),
+            Sink::Postgres(_) => Ok(()),
+        }
+    }
+}
+
+/// The mover's PostgreSQL connection, driven by a runtime of the mover's own thread (the
+/// mover is synchronous, and must not take the requests' runtime). Opened when first needed,
+/// and again after a statement fails (the database may have restarted).
+struct PgSink {
+    runtime: tokio::runtime::Runtime,
+    options: PgConnectOptions,
+    conn: Option<PgConnection>,
+}
+
+impl PgSink {
+    fn new(options: PgConnectOptions) -> std::io::Result<PgSink> {
+        Ok(PgSink {
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            options,
+            conn: None,
+        })
+    }
+
+    fn insert(&mut self, lines: &[LineIn<'_>]) -> Result<(), Box<dyn std::error::Error>> {
+        let PgSink {
+            runtime,
+            options,
+            conn,
+        } = self;
+        runtime.block_on(async {
+            if conn.is_none() {
+                let opened = tokio::time::timeout(
+                    crate::PG_ACQUIRE_TIMEOUT,
+                    PgConnection::connect_with(options),
+                )
+                .await
+                .map_err(|_| "timed out connecting to PostgreSQL")??;
+                *conn = Some(opened);
+            }
+            let Some(c) = conn.as_mut() else {
+                return Ok(());
+            };
+            let inserted = move_lines_pg(c, lines).await;
+            if inserted.is_err() {
+                *conn = None;
+            }
+            Ok(inserted?)
+        })
+    }
+}
+
+/// The move of journaled rows on PostgreSQL: one statement over arrays (so one round trip and
+/// atomic), each row keeping the time it was journaled at, skipping ids already stored (a
+/// segment moved again after a crash).
+const PG_MOVE_ARRAYS: &str = concat!(
+    "INSERT INTO audit_log (",
+    audit_columns!(),
+    ") SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \
+     resource_id, details::jsonb, result, error_message, request_id \
+     FROM UNNEST($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) \
+     AS r(id, created_at, org_id, actor_type, actor_id, action, resource_type, resource_id, \
+     details, result, error_message, request_id) \
+     ON CONFLICT DO NOTHING"
+);
+
+/// Inserts journaled `lines` on PostgreSQL ([`PG_MOVE_ARRAYS`]). Values are stored as every
+/// other statement stores them: each U+0000 in text as U+FFFD, and times as the driver binds a
+/// timestamp (whole microseconds), so that journaled rows read back as inserted ones do. A line
+/// whose time does not parse (the journal's writer never wrote one) is skipped.
+async fn move_lines_pg(conn: &mut PgConnection, lines: &[LineIn<'_>]) -> Result<(), sqlx::Error> {
+    let timed: Vec<(&LineIn<'_>, Timestamp)> = lines
+        .iter()
+        .filter_map(|l| match chrono::DateTime::parse_from_rfc3339(&l.at) {
+            Ok(at) => Some((l, at.to_utc())),
+            Err(e) => {
+                tracing::warn!(error = %e, id = %l.id, "audit journal: skipping a line with an invalid time");
+                None
+            }
+        })
+        .collect();
+    let text = |s: &str| without_nul(s).into_owned();
+    let column =
+        |f: &dyn Fn(&LineIn<'_>) -> String| timed.iter().map(|(l, _)| f(l)).collect::<Vec<_>>();
+    let optional = |f: &dyn Fn(&LineIn<'_>) -> Option<String>| {
+        timed.iter().map(|(l, _)| f(l)).collect::<Vec<_>>()
+    };
+    sqlx::query(PG_MOVE_ARRAYS)
+        .bind(timed.iter().map(|(l, _)| l.id).collect::<Vec<_>>())
+        .bind(timed.iter().map(|(_, at)| *at).collect::<Vec<_>>())
+        .bind(timed.iter().map(|(l, _)| l.org).collect::<Vec<_>>())
+        .bind(column(&|l| l.actor_type.as_str().to_owned()))
+        .bind(column(&|l| text(&l.actor_id)))
+        .bind(column(&|l| text(&l.action)))
+        .bind(column(&|l| text(&l.resource_type)))
+        .bind(optional(&|l| l.resource_id.as_deref().map(text)))
+        .bind(column(&|l| json_without_nul(l.details.get()).into_owned()))
+        .bind(column(&|l| l.result.as_str().to_owned()))
+        .bind(optional(&|l| l.error.as_deref().map(text)))
+        .bind(optional(&|l| l.request_id.as_deref().map(text)))
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// Records per transaction of a move: each transaction gives the processor back (see

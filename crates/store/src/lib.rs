@@ -190,6 +190,11 @@ pub struct StoreOptions {
     /// path's records do (see [`AuditAppender`]); a change's own audit record is always
     /// committed with the change.
     pub audit_synchronous_commit: bool,
+    /// PostgreSQL: a directory of this process's own where a request's audit record is
+    /// journaled when no other request's shares its insert, and moved into `audit_log` moments
+    /// later, as on a SQLite file (see [`AuditAppender`]); `None` inserts every record before
+    /// the request is answered.
+    pub audit_journal: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -202,6 +207,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("statement_timeout", &self.statement_timeout)
             .field("pdf_font", &self.pdf_font)
             .field("audit_synchronous_commit", &self.audit_synchronous_commit)
+            .field("audit_journal", &self.audit_journal)
             .finish()
     }
 }
@@ -217,6 +223,7 @@ impl StoreOptions {
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             pdf_font: None,
             audit_synchronous_commit: false,
+            audit_journal: None,
         }
     }
 }
@@ -233,7 +240,7 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
 
 /// Creates `dir` (and parents) when missing; a directory Breeze creates is private to its
 /// owner (0700), since the database holds password and key hashes.
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     if dir.exists() {
         return Ok(());
     }
@@ -323,6 +330,8 @@ pub struct Store {
     credentials: Arc<AtomicU64>,
     /// The database file, for SQLite on disk (where audit appends go through a journal).
     pub(crate) sqlite_file: Option<Arc<std::path::Path>>,
+    /// PostgreSQL: the audit journal's directory, if it has one.
+    pub(crate) audit_journal_dir: Option<Arc<std::path::Path>>,
     /// That journal, once an appender opened it; shared by clones.
     pub(crate) audit_journal: audit_appender::JournalSlot,
     /// Runs the file's checkpoints while it has no journal (whose thread runs them then).
@@ -432,6 +441,10 @@ impl Store {
                 redact_url(url)
             )));
         };
+        let audit_journal_dir = match &pool {
+            Pool::Postgres { .. } => options.audit_journal.as_deref().map(Arc::from),
+            Pool::Sqlite(_) => None,
+        };
         Ok(Store {
             bus: bus::Bus::new(&pool, options.pg_schema.as_deref()),
             pool,
@@ -440,6 +453,7 @@ impl Store {
             credentials: Arc::new(AtomicU64::new(0)),
             checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),
             cadence: Arc::default(),
+            audit_journal_dir,
             sqlite_file,
             audit_journal: Default::default(),
             pdf_font,

@@ -202,6 +202,32 @@ where
     test.cleanup().await;
 }
 
+/// Runs `case` as [`run`] does on PostgreSQL, on a store whose audit appender journals lone
+/// records in a directory of its own ([`StoreOptions::audit_journal`], as `breeze serve` on
+/// PostgreSQL does).
+pub async fn run_journaled<F, Fut>(case: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    run(Backend::Postgres, |cx: Ctx| async move {
+        let journal = tempfile::tempdir().expect("create a temporary directory");
+        let store = cx
+            .store
+            .reopen_with(|o| o.audit_journal = Some(journal.path().to_owned()))
+            .await
+            .expect("reopen the test store with an audit journal");
+        case(Ctx {
+            store: store.clone(),
+            clock: cx.clock,
+            dir: None,
+        })
+        .await;
+        store.close().await;
+    })
+    .await;
+}
+
 /// Declares each listed `async fn(Ctx)` as two tests, `sqlite::<name>` and `postgres::<name>`.
 /// The calling crate needs tokio as a dev-dependency.
 #[macro_export]
@@ -320,7 +346,26 @@ impl Store {
     /// [`Store::reopen`] on another clock: an instance whose time runs ahead (or behind), for
     /// tests of work that comes due later than a test can wait.
     pub async fn reopen_with_clock(&self, clock: Arc<dyn Clock>) -> Result<Store> {
-        let options = match (&self.sqlite_file, self.backend()) {
+        let options = self.reopen_options().await?;
+        Store::connect(&options, clock).await
+    }
+
+    /// [`Store::reopen`] with options changed by `change`.
+    pub async fn reopen_with(&self, change: impl FnOnce(&mut StoreOptions)) -> Result<Store> {
+        let mut options = self.reopen_options().await?;
+        change(&mut options);
+        Store::connect(&options, self.clock.clone()).await
+    }
+
+    /// The audit journal's directory on PostgreSQL, when it has one.
+    pub fn raw_audit_journal_dir(&self) -> Option<std::path::PathBuf> {
+        self.audit_journal_dir
+            .as_deref()
+            .map(std::path::Path::to_owned)
+    }
+
+    async fn reopen_options(&self) -> Result<StoreOptions> {
+        Ok(match (&self.sqlite_file, self.backend()) {
             (Some(file), _) => StoreOptions::new(format!("sqlite://{}", file.display())),
             (None, Backend::Postgres) => {
                 let schema: String = crate::sql::sql("SELECT CAST(current_schema() AS TEXT)")
@@ -337,8 +382,7 @@ impl Store {
                     "an in-memory SQLite database cannot be reopened".into(),
                 ));
             }
-        };
-        Store::connect(&options, clock).await
+        })
     }
 
     /// Every row of `table` rendered as one string.

@@ -319,10 +319,11 @@ async fn stored_rows_without_ids(s: &breeze_store::Store) -> Vec<String> {
 async fn the_appender_stores_rows_exactly_as_the_pool_does(cx: Ctx) {
     let s = &cx.store;
     let appender = s.audit_appender();
-    // On a SQLite file the appender journals a lone record and inserts a batch directly;
-    // elsewhere it writes through the pool.
+    // On a SQLite file, and on PostgreSQL with a journal directory, the appender journals a
+    // lone record and inserts a batch directly; otherwise it writes through the pool.
     let journaled = !format!("{appender:?}").contains("journal: None");
-    assert_eq!(journaled, s.backend() == Backend::Sqlite, "{appender:?}");
+    let has_journal = s.backend() == Backend::Sqlite || s.raw_audit_journal_dir().is_some();
+    assert_eq!(journaled, has_journal, "{appender:?}");
     let event = AuditEvent::new(Actor::new(ActorType::ApiKey, "k"), "mcp.tools.call", "mcp")
         .resource("query_devices")
         .details(serde_json::json!({ "tool": "query_devices", "n": 1.5, "s": "é\"\n" }))
@@ -425,33 +426,39 @@ async fn records_are_never_lost_when_the_table_cannot_take_them(cx: Ctx) {
         .map(|i| audit("thing.happen", "thing").resource(format!("r{i}")))
         .collect();
     let mut unwritten = appender.append(events[..1].to_vec()).await;
-    unwritten.extend(appender.append(events[1..].to_vec()).await);
-    match s.backend() {
-        // Through the pool, each record comes back with the reason.
-        Backend::Postgres => {
-            assert_eq!(unwritten.len(), 13);
-            for ((_, event, error), written) in unwritten.iter().zip(&events) {
-                assert_eq!(event, written);
-                assert!(error.to_string().contains("audit_log"), "{error}");
-            }
-        }
-        // Journaled: the move fails and the journal keeps them until the table is back.
-        Backend::Sqlite => {
-            assert!(unwritten.is_empty(), "{unwritten:?}");
-            s.flush_audit().await;
-            s.raw_execute("ALTER TABLE audit_log_away RENAME TO audit_log")
-                .await
-                .unwrap();
-            s.flush_audit().await;
-            let rows = s.raw_dump("audit_log").await.unwrap();
-            assert_eq!(rows.len(), 13, "{rows:?}");
-            for i in 0..13 {
-                assert!(
-                    rows.iter().any(|r| r.contains(&format!("'r{i}'"))),
-                    "{rows:?}"
-                );
-            }
-        }
+    unwritten.extend(
+        appender
+            .append(events[1..].to_vec())
+            .await
+            .into_iter()
+            .map(|(i, event, e)| (i + 1, event, e)),
+    );
+    // What was journaled waits there (a move fails) until the table is back: on SQLite every
+    // record; on PostgreSQL with a journal the lone one (the batch is inserted, and fails).
+    // Through the pool, each record that failed comes back with the reason.
+    let journaled = match (s.backend(), s.raw_audit_journal_dir()) {
+        (Backend::Sqlite, _) => 13,
+        (Backend::Postgres, Some(_)) => 1,
+        (Backend::Postgres, None) => 0,
+    };
+    assert_eq!(unwritten.len(), 13 - journaled, "{unwritten:?}");
+    for (i, event, error) in &unwritten {
+        assert_eq!(event, &events[*i]);
+        assert!(error.to_string().contains("audit_log"), "{error}");
+    }
+    s.flush_audit().await;
+    s.raw_execute("ALTER TABLE audit_log_away RENAME TO audit_log")
+        .await
+        .unwrap();
+    s.flush_audit().await;
+    let rows = s.raw_dump("audit_log").await.unwrap();
+    assert_eq!(rows.len(), journaled, "{rows:?}");
+    for i in 0..journaled {
+        assert!(
+            rows.iter()
+                .any(|r| r.contains(&format!("'r{i}'")) || r.contains(&format!("\"r{i}\""))),
+            "{rows:?}"
+        );
     }
 }
 
@@ -521,6 +528,24 @@ async fn audit_connections_commit_as_configured_and_survive_a_dead_connection() 
     test.cleanup().await;
 }
 
+/// The appender's cases again on PostgreSQL with an audit journal, as `breeze serve` runs.
+mod postgres_journaled {
+    macro_rules! journaled {
+        ($($case:ident),+) => {
+            $(#[tokio::test]
+            async fn $case() {
+                breeze_store::testing::run_journaled(super::$case).await;
+            })+
+        };
+    }
+    journaled!(
+        the_appender_stores_rows_exactly_as_the_pool_does,
+        records_with_nul_are_stored,
+        records_are_never_lost_when_the_table_cannot_take_them,
+        a_dead_process_journal_is_moved_on_the_next_start
+    );
+}
+
 breeze_store::on_both_backends!(
     the_appender_stores_rows_exactly_as_the_pool_does,
     records_with_nul_are_stored,
@@ -532,65 +557,75 @@ breeze_store::on_both_backends!(
 
 /// Segments a dead process left are moved when the journal next opens: every complete line
 /// once (a line already moved is not duplicated), a torn last line skipped.
-#[tokio::test]
-async fn a_dead_process_journal_is_moved_on_the_next_start() {
-    breeze_store::testing::run(Backend::Sqlite, |cx: Ctx| async move {
-        let s = &cx.store;
-        let dir = cx.dir.clone().unwrap();
-        // The journal's line format: the row's columns in their stored form.
-        let line = |i: u32| {
-            serde_json::json!({
-                "id": uuid::Uuid::now_v7(),
-                "at": "2026-11-30T12:00:00+00:00",
-                "org": null,
-                "actor_type": "system",
-                "actor_id": "test",
-                "action": "thing.happen",
-                "resource_type": "thing",
-                "resource_id": format!("left-{i}"),
-                "details": { "i": i },
-                "result": "success",
-                "error": null,
-                "request_id": null,
-            })
-            .to_string()
-        };
-        let (first, second) = (line(0), line(1));
-        let text = format!("{first}\n{second}\n{first}\n{}", &line(2)[..40]);
-        std::fs::write(dir.join("breeze.db-audit-0000000000000007.jsonl"), text).unwrap();
+async fn a_dead_process_journal_is_moved_on_the_next_start(cx: Ctx) {
+    let s = &cx.store;
+    // Beside a SQLite file, or in PostgreSQL's journal directory.
+    let (dir, base) = match (&cx.dir, s.raw_audit_journal_dir()) {
+        (Some(dir), _) => (dir.clone(), "breeze.db-audit"),
+        (None, Some(dir)) => (dir, "audit"),
+        (None, None) => panic!("a store without an audit journal"),
+    };
+    // The journal's line format: the row's columns in their stored form.
+    let line = |i: u32| {
+        serde_json::json!({
+            "id": uuid::Uuid::now_v7(),
+            "at": "2026-11-30T12:00:00+00:00",
+            "org": null,
+            "actor_type": "system",
+            "actor_id": "test",
+            "action": "thing.happen",
+            "resource_type": "thing",
+            "resource_id": format!("left-{i}"),
+            "details": { "i": i },
+            "result": "success",
+            "error": null,
+            "request_id": null,
+        })
+        .to_string()
+    };
+    let (first, second) = (line(0), line(1));
+    let text = format!("{first}\n{second}\n{first}\n{}", &line(2)[..40]);
+    std::fs::write(dir.join(format!("{base}-0000000000000007.jsonl")), text).unwrap();
 
-        let appender = s.audit_appender();
-        let unwritten = appender
-            .append(vec![audit("thing.happen", "thing").resource("new")])
-            .await;
-        assert!(unwritten.is_empty());
-        let page = s
-            .org(breeze_core::OrgId::new())
-            .query_audit(&AuditFilter::default(), None, 10)
-            .await
-            .unwrap();
-        assert!(page.records.is_empty(), "records without an organization");
-        let rows = s.raw_dump("audit_log").await.unwrap();
-        let resources: Vec<&str> = ["left-0", "left-1", "left-2", "new"]
-            .into_iter()
-            .filter(|r| rows.iter().any(|row| row.contains(&format!("'{r}'"))))
-            .collect();
-        assert_eq!(resources, ["left-0", "left-1", "new"], "{rows:?}");
-        assert_eq!(rows.len(), 3, "{rows:?}");
-        // Moved segments are gone; the journal's files sit beside the database.
-        let files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .collect();
-        assert!(
-            files.iter().all(|n| !n.contains("0000000000000007")),
-            "{files:?}"
-        );
-        assert!(
-            files.iter().any(|n| n == "breeze.db-audit.lock"),
-            "{files:?}"
-        );
-    })
+    let appender = s.audit_appender();
+    let unwritten = appender
+        .append(vec![audit("thing.happen", "thing").resource("new")])
+        .await;
+    assert!(unwritten.is_empty());
+    let page = s
+        .org(breeze_core::OrgId::new())
+        .query_audit(&AuditFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert!(page.records.is_empty(), "records without an organization");
+    let rows = s.raw_dump("audit_log").await.unwrap();
+    let resources: Vec<&str> = ["left-0", "left-1", "left-2", "new"]
+        .into_iter()
+        .filter(|r| rows.iter().any(|row| row.contains(r)))
+        .collect();
+    assert_eq!(resources, ["left-0", "left-1", "new"], "{rows:?}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    // Moved segments are gone; the journal's files sit beside the database.
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    assert!(
+        files.iter().all(|n| !n.contains("0000000000000007")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|n| *n == format!("{base}.lock")),
+        "{files:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_process_journal_is_moved_on_the_next_start_on_sqlite() {
+    breeze_store::testing::run(
+        Backend::Sqlite,
+        a_dead_process_journal_is_moved_on_the_next_start,
+    )
     .await;
 }
 
