@@ -107,6 +107,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "PostgreSQL: request audit records wait for their commit to reach the disk (default false)",
     ),
     (
+        "BREEZE_AUDIT_JOURNAL_DIR",
+        "PostgreSQL: this instance's own directory where a request's audit record that shares no insert is journaled, then moved into the database moments later (default <data dir>/audit-journal; off = insert every record before answering)",
+    ),
+    (
         "BREEZE_AUDIT_ARCHIVE_DIR",
         "where purged audit records are archived as gzip JSON lines (default <data dir>/audit-archive)",
     ),
@@ -461,6 +465,8 @@ pub(crate) struct Settings {
     pub(crate) pdf_font: Option<PathBuf>,
     /// `BREEZE_AUDIT_SYNCHRONOUS_COMMIT` (PostgreSQL).
     pub(crate) audit_synchronous_commit: bool,
+    /// `BREEZE_AUDIT_JOURNAL_DIR` (PostgreSQL); `None` when off.
+    pub(crate) audit_journal_dir: Option<PathBuf>,
     /// `BREEZE_METRICS_ADDR` and `BREEZE_METRICS_TOKEN`.
     pub(crate) metrics: breeze_server::metrics::MetricsAccess,
     /// `BREEZE_SHUTDOWN_DELAY_SECONDS`.
@@ -658,6 +664,11 @@ impl Settings {
             None | Some("") => data_dir.join("audit-archive"),
             Some(v) => PathBuf::from(v),
         };
+        let audit_journal_dir = match env.get("BREEZE_AUDIT_JOURNAL_DIR").map(|v| v.trim()) {
+            None | Some("") => Some(data_dir.join("audit-journal")),
+            Some(v) if v.eq_ignore_ascii_case("off") => None,
+            Some(v) => Some(PathBuf::from(v)),
+        };
         let pdf_font = match env.get("BREEZE_PDF_FONT").map(|v| v.trim()) {
             None | Some("") => None,
             Some(v) => Some(PathBuf::from(v)),
@@ -701,6 +712,7 @@ impl Settings {
             audit_archive_dir,
             pdf_font,
             audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", false)?,
+            audit_journal_dir,
             metrics,
             shutdown_delay,
             oauth,
@@ -1255,5 +1267,20 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.database_url, "postgres://db/breeze");
+        assert_eq!(
+            s.audit_journal_dir.as_deref(),
+            Some(std::path::Path::new("/x/audit-journal"))
+        );
+    }
+
+    #[test]
+    fn the_audit_journal_can_move_or_be_turned_off() {
+        let s = load(&[("BREEZE_AUDIT_JOURNAL_DIR", "/j")]).unwrap();
+        assert_eq!(
+            s.audit_journal_dir.as_deref(),
+            Some(std::path::Path::new("/j"))
+        );
+        let s = load(&[("BREEZE_AUDIT_JOURNAL_DIR", "OFF")]).unwrap();
+        assert_eq!(s.audit_journal_dir, None);
     }
 }

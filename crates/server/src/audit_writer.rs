@@ -10,8 +10,8 @@
 //! not write at all is logged here in full.
 //!
 //! A lone request has nobody to share a batch with, so it writes its record itself when the
-//! store can do that without awaiting ([`AuditAppender::append_now`]: a SQLite file's
-//! journal). That skips the hand-over, the writer's wake-up and its yield rounds, and with
+//! store can do that without awaiting ([`AuditAppender::append_now`]: the journal of a SQLite
+//! file, or of PostgreSQL with a journal directory). That skips the hand-over, the writer's wake-up and its yield rounds, and with
 //! them one `epoll_wait` of the runtime per request: on a virtual machine where syscalls are
 //! dear, a measurable share of a request at concurrency 1. "Lone" is judged three ways, since a
 //! record written alone under load costs far more than it saves (a journal write each, and a
@@ -24,8 +24,8 @@
 //! - the writer's last [`SOLO_BATCHES`] batches held one record each; and every
 //!   [`PROBE_EVERY`]th lone record still goes through the writer to test that again.
 //!
-//! Other stores (PostgreSQL: an awaited insert that a dropped request could cut off) always go
-//! through the writer.
+//! Other stores (PostgreSQL without a journal: an awaited insert that a dropped request could
+//! cut off) always go through the writer.
 //!
 //! Refusals beyond a rate limit are sampled by [`RefusalSampler`], so a client hammering a
 //! limit cannot make the audit log its own: per key and per window of [`SAMPLE_WINDOW`]

@@ -30,8 +30,20 @@
 //!   where it was handed in puts the work between requests, in the runtime's own order,
 //!   instead of on a thread the kernel slots in among them a millisecond at a time, which
 //!   would set the tail latency under load.
-//! - **Otherwise (PostgreSQL, in-memory SQLite): the pool**, one transaction per batch, each
-//!   record retried alone if the batch fails.
+//! - **PostgreSQL with a journal directory** ([`crate::StoreOptions::audit_journal`], which
+//!   `breeze serve` sets): the same journal, in that directory (`audit-<n>.jsonl`, lock
+//!   `audit.lock`), whose mover inserts over a connection of its own (one statement over
+//!   arrays per [`ROWS_PER_MOVE`] rows, `ON CONFLICT DO NOTHING`); a batch of
+//!   [`DIRECT_MIN_BATCH`] or more goes to the pool's path below, awaited, since an insert there
+//!   costs a round trip however many rows it holds. Why: a lone record otherwise waits for a
+//!   round trip to the database, which at one request at a time is most of the request. The
+//!   durability is the SQLite journal's, and so is the price: what the mover has not moved yet
+//!   (at most [`MOVE_INTERVAL`] of records, or more while the database is unreachable, up to
+//!   [`MAX_BACKLOG`], after which records are inserted or refused) sits on this instance's
+//!   disk until it next starts, which is why each instance needs a directory of its own that
+//!   outlives it (a second process finds the lock taken and goes without).
+//! - **Otherwise (PostgreSQL without one, in-memory SQLite): the pool**, one statement or
+//!   transaction per batch, each record retried alone if the batch fails.
 //!
 //! Rows are encoded exactly as sqlx encodes them (ids as 16-byte blobs, timestamps as RFC 3339
 //! with automatic fractional digits, details as JSON text), so rows written any way sort and

@@ -54,6 +54,7 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
         &StoreOptions {
             pdf_font: settings.pdf_font.clone(),
             audit_synchronous_commit: settings.audit_synchronous_commit,
+            audit_journal: settings.audit_journal_dir.clone(),
             ..StoreOptions::new(settings.database_url.clone())
         },
         clock.clone(),
