@@ -336,10 +336,10 @@ impl Journal {
                 (Sink::Sqlite(conn), Some(Mutex::new(direct)))
             }
             Place::Postgres(_, options) => (
-                Sink::Postgres(
+                Sink::Postgres(Box::new(
                     PgSink::new(options.clone())
                         .map_err(|e| fail("cannot start the journal's runtime", &e))?,
-                ),
+                )),
                 None,
             ),
         };
@@ -730,7 +730,8 @@ impl Place<'_> {
 /// What the mover writes journaled records into.
 enum Sink {
     Sqlite(rusqlite::Connection),
-    Postgres(PgSink),
+    /// Boxed: a runtime and connection options are large beside a SQLite connection.
+    Postgres(Box<PgSink>),
 }
 
 impl Sink {
