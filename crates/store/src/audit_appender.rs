@@ -284,7 +284,8 @@ enum Msg {
 
 /// The journal of one database: the segment being appended to, and the mover thread.
 pub(crate) struct Journal {
-    /// `<db>-audit`: segments are `<base>-<n>.jsonl`, the lock `<base>.lock`.
+    /// `<db>-audit` on SQLite, `<dir>/audit` on PostgreSQL: segments are `<base>-<n>.jsonl`,
+    /// the lock `<base>.lock`.
     base: PathBuf,
     current: Mutex<Segment>,
     mover: mpsc::Sender<Msg>,
