@@ -757,17 +757,30 @@ impl Sink {
 /// mover is synchronous, and must not take the requests' runtime). Opened when first needed,
 /// and again after a statement fails (the database may have restarted).
 struct PgSink {
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (see the `Drop` impl).
+    runtime: Option<tokio::runtime::Runtime>,
     options: PgConnectOptions,
     conn: Option<PgConnection>,
+}
+
+impl Drop for PgSink {
+    /// A runtime dropped the ordinary way panics inside another runtime's task, which is where
+    /// [`Journal::open`] runs and drops this should opening fail after it was made.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl PgSink {
     fn new(options: PgConnectOptions) -> std::io::Result<PgSink> {
         Ok(PgSink {
-            runtime: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?,
+            runtime: Some(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?,
+            ),
             options,
             conn: None,
         })
@@ -779,6 +792,9 @@ impl PgSink {
             options,
             conn,
         } = self;
+        let Some(runtime) = runtime else {
+            return Err("the journal's runtime is gone".into());
+        };
         runtime.block_on(async {
             if conn.is_none() {
                 let opened = tokio::time::timeout(
@@ -977,6 +993,13 @@ fn insert_of(rows: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Journal::open`] runs inside the server's runtime and drops the sink it made when a
+    /// later step fails; a runtime dropped the ordinary way there panics.
+    #[tokio::test]
+    async fn a_postgres_sink_can_be_dropped_inside_a_runtime() {
+        drop(PgSink::new(PgConnectOptions::new()).unwrap());
+    }
 
     #[test]
     fn small_batches_go_direct_only_behind_a_backlog() {
