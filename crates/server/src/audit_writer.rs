@@ -11,12 +11,12 @@
 //!
 //! A lone request has nobody to share a batch with, so it writes its record itself when the
 //! store can do that without awaiting ([`AuditAppender::append_now`]: the journal of a SQLite
-//! file, or of PostgreSQL with a journal directory). That skips the hand-over, the writer's wake-up and its yield rounds, and with
-//! them one `epoll_wait` of the runtime per request: on a virtual machine where syscalls are
-//! dear, a measurable share of a request at concurrency 1. "Lone" is judged three ways, since a
-//! record written alone under load costs far more than it saves (a journal write each, and a
-//! mover that falls behind), and on a one-thread runtime concurrent requests rarely overlap in
-//! the engine even at concurrency 50:
+//! file, or of PostgreSQL with a journal directory). That skips the hand-over, the writer's
+//! wake-up and its yield rounds, and with them one `epoll_wait` of the runtime per request: on
+//! a virtual machine where syscalls are dear, a measurable share of a request at concurrency 1.
+//! "Lone" is judged three ways, since a record written alone under load costs far more than it
+//! saves (a journal write each, and a mover that falls behind), and on a one-thread runtime
+//! concurrent requests rarely overlap in the engine even at concurrency 50:
 //!
 //! - the caller says no other request is in flight (the engine counts them);
 //! - nothing is queued at or being written by the writer (a request arriving meanwhile joins
