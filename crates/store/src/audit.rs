@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::{
     OrgStore, Pool, Result, Store, StoreError,
-    sql::{Arg, Sql, Target, Tx, escape_like, json_value, sql, without_nul},
+    sql::{Arg, Sql, Target, Tx, escape_like, json_without_nul, sql, without_nul},
 };
 
 /// Columns of an audit row, in insert order (a macro, so that statements can `concat!` it).
@@ -221,23 +221,193 @@ pub(crate) async fn insert_batch(
     tx.commit().await
 }
 
-/// The whole batch as one statement over arrays, whatever its size.
+/// The insert of [`PgRows`]' arrays, one statement whatever their length (`$2` holds each row's
+/// time, `$9` its details as JSON text); `ON CONFLICT DO NOTHING` is added where stored ids are
+/// skipped ([`Stored::Skip`]).
 ///
 /// Every request's record goes through here on PostgreSQL, so its cost is the hot path's. One
 /// statement is atomic without a transaction: a batch is one round trip, where BEGIN, INSERT
 /// and COMMIT were three. And one text serves every batch size, so each connection prepares it
 /// once, where a `VALUES` list per size was parsed and planned again whenever a size fell out
 /// of the connection's statement cache.
-const PG_INSERT_ARRAYS: &str = concat!(
-    "INSERT INTO audit_log (",
-    audit_columns!(),
-    ") SELECT id, $2, org_id, actor_type, actor_id, action, resource_type, resource_id, \
-     details, result, error_message, request_id \
-     FROM UNNEST($1::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], \
-     $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[]) \
-     AS r(id, org_id, actor_type, actor_id, action, resource_type, resource_id, details, \
-     result, error_message, request_id)"
-);
+macro_rules! pg_insert_arrays {
+    () => {
+        concat!(
+            "INSERT INTO audit_log (",
+            audit_columns!(),
+            ") SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \
+             resource_id, details::jsonb, result, error_message, request_id \
+             FROM UNNEST($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+             $12::text[]) \
+             AS r(id, created_at, org_id, actor_type, actor_id, action, resource_type, \
+             resource_id, details, result, error_message, request_id)"
+        )
+    };
+}
+
+/// What [`PgRows::insert`] does with a row whose id is already stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// Fail the statement: new records, whose ids cannot have been stored.
+    Refuse,
+    /// Skip the row: a journal segment moved again after a crash holds rows already in.
+    Skip,
+}
+
+/// One audit row's columns in their stored form, borrowed: SQLite's id bytes, and the time as
+/// `At` (SQLite's text by default; PostgreSQL's timestamp, see [`Row::at`]).
+pub(crate) struct Row<'a, At = &'a str> {
+    pub(crate) id: [u8; 16],
+    pub(crate) at: At,
+    pub(crate) org: Option<[u8; 16]>,
+    pub(crate) actor_type: ActorType,
+    pub(crate) actor_id: &'a str,
+    pub(crate) action: &'a str,
+    pub(crate) resource_type: &'a str,
+    pub(crate) resource_id: Option<&'a str>,
+    /// JSON text.
+    pub(crate) details: &'a str,
+    pub(crate) result: AuditResult,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) request_id: Option<&'a str>,
+}
+
+impl<'a, At> Row<'a, At> {
+    /// `event`'s row, stored as `id` at `at` with `details` (its details as JSON text).
+    pub(crate) fn of_event(event: &'a AuditEvent, id: AuditId, at: At, details: &'a str) -> Self {
+        Row {
+            id: *id.0.as_bytes(),
+            at,
+            org: event.org_id.map(|o| *o.0.as_bytes()),
+            actor_type: event.actor.kind,
+            actor_id: &event.actor.id,
+            action: &event.action,
+            resource_type: &event.resource_type,
+            resource_id: event.resource_id.as_deref(),
+            details,
+            result: event.result,
+            error: event.error_message.as_deref(),
+            request_id: event.request_id.as_deref(),
+        }
+    }
+
+    /// This row with its time as `at`.
+    pub(crate) fn at<T>(self, at: T) -> Row<'a, T> {
+        let Row {
+            id,
+            at: _,
+            org,
+            actor_type,
+            actor_id,
+            action,
+            resource_type,
+            resource_id,
+            details,
+            result,
+            error,
+            request_id,
+        } = self;
+        Row {
+            id,
+            at,
+            org,
+            actor_type,
+            actor_id,
+            action,
+            resource_type,
+            resource_id,
+            details,
+            result,
+            error,
+            request_id,
+        }
+    }
+}
+
+/// Audit rows as the arrays of one PostgreSQL statement: the pool's batches
+/// ([`insert_batch_pg`]) and the audit journal's moves alike, so that rows written either way
+/// are stored alike. Text is stored as every other statement stores it: each U+0000 as U+FFFD
+/// (PostgreSQL's text refuses U+0000).
+#[derive(Default)]
+pub(crate) struct PgRows {
+    ids: Vec<Uuid>,
+    times: Vec<Timestamp>,
+    orgs: Vec<Option<Uuid>>,
+    actor_types: Vec<&'static str>,
+    actor_ids: Vec<String>,
+    actions: Vec<String>,
+    resource_types: Vec<String>,
+    resource_ids: Vec<Option<String>>,
+    details: Vec<String>,
+    results: Vec<&'static str>,
+    error_messages: Vec<Option<String>>,
+    request_ids: Vec<Option<String>>,
+}
+
+impl PgRows {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        PgRows {
+            ids: Vec::with_capacity(n),
+            times: Vec::with_capacity(n),
+            orgs: Vec::with_capacity(n),
+            actor_types: Vec::with_capacity(n),
+            actor_ids: Vec::with_capacity(n),
+            actions: Vec::with_capacity(n),
+            resource_types: Vec::with_capacity(n),
+            resource_ids: Vec::with_capacity(n),
+            details: Vec::with_capacity(n),
+            results: Vec::with_capacity(n),
+            error_messages: Vec::with_capacity(n),
+            request_ids: Vec::with_capacity(n),
+        }
+    }
+
+    pub(crate) fn push(&mut self, row: &Row<'_, Timestamp>) {
+        let text = |s: &str| without_nul(s).into_owned();
+        self.ids.push(Uuid::from_bytes(row.id));
+        self.times.push(row.at);
+        self.orgs.push(row.org.map(Uuid::from_bytes));
+        self.actor_types.push(row.actor_type.as_str());
+        self.actor_ids.push(text(row.actor_id));
+        self.actions.push(text(row.action));
+        self.resource_types.push(text(row.resource_type));
+        self.resource_ids.push(row.resource_id.map(text));
+        self.details
+            .push(json_without_nul(row.details).into_owned());
+        self.results.push(row.result.as_str());
+        self.error_messages.push(row.error.map(text));
+        self.request_ids.push(row.request_id.map(text));
+    }
+
+    /// Inserts the rows in one statement (so one round trip, and atomic).
+    pub(crate) async fn insert(
+        self,
+        conn: &mut PgConnection,
+        stored: Stored,
+    ) -> std::result::Result<(), sqlx::Error> {
+        let statement = match stored {
+            Stored::Refuse => pg_insert_arrays!(),
+            Stored::Skip => concat!(pg_insert_arrays!(), " ON CONFLICT DO NOTHING"),
+        };
+        sqlx::query(statement)
+            .bind(self.ids)
+            .bind(self.times)
+            .bind(self.orgs)
+            .bind(self.actor_types)
+            .bind(self.actor_ids)
+            .bind(self.actions)
+            .bind(self.resource_types)
+            .bind(self.resource_ids)
+            .bind(self.details)
+            .bind(self.results)
+            .bind(self.error_messages)
+            .bind(self.request_ids)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+}
 
 /// Connections of the audit appender's own on PostgreSQL, kept out of the pools.
 ///
@@ -353,48 +523,12 @@ async fn insert_batch_pg(
     events: &[AuditEvent],
     now: Timestamp,
 ) -> Result<()> {
-    let n = events.len();
-    let mut ids = Vec::with_capacity(n);
-    let mut orgs = Vec::with_capacity(n);
-    let mut actor_types = Vec::with_capacity(n);
-    let mut actor_ids = Vec::with_capacity(n);
-    let mut actions = Vec::with_capacity(n);
-    let mut resource_types = Vec::with_capacity(n);
-    let mut resource_ids = Vec::with_capacity(n);
-    let mut details = Vec::with_capacity(n);
-    let mut results = Vec::with_capacity(n);
-    let mut error_messages = Vec::with_capacity(n);
-    let mut request_ids = Vec::with_capacity(n);
-    // PostgreSQL's text refuses U+0000: stored as U+FFFD, as every other statement does.
-    let text = |s: &str| without_nul(s).into_owned();
-    for e in events {
-        ids.push(AuditId::new().0);
-        orgs.push(e.org_id.map(|o| o.0));
-        actor_types.push(e.actor.kind.as_str());
-        actor_ids.push(text(&e.actor.id));
-        actions.push(text(&e.action));
-        resource_types.push(text(&e.resource_type));
-        resource_ids.push(e.resource_id.as_deref().map(text));
-        details.push(json_value(&e.details));
-        results.push(e.result.as_str());
-        error_messages.push(e.error_message.as_deref().map(text));
-        request_ids.push(e.request_id.as_deref().map(text));
+    let details: Vec<String> = events.iter().map(|e| e.details.to_string()).collect();
+    let mut rows = PgRows::with_capacity(events.len());
+    for (event, details) in events.iter().zip(&details) {
+        rows.push(&Row::of_event(event, AuditId::new(), now, details));
     }
-    sqlx::query(PG_INSERT_ARRAYS)
-        .bind(ids)
-        .bind(now)
-        .bind(orgs)
-        .bind(actor_types)
-        .bind(actor_ids)
-        .bind(actions)
-        .bind(resource_types)
-        .bind(resource_ids)
-        .bind(details)
-        .bind(results)
-        .bind(error_messages)
-        .bind(request_ids)
-        .execute(conn)
-        .await?;
+    rows.insert(conn, Stored::Refuse).await?;
     Ok(())
 }
 

@@ -72,7 +72,7 @@ use uuid::Uuid;
 
 use crate::{
     Backend, Store, StoreError,
-    audit::{self, audit_columns},
+    audit::{self, PgRows, Row, Stored, audit_columns},
     open_connection,
     sql::{json_without_nul, without_nul},
     wal,
@@ -494,20 +494,10 @@ fn insert_now(
         .map(|e| serde_json::to_string(&e.details))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-    let rows = events.iter().zip(&details).map(|(e, details)| Row {
-        id: *AuditId::new().0.as_bytes(),
-        at: &at,
-        org: e.org_id.map(|o| *o.0.as_bytes()),
-        actor_type: e.actor.kind,
-        actor_id: &e.actor.id,
-        action: &e.action,
-        resource_type: &e.resource_type,
-        resource_id: e.resource_id.as_deref(),
-        details,
-        result: e.result,
-        error: e.error_message.as_deref(),
-        request_id: e.request_id.as_deref(),
-    });
+    let rows = events
+        .iter()
+        .zip(&details)
+        .map(|(e, details)| Row::of_event(e, AuditId::new(), at.as_str(), details));
     let mut conn = direct.lock().unwrap_or_else(|p| p.into_inner());
     insert_rows(&mut conn, rows)
 }
@@ -817,80 +807,28 @@ impl PgSink {
     }
 }
 
-/// The move of journaled rows on PostgreSQL: one statement over arrays (so one round trip and
-/// atomic), each row keeping the time it was journaled at, skipping ids already stored (a
-/// segment moved again after a crash).
-const PG_MOVE_ARRAYS: &str = concat!(
-    "INSERT INTO audit_log (",
-    audit_columns!(),
-    ") SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \
-     resource_id, details::jsonb, result, error_message, request_id \
-     FROM UNNEST($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::text[], \
-     $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) \
-     AS r(id, created_at, org_id, actor_type, actor_id, action, resource_type, resource_id, \
-     details, result, error_message, request_id) \
-     ON CONFLICT DO NOTHING"
-);
-
-/// Inserts journaled `lines` on PostgreSQL ([`PG_MOVE_ARRAYS`]). Values are stored as every
-/// other statement stores them: each U+0000 in text as U+FFFD, and times as the driver binds a
-/// timestamp (whole microseconds), so that journaled rows read back as inserted ones do. A line
-/// whose time does not parse (the journal's writer never wrote one) is skipped.
+/// Inserts journaled `lines` on PostgreSQL, one statement over arrays (so one round trip and
+/// atomic), each row keeping the time it was journaled at and skipping ids already stored (a
+/// segment moved again after a crash). Times are bound as the driver binds a timestamp (whole
+/// microseconds), so that journaled rows read back as inserted ones do. A line whose time does
+/// not parse (the journal's writer never wrote one) is skipped.
 async fn move_lines_pg(conn: &mut PgConnection, lines: &[LineIn<'_>]) -> Result<(), sqlx::Error> {
-    let timed: Vec<(&LineIn<'_>, Timestamp)> = lines
-        .iter()
-        .filter_map(|l| match chrono::DateTime::parse_from_rfc3339(&l.at) {
-            Ok(at) => Some((l, at.to_utc())),
+    let mut rows = PgRows::with_capacity(lines.len());
+    for line in lines {
+        match chrono::DateTime::parse_from_rfc3339(&line.at) {
+            Ok(at) => rows.push(&Row::from(line).at(at.to_utc())),
             Err(e) => {
-                tracing::warn!(error = %e, id = %l.id, "audit journal: skipping a line with an invalid time");
-                None
+                tracing::warn!(error = %e, id = %line.id, "audit journal: skipping a line with an invalid time");
             }
-        })
-        .collect();
-    let text = |s: &str| without_nul(s).into_owned();
-    let column =
-        |f: &dyn Fn(&LineIn<'_>) -> String| timed.iter().map(|(l, _)| f(l)).collect::<Vec<_>>();
-    let optional = |f: &dyn Fn(&LineIn<'_>) -> Option<String>| {
-        timed.iter().map(|(l, _)| f(l)).collect::<Vec<_>>()
-    };
-    sqlx::query(PG_MOVE_ARRAYS)
-        .bind(timed.iter().map(|(l, _)| l.id).collect::<Vec<_>>())
-        .bind(timed.iter().map(|(_, at)| *at).collect::<Vec<_>>())
-        .bind(timed.iter().map(|(l, _)| l.org).collect::<Vec<_>>())
-        .bind(column(&|l| l.actor_type.as_str().to_owned()))
-        .bind(column(&|l| text(&l.actor_id)))
-        .bind(column(&|l| text(&l.action)))
-        .bind(column(&|l| text(&l.resource_type)))
-        .bind(optional(&|l| l.resource_id.as_deref().map(text)))
-        .bind(column(&|l| json_without_nul(l.details.get()).into_owned()))
-        .bind(column(&|l| l.result.as_str().to_owned()))
-        .bind(optional(&|l| l.error.as_deref().map(text)))
-        .bind(optional(&|l| l.request_id.as_deref().map(text)))
-        .execute(conn)
-        .await
-        .map(drop)
+        }
+    }
+    rows.insert(conn, Stored::Skip).await
 }
 
 /// Records per transaction of a move: each transaction gives the processor back (see
 /// [`Mover::move_segment`]), and each commit rewrites the table's and the index's last,
 /// partly filled pages, so fewer, larger ones write fewer pages per record.
 const ROWS_PER_MOVE: usize = 256;
-
-/// One audit row's columns in their stored form.
-struct Row<'a> {
-    id: [u8; 16],
-    at: &'a str,
-    org: Option<[u8; 16]>,
-    actor_type: ActorType,
-    actor_id: &'a str,
-    action: &'a str,
-    resource_type: &'a str,
-    resource_id: Option<&'a str>,
-    details: &'a str,
-    result: AuditResult,
-    error: Option<&'a str>,
-    request_id: Option<&'a str>,
-}
 
 impl<'a> From<&'a LineIn<'a>> for Row<'a> {
     fn from(line: &'a LineIn<'a>) -> Self {
