@@ -305,7 +305,8 @@ fn sigterm_ends_streams_with_a_reconnect_hint() {
 
 /// The JSON lines of a gzip audit export.
 /// `breeze audit export` writes gzip JSON lines, to a file (0600) or standard output, narrowed
-/// by organization and time; `breeze audit purge` stores the retention and purges.
+/// by organization and time; `breeze audit purge` stores the retention and purges; `breeze
+/// audit move-journal` moves a journal's records in.
 #[test]
 fn audit_export_and_purge() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,6 +380,35 @@ fn audit_export_and_purge() {
             .env("BREEZE_AUDIT_RETENTION_DAYS", "-1"),
     );
     assert!(err.contains("BREEZE_AUDIT_RETENTION_DAYS"), "{err}");
+
+    // `breeze audit move-journal`: a journal segment a retired process left (here a SQLite
+    // file's, beside it) goes into the database at once.
+    let segment = d.join("breeze-data/breeze.db-audit-0000000000000005.jsonl");
+    let line = serde_json::json!({
+        "id": "019ae8a0-0000-7000-8000-000000000001",
+        "at": "2026-12-04T12:00:00+00:00",
+        "org": null,
+        "actor_type": "system",
+        "actor_id": "test",
+        "action": "thing.happen",
+        "resource_type": "thing",
+        "resource_id": "left-by-a-retired-instance",
+        "details": {},
+        "result": "success",
+        "error": null,
+        "request_id": null,
+    });
+    std::fs::write(&segment, format!("{line}\n")).unwrap();
+    let moved = run_ok(breeze(d).args(["audit", "move-journal"]));
+    assert!(moved.contains("is in the database"), "{moved}");
+    assert!(!segment.exists(), "the segment was not moved");
+    let exported = breeze(d).args(["audit", "export"]).output().unwrap();
+    assert!(
+        export_lines(&exported.stdout)
+            .iter()
+            .any(|r| r["resource_id"] == "left-by-a-retired-instance"),
+        "the moved record is not in the log"
+    );
 }
 
 #[test]

@@ -130,14 +130,7 @@ impl Store {
     /// the journal cannot be had (another process holds it, or the directory is not writable)
     /// the log says why and the pool is used.
     pub fn audit_appender(&self) -> AuditAppender {
-        let place = match (&self.sqlite_file, &self.pool, &self.audit_journal_dir) {
-            (Some(db), _, _) => Some(Place::Sqlite(db)),
-            (None, crate::Pool::Postgres { audit, .. }, Some(dir)) => {
-                Some(Place::Postgres(dir, audit.options()))
-            }
-            _ => None,
-        };
-        let journal = place.and_then(|place| {
+        let journal = self.journal_place().and_then(|place| {
             self.audit_journal
                 .get_or_init(|| {
                     Journal::open(place)
@@ -152,6 +145,67 @@ impl Store {
             store: self.clone(),
             journal,
         }
+    }
+
+    /// Where this store's audit journal lives, if it has one.
+    fn journal_place(&self) -> Option<Place<'_>> {
+        match (&self.sqlite_file, &self.pool, &self.audit_journal_dir) {
+            (Some(db), _, _) => Some(Place::Sqlite(db)),
+            (None, crate::Pool::Postgres { audit, .. }, Some(dir)) => {
+                Some(Place::Postgres(dir, audit.options()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Opens this store's audit journal (as [`Store::audit_appender`] does) and moves every
+    /// record in it into the table now, including segments a dead process left; returns the
+    /// journal's path (a SQLite file's, or the directory's `audit`), to which its segment
+    /// numbers are appended. For an instance being retired, whose journal would otherwise wait
+    /// until a process opens that directory again.
+    ///
+    /// Fails, naming why, when this store has no journal (PostgreSQL without
+    /// [`crate::StoreOptions::audit_journal`], in-memory SQLite), when another process holds it
+    /// (stop that one, or let it move its own), or when segments are still left (the database
+    /// refused them; the log says why, nothing is lost, and a later run tries again).
+    pub async fn move_audit_journal(&self) -> Result<PathBuf, StoreError> {
+        let place = self.journal_place().ok_or_else(|| {
+            StoreError::AuditJournal(
+                "this store keeps no audit journal (on PostgreSQL, name its directory)".into(),
+            )
+        })?;
+        let mut failure = None;
+        let journal = self
+            .audit_journal
+            .get_or_init(|| {
+                Journal::open(place)
+                    .inspect_err(|e| failure = Some(e.to_string()))
+                    .ok()
+            })
+            .clone()
+            .ok_or_else(|| {
+                StoreError::AuditJournal(failure.unwrap_or_else(|| {
+                    "the audit journal could not be opened when this process first wrote; the \
+                     log says why"
+                        .into()
+                }))
+            })?;
+        journal.flush().await;
+        let left: Vec<PathBuf> = segments(&journal.base)
+            .map_err(|e| StoreError::AuditJournal(format!("cannot list journal segments: {e}")))?
+            .into_iter()
+            .map(|Sealed(seq, _)| segment_path(&journal.base, seq))
+            .filter(|path| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
+            .collect();
+        if let Some(first) = left.first() {
+            return Err(StoreError::AuditJournal(format!(
+                "{} journal segment(s) could not be moved, {} the first (the log says why; run \
+                 it again once the database takes them)",
+                left.len(),
+                first.display()
+            )));
+        }
+        Ok(journal.base.clone())
     }
 
     /// Moves journaled audit records into the table now (see [`AuditAppender`]); nothing to do

@@ -1,5 +1,6 @@
 //! `breeze audit`: export the audit log as gzip-compressed JSON lines (the format the daily
-//! purge archives in), and purge what is past the retention now.
+//! purge archives in), purge what is past the retention now, and move a retired instance's
+//! audit journal into the database.
 
 use std::{io::Write, path::PathBuf};
 
@@ -32,6 +33,11 @@ pub(crate) enum AuditCommand {
     /// Archive and purge the records past BREEZE_AUDIT_RETENTION_DAYS now (the server does
     /// this daily), and store that retention.
     Purge,
+    /// Move every record waiting in an audit journal into the database now: for an instance
+    /// being retired (point BREEZE_AUDIT_JOURNAL_DIR at its journal directory on PostgreSQL;
+    /// on SQLite the journal sits beside the database file). Fails while a running server
+    /// holds that journal.
+    MoveJournal,
 }
 
 /// A time bound: RFC 3339, or a date meaning its midnight UTC.
@@ -82,6 +88,13 @@ impl AuditCommand {
                             format!(" from {} to {}", a.to_rfc3339(), b.to_rfc3339()),
                         _ => String::new(),
                     }
+                );
+            }
+            AuditCommand::MoveJournal => {
+                let journal = app.store.move_audit_journal().await?;
+                println!(
+                    "every journaled audit record is in the database ({}-*.jsonl moved)",
+                    journal.display()
                 );
             }
             AuditCommand::Purge => {

@@ -1,6 +1,6 @@
 //! The audit log: append-only, filtered queries, keyset pagination.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{collections::HashSet, path::PathBuf, sync::Arc};
 
 use breeze_core::{Actor, ActorType, AuditEvent, AuditResult, Clock};
 use breeze_store::{AuditCursor, AuditFilter, Backend};
@@ -542,7 +542,8 @@ mod postgres_journaled {
         the_appender_stores_rows_exactly_as_the_pool_does,
         records_with_nul_are_stored,
         records_are_never_lost_when_the_table_cannot_take_them,
-        a_dead_process_journal_is_moved_on_the_next_start
+        a_dead_process_journal_is_moved_on_the_next_start,
+        a_retired_journal_is_moved_on_demand
     );
 }
 
@@ -555,36 +556,43 @@ breeze_store::on_both_backends!(
     filters_and_keyset_pagination
 );
 
+/// Where `cx`'s audit journal lives: its directory and the name its segments start with.
+fn journal_place(cx: &Ctx) -> (PathBuf, &'static str) {
+    // Beside a SQLite file, or in PostgreSQL's journal directory.
+    match (&cx.dir, cx.store.raw_audit_journal_dir()) {
+        (Some(dir), _) => (dir.clone(), "breeze.db-audit"),
+        (None, Some(dir)) => (dir, "audit"),
+        (None, None) => panic!("a store without an audit journal"),
+    }
+}
+
+/// A journal line as the journal writes it (the row's columns in their stored form), for a
+/// record of `thing.happen` on resource `left-<i>`.
+fn journal_line(i: u32) -> String {
+    serde_json::json!({
+        "id": uuid::Uuid::now_v7(),
+        "at": "2026-11-30T12:00:00+00:00",
+        "org": null,
+        "actor_type": "system",
+        "actor_id": "test",
+        "action": "thing.happen",
+        "resource_type": "thing",
+        "resource_id": format!("left-{i}"),
+        "details": { "i": i },
+        "result": "success",
+        "error": null,
+        "request_id": null,
+    })
+    .to_string()
+}
+
 /// Segments a dead process left are moved when the journal next opens: every complete line
 /// once (a line already moved is not duplicated), a torn last line skipped.
 async fn a_dead_process_journal_is_moved_on_the_next_start(cx: Ctx) {
     let s = &cx.store;
-    // Beside a SQLite file, or in PostgreSQL's journal directory.
-    let (dir, base) = match (&cx.dir, s.raw_audit_journal_dir()) {
-        (Some(dir), _) => (dir.clone(), "breeze.db-audit"),
-        (None, Some(dir)) => (dir, "audit"),
-        (None, None) => panic!("a store without an audit journal"),
-    };
-    // The journal's line format: the row's columns in their stored form.
-    let line = |i: u32| {
-        serde_json::json!({
-            "id": uuid::Uuid::now_v7(),
-            "at": "2026-11-30T12:00:00+00:00",
-            "org": null,
-            "actor_type": "system",
-            "actor_id": "test",
-            "action": "thing.happen",
-            "resource_type": "thing",
-            "resource_id": format!("left-{i}"),
-            "details": { "i": i },
-            "result": "success",
-            "error": null,
-            "request_id": null,
-        })
-        .to_string()
-    };
-    let (first, second) = (line(0), line(1));
-    let text = format!("{first}\n{second}\n{first}\n{}", &line(2)[..40]);
+    let (dir, base) = journal_place(&cx);
+    let (first, second) = (journal_line(0), journal_line(1));
+    let text = format!("{first}\n{second}\n{first}\n{}", &journal_line(2)[..40]);
     std::fs::write(dir.join(format!("{base}-0000000000000007.jsonl")), text).unwrap();
 
     let appender = s.audit_appender();
@@ -626,6 +634,48 @@ async fn a_dead_process_journal_is_moved_on_the_next_start_on_sqlite() {
         Backend::Sqlite,
         a_dead_process_journal_is_moved_on_the_next_start,
     )
+    .await;
+}
+
+/// `Store::move_audit_journal` (`breeze audit move-journal`) moves what a retired instance left
+/// at once, and refuses, saying why, a journal that another process holds.
+async fn a_retired_journal_is_moved_on_demand(cx: Ctx) {
+    let s = &cx.store;
+    let (dir, base) = journal_place(&cx);
+    let segment = dir.join(format!("{base}-0000000000000003.jsonl"));
+    std::fs::write(
+        &segment,
+        format!("{}\n{}\n", journal_line(0), journal_line(1)),
+    )
+    .unwrap();
+
+    let moved = s.move_audit_journal().await.unwrap();
+    assert_eq!(moved, dir.join(base));
+    let rows = s.raw_dump("audit_log").await.unwrap();
+    let left = rows.iter().filter(|r| r.contains("left-")).count();
+    assert_eq!(left, 2, "{rows:?}");
+    assert!(!segment.exists(), "the moved segment is still there");
+
+    // Another store on the same journal (another process, as far as the lock goes).
+    let journal = cx.store.raw_audit_journal_dir();
+    let other = s.reopen_with(|o| o.audit_journal = journal).await.unwrap();
+    let refused = other.move_audit_journal().await.unwrap_err().to_string();
+    assert!(refused.contains("held by another process"), "{refused}");
+    other.close().await;
+}
+
+#[tokio::test]
+async fn a_retired_journal_is_moved_on_demand_on_sqlite() {
+    breeze_store::testing::run(Backend::Sqlite, a_retired_journal_is_moved_on_demand).await;
+}
+
+/// Without a journal there is nothing to move, and the error says so.
+#[tokio::test]
+async fn moving_a_journal_needs_one() {
+    breeze_store::testing::run(Backend::Postgres, |cx: Ctx| async move {
+        let refused = cx.store.move_audit_journal().await.unwrap_err().to_string();
+        assert!(refused.contains("keeps no audit journal"), "{refused}");
+    })
     .await;
 }
 
