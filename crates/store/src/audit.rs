@@ -256,7 +256,7 @@ pub(crate) enum Stored {
 }
 
 /// One audit row's columns in their stored form, borrowed: SQLite's id bytes, and the time as
-/// `At` (SQLite's text by default; PostgreSQL's timestamp, see [`Row::at`]).
+/// `At` (SQLite's text by default; PostgreSQL's timestamp for [`PgRows`]).
 pub(crate) struct Row<'a, At = &'a str> {
     pub(crate) id: [u8; 16],
     pub(crate) at: At,
@@ -291,45 +291,12 @@ impl<'a, At> Row<'a, At> {
             request_id: event.request_id.as_deref(),
         }
     }
-
-    /// This row with its time as `at`.
-    pub(crate) fn at<T>(self, at: T) -> Row<'a, T> {
-        let Row {
-            id,
-            at: _,
-            org,
-            actor_type,
-            actor_id,
-            action,
-            resource_type,
-            resource_id,
-            details,
-            result,
-            error,
-            request_id,
-        } = self;
-        Row {
-            id,
-            at,
-            org,
-            actor_type,
-            actor_id,
-            action,
-            resource_type,
-            resource_id,
-            details,
-            result,
-            error,
-            request_id,
-        }
-    }
 }
 
 /// Audit rows as the arrays of one PostgreSQL statement: the pool's batches
 /// ([`insert_batch_pg`]) and the audit journal's moves alike, so that rows written either way
 /// are stored alike. Text is stored as every other statement stores it: each U+0000 as U+FFFD
 /// (PostgreSQL's text refuses U+0000).
-#[derive(Default)]
 pub(crate) struct PgRows {
     ids: Vec<Uuid>,
     times: Vec<Timestamp>,

@@ -783,7 +783,10 @@ impl Sink {
     /// Inserts `lines` at once (one transaction), skipping ids already stored.
     fn insert(&mut self, lines: &[LineIn<'_>]) -> Result<(), Box<dyn std::error::Error>> {
         match self {
-            Sink::Sqlite(conn) => Ok(insert_rows(conn, lines.iter().map(Row::from))?),
+            Sink::Sqlite(conn) => Ok(insert_rows(
+                conn,
+                lines.iter().map(|l| line_row(l, &*l.at)),
+            )?),
             Sink::Postgres(pg) => pg.insert(lines),
         }
     }
@@ -870,7 +873,7 @@ async fn move_lines_pg(conn: &mut PgConnection, lines: &[LineIn<'_>]) -> Result<
     let mut rows = PgRows::with_capacity(lines.len());
     for line in lines {
         match chrono::DateTime::parse_from_rfc3339(&line.at) {
-            Ok(at) => rows.push(&Row::from(line).at(at.to_utc())),
+            Ok(at) => rows.push(&line_row(line, at.to_utc())),
             Err(e) => {
                 tracing::warn!(error = %e, id = %line.id, "audit journal: skipping a line with an invalid time");
             }
@@ -884,22 +887,21 @@ async fn move_lines_pg(conn: &mut PgConnection, lines: &[LineIn<'_>]) -> Result<
 /// partly filled pages, so fewer, larger ones write fewer pages per record.
 const ROWS_PER_MOVE: usize = 256;
 
-impl<'a> From<&'a LineIn<'a>> for Row<'a> {
-    fn from(line: &'a LineIn<'a>) -> Self {
-        Row {
-            id: *line.id.as_bytes(),
-            at: &line.at,
-            org: line.org.map(|o| *o.as_bytes()),
-            actor_type: line.actor_type,
-            actor_id: &line.actor_id,
-            action: &line.action,
-            resource_type: &line.resource_type,
-            resource_id: line.resource_id.as_deref(),
-            details: line.details.get(),
-            result: line.result,
-            error: line.error.as_deref(),
-            request_id: line.request_id.as_deref(),
-        }
+/// `line`'s row, its time as `at` (the line's own text on SQLite, parsed on PostgreSQL).
+fn line_row<'a, At>(line: &'a LineIn<'a>, at: At) -> Row<'a, At> {
+    Row {
+        id: *line.id.as_bytes(),
+        at,
+        org: line.org.map(|o| *o.as_bytes()),
+        actor_type: line.actor_type,
+        actor_id: &line.actor_id,
+        action: &line.action,
+        resource_type: &line.resource_type,
+        resource_id: line.resource_id.as_deref(),
+        details: line.details.get(),
+        result: line.result,
+        error: line.error.as_deref(),
+        request_id: line.request_id.as_deref(),
     }
 }
 
