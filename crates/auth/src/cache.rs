@@ -17,7 +17,9 @@
 //!   (the `breeze keys revoke` CLI on the same SQLite file, another instance on PostgreSQL)
 //!   does not move this process's generation, so an entry is served only while
 //!   `0 <= now - read_at < ttl`. A clock that went backwards makes the age negative: the entry
-//!   is not served, so a clock step cannot stretch the ttl.
+//!   is not served, so a clock step cannot stretch the ttl. That process does not answer
+//!   before then: a change that takes access away waits out the ttl after its commit
+//!   ([`StoreOptions::credential_fence`]), so when it returns no cache serves the old key.
 //! - **Expiry is honoured from the cache**: the caller checks the record's `is_active(now)` on
 //!   every hit (the one rule, [`ApiKeyRecord::is_active`]).
 //! - **Only keys that authenticated are cached.** Unknown, revoked or expired keys never are,
@@ -33,6 +35,7 @@
 //! [`ApiKeyPrincipal`]: breeze_core::ApiKeyPrincipal
 //! [`Store::credentials_generation`]: breeze_store::Store::credentials_generation
 //! [`AuthSettings::cache_ttl`]: crate::AuthSettings::cache_ttl
+//! [`StoreOptions::credential_fence`]: breeze_store::StoreOptions::credential_fence
 
 use std::{
     collections::HashMap,

@@ -6,7 +6,8 @@
 //!
 //! API keys that authenticated a moment ago are served from an in-process cache (see
 //! the `cache` module): a change made through this process's store is seen by the next
-//! request, one made by another process within [`AuthSettings::cache_ttl`].
+//! request, one made by another process within [`AuthSettings::cache_ttl`] — which that
+//! process waits out before its change returns.
 
 pub mod api_key;
 mod cache;

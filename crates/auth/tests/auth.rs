@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use breeze_auth::{AuthError, AuthService, AuthSettings, CreateApiKey, password};
-use breeze_core::{Actor, AuditEvent, Clock, OrgId, Scope, ScopeSet, User};
+use breeze_core::{Actor, AuditEvent, Clock, OrgId, Scope, ScopeSet, SystemClock, User};
 use breeze_store::{
     Decision, NewApproval, NewUser, Store, StoreOptions,
-    testing::{Ctx, store_url},
+    testing::{Ctx, store_url, test_options},
 };
 use chrono::Duration;
 
@@ -402,10 +402,11 @@ fn auth_with_ttl(cx: &Ctx, w: &World, ttl: Duration) -> AuthService {
 }
 
 /// A second store on the same database, as another process (the CLI, another instance) would
-/// open it: its changes do not move the first store's credentials generation.
-async fn another_process(cx: &Ctx) -> Store {
+/// open it: its changes do not move the first store's credentials generation. Its revocations
+/// wait `fence` for other processes' caches.
+async fn another_process(cx: &Ctx, fence: std::time::Duration) -> Store {
     let options = match &cx.dir {
-        Some(dir) => StoreOptions::new(format!("sqlite://{}", dir.join("breeze.db").display())),
+        Some(dir) => test_options(format!("sqlite://{}", dir.join("breeze.db").display())),
         None => {
             // The harness runs each case in a schema of its own; ask the database which.
             let rows = cx
@@ -417,9 +418,13 @@ async fn another_process(cx: &Ctx) -> Store {
             StoreOptions {
                 pg_schema: Some(row["s"].as_str().unwrap().to_owned()),
                 max_connections: 2,
-                ..StoreOptions::new(store_url())
+                ..test_options(store_url())
             }
         }
+    };
+    let options = StoreOptions {
+        credential_fence: fence,
+        ..options
     };
     Store::connect(&options, Arc::new(cx.clock.clone()))
         .await
@@ -506,7 +511,7 @@ async fn a_revocation_by_another_process_is_seen_within_the_ttl(cx: Ctx) {
         .authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    let other = another_process(&cx).await;
+    let other = another_process(&cx, std::time::Duration::ZERO).await;
     other
         .org(w.org)
         .revoke_api_key(rec.id, audit("api_key.revoke"))
@@ -536,6 +541,42 @@ async fn a_revocation_by_another_process_is_seen_within_the_ttl(cx: Ctx) {
     assert!(is_invalid(
         w.auth.authenticate_api_key(Some(secret.expose())).await
     ));
+    other.close().await;
+}
+
+/// The attack: a key revoked by another process (another instance, `breeze keys revoke`) while
+/// this one serves it from memory and never hears the bus's signal. The revocation returns only
+/// once this cache has let go, so nothing honours the key after it says "revoked".
+async fn a_revocation_by_another_process_returns_once_no_cache_serves_it(cx: Ctx) {
+    let w = world(&cx).await;
+    // The serving side's cache runs on real time, as a server's does.
+    let ttl = std::time::Duration::from_millis(300);
+    let serving = AuthService::new(
+        w.store.clone(),
+        Arc::new(SystemClock),
+        AuthSettings {
+            cache_ttl: Duration::from_std(ttl).unwrap(),
+            ..AuthSettings::default()
+        },
+    );
+    let (secret, rec) = serving
+        .create_api_key(request(&w, &[Scope::AiRead]), audit("api_key.create"))
+        .await
+        .unwrap();
+    serving
+        .authenticate_api_key(Some(secret.expose()))
+        .await
+        .unwrap();
+    let other = another_process(&cx, ttl).await;
+    other
+        .org(w.org)
+        .revoke_api_key(rec.id, audit("api_key.revoke"))
+        .await
+        .unwrap();
+    assert!(
+        is_invalid(serving.authenticate_api_key(Some(secret.expose())).await),
+        "served from memory after the revocation returned"
+    );
     other.close().await;
 }
 
@@ -608,7 +649,7 @@ async fn a_zero_ttl_reads_the_database_every_time(cx: Ctx) {
     auth.authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    let other = another_process(&cx).await;
+    let other = another_process(&cx, std::time::Duration::ZERO).await;
     other
         .org(w.org)
         .revoke_api_key(rec.id, audit("api_key.revoke"))
@@ -705,6 +746,7 @@ async fn last_used_is_decided_from_the_cache(cx: Ctx) {
 breeze_store::on_both_backends!(
     a_cached_key_revoked_through_this_store_is_refused_at_once,
     a_revocation_by_another_process_is_seen_within_the_ttl,
+    a_revocation_by_another_process_returns_once_no_cache_serves_it,
     a_role_change_through_this_store_changes_permissions_at_once,
     an_expired_key_is_refused_from_the_cache,
     a_zero_ttl_reads_the_database_every_time,

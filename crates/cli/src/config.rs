@@ -451,7 +451,9 @@ pub(crate) struct Settings {
     pub(crate) metrics_retention: breeze_store::MetricsRetention,
     pub(crate) approval_webhook_url: Option<String>,
     pub(crate) approval_wait_secs: u64,
-    /// How long an authenticated API key is served from memory, in milliseconds (0 = never).
+    /// How long an authenticated API key or an OAuth grant is served from memory, in
+    /// milliseconds (0 = never); also how long a revocation made beside other processes waits
+    /// for their caches.
     pub(crate) auth_cache_ms: u64,
     /// OAuth 2.1 (`MCP_OAUTH_ENABLED`); `None` when off.
     pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
@@ -648,7 +650,19 @@ impl Settings {
             Some(v) => bail!("invalid {}: {v:?} (expected pretty or json)", format.origin),
         };
 
-        let oauth = oauth_settings(env, environment == Environment::Production, &public_url)?;
+        let auth_cache_ms = match env.get("BREEZE_AUTH_CACHE_MS").map(|v| v.trim()) {
+            None | Some("") => 1000,
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n <= 60_000 => n,
+                _ => bail!("invalid BREEZE_AUTH_CACHE_MS: {v:?} (expected 0 to 60000)"),
+            },
+        };
+        let mut oauth = oauth_settings(env, environment == Environment::Production, &public_url)?;
+        if let Some(o) = &mut oauth {
+            // One setting for both caches: a revocation waits out the longer of them (the
+            // store's credential fence), so they must not differ.
+            o.config.cache_ttl = chrono::Duration::milliseconds(i64::try_from(auth_cache_ms)?);
+        }
         let alerts = alert_settings(env, environment == Environment::Production)?;
         let audit_retention_days = match env.get("BREEZE_AUDIT_RETENTION_DAYS").map(|v| v.trim()) {
             None | Some("") => Some(90),
@@ -745,13 +759,7 @@ impl Settings {
                     _ => bail!("invalid MCP_APPROVAL_WAIT_SECONDS: {v:?} (expected 0 to 300)"),
                 },
             },
-            auth_cache_ms: match env.get("BREEZE_AUTH_CACHE_MS").map(|v| v.trim()) {
-                None | Some("") => 1000,
-                Some(v) => match v.parse::<u64>() {
-                    Ok(n) if n <= 60_000 => n,
-                    _ => bail!("invalid BREEZE_AUTH_CACHE_MS: {v:?} (expected 0 to 60000)"),
-                },
-            },
+            auth_cache_ms,
             metrics_retention: breeze_store::MetricsRetention {
                 raw: chrono::Duration::days(
                     number(env, "BREEZE_METRICS_RAW_DAYS", 7i64)?.min(36_500),
@@ -1196,6 +1204,18 @@ mod tests {
                 .unwrap()
                 .auth_cache_ms,
             0
+        );
+        let oauth = load(&[
+            ("BREEZE_AUTH_CACHE_MS", "250"),
+            ("MCP_OAUTH_ENABLED", "true"),
+        ])
+        .unwrap()
+        .oauth
+        .unwrap();
+        assert_eq!(
+            oauth.config.cache_ttl,
+            chrono::Duration::milliseconds(250),
+            "the OAuth grant cache follows it too"
         );
         for bad in ["-1", "60001", "1s"] {
             assert!(

@@ -20,7 +20,8 @@
 //! - **Bearer tokens** ([`OAuth::authenticate_bearer`]): signature, `typ`, `kid`, issuer,
 //!   audience and expiry, then the grant's status and the user's permissions now — read from
 //!   the store, cached for at most [`OAuthConfig::cache_ttl`] and dropped at once when this
-//!   process's store changes credentials. A verified token is remembered by its SHA-256 so the
+//!   process's store changes credentials (a change elsewhere returns only after that ttl:
+//!   the store's credential fence). A verified token is remembered by its SHA-256 so the
 //!   hot path costs what an API key's does.
 //!
 //! Secrets (codes, refresh tokens) are stored as SHA-256 and compared through the hash lookup;

@@ -172,7 +172,7 @@ impl OrgStore<'_> {
     /// Moves the credentials generation on, so cached principals are re-read.
     pub async fn revoke_api_key(&self, id: ApiKeyId, audit: AuditEvent) -> Result<ApiKeyRecord> {
         let stamped = self.stamp_once("api_keys", "revoked_at", id.0, audit).await;
-        self.store.credentials_changed();
+        self.store.credentials_changed().await;
         stamped?;
         self.get_api_key(id).await
     }

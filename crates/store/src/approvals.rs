@@ -321,7 +321,7 @@ impl OrgStore<'_> {
         let committed = tx.commit().await;
         if decision == Decision::Report {
             // The requesting key was revoked in that transaction.
-            self.store.credentials_changed();
+            self.store.credentials_changed().await;
         }
         committed?;
         // Awaited, not spawned: a decision made by the CLI must be announced before it exits.

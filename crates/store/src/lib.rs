@@ -195,6 +195,13 @@ pub struct StoreOptions {
     /// later, as on a SQLite file (see [`AuditAppender`]); `None` inserts every record before
     /// the request is answered.
     pub audit_journal: Option<std::path::PathBuf>,
+    /// How long a change that takes access away (a revoked key or grant, a role change, a
+    /// password change) waits after its commit before it returns: the longest another process
+    /// on this database may still serve the old credential from its cache
+    /// (`BREEZE_AUTH_CACHE_MS`). So when a revocation returns, no server honours what it
+    /// revoked, whether or not the bus's signal reached it. Zero for a process that shares
+    /// the database with no other caching process (a server on a SQLite file, tests).
+    pub credential_fence: Duration,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -208,6 +215,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("pdf_font", &self.pdf_font)
             .field("audit_synchronous_commit", &self.audit_synchronous_commit)
             .field("audit_journal", &self.audit_journal)
+            .field("credential_fence", &self.credential_fence)
             .finish()
     }
 }
@@ -224,6 +232,7 @@ impl StoreOptions {
             pdf_font: None,
             audit_synchronous_commit: false,
             audit_journal: None,
+            credential_fence: DEFAULT_CREDENTIAL_FENCE,
         }
     }
 }
@@ -298,6 +307,9 @@ pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// then answers "unavailable, retry".
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// [`StoreOptions::credential_fence`] by default: the key and token caches' default ttl.
+pub const DEFAULT_CREDENTIAL_FENCE: Duration = Duration::from_secs(1);
+
 /// [`StoreOptions::statement_timeout`] by default.
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -328,6 +340,8 @@ pub struct Store {
     /// committed change to what an API key authenticates as. Shared by clones, so a cache
     /// keyed on it sees every change made through this store in this process.
     credentials: Arc<AtomicU64>,
+    /// [`StoreOptions::credential_fence`].
+    credential_fence: Duration,
     /// The database file, for SQLite on disk (where audit appends go through a journal).
     pub(crate) sqlite_file: Option<Arc<std::path::Path>>,
     /// PostgreSQL: the audit journal's directory, if it has one.
@@ -451,6 +465,7 @@ impl Store {
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             credentials: Arc::new(AtomicU64::new(0)),
+            credential_fence: options.credential_fence,
             checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),
             cadence: Arc::default(),
             audit_journal_dir,
@@ -470,12 +485,22 @@ impl Store {
         self.credentials.load(Ordering::Acquire)
     }
 
-    /// Moves the credentials generation on. Called after the transaction of any change to what
-    /// an API key authenticates as has committed (or failed: a spurious bump costs a cache
-    /// miss, a missing one a stale principal). Every such change calls this one helper.
-    pub(crate) fn credentials_changed(&self) {
+    /// Moves the credentials generation on, tells the other servers, and returns once none of
+    /// them can still serve the old credential. Called after the transaction of any change to
+    /// what a key or token authenticates as has committed (or failed: a spurious bump costs a
+    /// cache miss, a missing one a stale principal). Every such change calls this one helper.
+    ///
+    /// The signal is sent before this returns, so a server that hears it drops its cache
+    /// before the change's caller can act on the answer. Hearing it is still asynchronous
+    /// (and at most once), so the change then waits out [`StoreOptions::credential_fence`]:
+    /// any entry read before the commit has expired by then, and the spec's "revoking a grant
+    /// invalidates all of its tokens immediately" holds on every server, not only this one.
+    pub(crate) async fn credentials_changed(&self) {
         self.bump_credentials();
-        self.publish(Signal::CredentialsChanged);
+        self.announce(Signal::CredentialsChanged).await;
+        if !self.credential_fence.is_zero() {
+            tokio::time::sleep(self.credential_fence).await;
+        }
     }
 
     /// Moves the credentials generation on without telling other servers (for a change one

@@ -392,7 +392,7 @@ impl Store {
                 audit::insert(&mut tx, &event, now).await?;
             }
             tx.commit().await?;
-            self.credentials_changed();
+            self.credentials_changed().await;
             return Ok(Redeemed::Replayed { grant_id });
         }
         let id = GrantId::new();
@@ -525,7 +525,7 @@ impl Store {
                 .failed(AuditResult::Denied, "a refresh token was reused");
             audit::insert(&mut tx, &e, now).await?;
             tx.commit().await?;
-            self.credentials_changed();
+            self.credentials_changed().await;
             return Ok(Refreshed::Reused { grant_id: grant.id });
         };
         insert_refresh(&mut tx, grant.id, Some(&hash[..]), &next, now).await?;
@@ -626,7 +626,7 @@ impl Store {
             Ok(false) => false,
             Err(e) => return Err(e),
         };
-        self.credentials_changed();
+        self.credentials_changed().await;
         Ok(changed)
     }
 
@@ -656,7 +656,7 @@ impl Store {
             audit::insert(&mut tx, &event, now).await?;
         }
         tx.commit().await?;
-        self.credentials_changed();
+        self.credentials_changed().await;
         Ok(n)
     }
 
@@ -715,7 +715,7 @@ impl Store {
             audit::insert(&mut tx, &event, now).await?;
         }
         tx.commit().await?;
-        self.credentials_changed();
+        self.credentials_changed().await;
         Ok(n)
     }
 }

@@ -57,6 +57,16 @@ pub fn store_url() -> String {
     format!("{scheme}://{TEST_ROLE}:{TEST_ROLE_PASSWORD}@{host}")
 }
 
+/// Options for a test store at `url`: no [credential fence](StoreOptions::credential_fence),
+/// since the caches under test run on a manual clock that a real wait would not move (the
+/// fence's own tests set one).
+pub fn test_options(url: impl Into<String>) -> StoreOptions {
+    StoreOptions {
+        credential_fence: std::time::Duration::ZERO,
+        ..StoreOptions::new(url)
+    }
+}
+
 /// Creates [`TEST_ROLE`] unless it exists (parallel test processes may race to it).
 async fn ensure_test_role(admin: &mut PgConnection) {
     let create = format!(
@@ -97,7 +107,7 @@ impl TestStore {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("create a temporary directory");
                 let url = format!("sqlite://{}", dir.path().join("breeze.db").display());
-                let store = Store::connect(&StoreOptions::new(url), clock)
+                let store = Store::connect(&test_options(url), clock)
                     .await
                     .expect("open SQLite");
                 TestStore {
@@ -127,7 +137,7 @@ impl TestStore {
                 let options = StoreOptions {
                     pg_schema: Some(schema.clone()),
                     max_connections: 5,
-                    ..StoreOptions::new(store_url())
+                    ..test_options(store_url())
                 };
                 let store = Store::connect(&options, clock)
                     .await
@@ -366,7 +376,7 @@ impl Store {
 
     async fn reopen_options(&self) -> Result<StoreOptions> {
         Ok(match (&self.sqlite_file, self.backend()) {
-            (Some(file), _) => StoreOptions::new(format!("sqlite://{}", file.display())),
+            (Some(file), _) => test_options(format!("sqlite://{}", file.display())),
             (None, Backend::Postgres) => {
                 let schema: String = crate::sql::sql("SELECT CAST(current_schema() AS TEXT)")
                     .fetch_scalar(self)
@@ -374,7 +384,7 @@ impl Store {
                 StoreOptions {
                     pg_schema: Some(schema),
                     max_connections: 5,
-                    ..StoreOptions::new(store_url())
+                    ..test_options(store_url())
                 }
             }
             (None, Backend::Sqlite) => {

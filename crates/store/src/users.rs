@@ -216,7 +216,7 @@ impl Store {
         crate::oauth::revoke_user_grants_in(&mut tx, user, "password_changed", now).await?;
         audit::insert(&mut tx, &audit.resource(user), now).await?;
         tx.commit().await?;
-        self.credentials_changed();
+        self.credentials_changed().await;
         Ok(())
     }
 
@@ -238,7 +238,7 @@ impl Store {
             .details(serde_json::json!({ "sessions": sessions, "grants": grants }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
-        self.credentials_changed();
+        self.credentials_changed().await;
         Ok((sessions, grants))
     }
 
@@ -333,7 +333,7 @@ impl Store {
             .details(serde_json::json!({ "role_id": role }));
         audit::insert(&mut tx, &audit, now).await?;
         let committed = tx.commit().await;
-        self.credentials_changed();
+        self.credentials_changed().await;
         committed
     }
 
@@ -372,7 +372,7 @@ impl Store {
             .details(serde_json::json!({ "role_id": role, "partner_wide": true }));
         audit::insert(&mut tx, &audit, now).await?;
         let committed = tx.commit().await;
-        self.credentials_changed();
+        self.credentials_changed().await;
         committed
     }
 
@@ -389,7 +389,7 @@ impl Store {
             audit::insert(&mut tx, &audit.resource(user), now).await?;
         }
         let committed = tx.commit().await;
-        self.credentials_changed();
+        self.credentials_changed().await;
         committed.map(|()| removed > 0)
     }
 

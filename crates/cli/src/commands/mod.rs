@@ -30,7 +30,6 @@ pub(crate) struct App {
     pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// Connects to the configured database and applies pending migrations.
 /// Opens an existing database for an administrative command. A SQLite file that is not there
 /// is refused, naming the path: run from another directory, `./breeze-data` is a different
 /// (empty) database, and creating it would only lead to "organization not found".
@@ -44,17 +43,40 @@ pub(crate) async fn open_existing(settings: &Settings) -> anyhow::Result<App> {
             file.display()
         );
     }
-    open(settings).await
+    open_as(settings, Opener::Command).await
 }
 
+/// Who opens the store, which decides whether a revocation waits for other processes' caches
+/// ([`StoreOptions::credential_fence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opener {
+    /// `breeze serve`, `breeze demo`, `breeze migrate`: on a SQLite file the only process
+    /// that serves (the audit journal holds the file for one), so nobody else caches its keys.
+    Server,
+    /// An administrative command, which may run beside a server that caches what it revokes.
+    Command,
+}
+
+/// Connects to the configured database as a server and applies pending migrations.
 pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
+    open_as(settings, Opener::Server).await
+}
+
+async fn open_as(settings: &Settings, opener: Opener) -> anyhow::Result<App> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let url = breeze_store::redact_url(&settings.database_url);
+    let cache_ttl = std::time::Duration::from_millis(settings.auth_cache_ms);
+    let shared = opener == Opener::Command || !settings.database_url.starts_with("sqlite:");
     let store = Store::connect(
         &StoreOptions {
             pdf_font: settings.pdf_font.clone(),
             audit_synchronous_commit: settings.audit_synchronous_commit,
             audit_journal: settings.audit_journal_dir.clone(),
+            credential_fence: if shared {
+                cache_ttl
+            } else {
+                std::time::Duration::ZERO
+            },
             ..StoreOptions::new(settings.database_url.clone())
         },
         clock.clone(),
@@ -72,7 +94,7 @@ pub(crate) async fn open(settings: &Settings) -> anyhow::Result<App> {
     }
     let auth_settings = AuthSettings {
         fail_closed: settings.production(),
-        cache_ttl: chrono::Duration::milliseconds(i64::try_from(settings.auth_cache_ms)?),
+        cache_ttl: chrono::Duration::from_std(cache_ttl)?,
         ..AuthSettings::default()
     };
     let auth = AuthService::new(store.clone(), clock.clone(), auth_settings);
