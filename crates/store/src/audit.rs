@@ -236,7 +236,7 @@ macro_rules! pg_insert_arrays {
             "INSERT INTO audit_log (",
             audit_columns!(),
             ") SELECT id, created_at, org_id, actor_type, actor_id, action, resource_type, \
-             resource_id, details::jsonb, result, error_message, request_id \
+             resource_id, details::json, result, error_message, request_id \
              FROM UNNEST($1::uuid[], $2::timestamptz[], $3::uuid[], $4::text[], $5::text[], \
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
              $12::text[]) \
