@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use breeze_auth::{AuthError, AuthService, AuthSettings, CreateApiKey, password};
-use breeze_core::{Actor, AuditEvent, Clock, OrgId, Scope, ScopeSet, SystemClock, User};
+use breeze_core::{Actor, ApiKeyId, AuditEvent, Clock, OrgId, Scope, ScopeSet, SystemClock, User};
 use breeze_store::{
     Decision, NewApproval, NewUser, Store, StoreOptions,
     testing::{Ctx, store_url, test_options},
@@ -431,6 +431,22 @@ async fn another_process(cx: &Ctx, fence: std::time::Duration) -> Store {
         .unwrap()
 }
 
+/// Revokes key `id` through [`another_process`] with `fence`, which is returned to be closed.
+async fn revoked_by_another_process(
+    cx: &Ctx,
+    w: &World,
+    id: ApiKeyId,
+    fence: std::time::Duration,
+) -> Store {
+    let other = another_process(cx, fence).await;
+    other
+        .org(w.org)
+        .revoke_api_key(id, audit("api_key.revoke"))
+        .await
+        .unwrap();
+    other
+}
+
 fn is_invalid(r: Result<breeze_core::ApiKeyPrincipal, AuthError>) -> bool {
     matches!(r, Err(AuthError::InvalidApiKey))
 }
@@ -511,12 +527,7 @@ async fn a_revocation_by_another_process_is_seen_within_the_ttl(cx: Ctx) {
         .authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    let other = another_process(&cx, std::time::Duration::ZERO).await;
-    other
-        .org(w.org)
-        .revoke_api_key(rec.id, audit("api_key.revoke"))
-        .await
-        .unwrap();
+    let other = revoked_by_another_process(&cx, &w, rec.id, std::time::Duration::ZERO).await;
     assert!(
         w.store
             .org(w.org)
@@ -567,12 +578,7 @@ async fn a_revocation_by_another_process_returns_once_no_cache_serves_it(cx: Ctx
         .authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    let other = another_process(&cx, ttl).await;
-    other
-        .org(w.org)
-        .revoke_api_key(rec.id, audit("api_key.revoke"))
-        .await
-        .unwrap();
+    let other = revoked_by_another_process(&cx, &w, rec.id, ttl).await;
     assert!(
         is_invalid(serving.authenticate_api_key(Some(secret.expose())).await),
         "served from memory after the revocation returned"
@@ -649,12 +655,7 @@ async fn a_zero_ttl_reads_the_database_every_time(cx: Ctx) {
     auth.authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    let other = another_process(&cx, std::time::Duration::ZERO).await;
-    other
-        .org(w.org)
-        .revoke_api_key(rec.id, audit("api_key.revoke"))
-        .await
-        .unwrap();
+    let other = revoked_by_another_process(&cx, &w, rec.id, std::time::Duration::ZERO).await;
     assert!(is_invalid(
         auth.authenticate_api_key(Some(secret.expose())).await
     ));
