@@ -140,10 +140,13 @@ impl Store {
     }
 
     /// [`Store::publish`], returning once the signal is sent: for a process that may exit
-    /// right after (the CLI deciding an approval).
+    /// right after (the CLI deciding an approval), and for a change whose caller must not act
+    /// before the other servers can hear of it (a revocation). The send runs as a task of its
+    /// own, so a caller dropped meanwhile (a client that hung up) does not cut it off.
     pub async fn announce(&self, signal: Signal) {
         if let Some(notify) = self.notification(signal) {
-            notify.await;
+            // A send that panicked was only logged as failed anyway (see `notification`).
+            let _ = tokio::spawn(notify).await;
         }
     }
 
