@@ -160,12 +160,15 @@ fn wait_for_json(path: &Path, child: &mut Child) -> anyhow::Result<Value> {
 }
 
 /// `breeze demo` in `dir` on `port`, pinned to CPU 0, with its transport limits raised through
-/// their settings.
+/// their settings and without the demo's own agent: that child inherits the pin, and its
+/// inventory and patch scans (`apt-get`, in slices of up to 8 ms) would run on the server's
+/// core in the middle of a measurement.
 fn demo_command(bin: &Path, dir: &Path, port: u16) -> Command {
     let mut cmd = pinned(0);
     cmd.arg(bin)
         .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
         .current_dir(dir)
+        .env("BREEZE_DEMO_AGENT", "false")
         .env("BREEZE_LOG", "warn")
         .env("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")
         .env("MCP_SSE_RATE_LIMIT_PER_MINUTE", "1000000000")
