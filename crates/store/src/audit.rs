@@ -1,6 +1,8 @@
 //! The append-only audit log: writing records (alone or inside a change's transaction) and
 //! querying them with filters and keyset pagination.
 
+use std::borrow::Cow;
+
 use breeze_core::{
     Actor, ActorType, AuditEvent, AuditId, AuditRecord, AuditResult, OrgId, Timestamp,
 };
@@ -296,23 +298,24 @@ impl<'a, At> Row<'a, At> {
 /// Audit rows as the arrays of one PostgreSQL statement: the pool's batches
 /// ([`insert_batch_pg`]) and the audit journal's moves alike, so that rows written either way
 /// are stored alike. Text is stored as every other statement stores it: each U+0000 as U+FFFD
-/// (PostgreSQL's text refuses U+0000).
-pub(crate) struct PgRows {
+/// (PostgreSQL's text refuses U+0000). The arrays borrow the rows' text, copying only a value
+/// that holds a U+0000: every request's record passes through here.
+pub(crate) struct PgRows<'a> {
     ids: Vec<Uuid>,
     times: Vec<Timestamp>,
     orgs: Vec<Option<Uuid>>,
     actor_types: Vec<&'static str>,
-    actor_ids: Vec<String>,
-    actions: Vec<String>,
-    resource_types: Vec<String>,
-    resource_ids: Vec<Option<String>>,
-    details: Vec<String>,
+    actor_ids: Vec<Cow<'a, str>>,
+    actions: Vec<Cow<'a, str>>,
+    resource_types: Vec<Cow<'a, str>>,
+    resource_ids: Vec<Option<Cow<'a, str>>>,
+    details: Vec<Cow<'a, str>>,
     results: Vec<&'static str>,
-    error_messages: Vec<Option<String>>,
-    request_ids: Vec<Option<String>>,
+    error_messages: Vec<Option<Cow<'a, str>>>,
+    request_ids: Vec<Option<Cow<'a, str>>>,
 }
 
-impl PgRows {
+impl<'a> PgRows<'a> {
     pub(crate) fn with_capacity(n: usize) -> Self {
         PgRows {
             ids: Vec::with_capacity(n),
@@ -330,21 +333,19 @@ impl PgRows {
         }
     }
 
-    pub(crate) fn push(&mut self, row: &Row<'_, Timestamp>) {
-        let text = |s: &str| without_nul(s).into_owned();
+    pub(crate) fn push(&mut self, row: &Row<'a, Timestamp>) {
         self.ids.push(Uuid::from_bytes(row.id));
         self.times.push(row.at);
         self.orgs.push(row.org.map(Uuid::from_bytes));
         self.actor_types.push(row.actor_type.as_str());
-        self.actor_ids.push(text(row.actor_id));
-        self.actions.push(text(row.action));
-        self.resource_types.push(text(row.resource_type));
-        self.resource_ids.push(row.resource_id.map(text));
-        self.details
-            .push(json_without_nul(row.details).into_owned());
+        self.actor_ids.push(without_nul(row.actor_id));
+        self.actions.push(without_nul(row.action));
+        self.resource_types.push(without_nul(row.resource_type));
+        self.resource_ids.push(row.resource_id.map(without_nul));
+        self.details.push(json_without_nul(row.details));
         self.results.push(row.result.as_str());
-        self.error_messages.push(row.error.map(text));
-        self.request_ids.push(row.request_id.map(text));
+        self.error_messages.push(row.error.map(without_nul));
+        self.request_ids.push(row.request_id.map(without_nul));
     }
 
     /// Inserts the rows in one statement (so one round trip, and atomic).
