@@ -860,7 +860,8 @@ impl BreezeMcp {
                 .state
                 .pipeline
                 .call(&caller, name, arguments, options, &cx.cancel);
-            forwarding_progress(&cx, progress_rx, call).await
+            // Boxed: held inline, this rarer path's state would sit in every call's future.
+            forwarding_progress(&cx, progress_rx, Box::pin(call)).await
         } else {
             self.state
                 .pipeline

@@ -119,7 +119,8 @@ pub(crate) async fn post<A: McpApp>(
             if let Err(r) = rate_limit(&engine, &client, LimitKind::Message, more).await {
                 refuse!(engine, client, rid.as_ref(), r);
             }
-            batch(engine, client, rid, &headers, header_version, items).await
+            // Boxed: held inline, a batch's state would sit in every single message's future.
+            Box::pin(batch(engine, client, rid, &headers, header_version, items)).await
         }
     }
 }
@@ -402,36 +403,15 @@ async fn answer<A: McpApp>(
     sse_ok: bool,
     extra: Vec<(HeaderName, HeaderValue)>,
 ) -> Response {
-    if !matches!(message, Message::Request(_)) {
-        let ctx = CallCtx {
-            client,
-            session,
-            protocol,
-            transport,
-            peer: Peer::detached(),
-            request_id,
-        };
-        engine.handle(&ctx, message).await;
-        return StatusCode::ACCEPTED.into_response();
-    }
-    if !sse_ok {
-        let ctx = CallCtx {
-            client,
-            session,
-            protocol,
-            transport,
-            peer: Peer::detached(),
-            request_id,
-        };
-        return match engine.handle(&ctx, message).await {
-            Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &extra),
-            None => StatusCode::ACCEPTED.into_response(),
-        };
-    }
-    let (tx, mut rx) = mpsc::channel::<Value>(32);
-    let peer = Peer::channel(tx, session.clone());
-    let mode = engine.config.replies;
-    let keepalive = engine.config.keepalive;
+    let is_request = matches!(message, Message::Request(_));
+    // Only a request's answer may be preceded by messages on an SSE stream.
+    let (peer, rx) = if is_request && sse_ok {
+        let (tx, rx) = mpsc::channel::<Value>(32);
+        (Peer::channel(tx, session.clone()), Some(rx))
+    } else {
+        (Peer::detached(), None)
+    };
+    let (mode, keepalive) = (engine.config.replies, engine.config.keepalive);
     let ctx = CallCtx {
         client,
         session,
@@ -440,7 +420,19 @@ async fn answer<A: McpApp>(
         peer,
         request_id,
     };
+    // Boxed on every path: the engine's future is most of a request's state, and held inline
+    // it would be copied with every future that contains it (axum boxes the handler's).
     let mut fut: BoxedReply = Box::pin(async move { engine.handle(&ctx, message).await });
+    if !is_request {
+        fut.await;
+        return StatusCode::ACCEPTED.into_response();
+    }
+    let Some(mut rx) = rx else {
+        return match fut.await {
+            Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &extra),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
+    };
     if mode == ReplyMode::Stream {
         return sse_response(stream_with_final(rx, fut), keepalive, &extra);
     }
