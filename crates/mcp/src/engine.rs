@@ -549,8 +549,17 @@ impl<A: McpApp> Engine<A> {
     /// Handles a request: its reply, or nothing when the request was cancelled (by
     /// `notifications/cancelled` or its session's end) — the receiver of a cancellation does
     /// not answer the cancelled request. It is recorded either way.
-    async fn handle_request(&self, ctx: &CallCtx<A::Principal>, req: Request) -> Option<Reply> {
+    async fn handle_request(&self, ctx: &CallCtx<A::Principal>, mut req: Request) -> Option<Reply> {
         let _counted = InFlight::enter(&self.in_flight);
+        // A tool's arguments are moved into its call rather than copied.
+        let arguments = if req.method == "tools/call" {
+            req.params
+                .as_mut()
+                .and_then(Value::as_object_mut)
+                .and_then(|p| p.remove("arguments"))
+        } else {
+            None
+        };
         let cancel = match &ctx.session {
             Some(s) => s.closed.child_token(),
             None => CancellationToken::new(),
@@ -582,7 +591,7 @@ impl<A: McpApp> Engine<A> {
             _ => None,
         };
         let outcome = tokio::select! {
-            r = self.dispatch(cx, ctx.session.as_deref(), &req) => r,
+            r = self.dispatch(cx, ctx.session.as_deref(), &req, arguments) => r,
             () = cancel.cancelled() => Err(ErrorObject::new(REQUEST_CANCELLED, "Request cancelled")),
         };
         drop(tracked);
@@ -632,20 +641,22 @@ impl<A: McpApp> Engine<A> {
         })
     }
 
+    /// Answers `req`; a `tools/call`'s `arguments` come apart from it (see `handle_request`).
     async fn dispatch(
         &self,
         cx: Cx<A::Principal>,
         session: Option<&Session>,
         req: &Request,
+        arguments: Option<Value>,
     ) -> Result<Answer, ErrorObject> {
         let params = req.params.as_ref();
         if req.method == "tools/call" {
             let name = param_str(params, "name")
                 .ok_or_else(|| ErrorObject::invalid_params("Missing required parameter: name"))?
                 .to_owned();
-            let arguments = match params.and_then(|p| p.get("arguments")) {
+            let arguments = match arguments {
                 None | Some(Value::Null) => Value::Object(Map::new()),
-                Some(v @ Value::Object(_)) => v.clone(),
+                Some(v @ Value::Object(_)) => v,
                 Some(_) => {
                     return Err(ErrorObject::invalid_params("arguments must be an object"));
                 }

@@ -9,9 +9,8 @@
 use std::{convert::Infallible, pin::Pin, sync::Arc};
 
 use axum::{
-    body::Body,
-    extract::State,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri},
+    extract::{Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, request::Parts},
     response::{IntoResponse, Response, sse::Event},
 };
 use futures::{Stream, StreamExt};
@@ -78,10 +77,11 @@ fn session_not_found() -> Response {
 /// POST: one message or a batch.
 pub(crate) async fn post<A: McpApp>(
     State(engine): State<Arc<Engine<A>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
+    // The request taken apart rather than through the `Uri` and `HeaderMap` extractors, which
+    // clone what they extract.
+    let (Parts { uri, headers, .. }, body) = request.into_parts();
     let rid = request_id(&engine, &headers);
     let client = match admit(
         &engine,
