@@ -39,7 +39,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use breeze_core::{ApiKeyPrincipal, PermissionSet, Timestamp};
@@ -86,12 +86,12 @@ impl CachedKey {
     }
 
     /// The principal this key authenticates as.
-    pub(crate) fn principal(self) -> ApiKeyPrincipal {
+    pub(crate) fn principal(&self) -> ApiKeyPrincipal {
         ApiKeyPrincipal {
             key_id: self.record.id,
             org_id: self.record.org_id,
             user_id: self.record.user_id,
-            scopes: self.record.scopes,
+            scopes: self.record.scopes.clone(),
             permissions: self.permissions,
         }
     }
@@ -104,10 +104,11 @@ impl CachedKey {
 }
 
 /// Recently authenticated keys by the SHA-256 of the presented key. Shared by clones of the
-/// [`AuthService`](crate::AuthService) through an `Arc`.
+/// [`AuthService`](crate::AuthService) through an `Arc`. Entries are shared too, so a hit
+/// copies a pointer rather than the key's record (its strings and scopes).
 pub(crate) struct PrincipalCache {
     ttl: Duration,
-    entries: Mutex<HashMap<[u8; 32], CachedKey>>,
+    entries: Mutex<HashMap<[u8; 32], Arc<CachedKey>>>,
 }
 
 impl PrincipalCache {
@@ -125,7 +126,7 @@ impl PrincipalCache {
 
     /// The map, for one operation. Every entry is self-contained, so a panic elsewhere while
     /// the lock was held cannot leave one that is wrongly served.
-    fn map(&self) -> MutexGuard<'_, HashMap<[u8; 32], CachedKey>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<[u8; 32], Arc<CachedKey>>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -136,7 +137,7 @@ impl PrincipalCache {
         hash: &[u8; 32],
         generation: u64,
         now: Timestamp,
-    ) -> Option<CachedKey> {
+    ) -> Option<Arc<CachedKey>> {
         if !self.enabled() {
             return None;
         }
@@ -151,7 +152,7 @@ impl PrincipalCache {
 
     /// Remembers `entry`, a key that just authenticated, under `hash`. At [`CAPACITY`] a new
     /// key clears the cache first.
-    pub(crate) fn insert(&self, hash: [u8; 32], entry: CachedKey) {
+    pub(crate) fn insert(&self, hash: [u8; 32], entry: Arc<CachedKey>) {
         if !self.enabled() {
             return;
         }
@@ -189,7 +190,7 @@ mod tests {
         Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap()
     }
 
-    fn entry(generation: u64, read_at: Timestamp) -> CachedKey {
+    fn entry(generation: u64, read_at: Timestamp) -> Arc<CachedKey> {
         let record = ApiKeyRecord {
             id: ApiKeyId::new(),
             org_id: OrgId::new(),
@@ -203,7 +204,7 @@ mod tests {
             last_used_at: None,
             created_at: t0(),
         };
-        CachedKey::read(record, None, generation, read_at)
+        Arc::new(CachedKey::read(record, None, generation, read_at))
     }
 
     #[test]

@@ -180,9 +180,10 @@ impl AuthService {
         let (mut key, from_cache) = match self.cache.get(&hash, generation, now) {
             Some(key) => (key, true),
             None => match self.store.find_api_key_by_hash(&hash).await? {
-                Some((record, permissions)) => {
-                    (CachedKey::read(record, permissions, generation, now), false)
-                }
+                Some((record, permissions)) => (
+                    Arc::new(CachedKey::read(record, permissions, generation, now)),
+                    false,
+                ),
                 None => return Err(AuthError::InvalidApiKey),
             },
         };
@@ -200,7 +201,8 @@ impl AuthService {
             self.store
                 .touch_api_key(key.record.id, now, self.settings.last_used_interval)
                 .await?;
-            key.record.last_used_at = Some(now);
+            // A copy of a shared entry, once per interval.
+            Arc::make_mut(&mut key).record.last_used_at = Some(now);
         }
         if due || !from_cache {
             self.cache.insert(hash, key.clone());
