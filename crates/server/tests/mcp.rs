@@ -1197,14 +1197,18 @@ async fn every_request_is_audited(cx: Ctx) {
         .collect();
     assert_eq!(rows.len(), 4, "{rows:?}");
     assert_eq!(rows[0].0, "mcp.initialize");
-    assert_eq!(rows[0].3["session_active"], true);
+    assert!(rows[0].3["session_id"].is_string(), "{:?}", rows[0].3);
+    // The action and the resource id say the method and the tool; the details do not repeat them.
+    assert_eq!(rows[0].3.get("method"), None);
     assert_eq!(rows[1].0, "mcp.tools.list");
     assert_eq!(rows[2].0, "mcp.tools.call");
     assert_eq!(
         (rows[2].1.as_deref(), rows[2].2.as_str()),
         (Some("query_devices"), "success")
     );
-    assert_eq!(rows[2].3["session_active"], false);
+    assert_eq!(rows[2].3.get("session_id"), None);
+    assert_eq!(rows[2].3.get("tool"), None);
+    assert_eq!(rows[2].3["transport"], "stateless_http");
     assert_eq!(rows[3].2, "failure");
     let failed = page
         .records
