@@ -1220,6 +1220,29 @@ async fn every_request_is_audited(cx: Ctx) {
         Some("Tool \"set_device_context\" requires ai:write scope")
     );
     assert_eq!(failed.event.actor.kind, breeze_core::ActorType::ApiKey);
+
+    // A method with a dot could not be told from the action (`a.b/c` and `a/b/c` are both
+    // `mcp.a.b.c`), so its record keeps the method as sent.
+    send(
+        &app,
+        post("/mcp", Some(&w.read), &rpc(5, "x.y/z", json!({})), &[]),
+    )
+    .await;
+    let page = w
+        .store
+        .org(w.org_a)
+        .query_audit(
+            &AuditFilter {
+                action: Some("mcp.x.y.z".into()),
+                ..Default::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1, "{:?}", page.records);
+    assert_eq!(page.records[0].event.details["method"], "x.y/z");
 }
 
 /// A read whose request record cannot be written is not answered (it would leave no trace),
