@@ -1127,6 +1127,22 @@ async fn resources_and_prompts(cx: Ctx) {
     );
 }
 
+/// Organization A's audit records whose action is `action` (or starts with it, ending in `.`).
+async fn org_a_audit(w: &World, action: &str) -> breeze_store::AuditPage {
+    w.store
+        .org(w.org_a)
+        .query_audit(
+            &AuditFilter {
+                action: Some(action.into()),
+                ..Default::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap()
+}
+
 async fn every_request_is_audited(cx: Ctx) {
     let w = world(&cx).await;
     let app = w.app.clone();
@@ -1169,19 +1185,7 @@ async fn every_request_is_audited(cx: Ctx) {
         ),
     )
     .await;
-    let page = w
-        .store
-        .org(w.org_a)
-        .query_audit(
-            &AuditFilter {
-                action: Some("mcp.".into()),
-                ..Default::default()
-            },
-            None,
-            50,
-        )
-        .await
-        .unwrap();
+    let page = org_a_audit(&w, "mcp.").await;
     let rows: Vec<(String, Option<String>, String, Value)> = page
         .records
         .iter()
@@ -1228,19 +1232,7 @@ async fn every_request_is_audited(cx: Ctx) {
         post("/mcp", Some(&w.read), &rpc(5, "x.y/z", json!({})), &[]),
     )
     .await;
-    let page = w
-        .store
-        .org(w.org_a)
-        .query_audit(
-            &AuditFilter {
-                action: Some("mcp.x.y.z".into()),
-                ..Default::default()
-            },
-            None,
-            50,
-        )
-        .await
-        .unwrap();
+    let page = org_a_audit(&w, "mcp.x.y.z").await;
     assert_eq!(page.records.len(), 1, "{:?}", page.records);
     assert_eq!(page.records[0].event.details["method"], "x.y/z");
 }
