@@ -11,17 +11,26 @@
 //!     journaled instead.
 //!   - Otherwise the batch is appended to a journal file next to the database
 //!     (`<db>-audit-<n>.jsonl`, one JSON line per record) with one `write`, and the call
-//!     returns. A thread with its own connection, at a lower priority than the requests,
-//!     moves records into `audit_log` about [`MOVE_INTERVAL`] after they arrive (in
-//!     transactions of [`ROWS_PER_MOVE`] rows) and deletes a segment only once all of it is
-//!     in. The same thread runs the database's checkpoints ([`Store::checkpoint`]), so that
-//!     they too take the processor only below the requests. Once [`MAX_BACKLOG`] records wait
-//!     in the journal, batches of any size go direct. [`Store::flush_audit`], which every audit
-//!     query runs first, moves at once, so a process reads its own records. Segments left by a
-//!     process that died are moved when the next one opens the journal. Moves insert
-//!     `OR IGNORE` by id, so a segment moved twice (a crash between commit and delete) leaves
-//!     no duplicates. A lock file (`<db>-audit.lock`) gives the journal to one process at a
-//!     time; another (a second server on the same file) writes through the pool.
+//!     returns. The records are also held in memory (up to [`MAX_HELD`]), and the next direct
+//!     inserts take them along in their transactions ([`MAX_ALONG`] each). What no direct
+//!     insert took within about one [`MOVE_INTERVAL`] (a request at a time sends no batch
+//!     direct) a thread with its own connection, at a lower priority than the requests, moves
+//!     into `audit_log` (in transactions of [`ROWS_PER_MOVE`] rows); it deletes a segment once
+//!     all of it is in.
+//!     Why both: under load the journal takes the batches that found the write lock taken
+//!     (by a checkpoint's restart), and a mover inserting them would take the lock in turn,
+//!     at its low priority holding it while requests run, so that more batches find it taken
+//!     and are journaled; taken along, they cost their insert and nothing more. The same
+//!     thread runs the database's checkpoints ([`Store::checkpoint`]), so that they too take
+//!     the processor only below the requests. Once [`MAX_BACKLOG`] records wait in the
+//!     journal, batches of any size go direct. [`Store::flush_audit`], which every audit query
+//!     runs first, moves at once, so a process reads its own records. Segments left by a
+//!     process that died, and those of records beyond [`MAX_HELD`], are moved from their
+//!     files. Moves insert `OR IGNORE` by id, so a record inserted twice (a crash between
+//!     commit and delete, a segment moved from its file while a direct insert took some of
+//!     its records along) is stored once. A lock file (`<db>-audit.lock`) gives the journal to
+//!     one process at a time; another (a second server on the same file) writes through the
+//!     pool.
 //!
 //!   Both have the durability of SQLite's own write-ahead log at `synchronous = NORMAL`: the
 //!   record survives the process, not necessarily a power cut. Why two ways: a lone record
@@ -51,6 +60,7 @@
 
 use std::{
     borrow::Cow,
+    collections::{BTreeMap, VecDeque},
     fs::{File, OpenOptions},
     io::Write,
     path::{Path, PathBuf},
@@ -94,6 +104,13 @@ const DIRECT_MIN_BATCH: usize = 8;
 /// processor busy it may fall behind; this bounds what it leaves waiting, and so how long a
 /// flush (every audit query) can wait for it.
 const MAX_BACKLOG: usize = 1024;
+/// Most journaled records held in memory for the direct inserts to take along (see the module
+/// docs); beyond it, while the database refuses them, records wait in the journal files only.
+const MAX_HELD: usize = 1 << 16;
+/// Most held records one direct insert takes along: after the table was busy for a while,
+/// many wait, and one insert taking them all would hold up every request meanwhile; spread
+/// over the next few, each costs a little more.
+const MAX_ALONG: usize = 64;
 /// How much lower than the rest of the process the mover's priority is (Linux nice values).
 /// Moves then use the processor when requests leave it idle, and a request arriving mid-move
 /// takes the processor at once instead of waiting out the mover's time slice, which keeps
@@ -194,7 +211,7 @@ impl Store {
         let left: Vec<PathBuf> = segments(&journal.base)
             .map_err(|e| StoreError::AuditJournal(format!("cannot list journal segments: {e}")))?
             .into_iter()
-            .map(|Sealed(seq, _)| segment_path(&journal.base, seq))
+            .map(|s| segment_path(&journal.base, s.seq))
             .filter(|path| std::fs::metadata(path).is_ok_and(|m| m.len() > 0))
             .collect();
         if let Some(first) = left.first() {
@@ -294,7 +311,7 @@ struct LineOut<'a> {
     action: &'a str,
     resource_type: &'a str,
     resource_id: Option<&'a str>,
-    details: &'a serde_json::Value,
+    details: &'a RawValue,
     result: &'static str,
     error: Option<&'a str>,
     request_id: Option<&'a str>,
@@ -343,10 +360,9 @@ pub(crate) struct Journal {
     base: PathBuf,
     current: Mutex<Segment>,
     mover: mpsc::Sender<Msg>,
-    /// SQLite: the connection large batches are inserted on directly; it never waits for the
-    /// write lock and never checkpoints (the server's checkpointer does), so it never blocks
-    /// its caller. PostgreSQL has none: large batches go through the appender's connections.
-    direct: Option<Mutex<rusqlite::Connection>>,
+    /// SQLite's direct path. PostgreSQL has none: large batches go through the appender's
+    /// connections.
+    direct: Option<Direct>,
     /// Records this process journaled that are not in the table yet (shared with the mover).
     backlog: Arc<AtomicUsize>,
     /// Held (locked) for the journal's life.
@@ -357,8 +373,156 @@ struct Segment {
     seq: u64,
     file: File,
     len: u64,
-    /// Records appended to it.
-    records: usize,
+    /// Records appended to it and not held in memory.
+    unheld: usize,
+}
+
+/// SQLite's direct path: the connection batches are inserted on, and the journaled records the
+/// inserts take along.
+struct Direct {
+    /// Never waits for the write lock and never checkpoints (the server's checkpointer does),
+    /// so it never blocks its caller.
+    conn: Mutex<rusqlite::Connection>,
+    /// Locked after `conn` when both are: whoever holds `conn` has no held records in flight
+    /// but its own.
+    held: Mutex<Held>,
+}
+
+/// Journaled records not yet in the table, in the form they are inserted in.
+#[derive(Default)]
+struct Held {
+    /// Oldest first.
+    rows: VecDeque<HeldRow>,
+    /// Per segment, how many of its held records are not in the table yet: held, or taken by
+    /// an insert that has not committed. Its file is deleted only once none are left.
+    unmoved: BTreeMap<u64, usize>,
+}
+
+/// One journaled record as it is inserted; `seq` is its segment's.
+struct HeldRow {
+    seq: u64,
+    id: AuditId,
+    at: Arc<str>,
+    details: Box<RawValue>,
+    event: AuditEvent,
+}
+
+impl HeldRow {
+    fn row(&self) -> Row<'_> {
+        Row::of_event(&self.event, self.id, &self.at, self.details.get())
+    }
+}
+
+impl Direct {
+    /// Inserts `events`, and every held record along with them, in one transaction, or
+    /// nothing: `Err` with `DatabaseBusy` at once when another connection holds the write
+    /// lock, the held records then held again. Returns how many held records went in.
+    fn insert(&self, events: &[AuditEvent], now: Timestamp) -> rusqlite::Result<usize> {
+        let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+        let details = events
+            .iter()
+            .map(|e| serde_json::to_string(&e.details))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        let rows = events
+            .iter()
+            .zip(&details)
+            .map(|(e, details)| Row::of_event(e, AuditId::new(), at.as_str(), details));
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let taken: Vec<HeldRow> = {
+            let mut held = self.held();
+            let along = held.rows.len().min(MAX_ALONG);
+            held.rows.drain(..along).collect()
+        };
+        let inserted = insert_rows(&mut conn, rows.chain(taken.iter().map(HeldRow::row)));
+        let along = self.settle(taken, inserted.is_ok());
+        drop(conn);
+        inserted.map(|()| along)
+    }
+
+    /// Holds `events`, journaled in segment `seq` as `ids` with `details`; `false` when that
+    /// would hold more than [`MAX_HELD`].
+    fn hold(
+        &self,
+        seq: u64,
+        events: &[AuditEvent],
+        ids: Vec<AuditId>,
+        details: Vec<Box<RawValue>>,
+        at: &Arc<str>,
+    ) -> bool {
+        let mut held = self.held();
+        if held.rows.len() + events.len() > MAX_HELD {
+            return false;
+        }
+        held.rows.extend(
+            events
+                .iter()
+                .zip(ids)
+                .zip(details)
+                .map(|((event, id), details)| HeldRow {
+                    seq,
+                    id,
+                    at: at.clone(),
+                    details,
+                    event: event.clone(),
+                }),
+        );
+        *held.unmoved.entry(seq).or_default() += events.len();
+        true
+    }
+
+    /// Takes the held records of segments up to `seq`, for the mover; with `conn` locked, so
+    /// that no direct insert has any in flight (a flush then misses none).
+    fn take(&self, seq: u64) -> Vec<HeldRow> {
+        let _conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held();
+        let (taken, kept): (VecDeque<_>, _) = std::mem::take(&mut held.rows)
+            .into_iter()
+            .partition(|r| r.seq <= seq);
+        held.rows = kept;
+        taken.into()
+    }
+
+    /// Counts `taken` as in the table when `committed`, or holds them again; returns how many
+    /// went in.
+    fn settle(&self, taken: Vec<HeldRow>, committed: bool) -> usize {
+        if taken.is_empty() {
+            return 0;
+        }
+        let mut held = self.held();
+        if !committed {
+            // Back in front, oldest first, as they were taken from there.
+            for row in taken.into_iter().rev() {
+                held.rows.push_front(row);
+            }
+            return 0;
+        }
+        for row in &taken {
+            if let Some(left) = held.unmoved.get_mut(&row.seq) {
+                *left = left.saturating_sub(1);
+            }
+        }
+        taken.len()
+    }
+
+    /// How many held records of segment `seq` are not in the table yet.
+    fn unmoved(&self, seq: u64) -> usize {
+        self.held().unmoved.get(&seq).copied().unwrap_or(0)
+    }
+
+    /// Forgets segment `seq`, whose file was moved: its held records are in the table. Returns
+    /// how many were still held.
+    fn forget(&self, seq: u64) -> usize {
+        let mut held = self.held();
+        held.unmoved.remove(&seq);
+        let before = held.rows.len();
+        held.rows.retain(|r| r.seq != seq);
+        before - held.rows.len()
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Journal {
@@ -388,7 +552,11 @@ impl Journal {
                         Ok(c)
                     })
                     .map_err(|e| fail("cannot open the database", &e))?;
-                (Sink::Sqlite(conn), Some(Mutex::new(direct)))
+                let direct = Direct {
+                    conn: Mutex::new(direct),
+                    held: Mutex::default(),
+                };
+                (Sink::Sqlite(conn), Some(direct))
             }
             Place::Postgres(_, options) => (
                 Sink::Postgres(Box::new(
@@ -399,7 +567,7 @@ impl Journal {
             ),
         };
         let sealed = segments(&base).map_err(|e| fail("cannot list journal segments", &e))?;
-        let seq = sealed.last().map_or(0, |s| s.0 + 1);
+        let seq = sealed.last().map_or(0, |s| s.seq + 1);
         let current =
             Segment::create(&base, seq).map_err(|e| fail("cannot create a segment", &e))?;
         let (tx, rx) = mpsc::channel();
@@ -423,6 +591,7 @@ impl Journal {
                     sealed,
                     backlog,
                     last_move: Instant::now(),
+                    failed: false,
                 };
                 mover.run(&weak, &rx);
             })
@@ -438,8 +607,11 @@ impl Journal {
             let Some(direct) = &self.direct else {
                 return false;
             };
-            match insert_now(direct, events, now) {
-                Ok(()) => return true,
+            match direct.insert(events, now) {
+                Ok(along) => {
+                    self.backlog.fetch_sub(along, Ordering::Relaxed);
+                    return true;
+                }
                 Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "audit batch insert failed; journaling it");
@@ -455,13 +627,18 @@ impl Journal {
         }
     }
 
-    /// Appends `events` with one write.
+    /// Appends `events` with one write, and holds them on SQLite.
     fn append(&self, events: &[AuditEvent], now: Timestamp) -> std::io::Result<()> {
-        let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
+        let at: Arc<str> = now.to_rfc3339_opts(SecondsFormat::AutoSi, false).into();
+        let ids: Vec<AuditId> = events.iter().map(|_| AuditId::new()).collect();
+        let details = events
+            .iter()
+            .map(|e| serde_json::value::to_raw_value(&e.details))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut buf = Vec::with_capacity(events.len() * 512);
-        for e in events {
+        for ((e, &id), details) in events.iter().zip(&ids).zip(&details) {
             let line = LineOut {
-                id: AuditId::new(),
+                id,
                 at: &at,
                 org: e.org_id,
                 actor_type: e.actor.kind.as_str(),
@@ -469,7 +646,7 @@ impl Journal {
                 action: &e.action,
                 resource_type: &e.resource_type,
                 resource_id: e.resource_id.as_deref(),
-                details: &e.details,
+                details,
                 result: e.result.as_str(),
                 error: e.error_message.as_deref(),
                 request_id: e.request_id.as_deref(),
@@ -489,7 +666,15 @@ impl Journal {
         }
         let was_empty = current.len == 0;
         current.len += buf.len() as u64;
-        current.records += events.len();
+        // Held under the segment's lock, so that the mover, which seals under it, counts all of
+        // a sealed segment's held records before it looks whether any are left.
+        let held = self
+            .direct
+            .as_ref()
+            .is_some_and(|d| d.hold(current.seq, events, ids, details, &at));
+        if !held {
+            current.unheld += events.len();
+        }
         self.backlog.fetch_add(events.len(), Ordering::Relaxed);
         drop(current);
         if was_empty {
@@ -531,29 +716,13 @@ impl Journal {
         let next = Segment::create(&self.base, seq + 1)?;
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let sealed = std::mem::replace(&mut *current, next);
-        Ok(Some(Sealed(sealed.seq, sealed.records)))
+        Ok(Some(Sealed {
+            seq: sealed.seq,
+            // PostgreSQL's journal holds nothing, and neither does SQLite's beyond MAX_HELD.
+            from_file: self.direct.is_none() || sealed.unheld > 0,
+            unheld: sealed.unheld,
+        }))
     }
-}
-
-/// Inserts `events` into the table in one transaction, or nothing: `Err` with
-/// `DatabaseBusy` at once when another connection holds the write lock.
-fn insert_now(
-    direct: &Mutex<rusqlite::Connection>,
-    events: &[AuditEvent],
-    now: Timestamp,
-) -> rusqlite::Result<()> {
-    let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
-    let details = events
-        .iter()
-        .map(|e| serde_json::to_string(&e.details))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-    let rows = events
-        .iter()
-        .zip(&details)
-        .map(|(e, details)| Row::of_event(e, AuditId::new(), at.as_str(), details));
-    let mut conn = direct.lock().unwrap_or_else(|p| p.into_inner());
-    insert_rows(&mut conn, rows)
 }
 
 impl Segment {
@@ -567,7 +736,7 @@ impl Segment {
             seq,
             file,
             len,
-            records: 0,
+            unheld: 0,
         })
     }
 }
@@ -583,10 +752,17 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// A segment no longer appended to: its number, and how many of its records this process
-/// appended (0 for one left by a process that died).
+/// A segment no longer appended to.
 #[derive(Clone, Copy)]
-struct Sealed(u64, usize);
+struct Sealed {
+    seq: u64,
+    /// Its records are moved from its file (PostgreSQL's, one a process that died left, one
+    /// with records beyond [`MAX_HELD`]), not from memory.
+    from_file: bool,
+    /// Its records this process appended and did not hold (counted in the backlog until the
+    /// file is moved).
+    unheld: usize,
+}
 
 /// The segments on disk, in order (as left by another process).
 fn segments(base: &Path) -> std::io::Result<Vec<Sealed>> {
@@ -609,7 +785,14 @@ fn segments(base: &Path) -> std::io::Result<Vec<Sealed>> {
         })
         .collect();
     seqs.sort_unstable();
-    Ok(seqs.into_iter().map(|seq| Sealed(seq, 0)).collect())
+    Ok(seqs
+        .into_iter()
+        .map(|seq| Sealed {
+            seq,
+            from_file: true,
+            unheld: 0,
+        })
+        .collect())
 }
 
 /// Lowers the calling thread's priority by [`MOVER_NICE_INCREMENT`]. Linux only: elsewhere
@@ -637,27 +820,35 @@ struct Mover {
     backlog: Arc<AtomicUsize>,
     /// When segments were last moved (or a move was tried).
     last_move: Instant,
+    /// Whether that move failed.
+    failed: bool,
 }
 
 impl Mover {
     /// Moves the segments a dead process left, then, each time records arrive, waits
-    /// [`MOVE_INTERVAL`] for more (or until a flush) and moves them; retries a failed move every
+    /// [`MOVE_INTERVAL`] for more (or until a flush) and starts a round: it seals the segment
+    /// being appended to and moves what is due (see [`Mover::move_sealed`]). Held records get
+    /// one round to be taken along by a direct insert before the mover inserts them itself,
+    /// so rounds come every [`MOVE_INTERVAL`] while any wait; a failed move is retried every
     /// [`RETRY_INTERVAL`]. When the journal is gone, moves what is left and ends.
     fn run(&mut self, journal: &Weak<Journal>, messages: &mpsc::Receiver<Msg>) {
-        self.move_sealed();
+        self.move_sealed(None, None);
         loop {
             let mut flushes = Vec::new();
             let first = if self.sealed.is_empty() {
                 messages.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
-                messages.recv_timeout(RETRY_INTERVAL.saturating_sub(self.last_move.elapsed()))
+                messages.recv_timeout(
+                    self.round_interval()
+                        .saturating_sub(self.last_move.elapsed()),
+                )
             };
             match first {
                 Ok(Msg::Flush(done)) => flushes.push(done),
                 Ok(Msg::Checkpoint(done)) => {
                     let _ = done.send(self.sink.checkpoint());
-                    // Checkpoints come often; a failed move is still retried on its own schedule.
-                    if self.sealed.is_empty() || self.last_move.elapsed() < RETRY_INTERVAL {
+                    // Checkpoints come often; rounds keep their own schedule.
+                    if self.sealed.is_empty() || self.last_move.elapsed() < self.round_interval() {
                         continue;
                     }
                 }
@@ -684,44 +875,96 @@ impl Mover {
             let Some(journal) = journal.upgrade() else {
                 break;
             };
+            // Segments sealed in an earlier round have had theirs.
+            let aged = self.sealed.last().map(|s| s.seq);
             match journal.seal() {
                 Ok(Some(sealed)) => self.sealed.push(sealed),
                 Ok(None) => {}
                 Err(e) => tracing::error!(error = %e, "audit journal: cannot start a new segment"),
             }
+            let due = if flushes.is_empty() {
+                aged
+            } else {
+                Some(u64::MAX)
+            };
+            self.move_sealed(journal.direct.as_ref(), due);
             drop(journal);
-            self.move_sealed();
             for done in flushes {
                 let _ = done.send(());
             }
         }
         // The journal is gone, and with it the segment being appended to: move everything.
         self.sealed = segments(&self.base).unwrap_or_default();
-        self.move_sealed();
+        self.move_sealed(None, None);
     }
 
-    /// Moves sealed segments in order; stops at the first that fails (kept for the next try).
-    fn move_sealed(&mut self) {
+    /// How long after a round the next comes when no message starts it.
+    fn round_interval(&self) -> Duration {
+        if !self.failed && self.sealed.iter().any(|s| !s.from_file) {
+            MOVE_INTERVAL
+        } else {
+            RETRY_INTERVAL
+        }
+    }
+
+    /// Inserts the held records of segments up to `due`, then goes through the sealed
+    /// segments in order: moves one from its file, or finds all its held records in the table,
+    /// and deletes it; stops at the first that fails or still has records held (kept for the
+    /// next round).
+    fn move_sealed(&mut self, direct: Option<&Direct>, due: Option<u64>) {
         self.last_move = Instant::now();
-        while let Some(&Sealed(seq, records)) = self.sealed.first() {
-            let path = segment_path(&self.base, seq);
-            match self.move_segment(&path) {
-                Ok(()) => {
-                    if let Err(e) = std::fs::remove_file(&path)
-                        && e.kind() != std::io::ErrorKind::NotFound
-                    {
-                        tracing::error!(error = %e, path = %path.display(), "audit journal: cannot remove a moved segment");
-                        return;
-                    }
-                    self.sealed.remove(0);
-                    self.backlog.fetch_sub(records, Ordering::Relaxed);
-                }
-                Err(e) => {
+        self.failed = false;
+        if let (Some(direct), Some(due)) = (direct, due)
+            && let Err(e) = self.move_held(direct, due)
+        {
+            tracing::error!(error = %e, "audit journal: move failed; will retry");
+            self.failed = true;
+        }
+        while let Some(&sealed) = self.sealed.first() {
+            let path = segment_path(&self.base, sealed.seq);
+            if sealed.from_file {
+                if let Err(e) = self.move_segment(&path) {
                     tracing::error!(error = %e, path = %path.display(), "audit journal: move failed; will retry");
+                    self.failed = true;
                     return;
                 }
+            } else if direct.is_none_or(|d| d.unmoved(sealed.seq) > 0) {
+                return;
             }
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::error!(error = %e, path = %path.display(), "audit journal: cannot remove a moved segment");
+                self.failed = true;
+                return;
+            }
+            self.sealed.remove(0);
+            let forgotten = direct.map_or(0, |d| d.forget(sealed.seq));
+            self.backlog
+                .fetch_sub(sealed.unheld + forgotten, Ordering::Relaxed);
         }
+    }
+
+    /// Inserts the held records of segments up to `due`, [`ROWS_PER_MOVE`] to a transaction;
+    /// what a failure leaves is held again.
+    fn move_held(&mut self, direct: &Direct, due: u64) -> Result<(), Box<dyn std::error::Error>> {
+        let Sink::Sqlite(conn) = &mut self.sink else {
+            return Err("records are held only on SQLite".into());
+        };
+        let mut rest = direct.take(due);
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(ROWS_PER_MOVE));
+            let chunk = std::mem::replace(&mut rest, tail);
+            if let Err(e) = insert_rows(conn, chunk.iter().map(HeldRow::row)) {
+                direct.settle(chunk.into_iter().chain(rest).collect(), false);
+                return Err(e.into());
+            }
+            let moved = direct.settle(chunk, true);
+            self.backlog.fetch_sub(moved, Ordering::Relaxed);
+            // Gives the processor back between transactions, as `move_segment` does.
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     fn move_segment(&mut self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
