@@ -763,6 +763,13 @@ fn journaled_lines(dir: &std::path::Path) -> usize {
         .sum()
 }
 
+/// Records on resources `<tag>-<i>` for each `i` in `range`.
+fn tagged(tag: &str, range: std::ops::Range<usize>) -> Vec<AuditEvent> {
+    range
+        .map(|i| audit("thing.happen", "thing").resource(format!("{tag}-{i}")))
+        .collect()
+}
+
 /// A batch goes straight into the table when the write lock is free, and into the journal,
 /// without waiting, when another connection holds it.
 #[tokio::test]
@@ -771,11 +778,7 @@ async fn a_batch_is_inserted_directly_or_journaled_when_the_table_is_busy() {
         let s = &cx.store;
         let dir = cx.dir.clone().unwrap();
         let appender = s.audit_appender();
-        let batch = |tag: &str| -> Vec<AuditEvent> {
-            (0..20)
-                .map(|i| audit("thing.happen", "thing").resource(format!("{tag}-{i}")))
-                .collect()
-        };
+        let batch = |tag: &str| tagged(tag, 0..20);
         assert!(appender.append(batch("free")).await.is_empty());
         assert_eq!(journaled_lines(&dir), 0, "a batch skips the journal");
         assert!(
@@ -823,11 +826,7 @@ async fn journaled_records_are_taken_along_by_the_next_direct_batch() {
         let s = &cx.store;
         let dir = cx.dir.clone().unwrap();
         let appender = s.audit_appender();
-        let batch = |tag: &str| -> Vec<AuditEvent> {
-            (0..20)
-                .map(|i| audit("thing.happen", "thing").resource(format!("{tag}-{i}")))
-                .collect()
-        };
+        let batch = |tag: &str| tagged(tag, 0..20);
         let db = rusqlite::Connection::open(dir.join("breeze.db")).unwrap();
         let stored = |tag: &str| -> i64 {
             db.query_row(
@@ -890,9 +889,7 @@ async fn records_beyond_what_is_held_are_moved_from_their_files() {
         let db = rusqlite::Connection::open(dir.join("breeze.db")).unwrap();
         db.execute_batch("BEGIN IMMEDIATE").unwrap();
         for first in (0..RECORDS).step_by(5000) {
-            let batch: Vec<AuditEvent> = (first..(first + 5000).min(RECORDS))
-                .map(|i| audit("thing.happen", "thing").resource(format!("spill-{i}")))
-                .collect();
+            let batch = tagged("spill", first..(first + 5000).min(RECORDS));
             assert!(appender.append(batch).await.is_empty());
         }
         db.execute_batch("ROLLBACK").unwrap();
