@@ -16,8 +16,7 @@
 //!     insert took within about one [`MOVE_INTERVAL`] (a request at a time sends no batch
 //!     direct) a thread with its own connection, at a lower priority than the requests, moves
 //!     into `audit_log` (in transactions of [`ROWS_PER_MOVE`] rows); it deletes a segment once
-//!     all of it is in.
-//!     Why both: under load the journal takes the batches that found the write lock taken
+//!     all of it is in. Why both: under load the journal takes the batches that found the write lock taken
 //!     (by a checkpoint's restart), and a mover inserting them would take the lock in turn,
 //!     at its low priority holding it while requests run, so that more batches find it taken
 //!     and are journaled; taken along, they cost their insert and nothing more. The same
@@ -414,9 +413,9 @@ impl HeldRow {
 }
 
 impl Direct {
-    /// Inserts `events`, and every held record along with them, in one transaction, or
-    /// nothing: `Err` with `DatabaseBusy` at once when another connection holds the write
-    /// lock, the held records then held again. Returns how many held records went in.
+    /// Inserts `events`, and the oldest [`MAX_ALONG`] held records along with them, in one
+    /// transaction, or nothing: `Err` with `DatabaseBusy` at once when another connection holds
+    /// the write lock, the held records then held again. Returns how many held records went in.
     fn insert(&self, events: &[AuditEvent], now: Timestamp) -> rusqlite::Result<usize> {
         let at = now.to_rfc3339_opts(SecondsFormat::AutoSi, false);
         let details = events
