@@ -5,7 +5,8 @@
 //! there is none, the request gets a new one (a UUID). Out: the response carries the request's
 //! id (unless the handler set one), `X-Content-Type-Options: nosniff`, `Cache-Control: no-store`
 //! unless the handler chose a policy (API responses carry sessions, keys and tenant data), and
-//! is counted in the metrics by route, method and status.
+//! is counted in the metrics by route, method and status. A server error (5xx) is logged at
+//! error level with the request's id, route and method, whether or not the trace layer runs.
 //!
 //! Written as one service with a future of its own, not as a stack of middleware, because
 //! axum wraps every route in the layer it is given: each axum middleware (`from_fn`,
@@ -139,6 +140,7 @@ where
         let this = self.project();
         let mut response = ready!(this.inner.poll(cx))?;
         if let Some(done) = this.done.take() {
+            let status = response.status();
             let headers = response.headers_mut();
             headers.entry(REQUEST_ID_HEADER).or_insert(done.id);
             headers.insert(
@@ -148,8 +150,19 @@ where
             headers
                 .entry(header::CACHE_CONTROL)
                 .or_insert(HeaderValue::from_static("no-store"));
+            if status.is_server_error() {
+                // The id the client sees, which the handler may have set itself.
+                let id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+                tracing::error!(
+                    status = status.as_u16(),
+                    method = %done.method,
+                    route = done.route.as_ref().map(MatchedPath::as_str),
+                    request_id = id,
+                    "response failed"
+                );
+            }
             done.metrics
-                .http_response(done.route.as_ref(), &done.method, response.status());
+                .http_response(done.route.as_ref(), &done.method, status);
         }
         Poll::Ready(Ok(response))
     }
@@ -173,6 +186,63 @@ mod tests {
         assert!(!fit(&HeaderValue::from_static("")));
         assert!(!fit(&HeaderValue::from_static("a b")));
         assert!(!fit(&HeaderValue::from_static("a\"b")));
+    }
+
+    /// Log lines written while `f` runs on this thread, at `filter`.
+    fn logged(filter: &str, f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// The edge around a service that answers `status`, called once (request id `req-42`).
+    fn answer(status: u16) -> Response<()> {
+        let inner = tower::service_fn(move |_: Request| async move {
+            Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap())
+        });
+        let mut edge = EdgeLayer::new(Arc::new(Metrics::new([]))).layer(inner);
+        let req = Request::builder()
+            .uri("/api/v1/devices")
+            .header(REQUEST_ID_HEADER, "req-42")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let future = edge.call(req);
+        futures::executor::block_on(future).unwrap()
+    }
+
+    #[test]
+    fn server_errors_are_logged_with_their_request_id_and_nothing_else_is() {
+        let log = logged("warn", || {
+            assert_eq!(answer(500).status(), 500);
+            assert_eq!(answer(503).status(), 503);
+            assert_eq!(answer(200).status(), 200);
+            assert_eq!(answer(404).status(), 404);
+        });
+        assert_eq!(log.matches("response failed").count(), 2, "{log}");
+        assert!(log.contains("ERROR"), "{log}");
+        assert!(
+            log.contains("status=500") && log.contains("status=503"),
+            "{log}"
+        );
+        assert!(log.contains("request_id=\"req-42\""), "{log}");
     }
 
     #[test]

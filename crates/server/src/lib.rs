@@ -314,19 +314,32 @@ pub fn app(breeze: Breeze) -> Router {
         })
         .nest("/api/v1", routes::api_router())
         .with_state(breeze.state);
-    Router::new()
-        .merge(breeze_mcp::http::router(breeze.mcp, &breeze_mcp::http::Routes::default()))
+    let router = Router::new()
+        .merge(breeze_mcp::http::router(
+            breeze.mcp,
+            &breeze_mcp::http::Routes::default(),
+        ))
         .merge(rest)
         .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
-        // One `layer` call with the whole stack: axum wraps every route in each layer it is
-        // given, cloning and boxing it on every request; composed first (and the edge's work
-        // done by one service rather than axum middleware, see `edge`), that happens once.
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(edge::EdgeLayer::new(metrics))
-                .layer(TraceLayer::new_for_http().make_span_with(
-                    move |req: &axum::http::Request<_>| {
+        .method_not_allowed_fallback(routes::method_not_allowed);
+    // One `layer` call with the whole stack: axum wraps every route in each layer it is
+    // given, cloning and boxing it on every request; composed first (and the edge's work
+    // done by one service rather than axum middleware, see `edge`), that happens once.
+    let edge = edge::EdgeLayer::new(metrics);
+    let body_limit = DefaultBodyLimit::max(MAX_REST_BODY_BYTES);
+    if !http_spans_recorded() {
+        // The trace layer times every request and wraps every response body, a few per cent
+        // of a request's CPU under load: for nothing when the filter records neither its span
+        // nor its events (`BREEZE_LOG=warn` and no trace export). Failures are logged by the
+        // edge either way.
+        return router.layer(tower::ServiceBuilder::new().layer(edge).layer(body_limit));
+    }
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(edge)
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(move |req: &axum::http::Request<_>| {
                         let id = req
                             .headers()
                             .get(REQUEST_ID_HEADER)
@@ -337,10 +350,20 @@ pub fn app(breeze: Breeze) -> Router {
                             (parent.0)(req.headers(), &span);
                         }
                         span
-                    },
-                ))
-                .layer(DefaultBodyLimit::max(MAX_REST_BODY_BYTES)),
-        )
+                    })
+                    .on_failure(()),
+            )
+            .layer(body_limit),
+    )
+}
+
+/// Whether the installed subscriber records the request span [`app`] opens (info, this crate's
+/// target) or the trace layer's own request and response events (debug). Filters are fixed
+/// once the process has started, so [`app`] asks once.
+fn http_spans_recorded() -> bool {
+    tracing::span_enabled!(tracing::Level::INFO)
+        || tracing::event_enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG)
+        || tracing::event_enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG)
 }
 
 /// Reports the gateway may hold for the alert engine before it misses some (the tick's sweep
@@ -664,4 +687,27 @@ pub async fn serve(
     // rather than after the lease lapses; a moment's wait for it, no more.
     let _ = tokio::time::timeout(Duration::from_secs(2), alerts_task).await;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether [`http_spans_recorded`] under a subscriber with `filter`.
+    fn recorded(filter: &str) -> bool {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .finish();
+        tracing::subscriber::with_default(subscriber, http_spans_recorded)
+    }
+
+    #[test]
+    fn the_trace_layer_runs_only_when_its_span_or_events_are_recorded() {
+        assert!(!recorded("warn"));
+        assert!(!recorded("info,breeze_server=warn"));
+        assert!(recorded("info"));
+        assert!(recorded("warn,breeze_server=info"));
+        assert!(recorded("warn,tower_http=debug"));
+        assert!(recorded("warn,tower_http::trace::on_response=debug"));
+    }
 }
