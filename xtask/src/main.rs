@@ -21,8 +21,13 @@
 //!   [--build release|debug]` prints each dashboard page's bytes and time for an
 //!   organization of N devices (default 10,000), and whether the devices list met its
 //!   100 ms aim.
+//!
+//! Every benchmark writes what it printed into its own section of `docs/performance.md`
+//! ([`perf_doc`]).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool prints by design
 
+#[macro_use]
+mod perf_doc; // first: the benchmarks use its `report!`
 mod bench;
 mod docs;
 mod tidy;
@@ -55,15 +60,25 @@ fn main() -> anyhow::Result<()> {
     {
         ["tidy"] => tidy::run(),
         ["docs"] => docs::run(),
-        ["bench", "mcp"] => bench::mcp(),
-        ["bench", "sizes"] => bench::sizes::run_sizes(),
-        ["bench", "fleet", rest @ ..] => bench::fleet::run(rest),
-        ["bench", "cluster", rest @ ..] => bench::cluster::run_bench(rest),
-        ["bench", "devices", rest @ ..] => bench::devices::run(rest),
-        ["bench", "pages", rest @ ..] => bench::pages::run(rest),
-        ["bench", "alerts", rest @ ..] => bench::alerts::run(rest),
-        ["bench", "compliance", rest @ ..] => bench::compliance::run(rest),
-        ["bench", "row-security", rest @ ..] => bench::row_security::run(rest),
+        ["bench", name, rest @ ..] => {
+            run_bench(name, rest)?;
+            perf_doc::write(&bench::workspace_root()?, name, rest)
+        }
+        _ => anyhow::bail!("{USAGE}"),
+    }
+}
+
+fn run_bench(name: &str, rest: &[&str]) -> anyhow::Result<()> {
+    match (name, rest) {
+        ("mcp", []) => bench::mcp(),
+        ("sizes", []) => bench::sizes::run_sizes(),
+        ("fleet", rest) => bench::fleet::run(rest),
+        ("cluster", rest) => bench::cluster::run_bench(rest),
+        ("devices", rest) => bench::devices::run(rest),
+        ("pages", rest) => bench::pages::run(rest),
+        ("alerts", rest) => bench::alerts::run(rest),
+        ("compliance", rest) => bench::compliance::run(rest),
+        ("row-security", rest) => bench::row_security::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

@@ -67,7 +67,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         "incremental" => vec![true],
         other => anyhow::bail!("--mode: {other:?} is not tick, incremental or both"),
     };
-    println!(
+    report!(
         "bench alerts: {devices} devices, {rules} rules, {cycles} cycles of {INTERVAL_SECS} s \
          ({} build)",
         if cfg!(debug_assertions) {
@@ -246,7 +246,7 @@ async fn one_backend(
         Backend::Sqlite => "SQLite",
         Backend::Postgres => "PostgreSQL",
     };
-    println!(
+    report!(
         "\n== {name}, {} ==",
         if incremental {
             "incremental (on arrival + tick)"
@@ -260,7 +260,7 @@ async fn one_backend(
     for r in rule_set(rules) {
         o.create_rule(r, audit("alert_rule.create")).await?;
     }
-    println!(
+    report!(
         "seeded {devices} devices and {rules} rules in {:.1} s",
         t.elapsed().as_secs_f64()
     );
@@ -288,7 +288,7 @@ async fn one_backend(
     let mut ingest_s = 0.0;
     let mut on_arrival_ms = 0.0;
     let mut on_arrival_cpu_ms = 0.0;
-    println!(
+    report!(
         "cycle  ingest s  arrival wall ms  arrival CPU ms  tick wall ms  tick CPU ms  raised  \
          resolved"
     );
@@ -377,7 +377,7 @@ async fn one_backend(
             &mut latencies,
         )
         .await?;
-        println!(
+        report!(
             "{cycle:>5}  {ingest:>8.2}  {arrival_ms:>15.1}  {arrival_cpu:>14.1}  {:>12.1}  \
              {cpu:>11.1}  {raised:>6}  {:>8}",
             wall.as_secs_f64() * 1000.0,
@@ -389,7 +389,7 @@ async fn one_backend(
     let mut c = tick_cpus.clone();
     c.sort_by(f64::total_cmp);
     latencies.sort_by(f64::total_cmp);
-    println!(
+    report!(
         "evaluation cycle ({rules} rules x {devices} devices): wall median {:.0} ms, max {:.0} ms; \
          process CPU median {:.0} ms, max {:.0} ms ({:.1} % of a core at one tick per {INTERVAL_SECS} s)",
         percentile(&w, 0.5),
@@ -400,7 +400,7 @@ async fn one_backend(
     );
     if incremental {
         let cpu_per_cycle = on_arrival_cpu_ms / cycles as f64;
-        println!(
+        report!(
             "evaluation on arrival: wall {:.0} ms, process CPU {cpu_per_cycle:.0} ms per cycle on \
              average ({:.1} % of a core); with the tick: process CPU {:.0} ms per cycle \
              ({:.1} % of a core)",
@@ -411,11 +411,11 @@ async fn one_backend(
                 / (INTERVAL_SECS as f64 * 10.0),
         );
     }
-    println!(
+    report!(
         "ingest: {:.0} samples/s in this bench (one sample per device per cycle)",
         (devices * cycles) as f64 / ingest_s
     );
-    println!(
+    report!(
         "alert latency (hot devices, {} of {} raised; duration met -> raised): p50 {:.1} s, \
          p99 {:.1} s",
         latencies.len(),
@@ -444,7 +444,7 @@ async fn one_backend(
             .await?;
         let took = t.elapsed().as_secs_f64() * 1000.0;
         let peak = status_kib("VmHWM:");
-        println!(
+        report!(
             "report {format}: {} rows, {:.1} MiB in {} chunks, {took:.0} ms; peak RSS added {} \
              (VmHWM {peak} KiB, RSS before {rss0} KiB)",
             run.row_count,

@@ -91,12 +91,12 @@ pub(crate) fn run_bench(args: &[&str]) -> anyhow::Result<()> {
     eprintln!("instance A (demo) at {a_url}, instance B (serve) at {b_url}, PostgreSQL + Redis");
     let read = inst.api_key("read")?;
 
-    println!("## Two instances on one PostgreSQL and one Redis");
-    println!();
-    println!(
+    report!("## Two instances on one PostgreSQL and one Redis");
+    report!();
+    report!(
         "Both servers pinned to CPU 0; load generator, agents and clients on CPU 1; PostgreSQL and Redis unpinned."
     );
-    println!();
+    report!();
     throughput(&loadgen, &inst, &peer, &read, a.duration)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -162,10 +162,10 @@ fn throughput(
     )?;
     let files = (body.as_path(), init.as_path());
     let pids = [inst.pid(), peer.pid()];
-    println!("### MCP calls, `query_devices` in sessions, concurrency 50");
-    println!();
-    println!("| instances | req/s | p50 ms | p99 ms | errors | server CPU µs/req (both) |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    report!("### MCP calls, `query_devices` in sessions, concurrency 50");
+    report!();
+    report!("| instances | req/s | p50 ms | p99 ms | errors | server CPU µs/req (both) |");
+    report!("|---|---:|---:|---:|---:|---:|");
     for round in 0..2 {
         for two in [false, true] {
             let before: u64 = pids.iter().map(|p| cpu_micros(*p).unwrap_or(0)).sum();
@@ -199,7 +199,7 @@ fn throughput(
             } else {
                 0.0
             };
-            println!(
+            report!(
                 "| {} (round {}) | {rps:.0} | {:.3} | {:.3} | {errors} | {per_req:.1} |",
                 if two { "two (25 + 25)" } else { "one" },
                 round + 1,
@@ -208,9 +208,9 @@ fn throughput(
             );
         }
     }
-    println!();
-    println!("p50/p99 of the two-instance rows: the slower instance's.");
-    println!();
+    report!();
+    report!("p50/p99 of the two-instance rows: the slower instance's.");
+    report!();
     Ok(())
 }
 
@@ -258,10 +258,10 @@ async fn sse_delivery(a: &str, b: &str, key: &str, calls: usize) -> anyhow::Resu
         .split_once("/api/")
         .map(|(_, p)| format!("/api/{p}"))
         .context("the endpoint event names no path")?;
-    println!("### Legacy SSE: a stream on A, messages POSTed to A or to B");
-    println!();
-    println!("| POST to | messages | p50 ms | p99 ms |");
-    println!("|---|---:|---:|---:|");
+    report!("### Legacy SSE: a stream on A, messages POSTed to A or to B");
+    report!();
+    report!("| POST to | messages | p50 ms | p99 ms |");
+    report!("|---|---:|---:|---:|");
     let mut id = 0u64;
     for (label, base) in [("A (same instance)", a), ("B (relayed through Redis)", b)] {
         let mut latencies = Vec::with_capacity(calls);
@@ -289,13 +289,13 @@ async fn sse_delivery(a: &str, b: &str, key: &str, calls: usize) -> anyhow::Resu
             latencies.push(t.elapsed());
         }
         latencies.sort();
-        println!(
+        report!(
             "| {label} | {calls} | {:.3} | {:.3} |",
             pct_ms(&latencies, 50.0),
             pct_ms(&latencies, 99.0)
         );
     }
-    println!();
+    report!();
     Ok(())
 }
 
@@ -310,12 +310,12 @@ async fn commands(inst: &Instance, a: &str, b: &str, calls: usize) -> anyhow::Re
     let devices = Arc::new(fleet.connected.clone());
     let users = calls.div_ceil(CALLS_PER_USER) * 2;
     let keys = tokio::task::block_in_place(|| super::fleet::command_keys(inst, users))?;
-    println!(
+    report!(
         "### Agent commands: {agents} agents connected to A, `manage_services list` asked on A or on B"
     );
-    println!();
-    println!("| asked on | calls | p50 ms | p99 ms | errors |");
-    println!("|---|---:|---:|---:|---:|");
+    report!();
+    report!("| asked on | calls | p50 ms | p99 ms | errors |");
+    report!("|---|---:|---:|---:|---:|");
     let mut keys = keys.into_iter();
     for (label, base) in [("A (same instance)", a), ("B (through the cluster bus)", b)] {
         let mcp = sim::Mcp::new(base)?;
@@ -333,13 +333,13 @@ async fn commands(inst: &Instance, a: &str, b: &str, calls: usize) -> anyhow::Re
             }
         }
         latencies.sort();
-        println!(
+        report!(
             "| {label} | {calls} | {:.3} | {:.3} | {errors} |",
             pct_ms(&latencies, 50.0),
             pct_ms(&latencies, 99.0)
         );
     }
-    println!();
+    report!();
     fleet.stop(Duration::from_secs(5)).await;
     Ok(())
 }
@@ -379,9 +379,9 @@ async fn spread(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = (rss_kb(inst.pid())?, rss_kb(peer.pid())?);
     let mb = |kb: u64| kb as f64 / 1024.0;
-    println!("### {agents} agents spread over both instances");
-    println!();
-    println!(
+    report!("### {agents} agents spread over both instances");
+    report!();
+    report!(
         "{connected} of {agents} connected (enrolled and connected in {:.1} s). Resident memory: A {:.0} → {:.0} MiB, B {:.0} → {:.0} MiB ({:.1} KiB per agent on average).",
         elapsed.as_secs_f64(),
         mb(rss0.0),
@@ -390,7 +390,7 @@ async fn spread(
         mb(rss1.1),
         (rss1.0 + rss1.1).saturating_sub(rss0.0 + rss0.1) as f64 / connected.max(1) as f64,
     );
-    println!();
+    report!();
     for f in fleets {
         f.stop(Duration::from_secs(5)).await;
     }

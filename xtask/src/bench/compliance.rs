@@ -54,7 +54,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         "postgres" => vec![Backend::Postgres],
         other => anyhow::bail!("--database: {other:?} is not sqlite, postgres or both"),
     };
-    println!(
+    report!(
         "bench compliance: {devices} devices x {rules} rules, {packages} packages each, \
          {changes} incremental changes ({} build)",
         if cfg!(debug_assertions) {
@@ -202,12 +202,12 @@ async fn one_backend(
         Backend::Sqlite => "SQLite",
         Backend::Postgres => "PostgreSQL",
     };
-    println!("\n== {name} ==");
+    report!("\n== {name} ==");
     let t = Instant::now();
     let (org, ids) = seed(&store, devices).await?;
     let indexed: Vec<(usize, DeviceId)> = ids.iter().copied().enumerate().collect();
     record_all(&store, org, &indexed, packages, 0).await?;
-    println!(
+    report!(
         "seeded {devices} devices with inventories in {:.1} s",
         t.elapsed().as_secs_f64()
     );
@@ -238,10 +238,13 @@ async fn one_backend(
             let r = o.evaluate_policy_inventory(&policy, None).await?;
             let wall = t.elapsed().as_secs_f64() * 1000.0;
             let cpu = (cpu_micros()? - cpu0) as f64 / 1000.0;
-            println!(
+            report!(
                 "full pass, {label:<28} wall {wall:>8.1} ms  CPU {cpu:>8.1} ms  written {:>6}  \
                  (compliant {}, non-compliant {}, unknown {})",
-                r.changed, r.compliant, r.non_compliant, r.unknown
+                r.changed,
+                r.compliant,
+                r.non_compliant,
+                r.unknown
             );
             anyhow::Ok(())
         }
@@ -278,7 +281,7 @@ async fn one_backend(
     active(false).await?;
     record_all(&store, org, &some, packages, 1).await?;
     active(true).await?;
-    println!(
+    report!(
         "{} devices' inventories changed, not evaluated incrementally",
         some.len()
     );
@@ -302,7 +305,7 @@ async fn one_backend(
     }
     with_write.sort_by(f64::total_cmp);
     alone.sort_by(f64::total_cmp);
-    println!(
+    report!(
         "incremental change x{changes}: record_inventory (write + re-evaluation) median {:.2} ms, \
          p99 {:.2} ms, CPU {:.2} ms each; re-evaluation alone median {:.2} ms, p99 {:.2} ms",
         percentile(&with_write, 0.5),

@@ -213,17 +213,17 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         }
     }
 
-    println!();
-    println!(
+    report!();
+    report!(
         "## query_devices {{status: offline, limit: 25}}, concurrency {conc}, {duration} s (+2 s warm-up)"
     );
-    println!();
-    println!(
+    report!();
+    report!(
         "| server | req/s | p50 ms | p99 ms | errors | server CPU µs/req | PostgreSQL CPU µs/req | reply bytes |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    report!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
-        println!(
+        report!(
             "| {} | {:.0} | {:.3} | {:.3} | {} | {:.1} | {} | {} |",
             r.name,
             r.rps,
@@ -236,9 +236,9 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         );
     }
     if let [peer, echo, breezes @ ..] = rows.as_slice() {
-        println!();
+        report!();
         for b in breezes {
-            println!(
+            report!(
                 "{} vs peer-rmcp: req/s {:.2}×, p50 {:.2}×, p99 {:.2}×, CPU/req {:.2}×; \
                  vs its echo: req/s {:.2}×",
                 b.name,

@@ -416,15 +416,15 @@ fn errors_text(e: &Errors) -> String {
 fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive: bool) {
     let secs = r.window.as_secs_f64().max(1e-9);
     let mb = |kb: u64| kb as f64 / 1024.0;
-    println!();
-    println!(
+    report!();
+    report!(
         "## Fleet: {} agents, {}, {:.0} s steady state",
         a.agents,
         a.db.name(),
         secs
     );
-    println!();
-    println!(
+    report!();
+    report!(
         "server pinned to CPU 0, simulator + MCP client to CPU 1: {}; RLIMIT_NOFILE {nofile} (both); server still running at the end: {alive}",
         if pinned {
             "yes"
@@ -432,11 +432,11 @@ fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive
             "no (single CPU or no taskset)"
         }
     );
-    println!();
-    println!(
+    report!();
+    report!(
         "| setup | ok / attempted | time s | rate /s | p50 ms | p99 ms | server CPU % | server CPU µs/op | errors |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    report!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for (name, p, cpu) in [
         (
             format!("enroll (HTTP, c={})", a.enroll_concurrency),
@@ -449,7 +449,7 @@ fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive
             r.server_cpu_connect,
         ),
     ] {
-        println!(
+        report!(
             "| {name} | {} / {} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {} |",
             p.ok,
             p.attempted,
@@ -462,83 +462,87 @@ fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive
             errors_text(&p.errors)
         );
     }
-    println!();
-    println!(
+    report!();
+    report!(
         "welcome frames received: {} of {}",
-        r.welcomes, r.connect.ok
+        r.welcomes,
+        r.connect.ok
     );
-    println!();
-    println!("| steady state | value |");
-    println!("|---|---:|");
-    println!(
+    report!();
+    report!("| steady state | value |");
+    report!("|---|---:|");
+    report!(
         "| server CPU (100% = one core) | {:.1}% |",
         r.server_cpu_steady
     );
-    println!("| simulator CPU (same units) | {:.1}% |", r.sim_cpu_steady);
-    println!(
+    report!("| simulator CPU (same units) | {:.1}% |", r.sim_cpu_steady);
+    report!(
         "| server RSS idle → enrolled → connected | {:.1} → {:.1} → {:.1} MB |",
         mb(r.rss_idle_kb),
         mb(r.rss_enrolled_kb),
         mb(r.rss_connected_kb)
     );
-    println!(
+    report!(
         "| server RSS per connected agent | {:.1} KB |",
         r.rss_connected_kb.saturating_sub(r.rss_enrolled_kb) as f64 / r.connect.ok.max(1) as f64
     );
-    println!(
+    report!(
         "| server RSS peak / end of window | {:.1} / {:.1} MB |",
         mb(r.rss_peak_kb),
         mb(r.rss_end_kb)
     );
-    println!(
+    report!(
         "| sockets open at start / end | {} / {} |",
-        r.connect.ok, r.connected_end
+        r.connect.ok,
+        r.connected_end
     );
-    println!(
+    report!(
         "| heartbeats sent | {} ({:.1}/s) |",
         r.sent.heartbeats,
         r.sent.heartbeats as f64 / secs
     );
-    println!(
+    report!(
         "| metric batches sent (samples) | {} ({}) |",
-        r.sent.metric_batches, r.sent.samples
+        r.sent.metric_batches,
+        r.sent.samples
     );
-    println!(
+    report!(
         "| metric samples sent per second | {:.1} |",
         r.sent.samples as f64 / secs
     );
-    println!(
+    report!(
         "| metric rows stored during the window (SQL) | {} ({:.1}/s) |",
         r.rows_window,
         r.rows_window as f64 / secs
     );
-    println!(
+    report!(
         "| metric rows stored in all / samples sent in all | {} / {} (drained {:.0} s after the window) |",
         r.rows_final.saturating_sub(r.rows_base),
         r.samples_total,
         r.drain.as_secs_f64()
     );
-    println!(
+    report!(
         "| command frames received / answered | {} / {} |",
-        r.sent.commands, r.sent.results
+        r.sent.commands,
+        r.sent.results
     );
     if let Some(n) = r.commands_completed {
-        println!("| commands `completed` in the database | {n} |");
+        report!("| commands `completed` in the database | {n} |");
     }
-    println!(
+    report!(
         "| socket drops during the run | {} |",
         errors_text(&r.disconnects)
     );
-    println!();
-    println!(
+    report!();
+    report!(
         "manage_services list round trip (MCP → gateway → simulated agent → MCP), on random connected devices:"
     );
-    println!();
-    println!("| mode | calls ok | errors | p50 ms | p90 ms | p99 ms | max ms |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    report!();
+    report!("| mode | calls ok | errors | p50 ms | p90 ms | p99 ms | max ms |");
+    report!("|---|---:|---:|---:|---:|---:|---:|");
     for rt in [&r.seq, &r.burst] {
         let l = &rt.latencies;
-        println!(
+        report!(
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
             if rt.concurrency == 1 {
                 "sequential".to_owned()
@@ -561,17 +565,17 @@ fn print(a: &Args, inst: &Instance, r: &Report, nofile: u64, pinned: bool, alive
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     if !errs.is_empty() {
-        println!();
-        println!("command errors: {}", errors_text(&errs));
+        report!();
+        report!("command errors: {}", errors_text(&errs));
     }
     let log = inst.log_summary(8);
-    println!();
+    report!();
     if log.is_empty() {
-        println!("server log: no warnings or errors");
+        report!("server log: no warnings or errors");
     } else {
-        println!("server log (warn and above), most frequent:");
+        report!("server log (warn and above), most frequent:");
         for (n, line) in log {
-            println!("  {n:>6}× {line}");
+            report!("  {n:>6}× {line}");
         }
     }
 }

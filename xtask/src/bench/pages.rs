@@ -216,19 +216,24 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         anyhow::Ok(rows)
     })?;
 
-    println!();
-    println!(
+    report!();
+    report!(
         "## dashboard pages, {} build, {} ({total} devices), {rounds} rounds each",
         if release { "release" } else { "debug" },
         db.name()
     );
-    println!();
-    println!("| page | path | status | HTML bytes | median ms | slowest ms |");
-    println!("|---|---|---:|---:|---:|---:|");
+    report!();
+    report!("| page | path | status | HTML bytes | median ms | slowest ms |");
+    report!("|---|---|---:|---:|---:|---:|");
     for r in &rows {
-        println!(
+        report!(
             "| {} | `{}` | {} | {} | {:.1} | {:.1} |",
-            r.name, r.path, r.status, r.bytes, r.median_ms, r.max_ms
+            r.name,
+            r.path,
+            r.status,
+            r.bytes,
+            r.median_ms,
+            r.max_ms
         );
     }
     if let Some(bad) = rows.iter().find(|r| r.status != 200) {
@@ -238,8 +243,8 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         .iter()
         .find(|r| r.name == "devices")
         .context("no devices row")?;
-    println!();
-    println!(
+    report!();
+    report!(
         "aim: the devices list in < {DEVICES_BUDGET_MS} ms server time at 10,000 devices: \
          {:.1} ms median at {total} devices ({} build) — {}",
         list.median_ms,

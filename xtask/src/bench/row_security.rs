@@ -25,7 +25,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let num = |name: &str, default: u64| super::number(&f, name, default);
     let calls = num("--calls", 5_000)? as usize;
     let devices = num("--devices", 1_000)? as usize;
-    println!(
+    report!(
         "bench row-security: {devices} devices, {calls} calls per case ({} build)",
         if cfg!(debug_assertions) {
             "DEBUG"
@@ -44,7 +44,7 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
     let clock = ManualClock::new(super::sim::now());
     let test = TestStore::new(Backend::Postgres, Arc::new(clock)).await;
     let store = test.store.clone();
-    println!(
+    report!(
         "row security for the bench's role: {:?}",
         store.row_security().await?
     );
@@ -76,9 +76,12 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
         ids.push(dev.id);
     }
     let ids = Arc::new(ids);
-    println!(
+    report!(
         "{:<44} {:>10} {:>12} {:>12}",
-        "case", "callers", "calls/s", "µs per call"
+        "case",
+        "callers",
+        "calls/s",
+        "µs per call"
     );
     for callers in [1usize, 16] {
         let system = time(&store, &ids, calls, callers, None).await?;
@@ -89,12 +92,12 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
             ("point read, as the organization (scope set)", tenant),
             ("OrgStore::get_device", real),
         ] {
-            println!(
+            report!(
                 "{name:<44} {callers:>10} {rate:>12.0} {:>12.1}",
                 1e6 * callers as f64 / rate
             );
         }
-        println!(
+        report!(
             "{:<44} {callers:>10} {:>12} {:>12.1}",
             "  the organization's scope costs",
             "",

@@ -59,15 +59,15 @@ pub(crate) fn run_sizes() -> anyhow::Result<()> {
     let keys = demo_keys(&demo)?;
     let base = format!("http://127.0.0.1:{port}");
     print_sizes(&base, &keys)?;
-    println!();
+    report!();
     print_parts(&base, &keys)?;
     Ok(())
 }
 
 /// Prints the size table for the server at `base` (the listing of each key in each mode).
 pub(super) fn print_sizes(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()> {
-    println!("| tools/list | key | tools | bytes | aim |");
-    println!("|---|---|---:|---:|---|");
+    report!("| tools/list | key | tools | bytes | aim |");
+    report!("|---|---|---:|---:|---|");
     for (mode, path) in [
         ("full", "/mcp"),
         ("consolidated", "/mcp?catalog=consolidated"),
@@ -80,7 +80,7 @@ pub(super) fn print_sizes(base: &str, keys: &[(&'static str, String)]) -> anyhow
                 "consolidated" => super::verdict(bytes <= CONSOLIDATED_AIM, "≤ 8192"),
                 _ => String::new(),
             };
-            println!("| {mode} | {label} | {tools} | {bytes} | {aim} |");
+            report!("| {mode} | {label} | {tools} | {bytes} | {aim} |");
             if (mode, *label) == ("full", "execute") {
                 // The budget is held on the catalogue it was set for; the whole list above is
                 // printed so its growth is seen.
@@ -96,7 +96,7 @@ pub(super) fn print_sizes(base: &str, keys: &[(&'static str, String)]) -> anyhow
                     .collect();
                 let held = json!({ "tools": budgeted }).to_string().len();
                 let aim = super::verdict(held <= FULL_LISTING_BUDGET, "≤ 40960");
-                println!(
+                report!(
                     "| full, the {} budgeted tools | {label} | {} | {held} | {aim} |",
                     BUDGETED_CATALOGUE.len(),
                     budgeted.len()
@@ -137,11 +137,11 @@ fn print_parts(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()
         })
         .collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.1));
-    println!(
+    report!(
         "| execute key, full: tool | bytes | {} | other |",
         PARTS.join(" | ")
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    report!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut totals = BTreeMap::<usize, usize>::new();
     let mut whole_total = 0;
     for (name, whole, parts) in &rows {
@@ -151,10 +151,10 @@ fn print_parts(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()
             *totals.entry(i).or_default() += p;
         }
         let cells: Vec<String> = parts.iter().map(usize::to_string).collect();
-        println!("| {name} | {whole} | {} | {other} |", cells.join(" | "));
+        report!("| {name} | {whole} | {} | {other} |", cells.join(" | "));
     }
     let cells: Vec<String> = totals.values().map(usize::to_string).collect();
-    println!(
+    report!(
         "| **all {} tools** | {whole_total} | {} |",
         rows.len(),
         cells.join(" | ")
