@@ -176,7 +176,8 @@ async fn run(backend: Backend) {
         .authenticate_api_key(Some(exec_key))
         .await
         .unwrap()
-        .key_id;
+        .api_key_id()
+        .unwrap();
     let o = f.store.org(f.org);
     let rule = o
         .create_rule(

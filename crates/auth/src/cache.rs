@@ -42,7 +42,7 @@ use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
-use breeze_core::{ApiKeyPrincipal, PermissionSet, Timestamp};
+use breeze_core::{Caller, PermissionSet, Timestamp};
 use breeze_store::ApiKeyRecord;
 use chrono::Duration;
 use subtle::ConstantTimeEq;
@@ -85,15 +85,10 @@ impl CachedKey {
         bool::from(self.record.key_hash.as_slice().ct_eq(&presented[..]))
     }
 
-    /// The principal this key authenticates as.
-    pub(crate) fn principal(&self) -> ApiKeyPrincipal {
-        ApiKeyPrincipal {
-            key_id: self.record.id,
-            org_id: self.record.org_id,
-            user_id: self.record.user_id,
-            scopes: self.record.scopes.clone(),
-            permissions: self.permissions,
-        }
+    /// The caller this key authenticates as.
+    pub(crate) fn caller(&self) -> Caller {
+        let r = &self.record;
+        Caller::api_key(r.id, r.org_id, r.user_id, r.scopes, self.permissions)
     }
 
     /// Whether this entry may be served at `now` when the store is at `generation`.

@@ -17,8 +17,8 @@ pub mod password;
 use std::sync::Arc;
 
 use breeze_core::{
-    Actor, ActorType, ApiKeyPrincipal, AuditEvent, AuditResult, Clock, OrgId, ScopeSet, Timestamp,
-    User, UserId,
+    Actor, ActorType, AuditEvent, AuditResult, Caller, Clock, OrgId, ScopeSet, Timestamp, User,
+    UserId,
 };
 use breeze_store::{ApiKeyRecord, NewApiKey, Store, StoreError};
 use cache::{CachedKey, PrincipalCache};
@@ -161,10 +161,7 @@ impl AuthService {
     /// A key that authenticated less than [`AuthSettings::cache_ttl`] ago, with no credential
     /// change through this store since, is served from memory (see the `cache` module);
     /// the hash comparison and the expiry check still run on every request.
-    pub async fn authenticate_api_key(
-        &self,
-        header: Option<&str>,
-    ) -> Result<ApiKeyPrincipal, AuthError> {
+    pub async fn authenticate_api_key(&self, header: Option<&str>) -> Result<Caller, AuthError> {
         let raw = header
             .map(str::trim)
             .filter(|h| !h.is_empty())
@@ -207,7 +204,7 @@ impl AuthService {
         if due || !from_cache {
             self.cache.insert(hash, key.clone());
         }
-        Ok(key.principal())
+        Ok(key.caller())
     }
 
     /// Creates an API key and returns its secret — the only time it exists outside the caller's

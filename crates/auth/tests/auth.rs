@@ -95,10 +95,10 @@ async fn keys_authenticate_as_their_org_and_user(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        (p.key_id, p.org_id, p.user_id),
+        (p.api_key_id().unwrap(), p.org(), p.user()),
         (record.id, w.org, w.admin.id)
     );
-    assert!(p.scopes.grants(Scope::AiWrite) && !p.scopes.grants(Scope::AiExecute));
+    assert!(p.scopes().grants(Scope::AiWrite) && !p.scopes().grants(Scope::AiExecute));
     // Surrounding whitespace from a pasted header is forgiven.
     assert!(
         w.auth
@@ -447,7 +447,7 @@ async fn revoked_by_another_process(
     other
 }
 
-fn is_invalid(r: Result<breeze_core::ApiKeyPrincipal, AuthError>) -> bool {
+fn is_invalid(r: Result<breeze_core::Caller, AuthError>) -> bool {
     matches!(r, Err(AuthError::InvalidApiKey))
 }
 
@@ -607,7 +607,7 @@ async fn a_role_change_through_this_store_changes_permissions_at_once(cx: Ctx) {
         .authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    assert_eq!(p.permissions, Some(admin.permissions));
+    assert_eq!(p.permissions(), Some(admin.permissions));
     w.store
         .assign_role(w.admin.id, w.org, read_only.id, audit("role.assign"))
         .await
@@ -616,7 +616,7 @@ async fn a_role_change_through_this_store_changes_permissions_at_once(cx: Ctx) {
         .authenticate_api_key(Some(secret.expose()))
         .await
         .unwrap();
-    assert_eq!(p.permissions, Some(read_only.permissions));
+    assert_eq!(p.permissions(), Some(read_only.permissions));
 }
 
 async fn an_expired_key_is_refused_from_the_cache(cx: Ctx) {
@@ -687,10 +687,15 @@ async fn a_cached_key_needs_no_database(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        (again.key_id, again.org_id, again.user_id, again.permissions),
-        (rec.id, w.org, w.admin.id, first.permissions)
+        (
+            again.api_key_id().unwrap(),
+            again.org(),
+            again.user(),
+            again.permissions()
+        ),
+        (rec.id, w.org, w.admin.id, first.permissions())
     );
-    assert_eq!(again.scopes, first.scopes);
+    assert_eq!(again.scopes(), first.scopes());
     // A refused key was not remembered: it goes to the (closed) database again.
     let err = w
         .auth

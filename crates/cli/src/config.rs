@@ -371,7 +371,7 @@ impl McpSettings {
             max_items: number(
                 env,
                 "BREEZE_MCP_MAX_ITEMS",
-                breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+                breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             )?,
             execute_allowlist: env
                 .get("MCP_EXECUTE_TOOL_ALLOWLIST")

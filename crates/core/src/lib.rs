@@ -1,12 +1,14 @@
 //! Breeze's domain vocabulary, shared by every other crate.
 //!
 //! This crate does no IO. It defines the tenancy hierarchy (partner → organization → site →
-//! device group → device), principals and their permissions, API-key scopes, audit events and
+//! device group → device), callers and the one permission model over them, API-key scopes, audit events and
 //! the [`Clock`] through which all code reads the time.
 
 pub mod alert;
 pub mod audit;
+pub mod authz;
 pub mod automation;
+pub mod caller;
 pub mod clock;
 pub mod compliance;
 pub mod config_policy;
@@ -15,7 +17,6 @@ pub mod device;
 pub mod group_filter;
 pub mod ids;
 pub mod maintenance;
-pub mod principal;
 pub mod rbac;
 pub mod report;
 pub mod scope;
@@ -29,7 +30,9 @@ pub use alert::{
     TargetKind, is_event_name,
 };
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
+pub use authz::{Denied, Operation, ScopePolicy, Verdict};
 pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
+pub use caller::{Caller, Credential};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
@@ -43,7 +46,6 @@ pub use ids::{
     SiteId, UserId,
 };
 pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
-pub use principal::{ApiKeyPrincipal, OAuthPrincipal, Principal};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use report::{ReportFilters, ReportFormat, ReportKind, ReportStatus};
 pub use scope::{Scope, ScopeSet};

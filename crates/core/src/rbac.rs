@@ -33,6 +33,15 @@ impl Permission {
     const fn bit(self) -> u32 {
         1 << (self as u32)
     }
+
+    /// Whether only a person exercises this permission, never a credential acting for one:
+    /// managing API keys, users and settings (see [`crate::authz`]).
+    pub const fn is_personal(self) -> bool {
+        matches!(
+            self,
+            Permission::ApikeysManage | Permission::UsersManage | Permission::SettingsManage
+        )
+    }
 }
 
 /// A set of permissions, stored as a list of their names.

@@ -20,18 +20,29 @@ string_enum! {
     }
 }
 
-/// A set of scopes. Kept sorted and free of duplicates.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A set of scopes: a bit per [`Scope`], so a set is `Copy` and a caller carries its own
+/// without an allocation. Iterates in declaration order; serializes as the list of names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "Vec<Scope>", into = "Vec<Scope>")]
-pub struct ScopeSet(Vec<Scope>);
+pub struct ScopeSet(u8);
 
 impl ScopeSet {
+    /// No scope at all.
+    pub const EMPTY: Self = Self(0);
+
+    const fn bit(scope: Scope) -> u8 {
+        1 << (scope as u8)
+    }
+
     /// Builds a set from any scopes, dropping duplicates.
     pub fn new(scopes: impl IntoIterator<Item = Scope>) -> Self {
-        let mut v: Vec<Scope> = scopes.into_iter().collect();
-        v.sort();
-        v.dedup();
-        Self(v)
+        Self(scopes.into_iter().fold(0, |bits, s| bits | Self::bit(s)))
+    }
+
+    /// Every scope: what a person acting in the dashboard holds (a person is not narrowed by
+    /// scopes, only by their role).
+    pub fn everything() -> Self {
+        Self::new([Scope::All])
     }
 
     /// Parses a comma- or space-separated list such as `ai:read,ai:write`.
@@ -54,17 +65,30 @@ impl ScopeSet {
 
     /// Whether the set holds `scope` itself or the wildcard.
     pub fn grants(&self, scope: Scope) -> bool {
-        self.0.contains(&Scope::All) || self.0.contains(&scope)
+        self.0 & (Self::bit(scope) | Self::bit(Scope::All)) != 0
     }
 
-    /// The scopes, sorted.
+    /// The scopes, in declaration order.
     pub fn iter(&self) -> impl Iterator<Item = Scope> + '_ {
-        self.0.iter().copied()
+        let bits = self.0;
+        Scope::ALL
+            .iter()
+            .copied()
+            .filter(move |s| bits & Self::bit(*s) != 0)
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0 == 0
+    }
+
+    /// The scopes both sets hold (the wildcard in one reaches everything the other holds).
+    #[must_use]
+    pub fn intersect(self, other: Self) -> Self {
+        let widen = |s: Self| {
+            if s.grants(Scope::All) { u8::MAX } else { s.0 }
+        };
+        Self(widen(self) & widen(other) & (self.0 | other.0))
     }
 
     /// The tiers OAuth scopes reach: `mcp:read`, `mcp:write` and `mcp:execute` are `ai:read`,
@@ -82,7 +106,7 @@ impl ScopeSet {
 
 impl From<ScopeSet> for Vec<Scope> {
     fn from(s: ScopeSet) -> Self {
-        s.0
+        s.iter().collect()
     }
 }
 
@@ -94,7 +118,7 @@ impl From<Vec<Scope>> for ScopeSet {
 
 impl std::fmt::Display for ScopeSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.0.iter().map(|s| s.as_str()).collect();
+        let names: Vec<&str> = self.iter().map(Scope::as_str).collect();
         f.write_str(&names.join(","))
     }
 }
@@ -119,5 +143,16 @@ mod tests {
         assert!(Scope::ALL.iter().all(|&sc| s.grants(sc)));
         let r = ScopeSet::new([Scope::AiRead]);
         assert!(r.grants(Scope::AiRead) && !r.grants(Scope::AiWrite));
+    }
+
+    #[test]
+    fn intersection_keeps_what_both_grant() {
+        let all = ScopeSet::everything();
+        let rw = ScopeSet::parse_list("ai:read,ai:write").unwrap();
+        let rx = ScopeSet::parse_list("ai:read,ai:execute").unwrap();
+        assert_eq!(rw.intersect(all), rw);
+        assert_eq!(all.intersect(rw), rw);
+        assert_eq!(rw.intersect(rx).to_string(), "ai:read");
+        assert!(rw.intersect(ScopeSet::EMPTY).is_empty());
     }
 }

@@ -4,30 +4,37 @@
 //! handler runs, and shows [`Guard::visible`] tools only. The pipeline, in the specification's
 //! order, each step refusing with an error that names what is missing:
 //!
-//! 1. **Scope** for the call's effective tier (the named action's tier; for a call naming no
-//!    action or an unknown one the tool's highest, fail closed): Tier 1
-//!    needs `ai:read`, Tier 2 `ai:write`, Tier 3 `ai:execute` — and `ai:execute_admin` in
-//!    production when required. `ai:execute` implies `ai:write` implies `ai:read`; `*` grants
-//!    all. Tier 4 is always refused.
-//! 2. **RBAC**: the acting user's role in the organization must hold the tool's (or the
-//!    action's) permission, decided by `breeze_core::rbac::check`.
+//! 1. **Scope and role**: the call's operation — the effective tier (the named action's; for a
+//!    call naming no action or an unknown one the tool's highest, fail closed) and the
+//!    action's permission — decided by [`breeze_core::authz::authorize`], the one permission
+//!    model REST and the dashboard consult too: Tier 4 never, scope for the tier
+//!    (`ai:execute_admin` for Tier 3 in production when required), the user's role holds
+//!    the permission.
 //! 3. **Per-tool rate limit**, per user, exact sliding window (the limiter is shared with the
 //!    transport limits: memory or Redis). A limiter that cannot decide refuses in production.
 //! 4. **Production allowlist** for Tier 3+: `MCP_EXECUTE_TOOL_ALLOWLIST`.
 //! 5. **Approval** for Tier 3: [`Clearance::NeedsApproval`] — the caller must get a person's
 //!    approval (`breeze-pipeline`'s durable approval requests) before the handler runs.
 //!
-//! The verdict is the only key to a handler: a [`Cleared`] call (or an [`AwaitingApproval`] one,
-//! once a person approved it) is what `breeze-tools` demands to run a tool, and it carries the
-//! organization and actor the guard cleared, so a handler acts for nobody else. Neither can be
-//! made outside this crate. The guard knows tools only through [`Guarded`], which
-//! `breeze_tools::ToolSpec` implements, so it sits below the tools in the dependency graph.
+//! The verdict is the only key to a handler: a [`Cleared`] call is what `breeze-tools` demands
+//! to run a tool, consumed by the run. It is bound to the tool, the action and a keyed digest
+//! of the arguments it cleared, and carries the organization and actor, so a handler acts for
+//! nobody else and on nothing else. A Tier 3 call is an [`AwaitingApproval`] until
+//! [`Guard::release`] turns it into a `Cleared` against a person's approval of that very call.
+//! Neither can be made outside this crate. The guard knows tools only through [`Guarded`],
+//! which `breeze_tools::ToolSpec` implements, so it sits below the tools in the dependency
+//! graph.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeSet,
+    hash::{BuildHasher, Hash, Hasher, RandomState},
+    sync::Arc,
+    time::Duration,
+};
 
 use breeze_core::{
-    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, Clock, GrantId, OrgId, Permission, PermissionSet,
-    Scope, ScopeSet, Tier, UserId, rbac,
+    Actor, Caller, Clock, Denied, Operation, OrgId, Permission, Scope, ScopePolicy, ScopeSet, Tier,
+    Verdict, authz,
 };
 use breeze_limits::RateLimiter;
 use serde_json::Value;
@@ -80,6 +87,16 @@ pub struct GuardConfig {
     pub allowlist: Allowlist,
 }
 
+impl GuardConfig {
+    /// The scope rule the permission model applies.
+    pub fn scope_policy(&self) -> ScopePolicy {
+        ScopePolicy {
+            production: self.production,
+            require_execute_admin: self.require_execute_admin,
+        }
+    }
+}
+
 /// Why a call was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -96,6 +113,14 @@ pub enum Refusal {
     /// The acting user's role lacks the permission.
     #[error("Insufficient permissions: requires {0}")]
     MissingPermission(Permission),
+    /// Only a person may exercise the permission, never a credential acting for one.
+    #[error(
+        "Tool \"{tool}\" needs {permission}, which only a person signed in to the dashboard exercises"
+    )]
+    PersonOnly {
+        tool: String,
+        permission: Permission,
+    },
     /// The per-tool limit is reached.
     #[error("Tool rate limit exceeded for {tool}. Try again at {retry_at}")]
     RateLimited {
@@ -131,6 +156,8 @@ pub trait Guarded {
     fn name(&self) -> &'static str;
     /// The tier of a call with `args`.
     fn tier_for(&self, args: &Value) -> Tier;
+    /// The action a call with `args` names, when the tool has actions and it is one of them.
+    fn action_for(&self, args: &Value) -> Option<&'static str>;
     /// The lowest tier any call can have: what a caller needs to see the tool listed.
     fn lowest_tier(&self) -> Tier;
     /// The permission a call with `args` needs.
@@ -139,57 +166,75 @@ pub trait Guarded {
     fn rate_limit(&self) -> Option<RateLimit>;
 }
 
-/// Who is calling, in one organization: the credential's scopes, the user it acts for and
-/// what that user may do there. Every front door (MCP, and later the AI chat and Tool Sources)
-/// describes its caller this way.
-#[derive(Debug, Clone)]
-pub struct Caller<'a> {
-    /// The one organization the call can reach.
-    pub org: OrgId,
-    /// Who the audit trail names: the API key, the OAuth grant, or the signed-in user.
-    pub actor: Actor,
-    /// The API key the call came with, if any (an approval names it, and is void once it is
-    /// revoked).
-    pub key: Option<ApiKeyId>,
-    /// The OAuth grant whose access token the call came with, if any (an approval names it,
-    /// and is void once it is revoked).
-    pub grant: Option<GrantId>,
-    pub user: UserId,
-    pub scopes: &'a ScopeSet,
-    /// The user's permissions in the organization; `None` when the user holds no role there.
-    pub permissions: Option<PermissionSet>,
-}
-
-impl<'a> Caller<'a> {
-    /// An API key's caller: its organization, its user's permissions there, its scopes.
-    pub fn api_key(p: &'a ApiKeyPrincipal) -> Self {
-        Self {
-            org: p.org_id,
-            actor: Actor::new(ActorType::ApiKey, p.key_id),
-            key: Some(p.key_id),
-            grant: None,
-            user: p.user_id,
-            scopes: &p.scopes,
-            permissions: p.permissions,
-        }
-    }
-}
-
-/// A call the guard allowed to run now: the only way to a tool's handler. It names the tool,
-/// the organization and the actor it was cleared for; fields are private, so only the guard
-/// makes one.
+/// A call the guard allowed to run: the only way to a tool's handler, consumed by the run. It
+/// names the tool, action, organization and actor it was cleared for, and is bound to the
+/// arguments it cleared by a digest under keys of its own ([`Cleared::binds`]), so it can run
+/// nothing else. Fields are private: only the guard makes one.
 #[derive(Debug)]
 pub struct Cleared {
     tool: &'static str,
+    action: Option<&'static str>,
     tier: Tier,
     org: OrgId,
     actor: Actor,
+    binding: Binding,
+    approval: Option<String>,
+}
+
+/// A digest of cleared arguments under keys drawn for this clearance: a caller that does not
+/// hold the keys cannot make other arguments match it.
+#[derive(Debug)]
+struct Binding {
+    keys: RandomState,
+    digest: u64,
+}
+
+impl Binding {
+    fn of(args: &Value) -> Self {
+        let keys = RandomState::new();
+        let digest = digest(&keys, args);
+        Self { keys, digest }
+    }
+
+    fn holds(&self, args: &Value) -> bool {
+        digest(&self.keys, args) == self.digest
+    }
+}
+
+fn digest(keys: &RandomState, args: &Value) -> u64 {
+    fn walk(v: &Value, h: &mut impl Hasher) {
+        match v {
+            Value::Null => h.write_u8(0),
+            Value::Bool(b) => (1u8, b).hash(h),
+            Value::Number(n) => (2u8, n).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(h);
+                items.iter().for_each(|i| walk(i, h));
+            }
+            Value::Object(m) => {
+                (5u8, m.len()).hash(h);
+                for (k, v) in m {
+                    k.hash(h);
+                    walk(v, h);
+                }
+            }
+        }
+    }
+    let mut h = keys.build_hasher();
+    walk(args, &mut h);
+    h.finish()
 }
 
 impl Cleared {
     /// The tool this call may run, and nothing else.
     pub fn tool(&self) -> &'static str {
         self.tool
+    }
+
+    /// The action it was cleared as (`None`: a tool without actions).
+    pub fn action(&self) -> Option<&'static str> {
+        self.action
     }
 
     /// The call's effective tier.
@@ -206,11 +251,22 @@ impl Cleared {
     pub fn actor(&self) -> &Actor {
         &self.actor
     }
+
+    /// The approval request a person granted, for a released Tier 3 call.
+    pub fn approval(&self) -> Option<&str> {
+        self.approval.as_deref()
+    }
+
+    /// Whether this clearance is for calling `tool` with `args`: the same tool, the same
+    /// action and the same arguments it cleared.
+    pub fn binds(&self, tool: &impl Guarded, args: &Value) -> bool {
+        self.tool == tool.name() && self.action == tool.action_for(args) && self.binding.holds(args)
+    }
 }
 
 /// A Tier 3 call that passed every check but a person's approval. Its tool's precheck may run
-/// (through [`AwaitingApproval::cleared_for_precheck`]); the handler only after
-/// [`AwaitingApproval::approved`].
+/// (through [`AwaitingApproval::cleared_for_precheck`]); the handler only once
+/// [`Guard::release`] turned it into a [`Cleared`] against an approval of this very call.
 #[derive(Debug)]
 #[must_use = "a Tier 3 call must not run before a person approves it"]
 pub struct AwaitingApproval(Cleared);
@@ -221,12 +277,20 @@ impl AwaitingApproval {
     pub fn cleared_for_precheck(&self) -> &Cleared {
         &self.0
     }
+}
 
-    /// A person approved the call: it may run. Only the approval workflow
-    /// (`breeze-pipeline::approvals`) calls this, after a recorded approval.
-    pub fn approved(self) -> Cleared {
-        self.0
-    }
+/// A person's approval of one call, as the approval workflow read it from its durable record:
+/// what [`Guard::release`] checks against the call it releases.
+#[derive(Debug, Clone)]
+pub struct Approval<'a> {
+    /// The approval request's id.
+    pub id: String,
+    /// The tool the request was for.
+    pub tool: &'a str,
+    /// The organization the request was made in.
+    pub org: OrgId,
+    /// The arguments a person saw and approved (for a batch: the one item's input).
+    pub arguments: &'a Value,
 }
 
 /// What the guard allows a call to do.
@@ -247,30 +311,6 @@ pub struct Guard {
     clock: Arc<dyn Clock>,
 }
 
-/// Whether `scopes` reach `tier` (the hierarchy `*` ⊃ execute_admin ⊃ execute ⊃ write ⊃ read).
-fn reaches(scopes: &ScopeSet, tier: Tier, config: &GuardConfig) -> Result<(), (Scope, bool)> {
-    let has = |s: Scope| scopes.grants(s);
-    let admin = has(Scope::AiExecuteAdmin);
-    let execute = admin || has(Scope::AiExecute);
-    let write = execute || has(Scope::AiWrite);
-    let read = write || has(Scope::AiRead);
-    match tier {
-        Tier::T1 if read => Ok(()),
-        Tier::T1 => Err((Scope::AiRead, false)),
-        Tier::T2 if write => Ok(()),
-        Tier::T2 => Err((Scope::AiWrite, false)),
-        Tier::T3 | Tier::T4 if config.production && config.require_execute_admin => {
-            if admin {
-                Ok(())
-            } else {
-                Err((Scope::AiExecuteAdmin, true))
-            }
-        }
-        Tier::T3 | Tier::T4 if execute => Ok(()),
-        Tier::T3 | Tier::T4 => Err((Scope::AiExecute, false)),
-    }
-}
-
 impl Guard {
     pub fn new(config: GuardConfig, limiter: Arc<dyn RateLimiter>, clock: Arc<dyn Clock>) -> Self {
         Self {
@@ -281,34 +321,33 @@ impl Guard {
     }
 
     /// Whether `scopes` allow reading at all (resources, streams): any `ai:*` scope or `*`.
-    pub fn reaches_read(scopes: &ScopeSet) -> bool {
-        reaches(scopes, Tier::T1, &GuardConfig::default()).is_ok()
+    pub fn reaches_read(scopes: ScopeSet) -> bool {
+        authz::reaches(scopes, Tier::T1, ScopePolicy::default()).is_ok()
     }
 
     /// Whether `scopes` pass the scope check for a call of `tier` (never for Tier 4): what a
     /// consolidated catalog's meta-tools are listed by.
-    pub fn reaches_tier(&self, scopes: &ScopeSet, tier: Tier) -> bool {
-        tier < Tier::T4 && reaches(scopes, tier, &self.config).is_ok()
+    pub fn reaches_tier(&self, scopes: ScopeSet, tier: Tier) -> bool {
+        authz::reaches(scopes, tier, self.config.scope_policy()).is_ok()
     }
 
     /// Whether `tools/list` shows `tool` to a key with `scopes`: when at least one of its calls
     /// (its lowest-tier action) could pass the scope check.
-    pub fn visible(&self, scopes: &ScopeSet, tool: &impl Guarded) -> bool {
-        let tier = tool.lowest_tier();
-        tier < Tier::T4 && reaches(scopes, tier, &self.config).is_ok()
+    pub fn visible(&self, scopes: ScopeSet, tool: &impl Guarded) -> bool {
+        self.reaches_tier(scopes, tool.lowest_tier())
     }
 
     /// Decides a call of `tool` with `args`. Counts the call against the tool's rate limit only
     /// once scope and permission allow it.
     pub async fn check(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         tool: &impl Guarded,
         args: &Value,
     ) -> Result<Clearance, Refusal> {
-        let tier = self.authorize(caller, tool, args)?;
+        let (tier, verdict) = self.authorize(caller, tool, args)?;
         if let Some(limit) = tool.rate_limit() {
-            let key = format!("tool:{}:{}", caller.user, tool.name());
+            let key = format!("tool:{}:{}", caller.user(), tool.name());
             match self
                 .limiter
                 .check(&key, limit.max, Duration::from_secs(limit.window_secs))
@@ -330,7 +369,7 @@ impl Guard {
             }
         }
         self.allowlisted(tool, tier)?;
-        Ok(clearance(caller, tool, tier))
+        Ok(clearance(caller, tool, (tier, verdict), args))
     }
 
     /// Decides again, for an approved Tier 3 call about to run, whether its requester may still
@@ -338,7 +377,7 @@ impl Guard {
     /// it was requested). Anything else than "awaiting approval" refuses.
     pub fn recheck_approved(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         tool: &impl Guarded,
         args: &Value,
     ) -> Result<AwaitingApproval, Refusal> {
@@ -356,39 +395,64 @@ impl Guard {
     /// counted when the batch was requested.
     pub fn check_uncounted(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         tool: &impl Guarded,
         args: &Value,
     ) -> Result<Clearance, Refusal> {
-        let tier = self.authorize(caller, tool, args)?;
+        let (tier, verdict) = self.authorize(caller, tool, args)?;
         self.allowlisted(tool, tier)?;
-        Ok(clearance(caller, tool, tier))
+        Ok(clearance(caller, tool, (tier, verdict), args))
     }
 
-    /// Tier 4, scope and RBAC; the call's tier when they allow it.
-    fn authorize(
+    /// Releases an approved Tier 3 call: the [`Cleared`] that runs it, when `approval` is a
+    /// person's approval of exactly this call — the same tool, organization and arguments.
+    /// Anything else is refused and runs nothing.
+    pub fn release(
         &self,
-        caller: &Caller<'_>,
-        tool: &impl Guarded,
-        args: &Value,
-    ) -> Result<Tier, Refusal> {
-        let tier = tool.tier_for(args);
-        if tier == Tier::T4 {
-            return Err(Refusal::Blocked {
-                tool: tool.name().to_owned(),
+        awaiting: AwaitingApproval,
+        approval: Approval<'_>,
+    ) -> Result<Cleared, Refusal> {
+        let mut cleared = awaiting.0;
+        let matches = cleared.tool == approval.tool
+            && cleared.org == approval.org
+            && cleared.binding.holds(approval.arguments);
+        if !matches {
+            return Err(Refusal::NotApprovable {
+                tool: cleared.tool.to_owned(),
             });
         }
-        reaches(caller.scopes, tier, &self.config).map_err(|(scope, production_admin)| {
-            Refusal::MissingScope {
-                tool: tool.name().to_owned(),
+        cleared.approval = Some(approval.id);
+        Ok(cleared)
+    }
+
+    /// The permission model's decision on the call's operation; the call's tier and whether it
+    /// needs a person's approval when it allows it.
+    fn authorize(
+        &self,
+        caller: &Caller,
+        tool: &impl Guarded,
+        args: &Value,
+    ) -> Result<(Tier, Verdict), Refusal> {
+        let op = Operation {
+            tier: tool.tier_for(args),
+            permission: tool.permission_for(args),
+        };
+        let name = || tool.name().to_owned();
+        match authz::authorize(caller, op, self.config.scope_policy()) {
+            Ok(verdict) => Ok((op.tier, verdict)),
+            Err(Denied::Blocked) => Err(Refusal::Blocked { tool: name() }),
+            Err(Denied::MissingScope { scope, production }) => Err(Refusal::MissingScope {
+                tool: name(),
                 scope,
-                production_admin,
-            }
-        })?;
-        let granted = caller.permissions.ok_or(Refusal::NoRole)?;
-        rbac::check(granted, tool.permission_for(args))
-            .map_err(|d| Refusal::MissingPermission(d.0))?;
-        Ok(tier)
+                production_admin: production,
+            }),
+            Err(Denied::PersonOnly(permission)) => Err(Refusal::PersonOnly {
+                tool: name(),
+                permission,
+            }),
+            Err(Denied::NoRole) => Err(Refusal::NoRole),
+            Err(Denied::MissingPermission(p)) => Err(Refusal::MissingPermission(p)),
+        }
     }
 
     fn allowlisted(&self, tool: &impl Guarded, tier: Tier) -> Result<(), Refusal> {
@@ -402,14 +466,22 @@ impl Guard {
     }
 }
 
-fn clearance(caller: &Caller<'_>, tool: &impl Guarded, tier: Tier) -> Clearance {
+fn clearance(
+    caller: &Caller,
+    tool: &impl Guarded,
+    (tier, verdict): (Tier, Verdict),
+    args: &Value,
+) -> Clearance {
     let cleared = Cleared {
         tool: tool.name(),
+        action: tool.action_for(args),
         tier,
-        org: caller.org,
-        actor: caller.actor.clone(),
+        org: caller.org(),
+        actor: caller.actor(),
+        binding: Binding::of(args),
+        approval: None,
     };
-    if tier == Tier::T3 {
+    if verdict == Verdict::NeedsApproval {
         Clearance::NeedsApproval(AwaitingApproval(cleared))
     } else {
         Clearance::Run(cleared)
@@ -421,7 +493,7 @@ mod tests {
     //! The verdict's own guarantees; the decisions over the whole registry are tested in
     //! `breeze-pipeline`, where tools and guard meet.
 
-    use breeze_core::{ManualClock, PermissionSet};
+    use breeze_core::{ApiKeyId, ManualClock, PermissionSet, UserId};
     use breeze_limits::MemoryLimiter;
     use serde_json::json;
 
@@ -439,6 +511,13 @@ mod tests {
                 Tier::T1
             } else {
                 Tier::T3
+            }
+        }
+        fn action_for(&self, args: &Value) -> Option<&'static str> {
+            match args["action"].as_str() {
+                Some("list") => Some("list"),
+                Some("delete") => Some("delete"),
+                _ => None,
             }
         }
         fn lowest_tier(&self) -> Tier {
@@ -461,19 +540,15 @@ mod tests {
         )
     }
 
+    fn caller() -> Caller {
+        let scopes = ScopeSet::parse_list("ai:execute").unwrap();
+        let perms = Some(PermissionSet::all());
+        Caller::api_key(ApiKeyId::new(), OrgId::new(), UserId::new(), scopes, perms)
+    }
+
     #[tokio::test]
     async fn the_verdict_carries_the_callers_org_actor_and_tool() {
-        let scopes = ScopeSet::parse_list("ai:execute").unwrap();
-        let user = UserId::new();
-        let caller = Caller {
-            org: OrgId::new(),
-            actor: Actor::new(ActorType::User, user),
-            key: None,
-            grant: None,
-            user,
-            scopes: &scopes,
-            permissions: Some(PermissionSet::all()),
-        };
+        let caller = caller();
         let g = guard();
         let Ok(Clearance::Run(cleared)) = g.check(&caller, &Fake, &json!({"action": "list"})).await
         else {
@@ -482,24 +557,77 @@ mod tests {
         assert_eq!(
             (
                 cleared.tool(),
+                cleared.action(),
                 cleared.org(),
                 cleared.actor(),
                 cleared.tier()
             ),
-            ("fake", caller.org, &caller.actor, Tier::T1)
+            (
+                "fake",
+                Some("list"),
+                caller.org(),
+                &caller.actor(),
+                Tier::T1
+            )
         );
-        let Ok(Clearance::NeedsApproval(awaiting)) =
-            g.check(&caller, &Fake, &json!({"action": "delete"})).await
-        else {
+        let delete = json!({"action": "delete", "id": 1});
+        let Ok(Clearance::NeedsApproval(awaiting)) = g.check(&caller, &Fake, &delete).await else {
             panic!("a Tier 3 call awaits approval");
         };
-        assert_eq!(awaiting.cleared_for_precheck().org(), caller.org);
-        assert_eq!(awaiting.approved().tier(), Tier::T3);
+        assert_eq!(awaiting.cleared_for_precheck().org(), caller.org());
+        let approval = |arguments| Approval {
+            id: "a1".into(),
+            tool: "fake",
+            org: caller.org(),
+            arguments,
+        };
+        let released = g.release(awaiting, approval(&delete)).unwrap();
+        assert_eq!(
+            (released.tier(), released.approval()),
+            (Tier::T3, Some("a1"))
+        );
         // An approval for a call that is no longer Tier 3 is refused, not run.
         assert_eq!(
             g.recheck_approved(&caller, &Fake, &json!({"action": "list"}))
                 .map(|_| ())
                 .unwrap_err(),
+            Refusal::NotApprovable {
+                tool: "fake".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_clearance_runs_only_the_arguments_it_cleared() {
+        let caller = caller();
+        let g = guard();
+        let list = json!({"action": "list", "filter": {"os": "linux", "limit": 5}});
+        let Ok(Clearance::Run(cleared)) = g.check(&caller, &Fake, &list).await else {
+            panic!("a Tier 1 call runs");
+        };
+        assert!(cleared.binds(&Fake, &list));
+        for other in [
+            json!({"action": "list", "filter": {"os": "linux", "limit": 6}}),
+            json!({"action": "list", "filter": {"os": "linux"}}),
+            json!({"action": "list"}),
+            json!({"action": "delete", "filter": {"os": "linux", "limit": 5}}),
+        ] {
+            assert!(!cleared.binds(&Fake, &other), "{other} must not be bound");
+        }
+        // An approval of other arguments releases nothing.
+        let delete = json!({"action": "delete", "id": 1});
+        let Ok(Clearance::NeedsApproval(awaiting)) = g.check(&caller, &Fake, &delete).await else {
+            panic!("a Tier 3 call awaits approval");
+        };
+        let wider = json!({"action": "delete", "id": 2});
+        let approval = Approval {
+            id: "a1".into(),
+            tool: "fake",
+            org: caller.org(),
+            arguments: &wider,
+        };
+        assert_eq!(
+            g.release(awaiting, approval).unwrap_err(),
             Refusal::NotApprovable {
                 tool: "fake".into()
             }

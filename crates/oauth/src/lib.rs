@@ -45,7 +45,7 @@ use std::{
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD as B64};
 use breeze_core::{
-    Actor, AuditEvent, AuditResult, Clock, GrantId, OAuthPrincipal, OrgId, PermissionSet, ScopeSet,
+    Actor, AuditEvent, AuditResult, Caller, Clock, GrantId, OrgId, PermissionSet, ScopeSet,
     Timestamp, UserId,
 };
 use breeze_store::{
@@ -280,6 +280,13 @@ pub struct TokenResponse {
     pub expires_in: i64,
     pub refresh_token: String,
     pub scope: String,
+}
+
+/// An authenticated access token: the caller it acts as, and the client it was issued to.
+#[derive(Debug, Clone)]
+pub struct Bearer {
+    pub caller: Caller,
+    pub client_id: String,
 }
 
 /// Why a bearer token was refused.
@@ -1024,8 +1031,10 @@ impl OAuth {
     }
 
     /// Authenticates `Authorization: Bearer <token>`'s token: a valid access token of an
-    /// active grant, acting with its user's permissions in the grant's organization now.
-    pub async fn authenticate_bearer(&self, token: &str) -> Result<OAuthPrincipal, BearerError> {
+    /// active grant, acting with its user's permissions in the grant's organization now, and
+    /// with no scope the grant does not hold now (a token signed before its grant was narrowed
+    /// carries only what both still hold).
+    pub async fn authenticate_bearer(&self, token: &str) -> Result<Bearer, BearerError> {
         // A JWS signature segment; anything without one fails verification below.
         let signature = token.rsplit_once('.').map_or("", |(_, s)| s);
         let now = self.now();
@@ -1066,13 +1075,18 @@ impl OAuth {
         {
             return Err(BearerError::Invalid);
         }
-        Ok(OAuthPrincipal {
-            grant_id: grant.id,
+        let scopes = verified
+            .scopes
+            .intersect(ScopeSet::from_oauth(&grant.scopes));
+        Ok(Bearer {
+            caller: Caller::oauth_grant(
+                grant.id,
+                grant.org_id,
+                grant.user_id,
+                scopes,
+                cached.permissions,
+            ),
             client_id: grant.client_id.clone(),
-            org_id: grant.org_id,
-            user_id: grant.user_id,
-            scopes: verified.scopes.clone(),
-            permissions: cached.permissions,
         })
     }
 

@@ -16,32 +16,27 @@
 //! `get_approval_status`. A person decides through REST or the CLI ([`decide`]): approve,
 //! deny, or report (deny and revoke the requesting key — or, for a call made with an OAuth
 //! access token, the client's grants for the requesting user). Whoever claims the approved row first
-//! — the waiting call (its progress reaching the client), or the [`Approvals::spawn_resumer`]
-//! task for requests answered pending or approved while the server was down — runs it, once,
-//! after re-checking both hashes, the pinned snapshot, and that the requesting credential (API
-//! key or OAuth grant) and user are still active and allowed (a revoked or disabled
-//! requester's request is void). A request left
+//! — the waiting call (its progress reaching the client), or the pipeline's resumer
+//! (`Pipeline::spawn_resumer`) for requests answered pending or approved while the server was
+//! down — runs it, once, through the pipeline's release (`crate::release`), which re-checks
+//! both hashes, the pinned snapshot, and that the requesting credential (API key or OAuth
+//! grant) and user are still active and allowed (a revoked or disabled requester's request is
+//! void). This module records, waits and decides; it never runs a tool. A request left
 //! running by a crashed server fails at the next start; it is never retried.
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{
-    Actor, ActorType, ApiKeyId, AuditEvent, Clock, GrantId, OrgId, PermissionSet, ScopeSet, User,
-    UserId, rbac,
-};
-use breeze_gateway::Gateway;
-use breeze_guard::{Caller, Guard};
+use breeze_core::{Actor, AuditEvent, Caller, Clock, OrgId, User, UserId, rbac};
+use breeze_guard::Approval;
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Signal, Store, StoreError};
-use breeze_tools::{
-    CallOptions, ErrorCode, Pin, ProgressReport, Registry, Services, ToolError, ToolSpec,
-};
+use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::batch;
+use crate::envelope::{self, Envelope};
 
 /// How long a request waits for a person.
 pub const APPROVAL_TTL_SECS: i64 = 300;
@@ -113,11 +108,11 @@ pub(crate) fn pin_unchanged(pin: Option<&Pin>, r: &ApprovalRecord) -> bool {
 /// The mode a new request gets from its organization's policy `mode`: `automatic` (approved
 /// at once by the store, then claimed and run like any approved request) only while the
 /// registry still finds the action read-only; otherwise a person approves (`supervised`).
-fn policy_mode(spec: &ToolSpec, action: Option<&str>, mode: String) -> String {
+fn policy_mode(tool: &str, refusal: Option<&str>, mode: String) -> String {
     if mode == breeze_store::AUTOMATIC
-        && let Some(why) = spec.automatic_approval_refusal(action)
+        && let Some(why) = refusal
     {
-        tracing::warn!(tool = spec.name, "approval policy automatic ignored: {why}");
+        tracing::warn!(tool, "approval policy automatic ignored: {why}");
         return "supervised".to_owned();
     }
     mode
@@ -134,51 +129,100 @@ fn strictness(mode: &str) -> u8 {
 
 /// How a waited-for request ended, for the caller.
 #[derive(Debug)]
-pub enum Outcome {
-    /// It ran: the tool's output, or its error.
-    Ran(Result<Value, ToolError>),
+pub(crate) enum Waited {
+    /// Approved, and claimed by this call: the caller runs it (`crate::release`).
+    Claimed(Box<ApprovalRecord>),
+    /// Someone else ran it already: its stored output, or its error.
+    Finished(Result<Value, ToolError>),
     /// Still undecided when the wait ended: the caller gets the id to check later.
     Pending(Box<ApprovalRecord>),
-    /// Denied, reported, expired, withdrawn, or refused at execution (definition changed, …).
+    /// Denied, reported, expired or withdrawn, or the wait failed.
     Refused(ToolError),
 }
 
-/// Who asked for an approved call: what the request records and the execution clears again.
-#[derive(Debug, Clone)]
-struct Requester {
-    org: OrgId,
-    actor: Actor,
-    key: Option<ApiKeyId>,
-    grant: Option<GrantId>,
-    user: UserId,
+/// An approval request about to be recorded: everything the approver is shown and the
+/// execution is pinned to, read from the tool while the call still holds it.
+#[derive(Debug)]
+pub(crate) struct Draft {
+    tool: &'static str,
+    title: &'static str,
+    /// A single call's action (a batch records none: its items name theirs).
+    action: Option<&'static str>,
+    /// The actions whose approval policies apply (the strictest wins), each with why it may
+    /// not be approved automatically.
+    policies: Vec<(Option<&'static str>, Option<String>)>,
+    tier: u8,
+    arguments: Value,
+    definition_hash: [u8; 32],
+    /// A batch's description, made up front; a single call's is made as it is recorded (it
+    /// names the device).
+    description: Option<String>,
+    request_id: Option<String>,
+    pin: Option<Pin>,
 }
 
-impl Requester {
-    fn of(caller: &Caller<'_>) -> Self {
+impl Draft {
+    /// The request for one Tier 3 call.
+    pub(crate) fn single(
+        spec: &ToolSpec,
+        arguments: Value,
+        request_id: Option<String>,
+        pin: Option<Pin>,
+    ) -> Self {
+        let action = spec.action(&arguments).map(|a| a.name);
         Self {
-            org: caller.org,
-            actor: caller.actor.clone(),
-            key: caller.key,
-            grant: caller.grant,
-            user: caller.user,
+            tool: spec.name,
+            title: spec.title,
+            action,
+            policies: vec![(action, spec.automatic_approval_refusal(action))],
+            tier: spec.effective_tier(&arguments).number(),
+            definition_hash: definition_hash(spec),
+            arguments,
+            description: None,
+            request_id,
+            pin,
+        }
+    }
+
+    /// The one request for a batch with Tier 3 items, pinned to their combined snapshot.
+    pub(crate) fn batch(
+        spec: &ToolSpec,
+        env: &Envelope,
+        request_id: Option<String>,
+        pin: Option<Pin>,
+    ) -> Self {
+        let arguments = env.to_value();
+        Self {
+            tool: spec.name,
+            title: spec.title,
+            action: None,
+            policies: envelope::approval_actions(spec, env)
+                .into_iter()
+                .map(|a| (a, spec.automatic_approval_refusal(a)))
+                .collect(),
+            tier: spec.effective_tier(&arguments).number(),
+            definition_hash: definition_hash(spec),
+            description: Some(envelope::describe(spec, env, pin.as_ref())),
+            arguments,
+            request_id,
+            pin,
         }
     }
 }
 
-/// The credential an approved call runs with again, as it stands now.
-struct RequesterNow {
-    actor: Actor,
-    key: Option<ApiKeyId>,
-    grant: Option<GrantId>,
-    scopes: ScopeSet,
-    permissions: PermissionSet,
+/// A person's approval of `arguments` (a call's, or one batch item's input) under request `r`,
+/// for the guard to release.
+pub(crate) fn approval_of<'a>(r: &'a ApprovalRecord, arguments: &'a Value) -> Approval<'a> {
+    Approval {
+        id: r.id.to_string(),
+        tool: &r.tool,
+        org: r.org_id,
+        arguments,
+    }
 }
 
 struct Inner {
     store: Store,
-    gateway: Gateway,
-    registry: Arc<Registry>,
-    guard: Guard,
     clock: Arc<dyn Clock>,
     config: ApprovalConfig,
     decided: watch::Sender<u64>,
@@ -209,17 +253,12 @@ pub(crate) fn void(r: &ApprovalRecord, why: &str) -> ToolError {
     ))
 }
 
-/// A short, human-readable account of what will run.
-async fn describe(
-    store: &Store,
-    org: OrgId,
-    spec: &ToolSpec,
-    args: &Value,
-    pin: Option<&Pin>,
-) -> String {
-    let mut text = spec.title.to_owned();
-    if let Some(action) = spec.action(args) {
-        text.push_str(&format!(" — {}", action.name));
+/// A short, human-readable account of a single call about to be requested.
+async fn describe(store: &Store, org: OrgId, draft: &Draft) -> String {
+    let args = &draft.arguments;
+    let mut text = draft.title.to_owned();
+    if let Some(action) = draft.action {
+        text.push_str(&format!(" — {action}"));
     }
     if let Some(id) = args.get("deviceId").and_then(Value::as_str)
         && let Ok(id) = id.parse()
@@ -227,7 +266,7 @@ async fn describe(
     {
         text.push_str(&format!(" on {}", device.hostname));
     }
-    if let Some(pin) = pin {
+    if let Some(pin) = &draft.pin {
         text.push_str(&format!(" [{}]", pin.summary));
     }
     let mut shown = args.to_string();
@@ -239,24 +278,15 @@ async fn describe(
         shown.truncate(end);
         shown.push('…');
     }
-    format!("{text}: {}({shown})", spec.name)
+    format!("{text}: {}({shown})", draft.tool)
 }
 
 impl Approvals {
-    pub fn new(
-        store: Store,
-        gateway: Gateway,
-        registry: Arc<Registry>,
-        guard: Guard,
-        config: ApprovalConfig,
-    ) -> Self {
+    pub fn new(store: Store, config: ApprovalConfig) -> Self {
         let clock = store.clock().clone();
         Self {
             inner: Arc::new(Inner {
                 store,
-                gateway,
-                registry,
-                guard,
                 clock,
                 config,
                 decided: watch::channel(0).0,
@@ -288,62 +318,55 @@ impl Approvals {
             })
     }
 
-    /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`) and
-    /// tells the webhook.
-    async fn request(
-        &self,
-        requester: &Requester,
-        spec: &ToolSpec,
-        args: &Value,
-        request_id: Option<String>,
-        pin: Option<Pin>,
-    ) -> Result<ApprovalRecord, StoreError> {
-        let org = self.inner.store.org(requester.org);
-        let batch = batch::is_batch(args)
-            .then(|| batch::Envelope::parse(spec, args, usize::MAX).ok())
-            .flatten();
-        let (action, mode, description) = match &batch {
-            None => {
-                let action = spec.action(args).map(|a| a.name);
-                let mode = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
-                let description =
-                    describe(&self.inner.store, requester.org, spec, args, pin.as_ref()).await;
-                (action, mode, description)
+    /// How often waiting calls and the resumer re-read the database.
+    pub fn poll(&self) -> Duration {
+        self.inner.config.poll
+    }
+
+    /// Records `draft` as `caller`'s request and tells the webhook.
+    async fn request(&self, caller: &Caller, draft: Draft) -> Result<ApprovalRecord, StoreError> {
+        let org = self.inner.store.org(caller.org());
+        // The strictest policy of the request's actions (a batch: of its Tier 3 items').
+        let mut mode = None::<String>;
+        for (action, refusal) in &draft.policies {
+            let stored = org.approval_mode(draft.tool, *action).await?;
+            let m = policy_mode(draft.tool, refusal.as_deref(), stored);
+            if mode
+                .as_deref()
+                .is_none_or(|s| strictness(&m) > strictness(s))
+            {
+                mode = Some(m);
             }
-            // A batch: the strictest policy of its Tier 3 items' actions.
-            Some(env) => {
-                let mut mode = None::<String>;
-                for action in batch::approval_actions(spec, env) {
-                    let m = policy_mode(spec, action, org.approval_mode(spec.name, action).await?);
-                    if mode
-                        .as_deref()
-                        .is_none_or(|s| strictness(&m) > strictness(s))
-                    {
-                        mode = Some(m);
-                    }
-                }
-                let mode = mode.unwrap_or_else(|| "supervised".to_owned());
-                (None, mode, batch::describe(spec, env, pin.as_ref()))
-            }
+        }
+        let mode = mode.unwrap_or_else(|| "supervised".to_owned());
+        let description = match draft.description.clone() {
+            Some(d) => d,
+            None => describe(&self.inner.store, caller.org(), &draft).await,
         };
-        let audit = AuditEvent::new(
-            requester.actor.clone(),
-            "approval.request",
-            "approval_request",
-        )
-        .request(request_id.clone());
+        let audit = AuditEvent::new(caller.actor(), "approval.request", "approval_request")
+            .request(draft.request_id.clone());
+        let Draft {
+            tool,
+            action,
+            tier,
+            arguments,
+            definition_hash,
+            request_id,
+            pin,
+            ..
+        } = draft;
         let record = org
             .create_approval(
                 NewApproval {
-                    api_key_id: requester.key,
-                    oauth_grant_id: requester.grant,
-                    requester_user_id: requester.user,
-                    tool: spec.name.to_owned(),
+                    api_key_id: caller.api_key_id(),
+                    oauth_grant_id: caller.grant_id(),
+                    requester_user_id: caller.user(),
+                    tool: tool.to_owned(),
                     action: action.map(str::to_owned),
-                    tier: spec.effective_tier(args).number(),
-                    arguments: args.clone(),
-                    arguments_hash: arguments_hash(args),
-                    definition_hash: definition_hash(spec),
+                    tier,
+                    arguments_hash: arguments_hash(&arguments),
+                    arguments,
+                    definition_hash,
                     description,
                     mode,
                     request_id,
@@ -391,38 +414,24 @@ impl Approvals {
         });
     }
 
-    /// Records the request for a Tier 3 call (whose precheck passed and pinned `pin`), waits
-    /// for the decision (bounded by the configured wait and the expiry) reporting progress, and
-    /// runs it when approved, its progress going to `progress` too. While it waits the request
-    /// is this call's: `cancel`, or this future being dropped (the client's connection closed),
-    /// withdraws it. Once it returns — `Pending` included — the request no longer depends on
-    /// the caller.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn request_and_wait(
+    /// Records `draft` as `caller`'s request, waits for the decision (bounded by the configured
+    /// wait and the expiry) reporting progress, and claims it once approved, for the caller to
+    /// run. While it waits the request is this call's: `cancel`, or this future being dropped
+    /// (the client's connection closed), withdraws it. Once it returns — `Pending` included —
+    /// the request no longer depends on the caller.
+    pub(crate) async fn request_and_wait(
         &self,
-        caller: &Caller<'_>,
-        spec: &ToolSpec,
-        args: &Value,
-        request_id: Option<String>,
-        pin: Option<Pin>,
+        caller: &Caller,
+        draft: Draft,
         progress: Option<mpsc::UnboundedSender<ProgressReport>>,
         cancel: &CancellationToken,
-    ) -> Outcome {
+    ) -> Waited {
         // Recorded by a task of its own, so a caller dropped half-way never leaves a request
         // that nobody would withdraw: the task withdraws it when the caller is gone.
         let (tx, rx) = oneshot::channel();
-        let (this, requester, name, args, cancelled) = (
-            self.clone(),
-            Requester::of(caller),
-            spec.name,
-            args.clone(),
-            cancel.clone(),
-        );
+        let (this, caller, cancelled) = (self.clone(), caller.clone(), cancel.clone());
         tokio::spawn(async move {
-            let Some(spec) = this.inner.registry.get(name) else {
-                return;
-            };
-            let created = this.request(&requester, spec, &args, request_id, pin).await;
+            let created = this.request(&caller, draft).await;
             if let Err(Ok(record)) = tx.send(created) {
                 let why = dropped_because(&cancelled, WENT_AWAY_AS_MADE);
                 this.withdraw(record.id, why).await;
@@ -435,9 +444,9 @@ impl Approvals {
         };
         let record = match (&mut rx.rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Outcome::Refused(e.into()),
+            Ok(Err(e)) => return Waited::Refused(e.into()),
             Err(_) => {
-                return Outcome::Refused(ToolError::new(
+                return Waited::Refused(ToolError::new(
                     ErrorCode::Internal,
                     "the approval request could not be recorded",
                 ));
@@ -489,7 +498,7 @@ impl Approvals {
         record: ApprovalRecord,
         progress: Option<&mpsc::UnboundedSender<ProgressReport>>,
         cancel: &CancellationToken,
-    ) -> Outcome {
+    ) -> Waited {
         let store = self.inner.store.org(record.org_id);
         let started = tokio::time::Instant::now();
         let wait_until = started + self.inner.config.wait;
@@ -506,7 +515,7 @@ impl Approvals {
                     errors += 1;
                     tracing::warn!(approval = %record.id, error = %e, errors, "approval wait: database error");
                     if errors >= CIRCUIT_BREAKER {
-                        return Outcome::Refused(
+                        return Waited::Refused(
                             ToolError::new(
                                 ErrorCode::UpstreamError,
                                 format!(
@@ -525,23 +534,12 @@ impl Approvals {
                 "approved" => {
                     let won = self.inner.store.claim_approval(current.id).await;
                     if won.unwrap_or(false) {
-                        // Run apart from this call: if the client goes away now, the approved
-                        // call still finishes and its outcome is recorded.
-                        let this = self.clone();
-                        let progress = progress.cloned();
-                        let run =
-                            tokio::spawn(async move { this.execute(&current, progress).await });
-                        return Outcome::Ran(run.await.unwrap_or_else(|e| {
-                            Err(ToolError::new(
-                                ErrorCode::Internal,
-                                format!("the approved call failed: {e}"),
-                            ))
-                        }));
+                        return Waited::Claimed(Box::new(current));
                     }
                 }
                 "completed" | "failed" => return finished(&current),
                 "denied" | "reported" | "expired" | "withdrawn" => {
-                    return Outcome::Refused(decision_error(&current));
+                    return Waited::Refused(decision_error(&current));
                 }
                 _ => {}
             }
@@ -551,7 +549,7 @@ impl Approvals {
                 continue;
             }
             if current.status == "pending" && now >= wait_until {
-                return Outcome::Pending(Box::new(current));
+                return Waited::Pending(Box::new(current));
             }
             if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
                 last_report = Some(now);
@@ -572,21 +570,15 @@ impl Approvals {
                 _ = decided.changed() => {}
                 () = tokio::time::sleep(self.inner.config.poll) => {}
                 () = cancel.cancelled() => {
-                    return Outcome::Refused(refused("cancelled by the client; the approval request was withdrawn"));
+                    return Waited::Refused(refused("cancelled by the client; the approval request was withdrawn"));
                 }
             }
         }
     }
 
-    /// Runs a claimed request: the tool must still have the definition the approver saw, and
-    /// the arguments must be the approved ones. The outcome is stored on the request.
-    async fn execute(
-        &self,
-        r: &ApprovalRecord,
-        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
-    ) -> Result<Value, ToolError> {
-        let outcome = self.run_claimed(r, progress).await;
-        let (stored, is_error) = match &outcome {
+    /// Records a claimed request's outcome on it.
+    pub(crate) async fn finish(&self, r: &ApprovalRecord, outcome: &Result<Value, ToolError>) {
+        let (stored, is_error) = match outcome {
             Ok(v) => (v.clone(), false),
             Err(e) => (e.to_structured(), true),
         };
@@ -598,172 +590,13 @@ impl Approvals {
         {
             tracing::error!(approval = %r.id, error = %e, "could not record an approved call's outcome");
         }
-        outcome
     }
 
-    async fn run_claimed(
-        &self,
-        r: &ApprovalRecord,
-        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
-    ) -> Result<Value, ToolError> {
-        let Some(spec) = self.inner.registry.get(&r.tool) else {
-            return Err(refused(format!(
-                "the tool {} no longer exists; nothing was run",
-                r.tool
-            )));
-        };
-        if definition_hash(spec).as_slice() != r.definition_hash.as_slice() {
-            return Err(refused(format!(
-                "the definition of {} changed after it was approved; refusing to run what nobody approved",
-                r.tool
-            )));
-        }
-        if arguments_hash(&r.arguments).as_slice() != r.arguments_hash.as_slice() {
-            return Err(refused(
-                "the arguments differ from the approved ones; nothing was run",
-            ));
-        }
-        let is_batch = batch::is_batch(&r.arguments);
-        if !is_batch {
-            spec.validate(&r.arguments)?;
-        }
-        let now = self.requester_now(r).await?;
-        let caller = Caller {
-            org: r.org_id,
-            actor: now.actor,
-            key: now.key,
-            grant: now.grant,
-            user: r.requester_user_id,
-            scopes: &now.scopes,
-            permissions: Some(now.permissions),
-        };
-        let services = Services {
-            store: &self.inner.store,
-            gateway: &self.inner.gateway,
-        };
-        if is_batch {
-            return batch::run_approved(&self.inner.guard, services, spec, r, &caller, progress)
-                .await;
-        }
-        // Cleared again as the requester stands now: scope, role and allowlist.
-        let awaiting = self
-            .inner
-            .guard
-            .recheck_approved(&caller, spec, &r.arguments)
-            .map_err(|refusal| void(r, &refusal.to_string()))?;
-        let options = || CallOptions {
-            request_id: r.request_id.clone(),
-            progress: None,
-        };
-        // The same checks as before the request was made, on the data as it is now; the
-        // snapshot pinned then must still be what the call would act on.
-        let pin = spec
-            .precheck(services, &awaiting, &r.arguments, options())
-            .await?;
-        if !pin_unchanged(pin.as_ref(), r) {
-            let now = pin.map_or_else(|| "nothing".to_owned(), |p| p.summary);
-            return Err(refused(format!(
-                "what {} depends on changed after it was approved (now: {now}); refusing to run what nobody approved",
-                r.tool
-            )));
-        }
-        let cleared = awaiting.approved();
-        let options = CallOptions {
-            progress,
-            ..options()
-        };
-        let output = spec
-            .call(services, &cleared, r.arguments.clone(), options)
-            .await?;
-        serde_json::from_str(output.get())
-            .map_err(|e| ToolError::new(ErrorCode::Internal, e.to_string()))
-    }
-
-    /// The requesting credential — an API key, or an OAuth grant — with its scopes and its
-    /// user's permissions in the organization, when the credential and the user are still
-    /// active; otherwise the request is void.
-    async fn requester_now(&self, r: &ApprovalRecord) -> Result<RequesterNow, ToolError> {
-        let store = &self.inner.store;
-        let (actor, key, grant, scopes) = match (r.api_key_id, r.oauth_grant_id) {
-            (Some(key_id), _) => {
-                let key = match store.org(r.org_id).get_api_key(key_id).await {
-                    Ok(k) => k,
-                    Err(StoreError::NotFound(_)) => {
-                        return Err(void(r, "the requesting API key was deleted"));
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                if key.revoked_at.is_some() {
-                    return Err(void(r, "the requesting API key was revoked"));
-                }
-                if !key.is_active(self.inner.clock.now()) {
-                    return Err(void(r, "the requesting API key has expired"));
-                }
-                let actor = Actor::new(ActorType::ApiKey, key_id);
-                (actor, Some(key_id), None, key.scopes)
-            }
-            (None, Some(grant_id)) => {
-                let Some((grant, _)) = store.find_oauth_grant(grant_id).await? else {
-                    return Err(void(r, "the requesting OAuth grant was deleted"));
-                };
-                if !grant.is_active() {
-                    return Err(void(r, "the requesting OAuth client's grant was revoked"));
-                }
-                if grant.org_id != r.org_id || grant.user_id != r.requester_user_id {
-                    return Err(void(r, "the requesting OAuth grant is for someone else"));
-                }
-                let actor = Actor::new(ActorType::OauthGrant, grant_id);
-                let scopes = ScopeSet::from_oauth(&grant.scopes);
-                (actor, None, Some(grant_id), scopes)
-            }
-            (None, None) => {
-                return Err(void(r, "the requesting API key or OAuth grant was deleted"));
-            }
-        };
-        let Some(access) = store.org_access(r.requester_user_id, r.org_id).await? else {
-            return Err(void(
-                r,
-                "the requesting user is disabled or no longer holds a role in the organization",
-            ));
-        };
-        Ok(RequesterNow {
-            actor,
-            key,
-            grant,
-            scopes,
-            permissions: access.permissions,
-        })
-    }
-
-    /// At start, fails requests a previous process left running; then, every poll interval,
-    /// expires stale requests and runs approved ones nobody is waiting for.
-    pub fn spawn_resumer(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        tokio::spawn(async move {
-            match this.inner.store.fail_interrupted_approvals().await {
-                Ok(0) => {}
-                Ok(n) => tracing::warn!(
-                    requests = n,
-                    "approved calls interrupted by the last shutdown were marked failed, not retried"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not check for interrupted approved calls");
-                }
-            }
-            loop {
-                if let Err(e) = this.resume_once().await {
-                    tracing::warn!(error = %e, "approval resumer failed a round");
-                }
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(this.inner.config.poll * 2) => {}
-                }
-            }
-        })
-    }
-
-    async fn resume_once(&self) -> Result<(), StoreError> {
+    /// Expires stale requests, then claims the approved ones nobody is waiting for, for the
+    /// resumer to run.
+    pub(crate) async fn claim_orphans(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
         self.inner.store.expire_approvals().await?;
+        let mut claimed = Vec::new();
         for r in self.inner.store.unclaimed_approvals().await? {
             // Give a live waiter the first chance, so its client gets progress and the result.
             if r.decided_at
@@ -772,15 +605,14 @@ impl Approvals {
                 continue;
             }
             if self.inner.store.claim_approval(r.id).await? {
-                tracing::info!(approval = %r.id, tool = %r.tool, "running an approved call whose caller is gone");
-                let _ = self.execute(&r, None).await;
+                claimed.push(r);
             }
         }
-        Ok(())
+        Ok(claimed)
     }
 }
 
-fn finished(r: &ApprovalRecord) -> Outcome {
+fn finished(r: &ApprovalRecord) -> Waited {
     let result = r.result.clone().unwrap_or(Value::Null);
     if r.result_is_error {
         let message = result["error"]["message"]
@@ -788,9 +620,9 @@ fn finished(r: &ApprovalRecord) -> Outcome {
             .map(str::to_owned)
             .or_else(|| r.reason.clone())
             .unwrap_or_else(|| "the approved call failed".into());
-        Outcome::Ran(Err(ToolError::new(ErrorCode::UpstreamError, message)))
+        Waited::Finished(Err(ToolError::new(ErrorCode::UpstreamError, message)))
     } else {
-        Outcome::Ran(Ok(result))
+        Waited::Finished(Ok(result))
     }
 }
 
@@ -910,7 +742,7 @@ pub async fn decide(
     if let Some(spec) = registry.get(&record.tool) {
         // A batch: every item's permission.
         let needed: Vec<_> = match record.arguments.get("items").and_then(Value::as_array) {
-            Some(items) if batch::is_batch(&record.arguments) => items
+            Some(items) if envelope::is_batch(&record.arguments) => items
                 .iter()
                 .map(|i| spec.permission_for(&i["input"]))
                 .collect(),

@@ -8,7 +8,7 @@ use breeze_guard::Refusal;
 use breeze_tools::{ErrorCode, ToolError};
 
 /// The structured error of `refusal`, for a caller holding `granted`.
-pub fn refusal_error(refusal: &Refusal, granted: &ScopeSet) -> ToolError {
+pub fn refusal_error(refusal: &Refusal, granted: ScopeSet) -> ToolError {
     let message = refusal.to_string();
     match refusal {
         Refusal::MissingScope { scope, .. } => {
@@ -19,6 +19,8 @@ pub fn refusal_error(refusal: &Refusal, granted: &ScopeSet) -> ToolError {
             e.granted_scopes = granted.iter().collect();
             e
         }
+        Refusal::PersonOnly { .. } => ToolError::new(ErrorCode::Forbidden, message)
+            .hint("do not retry; a person must do this in the dashboard"),
         Refusal::NoRole | Refusal::MissingPermission(_) => ToolError::new(
             ErrorCode::Forbidden,
             message,

@@ -18,8 +18,7 @@
 //!
 //! On a read call a `requestId` is ignored: reads change nothing and run again.
 
-use breeze_core::OrgId;
-use breeze_guard::Caller;
+use breeze_core::{Caller, OrgId};
 use breeze_store::{
     ClaimOutcome, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS, RequestClaim, Store,
 };
@@ -84,7 +83,7 @@ pub(crate) enum Begin {
 /// Claims `request_id` for this call.
 pub(crate) async fn begin(
     store: &Store,
-    caller: &Caller<'_>,
+    caller: &Caller,
     spec: &ToolSpec,
     needs_approval: bool,
     request_id: &str,
@@ -92,9 +91,9 @@ pub(crate) async fn begin(
 ) -> Begin {
     let hash = payload_hash(spec.name, arguments);
     let claimed = store
-        .org(caller.org)
+        .org(caller.org())
         .claim_request(
-            &caller.actor,
+            &caller.actor(),
             request_id,
             spec.name,
             &hash,
@@ -113,7 +112,7 @@ pub(crate) async fn begin(
             }
             Begin::Run(Held {
                 store: store.clone(),
-                org: caller.org,
+                org: caller.org(),
                 claim: Some(claim),
             })
         }

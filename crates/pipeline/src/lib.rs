@@ -13,29 +13,40 @@
 //! Around those steps: a write's `requestId` is claimed after validation and its outcome
 //! stored for replays ([`idempotency`]), and the answer is held to the response budget
 //! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`]. Arguments
-//! that are a batch envelope (`items`, `mode`, `atomicity`) go through [`batch`] instead: every
-//! item validated and guarded before the first runs, one approval for a Tier 3 batch, each item
-//! then through the same handler.
+//! that are a batch envelope ([`envelope`]) go through [`batch`], which composes the same steps
+//! per item: every item cleared before the first runs, one approval for a Tier 3 batch, each
+//! item then run as a single call runs. An approved request runs through [`release`], whoever
+//! claimed it: the waiting call, or the resumer ([`Pipeline::spawn_resumer`]).
 
 pub mod approvals;
 pub mod batch;
 pub mod budget;
+pub mod envelope;
 pub mod errors;
 pub mod idempotency;
+mod progress;
+mod release;
 pub mod standing;
 
 use std::sync::Arc;
 
+pub use breeze_core::Caller;
 use breeze_gateway::Gateway;
-use breeze_guard::{AwaitingApproval, Clearance};
-pub use breeze_guard::{Caller, Guard, Refusal};
+use breeze_guard::{AwaitingApproval, Clearance, Cleared};
+pub use breeze_guard::{Guard, Refusal};
 use breeze_store::{ApprovalRecord, Store};
-use breeze_tools::{CallOptions, ErrorCode, RawOutput, Registry, Services, ToolError, ToolSpec};
+use breeze_tools::{
+    CallOptions, ErrorCode, Pin, ProgressReport, RawOutput, Registry, ToolError, ToolSpec, Unscoped,
+};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::approvals::{ApprovalConfig, Approvals, Outcome};
+use crate::{
+    approvals::{ApprovalConfig, Approvals, Draft, Waited},
+    idempotency::{Begin, Held},
+};
 
 /// How a call ended, for the front door to answer.
 #[derive(Debug)]
@@ -78,10 +89,45 @@ impl CallOutcome {
     }
 }
 
+/// Why a call stopped before it ran: the guard refused it, or its arguments are invalid.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Refused(Refusal),
+    Invalid(ToolError),
+}
+
+impl Stop {
+    /// The stop as a tool error, for a caller holding `caller`'s scopes (a batch item's).
+    pub(crate) fn into_error(self, caller: &Caller) -> ToolError {
+        match self {
+            Stop::Refused(r) => errors::refusal_error(&r, caller.scopes()),
+            Stop::Invalid(e) => e,
+        }
+    }
+}
+
+impl From<Stop> for CallOutcome {
+    fn from(stop: Stop) -> Self {
+        match stop {
+            Stop::Refused(r) => CallOutcome::Refused(r),
+            Stop::Invalid(e) => CallOutcome::Failed(e),
+        }
+    }
+}
+
+/// Whether a guard check counts the call against the tool's rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// A call about to run (or to be requested).
+    Yes,
+    /// A preview, or a check that only looks: the call was or will be counted elsewhere.
+    No,
+}
+
 #[derive(Clone)]
 struct Inner {
+    unscoped: Unscoped,
     store: Store,
-    gateway: Gateway,
     registry: Arc<Registry>,
     guard: Guard,
     approvals: Approvals,
@@ -111,28 +157,22 @@ impl Pipeline {
         guard: Guard,
         approvals: ApprovalConfig,
     ) -> Self {
-        let approvals = Approvals::new(
-            store.clone(),
-            gateway.clone(),
-            registry.clone(),
-            guard.clone(),
-            approvals,
-        );
+        let approvals = Approvals::new(store.clone(), approvals);
         Self {
             inner: Arc::new(Inner {
+                unscoped: Unscoped::new(store.clone(), gateway),
                 store,
-                gateway,
                 registry,
                 guard,
                 approvals,
                 max_response_bytes: 0,
-                max_batch_items: batch::DEFAULT_MAX_ITEMS,
+                max_batch_items: envelope::DEFAULT_MAX_ITEMS,
             }),
         }
     }
 
     /// The most items one batch may carry (`BREEZE_MCP_MAX_ITEMS`; default
-    /// [`batch::DEFAULT_MAX_ITEMS`]).
+    /// [`envelope::DEFAULT_MAX_ITEMS`]).
     #[must_use]
     pub fn with_max_batch_items(mut self, max: usize) -> Self {
         Arc::make_mut(&mut self.inner).max_batch_items = max;
@@ -141,13 +181,9 @@ impl Pipeline {
 
     /// This pipeline with a response budget of `bytes` (0: none; see [`budget`]).
     #[must_use]
-    pub fn with_max_response_bytes(self, bytes: usize) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                max_response_bytes: bytes,
-                ..(*self.inner).clone()
-            }),
-        }
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.inner).max_response_bytes = bytes;
+        self
     }
 
     /// Every tool.
@@ -160,25 +196,19 @@ impl Pipeline {
         &self.inner.guard
     }
 
-    /// The approval workflow: decisions wake waiting calls, the resumer runs orphaned ones.
+    /// The approval workflow: decisions wake waiting calls.
     pub fn approvals(&self) -> &Approvals {
         &self.inner.approvals
     }
 
     /// The tools `caller` sees listed, in name order: those whose lowest-tier call its scopes
     /// reach.
-    pub fn visible<'a>(&'a self, caller: &'a Caller<'_>) -> impl Iterator<Item = &'a ToolSpec> {
+    pub fn visible<'a>(&'a self, caller: &Caller) -> impl Iterator<Item = &'a ToolSpec> + 'a {
+        let scopes = caller.scopes();
         self.inner
             .registry
             .iter()
-            .filter(|t| self.inner.guard.visible(caller.scopes, *t))
-    }
-
-    fn services(&self) -> Services<'_> {
-        Services {
-            store: &self.inner.store,
-            gateway: &self.inner.gateway,
-        }
+            .filter(move |t| self.inner.guard.visible(scopes, *t))
     }
 
     /// Runs one call through every step. `cancel` is the caller's: a cancelled call stops (a
@@ -188,7 +218,7 @@ impl Pipeline {
     /// `guard`, `handler` and `approval.wait` under it.
     pub async fn call(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         tool: &str,
         arguments: Value,
         options: CallOptions,
@@ -203,50 +233,155 @@ impl Pipeline {
         outcome
     }
 
+    /// The one call path: the request id taken out → the guard and validation
+    /// ([`Pipeline::clear`]) → the idempotency claim ([`Pipeline::hold`]) → the handler now
+    /// ([`Pipeline::run_now`]) or after a person's approval → the budget and the claim's
+    /// outcome ([`Pipeline::settle`]). A batch composes the same steps per item ([`batch`]).
     async fn call_untraced(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         tool: &str,
-        arguments: Value,
+        mut arguments: Value,
         options: CallOptions,
         cancel: &CancellationToken,
     ) -> CallOutcome {
         let Some(spec) = self.inner.registry.get(tool) else {
             return CallOutcome::UnknownTool;
         };
-        if batch::is_batch(&arguments) {
+        if envelope::is_batch(&arguments) {
             // Boxed, like the approval path: rare, and its state would weigh on every call.
             return Box::pin(batch::run(self, caller, spec, arguments, options, cancel)).await;
         }
-        let checked = self.inner.guard.check(caller, spec, &arguments);
-        let clearance = match checked.instrument(tracing::debug_span!("guard")).await {
-            Ok(c) => c,
-            Err(r) => return CallOutcome::Refused(r),
-        };
-        let mut arguments = arguments;
+        // Out before the guard: the clearance is bound to the arguments the handler gets.
         let request_id = match idempotency::take_request_id(spec, &mut arguments) {
             Ok(id) => id,
             Err(e) => return CallOutcome::Failed(e),
         };
-        if let Err(e) = spec.validate(&arguments) {
-            return CallOutcome::Failed(e);
-        }
+        let clearance = match self
+            .clear(caller, spec, &arguments, Count::Yes)
+            .instrument(tracing::debug_span!("guard"))
+            .await
+        {
+            Ok(c) => c,
+            Err(stop) => return stop.into(),
+        };
+        let needs_approval = matches!(clearance, Clearance::NeedsApproval(_));
         let write = spec.is_write(&arguments);
-        let held = match request_id {
-            None => None,
-            Some(id) => {
-                let needs_approval = matches!(clearance, Clearance::NeedsApproval(_));
-                let store = &self.inner.store;
-                match idempotency::begin(store, caller, spec, needs_approval, &id, &arguments).await
+        let held = match self
+            .hold(
+                caller,
+                spec,
+                request_id.as_deref(),
+                needs_approval,
+                &arguments,
+            )
+            .await
+        {
+            Ok(held) => held,
+            Err(answer) => return answer,
+        };
+        let outcome = match clearance {
+            Clearance::Run(cleared) => {
+                match self
+                    .run_now(spec, cleared, arguments, options, cancel)
+                    .await
                 {
-                    idempotency::Begin::Run(held) => Some(held),
-                    idempotency::Begin::Answer(outcome) => return outcome,
+                    Ok(output) => CallOutcome::Output(output),
+                    Err(e) => CallOutcome::Failed(e),
                 }
             }
+            // Boxed: this path's state would otherwise sit in every call's future, and the
+            // transports move whole futures into boxes.
+            Clearance::NeedsApproval(awaiting) => {
+                Box::pin(self.with_approval(caller, spec, awaiting, arguments, options, cancel))
+                    .await
+            }
         };
-        let outcome = self
-            .run(caller, spec, clearance, arguments, options, cancel)
-            .await;
+        self.settle(write, held, outcome, cancel).await
+    }
+
+    /// Step 1: the guard's verdict on a call (`count`: against the tool's rate limit), then
+    /// the call's arguments against the tool's schema — in that order, so a caller learns
+    /// nothing of a tool it may not call.
+    pub(crate) async fn clear(
+        &self,
+        caller: &Caller,
+        spec: &ToolSpec,
+        args: &Value,
+        count: Count,
+    ) -> Result<Clearance, Stop> {
+        let guard = &self.inner.guard;
+        let verdict = match count {
+            Count::Yes => guard.check(caller, spec, args).await,
+            Count::No => guard.check_uncounted(caller, spec, args),
+        };
+        let clearance = verdict.map_err(Stop::Refused)?;
+        spec.validate(args).map_err(Stop::Invalid)?;
+        Ok(clearance)
+    }
+
+    /// Step 2: a write's `requestId` claimed for this call ([`idempotency`]); `Err` is the
+    /// answer of a replay or a conflict, and nothing runs.
+    pub(crate) async fn hold(
+        &self,
+        caller: &Caller,
+        spec: &ToolSpec,
+        request_id: Option<&str>,
+        needs_approval: bool,
+        args: &Value,
+    ) -> Result<Option<Held>, CallOutcome> {
+        let Some(id) = request_id else {
+            return Ok(None);
+        };
+        match idempotency::begin(&self.inner.store, caller, spec, needs_approval, id, args).await {
+            Begin::Run(held) => Ok(Some(held)),
+            Begin::Answer(outcome) => Err(outcome),
+        }
+    }
+
+    /// Step 3: the handler, with the clearance it spends; `cancel` stops it.
+    pub(crate) async fn run_now(
+        &self,
+        spec: &ToolSpec,
+        cleared: Cleared,
+        args: Value,
+        options: CallOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RawOutput, ToolError> {
+        let handler = spec
+            .call(&self.inner.unscoped, cleared, args, options)
+            .instrument(tracing::debug_span!("handler"));
+        tokio::select! {
+            r = handler => r,
+            () = cancel.cancelled() => Err(cancelled()),
+        }
+    }
+
+    /// The tool's precheck of a call awaiting approval: what can be refused before a person
+    /// is asked, and the stored data to pin.
+    pub(crate) async fn precheck(
+        &self,
+        spec: &ToolSpec,
+        awaiting: &AwaitingApproval,
+        args: &Value,
+        request_id: Option<String>,
+    ) -> Result<Option<Pin>, ToolError> {
+        let options = CallOptions {
+            request_id,
+            progress: None,
+        };
+        spec.precheck(&self.inner.unscoped, awaiting, args, options)
+            .await
+    }
+
+    /// Step 4: the response budget, then the claim's outcome stored for replays.
+    pub(crate) async fn settle(
+        &self,
+        write: bool,
+        held: Option<Held>,
+        outcome: CallOutcome,
+        cancel: &CancellationToken,
+    ) -> CallOutcome {
         let outcome = budget::apply(self.inner.max_response_bytes, write, outcome);
         if let Some(held) = held {
             held.finish(&outcome, cancel.is_cancelled()).await;
@@ -254,44 +389,12 @@ impl Pipeline {
         outcome
     }
 
-    /// The cleared call itself: at once, or after a person's approval.
-    async fn run(
-        &self,
-        caller: &Caller<'_>,
-        spec: &ToolSpec,
-        clearance: Clearance,
-        arguments: Value,
-        options: CallOptions,
-        cancel: &CancellationToken,
-    ) -> CallOutcome {
-        match clearance {
-            Clearance::Run(cleared) => {
-                let handler = spec
-                    .call(self.services(), &cleared, arguments, options)
-                    .instrument(tracing::debug_span!("handler"));
-                tokio::select! {
-                    r = handler => match r {
-                        Ok(output) => CallOutcome::Output(output),
-                        Err(e) => CallOutcome::Failed(e),
-                    },
-                    () = cancel.cancelled() => CallOutcome::Failed(cancelled()),
-                }
-            }
-            // Boxed: this path's state (~9 KB) would otherwise sit in every call's future, and
-            // the transports move whole futures into boxes.
-            Clearance::NeedsApproval(awaiting) => {
-                Box::pin(self.with_approval(caller, spec, awaiting, arguments, options, cancel))
-                    .await
-            }
-        }
-    }
-
     /// A Tier 3 call: the tool's precheck (what can be refused before a person is asked, with
-    /// the call's own error), a durable approval request, a bounded wait with progress, and the
-    /// call's result once a person approved it (or why it did not run, or "pending").
+    /// the call's own error), then a person's approval and the call's result once approved
+    /// (or why it did not run, or "pending").
     async fn with_approval(
         &self,
-        caller: &Caller<'_>,
+        caller: &Caller,
         spec: &ToolSpec,
         awaiting: AwaitingApproval,
         arguments: Value,
@@ -302,12 +405,8 @@ impl Pipeline {
             request_id,
             progress,
         } = options;
-        let precheck = CallOptions {
-            request_id: request_id.clone(),
-            progress: None,
-        };
-        let pin = match spec
-            .precheck(self.services(), &awaiting, &arguments, precheck)
+        let pin = match self
+            .precheck(spec, &awaiting, &arguments, request_id.clone())
             .await
         {
             Ok(pin) => pin,
@@ -316,17 +415,83 @@ impl Pipeline {
         // The approved call is cleared again when it runs (the requester may have lost the
         // right meanwhile): this verdict ends here.
         drop(awaiting);
-        let outcome = self
+        let draft = Draft::single(spec, arguments, request_id, pin);
+        match self.approve_and_run(caller, draft, progress, cancel).await {
+            Ok(output) => CallOutcome::Output(raw(&output)),
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Records the approval request `draft` describes, waits for a person (bounded, with
+    /// progress), and once approved runs it as released ([`release`]). `Err` is the answer
+    /// when it did not run now: refused, or still pending.
+    pub(crate) async fn approve_and_run(
+        &self,
+        caller: &Caller,
+        draft: Draft,
+        progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+        cancel: &CancellationToken,
+    ) -> Result<Value, CallOutcome> {
+        let phases = progress::Phases::new(progress);
+        let waited = self
             .inner
             .approvals
-            .request_and_wait(caller, spec, &arguments, request_id, pin, progress, cancel)
+            .request_and_wait(caller, draft, phases.waiting(), cancel)
             .instrument(tracing::debug_span!("approval.wait"))
             .await;
-        match outcome {
-            Outcome::Ran(Ok(output)) => CallOutcome::Output(raw(&output)),
-            Outcome::Ran(Err(e)) | Outcome::Refused(e) => CallOutcome::Failed(e),
-            Outcome::Pending(r) => CallOutcome::Pending(r),
+        match waited {
+            Waited::Claimed(record) => {
+                // Run apart from this call: if the client goes away now, the approved call
+                // still finishes and its outcome is recorded.
+                let (this, running) = (self.clone(), phases.running());
+                let run = tokio::spawn(async move { this.release(&record, running).await });
+                run.await
+                    .unwrap_or_else(|e| {
+                        Err(ToolError::new(
+                            ErrorCode::Internal,
+                            format!("the approved call failed: {e}"),
+                        ))
+                    })
+                    .map_err(CallOutcome::Failed)
+            }
+            Waited::Finished(result) => result.map_err(CallOutcome::Failed),
+            Waited::Refused(e) => Err(CallOutcome::Failed(e)),
+            Waited::Pending(r) => Err(CallOutcome::Pending(r)),
         }
+    }
+
+    /// At start, fails requests a previous process left running; then, every poll interval,
+    /// expires stale requests and runs approved ones nobody is waiting for.
+    pub fn spawn_resumer(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let approvals = &this.inner.approvals;
+            match this.inner.store.fail_interrupted_approvals().await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    requests = n,
+                    "approved calls interrupted by the last shutdown were marked failed, not retried"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not check for interrupted approved calls");
+                }
+            }
+            loop {
+                match approvals.claim_orphans().await {
+                    Ok(claimed) => {
+                        for r in claimed {
+                            tracing::info!(approval = %r.id, tool = %r.tool, "running an approved call whose caller is gone");
+                            let _ = this.release(&r, None).await;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "approval resumer failed a round"),
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(approvals.poll() * 2) => {}
+                }
+            }
+        })
     }
 }
 

@@ -1,113 +1,118 @@
 //! A stored credential as it stands now, as a [`Caller`]: for calls nobody is making at this
-//! moment — an approved call run later, an automation's script run — that must be judged as
-//! their author would be judged today. An API key must exist in the organization, be neither
-//! revoked nor expired; an OAuth grant must be active and for the organization; its user must
-//! still hold a role there (whose permissions are the caller's). Anything else is void.
+//! moment, which must be judged as their author would be judged today. The two named ways to
+//! act like this — [`standing_worker`] (an automation, deployment or remediation running as
+//! its owner) and [`approval_release`] (an approved Tier 3 call run after a person decided) —
+//! share one check, [`credential_now`]: an API key must exist in the organization and be
+//! neither revoked nor expired; an OAuth grant must be active and for the organization; the
+//! user must still hold a role there (whose permissions are the caller's), and for a release
+//! be the one who asked. Anything else is void, with the reason.
 
-use breeze_core::{
-    Actor, ActorType, ApiKeyId, Clock, GrantId, OrgId, PermissionSet, ScopeSet, UserId,
-};
-use breeze_guard::Caller;
-use breeze_store::{Store, StoreError};
+use breeze_core::{Actor, Caller, Clock, Credential, OrgId, ScopeSet, UserId};
+use breeze_store::{ApprovalRecord, Store, StoreError};
 
 /// Why a credential cannot act.
 #[derive(Debug, thiserror::Error)]
 pub enum StandingError {
-    /// The credential or its user may no longer act (the reason, for a person to read).
+    /// The credential or its user may no longer act: the reason, for a person to read, worded
+    /// to follow "the " ("API key was revoked") or "the requesting ".
     #[error("{0}")]
     Void(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// A credential's scopes and its user's permissions, now.
-#[derive(Debug, Clone)]
-pub struct Standing {
-    pub org: OrgId,
-    pub actor: Actor,
-    pub key: Option<ApiKeyId>,
-    pub grant: Option<GrantId>,
-    pub user: UserId,
-    pub scopes: ScopeSet,
-    pub permissions: PermissionSet,
-}
-
-impl Standing {
-    /// The caller this credential is.
-    pub fn caller(&self) -> Caller<'_> {
-        Caller {
-            org: self.org,
-            actor: self.actor.clone(),
-            key: self.key,
-            grant: self.grant,
-            user: self.user,
-            scopes: &self.scopes,
-            permissions: Some(self.permissions),
-        }
-    }
-}
-
 fn void(why: impl Into<String>) -> StandingError {
     StandingError::Void(why.into())
 }
 
-/// How `actor` (an `api_key:…` or `oauth_grant:…` actor) stands in `org` now.
-pub async fn standing(
+/// The caller a worker acts as: the stored credential `acting` (an `api_key:…` or
+/// `oauth_grant:…` actor) in `org`, as it stands now.
+pub async fn standing_worker(
+    store: &Store,
+    org: OrgId,
+    acting: &Actor,
+) -> Result<Caller, StandingError> {
+    let credential = Caller::credential_of(acting).ok_or_else(|| {
+        void(format!(
+            "actor {acting} is neither an API key nor an OAuth grant"
+        ))
+    })?;
+    credential_now(store, store.clock().as_ref(), org, credential, None).await
+}
+
+/// The caller an approved request runs as: its requesting credential and user, as they stand
+/// now.
+pub async fn approval_release(store: &Store, r: &ApprovalRecord) -> Result<Caller, StandingError> {
+    let credential = match (r.api_key_id, r.oauth_grant_id) {
+        (Some(key), _) => Credential::ApiKey(key),
+        (None, Some(grant)) => Credential::OAuthGrant(grant),
+        (None, None) => return Err(void("API key or OAuth grant was deleted")),
+    };
+    let clock = store.clock().clone();
+    credential_now(
+        store,
+        clock.as_ref(),
+        r.org_id,
+        credential,
+        Some(r.requester_user_id),
+    )
+    .await
+}
+
+/// The one check of a stored credential (see the module docs). `requester`: the user the
+/// credential must still act for.
+pub async fn credential_now(
     store: &Store,
     clock: &dyn Clock,
     org: OrgId,
-    actor: &Actor,
-) -> Result<Standing, StandingError> {
-    let id: uuid::Uuid = actor
-        .id
-        .parse()
-        .map_err(|_| void(format!("{actor} is not a credential")))?;
-    let (key, grant, user, scopes) = match actor.kind {
-        ActorType::ApiKey => {
-            let key = match store.org(org).get_api_key(ApiKeyId(id)).await {
+    credential: Credential,
+    requester: Option<UserId>,
+) -> Result<Caller, StandingError> {
+    let (user, scopes) = match credential {
+        Credential::ApiKey(id) => {
+            let key = match store.org(org).get_api_key(id).await {
                 Ok(k) => k,
-                Err(StoreError::NotFound(_)) => return Err(void("the API key was deleted")),
+                Err(StoreError::NotFound(_)) => return Err(void("API key was deleted")),
                 Err(e) => return Err(e.into()),
             };
             if key.revoked_at.is_some() {
-                return Err(void("the API key was revoked"));
+                return Err(void("API key was revoked"));
             }
             if !key.is_active(clock.now()) {
-                return Err(void("the API key has expired"));
+                return Err(void("API key has expired"));
             }
-            (Some(key.id), None, key.user_id, key.scopes)
+            (key.user_id, key.scopes)
         }
-        ActorType::OauthGrant => {
-            let Some((grant, _)) = store.find_oauth_grant(GrantId(id)).await? else {
-                return Err(void("the OAuth grant was deleted"));
+        Credential::OAuthGrant(id) => {
+            let Some((grant, _)) = store.find_oauth_grant(id).await? else {
+                return Err(void("OAuth grant was deleted"));
             };
             if !grant.is_active() {
-                return Err(void("the OAuth client's grant was revoked"));
+                return Err(void("OAuth client's grant was revoked"));
             }
             if grant.org_id != org {
-                return Err(void("the OAuth grant is for another organization"));
+                return Err(void("OAuth grant is for another organization"));
             }
-            let scopes = ScopeSet::from_oauth(&grant.scopes);
-            (None, Some(grant.id), grant.user_id, scopes)
+            (grant.user_id, ScopeSet::from_oauth(&grant.scopes))
         }
-        _ => {
-            return Err(void(format!(
-                "{actor} is neither an API key nor an OAuth grant"
-            )));
-        }
+        Credential::Session => return Err(not_stored()),
     };
+    if requester.is_some_and(|r| r != user) {
+        return Err(void("credential now acts for someone else"));
+    }
     let Some(access) = store.org_access(user, org).await? else {
         return Err(void(
-            "its user is disabled or no longer holds a role in the organization",
+            "user is disabled or no longer holds a role in the organization",
         ));
     };
-    Ok(Standing {
-        org,
-        actor: actor.clone(),
-        key,
-        grant,
-        user,
-        scopes,
-        permissions: access.permissions,
+    let permissions = Some(access.permissions);
+    Ok(match credential {
+        Credential::ApiKey(key) => Caller::api_key(key, org, user, scopes, permissions),
+        Credential::OAuthGrant(grant) => Caller::oauth_grant(grant, org, user, scopes, permissions),
+        Credential::Session => return Err(not_stored()),
     })
+}
+
+fn not_stored() -> StandingError {
+    void("dashboard session is not a stored credential; it acts only while its person does")
 }

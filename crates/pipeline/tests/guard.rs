@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use breeze_core::{
-    Actor, ActorType, ManualClock, OrgId, Permission, PermissionSet, ScopeSet, Tier, UserId,
+    ApiKeyId, Caller, ManualClock, OrgId, Permission, PermissionSet, ScopeSet, Tier, UserId,
 };
-use breeze_guard::{Allowlist, Caller, Clearance, Guard, GuardConfig, Refusal};
+use breeze_guard::{Allowlist, Clearance, Guard, GuardConfig, Refusal};
 use breeze_limits::MemoryLimiter;
 use serde_json::{Value, json};
 
@@ -27,17 +27,14 @@ impl Verdict for Result<Clearance, Refusal> {
     }
 }
 
-fn caller(scopes: &ScopeSet, permissions: Option<PermissionSet>) -> Caller<'_> {
-    let user = UserId::new();
-    Caller {
-        org: OrgId::new(),
-        actor: Actor::new(ActorType::User, user),
-        key: None,
-        grant: None,
-        user,
-        scopes,
+fn caller(scopes: &ScopeSet, permissions: Option<PermissionSet>) -> Caller {
+    Caller::api_key(
+        ApiKeyId::new(),
+        OrgId::new(),
+        UserId::new(),
+        *scopes,
         permissions,
-    }
+    )
 }
 
 fn scopes(list: &str) -> ScopeSet {
@@ -53,7 +50,7 @@ fn guard(config: GuardConfig) -> Guard {
     Guard::new(config, Arc::new(MemoryLimiter::new()), Arc::new(clock))
 }
 
-fn admin(scopes: &ScopeSet) -> Caller<'_> {
+fn admin(scopes: &ScopeSet) -> Caller {
     caller(scopes, Some(PermissionSet::all()))
 }
 
@@ -65,10 +62,10 @@ async fn scope_hierarchy_and_spec_wording() {
     let g = guard(GuardConfig::default());
     let (read, write, exec) = (scopes("ai:read"), scopes("ai:write"), scopes("ai:execute"));
 
-    assert!(g.visible(&read, groups));
-    assert!(!g.visible(&read, set_ctx));
+    assert!(g.visible(read, groups));
+    assert!(!g.visible(read, set_ctx));
     assert!(
-        g.visible(&write, set_ctx) && g.visible(&exec, set_ctx) && g.visible(&scopes("*"), set_ctx)
+        g.visible(write, set_ctx) && g.visible(exec, set_ctx) && g.visible(scopes("*"), set_ctx)
     );
 
     let err = g
@@ -291,7 +288,7 @@ async fn listing_agrees_with_calls_for_every_scope_combination() {
                     .map(|a| json!({ spec.action_key: a.name }))
                     .collect()
             };
-            let listed = g.visible(&s, spec);
+            let listed = g.visible(s, spec);
             let mut some_call_passes_scope = false;
             for args in calls {
                 let outcome = g.check(&admin(&s), spec, &args).await;

@@ -10,7 +10,7 @@
 use std::{sync::Arc, time::Duration};
 
 use breeze_core::{
-    Actor, ActorType, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, PermissionSet,
+    Actor, ApiKeyId, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, PermissionSet,
     ScopeSet, UserId,
 };
 use breeze_gateway::{Gateway, GatewayConfig};
@@ -19,7 +19,9 @@ use breeze_limits::MemoryLimiter;
 use breeze_pipeline::{
     CallOutcome, Caller, Guard, Pipeline, approvals::ApprovalConfig, idempotency::payload_hash,
 };
-use breeze_store::{ClaimOutcome, NewDevice, NewUser, Store, on_both_backends, testing::Ctx};
+use breeze_store::{
+    ClaimOutcome, NewApiKey, NewDevice, NewUser, Store, on_both_backends, testing::Ctx,
+};
 use breeze_tools::{CallOptions, ErrorCode};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -32,20 +34,14 @@ struct World {
     org: OrgId,
     device: DeviceId,
     user: UserId,
+    key: ApiKeyId,
     scopes: ScopeSet,
 }
 
 impl World {
-    fn caller(&self) -> Caller<'_> {
-        Caller {
-            org: self.org,
-            actor: Actor::new(ActorType::User, self.user),
-            key: None,
-            grant: None,
-            user: self.user,
-            scopes: &self.scopes,
-            permissions: Some(PermissionSet::all()),
-        }
+    fn caller(&self) -> Caller {
+        let all = Some(PermissionSet::all());
+        Caller::api_key(self.key, self.org, self.user, self.scopes, all)
     }
 }
 
@@ -93,10 +89,28 @@ async fn world(cx: &Ctx) -> World {
         )
         .await
         .unwrap();
+    // A real key: an approval request names the requesting credential.
+    let key = s
+        .insert_api_key(
+            NewApiKey {
+                org_id: org.id,
+                user_id: user.id,
+                name: "assistant".into(),
+                key_hash: [7; 32],
+                key_prefix: "brz_test".into(),
+                scopes: ScopeSet::parse_list("*").unwrap(),
+                expires_at: None,
+            },
+            audit(),
+        )
+        .await
+        .unwrap()
+        .id;
     World {
         org: org.id,
         device: device.id,
         user: user.id,
+        key,
         scopes: ScopeSet::parse_list("*").unwrap(),
     }
 }
@@ -120,7 +134,7 @@ fn pipeline(cx: &Ctx, store: &Store, wait: Duration) -> Pipeline {
     )
 }
 
-async fn call(p: &Pipeline, caller: &Caller<'_>, tool: &str, args: Value) -> CallOutcome {
+async fn call(p: &Pipeline, caller: &Caller, tool: &str, args: Value) -> CallOutcome {
     p.call(
         caller,
         tool,
@@ -236,6 +250,7 @@ async fn a_replay_answers_the_stored_result_and_runs_nothing(cx: Ctx) {
     // Another principal's requestId is its own.
     let other = World {
         user: UserId::new(),
+        key: ApiKeyId::new(),
         ..w
     };
     let theirs = output(
@@ -323,7 +338,7 @@ async fn a_call_still_running_is_a_retryable_conflict(cx: Ctx) {
         .store
         .org(w.org)
         .claim_request(
-            &me.actor,
+            &me.actor(),
             "busy",
             "set_device_context",
             &payload_hash("set_device_context", &args),

@@ -6,7 +6,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{Actor, ActorType, AuditEvent, PermissionSet, ScopeSet, SystemClock};
+use breeze_core::{Actor, AuditEvent, PermissionSet, ScopeSet, SystemClock};
 use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::GuardConfig;
 use breeze_limits::MemoryLimiter;
@@ -100,15 +100,8 @@ async fn an_approval_decided_on_another_instance_wakes_the_call() {
         let pipeline = pipeline.clone();
         tokio::spawn(async move {
             let scopes = ScopeSet::parse_list("*").unwrap();
-            let me = Caller {
-                org,
-                actor: Actor::new(ActorType::ApiKey, key),
-                key: Some(key),
-                grant: None,
-                user: requester,
-                scopes: &scopes,
-                permissions: Some(PermissionSet::all()),
-            };
+            let all = Some(PermissionSet::all());
+            let me = Caller::api_key(key, org, requester, scopes, all);
             pipeline
                 .call(
                     &me,

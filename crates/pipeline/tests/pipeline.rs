@@ -7,14 +7,14 @@
 use std::sync::Arc;
 
 use breeze_core::{
-    Actor, ActorType, AuditEvent, DeviceStatus, OrgId, OsFamily, PermissionSet, ScopeSet, UserId,
+    Actor, ApiKeyId, AuditEvent, DeviceStatus, OrgId, OsFamily, PermissionSet, ScopeSet, UserId,
 };
 use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::{Clearance, GuardConfig};
 use breeze_limits::MemoryLimiter;
 use breeze_pipeline::{CallOutcome, Caller, Guard, Pipeline, approvals::ApprovalConfig};
 use breeze_store::{NewDevice, on_both_backends, testing::Ctx};
-use breeze_tools::{CallOptions, ErrorCode, Services};
+use breeze_tools::{CallOptions, ErrorCode, Unscoped};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -82,53 +82,63 @@ async fn world(cx: &Ctx) -> World {
     }
 }
 
-fn caller(org: OrgId, scopes: &ScopeSet) -> Caller<'_> {
-    let user = UserId::new();
-    Caller {
-        org,
-        actor: Actor::new(ActorType::User, user),
-        key: None,
-        grant: None,
-        user,
-        scopes,
-        permissions: Some(PermissionSet::all()),
-    }
+fn caller(org: OrgId, scopes: &ScopeSet) -> Caller {
+    let all = Some(PermissionSet::all());
+    Caller::api_key(ApiKeyId::new(), org, UserId::new(), *scopes, all)
 }
 
-/// A clearance names its tool: presented to another tool's handler, it runs nothing.
-async fn a_clearance_runs_only_its_own_tool(cx: Ctx) {
+/// A clearance is bound to the call it cleared: presented to another tool's handler, or with
+/// other arguments (a wider filter, another device), it runs nothing; the very call it cleared
+/// runs, in its own organization. (That it is spent by the run is the type's: `call` takes it
+/// by value.)
+async fn a_clearance_runs_only_the_call_it_cleared(cx: Ctx) {
     let w = world(&cx).await;
     let all = ScopeSet::parse_list("*").unwrap();
     let me = caller(w.b, &all);
     let registry = w.pipeline.registry();
     let query = registry.get("query_devices").unwrap();
-    let Ok(Clearance::Run(cleared)) = w.pipeline.guard().check(&me, query, &json!({})).await else {
-        panic!("a Tier 1 call is cleared");
+    let unscoped = Unscoped::new(cx.store.clone(), w.gateway.clone());
+    let cleared_for = |args: serde_json::Value| {
+        let (guard, me) = (w.pipeline.guard(), &me);
+        async move {
+            match guard.check(me, query, &args).await {
+                Ok(Clearance::Run(cleared)) => cleared,
+                _ => panic!("a Tier 1 call is cleared"),
+            }
+        }
     };
-    let services = Services {
-        store: &cx.store,
-        gateway: &w.gateway,
+    let narrow = json!({ "search": "b-host" });
+    let refused = |err: breeze_tools::ToolError| {
+        assert_eq!(err.code, ErrorCode::Internal);
+        assert!(err.message.contains("nothing was run"), "{}", err.message);
     };
+    // Another tool.
     let details = registry.get("get_device_details").unwrap();
-    let err = details
+    let other_tool = details.call(
+        &unscoped,
+        cleared_for(narrow.clone()).await,
+        json!({ "deviceId": w.b_device }),
+        CallOptions::default(),
+    );
+    refused(other_tool.await.unwrap_err());
+    // The same tool with other arguments: wider, or none.
+    for other in [json!({ "search": "a-host" }), json!({})] {
+        let call = query.call(
+            &unscoped,
+            cleared_for(narrow.clone()).await,
+            other,
+            CallOptions::default(),
+        );
+        refused(call.await.unwrap_err());
+    }
+    // The call it cleared.
+    let out = query
         .call(
-            services,
-            &cleared,
-            json!({ "deviceId": w.b_device }),
+            &unscoped,
+            cleared_for(narrow.clone()).await,
+            narrow,
             CallOptions::default(),
         )
-        .await
-        .unwrap_err();
-    assert_eq!(err.code, ErrorCode::Internal);
-    assert!(
-        err.message
-            .contains("cleared for query_devices, not get_device_details"),
-        "{}",
-        err.message
-    );
-    // The same clearance runs its own tool, in its own organization.
-    let out = query
-        .call(services, &cleared, json!({}), CallOptions::default())
         .await
         .unwrap();
     assert!(out.get().contains("b-host"), "{}", out.get());
@@ -212,6 +222,6 @@ async fn another_organizations_device_is_out_of_reach(cx: Ctx) {
 }
 
 on_both_backends!(
-    a_clearance_runs_only_its_own_tool,
+    a_clearance_runs_only_the_call_it_cleared,
     another_organizations_device_is_out_of_reach
 );

@@ -425,14 +425,13 @@ impl AutomationWorker {
             parameters: &a.parameters,
             timeout_seconds: Some(a.timeout_seconds),
         };
-        let mut done =
-            owner_runs::run_script_as(&self.pipeline, &standing.caller(), script, &free).await;
+        let mut done = owner_runs::run_script_as(&self.pipeline, &standing, script, &free).await;
         outcomes.append(&mut done.outcomes);
         done.outcomes = outcomes;
         let status = done.status();
         let message = match status {
             RunStatus::Suppressed => Some("every device is under maintenance".into()),
-            _ => done.message(status, &standing.actor),
+            _ => done.message(status, &standing.actor()),
         };
         self.finish(
             run,

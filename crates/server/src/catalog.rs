@@ -22,11 +22,8 @@
 
 use std::sync::Arc;
 
-use breeze_core::{
-    Actor, ActorType, ApiKeyId, ApiKeyPrincipal, GrantId, OAuthPrincipal, OrgId, PermissionSet,
-    ScopeSet, Tier, UserId,
-};
-use breeze_guard::{Caller, Guard};
+use breeze_core::{Caller, ScopeSet, Tier};
+use breeze_guard::Guard;
 use breeze_tools::{Effect, ErrorCode, Registry, ToolError, ToolSpec, contract};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -118,88 +115,12 @@ impl Catalog {
     }
 }
 
-/// What an MCP connection authenticated with: an API key, or an OAuth grant's access token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Credential {
-    ApiKey(ApiKeyId),
-    Grant(GrantId),
-}
-
-impl Credential {
-    /// Who the audit trail names.
-    pub fn actor(self) -> Actor {
-        match self {
-            Credential::ApiKey(k) => Actor::new(ActorType::ApiKey, k),
-            Credential::Grant(g) => Actor::new(ActorType::OauthGrant, g),
-        }
-    }
-
-    /// The API key, when the connection used one.
-    pub fn api_key(self) -> Option<ApiKeyId> {
-        match self {
-            Credential::ApiKey(k) => Some(k),
-            Credential::Grant(_) => None,
-        }
-    }
-
-    /// The OAuth grant, when the connection used one of its access tokens.
-    pub fn grant(self) -> Option<GrantId> {
-        match self {
-            Credential::ApiKey(_) => None,
-            Credential::Grant(g) => Some(g),
-        }
-    }
-}
-
-/// Breeze's MCP principal: the credential, the user it acts for in one organization with its
-/// scopes and that user's permissions, and the catalog the connection chose.
+/// An MCP connection as the engine carries it (`breeze_mcp::Client`'s principal): the
+/// [`Caller`] its credential authenticated as, and the catalog the connection chose.
 #[derive(Debug, Clone)]
-pub struct McpPrincipal {
-    pub credential: Credential,
-    pub org_id: OrgId,
-    pub user_id: UserId,
-    pub scopes: ScopeSet,
-    pub permissions: Option<PermissionSet>,
+pub struct Connected {
+    pub caller: Caller,
     pub catalog: Arc<Catalog>,
-}
-
-impl McpPrincipal {
-    /// An API key's principal.
-    pub fn api_key(p: ApiKeyPrincipal, catalog: Arc<Catalog>) -> Self {
-        Self {
-            credential: Credential::ApiKey(p.key_id),
-            org_id: p.org_id,
-            user_id: p.user_id,
-            scopes: p.scopes,
-            permissions: p.permissions,
-            catalog,
-        }
-    }
-
-    /// An OAuth access token's principal.
-    pub fn oauth(p: OAuthPrincipal, catalog: Arc<Catalog>) -> Self {
-        Self {
-            credential: Credential::Grant(p.grant_id),
-            org_id: p.org_id,
-            user_id: p.user_id,
-            scopes: p.scopes,
-            permissions: p.permissions,
-            catalog,
-        }
-    }
-
-    /// The guard's view of this caller.
-    pub fn caller(&self) -> Caller<'_> {
-        Caller {
-            org: self.org_id,
-            actor: self.credential.actor(),
-            key: self.credential.api_key(),
-            grant: self.credential.grant(),
-            user: self.user_id,
-            scopes: &self.scopes,
-            permissions: self.permissions,
-        }
-    }
 }
 
 /// Decodes one `application/x-www-form-urlencoded` component (`+` is a space).
@@ -696,7 +617,7 @@ impl Consolidated {
         guard: &'a Guard,
         registry: &'a Registry,
         catalog: &'a Catalog,
-        scopes: &'a ScopeSet,
+        scopes: ScopeSet,
     ) -> impl Iterator<Item = (&'a ToolSpec, Vec<OpClass>)> + 'a {
         registry.iter().filter_map(move |spec| {
             if !catalog.admits(spec) || !guard.visible(scopes, spec) {
@@ -731,7 +652,7 @@ impl Consolidated {
         out
     }
 
-    fn filter_hash(filters: &DiscoverFilters, catalog: &Catalog, scopes: &ScopeSet) -> [u8; 8] {
+    fn filter_hash(filters: &DiscoverFilters, catalog: &Catalog, scopes: ScopeSet) -> [u8; 8] {
         let d = Sha256::new()
             .chain_update(filters.canonical())
             .chain_update([0])
@@ -794,7 +715,7 @@ impl Consolidated {
         guard: &Guard,
         registry: &Registry,
         catalog: &Catalog,
-        scopes: &ScopeSet,
+        scopes: ScopeSet,
         args: &Value,
     ) -> Result<Value, ToolError> {
         let (filters, cursor) = DiscoverFilters::parse(registry, args)?;
@@ -870,7 +791,7 @@ impl Consolidated {
         guard: &Guard,
         registry: &Registry,
         catalog: &Catalog,
-        scopes: &ScopeSet,
+        scopes: ScopeSet,
         args: &Value,
     ) -> Result<Value, ToolError> {
         let names: Vec<&str> = match args.get("operations").and_then(Value::as_array) {

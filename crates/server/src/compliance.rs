@@ -282,15 +282,13 @@ impl ComplianceWorker {
             parameters: &p.remediation_parameters,
             timeout_seconds: None,
         };
-        let done =
-            owner_runs::run_script_as(&self.pipeline, &standing.caller(), call, &r.device_ids)
-                .await;
+        let done = owner_runs::run_script_as(&self.pipeline, &standing, call, &r.device_ids).await;
         let status = done.status();
         org.update_remediation(
             r.id,
             RemediationUpdate {
                 status,
-                message: done.message(status, &standing.actor),
+                message: done.message(status, &standing.actor()),
                 approval_ids: done.approvals,
                 devices: done.outcomes,
             },

@@ -46,7 +46,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use breeze_core::{
-    DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus,
+    Caller, DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus,
     deployment::{Gate, gate},
 };
 use breeze_pipeline::{CallOutcome, Pipeline};
@@ -499,7 +499,7 @@ impl DeploymentWorker {
             Err(why) => return Ok(Sent::Pause(why)),
         };
         org.deployment_devices_running(d.id, &online).await?;
-        let caller = standing.caller();
+        let caller = standing.clone();
         let (results, refusal) = match &d.payload {
             Payload::Script {
                 script_id,
@@ -565,7 +565,10 @@ impl DeploymentWorker {
             return Ok(Sent::Progress);
         }
         Ok(match refusal {
-            Some(why) => Sent::Pause(format!("its run as {} was refused: {why}", standing.actor)),
+            Some(why) => Sent::Pause(format!(
+                "its run as {} was refused: {why}",
+                standing.actor()
+            )),
             None => Sent::Progress,
         })
     }
@@ -575,7 +578,7 @@ impl DeploymentWorker {
     /// it (each device's answer is in the call's, or the approved call's).
     async fn package(
         &self,
-        caller: &breeze_pipeline::Caller<'_>,
+        caller: &Caller,
         deployment: Uuid,
         name: &str,
         action: PackageAction,

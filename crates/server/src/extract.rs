@@ -1,4 +1,5 @@
-//! Request extractors: JSON bodies with our error shape, the request id, and the principal.
+//! Request extractors: JSON bodies with our error shape, the request id, and who
+//! authenticated.
 //!
 //! A request that changes state on the strength of the session cookie must come from this
 //! server's own origin ([`same_origin`]): SameSite=Strict is one wall, this is the second.
@@ -7,7 +8,7 @@ use axum::{
     extract::{FromRequest, FromRequestParts, Request, rejection::JsonRejection},
     http::{HeaderMap, Method, StatusCode, request::Parts},
 };
-use breeze_core::Principal;
+use breeze_core::{Actor, ActorType, Caller, User, UserId};
 use serde::de::DeserializeOwned;
 
 use crate::{ApiError, AppState, REQUEST_ID_HEADER, SESSION_COOKIE};
@@ -67,8 +68,44 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
     }
 }
 
-/// The authenticated principal: an `X-API-Key` header when present, else the session cookie.
-pub(crate) struct Authenticated(pub Principal);
+/// Who authenticated a REST request: an `X-API-Key` header when present, else the session
+/// cookie. A credential is already a [`Caller`] in its one organization; a person becomes one
+/// in the organization a route names (`crate::authz`), with their role there.
+#[derive(Debug, Clone)]
+pub(crate) enum Authenticated {
+    /// A person signed in to the dashboard.
+    Person(User),
+    /// An API key, bound to one organization.
+    Credential(Caller),
+}
+
+impl Authenticated {
+    /// The user whose role applies.
+    pub(crate) fn user_id(&self) -> UserId {
+        match self {
+            Authenticated::Person(u) => u.id,
+            Authenticated::Credential(c) => c.user(),
+        }
+    }
+
+    /// Who the audit trail names.
+    pub(crate) fn actor(&self) -> Actor {
+        match self {
+            Authenticated::Person(u) => Actor::new(ActorType::User, u.id),
+            Authenticated::Credential(c) => c.actor(),
+        }
+    }
+
+    /// The signed-in person, or the refusal a credential gets for what only a person does.
+    pub(crate) fn person(&self, what: &str) -> Result<&User, ApiError> {
+        match self {
+            Authenticated::Person(u) => Ok(u),
+            Authenticated::Credential(_) => Err(ApiError::forbidden(format!(
+                "API keys cannot {what}; sign in as a user"
+            ))),
+        }
+    }
+}
 
 impl FromRequestParts<AppState> for Authenticated {
     type Rejection = ApiError;
@@ -77,18 +114,22 @@ impl FromRequestParts<AppState> for Authenticated {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
+        // Authenticated once per request: the organization layer (`authz`) may have done it.
+        if let Some(who) = parts.extensions.get::<Authenticated>() {
+            return Ok(who.clone());
+        }
         if let Some(key) = parts.headers.get("x-api-key") {
             let key = key
                 .to_str()
                 .map_err(|_| ApiError::unauthorized("Invalid API key format"))?;
-            let principal = state.auth.authenticate_api_key(Some(key)).await?;
-            return Ok(Authenticated(Principal::ApiKey(principal)));
+            let caller = state.auth.authenticate_api_key(Some(key)).await?;
+            return Ok(Authenticated::Credential(caller));
         }
         match session_cookie(&parts.headers) {
             Some(token) => {
                 same_origin(&parts.method, &parts.headers, &state.config.public_url)?;
                 let user = state.auth.authenticate_session(Some(token)).await?;
-                Ok(Authenticated(Principal::User(user)))
+                Ok(Authenticated::Person(user))
             }
             None => Err(ApiError::unauthorized("Missing X-API-Key header")),
         }

@@ -153,7 +153,7 @@ impl ServerConfig {
             },
             catalog: catalog::CatalogConfig::default(),
             max_response_bytes: 0,
-            max_batch_items: breeze_pipeline::batch::DEFAULT_MAX_ITEMS,
+            max_batch_items: breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             oauth: None,
             alerts: breeze_alerts::EngineConfig {
                 notify: breeze_alerts::NotifyConfig {
@@ -201,6 +201,15 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The deployment's scope rule, for the permission model at REST's and the dashboard's
+    /// doors (the guard holds the same).
+    pub(crate) fn scope_policy(&self) -> breeze_core::ScopePolicy {
+        breeze_core::ScopePolicy {
+            production: self.config.production,
+            require_execute_admin: self.config.require_execute_admin,
+        }
+    }
+
     /// The state for `config`, with a device gateway over `store`.
     pub fn new(
         store: Store,
@@ -312,7 +321,13 @@ pub fn app(breeze: Breeze) -> Router {
             Some(o) => routes::oauth::router(o.dcr.enabled),
             None => Router::new(),
         })
-        .nest("/api/v1", routes::api_router())
+        .nest(
+            "/api/v1",
+            routes::api_router().route_layer(axum::middleware::from_fn_with_state(
+                breeze.state.clone(),
+                authz::org_routes,
+            )),
+        )
         .with_state(breeze.state);
     let router = Router::new()
         .merge(breeze_mcp::http::router(
@@ -570,11 +585,7 @@ pub async fn serve(
         .state
         .gateway
         .spawn_bus_follower(sweeper_stop.clone());
-    breeze
-        .state
-        .pipeline
-        .approvals()
-        .spawn_resumer(sweeper_stop.clone());
+    breeze.state.pipeline.spawn_resumer(sweeper_stop.clone());
     let alerts = Arc::new(breeze_alerts::AlertEngine::new(
         breeze.state.store.clone(),
         breeze.state.config.alerts.clone(),

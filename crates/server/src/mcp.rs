@@ -29,15 +29,9 @@ use serde_json::{Map, Value, json};
 use crate::{
     AppState,
     audit_writer::{AuditWriter, RefusalSampler, Sampled},
-    catalog::{self, Catalog, CatalogMode, Consolidated, Credential, McpPrincipal, MetaTool},
+    catalog::{self, Catalog, CatalogMode, Connected, Consolidated, MetaTool},
     oauth::OAuthSettings,
 };
-
-/// The principal a request's credential authenticated as, before the catalog is chosen.
-enum Credentialed {
-    Key(breeze_core::ApiKeyPrincipal),
-    Token(breeze_core::OAuthPrincipal),
-}
 
 /// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3, RFC 9728 §5.1): where the resource
 /// metadata is, the scope to ask for, and the error if the request carried a token.
@@ -66,7 +60,7 @@ Guided prompts: breeze-fleet-triage, breeze-device-investigate, breeze-patch-rem
 
 /// Drives `work` to completion, passing each progress report it sends on `rx` to the client.
 async fn forwarding_progress<T>(
-    cx: &Cx<McpPrincipal>,
+    cx: &Cx<Connected>,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<breeze_tools::ProgressReport>,
     work: impl std::future::Future<Output = T>,
 ) -> T {
@@ -97,7 +91,7 @@ pub struct BreezeMcp {
     /// Each tool's `_meta` (its tiers and the server's identity), written once.
     metas: HashMap<&'static str, SharedJson>,
     /// Rate-limited refusals: the first per key and window recorded, the others counted.
-    refusals: RefusalSampler<(Credential, OrgId)>,
+    refusals: RefusalSampler<(breeze_core::Credential, breeze_core::UserId, OrgId)>,
     /// The catalog of a connection that chooses none, and its binding text (shared, so the
     /// common case allocates nothing per request).
     default_catalog: (Arc<Catalog>, Arc<str>),
@@ -179,13 +173,13 @@ impl BreezeMcp {
         }
     }
 
-    fn require_read(principal: &McpPrincipal) -> Result<(), ErrorObject> {
-        if Guard::reaches_read(&principal.scopes) {
+    fn require_read(principal: &Connected) -> Result<(), ErrorObject> {
+        if Guard::reaches_read(principal.caller.scopes()) {
             Ok(())
         } else {
             let e = ToolError {
                 required_scopes: vec![breeze_core::Scope::AiRead],
-                granted_scopes: principal.scopes.iter().collect(),
+                granted_scopes: principal.caller.scopes().iter().collect(),
                 ..ToolError::new(
                     ErrorCode::InsufficientScope,
                     "API key missing required scope: ai:read",
@@ -195,26 +189,34 @@ impl BreezeMcp {
         }
     }
 
-    /// RBAC for `resources/read`, as the guard does it for tools: the key's user must hold a
-    /// role in the organization (a disabled user holds none), and that role the resource's
-    /// permission. Refused with the guard's words and error code.
-    fn require_role_for(principal: &McpPrincipal, uri: &str) -> Result<(), ErrorObject> {
+    /// The permission model for `resources/read`, as for a tool: reading a resource is a
+    /// Tier 1 operation needing the resource's permission (`require_read` checked the scope);
+    /// the key's user must hold a role with it in the organization (a disabled user holds
+    /// none). Refused with the guard's words and error code.
+    fn require_role_for(&self, principal: &Connected, uri: &str) -> Result<(), ErrorObject> {
         let refuse = |r: Refusal| {
-            let e = refusal_error(&r, &principal.scopes);
+            let e = refusal_error(&r, principal.caller.scopes());
             ErrorObject::new(codes::INTERNAL_ERROR, e.message.clone()).with_data(error_data(&e))
         };
-        let granted = principal
-            .permissions
-            .ok_or_else(|| refuse(Refusal::NoRole))?;
-        match resources::permission_for(uri) {
-            Some(needed) => breeze_core::rbac::check(granted, needed)
-                .map_err(|d| refuse(Refusal::MissingPermission(d.0))),
-            None => Ok(()),
+        let caller = &principal.caller;
+        if caller.permissions().is_none() {
+            return Err(refuse(Refusal::NoRole));
+        }
+        let Some(needed) = resources::permission_for(uri) else {
+            return Ok(());
+        };
+        let op = breeze_core::Operation::read(needed);
+        match breeze_core::authz::authorize(caller, op, self.state.scope_policy()) {
+            Ok(_) => Ok(()),
+            Err(breeze_core::Denied::MissingPermission(p)) => {
+                Err(refuse(Refusal::MissingPermission(p)))
+            }
+            Err(_) => Err(refuse(Refusal::NoRole)),
         }
     }
 
     /// The `breeze://server` document for this request.
-    fn server_document(&self, cx: &Cx<McpPrincipal>) -> Value {
+    fn server_document(&self, cx: &Cx<Connected>) -> Value {
         let mut doc = self.identity.clone();
         doc["transport"] = json!(cx.transport.as_str());
         doc["protocolVersion"] = json!(cx.protocol.as_str());
@@ -323,28 +325,39 @@ fn auth_http_error(e: AuthError) -> HttpError {
 }
 
 impl McpApp for BreezeMcp {
-    type Principal = McpPrincipal;
+    type Principal = Connected;
 
     async fn authenticate(
         &self,
         headers: &HeaderMap,
         query: Option<&str>,
-    ) -> Result<Client<McpPrincipal>, HttpError> {
-        let principal = match (headers.get("x-api-key"), &self.state.oauth) {
+    ) -> Result<Client<Connected>, HttpError> {
+        // Written straight into the `Arc`s (one allocation each).
+        let (caller, key): (_, Arc<str>) = match (headers.get("x-api-key"), &self.state.oauth) {
             (Some(v), _) => {
                 let key = v
                     .to_str()
                     .map_err(|_| auth_http_error(AuthError::InvalidApiKeyFormat))?;
-                Credentialed::Key(
-                    self.state
-                        .auth
-                        .authenticate_api_key(Some(key))
-                        .await
-                        .map_err(auth_http_error)?,
-                )
+                let caller = self
+                    .state
+                    .auth
+                    .authenticate_api_key(Some(key))
+                    .await
+                    .map_err(auth_http_error)?;
+                // A key's sessions are the key's.
+                let id = caller.api_key_id().map_or(uuid::Uuid::nil(), |k| k.0);
+                let key = Arc::from(&*id.hyphenated().encode_lower(&mut [0; 36]));
+                (caller, key)
             }
             (None, Some(oauth)) => {
-                Credentialed::Token(self.authenticate_bearer(oauth, headers).await?)
+                // A token's sessions belong to its client acting for its user in its
+                // organization, not to one grant: a scope step-up or a re-authorization makes
+                // a new grant, and the client's session carries on (every request still
+                // authenticates its own token).
+                let bearer = self.authenticate_bearer(oauth, headers).await?;
+                let c = &bearer.caller;
+                let key = format!("oauth:{}:{}:{}", c.user(), c.org(), bearer.client_id);
+                (bearer.caller, Arc::from(key))
             }
             (None, None) if headers.contains_key(header::AUTHORIZATION) => {
                 return Err(HttpError::new(
@@ -357,21 +370,7 @@ impl McpApp for BreezeMcp {
                 return Err(auth_http_error(AuthError::MissingApiKey));
             }
         };
-        // Written straight into the `Arc`s (one allocation each). A key's sessions are the
-        // key's; a token's belong to its client acting for its user in its organization, not
-        // to one grant: a scope step-up or a re-authorization makes a new grant, and the
-        // client's session carries on (every request still authenticates its own token).
-        let (key, org_id): (Arc<str>, _) = match &principal {
-            Credentialed::Key(k) => (
-                Arc::from(&*k.key_id.0.hyphenated().encode_lower(&mut [0; 36])),
-                k.org_id,
-            ),
-            Credentialed::Token(t) => (
-                Arc::from(format!("oauth:{}:{}:{}", t.user_id, t.org_id, t.client_id)),
-                t.org_id,
-            ),
-        };
-        let tenant = Arc::from(&*org_id.0.hyphenated().encode_lower(&mut [0; 36]));
+        let tenant = Arc::from(&*caller.org().0.hyphenated().encode_lower(&mut [0; 36]));
         let chosen = catalog::choose(
             self.state.pipeline.registry(),
             self.state.config.catalog.default_mode,
@@ -387,22 +386,22 @@ impl McpApp for BreezeMcp {
             }
         };
         Ok(Client {
-            principal: match principal {
-                Credentialed::Key(k) => McpPrincipal::api_key(k, catalog),
-                Credentialed::Token(t) => McpPrincipal::oauth(t, catalog),
-            },
+            principal: Connected { caller, catalog },
             key,
             tenant,
             binding: Some(binding),
         })
     }
 
-    fn authorize_stream(&self, client: &Client<McpPrincipal>) -> Result<(), HttpError> {
-        if Guard::reaches_read(&client.principal.scopes) {
+    fn authorize_stream(&self, client: &Client<Connected>) -> Result<(), HttpError> {
+        if Guard::reaches_read(client.principal.caller.scopes()) {
             return Ok(());
         }
-        match (&client.principal.credential, &self.state.config.oauth) {
-            (Credential::Grant(_), Some(o)) => Err(HttpError::new(
+        match (
+            client.principal.caller.credential(),
+            &self.state.config.oauth,
+        ) {
+            (breeze_core::Credential::OAuthGrant(_), Some(o)) => Err(HttpError::new(
                 StatusCode::FORBIDDEN,
                 "access token missing required scope: mcp:read",
             )
@@ -429,11 +428,12 @@ impl McpApp for BreezeMcp {
     /// reason, such as production's `ai:execute_admin`) get the JSON-RPC refusal as before.
     fn screen(
         &self,
-        client: &Client<McpPrincipal>,
+        client: &Client<Connected>,
         request: &breeze_mcp::jsonrpc::Request,
     ) -> Result<(), HttpError> {
         let p = &client.principal;
-        let (Credential::Grant(_), Some(settings)) = (&p.credential, &self.state.config.oauth)
+        let (breeze_core::Credential::OAuthGrant(_), Some(settings)) =
+            (p.caller.credential(), &self.state.config.oauth)
         else {
             return Ok(());
         };
@@ -447,14 +447,21 @@ impl McpApp for BreezeMcp {
         let Some(tier) = self.call_tier(p, name, params.and_then(|p| p.get("arguments"))) else {
             return Ok(());
         };
-        if tier == Tier::T4 || self.state.pipeline.guard().reaches_tier(&p.scopes, tier) {
+        if tier == Tier::T4
+            || self
+                .state
+                .pipeline
+                .guard()
+                .reaches_tier(p.caller.scopes(), tier)
+        {
             return Ok(());
         }
         let Some(needed) = breeze_oauth::scope::oauth_name(tier.scope()) else {
             return Ok(());
         };
         let mut held: Vec<&str> = p
-            .scopes
+            .caller
+            .scopes()
             .iter()
             .filter_map(breeze_oauth::scope::oauth_name)
             .collect();
@@ -498,7 +505,7 @@ impl McpApp for BreezeMcp {
         Some(INSTRUCTIONS.into())
     }
 
-    async fn list_tools(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ToolDef>, ErrorObject> {
+    async fn list_tools(&self, cx: &Cx<Connected>) -> Result<Vec<ToolDef>, ErrorObject> {
         let p = &cx.client.principal;
         if p.catalog.mode == CatalogMode::Consolidated {
             return Ok(self
@@ -508,11 +515,10 @@ impl McpApp for BreezeMcp {
                 .map(|(_, d)| d.clone())
                 .collect());
         }
-        let caller = p.caller();
         Ok(self
             .state
             .pipeline
-            .visible(&caller)
+            .visible(&p.caller)
             .filter(|t| p.catalog.admits(t))
             .map(|t| self.tool_def(t))
             .collect())
@@ -520,7 +526,7 @@ impl McpApp for BreezeMcp {
 
     async fn call_tool(
         &self,
-        cx: Cx<McpPrincipal>,
+        cx: Cx<Connected>,
         name: String,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
@@ -541,7 +547,7 @@ impl McpApp for BreezeMcp {
         self.run(cx, &name, arguments).await
     }
 
-    async fn list_resources(&self, cx: &Cx<McpPrincipal>) -> Result<Vec<ResourceDef>, ErrorObject> {
+    async fn list_resources(&self, cx: &Cx<Connected>) -> Result<Vec<ResourceDef>, ErrorObject> {
         Self::require_read(&cx.client.principal)?;
         Ok(resources::RESOURCES
             .iter()
@@ -557,7 +563,7 @@ impl McpApp for BreezeMcp {
 
     async fn list_resource_templates(
         &self,
-        cx: &Cx<McpPrincipal>,
+        cx: &Cx<Connected>,
     ) -> Result<Vec<ResourceTemplateDef>, ErrorObject> {
         Self::require_read(&cx.client.principal)?;
         let t = resources::DEVICE_TEMPLATE;
@@ -572,12 +578,12 @@ impl McpApp for BreezeMcp {
 
     async fn read_resource(
         &self,
-        cx: Cx<McpPrincipal>,
+        cx: Cx<Connected>,
         uri: String,
     ) -> Result<Vec<ResourceContents>, ErrorObject> {
         Self::require_read(&cx.client.principal)?;
-        Self::require_role_for(&cx.client.principal, &uri)?;
-        let org = self.state.store.org(cx.client.principal.org_id);
+        self.require_role_for(&cx.client.principal, &uri)?;
+        let org = self.state.store.org(cx.client.principal.caller.org());
         let doc = resources::read(&org, &uri, &self.server_document(&cx))
             .await
             .map_err(|e| match e {
@@ -598,7 +604,7 @@ impl McpApp for BreezeMcp {
         Ok(vec![ResourceContents::text(uri, "application/json", text)])
     }
 
-    async fn list_prompts(&self, _cx: &Cx<McpPrincipal>) -> Result<Vec<PromptDef>, ErrorObject> {
+    async fn list_prompts(&self, _cx: &Cx<Connected>) -> Result<Vec<PromptDef>, ErrorObject> {
         Ok(prompts::PROMPTS
             .iter()
             .map(|p| PromptDef {
@@ -620,7 +626,7 @@ impl McpApp for BreezeMcp {
 
     async fn get_prompt(
         &self,
-        _cx: Cx<McpPrincipal>,
+        _cx: Cx<Connected>,
         name: String,
         arguments: Map<String, Value>,
     ) -> Result<GetPromptResult, ErrorObject> {
@@ -635,7 +641,7 @@ impl McpApp for BreezeMcp {
         })
     }
 
-    async fn record(&self, r: RequestRecord<'_, McpPrincipal>) -> Result<(), ErrorObject> {
+    async fn record(&self, r: RequestRecord<'_, Connected>) -> Result<(), ErrorObject> {
         let p = &r.client.principal;
         // Only what the record's columns do not already say: the action names the method
         // (`tools/call` is `mcp.tools.call`) and the resource id its tool, URI or prompt. Every
@@ -652,11 +658,11 @@ impl McpApp for BreezeMcp {
         details.insert("transport".into(), json!(r.transport.as_str()));
         details.insert("protocol_version".into(), json!(r.protocol.as_str()));
         let mut event = AuditEvent::new(
-            p.credential.actor(),
+            p.caller.actor(),
             &format!("mcp.{}", r.method.replace('/', ".")),
             "mcp",
         )
-        .org(p.org_id)
+        .org(p.caller.org())
         .details(Value::Object(details));
         if let Some(t) = r.target {
             event = event.resource(t);
@@ -678,7 +684,7 @@ impl McpApp for BreezeMcp {
 
     /// Refusals (rate-limited ones sampled: see `audit_writer`), sessions ended to make room,
     /// DELETEs and streams opened.
-    async fn record_transport(&self, r: TransportRecord<'_, McpPrincipal>) {
+    async fn record_transport(&self, r: TransportRecord<'_, Connected>) {
         let p = &r.client.principal;
         let mut details = Map::new();
         details.insert("transport".into(), json!(r.transport.as_str()));
@@ -693,10 +699,11 @@ impl McpApp for BreezeMcp {
             } => {
                 if rate_limited {
                     let now = self.state.clock.now();
-                    match self
-                        .refusals
-                        .sample(&r.client.key, now, (p.credential, p.org_id))
-                    {
+                    match self.refusals.sample(
+                        &r.client.key,
+                        now,
+                        (p.caller.credential(), p.caller.user(), p.caller.org()),
+                    ) {
                         Sampled::Counted => return,
                         Sampled::Record { unrecorded_before } if unrecorded_before > 0 => {
                             details.insert("unrecorded_before".into(), json!(unrecorded_before));
@@ -731,8 +738,8 @@ impl McpApp for BreezeMcp {
             TransportEvent::SessionDeleted => ("mcp.session.delete", None),
             TransportEvent::StreamOpened => ("mcp.stream.open", None),
         };
-        let mut event = AuditEvent::new(p.credential.actor(), action, "mcp")
-            .org(p.org_id)
+        let mut event = AuditEvent::new(p.caller.actor(), action, "mcp")
+            .org(p.caller.org())
             .details(Value::Object(details))
             .request(r.request_id.map(str::to_owned));
         if let Some(s) = r.session_id {
@@ -757,7 +764,7 @@ impl BreezeMcp {
         &self,
         oauth: &breeze_oauth::OAuth,
         headers: &HeaderMap,
-    ) -> Result<breeze_core::OAuthPrincipal, HttpError> {
+    ) -> Result<breeze_oauth::Bearer, HttpError> {
         let Some(settings) = &self.state.config.oauth else {
             return Err(HttpError::new(StatusCode::UNAUTHORIZED, "not signed in"));
         };
@@ -805,7 +812,7 @@ impl BreezeMcp {
 
     /// The tier a `tools/call` of `name` with `arguments` is judged at, as the guard will judge
     /// it (a batch: its costliest item); `None` for a tool this connection does not have.
-    fn call_tier(&self, p: &McpPrincipal, name: &str, arguments: Option<&Value>) -> Option<Tier> {
+    fn call_tier(&self, p: &Connected, name: &str, arguments: Option<&Value>) -> Option<Tier> {
         if p.catalog.mode == CatalogMode::Consolidated {
             return MetaTool::from_name(name).map(MetaTool::tier);
         }
@@ -817,7 +824,7 @@ impl BreezeMcp {
             .filter(|t| p.catalog.admits(t))?;
         let empty = Value::Object(Map::new());
         let args = arguments.unwrap_or(&empty);
-        if breeze_pipeline::batch::is_batch(args) {
+        if breeze_pipeline::envelope::is_batch(args) {
             let items = args.get("items").and_then(Value::as_array)?;
             return items
                 .iter()
@@ -828,22 +835,22 @@ impl BreezeMcp {
     }
 
     /// Whether `p`'s scopes reach meta-tool `m` (listing and calling agree on this).
-    fn reaches_meta(&self, p: &McpPrincipal, m: MetaTool) -> bool {
+    fn reaches_meta(&self, p: &Connected, m: MetaTool) -> bool {
         self.state
             .pipeline
             .guard()
-            .reaches_tier(&p.scopes, m.tier())
+            .reaches_tier(p.caller.scopes(), m.tier())
     }
 
     /// Runs `name` through the pipeline and turns its outcome into an MCP answer.
     async fn run(
         &self,
-        cx: Cx<McpPrincipal>,
+        cx: Cx<Connected>,
         name: &str,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
         let started = std::time::Instant::now();
-        let caller = cx.client.principal.caller();
+        let caller = cx.client.principal.caller.clone();
         let mut options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
             progress: None,
@@ -881,13 +888,14 @@ impl BreezeMcp {
                 Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")))
             }
             CallOutcome::Refused(r) => {
-                let e = refusal_error(&r, &cx.client.principal.scopes);
+                let e = refusal_error(&r, cx.client.principal.caller.scopes());
                 // The specification answers scope, permission and rate-limit refusals as
                 // JSON-RPC errors; their `data` carries the structured error.
                 let code = match r {
                     Refusal::MissingScope { .. }
                     | Refusal::NoRole
                     | Refusal::MissingPermission(_)
+                    | Refusal::PersonOnly { .. }
                     | Refusal::NotAllowlisted { .. } => codes::INTERNAL_ERROR,
                     Refusal::RateLimited { .. } | Refusal::LimiterUnavailable => {
                         codes::SERVER_ERROR
@@ -907,7 +915,7 @@ impl BreezeMcp {
     /// once the operation is known to the connection's catalog and its call's class matches.
     async fn call_meta(
         &self,
-        cx: Cx<McpPrincipal>,
+        cx: Cx<Connected>,
         name: String,
         arguments: Value,
     ) -> Result<CallToolResult, ErrorObject> {
@@ -921,7 +929,7 @@ impl BreezeMcp {
                 scope: meta_tool.tier().scope(),
                 production_admin: false,
             };
-            let e = refusal_error(&refusal, &p.scopes);
+            let e = refusal_error(&refusal, p.caller.scopes());
             return Err(ErrorObject::new(codes::INTERNAL_ERROR, e.message.clone())
                 .with_data(error_data(&e)));
         }
@@ -933,10 +941,15 @@ impl BreezeMcp {
         };
         let Some(class) = meta_tool.class() else {
             return answered(if meta_tool == MetaTool::Discover {
-                self.consolidated
-                    .discover(guard, registry, &p.catalog, &p.scopes, &arguments)
+                self.consolidated.discover(
+                    guard,
+                    registry,
+                    &p.catalog,
+                    p.caller.scopes(),
+                    &arguments,
+                )
             } else {
-                Consolidated::describe(guard, registry, &p.catalog, &p.scopes, &arguments)
+                Consolidated::describe(guard, registry, &p.catalog, p.caller.scopes(), &arguments)
             });
         };
         let (operation, input) = match meta_input(&name, arguments) {
@@ -956,8 +969,10 @@ impl BreezeMcp {
     /// Writes one `mcp.refused.count` record per key whose sampling window has passed with
     /// refusals counted but not recorded (see `audit_writer`).
     pub async fn write_refusal_counts(&self) {
-        for (started, count, (credential, org_id)) in self.refusals.due(self.state.clock.now()) {
-            let event = AuditEvent::new(credential.actor(), "mcp.refused.count", "mcp")
+        for (started, count, (credential, user, org_id)) in
+            self.refusals.due(self.state.clock.now())
+        {
+            let event = AuditEvent::new(credential.actor(user), "mcp.refused.count", "mcp")
                 .org(org_id)
                 .details(json!({
                     "rate_limited": true,

@@ -336,6 +336,7 @@ fn refusal_reason(r: &Refusal) -> &'static str {
         Refusal::MissingScope { .. } => "missing_scope",
         Refusal::NoRole => "no_role",
         Refusal::MissingPermission(_) => "missing_permission",
+        Refusal::PersonOnly { .. } => "person_only",
         Refusal::RateLimited { .. } => "rate_limited",
         Refusal::LimiterUnavailable => "limiter_unavailable",
         Refusal::NotAllowlisted { .. } => "not_allowlisted",

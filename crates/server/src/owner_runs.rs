@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use breeze_core::{Actor, ActorType, DeviceId, OrgId, RunStatus};
+use breeze_core::{Actor, ActorType, Caller, DeviceId, OrgId, RunStatus};
 use breeze_pipeline::{CallOutcome, Pipeline, standing};
 use breeze_store::{ApprovalRecord, DeviceOutcome, Store, StoreError};
 use breeze_tools::CallOptions;
@@ -116,15 +116,14 @@ pub(crate) async fn acting_as(
     store: &Store,
     org: OrgId,
     acting: &str,
-) -> Result<Result<standing::Standing, String>, StoreError> {
+) -> Result<Result<Caller, String>, StoreError> {
     let Some(actor) = actor_of(acting) else {
         return Ok(Err(format!("{acting} cannot act")));
     };
-    let clock = store.clock().clone();
-    match standing::standing(store, clock.as_ref(), org, &actor).await {
-        Ok(s) => Ok(Ok(s)),
+    match standing::standing_worker(store, org, &actor).await {
+        Ok(caller) => Ok(Ok(caller)),
         Err(standing::StandingError::Void(why)) => Ok(Err(format!(
-            "runs as {actor}, which cannot act: {why}; nothing was run"
+            "runs as {actor}, which cannot act: the {why}; nothing was run"
         ))),
         Err(standing::StandingError::Store(e)) => Err(e),
     }
@@ -154,7 +153,7 @@ pub(crate) struct Called {
 /// `caller`, with `request_id` on its approval request and audit records when given.
 pub(crate) async fn call_script(
     pipeline: &Pipeline,
-    caller: &breeze_pipeline::Caller<'_>,
+    caller: &Caller,
     script: ScriptCall<'_>,
     devices: &[DeviceId],
     request_id: Option<String>,
@@ -251,7 +250,7 @@ impl Dispatched {
 /// time.
 pub(crate) async fn run_script_as(
     pipeline: &Pipeline,
-    caller: &breeze_pipeline::Caller<'_>,
+    caller: &Caller,
     script: ScriptCall<'_>,
     devices: &[DeviceId],
 ) -> Dispatched {

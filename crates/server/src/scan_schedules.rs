@@ -96,7 +96,7 @@ impl ScanScheduleWorker {
         let outcome = self
             .pipeline
             .call(
-                &standing.caller(),
+                &standing,
                 "security_scan",
                 args,
                 CallOptions {

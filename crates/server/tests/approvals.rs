@@ -420,7 +420,7 @@ async fn pending_answers_status_tool_and_pinning(cx: Ctx) {
 
     // Approved with nobody waiting: the resumer runs it once; the status tool has the result.
     let stop = tokio_util::sync::CancellationToken::new();
-    w.state.pipeline.approvals().spawn_resumer(stop.clone());
+    w.state.pipeline.spawn_resumer(stop.clone());
     let cookie = login(&app, "admin@p.test").await;
     let r = send(&app, decide(&cookie, &id, "approve", None)).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -662,7 +662,7 @@ async fn a_pending_answer_detaches_the_request(cx: Ctx) {
         "pending"
     );
     let stop = tokio_util::sync::CancellationToken::new();
-    w.state.pipeline.approvals().spawn_resumer(stop.clone());
+    w.state.pipeline.spawn_resumer(stop.clone());
     let cookie = login(&app, "admin@p.test").await;
     let r = send(&app, decide(&cookie, &id, "approve", None)).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);

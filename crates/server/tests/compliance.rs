@@ -398,7 +398,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
         .await
         .unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    state.pipeline.approvals().spawn_resumer(stop.clone());
+    state.pipeline.spawn_resumer(stop.clone());
     let mut queued = Vec::new();
     for _ in 0..100 {
         queued = w

@@ -187,7 +187,7 @@ async fn actor_of(w: &World, secret: &str) -> String {
         .authenticate_api_key(Some(secret))
         .await
         .unwrap();
-    format!("api_key:{}", p.key_id)
+    format!("api_key:{}", p.api_key_id().unwrap())
 }
 
 async fn a_write_key_deployment_never_runs(cx: Ctx) {
@@ -717,7 +717,7 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     .unwrap();
     let state = quick_state(&w);
     let stop = tokio_util::sync::CancellationToken::new();
-    state.pipeline.approvals().spawn_resumer(stop.clone());
+    state.pipeline.spawn_resumer(stop.clone());
     for _ in 0..100 {
         if o.get_approval(approval.id).await.unwrap().is_final() {
             break;
@@ -852,10 +852,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
         .await;
     assert!(late.is_err(), "a withdrawn request cannot be approved");
     let stop = tokio_util::sync::CancellationToken::new();
-    let resumer = quick_state(&w)
-        .pipeline
-        .approvals()
-        .spawn_resumer(stop.clone());
+    let resumer = quick_state(&w).pipeline.spawn_resumer(stop.clone());
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     stop.cancel();
     resumer.await.unwrap();
@@ -1201,7 +1198,7 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
     // Past the few seconds a live waiter gets first: the resumer runs it.
     cx.clock.advance(chrono::Duration::seconds(5));
     let stop = tokio_util::sync::CancellationToken::new();
-    let resumer = state.pipeline.approvals().spawn_resumer(stop.clone());
+    let resumer = state.pipeline.spawn_resumer(stop.clone());
     let mut queued = Vec::new();
     for _ in 0..200 {
         queued = o.list_commands(web, 10).await.unwrap();

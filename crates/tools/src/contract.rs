@@ -407,12 +407,27 @@ pub struct ToolCx<'a> {
     pub(crate) progress: Option<mpsc::UnboundedSender<ProgressReport>>,
 }
 
-/// The services tools run against, for every organization; a handler sees them only through a
-/// [`ToolCx`] narrowed to the cleared organization.
-#[derive(Clone, Copy)]
-pub struct Services<'a> {
-    pub store: &'a Store,
-    pub gateway: &'a Gateway,
+/// The store and the device gateway for every organization: the escape hatch from tenancy,
+/// held by the pipeline alone and opened only inside [`crate::ToolSpec::call`] and
+/// [`crate::ToolSpec::precheck`], which narrow it to the organization a guard verdict names
+/// (a [`ToolCx`]). Its fields are private, so holding one lets nobody read across
+/// organizations.
+#[derive(Clone)]
+pub struct Unscoped {
+    store: Store,
+    gateway: Gateway,
+}
+
+impl Unscoped {
+    pub fn new(store: Store, gateway: Gateway) -> Self {
+        Self { store, gateway }
+    }
+}
+
+impl std::fmt::Debug for Unscoped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unscoped").finish_non_exhaustive()
+    }
 }
 
 /// What the front door passes along with a call: its request id (for audit records) and where
@@ -433,16 +448,16 @@ pub struct ProgressReport {
 
 impl<'a> ToolCx<'a> {
     pub(crate) fn new(
-        services: Services<'a>,
+        unscoped: &'a Unscoped,
         org: OrgId,
         actor: Actor,
         options: CallOptions,
     ) -> Self {
         ToolCx {
-            org: services.store.org(org),
-            fleet: services.gateway.org(org),
+            org: unscoped.store.org(org),
+            fleet: unscoped.gateway.org(org),
             actor,
-            clock: services.store.clock().as_ref(),
+            clock: unscoped.store.clock().as_ref(),
             request_id: options.request_id,
             progress: options.progress,
         }

@@ -20,7 +20,7 @@ mod tools;
 
 pub use contract::{
     Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin, ProgressReport,
-    RateLimit, Rendered, Services, Tier, Tool, ToolCx, ToolError, per,
+    RateLimit, Rendered, Tier, Tool, ToolCx, ToolError, Unscoped, per,
 };
 pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 /// Starts install and rollback jobs whose maintenance window has opened (the server runs it

@@ -11,8 +11,8 @@ use breeze_core::Permission;
 use breeze_guard::{AwaitingApproval, Cleared, Guarded};
 
 use crate::contract::{
-    Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, Pin, RateLimit, Services, Tier, Tool,
-    ToolCx, ToolError,
+    Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, Pin, RateLimit, Tier, Tool, ToolCx,
+    ToolError, Unscoped,
 };
 
 /// A tool's output, serialized once from its typed value.
@@ -177,19 +177,19 @@ impl ToolSpec {
 
     /// Runs the handler on already validated arguments, as the guard cleared it: in the
     /// cleared organization, as the cleared actor. Returns the structured output as JSON text
-    /// (`serde_json::from_str` makes a tree of it where one is needed). A clearance for another
-    /// tool runs nothing.
+    /// (`serde_json::from_str` makes a tree of it where one is needed). The clearance is
+    /// spent; one for another tool, action or arguments runs nothing.
     pub fn call<'a>(
         &self,
-        services: Services<'a>,
-        cleared: &Cleared,
+        unscoped: &'a Unscoped,
+        cleared: Cleared,
         args: Value,
         options: CallOptions,
     ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
-        if cleared.tool() != self.name {
-            return Box::pin(std::future::ready(Err(mismatch(cleared.tool(), self.name))));
+        if !cleared.binds(self, &args) {
+            return Box::pin(std::future::ready(Err(mismatch(&cleared, self.name))));
         }
-        let cx = ToolCx::new(services, cleared.org(), cleared.actor().clone(), options);
+        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
         (self.call)(cx, args)
     }
 
@@ -198,25 +198,33 @@ impl ToolSpec {
     /// pin.
     pub fn precheck<'a>(
         &self,
-        services: Services<'a>,
+        unscoped: &'a Unscoped,
         awaiting: &AwaitingApproval,
         args: &'a Value,
         options: CallOptions,
     ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
         let cleared = awaiting.cleared_for_precheck();
-        if cleared.tool() != self.name {
-            return Box::pin(std::future::ready(Err(mismatch(cleared.tool(), self.name))));
+        if !cleared.binds(self, args) {
+            return Box::pin(std::future::ready(Err(mismatch(cleared, self.name))));
         }
-        let cx = ToolCx::new(services, cleared.org(), cleared.actor().clone(), options);
+        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
         (self.precheck)(cx, args)
     }
 }
 
-fn mismatch(cleared: &str, tool: &str) -> ToolError {
-    tracing::error!(cleared, tool, "a clearance was presented for another tool");
+fn mismatch(cleared: &Cleared, tool: &str) -> ToolError {
+    let (cleared_tool, action) = (cleared.tool(), cleared.action().unwrap_or("-"));
+    tracing::error!(
+        cleared = cleared_tool,
+        action,
+        tool,
+        "a clearance was presented for another call"
+    );
     ToolError::new(
         ErrorCode::Internal,
-        format!("the call was cleared for {cleared}, not {tool}; nothing was run"),
+        format!(
+            "the clearance was for {cleared_tool} ({action}) with other arguments, not this call of {tool}; nothing was run"
+        ),
     )
 }
 
@@ -227,6 +235,10 @@ impl Guarded for ToolSpec {
 
     fn tier_for(&self, args: &Value) -> Tier {
         self.effective_tier(args)
+    }
+
+    fn action_for(&self, args: &Value) -> Option<&'static str> {
+        self.action(args).map(|a| a.name)
     }
 
     fn lowest_tier(&self) -> Tier {

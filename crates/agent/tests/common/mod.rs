@@ -21,7 +21,7 @@ use breeze_core::{Actor, ActorType, AuditEvent, OrgId, SystemClock};
 use breeze_gateway::GatewayConfig;
 use breeze_limits::{MemoryLimiter, RateLimiter};
 use breeze_pipeline::{
-    CallOutcome, Caller,
+    CallOutcome,
     approvals::{DecisionRequest, decide},
 };
 use breeze_server::{AppState, Breeze, ServerConfig};
@@ -344,7 +344,7 @@ pub(crate) async fn call_outcome(
         .state
         .pipeline
         .call(
-            &Caller::api_key(&principal),
+            &principal,
             tool,
             args,
             options,

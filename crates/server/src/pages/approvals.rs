@@ -18,7 +18,7 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::{Permission, Timestamp, UserId};
+use breeze_core::{Operation, Permission, Timestamp, UserId};
 use breeze_pipeline::approvals::{DecideError, DecisionRequest, decide, find_for};
 use breeze_store::{ApprovalRecord, Decision};
 use serde::Deserialize;
@@ -198,7 +198,13 @@ async fn page(
     status: StatusCode,
     banner: Banner,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(state, &who.principal(), org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        state,
+        &who.authenticated(),
+        org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let mut people = People {
         state,
         names: HashMap::new(),
@@ -281,7 +287,13 @@ async fn pending_fragment(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let mut people = People {
         state: &state,
         names: HashMap::new(),
@@ -314,7 +326,13 @@ async fn decide_one(
     f: SignedForm<DecisionForm>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let not_found = || PageError::from(ApiError::not_found("approval request not found"));
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     let reason = f.form.reason.trim().to_owned();
@@ -347,7 +365,7 @@ async fn decide_one(
         &state.store,
         state.pipeline.registry(),
         &who.user,
-        who.principal().actor(),
+        who.authenticated().actor(),
         DecisionRequest {
             id,
             decision,

@@ -11,7 +11,7 @@ use axum::{
     response::Response,
     routing::get,
 };
-use breeze_core::{ActorType, AuditResult, Permission, Timestamp};
+use breeze_core::{ActorType, AuditResult, Operation, Permission, Timestamp};
 use breeze_store::{AuditCursor, AuditFilter};
 use chrono::{NaiveDateTime, TimeZone, Utc};
 use serde::Deserialize;
@@ -133,7 +133,13 @@ async fn show(
     Path(org): Path<String>,
     q: Result<Query<Q>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::AuditRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::AuditRead),
+    )
+    .await?;
     let (q, mut error) = match q {
         Ok(Query(q)) => (q, String::new()),
         Err(e) => (Q::default(), e.body_text()),

@@ -21,7 +21,7 @@ use axum::{
     response::Response,
     routing::get,
 };
-use breeze_core::{DeviceId, DeviceStatus, OsFamily, Permission, SiteId, Timestamp};
+use breeze_core::{DeviceId, DeviceStatus, Operation, OsFamily, Permission, SiteId, Timestamp};
 use breeze_store::{Aggregation, DeviceFilter, MetricPoint};
 use chrono::Duration;
 use serde::Deserialize;
@@ -252,7 +252,13 @@ async fn list(
     Path(org): Path<String>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let Listing {
         search,
         query: q,
@@ -308,7 +314,13 @@ async fn rows_fragment(
     Path(org): Path<String>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let listing = listing(&state, &scope, q).await?;
     render_status(
         list_status(&listing.problems),
@@ -549,7 +561,13 @@ async fn charts_fragment(
     Path((org, id)): Path<(String, String)>,
     Query(q): Query<WindowQuery>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let window = Window::parse(q.window.trim())?;
     let device = device_id(&id)?;
     let store = scope.store(&state);
@@ -572,7 +590,13 @@ async fn status_fragment(
     who: SignedIn,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let device = scope.store(&state).get_device(device_id(&id)?).await?;
     render(&StatusFragment {
         status: device.status.as_str(),
@@ -640,7 +664,13 @@ async fn show(
     Path((org, id)): Path<(String, String)>,
     Query(q): Query<WindowQuery>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let window = Window::parse(q.window.trim())?;
     let device_id = device_id(&id)?;
     let store = scope.store(&state);

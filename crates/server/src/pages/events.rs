@@ -19,7 +19,7 @@ use axum::{
         sse::{Event, KeepAlive, Sse},
     },
 };
-use breeze_core::{DeviceStatus, Permission};
+use breeze_core::{DeviceStatus, Operation, Permission};
 use breeze_store::DeviceFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -34,7 +34,13 @@ pub(super) async fn stream(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let org_id = scope.org.id;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(8);
     tokio::spawn(async move {

@@ -32,11 +32,14 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::{Principal, User};
+use breeze_core::User;
 use serde::de::DeserializeOwned;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use crate::{ApiError, AppState, extract::session_cookie};
+use crate::{
+    ApiError, AppState,
+    extract::{Authenticated, session_cookie},
+};
 
 pub(crate) use layout::{Layout, Section};
 
@@ -186,9 +189,9 @@ pub(crate) struct SignedIn {
 }
 
 impl SignedIn {
-    /// The principal the REST authorization (`authz`) judges.
-    pub(crate) fn principal(&self) -> Principal {
-        Principal::User(self.user.clone())
+    /// Who authenticated, as the authorization (`authz`) judges it.
+    pub(crate) fn authenticated(&self) -> Authenticated {
+        Authenticated::Person(self.user.clone())
     }
 }
 

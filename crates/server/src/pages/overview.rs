@@ -8,7 +8,7 @@ use axum::{
     response::Response,
     routing::get,
 };
-use breeze_core::{DeviceStatus, Permission};
+use breeze_core::{DeviceStatus, Operation, Permission};
 use breeze_store::DeviceFilter;
 
 use super::{Layout, PageError, Section, SignedIn, render};
@@ -34,7 +34,13 @@ async fn show(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let store = scope.store(&state);
     let count = |status: Option<DeviceStatus>| {
         let filter = DeviceFilter {

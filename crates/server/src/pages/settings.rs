@@ -17,7 +17,7 @@ use axum::{
     routing::{get, post},
 };
 use breeze_auth::CreateApiKey;
-use breeze_core::{ApiKeyId, AuditEvent, GrantId, Permission, Scope, ScopeSet};
+use breeze_core::{ApiKeyId, AuditEvent, GrantId, Operation, Permission, Scope, ScopeSet};
 use chrono::Duration;
 
 use super::{Layout, PageError, Section, SignedForm, SignedIn, render, render_status};
@@ -158,7 +158,13 @@ async fn keys_page(
         notice,
         secret,
     } = answer;
-    let scope = org_scope(state, &who.principal(), org, Permission::ApikeysManage).await?;
+    let scope = org_scope(
+        state,
+        &who.authenticated(),
+        org,
+        Operation::write(Permission::ApikeysManage),
+    )
+    .await?;
     let now = state.clock.now();
     let keys = scope
         .store(state)
@@ -234,7 +240,13 @@ async fn create_key(
     f: SignedForm<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(&state, &who.principal(), &org, Permission::ApikeysManage).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::write(Permission::ApikeysManage),
+    )
+    .await?;
     let field = |name: &str| {
         f.form
             .iter()
@@ -273,14 +285,14 @@ async fn create_key(
     }
     let expires_at =
         (draft.days > 0).then(|| state.clock.now() + Duration::days(i64::from(draft.days)));
-    let audit =
-        AuditEvent::new(who.principal().actor(), "api_key.create", "api_key").request(request_id);
+    let audit = AuditEvent::new(who.authenticated().actor(), "api_key.create", "api_key")
+        .request(request_id);
     let created = state
         .auth
         .create_api_key(
             CreateApiKey {
                 org_id: scope.org.id,
-                user_id: scope.access.user_id,
+                user_id: scope.caller.user(),
                 name: draft.name.clone(),
                 scopes: ScopeSet::new(draft.scopes.iter().copied()),
                 expires_at,
@@ -325,12 +337,18 @@ async fn revoke_key(
     f: SignedForm<Empty>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(&state, &who.principal(), &org, Permission::ApikeysManage).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::write(Permission::ApikeysManage),
+    )
+    .await?;
     let id: ApiKeyId = id
         .parse()
         .map_err(|_| PageError::from(ApiError::not_found("API key not found")))?;
-    let audit =
-        AuditEvent::new(who.principal().actor(), "api_key.revoke", "api_key").request(request_id);
+    let audit = AuditEvent::new(who.authenticated().actor(), "api_key.revoke", "api_key")
+        .request(request_id);
     scope.store(&state).revoke_api_key(id, audit).await?;
     Ok(Redirect::to(&format!("/o/{}/settings/api-keys", scope.org.slug)).into_response())
 }
@@ -424,7 +442,13 @@ async fn mcp(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Mcp, "MCP").await?;
     let base = state.config.public_url.trim_end_matches('/');
     render(&McpPage {
@@ -526,7 +550,13 @@ async fn apps(
 ) -> Result<Response, PageError> {
     let state = &state;
     let who = &who;
-    let scope = org_scope(state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let oauth = state.oauth.is_some();
     let grants = if oauth {
         grant_rows(state, who).await?
@@ -559,15 +589,25 @@ async fn revoke_grant(
     f: SignedForm<Empty>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(&state, &who.principal(), &org, Permission::DevicesRead).await?;
+    let scope = org_scope(
+        &state,
+        &who.authenticated(),
+        &org,
+        Operation::read(Permission::DevicesRead),
+    )
+    .await?;
     let not_found = || PageError::from(ApiError::not_found("OAuth grant not found"));
     if state.oauth.is_none() {
         return Err(not_found());
     }
     let id: GrantId = id.parse().map_err(|_| not_found())?;
-    let audit = AuditEvent::new(who.principal().actor(), "oauth.grant.revoke", "oauth_grant")
-        .details(serde_json::json!({ "reason": "revoked_by_user" }))
-        .request(request_id);
+    let audit = AuditEvent::new(
+        who.authenticated().actor(),
+        "oauth.grant.revoke",
+        "oauth_grant",
+    )
+    .details(serde_json::json!({ "reason": "revoked_by_user" }))
+    .request(request_id);
     state
         .store
         .revoke_user_oauth_grant(who.user.id, id, audit)

@@ -8,14 +8,14 @@ use axum::{
     routing::{delete, get},
 };
 use breeze_auth::CreateApiKey;
-use breeze_core::{ApiKeyId, AuditEvent, Permission, ScopeSet, Timestamp};
+use breeze_core::{ApiKeyId, AuditEvent, ScopeSet, Timestamp};
 use breeze_store::ApiKeyRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::{
     ApiError, AppState,
-    authz::org_scope,
-    extract::{Authenticated, Json as JsonBody, RequestId},
+    authz::OrgScope,
+    extract::{Json as JsonBody, RequestId},
 };
 
 pub(crate) fn router() -> Router<AppState> {
@@ -42,19 +42,19 @@ struct Created {
 
 async fn create(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path(org): Path<String>,
+
     JsonBody(req): JsonBody<CreateRequest>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ApikeysManage).await?;
-    let audit = AuditEvent::new(principal.actor(), "api_key.create", "api_key").request(request_id);
+    let audit =
+        AuditEvent::new(scope.caller.actor(), "api_key.create", "api_key").request(request_id);
     let (secret, record) = state
         .auth
         .create_api_key(
             CreateApiKey {
                 org_id: scope.org.id,
-                user_id: scope.access.user_id,
+                user_id: scope.caller.user(),
                 name: req.name,
                 scopes: req.scopes,
                 expires_at: req.expires_at,
@@ -73,24 +73,22 @@ async fn create(
 
 async fn list(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ApikeysManage).await?;
     let keys = scope.store(&state).list_api_keys().await?;
     Ok(Json(serde_json::json!({ "api_keys": keys })))
 }
 
 async fn revoke(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path((org, key)): Path<(String, String)>,
+    Path((_, key)): Path<(String, String)>,
 ) -> Result<Json<ApiKeyRecord>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ApikeysManage).await?;
     let id: ApiKeyId = key
         .parse()
         .map_err(|_| ApiError::not_found("API key not found"))?;
-    let audit = AuditEvent::new(principal.actor(), "api_key.revoke", "api_key").request(request_id);
+    let audit =
+        AuditEvent::new(scope.caller.actor(), "api_key.revoke", "api_key").request(request_id);
     Ok(Json(scope.store(&state).revoke_api_key(id, audit).await?))
 }

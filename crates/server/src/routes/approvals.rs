@@ -7,7 +7,7 @@ use axum::{
     extract::{Path, State},
     routing::{get, post},
 };
-use breeze_core::{Principal, User};
+use breeze_core::User;
 use breeze_store::{ApprovalRecord, Decision};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -27,13 +27,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/approvals/{id}/{decision}", post(decide_one))
 }
 
-fn person(principal: Principal) -> Result<User, ApiError> {
-    match principal {
-        Principal::User(user) => Ok(user),
-        Principal::ApiKey(_) => Err(ApiError::forbidden(
-            "API keys cannot see or decide approval requests; sign in as a person",
-        )),
-    }
+fn person(who: Authenticated) -> Result<User, ApiError> {
+    who.person("see or decide approval requests").cloned()
 }
 
 impl From<DecideError> for ApiError {
@@ -46,11 +41,8 @@ impl From<DecideError> for ApiError {
     }
 }
 
-async fn list(
-    State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-) -> Result<Json<Value>, ApiError> {
-    let user = person(principal)?;
+async fn list(State(state): State<AppState>, who: Authenticated) -> Result<Json<Value>, ApiError> {
+    let user = person(who)?;
     let orgs: Vec<_> = state
         .store
         .user_organizations(user.id)
@@ -64,10 +56,10 @@ async fn list(
 
 async fn show(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
     Path(id): Path<String>,
 ) -> Result<Json<ApprovalRecord>, ApiError> {
-    let user = person(principal)?;
+    let user = person(who)?;
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found("approval request not found"))?;
     Ok(Json(find_for(&state.store, user.id, id).await?))
 }
@@ -80,13 +72,13 @@ struct DecisionBody {
 
 async fn decide_one(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
     RequestId(request_id): RequestId,
     Path((id, decision)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Result<Json<ApprovalRecord>, ApiError> {
-    let actor = principal.actor();
-    let user = person(principal)?;
+    let actor = who.actor();
+    let user = person(who)?;
     let decision = match decision.as_str() {
         "approve" => Decision::Approve,
         "deny" => Decision::Deny,

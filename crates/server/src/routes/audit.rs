@@ -5,11 +5,11 @@ use axum::{
     extract::{Query, State, rejection::QueryRejection},
     routing::get,
 };
-use breeze_core::{ActorType, AuditResult, Permission, Timestamp};
+use breeze_core::{ActorType, AuditResult, Timestamp};
 use breeze_store::{AuditCursor, AuditFilter, AuditPage};
 use serde::Deserialize;
 
-use crate::{ApiError, AppState, authz::org_scope, extract::Authenticated};
+use crate::{ApiError, AppState, authz::OrgScope};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/orgs/{org}/audit", get(query))
@@ -40,12 +40,10 @@ struct Page {
 
 async fn query(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    axum::extract::Path(org): axum::extract::Path<String>,
+    scope: OrgScope,
     q: Result<Query<AuditQuery>, QueryRejection>,
 ) -> Result<Json<Page>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let scope = org_scope(&state, &principal, &org, Permission::AuditRead).await?;
     let limit = q.limit.unwrap_or(100);
     if limit == 0 || limit > breeze_store::MAX_AUDIT_PAGE {
         return Err(ApiError::bad_request(format!(

@@ -7,7 +7,6 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use breeze_core::Principal;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -114,14 +113,10 @@ async fn logout_everywhere(
     State(state): State<AppState>,
     _: SameOrigin,
     RequestId(request_id): RequestId,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
 ) -> Result<Response, ApiError> {
-    let Principal::User(user) = &principal else {
-        return Err(ApiError::forbidden(
-            "API keys cannot sign anyone out; sign in",
-        ));
-    };
-    let event = breeze_core::AuditEvent::new(principal.actor(), "auth.logout_everywhere", "user")
+    let user = who.person("sign anyone out")?;
+    let event = breeze_core::AuditEvent::new(who.actor(), "auth.logout_everywhere", "user")
         .request(request_id);
     let (sessions, grants) = state.store.sign_out_everywhere(user.id, event).await?;
     let body = serde_json::json!({ "sessions_ended": sessions, "grants_revoked": grants });
@@ -134,16 +129,29 @@ async fn logout_everywhere(
 
 async fn me(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
-    let user = state.store.get_user(principal.user_id()).await?;
-    let orgs = match &principal {
-        Principal::User(_) => memberships(&state, user.id).await?,
-        Principal::ApiKey(k) => memberships(&state, user.id)
-            .await?
-            .into_iter()
-            .filter(|m| m.id == k.org_id)
-            .collect(),
+    let user = state.store.get_user(who.user_id()).await?;
+    let (principal, orgs) = match &who {
+        Authenticated::Person(u) => (
+            serde_json::json!({ "type": "user", "id": u.id, "email": u.email }),
+            memberships(&state, user.id).await?,
+        ),
+        Authenticated::Credential(c) => (
+            serde_json::json!({
+                "type": "api_key",
+                "key_id": c.api_key_id(),
+                "org_id": c.org(),
+                "user_id": c.user(),
+                "scopes": c.scopes(),
+                "permissions": c.permissions(),
+            }),
+            memberships(&state, user.id)
+                .await?
+                .into_iter()
+                .filter(|m| m.id == c.org())
+                .collect(),
+        ),
     };
     Ok(axum::Json(
         serde_json::json!({ "principal": principal, "user": user, "organizations": orgs }),

@@ -8,7 +8,7 @@ use axum::{
     routing::get,
 };
 use breeze_auth::CreateEnrollmentKey;
-use breeze_core::{AuditEvent, DeviceId, Permission, SiteId};
+use breeze_core::{AuditEvent, DeviceId, SiteId};
 use breeze_store::{EnrollmentKeyRecord, NewScript, Script, ScriptParameter};
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use crate::{
     ApiError, AppState,
-    authz::org_scope,
-    extract::{Authenticated, Json as JsonBody, RequestId},
+    authz::OrgScope,
+    extract::{Json as JsonBody, RequestId},
 };
 
 /// Body limit of a script's creation: a body at the store's limit, JSON-escaped (quotes,
@@ -67,20 +67,23 @@ struct CreatedKey {
 
 async fn create_key(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path(org): Path<String>,
+
     JsonBody(req): JsonBody<CreateKey>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesWrite).await?;
     let hours = req.expires_in_hours.unwrap_or(24);
     if !(1..=MAX_KEY_HOURS).contains(&hours) {
         return Err(ApiError::bad_request(format!(
             "expires_in_hours must be between 1 and {MAX_KEY_HOURS}"
         )));
     }
-    let audit = AuditEvent::new(principal.actor(), "enrollment_key.create", "enrollment_key")
-        .request(request_id);
+    let audit = AuditEvent::new(
+        scope.caller.actor(),
+        "enrollment_key.create",
+        "enrollment_key",
+    )
+    .request(request_id);
     let (secret, record) = state
         .auth
         .create_enrollment_key(
@@ -90,7 +93,7 @@ async fn create_key(
                 name: req.name,
                 max_uses: req.max_uses,
                 expires_at: state.clock.now() + Duration::hours(hours),
-                created_by: principal.actor().to_string(),
+                created_by: scope.caller.actor().to_string(),
             },
             audit,
         )
@@ -106,24 +109,25 @@ async fn create_key(
 
 async fn list_keys(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
 ) -> Result<Json<Value>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesWrite).await?;
     let keys = scope.store(&state).list_enrollment_keys().await?;
     Ok(Json(json!({ "enrollment_keys": keys })))
 }
 
 async fn revoke_key(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path((org, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
 ) -> Result<Json<EnrollmentKeyRecord>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesWrite).await?;
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found("enrollment key not found"))?;
-    let audit = AuditEvent::new(principal.actor(), "enrollment_key.revoke", "enrollment_key")
-        .request(request_id);
+    let audit = AuditEvent::new(
+        scope.caller.actor(),
+        "enrollment_key.revoke",
+        "enrollment_key",
+    )
+    .request(request_id);
     Ok(Json(
         scope.store(&state).revoke_enrollment_key(id, audit).await?,
     ))
@@ -144,13 +148,13 @@ struct CreateScript {
 
 async fn create_script(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path(org): Path<String>,
+
     JsonBody(req): JsonBody<CreateScript>,
 ) -> Result<(StatusCode, Json<Script>), ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ScriptsWrite).await?;
-    let audit = AuditEvent::new(principal.actor(), "script.create", "script").request(request_id);
+    let audit =
+        AuditEvent::new(scope.caller.actor(), "script.create", "script").request(request_id);
     let script = scope
         .store(&state)
         .create_script(
@@ -161,7 +165,7 @@ async fn create_script(
                 category: req.category.unwrap_or_else(|| "general".into()),
                 body: req.body,
                 parameters: req.parameters,
-                created_by: principal.actor().to_string(),
+                created_by: scope.caller.actor().to_string(),
             },
             audit,
         )
@@ -178,11 +182,10 @@ struct ScriptQuery {
 
 async fn list_scripts(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
+
     Query(q): Query<ScriptQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ScriptsRead).await?;
     let scripts = scope
         .store(&state)
         .list_scripts(q.category.as_deref(), q.search.as_deref())
@@ -192,33 +195,31 @@ async fn list_scripts(
 
 async fn show_script(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path((org, id)): Path<(String, String)>,
+    scope: OrgScope,
+    Path((_, id)): Path<(String, String)>,
 ) -> Result<Json<Script>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ScriptsRead).await?;
     Ok(Json(scope.store(&state).find_script(&id).await?))
 }
 
 async fn delete_script(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path((org, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::ScriptsWrite).await?;
     let store = scope.store(&state);
     let script = store.find_script(&id).await?;
-    let audit = AuditEvent::new(principal.actor(), "script.delete", "script").request(request_id);
+    let audit =
+        AuditEvent::new(scope.caller.actor(), "script.delete", "script").request(request_id);
     store.delete_script(script.id, audit).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn device_commands(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path((org, id)): Path<(String, String)>,
+    scope: OrgScope,
+    Path((_, id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
     let device: DeviceId = id
         .parse()
         .map_err(|_| ApiError::not_found("device not found"))?;

@@ -20,7 +20,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{delete, get, post},
 };
-use breeze_core::{Actor, ActorType, AuditEvent, GrantId, OrgId, Principal};
+use breeze_core::{Actor, ActorType, AuditEvent, GrantId, OrgId};
 use breeze_oauth::{AuthorizeError, AuthorizeRequest, ErrorCode, OAuth, OAuthError};
 use breeze_store::OAuthGrantRecord;
 use serde::Serialize;
@@ -604,7 +604,7 @@ async fn introspect(
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.as_str())
         .unwrap_or_default();
-    let answer = oauth.introspect(token, principal.org_id).await?;
+    let answer = oauth.introspect(token, principal.org()).await?;
     Ok(no_store(Json(answer).into_response()))
 }
 
@@ -656,7 +656,7 @@ async fn register(
             .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
             .map(|(_, t)| t.trim());
         match state.auth.authenticate_api_key(iat).await {
-            Ok(k) => Actor::new(ActorType::ApiKey, k.key_id),
+            Ok(k) => k.actor(),
             Err(_) => {
                 let event = AuditEvent::new(
                     Actor::system("anonymous"),
@@ -732,22 +732,17 @@ impl From<OAuthGrantRecord> for GrantView {
 }
 
 /// Only a signed-in person manages their grants (API keys manage no credentials).
-fn person(p: &Principal) -> Result<breeze_core::UserId, ApiError> {
-    match p {
-        Principal::User(u) => Ok(u.id),
-        Principal::ApiKey(_) => Err(ApiError::forbidden(
-            "API keys cannot manage OAuth grants; sign in",
-        )),
-    }
+fn person(who: &Authenticated) -> Result<breeze_core::UserId, ApiError> {
+    who.person("manage OAuth grants").map(|u| u.id)
 }
 
 /// `GET /api/v1/oauth/grants`: the signed-in user's grants, newest first.
 async fn list_grants(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     oauth(&state)?;
-    let user = person(&principal)?;
+    let user = person(&who)?;
     let grants: Vec<GrantView> = state
         .store
         .user_oauth_grants(user)
@@ -762,15 +757,15 @@ async fn list_grants(
 async fn revoke_grant(
     State(state): State<AppState>,
     RequestId(request_id): RequestId,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     oauth(&state)?;
-    let user = person(&principal)?;
+    let user = person(&who)?;
     let id: GrantId = id
         .parse()
         .map_err(|_| ApiError::not_found("OAuth grant not found"))?;
-    let event = AuditEvent::new(principal.actor(), "oauth.grant.revoke", "oauth_grant")
+    let event = AuditEvent::new(who.actor(), "oauth.grant.revoke", "oauth_grant")
         .details(json!({ "reason": "revoked_by_user" }))
         .request(request_id);
     let grant = state.store.revoke_user_oauth_grant(user, id, event).await?;

@@ -1,17 +1,21 @@
 //! Organizations, their sites and devices.
 
+use axum::http::Method;
 use axum::{
     Json, Router,
     extract::{Path, Query, State},
     routing::get,
 };
 use breeze_core::{
-    Device, DeviceGroupId, DeviceId, DeviceStatus, Organization, OsFamily, Permission, Principal,
-    Scope, SiteId,
+    Denied, Device, DeviceGroupId, DeviceId, DeviceStatus, Organization, OsFamily, SiteId,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{ApiError, AppState, authz::org_scope, extract::Authenticated};
+use crate::{
+    ApiError, AppState,
+    authz::{self, OrgScope},
+    extract::Authenticated,
+};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -22,52 +26,45 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/orgs/{org}/devices/{device}", get(get_device))
 }
 
-/// Organizations the principal can reach: a user's memberships, or an API key's one organization.
+/// Organizations the caller can reach: a user's memberships, or an API key's one organization
+/// (when it may read there, as `GET /orgs/{org}` decides).
 async fn list_orgs(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    who: Authenticated,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let orgs: Vec<Organization> = match &principal {
-        Principal::User(u) => state
+    let orgs: Vec<Organization> = match &who {
+        Authenticated::Person(u) => state
             .store
             .user_organizations(u.id)
             .await?
             .into_iter()
             .map(|(o, _)| o)
             .collect(),
-        Principal::ApiKey(k) => {
-            if !k.scopes.grants(Scope::AiRead) {
-                return Err(ApiError::forbidden("this API key lacks the ai:read scope"));
-            }
-            let in_org = state.store.org_access(k.user_id, k.org_id).await?.is_some();
-            if in_org {
-                vec![state.store.org(k.org_id).organization().await?]
-            } else {
-                Vec::new()
+        Authenticated::Credential(c) => {
+            let read = authz::operation(&Method::GET, "/orgs/{org}")
+                .map(|op| breeze_core::authz::authorize(c, op, state.scope_policy()));
+            match read {
+                Some(Ok(_)) => vec![state.store.org(c.org()).organization().await?],
+                Some(Err(Denied::MissingScope { scope, .. })) => {
+                    return Err(ApiError::forbidden(format!(
+                        "this API key lacks the {scope} scope"
+                    )));
+                }
+                _ => Vec::new(),
             }
         }
     };
     Ok(Json(serde_json::json!({ "organizations": orgs })))
 }
 
-async fn get_org(
-    State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
-) -> Result<Json<Organization>, ApiError> {
-    Ok(Json(
-        org_scope(&state, &principal, &org, Permission::DevicesRead)
-            .await?
-            .org,
-    ))
+async fn get_org(scope: OrgScope) -> Result<Json<Organization>, ApiError> {
+    Ok(Json(scope.org))
 }
 
 async fn list_sites(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
     let sites = scope.store(&state).list_sites().await?;
     Ok(Json(serde_json::json!({ "sites": sites })))
 }
@@ -99,12 +96,11 @@ struct DevicePage {
 
 async fn list_devices(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
+
     query: Result<Query<DeviceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DevicePage>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
     let limit = q.limit.unwrap_or(50);
     if limit == 0 || limit > MAX_DEVICE_PAGE {
         return Err(ApiError::bad_request(format!(
@@ -134,10 +130,9 @@ async fn list_devices(
 
 async fn get_device(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path((org, device)): Path<(String, String)>,
+    scope: OrgScope,
+    Path((_, device)): Path<(String, String)>,
 ) -> Result<Json<Device>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
     let not_found = || ApiError::not_found("Device not found or access denied");
     let id: DeviceId = device.parse().map_err(|_| not_found())?;
     scope

@@ -3,19 +3,15 @@
 //! replaces the additions (a signed-in user holding `settings.manage`; audited with the list
 //! before and after). The built-in list is code: no request can remove from it.
 
-use axum::{
-    Json, Router,
-    extract::{Path, State},
-    routing::get,
-};
+use axum::{Json, Router, extract::State, routing::get};
 use breeze_agent_proto::paths::BUILTIN_PROTECTED;
-use breeze_core::{AuditEvent, Permission};
+use breeze_core::AuditEvent;
 use serde::{Deserialize, Serialize};
 
 use crate::{
     ApiError, AppState,
-    authz::org_scope,
-    extract::{Authenticated, Json as JsonBody, RequestId},
+    authz::OrgScope,
+    extract::{Json as JsonBody, RequestId},
 };
 
 pub(crate) fn router() -> Router<AppState> {
@@ -38,10 +34,8 @@ struct Replace {
 
 async fn show(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path(org): Path<String>,
+    scope: OrgScope,
 ) -> Result<Json<ProtectedPaths>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::DevicesRead).await?;
     Ok(Json(ProtectedPaths {
         builtin: BUILTIN_PROTECTED,
         additions: scope.store(&state).protected_paths().await?,
@@ -50,14 +44,17 @@ async fn show(
 
 async fn replace(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
+    scope: OrgScope,
     RequestId(request_id): RequestId,
-    Path(org): Path<String>,
+
     JsonBody(req): JsonBody<Replace>,
 ) -> Result<Json<ProtectedPaths>, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::SettingsManage).await?;
-    let audit = AuditEvent::new(principal.actor(), "org.protected_paths.set", "organization")
-        .request(request_id);
+    let audit = AuditEvent::new(
+        scope.caller.actor(),
+        "org.protected_paths.set",
+        "organization",
+    )
+    .request(request_id);
     let additions = scope
         .store(&state)
         .set_protected_paths(&req.additions, audit.resource(scope.org.id))

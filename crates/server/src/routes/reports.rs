@@ -13,11 +13,11 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
-use breeze_core::{Permission, ReportFormat, ReportStatus};
+use breeze_core::{ReportFormat, ReportStatus};
 use breeze_store::{Store, StoreError};
 use uuid::Uuid;
 
-use crate::{ApiError, AppState, authz::org_scope, extract::Authenticated};
+use crate::{ApiError, AppState, authz::OrgScope};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/orgs/{org}/reports/{run}/download", get(download))
@@ -29,10 +29,9 @@ fn run_not_found() -> ApiError {
 
 async fn download(
     State(state): State<AppState>,
-    Authenticated(principal): Authenticated,
-    Path((org, run)): Path<(String, String)>,
+    scope: OrgScope,
+    Path((_, run)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let scope = org_scope(&state, &principal, &org, Permission::AuditRead).await?;
     let run = Uuid::parse_str(&run).map_err(|_| run_not_found())?;
     let record = match scope.store(&state).get_report_run(run).await {
         Ok(r) => r,
