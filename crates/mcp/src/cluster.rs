@@ -39,15 +39,14 @@ use std::{
 use breeze_limits::RedisConnection;
 use futures::StreamExt;
 use redis::{Script, aio::ConnectionManager};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use crate::relay::{Heard, Note};
 use crate::{
-    jsonrpc::{ErrorObject, Id},
     protocol::ProtocolVersion,
-    session::{Evicted, SessionError, SessionKind, SessionLimit, SessionLimits},
+    relay::{Addressed, Outbox},
+    session::{Evicted, SessionError, SessionKind, SessionLimit, SessionLimits, SessionRecord},
 };
 
 /// How long a session must go unreported before the caps may end it to make room.
@@ -142,64 +141,6 @@ if f[1] then redis.call('ZREM', p .. 'key:' .. f[1], id) end
 if f[2] then redis.call('ZREM', p .. 'tenant:' .. f[2], id) end
 return redis.call('DEL', p .. 's:' .. id)
 ";
-
-/// A session as the cluster knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRecord {
-    pub id: Arc<str>,
-    pub owner: Arc<str>,
-    pub tenant: Arc<str>,
-    pub kind: SessionKind,
-    pub protocol: ProtocolVersion,
-    pub binding: Option<Arc<str>>,
-    /// The instance that created it.
-    pub holder: Arc<str>,
-    /// The instance holding its server-to-client stream, if one is open.
-    pub stream: Option<Arc<str>>,
-}
-
-/// What one instance tells another.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "note", rename_all = "snake_case")]
-pub(crate) enum Note {
-    /// A message for the session's own stream, held by the receiver.
-    Deliver { session: String, message: Value },
-    /// The client's answer to a request the receiver sent.
-    Answer {
-        session: String,
-        id: Id,
-        outcome: Result<Value, ErrorObject>,
-    },
-    /// `notifications/cancelled` for a request running wherever it runs.
-    Cancel { session: String, id: Id },
-    /// The session ended: every copy ends.
-    End { session: String },
-    /// The session's stream is now held by `at`.
-    Stream { session: String, at: String },
-}
-
-/// What the follower receives: a note, or word that notes may have been missed.
-#[derive(Debug)]
-pub(crate) enum Heard {
-    Note(Note),
-    /// The subscription was re-established; what was published meanwhile is lost.
-    Resync,
-}
-
-/// A note and its addressee (`None`: every instance).
-type Addressed = (Option<Arc<str>>, Note);
-
-/// The ordered way out of an instance: notes are published one at a time in the order posted.
-#[derive(Clone)]
-pub(crate) struct Outbox(mpsc::UnboundedSender<Addressed>);
-
-impl Outbox {
-    /// Queues `note` for instance `to` (every instance when `None`). False once the cluster's
-    /// publisher has stopped.
-    pub(crate) fn post(&self, to: Option<Arc<str>>, note: Note) -> bool {
-        self.0.send((to, note)).is_ok()
-    }
-}
 
 /// What this instance has asked of Redis and heard from the others, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -16,12 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     app::{Client, Cx, McpApp, Peer, RequestRecord, Transport},
-    cluster::{Heard, Note, SessionCluster, SessionRecord},
+    cluster::{Heard, Note, SessionCluster},
     jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
     session::{
-        Evicted, Lookup, Session, SessionError, SessionKind, SessionLimits, SessionRegistry,
-        new_session_id,
+        Evicted, Lookup, Session, SessionError, SessionKind, SessionLimits, SessionRecord,
+        SessionRegistry, new_session_id,
     },
 };
 

@@ -21,6 +21,7 @@ pub mod json;
 pub mod jsonrpc;
 pub mod model;
 pub mod protocol;
+mod relay;
 pub mod session;
 
 pub use app::{

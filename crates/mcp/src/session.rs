@@ -28,10 +28,25 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    cluster::{Note, Outbox},
     jsonrpc::{ErrorObject, Id},
     protocol::ProtocolVersion,
+    relay::{Note, Outbox},
 };
+
+/// A session as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: Arc<str>,
+    pub owner: Arc<str>,
+    pub tenant: Arc<str>,
+    pub kind: SessionKind,
+    pub protocol: ProtocolVersion,
+    pub binding: Option<Arc<str>>,
+    /// The instance that created it.
+    pub holder: Arc<str>,
+    /// The instance holding its server-to-client stream, if one is open.
+    pub stream: Option<Arc<str>>,
+}
 
 /// Which transport created a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -571,12 +586,12 @@ impl SessionRegistry {
     }
 
     /// The records of the sessions this instance created (not adopted), as `instance`.
-    pub(crate) fn own_records(&self, instance: &Arc<str>) -> Vec<crate::cluster::SessionRecord> {
+    pub(crate) fn own_records(&self, instance: &Arc<str>) -> Vec<SessionRecord> {
         lock(&self.inner)
             .sessions
             .values()
             .filter(|s| !s.adopted)
-            .map(|s| crate::cluster::SessionRecord {
+            .map(|s| SessionRecord {
                 id: s.id.clone(),
                 owner: s.owner.clone(),
                 tenant: s.tenant.clone(),

@@ -26,7 +26,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{Actor, AuditEvent, Caller, Clock, OrgId, User, UserId, rbac};
+use breeze_core::{
+    Actor, AuditEvent, Caller, Clock, Operation, OrgId, ScopePolicy, User, UserId, authz,
+};
 use breeze_guard::Approval;
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Signal, Store, StoreError};
 use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec};
@@ -740,18 +742,24 @@ pub async fn decide(
         .await?
         .ok_or(DecideError::NotFound)?;
     if let Some(spec) = registry.get(&record.tool) {
-        // A batch: every item's permission.
-        let needed: Vec<_> = match record.arguments.get("items").and_then(Value::as_array) {
-            Some(items) if envelope::is_batch(&record.arguments) => items
-                .iter()
-                .map(|i| spec.permission_for(&i["input"]))
-                .collect(),
-            _ => vec![spec.permission_for(&record.arguments)],
+        // The approver must be allowed to make the call themselves (a batch: every item), by
+        // the same permission model as every door.
+        let approver = Caller::dashboard_session(user.id, record.org_id, Some(access.permissions));
+        let calls: Vec<&Value> = match record.arguments.get("items").and_then(Value::as_array) {
+            Some(items) if envelope::is_batch(&record.arguments) => {
+                items.iter().map(|i| &i["input"]).collect()
+            }
+            _ => vec![&record.arguments],
         };
-        for needed in needed {
-            if rbac::check(access.permissions, needed).is_err() {
+        for args in calls {
+            let op = Operation {
+                tier: spec.effective_tier(args),
+                permission: spec.permission_for(args),
+            };
+            if authz::authorize(&approver, op, ScopePolicy::default()).is_err() {
                 return Err(DecideError::Forbidden(format!(
-                    "deciding this request needs the {needed} permission in its organization"
+                    "deciding this request needs the {} permission in its organization",
+                    op.permission
                 )));
             }
         }

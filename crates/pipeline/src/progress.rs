@@ -1,8 +1,9 @@
 //! One progress scale for a Tier 3 call: waiting for a person, then running. A client must see
 //! progress only increase, but the two phases report on scales of their own (seconds of the
 //! request's life, then the handler's steps), so [`Phases`] maps them onto one: the wait onto
-//! `[0, 0.5)` and the run onto `[0.5, 1]` of a total of 1, and drops any report that would not
-//! move forward.
+//! `[0, 0.5)` and the run onto `[0.5, 1)` of a total of 1. A report that would not move forward
+//! (it has no total, or its handler started again) is still forwarded, a step past the last
+//! one: its message is never lost.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -11,6 +12,9 @@ use tokio::sync::mpsc;
 
 /// The share of the scale the wait for a person takes.
 const WAIT_SHARE: f64 = 0.5;
+
+/// How far a report that does not move forward on its own is moved.
+const STEP: f64 = 1e-6;
 
 /// The client's progress channel, shared by the two phases of one call.
 #[derive(Clone)]
@@ -44,22 +48,17 @@ impl Phases {
         let last = self.last.clone();
         let (tx, mut rx) = mpsc::unbounded_channel::<ProgressReport>();
         tokio::spawn(async move {
-            // Reports without a total move the running phase a step closer to its end.
-            let mut steps = 0.0;
             while let Some(report) = rx.recv().await {
                 let fraction = match report.total {
-                    Some(total) if total > 0.0 => (report.progress / total).clamp(0.0, 1.0),
-                    _ => {
-                        steps += 1.0;
-                        1.0 - 1.0 / (1.0 + steps)
-                    }
+                    Some(total) if total > 0.0 => (report.progress / total).clamp(0.0, 0.999),
+                    _ => 0.0,
                 };
-                let progress = start + WAIT_SHARE * fraction.min(0.999);
-                let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-                if progress <= *last {
-                    continue;
-                }
-                *last = progress;
+                let mapped = start + WAIT_SHARE * fraction;
+                let progress = {
+                    let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                    *last = if mapped > *last { mapped } else { *last + STEP };
+                    *last
+                };
                 let _ = out.send(ProgressReport {
                     progress,
                     total: Some(1.0),
@@ -108,7 +107,7 @@ mod tests {
             assert_eq!(r.total, Some(1.0));
             values.push(r.progress);
         }
-        assert!(values.len() >= 4, "{values:?}");
+        assert_eq!(values.len(), 6, "every report is forwarded: {values:?}");
         assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
         assert!(values.iter().all(|v| (0.0..1.0).contains(v)), "{values:?}");
     }

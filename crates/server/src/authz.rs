@@ -54,7 +54,7 @@ use Permission::*;
 /// Every route under `/api/v1/orgs/{org}`: method, path as routed, and the operation it
 /// performs. Reads are Tier 1; changes Tier 2; minting a credential for devices (an enrollment
 /// key) is Tier 3, which a credential cannot do over REST.
-pub(crate) const ORG_ROUTES: &[(Method, &str, Operation)] = &[
+pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
     (Method::GET, "/orgs/{org}", Operation::read(DevicesRead)),
     (
         Method::GET,

@@ -7,6 +7,7 @@
 
 mod audit_writer;
 mod authz;
+pub use authz::ORG_ROUTES;
 pub mod automations;
 pub mod catalog;
 pub mod compliance;

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::alerts::{SeverityArg, TargetArg, uuid_or_missing};
+use super::args::{SeverityArg, TargetArg, uuid_or_missing};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {

@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use super::{
     DEVICE_NOT_FOUND,
-    alerts::{TargetArg, uuid_or_missing},
+    args::{TargetArg, uuid_or_missing},
 };
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::alerts::{TargetArg, time_arg, uuid_or_missing};
+use super::args::{TargetArg, time_arg, uuid_or_missing};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {

@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod alerts;
 pub(crate) mod approvals;
+mod args;
 pub(crate) mod audit;
 pub(crate) mod automations;
 pub(crate) mod config_policies;

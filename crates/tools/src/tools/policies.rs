@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::alerts::{TargetArg, uuid_or_missing};
+use super::args::{TargetArg, uuid_or_missing};
 use super::device_command::safe_path;
 use crate::{ErrorCode, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 

@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::alerts::{SeverityArg, uuid_or_missing};
+use super::args::{SeverityArg, uuid_or_missing};
 use crate::{RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
