@@ -474,7 +474,7 @@ pub(crate) struct Settings {
     /// `BREEZE_SHUTDOWN_DELAY_SECONDS`.
     pub(crate) shutdown_delay: std::time::Duration,
     /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
-    pub(crate) traces: Option<crate::telemetry::TraceSettings>,
+    pub(crate) traces: Option<crate::trace_settings::TraceSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -721,7 +721,7 @@ impl Settings {
             bail!("invalid BREEZE_METRICS_ADDR: it is BREEZE_LISTEN's address");
         }
         Ok(Settings {
-            traces: crate::telemetry::TraceSettings::load(env)?,
+            traces: crate::trace_settings::TraceSettings::load(env)?,
             audit_retention_days,
             audit_archive_dir,
             pdf_font,

@@ -5,6 +5,7 @@
 mod commands;
 mod config;
 mod telemetry;
+mod trace_settings;
 
 use std::process::ExitCode;
 

@@ -16,7 +16,7 @@ use axum::{
 };
 use breeze_auth::{CreateApiKey, password};
 use breeze_core::{Caller, Operation, OrgId, ScopePolicy, ScopeSet, Verdict, authz::authorize};
-use breeze_pipeline::CallOutcome;
+use breeze_pipeline::{CallOutcome, Refusal};
 use breeze_server::{AppState, Breeze, ORG_ROUTES, ServerConfig, app};
 use breeze_store::{NewUser, testing::Ctx};
 use breeze_tools::CallOptions;
@@ -131,8 +131,8 @@ fn policy(state: &AppState) -> ScopePolicy {
 }
 
 /// Every tool action, for every caller: the pipeline refuses exactly what the model denies.
-/// (A rate limit or the production allowlist refusing is a later step the model does not
-/// cover; neither is reached here.)
+/// (The per-tool rate limit and the production allowlist are later steps: a rate-limited call
+/// was allowed by the model; the allowlist applies only in production.)
 async fn every_tool_action_is_decided_by_the_model(cx: Ctx) {
     let w = world(&cx).await;
     let (state, app) = no_wait(&w);
@@ -167,7 +167,11 @@ async fn every_tool_action_is_decided_by_the_model(cx: Ctx) {
                     )
                     .await;
                 walked += 1;
-                let refused = matches!(outcome, CallOutcome::Refused(_));
+                // A rate limit is counted only once the model allowed the call.
+                let refused = matches!(
+                    outcome,
+                    CallOutcome::Refused(ref r) if !matches!(r, Refusal::RateLimited { .. })
+                );
                 if refused != model.is_err() {
                     wrong.push(format!(
                         "{}({args}) as {}: model {model:?}, pipeline {}",
