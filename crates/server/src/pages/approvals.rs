@@ -25,7 +25,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::{Layout, PageError, Section, SignedForm, SignedIn, render_status};
-use crate::{ApiError, AppState, authz::org_scope, extract::RequestId};
+use crate::{ApiError, AppState, extract::RequestId};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -198,13 +198,9 @@ async fn page(
     status: StatusCode,
     banner: Banner,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        state,
-        &who.authenticated(),
-        org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(state, org, Operation::read(Permission::DevicesRead))
+        .await?;
     let mut people = People {
         state,
         names: HashMap::new(),
@@ -287,13 +283,9 @@ async fn pending_fragment(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let mut people = People {
         state: &state,
         names: HashMap::new(),
@@ -326,13 +318,9 @@ async fn decide_one(
     f: SignedForm<DecisionForm>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let not_found = || PageError::from(ApiError::not_found("approval request not found"));
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     let reason = f.form.reason.trim().to_owned();

@@ -17,7 +17,7 @@ use chrono::{NaiveDateTime, TimeZone, Utc};
 use serde::Deserialize;
 
 use super::{Layout, PageError, Section, SignedIn, render_status};
-use crate::{AppState, authz::org_scope};
+use crate::AppState;
 
 const PAGE: u32 = 50;
 
@@ -133,13 +133,9 @@ async fn show(
     Path(org): Path<String>,
     q: Result<Query<Q>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::AuditRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::AuditRead))
+        .await?;
     let (q, mut error) = match q {
         Ok(Query(q)) => (q, String::new()),
         Err(e) => (Q::default(), e.body_text()),

@@ -27,7 +27,7 @@ use chrono::Duration;
 use serde::Deserialize;
 
 use super::{Layout, PageError, Section, SignedIn, render, render_status};
-use crate::{ApiError, AppState, authz::org_scope};
+use crate::{ApiError, AppState};
 
 /// Devices per list page.
 const PAGE: u32 = 50;
@@ -252,13 +252,9 @@ async fn list(
     Path(org): Path<String>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let Listing {
         search,
         query: q,
@@ -314,13 +310,9 @@ async fn rows_fragment(
     Path(org): Path<String>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let listing = listing(&state, &scope, q).await?;
     render_status(
         list_status(&listing.problems),
@@ -561,13 +553,9 @@ async fn charts_fragment(
     Path((org, id)): Path<(String, String)>,
     Query(q): Query<WindowQuery>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let window = Window::parse(q.window.trim())?;
     let device = device_id(&id)?;
     let store = scope.store(&state);
@@ -590,13 +578,9 @@ async fn status_fragment(
     who: SignedIn,
     Path((org, id)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let device = scope.store(&state).get_device(device_id(&id)?).await?;
     render(&StatusFragment {
         status: device.status.as_str(),
@@ -664,13 +648,9 @@ async fn show(
     Path((org, id)): Path<(String, String)>,
     Query(q): Query<WindowQuery>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let window = Window::parse(q.window.trim())?;
     let device_id = device_id(&id)?;
     let store = scope.store(&state);

@@ -24,7 +24,7 @@ use breeze_store::DeviceFilter;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::{PageError, SignedIn};
-use crate::{AppState, authz::org_scope};
+use crate::AppState;
 
 const POLL: Duration = Duration::from_secs(2);
 const METRICS_TICK: u32 = 15 / 2;
@@ -34,13 +34,9 @@ pub(super) async fn stream(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let org_id = scope.org.id;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(8);
     tokio::spawn(async move {

@@ -32,12 +32,13 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::User;
+use breeze_core::{Operation, User};
 use serde::de::DeserializeOwned;
 use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::{
     ApiError, AppState,
+    authz::OrgScope,
     extract::{Authenticated, session_cookie},
 };
 
@@ -192,6 +193,17 @@ impl SignedIn {
     /// Who authenticated, as the authorization (`authz`) judges it.
     pub(crate) fn authenticated(&self) -> Authenticated {
         Authenticated::Person(self.user.clone())
+    }
+
+    /// This person in organization `org` (id or slug), allowed `op` there by the permission
+    /// model; an organization they cannot reach is "not found".
+    pub(crate) async fn scope(
+        &self,
+        state: &AppState,
+        org: &str,
+        op: Operation,
+    ) -> Result<OrgScope, ApiError> {
+        crate::authz::org_scope(state, &self.authenticated(), org, op).await
     }
 }
 

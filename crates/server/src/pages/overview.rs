@@ -12,7 +12,7 @@ use breeze_core::{DeviceStatus, Operation, Permission};
 use breeze_store::DeviceFilter;
 
 use super::{Layout, PageError, Section, SignedIn, render};
-use crate::{AppState, authz::org_scope};
+use crate::AppState;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/o/{org}", get(show))
@@ -34,13 +34,9 @@ async fn show(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let store = scope.store(&state);
     let count = |status: Option<DeviceStatus>| {
         let filter = DeviceFilter {

@@ -21,7 +21,7 @@ use breeze_core::{ApiKeyId, AuditEvent, GrantId, Operation, Permission, Scope, S
 use chrono::Duration;
 
 use super::{Layout, PageError, Section, SignedForm, SignedIn, render, render_status};
-use crate::{ApiError, AppState, authz::org_scope, extract::RequestId};
+use crate::{ApiError, AppState, extract::RequestId};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -158,13 +158,9 @@ async fn keys_page(
         notice,
         secret,
     } = answer;
-    let scope = org_scope(
-        state,
-        &who.authenticated(),
-        org,
-        Operation::write(Permission::ApikeysManage),
-    )
-    .await?;
+    let scope = who
+        .scope(state, org, Operation::write(Permission::ApikeysManage))
+        .await?;
     let now = state.clock.now();
     let keys = scope
         .store(state)
@@ -240,13 +236,9 @@ async fn create_key(
     f: SignedForm<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::write(Permission::ApikeysManage),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::write(Permission::ApikeysManage))
+        .await?;
     let field = |name: &str| {
         f.form
             .iter()
@@ -337,13 +329,9 @@ async fn revoke_key(
     f: SignedForm<Empty>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::write(Permission::ApikeysManage),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::write(Permission::ApikeysManage))
+        .await?;
     let id: ApiKeyId = id
         .parse()
         .map_err(|_| PageError::from(ApiError::not_found("API key not found")))?;
@@ -442,13 +430,9 @@ async fn mcp(
     who: SignedIn,
     Path(org): Path<String>,
 ) -> Result<Response, PageError> {
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Mcp, "MCP").await?;
     let base = state.config.public_url.trim_end_matches('/');
     render(&McpPage {
@@ -550,13 +534,9 @@ async fn apps(
 ) -> Result<Response, PageError> {
     let state = &state;
     let who = &who;
-    let scope = org_scope(
-        state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let oauth = state.oauth.is_some();
     let grants = if oauth {
         grant_rows(state, who).await?
@@ -589,13 +569,9 @@ async fn revoke_grant(
     f: SignedForm<Empty>,
 ) -> Result<Response, PageError> {
     let who = f.who;
-    let scope = org_scope(
-        &state,
-        &who.authenticated(),
-        &org,
-        Operation::read(Permission::DevicesRead),
-    )
-    .await?;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::DevicesRead))
+        .await?;
     let not_found = || PageError::from(ApiError::not_found("OAuth grant not found"));
     if state.oauth.is_none() {
         return Err(not_found());
