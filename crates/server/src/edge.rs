@@ -22,7 +22,7 @@ use std::{
 
 use axum::{
     extract::{MatchedPath, Request},
-    http::{HeaderValue, Method, Response, header},
+    http::{HeaderValue, Method, Response, StatusCode, header},
 };
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
@@ -150,6 +150,17 @@ where
             headers
                 .entry(header::CACHE_CONTROL)
                 .or_insert(HeaderValue::from_static("no-store"));
+            if matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            ) {
+                // Every "come back later" says when, whichever layer refused (a rate limiter
+                // Redis could not reach, a drain, a full cap): a client without it retries at
+                // once or gives up. A refusal that knows better has set its own.
+                headers
+                    .entry(header::RETRY_AFTER)
+                    .or_insert(HeaderValue::from_static("1"));
+            }
             if status.is_server_error() {
                 // The id the client sees, which the handler may have set itself.
                 let id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
@@ -243,6 +254,34 @@ mod tests {
             "{log}"
         );
         assert!(log.contains("request_id=\"req-42\""), "{log}");
+    }
+
+    #[test]
+    fn every_429_and_503_says_when_to_retry() {
+        for status in [429, 503] {
+            let r = answer(status);
+            assert_eq!(r.headers()[header::RETRY_AFTER], "1", "{status}");
+        }
+        for status in [200, 404, 500] {
+            assert!(!answer(status).headers().contains_key(header::RETRY_AFTER));
+        }
+        // A refusal's own answer stands.
+        let inner = tower::service_fn(|_: Request| async {
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(429)
+                    .header(header::RETRY_AFTER, "30")
+                    .body(())
+                    .unwrap(),
+            )
+        });
+        let mut edge = EdgeLayer::new(Arc::new(Metrics::new([]))).layer(inner);
+        let req = Request::builder()
+            .uri("/mcp")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = futures::executor::block_on(edge.call(req)).unwrap();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "30");
     }
 
     #[test]
