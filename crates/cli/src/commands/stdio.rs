@@ -215,13 +215,24 @@ async fn forward(
         if let Some(v) = m.pointer("/result/protocolVersion").and_then(Value::as_str) {
             lock(&shared).protocol = Some(v.to_owned());
         }
-        // Transport errors without an id cannot be matched by the client; answer its request.
-        let m = if m.get("id").is_some_and(Value::is_null) && request_id.is_some() {
-            let mut m = m;
-            m["id"] = request_id.clone().unwrap_or(Value::Null);
-            m
-        } else {
-            m
+        // Transport errors without an id cannot be matched by the client: they answer its
+        // request, when the line was one. A notification gets no answer, not even an error
+        // (JSON-RPC 2.0 §4.1): the reason goes to stderr, where the client's log shows it.
+        let m = match (m.get("id").is_some_and(Value::is_null), &request_id) {
+            (true, Some(id)) => {
+                let mut m = m;
+                m["id"] = id.clone();
+                m
+            }
+            (true, None) => {
+                let why = m.pointer("/error/message").and_then(Value::as_str);
+                eprintln!(
+                    "breeze mcp stdio: Breeze refused a notification: {}",
+                    why.unwrap_or("no reason given")
+                );
+                return;
+            }
+            (false, _) => m,
         };
         let _ = out.send(m);
     };
@@ -404,37 +415,88 @@ mod tests {
         assert!(no_key.to_string().contains("BREEZE_API_KEY"));
     }
 
+    /// Reads one HTTP request: headers, then the body they announce.
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
+        use tokio::io::AsyncReadExt;
+        let mut request = Vec::new();
+        loop {
+            let mut buf = [0u8; 4096];
+            let n = socket.read(&mut buf).await.unwrap();
+            request.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&request).to_string();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if request.len() >= end + 4 + length {
+                    return text;
+                }
+            }
+        }
+    }
+
+    /// A notification refused by Breeze (a wrong key: 401 with an id-less JSON-RPC error) gets
+    /// no answer on stdout; a request refused the same way gets the error under its own id.
+    #[tokio::test]
+    async fn a_refused_notification_is_not_answered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            for _ in 0..2 {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                read_request(&mut socket).await;
+                let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Invalid API key"}}"#;
+                let head = format!(
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                socket.write_all(head.as_bytes()).await.unwrap();
+                socket.write_all(body.as_bytes()).await.unwrap();
+            }
+        });
+        let target = StdioTarget {
+            endpoint: format!("{url}/mcp"),
+            api_key: "brz_wrong".into(),
+        };
+        let (mut client_in, bridge_in) = tokio::io::duplex(4096);
+        let (bridge_out, client_out) = tokio::io::duplex(4096);
+        let bridge = tokio::spawn(bridge(target, BufReader::new(bridge_in), bridge_out));
+        client_in
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await
+            .unwrap();
+        client_in
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}\n")
+            .await
+            .unwrap();
+        drop(client_in);
+        let mut out = BufReader::new(client_out).lines();
+        let mut lines = Vec::new();
+        while let Some(line) = out.next_line().await.unwrap() {
+            lines.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        bridge.await.unwrap().unwrap();
+        server.await.unwrap();
+        assert_eq!(lines.len(), 1, "only the request is answered: {lines:?}");
+        assert_eq!(lines[0]["id"], 7);
+        assert_eq!(lines[0]["error"]["message"], "Invalid API key");
+    }
+
     /// A server that answers a `tools/call` with an SSE stream: a progress notification at
     /// once, the result only when `release` fires.
     async fn slow_server(
         release: tokio::sync::oneshot::Receiver<()>,
     ) -> (String, tokio::task::JoinHandle<()>) {
-        use tokio::io::AsyncReadExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
-            // The request: headers, then the body they announce.
-            let mut request = Vec::new();
-            loop {
-                let mut buf = [0u8; 4096];
-                let n = socket.read(&mut buf).await.unwrap();
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_string();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let length: usize = text
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if request.len() >= end + 4 + length {
-                        break;
-                    }
-                }
-            }
+            read_request(&mut socket).await;
             socket
                 .write_all(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n\
