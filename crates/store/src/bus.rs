@@ -31,7 +31,11 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use crate::{Pool, Store};
+use crate::{OrgStore, Pool, Store};
+
+/// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
+/// it names the organization and each instance re-resolves its own agents of it.
+const MAX_SIGNALLED_DEVICES: usize = 100;
 
 /// Signals a subscriber may fall behind by before it hears [`Signal::Resync`] instead.
 const SUBSCRIBER_BACKLOG: usize = 1024;
@@ -65,6 +69,17 @@ pub enum Signal {
     /// Signals may have been missed (the listener reconnected, or a subscriber fell behind):
     /// treat everything as changed.
     Resync,
+}
+
+impl Signal {
+    /// The effective configuration of `devices` of `org` changed: the signal names them, or
+    /// only the organization when they are more than one payload holds.
+    pub fn policies_changed(org: OrgId, devices: Vec<DeviceId>) -> Signal {
+        Signal::PoliciesChanged {
+            org,
+            devices: (devices.len() <= MAX_SIGNALLED_DEVICES).then_some(devices),
+        }
+    }
 }
 
 /// A signal on the wire, with the instance that sent it.
@@ -298,6 +313,24 @@ impl Store {
         }
         // No subscriber is not an error: the CLI's store has none.
         let _ = self.bus.subscribers.send(signal);
+    }
+}
+
+impl OrgStore<'_> {
+    /// Tells the servers on this database that the effective configuration of this
+    /// organization's `devices` (`None`: of any of its devices) changed, returning once the
+    /// signal is sent: the instances holding those agents' sockets push it to them. For a
+    /// process that holds no agent sockets (the CLI); a server's gateway does this itself.
+    /// Nothing is sent on SQLite (see the module doc).
+    pub async fn announce_policies_changed(&self, devices: Option<Vec<DeviceId>>) {
+        let signal = match devices {
+            Some(devices) => Signal::policies_changed(self.org, devices),
+            None => Signal::PoliciesChanged {
+                org: self.org,
+                devices: None,
+            },
+        };
+        self.store.announce(signal).await;
     }
 }
 
