@@ -29,9 +29,10 @@
 //! doors word them for their callers (a tool's "not found or access denied", the CLI's
 //! message).
 
-use breeze_gateway::OrgFleet;
+use breeze_gateway::{GatewayError, OrgFleet};
 use breeze_store::StoreError;
 
+pub mod compliance;
 pub mod config_policies;
 
 /// Why a domain operation failed.
@@ -40,6 +41,14 @@ pub enum Error {
     /// The store refused or failed (not found, a constraint, unavailable).
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<GatewayError> for Error {
+    fn from(e: GatewayError) -> Self {
+        match e {
+            GatewayError::Store(e) => Error::Store(e),
+        }
+    }
 }
 
 /// The crate's result.
