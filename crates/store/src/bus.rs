@@ -351,6 +351,29 @@ mod tests {
         assert_eq!(channel_name(None), "breeze_bus");
     }
 
+    /// A policy signal names its devices while they fit one payload, else the organization.
+    #[test]
+    fn a_policy_signal_names_at_most_a_payloads_worth_of_devices() {
+        let org = OrgId(Uuid::now_v7());
+        let devices = |n| (0..n).map(|_| DeviceId(Uuid::now_v7())).collect::<Vec<_>>();
+        let few = devices(MAX_SIGNALLED_DEVICES);
+        assert_eq!(
+            Signal::policies_changed(org, few.clone()),
+            Signal::PoliciesChanged {
+                org,
+                devices: Some(few),
+            }
+        );
+        let many = Signal::policies_changed(org, devices(MAX_SIGNALLED_DEVICES + 1));
+        assert_eq!(many, Signal::PoliciesChanged { org, devices: None });
+        let text = serde_json::to_string(&Envelope {
+            from: Uuid::now_v7(),
+            signal: Signal::policies_changed(org, devices(MAX_SIGNALLED_DEVICES)),
+        })
+        .expect("encode");
+        assert!(text.len() < 8000, "{} bytes", text.len());
+    }
+
     #[test]
     fn signals_round_trip_with_their_sender() {
         let e = Envelope {
