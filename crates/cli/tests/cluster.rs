@@ -364,6 +364,52 @@ impl Pair {
 /// An agent process enrolled through `server`, until dropped.
 struct Agent(Child);
 
+impl Agent {
+    /// Enrolls an agent in the demo's `acme` through the server on `port` and runs it, its
+    /// configuration under `dir/agent`.
+    fn enroll(dir: &Path, env: &[(&str, String)], port: u16) -> Agent {
+        let key: Value = serde_json::from_str(&run(
+            dir,
+            env,
+            &[
+                "enrollment-keys",
+                "create",
+                "--org",
+                "acme",
+                "--site",
+                "Headquarters",
+                "--json",
+            ],
+        ))
+        .unwrap();
+        let agent_config = dir.join("agent/agent.json");
+        let agent_config = agent_config.to_str().unwrap();
+        let server_url = format!("http://127.0.0.1:{port}");
+        run(
+            dir,
+            &[],
+            &[
+                "agent",
+                "enroll",
+                "--server",
+                &server_url,
+                "--key",
+                key["key"].as_str().unwrap(),
+                "--config",
+                agent_config,
+            ],
+        );
+        Agent(
+            breeze(dir)
+                .args(["agent", "run", "--config", agent_config])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -406,45 +452,7 @@ fn an_instance_killed_mid_command_loses_no_command_stream_or_audit_record() {
             script_path,
         ],
     );
-    let key: Value = serde_json::from_str(&run(
-        dir,
-        env,
-        &[
-            "enrollment-keys",
-            "create",
-            "--org",
-            "acme",
-            "--site",
-            "Headquarters",
-            "--json",
-        ],
-    ))
-    .unwrap();
-    let agent_config = dir.join("agent/agent.json");
-    let agent_config = agent_config.to_str().unwrap();
-    let server_url = format!("http://127.0.0.1:{sticky}");
-    run(
-        dir,
-        &[],
-        &[
-            "agent",
-            "enroll",
-            "--server",
-            &server_url,
-            "--key",
-            key["key"].as_str().unwrap(),
-            "--config",
-            agent_config,
-        ],
-    );
-    let _agent = Agent(
-        breeze(dir)
-            .args(["agent", "run", "--config", agent_config])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = Agent::enroll(dir, env, sticky);
     let device = local_device(balanced, &read);
 
     // A legacy SSE stream on the first instance; its messages land on either.
@@ -834,4 +842,87 @@ fn a_postgresql_restart_is_503_then_recovers_without_a_restart() {
             .any(|r| r["request_id"] == "pg-down-read")
     });
     server.stop();
+}
+
+/// A configuration-policy change made with the CLI — a process that holds no agent socket —
+/// reaches an agent connected to a running server at once (the change is announced on the
+/// cluster bus; the instance holding the socket pushes it), well before the agent's next
+/// heartbeat (60 s) or reconnection: assigning, updating and deleting a policy each show in
+/// what the real agent reports it applied.
+#[test]
+fn a_configuration_policy_changed_with_the_cli_reaches_a_connected_agent() {
+    let (pair, _a, _b) = Pair::start("cpolicy", &[]);
+    let (dir, env, balanced, read) = (pair.dir.path(), &pair.env, pair.balanced, pair.key("read"));
+    // The agent holds its socket to the first instance; the CLI talks to neither.
+    let _agent = Agent::enroll(dir, env, pair.port_a);
+    let device = local_device(balanced, &read);
+    let applied = || {
+        let r = mcp_tool(
+            balanced,
+            &read,
+            "get_effective_configuration",
+            json!({ "deviceId": device }),
+        );
+        let out = &r["structuredContent"];
+        (
+            out["applied"]["values"]["metricsIntervalSecs"].clone(),
+            out["inSync"] == true,
+        )
+    };
+    let mut before = Value::Null;
+    eventually(30, "the agent's first applied report", || {
+        let (interval, in_sync) = applied();
+        before = interval;
+        in_sync
+    });
+    let wait_for = |secs: u64, what: &str| {
+        eventually(20, what, || applied() == (json!(secs), true));
+    };
+
+    let created = run(
+        dir,
+        env,
+        &[
+            "config-policies",
+            "create",
+            "--org",
+            "acme",
+            "--name",
+            "Fast",
+            "--feature",
+            r#"monitoring={"metricIntervalSeconds":15}"#,
+        ],
+    );
+    let id = created.split_whitespace().nth(1).unwrap().to_owned();
+    let assigned = run(
+        dir,
+        env,
+        &["config-policies", "assign", "--org", "acme", &id],
+    );
+    assert!(assigned.contains("1 device(s) affected"), "{assigned}");
+    wait_for(15, "the assigned policy on the agent");
+
+    run(
+        dir,
+        env,
+        &[
+            "config-policies",
+            "update",
+            "--org",
+            "acme",
+            &id,
+            "--feature",
+            r#"monitoring={"metricIntervalSeconds":20}"#,
+        ],
+    );
+    wait_for(20, "the updated policy on the agent");
+
+    run(
+        dir,
+        env,
+        &["config-policies", "delete", "--org", "acme", &id],
+    );
+    eventually(20, "the agent back on its former configuration", || {
+        applied() == (before.clone(), true)
+    });
 }

@@ -50,10 +50,6 @@ const OUTBOX: usize = 256;
 const SWEEP_JOB: &str = "gateway.sweep";
 const PRUNE_JOB: &str = "gateway.prune";
 
-/// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
-/// it names the organization and each instance re-resolves its own agents of it.
-const MAX_SIGNALLED_DEVICES: usize = 100;
-
 /// Tunables.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -289,10 +285,9 @@ impl Gateway {
             .filter(|d| !self.is_connected(*d))
             .collect();
         if !elsewhere.is_empty() {
-            self.inner.store.publish(Signal::PoliciesChanged {
-                org,
-                devices: (elsewhere.len() <= MAX_SIGNALLED_DEVICES).then_some(elsewhere),
-            });
+            self.inner
+                .store
+                .publish(Signal::policies_changed(org, elsewhere));
         }
         self.push_policies_here(org, Some(devices));
     }
@@ -658,10 +653,17 @@ impl Gateway {
             }
             Signal::PoliciesChanged { org, devices } => self.push_policies_here(org, devices),
             Signal::Resync => {
-                let devices: Vec<DeviceId> =
-                    lock(&self.inner.connections).keys().copied().collect();
+                let (devices, orgs): (Vec<DeviceId>, std::collections::BTreeSet<OrgId>) =
+                    lock(&self.inner.connections)
+                        .iter()
+                        .map(|(d, c)| (*d, c.org))
+                        .unzip();
                 for device in devices {
                     self.push_pending(device).await;
+                }
+                // A configuration change announced meanwhile was missed too.
+                for org in orgs {
+                    self.push_policies_here(org, None);
                 }
                 let waiting: Vec<Uuid> = lock(&self.inner.waiters).keys().copied().collect();
                 for id in waiting {

@@ -20,13 +20,12 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_agent_proto::CommandKind;
 use breeze_core::{AuditEvent, PolicyEnforcement, RunStatus};
+use breeze_domain::compliance::ComplianceChecks;
 use breeze_gateway::Gateway;
 use breeze_pipeline::Pipeline;
 use breeze_store::{
-    CompliancePolicy, NewCommand, Remediation, RemediationUpdate, Store, StoreError,
-    compliance_actor,
+    CompliancePolicy, Remediation, RemediationUpdate, Store, StoreError, compliance_actor,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -165,33 +164,17 @@ impl ComplianceWorker {
     async fn evaluate(&self, p: &CompliancePolicy) -> Result<(usize, bool), StoreError> {
         let org = self.store.org(p.org_id);
         let report = org.evaluate_policy_inventory(p, None).await?;
-        let (devices, probes) = org
-            .compliance_check_targets(p, None, self.config.checks_per_policy)
-            .await?;
-        let fleet = self.gateway.org(p.org_id);
-        let mut sent = 0;
-        for d in devices {
-            let audit = AuditEvent::new(compliance_actor(), "compliance.check", "device_command");
-            let cmd = fleet
-                .submit(
-                    NewCommand {
-                        device_id: d,
-                        kind: CommandKind::ComplianceCheck {
-                            checks: probes.clone(),
-                        },
-                        timeout_secs: 60,
-                        output_cap_bytes: 64 * 1024,
-                        queue_ttl: chrono::Duration::minutes(5),
-                        script: None,
-                        created_by: compliance_actor().to_string(),
-                    },
-                    audit,
-                )
-                .await
-                .map_err(|breeze_gateway::GatewayError::Store(e)| e)?;
-            org.set_compliance_check(p, d, cmd.id).await?;
-            sent += 1;
-        }
+        let sent = ComplianceChecks::new(org, self.gateway.org(p.org_id))
+            .queue(
+                p,
+                None,
+                self.config.checks_per_policy,
+                &compliance_actor(),
+                None,
+            )
+            .await
+            .map_err(|breeze_domain::Error::Store(e)| e)?
+            .len();
         let mut queued = false;
         if p.enforcement == PolicyEnforcement::Remediate && report.non_compliant > 0 {
             let audit = AuditEvent::new(

@@ -31,7 +31,11 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use crate::{Pool, Store};
+use crate::{OrgStore, Pool, Store};
+
+/// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
+/// it names the organization and each instance re-resolves its own agents of it.
+const MAX_SIGNALLED_DEVICES: usize = 100;
 
 /// Signals a subscriber may fall behind by before it hears [`Signal::Resync`] instead.
 const SUBSCRIBER_BACKLOG: usize = 1024;
@@ -65,6 +69,17 @@ pub enum Signal {
     /// Signals may have been missed (the listener reconnected, or a subscriber fell behind):
     /// treat everything as changed.
     Resync,
+}
+
+impl Signal {
+    /// The effective configuration of `devices` of `org` changed: the signal names them, or
+    /// only the organization when they are more than one payload holds.
+    pub fn policies_changed(org: OrgId, devices: Vec<DeviceId>) -> Signal {
+        Signal::PoliciesChanged {
+            org,
+            devices: (devices.len() <= MAX_SIGNALLED_DEVICES).then_some(devices),
+        }
+    }
 }
 
 /// A signal on the wire, with the instance that sent it.
@@ -301,6 +316,24 @@ impl Store {
     }
 }
 
+impl OrgStore<'_> {
+    /// Tells the servers on this database that the effective configuration of this
+    /// organization's `devices` (`None`: of any of its devices) changed, returning once the
+    /// signal is sent: the instances holding those agents' sockets push it to them. For a
+    /// process that holds no agent sockets (the CLI); a server's gateway does this itself.
+    /// Nothing is sent on SQLite (see the module doc).
+    pub async fn announce_policies_changed(&self, devices: Option<Vec<DeviceId>>) {
+        let signal = match devices {
+            Some(devices) => Signal::policies_changed(self.org, devices),
+            None => Signal::PoliciesChanged {
+                org: self.org,
+                devices: None,
+            },
+        };
+        self.store.announce(signal).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +349,29 @@ mod tests {
         assert!(a.len() < 64, "{a}");
         assert_ne!(a, b);
         assert_eq!(channel_name(None), "breeze_bus");
+    }
+
+    /// A policy signal names its devices while they fit one payload, else the organization.
+    #[test]
+    fn a_policy_signal_names_at_most_a_payloads_worth_of_devices() {
+        let org = OrgId(Uuid::now_v7());
+        let devices = |n| (0..n).map(|_| DeviceId(Uuid::now_v7())).collect::<Vec<_>>();
+        let few = devices(MAX_SIGNALLED_DEVICES);
+        assert_eq!(
+            Signal::policies_changed(org, few.clone()),
+            Signal::PoliciesChanged {
+                org,
+                devices: Some(few),
+            }
+        );
+        let many = Signal::policies_changed(org, devices(MAX_SIGNALLED_DEVICES + 1));
+        assert_eq!(many, Signal::PoliciesChanged { org, devices: None });
+        let text = serde_json::to_string(&Envelope {
+            from: Uuid::now_v7(),
+            signal: Signal::policies_changed(org, devices(MAX_SIGNALLED_DEVICES)),
+        })
+        .expect("encode");
+        assert!(text.len() < 8000, "{} bytes", text.len());
     }
 
     #[test]

@@ -1,21 +1,39 @@
-//! `breeze config-policies`: create, update, delete, list and assign configuration policies
-//! through the store, each change audited (actor `system:cli`). Organization policies are
-//! assigned with the `apply_configuration_policy` tool as well; partner-wide policies
-//! (`--partner`) are made and assigned here only. Settings are given per feature as
-//! `--feature TYPE=JSON` (e.g. `monitoring='{"metricIntervalSeconds":15}'`) and checked like the
-//! tools check them (an error names the field). Agents connected to a running server get a
-//! change made here when they next connect or send an HTTP heartbeat; the tools push at once.
+//! `breeze config-policies`: create, update, delete, list and assign configuration policies.
+//! Changes are `breeze_domain::config_policies`, the same operations the tools run (actor
+//! `system:cli`, each audited). Organization policies are assigned with the
+//! `apply_configuration_policy` tool as well; partner-wide policies (`--partner`) are made and
+//! assigned here only. Settings are given per feature as `--feature TYPE=JSON` (e.g.
+//! `monitoring='{"metricIntervalSeconds":15}'`) and checked like the tools check them (an
+//! error names the field).
+//!
+//! This process holds no agent sockets: a change is announced on the cluster bus (awaited
+//! before the command returns), and the running servers push it to the agents connected to
+//! them. On SQLite there is no bus: agents get the change when they next connect or send an
+//! HTTP heartbeat.
 
 use anyhow::{Context, bail};
-use breeze_core::{Actor, AuditEvent, ConfigLevel, FeatureType, PolicyStatus};
-use breeze_store::{ConfigPolicy, ConfigPolicyUpdate, NewAssignment, NewConfigPolicy};
+use breeze_core::{Actor, ConfigLevel, FeatureType, PolicyStatus};
+use breeze_domain::{
+    Agents,
+    config_policies::{Assign, ConfigPolicies, NewPolicy, PartnerConfigPolicies},
+};
+use breeze_store::{ConfigPolicy, ConfigPolicyUpdate};
 use clap::Subcommand;
 use uuid::Uuid;
 
 use super::App;
 
-fn cli_audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("cli"), action, "config_policy")
+/// One organization's policies as the CLI changes them.
+fn org_policies(app: &App, org: breeze_core::OrgId) -> ConfigPolicies<'_> {
+    ConfigPolicies::new(app.store.org(org), Agents::Bus, Actor::system("cli"))
+}
+
+/// The devices a change covers (their agents are sent it), for the command's output.
+fn sent(devices: usize) -> String {
+    match devices {
+        0 => String::new(),
+        n => format!(" ({n} device(s) affected)"),
+    }
 }
 
 fn features(raw: &[String]) -> anyhow::Result<Vec<(FeatureType, serde_json::Value)>> {
@@ -117,29 +135,21 @@ impl ConfigPoliciesCommand {
                 status,
                 features: raw,
             } => {
-                let new = NewConfigPolicy {
+                let new = NewPolicy {
                     name,
                     description,
                     status: status.parse::<PolicyStatus>().context("--status")?,
                     settings: features(&raw)?,
-                    created_by: "system:cli".into(),
                 };
                 let policy = match (org, partner) {
                     (Some(org), _) => {
                         let org = store.find_organization(&org).await.context("--org")?;
-                        store
-                            .org(org.id)
-                            .create_config_policy(new, cli_audit("config_policy.create"))
-                            .await?
+                        org_policies(app, org.id).create(new).await?
                     }
                     (None, Some(partner)) => {
                         let partner = store.find_partner(&partner).await.context("--partner")?;
-                        store
-                            .create_partner_config_policy(
-                                partner.id,
-                                new,
-                                cli_audit("config_policy.create"),
-                            )
+                        PartnerConfigPolicies::new(store, partner.id, None, Actor::system("cli"))
+                            .create(new)
                             .await?
                     }
                     (None, None) => bail!("--org or --partner is required"),
@@ -168,19 +178,21 @@ impl ConfigPoliciesCommand {
                         Some(features(&raw)?)
                     },
                 };
-                let p = store
-                    .org(org.id)
-                    .update_config_policy(policy, update, cli_audit("config_policy.update"))
-                    .await?;
-                println!("updated {}", describe(&p));
+                let changed = org_policies(app, org.id).update(policy, update).await?;
+                println!(
+                    "updated {}{}",
+                    describe(&changed.value),
+                    sent(changed.devices.len())
+                );
             }
             ConfigPoliciesCommand::Delete { org, policy } => {
                 let org = store.find_organization(&org).await.context("--org")?;
-                let p = store
-                    .org(org.id)
-                    .delete_config_policy(policy, cli_audit("config_policy.delete"))
-                    .await?;
-                println!("deleted {}", p.name);
+                let changed = org_policies(app, org.id).delete(policy).await?;
+                println!(
+                    "deleted {}{}",
+                    changed.value.name,
+                    sent(changed.devices.len())
+                );
             }
             ConfigPoliciesCommand::List { org } => {
                 let org = store.find_organization(&org).await.context("--org")?;
@@ -204,7 +216,7 @@ impl ConfigPoliciesCommand {
                 target,
                 priority,
             } => {
-                let a = match (org, partner) {
+                let (a, note) = match (org, partner) {
                     (Some(org), _) => {
                         let org = store.find_organization(&org).await.context("--org")?;
                         let level: ConfigLevel = level
@@ -212,36 +224,32 @@ impl ConfigPoliciesCommand {
                             .unwrap_or("organization")
                             .parse()
                             .context("--level")?;
-                        store
-                            .org(org.id)
-                            .assign_config_policy(
-                                NewAssignment {
-                                    policy_id: policy,
-                                    level,
-                                    target_id: target.unwrap_or(org.id.0),
-                                    priority,
-                                    created_by: "system:cli".into(),
-                                },
-                                cli_audit("config_policy.assign"),
-                            )
-                            .await?
+                        let changed = org_policies(app, org.id)
+                            .assign(Assign {
+                                policy_id: policy,
+                                level,
+                                target_id: target.unwrap_or(org.id.0),
+                                priority,
+                            })
+                            .await?;
+                        (changed.value, sent(changed.devices.len()))
                     }
                     (None, Some(partner)) => {
                         let partner = store.find_partner(&partner).await.context("--partner")?;
-                        store
-                            .assign_partner_config_policy(
-                                partner.id,
-                                policy,
-                                priority,
-                                "system:cli",
-                                cli_audit("config_policy.assign"),
-                            )
-                            .await?
+                        let (a, orgs) = PartnerConfigPolicies::new(
+                            store,
+                            partner.id,
+                            None,
+                            Actor::system("cli"),
+                        )
+                        .assign(policy, priority)
+                        .await?;
+                        (a, format!(" ({} organization(s) affected)", orgs.len()))
                     }
                     (None, None) => bail!("--org or --partner is required"),
                 };
                 println!(
-                    "assigned {}  {} {} priority {}",
+                    "assigned {}  {} {} priority {}{note}",
                     a.id, a.level, a.target_id, a.priority
                 );
             }

@@ -5,17 +5,22 @@
 //! Resolution is `breeze_core::config_policy` (device > group > site > organization >
 //! partner, then priority, then the older assignment; per setting, each naming its source).
 //! A preview resolves every affected device with the change made in memory, exactly as the
-//! store would after applying it. Applying or removing pushes the new effective configuration
-//! to the affected devices' agents (`OrgFleet::push_policies`); the agent reports what it
-//! applied with its heartbeats, and `get_effective_configuration` shows the drift. Policies
-//! themselves are created with `breeze config-policies` (audited). Another organization's
+//! store would after applying it. Applying or removing is `breeze_domain::config_policies`
+//! (the same operation `breeze config-policies` runs): audited, and the new effective
+//! configuration sent to the affected devices' agents; the agent reports what it applied with
+//! its heartbeats, and `get_effective_configuration` shows the drift. Policies themselves are
+//! created with `breeze config-policies` (audited). Another organization's
 //! policy, assignment, device, site or group is "not found", like a missing one.
 
 use std::collections::BTreeMap;
 
 use breeze_core::{
-    ConfigLevel, DeviceId, Permission, PolicyStatus,
+    ConfigLevel, Permission, PolicyStatus,
     config_policy::{Candidate, Effective, EffectiveValue, Source, diff, resolve_for},
+};
+use breeze_domain::{
+    Agents,
+    config_policies::{Assign, ConfigPolicies},
 };
 use breeze_store::{ConfigAssignment, ConfigPolicy, NewAssignment, PolicyOwner, StoreError};
 use schemars::JsonSchema;
@@ -60,6 +65,20 @@ impl JsonSchema for AnyJson {
 
 fn uuid_arg(raw: &str, missing: &str) -> Result<Uuid, ToolError> {
     Uuid::parse_str(raw).map_err(|_| ToolError::not_found(missing))
+}
+
+/// The organization's configuration policies as the domain changes them: audited as the
+/// caller, sent to agents through this server's gateway.
+fn domain<'a>(cx: &ToolCx<'a>) -> ConfigPolicies<'a> {
+    ConfigPolicies::new(cx.org, Agents::Gateway(cx.fleet), cx.actor.clone())
+        .request(cx.request_id.clone())
+}
+
+/// Domain errors with this module's wording for what was not found.
+fn refused(e: breeze_domain::Error) -> ToolError {
+    match e {
+        breeze_domain::Error::Store(e) => not_found(e),
+    }
 }
 
 /// Store errors with this module's wording for what was not found.
@@ -568,23 +587,6 @@ pub(crate) struct AssignmentOutput {
     message: String,
 }
 
-/// The organization's devices an assignment at `level` on `target` covers.
-async fn covered(
-    cx: &ToolCx<'_>,
-    level: ConfigLevel,
-    target: Uuid,
-) -> Result<Vec<DeviceId>, ToolError> {
-    let only = (level == ConfigLevel::Device).then(|| vec![DeviceId(target)]);
-    Ok(cx
-        .org
-        .device_places(only.as_deref())
-        .await?
-        .into_iter()
-        .filter(|p| p.covers(level, target))
-        .map(|p| DeviceId(p.device))
-        .collect())
-}
-
 pub(crate) struct ApplyConfigurationPolicy;
 
 impl Tool for ApplyConfigurationPolicy {
@@ -599,27 +601,16 @@ impl Tool for ApplyConfigurationPolicy {
     type Output = AssignmentOutput;
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
-        let new = NewAssignment {
-            policy_id: uuid_arg(&input.config_policy_id, POLICY_NOT_FOUND)?,
-            level: input.level.into(),
-            target_id: uuid_arg(&input.target_id, TARGET_NOT_FOUND)?,
-            priority: i64::from(input.priority.unwrap_or(0)),
-            created_by: cx.actor.to_string(),
-        };
-        let audit = breeze_core::AuditEvent::new(
-            cx.actor.clone(),
-            "config_policy.assign",
-            "config_policy_assignment",
-        )
-        .request(cx.request_id.clone());
-        let assignment = cx
-            .org
-            .assign_config_policy(new, audit)
+        let changed = domain(cx)
+            .assign(Assign {
+                policy_id: uuid_arg(&input.config_policy_id, POLICY_NOT_FOUND)?,
+                level: input.level.into(),
+                target_id: uuid_arg(&input.target_id, TARGET_NOT_FOUND)?,
+                priority: i64::from(input.priority.unwrap_or(0)),
+            })
             .await
-            .map_err(not_found)?;
-        let devices = covered(cx, assignment.level, assignment.target_id).await?;
-        let affected = devices.len();
-        cx.fleet.push_policies(devices);
+            .map_err(refused)?;
+        let (assignment, affected) = (changed.value, changed.devices.len());
         Ok(AssignmentOutput {
             message: format!(
                 "policy assigned to {} {}",
@@ -653,20 +644,8 @@ impl Tool for RemoveConfigurationPolicyAssignment {
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let id = uuid_arg(&input.assignment_id, ASSIGNMENT_NOT_FOUND)?;
-        let audit = breeze_core::AuditEvent::new(
-            cx.actor.clone(),
-            "config_policy.unassign",
-            "config_policy_assignment",
-        )
-        .request(cx.request_id.clone());
-        let assignment = cx
-            .org
-            .remove_config_assignment(id, audit)
-            .await
-            .map_err(not_found)?;
-        let devices = covered(cx, assignment.level, assignment.target_id).await?;
-        let affected = devices.len();
-        cx.fleet.push_policies(devices);
+        let changed = domain(cx).unassign(id).await.map_err(refused)?;
+        let (assignment, affected) = (changed.value, changed.devices.len());
         Ok(AssignmentOutput {
             message: "assignment removed".into(),
             assignment: assignment.into(),

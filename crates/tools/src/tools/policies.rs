@@ -20,19 +20,20 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use breeze_agent_proto::CommandKind;
 use breeze_core::{
     AuditEvent, ComplianceRule, ComplianceState, DeviceId, Permission, PolicyEnforcement,
     RuleResult,
 };
 use breeze_store::{
-    CompliancePolicy, CompliancePolicyUpdate, EvaluationReport, NewCommand, NewCompliancePolicy,
-    Remediation, RuleTarget, StoreError,
+    CompliancePolicy, CompliancePolicyUpdate, EvaluationReport, NewCompliancePolicy, Remediation,
+    RuleTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+use breeze_domain::compliance::ComplianceChecks;
 
 use super::args::{TargetArg, uuid_or_missing};
 use super::device_command::safe_path;
@@ -45,10 +46,6 @@ pub(crate) fn register(r: &mut Registry) {
 const POLICY_NOT_FOUND: &str = "Compliance policy not found or access denied";
 /// The most devices one `evaluate` sends agent checks to.
 pub(crate) const MAX_CHECKS_PER_CALL: usize = 25;
-/// How long an agent check may wait for delivery before it counts as timed out.
-const CHECK_QUEUE_TTL_SECS: i64 = 300;
-/// An agent check's own timeout.
-const CHECK_TIMEOUT_SECS: u32 = 60;
 
 crate::actions! {
     // What `manage_policies` does: reads are Tier 1; evaluating and shaping policies Tier 2;
@@ -374,35 +371,16 @@ async fn check_agents(
     only: Option<&[DeviceId]>,
     wait: Duration,
 ) -> Result<(usize, usize), ToolError> {
-    let (devices, probes) = cx
-        .org
-        .compliance_check_targets(policy, only, MAX_CHECKS_PER_CALL)
-        .await?;
-    let mut sent = Vec::new();
-    for d in devices {
-        let audit = AuditEvent::new(cx.actor.clone(), "compliance.check", "device_command")
-            .request(cx.request_id.clone());
-        let cmd = cx
-            .fleet
-            .submit(
-                NewCommand {
-                    device_id: d,
-                    kind: CommandKind::ComplianceCheck {
-                        checks: probes.clone(),
-                    },
-                    timeout_secs: CHECK_TIMEOUT_SECS,
-                    output_cap_bytes: 64 * 1024,
-                    queue_ttl: chrono::Duration::seconds(CHECK_QUEUE_TTL_SECS),
-                    script: None,
-                    created_by: cx.actor.to_string(),
-                },
-                audit,
-            )
-            .await
-            .map_err(|breeze_gateway::GatewayError::Store(e)| ToolError::from(e))?;
-        cx.org.set_compliance_check(policy, d, cmd.id).await?;
-        sent.push((d, cmd.id));
-    }
+    let sent = ComplianceChecks::new(cx.org, cx.fleet)
+        .queue(
+            policy,
+            only,
+            MAX_CHECKS_PER_CALL,
+            &cx.actor,
+            cx.request_id.clone(),
+        )
+        .await
+        .map_err(|breeze_domain::Error::Store(e)| ToolError::from(e))?;
     if wait.is_zero() || sent.is_empty() {
         return Ok((sent.len(), 0));
     }
