@@ -17,7 +17,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, StoreError, audit,
     sql::{Arg, Sql, Tx, sql},
 };
 
@@ -404,7 +404,7 @@ struct PresenceRow {
     last_seen_at: Option<Timestamp>,
 }
 
-impl Store {
+impl CrossOrg<'_> {
     /// Enabled, undeleted rules of every organization with ids after `after`, by id, at most
     /// `limit`: the engine's walk over the rules, a bounded slice per tick.
     pub async fn alert_rules_after(

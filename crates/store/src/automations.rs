@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    Alert, OrgStore, Result, RuleTarget, Store, StoreError,
+    Alert, CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
@@ -781,24 +781,6 @@ const SCHEDULE: RowLease = RowLease {
 };
 
 impl Store {
-    /// Enabled schedule automations of every organization whose next run is due at `now`,
-    /// soonest first, at most `limit`.
-    pub async fn due_automations(&self, now: Timestamp, limit: u32) -> Result<Vec<Automation>> {
-        SCHEDULE.due(self, now, limit).await
-    }
-
-    /// Enabled alert-triggered automations of every organization, at most `limit`.
-    pub async fn alert_automations(&self, limit: u32) -> Result<Vec<Automation>> {
-        sql(format!(
-            "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE trigger_kind = 'alert' \
-             AND enabled = $1 ORDER BY org_id, id LIMIT $2"
-        ))
-        .bind(true)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
-    }
-
     /// Takes the lease of `automation`'s occurrence `due`: moves its next run to `next` if it
     /// is still `due` (one statement, so one instance wins) and records `run` in the same
     /// transaction. False when another instance (or a change to the automation) was first.
@@ -827,17 +809,6 @@ impl Store {
         Ok(true)
     }
 
-    /// Takes up to `limit` queued runs for this worker (each by a conditional update, so one
-    /// instance gets each) and marks them running.
-    pub async fn claim_queued_runs(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        RUNS.claim_queued(self, limit).await
-    }
-
-    /// Runs waiting for approval of their script runs, oldest first, at most `limit`.
-    pub async fn runs_awaiting_approval(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        RUNS.awaiting_approval(self, limit).await
-    }
-
     /// Marks runs left `running` for longer than [`RUN_INTERRUPTED_AFTER`] failed (their
     /// instance stopped mid-run); they are never retried. Returns how many.
     pub async fn fail_interrupted_runs(&self) -> Result<u64> {
@@ -851,5 +822,36 @@ impl Store {
         .bind(now - RUN_INTERRUPTED_AFTER)
         .execute(self)
         .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Enabled schedule automations of every organization whose next run is due at `now`,
+    /// soonest first, at most `limit`.
+    pub async fn due_automations(&self, now: Timestamp, limit: u32) -> Result<Vec<Automation>> {
+        SCHEDULE.due(self.store, now, limit).await
+    }
+
+    /// Enabled alert-triggered automations of every organization, at most `limit`.
+    pub async fn alert_automations(&self, limit: u32) -> Result<Vec<Automation>> {
+        sql(format!(
+            "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE trigger_kind = 'alert' \
+             AND enabled = $1 ORDER BY org_id, id LIMIT $2"
+        ))
+        .bind(true)
+        .bind(i64::from(limit))
+        .fetch_all(self)
+        .await
+    }
+
+    /// Takes up to `limit` queued runs for this worker (each by a conditional update, so one
+    /// instance gets each) and marks them running.
+    pub async fn claim_queued_runs(&self, limit: u32) -> Result<Vec<AutomationRun>> {
+        RUNS.claim_queued(self.store, limit).await
+    }
+
+    /// Runs waiting for approval of their script runs, oldest first, at most `limit`.
+    pub async fn runs_awaiting_approval(&self, limit: u32) -> Result<Vec<AutomationRun>> {
+        RUNS.awaiting_approval(self.store, limit).await
     }
 }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    CommandRecord, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
+    CommandRecord, CrossOrg, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
@@ -1329,15 +1329,6 @@ impl Store {
         }
     }
 
-    /// Active policies of every organization whose evaluation is due at `now`, soonest first.
-    pub async fn due_compliance_policies(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<CompliancePolicy>> {
-        EVALUATION_LEASE.due(self, now, limit).await
-    }
-
     /// Takes the lease of `policy`'s due evaluation: moves `next_evaluation_at` from `due` to
     /// now + its period with one conditional statement, so one instance evaluates it.
     pub async fn claim_compliance_evaluation(
@@ -1349,6 +1340,17 @@ impl Store {
         EVALUATION_LEASE
             .claim(self, (policy.id, policy.org_id), due, Some(next))
             .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Active policies of every organization whose evaluation is due at `now`, soonest first.
+    pub async fn due_compliance_policies(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<CompliancePolicy>> {
+        EVALUATION_LEASE.due(self.store, now, limit).await
     }
 
     /// Agent checks whose command is final, for the worker to fold in, at most `limit`.
@@ -1367,11 +1369,11 @@ impl Store {
     /// Takes up to `limit` queued remediations (each by a conditional update) and marks them
     /// running.
     pub async fn claim_queued_remediations(&self, limit: u32) -> Result<Vec<Remediation>> {
-        REMEDIATIONS.claim_queued(self, limit).await
+        REMEDIATIONS.claim_queued(self.store, limit).await
     }
 
     /// Remediations waiting for approval of their script runs, oldest first.
     pub async fn remediations_awaiting_approval(&self, limit: u32) -> Result<Vec<Remediation>> {
-        REMEDIATIONS.awaiting_approval(self, limit).await
+        REMEDIATIONS.awaiting_approval(self.store, limit).await
     }
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, RuleTarget, Store, StoreError,
+    CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     scheduled::RowLease,
@@ -952,12 +952,6 @@ pub enum Advance {
 }
 
 impl Store {
-    /// Running deployments of every organization whose step is due at `now`, soonest first
-    /// (and cancelled ones still following runs that were under way).
-    pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
-        STEP.due(self, now, limit).await
-    }
-
     /// Takes the lease of `deployment`'s due step: moves `next_step_at` from `due` to now +
     /// [`STEP_LEASE`] with one conditional statement, so one instance steps it. The stepping
     /// instance hands it back ([`OrgStore::release_deployment`]); one that dies leaves it to
@@ -970,6 +964,14 @@ impl Store {
             Some(self.clock.now() + STEP_LEASE),
         )
         .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Running deployments of every organization whose step is due at `now`, soonest first
+    /// (and cancelled ones still following runs that were under way).
+    pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
+        STEP.due(self.store, now, limit).await
     }
 }
 

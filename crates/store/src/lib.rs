@@ -21,6 +21,7 @@ mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod cross_org;
 mod deployments;
 mod devices;
 mod directory;
@@ -85,6 +86,7 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use cross_org::CrossOrg;
 pub use deployments::{
     Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
     MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, PackageAction,

@@ -32,11 +32,9 @@ use breeze_core::{
     AuditEvent, DeviceId, DeviceStatus, FeatureType, OrgId, Permission, Timestamp,
     config_policy::resolve_for,
 };
-use breeze_gateway::Gateway;
 use breeze_store::{
     DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob, OrgStore,
-    PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind, Store,
-    StoreError,
+    PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind, StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -895,41 +893,10 @@ async fn send_part(
     }
 }
 
-/// Sends every part of jobs whose maintenance window is open now; answers how many jobs
-/// started. Run by the server every half minute; a job runs as whoever asked for it (the
-/// install was approved then).
-pub async fn dispatch_scheduled_patch_jobs(store: &Store, gateway: &Gateway) -> usize {
-    let jobs = match store.scheduled_patch_jobs().await {
-        Ok(j) => j,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read scheduled patch jobs");
-            return 0;
-        }
-    };
-    let now = store.clock().now();
-    let mut started = 0;
-    for job in jobs {
-        let org = store.org(job.org_id);
-        let open = match job.window_id {
-            Some(w) => match org.get_window(w).await {
-                Ok(w) => w.open_at(now).is_some(),
-                Err(_) => false,
-            },
-            None => true,
-        };
-        if !open {
-            continue;
-        }
-        if let Err(e) = start_job(&org, &gateway.org(job.org_id), job.org_id, &job).await {
-            tracing::warn!(job = %job.id, error = %e.message, "could not start a patch job");
-        } else {
-            started += 1;
-        }
-    }
-    started
-}
-
-async fn start_job(
+/// Sends every still-scheduled part of one organization's job (its maintenance window is
+/// open): each device's command is queued as whoever asked for the job (the install was
+/// approved then). The server's patch-job dispatcher calls it for each due job.
+pub async fn start_scheduled_patch_job(
     org: &OrgStore<'_>,
     fleet: &breeze_gateway::OrgFleet<'_>,
     org_id: OrgId,
