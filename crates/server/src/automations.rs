@@ -142,12 +142,7 @@ impl Worker for AutomationWorker {
                         .org(org)
                         .update_run(
                             id,
-                            RunUpdate {
-                                status: RunStatus::Failed,
-                                approval_ids: vec![],
-                                devices: vec![],
-                                message: Some(format!("internal error: {e}")),
-                            },
+                            RunUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
                         )
                         .await;
                 }
@@ -270,16 +265,7 @@ impl AutomationWorker {
         status: RunStatus,
         message: impl Into<String>,
     ) -> Result<(), StoreError> {
-        self.finish(
-            run,
-            RunUpdate {
-                status,
-                approval_ids: vec![],
-                devices: vec![],
-                message: Some(message.into()),
-            },
-        )
-        .await
+        self.finish(run, RunUpdate::ended(status, message)).await
     }
 
     async fn execute(&self, run: AutomationRun) -> Result<(), StoreError> {

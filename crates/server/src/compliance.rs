@@ -152,12 +152,7 @@ impl Worker for ComplianceWorker {
                         .org(org)
                         .update_remediation(
                             id,
-                            RemediationUpdate {
-                                status: RunStatus::Failed,
-                                approval_ids: vec![],
-                                devices: vec![],
-                                message: Some(format!("internal error: {e}")),
-                            },
+                            RemediationUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
                         )
                         .await;
                 }
@@ -241,15 +236,7 @@ impl ComplianceWorker {
     ) -> Result<(), StoreError> {
         self.store
             .org(r.org_id)
-            .update_remediation(
-                r.id,
-                RemediationUpdate {
-                    status,
-                    approval_ids: vec![],
-                    devices: vec![],
-                    message: Some(message.into()),
-                },
-            )
+            .update_remediation(r.id, RemediationUpdate::ended(status, message))
             .await
             .map(drop)
     }

@@ -98,13 +98,15 @@ pub struct AlertRule {
 impl AlertRule {
     /// The rule's target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("rule {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("rule {}", self.id),
+        )
     }
 }
 
@@ -1433,6 +1435,22 @@ impl OrgStore<'_> {
         s.enabled_rules = enabled;
         Ok(s)
     }
+}
+
+/// A row's target from its columns (the inverse of [`target_columns`]); `row` names the row
+/// when the id its kind needs is missing.
+pub(crate) fn target_of(
+    kind: TargetKind,
+    (site, group, device): (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>),
+    row: impl Fn() -> String,
+) -> Result<RuleTarget> {
+    let missing = || StoreError::Corrupt(format!("{} has no target id", row()));
+    Ok(match kind {
+        TargetKind::Organization => RuleTarget::Organization,
+        TargetKind::Site => RuleTarget::Site(site.ok_or_else(missing)?),
+        TargetKind::Group => RuleTarget::Group(group.ok_or_else(missing)?),
+        TargetKind::Device => RuleTarget::Device(device.ok_or_else(missing)?),
+    })
 }
 
 pub(crate) fn target_columns(

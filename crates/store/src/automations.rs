@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use crate::{
     Alert, CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
-    alerts::{ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
+    alerts::{
+        ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of,
+    },
     audit,
     runs::{RunRow, RunTable, RunUpdate},
     scheduled::RowLease,
@@ -110,13 +112,15 @@ pub struct Automation {
 impl Automation {
     /// The automation's target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("automation {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("automation {}", self.id),
+        )
     }
 
     /// The trigger as one value.
@@ -436,15 +440,8 @@ impl OrgStore<'_> {
             new.target,
         )
         .await?;
-        let count = sql("SELECT COUNT(*) FROM automations WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
+        self.check_room("automations", MAX_AUTOMATIONS_PER_ORG, "automations")
             .await?;
-        if count >= MAX_AUTOMATIONS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_AUTOMATIONS_PER_ORG} automations"
-            )));
-        }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let next = first_run(&new.trigger, new.enabled, now)?;
@@ -635,14 +632,7 @@ impl OrgStore<'_> {
             .bind(self.org)
             .execute(&mut tx)
             .await?;
-        let n = sql("DELETE FROM automations WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("automation"));
-        }
+        audit::delete_row(&mut tx, self.org, "automations", id, "automation").await?;
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::{
     CommandRecord, CrossOrg, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
-    alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
+    alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
     scheduled::RowLease,
@@ -74,13 +74,15 @@ pub struct CompliancePolicy {
 impl CompliancePolicy {
     /// The target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("policy {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("policy {}", self.id),
+        )
     }
 
     /// Whether any rule is decided over inventory.
@@ -522,15 +524,12 @@ impl OrgStore<'_> {
             new.evaluate_every_minutes,
         )
         .await?;
-        let count = sql("SELECT COUNT(*) FROM compliance_policies WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_POLICIES_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_POLICIES_PER_ORG} compliance policies"
-            )));
-        }
+        self.check_room(
+            "compliance_policies",
+            MAX_POLICIES_PER_ORG,
+            "compliance policies",
+        )
+        .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
@@ -735,14 +734,14 @@ impl OrgStore<'_> {
             .execute(&mut tx)
             .await?;
         }
-        let n = sql("DELETE FROM compliance_policies WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("compliance policy"));
-        }
+        audit::delete_row(
+            &mut tx,
+            self.org,
+            "compliance_policies",
+            id,
+            "compliance policy",
+        )
+        .await?;
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -374,15 +374,8 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<Deployment> {
         self.check_deployment(&new).await?;
-        let count = sql("SELECT COUNT(*) FROM deployments WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
+        self.check_room("deployments", MAX_DEPLOYMENTS_PER_ORG, "deployments")
             .await?;
-        if count >= MAX_DEPLOYMENTS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_DEPLOYMENTS_PER_ORG} deployments"
-            )));
-        }
         let target = self.target_devices(new.target).await?;
         if target.is_empty() {
             return Err(StoreError::Invalid(

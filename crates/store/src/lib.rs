@@ -662,6 +662,21 @@ impl OrgStore<'_> {
         self.org
     }
 
+    /// Refuses to add one more row to `table` when this organization already has `max` of
+    /// them (`what` names them in the conflict): the cap every per-organization list keeps.
+    pub(crate) async fn check_room(&self, table: &str, max: i64, what: &str) -> Result<()> {
+        let count = sql::sql(format!("SELECT COUNT(*) FROM {table} WHERE org_id = $1"))
+            .bind(self.org)
+            .fetch_scalar::<i64>(self)
+            .await?;
+        if count >= max {
+            return Err(StoreError::Conflict(format!(
+                "the organization already has {max} {what}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Sets the timestamp `column` of row `id` in `table` (of this organization) to now, unless
     /// it is already set; audits `audit` in the same transaction only when something changed.
     /// The shape of every "revoke", "resolve", "decide" that must happen once.

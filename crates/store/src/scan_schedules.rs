@@ -135,15 +135,12 @@ impl OrgStore<'_> {
                 (None, Some(cron.clone()), time_zone.clone(), first)
             }
         };
-        let count = sql("SELECT COUNT(*) FROM security_scan_schedules WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_SCAN_SCHEDULES_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_SCAN_SCHEDULES_PER_ORG} scan schedules"
-            )));
-        }
+        self.check_room(
+            "security_scan_schedules",
+            MAX_SCAN_SCHEDULES_PER_ORG,
+            "scan schedules",
+        )
+        .await?;
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(
