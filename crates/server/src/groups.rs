@@ -68,6 +68,7 @@ impl Worker for GroupTimer {
             return Ok(None);
         }
         self.store
+            .cross_org()
             .reevaluate_time_dependent_groups()
             .await
             .map(Some)

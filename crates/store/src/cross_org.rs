@@ -2,8 +2,8 @@
 //!
 //! Everything else reads organization data through [`OrgStore`](crate::OrgStore), bound to one
 //! organization (and, on PostgreSQL, to its row-security scope). A few readers must see every
-//! organization at once: the server's workers finding what is due across the fleet, the
-//! approval resumer finding approved calls whose callers went away, and a person who belongs
+//! organization at once: the server's workers and the gateway's sweeper finding what is due
+//! across the fleet, the approval resumer finding approved calls whose callers went away, and a person who belongs
 //! to several organizations listing what waits for them there. They go through this handle,
 //! so that each such read is named at its call site (`store.cross_org()…`) and all of them are
 //! listed here; a tool handler never holds one.
@@ -19,7 +19,10 @@
 //! - deployments: [`CrossOrg::due_deployments`];
 //! - scan schedules: [`CrossOrg::due_scan_schedules`];
 //! - patches: [`CrossOrg::scheduled_patch_jobs`];
-//! - alerts: [`CrossOrg::alert_rules_after`].
+//! - alerts: [`CrossOrg::alert_rules_after`];
+//! - devices and commands (the gateway's sweeper): [`CrossOrg::mark_stale_devices_offline`],
+//!   [`CrossOrg::time_out_commands`];
+//! - dynamic groups: [`CrossOrg::reevaluate_time_dependent_groups`].
 //!
 //! A row read here is acted on through its own organization's handle (`store.org(row.org_id)`).
 //! Cluster-wide upkeep that reads nothing back (expiring, pruning, failing interrupted work)
