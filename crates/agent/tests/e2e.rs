@@ -24,7 +24,7 @@ use breeze_pipeline::{
     CallOutcome,
     approvals::{DecisionRequest, decide},
 };
-use breeze_server::ServerConfig;
+use breeze_server::{ServerConfig, workers::Worker};
 use breeze_store::{Backend, NewScript, ScriptParameter, Store, testing::TestStore};
 use breeze_tools::ProgressReport;
 use common::{Fleet, agent, approve_everything, audit, call_outcome, enroll, eventually};

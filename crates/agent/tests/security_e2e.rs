@@ -16,6 +16,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 use breeze_core::{OrgId, SystemClock};
 use breeze_limits::{Decision, LimiterError, RateLimiter};
 use breeze_pipeline::CallOutcome;
+use breeze_server::workers::Worker;
 use breeze_store::{Backend, Store, testing::TestStore};
 use common::{Fleet, agent, enroll, eventually};
 use futures::future::BoxFuture;

@@ -54,7 +54,7 @@ use std::{
 use breeze_core::{AlertCondition, DeviceId, OrgId};
 use breeze_store::{AlertRule, Observation, Observed, Store, StoreError};
 use tokio::sync::Mutex;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 pub use notify::{
@@ -272,12 +272,14 @@ impl AlertEngine {
         let mut cursor = self.cursor.lock().await;
         let mut rules = self
             .store
+            .cross_org()
             .alert_rules_after(*cursor, self.config.rules_per_tick)
             .await?;
         if rules.is_empty() && cursor.is_some() {
             // The walk reached the end: start over.
             rules = self
                 .store
+                .cross_org()
                 .alert_rules_after(None, self.config.rules_per_tick)
                 .await?;
         }
@@ -421,25 +423,14 @@ impl AlertEngine {
         self.deliveries.reopen();
     }
 
-    /// Runs [`AlertEngine::tick`] every `config.tick` until `stop`, then gives the tick's
-    /// lease up so another instance takes it at its next tick.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.config.tick);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => {
-                        if let Err(e) = self.tick().await {
-                            tracing::warn!(error = %e, "alert engine tick failed");
-                        }
-                    }
-                }
-            }
-            if let Err(e) = self.store.release_lease(LEASE, &self.instance).await {
-                tracing::warn!(error = %e, "could not give the alert engine's lease up");
-            }
-        })
+    /// How often [`AlertEngine::tick`] is meant to run (the server's workers run it).
+    pub fn period(&self) -> Duration {
+        self.config.tick
+    }
+
+    /// Gives the tick's lease up, for a stopping instance: another instance takes the ticking
+    /// over at its next tick instead of after the lease lapses. Whether this engine held it.
+    pub async fn release_lease(&self) -> Result<bool, StoreError> {
+        self.store.release_lease(LEASE, &self.instance).await
     }
 }

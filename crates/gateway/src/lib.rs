@@ -595,7 +595,7 @@ impl Gateway {
     /// One sweep: time out overdue commands, mark silent devices offline, prune old data.
     pub async fn sweep(&self, prune: bool) -> Result<(), GatewayError> {
         let store = &self.inner.store;
-        for cmd in store.time_out_commands().await? {
+        for cmd in store.cross_org().time_out_commands().await? {
             if breeze_store::records_patch_result(&cmd.kind)
                 && let Err(e) = store.record_patch_command(&cmd).await
             {
@@ -605,7 +605,10 @@ impl Gateway {
         }
         let offline_after = chrono::Duration::from_std(self.inner.config.offline_after)
             .unwrap_or(chrono::Duration::minutes(3));
-        let gone = store.mark_stale_devices_offline(offline_after).await?;
+        let gone = store
+            .cross_org()
+            .mark_stale_devices_offline(offline_after)
+            .await?;
         if !gone.is_empty() {
             tracing::info!(
                 devices = gone.len(),

@@ -599,7 +599,7 @@ impl Approvals {
     pub(crate) async fn claim_orphans(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
         self.inner.store.expire_approvals().await?;
         let mut claimed = Vec::new();
-        for r in self.inner.store.unclaimed_approvals().await? {
+        for r in self.inner.store.cross_org().unclaimed_approvals().await? {
             // Give a live waiter the first chance, so its client gets progress and the result.
             if r.decided_at
                 .is_some_and(|t| self.inner.clock.now() - t < chrono::Duration::seconds(3))

@@ -27,6 +27,10 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
+use crate::{
+    owner_runs::{self, ScriptCall, overall},
+    workers::{Tasks, Worker},
+};
 use breeze_alerts::{ChannelMessage, NotifyConfig};
 use breeze_core::{AutomationAction, AutomationTrigger, DeviceId, RunStatus, Timestamp};
 use breeze_pipeline::Pipeline;
@@ -36,9 +40,6 @@ use breeze_store::{
 };
 use serde_json::json;
 use tokio::sync::Mutex;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
-
-use crate::owner_runs::{self, ScriptCall, overall};
 
 /// The worker's pace.
 #[derive(Debug, Clone)]
@@ -82,7 +83,7 @@ pub struct AutomationWorker {
     config: AutomationConfig,
     /// Alerts at or after this instant are looked at next tick.
     alerts_since: Mutex<Option<Timestamp>>,
-    runs: TaskTracker,
+    runs: Tasks,
 }
 
 impl AutomationWorker {
@@ -98,16 +99,27 @@ impl AutomationWorker {
             notify,
             config,
             alerts_since: Mutex::new(None),
-            runs: TaskTracker::new(),
+            runs: Tasks::default(),
         }
     }
 
     fn now(&self) -> Timestamp {
         self.store.clock().now()
     }
+}
+
+/// Runs every `config.tick`; first fails the runs a stopped instance left running.
+impl Worker for AutomationWorker {
+    const NAME: &'static str = "automation worker";
+    type Report = TickReport;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        self.config.tick
+    }
 
     /// One round: schedules, alerts, queued runs (started in tasks of their own), approvals.
-    pub async fn tick(self: &Arc<Self>) -> Result<TickReport, StoreError> {
+    async fn tick(self: &Arc<Self>) -> Result<TickReport, StoreError> {
         let mut report = TickReport {
             scheduled: self.schedules().await?,
             alerted: self.alerts().await?,
@@ -115,6 +127,7 @@ impl AutomationWorker {
         };
         for run in self
             .store
+            .cross_org()
             .claim_queued_runs(self.config.runs_per_tick)
             .await?
         {
@@ -129,12 +142,7 @@ impl AutomationWorker {
                         .org(org)
                         .update_run(
                             id,
-                            RunUpdate {
-                                status: RunStatus::Failed,
-                                approval_ids: vec![],
-                                devices: vec![],
-                                message: Some(format!("internal error: {e}")),
-                            },
+                            RunUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
                         )
                         .await;
                 }
@@ -144,17 +152,25 @@ impl AutomationWorker {
         Ok(report)
     }
 
+    async fn start(self: &Arc<Self>) {
+        match self.store.fail_interrupted_runs().await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(runs = n, "interrupted automation runs marked failed"),
+            Err(e) => tracing::warn!(error = %e, "could not check for interrupted runs"),
+        }
+    }
+}
+
+impl AutomationWorker {
     /// Waits until every run started so far has finished its part (tests, and shutdown).
     pub async fn settle(&self) {
-        self.runs.close();
-        self.runs.wait().await;
-        self.runs.reopen();
+        self.runs.settle().await;
     }
 
     async fn schedules(&self) -> Result<usize, StoreError> {
         let now = self.now();
         let mut queued = 0;
-        for a in self.store.due_automations(now, 200).await? {
+        for a in self.store.cross_org().due_automations(now, 200).await? {
             let (Some(schedule), Some(due)) = (a.schedule(), a.next_run_at) else {
                 continue;
             };
@@ -196,7 +212,7 @@ impl AutomationWorker {
             *since = Some(now);
             from
         };
-        let automations = self.store.alert_automations(1000).await?;
+        let automations = self.store.cross_org().alert_automations(1000).await?;
         let mut by_org: HashMap<_, Vec<Automation>> = HashMap::new();
         for a in automations {
             by_org.entry(a.org_id).or_default().push(a);
@@ -249,16 +265,7 @@ impl AutomationWorker {
         status: RunStatus,
         message: impl Into<String>,
     ) -> Result<(), StoreError> {
-        self.finish(
-            run,
-            RunUpdate {
-                status,
-                approval_ids: vec![],
-                devices: vec![],
-                message: Some(message.into()),
-            },
-        )
-        .await
+        self.finish(run, RunUpdate::ended(status, message)).await
     }
 
     async fn execute(&self, run: AutomationRun) -> Result<(), StoreError> {
@@ -449,7 +456,7 @@ impl AutomationWorker {
     /// the refusal, per device.
     async fn follow_approvals(&self) -> Result<usize, StoreError> {
         let mut done = 0;
-        for run in self.store.runs_awaiting_approval(100).await? {
+        for run in self.store.cross_org().runs_awaiting_approval(100).await? {
             let Some(records) =
                 owner_runs::final_approvals(&self.store, run.org_id, &run.approval_ids).await?
             else {
@@ -476,30 +483,6 @@ impl AutomationWorker {
             }
         }
         Ok(done)
-    }
-
-    /// Runs [`AutomationWorker::tick`] every `config.tick` until `stop`; first fails runs a
-    /// stopped instance left running.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            match self.store.fail_interrupted_runs().await {
-                Ok(0) => {}
-                Ok(n) => tracing::warn!(runs = n, "interrupted automation runs marked failed"),
-                Err(e) => tracing::warn!(error = %e, "could not check for interrupted runs"),
-            }
-            let mut tick = tokio::time::interval(self.config.tick);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => {
-                        if let Err(e) = self.tick().await {
-                            tracing::warn!(error = %e, "automation worker tick failed");
-                        }
-                    }
-                }
-            }
-        })
     }
 }
 

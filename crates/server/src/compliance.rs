@@ -20,6 +20,10 @@
 
 use std::{sync::Arc, time::Duration};
 
+use crate::{
+    owner_runs::{self, ScriptCall, overall},
+    workers::{Tasks, Worker},
+};
 use breeze_core::{AuditEvent, PolicyEnforcement, RunStatus};
 use breeze_domain::compliance::ComplianceChecks;
 use breeze_gateway::Gateway;
@@ -27,9 +31,6 @@ use breeze_pipeline::Pipeline;
 use breeze_store::{
     CompliancePolicy, Remediation, RemediationUpdate, Store, StoreError, compliance_actor,
 };
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
-
-use crate::owner_runs::{self, ScriptCall, overall};
 
 /// The worker's pace and bounds.
 #[derive(Debug, Clone)]
@@ -81,7 +82,7 @@ pub struct ComplianceWorker {
     gateway: Gateway,
     pipeline: Pipeline,
     config: ComplianceConfig,
-    runs: TaskTracker,
+    runs: Tasks,
 }
 
 impl ComplianceWorker {
@@ -96,17 +97,29 @@ impl ComplianceWorker {
             gateway,
             pipeline,
             config,
-            runs: TaskTracker::new(),
+            runs: Tasks::default(),
         }
+    }
+}
+
+/// Runs every `config.tick`.
+impl Worker for ComplianceWorker {
+    const NAME: &'static str = "compliance worker";
+    type Report = ComplianceTick;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        self.config.tick
     }
 
     /// One round: due evaluations, answers, remediations (started in tasks of their own),
     /// approvals.
-    pub async fn tick(self: &Arc<Self>) -> Result<ComplianceTick, StoreError> {
+    async fn tick(self: &Arc<Self>) -> Result<ComplianceTick, StoreError> {
         let mut report = ComplianceTick::default();
         let now = self.store.clock().now();
         for p in self
             .store
+            .cross_org()
             .due_compliance_policies(now, self.config.policies_per_tick)
             .await?
         {
@@ -124,6 +137,7 @@ impl ComplianceWorker {
         report.answers = self.fold_answers().await?;
         for r in self
             .store
+            .cross_org()
             .claim_queued_remediations(self.config.remediations_per_tick)
             .await?
         {
@@ -138,12 +152,7 @@ impl ComplianceWorker {
                         .org(org)
                         .update_remediation(
                             id,
-                            RemediationUpdate {
-                                status: RunStatus::Failed,
-                                approval_ids: vec![],
-                                devices: vec![],
-                                message: Some(format!("internal error: {e}")),
-                            },
+                            RemediationUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
                         )
                         .await;
                 }
@@ -152,12 +161,12 @@ impl ComplianceWorker {
         report.followed_up = self.follow_approvals().await?;
         Ok(report)
     }
+}
 
+impl ComplianceWorker {
     /// Waits until every remediation started so far has finished its part (tests, shutdown).
     pub async fn settle(&self) {
-        self.runs.close();
-        self.runs.wait().await;
-        self.runs.reopen();
+        self.runs.settle().await;
     }
 
     /// One policy's periodic evaluation: (checks sent, remediation queued).
@@ -199,6 +208,7 @@ impl ComplianceWorker {
         let mut folded = 0;
         for f in self
             .store
+            .cross_org()
             .finished_compliance_checks(self.config.answers_per_tick)
             .await?
         {
@@ -226,15 +236,7 @@ impl ComplianceWorker {
     ) -> Result<(), StoreError> {
         self.store
             .org(r.org_id)
-            .update_remediation(
-                r.id,
-                RemediationUpdate {
-                    status,
-                    approval_ids: vec![],
-                    devices: vec![],
-                    message: Some(message.into()),
-                },
-            )
+            .update_remediation(r.id, RemediationUpdate::ended(status, message))
             .await
             .map(drop)
     }
@@ -283,7 +285,12 @@ impl ComplianceWorker {
     /// Finishes remediations whose approval requests are all final.
     async fn follow_approvals(&self) -> Result<usize, StoreError> {
         let mut done = 0;
-        for r in self.store.remediations_awaiting_approval(100).await? {
+        for r in self
+            .store
+            .cross_org()
+            .remediations_awaiting_approval(100)
+            .await?
+        {
             let Some(records) =
                 owner_runs::final_approvals(&self.store, r.org_id, &r.approval_ids).await?
             else {
@@ -311,23 +318,5 @@ impl ComplianceWorker {
             }
         }
         Ok(done)
-    }
-
-    /// Runs [`ComplianceWorker::tick`] every `config.tick` until `stop`.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.config.tick);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => {
-                        if let Err(e) = self.tick().await {
-                            tracing::warn!(error = %e, "compliance worker tick failed");
-                        }
-                    }
-                }
-            }
-        })
     }
 }

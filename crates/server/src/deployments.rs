@@ -56,10 +56,13 @@ use breeze_store::{
 };
 use breeze_tools::CallOptions;
 use serde_json::{Value, json};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::owner_runs::{self, DEVICES_PER_CALL, ScriptCall, succeeded};
+use crate::{
+    owner_runs::{self, DEVICES_PER_CALL, ScriptCall, succeeded},
+    workers::{Tasks, Worker},
+};
 
 /// The worker's pace.
 #[derive(Debug, Clone)]
@@ -91,7 +94,7 @@ pub struct DeploymentWorker {
     store: Store,
     pipeline: Pipeline,
     config: DeploymentConfig,
-    steps: TaskTracker,
+    steps: Tasks,
 }
 
 /// What sending a ring's next devices came to.
@@ -244,16 +247,28 @@ impl DeploymentWorker {
             store,
             pipeline,
             config,
-            steps: TaskTracker::new(),
+            steps: Tasks::default(),
         }
+    }
+}
+
+/// Runs every `config.tick`.
+impl Worker for DeploymentWorker {
+    const NAME: &'static str = "deployment worker";
+    type Report = DeploymentTick;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        self.config.tick
     }
 
     /// One round: every due deployment this instance can lease is stepped in a task of its own.
-    pub async fn tick(self: &Arc<Self>) -> Result<DeploymentTick, StoreError> {
+    async fn tick(self: &Arc<Self>) -> Result<DeploymentTick, StoreError> {
         let mut report = DeploymentTick::default();
         let now = self.store.clock().now();
         for d in self
             .store
+            .cross_org()
             .due_deployments(now, self.config.deployments_per_tick)
             .await?
         {
@@ -277,12 +292,12 @@ impl DeploymentWorker {
         }
         Ok(report)
     }
+}
 
+impl DeploymentWorker {
     /// Waits until every step started so far has finished (tests, and shutdown).
     pub async fn settle(&self) {
-        self.steps.close();
-        self.steps.wait().await;
-        self.steps.reopen();
+        self.steps.settle().await;
     }
 
     /// One step: settle approvals (also of a cancelled deployment's runs still under way),
@@ -720,23 +735,5 @@ impl DeploymentWorker {
             })
             .collect();
         org.record_deployment_results(d.id, &interrupted).await
-    }
-
-    /// Runs [`DeploymentWorker::tick`] every `config.tick` until `stop`.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.config.tick);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => {
-                        if let Err(e) = self.tick().await {
-                            tracing::warn!(error = %e, "deployment worker tick failed");
-                        }
-                    }
-                }
-            }
-        })
     }
 }

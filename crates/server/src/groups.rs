@@ -13,7 +13,8 @@ use std::{sync::Arc, time::Duration};
 
 use breeze_core::{DeviceGroupId, OrgId};
 use breeze_store::{Recomputed, Store, StoreError};
-use tokio_util::sync::CancellationToken;
+
+use crate::workers::Worker;
 
 /// The lease row's name in `scheduled_runs`.
 pub const LEASE: &str = "dynamic_groups.time";
@@ -44,12 +45,21 @@ impl GroupTimer {
     pub fn new(store: Store, config: GroupTimerConfig) -> Self {
         Self { store, config }
     }
+}
+
+/// Runs every period.
+impl Worker for GroupTimer {
+    const NAME: &'static str = "dynamic group re-evaluation";
+    type Report = Option<Vec<(OrgId, DeviceGroupId, Recomputed)>>;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        self.config.period
+    }
 
     /// Re-evaluates the time-dependent groups if this instance wins this period's lease;
     /// `None` when another instance (or this one) already ran this period.
-    pub async fn tick(
-        &self,
-    ) -> Result<Option<Vec<(OrgId, DeviceGroupId, Recomputed)>>, StoreError> {
+    async fn tick(self: &Arc<Self>) -> Result<Self::Report, StoreError> {
         let period =
             chrono::Duration::from_std(self.config.period).unwrap_or(chrono::Duration::minutes(1));
         // A little slack, so an instance whose timer fires a hair early still takes its turn.
@@ -58,28 +68,18 @@ impl GroupTimer {
             return Ok(None);
         }
         self.store
+            .cross_org()
             .reevaluate_time_dependent_groups()
             .await
             .map(Some)
     }
 
-    /// Runs [`GroupTimer::tick`] every period until `stop`.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.config.period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => match self.tick().await {
-                        Ok(Some(changed)) if !changed.is_empty() => {
-                            tracing::info!(groups = changed.len(), "dynamic groups re-evaluated as time passed");
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "dynamic group re-evaluation failed"),
-                    },
-                }
-            }
-        })
+    fn log(&self, changed: &Self::Report) {
+        if let Some(changed) = changed.as_ref().filter(|c| !c.is_empty()) {
+            tracing::info!(
+                groups = changed.len(),
+                "dynamic groups re-evaluated as time passed"
+            );
+        }
     }
 }

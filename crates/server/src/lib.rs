@@ -16,13 +16,16 @@ mod edge;
 mod error;
 mod extract;
 pub mod groups;
+mod housekeeping;
 pub mod mcp;
 pub mod metrics;
 pub mod oauth;
 mod owner_runs;
 mod pages;
+pub mod patch_jobs;
 mod routes;
 pub mod scan_schedules;
+pub mod workers;
 
 use std::{sync::Arc, time::Duration};
 
@@ -424,149 +427,6 @@ fn spawn_incremental_alerts(
     })
 }
 
-/// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
-/// store decides, by what was written: `Store::checkpoint_when_due`).
-const CHECKPOINT_TICK: Duration = Duration::from_millis(25);
-
-/// Checkpoints the database when due, asking every [`CHECKPOINT_TICK`] (SQLite's write-ahead
-/// log; started only for a store that has one), so that commits on the request path never run
-/// one.
-fn spawn_checkpointer(
-    store: breeze_store::Store,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(CHECKPOINT_TICK);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => {
-                    if let Err(e) = store.checkpoint_when_due().await {
-                        tracing::warn!(error = %e, "checkpoint failed");
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// How often the audit retention job runs.
-const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// When it first runs after start: soon, so that an instance restarted more often than daily
-/// still purges, but not while it starts up.
-const AUDIT_RETENTION_FIRST: Duration = Duration::from_secs(60);
-
-/// The daily audit job: stores the configured retention (the database enforces it), makes
-/// PostgreSQL's monthly partitions ahead, and purges what is past the retention after
-/// archiving it (`Store::purge_audit`; on PostgreSQL one instance at a time).
-fn spawn_audit_retention(
-    store: breeze_store::Store,
-    days: Option<u32>,
-    archive_dir: std::path::PathBuf,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let first = tokio::time::Instant::now() + AUDIT_RETENTION_FIRST;
-        let mut tick = tokio::time::interval_at(first, AUDIT_RETENTION_EVERY);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => {}
-            }
-            // A run cut short by shutdown leaves at most a `.partial` archive (replaced by the
-            // next run) and records not yet deleted (deleted by it).
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = run_audit_retention(&store, days, &archive_dir) => {}
-            }
-        }
-    })
-}
-
-/// How often scheduled patch jobs are checked against their maintenance windows.
-const PATCH_DISPATCH_TICK: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Starts install and rollback jobs whose maintenance window has opened
-/// ([`breeze_tools::dispatch_scheduled_patch_jobs`]) until `stop`.
-pub fn spawn_patch_dispatcher(
-    store: breeze_store::Store,
-    gateway: breeze_gateway::Gateway,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(PATCH_DISPATCH_TICK);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => {
-                    let n = breeze_tools::dispatch_scheduled_patch_jobs(&store, &gateway).await;
-                    if n > 0 {
-                        tracing::info!(jobs = n, "patch jobs started in their maintenance window");
-                    }
-                }
-            }
-        }
-    })
-}
-
-/// How often the server asks whether the daily OAuth sweep is due (the lease decides, by the
-/// store's clock, so a day passes the same for every instance).
-const OAUTH_SWEEP_TICK: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Runs the daily sweep of stale OAuth clients, codes and refresh tokens
-/// ([`breeze_oauth::OAuth::sweep_when_due`]) until `stop`.
-pub fn spawn_oauth_sweeper(
-    oauth: breeze_oauth::OAuth,
-    stop: tokio_util::sync::CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(OAUTH_SWEEP_TICK);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => match oauth.sweep_when_due().await {
-                    Ok(Some(n)) => tracing::info!(clients = n, "daily OAuth sweep done"),
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "OAuth sweep failed; trying again later"),
-                },
-            }
-        }
-    })
-}
-
-/// One run of the audit job; failures are logged and retried at the next run.
-async fn run_audit_retention(
-    store: &breeze_store::Store,
-    days: Option<u32>,
-    archive_dir: &std::path::Path,
-) {
-    if let Err(e) = store.set_audit_retention(days).await {
-        tracing::warn!(error = %e, "cannot store the audit retention");
-        return;
-    }
-    if let Err(e) = store.prepare_audit_partitions().await {
-        tracing::warn!(error = %e, "cannot make the audit log's partitions");
-    }
-    match store.purge_audit(archive_dir).await {
-        Ok(r) if r.skipped => tracing::info!("audit purge skipped: another instance runs it"),
-        Ok(r) if r.archived > 0 || r.partitions_dropped > 0 => tracing::info!(
-            cutoff = ?r.cutoff,
-            archived = r.archived,
-            archive = ?r.archive,
-            partitions_dropped = r.partitions_dropped,
-            rows_deleted = r.rows_deleted,
-            archive_ms = r.archive_time.as_millis() as u64,
-            delete_ms = r.delete_time.as_millis() as u64,
-            "audit records past the retention archived and purged"
-        ),
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "audit purge failed; records are kept until the next run");
-        }
-    }
-}
-
 /// Serves `app` on `listener` until `shutdown` resolves, then drains: no new connections or MCP
 /// sessions, every SSE stream ends with a `retry:` hint and every agent socket closes (so
 /// clients and agents reconnect, behind a load balancer to another instance), and requests in
@@ -592,55 +452,76 @@ pub async fn serve(
         breeze.state.config.alerts.clone(),
     ));
     spawn_incremental_alerts(&breeze.state.gateway, alerts.clone(), sweeper_stop.clone());
-    let alerts_task = alerts.spawn(sweeper_stop.clone());
-    Arc::new(groups::GroupTimer::new(
-        breeze.state.store.clone(),
-        groups::GroupTimerConfig::default(),
-    ))
-    .spawn(sweeper_stop.clone());
-    Arc::new(automations::AutomationWorker::new(
-        breeze.state.store.clone(),
-        breeze.state.pipeline.clone(),
-        breeze.state.config.alerts.notify.clone(),
-        breeze.state.config.automations.clone(),
-    ))
-    .spawn(sweeper_stop.clone());
-    spawn_patch_dispatcher(
-        breeze.state.store.clone(),
-        breeze.state.gateway.clone(),
+    let alerts_task = workers::spawn(alerts, sweeper_stop.clone());
+    let store = &breeze.state.store;
+    workers::spawn(
+        Arc::new(groups::GroupTimer::new(
+            store.clone(),
+            groups::GroupTimerConfig::default(),
+        )),
         sweeper_stop.clone(),
     );
-    Arc::new(compliance::ComplianceWorker::new(
-        breeze.state.store.clone(),
-        breeze.state.gateway.clone(),
-        breeze.state.pipeline.clone(),
-        compliance::ComplianceConfig::default(),
-    ))
-    .spawn(sweeper_stop.clone());
-    Arc::new(deployments::DeploymentWorker::new(
-        breeze.state.store.clone(),
-        breeze.state.pipeline.clone(),
-        breeze.state.config.deployments.clone(),
-    ))
-    .spawn(sweeper_stop.clone());
-    Arc::new(scan_schedules::ScanScheduleWorker::new(
-        breeze.state.store.clone(),
-        breeze.state.pipeline.clone(),
-    ))
-    .spawn(sweeper_stop.clone());
-    if breeze.state.store.has_write_ahead_log() {
-        spawn_checkpointer(breeze.state.store.clone(), sweeper_stop.clone());
+    workers::spawn(
+        Arc::new(automations::AutomationWorker::new(
+            store.clone(),
+            breeze.state.pipeline.clone(),
+            breeze.state.config.alerts.notify.clone(),
+            breeze.state.config.automations.clone(),
+        )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(patch_jobs::PatchJobDispatcher::new(
+            store.clone(),
+            breeze.state.gateway.clone(),
+        )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(compliance::ComplianceWorker::new(
+            store.clone(),
+            breeze.state.gateway.clone(),
+            breeze.state.pipeline.clone(),
+            compliance::ComplianceConfig::default(),
+        )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(deployments::DeploymentWorker::new(
+            store.clone(),
+            breeze.state.pipeline.clone(),
+            breeze.state.config.deployments.clone(),
+        )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(scan_schedules::ScanScheduleWorker::new(
+            store.clone(),
+            breeze.state.pipeline.clone(),
+        )),
+        sweeper_stop.clone(),
+    );
+    if store.has_write_ahead_log() {
+        workers::spawn(
+            Arc::new(housekeeping::Checkpointer(store.clone())),
+            sweeper_stop.clone(),
+        );
     }
     if let Some(dir) = &breeze.state.config.audit.archive_dir {
-        spawn_audit_retention(
-            breeze.state.store.clone(),
-            breeze.state.config.audit.days,
-            dir.clone(),
+        workers::spawn(
+            Arc::new(housekeeping::AuditRetention {
+                store: store.clone(),
+                days: breeze.state.config.audit.days,
+                archive_dir: dir.clone(),
+            }),
             sweeper_stop.clone(),
         );
     }
     if let Some(oauth) = breeze.state.oauth.clone() {
-        spawn_oauth_sweeper(oauth, sweeper_stop.clone());
+        workers::spawn(
+            Arc::new(housekeeping::OAuthSweeper(oauth)),
+            sweeper_stop.clone(),
+        );
     }
     // Streamed replies are small writes; without TCP_NODELAY each waits ~40 ms for Nagle.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {

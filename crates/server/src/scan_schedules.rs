@@ -16,9 +16,12 @@ use breeze_pipeline::{CallOutcome, Pipeline};
 use breeze_store::{ScanSchedule, Store, StoreError};
 use breeze_tools::CallOptions;
 use serde_json::Value;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 
-use crate::owner_runs;
+use crate::{
+    owner_runs,
+    workers::{Tasks, Worker},
+};
 
 /// How often the worker looks for due schedules.
 pub const SCAN_SCHEDULE_TICK: Duration = Duration::from_secs(30);
@@ -32,7 +35,7 @@ pub fn schedule_request_id(s: &ScanSchedule) -> String {
 pub struct ScanScheduleWorker {
     store: Store,
     pipeline: Pipeline,
-    runs: TaskTracker,
+    runs: Tasks,
 }
 
 impl ScanScheduleWorker {
@@ -40,16 +43,27 @@ impl ScanScheduleWorker {
         Self {
             store,
             pipeline,
-            runs: TaskTracker::new(),
+            runs: Tasks::default(),
         }
+    }
+}
+
+/// Runs every [`SCAN_SCHEDULE_TICK`].
+impl Worker for ScanScheduleWorker {
+    const NAME: &'static str = "scan schedule";
+    type Report = usize;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        SCAN_SCHEDULE_TICK
     }
 
     /// One round: fires every due occurrence this instance claims, each in a task of its own
     /// (a scan call waits for its devices' answers). Returns how many it fired.
-    pub async fn tick(self: &Arc<Self>) -> Result<usize, StoreError> {
+    async fn tick(self: &Arc<Self>) -> Result<usize, StoreError> {
         let now = self.store.clock().now();
         let mut fired = 0;
-        for s in self.store.due_scan_schedules(now, 100).await? {
+        for s in self.store.cross_org().due_scan_schedules(now, 100).await? {
             let Some(due) = s.next_run_at else { continue };
             let next = s.next_after(due, now);
             if !self.store.claim_scan_schedule(&s, due, next).await? {
@@ -75,12 +89,12 @@ impl ScanScheduleWorker {
         }
         Ok(fired)
     }
+}
 
+impl ScanScheduleWorker {
     /// Waits until every occurrence fired so far has finished (tests, and shutdown).
     pub async fn settle(&self) {
-        self.runs.close();
-        self.runs.wait().await;
-        self.runs.reopen();
+        self.runs.settle().await;
     }
 
     /// Makes one occurrence's scan call as the owner: (status, message).
@@ -124,24 +138,6 @@ impl ScanScheduleWorker {
             CallOutcome::Refused(r) => ("refused", Some(r.to_string())),
             CallOutcome::Failed(e) => ("failed", Some(e.message)),
             other => ("failed", Some(format!("unexpected outcome: {other:?}"))),
-        })
-    }
-
-    /// Runs [`ScanScheduleWorker::tick`] every [`SCAN_SCHEDULE_TICK`] until `stop`.
-    pub fn spawn(self: Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SCAN_SCHEDULE_TICK);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = tick.tick() => {
-                        if let Err(e) = self.tick().await {
-                            tracing::warn!(error = %e, "scan schedule tick failed");
-                        }
-                    }
-                }
-            }
         })
     }
 }

@@ -23,6 +23,7 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::{
     AppState, ServerConfig,
     automations::{AutomationConfig, AutomationWorker},
+    workers::Worker,
 };
 use breeze_store::{
     AutomationRun, Decision, NewChannel, NewRule, NewScript, NewWindow, RuleTarget, testing::Ctx,

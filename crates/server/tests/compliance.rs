@@ -20,6 +20,7 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::{
     AppState, ServerConfig,
     compliance::{ComplianceConfig, ComplianceWorker},
+    workers::Worker,
 };
 use breeze_store::{Decision, NewScript, testing::Ctx};
 use common::{World, audit, code, tool, world};
@@ -496,7 +497,12 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        w.store.claim_queued_remediations(10).await.unwrap().len(),
+        w.store
+            .cross_org()
+            .claim_queued_remediations(10)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     // Its run_script request, denied by a person.

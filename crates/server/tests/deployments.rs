@@ -29,6 +29,7 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::{
     AppState, Breeze, ServerConfig,
     deployments::{DeploymentConfig, DeploymentWorker},
+    workers::Worker,
 };
 use breeze_store::{
     AuditFilter, Control, Decision, Deployment, NewDevice, NewScript, NewWindow, RuleTarget,

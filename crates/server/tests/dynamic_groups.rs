@@ -219,9 +219,10 @@ async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
     assert!(members(groups[0]).await.is_empty());
     assert_eq!(members(groups[1]).await, ["stale-01"]);
 
-    let timer = breeze_server::groups::GroupTimer::new(w.store.clone(), Default::default());
-    let other_instance =
-        breeze_server::groups::GroupTimer::new(w.store.clone(), Default::default());
+    use breeze_server::{groups::GroupTimer, workers::Worker};
+    use std::sync::Arc;
+    let timer = Arc::new(GroupTimer::new(w.store.clone(), Default::default()));
+    let other_instance = Arc::new(GroupTimer::new(w.store.clone(), Default::default()));
     cx.clock.advance(chrono::Duration::minutes(5));
     assert_eq!(
         timer.tick().await.unwrap(),

@@ -30,6 +30,7 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::{
     AppState,
     automations::{AutomationConfig, AutomationWorker},
+    workers::Worker,
 };
 use breeze_store::{NewChannel, NewDevice, NewRule, RuleTarget, Store, testing::Ctx};
 use common::{World, audit, tool, world};

@@ -21,6 +21,7 @@ use breeze_agent_proto::{
 use breeze_auth::CreateApiKey;
 use breeze_core::{DeviceId, FeatureType, MaintenanceSchedule, PolicyStatus, Scope, ScopeSet};
 use breeze_limits::MemoryLimiter;
+use breeze_server::{patch_jobs::PatchJobDispatcher, workers::Worker};
 use breeze_store::{NewConfigPolicy, NewWindow, RuleTarget, testing::Ctx};
 use common::{World, audit, build, code, tool, world};
 use serde_json::{Value, json};
@@ -683,26 +684,21 @@ async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
     assert_eq!(r["job"]["devices"][0]["status"], "scheduled");
     assert!(r["skipped"][0].as_str().unwrap().contains("nope"), "{r}");
     let job: uuid::Uuid = r["job"]["id"].as_str().unwrap().parse().unwrap();
+    let dispatcher = Arc::new(PatchJobDispatcher::new(
+        w.store.clone(),
+        w.state.gateway.clone(),
+    ));
     // Not open yet: nothing starts.
-    assert_eq!(
-        breeze_tools::dispatch_scheduled_patch_jobs(&w.store, &w.state.gateway).await,
-        0
-    );
+    assert_eq!(dispatcher.tick().await.unwrap(), 0);
     cx.clock.advance(chrono::Duration::hours(3));
-    assert_eq!(
-        breeze_tools::dispatch_scheduled_patch_jobs(&w.store, &w.state.gateway).await,
-        1
-    );
+    assert_eq!(dispatcher.tick().await.unwrap(), 1);
     let (job, parts) = oa.get_patch_job(job).await.unwrap();
     assert_eq!(job.status, "running");
     assert_eq!(parts[0].status, "sent");
     let cmd = oa.get_command(parts[0].command_id.unwrap()).await.unwrap();
     assert_eq!(cmd.payload["packages"], json!(["openssl"]));
     // Started once.
-    assert_eq!(
-        breeze_tools::dispatch_scheduled_patch_jobs(&w.store, &w.state.gateway).await,
-        0
-    );
+    assert_eq!(dispatcher.tick().await.unwrap(), 0);
 }
 
 breeze_store::on_both_backends!(

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use breeze_auth::CreateApiKey;
 use breeze_core::{Scope, ScopeSet, Timestamp};
 use breeze_limits::MemoryLimiter;
-use breeze_server::{AppState, Breeze, ServerConfig, scan_schedules::ScanScheduleWorker};
+use breeze_server::{
+    AppState, Breeze, ServerConfig, scan_schedules::ScanScheduleWorker, workers::Worker,
+};
 use breeze_store::{NewScanSchedule, ScanCadence, testing::Ctx};
 use common::{World, audit, code, tool, world};
 use serde_json::json;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, Store, StoreError, audit,
     sql::{Arg, Tx, escape_like, sql},
 };
 
@@ -668,10 +668,20 @@ impl Store {
         tx.commit().await
     }
 
+    /// Deletes agent logs older than `before`.
+    pub async fn prune_agent_logs(&self, before: Timestamp) -> Result<u64> {
+        sql("DELETE FROM agent_logs WHERE at < $1")
+            .bind(before)
+            .execute(self)
+            .await
+    }
+}
+
+impl CrossOrg<'_> {
     /// Marks agent-managed devices whose last heartbeat is older than `stale_after` offline;
     /// returns them. Devices in maintenance and devices without an agent are left alone.
     pub async fn mark_stale_devices_offline(&self, stale_after: Duration) -> Result<Vec<DeviceId>> {
-        let cutoff = self.clock.now() - stale_after;
+        let cutoff = self.store.clock.now() - stale_after;
         let rows: Vec<(DeviceId, OrgId)> = sql(
             "UPDATE devices SET status = 'offline' WHERE status = 'online' \
              AND last_seen_at < $1 \
@@ -682,20 +692,13 @@ impl Store {
         .await?;
         let orgs: std::collections::HashSet<OrgId> = rows.iter().map(|r| r.1).collect();
         for org in orgs {
-            self.devices_changed(org);
+            self.store.devices_changed(org);
         }
         for (device, org) in &rows {
-            self.device_facts_changed(*org, *device, "status: offline")
+            self.store
+                .device_facts_changed(*org, *device, "status: offline")
                 .await;
         }
         Ok(rows.into_iter().map(|r| r.0).collect())
-    }
-
-    /// Deletes agent logs older than `before`.
-    pub async fn prune_agent_logs(&self, before: Timestamp) -> Result<u64> {
-        sql("DELETE FROM agent_logs WHERE at < $1")
-            .bind(before)
-            .execute(self)
-            .await
     }
 }

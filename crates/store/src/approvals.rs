@@ -24,7 +24,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -264,6 +264,11 @@ impl OrgStore<'_> {
         q.fetch_all(self).await
     }
 
+    /// Every pending, unexpired request of this organization, newest first.
+    pub async fn pending_approvals(&self) -> Result<Vec<ApprovalRecord>> {
+        self.list_approvals(true, u32::MAX).await
+    }
+
     /// Applies a person's decision to a pending, unexpired request — once. A report also
     /// revokes the requesting API key, in the same transaction, and moves the credentials
     /// generation on. Deciding twice, or too late, is a conflict naming the request's state.
@@ -446,23 +451,6 @@ impl OrgStore<'_> {
 }
 
 impl Store {
-    /// Pending, unexpired requests of these organizations, newest first.
-    pub async fn pending_approvals(&self, orgs: &[OrgId]) -> Result<Vec<ApprovalRecord>> {
-        if orgs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut q = sql(format!(
-            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'pending' AND expires_at > $1"
-        ))
-        .bind(self.clock.now());
-        let ids: Vec<String> = orgs.iter().map(|o| q.arg(*o)).collect();
-        q.push(&format!(
-            " AND org_id IN ({}) ORDER BY created_at DESC, id DESC",
-            ids.join(", ")
-        ));
-        q.fetch_all(self).await
-    }
-
     /// Withdraws a request whose waiting caller cancelled or went away: a pending request, or
     /// an approved one nobody has claimed yet, becomes `withdrawn` and can no longer be approved
     /// or run. Returns whether it was withdrawn (false: it was already decided otherwise,
@@ -529,17 +517,6 @@ impl Store {
         .map(drop)
     }
 
-    /// Approved requests nobody has claimed, oldest first (their callers went away, or the
-    /// server was down when they were approved).
-    pub async fn unclaimed_approvals(&self) -> Result<Vec<ApprovalRecord>> {
-        sql(format!(
-            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'approved' \
-             ORDER BY decided_at, id"
-        ))
-        .fetch_all(self)
-        .await
-    }
-
     /// At start: requests left `executing` by a previous process fail, never to be retried.
     pub async fn fail_interrupted_approvals(&self) -> Result<u64> {
         sql(
@@ -559,6 +536,36 @@ impl Store {
              WHERE status = 'pending' AND expires_at <= $1")
         .bind(self.clock.now())
         .execute(self)
+        .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Pending, unexpired requests of these organizations, newest first.
+    pub async fn pending_approvals(&self, orgs: &[OrgId]) -> Result<Vec<ApprovalRecord>> {
+        if orgs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'pending' AND expires_at > $1"
+        ))
+        .bind(self.store.clock.now());
+        let ids: Vec<String> = orgs.iter().map(|o| q.arg(*o)).collect();
+        q.push(&format!(
+            " AND org_id IN ({}) ORDER BY created_at DESC, id DESC",
+            ids.join(", ")
+        ));
+        q.fetch_all(self).await
+    }
+
+    /// Approved requests nobody has claimed, oldest first (their callers went away, or the
+    /// server was down when they were approved).
+    pub async fn unclaimed_approvals(&self) -> Result<Vec<ApprovalRecord>> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM approval_requests WHERE status = 'approved' \
+             ORDER BY decided_at, id"
+        ))
+        .fetch_all(self)
         .await
     }
 }

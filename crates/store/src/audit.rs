@@ -61,6 +61,26 @@ pub(crate) async fn insert<'a>(
     Ok(id)
 }
 
+/// Deletes row `id` of `org` from `table` in `tx`; `what` names it when it is not there (gone
+/// already, or another organization's).
+pub(crate) async fn delete_row(
+    tx: &mut Tx,
+    org: OrgId,
+    table: &str,
+    id: impl Into<Arg>,
+    what: &'static str,
+) -> Result<()> {
+    let n = sql(format!("DELETE FROM {table} WHERE id = $1 AND org_id = $2"))
+        .bind(id)
+        .bind(org)
+        .execute(tx)
+        .await?;
+    if n == 0 {
+        return Err(StoreError::NotFound(what));
+    }
+    Ok(())
+}
+
 /// The names of an update's fields that were supplied, for the `changed` list of its audit
 /// record: each pair is a field's wire name and whether the update set it.
 pub(crate) fn changed_fields<const N: usize>(

@@ -22,8 +22,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    Alert, OrgStore, Result, RuleTarget, Store, StoreError,
-    alerts::{ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
+    Alert, CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
+    alerts::{
+        ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of,
+    },
     audit,
     runs::{RunRow, RunTable, RunUpdate},
     scheduled::RowLease,
@@ -110,13 +112,15 @@ pub struct Automation {
 impl Automation {
     /// The automation's target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("automation {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("automation {}", self.id),
+        )
     }
 
     /// The trigger as one value.
@@ -436,15 +440,8 @@ impl OrgStore<'_> {
             new.target,
         )
         .await?;
-        let count = sql("SELECT COUNT(*) FROM automations WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
+        self.check_room("automations", MAX_AUTOMATIONS_PER_ORG, "automations")
             .await?;
-        if count >= MAX_AUTOMATIONS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_AUTOMATIONS_PER_ORG} automations"
-            )));
-        }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let next = first_run(&new.trigger, new.enabled, now)?;
@@ -635,14 +632,7 @@ impl OrgStore<'_> {
             .bind(self.org)
             .execute(&mut tx)
             .await?;
-        let n = sql("DELETE FROM automations WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("automation"));
-        }
+        audit::delete_row(&mut tx, self.org, "automations", id, "automation").await?;
         let audit = audit
             .org(self.org)
             .resource(id)
@@ -781,24 +771,6 @@ const SCHEDULE: RowLease = RowLease {
 };
 
 impl Store {
-    /// Enabled schedule automations of every organization whose next run is due at `now`,
-    /// soonest first, at most `limit`.
-    pub async fn due_automations(&self, now: Timestamp, limit: u32) -> Result<Vec<Automation>> {
-        SCHEDULE.due(self, now, limit).await
-    }
-
-    /// Enabled alert-triggered automations of every organization, at most `limit`.
-    pub async fn alert_automations(&self, limit: u32) -> Result<Vec<Automation>> {
-        sql(format!(
-            "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE trigger_kind = 'alert' \
-             AND enabled = $1 ORDER BY org_id, id LIMIT $2"
-        ))
-        .bind(true)
-        .bind(i64::from(limit))
-        .fetch_all(self)
-        .await
-    }
-
     /// Takes the lease of `automation`'s occurrence `due`: moves its next run to `next` if it
     /// is still `due` (one statement, so one instance wins) and records `run` in the same
     /// transaction. False when another instance (or a change to the automation) was first.
@@ -827,17 +799,6 @@ impl Store {
         Ok(true)
     }
 
-    /// Takes up to `limit` queued runs for this worker (each by a conditional update, so one
-    /// instance gets each) and marks them running.
-    pub async fn claim_queued_runs(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        RUNS.claim_queued(self, limit).await
-    }
-
-    /// Runs waiting for approval of their script runs, oldest first, at most `limit`.
-    pub async fn runs_awaiting_approval(&self, limit: u32) -> Result<Vec<AutomationRun>> {
-        RUNS.awaiting_approval(self, limit).await
-    }
-
     /// Marks runs left `running` for longer than [`RUN_INTERRUPTED_AFTER`] failed (their
     /// instance stopped mid-run); they are never retried. Returns how many.
     pub async fn fail_interrupted_runs(&self) -> Result<u64> {
@@ -851,5 +812,36 @@ impl Store {
         .bind(now - RUN_INTERRUPTED_AFTER)
         .execute(self)
         .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Enabled schedule automations of every organization whose next run is due at `now`,
+    /// soonest first, at most `limit`.
+    pub async fn due_automations(&self, now: Timestamp, limit: u32) -> Result<Vec<Automation>> {
+        SCHEDULE.due(self.store, now, limit).await
+    }
+
+    /// Enabled alert-triggered automations of every organization, at most `limit`.
+    pub async fn alert_automations(&self, limit: u32) -> Result<Vec<Automation>> {
+        sql(format!(
+            "SELECT {AUTOMATION_COLUMNS} FROM automations WHERE trigger_kind = 'alert' \
+             AND enabled = $1 ORDER BY org_id, id LIMIT $2"
+        ))
+        .bind(true)
+        .bind(i64::from(limit))
+        .fetch_all(self)
+        .await
+    }
+
+    /// Takes up to `limit` queued runs for this worker (each by a conditional update, so one
+    /// instance gets each) and marks them running.
+    pub async fn claim_queued_runs(&self, limit: u32) -> Result<Vec<AutomationRun>> {
+        RUNS.claim_queued(self.store, limit).await
+    }
+
+    /// Runs waiting for approval of their script runs, oldest first, at most `limit`.
+    pub async fn runs_awaiting_approval(&self, limit: u32) -> Result<Vec<AutomationRun>> {
+        RUNS.awaiting_approval(self.store, limit).await
     }
 }

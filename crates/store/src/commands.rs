@@ -13,7 +13,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -327,10 +327,12 @@ impl Store {
         .await?;
         Ok(row)
     }
+}
 
+impl CrossOrg<'_> {
     /// Concludes every open command past its deadline as timed out; returns them.
     pub async fn time_out_commands(&self) -> Result<Vec<CommandRecord>> {
-        let now = self.clock.now();
+        let now = self.store.clock.now();
         sql(format!(
             "UPDATE device_commands SET status = 'timed_out', completed_at = $1, \
              error = CASE WHEN status = 'pending' \

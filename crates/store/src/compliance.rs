@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    CommandRecord, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
-    alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
+    CommandRecord, CrossOrg, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
+    alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
     scheduled::RowLease,
@@ -74,13 +74,15 @@ pub struct CompliancePolicy {
 impl CompliancePolicy {
     /// The target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("policy {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("policy {}", self.id),
+        )
     }
 
     /// Whether any rule is decided over inventory.
@@ -522,15 +524,12 @@ impl OrgStore<'_> {
             new.evaluate_every_minutes,
         )
         .await?;
-        let count = sql("SELECT COUNT(*) FROM compliance_policies WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_POLICIES_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_POLICIES_PER_ORG} compliance policies"
-            )));
-        }
+        self.check_room(
+            "compliance_policies",
+            MAX_POLICIES_PER_ORG,
+            "compliance policies",
+        )
+        .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
@@ -735,14 +734,14 @@ impl OrgStore<'_> {
             .execute(&mut tx)
             .await?;
         }
-        let n = sql("DELETE FROM compliance_policies WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("compliance policy"));
-        }
+        audit::delete_row(
+            &mut tx,
+            self.org,
+            "compliance_policies",
+            id,
+            "compliance policy",
+        )
+        .await?;
         let audit = audit
             .org(self.org)
             .resource(id)
@@ -1329,15 +1328,6 @@ impl Store {
         }
     }
 
-    /// Active policies of every organization whose evaluation is due at `now`, soonest first.
-    pub async fn due_compliance_policies(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<CompliancePolicy>> {
-        EVALUATION_LEASE.due(self, now, limit).await
-    }
-
     /// Takes the lease of `policy`'s due evaluation: moves `next_evaluation_at` from `due` to
     /// now + its period with one conditional statement, so one instance evaluates it.
     pub async fn claim_compliance_evaluation(
@@ -1349,6 +1339,17 @@ impl Store {
         EVALUATION_LEASE
             .claim(self, (policy.id, policy.org_id), due, Some(next))
             .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Active policies of every organization whose evaluation is due at `now`, soonest first.
+    pub async fn due_compliance_policies(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<CompliancePolicy>> {
+        EVALUATION_LEASE.due(self.store, now, limit).await
     }
 
     /// Agent checks whose command is final, for the worker to fold in, at most `limit`.
@@ -1367,11 +1368,11 @@ impl Store {
     /// Takes up to `limit` queued remediations (each by a conditional update) and marks them
     /// running.
     pub async fn claim_queued_remediations(&self, limit: u32) -> Result<Vec<Remediation>> {
-        REMEDIATIONS.claim_queued(self, limit).await
+        REMEDIATIONS.claim_queued(self.store, limit).await
     }
 
     /// Remediations waiting for approval of their script runs, oldest first.
     pub async fn remediations_awaiting_approval(&self, limit: u32) -> Result<Vec<Remediation>> {
-        REMEDIATIONS.awaiting_approval(self, limit).await
+        REMEDIATIONS.awaiting_approval(self.store, limit).await
     }
 }

@@ -619,15 +619,12 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<ConfigAssignment> {
         let policy = self.check_new_assignment(&new).await?;
-        let count = sql("SELECT COUNT(*) FROM config_policy_assignments WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_CONFIG_ASSIGNMENTS {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_CONFIG_ASSIGNMENTS} policy assignments"
-            )));
-        }
+        self.check_room(
+            "config_policy_assignments",
+            MAX_CONFIG_ASSIGNMENTS,
+            "policy assignments",
+        )
+        .await?;
         let (site, group, device) = match new.level {
             ConfigLevel::Site => (Some(new.target_id), None, None),
             ConfigLevel::DeviceGroup => (None, Some(new.target_id), None),
@@ -676,14 +673,14 @@ impl OrgStore<'_> {
         let assignment = self.get_config_assignment(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql("DELETE FROM config_policy_assignments WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("configuration policy assignment"));
-        }
+        audit::delete_row(
+            &mut tx,
+            self.org,
+            "config_policy_assignments",
+            id,
+            "configuration policy assignment",
+        )
+        .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({
             "policyId": assignment.policy_id, "level": assignment.level,
             "targetId": assignment.target_id, "priority": assignment.priority,

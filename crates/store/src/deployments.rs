@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, RuleTarget, Store, StoreError,
+    CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     scheduled::RowLease,
@@ -374,15 +374,8 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<Deployment> {
         self.check_deployment(&new).await?;
-        let count = sql("SELECT COUNT(*) FROM deployments WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
+        self.check_room("deployments", MAX_DEPLOYMENTS_PER_ORG, "deployments")
             .await?;
-        if count >= MAX_DEPLOYMENTS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_DEPLOYMENTS_PER_ORG} deployments"
-            )));
-        }
         let target = self.target_devices(new.target).await?;
         if target.is_empty() {
             return Err(StoreError::Invalid(
@@ -952,12 +945,6 @@ pub enum Advance {
 }
 
 impl Store {
-    /// Running deployments of every organization whose step is due at `now`, soonest first
-    /// (and cancelled ones still following runs that were under way).
-    pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
-        STEP.due(self, now, limit).await
-    }
-
     /// Takes the lease of `deployment`'s due step: moves `next_step_at` from `due` to now +
     /// [`STEP_LEASE`] with one conditional statement, so one instance steps it. The stepping
     /// instance hands it back ([`OrgStore::release_deployment`]); one that dies leaves it to
@@ -970,6 +957,14 @@ impl Store {
             Some(self.clock.now() + STEP_LEASE),
         )
         .await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Running deployments of every organization whose step is due at `now`, soonest first
+    /// (and cancelled ones still following runs that were under way).
+    pub async fn due_deployments(&self, now: Timestamp, limit: u32) -> Result<Vec<Deployment>> {
+        STEP.due(self.store, now, limit).await
     }
 }
 

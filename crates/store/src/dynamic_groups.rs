@@ -16,7 +16,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, Store, StoreError, audit,
     devices::DEVICE_COLUMNS,
     sql::{Arg, Tx, sql},
 };
@@ -352,6 +352,20 @@ impl OrgStore<'_> {
 }
 
 impl Store {
+    /// After a device's inventory or status changed: recomputes the dynamic groups of its
+    /// organization for it. Best effort — a failure is logged, never the caller's.
+    pub(crate) async fn device_facts_changed(&self, org: OrgId, device: DeviceId, reason: &str) {
+        if let Err(e) = self
+            .org(org)
+            .recompute_dynamic_groups(Some(device), reason)
+            .await
+        {
+            tracing::warn!(device = %device, error = %e, "dynamic group recompute failed");
+        }
+    }
+}
+
+impl CrossOrg<'_> {
     /// Re-evaluates every organization's dynamic groups whose filter depends on time
     /// ([`GroupFilter::depends_on_time`]), for all their devices, logging each change as
     /// [`groups_clock_actor`] with [`TIME_REEVALUATION`]. A group that fails is logged and
@@ -371,6 +385,7 @@ impl Store {
                 continue;
             }
             match self
+                .store
                 .org(org)
                 .recompute_group(
                     group,
@@ -389,17 +404,5 @@ impl Store {
             }
         }
         Ok(out)
-    }
-
-    /// After a device's inventory or status changed: recomputes the dynamic groups of its
-    /// organization for it. Best effort — a failure is logged, never the caller's.
-    pub(crate) async fn device_facts_changed(&self, org: OrgId, device: DeviceId, reason: &str) {
-        if let Err(e) = self
-            .org(org)
-            .recompute_dynamic_groups(Some(device), reason)
-            .await
-        {
-            tracing::warn!(device = %device, error = %e, "dynamic group recompute failed");
-        }
     }
 }

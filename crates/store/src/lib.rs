@@ -21,6 +21,7 @@ mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod cross_org;
 mod deployments;
 mod devices;
 mod directory;
@@ -85,6 +86,7 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use cross_org::CrossOrg;
 pub use deployments::{
     Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
     MAX_DEPLOYMENTS_PER_ORG, MAX_RINGS, NewDeployment, NewRing, NewRingMembers, PackageAction,
@@ -658,6 +660,21 @@ impl OrgStore<'_> {
     /// The organization this handle is bound to.
     pub fn org_id(&self) -> OrgId {
         self.org
+    }
+
+    /// Refuses to add one more row to `table` when this organization already has `max` of
+    /// them (`what` names them in the conflict): the cap every per-organization list keeps.
+    pub(crate) async fn check_room(&self, table: &str, max: i64, what: &str) -> Result<()> {
+        let count = sql::sql(format!("SELECT COUNT(*) FROM {table} WHERE org_id = $1"))
+            .bind(self.org)
+            .fetch_scalar::<i64>(self)
+            .await?;
+        if count >= max {
+            return Err(StoreError::Conflict(format!(
+                "the organization already has {max} {what}"
+            )));
+        }
+        Ok(())
     }
 
     /// Sets the timestamp `column` of row `id` in `table` (of this organization) to now, unless

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::{
     OrgStore, Result, RuleTarget, StoreError,
-    alerts::{check_text, target_columns},
+    alerts::{check_text, target_columns, target_of},
     audit,
     sql::{Arg, Tx, sql},
 };
@@ -53,13 +53,15 @@ pub struct MaintenanceWindow {
 impl MaintenanceWindow {
     /// The window's target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("window {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("window {}", self.id),
+        )
     }
 
     /// The occurrence open at `t` (never while disabled).
@@ -151,15 +153,12 @@ impl OrgStore<'_> {
         check_text("name", &new.name, crate::alerts::MAX_NAME_CHARS)?;
         check_window(&new.time_zone, &new.schedule, new.description.as_deref())?;
         self.check_target(new.target).await?;
-        let count = sql("SELECT COUNT(*) FROM maintenance_windows WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_WINDOWS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_WINDOWS_PER_ORG} maintenance windows"
-            )));
-        }
+        self.check_room(
+            "maintenance_windows",
+            MAX_WINDOWS_PER_ORG,
+            "maintenance windows",
+        )
+        .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
@@ -300,14 +299,14 @@ impl OrgStore<'_> {
         let current = self.get_window(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql("DELETE FROM maintenance_windows WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("maintenance window"));
-        }
+        audit::delete_row(
+            &mut tx,
+            self.org,
+            "maintenance_windows",
+            id,
+            "maintenance window",
+        )
+        .await?;
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::{
-    CommandRecord, OrgStore, Result, Store, StoreError, audit,
+    CommandRecord, CrossOrg, OrgStore, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -541,7 +541,9 @@ impl Store {
             _ => Ok(()),
         }
     }
+}
 
+impl CrossOrg<'_> {
     /// Jobs waiting for a maintenance window, of every organization (the dispatcher's list).
     pub async fn scheduled_patch_jobs(&self) -> Result<Vec<PatchJob>> {
         sql(format!(

@@ -387,15 +387,12 @@ impl OrgStore<'_> {
         if let Some(site) = new.filters.site_id {
             self.get_site(site).await?;
         }
-        let count = sql("SELECT COUNT(*) FROM report_definitions WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_REPORTS_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_REPORTS_PER_ORG} report definitions"
-            )));
-        }
+        self.check_room(
+            "report_definitions",
+            MAX_REPORTS_PER_ORG,
+            "report definitions",
+        )
+        .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
@@ -511,14 +508,7 @@ impl OrgStore<'_> {
         let current = self.get_report(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql("DELETE FROM report_definitions WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("report"));
-        }
+        audit::delete_row(&mut tx, self.org, "report_definitions", id, "report").await?;
         let audit = audit
             .org(self.org)
             .resource(id)

@@ -22,6 +22,18 @@ pub struct RunUpdate {
     pub message: Option<String>,
 }
 
+impl RunUpdate {
+    /// A run that ended with `status` before reaching any device: no approvals, no outcomes.
+    pub fn ended(status: RunStatus, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            approval_ids: vec![],
+            devices: vec![],
+            message: Some(message.into()),
+        }
+    }
+}
+
 /// A table of runs: its name and columns, and how its changes are audited.
 pub(crate) struct RunTable {
     pub table: &'static str,

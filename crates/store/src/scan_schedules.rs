@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError,
+    CrossOrg, OrgStore, Result, Store, StoreError,
     alerts::{MAX_NAME_CHARS, check_text},
     audit,
     scheduled::RowLease,
@@ -135,15 +135,12 @@ impl OrgStore<'_> {
                 (None, Some(cron.clone()), time_zone.clone(), first)
             }
         };
-        let count = sql("SELECT COUNT(*) FROM security_scan_schedules WHERE org_id = $1")
-            .bind(self.org)
-            .fetch_scalar::<i64>(self)
-            .await?;
-        if count >= MAX_SCAN_SCHEDULES_PER_ORG {
-            return Err(StoreError::Conflict(format!(
-                "the organization already has {MAX_SCAN_SCHEDULES_PER_ORG} scan schedules"
-            )));
-        }
+        self.check_room(
+            "security_scan_schedules",
+            MAX_SCAN_SCHEDULES_PER_ORG,
+            "scan schedules",
+        )
+        .await?;
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(
@@ -244,15 +241,6 @@ const LEASE: RowLease = RowLease {
 };
 
 impl Store {
-    /// Schedules of every organization due at `now`, soonest first, at most `limit`.
-    pub async fn due_scan_schedules(
-        &self,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<ScanSchedule>> {
-        LEASE.due(self, now, limit).await
-    }
-
     /// Takes the occurrence due at `due`: moves `next_run_at` to `next` if it is still `due`
     /// (one statement: one instance wins). False when another instance was first.
     pub async fn claim_scan_schedule(
@@ -262,5 +250,16 @@ impl Store {
         next: Option<Timestamp>,
     ) -> Result<bool> {
         LEASE.claim(self, (s.id, s.org_id), due, next).await
+    }
+}
+
+impl CrossOrg<'_> {
+    /// Schedules of every organization due at `now`, soonest first, at most `limit`.
+    pub async fn due_scan_schedules(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<ScanSchedule>> {
+        LEASE.due(self.store, now, limit).await
     }
 }

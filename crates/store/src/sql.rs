@@ -255,6 +255,13 @@ impl<'a> From<&'a crate::Store> for Target<'a> {
     }
 }
 
+/// Reads across organizations: on PostgreSQL in the `system` scope, which sees every one.
+impl<'a> From<&'a crate::CrossOrg<'_>> for Target<'a> {
+    fn from(cross: &'a crate::CrossOrg<'_>) -> Self {
+        Target::from(cross.store)
+    }
+}
+
 /// An organization's statements: on PostgreSQL they run in its row-security scope, so a
 /// statement that forgot its `org_id` filter still sees only that organization's rows.
 impl<'a> From<&'a crate::OrgStore<'_>> for Target<'a> {

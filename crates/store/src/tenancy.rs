@@ -277,14 +277,7 @@ impl OrgStore<'_> {
     pub async fn delete_group(&self, id: DeviceGroupId, audit: AuditEvent) -> Result<()> {
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql("DELETE FROM device_groups WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            return Err(StoreError::NotFound("device group"));
-        }
+        audit::delete_row(&mut tx, self.org, "device_groups", id, "device group").await?;
         audit::insert(&mut tx, &audit.org(self.org).resource(id), now).await?;
         let committed = tx.commit().await;
         // Its memberships went with it.

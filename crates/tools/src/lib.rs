@@ -23,9 +23,9 @@ pub use contract::{
     RateLimit, Rendered, Tier, Tool, ToolCx, ToolError, Unscoped, per,
 };
 pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
-/// Starts install and rollback jobs whose maintenance window has opened (the server runs it
-/// periodically).
-pub use tools::patches::dispatch_scheduled_patch_jobs;
+/// Starts one organization's install or rollback job whose maintenance window has opened
+/// (the server's patch-job dispatcher finds those jobs).
+pub use tools::patches::start_scheduled_patch_job;
 
 /// The byte budget of an execute key's full `tools/list` (compact JSON of the `result`).
 pub const FULL_LISTING_BUDGET: usize = 40 * 1024;

@@ -147,7 +147,7 @@ async fn pending_views(
 ) -> Result<Vec<PendingView>, PageError> {
     let now = state.clock.now();
     let mut out = Vec::new();
-    for r in state.store.pending_approvals(&[org]).await? {
+    for r in state.store.org(org).pending_approvals().await? {
         out.push(PendingView {
             id: r.id.to_string(),
             description: r.description.clone(),

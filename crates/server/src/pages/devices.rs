@@ -840,7 +840,8 @@ async fn show(
     let needle = device_id.to_string();
     let pending = state
         .store
-        .pending_approvals(&[scope.org.id])
+        .org(scope.org.id)
+        .pending_approvals()
         .await?
         .into_iter()
         .filter(|r| r.arguments.to_string().contains(&needle))

@@ -46,7 +46,8 @@ pub(super) async fn stream(
         loop {
             let pending = state
                 .store
-                .pending_approvals(&[org_id])
+                .org(org_id)
+                .pending_approvals()
                 .await
                 .map(|v| v.into_iter().map(|r| r.id).collect::<Vec<_>>());
             if let Ok(ids) = pending {

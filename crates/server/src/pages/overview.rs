@@ -48,7 +48,12 @@ async fn show(
     let devices = count(None).await?;
     let online = count(Some(DeviceStatus::Online)).await?;
     let offline = count(Some(DeviceStatus::Offline)).await?;
-    let pending = state.store.pending_approvals(&[scope.org.id]).await?.len();
+    let pending = state
+        .store
+        .org(scope.org.id)
+        .pending_approvals()
+        .await?
+        .len();
     let l = Layout::for_user(
         &state,
         &who,

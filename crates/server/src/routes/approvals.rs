@@ -50,7 +50,7 @@ async fn list(State(state): State<AppState>, who: Authenticated) -> Result<Json<
         .into_iter()
         .map(|(o, _)| o.id)
         .collect();
-    let pending = state.store.pending_approvals(&orgs).await?;
+    let pending = state.store.cross_org().pending_approvals(&orgs).await?;
     Ok(Json(json!({ "approvals": pending })))
 }
 

@@ -243,6 +243,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     // Missed heartbeats take the device offline.
     cx.clock.advance(Duration::minutes(5));
     let stale = s
+        .cross_org()
         .mark_stale_devices_offline(Duration::minutes(3))
         .await
         .unwrap();
@@ -348,9 +349,9 @@ async fn commands_move_forward_only(cx: Ctx) {
         .create_command(new(), audit("command.create", "command"))
         .await
         .unwrap();
-    assert!(s.time_out_commands().await.unwrap().is_empty());
+    assert!(s.cross_org().time_out_commands().await.unwrap().is_empty());
     cx.clock.advance(Duration::seconds(91));
-    let timed = s.time_out_commands().await.unwrap();
+    let timed = s.cross_org().time_out_commands().await.unwrap();
     assert_eq!(timed.len(), 1);
     assert_eq!(timed[0].id, late.id);
     assert_eq!(timed[0].status, CommandStatus::TimedOut);

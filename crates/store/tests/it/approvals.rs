@@ -91,7 +91,14 @@ async fn approvals_move_forward_once(cx: Ctx) {
         s.org(other).get_approval(r.id).await.is_err(),
         "confined to its organization"
     );
-    assert_eq!(s.pending_approvals(&[org, other]).await.unwrap().len(), 1);
+    assert_eq!(
+        s.cross_org()
+            .pending_approvals(&[org, other])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(
         !s.claim_approval(r.id).await.unwrap(),
         "pending cannot be claimed"
@@ -121,13 +128,19 @@ async fn approvals_move_forward_once(cx: Ctx) {
         matches!(again, Err(StoreError::Conflict(ref m)) if m.contains("already approved")),
         "{again:?}"
     );
-    assert_eq!(s.unclaimed_approvals().await.unwrap().len(), 1);
+    assert_eq!(s.cross_org().unclaimed_approvals().await.unwrap().len(), 1);
     assert!(s.claim_approval(r.id).await.unwrap());
     assert!(
         !s.claim_approval(r.id).await.unwrap(),
         "claimed exactly once"
     );
-    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .unclaimed_approvals()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // A crash mid-execution: at the next start it fails and is never retried.
     assert_eq!(s.fail_interrupted_approvals().await.unwrap(), 1);
@@ -474,7 +487,13 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
         "{approve:?}"
     );
     assert!(!s.claim_approval(r.id).await.unwrap());
-    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .unclaimed_approvals()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Approved but not yet claimed: still withdrawn, and the resumer never sees it.
     let r = o
@@ -495,7 +514,13 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .await
             .unwrap()
     );
-    assert!(s.unclaimed_approvals().await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .unclaimed_approvals()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(!s.claim_approval(r.id).await.unwrap());
 
     // Claimed (running) or denied: withdrawing changes nothing.

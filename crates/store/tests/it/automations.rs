@@ -301,10 +301,16 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         .unwrap()
         .unwrap();
     assert_eq!(run.status, RunStatus::Queued);
-    let claimed = s.claim_queued_runs(10).await.unwrap();
+    let claimed = s.cross_org().claim_queued_runs(10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].status, RunStatus::Running);
-    assert!(s.claim_queued_runs(10).await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .claim_queued_runs(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let done = oa
         .update_run(
             run.id,
@@ -371,13 +377,15 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
         .unwrap();
     let due = at("2026-02-02T11:00:00Z");
     assert!(
-        s.due_automations(at("2026-02-02T10:20:00Z"), 10)
+        s.cross_org()
+            .due_automations(at("2026-02-02T10:20:00Z"), 10)
             .await
             .unwrap()
             .is_empty()
     );
     cx.clock.set(at("2026-02-02T11:00:30Z"));
     let found = s
+        .cross_org()
         .due_automations(at("2026-02-02T11:00:30Z"), 10)
         .await
         .unwrap();
@@ -401,7 +409,8 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
     assert_eq!(oa.list_runs(Some(auto.id), 10).await.unwrap().len(), 1);
     assert_eq!(oa.get_automation(auto.id).await.unwrap().next_run_at, next);
     assert!(
-        s.due_automations(at("2026-02-02T11:00:30Z"), 10)
+        s.cross_org()
+            .due_automations(at("2026-02-02T11:00:30Z"), 10)
             .await
             .unwrap()
             .is_empty()
@@ -435,7 +444,7 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
     );
 
     // A run left running past the limit by a stopped instance is failed, not retried.
-    let claimed = s.claim_queued_runs(10).await.unwrap();
+    let claimed = s.cross_org().claim_queued_runs(10).await.unwrap();
     assert_eq!(claimed.len(), 2);
     assert_eq!(s.fail_interrupted_runs().await.unwrap(), 0);
     cx.clock.advance(Duration::minutes(31));
@@ -445,7 +454,13 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
         runs.iter().all(|r| r.status == RunStatus::Failed),
         "{runs:?}"
     );
-    assert!(s.runs_awaiting_approval(10).await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .runs_awaiting_approval(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 breeze_store::on_both_backends!(

@@ -325,7 +325,8 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
     // The lease: one claim per period.
     let due = p.next_evaluation_at.unwrap();
     assert_eq!(
-        s.due_compliance_policies(s.clock().now(), 10)
+        s.cross_org()
+            .due_compliance_policies(s.clock().now(), 10)
             .await
             .unwrap()
             .len(),
@@ -334,7 +335,8 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
     assert!(s.claim_compliance_evaluation(&p, due).await.unwrap());
     assert!(!s.claim_compliance_evaluation(&p, due).await.unwrap());
     assert!(
-        s.due_compliance_policies(s.clock().now(), 10)
+        s.cross_org()
+            .due_compliance_policies(s.clock().now(), 10)
             .await
             .unwrap()
             .is_empty()
@@ -426,7 +428,13 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
             .0
             .is_empty()
     );
-    assert!(s.finished_compliance_checks(10).await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .finished_compliance_checks(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let now = s.clock().now();
     for (i, (dev, id)) in commands.iter().enumerate() {
         let passed = i == 0;
@@ -450,7 +458,7 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
         .unwrap()
         .unwrap();
     }
-    let finished = s.finished_compliance_checks(10).await.unwrap();
+    let finished = s.cross_org().finished_compliance_checks(10).await.unwrap();
     assert_eq!(finished.len(), 2);
     for f in finished {
         let cmd = o.get_command(f.check_command_id).await.unwrap();
@@ -458,7 +466,13 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
             .await
             .unwrap();
     }
-    assert!(s.finished_compliance_checks(10).await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .finished_compliance_checks(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let pid = p.id;
     let get = |dev: DeviceId| {
         let o = s.org(a);
@@ -492,9 +506,15 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
             .await,
         Err(StoreError::Conflict(_))
     ));
-    let claimed = s.claim_queued_remediations(10).await.unwrap();
+    let claimed = s.cross_org().claim_queued_remediations(10).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    assert!(s.claim_queued_remediations(10).await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .claim_queued_remediations(10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let approval = uuid::Uuid::now_v7();
     let waiting = o
         .update_remediation(
@@ -513,8 +533,16 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     // Two instances on one database both see it waiting; each finishes it once its approval
     // is final, and only the first update records anything.
     let other = s.reopen().await.unwrap();
-    let seen_here = s.remediations_awaiting_approval(10).await.unwrap();
-    let seen_there = other.remediations_awaiting_approval(10).await.unwrap();
+    let seen_here = s
+        .cross_org()
+        .remediations_awaiting_approval(10)
+        .await
+        .unwrap();
+    let seen_there = other
+        .cross_org()
+        .remediations_awaiting_approval(10)
+        .await
+        .unwrap();
     assert_eq!((seen_here.len(), seen_there.len()), (1, 1));
     let end = || RemediationUpdate {
         status: RunStatus::Succeeded,
@@ -537,7 +565,8 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     assert!(finished.finished_at.is_some());
     // Finished: neither lists it, and a late finish records nothing.
     assert!(
-        s.remediations_awaiting_approval(10)
+        s.cross_org()
+            .remediations_awaiting_approval(10)
             .await
             .unwrap()
             .is_empty()

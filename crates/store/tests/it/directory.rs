@@ -532,6 +532,7 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
     assert!(hostnames(s, a, &offline).await.is_empty());
     cx.clock.advance(Duration::minutes(10));
     let swept = s
+        .cross_org()
         .mark_stale_devices_offline(Duration::minutes(5))
         .await
         .unwrap();

@@ -623,7 +623,7 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(job.status, "scheduled");
-    let scheduled = s.scheduled_patch_jobs().await.unwrap();
+    let scheduled = s.cross_org().scheduled_patch_jobs().await.unwrap();
     assert_eq!(scheduled.len(), 1);
     assert_eq!(scheduled[0].window_name.as_deref(), Some("Sunday night"));
     // B cannot cancel it; A can, once.
@@ -646,7 +646,13 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
     let (job, parts) = oa.get_patch_job(job.id).await.unwrap();
     assert_eq!(job.status, "cancelled");
     assert_eq!(parts[0].status, "skipped");
-    assert!(s.scheduled_patch_jobs().await.unwrap().is_empty());
+    assert!(
+        s.cross_org()
+            .scheduled_patch_jobs()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let e = oa
         .create_patch_job(
             NewPatchJob {

@@ -17,9 +17,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, OrgStore, Result, StoreError, audit,
     sql::{Arg, Sql, Tx, sql},
 };
+
+mod channels;
+mod lifecycle;
+mod observe;
 
 /// Samples may be this far apart and still count as covering a condition's duration: agents
 /// send one every 30–60 s, so one lost sample does not stop a rule from firing.
@@ -98,13 +102,15 @@ pub struct AlertRule {
 impl AlertRule {
     /// The rule's target as one value.
     pub fn target(&self) -> Result<RuleTarget> {
-        let missing = || StoreError::Corrupt(format!("rule {} has no target id", self.id));
-        Ok(match self.target_kind {
-            TargetKind::Organization => RuleTarget::Organization,
-            TargetKind::Site => RuleTarget::Site(self.target_site_id.ok_or_else(missing)?),
-            TargetKind::Group => RuleTarget::Group(self.target_group_id.ok_or_else(missing)?),
-            TargetKind::Device => RuleTarget::Device(self.target_device_id.ok_or_else(missing)?),
-        })
+        target_of(
+            self.target_kind,
+            (
+                self.target_site_id,
+                self.target_group_id,
+                self.target_device_id,
+            ),
+            || format!("rule {}", self.id),
+        )
     }
 }
 
@@ -404,7 +410,7 @@ struct PresenceRow {
     last_seen_at: Option<Timestamp>,
 }
 
-impl Store {
+impl CrossOrg<'_> {
     /// Enabled, undeleted rules of every organization with ids after `after`, by id, at most
     /// `limit`: the engine's walk over the rules, a bounded slice per tick.
     pub async fn alert_rules_after(
@@ -427,141 +433,6 @@ impl Store {
 }
 
 impl OrgStore<'_> {
-    // ---- notification channels -------------------------------------------------------------
-
-    /// Creates a notification channel. Email needs `{"to": [addresses]}` (1–20), a webhook
-    /// `{"url": "http(s)://..."}` and a secret of at least 16 characters; in-app nothing.
-    pub async fn create_channel(
-        &self,
-        new: NewChannel,
-        audit: AuditEvent,
-    ) -> Result<NotificationChannel> {
-        check_text("name", &new.name, MAX_NAME_CHARS)?;
-        match new.kind {
-            ChannelKind::Email => {
-                let to = new
-                    .config
-                    .get("to")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| StoreError::Invalid("an email channel needs \"to\"".into()))?;
-                if to.is_empty() || to.len() > 20 {
-                    return Err(StoreError::Invalid(
-                        "an email channel needs 1-20 recipients".into(),
-                    ));
-                }
-                for addr in to {
-                    let ok = addr.as_str().is_some_and(|a| {
-                        a.len() <= 254
-                            && a.split_once('@').is_some_and(|(l, d)| {
-                                !l.is_empty() && d.contains('.') && !a.contains(['\r', '\n', ' '])
-                            })
-                    });
-                    if !ok {
-                        return Err(StoreError::Invalid(format!(
-                            "{addr} is not an email address"
-                        )));
-                    }
-                }
-            }
-            ChannelKind::Webhook => {
-                let url = new.config.get("url").and_then(Value::as_str).unwrap_or("");
-                if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() > 2048
-                {
-                    return Err(StoreError::Invalid(
-                        "a webhook channel needs an http(s) \"url\" of at most 2048 characters"
-                            .into(),
-                    ));
-                }
-                if new.secret.as_deref().is_none_or(|s| s.len() < 16) {
-                    return Err(StoreError::Invalid(
-                        "a webhook channel needs a signing secret of at least 16 characters".into(),
-                    ));
-                }
-            }
-            ChannelKind::InApp => {}
-        }
-        let now = self.store.clock.now();
-        let id = Uuid::now_v7();
-        let mut tx = Tx::begin_in(self).await?;
-        sql(format!(
-            "INSERT INTO notification_channels ({CHANNEL_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .bind(new.name.as_str())
-        .bind(new.kind.as_str())
-        .bind(Arg::json(&new.config))
-        .bind(new.secret.as_deref())
-        .bind(true)
-        .bind(now)
-        .execute(&mut tx)
-        .await
-        .map_err(|e| e.conflict_as(|| format!("a channel named {:?} already exists", new.name)))?;
-        let audit = audit
-            .org(self.org)
-            .resource(id)
-            .details(serde_json::json!({ "name": new.name, "kind": new.kind }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        self.get_channel(id).await
-    }
-
-    /// One notification channel of this organization.
-    pub async fn get_channel(&self, id: Uuid) -> Result<NotificationChannel> {
-        sql(format!(
-            "SELECT {CHANNEL_COLUMNS} FROM notification_channels WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("notification channel"))
-    }
-
-    /// The notification channels, by name.
-    pub async fn list_channels(&self) -> Result<Vec<NotificationChannel>> {
-        sql(format!(
-            "SELECT {CHANNEL_COLUMNS} FROM notification_channels WHERE org_id = $1 ORDER BY name, id"
-        ))
-        .bind(self.org)
-        .fetch_all(self)
-        .await
-    }
-
-    /// Deletes a notification channel. A channel a rule in use still names is a conflict:
-    /// change those rules first.
-    pub async fn delete_channel(&self, id: Uuid, audit: AuditEvent) -> Result<NotificationChannel> {
-        let channel = self.get_channel(id).await?;
-        let users: Vec<String> = self
-            .list_rules()
-            .await?
-            .into_iter()
-            .filter(|r| r.channel_ids.contains(&id))
-            .map(|r| r.name)
-            .collect();
-        if !users.is_empty() {
-            return Err(StoreError::Conflict(format!(
-                "the channel is used by alert rule(s) {}",
-                users.join(", ")
-            )));
-        }
-        let now = self.store.clock.now();
-        let mut tx = Tx::begin_in(self).await?;
-        sql("DELETE FROM notification_channels WHERE id = $1 AND org_id = $2")
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        let audit = audit
-            .org(self.org)
-            .resource(id)
-            .details(serde_json::json!({ "name": channel.name, "kind": channel.kind }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        Ok(channel)
-    }
-
     // ---- rules -----------------------------------------------------------------------------
 
     /// The target exists in this organization (another's is `NotFound`, like a missing one).
@@ -835,467 +706,6 @@ impl OrgStore<'_> {
         Ok(open.len() as u64)
     }
 
-    // ---- evaluation ------------------------------------------------------------------------
-
-    /// What `rule`'s condition looks like now on each targeted device that has something to
-    /// say (devices without samples in the duration are left out of metric rules). Reads only.
-    pub async fn observe_rule(&self, rule: &AlertRule) -> Result<Vec<Observation>> {
-        self.observe(rule, None).await
-    }
-
-    /// [`OrgStore::observe_rule`] for some devices only (those the rule does not target, or
-    /// that have nothing to say, are left out): the engine's incremental path, when devices
-    /// reported. An empty list observes nothing.
-    pub async fn observe_rule_for(
-        &self,
-        rule: &AlertRule,
-        devices: &[DeviceId],
-    ) -> Result<Vec<Observation>> {
-        if devices.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.observe(rule, Some(devices)).await
-    }
-
-    async fn observe(
-        &self,
-        rule: &AlertRule,
-        only: Option<&[DeviceId]>,
-    ) -> Result<Vec<Observation>> {
-        let now = self.store.clock.now();
-        let target = rule.target()?;
-        match &rule.condition {
-            AlertCondition::Event(c) => {
-                let mut q = sql("SELECT id FROM devices WHERE org_id = $1").bind(self.org);
-                push_target(&mut q, "id", target);
-                push_only(&mut q, "id", only);
-                q.push(" ORDER BY id");
-                let devices: Vec<(DeviceId,)> = q.fetch_all(self).await?;
-                let from = now - Duration::minutes(i64::from(c.window_minutes));
-                let mut q = sql("SELECT device_id, COUNT(*) FROM device_events WHERE org_id = $1")
-                    .bind(self.org);
-                crate::events::push_event_match(&mut q, c, from, now);
-                push_target(&mut q, "device_id", target);
-                push_only(&mut q, "device_id", only);
-                q.push(" GROUP BY device_id");
-                let counts: std::collections::HashMap<DeviceId, i64> = q
-                    .fetch_all::<(DeviceId, i64)>(self)
-                    .await?
-                    .into_iter()
-                    .collect();
-                Ok(devices
-                    .into_iter()
-                    .map(|(device_id,)| {
-                        let n = counts.get(&device_id).copied().unwrap_or(0);
-                        Observation {
-                            device_id,
-                            state: if n >= i64::from(c.count) {
-                                Observed::Breaching
-                            } else {
-                                Observed::Clear
-                            },
-                            value: Some(n as f64),
-                            samples: n,
-                        }
-                    })
-                    .collect())
-            }
-            AlertCondition::Offline { minutes } => {
-                let mut q = sql("SELECT id, status, last_seen_at FROM devices WHERE org_id = $1")
-                    .bind(self.org);
-                push_target(&mut q, "id", target);
-                push_only(&mut q, "id", only);
-                q.push(" ORDER BY id");
-                let rows: Vec<PresenceRow> = q.fetch_all(self).await?;
-                let cutoff = now - Duration::minutes(i64::from(*minutes));
-                Ok(rows
-                    .into_iter()
-                    .map(|r| {
-                        let away = r
-                            .last_seen_at
-                            .map(|t| (now - t).num_seconds() as f64 / 60.0);
-                        let state = match r.status {
-                            breeze_core::DeviceStatus::Online => Observed::Clear,
-                            breeze_core::DeviceStatus::Maintenance => Observed::Unknown,
-                            breeze_core::DeviceStatus::Offline => {
-                                if r.last_seen_at.is_none_or(|t| t <= cutoff) {
-                                    Observed::Breaching
-                                } else {
-                                    Observed::Unknown
-                                }
-                            }
-                        };
-                        Observation {
-                            device_id: r.id,
-                            state,
-                            value: away,
-                            samples: 0,
-                        }
-                    })
-                    .collect())
-            }
-            &AlertCondition::Metric {
-                metric,
-                comparison,
-                threshold,
-                duration_minutes,
-            } => {
-                let duration = Duration::minutes(i64::from(duration_minutes));
-                let from = now - duration;
-                let expr = level_expr(metric);
-                let op = match comparison {
-                    Comparison::Above => ">",
-                    Comparison::Below => "<",
-                };
-                if metric.is_rate() {
-                    let mut q = sql(format!(
-                        "SELECT device_id, COUNT(*) AS samples, MIN(at) AS first_at, \
-                         CAST(SUM({expr}) AS DOUBLE PRECISION) AS total \
-                         FROM device_metrics WHERE org_id = $1 AND at > $2 AND at <= $3"
-                    ))
-                    .bind(self.org)
-                    .bind(from)
-                    .bind(now);
-                    push_target(&mut q, "device_id", target);
-                    push_only(&mut q, "device_id", only);
-                    q.push(" GROUP BY device_id ORDER BY device_id");
-                    let rows: Vec<RateRow> = q.fetch_all(self).await?;
-                    let seconds = duration.num_seconds().max(1) as f64;
-                    Ok(rows
-                        .into_iter()
-                        .map(|r| {
-                            let rate = r.total / seconds;
-                            // Samples that begin within one gap of the window's start cover it.
-                            let state = if r.first_at > from + SAMPLE_GAP {
-                                Observed::Unknown
-                            } else if comparison.breaches(rate, threshold) {
-                                Observed::Breaching
-                            } else {
-                                Observed::Clear
-                            };
-                            Observation {
-                                device_id: r.device_id,
-                                state,
-                                value: Some(rate),
-                                samples: r.samples,
-                            }
-                        })
-                        .collect())
-                } else {
-                    // Samples from one gap before the duration: the breach must have begun at
-                    // or before its start (`breach_start`), with no clear sample since
-                    // (`last_ok`), and the newest sample must be recent.
-                    let mut q = sql(format!(
-                        "SELECT device_id, COUNT(*) AS samples, \
-                         MAX(CASE WHEN {expr} {op} $4 AND at <= $5 THEN at END) AS breach_start, \
-                         MAX(CASE WHEN NOT ({expr} {op} $4) THEN at END) AS last_ok, \
-                         MAX(at) AS newest, \
-                         CAST(AVG({expr}) AS DOUBLE PRECISION) AS average \
-                         FROM device_metrics WHERE org_id = $1 AND at > $2 AND at <= $3"
-                    ))
-                    .bind(self.org)
-                    .bind(from - SAMPLE_GAP)
-                    .bind(now)
-                    .bind(threshold)
-                    .bind(from);
-                    push_target(&mut q, "device_id", target);
-                    push_only(&mut q, "device_id", only);
-                    q.push(" GROUP BY device_id ORDER BY device_id");
-                    let rows: Vec<LevelRow> = q.fetch_all(self).await?;
-                    let recent = now - SAMPLE_GAP;
-                    Ok(rows
-                        .into_iter()
-                        .map(|r| {
-                            let state = if r.newest <= recent {
-                                Observed::Unknown
-                            } else if r.last_ok == Some(r.newest) {
-                                Observed::Clear
-                            } else if r
-                                .breach_start
-                                .is_some_and(|b| r.last_ok.is_none_or(|ok| ok < b))
-                            {
-                                Observed::Breaching
-                            } else {
-                                Observed::Unknown
-                            };
-                            Observation {
-                                device_id: r.device_id,
-                                state,
-                                value: Some(r.average),
-                                samples: r.samples,
-                            }
-                        })
-                        .collect())
-                }
-            }
-        }
-    }
-
-    /// The rule's unresolved alerts.
-    pub async fn unresolved_alerts_of_rule(&self, rule: Uuid) -> Result<Vec<Alert>> {
-        sql(format!(
-            "SELECT {ALERT_COLUMNS} FROM alerts WHERE org_id = $1 AND rule_id = $2 \
-             AND status <> 'resolved' ORDER BY id"
-        ))
-        .bind(self.org)
-        .bind(rule)
-        .fetch_all(self)
-        .await
-    }
-
-    /// Raises an alert of `rule` on `device`, unless one is unresolved already or the rule's
-    /// cooldown since the last one resolved there has not passed. Returns the new alert.
-    pub async fn raise_alert(
-        &self,
-        rule: &AlertRule,
-        device: DeviceId,
-        value: Option<f64>,
-    ) -> Result<Option<Alert>> {
-        self.raise_alert_on(rule, device, value, &[]).await
-    }
-
-    /// [`OrgStore::raise_alert`], keeping with the alert the events it was raised on (an
-    /// event rule's newest matching events; see [`OrgStore::alert_trigger_events`]).
-    pub async fn raise_alert_on(
-        &self,
-        rule: &AlertRule,
-        device: DeviceId,
-        value: Option<f64>,
-        trigger: &[crate::DeviceEvent],
-    ) -> Result<Option<Alert>> {
-        let now = self.store.clock.now();
-        if rule.cooldown_minutes > 0 {
-            let last: Option<Timestamp> = sql(
-                "SELECT MAX(resolved_at) FROM alerts WHERE org_id = $1 AND rule_id = $2 \
-                 AND device_id = $3 AND status = 'resolved'",
-            )
-            .bind(self.org)
-            .bind(rule.id)
-            .bind(device)
-            .fetch_scalar(self)
-            .await?;
-            if last.is_some_and(|t| t + Duration::minutes(rule.cooldown_minutes) > now) {
-                return Ok(None);
-            }
-        }
-        let hostname = self.get_device(device).await?.hostname;
-        let title = format!("{}: {}", rule.name, hostname);
-        let value_text = value
-            .map(|v| format!(" (observed {v:.1})"))
-            .unwrap_or_default();
-        let message = format!("{}{value_text}", rule.condition.describe());
-        let id = Uuid::now_v7();
-        let actor = engine_actor();
-        let mut tx = Tx::begin_in(self).await?;
-        let n = sql(format!(
-            "INSERT INTO alerts ({ALERT_COLUMNS}, trigger_events) VALUES ($1, $2, $3, $4, $5, \
-             $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .bind(rule.id)
-        .bind(device)
-        .bind(rule.severity.as_str())
-        .bind(AlertStatus::Open.as_str())
-        .bind(title.as_str())
-        .bind(message.as_str())
-        .bind(value)
-        .bind(now)
-        .bind(None::<Timestamp>)
-        .bind(None::<String>)
-        .bind(None::<Timestamp>)
-        .bind(None::<String>)
-        .bind(if trigger.is_empty() {
-            Arg::Json(None)
-        } else {
-            Arg::json(&trigger)
-        })
-        .execute(&mut tx)
-        .await?;
-        if n == 0 {
-            drop(tx);
-            return Ok(None);
-        }
-        let mut details =
-            serde_json::json!({ "ruleId": rule.id, "deviceId": device, "value": value });
-        if !trigger.is_empty() {
-            details["events"] = Value::from(trigger.len());
-        }
-        insert_event(
-            &mut tx,
-            self.org,
-            id,
-            now,
-            "raised",
-            &actor,
-            None,
-            Some(&details),
-        )
-        .await?;
-        let audit = AuditEvent::new(actor, "alert.raise", "alert")
-            .org(self.org)
-            .resource(id)
-            .details(details);
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        self.get_alert(id).await.map(Some)
-    }
-
-    /// Resolves an unresolved alert because its condition cleared. Returns whether it changed.
-    pub async fn auto_resolve_alert(&self, id: Uuid, value: Option<f64>) -> Result<bool> {
-        let details = serde_json::json!({ "value": value });
-        self.transition(
-            id,
-            AlertStatus::Resolved,
-            &engine_actor(),
-            Some("the condition cleared"),
-            "auto_resolved",
-            AuditEvent::new(engine_actor(), "alert.auto_resolve", "alert").details(details),
-        )
-        .await
-    }
-
-    /// Acknowledges an open alert, with an optional note. Acknowledging one that is not open
-    /// is a conflict.
-    pub async fn acknowledge_alert(
-        &self,
-        id: Uuid,
-        actor: &Actor,
-        note: Option<&str>,
-        audit: AuditEvent,
-    ) -> Result<Alert> {
-        check_note(note)?;
-        if !self
-            .transition(
-                id,
-                AlertStatus::Acknowledged,
-                actor,
-                note,
-                "acknowledged",
-                audit,
-            )
-            .await?
-        {
-            let alert = self.get_alert(id).await?;
-            return Err(StoreError::Conflict(format!(
-                "the alert is {}, not open",
-                alert.status
-            )));
-        }
-        self.get_alert(id).await
-    }
-
-    /// Resolves an open or acknowledged alert, with an optional note. Resolving a resolved one
-    /// is a conflict.
-    pub async fn resolve_alert(
-        &self,
-        id: Uuid,
-        actor: &Actor,
-        note: Option<&str>,
-        audit: AuditEvent,
-    ) -> Result<Alert> {
-        check_note(note)?;
-        if !self
-            .transition(id, AlertStatus::Resolved, actor, note, "resolved", audit)
-            .await?
-        {
-            self.get_alert(id).await?;
-            return Err(StoreError::Conflict("the alert is already resolved".into()));
-        }
-        self.get_alert(id).await
-    }
-
-    /// Moves an alert forward (open → acknowledged → resolved, or straight to resolved) with a
-    /// history entry and the audit record, in one transaction; `false` when it was not in a
-    /// state that moves there.
-    async fn transition(
-        &self,
-        id: Uuid,
-        to: AlertStatus,
-        actor: &Actor,
-        note: Option<&str>,
-        event: &str,
-        audit: AuditEvent,
-    ) -> Result<bool> {
-        let now = self.store.clock.now();
-        let mut tx = Tx::begin_in(self).await?;
-        let statement = match to {
-            AlertStatus::Acknowledged => {
-                "UPDATE alerts SET status = 'acknowledged', acknowledged_at = $1, \
-                 acknowledged_by = $2 WHERE id = $3 AND org_id = $4 AND status = 'open'"
-            }
-            AlertStatus::Resolved => {
-                "UPDATE alerts SET status = 'resolved', resolved_at = $1, resolved_by = $2 \
-                 WHERE id = $3 AND org_id = $4 AND status <> 'resolved'"
-            }
-            AlertStatus::Open => return Err(StoreError::Invalid("alerts never reopen".into())),
-        };
-        let n = sql(statement)
-            .bind(now)
-            .bind(actor.to_string())
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
-        if n == 0 {
-            drop(tx);
-            return Ok(false);
-        }
-        insert_event(&mut tx, self.org, id, now, event, actor, note, None).await?;
-        let mut audit = audit.org(self.org).resource(id);
-        if let Some(note) = note {
-            audit.details = merge_note(audit.details, note);
-        }
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        Ok(true)
-    }
-
-    /// Records a notification's outcome on an alert (`notified` or `notify_failed`), audited.
-    pub async fn record_notification(
-        &self,
-        alert: Uuid,
-        channel: &NotificationChannel,
-        outcome: std::result::Result<String, String>,
-    ) -> Result<()> {
-        let now = self.store.clock.now();
-        let actor = engine_actor();
-        let (kind, detail, result) = match &outcome {
-            Ok(d) => ("notified", d.as_str(), breeze_core::AuditResult::Success),
-            Err(e) => (
-                "notify_failed",
-                e.as_str(),
-                breeze_core::AuditResult::Failure,
-            ),
-        };
-        let details = serde_json::json!({
-            "channelId": channel.id, "channel": channel.name, "kind": channel.kind,
-            "detail": detail,
-        });
-        let mut tx = Tx::begin_in(self).await?;
-        insert_event(
-            &mut tx,
-            self.org,
-            alert,
-            now,
-            kind,
-            &actor,
-            None,
-            Some(&details),
-        )
-        .await?;
-        let mut audit = AuditEvent::new(actor, "alert.notify", "alert")
-            .org(self.org)
-            .resource(alert)
-            .details(details);
-        audit.result = result;
-        if let Err(e) = &outcome {
-            audit.error_message = Some(e.clone());
-        }
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await
-    }
-
     // ---- reading alerts --------------------------------------------------------------------
 
     /// One alert of this organization.
@@ -1433,6 +843,22 @@ impl OrgStore<'_> {
         s.enabled_rules = enabled;
         Ok(s)
     }
+}
+
+/// A row's target from its columns (the inverse of [`target_columns`]); `row` names the row
+/// when the id its kind needs is missing.
+pub(crate) fn target_of(
+    kind: TargetKind,
+    (site, group, device): (Option<SiteId>, Option<DeviceGroupId>, Option<DeviceId>),
+    row: impl Fn() -> String,
+) -> Result<RuleTarget> {
+    let missing = || StoreError::Corrupt(format!("{} has no target id", row()));
+    Ok(match kind {
+        TargetKind::Organization => RuleTarget::Organization,
+        TargetKind::Site => RuleTarget::Site(site.ok_or_else(missing)?),
+        TargetKind::Group => RuleTarget::Group(group.ok_or_else(missing)?),
+        TargetKind::Device => RuleTarget::Device(device.ok_or_else(missing)?),
+    })
 }
 
 pub(crate) fn target_columns(

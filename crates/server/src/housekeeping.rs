@@ -1,0 +1,147 @@
+//! The server's housekeeping [`Worker`]s: jobs that keep the store and the credentials tidy
+//! rather than act on devices — the SQLite checkpoint, the daily audit retention, the daily
+//! OAuth sweep — and the alert engine, whose type lives in `breeze-alerts`.
+
+use std::{convert::Infallible, path::PathBuf, sync::Arc, time::Duration};
+
+use breeze_alerts::{AlertEngine, TickReport};
+use breeze_oauth::{OAuth, OAuthError};
+use breeze_store::{Store, StoreError};
+
+use crate::workers::Worker;
+
+/// How often the server asks whether SQLite's write-ahead log is due to be copied back (the
+/// store decides, by what was written: `Store::checkpoint_when_due`).
+const CHECKPOINT_TICK: Duration = Duration::from_millis(25);
+
+/// Checkpoints the database when due, asking every [`CHECKPOINT_TICK`] (SQLite's write-ahead
+/// log; started only for a store that has one), so that commits on the request path never run
+/// one.
+pub(crate) struct Checkpointer(pub(crate) Store);
+
+impl Worker for Checkpointer {
+    const NAME: &'static str = "checkpoint";
+    type Report = bool;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        CHECKPOINT_TICK
+    }
+
+    async fn tick(self: &Arc<Self>) -> Result<bool, StoreError> {
+        self.0.checkpoint_when_due().await
+    }
+}
+
+/// How often the audit retention job runs.
+const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// When it first runs after start: soon, so that an instance restarted more often than daily
+/// still purges, but not while it starts up.
+const AUDIT_RETENTION_FIRST: Duration = Duration::from_secs(60);
+
+/// The daily audit job: stores the configured retention (the database enforces it), makes
+/// PostgreSQL's monthly partitions ahead, and purges what is past the retention after
+/// archiving it (`Store::purge_audit`; on PostgreSQL one instance at a time).
+pub(crate) struct AuditRetention {
+    pub(crate) store: Store,
+    pub(crate) days: Option<u32>,
+    pub(crate) archive_dir: PathBuf,
+}
+
+impl Worker for AuditRetention {
+    const NAME: &'static str = "audit retention";
+    // A run cut short by shutdown leaves at most a `.partial` archive (replaced by the next
+    // run) and records not yet deleted (deleted by it).
+    const STOPS_MID_TICK: bool = true;
+    type Report = ();
+    type Error = Infallible;
+
+    fn period(&self) -> Duration {
+        AUDIT_RETENTION_EVERY
+    }
+
+    fn first_delay(&self) -> Duration {
+        AUDIT_RETENTION_FIRST
+    }
+
+    /// One run; failures are logged and retried at the next run.
+    async fn tick(self: &Arc<Self>) -> Result<(), Infallible> {
+        let store = &self.store;
+        if let Err(e) = store.set_audit_retention(self.days).await {
+            tracing::warn!(error = %e, "cannot store the audit retention");
+            return Ok(());
+        }
+        if let Err(e) = store.prepare_audit_partitions().await {
+            tracing::warn!(error = %e, "cannot make the audit log's partitions");
+        }
+        match store.purge_audit(&self.archive_dir).await {
+            Ok(r) if r.skipped => tracing::info!("audit purge skipped: another instance runs it"),
+            Ok(r) if r.archived > 0 || r.partitions_dropped > 0 => tracing::info!(
+                cutoff = ?r.cutoff,
+                archived = r.archived,
+                archive = ?r.archive,
+                partitions_dropped = r.partitions_dropped,
+                rows_deleted = r.rows_deleted,
+                archive_ms = r.archive_time.as_millis() as u64,
+                delete_ms = r.delete_time.as_millis() as u64,
+                "audit records past the retention archived and purged"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "audit purge failed; records are kept until the next run");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How often the server asks whether the daily OAuth sweep is due (the lease decides, by the
+/// store's clock, so a day passes the same for every instance).
+const OAUTH_SWEEP_TICK: Duration = Duration::from_secs(600);
+
+/// The daily sweep of stale OAuth clients, codes and refresh tokens
+/// ([`OAuth::sweep_when_due`]).
+pub(crate) struct OAuthSweeper(pub(crate) OAuth);
+
+impl Worker for OAuthSweeper {
+    const NAME: &'static str = "OAuth sweep";
+    type Report = Option<u64>;
+    type Error = OAuthError;
+
+    fn period(&self) -> Duration {
+        OAUTH_SWEEP_TICK
+    }
+
+    async fn tick(self: &Arc<Self>) -> Result<Option<u64>, OAuthError> {
+        self.0.sweep_when_due().await
+    }
+
+    fn log(&self, swept: &Option<u64>) {
+        if let Some(n) = swept {
+            tracing::info!(clients = n, "daily OAuth sweep done");
+        }
+    }
+}
+
+/// Every `config.tick`; a stopping instance gives the tick's once-per-cluster lease up, so
+/// another instance takes it at its next tick rather than after the lease lapses.
+impl Worker for AlertEngine {
+    const NAME: &'static str = "alert engine";
+    type Report = TickReport;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        AlertEngine::period(self)
+    }
+
+    async fn tick(self: &Arc<Self>) -> Result<TickReport, StoreError> {
+        AlertEngine::tick(self).await
+    }
+
+    async fn stopped(self: &Arc<Self>) {
+        if let Err(e) = self.release_lease().await {
+            tracing::warn!(error = %e, "could not give the alert engine's lease up");
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! What the devices can update: `list`, `compliance` and `scan`.
+
+use super::*;
+
+pub(super) async fn list(
+    cx: &ToolCx<'_>,
+    input: &PatchesInput,
+) -> Result<PatchesOutput, ToolError> {
+    let device = match &input.device_id {
+        Some(d) => Some(
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?
+                .id,
+        ),
+        None => None,
+    };
+    let limit = input.limit.unwrap_or(100).clamp(1, MAX_PATCH_PAGE);
+    let filter = PatchFilter {
+        device,
+        security_only: input.security_only.unwrap_or(false),
+        severity: input.severity.map(|s| s.as_str().to_owned()),
+        search: input.search.clone(),
+        after: input.cursor.as_deref().map(parse_cursor).transpose()?,
+        limit: limit + 1,
+    };
+    let mut rows = cx.org.list_device_patches(&filter).await?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let ids: Vec<DeviceId> = {
+        let mut v: Vec<DeviceId> = rows.iter().map(|p| p.device_id).collect();
+        v.dedup();
+        v
+    };
+    let decisions = Decisions::load(&cx.org, Some(&ids), cx.clock.now()).await?;
+    let mut hostnames: HashMap<DeviceId, String> = HashMap::new();
+    for id in &ids {
+        if let Ok(d) = cx.org.get_device(*id).await {
+            hostnames.insert(*id, d.hostname);
+        }
+    }
+    let next_cursor = more.then(|| rows.last().map(cursor_of)).flatten();
+    let patches: Vec<PatchView> = rows
+        .into_iter()
+        .map(|p| {
+            let (decision, until) = decisions.decide(&p);
+            PatchView {
+                device_id: p.device_id.to_string(),
+                hostname: hostnames.get(&p.device_id).cloned().unwrap_or_default(),
+                decision: decision.into(),
+                defer_until: until.map(|t| t.to_rfc3339()),
+                scanned_at: p.scanned_at.to_rfc3339(),
+                name: p.name,
+                installed_version: p.installed_version,
+                available_version: p.available_version,
+                arch: p.arch,
+                source: p.source,
+                security: p.security,
+                severity: p.severity,
+                advisory: p.advisory,
+            }
+        })
+        .collect();
+    Ok(PatchesOutput {
+        showing: Some(patches.len()),
+        patches: Some(patches),
+        next_cursor,
+        ..Default::default()
+    })
+}
+
+pub(super) async fn compliance(
+    cx: &ToolCx<'_>,
+    input: &PatchesInput,
+) -> Result<PatchesOutput, ToolError> {
+    let devices = match &input.device_id {
+        Some(d) => vec![
+            cx.org
+                .get_device(device_id(d)?)
+                .await
+                .map_err(store_error)?,
+        ],
+        None => {
+            cx.org
+                .list_devices(&DeviceFilter::default(), 10_000, 0)
+                .await?
+                .0
+        }
+    };
+    let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+    let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
+    let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
+        .org
+        .patch_scans()
+        .await?
+        .into_iter()
+        .map(|s| (s.device_id, s))
+        .collect();
+    let mut per_device: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
+    let mut after = None;
+    loop {
+        let page = cx
+            .org
+            .list_device_patches(&PatchFilter {
+                device: input.device_id.as_ref().map(|_| only[0]),
+                after: after.clone(),
+                limit: MAX_PATCH_PAGE,
+                ..Default::default()
+            })
+            .await?;
+        let full = page.len() == MAX_PATCH_PAGE as usize;
+        after = page.last().map(|p| (p.device_id, p.name.clone()));
+        for p in page {
+            per_device.entry(p.device_id).or_default().push(p);
+        }
+        if !full {
+            break;
+        }
+    }
+    let mut top: HashMap<String, usize> = HashMap::new();
+    let mut views = Vec::new();
+    for d in &devices {
+        let scan = scans.get(&d.id);
+        let patches = per_device.remove(&d.id).unwrap_or_default();
+        let mut v = DeviceCompliance {
+            device_id: d.id.to_string(),
+            hostname: d.hostname.clone(),
+            scanned: scan.is_some_and(|s| s.scanned_at.is_some()),
+            last_scan_at: scan.and_then(|s| s.scanned_at).map(|t| t.to_rfc3339()),
+            manager: scan.and_then(|s| s.manager.clone()),
+            available: patches.len(),
+            security: patches.iter().filter(|p| p.security).count(),
+            critical: patches
+                .iter()
+                .filter(|p| p.severity.as_deref() == Some("critical"))
+                .count(),
+            important: patches
+                .iter()
+                .filter(|p| p.severity.as_deref() == Some("important"))
+                .count(),
+            missing_approved: 0,
+            pending_security: 0,
+            compliant: false,
+            reboot_required: scan.is_some_and(|s| s.reboot_required),
+            logged_in_users: scan.map(|s| s.logged_in_users.clone()).unwrap_or_default(),
+            scan_pending: scan.and_then(|s| s.command_id).map(|c| c.to_string()),
+            scan_error: scan.and_then(|s| s.error.clone()),
+        };
+        for p in &patches {
+            let decision = decisions.decide(p).0;
+            if approved(decision) {
+                v.missing_approved += 1;
+                *top.entry(p.name.clone()).or_default() += 1;
+            } else if p.security && decision == "pending" {
+                v.pending_security += 1;
+            }
+        }
+        v.compliant = v.scanned && v.missing_approved == 0 && v.pending_security == 0;
+        views.push(v);
+    }
+    let scanned = views.iter().filter(|v| v.scanned).count();
+    let compliant = views.iter().filter(|v| v.compliant).count();
+    let mut top: Vec<(String, usize)> = top.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(10);
+    let summary = ComplianceSummary {
+        devices: views.len(),
+        scanned,
+        never_scanned: views.len() - scanned,
+        compliant,
+        compliance_percent: if scanned == 0 {
+            0.0
+        } else {
+            (compliant as f64 * 1000.0 / scanned as f64).round() / 10.0
+        },
+        missing_approved: views.iter().map(|v| v.missing_approved).sum(),
+        pending_security: views.iter().map(|v| v.pending_security).sum(),
+        reboot_required: views.iter().filter(|v| v.reboot_required).count(),
+        top_missing: top.into_iter().collect(),
+    };
+    views.truncate(input.limit.unwrap_or(500) as usize);
+    Ok(PatchesOutput {
+        showing: Some(views.len()),
+        devices: Some(views),
+        summary: Some(summary),
+        approvals: Some(
+            cx.org
+                .list_patch_approvals()
+                .await?
+                .into_iter()
+                .take(100)
+                .map(Into::into)
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+pub(super) async fn scan(
+    cx: &ToolCx<'_>,
+    input: &PatchesInput,
+) -> Result<PatchesOutput, ToolError> {
+    let devices = match &input.device_ids {
+        Some(ids) => named_devices(cx, ids).await?,
+        None => {
+            cx.org
+                .list_devices(
+                    &DeviceFilter {
+                        status: Some(DeviceStatus::Online),
+                        ..Default::default()
+                    },
+                    MAX_DEVICES as u32,
+                    0,
+                )
+                .await?
+                .0
+        }
+    };
+    let mut views = Vec::new();
+    let mut waiting = Vec::new();
+    for d in &devices {
+        if d.status != DeviceStatus::Online && input.device_ids.is_none() {
+            continue;
+        }
+        let submitted = cx
+            .fleet
+            .submit(
+                NewCommand {
+                    device_id: d.id,
+                    kind: CommandKind::PatchScan,
+                    timeout_secs: SCAN_TIMEOUT_SECS,
+                    output_cap_bytes: breeze_agent_proto::DEFAULT_OUTPUT_CAP_BYTES,
+                    queue_ttl: chrono::Duration::minutes(15),
+                    script: None,
+                    created_by: cx.actor.to_string(),
+                },
+                audit(cx, "device.command", "device_command"),
+            )
+            .await;
+        match submitted {
+            Ok(cmd) => {
+                cx.org
+                    .request_patch_scan(
+                        d.id,
+                        cmd.id,
+                        &cx.actor.to_string(),
+                        audit(cx, "patch.scan", "device"),
+                    )
+                    .await
+                    .map_err(store_error)?;
+                // Only a command pushed to a connected agent is worth waiting for.
+                let pushed = cx
+                    .org
+                    .get_command(cmd.id)
+                    .await
+                    .is_ok_and(|c| c.status != breeze_core::CommandStatus::Pending);
+                if pushed {
+                    waiting.push((views.len(), cmd.id));
+                }
+                views.push(ScanView {
+                    device_id: d.id.to_string(),
+                    hostname: d.hostname.clone(),
+                    command_id: Some(cmd.id.to_string()),
+                    status: "queued".into(),
+                    patches: None,
+                    security: None,
+                    error: None,
+                });
+            }
+            Err(e) => views.push(ScanView {
+                device_id: d.id.to_string(),
+                hostname: d.hostname.clone(),
+                command_id: None,
+                status: "failed".into(),
+                patches: None,
+                security: None,
+                error: Some(gateway_error(e).message),
+            }),
+        }
+    }
+    if views.is_empty() {
+        return Err(ToolError::invalid("no online device to scan")
+            .hint("name deviceIds to queue scans for devices that are offline"));
+    }
+    // Wait a bounded time for the answers; the rest are recorded when they arrive.
+    let waits = waiting
+        .iter()
+        .map(|(_, id)| cx.fleet.wait(*id, SCAN_WAIT, |_| {}));
+    let done = futures::future::join_all(waits).await;
+    let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
+        .org
+        .patch_scans()
+        .await?
+        .into_iter()
+        .map(|s| (s.device_id, s))
+        .collect();
+    for ((i, _), cmd) in waiting.iter().zip(done) {
+        let Ok(cmd) = cmd else { continue };
+        let v = &mut views[*i];
+        if !cmd.is_terminal() {
+            continue;
+        }
+        if cmd.status == breeze_core::CommandStatus::Completed {
+            v.status = "completed".into();
+            if let Some(s) = scans.get(&cmd.device_id) {
+                v.patches = Some(s.patch_count);
+                v.security = Some(s.security_count);
+            }
+        } else {
+            v.status = "failed".into();
+            v.error = cmd
+                .error
+                .or_else(|| Some(format!("the scan {}", cmd.status)));
+        }
+    }
+    let completed = views.iter().filter(|v| v.status == "completed").count();
+    Ok(PatchesOutput {
+        message: Some(format!(
+            "{completed} of {} scans answered; the others are recorded when their agents answer (list and compliance show them)",
+            views.len()
+        )),
+        showing: Some(views.len()),
+        scans: Some(views),
+        ..Default::default()
+    })
+}
