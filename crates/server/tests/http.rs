@@ -46,6 +46,54 @@ async fn login(w: &World, email: &str) -> String {
     cookie.split(';').next().unwrap().to_owned()
 }
 
+/// A client configured with `…/mcp/` reaches the endpoint; one configured with the server's
+/// address gets a JSON-RPC error naming the endpoint, not a 405 or a sign-in page.
+async fn a_misdirected_mcp_client_is_told_the_endpoint(cx: Ctx) {
+    let w = world(&cx).await;
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": { "name": "t", "version": "1" },
+        },
+    });
+    let post = |uri: &str| {
+        json_req("POST", uri)
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header("x-api-key", &w.read)
+            .body(Body::from(initialize.to_string()))
+            .unwrap()
+    };
+    let r = send(&w.app, post("/mcp/")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    for req in [
+        post("/"),
+        get("/")
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Body::empty())
+            .unwrap(),
+    ] {
+        let r = send(&w.app, req).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+        assert_eq!(r.body["jsonrpc"], "2.0");
+        assert!(
+            err_msg(&r).contains("http://127.0.0.1:3000/mcp"),
+            "{}",
+            r.body
+        );
+    }
+    // A browser still gets the dashboard (here: sign in first).
+    let r = send(
+        &w.app,
+        get("/")
+            .header(header::ACCEPT, "text/html")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(r.status.is_redirection(), "{}", r.status);
+}
+
 async fn health_and_readiness(cx: Ctx) {
     let w = world(&cx).await;
     let r = send(&w.app, get("/healthz").body(Body::empty()).unwrap()).await;
@@ -581,6 +629,7 @@ macro_rules! sqlite_tests {
 
 mod http {
     sqlite_tests!(
+        a_misdirected_mcp_client_is_told_the_endpoint,
         health_and_readiness,
         api_key_errors_are_worded_as_documented,
         api_keys_see_only_their_organization,

@@ -64,12 +64,16 @@ impl Default for Routes {
 pub fn router<A: McpApp>(engine: Arc<Engine<A>>, routes: &Routes) -> Router {
     let mut r = Router::new();
     for path in &routes.streamable {
-        r = r.route(
-            path,
+        let endpoint = || {
             post(streamable::post::<A>)
                 .get(streamable::get::<A>)
-                .delete(streamable::delete::<A>),
-        );
+                .delete(streamable::delete::<A>)
+        };
+        // Clients and their users write the endpoint with a trailing slash as often as
+        // without: both are the endpoint.
+        r = r
+            .route(path, endpoint())
+            .route(&format!("{path}/"), endpoint());
     }
     r.route(routes.legacy_sse, get(legacy::open::<A>))
         .route(routes.legacy_message, post(legacy::message::<A>))

@@ -51,7 +51,7 @@ pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src '
 /// The dashboard's routes (merged into the application by `app`).
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(home))
+        .route("/", get(root).post(misdirected_mcp))
         .merge(login::router())
         .merge(approvals::router())
         .merge(audit::router())
@@ -294,6 +294,41 @@ pub(crate) fn mcp_url(state: &AppState) -> String {
 }
 
 /// `GET /`: the first organization's overview (or a page saying there is none).
+/// `GET /`: the dashboard for a browser; for an MCP client that was given the server's address
+/// instead of its endpoint (it asks for an event stream, not a page), the hint.
+async fn root(
+    state: axum::extract::State<AppState>,
+    headers: HeaderMap,
+    who: Result<SignedIn, PageError>,
+) -> Result<Response, PageError> {
+    let accepts = |what: &str| {
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains(what))
+    };
+    if accepts("text/event-stream") && !accepts("text/html") {
+        return Ok(misdirected_mcp(state).await);
+    }
+    home(state, who?).await
+}
+
+/// A JSON-RPC request sent to the server's address rather than its MCP endpoint: 404 with a
+/// JSON-RPC error naming the endpoint, which MCP clients show their user.
+async fn misdirected_mcp(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    let endpoint = format!("{}/mcp", state.config.public_url.trim_end_matches('/'));
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32601,
+            "message": format!("This is Breeze's web address, not its MCP endpoint: connect your MCP client to {endpoint}"),
+        },
+    });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
 async fn home(
     axum::extract::State(state): axum::extract::State<AppState>,
     who: SignedIn,
