@@ -445,11 +445,20 @@ async fn scheduled_run(backend: Backend) {
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].tool, "security_scan");
     assert_eq!(requests[0].arguments["action"], "scan");
-    assert_eq!(requests[0].status, "completed", "{:?}", requests[0]);
+    assert_eq!(
+        requests[0].status.as_str(),
+        "completed",
+        "{:?}",
+        requests[0]
+    );
 
     // What the occurrence came to, and the next one.
     let after = o.get_scan_schedule(schedule_id).await.unwrap();
-    assert_eq!(after.last_status.as_deref(), Some("ran"), "{after:?}");
+    assert_eq!(
+        after.last_status.map(|s| s.as_str()),
+        Some("ran"),
+        "{after:?}"
+    );
     let scans = o
         .list_security_scans(Some(device_id), None, 10)
         .await

@@ -703,7 +703,7 @@ struct GrantView {
     organization_id: OrgId,
     scopes: Vec<String>,
     resource: String,
-    status: String,
+    status: breeze_core::GrantStatus,
     state: &'static str,
     created_at: breeze_core::Timestamp,
     last_used_at: Option<breeze_core::Timestamp>,
