@@ -14,7 +14,7 @@ mod common;
 use std::{path::Path, sync::Arc, time::Duration};
 
 use breeze_core::{OrgId, SystemClock};
-use breeze_limits::{Decision, LimiterError, RateLimiter};
+use breeze_limits::{LimiterError, RateDecision, RateLimiter};
 use breeze_pipeline::CallOutcome;
 use breeze_server::workers::Worker;
 use breeze_store::{Backend, Store, testing::TestStore};
@@ -34,9 +34,9 @@ impl RateLimiter for Unlimited {
         _key: &'a str,
         limit: u32,
         _window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         Box::pin(async move {
-            Ok(Decision {
+            Ok(RateDecision {
                 allowed: true,
                 retry_after: Duration::ZERO,
                 remaining: limit,

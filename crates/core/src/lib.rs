@@ -43,7 +43,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use deployment::{DeploymentStatus, DeviceRunStatus};
-pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
+pub use device::{CommandStatus, Device, DeviceStatus, OsFamily, TelemetryKind};
 pub use grant::GrantStatus;
 pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,
