@@ -803,8 +803,7 @@ pub struct PatchScanReport {
 #[serde(rename_all = "camelCase")]
 pub struct PackageOutcome {
     pub name: String,
-    /// `installed`, `rolled_back`, `removed`, `not_installed`, `failed`, `not_available`.
-    pub status: String,
+    pub status: breeze_core::PackageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

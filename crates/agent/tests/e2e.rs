@@ -266,12 +266,12 @@ async fn run(backend: Backend) {
     assert!(
         approved.iter().any(|a| a.tool == "run_script"
             && a.arguments["parameters"]["who"] == "automation"
-            && a.status == "completed"),
+            && a.status.as_str() == "completed"),
         "the automation's script run was approved by a person first"
     );
     let outcome = &run.devices[0];
     assert_eq!(outcome.device_id, device_id, "{run:?}");
-    assert_eq!(outcome.status, "completed", "{run:?}");
+    assert_eq!(outcome.status.as_str(), "completed", "{run:?}");
     assert_eq!(outcome.exit_code, Some(3), "{run:?}");
     assert_eq!(
         outcome.stdout.as_deref(),

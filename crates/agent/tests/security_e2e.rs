@@ -14,7 +14,7 @@ mod common;
 use std::{path::Path, sync::Arc, time::Duration};
 
 use breeze_core::{OrgId, SystemClock};
-use breeze_limits::{Decision, LimiterError, RateLimiter};
+use breeze_limits::{LimiterError, RateDecision, RateLimiter};
 use breeze_pipeline::CallOutcome;
 use breeze_server::workers::Worker;
 use breeze_store::{Backend, Store, testing::TestStore};
@@ -34,9 +34,9 @@ impl RateLimiter for Unlimited {
         _key: &'a str,
         limit: u32,
         _window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         Box::pin(async move {
-            Ok(Decision {
+            Ok(RateDecision {
                 allowed: true,
                 retry_after: Duration::ZERO,
                 remaining: limit,
@@ -445,11 +445,20 @@ async fn scheduled_run(backend: Backend) {
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].tool, "security_scan");
     assert_eq!(requests[0].arguments["action"], "scan");
-    assert_eq!(requests[0].status, "completed", "{:?}", requests[0]);
+    assert_eq!(
+        requests[0].status.as_str(),
+        "completed",
+        "{:?}",
+        requests[0]
+    );
 
     // What the occurrence came to, and the next one.
     let after = o.get_scan_schedule(schedule_id).await.unwrap();
-    assert_eq!(after.last_status.as_deref(), Some("ran"), "{after:?}");
+    assert_eq!(
+        after.last_status.map(|s| s.as_str()),
+        Some("ran"),
+        "{after:?}"
+    );
     let scans = o
         .list_security_scans(Some(device_id), None, 10)
         .await

@@ -51,7 +51,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use breeze_core::{AlertCondition, DeviceId, OrgId};
+use breeze_core::{AlertCondition, DeviceId, OrgId, TelemetryKind};
 use breeze_store::{AlertRule, Observation, Observed, Store, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::task::TaskTracker;
@@ -81,18 +81,9 @@ pub const MAX_DEVICES_PER_EVALUATION: usize = 500;
 /// Rule locks: a rule is evaluated by one path at a time within a process.
 const RULE_LOCK_SHARDS: usize = 64;
 
-/// What devices reported, for [`AlertEngine::devices_reported`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Ingest {
-    /// A metrics batch: the metric rules.
-    Metrics,
-    /// An events batch: the event rules.
-    Events,
-}
-
 /// The engine's pace and its notifications.
 #[derive(Debug, Clone)]
-pub struct EngineConfig {
+pub struct AlertEngineConfig {
     /// How often a tick runs.
     pub tick: Duration,
     /// The most rules one tick evaluates.
@@ -100,7 +91,7 @@ pub struct EngineConfig {
     pub notify: NotifyConfig,
 }
 
-impl Default for EngineConfig {
+impl Default for AlertEngineConfig {
     fn default() -> Self {
         Self {
             tick: Duration::from_secs(30),
@@ -128,7 +119,7 @@ pub struct TickReport {
 /// The alert engine. Cheap to share (`Arc`).
 pub struct AlertEngine {
     store: Store,
-    config: EngineConfig,
+    config: AlertEngineConfig,
     /// This engine's name as a lease holder (unique per process start).
     instance: String,
     notifier: notify::Notifier,
@@ -151,7 +142,7 @@ fn is_metric_rule(rule: &AlertRule) -> bool {
 }
 
 impl AlertEngine {
-    pub fn new(store: Store, config: EngineConfig) -> Self {
+    pub fn new(store: Store, config: AlertEngineConfig) -> Self {
         Self {
             store,
             notifier: notify::Notifier {
@@ -215,13 +206,13 @@ impl AlertEngine {
         &self,
         org: OrgId,
         devices: &[DeviceId],
-        ingest: Ingest,
+        kind: TelemetryKind,
     ) -> Result<TickReport, StoreError> {
         let rules = self.org_rules(org).await?;
         let mut report = TickReport::default();
-        for rule in rules.iter().filter(|r| match ingest {
-            Ingest::Metrics => is_metric_rule(r),
-            Ingest::Events => matches!(r.condition, AlertCondition::Event(_)),
+        for rule in rules.iter().filter(|r| match kind {
+            TelemetryKind::Metrics => is_metric_rule(r),
+            TelemetryKind::Events => matches!(r.condition, AlertCondition::Event(_)),
         }) {
             report.rules += 1;
             let _held = self.rule_lock(rule.id).lock().await;

@@ -9,7 +9,7 @@ use std::time::Duration as StdDuration;
 
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_alerts::{
-    AlertEngine, EngineConfig, NotifyConfig, SmtpConfig, SmtpSecurity, sign,
+    AlertEngine, AlertEngineConfig, NotifyConfig, SmtpConfig, SmtpSecurity, sign,
     testing::{Hook, smtp_server, webhook_server},
 };
 use breeze_core::{
@@ -37,8 +37,8 @@ async fn hanging_server() -> u16 {
     port
 }
 
-fn config(smtp_port: u16, allow_private: bool) -> EngineConfig {
-    EngineConfig {
+fn config(smtp_port: u16, allow_private: bool) -> AlertEngineConfig {
+    AlertEngineConfig {
         tick: StdDuration::from_secs(30),
         rules_per_tick: 100,
         notify: NotifyConfig {
@@ -514,9 +514,9 @@ async fn reports_raise_at_once_and_both_paths_agree(cx: Ctx) {
         )
         .await
         .unwrap();
-    let engine = std::sync::Arc::new(AlertEngine::new(s.clone(), EngineConfig::default()));
+    let engine = std::sync::Arc::new(AlertEngine::new(s.clone(), AlertEngineConfig::default()));
     engine.enable_incremental();
-    let metrics = breeze_alerts::Ingest::Metrics;
+    let metrics = breeze_core::TelemetryKind::Metrics;
     let start = s.clock().now();
     for step in 0..4 {
         let at = start + Duration::seconds(30 * step);

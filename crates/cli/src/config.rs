@@ -458,7 +458,7 @@ pub(crate) struct Settings {
     /// OAuth 2.1 (`MCP_OAUTH_ENABLED`); `None` when off.
     pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
     /// The alert engine: tick, SMTP relay, webhook policy.
-    pub(crate) alerts: breeze_alerts::EngineConfig,
+    pub(crate) alerts: breeze_alerts::AlertEngineConfig,
     /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps audit records forever.
     pub(crate) audit_retention_days: Option<u32>,
     /// `BREEZE_AUDIT_ARCHIVE_DIR`.
@@ -874,7 +874,7 @@ fn url_origin(url: &str) -> String {
 fn alert_settings(
     env: &BTreeMap<String, String>,
     production: bool,
-) -> anyhow::Result<breeze_alerts::EngineConfig> {
+) -> anyhow::Result<breeze_alerts::AlertEngineConfig> {
     use breeze_alerts::{SmtpConfig, SmtpSecurity};
     let text = |var: &str| {
         env.get(var)
@@ -910,7 +910,7 @@ fn alert_settings(
             })
         }
     };
-    Ok(breeze_alerts::EngineConfig {
+    Ok(breeze_alerts::AlertEngineConfig {
         tick: std::time::Duration::from_secs(number(env, "BREEZE_ALERT_TICK_SECONDS", 30u64)?),
         notify: breeze_alerts::NotifyConfig {
             smtp,

@@ -74,6 +74,41 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// Where one device's part of a script run (an automation's, a remediation's, a
+    /// deployment's) is, or how it ended: the device command's own status once one was sent,
+    /// else why none was.
+    #[derive(Default)]
+    pub enum DeviceOutcomeStatus: "device outcome status" {
+        /// The command is queued; no agent has it yet.
+        Pending = "pending",
+        /// Handed to the agent.
+        Sent = "sent",
+        /// The agent started it.
+        Running = "running",
+        /// The script ran to its end (its exit code says how it went).
+        Completed = "completed",
+        Failed = "failed",
+        TimedOut = "timed_out",
+        Cancelled = "cancelled",
+        /// The device was offline: nothing was sent.
+        Offline = "offline",
+        /// No such device (or not this organization's).
+        NotFound = "not_found",
+        /// The guard or the approval refused the run; nothing ran.
+        Refused = "refused",
+        /// Waiting for a person's approval.
+        PendingApproval = "pending_approval",
+        /// Held back by a maintenance window.
+        Suppressed = "suppressed",
+        /// Beyond the most devices a run acts on.
+        NotRun = "not_run",
+        /// The answer named no status this server knows.
+        #[default]
+        Unknown = "unknown",
+    }
+}
+
 impl RunStatus {
     /// Whether the run is over.
     pub fn is_terminal(self) -> bool {

@@ -42,6 +42,16 @@ impl CommandStatus {
     }
 }
 
+/// What a device's agent reported in one batch: the gateway announces it, the alert engine
+/// evaluates the rules such a batch can change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TelemetryKind {
+    /// A metrics batch: the metric rules.
+    Metrics,
+    /// An events batch: the event rules.
+    Events,
+}
+
 string_enum! {
     /// The operating system family a device runs.
     pub enum OsFamily: "OS family" {

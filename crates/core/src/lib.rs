@@ -5,6 +5,7 @@
 //! the [`Clock`] through which all code reads the time.
 
 pub mod alert;
+pub mod approval;
 pub mod audit;
 pub mod authz;
 pub mod automation;
@@ -14,9 +15,11 @@ pub mod compliance;
 pub mod config_policy;
 pub mod deployment;
 pub mod device;
+pub mod grant;
 pub mod group_filter;
 pub mod ids;
 pub mod maintenance;
+pub mod patch;
 pub mod rbac;
 pub mod report;
 pub mod scope;
@@ -29,15 +32,19 @@ pub use alert::{
     AlertCondition, AlertStatus, ChannelKind, Comparison, EventCondition, Metric, Severity,
     TargetKind, is_event_name,
 };
+pub use approval::{ApprovalStatus, Decision};
 pub use audit::{Actor, ActorType, AuditEvent, AuditRecord, AuditResult};
 pub use authz::{Denied, Operation, ScopePolicy, Verdict};
-pub use automation::{AutomationAction, AutomationTrigger, CronSchedule, RunStatus};
+pub use automation::{
+    AutomationAction, AutomationTrigger, CronSchedule, DeviceOutcomeStatus, RunStatus,
+};
 pub use caller::{Caller, Credential};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use compliance::{ComplianceRule, ComplianceState, PolicyEnforcement, RuleResult, RuleSource};
 pub use config_policy::{ConfigLevel, FeatureType, PolicyStatus};
 pub use deployment::{DeploymentStatus, DeviceRunStatus};
-pub use device::{CommandStatus, Device, DeviceStatus, OsFamily};
+pub use device::{CommandStatus, Device, DeviceStatus, OsFamily, TelemetryKind};
+pub use grant::GrantStatus;
 pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,
 };
@@ -46,6 +53,7 @@ pub use ids::{
     SiteId, UserId,
 };
 pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
+pub use patch::{PackageStatus, PatchJobKind, PatchJobStatus, PatchPartStatus};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use report::{ReportFilters, ReportFormat, ReportKind, ReportStatus};
 pub use scope::{Scope, ScopeSet};
@@ -120,6 +128,34 @@ macro_rules! string_enum {
             fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let s = <::std::borrow::Cow<'de, str>>::deserialize(d)?;
                 s.parse().map_err(::serde::de::Error::custom)
+            }
+        }
+
+        // Stored as its text on either database, so a row field (or an `Option` of one) can
+        // be the enum itself: an unknown text is a decoding error, not a silent default.
+        #[cfg(feature = "sqlx")]
+        impl<DB: ::sqlx::Database> ::sqlx::Type<DB> for $name
+        where
+            String: ::sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as ::sqlx::Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as ::sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r, DB: ::sqlx::Database> ::sqlx::Decode<'r, DB> for $name
+        where
+            &'r str: ::sqlx::Decode<'r, DB>,
+        {
+            fn decode(
+                value: <DB as ::sqlx::Database>::ValueRef<'r>,
+            ) -> Result<Self, ::sqlx::error::BoxDynError> {
+                let s = <&'r str as ::sqlx::Decode<'r, DB>>::decode(value)?;
+                Ok(s.parse::<$name>()?)
             }
         }
     };

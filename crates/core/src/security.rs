@@ -45,6 +45,19 @@ string_enum! {
 }
 
 string_enum! {
+    /// What a scan schedule's occurrence came to.
+    pub enum ScheduledScanStatus: "scheduled scan status" {
+        /// The scans were requested.
+        Ran = "ran",
+        /// The call waits for a person's approval.
+        PendingApproval = "pending_approval",
+        /// The guard or the approval refused it.
+        Refused = "refused",
+        Failed = "failed",
+    }
+}
+
+string_enum! {
     /// Where a quarantined file is.
     pub enum QuarantineState: "quarantine state" {
         /// In the agent's quarantine, restorable.

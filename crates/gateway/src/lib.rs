@@ -35,7 +35,7 @@ use breeze_agent_proto::{
 };
 use breeze_core::FeatureType;
 use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
-use breeze_core::{AuditEvent, DeviceId, OrgId};
+use breeze_core::{AuditEvent, DeviceId, OrgId, TelemetryKind};
 use breeze_store::{CommandRecord, MetricsRetention, NewCommand, Signal, Store, StoreError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -127,14 +127,7 @@ struct Inner {
 pub struct Reported {
     pub org: OrgId,
     pub device: DeviceId,
-    pub kind: ReportKind,
-}
-
-/// What was reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReportKind {
-    Metrics,
-    Events,
+    pub kind: TelemetryKind,
 }
 
 /// The gateway. Cheap to clone.
@@ -195,7 +188,7 @@ impl Gateway {
         *lock(&self.inner.reports) = Some(listener);
     }
 
-    fn reported(&self, org: OrgId, device: DeviceId, kind: ReportKind) {
+    fn reported(&self, org: OrgId, device: DeviceId, kind: TelemetryKind) {
         if let Some(tx) = lock(&self.inner.reports).as_ref() {
             let _ = tx.try_send(Reported { org, device, kind });
         }
@@ -511,7 +504,7 @@ impl Gateway {
             }
             AgentFrame::Metrics(batch) => {
                 store.insert_metrics(device, org, &batch.samples).await?;
-                self.reported(org, device, ReportKind::Metrics);
+                self.reported(org, device, TelemetryKind::Metrics);
             }
             AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
             AgentFrame::Events(batch) => {
@@ -526,7 +519,7 @@ impl Gateway {
                 store
                     .insert_device_events(device, org, &batch.events)
                     .await?;
-                self.reported(org, device, ReportKind::Events);
+                self.reported(org, device, TelemetryKind::Events);
             }
             AgentFrame::CommandStarted { command_id } => {
                 if store.mark_command_running(device, command_id).await? {

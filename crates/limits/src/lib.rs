@@ -21,7 +21,7 @@ pub use redis::RedisLimiter;
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub struct RateDecision {
     pub allowed: bool,
     /// When refused: how long until the oldest counted request leaves the window.
     pub retry_after: Duration,
@@ -29,7 +29,7 @@ pub struct Decision {
     pub remaining: u32,
 }
 
-impl Decision {
+impl RateDecision {
     /// `retry_after` in whole seconds, rounded up and at least 1, for a `Retry-After` header.
     pub fn retry_after_secs(&self) -> u64 {
         let ms = u64::try_from(self.retry_after.as_millis()).unwrap_or(u64::MAX);
@@ -53,7 +53,7 @@ pub trait RateLimiter: Send + Sync + 'static {
         key: &'a str,
         limit: u32,
         window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>>;
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>>;
 
     /// A short name for logs ("memory", "redis").
     fn backend(&self) -> &'static str;

@@ -10,7 +10,7 @@ use std::{
 
 use futures::future::{BoxFuture, FutureExt};
 
-use crate::{Decision, LimiterError, RateLimiter};
+use crate::{LimiterError, RateDecision, RateLimiter};
 
 const SHARDS: usize = 16;
 /// Requests allowed within this long of the first in a key's newest entry share that entry.
@@ -60,7 +60,7 @@ impl MemoryLimiter {
     }
 
     /// The decision, synchronously.
-    pub fn check_now(&self, key: &str, limit: u32, window: Duration) -> Decision {
+    pub fn check_now(&self, key: &str, limit: u32, window: Duration) -> RateDecision {
         let now = (self.now)();
         let mut map = self
             .shard(key)
@@ -74,7 +74,7 @@ impl MemoryLimiter {
         w.expire(now, window);
         if w.count < limit {
             w.add(now);
-            Decision {
+            RateDecision {
                 allowed: true,
                 retry_after: Duration::ZERO,
                 remaining: limit - w.count,
@@ -82,7 +82,7 @@ impl MemoryLimiter {
         } else {
             let oldest = w.entries.front().map_or(now, |e| e.newest);
             let retry_after = window.saturating_sub(now.duration_since(oldest));
-            Decision {
+            RateDecision {
                 allowed: false,
                 retry_after,
                 remaining: 0,
@@ -155,7 +155,7 @@ impl RateLimiter for MemoryLimiter {
         key: &'a str,
         limit: u32,
         window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         let d = self.check_now(key, limit, window);
         async move { Ok(d) }.boxed()
     }
@@ -266,13 +266,13 @@ mod tests {
 
     #[test]
     fn retry_after_rounds_up() {
-        let d = Decision {
+        let d = RateDecision {
             allowed: false,
             retry_after: Duration::from_millis(1200),
             remaining: 0,
         };
         assert_eq!(d.retry_after_secs(), 2);
-        let d = Decision {
+        let d = RateDecision {
             allowed: false,
             retry_after: Duration::ZERO,
             remaining: 0,

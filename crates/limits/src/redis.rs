@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use redis::Script;
 
-use crate::{Decision, LimiterError, RateLimiter, RedisConnection};
+use crate::{LimiterError, RateDecision, RateLimiter, RedisConnection};
 
 const SCRIPT: &str = r"
 local t = redis.call('TIME')
@@ -55,7 +55,7 @@ impl RedisLimiter {
         key: &str,
         limit: u32,
         window: Duration,
-    ) -> Result<Decision, LimiterError> {
+    ) -> Result<RateDecision, LimiterError> {
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
         let member = uuid::Uuid::now_v7().to_string();
         let mut invocation = self.script.key(format!("{}{key}", self.prefix));
@@ -66,7 +66,7 @@ impl RedisLimiter {
             .run(|mut c| async move { invocation.invoke_async(&mut c).await })
             .await
             .map_err(LimiterError::Unavailable)?;
-        Ok(Decision {
+        Ok(RateDecision {
             allowed: allowed == 1,
             retry_after: Duration::from_millis(u64::try_from(retry_ms).unwrap_or(0)),
             remaining: u32::try_from(remaining).unwrap_or(0),
@@ -80,7 +80,7 @@ impl RateLimiter for RedisLimiter {
         key: &'a str,
         limit: u32,
         window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         self.decide(key, limit, window).boxed()
     }
 

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{ErrorCode, OAuthError, redirect};
+use crate::{OAuthError, OAuthErrorCode, redirect};
 
 /// The most redirect URIs one client may register.
 pub const MAX_REDIRECT_URIS: usize = 10;
@@ -66,25 +66,25 @@ pub struct RegistrationResponse {
     pub token_endpoint_auth_method: String,
 }
 
-fn metadata_error(code: ErrorCode, msg: impl Into<String>) -> OAuthError {
+fn metadata_error(code: OAuthErrorCode, msg: impl Into<String>) -> OAuthError {
     OAuthError::protocol(code, msg)
 }
 
 fn check_redirects(uris: &[String]) -> Result<(), OAuthError> {
     if uris.is_empty() {
         return Err(metadata_error(
-            ErrorCode::InvalidRedirectUri,
+            OAuthErrorCode::InvalidRedirectUri,
             "redirect_uris is required and may not be empty",
         ));
     }
     if uris.len() > MAX_REDIRECT_URIS {
         return Err(metadata_error(
-            ErrorCode::InvalidRedirectUri,
+            OAuthErrorCode::InvalidRedirectUri,
             format!("at most {MAX_REDIRECT_URIS} redirect_uris"),
         ));
     }
     for u in uris {
-        redirect::validate(u).map_err(|m| metadata_error(ErrorCode::InvalidRedirectUri, m))?;
+        redirect::validate(u).map_err(|m| metadata_error(OAuthErrorCode::InvalidRedirectUri, m))?;
     }
     Ok(())
 }
@@ -93,13 +93,13 @@ fn client_name(name: Option<&str>) -> Result<String, OAuthError> {
     let name = name.map(str::trim).unwrap_or_default();
     if name.chars().count() > MAX_CLIENT_NAME {
         return Err(metadata_error(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             format!("client_name longer than {MAX_CLIENT_NAME} characters"),
         ));
     }
     if name.chars().any(char::is_control) {
         return Err(metadata_error(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             "client_name may not contain control characters",
         ));
     }
@@ -112,7 +112,7 @@ pub fn validate_registration(
 ) -> Result<(String, Vec<String>), OAuthError> {
     if req.software_id.is_some() || req.software_statement.is_some() {
         return Err(metadata_error(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             "software_id and software_statement are not accepted",
         ));
     }
@@ -123,7 +123,7 @@ pub fn validate_registration(
             .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
     {
         return Err(metadata_error(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             format!("grant type {bad:?} is not supported (authorization_code, refresh_token)"),
         ));
     }
@@ -131,7 +131,7 @@ pub fn validate_registration(
         && r.iter().any(|r| r != "code")
     {
         return Err(metadata_error(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             "only the code response type is supported",
         ));
     }
@@ -143,7 +143,7 @@ pub fn validate_registration(
 pub fn validate_document(client_id: &str, body: &[u8]) -> Result<ClientInfo, OAuthError> {
     let invalid = |m: &str| {
         metadata_error(
-            ErrorCode::InvalidClient,
+            OAuthErrorCode::InvalidClient,
             format!("client metadata document: {m}"),
         )
     };

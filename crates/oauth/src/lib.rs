@@ -64,7 +64,7 @@ pub use metadata::{AuthorizationServerMetadata, ProtectedResourceMetadata};
 
 /// An RFC 6749 / 7591 / 8707 error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
+pub enum OAuthErrorCode {
     InvalidRequest,
     InvalidClient,
     InvalidGrant,
@@ -81,7 +81,7 @@ pub enum ErrorCode {
     ServerError,
 }
 
-impl ErrorCode {
+impl OAuthErrorCode {
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -109,7 +109,7 @@ pub enum OAuthError {
     /// A protocol error: the code and a description for the client.
     #[error("{description}")]
     Protocol {
-        code: ErrorCode,
+        code: OAuthErrorCode,
         description: String,
     },
     /// Too many requests; try again after the delay.
@@ -121,7 +121,7 @@ pub enum OAuthError {
 
 impl OAuthError {
     /// A protocol error with `code`.
-    pub fn protocol(code: ErrorCode, description: impl Into<String>) -> Self {
+    pub fn protocol(code: OAuthErrorCode, description: impl Into<String>) -> Self {
         Self::Protocol {
             code,
             description: description.into(),
@@ -390,11 +390,11 @@ impl<'a> Params<'a> {
 }
 
 fn invalid_request(m: impl Into<String>) -> OAuthError {
-    OAuthError::protocol(ErrorCode::InvalidRequest, m)
+    OAuthError::protocol(OAuthErrorCode::InvalidRequest, m)
 }
 
 fn invalid_grant(m: impl Into<String>) -> OAuthError {
-    OAuthError::protocol(ErrorCode::InvalidGrant, m)
+    OAuthError::protocol(OAuthErrorCode::InvalidGrant, m)
 }
 
 impl OAuth {
@@ -480,7 +480,7 @@ impl OAuth {
     /// The client named `client_id`: a registered one, or (an https URL) its metadata document,
     /// from the store's cache or fetched now.
     pub async fn client(&self, client_id: &str) -> Result<ClientInfo, OAuthError> {
-        let unknown = || OAuthError::protocol(ErrorCode::InvalidClient, "unknown client_id");
+        let unknown = || OAuthError::protocol(OAuthErrorCode::InvalidClient, "unknown client_id");
         let stored = self.inner.store.get_oauth_client(client_id).await?;
         let now = self.now();
         if client_id.starts_with("https://") {
@@ -507,7 +507,7 @@ impl OAuth {
     }
 
     async fn fetch_document(&self, client_id: &str) -> Result<ClientInfo, OAuthError> {
-        let refuse = |m: String| OAuthError::protocol(ErrorCode::InvalidClient, m);
+        let refuse = |m: String| OAuthError::protocol(OAuthErrorCode::InvalidClient, m);
         let url = egress::check_document_url(client_id).map_err(refuse)?;
         let doc = self.inner.fetcher.fetch(&url).await.map_err(|e| {
             refuse(format!(
@@ -613,7 +613,7 @@ impl OAuth {
             Some(r) if client.redirect_for(r).is_some() => r.to_owned(),
             Some(_) => {
                 return Err(AuthorizeError::Page(OAuthError::protocol(
-                    ErrorCode::InvalidRedirectUri,
+                    OAuthErrorCode::InvalidRedirectUri,
                     "redirect_uri is not registered for this client",
                 )));
             }
@@ -622,19 +622,22 @@ impl OAuth {
         };
         // From here on the client is known and the redirect trusted: errors go back to it.
         let state = p.get("state").ok().flatten().map(str::to_owned);
-        let back = |code: ErrorCode, m: &str| {
+        let back = |code: OAuthErrorCode, m: &str| {
             AuthorizeError::Redirect(self.error_location(&redirect_uri, code, m, state.as_deref()))
         };
-        let one = |name: &str| p.get(name).map_err(|m| back(ErrorCode::InvalidRequest, &m));
+        let one = |name: &str| {
+            p.get(name)
+                .map_err(|m| back(OAuthErrorCode::InvalidRequest, &m))
+        };
         if p.get("state").is_err() {
             return Err(back(
-                ErrorCode::InvalidRequest,
+                OAuthErrorCode::InvalidRequest,
                 "parameter state given more than once",
             ));
         }
         if state.as_ref().is_some_and(|s| s.len() > 1024) {
             return Err(back(
-                ErrorCode::InvalidRequest,
+                OAuthErrorCode::InvalidRequest,
                 "state is longer than 1024 characters",
             ));
         }
@@ -642,23 +645,29 @@ impl OAuth {
             Some("code") => {}
             Some(_) => {
                 return Err(back(
-                    ErrorCode::UnsupportedResponseType,
+                    OAuthErrorCode::UnsupportedResponseType,
                     "only response_type=code is supported",
                 ));
             }
-            None => return Err(back(ErrorCode::InvalidRequest, "response_type is required")),
+            None => {
+                return Err(back(
+                    OAuthErrorCode::InvalidRequest,
+                    "response_type is required",
+                ));
+            }
         }
         let challenge = one("code_challenge")?;
         pkce::check_challenge(challenge, one("code_challenge_method")?)
-            .map_err(|m| back(ErrorCode::InvalidRequest, m))?;
+            .map_err(|m| back(OAuthErrorCode::InvalidRequest, m))?;
         let resource = self
             .check_resource(one("resource")?)
-            .map_err(|m| back(ErrorCode::InvalidTarget, &m))?;
-        let scopes = scope::parse(one("scope")?).map_err(|m| back(ErrorCode::InvalidScope, &m))?;
+            .map_err(|m| back(OAuthErrorCode::InvalidTarget, &m))?;
+        let scopes =
+            scope::parse(one("scope")?).map_err(|m| back(OAuthErrorCode::InvalidScope, &m))?;
         let prompt = one("prompt")?.map(str::to_owned);
         if prompt.as_deref() == Some("none") {
             return Err(back(
-                ErrorCode::ConsentRequired,
+                OAuthErrorCode::ConsentRequired,
                 "Breeze asks the user for every grant",
             ));
         }
@@ -704,7 +713,7 @@ impl OAuth {
     fn error_location(
         &self,
         redirect_uri: &str,
-        code: ErrorCode,
+        code: OAuthErrorCode,
         description: &str,
         state: Option<&str>,
     ) -> String {
@@ -720,7 +729,7 @@ impl OAuth {
     pub fn denied_location(&self, req: &AuthorizeRequest) -> String {
         self.error_location(
             &req.redirect_uri,
-            ErrorCode::AccessDenied,
+            OAuthErrorCode::AccessDenied,
             "the user declined",
             req.state.as_deref(),
         )
@@ -803,7 +812,7 @@ impl OAuth {
         let get = |n: &str| p.get(n).map_err(invalid_request);
         let client_id = get("client_id")?.ok_or_else(|| {
             OAuthError::protocol(
-                ErrorCode::InvalidClient,
+                OAuthErrorCode::InvalidClient,
                 "client_id is required (public clients)",
             )
         })?;
@@ -833,7 +842,7 @@ impl OAuth {
                 .await
             }
             Some(other) => Err(OAuthError::protocol(
-                ErrorCode::UnsupportedGrantType,
+                OAuthErrorCode::UnsupportedGrantType,
                 format!("grant_type {other} is not supported"),
             )),
             None => Err(invalid_request("grant_type is required")),
@@ -912,7 +921,7 @@ impl OAuth {
             && canonical_resource(r).as_deref() != Some(record.resource.as_str())
         {
             return Err(OAuthError::protocol(
-                ErrorCode::InvalidTarget,
+                OAuthErrorCode::InvalidTarget,
                 "resource differs from the authorization request's",
             ));
         }
@@ -972,7 +981,7 @@ impl OAuth {
             && canonical_resource(r).as_deref() != Some(grant.resource.as_str())
         {
             return Err(OAuthError::protocol(
-                ErrorCode::InvalidTarget,
+                OAuthErrorCode::InvalidTarget,
                 "resource differs from the grant's",
             ));
         }
@@ -981,10 +990,10 @@ impl OAuth {
             None => grant.scopes.clone(),
             Some(s) => {
                 let asked = scope::parse(Some(s))
-                    .map_err(|m| OAuthError::protocol(ErrorCode::InvalidScope, m))?;
+                    .map_err(|m| OAuthError::protocol(OAuthErrorCode::InvalidScope, m))?;
                 if let Some(extra) = asked.iter().find(|s| !grant.scopes.contains(s)) {
                     return Err(OAuthError::protocol(
-                        ErrorCode::InvalidScope,
+                        OAuthErrorCode::InvalidScope,
                         format!("scope {extra} was not granted"),
                     ));
                 }
@@ -1176,7 +1185,7 @@ impl OAuth {
             .get("client_id")
             .map_err(invalid_request)?
             .ok_or_else(|| {
-                OAuthError::protocol(ErrorCode::InvalidClient, "client_id is required")
+                OAuthError::protocol(OAuthErrorCode::InvalidClient, "client_id is required")
             })?;
         let Some((grant, _)) = self.grant_of(token).await? else {
             return Ok(());

@@ -26,6 +26,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use breeze_core::ApprovalStatus;
 use breeze_core::{
     Actor, AuditEvent, Caller, Clock, Operation, OrgId, ScopePolicy, User, UserId, authz,
 };
@@ -382,7 +383,7 @@ impl Approvals {
                 audit,
             )
             .await?;
-        if record.status == "pending" {
+        if record.status == ApprovalStatus::Pending {
             // An automatically approved request has nobody to notify.
             self.call_webhook(&record);
         }
@@ -532,25 +533,30 @@ impl Approvals {
                     continue;
                 }
             };
-            match current.status.as_str() {
-                "approved" => {
+            match current.status {
+                ApprovalStatus::Approved => {
                     let won = self.inner.store.claim_approval(current.id).await;
                     if won.unwrap_or(false) {
                         return Waited::Claimed(Box::new(current));
                     }
                 }
-                "completed" | "failed" => return finished(&current),
-                "denied" | "reported" | "expired" | "withdrawn" => {
+                ApprovalStatus::Completed | ApprovalStatus::Failed => return finished(&current),
+                ApprovalStatus::Denied
+                | ApprovalStatus::Reported
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Withdrawn => {
                     return Waited::Refused(decision_error(&current));
                 }
-                _ => {}
+                ApprovalStatus::Pending | ApprovalStatus::Executing => {}
             }
             let now = tokio::time::Instant::now();
-            if current.status == "pending" && self.inner.clock.now() >= current.expires_at {
+            if current.status == ApprovalStatus::Pending
+                && self.inner.clock.now() >= current.expires_at
+            {
                 let _ = self.inner.store.expire_approvals().await;
                 continue;
             }
-            if current.status == "pending" && now >= wait_until {
+            if current.status == ApprovalStatus::Pending && now >= wait_until {
                 return Waited::Pending(Box::new(current));
             }
             if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
@@ -684,17 +690,19 @@ pub fn decision_error(r: &ApprovalRecord) -> ToolError {
     let why = r
         .reason
         .as_deref()
-        .filter(|_| r.status != "expired")
+        .filter(|_| r.status != ApprovalStatus::Expired)
         .map(|m| m.strip_prefix("withdrawn: ").unwrap_or(m))
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
-    let what = match r.status.as_str() {
-        "reported" if r.oauth_grant_id.is_some() => {
+    let what = match r.status {
+        ApprovalStatus::Reported if r.oauth_grant_id.is_some() => {
             "was reported as suspicious; the requesting OAuth client's access has been revoked"
         }
-        "reported" => "was reported as suspicious; the requesting API key has been revoked",
-        "expired" => "expired before anyone decided",
-        "withdrawn" => "was withdrawn",
+        ApprovalStatus::Reported => {
+            "was reported as suspicious; the requesting API key has been revoked"
+        }
+        ApprovalStatus::Expired => "expired before anyone decided",
+        ApprovalStatus::Withdrawn => "was withdrawn",
         _ => "was denied",
     };
     refused(format!("Approval request {} {what}{why}", r.id))

@@ -32,7 +32,9 @@ use crate::{
     workers::{Tasks, Worker},
 };
 use breeze_alerts::{ChannelMessage, NotifyConfig};
-use breeze_core::{AutomationAction, AutomationTrigger, DeviceId, RunStatus, Timestamp};
+use breeze_core::{
+    AutomationAction, AutomationTrigger, DeviceId, DeviceOutcomeStatus, RunStatus, Timestamp,
+};
 use breeze_pipeline::Pipeline;
 use breeze_store::{
     Automation, AutomationRun, DeviceFilter, DeviceOutcome, MAX_RUN_DEVICES, NewRun, OrgStore,
@@ -399,7 +401,7 @@ impl AutomationWorker {
                 outcomes.push(DeviceOutcome {
                     device_id: d,
                     hostname: Some(hostname),
-                    status: "not_run".into(),
+                    status: DeviceOutcomeStatus::NotRun,
                     error: Some(format!("a run acts on at most {MAX_RUN_DEVICES} devices")),
                     ..Default::default()
                 });
@@ -418,7 +420,7 @@ impl AutomationWorker {
                 Some((window, _)) => outcomes.push(DeviceOutcome {
                     device_id: d,
                     hostname: Some(hostname),
-                    status: "suppressed".into(),
+                    status: DeviceOutcomeStatus::Suppressed,
                     error: Some("under maintenance".into()),
                     window_id: Some(window.id),
                     window_name: Some(window.name.clone()),

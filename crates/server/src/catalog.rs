@@ -123,38 +123,12 @@ pub struct Connected {
     pub catalog: Arc<Catalog>,
 }
 
-/// Decodes one `application/x-www-form-urlencoded` component (`+` is a space).
-fn form_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let digit = |c: u8| char::from(c).to_digit(16);
-                match (digit(bytes[i + 1]), digit(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The value of `name` in a query string (the first one).
+/// The value of `name` in a query string (the first one), form-decoded (`+` is a space; a
+/// malformed escape stays as written).
 fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-        .find(|(k, _)| form_decode(k) == name)
-        .map(|(_, v)| form_decode(v))
+    url::form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 /// Chooses a connection's catalog from the query (`catalog`, `toolsets`), else the headers,
@@ -918,7 +892,11 @@ mod tests {
         );
         assert_eq!(query_param(Some("catalog"), "catalog").as_deref(), Some(""));
         assert_eq!(query_param(None, "catalog"), None);
-        assert_eq!(form_decode("a+b%2"), "a b%2");
+        assert_eq!(query_param(Some("q=a+b%2"), "q").as_deref(), Some("a b%2"));
+        assert_eq!(
+            query_param(Some("c%61talog=x"), "catalog").as_deref(),
+            Some("x")
+        );
     }
 
     #[test]

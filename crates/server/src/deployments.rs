@@ -46,7 +46,8 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use breeze_core::{
-    Caller, DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus,
+    ApprovalStatus, Caller, DeploymentStatus, DeviceId, DeviceOutcomeStatus, DeviceRunStatus,
+    DeviceStatus, PatchPartStatus,
     deployment::{Gate, gate},
 };
 use breeze_pipeline::{CallOutcome, Pipeline};
@@ -115,9 +116,11 @@ fn opens(next: Option<breeze_core::Timestamp>) -> String {
 
 /// How one device's `run_script` outcome counts in a deployment (`None`: still running).
 fn result_of(o: &DeviceOutcome, approval: Option<Uuid>) -> DeviceResult {
-    let status = match o.status.as_str() {
-        "pending_approval" => None,
-        "offline" | "not_found" => Some(DeviceRunStatus::Skipped),
+    let status = match o.status {
+        DeviceOutcomeStatus::PendingApproval => None,
+        DeviceOutcomeStatus::Offline | DeviceOutcomeStatus::NotFound => {
+            Some(DeviceRunStatus::Skipped)
+        }
         _ if succeeded(o) => Some(DeviceRunStatus::Succeeded),
         _ => Some(DeviceRunStatus::Failed),
     };
@@ -221,10 +224,12 @@ fn part_result(device: DeviceId, job: Uuid, parts: &[PatchJobDevice]) -> Option<
             &format!("left out of patch job {job} (the package is not offered by its last scan)"),
         ));
     };
-    let status = match part.status.as_str() {
-        "succeeded" => DeviceRunStatus::Succeeded,
-        "failed" | "partial" | "skipped" => DeviceRunStatus::Failed,
-        _ => return None,
+    let status = match part.status {
+        PatchPartStatus::Succeeded => DeviceRunStatus::Succeeded,
+        PatchPartStatus::Failed | PatchPartStatus::Partial | PatchPartStatus::Skipped => {
+            DeviceRunStatus::Failed
+        }
+        PatchPartStatus::Scheduled | PatchPartStatus::Sent => return None,
     };
     Some(DeviceResult {
         device_id: device,
@@ -672,13 +677,13 @@ impl DeploymentWorker {
             };
             let mut results = Vec::new();
             for r in &records {
-                match (r.tool.as_str(), r.status.as_str(), &r.result) {
-                    ("manage_patches", "completed", Some(answer))
+                match (r.tool.as_str(), r.status, &r.result) {
+                    ("manage_patches", ApprovalStatus::Completed, Some(answer))
                         if r.arguments["action"] == "remove" =>
                     {
                         results.extend(removal_results(answer, &owner_runs::approval_devices(r)));
                     }
-                    ("manage_patches", "completed", Some(answer)) => {
+                    ("manage_patches", ApprovalStatus::Completed, Some(answer)) => {
                         results.extend(job_started(answer, &owner_runs::approval_devices(r)));
                     }
                     _ => {

@@ -96,7 +96,7 @@ pub struct ServerConfig {
     /// OAuth 2.1 for MCP clients (`MCP_OAUTH_ENABLED`); `None` when off.
     pub oauth: Option<oauth::OAuthSettings>,
     /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
-    pub alerts: breeze_alerts::EngineConfig,
+    pub alerts: breeze_alerts::AlertEngineConfig,
     /// The automation worker's pace.
     pub automations: automations::AutomationConfig,
     /// The deployment worker's pace.
@@ -159,7 +159,7 @@ impl ServerConfig {
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             oauth: None,
-            alerts: breeze_alerts::EngineConfig {
+            alerts: breeze_alerts::AlertEngineConfig {
                 notify: breeze_alerts::NotifyConfig {
                     // Development: a webhook receiver on this machine is the usual test.
                     allow_private_targets: true,
@@ -415,11 +415,7 @@ fn spawn_incremental_alerts(
                 grouped.entry((r.org, r.kind)).or_default().push(r.device);
             }
             for ((org, kind), devices) in grouped {
-                let ingest = match kind {
-                    breeze_gateway::ReportKind::Metrics => breeze_alerts::Ingest::Metrics,
-                    breeze_gateway::ReportKind::Events => breeze_alerts::Ingest::Events,
-                };
-                if let Err(e) = engine.devices_reported(org, &devices, ingest).await {
+                if let Err(e) = engine.devices_reported(org, &devices, kind).await {
                     tracing::warn!(%org, error = %e, "incremental alert evaluation failed");
                 }
             }

@@ -19,7 +19,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use breeze_guard::Refusal;
-use breeze_limits::{Decision, LimiterError, RateLimiter};
+use breeze_limits::{LimiterError, RateDecision, RateLimiter};
 use breeze_pipeline::CallOutcome;
 use futures::future::BoxFuture;
 use prometheus_client::{
@@ -435,7 +435,7 @@ impl RateLimiter for CountingLimiter {
         key: &'a str,
         limit: u32,
         window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         Box::pin(async move {
             let decided = self.inner.check(key, limit, window).await;
             let decision = match &decided {

@@ -14,7 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use breeze_core::{Actor, ActorType, Caller, DeviceId, OrgId, RunStatus};
+use breeze_core::{
+    Actor, ActorType, ApprovalStatus, Caller, DeviceId, DeviceOutcomeStatus, OrgId, RunStatus,
+};
 use breeze_pipeline::{CallOutcome, Pipeline, standing};
 use breeze_store::{ApprovalRecord, DeviceOutcome, Store, StoreError};
 use breeze_tools::CallOptions;
@@ -52,7 +54,12 @@ pub(crate) fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
                     Some(DeviceOutcome {
                         device_id,
                         hostname: r["hostname"].as_str().map(str::to_owned),
-                        status: r["status"].as_str().unwrap_or("unknown").to_owned(),
+                        // An answer naming no status this server knows still records
+                        // the device, as `unknown`.
+                        status: r["status"]
+                            .as_str()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or_default(),
                         exit_code: r["exitCode"].as_i64(),
                         command_id: r["commandId"].as_str().map(str::to_owned),
                         stdout: r["stdout"].as_str().map(|s| truncate(s, KEPT_OUTPUT_CHARS)),
@@ -69,12 +76,16 @@ pub(crate) fn script_outcomes(answer: &Value) -> Vec<DeviceOutcome> {
 }
 
 /// The same `status` and `error` for each of `devices`.
-pub(crate) fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Vec<DeviceOutcome> {
+pub(crate) fn outcome_for(
+    devices: &[DeviceId],
+    status: DeviceOutcomeStatus,
+    error: &str,
+) -> Vec<DeviceOutcome> {
     devices
         .iter()
         .map(|d| DeviceOutcome {
             device_id: *d,
-            status: status.to_owned(),
+            status,
             error: Some(error.to_owned()),
             ..Default::default()
         })
@@ -85,7 +96,7 @@ pub(crate) fn outcome_for(devices: &[DeviceId], status: &str, error: &str) -> Ve
 pub(crate) fn overall(devices: &[DeviceOutcome]) -> RunStatus {
     let acted: Vec<&DeviceOutcome> = devices
         .iter()
-        .filter(|d| d.status != "suppressed")
+        .filter(|d| d.status != DeviceOutcomeStatus::Suppressed)
         .collect();
     if acted.is_empty() {
         return if devices.is_empty() {
@@ -94,7 +105,10 @@ pub(crate) fn overall(devices: &[DeviceOutcome]) -> RunStatus {
             RunStatus::Suppressed
         };
     }
-    if acted.iter().all(|d| d.status == "refused") {
+    if acted
+        .iter()
+        .all(|d| d.status == DeviceOutcomeStatus::Refused)
+    {
         return RunStatus::Refused;
     }
     let ok = acted.iter().filter(|d| succeeded(d)).count();
@@ -107,7 +121,7 @@ pub(crate) fn overall(devices: &[DeviceOutcome]) -> RunStatus {
 
 /// Whether a device's script ran to exit code 0.
 pub(crate) fn succeeded(d: &DeviceOutcome) -> bool {
-    d.status == "completed" && d.exit_code == Some(0)
+    d.status == DeviceOutcomeStatus::Completed && d.exit_code == Some(0)
 }
 
 /// Whom a worker acts as: the stored credential `acting` (`kind:id`) rebuilt as it stands
@@ -189,7 +203,7 @@ pub(crate) async fn call_script(
         CallOutcome::Pending(record) => Called {
             outcomes: outcome_for(
                 devices,
-                "pending_approval",
+                DeviceOutcomeStatus::PendingApproval,
                 &format!("waiting for approval request {}", record.id),
             ),
             approval: Some(record.id),
@@ -198,18 +212,22 @@ pub(crate) async fn call_script(
         CallOutcome::Refused(refusal) => {
             let why = refusal.to_string();
             Called {
-                outcomes: outcome_for(devices, "refused", &why),
+                outcomes: outcome_for(devices, DeviceOutcomeStatus::Refused, &why),
                 approval: None,
                 refusal: Some(why),
             }
         }
         CallOutcome::Failed(e) => Called {
-            outcomes: outcome_for(devices, "failed", &e.message),
+            outcomes: outcome_for(devices, DeviceOutcomeStatus::Failed, &e.message),
             approval: None,
             refusal: Some(e.message),
         },
         other => Called {
-            outcomes: outcome_for(devices, "failed", &format!("unexpected outcome: {other:?}")),
+            outcomes: outcome_for(
+                devices,
+                DeviceOutcomeStatus::Failed,
+                &format!("unexpected outcome: {other:?}"),
+            ),
             ..Called::default()
         },
     }
@@ -280,18 +298,18 @@ pub(crate) fn approval_devices(record: &ApprovalRecord) -> Vec<DeviceId> {
 /// or each named device failed (the call failed) or refused (denied, expired, withdrawn),
 /// with a note saying why.
 pub(crate) fn approval_outcomes(record: &ApprovalRecord) -> (Vec<DeviceOutcome>, Option<String>) {
-    match (record.status.as_str(), &record.result) {
-        ("completed", Some(answer)) => (script_outcomes(answer), None),
+    match (record.status, &record.result) {
+        (ApprovalStatus::Completed, Some(answer)) => (script_outcomes(answer), None),
         (status, result) => {
             let why = result
                 .as_ref()
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
                 .or_else(|| record.reason.clone())
                 .unwrap_or_else(|| format!("approval {status}"));
-            let device_status = if status == "failed" {
-                "failed"
+            let device_status = if status == ApprovalStatus::Failed {
+                DeviceOutcomeStatus::Failed
             } else {
-                "refused"
+                DeviceOutcomeStatus::Refused
             };
             (
                 outcome_for(
@@ -314,7 +332,7 @@ pub(crate) fn settle_approvals(
 ) -> (Vec<DeviceOutcome>, Option<String>) {
     let mut outcomes: Vec<DeviceOutcome> = kept
         .iter()
-        .filter(|d| d.status != "pending_approval")
+        .filter(|d| d.status != DeviceOutcomeStatus::PendingApproval)
         .cloned()
         .collect();
     let mut first_note = None;

@@ -12,6 +12,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use breeze_core::security::ScheduledScanStatus;
 use breeze_pipeline::{CallOutcome, Pipeline};
 use breeze_store::{ScanSchedule, Store, StoreError};
 use breeze_tools::CallOptions;
@@ -75,7 +76,7 @@ impl Worker for ScanScheduleWorker {
                 let (org, id) = (s.org_id, s.id);
                 let (status, message) = match this.fire(&s).await {
                     Ok(r) => r,
-                    Err(e) => ("failed", Some(format!("internal error: {e}"))),
+                    Err(e) => (ScheduledScanStatus::Failed, Some(format!("internal error: {e}"))),
                 };
                 if let Err(e) = this
                     .store
@@ -98,10 +99,13 @@ impl ScanScheduleWorker {
     }
 
     /// Makes one occurrence's scan call as the owner: (status, message).
-    async fn fire(&self, s: &ScanSchedule) -> Result<(&'static str, Option<String>), StoreError> {
+    async fn fire(
+        &self,
+        s: &ScanSchedule,
+    ) -> Result<(ScheduledScanStatus, Option<String>), StoreError> {
         let standing = match owner_runs::acting_as(&self.store, s.org_id, &s.owner_actor).await? {
             Ok(st) => st,
-            Err(why) => return Ok(("refused", Some(why))),
+            Err(why) => return Ok((ScheduledScanStatus::Refused, Some(why))),
         };
         let mut args = s.arguments.clone();
         if let Value::Object(m) = &mut args {
@@ -129,15 +133,21 @@ impl ScanScheduleWorker {
                     .flatten()
                     .filter_map(|x| x["scanId"].as_str())
                     .collect();
-                ("ran", Some(format!("scans {}", scans.join(", "))))
+                (
+                    ScheduledScanStatus::Ran,
+                    Some(format!("scans {}", scans.join(", "))),
+                )
             }
             CallOutcome::Pending(r) => (
-                "pending_approval",
+                ScheduledScanStatus::PendingApproval,
                 Some(format!("waits for approval request {}", r.id)),
             ),
-            CallOutcome::Refused(r) => ("refused", Some(r.to_string())),
-            CallOutcome::Failed(e) => ("failed", Some(e.message)),
-            other => ("failed", Some(format!("unexpected outcome: {other:?}"))),
+            CallOutcome::Refused(r) => (ScheduledScanStatus::Refused, Some(r.to_string())),
+            CallOutcome::Failed(e) => (ScheduledScanStatus::Failed, Some(e.message)),
+            other => (
+                ScheduledScanStatus::Failed,
+                Some(format!("unexpected outcome: {other:?}")),
+            ),
         })
     }
 }

@@ -545,7 +545,7 @@ async fn status_becomes(w: &World, id: &str, status: &str) -> breeze_store::Appr
     let mut last = None;
     for _ in 0..400 {
         let r = w.store.org(w.org_a).get_approval(id).await.unwrap();
-        if r.status == status {
+        if r.status.as_str() == status {
             return r;
         }
         last = Some(r);
@@ -658,7 +658,8 @@ async fn a_pending_answer_detaches_the_request(cx: Ctx) {
             .get_approval(id.parse().unwrap())
             .await
             .unwrap()
-            .status,
+            .status
+            .as_str(),
         "pending"
     );
     let stop = tokio_util::sync::CancellationToken::new();
@@ -888,7 +889,10 @@ async fn a_revoked_or_disabled_requester_voids_the_request(cx: Ctx) {
         "{msg}"
     );
     assert_eq!(group_count(&w, "Revoked").await, 0);
-    assert_eq!(status_becomes(&w, &id, "failed").await.status, "failed");
+    assert_eq!(
+        status_becomes(&w, &id, "failed").await.status.as_str(),
+        "failed"
+    );
 
     // A second person's key; that person is disabled while the request waits.
     let s = &w.store;
@@ -1177,7 +1181,7 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     );
     let r = org.list_approvals(false, 10).await.unwrap().remove(0);
     assert_eq!(r.mode, "automatic");
-    assert_eq!(r.status, "completed", "ran once, recorded");
+    assert_eq!(r.status.as_str(), "completed", "ran once, recorded");
     assert_eq!(r.decided_by, None, "no person decided");
     assert_eq!(
         r.reason.as_deref(),

@@ -150,7 +150,7 @@ async fn a_write_key_cannot_make_an_automation_run_a_script(cx: Ctx) {
         run.message.as_deref().unwrap().contains("ai:execute"),
         "the refusal names the missing scope: {run:?}"
     );
-    assert_eq!(run.devices[0].status, "refused");
+    assert_eq!(run.devices[0].status.as_str(), "refused");
 
     // A manual run by the same key: refused the same way.
     let r = tool(
@@ -223,7 +223,7 @@ async fn an_execute_key_automation_waits_for_a_person(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(approval.tool, "run_script");
-    assert_eq!(approval.status, "pending");
+    assert_eq!(approval.status.as_str(), "pending");
     assert_eq!(approval.arguments["deviceIds"][0], w.a_device);
 
     // The person denies it: the run ends refused, naming the decision.

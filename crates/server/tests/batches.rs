@@ -463,7 +463,7 @@ async fn a_tier_3_batch_is_one_approval(cx: Ctx) {
     assert_eq!(groups_named(&w, "Kiosk-").await, 2, "each item ran once");
     let all = approvals(&w).await;
     assert_eq!(all.len(), 1);
-    assert_eq!(all[0].status, "completed");
+    assert_eq!(all[0].status.as_str(), "completed");
     assert_eq!(all[0].result.as_ref().unwrap()["counts"]["ok"], 3);
     assert!(
         !w.store.claim_approval(record.id).await.unwrap(),

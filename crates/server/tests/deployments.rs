@@ -728,7 +728,7 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     }
     stop.cancel();
     assert_eq!(
-        o.get_approval(approval.id).await.unwrap().status,
+        o.get_approval(approval.id).await.unwrap().status.as_str(),
         "completed"
     );
 
@@ -818,7 +818,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
         .await
         .unwrap();
     let r = o.get_approval(approval.id).await.unwrap();
-    assert_eq!(r.status, "withdrawn", "{r:?}");
+    assert_eq!(r.status.as_str(), "withdrawn", "{r:?}");
     let reason = r.reason.clone().unwrap();
     assert!(
         reason.contains("to-cancel") && reason.contains("cancelled"),
@@ -859,7 +859,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
     resumer.await.unwrap();
     assert_eq!(commands(&w).await, 0, "nothing reached a device");
     assert_eq!(
-        o.get_approval(approval.id).await.unwrap().status,
+        o.get_approval(approval.id).await.unwrap().status.as_str(),
         "withdrawn"
     );
 
@@ -1209,7 +1209,10 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert_eq!(queued.len(), 1, "the approved run reached web-01");
-    assert_eq!(o.get_approval(approval).await.unwrap().status, "executing");
+    assert_eq!(
+        o.get_approval(approval).await.unwrap().status.as_str(),
+        "executing"
+    );
 
     // The cancel: too late to withdraw that run; ring 2 is never reached.
     let cancelled = o
@@ -1217,7 +1220,10 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(cancelled.status, DeploymentStatus::Cancelled);
-    assert_eq!(o.get_approval(approval).await.unwrap().status, "executing");
+    assert_eq!(
+        o.get_approval(approval).await.unwrap().status.as_str(),
+        "executing"
+    );
     let parts = o.deployment_devices(did, None, None).await.unwrap();
     let status_of = |parts: &[breeze_store::DeploymentDevice], d: &str| {
         parts
@@ -1256,14 +1262,17 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
         .await
         .unwrap();
     for _ in 0..200 {
-        if o.get_approval(approval).await.unwrap().status == "completed" {
+        if o.get_approval(approval).await.unwrap().status.as_str() == "completed" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     stop.cancel();
     resumer.await.unwrap();
-    assert_eq!(o.get_approval(approval).await.unwrap().status, "completed");
+    assert_eq!(
+        o.get_approval(approval).await.unwrap().status.as_str(),
+        "completed"
+    );
 
     // The worker still follows the cancelled deployment: web-01's result is recorded.
     cx.clock.advance(chrono::Duration::seconds(20));

@@ -19,7 +19,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration as StdDuration};
 
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_alerts::{
-    AlertEngine, EngineConfig, Ingest, NotifyConfig, TickReport,
+    AlertEngine, AlertEngineConfig, NotifyConfig, TickReport,
     testing::{Hook, snapshot, webhook_server},
 };
 use breeze_auth::{AuthService, AuthSettings};
@@ -77,7 +77,7 @@ fn instance(w: &World, store: Store) -> Instance {
     );
     let engine = Arc::new(AlertEngine::new(
         store.clone(),
-        EngineConfig {
+        AlertEngineConfig {
             tick: StdDuration::from_secs(30),
             rules_per_tick: 100,
             notify: NotifyConfig {
@@ -112,8 +112,10 @@ async fn race(
     let (a, b, c, d) = tokio::join!(
         one.engine.tick(),
         two.engine.tick(),
-        one.engine.devices_reported(org, devices, Ingest::Metrics),
-        two.engine.devices_reported(org, devices, Ingest::Metrics),
+        one.engine
+            .devices_reported(org, devices, breeze_core::TelemetryKind::Metrics),
+        two.engine
+            .devices_reported(org, devices, breeze_core::TelemetryKind::Metrics),
     );
     let reports = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
     assert!(
@@ -265,8 +267,10 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
         }
         if step < 4 {
             let (a, b) = tokio::join!(
-                one.engine.devices_reported(w.org_a, &hot, Ingest::Metrics),
-                two.engine.devices_reported(w.org_a, &hot, Ingest::Metrics),
+                one.engine
+                    .devices_reported(w.org_a, &hot, breeze_core::TelemetryKind::Metrics),
+                two.engine
+                    .devices_reported(w.org_a, &hot, breeze_core::TelemetryKind::Metrics),
             );
             assert!(a.unwrap().raised.is_empty() && b.unwrap().raised.is_empty());
         }

@@ -13,7 +13,7 @@ use axum::{
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Scope, ScopeSet};
-use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
+use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
 use breeze_store::{AuditFilter, NewUser, testing::Ctx};
 use common::{Reply, World, audit, build, err_msg, send, world};
 use futures::future::{BoxFuture, FutureExt};
@@ -324,7 +324,7 @@ impl RateLimiter for BrokenLimiter {
         _: &'a str,
         _: u32,
         _: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         async { Err(LimiterError::Unavailable("connection refused".into())) }.boxed()
     }
     fn backend(&self) -> &'static str {

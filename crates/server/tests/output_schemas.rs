@@ -33,7 +33,7 @@ use axum::{
 use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult, ServerFrame};
 use breeze_auth::{CreateApiKey, CreateEnrollmentKey};
 use breeze_core::{Scope, ScopeSet};
-use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
+use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
 use breeze_server::{AppState, Breeze, app};
 use breeze_store::{NewContext, NewScript, testing::Ctx};
 use breeze_tools::Tier;
@@ -57,10 +57,10 @@ impl RateLimiter for Switch {
         key: &'a str,
         limit: u32,
         _: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         let refuse = key.starts_with("tool:") && self.refuse_tools.load(Ordering::SeqCst);
         async move {
-            Ok(Decision {
+            Ok(RateDecision {
                 allowed: !refuse,
                 retry_after: Duration::from_secs(if refuse { 60 } else { 0 }),
                 remaining: if refuse { 0 } else { limit },

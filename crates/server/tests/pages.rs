@@ -519,6 +519,7 @@ async fn status_of(w: &World, org: breeze_core::OrgId, id: &str) -> String {
         .await
         .unwrap()
         .status
+        .to_string()
 }
 
 async fn approvals_are_listed_and_decided_from_the_page(cx: Ctx) {

@@ -206,7 +206,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     assert!(oa.list_patch_jobs(10).await.unwrap().is_empty());
     assert!(oa.patch_scans().await.unwrap()[0].command_id.is_none());
     let (job, _) = ob.get_patch_job(b_job.parse().unwrap()).await.unwrap();
-    assert_eq!(job.status, "running");
+    assert_eq!(job.status.as_str(), "running");
     // B's read key lists B's patches only, and sees none of A's decisions.
     oa.decide_patch(
         breeze_store::NewPatchDecision {
@@ -530,7 +530,7 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     // The agent answers; the gateway settles the job.
     let outcome = |name: &str, status: &str, from: &str, to: Option<&str>| PackageOutcome {
         name: name.into(),
-        status: status.into(),
+        status: status.parse().unwrap(),
         from_version: Some(from.into()),
         to_version: to.map(str::to_owned),
         error: (status == "failed").then(|| "dependency problem".into()),
@@ -693,8 +693,8 @@ async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
     cx.clock.advance(chrono::Duration::hours(3));
     assert_eq!(dispatcher.tick().await.unwrap(), 1);
     let (job, parts) = oa.get_patch_job(job).await.unwrap();
-    assert_eq!(job.status, "running");
-    assert_eq!(parts[0].status, "sent");
+    assert_eq!(job.status.as_str(), "running");
+    assert_eq!(parts[0].status.as_str(), "sent");
     let cmd = oa.get_command(parts[0].command_id.unwrap()).await.unwrap();
     assert_eq!(cmd.payload["packages"], json!(["openssl"]));
     // Started once.

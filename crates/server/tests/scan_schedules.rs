@@ -157,7 +157,11 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
     assert_eq!(a.unwrap() + b.unwrap(), 1);
     let s = o.get_scan_schedule(hourly.id).await.unwrap();
     assert_eq!(s.next_run_at, Some(at("2026-03-02T12:00:00Z")));
-    assert_eq!(s.last_status.as_deref(), Some("pending_approval"), "{s:?}");
+    assert_eq!(
+        s.last_status.map(|s| s.as_str()),
+        Some("pending_approval"),
+        "{s:?}"
+    );
     let pending = o.list_approvals(true, 10).await.unwrap();
     let request = pending
         .iter()
@@ -197,7 +201,10 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
         let s = o.get_scan_schedule(*id).await.unwrap();
         statuses.push((s.last_status.unwrap(), s.last_message.unwrap_or_default()));
     }
-    let refused: Vec<_> = statuses.iter().filter(|(s, _)| s == "refused").collect();
+    let refused: Vec<_> = statuses
+        .iter()
+        .filter(|(s, _)| s.as_str() == "refused")
+        .collect();
     assert_eq!(refused.len(), 2, "calls 4 and 5 of the owner: {statuses:?}");
     assert!(
         refused

@@ -16,7 +16,7 @@ use breeze_core::{
     DeviceId, Scope, ScopeSet,
     security::{CheckStatus, FindingInput, FindingSeverity, QuarantineState, ScanStatus, score},
 };
-use breeze_limits::{Decision, LimiterError, MemoryLimiter, RateLimiter};
+use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
 use breeze_store::{
     NewFinding, NewFlagged, NewPosture, NewQuarantine, OrgStore, ScanOutcome, testing::Ctx,
 };
@@ -44,9 +44,9 @@ impl RateLimiter for Unlimited {
         _key: &'a str,
         limit: u32,
         _window: Duration,
-    ) -> BoxFuture<'a, Result<Decision, LimiterError>> {
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
         Box::pin(async move {
-            Ok(Decision {
+            Ok(RateDecision {
                 allowed: true,
                 retry_after: Duration::ZERO,
                 remaining: limit,

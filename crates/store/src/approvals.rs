@@ -18,7 +18,8 @@
 //! and is never retried. An `approved` row nobody claimed (its caller went away, or the server
 //! was down when it was approved) is claimed and run by the server's resumer — once.
 
-use breeze_core::{Actor, ApiKeyId, AuditEvent, GrantId, OrgId, Timestamp, UserId};
+pub use breeze_core::Decision;
+use breeze_core::{Actor, ApiKeyId, ApprovalStatus, AuditEvent, GrantId, OrgId, Timestamp, UserId};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -72,7 +73,7 @@ pub struct ApprovalRecord {
     /// `supervised`, `four_eyes` or `automatic` (approved by the organization's policy:
     /// `decided_by` empty, the reason names the policy).
     pub mode: String,
-    pub status: String,
+    pub status: ApprovalStatus,
     pub reason: Option<String>,
     pub decided_by: Option<UserId>,
     pub decided_at: Option<Timestamp>,
@@ -97,10 +98,7 @@ pub struct ApprovalRecord {
 impl ApprovalRecord {
     /// Whether nothing more will happen to it.
     pub fn is_final(&self) -> bool {
-        matches!(
-            self.status.as_str(),
-            "denied" | "expired" | "reported" | "withdrawn" | "completed" | "failed"
-        )
+        self.status.is_final()
     }
 }
 
@@ -123,25 +121,6 @@ pub struct NewApproval {
     pub expires_at: Timestamp,
     /// The snapshot of stored data the call depends on, and its SHA-256.
     pub pinned: Option<(Value, [u8; 32])>,
-}
-
-/// A person's decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Approve,
-    Deny,
-    /// Deny and revoke the requesting credential: the request looks like abuse.
-    Report,
-}
-
-impl Decision {
-    fn status(self) -> &'static str {
-        match self {
-            Decision::Approve => "approved",
-            Decision::Deny => "denied",
-            Decision::Report => "reported",
-        }
-    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -286,7 +265,7 @@ impl OrgStore<'_> {
             "UPDATE approval_requests SET status = $1, decided_by = $2, decided_at = $3, \
              reason = $4 WHERE id = $5 AND org_id = $6 AND status = 'pending' AND expires_at > $3",
         )
-        .bind(decision.status())
+        .bind(decision.status().as_str())
         .bind(by)
         .bind(now)
         .bind(reason)
@@ -297,10 +276,10 @@ impl OrgStore<'_> {
         if changed == 0 {
             drop(tx);
             let current = self.get_approval(id).await?;
-            let state = if current.status == "pending" {
-                "expired"
-            } else {
-                current.status.as_str()
+            // Still pending after a refused update means its time ran out.
+            let state = match current.status {
+                ApprovalStatus::Pending => ApprovalStatus::Expired,
+                other => other,
             };
             return Err(StoreError::Conflict(format!(
                 "approval request {id} is already {state}; it can be decided only once, while pending"
@@ -507,7 +486,14 @@ impl Store {
             "UPDATE approval_requests SET status = $1, result = $2, result_is_error = $3, \
              completed_at = $4 WHERE id = $5 AND status = 'executing'",
         )
-        .bind(if is_error { "failed" } else { "completed" })
+        .bind(
+            if is_error {
+                ApprovalStatus::Failed
+            } else {
+                ApprovalStatus::Completed
+            }
+            .as_str(),
+        )
         .bind(Arg::json(result))
         .bind(is_error)
         .bind(self.clock.now())

@@ -15,8 +15,9 @@
 use std::collections::BTreeMap;
 
 use breeze_core::{
-    AuditEvent, AutomationAction, AutomationTrigger, CronSchedule, DeviceGroupId, DeviceId, OrgId,
-    RunStatus, Severity, SiteId, TargetKind, Timestamp, maintenance::parse_time_zone,
+    AuditEvent, AutomationAction, AutomationTrigger, CronSchedule, DeviceGroupId, DeviceId,
+    DeviceOutcomeStatus, OrgId, RunStatus, Severity, SiteId, TargetKind, Timestamp,
+    maintenance::parse_time_zone,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -200,8 +201,7 @@ pub struct DeviceOutcome {
     pub device_id: DeviceId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
-    /// completed, failed, timed_out, running, offline, not_found, suppressed, not_run, …
-    pub status: String,
+    pub status: DeviceOutcomeStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

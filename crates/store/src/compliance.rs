@@ -149,8 +149,8 @@ pub struct ComplianceChange {
     pub id: Uuid,
     pub policy_id: Uuid,
     pub device_id: DeviceId,
-    pub from_status: Option<String>,
-    pub to_status: String,
+    pub from_status: Option<ComplianceState>,
+    pub to_status: ComplianceState,
     #[sqlx(json)]
     pub results: Vec<RuleResult>,
     pub at: Timestamp,

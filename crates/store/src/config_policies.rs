@@ -66,7 +66,7 @@ struct PolicyRow {
     partner_id: Option<PartnerId>,
     name: String,
     description: Option<String>,
-    status: String,
+    status: PolicyStatus,
     #[sqlx(json)]
     settings: Value,
     created_by: String,
@@ -93,10 +93,7 @@ impl PolicyRow {
             owner,
             name: self.name,
             description: self.description,
-            status: self
-                .status
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            status: self.status,
             settings,
             created_by: self.created_by,
             created_at: self.created_at,

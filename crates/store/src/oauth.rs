@@ -21,7 +21,8 @@
 //! (every statement carries `user_id = $n`), and a user's grants all die with a password change.
 
 use breeze_core::{
-    Actor, ActorType, AuditEvent, AuditResult, GrantId, OrgId, PermissionSet, Timestamp, UserId,
+    Actor, ActorType, AuditEvent, AuditResult, GrantId, GrantStatus, OrgId, PermissionSet,
+    Timestamp, UserId,
 };
 use chrono::Duration;
 use serde::Serialize;
@@ -130,8 +131,7 @@ pub struct OAuthGrantRecord {
     #[sqlx(json)]
     pub scopes: Vec<String>,
     pub resource: String,
-    /// `active` or `revoked`.
-    pub status: String,
+    pub status: GrantStatus,
     pub created_at: Timestamp,
     pub last_used_at: Option<Timestamp>,
     pub revoked_at: Option<Timestamp>,
@@ -141,7 +141,7 @@ pub struct OAuthGrantRecord {
 impl OAuthGrantRecord {
     /// Whether tokens of this grant may still be used.
     pub fn is_active(&self) -> bool {
-        self.status == "active"
+        self.status == GrantStatus::Active
     }
 }
 

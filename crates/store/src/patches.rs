@@ -13,7 +13,11 @@
 use std::collections::HashMap;
 
 use breeze_agent_proto::{CommandKind, PackageOutcome, PatchInstallReport, PatchScanReport};
-use breeze_core::{AuditEvent, DeviceId, OrgId, Timestamp};
+pub use breeze_core::PatchJobKind;
+use breeze_core::{
+    AuditEvent, CommandStatus, DeviceId, OrgId, PackageStatus, PatchJobStatus, PatchPartStatus,
+    Timestamp,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -181,31 +185,13 @@ pub struct NewPatchDecision {
     pub decided_by: String,
 }
 
-/// Install or rollback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PatchJobKind {
-    Install,
-    Rollback,
-}
-
-impl PatchJobKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PatchJobKind::Install => "install",
-            PatchJobKind::Rollback => "rollback",
-        }
-    }
-}
-
 /// An install or rollback job.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct PatchJob {
     pub id: Uuid,
     pub org_id: OrgId,
-    /// install or rollback.
-    pub kind: String,
+    pub kind: PatchJobKind,
     /// never, if_needed or always.
     pub reboot_policy: String,
     pub reboot_with_users: bool,
@@ -213,8 +199,7 @@ pub struct PatchJob {
     pub schedule: String,
     pub window_id: Option<Uuid>,
     pub window_name: Option<String>,
-    /// scheduled, running, succeeded, partial, failed, cancelled.
-    pub status: String,
+    pub status: PatchJobStatus,
     pub requested_by: String,
     pub created_at: Timestamp,
     pub started_at: Option<Timestamp>,
@@ -230,8 +215,7 @@ pub struct PatchJobDevice {
     /// Install: package names; rollback: `{name, version}` objects.
     #[sqlx(json)]
     pub packages: Value,
-    /// scheduled, sent, succeeded, partial, failed, skipped.
-    pub status: String,
+    pub status: PatchPartStatus,
     pub command_id: Option<Uuid>,
     #[sqlx(json(nullable))]
     pub results: Option<Value>,
@@ -266,7 +250,7 @@ pub struct PatchHistoryEntry {
     pub action: String,
     pub from_version: Option<String>,
     pub to_version: Option<String>,
-    pub status: String,
+    pub status: PackageStatus,
     pub error: Option<String>,
     pub at: Timestamp,
 }
@@ -393,7 +377,7 @@ impl Store {
         let org = cmd.org_id;
         let device = cmd.device_id;
         let now = self.clock.now();
-        let completed = cmd.status.as_str() == "completed";
+        let completed = cmd.status == CommandStatus::Completed;
         match cmd.kind.as_str() {
             "patch_scan" => {
                 let report = cmd
@@ -436,7 +420,7 @@ impl Store {
                 .fetch_optional::<PatchJobDevice>(self)
                 .await?;
                 let Some(part) = part else { return Ok(()) };
-                if part.status != "sent" {
+                if part.status != PatchPartStatus::Sent {
                     return Ok(());
                 }
                 let report = cmd
@@ -447,23 +431,24 @@ impl Store {
                 let mut tx = Tx::begin(&self.pool).await?;
                 match &report {
                     Some(r) => {
-                        let ok = |o: &PackageOutcome| {
-                            matches!(o.status.as_str(), "installed" | "rolled_back")
-                        };
-                        let good = r.packages.iter().filter(|o| ok(o)).count();
+                        let good = r
+                            .packages
+                            .iter()
+                            .filter(|o| o.status.changed_as_asked())
+                            .count();
                         let status = if !r.packages.is_empty() && good == r.packages.len() {
-                            "succeeded"
+                            PatchPartStatus::Succeeded
                         } else if good > 0 {
-                            "partial"
+                            PatchPartStatus::Partial
                         } else {
-                            "failed"
+                            PatchPartStatus::Failed
                         };
                         sql(
                             "UPDATE patch_job_devices SET status = $1, results = $2, reboot = $3, \
                              reboot_detail = $4, updated_at = $5 \
                              WHERE job_id = $6 AND device_id = $7 AND org_id = $8",
                         )
-                        .bind(status)
+                        .bind(status.as_str())
                         .bind(Arg::json(&r.packages))
                         .bind(r.reboot.as_str())
                         .bind(r.reboot_detail.clone())
@@ -524,7 +509,7 @@ impl Store {
                             .into_iter()
                             .map(|name| PackageOutcome {
                                 name,
-                                status: "failed".into(),
+                                status: PackageStatus::Failed,
                                 from_version: None,
                                 to_version: None,
                                 error: Some(error.clone()),
@@ -556,7 +541,7 @@ impl CrossOrg<'_> {
 
 /// Sets a running job's final status once no device part is still scheduled or sent.
 async fn settle_job(tx: &mut Tx, org: OrgId, job: Uuid, now: Timestamp) -> Result<()> {
-    let counts: Vec<(String, i64)> = sql(
+    let counts: Vec<(PatchPartStatus, i64)> = sql(
         "SELECT status, COUNT(*) FROM patch_job_devices WHERE job_id = $1 AND org_id = $2 \
          GROUP BY status",
     )
@@ -564,27 +549,27 @@ async fn settle_job(tx: &mut Tx, org: OrgId, job: Uuid, now: Timestamp) -> Resul
     .bind(org)
     .fetch_all(&mut *tx)
     .await?;
-    let count = |s: &str| {
+    let count = |s: PatchPartStatus| {
         counts
             .iter()
-            .filter(|(k, _)| k == s)
+            .filter(|(k, _)| *k == s)
             .map(|(_, n)| *n)
             .sum::<i64>()
     };
-    if count("scheduled") + count("sent") > 0 {
+    if counts.iter().any(|(k, n)| k.is_open() && *n > 0) {
         return Ok(());
     }
     let total: i64 = counts.iter().map(|(_, n)| n).sum();
-    let status = if count("succeeded") == total {
-        "succeeded"
-    } else if count("succeeded") + count("partial") > 0 {
-        "partial"
+    let status = if count(PatchPartStatus::Succeeded) == total {
+        PatchJobStatus::Succeeded
+    } else if count(PatchPartStatus::Succeeded) + count(PatchPartStatus::Partial) > 0 {
+        PatchJobStatus::Partial
     } else {
-        "failed"
+        PatchJobStatus::Failed
     };
     sql("UPDATE patch_jobs SET status = $1, finished_at = $2 \
          WHERE id = $3 AND org_id = $4 AND status = 'running'")
-    .bind(status)
+    .bind(status.as_str())
     .bind(now)
     .bind(job)
     .bind(org)
@@ -799,13 +784,13 @@ impl OrgStore<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (schedule, status, started) = match new.window {
-            None => ("now", "running", Some(now)),
-            Some(_) => ("maintenance_window", "scheduled", None),
+            None => ("now", PatchJobStatus::Running, Some(now)),
+            Some(_) => ("maintenance_window", PatchJobStatus::Scheduled, None),
         };
         let part_status = if new.window.is_some() {
-            "scheduled"
+            PatchPartStatus::Scheduled
         } else {
-            "sent"
+            PatchPartStatus::Sent
         };
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(
@@ -820,7 +805,7 @@ impl OrgStore<'_> {
         .bind(schedule)
         .bind(new.window.as_ref().map(|w| w.0))
         .bind(new.window.as_ref().map(|w| w.1.clone()))
-        .bind(status)
+        .bind(status.as_str())
         .bind(new.requested_by.as_str())
         .bind(now)
         .bind(started)
@@ -834,7 +819,7 @@ impl OrgStore<'_> {
             .bind(id)
             .bind(*device)
             .bind(Arg::json(packages))
-            .bind(part_status)
+            .bind(part_status.as_str())
             .bind(now)
             .bind(self.org)
             .execute(&mut tx)
@@ -872,14 +857,14 @@ impl OrgStore<'_> {
         .execute(&mut tx)
         .await?;
         let (status, cmd, error) = match command {
-            Ok(c) => ("sent", Some(c), None),
-            Err(e) => ("failed", None, Some(e)),
+            Ok(c) => (PatchPartStatus::Sent, Some(c), None),
+            Err(e) => (PatchPartStatus::Failed, None, Some(e)),
         };
         sql(
             "UPDATE patch_job_devices SET status = $1, command_id = $2, error = $3, \
              updated_at = $4 WHERE job_id = $5 AND device_id = $6 AND org_id = $7",
         )
-        .bind(status)
+        .bind(status.as_str())
         .bind(cmd)
         .bind(error)
         .bind(now)

@@ -8,7 +8,7 @@
 //! instance whose conditional update moves it forward fires the occurrence, so instances
 //! sharing the database fire each occurrence once.
 
-use breeze_core::{AuditEvent, CronSchedule, OrgId, Timestamp};
+use breeze_core::{AuditEvent, CronSchedule, OrgId, Timestamp, security::ScheduledScanStatus};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -63,8 +63,8 @@ pub struct ScanSchedule {
     pub owner_actor: String,
     pub next_run_at: Option<Timestamp>,
     pub last_run_at: Option<Timestamp>,
-    /// What the last occurrence came to: ran, pending_approval, refused, failed.
-    pub last_status: Option<String>,
+    /// What the last occurrence came to.
+    pub last_status: Option<ScheduledScanStatus>,
     pub last_message: Option<String>,
     pub created_at: Timestamp,
 }
@@ -214,7 +214,7 @@ impl OrgStore<'_> {
     pub async fn record_scan_schedule_run(
         &self,
         id: Uuid,
-        status: &str,
+        status: ScheduledScanStatus,
         message: Option<&str>,
     ) -> Result<()> {
         sql(
@@ -222,7 +222,7 @@ impl OrgStore<'_> {
              last_message = $3 WHERE id = $4 AND org_id = $5",
         )
         .bind(self.store.clock.now())
-        .bind(status)
+        .bind(status.as_str())
         .bind(message)
         .bind(id)
         .bind(self.org)

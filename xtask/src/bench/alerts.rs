@@ -25,7 +25,7 @@
 use std::{sync::Arc, time::Instant};
 
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
-use breeze_alerts::{AlertEngine, EngineConfig};
+use breeze_alerts::{AlertEngine, AlertEngineConfig};
 use breeze_core::{
     Actor, AlertCondition, AuditEvent, Clock, Comparison, DeviceId, DeviceStatus, ManualClock,
     Metric, OrgId, OsFamily, ReportFilters, ReportFormat, ReportKind, Severity, Timestamp,
@@ -269,9 +269,9 @@ async fn one_backend(
 
     let engine = AlertEngine::new(
         store.clone(),
-        EngineConfig {
+        AlertEngineConfig {
             rules_per_tick: 500,
-            ..EngineConfig::default()
+            ..AlertEngineConfig::default()
         },
     );
     if incremental {
@@ -337,7 +337,7 @@ async fn one_backend(
                 let cpu0 = cpu_micros()?;
                 let t = Instant::now();
                 let report = engine
-                    .devices_reported(org, group, breeze_alerts::Ingest::Metrics)
+                    .devices_reported(org, group, breeze_core::TelemetryKind::Metrics)
                     .await?;
                 let wall = t.elapsed().as_secs_f64();
                 arrival_cpu += (cpu_micros()? - cpu0) as f64 / 1000.0;

@@ -1,6 +1,6 @@
 //! `ComplianceCheck`: each probe answered in order as `{passed, detail}`. A probe that cannot be
 //! decided answers `passed: null` with the reason and never fails the command. File probes go
-//! through the command's [`Guard`] (a protected path is refused like a file read) and open
+//! through the command's [`PathGuard`] (a protected path is refused like a file read) and open
 //! what was checked; only a verdict leaves the machine, never the file's content.
 
 use std::io::Read;
@@ -10,7 +10,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::Typed;
-use super::protect::{Guard, Resolve};
+use super::protect::{PathGuard, Resolve};
 use crate::system::probes;
 
 /// The most of a config file a setting probe reads.
@@ -31,7 +31,7 @@ fn verdict(passed: bool, detail: impl Into<String>) -> ProbeResult {
 }
 
 /// Whether `path` names a regular file (a missing one is `false`, a refusal `Err`).
-fn present(guard: &Guard, path: &str) -> Result<bool, String> {
+fn present(guard: &PathGuard, path: &str) -> Result<bool, String> {
     let p = guard.resolve(path, Resolve::Follow)?;
     match guard.open_read(path, &p) {
         Ok(_) => Ok(true),
@@ -40,7 +40,7 @@ fn present(guard: &Guard, path: &str) -> Result<bool, String> {
     }
 }
 
-fn sha256_of(guard: &Guard, path: &str) -> Result<String, String> {
+fn sha256_of(guard: &PathGuard, path: &str) -> Result<String, String> {
     let p = guard.resolve(path, Resolve::Follow)?;
     let mut file = guard.open_read(path, &p)?;
     let mut hasher = Sha256::new();
@@ -81,7 +81,7 @@ pub fn setting_of(text: &str, key: &str) -> Option<String> {
     None
 }
 
-fn setting(guard: &Guard, path: &str, key: &str, want: &str) -> ProbeResult {
+fn setting(guard: &PathGuard, path: &str, key: &str, want: &str) -> ProbeResult {
     let read = || -> Result<String, String> {
         let p = guard.resolve(path, Resolve::Follow)?;
         let file = guard.open_read(path, &p)?;
@@ -106,11 +106,11 @@ fn setting(guard: &Guard, path: &str, key: &str, want: &str) -> ProbeResult {
 
 /// Answers every probe; `guard` is `Err` when the protected paths could not be loaded (then
 /// file probes are undecided).
-pub fn check(guard: &Result<Guard, String>, probes_asked: &[ComplianceProbe]) -> Typed {
+pub fn check(guard: &Result<PathGuard, String>, probes_asked: &[ComplianceProbe]) -> Typed {
     let results: Vec<ProbeResult> = probes_asked
         .iter()
         .map(|probe| {
-            let with_guard = |f: &dyn Fn(&Guard) -> ProbeResult| match guard {
+            let with_guard = |f: &dyn Fn(&PathGuard) -> ProbeResult| match guard {
                 Ok(g) => f(g),
                 Err(e) => unknown(e.clone()),
             };

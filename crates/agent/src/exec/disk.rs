@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::protect::{Guard, Resolve};
+use super::protect::{PathGuard, Resolve};
 use super::{Typed, system_time};
 
 /// Most entries one scan visits.
@@ -110,7 +110,7 @@ pub fn categorize(path: &Path) -> Option<Category> {
 }
 
 struct Walk<'g> {
-    guard: &'g Guard,
+    guard: &'g PathGuard,
     protected: u64,
     top_n: usize,
     large: u64,
@@ -211,7 +211,7 @@ fn mtime(path: &str) -> Value {
 
 /// Scans `path`. See the module docs.
 pub fn scan(
-    guard: &Guard,
+    guard: &PathGuard,
     path: &str,
     top_n: u32,
     large_file_bytes: u64,
@@ -301,7 +301,7 @@ pub fn scan(
 }
 
 /// The path with symlinks in its parent resolved and checked, `.` and `..` refused.
-fn resolve(guard: &Guard, path: &str) -> Result<PathBuf, String> {
+fn resolve(guard: &PathGuard, path: &str) -> Result<PathBuf, String> {
     if Path::new(path)
         .components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
@@ -336,7 +336,7 @@ fn tree_size(path: &Path, budget: &mut u64) -> u64 {
 }
 
 /// Deletes recognised cleanup candidates; everything else is skipped with a reason.
-pub fn cleanup(guard: &Guard, paths: &[String]) -> Value {
+pub fn cleanup(guard: &PathGuard, paths: &[String]) -> Value {
     let mut deleted = Vec::new();
     let mut skipped = Vec::new();
     let mut freed = 0u64;
@@ -350,7 +350,7 @@ pub fn cleanup(guard: &Guard, paths: &[String]) -> Value {
             if guard.tree_holds_protected(&resolved, &mut budget) {
                 return Err(format!(
                     "{} (it holds protected paths or another filesystem)",
-                    Guard::refusal(path)
+                    PathGuard::refusal(path)
                 ));
             }
             let meta =

@@ -1,5 +1,5 @@
 //! File operations: list, read, write, delete, mkdir, rename. Paths must be absolute; every
-//! one goes through the command's [`Guard`] first (see [`super::protect`]), and reads and
+//! one goes through the command's [`PathGuard`] first (see [`super::protect`]), and reads and
 //! writes open what was checked.
 
 use std::io::{Read, Write};
@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use breeze_agent_proto::ContentEncoding;
 use serde_json::{Value, json};
 
-use super::protect::{Guard, Resolve};
+use super::protect::{PathGuard, Resolve};
 use super::{Typed, system_time};
 
 /// What `FileRead` returns when `maxBytes` is 0.
@@ -111,7 +111,7 @@ fn names_in(_dir: &std::fs::File, given: &str) -> Result<Vec<std::ffi::OsString>
 
 /// `{"path","entries":[{name,kind,sizeBytes,modifiedAt,mode}],"protectedOmitted"}`, sorted by
 /// name. Protected entries are left out and counted.
-pub fn list(guard: &Guard, path: &str) -> Typed {
+pub fn list(guard: &PathGuard, path: &str) -> Typed {
     let dir = guard.resolve(path, Resolve::Follow)?;
     let handle = guard.open_dir(path, &dir)?;
     let mut out: Vec<(String, Value)> = Vec::new();
@@ -145,7 +145,7 @@ pub fn list(guard: &Guard, path: &str) -> Typed {
 }
 
 /// Reads up to `max_bytes` of a regular file; UTF-8 text as is, anything else base64.
-pub fn read(guard: &Guard, path: &str, max_bytes: u64) -> Typed {
+pub fn read(guard: &PathGuard, path: &str, max_bytes: u64) -> Typed {
     let p = guard.resolve(path, Resolve::Follow)?;
     let file = guard.open_read(path, &p)?;
     let meta = file
@@ -182,7 +182,7 @@ pub fn read(guard: &Guard, path: &str, max_bytes: u64) -> Typed {
 
 /// Writes the content (decoded from base64 when asked), creating parent directories. The file
 /// is created in its checked directory without following a link.
-pub fn write(guard: &Guard, path: &str, content: &str, encoding: ContentEncoding) -> Typed {
+pub fn write(guard: &PathGuard, path: &str, content: &str, encoding: ContentEncoding) -> Typed {
     let target = guard.resolve(path, Resolve::Parent)?;
     let bytes = match encoding {
         ContentEncoding::Utf8 => content.as_bytes().to_vec(),
@@ -206,7 +206,7 @@ pub fn write(guard: &Guard, path: &str, content: &str, encoding: ContentEncoding
 
 /// Deletes a file, symlink or (with `recursive`) a directory tree. Symlinks are not followed;
 /// a tree that holds a protected path, or another mounted filesystem, is not deleted.
-pub fn delete(guard: &Guard, path: &str, recursive: bool) -> Typed {
+pub fn delete(guard: &PathGuard, path: &str, recursive: bool) -> Typed {
     let p = guard.resolve(path, Resolve::Parent)?;
     if p.parent().is_none() {
         return Err("refusing to delete the root directory".to_owned());
@@ -223,7 +223,7 @@ pub fn delete(guard: &Guard, path: &str, recursive: bool) -> Typed {
         if guard.tree_holds_protected(&p, &mut budget) {
             return Err(format!(
                 "{} (it holds protected paths or another filesystem)",
-                Guard::refusal(path)
+                PathGuard::refusal(path)
             ));
         }
         std::fs::remove_dir_all(&p).map_err(|e| io_error("delete", Path::new(path), &e))?;
@@ -234,7 +234,7 @@ pub fn delete(guard: &Guard, path: &str, recursive: bool) -> Typed {
 }
 
 /// `mkdir -p`. `created` is false when the directory was there already.
-pub fn mkdir(guard: &Guard, path: &str) -> Typed {
+pub fn mkdir(guard: &PathGuard, path: &str) -> Typed {
     let p = guard.resolve(path, Resolve::Parent)?;
     if let Ok(meta) = std::fs::symlink_metadata(&p) {
         if meta.is_dir() {
@@ -248,7 +248,7 @@ pub fn mkdir(guard: &Guard, path: &str) -> Typed {
 
 /// Renames (moves) within one filesystem. Neither end may be protected, and a directory that
 /// holds a protected path is not moved (out from under its protection).
-pub fn rename(guard: &Guard, from: &str, to: &str) -> Typed {
+pub fn rename(guard: &PathGuard, from: &str, to: &str) -> Typed {
     let f = guard.resolve(from, Resolve::Parent)?;
     let t = guard.resolve(to, Resolve::Parent)?;
     let meta =
@@ -257,7 +257,7 @@ pub fn rename(guard: &Guard, from: &str, to: &str) -> Typed {
     if meta.is_dir() && guard.tree_holds_protected(&f, &mut budget) {
         return Err(format!(
             "{} (it holds protected paths or another filesystem)",
-            Guard::refusal(from)
+            PathGuard::refusal(from)
         ));
     }
     std::fs::rename(&f, &t).map_err(|e| {

@@ -33,7 +33,7 @@ use std::process::{Command, Output, Stdio};
 use breeze_agent_proto::{
     AvailablePatch, PackageOutcome, PackageVersion, PatchInstallReport, PatchScanReport, RebootMode,
 };
-use breeze_core::Clock;
+use breeze_core::{Clock, PackageStatus};
 use serde::{Deserialize, Serialize};
 
 /// The package managers the agent drives.
@@ -253,7 +253,7 @@ impl PackageManager {
             .map(|name| match offered.get(name.as_str()) {
                 None => PackageOutcome {
                     name: name.clone(),
-                    status: "not_available".into(),
+                    status: PackageStatus::NotAvailable,
                     from_version: None,
                     to_version: None,
                     error: Some("no update is offered for this package".into()),
@@ -264,7 +264,11 @@ impl PackageManager {
                         .is_some_and(|s| s.installed_version == p.installed_version);
                     PackageOutcome {
                         name: name.clone(),
-                        status: if failed { "failed" } else { "installed" }.into(),
+                        status: if failed {
+                            PackageStatus::Failed
+                        } else {
+                            PackageStatus::Installed
+                        },
                         from_version: p.installed_version.clone(),
                         to_version: (!failed).then(|| p.available_version.clone()),
                         error: failed.then(|| {
@@ -313,26 +317,26 @@ impl PackageManager {
             let text = String::from_utf8_lossy(&out.stderr).to_string()
                 + &String::from_utf8_lossy(&out.stdout);
             let (status, error) = if out.status.success() {
-                ("rolled_back", None)
+                (PackageStatus::RolledBack, None)
             } else if text.contains("was not found")
                 || text.contains("No package")
                 || text.contains("not available")
             {
                 (
-                    "not_available",
+                    PackageStatus::NotAvailable,
                     Some(format!(
                         "version {} is no longer offered by the repositories",
                         p.version
                     )),
                 )
             } else {
-                ("failed", Some(failure("the rollback", &out)))
+                (PackageStatus::Failed, Some(failure("the rollback", &out)))
             };
             outcomes.push(PackageOutcome {
                 name: p.name.clone(),
-                status: status.into(),
+                status,
                 from_version: None,
-                to_version: (status == "rolled_back").then(|| p.version.clone()),
+                to_version: (status == PackageStatus::RolledBack).then(|| p.version.clone()),
                 error,
             });
         }
@@ -478,7 +482,7 @@ impl PackageManager {
             .map(|name| match before.get(name) {
                 None => PackageOutcome {
                     name: name.clone(),
-                    status: "not_installed".into(),
+                    status: PackageStatus::NotInstalled,
                     from_version: None,
                     to_version: None,
                     error: None,
@@ -487,7 +491,11 @@ impl PackageManager {
                     let still = after.contains_key(name);
                     PackageOutcome {
                         name: name.clone(),
-                        status: if still { "failed" } else { "removed" }.into(),
+                        status: if still {
+                            PackageStatus::Failed
+                        } else {
+                            PackageStatus::Removed
+                        },
                         from_version: Some(was.version.clone()),
                         to_version: None,
                         error: still.then(|| {
@@ -517,9 +525,7 @@ impl PackageManager {
         scan: PatchScanReport,
     ) -> PatchInstallReport {
         let required = self.reboot_required();
-        let changed = packages
-            .iter()
-            .any(|p| matches!(p.status.as_str(), "installed" | "rolled_back"));
+        let changed = packages.iter().any(|p| p.status.changed_as_asked());
         let logged_in = if reboot.mode == RebootMode::Never {
             Vec::new()
         } else {

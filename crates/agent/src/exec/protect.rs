@@ -77,7 +77,7 @@ impl Protection {
 
     /// The guard for one command: this list plus the organization's `additions`. An addition
     /// that does not parse fails the command rather than being skipped.
-    pub fn for_command(&self, additions: &[String]) -> Result<Guard, String> {
+    pub fn for_command(&self, additions: &[String]) -> Result<PathGuard, String> {
         let set = self
             .base
             .clone()
@@ -117,7 +117,7 @@ impl Protection {
                 }
             }
         }
-        Ok(Guard { set, ids, named })
+        Ok(PathGuard { set, ids, named })
     }
 }
 
@@ -132,7 +132,7 @@ pub enum Resolve {
 
 /// One command's view of the protected paths.
 #[derive(Debug)]
-pub struct Guard {
+pub struct PathGuard {
     set: ProtectedSet,
     ids: HashSet<(u64, u64)>,
     /// The existing paths the patterns name, for the hard-link check.
@@ -165,7 +165,7 @@ fn io_why(e: &std::io::Error) -> String {
     }
 }
 
-impl Guard {
+impl PathGuard {
     /// The refusal for `given`.
     pub fn refusal(given: &str) -> String {
         protected_message(given)
@@ -411,7 +411,7 @@ enum Last {
 }
 
 #[cfg(unix)]
-impl Guard {
+impl PathGuard {
     /// Opens `path` (resolved: no links) from `/`, one component at a time, never following a
     /// link, checking each step's identity.
     fn walk(&self, given: &str, path: &Path, last: Last) -> Result<File, String> {
@@ -485,7 +485,7 @@ impl Guard {
         Ok(current)
     }
 
-    /// Creates (or truncates) `name` in the directory `dir` opened by [`Guard::open_parent`],
+    /// Creates (or truncates) `name` in the directory `dir` opened by [`PathGuard::open_parent`],
     /// never through a link.
     pub fn create_in(
         &self,
@@ -536,7 +536,7 @@ impl Guard {
 }
 
 #[cfg(not(unix))]
-impl Guard {
+impl PathGuard {
     fn walk(&self, given: &str, path: &Path, _last: Last) -> Result<File, String> {
         File::open(path).map_err(|e| format!("cannot open {given}: {}", io_why(&e)))
     }

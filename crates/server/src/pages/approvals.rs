@@ -18,7 +18,7 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::{Operation, Permission, Timestamp, UserId};
+use breeze_core::{ApprovalStatus, Operation, Permission, Timestamp, UserId};
 use breeze_pipeline::approvals::{DecideError, DecisionRequest, decide, find_for};
 use breeze_store::{ApprovalRecord, Decision};
 use serde::Deserialize;
@@ -56,7 +56,7 @@ struct DecidedView {
     id: String,
     tool: String,
     description: String,
-    status: String,
+    status: ApprovalStatus,
     decided_by: String,
     reason: String,
     when: String,
@@ -166,9 +166,9 @@ async fn pending_views(
 }
 
 fn outcome(r: &ApprovalRecord) -> String {
-    match (r.status.as_str(), &r.result, r.result_is_error) {
-        ("completed", Some(_), false) => "ran: succeeded".to_owned(),
-        ("completed", Some(res), true) => {
+    match (r.status, &r.result, r.result_is_error) {
+        (ApprovalStatus::Completed, Some(_), false) => "ran: succeeded".to_owned(),
+        (ApprovalStatus::Completed, Some(res), true) => {
             let msg = res
                 .pointer("/error/message")
                 .or_else(|| res.get("message"))
@@ -176,9 +176,8 @@ fn outcome(r: &ApprovalRecord) -> String {
                 .unwrap_or("tool error");
             format!("ran: failed — {msg}")
         }
-        ("approved", ..) => "approved; running or about to run".to_owned(),
-        ("failed", ..) => "failed".to_owned(),
-        (s, ..) => s.to_owned(),
+        (ApprovalStatus::Approved, ..) => "approved; running or about to run".to_owned(),
+        (s, ..) => s.to_string(),
     }
 }
 
@@ -208,7 +207,7 @@ async fn page(
     let pending = pending_views(state, who, scope.org.id, &mut people).await?;
     let mut decided = Vec::new();
     for r in scope.store(state).list_approvals(false, 60).await? {
-        if r.status == "pending" && r.expires_at > state.clock.now() {
+        if r.status == ApprovalStatus::Pending && r.expires_at > state.clock.now() {
             continue;
         }
         if decided.len() == 25 {
@@ -223,10 +222,10 @@ async fn page(
             id: r.id.to_string(),
             tool: tool_name(&r),
             description: r.description.clone(),
-            status: if r.status == "pending" {
-                "expired".to_owned()
-            } else {
-                r.status.clone()
+            // Still pending here means its time ran out.
+            status: match r.status {
+                ApprovalStatus::Pending => ApprovalStatus::Expired,
+                other => other,
             },
             decided_by,
             reason: r.reason.clone().unwrap_or_default(),
@@ -330,14 +329,12 @@ async fn decide_one(
         failed_id: id.to_string(),
         reason: reason.clone(),
     };
-    let decision = match f.form.decision.as_str() {
-        "approve" => Decision::Approve,
-        "deny" => Decision::Deny,
-        "report" => Decision::Report,
-        other => {
-            let msg = format!("Unknown decision {other:?}: choose approve, deny or report.");
-            return page(&state, &who, &org, StatusCode::BAD_REQUEST, failed(msg)).await;
-        }
+    let Ok(decision) = f.form.decision.parse::<Decision>() else {
+        let msg = format!(
+            "Unknown decision {:?}: choose approve, deny or report.",
+            f.form.decision
+        );
+        return page(&state, &who, &org, StatusCode::BAD_REQUEST, failed(msg)).await;
     };
     if reason.chars().count() > 1000 {
         let msg = "The reason is too long: at most 1000 characters.".to_owned();

@@ -79,16 +79,11 @@ async fn decide_one(
 ) -> Result<Json<ApprovalRecord>, ApiError> {
     let actor = who.actor();
     let user = person(who)?;
-    let decision = match decision.as_str() {
-        "approve" => Decision::Approve,
-        "deny" => Decision::Deny,
-        "report" => Decision::Report,
-        other => {
-            return Err(ApiError::not_found(format!(
-                "no decision {other:?}; use approve, deny or report"
-            )));
-        }
-    };
+    let decision: Decision = decision.parse().map_err(|_| {
+        ApiError::not_found(format!(
+            "no decision {decision:?}; use approve, deny or report"
+        ))
+    })?;
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found("approval request not found"))?;
     let body: DecisionBody = if body.iter().all(u8::is_ascii_whitespace) {
         DecisionBody::default()

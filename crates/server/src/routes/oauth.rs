@@ -21,7 +21,7 @@ use axum::{
     routing::{delete, get, post},
 };
 use breeze_core::{Actor, ActorType, AuditEvent, GrantId, OrgId};
-use breeze_oauth::{AuthorizeError, AuthorizeRequest, ErrorCode, OAuth, OAuthError};
+use breeze_oauth::{AuthorizeError, AuthorizeRequest, OAuth, OAuthError, OAuthErrorCode};
 use breeze_store::OAuthGrantRecord;
 use serde::Serialize;
 use serde_json::json;
@@ -138,7 +138,10 @@ impl From<OAuthError> for OAuthFailure {
 
 impl From<ApiError> for OAuthFailure {
     fn from(e: ApiError) -> Self {
-        Self(OAuthError::protocol(ErrorCode::InvalidRequest, e.message))
+        Self(OAuthError::protocol(
+            OAuthErrorCode::InvalidRequest,
+            e.message,
+        ))
     }
 }
 
@@ -147,8 +150,10 @@ impl IntoResponse for OAuthFailure {
         let (status, code, description, retry) = match self.0 {
             OAuthError::Protocol { code, description } => {
                 let status = match code {
-                    ErrorCode::InvalidClient | ErrorCode::InvalidToken => StatusCode::UNAUTHORIZED,
-                    ErrorCode::ServerError => StatusCode::INTERNAL_SERVER_ERROR,
+                    OAuthErrorCode::InvalidClient | OAuthErrorCode::InvalidToken => {
+                        StatusCode::UNAUTHORIZED
+                    }
+                    OAuthErrorCode::ServerError => StatusCode::INTERNAL_SERVER_ERROR,
                     _ => StatusCode::BAD_REQUEST,
                 };
                 (status, code.as_str(), description, None)
@@ -541,7 +546,7 @@ fn form_body(headers: &HeaderMap, body: &Bytes) -> Result<Vec<(String, String)>,
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     if !ok {
         return Err(OAuthFailure(OAuthError::protocol(
-            ErrorCode::InvalidRequest,
+            OAuthErrorCode::InvalidRequest,
             "expected Content-Type: application/x-www-form-urlencoded",
         )));
     }
@@ -584,7 +589,7 @@ async fn introspect(
     let oauth = oauth(&state)?;
     let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
         return Err(OAuthFailure(OAuthError::protocol(
-            ErrorCode::InvalidClient,
+            OAuthErrorCode::InvalidClient,
             "introspection requires X-API-Key",
         )));
     };
@@ -594,7 +599,7 @@ async fn introspect(
         .await
         .map_err(|e| {
             OAuthFailure(OAuthError::protocol(
-                ErrorCode::InvalidClient,
+                OAuthErrorCode::InvalidClient,
                 e.to_string(),
             ))
         })?;
@@ -674,7 +679,7 @@ async fn register(
                     .await
                     .map_err(OAuthError::from)?;
                 return Err(OAuthFailure(OAuthError::protocol(
-                    ErrorCode::InvalidToken,
+                    OAuthErrorCode::InvalidToken,
                     "registration requires an initial access token (Authorization: Bearer <API key>)",
                 )));
             }
@@ -684,7 +689,7 @@ async fn register(
     };
     let req: breeze_oauth::RegistrationRequest = serde_json::from_slice(&body).map_err(|e| {
         OAuthFailure(OAuthError::protocol(
-            ErrorCode::InvalidClientMetadata,
+            OAuthErrorCode::InvalidClientMetadata,
             format!("the body is not a registration request: {e}"),
         ))
     })?;
@@ -703,7 +708,7 @@ struct GrantView {
     organization_id: OrgId,
     scopes: Vec<String>,
     resource: String,
-    status: String,
+    status: breeze_core::GrantStatus,
     state: &'static str,
     created_at: breeze_core::Timestamp,
     last_used_at: Option<breeze_core::Timestamp>,

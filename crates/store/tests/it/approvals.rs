@@ -86,7 +86,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(r.status, "pending");
+    assert_eq!(r.status.as_str(), "pending");
     assert!(
         s.org(other).get_approval(r.id).await.is_err(),
         "confined to its organization"
@@ -114,7 +114,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(decided.status, "approved");
+    assert_eq!(decided.status.as_str(), "approved");
     let again = o
         .decide_approval(
             r.id,
@@ -145,7 +145,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
     // A crash mid-execution: at the next start it fails and is never retried.
     assert_eq!(s.fail_interrupted_approvals().await.unwrap(), 1);
     let failed = o.get_approval(r.id).await.unwrap();
-    assert_eq!(failed.status, "failed");
+    assert_eq!(failed.status.as_str(), "failed");
     assert!(failed.reason.unwrap().contains("not retried"));
     assert!(!s.claim_approval(r.id).await.unwrap());
 
@@ -170,7 +170,10 @@ async fn approvals_move_forward_once(cx: Ctx) {
         .is_err()
     );
     assert_eq!(s.expire_approvals().await.unwrap(), 1);
-    assert_eq!(o.get_approval(late.id).await.unwrap().status, "expired");
+    assert_eq!(
+        o.get_approval(late.id).await.unwrap().status.as_str(),
+        "expired"
+    );
     cx.clock.advance(Duration::minutes(-6));
 
     // Report revokes the requesting key in the same transaction.
@@ -315,7 +318,7 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(r.status, "approved");
+    assert_eq!(r.status.as_str(), "approved");
     assert_eq!(r.mode, "automatic");
     assert_eq!(r.decided_by, None);
     assert!(r.decided_at.is_some());
@@ -471,7 +474,7 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .unwrap()
     );
     let w = o.get_approval(r.id).await.unwrap();
-    assert_eq!(w.status, "withdrawn");
+    assert_eq!(w.status.as_str(), "withdrawn");
     assert!(w.is_final());
     let approve = o
         .decide_approval(
@@ -543,7 +546,10 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .await
             .unwrap()
     );
-    assert_eq!(o.get_approval(r.id).await.unwrap().status, "executing");
+    assert_eq!(
+        o.get_approval(r.id).await.unwrap().status.as_str(),
+        "executing"
+    );
     let r = o
         .create_approval(new(), audit("approval.request", "approval_request"))
         .await
@@ -562,7 +568,10 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .await
             .unwrap()
     );
-    assert_eq!(o.get_approval(r.id).await.unwrap().status, "denied");
+    assert_eq!(
+        o.get_approval(r.id).await.unwrap().status.as_str(),
+        "denied"
+    );
 }
 
 breeze_store::on_both_backends!(

@@ -319,7 +319,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
                 approval_ids: vec![],
                 devices: vec![DeviceOutcome {
                     device_id: dev_b.id, // any id: the outcome is what the worker recorded
-                    status: "completed".into(),
+                    status: "completed".parse().unwrap(),
                     exit_code: Some(0),
                     ..Default::default()
                 }],

@@ -288,8 +288,11 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(history.len(), 2, "{history:?}");
-    assert_eq!(history[0].from_status.as_deref(), Some("non_compliant"));
-    assert_eq!(history[0].to_status, "compliant");
+    assert_eq!(
+        history[0].from_status.map(|s| s.as_str()),
+        Some("non_compliant")
+    );
+    assert_eq!(history[0].to_status.as_str(), "compliant");
     let summary = o.compliance_summary().await.unwrap();
     assert_eq!(summary.len(), 1);
     assert_eq!(

@@ -397,7 +397,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(job.status, "running");
+    assert_eq!(job.status.as_str(), "running");
     assert!(
         ob.get_patch_job(job.id).await.is_err(),
         "B cannot read A's job"
@@ -410,7 +410,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     };
     let outcome = |name: &str, status: &str| PackageOutcome {
         name: name.into(),
-        status: status.into(),
+        status: status.parse().unwrap(),
         from_version: Some("3.0.14".into()),
         to_version: (status == "installed").then(|| "3.0.15".into()),
         error: None,
@@ -474,9 +474,9 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     // A repeated result changes nothing.
     s.record_patch_command(&done).await.unwrap();
     let (job, parts) = oa.get_patch_job(job.id).await.unwrap();
-    assert_eq!(job.status, "partial", "{parts:?}");
+    assert_eq!(job.status.as_str(), "partial", "{parts:?}");
     let web_part = parts.iter().find(|p| p.device_id == web).unwrap();
-    assert_eq!(web_part.status, "partial");
+    assert_eq!(web_part.status.as_str(), "partial");
     assert_eq!(web_part.reboot.as_deref(), Some("deferred_users_logged_in"));
     assert_eq!(web_part.results.as_ref().unwrap()[0]["status"], "installed");
     let db_part = parts.iter().find(|p| p.device_id == db).unwrap();
@@ -579,7 +579,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     s.record_patch_command(&done).await.unwrap();
     let (rollback, parts) = oa.get_patch_job(rollback.id).await.unwrap();
-    assert_eq!(rollback.status, "failed");
+    assert_eq!(rollback.status.as_str(), "failed");
     assert_eq!(parts[0].error.as_deref(), Some("dpkg was interrupted"));
 
     // A failed scan keeps the old list and says why.
@@ -622,7 +622,7 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
         )
         .await
         .unwrap();
-    assert_eq!(job.status, "scheduled");
+    assert_eq!(job.status.as_str(), "scheduled");
     let scheduled = s.cross_org().scheduled_patch_jobs().await.unwrap();
     assert_eq!(scheduled.len(), 1);
     assert_eq!(scheduled[0].window_name.as_deref(), Some("Sunday night"));
@@ -644,8 +644,8 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
             .unwrap()
     );
     let (job, parts) = oa.get_patch_job(job.id).await.unwrap();
-    assert_eq!(job.status, "cancelled");
-    assert_eq!(parts[0].status, "skipped");
+    assert_eq!(job.status.as_str(), "cancelled");
+    assert_eq!(parts[0].status.as_str(), "skipped");
     assert!(
         s.cross_org()
             .scheduled_patch_jobs()
@@ -684,14 +684,14 @@ async fn removals_are_history(cx: Ctx) {
         packages: vec![
             PackageOutcome {
                 name: "nginx".into(),
-                status: "removed".into(),
+                status: "removed".parse().unwrap(),
                 from_version: Some("1.22.1-9".into()),
                 to_version: None,
                 error: None,
             },
             PackageOutcome {
                 name: "curl".into(),
-                status: "not_installed".into(),
+                status: "not_installed".parse().unwrap(),
                 from_version: None,
                 to_version: None,
                 error: None,
@@ -744,10 +744,12 @@ async fn removals_are_history(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(nginx.len(), 1);
-    assert_eq!(nginx[0].status, "removed");
+    assert_eq!(nginx[0].status.as_str(), "removed");
     assert_eq!(nginx[0].from_version.as_deref(), Some("1.22.1-9"));
     assert_eq!(
-        oa.patch_history(Some(web), Some("curl"), 10).await.unwrap()[0].status,
+        oa.patch_history(Some(web), Some("curl"), 10).await.unwrap()[0]
+            .status
+            .as_str(),
         "not_installed"
     );
     // A removal is never what a rollback goes back to.

@@ -74,7 +74,7 @@ impl Tool for GetApprovalStatus {
             approval_id: r.id.to_string(),
             tool: r.tool,
             description: r.description,
-            status: r.status,
+            status: r.status.to_string(),
             reason: r.reason,
             expires_at: r.expires_at.to_rfc3339(),
             decided_at: r.decided_at.map(|t| t.to_rfc3339()),

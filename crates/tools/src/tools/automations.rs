@@ -42,7 +42,7 @@ const RECENT_RUNS: u32 = 5;
 crate::actions! {
     // What `manage_automations` does: reads are Tier 1; creating, changing, switching and
     // running Tier 2 (a script run is Tier 3 on its own, as its owner); deleting Tier 3.
-    pub(crate) enum AutomationAction {
+    pub(crate) enum AutomationToolAction {
         List = "list" => (T1, Read, ScriptsRead),
         Get = "get" => (T1, Read, ScriptsRead),
         History = "history" => (T1, Read, ScriptsRead),
@@ -164,7 +164,7 @@ impl TaskArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct AutomationsInput {
-    action: AutomationAction,
+    action: AutomationToolAction,
     /// get, history (optional), update, delete, enable, disable, run.
     #[schemars(length(min = 36, max = 36))]
     automation_id: Option<String>,
@@ -338,13 +338,13 @@ impl Tool for ManageAutomations {
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::ScriptsRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 600);
-    type Actions = AutomationAction;
+    type Actions = AutomationToolAction;
     type Input = AutomationsInput;
     type Output = Rendered<AutomationsOutput>;
 
     /// The automation a delete names exists in the organization.
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
-        if input.action == AutomationAction::Delete {
+        if input.action == AutomationToolAction::Delete {
             cx.org
                 .get_automation(automation_id(input)?)
                 .await
@@ -355,7 +355,7 @@ impl Tool for ManageAutomations {
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         match input.action {
-            AutomationAction::List => {
+            AutomationToolAction::List => {
                 let all: Vec<AutomationView> = cx
                     .org
                     .list_automations()
@@ -369,7 +369,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Get => {
+            AutomationToolAction::Get => {
                 let id = automation_id(&input)?;
                 let a = cx.org.get_automation(id).await.map_err(missing)?;
                 let runs = cx.org.list_runs(Some(id), RECENT_RUNS).await?;
@@ -379,7 +379,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::History => {
+            AutomationToolAction::History => {
                 let id = match input.automation_id.as_deref() {
                     None => None,
                     Some(_) => {
@@ -401,7 +401,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Create => {
+            AutomationToolAction::Create => {
                 let name = input
                     .name
                     .clone()
@@ -438,7 +438,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Update => {
+            AutomationToolAction::Update => {
                 let id = automation_id(&input)?;
                 let update = AutomationUpdate {
                     name: input.name.clone(),
@@ -468,9 +468,9 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Enable | AutomationAction::Disable => {
+            AutomationToolAction::Enable | AutomationToolAction::Disable => {
                 let id = automation_id(&input)?;
-                let on = input.action == AutomationAction::Enable;
+                let on = input.action == AutomationToolAction::Enable;
                 let update = AutomationUpdate {
                     enabled: Some(on),
                     ..Default::default()
@@ -495,7 +495,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Run => {
+            AutomationToolAction::Run => {
                 let id = automation_id(&input)?;
                 let new = NewRun {
                     trigger: AutomationTrigger::Manual,
@@ -521,7 +521,7 @@ impl Tool for ManageAutomations {
                     ..Default::default()
                 })
             }
-            AutomationAction::Delete => {
+            AutomationToolAction::Delete => {
                 let id = automation_id(&input)?;
                 let a = cx
                     .org

@@ -554,8 +554,8 @@ impl Tool for ManagePolicies {
                     .map(|c| ChangeView {
                         policy_id: c.policy_id.to_string(),
                         device_id: c.device_id.to_string(),
-                        from_status: c.from_status,
-                        to_status: c.to_status,
+                        from_status: c.from_status.map(|s| s.to_string()),
+                        to_status: c.to_status.to_string(),
                         results: c.results,
                         at: c.at.to_rfc3339(),
                     })

@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::Typed;
-use super::protect::{Guard, Resolve};
+use super::protect::{PathGuard, Resolve};
 use crate::system::probes::{self, run_tool};
 
 mod listening;
@@ -163,7 +163,7 @@ pub struct Flagged {
 /// Runs every check. `roots` replaces [`SYSTEM_ROOTS`] when given (tests); `extra_roots` and
 /// `indicator_paths` come from the command.
 pub fn scan(
-    guard: &Guard,
+    guard: &PathGuard,
     roots: Option<&[PathBuf]>,
     extra_roots: &[String],
     indicator_paths: &[String],
@@ -424,7 +424,7 @@ fn sha256_of_reader(r: &mut impl Read) -> std::io::Result<String> {
 /// Walks `roots` (resolved, deduplicated) without following links, staying on each root's
 /// filesystem, for world-writable files and non-sticky world-writable directories.
 pub fn world_writable_check(
-    guard: &Guard,
+    guard: &PathGuard,
     roots: &[PathBuf],
     deadline: Instant,
     flagged: &mut Vec<Flagged>,
@@ -635,7 +635,7 @@ pub fn antivirus_check(proc: &Path) -> Check {
 // Indicators
 // ---------------------------------------------------------------------------------------------
 
-fn indicator_check(guard: &Guard, paths: &[String], flagged: &mut Vec<Flagged>) -> Check {
+fn indicator_check(guard: &PathGuard, paths: &[String], flagged: &mut Vec<Flagged>) -> Check {
     let mut matched = Vec::new();
     let mut refused = Vec::new();
     for given in paths.iter().take(MAX_FLAGGED) {
@@ -686,7 +686,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn guard_for(own: &[PathBuf]) -> Guard {
+    fn guard_for(own: &[PathBuf]) -> PathGuard {
         super::super::protect::Protection::new(own)
             .for_command(&[])
             .expect("guard")

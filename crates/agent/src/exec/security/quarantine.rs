@@ -73,7 +73,7 @@ fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Quarantines the regular file `path` into `qdir` (see the module docs).
 pub fn quarantine(
-    guard: &Guard,
+    guard: &PathGuard,
     qdir: &Path,
     path: &str,
     expected_sha256: Option<&str>,
@@ -140,7 +140,7 @@ pub fn quarantine(
 }
 
 /// Restores a quarantined file to its original path.
-pub fn restore(guard: &Guard, qdir: &Path, id: &str, now: Timestamp) -> Typed {
+pub fn restore(guard: &PathGuard, qdir: &Path, id: &str, now: Timestamp) -> Typed {
     use std::os::unix::fs::PermissionsExt;
     let (_, dir) = record_dir(qdir, id)?;
     let mut record = read_record(&dir)?;

@@ -151,7 +151,7 @@ async fn send_part(
     audit: AuditEvent,
 ) -> Result<Option<Uuid>, ToolError> {
     let reboot = reboot_mode(&job.reboot_policy);
-    let kind = if job.kind == "rollback" {
+    let kind = if job.kind == PatchJobKind::Rollback {
         let packages: Vec<PackageVersion> =
             serde_json::from_value(packages.clone()).map_err(|e| {
                 ToolError::new(crate::ErrorCode::Internal, format!("rollback plan: {e}"))
@@ -210,7 +210,10 @@ pub async fn start_scheduled_patch_job(
     job: &PatchJob,
 ) -> Result<(), ToolError> {
     let (_, parts) = org.get_patch_job(job.id).await?;
-    for part in parts.into_iter().filter(|p| p.status == "scheduled") {
+    for part in parts
+        .into_iter()
+        .filter(|p| p.status == breeze_core::PatchPartStatus::Scheduled)
+    {
         let audit = AuditEvent::new(
             breeze_core::Actor::system("patches"),
             "patch.job.dispatch",
@@ -265,7 +268,7 @@ pub(super) async fn results(
                     action: h.action,
                     from_version: h.from_version,
                     to_version: h.to_version,
-                    status: h.status,
+                    status: h.status.to_string(),
                     error: h.error,
                     at: h.at.to_rfc3339(),
                 })

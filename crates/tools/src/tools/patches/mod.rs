@@ -323,8 +323,8 @@ impl JobView {
     fn new(j: PatchJob, parts: Option<Vec<PatchJobDevice>>) -> Self {
         Self {
             id: j.id.to_string(),
-            kind: j.kind,
-            status: j.status,
+            kind: j.kind.to_string(),
+            status: j.status.to_string(),
             reboot_policy: j.reboot_policy,
             reboot_with_users: j.reboot_with_users,
             schedule: j.schedule,
@@ -364,7 +364,7 @@ impl From<PatchJobDevice> for JobDeviceView {
     fn from(p: PatchJobDevice) -> Self {
         Self {
             device_id: p.device_id.to_string(),
-            status: p.status,
+            status: p.status.to_string(),
             packages: p.packages,
             command_id: p.command_id.map(|c| c.to_string()),
             results: p.results,

@@ -18,7 +18,7 @@ fn removal_view(view: CommandView) -> RemovalView {
             .iter()
             .map(|p| RemovedPackage {
                 name: p.name.clone(),
-                status: p.status.clone(),
+                status: p.status.to_string(),
                 from_version: p.from_version.clone(),
                 error: p.error.clone(),
             })

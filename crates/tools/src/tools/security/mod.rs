@@ -199,7 +199,7 @@ impl From<breeze_store::ScanSchedule> for ScheduleView {
             owner: s.owner_actor,
             next_run_at: s.next_run_at.map(|t| t.to_rfc3339()),
             last_run_at: s.last_run_at.map(|t| t.to_rfc3339()),
-            last_status: s.last_status,
+            last_status: s.last_status.map(|s| s.to_string()),
             last_message: s.last_message,
         }
     }
