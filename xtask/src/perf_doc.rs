@@ -1,6 +1,6 @@
 //! `docs/performance.md`: each benchmark's latest result, written by the benchmark itself.
 //!
-//! A benchmark prints its result with [`report!`] instead of `println!`: the line goes to
+//! A benchmark prints its result with `report!` instead of `println!`: the line goes to
 //! stdout and is kept. When `cargo xtask bench NAME` succeeds, what it kept replaces the text
 //! between `<!-- bench:NAME:begin -->` and `<!-- bench:NAME:end -->` in `docs/performance.md`
 //! (a section is appended when the file has none yet), under a line naming the command, the
@@ -27,7 +27,7 @@ macro_rules! report {
     };
 }
 
-/// Prints `line` and keeps it (see [`report!`]).
+/// Prints `line` and keeps it (see `report!`).
 pub(crate) fn keep(line: &str) {
     println!("{line}");
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());

@@ -4,7 +4,7 @@
 //! Invariants:
 //!
 //! - **Keyed by the SHA-256 of the presented key**, never by the plaintext. An entry holds
-//!   what builds an [`ApiKeyPrincipal`], the stored hash (still compared in constant time on
+//!   what builds a [`Caller`], the stored hash (still compared in constant time on
 //!   every hit), `expires_at` and `last_used_at`, the store's credentials generation it was
 //!   read at and the instant (from the injected clock) it was read.
 //! - **A change made in this process is seen by the very next request.** An entry is served
@@ -32,7 +32,7 @@
 //!   self-contained (its generation and read instant travel with it), so re-inserting an
 //!   entry read earlier can only make it expire sooner, never revive it.
 //!
-//! [`ApiKeyPrincipal`]: breeze_core::ApiKeyPrincipal
+//! [`Caller`]: breeze_core::Caller
 //! [`Store::credentials_generation`]: breeze_store::Store::credentials_generation
 //! [`AuthSettings::cache_ttl`]: crate::AuthSettings::cache_ttl
 //! [`StoreOptions::credential_fence`]: breeze_store::StoreOptions::credential_fence
@@ -101,12 +101,12 @@ impl CachedKey {
 /// Recently authenticated keys by the SHA-256 of the presented key. Shared by clones of the
 /// [`AuthService`](crate::AuthService) through an `Arc`. Entries are shared too, so a hit
 /// copies a pointer rather than the key's record (its strings and scopes).
-pub(crate) struct PrincipalCache {
+pub(crate) struct CallerCache {
     ttl: Duration,
     entries: Mutex<HashMap<[u8; 32], Arc<CachedKey>>>,
 }
 
-impl PrincipalCache {
+impl CallerCache {
     /// A cache serving entries for `ttl`; zero or less turns it off.
     pub(crate) fn new(ttl: Duration) -> Self {
         Self {
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn entries_are_served_within_the_ttl_at_their_generation_only() {
-        let cache = PrincipalCache::new(Duration::seconds(1));
+        let cache = CallerCache::new(Duration::seconds(1));
         cache.insert([1; 32], entry(3, t0()));
         assert!(cache.get(&[1; 32], 3, t0()).is_some());
         assert!(
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_zero_ttl_caches_nothing() {
-        let cache = PrincipalCache::new(Duration::zero());
+        let cache = CallerCache::new(Duration::zero());
         cache.insert([1; 32], entry(0, t0()));
         assert_eq!(cache.len(), 0);
         assert!(cache.get(&[1; 32], 0, t0()).is_none());
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_cache_is_bounded() {
-        let cache = PrincipalCache::new(Duration::seconds(1));
+        let cache = CallerCache::new(Duration::seconds(1));
         for i in 0..CAPACITY {
             let mut hash = [0u8; 32];
             hash[..8].copy_from_slice(&(i as u64).to_le_bytes());

@@ -21,7 +21,7 @@ use breeze_core::{
     UserId,
 };
 use breeze_store::{ApiKeyRecord, NewApiKey, Store, StoreError};
-use cache::{CachedKey, PrincipalCache};
+use cache::{CachedKey, CallerCache};
 use chrono::Duration;
 use rand::{CryptoRng, RngCore, rngs::OsRng};
 use subtle::ConstantTimeEq;
@@ -126,14 +126,14 @@ pub struct AuthService {
     settings: AuthSettings,
     limiter: Arc<dyn breeze_limits::RateLimiter>,
     /// Recently authenticated API keys; shared by clones.
-    cache: Arc<PrincipalCache>,
+    cache: Arc<CallerCache>,
 }
 
 impl AuthService {
     /// A service over `store`, reading time from `clock`.
     pub fn new(store: Store, clock: Arc<dyn Clock>, settings: AuthSettings) -> Self {
         let limiter = Arc::new(breeze_limits::MemoryLimiter::new());
-        let cache = Arc::new(PrincipalCache::new(settings.cache_ttl));
+        let cache = Arc::new(CallerCache::new(settings.cache_ttl));
         Self {
             store,
             clock,

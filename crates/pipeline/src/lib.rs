@@ -15,7 +15,7 @@
 //! ([`budget`]). Refusals become structured errors with [`errors::refusal_error`]. Arguments
 //! that are a batch envelope ([`envelope`]) go through [`batch`], which composes the same steps
 //! per item: every item cleared before the first runs, one approval for a Tier 3 batch, each
-//! item then run as a single call runs. An approved request runs through [`release`], whoever
+//! item then run as a single call runs. An approved request runs through `release.rs`, whoever
 //! claimed it: the waiting call, or the resumer ([`Pipeline::spawn_resumer`]).
 
 pub mod approvals;

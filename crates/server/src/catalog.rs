@@ -11,7 +11,7 @@
 //!
 //! The choice comes from the connection URL's query (`?catalog=`, `?toolsets=`), else the
 //! `X-Breeze-Catalog` / `X-Breeze-Toolsets` headers, else the server's `BREEZE_MCP_CATALOG`.
-//! It is carried in [`McpPrincipal`] and, as text, in the engine's `Client::binding`: a session
+//! It is carried in [`Connected`] and, as text, in the engine's `Client::binding`: a session
 //! keeps the choice its `initialize` made, and a request on it that asks for another is refused
 //! (400) — a client changes catalogs by opening a new session.
 //!

@@ -30,7 +30,7 @@ impl PatchJobDispatcher {
     }
 }
 
-/// Runs every [`PATCH_DISPATCH_TICK`]; a tick answers how many jobs it started.
+/// Runs every 30 seconds (`PATCH_DISPATCH_TICK`); a tick answers how many jobs it started.
 impl Worker for PatchJobDispatcher {
     const NAME: &'static str = "patch job dispatch";
     type Report = usize;

@@ -8,7 +8,7 @@
 //! the run in the same transaction, so instances sharing the database fire each occurrence once
 //! and a restart loses nothing (the same technique as `scheduled_runs`, on a row per
 //! automation). An alert queues at most one run per automation (a unique index), whichever
-//! instance sees it first. A queued run is taken by one worker ([`Store::claim_queued_runs`],
+//! instance sees it first. A queued run is taken by one worker ([`CrossOrg::claim_queued_runs`](crate::CrossOrg::claim_queued_runs),
 //! a conditional update). The store does no running: the server's worker does, as the
 //! automation's owner, through the tool pipeline.
 
