@@ -56,6 +56,7 @@ impl AuthService {
         let record = self
             .store
             .org(req.org_id)
+            .agents()
             .create_enrollment_key(
                 NewEnrollmentKey {
                     site_id: req.site_id,

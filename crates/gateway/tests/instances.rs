@@ -43,11 +43,13 @@ async fn device(store: &Store) -> (OrgId, DeviceId) {
         .id;
     let site = store
         .org(org)
+        .tenancy()
         .create_site("HQ", "UTC", audit("s"))
         .await
         .unwrap();
     let d = store
         .org(org)
+        .devices()
         .create_device(
             NewDevice {
                 site_id: site.id,
@@ -167,7 +169,12 @@ async fn commands_cross_instances_both_ways() {
     }
 
     // Exactly once: each command was claimed by one instance, and nothing is left pending.
-    let stored = store_a.org(org).get_command(queued.id).await.unwrap();
+    let stored = store_a
+        .org(org)
+        .commands()
+        .get_command(queued.id)
+        .await
+        .unwrap();
     assert!(stored.is_terminal());
     assert!(
         store_b

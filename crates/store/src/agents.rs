@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, Result, Store, StoreError, audit,
     sql::{Arg, Tx, escape_like, sql},
 };
 
@@ -141,7 +141,7 @@ fn level_str(level: breeze_agent_proto::LogLevel) -> &'static str {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgAgents<'_> {
     /// Stores an enrollment key for a site of this organization, audited.
     pub async fn create_enrollment_key(
         &self,
@@ -151,7 +151,7 @@ impl OrgStore<'_> {
         if new.name.trim().is_empty() {
             return Err(StoreError::Invalid("an enrollment key needs a name".into()));
         }
-        self.get_site(new.site_id).await?;
+        self.whole().tenancy().get_site(new.site_id).await?;
         let now = self.store.clock.now();
         if new.expires_at <= now {
             return Err(StoreError::Invalid(
@@ -215,7 +215,8 @@ impl OrgStore<'_> {
         id: Uuid,
         audit: AuditEvent,
     ) -> Result<EnrollmentKeyRecord> {
-        self.stamp_once("enrollment_keys", "revoked_at", id, audit)
+        self.whole()
+            .stamp_once("enrollment_keys", "revoked_at", id, audit)
             .await?;
         self.get_enrollment_key(id).await
     }
@@ -223,7 +224,7 @@ impl OrgStore<'_> {
     /// The latest heartbeat and inventory of a device of this organization (`None` before the
     /// agent's first report).
     pub async fn device_state(&self, device: DeviceId) -> Result<Option<DeviceState>> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         sql(
             "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
              inventory, inventory_at FROM device_state WHERE device_id = $1 AND org_id = $2",
@@ -440,7 +441,10 @@ impl Store {
         let committed = tx.commit().await;
         self.devices_changed(key.org_id);
         committed?;
-        Ok((self.org(key.org_id).get_device(device_id).await?, key.id))
+        Ok((
+            self.org(key.org_id).devices().get_device(device_id).await?,
+            key.id,
+        ))
     }
 
     /// The credential whose current or pending token hashes to `hash`. A match on the pending
