@@ -18,10 +18,25 @@ use crate::contract::{
 /// A tool's output, serialized once from its typed value.
 pub type RawOutput = Box<serde_json::value::RawValue>;
 
-// The erased handlers own their `ToolCx`, so a call is one boxed future.
-type CallFn = for<'a> fn(ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
-type PrecheckFn =
-    for<'a> fn(ToolCx<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
+// The erased handlers own their `ToolCx`, so a call is one boxed future. They make it
+// themselves, for their tool's reach, from the cleared organization.
+type CallFn = for<'a> fn(Scope<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
+type PrecheckFn = for<'a> fn(Scope<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
+
+/// What a call's [`ToolCx`] is made of: the unscoped services and the organization, actor and
+/// options of the clearance.
+struct Scope<'a> {
+    unscoped: &'a Unscoped,
+    org: breeze_core::OrgId,
+    actor: breeze_core::Actor,
+    options: CallOptions,
+}
+
+impl<'a> Scope<'a> {
+    fn cx<T: Tool>(self) -> ToolCx<'a, T::Reach> {
+        ToolCx::new(self.unscoped, self.org, self.actor, self.options)
+    }
+}
 
 /// A registered tool.
 pub struct ToolSpec {
@@ -189,8 +204,13 @@ impl ToolSpec {
         if !cleared.binds(self, &args) {
             return Box::pin(std::future::ready(Err(mismatch(&cleared, self.name))));
         }
-        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
-        (self.call)(cx, args)
+        let scope = Scope {
+            unscoped,
+            org: cleared.org(),
+            actor: cleared.actor().clone(),
+            options,
+        };
+        (self.call)(scope, args)
     }
 
     /// The tool's [`Tool::precheck`] on already validated arguments of a call awaiting a
@@ -207,8 +227,13 @@ impl ToolSpec {
         if !cleared.binds(self, args) {
             return Box::pin(std::future::ready(Err(mismatch(cleared, self.name))));
         }
-        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
-        (self.precheck)(cx, args)
+        let scope = Scope {
+            unscoped,
+            org: cleared.org(),
+            actor: cleared.actor().clone(),
+            options,
+        };
+        (self.precheck)(scope, args)
     }
 }
 
@@ -607,9 +632,10 @@ fn json_types(schema: &Value, defs: Option<&Value>) -> Option<Vec<String>> {
 }
 
 fn call_erased<'a, T: Tool>(
-    cx: ToolCx<'a>,
+    scope: Scope<'a>,
     args: Value,
 ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
+    let cx = scope.cx::<T>();
     async move {
         let input: T::Input = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
@@ -621,9 +647,10 @@ fn call_erased<'a, T: Tool>(
 }
 
 fn precheck_erased<'a, T: Tool>(
-    cx: ToolCx<'a>,
+    scope: Scope<'a>,
     args: &'a Value,
 ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
+    let cx = scope.cx::<T>();
     async move {
         let input: T::Input = T::Input::deserialize(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;

@@ -25,7 +25,11 @@ use super::App;
 
 /// One organization's policies as the CLI changes them.
 fn org_policies(app: &App, org: breeze_core::OrgId) -> ConfigPolicies<'_> {
-    ConfigPolicies::new(app.store.org(org), Agents::Bus, Actor::system("cli"))
+    ConfigPolicies::new(
+        app.store.org(org).config_policies(),
+        Agents::Bus,
+        Actor::system("cli"),
+    )
 }
 
 /// The devices a change covers (their agents are sent it), for the command's output.

@@ -16,6 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::devices::find_device;
+use crate::reach::Reach;
 use crate::{ErrorCode, ToolCx, ToolError};
 
 /// How long a command may wait for an agent that is online but reconnecting (one heartbeat
@@ -119,7 +120,10 @@ fn command_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
 }
 
 /// The caller's device, online; otherwise the error a tool returns.
-pub(crate) async fn online_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Device, ToolError> {
+pub(crate) async fn online_device<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    device_id: &str,
+) -> Result<Device, ToolError> {
     let device = find_device(cx, device_id).await?;
     if device.status != DeviceStatus::Online {
         let seen = device
@@ -144,8 +148,8 @@ pub(crate) fn gateway_error(e: GatewayError) -> ToolError {
 }
 
 /// Queues `kind` on `device` and waits as `opts` say.
-pub(crate) async fn run(
-    cx: &ToolCx<'_>,
+pub(crate) async fn run<R: Reach>(
+    cx: &ToolCx<'_, R>,
     device: &Device,
     kind: CommandKind,
     opts: RunOptions,
@@ -154,7 +158,7 @@ pub(crate) async fn run(
     let audit = AuditEvent::new(cx.actor.clone(), opts.audit_action, "device_command")
         .request(cx.request_id.clone());
     let cmd = cx
-        .fleet
+        .fleet()
         .submit(
             NewCommand {
                 device_id: device.id,
@@ -170,7 +174,7 @@ pub(crate) async fn run(
         .await
         .map_err(gateway_error)?;
     let done = cx
-        .fleet
+        .fleet()
         .wait(cmd.id, opts.wait, |p| match p {
             Progress::Started => {
                 cx.report(0.0, None, Some(format!("running on {}", device.hostname)));
@@ -273,11 +277,14 @@ pub(crate) fn safe_path(field: &str, path: &str) -> Result<(), ToolError> {
 /// Refuses a command naming a path the organization added to the protected paths (the
 /// built-in ones were refused by [`safe_path`] already). The agent gets the same additions
 /// with the command and refuses on its own too.
-async fn check_org_protected(cx: &ToolCx<'_>, kind: &CommandKind) -> Result<(), ToolError> {
+async fn check_org_protected<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    kind: &CommandKind,
+) -> Result<(), ToolError> {
     if !kind.touches_paths() {
         return Ok(());
     }
-    let additions = cx.org.commands().protected_paths().await?;
+    let additions = cx.commands().protected_paths().await?;
     if additions.is_empty() {
         return Ok(());
     }

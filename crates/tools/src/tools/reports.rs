@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::args::{SeverityArg, uuid_or_missing};
+use crate::reach::{self, Reach};
 use crate::{RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -299,7 +300,7 @@ fn report_missing(e: breeze_store::StoreError) -> ToolError {
     }
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, "report").request(cx.request_id.clone())
 }
 
@@ -324,12 +325,15 @@ impl Tool for GenerateReport {
     type Actions = ReportAction;
     type Input = ReportsInput;
     type Output = Rendered<ReportsOutput>;
+    type Reach = reach::Reports;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             ReportAction::List => {
                 let reports: Vec<DefinitionView> = cx
-                    .org
                     .reports()
                     .list_reports()
                     .await?
@@ -344,17 +348,8 @@ impl Tool for GenerateReport {
             }
             ReportAction::Get => {
                 let id = input.report_id()?;
-                let report = cx
-                    .org
-                    .reports()
-                    .get_report(id)
-                    .await
-                    .map_err(report_missing)?;
-                let runs = cx
-                    .org
-                    .reports()
-                    .report_runs(Some(id), DEFAULT_HISTORY)
-                    .await?;
+                let report = cx.reports().get_report(id).await.map_err(report_missing)?;
+                let runs = cx.reports().report_runs(Some(id), DEFAULT_HISTORY).await?;
                 Rendered::of(&ReportsOutput {
                     report: Some(report.into()),
                     runs: Some(runs.into_iter().map(RunView::new).collect()),
@@ -367,7 +362,6 @@ impl Tool for GenerateReport {
                     None => None,
                 };
                 let runs: Vec<RunView> = cx
-                    .org
                     .reports()
                     .report_runs(definition, input.limit.unwrap_or(DEFAULT_HISTORY))
                     .await?
@@ -383,7 +377,6 @@ impl Tool for GenerateReport {
             ReportAction::Data => {
                 let id = uuid_or_missing(input.run_id.as_deref(), "runId", RUN_NOT_FOUND)?;
                 let run = cx
-                    .org
                     .reports()
                     .get_report_run(id)
                     .await
@@ -391,7 +384,7 @@ impl Tool for GenerateReport {
                 // A PDF has no text to preview: its download is the way to read it.
                 let first = match run.format {
                     ReportFormat::Pdf => None,
-                    _ => cx.org.reports().report_chunk(id, 0).await?,
+                    _ => cx.reports().report_chunk(id, 0).await?,
                 };
                 Rendered::of(&ReportsOutput {
                     preview: first.as_deref().map(preview),
@@ -404,7 +397,6 @@ impl Tool for GenerateReport {
                     // A definition's settings; what the call gives besides overrides them.
                     (Some(_), t) => {
                         let def = cx
-                            .org
                             .reports()
                             .get_report(input.report_id()?)
                             .await
@@ -439,7 +431,6 @@ impl Tool for GenerateReport {
                     }
                 };
                 let run = cx
-                    .org
                     .reports()
                     .generate_report(request, &cx.actor.to_string(), audit(cx, "report.generate"))
                     .await
@@ -471,7 +462,6 @@ impl Tool for GenerateReport {
                     created_by: cx.actor.to_string(),
                 };
                 let report = cx
-                    .org
                     .reports()
                     .create_report(new, audit(cx, "report.create"))
                     .await
@@ -492,7 +482,6 @@ impl Tool for GenerateReport {
                     filters: input.filters()?,
                 };
                 let report = cx
-                    .org
                     .reports()
                     .update_report(id, update, audit(cx, "report.update"))
                     .await
@@ -506,7 +495,6 @@ impl Tool for GenerateReport {
             ReportAction::Delete => {
                 let id = input.report_id()?;
                 let report = cx
-                    .org
                     .reports()
                     .delete_report(id, audit(cx, "report.delete"))
                     .await
