@@ -192,7 +192,8 @@ impl Tool for ExecuteCommand {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
-        run(cx, &device, kind, RunOptions::new(25, 30)).await
+        // A command that ran and failed is the call's failure, with the device's reason.
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
     async fn precheck(
@@ -245,7 +246,8 @@ impl Tool for ManageServices {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
-        run(cx, &device, kind, RunOptions::new(25, 30)).await
+        // A command that ran and failed is the call's failure, with the device's reason.
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
     async fn precheck(
@@ -535,7 +537,7 @@ impl Tool for SetAgentLogLevel {
         };
         let mut opts = RunOptions::new(15, 10);
         opts.audit_action = "device.log_level";
-        let mut view = run(cx, &device, kind, opts).await?;
+        let mut view = require_completed(run(cx, &device, kind, opts).await?)?;
         if !view.completed() && view.message.is_some() {
             view = queue_note(view);
         }

@@ -196,14 +196,23 @@ pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolEr
         .clone()
         .or_else(|| view.stderr.clone())
         .unwrap_or_else(|| format!("the command ended {}", view.status));
-    Err(ToolError::new(
+    let exit = view
+        .exit_code
+        .map(|c| format!(" (exit code {c})"))
+        .unwrap_or_default();
+    let mut error = ToolError::new(
         ErrorCode::UpstreamError,
         format!(
-            "{} on {}: {why}",
+            "{} on {}: {why}{exit}; command id {}",
             view.status.as_str().replace('_', " "),
-            view.hostname
+            view.hostname,
+            view.command_id
         ),
-    ))
+    )
+    .hint("the device ran the command and reported this failure; fix its cause on the device or choose another action");
+    // The device answered: trying the same again gets the same answer.
+    error.retryable = view.status == breeze_core::CommandStatus::TimedOut;
+    Err(error)
 }
 
 /// Locations the server refuses besides the protected paths the agent also enforces: kernel
