@@ -290,6 +290,7 @@ async fn every_listed_report_type_generates(cx: Ctx) {
     let (_, devices) = w
         .store
         .org(w.org_a)
+        .devices()
         .list_devices(&Default::default(), 1, 0)
         .await
         .unwrap();
