@@ -194,10 +194,12 @@ pub struct StoreOptions {
     /// [`WELL_KNOWN_FONTS`], and without one reports are set in Helvetica (Latin-1 only).
     pub pdf_font: Option<std::path::PathBuf>,
     /// PostgreSQL: whether the audit appender's request records wait for their commit to
-    /// reach the disk (`BREEZE_AUDIT_SYNCHRONOUS_COMMIT`). Off by default: they survive
-    /// Breeze's process at once and PostgreSQL's within its WAL writer's delay, as the SQLite
-    /// path's records do (see [`AuditAppender`]); a change's own audit record is always
-    /// committed with the change.
+    /// reach the disk (`BREEZE_AUDIT_SYNCHRONOUS_COMMIT`). On by default: an answered request's
+    /// record survives a PostgreSQL crash. Off, a commit is acknowledged before its WAL is
+    /// flushed, and a crash (`pg_ctl stop -m immediate`, a killed server, a power cut) loses
+    /// what the WAL writer had not flushed yet (up to three `wal_writer_delay`s, 600 ms by
+    /// default); an opt-out for speed (see [`AuditAppender`]). A change's own audit record is
+    /// always committed with the change.
     pub audit_synchronous_commit: bool,
     /// PostgreSQL: a directory of this process's own where a request's audit record is
     /// journaled when no other request's shares its insert, and moved into `audit_log` moments
@@ -239,7 +241,7 @@ impl StoreOptions {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             pdf_font: None,
-            audit_synchronous_commit: false,
+            audit_synchronous_commit: true,
             audit_journal: None,
             credential_fence: DEFAULT_CREDENTIAL_FENCE,
         }
