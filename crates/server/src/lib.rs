@@ -424,9 +424,9 @@ fn spawn_incremental_alerts(
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains: no new connections or MCP
-/// sessions, every SSE stream ends with a `retry:` hint and every agent socket closes (so
-/// clients and agents reconnect, behind a load balancer to another instance), and requests in
-/// flight finish (for at most 30 seconds).
+/// sessions, calls waiting for approval answer `pending_approval`, every SSE stream ends with a
+/// `retry:` hint and every agent socket closes (so clients and agents reconnect, behind a load
+/// balancer to another instance), and requests in flight finish (for at most 30 seconds).
 pub async fn serve(
     listener: TcpListener,
     breeze: Breeze,
@@ -539,6 +539,7 @@ pub async fn serve(
         });
     }
     let gateway = breeze.state.gateway.clone();
+    let approvals = breeze.state.pipeline.approvals().clone();
     let engine = breeze.mcp.clone();
     let shutting_down = breeze.state.shutting_down.clone();
     let delay = breeze.state.config.shutdown_delay;
@@ -555,7 +556,9 @@ pub async fn serve(
             );
             tokio::time::sleep(delay).await;
         }
-        // No new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        // Calls waiting for approval answer `pending_approval` while their connections are
+        // still open; no new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        approvals.drain();
         engine.drain();
         gateway.close_all();
         let _ = tx.send(());

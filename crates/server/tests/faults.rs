@@ -1,4 +1,6 @@
-//! Network faults on the agent channel, with a scripted agent on real sockets: a TCP proxy
+//! Faults that must lose nothing, reproduced on real sockets.
+//!
+//! **The agent channel**, with a scripted agent: a TCP proxy
 //! between agent and server that stops forwarding but keeps both connections open (a
 //! half-open socket: a partitioned network, a NAT that dropped its state), on PostgreSQL so
 //! that two instances share the cluster bus.
@@ -10,6 +12,9 @@
 //!   command pushed on it goes back to pending, to be delivered on the next socket.
 //! - The agent comes back after the command's deadline with its result: the result is stored
 //!   (completed late, output kept) and acknowledged, idempotently.
+//!
+//! **A drain** (SIGTERM) while a Tier 3 call waits for a person: the call answers
+//! `pending_approval` before its connection closes.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -443,6 +448,109 @@ async fn a_result_after_the_deadline_is_kept_as_completed_late(cx: testing::Ctx)
     assert_eq!(again.completed_at, stored.completed_at);
 }
 
+/// Sends `body` as a POST to `path` at `addr` over a connection of its own (closed after the
+/// answer) and returns the raw answer: status line, headers and body.
+async fn raw_post(addr: SocketAddr, path: &str, key: &str, body: &serde_json::Value) -> String {
+    let body = body.to_string();
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {key}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// SIGTERM while a Tier 3 call waits for a person (the wait here is two minutes, longer than
+/// the 30 s drain): the call answers `pending_approval` with its request at once, before its
+/// connection closes, and the request stays pending for a person to decide.
+async fn a_drain_answers_calls_waiting_for_approval_as_pending(cx: testing::Ctx) {
+    let w = world(&cx).await;
+    let (key, _) = w
+        .state
+        .auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: w.org_a,
+                user_id: w.admin,
+                name: "exec".into(),
+                scopes: breeze_core::ScopeSet::new([
+                    breeze_core::Scope::AiRead,
+                    breeze_core::Scope::AiWrite,
+                    breeze_core::Scope::AiExecute,
+                ]),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    let mut config = (*w.state.config).clone();
+    config.approvals.wait = Duration::from_secs(120);
+    let state = AppState::new(
+        w.store.clone(),
+        w.state.auth.clone(),
+        w.state.clock.clone(),
+        config,
+        Arc::new(MemoryLimiter::new()),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(breeze_server::serve(
+        listener,
+        Breeze::new(state),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    let key = key.expose().to_owned();
+    let call = tokio::spawn(async move {
+        raw_post(
+            addr,
+            "/mcp",
+            &key,
+            &json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                     "params": { "name": "manage_groups",
+                                 "arguments": { "action": "create", "name": "Drained" },
+                                 "_meta": { "progressToken": "p1" } } }),
+        )
+        .await
+    });
+    let org = w.store.org(w.org_a);
+    eventually(10, "the call to wait for its approval", || async {
+        !org.list_approvals(true, 10).await.unwrap().is_empty()
+    })
+    .await;
+    let request = org.list_approvals(true, 10).await.unwrap()[0].id;
+
+    let _ = stop.send(());
+    let answer = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the waiting call is answered as the drain begins, not cut off at its end")
+        .unwrap();
+    assert!(
+        answer.contains("pending_approval") && answer.contains(&request.to_string()),
+        "the call answers pending_approval with its request: {answer}"
+    );
+    assert_eq!(
+        org.get_approval(request).await.unwrap().status.as_str(),
+        "pending",
+        "the request stays pending for a person, to be followed with get_approval_status"
+    );
+    tokio::time::timeout(Duration::from_secs(35), served)
+        .await
+        .expect("the drain ends")
+        .unwrap()
+        .unwrap();
+}
+
 mod cluster {
     #[tokio::test]
     async fn a_socket_the_agent_left_for_another_instance_is_dropped_at_once() {
@@ -456,4 +564,5 @@ mod cluster {
 breeze_store::on_both_backends!(
     a_silent_socket_is_dropped_and_its_commands_requeued,
     a_result_after_the_deadline_is_kept_as_completed_late,
+    a_drain_answers_calls_waiting_for_approval_as_pending,
 );
