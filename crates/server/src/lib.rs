@@ -438,6 +438,11 @@ pub async fn serve(
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
     // Other instances on the same PostgreSQL: their signals reach this one's caches and agents.
     breeze.state.store.spawn_bus_listener();
+    // Readiness from the last probe, and statements that fail at once while it is down.
+    breeze
+        .state
+        .store
+        .spawn_health_monitor(sweeper_stop.clone().cancelled_owned());
     breeze
         .state
         .gateway

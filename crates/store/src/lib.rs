@@ -29,6 +29,7 @@ mod dynamic_groups;
 mod error;
 mod events;
 mod handles;
+mod health;
 mod idempotency;
 mod maintenance;
 mod metrics;
@@ -106,6 +107,7 @@ pub use handles::{
     OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
     OrgTenancy,
 };
+pub use health::DbHealth;
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
@@ -367,6 +369,8 @@ pub struct Store {
     bus: Arc<bus::Bus>,
     /// The font PDF reports embed.
     pub(crate) pdf_font: pdf_font::FontChoice,
+    /// The database's health as last probed (see [`health`]); shared by clones.
+    pub(crate) health: Arc<health::Health>,
 }
 
 impl std::fmt::Debug for Store {
@@ -471,6 +475,7 @@ impl Store {
             Pool::Sqlite(_) => None,
         };
         Ok(Store {
+            health: Arc::new(health::Health::new()),
             bus: bus::Bus::new(&pool, options.pg_schema.as_deref()),
             pool,
             clock,

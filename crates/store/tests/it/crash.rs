@@ -1,8 +1,12 @@
-//! A PostgreSQL crash under the audit log: a server of the test's own (Debian's binaries, run
-//! as the `postgres` user) stopped with `pg_ctl stop -m immediate`, which skips the shutdown
-//! checkpoint and leaves what sat in its WAL buffers unwritten, as a killed server or a power
-//! cut would. Its WAL writer is slowed to 10 s, so an asynchronous commit stays unflushed long
-//! enough for the crash to catch it every time, not only by luck.
+//! PostgreSQL failing under the store, on a server of the test's own (Debian's binaries, run as
+//! the `postgres` user):
+//!
+//! - a crash under the audit log: `pg_ctl stop -m immediate` skips the shutdown checkpoint and
+//!   leaves what sat in its WAL buffers unwritten, as a killed server or a power cut would. Its
+//!   WAL writer is slowed to 10 s, so an asynchronous commit stays unflushed long enough for
+//!   the crash to catch it every time, not only by luck;
+//! - an outage: once the health monitor knows the database is down, statements fail at once
+//!   (retryable) instead of each waiting out the pool's 10 s acquire timeout.
 
 use std::{
     path::PathBuf,
@@ -11,7 +15,7 @@ use std::{
 };
 
 use breeze_core::{Actor, AuditEvent, SystemClock};
-use breeze_store::{Store, StoreOptions};
+use breeze_store::{DbHealth, Store, StoreOptions};
 
 /// A PostgreSQL server on a free port in a temporary directory.
 struct PrivatePostgres {
@@ -176,5 +180,60 @@ async fn answered_requests_stay_audited_through_a_postgresql_crash() {
         RECORDS,
         "every record the database had acknowledged is still there after the crash"
     );
+    store.close().await;
+}
+
+/// Waits up to `secs` for `check`, failing the test naming `what`.
+async fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// PostgreSQL stops: the monitor says so within seconds, and from then on every statement
+/// fails at once as retryable, naming the outage (not after the pool's 10 s acquire timeout
+/// each); it starts again: the monitor says so and statements work.
+#[tokio::test]
+async fn statements_fail_fast_while_the_database_is_known_down() {
+    let pg = PrivatePostgres::start(&[]);
+    let journal = tempfile::tempdir().unwrap();
+    let store = connect(&pg.url(), journal.path()).await;
+    let (org, _) = crate::two_orgs(&store).await;
+    let stop = tokio::sync::Notify::new();
+    let stop = std::sync::Arc::new(stop);
+    let waiter = stop.clone();
+    store.spawn_health_monitor(async move { waiter.notified().await });
+    eventually(10, "the first verdict", || store.health() == DbHealth::Ok).await;
+
+    pg.ctl(&["-m", "fast", "stop"]);
+    eventually(10, "the outage to be known", || {
+        matches!(store.health(), DbHealth::Down { .. })
+    })
+    .await;
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let err = store.org(org).list_sites().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(err.is_retryable(), "{err}");
+        assert!(
+            took < std::time::Duration::from_secs(2),
+            "a statement fails at once while the database is known down, not after the pool's \
+             timeout: {took:?} ({err})"
+        );
+        assert!(err.to_string().contains("has not answered since"), "{err}");
+    }
+
+    pg.ctl(&["start"]);
+    eventually(20, "the database to be known up again", || {
+        store.health() == DbHealth::Ok
+    })
+    .await;
+    assert!(store.org(org).list_sites().await.is_ok());
+    stop.notify_one();
     store.close().await;
 }
