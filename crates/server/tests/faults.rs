@@ -130,7 +130,7 @@ async fn instance(w: &World, store: Store, gateway: GatewayConfig) -> (AppState,
 
 /// Enrolls an agent in organization A: its device and token.
 async fn enroll(w: &World) -> (DeviceId, String) {
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (key, _) = w
         .state
         .auth
@@ -333,7 +333,7 @@ async fn a_silent_socket_is_dropped_and_its_commands_requeued(cx: testing::Ctx) 
         .submit(list_services(device), audit("device.command"))
         .await
         .unwrap();
-    let org = w.store.org(w.org_a);
+    let org = w.store.org(w.org_a).commands();
     assert_eq!(
         org.get_command(cmd.id).await.unwrap().status,
         CommandStatus::Sent,
@@ -405,7 +405,7 @@ async fn a_result_after_the_deadline_is_kept_as_completed_late(cx: testing::Ctx)
     let started = w.state.clock.now();
     cx.clock.advance(chrono::Duration::minutes(5));
     a.gateway.sweep(false).await.unwrap();
-    let org = w.store.org(w.org_a);
+    let org = w.store.org(w.org_a).commands();
     assert_eq!(
         org.get_command(cmd.id).await.unwrap().status,
         CommandStatus::TimedOut
@@ -523,7 +523,7 @@ async fn a_drain_answers_calls_waiting_for_approval_as_pending(cx: testing::Ctx)
         )
         .await
     });
-    let org = w.store.org(w.org_a);
+    let org = w.store.org(w.org_a).approvals();
     eventually(10, "the call to wait for its approval", || async {
         !org.list_approvals(true, 10).await.unwrap().is_empty()
     })

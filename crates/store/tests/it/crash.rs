@@ -217,7 +217,7 @@ async fn statements_fail_fast_while_the_database_is_known_down() {
     .await;
     for _ in 0..3 {
         let started = std::time::Instant::now();
-        let err = store.org(org).list_sites().await.unwrap_err();
+        let err = store.org(org).tenancy().list_sites().await.unwrap_err();
         let took = started.elapsed();
         assert!(err.is_retryable(), "{err}");
         assert!(
@@ -233,7 +233,7 @@ async fn statements_fail_fast_while_the_database_is_known_down() {
         store.health() == DbHealth::Ok
     })
     .await;
-    assert!(store.org(org).list_sites().await.is_ok());
+    assert!(store.org(org).tenancy().list_sites().await.is_ok());
     stop.notify_one();
     store.close().await;
 }
