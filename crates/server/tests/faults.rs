@@ -44,6 +44,23 @@ use tokio::{
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
 use uuid::Uuid;
 
+const METRICS_TOKEN: &str = "metrics-token-for-faults";
+
+/// The value of the sample `series` in `state`'s `/metrics` now.
+async fn metric(state: &AppState, series: &str) -> Option<f64> {
+    let r = send(
+        &breeze_server::app(Breeze::new(state.clone())),
+        Request::get("/metrics")
+            .header("authorization", format!("Bearer {METRICS_TOKEN}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let text = r.body.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -107,6 +124,7 @@ async fn pump(
 async fn instance(w: &World, store: Store, gateway: GatewayConfig) -> (AppState, SocketAddr) {
     let mut config = (*w.state.config).clone();
     config.gateway = gateway;
+    config.metrics.token = Some(METRICS_TOKEN.into());
     let state = AppState::new(
         store.clone(),
         AuthService::new(
@@ -290,6 +308,20 @@ async fn a_socket_the_agent_left_for_another_instance_is_dropped_at_once(cx: tes
     .await;
     assert!(b.gateway.is_connected(device));
     assert_eq!(a.gateway.moved_sockets(), 1);
+    // What an operator sees of it: per instance, its sockets and the ones that moved away;
+    // the database's health as last probed, and the audit journal's backlog.
+    assert_eq!(metric(&a, "breeze_agents_connected").await, Some(0.0));
+    assert_eq!(metric(&b, "breeze_agents_connected").await, Some(1.0));
+    assert_eq!(
+        metric(&a, "breeze_agent_sockets_moved_total").await,
+        Some(1.0)
+    );
+    assert_eq!(metric(&a, "breeze_db_up").await, Some(1.0));
+    assert!(
+        metric(&a, "breeze_audit_journal_backlog_records")
+            .await
+            .is_some()
+    );
 
     // Later commands through A go to B's socket too.
     let after = a

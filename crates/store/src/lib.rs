@@ -68,7 +68,7 @@ pub use alerts::{
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
-pub use audit_appender::{AuditAppender, Unwritten};
+pub use audit_appender::{AuditAppender, MAX_BACKLOG as AUDIT_JOURNAL_MAX_BACKLOG, Unwritten};
 pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_archive};
 pub use automations::{
     ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,

@@ -64,5 +64,15 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
                 })??;
         }
     }
+    // Half full: the database takes records slower than requests make them (or not at all),
+    // and they wait on this instance's disk; past the limit requests start to be refused.
+    let limit = breeze_store::AUDIT_JOURNAL_MAX_BACKLOG / 2;
+    if let Some(backlog) = state.store.audit_journal_backlog()
+        && backlog >= limit
+    {
+        return Err(ApiError::unavailable(format!(
+            "{backlog} audit records wait in this instance's journal for the database (limit {limit})"
+        )));
+    }
     Ok(Json(json!({ "status": "ready", "database": "ok" })))
 }
