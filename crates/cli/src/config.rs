@@ -104,7 +104,7 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     (
         "BREEZE_AUDIT_SYNCHRONOUS_COMMIT",
-        "PostgreSQL: request audit records wait for their commit to reach the disk (default false)",
+        "PostgreSQL: request audit records wait for their commit to reach the disk, so a PostgreSQL crash loses none (default true; false = asynchronous commits, which a crash may lose)",
     ),
     (
         "BREEZE_AUDIT_JOURNAL_DIR",
@@ -830,7 +830,7 @@ impl Settings {
             audit_retention_days,
             audit_archive_dir,
             pdf_font,
-            audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", false)?,
+            audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", true)?,
             audit_journal_dir,
             metrics,
             shutdown_delay,

@@ -111,6 +111,9 @@ pub struct Metrics {
     agents: Gauge,
     pool_size: Gauge,
     pool_idle: Gauge,
+    db_up: Gauge,
+    journal_backlog: Gauge,
+    sockets_moved: Counter,
     mcp_sessions: Gauge,
     redis_round_trips: Counter,
     redis_failures: Counter,
@@ -208,6 +211,24 @@ impl Metrics {
             "Open database connections not in use",
             pool_idle.clone(),
         );
+        let db_up = Gauge::default();
+        registry.register(
+            "db_up",
+            "The database's last health probe: 1 answers and takes writes, 0 down or read-only, -1 not probed (SQLite)",
+            db_up.clone(),
+        );
+        let journal_backlog = Gauge::default();
+        registry.register(
+            "audit_journal_backlog_records",
+            "Audit records in this instance's journal not yet in the database",
+            journal_backlog.clone(),
+        );
+        let sockets_moved = Counter::default();
+        registry.register(
+            "agent_sockets_moved",
+            "Agent sockets dropped because the agent connected to another instance",
+            sockets_moved.clone(),
+        );
         let mcp_sessions = Gauge::default();
         registry.register(
             "mcp_sessions",
@@ -250,6 +271,9 @@ impl Metrics {
             agents,
             pool_size,
             pool_idle,
+            db_up,
+            journal_backlog,
+            sockets_moved,
             mcp_sessions,
             redis_round_trips,
             redis_failures,
@@ -313,6 +337,18 @@ impl Metrics {
         let (size, idle) = state.store.pool_stats();
         self.pool_size.set(i64::from(size));
         self.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+        self.db_up.set(match state.store.health() {
+            breeze_store::DbHealth::Ok => 1,
+            breeze_store::DbHealth::Down { .. } | breeze_store::DbHealth::ReadOnly { .. } => 0,
+            breeze_store::DbHealth::Unknown => -1,
+        });
+        self.journal_backlog.set(
+            state
+                .store
+                .audit_journal_backlog()
+                .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+        );
+        catch_up(&self.sockets_moved, state.gateway.moved_sockets());
         if let Some(read) = self.mcp.get() {
             let (sessions, cluster) = read();
             self.mcp_sessions

@@ -81,12 +81,19 @@ pub(crate) struct CommandView {
 
 impl CommandView {
     pub(crate) fn new(device: &Device, c: CommandRecord) -> Self {
-        let message = (!c.is_terminal()).then(|| {
-            format!(
+        let message = if !c.is_terminal() {
+            Some(format!(
                 "The command is still {} on {}; its result will be recorded when it finishes (command id {}).",
                 c.status, device.hostname, c.id
-            )
-        });
+            ))
+        } else if c.completed_late {
+            Some(format!(
+                "The command ran on {}, but its result arrived after the command's deadline (command id {}).",
+                device.hostname, c.id
+            ))
+        } else {
+            None
+        };
         let duration_ms = c
             .started_at
             .zip(c.completed_at)
