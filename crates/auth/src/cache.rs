@@ -48,6 +48,10 @@ use chrono::Duration;
 use subtle::ConstantTimeEq;
 
 /// Most entries the cache holds; inserting one more key clears it.
+/// How long after it was read a cached key may still be served while the store cannot be read
+/// ([`CallerCache::get_stale`]).
+pub(crate) const STALE_IF_ERROR: Duration = Duration::minutes(5);
+
 pub(crate) const CAPACITY: usize = 10_000;
 
 /// An API key as read from the database, with when and at which generation it was read.
@@ -125,8 +129,9 @@ impl CallerCache {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The entry for `hash` if it may be served at `now` with the store at `generation`. A
-    /// stale entry is dropped.
+    /// The entry for `hash` if it may be served at `now` with the store at `generation`. An
+    /// entry of an older generation is dropped; one past its ttl stays until replaced, for
+    /// [`CallerCache::get_stale`].
     pub(crate) fn get(
         &self,
         hash: &[u8; 32],
@@ -138,11 +143,33 @@ impl CallerCache {
         }
         let mut map = self.map();
         let entry = map.get(hash)?;
-        if entry.fresh(generation, now, self.ttl) {
-            return Some(entry.clone());
+        if entry.generation != generation {
+            map.remove(hash);
+            return None;
         }
-        map.remove(hash);
-        None
+        entry
+            .fresh(generation, now, self.ttl)
+            .then(|| entry.clone())
+    }
+
+    /// The entry for `hash` past its ttl but read less than [`STALE_IF_ERROR`] ago, with no
+    /// credential change through this store since: what a request is served from while the
+    /// store cannot be read at all (a database outage), so reads answered from memory keep
+    /// working. Nothing that writes can succeed then anyway.
+    pub(crate) fn get_stale(
+        &self,
+        hash: &[u8; 32],
+        generation: u64,
+        now: Timestamp,
+    ) -> Option<Arc<CachedKey>> {
+        if !self.enabled() {
+            return None;
+        }
+        let map = self.map();
+        let entry = map.get(hash)?;
+        entry
+            .fresh(generation, now, STALE_IF_ERROR)
+            .then(|| entry.clone())
     }
 
     /// Remembers `entry`, a key that just authenticated, under `hash`. At [`CAPACITY`] a new
@@ -214,14 +241,24 @@ mod tests {
         );
         assert!(cache.get(&[2; 32], 3, t0()).is_none(), "another key");
         assert!(cache.get(&[1; 32], 4, t0()).is_none(), "another generation");
-        assert_eq!(cache.len(), 0, "a stale entry is dropped when met");
+        assert_eq!(
+            cache.len(),
+            0,
+            "an entry of an older generation is dropped when met"
+        );
 
         cache.insert([1; 32], entry(3, t0()));
+        let later = t0() + Duration::seconds(1);
+        assert!(cache.get(&[1; 32], 3, later).is_none());
+        // While the store cannot be read, the entry past its ttl still serves for a while, but
+        // never across a credential change.
+        assert!(cache.get_stale(&[1; 32], 3, later).is_some());
         assert!(
             cache
-                .get(&[1; 32], 3, t0() + Duration::seconds(1))
+                .get_stale(&[1; 32], 3, t0() + STALE_IF_ERROR)
                 .is_none()
         );
+        assert!(cache.get_stale(&[1; 32], 4, later).is_none());
         cache.insert([1; 32], entry(3, t0()));
         assert!(
             cache

@@ -176,12 +176,18 @@ impl AuthService {
         let generation = self.store.credentials_generation();
         let (mut key, from_cache) = match self.cache.get(&hash, generation, now) {
             Some(key) => (key, true),
-            None => match self.store.find_api_key_by_hash(&hash).await? {
-                Some((record, permissions)) => (
+            None => match self.store.find_api_key_by_hash(&hash).await {
+                Ok(Some((record, permissions))) => (
                     Arc::new(CachedKey::read(record, permissions, generation, now)),
                     false,
                 ),
-                None => return Err(AuthError::InvalidApiKey),
+                Ok(None) => return Err(AuthError::InvalidApiKey),
+                // The database is unreachable: a key that authenticated within the grace
+                // period keeps working for what can be answered without it.
+                Err(e) => match self.cache.get_stale(&hash, generation, now) {
+                    Some(key) => (key, true),
+                    None => return Err(e.into()),
+                },
             },
         };
         if !key.matches(&hash) || !key.record.is_active(now) {

@@ -623,7 +623,7 @@ async fn selection_by_query_header_setting_and_session(cx: Ctx) {
 
 /// The size of `tools/list` per key and catalog mode (compact JSON of the `result`), printed for
 /// the report and held to the contract's limits: the consolidated list ≤ 8 KB for every key, the
-/// full list of [`breeze_tools::BUDGETED_CATALOGUE`] ≤ 40 KB for an execute key. A longer schema that
+/// full list of [`breeze_tools::BUDGETED_CATALOGUE`] ≤ [`breeze_tools::FULL_LISTING_BUDGET`] for an execute key. A longer schema that
 /// crosses a limit fails here: trim the listing (see `listed_output_schema`) rather than the
 /// limit. `cargo xtask bench sizes` prints the same figures split per tool and part.
 #[allow(clippy::print_stdout)] // the numbers are this test's report (`--nocapture`)
@@ -652,12 +652,14 @@ async fn catalog_sizes(cx: Ctx) {
                     assert_eq!(contract.len(), breeze_tools::BUDGETED_CATALOGUE.len());
                     let held = json!({ "tools": contract }).to_string().len();
                     println!(
-                        "tools/list         full execute key: the {} tools of #22: {held} bytes (limit 40960)",
-                        contract.len()
+                        "tools/list         full execute key: the {} tools of #22: {held} bytes (limit {})",
+                        contract.len(),
+                        breeze_tools::FULL_LISTING_BUDGET
                     );
                     assert!(
                         held <= breeze_tools::FULL_LISTING_BUDGET,
-                        "#22's catalogue, execute: {held} > 40960"
+                        "#22's catalogue, execute: {held} > {}",
+                        breeze_tools::FULL_LISTING_BUDGET
                     );
                     ""
                 }
