@@ -60,9 +60,22 @@ pub struct EnrollRequest {
     pub machine_id: Option<String>,
     pub os: OsInfo,
     pub agent_version: String,
+    /// A one-time re-enroll token an administrator issued for the device this machine is:
+    /// the enrollment re-enrolls that device (refused when the token is not valid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reenroll_token: Option<String>,
+    /// The current token of the device this machine is (an agent enrolling again): the
+    /// enrollment re-enrolls that device. A token that is not the device's proves nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_token: Option<String>,
 }
 
 /// The answer to a successful enrollment. `token` is shown once; the server keeps its hash.
+///
+/// An enrollment key never rebinds an existing device: without proof of being one (a
+/// re-enroll token, the device's token), a machine whose id a device of the organization
+/// already carries enrolls as a new device, flagged as a possible clone or impostor of it
+/// (`suspected_clone_of`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnrollResponse {
@@ -71,6 +84,12 @@ pub struct EnrollResponse {
     pub site_id: Uuid,
     pub token: String,
     pub config: AgentConfig,
+    /// An existing device was re-enrolled (on proof of being it).
+    #[serde(default)]
+    pub reenrolled: bool,
+    /// The existing device this new one shares a machine id with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspected_clone_of: Option<Uuid>,
 }
 
 /// Intervals the server sets; the agent applies them on enrollment, in the socket's welcome and

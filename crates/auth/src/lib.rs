@@ -27,7 +27,10 @@ use rand::{CryptoRng, RngCore, rngs::OsRng};
 use subtle::ConstantTimeEq;
 
 pub use api_key::{API_KEY_PREFIX, ApiKeySecret};
-pub use device::{CreateEnrollmentKey, DevicePrincipal, Enrollment};
+pub use device::{
+    CreateEnrollmentKey, DevicePrincipal, Enrollment, MAX_REENROLL_TOKEN_HOURS,
+    REENROLL_TOKEN_HOURS,
+};
 
 /// Why a request was not authenticated, or a credential operation refused. The messages are
 /// the ones clients see.
@@ -49,6 +52,9 @@ pub enum AuthError {
     /// Unknown, expired, revoked or used up: deliberately not saying which.
     #[error("Invalid, expired or used-up enrollment key")]
     InvalidEnrollmentKey,
+    /// Unknown, expired, spent or of another organization: deliberately not saying which.
+    #[error("Invalid, expired or used re-enroll token")]
+    InvalidReenrollToken,
     #[error("Invalid email or password")]
     InvalidCredentials,
     /// Too many sign-in attempts for this email; try again after the delay.

@@ -99,6 +99,8 @@ pub enum Progress {
 struct Connection {
     id: u64,
     org: OrgId,
+    /// SHA-256 of the device token the socket was opened with.
+    credential: [u8; 32],
     tx: mpsc::Sender<ServerFrame>,
 }
 
@@ -219,12 +221,14 @@ impl Gateway {
         lock(&self.inner.connections).len()
     }
 
-    /// Registers a live socket for `device`, replacing (and so closing) an older one, queues
-    /// the welcome frame and hands out the commands still pending for it.
+    /// Registers a live socket for `device`, opened with the token whose SHA-256 is
+    /// `credential`, replacing (and so closing) an older one, queues the welcome frame and
+    /// hands out the commands still pending for it.
     pub async fn connect(
         &self,
         device: DeviceId,
         org: OrgId,
+        credential: [u8; 32],
     ) -> Result<Registration, GatewayError> {
         let (tx, outbox) = mpsc::channel(OUTBOX);
         let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -233,7 +237,15 @@ impl Gateway {
             device_id: device.0,
             config: self.inner.config.agent,
         });
-        lock(&self.inner.connections).insert(device, Connection { id, org, tx });
+        lock(&self.inner.connections).insert(
+            device,
+            Connection {
+                id,
+                org,
+                credential,
+                tx,
+            },
+        );
         let registration = Registration {
             gateway: self.clone(),
             device,
@@ -332,6 +344,36 @@ impl Gateway {
                 }
             }
         });
+    }
+
+    /// Closes the socket `device` holds here when the token it was opened with is no longer
+    /// one the device accepts (re-enrolled, rotated, revoked, deleted). Dropping the
+    /// connection's sender ends the socket's loop, which closes it.
+    async fn recheck_credential(&self, device: DeviceId) {
+        let Some((id, credential)) = lock(&self.inner.connections)
+            .get(&device)
+            .map(|c| (c.id, c.credential))
+        else {
+            return;
+        };
+        match self
+            .inner
+            .store
+            .device_token_valid(device, &credential)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut conns = lock(&self.inner.connections);
+                if conns.get(&device).is_some_and(|c| c.id == id) {
+                    conns.remove(&device);
+                    tracing::warn!(%device, "closed an agent socket: its device token is no longer valid");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%device, error = %e, "could not check an agent socket's token")
+            }
+        }
     }
 
     /// Sends `frame` to `device` if it holds a live socket here. The only way out to agents.
@@ -648,6 +690,7 @@ impl Gateway {
                 self.notify(id, None);
             }
             Signal::PoliciesChanged { org, devices } => self.push_policies_here(org, devices),
+            Signal::DeviceCredentialChanged { device } => self.recheck_credential(device).await,
             Signal::Resync => {
                 let (devices, orgs): (Vec<DeviceId>, std::collections::BTreeSet<OrgId>) =
                     lock(&self.inner.connections)
@@ -655,6 +698,8 @@ impl Gateway {
                         .map(|(d, c)| (*d, c.org))
                         .unzip();
                 for device in devices {
+                    // A credential change announced meanwhile was missed too.
+                    self.recheck_credential(device).await;
                     self.push_pending(device).await;
                 }
                 // A configuration change announced meanwhile was missed too.

@@ -54,8 +54,10 @@ mod wal;
 use std::{str::FromStr, time::Duration};
 
 pub use agents::{
-    AgentLogFilter, AgentLogRecord, DeviceCredential, DeviceState, EnrollDevice,
-    EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
+    AgentLogFilter, AgentLogRecord, CLONE_EVENT_KIND, CLONE_EVENT_SOURCE, DeviceCredential,
+    DeviceState, EnrollDevice, Enrolled, EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY,
+    INVALID_REENROLL_TOKEN, NewEnrollmentKey, ReenrollProof, SUSPECTED_CLONE_RULE,
+    UserSessionRecord,
 };
 pub use alerts::{
     Alert, AlertCursor, AlertEvent, AlertFilter, AlertPage, AlertRule, AlertSummary,

@@ -8,7 +8,7 @@ use axum::{
     Json, Router,
     extract::{
         Path, State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
     http::StatusCode,
     response::Response,
@@ -129,7 +129,7 @@ async fn enroll(
         }
         Err(e) => tracing::warn!(error = %e, "enrollment limiter unavailable; allowing"),
     }
-    let (device, token) = state
+    let (enrolled, token) = state
         .auth
         .enroll_device(
             &req.enrollment_key,
@@ -140,10 +140,21 @@ async fn enroll(
                 os_name: req.os.name,
                 os_version: req.os.version,
                 agent_version: req.agent_version,
+                reenroll_token: req.reenroll_token,
+                device_token: req.device_token,
             },
         )
         .await?;
-    tracing::info!(device = %device.id, hostname = %device.hostname, "agent enrolled");
+    let device = &enrolled.device;
+    match enrolled.suspected_clone_of {
+        Some(of) => {
+            tracing::warn!(device = %device.id, hostname = %device.hostname, suspected_clone_of = %of,
+            "a machine enrolled with the machine id of an existing device and no proof of being it: a new device, flagged")
+        }
+        None => {
+            tracing::info!(device = %device.id, hostname = %device.hostname, reenrolled = enrolled.reenrolled, "agent enrolled")
+        }
+    }
     Ok((
         StatusCode::CREATED,
         Json(EnrollResponse {
@@ -152,6 +163,8 @@ async fn enroll(
             site_id: device.site_id.0,
             token: token.expose().to_owned(),
             config: state.gateway.agent_config(),
+            reenrolled: enrolled.reenrolled,
+            suspected_clone_of: enrolled.suspected_clone_of.map(|d| d.0),
         }),
     ))
 }
@@ -170,7 +183,11 @@ async fn socket(
 }
 
 async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSocket) {
-    let mut registration = match state.gateway.connect(agent.device_id, agent.org_id).await {
+    let mut registration = match state
+        .gateway
+        .connect(agent.device_id, agent.org_id, agent.token_hash)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(device = %agent.device_id, error = %e, "could not register an agent socket");
@@ -183,8 +200,15 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
     loop {
         tokio::select! {
             frame = registration.outbox.recv() => {
-                // None: a newer socket for the same device replaced this one.
-                let Some(frame) = frame else { break };
+                // None: a newer socket for the same device replaced this one, or the token
+                // this one was opened with is no longer the device's.
+                let Some(frame) = frame else {
+                    let _ = socket.send(Message::Close(Some(CloseFrame {
+                        code: close_code::POLICY,
+                        reason: "replaced by a newer connection, or the device token changed".into(),
+                    }))).await;
+                    break;
+                };
                 let text = match serde_json::to_string(&frame) {
                     Ok(t) => t,
                     Err(e) => { tracing::error!(error = %e, "unserialisable frame"); continue; }
