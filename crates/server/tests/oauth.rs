@@ -1600,6 +1600,73 @@ async fn cors_on_the_public_endpoints(cx: Ctx) {
 
 /// "Sign out everywhere" ends every session of the person and revokes their grants, audited;
 /// the daily sweep removes stale registered clients once a day, whoever asks.
+/// Disabling a user revokes their OAuth grants at once (the access token and the refresh
+/// token both die) and says so; re-enabling restores none of them. A disabled user's refresh
+/// is refused even where a grant was left active (disabled by hand in the database).
+async fn disabling_a_user_revokes_their_grants(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let (client, t) = tokens(&w, &app).await;
+    let access = t["access_token"].as_str().unwrap();
+    let refresh_token = t["refresh_token"].as_str().unwrap();
+    assert_eq!(lists_tools(&app, access).await, StatusCode::OK);
+    let audit = |action: &str| {
+        breeze_core::AuditEvent::new(breeze_core::Actor::system("test"), action, "user")
+    };
+    let (_, grants) = w
+        .store
+        .set_user_disabled(w.admin, true, audit("user.disable"))
+        .await
+        .unwrap();
+    assert_eq!(grants, 1);
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let r = refresh(&app, &client, refresh_token, &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+
+    // Re-enabled: nothing comes back.
+    assert_eq!(
+        w.store
+            .set_user_disabled(w.admin, false, audit("user.enable"))
+            .await
+            .unwrap(),
+        (0, 0)
+    );
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let r = refresh(&app, &client, refresh_token, &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+    let grants = w.store.user_oauth_grants(w.admin).await.unwrap();
+    assert!(
+        grants
+            .iter()
+            .all(|g| g.revoke_reason.as_deref() == Some("user_disabled")),
+        "{grants:?}"
+    );
+    let audit_log = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit_log.contains("user.disable") && audit_log.contains("grants_revoked"));
+
+    // A user disabled behind Breeze's back, grant still active: the refresh is refused anyway.
+    let (client, t) = tokens(&w, &app).await;
+    let id = match w.store.backend() {
+        breeze_store::Backend::Sqlite => format!("X'{}'", w.admin.0.simple()),
+        breeze_store::Backend::Postgres => format!("'{}'", w.admin.0),
+    };
+    w.store
+        .raw_execute(&format!("UPDATE users SET disabled = TRUE WHERE id = {id}"))
+        .await
+        .unwrap();
+    let r = refresh(&app, &client, t["refresh_token"].as_str().unwrap(), &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+    assert!(
+        r.body["error_description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("disabled"),
+        "{}",
+        r.body
+    );
+}
+
 async fn sign_out_everywhere_and_the_daily_sweep(cx: Ctx) {
     let w = world(&cx).await;
     let mut config = (*w.state.config).clone();
@@ -1766,4 +1833,5 @@ breeze_store::on_both_backends!(
     insufficient_scope_is_a_step_up_challenge,
     cors_on_the_public_endpoints,
     sign_out_everywhere_and_the_daily_sweep,
+    disabling_a_user_revokes_their_grants,
 );
