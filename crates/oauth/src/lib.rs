@@ -509,10 +509,11 @@ impl OAuth {
     async fn fetch_document(&self, client_id: &str) -> Result<ClientInfo, OAuthError> {
         let refuse = |m: String| OAuthError::protocol(OAuthErrorCode::InvalidClient, m);
         let url = egress::check_document_url(client_id).map_err(refuse)?;
+        // Why it failed stays in the server's log (the fetcher's): the caller is not told
+        // what a name resolves to or how a host answered.
         let doc = self.inner.fetcher.fetch(&url).await.map_err(|e| {
-            refuse(format!(
-                "client metadata document could not be fetched: {e}"
-            ))
+            tracing::debug!(client_id, error = %e, "client metadata document not fetched");
+            refuse("the client metadata document could not be fetched".to_owned())
         })?;
         if doc.status != 200 {
             return Err(refuse(format!(

@@ -10,6 +10,7 @@ mod authz;
 pub use authz::ORG_ROUTES;
 pub mod automations;
 pub mod catalog;
+mod cimd_guard;
 pub mod compliance;
 pub mod deployments;
 mod edge;
@@ -256,7 +257,10 @@ impl AppState {
                 o.config.clone(),
                 o.key.clone(),
                 &o.cookie_secret,
-                Arc::new(oauth::HttpFetcher),
+                Arc::new(cimd_guard::GuardedFetcher::new(
+                    Arc::new(oauth::HttpFetcher),
+                    limiter.clone(),
+                )),
             )
         });
         Self {

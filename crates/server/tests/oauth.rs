@@ -1816,7 +1816,35 @@ async fn metadata_documents_are_fetched_safely(cx: Ctx) {
     assert!(breeze_oauth::client::validate_document(id, &huge).is_err());
 }
 
+/// A metadata document that cannot be fetched is refused with one generic message: nothing of
+/// what the name resolved to or how the host answered reaches the unauthenticated caller.
+async fn a_failed_metadata_fetch_says_nothing_of_why(cx: Ctx) {
+    struct Failing;
+    impl breeze_oauth::MetadataFetcher for Failing {
+        fn fetch<'a>(&'a self, _: &'a url::Url) -> breeze_oauth::FetchFuture<'a> {
+            Box::pin(async { Err("name resolution failed: 10.1.2.3 refused".to_owned()) })
+        }
+    }
+    let s = settings();
+    let oauth = breeze_oauth::OAuth::new(
+        cx.store.clone(),
+        Arc::new(cx.clock.clone()),
+        s.config.clone(),
+        s.key.clone(),
+        &s.cookie_secret,
+        Arc::new(Failing),
+    );
+    let e = oauth
+        .client("https://attacker.example/x.json")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("could not be fetched"), "{e}");
+    assert!(!e.contains("10.1.2.3") && !e.contains("resolution"), "{e}");
+}
+
 breeze_store::on_both_backends!(
+    a_failed_metadata_fetch_says_nothing_of_why,
     discovery_and_challenge,
     full_flow_refresh_revoke,
     redirect_uris_match_exactly,
