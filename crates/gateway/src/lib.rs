@@ -31,7 +31,7 @@ use std::{
 
 use breeze_agent_proto::{
     AgentConfig, AgentFrame, AppliedPolicy, CommandProgress, HeartbeatResponse, LogLevel,
-    PolicyConfig, ServerFrame,
+    MAX_EVENT_BATCH, MAX_REPORT_BATCH, PolicyConfig, ServerFrame,
 };
 use breeze_core::FeatureType;
 use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
@@ -518,7 +518,10 @@ impl Gateway {
         }
     }
 
-    /// Stores what an agent reported on its socket (or through the HTTP fallback).
+    /// Stores what an agent reported on its socket (or through the HTTP fallback), under the
+    /// same limits either way: at most [`MAX_REPORT_BATCH`] samples or log lines and
+    /// [`MAX_EVENT_BATCH`] events per report, samples within the clock-skew window and their
+    /// metrics' ranges (`MetricSample::refusal`; others are dropped), no line stamped ahead.
     pub async fn handle(
         &self,
         device: DeviceId,
@@ -544,20 +547,53 @@ impl Gateway {
                     store.record_patch_scan(device, org, &report).await?;
                 }
             }
-            AgentFrame::Metrics(batch) => {
-                store.insert_metrics(device, org, &batch.samples).await?;
-                self.reported(org, device, TelemetryKind::Metrics);
-            }
-            AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
-            AgentFrame::Events(batch) => {
-                if batch.events.len() > breeze_agent_proto::MAX_EVENT_BATCH {
-                    return Err(GatewayError::Store(breeze_store::StoreError::Invalid(
-                        format!(
-                            "an event batch holds at most {} events",
-                            breeze_agent_proto::MAX_EVENT_BATCH
-                        ),
-                    )));
+            AgentFrame::Metrics(mut batch) => {
+                at_most(
+                    batch.samples.len(),
+                    MAX_REPORT_BATCH,
+                    "a metrics batch",
+                    "samples",
+                )?;
+                // A sample outside the clock-skew window or its metric's range is dropped
+                // (the agent would only send it again if the batch were refused).
+                let now = store.clock().now();
+                let mut refused = None;
+                batch.samples.retain(|s| match s.refusal(now) {
+                    None => true,
+                    Some(why) => {
+                        refused.get_or_insert(why);
+                        false
+                    }
+                });
+                if let Some(why) = refused {
+                    tracing::warn!(%device, first = %why, "refused metric samples");
                 }
+                if !batch.samples.is_empty() {
+                    store.insert_metrics(device, org, &batch.samples).await?;
+                    self.reported(org, device, TelemetryKind::Metrics);
+                }
+            }
+            AgentFrame::Logs(mut batch) => {
+                at_most(
+                    batch.entries.len(),
+                    MAX_REPORT_BATCH,
+                    "a log batch",
+                    "entries",
+                )?;
+                // A line stamped ahead of the server's clock is stamped now.
+                let now = store.clock().now();
+                for e in &mut batch.entries {
+                    e.at = e.at.min(now);
+                }
+                store.insert_agent_logs(device, org, &batch.entries).await?;
+            }
+            AgentFrame::Events(batch) => {
+                at_most(
+                    batch.events.len(),
+                    MAX_EVENT_BATCH,
+                    "an event batch",
+                    "events",
+                )?;
                 store
                     .insert_device_events(device, org, &batch.events)
                     .await?;
@@ -873,6 +909,16 @@ fn revision(features: &serde_json::Map<String, serde_json::Value>) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// Refuses a report of more than `max` items, over HTTP and the socket alike.
+fn at_most(n: usize, max: usize, what: &str, items: &str) -> Result<(), GatewayError> {
+    if n > max {
+        return Err(GatewayError::Store(StoreError::Invalid(format!(
+            "{what} holds at most {max} {items}"
+        ))));
+    }
+    Ok(())
 }
 
 /// The applied report as stored (camelCase JSON).

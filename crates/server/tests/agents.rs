@@ -806,9 +806,130 @@ async fn an_enrollment_key_never_takes_over_a_device(cx: Ctx) {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 }
 
+async fn send_text(ws: &mut Socket, v: Value) {
+    ws.send(tungstenite::Message::Text(v.to_string().into()))
+        .await
+        .unwrap();
+}
+
+/// The agent socket holds the HTTP channel's limits: a batch past 5,000 samples or a frame past
+/// the report body limit stores nothing; samples stamped in year 9999 or far in the past, and
+/// values no metric can take (`1e308` percent), are refused over either channel while the
+/// good samples beside them are kept.
+async fn the_socket_holds_the_http_limits(cx: Ctx) {
+    let w = world(&cx).await;
+    let key = enrollment_key(&w, None).await;
+    let (device, token) = enroll(&w, &key, "machine-limits").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        breeze_server::Breeze::new(w.state.clone()),
+        std::future::pending(),
+    ));
+    let mut req = format!("ws://{addr}/api/v1/agents/ws")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let stored = || async {
+        w.store
+            .raw_scalar(
+                Some(w.org_a),
+                "SELECT COUNT(*) FROM device_metrics WHERE device_id = $1",
+                device.parse().unwrap(),
+            )
+            .await
+            .unwrap()
+    };
+    let now = w.state.clock.now();
+    let sample = |at: chrono::DateTime<chrono::Utc>, cpu: f64| {
+        json!({
+            "at": at, "cpuPercent": cpu, "ramPercent": 40.0, "ramUsedBytes": 1,
+            "disks": [{ "mount": "/", "usedPercent": 50.0 }], "network": [], "processCount": 9,
+        })
+    };
+    let frame = |samples: Vec<Value>| json!({ "type": "metrics", "samples": samples });
+    // 5,001 samples over the socket: refused like over HTTP.
+    let many: Vec<Value> = (0..5_001)
+        .map(|i| sample(now - chrono::Duration::seconds(i), 1.0))
+        .collect();
+    send_text(&mut ws, frame(many.clone())).await;
+    let r = send(
+        &w.app,
+        post_json(
+            "/api/v1/agents/metrics",
+            Some(&token),
+            &json!({ "samples": many }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(err_msg(&r).contains("at most 5000 samples"), "{}", r.body);
+    // A frame over the report limit (padded past 1 MiB with a long mount name list).
+    let padded: Vec<Value> = (0..4_000)
+        .map(|i| {
+            let mut s = sample(now - chrono::Duration::seconds(i), 1.0);
+            s["disks"] = json!([{ "mount": "/".repeat(250), "usedPercent": 1.0 }]);
+            s
+        })
+        .collect();
+    let padded = frame(padded);
+    assert!(padded.to_string().len() > 1024 * 1024);
+    send_text(&mut ws, padded).await;
+    // Bad stamps and values beside one good sample, over each channel.
+    let mixed = vec![
+        sample("9999-01-01T00:00:00Z".parse().unwrap(), 1.0),
+        sample(now - chrono::Duration::days(30), 1.0),
+        sample(now - chrono::Duration::minutes(1), 1e308),
+        sample(now - chrono::Duration::minutes(1), -5.0),
+        sample(now - chrono::Duration::minutes(2), 12.5),
+    ];
+    send_text(&mut ws, frame(mixed.clone())).await;
+    // The socket's frames are handled in order: a heartbeat after them marks the end.
+    let mark = json!({ "type": "heartbeat", "agentVersion": "7.7.7", "uptimeSecs": 1,
+                       "pendingReboot": false, "loggedInUsers": [] });
+    send_text(&mut ws, mark).await;
+    let id: breeze_core::DeviceId = device.parse().unwrap();
+    for _ in 0..200 {
+        let v = w.store.org(w.org_a).get_device(id).await.unwrap();
+        if v.agent_version.as_deref() == Some("7.7.7") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        stored().await,
+        1,
+        "only the good sample of the socket's frames"
+    );
+    let mut later = mixed.clone();
+    later[4] = sample(now - chrono::Duration::minutes(3), 20.0);
+    let r = send(
+        &w.app,
+        post_json(
+            "/api/v1/agents/metrics",
+            Some(&token),
+            &json!({ "samples": later }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(stored().await, 2, "and the good one over HTTP");
+    // The newest stored sample is a real one, not the year-9999 stamp.
+    let newest = w
+        .store
+        .raw_strings("SELECT CAST(MAX(at) AS TEXT) FROM device_metrics")
+        .await
+        .unwrap();
+    assert!(!newest[0].starts_with("9999"), "{newest:?}");
+}
+
 use uuid::Uuid;
 
 breeze_store::on_both_backends!(
+    the_socket_holds_the_http_limits,
     an_enrollment_key_never_takes_over_a_device,
     enrollment_is_rate_limited_per_address,
     enrollment_and_device_tokens,

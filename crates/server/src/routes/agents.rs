@@ -16,8 +16,7 @@ use axum::{
 };
 use breeze_agent_proto::{
     AgentFrame, CommandResult, EnrollRequest, EnrollResponse, EventBatch, Heartbeat,
-    HeartbeatResponse, Inventory, LogBatch, MAX_EVENT_BATCH, MAX_FRAME_BYTES, MetricsBatch,
-    RotateTokenResponse,
+    HeartbeatResponse, Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, RotateTokenResponse,
 };
 use breeze_auth::{DevicePrincipal, Enrollment};
 use breeze_core::OsFamily;
@@ -72,12 +71,8 @@ fn retry_result(state: &AppState, agent: &DevicePrincipal, result: CommandResult
 /// Read and write buffer of one agent socket.
 const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 
-/// Largest batch of metrics samples or log lines accepted in one report.
-const MAX_BATCH: usize = 5_000;
-
-/// Body limit of the batch reports (inventory with its software list, [`MAX_BATCH`] metric
-/// samples or log lines).
-const REPORT_BODY_BYTES: usize = 1024 * 1024;
+/// Body limit of the batch reports, as large as such a frame may be on the socket.
+const REPORT_BODY_BYTES: usize = breeze_agent_proto::MAX_REPORT_BYTES;
 
 pub(crate) fn router() -> Router<AppState> {
     let small = Router::new()
@@ -225,6 +220,14 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                     _ => continue,
                 };
                 match serde_json::from_str::<AgentFrame>(text.as_str()) {
+                    // A report is held to the HTTP body limit; only a command result may be
+                    // as large as a frame.
+                    Ok(frame) if text.len() > REPORT_BODY_BYTES
+                        && !matches!(frame, AgentFrame::CommandResult(_)) =>
+                    {
+                        tracing::warn!(device = %agent.device_id, bytes = text.len(),
+                            "refused an agent report larger than {REPORT_BODY_BYTES} bytes");
+                    }
                     Ok(frame) => {
                         // A result is kept until stored: the agent will not send it again.
                         let result = match &frame {
@@ -292,16 +295,13 @@ async fn inventory(
     report(&state, agent, AgentFrame::Inventory(Box::new(inv))).await
 }
 
+// Batch limits and sample checks are the gateway's, the same over the socket.
+
 async fn metrics(
     State(state): State<AppState>,
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<MetricsBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.samples.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "a metrics batch holds at most {MAX_BATCH} samples"
-        )));
-    }
     report(&state, agent, AgentFrame::Metrics(batch)).await
 }
 
@@ -310,11 +310,6 @@ async fn logs(
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<LogBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.entries.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "a log batch holds at most {MAX_BATCH} entries"
-        )));
-    }
     report(&state, agent, AgentFrame::Logs(batch)).await
 }
 
@@ -323,11 +318,6 @@ async fn events(
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<EventBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.events.len() > MAX_EVENT_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "an event batch holds at most {MAX_EVENT_BATCH} events"
-        )));
-    }
     report(&state, agent, AgentFrame::Events(batch)).await
 }
 
