@@ -1843,7 +1843,86 @@ async fn a_failed_metadata_fetch_says_nothing_of_why(cx: Ctx) {
     assert!(!e.contains("10.1.2.3") && !e.contains("resolution"), "{e}");
 }
 
+/// Registration refuses a redirect URI whose host is not written where it belongs
+/// (`https:///cb` would send codes to the host `cb`), and a client name with bidirectional
+/// controls; a name that holds them anyway (stored earlier) is shown without them, isolated.
+async fn registration_and_consent_resist_spoofing(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    for uri in ["https:///cb", "https:/cb", "https:\\\\cb/x"] {
+        let r = register(&app, &json!({ "redirect_uris": [uri], "client_name": "X" })).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.body);
+        assert_eq!(r.body["error"], "invalid_redirect_uri", "{uri}");
+    }
+    let r = register(
+        &app,
+        &json!({ "redirect_uris": [CLAUDE_CB], "client_name": "Claude\u{202E}exe.gnp" }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(r.body["error"], "invalid_client_metadata");
+
+    w.store
+        .insert_oauth_client(
+            breeze_store::NewOAuthClient {
+                client_id: "bzcl_spoof".into(),
+                kind: breeze_store::OAuthClientKind::Dcr,
+                client_name: "Claude\u{202E}\u{2066}lanigiro\u{200B}".into(),
+                redirect_uris: vec![CLAUDE_CB.into()],
+                metadata: json!({}),
+                expires_at: w.state.clock.now() + chrono::Duration::days(1),
+            },
+            breeze_core::AuditEvent::new(
+                breeze_core::Actor::system("test"),
+                "oauth.client.register",
+                "oauth_client",
+            ),
+        )
+        .await
+        .unwrap();
+    let session = sign_in(&app, "admin@p.test").await;
+    let (r, c) = consent_page(&app, &session, &auth_query("bzcl_spoof", CLAUDE_CB, &[])).await;
+    assert!(c.is_some(), "{}", r.body);
+    let html = r.body.as_str().unwrap();
+    assert!(html.contains("<bdi>Claudelanigiro</bdi>"), "{html}");
+    for c in ['\u{202E}', '\u{2066}', '\u{200B}'] {
+        assert!(!html.contains(c), "{c:?} reached the page");
+    }
+}
+
+/// A signed access token's scopes are intersected with its grant's scopes at each use: the
+/// token still says `mcp:write`, but once the grant holds only `mcp:read` a write is refused
+/// as a step-up, while reads keep working.
+async fn token_scopes_meet_the_grants_current_scopes(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", EXECUTE)]).await;
+    let access = t["access_token"].as_str().unwrap();
+    let write = rpc(
+        "tools/call",
+        json!({ "name": "set_device_context", "arguments": {} }),
+    );
+    assert_eq!(mcp(&app, access, &write).await.status, StatusCode::OK);
+    w.store
+        .raw_execute("UPDATE oauth_grants SET scopes = '[\"mcp:read\"]'")
+        .await
+        .unwrap();
+    // Past the grant cache's second.
+    cx.clock.advance(chrono::Duration::seconds(2));
+    let r = mcp(&app, access, &write).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(challenge(&r).contains("error=\"insufficient_scope\""));
+    let read = rpc(
+        "tools/call",
+        json!({ "name": "query_devices", "arguments": {} }),
+    );
+    assert_eq!(mcp(&app, access, &read).await.status, StatusCode::OK);
+}
+
 breeze_store::on_both_backends!(
+    registration_and_consent_resist_spoofing,
+    token_scopes_meet_the_grants_current_scopes,
     a_failed_metadata_fetch_says_nothing_of_why,
     discovery_and_challenge,
     full_flow_refresh_revoke,

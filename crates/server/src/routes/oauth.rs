@@ -408,10 +408,9 @@ async fn consent_page(
         .map_or_else(|| oauth.nonce(), str::to_owned);
     let page = ConsentPage {
         l: Layout::bare("Authorize"),
-        client_name: if request.client.client_name.is_empty() {
-            "An unnamed client".to_owned()
-        } else {
-            request.client.client_name.clone()
+        client_name: match breeze_oauth::client::display_name(&request.client.client_name) {
+            name if name.trim().is_empty() => "An unnamed client".to_owned(),
+            name => name,
         },
         client_id: request.client.client_id.clone(),
         redirect_host: request.redirect_host(),
