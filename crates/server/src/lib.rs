@@ -203,6 +203,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Set when a shutdown begins: `/readyz` answers 503 from then on.
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
+    /// Live dashboard streams held, per person and organization (capped).
+    pub(crate) dashboard_streams: Arc<pages::events::StreamSlots>,
 }
 
 impl AppState {
@@ -274,6 +276,7 @@ impl AppState {
             oauth,
             metrics,
             shutting_down: Arc::default(),
+            dashboard_streams: Arc::default(),
         }
     }
 }
