@@ -121,8 +121,9 @@ pub use patches::{
 };
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
 pub use reports::{
-    CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
-    ReportRequest, ReportRun, ReportUpdate,
+    CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
+    MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,
+    ReportRun, ReportUpdate,
 };
 pub use row_security::RowSecurity;
 pub use runs::RunUpdate;

@@ -1,4 +1,5 @@
--- A device's identity cannot be taken with an enrollment key (PostgreSQL). Kept in lockstep
+-- Security II: a device's identity cannot be taken with an enrollment key, and a report run
+-- says when it stopped at its caps (PostgreSQL). Kept in lockstep
 -- with migrations/sqlite/0035_device_identity.sql.
 --
 -- An enrollment never rebinds an existing device: a second machine presenting a known machine
@@ -11,3 +12,6 @@ ALTER TABLE device_credentials ADD COLUMN reenroll_expires_at TIMESTAMPTZ;
 CREATE UNIQUE INDEX device_credentials_reenroll ON device_credentials (reenroll_token_hash)
     WHERE reenroll_token_hash IS NOT NULL;
 CREATE INDEX device_credentials_machine ON device_credentials (org_id, machine_id);
+
+-- A report run that stopped at its row or byte cap (its last row says so).
+ALTER TABLE report_runs ADD COLUMN truncated BOOLEAN NOT NULL DEFAULT FALSE;

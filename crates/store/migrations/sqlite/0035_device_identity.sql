@@ -1,4 +1,5 @@
--- A device's identity cannot be taken with an enrollment key (SQLite). Kept in lockstep with
+-- Security II: a device's identity cannot be taken with an enrollment key, and a report run
+-- says when it stopped at its caps (SQLite). Kept in lockstep with
 -- migrations/postgres/0035_device_identity.sql.
 --
 -- An enrollment never rebinds an existing device: a second machine presenting a known machine
@@ -11,3 +12,6 @@ ALTER TABLE device_credentials ADD COLUMN reenroll_expires_at TEXT;
 CREATE UNIQUE INDEX device_credentials_reenroll ON device_credentials (reenroll_token_hash)
     WHERE reenroll_token_hash IS NOT NULL;
 CREATE INDEX device_credentials_machine ON device_credentials (org_id, machine_id);
+
+-- A report run that stopped at its row or byte cap (its last row says so).
+ALTER TABLE report_runs ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0;

@@ -773,11 +773,7 @@ impl OrgStore<'_> {
             q.push(&format!(" AND triggered_at < {p}"));
         }
         if let Some(c) = after {
-            let t = q.arg(c.triggered_at);
-            let id = q.arg(c.id);
-            q.push(&format!(
-                " AND (triggered_at < {t} OR (triggered_at = {t} AND id < {id}))"
-            ));
+            q.push_keyset("triggered_at", c.triggered_at, "id", c.id, true);
         }
         let fetch = q.arg(i64::from(limit) + 1);
         q.push(&format!(
