@@ -567,7 +567,9 @@ impl OrgStore<'_> {
                 q.push(&format!(" AND {column} = {p}"));
             }
         }
-        push_time_bounds(&mut q, filter.since, filter.until);
+        // Resuming, the cursor is the upper bound (see `Sql::push_keyset`).
+        let until = if after.is_some() { None } else { filter.until };
+        push_time_bounds(&mut q, filter.since, until);
         if let Some(cursor) = after {
             q.push_keyset("created_at", cursor.created_at, "id", cursor.id, true);
         }

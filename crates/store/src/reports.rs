@@ -774,10 +774,15 @@ impl OrgStore<'_> {
              a.value, a.device_id, d.hostname, a.rule_id, a.acknowledged_at, \
              a.acknowledged_by, a.resolved_at, a.resolved_by FROM alerts a \
              JOIN devices d ON d.id = a.device_id AND d.org_id = a.org_id \
-             WHERE a.org_id = $1 AND a.triggered_at >= $2",
+             WHERE a.org_id = $1",
         )
-        .bind(self.org)
-        .bind(since);
+        .bind(self.org);
+        // One lower bound only, the cursor's when resuming: given two, SQLite may start the
+        // index range at the other (the window's start) and read every earlier row again.
+        if after.is_none() {
+            let p = q.arg(since);
+            q.push(&format!(" AND a.triggered_at >= {p}"));
+        }
         if let Some(severity) = severity {
             let p = q.arg(severity.as_str());
             q.push(&format!(" AND a.severity = {p}"));
@@ -801,11 +806,15 @@ impl OrgStore<'_> {
         let mut q = sql(concat!(
             "SELECT ",
             audit_columns!(),
-            " FROM audit_log WHERE org_id = $1 AND created_at >= $2 AND created_at <= $3"
+            " FROM audit_log WHERE org_id = $1 AND created_at <= $2"
         ))
         .bind(self.org)
-        .bind(since)
         .bind(now);
+        // One lower bound only, the cursor's when resuming (see `alert_page`).
+        if after.is_none() {
+            let p = q.arg(since);
+            q.push(&format!(" AND created_at >= {p}"));
+        }
         if let Some((t, id)) = after {
             q.push_keyset("created_at", t, "id", id, false);
         }

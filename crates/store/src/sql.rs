@@ -449,7 +449,9 @@ impl Sql {
     /// Appends the keyset condition that resumes a listing ordered by `(time, id)` after (or,
     /// `descending`, before) the row `(t, id)`. The redundant bound on `time` alone is what
     /// lets both databases start the index range (`(org_id, time, id)`) at the cursor instead
-    /// of reading every earlier row again for each page (the `OR` alone is not a range).
+    /// of reading every earlier row again for each page (the `OR` alone is not a range); the
+    /// caller leaves out any other bound on `time` in that direction, which SQLite could pick
+    /// as the range's start instead.
     pub(crate) fn push_keyset(
         &mut self,
         time: &str,

@@ -219,6 +219,9 @@ mod tests {
         held.pop();
         assert!(slots.take(newcomer, org).is_ok());
         drop(held);
-        assert!(slots.held.lock().unwrap().is_empty(), "every place given back");
+        assert!(
+            slots.held.lock().unwrap().is_empty(),
+            "every place given back"
+        );
     }
 }

@@ -768,7 +768,8 @@ impl OrgStore<'_> {
             let p = q.arg(since);
             q.push(&format!(" AND triggered_at >= {p}"));
         }
-        if let Some(until) = filter.until {
+        // Resuming, the cursor is the upper bound (see `Sql::push_keyset`).
+        if let Some(until) = filter.until.filter(|_| after.is_none()) {
             let p = q.arg(until);
             q.push(&format!(" AND triggered_at < {p}"));
         }
