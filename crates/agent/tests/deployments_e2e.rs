@@ -49,25 +49,26 @@ async fn status(f: &Fleet, id: &str) -> Value {
 /// A device of the organization with no agent behind it.
 async fn seeded(f: &Fleet, hostname: &str) -> String {
     let o = f.store.org(f.org);
-    let site = o.list_sites().await.unwrap()[0].id;
-    o.create_device(
-        NewDevice {
-            site_id: site,
-            hostname: hostname.into(),
-            os_family: OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: DeviceStatus::Offline,
-            agent_version: None,
-            last_seen_at: None,
-            tags: vec![],
-        },
-        audit("device.create"),
-    )
-    .await
-    .unwrap()
-    .id
-    .to_string()
+    let site = o.tenancy().list_sites().await.unwrap()[0].id;
+    o.devices()
+        .create_device(
+            NewDevice {
+                site_id: site,
+                hostname: hostname.into(),
+                os_family: OsFamily::Linux,
+                os_name: "Debian".into(),
+                os_version: "12".into(),
+                status: DeviceStatus::Offline,
+                agent_version: None,
+                last_seen_at: None,
+                tags: vec![],
+            },
+            audit("device.create"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string()
 }
 
 /// The deployment's device status (one tool call: the tool allows 10 in 10 minutes) once the
@@ -76,7 +77,13 @@ async fn until(f: &Fleet, id: &str, want: &str) -> Value {
     let deployment: uuid::Uuid = id.parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let d = f.store.org(f.org).get_deployment(deployment).await.unwrap();
+        let d = f
+            .store
+            .org(f.org)
+            .deployments()
+            .get_deployment(deployment)
+            .await
+            .unwrap();
         if d.status.as_str() == want {
             return status(f, id).await;
         }
@@ -112,7 +119,14 @@ async fn deployment_run(backend: Backend) {
     })
     .await;
     eventually(20, "the device online", || async {
-        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+        f.store
+            .org(f.org)
+            .devices()
+            .get_device(real_id)
+            .await
+            .unwrap()
+            .status
+            == DeviceStatus::Online
     })
     .await;
     let canary_seed = seeded(&f, "seeded-canary").await;
@@ -123,6 +137,7 @@ async fn deployment_run(backend: Backend) {
     let script = f
         .store
         .org(f.org)
+        .scripts()
         .create_script(
             NewScript {
                 name: "harmless".into(),
@@ -200,6 +215,7 @@ async fn deployment_run(backend: Backend) {
     let page = f
         .store
         .org(f.org)
+        .audit()
         .query_audit(
             &AuditFilter {
                 resource_id: Some(id.clone()),
@@ -277,7 +293,14 @@ async fn removal_run(backend: Backend) {
     })
     .await;
     eventually(20, "the device online", || async {
-        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+        f.store
+            .org(f.org)
+            .devices()
+            .get_device(real_id)
+            .await
+            .unwrap()
+            .status
+            == DeviceStatus::Online
     })
     .await;
     let approver = approve_everything(&f, f.org);
@@ -341,6 +364,7 @@ async fn removal_run(backend: Backend) {
     let page = f
         .store
         .org(f.org)
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("patch.remove".into()),
@@ -419,7 +443,14 @@ async fn dnf_removal_run(backend: Backend) {
     })
     .await;
     eventually(20, "the device online", || async {
-        f.store.org(f.org).get_device(real_id).await.unwrap().status == DeviceStatus::Online
+        f.store
+            .org(f.org)
+            .devices()
+            .get_device(real_id)
+            .await
+            .unwrap()
+            .status
+            == DeviceStatus::Online
     })
     .await;
     let log = || std::fs::read_to_string(dir.path().join("dnf.log")).unwrap_or_default();

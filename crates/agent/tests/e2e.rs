@@ -110,6 +110,7 @@ async fn run(backend: Backend) {
     let script = f
         .store
         .org(f.org)
+        .scripts()
         .create_script(
             NewScript {
                 name: "greet".into(),
@@ -148,6 +149,7 @@ async fn run(backend: Backend) {
     let recorded = f
         .store
         .org(f.org)
+        .commands()
         .list_commands(device_id, 10)
         .await
         .unwrap();
@@ -180,6 +182,7 @@ async fn run(backend: Backend) {
         .unwrap();
     let o = f.store.org(f.org);
     let rule = o
+        .alerts()
         .create_rule(
             breeze_store::NewRule {
                 name: "hot".into(),
@@ -198,6 +201,7 @@ async fn run(backend: Backend) {
         .await
         .unwrap();
     let automation = o
+        .automations()
         .create_automation(
             breeze_store::NewAutomation {
                 name: "greet on alert".into(),
@@ -228,7 +232,13 @@ async fn run(backend: Backend) {
         );
         tokio::spawn(async move {
             loop {
-                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                for r in store
+                    .org(org)
+                    .approvals()
+                    .list_approvals(true, 10)
+                    .await
+                    .unwrap()
+                {
                     let request = DecisionRequest {
                         id: r.id,
                         decision: breeze_store::Decision::Approve,
@@ -244,6 +254,7 @@ async fn run(backend: Backend) {
         })
     };
     let alert = o
+        .alerts()
         .raise_alert(&rule, device_id, None)
         .await
         .unwrap()
@@ -251,6 +262,7 @@ async fn run(backend: Backend) {
     eventually(60, "the automation's run to finish", || async {
         f.store
             .org(f.org)
+            .automations()
             .list_runs(Some(automation.id), 5)
             .await
             .unwrap()
@@ -259,10 +271,15 @@ async fn run(backend: Backend) {
     })
     .await;
     approver.abort();
-    let run = o.list_runs(Some(automation.id), 5).await.unwrap().remove(0);
+    let run = o
+        .automations()
+        .list_runs(Some(automation.id), 5)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(run.alert_id, Some(alert.id));
     // The approval was granted while the worker's call waited, which then ran it.
-    let approved = o.list_approvals(false, 20).await.unwrap();
+    let approved = o.approvals().list_approvals(false, 20).await.unwrap();
     assert!(
         approved.iter().any(|a| a.tool == "run_script"
             && a.arguments["parameters"]["who"] == "automation"
@@ -368,6 +385,7 @@ async fn run(backend: Backend) {
     std::os::unix::fs::symlink(&vault, work.path().join("shortcut")).unwrap();
     f.store
         .org(f.org)
+        .commands()
         .set_protected_paths(
             &[vault.display().to_string()],
             audit("org.protected_paths.set"),
@@ -411,6 +429,7 @@ async fn run(backend: Backend) {
     assert_eq!(listing["protectedOmitted"], 1);
     f.store
         .org(f.org)
+        .commands()
         .set_protected_paths(&[], audit("org.protected_paths.set"))
         .await
         .unwrap();
@@ -486,6 +505,7 @@ async fn run(backend: Backend) {
     // A script that outlives its timeout is stopped and reported timed out.
     f.store
         .org(f.org)
+        .scripts()
         .create_script(
             NewScript {
                 name: "slow".into(),
@@ -592,6 +612,7 @@ async fn run(backend: Backend) {
     eventually(30, "the device to go offline", || async {
         f.store
             .org(f.org)
+            .devices()
             .get_device(device_id)
             .await
             .unwrap()
@@ -602,6 +623,7 @@ async fn run(backend: Backend) {
     let before = f
         .store
         .org(f.org)
+        .commands()
         .list_commands(device_id, 100)
         .await
         .unwrap()
@@ -621,6 +643,7 @@ async fn run(backend: Backend) {
     assert_eq!(
         f.store
             .org(f.org)
+            .commands()
             .list_commands(device_id, 100)
             .await
             .unwrap()
@@ -637,6 +660,7 @@ async fn run(backend: Backend) {
     eventually(20, "the device to be online", || async {
         f.store
             .org(f.org)
+            .devices()
             .get_device(device_id)
             .await
             .unwrap()
@@ -698,6 +722,7 @@ async fn policy_run(backend: Backend) {
     let policy = f
         .store
         .org(f.org)
+        .config_policies()
         .create_config_policy(
             breeze_store::NewConfigPolicy {
                 name: "fast metrics".into(),
@@ -855,12 +880,14 @@ async fn monitoring_run(backend: Backend) {
         ("in app", breeze_core::ChannelKind::InApp, json!({})),
     ] {
         let c = o
+            .alerts()
             .create_channel(channel(name, kind, config), audit("channel.create"))
             .await
             .unwrap();
         channels.push(c.id.to_string());
     }
     let script = o
+        .scripts()
         .create_script(
             NewScript {
                 name: "triage".into(),
@@ -940,7 +967,13 @@ async fn monitoring_run(backend: Backend) {
         );
         tokio::spawn(async move {
             loop {
-                for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+                for r in store
+                    .org(org)
+                    .approvals()
+                    .list_approvals(true, 10)
+                    .await
+                    .unwrap()
+                {
                     let request = DecisionRequest {
                         id: r.id,
                         decision: breeze_store::Decision::Approve,
@@ -976,12 +1009,17 @@ async fn monitoring_run(backend: Backend) {
             unresolved: true,
             ..Default::default()
         };
-        o.list_alerts(&filter, None, 10).await.unwrap().alerts
+        o.alerts()
+            .list_alerts(&filter, None, 10)
+            .await
+            .unwrap()
+            .alerts
     };
     let finished = |automation: &str| {
         let id: uuid::Uuid = automation.parse().unwrap();
         async move {
-            o.list_runs(Some(id), 5)
+            o.automations()
+                .list_runs(Some(id), 5)
                 .await
                 .unwrap()
                 .first()
@@ -1069,7 +1107,8 @@ async fn monitoring_run(backend: Backend) {
     .await;
     let load = cpu_load();
     eventually(180, "the suppression", || async {
-        !o.suppressions(Some(rule_uuid), None, 5)
+        !o.maintenance()
+            .suppressions(Some(rule_uuid), None, 5)
             .await
             .unwrap()
             .is_empty()
@@ -1125,12 +1164,14 @@ async fn compliance_run(backend: Backend) {
     .await;
     let o = f.store.org(f.org);
     eventually(30, "the agent's inventory", || async {
-        o.device_packages(device_id, None, None, 1)
+        o.devices()
+            .device_packages(device_id, None, None, 1)
             .await
             .is_ok_and(|p| p.listed && p.total > 0)
     })
     .await;
     let installed = o
+        .devices()
         .device_packages(device_id, None, None, 1)
         .await
         .unwrap()
@@ -1167,6 +1208,7 @@ async fn compliance_run(backend: Backend) {
     let marks = tempfile::tempdir().unwrap();
     let marker = marks.path().join("remediated");
     let script = o
+        .scripts()
         .create_script(
             NewScript {
                 name: "create marker".into(),
@@ -1232,13 +1274,13 @@ async fn compliance_run(backend: Backend) {
         async move {
             worker.tick().await.unwrap();
             worker.settle().await;
-            let r = o.get_remediation(remediation).await.unwrap();
+            let r = o.compliance().get_remediation(remediation).await.unwrap();
             r.finished_at.is_some()
         }
     })
     .await;
     approver.abort();
-    let r = o.get_remediation(remediation).await.unwrap();
+    let r = o.compliance().get_remediation(remediation).await.unwrap();
     assert_eq!(r.status, breeze_core::RunStatus::Succeeded, "{r:?}");
     assert!(marker.exists(), "the script ran on this machine");
     let approvals = f.store.raw_dump("approval_requests").await.unwrap();
@@ -1319,7 +1361,7 @@ async fn events_run(backend: Backend) {
     })
     .await;
     let o = f.store.org(f.org);
-    let events = || async { o.device_events(device_id, 50).await.unwrap() };
+    let events = || async { o.telemetry().device_events(device_id, 50).await.unwrap() };
     eventually(20, "the agent's start event", || async {
         events()
             .await
@@ -1381,7 +1423,8 @@ async fn events_run(backend: Backend) {
         "kernel: sda: Disk failure imminent, replace the drive",
     );
     let unresolved = || async {
-        o.unresolved_alerts_of_rule(rule_id)
+        o.alerts()
+            .unresolved_alerts_of_rule(rule_id)
             .await
             .unwrap()
             .into_iter()
@@ -1435,7 +1478,7 @@ async fn events_run(backend: Backend) {
         unresolved().await.is_none()
     })
     .await;
-    let history = o.alert_events(alert.id).await.unwrap();
+    let history = o.alerts().alert_events(alert.id).await.unwrap();
     assert!(
         history.iter().any(|e| e.kind == "auto_resolved"),
         "{history:?}"

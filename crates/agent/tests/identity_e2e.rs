@@ -46,8 +46,9 @@ async fn run(backend: Backend) {
     let test = TestStore::new(backend, Arc::new(SystemClock)).await;
     let f = common::server(test.store.clone()).await;
     let o = f.store.org(f.org);
-    let hq = o.list_sites().await.unwrap()[0].id;
+    let hq = o.tenancy().list_sites().await.unwrap()[0].id;
     let branch = o
+        .tenancy()
         .create_site("Branch Office", "UTC", audit("site.create"))
         .await
         .unwrap()
@@ -202,6 +203,7 @@ async fn run(backend: Backend) {
     let before = f
         .store
         .org(f.org)
+        .devices()
         .list_devices(&Default::default(), 100, 0)
         .await
         .unwrap()
@@ -225,6 +227,7 @@ async fn run(backend: Backend) {
     let after = f
         .store
         .org(f.org)
+        .devices()
         .list_devices(&Default::default(), 100, 0)
         .await
         .unwrap()

@@ -88,7 +88,13 @@ async fn job_done(f: &Fleet, job: &str) -> Value {
     let id: uuid::Uuid = job.parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (j, _) = f.store.org(f.org).get_patch_job(id).await.unwrap();
+        let (j, _) = f
+            .store
+            .org(f.org)
+            .patches()
+            .get_patch_job(id)
+            .await
+            .unwrap();
         if !matches!(j.status.as_str(), "running" | "scheduled") {
             break;
         }
@@ -131,6 +137,7 @@ async fn patch_run(backend: Backend) {
     eventually(60, "the agent's scheduled scan", || async {
         f.store
             .org(f.org)
+            .patches()
             .patch_scans()
             .await
             .unwrap()
@@ -265,6 +272,7 @@ async fn patch_run(backend: Backend) {
     let policy = f
         .store
         .org(f.org)
+        .config_policies()
         .create_config_policy(
             breeze_store::NewConfigPolicy {
                 name: "patch ring".into(),
@@ -291,6 +299,7 @@ async fn patch_run(backend: Backend) {
     eventually(30, "the agent to apply the scan interval", || async {
         f.store
             .org(f.org)
+            .config_policies()
             .config_report(device_id)
             .await
             .unwrap()

@@ -331,6 +331,7 @@ async fn run(backend: Backend) {
         let page = f
             .store
             .org(f.org)
+            .audit()
             .query_audit(&filter, None, 10)
             .await
             .unwrap();
@@ -407,10 +408,11 @@ async fn scheduled_run(backend: Backend) {
         .to_owned();
     let schedule_id: uuid::Uuid = schedule.parse().unwrap();
     let o = f.store.org(f.org);
-    let stored = o.get_scan_schedule(schedule_id).await.unwrap();
+    let stored = o.security().get_scan_schedule(schedule_id).await.unwrap();
     assert!(stored.owner_actor.starts_with("api_key:"), "{stored:?}");
     assert!(
-        o.list_security_scans(None, None, 10)
+        o.security()
+            .list_security_scans(None, None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -436,6 +438,7 @@ async fn scheduled_run(backend: Backend) {
 
     // It went through a person's approval, as the owner, naming the schedule.
     let requests: Vec<_> = o
+        .approvals()
         .list_approvals(false, 50)
         .await
         .unwrap()
@@ -453,13 +456,14 @@ async fn scheduled_run(backend: Backend) {
     );
 
     // What the occurrence came to, and the next one.
-    let after = o.get_scan_schedule(schedule_id).await.unwrap();
+    let after = o.security().get_scan_schedule(schedule_id).await.unwrap();
     assert_eq!(
         after.last_status.map(|s| s.as_str()),
         Some("ran"),
         "{after:?}"
     );
     let scans = o
+        .security()
         .list_security_scans(Some(device_id), None, 10)
         .await
         .unwrap();

@@ -4,12 +4,12 @@
 //! Each [`AlertEngine::tick`] walks at most `rules_per_tick` enabled rules (continuing where
 //! the last tick stopped, so every rule comes round however many there are) and, for each,
 //! asks the store what its condition looks like on the targeted devices
-//! (`OrgStore::observe_rule`, read-only). A breaching device without an unresolved alert of the
+//! (`breeze_store::OrgAlerts::observe_rule`, read-only). A breaching device without an unresolved alert of the
 //! rule gets one (`raise_alert` refuses duplicates by a unique index and honours the cooldown);
 //! an unresolved alert whose device is clear again is resolved when the rule auto-resolves. A
 //! device the store cannot judge (no recent samples) changes nothing. A breach on a device under
 //! an open maintenance window that suppresses alerts raises nothing: it is recorded as a
-//! suppression of the rule (`OrgStore::record_suppression`, audited) and raised once the window
+//! suppression of the rule (`breeze_store::OrgMaintenance::record_suppression`, audited) and raised once the window
 //! is over, if the condition still holds. Every raise and
 //! resolution is told to the rule's channels in tasks of their own ([`notify`]), so no channel
 //! delays evaluation; the engine reads the time only through the store's `Clock`.
@@ -185,6 +185,7 @@ impl AlertEngine {
         let rules: Arc<Vec<AlertRule>> = Arc::new(
             self.store
                 .org(org)
+                .alerts()
                 .list_rules()
                 .await?
                 .into_iter()
@@ -218,7 +219,12 @@ impl AlertEngine {
             let _held = self.rule_lock(rule.id).lock().await;
             for chunk in devices.chunks(MAX_DEVICES_PER_EVALUATION) {
                 let outcome = async {
-                    let observations = self.store.org(org).observe_rule_for(rule, chunk).await?;
+                    let observations = self
+                        .store
+                        .org(org)
+                        .alerts()
+                        .observe_rule_for(rule, chunk)
+                        .await?;
                     self.apply(rule, &observations, &mut report).await
                 }
                 .await;
@@ -303,7 +309,12 @@ impl AlertEngine {
 
     async fn evaluate(&self, rule: &AlertRule, report: &mut TickReport) -> Result<(), StoreError> {
         let _held = self.rule_lock(rule.id).lock().await;
-        let observations = self.store.org(rule.org_id).observe_rule(rule).await?;
+        let observations = self
+            .store
+            .org(rule.org_id)
+            .alerts()
+            .observe_rule(rule)
+            .await?;
         self.apply(rule, &observations, report).await
     }
 
@@ -318,7 +329,7 @@ impl AlertEngine {
             return Ok(());
         }
         let org = self.store.org(rule.org_id);
-        let unresolved = org.unresolved_alerts_of_rule(rule.id).await?;
+        let unresolved = org.alerts().unresolved_alerts_of_rule(rule.id).await?;
         let open_alert = |d| unresolved.iter().find(|a| a.device_id == d);
         // Breaches that would raise: those under an open maintenance window are held back
         // and recorded instead.
@@ -328,6 +339,7 @@ impl AlertEngine {
             .map(|o| o.device_id)
             .collect();
         let in_maintenance = org
+            .maintenance()
             .maintenance_covering(&would_raise, self.store.clock().now())
             .await?;
         for obs in observations {
@@ -337,25 +349,29 @@ impl AlertEngine {
                     if let Some((window, occurrence)) = in_maintenance.get(&obs.device_id) {
                         // Recorded (and audited) once per occurrence, whichever path or
                         // instance gets there first; counted in every report that held it back.
-                        org.record_suppression(
-                            rule.id,
-                            obs.device_id,
-                            window,
-                            *occurrence,
-                            obs.value,
-                        )
-                        .await?;
+                        org.maintenance()
+                            .record_suppression(
+                                rule.id,
+                                obs.device_id,
+                                window,
+                                *occurrence,
+                                obs.value,
+                            )
+                            .await?;
                         report.suppressed += 1;
                         continue;
                     }
                     // An event rule's alert keeps the events it was raised on.
                     let trigger = match &rule.condition {
-                        AlertCondition::Event(c) => org.matching_events(c, obs.device_id).await?,
+                        AlertCondition::Event(c) => {
+                            org.telemetry().matching_events(c, obs.device_id).await?
+                        }
                         _ => Vec::new(),
                     };
                     // `None` when another path or instance raised it first (the unique index):
                     // that one notifies.
                     if let Some(alert) = org
+                        .alerts()
                         .raise_alert_on(rule, obs.device_id, obs.value, &trigger)
                         .await?
                     {
@@ -364,10 +380,10 @@ impl AlertEngine {
                     }
                 }
                 (Observed::Clear, Some(alert)) if rule.auto_resolve => {
-                    let changed = org.auto_resolve_alert(alert.id, obs.value).await?;
+                    let changed = org.alerts().auto_resolve_alert(alert.id, obs.value).await?;
                     if changed {
                         report.resolved.push(alert.id);
-                        let alert = org.get_alert(alert.id).await?;
+                        let alert = org.alerts().get_alert(alert.id).await?;
                         self.notify(rule, alert, AlertNews::Resolved);
                     }
                 }
@@ -387,7 +403,7 @@ impl AlertEngine {
         self.deliveries.spawn(async move {
             let org = store.org(alert.org_id);
             for id in &rule.channel_ids {
-                let channel = match org.get_channel(*id).await {
+                let channel = match org.alerts().get_channel(*id).await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(channel = %id, error = %e, "alert channel unavailable");

@@ -2,7 +2,7 @@
 //!
 //! Each delivery runs in a task of its own with a deadline, so a slow or failing channel never
 //! holds up evaluation; its outcome — delivered or the error — is recorded on the alert (and in
-//! the audit log) by `OrgStore::record_notification`.
+//! the audit log) by `breeze_store::OrgAlerts::record_notification`.
 //!
 //! - Email goes through the configured SMTP relay (`SmtpConfig`), one message to the channel's
 //!   recipients.
@@ -143,6 +143,7 @@ impl Notifier {
         }
         if let Err(e) = store
             .org(alert.org_id)
+            .alerts()
             .record_notification(alert.id, channel, outcome)
             .await
         {

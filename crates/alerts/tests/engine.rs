@@ -69,6 +69,7 @@ async fn tenant(s: &Store) -> (OrgId, SiteId) {
         .unwrap();
     let site = s
         .org(org.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create"))
         .await
         .unwrap();
@@ -118,6 +119,7 @@ async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
     let (org, site) = tenant(s).await;
     let o = s.org(org);
     let hot = o
+        .devices()
         .create_device(
             device(site, "hot", DeviceStatus::Online),
             audit("device.create"),
@@ -156,36 +158,38 @@ async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
         ),
     ] {
         channels.push(
-            o.create_channel(
-                channel(name, kind, config),
-                audit("notification_channel.create"),
-            )
-            .await
-            .unwrap(),
+            o.alerts()
+                .create_channel(
+                    channel(name, kind, config),
+                    audit("notification_channel.create"),
+                )
+                .await
+                .unwrap(),
         );
     }
-    o.create_rule(
-        NewRule {
-            name: "CPU hot".into(),
-            description: None,
-            severity: Severity::Critical,
-            enabled: true,
-            condition: AlertCondition::Metric {
-                metric: Metric::Cpu,
-                comparison: Comparison::Above,
-                threshold: 90.0,
-                duration_minutes: 5,
+    o.alerts()
+        .create_rule(
+            NewRule {
+                name: "CPU hot".into(),
+                description: None,
+                severity: Severity::Critical,
+                enabled: true,
+                condition: AlertCondition::Metric {
+                    metric: Metric::Cpu,
+                    comparison: Comparison::Above,
+                    threshold: 90.0,
+                    duration_minutes: 5,
+                },
+                target: RuleTarget::Organization,
+                cooldown_minutes: 15,
+                auto_resolve: true,
+                channel_ids: channels.iter().map(|c| c.id).collect(),
+                created_by: "test".into(),
             },
-            target: RuleTarget::Organization,
-            cooldown_minutes: 15,
-            auto_resolve: true,
-            channel_ids: channels.iter().map(|c| c.id).collect(),
-            created_by: "test".into(),
-        },
-        audit("alert_rule.create"),
-    )
-    .await
-    .unwrap();
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
     let engine = AlertEngine::new(s.clone(), config(smtp_port, true));
 
     // Four minutes above the threshold: not yet for five.
@@ -263,7 +267,7 @@ async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
     let body: serde_json::Value = serde_json::from_str(&hooks_seen[1].body).unwrap();
     assert_eq!(body["alert"]["id"], serde_json::json!(alert_id));
 
-    let events = o.alert_events(alert_id).await.unwrap();
+    let events = o.alerts().alert_events(alert_id).await.unwrap();
     let outcome = |name: &str| {
         events
             .iter()
@@ -285,7 +289,7 @@ async fn a_breach_raises_notifies_and_resolves(cx: Ctx) {
     let report = engine.tick().await.unwrap();
     assert_eq!(report.resolved, vec![alert_id]);
     engine.settle().await;
-    let alert = o.get_alert(alert_id).await.unwrap();
+    let alert = o.alerts().get_alert(alert_id).await.unwrap();
     assert_eq!(alert.status, AlertStatus::Resolved);
     assert_eq!(alert.resolved_by.as_deref(), Some("system:alert-engine"));
     let hooks_seen = hooks.lock().unwrap().clone();
@@ -315,9 +319,14 @@ async fn offline_devices_and_private_webhooks(cx: Ctx) {
     let o = s.org(org);
     let mut gone = device(site, "gone", DeviceStatus::Offline);
     gone.last_seen_at = Some(s.clock().now() - Duration::minutes(3));
-    let gone = o.create_device(gone, audit("device.create")).await.unwrap();
+    let gone = o
+        .devices()
+        .create_device(gone, audit("device.create"))
+        .await
+        .unwrap();
     let (hook_port, hooks) = webhook_server(0).await.unwrap();
     let hook = o
+        .alerts()
         .create_channel(
             channel(
                 "hook",
@@ -328,23 +337,24 @@ async fn offline_devices_and_private_webhooks(cx: Ctx) {
         )
         .await
         .unwrap();
-    o.create_rule(
-        NewRule {
-            name: "offline".into(),
-            description: None,
-            severity: Severity::Medium,
-            enabled: true,
-            condition: AlertCondition::Offline { minutes: 10 },
-            target: RuleTarget::Device(gone.id),
-            cooldown_minutes: 0,
-            auto_resolve: true,
-            channel_ids: vec![hook.id],
-            created_by: "test".into(),
-        },
-        audit("alert_rule.create"),
-    )
-    .await
-    .unwrap();
+    o.alerts()
+        .create_rule(
+            NewRule {
+                name: "offline".into(),
+                description: None,
+                severity: Severity::Medium,
+                enabled: true,
+                condition: AlertCondition::Offline { minutes: 10 },
+                target: RuleTarget::Device(gone.id),
+                cooldown_minutes: 0,
+                auto_resolve: true,
+                channel_ids: vec![hook.id],
+                created_by: "test".into(),
+            },
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
     // Private targets refused: the production default.
     let engine = AlertEngine::new(s.clone(), config(1, false));
     assert!(
@@ -359,7 +369,7 @@ async fn offline_devices_and_private_webhooks(cx: Ctx) {
         hooks.lock().unwrap().is_empty(),
         "nothing reached 127.0.0.1"
     );
-    let events = o.alert_events(report.raised[0]).await.unwrap();
+    let events = o.alerts().alert_events(report.raised[0]).await.unwrap();
     let failed = events.iter().find(|e| e.kind == "notify_failed").unwrap();
     let detail = failed.details.as_ref().unwrap()["detail"].as_str().unwrap();
     assert!(detail.contains("non-public"), "{detail}");
@@ -375,6 +385,7 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
     let (org, site) = tenant(s).await;
     let o = s.org(org);
     let hot = o
+        .devices()
         .create_device(
             device(site, "hot", DeviceStatus::Online),
             audit("device.create"),
@@ -382,6 +393,7 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
         .await
         .unwrap();
     let rule = o
+        .alerts()
         .create_rule(
             NewRule {
                 name: "CPU hot".into(),
@@ -408,6 +420,7 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
     let start: breeze_core::Timestamp = "2026-01-05T12:30:00Z".parse().unwrap();
     cx.clock.set(start);
     let window = o
+        .maintenance()
         .create_window(
             NewWindow {
                 name: "Patch night".into(),
@@ -438,7 +451,11 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
         assert!(report.raised.is_empty(), "minute {minute}: {report:?}");
         assert_eq!(report.suppressed, 1, "minute {minute}");
     }
-    let held = o.suppressions(Some(rule.id), None, 10).await.unwrap();
+    let held = o
+        .maintenance()
+        .suppressions(Some(rule.id), None, 10)
+        .await
+        .unwrap();
     assert_eq!(held.len(), 1, "one record per occurrence: {held:?}");
     assert_eq!(held[0].device_id, hot.id);
     assert_eq!(held[0].window_id, window.id);
@@ -449,6 +466,7 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
             .unwrap()
     );
     let audited = o
+        .audit()
         .query_audit(&AuditFilter::default(), None, 100)
         .await
         .unwrap()
@@ -458,7 +476,8 @@ async fn a_maintenance_window_suppresses_then_lets_through(cx: Ctx) {
         .count();
     assert_eq!(audited, 1);
     assert!(
-        o.list_alerts(&Default::default(), None, 10)
+        o.alerts()
+            .list_alerts(&Default::default(), None, 10)
             .await
             .unwrap()
             .alerts
@@ -484,14 +503,17 @@ async fn reports_raise_at_once_and_both_paths_agree(cx: Ctx) {
     let (org, site) = tenant(s).await;
     let o = s.org(org);
     let hot = o
+        .devices()
         .create_device(device(site, "hot", DeviceStatus::Online), audit("d"))
         .await
         .unwrap();
     let cool = o
+        .devices()
         .create_device(device(site, "cool", DeviceStatus::Online), audit("d"))
         .await
         .unwrap();
     let rule = o
+        .alerts()
         .create_rule(
             NewRule {
                 name: "CPU hot".into(),
@@ -550,7 +572,14 @@ async fn reports_raise_at_once_and_both_paths_agree(cx: Ctx) {
     );
     assert!(tick.unwrap().raised.is_empty());
     assert!(again.unwrap().raised.is_empty());
-    assert_eq!(o.unresolved_alerts_of_rule(rule.id).await.unwrap().len(), 1);
+    assert_eq!(
+        o.alerts()
+            .unresolved_alerts_of_rule(rule.id)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     // Cleared: both paths race to resolve; one does.
     let at = at + Duration::seconds(30);
     cx.clock.set(at);
@@ -564,7 +593,7 @@ async fn reports_raise_at_once_and_both_paths_agree(cx: Ctx) {
     assert_eq!(a.unwrap().resolved.len() + b.unwrap().resolved.len(), 1);
     // Between sweeps the tick leaves metric rules to the arrivals.
     assert_eq!(engine.tick().await.unwrap().rules, 0);
-    let events = o.alert_events(alert).await.unwrap();
+    let events = o.alerts().alert_events(alert).await.unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["raised", "auto_resolved"]);
 }

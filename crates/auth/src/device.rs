@@ -69,6 +69,7 @@ impl AuthService {
         let record = self
             .store
             .org(req.org_id)
+            .agents()
             .create_enrollment_key(
                 NewEnrollmentKey {
                     site_id: req.site_id,
@@ -168,6 +169,7 @@ impl AuthService {
         let expires_at = self.clock.now() + chrono::Duration::hours(hours);
         self.store
             .org(org)
+            .agents()
             .issue_reenroll_token(device, &api_key::hash(secret.expose()), expires_at, audit)
             .await?;
         Ok((secret, expires_at))

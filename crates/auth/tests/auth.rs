@@ -142,6 +142,7 @@ async fn every_refusal_has_the_documented_error(cx: Ctx) {
         .unwrap();
     w.store
         .org(w.org)
+        .api_keys()
         .revoke_api_key(rec.id, audit("api_key.revoke"))
         .await
         .unwrap();
@@ -223,7 +224,7 @@ async fn only_the_hash_is_stored(cx: Ctx) {
         }
     }
     // The hash is what is stored, and the display prefix is all that is shown.
-    let rec = &w.store.org(w.org).list_api_keys().await.unwrap()[0];
+    let rec = &w.store.org(w.org).api_keys().list_api_keys().await.unwrap()[0];
     assert_eq!(rec.key_hash, breeze_auth::api_key::hash(plaintext).to_vec());
     assert_eq!(rec.key_prefix, &plaintext[..8]);
 }
@@ -238,6 +239,7 @@ async fn last_used_is_written_at_most_once_a_minute(cx: Ctx) {
     let last_used = || async {
         w.store
             .org(w.org)
+            .api_keys()
             .get_api_key(rec.id)
             .await
             .unwrap()
@@ -500,6 +502,7 @@ async fn revoked_by_another_process(
     let other = another_process(cx, fence).await;
     other
         .org(w.org)
+        .api_keys()
         .revoke_api_key(id, audit("api_key.revoke"))
         .await
         .unwrap();
@@ -523,6 +526,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
         .unwrap();
     w.store
         .org(w.org)
+        .api_keys()
         .revoke_api_key(rec.id, audit("api_key.revoke"))
         .await
         .unwrap();
@@ -540,6 +544,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
         .unwrap();
     let org = w.store.org(w.org);
     let approval = org
+        .approvals()
         .create_approval(
             NewApproval {
                 api_key_id: Some(rec.id),
@@ -561,15 +566,16 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
         )
         .await
         .unwrap();
-    org.decide_approval(
-        approval.id,
-        Decision::Report,
-        w.admin.id,
-        Some("not me"),
-        audit("approval.report"),
-    )
-    .await
-    .unwrap();
+    org.approvals()
+        .decide_approval(
+            approval.id,
+            Decision::Report,
+            w.admin.id,
+            Some("not me"),
+            audit("approval.report"),
+        )
+        .await
+        .unwrap();
     assert!(is_invalid(
         auth.authenticate_api_key(Some(reported.expose())).await
     ));
@@ -590,6 +596,7 @@ async fn a_revocation_by_another_process_is_seen_within_the_ttl(cx: Ctx) {
     assert!(
         w.store
             .org(w.org)
+            .api_keys()
             .get_api_key(rec.id)
             .await
             .unwrap()
@@ -789,6 +796,7 @@ async fn last_used_is_decided_from_the_cache(cx: Ctx) {
     let last_used = w
         .store
         .org(w.org)
+        .api_keys()
         .get_api_key(rec.id)
         .await
         .unwrap()

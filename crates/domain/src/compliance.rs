@@ -44,7 +44,11 @@ impl<'a> ComplianceChecks<'a> {
         actor: &Actor,
         request_id: Option<String>,
     ) -> Result<Vec<(DeviceId, Uuid)>> {
-        let (devices, probes) = self.org.compliance_check_targets(policy, only, max).await?;
+        let (devices, probes) = self
+            .org
+            .compliance()
+            .compliance_check_targets(policy, only, max)
+            .await?;
         let mut sent = Vec::new();
         for d in devices {
             let audit = AuditEvent::new(actor.clone(), "compliance.check", "device_command")
@@ -66,7 +70,10 @@ impl<'a> ComplianceChecks<'a> {
                     audit,
                 )
                 .await?;
-            self.org.set_compliance_check(policy, d, cmd.id).await?;
+            self.org
+                .compliance()
+                .set_compliance_check(policy, d, cmd.id)
+                .await?;
             sent.push((d, cmd.id));
         }
         Ok(sent)

@@ -83,6 +83,7 @@ impl<'a> ConfigPolicies<'a> {
         };
         Ok(self
             .org
+            .config_policies()
             .create_config_policy(new, self.audit("config_policy.create", "config_policy"))
             .await?)
     }
@@ -96,6 +97,7 @@ impl<'a> ConfigPolicies<'a> {
     ) -> Result<Changed<ConfigPolicy>> {
         let policy = self
             .org
+            .config_policies()
             .update_config_policy(
                 id,
                 update,
@@ -119,6 +121,7 @@ impl<'a> ConfigPolicies<'a> {
         let devices = self.covered_by_policy(id).await?;
         let policy = self
             .org
+            .config_policies()
             .delete_config_policy(id, self.audit("config_policy.delete", "config_policy"))
             .await?;
         self.send(&devices).await?;
@@ -139,6 +142,7 @@ impl<'a> ConfigPolicies<'a> {
         };
         let assignment = self
             .org
+            .config_policies()
             .assign_config_policy(
                 new,
                 self.audit("config_policy.assign", "config_policy_assignment"),
@@ -156,6 +160,7 @@ impl<'a> ConfigPolicies<'a> {
     pub async fn unassign(&self, id: Uuid) -> Result<Changed<ConfigAssignment>> {
         let assignment = self
             .org
+            .config_policies()
             .remove_config_assignment(
                 id,
                 self.audit("config_policy.unassign", "config_policy_assignment"),
@@ -174,6 +179,7 @@ impl<'a> ConfigPolicies<'a> {
         let only = (level == ConfigLevel::Device).then(|| vec![DeviceId(target)]);
         Ok(self
             .org
+            .config_policies()
             .device_places(only.as_deref())
             .await?
             .into_iter()
@@ -186,6 +192,7 @@ impl<'a> ConfigPolicies<'a> {
     async fn covered_by_policy(&self, policy: Uuid) -> Result<Vec<DeviceId>> {
         let assignments: Vec<ConfigAssignment> = self
             .org
+            .config_policies()
             .list_config_assignments()
             .await?
             .into_iter()
@@ -196,6 +203,7 @@ impl<'a> ConfigPolicies<'a> {
         }
         Ok(self
             .org
+            .config_policies()
             .device_places(None)
             .await?
             .into_iter()
@@ -229,6 +237,7 @@ async fn send(org: OrgStore<'_>, agents: Agents<'_>, devices: Option<Vec<DeviceI
             let devices = match devices {
                 Some(d) => d,
                 None => org
+                    .config_policies()
                     .device_places(None)
                     .await?
                     .into_iter()
@@ -237,7 +246,11 @@ async fn send(org: OrgStore<'_>, agents: Agents<'_>, devices: Option<Vec<DeviceI
             };
             fleet.push_policies(devices);
         }
-        Agents::Bus => org.announce_policies_changed(devices).await,
+        Agents::Bus => {
+            org.config_policies()
+                .announce_policies_changed(devices)
+                .await
+        }
     }
     Ok(())
 }

@@ -276,6 +276,7 @@ impl Gateway {
             .inner
             .store
             .org(org)
+            .config_policies()
             .effective_configuration(device)
             .await?;
         Ok(wire_policy(&effective))
@@ -322,13 +323,14 @@ impl Gateway {
             }
             let o = gw.inner.store.org(org);
             let (places, candidates) = match (
-                o.device_places(if connected.len() == 1 {
-                    Some(&connected)
-                } else {
-                    None
-                })
-                .await,
-                o.config_candidates().await,
+                o.config_policies()
+                    .device_places(if connected.len() == 1 {
+                        Some(&connected)
+                    } else {
+                        None
+                    })
+                    .await,
+                o.config_policies().config_candidates().await,
             ) {
                 (Ok(p), Ok(c)) => (p, c),
                 (Err(e), _) | (_, Err(e)) => {
@@ -413,7 +415,13 @@ impl Gateway {
         audit: AuditEvent,
     ) -> Result<CommandRecord, GatewayError> {
         let device = new.device_id;
-        let cmd = self.inner.store.org(org).create_command(new, audit).await?;
+        let cmd = self
+            .inner
+            .store
+            .org(org)
+            .commands()
+            .create_command(new, audit)
+            .await?;
         if !self.is_connected(device) {
             self.inner.store.publish(Signal::CommandQueued { device });
         } else if self.inner.store.mark_command_sent(cmd.id).await? {
@@ -475,7 +483,7 @@ impl Gateway {
         let mut seen = 0;
         let mut wakeups = true;
         let result = loop {
-            let cmd = self.inner.store.org(org).get_command(id).await?;
+            let cmd = self.inner.store.org(org).commands().get_command(id).await?;
             let progress: Vec<Progress> = lock(&self.inner.waiters)
                 .get(&id)
                 .map(|w| w.progress.iter().skip(seen).cloned().collect())
@@ -498,8 +506,14 @@ impl Gateway {
 
     /// Cancels a command that has not finished and tells the agent to stop it.
     async fn cancel(&self, org: OrgId, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
-        let cmd = self.inner.store.org(org).get_command(id).await?;
-        let cancelled = self.inner.store.org(org).cancel_command(id, reason).await?;
+        let cmd = self.inner.store.org(org).commands().get_command(id).await?;
+        let cancelled = self
+            .inner
+            .store
+            .org(org)
+            .commands()
+            .cancel_command(id, reason)
+            .await?;
         if cancelled {
             self.command_cancelled(cmd.device_id, id);
         }
@@ -608,7 +622,7 @@ impl Gateway {
             AgentFrame::CommandProgress(p) => {
                 // Only progress for this device's own open commands counts.
                 let id = p.command_id;
-                let cmd = store.org(org).get_command(id).await;
+                let cmd = store.org(org).commands().get_command(id).await;
                 if cmd.is_ok_and(|c| c.device_id == device && !c.is_terminal()) {
                     self.notify(id, Some(Progress::Step(p)));
                 }
@@ -949,7 +963,7 @@ mod tests {
                 .unwrap()
                 .id;
             let actor = Actor::new(ActorType::ApiKey, "k");
-            let o = s.org(org);
+            let o = s.org(org).idempotency();
             let claim = || {
                 o.claim_request(
                     &actor,

@@ -46,11 +46,13 @@ async fn device(store: &Store) -> (OrgId, DeviceId) {
         .id;
     let site = store
         .org(org)
+        .tenancy()
         .create_site("HQ", "UTC", audit("s"))
         .await
         .unwrap();
     let d = store
         .org(org)
+        .devices()
         .create_device(
             NewDevice {
                 site_id: site.id,
@@ -170,7 +172,12 @@ async fn commands_cross_instances_both_ways() {
     }
 
     // Exactly once: each command was claimed by one instance, and nothing is left pending.
-    let stored = store_a.org(org).get_command(queued.id).await.unwrap();
+    let stored = store_a
+        .org(org)
+        .commands()
+        .get_command(queued.id)
+        .await
+        .unwrap();
     assert!(stored.is_terminal());
     assert!(
         store_b
@@ -209,9 +216,10 @@ async fn a_changed_credential_closes_old_sockets_on_every_instance() {
     store_a.bus_listening().await;
     store_b.bus_listening().await;
     let (org, _) = device(&store_a).await;
-    let site = store_a.org(org).list_sites().await.unwrap()[0].id;
+    let site = store_a.org(org).tenancy().list_sites().await.unwrap()[0].id;
     store_a
         .org(org)
+        .agents()
         .create_enrollment_key(
             NewEnrollmentKey {
                 site_id: site,

@@ -265,7 +265,7 @@ async fn describe(store: &Store, org: OrgId, draft: &Draft) -> String {
     }
     if let Some(id) = args.get("deviceId").and_then(Value::as_str)
         && let Ok(id) = id.parse()
-        && let Ok(device) = store.org(org).get_device(id).await
+        && let Ok(device) = store.org(org).devices().get_device(id).await
     {
         text.push_str(&format!(" on {}", device.hostname));
     }
@@ -332,7 +332,7 @@ impl Approvals {
         // The strictest policy of the request's actions (a batch: of its Tier 3 items').
         let mut mode = None::<String>;
         for (action, refusal) in &draft.policies {
-            let stored = org.approval_mode(draft.tool, *action).await?;
+            let stored = org.approvals().approval_mode(draft.tool, *action).await?;
             let m = policy_mode(draft.tool, refusal.as_deref(), stored);
             if mode
                 .as_deref()
@@ -359,6 +359,7 @@ impl Approvals {
             ..
         } = draft;
         let record = org
+            .approvals()
             .create_approval(
                 NewApproval {
                     api_key_id: caller.api_key_id(),
@@ -509,7 +510,7 @@ impl Approvals {
         let mut errors = 0;
         let mut last_report = None::<tokio::time::Instant>;
         loop {
-            let current = match store.get_approval(record.id).await {
+            let current = match store.approvals().get_approval(record.id).await {
                 Ok(r) => {
                     errors = 0;
                     r
@@ -787,6 +788,7 @@ pub async fn decide(
     };
     Ok(store
         .org(record.org_id)
+        .approvals()
         .decide_approval(
             id,
             decision,
@@ -804,7 +806,7 @@ pub async fn find_for(
     id: Uuid,
 ) -> Result<ApprovalRecord, DecideError> {
     for (org, _) in store.user_organizations(user).await? {
-        match store.org(org.id).get_approval(id).await {
+        match store.org(org.id).approvals().get_approval(id).await {
             Ok(r) => return Ok(r),
             Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),

@@ -6,7 +6,7 @@
 //! handler's typed input (which denies unknown fields) never sees it, and on a write call
 //! claims `(organization, principal = caller.actor, requestId)` for the tool and the SHA-256
 //! of the tool and its canonical arguments ([`payload_hash`]), after the guard and validation
-//! and before approval and the handler (`breeze_store::OrgStore::claim_request`):
+//! and before approval and the handler (`breeze_store::OrgIdempotency::claim_request`):
 //!
 //! - claimed: the call runs, then its answer is stored (`complete_request`), a Tier 3 call's
 //!   pending-approval answer included, so a replay creates no second approval request; a
@@ -92,6 +92,7 @@ pub(crate) async fn begin(
     let hash = payload_hash(spec.name, arguments);
     let claimed = store
         .org(caller.org())
+        .idempotency()
         .claim_request(
             &caller.actor(),
             request_id,
@@ -184,10 +185,11 @@ impl Held {
         let org = self.store.org(self.org);
         let done = match stored {
             Some((result, is_error)) => {
-                org.complete_request(&claim, &result, is_error, self.store.clock().now())
+                org.idempotency()
+                    .complete_request(&claim, &result, is_error, self.store.clock().now())
                     .await
             }
-            None => org.release_request(&claim).await,
+            None => org.idempotency().release_request(&claim).await,
         };
         match done {
             Ok(true) => {}
@@ -214,7 +216,7 @@ impl Drop for Held {
         };
         let (store, org) = (self.store.clone(), self.org);
         runtime.spawn(async move {
-            if let Err(e) = store.org(org).release_request(&claim).await {
+            if let Err(e) = store.org(org).idempotency().release_request(&claim).await {
                 tracing::warn!(request_id = claim.request_id, error = %e, "could not release an abandoned idempotency claim");
             }
         });

@@ -70,7 +70,7 @@ pub async fn credential_now(
 ) -> Result<Caller, StandingError> {
     let (user, scopes) = match credential {
         Credential::ApiKey(id) => {
-            let key = match store.org(org).get_api_key(id).await {
+            let key = match store.org(org).api_keys().get_api_key(id).await {
                 Ok(k) => k,
                 Err(StoreError::NotFound(_)) => return Err(void("API key was deleted")),
                 Err(e) => return Err(e.into()),

@@ -54,11 +54,13 @@ async fn world(cx: &Ctx) -> World {
         .unwrap();
     let site = s
         .org(org.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit())
         .await
         .unwrap();
     let device = s
         .org(org.id)
+        .devices()
         .create_device(
             NewDevice {
                 site_id: site.id,
@@ -174,6 +176,7 @@ fn remember(w: &World, summary: &str, request_id: Option<&str>) -> Value {
 async fn context_rows(cx: &Ctx, w: &World) -> usize {
     cx.store
         .org(w.org)
+        .context()
         .device_context(w.device, true)
         .await
         .unwrap()
@@ -337,6 +340,7 @@ async fn a_call_still_running_is_a_retryable_conflict(cx: Ctx) {
     let claimed = cx
         .store
         .org(w.org)
+        .idempotency()
         .claim_request(
             &me.actor(),
             "busy",
@@ -375,8 +379,15 @@ async fn a_tier_3_replay_answers_the_same_approval(cx: Ctx) {
     assert_eq!(again["replayed"], true, "{again}");
     assert_eq!(again["approvalId"], first["approvalId"]);
     let org = cx.store.org(w.org);
-    assert_eq!(org.list_approvals(true, 50).await.unwrap().len(), 1);
-    assert!(org.list_groups().await.unwrap().is_empty());
+    assert_eq!(
+        org.approvals()
+            .list_approvals(true, 50)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(org.tenancy().list_groups().await.unwrap().is_empty());
 }
 
 /// A cancelled call releases its requestId: the retry runs (a new approval request), it is not
@@ -406,7 +417,13 @@ async fn a_cancelled_call_releases_its_request_id(cx: Ctx) {
     // at any await), so it may still be on its way.
     let mut pending = Vec::new();
     for _ in 0..100 {
-        pending = cx.store.org(w.org).list_approvals(true, 50).await.unwrap();
+        pending = cx
+            .store
+            .org(w.org)
+            .approvals()
+            .list_approvals(true, 50)
+            .await
+            .unwrap();
         if pending.len() == 1 {
             break;
         }

@@ -118,6 +118,7 @@ async fn an_approval_decided_on_another_instance_wakes_the_call() {
         loop {
             if let Some(r) = there
                 .org(org)
+                .approvals()
                 .list_approvals(true, 10)
                 .await
                 .unwrap()
@@ -138,6 +139,7 @@ async fn an_approval_decided_on_another_instance_wakes_the_call() {
     // The person approves through the other instance.
     there
         .org(org)
+        .approvals()
         .decide_approval(request.id, Decision::Approve, approver, None, audit())
         .await
         .unwrap();
@@ -146,7 +148,7 @@ async fn an_approval_decided_on_another_instance_wakes_the_call() {
         .expect("the waiting call went on when the decision was announced")
         .unwrap();
     assert!(matches!(outcome, CallOutcome::Output(_)), "{outcome:?}");
-    let groups = there.org(org).list_groups().await.unwrap();
+    let groups = there.org(org).tenancy().list_groups().await.unwrap();
     assert_eq!(groups.len(), 1);
 
     stop.cancel();

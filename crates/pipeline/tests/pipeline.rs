@@ -41,9 +41,15 @@ async fn world(cx: &Ctx) -> World {
         .create_organization(p.id, "B", "b", audit())
         .await
         .unwrap();
-    let site = s.org(b.id).create_site("HQ", "UTC", audit()).await.unwrap();
+    let site = s
+        .org(b.id)
+        .tenancy()
+        .create_site("HQ", "UTC", audit())
+        .await
+        .unwrap();
     let device = s
         .org(b.id)
+        .devices()
         .create_device(
             NewDevice {
                 site_id: site.id,
@@ -183,6 +189,7 @@ async fn another_organizations_device_is_out_of_reach(cx: Ctx) {
         assert!(
             cx.store
                 .org(org)
+                .approvals()
                 .list_approvals(false, 10)
                 .await
                 .unwrap()

@@ -142,6 +142,7 @@ impl Worker for AutomationWorker {
                     let _ = this
                         .store
                         .org(org)
+                        .automations()
                         .update_run(
                             id,
                             RunUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
@@ -222,7 +223,7 @@ impl AutomationWorker {
         let mut queued = 0;
         for (org_id, automations) in by_org {
             let org = self.store.org(org_id);
-            for alert in org.alerts_raised_since(since, 500).await? {
+            for alert in org.automations().alerts_raised_since(since, 500).await? {
                 for a in &automations {
                     if !a.matches_alert(&alert)
                         || alert.triggered_at < a.created_at
@@ -244,7 +245,12 @@ impl AutomationWorker {
                         "automation.run.queue",
                         "automation",
                     );
-                    if org.queue_run(a.id, run, audit).await?.is_some() {
+                    if org
+                        .automations()
+                        .queue_run(a.id, run, audit)
+                        .await?
+                        .is_some()
+                    {
                         queued += 1;
                     }
                 }
@@ -256,6 +262,7 @@ impl AutomationWorker {
     async fn finish(&self, run: &AutomationRun, update: RunUpdate) -> Result<(), StoreError> {
         self.store
             .org(run.org_id)
+            .automations()
             .update_run(run.id, update)
             .await?;
         Ok(())
@@ -272,7 +279,7 @@ impl AutomationWorker {
 
     async fn execute(&self, run: AutomationRun) -> Result<(), StoreError> {
         let org = self.store.org(run.org_id);
-        let a = match org.get_automation(run.automation_id).await {
+        let a = match org.automations().get_automation(run.automation_id).await {
             Ok(a) => a,
             Err(StoreError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
@@ -301,7 +308,7 @@ impl AutomationWorker {
         let Some(channel_id) = a.channel_id else {
             return self.finish_with(run, RunStatus::Failed, "no channel").await;
         };
-        let channel = match org.get_channel(channel_id).await {
+        let channel = match org.alerts().get_channel(channel_id).await {
             Ok(c) => c,
             Err(StoreError::NotFound(_)) => {
                 return self
@@ -348,7 +355,7 @@ impl AutomationWorker {
         run: &AutomationRun,
     ) -> Result<Vec<(DeviceId, String)>, StoreError> {
         if let Some(d) = run.device_id {
-            return Ok(match org.get_device(d).await {
+            return Ok(match org.devices().get_device(d).await {
                 Ok(device) => vec![(device.id, device.hostname)],
                 Err(StoreError::NotFound(_)) => vec![],
                 Err(e) => return Err(e),
@@ -356,7 +363,7 @@ impl AutomationWorker {
         }
         let filter = match a.target()? {
             RuleTarget::Device(d) => {
-                return Ok(match org.get_device(d).await {
+                return Ok(match org.devices().get_device(d).await {
                     Ok(device) => vec![(device.id, device.hostname)],
                     Err(StoreError::NotFound(_)) => vec![],
                     Err(e) => return Err(e),
@@ -373,6 +380,7 @@ impl AutomationWorker {
             },
         };
         let (devices, _) = org
+            .devices()
             .list_devices(&filter, MAX_RUN_DEVICES as u32 + 1, 0)
             .await?;
         Ok(devices.into_iter().map(|d| (d.id, d.hostname)).collect())
@@ -413,7 +421,10 @@ impl AutomationWorker {
                 .await;
         }
         let ids: Vec<DeviceId> = targets.iter().map(|(d, _)| *d).collect();
-        let held = org.maintenance_covering(&ids, self.now()).await?;
+        let held = org
+            .maintenance()
+            .maintenance_covering(&ids, self.now())
+            .await?;
         let mut free = Vec::new();
         for (d, hostname) in targets {
             match held.get(&d) {
@@ -469,6 +480,7 @@ impl AutomationWorker {
             if self
                 .store
                 .org(run.org_id)
+                .automations()
                 .finish_awaiting_run(
                     run.id,
                     RunUpdate {
@@ -497,12 +509,13 @@ async fn covers(
     Ok(match target {
         RuleTarget::Organization => true,
         RuleTarget::Device(d) => d == device,
-        RuleTarget::Site(s) => match org.get_device(device).await {
+        RuleTarget::Site(s) => match org.devices().get_device(device).await {
             Ok(d) => d.site_id == s,
             Err(StoreError::NotFound(_)) => false,
             Err(e) => return Err(e),
         },
         RuleTarget::Group(g) => org
+            .tenancy()
             .groups_of_device(device)
             .await?
             .iter()

@@ -150,7 +150,7 @@ impl Worker for ComplianceWorker {
                     let _ = this
                         .store
                         .org(org)
-                        .update_remediation(
+                        .compliance().update_remediation(
                             id,
                             RemediationUpdate::ended(RunStatus::Failed, format!("internal error: {e}")),
                         )
@@ -172,7 +172,7 @@ impl ComplianceWorker {
     /// One policy's periodic evaluation: (checks sent, remediation queued).
     async fn evaluate(&self, p: &CompliancePolicy) -> Result<(usize, bool), StoreError> {
         let org = self.store.org(p.org_id);
-        let report = org.evaluate_policy_inventory(p, None).await?;
+        let report = org.compliance().evaluate_policy_inventory(p, None).await?;
         let sent = ComplianceChecks::new(org, self.gateway.org(p.org_id))
             .queue(
                 p,
@@ -192,6 +192,7 @@ impl ComplianceWorker {
                 "compliance_policy",
             );
             match org
+                .compliance()
                 .queue_remediation(p.id, None, &p.owner_actor, audit)
                 .await
             {
@@ -214,14 +215,15 @@ impl ComplianceWorker {
         {
             let org = self.store.org(f.org_id);
             let (policy, command) = match (
-                org.get_compliance_policy(f.policy_id).await,
-                org.get_command(f.check_command_id).await,
+                org.compliance().get_compliance_policy(f.policy_id).await,
+                org.commands().get_command(f.check_command_id).await,
             ) {
                 (Ok(p), Ok(c)) => (p, c),
                 (Err(StoreError::NotFound(_)), _) | (_, Err(StoreError::NotFound(_))) => continue,
                 (Err(e), _) | (_, Err(e)) => return Err(e),
             };
-            org.fold_compliance_check(&policy, f.device_id, &command)
+            org.compliance()
+                .fold_compliance_check(&policy, f.device_id, &command)
                 .await?;
             folded += 1;
         }
@@ -236,6 +238,7 @@ impl ComplianceWorker {
     ) -> Result<(), StoreError> {
         self.store
             .org(r.org_id)
+            .compliance()
             .update_remediation(r.id, RemediationUpdate::ended(status, message))
             .await
             .map(drop)
@@ -244,7 +247,7 @@ impl ComplianceWorker {
     /// Runs a remediation's script through the pipeline as its requester.
     async fn remediate(&self, r: Remediation) -> Result<(), StoreError> {
         let org = self.store.org(r.org_id);
-        let p = match org.get_compliance_policy(r.policy_id).await {
+        let p = match org.compliance().get_compliance_policy(r.policy_id).await {
             Ok(p) => p,
             Err(StoreError::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
@@ -269,16 +272,17 @@ impl ComplianceWorker {
         };
         let done = owner_runs::run_script_as(&self.pipeline, &standing, call, &r.device_ids).await;
         let status = done.status();
-        org.update_remediation(
-            r.id,
-            RemediationUpdate {
-                status,
-                message: done.message(status, &standing.actor()),
-                approval_ids: done.approvals,
-                devices: done.outcomes,
-            },
-        )
-        .await?;
+        org.compliance()
+            .update_remediation(
+                r.id,
+                RemediationUpdate {
+                    status,
+                    message: done.message(status, &standing.actor()),
+                    approval_ids: done.approvals,
+                    devices: done.outcomes,
+                },
+            )
+            .await?;
         Ok(())
     }
 
@@ -302,6 +306,7 @@ impl ComplianceWorker {
             if self
                 .store
                 .org(r.org_id)
+                .compliance()
                 .finish_awaiting_remediation(
                     r.id,
                     RemediationUpdate {

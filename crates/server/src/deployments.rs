@@ -24,7 +24,7 @@
 //! so) and goes at the first tick that finds it online inside a window — later in this one,
 //! or in the next.
 //!
-//! **Cancelling** ([`OrgStore::control_deployment`]) withdraws, in the cancel's transaction, the
+//! **Cancelling** ([`breeze_store::OrgDeployments::control_deployment`]) withdraws, in the cancel's transaction, the
 //! approval requests the deployment's runs still wait for (pending, or approved and unclaimed):
 //! nobody can approve them, the approval resumer never runs them, and a call waiting on one
 //! ends refused; their devices are skipped, the reason naming the cancelled deployment. A send
@@ -290,7 +290,13 @@ impl Worker for DeploymentWorker {
                 }
                 // Due again next tick, whatever happened (a paused or finished one is not).
                 let now = this.store.clock().now();
-                if let Err(e) = this.store.org(org).release_deployment(id, now).await {
+                if let Err(e) = this
+                    .store
+                    .org(org)
+                    .deployments()
+                    .release_deployment(id, now)
+                    .await
+                {
                     tracing::warn!(deployment = %id, error = %e, "deployment not released");
                 }
             });
@@ -312,15 +318,17 @@ impl DeploymentWorker {
         let org = self.store.org(d.org_id);
         self.follow(&org, &d).await?;
         loop {
-            let d = org.get_deployment(d.id).await?;
+            let d = org.deployments().get_deployment(d.id).await?;
             if d.status != DeploymentStatus::Running {
                 return Ok(());
             }
             let Some(ring) = d.ring().cloned() else {
-                org.advance_deployment(&d, Advance::Complete).await?;
+                org.deployments()
+                    .advance_deployment(&d, Advance::Complete)
+                    .await?;
                 return Ok(());
             };
-            let tallies = org.deployment_tallies(&d).await?;
+            let tallies = org.deployments().deployment_tallies(&d).await?;
             let index = usize::try_from(d.current_ring).unwrap_or(usize::MAX);
             let tally = tallies.get(index).copied().unwrap_or_default();
             let decision = gate(
@@ -334,14 +342,20 @@ impl DeploymentWorker {
             );
             match decision {
                 Gate::Pause(reason) => {
-                    org.advance_deployment(&d, Advance::Pause(reason)).await?;
+                    org.deployments()
+                        .advance_deployment(&d, Advance::Pause(reason))
+                        .await?;
                     return Ok(());
                 }
                 Gate::Advance => {
-                    org.advance_deployment(&d, Advance::NextRing).await?;
+                    org.deployments()
+                        .advance_deployment(&d, Advance::NextRing)
+                        .await?;
                 }
                 Gate::Complete => {
-                    org.advance_deployment(&d, Advance::Complete).await?;
+                    org.deployments()
+                        .advance_deployment(&d, Advance::Complete)
+                        .await?;
                     return Ok(());
                 }
                 Gate::Continue if tally.pending == 0 => return Ok(()),
@@ -350,7 +364,9 @@ impl DeploymentWorker {
                     // Every pending device is outside its window: the next tick looks again.
                     Sent::Waiting => return Ok(()),
                     Sent::Pause(reason) => {
-                        org.advance_deployment(&d, Advance::Pause(reason)).await?;
+                        org.deployments()
+                            .advance_deployment(&d, Advance::Pause(reason))
+                            .await?;
                         return Ok(());
                     }
                 },
@@ -374,7 +390,7 @@ impl DeploymentWorker {
         let now = self.store.clock().now();
         let (open, deferrals) = match d.window_id {
             Some(w) => {
-                let (is_open, reason, until) = match org.get_window(w).await {
+                let (is_open, reason, until) = match org.maintenance().get_window(w).await {
                     Ok(w) if !w.enabled => (
                         false,
                         format!("deferred: its maintenance window {:?} is disabled", w.name),
@@ -414,7 +430,7 @@ impl DeploymentWorker {
                 }
             }
             None => {
-                let covering = org.windows_covering(&ids).await?;
+                let covering = org.maintenance().windows_covering(&ids).await?;
                 let (mut open, mut deferrals) = (Vec::new(), Vec::new());
                 for id in ids {
                     let windows = covering.get(&id).map(Vec::as_slice).unwrap_or_default();
@@ -446,7 +462,9 @@ impl DeploymentWorker {
                 (open, deferrals)
             }
         };
-        org.defer_deployment_devices(d.id, &deferrals).await?;
+        org.deployments()
+            .defer_deployment_devices(d.id, &deferrals)
+            .await?;
         Ok(open)
     }
 
@@ -454,6 +472,7 @@ impl DeploymentWorker {
     /// maintenance window, for a deployment that waits for windows).
     async fn send(&self, org: &OrgStore<'_>, d: &Deployment) -> Result<Sent, StoreError> {
         let pending = org
+            .deployments()
             .deployment_devices(d.id, Some(d.current_ring), Some(DeviceRunStatus::Pending))
             .await?;
         let ready = self.in_window(org, d, &pending).await?;
@@ -467,7 +486,7 @@ impl DeploymentWorker {
             if online.len() + skipped.len() == DEVICES_PER_CALL {
                 break;
             }
-            match org.get_device(id).await {
+            match org.devices().get_device(id).await {
                 Ok(device) if device.status == DeviceStatus::Online => online.push(device.id),
                 // In its window but offline: it keeps its place and goes when it is online
                 // inside a window (this one, or the next).
@@ -503,9 +522,13 @@ impl DeploymentWorker {
                     until: None,
                 })
                 .collect();
-            org.defer_deployment_devices(d.id, &deferrals).await?;
+            org.deployments()
+                .defer_deployment_devices(d.id, &deferrals)
+                .await?;
         }
-        org.record_deployment_results(d.id, &skipped).await?;
+        org.deployments()
+            .record_deployment_results(d.id, &skipped)
+            .await?;
         if online.is_empty() {
             // Only offline devices are in their window: look again next tick.
             return Ok(if skipped.is_empty() {
@@ -518,7 +541,9 @@ impl DeploymentWorker {
             Ok(s) => s,
             Err(why) => return Ok(Sent::Pause(why)),
         };
-        org.deployment_devices_running(d.id, &online).await?;
+        org.deployments()
+            .deployment_devices_running(d.id, &online)
+            .await?;
         let caller = standing.clone();
         let (results, refusal) = match &d.payload {
             Payload::Script {
@@ -563,7 +588,7 @@ impl DeploymentWorker {
         // the refusal is the cancel's, not the devices' failure.
         let (mut results, refusal) = (results, refusal);
         if refusal.is_some()
-            && org.get_deployment(d.id).await?.status == DeploymentStatus::Cancelled
+            && org.deployments().get_deployment(d.id).await?.status == DeploymentStatus::Cancelled
         {
             for r in results
                 .iter_mut()
@@ -576,10 +601,15 @@ impl DeploymentWorker {
                 ));
             }
         }
-        org.record_deployment_results(d.id, &results).await?;
+        org.deployments()
+            .record_deployment_results(d.id, &results)
+            .await?;
         // A cancel that came while this call was out could not see the approval request it
         // made: withdraw it now, so a person cannot approve it and nothing runs.
-        let withdrawn = org.withdraw_cancelled_deployment_approvals(d.id).await?;
+        let withdrawn = org
+            .deployments()
+            .withdraw_cancelled_deployment_approvals(d.id)
+            .await?;
         if !withdrawn.is_empty() {
             tracing::info!(deployment = %d.id, ?withdrawn, "withdrew the approval requests of a deployment cancelled mid-send");
             return Ok(Sent::Progress);
@@ -665,6 +695,7 @@ impl DeploymentWorker {
     /// died left running.
     async fn follow(&self, org: &OrgStore<'_>, d: &Deployment) -> Result<(), StoreError> {
         let running = org
+            .deployments()
             .deployment_devices(d.id, None, Some(DeviceRunStatus::Running))
             .await?;
         let mut approvals: Vec<Uuid> = running.iter().filter_map(|r| r.approval_id).collect();
@@ -703,16 +734,19 @@ impl DeploymentWorker {
                     });
                 }
             }
-            org.record_deployment_results(d.id, &results).await?;
+            org.deployments()
+                .record_deployment_results(d.id, &results)
+                .await?;
         }
         let running = org
+            .deployments()
             .deployment_devices(d.id, None, Some(DeviceRunStatus::Running))
             .await?;
         let mut jobs: Vec<Uuid> = running.iter().filter_map(|r| r.patch_job_id).collect();
         jobs.sort();
         jobs.dedup();
         for job in jobs {
-            let parts = match org.get_patch_job(job).await {
+            let parts = match org.patches().get_patch_job(job).await {
                 Ok((_, parts)) => parts,
                 Err(StoreError::NotFound(_)) => Vec::new(),
                 Err(e) => return Err(e),
@@ -722,7 +756,9 @@ impl DeploymentWorker {
                 .filter(|r| r.patch_job_id == Some(job))
                 .filter_map(|r| part_result(r.device_id, job, &parts))
                 .collect();
-            org.record_deployment_results(d.id, &results).await?;
+            org.deployments()
+                .record_deployment_results(d.id, &results)
+                .await?;
         }
         let stale = self.store.clock().now() - STEP_LEASE;
         let interrupted: Vec<DeviceResult> = running
@@ -739,6 +775,8 @@ impl DeploymentWorker {
                 ..DeviceResult::default()
             })
             .collect();
-        org.record_deployment_results(d.id, &interrupted).await
+        org.deployments()
+            .record_deployment_results(d.id, &interrupted)
+            .await
     }
 }

@@ -355,7 +355,7 @@ pub(crate) async fn final_approvals(
     let org = store.org(org);
     let mut records = Vec::new();
     for id in ids {
-        let r = org.get_approval(*id).await?;
+        let r = org.approvals().get_approval(*id).await?;
         if !r.is_final() {
             return Ok(None);
         }

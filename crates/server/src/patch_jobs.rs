@@ -47,7 +47,7 @@ impl Worker for PatchJobDispatcher {
         for job in jobs {
             let org = self.store.org(job.org_id);
             let open = match job.window_id {
-                Some(w) => match org.get_window(w).await {
+                Some(w) => match org.maintenance().get_window(w).await {
                     Ok(w) => w.open_at(now).is_some(),
                     Err(_) => false,
                 },

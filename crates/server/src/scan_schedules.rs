@@ -81,7 +81,7 @@ impl Worker for ScanScheduleWorker {
                 if let Err(e) = this
                     .store
                     .org(org)
-                    .record_scan_schedule_run(id, status, message.as_deref())
+                    .security().record_scan_schedule_run(id, status, message.as_deref())
                     .await
                 {
                     tracing::warn!(schedule = %id, error = %e, "scan schedule outcome not recorded");

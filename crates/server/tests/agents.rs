@@ -43,7 +43,7 @@ fn mcp_call(key: &str, tool: &str, args: Value) -> Request<Body> {
 }
 
 async fn enrollment_key(w: &World, max_uses: Option<u32>) -> String {
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (secret, _) = w
         .state
         .auth
@@ -313,7 +313,13 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     assert_eq!(out["status"], "completed", "{}", r.body);
     assert_eq!(out["result"]["processes"][0]["name"], "init");
     assert_eq!(out["stdout"], "first");
-    let stored = w.store.org(w.org_a).get_command(cmd.id).await.unwrap();
+    let stored = w
+        .store
+        .org(w.org_a)
+        .commands()
+        .get_command(cmd.id)
+        .await
+        .unwrap();
     assert_eq!(stored.stdout.as_deref(), Some("first"));
     assert!(stored.started_at.is_some() && stored.completed_at.is_some());
 
@@ -334,6 +340,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     for _ in 0..100 {
         if w.store
             .org(w.org_a)
+            .devices()
             .get_device(id)
             .await
             .unwrap()
@@ -348,6 +355,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     assert_eq!(
         w.store
             .org(w.org_a)
+            .devices()
             .get_device(id)
             .await
             .unwrap()
@@ -379,6 +387,7 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     assert_eq!(
         w.store
             .org(w.org_a)
+            .commands()
             .list_commands(id, 10)
             .await
             .unwrap()
@@ -386,7 +395,13 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
         1
     );
     assert_eq!(
-        w.store.org(w.org_a).get_device(id).await.unwrap().status,
+        w.store
+            .org(w.org_a)
+            .devices()
+            .get_device(id)
+            .await
+            .unwrap()
+            .status,
         DeviceStatus::Offline
     );
 }
@@ -434,7 +449,7 @@ async fn admins_manage_enrollment_keys_and_scripts(cx: Ctx) {
             .body(Body::from(body.to_string()))
             .unwrap()
     };
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let r = send(
         &w.app,
         with_cookie(
@@ -459,7 +474,7 @@ async fn admins_manage_enrollment_keys_and_scripts(cx: Ctx) {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(err_msg(&r).contains("expires_in_hours"));
     // A site of another organization is not this organization's.
-    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    let b_site = w.store.org(w.org_b).tenancy().list_sites().await.unwrap()[0].id;
     let r = send(
         &w.app,
         with_cookie(
@@ -636,6 +651,7 @@ async fn an_enrollment_key_never_takes_over_a_device(cx: Ctx) {
     let w = world(&cx).await;
     let o = w.store.org(w.org_a);
     let branch = o
+        .tenancy()
         .create_site("Branch Office", "UTC", common::audit("site.create"))
         .await
         .unwrap();
@@ -893,7 +909,7 @@ async fn the_socket_holds_the_http_limits(cx: Ctx) {
     send_text(&mut ws, mark).await;
     let id: breeze_core::DeviceId = device.parse().unwrap();
     for _ in 0..200 {
-        let v = w.store.org(w.org_a).get_device(id).await.unwrap();
+        let v = w.store.org(w.org_a).devices().get_device(id).await.unwrap();
         if v.agent_version.as_deref() == Some("7.7.7") {
             break;
         }

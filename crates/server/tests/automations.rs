@@ -85,6 +85,7 @@ async fn tick(worker: &Arc<AutomationWorker>) -> breeze_server::automations::Tic
 async fn script_id(w: &World) -> String {
     w.store
         .org(w.org_a)
+        .scripts()
         .create_script(
             NewScript {
                 name: "hello".into(),
@@ -106,6 +107,7 @@ async fn script_id(w: &World) -> String {
 async fn runs(w: &World, automation: &str) -> Vec<AutomationRun> {
     w.store
         .org(w.org_a)
+        .automations()
         .list_runs(Some(automation.parse().unwrap()), 100)
         .await
         .unwrap()
@@ -219,6 +221,7 @@ async fn an_execute_key_automation_waits_for_a_person(cx: Ctx) {
     let approval = w
         .store
         .org(w.org_a)
+        .approvals()
         .get_approval(run.approval_ids[0])
         .await
         .unwrap();
@@ -229,6 +232,7 @@ async fn an_execute_key_automation_waits_for_a_person(cx: Ctx) {
     // The person denies it: the run ends refused, naming the decision.
     w.store
         .org(w.org_a)
+        .approvals()
         .decide_approval(
             approval.id,
             Decision::Deny,
@@ -240,7 +244,13 @@ async fn an_execute_key_automation_waits_for_a_person(cx: Ctx) {
         .unwrap();
     let report = tick(&worker).await;
     assert_eq!(report.followed_up, 1, "{report:?}");
-    let run = w.store.org(w.org_a).get_run(run.id).await.unwrap();
+    let run = w
+        .store
+        .org(w.org_a)
+        .automations()
+        .get_run(run.id)
+        .await
+        .unwrap();
     assert_eq!(run.status, RunStatus::Refused, "{run:?}");
     assert!(
         run.devices[0]
@@ -261,6 +271,7 @@ async fn an_execute_key_automation_waits_for_a_person(cx: Ctx) {
         .unwrap();
     w.store
         .org(w.org_a)
+        .api_keys()
         .revoke_api_key(breeze_core::ApiKeyId(key_id), audit("api_key.revoke"))
         .await
         .unwrap();
@@ -280,6 +291,7 @@ async fn the_tool_lifecycle_and_its_refusals(cx: Ctx) {
     let script = script_id(&w).await;
     let ob = w.store.org(w.org_b);
     let b_script = ob
+        .scripts()
         .create_script(
             NewScript {
                 name: "b".into(),
@@ -490,6 +502,7 @@ fn fresh(w: &World) -> axum::Router {
 async fn in_app_channel(w: &World) -> String {
     w.store
         .org(w.org_a)
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "dashboard".into(),
@@ -559,6 +572,7 @@ async fn a_schedule_fires_once_per_occurrence_under_a_test_clock(cx: Ctx) {
     let a = w
         .store
         .org(w.org_a)
+        .automations()
         .get_automation(id.parse().unwrap())
         .await
         .unwrap();
@@ -574,6 +588,7 @@ async fn alerts_start_automations_and_maintenance_holds_scripts_back(cx: Ctx) {
     let channel = in_app_channel(&w).await;
     let script = script_id(&w).await;
     let rule = oa
+        .alerts()
         .create_rule(
             NewRule {
                 name: "cpu".into(),
@@ -634,28 +649,30 @@ async fn alerts_start_automations_and_maintenance_holds_scripts_back(cx: Ctx) {
     .await;
     let fix_id = fix["automation"]["id"].as_str().unwrap().to_owned();
     // The device is under maintenance.
-    oa.create_window(
-        NewWindow {
-            name: "patching".into(),
-            description: None,
-            target: RuleTarget::Organization,
-            time_zone: "UTC".into(),
-            schedule: MaintenanceSchedule::Once {
-                starts_at: at("2026-03-02T09:00:00Z"),
-                ends_at: at("2026-03-02T11:00:00Z"),
+    oa.maintenance()
+        .create_window(
+            NewWindow {
+                name: "patching".into(),
+                description: None,
+                target: RuleTarget::Organization,
+                time_zone: "UTC".into(),
+                schedule: MaintenanceSchedule::Once {
+                    starts_at: at("2026-03-02T09:00:00Z"),
+                    ends_at: at("2026-03-02T11:00:00Z"),
+                },
+                suppress_alerts: true,
+                enabled: true,
+                created_by: "t".into(),
             },
-            suppress_alerts: true,
-            enabled: true,
-            created_by: "t".into(),
-        },
-        audit("maintenance_window.create"),
-    )
-    .await
-    .unwrap();
+            audit("maintenance_window.create"),
+        )
+        .await
+        .unwrap();
 
     cx.clock.set(at("2026-03-02T10:01:00Z"));
     let device: breeze_core::DeviceId = breeze_core::DeviceId(w.a_device.parse().unwrap());
     let alert = oa
+        .alerts()
         .raise_alert(&rule, device, Some(97.0))
         .await
         .unwrap()

@@ -92,6 +92,7 @@ fn items(list: &[(&str, Value)]) -> Value {
 async fn group(w: &World, name: &str) -> String {
     w.store
         .org(w.org_a)
+        .tenancy()
         .create_group(name, None, None, audit("group.create"))
         .await
         .unwrap()
@@ -102,6 +103,7 @@ async fn group(w: &World, name: &str) -> String {
 async fn members(w: &World, group: &str) -> usize {
     w.store
         .org(w.org_a)
+        .devices()
         .group_members(group.parse().unwrap())
         .await
         .unwrap()
@@ -111,6 +113,7 @@ async fn members(w: &World, group: &str) -> usize {
 async fn groups_named(w: &World, prefix: &str) -> usize {
     w.store
         .org(w.org_a)
+        .tenancy()
         .list_groups()
         .await
         .unwrap()
@@ -122,6 +125,7 @@ async fn groups_named(w: &World, prefix: &str) -> usize {
 async fn approvals(w: &World) -> Vec<breeze_store::ApprovalRecord> {
     w.store
         .org(w.org_a)
+        .approvals()
         .list_approvals(false, 50)
         .await
         .unwrap()
@@ -403,7 +407,13 @@ async fn a_tier_3_batch_is_one_approval(cx: Ctx) {
     let waiting = tokio::spawn(async move { call(&app, &key, "manage_groups", args).await });
     let mut pending = Vec::new();
     for _ in 0..200 {
-        pending = w.store.org(w.org_a).list_approvals(true, 10).await.unwrap();
+        pending = w
+            .store
+            .org(w.org_a)
+            .approvals()
+            .list_approvals(true, 10)
+            .await
+            .unwrap();
         if !pending.is_empty() {
             break;
         }

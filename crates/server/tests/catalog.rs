@@ -543,7 +543,13 @@ async fn meta_tools_run_through_the_pipeline(cx: Ctx) {
     let r = call(&app, &exec, C, "breeze_execute", create).await;
     let out = structured(&r);
     assert_eq!(out["status"], "pending_approval", "{}", r.body);
-    let pending = w.store.org(w.org_a).list_approvals(true, 10).await.unwrap();
+    let pending = w
+        .store
+        .org(w.org_a)
+        .approvals()
+        .list_approvals(true, 10)
+        .await
+        .unwrap();
     assert!(
         pending
             .iter()

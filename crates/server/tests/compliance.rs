@@ -82,6 +82,7 @@ async fn tick(worker: &Arc<ComplianceWorker>) -> breeze_server::compliance::Comp
 async fn script(w: &World, org: breeze_core::OrgId) -> String {
     w.store
         .org(org)
+        .scripts()
         .create_script(
             NewScript {
                 name: "install-it".into(),
@@ -339,6 +340,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     let rem = w
         .store
         .org(w.org_a)
+        .compliance()
         .list_remediations(auto.parse().unwrap(), 10)
         .await
         .unwrap()
@@ -381,6 +383,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .compliance()
             .list_remediations(id.parse().unwrap(), 10)
             .await
             .unwrap()
@@ -389,6 +392,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     );
     w.store
         .org(w.org_a)
+        .approvals()
         .decide_approval(
             approval,
             Decision::Approve,
@@ -405,6 +409,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
         queued = w
             .store
             .org(w.org_a)
+            .compliance()
             .list_remediations(id.parse().unwrap(), 10)
             .await
             .unwrap();
@@ -424,6 +429,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
     let rem = w
         .store
         .org(w.org_a)
+        .compliance()
         .get_remediation(queued[0].id)
         .await
         .unwrap();
@@ -438,6 +444,7 @@ async fn remediation_goes_through_run_script(cx: Ctx) {
         let a = w
             .store
             .org(w.org_a)
+            .approvals()
             .get_approval(rem.approval_ids[0])
             .await
             .unwrap();
@@ -488,6 +495,7 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
     .await;
     let org = w.store.org(w.org_a);
     let rem = org
+        .compliance()
         .queue_remediation(
             policy,
             None,
@@ -507,6 +515,7 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
     );
     // Its run_script request, denied by a person.
     let request = org
+        .approvals()
         .create_approval(
             breeze_store::NewApproval {
                 api_key_id: None,
@@ -528,26 +537,28 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
         )
         .await
         .unwrap();
-    org.update_remediation(
-        rem.id,
-        breeze_store::RemediationUpdate {
-            status: RunStatus::PendingApproval,
-            approval_ids: vec![request.id],
-            devices: vec![],
-            message: None,
-        },
-    )
-    .await
-    .unwrap();
-    org.decide_approval(
-        request.id,
-        Decision::Deny,
-        w.admin,
-        None,
-        audit("approval.deny"),
-    )
-    .await
-    .unwrap();
+    org.compliance()
+        .update_remediation(
+            rem.id,
+            breeze_store::RemediationUpdate {
+                status: RunStatus::PendingApproval,
+                approval_ids: vec![request.id],
+                devices: vec![],
+                message: None,
+            },
+        )
+        .await
+        .unwrap();
+    org.approvals()
+        .decide_approval(
+            request.id,
+            Decision::Deny,
+            w.admin,
+            None,
+            audit("approval.deny"),
+        )
+        .await
+        .unwrap();
 
     let other_store = w.store.reopen().await.unwrap();
     let other_state = AppState::new(
@@ -564,9 +575,10 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
     // Later ticks find nothing waiting.
     let (a, b) = tokio::join!(one.tick(), two.tick());
     assert_eq!(a.unwrap().followed_up + b.unwrap().followed_up, 0);
-    let done = org.get_remediation(rem.id).await.unwrap();
+    let done = org.compliance().get_remediation(rem.id).await.unwrap();
     assert!(done.status.is_terminal(), "{done:?}");
     let finishes = org
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("compliance.remediation.finish".into()),

@@ -34,25 +34,29 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
     let (oa, ob) = (w.store.org(w.org_a), w.store.org(w.org_b));
-    let a_site = oa.list_sites().await.unwrap()[0].id.to_string();
-    let b_site = ob.list_sites().await.unwrap()[0].id.to_string();
+    let a_site = oa.tenancy().list_sites().await.unwrap()[0].id.to_string();
+    let b_site = ob.tenancy().list_sites().await.unwrap()[0].id.to_string();
     let b_group = ob
+        .tenancy()
         .create_group("B group", None, None, audit("g"))
         .await
         .unwrap()
         .id
         .to_string();
     let a_policy = oa
+        .config_policies()
         .create_config_policy(policy("mine", metric(10)), audit("c"))
         .await
         .unwrap()
         .id
         .to_string();
     let b_policy = ob
+        .config_policies()
         .create_config_policy(policy("theirs", metric(20)), audit("c"))
         .await
         .unwrap();
     let b_assignment = ob
+        .config_policies()
         .assign_config_policy(
             breeze_store::NewAssignment {
                 policy_id: b_policy.id,
@@ -140,8 +144,21 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let list = tool(app, &w.read, "list_configuration_policies", json!({})).await;
     assert_eq!(list["total"], 1, "{list}");
     assert_eq!(list["policies"][0]["name"], "mine");
-    assert_eq!(ob.list_config_assignments().await.unwrap().len(), 1);
-    assert!(oa.list_config_assignments().await.unwrap().is_empty());
+    assert_eq!(
+        ob.config_policies()
+            .list_config_assignments()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        oa.config_policies()
+            .list_config_assignments()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // B's key reads nothing of A's device.
     let r = tool(
         app,
@@ -158,6 +175,7 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
     let app = &w.app;
     let oa = w.store.org(w.org_a);
     let p = oa
+        .config_policies()
         .create_config_policy(policy("p", metric(10)), audit("c"))
         .await
         .unwrap()
@@ -239,8 +257,9 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
     let oa = w.store.org(w.org_a);
-    let site = oa.list_sites().await.unwrap()[0].id.to_string();
+    let site = oa.tenancy().list_sites().await.unwrap()[0].id.to_string();
     let base = oa
+        .config_policies()
         .create_config_policy(
             policy(
                 "baseline",
@@ -260,6 +279,7 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
         .id
         .to_string();
     let fast = oa
+        .config_policies()
         .create_config_policy(policy("fast", metric(10)), audit("c"))
         .await
         .unwrap()
@@ -365,6 +385,7 @@ async fn preview_apply_read_and_remove(cx: Ctx) {
     let patch = w
         .store
         .org(w.org_a)
+        .config_policies()
         .create_config_policy(
             policy(
                 "patch cadence",

@@ -104,6 +104,7 @@ async fn tick(worker: &Arc<DeploymentWorker>) -> usize {
 async fn script_id(w: &World, org: OrgId) -> String {
     w.store
         .org(org)
+        .scripts()
         .create_script(
             NewScript {
                 name: "hello".into(),
@@ -125,34 +126,36 @@ async fn script_id(w: &World, org: OrgId) -> String {
 /// One more device of `org`, `online` or offline.
 async fn device(w: &World, org: OrgId, hostname: &str, online: bool) -> String {
     let o = w.store.org(org);
-    let site = o.list_sites().await.unwrap()[0].id;
-    o.create_device(
-        NewDevice {
-            site_id: site,
-            hostname: hostname.into(),
-            os_family: OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: if online {
-                DeviceStatus::Online
-            } else {
-                DeviceStatus::Offline
+    let site = o.tenancy().list_sites().await.unwrap()[0].id;
+    o.devices()
+        .create_device(
+            NewDevice {
+                site_id: site,
+                hostname: hostname.into(),
+                os_family: OsFamily::Linux,
+                os_name: "Debian".into(),
+                os_version: "12".into(),
+                status: if online {
+                    DeviceStatus::Online
+                } else {
+                    DeviceStatus::Offline
+                },
+                agent_version: None,
+                last_seen_at: None,
+                tags: vec![],
             },
-            agent_version: None,
-            last_seen_at: None,
-            tags: vec![],
-        },
-        audit("d"),
-    )
-    .await
-    .unwrap()
-    .id
-    .to_string()
+            audit("d"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string()
 }
 
 async fn get(w: &World, id: &str) -> Deployment {
     w.store
         .org(w.org_a)
+        .deployments()
         .get_deployment(id.parse().unwrap())
         .await
         .unwrap()
@@ -170,6 +173,7 @@ async fn approvals(w: &World) -> usize {
 async fn start_as(w: &World, id: &str, actor: &str) {
     w.store
         .org(w.org_a)
+        .deployments()
         .control_deployment(
             id.parse().unwrap(),
             Control::Start,
@@ -298,6 +302,7 @@ async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) 
     // The offline device is skipped; the online one's run waits for a person.
     let o = w.store.org(w.org_a);
     let devices = o
+        .deployments()
         .deployment_devices(id.parse().unwrap(), Some(0), None)
         .await
         .unwrap();
@@ -312,7 +317,7 @@ async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) 
     let web = by(&w.a_device);
     assert_eq!(web.status, DeviceRunStatus::Running, "{devices:?}");
     let approval = web.approval_id.expect("the run waits for approval");
-    let record = o.get_approval(approval).await.unwrap();
+    let record = o.approvals().get_approval(approval).await.unwrap();
     assert_eq!(record.tool, "run_script");
     assert_eq!(record.arguments["deviceIds"][0], w.a_device);
     assert_eq!(
@@ -323,15 +328,16 @@ async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) 
     assert_eq!(get(&w, &id).await.status, DeploymentStatus::Running);
 
     // The person denies it: a failed device, above the 0% allowed, pauses the deployment.
-    o.decide_approval(
-        approval,
-        Decision::Deny,
-        w.admin,
-        Some("not today"),
-        audit("deny"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            approval,
+            Decision::Deny,
+            w.admin,
+            Some("not today"),
+            audit("deny"),
+        )
+        .await
+        .unwrap();
     cx.clock.advance(chrono::Duration::seconds(20));
     tick(&one).await;
     let d = get(&w, &id).await;
@@ -360,6 +366,7 @@ async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) 
     // and the deployment completes.
     w.store
         .org(w.org_a)
+        .deployments()
         .control_deployment(
             id.parse().unwrap(),
             Control::Resume {
@@ -387,6 +394,7 @@ async fn an_execute_key_deployment_waits_pauses_on_failure_and_resumes(cx: Ctx) 
 
     // Every state change is on record.
     let page = o
+        .audit()
         .query_audit(
             &AuditFilter {
                 resource_id: Some(id.clone()),
@@ -425,19 +433,22 @@ async fn rings_refusals_and_other_organizations(cx: Ctx) {
     }
     let oa = w.store.org(w.org_a);
     let group = oa
+        .tenancy()
         .create_group("canaries", None, None, audit("g"))
         .await
         .unwrap();
-    oa.add_to_group(group.id, DeviceId(a_devices[3].parse().unwrap()))
+    oa.tenancy()
+        .add_to_group(group.id, DeviceId(a_devices[3].parse().unwrap()))
         .await
         .unwrap();
     let b_group = w
         .store
         .org(w.org_b)
+        .tenancy()
         .create_group("theirs", None, None, audit("g"))
         .await
         .unwrap();
-    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    let b_site = w.store.org(w.org_b).tenancy().list_sites().await.unwrap()[0].id;
 
     // Rings by group, then percentages of the whole target; the rest gets a ring.
     let app = quick_app(&w);
@@ -578,25 +589,29 @@ async fn rings_refusals_and_other_organizations(cx: Ctx) {
         },
     ] {
         let e = o
+            .deployments()
             .control_deployment(did, c, actor, audit("x"))
             .await
             .unwrap_err();
         assert!(e.to_string().contains("draft"), "{e}");
     }
     let d = o
+        .deployments()
         .control_deployment(did, Control::Cancel, actor, audit("deployment.cancel"))
         .await
         .unwrap();
     assert_eq!(d.status, DeploymentStatus::Cancelled);
     assert!(
-        o.deployment_devices(did, None, None)
+        o.deployments()
+            .deployment_devices(did, None, None)
             .await
             .unwrap()
             .iter()
             .all(|x| x.status == DeviceRunStatus::Skipped)
     );
     assert!(
-        o.control_deployment(did, Control::Start, actor, audit("x"))
+        o.deployments()
+            .control_deployment(did, Control::Start, actor, audit("x"))
             .await
             .is_err()
     );
@@ -698,29 +713,40 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     let o = w.store.org(w.org_a);
     let did: Uuid = id.parse().unwrap();
     let part = o
+        .deployments()
         .deployment_devices(did, None, None)
         .await
         .unwrap()
         .remove(0);
     assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
-    let approval = o.get_approval(part.approval_id.unwrap()).await.unwrap();
+    let approval = o
+        .approvals()
+        .get_approval(part.approval_id.unwrap())
+        .await
+        .unwrap();
     assert_eq!(approval.tool, "manage_patches");
     assert_eq!(approval.arguments["action"], "install");
     assert_eq!(approval.arguments["packageNames"][0], "htop");
-    o.decide_approval(
-        approval.id,
-        Decision::Approve,
-        w.admin,
-        None,
-        audit("approve"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            approval.id,
+            Decision::Approve,
+            w.admin,
+            None,
+            audit("approve"),
+        )
+        .await
+        .unwrap();
     let state = quick_state(&w);
     let stop = tokio_util::sync::CancellationToken::new();
     state.pipeline.spawn_resumer(stop.clone());
     for _ in 0..100 {
-        if o.get_approval(approval.id).await.unwrap().is_final() {
+        if o.approvals()
+            .get_approval(approval.id)
+            .await
+            .unwrap()
+            .is_final()
+        {
             break;
         }
         cx.clock.advance(chrono::Duration::seconds(1));
@@ -728,20 +754,26 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
     }
     stop.cancel();
     assert_eq!(
-        o.get_approval(approval.id).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(approval.id)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "completed"
     );
 
     // The approved call made a patch job; the device waits for its part.
     tick(&worker).await;
     let part = o
+        .deployments()
         .deployment_devices(did, None, None)
         .await
         .unwrap()
         .remove(0);
     assert_eq!(part.status, DeviceRunStatus::Running, "{part:?}");
     let job = part.patch_job_id.expect("the device follows the patch job");
-    let (_, parts) = o.get_patch_job(job).await.unwrap();
+    let (_, parts) = o.patches().get_patch_job(job).await.unwrap();
     assert_eq!(parts.len(), 1);
     assert_eq!(parts[0].device_id, device);
 
@@ -752,6 +784,7 @@ async fn a_package_deployment_goes_through_manage_patches(cx: Ctx) {
         .unwrap();
     tick(&worker).await;
     let part = o
+        .deployments()
         .deployment_devices(did, None, None)
         .await
         .unwrap()
@@ -804,7 +837,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
     assert_eq!(waiting.tick().await.unwrap().stepped, 1);
     let o = w.store.org(w.org_a);
     let approval = loop {
-        let pending = o.list_approvals(true, 10).await.unwrap();
+        let pending = o.approvals().list_approvals(true, 10).await.unwrap();
         if let Some(a) = pending.iter().find(|a| a.tool == "run_script") {
             break a.clone();
         }
@@ -814,10 +847,11 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
     assert_eq!(approval.arguments["deviceIds"].as_array().unwrap().len(), 2);
 
     // The cancel (what an approved `cancel` does).
-    o.control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
+    o.deployments()
+        .control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
         .await
         .unwrap();
-    let r = o.get_approval(approval.id).await.unwrap();
+    let r = o.approvals().get_approval(approval.id).await.unwrap();
     assert_eq!(r.status.as_str(), "withdrawn", "{r:?}");
     let reason = r.reason.clone().unwrap();
     assert!(
@@ -832,7 +866,11 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
         .expect("the waiting run_script call stopped when its request was withdrawn");
 
     // Both devices are skipped with the reason, even after the refused call answered.
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     assert_eq!(parts.len(), 2);
     for p in &parts {
         assert_eq!(p.status, DeviceRunStatus::Skipped, "{p:?}");
@@ -843,6 +881,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
 
     // Nobody can approve it now, and the resumer has nothing to run.
     let late = o
+        .approvals()
         .decide_approval(
             approval.id,
             Decision::Approve,
@@ -859,12 +898,18 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
     resumer.await.unwrap();
     assert_eq!(commands(&w).await, 0, "nothing reached a device");
     assert_eq!(
-        o.get_approval(approval.id).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(approval.id)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "withdrawn"
     );
 
     // The withdrawal and the cancel are on record.
     let page = o
+        .audit()
         .query_audit(
             &AuditFilter {
                 resource_id: Some(approval.id.to_string()),
@@ -882,6 +927,7 @@ async fn cancelling_withdraws_the_approvals_its_runs_wait_for(cx: Ctx) {
         "{page:?}"
     );
     let cancel = o
+        .audit()
         .query_audit(
             &AuditFilter {
                 resource_id: Some(id.clone()),
@@ -931,26 +977,29 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     let o = w.store.org(w.org_a);
     let id_of = |s: &str| DeviceId(s.parse().unwrap());
     let group = o
+        .tenancy()
         .create_group("wave", None, None, audit("g"))
         .await
         .unwrap();
     for d in [&w.a_device, &night, &bare] {
-        o.add_to_group(group.id, id_of(d)).await.unwrap();
+        o.tenancy().add_to_group(group.id, id_of(d)).await.unwrap();
     }
-    o.create_window(
-        window(
-            "now-ish",
-            RuleTarget::Device(id_of(&w.a_device)),
-            "UTC",
-            json!({ "kind": "once", "startsAt": "2026-03-02T09:30:00Z",
+    o.maintenance()
+        .create_window(
+            window(
+                "now-ish",
+                RuleTarget::Device(id_of(&w.a_device)),
+                "UTC",
+                json!({ "kind": "once", "startsAt": "2026-03-02T09:30:00Z",
                     "endsAt": "2026-03-02T10:30:00Z" }),
-        ),
-        audit("w"),
-    )
-    .await
-    .unwrap();
+            ),
+            audit("w"),
+        )
+        .await
+        .unwrap();
     // Mondays 13:00-14:00 in Berlin: 12:00 UTC in March.
     let berlin = o
+        .maintenance()
         .create_window(
             window(
                 "berlin-lunch",
@@ -991,7 +1040,11 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
             .unwrap()
             .clone()
     };
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let web = part(&parts, &w.a_device);
     assert_eq!(web.status, DeviceRunStatus::Running, "{web:?}");
     assert!(web.approval_id.is_some(), "its run went out: {web:?}");
@@ -1038,20 +1091,32 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     // Still outside: another tick sends nothing more.
     cx.clock.set(at("2026-03-02T11:59:00Z"));
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     assert_eq!(part(&parts, &night).status, DeviceRunStatus::Pending);
 
     // Berlin's window opens: night-01 goes out at the next tick; bare-01 still waits.
     cx.clock.set(at("2026-03-02T12:01:00Z"));
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let n = part(&parts, &night);
     assert_eq!(n.status, DeviceRunStatus::Running, "{n:?}");
     assert!(
         n.approval_id.is_some() && n.deferred_reason.is_none(),
         "{n:?}"
     );
-    let approval = o.get_approval(n.approval_id.unwrap()).await.unwrap();
+    let approval = o
+        .approvals()
+        .get_approval(n.approval_id.unwrap())
+        .await
+        .unwrap();
     assert_eq!(approval.arguments["deviceIds"], json!([night]));
     assert_eq!(part(&parts, &bare).status, DeviceRunStatus::Pending);
 
@@ -1071,6 +1136,7 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     start_as(&w, &one, &owner).await;
     tick(&worker).await;
     let bp = o
+        .deployments()
         .deployment_devices(one.parse().unwrap(), None, None)
         .await
         .unwrap()
@@ -1096,6 +1162,7 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     let theirs = w
         .store
         .org(w.org_b)
+        .maintenance()
         .create_window(
             window(
                 "theirs",
@@ -1118,16 +1185,17 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     )
     .await;
     assert_eq!(code(&r), "NOT_FOUND", "{r}");
-    o.update_window(
-        berlin.id,
-        WindowUpdate {
-            enabled: Some(false),
-            ..WindowUpdate::default()
-        },
-        audit("w"),
-    )
-    .await
-    .unwrap();
+    o.maintenance()
+        .update_window(
+            berlin.id,
+            WindowUpdate {
+                enabled: Some(false),
+                ..WindowUpdate::default()
+            },
+            audit("w"),
+        )
+        .await
+        .unwrap();
     let r = tool(
         &app,
         &exec,
@@ -1140,10 +1208,15 @@ async fn maintenance_window_deployments_wait_for_each_devices_window(cx: Ctx) {
     assert_eq!(code(&r), "INVALID_ARGUMENT", "disabled window: {r}");
 
     // Cancelling withdraws both devices' waiting approvals; bare-01 (pending) is skipped.
-    o.control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
+    o.deployments()
+        .control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
         .await
         .unwrap();
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     assert!(
         parts.iter().all(|p| p.status == DeviceRunStatus::Skipped),
         "{parts:?}"
@@ -1185,6 +1258,7 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
     let o = w.store.org(w.org_a);
     let web = DeviceId(w.a_device.parse().unwrap());
     let part = o
+        .deployments()
         .deployment_devices(did, Some(0), None)
         .await
         .unwrap()
@@ -1193,7 +1267,8 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
 
     // A person approves; the resumer claims the call, which queues the script on web-01 and
     // waits for the agent.
-    o.decide_approval(approval, Decision::Approve, w.admin, None, audit("approve"))
+    o.approvals()
+        .decide_approval(approval, Decision::Approve, w.admin, None, audit("approve"))
         .await
         .unwrap();
     // Past the few seconds a live waiter gets first: the resumer runs it.
@@ -1202,7 +1277,7 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
     let resumer = state.pipeline.spawn_resumer(stop.clone());
     let mut queued = Vec::new();
     for _ in 0..200 {
-        queued = o.list_commands(web, 10).await.unwrap();
+        queued = o.commands().list_commands(web, 10).await.unwrap();
         if !queued.is_empty() {
             break;
         }
@@ -1210,21 +1285,36 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
     }
     assert_eq!(queued.len(), 1, "the approved run reached web-01");
     assert_eq!(
-        o.get_approval(approval).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(approval)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "executing"
     );
 
     // The cancel: too late to withdraw that run; ring 2 is never reached.
     let cancelled = o
+        .deployments()
         .control_deployment(did, Control::Cancel, &owner, audit("deployment.cancel"))
         .await
         .unwrap();
     assert_eq!(cancelled.status, DeploymentStatus::Cancelled);
     assert_eq!(
-        o.get_approval(approval).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(approval)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "executing"
     );
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let status_of = |parts: &[breeze_store::DeploymentDevice], d: &str| {
         parts
             .iter()
@@ -1262,7 +1352,14 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
         .await
         .unwrap();
     for _ in 0..200 {
-        if o.get_approval(approval).await.unwrap().status.as_str() == "completed" {
+        if o.approvals()
+            .get_approval(approval)
+            .await
+            .unwrap()
+            .status
+            .as_str()
+            == "completed"
+        {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
@@ -1270,7 +1367,12 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
     stop.cancel();
     resumer.await.unwrap();
     assert_eq!(
-        o.get_approval(approval).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(approval)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "completed"
     );
 
@@ -1281,7 +1383,11 @@ async fn cancelling_records_runs_already_under_way(cx: Ctx) {
         1,
         "the cancelled deployment is followed"
     );
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let web_part = status_of(&parts, &w.a_device);
     assert_eq!(web_part.status, DeviceRunStatus::Succeeded, "{web_part:?}");
     assert_eq!(web_part.exit_code, Some(0));
@@ -1318,18 +1424,19 @@ async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
     let late = device(&w, w.org_a, "late-01", false).await;
     let o = w.store.org(w.org_a);
     let id_of = |s: &str| DeviceId(s.parse().unwrap());
-    o.create_window(
-        window(
-            "monday-ten",
-            RuleTarget::Organization,
-            "UTC",
-            json!({ "kind": "weekly", "days": ["mon"], "startTime": "10:00",
+    o.maintenance()
+        .create_window(
+            window(
+                "monday-ten",
+                RuleTarget::Organization,
+                "UTC",
+                json!({ "kind": "weekly", "days": ["mon"], "startTime": "10:00",
                     "durationMinutes": 60 }),
-        ),
-        audit("w"),
-    )
-    .await
-    .unwrap();
+            ),
+            audit("w"),
+        )
+        .await
+        .unwrap();
     let created = tool(
         &app,
         &exec,
@@ -1354,7 +1461,11 @@ async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
 
     // Both offline inside the open window: pending, deferred, nothing asked or sent.
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     for d in [&soon, &late] {
         let p = part(&parts, d);
         assert_eq!(p.status, DeviceRunStatus::Pending, "{p:?}");
@@ -1397,7 +1508,11 @@ async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
         .await
         .unwrap();
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let p = part(&parts, &soon);
     assert_eq!(p.status, DeviceRunStatus::Running, "{p:?}");
     assert!(
@@ -1413,7 +1528,11 @@ async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
         .await
         .unwrap();
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let p = part(&parts, &late);
     assert_eq!(p.status, DeviceRunStatus::Pending, "{p:?}");
     assert_eq!(p.deferred_until, Some(at("2026-03-09T10:00:00Z")), "{p:?}");
@@ -1423,7 +1542,11 @@ async fn offline_devices_wait_for_a_window_they_are_online_in(cx: Ctx) {
         .await
         .unwrap();
     tick(&worker).await;
-    let parts = o.deployment_devices(did, None, None).await.unwrap();
+    let parts = o
+        .deployments()
+        .deployment_devices(did, None, None)
+        .await
+        .unwrap();
     let p = part(&parts, &late);
     assert_eq!(p.status, DeviceRunStatus::Running, "{p:?}");
     assert!(p.approval_id.is_some(), "{p:?}");

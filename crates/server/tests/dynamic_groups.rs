@@ -33,7 +33,11 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
     // A static group gets its filter (update is Tier 3: through the store here, as an
     // approved call would), and shows as dynamic with its members and log.
     let o = w.store.org(w.org_a);
-    let group = o.create_group("Web", None, None, audit("g")).await.unwrap();
+    let group = o
+        .tenancy()
+        .create_group("Web", None, None, audit("g"))
+        .await
+        .unwrap();
     let filter = GroupFilter {
         mode: MatchMode::All,
         conditions: vec![FilterCondition {
@@ -42,14 +46,15 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
             value: json!("web-*"),
         }],
     };
-    o.set_group_filter(
-        group.id,
-        &filter,
-        &breeze_core::Actor::system("test"),
-        audit("f"),
-    )
-    .await
-    .unwrap();
+    o.dynamic_groups()
+        .set_group_filter(
+            group.id,
+            &filter,
+            &breeze_core::Actor::system("test"),
+            audit("f"),
+        )
+        .await
+        .unwrap();
     let id = group.id.to_string();
     let got = tool(
         app,
@@ -83,6 +88,7 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
     .await;
     assert_eq!(code(&r), "CONFLICT", "{r}");
     let plain = o
+        .tenancy()
         .create_group("Plain", None, None, audit("g"))
         .await
         .unwrap()
@@ -134,6 +140,7 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
     let b_group = w
         .store
         .org(w.org_b)
+        .tenancy()
         .create_group("B", None, None, audit("g"))
         .await
         .unwrap()
@@ -156,9 +163,10 @@ async fn dynamic_groups_over_mcp(cx: Ctx) {
 async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
     let w = world(&cx).await;
     let o = w.store.org(w.org_a);
-    let site = o.list_sites().await.unwrap()[0].id;
+    let site = o.tenancy().list_sites().await.unwrap()[0].id;
     let now = w.state.clock.now();
     let stale = o
+        .devices()
         .create_device(
             breeze_store::NewDevice {
                 site_id: site,
@@ -194,22 +202,30 @@ async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
     let test_actor = breeze_core::Actor::system("test");
     let mut groups = Vec::new();
     for (name, filter) in [("Away 10 min", &away), ("Seen in 15 min", &recent)] {
-        let g = o.create_group(name, None, None, audit("g")).await.unwrap();
-        o.set_group_filter(g.id, filter, &test_actor, audit("f"))
+        let g = o
+            .tenancy()
+            .create_group(name, None, None, audit("g"))
+            .await
+            .unwrap();
+        o.dynamic_groups()
+            .set_group_filter(g.id, filter, &test_actor, audit("f"))
             .await
             .unwrap();
         groups.push(g.id);
     }
     let ob = w.store.org(w.org_b);
     let b_group = ob
+        .tenancy()
         .create_group("B away", None, None, audit("g"))
         .await
         .unwrap();
-    ob.set_group_filter(b_group.id, &away, &test_actor, audit("f"))
+    ob.dynamic_groups()
+        .set_group_filter(b_group.id, &away, &test_actor, audit("f"))
         .await
         .unwrap();
     let members = |g| async move {
-        o.group_members(g)
+        o.devices()
+            .group_members(g)
             .await
             .unwrap()
             .into_iter()
@@ -244,7 +260,11 @@ async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(changed[0].2.removed, vec![stale.id]);
     assert!(members(groups[1]).await.is_empty());
-    let log = o.membership_log(groups[0], 10).await.unwrap();
+    let log = o
+        .dynamic_groups()
+        .membership_log(groups[0], 10)
+        .await
+        .unwrap();
     assert_eq!(log[0].change, "added");
     assert_eq!(log[0].actor, "system:dynamic-groups-clock");
     assert_eq!(log[0].reason, breeze_store::TIME_REEVALUATION);
@@ -253,7 +273,11 @@ async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
         w.state.clock.now() - chrono::Duration::minutes(5)
     );
     assert!(
-        ob.group_members(b_group.id).await.unwrap().is_empty(),
+        ob.devices()
+            .group_members(b_group.id)
+            .await
+            .unwrap()
+            .is_empty(),
         "B's group never holds A's device"
     );
 }

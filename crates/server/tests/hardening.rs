@@ -38,7 +38,7 @@ fn rpc(id: i64, method: &str, params: Value) -> Value {
 /// A new user of org A holding the Read Only role there, and an `ai:read` key of theirs.
 async fn reader_key(w: &World, cx: &Ctx, email: &str) -> (UserId, String) {
     let s = &w.store;
-    let org = s.org(w.org_a).organization().await.unwrap();
+    let org = s.org(w.org_a).tenancy().organization().await.unwrap();
     let user = s
         .create_user(
             NewUser {
@@ -224,6 +224,7 @@ async fn requests_with_nul_are_audited(cx: Ctx) {
     let page = w
         .store
         .org(w.org_a)
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("mcp.".into()),
@@ -649,7 +650,7 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
         dir: cx.dir.clone(),
     })
     .await;
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (secret, _) = w
         .state
         .auth
@@ -713,6 +714,7 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
     let cmd = w
         .store
         .org(w.org_a)
+        .commands()
         .create_command(
             breeze_store::NewCommand {
                 device_id: device,
@@ -770,6 +772,7 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
         status = w
             .store
             .org(w.org_a)
+            .commands()
             .get_command(cmd.id)
             .await
             .unwrap()
@@ -784,7 +787,13 @@ async fn a_socket_result_survives_a_locked_database(cx: Ctx) {
         breeze_core::CommandStatus::Completed,
         "the result was lost"
     );
-    let stored = w.store.org(w.org_a).get_command(cmd.id).await.unwrap();
+    let stored = w
+        .store
+        .org(w.org_a)
+        .commands()
+        .get_command(cmd.id)
+        .await
+        .unwrap();
     assert_eq!(stored.stdout.as_deref(), Some("done"));
 }
 

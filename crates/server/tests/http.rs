@@ -534,6 +534,7 @@ async fn request_ids_are_issued_and_echoed(cx: Ctx) {
         .state
         .store
         .org(w.org_a)
+        .audit()
         .query_audit(&filter, None, 10)
         .await
         .unwrap();

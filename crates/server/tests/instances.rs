@@ -158,6 +158,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     let two = instance(&w, w.store.reopen().await.unwrap());
 
     let site = oa
+        .devices()
         .get_device(DeviceId(w.a_device.parse().unwrap()))
         .await
         .unwrap()
@@ -165,6 +166,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     let mut hot = Vec::new();
     for i in 0..HOT_DEVICES {
         let d = oa
+            .devices()
             .create_device(
                 NewDevice {
                     site_id: site,
@@ -185,6 +187,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     }
     let (hook_port, hooks) = webhook_server(0).await.unwrap();
     let hook = oa
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "hook".into(),
@@ -197,6 +200,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
         .await
         .unwrap();
     let app = oa
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "app".into(),
@@ -209,6 +213,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
         .await
         .unwrap();
     let rule = oa
+        .alerts()
         .create_rule(
             NewRule {
                 name: "CPU hot".into(),
@@ -305,6 +310,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     assert_eq!(told_ids.len(), HOT_DEVICES, "each alert told once");
     for id in &raised {
         let notified: Vec<_> = oa
+            .alerts()
             .alert_events(*id)
             .await
             .unwrap()
@@ -338,6 +344,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     );
     settle(&one, &two).await;
     let runs = oa
+        .automations()
         .list_runs(Some(on_alert.parse().unwrap()), 100)
         .await
         .unwrap();
@@ -358,6 +365,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     assert_eq!(c.unwrap().scheduled + d.unwrap().scheduled, 0);
     settle(&one, &two).await;
     let runs = oa
+        .automations()
         .list_runs(Some(scheduled.parse().unwrap()), 100)
         .await
         .unwrap();
@@ -383,6 +391,7 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
     assert_eq!(events["alert.resolved"].len(), HOT_DEVICES);
     for id in &raised {
         let kinds: Vec<String> = oa
+            .alerts()
             .alert_events(*id)
             .await
             .unwrap()

@@ -18,14 +18,16 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
     let ob = w.store.org(w.org_b);
-    let b_site = ob.list_sites().await.unwrap()[0].id;
+    let b_site = ob.tenancy().list_sites().await.unwrap()[0].id;
     let b_group = ob
+        .tenancy()
         .create_group("B group", None, None, audit("g"))
         .await
         .unwrap()
         .id;
     let now = w.state.clock.now();
     let b_window = ob
+        .maintenance()
         .create_window(
             NewWindow {
                 name: "B window".into(),
@@ -90,7 +92,8 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     assert_eq!(r["windows"], json!([]), "{r}");
     // Nothing of B changed, nothing was created in A.
     assert!(
-        ob.get_window(b_window.parse().unwrap())
+        ob.maintenance()
+            .get_window(b_window.parse().unwrap())
             .await
             .unwrap()
             .enabled
@@ -98,6 +101,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .maintenance()
             .list_windows()
             .await
             .unwrap()
@@ -147,6 +151,7 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .maintenance()
             .list_windows()
             .await
             .unwrap()
@@ -177,7 +182,16 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
             .contains("requires ai:execute"),
         "{r}"
     );
-    assert_eq!(w.store.org(w.org_a).list_windows().await.unwrap().len(), 1);
+    assert_eq!(
+        w.store
+            .org(w.org_a)
+            .maintenance()
+            .list_windows()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 async fn a_window_is_created_checked_and_shows_what_it_held_back(cx: Ctx) {
@@ -221,6 +235,7 @@ async fn a_window_is_created_checked_and_shows_what_it_held_back(cx: Ctx) {
     // The engine held an alert back: the rule and the window both show it.
     let o = w.store.org(w.org_a);
     let rule = o
+        .alerts()
         .create_rule(
             NewRule {
                 name: "offline".into(),
@@ -239,9 +254,14 @@ async fn a_window_is_created_checked_and_shows_what_it_held_back(cx: Ctx) {
         .await
         .unwrap();
     let device = DeviceId(w.a_device.parse().unwrap());
-    let covered = o.maintenance_covering(&[device], now).await.unwrap();
+    let covered = o
+        .maintenance()
+        .maintenance_covering(&[device], now)
+        .await
+        .unwrap();
     let (win, occ) = &covered[&device];
-    o.record_suppression(rule.id, device, win, *occ, None)
+    o.maintenance()
+        .record_suppression(rule.id, device, win, *occ, None)
         .await
         .unwrap();
     let got = tool(

@@ -827,6 +827,7 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     let policy = w
         .store
         .org(w.org_a)
+        .compliance()
         .create_compliance_policy(
             breeze_store::NewCompliancePolicy {
                 name: "baseline".into(),
@@ -853,6 +854,7 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
         .unwrap();
     w.store
         .org(w.org_a)
+        .compliance()
         .evaluate_policy_inventory(&policy, None)
         .await
         .unwrap();
@@ -1131,6 +1133,7 @@ async fn resources_and_prompts(cx: Ctx) {
 async fn org_a_audit(w: &World, action: &str) -> breeze_store::AuditPage {
     w.store
         .org(w.org_a)
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some(action.into()),
@@ -1520,7 +1523,7 @@ async fn redis_limits_answer_429_and_fail_closed(cx: Ctx) {
 /// A key of `scopes` in org A for a user holding `role` there.
 async fn key_for_role(w: &World, cx: &Ctx, email: &str, role: &str, scopes: &[Scope]) -> String {
     let s = &w.store;
-    let org = s.org(w.org_a).organization().await.unwrap();
+    let org = s.org(w.org_a).tenancy().organization().await.unwrap();
     let user = s
         .create_user(
             NewUser {
@@ -1678,6 +1681,7 @@ async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
     let failures = w
         .store
         .org(w.org_a)
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("mcp.tools.call".into()),

@@ -94,6 +94,7 @@ async fn mcp_records(w: &World) -> Vec<AuditRecord> {
     let mut page = w
         .store
         .org(w.org_a)
+        .audit()
         .query_audit(&filter, None, 500)
         .await
         .unwrap();

@@ -1256,7 +1256,13 @@ fn create_group_waiting(app: &Router, bearer: &str, name: &str) -> tokio::task::
 /// The organization's newest pending approval request, once the waiting call made it.
 async fn pending_request(w: &World) -> breeze_store::ApprovalRecord {
     for _ in 0..200 {
-        let pending = w.store.org(w.org_a).list_approvals(true, 1).await.unwrap();
+        let pending = w
+            .store
+            .org(w.org_a)
+            .approvals()
+            .list_approvals(true, 1)
+            .await
+            .unwrap();
         if let Some(r) = pending.into_iter().next() {
             return r;
         }
@@ -1287,7 +1293,7 @@ fn tool_error(r: &Reply) -> String {
 }
 
 async fn group_exists(w: &World, name: &str) -> bool {
-    let groups = w.store.org(w.org_a).list_groups().await.unwrap();
+    let groups = w.store.org(w.org_a).tenancy().list_groups().await.unwrap();
     groups.iter().any(|g| g.name == name)
 }
 

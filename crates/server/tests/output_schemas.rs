@@ -107,7 +107,7 @@ async fn send_frame(ws: &mut Socket, frame: &AgentFrame) {
 
 /// Enrolls a device and connects a scripted agent for it; returns the device id.
 async fn scripted_agent(w: &World, state: &AppState, mode: Arc<AtomicU8>) -> String {
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let (secret, _) = w
         .state
         .auth
@@ -274,7 +274,7 @@ impl Suite {
         let call = tokio::spawn(async move { send(&app2, req).await });
         let org = self.w.store.org(self.w.org_a);
         while !call.is_finished() {
-            for pending in org.list_approvals(true, 50).await.unwrap() {
+            for pending in org.approvals().list_approvals(true, 50).await.unwrap() {
                 let r = send(
                     &self.app,
                     Request::post(format!("/api/v1/approvals/{}/approve", pending.id))
@@ -355,9 +355,10 @@ impl Suite {
         Some(match field {
             "deviceId" => json!(self.device),
             "deviceIds" => json!([self.device]),
-            "siteId" => json!(org.list_sites().await.unwrap()[0].id.to_string()),
+            "siteId" => json!(org.tenancy().list_sites().await.unwrap()[0].id.to_string()),
             "groupId" => json!(
-                org.list_groups()
+                org.tenancy()
+                    .list_groups()
                     .await
                     .unwrap()
                     .first()
@@ -366,6 +367,7 @@ impl Suite {
             "scriptId" => json!(self.script),
             "contextId" => {
                 let entries = org
+                    .context()
                     .device_context(self.device.parse().unwrap(), true)
                     .await
                     .unwrap();
@@ -376,7 +378,8 @@ impl Suite {
                 )
             }
             "approvalId" => json!(
-                org.list_approvals(false, 1)
+                org.approvals()
+                    .list_approvals(false, 1)
                     .await
                     .unwrap()
                     .first()
@@ -386,7 +389,11 @@ impl Suite {
             "alertId" => {
                 let rule = self.fresh_rule().await;
                 let device = breeze_core::DeviceId(self.device.parse().unwrap());
-                let alert = org.raise_alert(&rule, device, Some(1.0)).await.unwrap();
+                let alert = org
+                    .alerts()
+                    .raise_alert(&rule, device, Some(1.0))
+                    .await
+                    .unwrap();
                 json!(alert.unwrap().id.to_string())
             }
             "ruleId" => json!(self.fresh_rule().await.id.to_string()),
@@ -398,6 +405,7 @@ impl Suite {
             "runId" => {
                 let def = self.fresh_report().await;
                 let run = org
+                    .reports()
                     .generate_report(
                         breeze_store::ReportRequest::from(&def),
                         "fixture",
@@ -460,6 +468,7 @@ impl Suite {
         let org = self.w.store.org(self.w.org_a);
         let device = breeze_core::DeviceId(self.device.parse().unwrap());
         let scan = org
+            .security()
             .create_security_scan(device, uuid::Uuid::now_v7(), "fixture", audit("s"))
             .await
             .unwrap();
@@ -481,8 +490,11 @@ impl Suite {
             }],
             posture: None,
         };
-        org.record_scan_result(scan.id, outcome).await.unwrap();
-        let flagged = org.scan_flagged_files(scan.id).await.unwrap()[0].id;
+        org.security()
+            .record_scan_result(scan.id, outcome)
+            .await
+            .unwrap();
+        let flagged = org.security().scan_flagged_files(scan.id).await.unwrap()[0].id;
         (scan.id, flagged)
     }
 
@@ -492,6 +504,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .security()
             .create_scan_schedule(
                 breeze_store::NewScanSchedule {
                     name: format!("fixture schedule {n}"),
@@ -509,25 +522,26 @@ impl Suite {
     /// A quarantined file of the fixture's device (each restore or remove consumes one).
     async fn fresh_quarantine(&self) -> uuid::Uuid {
         let org = self.w.store.org(self.w.org_a);
-        org.record_quarantine(
-            breeze_store::NewQuarantine {
-                device_id: breeze_core::DeviceId(self.device.parse().unwrap()),
-                flagged_id: None,
-                agent_ref: uuid::Uuid::now_v7().to_string(),
-                original_path: "/tmp/breeze-flagged".into(),
-                sha256: "c".repeat(64),
-                mode: "0644".into(),
-                uid: 0,
-                gid: 0,
-                size_bytes: 1,
-                state: breeze_core::security::QuarantineState::Quarantined,
-                created_by: "fixture".into(),
-            },
-            audit("q"),
-        )
-        .await
-        .unwrap()
-        .id
+        org.security()
+            .record_quarantine(
+                breeze_store::NewQuarantine {
+                    device_id: breeze_core::DeviceId(self.device.parse().unwrap()),
+                    flagged_id: None,
+                    agent_ref: uuid::Uuid::now_v7().to_string(),
+                    original_path: "/tmp/breeze-flagged".into(),
+                    sha256: "c".repeat(64),
+                    mode: "0644".into(),
+                    uid: 0,
+                    gid: 0,
+                    size_bytes: 1,
+                    state: breeze_core::security::QuarantineState::Quarantined,
+                    created_by: "fixture".into(),
+                },
+                audit("q"),
+            )
+            .await
+            .unwrap()
+            .id
     }
 
     /// A new alert rule of the fixture's organization (each delete consumes one).
@@ -536,6 +550,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .alerts()
             .create_rule(
                 breeze_store::NewRule {
                     name: format!("fixture rule {n}"),
@@ -561,6 +576,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .alerts()
             .create_channel(
                 breeze_store::NewChannel {
                     name: format!("fixture channel {n}"),
@@ -580,6 +596,7 @@ impl Suite {
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
         let org = self.w.store.org(self.w.org_a);
         let d = org
+            .deployments()
             .create_deployment(
                 breeze_store::NewDeployment {
                     name: format!("fixture deployment {n}"),
@@ -608,7 +625,8 @@ impl Suite {
             controls.push(breeze_store::Control::Pause);
         }
         for c in controls {
-            org.control_deployment(d.id, c, "system:fixture", audit("deployment.control"))
+            org.deployments()
+                .control_deployment(d.id, c, "system:fixture", audit("deployment.control"))
                 .await
                 .unwrap();
         }
@@ -622,6 +640,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .automations()
             .create_automation(
                 breeze_store::NewAutomation {
                     name: format!("fixture automation {n}"),
@@ -661,6 +680,7 @@ impl Suite {
             .await
             .unwrap();
         let policy = org
+            .compliance()
             .create_compliance_policy(
                 breeze_store::NewCompliancePolicy {
                     name: format!("fixture compliance {n}"),
@@ -680,7 +700,10 @@ impl Suite {
             )
             .await
             .unwrap();
-        org.evaluate_policy_inventory(&policy, None).await.unwrap();
+        org.compliance()
+            .evaluate_policy_inventory(&policy, None)
+            .await
+            .unwrap();
         policy.id
     }
 
@@ -690,6 +713,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .reports()
             .create_report(
                 breeze_store::NewReport {
                     name: format!("fixture report {n}"),
@@ -735,6 +759,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .patches()
             .create_patch_job(
                 breeze_store::NewPatchJob {
                     kind: breeze_store::PatchJobKind::Install,
@@ -757,6 +782,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .config_policies()
             .create_config_policy(
                 breeze_store::NewConfigPolicy {
                     name: format!("fixture policy {n}"),
@@ -781,6 +807,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .config_policies()
             .assign_config_policy(
                 breeze_store::NewAssignment {
                     policy_id: policy,
@@ -803,6 +830,7 @@ impl Suite {
         self.w
             .store
             .org(self.w.org_a)
+            .maintenance()
             .create_window(
                 breeze_store::NewWindow {
                     name: format!("fixture window {n}"),
@@ -1073,6 +1101,7 @@ async fn suite(cx: &Ctx) -> Suite {
     // Fixture rows the id fields point at.
     let org = w.store.org(w.org_a);
     let script = org
+        .scripts()
         .create_script(
             NewScript {
                 name: "Uptime".into(),
@@ -1087,22 +1116,24 @@ async fn suite(cx: &Ctx) -> Suite {
         )
         .await
         .unwrap();
-    org.create_group("Servers", None, None, audit("group.create"))
+    org.tenancy()
+        .create_group("Servers", None, None, audit("group.create"))
         .await
         .unwrap();
-    org.add_context(
-        NewContext {
-            device_id: device.parse().unwrap(),
-            context_type: "issue".into(),
-            summary: "Disk fills up on Mondays".into(),
-            details: None,
-            created_by: "test".into(),
-            expires_at: None,
-        },
-        audit("context.add"),
-    )
-    .await
-    .unwrap();
+    org.context()
+        .add_context(
+            NewContext {
+                device_id: device.parse().unwrap(),
+                context_type: "issue".into(),
+                summary: "Disk fills up on Mondays".into(),
+                details: None,
+                created_by: "test".into(),
+                expires_at: None,
+            },
+            audit("context.add"),
+        )
+        .await
+        .unwrap();
     // An inventory with packages (same hostname and OS as enrolled), so the device tools
     // answer with data: get_device_software's success path lists packages.
     let inventory: breeze_agent_proto::Inventory = serde_json::from_value(json!({

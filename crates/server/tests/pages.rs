@@ -480,7 +480,13 @@ fn group_call_waiting(w: &World, key: &str, name: &str) -> tokio::task::JoinHand
 /// Waits for a pending request in `org`; its id.
 async fn pending_in(w: &World, org: breeze_core::OrgId, skip: usize) -> String {
     for _ in 0..400 {
-        let list = w.store.org(org).list_approvals(true, 10).await.unwrap();
+        let list = w
+            .store
+            .org(org)
+            .approvals()
+            .list_approvals(true, 10)
+            .await
+            .unwrap();
         if list.len() > skip {
             return list[0].id.to_string();
         }
@@ -515,6 +521,7 @@ async fn admin_of(w: &World, email: &str, org: breeze_core::OrgId) {
 async fn status_of(w: &World, org: breeze_core::OrgId, id: &str) -> String {
     w.store
         .org(org)
+        .approvals()
         .get_approval(id.parse().unwrap())
         .await
         .unwrap()
@@ -590,6 +597,7 @@ async fn approvals_are_listed_and_decided_from_the_page(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .tenancy()
             .list_groups()
             .await
             .unwrap()
@@ -628,6 +636,7 @@ async fn four_eyes_holds_on_the_page(cx: Ctx) {
     let w = world(&cx).await;
     w.store
         .org(w.org_a)
+        .approvals()
         .set_approval_policy("manage_groups.create", "four_eyes", common::audit("policy"))
         .await
         .unwrap();
@@ -734,7 +743,14 @@ async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
     let uri = "/o/org-a/settings/api-keys";
     let r = get(&w.app, uri, &admin.cookie).await;
     assert_eq!(r.status, StatusCode::OK);
-    let before = w.store.org(w.org_a).list_api_keys().await.unwrap().len();
+    let before = w
+        .store
+        .org(w.org_a)
+        .api_keys()
+        .list_api_keys()
+        .await
+        .unwrap()
+        .len();
     // CSRF first: nothing is created without it.
     let r = post_form(
         &w.app,
@@ -786,7 +802,13 @@ async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
         assert!(secret_in(html(&r)).is_none());
     }
     assert_eq!(
-        w.store.org(w.org_a).list_api_keys().await.unwrap().len(),
+        w.store
+            .org(w.org_a)
+            .api_keys()
+            .list_api_keys()
+            .await
+            .unwrap()
+            .len(),
         before
     );
     // Create: the secret once, in this response only.
@@ -822,6 +844,7 @@ async fn api_keys_are_created_once_listed_and_revoked(cx: Ctx) {
     let record = w
         .store
         .org(w.org_a)
+        .api_keys()
         .list_api_keys()
         .await
         .unwrap()
@@ -855,7 +878,14 @@ async fn api_keys_need_the_permission_and_stay_in_their_organization(cx: Ctx) {
     // An administrator of A only cannot see, create or revoke B's keys, by URL or by id.
     admin_of(&w, "ops@p.test", w.org_a).await;
     let ops = sign_in(&w.app, "ops@p.test").await;
-    let b_key = w.store.org(w.org_b).list_api_keys().await.unwrap()[0].id;
+    let b_key = w
+        .store
+        .org(w.org_b)
+        .api_keys()
+        .list_api_keys()
+        .await
+        .unwrap()[0]
+        .id;
     let r = get(&w.app, "/o/org-b/settings/api-keys", &ops.cookie).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = ops
@@ -966,6 +996,7 @@ async fn audit_log_filters_pages_and_stays_in_its_organization(cx: Ctx) {
     let total = w
         .store
         .org(w.org_a)
+        .audit()
         .query_audit(&filter, None, 1000)
         .await
         .unwrap()
@@ -1019,7 +1050,7 @@ async fn audit_log_filters_pages_and_stays_in_its_organization(cx: Ctx) {
 
 /// `n` more Linux devices in `org`'s first site, named `host-00000`…, every third offline.
 async fn seed_devices(w: &World, org: breeze_core::OrgId, n: usize) {
-    let site = w.store.org(org).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(org).tenancy().list_sites().await.unwrap()[0].id;
     let devices = (0..n)
         .map(|i| breeze_store::NewDevice {
             site_id: site,
@@ -1039,6 +1070,7 @@ async fn seed_devices(w: &World, org: breeze_core::OrgId, n: usize) {
         .collect();
     w.store
         .org(org)
+        .devices()
         .create_devices(devices, common::audit("seed"))
         .await
         .unwrap();
@@ -1076,7 +1108,7 @@ async fn device_list_searches_filters_and_pages(cx: Ctx) {
     let r = get(&w.app, "/o/org-a/devices?os=windows", &viewer.cookie).await;
     assert!(html(&r).contains("No device matches."));
     // Bad input: 400, said plainly, the form kept.
-    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    let b_site = w.store.org(w.org_b).tenancy().list_sites().await.unwrap()[0].id;
     for (q, says) in [
         ("status=sleeping", "sleeping"),
         ("os=beos", "beos"),
@@ -1121,6 +1153,7 @@ async fn device_page_shows_charts_notes_and_stays_in_its_organization(cx: Ctx) {
         .unwrap();
     w.store
         .org(w.org_a)
+        .context()
         .add_context(
             breeze_store::NewContext {
                 device_id: device,
@@ -1336,9 +1369,10 @@ async fn live_updates_name_what_changed_and_fragments_stay_in_their_organization
     // A device added (or changing status) is a `devices` event.
     let mut stream = events(&w, "org-a", &admin).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let site = w.store.org(w.org_a).list_sites().await.unwrap()[0].id;
+    let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     w.store
         .org(w.org_a)
+        .devices()
         .create_device(
             breeze_store::NewDevice {
                 site_id: site,
@@ -1584,6 +1618,7 @@ async fn connected_apps_list_and_revoke_the_persons_grants(cx: Ctx) {
     let audit = w
         .store
         .org(w.org_b)
+        .audit()
         .query_audit(&filter, None, 10)
         .await
         .unwrap();

@@ -35,7 +35,13 @@ fn approver(w: &World, org: breeze_core::OrgId) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let user = store.get_user(admin).await.unwrap();
         loop {
-            for r in store.org(org).list_approvals(true, 10).await.unwrap() {
+            for r in store
+                .org(org)
+                .approvals()
+                .list_approvals(true, 10)
+                .await
+                .unwrap()
+            {
                 let request = breeze_pipeline::approvals::DecisionRequest {
                     id: r.id,
                     decision: breeze_store::Decision::Approve,
@@ -125,6 +131,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     seed_scan(&w, w.org_a, &w.a_device, standard()).await;
     seed_scan(&w, w.org_b, &w.b_device, standard()).await;
     let b_policy = ob
+        .config_policies()
         .create_config_policy(
             NewConfigPolicy {
                 name: "B ring".into(),
@@ -141,6 +148,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         .to_string();
     let now = w.state.clock.now();
     let b_window = ob
+        .maintenance()
         .create_window(
             NewWindow {
                 name: "B window".into(),
@@ -202,26 +210,41 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     }
     // Nothing was decided, queued or scheduled in A; B's job is untouched.
     let oa = w.store.org(w.org_a);
-    assert!(oa.list_patch_approvals().await.unwrap().is_empty());
-    assert!(oa.list_patch_jobs(10).await.unwrap().is_empty());
-    assert!(oa.patch_scans().await.unwrap()[0].command_id.is_none());
-    let (job, _) = ob.get_patch_job(b_job.parse().unwrap()).await.unwrap();
+    assert!(
+        oa.patches()
+            .list_patch_approvals()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(oa.patches().list_patch_jobs(10).await.unwrap().is_empty());
+    assert!(
+        oa.patches().patch_scans().await.unwrap()[0]
+            .command_id
+            .is_none()
+    );
+    let (job, _) = ob
+        .patches()
+        .get_patch_job(b_job.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(job.status.as_str(), "running");
     // B's read key lists B's patches only, and sees none of A's decisions.
-    oa.decide_patch(
-        breeze_store::NewPatchDecision {
-            package_name: "openssl".into(),
-            version: None,
-            policy_id: None,
-            decision: breeze_store::PatchDecision::Approved,
-            defer_until: None,
-            note: None,
-            decided_by: "test".into(),
-        },
-        audit("patch.approve"),
-    )
-    .await
-    .unwrap();
+    oa.patches()
+        .decide_patch(
+            breeze_store::NewPatchDecision {
+                package_name: "openssl".into(),
+                version: None,
+                policy_id: None,
+                decision: breeze_store::PatchDecision::Approved,
+                defer_until: None,
+                note: None,
+                decided_by: "test".into(),
+            },
+            audit("patch.approve"),
+        )
+        .await
+        .unwrap();
     // (A fresh limiter: the admin used up the per-user limit above.)
     let fresh = build(&w, |_| {}, Arc::new(MemoryLimiter::new()));
     let r = tool(&fresh, &w.other_org_key, TOOL, json!({ "action": "list" })).await;
@@ -259,6 +282,7 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .patches()
             .list_patch_jobs(5)
             .await
             .unwrap()
@@ -270,6 +294,7 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
     let approval = w
         .store
         .org(w.org_a)
+        .approvals()
         .list_approvals(false, 5)
         .await
         .unwrap()
@@ -284,6 +309,7 @@ async fn tiers_and_bad_inputs_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .patches()
             .list_patch_jobs(5)
             .await
             .unwrap()
@@ -405,6 +431,7 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
 
     // A policy auto-approves critical updates on the organization's devices.
     let ring = oa
+        .config_policies()
         .create_config_policy(
             NewConfigPolicy {
                 name: "ring".into(),
@@ -523,7 +550,7 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         "{r}"
     );
     let cmd_id: uuid::Uuid = part["commandId"].as_str().unwrap().parse().unwrap();
-    let cmd = oa.get_command(cmd_id).await.unwrap();
+    let cmd = oa.commands().get_command(cmd_id).await.unwrap();
     assert_eq!(cmd.kind, "patch_install");
     assert_eq!(cmd.payload["reboot"], "if_needed");
     assert_eq!(cmd.payload["rebootDelayMinutes"], 10, "the policy's delay");
@@ -614,7 +641,7 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         .unwrap()
         .parse()
         .unwrap();
-    let cmd = oa.get_command(cmd_id).await.unwrap();
+    let cmd = oa.commands().get_command(cmd_id).await.unwrap();
     assert_eq!(cmd.kind, "patch_rollback");
     assert_eq!(
         cmd.payload["packages"],
@@ -630,6 +657,7 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         "patch.rollback",
     ] {
         let page = oa
+            .audit()
             .query_audit(
                 &breeze_store::AuditFilter {
                     action: Some(action.into()),
@@ -653,6 +681,7 @@ async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
     seed_scan(&w, w.org_a, &w.a_device, standard()).await;
     let now = w.state.clock.now();
     let window = oa
+        .maintenance()
         .create_window(
             NewWindow {
                 name: "Sunday night".into(),
@@ -692,10 +721,14 @@ async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
     assert_eq!(dispatcher.tick().await.unwrap(), 0);
     cx.clock.advance(chrono::Duration::hours(3));
     assert_eq!(dispatcher.tick().await.unwrap(), 1);
-    let (job, parts) = oa.get_patch_job(job).await.unwrap();
+    let (job, parts) = oa.patches().get_patch_job(job).await.unwrap();
     assert_eq!(job.status.as_str(), "running");
     assert_eq!(parts[0].status.as_str(), "sent");
-    let cmd = oa.get_command(parts[0].command_id.unwrap()).await.unwrap();
+    let cmd = oa
+        .commands()
+        .get_command(parts[0].command_id.unwrap())
+        .await
+        .unwrap();
     assert_eq!(cmd.payload["packages"], json!(["openssl"]));
     // Started once.
     assert_eq!(dispatcher.tick().await.unwrap(), 0);

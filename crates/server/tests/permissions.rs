@@ -37,7 +37,13 @@ const SCOPE_SETS: [&str; 4] = ["ai:read", "ai:read,ai:write", "ai:execute", "*"]
 
 async fn callers(w: &common::World, app: &axum::Router, state: &AppState) -> Vec<Who> {
     let s = &w.store;
-    let partner = s.org(w.org_a).organization().await.unwrap().partner_id;
+    let partner = s
+        .org(w.org_a)
+        .tenancy()
+        .organization()
+        .await
+        .unwrap()
+        .partner_id;
     let mut out = Vec::new();
     for role in ["Administrator", "Technician", "Read Only"] {
         let role = s.find_role(partner, role).await.unwrap();

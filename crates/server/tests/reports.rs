@@ -30,6 +30,7 @@ async fn download(w: &World, key: &str, path: &str) -> Reply {
 async fn b_report(w: &World) -> (String, String) {
     let ob = w.store.org(w.org_b);
     let def = ob
+        .reports()
         .create_report(
             breeze_store::NewReport {
                 name: "B fleet".into(),
@@ -44,6 +45,7 @@ async fn b_report(w: &World) -> (String, String) {
         .await
         .unwrap();
     let run = ob
+        .reports()
         .generate_report(ReportRequest::from(&def), "test", audit("report.generate"))
         .await
         .unwrap();
@@ -54,7 +56,7 @@ async fn another_organizations_reports_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
     let (b_def, b_run) = b_report(&w).await;
-    let b_site = w.store.org(w.org_b).list_sites().await.unwrap()[0].id;
+    let b_site = w.store.org(w.org_b).tenancy().list_sites().await.unwrap()[0].id;
     for args in [
         json!({ "action": "get", "reportId": b_def }),
         json!({ "action": "update", "reportId": b_def, "name": "mine" }),
@@ -129,6 +131,7 @@ async fn another_organizations_reports_are_not_found(cx: Ctx) {
     assert_eq!(
         w.store
             .org(w.org_b)
+            .reports()
             .get_report(b_def.parse().unwrap())
             .await
             .unwrap()
@@ -138,6 +141,7 @@ async fn another_organizations_reports_are_not_found(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .reports()
             .list_reports()
             .await
             .unwrap()
@@ -146,6 +150,7 @@ async fn another_organizations_reports_are_not_found(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .reports()
             .report_runs(None, 10)
             .await
             .unwrap()
@@ -217,6 +222,7 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .reports()
             .report_runs(None, 10)
             .await
             .unwrap()
@@ -225,6 +231,7 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .reports()
             .list_reports()
             .await
             .unwrap()
@@ -236,7 +243,7 @@ async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
     let oa = w.store.org(w.org_a);
-    let site = oa.list_sites().await.unwrap()[0].id;
+    let site = oa.tenancy().list_sites().await.unwrap()[0].id;
     let fleet: Vec<NewDevice> = (0..1500)
         .map(|i| NewDevice {
             site_id: site,
@@ -254,7 +261,8 @@ async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
             tags: vec![],
         })
         .collect();
-    oa.create_devices(fleet, audit("device.seed"))
+    oa.devices()
+        .create_devices(fleet, audit("device.seed"))
         .await
         .unwrap();
 
@@ -418,7 +426,7 @@ async fn a_pdf_report_is_downloaded_as_a_document(cx: Ctx) {
     let o = w.store.org(w.org_a);
     let mut stored = Vec::new();
     let mut seq = 0;
-    while let Some(chunk) = o.report_chunk(run_id, seq).await.unwrap() {
+    while let Some(chunk) = o.reports().report_chunk(run_id, seq).await.unwrap() {
         stored.extend(chunk);
         seq += 1;
     }

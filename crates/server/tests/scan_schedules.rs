@@ -108,17 +108,20 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
         owner_actor: owner.clone(),
     };
     let hourly = o
+        .security()
         .create_scan_schedule(new("hourly", ScanCadence::Interval(60)), audit("s"))
         .await
         .unwrap();
     assert_eq!(hourly.next_run_at, Some(at("2026-03-02T11:00:00Z")));
     assert!(
-        o.create_scan_schedule(new("fast", ScanCadence::Interval(5)), audit("s"))
+        o.security()
+            .create_scan_schedule(new("fast", ScanCadence::Interval(5)), audit("s"))
             .await
             .is_err(),
         "shorter than an hour is refused"
     );
     let nightly = o
+        .security()
         .create_scan_schedule(
             new(
                 "nightly",
@@ -155,14 +158,14 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
     one.settle().await;
     two.settle().await;
     assert_eq!(a.unwrap() + b.unwrap(), 1);
-    let s = o.get_scan_schedule(hourly.id).await.unwrap();
+    let s = o.security().get_scan_schedule(hourly.id).await.unwrap();
     assert_eq!(s.next_run_at, Some(at("2026-03-02T12:00:00Z")));
     assert_eq!(
         s.last_status.map(|s| s.as_str()),
         Some("pending_approval"),
         "{s:?}"
     );
-    let pending = o.list_approvals(true, 10).await.unwrap();
+    let pending = o.approvals().list_approvals(true, 10).await.unwrap();
     let request = pending
         .iter()
         .find(|r| r.request_id.as_deref() == Some(format!("scan-schedule:{}", hourly.id).as_str()))
@@ -180,13 +183,14 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
     let mut more = Vec::new();
     for i in 0..3 {
         more.push(
-            o.create_scan_schedule(
-                new(&format!("more-{i}"), ScanCadence::Interval(60)),
-                audit("s"),
-            )
-            .await
-            .unwrap()
-            .id,
+            o.security()
+                .create_scan_schedule(
+                    new(&format!("more-{i}"), ScanCadence::Interval(60)),
+                    audit("s"),
+                )
+                .await
+                .unwrap()
+                .id,
         );
     }
     cx.clock.set(at("2026-03-02T12:06:00Z"));
@@ -198,7 +202,7 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
     one.settle().await;
     let mut statuses = Vec::new();
     for id in more.iter().chain([&hourly.id]) {
-        let s = o.get_scan_schedule(*id).await.unwrap();
+        let s = o.security().get_scan_schedule(*id).await.unwrap();
         statuses.push((s.last_status.unwrap(), s.last_message.unwrap_or_default()));
     }
     let refused: Vec<_> = statuses
@@ -214,14 +218,15 @@ async fn scheduled_scans_fire_once_as_their_owner_within_the_limit(cx: Ctx) {
     );
 
     // Unscheduled: gone; it fires no more.
-    o.delete_scan_schedule(hourly.id, audit("security.schedule.delete"))
+    o.security()
+        .delete_scan_schedule(hourly.id, audit("security.schedule.delete"))
         .await
         .unwrap();
     cx.clock.set(at("2026-03-02T18:00:00Z"));
     let fired = one.tick().await.unwrap();
     one.settle().await;
     assert_eq!(fired, 3, "the three others, not the deleted one");
-    assert!(o.get_scan_schedule(hourly.id).await.is_err());
+    assert!(o.security().get_scan_schedule(hourly.id).await.is_err());
 }
 
 breeze_store::on_both_backends!(scheduled_scans_fire_once_as_their_owner_within_the_limit);

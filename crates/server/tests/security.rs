@@ -120,6 +120,7 @@ fn findings(fails: &[&str]) -> Vec<NewFinding> {
 async fn seed_scan(o: &OrgStore<'_>, device: &str, fails: &[&str]) -> (Uuid, Uuid) {
     let device: DeviceId = device.parse().unwrap();
     let scan = o
+        .security()
         .create_security_scan(device, Uuid::now_v7(), "test", audit("security_scan.start"))
         .await
         .unwrap();
@@ -156,8 +157,13 @@ async fn seed_scan(o: &OrgStore<'_>, device: &str, fails: &[&str]) -> (Uuid, Uui
             factors: serde_json::to_value(&p.factors).unwrap(),
         }),
     };
-    assert!(o.record_scan_result(scan.id, outcome).await.unwrap());
-    let flagged = o.scan_flagged_files(scan.id).await.unwrap()[0].id;
+    assert!(
+        o.security()
+            .record_scan_result(scan.id, outcome)
+            .await
+            .unwrap()
+    );
+    let flagged = o.security().scan_flagged_files(scan.id).await.unwrap()[0].id;
     (scan.id, flagged)
 }
 
@@ -172,6 +178,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let ob = w.store.org(w.org_b);
     let (b_scan, b_flagged) = seed_scan(&ob, &w.b_device, &["firewall"]).await;
     let b_quarantine = ob
+        .security()
         .record_quarantine(
             NewQuarantine {
                 device_id: w.b_device.parse().unwrap(),
@@ -192,7 +199,7 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         .unwrap()
         .id
         .to_string();
-    let b_site = ob.list_sites().await.unwrap()[0].id.to_string();
+    let b_site = ob.tenancy().list_sites().await.unwrap()[0].id.to_string();
     let (b_scan, b_flagged) = (b_scan.to_string(), b_flagged.to_string());
     let cases = [
         json!({ "action": "scan", "deviceIds": [w.b_device] }),
@@ -225,18 +232,24 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     assert!(
         w.store
             .org(w.org_a)
+            .approvals()
             .list_approvals(true, 10)
             .await
             .unwrap()
             .is_empty()
     );
     let q = ob
+        .security()
         .get_quarantine(b_quarantine.parse().unwrap())
         .await
         .unwrap();
     assert_eq!(q.state, QuarantineState::Quarantined);
     assert_eq!(
-        ob.list_security_scans(None, None, 10).await.unwrap().len(),
+        ob.security()
+            .list_security_scans(None, None, 10)
+            .await
+            .unwrap()
+            .len(),
         1
     );
 }
@@ -290,8 +303,9 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
     }
     // An offline device is refused before anything is queued.
     let oa = w.store.org(w.org_a);
-    let site = oa.list_sites().await.unwrap()[0].id;
+    let site = oa.tenancy().list_sites().await.unwrap()[0].id;
     let offline = oa
+        .devices()
         .create_device(
             breeze_store::NewDevice {
                 site_id: site,
@@ -316,7 +330,13 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
     )
     .await;
     assert_eq!(code(&out), "UPSTREAM_ERROR", "{out}");
-    assert!(oa.list_commands(offline.id, 10).await.unwrap().is_empty());
+    assert!(
+        oa.commands()
+            .list_commands(offline.id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Every action is Tier 3: read and write keys cannot call any of them.
     for k in [&w.read, &w.write] {
         for action in ["status", "results", "scan"] {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, Result, Store, StoreError, audit,
     sql::{Arg, Tx, escape_like, sql},
 };
 
@@ -177,7 +177,7 @@ fn level_str(level: breeze_agent_proto::LogLevel) -> &'static str {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgAgents<'_> {
     /// Stores an enrollment key for a site of this organization, audited.
     pub async fn create_enrollment_key(
         &self,
@@ -187,7 +187,7 @@ impl OrgStore<'_> {
         if new.name.trim().is_empty() {
             return Err(StoreError::Invalid("an enrollment key needs a name".into()));
         }
-        self.get_site(new.site_id).await?;
+        self.whole().tenancy().get_site(new.site_id).await?;
         let now = self.store.clock.now();
         if new.expires_at <= now {
             return Err(StoreError::Invalid(
@@ -251,7 +251,8 @@ impl OrgStore<'_> {
         id: Uuid,
         audit: AuditEvent,
     ) -> Result<EnrollmentKeyRecord> {
-        self.stamp_once("enrollment_keys", "revoked_at", id, audit)
+        self.whole()
+            .stamp_once("enrollment_keys", "revoked_at", id, audit)
             .await?;
         self.get_enrollment_key(id).await
     }
@@ -266,7 +267,7 @@ impl OrgStore<'_> {
         expires_at: Timestamp,
         audit: AuditEvent,
     ) -> Result<()> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
         let n = sql(
@@ -293,7 +294,7 @@ impl OrgStore<'_> {
     /// The latest heartbeat and inventory of a device of this organization (`None` before the
     /// agent's first report).
     pub async fn device_state(&self, device: DeviceId) -> Result<Option<DeviceState>> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         sql(
             "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
              inventory, inventory_at FROM device_state WHERE device_id = $1 AND org_id = $2",
@@ -577,12 +578,15 @@ impl Store {
         }
         let org = self.org(key.org_id);
         if let Some(of) = namesake
-            && let Err(e) = org.raise_suspected_clone_alert(device_id, of).await
+            && let Err(e) = org
+                .alerts()
+                .raise_suspected_clone_alert(device_id, of)
+                .await
         {
             tracing::warn!(device = %device_id, error = %e, "could not raise the suspected-clone alert");
         }
         Ok(Enrolled {
-            device: org.get_device(device_id).await?,
+            device: org.devices().get_device(device_id).await?,
             key_id: key.id,
             reenrolled: proven.is_some(),
             suspected_clone_of: namesake,
@@ -843,7 +847,7 @@ impl Store {
 /// first time one enrolls (an administrator may disable it; the device flag stays).
 pub const SUSPECTED_CLONE_RULE: &str = "Possible cloned or impostor device";
 
-impl OrgStore<'_> {
+impl crate::OrgAlerts<'_> {
     /// Raises the alert for a device that enrolled with the machine id of device `of` and no
     /// proof of being it, with a device event that says so (under [`SUSPECTED_CLONE_RULE`]).
     pub async fn raise_suspected_clone_alert(
@@ -891,7 +895,7 @@ impl OrgStore<'_> {
                 .await?
             }
         };
-        let original = self.get_device(of).await?;
+        let original = self.whole().devices().get_device(of).await?;
         let event = breeze_agent_proto::AgentEvent {
             at: self.store.clock.now(),
             source: CLONE_EVENT_SOURCE.into(),
@@ -909,7 +913,7 @@ impl OrgStore<'_> {
         if !rule.enabled {
             return Ok(None);
         }
-        let stored = self.device_events(device, 1).await?;
+        let stored = self.whole().telemetry().device_events(device, 1).await?;
         self.raise_alert_on(&rule, device, None, &stored).await
     }
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -93,7 +93,7 @@ impl Store {
             }));
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await?;
-        self.org(new.org_id).get_api_key(id).await
+        self.org(new.org_id).api_keys().get_api_key(id).await
     }
 
     /// The key whose secret hashes to `hash`, whatever its state, with the permissions its user
@@ -145,7 +145,7 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgApiKeys<'_> {
     /// The keys of this organization, newest first.
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         sql(format!(
@@ -171,7 +171,10 @@ impl OrgStore<'_> {
     /// Revokes a key at once. Revoking a revoked key changes nothing and writes no audit record.
     /// Moves the credentials generation on, so cached principals are re-read.
     pub async fn revoke_api_key(&self, id: ApiKeyId, audit: AuditEvent) -> Result<ApiKeyRecord> {
-        let stamped = self.stamp_once("api_keys", "revoked_at", id.0, audit).await;
+        let stamped = self
+            .whole()
+            .stamp_once("api_keys", "revoked_at", id.0, audit)
+            .await;
         self.store.credentials_changed().await;
         stamped?;
         self.get_api_key(id).await

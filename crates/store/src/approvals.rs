@@ -25,7 +25,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -127,7 +127,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl OrgStore<'_> {
+impl crate::OrgApprovals<'_> {
     /// Records an approval request, audited: pending, or — in mode `automatic` — approved at
     /// once by the organization's policy (no person in `decided_by`, the reason naming the
     /// policy), with an `approval.auto_approved` audit record by the same actor.

@@ -12,7 +12,7 @@ use sqlx::{Connection, PgConnection, postgres::PgConnectOptions, types::Json};
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Pool, Result, Store, StoreError,
+    Pool, Result, Store, StoreError,
     sql::{Arg, Sql, Target, Tx, escape_like, json_without_nul, sql, without_nul},
 };
 
@@ -520,7 +520,7 @@ async fn insert_batch_pg(
     Ok(())
 }
 
-impl OrgStore<'_> {
+impl crate::OrgAudit<'_> {
     /// Appends an audit record in this organization (whatever `event.org_id` said).
     pub async fn append_audit(&self, event: AuditEvent) -> Result<AuditId> {
         insert(self, &event.org(self.org), self.store.clock.now()).await

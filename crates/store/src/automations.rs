@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    Alert, CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
+    Alert, CrossOrg, Result, RuleTarget, Store, StoreError,
     alerts::{
         ALERT_COLUMNS, MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of,
     },
@@ -369,7 +369,7 @@ fn first_run(trigger: &TriggerSpec, enabled: bool, now: Timestamp) -> Result<Opt
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgAutomations<'_> {
     async fn check_automation(
         &self,
         description: Option<&str>,
@@ -390,7 +390,7 @@ impl OrgStore<'_> {
             TriggerSpec::Alert {
                 rule: Some(rule), ..
             } => {
-                let r = self.get_rule(*rule).await?;
+                let r = self.whole().alerts().get_rule(*rule).await?;
                 if r.deleted_at.is_some() {
                     return Err(StoreError::NotFound("alert rule"));
                 }
@@ -403,7 +403,7 @@ impl OrgStore<'_> {
                 timeout_seconds,
                 ..
             } => {
-                self.get_script(*script).await?;
+                self.whole().scripts().get_script(*script).await?;
                 if !(5..=600).contains(timeout_seconds) {
                     return Err(StoreError::Invalid(
                         "timeoutSeconds must be between 5 and 600".into(),
@@ -411,7 +411,7 @@ impl OrgStore<'_> {
                 }
             }
             ActionSpec::Notify { channel, message } => {
-                self.get_channel(*channel).await?;
+                self.whole().alerts().get_channel(*channel).await?;
                 if message
                     .as_deref()
                     .is_some_and(|m| m.chars().count() > MAX_NOTE_CHARS)
@@ -422,7 +422,7 @@ impl OrgStore<'_> {
                 }
             }
         }
-        self.check_target(target).await
+        self.whole().alerts().check_target(target).await
     }
 
     /// Creates an automation after checking its schedule, rule, script or channel, and target
@@ -440,7 +440,8 @@ impl OrgStore<'_> {
             new.target,
         )
         .await?;
-        self.check_room("automations", MAX_AUTOMATIONS_PER_ORG, "automations")
+        self.whole()
+            .check_room("automations", MAX_AUTOMATIONS_PER_ORG, "automations")
             .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
@@ -689,7 +690,7 @@ impl OrgStore<'_> {
         RUNS.update(self, id, update).await
     }
 
-    /// Finishes a run waiting for approval: [`OrgStore::update_run`] only if it is still
+    /// Finishes a run waiting for approval: [`crate::OrgAutomations::update_run`] only if it is still
     /// `pending_approval`; `None` when another instance finished it first.
     pub async fn finish_awaiting_run(
         &self,

@@ -31,7 +31,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use crate::{OrgStore, Pool, Store};
+use crate::{Pool, Store};
 
 /// Most devices a policy signal names (a `NOTIFY` payload holds under 8,000 bytes); beyond,
 /// it names the organization and each instance re-resolves its own agents of it.
@@ -330,7 +330,7 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgConfigPolicies<'_> {
     /// Tells the servers on this database that the effective configuration of this
     /// organization's `devices` (`None`: of any of its devices) changed, returning once the
     /// signal is sent: the instances holding those agents' sockets push it to them. For a

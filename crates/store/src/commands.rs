@@ -13,7 +13,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -128,14 +128,14 @@ fn outcome_str(o: CommandOutcome) -> &'static str {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgCommands<'_> {
     /// Queues a command for a device of this organization, audited in the same transaction.
     pub async fn create_command(
         &self,
         new: NewCommand,
         audit: AuditEvent,
     ) -> Result<CommandRecord> {
-        self.get_device(new.device_id).await?;
+        self.whole().devices().get_device(new.device_id).await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let deadline = now + new.queue_ttl + Duration::seconds(i64::from(new.timeout_secs));
@@ -190,7 +190,7 @@ impl OrgStore<'_> {
 
     /// The latest commands of a device of this organization, newest first.
     pub async fn list_commands(&self, device: DeviceId, limit: u32) -> Result<Vec<CommandRecord>> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         sql(format!(
             "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND device_id = $2 \
              ORDER BY created_at DESC, id DESC LIMIT $3"

@@ -4,11 +4,11 @@
 //!
 //! Inventory rules are decided here, in Rust over the latest inventories
 //! ([`breeze_core::compliance::evaluate_inventory`]): for a whole policy on demand
-//! ([`OrgStore::evaluate_policy_inventory`], a few queries whatever the number of devices) and
+//! ([`crate::OrgCompliance::evaluate_policy_inventory`], a few queries whatever the number of devices) and
 //! for one device when its inventory changes ([`Store::compliance_inventory_changed`], called by
 //! `record_inventory`, best effort). Agent rules are decided by the agent: the tool and the
 //! server's worker queue a `ComplianceCheck` command ([`agent_probes`]) and fold its answer in
-//! with [`OrgStore::fold_compliance_check`]. Only a change of a device's results writes its
+//! with [`crate::OrgCompliance::fold_compliance_check`]. Only a change of a device's results writes its
 //! row (in multi-row statements), and a change of its status also writes a history row.
 //! Every change to a policy and every remediation is written with its audit record. The store
 //! runs nothing: the worker runs a remediation's script through the tool pipeline.
@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    CommandRecord, CrossOrg, DeviceOutcome, OrgStore, Result, RuleTarget, Store, StoreError,
+    CommandRecord, CrossOrg, DeviceOutcome, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns, target_of},
     audit,
     runs::{RunRow, RunTable, RunUpdate},
@@ -476,7 +476,7 @@ fn tally(report: &mut EvaluationReport, status: ComplianceState) {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgCompliance<'_> {
     async fn check_policy(
         &self,
         description: Option<&str>,
@@ -498,13 +498,13 @@ impl OrgStore<'_> {
             ));
         }
         if let Some(s) = script {
-            self.get_script(s).await?;
+            self.whole().scripts().get_script(s).await?;
         } else if enforcement == PolicyEnforcement::Remediate {
             return Err(StoreError::Invalid(
                 "remediationScriptId is required for enforcement remediate".into(),
             ));
         }
-        self.check_target(target).await
+        self.whole().alerts().check_target(target).await
     }
 
     /// Creates a policy after checking its rules, target and script are valid and this
@@ -524,12 +524,13 @@ impl OrgStore<'_> {
             new.evaluate_every_minutes,
         )
         .await?;
-        self.check_room(
-            "compliance_policies",
-            MAX_POLICIES_PER_ORG,
-            "compliance policies",
-        )
-        .await?;
+        self.whole()
+            .check_room(
+                "compliance_policies",
+                MAX_POLICIES_PER_ORG,
+                "compliance policies",
+            )
+            .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
@@ -1305,7 +1306,7 @@ impl OrgStore<'_> {
         REMEDIATIONS.update(self, id, update).await
     }
 
-    /// Finishes a remediation waiting for approval: [`OrgStore::update_remediation`] only if
+    /// Finishes a remediation waiting for approval: [`crate::OrgCompliance::update_remediation`] only if
     /// it is still `pending_approval`; `None` when another instance finished it first (every
     /// instance's worker sees the waiting row, one records its end).
     pub async fn finish_awaiting_remediation(
@@ -1323,7 +1324,12 @@ impl Store {
     /// After a device's inventory changed: re-decides the inventory rules of the active
     /// policies targeting it. Best effort — a failure is logged, never the caller's.
     pub(crate) async fn compliance_inventory_changed(&self, org: OrgId, device: DeviceId) {
-        if let Err(e) = self.org(org).evaluate_device_inventory(device).await {
+        if let Err(e) = self
+            .org(org)
+            .compliance()
+            .evaluate_device_inventory(device)
+            .await
+        {
             tracing::warn!(device = %device, error = %e, "compliance re-evaluation failed");
         }
     }

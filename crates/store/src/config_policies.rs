@@ -23,7 +23,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError,
+    Result, Store, StoreError,
     alerts::check_text,
     audit,
     sql::{Arg, Tx, sql},
@@ -398,9 +398,9 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgConfigPolicies<'_> {
     async fn partner(&self) -> Result<PartnerId> {
-        Ok(self.organization().await?.partner_id)
+        Ok(self.whole().tenancy().organization().await?.partner_id)
     }
 
     /// Creates one of this organization's policies (settings checked; errors name the field).
@@ -581,14 +581,22 @@ impl OrgStore<'_> {
                 }
             }
             ConfigLevel::Site => {
-                self.get_site(breeze_core::SiteId(new.target_id)).await?;
+                self.whole()
+                    .tenancy()
+                    .get_site(breeze_core::SiteId(new.target_id))
+                    .await?;
             }
             ConfigLevel::DeviceGroup => {
-                self.get_group(breeze_core::DeviceGroupId(new.target_id))
+                self.whole()
+                    .tenancy()
+                    .get_group(breeze_core::DeviceGroupId(new.target_id))
                     .await?;
             }
             ConfigLevel::Device => {
-                self.get_device(DeviceId(new.target_id)).await?;
+                self.whole()
+                    .devices()
+                    .get_device(DeviceId(new.target_id))
+                    .await?;
             }
         }
         let taken = sql(
@@ -609,19 +617,20 @@ impl OrgStore<'_> {
         Ok(policy)
     }
 
-    /// Assigns one of this organization's policies (see [`OrgStore::check_new_assignment`]).
+    /// Assigns one of this organization's policies (see [`crate::OrgConfigPolicies::check_new_assignment`]).
     pub async fn assign_config_policy(
         &self,
         new: NewAssignment,
         audit: AuditEvent,
     ) -> Result<ConfigAssignment> {
         let policy = self.check_new_assignment(&new).await?;
-        self.check_room(
-            "config_policy_assignments",
-            MAX_CONFIG_ASSIGNMENTS,
-            "policy assignments",
-        )
-        .await?;
+        self.whole()
+            .check_room(
+                "config_policy_assignments",
+                MAX_CONFIG_ASSIGNMENTS,
+                "policy assignments",
+            )
+            .await?;
         let (site, group, device) = match new.level {
             ConfigLevel::Site => (Some(new.target_id), None, None),
             ConfigLevel::DeviceGroup => (None, Some(new.target_id), None),

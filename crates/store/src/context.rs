@@ -8,7 +8,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, StoreError, audit,
+    Result, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -56,7 +56,7 @@ pub struct NewContext {
     pub expires_at: Option<Timestamp>,
 }
 
-impl OrgStore<'_> {
+impl crate::OrgContext<'_> {
     /// Records a context entry on a device of this organization.
     pub async fn add_context(&self, new: NewContext, audit: AuditEvent) -> Result<ContextEntry> {
         if !CONTEXT_TYPES.contains(&new.context_type.as_str()) {
@@ -66,7 +66,7 @@ impl OrgStore<'_> {
                 CONTEXT_TYPES.join(", ")
             )));
         }
-        self.get_device(new.device_id).await?;
+        self.whole().devices().get_device(new.device_id).await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
@@ -111,7 +111,7 @@ impl OrgStore<'_> {
         device: DeviceId,
         include_inactive: bool,
     ) -> Result<Vec<ContextEntry>> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         let mut q = sql(format!(
             "SELECT {COLUMNS} FROM device_context WHERE org_id = $1 AND device_id = $2"
         ))
@@ -129,7 +129,8 @@ impl OrgStore<'_> {
 
     /// Marks an entry resolved (kept in history). Resolving twice keeps the first time.
     pub async fn resolve_context(&self, id: Uuid, audit: AuditEvent) -> Result<ContextEntry> {
-        self.stamp_once("device_context", "resolved_at", id, audit)
+        self.whole()
+            .stamp_once("device_context", "resolved_at", id, audit)
             .await?;
         self.get_context(id).await
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, RuleTarget, Store, StoreError,
+    CrossOrg, Result, RuleTarget, Store, StoreError,
     alerts::{MAX_NAME_CHARS, MAX_NOTE_CHARS, check_text, target_columns},
     audit,
     scheduled::RowLease,
@@ -280,7 +280,7 @@ fn ring_index(ring: usize) -> i64 {
     i64::try_from(ring).unwrap_or(i64::MAX)
 }
 
-impl OrgStore<'_> {
+impl crate::OrgDeployments<'_> {
     async fn check_deployment(&self, new: &NewDeployment) -> Result<()> {
         check_text("name", &new.name, MAX_NAME_CHARS)?;
         if new
@@ -298,7 +298,7 @@ impl OrgStore<'_> {
                 timeout_seconds,
                 ..
             } => {
-                self.get_script(*script_id).await?;
+                self.whole().scripts().get_script(*script_id).await?;
                 if !(5..=600).contains(timeout_seconds) {
                     return Err(StoreError::Invalid(
                         "timeoutSeconds must be between 5 and 600".into(),
@@ -322,7 +322,7 @@ impl OrgStore<'_> {
                 ));
             }
             (true, Some(w)) => {
-                self.get_window(w).await?;
+                self.whole().maintenance().get_window(w).await?;
             }
             _ => {}
         }
@@ -355,15 +355,15 @@ impl OrgStore<'_> {
                         )));
                     }
                     for d in ds {
-                        self.get_device(*d).await?;
+                        self.whole().devices().get_device(*d).await?;
                     }
                 }
                 NewRingMembers::Group(g) => {
-                    self.get_group(*g).await?;
+                    self.whole().tenancy().get_group(*g).await?;
                 }
             }
         }
-        self.check_target(new.target).await
+        self.whole().alerts().check_target(new.target).await
     }
 
     /// Creates a deployment (draft) after checking its script, target and rings are valid and
@@ -374,9 +374,10 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<Deployment> {
         self.check_deployment(&new).await?;
-        self.check_room("deployments", MAX_DEPLOYMENTS_PER_ORG, "deployments")
+        self.whole()
+            .check_room("deployments", MAX_DEPLOYMENTS_PER_ORG, "deployments")
             .await?;
-        let target = self.target_devices(new.target).await?;
+        let target = self.whole().compliance().target_devices(new.target).await?;
         if target.is_empty() {
             return Err(StoreError::Invalid(
                 "the target has no devices; nothing to deploy to".into(),
@@ -400,9 +401,12 @@ impl OrgStore<'_> {
                     }
                     RingMembers::Devices(ds.clone())
                 }
-                NewRingMembers::Group(g) => {
-                    RingMembers::Devices(self.target_devices(RuleTarget::Group(*g)).await?)
-                }
+                NewRingMembers::Group(g) => RingMembers::Devices(
+                    self.whole()
+                        .compliance()
+                        .target_devices(RuleTarget::Group(*g))
+                        .await?,
+                ),
                 NewRingMembers::Percent(p) => RingMembers::Percent(*p),
             });
         }
@@ -947,7 +951,7 @@ pub enum Advance {
 impl Store {
     /// Takes the lease of `deployment`'s due step: moves `next_step_at` from `due` to now +
     /// [`STEP_LEASE`] with one conditional statement, so one instance steps it. The stepping
-    /// instance hands it back ([`OrgStore::release_deployment`]); one that dies leaves it to
+    /// instance hands it back ([`crate::OrgDeployments::release_deployment`]); one that dies leaves it to
     /// another after the lease.
     pub async fn claim_deployment_step(&self, d: &Deployment, due: Timestamp) -> Result<bool> {
         STEP.claim(

@@ -10,7 +10,7 @@ use serde::Deserialize;
 #[cfg(feature = "testing")]
 use crate::sql::{Sql, escape_like};
 use crate::{
-    OrgStore, Result, StoreError, audit,
+    Result, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -83,10 +83,10 @@ impl DeviceFilter {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgDevices<'_> {
     /// Registers a device in a site of this organization.
     pub async fn create_device(&self, new: NewDevice, audit: AuditEvent) -> Result<Device> {
-        self.get_site(new.site_id).await?;
+        self.whole().tenancy().get_site(new.site_id).await?;
         let now = self.store.clock.now();
         let device = Device {
             id: DeviceId::new(),
@@ -137,7 +137,7 @@ impl OrgStore<'_> {
         let mut sites = std::collections::HashSet::new();
         for d in &devices {
             if sites.insert(d.site_id) {
-                self.get_site(d.site_id).await?;
+                self.whole().tenancy().get_site(d.site_id).await?;
             }
         }
         let mut tx = Tx::begin_in(self).await?;
@@ -189,7 +189,7 @@ impl OrgStore<'_> {
 
     /// Devices matching `filter`, by hostname: at most `limit` starting at `offset`, plus the
     /// total number that match. Answered from the device directory (see
-    /// [`OrgStore::device_page`]).
+    /// [`crate::OrgDevices::device_page`]).
     pub async fn list_devices(
         &self,
         filter: &DeviceFilter,
@@ -200,7 +200,7 @@ impl OrgStore<'_> {
         Ok((page.iter().map(|(d, _)| d.clone()).collect(), page.total()))
     }
 
-    /// [`OrgStore::list_devices`] with each device's site name.
+    /// [`crate::OrgDevices::list_devices`] with each device's site name.
     pub async fn list_devices_with_sites(
         &self,
         filter: &DeviceFilter,
@@ -248,7 +248,7 @@ impl OrgStore<'_> {
 
     /// The members of a device group of this organization.
     pub async fn group_members(&self, group: DeviceGroupId) -> Result<Vec<Device>> {
-        self.get_group(group).await?;
+        self.whole().tenancy().get_group(group).await?;
         let filter = DeviceFilter {
             group_id: Some(group),
             ..DeviceFilter::default()

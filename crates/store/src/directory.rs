@@ -2,7 +2,7 @@
 //!
 //! Listing devices (`query_devices`, `breeze://devices`, the REST listing, group members) is the
 //! hottest read of the product and must not cost a database round trip. The directory keeps,
-//! per organization, an immutable snapshot ([`OrgDevices`]) of every device of the
+//! per organization, an immutable snapshot ([`DeviceSnapshot`]) of every device of the
 //! organization with its site name and group memberships, sorted by `(hostname, id)` byte-wise
 //! (SQLite's binary collation, the order the SQL listing has always had), with position lists
 //! per status, OS family, site and group. A filter on one indexed field answers its total in
@@ -156,7 +156,7 @@ struct Slot {
 
 #[derive(Default)]
 struct SlotState {
-    snapshot: Option<Arc<OrgDevices>>,
+    snapshot: Option<Arc<DeviceSnapshot>>,
     /// Moved on by every structural write; a snapshot built from an older value is stale.
     structure: u64,
     /// Moved on by every heartbeat; a snapshot built from an older value is soft-stale.
@@ -167,8 +167,8 @@ struct SlotState {
 
 /// What a reader does with the current state.
 enum Plan {
-    Serve(Arc<OrgDevices>),
-    ServeAndRefresh(Arc<OrgDevices>),
+    Serve(Arc<DeviceSnapshot>),
+    ServeAndRefresh(Arc<DeviceSnapshot>),
     Rebuild,
 }
 
@@ -260,7 +260,7 @@ impl DeviceDirectory {
     }
 
     /// The snapshot of `org` to answer a listing from, rebuilt first when the rules say so.
-    async fn snapshot(&self, store: &Store, org: OrgId) -> Result<Arc<OrgDevices>> {
+    async fn snapshot(&self, store: &Store, org: OrgId) -> Result<Arc<DeviceSnapshot>> {
         let now = store.clock.now().timestamp_micros();
         let slot = self.slot_for_read(org, now);
         let first = self.plan(&mut lock(&slot.state), now);
@@ -289,7 +289,7 @@ impl DeviceDirectory {
 
 impl Slot {
     /// Loads a new snapshot and installs it. The caller holds `self.rebuild`.
-    async fn rebuild_now(&self, store: &Store, org: OrgId) -> Result<Arc<OrgDevices>> {
+    async fn rebuild_now(&self, store: &Store, org: OrgId) -> Result<Arc<DeviceSnapshot>> {
         // Read the generations and the time before the load: a write committing during the
         // load moves them on and leaves this snapshot stale rather than lost.
         let (structure, presence) = {
@@ -299,7 +299,7 @@ impl Slot {
         let loaded_at = store.clock.now().timestamp_micros();
         self.rebuilds.fetch_add(1, Ordering::Relaxed);
         let snap = Arc::new(
-            OrgDevices::load(store, org)
+            DeviceSnapshot::load(store, org)
                 .await?
                 .stamped(structure, presence, loaded_at),
         );
@@ -394,7 +394,7 @@ struct Entry {
 
 /// An immutable snapshot of one organization's devices, sorted by `(hostname, id)` byte-wise,
 /// with position lists (ascending) per indexed field.
-pub(crate) struct OrgDevices {
+pub(crate) struct DeviceSnapshot {
     entries: Vec<Entry>,
     by_status: HashMap<DeviceStatus, Vec<u32>>,
     by_os: HashMap<OsFamily, Vec<u32>>,
@@ -405,10 +405,10 @@ pub(crate) struct OrgDevices {
     loaded_at: i64,
 }
 
-impl OrgDevices {
+impl DeviceSnapshot {
     /// Reads every device of `org` with its site name, and the organization's group
     /// memberships, in one read transaction in the organization's row-security scope.
-    async fn load(store: &Store, org: OrgId) -> Result<OrgDevices> {
+    async fn load(store: &Store, org: OrgId) -> Result<DeviceSnapshot> {
         #[derive(sqlx::FromRow)]
         struct Row {
             #[sqlx(flatten)]
@@ -437,7 +437,7 @@ impl OrgDevices {
     fn build(
         devices: impl Iterator<Item = (Device, String)>,
         members: Vec<(DeviceGroupId, DeviceId)>,
-    ) -> Result<OrgDevices> {
+    ) -> Result<DeviceSnapshot> {
         let mut site_names: HashMap<String, Arc<str>> = HashMap::new();
         let mut entries: Vec<Entry> = devices
             .map(|(device, site)| {
@@ -487,7 +487,7 @@ impl OrgDevices {
             list.sort_unstable();
             list.dedup();
         }
-        Ok(OrgDevices {
+        Ok(DeviceSnapshot {
             entries,
             by_status,
             by_os,
@@ -596,7 +596,7 @@ fn window(list: &[u32], offset: usize, limit: usize) -> &[u32] {
 /// One page of a device listing, read from the device directory: the devices (with their site
 /// names) borrowed from the snapshot they were found in, and the total that match.
 pub struct DevicePage {
-    snapshot: Arc<OrgDevices>,
+    snapshot: Arc<DeviceSnapshot>,
     positions: Vec<u32>,
     total: u64,
 }
@@ -636,7 +636,7 @@ impl DevicePage {
     }
 }
 
-impl crate::OrgStore<'_> {
+impl crate::OrgDevices<'_> {
     /// Devices matching `filter` in listing order (hostname, then id, byte-wise): at most
     /// `limit` starting at `offset`, and the total that match. Answered from the device
     /// directory (see its freshness rules) without copying the devices.

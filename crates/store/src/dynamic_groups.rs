@@ -16,7 +16,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CrossOrg, Result, Store, StoreError, audit,
     devices::DEVICE_COLUMNS,
     sql::{Arg, Tx, sql},
 };
@@ -78,7 +78,7 @@ fn inventory_facts(inv: &Inventory) -> InventoryFacts {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgDynamicGroups<'_> {
     /// The filter of a dynamic group, `None` for a static one.
     pub async fn group_filter(&self, group: DeviceGroupId) -> Result<Option<GroupFilter>> {
         let raw: Option<(sqlx::types::Json<GroupFilter>,)> =
@@ -159,7 +159,7 @@ impl OrgStore<'_> {
         audit: AuditEvent,
     ) -> Result<Recomputed> {
         filter.validate().map_err(StoreError::Invalid)?;
-        self.get_group(group).await?;
+        self.whole().tenancy().get_group(group).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
         sql(
@@ -338,7 +338,7 @@ impl OrgStore<'_> {
         group: DeviceGroupId,
         limit: u32,
     ) -> Result<Vec<MembershipChange>> {
-        self.get_group(group).await?;
+        self.whole().tenancy().get_group(group).await?;
         sql(
             "SELECT id, group_id, device_id, change, actor, reason, at FROM group_membership_log \
              WHERE org_id = $1 AND group_id = $2 ORDER BY at DESC, id DESC LIMIT $3",
@@ -357,6 +357,7 @@ impl Store {
     pub(crate) async fn device_facts_changed(&self, org: OrgId, device: DeviceId, reason: &str) {
         if let Err(e) = self
             .org(org)
+            .dynamic_groups()
             .recompute_dynamic_groups(Some(device), reason)
             .await
         {
@@ -387,6 +388,7 @@ impl CrossOrg<'_> {
             match self
                 .store
                 .org(org)
+                .dynamic_groups()
                 .recompute_group(
                     group,
                     &filter.0,

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, Store, StoreError,
+    Result, Store, StoreError,
     sql::{Arg, Sql, Tx, sql},
 };
 
@@ -196,7 +196,7 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgTelemetry<'_> {
     /// A device's events, newest first, at most `limit` (1–200).
     pub async fn device_events(&self, device: DeviceId, limit: u32) -> Result<Vec<DeviceEvent>> {
         let limit = i64::from(limit.clamp(1, 200));

@@ -29,7 +29,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::{OrgStore, Result, Store, StoreError, sql::Arg, sql::sql};
+use crate::{Result, Store, StoreError, sql::Arg, sql::sql};
 
 /// The longest `requestId` accepted, in characters (the shortest is 1).
 pub const MAX_REQUEST_ID_CHARS: usize = 200;
@@ -39,14 +39,14 @@ pub const MAX_REQUEST_ID_CHARS: usize = 200;
 /// sweep passes `now - IDEMPOTENCY_RETENTION`).
 pub const IDEMPOTENCY_RETENTION: chrono::Duration = chrono::Duration::hours(24);
 
-/// A suggested `stale_after` for [`OrgStore::claim_request`]: an in-progress claim this old is
+/// A suggested `stale_after` for [`crate::OrgIdempotency::claim_request`]: an in-progress claim this old is
 /// taken to belong to a process that died before completing it. It must exceed the longest a
 /// call can legitimately run while holding its claim (including any wait for an approval),
 /// or a slow call's requestId runs twice.
 pub const IDEMPOTENCY_STALE_AFTER: chrono::Duration = chrono::Duration::minutes(10);
 
 /// A claim on a requestId: the right (and duty) to run the call, then to
-/// [`complete`](OrgStore::complete_request) or [`release`](OrgStore::release_request) it.
+/// [`complete`](crate::OrgIdempotency::complete_request) or [`release`](crate::OrgIdempotency::release_request) it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestClaim {
     /// Who called.
@@ -59,7 +59,7 @@ pub struct RequestClaim {
     pub reclaimed: bool,
 }
 
-/// What [`OrgStore::claim_request`] found.
+/// What [`crate::OrgIdempotency::claim_request`] found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClaimOutcome {
     /// The requestId is this caller's to run: run the call, then complete or release it.
@@ -105,7 +105,7 @@ fn check_request_id(request_id: &str) -> Result<()> {
 /// The key's columns, `org_id = $1 AND actor_type = $2 AND actor_id = $3 AND request_id = $4`.
 const KEY: &str = "org_id = $1 AND actor_type = $2 AND actor_id = $3 AND request_id = $4";
 
-impl OrgStore<'_> {
+impl crate::OrgIdempotency<'_> {
     /// Claims `request_id` of `actor` for a call of `tool` whose payload hashes to
     /// `payload_hash`, at `now`. Returns [`ClaimOutcome::Claimed`] to exactly one of any number
     /// of concurrent callers (on either backend); the others get `InProgress`, or `Replay` once

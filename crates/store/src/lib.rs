@@ -28,6 +28,7 @@ mod directory;
 mod dynamic_groups;
 mod error;
 mod events;
+mod handles;
 mod idempotency;
 mod maintenance;
 mod metrics;
@@ -101,6 +102,12 @@ pub use dynamic_groups::{
 };
 pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
+pub use handles::{
+    OrgAgents, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
+    OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
+    OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
+    OrgTenancy,
+};
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,

@@ -3,9 +3,9 @@
 //!
 //! A window's schedule (`breeze_core::MaintenanceSchedule`) is stored as JSON with its IANA
 //! time zone; whether it is open is decided in Rust at the caller's instant (the store's
-//! `Clock`). The alert engine asks [`OrgStore::maintenance_covering`] before raising, and a
+//! `Clock`). The alert engine asks [`crate::OrgMaintenance::maintenance_covering`] before raising, and a
 //! breach it does not raise is kept once per rule, device, window and occurrence in
-//! `alert_suppressions` ([`OrgStore::record_suppression`], audited `alert.suppress`), which
+//! `alert_suppressions` ([`crate::OrgMaintenance::record_suppression`], audited `alert.suppress`), which
 //! `manage_alert_rules get` and `manage_maintenance_windows get` show.
 
 use std::collections::{HashMap, HashSet};
@@ -18,7 +18,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, RuleTarget, StoreError,
+    Result, RuleTarget, StoreError,
     alerts::{check_text, target_columns, target_of},
     audit,
     sql::{Arg, Tx, sql},
@@ -142,7 +142,7 @@ fn check_window(
     Ok(())
 }
 
-impl OrgStore<'_> {
+impl crate::OrgMaintenance<'_> {
     /// Creates a window after checking its schedule, time zone, and that its target is this
     /// organization's.
     pub async fn create_window(
@@ -152,13 +152,14 @@ impl OrgStore<'_> {
     ) -> Result<MaintenanceWindow> {
         check_text("name", &new.name, crate::alerts::MAX_NAME_CHARS)?;
         check_window(&new.time_zone, &new.schedule, new.description.as_deref())?;
-        self.check_target(new.target).await?;
-        self.check_room(
-            "maintenance_windows",
-            MAX_WINDOWS_PER_ORG,
-            "maintenance windows",
-        )
-        .await?;
+        self.whole().alerts().check_target(new.target).await?;
+        self.whole()
+            .check_room(
+                "maintenance_windows",
+                MAX_WINDOWS_PER_ORG,
+                "maintenance windows",
+            )
+            .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let (site, group, device) = target_columns(new.target);
@@ -237,7 +238,7 @@ impl OrgStore<'_> {
         check_window(&time_zone, &schedule, update.description.as_deref())?;
         let target = match update.target {
             Some(t) => {
-                self.check_target(t).await?;
+                self.whole().alerts().check_target(t).await?;
                 t
             }
             None => current.target()?,
@@ -326,8 +327,10 @@ impl OrgStore<'_> {
     ) -> Result<Vec<(MaintenanceWindow, Occurrence)>> {
         let (site, groups) = match target {
             RuleTarget::Device(d) => {
-                let device = self.get_device(d).await?;
+                let device = self.whole().devices().get_device(d).await?;
                 let groups: HashSet<DeviceGroupId> = self
+                    .whole()
+                    .tenancy()
                     .groups_of_device(d)
                     .await?
                     .into_iter()
@@ -336,11 +339,11 @@ impl OrgStore<'_> {
                 (Some(device.site_id), groups)
             }
             RuleTarget::Site(s) => {
-                self.get_site(s).await?;
+                self.whole().tenancy().get_site(s).await?;
                 (Some(s), HashSet::new())
             }
             RuleTarget::Group(g) => {
-                self.get_group(g).await?;
+                self.whole().tenancy().get_group(g).await?;
                 (None, HashSet::from([g]))
             }
             RuleTarget::Organization => (None, HashSet::new()),
@@ -411,8 +414,8 @@ impl OrgStore<'_> {
         Ok(covering)
     }
 
-    /// The one walk behind [`OrgStore::maintenance_covering`] and
-    /// [`OrgStore::windows_covering`]: each window of the organization that `select` keeps
+    /// The one walk behind [`crate::OrgMaintenance::maintenance_covering`] and
+    /// [`crate::OrgMaintenance::windows_covering`]: each window of the organization that `select` keeps
     /// (with what `select` made of it, e.g. its open occurrence), with those of `devices` it
     /// covers — its whole organization, its site's devices, its group's members or its one
     /// device. Windows that cover none of `devices` are left out; nothing is read when

@@ -10,7 +10,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde::Serialize;
 
 use crate::{
-    OrgStore, Result, Store, StoreError,
+    Result, Store, StoreError,
     sql::{Arg, Tx, sql},
 };
 
@@ -174,10 +174,10 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgTelemetry<'_> {
     /// A device's newest raw sample, if it has one (one indexed row, whatever its age).
     pub async fn latest_metric(&self, device: DeviceId) -> Result<Option<MetricPoint>> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         sql("SELECT at, CAST(1 AS BIGINT) AS samples, cpu_percent AS cpu_avg, cpu_percent AS cpu_max, \
              ram_percent AS ram_avg, ram_percent AS ram_max, disk_percent AS disk_avg, \
              disk_percent AS disk_max, net_rx_bytes, net_tx_bytes, \
@@ -200,7 +200,7 @@ impl OrgStore<'_> {
         if since >= until {
             return Err(StoreError::Invalid("the range is empty".into()));
         }
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         match aggregation.bucket() {
             None => {
                 sql("SELECT at, CAST(1 AS BIGINT) AS samples, cpu_percent AS cpu_avg, cpu_percent AS cpu_max, \

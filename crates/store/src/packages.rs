@@ -7,9 +7,9 @@ use breeze_agent_proto::Package;
 use breeze_core::DeviceId;
 use serde::Serialize;
 
-use crate::{OrgStore, Result, StoreError};
+use crate::{Result, StoreError};
 
-/// The largest page [`OrgStore::device_packages`] returns.
+/// The largest page [`crate::OrgDevices::device_packages`] returns.
 pub const MAX_PACKAGE_PAGE: u32 = 200;
 
 /// One page of a device's installed packages, ordered by name (case-insensitive), then version.
@@ -44,7 +44,7 @@ fn decode_cursor(s: &str) -> Result<Package> {
     Ok(Package { name, version })
 }
 
-impl OrgStore<'_> {
+impl crate::OrgDevices<'_> {
     /// A page of `device`'s installed packages from its latest inventory: those whose name
     /// contains `name` (case-insensitive), after `cursor` (a previous page's `next_cursor`),
     /// at most `limit` (1 to [`MAX_PACKAGE_PAGE`]). A device of another organization is not
@@ -58,7 +58,7 @@ impl OrgStore<'_> {
     ) -> Result<PackagePage> {
         let after = cursor.map(decode_cursor).transpose()?;
         let limit = limit.clamp(1, MAX_PACKAGE_PAGE) as usize;
-        let state = self.device_state(device).await?;
+        let state = self.whole().agents().device_state(device).await?;
         // An inventory that no longer parses (an older agent's shape) lists nothing.
         let packages: Option<Vec<Package>> = state
             .and_then(|s| s.inventory)

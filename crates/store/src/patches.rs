@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::{
-    CommandRecord, CrossOrg, OrgStore, Result, Store, StoreError, audit,
+    CommandRecord, CrossOrg, Result, Store, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -578,7 +578,7 @@ async fn settle_job(tx: &mut Tx, org: OrgId, job: Uuid, now: Timestamp) -> Resul
     Ok(())
 }
 
-impl OrgStore<'_> {
+impl crate::OrgPatches<'_> {
     /// Available patches of the organization's devices (their last scans), by device then
     /// package name, in keyset pages.
     pub async fn list_device_patches(&self, f: &PatchFilter) -> Result<Vec<DevicePatch>> {
@@ -633,7 +633,7 @@ impl OrgStore<'_> {
         requested_by: &str,
         audit: AuditEvent,
     ) -> Result<()> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
         sql(
@@ -779,7 +779,7 @@ impl OrgStore<'_> {
             )));
         }
         for (d, _) in &new.devices {
-            self.get_device(*d).await?;
+            self.whole().devices().get_device(*d).await?;
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();

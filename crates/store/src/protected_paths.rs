@@ -2,13 +2,13 @@
 //! reach on its devices; see `breeze_agent_proto::paths`). The built-in list is code, so
 //! nothing here can remove from it; an organization replaces its own additions as a whole,
 //! audited. Every file or disk command is queued with the additions of that moment
-//! ([`OrgStore::create_command`]).
+//! ([`crate::OrgCommands::create_command`]).
 
 use breeze_agent_proto::paths::validate_additions;
 use breeze_core::AuditEvent;
 
 use crate::sql::{Target, sql};
-use crate::{OrgStore, Result, StoreError, audit, sql::Arg, sql::Tx};
+use crate::{Result, StoreError, audit, sql::Arg, sql::Tx};
 
 #[derive(sqlx::FromRow)]
 struct PatternsRow {
@@ -31,7 +31,7 @@ pub(crate) async fn load<'a>(
     )
 }
 
-impl OrgStore<'_> {
+impl crate::OrgCommands<'_> {
     /// The organization's additions to the protected paths, in the order they were set.
     pub async fn protected_paths(&self) -> Result<Vec<String>> {
         load(self, self.org).await

@@ -4,7 +4,7 @@
 //! A run reads its rows in keyset pages of [`REPORT_PAGE`] and
 //! writes them, rendered as JSON or CSV, into a buffer that is stored as one `report_chunks`
 //! row whenever it holds [`CHUNK_BYTES`]; the download reads the chunks back one at a time
-//! ([`OrgStore::report_chunk`]). A report of any size is therefore never held in memory whole:
+//! ([`crate::OrgReports::report_chunk`]). A report of any size is therefore never held in memory whole:
 //! at most one page of rows and one chunk. Each page resumes where the last one stopped on an
 //! index in the page's own order — devices by id; alerts by `(triggered_at, id)` on
 //! `alerts_org_time`; audit records by `(created_at, id)` on `audit_log_org_time` — so a run
@@ -37,7 +37,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, StoreError,
+    Result, StoreError,
     alerts::check_text,
     audit::{self, AuditRow, audit_columns},
     sql::{Arg, Sql, Tx, sql},
@@ -440,7 +440,7 @@ fn columns_of(kind: ReportKind) -> &'static [&'static str] {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgReports<'_> {
     // ---- definitions ------------------------------------------------------------------------
 
     /// Creates a definition after checking its filters against its kind (and that a site it
@@ -453,14 +453,15 @@ impl OrgStore<'_> {
         check_text("name", &new.name, crate::alerts::MAX_NAME_CHARS)?;
         check_definition(new.kind, &new.filters, new.description.as_deref())?;
         if let Some(site) = new.filters.site_id {
-            self.get_site(site).await?;
+            self.whole().tenancy().get_site(site).await?;
         }
-        self.check_room(
-            "report_definitions",
-            MAX_REPORTS_PER_ORG,
-            "report definitions",
-        )
-        .await?;
+        self.whole()
+            .check_room(
+                "report_definitions",
+                MAX_REPORTS_PER_ORG,
+                "report definitions",
+            )
+            .await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
@@ -527,7 +528,7 @@ impl OrgStore<'_> {
         let filters = update.filters.clone().unwrap_or(current.filters.clone());
         check_definition(kind, &filters, update.description.as_deref())?;
         if let Some(site) = update.filters.as_ref().and_then(|f| f.site_id) {
-            self.get_site(site).await?;
+            self.whole().tenancy().get_site(site).await?;
         }
         let name = update.name.clone().unwrap_or(current.name.clone());
         let now = self.store.clock.now();
@@ -613,7 +614,7 @@ impl OrgStore<'_> {
         check_text("name", &req.name, crate::alerts::MAX_NAME_CHARS)?;
         check_definition(req.kind, &req.filters, None)?;
         if let Some(site) = req.filters.site_id {
-            self.get_site(site).await?;
+            self.whole().tenancy().get_site(site).await?;
         }
         let now = self.store.clock.now();
         let id = Uuid::now_v7();

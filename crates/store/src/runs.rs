@@ -9,7 +9,7 @@ use breeze_core::{Actor, AuditEvent, RunStatus, Timestamp};
 use uuid::Uuid;
 
 use crate::{
-    DeviceOutcome, OrgStore, Result, Store, StoreError, audit,
+    DeviceOutcome, Result, Store, StoreError, audit,
     sql::{Arg, FromRows, Tx, sql},
 };
 
@@ -107,14 +107,18 @@ impl RunTable {
     }
 
     /// One row of `org`.
-    pub(crate) async fn get<T: RunRow>(&self, org: &OrgStore<'_>, id: Uuid) -> Result<T> {
+    pub(crate) async fn get<T: RunRow>(
+        &self,
+        org: &impl crate::handles::Scoped,
+        id: Uuid,
+    ) -> Result<T> {
         sql(format!(
             "SELECT {} FROM {} WHERE id = $1 AND org_id = $2",
             self.columns, self.table
         ))
         .bind(id)
-        .bind(org.org)
-        .fetch_optional(org.store)
+        .bind(org.org())
+        .fetch_optional(org.store())
         .await?
         .ok_or(StoreError::NotFound(self.what))
     }
@@ -123,7 +127,7 @@ impl RunTable {
     /// `wait_action` otherwise), and reads it back.
     pub(crate) async fn update<T: RunRow>(
         &self,
-        org: &OrgStore<'_>,
+        org: &impl crate::handles::Scoped,
         id: Uuid,
         update: RunUpdate,
     ) -> Result<T> {
@@ -137,14 +141,14 @@ impl RunTable {
     /// once — the one whose update moved it — and the other records nothing.
     pub(crate) async fn update_from<T: RunRow>(
         &self,
-        org: &OrgStore<'_>,
+        org: &impl crate::handles::Scoped,
         id: Uuid,
         update: RunUpdate,
         from: Option<RunStatus>,
     ) -> Result<Option<T>> {
-        let now = org.store.clock.now();
+        let now = org.store().clock.now();
         let done = update.status.is_terminal();
-        let mut tx = Tx::begin(&org.store.pool).await?;
+        let mut tx = Tx::begin(&org.store().pool).await?;
         let mut q = sql(format!(
             "UPDATE {} SET status = $1, approval_ids = $2, devices = $3, message = $4, \
              finished_at = $5 WHERE id = $6 AND org_id = $7",
@@ -156,7 +160,7 @@ impl RunTable {
         .bind(update.message.as_deref())
         .bind(done.then_some(now))
         .bind(id)
-        .bind(org.org);
+        .bind(org.org());
         if let Some(from) = from {
             let p = q.arg(from.as_str());
             q.push(&format!(" AND status = {p}"));
@@ -171,7 +175,7 @@ impl RunTable {
             self.wait_action
         };
         let audit = AuditEvent::new((self.actor)(), action, self.resource_type)
-            .org(org.org)
+            .org(org.org())
             .resource(id)
             .details(serde_json::json!({
                 "status": update.status, "approvals": update.approval_ids,

@@ -14,7 +14,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, Store, StoreError,
+    CrossOrg, Result, Store, StoreError,
     alerts::{MAX_NAME_CHARS, check_text},
     audit,
     scheduled::RowLease,
@@ -94,7 +94,7 @@ impl ScanSchedule {
 const COLUMNS: &str = "id, org_id, name, arguments, interval_minutes, cron, time_zone, \
     owner_actor, next_run_at, last_run_at, last_status, last_message, created_at";
 
-impl OrgStore<'_> {
+impl crate::OrgSecurity<'_> {
     /// Creates a schedule (its first occurrence one interval from now, or the cron's next),
     /// audited `audit`.
     pub async fn create_scan_schedule(
@@ -135,12 +135,13 @@ impl OrgStore<'_> {
                 (None, Some(cron.clone()), time_zone.clone(), first)
             }
         };
-        self.check_room(
-            "security_scan_schedules",
-            MAX_SCAN_SCHEDULES_PER_ORG,
-            "scan schedules",
-        )
-        .await?;
+        self.whole()
+            .check_room(
+                "security_scan_schedules",
+                MAX_SCAN_SCHEDULES_PER_ORG,
+                "scan schedules",
+            )
+            .await?;
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(

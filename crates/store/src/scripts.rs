@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, StoreError, audit,
+    Result, StoreError, audit,
     sql::{Arg, Tx, escape_like, sql},
 };
 
@@ -97,7 +97,7 @@ fn validate(new: &NewScript) -> Result<()> {
     Ok(())
 }
 
-impl OrgStore<'_> {
+impl crate::OrgScripts<'_> {
     /// Adds a script to this organization's library, audited.
     pub async fn create_script(&self, new: NewScript, audit: AuditEvent) -> Result<Script> {
         validate(&new)?;

@@ -2,7 +2,7 @@
 //! quarantined files, and the posture snapshots that make trends.
 //!
 //! A scan row is written when its `security_scan` command is queued (audited, naming who asked)
-//! and stays `running` until [`OrgStore::record_scan_result`] stores the agent's answer — the
+//! and stays `running` until [`crate::OrgSecurity::record_scan_result`] stores the agent's answer — the
 //! findings, the flagged files and the posture snapshot in one transaction, guarded by
 //! `status = 'running'` so two callers noticing the same result record it once. The newest
 //! [`SCANS_KEPT`] scans of a device are kept (with their findings); posture snapshots outlive
@@ -18,7 +18,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    OrgStore, Result, StoreError, audit,
+    Result, StoreError, audit,
     sql::{Arg, Tx, sql},
 };
 
@@ -187,7 +187,7 @@ pub struct NewQuarantine {
     pub created_by: String,
 }
 
-impl OrgStore<'_> {
+impl crate::OrgSecurity<'_> {
     /// Records a scan queued as `command_id` on one of this organization's devices (audited).
     pub async fn create_security_scan(
         &self,
@@ -196,7 +196,7 @@ impl OrgStore<'_> {
         requested_by: &str,
         audit: AuditEvent,
     ) -> Result<SecurityScan> {
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         let id = Uuid::now_v7();
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
@@ -402,7 +402,7 @@ impl OrgStore<'_> {
         new: NewQuarantine,
         audit: AuditEvent,
     ) -> Result<QuarantineEntry> {
-        self.get_device(new.device_id).await?;
+        self.whole().devices().get_device(new.device_id).await?;
         let id = Uuid::now_v7();
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;

@@ -264,11 +264,11 @@ impl<'a> From<&'a crate::CrossOrg<'_>> for Target<'a> {
 
 /// An organization's statements: on PostgreSQL they run in its row-security scope, so a
 /// statement that forgot its `org_id` filter still sees only that organization's rows.
-impl<'a> From<&'a crate::OrgStore<'_>> for Target<'a> {
-    fn from(org: &'a crate::OrgStore<'_>) -> Self {
-        match &org.store.pool {
+impl<'a, S: crate::handles::Scoped> From<&'a S> for Target<'a> {
+    fn from(org: &'a S) -> Self {
+        match &org.store().pool {
             Pool::Sqlite(p) => Target::Direct(Direct::SqlitePool(p)),
-            Pool::Postgres { tenant, .. } => Target::PgOrg(tenant, org.org),
+            Pool::Postgres { tenant, .. } => Target::PgOrg(tenant, org.org()),
         }
     }
 }
@@ -303,12 +303,12 @@ impl Tx {
 
     /// Begins a transaction of `org`'s: on PostgreSQL on the tenant pool, in the organization's
     /// row-security scope (set in the same round trip as `BEGIN`).
-    pub(crate) async fn begin_in(org: &crate::OrgStore<'_>) -> Result<Tx> {
-        Ok(match &org.store.pool {
+    pub(crate) async fn begin_in(org: &impl crate::handles::Scoped) -> Result<Tx> {
+        Ok(match &org.store().pool {
             Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
             Pool::Postgres { tenant, .. } => Tx::Postgres(
                 tenant
-                    .begin_with(crate::row_security::begin_in(org.org))
+                    .begin_with(crate::row_security::begin_in(org.org()))
                     .await?,
             ),
         })

@@ -6,7 +6,7 @@ use breeze_core::{
 };
 
 use crate::{
-    OrgStore, Result, Store, StoreError, audit,
+    Result, Store, StoreError, audit,
     sql::{Tx, sql},
 };
 
@@ -125,7 +125,7 @@ impl Store {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgTenancy<'_> {
     /// This organization.
     pub async fn organization(&self) -> Result<Organization> {
         sql(format!(
@@ -301,7 +301,7 @@ impl OrgStore<'_> {
     /// Adds a device to a group; both must belong to this organization. Adding twice is a no-op.
     pub async fn add_to_group(&self, group: DeviceGroupId, device: DeviceId) -> Result<()> {
         self.get_group(group).await?;
-        self.get_device(device).await?;
+        self.whole().devices().get_device(device).await?;
         let added = sql(
             "INSERT INTO device_group_members (group_id, device_id, org_id) VALUES ($1, $2, $3) \
              ON CONFLICT (group_id, device_id) DO NOTHING",

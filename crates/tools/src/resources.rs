@@ -95,12 +95,14 @@ async fn add_compliance_and_patches(
     doc: &mut Value,
 ) -> Result<(), StoreError> {
     let names: std::collections::HashMap<uuid::Uuid, String> = org
+        .compliance()
         .list_compliance_policies()
         .await?
         .into_iter()
         .map(|p| (p.id, p.name))
         .collect();
     let compliance: Vec<Value> = org
+        .compliance()
         .compliance_statuses(None, Some(device), None, LIST_LIMIT)
         .await?
         .iter()
@@ -114,6 +116,7 @@ async fn add_compliance_and_patches(
         })
         .collect();
     let scan = org
+        .patches()
         .patch_scans()
         .await?
         .into_iter()
@@ -130,6 +133,7 @@ async fn add_compliance_and_patches(
                 limit: PATCHES_SHOWN,
             };
             let packages: Vec<Value> = org
+                .patches()
                 .list_device_patches(&filter)
                 .await?
                 .iter()
@@ -172,6 +176,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
     match uri {
         "breeze://devices" => {
             let (devices, _) = org
+                .devices()
                 .list_devices(&DeviceFilter::default(), DEVICES_LIMIT, 0)
                 .await?;
             Ok(Value::Array(
@@ -187,7 +192,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
             ))
         }
         "breeze://scripts" => {
-            let scripts = org.list_scripts(None, None).await?;
+            let scripts = org.scripts().list_scripts(None, None).await?;
             Ok(Value::Array(
                 scripts
                     .iter()
@@ -207,7 +212,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
                 unresolved: true,
                 ..Default::default()
             };
-            let page = org.list_alerts(&filter, None, LIST_LIMIT).await?;
+            let page = org.alerts().list_alerts(&filter, None, LIST_LIMIT).await?;
             Ok(Value::Array(
                 page.alerts
                     .iter()
@@ -222,7 +227,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
             ))
         }
         "breeze://automations" => {
-            let automations = org.list_automations().await?;
+            let automations = org.automations().list_automations().await?;
             Ok(Value::Array(
                 automations
                     .iter()
@@ -248,7 +253,7 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
             let parsed = uuid::Uuid::parse_str(id)
                 .map(DeviceId)
                 .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
-            match org.get_device(parsed).await {
+            match org.devices().get_device(parsed).await {
                 // The same document as get_device_details: camelCase throughout.
                 Ok(d) => {
                     let mut doc = crate::tools::devices::device_details(org, &d).await?;

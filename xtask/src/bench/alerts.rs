@@ -185,7 +185,7 @@ async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<Devic
         .create_organization(partner.id, "Bench", "bench-org", audit("o"))
         .await?;
     let o = store.org(org.id);
-    let site = o.create_site("HQ", "UTC", audit("s")).await?;
+    let site = o.tenancy().create_site("HQ", "UTC", audit("s")).await?;
     let fleet: Vec<NewDevice> = (0..devices)
         .map(|i| NewDevice {
             site_id: site.id,
@@ -200,10 +200,12 @@ async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<Devic
         })
         .collect();
     for chunk in fleet.chunks(2_000) {
-        o.create_devices(chunk.to_vec(), audit("device.seed"))
+        o.devices()
+            .create_devices(chunk.to_vec(), audit("device.seed"))
             .await?;
     }
     let (page, _) = o
+        .devices()
         .list_devices(&breeze_store::DeviceFilter::default(), u32::MAX, 0)
         .await?;
     let ids: Vec<DeviceId> = page.iter().map(|d| d.id).collect();
@@ -222,7 +224,7 @@ async fn collect(
     latencies: &mut Vec<f64>,
 ) -> anyhow::Result<()> {
     for id in raised {
-        let alert = o.get_alert(*id).await?;
+        let alert = o.alerts().get_alert(*id).await?;
         if let Some(first) = first_hot.get(&alert.device_id) {
             let due = *first + chrono::Duration::minutes(HOT_RULE_MINUTES);
             latencies.push((now - due).num_milliseconds() as f64 / 1000.0 + wall_s);
@@ -258,7 +260,9 @@ async fn one_backend(
     let (org, ids) = seed(&store, devices).await?;
     let o = store.org(org);
     for r in rule_set(rules) {
-        o.create_rule(r, audit("alert_rule.create")).await?;
+        o.alerts()
+            .create_rule(r, audit("alert_rule.create"))
+            .await?;
     }
     report!(
         "seeded {devices} devices and {rules} rules in {:.1} s",
@@ -430,6 +434,7 @@ async fn one_backend(
         let rss0 = status_kib("VmRSS:");
         let t = Instant::now();
         let run = o
+            .reports()
             .generate_report(
                 ReportRequest {
                     definition_id: None,

@@ -140,7 +140,7 @@ async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<Devic
         .create_organization(partner.id, "Bench", "bench-org", audit("o"))
         .await?;
     let o = store.org(org.id);
-    let site = o.create_site("HQ", "UTC", audit("s")).await?;
+    let site = o.tenancy().create_site("HQ", "UTC", audit("s")).await?;
     let fleet: Vec<NewDevice> = (0..devices)
         .map(|i| NewDevice {
             site_id: site.id,
@@ -155,10 +155,12 @@ async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<Devic
         })
         .collect();
     for chunk in fleet.chunks(2_000) {
-        o.create_devices(chunk.to_vec(), audit("device.seed"))
+        o.devices()
+            .create_devices(chunk.to_vec(), audit("device.seed"))
             .await?;
     }
     let (page, _) = o
+        .devices()
         .list_devices(&breeze_store::DeviceFilter::default(), u32::MAX, 0)
         .await?;
     let ids: Vec<DeviceId> = page.iter().map(|d| d.id).collect();
@@ -213,6 +215,7 @@ async fn one_backend(
     );
     let o = store.org(org);
     let policy = o
+        .compliance()
         .create_compliance_policy(
             NewCompliancePolicy {
                 name: "bench".into(),
@@ -235,7 +238,10 @@ async fn one_backend(
         async move {
             let cpu0 = cpu_micros()?;
             let t = Instant::now();
-            let r = o.evaluate_policy_inventory(&policy, None).await?;
+            let r = o
+                .compliance()
+                .evaluate_policy_inventory(&policy, None)
+                .await?;
             let wall = t.elapsed().as_secs_f64() * 1000.0;
             let cpu = (cpu_micros()? - cpu0) as f64 / 1000.0;
             report!(
@@ -267,15 +273,16 @@ async fn one_backend(
         let o = store.org(org);
         let id = policy.id;
         async move {
-            o.update_compliance_policy(
-                id,
-                CompliancePolicyUpdate {
-                    active: Some(on),
-                    ..CompliancePolicyUpdate::default()
-                },
-                audit("compliance_policy.update"),
-            )
-            .await
+            o.compliance()
+                .update_compliance_policy(
+                    id,
+                    CompliancePolicyUpdate {
+                        active: Some(on),
+                        ..CompliancePolicyUpdate::default()
+                    },
+                    audit("compliance_policy.update"),
+                )
+                .await
         }
     };
     active(false).await?;
@@ -300,7 +307,7 @@ async fn one_backend(
         with_write.push(t.elapsed().as_secs_f64() * 1000.0);
         cpu_with_write += (cpu_micros()? - cpu0) as f64 / 1000.0;
         let t = Instant::now();
-        o.evaluate_device_inventory(d).await?;
+        o.compliance().evaluate_device_inventory(d).await?;
         alone.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     with_write.sort_by(f64::total_cmp);

@@ -89,6 +89,7 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
         let started = Instant::now();
         let run = store
             .org(org)
+            .reports()
             .generate_report(
                 ReportRequest {
                     definition_id: None,

@@ -54,10 +54,11 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
         .await?
         .id;
     let o = store.org(org);
-    let site = o.create_site("HQ", "UTC", audit("site")).await?;
+    let site = o.tenancy().create_site("HQ", "UTC", audit("site")).await?;
     let mut ids = Vec::with_capacity(devices);
     for i in 0..devices {
         let dev = o
+            .devices()
             .create_device(
                 NewDevice {
                     site_id: site.id,
@@ -141,7 +142,11 @@ async fn time_get_device(
     run_callers(calls, callers, move |i| {
         let (store, ids) = (store.clone(), ids.clone());
         async move {
-            store.org(org).get_device(ids[i % ids.len()]).await?;
+            store
+                .org(org)
+                .devices()
+                .get_device(ids[i % ids.len()])
+                .await?;
             Ok(())
         }
     })

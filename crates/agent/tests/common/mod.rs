@@ -159,6 +159,7 @@ pub(crate) async fn server_with(
         .await
         .unwrap();
     s.org(org.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit("s"))
         .await
         .unwrap();
@@ -256,7 +257,7 @@ pub(crate) fn agent(args: &[&str], config: &Path) -> Command {
 
 /// Enrolls the agent of `config` into `f`'s organization A, site HQ.
 pub(crate) async fn enroll(f: &Fleet, config: &Path) {
-    let site = f.store.org(f.org).list_sites().await.unwrap()[0].id;
+    let site = f.store.org(f.org).tenancy().list_sites().await.unwrap()[0].id;
     let (key, _) = f
         .state
         .auth
@@ -301,7 +302,7 @@ pub(crate) fn approve_everything(f: &Fleet, org: OrgId) -> tokio::task::JoinHand
     let (store, pipeline, admin) = (f.store.clone(), f.state.pipeline.clone(), f.admin.clone());
     tokio::spawn(async move {
         loop {
-            if let Ok(pending) = store.org(org).list_approvals(true, 10).await {
+            if let Ok(pending) = store.org(org).approvals().list_approvals(true, 10).await {
                 for r in pending {
                     let request = DecisionRequest {
                         id: r.id,

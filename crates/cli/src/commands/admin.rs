@@ -395,7 +395,7 @@ impl KeysCommand {
             KeysCommand::List { org } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let now = app.clock.now();
-                for k in app.store.org(org.id).list_api_keys().await? {
+                for k in app.store.org(org.id).api_keys().list_api_keys().await? {
                     let state = match (k.revoked_at, k.is_active(now)) {
                         (Some(_), _) => "revoked",
                         (None, false) => "expired",
@@ -418,6 +418,7 @@ impl KeysCommand {
                 let k = app
                     .store
                     .org(org.id)
+                    .api_keys()
                     .revoke_api_key(id, cli_audit("api_key.revoke", "api_key"))
                     .await?;
                 println!("revoked API key {} ({})", k.name, k.id);

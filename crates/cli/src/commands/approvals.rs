@@ -73,7 +73,13 @@ impl ApprovalsCommand {
         let (decision, args) = match self {
             ApprovalsCommand::List { org, all } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                for r in app.store.org(org.id).list_approvals(!all, 200).await? {
+                for r in app
+                    .store
+                    .org(org.id)
+                    .approvals()
+                    .list_approvals(!all, 200)
+                    .await?
+                {
                     println!("{}", line(&r));
                 }
                 return Ok(());
@@ -81,7 +87,7 @@ impl ApprovalsCommand {
             ApprovalsCommand::Show { org, id } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let id = uuid::Uuid::parse_str(&id).context("not an approval request id")?;
-                let r = app.store.org(org.id).get_approval(id).await?;
+                let r = app.store.org(org.id).approvals().get_approval(id).await?;
                 println!("{}", serde_json::to_string_pretty(&r)?);
                 return Ok(());
             }
@@ -92,6 +98,7 @@ impl ApprovalsCommand {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 app.store
                     .org(org.id)
+                    .approvals()
                     .set_approval_policy(
                         &class,
                         &mode,

@@ -197,8 +197,8 @@ impl ConfigPoliciesCommand {
             ConfigPoliciesCommand::List { org } => {
                 let org = store.find_organization(&org).await.context("--org")?;
                 let o = store.org(org.id);
-                let assignments = o.list_config_assignments().await?;
-                for p in o.list_config_policies(None).await? {
+                let assignments = o.config_policies().list_config_assignments().await?;
+                for p in o.config_policies().list_config_policies(None).await? {
                     println!("{}", describe(&p));
                     for a in assignments.iter().filter(|a| a.policy_id == p.id) {
                         println!(

@@ -161,13 +161,22 @@ async fn enroll_local_agent(app: &App, base_url: &str, config: &Path) -> anyhow:
     let org = app.store.find_organization(ORG_SLUG).await?;
     if let Ok(file) = breeze_agent::config::AgentFile::load(config) {
         let device = breeze_core::DeviceId(file.device_id);
-        if file.org_id == org.id.0 && app.store.org(org.id).get_device(device).await.is_ok() {
+        if file.org_id == org.id.0
+            && app
+                .store
+                .org(org.id)
+                .devices()
+                .get_device(device)
+                .await
+                .is_ok()
+        {
             return Ok(());
         }
     }
     let site = app
         .store
         .org(org.id)
+        .tenancy()
         .list_sites()
         .await?
         .into_iter()
@@ -331,6 +340,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         .await?;
     let hq = s
         .org(acme.id)
+        .tenancy()
         .create_site(
             "Headquarters",
             "America/New_York",
@@ -338,6 +348,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         )
         .await?;
     s.org(acme.id)
+        .tenancy()
         .create_site(
             "Branch Office",
             "America/Chicago",
@@ -345,6 +356,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         )
         .await?;
     s.org(globex.id)
+        .tenancy()
         .create_site(
             "Main Office",
             "Europe/London",
@@ -352,6 +364,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         )
         .await?;
     s.org(acme.id)
+        .tenancy()
         .create_group(
             "Servers",
             Some(hq.id),
@@ -360,6 +373,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         )
         .await?;
     s.org(acme.id)
+        .tenancy()
         .create_group(
             "Workstations",
             None,
@@ -382,6 +396,7 @@ async fn seed(app: &App) -> anyhow::Result<(Organization, User, String)> {
         .await?;
     for (name, language, category, description, body) in DEMO_SCRIPTS {
         s.org(acme.id)
+            .scripts()
             .create_script(
                 breeze_store::NewScript {
                     name: (*name).into(),

@@ -16,7 +16,7 @@ fn cli_audit(action: &str, resource: &str) -> AuditEvent {
 }
 
 async fn site_of(app: &App, org: &Organization, site: &str) -> anyhow::Result<Site> {
-    let sites = app.store.org(org.id).list_sites().await?;
+    let sites = app.store.org(org.id).tenancy().list_sites().await?;
     sites
         .into_iter()
         .find(|s| s.id.to_string() == site || s.name.eq_ignore_ascii_case(site))
@@ -108,7 +108,13 @@ impl EnrollmentKeysCommand {
             EnrollmentKeysCommand::List { org } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let now = app.clock.now();
-                for k in app.store.org(org.id).list_enrollment_keys().await? {
+                for k in app
+                    .store
+                    .org(org.id)
+                    .agents()
+                    .list_enrollment_keys()
+                    .await?
+                {
                     let state = if k.revoked_at.is_some() {
                         "revoked"
                     } else if k.expires_at <= now {
@@ -134,6 +140,7 @@ impl EnrollmentKeysCommand {
                 let k = app
                     .store
                     .org(org.id)
+                    .agents()
                     .revoke_enrollment_key(id, cli_audit("enrollment_key.revoke", "enrollment_key"))
                     .await?;
                 println!("revoked enrollment key {} ({})", k.name, k.id);
@@ -221,6 +228,7 @@ impl DevicesCommand {
             None => app
                 .store
                 .org(org.id)
+                .tenancy()
                 .list_sites()
                 .await?
                 .into_iter()
@@ -256,6 +264,7 @@ impl DevicesCommand {
         let n = app
             .store
             .org(org.id)
+            .devices()
             .create_devices(devices, cli_audit("device.bulk_create", "device"))
             .await?;
         println!(
@@ -362,6 +371,7 @@ impl ScriptsCommand {
                 let script = app
                     .store
                     .org(org.id)
+                    .scripts()
                     .create_script(
                         NewScript {
                             name,
@@ -382,6 +392,7 @@ impl ScriptsCommand {
                 for s in app
                     .store
                     .org(org.id)
+                    .scripts()
                     .list_scripts(category.as_deref(), None)
                     .await?
                 {
@@ -390,7 +401,7 @@ impl ScriptsCommand {
             }
             ScriptsCommand::Show { org, script } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                let s = app.store.org(org.id).find_script(&script).await?;
+                let s = app.store.org(org.id).scripts().find_script(&script).await?;
                 println!("{}", describe(&s));
                 for p in &s.parameters {
                     println!(
@@ -407,8 +418,9 @@ impl ScriptsCommand {
             ScriptsCommand::Remove { org, script } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let store = app.store.org(org.id);
-                let s = store.find_script(&script).await?;
+                let s = store.scripts().find_script(&script).await?;
                 store
+                    .scripts()
                     .delete_script(s.id, cli_audit("script.delete", "script"))
                     .await?;
                 println!("removed script {} ({})", s.name, s.id);
@@ -527,6 +539,7 @@ impl ChannelsCommand {
                 let channel = app
                     .store
                     .org(org.id)
+                    .alerts()
                     .create_channel(
                         breeze_store::NewChannel {
                             name,
@@ -544,7 +557,7 @@ impl ChannelsCommand {
             }
             ChannelsCommand::List { org } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                for c in app.store.org(org.id).list_channels().await? {
+                for c in app.store.org(org.id).alerts().list_channels().await? {
                     println!("{}", describe_channel(&c));
                 }
             }
@@ -552,12 +565,14 @@ impl ChannelsCommand {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let store = app.store.org(org.id);
                 let found = store
+                    .alerts()
                     .list_channels()
                     .await?
                     .into_iter()
                     .find(|c| c.id.to_string() == channel || c.name == channel)
                     .with_context(|| format!("no channel {channel:?} in this organization"))?;
                 store
+                    .alerts()
                     .delete_channel(
                         found.id,
                         cli_audit("notification_channel.delete", "notification_channel"),

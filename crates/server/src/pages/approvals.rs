@@ -147,7 +147,7 @@ async fn pending_views(
 ) -> Result<Vec<PendingView>, PageError> {
     let now = state.clock.now();
     let mut out = Vec::new();
-    for r in state.store.org(org).pending_approvals().await? {
+    for r in state.store.org(org).approvals().pending_approvals().await? {
         out.push(PendingView {
             id: r.id.to_string(),
             description: r.description.clone(),
@@ -206,7 +206,12 @@ async fn page(
     };
     let pending = pending_views(state, who, scope.org.id, &mut people).await?;
     let mut decided = Vec::new();
-    for r in scope.store(state).list_approvals(false, 60).await? {
+    for r in scope
+        .store(state)
+        .approvals()
+        .list_approvals(false, 60)
+        .await?
+    {
         if r.status == ApprovalStatus::Pending && r.expires_at > state.clock.now() {
             continue;
         }
@@ -392,6 +397,11 @@ async fn find(
         Err(DecideError::NotFound) => return Err(not_found()),
         Err(e) => return Err(ApiError::from(e).into()),
     };
-    let org = state.store.org(record.org_id).organization().await?;
+    let org = state
+        .store
+        .org(record.org_id)
+        .tenancy()
+        .organization()
+        .await?;
     Ok(Redirect::to(&format!("/o/{}/approvals#a-{}", org.slug, record.id)).into_response())
 }

@@ -155,6 +155,7 @@ async fn show(
         Ok((filter, cursor)) if error.is_empty() => {
             let page = scope
                 .store(&state)
+                .audit()
                 .query_audit(&filter, cursor, PAGE)
                 .await?;
             rows = page

@@ -152,7 +152,7 @@ async fn listing(
             Err(e) => problems.push(e.to_string()),
         },
     }
-    let sites = store.list_sites().await?;
+    let sites = store.tenancy().list_sites().await?;
     match q.site.trim() {
         "" => {}
         s => match s.parse::<SiteId>() {
@@ -180,7 +180,10 @@ async fn listing(
     let now = state.clock.now();
     let (mut rows, mut total) = (Vec::new(), 0);
     if problems.is_empty() {
-        let result = store.device_page(&filter, PAGE, (page - 1) * PAGE).await?;
+        let result = store
+            .devices()
+            .device_page(&filter, PAGE, (page - 1) * PAGE)
+            .await?;
         total = result.total();
         rows = result
             .iter()
@@ -512,6 +515,7 @@ async fn charts(
     let since = until - window.span();
     let points = thin(
         store
+            .telemetry()
             .query_metrics(device, since, until, window.aggregation())
             .await?,
     );
@@ -565,7 +569,7 @@ async fn charts_fragment(
     let window = Window::parse(q.window.trim())?;
     let device = device_id(&id)?;
     let store = scope.store(&state);
-    store.get_device(device).await?;
+    store.devices().get_device(device).await?;
     render(&ChartsFragment {
         charts: charts(&state, store, device, window).await?,
         windows: windows(&scope.org.slug, &id, window),
@@ -587,7 +591,11 @@ async fn status_fragment(
     let scope = who
         .scope(&state, &org, Operation::read(Permission::DevicesRead))
         .await?;
-    let device = scope.store(&state).get_device(device_id(&id)?).await?;
+    let device = scope
+        .store(&state)
+        .devices()
+        .get_device(device_id(&id)?)
+        .await?;
     render(&StatusFragment {
         status: device.status.as_str(),
     })
@@ -662,14 +670,15 @@ async fn show(
     let window = Window::parse(q.window.trim())?;
     let device_id = device_id(&id)?;
     let store = scope.store(&state);
-    let device = store.get_device(device_id).await?;
+    let device = store.devices().get_device(device_id).await?;
     let now = state.clock.now();
     let site = store
+        .tenancy()
         .get_site(device.site_id)
         .await
         .map(|s| s.name)
         .unwrap_or_default();
-    let dstate = store.device_state(device_id).await?;
+    let dstate = store.agents().device_state(device_id).await?;
     let mut facts = vec![
         Fact {
             name: "Status",
@@ -793,6 +802,7 @@ async fn show(
         }
     }
     let notes = store
+        .context()
         .device_context(device_id, true)
         .await?
         .into_iter()
@@ -806,6 +816,7 @@ async fn show(
         })
         .collect();
     let commands = store
+        .commands()
         .list_commands(device_id, 20)
         .await?
         .into_iter()
@@ -849,6 +860,7 @@ async fn show(
     let pending = state
         .store
         .org(scope.org.id)
+        .approvals()
         .pending_approvals()
         .await?
         .into_iter()

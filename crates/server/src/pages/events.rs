@@ -132,6 +132,7 @@ pub(super) async fn stream(
             let pending = state
                 .store
                 .org(org_id)
+                .approvals()
                 .pending_approvals()
                 .await
                 .map(|v| v.into_iter().map(|r| r.id).collect::<Vec<_>>());
@@ -188,7 +189,7 @@ async fn status_counts(state: &AppState, org: breeze_core::OrgId) -> Result<Vec<
             status: Some(*status),
             ..DeviceFilter::default()
         };
-        counts.push(store.device_page(&filter, 0, 0).await?.total());
+        counts.push(store.devices().device_page(&filter, 0, 0).await?.total());
     }
     Ok(counts)
 }

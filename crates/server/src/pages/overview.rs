@@ -43,7 +43,13 @@ async fn show(
             status,
             ..DeviceFilter::default()
         };
-        async move { store.device_page(&filter, 1, 0).await.map(|p| p.total()) }
+        async move {
+            store
+                .devices()
+                .device_page(&filter, 1, 0)
+                .await
+                .map(|p| p.total())
+        }
     };
     let devices = count(None).await?;
     let online = count(Some(DeviceStatus::Online)).await?;
@@ -51,6 +57,7 @@ async fn show(
     let pending = state
         .store
         .org(scope.org.id)
+        .approvals()
         .pending_approvals()
         .await?
         .len();

@@ -164,6 +164,7 @@ async fn keys_page(
     let now = state.clock.now();
     let keys = scope
         .store(state)
+        .api_keys()
         .list_api_keys()
         .await?
         .into_iter()
@@ -337,7 +338,11 @@ async fn revoke_key(
         .map_err(|_| PageError::from(ApiError::not_found("API key not found")))?;
     let audit = AuditEvent::new(who.authenticated().actor(), "api_key.revoke", "api_key")
         .request(request_id);
-    scope.store(&state).revoke_api_key(id, audit).await?;
+    scope
+        .store(&state)
+        .api_keys()
+        .revoke_api_key(id, audit)
+        .await?;
     Ok(Redirect::to(&format!("/o/{}/settings/api-keys", scope.org.slug)).into_response())
 }
 

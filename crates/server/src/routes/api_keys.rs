@@ -75,7 +75,7 @@ async fn list(
     State(state): State<AppState>,
     scope: OrgScope,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let keys = scope.store(&state).list_api_keys().await?;
+    let keys = scope.store(&state).api_keys().list_api_keys().await?;
     Ok(Json(serde_json::json!({ "api_keys": keys })))
 }
 
@@ -90,5 +90,11 @@ async fn revoke(
         .map_err(|_| ApiError::not_found("API key not found"))?;
     let audit =
         AuditEvent::new(scope.caller.actor(), "api_key.revoke", "api_key").request(request_id);
-    Ok(Json(scope.store(&state).revoke_api_key(id, audit).await?))
+    Ok(Json(
+        scope
+            .store(&state)
+            .api_keys()
+            .revoke_api_key(id, audit)
+            .await?,
+    ))
 }

@@ -64,6 +64,7 @@ async fn query(
     };
     let page = scope
         .store(&state)
+        .audit()
         .query_audit(&filter, after, limit)
         .await?;
     let next = page.next_cursor.map(|c| c.encode());

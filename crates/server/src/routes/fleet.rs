@@ -169,7 +169,7 @@ async fn list_keys(
     State(state): State<AppState>,
     scope: OrgScope,
 ) -> Result<Json<Value>, ApiError> {
-    let keys = scope.store(&state).list_enrollment_keys().await?;
+    let keys = scope.store(&state).agents().list_enrollment_keys().await?;
     Ok(Json(json!({ "enrollment_keys": keys })))
 }
 
@@ -187,7 +187,11 @@ async fn revoke_key(
     )
     .request(request_id);
     Ok(Json(
-        scope.store(&state).revoke_enrollment_key(id, audit).await?,
+        scope
+            .store(&state)
+            .agents()
+            .revoke_enrollment_key(id, audit)
+            .await?,
     ))
 }
 
@@ -215,6 +219,7 @@ async fn create_script(
         AuditEvent::new(scope.caller.actor(), "script.create", "script").request(request_id);
     let script = scope
         .store(&state)
+        .scripts()
         .create_script(
             NewScript {
                 name: req.name,
@@ -246,6 +251,7 @@ async fn list_scripts(
 ) -> Result<Json<Value>, ApiError> {
     let scripts = scope
         .store(&state)
+        .scripts()
         .list_scripts(q.category.as_deref(), q.search.as_deref())
         .await?;
     Ok(Json(json!({ "scripts": scripts })))
@@ -256,7 +262,7 @@ async fn show_script(
     scope: OrgScope,
     Path((_, id)): Path<(String, String)>,
 ) -> Result<Json<Script>, ApiError> {
-    Ok(Json(scope.store(&state).find_script(&id).await?))
+    Ok(Json(scope.store(&state).scripts().find_script(&id).await?))
 }
 
 async fn delete_script(
@@ -266,10 +272,10 @@ async fn delete_script(
     Path((_, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let store = scope.store(&state);
-    let script = store.find_script(&id).await?;
+    let script = store.scripts().find_script(&id).await?;
     let audit =
         AuditEvent::new(scope.caller.actor(), "script.delete", "script").request(request_id);
-    store.delete_script(script.id, audit).await?;
+    store.scripts().delete_script(script.id, audit).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -281,6 +287,10 @@ async fn device_commands(
     let device: DeviceId = id
         .parse()
         .map_err(|_| ApiError::not_found("device not found"))?;
-    let commands = scope.store(&state).list_commands(device, 100).await?;
+    let commands = scope
+        .store(&state)
+        .commands()
+        .list_commands(device, 100)
+        .await?;
     Ok(Json(json!({ "commands": commands })))
 }

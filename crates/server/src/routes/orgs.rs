@@ -44,7 +44,7 @@ async fn list_orgs(
             let read = authz::operation(&Method::GET, "/orgs/{org}")
                 .map(|op| breeze_core::authz::authorize(c, op, state.scope_policy()));
             match read {
-                Some(Ok(_)) => vec![state.store.org(c.org()).organization().await?],
+                Some(Ok(_)) => vec![state.store.org(c.org()).tenancy().organization().await?],
                 Some(Err(Denied::MissingScope { scope, .. })) => {
                     return Err(ApiError::forbidden(format!(
                         "this API key lacks the {scope} scope"
@@ -65,7 +65,7 @@ async fn list_sites(
     State(state): State<AppState>,
     scope: OrgScope,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let sites = scope.store(&state).list_sites().await?;
+    let sites = scope.store(&state).tenancy().list_sites().await?;
     Ok(Json(serde_json::json!({ "sites": sites })))
 }
 
@@ -118,6 +118,7 @@ async fn list_devices(
     let offset = q.offset.unwrap_or(0);
     let (devices, total) = scope
         .store(&state)
+        .devices()
         .list_devices(&filter, limit, offset)
         .await?;
     Ok(Json(DevicePage {
@@ -137,6 +138,7 @@ async fn get_device(
     let id: DeviceId = device.parse().map_err(|_| not_found())?;
     scope
         .store(&state)
+        .devices()
         .get_device(id)
         .await
         .map(Json)

@@ -38,7 +38,7 @@ async fn show(
 ) -> Result<Json<ProtectedPaths>, ApiError> {
     Ok(Json(ProtectedPaths {
         builtin: BUILTIN_PROTECTED,
-        additions: scope.store(&state).protected_paths().await?,
+        additions: scope.store(&state).commands().protected_paths().await?,
     }))
 }
 
@@ -57,6 +57,7 @@ async fn replace(
     .request(request_id);
     let additions = scope
         .store(&state)
+        .commands()
         .set_protected_paths(&req.additions, audit.resource(scope.org.id))
         .await?;
     Ok(Json(ProtectedPaths {

@@ -33,7 +33,7 @@ async fn download(
     Path((_, run)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let run = Uuid::parse_str(&run).map_err(|_| run_not_found())?;
-    let record = match scope.store(&state).get_report_run(run).await {
+    let record = match scope.store(&state).reports().get_report_run(run).await {
         Ok(r) => r,
         Err(StoreError::NotFound(_)) => return Err(run_not_found()),
         Err(e) => return Err(e.into()),
@@ -55,7 +55,7 @@ async fn download(
             if seq >= chunks {
                 return None;
             }
-            match store.org(org_id).report_chunk(run, seq).await {
+            match store.org(org_id).reports().report_chunk(run, seq).await {
                 Ok(Some(data)) => Some((Ok::<_, StoreError>(data), seq + 1)),
                 // A run pruned while it was being downloaded: the body ends short.
                 Ok(None) => None,

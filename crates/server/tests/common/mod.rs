@@ -83,6 +83,7 @@ pub(crate) async fn world(cx: &Ctx) -> World {
             .unwrap();
         let site = s
             .org(org)
+            .tenancy()
             .create_site("HQ", "UTC", audit("s"))
             .await
             .unwrap();
@@ -97,7 +98,12 @@ pub(crate) async fn world(cx: &Ctx) -> World {
             last_seen_at: None,
             tags: vec![],
         };
-        let d = s.org(org).create_device(device, audit("d")).await.unwrap();
+        let d = s
+            .org(org)
+            .devices()
+            .create_device(device, audit("d"))
+            .await
+            .unwrap();
         devices.push(d.id.to_string());
     }
     let auth = AuthService::new(s.clone(), clock.clone(), AuthSettings::default());

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl OrgStore<'_> {
+impl crate::OrgAlerts<'_> {
     // ---- notification channels -------------------------------------------------------------
 
     /// Creates a notification channel. Email needs `{"to": [addresses]}` (1–20), a webhook

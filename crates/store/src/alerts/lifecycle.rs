@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl OrgStore<'_> {
+impl crate::OrgAlerts<'_> {
     /// The rule's unresolved alerts.
     pub async fn unresolved_alerts_of_rule(&self, rule: Uuid) -> Result<Vec<Alert>> {
         sql(format!(
@@ -27,8 +27,8 @@ impl OrgStore<'_> {
         self.raise_alert_on(rule, device, value, &[]).await
     }
 
-    /// [`OrgStore::raise_alert`], keeping with the alert the events it was raised on (an
-    /// event rule's newest matching events; see [`OrgStore::alert_trigger_events`]).
+    /// [`crate::OrgAlerts::raise_alert`], keeping with the alert the events it was raised on (an
+    /// event rule's newest matching events; see [`crate::OrgTelemetry::alert_trigger_events`]).
     pub async fn raise_alert_on(
         &self,
         rule: &AlertRule,
@@ -51,7 +51,7 @@ impl OrgStore<'_> {
                 return Ok(None);
             }
         }
-        let hostname = self.get_device(device).await?.hostname;
+        let hostname = self.whole().devices().get_device(device).await?.hostname;
         let title = format!("{}: {}", rule.name, hostname);
         let value_text = value
             .map(|v| format!(" (observed {v:.1})"))

@@ -17,7 +17,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    CrossOrg, OrgStore, Result, StoreError, audit,
+    CrossOrg, Result, StoreError, audit,
     sql::{Arg, Sql, Tx, sql},
 };
 
@@ -432,16 +432,16 @@ impl CrossOrg<'_> {
     }
 }
 
-impl OrgStore<'_> {
+impl crate::OrgAlerts<'_> {
     // ---- rules -----------------------------------------------------------------------------
 
     /// The target exists in this organization (another's is `NotFound`, like a missing one).
     pub(crate) async fn check_target(&self, target: RuleTarget) -> Result<()> {
         match target {
             RuleTarget::Organization => Ok(()),
-            RuleTarget::Site(s) => self.get_site(s).await.map(drop),
-            RuleTarget::Group(g) => self.get_group(g).await.map(drop),
-            RuleTarget::Device(d) => self.get_device(d).await.map(drop),
+            RuleTarget::Site(s) => self.whole().tenancy().get_site(s).await.map(drop),
+            RuleTarget::Group(g) => self.whole().tenancy().get_group(g).await.map(drop),
+            RuleTarget::Device(d) => self.whole().devices().get_device(d).await.map(drop),
         }
     }
 

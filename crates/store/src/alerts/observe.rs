@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl OrgStore<'_> {
+impl crate::OrgAlerts<'_> {
     // ---- evaluation ------------------------------------------------------------------------
 
     /// What `rule`'s condition looks like now on each targeted device that has something to
@@ -11,7 +11,7 @@ impl OrgStore<'_> {
         self.observe(rule, None).await
     }
 
-    /// [`OrgStore::observe_rule`] for some devices only (those the rule does not target, or
+    /// [`crate::OrgAlerts::observe_rule`] for some devices only (those the rule does not target, or
     /// that have nothing to say, are left out): the engine's incremental path, when devices
     /// reported. An empty list observes nothing.
     pub async fn observe_rule_for(

@@ -39,6 +39,7 @@ async fn world(s: &Store) -> (OrgId, SiteId, OrgId) {
         .unwrap();
     let site = s
         .org(a.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
@@ -48,6 +49,7 @@ async fn world(s: &Store) -> (OrgId, SiteId, OrgId) {
 /// An unlimited enrollment key whose hash is `[1; 32]`, valid for an hour.
 async fn open_key(s: &Store, org: OrgId, site: SiteId) {
     s.org(org)
+        .agents()
         .create_enrollment_key(
             NewEnrollmentKey {
                 site_id: site,
@@ -82,6 +84,7 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
     let (org, site, _) = world(s).await;
     let o = s.org(org);
     let key = o
+        .agents()
         .create_enrollment_key(
             NewEnrollmentKey {
                 site_id: site,
@@ -132,7 +135,7 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
         matches!(err, StoreError::Invalid(ref m) if m == INVALID_ENROLLMENT_KEY),
         "{err}"
     );
-    assert_eq!(o.get_enrollment_key(key.id).await.unwrap().uses, 2);
+    assert_eq!(o.agents().get_enrollment_key(key.id).await.unwrap().uses, 2);
 
     // Unknown, expired and revoked keys read the same.
     let err = s
@@ -141,6 +144,7 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
         .unwrap_err();
     assert!(err.to_string().contains(INVALID_ENROLLMENT_KEY));
     let open = o
+        .agents()
         .create_enrollment_key(
             NewEnrollmentKey {
                 site_id: site,
@@ -159,7 +163,8 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
     cx.clock.advance(Duration::minutes(6));
     assert!(s.enroll_device(&[2; 32], machine(15, None)).await.is_err());
     cx.clock.advance(Duration::minutes(-6));
-    o.revoke_enrollment_key(open.id, audit("enrollment_key.revoke", "enrollment_key"))
+    o.agents()
+        .revoke_enrollment_key(open.id, audit("enrollment_key.revoke", "enrollment_key"))
         .await
         .unwrap();
     assert!(s.enroll_device(&[2; 32], machine(16, None)).await.is_err());
@@ -173,11 +178,13 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
     let (org, hq, other) = world(s).await;
     let o = s.org(org);
     let branch = o
+        .tenancy()
         .create_site("Branch Office", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let key = |hash: u8, site: SiteId, org: OrgId| async move {
         s.org(org)
+            .agents()
             .create_enrollment_key(
                 NewEnrollmentKey {
                     site_id: site,
@@ -218,9 +225,10 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
     assert_eq!(cred(61).await.device_id, attacker.device.id);
     assert!(signals.try_recv().is_err(), "no credential changed");
     // Flagged where people look: the device listing, an alert, the device's events, audit.
-    let listed = o.get_device(attacker.device.id).await.unwrap();
+    let listed = o.devices().get_device(attacker.device.id).await.unwrap();
     assert_eq!(listed.suspected_clone_of, Some(victim.id));
     let alerts = o
+        .alerts()
         .list_alerts(
             &breeze_store::AlertFilter {
                 device: Some(attacker.device.id),
@@ -240,7 +248,11 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
         "{}",
         alerts[0].title
     );
-    let events = o.device_events(attacker.device.id, 10).await.unwrap();
+    let events = o
+        .telemetry()
+        .device_events(attacker.device.id, 10)
+        .await
+        .unwrap();
     assert_eq!(events[0].kind, breeze_store::CLONE_EVENT_KIND);
     assert!(events[0].message.contains(&victim.id.to_string()));
     // A cloned VM enrolling a third time is flagged against the original, not the clone.
@@ -250,7 +262,8 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
         .unwrap();
     assert_eq!(third.suspected_clone_of, Some(victim.id));
     assert_eq!(
-        o.list_alerts(&breeze_store::AlertFilter::default(), None, 10)
+        o.alerts()
+            .list_alerts(&breeze_store::AlertFilter::default(), None, 10)
             .await
             .unwrap()
             .alerts
@@ -273,17 +286,19 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
     );
 
     // The administrator's one-time re-enroll token re-enrolls the victim device itself.
-    o.issue_reenroll_token(
-        victim.id,
-        &[70; 32],
-        s.clock().now() + Duration::hours(1),
-        audit("device.reenroll_token.issue", "device"),
-    )
-    .await
-    .unwrap();
+    o.agents()
+        .issue_reenroll_token(
+            victim.id,
+            &[70; 32],
+            s.clock().now() + Duration::hours(1),
+            audit("device.reenroll_token.issue", "device"),
+        )
+        .await
+        .unwrap();
     // Another organization's enrollment key cannot spend it.
     let b_site = s
         .org(other)
+        .tenancy()
         .create_site("B HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
@@ -315,14 +330,15 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
             .is_err()
     );
     // An expired one is refused too.
-    o.issue_reenroll_token(
-        victim.id,
-        &[71; 32],
-        s.clock().now() + Duration::minutes(5),
-        audit("device.reenroll_token.issue", "device"),
-    )
-    .await
-    .unwrap();
+    o.agents()
+        .issue_reenroll_token(
+            victim.id,
+            &[71; 32],
+            s.clock().now() + Duration::minutes(5),
+            audit("device.reenroll_token.issue", "device"),
+        )
+        .await
+        .unwrap();
     cx.clock.advance(Duration::minutes(6));
     assert!(
         s.enroll_device(&[1; 32], with(67, ReenrollProof::ReenrollToken([71; 32])))
@@ -395,12 +411,19 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     s.record_heartbeat(dev.id, org, &hb(vec![alice.clone()]))
         .await
         .unwrap();
-    let state = s.org(org).device_state(dev.id).await.unwrap().unwrap();
+    let state = s
+        .org(org)
+        .agents()
+        .device_state(dev.id)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(state.pending_reboot);
     assert_eq!(state.logged_in_users, vec![alice.clone()]);
     let since = s.clock().now() - Duration::days(1);
     let sessions = s
         .org(org)
+        .agents()
         .user_sessions(None, None, since, 10)
         .await
         .unwrap();
@@ -415,6 +438,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     s.record_heartbeat(dev.id, org, &hb(vec![])).await.unwrap();
     let sessions = s
         .org(org)
+        .agents()
         .user_sessions(None, Some("alice"), since, 10)
         .await
         .unwrap();
@@ -422,13 +446,14 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     // Another organization sees none of it.
     assert!(
         s.org(other)
+            .agents()
             .user_sessions(None, None, since, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(matches!(
-        s.org(other).device_state(dev.id).await,
+        s.org(other).agents().device_state(dev.id).await,
         Err(StoreError::NotFound(_))
     ));
 
@@ -441,12 +466,22 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         .unwrap();
     assert_eq!(stale, vec![dev.id]);
     assert_eq!(
-        s.org(org).get_device(dev.id).await.unwrap().status,
+        s.org(org)
+            .devices()
+            .get_device(dev.id)
+            .await
+            .unwrap()
+            .status,
         DeviceStatus::Offline
     );
     s.record_heartbeat(dev.id, org, &hb(vec![])).await.unwrap();
     assert_eq!(
-        s.org(org).get_device(dev.id).await.unwrap().status,
+        s.org(org)
+            .devices()
+            .get_device(dev.id)
+            .await
+            .unwrap()
+            .status,
         DeviceStatus::Online
     );
 }
@@ -474,6 +509,7 @@ async fn commands_move_forward_only(cx: Ctx) {
         created_by: "api_key:k".into(),
     };
     let cmd = o
+        .commands()
         .create_command(new(), audit("command.create", "command"))
         .await
         .unwrap();
@@ -481,9 +517,10 @@ async fn commands_move_forward_only(cx: Ctx) {
     assert_eq!(cmd.kind, "list_processes");
     assert_eq!(cmd.to_wire().unwrap().kind, new().kind);
     // Another organization can neither see nor queue for the device.
-    assert!(s.org(other).get_command(cmd.id).await.is_err());
+    assert!(s.org(other).commands().get_command(cmd.id).await.is_err());
     assert!(
         s.org(other)
+            .commands()
             .create_command(new(), audit("command.create", "command"))
             .await
             .is_err()
@@ -536,12 +573,18 @@ async fn commands_move_forward_only(cx: Ctx) {
             .is_none()
     );
     assert_eq!(
-        o.get_command(cmd.id).await.unwrap().stdout.as_deref(),
+        o.commands()
+            .get_command(cmd.id)
+            .await
+            .unwrap()
+            .stdout
+            .as_deref(),
         Some("first")
     );
 
     // A command nobody picks up times out at its deadline, with a reason.
     let late = o
+        .commands()
         .create_command(new(), audit("command.create", "command"))
         .await
         .unwrap();
@@ -554,6 +597,7 @@ async fn commands_move_forward_only(cx: Ctx) {
     assert!(timed[0].error.as_deref().unwrap().contains("did not pick"));
     // Output beyond the server's ceiling is cut and flagged.
     let big = o
+        .commands()
         .create_command(new(), audit("command.create", "command"))
         .await
         .unwrap();
@@ -577,6 +621,7 @@ async fn a_result_with_nul_output_is_stored(cx: Ctx) {
         .device;
     let cmd = s
         .org(org)
+        .commands()
         .create_command(
             NewCommand {
                 device_id: dev.id,
@@ -609,7 +654,7 @@ async fn a_result_with_nul_output_is_stored(cx: Ctx) {
     };
     let stored = s.complete_command(dev.id, result).await.unwrap().unwrap();
     assert_eq!(stored.status, CommandStatus::Failed);
-    let read = s.org(org).get_command(cmd.id).await.unwrap();
+    let read = s.org(org).commands().get_command(cmd.id).await.unwrap();
     assert_eq!(read.stdout.as_deref(), Some("bin\u{FFFD}ary"));
     assert_eq!(read.stderr.as_deref(), Some("\u{FFFD}"));
     assert_eq!(read.error.as_deref(), Some("err\u{FFFD}or"));
@@ -652,7 +697,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
         process_count: 100,
     };
     assert_eq!(
-        s.org(org).latest_metric(dev.id).await.unwrap(),
+        s.org(org).telemetry().latest_metric(dev.id).await.unwrap(),
         None,
         "no sample yet"
     );
@@ -667,21 +712,27 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let o = s.org(org);
     let until = t0 + Duration::hours(3);
     let raw = o
+        .telemetry()
         .query_metrics(dev.id, t0, until, Aggregation::Raw)
         .await
         .unwrap();
     assert_eq!(raw.len(), 3);
     assert_eq!(raw[2].disk_max, 80.0, "disk % is the fullest mount");
     assert_eq!(
-        o.latest_metric(dev.id).await.unwrap().as_ref(),
+        o.telemetry().latest_metric(dev.id).await.unwrap().as_ref(),
         Some(&raw[2]),
         "the newest sample"
     );
     assert!(
-        s.org(other).latest_metric(dev.id).await.is_err(),
+        s.org(other)
+            .telemetry()
+            .latest_metric(dev.id)
+            .await
+            .is_err(),
         "another organization's device"
     );
     let hourly = o
+        .telemetry()
         .query_metrics(dev.id, t0, until, Aggregation::Hourly)
         .await
         .unwrap();
@@ -691,6 +742,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     assert_eq!(hourly[0].cpu_max, 30.0);
     assert_eq!(hourly[0].net_rx_bytes, 200);
     let daily = o
+        .telemetry()
         .query_metrics(dev.id, t0, until, Aggregation::Daily)
         .await
         .unwrap();
@@ -699,6 +751,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     assert_eq!(daily[0].cpu_avg, 30.0);
     assert!(
         s.org(other)
+            .telemetry()
             .query_metrics(dev.id, t0, until, Aggregation::Raw)
             .await
             .is_err()
@@ -710,13 +763,15 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let since = t0 - Duration::days(1);
     let far = t0 + Duration::days(30);
     assert!(
-        o.query_metrics(dev.id, since, far, Aggregation::Raw)
+        o.telemetry()
+            .query_metrics(dev.id, since, far, Aggregation::Raw)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        o.query_metrics(dev.id, since, far, Aggregation::Hourly)
+        o.telemetry()
+            .query_metrics(dev.id, since, far, Aggregation::Hourly)
             .await
             .unwrap()
             .len(),
@@ -738,18 +793,27 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
     };
     let o = s.org(org);
     let script = o
+        .scripts()
         .create_script(
             new("Clean temp", "bash", "rm -rf /tmp/x"),
             audit("script.create", "script"),
         )
         .await
         .unwrap();
-    assert_eq!(o.find_script("Clean temp").await.unwrap().id, script.id);
     assert_eq!(
-        o.find_script(&script.id.to_string()).await.unwrap().name,
+        o.scripts().find_script("Clean temp").await.unwrap().id,
+        script.id
+    );
+    assert_eq!(
+        o.scripts()
+            .find_script(&script.id.to_string())
+            .await
+            .unwrap()
+            .name,
         "Clean temp"
     );
     let dup = o
+        .scripts()
         .create_script(
             new("Clean temp", "sh", "true"),
             audit("script.create", "script"),
@@ -758,6 +822,7 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
         .unwrap_err();
     assert!(dup.to_string().contains("already exists"), "{dup}");
     let bad = o
+        .scripts()
         .create_script(
             new("x", "perl", "print 1"),
             audit("script.create", "script"),
@@ -768,19 +833,33 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
         bad.to_string().contains("unknown script language \"perl\""),
         "{bad}"
     );
-    assert!(s.org(other).find_script("Clean temp").await.is_err());
-    assert!(s.org(other).get_script(script.id).await.is_err());
+    assert!(
+        s.org(other)
+            .scripts()
+            .find_script("Clean temp")
+            .await
+            .is_err()
+    );
+    assert!(s.org(other).scripts().get_script(script.id).await.is_err());
     assert_eq!(
-        o.list_scripts(Some("maintenance"), Some("TEMP"))
+        o.scripts()
+            .list_scripts(Some("maintenance"), Some("TEMP"))
             .await
             .unwrap()
             .len(),
         1
     );
-    o.delete_script(script.id, audit("script.delete", "script"))
+    o.scripts()
+        .delete_script(script.id, audit("script.delete", "script"))
         .await
         .unwrap();
-    assert!(o.list_scripts(None, None).await.unwrap().is_empty());
+    assert!(
+        o.scripts()
+            .list_scripts(None, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// An organization's protected-path additions: validated, replaced as a whole with an audit
@@ -796,19 +875,21 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
         .unwrap()
         .device;
     let o = s.org(org);
-    assert!(o.protected_paths().await.unwrap().is_empty());
+    assert!(o.commands().protected_paths().await.unwrap().is_empty());
     for bad in [
         vec!["relative".to_owned()],
         vec!["/a/../b".to_owned()],
         vec!["/".to_owned()],
     ] {
         let e = o
+            .commands()
             .set_protected_paths(&bad, audit("org.protected_paths.set", "organization"))
             .await
             .unwrap_err();
         assert!(matches!(e, StoreError::Invalid(_)), "{bad:?}: {e}");
     }
     let set = o
+        .commands()
         .set_protected_paths(
             &[
                 "/srv/vault".into(),
@@ -820,9 +901,17 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(set, vec!["/srv/vault".to_owned(), "~/.secrets".to_owned()]);
-    assert_eq!(o.protected_paths().await.unwrap(), set);
-    assert!(s.org(other).protected_paths().await.unwrap().is_empty());
+    assert_eq!(o.commands().protected_paths().await.unwrap(), set);
+    assert!(
+        s.org(other)
+            .commands()
+            .protected_paths()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let page = o
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("org.protected_paths.set".into()),
@@ -857,6 +946,7 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
         created_by: "t".into(),
     };
     let read = o
+        .commands()
         .create_command(
             queue(CommandKind::FileRead {
                 path: "/srv/x".into(),
@@ -868,6 +958,7 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
         .unwrap();
     assert_eq!(read.to_wire().unwrap().protected_paths, set);
     let ps = o
+        .commands()
         .create_command(
             queue(CommandKind::ListProcesses {
                 sort_by: ProcessSort::Cpu,
@@ -880,11 +971,20 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
     assert!(ps.to_wire().unwrap().protected_paths.is_empty());
     // A command keeps the list of its moment; clearing the list does not touch the built-ins
     // (they are not data) and applies to later commands.
-    o.set_protected_paths(&[], audit("org.protected_paths.set", "organization"))
+    o.commands()
+        .set_protected_paths(&[], audit("org.protected_paths.set", "organization"))
         .await
         .unwrap();
-    assert_eq!(o.get_command(read.id).await.unwrap().protected_paths, set);
+    assert_eq!(
+        o.commands()
+            .get_command(read.id)
+            .await
+            .unwrap()
+            .protected_paths,
+        set
+    );
     let later = o
+        .commands()
         .create_command(
             queue(CommandKind::FileList {
                 path: "/srv".into(),

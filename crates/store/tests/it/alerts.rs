@@ -57,6 +57,7 @@ async fn actions(cx: &Ctx, org: breeze_core::OrgId) -> Vec<String> {
     let page = cx
         .store
         .org(org)
+        .audit()
         .query_audit(&AuditFilter::default(), None, 200)
         .await
         .unwrap();
@@ -79,14 +80,17 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .unwrap();
     let (oa, ob) = (s.org(a.id), s.org(b.id));
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let site_b = ob
+        .tenancy()
         .create_site("B-HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let hot = oa
+        .devices()
         .create_device(
             new_device(site.id, "hot", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -94,6 +98,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .await
         .unwrap();
     let cool = oa
+        .devices()
         .create_device(
             new_device(site.id, "cool", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -101,6 +106,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .await
         .unwrap();
     let dev_b = ob
+        .devices()
         .create_device(
             new_device(site_b.id, "b-1", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -108,6 +114,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .await
         .unwrap();
     let group_b = ob
+        .tenancy()
         .create_group("B group", None, None, audit("device_group.create", "g"))
         .await
         .unwrap();
@@ -119,6 +126,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         RuleTarget::Group(group_b.id),
     ] {
         let err = oa
+            .alerts()
             .create_rule(
                 cpu_rule("x", target),
                 audit("alert_rule.create", "alert_rule"),
@@ -128,6 +136,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         assert!(matches!(err, StoreError::NotFound(_)), "{target:?}: {err}");
     }
     let channel_b = ob
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "ops".into(),
@@ -142,7 +151,8 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     let mut foreign = cpu_rule("x", RuleTarget::Organization);
     foreign.channel_ids = vec![channel_b.id];
     assert!(matches!(
-        oa.create_rule(foreign, audit("alert_rule.create", "alert_rule"))
+        oa.alerts()
+            .create_rule(foreign, audit("alert_rule.create", "alert_rule"))
             .await
             .unwrap_err(),
         StoreError::NotFound("notification channel")
@@ -156,20 +166,23 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         duration_minutes: 5,
     };
     assert!(matches!(
-        oa.create_rule(bad, audit("alert_rule.create", "alert_rule"))
+        oa.alerts()
+            .create_rule(bad, audit("alert_rule.create", "alert_rule"))
             .await
             .unwrap_err(),
         StoreError::Invalid(_)
     ));
     let long = cpu_rule(&"n".repeat(300), RuleTarget::Organization);
     assert!(matches!(
-        oa.create_rule(long, audit("alert_rule.create", "alert_rule"))
+        oa.alerts()
+            .create_rule(long, audit("alert_rule.create", "alert_rule"))
             .await
             .unwrap_err(),
         StoreError::Invalid(_)
     ));
 
     let in_app = oa
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "dashboard".into(),
@@ -184,22 +197,24 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     let mut new = cpu_rule("CPU hot", RuleTarget::Site(site.id));
     new.channel_ids = vec![in_app.id, in_app.id];
     let rule = oa
+        .alerts()
         .create_rule(new, audit("alert_rule.create", "alert_rule"))
         .await
         .unwrap();
     assert_eq!(rule.channel_ids, vec![in_app.id], "duplicates collapse");
     assert_eq!(rule.target().unwrap(), RuleTarget::Site(site.id));
     assert!(
-        ob.get_rule(rule.id).await.is_err(),
+        ob.alerts().get_rule(rule.id).await.is_err(),
         "another organization cannot see the rule"
     );
     assert!(matches!(
-        oa.create_rule(
-            cpu_rule("CPU hot", RuleTarget::Organization),
-            audit("alert_rule.create", "alert_rule")
-        )
-        .await
-        .unwrap_err(),
+        oa.alerts()
+            .create_rule(
+                cpu_rule("CPU hot", RuleTarget::Organization),
+                audit("alert_rule.create", "alert_rule")
+            )
+            .await
+            .unwrap_err(),
         StoreError::Conflict(_)
     ));
 
@@ -216,12 +231,13 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     s.insert_metrics(cool.id, a.id, &cool_samples)
         .await
         .unwrap();
-    let obs = oa.observe_rule(&rule).await.unwrap();
+    let obs = oa.alerts().observe_rule(&rule).await.unwrap();
     let state = |d| obs.iter().find(|o| o.device_id == d).map(|o| o.state);
     assert_eq!(state(hot.id), Some(Observed::Breaching));
     assert_eq!(state(cool.id), Some(Observed::Clear));
 
     let alert = oa
+        .alerts()
         .raise_alert(&rule, hot.id, Some(95.0))
         .await
         .unwrap()
@@ -230,7 +246,8 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     assert_eq!(alert.severity, Severity::High);
     assert!(alert.title.contains("hot"), "{}", alert.title);
     assert!(
-        oa.raise_alert(&rule, hot.id, Some(96.0))
+        oa.alerts()
+            .raise_alert(&rule, hot.id, Some(96.0))
             .await
             .unwrap()
             .is_none(),
@@ -239,23 +256,26 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
 
     // Cross-organization ids: invisible and unchangeable.
     assert!(matches!(
-        ob.get_alert(alert.id).await.unwrap_err(),
+        ob.alerts().get_alert(alert.id).await.unwrap_err(),
         StoreError::NotFound("alert")
     ));
     let user = Actor::system("someone");
     assert!(matches!(
-        ob.acknowledge_alert(alert.id, &user, None, audit("alert.acknowledge", "alert"))
+        ob.alerts()
+            .acknowledge_alert(alert.id, &user, None, audit("alert.acknowledge", "alert"))
             .await
             .unwrap_err(),
         StoreError::NotFound("alert")
     ));
     assert!(
-        ob.delete_rule(rule.id, &user, audit("alert_rule.delete", "alert_rule"))
+        ob.alerts()
+            .delete_rule(rule.id, &user, audit("alert_rule.delete", "alert_rule"))
             .await
             .is_err()
     );
 
     let acked = oa
+        .alerts()
         .acknowledge_alert(
             alert.id,
             &user,
@@ -267,23 +287,26 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     assert_eq!(acked.status, AlertStatus::Acknowledged);
     assert_eq!(acked.acknowledged_by.as_deref(), Some("system:someone"));
     assert!(matches!(
-        oa.acknowledge_alert(alert.id, &user, None, audit("alert.acknowledge", "alert"))
+        oa.alerts()
+            .acknowledge_alert(alert.id, &user, None, audit("alert.acknowledge", "alert"))
             .await
             .unwrap_err(),
         StoreError::Conflict(_)
     ));
     assert!(matches!(
-        oa.acknowledge_alert(
-            alert.id,
-            &user,
-            Some(&"x".repeat(3000)),
-            audit("alert.acknowledge", "alert")
-        )
-        .await
-        .unwrap_err(),
+        oa.alerts()
+            .acknowledge_alert(
+                alert.id,
+                &user,
+                Some(&"x".repeat(3000)),
+                audit("alert.acknowledge", "alert")
+            )
+            .await
+            .unwrap_err(),
         StoreError::Invalid(_)
     ));
     let resolved = oa
+        .alerts()
         .resolve_alert(
             alert.id,
             &user,
@@ -294,6 +317,7 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .unwrap();
     assert_eq!(resolved.status, AlertStatus::Resolved);
     let history: Vec<(String, Option<String>)> = oa
+        .alerts()
         .alert_events(alert.id)
         .await
         .unwrap()
@@ -310,34 +334,61 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
     );
 
     // Cooldown: 10 minutes after the resolution nothing new is raised; after it, one is.
-    assert!(oa.raise_alert(&rule, hot.id, None).await.unwrap().is_none());
-    cx.clock.advance(Duration::minutes(11));
-    let again = oa.raise_alert(&rule, hot.id, None).await.unwrap().unwrap();
-    assert!(oa.auto_resolve_alert(again.id, Some(10.0)).await.unwrap());
     assert!(
-        !oa.auto_resolve_alert(again.id, Some(10.0)).await.unwrap(),
+        oa.alerts()
+            .raise_alert(&rule, hot.id, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    cx.clock.advance(Duration::minutes(11));
+    let again = oa
+        .alerts()
+        .raise_alert(&rule, hot.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        oa.alerts()
+            .auto_resolve_alert(again.id, Some(10.0))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !oa.alerts()
+            .auto_resolve_alert(again.id, Some(10.0))
+            .await
+            .unwrap(),
         "resolving twice changes nothing"
     );
 
     // Samples are now 11 minutes old: nothing to say about either device.
-    assert!(oa.observe_rule(&rule).await.unwrap().is_empty());
+    assert!(oa.alerts().observe_rule(&rule).await.unwrap().is_empty());
 
     // Listing: filters and cursors.
     cx.clock.advance(Duration::minutes(11));
-    let third = oa.raise_alert(&rule, cool.id, None).await.unwrap().unwrap();
+    let third = oa
+        .alerts()
+        .raise_alert(&rule, cool.id, None)
+        .await
+        .unwrap()
+        .unwrap();
     let page = oa
+        .alerts()
         .list_alerts(&AlertFilter::default(), None, 2)
         .await
         .unwrap();
     assert_eq!(page.alerts.len(), 2);
     assert_eq!(page.alerts[0].id, third.id, "newest first");
     let rest = oa
+        .alerts()
         .list_alerts(&AlertFilter::default(), page.next_cursor, 2)
         .await
         .unwrap();
     assert_eq!(rest.alerts.len(), 1);
     assert!(rest.next_cursor.is_none());
     let open = oa
+        .alerts()
         .list_alerts(
             &AlertFilter {
                 status: Some(AlertStatus::Open),
@@ -353,17 +404,19 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .unwrap();
     assert_eq!(open.alerts.len(), 1);
     assert!(
-        ob.list_alerts(&AlertFilter::default(), None, 50)
+        ob.alerts()
+            .list_alerts(&AlertFilter::default(), None, 50)
             .await
             .unwrap()
             .alerts
             .is_empty()
     );
-    let summary = oa.alert_summary().await.unwrap();
+    let summary = oa.alerts().alert_summary().await.unwrap();
     assert_eq!((summary.open, summary.resolved, summary.rules), (1, 2, 1));
 
     // Update and delete: deletion resolves what is unresolved and hides the rule.
     let updated = oa
+        .alerts()
         .update_rule(
             rule.id,
             RuleUpdate {
@@ -377,27 +430,29 @@ async fn rules_alerts_and_their_lifecycle(cx: Ctx) {
         .unwrap();
     assert_eq!(updated.severity, Severity::Critical);
     assert!(matches!(
-        oa.update_rule(
-            rule.id,
-            RuleUpdate {
-                target: Some(RuleTarget::Device(dev_b.id)),
-                ..RuleUpdate::default()
-            },
-            audit("alert_rule.update", "alert_rule"),
-        )
-        .await
-        .unwrap_err(),
+        oa.alerts()
+            .update_rule(
+                rule.id,
+                RuleUpdate {
+                    target: Some(RuleTarget::Device(dev_b.id)),
+                    ..RuleUpdate::default()
+                },
+                audit("alert_rule.update", "alert_rule"),
+            )
+            .await
+            .unwrap_err(),
         StoreError::NotFound(_)
     ));
     assert_eq!(
-        oa.delete_rule(rule.id, &user, audit("alert_rule.delete", "alert_rule"))
+        oa.alerts()
+            .delete_rule(rule.id, &user, audit("alert_rule.delete", "alert_rule"))
             .await
             .unwrap(),
         1
     );
-    assert!(oa.get_rule(rule.id).await.is_err());
+    assert!(oa.alerts().get_rule(rule.id).await.is_err());
     assert_eq!(
-        oa.get_alert(third.id).await.unwrap().status,
+        oa.alerts().get_alert(third.id).await.unwrap().status,
         AlertStatus::Resolved
     );
 
@@ -434,6 +489,7 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
         .unwrap();
     let oa = s.org(a.id);
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
@@ -441,16 +497,19 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
     let mut gone = new_device(site.id, "gone", DeviceStatus::Offline);
     gone.last_seen_at = Some(now - Duration::minutes(30));
     let gone = oa
+        .devices()
         .create_device(gone, audit("device.create", "device"))
         .await
         .unwrap();
     let mut blip = new_device(site.id, "blip", DeviceStatus::Offline);
     blip.last_seen_at = Some(now - Duration::minutes(2));
     let blip = oa
+        .devices()
         .create_device(blip, audit("device.create", "device"))
         .await
         .unwrap();
     let up = oa
+        .devices()
         .create_device(
             new_device(site.id, "up", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -458,18 +517,20 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
         .await
         .unwrap();
     let group = oa
+        .tenancy()
         .create_group("G", None, None, audit("device_group.create", "g"))
         .await
         .unwrap();
-    oa.add_to_group(group.id, up.id).await.unwrap();
+    oa.tenancy().add_to_group(group.id, up.id).await.unwrap();
 
     let mut offline = cpu_rule("offline", RuleTarget::Organization);
     offline.condition = AlertCondition::Offline { minutes: 10 };
     let offline = oa
+        .alerts()
         .create_rule(offline, audit("alert_rule.create", "alert_rule"))
         .await
         .unwrap();
-    let obs = oa.observe_rule(&offline).await.unwrap();
+    let obs = oa.alerts().observe_rule(&offline).await.unwrap();
     let state = |d| obs.iter().find(|o| o.device_id == d).map(|o| o.state);
     assert_eq!(state(gone.id), Some(Observed::Breaching));
     assert_eq!(state(blip.id), Some(Observed::Unknown));
@@ -496,10 +557,11 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
         duration_minutes: 0,
     };
     let disk = oa
+        .alerts()
         .create_rule(disk, audit("alert_rule.create", "alert_rule"))
         .await
         .unwrap();
-    let obs = oa.observe_rule(&disk).await.unwrap();
+    let obs = oa.alerts().observe_rule(&disk).await.unwrap();
     assert_eq!(obs.len(), 1, "group members only: {obs:?}");
     assert_eq!(obs[0].device_id, up.id);
     assert_eq!(obs[0].state, Observed::Breaching);
@@ -513,10 +575,11 @@ async fn offline_disk_free_and_network_conditions(cx: Ctx) {
         duration_minutes: 5,
     };
     let net = oa
+        .alerts()
         .create_rule(net, audit("alert_rule.create", "alert_rule"))
         .await
         .unwrap();
-    let obs = oa.observe_rule(&net).await.unwrap();
+    let obs = oa.alerts().observe_rule(&net).await.unwrap();
     assert_eq!(obs.len(), 1);
     // 10 samples of 60,000 bytes in the window (the first lies on its open start) over 300 s.
     assert_eq!(obs[0].state, Observed::Breaching);
@@ -530,6 +593,7 @@ async fn channels_are_deleted_only_when_unused(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let channel = oa
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "app".into(),
@@ -544,33 +608,38 @@ async fn channels_are_deleted_only_when_unused(cx: Ctx) {
     let mut rule = cpu_rule("hot", RuleTarget::Organization);
     rule.channel_ids = vec![channel.id];
     let rule = oa
+        .alerts()
         .create_rule(rule, audit("alert_rule.create", "r"))
         .await
         .unwrap();
     let err = ob
+        .alerts()
         .delete_channel(channel.id, audit("notification_channel.delete", "c"))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     let err = oa
+        .alerts()
         .delete_channel(channel.id, audit("notification_channel.delete", "c"))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Conflict(_)), "{err}");
-    oa.update_rule(
-        rule.id,
-        RuleUpdate {
-            channel_ids: Some(vec![]),
-            ..RuleUpdate::default()
-        },
-        audit("alert_rule.update", "r"),
-    )
-    .await
-    .unwrap();
-    oa.delete_channel(channel.id, audit("notification_channel.delete", "c"))
+    oa.alerts()
+        .update_rule(
+            rule.id,
+            RuleUpdate {
+                channel_ids: Some(vec![]),
+                ..RuleUpdate::default()
+            },
+            audit("alert_rule.update", "r"),
+        )
         .await
         .unwrap();
-    assert!(oa.list_channels().await.unwrap().is_empty());
+    oa.alerts()
+        .delete_channel(channel.id, audit("notification_channel.delete", "c"))
+        .await
+        .unwrap();
+    assert!(oa.alerts().list_channels().await.unwrap().is_empty());
     assert!(
         actions(&cx, a)
             .await

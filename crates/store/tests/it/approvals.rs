@@ -80,6 +80,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
     let (org, user, key, other) = world(s).await;
     let o = s.org(org);
     let r = o
+        .approvals()
         .create_approval(
             request(s, user, key),
             audit("approval.request", "approval_request"),
@@ -88,7 +89,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
         .unwrap();
     assert_eq!(r.status.as_str(), "pending");
     assert!(
-        s.org(other).get_approval(r.id).await.is_err(),
+        s.org(other).approvals().get_approval(r.id).await.is_err(),
         "confined to its organization"
     );
     assert_eq!(
@@ -105,6 +106,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
     );
 
     let decided = o
+        .approvals()
         .decide_approval(
             r.id,
             Decision::Approve,
@@ -116,6 +118,7 @@ async fn approvals_move_forward_once(cx: Ctx) {
         .unwrap();
     assert_eq!(decided.status.as_str(), "approved");
     let again = o
+        .approvals()
         .decide_approval(
             r.id,
             Decision::Deny,
@@ -144,13 +147,14 @@ async fn approvals_move_forward_once(cx: Ctx) {
 
     // A crash mid-execution: at the next start it fails and is never retried.
     assert_eq!(s.fail_interrupted_approvals().await.unwrap(), 1);
-    let failed = o.get_approval(r.id).await.unwrap();
+    let failed = o.approvals().get_approval(r.id).await.unwrap();
     assert_eq!(failed.status.as_str(), "failed");
     assert!(failed.reason.unwrap().contains("not retried"));
     assert!(!s.claim_approval(r.id).await.unwrap());
 
     // Expiry.
     let late = o
+        .approvals()
         .create_approval(
             request(s, user, key),
             audit("approval.request", "approval_request"),
@@ -159,41 +163,56 @@ async fn approvals_move_forward_once(cx: Ctx) {
         .unwrap();
     cx.clock.advance(Duration::minutes(6));
     assert!(
-        o.decide_approval(
-            late.id,
-            Decision::Approve,
-            user,
-            None,
-            audit("a", "approval_request")
-        )
-        .await
-        .is_err()
+        o.approvals()
+            .decide_approval(
+                late.id,
+                Decision::Approve,
+                user,
+                None,
+                audit("a", "approval_request")
+            )
+            .await
+            .is_err()
     );
     assert_eq!(s.expire_approvals().await.unwrap(), 1);
     assert_eq!(
-        o.get_approval(late.id).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(late.id)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "expired"
     );
     cx.clock.advance(Duration::minutes(-6));
 
     // Report revokes the requesting key in the same transaction.
     let bad = o
+        .approvals()
         .create_approval(
             request(s, user, key),
             audit("approval.request", "approval_request"),
         )
         .await
         .unwrap();
-    o.decide_approval(
-        bad.id,
-        Decision::Report,
-        user,
-        Some("not me"),
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
-    assert!(o.get_api_key(key).await.unwrap().revoked_at.is_some());
+    o.approvals()
+        .decide_approval(
+            bad.id,
+            Decision::Report,
+            user,
+            Some("not me"),
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        o.api_keys()
+            .get_api_key(key)
+            .await
+            .unwrap()
+            .revoked_at
+            .is_some()
+    );
 }
 
 async fn policies_resolve_most_specific_first(cx: Ctx) {
@@ -201,46 +220,62 @@ async fn policies_resolve_most_specific_first(cx: Ctx) {
     let (org, ..) = world(s).await;
     let o = s.org(org);
     assert_eq!(
-        o.approval_mode("run_script", None).await.unwrap(),
+        o.approvals()
+            .approval_mode("run_script", None)
+            .await
+            .unwrap(),
         "supervised"
     );
-    o.set_approval_policy("*", "four_eyes", audit("p", "organization"))
+    o.approvals()
+        .set_approval_policy("*", "four_eyes", audit("p", "organization"))
         .await
         .unwrap();
-    o.set_approval_policy("run_script", "supervised", audit("p", "organization"))
+    o.approvals()
+        .set_approval_policy("run_script", "supervised", audit("p", "organization"))
         .await
         .unwrap();
-    o.set_approval_policy(
-        "file_operations.delete",
-        "four_eyes",
-        audit("p", "organization"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .set_approval_policy(
+            "file_operations.delete",
+            "four_eyes",
+            audit("p", "organization"),
+        )
+        .await
+        .unwrap();
     assert_eq!(
-        o.approval_mode("run_script", None).await.unwrap(),
+        o.approvals()
+            .approval_mode("run_script", None)
+            .await
+            .unwrap(),
         "supervised"
     );
     assert_eq!(
-        o.approval_mode("network_discovery", None).await.unwrap(),
-        "four_eyes"
-    );
-    assert_eq!(
-        o.approval_mode("file_operations", Some("delete"))
+        o.approvals()
+            .approval_mode("network_discovery", None)
             .await
             .unwrap(),
         "four_eyes"
     );
-    o.set_approval_policy("*", "supervised", audit("p", "organization"))
+    assert_eq!(
+        o.approvals()
+            .approval_mode("file_operations", Some("delete"))
+            .await
+            .unwrap(),
+        "four_eyes"
+    );
+    o.approvals()
+        .set_approval_policy("*", "supervised", audit("p", "organization"))
         .await
         .unwrap();
     assert_eq!(
-        o.approval_mode("file_operations", Some("write"))
+        o.approvals()
+            .approval_mode("file_operations", Some("write"))
             .await
             .unwrap(),
         "supervised"
     );
     let err = o
+        .approvals()
         .set_approval_policy("*", "three_eyes", audit("p", "organization"))
         .await
         .unwrap_err();
@@ -262,6 +297,7 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
         ".list_processes",
     ] {
         let err = o
+            .approvals()
             .set_approval_policy(class, "automatic", audit("p", "organization"))
             .await
             .unwrap_err();
@@ -271,27 +307,31 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
         );
     }
     assert_eq!(
-        o.approval_mode("execute_command", Some("list_processes"))
+        o.approvals()
+            .approval_mode("execute_command", Some("list_processes"))
             .await
             .unwrap(),
         "supervised",
         "the refused settings left nothing behind"
     );
-    o.set_approval_policy(
-        "execute_command.list_processes",
-        "automatic",
-        audit("approval_policy.set", "organization"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .set_approval_policy(
+            "execute_command.list_processes",
+            "automatic",
+            audit("approval_policy.set", "organization"),
+        )
+        .await
+        .unwrap();
     assert_eq!(
-        o.approval_mode("execute_command", Some("list_processes"))
+        o.approvals()
+            .approval_mode("execute_command", Some("list_processes"))
             .await
             .unwrap(),
         "automatic"
     );
     assert_eq!(
-        o.approval_mode("execute_command", Some("kill_process"))
+        o.approvals()
+            .approval_mode("execute_command", Some("kill_process"))
             .await
             .unwrap(),
         "supervised"
@@ -301,7 +341,8 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     bare.action = None;
     bare.mode = "automatic".into();
     assert!(matches!(
-        o.create_approval(bare, audit("a", "approval_request"))
+        o.approvals()
+            .create_approval(bare, audit("a", "approval_request"))
             .await,
         Err(StoreError::Invalid(_))
     ));
@@ -312,6 +353,7 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     new.mode = "automatic".into();
     let requester = breeze_core::Actor::new(breeze_core::ActorType::ApiKey, key);
     let r = o
+        .approvals()
         .create_approval(
             new,
             breeze_core::AuditEvent::new(requester, "approval.request", "approval_request"),
@@ -332,6 +374,7 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     );
     assert!(!s.claim_approval(r.id).await.unwrap(), "once");
     let page = o
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("approval.auto_approved".into()),
@@ -349,14 +392,16 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
     assert_eq!(e.details["class"], "execute_command.list_processes");
 
     // Back to supervised: audited with what it replaced; new requests wait again.
-    o.set_approval_policy(
-        "execute_command.list_processes",
-        "supervised",
-        audit("approval_policy.set", "organization"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .set_approval_policy(
+            "execute_command.list_processes",
+            "supervised",
+            audit("approval_policy.set", "organization"),
+        )
+        .await
+        .unwrap();
     let page = o
+        .audit()
         .query_audit(
             &breeze_store::AuditFilter {
                 action: Some("approval_policy.set".into()),
@@ -375,7 +420,8 @@ async fn automatic_approval_is_per_action_and_audited(cx: Ctx) {
         serde_json::Value::Null
     );
     assert_eq!(
-        o.approval_mode("execute_command", Some("list_processes"))
+        o.approvals()
+            .approval_mode("execute_command", Some("list_processes"))
             .await
             .unwrap(),
         "supervised"
@@ -393,40 +439,44 @@ async fn credential_changes_move_the_generation(cx: Ctx) {
 
     let g = s.credentials_generation();
     let denied = o
+        .approvals()
         .create_approval(
             request(s, user, key),
             audit("approval.request", "approval_request"),
         )
         .await
         .unwrap();
-    o.decide_approval(
-        denied.id,
-        Decision::Deny,
-        user,
-        None,
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            denied.id,
+            Decision::Deny,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
     assert_eq!(clone.credentials_generation(), g, "a denial changes no key");
 
     let g = s.credentials_generation();
     let reported = o
+        .approvals()
         .create_approval(
             request(s, user, key),
             audit("approval.request", "approval_request"),
         )
         .await
         .unwrap();
-    o.decide_approval(
-        reported.id,
-        Decision::Report,
-        user,
-        None,
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            reported.id,
+            Decision::Report,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
     assert!(moved(g), "a report revokes the requesting key");
 
     let g = s.credentials_generation();
@@ -440,7 +490,10 @@ async fn credential_changes_move_the_generation(cx: Ctx) {
     // The report already revoked the key; revoking again still moves the generation (a
     // spurious move costs a cache miss, a missing one a stale principal).
     let g = s.credentials_generation();
-    o.revoke_api_key(key, audit("k", "api_key")).await.unwrap();
+    o.api_keys()
+        .revoke_api_key(key, audit("k", "api_key"))
+        .await
+        .unwrap();
     assert!(moved(g), "a revocation");
 }
 
@@ -460,6 +513,7 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
         n
     };
     let r = o
+        .approvals()
         .create_approval(new(), audit("approval.request", "approval_request"))
         .await
         .unwrap();
@@ -473,10 +527,11 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .await
             .unwrap()
     );
-    let w = o.get_approval(r.id).await.unwrap();
+    let w = o.approvals().get_approval(r.id).await.unwrap();
     assert_eq!(w.status.as_str(), "withdrawn");
     assert!(w.is_final());
     let approve = o
+        .approvals()
         .decide_approval(
             r.id,
             Decision::Approve,
@@ -500,18 +555,20 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
 
     // Approved but not yet claimed: still withdrawn, and the resumer never sees it.
     let r = o
+        .approvals()
         .create_approval(new(), audit("approval.request", "approval_request"))
         .await
         .unwrap();
-    o.decide_approval(
-        r.id,
-        Decision::Approve,
-        user,
-        None,
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            r.id,
+            Decision::Approve,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
     assert!(
         s.withdraw_approval(r.id, "the caller went away", audit("w", "approval_request"))
             .await
@@ -528,18 +585,20 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
 
     // Claimed (running) or denied: withdrawing changes nothing.
     let r = o
+        .approvals()
         .create_approval(new(), audit("approval.request", "approval_request"))
         .await
         .unwrap();
-    o.decide_approval(
-        r.id,
-        Decision::Approve,
-        user,
-        None,
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            r.id,
+            Decision::Approve,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
     assert!(s.claim_approval(r.id).await.unwrap());
     assert!(
         !s.withdraw_approval(r.id, "late", audit("w", "approval_request"))
@@ -547,29 +606,41 @@ async fn withdrawn_requests_cannot_be_approved_or_run(cx: Ctx) {
             .unwrap()
     );
     assert_eq!(
-        o.get_approval(r.id).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(r.id)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "executing"
     );
     let r = o
+        .approvals()
         .create_approval(new(), audit("approval.request", "approval_request"))
         .await
         .unwrap();
-    o.decide_approval(
-        r.id,
-        Decision::Deny,
-        user,
-        None,
-        audit("a", "approval_request"),
-    )
-    .await
-    .unwrap();
+    o.approvals()
+        .decide_approval(
+            r.id,
+            Decision::Deny,
+            user,
+            None,
+            audit("a", "approval_request"),
+        )
+        .await
+        .unwrap();
     assert!(
         !s.withdraw_approval(r.id, "late", audit("w", "approval_request"))
             .await
             .unwrap()
     );
     assert_eq!(
-        o.get_approval(r.id).await.unwrap().status.as_str(),
+        o.approvals()
+            .get_approval(r.id)
+            .await
+            .unwrap()
+            .status
+            .as_str(),
         "denied"
     );
 }

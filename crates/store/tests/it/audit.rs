@@ -121,7 +121,7 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     let mut cursor = None;
     let mut pages = 0;
     loop {
-        let page = o.query_audit(&mine, cursor, 10).await.unwrap();
+        let page = o.audit().query_audit(&mine, cursor, 10).await.unwrap();
         pages += 1;
         seen.extend(
             page.records
@@ -146,8 +146,14 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     );
     assert_eq!(seen[0].2, 24);
 
-    let count =
-        |f: AuditFilter| async move { o.query_audit(&f, None, 500).await.unwrap().records.len() };
+    let count = |f: AuditFilter| async move {
+        o.audit()
+            .query_audit(&f, None, 500)
+            .await
+            .unwrap()
+            .records
+            .len()
+    };
     assert_eq!(
         count(AuditFilter {
             action: Some("mcp.tools.call".into()),
@@ -221,6 +227,7 @@ async fn filters_and_keyset_pagination(cx: Ctx) {
     assert_eq!(count(range).await, 6);
 
     let full = o
+        .audit()
         .query_audit(
             &AuditFilter {
                 resource_id: Some("r3".into()),
@@ -279,7 +286,12 @@ async fn batches_write_every_record(cx: Ctx) {
         action: Some("mcp.ping".into()),
         ..Default::default()
     };
-    let page = s.org(org.id).query_audit(&f, None, 500).await.unwrap();
+    let page = s
+        .org(org.id)
+        .audit()
+        .query_audit(&f, None, 500)
+        .await
+        .unwrap();
     assert_eq!(page.records.len(), 131);
     let ids: HashSet<_> = page.records.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 131);
@@ -381,6 +393,7 @@ async fn records_with_nul_are_stored(cx: Ctx) {
     s.flush_audit().await;
     let page = s
         .org(org.id)
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("mcp.".into()),
@@ -602,6 +615,7 @@ async fn a_dead_process_journal_is_moved_on_the_next_start(cx: Ctx) {
     assert!(unwritten.is_empty());
     let page = s
         .org(breeze_core::OrgId::new())
+        .audit()
         .query_audit(&AuditFilter::default(), None, 10)
         .await
         .unwrap();

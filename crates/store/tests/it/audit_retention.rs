@@ -209,6 +209,7 @@ async fn exports_round_trip(cx: Ctx) {
 
     let page = s
         .org(org)
+        .audit()
         .query_audit(
             &AuditFilter {
                 since: Some(since),

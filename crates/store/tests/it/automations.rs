@@ -69,6 +69,7 @@ async fn actions(cx: &Ctx, org: breeze_core::OrgId) -> Vec<String> {
     let page = cx
         .store
         .org(org)
+        .audit()
         .query_audit(&AuditFilter::default(), None, 200)
         .await
         .unwrap();
@@ -81,10 +82,12 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let site_b = ob
+        .tenancy()
         .create_site("B", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let dev_b = ob
+        .devices()
         .create_device(
             new_device(site_b.id, "b", DeviceStatus::Online),
             audit("d", "device"),
@@ -92,14 +95,17 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let mine = oa
+        .scripts()
         .create_script(script("mine"), audit("script.create", "script"))
         .await
         .unwrap();
     let theirs = ob
+        .scripts()
         .create_script(script("theirs"), audit("script.create", "script"))
         .await
         .unwrap();
     let channel_b = ob
+        .alerts()
         .create_channel(
             NewChannel {
                 name: "b".into(),
@@ -112,6 +118,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let rule_b = ob
+        .alerts()
         .create_rule(
             NewRule {
                 name: "cpu".into(),
@@ -137,6 +144,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
 
     // Created at 11:20 Berlin time: the next run is 12:00 there, 11:00 UTC.
     let created = oa
+        .automations()
         .create_automation(
             hourly("nightly", mine.id),
             audit("automation.create", "automation"),
@@ -145,8 +153,9 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         .unwrap();
     assert_eq!(created.next_run_at, Some(at("2026-02-02T11:00:00Z")));
     assert_eq!(created.owner_actor, "api_key:k1");
-    assert_eq!(oa.list_automations().await.unwrap().len(), 1);
+    assert_eq!(oa.automations().list_automations().await.unwrap().len(), 1);
     let dup = oa
+        .automations()
         .create_automation(
             hourly("nightly", mine.id),
             audit("automation.create", "automation"),
@@ -184,6 +193,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
     ];
     for new in foreign {
         let e = oa
+            .automations()
             .create_automation(new.clone(), audit("automation.create", "automation"))
             .await
             .unwrap_err();
@@ -195,6 +205,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         ("0 * * * *", "Atlantis/Capital", "IANA"),
     ] {
         let e = oa
+            .automations()
             .create_automation(
                 NewAutomation {
                     trigger: TriggerSpec::Schedule {
@@ -210,6 +221,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
         assert!(e.to_string().contains(needle), "{cron} {tz}: {e}");
     }
     let e = oa
+        .automations()
         .create_automation(
             NewAutomation {
                 action: ActionSpec::RunScript {
@@ -226,40 +238,50 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
     assert!(e.to_string().contains("timeoutSeconds"), "{e}");
     // B cannot see, change, delete or run A's automation.
     assert!(matches!(
-        ob.get_automation(created.id).await,
+        ob.automations().get_automation(created.id).await,
         Err(StoreError::NotFound("automation"))
     ));
     assert!(
-        ob.update_automation(
-            created.id,
-            AutomationUpdate {
-                enabled: Some(false),
-                ..Default::default()
-            },
-            audit("automation.update", "automation"),
-        )
-        .await
-        .is_err()
-    );
-    assert!(
-        ob.delete_automation(created.id, audit("automation.delete", "automation"))
+        ob.automations()
+            .update_automation(
+                created.id,
+                AutomationUpdate {
+                    enabled: Some(false),
+                    ..Default::default()
+                },
+                audit("automation.update", "automation"),
+            )
             .await
             .is_err()
     );
     assert!(
-        ob.queue_run(
-            created.id,
-            queued(AutomationTrigger::Manual),
-            audit("q", "q")
-        )
-        .await
-        .is_err()
+        ob.automations()
+            .delete_automation(created.id, audit("automation.delete", "automation"))
+            .await
+            .is_err()
     );
-    assert!(ob.list_automations().await.unwrap().is_empty());
+    assert!(
+        ob.automations()
+            .queue_run(
+                created.id,
+                queued(AutomationTrigger::Manual),
+                audit("q", "q")
+            )
+            .await
+            .is_err()
+    );
+    assert!(
+        ob.automations()
+            .list_automations()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Disabled: no next run. Re-enabled two hours later: the next occurrence after now, no
     // catch-up of what passed while disabled. An update names its author the owner.
     let off = oa
+        .automations()
         .update_automation(
             created.id,
             AutomationUpdate {
@@ -274,6 +296,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
     assert_eq!(off.owner_actor, "api_key:k1");
     cx.clock.advance(Duration::hours(2));
     let on = oa
+        .automations()
         .update_automation(
             created.id,
             AutomationUpdate {
@@ -292,6 +315,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
 
     // Runs: queued, claimed once, finished with each device's outcome.
     let run = oa
+        .automations()
         .queue_run(
             created.id,
             queued(AutomationTrigger::Manual),
@@ -312,6 +336,7 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
             .is_empty()
     );
     let done = oa
+        .automations()
         .update_run(
             run.id,
             RunUpdate {
@@ -331,15 +356,29 @@ async fn automations_lifecycle_and_confinement(cx: Ctx) {
     assert_eq!(done.status, RunStatus::Succeeded);
     assert_eq!(done.devices[0].exit_code, Some(0));
     assert!(done.finished_at.is_some());
-    assert!(ob.get_run(run.id).await.is_err());
-    assert!(ob.list_runs(None, 10).await.unwrap().is_empty());
-    assert_eq!(oa.list_runs(Some(created.id), 10).await.unwrap().len(), 1);
+    assert!(ob.automations().get_run(run.id).await.is_err());
+    assert!(
+        ob.automations()
+            .list_runs(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        oa.automations()
+            .list_runs(Some(created.id), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     // Deleted with its history.
-    oa.delete_automation(created.id, audit("automation.delete", "automation"))
+    oa.automations()
+        .delete_automation(created.id, audit("automation.delete", "automation"))
         .await
         .unwrap();
-    assert!(oa.get_run(run.id).await.is_err());
+    assert!(oa.automations().get_run(run.id).await.is_err());
     let log = actions(&cx, a).await;
     for expected in [
         "automation.create",
@@ -359,10 +398,12 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
     let (a, _) = crate::two_orgs(s).await;
     let oa = s.org(a);
     let mine = oa
+        .scripts()
         .create_script(script("mine"), audit("script.create", "script"))
         .await
         .unwrap();
     let auto = oa
+        .automations()
         .create_automation(
             NewAutomation {
                 trigger: TriggerSpec::Schedule {
@@ -406,8 +447,22 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
             .await
             .unwrap()
     );
-    assert_eq!(oa.list_runs(Some(auto.id), 10).await.unwrap().len(), 1);
-    assert_eq!(oa.get_automation(auto.id).await.unwrap().next_run_at, next);
+    assert_eq!(
+        oa.automations()
+            .list_runs(Some(auto.id), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        oa.automations()
+            .get_automation(auto.id)
+            .await
+            .unwrap()
+            .next_run_at,
+        next
+    );
     assert!(
         s.cross_org()
             .due_automations(at("2026-02-02T11:00:30Z"), 10)
@@ -423,24 +478,26 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
         ..queued(AutomationTrigger::Alert)
     };
     assert!(
-        oa.queue_run(
-            auto.id,
-            by_alert.clone(),
-            audit("automation.run.queue", "automation")
-        )
-        .await
-        .unwrap()
-        .is_some()
+        oa.automations()
+            .queue_run(
+                auto.id,
+                by_alert.clone(),
+                audit("automation.run.queue", "automation")
+            )
+            .await
+            .unwrap()
+            .is_some()
     );
     assert!(
-        oa.queue_run(
-            auto.id,
-            by_alert,
-            audit("automation.run.queue", "automation")
-        )
-        .await
-        .unwrap()
-        .is_none()
+        oa.automations()
+            .queue_run(
+                auto.id,
+                by_alert,
+                audit("automation.run.queue", "automation")
+            )
+            .await
+            .unwrap()
+            .is_none()
     );
 
     // A run left running past the limit by a stopped instance is failed, not retried.
@@ -449,7 +506,7 @@ async fn schedules_fire_once_and_alerts_queue_once(cx: Ctx) {
     assert_eq!(s.fail_interrupted_runs().await.unwrap(), 0);
     cx.clock.advance(Duration::minutes(31));
     assert_eq!(s.fail_interrupted_runs().await.unwrap(), 2);
-    let runs = oa.list_runs(Some(auto.id), 10).await.unwrap();
+    let runs = oa.automations().list_runs(Some(auto.id), 10).await.unwrap();
     assert!(
         runs.iter().all(|r| r.status == RunStatus::Failed),
         "{runs:?}"

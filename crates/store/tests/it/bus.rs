@@ -50,17 +50,20 @@ async fn another_instances_changes_reach_the_read_models() {
     let (org, other_org) = two_orgs(a).await;
     let site = a
         .org(org)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap()
         .id;
     a.org(org)
+        .devices()
         .create_device(new_device(site, "web-01"), audit("device.create", "device"))
         .await
         .unwrap();
     heard(&mut signals, &Signal::DevicesChanged { org }).await;
     let total = |s: Store| async move {
         s.org(org)
+            .devices()
             .list_devices(&Default::default(), 100, 0)
             .await
             .unwrap()
@@ -71,6 +74,7 @@ async fn another_instances_changes_reach_the_read_models() {
 
     // ... yet A's next device shows in B's listing as soon as the signal is in.
     a.org(org)
+        .devices()
         .create_device(new_device(site, "web-02"), audit("device.create", "device"))
         .await
         .unwrap();
@@ -79,6 +83,7 @@ async fn another_instances_changes_reach_the_read_models() {
     // The other organization's listing is untouched by either.
     assert_eq!(
         b.org(other_org)
+            .devices()
             .list_devices(&Default::default(), 100, 0)
             .await
             .unwrap()

@@ -60,12 +60,14 @@ fn openssl_rules() -> Vec<ComplianceRule> {
 async fn devices(s: &Store, org: OrgId, n: usize) -> Vec<DeviceId> {
     let o = s.org(org);
     let site = o
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let mut out = Vec::new();
     for i in 0..n {
         let d = o
+            .devices()
             .create_device(
                 new_device(site.id, &format!("h{i}"), DeviceStatus::Online),
                 audit("d", "device"),
@@ -79,6 +81,7 @@ async fn devices(s: &Store, org: OrgId, n: usize) -> Vec<DeviceId> {
 
 async fn actions(s: &Store, org: OrgId) -> Vec<String> {
     s.org(org)
+        .audit()
         .query_audit(&AuditFilter::default(), None, 200)
         .await
         .unwrap()
@@ -94,10 +97,12 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     let (oa, ob) = (s.org(a), s.org(b));
     let dev_b = devices(s, b, 1).await[0];
     let group_b = ob
+        .tenancy()
         .create_group("g", None, None, audit("g", "group"))
         .await
         .unwrap();
     let script_b = ob
+        .scripts()
         .create_script(
             NewScript {
                 name: "fix".into(),
@@ -114,6 +119,7 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         .unwrap();
 
     let p = oa
+        .compliance()
         .create_compliance_policy(
             policy("ssl", openssl_rules()),
             audit("compliance_policy.create", "p"),
@@ -126,6 +132,7 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         let mut n = policy("x", openssl_rules());
         n.target = target;
         let e = oa
+            .compliance()
             .create_compliance_policy(n, audit("c", "p"))
             .await
             .unwrap_err();
@@ -134,7 +141,8 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     let mut n = policy("y", openssl_rules());
     n.remediation_script = Some(script_b.id);
     assert!(matches!(
-        oa.create_compliance_policy(n, audit("c", "p"))
+        oa.compliance()
+            .create_compliance_policy(n, audit("c", "p"))
             .await
             .unwrap_err(),
         StoreError::NotFound(_)
@@ -148,6 +156,7 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         }],
     );
     let e = oa
+        .compliance()
         .create_compliance_policy(bad, audit("c", "p"))
         .await
         .unwrap_err();
@@ -155,12 +164,14 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
     let mut n = policy("r", openssl_rules());
     n.enforcement = PolicyEnforcement::Remediate;
     let e = oa
+        .compliance()
         .create_compliance_policy(n, audit("c", "p"))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("remediationScriptId"), "{e}");
     assert!(matches!(
-        oa.create_compliance_policy(policy("ssl", openssl_rules()), audit("c", "p"))
+        oa.compliance()
+            .create_compliance_policy(policy("ssl", openssl_rules()), audit("c", "p"))
             .await
             .unwrap_err(),
         StoreError::Conflict(_)
@@ -168,32 +179,44 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
 
     // B reaches none of A's policy.
     assert!(matches!(
-        ob.get_compliance_policy(p.id).await,
+        ob.compliance().get_compliance_policy(p.id).await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(ob.list_compliance_policies().await.unwrap().is_empty());
+    assert!(
+        ob.compliance()
+            .list_compliance_policies()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(matches!(
-        ob.update_compliance_policy(p.id, CompliancePolicyUpdate::default(), audit("u", "p"))
+        ob.compliance()
+            .update_compliance_policy(p.id, CompliancePolicyUpdate::default(), audit("u", "p"))
             .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.delete_compliance_policy(p.id, audit("d", "p")).await,
+        ob.compliance()
+            .delete_compliance_policy(p.id, audit("d", "p"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.queue_remediation(p.id, None, "api_key:x", audit("q", "p"))
+        ob.compliance()
+            .queue_remediation(p.id, None, "api_key:x", audit("q", "p"))
             .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(
-        ob.compliance_statuses(Some(p.id), None, None, 100)
+        ob.compliance()
+            .compliance_statuses(Some(p.id), None, None, 100)
             .await
             .unwrap()
             .is_empty()
     );
 
     let off = oa
+        .compliance()
         .update_compliance_policy(
             p.id,
             CompliancePolicyUpdate {
@@ -205,11 +228,12 @@ async fn policies_lifecycle_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     assert!(!off.active && off.next_evaluation_at.is_none());
-    oa.delete_compliance_policy(p.id, audit("compliance_policy.delete", "p"))
+    oa.compliance()
+        .delete_compliance_policy(p.id, audit("compliance_policy.delete", "p"))
         .await
         .unwrap();
     assert!(matches!(
-        oa.get_compliance_policy(p.id).await,
+        oa.compliance().get_compliance_policy(p.id).await,
         Err(StoreError::NotFound(_))
     ));
     let done = actions(s, a).await;
@@ -239,17 +263,23 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         .unwrap();
     // d[2] has no inventory.
     let p = o
+        .compliance()
         .create_compliance_policy(policy("ssl", openssl_rules()), audit("c", "p"))
         .await
         .unwrap();
-    let r = o.evaluate_policy_inventory(&p, None).await.unwrap();
+    let r = o
+        .compliance()
+        .evaluate_policy_inventory(&p, None)
+        .await
+        .unwrap();
     assert_eq!((r.devices, r.changed, r.status_changes), (3, 3, 3));
     assert_eq!((r.compliant, r.non_compliant, r.unknown), (1, 1, 1));
     let pid = p.id;
     let status = |dev: DeviceId| {
         let o = s.org(a);
         async move {
-            o.compliance_statuses(Some(pid), Some(dev), None, 10)
+            o.compliance()
+                .compliance_statuses(Some(pid), Some(dev), None, 10)
                 .await
                 .unwrap()
                 .pop()
@@ -268,7 +298,11 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
     assert_eq!(status(d[2]).await.status, ComplianceState::Unknown);
 
     // Nothing changed: nothing is written.
-    let again = o.evaluate_policy_inventory(&p, None).await.unwrap();
+    let again = o
+        .compliance()
+        .evaluate_policy_inventory(&p, None)
+        .await
+        .unwrap();
     assert_eq!((again.changed, again.status_changes), (0, 0));
 
     // An inventory change re-decides that device alone, through record_inventory.
@@ -284,6 +318,7 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         .unwrap();
     assert_eq!(status(d[1]).await.status, ComplianceState::Compliant);
     let history = o
+        .compliance()
         .compliance_history(Some(p.id), Some(d[1]), 10)
         .await
         .unwrap();
@@ -293,7 +328,7 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         Some("non_compliant")
     );
     assert_eq!(history[0].to_status.as_str(), "compliant");
-    let summary = o.compliance_summary().await.unwrap();
+    let summary = o.compliance().compliance_summary().await.unwrap();
     assert_eq!(summary.len(), 1);
     assert_eq!(
         (
@@ -306,6 +341,7 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
 
     // A narrower target drops the devices it no longer covers.
     let p = o
+        .compliance()
         .update_compliance_policy(
             p.id,
             CompliancePolicyUpdate {
@@ -317,12 +353,17 @@ async fn inventory_rules_evaluate_fully_and_incrementally(cx: Ctx) {
         .await
         .unwrap();
     assert!(
-        o.compliance_statuses(Some(p.id), None, None, 10)
+        o.compliance()
+            .compliance_statuses(Some(p.id), None, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    let r = o.evaluate_policy_inventory(&p, None).await.unwrap();
+    let r = o
+        .compliance()
+        .evaluate_policy_inventory(&p, None)
+        .await
+        .unwrap();
     assert_eq!((r.devices, r.compliant), (1, 1));
 
     // The lease: one claim per period.
@@ -352,6 +393,7 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     let o = s.org(a);
     let d = devices(s, a, 2).await;
     let script = o
+        .scripts()
         .create_script(
             NewScript {
                 name: "touch".into(),
@@ -377,6 +419,7 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     let mut n = policy("file", rules);
     n.remediation_script = Some(script.id);
     let p = o
+        .compliance()
         .create_compliance_policy(n, audit("c", "p"))
         .await
         .unwrap();
@@ -387,23 +430,30 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     }
     // The incremental path already wrote both devices; agent rules are not decided yet.
     let rows = o
+        .compliance()
         .compliance_statuses(Some(p.id), None, None, 10)
         .await
         .unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.status == ComplianceState::Unknown));
     assert!(matches!(
-        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
+        o.compliance()
+            .queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
             .await,
         Err(StoreError::Invalid(_))
     ));
 
-    let (targets, probes) = o.compliance_check_targets(&p, None, 10).await.unwrap();
+    let (targets, probes) = o
+        .compliance()
+        .compliance_check_targets(&p, None, 10)
+        .await
+        .unwrap();
     assert_eq!(targets.len(), 2);
     assert_eq!(probes.len(), 1);
     let mut commands = Vec::new();
     for dev in &targets {
         let cmd = o
+            .commands()
             .create_command(
                 NewCommand {
                     device_id: *dev,
@@ -420,12 +470,16 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
             )
             .await
             .unwrap();
-        o.set_compliance_check(&p, *dev, cmd.id).await.unwrap();
+        o.compliance()
+            .set_compliance_check(&p, *dev, cmd.id)
+            .await
+            .unwrap();
         commands.push((*dev, cmd.id));
     }
     // A check outstanding: not sent again.
     assert!(
-        o.compliance_check_targets(&p, None, 10)
+        o.compliance()
+            .compliance_check_targets(&p, None, 10)
             .await
             .unwrap()
             .0
@@ -464,8 +518,9 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     let finished = s.cross_org().finished_compliance_checks(10).await.unwrap();
     assert_eq!(finished.len(), 2);
     for f in finished {
-        let cmd = o.get_command(f.check_command_id).await.unwrap();
-        o.fold_compliance_check(&p, f.device_id, &cmd)
+        let cmd = o.commands().get_command(f.check_command_id).await.unwrap();
+        o.compliance()
+            .fold_compliance_check(&p, f.device_id, &cmd)
             .await
             .unwrap();
     }
@@ -480,7 +535,8 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     let get = |dev: DeviceId| {
         let o = s.org(a);
         async move {
-            o.compliance_statuses(Some(pid), Some(dev), None, 1)
+            o.compliance()
+                .compliance_statuses(Some(pid), Some(dev), None, 1)
                 .await
                 .unwrap()
                 .pop()
@@ -494,6 +550,7 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
 
     // Remediation: on the non-compliant device only, one open at a time, claimed once.
     let r = o
+        .compliance()
         .queue_remediation(
             p.id,
             None,
@@ -505,7 +562,8 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     assert_eq!(r.device_ids, vec![commands[1].0]);
     assert_eq!(r.status, RunStatus::Queued);
     assert!(matches!(
-        o.queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
+        o.compliance()
+            .queue_remediation(p.id, None, "api_key:k1", audit("q", "p"))
             .await,
         Err(StoreError::Conflict(_))
     ));
@@ -520,6 +578,7 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
     );
     let approval = uuid::Uuid::now_v7();
     let waiting = o
+        .compliance()
         .update_remediation(
             r.id,
             RemediationUpdate {
@@ -553,9 +612,9 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
         devices: vec![],
         message: None,
     };
-    let there_org = other.org(a);
+    let (here_org, there_org) = (o.compliance(), other.org(a).compliance());
     let (here, there) = tokio::join!(
-        o.finish_awaiting_remediation(r.id, end()),
+        here_org.finish_awaiting_remediation(r.id, end()),
         there_org.finish_awaiting_remediation(r.id, end()),
     );
     let (here, there) = (here.unwrap(), there.unwrap());
@@ -575,13 +634,21 @@ async fn agent_checks_fold_in_and_remediations_queue_once(cx: Ctx) {
             .is_empty()
     );
     assert!(
-        o.finish_awaiting_remediation(r.id, end())
+        o.compliance()
+            .finish_awaiting_remediation(r.id, end())
             .await
             .unwrap()
             .is_none()
     );
     other.close().await;
-    assert_eq!(o.list_remediations(p.id, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        o.compliance()
+            .list_remediations(p.id, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     let done = actions(s, a).await;
     for want in [
         "compliance.remediation.queue",

@@ -52,14 +52,17 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let site_b = ob
+        .tenancy()
         .create_site("B", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let dev = oa
+        .devices()
         .create_device(
             new_device(site.id, "web", DeviceStatus::Online),
             audit("d", "device"),
@@ -67,6 +70,7 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let other = oa
+        .devices()
         .create_device(
             new_device(site.id, "db", DeviceStatus::Online),
             audit("d", "device"),
@@ -74,6 +78,7 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let dev_b = ob
+        .devices()
         .create_device(
             new_device(site_b.id, "b", DeviceStatus::Online),
             audit("d", "device"),
@@ -81,17 +86,20 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let group = oa
+        .tenancy()
         .create_group("G", None, None, audit("g", "group"))
         .await
         .unwrap();
     let group_b = ob
+        .tenancy()
         .create_group("GB", None, None, audit("g", "group"))
         .await
         .unwrap();
-    oa.add_to_group(group.id, dev.id).await.unwrap();
+    oa.tenancy().add_to_group(group.id, dev.id).await.unwrap();
 
     // Typed settings: the error names the field.
     let bad = oa
+        .config_policies()
         .create_config_policy(
             NewConfigPolicy {
                 settings: vec![(
@@ -109,6 +117,7 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         "{bad}"
     );
     let bad = oa
+        .config_policies()
         .create_config_policy(
             NewConfigPolicy {
                 settings: vec![],
@@ -123,12 +132,13 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     let mk = |name: &'static str, m: u32| {
         let oa = s.org(a);
         async move {
-            oa.create_config_policy(
-                monitoring(name, m),
-                audit("config_policy.create", "config_policy"),
-            )
-            .await
-            .unwrap()
+            oa.config_policies()
+                .create_config_policy(
+                    monitoring(name, m),
+                    audit("config_policy.create", "config_policy"),
+                )
+                .await
+                .unwrap()
         }
     };
     let org_p = mk("org", 60).await;
@@ -137,17 +147,19 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     let dev_p = mk("device", 30).await;
     let dev_hi = mk("device-high", 20).await;
     let dup = oa
+        .config_policies()
         .create_config_policy(monitoring("org", 60), audit("c", "config_policy"))
         .await
         .unwrap_err();
     assert!(matches!(dup, StoreError::Conflict(_)), "{dup}");
     let b_policy = ob
+        .config_policies()
         .create_config_policy(monitoring("b", 99), audit("c", "config_policy"))
         .await
         .unwrap();
 
     // Partner-wide, lowest precedence.
-    let partner = oa.organization().await.unwrap().partner_id;
+    let partner = oa.tenancy().organization().await.unwrap().partner_id;
     let pp = s
         .create_partner_config_policy(
             partner,
@@ -160,11 +172,17 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        metric(&oa.effective_configuration(dev.id).await.unwrap()),
+        metric(
+            &oa.config_policies()
+                .effective_configuration(dev.id)
+                .await
+                .unwrap()
+        ),
         Some((json!(70), "partner".into()))
     );
     // An organization cannot assign (nor change) the partner's policy.
     let e = oa
+        .config_policies()
         .assign_config_policy(
             assign(pp.id, ConfigLevel::Organization, a.0, 0),
             audit("a", "x"),
@@ -173,7 +191,8 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .unwrap_err();
     assert!(matches!(e, StoreError::Invalid(_)), "{e}");
     assert!(matches!(
-        oa.update_config_policy(pp.id, ConfigPolicyUpdate::default(), audit("u", "x"))
+        oa.config_policies()
+            .update_config_policy(pp.id, ConfigPolicyUpdate::default(), audit("u", "x"))
             .await,
         Err(StoreError::Invalid(_))
     ));
@@ -202,6 +221,7 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     let mut ids = Vec::new();
     for (policy, level, target, priority, want, name) in steps {
         let made = oa
+            .config_policies()
             .assign_config_policy(
                 assign(policy, level, target, priority),
                 audit("config_policy.assign", "x"),
@@ -209,7 +229,11 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
             .await
             .unwrap();
         ids.push(made.id);
-        let e = oa.effective_configuration(dev.id).await.unwrap();
+        let e = oa
+            .config_policies()
+            .effective_configuration(dev.id)
+            .await
+            .unwrap();
         assert_eq!(metric(&e), Some((json!(want), name.into())), "after {name}");
         let src = &e[&FeatureType::Monitoring]["metricIntervalSeconds"].source;
         assert_eq!(
@@ -219,24 +243,31 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     }
     // The other device is only under the site.
     assert_eq!(
-        metric(&oa.effective_configuration(other.id).await.unwrap()),
+        metric(
+            &oa.config_policies()
+                .effective_configuration(other.id)
+                .await
+                .unwrap()
+        ),
         Some((json!(50), "site".into()))
     );
     // A duplicate assignment and a priority out of range are refused.
     assert!(matches!(
-        oa.assign_config_policy(
-            assign(org_p.id, ConfigLevel::Organization, a.0, 0),
-            audit("a", "x")
-        )
-        .await,
+        oa.config_policies()
+            .assign_config_policy(
+                assign(org_p.id, ConfigLevel::Organization, a.0, 0),
+                audit("a", "x")
+            )
+            .await,
         Err(StoreError::Conflict(_))
     ));
     assert!(matches!(
-        oa.assign_config_policy(
-            assign(org_p.id, ConfigLevel::Site, site.id.0, 1001),
-            audit("a", "x")
-        )
-        .await,
+        oa.config_policies()
+            .assign_config_policy(
+                assign(org_p.id, ConfigLevel::Site, site.id.0, 1001),
+                audit("a", "x")
+            )
+            .await,
         Err(StoreError::Invalid(_))
     ));
     // Another organization's policy, site, group, device or organization is not found.
@@ -248,33 +279,39 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         (org_p.id, ConfigLevel::Organization, b.0),
     ] {
         let e = oa
+            .config_policies()
             .assign_config_policy(assign(policy, level, target, 0), audit("a", "x"))
             .await
             .unwrap_err();
         assert!(matches!(e, StoreError::NotFound(_)), "{level}: {e}");
     }
     assert!(matches!(
-        oa.get_config_policy(b_policy.id).await,
+        oa.config_policies().get_config_policy(b_policy.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.get_config_assignment(ids[0]).await,
+        ob.config_policies().get_config_assignment(ids[0]).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.remove_config_assignment(ids[0], audit("r", "x")).await,
+        ob.config_policies()
+            .remove_config_assignment(ids[0], audit("r", "x"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.effective_configuration(dev.id).await,
+        ob.config_policies().effective_configuration(dev.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.delete_config_policy(org_p.id, audit("d", "x")).await,
+        ob.config_policies()
+            .delete_config_policy(org_p.id, audit("d", "x"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
     // B sees its own policy and the partner's, none of A's.
     let names: Vec<String> = ob
+        .config_policies()
         .list_config_policies(None)
         .await
         .unwrap()
@@ -285,42 +322,61 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
 
     // Removing the nearest assignments falls back level by level; an inactive policy resolves
     // nowhere.
-    oa.remove_config_assignment(ids[4], audit("config_policy.unassign", "x"))
+    oa.config_policies()
+        .remove_config_assignment(ids[4], audit("config_policy.unassign", "x"))
         .await
         .unwrap();
     assert_eq!(
-        metric(&oa.effective_configuration(dev.id).await.unwrap())
-            .unwrap()
-            .0,
+        metric(
+            &oa.config_policies()
+                .effective_configuration(dev.id)
+                .await
+                .unwrap()
+        )
+        .unwrap()
+        .0,
         json!(30)
     );
-    oa.update_config_policy(
-        dev_p.id,
-        ConfigPolicyUpdate {
-            status: Some(PolicyStatus::Inactive),
-            ..Default::default()
-        },
-        audit("config_policy.update", "x"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        metric(&oa.effective_configuration(dev.id).await.unwrap())
-            .unwrap()
-            .0,
-        json!(40)
-    );
-    oa.delete_config_policy(group_p.id, audit("config_policy.delete", "x"))
+    oa.config_policies()
+        .update_config_policy(
+            dev_p.id,
+            ConfigPolicyUpdate {
+                status: Some(PolicyStatus::Inactive),
+                ..Default::default()
+            },
+            audit("config_policy.update", "x"),
+        )
         .await
         .unwrap();
     assert_eq!(
-        metric(&oa.effective_configuration(dev.id).await.unwrap())
-            .unwrap()
-            .0,
+        metric(
+            &oa.config_policies()
+                .effective_configuration(dev.id)
+                .await
+                .unwrap()
+        )
+        .unwrap()
+        .0,
+        json!(40)
+    );
+    oa.config_policies()
+        .delete_config_policy(group_p.id, audit("config_policy.delete", "x"))
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(
+            &oa.config_policies()
+                .effective_configuration(dev.id)
+                .await
+                .unwrap()
+        )
+        .unwrap()
+        .0,
         json!(50)
     );
     assert!(
-        oa.list_config_assignments()
+        oa.config_policies()
+            .list_config_assignments()
             .await
             .unwrap()
             .iter()
@@ -329,6 +385,7 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
 
     // Per-setting resolution: a nearer policy setting another field leaves this one alone.
     let log = oa
+        .config_policies()
         .create_config_policy(
             NewConfigPolicy {
                 settings: vec![(FeatureType::AgentLog, json!({ "level": "debug" }))],
@@ -338,18 +395,24 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.assign_config_policy(
-        assign(log.id, ConfigLevel::Device, dev.id.0, 0),
-        audit("a", "x"),
-    )
-    .await
-    .unwrap();
-    let e = oa.effective_configuration(dev.id).await.unwrap();
+    oa.config_policies()
+        .assign_config_policy(
+            assign(log.id, ConfigLevel::Device, dev.id.0, 0),
+            audit("a", "x"),
+        )
+        .await
+        .unwrap();
+    let e = oa
+        .config_policies()
+        .effective_configuration(dev.id)
+        .await
+        .unwrap();
     assert_eq!(metric(&e).unwrap().0, json!(50));
     assert_eq!(e[&FeatureType::AgentLog]["level"].value, json!("debug"));
 
     // Every change was audited in A.
     let page = oa
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("config_policy.".into()),
@@ -366,7 +429,12 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
     s.record_config_report(dev.id, a, Some("r1"), &json!({ "metricsIntervalSecs": 50 }))
         .await
         .unwrap();
-    let r = oa.config_report(dev.id).await.unwrap().unwrap();
+    let r = oa
+        .config_policies()
+        .config_report(dev.id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (r.revision.as_deref(), &r.applied),
         (Some("r1"), &json!({ "metricsIntervalSecs": 50 }))
@@ -376,10 +444,21 @@ async fn policies_assignments_resolution_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        oa.config_report(dev.id).await.unwrap().unwrap().reported_at,
+        oa.config_policies()
+            .config_report(dev.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .reported_at,
         r.reported_at
     );
-    assert!(ob.config_report(dev.id).await.unwrap().is_none());
+    assert!(
+        ob.config_policies()
+            .config_report(dev.id)
+            .await
+            .unwrap()
+            .is_none()
+    );
     // A report naming another organization's device is not stored.
     assert!(
         s.record_config_report(dev_b.id, a, None, &json!({}))
@@ -422,7 +501,8 @@ fn comparable(e: &Effective) -> Vec<(String, String, serde_json::Value, Uuid, St
 }
 
 async fn all_effective(o: &OrgStore<'_>, cands: &[Candidate]) -> Vec<Effective> {
-    o.device_places(None)
+    o.config_policies()
+        .device_places(None)
         .await
         .unwrap()
         .iter()
@@ -438,7 +518,8 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
     let mut sites = Vec::new();
     for i in 0..3 {
         sites.push(
-            o.create_site(&format!("s{i}"), "UTC", audit("s", "site"))
+            o.tenancy()
+                .create_site(&format!("s{i}"), "UTC", audit("s", "site"))
                 .await
                 .unwrap()
                 .id,
@@ -447,7 +528,8 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
     let mut groups: Vec<DeviceGroupId> = Vec::new();
     for i in 0..3 {
         groups.push(
-            o.create_group(&format!("g{i}"), None, None, audit("g", "g"))
+            o.tenancy()
+                .create_group(&format!("g{i}"), None, None, audit("g", "g"))
                 .await
                 .unwrap()
                 .id,
@@ -457,6 +539,7 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
     for i in 0..6 {
         let site = sites[rng.below(sites.len())];
         let d = o
+            .devices()
             .create_device(
                 new_device(site, &format!("d{i}"), DeviceStatus::Online),
                 audit("d", "d"),
@@ -465,7 +548,7 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
             .unwrap();
         for g in &groups {
             if rng.below(2) == 0 {
-                o.add_to_group(*g, d.id).await.unwrap();
+                o.tenancy().add_to_group(*g, d.id).await.unwrap();
             }
         }
         devices.push(d.id);
@@ -484,6 +567,7 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
             settings.push((FeatureType::AgentLog, json!({ "level": level })));
         }
         let p = o
+            .config_policies()
             .create_config_policy(
                 NewConfigPolicy {
                     settings,
@@ -497,7 +581,7 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
     }
     let mut live: Vec<Uuid> = Vec::new();
     for step in 0..24 {
-        let before = o.config_candidates().await.unwrap();
+        let before = o.config_policies().config_candidates().await.unwrap();
         if !live.is_empty() && rng.below(3) == 0 {
             // Remove one: preview without it, then remove.
             let gone = live.remove(rng.below(live.len()));
@@ -507,10 +591,12 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
                 .cloned()
                 .collect();
             let preview = all_effective(&o, &without).await;
-            o.remove_config_assignment(gone, audit("r", "r"))
+            o.config_policies()
+                .remove_config_assignment(gone, audit("r", "r"))
                 .await
                 .unwrap();
-            let applied = all_effective(&o, &o.config_candidates().await.unwrap()).await;
+            let applied =
+                all_effective(&o, &o.config_policies().config_candidates().await.unwrap()).await;
             assert_eq!(
                 preview.iter().map(comparable).collect::<Vec<_>>(),
                 applied.iter().map(comparable).collect::<Vec<_>>(),
@@ -531,7 +617,7 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
             target,
             rng.below(3) as i64,
         );
-        let Ok(policy) = o.check_new_assignment(&new).await else {
+        let Ok(policy) = o.config_policies().check_new_assignment(&new).await else {
             continue; // already assigned there
         };
         let mut with = before.clone();
@@ -546,7 +632,8 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
         });
         let preview = all_effective(&o, &with).await;
         live.push(
-            o.assign_config_policy(new, audit("a", "a"))
+            o.config_policies()
+                .assign_config_policy(new, audit("a", "a"))
                 .await
                 .unwrap()
                 .id,
@@ -554,7 +641,12 @@ async fn preview_equals_apply_over_random_hierarchies(cx: Ctx) {
         let applied: Vec<Effective> = {
             let mut v = Vec::new();
             for d in &devices {
-                v.push(o.effective_configuration(*d).await.unwrap());
+                v.push(
+                    o.config_policies()
+                        .effective_configuration(*d)
+                        .await
+                        .unwrap(),
+                );
             }
             v
         };

@@ -32,10 +32,12 @@ async fn context_entries_resolve_and_expire(cx: Ctx) {
         .unwrap();
     let oa = s.org(a.id);
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let dev = oa
+        .devices()
         .create_device(
             new_device(site.id, "web-01", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -51,51 +53,67 @@ async fn context_entries_resolve_and_expire(cx: Ctx) {
         expires_at: expires.map(|d| s.clock().now() + d),
     };
     let issue = oa
+        .context()
         .add_context(
             new("issue", "disk fills up", None),
             audit("device_context.create", "device_context"),
         )
         .await
         .unwrap();
-    oa.add_context(
-        new("followup", "check on Monday", Some(Duration::days(1))),
-        audit("device_context.create", "device_context"),
-    )
-    .await
-    .unwrap();
+    oa.context()
+        .add_context(
+            new("followup", "check on Monday", Some(Duration::days(1))),
+            audit("device_context.create", "device_context"),
+        )
+        .await
+        .unwrap();
     assert_eq!(issue.details, Some(serde_json::json!({ "seen": 2 })));
-    assert_eq!(oa.device_context(dev.id, false).await.unwrap().len(), 2);
+    assert_eq!(
+        oa.context()
+            .device_context(dev.id, false)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     let resolved = oa
+        .context()
         .resolve_context(issue.id, audit("device_context.resolve", "device_context"))
         .await
         .unwrap();
     assert_eq!(resolved.state(s.clock().now()), "resolved");
     cx.clock.advance(Duration::days(2));
     assert!(
-        oa.device_context(dev.id, false).await.unwrap().is_empty(),
+        oa.context()
+            .device_context(dev.id, false)
+            .await
+            .unwrap()
+            .is_empty(),
         "resolved and expired leave the active context"
     );
-    let history = oa.device_context(dev.id, true).await.unwrap();
+    let history = oa.context().device_context(dev.id, true).await.unwrap();
     let states: Vec<&str> = history.iter().map(|e| e.state(s.clock().now())).collect();
     assert_eq!(states, ["expired", "resolved"]);
 
     // Another organization sees none of it, even by id.
     let ob = s.org(b.id);
     assert!(matches!(
-        ob.get_context(issue.id).await,
+        ob.context().get_context(issue.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.device_context(dev.id, true).await,
+        ob.context().device_context(dev.id, true).await,
         Err(StoreError::NotFound("device"))
     ));
     assert!(matches!(
-        ob.resolve_context(issue.id, audit("x", "y")).await,
+        ob.context()
+            .resolve_context(issue.id, audit("x", "y"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        oa.add_context(new("rumour", "?", None), audit("x", "y")).await,
+        oa.context().add_context(new("rumour", "?", None), audit("x", "y")).await,
         Err(StoreError::Invalid(m)) if m.contains("rumour")
     ));
 }
@@ -119,10 +137,12 @@ async fn nul_in_context_is_stored_as_the_replacement_character(cx: Ctx) {
         .unwrap();
     let oa = s.org(a.id);
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let dev = oa
+        .devices()
         .create_device(
             new_device(site.id, "web-01", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -130,6 +150,7 @@ async fn nul_in_context_is_stored_as_the_replacement_character(cx: Ctx) {
         .await
         .unwrap();
     let entry = oa
+        .context()
         .add_context(
             NewContext {
                 device_id: dev.id,
@@ -143,7 +164,7 @@ async fn nul_in_context_is_stored_as_the_replacement_character(cx: Ctx) {
         )
         .await
         .unwrap();
-    let read = oa.get_context(entry.id).await.unwrap();
+    let read = oa.context().get_context(entry.id).await.unwrap();
     assert_eq!(read.summary, "fan\u{FFFD}noise");
     assert_eq!(read.created_by, "api_key:k\u{FFFD}");
     assert_eq!(

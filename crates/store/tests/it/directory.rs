@@ -37,6 +37,7 @@ async fn org(s: &Store, slug: &str) -> OrgId {
 
 async fn site(s: &Store, org: OrgId, name: &str) -> SiteId {
     s.org(org)
+        .tenancy()
         .create_site(name, "UTC", audit("site.create", "site"))
         .await
         .unwrap()
@@ -45,6 +46,7 @@ async fn site(s: &Store, org: OrgId, name: &str) -> SiteId {
 
 async fn group(s: &Store, org: OrgId, name: &str) -> DeviceGroupId {
     s.org(org)
+        .tenancy()
         .create_group(name, None, None, audit("group.create", "device_group"))
         .await
         .unwrap()
@@ -67,6 +69,7 @@ fn device(site: SiteId, hostname: &str) -> NewDevice {
 
 async fn create(s: &Store, org: OrgId, new: NewDevice) -> Device {
     s.org(org)
+        .devices()
         .create_device(new, audit("device.create", "device"))
         .await
         .unwrap()
@@ -74,6 +77,7 @@ async fn create(s: &Store, org: OrgId, new: NewDevice) -> Device {
 
 async fn hostnames(s: &Store, org: OrgId, filter: &DeviceFilter) -> Vec<String> {
     s.org(org)
+        .devices()
         .list_devices(filter, 1000, 0)
         .await
         .unwrap()
@@ -200,6 +204,7 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
         fleet.push(new);
     }
     s.org(a)
+        .devices()
         .create_devices(fleet, audit("device.import", "device"))
         .await
         .unwrap();
@@ -207,11 +212,16 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
     let b_group = group(s, b, "Servers").await;
     for h in ["alpha", "web-01", "dup"] {
         let d = create(s, b, device(b_site, h)).await;
-        s.org(b).add_to_group(b_group, d.id).await.unwrap();
+        s.org(b)
+            .tenancy()
+            .add_to_group(b_group, d.id)
+            .await
+            .unwrap();
     }
 
     let (everything, _) = s
         .org(a)
+        .devices()
         .list_devices_from_database(&DeviceFilter::default(), 1000, 0)
         .await
         .unwrap();
@@ -221,10 +231,10 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
     let empty_group = group(s, a, "Empty").await;
     for (i, d) in everything.iter().enumerate() {
         if i % 2 == 0 {
-            s.org(a).add_to_group(big, d.id).await.unwrap();
+            s.org(a).tenancy().add_to_group(big, d.id).await.unwrap();
         }
         if i % 11 == 0 {
-            s.org(a).add_to_group(small, d.id).await.unwrap();
+            s.org(a).tenancy().add_to_group(small, d.id).await.unwrap();
         }
     }
 
@@ -301,6 +311,7 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
     for f in &filters {
         let (_, total) = s
             .org(a)
+            .devices()
             .list_devices_from_database(f, 1000, 0)
             .await
             .unwrap();
@@ -324,11 +335,13 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
         for (limit, offset) in pages {
             let (want, want_total) = s
                 .org(a)
+                .devices()
                 .list_devices_from_database(f, limit, offset)
                 .await
                 .unwrap();
             let (got, got_total) = s
                 .org(a)
+                .devices()
                 .list_devices_with_sites(f, limit, offset)
                 .await
                 .unwrap();
@@ -345,7 +358,12 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
                 let expected = if d.site_id == hq { "HQ" } else { "Branch" };
                 assert_eq!(site_name, expected);
             }
-            let page = s.org(a).device_page(f, limit, offset).await.unwrap();
+            let page = s
+                .org(a)
+                .devices()
+                .device_page(f, limit, offset)
+                .await
+                .unwrap();
             assert_eq!(page.total(), want_total);
             assert_eq!(page.len(), want.len());
             assert!(page.iter().map(|(d, _)| d.id).eq(want.iter().map(|d| d.id)));
@@ -358,9 +376,10 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
     );
 
     // Group members come from the directory too.
-    let members = s.org(a).group_members(small).await.unwrap();
+    let members = s.org(a).devices().group_members(small).await.unwrap();
     let (want, _) = s
         .org(a)
+        .devices()
         .list_devices_from_database(
             &DeviceFilter {
                 group_id: Some(small),
@@ -376,6 +395,7 @@ async fn the_directory_answers_as_the_database_does(cx: Ctx) {
     // Tags compare exactly (SQLite's LIKE would also have folded ASCII case).
     assert_eq!(
         s.org(a)
+            .devices()
             .list_devices(
                 &DeviceFilter {
                     tags: vec!["PROD".into()],
@@ -407,7 +427,12 @@ async fn listings_are_answered_without_the_database(cx: Ctx) {
     assert_eq!(hostnames(s, a, &filter).await, ["a", "b", "c"]);
     // With the pool closed, only the directory can answer.
     s.close().await;
-    let page = s.org(a).device_page(&filter, 25, 0).await.unwrap();
+    let page = s
+        .org(a)
+        .devices()
+        .device_page(&filter, 25, 0)
+        .await
+        .unwrap();
     assert_eq!(page.total(), 3);
     assert_eq!(
         page.iter()
@@ -430,6 +455,7 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
     let db = create(s, a, device(hq, "db")).await;
     assert_eq!(all_hostnames(s, a).await, ["db", "web"]);
     s.org(a)
+        .devices()
         .create_devices(
             vec![device(hq, "bulk-1"), device(hq, "bulk-2")],
             audit("device.import", "device"),
@@ -445,14 +471,21 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
         ..Default::default()
     };
     assert!(hostnames(s, a, &in_g).await.is_empty());
-    s.org(a).add_to_group(g, web.id).await.unwrap();
+    s.org(a).tenancy().add_to_group(g, web.id).await.unwrap();
     assert_eq!(hostnames(s, a, &in_g).await, ["web"]);
-    s.org(a).add_to_group(g, db.id).await.unwrap();
+    s.org(a).tenancy().add_to_group(g, db.id).await.unwrap();
     assert_eq!(hostnames(s, a, &in_g).await, ["db", "web"]);
-    assert!(s.org(a).remove_from_group(g, web.id).await.unwrap());
+    assert!(
+        s.org(a)
+            .tenancy()
+            .remove_from_group(g, web.id)
+            .await
+            .unwrap()
+    );
     assert_eq!(hostnames(s, a, &in_g).await, ["db"]);
     assert_eq!(
         s.org(a)
+            .devices()
             .group_members(g)
             .await
             .unwrap()
@@ -462,6 +495,7 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
         [db.id]
     );
     s.org(a)
+        .tenancy()
         .delete_group(g, audit("group.delete", "device_group"))
         .await
         .unwrap();
@@ -469,6 +503,7 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
 
     // Enrollment and re-enrollment.
     s.org(a)
+        .agents()
         .create_enrollment_key(
             NewEnrollmentKey {
                 site_id: hq,
@@ -533,7 +568,13 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
     assert_eq!(hostnames(s, a, &windows).await, ["renamed"]);
     inv.os.version = "25H2".into();
     s.record_inventory(agent.id, a, &inv).await.unwrap();
-    let listed = s.org(a).list_devices(&windows, 10, 0).await.unwrap().0;
+    let listed = s
+        .org(a)
+        .devices()
+        .list_devices(&windows, 10, 0)
+        .await
+        .unwrap()
+        .0;
     assert_eq!(listed[0].os_version, "25H2");
 
     // Status transitions: the offline sweep, and a heartbeat bringing the device back.
@@ -556,6 +597,7 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
     assert!(hostnames(s, a, &offline).await.is_empty());
     let online = s
         .org(a)
+        .devices()
         .list_devices(
             &DeviceFilter {
                 status: Some(DeviceStatus::Online),
@@ -592,6 +634,7 @@ async fn heartbeats_show_after_the_presence_lag(cx: Ctx) {
     let maint = create(s, a, maint).await;
     let listed = |id: DeviceId| async move {
         s.org(a)
+            .devices()
             .list_devices(&DeviceFilter::default(), 10, 0)
             .await
             .unwrap()
@@ -677,6 +720,7 @@ async fn other_processes_writes_show_within_max_age(cx: Ctx) {
     // A site renamed behind the store's back (by hand, or another process) shows the same way.
     let named = || async move {
         s.org(a)
+            .devices()
             .list_devices_with_sites(&DeviceFilter::default(), 10, 0)
             .await
             .unwrap()
@@ -745,12 +789,13 @@ async fn organizations_never_mix(cx: Ctx) {
             let mut new = device(site, h);
             new.tags = vec!["prod".into()];
             let d = create(s, o, new).await;
-            s.org(o).add_to_group(g, d.id).await.unwrap();
+            s.org(o).tenancy().add_to_group(g, d.id).await.unwrap();
             ids.entry(o).or_insert_with(Vec::new).push(d.id);
         }
     }
     let listed_ids = |o: OrgId, f: DeviceFilter| async move {
         s.org(o)
+            .devices()
             .list_devices(&f, 100, 0)
             .await
             .unwrap()
@@ -787,7 +832,10 @@ async fn organizations_never_mix(cx: Ctx) {
                 Vec::<DeviceId>::new(),
                 "{f:?}"
             );
-            assert_eq!(s.org(o).list_devices(&f, 10, 0).await.unwrap().1, 0);
+            assert_eq!(
+                s.org(o).devices().list_devices(&f, 10, 0).await.unwrap().1,
+                0
+            );
         }
     }
     // A write in B leaves A's listing alone, and is listed in B at once.
@@ -795,9 +843,23 @@ async fn organizations_never_mix(cx: Ctx) {
     assert_eq!(listed_ids(a, DeviceFilter::default()).await.len(), 2);
     assert_eq!(listed_ids(b, DeviceFilter::default()).await.len(), 3);
     // A device of A cannot be put in B's group, and B's group lists none of A's devices.
-    assert!(s.org(b).add_to_group(b_group, ids[&a][0]).await.is_err());
-    assert_eq!(s.org(b).group_members(b_group).await.unwrap().len(), 2);
-    assert!(s.org(a).group_members(b_group).await.is_err());
+    assert!(
+        s.org(b)
+            .tenancy()
+            .add_to_group(b_group, ids[&a][0])
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        s.org(b)
+            .devices()
+            .group_members(b_group)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(s.org(a).devices().group_members(b_group).await.is_err());
 }
 
 async fn rebuilds_are_single_flight_and_rate_limited(cx: Ctx) {

@@ -49,14 +49,17 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let site_b = ob
+        .tenancy()
         .create_site("B", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let web = oa
+        .devices()
         .create_device(
             new_device(site.id, "web-01", DeviceStatus::Online),
             audit("d", "device"),
@@ -64,6 +67,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .await
         .unwrap();
     let db = oa
+        .devices()
         .create_device(
             new_device(site.id, "db-01", DeviceStatus::Online),
             audit("d", "device"),
@@ -71,6 +75,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .await
         .unwrap();
     let web_b = ob
+        .devices()
         .create_device(
             new_device(site_b.id, "web-99", DeviceStatus::Online),
             audit("d", "device"),
@@ -78,10 +83,12 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .await
         .unwrap();
     let group = oa
+        .tenancy()
         .create_group("Low disk", None, None, audit("g", "g"))
         .await
         .unwrap();
     let group_b = ob
+        .tenancy()
         .create_group("B", None, None, audit("g", "g"))
         .await
         .unwrap();
@@ -97,6 +104,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
 
     // Another organization's group cannot be given a filter or read.
     let err = oa
+        .dynamic_groups()
         .set_group_filter(
             group_b.id,
             &low_disk,
@@ -107,12 +115,16 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     assert!(matches!(
-        oa.membership_log(group_b.id, 10).await.unwrap_err(),
+        oa.dynamic_groups()
+            .membership_log(group_b.id, 10)
+            .await
+            .unwrap_err(),
         StoreError::NotFound(_)
     ));
 
     // No inventory yet: nobody has low disk.
     let r = oa
+        .dynamic_groups()
         .set_group_filter(
             group.id,
             &low_disk,
@@ -133,6 +145,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .await
         .unwrap();
     let members: Vec<_> = oa
+        .devices()
         .group_members(group.id)
         .await
         .unwrap()
@@ -144,8 +157,18 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
     s.record_inventory(web.id, a, &inventory("web-01", &["nginx"], 70))
         .await
         .unwrap();
-    assert!(oa.group_members(group.id).await.unwrap().is_empty());
-    let log = oa.membership_log(group.id, 10).await.unwrap();
+    assert!(
+        oa.devices()
+            .group_members(group.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let log = oa
+        .dynamic_groups()
+        .membership_log(group.id, 10)
+        .await
+        .unwrap();
     let changes: Vec<(&str, &str)> = log
         .iter()
         .map(|c| (c.change.as_str(), c.reason.as_str()))
@@ -171,6 +194,7 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         ],
     );
     let r = oa
+        .dynamic_groups()
         .set_group_filter(
             group.id,
             &servers,
@@ -185,41 +209,59 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
     both.sort();
     assert_eq!(added, both, "B's web-99 is never a member of A's group");
     assert_eq!(
-        oa.membership_log(group.id, 10).await.unwrap()[0].actor,
+        oa.dynamic_groups()
+            .membership_log(group.id, 10)
+            .await
+            .unwrap()[0]
+            .actor,
         "system:test"
     );
-    assert_eq!(oa.preview_filter(&servers).await.unwrap().len(), 2);
+    assert_eq!(
+        oa.dynamic_groups()
+            .preview_filter(&servers)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     // A status change: offline devices drop out of an "online" group.
     let online = oa
+        .tenancy()
         .create_group("Online", None, None, audit("g", "g"))
         .await
         .unwrap();
-    oa.set_group_filter(
-        online.id,
-        &filter(
-            MatchMode::All,
-            &[(
-                FilterField::Status,
-                FilterOp::Eq,
-                serde_json::json!("online"),
-            )],
-        ),
-        &actor,
-        audit("device_group.set_filter", "g"),
-    )
-    .await
-    .unwrap();
-    assert_eq!(oa.group_members(online.id).await.unwrap().len(), 2);
+    oa.dynamic_groups()
+        .set_group_filter(
+            online.id,
+            &filter(
+                MatchMode::All,
+                &[(
+                    FilterField::Status,
+                    FilterOp::Eq,
+                    serde_json::json!("online"),
+                )],
+            ),
+            &actor,
+            audit("device_group.set_filter", "g"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        oa.devices().group_members(online.id).await.unwrap().len(),
+        2
+    );
     // (Only enrolled devices are swept offline; these are not, so the status is set by hand
     // and the device's recompute called as the sweeper calls it.)
     s.raw_execute("UPDATE devices SET status = 'offline' WHERE hostname = 'db-01'")
         .await
         .unwrap();
-    oa.recompute_dynamic_groups(Some(db.id), "status: offline")
+    oa.dynamic_groups()
+        .recompute_dynamic_groups(Some(db.id), "status: offline")
         .await
         .unwrap();
     let members: Vec<_> = oa
+        .devices()
         .group_members(online.id)
         .await
         .unwrap()
@@ -227,7 +269,13 @@ async fn dynamic_groups_follow_their_filter(cx: Ctx) {
         .map(|d| d.id)
         .collect();
     assert_eq!(members, vec![web.id]);
-    assert!(ob.group_members(group_b.id).await.unwrap().is_empty());
+    assert!(
+        ob.devices()
+            .group_members(group_b.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// 10,000 devices, a filter over hostname, OS and tags: the first computation and a
@@ -245,6 +293,7 @@ async fn ten_thousand_devices(cx: Ctx) {
         .unwrap();
     let o = s.org(a.id);
     let site = o
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
@@ -269,10 +318,12 @@ async fn ten_thousand_devices(cx: Ctx) {
             },
         })
         .collect();
-    o.create_devices(devices, audit("device.seed", "device"))
+    o.devices()
+        .create_devices(devices, audit("device.seed", "device"))
         .await
         .unwrap();
     let group = o
+        .tenancy()
         .create_group("Prod web", None, None, audit("g", "g"))
         .await
         .unwrap();
@@ -291,6 +342,7 @@ async fn ten_thousand_devices(cx: Ctx) {
     let actor = breeze_core::Actor::system("test");
     let started = std::time::Instant::now();
     let r = o
+        .dynamic_groups()
         .set_group_filter(
             group.id,
             &prod_web,
@@ -303,7 +355,11 @@ async fn ten_thousand_devices(cx: Ctx) {
     // i % 4 == 0 (web, hence even, hence linux) and i % 3 == 0: i % 12 == 0.
     assert_eq!(r.added.len(), 834);
     let started = std::time::Instant::now();
-    let unchanged = o.recompute_dynamic_groups(None, "check").await.unwrap();
+    let unchanged = o
+        .dynamic_groups()
+        .recompute_dynamic_groups(None, "check")
+        .await
+        .unwrap();
     let again = started.elapsed();
     assert!(unchanged.is_empty());
     let windows = filter(
@@ -312,6 +368,7 @@ async fn ten_thousand_devices(cx: Ctx) {
     );
     let started = std::time::Instant::now();
     let r = o
+        .dynamic_groups()
         .set_group_filter(
             group.id,
             &windows,

@@ -42,6 +42,7 @@ fn user() -> Actor {
 /// Claims `id` for `create_group` with `hash`, at the store's time.
 async fn claim(s: &Store, org: OrgId, actor: &Actor, id: &str, hash: &[u8; 32]) -> ClaimOutcome {
     s.org(org)
+        .idempotency()
         .claim_request(
             actor,
             id,
@@ -77,6 +78,7 @@ async fn claim_complete_replay(cx: Ctx) {
     let result = json!({ "id": "g-1", "name": "x\u{0}y" });
     assert!(
         s.org(org)
+            .idempotency()
             .complete_request(&c, &result, false, s.clock().now())
             .await
             .unwrap()
@@ -93,17 +95,19 @@ async fn claim_complete_replay(cx: Ctx) {
     // Completing again changes nothing: the first outcome is the one replayed.
     assert!(
         !s.org(org)
+            .idempotency()
             .complete_request(&c, &json!({ "other": true }), true, s.clock().now())
             .await
             .unwrap()
     );
-    assert!(!s.org(org).release_request(&c).await.unwrap());
+    assert!(!s.org(org).idempotency().release_request(&c).await.unwrap());
     assert_eq!(claim(s, org, &key(), "r-1", &HASH).await, expected);
     assert_eq!(s.raw_dump("idempotency_records").await.unwrap().len(), 1);
 
     // An error outcome is replayed as an error.
     let e = claimed(claim(s, org, &key(), "r-2", &HASH).await);
     s.org(org)
+        .idempotency()
         .complete_request(&e, &json!({ "code": "NOT_FOUND" }), true, done_at)
         .await
         .unwrap();
@@ -124,6 +128,7 @@ async fn a_different_payload_or_tool_is_a_mismatch(cx: Ctx) {
     );
     let other_tool = s
         .org(org)
+        .idempotency()
         .claim_request(
             &key(),
             "r-1",
@@ -137,6 +142,7 @@ async fn a_different_payload_or_tool_is_a_mismatch(cx: Ctx) {
     assert_eq!(other_tool, ClaimOutcome::Mismatch);
     // … and once it is done, even when the old claim has gone stale.
     s.org(org)
+        .idempotency()
         .complete_request(&c, &json!({ "ok": 1 }), false, s.clock().now())
         .await
         .unwrap();
@@ -162,24 +168,32 @@ async fn released_claims_run_again(cx: Ctx) {
     let s = &cx.store;
     let (org, _) = two_orgs(s).await;
     let c = claimed(claim(s, org, &key(), "r-1", &HASH).await);
-    assert!(s.org(org).release_request(&c).await.unwrap());
+    assert!(s.org(org).idempotency().release_request(&c).await.unwrap());
     let again = claimed(claim(s, org, &key(), "r-1", &HASH).await);
     assert_ne!(again.token, c.token);
     // The released claim's token no longer completes anything.
     assert!(
         !s.org(org)
+            .idempotency()
             .complete_request(&c, &json!(1), false, s.clock().now())
             .await
             .unwrap()
     );
     assert!(
         s.org(org)
+            .idempotency()
             .complete_request(&again, &json!(2), false, s.clock().now())
             .await
             .unwrap()
     );
     // A done record cannot be released.
-    assert!(!s.org(org).release_request(&again).await.unwrap());
+    assert!(
+        !s.org(org)
+            .idempotency()
+            .release_request(&again)
+            .await
+            .unwrap()
+    );
     assert!(matches!(
         claim(s, org, &key(), "r-1", &HASH).await,
         ClaimOutcome::Replay { result, .. } if result == json!(2)
@@ -237,6 +251,7 @@ async fn a_replay_survives_a_restart(cx: Ctx) {
     let done = claimed(claim(s, org, &key(), "r-done", &HASH).await);
     let done_at = s.clock().now();
     s.org(org)
+        .idempotency()
         .complete_request(&done, &json!({ "id": 7 }), false, done_at)
         .await
         .unwrap();
@@ -269,7 +284,8 @@ async fn a_replay_survives_a_restart(cx: Ctx) {
     assert!(taken.reclaimed);
     let r = restarted.org(org);
     assert!(
-        !r.complete_request(&open, &json!("old"), false, s.clock().now())
+        !r.idempotency()
+            .complete_request(&open, &json!("old"), false, s.clock().now())
             .await
             .unwrap()
     );
@@ -281,6 +297,7 @@ async fn organizations_and_principals_are_independent(cx: Ctx) {
     let (a, b) = two_orgs(s).await;
     let in_a = claimed(claim(s, a, &key(), "r-1", &HASH).await);
     s.org(a)
+        .idempotency()
         .complete_request(&in_a, &json!("A's secret"), false, s.clock().now())
         .await
         .unwrap();
@@ -289,12 +306,14 @@ async fn organizations_and_principals_are_independent(cx: Ctx) {
     // B cannot complete or release A's claim through its handle (a stolen token).
     assert!(
         !s.org(b)
+            .idempotency()
             .complete_request(&in_a, &json!("B's"), false, s.clock().now())
             .await
             .unwrap()
     );
-    assert!(!s.org(b).release_request(&in_a).await.unwrap());
+    assert!(!s.org(b).idempotency().release_request(&in_a).await.unwrap());
     s.org(b)
+        .idempotency()
         .complete_request(&in_b, &json!("B's"), false, s.clock().now())
         .await
         .unwrap();
@@ -329,9 +348,16 @@ async fn stale_claims_are_taken_over(cx: Ctx) {
     let second = claimed(claim(s, org, &key(), "r-1", &HASH).await);
     assert!(second.reclaimed);
     // The slow first holder can neither overwrite nor delete the new claim.
-    assert!(!s.org(org).release_request(&first).await.unwrap());
     assert!(
         !s.org(org)
+            .idempotency()
+            .release_request(&first)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.org(org)
+            .idempotency()
             .complete_request(&first, &json!("first"), false, s.clock().now())
             .await
             .unwrap()
@@ -343,6 +369,7 @@ async fn stale_claims_are_taken_over(cx: Ctx) {
     ));
     assert!(
         s.org(org)
+            .idempotency()
             .complete_request(&second, &json!("second"), false, s.clock().now())
             .await
             .unwrap()
@@ -356,6 +383,7 @@ async fn stale_claims_are_taken_over(cx: Ctx) {
     cx.clock.advance(Duration::seconds(30));
     let quick = s
         .org(org)
+        .idempotency()
         .claim_request(
             &key(),
             "r-2",
@@ -383,25 +411,28 @@ async fn pruning_removes_only_old_records(cx: Ctx) {
     let at = |hours_ago: i64| -> Timestamp { start - Duration::hours(hours_ago) };
     let claim_at = |id: &'static str, t: Timestamp| async move {
         claimed(
-            o.claim_request(
-                &key(),
-                id,
-                "create_group",
-                &HASH,
-                t,
-                IDEMPOTENCY_STALE_AFTER,
-            )
-            .await
-            .unwrap(),
+            o.idempotency()
+                .claim_request(
+                    &key(),
+                    id,
+                    "create_group",
+                    &HASH,
+                    t,
+                    IDEMPOTENCY_STALE_AFTER,
+                )
+                .await
+                .unwrap(),
         )
     };
     // Done long ago; done recently though claimed long ago; open long ago; open just now.
     let old = claim_at("old-done", at(30)).await;
-    o.complete_request(&old, &json!(1), false, at(29))
+    o.idempotency()
+        .complete_request(&old, &json!(1), false, at(29))
         .await
         .unwrap();
     let late = claim_at("late-done", at(30)).await;
-    o.complete_request(&late, &json!(2), false, at(1))
+    o.idempotency()
+        .complete_request(&late, &json!(2), false, at(1))
         .await
         .unwrap();
     claim_at("old-open", at(25)).await;
@@ -437,6 +468,7 @@ async fn request_ids_are_bounded(cx: Ctx) {
     let (org, _) = two_orgs(s).await;
     let attempt = |id: String| async move {
         s.org(org)
+            .idempotency()
             .claim_request(
                 &key(),
                 &id,
@@ -458,6 +490,7 @@ async fn request_ids_are_bounded(cx: Ctx) {
     let c = claimed(attempt(wide.clone()).await.unwrap());
     assert!(
         s.org(org)
+            .idempotency()
             .complete_request(&c, &json!(true), false, s.clock().now())
             .await
             .unwrap()

@@ -50,10 +50,12 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
     for org in [&a, &b] {
         let o = s.org(org.id);
         let site = o
+            .tenancy()
             .create_site("HQ", "UTC", audit("site.create", "site"))
             .await
             .unwrap();
         let dev = o
+            .devices()
             .create_device(
                 new_device(site.id, "web-01", DeviceStatus::Online),
                 audit("device.create", "device"),
@@ -61,10 +63,11 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
             .await
             .unwrap();
         let group = o
+            .tenancy()
             .create_group("Servers", None, None, audit("group.create", "device_group"))
             .await
             .unwrap();
-        o.add_to_group(group.id, dev.id).await.unwrap();
+        o.tenancy().add_to_group(group.id, dev.id).await.unwrap();
         let key = s
             .insert_api_key(
                 NewApiKey {
@@ -93,16 +96,27 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
     let oa = s.org(a.id);
 
     // Listings hold only A's rows.
-    assert_eq!(oa.organization().await.unwrap().id, a.id);
-    assert_eq!(oa.list_sites().await.unwrap(), vec![a_site.clone()]);
+    assert_eq!(oa.tenancy().organization().await.unwrap().id, a.id);
+    assert_eq!(
+        oa.tenancy().list_sites().await.unwrap(),
+        vec![a_site.clone()]
+    );
     let (devices, total) = oa
+        .devices()
         .list_devices(&DeviceFilter::default(), 100, 0)
         .await
         .unwrap();
     assert_eq!((devices, total), (vec![a_dev.clone()], 1));
-    assert_eq!(oa.list_groups().await.unwrap(), vec![a_group.clone()]);
-    assert_eq!(oa.list_api_keys().await.unwrap(), vec![a_key.clone()]);
+    assert_eq!(
+        oa.tenancy().list_groups().await.unwrap(),
+        vec![a_group.clone()]
+    );
+    assert_eq!(
+        oa.api_keys().list_api_keys().await.unwrap(),
+        vec![a_key.clone()]
+    );
     let audit_page = oa
+        .audit()
         .query_audit(&AuditFilter::default(), None, 500)
         .await
         .unwrap();
@@ -116,41 +130,52 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
 
     // Lookups by B's ids answer "not found", exactly as for ids that do not exist.
     assert!(matches!(
-        oa.get_site(b_site.id).await,
+        oa.tenancy().get_site(b_site.id).await,
         Err(StoreError::NotFound("site"))
     ));
     assert!(matches!(
-        oa.get_device(b_dev.id).await,
+        oa.devices().get_device(b_dev.id).await,
         Err(StoreError::NotFound("device"))
     ));
     assert!(matches!(
-        oa.get_group(b_group.id).await,
+        oa.tenancy().get_group(b_group.id).await,
         Err(StoreError::NotFound("device group"))
     ));
     assert!(matches!(
-        oa.group_members(b_group.id).await,
+        oa.devices().group_members(b_group.id).await,
         Err(StoreError::NotFound("device group"))
     ));
     assert!(matches!(
-        oa.get_api_key(b_key.id).await,
+        oa.api_keys().get_api_key(b_key.id).await,
         Err(StoreError::NotFound("API key"))
     ));
     let by_site = DeviceFilter {
         site_id: Some(b_site.id),
         ..Default::default()
     };
-    assert_eq!(oa.list_devices(&by_site, 100, 0).await.unwrap().1, 0);
+    assert_eq!(
+        oa.devices().list_devices(&by_site, 100, 0).await.unwrap().1,
+        0
+    );
     let by_group = DeviceFilter {
         group_id: Some(b_group.id),
         ..Default::default()
     };
-    assert_eq!(oa.list_devices(&by_group, 100, 0).await.unwrap().1, 0);
+    assert_eq!(
+        oa.devices()
+            .list_devices(&by_group, 100, 0)
+            .await
+            .unwrap()
+            .1,
+        0
+    );
     let b_resource = AuditFilter {
         resource_id: Some(b_dev.id.to_string()),
         ..Default::default()
     };
     assert!(
-        oa.query_audit(&b_resource, None, 500)
+        oa.audit()
+            .query_audit(&b_resource, None, 500)
             .await
             .unwrap()
             .records
@@ -159,28 +184,45 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
 
     // Changes aimed at B's rows through A's handle are refused and change nothing.
     assert!(matches!(
-        oa.revoke_api_key(b_key.id, audit("api_key.revoke", "api_key"))
+        oa.api_keys()
+            .revoke_api_key(b_key.id, audit("api_key.revoke", "api_key"))
             .await,
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(
-        s.org(b.id).get_api_key(b_key.id).await.unwrap().revoked_at,
+        s.org(b.id)
+            .api_keys()
+            .get_api_key(b_key.id)
+            .await
+            .unwrap()
+            .revoked_at,
         None
     );
     assert!(matches!(
-        oa.add_to_group(a_group.id, b_dev.id).await,
+        oa.tenancy().add_to_group(a_group.id, b_dev.id).await,
         Err(StoreError::NotFound("device"))
     ));
     assert!(matches!(
-        oa.add_to_group(b_group.id, a_dev.id).await,
+        oa.tenancy().add_to_group(b_group.id, a_dev.id).await,
         Err(StoreError::NotFound("device group"))
     ));
-    assert!(!oa.remove_from_group(b_group.id, b_dev.id).await.unwrap());
+    assert!(
+        !oa.tenancy()
+            .remove_from_group(b_group.id, b_dev.id)
+            .await
+            .unwrap()
+    );
     assert_eq!(
-        s.org(b.id).group_members(b_group.id).await.unwrap().len(),
+        s.org(b.id)
+            .devices()
+            .group_members(b_group.id)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     let into_b_site = oa
+        .devices()
         .create_device(
             new_device(b_site.id, "sneaky", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -188,6 +230,7 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
         .await;
     assert!(matches!(into_b_site, Err(StoreError::NotFound("site"))));
     let group_in_b_site = oa
+        .tenancy()
         .create_group(
             "X",
             Some(b_site.id),
@@ -198,6 +241,7 @@ async fn org_handles_never_reach_another_organization(cx: Ctx) {
     assert!(matches!(group_in_b_site, Err(StoreError::NotFound("site"))));
     assert_eq!(
         s.org(b.id)
+            .devices()
             .list_devices(&DeviceFilter::default(), 100, 0)
             .await
             .unwrap()
@@ -234,16 +278,19 @@ async fn the_schema_itself_rejects_cross_organization_links(cx: Ctx) {
         .unwrap();
     let a_site = s
         .org(a.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let b_site = s
         .org(b.id)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let a_dev = s
         .org(a.id)
+        .devices()
         .create_device(
             new_device(a_site.id, "d", DeviceStatus::Online),
             audit("device.create", "device"),

@@ -36,18 +36,22 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let branch = oa
+        .tenancy()
         .create_site("Branch", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let site_b = ob
+        .tenancy()
         .create_site("B", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let web = oa
+        .devices()
         .create_device(
             new_device(site.id, "web", DeviceStatus::Online),
             audit("d", "device"),
@@ -55,6 +59,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let db = oa
+        .devices()
         .create_device(
             new_device(branch.id, "db", DeviceStatus::Online),
             audit("d", "device"),
@@ -62,6 +67,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let dev_b = ob
+        .devices()
         .create_device(
             new_device(site_b.id, "b", DeviceStatus::Online),
             audit("d", "device"),
@@ -69,11 +75,13 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let group = oa
+        .tenancy()
         .create_group("DBs", None, None, audit("g", "g"))
         .await
         .unwrap();
-    oa.add_to_group(group.id, db.id).await.unwrap();
+    oa.tenancy().add_to_group(group.id, db.id).await.unwrap();
     let group_b = ob
+        .tenancy()
         .create_group("BG", None, None, audit("g", "g"))
         .await
         .unwrap();
@@ -85,6 +93,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         RuleTarget::Group(group_b.id),
     ] {
         let err = oa
+            .maintenance()
             .create_window(
                 once(
                     "steal",
@@ -98,7 +107,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
             .unwrap_err();
         assert!(matches!(err, StoreError::NotFound(_)), "{target:?}: {err}");
     }
-    assert!(oa.list_windows().await.unwrap().is_empty());
+    assert!(oa.maintenance().list_windows().await.unwrap().is_empty());
 
     // Bad schedules and zones are refused.
     let mut bad = once(
@@ -108,7 +117,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         "2026-02-02T09:00:00Z",
     );
     assert!(matches!(
-        oa.create_window(bad.clone(), audit("w", "w"))
+        oa.maintenance()
+            .create_window(bad.clone(), audit("w", "w"))
             .await
             .unwrap_err(),
         StoreError::Invalid(_)
@@ -119,11 +129,15 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     };
     bad.time_zone = "Nowhere/Else".into();
     assert!(matches!(
-        oa.create_window(bad, audit("w", "w")).await.unwrap_err(),
+        oa.maintenance()
+            .create_window(bad, audit("w", "w"))
+            .await
+            .unwrap_err(),
         StoreError::Invalid(_)
     ));
 
     let site_window = oa
+        .maintenance()
         .create_window(
             once(
                 "HQ now",
@@ -136,6 +150,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let weekly = oa
+        .maintenance()
         .create_window(
             NewWindow {
                 name: "DB Mondays".into(),
@@ -156,6 +171,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .await
         .unwrap();
     let b_window = ob
+        .maintenance()
         .create_window(
             once(
                 "B all",
@@ -169,17 +185,18 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .unwrap();
     // Names are unique in an organization.
     assert!(matches!(
-        oa.create_window(
-            once(
-                "HQ now",
-                RuleTarget::Organization,
-                "2026-02-02T09:00:00Z",
-                "2026-02-02T11:00:00Z"
-            ),
-            audit("w", "w")
-        )
-        .await
-        .unwrap_err(),
+        oa.maintenance()
+            .create_window(
+                once(
+                    "HQ now",
+                    RuleTarget::Organization,
+                    "2026-02-02T09:00:00Z",
+                    "2026-02-02T11:00:00Z"
+                ),
+                audit("w", "w")
+            )
+            .await
+            .unwrap_err(),
         StoreError::Conflict(_)
     ));
 
@@ -192,7 +209,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     };
     assert_eq!(
         names(
-            oa.open_windows(RuleTarget::Device(web.id), now)
+            oa.maintenance()
+                .open_windows(RuleTarget::Device(web.id), now)
                 .await
                 .unwrap()
         ),
@@ -200,7 +218,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     );
     assert_eq!(
         names(
-            oa.open_windows(RuleTarget::Device(db.id), now)
+            oa.maintenance()
+                .open_windows(RuleTarget::Device(db.id), now)
                 .await
                 .unwrap()
         ),
@@ -208,7 +227,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     );
     assert_eq!(
         names(
-            oa.open_windows(RuleTarget::Site(branch.id), now)
+            oa.maintenance()
+                .open_windows(RuleTarget::Site(branch.id), now)
                 .await
                 .unwrap()
         ),
@@ -216,7 +236,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     );
     assert_eq!(
         names(
-            oa.open_windows(RuleTarget::Organization, now)
+            oa.maintenance()
+                .open_windows(RuleTarget::Organization, now)
                 .await
                 .unwrap()
         ),
@@ -224,12 +245,14 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     );
     // B's organization-wide window covers nothing of A; B's device is unknown to A.
     assert!(matches!(
-        oa.open_windows(RuleTarget::Device(dev_b.id), now)
+        oa.maintenance()
+            .open_windows(RuleTarget::Device(dev_b.id), now)
             .await
             .unwrap_err(),
         StoreError::NotFound(_)
     ));
     let covered = oa
+        .maintenance()
         .maintenance_covering(&[web.id, db.id], now)
         .await
         .unwrap();
@@ -237,7 +260,8 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     assert_eq!(covered[&db.id].0.id, weekly.id);
     let later = now + Duration::hours(2);
     assert!(
-        oa.maintenance_covering(&[web.id, db.id], later)
+        oa.maintenance()
+            .maintenance_covering(&[web.id, db.id], later)
             .await
             .unwrap()
             .is_empty()
@@ -245,6 +269,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
 
     // Suppressions: once per rule, device, window and occurrence.
     let rule = oa
+        .alerts()
         .create_rule(
             breeze_store::NewRule {
                 name: "offline".into(),
@@ -264,28 +289,36 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .unwrap();
     let (w, o) = &covered[&web.id];
     assert!(
-        oa.record_suppression(rule.id, web.id, w, *o, Some(1.0))
+        oa.maintenance()
+            .record_suppression(rule.id, web.id, w, *o, Some(1.0))
             .await
             .unwrap()
     );
     assert!(
-        !oa.record_suppression(rule.id, web.id, w, *o, Some(2.0))
+        !oa.maintenance()
+            .record_suppression(rule.id, web.id, w, *o, Some(2.0))
             .await
             .unwrap()
     );
     assert_eq!(
-        oa.suppressions(Some(rule.id), None, 10)
+        oa.maintenance()
+            .suppressions(Some(rule.id), None, 10)
             .await
             .unwrap()
             .len(),
         1
     );
     assert_eq!(
-        oa.suppressions(None, Some(w.id), 10).await.unwrap().len(),
+        oa.maintenance()
+            .suppressions(None, Some(w.id), 10)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     assert!(
-        ob.suppressions(Some(rule.id), None, 10)
+        ob.maintenance()
+            .suppressions(Some(rule.id), None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -297,11 +330,13 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         ..WindowUpdate::default()
     };
     for err in [
-        oa.get_window(b_window.id).await.unwrap_err(),
-        oa.update_window(b_window.id, update.clone(), audit("w", "w"))
+        oa.maintenance().get_window(b_window.id).await.unwrap_err(),
+        oa.maintenance()
+            .update_window(b_window.id, update.clone(), audit("w", "w"))
             .await
             .unwrap_err(),
-        oa.delete_window(b_window.id, audit("w", "w"))
+        oa.maintenance()
+            .delete_window(b_window.id, audit("w", "w"))
             .await
             .unwrap_err(),
     ] {
@@ -310,8 +345,15 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
             "{err}"
         );
     }
-    assert!(ob.get_window(b_window.id).await.unwrap().enabled);
+    assert!(
+        ob.maintenance()
+            .get_window(b_window.id)
+            .await
+            .unwrap()
+            .enabled
+    );
     let err = oa
+        .maintenance()
         .update_window(
             site_window.id,
             WindowUpdate {
@@ -325,6 +367,7 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
 
     let disabled = oa
+        .maintenance()
         .update_window(
             site_window.id,
             update,
@@ -334,18 +377,24 @@ async fn windows_lifecycle_coverage_and_confinement(cx: Ctx) {
         .unwrap();
     assert!(!disabled.enabled);
     assert!(
-        oa.open_windows(RuleTarget::Device(web.id), now)
+        oa.maintenance()
+            .open_windows(RuleTarget::Device(web.id), now)
             .await
             .unwrap()
             .is_empty()
     );
-    oa.delete_window(weekly.id, audit("maintenance_window.delete", "w"))
+    oa.maintenance()
+        .delete_window(weekly.id, audit("maintenance_window.delete", "w"))
         .await
         .unwrap();
-    assert_eq!(oa.list_windows().await.unwrap().len(), 1);
+    assert_eq!(oa.maintenance().list_windows().await.unwrap().len(), 1);
     // The suppression outlives its window, naming it.
     assert_eq!(
-        oa.suppressions(Some(rule.id), None, 10).await.unwrap()[0].window_name,
+        oa.maintenance()
+            .suppressions(Some(rule.id), None, 10)
+            .await
+            .unwrap()[0]
+            .window_name,
         "HQ now"
     );
 }

@@ -406,11 +406,11 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
     // Through the store: definitions, history and downloads as seeded.
     let oa = s.org(OrgId(id(2)));
     let ob = s.org(OrgId(id(3)));
-    assert_eq!(oa.list_reports().await.unwrap().len(), 2);
-    assert_eq!(ob.list_reports().await.unwrap().len(), 1);
-    let runs = oa.report_runs(None, 100).await.unwrap();
+    assert_eq!(oa.reports().list_reports().await.unwrap().len(), 2);
+    assert_eq!(ob.reports().list_reports().await.unwrap().len(), 1);
+    let runs = oa.reports().report_runs(None, 100).await.unwrap();
     assert_eq!(runs.len(), 3);
-    let failed = oa.get_report_run(id(31)).await.unwrap();
+    let failed = oa.reports().get_report_run(id(31)).await.unwrap();
     assert_eq!(
         (failed.status, failed.error.as_deref()),
         (ReportStatus::Failed, Some("boom"))
@@ -418,13 +418,19 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
     for (org, run, chunks) in [(&oa, 30, 3u8), (&oa, 32, 1), (&ob, 33, 2)] {
         for seq in 0..chunks {
             assert_eq!(
-                org.report_chunk(id(run), i64::from(seq)).await.unwrap(),
+                org.reports()
+                    .report_chunk(id(run), i64::from(seq))
+                    .await
+                    .unwrap(),
                 Some(chunk_bytes(run, seq)),
                 "run {run} chunk {seq}"
             );
         }
         assert_eq!(
-            org.report_chunk(id(run), i64::from(chunks)).await.unwrap(),
+            org.reports()
+                .report_chunk(id(run), i64::from(chunks))
+                .await
+                .unwrap(),
             None
         );
     }
@@ -434,9 +440,9 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
     s.raw_execute(&format!("DELETE FROM report_runs WHERE id = {}", l.id(32)))
         .await
         .unwrap();
-    assert_eq!(oa.report_chunk(id(32), 0).await.unwrap(), None);
+    assert_eq!(oa.reports().report_chunk(id(32), 0).await.unwrap(), None);
     assert_eq!(
-        oa.report_chunk(id(30), 2).await.unwrap(),
+        oa.reports().report_chunk(id(30), 2).await.unwrap(),
         Some(chunk_bytes(30, 2))
     );
     let orphan = s
@@ -469,6 +475,7 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
 
     // A seeded definition switched to PDF generates a PDF of A's two devices.
     let fleet = oa
+        .reports()
         .update_report(
             id(20),
             ReportUpdate {
@@ -481,6 +488,7 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
         .unwrap();
     assert_eq!(fleet.format, ReportFormat::Pdf);
     let run = oa
+        .reports()
         .generate_report(
             ReportRequest::from(&fleet),
             "test",
@@ -491,12 +499,19 @@ async fn migration_0030_keeps_reports_and_leases(backend: Backend) {
     assert_eq!((run.status, run.row_count), (ReportStatus::Completed, 2));
     let mut pdf = Vec::new();
     let mut seq = 0;
-    while let Some(chunk) = oa.report_chunk(run.id, seq).await.unwrap() {
+    while let Some(chunk) = oa.reports().report_chunk(run.id, seq).await.unwrap() {
         pdf.extend(chunk);
         seq += 1;
     }
     assert!(breeze_store::testing::check_pdf(&pdf) >= 1);
-    assert_eq!(oa.report_runs(Some(id(20)), 100).await.unwrap().len(), 2);
+    assert_eq!(
+        oa.reports()
+            .report_runs(Some(id(20)), 100)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
 
     // The alert engine's old lease row, unrenewed for a day, is taken and then held.
     let ttl = Duration::minutes(2);

@@ -12,10 +12,12 @@ use crate::audit;
 async fn device(s: &Store, org: OrgId) -> DeviceId {
     let site = s
         .org(org)
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     s.org(org)
+        .devices()
         .create_device(
             NewDevice {
                 site_id: site.id,
@@ -71,12 +73,22 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
     let o = s.org(a);
 
     // Before any inventory: nothing listed, and it says so.
-    let page = o.device_packages(dev, None, None, 50).await.unwrap();
+    let page = o
+        .devices()
+        .device_packages(dev, None, None, 50)
+        .await
+        .unwrap();
     assert!(!page.listed && page.packages.is_empty() && page.total == 0);
     s.record_inventory(dev, a, &inventory(s, None))
         .await
         .unwrap();
-    assert!(!o.device_packages(dev, None, None, 50).await.unwrap().listed);
+    assert!(
+        !o.devices()
+            .device_packages(dev, None, None, 50)
+            .await
+            .unwrap()
+            .listed
+    );
 
     let mut many: Vec<(String, String)> = (0..25)
         .map(|i| (format!("lib{i:02}"), "1.0".to_owned()))
@@ -95,6 +107,7 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
     let mut pages = 0;
     loop {
         let page = o
+            .devices()
             .device_packages(dev, None, cursor.as_deref(), 10)
             .await
             .unwrap();
@@ -117,6 +130,7 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
 
     // A case-insensitive substring filter; total counts the matches.
     let page = o
+        .devices()
         .device_packages(dev, Some("OPENS"), None, 50)
         .await
         .unwrap();
@@ -127,12 +141,17 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
     assert_eq!(page.next_cursor, None);
 
     // A limit above the maximum is capped.
-    let page = o.device_packages(dev, None, None, 10_000).await.unwrap();
+    let page = o
+        .devices()
+        .device_packages(dev, None, None, 10_000)
+        .await
+        .unwrap();
     assert_eq!(page.packages.len(), 28);
 
     // A cursor that is not one of ours is refused, naming it.
     for bad in ["not base64!", "bm9wZQ", ""] {
         let err = o
+            .devices()
             .device_packages(dev, None, Some(bad), 10)
             .await
             .unwrap_err();
@@ -144,7 +163,10 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
 
     // Another organization cannot reach the device.
     assert!(matches!(
-        s.org(b).device_packages(dev, None, None, 10).await,
+        s.org(b)
+            .devices()
+            .device_packages(dev, None, None, 10)
+            .await,
         Err(StoreError::NotFound(_))
     ));
 }

@@ -46,22 +46,24 @@ fn report(s: &Store, patches: Vec<AvailablePatch>) -> PatchScanReport {
 
 async fn device(s: &Store, org: OrgId, name: &str) -> DeviceId {
     let o = s.org(org);
-    let site = match o.list_sites().await.unwrap().first() {
+    let site = match o.tenancy().list_sites().await.unwrap().first() {
         Some(site) => site.id,
         None => {
-            o.create_site("HQ", "UTC", audit("site.create", "site"))
+            o.tenancy()
+                .create_site("HQ", "UTC", audit("site.create", "site"))
                 .await
                 .unwrap()
                 .id
         }
     };
-    o.create_device(
-        new_device(site, name, DeviceStatus::Online),
-        audit("device.create", "device"),
-    )
-    .await
-    .unwrap()
-    .id
+    o.devices()
+        .create_device(
+            new_device(site, name, DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
+        .await
+        .unwrap()
+        .id
 }
 
 /// Queues a command of `kind` for `device` and answers it with `result`.
@@ -75,6 +77,7 @@ async fn answer(
 ) -> uuid::Uuid {
     let cmd = s
         .org(org)
+        .commands()
         .create_command(
             NewCommand {
                 device_id: device,
@@ -141,6 +144,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     );
     let cmd = s
         .org(a)
+        .commands()
         .create_command(
             NewCommand {
                 device_id: web,
@@ -155,10 +159,14 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.request_patch_scan(web, cmd.id, "test", audit("patch.scan", "device"))
+    oa.patches()
+        .request_patch_scan(web, cmd.id, "test", audit("patch.scan", "device"))
         .await
         .unwrap();
-    assert_eq!(oa.patch_scans().await.unwrap()[0].command_id, Some(cmd.id));
+    assert_eq!(
+        oa.patches().patch_scans().await.unwrap()[0].command_id,
+        Some(cmd.id)
+    );
     let now = s.clock().now();
     let done = s
         .complete_command(
@@ -197,6 +205,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     .unwrap();
 
     let all = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             limit: 100,
             ..Default::default()
@@ -205,7 +214,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     assert_eq!(all.len(), 4, "a name with a space is dropped: {all:?}");
     assert!(all.iter().all(|p| p.device_id != theirs));
-    let scans = oa.patch_scans().await.unwrap();
+    let scans = oa.patches().patch_scans().await.unwrap();
     let web_scan = scans.iter().find(|s| s.device_id == web).unwrap();
     assert_eq!(
         (
@@ -219,6 +228,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     assert_eq!(web_scan.logged_in_users, ["alice"]);
     // Filters and keyset pages.
     let security = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             security_only: true,
             severity: Some("important".into()),
@@ -229,6 +239,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     assert_eq!(security.len(), 2, "{security:?}");
     let first = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             limit: 3,
             ..Default::default()
@@ -237,6 +248,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     let last = first.last().unwrap();
     let rest = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             after: Some((last.device_id, last.name.clone())),
             limit: 10,
@@ -246,6 +258,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     assert_eq!(first.len() + rest.len(), 4);
     let searched = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             search: Some("SSL".into()),
             device: Some(web),
@@ -266,20 +279,23 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         note: None,
         decided_by: "test".into(),
     };
-    oa.decide_patch(
-        decide("openssl", PatchDecision::Declined, None, None),
-        audit("patch.decline", "patch_approval"),
-    )
-    .await
-    .unwrap();
-    oa.decide_patch(
-        decide("openssl", PatchDecision::Approved, None, None),
-        audit("patch.approve", "patch_approval"),
-    )
-    .await
-    .unwrap();
+    oa.patches()
+        .decide_patch(
+            decide("openssl", PatchDecision::Declined, None, None),
+            audit("patch.decline", "patch_approval"),
+        )
+        .await
+        .unwrap();
+    oa.patches()
+        .decide_patch(
+            decide("openssl", PatchDecision::Approved, None, None),
+            audit("patch.approve", "patch_approval"),
+        )
+        .await
+        .unwrap();
     let later = s.clock().now() + chrono::Duration::days(7);
     let deferred = oa
+        .patches()
         .decide_patch(
             decide("bash", PatchDecision::Deferred, Some(later), None),
             audit("patch.defer", "patch_approval"),
@@ -297,6 +313,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     );
     let past = s.clock().now() - chrono::Duration::hours(1);
     let e = oa
+        .patches()
         .decide_patch(
             decide("bash", PatchDecision::Deferred, Some(past), None),
             audit("patch.defer", "patch_approval"),
@@ -308,6 +325,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         "{e}"
     );
     let e = oa
+        .patches()
         .decide_patch(
             decide("-oAPT::x", PatchDecision::Approved, None, None),
             audit("patch.approve", "patch_approval"),
@@ -327,20 +345,24 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         created_by: "test".into(),
     };
     let pa = oa
+        .config_policies()
         .create_config_policy(policy("ring-1"), audit("c", "config_policy"))
         .await
         .unwrap();
     let pb = ob
+        .config_policies()
         .create_config_policy(policy("ring-b"), audit("c", "config_policy"))
         .await
         .unwrap();
-    oa.decide_patch(
-        decide("bash", PatchDecision::Approved, None, Some(pa.id)),
-        audit("patch.approve", "patch_approval"),
-    )
-    .await
-    .unwrap();
+    oa.patches()
+        .decide_patch(
+            decide("bash", PatchDecision::Approved, None, Some(pa.id)),
+            audit("patch.approve", "patch_approval"),
+        )
+        .await
+        .unwrap();
     let e = oa
+        .patches()
         .decide_patch(
             decide("bash", PatchDecision::Approved, None, Some(pb.id)),
             audit("patch.approve", "patch_approval"),
@@ -351,10 +373,17 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         matches!(e, StoreError::NotFound("configuration policy")),
         "{e}"
     );
-    let approvals = oa.list_patch_approvals().await.unwrap();
+    let approvals = oa.patches().list_patch_approvals().await.unwrap();
     assert_eq!(approvals.len(), 3, "{approvals:?}");
-    assert!(ob.list_patch_approvals().await.unwrap().is_empty());
+    assert!(
+        ob.patches()
+            .list_patch_approvals()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let page = oa
+        .audit()
         .query_audit(
             &AuditFilter {
                 action: Some("patch.approve".into()),
@@ -369,6 +398,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
 
     // A job: B's device cannot be named; A's job settles from its devices' results.
     let e = oa
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind: PatchJobKind::Install,
@@ -384,6 +414,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap_err();
     assert!(matches!(e, StoreError::NotFound("device")), "{e}");
     let job = oa
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind: PatchJobKind::Install,
@@ -399,7 +430,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap();
     assert_eq!(job.status.as_str(), "running");
     assert!(
-        ob.get_patch_job(job.id).await.is_err(),
+        ob.patches().get_patch_job(job.id).await.is_err(),
         "B cannot read A's job"
     );
     let install = CommandKind::PatchInstall {
@@ -429,6 +460,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     // The command is tied to the part before the agent answers.
     let web_cmd = s
         .org(a)
+        .commands()
         .create_command(
             NewCommand {
                 device_id: web,
@@ -443,10 +475,12 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.patch_part_sent(job.id, web, Ok(web_cmd.id))
+    oa.patches()
+        .patch_part_sent(job.id, web, Ok(web_cmd.id))
         .await
         .unwrap();
-    oa.patch_part_sent(job.id, db, Err("device offline".into()))
+    oa.patches()
+        .patch_part_sent(job.id, db, Err("device offline".into()))
         .await
         .unwrap();
     let now = s.clock().now();
@@ -473,7 +507,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     s.record_patch_command(&done).await.unwrap();
     // A repeated result changes nothing.
     s.record_patch_command(&done).await.unwrap();
-    let (job, parts) = oa.get_patch_job(job.id).await.unwrap();
+    let (job, parts) = oa.patches().get_patch_job(job.id).await.unwrap();
     assert_eq!(job.status.as_str(), "partial", "{parts:?}");
     let web_part = parts.iter().find(|p| p.device_id == web).unwrap();
     assert_eq!(web_part.status.as_str(), "partial");
@@ -486,6 +520,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     );
     // The scan made after the install replaced the device's list.
     let left = oa
+        .patches()
         .list_device_patches(&PatchFilter {
             device: Some(web),
             limit: 10,
@@ -496,17 +531,29 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].name, "libssl3");
     // History, and what a rollback goes back to.
-    let history = oa.patch_history(Some(web), None, 10).await.unwrap();
+    let history = oa
+        .patches()
+        .patch_history(Some(web), None, 10)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 2);
-    assert!(ob.patch_history(None, None, 10).await.unwrap().is_empty());
+    assert!(
+        ob.patches()
+            .patch_history(None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let previous = oa
+        .patches()
         .previous_versions(web, &["openssl".into(), "libssl3".into()])
         .await
         .unwrap();
     assert_eq!(previous.get("openssl").map(String::as_str), Some("3.0.14"));
     assert!(!previous.contains_key("libssl3"), "it never installed");
     assert!(
-        ob.previous_versions(web, &["openssl".into()])
+        ob.patches()
+            .previous_versions(web, &["openssl".into()])
             .await
             .unwrap()
             .is_empty(),
@@ -515,6 +562,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
 
     // A failed rollback command fails its part and the job.
     let rollback = oa
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind: PatchJobKind::Rollback,
@@ -539,6 +587,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     };
     let cmd = s
         .org(a)
+        .commands()
         .create_command(
             NewCommand {
                 device_id: web,
@@ -553,7 +602,8 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         )
         .await
         .unwrap();
-    oa.patch_part_sent(rollback.id, web, Ok(cmd.id))
+    oa.patches()
+        .patch_part_sent(rollback.id, web, Ok(cmd.id))
         .await
         .unwrap();
     let now = s.clock().now();
@@ -578,7 +628,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .unwrap()
         .unwrap();
     s.record_patch_command(&done).await.unwrap();
-    let (rollback, parts) = oa.get_patch_job(rollback.id).await.unwrap();
+    let (rollback, parts) = oa.patches().get_patch_job(rollback.id).await.unwrap();
     assert_eq!(rollback.status.as_str(), "failed");
     assert_eq!(parts[0].error.as_deref(), Some("dpkg was interrupted"));
 
@@ -593,6 +643,7 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
     )
     .await;
     let db_scan = oa
+        .patches()
         .patch_scans()
         .await
         .unwrap()
@@ -609,6 +660,7 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
     let web = device(s, a, "web-01").await;
     let window = uuid::Uuid::now_v7();
     let job = oa
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind: PatchJobKind::Install,
@@ -629,21 +681,24 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
     // B cannot cancel it; A can, once.
     assert!(matches!(
         s.org(b)
+            .patches()
             .cancel_patch_job(job.id, audit("patch.job.cancel", "patch_job"))
             .await,
         Err(StoreError::NotFound("patch job"))
     ));
     assert!(
-        oa.cancel_patch_job(job.id, audit("patch.job.cancel", "patch_job"))
+        oa.patches()
+            .cancel_patch_job(job.id, audit("patch.job.cancel", "patch_job"))
             .await
             .unwrap()
     );
     assert!(
-        !oa.cancel_patch_job(job.id, audit("patch.job.cancel", "patch_job"))
+        !oa.patches()
+            .cancel_patch_job(job.id, audit("patch.job.cancel", "patch_job"))
             .await
             .unwrap()
     );
-    let (job, parts) = oa.get_patch_job(job.id).await.unwrap();
+    let (job, parts) = oa.patches().get_patch_job(job.id).await.unwrap();
     assert_eq!(job.status.as_str(), "cancelled");
     assert_eq!(parts[0].status.as_str(), "skipped");
     assert!(
@@ -654,6 +709,7 @@ async fn scheduled_jobs_wait_and_cancel(cx: Ctx) {
             .is_empty()
     );
     let e = oa
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind: PatchJobKind::Install,
@@ -726,7 +782,11 @@ async fn removals_are_history(cx: Ctx) {
     )
     .await;
     let oa = s.org(a);
-    let history = oa.patch_history(Some(web), None, 10).await.unwrap();
+    let history = oa
+        .patches()
+        .patch_history(Some(web), None, 10)
+        .await
+        .unwrap();
     assert_eq!(history.len(), 3, "{history:?}");
     assert!(
         history
@@ -740,6 +800,7 @@ async fn removals_are_history(cx: Ctx) {
     );
     assert_eq!(history[0].error.as_deref(), Some("apt broke"));
     let nginx = oa
+        .patches()
         .patch_history(Some(web), Some("nginx"), 10)
         .await
         .unwrap();
@@ -747,20 +808,25 @@ async fn removals_are_history(cx: Ctx) {
     assert_eq!(nginx[0].status.as_str(), "removed");
     assert_eq!(nginx[0].from_version.as_deref(), Some("1.22.1-9"));
     assert_eq!(
-        oa.patch_history(Some(web), Some("curl"), 10).await.unwrap()[0]
+        oa.patches()
+            .patch_history(Some(web), Some("curl"), 10)
+            .await
+            .unwrap()[0]
             .status
             .as_str(),
         "not_installed"
     );
     // A removal is never what a rollback goes back to.
     assert!(
-        oa.previous_versions(web, &["nginx".into()])
+        oa.patches()
+            .previous_versions(web, &["nginx".into()])
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         s.org(b)
+            .patches()
             .patch_history(None, None, 10)
             .await
             .unwrap()

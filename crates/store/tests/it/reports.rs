@@ -21,7 +21,7 @@ fn inventory(name: &str, format: ReportFormat) -> NewReport {
 async fn download(o: &breeze_store::OrgStore<'_>, run: uuid::Uuid) -> Vec<u8> {
     let mut all = Vec::new();
     let mut seq = 0;
-    while let Some(chunk) = o.report_chunk(run, seq).await.unwrap() {
+    while let Some(chunk) = o.reports().report_chunk(run, seq).await.unwrap() {
         assert!(chunk.len() < CHUNK_BYTES + 4096, "a chunk is bounded");
         all.extend(chunk);
         seq += 1;
@@ -34,10 +34,12 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     let (a, b) = crate::two_orgs(s).await;
     let (oa, ob) = (s.org(a), s.org(b));
     let site = oa
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
     let site_b = ob
+        .tenancy()
         .create_site("B", "UTC", audit("s", "site"))
         .await
         .unwrap();
@@ -55,18 +57,21 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
             d
         })
         .collect();
-    oa.create_devices(fleet, audit("device.seed", "device"))
+    oa.devices()
+        .create_devices(fleet, audit("device.seed", "device"))
         .await
         .unwrap();
-    ob.create_device(
-        new_device(site_b.id, "b-only", DeviceStatus::Online),
-        audit("d", "device"),
-    )
-    .await
-    .unwrap();
+    ob.devices()
+        .create_device(
+            new_device(site_b.id, "b-only", DeviceStatus::Online),
+            audit("d", "device"),
+        )
+        .await
+        .unwrap();
 
     // Definitions: create, conflict, update, list.
     let def = oa
+        .reports()
         .create_report(
             inventory("Fleet", ReportFormat::Json),
             audit("report.create", "report"),
@@ -74,6 +79,7 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
         .await
         .unwrap();
     let dup = oa
+        .reports()
         .create_report(
             inventory("Fleet", ReportFormat::Csv),
             audit("report.create", "report"),
@@ -84,7 +90,8 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     let mut bad = inventory("Bad", ReportFormat::Json);
     bad.filters.since_hours = Some(24);
     assert!(matches!(
-        oa.create_report(bad, audit("report.create", "report"))
+        oa.reports()
+            .create_report(bad, audit("report.create", "report"))
             .await
             .unwrap_err(),
         StoreError::Invalid(_)
@@ -92,12 +99,14 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     let mut foreign_site = inventory("Theirs", ReportFormat::Json);
     foreign_site.filters.site_id = Some(site_b.id);
     assert!(matches!(
-        oa.create_report(foreign_site, audit("report.create", "report"))
+        oa.reports()
+            .create_report(foreign_site, audit("report.create", "report"))
             .await
             .unwrap_err(),
         StoreError::NotFound(_)
     ));
     let def = oa
+        .reports()
         .update_report(
             def.id,
             ReportUpdate {
@@ -109,10 +118,11 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(def.description.as_deref(), Some("all devices"));
-    assert_eq!(oa.list_reports().await.unwrap().len(), 1);
+    assert_eq!(oa.reports().list_reports().await.unwrap().len(), 1);
 
     // JSON, whole fleet: several chunks, every device of A once, none of B.
     let run = oa
+        .reports()
         .generate_report(
             ReportRequest::from(&def),
             "test",
@@ -132,6 +142,7 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
 
     // CSV of the offline devices: header plus 300 rows, the formula defused.
     let csv = oa
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,
@@ -157,6 +168,7 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     assert_eq!(text.lines().count(), 301);
     assert!(text.lines().skip(1).all(|l| l.contains(",offline,")));
     let online = oa
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,
@@ -181,6 +193,7 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
 
     // Alert history (empty) and audit activity (the definitions' records).
     let alerts = oa
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,
@@ -201,6 +214,7 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     assert_eq!(alerts.row_count, 0);
     assert_eq!(download(&oa, alerts.id).await, b"[]\n");
     let activity = oa
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,
@@ -224,46 +238,52 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     assert!(actions.contains(&"report.generate"), "{actions:?}");
 
     // History: newest first, by definition.
-    let history = oa.report_runs(None, 10).await.unwrap();
+    let history = oa.reports().report_runs(None, 10).await.unwrap();
     assert_eq!(history.len(), 5);
     assert_eq!(history[0].id, activity.id);
-    let of_def = oa.report_runs(Some(def.id), 10).await.unwrap();
+    let of_def = oa.reports().report_runs(Some(def.id), 10).await.unwrap();
     assert_eq!(of_def.len(), 1);
     assert_eq!(of_def[0].id, run.id);
 
     // Confinement: B sees none of it, by listing or by id.
-    assert!(ob.list_reports().await.unwrap().is_empty());
-    assert!(ob.report_runs(None, 10).await.unwrap().is_empty());
+    assert!(ob.reports().list_reports().await.unwrap().is_empty());
+    assert!(ob.reports().report_runs(None, 10).await.unwrap().is_empty());
     assert!(matches!(
-        ob.get_report(def.id).await,
+        ob.reports().get_report(def.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.get_report_run(run.id).await,
+        ob.reports().get_report_run(run.id).await,
         Err(StoreError::NotFound(_))
     ));
-    assert_eq!(ob.report_chunk(run.id, 0).await.unwrap(), None);
+    assert_eq!(ob.reports().report_chunk(run.id, 0).await.unwrap(), None);
     assert!(matches!(
-        ob.update_report(
-            def.id,
-            ReportUpdate::default(),
-            audit("report.update", "report")
-        )
-        .await,
+        ob.reports()
+            .update_report(
+                def.id,
+                ReportUpdate::default(),
+                audit("report.update", "report")
+            )
+            .await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.delete_report(def.id, audit("report.delete", "report"))
+        ob.reports()
+            .delete_report(def.id, audit("report.delete", "report"))
             .await,
         Err(StoreError::NotFound(_))
     ));
 
     // Deleting the definition keeps its history.
-    oa.delete_report(def.id, audit("report.delete", "report"))
+    oa.reports()
+        .delete_report(def.id, audit("report.delete", "report"))
         .await
         .unwrap();
-    assert!(oa.list_reports().await.unwrap().is_empty());
-    assert_eq!(oa.get_report_run(run.id).await.unwrap().name, "Fleet");
+    assert!(oa.reports().list_reports().await.unwrap().is_empty());
+    assert_eq!(
+        oa.reports().get_report_run(run.id).await.unwrap().name,
+        "Fleet"
+    );
 }
 
 fn adhoc(name: &str, kind: ReportKind, format: ReportFormat) -> ReportRequest {
@@ -286,17 +306,18 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
     let generate = |i: i64, who: &'static str| {
         let o = s.org(a);
         async move {
-            o.generate_report(
-                adhoc(
-                    &format!("r{i}"),
-                    ReportKind::DeviceInventory,
-                    ReportFormat::Csv,
-                ),
-                who,
-                audit("report.generate", "report"),
-            )
-            .await
-            .unwrap()
+            o.reports()
+                .generate_report(
+                    adhoc(
+                        &format!("r{i}"),
+                        ReportKind::DeviceInventory,
+                        ReportFormat::Csv,
+                    ),
+                    who,
+                    audit("report.generate", "report"),
+                )
+                .await
+                .unwrap()
         }
     };
     let mut alice = Vec::new();
@@ -310,22 +331,25 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
         cx.clock.advance(chrono::Duration::seconds(1));
         first.get_or_insert(generate(i, "user:mallory").await.id);
     }
-    let kept = o.report_runs(None, 100).await.unwrap();
+    let kept = o.reports().report_runs(None, 100).await.unwrap();
     let mallory = kept
         .iter()
         .filter(|r| r.requested_by == "user:mallory")
         .count() as i64;
     assert_eq!(mallory, breeze_store::MAX_RUNS_PER_REQUESTER);
     for id in &alice {
-        assert!(o.get_report_run(*id).await.is_ok(), "alice's runs stay");
+        assert!(
+            o.reports().get_report_run(*id).await.is_ok(),
+            "alice's runs stay"
+        );
     }
     let first = first.unwrap();
     assert!(matches!(
-        o.get_report_run(first).await,
+        o.reports().get_report_run(first).await,
         Err(StoreError::NotFound(_))
     ));
     assert_eq!(
-        o.report_chunk(first, 0).await.unwrap(),
+        o.reports().report_chunk(first, 0).await.unwrap(),
         None,
         "chunks go with the run"
     );
@@ -337,9 +361,12 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
             generate(i, who).await;
         }
     }
-    let kept = o.report_runs(None, 200).await.unwrap();
+    let kept = o.reports().report_runs(None, 200).await.unwrap();
     assert_eq!(kept.len() as i64, breeze_store::MAX_RUNS_KEPT);
-    assert!(o.get_report_run(alice[0]).await.is_err(), "the oldest went");
+    assert!(
+        o.reports().get_report_run(alice[0]).await.is_err(),
+        "the oldest went"
+    );
 }
 
 /// Alert-history and audit-activity reports read each page from an index in the page's own
@@ -352,7 +379,7 @@ async fn report_pages_follow_an_index_in_their_order(cx: Ctx) {
     let cursor = (s.clock().now() - chrono::Duration::hours(1))
         .format("%H:%M:%S")
         .to_string();
-    for (kind, plan) in s.org(a).explain_report_pages().await.unwrap() {
+    for (kind, plan) in s.org(a).reports().explain_report_pages().await.unwrap() {
         match s.backend() {
             breeze_store::Backend::Sqlite => {
                 let index = match kind {
@@ -396,7 +423,8 @@ async fn reports_stop_at_their_caps_and_say_so(cx: Ctx) {
     let (a, _) = crate::two_orgs(s).await;
     let o = s.org(a);
     for i in 0..30 {
-        o.append_audit(audit(&format!("thing.{i}"), "thing"))
+        o.audit()
+            .append_audit(audit(&format!("thing.{i}"), "thing"))
             .await
             .unwrap();
     }
@@ -406,6 +434,7 @@ async fn reports_stop_at_their_caps_and_say_so(cx: Ctx) {
     };
     for format in [ReportFormat::Json, ReportFormat::Csv] {
         let run = o
+            .reports()
             .generate_report_within(
                 adhoc("capped", ReportKind::AuditActivity, format),
                 "test",
@@ -429,6 +458,7 @@ async fn reports_stop_at_their_caps_and_say_so(cx: Ctx) {
         }
     }
     let run = o
+        .reports()
         .generate_report_within(
             adhoc("bytes", ReportKind::AuditActivity, ReportFormat::Csv),
             "test",
@@ -442,6 +472,7 @@ async fn reports_stop_at_their_caps_and_say_so(cx: Ctx) {
         .unwrap();
     assert!(run.truncated && run.row_count < 30, "{run:?}");
     let uncapped = o
+        .reports()
         .generate_report(
             adhoc("all", ReportKind::AuditActivity, ReportFormat::Csv),
             "test",
@@ -461,6 +492,7 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
     let (a, _) = crate::two_orgs(s).await;
     let o = s.org(a);
     let site = o
+        .tenancy()
         .create_site("HQ", "UTC", audit("s", "site"))
         .await
         .unwrap();
@@ -473,10 +505,12 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
             d
         })
         .collect();
-    o.create_devices(fleet, audit("device.seed", "device"))
+    o.devices()
+        .create_devices(fleet, audit("device.seed", "device"))
         .await
         .unwrap();
     let def = o
+        .reports()
         .create_report(
             inventory("Fleet PDF", ReportFormat::Pdf),
             audit("report.create", "report"),
@@ -484,10 +518,11 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(
-        o.get_report(def.id).await.unwrap().format,
+        o.reports().get_report(def.id).await.unwrap().format,
         ReportFormat::Pdf
     );
     let run = o
+        .reports()
         .generate_report(
             ReportRequest::from(&def),
             "test",
@@ -509,6 +544,7 @@ async fn pdf_reports_are_valid_documents_over_chunks(cx: Ctx) {
     assert!(text.contains("Fleet PDF - device_inventory - "), "titled");
     // An empty report is still a document: one page that says so.
     let empty = o
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,
@@ -566,6 +602,7 @@ async fn pdf_reports_print_unicode_text(cx: Ctx) {
     let (a, _) = crate::two_orgs(s).await;
     let o = s.org(a);
     let site = o
+        .tenancy()
         .create_site("Zürich", "UTC", audit("s", "site"))
         .await
         .unwrap();
@@ -584,10 +621,12 @@ async fn pdf_reports_print_unicode_text(cx: Ctx) {
         .map(|n| new_device(site.id, n, DeviceStatus::Online))
         .chain([new_device(site.id, "東京-01", DeviceStatus::Online)])
         .collect();
-    o.create_devices(fleet, audit("device.seed", "device"))
+    o.devices()
+        .create_devices(fleet, audit("device.seed", "device"))
         .await
         .unwrap();
     let run = o
+        .reports()
         .generate_report(
             ReportRequest {
                 definition_id: None,

@@ -16,15 +16,17 @@ async fn seeded(cx: &Ctx) -> (breeze_core::OrgId, breeze_core::OrgId) {
     for (org, name) in [(a, "a"), (b, "b")] {
         let o = s.org(org);
         let site = o
+            .tenancy()
             .create_site(name, "UTC", audit("site.create", "site"))
             .await
             .unwrap();
-        o.create_device(
-            new_device(site.id, &format!("{name}-01"), DeviceStatus::Online),
-            audit("device.create", "device"),
-        )
-        .await
-        .unwrap();
+        o.devices()
+            .create_device(
+                new_device(site.id, &format!("{name}-01"), DeviceStatus::Online),
+                audit("device.create", "device"),
+            )
+            .await
+            .unwrap();
     }
     (a, b)
 }
@@ -94,7 +96,7 @@ async fn unfiltered_statements_reach_only_their_organization(cx: Ctx) {
 
     // A partner's configuration policy is inherited: readable in A's scope, never writable;
     // a partner-wide user is not readable at all.
-    let partner = s.org(a).organization().await.unwrap().partner_id;
+    let partner = s.org(a).tenancy().organization().await.unwrap().partner_id;
     s.create_partner_config_policy(
         partner,
         crate::config_policies::monitoring("partner-wide", 70),

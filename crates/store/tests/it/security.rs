@@ -18,16 +18,18 @@ use crate::{audit, tenancy::new_device};
 
 async fn device(o: &OrgStore<'_>, name: &str) -> DeviceId {
     let site = o
+        .tenancy()
         .create_site(name, "UTC", audit("s", "site"))
         .await
         .unwrap();
-    o.create_device(
-        new_device(site.id, name, DeviceStatus::Online),
-        audit("d", "device"),
-    )
-    .await
-    .unwrap()
-    .id
+    o.devices()
+        .create_device(
+            new_device(site.id, name, DeviceStatus::Online),
+            audit("d", "device"),
+        )
+        .await
+        .unwrap()
+        .id
 }
 
 fn outcome(score: i64) -> ScanOutcome {
@@ -79,6 +81,7 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
 
     // Another organization's device cannot be scanned from here.
     let e = oa
+        .security()
         .create_security_scan(
             db,
             Uuid::now_v7(),
@@ -89,6 +92,7 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     assert!(matches!(e, Err(StoreError::NotFound(_))), "{e:?}");
 
     let scan = oa
+        .security()
         .create_security_scan(
             da,
             Uuid::now_v7(),
@@ -100,23 +104,31 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     assert_eq!(scan.status, ScanStatus::Running);
     assert_eq!(scan.requested_by, "key:x");
     let running = oa
+        .security()
         .list_security_scans(Some(da), Some(ScanStatus::Running), 10)
         .await
         .unwrap();
     assert_eq!(running.len(), 1);
-    assert!(oa.latest_completed_scan(da).await.unwrap().is_none());
+    assert!(
+        oa.security()
+            .latest_completed_scan(da)
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // B cannot read nor record A's scan.
     assert!(matches!(
-        ob.get_security_scan(scan.id).await,
+        ob.security().get_security_scan(scan.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.record_scan_result(scan.id, outcome(40)).await,
+        ob.security().record_scan_result(scan.id, outcome(40)).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(
-        ob.list_security_scans(None, None, 10)
+        ob.security()
+            .list_security_scans(None, None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -124,39 +136,61 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
 
     // Recorded once, whoever notices first.
     cx.clock.advance(Duration::seconds(30));
-    assert!(oa.record_scan_result(scan.id, outcome(40)).await.unwrap());
-    assert!(!oa.record_scan_result(scan.id, outcome(90)).await.unwrap());
-    let done = oa.get_security_scan(scan.id).await.unwrap();
+    assert!(
+        oa.security()
+            .record_scan_result(scan.id, outcome(40))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !oa.security()
+            .record_scan_result(scan.id, outcome(90))
+            .await
+            .unwrap()
+    );
+    let done = oa.security().get_security_scan(scan.id).await.unwrap();
     assert_eq!(done.status, ScanStatus::Completed);
     assert_eq!(done.privileged, Some(false));
     assert!(done.finished_at.is_some());
-    let findings = oa.scan_findings(scan.id).await.unwrap();
+    let findings = oa.security().scan_findings(scan.id).await.unwrap();
     assert_eq!(findings.len(), 2);
     assert_eq!(findings[0].check, "firewall");
     assert_eq!(findings[0].status, CheckStatus::Fail);
     assert_eq!(findings[0].evidence["source"], "kernel");
-    assert!(ob.scan_findings(scan.id).await.unwrap().is_empty());
-    let flagged = oa.scan_flagged_files(scan.id).await.unwrap();
+    assert!(
+        ob.security()
+            .scan_findings(scan.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let flagged = oa.security().scan_flagged_files(scan.id).await.unwrap();
     assert_eq!(flagged.len(), 1);
     assert_eq!(flagged[0].mode, "0777");
     assert!(matches!(
-        ob.get_flagged_file(flagged[0].id).await,
+        ob.security().get_flagged_file(flagged[0].id).await,
         Err(StoreError::NotFound(_))
     ));
     let snaps = oa
+        .security()
         .posture_snapshots(Some(da), cx.clock.now() - Duration::days(1), 10)
         .await
         .unwrap();
     assert_eq!(snaps.len(), 1);
     assert_eq!(snaps[0].score, 40, "the second record wrote nothing");
-    assert!(ob.latest_postures().await.unwrap().is_empty());
+    assert!(ob.security().latest_postures().await.unwrap().is_empty());
     assert_eq!(
-        oa.latest_completed_scan(da).await.unwrap().map(|s| s.id),
+        oa.security()
+            .latest_completed_scan(da)
+            .await
+            .unwrap()
+            .map(|s| s.id),
         Some(scan.id)
     );
 
     // A failed scan records no posture.
     let failed = oa
+        .security()
         .create_security_scan(
             da,
             Uuid::now_v7(),
@@ -171,16 +205,25 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     o.posture = None;
     o.findings.clear();
     o.flagged.clear();
-    assert!(oa.record_scan_result(failed.id, o).await.unwrap());
+    assert!(
+        oa.security()
+            .record_scan_result(failed.id, o)
+            .await
+            .unwrap()
+    );
     assert_eq!(
-        oa.get_security_scan(failed.id)
+        oa.security()
+            .get_security_scan(failed.id)
             .await
             .unwrap()
             .error
             .as_deref(),
         Some("unknown command")
     );
-    assert_eq!(oa.latest_postures().await.unwrap()[0].scan_id, scan.id);
+    assert_eq!(
+        oa.security().latest_postures().await.unwrap()[0].scan_id,
+        scan.id
+    );
 
     // Quarantine: recorded with its audit, moved only from its state, unreachable from B.
     let new = NewQuarantine {
@@ -199,34 +242,39 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     let mut foreign = new.clone();
     foreign.device_id = db;
     assert!(matches!(
-        oa.record_quarantine(foreign, audit("q", "q")).await,
+        oa.security()
+            .record_quarantine(foreign, audit("q", "q"))
+            .await,
         Err(StoreError::NotFound(_))
     ));
     let q = oa
+        .security()
         .record_quarantine(new.clone(), audit("security_scan.quarantine", "q"))
         .await
         .unwrap();
     assert_eq!(q.state, QuarantineState::Quarantined);
     assert!(matches!(
-        oa.record_quarantine(new, audit("q", "q")).await,
+        oa.security().record_quarantine(new, audit("q", "q")).await,
         Err(StoreError::Conflict(_))
     ));
     assert!(matches!(
-        ob.get_quarantine(q.id).await,
+        ob.security().get_quarantine(q.id).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        ob.set_quarantine_state(
-            q.id,
-            QuarantineState::Quarantined,
-            QuarantineState::Restored,
-            "b",
-            audit("q", "q")
-        )
-        .await,
+        ob.security()
+            .set_quarantine_state(
+                q.id,
+                QuarantineState::Quarantined,
+                QuarantineState::Restored,
+                "b",
+                audit("q", "q")
+            )
+            .await,
         Err(StoreError::NotFound(_))
     ));
     let restored = oa
+        .security()
         .set_quarantine_state(
             q.id,
             QuarantineState::Quarantined,
@@ -239,18 +287,32 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
     assert_eq!(restored.state, QuarantineState::Restored);
     assert_eq!(restored.updated_by, "key:y");
     assert!(matches!(
-        oa.set_quarantine_state(
-            q.id,
-            QuarantineState::Quarantined,
-            QuarantineState::Removed,
-            "key:y",
-            audit("q", "q")
-        )
-        .await,
+        oa.security()
+            .set_quarantine_state(
+                q.id,
+                QuarantineState::Quarantined,
+                QuarantineState::Removed,
+                "key:y",
+                audit("q", "q")
+            )
+            .await,
         Err(StoreError::Conflict(_))
     ));
-    assert_eq!(oa.list_quarantine(Some(da), 10).await.unwrap().len(), 1);
-    assert!(ob.list_quarantine(None, 10).await.unwrap().is_empty());
+    assert_eq!(
+        oa.security()
+            .list_quarantine(Some(da), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        ob.security()
+            .list_quarantine(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     for action in [
         "security_scan.start",
         "security_scan.quarantine",
@@ -260,7 +322,7 @@ async fn scans_findings_quarantine_and_confinement(cx: Ctx) {
             action: Some(action.into()),
             ..Default::default()
         };
-        let page = oa.query_audit(&filter, None, 10).await.unwrap();
+        let page = oa.audit().query_audit(&filter, None, 10).await.unwrap();
         assert!(!page.records.is_empty(), "{action} not audited");
     }
 }
@@ -275,21 +337,36 @@ async fn old_scans_are_pruned_snapshots_stay(cx: Ctx) {
     for i in 0..total {
         cx.clock.advance(Duration::minutes(1));
         let scan = oa
+            .security()
             .create_security_scan(d, Uuid::now_v7(), "k", audit("security_scan.start", "s"))
             .await
             .unwrap();
-        assert!(oa.record_scan_result(scan.id, outcome(i)).await.unwrap());
+        assert!(
+            oa.security()
+                .record_scan_result(scan.id, outcome(i))
+                .await
+                .unwrap()
+        );
     }
-    let scans = oa.list_security_scans(Some(d), None, 100).await.unwrap();
+    let scans = oa
+        .security()
+        .list_security_scans(Some(d), None, 100)
+        .await
+        .unwrap();
     assert_eq!(scans.len() as i64, SCANS_KEPT);
-    let snaps = oa.posture_snapshots(Some(d), start, 1000).await.unwrap();
+    let snaps = oa
+        .security()
+        .posture_snapshots(Some(d), start, 1000)
+        .await
+        .unwrap();
     assert_eq!(snaps.len() as i64, total, "snapshots outlive their scans");
     assert!(snaps.windows(2).all(|w| w[0].taken_at <= w[1].taken_at));
-    let latest = oa.latest_postures().await.unwrap();
+    let latest = oa.security().latest_postures().await.unwrap();
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].score, total - 1);
     // The window bounds the trend.
     let recent = oa
+        .security()
         .posture_snapshots(Some(d), cx.clock.now() - Duration::seconds(90), 1000)
         .await
         .unwrap();

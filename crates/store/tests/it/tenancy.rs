@@ -80,19 +80,22 @@ async fn hierarchy_round_trips(cx: Ctx) {
 
     let o = s.org(org.id);
     let hq = o
+        .tenancy()
         .create_site("HQ", "Europe/Berlin", audit("site.create", "site"))
         .await
         .unwrap();
     let branch = o
+        .tenancy()
         .create_site("Branch", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     assert_eq!(
-        o.list_sites().await.unwrap(),
+        o.tenancy().list_sites().await.unwrap(),
         vec![branch.clone(), hq.clone()]
     );
 
     let web = o
+        .devices()
         .create_device(
             new_device(hq.id, "web-01", DeviceStatus::Online),
             audit("device.create", "device"),
@@ -100,6 +103,7 @@ async fn hierarchy_round_trips(cx: Ctx) {
         .await
         .unwrap();
     let db = o
+        .devices()
         .create_device(
             new_device(hq.id, "DB-01", DeviceStatus::Offline),
             audit("device.create", "device"),
@@ -110,12 +114,14 @@ async fn hierarchy_round_trips(cx: Ctx) {
     laptop.os_family = OsFamily::Windows;
     laptop.tags = vec!["staff".into()];
     let laptop = o
+        .devices()
         .create_device(laptop, audit("device.create", "device"))
         .await
         .unwrap();
-    assert_eq!(o.get_device(web.id).await.unwrap(), web);
+    assert_eq!(o.devices().get_device(web.id).await.unwrap(), web);
 
     let all = o
+        .devices()
         .list_devices(&DeviceFilter::default(), 50, 0)
         .await
         .unwrap();
@@ -128,6 +134,7 @@ async fn hierarchy_round_trips(cx: Ctx) {
         ["DB-01", "laptop-7", "web-01"]
     );
     let past_the_end = o
+        .devices()
         .list_devices(&DeviceFilter::default(), 10, 50)
         .await
         .unwrap();
@@ -137,6 +144,7 @@ async fn hierarchy_round_trips(cx: Ctx) {
         "the total is known past the last page"
     );
     let (named, _) = o
+        .devices()
         .list_devices_with_sites(&DeviceFilter::default(), 10, 0)
         .await
         .unwrap();
@@ -148,13 +156,14 @@ async fn hierarchy_round_trips(cx: Ctx) {
         ["HQ", "Branch", "HQ"]
     );
     let page = o
+        .devices()
         .list_devices(&DeviceFilter::default(), 2, 2)
         .await
         .unwrap();
     assert_eq!((page.0.len(), page.1), (1, 3));
 
     let check = |f: DeviceFilter, want: Vec<&'static str>| async move {
-        let got = o.list_devices(&f, 50, 0).await.unwrap().0;
+        let got = o.devices().list_devices(&f, 50, 0).await.unwrap().0;
         assert_eq!(
             got.iter().map(|d| d.hostname.as_str()).collect::<Vec<_>>(),
             want,
@@ -235,6 +244,7 @@ async fn hierarchy_round_trips(cx: Ctx) {
     .await;
 
     let group = o
+        .tenancy()
         .create_group(
             "Servers",
             Some(hq.id),
@@ -243,10 +253,10 @@ async fn hierarchy_round_trips(cx: Ctx) {
         )
         .await
         .unwrap();
-    o.add_to_group(group.id, web.id).await.unwrap();
-    o.add_to_group(group.id, db.id).await.unwrap();
-    o.add_to_group(group.id, db.id).await.unwrap(); // idempotent
-    let members = o.group_members(group.id).await.unwrap();
+    o.tenancy().add_to_group(group.id, web.id).await.unwrap();
+    o.tenancy().add_to_group(group.id, db.id).await.unwrap();
+    o.tenancy().add_to_group(group.id, db.id).await.unwrap(); // idempotent
+    let members = o.devices().group_members(group.id).await.unwrap();
     assert_eq!(
         members.iter().map(|d| d.id).collect::<Vec<_>>(),
         vec![db.id, web.id]
@@ -260,10 +270,25 @@ async fn hierarchy_round_trips(cx: Ctx) {
         vec!["web-01"],
     )
     .await;
-    assert!(o.remove_from_group(group.id, db.id).await.unwrap());
-    assert!(!o.remove_from_group(group.id, db.id).await.unwrap());
-    assert!(!o.remove_from_group(group.id, laptop.id).await.unwrap());
-    assert_eq!(o.group_members(group.id).await.unwrap().len(), 1);
+    assert!(
+        o.tenancy()
+            .remove_from_group(group.id, db.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !o.tenancy()
+            .remove_from_group(group.id, db.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !o.tenancy()
+            .remove_from_group(group.id, laptop.id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(o.devices().group_members(group.id).await.unwrap().len(), 1);
 }
 
 async fn a_failed_change_writes_no_audit_record(cx: Ctx) {
@@ -282,10 +307,12 @@ async fn a_failed_change_writes_no_audit_record(cx: Ctx) {
         .await
         .unwrap();
     let o = s.org(org.id);
-    o.create_site("HQ", "UTC", audit("site.create", "site"))
+    o.tenancy()
+        .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap();
     let err = o
+        .tenancy()
         .create_site("HQ", "UTC", audit("site.create", "site"))
         .await
         .unwrap_err();
@@ -297,7 +324,7 @@ async fn a_failed_change_writes_no_audit_record(cx: Ctx) {
         action: Some("site.create".into()),
         ..Default::default()
     };
-    let page = o.query_audit(&filter, None, 50).await.unwrap();
+    let page = o.audit().query_audit(&filter, None, 50).await.unwrap();
     assert_eq!(
         page.records.len(),
         1,

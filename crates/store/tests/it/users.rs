@@ -303,17 +303,19 @@ async fn api_key_rows_track_use_and_revocation(cx: Ctx) {
     );
     let o = s.org(org.id);
     assert_eq!(
-        o.get_api_key(key.id).await.unwrap().last_used_at,
+        o.api_keys().get_api_key(key.id).await.unwrap().last_used_at,
         Some(now + Duration::seconds(60))
     );
 
     let revoked = o
+        .api_keys()
         .revoke_api_key(key.id, audit("api_key.revoke", "api_key"))
         .await
         .unwrap();
     assert!(revoked.revoked_at.is_some() && !revoked.is_active(s.clock().now()));
     cx.clock.advance(Duration::seconds(5));
     let again = o
+        .api_keys()
         .revoke_api_key(key.id, audit("api_key.revoke", "api_key"))
         .await
         .unwrap();
@@ -325,7 +327,15 @@ async fn api_key_rows_track_use_and_revocation(cx: Ctx) {
         action: Some("api_key.revoke".into()),
         ..Default::default()
     };
-    assert_eq!(o.query_audit(&f, None, 10).await.unwrap().records.len(), 1);
+    assert_eq!(
+        o.audit()
+            .query_audit(&f, None, 10)
+            .await
+            .unwrap()
+            .records
+            .len(),
+        1
+    );
 
     let bad = s
         .insert_api_key(

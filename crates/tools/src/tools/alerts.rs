@@ -208,8 +208,8 @@ fn alert_missing(e: StoreError) -> ToolError {
 }
 
 async fn alert_with_history(cx: &ToolCx<'_>, alert: Alert) -> Result<AlertView, ToolError> {
-    let history = cx.org.alert_events(alert.id).await?;
-    let events = cx.org.alert_trigger_events(alert.id).await?;
+    let history = cx.org.alerts().alert_events(alert.id).await?;
+    let events = cx.org.telemetry().alert_trigger_events(alert.id).await?;
     let mut view = AlertView::from(alert);
     view.history = Some(history.into_iter().map(AlertHistoryEntry::from).collect());
     if !events.is_empty() {
@@ -265,6 +265,7 @@ impl Tool for ManageAlerts {
                     .map_err(|_| ToolError::invalid("cursor is not one this listing returned"))?;
                 let page = cx
                     .org
+                    .alerts()
                     .list_alerts(&filter, after, input.limit.unwrap_or(25).clamp(1, 100))
                     .await?;
                 let alerts: Vec<AlertView> = page.alerts.into_iter().map(AlertView::from).collect();
@@ -277,7 +278,7 @@ impl Tool for ManageAlerts {
             }
             AlertAction::Get => {
                 let id = uuid_or_missing(input.alert_id.as_deref(), "alertId", ALERT_NOT_FOUND)?;
-                let alert = cx.org.get_alert(id).await.map_err(alert_missing)?;
+                let alert = cx.org.alerts().get_alert(id).await.map_err(alert_missing)?;
                 Rendered::of(&AlertsOutput {
                     alert: Some(alert_with_history(cx, alert).await?),
                     ..Default::default()
@@ -291,9 +292,15 @@ impl Tool for ManageAlerts {
                 let audit = AuditEvent::new(cx.actor.clone(), &format!("alert.{verb}"), "alert")
                     .request(cx.request_id.clone());
                 let alert = if ack {
-                    cx.org.acknowledge_alert(id, &cx.actor, note, audit).await
+                    cx.org
+                        .alerts()
+                        .acknowledge_alert(id, &cx.actor, note, audit)
+                        .await
                 } else {
-                    cx.org.resolve_alert(id, &cx.actor, note, audit).await
+                    cx.org
+                        .alerts()
+                        .resolve_alert(id, &cx.actor, note, audit)
+                        .await
                 }
                 .map_err(alert_missing)?;
                 Rendered::of(&AlertsOutput {
@@ -666,6 +673,7 @@ impl Tool for ManageAlertRules {
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
         if input.action == RuleAction::Delete {
             cx.org
+                .alerts()
                 .get_rule(rule_id(input)?)
                 .await
                 .map_err(rule_missing)?;
@@ -678,6 +686,7 @@ impl Tool for ManageAlertRules {
             RuleAction::List => {
                 let rules: Vec<RuleView> = cx
                     .org
+                    .alerts()
                     .list_rules()
                     .await?
                     .into_iter()
@@ -692,10 +701,15 @@ impl Tool for ManageAlertRules {
             RuleAction::Get => {
                 let rule = cx
                     .org
+                    .alerts()
                     .get_rule(rule_id(&input)?)
                     .await
                     .map_err(rule_missing)?;
-                let suppressions = cx.org.suppressions(Some(rule.id), None, 20).await?;
+                let suppressions = cx
+                    .org
+                    .maintenance()
+                    .suppressions(Some(rule.id), None, 20)
+                    .await?;
                 Rendered::of(&RulesOutput {
                     rule: Some(rule.into()),
                     suppressions: Some(suppressions.into_iter().map(Into::into).collect()),
@@ -731,7 +745,7 @@ impl Tool for ManageAlertRules {
                 };
                 let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.create", "alert_rule")
                     .request(cx.request_id.clone());
-                let rule = cx.org.create_rule(new, audit).await?;
+                let rule = cx.org.alerts().create_rule(new, audit).await?;
                 Rendered::of(&RulesOutput {
                     message: Some(format!("created alert rule {}", rule.name)),
                     rule: Some(rule.into()),
@@ -759,6 +773,7 @@ impl Tool for ManageAlertRules {
                     .request(cx.request_id.clone());
                 let rule = cx
                     .org
+                    .alerts()
                     .update_rule(id, update, audit)
                     .await
                     .map_err(rule_missing)?;
@@ -774,6 +789,7 @@ impl Tool for ManageAlertRules {
                     .request(cx.request_id.clone());
                 let resolved = cx
                     .org
+                    .alerts()
                     .delete_rule(id, &cx.actor, audit)
                     .await
                     .map_err(rule_missing)?;
@@ -791,6 +807,7 @@ impl Tool for ManageAlertRules {
             RuleAction::ListChannels => {
                 let channels: Vec<ChannelView> = cx
                     .org
+                    .alerts()
                     .list_channels()
                     .await?
                     .into_iter()
@@ -803,7 +820,7 @@ impl Tool for ManageAlertRules {
                 })
             }
             RuleAction::Summary => {
-                let s = cx.org.alert_summary().await?;
+                let s = cx.org.alerts().alert_summary().await?;
                 let by_severity: serde_json::Map<String, Value> = s
                     .unresolved_by_severity
                     .iter()
@@ -831,6 +848,7 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
     let stored = match input.rule_id.as_deref() {
         Some(_) => Some(
             cx.org
+                .alerts()
                 .get_rule(rule_id(input)?)
                 .await
                 .map_err(rule_missing)?,
@@ -856,9 +874,9 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
     // like a stored one's, so another organization's device is "not found" here too.
     match target {
         RuleTarget::Organization => {}
-        RuleTarget::Site(s) => drop(cx.org.get_site(s).await?),
-        RuleTarget::Group(g) => drop(cx.org.get_group(g).await?),
-        RuleTarget::Device(d) => drop(cx.org.get_device(d).await?),
+        RuleTarget::Site(s) => drop(cx.org.tenancy().get_site(s).await?),
+        RuleTarget::Group(g) => drop(cx.org.tenancy().get_group(g).await?),
+        RuleTarget::Device(d) => drop(cx.org.devices().get_device(d).await?),
     }
     let now = cx.now();
     let mut rule = stored.clone().unwrap_or_else(|| AlertRule {
@@ -893,10 +911,11 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
         RuleTarget::Group(g) => (breeze_core::TargetKind::Group, None, Some(g), None),
         RuleTarget::Device(d) => (breeze_core::TargetKind::Device, None, None, Some(d)),
     };
-    let mut observations = cx.org.observe_rule(&rule).await?;
+    let mut observations = cx.org.alerts().observe_rule(&rule).await?;
     let open: Vec<DeviceId> = match &stored {
         Some(r) => cx
             .org
+            .alerts()
             .unresolved_alerts_of_rule(r.id)
             .await?
             .into_iter()

@@ -58,7 +58,7 @@ impl Tool for GetApprovalStatus {
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let id = parse_uuid("approvalId", &input.approval_id)?;
-        let r = match cx.org.get_approval(id).await {
+        let r = match cx.org.approvals().get_approval(id).await {
             Ok(r) => r,
             Err(StoreError::NotFound(_)) => return Err(ToolError::not_found(NOT_FOUND)),
             Err(e) => return Err(e.into()),

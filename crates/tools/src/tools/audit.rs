@@ -108,6 +108,7 @@ impl Tool for QueryAuditLog {
         };
         let page = cx
             .org
+            .audit()
             .query_audit(&filter, None, input.limit.unwrap_or(25).clamp(1, 100))
             .await?;
         let entries: Vec<AuditEntry> = page.records.into_iter().map(AuditEntry::from).collect();

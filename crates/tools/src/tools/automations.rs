@@ -346,6 +346,7 @@ impl Tool for ManageAutomations {
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
         if input.action == AutomationToolAction::Delete {
             cx.org
+                .automations()
                 .get_automation(automation_id(input)?)
                 .await
                 .map_err(missing)?;
@@ -358,6 +359,7 @@ impl Tool for ManageAutomations {
             AutomationToolAction::List => {
                 let all: Vec<AutomationView> = cx
                     .org
+                    .automations()
                     .list_automations()
                     .await?
                     .into_iter()
@@ -371,8 +373,17 @@ impl Tool for ManageAutomations {
             }
             AutomationToolAction::Get => {
                 let id = automation_id(&input)?;
-                let a = cx.org.get_automation(id).await.map_err(missing)?;
-                let runs = cx.org.list_runs(Some(id), RECENT_RUNS).await?;
+                let a = cx
+                    .org
+                    .automations()
+                    .get_automation(id)
+                    .await
+                    .map_err(missing)?;
+                let runs = cx
+                    .org
+                    .automations()
+                    .list_runs(Some(id), RECENT_RUNS)
+                    .await?;
                 Rendered::of(&AutomationsOutput {
                     automation: Some(a.into()),
                     runs: Some(runs.into_iter().map(Into::into).collect()),
@@ -384,12 +395,17 @@ impl Tool for ManageAutomations {
                     None => None,
                     Some(_) => {
                         let id = automation_id(&input)?;
-                        cx.org.get_automation(id).await.map_err(missing)?;
+                        cx.org
+                            .automations()
+                            .get_automation(id)
+                            .await
+                            .map_err(missing)?;
                         Some(id)
                     }
                 };
                 let runs: Vec<RunView> = cx
                     .org
+                    .automations()
                     .list_runs(id, input.limit.unwrap_or(20))
                     .await?
                     .into_iter()
@@ -427,6 +443,7 @@ impl Tool for ManageAutomations {
                 };
                 let a = cx
                     .org
+                    .automations()
                     .create_automation(new, audit(cx, "automation.create"))
                     .await?;
                 Rendered::of(&AutomationsOutput {
@@ -456,6 +473,7 @@ impl Tool for ManageAutomations {
                 };
                 let a = cx
                     .org
+                    .automations()
                     .update_automation(id, update, audit(cx, "automation.update"))
                     .await
                     .map_err(missing)?;
@@ -482,6 +500,7 @@ impl Tool for ManageAutomations {
                 };
                 let a = cx
                     .org
+                    .automations()
                     .update_automation(id, update, audit(cx, verb))
                     .await
                     .map_err(missing)?;
@@ -508,6 +527,7 @@ impl Tool for ManageAutomations {
                 };
                 let run = cx
                     .org
+                    .automations()
                     .queue_run(id, new, audit(cx, "automation.run.queue"))
                     .await
                     .map_err(missing)?
@@ -525,6 +545,7 @@ impl Tool for ManageAutomations {
                 let id = automation_id(&input)?;
                 let a = cx
                     .org
+                    .automations()
                     .delete_automation(id, audit(cx, "automation.delete"))
                     .await
                     .map_err(missing)?;

@@ -226,9 +226,13 @@ impl Tool for ListConfigurationPolicies {
             StatusArg::Active => PolicyStatus::Active,
             StatusArg::Inactive => PolicyStatus::Inactive,
         });
-        let policies = cx.org.list_config_policies(status).await?;
+        let policies = cx
+            .org
+            .config_policies()
+            .list_config_policies(status)
+            .await?;
         let mut assignments: BTreeMap<Uuid, Vec<AssignmentView>> = BTreeMap::new();
-        for a in cx.org.list_config_assignments().await? {
+        for a in cx.org.config_policies().list_config_assignments().await? {
             assignments.entry(a.policy_id).or_default().push(a.into());
         }
         let total = policies.len();
@@ -345,9 +349,13 @@ impl Tool for GetEffectiveConfiguration {
 
     async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
-        let effective = cx.org.effective_configuration(device.id).await?;
+        let effective = cx
+            .org
+            .config_policies()
+            .effective_configuration(device.id)
+            .await?;
         let wire = breeze_gateway::wire_policy(&effective);
-        let report = cx.org.config_report(device.id).await?;
+        let report = cx.org.config_policies().config_report(device.id).await?;
         let mut drift = Vec::new();
         if let Some(r) = &report {
             let desired = [
@@ -479,7 +487,12 @@ async fn candidate_for(cx: &ToolCx<'_>, add: &AddArg) -> Result<Candidate, ToolE
         priority: i64::from(add.priority.unwrap_or(0)),
         created_by: cx.actor.to_string(),
     };
-    let policy = cx.org.check_new_assignment(&new).await.map_err(not_found)?;
+    let policy = cx
+        .org
+        .config_policies()
+        .check_new_assignment(&new)
+        .await
+        .map_err(not_found)?;
     Ok(Candidate {
         // Newer than every stored assignment, as the one applying it would be.
         assignment_id: Uuid::now_v7(),
@@ -517,10 +530,14 @@ impl Tool for PreviewConfigurationChange {
         let mut remove_ids = Vec::new();
         for raw in &removes {
             let id = uuid_arg(raw, ASSIGNMENT_NOT_FOUND)?;
-            cx.org.get_config_assignment(id).await.map_err(not_found)?;
+            cx.org
+                .config_policies()
+                .get_config_assignment(id)
+                .await
+                .map_err(not_found)?;
             remove_ids.push(id);
         }
-        let before = cx.org.config_candidates().await?;
+        let before = cx.org.config_policies().config_candidates().await?;
         let mut after: Vec<Candidate> = before
             .iter()
             .filter(|c| !remove_ids.contains(&c.assignment_id))
@@ -529,7 +546,11 @@ impl Tool for PreviewConfigurationChange {
         for add in &adds {
             after.push(candidate_for(cx, add).await?);
         }
-        let places = cx.org.device_places(only.as_deref()).await?;
+        let places = cx
+            .org
+            .config_policies()
+            .device_places(only.as_deref())
+            .await?;
         let mut devices = Vec::new();
         for place in &places {
             let changes = diff(&resolve_for(place, &before), &resolve_for(place, &after));

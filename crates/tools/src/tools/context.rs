@@ -83,6 +83,7 @@ impl Tool for GetDeviceContext {
         let now = cx.now();
         let entries: Vec<ContextView> = cx
             .org
+            .context()
             .device_context(device.id, input.include_resolved.unwrap_or(false))
             .await?
             .into_iter()
@@ -150,6 +151,7 @@ impl Tool for SetDeviceContext {
         let device = find_device(cx, &input.device_id).await?;
         let entry = cx
             .org
+            .context()
             .add_context(
                 NewContext {
                     device_id: device.id,
@@ -204,7 +206,7 @@ impl Tool for ResolveDeviceContext {
             "device_context",
         )
         .request(cx.request_id.clone());
-        match cx.org.resolve_context(id, audit).await {
+        match cx.org.context().resolve_context(id, audit).await {
             Ok(e) => Ok(ContextView::new(e, cx.now())),
             Err(StoreError::NotFound(_)) => Err(not_found()),
             Err(e) => Err(e.into()),

@@ -418,11 +418,12 @@ fn ring(i: usize, r: &RingArg, max_failure: u8) -> Result<NewRing, ToolError> {
 }
 
 async fn view(cx: &ToolCx<'_>, d: Deployment) -> Result<DeploymentView, ToolError> {
-    let tallies = cx.org.deployment_tallies(&d).await?;
+    let tallies = cx.org.deployments().deployment_tallies(&d).await?;
     let mut deferred = vec![0; d.rings.len()];
     if d.maintenance_window_only {
         for p in cx
             .org
+            .deployments()
             .deployment_devices(d.id, None, Some(DeviceRunStatus::Pending))
             .await?
         {
@@ -450,10 +451,15 @@ async fn window(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Option<Uuid
         return Ok(None);
     };
     let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
-    let w = cx.org.get_window(id).await.map_err(|e| match e {
-        StoreError::NotFound(_) => ToolError::not_found(WINDOW_NOT_FOUND),
-        other => other.into(),
-    })?;
+    let w = cx
+        .org
+        .maintenance()
+        .get_window(id)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => ToolError::not_found(WINDOW_NOT_FOUND),
+            other => other.into(),
+        })?;
     if !w.enabled {
         return Err(ToolError::invalid(format!(
             "windowId: the maintenance window {:?} is disabled",
@@ -500,6 +506,7 @@ async fn create(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Deployment,
         window_id: window(cx, input).await?,
     };
     cx.org
+        .deployments()
         .create_deployment(new, audit(cx, "deployment.create"))
         .await
         .map_err(|e| match e {
@@ -532,6 +539,7 @@ impl Tool for ManageDeployments {
                 | DeploymentAction::Cancel
         ) {
             cx.org
+                .deployments()
                 .get_deployment(deployment_id(input)?)
                 .await
                 .map_err(missing)?;
@@ -551,6 +559,7 @@ impl Tool for ManageDeployments {
                 let mut all = Vec::new();
                 for d in cx
                     .org
+                    .deployments()
                     .list_deployments(status, input.limit.unwrap_or(20))
                     .await?
                 {
@@ -565,6 +574,7 @@ impl Tool for ManageDeployments {
             DeploymentAction::Get => {
                 let d = cx
                     .org
+                    .deployments()
                     .get_deployment(deployment_id(&input)?)
                     .await
                     .map_err(missing)?;
@@ -576,6 +586,7 @@ impl Tool for ManageDeployments {
             DeploymentAction::DeviceStatus => {
                 let d = cx
                     .org
+                    .deployments()
                     .get_deployment(deployment_id(&input)?)
                     .await
                     .map_err(missing)?;
@@ -588,6 +599,7 @@ impl Tool for ManageDeployments {
                 let ring = input.ring.map(|r| i64::from(r) - 1);
                 let devices: Vec<DeviceView> = cx
                     .org
+                    .deployments()
                     .deployment_devices(d.id, ring, status)
                     .await?
                     .into_iter()
@@ -633,6 +645,7 @@ impl Tool for ManageDeployments {
                 };
                 let d = cx
                     .org
+                    .deployments()
                     .control_deployment(
                         deployment_id(&input)?,
                         control,

@@ -277,7 +277,7 @@ async fn check_org_protected(cx: &ToolCx<'_>, kind: &CommandKind) -> Result<(), 
     if !kind.touches_paths() {
         return Ok(());
     }
-    let additions = cx.org.protected_paths().await?;
+    let additions = cx.org.commands().protected_paths().await?;
     if additions.is_empty() {
         return Ok(());
     }

@@ -182,6 +182,7 @@ impl Tool for QueryDevices {
         // Serialized straight from the device directory's snapshot.
         let page = cx
             .org
+            .devices()
             .device_page(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
             .await?;
         let devices: Vec<DeviceSummary<'_>> = page
@@ -336,12 +337,14 @@ pub(crate) async fn device_details(
     device: &Device,
 ) -> Result<serde_json::Value, StoreError> {
     let site_name = org
+        .tenancy()
         .list_sites()
         .await?
         .into_iter()
         .find(|s| s.id == device.site_id)
         .map(|s| s.name);
     let groups = org
+        .tenancy()
         .groups_of_device(device.id)
         .await?
         .into_iter()
@@ -350,15 +353,15 @@ pub(crate) async fn device_details(
             name: g.name,
         })
         .collect();
-    let active_context = org.device_context(device.id, false).await?.len();
-    let state = org.device_state(device.id).await?;
+    let active_context = org.context().device_context(device.id, false).await?.len();
+    let state = org.agents().device_state(device.id).await?;
     // A stored inventory that no longer parses (an older agent's shape) reads as none.
     let inventory: Option<breeze_agent_proto::Inventory> = state
         .as_ref()
         .and_then(|s| s.inventory.clone())
         .and_then(|v| serde_json::from_value(v).ok());
     let inv = inventory.as_ref();
-    let latest = org.latest_metric(device.id).await?;
+    let latest = org.telemetry().latest_metric(device.id).await?;
     let details = DeviceDetails {
         device: DeviceSummary::new(device, site_name.as_deref()),
         groups,
@@ -425,7 +428,7 @@ pub(crate) async fn find_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Devi
     let id = uuid::Uuid::parse_str(device_id)
         .map(DeviceId)
         .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))?;
-    match cx.org.get_device(id).await {
+    match cx.org.devices().get_device(id).await {
         Ok(d) => Ok(d),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(DEVICE_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -511,6 +514,7 @@ impl Tool for GetDeviceSoftware {
         let device = find_device(cx, &input.device_id).await?;
         let page = cx
             .org
+            .devices()
             .device_packages(
                 device.id,
                 input.name.as_deref(),

@@ -79,6 +79,7 @@ async fn latest_snapshot(
 ) -> Result<Option<(String, Option<String>, Value)>, ToolError> {
     Ok(cx
         .org
+        .commands()
         .latest_completed_command(device.id, "disk_scan")
         .await?
         .and_then(|c| {

@@ -278,6 +278,7 @@ async fn set_filter(
         .request(cx.request_id.clone());
     Ok(cx
         .org
+        .dynamic_groups()
         .set_group_filter(group, filter, &cx.actor, audit)
         .await?)
 }
@@ -299,6 +300,7 @@ impl Tool for ManageGroups {
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
         if matches!(input.action, GroupAction::Update | GroupAction::Delete) {
             cx.org
+                .tenancy()
                 .get_group(group_id(input)?)
                 .await
                 .map_err(group_missing)?;
@@ -314,9 +316,10 @@ impl Tool for ManageGroups {
                     .as_deref()
                     .map(|s| parse_uuid("siteId", s).map(SiteId))
                     .transpose()?;
-                let filters = cx.org.group_filters().await?;
+                let filters = cx.org.dynamic_groups().group_filters().await?;
                 let groups: Vec<GroupView> = cx
                     .org
+                    .tenancy()
                     .list_groups()
                     .await?
                     .into_iter()
@@ -336,9 +339,14 @@ impl Tool for ManageGroups {
             }
             GroupAction::Get => {
                 let id = group_id(&input)?;
-                let group = cx.org.get_group(id).await.map_err(group_missing)?;
-                let filter = cx.org.group_filter(id).await?;
-                let devices = cx.org.group_members(id).await?;
+                let group = cx
+                    .org
+                    .tenancy()
+                    .get_group(id)
+                    .await
+                    .map_err(group_missing)?;
+                let filter = cx.org.dynamic_groups().group_filter(id).await?;
+                let devices = cx.org.devices().group_members(id).await?;
                 let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
                     .map(|d| DeviceSummary::new(d, None))
@@ -356,7 +364,7 @@ impl Tool for ManageGroups {
                     .as_ref()
                     .ok_or_else(|| ToolError::invalid("filter is required for preview"))?
                     .resolve()?;
-                let devices = cx.org.preview_filter(&filter).await?;
+                let devices = cx.org.dynamic_groups().preview_filter(&filter).await?;
                 let limit = input.limit.unwrap_or(50) as usize;
                 let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
@@ -374,6 +382,7 @@ impl Tool for ManageGroups {
                 let id = group_id(&input)?;
                 let log: Vec<LogView> = cx
                     .org
+                    .dynamic_groups()
                     .membership_log(id, input.limit.unwrap_or(50))
                     .await
                     .map_err(group_missing)?
@@ -394,8 +403,12 @@ impl Tool for ManageGroups {
             }
             GroupAction::AddDevices | GroupAction::RemoveDevices => {
                 let id = group_id(&input)?;
-                cx.org.get_group(id).await.map_err(group_missing)?;
-                if cx.org.group_filter(id).await?.is_some() {
+                cx.org
+                    .tenancy()
+                    .get_group(id)
+                    .await
+                    .map_err(group_missing)?;
+                if cx.org.dynamic_groups().group_filter(id).await?.is_some() {
                     return Err(ToolError::new(
                         crate::ErrorCode::Conflict,
                         "the group is dynamic: its filter decides its members (update the filter)",
@@ -411,17 +424,18 @@ impl Tool for ManageGroups {
                         continue;
                     };
                     let done = if input.action == GroupAction::AddDevices {
-                        match cx.org.add_to_group(id, device).await {
+                        match cx.org.tenancy().add_to_group(id, device).await {
                             Ok(()) => true,
                             Err(StoreError::NotFound(_)) => false,
                             Err(e) => return Err(e.into()),
                         }
                     } else {
-                        cx.org.remove_from_group(id, device).await?
+                        cx.org.tenancy().remove_from_group(id, device).await?
                     };
                     if done {
                         let added = input.action == GroupAction::AddDevices;
                         cx.org
+                            .dynamic_groups()
                             .log_membership(id, device, added, &cx.actor, "by hand")
                             .await?;
                         changed += 1;
@@ -445,7 +459,7 @@ impl Tool for ManageGroups {
                     serde_json::json!({ "action": verb, "changed": changed, "skipped": skipped }),
                 )
                 .request(cx.request_id.clone());
-                cx.org.append_audit(audit).await?;
+                cx.org.audit().append_audit(audit).await?;
                 Rendered::of(&GroupsOutput {
                     message: Some(format!("{changed} device(s) {verb} the group")),
                     changed: Some(changed),
@@ -469,6 +483,7 @@ impl Tool for ManageGroups {
                 let filter = input.filter.as_ref().map(FilterArg::resolve).transpose()?;
                 let group = cx
                     .org
+                    .tenancy()
                     .create_group(name, site, input.description.as_deref(), audit)
                     .await?;
                 let changes = match &filter {
@@ -490,6 +505,7 @@ impl Tool for ManageGroups {
                         .request(cx.request_id.clone());
                 let group = cx
                     .org
+                    .tenancy()
                     .update_group(
                         id,
                         input.name.as_deref(),
@@ -502,7 +518,7 @@ impl Tool for ManageGroups {
                     Some(f) => Some(set_filter(cx, id, f).await?),
                     None => None,
                 };
-                let filter = cx.org.group_filter(id).await?;
+                let filter = cx.org.dynamic_groups().group_filter(id).await?;
                 Rendered::of(&GroupsOutput {
                     message: Some("group updated".into()),
                     changed: changes.map(|c| c.added.len() + c.removed.len()),
@@ -516,6 +532,7 @@ impl Tool for ManageGroups {
                     AuditEvent::new(cx.actor.clone(), "device_group.delete", "device_group")
                         .request(cx.request_id.clone());
                 cx.org
+                    .tenancy()
                     .delete_group(id, audit)
                     .await
                     .map_err(group_missing)?;

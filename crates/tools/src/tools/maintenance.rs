@@ -300,6 +300,7 @@ impl Tool for ManageMaintenanceWindows {
     async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
         if input.action == WindowAction::Delete {
             cx.org
+                .maintenance()
                 .get_window(window_id(input)?)
                 .await
                 .map_err(window_missing)?;
@@ -313,6 +314,7 @@ impl Tool for ManageMaintenanceWindows {
             WindowAction::List => {
                 let windows: Vec<WindowView> = cx
                     .org
+                    .maintenance()
                     .list_windows()
                     .await?
                     .into_iter()
@@ -326,9 +328,15 @@ impl Tool for ManageMaintenanceWindows {
             }
             WindowAction::Get => {
                 let id = window_id(&input)?;
-                let window = cx.org.get_window(id).await.map_err(window_missing)?;
+                let window = cx
+                    .org
+                    .maintenance()
+                    .get_window(id)
+                    .await
+                    .map_err(window_missing)?;
                 let suppressions = cx
                     .org
+                    .maintenance()
                     .suppressions(None, Some(id), MAX_LISTED_SUPPRESSIONS)
                     .await?;
                 Rendered::of(&WindowsOutput {
@@ -344,7 +352,7 @@ impl Tool for ManageMaintenanceWindows {
                     .map(TargetArg::resolve)
                     .transpose()?
                     .unwrap_or(RuleTarget::Organization);
-                let open = cx.org.open_windows(target, now).await?;
+                let open = cx.org.maintenance().open_windows(target, now).await?;
                 let windows: Vec<WindowView> = open
                     .into_iter()
                     .map(|(w, _)| WindowView::new(w, now))
@@ -385,7 +393,7 @@ impl Tool for ManageMaintenanceWindows {
                     "maintenance_window",
                 )
                 .request(cx.request_id.clone());
-                let window = cx.org.create_window(new, audit).await?;
+                let window = cx.org.maintenance().create_window(new, audit).await?;
                 Rendered::of(&WindowsOutput {
                     message: Some(format!("created maintenance window {}", window.name)),
                     window: Some(WindowView::new(window, now)),
@@ -411,6 +419,7 @@ impl Tool for ManageMaintenanceWindows {
                 .request(cx.request_id.clone());
                 let window = cx
                     .org
+                    .maintenance()
                     .update_window(id, update, audit)
                     .await
                     .map_err(window_missing)?;
@@ -430,6 +439,7 @@ impl Tool for ManageMaintenanceWindows {
                 .request(cx.request_id.clone());
                 let window = cx
                     .org
+                    .maintenance()
                     .delete_window(id, audit)
                     .await
                     .map_err(window_missing)?;

@@ -390,7 +390,10 @@ async fn check_agents(
     for ((d, _), cmd) in sent.iter().zip(done) {
         let Ok(cmd) = cmd else { continue };
         if cmd.is_terminal() {
-            cx.org.fold_compliance_check(policy, *d, &cmd).await?;
+            cx.org
+                .compliance()
+                .fold_compliance_check(policy, *d, &cmd)
+                .await?;
             answered += 1;
         }
     }
@@ -416,6 +419,7 @@ impl Tool for ManagePolicies {
         match input.action {
             PolicyAction::Delete => {
                 cx.org
+                    .compliance()
                     .get_compliance_policy(policy_id(input)?)
                     .await
                     .map_err(missing)?;
@@ -424,6 +428,7 @@ impl Tool for ManagePolicies {
             PolicyAction::Remediate => {
                 let p = cx
                     .org
+                    .compliance()
                     .get_compliance_policy(policy_id(input)?)
                     .await
                     .map_err(missing)?;
@@ -431,10 +436,11 @@ impl Tool for ManagePolicies {
                     ToolError::invalid("the policy has no remediationScriptId")
                         .hint("set one with action=update")
                 })?;
-                let script = cx.org.get_script(script).await?;
+                let script = cx.org.scripts().get_script(script).await?;
                 let only = device_id(input)?;
                 let bad = cx
                     .org
+                    .compliance()
                     .compliance_statuses(Some(p.id), only, Some(ComplianceState::NonCompliant), 1)
                     .await?;
                 if bad.is_empty() {
@@ -454,6 +460,7 @@ impl Tool for ManagePolicies {
             PolicyAction::List => {
                 let all: Vec<PolicyView> = cx
                     .org
+                    .compliance()
                     .list_compliance_policies()
                     .await?
                     .into_iter()
@@ -467,8 +474,13 @@ impl Tool for ManagePolicies {
             }
             PolicyAction::Get => {
                 let id = policy_id(&input)?;
-                let p = cx.org.get_compliance_policy(id).await.map_err(missing)?;
-                let remediations = cx.org.list_remediations(id, 5).await?;
+                let p = cx
+                    .org
+                    .compliance()
+                    .get_compliance_policy(id)
+                    .await
+                    .map_err(missing)?;
+                let remediations = cx.org.compliance().list_remediations(id, 5).await?;
                 Rendered::of(&PoliciesOutput {
                     policy: Some(p.into()),
                     remediations: Some(remediations.into_iter().map(Into::into).collect()),
@@ -480,16 +492,21 @@ impl Tool for ManagePolicies {
                     None => None,
                     Some(_) => {
                         let id = policy_id(&input)?;
-                        cx.org.get_compliance_policy(id).await.map_err(missing)?;
+                        cx.org
+                            .compliance()
+                            .get_compliance_policy(id)
+                            .await
+                            .map_err(missing)?;
                         Some(id)
                     }
                 };
                 let device = device_id(&input)?;
                 if let Some(d) = device {
-                    cx.org.get_device(d).await?;
+                    cx.org.devices().get_device(d).await?;
                 }
                 let rows: Vec<StatusView> = cx
                     .org
+                    .compliance()
                     .compliance_statuses(
                         policy,
                         device,
@@ -518,6 +535,7 @@ impl Tool for ManagePolicies {
             PolicyAction::ComplianceSummary => {
                 let rows: Vec<SummaryView> = cx
                     .org
+                    .compliance()
                     .compliance_summary()
                     .await?
                     .into_iter()
@@ -541,13 +559,18 @@ impl Tool for ManagePolicies {
                     None => None,
                     Some(_) => {
                         let id = policy_id(&input)?;
-                        cx.org.get_compliance_policy(id).await.map_err(missing)?;
+                        cx.org
+                            .compliance()
+                            .get_compliance_policy(id)
+                            .await
+                            .map_err(missing)?;
                         Some(id)
                     }
                 };
                 let device = device_id(&input)?;
                 let rows: Vec<ChangeView> = cx
                     .org
+                    .compliance()
                     .compliance_history(policy, device, input.limit.unwrap_or(100))
                     .await?
                     .into_iter()
@@ -568,14 +591,20 @@ impl Tool for ManagePolicies {
             }
             PolicyAction::Evaluate => {
                 let id = policy_id(&input)?;
-                let p = cx.org.get_compliance_policy(id).await.map_err(missing)?;
+                let p = cx
+                    .org
+                    .compliance()
+                    .get_compliance_policy(id)
+                    .await
+                    .map_err(missing)?;
                 let device = device_id(&input)?;
                 if let Some(d) = device {
-                    cx.org.get_device(d).await?;
+                    cx.org.devices().get_device(d).await?;
                 }
                 let only = device.map(|d| vec![d]);
                 let report: EvaluationReport = cx
                     .org
+                    .compliance()
                     .evaluate_policy_inventory(&p, only.as_deref())
                     .await?;
                 let wait = Duration::from_secs(u64::from(input.wait_seconds.unwrap_or(10)));
@@ -583,6 +612,7 @@ impl Tool for ManagePolicies {
                 // Counts after the agents' answers.
                 let after = cx
                     .org
+                    .compliance()
                     .compliance_summary()
                     .await?
                     .into_iter()
@@ -590,6 +620,7 @@ impl Tool for ManagePolicies {
                     .unwrap_or_default();
                 let rows: Vec<StatusView> = cx
                     .org
+                    .compliance()
                     .compliance_statuses(Some(id), device, None, 100)
                     .await?
                     .into_iter()
@@ -658,6 +689,7 @@ impl Tool for ManagePolicies {
                 };
                 let p = cx
                     .org
+                    .compliance()
                     .create_compliance_policy(new, audit(cx, "compliance_policy.create"))
                     .await?;
                 Rendered::of(&PoliciesOutput {
@@ -689,6 +721,7 @@ impl Tool for ManagePolicies {
                 };
                 let p = cx
                     .org
+                    .compliance()
                     .update_compliance_policy(id, update, audit(cx, "compliance_policy.update"))
                     .await
                     .map_err(missing)?;
@@ -712,6 +745,7 @@ impl Tool for ManagePolicies {
                 };
                 let p = cx
                     .org
+                    .compliance()
                     .update_compliance_policy(id, update, audit(cx, verb))
                     .await
                     .map_err(missing)?;
@@ -729,6 +763,7 @@ impl Tool for ManagePolicies {
                 let id = policy_id(&input)?;
                 let p = cx
                     .org
+                    .compliance()
                     .delete_compliance_policy(id, audit(cx, "compliance_policy.delete"))
                     .await
                     .map_err(missing)?;
@@ -742,6 +777,7 @@ impl Tool for ManagePolicies {
                 let only = device_id(&input)?.map(|d| vec![d]);
                 let r = cx
                     .org
+                    .compliance()
                     .queue_remediation(
                         id,
                         only.as_deref(),

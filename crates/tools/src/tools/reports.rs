@@ -333,6 +333,7 @@ impl Tool for GenerateReport {
             ReportAction::List => {
                 let reports: Vec<DefinitionView> = cx
                     .org
+                    .reports()
                     .list_reports()
                     .await?
                     .into_iter()
@@ -346,8 +347,17 @@ impl Tool for GenerateReport {
             }
             ReportAction::Get => {
                 let id = input.report_id()?;
-                let report = cx.org.get_report(id).await.map_err(report_missing)?;
-                let runs = cx.org.report_runs(Some(id), DEFAULT_HISTORY).await?;
+                let report = cx
+                    .org
+                    .reports()
+                    .get_report(id)
+                    .await
+                    .map_err(report_missing)?;
+                let runs = cx
+                    .org
+                    .reports()
+                    .report_runs(Some(id), DEFAULT_HISTORY)
+                    .await?;
                 Rendered::of(&ReportsOutput {
                     report: Some(report.into()),
                     runs: Some(runs.into_iter().map(RunView::new).collect()),
@@ -361,6 +371,7 @@ impl Tool for GenerateReport {
                 };
                 let runs: Vec<RunView> = cx
                     .org
+                    .reports()
                     .report_runs(definition, input.limit.unwrap_or(DEFAULT_HISTORY))
                     .await?
                     .into_iter()
@@ -374,11 +385,16 @@ impl Tool for GenerateReport {
             }
             ReportAction::Data => {
                 let id = uuid_or_missing(input.run_id.as_deref(), "runId", RUN_NOT_FOUND)?;
-                let run = cx.org.get_report_run(id).await.map_err(report_missing)?;
+                let run = cx
+                    .org
+                    .reports()
+                    .get_report_run(id)
+                    .await
+                    .map_err(report_missing)?;
                 // A PDF has no text to preview: its download is the way to read it.
                 let first = match run.format {
                     ReportFormat::Pdf => None,
-                    _ => cx.org.report_chunk(id, 0).await?,
+                    _ => cx.org.reports().report_chunk(id, 0).await?,
                 };
                 Rendered::of(&ReportsOutput {
                     preview: first.as_deref().map(preview),
@@ -392,6 +408,7 @@ impl Tool for GenerateReport {
                     (Some(_), t) => {
                         let def = cx
                             .org
+                            .reports()
                             .get_report(input.report_id()?)
                             .await
                             .map_err(report_missing)?;
@@ -426,6 +443,7 @@ impl Tool for GenerateReport {
                 };
                 let run = cx
                     .org
+                    .reports()
                     .generate_report(request, &cx.actor.to_string(), audit(cx, "report.generate"))
                     .await
                     .map_err(report_missing)?;
@@ -457,6 +475,7 @@ impl Tool for GenerateReport {
                 };
                 let report = cx
                     .org
+                    .reports()
                     .create_report(new, audit(cx, "report.create"))
                     .await
                     .map_err(report_missing)?;
@@ -477,6 +496,7 @@ impl Tool for GenerateReport {
                 };
                 let report = cx
                     .org
+                    .reports()
                     .update_report(id, update, audit(cx, "report.update"))
                     .await
                     .map_err(report_missing)?;
@@ -490,6 +510,7 @@ impl Tool for GenerateReport {
                 let id = input.report_id()?;
                 let report = cx
                     .org
+                    .reports()
                     .delete_report(id, audit(cx, "report.delete"))
                     .await
                     .map_err(report_missing)?;

@@ -111,7 +111,7 @@ fn arguments(script: &Script, given: &BTreeMap<String, String>) -> Result<Vec<St
 
 /// The library script `id_or_name`, with the error a call gives when it is not there.
 async fn find(cx: &ToolCx<'_>, id_or_name: &str) -> Result<Script, ToolError> {
-    match cx.org.find_script(id_or_name).await {
+    match cx.org.scripts().find_script(id_or_name).await {
         Ok(s) => Ok(s),
         Err(StoreError::NotFound(_)) => {
             Err(ToolError::not_found("Script not found or access denied"))

@@ -142,6 +142,7 @@ impl Tool for AnalyzeMetrics {
         let from = to - Duration::hours(i64::from(hours));
         let points = cx
             .org
+            .telemetry()
             .query_metrics(device.id, from, to + Duration::seconds(1), aggregation)
             .await?;
         let metric = input.metric.unwrap_or(Metric::All);
@@ -266,6 +267,7 @@ impl Tool for GetActiveUsers {
         let threshold = input.idle_threshold_minutes.unwrap_or(15);
         let devices: BTreeMap<DeviceId, breeze_core::Device> = cx
             .org
+            .devices()
             .list_devices(&Default::default(), 10_000, 0)
             .await?
             .0
@@ -273,7 +275,7 @@ impl Tool for GetActiveUsers {
             .map(|d| (d.id, d))
             .collect();
         let mut out = Vec::new();
-        for state in cx.org.device_states(only).await? {
+        for state in cx.org.agents().device_states(only).await? {
             let Some(device) = devices.get(&state.device_id) else {
                 continue;
             };
@@ -387,6 +389,7 @@ impl Tool for GetUserExperienceMetrics {
         let now = cx.now();
         let sessions = cx
             .org
+            .agents()
             .user_sessions(
                 device,
                 input.username.as_deref(),
@@ -519,6 +522,7 @@ impl Tool for SearchAgentLogs {
         };
         let logs: Vec<Value> = cx
             .org
+            .agents()
             .search_agent_logs(&filter)
             .await?
             .into_iter()

@@ -30,6 +30,7 @@ pub(super) async fn decide(
     };
     let a = cx
         .org
+        .patches()
         .decide_patch(
             NewPatchDecision {
                 package_name: name.clone(),
@@ -81,6 +82,7 @@ pub(super) async fn bulk_approve(
             loop {
                 let page = cx
                     .org
+                    .patches()
                     .list_device_patches(&PatchFilter {
                         security_only: input.security_only.unwrap_or(false),
                         severity: input.severity.map(|s| s.as_str().to_owned()),
@@ -119,6 +121,7 @@ pub(super) async fn bulk_approve(
     for n in &names {
         let a = cx
             .org
+            .patches()
             .decide_patch(
                 NewPatchDecision {
                     package_name: n.clone(),

@@ -9,6 +9,7 @@ pub(super) async fn list(
     let device = match &input.device_id {
         Some(d) => Some(
             cx.org
+                .devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?
@@ -25,7 +26,7 @@ pub(super) async fn list(
         after: input.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
     };
-    let mut rows = cx.org.list_device_patches(&filter).await?;
+    let mut rows = cx.org.patches().list_device_patches(&filter).await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let ids: Vec<DeviceId> = {
@@ -36,7 +37,7 @@ pub(super) async fn list(
     let decisions = Decisions::load(&cx.org, Some(&ids), cx.clock.now()).await?;
     let mut hostnames: HashMap<DeviceId, String> = HashMap::new();
     for id in &ids {
-        if let Ok(d) = cx.org.get_device(*id).await {
+        if let Ok(d) = cx.org.devices().get_device(*id).await {
             hostnames.insert(*id, d.hostname);
         }
     }
@@ -77,12 +78,14 @@ pub(super) async fn compliance(
     let devices = match &input.device_id {
         Some(d) => vec![
             cx.org
+                .devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?,
         ],
         None => {
             cx.org
+                .devices()
                 .list_devices(&DeviceFilter::default(), 10_000, 0)
                 .await?
                 .0
@@ -92,6 +95,7 @@ pub(super) async fn compliance(
     let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
         .org
+        .patches()
         .patch_scans()
         .await?
         .into_iter()
@@ -102,6 +106,7 @@ pub(super) async fn compliance(
     loop {
         let page = cx
             .org
+            .patches()
             .list_device_patches(&PatchFilter {
                 device: input.device_id.as_ref().map(|_| only[0]),
                 after: after.clone(),
@@ -186,6 +191,7 @@ pub(super) async fn compliance(
         summary: Some(summary),
         approvals: Some(
             cx.org
+                .patches()
                 .list_patch_approvals()
                 .await?
                 .into_iter()
@@ -205,6 +211,7 @@ pub(super) async fn scan(
         Some(ids) => named_devices(cx, ids).await?,
         None => {
             cx.org
+                .devices()
                 .list_devices(
                     &DeviceFilter {
                         status: Some(DeviceStatus::Online),
@@ -241,6 +248,7 @@ pub(super) async fn scan(
         match submitted {
             Ok(cmd) => {
                 cx.org
+                    .patches()
                     .request_patch_scan(
                         d.id,
                         cmd.id,
@@ -252,6 +260,7 @@ pub(super) async fn scan(
                 // Only a command pushed to a connected agent is worth waiting for.
                 let pushed = cx
                     .org
+                    .commands()
                     .get_command(cmd.id)
                     .await
                     .is_ok_and(|c| c.status != breeze_core::CommandStatus::Pending);
@@ -290,6 +299,7 @@ pub(super) async fn scan(
     let done = futures::future::join_all(waits).await;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
         .org
+        .patches()
         .patch_scans()
         .await?
         .into_iter()

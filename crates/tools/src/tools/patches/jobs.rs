@@ -28,7 +28,12 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
         }
         (WhenArg::MaintenanceWindow, Some(w)) => {
             let id = Uuid::parse_str(w).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
-            let w = cx.org.get_window(id).await.map_err(store_error)?;
+            let w = cx
+                .org
+                .maintenance()
+                .get_window(id)
+                .await
+                .map_err(store_error)?;
             if !w.enabled {
                 return Err(ToolError::invalid(format!(
                     "windowId: the maintenance window {:?} is disabled",
@@ -63,7 +68,7 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
                     "version: give it with exactly one package in packageNames",
                 ));
             }
-            let previous = cx.org.previous_versions(device.id, names).await?;
+            let previous = cx.org.patches().previous_versions(device.id, names).await?;
             let mut list = Vec::new();
             for n in names {
                 match input.version.clone().or_else(|| previous.get(n).cloned()) {
@@ -78,6 +83,7 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
         } else {
             let available = cx
                 .org
+                .patches()
                 .list_device_patches(&PatchFilter {
                     device: Some(device.id),
                     limit: MAX_PATCH_PAGE,
@@ -189,12 +195,16 @@ async fn send_part(
         .await;
     match sent {
         Ok(cmd) => {
-            org.patch_part_sent(job.id, device, Ok(cmd.id)).await?;
+            org.patches()
+                .patch_part_sent(job.id, device, Ok(cmd.id))
+                .await?;
             Ok(Some(cmd.id))
         }
         Err(e) => {
             let message = gateway_error(e).message;
-            org.patch_part_sent(job.id, device, Err(message)).await?;
+            org.patches()
+                .patch_part_sent(job.id, device, Err(message))
+                .await?;
             Ok(None)
         }
     }
@@ -209,7 +219,7 @@ pub async fn start_scheduled_patch_job(
     org_id: OrgId,
     job: &PatchJob,
 ) -> Result<(), ToolError> {
-    let (_, parts) = org.get_patch_job(job.id).await?;
+    let (_, parts) = org.patches().get_patch_job(job.id).await?;
     for part in parts
         .into_iter()
         .filter(|p| p.status == breeze_core::PatchPartStatus::Scheduled)
@@ -232,7 +242,12 @@ pub(super) async fn results(
 ) -> Result<PatchesOutput, ToolError> {
     if let Some(raw) = &input.job_id {
         let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
-        let (job, parts) = cx.org.get_patch_job(id).await.map_err(store_error)?;
+        let (job, parts) = cx
+            .org
+            .patches()
+            .get_patch_job(id)
+            .await
+            .map_err(store_error)?;
         return Ok(PatchesOutput {
             job: Some(JobView::new(job, Some(parts))),
             ..Default::default()
@@ -241,6 +256,7 @@ pub(super) async fn results(
     let device = match &input.device_id {
         Some(d) => Some(
             cx.org
+                .devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?
@@ -250,6 +266,7 @@ pub(super) async fn results(
     };
     let jobs: Vec<JobView> = cx
         .org
+        .patches()
         .list_patch_jobs(input.limit.unwrap_or(20).min(100))
         .await?
         .into_iter()
@@ -258,6 +275,7 @@ pub(super) async fn results(
     let history = match device {
         Some(d) => Some(
             cx.org
+                .patches()
                 .patch_history(Some(d), None, 100)
                 .await?
                 .into_iter()
@@ -296,6 +314,7 @@ pub(super) async fn install(
     };
     let job = cx
         .org
+        .patches()
         .create_patch_job(
             NewPatchJob {
                 kind,
@@ -344,7 +363,7 @@ pub(super) async fn install(
             job.id
         )
     };
-    let (job, parts) = cx.org.get_patch_job(job.id).await?;
+    let (job, parts) = cx.org.patches().get_patch_job(job.id).await?;
     Ok(PatchesOutput {
         message: Some(message),
         job: Some(JobView::new(job, Some(parts))),

@@ -509,7 +509,7 @@ impl Decisions {
             devices: HashMap::new(),
             now,
         };
-        for a in org.list_patch_approvals().await? {
+        for a in org.patches().list_patch_approvals().await? {
             match a.policy_id {
                 Some(p) => {
                     d.by_policy.insert((p, a.package_name.clone()), a);
@@ -519,8 +519,8 @@ impl Decisions {
                 }
             }
         }
-        let candidates = org.config_candidates().await?;
-        for place in org.device_places(only).await? {
+        let candidates = org.config_policies().config_candidates().await?;
+        for place in org.config_policies().device_places(only).await? {
             let effective = resolve_for(&place, &candidates);
             let mut policy = DevicePolicy::default();
             if let Some(fields) = effective.get(&FeatureType::Patch) {
@@ -630,7 +630,7 @@ async fn named_devices(
     for raw in ids {
         let id = device_id(raw)?;
         if seen.insert(id) {
-            out.push(cx.org.get_device(id).await.map_err(store_error)?);
+            out.push(cx.org.devices().get_device(id).await.map_err(store_error)?);
         }
     }
     Ok(out)
@@ -785,10 +785,16 @@ impl Tool for ManagePatches {
                 let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
                 let cancelled = cx
                     .org
+                    .patches()
                     .cancel_patch_job(id, audit(cx, "patch.job.cancel", "patch_job"))
                     .await
                     .map_err(store_error)?;
-                let (job, parts) = cx.org.get_patch_job(id).await.map_err(store_error)?;
+                let (job, parts) = cx
+                    .org
+                    .patches()
+                    .get_patch_job(id)
+                    .await
+                    .map_err(store_error)?;
                 PatchesOutput {
                     message: Some(if cancelled {
                         "the job was waiting for its window and is cancelled".into()

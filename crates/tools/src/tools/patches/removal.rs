@@ -86,6 +86,7 @@ pub(super) async fn removal(
     for raw in ids {
         devices.push(
             cx.org
+                .devices()
                 .get_device(device_id(raw)?)
                 .await
                 .map_err(store_error)?,

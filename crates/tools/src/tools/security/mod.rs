@@ -480,7 +480,7 @@ async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, Too
     if scan.status != ScanStatus::Running {
         return Ok(scan);
     }
-    let command = match cx.org.get_command(scan.command_id).await {
+    let command = match cx.org.commands().get_command(scan.command_id).await {
         Ok(c) => c,
         Err(StoreError::NotFound(_)) => return Ok(scan),
         Err(e) => return Err(e.into()),
@@ -489,9 +489,10 @@ async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, Too
         return Ok(scan);
     }
     cx.org
+        .security()
         .record_scan_result(scan.id, outcome_of(&command))
         .await?;
-    Ok(cx.org.get_security_scan(scan.id).await?)
+    Ok(cx.org.security().get_security_scan(scan.id).await?)
 }
 
 async fn summary(
@@ -502,7 +503,7 @@ async fn summary(
         return Ok(None);
     }
     let mut counts = BTreeMap::new();
-    for f in cx.org.scan_findings(scan.id).await? {
+    for f in cx.org.security().scan_findings(scan.id).await? {
         *counts.entry(f.status.to_string()).or_insert(0) += 1;
     }
     Ok(Some(counts))
@@ -516,7 +517,7 @@ async fn view(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<ScanView, ToolError
 
 async fn find_scan(cx: &ToolCx<'_>, raw: &str) -> Result<SecurityScan, ToolError> {
     let id = uuid_arg(raw, SCAN_NOT_FOUND)?;
-    match cx.org.get_security_scan(id).await {
+    match cx.org.security().get_security_scan(id).await {
         Ok(s) => Ok(s),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(SCAN_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -526,7 +527,7 @@ async fn find_scan(cx: &ToolCx<'_>, raw: &str) -> Result<SecurityScan, ToolError
 async fn find_flagged(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<FlaggedFile, ToolError> {
     let raw = raw.ok_or_else(|| ToolError::invalid("flaggedFileId is required"))?;
     let id = uuid_arg(raw, FLAGGED_NOT_FOUND)?;
-    match cx.org.get_flagged_file(id).await {
+    match cx.org.security().get_flagged_file(id).await {
         Ok(f) => Ok(f),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(FLAGGED_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -536,7 +537,7 @@ async fn find_flagged(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<FlaggedFile,
 async fn find_quarantine(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<QuarantineEntry, ToolError> {
     let raw = raw.ok_or_else(|| ToolError::invalid("quarantineId is required"))?;
     let id = uuid_arg(raw, QUARANTINE_NOT_FOUND)?;
-    match cx.org.get_quarantine(id).await {
+    match cx.org.security().get_quarantine(id).await {
         Ok(q) => Ok(q),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(QUARANTINE_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -582,6 +583,7 @@ async fn scan_devices(
                 ScanTarget::Site { site_id } => {
                     let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
                     cx.org
+                        .tenancy()
                         .get_site(id)
                         .await
                         .map_err(|_| ToolError::not_found("Site not found or access denied"))?;
@@ -590,6 +592,7 @@ async fn scan_devices(
                 ScanTarget::Group { group_id } => {
                     let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
                     cx.org
+                        .tenancy()
                         .get_group(id)
                         .await
                         .map_err(|_| ToolError::not_found("Group not found or access denied"))?;
@@ -598,6 +601,7 @@ async fn scan_devices(
             }
             let (found, _) = cx
                 .org
+                .devices()
                 .list_devices(&filter, MAX_SCAN_DEVICES as u32, 0)
                 .await?;
             devices = found;
@@ -665,6 +669,7 @@ async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolE
             .request(cx.request_id.clone());
         let scan = cx
             .org
+            .security()
             .create_security_scan(device.id, command.id, &cx.actor.to_string(), audit)
             .await?;
         scans.push(scan);
@@ -710,12 +715,18 @@ async fn do_status(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, Too
         None => None,
     };
     let mut views = Vec::new();
-    for scan in cx.org.list_security_scans(device, None, 20).await? {
+    for scan in cx
+        .org
+        .security()
+        .list_security_scans(device, None, 20)
+        .await?
+    {
         views.push(view(cx, scan).await?);
     }
     let quarantined = match device {
         Some(d) => Some(
             cx.org
+                .security()
                 .list_quarantine(Some(d), 50)
                 .await?
                 .into_iter()
@@ -738,12 +749,14 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
             let device = find_device(cx, d).await?;
             for s in cx
                 .org
+                .security()
                 .list_security_scans(Some(device.id), Some(ScanStatus::Running), 5)
                 .await?
             {
                 settle(cx, s).await?;
             }
             cx.org
+                .security()
                 .latest_completed_scan(device.id)
                 .await?
                 .ok_or_else(|| {
@@ -754,7 +767,7 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
         (None, None) => return Err(ToolError::invalid("results needs scanId or deviceId")),
     };
     let failed_only = input.failed_only.unwrap_or(false);
-    let stored = cx.org.scan_findings(scan.id).await?;
+    let stored = cx.org.security().scan_findings(scan.id).await?;
     let news: Vec<NewFinding> = stored
         .iter()
         .map(|f| NewFinding {
@@ -780,6 +793,7 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
         .collect();
     let flagged = cx
         .org
+        .security()
         .scan_flagged_files(scan.id)
         .await?
         .into_iter()
@@ -873,7 +887,7 @@ async fn do_quarantine(
         "security_quarantine",
     )
     .request(cx.request_id.clone());
-    let entry = cx.org.record_quarantine(record, audit).await?;
+    let entry = cx.org.security().record_quarantine(record, audit).await?;
     Ok(ScanOutput {
         message: Some(if delete {
             format!(
@@ -950,6 +964,7 @@ async fn do_quarantined(
     .request(cx.request_id.clone());
     let entry = cx
         .org
+        .security()
         .set_quarantine_state(
             entry.id,
             QuarantineState::Quarantined,
@@ -1057,6 +1072,7 @@ impl Tool for SecurityScanTool {
             ScanAction::ListSchedules => Ok(ScanOutput {
                 schedules: Some(
                     cx.org
+                        .security()
                         .list_scan_schedules()
                         .await?
                         .into_iter()
@@ -1073,7 +1089,7 @@ impl Tool for SecurityScanTool {
                     "security_scan_schedule",
                 )
                 .request(cx.request_id.clone());
-                let s = cx.org.delete_scan_schedule(s.id, audit).await?;
+                let s = cx.org.security().delete_scan_schedule(s.id, audit).await?;
                 Ok(ScanOutput {
                     message: Some(format!(
                         "schedule {:?} deleted; its past scans stay",
@@ -1098,10 +1114,14 @@ async fn find_schedule(
         .as_deref()
         .ok_or_else(|| ToolError::invalid("scheduleId is required for unschedule"))?;
     let id = uuid_arg(raw, SCHEDULE_NOT_FOUND)?;
-    cx.org.get_scan_schedule(id).await.map_err(|e| match e {
-        StoreError::NotFound(_) => ToolError::not_found(SCHEDULE_NOT_FOUND),
-        other => other.into(),
-    })
+    cx.org
+        .security()
+        .get_scan_schedule(id)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => ToolError::not_found(SCHEDULE_NOT_FOUND),
+            other => other.into(),
+        })
 }
 
 /// A schedule's devices or target exist in the organization (online or not: they are
@@ -1119,6 +1139,7 @@ async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), To
         (None, Some(ScanTarget::Site { site_id })) => {
             let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
             cx.org
+                .tenancy()
                 .get_site(id)
                 .await
                 .map(drop)
@@ -1127,6 +1148,7 @@ async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), To
         (None, Some(ScanTarget::Group { group_id })) => {
             let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
             cx.org
+                .tenancy()
                 .get_group(id)
                 .await
                 .map(drop)
@@ -1175,6 +1197,7 @@ async fn do_schedule(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, T
     .request(cx.request_id.clone());
     let s = cx
         .org
+        .security()
         .create_scan_schedule(
             breeze_store::NewScanSchedule {
                 name: input

@@ -112,7 +112,7 @@ pub(crate) async fn device_posture(
     cx: &ToolCx<'_>,
     device: &Device,
 ) -> Result<Option<DevicePosture>, ToolError> {
-    let latest = cx.org.latest_posture(device.id).await?;
+    let latest = cx.org.security().latest_posture(device.id).await?;
     Ok(latest.map(|s| {
         let factors = factors_of(&s);
         DevicePosture {
@@ -135,7 +135,7 @@ pub(crate) async fn add_posture(
     device: DeviceId,
     doc: &mut Value,
 ) -> Result<(), StoreError> {
-    let latest = org.latest_posture(device).await?;
+    let latest = org.security().latest_posture(device).await?;
     if let Some(obj) = doc.as_object_mut() {
         obj.insert(
             "securityPosture".into(),
@@ -170,6 +170,7 @@ impl Tool for GetSecurityPosture {
             let posture = device_posture(cx, &device).await?;
             let trend = cx
                 .org
+                .security()
                 .posture_snapshots(Some(device.id), since, 1000)
                 .await?
                 .into_iter()
@@ -192,9 +193,10 @@ impl Tool for GetSecurityPosture {
                 message,
             });
         }
-        let latest = cx.org.latest_postures().await?;
+        let latest = cx.org.security().latest_postures().await?;
         let (devices, total) = cx
             .org
+            .devices()
             .list_devices(&DeviceFilter::default(), 10_000, 0)
             .await?;
         let hostnames: BTreeMap<DeviceId, String> =
@@ -251,7 +253,12 @@ impl Tool for GetSecurityPosture {
         lowest.truncate(10);
         // Trend: per UTC day, each device's last snapshot of the day, averaged.
         let mut days_map: BTreeMap<String, BTreeMap<DeviceId, i64>> = BTreeMap::new();
-        for s in cx.org.posture_snapshots(None, since, 100_000).await? {
+        for s in cx
+            .org
+            .security()
+            .posture_snapshots(None, since, 100_000)
+            .await?
+        {
             days_map
                 .entry(s.taken_at.date_naive().to_string())
                 .or_default()
