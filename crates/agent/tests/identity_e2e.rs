@@ -20,7 +20,7 @@ use breeze_store::{Backend, testing::TestStore};
 use common::{Fleet, agent, audit, call, enroll, eventually};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 async fn key(f: &Fleet, org: OrgId, site: SiteId) -> String {
     let (secret, _) = f
@@ -88,12 +88,10 @@ async fn run(backend: Backend) {
     assert_ne!(impostor, victim.to_string(), "{enrolled}");
     assert_eq!(enrolled["suspectedCloneOf"], json!(victim.to_string()));
     assert_eq!(enrolled["reenrolled"], json!(false));
-    let mut ws = tungstenite::http::Request::from(
-        breeze_agent::api::ws_url(&f.base_url)
-            .unwrap()
-            .into_client_request()
-            .unwrap(),
-    );
+    let mut ws = breeze_agent::api::ws_url(&f.base_url)
+        .unwrap()
+        .into_client_request()
+        .unwrap();
     ws.headers_mut().insert(
         "authorization",
         format!("Bearer {}", enrolled["token"].as_str().unwrap())

@@ -249,7 +249,7 @@ async fn send(org: OrgStore<'_>, agents: Agents<'_>, devices: Option<Vec<DeviceI
         Agents::Bus => {
             org.config_policies()
                 .announce_policies_changed(devices)
-                .await
+                .await;
         }
     }
     Ok(())

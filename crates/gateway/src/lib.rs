@@ -373,7 +373,7 @@ impl Gateway {
                 }
             }
             Err(e) => {
-                tracing::warn!(%device, error = %e, "could not check an agent socket's token")
+                tracing::warn!(%device, error = %e, "could not check an agent socket's token");
             }
         }
     }

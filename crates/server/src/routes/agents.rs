@@ -141,14 +141,11 @@ async fn enroll(
         )
         .await?;
     let device = &enrolled.device;
-    match enrolled.suspected_clone_of {
-        Some(of) => {
-            tracing::warn!(device = %device.id, hostname = %device.hostname, suspected_clone_of = %of,
-            "a machine enrolled with the machine id of an existing device and no proof of being it: a new device, flagged")
-        }
-        None => {
-            tracing::info!(device = %device.id, hostname = %device.hostname, reenrolled = enrolled.reenrolled, "agent enrolled")
-        }
+    if let Some(of) = enrolled.suspected_clone_of {
+        tracing::warn!(device = %device.id, hostname = %device.hostname, suspected_clone_of = %of,
+            "a machine enrolled with the machine id of an existing device and no proof of being it: a new device, flagged");
+    } else {
+        tracing::info!(device = %device.id, hostname = %device.hostname, reenrolled = enrolled.reenrolled, "agent enrolled");
     }
     Ok((
         StatusCode::CREATED,
