@@ -4,7 +4,7 @@
 //!
 //! Enrollment and token lookups are not organization-scoped (the caller is a machine holding a
 //! secret, not a user); everything they return carries the organization, and every later query
-//! goes through [`OrgStore`] or is keyed by the authenticated device.
+//! goes through [`OrgStore`](crate::OrgStore) or is keyed by the authenticated device.
 
 use breeze_agent_proto::{Heartbeat, Inventory, LogEntry, UserSession};
 use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};

@@ -603,7 +603,7 @@ impl crate::OrgReports<'_> {
             .await
     }
 
-    /// [`OrgStore::generate_report`] with other caps (tests reach them with a few rows).
+    /// [`OrgReports::generate_report`](crate::OrgReports::generate_report) with other caps (tests reach them with a few rows).
     pub async fn generate_report_within(
         &self,
         req: ReportRequest,
