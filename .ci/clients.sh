@@ -11,8 +11,17 @@
 #     (`OAuthClientProvider`), on a second demo started with MCP_OAUTH_ENABLED: discovery → DCR
 #     → consent (answered headless by a signed-in HTTP client) → token → tools → refresh →
 #     (Python: scope step-up on 403 insufficient_scope) → revoke → 401 → re-authorization
+#   - the clients' latest releases beside the pinned ones (on a third demo): the Python SDK 2.x
+#     (`mcp`, pinned in tests/clients/requirements-modern.txt, and the newest on PyPI) in its
+#     default mode (2026-07-28, with every method's result checked against that revision's
+#     schema) and in legacy mode; the TypeScript SDK v1 (@modelcontextprotocol/sdk) and the v2
+#     client package (@modelcontextprotocol/client) at the pinned and the newest versions; the
+#     Inspector CLI's schema portability check (--strict: no warning) at both; and /metrics in
+#     both formats through the Prometheus Python client's parsers
 # and exits non-zero when any check fails. Pins: tests/clients/package.json (+ package-lock.json)
-# and tests/clients/requirements.txt.
+# and tests/clients/requirements*.txt. The newest releases are installed once a day into
+# ~/.cache/breeze (npm-latest, pyenv-latest), so a client that updates shows up within a day
+# and CI does not reinstall them on every run.
 #
 # With --cluster, every suite runs against two instances instead of one demo: `breeze demo` and
 # `breeze serve` on one PostgreSQL database and Redis, behind nginx balancing round-robin per
@@ -63,6 +72,50 @@ else
   echo "$req_sum" >"$PYENV/.breeze-req-sha256"
 fi
 echo "python $("$PYENV/bin/python" -c 'import sys; print(sys.version.split()[0])'), mcp $("$PYENV/bin/python" -c 'from importlib.metadata import version; print(version("mcp"))')"
+
+# make_venv DIR STAMP PIP_ARGS…: a venv in DIR with PIP_ARGS installed, reused while DIR's stamp
+# is STAMP.
+make_venv() {
+  local dir=$1 stamp=$2; shift 2
+  if [ -f "$dir/.breeze-stamp" ] && [ "$(cat "$dir/.breeze-stamp")" = "$stamp" ] \
+    && "$dir/bin/python" -c 'import mcp' 2>/dev/null; then
+    echo "reusing $dir"
+    return 0
+  fi
+  rm -rf "$dir"
+  mkdir -p "$(dirname "$dir")"
+  python3 -m venv "$dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  echo "$stamp" >"$dir/.breeze-stamp"
+}
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/breeze"
+TODAY=$(date -u +%Y-%m-%d)
+if [ -z "$CLUSTER" ]; then
+  log "Python SDK 2.x, pinned and newest"
+  PYMOD="$CACHE/pyenv-modern"
+  make_venv "$PYMOD" "$(sha256sum "$CLIENTS/requirements-modern.txt" | cut -d' ' -f1)" \
+    -r "$CLIENTS/requirements-modern.txt"
+  PYLATEST="$CACHE/pyenv-latest"
+  make_venv "$PYLATEST" "latest $TODAY" --upgrade mcp prometheus-client
+  for env_dir in "$PYMOD" "$PYLATEST"; do
+    echo "$env_dir: mcp $("$env_dir/bin/python" -c 'from importlib.metadata import version; print(version("mcp"))')"
+  done
+
+  log "npm: the newest TypeScript SDK, v2 client and Inspector"
+  NPM_LATEST="$CACHE/npm-latest"
+  if [ "$(cat "$NPM_LATEST/.breeze-stamp" 2>/dev/null)" != "latest $TODAY" ]; then
+    rm -rf "$NPM_LATEST" && mkdir -p "$NPM_LATEST"
+    printf '{"name":"breeze-latest-clients","private":true,"type":"module"}\n' >"$NPM_LATEST/package.json"
+    (cd "$NPM_LATEST" && npm install --no-audit --no-fund --loglevel=error \
+      @modelcontextprotocol/sdk@latest @modelcontextprotocol/client@latest @modelcontextprotocol/inspector@latest)
+    echo "latest $TODAY" >"$NPM_LATEST/.breeze-stamp"
+  else
+    echo "reusing $NPM_LATEST"
+  fi
+  for pkg in sdk client inspector; do
+    echo "newest @modelcontextprotocol/$pkg: $("$NODE_BIN/node" -p "require('$NPM_LATEST/node_modules/@modelcontextprotocol/$pkg/package.json').version")"
+  done
+fi
 
 # ---- 4. breeze demo on a free port ------------------------------------------------------------
 # start_server PORT [VAR=value...]: the extra settings go to this demo only.
@@ -147,6 +200,53 @@ run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mj
 run_suite py-oauth timeout 120 env "${unset_args[@]}" "$PYENV/bin/python" "$CLIENTS/py_oauth.py" --demo-json "$DEMO_JSON"
 
 [ -n "$CLUSTER" ] && both_answered "OAuth"
+
+# ---- 5c. the newest releases, the 2026-07-28 schema, the portability check, /metrics ---------
+if [ -z "$CLUSTER" ]; then
+  METRICS_TOKEN="metrics-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+  stop_server
+  # Every suite here calls every tool with one key: the message limit is lifted so that they
+  # do not starve each other (the limit has its own tests).
+  ci_demo_up "breeze demo for the newest clients" start_server \
+    BREEZE_METRICS_TOKEN="$METRICS_TOKEN" MCP_MESSAGE_RATE_LIMIT_PER_MINUTE=100000
+  cp "$CLIENTS/ts_client.mjs" "$CLIENTS/ts_v2_client.mjs" "$NPM_LATEST/"
+  run_suite ts-sdk-latest timeout 300 env "${unset_args[@]}" "$NODE_BIN/node" "$NPM_LATEST/ts_client.mjs" \
+    --demo-json "$DEMO_JSON" --breeze-bin "$BREEZE"
+  run_suite ts-v2-pinned timeout 300 env "${unset_args[@]}" "$NODE_BIN/node" "$CLIENTS/ts_v2_client.mjs" \
+    --demo-json "$DEMO_JSON"
+  run_suite ts-v2-latest timeout 300 env "${unset_args[@]}" "$NODE_BIN/node" "$NPM_LATEST/ts_v2_client.mjs" \
+    --demo-json "$DEMO_JSON"
+  run_suite py-modern-pinned timeout 300 env "${unset_args[@]}" "$PYMOD/bin/python" "$CLIENTS/py_modern.py" \
+    --demo-json "$DEMO_JSON" --breeze-bin "$BREEZE"
+  run_suite py-modern-latest timeout 300 env "${unset_args[@]}" "$PYLATEST/bin/python" "$CLIENTS/py_modern.py" \
+    --demo-json "$DEMO_JSON" --breeze-bin "$BREEZE"
+  EXEC_KEY=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["api_keys"]["execute"])' "$DEMO_JSON")
+  MCP_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mcp_url"])' "$DEMO_JSON")
+  # portability LABEL INSPECTOR_BIN: the Inspector CLI's schema portability check on the execute
+  # key's whole listing finds nothing (--strict reports each finding on stderr).
+  portability() {
+    mkdir -p "$WORK/inspector-home"
+    local rc=0
+    HOME="$WORK/inspector-home" timeout 120 "$2" --cli "$MCP_URL" --transport http \
+      --method tools/list --header "X-API-Key: $EXEC_KEY" --format json --strict \
+      >"$WORK/portability-$1.json" 2>"$WORK/portability-$1.err" || rc=$?
+    local summary
+    summary=$(grep -E '[0-9]+ errors?, [0-9]+ warnings?' "$WORK/portability-$1.err" | tail -1)
+    if [ "$rc" -eq 0 ] && ! grep -q '^Warning:' "$WORK/portability-$1.err"; then
+      echo "PASS inspector-portability $1: ${summary:-no finding}"
+    else
+      echo "FAIL inspector-portability $1 (exit $rc): ${summary:-see below}"
+      grep -A3 '^Warning:\|^Error:' "$WORK/portability-$1.err" | head -40
+      return 1
+    fi
+  }
+  run_suite inspector-portability-pinned portability pinned "$NODE_BIN/mcp-inspector"
+  run_suite inspector-portability-latest portability latest "$NPM_LATEST/node_modules/.bin/mcp-inspector"
+  for env_dir in "$PYMOD" "$PYLATEST"; do
+    run_suite "metrics-$(basename "$env_dir")" "$env_dir/bin/python" "$CLIENTS/metrics_check.py" \
+      --url "http://127.0.0.1:$PORT/metrics" --token "$METRICS_TOKEN"
+  done
+fi
 
 # ---- 6. verdict -------------------------------------------------------------------------------
 passed=$(grep -c '^PASS ' "$results" || true)

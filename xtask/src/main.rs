@@ -9,8 +9,9 @@
 //! - `cargo xtask bench fleet [--agents N] [--duration SECS] [--database sqlite|postgres]`
 //!   drives the device gateway with simulated agents.
 //! - `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
-//!   [--database sqlite|postgres|both]` measures `query_devices` over a seeded fleet against
-//!   the rmcp peer.
+//!   [--database sqlite|postgres|both] [--audit-commit sync|async|both]` measures
+//!   `query_devices` over a seeded fleet against the rmcp peer (on PostgreSQL with the audit
+//!   log's synchronous commit, its asynchronous opt-out, or both).
 //! - `cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
 //!   [--database sqlite|postgres|both]` measures the alert engine's evaluation cycle, alert
 //!   latency and a 10,000-device report's time and peak memory, in process.
@@ -41,6 +42,7 @@ const USAGE: &str = "usage: cargo xtask tidy
                                [--cmd-users N] [--samples-per-batch N]
        cargo xtask bench devices [--devices N] [--concurrency N] [--duration SECS]
                                  [--database sqlite|postgres|both]
+                                 [--audit-commit sync|async|both]
        cargo xtask bench alerts [--devices N] [--rules N] [--cycles N]
                                 [--database sqlite|postgres|both]
        cargo xtask bench compliance [--devices N] [--rules N] [--packages N] [--changes N]

@@ -27,6 +27,11 @@
 //! HTTP heartbeat after a reconnect). The agent runs a command id at most once and answers a
 //! repeated delivery with the stored result; the server accepts only the first terminal result
 //! for a command id and ignores the rest.
+//!
+//! A result is the other way round: the agent keeps it (in its journal, across restarts) and
+//! sends it again on every new socket until the server answers [`ServerFrame::ResultAck`],
+//! which it sends only once the result is stored. Storing is idempotent by command id, and a
+//! result that arrives after the server timed the command out still counts (completed late).
 
 pub mod paths;
 
@@ -192,6 +197,12 @@ pub enum ServerFrame {
     /// The device's effective configuration policy. Sent after the welcome and whenever it
     /// changes; an agent that predates it logs an unreadable frame and ignores it.
     Policy(PolicyConfig),
+    /// The result of `command_id` is stored (or was already): the agent may forget it. Until
+    /// this arrives the agent keeps the result and sends it again on every new socket, to
+    /// whichever instance; a result posted over HTTP is acknowledged by the 2xx answer.
+    ResultAck {
+        command_id: Uuid,
+    },
 }
 
 /// What the configuration policies resolved for this device, as the agent applies it. `None`

@@ -125,6 +125,28 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let cli = Cli::parse_from(args);
+    run_cli(cli)
+}
+
+/// Runs the agent as the command `name` (e.g. `breeze agent`, so its help and errors say how
+/// it was started); `args` are the arguments after that name.
+pub fn main_as<I, T>(name: &'static str, args: I) -> std::process::ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let command = Cli::command().name(name).bin_name(name);
+    let argv =
+        std::iter::once(std::ffi::OsString::from(name)).chain(args.into_iter().map(Into::into));
+    let cli = command
+        .try_get_matches_from(argv)
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .unwrap_or_else(|e| e.exit());
+    run_cli(cli)
+}
+
+fn run_cli(cli: Cli) -> std::process::ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,7 +7,9 @@
 //! - a second delivery of a finished id gets the stored result again, without running it;
 //! - an id found started but without a result (the agent died while it ran) is never run
 //!   again: it is answered with a failed result, "agent restarted while the command was
-//!   running".
+//!   running";
+//! - a result stays "undelivered" until the server acknowledges storing it, and is sent again
+//!   until then (on every new socket, and after a restart).
 //!
 //! Entries older than seven days are pruned.
 
@@ -170,7 +172,20 @@ impl Journal {
         })
     }
 
-    /// Notes that the server has the result (so a restart does not send it again).
+    /// The stored result of `id` while the server has not acknowledged it.
+    pub fn unacknowledged(&self, id: Uuid) -> Option<CommandResult> {
+        match self.read(id) {
+            Some(Ok(Entry {
+                result: Some(result),
+                delivered: false,
+                ..
+            })) => Some(result),
+            _ => None,
+        }
+    }
+
+    /// Notes that the server stored the result (its acknowledgement, or a 2xx over HTTP), so
+    /// neither a new socket nor a restart sends it again.
     pub fn mark_delivered(&self, id: Uuid) {
         if let Some(Ok(mut entry)) = self.read(id)
             && entry.result.is_some()

@@ -8,6 +8,12 @@
 //! `POST /api/v1/agents/commands/{id}/result`. Results that could not be delivered wait in a
 //! bounded outbox (and in the journal) and are retried on every heartbeat.
 //!
+//! A result written to the socket is not yet delivered: the server answers
+//! `ServerFrame::ResultAck` once it stored it. Until then the result stays undelivered in the
+//! journal and is sent again on every new socket (whichever instance it reaches; storing is
+//! idempotent by command id), and again on the socket after [`RESEND_UNACKED_AFTER`]. A
+//! result posted over HTTP is acknowledged by the 2xx answer.
+//!
 //! Events (`AgentFrame::Events`: watched log lines from [`crate::logwatch`], and the agent's
 //! own — `agent_started` at every start, `command_failed` / `script_failed` when a command
 //! fails or times out) wait in a bounded queue ([`EVENT_QUEUE_CAPACITY`], the oldest dropped
@@ -49,6 +55,8 @@ pub const OUTBOX_CAPACITY: usize = 1_000;
 pub const EVENT_QUEUE_CAPACITY: usize = 1_000;
 /// How long a failed event delivery waits before the next try.
 const EVENT_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// A result written to the socket and not acknowledged this long after is sent again.
+pub const RESEND_UNACKED_AFTER: Duration = Duration::from_secs(120);
 /// Ping interval on the socket.
 const PING_EVERY: Duration = Duration::from_secs(20);
 /// Silence after which the socket is considered dead.
@@ -87,6 +95,9 @@ pub struct Agent {
     socket: Mutex<Option<mpsc::Sender<AgentFrame>>>,
     running: Mutex<HashMap<Uuid, CancellationToken>>,
     outbox: Mutex<VecDeque<CommandResult>>,
+    /// Results written to a socket that the server has not acknowledged yet, with when (the
+    /// results themselves are in the journal).
+    unacked: Mutex<HashMap<Uuid, Instant>>,
     metrics: Mutex<MetricsBuffer>,
     events: Mutex<VecDeque<AgentEvent>>,
     events_ready: Notify,
@@ -214,6 +225,7 @@ impl Agent {
             socket: Mutex::new(None),
             running: Mutex::new(HashMap::new()),
             outbox: Mutex::new(recovered.into_iter().collect()),
+            unacked: Mutex::new(HashMap::new()),
             metrics: Mutex::new(MetricsBuffer::new(system::metrics::DEFAULT_BUFFER_SAMPLES)),
             events: Mutex::new(VecDeque::new()),
             events_ready: Notify::new(),
@@ -475,10 +487,12 @@ impl Agent {
         let (mut sink, mut stream) = ws.split();
         let (tx, mut rx) = mpsc::channel::<AgentFrame>(256);
         *lock(&self.socket) = Some(tx);
-        // What waited for the socket goes first.
+        // What waited for the socket goes first: results never sent, then those sent on an
+        // earlier socket that no server acknowledged (it may have died before storing them).
         let this = self.clone();
         tokio::spawn(async move {
             this.flush_outbox().await;
+            this.resend_unacked(Duration::ZERO).await;
             this.send_heartbeat().await;
             this.flush_metrics(true).await;
         });
@@ -505,7 +519,7 @@ impl Agent {
                         break;
                     }
                     if let Some(id) = result_id {
-                        self.journal.mark_delivered(id);
+                        lock(&self.unacked).insert(id, Instant::now());
                     }
                 }
                 msg = stream.next() => {
@@ -549,7 +563,7 @@ impl Agent {
                                 break;
                             }
                             if let AgentFrame::CommandResult(r) = &frame {
-                                self.journal.mark_delivered(r.command_id);
+                                lock(&self.unacked).insert(r.command_id, Instant::now());
                             }
                         }
                     }
@@ -596,6 +610,32 @@ impl Agent {
             ServerFrame::Config(config) => self.apply_config(config),
             ServerFrame::CollectInventory => self.inventory_now.notify_one(),
             ServerFrame::Policy(policy) => self.apply_policy(policy),
+            ServerFrame::ResultAck { command_id } => {
+                lock(&self.unacked).remove(&command_id);
+                self.journal.mark_delivered(command_id);
+            }
+        }
+    }
+
+    /// Sends again the results written to a socket at least `older_than` ago that no server
+    /// acknowledged.
+    async fn resend_unacked(&self, older_than: Duration) {
+        let due: Vec<Uuid> = lock(&self.unacked)
+            .iter()
+            .filter(|(_, at)| at.elapsed() >= older_than)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            match self.journal.unacknowledged(id) {
+                Some(result) => {
+                    tracing::debug!(command_id = %id, "sending an unacknowledged result again");
+                    self.deliver(result).await;
+                }
+                // Acknowledged meanwhile, or pruned.
+                None => {
+                    lock(&self.unacked).remove(&id);
+                }
+            }
         }
     }
 
@@ -671,7 +711,10 @@ impl Agent {
             Err(_) => return,
         };
         match self.api.command_result(&result).await {
-            Ok(()) => self.journal.mark_delivered(result.command_id),
+            Ok(()) => {
+                lock(&self.unacked).remove(&result.command_id);
+                self.journal.mark_delivered(result.command_id);
+            }
             Err(e) => {
                 self.note_http_error("sending a command result", &e);
                 self.push_outbox(result);
@@ -771,6 +814,7 @@ impl Agent {
             self.send_heartbeat().await;
             self.flush_metrics(true).await;
             self.flush_outbox().await;
+            self.resend_unacked(RESEND_UNACKED_AFTER).await;
         }
     }
 

@@ -1,5 +1,6 @@
 //! The agent's channels against tiny in-test servers: the WebSocket (bearer header, welcome,
-//! command → commandStarted → commandResult, a repeated delivery answered from the journal)
+//! command → commandStarted → commandResult, a repeated delivery answered from the journal, a
+//! result sent again on the next socket until acknowledged)
 //! and the HTTP fallback when the upgrade is refused (heartbeat hands out a command, the
 //! result is posted to its endpoint).
 
@@ -170,6 +171,115 @@ async fn websocket_welcome_command_started_result() {
         }
     };
     assert_eq!(again, result);
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "once\n");
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(15), agent)
+        .await
+        .expect("the agent stops on shutdown")
+        .unwrap();
+}
+
+/// Accepts the agent's next socket on `listener` and sends the welcome.
+async fn accept_agent(
+    listener: &TcpListener,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // The agent's HTTP fallback (events, metrics) knocks too while the socket is down.
+    let mut ws = loop {
+        let (stream, _) = tokio::time::timeout_at(deadline, listener.accept())
+            .await
+            .expect("the agent connects within 20 s")
+            .unwrap();
+        if let Ok(ws) = tokio_tungstenite::accept_async(stream).await {
+            break ws;
+        }
+    };
+    let welcome = ServerFrame::Welcome {
+        device_id: Uuid::now_v7(),
+        config: AgentConfig::default(),
+    };
+    ws.send(Message::Text(
+        serde_json::to_string(&welcome).unwrap().into(),
+    ))
+    .await
+    .unwrap();
+    ws
+}
+
+/// The next result the agent sends on `ws` within `patience`, if any.
+async fn next_result<S>(ws: &mut S, patience: Duration) -> Option<CommandResult>
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let msg = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .ok()??
+            .ok()?;
+        if let Message::Text(text) = msg
+            && let Ok(AgentFrame::CommandResult(r)) = serde_json::from_str(text.as_str())
+        {
+            return Some(r);
+        }
+    }
+}
+
+/// A result the server read but never acknowledged (it died before storing it) is sent again
+/// on the agent's next socket, once, and not after the acknowledgement; the command does not
+/// run again.
+#[tokio::test]
+async fn an_unacknowledged_result_is_sent_again_on_the_next_socket() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), port);
+    let (shutdown, agent) = start_agent(config);
+
+    let marker = dir.path().join("ran");
+    let command = shell_command(&format!("echo once >> {}; echo hi", marker.display()));
+    let mut first = accept_agent(&listener).await;
+    first
+        .send(Message::Text(
+            serde_json::to_string(&ServerFrame::Command(command.clone()))
+                .unwrap()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    let result = next_result(&mut first, Duration::from_secs(20))
+        .await
+        .expect("the result on the first socket");
+    assert_eq!(result.command_id, command.id);
+    // The instance dies with the result read and not stored: no acknowledgement.
+    drop(first);
+
+    let mut second = accept_agent(&listener).await;
+    let again = next_result(&mut second, Duration::from_secs(20))
+        .await
+        .expect("the unacknowledged result is sent again on the next socket");
+    assert_eq!(again, result);
+    second
+        .send(Message::Text(
+            serde_json::to_string(&ServerFrame::ResultAck {
+                command_id: command.id,
+            })
+            .unwrap()
+            .into(),
+        ))
+        .await
+        .unwrap();
+    // Give the acknowledgement a moment to be read before the socket goes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(second);
+
+    let mut third = accept_agent(&listener).await;
+    assert_eq!(
+        next_result(&mut third, Duration::from_secs(4)).await,
+        None,
+        "an acknowledged result is not sent again"
+    );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "once\n");
 
     shutdown.cancel();

@@ -104,7 +104,7 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     (
         "BREEZE_AUDIT_SYNCHRONOUS_COMMIT",
-        "PostgreSQL: request audit records wait for their commit to reach the disk (default false)",
+        "PostgreSQL: request audit records wait for their commit to reach the disk, so a PostgreSQL crash loses none (default true; false = asynchronous commits, which a crash may lose)",
     ),
     (
         "BREEZE_AUDIT_JOURNAL_DIR",
@@ -195,8 +195,20 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "most bytes of one breeze_discover page, at least 1024 (default 8192)",
     ),
     (
+        "MCP_MAX_SESSIONS_PER_KEY",
+        "MCP sessions one API key or OAuth grant may hold, Streamable HTTP and legacy SSE together (default 5)",
+    ),
+    (
         "MCP_MAX_SSE_SESSIONS_PER_KEY",
-        "MCP sessions one API key may hold, both transports (default 5)",
+        "the specification's name of MCP_MAX_SESSIONS_PER_KEY, read as it with a notice",
+    ),
+    (
+        "MCP_SESSION_TTL_SECONDS",
+        "seconds an MCP session may sit idle before it ends (60-86400, default 1800)",
+    ),
+    (
+        "NODE_ENV",
+        "the specification's production switch: production is read as BREEZE_ENV=production (they must agree when both are set)",
     ),
     (
         "MCP_MAX_SESSIONS_PER_ORG",
@@ -268,6 +280,14 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "deliberately allow anonymous registration, as Claude.ai and ChatGPT need (default false)",
     ),
     (
+        "OAUTH_DCR_IGNORE_SOFTWARE_ID",
+        "accept a registration naming a software_id (mcp-remote sends one), the field ignored: never stored nor shown (default false: refused)",
+    ),
+    (
+        "OAUTH_CIMD_ENABLED",
+        "resolve https client_ids as client ID metadata documents and advertise it (Claude Code uses them); false when this server has no outbound HTTPS (default true)",
+    ),
+    (
         "OAUTH_CONSENT_URL_BASE",
         "origin of the sign-in page when the web app is served elsewhere (default: this server)",
     ),
@@ -280,10 +300,46 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
 /// Prefixes whose variables must all be known.
 const CHECKED_PREFIXES: [&str; 3] = ["BREEZE_", "MCP_", "OAUTH_"];
 
+/// Names the specification gives settings that Breeze names better: `(spec name, Breeze name,
+/// why the Breeze name)`. The spec name is read as the Breeze name, with a one-line notice;
+/// both set to different values refuse to start.
+pub(crate) const ALIASES: &[(&str, &str, &str)] = &[(
+    "MCP_MAX_SSE_SESSIONS_PER_KEY",
+    "MCP_MAX_SESSIONS_PER_KEY",
+    "the cap counts Streamable HTTP sessions as well as legacy SSE ones",
+)];
+
+/// `env` with every [`ALIASES`] spec name read as its Breeze name, and the notices saying so.
+fn resolve_aliases(
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<(BTreeMap<String, String>, Vec<String>)> {
+    let mut env = env.clone();
+    let mut notices = Vec::new();
+    for (spec, breeze, why) in ALIASES {
+        let Some(value) = env.get(*spec).cloned() else {
+            continue;
+        };
+        match env.get(*breeze) {
+            Some(set) if set.trim() != value.trim() => bail!(
+                "{spec}={value:?} and {breeze}={set:?} disagree; they are one setting ({spec} is the specification's name of {breeze}): set {breeze} only"
+            ),
+            _ => {}
+        }
+        notices.push(format!(
+            "{spec} is read as {breeze} ({why}); rename it to {breeze}"
+        ));
+        env.insert((*breeze).to_owned(), value);
+    }
+    Ok((env, notices))
+}
+
 /// MCP settings.
 #[derive(Debug, Clone)]
 pub(crate) struct McpSettings {
+    /// `MCP_MAX_SESSIONS_PER_KEY` (`MCP_MAX_SSE_SESSIONS_PER_KEY`).
     pub(crate) max_sessions_per_key: usize,
+    /// `MCP_SESSION_TTL_SECONDS`: how long a session may sit idle.
+    pub(crate) session_ttl: std::time::Duration,
     pub(crate) max_sessions_per_org: usize,
     pub(crate) max_sessions: usize,
     pub(crate) sse_rate_per_minute: u32,
@@ -333,7 +389,14 @@ fn boolean(env: &BTreeMap<String, String>, var: &str, default: bool) -> anyhow::
 impl McpSettings {
     fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Self> {
         Ok(Self {
-            max_sessions_per_key: number(env, "MCP_MAX_SSE_SESSIONS_PER_KEY", 5usize)?,
+            max_sessions_per_key: number(env, "MCP_MAX_SESSIONS_PER_KEY", 5usize)?,
+            session_ttl: {
+                let secs = number(env, "MCP_SESSION_TTL_SECONDS", 1800u64)?;
+                if !(60..=86_400).contains(&secs) {
+                    bail!("invalid MCP_SESSION_TTL_SECONDS: {secs} (expected 60 to 86400 seconds)");
+                }
+                std::time::Duration::from_secs(secs)
+            },
             max_sessions_per_org: number(env, "MCP_MAX_SESSIONS_PER_ORG", 25usize)?,
             max_sessions: number(env, "MCP_MAX_SESSIONS", 100usize)?,
             sse_rate_per_minute: number(env, "MCP_SSE_RATE_LIMIT_PER_MINUTE", 30u32)?,
@@ -391,30 +454,75 @@ impl McpSettings {
     }
 }
 
-/// Flags that override environment settings; shared by every subcommand.
-#[derive(Debug, Clone, Default, Args)]
+/// Flags that override environment settings (each command offers those it uses: see
+/// [`ServerFlags`] and [`StoreFlags`]).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct SettingFlags {
-    /// Address to listen on [env: BREEZE_LISTEN].
-    #[arg(long, global = true)]
     pub(crate) listen: Option<String>,
-    /// Database URL [env: DATABASE_URL].
-    #[arg(long, global = true)]
     pub(crate) database_url: Option<String>,
-    /// Redis URL [env: REDIS_URL].
-    #[arg(long, global = true)]
     pub(crate) redis_url: Option<String>,
-    /// development or production [env: BREEZE_ENV].
-    #[arg(long = "env", global = true)]
     pub(crate) environment: Option<String>,
-    /// Public base URL [env: BREEZE_PUBLIC_URL].
-    #[arg(long, global = true)]
     pub(crate) public_url: Option<String>,
-    /// Data directory [env: BREEZE_DATA_DIR].
-    #[arg(long, global = true)]
     pub(crate) data_dir: Option<String>,
-    /// pretty or json [env: BREEZE_LOG_FORMAT].
-    #[arg(long, global = true)]
     pub(crate) log_format: Option<String>,
+}
+
+/// The settings flags of the commands that serve (`serve`, `demo`).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Server settings (flags beat the environment variables)")]
+pub(crate) struct ServerFlags {
+    /// Address to listen on [env: BREEZE_LISTEN; default 127.0.0.1:3000].
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<String>,
+    /// Public base URL clients use [env: BREEZE_PUBLIC_URL].
+    #[arg(long, value_name = "URL")]
+    pub(crate) public_url: Option<String>,
+    /// development or production [env: BREEZE_ENV].
+    #[arg(long = "env", value_name = "ENV")]
+    pub(crate) environment: Option<String>,
+    /// Redis URL, for shared limits and sessions [env: REDIS_URL].
+    #[arg(long, value_name = "URL")]
+    pub(crate) redis_url: Option<String>,
+    /// Log lines as pretty or json [env: BREEZE_LOG_FORMAT].
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) log_format: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: StoreFlags,
+}
+
+/// The settings flags of every command that opens the database.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Database (flags beat the environment variables)")]
+pub(crate) struct StoreFlags {
+    /// sqlite://path or postgres://… [env: DATABASE_URL].
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+    /// Directory of the SQLite file and demo.json [env: BREEZE_DATA_DIR; default ./breeze-data].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) data_dir: Option<String>,
+}
+
+impl From<&StoreFlags> for SettingFlags {
+    fn from(f: &StoreFlags) -> Self {
+        Self {
+            database_url: f.database_url.clone(),
+            data_dir: f.data_dir.clone(),
+            ..Self::default()
+        }
+    }
+}
+
+impl From<&ServerFlags> for SettingFlags {
+    fn from(f: &ServerFlags) -> Self {
+        Self {
+            listen: f.listen.clone(),
+            redis_url: f.redis_url.clone(),
+            environment: f.environment.clone(),
+            public_url: f.public_url.clone(),
+            log_format: f.log_format.clone(),
+            ..Self::from(&f.store)
+        }
+    }
 }
 
 /// Deployment mode.
@@ -475,6 +583,8 @@ pub(crate) struct Settings {
     pub(crate) shutdown_delay: std::time::Duration,
     /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
     pub(crate) traces: Option<crate::trace_settings::TraceSettings>,
+    /// One line per setting read under another name (the specification's), for the operator.
+    pub(crate) notices: Vec<String>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -541,6 +651,8 @@ impl Settings {
         flags: &SettingFlags,
     ) -> anyhow::Result<Settings> {
         check_unknown(env)?;
+        let (env, mut notices) = resolve_aliases(env)?;
+        let env = &env;
 
         let listen = pick(&flags.listen, "listen", env, "BREEZE_LISTEN");
         let listen: SocketAddr = match listen.value {
@@ -553,15 +665,7 @@ impl Settings {
             })?,
         };
 
-        let environment = pick(&flags.environment, "env", env, "BREEZE_ENV");
-        let environment = match environment.value.map(str::trim) {
-            None | Some("development") => Environment::Development,
-            Some("production") => Environment::Production,
-            Some(v) => bail!(
-                "invalid {}: {v:?} (expected development or production)",
-                environment.origin
-            ),
-        };
+        let environment = environment(env, flags, &mut notices)?;
 
         let data_dir = pick(&flags.data_dir, "data-dir", env, "BREEZE_DATA_DIR");
         let data_dir = match data_dir.value.map(str::trim) {
@@ -619,7 +723,7 @@ impl Settings {
         let public_url = match public.value.map(str::trim) {
             None if environment == Environment::Production => {
                 bail!(
-                    "BREEZE_PUBLIC_URL is required when BREEZE_ENV=production (the URL clients use)"
+                    "BREEZE_PUBLIC_URL is required in production (BREEZE_ENV or NODE_ENV=production): the URL clients use"
                 )
             }
             None => format!("http://{listen}"),
@@ -721,11 +825,12 @@ impl Settings {
             bail!("invalid BREEZE_METRICS_ADDR: it is BREEZE_LISTEN's address");
         }
         Ok(Settings {
+            notices,
             traces: crate::trace_settings::TraceSettings::load(env)?,
             audit_retention_days,
             audit_archive_dir,
             pdf_font,
-            audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", false)?,
+            audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", true)?,
             audit_journal_dir,
             metrics,
             shutdown_delay,
@@ -776,6 +881,56 @@ impl Settings {
 
     pub(crate) fn production(&self) -> bool {
         self.environment == Environment::Production
+    }
+}
+
+/// The deployment mode: `--env` or `BREEZE_ENV`, and `NODE_ENV`, the specification's
+/// production switch. `NODE_ENV=production` alone means production (said in a notice); any other
+/// `NODE_ENV` value means development. When both are set they must agree, or Breeze refuses to
+/// start: a server configured by the specification's instructions must not run without the
+/// production guards, nor one configured for production be weakened by a stray `NODE_ENV`.
+fn environment(
+    env: &BTreeMap<String, String>,
+    flags: &SettingFlags,
+    notices: &mut Vec<String>,
+) -> anyhow::Result<Environment> {
+    let breeze = pick(&flags.environment, "env", env, "BREEZE_ENV");
+    let own = match breeze.value.map(str::trim) {
+        None => None,
+        Some("development") => Some(Environment::Development),
+        Some("production") => Some(Environment::Production),
+        Some(v) => bail!(
+            "invalid {}: {v:?} (expected development or production)",
+            breeze.origin
+        ),
+    };
+    let node = env
+        .get("NODE_ENV")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty());
+    let from_node = node.map(|v| {
+        if v == "production" {
+            Environment::Production
+        } else {
+            Environment::Development
+        }
+    });
+    match (own, from_node) {
+        (Some(a), Some(b)) if a != b => bail!(
+            "{}={} and NODE_ENV={} disagree: NODE_ENV=production is the specification's production switch and Breeze reads it as BREEZE_ENV=production; make them agree or unset one",
+            breeze.origin.trim_start_matches("--"),
+            breeze.value.unwrap_or_default().trim(),
+            node.unwrap_or_default()
+        ),
+        (Some(a), _) => Ok(a),
+        (None, Some(Environment::Production)) => {
+            notices.push(
+                "NODE_ENV=production is read as BREEZE_ENV=production (the production guards are on)"
+                    .into(),
+            );
+            Ok(Environment::Production)
+        }
+        (None, _) => Ok(Environment::Development),
     }
 }
 
@@ -856,6 +1011,8 @@ fn oauth_settings(
     let mut settings =
         breeze_server::oauth::OAuthSettings::development(&issuer, key, cookie_secret);
     settings.config = breeze_oauth::OAuthConfig::new(&issuer, &resource);
+    settings.config.cimd = boolean(env, "OAUTH_CIMD_ENABLED", true)?;
+    settings.config.ignore_software_id = boolean(env, "OAUTH_DCR_IGNORE_SOFTWARE_ID", false)?;
     settings.dcr = dcr;
     settings.consent_url_base = http_url(env, "OAUTH_CONSENT_URL_BASE")?;
     Ok(Some(settings))
@@ -1042,6 +1199,173 @@ mod tests {
         assert_eq!(s.approval_wait_secs, 300);
     }
 
+    /// Every environment variable the specification (`breeze-*.md`) names, with a value it
+    /// accepts and what Breeze does with it. Checked against the specification's own text when
+    /// `shared/spec/` sits beside the repository (as for developers and CI).
+    const SPEC_SETTINGS: &[(&str, &str, SpecName)] = &[
+        ("NODE_ENV", "production", SpecName::Notice),
+        ("REDIS_URL", "redis://127.0.0.1:6379", SpecName::Honoured),
+        ("MCP_EXECUTE_TOOL_ALLOWLIST", "*", SpecName::Honoured),
+        ("MCP_REQUIRE_EXECUTE_ADMIN", "false", SpecName::Honoured),
+        ("MCP_MAX_SSE_SESSIONS_PER_KEY", "6", SpecName::Notice),
+        ("MCP_SSE_RATE_LIMIT_PER_MINUTE", "31", SpecName::Honoured),
+        (
+            "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE",
+            "121",
+            SpecName::Honoured,
+        ),
+        ("MCP_MESSAGE_MAX_BODY_BYTES", "65537", SpecName::Honoured),
+        ("MCP_SESSION_TTL_SECONDS", "660", SpecName::Honoured),
+        ("MCP_OAUTH_ENABLED", "true", SpecName::Honoured),
+        (
+            "OAUTH_ISSUER",
+            "https://rmm.example.com",
+            SpecName::Honoured,
+        ),
+        (
+            "OAUTH_RESOURCE_URL",
+            "https://rmm.example.com/mcp",
+            SpecName::Honoured,
+        ),
+        ("OAUTH_JWKS_PRIVATE_JWK", "", SpecName::Honoured),
+        ("OAUTH_JWKS_PUBLIC_JWK", "", SpecName::Honoured),
+        (
+            "OAUTH_COOKIE_SECRET",
+            "0123456789abcdef0123456789abcdef",
+            SpecName::Honoured,
+        ),
+        ("OAUTH_DCR_ENABLED", "true", SpecName::Honoured),
+        ("OAUTH_DCR_REQUIRE_IAT", "false", SpecName::Honoured),
+        ("OAUTH_DCR_ALLOW_ANONYMOUS", "true", SpecName::Honoured),
+        (
+            "OAUTH_CONSENT_URL_BASE",
+            "https://app.example.com",
+            SpecName::Honoured,
+        ),
+        // Tool Sources are not part of this build: the variable names nothing to turn on.
+        (
+            "TOOL_SOURCES_ALLOW_PRIVATE_EGRESS",
+            "true",
+            SpecName::NoFeature,
+        ),
+    ];
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum SpecName {
+        /// Read under its own name.
+        Honoured,
+        /// Read, and said in a one-line notice (an alias, or a switch read as Breeze's own).
+        Notice,
+        /// Names a feature this build does not have.
+        NoFeature,
+    }
+
+    #[test]
+    fn every_setting_the_specification_names_is_honoured_or_aliased() {
+        for (name, value, how) in SPEC_SETTINGS {
+            let mut vars = vec![(*name, *value)];
+            if *name == "NODE_ENV" {
+                vars.push(("BREEZE_PUBLIC_URL", "https://rmm.example.com"));
+            }
+            let settings = load(&vars).unwrap_or_else(|e| panic!("{name}={value}: {e:#}"));
+            let noticed = settings.notices.iter().any(|n| n.contains(name));
+            assert_eq!(
+                noticed,
+                *how == SpecName::Notice,
+                "{name}: notices {:?}",
+                settings.notices
+            );
+            if *how != SpecName::NoFeature {
+                assert!(
+                    KNOWN_SETTINGS.iter().any(|(k, _)| k == name),
+                    "{name} is listed among the settings"
+                );
+            }
+        }
+        // What each one changes.
+        let s = load(&[("MCP_SESSION_TTL_SECONDS", "660")]).unwrap();
+        assert_eq!(s.mcp.session_ttl, std::time::Duration::from_secs(660));
+        let s = load(&[("MCP_MAX_SSE_SESSIONS_PER_KEY", "6")]).unwrap();
+        assert_eq!(s.mcp.max_sessions_per_key, 6);
+        assert!(
+            err(&[
+                ("MCP_MAX_SSE_SESSIONS_PER_KEY", "6"),
+                ("MCP_MAX_SESSIONS_PER_KEY", "7")
+            ])
+            .contains("disagree")
+        );
+        // The list above covers the specification's tables and the variables its text names.
+        let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/spec");
+        let Ok(dir) = std::fs::read_dir(&spec) else {
+            return;
+        };
+        let mut named = std::collections::BTreeSet::new();
+        for entry in dir.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if !file.starts_with("breeze-") {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for line in text.lines() {
+                // Table rows (`NAME<TAB>default<TAB>…`) and `NAME=value` in the prose.
+                let row = line.split('\t').next().unwrap_or_default();
+                let is_name = |w: &str| {
+                    w.len() > 3
+                        && w.contains('_')
+                        && w.chars()
+                            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                };
+                if line.contains('\t') && is_name(row) {
+                    named.insert(row.to_owned());
+                }
+                for (i, _) in line.match_indices('=') {
+                    let before = &line[..i];
+                    let word = before
+                        .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .next()
+                        .unwrap_or_default();
+                    if is_name(word) {
+                        named.insert(word.to_owned());
+                    }
+                }
+            }
+        }
+        assert!(named.contains("MCP_SESSION_TTL_SECONDS"), "{named:?}");
+        for name in named {
+            assert!(
+                SPEC_SETTINGS.iter().any(|(n, _, _)| *n == name),
+                "the specification names {name}: add it to SPEC_SETTINGS and honour or alias it"
+            );
+        }
+    }
+
+    #[test]
+    fn node_env_production_is_production_and_must_agree() {
+        let s = load(&[
+            ("NODE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+        ])
+        .unwrap();
+        assert!(s.production(), "the production guards are on");
+        assert!(err(&[("NODE_ENV", "production")]).contains("BREEZE_PUBLIC_URL is required"));
+        for (breeze, node) in [("development", "production"), ("production", "development")] {
+            let e = err(&[
+                ("BREEZE_ENV", breeze),
+                ("NODE_ENV", node),
+                ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+            ]);
+            assert!(e.contains("disagree"), "{e}");
+        }
+        let s = load(&[
+            ("BREEZE_ENV", "production"),
+            ("NODE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+        ])
+        .unwrap();
+        assert!(s.production() && s.notices.is_empty());
+        assert!(!load(&[("NODE_ENV", "test")]).unwrap().production());
+    }
+
     #[test]
     fn flags_beat_the_environment() {
         let flags = SettingFlags {
@@ -1151,8 +1475,8 @@ mod tests {
         assert_eq!(s.mcp.max_sessions_per_org, 7);
         assert!(!s.mcp.require_execute_admin);
         assert!(
-            err(&[("MCP_MAX_SSE_SESSIONS_PER_KEY", "0")])
-                .starts_with("invalid MCP_MAX_SSE_SESSIONS_PER_KEY")
+            err(&[("MCP_MAX_SESSIONS_PER_KEY", "0")])
+                .starts_with("invalid MCP_MAX_SESSIONS_PER_KEY")
         );
         assert!(
             err(&[("MCP_MESSAGE_MAX_BODY_BYTES", "lots")])
@@ -1163,8 +1487,8 @@ mod tests {
                 .starts_with("invalid MCP_REQUIRE_EXECUTE_ADMIN")
         );
         assert!(
-            err(&[("MCP_MAX_SSE_SESSION_PER_KEY", "3")])
-                .contains("did you mean MCP_MAX_SSE_SESSIONS_PER_KEY?")
+            err(&[("MCP_MAX_SESSION_PER_KEY", "3")])
+                .contains("did you mean MCP_MAX_SESSIONS_PER_KEY?")
         );
     }
 

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{SettingFlags, Settings};
+use crate::config::{ServerFlags, SettingFlags, Settings, StoreFlags};
 
 /// Every request allocates (JSON trees, strings, futures); mimalloc's thread-local free lists
 /// serve them with less work than the system allocator.
@@ -22,56 +22,118 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "breeze", version, about, long_about = None)]
 struct Cli {
-    #[command(flatten)]
-    settings: SettingFlags,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the server.
-    Serve,
+    /// Run the server on an existing database (`--create` or `breeze init` makes a new one).
+    Serve {
+        /// Create the SQLite database when its file does not exist (with no users: add them
+        /// with `breeze partners`, `orgs`, `users`, or start with `breeze demo`).
+        #[arg(long)]
+        create: bool,
+        #[command(flatten)]
+        settings: ServerFlags,
+    },
     /// Seed a demo tenant (first run), write breeze-data/demo.json, and run the server.
-    Demo,
-    /// Apply pending database migrations, then exit.
-    Migrate,
+    Demo {
+        #[command(flatten)]
+        settings: ServerFlags,
+    },
+    /// Create the database if needed and apply pending migrations, then exit.
+    #[command(visible_alias = "init")]
+    Migrate {
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage partners.
-    #[command(subcommand)]
-    Partners(commands::admin::PartnersCommand),
+    Partners {
+        #[command(subcommand)]
+        command: commands::admin::PartnersCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage organizations.
-    #[command(subcommand)]
-    Orgs(commands::admin::OrgsCommand),
+    Orgs {
+        #[command(subcommand)]
+        command: commands::admin::OrgsCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage users.
-    #[command(subcommand)]
-    Users(commands::admin::UsersCommand),
+    Users {
+        #[command(subcommand)]
+        command: commands::admin::UsersCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage API keys.
-    #[command(subcommand)]
-    Keys(commands::admin::KeysCommand),
+    Keys {
+        #[command(subcommand)]
+        command: commands::admin::KeysCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// A user's OAuth grants (connected AI clients): list, revoke.
-    #[command(subcommand)]
-    Grants(commands::grants::GrantsCommand),
+    Grants {
+        #[command(subcommand)]
+        command: commands::grants::GrantsCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage agent enrollment keys.
-    #[command(subcommand, name = "enrollment-keys")]
-    EnrollmentKeys(commands::fleet::EnrollmentKeysCommand),
+    #[command(name = "enrollment-keys")]
+    EnrollmentKeys {
+        #[command(subcommand)]
+        command: commands::fleet::EnrollmentKeysCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Step-up approval requests: list, show, approve, deny, report; approval modes.
-    #[command(subcommand)]
-    Approvals(commands::approvals::ApprovalsCommand),
+    Approvals {
+        #[command(subcommand)]
+        command: commands::approvals::ApprovalsCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// The audit log: export it (gzip JSON lines), purge what is past the retention.
-    #[command(subcommand)]
-    Audit(commands::audit::AuditCommand),
+    Audit {
+        #[command(subcommand)]
+        command: commands::audit::AuditCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Device utilities (synthetic devices for load tests).
-    #[command(subcommand)]
-    Devices(commands::fleet::DevicesCommand),
+    Devices {
+        #[command(subcommand)]
+        command: commands::fleet::DevicesCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage the script library.
-    #[command(subcommand)]
-    Scripts(commands::fleet::ScriptsCommand),
+    Scripts {
+        #[command(subcommand)]
+        command: commands::fleet::ScriptsCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Manage alert notification channels (email, signed webhook, in-app).
-    #[command(subcommand)]
-    Channels(commands::fleet::ChannelsCommand),
+    Channels {
+        #[command(subcommand)]
+        command: commands::fleet::ChannelsCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Configuration policies: create, update, delete, list, assign (partner-wide too).
-    #[command(subcommand, name = "config-policies")]
-    ConfigPolicies(commands::config_policies::ConfigPoliciesCommand),
+    #[command(name = "config-policies")]
+    ConfigPolicies {
+        #[command(subcommand)]
+        command: commands::config_policies::ConfigPoliciesCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -81,6 +143,7 @@ enum Command {
     InstallSkill(commands::skill::InstallSkillArgs),
     /// Run the device agent (the same as the `breeze-agent` binary): enroll, run, rotate-token.
     Agent {
+        /// The agent's own command and options (`breeze agent --help` lists them).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -108,9 +171,35 @@ enum McpCommand {
     /// List this binary's tools: name, the tiers of its calls and its permission; with --json,
     /// the registry as data (every tool, its tiers, actions and permissions).
     Tools {
+        /// Print the registry as JSON (every tool, its tiers, actions and permissions).
         #[arg(long)]
         json: bool,
     },
+}
+
+impl Command {
+    /// The settings flags this command was given (each command offers only those it uses).
+    fn setting_flags(&self) -> SettingFlags {
+        match self {
+            Command::Serve { settings, .. } | Command::Demo { settings } => settings.into(),
+            Command::Migrate { settings }
+            | Command::Partners { settings, .. }
+            | Command::Orgs { settings, .. }
+            | Command::Users { settings, .. }
+            | Command::Keys { settings, .. }
+            | Command::Grants { settings, .. }
+            | Command::EnrollmentKeys { settings, .. }
+            | Command::Approvals { settings, .. }
+            | Command::Audit { settings, .. }
+            | Command::Devices { settings, .. }
+            | Command::Scripts { settings, .. }
+            | Command::Channels { settings, .. }
+            | Command::ConfigPolicies { settings, .. } => settings.into(),
+            Command::Mcp(_) | Command::InstallSkill(_) | Command::Agent { .. } => {
+                SettingFlags::default()
+            }
+        }
+    }
 }
 
 /// Set by `breeze demo` on its agent child: the child holds a pipe from the parent on stdin and
@@ -132,7 +221,7 @@ fn main() -> ExitCode {
         if config::process_env().contains_key(EXIT_WITH_PARENT) {
             exit_when_stdin_closes();
         }
-        return breeze_agent::cli::main_from(std::iter::once("breeze-agent".into()).chain(args));
+        return breeze_agent::cli::main_as("breeze agent", args);
     }
     let cli = Cli::parse();
     let env = config::process_env();
@@ -162,8 +251,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let settings = match Settings::load(&env, &cli.settings) {
-        Ok(s) => s,
+    let settings = match Settings::load(&env, &cli.command.setting_flags()) {
+        Ok(s) => {
+            for notice in &s.notices {
+                eprintln!("breeze: notice: {notice}");
+            }
+            s
+        }
         Err(e) => {
             eprintln!("breeze: {e:#}");
             return ExitCode::from(2);
@@ -189,9 +283,9 @@ fn main() -> ExitCode {
 
 async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
     match command {
-        Command::Serve => commands::serve(settings).await,
-        Command::Demo => commands::demo::run(settings).await,
-        Command::Migrate => {
+        Command::Serve { create, .. } => commands::serve(settings, create).await,
+        Command::Demo { .. } => commands::demo::run(settings).await,
+        Command::Migrate { .. } => {
             let app = commands::open(&settings).await?;
             app.store.close().await;
             println!(
@@ -200,19 +294,64 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Partners(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Orgs(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Users(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Keys(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Grants(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::EnrollmentKeys(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Scripts(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Channels(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::ConfigPolicies(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Devices(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Approvals(c) => c.run(&commands::open_existing(&settings).await?).await,
-        Command::Audit(c) => {
-            c.run(&commands::open_existing(&settings).await?, &settings)
+        Command::Partners { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Orgs { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Users { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Keys { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Grants { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::EnrollmentKeys { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Scripts { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Channels { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::ConfigPolicies { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Devices { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Approvals { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Audit { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?, &settings)
                 .await
         }
         Command::Mcp(McpCommand::Stdio { .. }) => unreachable_stdio(),
@@ -308,6 +447,68 @@ mod tests {
         assert_eq!(
             breeze_tools::docs::SKILL_NAME,
             breeze_server::mcp::SERVER_NAME
+        );
+    }
+
+    /// Every command, its path from the top.
+    fn all_commands(cmd: &clap::Command, path: String, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands() {
+            let p = format!("{path} {}", sub.get_name()).trim().to_owned();
+            out.push((p.clone(), sub.clone()));
+            all_commands(sub, p, out);
+        }
+    }
+
+    #[test]
+    fn every_flag_is_described_and_each_command_shows_only_the_settings_it_uses() {
+        let mut root = Cli::command();
+        root.build();
+        let mut commands = Vec::new();
+        all_commands(&root, String::new(), &mut commands);
+        let mut undescribed = Vec::new();
+        for (path, cmd) in &commands {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                let described = arg
+                    .get_help()
+                    .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !described && !matches!(id, "help" | "version") {
+                    undescribed.push(format!("breeze {path}: {id}"));
+                }
+            }
+        }
+        assert!(
+            undescribed.is_empty(),
+            "flags without a description: {undescribed:#?}"
+        );
+        let help = |path: &str| -> String {
+            let mut words = vec!["breeze"];
+            words.extend(path.split(' ').filter(|w| !w.is_empty()));
+            words.push("--help");
+            match Cli::command().try_get_matches_from(words) {
+                Err(e) => e.render().to_string(),
+                Ok(_) => panic!("--help did not print help"),
+            }
+        };
+        let stdio = help("mcp stdio");
+        for other in ["--listen", "--database-url", "--redis-url", "--public-url"] {
+            assert!(!stdio.contains(other), "mcp stdio shows {other}: {stdio}");
+        }
+        let keys = help("keys create");
+        assert!(
+            keys.contains("--database-url") && !keys.contains("--listen"),
+            "{keys}"
+        );
+        let serve = help("serve");
+        let (own, listen) = (serve.find("--create"), serve.find("--listen"));
+        assert!(
+            own.is_some() && listen.is_some() && own < listen,
+            "serve's own options come first: {serve}"
+        );
+        let top = help("");
+        assert!(
+            !top.contains("--listen"),
+            "the top level has no server flags: {top}"
         );
     }
 

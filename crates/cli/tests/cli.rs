@@ -227,6 +227,44 @@ fn bad_settings_refuse_to_start_and_name_the_setting() {
 }
 
 #[test]
+fn serve_refuses_a_database_that_is_not_there_unless_asked_to_create_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, err) = run_err(breeze(dir.path()).args(["serve", "--listen", "127.0.0.1:0"]));
+    assert!(
+        err.contains("no database at") && err.contains("breeze-data/breeze.db"),
+        "names the path it looked for: {err}"
+    );
+    assert!(
+        err.contains("breeze init") && err.contains("--create"),
+        "says how to create one on purpose: {err}"
+    );
+    assert!(
+        !dir.path().join("breeze-data").exists(),
+        "nothing was created: {err}"
+    );
+    // `breeze init` creates it on purpose; then `serve` gets past the check.
+    let out = breeze(dir.path()).arg("init").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join("breeze-data").join("breeze.db").exists());
+}
+
+#[test]
+fn the_agent_subcommand_is_named_as_it_was_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = breeze(dir.path())
+        .args(["agent", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: breeze agent"), "{help}");
+    assert!(!help.contains("breeze-agent"), "{help}");
+}
+
+#[test]
 fn an_admin_command_refuses_a_database_that_is_not_there() {
     let dir = tempfile::tempdir().unwrap();
     let (_, err) = run_err(breeze(dir.path()).args(["orgs", "list", "--partner", "demo-msp"]));

@@ -17,6 +17,12 @@ string_enum! {
         AlertHistory = "alert_history",
         /// The organization's audit records in the period.
         AuditActivity = "audit_activity",
+        /// Each device's last patch scan: when, how many updates are available (security
+        /// ones apart), whether a reboot is pending, and the scan's error if it failed.
+        PatchStatus = "patch_status",
+        /// Each device's status against each compliance policy that covers it, and when it was
+        /// last evaluated.
+        ComplianceStatus = "compliance_status",
     }
 }
 
@@ -46,8 +52,9 @@ pub const MAX_REPORT_HOURS: u32 = 8_760;
 /// The period an alert or audit report covers when none is given: one week.
 pub const DEFAULT_REPORT_HOURS: u32 = 168;
 
-/// What a report keeps. Device filters apply to inventory reports, `severity` to alert
-/// history, `since_hours` (back from the generation) to alert history and audit activity.
+/// What a report keeps. Device filters apply to inventory, patch and compliance reports,
+/// `severity` to alert history, `since_hours` (back from the generation) to alert history and
+/// audit activity.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReportFilters {
@@ -85,6 +92,13 @@ impl ReportFilters {
             }
             ReportKind::AuditActivity if device || self.severity.is_some() => {
                 Err("an audit activity report takes the sinceHours filter only".into())
+            }
+            ReportKind::PatchStatus | ReportKind::ComplianceStatus
+                if self.severity.is_some() || self.since_hours.is_some() =>
+            {
+                Err(format!(
+                    "a {kind} report takes status, osType and siteId filters only"
+                ))
             }
             _ => Ok(()),
         }

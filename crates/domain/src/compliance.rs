@@ -10,7 +10,7 @@
 use breeze_agent_proto::CommandKind;
 use breeze_core::{Actor, AuditEvent, DeviceId};
 use breeze_gateway::OrgFleet;
-use breeze_store::{CompliancePolicy, NewCommand, OrgStore};
+use breeze_store::{CompliancePolicy, NewCommand, OrgCompliance};
 use uuid::Uuid;
 
 use crate::Result;
@@ -24,12 +24,12 @@ const CHECK_OUTPUT_CAP: u64 = 64 * 1024;
 
 /// One organization's compliance checks: its store and its agents.
 pub struct ComplianceChecks<'a> {
-    org: OrgStore<'a>,
+    org: OrgCompliance<'a>,
     fleet: OrgFleet<'a>,
 }
 
 impl<'a> ComplianceChecks<'a> {
-    pub fn new(org: OrgStore<'a>, fleet: OrgFleet<'a>) -> Self {
+    pub fn new(org: OrgCompliance<'a>, fleet: OrgFleet<'a>) -> Self {
         Self { org, fleet }
     }
 
@@ -44,11 +44,7 @@ impl<'a> ComplianceChecks<'a> {
         actor: &Actor,
         request_id: Option<String>,
     ) -> Result<Vec<(DeviceId, Uuid)>> {
-        let (devices, probes) = self
-            .org
-            .compliance()
-            .compliance_check_targets(policy, only, max)
-            .await?;
+        let (devices, probes) = self.org.compliance_check_targets(policy, only, max).await?;
         let mut sent = Vec::new();
         for d in devices {
             let audit = AuditEvent::new(actor.clone(), "compliance.check", "device_command")
@@ -70,10 +66,7 @@ impl<'a> ComplianceChecks<'a> {
                     audit,
                 )
                 .await?;
-            self.org
-                .compliance()
-                .set_compliance_check(policy, d, cmd.id)
-                .await?;
+            self.org.set_compliance_check(policy, d, cmd.id).await?;
             sent.push((d, cmd.id));
         }
         Ok(sent)

@@ -13,8 +13,8 @@
 use breeze_core::{Actor, AuditEvent, ConfigLevel, DeviceId, OrgId, PartnerId};
 use breeze_gateway::Gateway;
 use breeze_store::{
-    ConfigAssignment, ConfigPolicy, ConfigPolicyUpdate, NewAssignment, NewConfigPolicy, OrgStore,
-    Store,
+    ConfigAssignment, ConfigPolicy, ConfigPolicyUpdate, NewAssignment, NewConfigPolicy,
+    OrgConfigPolicies, Store,
 };
 use uuid::Uuid;
 
@@ -43,7 +43,7 @@ pub struct Changed<T> {
 
 /// One organization's configuration policies, for an actor who was authorized to change them.
 pub struct ConfigPolicies<'a> {
-    org: OrgStore<'a>,
+    org: OrgConfigPolicies<'a>,
     agents: Agents<'a>,
     actor: Actor,
     request_id: Option<String>,
@@ -51,7 +51,7 @@ pub struct ConfigPolicies<'a> {
 
 impl<'a> ConfigPolicies<'a> {
     /// Changes made through `org` as `actor`, sent to agents through `agents`.
-    pub fn new(org: OrgStore<'a>, agents: Agents<'a>, actor: Actor) -> Self {
+    pub fn new(org: OrgConfigPolicies<'a>, agents: Agents<'a>, actor: Actor) -> Self {
         Self {
             org,
             agents,
@@ -83,7 +83,6 @@ impl<'a> ConfigPolicies<'a> {
         };
         Ok(self
             .org
-            .config_policies()
             .create_config_policy(new, self.audit("config_policy.create", "config_policy"))
             .await?)
     }
@@ -97,7 +96,6 @@ impl<'a> ConfigPolicies<'a> {
     ) -> Result<Changed<ConfigPolicy>> {
         let policy = self
             .org
-            .config_policies()
             .update_config_policy(
                 id,
                 update,
@@ -121,7 +119,6 @@ impl<'a> ConfigPolicies<'a> {
         let devices = self.covered_by_policy(id).await?;
         let policy = self
             .org
-            .config_policies()
             .delete_config_policy(id, self.audit("config_policy.delete", "config_policy"))
             .await?;
         self.send(&devices).await?;
@@ -142,7 +139,6 @@ impl<'a> ConfigPolicies<'a> {
         };
         let assignment = self
             .org
-            .config_policies()
             .assign_config_policy(
                 new,
                 self.audit("config_policy.assign", "config_policy_assignment"),
@@ -160,7 +156,6 @@ impl<'a> ConfigPolicies<'a> {
     pub async fn unassign(&self, id: Uuid) -> Result<Changed<ConfigAssignment>> {
         let assignment = self
             .org
-            .config_policies()
             .remove_config_assignment(
                 id,
                 self.audit("config_policy.unassign", "config_policy_assignment"),
@@ -179,7 +174,6 @@ impl<'a> ConfigPolicies<'a> {
         let only = (level == ConfigLevel::Device).then(|| vec![DeviceId(target)]);
         Ok(self
             .org
-            .config_policies()
             .device_places(only.as_deref())
             .await?
             .into_iter()
@@ -192,7 +186,6 @@ impl<'a> ConfigPolicies<'a> {
     async fn covered_by_policy(&self, policy: Uuid) -> Result<Vec<DeviceId>> {
         let assignments: Vec<ConfigAssignment> = self
             .org
-            .config_policies()
             .list_config_assignments()
             .await?
             .into_iter()
@@ -203,7 +196,6 @@ impl<'a> ConfigPolicies<'a> {
         }
         Ok(self
             .org
-            .config_policies()
             .device_places(None)
             .await?
             .into_iter()
@@ -231,13 +223,16 @@ pub struct NewPolicy {
 }
 
 /// Sends the effective configuration of `devices` (`None`: all) of `org` to their agents.
-async fn send(org: OrgStore<'_>, agents: Agents<'_>, devices: Option<Vec<DeviceId>>) -> Result<()> {
+async fn send(
+    org: OrgConfigPolicies<'_>,
+    agents: Agents<'_>,
+    devices: Option<Vec<DeviceId>>,
+) -> Result<()> {
     match agents {
         Agents::Gateway(fleet) => {
             let devices = match devices {
                 Some(d) => d,
                 None => org
-                    .config_policies()
                     .device_places(None)
                     .await?
                     .into_iter()
@@ -246,11 +241,7 @@ async fn send(org: OrgStore<'_>, agents: Agents<'_>, devices: Option<Vec<DeviceI
             };
             fleet.push_policies(devices);
         }
-        Agents::Bus => {
-            org.config_policies()
-                .announce_policies_changed(devices)
-                .await;
-        }
+        Agents::Bus => org.announce_policies_changed(devices).await,
     }
     Ok(())
 }
@@ -328,7 +319,7 @@ impl<'a> PartnerConfigPolicies<'a> {
             let agents = self
                 .gateway
                 .map_or(Agents::Bus, |g| Agents::Gateway(g.org(org.id)));
-            send(self.store.org(org.id), agents, None).await?;
+            send(self.store.org(org.id).config_policies(), agents, None).await?;
             orgs.push(org.id);
         }
         Ok((assignment, orgs))

@@ -16,6 +16,18 @@
 //! is. Progress steps reach only waiters on the instance holding the socket; elsewhere a
 //! waiter sees the command's stored states.
 //!
+//! **Dead sockets.** A connection that stops forwarding without closing (a half-open socket:
+//! a NAT or proxy that dropped its state, a partitioned network) looks alive to the writer:
+//! writes land in kernel buffers. Two things end such a socket here. The server pings every
+//! [`GatewayConfig::ping_interval`] and drops a socket from which nothing (no pong, no ping,
+//! no frame) arrived for [`GatewayConfig::silence_limit`]; the agent pings every 20 s, so a
+//! live agent is never that quiet. And an agent's new socket is announced on the bus
+//! ([`Signal::AgentConnected`]): an instance holding an older socket for that device drops it
+//! at once. Whenever a socket goes, the commands pushed on it that the agent has not reported
+//! started go back to pending and are offered to whichever instance holds the agent now, so
+//! a command is delivered on the agent's current socket or times out with the reason "the
+//! device did not pick the command up in time", never left `sent` on a dead socket.
+//!
 //! Background work ([`Gateway::spawn_sweeper`], once per cluster): commands past their deadline
 //! become `timed_out`, devices that missed heartbeats become `offline`, and metrics, agent logs
 //! and idempotency records past retention are pruned.
@@ -50,6 +62,13 @@ const OUTBOX: usize = 256;
 const SWEEP_JOB: &str = "gateway.sweep";
 const PRUNE_JOB: &str = "gateway.prune";
 
+/// How often the server pings an agent's socket by default.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
+
+/// How long an agent's socket may stay silent before it is dropped, by default: more than two
+/// of the agent's 20 s pings and three of the server's.
+pub const DEFAULT_SILENCE_LIMIT: Duration = Duration::from_secs(45);
+
 /// Tunables.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -64,6 +83,11 @@ pub struct GatewayConfig {
     pub metrics_retention: MetricsRetention,
     /// Agent logs older than this are pruned.
     pub log_retention: chrono::Duration,
+    /// How often the server pings an agent's socket.
+    pub ping_interval: Duration,
+    /// A socket from which nothing arrived for this long is dropped as dead (the agent pings
+    /// every 20 s and answers pings, so a live one is never this quiet).
+    pub silence_limit: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -76,6 +100,8 @@ impl Default for GatewayConfig {
             poll_interval: Duration::from_secs(1),
             metrics_retention: MetricsRetention::default(),
             log_retention: chrono::Duration::days(14),
+            ping_interval: DEFAULT_PING_INTERVAL,
+            silence_limit: DEFAULT_SILENCE_LIMIT,
         }
     }
 }
@@ -97,7 +123,9 @@ pub enum Progress {
 }
 
 struct Connection {
-    id: u64,
+    /// A UUIDv7: a later socket sorts higher, across instances (their clocks agree far more
+    /// closely than the agent's one-second minimum between connections).
+    id: Uuid,
     org: OrgId,
     /// SHA-256 of the device token the socket was opened with.
     credential: [u8; 32],
@@ -116,7 +144,8 @@ struct Inner {
     config: GatewayConfig,
     connections: Mutex<HashMap<DeviceId, Connection>>,
     waiters: Mutex<HashMap<Uuid, Waiter>>,
-    next_conn: AtomicU64,
+    /// Sockets dropped because another instance holds a newer one for the device.
+    moved_sockets: AtomicU64,
     /// Cancelled when the server shuts down: every socket closes so agents reconnect to the
     /// next instance instead of holding on to this one.
     closing: CancellationToken,
@@ -150,16 +179,24 @@ impl std::fmt::Debug for Gateway {
 pub struct Registration {
     gateway: Gateway,
     device: DeviceId,
-    id: u64,
+    id: Uuid,
     /// Frames to write to the socket.
     pub outbox: mpsc::Receiver<ServerFrame>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let mut conns = lock(&self.gateway.inner.connections);
-        if conns.get(&self.device).is_some_and(|c| c.id == self.id) {
-            conns.remove(&self.device);
+        let removed = {
+            let mut conns = lock(&self.gateway.inner.connections);
+            if conns.get(&self.device).is_some_and(|c| c.id == self.id) {
+                conns.remove(&self.device)
+            } else {
+                None
+            }
+        };
+        // Replaced by a newer socket here: that one claimed what was pending already.
+        if removed.is_some() {
+            self.gateway.socket_gone(self.device);
         }
     }
 }
@@ -177,7 +214,7 @@ impl Gateway {
                 config,
                 connections: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
-                next_conn: AtomicU64::new(1),
+                moved_sockets: AtomicU64::new(0),
                 closing: CancellationToken::new(),
                 reports: Mutex::new(None),
             }),
@@ -221,6 +258,48 @@ impl Gateway {
         lock(&self.inner.connections).len()
     }
 
+    /// How often the server pings an agent's socket ([`GatewayConfig::ping_interval`]).
+    pub fn ping_interval(&self) -> Duration {
+        self.inner.config.ping_interval
+    }
+
+    /// How long a socket may be silent before it is dropped
+    /// ([`GatewayConfig::silence_limit`]).
+    pub fn silence_limit(&self) -> Duration {
+        self.inner.config.silence_limit
+    }
+
+    /// How many sockets this instance dropped because the agent had opened a newer one on
+    /// another instance.
+    pub fn moved_sockets(&self) -> u64 {
+        self.inner.moved_sockets.load(Ordering::Relaxed)
+    }
+
+    /// A socket of `device` ended here and no newer one replaced it: the commands pushed on
+    /// it and not started go back to pending, offered to whoever holds the agent now (this
+    /// instance, another one through the bus, or its next connection or HTTP heartbeat).
+    fn socket_gone(&self, device: DeviceId) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let gw = self.clone();
+        runtime.spawn(async move {
+            match gw.inner.store.requeue_sent_commands(device).await {
+                Ok(0) => return,
+                Ok(n) => tracing::info!(%device, commands = n, "commands on a closed agent socket go back to the queue"),
+                Err(e) => {
+                    // They stay `sent`; the agent's next connection is handed them again.
+                    tracing::warn!(%device, error = %e, "could not requeue the commands of a closed agent socket");
+                }
+            }
+            if gw.is_connected(device) {
+                gw.push_pending(device).await;
+            } else {
+                gw.inner.store.publish(Signal::CommandQueued { device });
+            }
+        });
+    }
+
     /// Registers a live socket for `device`, opened with the token whose SHA-256 is
     /// `credential`, replacing (and so closing) an older one, queues the welcome frame and
     /// hands out the commands still pending for it.
@@ -231,7 +310,7 @@ impl Gateway {
         credential: [u8; 32],
     ) -> Result<Registration, GatewayError> {
         let (tx, outbox) = mpsc::channel(OUTBOX);
-        let id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
+        let id = Uuid::now_v7();
         // The channel is fresh and larger than one frame: this cannot fail.
         let _ = tx.try_send(ServerFrame::Welcome {
             device_id: device.0,
@@ -246,6 +325,10 @@ impl Gateway {
                 tx,
             },
         );
+        // An instance still holding an older socket of this agent drops it now.
+        self.inner
+            .store
+            .publish(Signal::AgentConnected { device, socket: id });
         let registration = Registration {
             gateway: self.clone(),
             device,
@@ -366,10 +449,18 @@ impl Gateway {
         {
             Ok(true) => {}
             Ok(false) => {
-                let mut conns = lock(&self.inner.connections);
-                if conns.get(&device).is_some_and(|c| c.id == id) {
-                    conns.remove(&device);
+                let removed = {
+                    let mut conns = lock(&self.inner.connections);
+                    conns
+                        .get(&device)
+                        .is_some_and(|c| c.id == id)
+                        .then(|| conns.remove(&device))
+                        .flatten()
+                };
+                if removed.is_some() {
                     tracing::warn!(%device, "closed an agent socket: its device token is no longer valid");
+                    // What was pushed on it and not started goes to the device's next socket.
+                    self.socket_gone(device);
                 }
             }
             Err(e) => {
@@ -629,7 +720,13 @@ impl Gateway {
             }
             AgentFrame::CommandResult(r) => {
                 let id = r.command_id;
-                if let Some(cmd) = store.complete_command(device, r).await? {
+                let stored = store.complete_command(device, r).await?;
+                // Stored now or before (or not this device's to store): the agent may forget it.
+                self.deliver(device, ServerFrame::ResultAck { command_id: id });
+                if let Some(cmd) = stored {
+                    if cmd.completed_late {
+                        tracing::info!(command = %id, status = %cmd.status, "a result arrived after the command's deadline; recorded as completed late");
+                    }
                     if breeze_store::records_patch_result(&cmd.kind)
                         && let Err(e) = store.record_patch_command(&cmd).await
                     {
@@ -741,6 +838,7 @@ impl Gateway {
             }
             Signal::PoliciesChanged { org, devices } => self.push_policies_here(org, devices),
             Signal::DeviceCredentialChanged { device } => self.recheck_credential(device).await,
+            Signal::AgentConnected { device, socket } => self.agent_moved(device, socket),
             Signal::Resync => {
                 let (devices, orgs): (Vec<DeviceId>, std::collections::BTreeSet<OrgId>) =
                     lock(&self.inner.connections)
@@ -764,6 +862,25 @@ impl Gateway {
             Signal::DevicesChanged { .. }
             | Signal::CredentialsChanged
             | Signal::ApprovalDecided => {}
+        }
+    }
+
+    /// The agent of `device` opened `socket` on another instance: an older socket here is
+    /// dead or about to be, so it is closed now rather than swallow what is pushed to it.
+    fn agent_moved(&self, device: DeviceId, socket: Uuid) {
+        let removed = {
+            let mut conns = lock(&self.inner.connections);
+            if conns.get(&device).is_some_and(|c| c.id < socket) {
+                conns.remove(&device)
+            } else {
+                None
+            }
+        };
+        // Dropping the connection's sender ends its socket task (the outbox closes).
+        if removed.is_some() {
+            self.inner.moved_sockets.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%device, "the agent connected to another instance; its socket here is closed");
+            self.socket_gone(device);
         }
     }
 

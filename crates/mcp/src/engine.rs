@@ -632,6 +632,9 @@ impl<A: McpApp> Engine<A> {
             return None;
         }
         let outcome = match kept {
+            Ok(()) if ctx.protocol.is_stateless() => {
+                outcome.map(|payload| complete_result(&req.method, payload))
+            }
             Ok(()) => outcome,
             Err(withheld) => Err(withheld),
         };
@@ -678,6 +681,33 @@ impl<A: McpApp> Engine<A> {
             })
     }
 
+    /// `subscriptions/listen` (2026-07-28): this server sends no change notifications (its
+    /// capabilities say so), so the stream is acknowledged with an empty filter and then held
+    /// open, kept alive, until the client closes it; when the instance shuts down the
+    /// subscription ends with its graceful-closure result. A client that cannot take a stream
+    /// (it did not accept `text/event-stream`) is told so.
+    async fn listen(&self, cx: &Cx<A::Principal>, id: &Id) -> Result<Value, ErrorObject> {
+        const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+        if !cx.peer.can_notify() {
+            return Err(ErrorObject::new(
+                crate::jsonrpc::codes::INVALID_REQUEST,
+                "subscriptions/listen answers with an SSE stream: send Accept: text/event-stream",
+            ));
+        }
+        let meta = json!({ SUBSCRIPTION_ID: id });
+        cx.peer
+            .notify(
+                "notifications/subscriptions/acknowledged",
+                json!({ "_meta": meta, "notifications": {} }),
+            )
+            .await;
+        tokio::select! {
+            () = self.draining.cancelled() => {}
+            () = cx.cancel.cancelled() => {}
+        }
+        Ok(json!({ "_meta": meta }))
+    }
+
     /// Every method but `tools/call`: small results, built as trees.
     async fn dispatch_tree(
         &self,
@@ -687,6 +717,12 @@ impl<A: McpApp> Engine<A> {
     ) -> Result<Value, ErrorObject> {
         let params = req.params.as_ref();
         match req.method.as_str() {
+            // 2026-07-28 removed these (the revision has no handshake, no keep-alive request
+            // and no server-side log level).
+            "initialize" | "ping" | "logging/setLevel" if cx.protocol.is_stateless() => {
+                Err(ErrorObject::method_not_found(&req.method))
+            }
+            "subscriptions/listen" if cx.protocol.is_stateless() => self.listen(&cx, &req.id).await,
             "initialize" => {
                 let version = ProtocolVersion::negotiate(param_str(params, "protocolVersion"));
                 if let Some(s) = session {
@@ -761,6 +797,55 @@ impl<A: McpApp> Engine<A> {
                 None => Err(ErrorObject::method_not_found(other)),
             },
         }
+    }
+}
+
+/// How long a client may reuse a 2026-07-28 list (or `server/discover`) result before asking
+/// again (`ttlMs`). The catalog changes when an administrator edits a tool source or a key's
+/// scopes, rarely within a minute; resources are live readings and are never fresh.
+pub const LIST_TTL_MS: u64 = 60_000;
+
+/// The methods whose 2026-07-28 results carry caching hints (`ttlMs`, `cacheScope`).
+pub const CACHEABLE_METHODS: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// A 2026-07-28 result as that revision's schema has it: every result says `resultType`
+/// (`"complete"`: this server never asks for more input), and cacheable results carry `ttlMs`
+/// and `cacheScope`. The scope is `"private"` on every one: lists are filtered by the caller's
+/// scopes and organization, and readings are the caller's own.
+fn complete_result(method: &str, payload: Payload) -> Payload {
+    const RESULT_TYPE: &[u8] = br#""resultType":"complete","#;
+    match payload {
+        Payload::Tree(Value::Object(mut map)) => {
+            map.insert("resultType".into(), json!("complete"));
+            if CACHEABLE_METHODS.contains(&method) {
+                let ttl = if method == "resources/read" {
+                    0
+                } else {
+                    LIST_TTL_MS
+                };
+                map.insert("ttlMs".into(), json!(ttl));
+                map.insert("cacheScope".into(), json!("private"));
+            }
+            Payload::Tree(Value::Object(map))
+        }
+        // Written JSON is a `tools/call` result, always an object: the field goes first.
+        Payload::Json(mut bytes) if bytes.first() == Some(&b'{') => {
+            let tail = if bytes.get(1) == Some(&b'}') {
+                &RESULT_TYPE[..RESULT_TYPE.len() - 1]
+            } else {
+                RESULT_TYPE
+            };
+            bytes.splice(1..1, tail.iter().copied());
+            Payload::Json(bytes)
+        }
+        other => other,
     }
 }
 

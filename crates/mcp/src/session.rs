@@ -6,11 +6,13 @@
 //! Claude Code), so a cap that only refused would lock a credential out after a few
 //! connections until the idle TTL. At the per-credential or per-tenant cap, creating a session
 //! therefore ends the least recently used *idle* session in that scope instead — a Streamable
-//! HTTP session with no open stream and no call in flight — and refuses only when every one is
-//! busy. Legacy SSE sessions are never idle in that sense: they live exactly as long as their
-//! stream. At the server-wide cap, the least recently used idle session of the tenant holding
-//! the most sessions ends: a few tenants filling the server cannot lock out the next one, and
-//! the creation is refused only when every session is busy.
+//! HTTP session with no call in flight, preferring one with no open stream — and refuses only
+//! when every one is busy. An open GET stream alone does not keep a session: clients hold one
+//! open for as long as they run (an editor window each), so counting it as busy would refuse
+//! the sixth window of five idle ones. Legacy SSE sessions are never idle in that sense: they
+//! live exactly as long as their stream. At the server-wide cap, the least recently used idle
+//! session of the tenant holding the most sessions ends: a few tenants filling the server
+//! cannot lock out the next one, and the creation is refused only when every session is busy.
 //!
 //! A session never authenticates anything: every request authenticates on its own, and a
 //! session is found only when the request's credential owns it — otherwise it does not exist.
@@ -244,15 +246,23 @@ impl Session {
             .is_some()
     }
 
-    /// Whether the session may be ended to make room: a Streamable HTTP session with no open
-    /// stream and no request in flight.
+    /// Whether the session may be ended to make room: a Streamable HTTP session with no
+    /// request in flight (an open GET stream, which clients keep for as long as they run, does
+    /// not count).
     fn is_idle(&self) -> bool {
-        self.kind == SessionKind::Streamable && self.is_quiet()
+        self.kind == SessionKind::Streamable && lock(&self.inflight).is_empty()
     }
 
-    /// No open stream and no request in flight.
-    fn is_quiet(&self) -> bool {
-        lock(&self.stream).as_ref().is_none_or(|t| t.is_closed()) && lock(&self.inflight).is_empty()
+    /// Whether the session holds an open server-to-client stream.
+    fn has_stream(&self) -> bool {
+        lock(&self.stream).as_ref().is_some_and(|t| !t.is_closed())
+    }
+
+    /// Whether the session must not look idle to the cluster's caps: a request in flight, or
+    /// a legacy SSE stream (the session lives exactly as long as it).
+    fn is_busy(&self) -> bool {
+        !lock(&self.inflight).is_empty()
+            || (self.kind == SessionKind::LegacySse && self.has_stream())
     }
 
     /// Reserves an id for a request to the client and the channel its answer arrives on.
@@ -301,6 +311,35 @@ pub enum SessionLimit {
 }
 
 impl SessionLimit {
+    /// The setting that sets this cap.
+    pub fn setting(self) -> &'static str {
+        match self {
+            SessionLimit::ServerWide => "MCP_MAX_SESSIONS",
+            SessionLimit::PerTenant => "MCP_MAX_SESSIONS_PER_ORG",
+            SessionLimit::PerKey => "MCP_MAX_SESSIONS_PER_KEY",
+        }
+    }
+
+    /// The cap's value in `limits`.
+    pub fn value(self, limits: &SessionLimits) -> usize {
+        match self {
+            SessionLimit::ServerWide => limits.max_total,
+            SessionLimit::PerTenant => limits.max_per_tenant,
+            SessionLimit::PerKey => limits.max_per_key,
+        }
+    }
+
+    /// The refusal a client reads: which cap, its value, the setting, and what to do.
+    pub fn refusal(self, limits: &SessionLimits) -> String {
+        format!(
+            "{self}: {} at most ({}), and every one has a call in flight or is a legacy SSE \
+             stream; end a session (DELETE /mcp with its Mcp-Session-Id) or raise {}",
+            self.value(limits),
+            self.setting(),
+            self.setting()
+        )
+    }
+
     /// A short name for records and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -473,9 +512,14 @@ impl SessionRegistry {
             Some(cap) => {
                 // The tenant's sessions for its own cap, the credential's for its own; at the
                 // server-wide cap, the tenant holding the most sessions (of those with an idle
-                // one) gives up its least recently used idle session.
+                // one) gives up its least recently used idle session. Sessions without a stream
+                // go first, then the least recently used.
                 let lru = |s: &&Arc<Session>| {
-                    std::cmp::Reverse((s.last_active.load(Ordering::Relaxed), s.seq))
+                    std::cmp::Reverse((
+                        s.has_stream(),
+                        s.last_active.load(Ordering::Relaxed),
+                        s.seq,
+                    ))
                 };
                 let idle = inner.sessions.values().filter(|s| s.is_idle());
                 let victim = match cap {
@@ -585,7 +629,7 @@ impl SessionRegistry {
         lock(&self.inner)
             .sessions
             .values()
-            .filter(|s| s.last_active.load(Ordering::Relaxed) >= since || !s.is_quiet())
+            .filter(|s| s.last_active.load(Ordering::Relaxed) >= since || s.is_busy())
             .map(|s| (s.id.clone(), s.owner.clone(), s.tenant.clone()))
             .collect()
     }
@@ -714,7 +758,7 @@ mod tests {
     fn caps_and_ownership() {
         let r = SessionRegistry::new(limits(3, 3, 2));
         let a1 = open(&r, "a", "t", SessionKind::Streamable);
-        let _a1_stream = stream(&a1);
+        a1.track(&Id::Number(1), CancellationToken::new());
         let a2 = open(&r, "a", "t", SessionKind::Streamable);
         a2.track(&Id::Number(1), CancellationToken::new());
         assert_eq!(
@@ -773,9 +817,10 @@ mod tests {
             "the largest tenant's oldest idle"
         );
         assert_eq!(evicted.cap, SessionLimit::ServerWide);
-        // With `big`'s sessions busy, the tenants with an idle one hold one each: the least
+        // With `big`'s sessions busy (a call in flight each), the tenants with an idle one hold one each: the least
         // recently used of those ends.
-        let _streams: Vec<_> = big.iter().map(|s| stream(s)).collect();
+        big.iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
         let (_, evicted) = r
             .create(&key("g"), &key("sixth"), SessionKind::Streamable)
             .unwrap();
@@ -785,7 +830,9 @@ mod tests {
             "big is busy: the oldest idle of the rest"
         );
         // Every session busy: refused.
-        let _more: Vec<_> = others.iter().map(|s| stream(s)).collect();
+        others
+            .iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
         let busy: Vec<_> = r
             .inner
             .lock()
@@ -795,7 +842,8 @@ mod tests {
             .filter(|s| s.is_idle())
             .cloned()
             .collect();
-        let _rest: Vec<_> = busy.iter().map(|s| stream(s)).collect();
+        busy.iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
         assert_eq!(
             r.create(&key("h"), &key("seventh"), SessionKind::Streamable)
                 .unwrap_err(),
@@ -817,29 +865,53 @@ mod tests {
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
         let evicted = evicted.expect("one ended");
-        assert_eq!(evicted.id, newer.id, "the least recently used idle one");
+        assert_eq!(
+            evicted.id, newer.id,
+            "the least recently used of those without a stream"
+        );
         assert_eq!(evicted.cap, SessionLimit::PerKey);
         assert!(newer.closed.is_cancelled());
         assert!(r.get(&newer.id, "a").is_none());
         assert_eq!(r.len(), 3);
 
-        // A call in flight keeps a session too; a legacy SSE session is never idle.
+        // A call in flight keeps a session; a legacy SSE session is never idle.
         fresh.track(&Id::Number(7), CancellationToken::new());
-        let (_, evicted) = r
+        let (legacy, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::LegacySse)
             .unwrap();
+        let _legacy_stream = stream(&legacy);
         assert_eq!(evicted.unwrap().id, oldest.id);
-        assert_eq!(
-            r.create(&key("a"), &key("t"), SessionKind::Streamable)
-                .unwrap_err(),
-            SessionLimit::PerKey,
-            "a stream, a call, a legacy stream: all busy"
-        );
+        // Left: a session with only its GET stream open, one with a call, a legacy stream.
+        // The one with only a stream makes room (a client keeps its stream for as long as it
+        // runs, so it alone says nothing about use).
+        let (_, evicted) = r
+            .create(&key("a"), &key("t"), SessionKind::Streamable)
+            .unwrap();
+        assert_eq!(evicted.unwrap().id, streaming.id);
+        assert!(streaming.closed.is_cancelled(), "its stream ends with it");
         fresh.untrack(&Id::Number(7));
         let (_, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
         assert_eq!(evicted.unwrap().id, fresh.id);
+    }
+
+    #[test]
+    fn when_every_session_is_busy_the_refusal_names_the_cap_and_its_setting() {
+        let r = SessionRegistry::new(limits(100, 100, 2));
+        for _ in 0..2 {
+            open(&r, "a", "t", SessionKind::Streamable)
+                .track(&Id::Number(1), CancellationToken::new());
+        }
+        let cap = r
+            .create(&key("a"), &key("t"), SessionKind::Streamable)
+            .unwrap_err();
+        let refusal = cap.refusal(&r.limits());
+        assert!(
+            refusal.starts_with("Too many active MCP sessions for this API key: 2 at most")
+                && refusal.contains("MCP_MAX_SESSIONS_PER_KEY"),
+            "{refusal}"
+        );
     }
 
     #[test]

@@ -130,15 +130,34 @@ pub fn display_name(name: &str) -> String {
         .filter(|c| !c.is_control() && !is_bidi_control(*c))
         .collect()
 }
+/// The setting that lets a registration carrying `software_id` through (the field ignored).
+pub const IGNORE_SOFTWARE_ID_SETTING: &str = "OAUTH_DCR_IGNORE_SOFTWARE_ID";
 
 /// Validates a registration request into the client to store (its id chosen by the caller).
+///
+/// A `software_id` is refused unless `ignore_software_id`: it cannot be verified, so accepting
+/// it silently would let any client claim to be another. With `ignore_software_id` the field is
+/// dropped (never stored, never shown). A `software_statement` is always refused: it is a
+/// signed claim this server does not check.
 pub fn validate_registration(
     req: &RegistrationRequest,
+    ignore_software_id: bool,
 ) -> Result<(String, Vec<String>), OAuthError> {
-    if req.software_id.is_some() || req.software_statement.is_some() {
+    if req.software_statement.is_some() {
         return Err(metadata_error(
             OAuthErrorCode::InvalidClientMetadata,
-            "software_id and software_statement are not accepted",
+            "software_statement is not accepted: this server does not verify signed statements",
+        ));
+    }
+    if req.software_id.is_some() && !ignore_software_id {
+        return Err(metadata_error(
+            OAuthErrorCode::InvalidClientMetadata,
+            format!(
+                "software_id is not accepted: this server cannot verify it, so it refuses \
+                 registrations naming one (mcp-remote sends one by default). An administrator \
+                 can set {IGNORE_SOFTWARE_ID_SETTING}=true to accept such registrations with \
+                 the field ignored"
+            ),
         ));
     }
     check_redirects(&req.redirect_uris)?;

@@ -156,8 +156,12 @@ pub struct OAuthConfig {
     pub cache_ttl: Duration,
     /// Clock skew allowed when checking a token's times, in seconds.
     pub leeway_secs: i64,
-    /// Whether https `client_id`s are resolved as metadata documents.
+    /// Whether https `client_id`s are resolved as metadata documents, and the metadata says
+    /// so (`OAUTH_CIMD_ENABLED`).
     pub cimd: bool,
+    /// Whether a registration naming a `software_id` is accepted with the field ignored
+    /// (`OAUTH_DCR_IGNORE_SOFTWARE_ID`); refused otherwise.
+    pub ignore_software_id: bool,
 }
 
 impl OAuthConfig {
@@ -175,6 +179,7 @@ impl OAuthConfig {
             cache_ttl: Duration::seconds(1),
             leeway_secs: 30,
             cimd: true,
+            ignore_software_id: false,
         }
     }
 }
@@ -462,7 +467,10 @@ impl OAuth {
 
     /// RFC 8414 metadata; `registration` says whether DCR is offered.
     pub fn server_metadata(&self, registration: bool) -> AuthorizationServerMetadata {
-        AuthorizationServerMetadata::new(&self.inner.config.issuer, registration)
+        let mut metadata =
+            AuthorizationServerMetadata::new(&self.inner.config.issuer, registration);
+        metadata.client_id_metadata_document_supported = self.inner.config.cimd;
+        metadata
     }
 
     /// RFC 9728 metadata of our resource.
@@ -485,7 +493,11 @@ impl OAuth {
         let now = self.now();
         if client_id.starts_with("https://") {
             if !self.inner.config.cimd {
-                return Err(unknown());
+                return Err(OAuthError::protocol(
+                    OAuthErrorCode::InvalidClient,
+                    "this server does not resolve client ID metadata documents \
+                     (OAUTH_CIMD_ENABLED=false): the client must register (DCR) instead",
+                ));
             }
             if let Some(c) = stored.filter(|c| c.kind == "cimd" && c.expires_at > now) {
                 return Ok(ClientInfo {
@@ -509,15 +521,20 @@ impl OAuth {
     async fn fetch_document(&self, client_id: &str) -> Result<ClientInfo, OAuthError> {
         let refuse = |m: String| OAuthError::protocol(OAuthErrorCode::InvalidClient, m);
         let url = egress::check_document_url(client_id).map_err(refuse)?;
-        // Why it failed stays in the server's log (the fetcher's): the caller is not told
-        // what a name resolves to or how a host answered.
+        // The client shows this text to the person signing in: it says what failed and what to
+        // do, never why (what a name resolves to, how a host answered: the server's log has it).
         let doc = self.inner.fetcher.fetch(&url).await.map_err(|e| {
             tracing::debug!(client_id, error = %e, "client metadata document not fetched");
-            refuse("the client metadata document could not be fetched".to_owned())
+            refuse(format!(
+                "this server could not fetch the client ID metadata document at {client_id}. \
+                 The server needs outbound HTTPS to the client's site; an administrator \
+                 without it can set OAUTH_CIMD_ENABLED=false, and clients then register (DCR)"
+            ))
         })?;
         if doc.status != 200 {
             return Err(refuse(format!(
-                "client metadata document answered {} (redirects are not followed)",
+                "the client ID metadata document at {client_id} answered HTTP {} to this \
+                 server (redirects are not followed)",
                 doc.status
             )));
         }
@@ -546,20 +563,21 @@ impl OAuth {
         actor: Actor,
         request_id: Option<String>,
     ) -> Result<RegistrationResponse, OAuthError> {
-        let (name, redirect_uris) = match client::validate_registration(req) {
-            Ok(v) => v,
-            Err(e) => {
-                let event = AuditEvent::new(actor, "oauth.client.register", "oauth_client")
-                    .details(serde_json::json!({
-                        "client_name": req.client_name,
-                        "redirect_uris": req.redirect_uris,
-                    }))
-                    .failed(AuditResult::Denied, e.to_string())
-                    .request(request_id);
-                self.inner.store.append_audit(&event).await?;
-                return Err(e);
-            }
-        };
+        let (name, redirect_uris) =
+            match client::validate_registration(req, self.inner.config.ignore_software_id) {
+                Ok(v) => v,
+                Err(e) => {
+                    let event = AuditEvent::new(actor, "oauth.client.register", "oauth_client")
+                        .details(serde_json::json!({
+                            "client_name": req.client_name,
+                            "redirect_uris": req.redirect_uris,
+                        }))
+                        .failed(AuditResult::Denied, e.to_string())
+                        .request(request_id);
+                    self.inner.store.append_audit(&event).await?;
+                    return Err(e);
+                }
+            };
         let client_id = self.secret("bzcl_");
         let now = self.now();
         let response = RegistrationResponse {

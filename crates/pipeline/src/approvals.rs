@@ -230,6 +230,8 @@ struct Inner {
     config: ApprovalConfig,
     decided: watch::Sender<u64>,
     http: reqwest::Client,
+    /// Cancelled when the server starts draining: every wait ends with its request pending.
+    draining: CancellationToken,
 }
 
 /// The approval service. Cheap to clone.
@@ -293,6 +295,7 @@ impl Approvals {
                 clock,
                 config,
                 decided: watch::channel(0).0,
+                draining: CancellationToken::new(),
                 http: reqwest::Client::builder()
                     .timeout(Duration::from_secs(5))
                     .redirect(reqwest::redirect::Policy::none())
@@ -300,6 +303,15 @@ impl Approvals {
                     .unwrap_or_default(),
             }),
         }
+    }
+
+    /// The server is shutting down: every call waiting for a decision answers
+    /// `pending_approval` now (its request detached and left pending for a person, followed
+    /// with `get_approval_status`), and calls that reach the wait from now on answer it at once,
+    /// so each gets its answer before its connection closes rather than being cut off with
+    /// neither a result nor the request to follow.
+    pub fn drain(&self) {
+        self.inner.draining.cancel();
     }
 
     /// Wakes waiting calls after a decision made in this process.
@@ -557,7 +569,9 @@ impl Approvals {
                 let _ = self.inner.store.expire_approvals().await;
                 continue;
             }
-            if current.status == ApprovalStatus::Pending && now >= wait_until {
+            if current.status == ApprovalStatus::Pending
+                && (now >= wait_until || self.inner.draining.is_cancelled())
+            {
                 return Waited::Pending(Box::new(current));
             }
             if last_report.is_none_or(|t| now - t >= Duration::from_secs(5)) {
@@ -577,6 +591,8 @@ impl Approvals {
             }
             tokio::select! {
                 _ = decided.changed() => {}
+                // Looks at the request once more, then answers pending.
+                () = self.inner.draining.cancelled() => {}
                 () = tokio::time::sleep(self.inner.config.poll) => {}
                 () = cancel.cancelled() => {
                     return Waited::Refused(refused("cancelled by the client; the approval request was withdrawn"));

@@ -173,7 +173,7 @@ impl ComplianceWorker {
     async fn evaluate(&self, p: &CompliancePolicy) -> Result<(usize, bool), StoreError> {
         let org = self.store.org(p.org_id);
         let report = org.compliance().evaluate_policy_inventory(p, None).await?;
-        let sent = ComplianceChecks::new(org, self.gateway.org(p.org_id))
+        let sent = ComplianceChecks::new(org.compliance(), self.gateway.org(p.org_id))
             .queue(
                 p,
                 None,

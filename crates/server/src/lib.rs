@@ -431,9 +431,9 @@ fn spawn_incremental_alerts(
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains: no new connections or MCP
-/// sessions, every SSE stream ends with a `retry:` hint and every agent socket closes (so
-/// clients and agents reconnect, behind a load balancer to another instance), and requests in
-/// flight finish (for at most 30 seconds).
+/// sessions, calls waiting for approval answer `pending_approval`, every SSE stream ends with a
+/// `retry:` hint and every agent socket closes (so clients and agents reconnect, behind a load
+/// balancer to another instance), and requests in flight finish (for at most 30 seconds).
 pub async fn serve(
     listener: TcpListener,
     breeze: Breeze,
@@ -445,6 +445,11 @@ pub async fn serve(
     breeze.state.gateway.spawn_sweeper(sweeper_stop.clone());
     // Other instances on the same PostgreSQL: their signals reach this one's caches and agents.
     breeze.state.store.spawn_bus_listener();
+    // Readiness from the last probe, and statements that fail at once while it is down.
+    breeze
+        .state
+        .store
+        .spawn_health_monitor(sweeper_stop.clone().cancelled_owned());
     breeze
         .state
         .gateway
@@ -546,6 +551,7 @@ pub async fn serve(
         });
     }
     let gateway = breeze.state.gateway.clone();
+    let approvals = breeze.state.pipeline.approvals().clone();
     let engine = breeze.mcp.clone();
     let shutting_down = breeze.state.shutting_down.clone();
     let delay = breeze.state.config.shutdown_delay;
@@ -562,7 +568,9 @@ pub async fn serve(
             );
             tokio::time::sleep(delay).await;
         }
-        // No new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        // Calls waiting for approval answer `pending_approval` while their connections are
+        // still open; no new MCP sessions; SSE streams end with a reconnect hint; agents move.
+        approvals.drain();
         engine.drain();
         gateway.close_all();
         let _ = tx.send(());

@@ -1,4 +1,5 @@
-//! `GET /metrics`: the server's counters in the Prometheus text format.
+//! `GET /metrics`: the server's counters in the Prometheus text format 0.0.4, or OpenMetrics
+//! 1.0.0 when the scraper's `Accept` prefers it.
 //!
 //! Off unless configured ([`MetricsAccess`]): on a listener of its own (`BREEZE_METRICS_ADDR`,
 //! unauthenticated: bind it where only the scraper reaches), and/or on the main listener to a
@@ -110,6 +111,9 @@ pub struct Metrics {
     agents: Gauge,
     pool_size: Gauge,
     pool_idle: Gauge,
+    db_up: Gauge,
+    journal_backlog: Gauge,
+    sockets_moved: Counter,
     mcp_sessions: Gauge,
     redis_round_trips: Counter,
     redis_failures: Counter,
@@ -207,6 +211,24 @@ impl Metrics {
             "Open database connections not in use",
             pool_idle.clone(),
         );
+        let db_up = Gauge::default();
+        registry.register(
+            "db_up",
+            "The database's last health probe: 1 answers and takes writes, 0 down or read-only, -1 not probed (SQLite)",
+            db_up.clone(),
+        );
+        let journal_backlog = Gauge::default();
+        registry.register(
+            "audit_journal_backlog_records",
+            "Audit records in this instance's journal not yet in the database",
+            journal_backlog.clone(),
+        );
+        let sockets_moved = Counter::default();
+        registry.register(
+            "agent_sockets_moved",
+            "Agent sockets dropped because the agent connected to another instance",
+            sockets_moved.clone(),
+        );
         let mcp_sessions = Gauge::default();
         registry.register(
             "mcp_sessions",
@@ -249,6 +271,9 @@ impl Metrics {
             agents,
             pool_size,
             pool_idle,
+            db_up,
+            journal_backlog,
+            sockets_moved,
             mcp_sessions,
             redis_round_trips,
             redis_failures,
@@ -312,6 +337,18 @@ impl Metrics {
         let (size, idle) = state.store.pool_stats();
         self.pool_size.set(i64::from(size));
         self.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+        self.db_up.set(match state.store.health() {
+            breeze_store::DbHealth::Ok => 1,
+            breeze_store::DbHealth::Down { .. } | breeze_store::DbHealth::ReadOnly { .. } => 0,
+            breeze_store::DbHealth::Unknown => -1,
+        });
+        self.journal_backlog.set(
+            state
+                .store
+                .audit_journal_backlog()
+                .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX)),
+        );
+        catch_up(&self.sockets_moved, state.gateway.moved_sockets());
         if let Some(read) = self.mcp.get() {
             let (sessions, cluster) = read();
             self.mcp_sessions
@@ -374,16 +411,78 @@ impl Metrics {
     }
 }
 
-/// The scrape response.
-fn exposition(state: &AppState) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(state),
-    )
-        .into_response()
+/// The content type of the Prometheus text format 0.0.4, the default.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of OpenMetrics 1.0.0, answered when the scraper prefers it.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Whether `accept` prefers OpenMetrics to the Prometheus text format: its quality for
+/// `application/openmetrics-text` is positive and at least that of `text/plain` (or of a
+/// wildcard). No `Accept` (or one naming neither) gets the Prometheus text format, which every
+/// scraper reads; Prometheus itself asks for OpenMetrics first.
+pub fn prefers_openmetrics(accept: Option<&str>) -> bool {
+    let Some(accept) = accept else { return false };
+    let (mut om, mut text) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|q| q.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om >= text
+}
+
+/// The Prometheus text format 0.0.4 of an OpenMetrics exposition: no `# EOF` or `# UNIT` lines,
+/// and a counter's `# TYPE` and `# HELP` name its samples (`foo_total`), as that format has it.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut counters = std::collections::HashSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.insert(name.to_owned());
+        }
+    }
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# TYPE ", "# HELP "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+            (counters.contains(name) && !name.ends_with("_total"))
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(r) => out.push_str(r.trim_end()),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The scrape response, in the format the scraper's `Accept` prefers.
+fn exposition(state: &AppState, headers: &HeaderMap) -> Response {
+    let text = state.metrics.render(state);
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if prefers_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, OPENMETRICS_TEXT)], text).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            to_prometheus_text(&text),
+        )
+            .into_response()
+    }
 }
 
 /// `GET /metrics` on the main listener: only to the configured bearer token (404 when none is
@@ -410,7 +509,7 @@ pub(crate) async fn scrape_with_token(
         )
             .into_response();
     }
-    exposition(&state)
+    exposition(&state, &headers)
 }
 
 /// The router of the metrics listener (`BREEZE_METRICS_ADDR`): `GET /metrics`, nothing else.
@@ -418,7 +517,11 @@ pub fn listener_router(state: AppState) -> axum::Router {
     axum::Router::new()
         .route(
             "/metrics",
-            axum::routing::get(|State(state): State<AppState>| async move { exposition(&state) }),
+            axum::routing::get(
+                |State(state): State<AppState>, headers: HeaderMap| async move {
+                    exposition(&state, &headers)
+                },
+            ),
         )
         .with_state(state)
 }

@@ -58,7 +58,8 @@ impl Worker for PatchJobDispatcher {
             }
             let fleet = self.gateway.org(job.org_id);
             if let Err(e) =
-                breeze_tools::start_scheduled_patch_job(&org, &fleet, job.org_id, &job).await
+                breeze_tools::start_scheduled_patch_job(org.patches(), &fleet, job.org_id, &job)
+                    .await
             {
                 tracing::warn!(job = %job.id, error = %e.message, "could not start a patch job");
             } else {

@@ -323,6 +323,54 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
     assert_eq!(stored.stdout.as_deref(), Some("first"));
     assert!(stored.started_at.is_some() && stored.completed_at.is_some());
 
+    // A command that ran and failed is a tool error carrying the device's reason, not a
+    // result a client or model could read as success.
+    let app = w.app.clone();
+    let write = w.write.clone();
+    let dev = device.clone();
+    let call = tokio::spawn(async move {
+        send(
+            &app,
+            mcp_call(
+                &write,
+                "manage_services",
+                json!({ "deviceId": dev, "action": "list" }),
+            ),
+        )
+        .await
+    });
+    let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
+        panic!("a command")
+    };
+    send_frame(&mut ws, &AgentFrame::CommandStarted { command_id: cmd.id }).await;
+    let reason = "System has not been booted with systemd as init system (PID 1)";
+    send_frame(
+        &mut ws,
+        &AgentFrame::CommandResult(CommandResult {
+            command_id: cmd.id,
+            status: CommandOutcome::Failed,
+            exit_code: Some(1),
+            stdout: String::new(),
+            stderr: reason.into(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            result: None,
+            error: Some(reason.into()),
+            started_at: w.state.clock.now(),
+            finished_at: w.state.clock.now(),
+        }),
+    )
+    .await;
+    let r = call.await.unwrap();
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.body);
+    let message = r.body["result"]["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains(reason) && message.contains("agent-host"),
+        "{message}"
+    );
+
     // Heartbeats and metrics arrive over the socket too.
     send_frame(
         &mut ws,
@@ -392,7 +440,8 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
             .await
             .unwrap()
             .len(),
-        1
+        2,
+        "the two commands above, nothing for the offline device"
     );
     assert_eq!(
         w.store

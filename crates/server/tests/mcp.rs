@@ -129,19 +129,6 @@ async fn large_bodies_are_refused_before_parsing(cx: Ctx) {
     );
 }
 
-/// Opens the GET stream of `sid`, which keeps the session busy while the response lives.
-async fn hold_stream(app: &Router, key: &str, sid: &str) -> axum::response::Response {
-    let get = Request::get("/mcp")
-        .header("x-api-key", key)
-        .header("mcp-session-id", sid)
-        .header("accept", "text/event-stream")
-        .body(Body::empty())
-        .unwrap();
-    let r = app.clone().oneshot(get).await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    r
-}
-
 async fn session_caps_per_key_and_server_wide(cx: Ctx) {
     let w = world(&cx).await;
     let app = build(
@@ -152,18 +139,27 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         },
         Arc::new(MemoryLimiter::new()),
     );
-    // Busy sessions (an open stream) are never ended to make room.
-    let first = initialize(&app, &w.read).await;
-    let _first = hold_stream(&app, &w.read, &first).await;
-    let second = initialize(&app, &w.read).await;
-    let _second = hold_stream(&app, &w.read, &second).await;
+    // Busy sessions (a legacy SSE stream lives as long as its session) are never ended to
+    // make room.
+    let legacy = |key: String| {
+        let app = app.clone();
+        async move {
+            let get = Request::get("/api/v1/mcp/sse")
+                .header("x-api-key", key)
+                .body(Body::empty())
+                .unwrap();
+            app.oneshot(get).await.unwrap()
+        }
+    };
+    let first = legacy(w.read.clone()).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let _second = legacy(w.read.clone()).await;
     let r = send(&app, post("/mcp", Some(&w.read), &init("2025-06-18"), &[])).await;
-    assert_eq!(
-        (r.status, err_msg(&r)),
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many active MCP sessions for this API key"
-        )
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        err_msg(&r).starts_with("Too many active MCP sessions for this API key: 2 at most"),
+        "{}",
+        err_msg(&r)
     );
     let r = send(
         &app,
@@ -178,19 +174,18 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         StatusCode::TOO_MANY_REQUESTS,
         "legacy SSE sessions count too"
     );
-    let third = initialize(&app, &w.write).await;
-    let _third = hold_stream(&app, &w.write, &third).await;
+    let third = legacy(w.write.clone()).await;
+    assert_eq!(third.status(), StatusCode::OK);
     let r = send(
         &app,
         post("/mcp", Some(&w.other_org_key), &init("2025-06-18"), &[]),
     )
     .await;
-    assert_eq!(
-        (r.status, err_msg(&r)),
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Too many active MCP sessions"
-        )
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        err_msg(&r).starts_with("Too many active MCP sessions: 3 at most (MCP_MAX_SESSIONS)"),
+        "{}",
+        err_msg(&r)
     );
 }
 
@@ -596,6 +591,100 @@ async fn stateless_2026_07_28_requests(cx: Ctx) {
     .await;
     assert_eq!(r.body["error"]["code"], -32022);
     assert_eq!(r.body["error"]["data"]["requested"], "2031-01-01");
+}
+
+/// Every 2026-07-28 result says `resultType`, and the cacheable ones carry `ttlMs` and
+/// `cacheScope` (the revision's schema requires both; the Python SDK 2.x rejects results
+/// without them). `.ci/clients.sh` checks each method's result against the schema itself.
+async fn every_2026_07_28_result_is_complete_per_its_schema(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = w.app.clone();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "test", "version": "1" },
+    });
+    let call = |method: &'static str, mut params: Value, name: Option<String>| {
+        let app = app.clone();
+        let key = w.read.clone();
+        params["_meta"] = meta.clone();
+        async move {
+            let body = rpc(7, method, params);
+            let mut headers = vec![("mcp-method", method.to_owned())];
+            if let Some(n) = name {
+                headers.push(("mcp-name", n));
+            }
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            send(&app, post("/mcp", Some(&key), &body, &headers)).await
+        }
+    };
+    let resources = call("resources/list", json!({}), None).await;
+    let uri = resources.body["result"]["resources"][0]["uri"]
+        .as_str()
+        .expect("the demo world lists a resource")
+        .to_owned();
+    let prompts = call("prompts/list", json!({}), None).await;
+    let prompt = prompts.body["result"]["prompts"][0]["name"]
+        .as_str()
+        .expect("a prompt is listed")
+        .to_owned();
+    let cases = [
+        ("server/discover", json!({}), None, true),
+        ("tools/list", json!({}), None, true),
+        ("prompts/list", json!({}), None, true),
+        ("resources/list", json!({}), None, true),
+        ("resources/templates/list", json!({}), None, true),
+        (
+            "resources/read",
+            json!({ "uri": uri }),
+            Some(uri.clone()),
+            true,
+        ),
+        (
+            "prompts/get",
+            json!({ "name": prompt }),
+            Some(prompt.clone()),
+            false,
+        ),
+        (
+            "tools/call",
+            json!({ "name": "query_devices", "arguments": {} }),
+            Some("query_devices".to_owned()),
+            false,
+        ),
+        (
+            "tools/call",
+            json!({ "name": "query_devices", "arguments": { "limit": "many" } }),
+            Some("query_devices".to_owned()),
+            false,
+        ),
+    ];
+    for (method, params, name, cacheable) in cases {
+        let r = call(method, params, name).await;
+        assert_eq!(r.status, StatusCode::OK, "{method}: {}", r.body);
+        let result = &r.body["result"];
+        assert_eq!(result["resultType"], "complete", "{method}: {result}");
+        if cacheable {
+            assert!(
+                result["ttlMs"].as_u64().is_some(),
+                "{method}: ttlMs in {result}"
+            );
+            assert_eq!(result["cacheScope"], "private", "{method}");
+        } else {
+            assert!(result.get("ttlMs").is_none(), "{method}: not cacheable");
+        }
+    }
+    // Removed in 2026-07-28, and a method the server does not implement: 404, -32601.
+    for method in ["ping", "logging/setLevel", "completion/complete"] {
+        let r = call(method, json!({}), None).await;
+        assert_eq!(
+            (r.status, r.body["error"]["code"].as_i64()),
+            (StatusCode::NOT_FOUND, Some(-32601)),
+            "{method}: {}",
+            r.body
+        );
+    }
 }
 
 async fn scopes_filter_the_catalogue_and_calls(cx: Ctx) {
@@ -1721,6 +1810,7 @@ breeze_store::on_both_backends!(
     production_fails_closed_when_the_limiter_is_down,
     protocol_rules,
     stateless_2026_07_28_requests,
+    every_2026_07_28_result_is_complete_per_its_schema,
     scopes_filter_the_catalogue_and_calls,
     tool_errors_are_structured,
     resources_and_prompts,

@@ -149,15 +149,50 @@ async fn ten_sessions_without_delete_all_open(cx: Ctx) {
     );
 }
 
+/// Six editor windows on one key: each client keeps its GET stream open and nothing in
+/// flight, so the sixth session ends the oldest one (its stream closes) rather than being
+/// refused, and the eviction is audited.
+async fn a_session_with_only_its_get_stream_open_makes_room(cx: Ctx) {
+    let w = world(&cx).await;
+    let mut ids = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let sid = initialize(&w.app, &w.read).await;
+        held.push(hold_stream(&w.app, &w.read, &sid).await);
+        ids.push(sid);
+    }
+    let sixth = initialize(&w.app, &w.read).await;
+    assert_eq!(
+        is_listed(&w.app, &w.read, &ids[0]).await,
+        StatusCode::NOT_FOUND,
+        "the oldest window's session ended"
+    );
+    for sid in ids[1..].iter().chain([&sixth]) {
+        assert_eq!(is_listed(&w.app, &w.read, sid).await, StatusCode::OK);
+    }
+    // Its stream ends with it.
+    let first = held.remove(0);
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        http_body_util::BodyExt::collect(first.into_body()),
+    )
+    .await;
+    assert!(ended.is_ok(), "the evicted session's stream closed");
+    let records = mcp_records(&w).await;
+    let evicted = with_action(&records, "mcp.session.evicted");
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(
+        evicted[0].event.resource_id.as_deref(),
+        Some(ids[0].as_str())
+    );
+    assert_eq!(evicted[0].event.details["reason"], "key session cap");
+}
+
 async fn when_every_session_is_busy_the_next_is_refused_with_retry_after(cx: Ctx) {
     let w = world(&cx).await;
     let mut held = Vec::new();
-    for _ in 0..3 {
-        let sid = initialize(&w.app, &w.read).await;
-        held.push(hold_stream(&w.app, &w.read, &sid).await);
-    }
     // Legacy SSE sessions share the cap, and live exactly as long as their stream.
-    for _ in 0..2 {
+    for _ in 0..5 {
         held.push(legacy_stream(&w.app, &w.read).await);
     }
     let r = send(
@@ -165,12 +200,13 @@ async fn when_every_session_is_busy_the_next_is_refused_with_retry_after(cx: Ctx
         post(&w.read, &init(), &[("x-request-id", "busy-1")]),
     )
     .await;
-    assert_eq!(
-        (r.status, err_msg(&r)),
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many active MCP sessions for this API key"
-        )
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    let message = err_msg(&r);
+    assert!(
+        message.starts_with("Too many active MCP sessions for this API key")
+            && message.contains("5 at most")
+            && message.contains("MCP_MAX_SESSIONS_PER_KEY"),
+        "names the limit and the setting: {message}"
     );
     assert_eq!(r.headers.get("retry-after").unwrap(), "5");
     let records = mcp_records(&w).await;
@@ -194,29 +230,36 @@ async fn one_organization_cannot_take_every_session(cx: Ctx) {
         },
         Arc::new(MemoryLimiter::new()),
     );
-    let mut held = Vec::new();
-    for key in [&w.read, &w.read, &w.write] {
-        let sid = initialize(&app, key).await;
-        held.push(hold_stream(&app, key, &sid).await);
-    }
+    // Two legacy SSE streams (busy for as long as they are open) and one session of the read
+    // key with only its GET stream open.
+    let mut held = vec![
+        legacy_stream(&app, &w.read).await,
+        legacy_stream(&app, &w.write).await,
+    ];
+    let sid = initialize(&app, &w.read).await;
+    held.push(hold_stream(&app, &w.read, &sid).await);
+    // Full: the read key's session gives way, whichever key asks.
+    initialize(&app, &w.write).await;
+    // A third legacy stream ends that idle session in turn; then every one is busy.
+    held.push(legacy_stream(&app, &w.write).await);
     let r = send(&app, post(&w.write, &init(), &[])).await;
-    assert_eq!(
-        (r.status, err_msg(&r)),
-        (
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many active MCP sessions for this organization"
-        )
+    let message = err_msg(&r).to_owned();
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{message}");
+    assert!(
+        message.starts_with("Too many active MCP sessions for this organization")
+            && message.contains("MCP_MAX_SESSIONS_PER_ORG"),
+        "{message}"
     );
     assert!(r.headers.contains_key("retry-after"));
     // Organization B still gets its session.
     initialize(&app, &w.other_org_key).await;
-    // Once one of A's sessions is idle, A's next session ends it, whichever key held it.
-    let first = held.remove(0);
-    drop(first);
-    initialize(&app, &w.write).await;
     let records = mcp_records(&w).await;
     let evicted = with_action(&records, "mcp.session.evicted");
-    assert_eq!(evicted.len(), 1);
+    assert_eq!(
+        evicted.len(),
+        2,
+        "the read key's, then the write key's idle one"
+    );
     assert_eq!(evicted[0].event.details["reason"], "tenant session cap");
     assert_ne!(
         evicted[0].event.details["owner_key"],
@@ -390,6 +433,7 @@ async fn refused_and_failed_requests_leave_a_log_line(cx: Ctx) {
 
 breeze_store::on_both_backends!(
     ten_sessions_without_delete_all_open,
+    a_session_with_only_its_get_stream_open_makes_room,
     when_every_session_is_busy_the_next_is_refused_with_retry_after,
     one_organization_cannot_take_every_session,
     every_message_of_a_batch_counts,

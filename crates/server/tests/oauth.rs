@@ -1845,7 +1845,10 @@ async fn a_failed_metadata_fetch_says_nothing_of_why(cx: Ctx) {
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("could not be fetched"), "{e}");
+    assert!(
+        e.contains("could not fetch the client ID metadata document"),
+        "{e}"
+    );
     assert!(!e.contains("10.1.2.3") && !e.contains("resolution"), "{e}");
 }
 
@@ -1926,11 +1929,101 @@ async fn token_scopes_meet_the_grants_current_scopes(cx: Ctx) {
     assert_eq!(mcp(&app, access, &read).await.status, StatusCode::OK);
 }
 
+/// A registration naming a `software_id` (mcp-remote sends one) is refused by default, and
+/// the refusal names the setting that accepts it and who sends the field; with that setting
+/// it is accepted, the field ignored: not in the answer, not stored.
+async fn software_id_is_refused_by_name_or_accepted_and_ignored(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let mcp_remote = json!({
+        "redirect_uris": ["http://localhost:3334/oauth/callback"],
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "client_name": "MCP CLI Proxy",
+        "software_id": "2e6dc280-f3c3-4e01-99a7-8181dbd1d23d",
+        "software_version": "0.15.1",
+    });
+    let r = register(&app, &mcp_remote).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let why = r.body["error_description"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("OAUTH_DCR_IGNORE_SOFTWARE_ID=true") && why.contains("mcp-remote"),
+        "{why}"
+    );
+    let accepting = build(
+        &w,
+        |c| {
+            let mut s = settings();
+            s.config.ignore_software_id = true;
+            c.oauth = Some(s);
+        },
+        Arc::new(MemoryLimiter::new()),
+    );
+    let r = register(&accepting, &mcp_remote).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert!(r.body.get("software_id").is_none(), "{}", r.body);
+    let stored = w.store.raw_dump("oauth_clients").await.unwrap().join("\n");
+    assert!(stored.contains("MCP CLI Proxy"), "{stored}");
+    assert!(
+        !stored.contains("2e6dc280"),
+        "the software_id is never stored: {stored}"
+    );
+    // A signed statement stays refused: nothing here verifies it.
+    let r = register(
+        &accepting,
+        &json!({"redirect_uris": [CLAUDE_CB], "software_statement": "eyJ.x.y"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+/// Client ID metadata documents can be turned off (no longer advertised, nor resolved, and
+/// the client is told why); a document the server cannot fetch is refused with the reason.
+async fn cimd_can_be_turned_off_and_a_failed_fetch_says_why(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let meta = send(&app, get("/.well-known/oauth-authorization-server", None)).await;
+    assert_eq!(meta.body["client_id_metadata_document_supported"], true);
+    let session = sign_in(&app, "admin@p.test").await;
+    // `.invalid` never resolves: the fetch fails, and the page says so and what to do.
+    let id = "https://client.invalid/oauth/client.json";
+    let (r, _) = consent_page(&app, &session, &auth_query(id, CLAUDE_CB, &[])).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let page = r.body.to_string();
+    assert!(
+        page.contains("could not fetch the client ID metadata document")
+            && page.contains("OAUTH_CIMD_ENABLED=false"),
+        "{page}"
+    );
+    let off = build(
+        &w,
+        |c| {
+            let mut s = settings();
+            s.config.cimd = false;
+            c.oauth = Some(s);
+        },
+        Arc::new(MemoryLimiter::new()),
+    );
+    let meta = send(&off, get("/.well-known/oauth-authorization-server", None)).await;
+    assert_eq!(meta.body["client_id_metadata_document_supported"], false);
+    let session = sign_in(&off, "admin@p.test").await;
+    let (r, _) = consent_page(&off, &session, &auth_query(id, CLAUDE_CB, &[])).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body.to_string().contains("OAUTH_CIMD_ENABLED=false"),
+        "{}",
+        r.body
+    );
+}
+
 breeze_store::on_both_backends!(
     registration_and_consent_resist_spoofing,
     token_scopes_meet_the_grants_current_scopes,
     a_failed_metadata_fetch_says_nothing_of_why,
     discovery_and_challenge,
+    software_id_is_refused_by_name_or_accepted_and_ignored,
+    cimd_can_be_turned_off_and_a_failed_fetch_says_why,
     full_flow_refresh_revoke,
     redirect_uris_match_exactly,
     pkce_and_resource_are_required,

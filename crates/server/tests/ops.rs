@@ -31,18 +31,55 @@ fn mcp_call(key: &str, id: i64, tool: &str) -> Request<Body> {
 }
 
 fn scrape(bearer: Option<&str>) -> Request<Body> {
+    scrape_accepting(bearer, None)
+}
+
+fn scrape_accepting(bearer: Option<&str>, accept: Option<&str>) -> Request<Body> {
     let mut r = Request::get("/metrics");
     if let Some(t) = bearer {
         r = r.header("authorization", format!("Bearer {t}"));
     }
+    if let Some(a) = accept {
+        r = r.header("accept", a);
+    }
     r.body(Body::empty()).unwrap()
 }
 
-/// Parses the text exposition strictly enough to catch a malformed one: every sample line is
-/// `name{labels} value` with a number, every family has a TYPE, and the text ends with `# EOF`.
-/// Returns each sample by its `name{labels}` text.
+/// What Prometheus sends: OpenMetrics first, the text format as a fallback.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// Parses an OpenMetrics exposition strictly enough to catch a malformed one (see
+/// [`parse_text`]), and it ends with `# EOF`.
 fn parse(text: &str) -> HashMap<String, f64> {
     assert!(text.ends_with("# EOF\n"), "no EOF marker: {text}");
+    parse_text(text)
+}
+
+/// Parses a Prometheus text 0.0.4 exposition: no `# EOF` or `# UNIT`, and each sample's own
+/// name (a counter's `foo_total`, a histogram's family name plus `_bucket`, `_sum`, `_count`)
+/// has a TYPE.
+fn parse_prometheus(text: &str) -> HashMap<String, f64> {
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT "),
+        "{text}"
+    );
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            if kind == "counter" {
+                assert!(
+                    name.ends_with("_total"),
+                    "a counter TYPE names its samples: {line}"
+                );
+            }
+        }
+    }
+    parse_text(text)
+}
+
+/// Every sample line is `name{labels} value` with a number and every family has a TYPE.
+/// Returns each sample by its `name{labels}` text.
+fn parse_text(text: &str) -> HashMap<String, f64> {
     let mut typed = Vec::new();
     let mut samples = HashMap::new();
     for line in text.lines() {
@@ -80,9 +117,63 @@ fn parse(text: &str) -> HashMap<String, f64> {
 }
 
 async fn scrape_ok(app: &Router) -> HashMap<String, f64> {
-    let r = send(app, scrape(Some(TOKEN))).await;
+    let r = send(app, scrape_accepting(Some(TOKEN), Some(PROMETHEUS_ACCEPT))).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.headers["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
     parse(r.body.as_str().unwrap())
+}
+
+/// Without an `Accept` naming OpenMetrics, a scrape is the Prometheus text format 0.0.4 (what
+/// every scraper reads); Prometheus, which asks for OpenMetrics first, gets OpenMetrics. Both
+/// hold the same samples.
+async fn metrics_answer_the_format_accept_asks_for(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = build(
+        &w,
+        |c| c.metrics.token = Some(TOKEN.into()),
+        Arc::new(MemoryLimiter::new()),
+    );
+    for accept in [
+        None,
+        Some("text/plain"),
+        Some("*/*"),
+        Some("application/json"),
+    ] {
+        let r = send(&app, scrape_accepting(Some(TOKEN), accept)).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(
+            r.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
+        let samples = parse_prometheus(r.body.as_str().unwrap());
+        assert!(
+            samples
+                .keys()
+                .any(|k| k.starts_with("breeze_mcp_tool_calls_total"))
+        );
+    }
+    let om = scrape_ok(&app).await;
+    let r = send(
+        &app,
+        scrape_accepting(Some(TOKEN), Some("application/openmetrics-text")),
+    )
+    .await;
+    assert!(r.body.as_str().unwrap().ends_with("# EOF\n"));
+    let text = send(&app, scrape(Some(TOKEN))).await;
+    let text = parse_prometheus(text.body.as_str().unwrap());
+    let names = |m: &HashMap<String, f64>| {
+        let mut n: Vec<String> = m
+            .keys()
+            .filter(|k| !k.starts_with("breeze_http_requests_total"))
+            .cloned()
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&om), names(&text), "the same samples either way");
 }
 
 fn get(samples: &HashMap<String, f64>, series: &str) -> f64 {
@@ -268,6 +359,7 @@ async fn a_draining_instance_takes_no_new_sessions(cx: Ctx) {
 }
 
 breeze_store::on_both_backends!(
+    metrics_answer_the_format_accept_asks_for,
     metrics_are_token_protected_and_count,
     request_ids_are_honoured_and_echoed,
     a_draining_instance_takes_no_new_sessions

@@ -1,7 +1,7 @@
 //! `generate_report` over MCP and the download over REST: the attacks (another organization's
-//! definition, run and site answer not found on every action and on the download; patch and
-//! compliance reports refused by name; bad inputs; a read key generating, which is Tier 2) and
-//! the way a person uses it — a definition created, generated, its history read, and the
+//! definition, run and site answer not found on every action and on the download; bad inputs;
+//! a read key generating, which is Tier 2), every report type the tool lists generated in every
+//! format, and the way a person uses it — a definition created, generated, its history read, and the
 //! report downloaded whole with the read key while the tool's reply carries only a summary.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
@@ -161,25 +161,6 @@ async fn another_organizations_reports_are_not_found(cx: Ctx) {
 async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
-    for t in ["patch_status", "compliance_status"] {
-        for action in ["create", "generate"] {
-            let r = tool(
-                app,
-                &w.write,
-                TOOL,
-                json!({ "action": action, "name": "p", "reportType": t }),
-            )
-            .await;
-            assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
-            assert!(
-                r["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("not available yet"),
-                "{r}"
-            );
-        }
-    }
     for args in [
         json!({ "action": "generate" }),
         json!({ "action": "generate", "reportType": "audit_activity",
@@ -237,6 +218,100 @@ async fn bad_inputs_and_tiers_are_refused(cx: Ctx) {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The values the property `name` may take wherever it sits in `schema` (following local
+/// `$ref`s and `anyOf`/`oneOf` choices, e.g. a nullable enum).
+fn enum_of(schema: &Value, name: &str) -> Option<Vec<String>> {
+    fn values(s: &Value, root: &Value) -> Vec<String> {
+        if let Some(e) = s.get("enum").and_then(Value::as_array) {
+            return e
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+        }
+        if let Some(c) = s.get("const").and_then(Value::as_str) {
+            return vec![c.to_owned()];
+        }
+        if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+            let target = r
+                .trim_start_matches("#/")
+                .split('/')
+                .try_fold(root, |node, key| node.get(key));
+            return target.map(|t| values(t, root)).unwrap_or_default();
+        }
+        ["anyOf", "oneOf"]
+            .iter()
+            .filter_map(|k| s.get(*k).and_then(Value::as_array))
+            .flatten()
+            .flat_map(|alt| values(alt, root))
+            .collect()
+    }
+    fn find<'a>(s: &'a Value, name: &str) -> Option<&'a Value> {
+        match s {
+            Value::Object(map) => map
+                .get("properties")
+                .and_then(|p| p.get(name))
+                .or_else(|| map.values().find_map(|v| find(v, name))),
+            Value::Array(items) => items.iter().find_map(|v| find(v, name)),
+            _ => None,
+        }
+    }
+    let found = values(find(schema, name)?, schema);
+    (!found.is_empty()).then_some(found)
+}
+
+/// Every report type the tool's listed input schema offers generates, in every format it
+/// offers, and downloads: none is listed and then refused.
+async fn every_listed_report_type_generates(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let list = send(
+        app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("x-api-key", &w.write)
+            .body(Body::from(
+                json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let schema = list.body["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == TOOL)
+        .map(|t| t["inputSchema"].clone())
+        .expect("generate_report is listed for a write key");
+    let types = enum_of(&schema, "reportType").expect("reportType lists its values");
+    let formats = enum_of(&schema, "format").expect("format lists its values");
+    assert!(types.len() >= 5, "{types:?}");
+    let (_, devices) = w
+        .store
+        .org(w.org_a)
+        .devices()
+        .list_devices(&Default::default(), 1, 0)
+        .await
+        .unwrap();
+    // One generation per type (the tool allows 10 in 5 minutes), the formats taken in turn.
+    for (t, f) in types.iter().zip(formats.iter().cycle()) {
+        let r = tool(
+            app,
+            &w.write,
+            TOOL,
+            json!({ "action": "generate", "reportType": t, "format": f }),
+        )
+        .await;
+        let run = &r["run"];
+        assert_eq!(run["status"], "completed", "{t} as {f}: {r}");
+        if matches!(t.as_str(), "device_inventory" | "patch_status") {
+            assert_eq!(run["rows"], devices, "{t}: one row per device");
+        }
+        let path = run["downloadPath"].as_str().unwrap();
+        let got = download(&w, &w.read, path).await;
+        assert_eq!(got.status, 200, "{t} as {f}");
+    }
 }
 
 async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
@@ -445,6 +520,7 @@ async fn a_pdf_report_is_downloaded_as_a_document(cx: Ctx) {
 }
 
 breeze_store::on_both_backends!(
+    every_listed_report_type_generates,
     a_pdf_report_is_downloaded_as_a_document,
     another_organizations_reports_are_not_found,
     bad_inputs_and_tiers_are_refused,

@@ -404,13 +404,12 @@ impl<'a> PgRows<'a> {
 /// back. These are taken and put back without one; a connection whose statement failed, or
 /// whose caller gave up mid-way, is dropped and the next batch opens a new one.
 ///
-/// Their commits are asynchronous unless `synchronous_commit` was asked for
-/// ([`crate::StoreOptions::audit_synchronous_commit`]): PostgreSQL acknowledges the commit
-/// before its write-ahead log reaches the disk, so at one request at a time the record costs
-/// no disk flush. The record still survives Breeze's process at once, and PostgreSQL's within
-/// its WAL writer's delay (three times `wal_writer_delay`, 600 ms by default); this is the
-/// durability of the SQLite path's journal (see [`crate::AuditAppender`]). A change's own
-/// audit record, written in the change's transaction, is committed synchronously as always.
+/// Their commits are synchronous unless asynchronous ones were asked for
+/// ([`crate::StoreOptions::audit_synchronous_commit`] off): then PostgreSQL acknowledges the
+/// commit before its write-ahead log reaches the disk, so at one request at a time the record
+/// costs no disk flush, but a PostgreSQL crash loses what its WAL writer had not flushed (three
+/// times `wal_writer_delay`, 600 ms by default). A change's own audit record, written in the
+/// change's transaction, is committed synchronously as always.
 pub(crate) struct AuditConnections {
     options: PgConnectOptions,
     idle: std::sync::Mutex<Vec<PgConnection>>,

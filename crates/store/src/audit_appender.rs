@@ -102,7 +102,7 @@ const DIRECT_MIN_BATCH: usize = 8;
 /// mover runs at a lower priority ([`MOVER_NICE_INCREMENT`]), so while requests keep the
 /// processor busy it may fall behind; this bounds what it leaves waiting, and so how long a
 /// flush (every audit query) can wait for it.
-const MAX_BACKLOG: usize = 1024;
+pub const MAX_BACKLOG: usize = 1024;
 /// Most journaled records held in memory for the direct inserts to take along (see the module
 /// docs); beyond it, while the database refuses them, records wait in the journal files only.
 const MAX_HELD: usize = 1 << 16;
@@ -222,6 +222,16 @@ impl Store {
             )));
         }
         Ok(journal.base.clone())
+    }
+
+    /// Records this process journaled that are not in `audit_log` yet (`None` without a
+    /// journal, or before the first append opened it). They sit on this instance's disk: a
+    /// backlog that grows means the database does not take them.
+    pub fn audit_journal_backlog(&self) -> Option<usize> {
+        match self.audit_journal.get() {
+            Some(Some(journal)) => Some(journal.backlog.load(Ordering::Relaxed)),
+            _ => None,
+        }
     }
 
     /// Moves journaled audit records into the table now (see [`AuditAppender`]); nothing to do

@@ -54,6 +54,10 @@ pub enum Signal {
     CommandChanged { id: Uuid },
     /// Command `id` of `device` was cancelled: the instance holding the socket tells the agent.
     CommandCancelled { device: DeviceId, id: Uuid },
+    /// `device`'s agent opened socket `socket` (a UUIDv7, so later sockets sort higher): an
+    /// instance holding an older socket for it closes that one at once, since the agent
+    /// moved and what is written there reaches nobody (a half-open connection).
+    AgentConnected { device: DeviceId, socket: Uuid },
     /// `org`'s device listing changed structurally (see the directory's freshness rules).
     DevicesChanged { org: OrgId },
     /// What some API key authenticates as changed.
@@ -320,6 +324,7 @@ impl Store {
             }
             Signal::CommandQueued { .. }
             | Signal::DeviceCredentialChanged { .. }
+            | Signal::AgentConnected { .. }
             | Signal::ApprovalDecided
             | Signal::CommandChanged { .. }
             | Signal::CommandCancelled { .. }

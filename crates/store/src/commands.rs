@@ -3,7 +3,9 @@
 //!
 //! Every transition is a conditional `UPDATE` that only moves a command forward, so duplicate
 //! deliveries and duplicate results are harmless: the first terminal result is kept, later ones
-//! change nothing.
+//! change nothing. One terminal state yields to a result: `timed_out` set by the sweeper (no
+//! result by the deadline) takes the agent's result when it arrives after all, since the
+//! command did run; the row keeps its output and is marked `completed_late`.
 
 use breeze_agent_proto::{Command, CommandKind, CommandOutcome, CommandResult};
 use breeze_core::{AuditEvent, CommandStatus, DeviceId, OrgId, Timestamp};
@@ -26,7 +28,7 @@ pub const MAX_STORED_OUTPUT_BYTES: usize = 1024 * 1024;
 const COLUMNS: &str = "id, org_id, device_id, kind, payload, status, timeout_secs, \
     output_cap_bytes, script_id, script_name, created_by, created_at, deadline_at, sent_at, \
     started_at, completed_at, exit_code, stdout, stderr, stdout_truncated, stderr_truncated, \
-    result, error, protected_paths";
+    result, error, protected_paths, completed_late";
 
 /// A command as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -63,6 +65,9 @@ pub struct CommandRecord {
     /// disk commands only; the agent adds them to its own list).
     #[sqlx(json)]
     pub protected_paths: Vec<String>,
+    /// The result arrived after the command had been timed out for want of one: the command
+    /// ran, and this is its outcome.
+    pub completed_late: bool,
 }
 
 impl CommandRecord {
@@ -149,7 +154,7 @@ impl crate::OrgCommands<'_> {
         sql(format!(
             "INSERT INTO device_commands ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, 'pending', $6, \
              $7, $8, $9, $10, $11, $12, NULL, NULL, NULL, NULL, NULL, NULL, FALSE, FALSE, NULL, NULL, \
-             $13)"
+             $13, FALSE)"
         ))
         .bind(id)
         .bind(self.org)
@@ -280,6 +285,21 @@ impl Store {
         .map(drop)
     }
 
+    /// Puts every command handed to `device` but not started back to pending: the socket
+    /// they were pushed on is gone, so nothing says the agent has them. Whoever holds the
+    /// agent's next socket (or answers its next HTTP heartbeat) hands them out again; the
+    /// agent runs a command id at most once, so a delivery that did arrive costs nothing.
+    /// Returns how many went back.
+    pub async fn requeue_sent_commands(&self, device: DeviceId) -> Result<u64> {
+        sql(
+            "UPDATE device_commands SET status = 'pending', sent_at = NULL \
+             WHERE device_id = $1 AND status = 'sent'",
+        )
+        .bind(device)
+        .execute(self)
+        .await
+    }
+
     /// The device reports it started the command.
     pub async fn mark_command_running(&self, device: DeviceId, id: Uuid) -> Result<bool> {
         let n = sql(
@@ -294,9 +314,12 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Stores a command's result unless it already has one (the first terminal result wins).
-    /// Returns the stored command when this result was the one kept; `None` when the command
-    /// is unknown, belongs to another device, or was already final.
+    /// Stores a command's result unless it already has one (the first result wins): while the
+    /// command is open, or after the sweeper timed it out for want of a result (then it is
+    /// marked `completed_late`). Returns the stored command when this result was the one kept;
+    /// `None` when the command is unknown, belongs to another device, already has a result, or
+    /// was cancelled. Storing is idempotent by command id, so an agent may send a result again
+    /// until it is acknowledged.
     pub async fn complete_command(
         &self,
         device: DeviceId,
@@ -305,11 +328,16 @@ impl Store {
         let (mut out_trunc, mut err_trunc) = (r.stdout_truncated, r.stderr_truncated);
         let stdout = cap(r.stdout, &mut out_trunc);
         let stderr = cap(r.stderr, &mut err_trunc);
+        // A stored result always sets stdout (empty at least); the sweeper's timeout never
+        // does, which is how a late result tells the sweeper's timeout from a stored one.
         let row: Option<CommandRecord> = sql(format!(
             "UPDATE device_commands SET status = $1, started_at = COALESCE(started_at, $2), \
              completed_at = $3, exit_code = $4, stdout = $5, stderr = $6, \
-             stdout_truncated = $7, stderr_truncated = $8, result = $9, error = $10 \
-             WHERE id = $11 AND device_id = $12 AND status IN {OPEN} RETURNING {COLUMNS}"
+             stdout_truncated = $7, stderr_truncated = $8, result = $9, error = $10, \
+             completed_late = (status = 'timed_out') \
+             WHERE id = $11 AND device_id = $12 \
+             AND (status IN {OPEN} OR (status = 'timed_out' AND stdout IS NULL)) \
+             RETURNING {COLUMNS}"
         ))
         .bind(outcome_str(r.status))
         .bind(r.started_at)

@@ -29,6 +29,7 @@ mod dynamic_groups;
 mod error;
 mod events;
 mod handles;
+mod health;
 mod idempotency;
 mod maintenance;
 mod metrics;
@@ -69,7 +70,7 @@ pub use alerts::{
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
-pub use audit_appender::{AuditAppender, Unwritten};
+pub use audit_appender::{AuditAppender, MAX_BACKLOG as AUDIT_JOURNAL_MAX_BACKLOG, Unwritten};
 pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_archive};
 pub use automations::{
     ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,
@@ -108,6 +109,7 @@ pub use handles::{
     OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
     OrgTenancy,
 };
+pub use health::DbHealth;
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
@@ -197,10 +199,12 @@ pub struct StoreOptions {
     /// [`WELL_KNOWN_FONTS`], and without one reports are set in Helvetica (Latin-1 only).
     pub pdf_font: Option<std::path::PathBuf>,
     /// PostgreSQL: whether the audit appender's request records wait for their commit to
-    /// reach the disk (`BREEZE_AUDIT_SYNCHRONOUS_COMMIT`). Off by default: they survive
-    /// Breeze's process at once and PostgreSQL's within its WAL writer's delay, as the SQLite
-    /// path's records do (see [`AuditAppender`]); a change's own audit record is always
-    /// committed with the change.
+    /// reach the disk (`BREEZE_AUDIT_SYNCHRONOUS_COMMIT`). On by default: an answered request's
+    /// record survives a PostgreSQL crash. Off, a commit is acknowledged before its WAL is
+    /// flushed, and a crash (`pg_ctl stop -m immediate`, a killed server, a power cut) loses
+    /// what the WAL writer had not flushed yet (up to three `wal_writer_delay`s, 600 ms by
+    /// default); an opt-out for speed (see [`AuditAppender`]). A change's own audit record is
+    /// always committed with the change.
     pub audit_synchronous_commit: bool,
     /// PostgreSQL: a directory of this process's own where a request's audit record is
     /// journaled when no other request's shares its insert, and moved into `audit_log` moments
@@ -242,7 +246,7 @@ impl StoreOptions {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             pdf_font: None,
-            audit_synchronous_commit: false,
+            audit_synchronous_commit: true,
             audit_journal: None,
             credential_fence: DEFAULT_CREDENTIAL_FENCE,
         }
@@ -368,6 +372,8 @@ pub struct Store {
     bus: Arc<bus::Bus>,
     /// The font PDF reports embed.
     pub(crate) pdf_font: pdf_font::FontChoice,
+    /// The database's health as last probed (see [`health`]); shared by clones.
+    pub(crate) health: Arc<health::Health>,
 }
 
 impl std::fmt::Debug for Store {
@@ -472,6 +478,7 @@ impl Store {
             Pool::Sqlite(_) => None,
         };
         Ok(Store {
+            health: Arc::new(health::Health::new()),
             bus: bus::Bus::new(&pool, options.pg_schema.as_deref()),
             pool,
             clock,

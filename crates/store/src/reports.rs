@@ -428,6 +428,75 @@ const AUDIT_COLUMNS: &[&str] = &[
     "details",
 ];
 
+#[derive(sqlx::FromRow)]
+struct PatchStatusRow {
+    id: DeviceId,
+    hostname: String,
+    site: String,
+    status: String,
+    os_family: String,
+    manager: Option<String>,
+    scanned_at: Option<Timestamp>,
+    patch_count: Option<i64>,
+    security_count: Option<i64>,
+    reboot_required: Option<bool>,
+    error: Option<String>,
+}
+
+const PATCH_COLUMNS: &[&str] = &[
+    "deviceId",
+    "hostname",
+    "site",
+    "deviceStatus",
+    "osType",
+    "packageManager",
+    "scannedAt",
+    "availableUpdates",
+    "securityUpdates",
+    "rebootRequired",
+    "scanError",
+];
+
+#[derive(sqlx::FromRow)]
+struct ComplianceRow {
+    policy_id: Uuid,
+    policy_name: String,
+    device_id: DeviceId,
+    hostname: String,
+    site: String,
+    status: String,
+    evaluated_at: Timestamp,
+    changed_at: Timestamp,
+}
+
+const COMPLIANCE_COLUMNS: &[&str] = &[
+    "policyId",
+    "policyName",
+    "deviceId",
+    "hostname",
+    "site",
+    "status",
+    "evaluatedAt",
+    "changedAt",
+];
+
+/// Appends the device filters (`status`, `osType`, `siteId`) of a report to a query whose
+/// devices table is `d`.
+fn device_filters(q: &mut crate::sql::Sql, filters: &ReportFilters) {
+    if let Some(status) = filters.status {
+        let p = q.arg(status.as_str());
+        q.push(&format!(" AND d.status = {p}"));
+    }
+    if let Some(os) = filters.os_type {
+        let p = q.arg(os.as_str());
+        q.push(&format!(" AND d.os_family = {p}"));
+    }
+    if let Some(site) = filters.site_id {
+        let p = q.arg(site);
+        q.push(&format!(" AND d.site_id = {p}"));
+    }
+}
+
 fn ts(t: Option<Timestamp>) -> Value {
     t.map_or(Value::Null, |t| Value::from(t.to_rfc3339()))
 }
@@ -437,6 +506,8 @@ fn columns_of(kind: ReportKind) -> &'static [&'static str] {
         ReportKind::DeviceInventory => INVENTORY_COLUMNS,
         ReportKind::AlertHistory => ALERT_COLUMNS,
         ReportKind::AuditActivity => AUDIT_COLUMNS,
+        ReportKind::PatchStatus => PATCH_COLUMNS,
+        ReportKind::ComplianceStatus => COMPLIANCE_COLUMNS,
     }
 }
 
@@ -884,18 +955,7 @@ impl crate::OrgReports<'_> {
                          WHERE d.org_id = $1",
                     )
                     .bind(self.org);
-                    if let Some(status) = req.filters.status {
-                        let p = q.arg(status.as_str());
-                        q.push(&format!(" AND d.status = {p}"));
-                    }
-                    if let Some(os) = req.filters.os_type {
-                        let p = q.arg(os.as_str());
-                        q.push(&format!(" AND d.os_family = {p}"));
-                    }
-                    if let Some(site) = req.filters.site_id {
-                        let p = q.arg(site);
-                        q.push(&format!(" AND d.site_id = {p}"));
-                    }
+                    device_filters(&mut q, &req.filters);
                     if let Some(id) = after {
                         let p = q.arg(id);
                         q.push(&format!(" AND d.id > {p}"));
@@ -960,6 +1020,109 @@ impl crate::OrgReports<'_> {
                                 r.acknowledged_by.map_or(Value::Null, Value::from),
                                 ts(r.resolved_at),
                                 r.resolved_by.map_or(Value::Null, Value::from),
+                            ],
+                        );
+                        self.flush_chunk(out, false).await?;
+                    }
+                    if !full {
+                        return Ok(());
+                    }
+                }
+            }
+            ReportKind::PatchStatus => {
+                let mut after: Option<DeviceId> = None;
+                loop {
+                    let mut q = sql(
+                        "SELECT d.id, d.hostname, s.name AS site, d.status, d.os_family, \
+                         ps.manager, ps.scanned_at, ps.patch_count, ps.security_count, \
+                         ps.reboot_required, ps.error FROM devices d \
+                         JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \
+                         LEFT JOIN patch_scans ps ON ps.device_id = d.id AND ps.org_id = d.org_id \
+                         WHERE d.org_id = $1",
+                    )
+                    .bind(self.org);
+                    device_filters(&mut q, &req.filters);
+                    if let Some(id) = after {
+                        let p = q.arg(id);
+                        q.push(&format!(" AND d.id > {p}"));
+                    }
+                    let l = q.arg(REPORT_PAGE);
+                    q.push(&format!(" ORDER BY d.id LIMIT {l}"));
+                    let rows: Vec<PatchStatusRow> = q.fetch_all(self).await?;
+                    let full = rows.len() as i64 == REPORT_PAGE;
+                    for r in rows {
+                        after = Some(r.id);
+                        let scanned = r.scanned_at.is_some();
+                        let count = |n: Option<i64>| {
+                            if scanned {
+                                Value::from(n.unwrap_or(0))
+                            } else {
+                                Value::Null
+                            }
+                        };
+                        out.row(
+                            columns,
+                            vec![
+                                Value::from(r.id.to_string()),
+                                Value::from(r.hostname),
+                                Value::from(r.site),
+                                Value::from(r.status),
+                                Value::from(r.os_family),
+                                r.manager.map_or(Value::Null, Value::from),
+                                ts(r.scanned_at),
+                                count(r.patch_count),
+                                count(r.security_count),
+                                r.reboot_required
+                                    .filter(|_| scanned)
+                                    .map_or(Value::Null, Value::from),
+                                r.error.map_or(Value::Null, Value::from),
+                            ],
+                        );
+                        self.flush_chunk(out, false).await?;
+                    }
+                    if !full {
+                        return Ok(());
+                    }
+                }
+            }
+            ReportKind::ComplianceStatus => {
+                let mut after: Option<(Uuid, DeviceId)> = None;
+                loop {
+                    let mut q = sql(
+                        "SELECT cs.policy_id, cp.name AS policy_name, d.id AS device_id, \
+                         d.hostname, s.name AS site, cs.status, cs.evaluated_at, cs.changed_at \
+                         FROM compliance_status cs \
+                         JOIN compliance_policies cp ON cp.id = cs.policy_id AND cp.org_id = cs.org_id \
+                         JOIN devices d ON d.id = cs.device_id AND d.org_id = cs.org_id \
+                         JOIN sites s ON s.id = d.site_id AND s.org_id = d.org_id \
+                         WHERE cs.org_id = $1",
+                    )
+                    .bind(self.org);
+                    device_filters(&mut q, &req.filters);
+                    if let Some((policy, device)) = after {
+                        let p = q.arg(policy);
+                        let d = q.arg(device);
+                        q.push(&format!(
+                            " AND (cs.policy_id > {p} OR (cs.policy_id = {p} AND cs.device_id > {d}))"
+                        ));
+                    }
+                    let l = q.arg(REPORT_PAGE);
+                    q.push(&format!(" ORDER BY cs.policy_id, cs.device_id LIMIT {l}"));
+                    let rows: Vec<ComplianceRow> = q.fetch_all(self).await?;
+                    let full = rows.len() as i64 == REPORT_PAGE;
+                    for r in rows {
+                        after = Some((r.policy_id, r.device_id));
+                        out.row(
+                            columns,
+                            vec![
+                                Value::from(r.policy_id.to_string()),
+                                Value::from(r.policy_name),
+                                Value::from(r.device_id.to_string()),
+                                Value::from(r.hostname),
+                                Value::from(r.site),
+                                Value::from(r.status),
+                                ts(Some(r.evaluated_at)),
+                                ts(Some(r.changed_at)),
                             ],
                         );
                         self.flush_chunk(out, false).await?;

@@ -230,6 +230,9 @@ pub(crate) enum Target<'a> {
     /// PostgreSQL's tenant pool, for one organization: the statement runs on a connection
     /// whose row-security scope was set to it (see [`crate::row_security`]).
     PgOrg(&'a PgPool, OrgId),
+    /// A pool of a database known to be down (see [`crate::health`]): the statement fails at
+    /// once with this error rather than wait out the pool's acquire timeout.
+    Down(sqlx::Error),
 }
 
 /// An executor a statement runs on as it is.
@@ -251,7 +254,10 @@ impl<'a> From<&'a Pool> for Target<'a> {
 
 impl<'a> From<&'a crate::Store> for Target<'a> {
     fn from(store: &'a crate::Store) -> Self {
-        Target::from(&store.pool)
+        match store.health.refusal() {
+            Some(down) => Target::Down(down),
+            None => Target::from(&store.pool),
+        }
     }
 }
 
@@ -266,6 +272,9 @@ impl<'a> From<&'a crate::CrossOrg<'_>> for Target<'a> {
 /// statement that forgot its `org_id` filter still sees only that organization's rows.
 impl<'a, S: crate::handles::Scoped> From<&'a S> for Target<'a> {
     fn from(org: &'a S) -> Self {
+        if let Some(down) = org.store().health.refusal() {
+            return Target::Down(down);
+        }
         match &org.store().pool {
             Pool::Sqlite(p) => Target::Direct(Direct::SqlitePool(p)),
             Pool::Postgres { tenant, .. } => Target::PgOrg(tenant, org.org()),
@@ -304,6 +313,9 @@ impl Tx {
     /// Begins a transaction of `org`'s: on PostgreSQL on the tenant pool, in the organization's
     /// row-security scope (set in the same round trip as `BEGIN`).
     pub(crate) async fn begin_in(org: &impl crate::handles::Scoped) -> Result<Tx> {
+        if let Some(down) = org.store().health.refusal() {
+            return Err(down.into());
+        }
         Ok(match &org.store().pool {
             Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
             Pool::Postgres { tenant, .. } => Tx::Postgres(
@@ -417,6 +429,7 @@ macro_rules! on_target {
                 let mut conn = crate::row_security::acquire_in(pool, org).await?;
                 $self.$on(Direct::PgConn(&mut conn)).await
             }
+            Target::Down(down) => Err(down.into()),
         }
     }};
 }

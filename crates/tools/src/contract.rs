@@ -19,6 +19,8 @@ use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp};
 use breeze_gateway::{Gateway, OrgFleet};
 pub use breeze_guard::RateLimit;
 use breeze_store::{OrgStore, Store, StoreError};
+
+use crate::reach::{self, Reach};
 use schemars::JsonSchema;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -392,19 +394,21 @@ impl From<StoreError> for ToolError {
     }
 }
 
-/// What a handler can reach: the store and the device gateway confined to the organization the
-/// guard cleared the call for, who acts, the clock, and where progress goes. Tools never check
+/// What a handler acts through: the parts of the organization its tool's
+/// [`Reach`](crate::reach::Reach) names (`cx.alerts()`, `cx.fleet()`, …; asking for another
+/// does not compile), who acts, the clock, and where progress goes. Tools never check
 /// authorization: a `ToolCx` is made only inside [`crate::ToolSpec::call`] and
-/// [`crate::ToolSpec::precheck`], from the guard's verdict.
-pub struct ToolCx<'a> {
-    pub(crate) org: OrgStore<'a>,
-    /// The device gateway: runs commands on the organization's agents.
-    pub(crate) fleet: OrgFleet<'a>,
+/// [`crate::ToolSpec::precheck`], from the guard's verdict, and making one needs the
+/// [`Unscoped`] handle no tool holds.
+pub struct ToolCx<'a, R = ()> {
+    org: OrgStore<'a>,
+    fleet: OrgFleet<'a>,
     pub(crate) actor: Actor,
     pub(crate) clock: &'a dyn Clock,
     pub(crate) request_id: Option<String>,
     /// Where progress of a long call goes (to the client's progress notifications).
     pub(crate) progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+    reach: std::marker::PhantomData<fn() -> R>,
 }
 
 /// The store and the device gateway for every organization: the escape hatch from tenancy,
@@ -446,7 +450,7 @@ pub struct ProgressReport {
     pub message: Option<String>,
 }
 
-impl<'a> ToolCx<'a> {
+impl<'a, R: Reach> ToolCx<'a, R> {
     pub(crate) fn new(
         unscoped: &'a Unscoped,
         org: OrgId,
@@ -460,6 +464,7 @@ impl<'a> ToolCx<'a> {
             clock: unscoped.store.clock().as_ref(),
             request_id: options.request_id,
             progress: options.progress,
+            reach: std::marker::PhantomData,
         }
     }
 
@@ -480,6 +485,59 @@ impl<'a> ToolCx<'a> {
                 message,
             });
         }
+    }
+}
+
+macro_rules! reaches {
+    ($( $accessor:ident: $domain:ident => $handle:ident; )*) => {
+        impl<'a, R: Reach> ToolCx<'a, R> {$(
+            #[doc = concat!("The organization's [`", stringify!($handle), "`]; compiles only in a tool whose reach includes [`reach::", stringify!($domain), "`].")]
+            pub fn $accessor(&self) -> breeze_store::$handle<'a> {
+                const {
+                    assert!(
+                        R::DOMAINS & reach::$domain::DOMAINS != 0,
+                        concat!("this tool's `type Reach` does not include reach::", stringify!($domain))
+                    );
+                };
+                self.org.$accessor()
+            }
+        )*}
+    };
+}
+
+reaches! {
+    agents: Agents => OrgAgents;
+    alerts: Alerts => OrgAlerts;
+    approvals: Approvals => OrgApprovals;
+    audit: Audit => OrgAudit;
+    automations: Automations => OrgAutomations;
+    commands: Commands => OrgCommands;
+    compliance: Compliance => OrgCompliance;
+    config_policies: ConfigPolicies => OrgConfigPolicies;
+    context: Context => OrgContext;
+    deployments: Deployments => OrgDeployments;
+    devices: Devices => OrgDevices;
+    dynamic_groups: DynamicGroups => OrgDynamicGroups;
+    maintenance: Maintenance => OrgMaintenance;
+    patches: Patches => OrgPatches;
+    reports: Reports => OrgReports;
+    scripts: Scripts => OrgScripts;
+    security: Security => OrgSecurity;
+    telemetry: Telemetry => OrgTelemetry;
+    tenancy: Tenancy => OrgTenancy;
+}
+
+impl<'a, R: Reach> ToolCx<'a, R> {
+    /// The device gateway confined to this organization; compiles only in a tool whose reach
+    /// includes [`reach::Fleet`].
+    pub fn fleet(&self) -> &OrgFleet<'a> {
+        const {
+            assert!(
+                R::DOMAINS & reach::Fleet::DOMAINS != 0,
+                "this tool's `type Reach` does not include reach::Fleet"
+            );
+        };
+        &self.fleet
     }
 }
 
@@ -557,9 +615,11 @@ pub trait Tool: Send + Sync + 'static {
 
     type Input: DeserializeOwned + JsonSchema + Send + 'static;
     type Output: Serialize + JsonSchema + Send + 'static;
+    /// What of the organization the handler can touch ([`crate::reach`]).
+    type Reach: Reach;
 
     fn call(
-        cx: &ToolCx<'_>,
+        cx: &ToolCx<'_, Self::Reach>,
         input: Self::Input,
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
 
@@ -569,7 +629,7 @@ pub trait Tool: Send + Sync + 'static {
     /// depends on, to pin in the approval. Run before a Tier 3 call becomes an approval
     /// request, and again just before the approved call runs.
     fn precheck(
-        cx: &ToolCx<'_>,
+        cx: &ToolCx<'_, Self::Reach>,
         input: &Self::Input,
     ) -> impl Future<Output = Result<Option<Pin>, ToolError>> + Send {
         let _ = (cx, input);

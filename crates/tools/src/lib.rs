@@ -14,6 +14,7 @@
 pub mod contract;
 pub mod docs;
 pub mod prompts;
+pub mod reach;
 pub mod registry;
 pub mod resources;
 mod tools;

@@ -18,10 +18,25 @@ use crate::contract::{
 /// A tool's output, serialized once from its typed value.
 pub type RawOutput = Box<serde_json::value::RawValue>;
 
-// The erased handlers own their `ToolCx`, so a call is one boxed future.
-type CallFn = for<'a> fn(ToolCx<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
-type PrecheckFn =
-    for<'a> fn(ToolCx<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
+// The erased handlers own their `ToolCx`, so a call is one boxed future. They make it
+// themselves, for their tool's reach, from the cleared organization.
+type CallFn = for<'a> fn(Scope<'a>, Value) -> BoxFuture<'a, Result<RawOutput, ToolError>>;
+type PrecheckFn = for<'a> fn(Scope<'a>, &'a Value) -> BoxFuture<'a, Result<Option<Pin>, ToolError>>;
+
+/// What a call's [`ToolCx`] is made of: the unscoped services and the organization, actor and
+/// options of the clearance.
+struct Scope<'a> {
+    unscoped: &'a Unscoped,
+    org: breeze_core::OrgId,
+    actor: breeze_core::Actor,
+    options: CallOptions,
+}
+
+impl<'a> Scope<'a> {
+    fn cx<T: Tool>(self) -> ToolCx<'a, T::Reach> {
+        ToolCx::new(self.unscoped, self.org, self.actor, self.options)
+    }
+}
 
 /// A registered tool.
 pub struct ToolSpec {
@@ -189,8 +204,13 @@ impl ToolSpec {
         if !cleared.binds(self, &args) {
             return Box::pin(std::future::ready(Err(mismatch(&cleared, self.name))));
         }
-        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
-        (self.call)(cx, args)
+        let scope = Scope {
+            unscoped,
+            org: cleared.org(),
+            actor: cleared.actor().clone(),
+            options,
+        };
+        (self.call)(scope, args)
     }
 
     /// The tool's [`Tool::precheck`] on already validated arguments of a call awaiting a
@@ -207,8 +227,13 @@ impl ToolSpec {
         if !cleared.binds(self, args) {
             return Box::pin(std::future::ready(Err(mismatch(cleared, self.name))));
         }
-        let cx = ToolCx::new(unscoped, cleared.org(), cleared.actor().clone(), options);
-        (self.precheck)(cx, args)
+        let scope = Scope {
+            unscoped,
+            org: cleared.org(),
+            actor: cleared.actor().clone(),
+            options,
+        };
+        (self.precheck)(scope, args)
     }
 }
 
@@ -422,6 +447,68 @@ pub fn with_batch_envelope(own: &Value) -> Value {
     schema
 }
 
+/// A listed input schema every client can map: no `type` arrays. Schemars writes an optional
+/// argument as `type: [T, "null"]`, which clients that translate schemas into a one-type
+/// dialect (the OpenAPI subset of some model providers) reject or drop; for an argument,
+/// absent and `null` mean the same, so the listing says only `T` (and leaves `null` out of an
+/// `enum`). What the server validates against is unchanged: it still accepts `null`. A type
+/// array of several non-null types becomes an `anyOf` of one type each.
+pub fn portable_input(mut schema: Value) -> Value {
+    single_types(&mut schema, false);
+    schema
+}
+
+/// A listed output schema with no `type` arrays: a nullable field (`[T, "null"]`, which an
+/// answer may really hold) becomes `anyOf: [{type: T}, {type: null}]`, the same set of values.
+pub fn portable_output(mut schema: Value) -> Value {
+    single_types(&mut schema, true);
+    schema
+}
+
+fn single_types(v: &mut Value, keep_null: bool) {
+    match v {
+        Value::Object(m) => {
+            if let Some(types) = m.get("type").and_then(Value::as_array).cloned() {
+                let non_null: Vec<Value> = types.into_iter().filter(|t| t != "null").collect();
+                let nullable =
+                    m.get("type").and_then(Value::as_array).map_or(0, Vec::len) > non_null.len();
+                if non_null.len() == 1 && !(keep_null && nullable) {
+                    m.insert("type".into(), non_null[0].clone());
+                    if let Some(e) = m.get_mut("enum").and_then(Value::as_array_mut) {
+                        e.retain(|x| !x.is_null());
+                    }
+                } else {
+                    // Each type its own branch, carrying the keywords that constrain values;
+                    // annotations stay on the whole.
+                    m.remove("type");
+                    let annotations = ["description", "title", "default", "examples"];
+                    let constraints: Map<String, Value> = m
+                        .iter()
+                        .filter(|(k, _)| !annotations.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    m.retain(|k, _| annotations.contains(&k.as_str()));
+                    let mut branches: Vec<Value> = non_null
+                        .into_iter()
+                        .map(|t| {
+                            let mut b = constraints.clone();
+                            b.insert("type".into(), t);
+                            Value::Object(b)
+                        })
+                        .collect();
+                    if nullable && keep_null {
+                        branches.push(json!({ "type": "null" }));
+                    }
+                    m.insert("anyOf".into(), Value::Array(branches));
+                }
+            }
+            m.values_mut().for_each(|x| single_types(x, keep_null));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|x| single_types(x, keep_null)),
+        _ => {}
+    }
+}
+
 /// The `structuredContent` of a batch (`breeze-pipeline::batch`), one branch of every tool's
 /// `outputSchema`, kept minimal since every listing repeats it: how it ended, counts, and one
 /// outcome per item in order (`clientRef`, `status`; the item's output or error, or for a preview
@@ -607,9 +694,10 @@ fn json_types(schema: &Value, defs: Option<&Value>) -> Option<Vec<String>> {
 }
 
 fn call_erased<'a, T: Tool>(
-    cx: ToolCx<'a>,
+    scope: Scope<'a>,
     args: Value,
 ) -> BoxFuture<'a, Result<RawOutput, ToolError>> {
+    let cx = scope.cx::<T>();
     async move {
         let input: T::Input = serde_json::from_value(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
@@ -621,9 +709,10 @@ fn call_erased<'a, T: Tool>(
 }
 
 fn precheck_erased<'a, T: Tool>(
-    cx: ToolCx<'a>,
+    scope: Scope<'a>,
     args: &'a Value,
 ) -> BoxFuture<'a, Result<Option<Pin>, ToolError>> {
+    let cx = scope.cx::<T>();
     async move {
         let input: T::Input = T::Input::deserialize(args)
             .map_err(|e| ToolError::invalid(format!("Invalid arguments for {}: {e}", T::NAME)))?;
@@ -712,7 +801,7 @@ impl Registry {
             add_request_id(&mut input_schema);
         }
         let output_schema = output_schema_of::<T::Output>(can_need_approval, has_write);
-        let listed_output_schema = listed_output_schema(&output_schema);
+        let listed_output_schema = portable_output(listed_output_schema(&output_schema));
         #[allow(clippy::expect_used)] // a static schema; proven by the registry test
         let validator =
             jsonschema::validator_for(&input_schema).expect("tool input schema compiles");
@@ -728,7 +817,7 @@ impl Registry {
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),
             effects,
-            listed_input_schema: with_batch_envelope(&input_schema),
+            listed_input_schema: portable_input(with_batch_envelope(&input_schema)),
             input_schema,
             output_schema,
             listed_output_schema,

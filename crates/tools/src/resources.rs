@@ -256,8 +256,12 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
             match org.devices().get_device(parsed).await {
                 // The same document as get_device_details: camelCase throughout.
                 Ok(d) => {
-                    let mut doc = crate::tools::devices::device_details(org, &d).await?;
-                    crate::tools::security::add_posture(org, d.id, &mut doc).await?;
+                    let mut doc = crate::tools::devices::device_details(
+                        crate::tools::devices::DeviceReads::of(*org),
+                        &d,
+                    )
+                    .await?;
+                    crate::tools::security::add_posture(org.security(), d.id, &mut doc).await?;
                     add_compliance_and_patches(org, d.id, &mut doc).await?;
                     Ok(doc)
                 }

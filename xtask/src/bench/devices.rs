@@ -1,5 +1,6 @@
 //! `cargo xtask bench devices [--devices N] [--concurrency C] [--duration SECS]
-//! [--database sqlite|postgres|both]`: `tools/call query_devices {"status":"offline","limit":25}`
+//! [--database sqlite|postgres|both] [--audit-commit sync|async|both]`:
+//! `tools/call query_devices {"status":"offline","limit":25}`
 //! through Breeze's whole MCP pipeline over a seeded fleet, beside the rmcp peer answering the
 //! same call from memory over its own 10,000 devices, and the same peer's echo (the
 //! reference of the pipeline's aims on PostgreSQL, #25).
@@ -9,6 +10,10 @@
 //! is raised through its setting. Every server runs on CPU 0 and the perf-peers load generator
 //! on CPU 1; server CPU per request is read from `/proc`, and on PostgreSQL the CPU of the
 //! backends serving the database is reported too (PostgreSQL itself is not pinned).
+//!
+//! `--audit-commit` (PostgreSQL) runs Breeze with `BREEZE_AUDIT_SYNCHRONOUS_COMMIT` true
+//! (`sync`, the default setting), false (`async`, the opt-out), or each in turn (`both`): the
+//! price of every request's audit record surviving a PostgreSQL crash.
 
 use std::{
     collections::BTreeMap,
@@ -110,7 +115,13 @@ fn measure(
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(
         args,
-        &["--devices", "--concurrency", "--duration", "--database"],
+        &[
+            "--devices",
+            "--concurrency",
+            "--duration",
+            "--database",
+            "--audit-commit",
+        ],
     )?;
     let num = |name: &str, default: u64| super::number(&f, name, default);
     let devices = num("--devices", 10_000)?;
@@ -119,6 +130,12 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let dbs = match f.get("--database").map_or("sqlite", String::as_str) {
         "both" => vec![Db::Sqlite, Db::Postgres],
         other => vec![Db::parse(other)?],
+    };
+    let commits: Vec<(&str, &str)> = match f.get("--audit-commit").map_or("sync", String::as_str) {
+        "sync" => vec![("sync", "true")],
+        "async" => vec![("async", "false")],
+        "both" => vec![("sync", "true"), ("async", "false")],
+        other => anyhow::bail!("--audit-commit: {other:?} is not sync, async or both"),
     };
 
     let root = workspace_root()?;
@@ -170,14 +187,21 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             &Vec::new,
         )?);
     }
-    for db in dbs {
-        let inst = Instance::start(
-            &root,
-            &bin,
-            db,
-            0,
-            &[("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")],
-        )?;
+    let runs = dbs.into_iter().flat_map(|db| {
+        // SQLite has no audit commit mode to choose.
+        let modes = if db == Db::Postgres {
+            commits.clone()
+        } else {
+            vec![("", "")]
+        };
+        modes.into_iter().map(move |m| (db, m))
+    });
+    for (db, (commit, sync)) in runs {
+        let mut env = vec![("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")];
+        if !sync.is_empty() {
+            env.push(("BREEZE_AUDIT_SYNCHRONOUS_COMMIT", sync));
+        }
+        let inst = Instance::start(&root, &bin, db, 0, &env)?;
         inst.cli(&[
             "devices",
             "seed",
@@ -190,9 +214,14 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         let offline = inst.count("SELECT count(*) FROM devices WHERE status = 'offline'")?;
         eprintln!("measuring breeze on {} ({total} devices)…", db.name());
         let key = inst.api_key("read")?;
+        let commit = if commit.is_empty() {
+            String::new()
+        } else {
+            format!(", audit commit {commit}")
+        };
         rows.push(measure(
             format!(
-                "breeze pipeline, {} ({total} devices, {offline} offline)",
+                "breeze pipeline, {}{commit} ({total} devices, {offline} offline)",
                 db.name()
             ),
             &loadgen,

@@ -23,6 +23,7 @@ fn cli_audit(action: &str, resource: &str) -> AuditEvent {
 pub(crate) enum PartnersCommand {
     /// Create a partner (an MSP).
     Create {
+        /// The partner's name.
         #[arg(long)]
         name: String,
         /// Defaults to one derived from the name.
@@ -61,13 +62,16 @@ pub(crate) enum OrgsCommand {
         /// Partner id or slug.
         #[arg(long)]
         partner: String,
+        /// The organization's name.
         #[arg(long)]
         name: String,
+        /// The short name used in URLs and commands (default: made from the name).
         #[arg(long)]
         slug: Option<String>,
     },
     /// List a partner's organizations.
     List {
+        /// The partner (slug or id).
         #[arg(long)]
         partner: String,
     },
@@ -133,8 +137,10 @@ pub(crate) enum UsersCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct CreateUser {
+    /// The user's sign-in email address.
     #[arg(long)]
     email: String,
+    /// The user's full name.
     #[arg(long)]
     name: String,
     /// Organization id or slug; repeat for a partner-level user with access to several.
@@ -318,6 +324,7 @@ pub(crate) enum KeysCommand {
         /// Email of the user the key acts as.
         #[arg(long)]
         user: String,
+        /// A name for the key, e.g. where it is used ("Claude Desktop on my laptop").
         #[arg(long)]
         name: String,
         /// Comma-separated: ai:read, ai:write, ai:execute, ai:execute_admin, *.
@@ -332,11 +339,13 @@ pub(crate) enum KeysCommand {
     },
     /// List an organization's keys (never their secrets).
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
     },
     /// Revoke a key at once.
     Revoke {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// The key's id.

@@ -15,15 +15,19 @@ use super::App;
 pub(crate) enum ApprovalsCommand {
     /// List an organization's approval requests (pending ones unless --all).
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// Decided and expired requests too (default: pending ones only).
         #[arg(long)]
         all: bool,
     },
     /// Show one request with its arguments and outcome.
     Show {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The approval request's id (as `approvals list` shows it).
         id: String,
     },
     /// Approve a pending request: it runs once.
@@ -35,8 +39,10 @@ pub(crate) enum ApprovalsCommand {
     /// Set who must approve an action class: `*` (the organization's default), a tool, or
     /// `tool.action`.
     Policy {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The action class: `*`, a tool name, or tool.action.
         #[arg(long)]
         class: String,
         /// supervised (the requester may approve), four_eyes (someone else must) or
@@ -49,10 +55,12 @@ pub(crate) enum ApprovalsCommand {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct DecideArgs {
+    /// The approval request's id (as `approvals list` shows it).
     id: String,
     /// The person deciding (their role must allow the call).
     #[arg(long)]
     user: String,
+    /// Why: kept with the decision in the audit log.
     #[arg(long)]
     reason: Option<String>,
 }

@@ -25,7 +25,11 @@ use super::App;
 
 /// One organization's policies as the CLI changes them.
 fn org_policies(app: &App, org: breeze_core::OrgId) -> ConfigPolicies<'_> {
-    ConfigPolicies::new(app.store.org(org), Agents::Bus, Actor::system("cli"))
+    ConfigPolicies::new(
+        app.store.org(org).config_policies(),
+        Agents::Bus,
+        Actor::system("cli"),
+    )
 }
 
 /// The devices a change covers (their agents are sent it), for the command's output.
@@ -64,12 +68,16 @@ fn describe(p: &ConfigPolicy) -> String {
 pub(crate) enum ConfigPoliciesCommand {
     /// Create a policy for an organization (--org) or partner-wide (--partner).
     Create {
+        /// The organization (slug or id).
         #[arg(long, conflicts_with = "partner", required_unless_present = "partner")]
         org: Option<String>,
+        /// The partner (slug or id).
         #[arg(long)]
         partner: Option<String>,
+        /// The policy's name.
         #[arg(long)]
         name: String,
+        /// A description shown beside the name.
         #[arg(long)]
         description: Option<String>,
         /// active (default) or inactive.
@@ -81,36 +89,48 @@ pub(crate) enum ConfigPoliciesCommand {
     },
     /// Change an organization's policy; --feature replaces all of its settings.
     Update {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The policy's id (as `config-policies list` shows it).
         policy: Uuid,
+        /// The policy's name.
         #[arg(long)]
         name: Option<String>,
+        /// A description shown beside the name.
         #[arg(long)]
         description: Option<String>,
+        /// active or inactive.
         #[arg(long)]
         status: Option<String>,
+        /// TYPE=JSON, repeatable: replaces all of the policy's settings.
         #[arg(long = "feature")]
         features: Vec<String>,
     },
     /// Delete an organization's policy and its assignments.
     Delete {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The policy's id (as `config-policies list` shows it).
         policy: Uuid,
     },
     /// List the policies an organization sees, with their assignments.
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
     },
     /// Assign a policy: an organization's at a level of its hierarchy (--org, --level,
     /// --target), or a partner's partner-wide (--partner).
     Assign {
+        /// The organization (slug or id).
         #[arg(long, conflicts_with = "partner", required_unless_present = "partner")]
         org: Option<String>,
+        /// The partner (slug or id).
         #[arg(long)]
         partner: Option<String>,
+        /// The policy's id (as `config-policies list` shows it).
         policy: Uuid,
         /// organization, site, device_group or device (with --org).
         #[arg(long)]
@@ -118,6 +138,7 @@ pub(crate) enum ConfigPoliciesCommand {
         /// The organization, site, group or device id (with --org; default the organization).
         #[arg(long)]
         target: Option<Uuid>,
+        /// Higher wins when two assignments set the same feature (default 0).
         #[arg(long, default_value_t = 0)]
         priority: i64,
     },

@@ -33,6 +33,7 @@ pub(crate) enum EnrollmentKeysCommand {
         /// Site id or name.
         #[arg(long)]
         site: String,
+        /// A name for the enrollment key (e.g. the site or batch it is for).
         #[arg(long, default_value = "agent rollout")]
         name: String,
         /// How many enrollments the key allows (unlimited when omitted).
@@ -47,13 +48,16 @@ pub(crate) enum EnrollmentKeysCommand {
     },
     /// List an organization's enrollment keys (never their secrets).
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
     },
     /// Revoke a key; devices it enrolled keep working.
     Revoke {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The enrollment key's id (as `enrollment-keys list` shows it).
         id: String,
     },
 }
@@ -155,11 +159,13 @@ pub(crate) enum DevicesCommand {
     /// Create synthetic devices (no agent) for load tests and demos: hostnames `sim-00001`…,
     /// mixed OS families, about a fifth offline. One transaction, one audit record.
     Seed {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// Site id or name (default: the organization's first site).
         #[arg(long)]
         site: Option<String>,
+        /// How many synthetic devices to create.
         #[arg(long)]
         count: u32,
     },
@@ -279,8 +285,10 @@ impl DevicesCommand {
 pub(crate) enum ScriptsCommand {
     /// Add a script to an organization's library.
     Add {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The script's name.
         #[arg(long)]
         name: String,
         /// bash, sh, python or powershell.
@@ -289,8 +297,10 @@ pub(crate) enum ScriptsCommand {
         /// The script body.
         #[arg(long)]
         file: std::path::PathBuf,
+        /// A description shown beside the name.
         #[arg(long, default_value = "")]
         description: String,
+        /// The script category (e.g. maintenance, security).
         #[arg(long, default_value = "general")]
         category: String,
         /// A declared parameter, in order: NAME, NAME! (required) or NAME=DEFAULT. Repeatable.
@@ -299,13 +309,16 @@ pub(crate) enum ScriptsCommand {
     },
     /// List an organization's scripts.
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The script category (e.g. maintenance, security).
         #[arg(long)]
         category: Option<String>,
     },
     /// Show a script, body included.
     Show {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// Id or name.
@@ -313,6 +326,7 @@ pub(crate) enum ScriptsCommand {
     },
     /// Remove a script (past executions keep its name).
     Remove {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// Id or name.
@@ -448,8 +462,10 @@ pub(crate) enum ChannelsCommand {
     /// Add a notification channel. A webhook's signing secret is read from --secret-file, or
     /// generated and printed once; it is never shown again.
     Add {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The channel's name.
         #[arg(long)]
         name: String,
         /// email, webhook or in_app.
@@ -467,11 +483,13 @@ pub(crate) enum ChannelsCommand {
     },
     /// List an organization's channels (never their secrets).
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
     },
     /// Remove a channel that no alert rule names.
     Remove {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// Id or name.

@@ -34,16 +34,24 @@ pub(crate) struct App {
 /// is refused, naming the path: run from another directory, `./breeze-data` is a different
 /// (empty) database, and creating it would only lead to "organization not found".
 pub(crate) async fn open_existing(settings: &Settings) -> anyhow::Result<App> {
+    refuse_missing_sqlite(settings, "run this command")?;
+    open_as(settings, Opener::Command).await
+}
+
+/// Refuses a SQLite database whose file is not there: a wrong directory or a typo in
+/// `DATABASE_URL` must not quietly start an empty Breeze with nobody in it.
+fn refuse_missing_sqlite(settings: &Settings, what: &str) -> anyhow::Result<()> {
     if let Some(file) = breeze_store::sqlite_file(&settings.database_url)
         && !file.exists()
     {
         anyhow::bail!(
-            "no database at {}: run this command where `breeze demo` or `breeze serve` keeps its \
-             data, or set BREEZE_DATA_DIR / DATABASE_URL (`breeze migrate` creates a new one)",
+            "no database at {}: {what} where `breeze demo` or `breeze serve` keeps its data, or \
+             set BREEZE_DATA_DIR / DATABASE_URL; to start a new, empty one on purpose run \
+             `breeze init` (or `breeze serve --create`)",
             file.display()
         );
     }
-    open_as(settings, Opener::Command).await
+    Ok(())
 }
 
 /// Who opens the store, which decides whether a revocation waits for other processes' caches
@@ -101,8 +109,11 @@ async fn open_as(settings: &Settings, opener: Opener) -> anyhow::Result<App> {
     Ok(App { store, auth, clock })
 }
 
-/// `breeze serve`.
-pub(crate) async fn serve(settings: Settings) -> anyhow::Result<()> {
+/// `breeze serve` (`create`: a missing SQLite file is created).
+pub(crate) async fn serve(settings: Settings, create: bool) -> anyhow::Result<()> {
+    if !create {
+        refuse_missing_sqlite(&settings, "start `breeze serve`")?;
+    }
     let listener = bind(&settings).await?;
     let app = open(&settings).await?;
     if let breeze_store::RowSecurity::BypassedBy { role } = app.store.row_security().await? {
@@ -222,7 +233,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
                 max_total: m.max_sessions,
                 max_per_tenant: m.max_sessions_per_org,
                 max_per_key: m.max_sessions_per_key,
-                ..SessionLimits::default()
+                idle_ttl: m.session_ttl,
             },
             sse_rate_per_minute: m.sse_rate_per_minute,
             message_rate_per_minute: m.message_rate_per_minute,

@@ -72,7 +72,12 @@ pub(crate) async fn open<A: McpApp>(
             }
             s
         }
-        Err(e) => refuse!(engine, client, rid.as_ref(), session_error_response(e)),
+        Err(e) => refuse!(
+            engine,
+            client,
+            rid.as_ref(),
+            session_error_response(e, &engine.config.sessions)
+        ),
     };
     observed(
         &engine,

@@ -34,7 +34,7 @@ use crate::{
     app::{Client, HttpError, McpApp, Transport, TransportEvent, TransportRecord},
     engine::id_text,
     jsonrpc::Reply,
-    session::{BUSY_RETRY_AFTER, Evicted, Session, SessionError, SessionLimit},
+    session::{BUSY_RETRY_AFTER, Evicted, Session, SessionError, SessionLimit, SessionLimits},
 };
 
 /// The header carrying the session id on Streamable HTTP.
@@ -242,12 +242,12 @@ pub(crate) async fn evicted<A: McpApp>(
 }
 
 /// The answer when no session could be made room for: every one in the full scope is busy.
-pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
+pub(crate) fn session_limit_response(limit: SessionLimit, limits: &SessionLimits) -> Response {
     let status = match limit {
         SessionLimit::ServerWide => StatusCode::SERVICE_UNAVAILABLE,
         SessionLimit::PerTenant | SessionLimit::PerKey => StatusCode::TOO_MANY_REQUESTS,
     };
-    let mut response = rpc_error(status, SERVER_ERROR, &limit.to_string());
+    let mut response = rpc_error(status, SERVER_ERROR, &limit.refusal(limits));
     response.headers_mut().insert(
         header::RETRY_AFTER,
         HeaderValue::from(BUSY_RETRY_AFTER.as_secs()),
@@ -257,9 +257,9 @@ pub(crate) fn session_limit_response(limit: SessionLimit) -> Response {
 
 /// The answer when no session could be created or looked up: a full cap, or the cluster's
 /// session store out of reach (503 whatever the environment: sessions live there).
-pub(crate) fn session_error_response(e: SessionError) -> Response {
+pub(crate) fn session_error_response(e: SessionError, limits: &SessionLimits) -> Response {
     match e {
-        SessionError::Full(limit) => session_limit_response(limit),
+        SessionError::Full(limit) => session_limit_response(limit, limits),
         SessionError::Unavailable(why) => {
             tracing::error!(error = %why, "MCP session store unavailable; refusing");
             let mut response = rpc_error(
@@ -285,7 +285,7 @@ pub(crate) async fn find_session<A: McpApp>(
     engine
         .find_session(id, client)
         .await
-        .map_err(session_error_response)
+        .map_err(|e| session_error_response(e, &engine.config.sessions))
 }
 
 /// The answer to a new session while the instance drains for shutdown: 503, retry at once

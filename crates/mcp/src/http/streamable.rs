@@ -251,7 +251,12 @@ async fn single<A: McpApp>(
                 .await;
                 s
             }
-            Err(e) => refuse!(engine, client, rid.as_ref(), session_error_response(e)),
+            Err(e) => refuse!(
+                engine,
+                client,
+                rid.as_ref(),
+                session_error_response(e, &engine.config.sessions)
+            ),
         };
         let id_header = (
             HeaderName::from_static(SESSION_HEADER),
@@ -429,7 +434,7 @@ async fn answer<A: McpApp>(
     }
     let Some(mut rx) = rx else {
         return match fut.await {
-            Some(reply) => json_response(StatusCode::OK, reply.to_bytes(), &extra),
+            Some(reply) => json_response(reply_status(protocol, &reply), reply.to_bytes(), &extra),
             None => StatusCode::ACCEPTED.into_response(),
         };
     };
@@ -440,7 +445,7 @@ async fn answer<A: McpApp>(
         biased;
         reply = &mut fut => match reply {
             // Nothing was said before the answer: a plain JSON body is cheapest.
-            Some(reply) if rx.is_empty() => json_response(StatusCode::OK, reply.to_bytes(), &extra),
+            Some(reply) if rx.is_empty() => json_response(reply_status(protocol, &reply), reply.to_bytes(), &extra),
             Some(reply) => sse_response(stream_with_final(rx, Box::pin(futures::future::ready(Some(reply)))), keepalive, &extra),
             None => StatusCode::ACCEPTED.into_response(),
         },
@@ -448,6 +453,18 @@ async fn answer<A: McpApp>(
             let head = futures::stream::once(async move { first.to_string() });
             sse_response(head.chain(stream_with_final(rx, fut)), keepalive, &extra)
         }
+    }
+}
+
+/// The HTTP status of a JSON reply: 200, except that 2026-07-28 answers a method the server
+/// does not implement with 404 (its JSON-RPC body tells it apart from a server with no MCP
+/// endpoint there).
+fn reply_status(protocol: ProtocolVersion, reply: &Reply) -> StatusCode {
+    match &reply.outcome {
+        Err(e) if protocol.is_stateless() && e.code == jsonrpc::METHOD_NOT_FOUND => {
+            StatusCode::NOT_FOUND
+        }
+        _ => StatusCode::OK,
     }
 }
 

@@ -367,7 +367,11 @@ struct McpPage {
 /// The snippets for each client, filled with this server's URLs.
 fn snippets(base: &str) -> Vec<Snippet> {
     let mcp = format!("{base}/mcp");
-    let sse = format!("{base}/api/v1/mcp/sse");
+    let stdio = format!(
+        "{{\n  \"mcpServers\": {{\n    \"breeze\": {{\n      \"command\": \"breeze\",\n      \
+         \"args\": [\"mcp\", \"stdio\"],\n      \"env\": {{ \"BREEZE_URL\": \"{base}\", \
+         \"BREEZE_API_KEY\": \"brz_…\" }}\n    }}\n  }}\n}}"
+    );
     vec![
         Snippet {
             id: "claude-code",
@@ -380,13 +384,13 @@ fn snippets(base: &str) -> Vec<Snippet> {
         Snippet {
             id: "claude-desktop",
             title: "Claude Desktop",
-            how: "Settings → Developer → Edit Config (claude_desktop_config.json), then restart \
-                  Claude Desktop:"
+            how: "Claude Desktop's config file launches commands only (it ignores url entries): \
+                  Settings → Developer → Edit Config (claude_desktop_config.json), add the \
+                  breeze launcher, then restart Claude Desktop. Or, with OAuth on and this \
+                  server reachable from the internet, Settings → Connectors → Add custom \
+                  connector with the MCP URL."
                 .into(),
-            text: format!(
-                "{{\n  \"mcpServers\": {{\n    \"breeze\": {{\n      \"url\": \"{sse}\",\n      \
-                 \"headers\": {{ \"X-API-Key\": \"brz_…\" }}\n    }}\n  }}\n}}"
-            ),
+            text: stdio.clone(),
         },
         Snippet {
             id: "cursor",
@@ -415,17 +419,23 @@ fn snippets(base: &str) -> Vec<Snippet> {
                   once OAuth is enabled on this server, add this URL as a connector (Settings → \
                   Connectors → Create):"
                 .into(),
-            text: mcp,
+            text: mcp.clone(),
+        },
+        Snippet {
+            id: "vscode",
+            title: "VS Code",
+            how: "In .vscode/mcp.json (or MCP: Open User Configuration):".into(),
+            text: format!(
+                "{{\n  \"servers\": {{\n    \"breeze\": {{\n      \"type\": \"http\",\n      \
+                 \"url\": \"{mcp}\",\n      \"headers\": {{ \"X-API-Key\": \"brz_…\" }}\n    }}\n  \
+                 }}\n}}"
+            ),
         },
         Snippet {
             id: "stdio",
             title: "Any client that launches a command (stdio)",
             how: "The breeze binary bridges stdin/stdout to this server:".into(),
-            text: format!(
-                "{{\n  \"mcpServers\": {{\n    \"breeze\": {{\n      \"command\": \"breeze\",\n      \
-                 \"args\": [\"mcp\", \"stdio\"],\n      \"env\": {{ \"BREEZE_URL\": \"{base}\", \
-                 \"BREEZE_API_KEY\": \"brz_…\" }}\n    }}\n  }}\n}}"
-            ),
+            text: stdio,
         },
     ]
 }
@@ -594,4 +604,51 @@ async fn revoke_grant(
         .revoke_user_oauth_grant(who.user.id, id, audit)
         .await?;
     Ok(Redirect::to(&format!("/o/{}/settings/apps", scope.org.slug)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snippets;
+
+    /// Each JSON snippet is what its client's documentation says its file holds: Claude
+    /// Desktop's `claude_desktop_config.json` launches commands only (a `url` entry there is
+    /// ignored), Cursor's `mcpServers` take `url` and `headers`, VS Code's `servers` an
+    /// `http` type.
+    #[test]
+    fn every_snippet_is_what_its_client_accepts() {
+        let all = snippets("https://rmm.example.com");
+        let json = |id: &str| -> serde_json::Value {
+            let s = all
+                .iter()
+                .find(|s| s.id == id)
+                .unwrap_or_else(|| panic!("{id}"));
+            serde_json::from_str(&s.text).unwrap_or_else(|e| panic!("{id}: {e}: {}", s.text))
+        };
+        for id in ["claude-desktop", "stdio"] {
+            let server = &json(id)["mcpServers"]["breeze"];
+            assert_eq!(server["command"], "breeze", "{id}");
+            assert_eq!(server["args"], serde_json::json!(["mcp", "stdio"]), "{id}");
+            assert!(
+                server.get("url").is_none() && server.get("headers").is_none(),
+                "{id}"
+            );
+            assert_eq!(server["env"]["BREEZE_URL"], "https://rmm.example.com");
+        }
+        let cursor = &json("cursor")["mcpServers"]["breeze"];
+        assert_eq!(cursor["url"], "https://rmm.example.com/mcp");
+        assert!(cursor["headers"]["X-API-Key"].is_string());
+        let vscode = &json("vscode")["servers"]["breeze"];
+        assert_eq!(
+            (vscode["type"].as_str(), vscode["url"].as_str()),
+            (Some("http"), Some("https://rmm.example.com/mcp"))
+        );
+        let desktop = all
+            .iter()
+            .find(|s| s.id == "claude-desktop")
+            .map(|s| &s.how);
+        assert!(
+            desktop.is_some_and(|h| h.contains("Connectors")),
+            "the remote way is a connector"
+        );
+    }
 }

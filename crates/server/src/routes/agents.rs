@@ -27,11 +27,9 @@ use crate::{
     extract::{AgentAuth, ClientAddr, Json as JsonBody},
 };
 
-/// How often the server pings an idle socket (keeps proxies from closing it).
-const PING_EVERY: Duration = Duration::from_secs(30);
-
 /// Waits before each new attempt to store a command result the database could not take
-/// (about two minutes in all): over the socket the agent counts a result as delivered.
+/// (about two minutes in all). The agent keeps the result until it is acknowledged and sends
+/// it again on its next socket; retrying here stores it sooner, without waiting for that.
 const RESULT_RETRIES: [Duration; 7] = [
     Duration::from_secs(1),
     Duration::from_secs(2),
@@ -187,8 +185,13 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
         }
     };
     tracing::info!(device = %agent.device_id, "agent connected");
-    let mut ping = tokio::time::interval(PING_EVERY);
+    // Pings keep proxies from closing an idle socket; silence past the limit means the
+    // connection is dead even though writes still succeed (they land in kernel buffers), and
+    // a write that blocks that long (the peer reads nothing) means the same.
+    let silence_limit = state.gateway.silence_limit();
+    let mut ping = tokio::time::interval(state.gateway.ping_interval());
     ping.tick().await;
+    let mut last_heard = tokio::time::Instant::now();
     loop {
         tokio::select! {
             frame = registration.outbox.recv() => {
@@ -205,12 +208,18 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                     Ok(t) => t,
                     Err(e) => { tracing::error!(error = %e, "unserialisable frame"); continue; }
                 };
-                if socket.send(Message::Text(text.into())).await.is_err() {
-                    break;
+                match tokio::time::timeout(silence_limit, socket.send(Message::Text(text.into()))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        tracing::warn!(device = %agent.device_id, "agent socket took no frame for {} s; dropping it", silence_limit.as_secs());
+                        break;
+                    }
                 }
             }
             msg = socket.recv() => {
                 let Some(Ok(msg)) = msg else { break };
+                last_heard = tokio::time::Instant::now();
                 let text = match msg {
                     Message::Text(t) => t,
                     Message::Close(_) => break,
@@ -226,7 +235,8 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                             "refused an agent report larger than {REPORT_BODY_BYTES} bytes");
                     }
                     Ok(frame) => {
-                        // A result is kept until stored: the agent will not send it again.
+                        // A result the database could not take is retried here; it is
+                        // acknowledged (by the gateway) only once stored.
                         let result = match &frame {
                             AgentFrame::CommandResult(r) => Some(r.clone()),
                             _ => None,
@@ -250,7 +260,12 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                 break;
             }
             _ = ping.tick() => {
-                if socket.send(Message::Ping(Vec::new().into())).await.is_err() {
+                if last_heard.elapsed() > silence_limit {
+                    tracing::warn!(device = %agent.device_id, "nothing from the agent for {} s; dropping its socket as dead", silence_limit.as_secs());
+                    break;
+                }
+                let sent = tokio::time::timeout(silence_limit, socket.send(Message::Ping(Vec::new().into()))).await;
+                if !matches!(sent, Ok(Ok(()))) {
                     break;
                 }
             }

@@ -11,6 +11,7 @@ mod bus;
 mod compliance;
 mod config_policies;
 mod context;
+mod crash;
 mod directory;
 mod dynamic_groups;
 mod idempotency;

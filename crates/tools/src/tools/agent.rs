@@ -14,6 +14,7 @@ use super::Level;
 use super::device_command::{
     CommandView, RunOptions, online_device, require_completed, run, safe_path,
 };
+use crate::reach::{self, Reach};
 use crate::{Effect, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 /// An input naming one device and the command to run there.
@@ -25,8 +26,8 @@ trait DeviceCommand {
 
 /// The command `input` asks for and its device, once that is the caller's and online: one
 /// function, so a call that runs now and one that waits for approval are checked alike.
-async fn target(
-    cx: &ToolCx<'_>,
+async fn target<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &impl DeviceCommand,
 ) -> Result<(Device, CommandKind), ToolError> {
     let kind = input.kind()?;
@@ -184,13 +185,21 @@ impl Tool for ExecuteCommand {
     type Actions = CommandType;
     type Input = ExecuteInput;
     type Output = CommandView;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
-        run(cx, &device, kind, RunOptions::new(25, 30)).await
+        // A command that ran and failed is the call's failure, with the device's reason.
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         target(cx, input).await.map(|_| None)
     }
 }
@@ -230,13 +239,21 @@ impl Tool for ManageServices {
     type Actions = ServiceAction;
     type Input = ServicesInput;
     type Output = CommandView;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
-        run(cx, &device, kind, RunOptions::new(25, 30)).await
+        // A command that ran and failed is the call's failure, with the device's reason.
+        require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         target(cx, input).await.map(|_| None)
     }
 }
@@ -323,13 +340,20 @@ impl Tool for FileOperations {
     type Actions = FileAction;
     type Input = FilesInput;
     type Output = CommandView;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
         require_completed(run(cx, &device, kind, RunOptions::new(25, 30)).await?)
     }
 
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         target(cx, input).await.map(|_| None)
     }
 }
@@ -433,13 +457,20 @@ impl Tool for NetworkDiscovery {
     type Actions = NoActions;
     type Input = DiscoveryInput;
     type Output = CommandView;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let (device, kind) = target(cx, &input).await?;
         require_completed(run(cx, &device, kind, RunOptions::new(110, 120)).await?)
     }
 
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         target(cx, input).await.map(|_| None)
     }
 }
@@ -500,8 +531,12 @@ impl Tool for SetAgentLogLevel {
     type Actions = NoActions;
     type Input = LogLevelInput;
     type Output = CommandView;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = online_device(cx, &input.device_id).await?;
         let minutes = input.duration_minutes.unwrap_or(60);
         let kind = CommandKind::SetLogLevel {
@@ -510,7 +545,7 @@ impl Tool for SetAgentLogLevel {
         };
         let mut opts = RunOptions::new(15, 10);
         opts.audit_action = "device.log_level";
-        let mut view = run(cx, &device, kind, opts).await?;
+        let mut view = require_completed(run(cx, &device, kind, opts).await?)?;
         if !view.completed() && view.message.is_some() {
             view = queue_note(view);
         }

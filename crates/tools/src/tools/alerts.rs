@@ -23,6 +23,7 @@ use super::{
     args::{SeverityArg, TargetArg, time_arg, uuid_or_missing},
     parse_uuid,
 };
+use crate::reach::{self, Reach};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -207,9 +208,12 @@ fn alert_missing(e: StoreError) -> ToolError {
     }
 }
 
-async fn alert_with_history(cx: &ToolCx<'_>, alert: Alert) -> Result<AlertView, ToolError> {
-    let history = cx.org.alerts().alert_events(alert.id).await?;
-    let events = cx.org.telemetry().alert_trigger_events(alert.id).await?;
+async fn alert_with_history<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    alert: Alert,
+) -> Result<AlertView, ToolError> {
+    let history = cx.alerts().alert_events(alert.id).await?;
+    let events = cx.telemetry().alert_trigger_events(alert.id).await?;
     let mut view = AlertView::from(alert);
     view.history = Some(history.into_iter().map(AlertHistoryEntry::from).collect());
     if !events.is_empty() {
@@ -229,8 +233,12 @@ impl Tool for ManageAlerts {
     type Actions = AlertAction;
     type Input = AlertsInput;
     type Output = Rendered<AlertsOutput>;
+    type Reach = (reach::Alerts, reach::Telemetry);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             AlertAction::List => {
                 let (status, unresolved) = match input.status {
@@ -264,7 +272,6 @@ impl Tool for ManageAlerts {
                     .transpose()
                     .map_err(|_| ToolError::invalid("cursor is not one this listing returned"))?;
                 let page = cx
-                    .org
                     .alerts()
                     .list_alerts(&filter, after, input.limit.unwrap_or(25).clamp(1, 100))
                     .await?;
@@ -278,7 +285,7 @@ impl Tool for ManageAlerts {
             }
             AlertAction::Get => {
                 let id = uuid_or_missing(input.alert_id.as_deref(), "alertId", ALERT_NOT_FOUND)?;
-                let alert = cx.org.alerts().get_alert(id).await.map_err(alert_missing)?;
+                let alert = cx.alerts().get_alert(id).await.map_err(alert_missing)?;
                 Rendered::of(&AlertsOutput {
                     alert: Some(alert_with_history(cx, alert).await?),
                     ..Default::default()
@@ -292,15 +299,11 @@ impl Tool for ManageAlerts {
                 let audit = AuditEvent::new(cx.actor.clone(), &format!("alert.{verb}"), "alert")
                     .request(cx.request_id.clone());
                 let alert = if ack {
-                    cx.org
-                        .alerts()
+                    cx.alerts()
                         .acknowledge_alert(id, &cx.actor, note, audit)
                         .await
                 } else {
-                    cx.org
-                        .alerts()
-                        .resolve_alert(id, &cx.actor, note, audit)
-                        .await
+                    cx.alerts().resolve_alert(id, &cx.actor, note, audit).await
                 }
                 .map_err(alert_missing)?;
                 Rendered::of(&AlertsOutput {
@@ -668,12 +671,20 @@ impl Tool for ManageAlertRules {
     type Actions = RuleAction;
     type Input = RulesInput;
     type Output = Rendered<RulesOutput>;
+    type Reach = (
+        reach::Alerts,
+        reach::Devices,
+        reach::Maintenance,
+        reach::Tenancy,
+    );
 
     /// The rule a delete names exists in the organization.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if input.action == RuleAction::Delete {
-            cx.org
-                .alerts()
+            cx.alerts()
                 .get_rule(rule_id(input)?)
                 .await
                 .map_err(rule_missing)?;
@@ -681,11 +692,13 @@ impl Tool for ManageAlertRules {
         Ok(None)
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             RuleAction::List => {
                 let rules: Vec<RuleView> = cx
-                    .org
                     .alerts()
                     .list_rules()
                     .await?
@@ -700,13 +713,11 @@ impl Tool for ManageAlertRules {
             }
             RuleAction::Get => {
                 let rule = cx
-                    .org
                     .alerts()
                     .get_rule(rule_id(&input)?)
                     .await
                     .map_err(rule_missing)?;
                 let suppressions = cx
-                    .org
                     .maintenance()
                     .suppressions(Some(rule.id), None, 20)
                     .await?;
@@ -745,7 +756,7 @@ impl Tool for ManageAlertRules {
                 };
                 let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.create", "alert_rule")
                     .request(cx.request_id.clone());
-                let rule = cx.org.alerts().create_rule(new, audit).await?;
+                let rule = cx.alerts().create_rule(new, audit).await?;
                 Rendered::of(&RulesOutput {
                     message: Some(format!("created alert rule {}", rule.name)),
                     rule: Some(rule.into()),
@@ -772,7 +783,6 @@ impl Tool for ManageAlertRules {
                 let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.update", "alert_rule")
                     .request(cx.request_id.clone());
                 let rule = cx
-                    .org
                     .alerts()
                     .update_rule(id, update, audit)
                     .await
@@ -788,7 +798,6 @@ impl Tool for ManageAlertRules {
                 let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.delete", "alert_rule")
                     .request(cx.request_id.clone());
                 let resolved = cx
-                    .org
                     .alerts()
                     .delete_rule(id, &cx.actor, audit)
                     .await
@@ -806,7 +815,6 @@ impl Tool for ManageAlertRules {
             }),
             RuleAction::ListChannels => {
                 let channels: Vec<ChannelView> = cx
-                    .org
                     .alerts()
                     .list_channels()
                     .await?
@@ -820,7 +828,7 @@ impl Tool for ManageAlertRules {
                 })
             }
             RuleAction::Summary => {
-                let s = cx.org.alerts().alert_summary().await?;
+                let s = cx.alerts().alert_summary().await?;
                 let by_severity: serde_json::Map<String, Value> = s
                     .unresolved_by_severity
                     .iter()
@@ -844,11 +852,13 @@ impl Tool for ManageAlertRules {
 
 /// Evaluates a stored rule, a stored rule with changes, or a draft (condition and target) over
 /// the current data, the way the engine would, and writes nothing.
-async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, ToolError> {
+async fn test_rule<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &RulesInput,
+) -> Result<TestView, ToolError> {
     let stored = match input.rule_id.as_deref() {
         Some(_) => Some(
-            cx.org
-                .alerts()
+            cx.alerts()
                 .get_rule(rule_id(input)?)
                 .await
                 .map_err(rule_missing)?,
@@ -874,9 +884,9 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
     // like a stored one's, so another organization's device is "not found" here too.
     match target {
         RuleTarget::Organization => {}
-        RuleTarget::Site(s) => drop(cx.org.tenancy().get_site(s).await?),
-        RuleTarget::Group(g) => drop(cx.org.tenancy().get_group(g).await?),
-        RuleTarget::Device(d) => drop(cx.org.devices().get_device(d).await?),
+        RuleTarget::Site(s) => drop(cx.tenancy().get_site(s).await?),
+        RuleTarget::Group(g) => drop(cx.tenancy().get_group(g).await?),
+        RuleTarget::Device(d) => drop(cx.devices().get_device(d).await?),
     }
     let now = cx.now();
     let mut rule = stored.clone().unwrap_or_else(|| AlertRule {
@@ -911,10 +921,9 @@ async fn test_rule(cx: &ToolCx<'_>, input: &RulesInput) -> Result<TestView, Tool
         RuleTarget::Group(g) => (breeze_core::TargetKind::Group, None, Some(g), None),
         RuleTarget::Device(d) => (breeze_core::TargetKind::Device, None, None, Some(d)),
     };
-    let mut observations = cx.org.alerts().observe_rule(&rule).await?;
+    let mut observations = cx.alerts().observe_rule(&rule).await?;
     let open: Vec<DeviceId> = match &stored {
         Some(r) => cx
-            .org
             .alerts()
             .unresolved_alerts_of_rule(r.id)
             .await?

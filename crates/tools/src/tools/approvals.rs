@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::parse_uuid;
+use crate::reach;
 use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -55,10 +56,14 @@ impl Tool for GetApprovalStatus {
     type Actions = NoActions;
     type Input = StatusInput;
     type Output = StatusOutput;
+    type Reach = reach::Approvals;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let id = parse_uuid("approvalId", &input.approval_id)?;
-        let r = match cx.org.approvals().get_approval(id).await {
+        let r = match cx.approvals().get_approval(id).await {
             Ok(r) => r,
             Err(StoreError::NotFound(_)) => return Err(ToolError::not_found(NOT_FOUND)),
             Err(e) => return Err(e.into()),

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::reach;
 use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -91,8 +92,12 @@ impl Tool for QueryAuditLog {
     type Actions = NoActions;
     type Input = QueryAuditInput;
     type Output = AuditOutput;
+    type Reach = reach::Audit;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let filter = AuditFilter {
             action: input.action,
             resource_type: input.resource_type,
@@ -107,7 +112,6 @@ impl Tool for QueryAuditLog {
             ..AuditFilter::default()
         };
         let page = cx
-            .org
             .audit()
             .query_audit(&filter, None, input.limit.unwrap_or(25).clamp(1, 100))
             .await?;

@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::args::{SeverityArg, TargetArg, uuid_or_missing};
+use crate::reach::{self, Reach};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -321,7 +322,7 @@ fn missing(e: StoreError) -> ToolError {
     }
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, "automation").request(cx.request_id.clone())
 }
 
@@ -341,12 +342,15 @@ impl Tool for ManageAutomations {
     type Actions = AutomationToolAction;
     type Input = AutomationsInput;
     type Output = Rendered<AutomationsOutput>;
+    type Reach = (reach::Automations, reach::Devices);
 
     /// The automation a delete names exists in the organization.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if input.action == AutomationToolAction::Delete {
-            cx.org
-                .automations()
+            cx.automations()
                 .get_automation(automation_id(input)?)
                 .await
                 .map_err(missing)?;
@@ -354,11 +358,13 @@ impl Tool for ManageAutomations {
         Ok(None)
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             AutomationToolAction::List => {
                 let all: Vec<AutomationView> = cx
-                    .org
                     .automations()
                     .list_automations()
                     .await?
@@ -373,17 +379,8 @@ impl Tool for ManageAutomations {
             }
             AutomationToolAction::Get => {
                 let id = automation_id(&input)?;
-                let a = cx
-                    .org
-                    .automations()
-                    .get_automation(id)
-                    .await
-                    .map_err(missing)?;
-                let runs = cx
-                    .org
-                    .automations()
-                    .list_runs(Some(id), RECENT_RUNS)
-                    .await?;
+                let a = cx.automations().get_automation(id).await.map_err(missing)?;
+                let runs = cx.automations().list_runs(Some(id), RECENT_RUNS).await?;
                 Rendered::of(&AutomationsOutput {
                     automation: Some(a.into()),
                     runs: Some(runs.into_iter().map(Into::into).collect()),
@@ -395,16 +392,11 @@ impl Tool for ManageAutomations {
                     None => None,
                     Some(_) => {
                         let id = automation_id(&input)?;
-                        cx.org
-                            .automations()
-                            .get_automation(id)
-                            .await
-                            .map_err(missing)?;
+                        cx.automations().get_automation(id).await.map_err(missing)?;
                         Some(id)
                     }
                 };
                 let runs: Vec<RunView> = cx
-                    .org
                     .automations()
                     .list_runs(id, input.limit.unwrap_or(20))
                     .await?
@@ -442,7 +434,6 @@ impl Tool for ManageAutomations {
                     owner_actor: cx.actor.to_string(),
                 };
                 let a = cx
-                    .org
                     .automations()
                     .create_automation(new, audit(cx, "automation.create"))
                     .await?;
@@ -472,7 +463,6 @@ impl Tool for ManageAutomations {
                     owner_actor: Some(cx.actor.to_string()),
                 };
                 let a = cx
-                    .org
                     .automations()
                     .update_automation(id, update, audit(cx, "automation.update"))
                     .await
@@ -499,7 +489,6 @@ impl Tool for ManageAutomations {
                     "automation.disable"
                 };
                 let a = cx
-                    .org
                     .automations()
                     .update_automation(id, update, audit(cx, verb))
                     .await
@@ -526,7 +515,6 @@ impl Tool for ManageAutomations {
                     message: None,
                 };
                 let run = cx
-                    .org
                     .automations()
                     .queue_run(id, new, audit(cx, "automation.run.queue"))
                     .await
@@ -544,7 +532,6 @@ impl Tool for ManageAutomations {
             AutomationToolAction::Delete => {
                 let id = automation_id(&input)?;
                 let a = cx
-                    .org
                     .automations()
                     .delete_automation(id, audit(cx, "automation.delete"))
                     .await

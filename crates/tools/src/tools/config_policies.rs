@@ -29,6 +29,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::devices::find_device;
+use crate::reach::{self, Reach};
 use crate::{Effect, NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -69,9 +70,13 @@ fn uuid_arg(raw: &str, missing: &str) -> Result<Uuid, ToolError> {
 
 /// The organization's configuration policies as the domain changes them: audited as the
 /// caller, sent to agents through this server's gateway.
-fn domain<'a>(cx: &ToolCx<'a>) -> ConfigPolicies<'a> {
-    ConfigPolicies::new(cx.org, Agents::Gateway(cx.fleet), cx.actor.clone())
-        .request(cx.request_id.clone())
+fn domain<'a, R: Reach>(cx: &ToolCx<'a, R>) -> ConfigPolicies<'a> {
+    ConfigPolicies::new(
+        cx.config_policies(),
+        Agents::Gateway(*cx.fleet()),
+        cx.actor.clone(),
+    )
+    .request(cx.request_id.clone())
 }
 
 /// Domain errors with this module's wording for what was not found.
@@ -220,19 +225,19 @@ impl Tool for ListConfigurationPolicies {
     type Actions = NoActions;
     type Input = ListInput;
     type Output = ListOutput;
+    type Reach = reach::ConfigPolicies;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let status = input.status.map(|s| match s {
             StatusArg::Active => PolicyStatus::Active,
             StatusArg::Inactive => PolicyStatus::Inactive,
         });
-        let policies = cx
-            .org
-            .config_policies()
-            .list_config_policies(status)
-            .await?;
+        let policies = cx.config_policies().list_config_policies(status).await?;
         let mut assignments: BTreeMap<Uuid, Vec<AssignmentView>> = BTreeMap::new();
-        for a in cx.org.config_policies().list_config_assignments().await? {
+        for a in cx.config_policies().list_config_assignments().await? {
             assignments.entry(a.policy_id).or_default().push(a.into());
         }
         let total = policies.len();
@@ -346,16 +351,19 @@ impl Tool for GetEffectiveConfiguration {
     type Actions = NoActions;
     type Input = DeviceInput;
     type Output = EffectiveOutput;
+    type Reach = (reach::ConfigPolicies, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let effective = cx
-            .org
             .config_policies()
             .effective_configuration(device.id)
             .await?;
         let wire = breeze_gateway::wire_policy(&effective);
-        let report = cx.org.config_policies().config_report(device.id).await?;
+        let report = cx.config_policies().config_report(device.id).await?;
         let mut drift = Vec::new();
         if let Some(r) = &report {
             let desired = [
@@ -477,7 +485,7 @@ pub(crate) struct PreviewOutput {
 }
 
 /// Checks an assignment the organization could make and returns the candidate it would be.
-async fn candidate_for(cx: &ToolCx<'_>, add: &AddArg) -> Result<Candidate, ToolError> {
+async fn candidate_for<R: Reach>(cx: &ToolCx<'_, R>, add: &AddArg) -> Result<Candidate, ToolError> {
     let policy_id = uuid_arg(&add.config_policy_id, POLICY_NOT_FOUND)?;
     let target_id = uuid_arg(&add.target_id, TARGET_NOT_FOUND)?;
     let new = NewAssignment {
@@ -488,7 +496,6 @@ async fn candidate_for(cx: &ToolCx<'_>, add: &AddArg) -> Result<Candidate, ToolE
         created_by: cx.actor.to_string(),
     };
     let policy = cx
-        .org
         .config_policies()
         .check_new_assignment(&new)
         .await
@@ -516,8 +523,12 @@ impl Tool for PreviewConfigurationChange {
     type Actions = NoActions;
     type Input = PreviewInput;
     type Output = PreviewOutput;
+    type Reach = (reach::ConfigPolicies, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let adds = input.add.unwrap_or_default();
         let removes = input.remove.unwrap_or_default();
         if adds.is_empty() && removes.is_empty() {
@@ -530,14 +541,13 @@ impl Tool for PreviewConfigurationChange {
         let mut remove_ids = Vec::new();
         for raw in &removes {
             let id = uuid_arg(raw, ASSIGNMENT_NOT_FOUND)?;
-            cx.org
-                .config_policies()
+            cx.config_policies()
                 .get_config_assignment(id)
                 .await
                 .map_err(not_found)?;
             remove_ids.push(id);
         }
-        let before = cx.org.config_policies().config_candidates().await?;
+        let before = cx.config_policies().config_candidates().await?;
         let mut after: Vec<Candidate> = before
             .iter()
             .filter(|c| !remove_ids.contains(&c.assignment_id))
@@ -546,11 +556,7 @@ impl Tool for PreviewConfigurationChange {
         for add in &adds {
             after.push(candidate_for(cx, add).await?);
         }
-        let places = cx
-            .org
-            .config_policies()
-            .device_places(only.as_deref())
-            .await?;
+        let places = cx.config_policies().device_places(only.as_deref()).await?;
         let mut devices = Vec::new();
         for place in &places {
             let changes = diff(&resolve_for(place, &before), &resolve_for(place, &after));
@@ -620,8 +626,12 @@ impl Tool for ApplyConfigurationPolicy {
     type Actions = NoActions;
     type Input = ApplyInput;
     type Output = AssignmentOutput;
+    type Reach = (reach::ConfigPolicies, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let changed = domain(cx)
             .assign(Assign {
                 policy_id: uuid_arg(&input.config_policy_id, POLICY_NOT_FOUND)?,
@@ -662,8 +672,12 @@ impl Tool for RemoveConfigurationPolicyAssignment {
     type Actions = NoActions;
     type Input = RemoveInput;
     type Output = AssignmentOutput;
+    type Reach = (reach::ConfigPolicies, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let id = uuid_arg(&input.assignment_id, ASSIGNMENT_NOT_FOUND)?;
         let changed = domain(cx).unassign(id).await.map_err(refused)?;
         let (assignment, affected) = (changed.value, changed.devices.len());

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::devices::find_device;
 use breeze_core::Permission;
 
+use crate::reach;
 use crate::{Effect, NoActions, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -77,12 +78,15 @@ impl Tool for GetDeviceContext {
     type Actions = NoActions;
     type Input = GetContextInput;
     type Output = ContextList;
+    type Reach = (reach::Context, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let now = cx.now();
         let entries: Vec<ContextView> = cx
-            .org
             .context()
             .device_context(device.id, input.include_resolved.unwrap_or(false))
             .await?
@@ -146,11 +150,14 @@ impl Tool for SetDeviceContext {
     type Actions = NoActions;
     type Input = SetContextInput;
     type Output = ContextView;
+    type Reach = (reach::Context, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let entry = cx
-            .org
             .context()
             .add_context(
                 NewContext {
@@ -196,8 +203,12 @@ impl Tool for ResolveDeviceContext {
     type Actions = NoActions;
     type Input = ResolveContextInput;
     type Output = ContextView;
+    type Reach = reach::Context;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let not_found = || ToolError::not_found("Context entry not found or access denied");
         let id = uuid::Uuid::parse_str(&input.context_id).map_err(|_| not_found())?;
         let audit = breeze_core::AuditEvent::new(
@@ -206,7 +217,7 @@ impl Tool for ResolveDeviceContext {
             "device_context",
         )
         .request(cx.request_id.clone());
-        match cx.org.context().resolve_context(id, audit).await {
+        match cx.context().resolve_context(id, audit).await {
             Ok(e) => Ok(ContextView::new(e, cx.now())),
             Err(StoreError::NotFound(_)) => Err(not_found()),
             Err(e) => Err(e.into()),

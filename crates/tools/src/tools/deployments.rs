@@ -37,6 +37,7 @@ use super::{
     DEVICE_NOT_FOUND,
     args::{TargetArg, uuid_or_missing},
 };
+use crate::reach::{self, Reach};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -358,7 +359,7 @@ fn missing(e: StoreError) -> ToolError {
     }
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, "deployment").request(cx.request_id.clone())
 }
 
@@ -417,12 +418,11 @@ fn ring(i: usize, r: &RingArg, max_failure: u8) -> Result<NewRing, ToolError> {
     })
 }
 
-async fn view(cx: &ToolCx<'_>, d: Deployment) -> Result<DeploymentView, ToolError> {
-    let tallies = cx.org.deployments().deployment_tallies(&d).await?;
+async fn view<R: Reach>(cx: &ToolCx<'_, R>, d: Deployment) -> Result<DeploymentView, ToolError> {
+    let tallies = cx.deployments().deployment_tallies(&d).await?;
     let mut deferred = vec![0; d.rings.len()];
     if d.maintenance_window_only {
         for p in cx
-            .org
             .deployments()
             .deployment_devices(d.id, None, Some(DeviceRunStatus::Pending))
             .await?
@@ -441,7 +441,10 @@ async fn view(cx: &ToolCx<'_>, d: Deployment) -> Result<DeploymentView, ToolErro
 
 /// The window a `when=maintenance_window` deployment names: this organization's and enabled
 /// (as `manage_patches` install in a window asks).
-async fn window(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Option<Uuid>, ToolError> {
+async fn window<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &DeploymentsInput,
+) -> Result<Option<Uuid>, ToolError> {
     // As manage_patches: a window matters only to when=maintenance_window.
     let Some(raw) = input
         .window_id
@@ -451,15 +454,10 @@ async fn window(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Option<Uuid
         return Ok(None);
     };
     let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
-    let w = cx
-        .org
-        .maintenance()
-        .get_window(id)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => ToolError::not_found(WINDOW_NOT_FOUND),
-            other => other.into(),
-        })?;
+    let w = cx.maintenance().get_window(id).await.map_err(|e| match e {
+        StoreError::NotFound(_) => ToolError::not_found(WINDOW_NOT_FOUND),
+        other => other.into(),
+    })?;
     if !w.enabled {
         return Err(ToolError::invalid(format!(
             "windowId: the maintenance window {:?} is disabled",
@@ -470,7 +468,10 @@ async fn window(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Option<Uuid
     Ok(Some(id))
 }
 
-async fn create(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Deployment, ToolError> {
+async fn create<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &DeploymentsInput,
+) -> Result<Deployment, ToolError> {
     let name = input
         .name
         .clone()
@@ -505,8 +506,7 @@ async fn create(cx: &ToolCx<'_>, input: &DeploymentsInput) -> Result<Deployment,
         maintenance_window_only: input.when == Some(WhenArg::MaintenanceWindow),
         window_id: window(cx, input).await?,
     };
-    cx.org
-        .deployments()
+    cx.deployments()
         .create_deployment(new, audit(cx, "deployment.create"))
         .await
         .map_err(|e| match e {
@@ -527,10 +527,19 @@ impl Tool for ManageDeployments {
     type Actions = DeploymentAction;
     type Input = DeploymentsInput;
     type Output = Rendered<DeploymentsOutput>;
+    type Reach = (
+        reach::Commands,
+        reach::Deployments,
+        reach::Maintenance,
+        reach::Security,
+    );
 
     /// The deployment a Tier 3 action names exists in the organization (so no approval is
     /// requested for another organization's, or a missing, deployment).
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if matches!(
             input.action,
             DeploymentAction::Start
@@ -538,8 +547,7 @@ impl Tool for ManageDeployments {
                 | DeploymentAction::Resume
                 | DeploymentAction::Cancel
         ) {
-            cx.org
-                .deployments()
+            cx.deployments()
                 .get_deployment(deployment_id(input)?)
                 .await
                 .map_err(missing)?;
@@ -547,7 +555,10 @@ impl Tool for ManageDeployments {
         Ok(None)
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             DeploymentAction::List => {
                 let status = input
@@ -558,7 +569,6 @@ impl Tool for ManageDeployments {
                     .map_err(|e| ToolError::invalid(e.to_string()))?;
                 let mut all = Vec::new();
                 for d in cx
-                    .org
                     .deployments()
                     .list_deployments(status, input.limit.unwrap_or(20))
                     .await?
@@ -573,7 +583,6 @@ impl Tool for ManageDeployments {
             }
             DeploymentAction::Get => {
                 let d = cx
-                    .org
                     .deployments()
                     .get_deployment(deployment_id(&input)?)
                     .await
@@ -585,7 +594,6 @@ impl Tool for ManageDeployments {
             }
             DeploymentAction::DeviceStatus => {
                 let d = cx
-                    .org
                     .deployments()
                     .get_deployment(deployment_id(&input)?)
                     .await
@@ -598,7 +606,6 @@ impl Tool for ManageDeployments {
                     .map_err(|e| ToolError::invalid(e.to_string()))?;
                 let ring = input.ring.map(|r| i64::from(r) - 1);
                 let devices: Vec<DeviceView> = cx
-                    .org
                     .deployments()
                     .deployment_devices(d.id, ring, status)
                     .await?
@@ -644,7 +651,6 @@ impl Tool for ManageDeployments {
                     _ => (Control::Cancel, "deployment.cancel", "cancelled"),
                 };
                 let d = cx
-                    .org
                     .deployments()
                     .control_deployment(
                         deployment_id(&input)?,

@@ -16,6 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::devices::find_device;
+use crate::reach::Reach;
 use crate::{ErrorCode, ToolCx, ToolError};
 
 /// How long a command may wait for an agent that is online but reconnecting (one heartbeat
@@ -80,12 +81,19 @@ pub(crate) struct CommandView {
 
 impl CommandView {
     pub(crate) fn new(device: &Device, c: CommandRecord) -> Self {
-        let message = (!c.is_terminal()).then(|| {
-            format!(
+        let message = if !c.is_terminal() {
+            Some(format!(
                 "The command is still {} on {}; its result will be recorded when it finishes (command id {}).",
                 c.status, device.hostname, c.id
-            )
-        });
+            ))
+        } else if c.completed_late {
+            Some(format!(
+                "The command ran on {}, but its result arrived after the command's deadline (command id {}).",
+                device.hostname, c.id
+            ))
+        } else {
+            None
+        };
         let duration_ms = c
             .started_at
             .zip(c.completed_at)
@@ -119,7 +127,10 @@ fn command_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
 }
 
 /// The caller's device, online; otherwise the error a tool returns.
-pub(crate) async fn online_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Device, ToolError> {
+pub(crate) async fn online_device<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    device_id: &str,
+) -> Result<Device, ToolError> {
     let device = find_device(cx, device_id).await?;
     if device.status != DeviceStatus::Online {
         let seen = device
@@ -144,8 +155,8 @@ pub(crate) fn gateway_error(e: GatewayError) -> ToolError {
 }
 
 /// Queues `kind` on `device` and waits as `opts` say.
-pub(crate) async fn run(
-    cx: &ToolCx<'_>,
+pub(crate) async fn run<R: Reach>(
+    cx: &ToolCx<'_, R>,
     device: &Device,
     kind: CommandKind,
     opts: RunOptions,
@@ -154,7 +165,7 @@ pub(crate) async fn run(
     let audit = AuditEvent::new(cx.actor.clone(), opts.audit_action, "device_command")
         .request(cx.request_id.clone());
     let cmd = cx
-        .fleet
+        .fleet()
         .submit(
             NewCommand {
                 device_id: device.id,
@@ -170,7 +181,7 @@ pub(crate) async fn run(
         .await
         .map_err(gateway_error)?;
     let done = cx
-        .fleet
+        .fleet()
         .wait(cmd.id, opts.wait, |p| match p {
             Progress::Started => {
                 cx.report(0.0, None, Some(format!("running on {}", device.hostname)));
@@ -192,14 +203,23 @@ pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolEr
         .clone()
         .or_else(|| view.stderr.clone())
         .unwrap_or_else(|| format!("the command ended {}", view.status));
-    Err(ToolError::new(
+    let exit = view
+        .exit_code
+        .map(|c| format!(" (exit code {c})"))
+        .unwrap_or_default();
+    let mut error = ToolError::new(
         ErrorCode::UpstreamError,
         format!(
-            "{} on {}: {why}",
+            "{} on {}: {why}{exit}; command id {}",
             view.status.as_str().replace('_', " "),
-            view.hostname
+            view.hostname,
+            view.command_id
         ),
-    ))
+    )
+    .hint("the device ran the command and reported this failure; fix its cause on the device or choose another action");
+    // The device answered: trying the same again gets the same answer.
+    error.retryable = view.status == breeze_core::CommandStatus::TimedOut;
+    Err(error)
 }
 
 /// Locations the server refuses besides the protected paths the agent also enforces: kernel
@@ -273,11 +293,14 @@ pub(crate) fn safe_path(field: &str, path: &str) -> Result<(), ToolError> {
 /// Refuses a command naming a path the organization added to the protected paths (the
 /// built-in ones were refused by [`safe_path`] already). The agent gets the same additions
 /// with the command and refuses on its own too.
-async fn check_org_protected(cx: &ToolCx<'_>, kind: &CommandKind) -> Result<(), ToolError> {
+async fn check_org_protected<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    kind: &CommandKind,
+) -> Result<(), ToolError> {
     if !kind.touches_paths() {
         return Ok(());
     }
-    let additions = cx.org.commands().protected_paths().await?;
+    let additions = cx.commands().protected_paths().await?;
     if additions.is_empty() {
         return Ok(());
     }

@@ -2,11 +2,12 @@
 //! installed packages `get_device_details` only counts, paged).
 
 use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, Permission, SiteId};
-use breeze_store::{DeviceFilter, StoreError};
+use breeze_store::{DeviceFilter, OrgAgents, OrgContext, OrgTelemetry, OrgTenancy, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{DEVICE_NOT_FOUND, parse_uuid};
+use crate::reach::{self, Reach};
 use crate::{NoActions, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -153,8 +154,12 @@ impl Tool for QueryDevices {
     type Actions = NoActions;
     type Input = QueryDevicesInput;
     type Output = Rendered<QueryDevicesOutput<'static>>;
+    type Reach = reach::Devices;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let filter = DeviceFilter {
             status: input.status.map(|s| match s {
                 StatusArg::Online => DeviceStatus::Online,
@@ -181,7 +186,6 @@ impl Tool for QueryDevices {
         };
         // Serialized straight from the device directory's snapshot.
         let page = cx
-            .org
             .devices()
             .device_page(&filter, input.limit.unwrap_or(25).clamp(1, 100), 0)
             .await?;
@@ -330,21 +334,51 @@ fn disk_details(d: &breeze_agent_proto::DiskInfo) -> DiskDetails {
     }
 }
 
+/// What a device's details document reads: its sites and groups, context, agent state and
+/// latest metrics.
+#[derive(Clone, Copy)]
+pub(crate) struct DeviceReads<'a> {
+    tenancy: OrgTenancy<'a>,
+    context: OrgContext<'a>,
+    agents: OrgAgents<'a>,
+    telemetry: OrgTelemetry<'a>,
+}
+
+impl<'a> DeviceReads<'a> {
+    pub(crate) fn of(org: breeze_store::OrgStore<'a>) -> Self {
+        Self {
+            tenancy: org.tenancy(),
+            context: org.context(),
+            agents: org.agents(),
+            telemetry: org.telemetry(),
+        }
+    }
+
+    fn from_cx<R: Reach>(cx: &ToolCx<'a, R>) -> Self {
+        Self {
+            tenancy: cx.tenancy(),
+            context: cx.context(),
+            agents: cx.agents(),
+            telemetry: cx.telemetry(),
+        }
+    }
+}
+
 /// The details document of `device`, shared by `get_device_details` and the
 /// `breeze://devices/{id}` resource so both read the same (camelCase throughout).
 pub(crate) async fn device_details(
-    org: &breeze_store::OrgStore<'_>,
+    org: DeviceReads<'_>,
     device: &Device,
 ) -> Result<serde_json::Value, StoreError> {
     let site_name = org
-        .tenancy()
+        .tenancy
         .list_sites()
         .await?
         .into_iter()
         .find(|s| s.id == device.site_id)
         .map(|s| s.name);
     let groups = org
-        .tenancy()
+        .tenancy
         .groups_of_device(device.id)
         .await?
         .into_iter()
@@ -353,15 +387,15 @@ pub(crate) async fn device_details(
             name: g.name,
         })
         .collect();
-    let active_context = org.context().device_context(device.id, false).await?.len();
-    let state = org.agents().device_state(device.id).await?;
+    let active_context = org.context.device_context(device.id, false).await?.len();
+    let state = org.agents.device_state(device.id).await?;
     // A stored inventory that no longer parses (an older agent's shape) reads as none.
     let inventory: Option<breeze_agent_proto::Inventory> = state
         .as_ref()
         .and_then(|s| s.inventory.clone())
         .and_then(|v| serde_json::from_value(v).ok());
     let inv = inventory.as_ref();
-    let latest = org.telemetry().latest_metric(device.id).await?;
+    let latest = org.telemetry.latest_metric(device.id).await?;
     let details = DeviceDetails {
         device: DeviceSummary::new(device, site_name.as_deref()),
         groups,
@@ -424,11 +458,14 @@ pub(crate) async fn device_details(
 }
 
 /// Looks a device up, answering "not found or access denied" for a foreign or missing one.
-pub(crate) async fn find_device(cx: &ToolCx<'_>, device_id: &str) -> Result<Device, ToolError> {
+pub(crate) async fn find_device<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    device_id: &str,
+) -> Result<Device, ToolError> {
     let id = uuid::Uuid::parse_str(device_id)
         .map(DeviceId)
         .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))?;
-    match cx.org.devices().get_device(id).await {
+    match cx.devices().get_device(id).await {
         Ok(d) => Ok(d),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(DEVICE_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -446,10 +483,20 @@ impl Tool for GetDeviceDetails {
     type Actions = NoActions;
     type Input = DeviceIdInput;
     type Output = Rendered<DeviceDetails<'static>>;
+    type Reach = (
+        reach::Agents,
+        reach::Context,
+        reach::Devices,
+        reach::Telemetry,
+        reach::Tenancy,
+    );
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
-        Rendered::of(&device_details(&cx.org, &device).await?)
+        Rendered::of(&device_details(DeviceReads::from_cx(cx), &device).await?)
     }
 }
 
@@ -509,11 +556,14 @@ impl Tool for GetDeviceSoftware {
     type Actions = NoActions;
     type Input = SoftwareInput;
     type Output = SoftwareOutput;
+    type Reach = reach::Devices;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let page = cx
-            .org
             .devices()
             .device_packages(
                 device.id,

@@ -14,6 +14,7 @@ use super::{
     device_command::{CommandView, RunOptions, online_device, require_completed, run, safe_path},
     devices::find_device,
 };
+use crate::reach::{self, Reach};
 use crate::{NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -73,12 +74,11 @@ fn size_of(candidate: &Value) -> u64 {
         .unwrap_or(0)
 }
 
-async fn latest_snapshot(
-    cx: &ToolCx<'_>,
+async fn latest_snapshot<R: Reach>(
+    cx: &ToolCx<'_, R>,
     device: &Device,
 ) -> Result<Option<(String, Option<String>, Value)>, ToolError> {
     Ok(cx
-        .org
         .commands()
         .latest_completed_command(device.id, "disk_scan")
         .await?
@@ -113,8 +113,12 @@ impl Tool for AnalyzeDiskUsage {
     type Actions = NoActions;
     type Input = AnalyzeInput;
     type Output = Snapshot;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         if !input.refresh.unwrap_or(false)
             && let Some((id, at, analysis)) = latest_snapshot(cx, &device).await?
@@ -213,10 +217,14 @@ impl Tool for DiskCleanup {
     type Actions = CleanupAction;
     type Input = CleanupInput;
     type Output = CleanupOutput;
+    type Reach = (reach::Commands, reach::Devices, reach::Fleet);
 
     /// An execute names the caller's device, online, and paths among the latest snapshot's
     /// candidates; the run is pinned to that snapshot (a newer scan changes what may be deleted).
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if input.action != CleanupAction::Execute {
             return Ok(None);
         }
@@ -248,7 +256,10 @@ impl Tool for DiskCleanup {
         }))
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let Some((snapshot_id, _, analysis)) = latest_snapshot(cx, &device).await? else {
             return Ok(CleanupOutput {

@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{devices::DeviceSummary, parse_uuid};
+use crate::reach::{self, Reach};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -269,15 +270,14 @@ fn group_missing(e: StoreError) -> ToolError {
 }
 
 /// Sets a group's filter (audited) and recomputes its members as the caller.
-async fn set_filter(
-    cx: &ToolCx<'_>,
+async fn set_filter<R: Reach>(
+    cx: &ToolCx<'_, R>,
     group: DeviceGroupId,
     filter: &GroupFilter,
 ) -> Result<breeze_store::Recomputed, ToolError> {
     let audit = AuditEvent::new(cx.actor.clone(), "device_group.set_filter", "device_group")
         .request(cx.request_id.clone());
     Ok(cx
-        .org
         .dynamic_groups()
         .set_group_filter(group, filter, &cx.actor, audit)
         .await?)
@@ -295,12 +295,20 @@ impl Tool for ManageGroups {
     type Actions = GroupAction;
     type Input = GroupsInput;
     type Output = Rendered<GroupsOutput<'static>>;
+    type Reach = (
+        reach::Audit,
+        reach::Devices,
+        reach::DynamicGroups,
+        reach::Tenancy,
+    );
 
     /// The group an update or delete names exists in the organization.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if matches!(input.action, GroupAction::Update | GroupAction::Delete) {
-            cx.org
-                .tenancy()
+            cx.tenancy()
                 .get_group(group_id(input)?)
                 .await
                 .map_err(group_missing)?;
@@ -308,7 +316,10 @@ impl Tool for ManageGroups {
         Ok(None)
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             GroupAction::List => {
                 let site = input
@@ -316,9 +327,8 @@ impl Tool for ManageGroups {
                     .as_deref()
                     .map(|s| parse_uuid("siteId", s).map(SiteId))
                     .transpose()?;
-                let filters = cx.org.dynamic_groups().group_filters().await?;
+                let filters = cx.dynamic_groups().group_filters().await?;
                 let groups: Vec<GroupView> = cx
-                    .org
                     .tenancy()
                     .list_groups()
                     .await?
@@ -339,14 +349,9 @@ impl Tool for ManageGroups {
             }
             GroupAction::Get => {
                 let id = group_id(&input)?;
-                let group = cx
-                    .org
-                    .tenancy()
-                    .get_group(id)
-                    .await
-                    .map_err(group_missing)?;
-                let filter = cx.org.dynamic_groups().group_filter(id).await?;
-                let devices = cx.org.devices().group_members(id).await?;
+                let group = cx.tenancy().get_group(id).await.map_err(group_missing)?;
+                let filter = cx.dynamic_groups().group_filter(id).await?;
+                let devices = cx.devices().group_members(id).await?;
                 let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
                     .map(|d| DeviceSummary::new(d, None))
@@ -364,7 +369,7 @@ impl Tool for ManageGroups {
                     .as_ref()
                     .ok_or_else(|| ToolError::invalid("filter is required for preview"))?
                     .resolve()?;
-                let devices = cx.org.dynamic_groups().preview_filter(&filter).await?;
+                let devices = cx.dynamic_groups().preview_filter(&filter).await?;
                 let limit = input.limit.unwrap_or(50) as usize;
                 let members: Vec<DeviceSummary<'_>> = devices
                     .iter()
@@ -381,7 +386,6 @@ impl Tool for ManageGroups {
             GroupAction::MembershipLog => {
                 let id = group_id(&input)?;
                 let log: Vec<LogView> = cx
-                    .org
                     .dynamic_groups()
                     .membership_log(id, input.limit.unwrap_or(50))
                     .await
@@ -403,12 +407,8 @@ impl Tool for ManageGroups {
             }
             GroupAction::AddDevices | GroupAction::RemoveDevices => {
                 let id = group_id(&input)?;
-                cx.org
-                    .tenancy()
-                    .get_group(id)
-                    .await
-                    .map_err(group_missing)?;
-                if cx.org.dynamic_groups().group_filter(id).await?.is_some() {
+                cx.tenancy().get_group(id).await.map_err(group_missing)?;
+                if cx.dynamic_groups().group_filter(id).await?.is_some() {
                     return Err(ToolError::new(
                         crate::ErrorCode::Conflict,
                         "the group is dynamic: its filter decides its members (update the filter)",
@@ -424,18 +424,17 @@ impl Tool for ManageGroups {
                         continue;
                     };
                     let done = if input.action == GroupAction::AddDevices {
-                        match cx.org.tenancy().add_to_group(id, device).await {
+                        match cx.tenancy().add_to_group(id, device).await {
                             Ok(()) => true,
                             Err(StoreError::NotFound(_)) => false,
                             Err(e) => return Err(e.into()),
                         }
                     } else {
-                        cx.org.tenancy().remove_from_group(id, device).await?
+                        cx.tenancy().remove_from_group(id, device).await?
                     };
                     if done {
                         let added = input.action == GroupAction::AddDevices;
-                        cx.org
-                            .dynamic_groups()
+                        cx.dynamic_groups()
                             .log_membership(id, device, added, &cx.actor, "by hand")
                             .await?;
                         changed += 1;
@@ -459,7 +458,7 @@ impl Tool for ManageGroups {
                     serde_json::json!({ "action": verb, "changed": changed, "skipped": skipped }),
                 )
                 .request(cx.request_id.clone());
-                cx.org.audit().append_audit(audit).await?;
+                cx.audit().append_audit(audit).await?;
                 Rendered::of(&GroupsOutput {
                     message: Some(format!("{changed} device(s) {verb} the group")),
                     changed: Some(changed),
@@ -482,7 +481,6 @@ impl Tool for ManageGroups {
                         .request(cx.request_id.clone());
                 let filter = input.filter.as_ref().map(FilterArg::resolve).transpose()?;
                 let group = cx
-                    .org
                     .tenancy()
                     .create_group(name, site, input.description.as_deref(), audit)
                     .await?;
@@ -504,7 +502,6 @@ impl Tool for ManageGroups {
                     AuditEvent::new(cx.actor.clone(), "device_group.update", "device_group")
                         .request(cx.request_id.clone());
                 let group = cx
-                    .org
                     .tenancy()
                     .update_group(
                         id,
@@ -518,7 +515,7 @@ impl Tool for ManageGroups {
                     Some(f) => Some(set_filter(cx, id, f).await?),
                     None => None,
                 };
-                let filter = cx.org.dynamic_groups().group_filter(id).await?;
+                let filter = cx.dynamic_groups().group_filter(id).await?;
                 Rendered::of(&GroupsOutput {
                     message: Some("group updated".into()),
                     changed: changes.map(|c| c.added.len() + c.removed.len()),
@@ -531,8 +528,7 @@ impl Tool for ManageGroups {
                 let audit =
                     AuditEvent::new(cx.actor.clone(), "device_group.delete", "device_group")
                         .request(cx.request_id.clone());
-                cx.org
-                    .tenancy()
+                cx.tenancy()
                     .delete_group(id, audit)
                     .await
                     .map_err(group_missing)?;

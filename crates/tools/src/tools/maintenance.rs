@@ -19,6 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::args::{TargetArg, time_arg, uuid_or_missing};
+use crate::reach;
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -295,12 +296,15 @@ impl Tool for ManageMaintenanceWindows {
     type Actions = WindowAction;
     type Input = WindowsInput;
     type Output = Rendered<WindowsOutput>;
+    type Reach = reach::Maintenance;
 
     /// The window a delete names exists in the organization.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if input.action == WindowAction::Delete {
-            cx.org
-                .maintenance()
+            cx.maintenance()
                 .get_window(window_id(input)?)
                 .await
                 .map_err(window_missing)?;
@@ -308,12 +312,14 @@ impl Tool for ManageMaintenanceWindows {
         Ok(None)
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let now = cx.now();
         match input.action {
             WindowAction::List => {
                 let windows: Vec<WindowView> = cx
-                    .org
                     .maintenance()
                     .list_windows()
                     .await?
@@ -329,13 +335,11 @@ impl Tool for ManageMaintenanceWindows {
             WindowAction::Get => {
                 let id = window_id(&input)?;
                 let window = cx
-                    .org
                     .maintenance()
                     .get_window(id)
                     .await
                     .map_err(window_missing)?;
                 let suppressions = cx
-                    .org
                     .maintenance()
                     .suppressions(None, Some(id), MAX_LISTED_SUPPRESSIONS)
                     .await?;
@@ -352,7 +356,7 @@ impl Tool for ManageMaintenanceWindows {
                     .map(TargetArg::resolve)
                     .transpose()?
                     .unwrap_or(RuleTarget::Organization);
-                let open = cx.org.maintenance().open_windows(target, now).await?;
+                let open = cx.maintenance().open_windows(target, now).await?;
                 let windows: Vec<WindowView> = open
                     .into_iter()
                     .map(|(w, _)| WindowView::new(w, now))
@@ -393,7 +397,7 @@ impl Tool for ManageMaintenanceWindows {
                     "maintenance_window",
                 )
                 .request(cx.request_id.clone());
-                let window = cx.org.maintenance().create_window(new, audit).await?;
+                let window = cx.maintenance().create_window(new, audit).await?;
                 Rendered::of(&WindowsOutput {
                     message: Some(format!("created maintenance window {}", window.name)),
                     window: Some(WindowView::new(window, now)),
@@ -418,7 +422,6 @@ impl Tool for ManageMaintenanceWindows {
                 )
                 .request(cx.request_id.clone());
                 let window = cx
-                    .org
                     .maintenance()
                     .update_window(id, update, audit)
                     .await
@@ -438,7 +441,6 @@ impl Tool for ManageMaintenanceWindows {
                 )
                 .request(cx.request_id.clone());
                 let window = cx
-                    .org
                     .maintenance()
                     .delete_window(id, audit)
                     .await

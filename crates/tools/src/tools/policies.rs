@@ -37,6 +37,7 @@ use breeze_domain::compliance::ComplianceChecks;
 
 use super::args::{TargetArg, uuid_or_missing};
 use super::device_command::safe_path;
+use crate::reach::{self, Reach};
 use crate::{ErrorCode, Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -334,7 +335,7 @@ fn missing(e: StoreError) -> ToolError {
     }
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, "compliance_policy").request(cx.request_id.clone())
 }
 
@@ -365,13 +366,13 @@ fn target(input: &PoliciesInput) -> Result<Option<RuleTarget>, ToolError> {
 
 /// Queues agent checks of `policy` on up to [`MAX_CHECKS_PER_CALL`] online targeted devices,
 /// waits up to `wait` for their answers and folds in those that came. (sent, answered).
-async fn check_agents(
-    cx: &ToolCx<'_>,
+async fn check_agents<R: Reach>(
+    cx: &ToolCx<'_, R>,
     policy: &CompliancePolicy,
     only: Option<&[DeviceId]>,
     wait: Duration,
 ) -> Result<(usize, usize), ToolError> {
-    let sent = ComplianceChecks::new(cx.org, cx.fleet)
+    let sent = ComplianceChecks::new(cx.compliance(), *cx.fleet())
         .queue(
             policy,
             only,
@@ -384,14 +385,15 @@ async fn check_agents(
     if wait.is_zero() || sent.is_empty() {
         return Ok((sent.len(), 0));
     }
-    let waits = sent.iter().map(|(_, id)| cx.fleet.wait(*id, wait, |_| {}));
+    let waits = sent
+        .iter()
+        .map(|(_, id)| cx.fleet().wait(*id, wait, |_| {}));
     let done = futures::future::join_all(waits).await;
     let mut answered = 0;
     for ((d, _), cmd) in sent.iter().zip(done) {
         let Ok(cmd) = cmd else { continue };
         if cmd.is_terminal() {
-            cx.org
-                .compliance()
+            cx.compliance()
                 .fold_compliance_check(policy, *d, &cmd)
                 .await?;
             answered += 1;
@@ -412,14 +414,22 @@ impl Tool for ManagePolicies {
     type Actions = PolicyAction;
     type Input = PoliciesInput;
     type Output = Rendered<PoliciesOutput>;
+    type Reach = (
+        reach::Compliance,
+        reach::Devices,
+        reach::Scripts,
+        reach::Fleet,
+    );
 
     /// Delete: the policy exists. Remediate: it exists, has a script (pinned: the approver sees
     /// its body) and a non-compliant device.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         match input.action {
             PolicyAction::Delete => {
-                cx.org
-                    .compliance()
+                cx.compliance()
                     .get_compliance_policy(policy_id(input)?)
                     .await
                     .map_err(missing)?;
@@ -427,7 +437,6 @@ impl Tool for ManagePolicies {
             }
             PolicyAction::Remediate => {
                 let p = cx
-                    .org
                     .compliance()
                     .get_compliance_policy(policy_id(input)?)
                     .await
@@ -436,10 +445,9 @@ impl Tool for ManagePolicies {
                     ToolError::invalid("the policy has no remediationScriptId")
                         .hint("set one with action=update")
                 })?;
-                let script = cx.org.scripts().get_script(script).await?;
+                let script = cx.scripts().get_script(script).await?;
                 let only = device_id(input)?;
                 let bad = cx
-                    .org
                     .compliance()
                     .compliance_statuses(Some(p.id), only, Some(ComplianceState::NonCompliant), 1)
                     .await?;
@@ -455,11 +463,13 @@ impl Tool for ManagePolicies {
         }
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             PolicyAction::List => {
                 let all: Vec<PolicyView> = cx
-                    .org
                     .compliance()
                     .list_compliance_policies()
                     .await?
@@ -475,12 +485,11 @@ impl Tool for ManagePolicies {
             PolicyAction::Get => {
                 let id = policy_id(&input)?;
                 let p = cx
-                    .org
                     .compliance()
                     .get_compliance_policy(id)
                     .await
                     .map_err(missing)?;
-                let remediations = cx.org.compliance().list_remediations(id, 5).await?;
+                let remediations = cx.compliance().list_remediations(id, 5).await?;
                 Rendered::of(&PoliciesOutput {
                     policy: Some(p.into()),
                     remediations: Some(remediations.into_iter().map(Into::into).collect()),
@@ -492,8 +501,7 @@ impl Tool for ManagePolicies {
                     None => None,
                     Some(_) => {
                         let id = policy_id(&input)?;
-                        cx.org
-                            .compliance()
+                        cx.compliance()
                             .get_compliance_policy(id)
                             .await
                             .map_err(missing)?;
@@ -502,10 +510,9 @@ impl Tool for ManagePolicies {
                 };
                 let device = device_id(&input)?;
                 if let Some(d) = device {
-                    cx.org.devices().get_device(d).await?;
+                    cx.devices().get_device(d).await?;
                 }
                 let rows: Vec<StatusView> = cx
-                    .org
                     .compliance()
                     .compliance_statuses(
                         policy,
@@ -534,7 +541,6 @@ impl Tool for ManagePolicies {
             }
             PolicyAction::ComplianceSummary => {
                 let rows: Vec<SummaryView> = cx
-                    .org
                     .compliance()
                     .compliance_summary()
                     .await?
@@ -559,8 +565,7 @@ impl Tool for ManagePolicies {
                     None => None,
                     Some(_) => {
                         let id = policy_id(&input)?;
-                        cx.org
-                            .compliance()
+                        cx.compliance()
                             .get_compliance_policy(id)
                             .await
                             .map_err(missing)?;
@@ -569,7 +574,6 @@ impl Tool for ManagePolicies {
                 };
                 let device = device_id(&input)?;
                 let rows: Vec<ChangeView> = cx
-                    .org
                     .compliance()
                     .compliance_history(policy, device, input.limit.unwrap_or(100))
                     .await?
@@ -592,18 +596,16 @@ impl Tool for ManagePolicies {
             PolicyAction::Evaluate => {
                 let id = policy_id(&input)?;
                 let p = cx
-                    .org
                     .compliance()
                     .get_compliance_policy(id)
                     .await
                     .map_err(missing)?;
                 let device = device_id(&input)?;
                 if let Some(d) = device {
-                    cx.org.devices().get_device(d).await?;
+                    cx.devices().get_device(d).await?;
                 }
                 let only = device.map(|d| vec![d]);
                 let report: EvaluationReport = cx
-                    .org
                     .compliance()
                     .evaluate_policy_inventory(&p, only.as_deref())
                     .await?;
@@ -611,7 +613,6 @@ impl Tool for ManagePolicies {
                 let (sent, answered) = check_agents(cx, &p, only.as_deref(), wait).await?;
                 // Counts after the agents' answers.
                 let after = cx
-                    .org
                     .compliance()
                     .compliance_summary()
                     .await?
@@ -619,7 +620,6 @@ impl Tool for ManagePolicies {
                     .find(|s| s.policy_id == id)
                     .unwrap_or_default();
                 let rows: Vec<StatusView> = cx
-                    .org
                     .compliance()
                     .compliance_statuses(Some(id), device, None, 100)
                     .await?
@@ -688,7 +688,6 @@ impl Tool for ManagePolicies {
                     evaluate_every_minutes: input.evaluate_every_minutes.unwrap_or(60),
                 };
                 let p = cx
-                    .org
                     .compliance()
                     .create_compliance_policy(new, audit(cx, "compliance_policy.create"))
                     .await?;
@@ -720,7 +719,6 @@ impl Tool for ManagePolicies {
                     owner_actor: Some(cx.actor.to_string()),
                 };
                 let p = cx
-                    .org
                     .compliance()
                     .update_compliance_policy(id, update, audit(cx, "compliance_policy.update"))
                     .await
@@ -744,7 +742,6 @@ impl Tool for ManagePolicies {
                     "compliance_policy.deactivate"
                 };
                 let p = cx
-                    .org
                     .compliance()
                     .update_compliance_policy(id, update, audit(cx, verb))
                     .await
@@ -762,7 +759,6 @@ impl Tool for ManagePolicies {
             PolicyAction::Delete => {
                 let id = policy_id(&input)?;
                 let p = cx
-                    .org
                     .compliance()
                     .delete_compliance_policy(id, audit(cx, "compliance_policy.delete"))
                     .await
@@ -776,7 +772,6 @@ impl Tool for ManagePolicies {
                 let id = policy_id(&input)?;
                 let only = device_id(&input)?.map(|d| vec![d]);
                 let r = cx
-                    .org
                     .compliance()
                     .queue_remediation(
                         id,

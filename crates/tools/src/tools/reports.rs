@@ -1,8 +1,8 @@
 //! `generate_report`: report definitions (list, get, create, update, delete), generation now,
 //! the history of runs, and a run's data (summary, a short preview and its download path).
 //!
-//! Kinds: device inventory, alert history, audit activity; formats JSON, CSV and PDF. Patch and
-//! compliance reports are refused by name until Breeze has that data. The output is never put
+//! Kinds: device inventory, alert history, audit activity, patch status and compliance status;
+//! formats JSON, CSV and PDF. The output is never put
 //! in the reply: the store streams it into stored chunks and the reply names
 //! `GET /api/v1/orgs/{org}/reports/{runId}/download`, which serves it chunk by chunk.
 //!
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::args::{SeverityArg, uuid_or_missing};
+use crate::reach::{self, Reach};
 use crate::{RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -57,26 +58,22 @@ pub(crate) enum ReportTypeArg {
     DeviceInventory,
     AlertHistory,
     AuditActivity,
-    /// Not available yet.
+    // Plain comments, not docs: a documented variant would turn the listed enum into a oneOf.
+    // Each device's last patch scan: available and security updates, pending reboot.
     PatchStatus,
-    /// Not available yet.
+    // Each device's status against each compliance policy covering it.
     ComplianceStatus,
 }
 
 impl ReportTypeArg {
     fn kind(self) -> Result<ReportKind, ToolError> {
-        match self {
-            ReportTypeArg::DeviceInventory => Ok(ReportKind::DeviceInventory),
-            ReportTypeArg::AlertHistory => Ok(ReportKind::AlertHistory),
-            ReportTypeArg::AuditActivity => Ok(ReportKind::AuditActivity),
-            ReportTypeArg::PatchStatus | ReportTypeArg::ComplianceStatus => {
-                Err(ToolError::invalid(
-                    "patch_status and compliance_status reports are not available yet: Breeze does \
-                 not manage patches or compliance policies yet",
-                )
-                .hint("use device_inventory, alert_history or audit_activity"))
-            }
-        }
+        Ok(match self {
+            ReportTypeArg::DeviceInventory => ReportKind::DeviceInventory,
+            ReportTypeArg::AlertHistory => ReportKind::AlertHistory,
+            ReportTypeArg::AuditActivity => ReportKind::AuditActivity,
+            ReportTypeArg::PatchStatus => ReportKind::PatchStatus,
+            ReportTypeArg::ComplianceStatus => ReportKind::ComplianceStatus,
+        })
     }
 }
 
@@ -114,8 +111,9 @@ pub(crate) enum OsArg {
     Linux,
 }
 
-/// What the report keeps: status, osType, siteId for device_inventory; severity and
-/// sinceHours (default 168) for alert_history; sinceHours for audit_activity.
+/// What the report keeps: status, osType, siteId for device_inventory, patch_status and
+/// compliance_status; severity and sinceHours (default 168) for alert_history; sinceHours for
+/// audit_activity.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct FiltersArg {
@@ -302,7 +300,7 @@ fn report_missing(e: breeze_store::StoreError) -> ToolError {
     }
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, "report").request(cx.request_id.clone())
 }
 
@@ -320,19 +318,22 @@ pub(crate) struct GenerateReport;
 impl Tool for GenerateReport {
     const NAME: &'static str = "generate_report";
     const TITLE: &'static str = "Generate reports";
-    const DESCRIPTION: &'static str = "Reports of device inventory, alert history or audit activity as JSON, CSV or PDF. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId and/or reportType, format, filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
+    const DESCRIPTION: &'static str = "Reports of device inventory, alert history, audit activity, patch status or compliance status as JSON, CSV or PDF. action=list|get (definitions), history (runs), data (a run's summary, preview and downloadPath) read; generate (reportId and/or reportType, format, filters: Tier 2), create|update|delete definitions (Tier 2). Output is downloaded, never returned whole.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AuditRead;
     const RATE_LIMIT: Option<RateLimit> = per(10, 300);
     type Actions = ReportAction;
     type Input = ReportsInput;
     type Output = Rendered<ReportsOutput>;
+    type Reach = reach::Reports;
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             ReportAction::List => {
                 let reports: Vec<DefinitionView> = cx
-                    .org
                     .reports()
                     .list_reports()
                     .await?
@@ -347,17 +348,8 @@ impl Tool for GenerateReport {
             }
             ReportAction::Get => {
                 let id = input.report_id()?;
-                let report = cx
-                    .org
-                    .reports()
-                    .get_report(id)
-                    .await
-                    .map_err(report_missing)?;
-                let runs = cx
-                    .org
-                    .reports()
-                    .report_runs(Some(id), DEFAULT_HISTORY)
-                    .await?;
+                let report = cx.reports().get_report(id).await.map_err(report_missing)?;
+                let runs = cx.reports().report_runs(Some(id), DEFAULT_HISTORY).await?;
                 Rendered::of(&ReportsOutput {
                     report: Some(report.into()),
                     runs: Some(runs.into_iter().map(RunView::new).collect()),
@@ -370,7 +362,6 @@ impl Tool for GenerateReport {
                     None => None,
                 };
                 let runs: Vec<RunView> = cx
-                    .org
                     .reports()
                     .report_runs(definition, input.limit.unwrap_or(DEFAULT_HISTORY))
                     .await?
@@ -386,7 +377,6 @@ impl Tool for GenerateReport {
             ReportAction::Data => {
                 let id = uuid_or_missing(input.run_id.as_deref(), "runId", RUN_NOT_FOUND)?;
                 let run = cx
-                    .org
                     .reports()
                     .get_report_run(id)
                     .await
@@ -394,7 +384,7 @@ impl Tool for GenerateReport {
                 // A PDF has no text to preview: its download is the way to read it.
                 let first = match run.format {
                     ReportFormat::Pdf => None,
-                    _ => cx.org.reports().report_chunk(id, 0).await?,
+                    _ => cx.reports().report_chunk(id, 0).await?,
                 };
                 Rendered::of(&ReportsOutput {
                     preview: first.as_deref().map(preview),
@@ -407,7 +397,6 @@ impl Tool for GenerateReport {
                     // A definition's settings; what the call gives besides overrides them.
                     (Some(_), t) => {
                         let def = cx
-                            .org
                             .reports()
                             .get_report(input.report_id()?)
                             .await
@@ -442,7 +431,6 @@ impl Tool for GenerateReport {
                     }
                 };
                 let run = cx
-                    .org
                     .reports()
                     .generate_report(request, &cx.actor.to_string(), audit(cx, "report.generate"))
                     .await
@@ -474,7 +462,6 @@ impl Tool for GenerateReport {
                     created_by: cx.actor.to_string(),
                 };
                 let report = cx
-                    .org
                     .reports()
                     .create_report(new, audit(cx, "report.create"))
                     .await
@@ -495,7 +482,6 @@ impl Tool for GenerateReport {
                     filters: input.filters()?,
                 };
                 let report = cx
-                    .org
                     .reports()
                     .update_report(id, update, audit(cx, "report.update"))
                     .await
@@ -509,7 +495,6 @@ impl Tool for GenerateReport {
             ReportAction::Delete => {
                 let id = input.report_id()?;
                 let report = cx
-                    .org
                     .reports()
                     .delete_report(id, audit(cx, "report.delete"))
                     .await

@@ -17,6 +17,7 @@ use super::{
     DEVICE_NOT_FOUND,
     device_command::{CommandView, RunOptions, online_device, run},
 };
+use crate::reach::{self, Reach};
 use crate::{
     Effect, ErrorCode, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per,
 };
@@ -110,8 +111,8 @@ fn arguments(script: &Script, given: &BTreeMap<String, String>) -> Result<Vec<St
 }
 
 /// The library script `id_or_name`, with the error a call gives when it is not there.
-async fn find(cx: &ToolCx<'_>, id_or_name: &str) -> Result<Script, ToolError> {
-    match cx.org.scripts().find_script(id_or_name).await {
+async fn find<R: Reach>(cx: &ToolCx<'_, R>, id_or_name: &str) -> Result<Script, ToolError> {
+    match cx.scripts().find_script(id_or_name).await {
         Ok(s) => Ok(s),
         Err(StoreError::NotFound(_)) => {
             Err(ToolError::not_found("Script not found or access denied"))
@@ -154,10 +155,19 @@ impl Tool for RunScript {
     type Actions = NoActions;
     type Input = RunScriptInput;
     type Output = RunScriptOutput;
+    type Reach = (
+        reach::Commands,
+        reach::Devices,
+        reach::Scripts,
+        reach::Fleet,
+    );
 
     /// The script exists and takes these parameters; every device is the caller's and at least
     /// one is online (the call itself reports an offline device among several in its result).
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         let script = find(cx, &input.script_id).await?;
         arguments(&script, &input.parameters.clone().unwrap_or_default())?;
         let mut offline = None;
@@ -175,7 +185,10 @@ impl Tool for RunScript {
         }
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let script = find(cx, &input.script_id).await?;
         let args = arguments(&script, &input.parameters.clone().unwrap_or_default())?;
         let mut ids = input.device_ids.clone();

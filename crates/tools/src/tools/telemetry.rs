@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{DEVICE_NOT_FOUND, Level, devices::find_device};
+use crate::reach;
 use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -127,8 +128,12 @@ impl Tool for AnalyzeMetrics {
     type Actions = NoActions;
     type Input = MetricsInput;
     type Output = MetricsOutput;
+    type Reach = (reach::Devices, reach::Telemetry);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = find_device(cx, &input.device_id).await?;
         let hours = input.hours_back.unwrap_or(24);
         let aggregation = match input.aggregation {
@@ -141,7 +146,6 @@ impl Tool for AnalyzeMetrics {
         let to = cx.now();
         let from = to - Duration::hours(i64::from(hours));
         let points = cx
-            .org
             .telemetry()
             .query_metrics(device.id, from, to + Duration::seconds(1), aggregation)
             .await?;
@@ -258,15 +262,18 @@ impl Tool for GetActiveUsers {
     type Actions = NoActions;
     type Input = ActiveUsersInput;
     type Output = ActiveUsersOutput;
+    type Reach = (reach::Agents, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let only = match &input.device_id {
             Some(id) => Some(find_device(cx, id).await?.id),
             None => None,
         };
         let threshold = input.idle_threshold_minutes.unwrap_or(15);
         let devices: BTreeMap<DeviceId, breeze_core::Device> = cx
-            .org
             .devices()
             .list_devices(&Default::default(), 10_000, 0)
             .await?
@@ -275,7 +282,7 @@ impl Tool for GetActiveUsers {
             .map(|d| (d.id, d))
             .collect();
         let mut out = Vec::new();
-        for state in cx.org.agents().device_states(only).await? {
+        for state in cx.agents().device_states(only).await? {
             let Some(device) = devices.get(&state.device_id) else {
                 continue;
             };
@@ -379,8 +386,12 @@ impl Tool for GetUserExperienceMetrics {
     type Actions = NoActions;
     type Input = ExperienceInput;
     type Output = ExperienceOutput;
+    type Reach = (reach::Agents, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let device = match &input.device_id {
             Some(id) => Some(find_device(cx, id).await?.id),
             None => None,
@@ -388,7 +399,6 @@ impl Tool for GetUserExperienceMetrics {
         let days = input.days_back.unwrap_or(30);
         let now = cx.now();
         let sessions = cx
-            .org
             .agents()
             .user_sessions(
                 device,
@@ -500,8 +510,12 @@ impl Tool for SearchAgentLogs {
     type Actions = NoActions;
     type Input = LogsInput;
     type Output = LogsOutput;
+    type Reach = (reach::Agents, reach::Devices);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let mut device_ids = Vec::new();
         for id in input.device_ids.iter().flatten() {
             device_ids.push(
@@ -521,7 +535,6 @@ impl Tool for SearchAgentLogs {
             limit: input.limit.unwrap_or(100),
         };
         let logs: Vec<Value> = cx
-            .org
             .agents()
             .search_agent_logs(&filter)
             .await?

@@ -2,8 +2,8 @@
 
 use super::*;
 
-pub(super) async fn decide(
-    cx: &ToolCx<'_>,
+pub(super) async fn decide<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let (decision, verb) = match input.action {
@@ -29,7 +29,6 @@ pub(super) async fn decide(
         (_, _) => None,
     };
     let a = cx
-        .org
         .patches()
         .decide_patch(
             NewPatchDecision {
@@ -59,8 +58,8 @@ pub(super) async fn decide(
     })
 }
 
-pub(super) async fn bulk_approve(
-    cx: &ToolCx<'_>,
+pub(super) async fn bulk_approve<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let names: Vec<String> = match package_names(input)? {
@@ -81,7 +80,6 @@ pub(super) async fn bulk_approve(
             let mut after = None;
             loop {
                 let page = cx
-                    .org
                     .patches()
                     .list_device_patches(&PatchFilter {
                         security_only: input.security_only.unwrap_or(false),
@@ -120,7 +118,6 @@ pub(super) async fn bulk_approve(
     let mut approvals = Vec::new();
     for n in &names {
         let a = cx
-            .org
             .patches()
             .decide_patch(
                 NewPatchDecision {

@@ -2,14 +2,13 @@
 
 use super::*;
 
-pub(super) async fn list(
-    cx: &ToolCx<'_>,
+pub(super) async fn list<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let device = match &input.device_id {
         Some(d) => Some(
-            cx.org
-                .devices()
+            cx.devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?
@@ -26,7 +25,7 @@ pub(super) async fn list(
         after: input.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
     };
-    let mut rows = cx.org.patches().list_device_patches(&filter).await?;
+    let mut rows = cx.patches().list_device_patches(&filter).await?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let ids: Vec<DeviceId> = {
@@ -34,10 +33,16 @@ pub(super) async fn list(
         v.dedup();
         v
     };
-    let decisions = Decisions::load(&cx.org, Some(&ids), cx.clock.now()).await?;
+    let decisions = Decisions::load(
+        cx.config_policies(),
+        cx.patches(),
+        Some(&ids),
+        cx.clock.now(),
+    )
+    .await?;
     let mut hostnames: HashMap<DeviceId, String> = HashMap::new();
     for id in &ids {
-        if let Ok(d) = cx.org.devices().get_device(*id).await {
+        if let Ok(d) = cx.devices().get_device(*id).await {
             hostnames.insert(*id, d.hostname);
         }
     }
@@ -71,30 +76,33 @@ pub(super) async fn list(
     })
 }
 
-pub(super) async fn compliance(
-    cx: &ToolCx<'_>,
+pub(super) async fn compliance<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let devices = match &input.device_id {
         Some(d) => vec![
-            cx.org
-                .devices()
+            cx.devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?,
         ],
         None => {
-            cx.org
-                .devices()
+            cx.devices()
                 .list_devices(&DeviceFilter::default(), 10_000, 0)
                 .await?
                 .0
         }
     };
     let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
-    let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
+    let decisions = Decisions::load(
+        cx.config_policies(),
+        cx.patches(),
+        Some(&only),
+        cx.clock.now(),
+    )
+    .await?;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
-        .org
         .patches()
         .patch_scans()
         .await?
@@ -105,7 +113,6 @@ pub(super) async fn compliance(
     let mut after = None;
     loop {
         let page = cx
-            .org
             .patches()
             .list_device_patches(&PatchFilter {
                 device: input.device_id.as_ref().map(|_| only[0]),
@@ -190,8 +197,7 @@ pub(super) async fn compliance(
         devices: Some(views),
         summary: Some(summary),
         approvals: Some(
-            cx.org
-                .patches()
+            cx.patches()
                 .list_patch_approvals()
                 .await?
                 .into_iter()
@@ -203,15 +209,14 @@ pub(super) async fn compliance(
     })
 }
 
-pub(super) async fn scan(
-    cx: &ToolCx<'_>,
+pub(super) async fn scan<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let devices = match &input.device_ids {
         Some(ids) => named_devices(cx, ids).await?,
         None => {
-            cx.org
-                .devices()
+            cx.devices()
                 .list_devices(
                     &DeviceFilter {
                         status: Some(DeviceStatus::Online),
@@ -231,7 +236,7 @@ pub(super) async fn scan(
             continue;
         }
         let submitted = cx
-            .fleet
+            .fleet()
             .submit(
                 NewCommand {
                     device_id: d.id,
@@ -247,8 +252,7 @@ pub(super) async fn scan(
             .await;
         match submitted {
             Ok(cmd) => {
-                cx.org
-                    .patches()
+                cx.patches()
                     .request_patch_scan(
                         d.id,
                         cmd.id,
@@ -259,7 +263,6 @@ pub(super) async fn scan(
                     .map_err(store_error)?;
                 // Only a command pushed to a connected agent is worth waiting for.
                 let pushed = cx
-                    .org
                     .commands()
                     .get_command(cmd.id)
                     .await
@@ -295,10 +298,9 @@ pub(super) async fn scan(
     // Wait a bounded time for the answers; the rest are recorded when they arrive.
     let waits = waiting
         .iter()
-        .map(|(_, id)| cx.fleet.wait(*id, SCAN_WAIT, |_| {}));
+        .map(|(_, id)| cx.fleet().wait(*id, SCAN_WAIT, |_| {}));
     let done = futures::future::join_all(waits).await;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
-        .org
         .patches()
         .patch_scans()
         .await?

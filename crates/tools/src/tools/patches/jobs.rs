@@ -4,7 +4,10 @@
 
 use super::*;
 
-pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, ToolError> {
+pub(super) async fn plan<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &PatchesInput,
+) -> Result<Plan, ToolError> {
     let rollback = input.action == PatchAction::Rollback;
     let action = if rollback { "rollback" } else { "install" };
     let ids = required(&input.device_ids, "deviceIds", action)?;
@@ -28,12 +31,7 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
         }
         (WhenArg::MaintenanceWindow, Some(w)) => {
             let id = Uuid::parse_str(w).map_err(|_| ToolError::not_found(WINDOW_NOT_FOUND))?;
-            let w = cx
-                .org
-                .maintenance()
-                .get_window(id)
-                .await
-                .map_err(store_error)?;
+            let w = cx.maintenance().get_window(id).await.map_err(store_error)?;
             if !w.enabled {
                 return Err(ToolError::invalid(format!(
                     "windowId: the maintenance window {:?} is disabled",
@@ -44,7 +42,13 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
         }
     };
     let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
-    let decisions = Decisions::load(&cx.org, Some(&only), cx.clock.now()).await?;
+    let decisions = Decisions::load(
+        cx.config_policies(),
+        cx.patches(),
+        Some(&only),
+        cx.clock.now(),
+    )
+    .await?;
     let mut out = Plan {
         kind: action,
         reboot_policy: input.reboot_policy.unwrap_or(RebootArg::Never).as_str(),
@@ -68,7 +72,7 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
                     "version: give it with exactly one package in packageNames",
                 ));
             }
-            let previous = cx.org.patches().previous_versions(device.id, names).await?;
+            let previous = cx.patches().previous_versions(device.id, names).await?;
             let mut list = Vec::new();
             for n in names {
                 match input.version.clone().or_else(|| previous.get(n).cloned()) {
@@ -82,7 +86,6 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
             list
         } else {
             let available = cx
-                .org
                 .patches()
                 .list_device_patches(&PatchFilter {
                     device: Some(device.id),
@@ -148,7 +151,7 @@ pub(super) async fn plan(cx: &ToolCx<'_>, input: &PatchesInput) -> Result<Plan, 
 
 /// Queues a job's command for one device part and records it on the part.
 async fn send_part(
-    org: &OrgStore<'_>,
+    patches: OrgPatches<'_>,
     fleet: &breeze_gateway::OrgFleet<'_>,
     job: &PatchJob,
     device: DeviceId,
@@ -195,14 +198,12 @@ async fn send_part(
         .await;
     match sent {
         Ok(cmd) => {
-            org.patches()
-                .patch_part_sent(job.id, device, Ok(cmd.id))
-                .await?;
+            patches.patch_part_sent(job.id, device, Ok(cmd.id)).await?;
             Ok(Some(cmd.id))
         }
         Err(e) => {
             let message = gateway_error(e).message;
-            org.patches()
+            patches
                 .patch_part_sent(job.id, device, Err(message))
                 .await?;
             Ok(None)
@@ -214,12 +215,12 @@ async fn send_part(
 /// open): each device's command is queued as whoever asked for the job (the install was
 /// approved then). The server's patch-job dispatcher calls it for each due job.
 pub async fn start_scheduled_patch_job(
-    org: &OrgStore<'_>,
+    patches: OrgPatches<'_>,
     fleet: &breeze_gateway::OrgFleet<'_>,
     org_id: OrgId,
     job: &PatchJob,
 ) -> Result<(), ToolError> {
-    let (_, parts) = org.patches().get_patch_job(job.id).await?;
+    let (_, parts) = patches.get_patch_job(job.id).await?;
     for part in parts
         .into_iter()
         .filter(|p| p.status == breeze_core::PatchPartStatus::Scheduled)
@@ -231,23 +232,27 @@ pub async fn start_scheduled_patch_job(
         )
         .org(org_id)
         .resource(job.id);
-        send_part(org, fleet, job, part.device_id, &part.packages, 5, audit).await?;
+        send_part(
+            patches,
+            fleet,
+            job,
+            part.device_id,
+            &part.packages,
+            5,
+            audit,
+        )
+        .await?;
     }
     Ok(())
 }
 
-pub(super) async fn results(
-    cx: &ToolCx<'_>,
+pub(super) async fn results<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     if let Some(raw) = &input.job_id {
         let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
-        let (job, parts) = cx
-            .org
-            .patches()
-            .get_patch_job(id)
-            .await
-            .map_err(store_error)?;
+        let (job, parts) = cx.patches().get_patch_job(id).await.map_err(store_error)?;
         return Ok(PatchesOutput {
             job: Some(JobView::new(job, Some(parts))),
             ..Default::default()
@@ -255,8 +260,7 @@ pub(super) async fn results(
     }
     let device = match &input.device_id {
         Some(d) => Some(
-            cx.org
-                .devices()
+            cx.devices()
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?
@@ -265,7 +269,6 @@ pub(super) async fn results(
         None => None,
     };
     let jobs: Vec<JobView> = cx
-        .org
         .patches()
         .list_patch_jobs(input.limit.unwrap_or(20).min(100))
         .await?
@@ -274,8 +277,7 @@ pub(super) async fn results(
         .collect();
     let history = match device {
         Some(d) => Some(
-            cx.org
-                .patches()
+            cx.patches()
                 .patch_history(Some(d), None, 100)
                 .await?
                 .into_iter()
@@ -302,8 +304,8 @@ pub(super) async fn results(
     })
 }
 
-pub(super) async fn install(
-    cx: &ToolCx<'_>,
+pub(super) async fn install<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let plan = plan(cx, input).await?;
@@ -313,7 +315,6 @@ pub(super) async fn install(
         PatchJobKind::Install
     };
     let job = cx
-        .org
         .patches()
         .create_patch_job(
             NewPatchJob {
@@ -345,8 +346,8 @@ pub(super) async fn install(
     } else {
         for d in &plan.devices {
             send_part(
-                &cx.org,
-                &cx.fleet,
+                cx.patches(),
+                cx.fleet(),
                 &job,
                 d.device_id,
                 &d.packages,
@@ -363,7 +364,7 @@ pub(super) async fn install(
             job.id
         )
     };
-    let (job, parts) = cx.org.patches().get_patch_job(job.id).await?;
+    let (job, parts) = cx.patches().get_patch_job(job.id).await?;
     Ok(PatchesOutput {
         message: Some(message),
         job: Some(JobView::new(job, Some(parts))),

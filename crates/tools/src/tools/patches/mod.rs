@@ -33,8 +33,9 @@ use breeze_core::{
     config_policy::resolve_for,
 };
 use breeze_store::{
-    DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob, OrgStore,
-    PatchApproval, PatchDecision, PatchFilter, PatchJob, PatchJobDevice, PatchJobKind, StoreError,
+    DeviceFilter, DevicePatch, MAX_PATCH_PAGE, NewCommand, NewPatchDecision, NewPatchJob,
+    OrgConfigPolicies, OrgPatches, PatchApproval, PatchDecision, PatchFilter, PatchJob,
+    PatchJobDevice, PatchJobKind, StoreError,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,7 @@ use uuid::Uuid;
 
 use super::DEVICE_NOT_FOUND;
 use super::device_command::{CommandView, RunOptions, gateway_error, run};
+use crate::reach::{self, Reach};
 use crate::{Pin, RateLimit, Registry, Rendered, Tier, Tool, ToolCx, ToolError, per};
 
 mod decisions;
@@ -499,7 +501,8 @@ struct Decisions {
 
 impl Decisions {
     async fn load(
-        org: &OrgStore<'_>,
+        policies: OrgConfigPolicies<'_>,
+        patches: OrgPatches<'_>,
         only: Option<&[DeviceId]>,
         now: Timestamp,
     ) -> Result<Self, ToolError> {
@@ -509,7 +512,7 @@ impl Decisions {
             devices: HashMap::new(),
             now,
         };
-        for a in org.patches().list_patch_approvals().await? {
+        for a in patches.list_patch_approvals().await? {
             match a.policy_id {
                 Some(p) => {
                     d.by_policy.insert((p, a.package_name.clone()), a);
@@ -519,8 +522,8 @@ impl Decisions {
                 }
             }
         }
-        let candidates = org.config_policies().config_candidates().await?;
-        for place in org.config_policies().device_places(only).await? {
+        let candidates = policies.config_candidates().await?;
+        for place in policies.device_places(only).await? {
             let effective = resolve_for(&place, &candidates);
             let mut policy = DevicePolicy::default();
             if let Some(fields) = effective.get(&FeatureType::Patch) {
@@ -616,8 +619,8 @@ fn store_error(e: StoreError) -> ToolError {
 }
 
 /// The named devices, each the organization's (a foreign or unknown one is "not found").
-async fn named_devices(
-    cx: &ToolCx<'_>,
+async fn named_devices<R: Reach>(
+    cx: &ToolCx<'_, R>,
     ids: &[String],
 ) -> Result<Vec<breeze_core::Device>, ToolError> {
     if ids.len() > MAX_DEVICES {
@@ -630,7 +633,7 @@ async fn named_devices(
     for raw in ids {
         let id = device_id(raw)?;
         if seen.insert(id) {
-            out.push(cx.org.devices().get_device(id).await.map_err(store_error)?);
+            out.push(cx.devices().get_device(id).await.map_err(store_error)?);
         }
     }
     Ok(out)
@@ -664,7 +667,7 @@ fn policy_id(input: &PatchesInput) -> Result<Option<Uuid>, ToolError> {
         .transpose()
 }
 
-fn audit(cx: &ToolCx<'_>, action: &str, resource: &str) -> AuditEvent {
+fn audit<R: Reach>(cx: &ToolCx<'_, R>, action: &str, resource: &str) -> AuditEvent {
     AuditEvent::new(cx.actor.clone(), action, resource).request(cx.request_id.clone())
 }
 
@@ -724,9 +727,20 @@ impl Tool for ManagePatches {
     type Actions = PatchAction;
     type Input = PatchesInput;
     type Output = Rendered<PatchesOutput>;
+    type Reach = (
+        reach::Commands,
+        reach::ConfigPolicies,
+        reach::Devices,
+        reach::Maintenance,
+        reach::Patches,
+        reach::Fleet,
+    );
 
     /// Install and rollback: the plan per device, pinned for the approver.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         if input.action == PatchAction::Remove {
             let (devices, packages) = removal(cx, input).await?;
             return Ok(Some(Pin {
@@ -770,7 +784,10 @@ impl Tool for ManagePatches {
         }))
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let out = match input.action {
             PatchAction::List => list(cx, &input).await?,
             PatchAction::Compliance => compliance(cx, &input).await?,
@@ -784,17 +801,11 @@ impl Tool for ManagePatches {
                 let raw = required(&input.job_id, "jobId", "cancel")?;
                 let id = Uuid::parse_str(raw).map_err(|_| ToolError::not_found(JOB_NOT_FOUND))?;
                 let cancelled = cx
-                    .org
                     .patches()
                     .cancel_patch_job(id, audit(cx, "patch.job.cancel", "patch_job"))
                     .await
                     .map_err(store_error)?;
-                let (job, parts) = cx
-                    .org
-                    .patches()
-                    .get_patch_job(id)
-                    .await
-                    .map_err(store_error)?;
+                let (job, parts) = cx.patches().get_patch_job(id).await.map_err(store_error)?;
                 PatchesOutput {
                     message: Some(if cancelled {
                         "the job was waiting for its window and is cancelled".into()

@@ -58,8 +58,8 @@ fn removal_view(view: CommandView) -> RemovalView {
 }
 
 /// A removal's devices (this organization's) and packages (names, never options), checked.
-pub(super) async fn removal(
-    cx: &ToolCx<'_>,
+pub(super) async fn removal<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<(Vec<breeze_core::Device>, Vec<String>), ToolError> {
     let ids = input
@@ -85,8 +85,7 @@ pub(super) async fn removal(
     let mut devices = Vec::new();
     for raw in ids {
         devices.push(
-            cx.org
-                .devices()
+            cx.devices()
                 .get_device(device_id(raw)?)
                 .await
                 .map_err(store_error)?,
@@ -97,8 +96,8 @@ pub(super) async fn removal(
 
 /// `remove`: the named installed packages off the named devices, through each agent's package
 /// manager; waits for every device's answer (they run side by side).
-pub(super) async fn remove(
-    cx: &ToolCx<'_>,
+pub(super) async fn remove<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
     let (devices, packages) = removal(cx, input).await?;

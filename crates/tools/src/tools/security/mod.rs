@@ -42,6 +42,7 @@ use super::{
     device_command::{RunOptions, online_device, require_completed, run, safe_path},
     devices::find_device,
 };
+use crate::reach::{self, Reach};
 use crate::{ErrorCode, NoActions, Pin, RateLimit, Registry, Tier, Tool, ToolCx, ToolError, per};
 
 mod scoring;
@@ -476,11 +477,14 @@ fn outcome_of(command: &CommandRecord) -> ScanOutcome {
 }
 
 /// A running scan whose command has finished gets its outcome recorded; the scan as it is now.
-async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, ToolError> {
+async fn settle<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    scan: SecurityScan,
+) -> Result<SecurityScan, ToolError> {
     if scan.status != ScanStatus::Running {
         return Ok(scan);
     }
-    let command = match cx.org.commands().get_command(scan.command_id).await {
+    let command = match cx.commands().get_command(scan.command_id).await {
         Ok(c) => c,
         Err(StoreError::NotFound(_)) => return Ok(scan),
         Err(e) => return Err(e.into()),
@@ -488,56 +492,61 @@ async fn settle(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<SecurityScan, Too
     if !command.is_terminal() {
         return Ok(scan);
     }
-    cx.org
-        .security()
+    cx.security()
         .record_scan_result(scan.id, outcome_of(&command))
         .await?;
-    Ok(cx.org.security().get_security_scan(scan.id).await?)
+    Ok(cx.security().get_security_scan(scan.id).await?)
 }
 
-async fn summary(
-    cx: &ToolCx<'_>,
+async fn summary<R: Reach>(
+    cx: &ToolCx<'_, R>,
     scan: &SecurityScan,
 ) -> Result<Option<BTreeMap<String, usize>>, ToolError> {
     if scan.status != ScanStatus::Completed {
         return Ok(None);
     }
     let mut counts = BTreeMap::new();
-    for f in cx.org.security().scan_findings(scan.id).await? {
+    for f in cx.security().scan_findings(scan.id).await? {
         *counts.entry(f.status.to_string()).or_insert(0) += 1;
     }
     Ok(Some(counts))
 }
 
-async fn view(cx: &ToolCx<'_>, scan: SecurityScan) -> Result<ScanView, ToolError> {
+async fn view<R: Reach>(cx: &ToolCx<'_, R>, scan: SecurityScan) -> Result<ScanView, ToolError> {
     let scan = settle(cx, scan).await?;
     let s = summary(cx, &scan).await?;
     Ok(ScanView::new(&scan, s))
 }
 
-async fn find_scan(cx: &ToolCx<'_>, raw: &str) -> Result<SecurityScan, ToolError> {
+async fn find_scan<R: Reach>(cx: &ToolCx<'_, R>, raw: &str) -> Result<SecurityScan, ToolError> {
     let id = uuid_arg(raw, SCAN_NOT_FOUND)?;
-    match cx.org.security().get_security_scan(id).await {
+    match cx.security().get_security_scan(id).await {
         Ok(s) => Ok(s),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(SCAN_NOT_FOUND)),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn find_flagged(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<FlaggedFile, ToolError> {
+async fn find_flagged<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    raw: Option<&str>,
+) -> Result<FlaggedFile, ToolError> {
     let raw = raw.ok_or_else(|| ToolError::invalid("flaggedFileId is required"))?;
     let id = uuid_arg(raw, FLAGGED_NOT_FOUND)?;
-    match cx.org.security().get_flagged_file(id).await {
+    match cx.security().get_flagged_file(id).await {
         Ok(f) => Ok(f),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(FLAGGED_NOT_FOUND)),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn find_quarantine(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<QuarantineEntry, ToolError> {
+async fn find_quarantine<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    raw: Option<&str>,
+) -> Result<QuarantineEntry, ToolError> {
     let raw = raw.ok_or_else(|| ToolError::invalid("quarantineId is required"))?;
     let id = uuid_arg(raw, QUARANTINE_NOT_FOUND)?;
-    match cx.org.security().get_quarantine(id).await {
+    match cx.security().get_quarantine(id).await {
         Ok(q) => Ok(q),
         Err(StoreError::NotFound(_)) => Err(ToolError::not_found(QUARANTINE_NOT_FOUND)),
         Err(e) => Err(e.into()),
@@ -549,8 +558,8 @@ async fn find_quarantine(cx: &ToolCx<'_>, raw: Option<&str>) -> Result<Quarantin
 // ---------------------------------------------------------------------------------------------
 
 /// The devices a scan names: `(online devices, skipped)`.
-async fn scan_devices(
-    cx: &ToolCx<'_>,
+async fn scan_devices<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &ScanInput,
 ) -> Result<(Vec<Device>, Vec<SkippedView>), ToolError> {
     let mut devices = Vec::new();
@@ -582,8 +591,7 @@ async fn scan_devices(
                 ScanTarget::Organization => {}
                 ScanTarget::Site { site_id } => {
                     let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
-                    cx.org
-                        .tenancy()
+                    cx.tenancy()
                         .get_site(id)
                         .await
                         .map_err(|_| ToolError::not_found("Site not found or access denied"))?;
@@ -591,8 +599,7 @@ async fn scan_devices(
                 }
                 ScanTarget::Group { group_id } => {
                     let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
-                    cx.org
-                        .tenancy()
+                    cx.tenancy()
                         .get_group(id)
                         .await
                         .map_err(|_| ToolError::not_found("Group not found or access denied"))?;
@@ -600,7 +607,6 @@ async fn scan_devices(
                 }
             }
             let (found, _) = cx
-                .org
                 .devices()
                 .list_devices(&filter, MAX_SCAN_DEVICES as u32, 0)
                 .await?;
@@ -638,7 +644,7 @@ fn check_scan_paths(input: &ScanInput) -> Result<(), ToolError> {
     Ok(())
 }
 
-async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+async fn do_scan<R: Reach>(cx: &ToolCx<'_, R>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
     check_scan_paths(input)?;
     let (devices, skipped) = scan_devices(cx, input).await?;
     let kind = CommandKind::SecurityScan {
@@ -650,7 +656,7 @@ async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolE
         let audit = AuditEvent::new(cx.actor.clone(), "device.security_scan", "device_command")
             .request(cx.request_id.clone());
         let command = cx
-            .fleet
+            .fleet()
             .submit(
                 NewCommand {
                     device_id: device.id,
@@ -668,7 +674,6 @@ async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolE
         let audit = AuditEvent::new(cx.actor.clone(), "security_scan.start", "security_scan")
             .request(cx.request_id.clone());
         let scan = cx
-            .org
             .security()
             .create_security_scan(device.id, command.id, &cx.actor.to_string(), audit)
             .await?;
@@ -679,7 +684,7 @@ async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolE
     let mut views = Vec::new();
     for (i, scan) in scans.into_iter().enumerate() {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        cx.fleet
+        cx.fleet()
             .wait(scan.command_id, left, |_| {})
             .await
             .map_err(gateway_error)?;
@@ -702,7 +707,10 @@ async fn do_scan(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolE
     })
 }
 
-async fn do_status(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+async fn do_status<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &ScanInput,
+) -> Result<ScanOutput, ToolError> {
     if let Some(raw) = &input.scan_id {
         let scan = find_scan(cx, raw).await?;
         return Ok(ScanOutput {
@@ -715,18 +723,12 @@ async fn do_status(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, Too
         None => None,
     };
     let mut views = Vec::new();
-    for scan in cx
-        .org
-        .security()
-        .list_security_scans(device, None, 20)
-        .await?
-    {
+    for scan in cx.security().list_security_scans(device, None, 20).await? {
         views.push(view(cx, scan).await?);
     }
     let quarantined = match device {
         Some(d) => Some(
-            cx.org
-                .security()
+            cx.security()
                 .list_quarantine(Some(d), 50)
                 .await?
                 .into_iter()
@@ -742,21 +744,22 @@ async fn do_status(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, Too
     })
 }
 
-async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+async fn do_results<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &ScanInput,
+) -> Result<ScanOutput, ToolError> {
     let scan = match (&input.scan_id, &input.device_id) {
         (Some(raw), _) => settle(cx, find_scan(cx, raw).await?).await?,
         (None, Some(d)) => {
             let device = find_device(cx, d).await?;
             for s in cx
-                .org
                 .security()
                 .list_security_scans(Some(device.id), Some(ScanStatus::Running), 5)
                 .await?
             {
                 settle(cx, s).await?;
             }
-            cx.org
-                .security()
+            cx.security()
                 .latest_completed_scan(device.id)
                 .await?
                 .ok_or_else(|| {
@@ -767,7 +770,7 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
         (None, None) => return Err(ToolError::invalid("results needs scanId or deviceId")),
     };
     let failed_only = input.failed_only.unwrap_or(false);
-    let stored = cx.org.security().scan_findings(scan.id).await?;
+    let stored = cx.security().scan_findings(scan.id).await?;
     let news: Vec<NewFinding> = stored
         .iter()
         .map(|f| NewFinding {
@@ -792,7 +795,6 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
         })
         .collect();
     let flagged = cx
-        .org
         .security()
         .scan_flagged_files(scan.id)
         .await?
@@ -814,8 +816,8 @@ async fn do_results(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, To
 }
 
 /// The agent's quarantine answer as a record to store.
-fn quarantine_record(
-    cx: &ToolCx<'_>,
+fn quarantine_record<R: Reach>(
+    cx: &ToolCx<'_, R>,
     device: DeviceId,
     flagged: &FlaggedFile,
     result: &Value,
@@ -848,8 +850,8 @@ fn quarantine_record(
 }
 
 /// quarantine, or remove of a flagged file (quarantined, then its content deleted).
-async fn do_quarantine(
-    cx: &ToolCx<'_>,
+async fn do_quarantine<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &ScanInput,
     delete: bool,
 ) -> Result<ScanOutput, ToolError> {
@@ -887,7 +889,7 @@ async fn do_quarantine(
         "security_quarantine",
     )
     .request(cx.request_id.clone());
-    let entry = cx.org.security().record_quarantine(record, audit).await?;
+    let entry = cx.security().record_quarantine(record, audit).await?;
     Ok(ScanOutput {
         message: Some(if delete {
             format!(
@@ -906,8 +908,8 @@ async fn do_quarantine(
 }
 
 /// remove of a quarantined file, or restore.
-async fn do_quarantined(
-    cx: &ToolCx<'_>,
+async fn do_quarantined<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &ScanInput,
     restore: bool,
 ) -> Result<ScanOutput, ToolError> {
@@ -963,7 +965,6 @@ async fn do_quarantined(
     )
     .request(cx.request_id.clone());
     let entry = cx
-        .org
         .security()
         .set_quarantine_state(
             entry.id,
@@ -992,10 +993,21 @@ impl Tool for SecurityScanTool {
     type Actions = ScanAction;
     type Input = ScanInput;
     type Output = ScanOutput;
+    type Reach = (
+        reach::Commands,
+        reach::Deployments,
+        reach::Devices,
+        reach::Security,
+        reach::Tenancy,
+        reach::Fleet,
+    );
 
     /// Checks what the call names exists in the caller's organization (and the device is
     /// online for actions that reach it); a quarantine is pinned to the flagged file's sha256.
-    async fn precheck(cx: &ToolCx<'_>, input: &Self::Input) -> Result<Option<Pin>, ToolError> {
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
         match input.action {
             ScanAction::Scan => {
                 check_scan_paths(input)?;
@@ -1057,7 +1069,10 @@ impl Tool for SecurityScanTool {
         }
     }
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         match input.action {
             ScanAction::Scan => do_scan(cx, &input).await,
             ScanAction::Status => do_status(cx, &input).await,
@@ -1071,8 +1086,7 @@ impl Tool for SecurityScanTool {
             ScanAction::Schedule => do_schedule(cx, &input).await,
             ScanAction::ListSchedules => Ok(ScanOutput {
                 schedules: Some(
-                    cx.org
-                        .security()
+                    cx.security()
                         .list_scan_schedules()
                         .await?
                         .into_iter()
@@ -1089,7 +1103,7 @@ impl Tool for SecurityScanTool {
                     "security_scan_schedule",
                 )
                 .request(cx.request_id.clone());
-                let s = cx.org.security().delete_scan_schedule(s.id, audit).await?;
+                let s = cx.security().delete_scan_schedule(s.id, audit).await?;
                 Ok(ScanOutput {
                     message: Some(format!(
                         "schedule {:?} deleted; its past scans stay",
@@ -1105,8 +1119,8 @@ impl Tool for SecurityScanTool {
 
 const SCHEDULE_NOT_FOUND: &str = "Scan schedule not found or access denied";
 
-async fn find_schedule(
-    cx: &ToolCx<'_>,
+async fn find_schedule<R: Reach>(
+    cx: &ToolCx<'_, R>,
     input: &ScanInput,
 ) -> Result<breeze_store::ScanSchedule, ToolError> {
     let raw = input
@@ -1114,8 +1128,7 @@ async fn find_schedule(
         .as_deref()
         .ok_or_else(|| ToolError::invalid("scheduleId is required for unschedule"))?;
     let id = uuid_arg(raw, SCHEDULE_NOT_FOUND)?;
-    cx.org
-        .security()
+    cx.security()
         .get_scan_schedule(id)
         .await
         .map_err(|e| match e {
@@ -1126,7 +1139,10 @@ async fn find_schedule(
 
 /// A schedule's devices or target exist in the organization (online or not: they are
 /// scanned as they stand at each occurrence).
-async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), ToolError> {
+async fn scan_target_exists<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &ScanInput,
+) -> Result<(), ToolError> {
     match (&input.device_ids, &input.target) {
         (None, None) => Err(ToolError::invalid("schedule needs deviceIds or target")),
         (Some(ids), _) => {
@@ -1138,8 +1154,7 @@ async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), To
         (None, Some(ScanTarget::Organization)) => Ok(()),
         (None, Some(ScanTarget::Site { site_id })) => {
             let id = SiteId(uuid_arg(site_id, "Site not found or access denied")?);
-            cx.org
-                .tenancy()
+            cx.tenancy()
                 .get_site(id)
                 .await
                 .map(drop)
@@ -1147,8 +1162,7 @@ async fn scan_target_exists(cx: &ToolCx<'_>, input: &ScanInput) -> Result<(), To
         }
         (None, Some(ScanTarget::Group { group_id })) => {
             let id = DeviceGroupId(uuid_arg(group_id, "Group not found or access denied")?);
-            cx.org
-                .tenancy()
+            cx.tenancy()
                 .get_group(id)
                 .await
                 .map(drop)
@@ -1175,7 +1189,10 @@ fn schedule_cadence(input: &ScanInput) -> Result<breeze_store::ScanCadence, Tool
 
 /// `schedule`: stores the scan call for the server's worker to make at each occurrence, as
 /// this caller.
-async fn do_schedule(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, ToolError> {
+async fn do_schedule<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    input: &ScanInput,
+) -> Result<ScanOutput, ToolError> {
     let cadence = schedule_cadence(input)?;
     let mut arguments = serde_json::Map::new();
     if let Some(ids) = &input.device_ids {
@@ -1196,7 +1213,6 @@ async fn do_schedule(cx: &ToolCx<'_>, input: &ScanInput) -> Result<ScanOutput, T
     )
     .request(cx.request_id.clone());
     let s = cx
-        .org
         .security()
         .create_scan_schedule(
             breeze_store::NewScanSchedule {

@@ -108,11 +108,11 @@ fn weights() -> Vec<WeightView> {
 }
 
 /// A device's posture from its newest snapshot (shared with the device resource).
-pub(crate) async fn device_posture(
-    cx: &ToolCx<'_>,
+pub(crate) async fn device_posture<R: Reach>(
+    cx: &ToolCx<'_, R>,
     device: &Device,
 ) -> Result<Option<DevicePosture>, ToolError> {
-    let latest = cx.org.security().latest_posture(device.id).await?;
+    let latest = cx.security().latest_posture(device.id).await?;
     Ok(latest.map(|s| {
         let factors = factors_of(&s);
         DevicePosture {
@@ -131,11 +131,11 @@ pub(crate) async fn device_posture(
 /// Adds the device's newest posture (`securityPosture`: score, risk level, when, from which
 /// scan; `null` before its first scan) to a device document.
 pub(crate) async fn add_posture(
-    org: &breeze_store::OrgStore<'_>,
+    security: breeze_store::OrgSecurity<'_>,
     device: DeviceId,
     doc: &mut Value,
 ) -> Result<(), StoreError> {
-    let latest = org.security().latest_posture(device).await?;
+    let latest = security.latest_posture(device).await?;
     if let Some(obj) = doc.as_object_mut() {
         obj.insert(
             "securityPosture".into(),
@@ -161,15 +161,18 @@ impl Tool for GetSecurityPosture {
     type Actions = NoActions;
     type Input = PostureInput;
     type Output = PostureOutput;
+    type Reach = (reach::Devices, reach::Security);
 
-    async fn call(cx: &ToolCx<'_>, input: Self::Input) -> Result<Self::Output, ToolError> {
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
         let days = i64::from(input.days.unwrap_or(30));
         let since = cx.now() - chrono::Duration::days(days);
         if let Some(raw) = &input.device_id {
             let device = find_device(cx, raw).await?;
             let posture = device_posture(cx, &device).await?;
             let trend = cx
-                .org
                 .security()
                 .posture_snapshots(Some(device.id), since, 1000)
                 .await?
@@ -193,9 +196,8 @@ impl Tool for GetSecurityPosture {
                 message,
             });
         }
-        let latest = cx.org.security().latest_postures().await?;
+        let latest = cx.security().latest_postures().await?;
         let (devices, total) = cx
-            .org
             .devices()
             .list_devices(&DeviceFilter::default(), 10_000, 0)
             .await?;
@@ -254,7 +256,6 @@ impl Tool for GetSecurityPosture {
         // Trend: per UTC day, each device's last snapshot of the day, averaged.
         let mut days_map: BTreeMap<String, BTreeMap<DeviceId, i64>> = BTreeMap::new();
         for s in cx
-            .org
             .security()
             .posture_snapshots(None, since, 100_000)
             .await?
