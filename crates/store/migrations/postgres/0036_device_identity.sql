@@ -1,6 +1,6 @@
 -- Security II: a device's identity cannot be taken with an enrollment key, and a report run
 -- says when it stopped at its caps (PostgreSQL). Kept in lockstep
--- with migrations/sqlite/0035_device_identity.sql.
+-- with migrations/sqlite/0036_device_identity.sql.
 --
 -- An enrollment never rebinds an existing device: a second machine presenting a known machine
 -- id becomes a new device that names the one it may be a clone or impostor of. Only an
