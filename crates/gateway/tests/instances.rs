@@ -251,18 +251,18 @@ async fn a_changed_credential_closes_old_sockets_on_every_instance() {
         .device
         .id;
 
-    // Sockets opened with token 10 on A, then on B (B's replaces nothing on A).
+    // The agent's socket, opened with token 10, is on A.
     let mut on_a = a.connect(dev, org, [10; 32]).await.unwrap();
-    let mut on_b = b.connect(dev, org, [10; 32]).await.unwrap();
-    // A machine with the same id but no proof: a new device; nobody's socket closes.
+    // A machine with the same id but no proof: a new device; the socket stays.
     let clone = store_b
         .enroll_device(&[1; 32], machine(11, None))
         .await
         .unwrap();
     assert_eq!(clone.suspected_clone_of, Some(dev));
-    assert!(a.is_connected(dev) && b.is_connected(dev));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.is_connected(dev));
 
-    // Re-enrolled through B with the device's token as proof: both old sockets close.
+    // Re-enrolled through B with the device's token as proof: A's socket closes at once.
     store_b
         .enroll_device(
             &[1; 32],
@@ -274,17 +274,12 @@ async fn a_changed_credential_closes_old_sockets_on_every_instance() {
         closed(&mut on_a).await,
         "A's socket with the old token closed"
     );
-    assert!(
-        closed(&mut on_b).await,
-        "B's socket with the old token closed"
-    );
-    assert!(!a.is_connected(dev) && !b.is_connected(dev));
+    assert!(!a.is_connected(dev));
 
-    // A rotation completed through A (the new token's first use): B's socket on the old one
-    // closes, A's socket on the new one stays.
+    // A rotation completed through A (the new token's first use): B's socket, opened with the
+    // old token, closes.
     let mut old = b.connect(dev, org, [12; 32]).await.unwrap();
     store_a.stage_device_token(dev, &[13; 32]).await.unwrap();
-    let _new = a.connect(dev, org, [13; 32]).await.unwrap();
     assert!(
         store_a
             .find_device_credential(&[13; 32])
@@ -295,11 +290,6 @@ async fn a_changed_credential_closes_old_sockets_on_every_instance() {
     assert!(
         closed(&mut old).await,
         "B's socket with the rotated-out token closed"
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        a.is_connected(dev),
-        "the socket with the current token stays"
     );
 
     stop.cancel();
