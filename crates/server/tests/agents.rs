@@ -339,8 +339,13 @@ async fn commands_round_trip_over_the_socket(cx: Ctx) {
         )
         .await
     });
-    let ServerFrame::Command(cmd) = next_frame(&mut ws).await else {
-        panic!("a command")
+    // The first command's result was acknowledged once stored; the next command follows.
+    let cmd = loop {
+        match next_frame(&mut ws).await {
+            ServerFrame::ResultAck { .. } => continue,
+            ServerFrame::Command(cmd) => break cmd,
+            other => panic!("a command, got {other:?}"),
+        }
     };
     send_frame(&mut ws, &AgentFrame::CommandStarted { command_id: cmd.id }).await;
     let reason = "System has not been booted with systemd as init system (PID 1)";
