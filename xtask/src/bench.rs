@@ -33,6 +33,7 @@ pub(crate) mod fleet;
 mod instance;
 mod oauth;
 pub(crate) mod pages;
+pub(crate) mod reports;
 pub(crate) mod row_security;
 mod sim;
 pub(crate) mod sizes;

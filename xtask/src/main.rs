@@ -50,7 +50,8 @@ const USAGE: &str = "usage: cargo xtask tidy
        cargo xtask bench cluster [--agents N] [--calls N] [--duration SECS]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]
-       cargo xtask bench row-security [--calls N] [--devices N]";
+       cargo xtask bench row-security [--calls N] [--devices N]
+       cargo xtask bench reports [--rows N] [--database sqlite|postgres|both]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -81,6 +82,7 @@ fn run_bench(name: &str, rest: &[&str]) -> anyhow::Result<()> {
         ("alerts", rest) => bench::alerts::run(rest),
         ("compliance", rest) => bench::compliance::run(rest),
         ("row-security", rest) => bench::row_security::run(rest),
+        ("reports", rest) => bench::reports::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

@@ -46,6 +46,22 @@ pub const TOKEN_PREFIX: &str = "brz_";
 /// Largest WebSocket frame either side accepts (16 MiB).
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
+/// Largest report other than a command result, over HTTP (its body) or the socket (its frame):
+/// an inventory with its software list, [`MAX_REPORT_BATCH`] samples or log lines (1 MiB).
+pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
+/// Most metrics samples or log lines in one report, over HTTP or the socket.
+pub const MAX_REPORT_BATCH: usize = 5_000;
+
+/// How far ahead of the server's clock a sample may be stamped (a little clock skew).
+pub const MAX_SAMPLE_AHEAD_SECS: i64 = 300;
+/// How far back a sample may be stamped (the raw metrics' retention: an agent sends what it
+/// buffered while offline).
+pub const MAX_SAMPLE_AGE_SECS: i64 = 7 * 24 * 3600;
+/// Most disks or network interfaces in one sample, and the longest mount or interface name.
+pub const MAX_SAMPLE_ITEMS: usize = 256;
+pub const MAX_SAMPLE_NAME_CHARS: usize = 255;
+
 /// Default cap on captured stdout and stderr, each (1 MiB).
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 1024 * 1024;
 
@@ -65,9 +81,22 @@ pub struct EnrollRequest {
     pub machine_id: Option<String>,
     pub os: OsInfo,
     pub agent_version: String,
+    /// A one-time re-enroll token an administrator issued for the device this machine is:
+    /// the enrollment re-enrolls that device (refused when the token is not valid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reenroll_token: Option<String>,
+    /// The current token of the device this machine is (an agent enrolling again): the
+    /// enrollment re-enrolls that device. A token that is not the device's proves nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_token: Option<String>,
 }
 
 /// The answer to a successful enrollment. `token` is shown once; the server keeps its hash.
+///
+/// An enrollment key never rebinds an existing device: without proof of being one (a
+/// re-enroll token, the device's token), a machine whose id a device of the organization
+/// already carries enrolls as a new device, flagged as a possible clone or impostor of it
+/// (`suspected_clone_of`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnrollResponse {
@@ -76,6 +105,12 @@ pub struct EnrollResponse {
     pub site_id: Uuid,
     pub token: String,
     pub config: AgentConfig,
+    /// An existing device was re-enrolled (on proof of being it).
+    #[serde(default)]
+    pub reenrolled: bool,
+    /// The existing device this new one shares a machine id with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspected_clone_of: Option<Uuid>,
 }
 
 /// Intervals the server sets; the agent applies them on enrollment, in the socket's welcome and
@@ -351,6 +386,59 @@ pub struct MetricSample {
     pub disks: Vec<DiskUsageSample>,
     pub network: Vec<NetworkSample>,
     pub process_count: u32,
+}
+
+impl MetricSample {
+    /// Why the server refuses this sample, taken at `now` by its clock: stamped outside the
+    /// window [`MAX_SAMPLE_AGE_SECS`] back to [`MAX_SAMPLE_AHEAD_SECS`] ahead, a percentage
+    /// that is not a number from 0 to 100, a byte count past `i64::MAX`, or too many (or too
+    /// long) disks and interfaces. `None` when it is fine.
+    pub fn refusal(&self, now: DateTime<Utc>) -> Option<String> {
+        let skew = (self.at - now).num_seconds();
+        if skew > MAX_SAMPLE_AHEAD_SECS {
+            return Some(format!("stamped {skew} s ahead of the server's clock"));
+        }
+        if -skew > MAX_SAMPLE_AGE_SECS {
+            return Some(format!("stamped {} s in the past", -skew));
+        }
+        let percent = |name: &str, v: f64| {
+            (!(v.is_finite() && (0.0..=100.0).contains(&v)))
+                .then(|| format!("{name} {v} is not a percentage from 0 to 100"))
+        };
+        let bytes = |name: &str, v: u64| {
+            (i64::try_from(v).is_err()).then(|| format!("{name} {v} is out of range"))
+        };
+        if self.disks.len() > MAX_SAMPLE_ITEMS || self.network.len() > MAX_SAMPLE_ITEMS {
+            return Some(format!(
+                "more than {MAX_SAMPLE_ITEMS} disks or network interfaces"
+            ));
+        }
+        if self
+            .disks
+            .iter()
+            .map(|d| &d.mount)
+            .chain(self.network.iter().map(|n| &n.interface))
+            .any(|name| name.chars().count() > MAX_SAMPLE_NAME_CHARS)
+        {
+            return Some(format!(
+                "a mount or interface name longer than {MAX_SAMPLE_NAME_CHARS} characters"
+            ));
+        }
+        percent("cpuPercent", self.cpu_percent)
+            .or_else(|| percent("ramPercent", self.ram_percent))
+            .or_else(|| bytes("ramUsedBytes", self.ram_used_bytes))
+            .or_else(|| {
+                self.disks
+                    .iter()
+                    .find_map(|d| percent("disks[].usedPercent", d.used_percent))
+            })
+            .or_else(|| {
+                self.network.iter().find_map(|n| {
+                    bytes("network[].rxBytes", n.rx_bytes)
+                        .or_else(|| bytes("network[].txBytes", n.tx_bytes))
+                })
+            })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

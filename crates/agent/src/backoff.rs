@@ -38,11 +38,6 @@ impl Backoff {
         jitter(base)
     }
 
-    /// Skips to the largest delay (after a 401: the token may be rotated or revoked).
-    pub fn max_out(&mut self) {
-        self.next = MAX;
-    }
-
     /// Starts again from [`INITIAL`].
     pub fn reset(&mut self) {
         self.next = INITIAL;
@@ -76,8 +71,6 @@ mod tests {
             assert!(b.next_delay() <= MAX.mul_f64(1.0 + JITTER));
             b.reset();
             assert!(b.next_delay() <= INITIAL.mul_f64(1.0 + JITTER));
-            b.max_out();
-            assert!(b.next_delay() >= MAX.mul_f64(1.0 - JITTER));
         }
     }
 }

@@ -37,6 +37,10 @@ enum Cmd {
         /// The site's enrollment key.
         #[arg(long)]
         key: String,
+        /// A one-time re-enroll token an administrator issued for the device this machine is
+        /// (`breeze devices reenroll-token`): re-enrolls that device instead of adding one.
+        #[arg(long)]
+        reenroll_token: Option<String>,
         /// The config file to write.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -166,7 +170,12 @@ fn run_cli(cli: Cli) -> std::process::ExitCode {
             {
                 eprintln!("breeze-agent: {e:#}");
             }
-            std::process::ExitCode::FAILURE
+            match e.downcast_ref::<AgentError>() {
+                Some(AgentError::TokenRefused(_)) => {
+                    std::process::ExitCode::from(crate::EXIT_TOKEN_REFUSED)
+                }
+                _ => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -176,13 +185,20 @@ async fn real_main(cli: Cli, clock: Arc<dyn Clock>, logs: Arc<LogControl>) -> an
         Cmd::Enroll {
             server,
             key,
+            reenroll_token,
             config,
         } => {
             let path = config_path(config);
-            let file = enroll::enroll(&server, &key, &path, clock.as_ref())
-                .await
-                .map_err(explain)
-                .context("enrollment failed")?;
+            let file = enroll::enroll(
+                &server,
+                &key,
+                &path,
+                clock.as_ref(),
+                reenroll_token.as_deref(),
+            )
+            .await
+            .map_err(explain)
+            .context("enrollment failed")?;
             tracing::info!(
                 device_id = %file.device_id,
                 config = %path.display(),

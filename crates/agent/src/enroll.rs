@@ -18,19 +18,45 @@ pub fn enroll_request(enrollment_key: &str) -> EnrollRequest {
         machine_id: system::machine_id(),
         os: system::os_info(),
         agent_version: crate::AGENT_VERSION.to_owned(),
+        reenroll_token: None,
+        device_token: None,
     }
 }
 
 /// Enrolls with `server` using `key`, writes the config file at `config_path`, then sends the
 /// first inventory (best effort: a failure there is logged, not returned).
+///
+/// An enrollment key alone never makes this machine an existing device. It re-enrolls the
+/// device it already is when `reenroll_token` (an administrator's one-time token for that
+/// device) is given, or when a config file for the same server is at `config_path` (its
+/// device token is the proof). Otherwise a machine whose id a device of the organization
+/// already carries becomes a new device, flagged as a possible clone; that is logged.
 pub async fn enroll(
     server: &str,
     key: &str,
     config_path: &Path,
     clock: &dyn Clock,
+    reenroll_token: Option<&str>,
 ) -> Result<AgentFile, AgentError> {
     let api = Api::new(server, String::new())?;
-    let response = api.enroll(&enroll_request(key)).await?;
+    let mut request = enroll_request(key);
+    request.reenroll_token = reenroll_token.map(str::to_owned);
+    request.device_token = AgentFile::load(config_path)
+        .ok()
+        .filter(|f| f.server_url == api.server_url())
+        .map(|f| f.token);
+    let response = api.enroll(&request).await?;
+    if let Some(of) = response.suspected_clone_of {
+        tracing::warn!(
+            device_id = %response.device_id,
+            suspected_clone_of = %of,
+            "a device with this machine's id is already enrolled; this machine was enrolled as a \
+             new device, flagged as a possible clone. To make it that device instead, ask an \
+             administrator for a re-enroll token and enroll with --reenroll-token"
+        );
+    } else if response.reenrolled {
+        tracing::info!(device_id = %response.device_id, "re-enrolled as the existing device");
+    }
     let file = AgentFile {
         server_url: api.server_url().to_owned(),
         device_id: response.device_id,

@@ -28,6 +28,14 @@ pub enum AgentError {
     /// The token was refused (401).
     #[error("the server refused the device token (401): {0}")]
     Unauthorized(String),
+    /// The token is refused for good: the running agent stopped (exit status
+    /// [`crate::EXIT_TOKEN_REFUSED`]).
+    #[error(
+        "the server refuses this device's token ({0}): the device was re-enrolled, or its token \
+         revoked or rotated away; enroll again (with --reenroll-token from an administrator to \
+         stay the same device)"
+    )]
+    TokenRefused(String),
     /// A URL could not be built.
     #[error("invalid server URL {0:?}: it must start with http:// or https://")]
     BadUrl(String),

@@ -37,3 +37,8 @@ pub use error::AgentError;
 
 /// The agent's version as reported to the server.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The exit status of `breeze-agent run` when the server refuses the device's token for good
+/// (`EX_CONFIG` of sysexits.h): retrying cannot help, so a service manager should not restart
+/// it (`RestartPreventExitStatus=78` in the systemd unit). Every other failure exits with 1.
+pub const EXIT_TOKEN_REFUSED: u8 = 78;

@@ -71,6 +71,10 @@ const MIN_PATCH_SCAN_MINUTES: u32 = 5;
 const FIRST_PATCH_SCAN_AFTER: Duration = Duration::from_secs(10);
 /// Delay before the first heartbeat, so the socket has a moment to come up.
 const FIRST_HEARTBEAT_AFTER: Duration = Duration::from_secs(3);
+/// How long a refused token has to be replaced before the agent gives up: a refusal this long
+/// after the first one, with nothing accepted in between and no new token in the config file
+/// (`rotate-token` writes it before the old one stops working), stops the agent.
+const REFUSED_GRACE: Duration = Duration::from_secs(5);
 
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -98,6 +102,10 @@ pub struct Agent {
     events: Mutex<VecDeque<AgentEvent>>,
     events_ready: Notify,
     inventory_now: Notify,
+    /// The first refusal of the token since a request was last accepted.
+    refused_since: Mutex<Option<Instant>>,
+    /// Why the agent stopped for good: the server refuses its token.
+    refused_for_good: Mutex<Option<String>>,
     shutdown: CancellationToken,
 }
 
@@ -152,6 +160,9 @@ pub async fn run(
     agent.stop_running_commands().await;
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    if let Some(message) = lock(&agent.refused_for_good).take() {
+        return Err(AgentError::TokenRefused(message));
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), agent.flush_outbox()).await;
     Ok(())
@@ -219,6 +230,8 @@ impl Agent {
             events: Mutex::new(VecDeque::new()),
             events_ready: Notify::new(),
             inventory_now: Notify::new(),
+            refused_since: Mutex::new(None),
+            refused_for_good: Mutex::new(None),
             shutdown,
         }))
     }
@@ -330,11 +343,46 @@ impl Agent {
     }
 
     fn note_http_error(&self, what: &str, error: &AgentError) {
-        if matches!(error, AgentError::Unauthorized(_)) {
+        if let AgentError::Unauthorized(message) = error {
             tracing::error!(error = %error, "{what} refused: the device token is not accepted");
-            self.reload_token();
+            self.token_refused(message);
         } else {
             tracing::debug!(error = %error, "{what} over HTTP failed");
+        }
+    }
+
+    /// The server accepted the token.
+    fn token_accepted(&self) {
+        *lock(&self.refused_since) = None;
+    }
+
+    /// The server refused the token (401). A new token in the config file is used at once;
+    /// otherwise a refusal [`REFUSED_GRACE`] after the first, with nothing accepted between,
+    /// stops the agent for good (`run` returns [`AgentError::TokenRefused`]) instead of
+    /// retrying forever: the device was re-enrolled, or its token revoked or rotated away.
+    fn token_refused(&self, message: &str) {
+        if self.reload_token() {
+            self.token_accepted();
+            return;
+        }
+        let mut since = lock(&self.refused_since);
+        match *since {
+            None => *since = Some(Instant::now()),
+            Some(first) if first.elapsed() >= REFUSED_GRACE => {
+                drop(since);
+                tracing::error!(
+                    %message,
+                    "the server refuses this device's token: the device was re-enrolled \
+                     (possibly by another machine), or its token was revoked or rotated away. \
+                     Enroll again with `breeze-agent enroll --server … --key …`, adding \
+                     `--reenroll-token` from an administrator to stay the same device. Stopping; \
+                     exit status {}",
+                    crate::EXIT_TOKEN_REFUSED
+                );
+                lock(&self.refused_for_good).get_or_insert_with(|| message.to_owned());
+                self.shutdown.cancel();
+            }
+            Some(_) => {}
         }
     }
 
@@ -393,6 +441,7 @@ impl Agent {
             match self.connect().await {
                 Ok(ws) => {
                     failures = 0;
+                    self.token_accepted();
                     tracing::info!("connected to the device gateway");
                     let since = Instant::now();
                     self.session(ws).await;
@@ -407,9 +456,14 @@ impl Agent {
                 }
                 Err(AgentError::Unauthorized(message)) => {
                     tracing::error!(%message, "the device gateway refused the device token (401); it may have been rotated or revoked");
-                    if !self.reload_token() {
-                        backoff.max_out();
+                    self.token_refused(&message);
+                    // One more try once the grace has passed (a new token may be written
+                    // meanwhile); a second refusal then stops the agent.
+                    tokio::select! {
+                        () = tokio::time::sleep(REFUSED_GRACE) => {}
+                        () = self.shutdown.cancelled() => break,
                     }
+                    continue;
                 }
                 Err(e) => {
                     // Warn once per outage; the retries after that are debug noise.
@@ -723,6 +777,7 @@ impl Agent {
         };
         match self.api.heartbeat(&heartbeat).await {
             Ok(response) => {
+                self.token_accepted();
                 if let Some(config) = response.config {
                     self.apply_config(config);
                 }

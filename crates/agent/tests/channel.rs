@@ -410,6 +410,8 @@ async fn enrollment_writes_the_config_and_reports_server_errors() {
                     site_id: Uuid::now_v7(),
                     token: TOKEN.into(),
                     config: AgentConfig::default(),
+                    reenrolled: false,
+                    suspected_clone_of: None,
                 };
                 (StatusCode::CREATED, Json(serde_json::to_value(response).unwrap()))
             }),
@@ -432,7 +434,7 @@ async fn enrollment_writes_the_config_and_reports_server_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("conf").join("agent.json");
 
-    let err = breeze_agent::enroll::enroll(&server, "bad", &path, &SystemClock)
+    let err = breeze_agent::enroll::enroll(&server, "bad", &path, &SystemClock, None)
         .await
         .unwrap_err();
     assert!(
@@ -441,7 +443,7 @@ async fn enrollment_writes_the_config_and_reports_server_errors() {
     );
     assert!(!path.exists());
 
-    let file = breeze_agent::enroll::enroll(&server, "good", &path, &SystemClock)
+    let file = breeze_agent::enroll::enroll(&server, "good", &path, &SystemClock, None)
         .await
         .unwrap();
     assert_eq!(file.token, TOKEN);

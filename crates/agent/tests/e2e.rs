@@ -324,6 +324,38 @@ async fn run(backend: Backend) {
     )
     .await;
     assert_eq!(out.unwrap()["result"]["content"], "written by breeze");
+    // Bytes that are not text (here a NUL) travel base64 through the store and the agent, and
+    // come back exactly; as "text" they are refused, never silently changed.
+    let nul_path = work.path().join("nul.bin").display().to_string();
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "write", "path": nul_path,
+                "content": "before\u{0}after" }),
+    )
+    .await;
+    assert!(out.unwrap_err().contains("base64"));
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "write", "path": nul_path,
+                "content": "YmVmb3JlAGFmdGVyCg==", "encoding": "base64" }),
+    )
+    .await;
+    assert_eq!(out.unwrap()["status"], "completed");
+    assert_eq!(std::fs::read(&nul_path).unwrap(), b"before\0after\n");
+    let (out, _) = call(
+        &f,
+        f.org,
+        "file_operations",
+        json!({ "deviceId": device, "action": "read", "path": nul_path }),
+    )
+    .await;
+    let read = out.unwrap();
+    assert_eq!(read["result"]["encoding"], "base64");
+    assert_eq!(read["result"]["content"], "YmVmb3JlAGFmdGVyCg==");
     let (out, _) = call(
         &f,
         f.org,

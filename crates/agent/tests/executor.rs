@@ -230,6 +230,20 @@ async fn file_operations_round_trip() {
     .await;
     assert_eq!(result(&r)["encoding"], "base64");
     assert_eq!(result(&r)["content"], "AP8AAQ==");
+    // Valid UTF-8 holding NUL is not text the server can keep: base64, byte for byte.
+    let nul = format!("{base}/nul.txt");
+    std::fs::write(&nul, b"before\0after\n").unwrap();
+    let r = run(CommandKind::FileRead {
+        path: nul.clone(),
+        max_bytes: 0,
+    })
+    .await;
+    assert_eq!(result(&r)["encoding"], "base64");
+    use base64::Engine as _;
+    let back = base64::engine::general_purpose::STANDARD
+        .decode(result(&r)["content"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(back, b"before\0after\n");
     let r = run(CommandKind::FileRead {
         path: file.clone(),
         max_bytes: 2,

@@ -5,8 +5,10 @@
 //! [`breeze_store::Store::stage_device_token`]) so an agent that crashes mid-rotation keeps a
 //! working credential.
 
-use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
-use breeze_store::{EnrollDevice, EnrollmentKeyRecord, NewEnrollmentKey, StoreError};
+use breeze_core::{AuditEvent, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
+use breeze_store::{
+    EnrollDevice, Enrolled, EnrollmentKeyRecord, NewEnrollmentKey, ReenrollProof, StoreError,
+};
 use rand::rngs::OsRng;
 use subtle::ConstantTimeEq;
 
@@ -18,7 +20,14 @@ pub struct DevicePrincipal {
     pub device_id: DeviceId,
     pub org_id: OrgId,
     pub site_id: SiteId,
+    /// SHA-256 of the token it authenticated with: a socket opened with it closes when the
+    /// device stops accepting it.
+    pub token_hash: [u8; 32],
 }
+
+/// How long a re-enroll token lives unless asked otherwise (a day), and at most (a week).
+pub const REENROLL_TOKEN_HOURS: i64 = 24;
+pub const MAX_REENROLL_TOKEN_HOURS: i64 = 24 * 7;
 
 /// What an administrator asks for when creating an enrollment key.
 #[derive(Debug, Clone)]
@@ -40,6 +49,10 @@ pub struct Enrollment {
     pub os_name: String,
     pub os_version: String,
     pub agent_version: String,
+    /// A one-time re-enroll token an administrator issued for the device this machine is.
+    pub reenroll_token: Option<String>,
+    /// The token of the device this machine is (an agent re-enrolling itself).
+    pub device_token: Option<String>,
 }
 
 impl AuthService {
@@ -73,13 +86,16 @@ impl AuthService {
         Ok((secret, record))
     }
 
-    /// Enrolls a machine with an enrollment key: the device (new, or the same machine id
-    /// re-enrolled) and its device token, shown this once.
+    /// Enrolls a machine with an enrollment key: the device (new, possibly flagged as a clone
+    /// of a device with the same machine id, or an existing one re-enrolled on proof — see
+    /// [`breeze_store::Store::enroll_device`]) and its device token, shown this once. A
+    /// re-enroll token that is not valid refuses the enrollment; a device token that is not
+    /// the device's is no proof, and the machine enrolls as it would without one.
     pub async fn enroll_device(
         &self,
         enrollment_key: &str,
         e: Enrollment,
-    ) -> Result<(Device, ApiKeySecret), AuthError> {
+    ) -> Result<(Enrolled, ApiKeySecret), AuthError> {
         let raw = enrollment_key.trim();
         if !api_key::is_well_formed(raw) {
             return Err(AuthError::InvalidEnrollmentKey);
@@ -89,6 +105,22 @@ impl AuthService {
                 "hostname must be 1 to 255 characters".into(),
             ));
         }
+        let present = |s: &Option<String>| {
+            s.as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let proof = match (present(&e.reenroll_token), present(&e.device_token)) {
+            (Some(t), _) if !api_key::is_well_formed(&t) => {
+                return Err(AuthError::InvalidReenrollToken);
+            }
+            (Some(t), _) => Some(ReenrollProof::ReenrollToken(api_key::hash(&t))),
+            (None, Some(t)) if api_key::is_well_formed(&t) => {
+                Some(ReenrollProof::DeviceToken(api_key::hash(&t)))
+            }
+            (None, _) => None,
+        };
         let token = ApiKeySecret::generate(&mut OsRng);
         let enrolled = self
             .store
@@ -102,16 +134,45 @@ impl AuthService {
                     os_version: e.os_version,
                     agent_version: e.agent_version,
                     token_hash: api_key::hash(token.expose()),
+                    proof,
                 },
             )
             .await;
         match enrolled {
-            Ok((device, _key)) => Ok((device, token)),
+            Ok(enrolled) => Ok((enrolled, token)),
             Err(StoreError::Invalid(m)) if m == breeze_store::INVALID_ENROLLMENT_KEY => {
                 Err(AuthError::InvalidEnrollmentKey)
             }
+            Err(StoreError::Invalid(m)) if m == breeze_store::INVALID_REENROLL_TOKEN => {
+                Err(AuthError::InvalidReenrollToken)
+            }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Issues a one-time re-enroll token for a device of `org` that has an agent, valid for
+    /// `hours` (1 to [`MAX_REENROLL_TOKEN_HOURS`]): presented at enrollment with any enrollment
+    /// key of the organization, it re-enrolls that device itself. Shown once.
+    pub async fn issue_reenroll_token(
+        &self,
+        org: OrgId,
+        device: DeviceId,
+        hours: i64,
+        audit: AuditEvent,
+    ) -> Result<(ApiKeySecret, Timestamp), AuthError> {
+        if !(1..=MAX_REENROLL_TOKEN_HOURS).contains(&hours) {
+            return Err(AuthError::Invalid(format!(
+                "a re-enroll token lives 1 to {MAX_REENROLL_TOKEN_HOURS} hours"
+            )));
+        }
+        let secret = ApiKeySecret::generate(&mut OsRng);
+        let expires_at = self.clock.now() + chrono::Duration::hours(hours);
+        self.store
+            .org(org)
+            .agents()
+            .issue_reenroll_token(device, &api_key::hash(secret.expose()), expires_at, audit)
+            .await?;
+        Ok((secret, expires_at))
     }
 
     /// Authenticates an `Authorization` header carrying a device token. Missing, malformed,
@@ -145,6 +206,7 @@ impl AuthService {
             device_id: cred.device_id,
             org_id: cred.org_id,
             site_id: cred.site_id,
+            token_hash: hash,
         })
     }
 

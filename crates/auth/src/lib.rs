@@ -27,7 +27,10 @@ use rand::{CryptoRng, RngCore, rngs::OsRng};
 use subtle::ConstantTimeEq;
 
 pub use api_key::{API_KEY_PREFIX, ApiKeySecret};
-pub use device::{CreateEnrollmentKey, DevicePrincipal, Enrollment};
+pub use device::{
+    CreateEnrollmentKey, DevicePrincipal, Enrollment, MAX_REENROLL_TOKEN_HOURS,
+    REENROLL_TOKEN_HOURS,
+};
 
 /// Why a request was not authenticated, or a credential operation refused. The messages are
 /// the ones clients see.
@@ -49,9 +52,13 @@ pub enum AuthError {
     /// Unknown, expired, revoked or used up: deliberately not saying which.
     #[error("Invalid, expired or used-up enrollment key")]
     InvalidEnrollmentKey,
+    /// Unknown, expired, spent or of another organization: deliberately not saying which.
+    #[error("Invalid, expired or used re-enroll token")]
+    InvalidReenrollToken,
     #[error("Invalid email or password")]
     InvalidCredentials,
-    /// Too many sign-in attempts for this email; try again after the delay.
+    /// Too many sign-in attempts for this email from this address, or too many failures from
+    /// this address; try again after the delay. Says the same whether the account exists.
     #[error("Too many sign-in attempts; try again in {} seconds", .retry_after.as_secs().max(1))]
     TooManyAttempts { retry_after: std::time::Duration },
     /// The attempt limiter could not decide and this deployment fails closed.
@@ -74,8 +81,12 @@ pub struct AuthSettings {
     pub last_used_interval: Duration,
     /// How long a dashboard session lasts.
     pub session_ttl: Duration,
-    /// Sign-in attempts allowed per email within [`AuthSettings::login_window`].
+    /// Sign-in attempts allowed per (email, client address) within
+    /// [`AuthSettings::login_window`]; a successful sign-in clears them.
     pub login_attempts: u32,
+    /// Failed sign-ins allowed per client address (whatever the emails) within the window:
+    /// one address cannot spray passwords over many accounts.
+    pub login_address_failures: u32,
     pub login_window: std::time::Duration,
     /// Refuse sign-ins when the attempt limiter cannot decide (production).
     pub fail_closed: bool,
@@ -92,6 +103,7 @@ impl Default for AuthSettings {
             last_used_interval: Duration::seconds(60),
             session_ttl: Duration::hours(12),
             login_attempts: 10,
+            login_address_failures: 30,
             login_window: std::time::Duration::from_secs(300),
             fail_closed: false,
             cache_ttl: Duration::seconds(1),
@@ -272,34 +284,46 @@ impl AuthService {
 
     /// Signs a user in with email and password, starting a session. Every attempt is audited;
     /// an unknown email costs the same password-hash work as a wrong password.
+    ///
+    /// Throttled before any password work, by what the caller controls, never by whether the
+    /// account exists: attempts per (email, client address) — a success clears them, so the
+    /// owner signing in from elsewhere is never locked out by someone else's guesses — and
+    /// failures per client address, over every email.
     pub async fn login(
         &self,
         email: &str,
         password: &str,
+        client: Option<std::net::IpAddr>,
         request_id: Option<String>,
     ) -> Result<NewSession, AuthError> {
-        // Guessing passwords is throttled per email, before any password work.
-        let key = format!("login:{}", email.trim().to_lowercase());
-        match self
-            .limiter
-            .check(
-                &key,
-                self.settings.login_attempts,
-                self.settings.login_window,
-            )
-            .await
-        {
-            Ok(d) if d.allowed => {}
-            Ok(d) => {
-                return Err(AuthError::TooManyAttempts {
-                    retry_after: d.retry_after,
-                });
+        let email_key = email.trim().to_lowercase();
+        let client = client.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+        let pair = format!("login:{client}:{email_key}");
+        let address = format!("login-failures:{client}");
+        let window = self.settings.login_window;
+        let limiter = &self.limiter;
+        let decisions = [
+            limiter
+                .peek(&address, self.settings.login_address_failures, window)
+                .await,
+            limiter
+                .check(&pair, self.settings.login_attempts, window)
+                .await,
+        ];
+        for decided in decisions {
+            match decided {
+                Ok(d) if d.allowed => {}
+                Ok(d) => {
+                    return Err(AuthError::TooManyAttempts {
+                        retry_after: d.retry_after,
+                    });
+                }
+                Err(e) if self.settings.fail_closed => {
+                    tracing::error!(error = %e, "sign-in limiter unavailable; refusing");
+                    return Err(AuthError::Unavailable);
+                }
+                Err(e) => tracing::warn!(error = %e, "sign-in limiter unavailable; allowing"),
             }
-            Err(e) if self.settings.fail_closed => {
-                tracing::error!(error = %e, "sign-in limiter unavailable; refusing");
-                return Err(AuthError::Unavailable);
-            }
-            Err(e) => tracing::warn!(error = %e, "sign-in limiter unavailable; allowing"),
         }
         let found = self.store.find_user_for_login(email).await?;
         let verified = match &found {
@@ -317,13 +341,24 @@ impl AuthService {
                     |u| Actor::new(ActorType::User, u.user.id),
                 );
                 let event = AuditEvent::new(actor, "auth.login", "user")
-                    .details(serde_json::json!({ "email": email.trim().to_lowercase() }))
+                    .details(serde_json::json!({ "email": email_key, "client": client }))
                     .failed(AuditResult::Failure, "invalid email or password")
                     .request(request_id);
+                // A refusal is not counted, so this only counts.
+                if let Err(e) = limiter
+                    .check(&address, self.settings.login_address_failures, window)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not count a failed sign-in");
+                }
                 self.store.append_audit(&event).await?;
                 return Err(AuthError::InvalidCredentials);
             }
         };
+        // The owner got in: their attempts from this address start again.
+        if let Err(e) = limiter.reset(&pair).await {
+            tracing::warn!(error = %e, "could not clear the sign-in attempts");
+        }
         let token = api_key::random_token(&mut OsRng);
         let expires_at = self.clock.now() + self.settings.session_ttl;
         self.store

@@ -300,6 +300,7 @@ async fn sign_in_starts_a_session(cx: Ctx) {
         .login(
             "ADMIN@p.test",
             "correct horse battery",
+            None,
             Some("req-1".into()),
         )
         .await
@@ -326,7 +327,7 @@ async fn sign_in_starts_a_session(cx: Ctx) {
         ("admin@p.test", "wrong password!"),
         ("nobody@p.test", "correct horse battery"),
     ] {
-        let err = w.auth.login(email, pw, None).await.unwrap_err();
+        let err = w.auth.login(email, pw, None, None).await.unwrap_err();
         assert_eq!(err.to_string(), "Invalid email or password");
     }
     // Sign-in events carry no organization; count them through a raw dump of the log.
@@ -345,7 +346,7 @@ async fn sign_in_starts_a_session(cx: Ctx) {
     ));
     let s2 = w
         .auth
-        .login("admin@p.test", "correct horse battery", None)
+        .login("admin@p.test", "correct horse battery", None, None)
         .await
         .unwrap();
     cx.clock.advance(Duration::hours(12));
@@ -355,12 +356,19 @@ async fn sign_in_starts_a_session(cx: Ctx) {
     ));
 }
 
-async fn sign_in_attempts_are_throttled_per_email(cx: Ctx) {
+/// The lockout attacks: an attacker guessing `admin@` from one address cannot lock the owner
+/// out from another, successes do not count, one address cannot spray many emails, and the
+/// refusal reads the same whether the account exists.
+async fn sign_in_is_throttled_per_email_and_address(cx: Ctx) {
     let w = world(&cx).await;
+    let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+    let (attacker, owner) = (ip("203.0.113.9"), ip("198.51.100.7"));
+    let login = |email: &'static str, pw: &'static str, from| {
+        let auth = w.auth.clone();
+        async move { auth.login(email, pw, from, None).await }
+    };
     for n in 1..=10 {
-        let err = w
-            .auth
-            .login("admin@p.test", "wrong password!!", None)
+        let err = login("admin@p.test", "wrong password!!", attacker)
             .await
             .unwrap_err();
         assert!(
@@ -368,10 +376,9 @@ async fn sign_in_attempts_are_throttled_per_email(cx: Ctx) {
             "attempt {n}: {err}"
         );
     }
-    // The 11th attempt is refused before the password is even looked at, right one or not.
-    let err = w
-        .auth
-        .login("ADMIN@p.test", "correct horse battery", None)
+    // The 11th attempt from that address is refused before the password is even looked at,
+    // right one or not.
+    let err = login("ADMIN@p.test", "correct horse battery", attacker)
         .await
         .unwrap_err();
     assert!(matches!(err, AuthError::TooManyAttempts { .. }), "{err}");
@@ -380,13 +387,65 @@ async fn sign_in_attempts_are_throttled_per_email(cx: Ctx) {
             .starts_with("Too many sign-in attempts; try again in "),
         "{err}"
     );
-    // Another email is not affected.
-    let err = w
-        .auth
-        .login("someone@p.test", "whatever password", None)
+    // The owner, from an address that has not failed, gets in.
+    login("admin@p.test", "correct horse battery", owner)
+        .await
+        .unwrap();
+    // An account that does not exist locks out exactly alike: nothing tells them apart.
+    for _ in 1..=10 {
+        assert!(matches!(
+            login("nobody@p.test", "wrong password!!", attacker).await,
+            Err(AuthError::InvalidCredentials)
+        ));
+    }
+    let missing = login("nobody@p.test", "wrong password!!", attacker)
         .await
         .unwrap_err();
-    assert!(matches!(err, AuthError::InvalidCredentials));
+    assert_eq!(
+        std::mem::discriminant(&missing),
+        std::mem::discriminant(&err)
+    );
+
+    // Successes do not count, and a success clears the failures before it: the owner can
+    // sign in every time, with typos in between.
+    for _ in 0..3 {
+        for _ in 0..9 {
+            assert!(matches!(
+                login("admin@p.test", "typo password!!", owner).await,
+                Err(AuthError::InvalidCredentials)
+            ));
+        }
+        login("admin@p.test", "correct horse battery", owner)
+            .await
+            .unwrap();
+    }
+
+    // One address cannot spray: failures over many emails are capped per address, whatever
+    // the emails and whether they exist.
+    let sprayer = ip("192.0.2.50");
+    let emails: Vec<&'static str> = (0..40)
+        .map(|i| &*Box::leak(format!("user{i}@p.test").into_boxed_str()))
+        .collect();
+    let mut refused_at = None;
+    for (i, email) in emails.iter().enumerate() {
+        match login(email, "Winter2026!", sprayer).await {
+            Err(AuthError::InvalidCredentials) => {}
+            Err(AuthError::TooManyAttempts { .. }) => {
+                refused_at = Some(i);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(refused_at, Some(30), "the 31st failure from one address");
+    // ...and that address cannot get in anywhere now, while others still can.
+    assert!(matches!(
+        login("admin@p.test", "correct horse battery", sprayer).await,
+        Err(AuthError::TooManyAttempts { .. })
+    ));
+    login("admin@p.test", "correct horse battery", owner)
+        .await
+        .unwrap();
 }
 
 // ---- The principal cache ----
@@ -770,7 +829,7 @@ breeze_store::on_both_backends!(
     a_zero_ttl_reads_the_database_every_time,
     a_cached_key_needs_no_database,
     last_used_is_decided_from_the_cache,
-    sign_in_attempts_are_throttled_per_email,
+    sign_in_is_throttled_per_email_and_address,
     keys_authenticate_as_their_org_and_user,
     every_refusal_has_the_documented_error,
     the_format_is_decided_before_the_database,

@@ -81,4 +81,8 @@ pub struct Device {
     #[cfg_attr(feature = "sqlx", sqlx(json))]
     pub tags: Vec<String>,
     pub created_at: Timestamp,
+    /// Set when this device enrolled with the machine id of an existing device and without
+    /// proof of being it (a re-enroll token or that device's token): a possible clone or
+    /// impostor of that device, kept apart from it.
+    pub suspected_clone_of: Option<DeviceId>,
 }

@@ -286,6 +286,7 @@ mod tests {
             last_seen_at: Some("2026-01-01T11:50:00Z".parse().unwrap()),
             tags: vec!["prod".into(), "web_tier".into()],
             created_at: "2025-01-01T00:00:00Z".parse().unwrap(),
+            suspected_clone_of: None,
         }
     }
 

@@ -43,7 +43,7 @@ use std::{
 
 use breeze_agent_proto::{
     AgentConfig, AgentFrame, AppliedPolicy, CommandProgress, HeartbeatResponse, LogLevel,
-    PolicyConfig, ServerFrame,
+    MAX_EVENT_BATCH, MAX_REPORT_BATCH, PolicyConfig, ServerFrame,
 };
 use breeze_core::FeatureType;
 use breeze_core::config_policy::{Effective, LogLevelSetting, feature_values};
@@ -127,6 +127,8 @@ struct Connection {
     /// closely than the agent's one-second minimum between connections).
     id: Uuid,
     org: OrgId,
+    /// SHA-256 of the device token the socket was opened with.
+    credential: [u8; 32],
     tx: mpsc::Sender<ServerFrame>,
 }
 
@@ -298,12 +300,14 @@ impl Gateway {
         });
     }
 
-    /// Registers a live socket for `device`, replacing (and so closing) an older one, queues
-    /// the welcome frame and hands out the commands still pending for it.
+    /// Registers a live socket for `device`, opened with the token whose SHA-256 is
+    /// `credential`, replacing (and so closing) an older one, queues the welcome frame and
+    /// hands out the commands still pending for it.
     pub async fn connect(
         &self,
         device: DeviceId,
         org: OrgId,
+        credential: [u8; 32],
     ) -> Result<Registration, GatewayError> {
         let (tx, outbox) = mpsc::channel(OUTBOX);
         let id = Uuid::now_v7();
@@ -312,7 +316,15 @@ impl Gateway {
             device_id: device.0,
             config: self.inner.config.agent,
         });
-        lock(&self.inner.connections).insert(device, Connection { id, org, tx });
+        lock(&self.inner.connections).insert(
+            device,
+            Connection {
+                id,
+                org,
+                credential,
+                tx,
+            },
+        );
         // An instance still holding an older socket of this agent drops it now.
         self.inner
             .store
@@ -417,6 +429,44 @@ impl Gateway {
                 }
             }
         });
+    }
+
+    /// Closes the socket `device` holds here when the token it was opened with is no longer
+    /// one the device accepts (re-enrolled, rotated, revoked, deleted). Dropping the
+    /// connection's sender ends the socket's loop, which closes it.
+    async fn recheck_credential(&self, device: DeviceId) {
+        let Some((id, credential)) = lock(&self.inner.connections)
+            .get(&device)
+            .map(|c| (c.id, c.credential))
+        else {
+            return;
+        };
+        match self
+            .inner
+            .store
+            .device_token_valid(device, &credential)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                let removed = {
+                    let mut conns = lock(&self.inner.connections);
+                    conns
+                        .get(&device)
+                        .is_some_and(|c| c.id == id)
+                        .then(|| conns.remove(&device))
+                        .flatten()
+                };
+                if removed.is_some() {
+                    tracing::warn!(%device, "closed an agent socket: its device token is no longer valid");
+                    // What was pushed on it and not started goes to the device's next socket.
+                    self.socket_gone(device);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%device, error = %e, "could not check an agent socket's token");
+            }
+        }
     }
 
     /// Sends `frame` to `device` if it holds a live socket here. The only way out to agents.
@@ -573,7 +623,10 @@ impl Gateway {
         }
     }
 
-    /// Stores what an agent reported on its socket (or through the HTTP fallback).
+    /// Stores what an agent reported on its socket (or through the HTTP fallback), under the
+    /// same limits either way: at most [`MAX_REPORT_BATCH`] samples or log lines and
+    /// [`MAX_EVENT_BATCH`] events per report, samples within the clock-skew window and their
+    /// metrics' ranges (`MetricSample::refusal`; others are dropped), no line stamped ahead.
     pub async fn handle(
         &self,
         device: DeviceId,
@@ -599,20 +652,53 @@ impl Gateway {
                     store.record_patch_scan(device, org, &report).await?;
                 }
             }
-            AgentFrame::Metrics(batch) => {
-                store.insert_metrics(device, org, &batch.samples).await?;
-                self.reported(org, device, TelemetryKind::Metrics);
-            }
-            AgentFrame::Logs(batch) => store.insert_agent_logs(device, org, &batch.entries).await?,
-            AgentFrame::Events(batch) => {
-                if batch.events.len() > breeze_agent_proto::MAX_EVENT_BATCH {
-                    return Err(GatewayError::Store(breeze_store::StoreError::Invalid(
-                        format!(
-                            "an event batch holds at most {} events",
-                            breeze_agent_proto::MAX_EVENT_BATCH
-                        ),
-                    )));
+            AgentFrame::Metrics(mut batch) => {
+                at_most(
+                    batch.samples.len(),
+                    MAX_REPORT_BATCH,
+                    "a metrics batch",
+                    "samples",
+                )?;
+                // A sample outside the clock-skew window or its metric's range is dropped
+                // (the agent would only send it again if the batch were refused).
+                let now = store.clock().now();
+                let mut refused = None;
+                batch.samples.retain(|s| match s.refusal(now) {
+                    None => true,
+                    Some(why) => {
+                        refused.get_or_insert(why);
+                        false
+                    }
+                });
+                if let Some(why) = refused {
+                    tracing::warn!(%device, first = %why, "refused metric samples");
                 }
+                if !batch.samples.is_empty() {
+                    store.insert_metrics(device, org, &batch.samples).await?;
+                    self.reported(org, device, TelemetryKind::Metrics);
+                }
+            }
+            AgentFrame::Logs(mut batch) => {
+                at_most(
+                    batch.entries.len(),
+                    MAX_REPORT_BATCH,
+                    "a log batch",
+                    "entries",
+                )?;
+                // A line stamped ahead of the server's clock is stamped now.
+                let now = store.clock().now();
+                for e in &mut batch.entries {
+                    e.at = e.at.min(now);
+                }
+                store.insert_agent_logs(device, org, &batch.entries).await?;
+            }
+            AgentFrame::Events(batch) => {
+                at_most(
+                    batch.events.len(),
+                    MAX_EVENT_BATCH,
+                    "an event batch",
+                    "events",
+                )?;
                 store
                     .insert_device_events(device, org, &batch.events)
                     .await?;
@@ -751,6 +837,7 @@ impl Gateway {
                 self.notify(id, None);
             }
             Signal::PoliciesChanged { org, devices } => self.push_policies_here(org, devices),
+            Signal::DeviceCredentialChanged { device } => self.recheck_credential(device).await,
             Signal::AgentConnected { device, socket } => self.agent_moved(device, socket),
             Signal::Resync => {
                 let (devices, orgs): (Vec<DeviceId>, std::collections::BTreeSet<OrgId>) =
@@ -759,6 +846,8 @@ impl Gateway {
                         .map(|(d, c)| (*d, c.org))
                         .unzip();
                 for device in devices {
+                    // A credential change announced meanwhile was missed too.
+                    self.recheck_credential(device).await;
                     self.push_pending(device).await;
                 }
                 // A configuration change announced meanwhile was missed too.
@@ -951,6 +1040,16 @@ fn revision(features: &serde_json::Map<String, serde_json::Value>) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// Refuses a report of more than `max` items, over HTTP and the socket alike.
+fn at_most(n: usize, max: usize, what: &str, items: &str) -> Result<(), GatewayError> {
+    if n > max {
+        return Err(GatewayError::Store(StoreError::Invalid(format!(
+            "{what} holds at most {max} {items}"
+        ))));
+    }
+    Ok(())
 }
 
 /// The applied report as stored (camelCase JSON).

@@ -10,7 +10,10 @@ use std::{sync::Arc, time::Duration};
 use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult, ServerFrame};
 use breeze_core::{Actor, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, SystemClock};
 use breeze_gateway::{Gateway, GatewayConfig, Registration};
-use breeze_store::{Backend, NewCommand, NewDevice, Store, testing::TestStore};
+use breeze_store::{
+    Backend, EnrollDevice, NewCommand, NewDevice, NewEnrollmentKey, ReenrollProof, Store,
+    testing::TestStore,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Longer than any wait below: a waiter woken in time was woken by a signal.
@@ -106,7 +109,7 @@ async fn commands_cross_instances_both_ways() {
     let (org, dev) = device(&store_a).await;
 
     // The agent's socket is on A; the call lands on B.
-    let mut socket = a.connect(dev, org).await.unwrap();
+    let mut socket = a.connect(dev, org, [0; 32]).await.unwrap();
     assert!(!b.is_connected(dev));
     let queued = b
         .org(org)
@@ -186,6 +189,110 @@ async fn commands_cross_instances_both_ways() {
 
     stop.cancel();
     drop(socket);
+    store_b.close().await;
+    test.cleanup().await;
+}
+
+/// Waits until the socket's outbox closes (the gateway dropped the connection); frames queued
+/// before that (the welcome, the policy) are skipped.
+async fn closed(reg: &mut Registration) -> bool {
+    tokio::time::timeout(PATIENCE, async {
+        while reg.outbox.recv().await.is_some() {}
+    })
+    .await
+    .is_ok()
+}
+
+/// A device re-enrolled (or its token rotated) through one instance: every socket opened with
+/// the old token closes at once, on every instance — the bus, not a poll — while a socket
+/// opened with the token the device still accepts stays open.
+#[tokio::test]
+async fn a_changed_credential_closes_old_sockets_on_every_instance() {
+    let test = TestStore::new(Backend::Postgres, Arc::new(SystemClock)).await;
+    let store_a = test.store.clone();
+    let store_b = store_a.reopen().await.unwrap();
+    let stop = CancellationToken::new();
+    let (a, b) = (gateway(&store_a, &stop), gateway(&store_b, &stop));
+    store_a.bus_listening().await;
+    store_b.bus_listening().await;
+    let (org, _) = device(&store_a).await;
+    let site = store_a.org(org).tenancy().list_sites().await.unwrap()[0].id;
+    store_a
+        .org(org)
+        .agents()
+        .create_enrollment_key(
+            NewEnrollmentKey {
+                site_id: site,
+                name: "k".into(),
+                key_hash: [1; 32],
+                key_prefix: "p".into(),
+                max_uses: None,
+                expires_at: SystemClock.now() + chrono::Duration::hours(1),
+                created_by: "t".into(),
+            },
+            audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let machine = |token: u8, proof| EnrollDevice {
+        hostname: "web-02".into(),
+        machine_id: Some("m-1".into()),
+        os_family: OsFamily::Linux,
+        os_name: "Debian".into(),
+        os_version: "12".into(),
+        agent_version: "0.1.0".into(),
+        token_hash: [token; 32],
+        proof,
+    };
+    let dev = store_a
+        .enroll_device(&[1; 32], machine(10, None))
+        .await
+        .unwrap()
+        .device
+        .id;
+
+    // The agent's socket, opened with token 10, is on A.
+    let mut on_a = a.connect(dev, org, [10; 32]).await.unwrap();
+    // A machine with the same id but no proof: a new device; the socket stays.
+    let clone = store_b
+        .enroll_device(&[1; 32], machine(11, None))
+        .await
+        .unwrap();
+    assert_eq!(clone.suspected_clone_of, Some(dev));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.is_connected(dev));
+
+    // Re-enrolled through B with the device's token as proof: A's socket closes at once.
+    store_b
+        .enroll_device(
+            &[1; 32],
+            machine(12, Some(ReenrollProof::DeviceToken([10; 32]))),
+        )
+        .await
+        .unwrap();
+    assert!(
+        closed(&mut on_a).await,
+        "A's socket with the old token closed"
+    );
+    assert!(!a.is_connected(dev));
+
+    // A rotation completed through A (the new token's first use): B's socket, opened with the
+    // old token, closes.
+    let mut old = b.connect(dev, org, [12; 32]).await.unwrap();
+    store_a.stage_device_token(dev, &[13; 32]).await.unwrap();
+    assert!(
+        store_a
+            .find_device_credential(&[13; 32])
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        closed(&mut old).await,
+        "B's socket with the rotated-out token closed"
+    );
+
+    stop.cancel();
     store_b.close().await;
     test.cleanup().await;
 }

@@ -55,6 +55,30 @@ pub trait RateLimiter: Send + Sync + 'static {
         window: Duration,
     ) -> BoxFuture<'a, Result<RateDecision, LimiterError>>;
 
+    /// The decision `check` would make for `key` now, without counting anything: for limits
+    /// that count only some outcomes (sign-in failures), checked before the work. The default
+    /// allows everything, for test doubles; the real backends override it.
+    fn peek<'a>(
+        &'a self,
+        _key: &'a str,
+        limit: u32,
+        _window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
+        Box::pin(async move {
+            Ok(RateDecision {
+                allowed: true,
+                retry_after: Duration::ZERO,
+                remaining: limit,
+            })
+        })
+    }
+
+    /// Forgets what was counted for `key` (a successful sign-in clears its failures). The
+    /// default forgets nothing, for test doubles; the real backends override it.
+    fn reset<'a>(&'a self, _key: &'a str) -> BoxFuture<'a, Result<(), LimiterError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// A short name for logs ("memory", "redis").
     fn backend(&self) -> &'static str;
 }

@@ -61,6 +61,11 @@ impl MemoryLimiter {
 
     /// The decision, synchronously.
     pub fn check_now(&self, key: &str, limit: u32, window: Duration) -> RateDecision {
+        self.decide(key, limit, window, true)
+    }
+
+    /// The decision, counting the request when `count` and it is allowed.
+    fn decide(&self, key: &str, limit: u32, window: Duration, count: bool) -> RateDecision {
         let now = (self.now)();
         let mut map = self
             .shard(key)
@@ -73,11 +78,13 @@ impl MemoryLimiter {
         let w = map.entry(key.to_owned()).or_default();
         w.expire(now, window);
         if w.count < limit {
-            w.add(now);
+            if count {
+                w.add(now);
+            }
             RateDecision {
                 allowed: true,
                 retry_after: Duration::ZERO,
-                remaining: limit - w.count,
+                remaining: limit - w.count - u32::from(!count),
             }
         } else {
             let oldest = w.entries.front().map_or(now, |e| e.newest);
@@ -160,6 +167,24 @@ impl RateLimiter for MemoryLimiter {
         async move { Ok(d) }.boxed()
     }
 
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
+        let d = self.decide(key, limit, window, false);
+        async move { Ok(d) }.boxed()
+    }
+
+    fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), LimiterError>> {
+        self.shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        async { Ok(()) }.boxed()
+    }
+
     fn backend(&self) -> &'static str {
         "memory"
     }
@@ -197,6 +222,14 @@ mod tests {
         *t.lock().unwrap() += Duration::from_secs(30);
         assert!(l.check_now("k", 3, w).allowed);
         assert!(!l.check_now("k", 3, w).allowed);
+        // A peek counts nothing; a reset forgets the key.
+        assert!(!l.decide("k", 3, w, false).allowed);
+        assert!(l.check_now("p", 2, w).allowed);
+        assert!(l.decide("p", 2, w, false).allowed);
+        assert!(l.check_now("p", 2, w).allowed);
+        assert!(!l.decide("p", 2, w, false).allowed);
+        futures::executor::block_on(l.reset("p")).unwrap();
+        assert!(l.decide("p", 2, w, false).allowed);
         // Other keys are independent.
         assert!(l.check_now("other", 3, w).allowed);
     }

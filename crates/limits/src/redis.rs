@@ -21,6 +21,9 @@ local limit = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
 if count < limit then
+  if ARGV[4] == 'peek' then
+    return {1, 0, limit - count}
+  end
   redis.call('ZADD', KEYS[1], now, ARGV[3])
   redis.call('PEXPIRE', KEYS[1], window)
   return {1, 0, limit - count - 1}
@@ -55,11 +58,16 @@ impl RedisLimiter {
         key: &str,
         limit: u32,
         window: Duration,
+        count: bool,
     ) -> Result<RateDecision, LimiterError> {
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
         let member = uuid::Uuid::now_v7().to_string();
         let mut invocation = self.script.key(format!("{}{key}", self.prefix));
-        invocation.arg(window_ms).arg(limit).arg(member);
+        invocation
+            .arg(window_ms)
+            .arg(limit)
+            .arg(member)
+            .arg(if count { "count" } else { "peek" });
         let invocation = &invocation;
         let (allowed, retry_ms, remaining): (i64, i64, i64) = self
             .redis
@@ -81,7 +89,31 @@ impl RateLimiter for RedisLimiter {
         limit: u32,
         window: Duration,
     ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
-        self.decide(key, limit, window).boxed()
+        self.decide(key, limit, window, true).boxed()
+    }
+
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
+        self.decide(key, limit, window, false).boxed()
+    }
+
+    fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), LimiterError>> {
+        let key = format!("{}{key}", self.prefix);
+        async move {
+            let key = &key;
+            self.redis
+                .run(|mut c| async move {
+                    redis::cmd("DEL").arg(key).query_async::<i64>(&mut c).await
+                })
+                .await
+                .map(|_| ())
+                .map_err(LimiterError::Unavailable)
+        }
+        .boxed()
     }
 
     fn backend(&self) -> &'static str {
@@ -119,6 +151,13 @@ mod tests {
             d.retry_after
         );
         assert!(l.check("other", 3, w).await.unwrap().allowed);
+        // A peek counts nothing; a reset forgets the key.
+        assert!(!l.peek("k", 3, w).await.unwrap().allowed);
+        assert!(l.peek("p", 1, w).await.unwrap().allowed);
+        assert!(l.check("p", 1, w).await.unwrap().allowed);
+        assert!(!l.peek("p", 1, w).await.unwrap().allowed);
+        l.reset("p").await.unwrap();
+        assert!(l.check("p", 1, w).await.unwrap().allowed);
         // Windows slide: with a short window the first request leaves it.
         let short = Duration::from_millis(300);
         assert!(l.check("s", 1, short).await.unwrap().allowed);

@@ -65,13 +65,30 @@ for i = 2, 4 do redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - ttl) end
 local cap, scope = '', nil
 if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[11]) then cap, scope = 'key', KEYS[3]
 elseif redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[12]) then cap, scope = 'tenant', KEYS[4]
-elseif redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[13]) then cap, scope = 'server', KEYS[3]
+elseif redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[13]) then cap, scope = 'server', KEYS[2]
 end
 local victim, victim_owner = '', ''
-if scope then
+if cap == 'server' then
+  -- The tenant holding the most sessions (of those with an idle one) gives up its least
+  -- recently used idle session: oldest first, so the first seen of the largest tenant wins.
+  local idle = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[10]))
+  local counts, most = {}, -1
+  for _, id in ipairs(idle) do
+    local tenant = redis.call('HGET', ARGV[14] .. 's:' .. id, 'tenant')
+    if tenant then
+      if counts[tenant] == nil then
+        counts[tenant] = redis.call('ZCARD', ARGV[14] .. 'tenant:' .. tenant)
+      end
+      if counts[tenant] > most then victim, most = id, counts[tenant] end
+    end
+  end
+  if victim == '' then return {cap, '', ''} end
+elseif scope then
   local v = redis.call('ZRANGEBYSCORE', scope, '-inf', now - tonumber(ARGV[10]), 'LIMIT', 0, 1)
   if #v == 0 then return {cap, '', ''} end
   victim = v[1]
+end
+if victim ~= '' then
   local vk = ARGV[14] .. 's:' .. victim
   local f = redis.call('HMGET', vk, 'owner', 'tenant')
   redis.call('ZREM', KEYS[2], victim)

@@ -10,8 +10,9 @@
 //! when every one is busy. An open GET stream alone does not keep a session: clients hold one
 //! open for as long as they run (an editor window each), so counting it as busy would refuse
 //! the sixth window of five idle ones. Legacy SSE sessions are never idle in that sense: they
-//! live exactly as long as their stream. At the server-wide cap only the client's own idle
-//! sessions are ended: one tenant never ends another's.
+//! live exactly as long as their stream. At the server-wide cap, the least recently used idle
+//! session of the tenant holding the most sessions ends: a few tenants filling the server
+//! cannot lock out the next one, and the creation is refused only when every session is busy.
 //!
 //! A session never authenticates anything: every request authenticates on its own, and a
 //! session is found only when the request's credential owns it — otherwise it does not exist.
@@ -509,19 +510,27 @@ impl SessionRegistry {
         let evicted = match cap {
             None => None,
             Some(cap) => {
-                // The tenant's sessions for its own cap; otherwise the credential's own.
-                let in_scope = |s: &Session| match cap {
-                    SessionLimit::PerTenant => s.tenant == *tenant,
-                    SessionLimit::PerKey | SessionLimit::ServerWide => s.owner == *owner,
+                // The tenant's sessions for its own cap, the credential's for its own; at the
+                // server-wide cap, the tenant holding the most sessions (of those with an idle
+                // one) gives up its least recently used idle session. Sessions without a stream
+                // go first, then the least recently used.
+                let lru = |s: &&Arc<Session>| {
+                    std::cmp::Reverse((
+                        s.has_stream(),
+                        s.last_active.load(Ordering::Relaxed),
+                        s.seq,
+                    ))
                 };
-                let victim = inner
-                    .sessions
-                    .values()
-                    .filter(|s| in_scope(s) && s.is_idle())
-                    // Sessions without a stream first, then the least recently used.
-                    .min_by_key(|s| (s.has_stream(), s.last_active.load(Ordering::Relaxed), s.seq))
-                    .map(|s| s.id.clone())
-                    .ok_or(cap)?;
+                let idle = inner.sessions.values().filter(|s| s.is_idle());
+                let victim = match cap {
+                    SessionLimit::PerTenant => idle.filter(|s| s.tenant == *tenant).max_by_key(lru),
+                    SessionLimit::PerKey => idle.filter(|s| s.owner == *owner).max_by_key(lru),
+                    SessionLimit::ServerWide => {
+                        idle.max_by_key(|s| (Inner::count(&inner.per_tenant, &s.tenant), lru(s)))
+                    }
+                }
+                .map(|s| s.id.clone())
+                .ok_or(cap)?;
                 let session = inner.take(&victim).ok_or(cap)?;
                 // One session less in every scope it counted in, the full one included; a
                 // second cap can still be full only when the caps were lowered meanwhile.
@@ -763,7 +772,7 @@ mod tests {
             r.create(&key("c"), &key("v"), SessionKind::Streamable)
                 .unwrap_err(),
             SessionLimit::ServerWide,
-            "another tenant's sessions are never ended for the server-wide cap"
+            "every session is busy: refused"
         );
         assert!(r.get(&a1.id, "a").is_some());
         assert!(
@@ -780,6 +789,65 @@ mod tests {
         assert_eq!(
             SessionLimit::PerKey.to_string(),
             "Too many active MCP sessions for this API key"
+        );
+    }
+
+    /// Four tenants filling the server-wide cap cannot lock a fifth out: the least recently
+    /// used idle session of the tenant holding the most ends; only when every session is busy
+    /// is the fifth refused.
+    #[test]
+    fn at_the_server_cap_the_largest_tenant_gives_way() {
+        let r = SessionRegistry::new(limits(6, 3, 3));
+        let big_oldest = open(&r, "a", "big", SessionKind::Streamable);
+        let big = [
+            open(&r, "a", "big", SessionKind::Streamable),
+            open(&r, "b", "big", SessionKind::Streamable),
+        ];
+        let small = open(&r, "c", "small", SessionKind::Streamable);
+        let others = [
+            open(&r, "d", "other", SessionKind::Streamable),
+            open(&r, "e", "third", SessionKind::Streamable),
+        ];
+        let (_, evicted) = r
+            .create(&key("f"), &key("fifth"), SessionKind::Streamable)
+            .unwrap();
+        let evicted = evicted.expect("room made");
+        assert_eq!(
+            evicted.id, big_oldest.id,
+            "the largest tenant's oldest idle"
+        );
+        assert_eq!(evicted.cap, SessionLimit::ServerWide);
+        // With `big`'s sessions busy (a call in flight each), the tenants with an idle one hold one each: the least
+        // recently used of those ends.
+        big.iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
+        let (_, evicted) = r
+            .create(&key("g"), &key("sixth"), SessionKind::Streamable)
+            .unwrap();
+        assert_eq!(
+            evicted.unwrap().id,
+            small.id,
+            "big is busy: the oldest idle of the rest"
+        );
+        // Every session busy: refused.
+        others
+            .iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
+        let busy: Vec<_> = r
+            .inner
+            .lock()
+            .unwrap()
+            .sessions
+            .values()
+            .filter(|s| s.is_idle())
+            .cloned()
+            .collect();
+        busy.iter()
+            .for_each(|s| s.track(&Id::Number(1), CancellationToken::new()));
+        assert_eq!(
+            r.create(&key("h"), &key("seventh"), SessionKind::Streamable)
+                .unwrap_err(),
+            SessionLimit::ServerWide
         );
     }
 

@@ -54,10 +54,11 @@ impl McpApp for App {
             .get("x-key")
             .and_then(|v| v.to_str().ok())
             .unwrap_or("k1");
+        // `tenant/key` names a tenant; a bare key is tenant `t`'s.
         Ok(Client {
             principal: (),
             key: key.into(),
-            tenant: "t".into(),
+            tenant: key.split_once('/').map_or("t", |(t, _)| t).into(),
             binding: None,
         })
     }
@@ -595,6 +596,67 @@ async fn session_caps_count_every_instance() {
     )
     .await;
     assert_eq!(r.status(), StatusCode::OK, "the recently used one stays");
+    stop.cancel();
+}
+
+/// Four tenants fill the cluster-wide cap; a fifth still gets a session: the least recently
+/// used idle session of the tenant holding the most ends, on whichever instance. When every
+/// session is busy, the fifth is refused.
+#[tokio::test]
+async fn at_the_cluster_cap_the_largest_tenant_gives_way() {
+    let stop = CancellationToken::new();
+    let limits = SessionLimits {
+        max_total: 5,
+        max_per_tenant: 3,
+        max_per_key: 3,
+        ..SessionLimits::default()
+    };
+    let nodes = cluster(2, limits, &stop).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let big_oldest = initialize(a, "big/k").await.unwrap();
+    let big_newer = initialize(b, "big/k").await.unwrap();
+    let small = initialize(a, "small/k").await.unwrap();
+    let other = initialize(b, "other/k").await.unwrap();
+    let fifth = initialize(a, "fifth/k").await.unwrap();
+    // Full, and everything was used just now: refused.
+    let refused = initialize(b, "sixth/k").await.unwrap_err();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    // All idle (activity reaches Redis up to a refresh late): the largest tenant's least
+    // recently used session makes room.
+    let idle = breeze_mcp::cluster::IDLE_AFTER
+        + breeze_mcp::cluster::REFRESH_EVERY * 2
+        + Duration::from_millis(300);
+    tokio::time::sleep(idle).await;
+    initialize(b, "sixth/k")
+        .await
+        .expect("room made at the server-wide cap");
+    let alive = |at: &Instance, id: &str, key: &str| {
+        let (routes, id, key) = (at.routes.clone(), id.to_owned(), key.to_owned());
+        async move {
+            send(&routes, post(Some(&id), &key, &call(9, "echo", json!({}))))
+                .await
+                .status()
+                == StatusCode::OK
+        }
+    };
+    // One of `big`'s two ends (which one depends on when each instance last reported it);
+    // every other tenant keeps its session.
+    eventually("one of the largest tenant's sessions ends", || async {
+        !alive(a, &big_oldest, "big/k").await || !alive(b, &big_newer, "big/k").await
+    })
+    .await;
+    assert!(
+        alive(a, &big_oldest, "big/k").await || alive(b, &big_newer, "big/k").await,
+        "only one of them"
+    );
+    for (at, id, key) in [
+        (a, &small, "small/k"),
+        (b, &other, "other/k"),
+        (a, &fifth, "fifth/k"),
+    ] {
+        assert!(alive(at, id, key).await, "{key}'s session stays");
+    }
     stop.cancel();
 }
 

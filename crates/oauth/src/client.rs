@@ -97,15 +97,39 @@ fn client_name(name: Option<&str>) -> Result<String, OAuthError> {
             format!("client_name longer than {MAX_CLIENT_NAME} characters"),
         ));
     }
-    if name.chars().any(char::is_control) {
+    if name.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         return Err(metadata_error(
             OAuthErrorCode::InvalidClientMetadata,
-            "client_name may not contain control characters",
+            "client_name may not contain control or bidirectional formatting characters",
         ));
     }
     Ok(name.to_owned())
 }
 
+/// Whether `c` reorders or hides text around it: the bidirectional embeddings, overrides and
+/// isolates (U+202A–U+202E, U+2066–U+2069), the marks (U+200E, U+200F, U+061C), and the
+/// invisible joiners and separators a name could hide behind (U+200B–U+200D, U+2060, U+FEFF).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
+/// A client name as a person may be shown it: without bidirectional controls or invisible
+/// characters (a name stored before they were refused, or from elsewhere), and without control
+/// characters. The page still isolates it (`<bdi>`), so even right-to-left text in it cannot
+/// reorder what follows.
+pub fn display_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_control() && !is_bidi_control(*c))
+        .collect()
+}
 /// The setting that lets a registration carrying `software_id` through (the field ignored).
 pub const IGNORE_SOFTWARE_ID_SETTING: &str = "OAUTH_DCR_IGNORE_SOFTWARE_ID";
 

@@ -521,12 +521,13 @@ impl OAuth {
     async fn fetch_document(&self, client_id: &str) -> Result<ClientInfo, OAuthError> {
         let refuse = |m: String| OAuthError::protocol(OAuthErrorCode::InvalidClient, m);
         let url = egress::check_document_url(client_id).map_err(refuse)?;
-        // The client shows this text to the person signing in: it says what failed, and that
-        // the server, not the client, could not reach the document.
+        // The client shows this text to the person signing in: it says what failed and what to
+        // do, never why (what a name resolves to, how a host answered: the server's log has it).
         let doc = self.inner.fetcher.fetch(&url).await.map_err(|e| {
+            tracing::debug!(client_id, error = %e, "client metadata document not fetched");
             refuse(format!(
-                "this server could not fetch the client ID metadata document at {client_id}: \
-                 {e}. The server needs outbound HTTPS to the client's site; an administrator \
+                "this server could not fetch the client ID metadata document at {client_id}. \
+                 The server needs outbound HTTPS to the client's site; an administrator \
                  without it can set OAUTH_CIMD_ENABLED=false, and clients then register (DCR)"
             ))
         })?;

@@ -31,6 +31,16 @@ pub fn validate(uri: &str) -> Result<(), String> {
         return Err(format!("{uri}: wildcards are not allowed"));
     }
     let url = Url::parse(uri).map_err(|e| format!("{uri}: not an absolute URI ({e})"))?;
+    // The parser is forgiving: `https:///cb`, `https:/cb` and `https:\\cb` all parse with the
+    // host `cb`. The host must be written where it belongs, right after `scheme://`.
+    let written = uri
+        .get(url.scheme().len()..)
+        .and_then(|rest| rest.strip_prefix("://"));
+    if !written.is_some_and(|rest| rest.starts_with(|c: char| !matches!(c, '/' | '\\' | '?' | '#')))
+        || uri.contains('\\')
+    {
+        return Err(format!("{uri}: the host must follow scheme:// as written"));
+    }
     if url.fragment().is_some() {
         return Err(format!("{uri}: a redirect URI may not have a fragment"));
     }
@@ -110,6 +120,12 @@ mod tests {
             "https://user:pw@example.com/cb",
             "cursor://callback",
             "/relative",
+            "https:///cb",
+            "https:/cb",
+            "https:cb",
+            "https://\\cb",
+            "https:\\\\evil.example/cb",
+            "https://?x@evil.example/cb",
         ] {
             assert!(validate(bad).is_err(), "{bad}");
         }

@@ -53,7 +53,7 @@ use Permission::*;
 
 /// Every route under `/api/v1/orgs/{org}`: method, path as routed, and the operation it
 /// performs. Reads are Tier 1; changes Tier 2; minting a credential for devices (an enrollment
-/// key) is Tier 3, which a credential cannot do over REST.
+/// key, a device's re-enroll token) is Tier 3, which a credential cannot do over REST.
 pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
     (Method::GET, "/orgs/{org}", Operation::read(DevicesRead)),
     (
@@ -75,6 +75,11 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
         Method::GET,
         "/orgs/{org}/devices/{id}/commands",
         Operation::read(DevicesRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/devices/{id}/reenroll-token",
+        Operation::execute(DevicesWrite),
     ),
     (
         Method::GET,

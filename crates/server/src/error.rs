@@ -150,6 +150,7 @@ impl From<AuthError> for ApiError {
             | AuthError::MissingDeviceToken
             | AuthError::InvalidDeviceToken
             | AuthError::InvalidEnrollmentKey
+            | AuthError::InvalidReenrollToken
             | AuthError::NotSignedIn => ApiError::unauthorized(e.to_string()),
             AuthError::TooManyAttempts { retry_after } => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

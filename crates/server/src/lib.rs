@@ -10,6 +10,7 @@ mod authz;
 pub use authz::ORG_ROUTES;
 pub mod automations;
 pub mod catalog;
+mod cimd_guard;
 pub mod compliance;
 pub mod deployments;
 mod edge;
@@ -202,6 +203,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Set when a shutdown begins: `/readyz` answers 503 from then on.
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
+    /// Live dashboard streams held, per person and organization (capped).
+    pub(crate) dashboard_streams: Arc<pages::events::StreamSlots>,
 }
 
 impl AppState {
@@ -256,7 +259,10 @@ impl AppState {
                 o.config.clone(),
                 o.key.clone(),
                 &o.cookie_secret,
-                Arc::new(oauth::HttpFetcher),
+                Arc::new(cimd_guard::GuardedFetcher::new(
+                    Arc::new(oauth::HttpFetcher),
+                    limiter.clone(),
+                )),
             )
         });
         Self {
@@ -270,6 +276,7 @@ impl AppState {
             oauth,
             metrics,
             shutting_down: Arc::default(),
+            dashboard_streams: Arc::default(),
         }
     }
 }

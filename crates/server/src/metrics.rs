@@ -551,6 +551,19 @@ impl RateLimiter for CountingLimiter {
         })
     }
 
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        limit: u32,
+        window: Duration,
+    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
+        self.inner.peek(key, limit, window)
+    }
+
+    fn reset<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), LimiterError>> {
+        self.inner.reset(key)
+    }
+
     fn backend(&self) -> &'static str {
         self.inner.backend()
     }

@@ -674,9 +674,333 @@ async fn enrollment_is_rate_limited_per_address(cx: Ctx) {
     assert!(r.headers.contains_key("retry-after"));
 }
 
+/// A session cookie for the administrator (`admin@p.test`).
+async fn admin_cookie(w: &World) -> String {
+    let login = send(
+        &w.app,
+        Request::post("/api/v1/auth/login")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({ "email": "admin@p.test", "password": common::PASSWORD }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    let cookie = login.headers.get(header::SET_COOKIE).unwrap();
+    cookie
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The takeover attack over the agent API: a key of another site of the organization and the
+/// victim's machine id. The attacker gets a new device flagged as a possible clone (REST
+/// listing, dashboard) and the victim's socket stays; only the administrator's one-time
+/// re-enroll token re-enrolls the victim device, which closes the socket opened with its old
+/// token at once and retires that token.
+async fn an_enrollment_key_never_takes_over_a_device(cx: Ctx) {
+    let w = world(&cx).await;
+    let o = w.store.org(w.org_a);
+    let branch = o
+        .tenancy()
+        .create_site("Branch Office", "UTC", common::audit("site.create"))
+        .await
+        .unwrap();
+    let hq_key = enrollment_key(&w, None).await;
+    let (victim, victim_token) = enroll(&w, &hq_key, "victim-machine").await;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        breeze_server::Breeze::new(w.state.clone()),
+        std::future::pending(),
+    ));
+    let url = format!("ws://{addr}/api/v1/agents/ws");
+    let socket = |token: String| {
+        let url = url.clone();
+        async move {
+            let mut req = url.as_str().into_client_request().unwrap();
+            req.headers_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            tokio_tungstenite::connect_async(req).await.unwrap().0
+        }
+    };
+    let mut victim_ws = socket(victim_token.clone()).await;
+    assert!(matches!(
+        next_frame(&mut victim_ws).await,
+        ServerFrame::Welcome { .. }
+    ));
+
+    // The attacker: a Branch Office key, the victim's machine id.
+    let (secret, _) = w
+        .state
+        .auth
+        .create_enrollment_key(
+            CreateEnrollmentKey {
+                org_id: w.org_a,
+                site_id: branch.id,
+                name: "branch".into(),
+                max_uses: None,
+                expires_at: w.state.clock.now() + chrono::Duration::hours(1),
+                created_by: "test".into(),
+            },
+            common::audit("enrollment_key.create"),
+        )
+        .await
+        .unwrap();
+    let r = send(
+        &w.app,
+        post_json(
+            "/api/v1/agents/enroll",
+            None,
+            &enroll_body(secret.expose(), "victim-machine"),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let impostor = r.body["deviceId"].as_str().unwrap().to_owned();
+    assert_ne!(impostor, victim);
+    assert_eq!(r.body["suspectedCloneOf"], json!(victim));
+    let impostor_token = r.body["token"].as_str().unwrap().to_owned();
+    let mut impostor_ws = socket(impostor_token).await;
+    let ServerFrame::Welcome { device_id, .. } = next_frame(&mut impostor_ws).await else {
+        panic!("the impostor is welcomed as its own device")
+    };
+    assert_eq!(device_id.to_string(), impostor);
+    // The victim's token still works.
+    let hb = json!({ "agentVersion": "0.1.0", "uptimeSecs": 1, "pendingReboot": false,
+                     "loggedInUsers": [] });
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&victim_token), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // Flagged in the REST listing and on the dashboard.
+    let r = send(
+        &w.app,
+        Request::get(format!("/api/v1/orgs/org-a/devices/{impostor}"))
+            .header("x-api-key", &w.read)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.body["suspected_clone_of"], json!(victim), "{}", r.body);
+    let cookie = admin_cookie(&w).await;
+    let page = send(
+        &w.app,
+        Request::get("/o/org-a/devices")
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let html = page.body.as_str().unwrap_or_default().to_owned();
+    assert!(html.contains("possible clone"), "{html}");
+    let page = send(
+        &w.app,
+        Request::get(format!("/o/org-a/devices/{impostor}"))
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        page.body
+            .as_str()
+            .unwrap_or_default()
+            .contains("Possible clone or impostor")
+    );
+
+    // A made-up re-enroll token is refused; an API key cannot mint a real one.
+    let mut forged = enroll_body(&hq_key, "victim-machine");
+    forged["reenrollToken"] = json!(format!("brz_{}", "A".repeat(43)));
+    let r = send(&w.app, post_json("/api/v1/agents/enroll", None, &forged)).await;
+    assert_eq!(
+        (r.status, err_msg(&r)),
+        (
+            StatusCode::UNAUTHORIZED,
+            "Invalid, expired or used re-enroll token"
+        )
+    );
+    let mint = |auth: (&str, &str)| {
+        Request::post(format!(
+            "/api/v1/orgs/org-a/devices/{victim}/reenroll-token"
+        ))
+        .header("content-type", "application/json")
+        .header(auth.0, auth.1)
+        .body(Body::from("{}"))
+        .unwrap()
+    };
+    let r = send(&w.app, mint(("x-api-key", &w.write))).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = send(&w.app, mint(("cookie", &cookie))).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let token = r.body["token"].as_str().unwrap().to_owned();
+
+    // The administrator's re-enrollment: the victim device, a new token; the socket opened
+    // with the old one closes at once, and the old token is refused.
+    let mut body = enroll_body(&hq_key, "rebuilt-machine");
+    body["reenrollToken"] = json!(token);
+    let r = send(&w.app, post_json("/api/v1/agents/enroll", None, &body)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["deviceId"], json!(victim));
+    assert_eq!(r.body["reenrolled"], json!(true));
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match victim_ws.next().await {
+                None | Some(Err(_)) | Some(Ok(tungstenite::Message::Close(_))) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the socket with the old token closed at once"
+    );
+    let r = send(
+        &w.app,
+        post_json("/api/v1/agents/heartbeat", Some(&victim_token), &hb),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // The impostor's own socket is untouched; the token is spent.
+    assert!(w.state.gateway.is_connected(impostor.parse().unwrap()));
+    let r = send(&w.app, post_json("/api/v1/agents/enroll", None, &body)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+async fn send_text(ws: &mut Socket, v: Value) {
+    ws.send(tungstenite::Message::Text(v.to_string().into()))
+        .await
+        .unwrap();
+}
+
+/// The agent socket holds the HTTP channel's limits: a batch past 5,000 samples or a frame past
+/// the report body limit stores nothing; samples stamped in year 9999 or far in the past, and
+/// values no metric can take (`1e308` percent), are refused over either channel while the
+/// good samples beside them are kept.
+async fn the_socket_holds_the_http_limits(cx: Ctx) {
+    let w = world(&cx).await;
+    let key = enrollment_key(&w, None).await;
+    let (device, token) = enroll(&w, &key, "machine-limits").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(breeze_server::serve(
+        listener,
+        breeze_server::Breeze::new(w.state.clone()),
+        std::future::pending(),
+    ));
+    let mut req = format!("ws://{addr}/api/v1/agents/ws")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let stored = || async {
+        w.store
+            .raw_scalar(
+                Some(w.org_a),
+                "SELECT COUNT(*) FROM device_metrics WHERE device_id = $1",
+                device.parse().unwrap(),
+            )
+            .await
+            .unwrap()
+    };
+    let now = w.state.clock.now();
+    let sample = |at: chrono::DateTime<chrono::Utc>, cpu: f64| {
+        json!({
+            "at": at, "cpuPercent": cpu, "ramPercent": 40.0, "ramUsedBytes": 1,
+            "disks": [{ "mount": "/", "usedPercent": 50.0 }], "network": [], "processCount": 9,
+        })
+    };
+    let frame = |samples: Vec<Value>| json!({ "type": "metrics", "samples": samples });
+    // 5,001 samples over the socket: refused like over HTTP.
+    let many: Vec<Value> = (0..5_001)
+        .map(|i| sample(now - chrono::Duration::seconds(i), 1.0))
+        .collect();
+    send_text(&mut ws, frame(many.clone())).await;
+    let r = send(
+        &w.app,
+        post_json(
+            "/api/v1/agents/metrics",
+            Some(&token),
+            &json!({ "samples": many }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(err_msg(&r).contains("at most 5000 samples"), "{}", r.body);
+    // A frame over the report limit (padded past 1 MiB with a long mount name list).
+    let padded: Vec<Value> = (0..4_000)
+        .map(|i| {
+            let mut s = sample(now - chrono::Duration::seconds(i), 1.0);
+            s["disks"] = json!([{ "mount": "/".repeat(250), "usedPercent": 1.0 }]);
+            s
+        })
+        .collect();
+    let padded = frame(padded);
+    assert!(padded.to_string().len() > 1024 * 1024);
+    send_text(&mut ws, padded).await;
+    // Bad stamps and values beside one good sample, over each channel.
+    let mixed = vec![
+        sample("9999-01-01T00:00:00Z".parse().unwrap(), 1.0),
+        sample(now - chrono::Duration::days(30), 1.0),
+        sample(now - chrono::Duration::minutes(1), 1e308),
+        sample(now - chrono::Duration::minutes(1), -5.0),
+        sample(now - chrono::Duration::minutes(2), 12.5),
+    ];
+    send_text(&mut ws, frame(mixed.clone())).await;
+    // The socket's frames are handled in order: a heartbeat after them marks the end.
+    let mark = json!({ "type": "heartbeat", "agentVersion": "7.7.7", "uptimeSecs": 1,
+                       "pendingReboot": false, "loggedInUsers": [] });
+    send_text(&mut ws, mark).await;
+    let id: breeze_core::DeviceId = device.parse().unwrap();
+    for _ in 0..200 {
+        let v = w.store.org(w.org_a).devices().get_device(id).await.unwrap();
+        if v.agent_version.as_deref() == Some("7.7.7") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        stored().await,
+        1,
+        "only the good sample of the socket's frames"
+    );
+    let mut later = mixed.clone();
+    later[4] = sample(now - chrono::Duration::minutes(3), 20.0);
+    let r = send(
+        &w.app,
+        post_json(
+            "/api/v1/agents/metrics",
+            Some(&token),
+            &json!({ "samples": later }),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(stored().await, 2, "and the good one over HTTP");
+    // The newest stored sample is a real one, not the year-9999 stamp.
+    let newest = w
+        .store
+        .raw_strings("SELECT CAST(MAX(at) AS TEXT) FROM device_metrics")
+        .await
+        .unwrap();
+    assert!(!newest[0].starts_with("9999"), "{newest:?}");
+}
+
 use uuid::Uuid;
 
 breeze_store::on_both_backends!(
+    the_socket_holds_the_http_limits,
+    an_enrollment_key_never_takes_over_a_device,
     enrollment_is_rate_limited_per_address,
     enrollment_and_device_tokens,
     commands_round_trip_over_the_socket,

@@ -1606,6 +1606,73 @@ async fn cors_on_the_public_endpoints(cx: Ctx) {
 
 /// "Sign out everywhere" ends every session of the person and revokes their grants, audited;
 /// the daily sweep removes stale registered clients once a day, whoever asks.
+/// Disabling a user revokes their OAuth grants at once (the access token and the refresh
+/// token both die) and says so; re-enabling restores none of them. A disabled user's refresh
+/// is refused even where a grant was left active (disabled by hand in the database).
+async fn disabling_a_user_revokes_their_grants(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let (client, t) = tokens(&w, &app).await;
+    let access = t["access_token"].as_str().unwrap();
+    let refresh_token = t["refresh_token"].as_str().unwrap();
+    assert_eq!(lists_tools(&app, access).await, StatusCode::OK);
+    let audit = |action: &str| {
+        breeze_core::AuditEvent::new(breeze_core::Actor::system("test"), action, "user")
+    };
+    let (_, grants) = w
+        .store
+        .set_user_disabled(w.admin, true, audit("user.disable"))
+        .await
+        .unwrap();
+    assert_eq!(grants, 1);
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let r = refresh(&app, &client, refresh_token, &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+
+    // Re-enabled: nothing comes back.
+    assert_eq!(
+        w.store
+            .set_user_disabled(w.admin, false, audit("user.enable"))
+            .await
+            .unwrap(),
+        (0, 0)
+    );
+    assert_eq!(lists_tools(&app, access).await, StatusCode::UNAUTHORIZED);
+    let r = refresh(&app, &client, refresh_token, &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+    let grants = w.store.user_oauth_grants(w.admin).await.unwrap();
+    assert!(
+        grants
+            .iter()
+            .all(|g| g.revoke_reason.as_deref() == Some("user_disabled")),
+        "{grants:?}"
+    );
+    let audit_log = w.store.raw_dump("audit_log").await.unwrap().join("\n");
+    assert!(audit_log.contains("user.disable") && audit_log.contains("grants_revoked"));
+
+    // A user disabled behind Breeze's back, grant still active: the refresh is refused anyway.
+    let (client, t) = tokens(&w, &app).await;
+    let id = match w.store.backend() {
+        breeze_store::Backend::Sqlite => format!("X'{}'", w.admin.0.simple()),
+        breeze_store::Backend::Postgres => format!("'{}'", w.admin.0),
+    };
+    w.store
+        .raw_execute(&format!("UPDATE users SET disabled = TRUE WHERE id = {id}"))
+        .await
+        .unwrap();
+    let r = refresh(&app, &client, t["refresh_token"].as_str().unwrap(), &[]).await;
+    assert_eq!(r.body["error"], "invalid_grant", "{}", r.body);
+    assert!(
+        r.body["error_description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("disabled"),
+        "{}",
+        r.body
+    );
+}
+
 async fn sign_out_everywhere_and_the_daily_sweep(cx: Ctx) {
     let w = world(&cx).await;
     let mut config = (*w.state.config).clone();
@@ -1755,6 +1822,113 @@ async fn metadata_documents_are_fetched_safely(cx: Ctx) {
     assert!(breeze_oauth::client::validate_document(id, &huge).is_err());
 }
 
+/// A metadata document that cannot be fetched is refused with one generic message: nothing of
+/// what the name resolved to or how the host answered reaches the unauthenticated caller.
+async fn a_failed_metadata_fetch_says_nothing_of_why(cx: Ctx) {
+    struct Failing;
+    impl breeze_oauth::MetadataFetcher for Failing {
+        fn fetch<'a>(&'a self, _: &'a url::Url) -> breeze_oauth::FetchFuture<'a> {
+            Box::pin(async { Err("name resolution failed: 10.1.2.3 refused".to_owned()) })
+        }
+    }
+    let s = settings();
+    let oauth = breeze_oauth::OAuth::new(
+        cx.store.clone(),
+        Arc::new(cx.clock.clone()),
+        s.config.clone(),
+        s.key.clone(),
+        &s.cookie_secret,
+        Arc::new(Failing),
+    );
+    let e = oauth
+        .client("https://attacker.example/x.json")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("could not fetch the client ID metadata document"),
+        "{e}"
+    );
+    assert!(!e.contains("10.1.2.3") && !e.contains("resolution"), "{e}");
+}
+
+/// Registration refuses a redirect URI whose host is not written where it belongs
+/// (`https:///cb` would send codes to the host `cb`), and a client name with bidirectional
+/// controls; a name that holds them anyway (stored earlier) is shown without them, isolated.
+async fn registration_and_consent_resist_spoofing(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    for uri in ["https:///cb", "https:/cb", "https:\\\\cb/x"] {
+        let r = register(&app, &json!({ "redirect_uris": [uri], "client_name": "X" })).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.body);
+        assert_eq!(r.body["error"], "invalid_redirect_uri", "{uri}");
+    }
+    let r = register(
+        &app,
+        &json!({ "redirect_uris": [CLAUDE_CB], "client_name": "Claude\u{202E}exe.gnp" }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(r.body["error"], "invalid_client_metadata");
+
+    w.store
+        .insert_oauth_client(
+            breeze_store::NewOAuthClient {
+                client_id: "bzcl_spoof".into(),
+                kind: breeze_store::OAuthClientKind::Dcr,
+                client_name: "Claude\u{202E}\u{2066}lanigiro\u{200B}".into(),
+                redirect_uris: vec![CLAUDE_CB.into()],
+                metadata: json!({}),
+                expires_at: w.state.clock.now() + chrono::Duration::days(1),
+            },
+            breeze_core::AuditEvent::new(
+                breeze_core::Actor::system("test"),
+                "oauth.client.register",
+                "oauth_client",
+            ),
+        )
+        .await
+        .unwrap();
+    let session = sign_in(&app, "admin@p.test").await;
+    let (r, c) = consent_page(&app, &session, &auth_query("bzcl_spoof", CLAUDE_CB, &[])).await;
+    assert!(c.is_some(), "{}", r.body);
+    let html = r.body.as_str().unwrap();
+    assert!(html.contains("<bdi>Claudelanigiro</bdi>"), "{html}");
+    for c in ['\u{202E}', '\u{2066}', '\u{200B}'] {
+        assert!(!html.contains(c), "{c:?} reached the page");
+    }
+}
+
+/// A signed access token's scopes are intersected with its grant's scopes at each use: the
+/// token still says `mcp:write`, but once the grant holds only `mcp:read` a write is refused
+/// as a step-up, while reads keep working.
+async fn token_scopes_meet_the_grants_current_scopes(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = oauth_app(&w);
+    let client = claude_client(&app).await;
+    let t = authorized(&w, &app, &client, &[("scope", EXECUTE)]).await;
+    let access = t["access_token"].as_str().unwrap();
+    let write = rpc(
+        "tools/call",
+        json!({ "name": "set_device_context", "arguments": {} }),
+    );
+    assert_eq!(mcp(&app, access, &write).await.status, StatusCode::OK);
+    w.store
+        .raw_execute("UPDATE oauth_grants SET scopes = '[\"mcp:read\"]'")
+        .await
+        .unwrap();
+    // Past the grant cache's second.
+    cx.clock.advance(chrono::Duration::seconds(2));
+    let r = mcp(&app, access, &write).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(challenge(&r).contains("error=\"insufficient_scope\""));
+    let read = rpc(
+        "tools/call",
+        json!({ "name": "query_devices", "arguments": {} }),
+    );
+    assert_eq!(mcp(&app, access, &read).await.status, StatusCode::OK);
+}
+
 /// A registration naming a `software_id` (mcp-remote sends one) is refused by default, and
 /// the refusal names the setting that accepts it and who sends the field; with that setting
 /// it is accepted, the field ignored: not in the answer, not stored.
@@ -1844,6 +2018,9 @@ async fn cimd_can_be_turned_off_and_a_failed_fetch_says_why(cx: Ctx) {
 }
 
 breeze_store::on_both_backends!(
+    registration_and_consent_resist_spoofing,
+    token_scopes_meet_the_grants_current_scopes,
+    a_failed_metadata_fetch_says_nothing_of_why,
     discovery_and_challenge,
     software_id_is_refused_by_name_or_accepted_and_ignored,
     cimd_can_be_turned_off_and_a_failed_fetch_says_why,
@@ -1862,4 +2039,5 @@ breeze_store::on_both_backends!(
     insufficient_scope_is_a_step_up_challenge,
     cors_on_the_public_endpoints,
     sign_out_everywhere_and_the_daily_sweep,
+    disabling_a_user_revokes_their_grants,
 );

@@ -1299,6 +1299,45 @@ async fn events(w: &World, org: &str, who: &Browser) -> Body {
     res.into_body()
 }
 
+/// The attack: one Read Only session opening live streams without end (each a task polling
+/// the store). A person holds at most 8 at once; past that the stream is refused with 429, and
+/// a stream the browser closed gives its place back.
+async fn live_streams_are_capped_per_person(cx: Ctx) {
+    use tower::ServiceExt;
+    let w = world(&cx).await;
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let open = |who: &Browser| {
+        w.app.clone().oneshot(
+            Request::get("/o/org-a/events")
+                .header(header::COOKIE, &who.cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+    };
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(events(&w, "org-a", &viewer).await);
+    }
+    let refused = open(&viewer).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key(header::RETRY_AFTER));
+    // Another person of the organization is not held back by it.
+    let _admins = events(&w, "org-a", &admin).await;
+    // A closed stream gives its place back (its task notices at once).
+    held.pop();
+    let mut reopened = false;
+    for _ in 0..50 {
+        let r = open(&viewer).await.unwrap();
+        if r.status() == StatusCode::OK {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reopened);
+}
+
 async fn live_updates_name_what_changed_and_fragments_stay_in_their_organization(cx: Ctx) {
     let w = world(&cx).await;
     let admin = sign_in(&w.app, "admin@p.test").await;
@@ -1722,6 +1761,7 @@ breeze_store::on_both_backends!(
     device_page_shows_charts_notes_and_stays_in_its_organization,
     ten_thousand_devices_list_quickly,
     live_updates_name_what_changed_and_fragments_stay_in_their_organization,
+    live_streams_are_capped_per_person,
     connected_apps_list_and_revoke_the_persons_grants,
     partner_admins_reach_every_organization_of_their_partner,
 );

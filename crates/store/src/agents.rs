@@ -4,7 +4,7 @@
 //!
 //! Enrollment and token lookups are not organization-scoped (the caller is a machine holding a
 //! secret, not a user); everything they return carries the organization, and every later query
-//! goes through [`OrgStore`] or is keyed by the authenticated device.
+//! goes through [`OrgStore`](crate::OrgStore) or is keyed by the authenticated device.
 
 use breeze_agent_proto::{Heartbeat, Inventory, LogEntry, UserSession};
 use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
@@ -60,7 +60,43 @@ pub struct EnrollDevice {
     pub agent_version: String,
     /// SHA-256 of the device token the caller generated and hands to the agent.
     pub token_hash: [u8; 32],
+    /// Proof of being an existing device, to re-enroll it.
+    pub proof: Option<ReenrollProof>,
 }
+
+/// What proves an enrolling machine is an existing device (only the SHA-256 of the secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReenrollProof {
+    /// A one-time re-enroll token an administrator issued for the device.
+    ReenrollToken([u8; 32]),
+    /// The device's current token (the agent re-enrolling itself).
+    DeviceToken([u8; 32]),
+}
+
+impl ReenrollProof {
+    fn name(self) -> &'static str {
+        match self {
+            ReenrollProof::ReenrollToken(_) => "reenroll_token",
+            ReenrollProof::DeviceToken(_) => "device_token",
+        }
+    }
+}
+
+/// The outcome of an enrollment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrolled {
+    pub device: Device,
+    /// The enrollment key that was used.
+    pub key_id: Uuid,
+    /// An existing device, proven, got the new token.
+    pub reenrolled: bool,
+    /// A new device that carries the machine id of this existing one, with no proof of being
+    /// it: a possible clone or impostor.
+    pub suspected_clone_of: Option<DeviceId>,
+}
+
+/// A re-enroll token that is unknown, spent, expired, or of another organization.
+pub const INVALID_REENROLL_TOKEN: &str = "Invalid, expired or used re-enroll token";
 
 /// A device token's owner, as found by its hash.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -221,6 +257,40 @@ impl crate::OrgAgents<'_> {
         self.get_enrollment_key(id).await
     }
 
+    /// Stores a one-time re-enroll token (its SHA-256) for a device of this organization that
+    /// has an agent, replacing any earlier one, audited. The next enrollment presenting it
+    /// re-enrolls the device itself (see [`Store::enroll_device`]) and spends it.
+    pub async fn issue_reenroll_token(
+        &self,
+        device: DeviceId,
+        hash: &[u8; 32],
+        expires_at: Timestamp,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        self.whole().devices().get_device(device).await?;
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin_in(self).await?;
+        let n = sql(
+            "UPDATE device_credentials SET reenroll_token_hash = $1, reenroll_expires_at = $2 \
+             WHERE device_id = $3 AND org_id = $4 AND revoked_at IS NULL",
+        )
+        .bind(&hash[..])
+        .bind(expires_at)
+        .bind(device)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("device agent"));
+        }
+        let audit = audit
+            .org(self.org)
+            .resource(device)
+            .details(serde_json::json!({ "expires_at": expires_at }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await
+    }
+
     /// The latest heartbeat and inventory of a device of this organization (`None` before the
     /// agent's first report).
     pub async fn device_state(&self, device: DeviceId) -> Result<Option<DeviceState>> {
@@ -321,14 +391,16 @@ impl crate::OrgAgents<'_> {
 
 impl Store {
     /// Enrolls a machine with an enrollment key whose SHA-256 is `key_hash`: counts a use of the
-    /// key (refusing revoked, expired and used-up keys), creates the device in the key's site —
-    /// or, when a device of the organization already carries the same machine id, re-enrolls
-    /// that device with the new token — and audits it, all in one transaction.
-    pub async fn enroll_device(
-        &self,
-        key_hash: &[u8; 32],
-        new: EnrollDevice,
-    ) -> Result<(Device, Uuid)> {
+    /// key (refusing revoked, expired and used-up keys) and audits the enrollment, all in one
+    /// transaction.
+    ///
+    /// An enrollment key never rebinds an existing device. With proof of being a device of the
+    /// key's organization (`new.proof`: a one-time re-enroll token an administrator issued for
+    /// it, or its current token) that device is re-enrolled with the new token, and every
+    /// socket opened with its old one closes. Without proof, a machine id that a device of the
+    /// organization already carries makes a new device flagged as a possible clone or
+    /// impostor of it ([`Enrolled::suspected_clone_of`]); any other machine makes a new device.
+    pub async fn enroll_device(&self, key_hash: &[u8; 32], new: EnrollDevice) -> Result<Enrolled> {
         #[derive(sqlx::FromRow)]
         struct Key {
             id: Uuid,
@@ -352,17 +424,51 @@ impl Store {
         .await?
         .ok_or_else(|| StoreError::Invalid(INVALID_ENROLLMENT_KEY.into()))?;
 
-        let existing: Option<DeviceId> = match &new.machine_id {
-            Some(mid) => sql("SELECT c.device_id FROM device_credentials c \
-                 WHERE c.org_id = $1 AND c.machine_id = $2 AND c.revoked_at IS NULL")
+        // The device the caller proves to be, if any.
+        let proven: Option<DeviceId> = match new.proof {
+            Some(ReenrollProof::ReenrollToken(hash)) => {
+                // One use: the re-enrollment below clears it.
+                let found = sql(
+                    "SELECT device_id FROM device_credentials WHERE reenroll_token_hash = $1 \
+                     AND org_id = $2 AND reenroll_expires_at > $3 AND revoked_at IS NULL",
+                )
+                .bind(&hash[..])
+                .bind(key.org_id)
+                .bind(now)
+                .fetch_optional::<(DeviceId,)>(&mut tx)
+                .await?
+                .map(|r| r.0);
+                Some(found.ok_or_else(|| StoreError::Invalid(INVALID_REENROLL_TOKEN.into()))?)
+            }
+            Some(ReenrollProof::DeviceToken(hash)) => sql(
+                "SELECT device_id FROM device_credentials WHERE token_hash = $1 \
+                 AND org_id = $2 AND revoked_at IS NULL",
+            )
+            .bind(&hash[..])
             .bind(key.org_id)
-            .bind(mid)
             .fetch_optional::<(DeviceId,)>(&mut tx)
             .await?
             .map(|r| r.0),
             None => None,
         };
-        let device_id = match existing {
+        // Without proof, a device of the organization already carrying this machine id is the
+        // one the new device may be a clone or impostor of (the first enrolled).
+        let namesake: Option<DeviceId> = match (&new.machine_id, proven) {
+            (Some(mid), None) => sql(
+                "SELECT c.device_id FROM device_credentials c JOIN devices d \
+                 ON d.id = c.device_id AND d.org_id = c.org_id \
+                 WHERE c.org_id = $1 AND c.machine_id = $2 AND c.revoked_at IS NULL \
+                 ORDER BY (d.suspected_clone_of IS NULL) DESC, c.enrolled_at, c.device_id \
+                 LIMIT 1",
+            )
+            .bind(key.org_id)
+            .bind(mid)
+            .fetch_optional::<(DeviceId,)>(&mut tx)
+            .await?
+            .map(|r| r.0),
+            _ => None,
+        };
+        let device_id = match proven {
             Some(id) => {
                 sql(
                     "UPDATE devices SET hostname = $1, os_family = $2, os_name = $3, \
@@ -381,12 +487,16 @@ impl Store {
                 .await?;
                 sql(
                     "UPDATE device_credentials SET token_hash = $1, pending_token_hash = NULL, \
-                     enrollment_key_id = $2, rotated_at = $3 WHERE device_id = $4",
+                     reenroll_token_hash = NULL, reenroll_expires_at = NULL, \
+                     machine_id = COALESCE($2, machine_id), enrollment_key_id = $3, \
+                     rotated_at = $4 WHERE device_id = $5 AND org_id = $6",
                 )
                 .bind(&new.token_hash[..])
+                .bind(new.machine_id.as_deref())
                 .bind(key.id)
                 .bind(now)
                 .bind(id)
+                .bind(key.org_id)
                 .execute(&mut tx)
                 .await?;
                 id
@@ -395,8 +505,9 @@ impl Store {
                 let id = DeviceId::new();
                 sql(
                     "INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, \
-                     os_version, status, agent_version, last_seen_at, tags, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'online', $8, $9, '[]', $10)",
+                     os_version, status, agent_version, last_seen_at, tags, created_at, \
+                     suspected_clone_of) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, 'online', $8, $9, '[]', $10, $11)",
                 )
                 .bind(id)
                 .bind(key.org_id)
@@ -408,6 +519,7 @@ impl Store {
                 .bind(&new.agent_version)
                 .bind(now)
                 .bind(now)
+                .bind(namesake)
                 .execute(&mut tx)
                 .await?;
                 sql(
@@ -426,25 +538,73 @@ impl Store {
                 id
             }
         };
+        let (action, details) = match (proven, namesake) {
+            (Some(_), _) => (
+                "device.reenroll",
+                serde_json::json!({
+                    "hostname": new.hostname, "enrollment_key_id": key.id,
+                    "proof": new.proof.map(|p| p.name()),
+                }),
+            ),
+            (None, Some(of)) => (
+                "device.enroll_suspected_clone",
+                serde_json::json!({
+                    "hostname": new.hostname, "enrollment_key_id": key.id,
+                    "site_id": key.site_id, "suspected_clone_of": of,
+                }),
+            ),
+            (None, None) => (
+                "device.enroll",
+                serde_json::json!({
+                    "hostname": new.hostname, "enrollment_key_id": key.id,
+                    "site_id": key.site_id,
+                }),
+            ),
+        };
         let event = AuditEvent::new(
             breeze_core::Actor::system("agent-enrollment"),
-            "device.enroll",
+            action,
             "device",
         )
         .org(key.org_id)
         .resource(device_id)
-        .details(serde_json::json!({
-            "hostname": new.hostname, "enrollment_key_id": key.id,
-            "site_id": key.site_id, "reenrolled": existing.is_some(),
-        }));
+        .details(details);
         audit::insert(&mut tx, &event, now).await?;
         let committed = tx.commit().await;
         self.devices_changed(key.org_id);
         committed?;
-        Ok((
-            self.org(key.org_id).devices().get_device(device_id).await?,
-            key.id,
-        ))
+        if proven.is_some() {
+            self.device_credential_changed(device_id).await;
+        }
+        let org = self.org(key.org_id);
+        if let Some(of) = namesake
+            && let Err(e) = org
+                .alerts()
+                .raise_suspected_clone_alert(device_id, of)
+                .await
+        {
+            tracing::warn!(device = %device_id, error = %e, "could not raise the suspected-clone alert");
+        }
+        Ok(Enrolled {
+            device: org.devices().get_device(device_id).await?,
+            key_id: key.id,
+            reenrolled: proven.is_some(),
+            suspected_clone_of: namesake,
+        })
+    }
+
+    /// Whether `hash` is a token `device` may still use (its current or staged one, not
+    /// revoked): a socket opened with any other closes.
+    pub async fn device_token_valid(&self, device: DeviceId, hash: &[u8; 32]) -> Result<bool> {
+        let n: i64 = sql(
+            "SELECT COUNT(*) FROM device_credentials WHERE device_id = $1 \
+             AND revoked_at IS NULL AND (token_hash = $2 OR pending_token_hash = $2)",
+        )
+        .bind(device)
+        .bind(&hash[..])
+        .fetch_scalar(self)
+        .await?;
+        Ok(n > 0)
     }
 
     /// The credential whose current or pending token hashes to `hash`. A match on the pending
@@ -474,6 +634,8 @@ impl Store {
                 .bind(&hash[..])
                 .execute(self)
                 .await?;
+                // The old token stopped working: sockets opened with it close.
+                self.device_credential_changed(c.device_id).await;
                 Ok(Some(DeviceCredential {
                     token_hash: hash.to_vec(),
                     pending_token_hash: None,
@@ -680,6 +842,85 @@ impl Store {
             .await
     }
 }
+
+/// The alert rule under which suspected clones are raised, created in an organization the
+/// first time one enrolls (an administrator may disable it; the device flag stays).
+pub const SUSPECTED_CLONE_RULE: &str = "Possible cloned or impostor device";
+
+impl crate::OrgAlerts<'_> {
+    /// Raises the alert for a device that enrolled with the machine id of device `of` and no
+    /// proof of being it, with a device event that says so (under [`SUSPECTED_CLONE_RULE`]).
+    pub async fn raise_suspected_clone_alert(
+        &self,
+        device: DeviceId,
+        of: DeviceId,
+    ) -> Result<Option<crate::Alert>> {
+        let rule = match self
+            .list_rules()
+            .await?
+            .into_iter()
+            .find(|r| r.name == SUSPECTED_CLONE_RULE)
+        {
+            Some(rule) => rule,
+            None => {
+                let actor = breeze_core::Actor::system("agent-enrollment");
+                let condition = breeze_core::AlertCondition::Event(breeze_core::EventCondition {
+                    source: Some(CLONE_EVENT_SOURCE.into()),
+                    event_kind: Some(CLONE_EVENT_KIND.into()),
+                    min_severity: breeze_core::Severity::High,
+                    message_contains: None,
+                    count: 1,
+                    window_minutes: breeze_core::alert::MAX_EVENT_WINDOW_MINUTES,
+                });
+                self.create_rule(
+                    crate::NewRule {
+                        name: SUSPECTED_CLONE_RULE.into(),
+                        description: Some(
+                            "A device enrolled with the machine id of an existing device, \
+                             without a re-enroll token or that device's token: a cloned \
+                             machine, or someone posing as the device."
+                                .into(),
+                        ),
+                        severity: breeze_core::Severity::High,
+                        enabled: true,
+                        condition,
+                        target: crate::RuleTarget::Organization,
+                        cooldown_minutes: 0,
+                        auto_resolve: false,
+                        channel_ids: Vec::new(),
+                        created_by: actor.to_string(),
+                    },
+                    AuditEvent::new(actor, "alert_rule.create", "alert_rule"),
+                )
+                .await?
+            }
+        };
+        let original = self.whole().devices().get_device(of).await?;
+        let event = breeze_agent_proto::AgentEvent {
+            at: self.store.clock.now(),
+            source: CLONE_EVENT_SOURCE.into(),
+            kind: CLONE_EVENT_KIND.into(),
+            severity: breeze_agent_proto::EventSeverity::High,
+            message: format!(
+                "enrolled with the machine id of device {of} ({}) without proof of being it",
+                original.hostname
+            ),
+            attributes: [("suspectedCloneOf".to_owned(), of.to_string())].into(),
+        };
+        self.store
+            .insert_device_events(device, self.org, std::slice::from_ref(&event))
+            .await?;
+        if !rule.enabled {
+            return Ok(None);
+        }
+        let stored = self.whole().telemetry().device_events(device, 1).await?;
+        self.raise_alert_on(&rule, device, None, &stored).await
+    }
+}
+
+/// The device event that records a suspected clone (source and kind).
+pub const CLONE_EVENT_SOURCE: &str = "breeze";
+pub const CLONE_EVENT_KIND: &str = "possible_clone";
 
 impl CrossOrg<'_> {
     /// Marks agent-managed devices whose last heartbeat is older than `stale_after` offline;

@@ -566,13 +566,11 @@ impl crate::OrgAudit<'_> {
                 q.push(&format!(" AND {column} = {p}"));
             }
         }
-        push_time_bounds(&mut q, filter.since, filter.until);
+        // Resuming, the cursor is the upper bound (see `Sql::push_keyset`).
+        let until = if after.is_some() { None } else { filter.until };
+        push_time_bounds(&mut q, filter.since, until);
         if let Some(cursor) = after {
-            let t = q.arg(cursor.created_at);
-            let id = q.arg(cursor.id);
-            q.push(&format!(
-                " AND (created_at < {t} OR (created_at = {t} AND id < {id}))"
-            ));
+            q.push_keyset("created_at", cursor.created_at, "id", cursor.id, true);
         }
         let fetch = q.arg(i64::from(limit) + 1);
         q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {fetch}"));

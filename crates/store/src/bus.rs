@@ -62,6 +62,9 @@ pub enum Signal {
     DevicesChanged { org: OrgId },
     /// What some API key authenticates as changed.
     CredentialsChanged,
+    /// `device`'s token changed (re-enrolled, rotated, revoked): the sockets opened with a
+    /// token it no longer accepts close.
+    DeviceCredentialChanged { device: DeviceId },
     /// A person decided an approval request: calls waiting for one look again.
     ApprovalDecided,
     /// The effective configuration of `devices` of `org` changed (`None`: of too many to
@@ -197,6 +200,16 @@ impl Store {
         })
     }
 
+    /// Tells every instance, this one included (through [`Store::subscribe`]), that
+    /// `device`'s credential changed: each closes the sockets it holds for the device that were
+    /// opened with a token no longer valid. Returns once the other instances can hear it.
+    pub async fn device_credential_changed(&self, device: DeviceId) {
+        let signal = Signal::DeviceCredentialChanged { device };
+        // No subscriber is not an error (a store without a gateway, the CLI's).
+        let _ = self.bus.subscribers.send(signal.clone());
+        self.announce(signal).await;
+    }
+
     /// Signals from the other servers on this database, once [`Store::spawn_bus_listener`]
     /// runs. A receiver that falls behind gets `Lagged`, which its owner treats as
     /// [`Signal::Resync`].
@@ -310,6 +323,7 @@ impl Store {
                 self.bump_credentials();
             }
             Signal::CommandQueued { .. }
+            | Signal::DeviceCredentialChanged { .. }
             | Signal::AgentConnected { .. }
             | Signal::ApprovalDecided
             | Signal::CommandChanged { .. }

@@ -15,7 +15,8 @@ use crate::{
 };
 
 pub(crate) const DEVICE_COLUMNS: &str = "d.id, d.org_id, d.site_id, d.hostname, d.os_family, d.os_name, \
-    d.os_version, d.status, d.agent_version, d.last_seen_at, d.tags, d.created_at";
+    d.os_version, d.status, d.agent_version, d.last_seen_at, d.tags, d.created_at, \
+    d.suspected_clone_of";
 
 /// A device to register.
 #[derive(Debug, Clone)]
@@ -100,6 +101,7 @@ impl crate::OrgDevices<'_> {
             last_seen_at: new.last_seen_at,
             tags: new.tags,
             created_at: now,
+            suspected_clone_of: None,
         };
         let mut tx = Tx::begin_in(self).await?;
         sql(

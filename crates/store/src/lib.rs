@@ -56,8 +56,10 @@ mod wal;
 use std::{str::FromStr, time::Duration};
 
 pub use agents::{
-    AgentLogFilter, AgentLogRecord, DeviceCredential, DeviceState, EnrollDevice,
-    EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY, NewEnrollmentKey, UserSessionRecord,
+    AgentLogFilter, AgentLogRecord, CLONE_EVENT_KIND, CLONE_EVENT_SOURCE, DeviceCredential,
+    DeviceState, EnrollDevice, Enrolled, EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY,
+    INVALID_REENROLL_TOKEN, NewEnrollmentKey, ReenrollProof, SUSPECTED_CLONE_RULE,
+    UserSessionRecord,
 };
 pub use alerts::{
     Alert, AlertCursor, AlertEvent, AlertFilter, AlertPage, AlertRule, AlertSummary,
@@ -128,8 +130,9 @@ pub use patches::{
 };
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
 pub use reports::{
-    CHUNK_BYTES, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT, NewReport, REPORT_PAGE, ReportDefinition,
-    ReportRequest, ReportRun, ReportUpdate,
+    CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
+    MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,
+    ReportRun, ReportUpdate,
 };
 pub use row_security::RowSecurity;
 pub use runs::RunUpdate;

@@ -490,6 +490,15 @@ impl Store {
         if !grant.is_active() {
             return Ok(Refreshed::Invalid("the grant was revoked"));
         }
+        // Disabling a user revokes their grants; a disabled user's refresh is refused whatever
+        // (dropping the transaction undoes the rotation above).
+        let disabled: bool = sql("SELECT disabled FROM users WHERE id = $1")
+            .bind(grant.user_id)
+            .fetch_scalar(&mut tx)
+            .await?;
+        if disabled {
+            return Ok(Refreshed::Invalid("the user is disabled"));
+        }
         if row.expires_at <= now {
             return Ok(Refreshed::Invalid("the refresh token expired"));
         }

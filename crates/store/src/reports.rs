@@ -1,14 +1,22 @@
 //! Reports: definitions (what to report, in which format, with which filters), their runs, and
 //! the runs' output (migration 0022).
 //!
-//! A run reads its rows in keyset pages of [`REPORT_PAGE`] (ordered by id, `id > last`) and
+//! A run reads its rows in keyset pages of [`REPORT_PAGE`] and
 //! writes them, rendered as JSON or CSV, into a buffer that is stored as one `report_chunks`
 //! row whenever it holds [`CHUNK_BYTES`]; the download reads the chunks back one at a time
 //! ([`crate::OrgReports::report_chunk`]). A report of any size is therefore never held in memory whole:
-//! at most one page of rows and one chunk. The output lives in the database rather than in
-//! files so that it is durable with it, reachable from every instance sharing PostgreSQL, and
-//! removed with its organization; the newest [`MAX_RUNS_KEPT`] runs of an organization are
-//! kept, older ones (and their chunks) are deleted when a new run completes.
+//! at most one page of rows and one chunk. Each page resumes where the last one stopped on an
+//! index in the page's own order — devices by id; alerts by `(triggered_at, id)` on
+//! `alerts_org_time`; audit records by `(created_at, id)` on `audit_log_org_time` — so a run
+//! reads each row once and sorts nothing: its time is linear in its rows (a test reads the
+//! query plans on both databases). A run stops at [`MAX_REPORT_ROWS`] rows or
+//! [`MAX_REPORT_BYTES`] bytes, says so in its last row and is marked `truncated`.
+//!
+//! The output lives in the database rather than in files so that it is durable with it,
+//! reachable from every instance sharing PostgreSQL, and removed with its organization. An
+//! organization keeps its newest [`MAX_RUNS_KEPT`] runs and each person (or credential) their
+//! newest [`MAX_RUNS_PER_REQUESTER`], so one requester cannot evict everyone else's; older
+//! ones (and their chunks) are deleted when a new run completes.
 //!
 //! A run is recorded (`running`, with its audit record `report.generate`) before any row is
 //! read; it ends `completed` with its row, byte and chunk counts, or `failed` with the error
@@ -32,17 +40,39 @@ use crate::{
     Result, StoreError,
     alerts::check_text,
     audit::{self, AuditRow, audit_columns},
-    sql::{Arg, Tx, sql},
+    sql::{Arg, Sql, Tx, sql},
 };
 
 /// The most report definitions one organization may keep.
 pub const MAX_REPORTS_PER_ORG: i64 = 100;
 /// The runs (with their output) kept per organization.
 pub const MAX_RUNS_KEPT: i64 = 50;
+/// The runs kept per requester (a person or credential) within the organization's.
+pub const MAX_RUNS_PER_REQUESTER: i64 = 10;
+/// The most rows one run writes; past it the run stops and says so.
+pub const MAX_REPORT_ROWS: i64 = 1_000_000;
+/// The most bytes of output one run writes; past it the run stops and says so.
+pub const MAX_REPORT_BYTES: i64 = 512 * 1024 * 1024;
 /// A stored chunk of output holds about this many bytes (one row more at most).
 pub const CHUNK_BYTES: usize = 256 * 1024;
 /// Rows read per query while generating.
 pub const REPORT_PAGE: i64 = 500;
+
+/// Where a run stops: [`MAX_REPORT_ROWS`] and [`MAX_REPORT_BYTES`] unless a test asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportCaps {
+    pub rows: i64,
+    pub bytes: i64,
+}
+
+impl Default for ReportCaps {
+    fn default() -> Self {
+        Self {
+            rows: MAX_REPORT_ROWS,
+            bytes: MAX_REPORT_BYTES,
+        }
+    }
+}
 
 /// A report definition as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -127,12 +157,14 @@ pub struct ReportRun {
     pub requested_by: String,
     pub started_at: Timestamp,
     pub finished_at: Option<Timestamp>,
+    /// The run stopped at [`MAX_REPORT_ROWS`] or [`MAX_REPORT_BYTES`] (its last row says so).
+    pub truncated: bool,
 }
 
 const DEFINITION_COLUMNS: &str = "id, org_id, name, description, kind, format, filters, \
     created_by, created_at, updated_at";
 const RUN_COLUMNS: &str = "id, org_id, definition_id, name, kind, format, filters, status, \
-    row_count, byte_count, chunk_count, error, requested_by, started_at, finished_at";
+    row_count, byte_count, chunk_count, error, requested_by, started_at, finished_at, truncated";
 
 fn check_definition(
     kind: ReportKind,
@@ -157,6 +189,9 @@ struct Output {
     seq: i64,
     rows: i64,
     bytes: i64,
+    /// Stopped at a cap (the last row says so).
+    truncated: bool,
+    caps: ReportCaps,
     /// The PDF's layout and object offsets (PDF only).
     pdf: Option<crate::pdf::PdfTable>,
 }
@@ -176,6 +211,8 @@ impl Output {
             seq: 0,
             rows: 0,
             bytes: 0,
+            truncated: false,
+            caps: ReportCaps::default(),
             pdf: None,
         };
         match format {
@@ -243,6 +280,37 @@ impl Output {
             }
         }
         self.rows += 1;
+    }
+
+    /// Whether the run reached [`MAX_REPORT_ROWS`] or [`MAX_REPORT_BYTES`]; then it writes a
+    /// last row saying so (a JSON element `{"truncated": …}`, a CSV or PDF row whose first
+    /// cell says it) and is marked truncated.
+    fn at_cap(&mut self, columns: &[&str]) -> bool {
+        let written = self.bytes + self.buf.len() as i64;
+        let ReportCaps { rows, bytes } = self.caps;
+        if self.rows < rows && written < bytes {
+            return false;
+        }
+        let note = format!(
+            "truncated: this report stops at {} rows (at most {rows}) and {written} bytes \
+             (at most {bytes}); narrow its filters for the rest",
+            self.rows
+        );
+        match self.format {
+            ReportFormat::Json => {
+                self.buf.extend_from_slice(b",\n");
+                let _ = serde_json::to_writer(&mut self.buf, &json!({ "truncated": note }));
+            }
+            ReportFormat::Csv | ReportFormat::Pdf => {
+                let mut cells = vec![Value::Null; columns.len()];
+                cells[0] = Value::from(note);
+                let rows = self.rows;
+                self.row(columns, cells);
+                self.rows = rows;
+            }
+        }
+        self.truncated = true;
+        true
     }
 
     fn finish(&mut self) {
@@ -592,14 +660,27 @@ impl crate::OrgReports<'_> {
 
     // ---- runs -------------------------------------------------------------------------------
 
-    /// Generates a report now: records the run (audited), streams the rows into stored chunks,
-    /// and marks it completed (or failed, keeping no output, and returns the error). Then
-    /// deletes the organization's runs beyond the newest [`MAX_RUNS_KEPT`].
+    /// Generates a report now: records the run (audited), streams the rows into stored chunks
+    /// (up to [`MAX_REPORT_ROWS`] and [`MAX_REPORT_BYTES`]), and marks it completed (or failed,
+    /// keeping no output, and returns the error). Then deletes the requester's runs beyond
+    /// their newest [`MAX_RUNS_PER_REQUESTER`] and the organization's beyond [`MAX_RUNS_KEPT`].
     pub async fn generate_report(
         &self,
         req: ReportRequest,
         requested_by: &str,
         audit: AuditEvent,
+    ) -> Result<ReportRun> {
+        self.generate_report_within(req, requested_by, audit, ReportCaps::default())
+            .await
+    }
+
+    /// [`OrgReports::generate_report`](crate::OrgReports::generate_report) with other caps (tests reach them with a few rows).
+    pub async fn generate_report_within(
+        &self,
+        req: ReportRequest,
+        requested_by: &str,
+        audit: AuditEvent,
+        caps: ReportCaps,
     ) -> Result<ReportRun> {
         check_text("name", &req.name, crate::alerts::MAX_NAME_CHARS)?;
         check_definition(req.kind, &req.filters, None)?;
@@ -611,7 +692,7 @@ impl crate::OrgReports<'_> {
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(
             "INSERT INTO report_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-             0, 0, 0, NULL, $9, $10, NULL)"
+             0, 0, 0, NULL, $9, $10, NULL, FALSE)"
         ))
         .bind(id)
         .bind(self.org)
@@ -645,6 +726,7 @@ impl crate::OrgReports<'_> {
             &title,
             &self.store.pdf_font,
         );
+        out.caps = caps;
         let written = match self.write_rows(&req, now, &mut out).await {
             Ok(()) => {
                 out.finish();
@@ -657,13 +739,15 @@ impl crate::OrgReports<'_> {
             Ok(()) => {
                 sql(
                     "UPDATE report_runs SET status = $1, row_count = $2, byte_count = $3, \
-                     chunk_count = $4, finished_at = $5 WHERE id = $6 AND org_id = $7",
+                     chunk_count = $4, finished_at = $5, truncated = $6 \
+                     WHERE id = $7 AND org_id = $8",
                 )
                 .bind(ReportStatus::Completed.as_str())
                 .bind(out.rows)
                 .bind(out.bytes)
                 .bind(out.seq)
                 .bind(finished)
+                .bind(out.truncated)
                 .bind(id)
                 .bind(self.org)
                 .execute(self)
@@ -690,24 +774,34 @@ impl crate::OrgReports<'_> {
                 return Err(e);
             }
         }
-        self.prune_report_runs().await?;
+        self.prune_report_runs(requested_by).await?;
         self.get_report_run(id).await
     }
 
-    /// Keeps the newest [`MAX_RUNS_KEPT`] runs (their chunks go with them).
-    async fn prune_report_runs(&self) -> Result<()> {
-        let old: Vec<(Uuid,)> = sql("SELECT id FROM report_runs WHERE org_id = $1 \
+    /// Keeps `requester`'s newest [`MAX_RUNS_PER_REQUESTER`] runs, then the organization's
+    /// newest [`MAX_RUNS_KEPT`] (their chunks go with them).
+    async fn prune_report_runs(&self, requester: &str) -> Result<()> {
+        let theirs = sql(
+            "SELECT id FROM report_runs WHERE org_id = $1 AND requested_by = $2 \
+             ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET $3",
+        )
+        .bind(self.org)
+        .bind(requester)
+        .bind(MAX_RUNS_PER_REQUESTER);
+        // Built now, run after the requester's old runs are gone.
+        let everyone = sql("SELECT id FROM report_runs WHERE org_id = $1 \
              ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET $2")
         .bind(self.org)
-        .bind(MAX_RUNS_KEPT)
-        .fetch_all(self)
-        .await?;
-        for (run,) in old {
-            sql("DELETE FROM report_runs WHERE id = $1 AND org_id = $2")
-                .bind(run)
-                .bind(self.org)
-                .execute(self)
-                .await?;
+        .bind(MAX_RUNS_KEPT);
+        for query in [theirs, everyone] {
+            let old: Vec<(Uuid,)> = query.fetch_all(self).await?;
+            for (run,) in old {
+                sql("DELETE FROM report_runs WHERE id = $1 AND org_id = $2")
+                    .bind(run)
+                    .bind(self.org)
+                    .execute(self)
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -737,6 +831,107 @@ impl crate::OrgReports<'_> {
             out.bytes += len;
         }
         Ok(())
+    }
+
+    /// The page of an alert-history report after `after`, in `(triggered_at, id)` order on
+    /// `alerts_org_time`.
+    fn alert_page(
+        &self,
+        since: Timestamp,
+        severity: Option<breeze_core::Severity>,
+        after: Option<(Timestamp, Uuid)>,
+    ) -> Sql {
+        let mut q = sql(
+            "SELECT a.id, a.triggered_at, a.severity, a.status, a.title, a.message, \
+             a.value, a.device_id, d.hostname, a.rule_id, a.acknowledged_at, \
+             a.acknowledged_by, a.resolved_at, a.resolved_by FROM alerts a \
+             JOIN devices d ON d.id = a.device_id AND d.org_id = a.org_id \
+             WHERE a.org_id = $1",
+        )
+        .bind(self.org);
+        // One lower bound only, the cursor's when resuming: given two, SQLite may start the
+        // index range at the other (the window's start) and read every earlier row again.
+        if after.is_none() {
+            let p = q.arg(since);
+            q.push(&format!(" AND a.triggered_at >= {p}"));
+        }
+        if let Some(severity) = severity {
+            let p = q.arg(severity.as_str());
+            q.push(&format!(" AND a.severity = {p}"));
+        }
+        if let Some((t, id)) = after {
+            q.push_keyset("a.triggered_at", t, "a.id", id, false);
+        }
+        let l = q.arg(REPORT_PAGE);
+        q.push(&format!(" ORDER BY a.triggered_at, a.id LIMIT {l}"));
+        q
+    }
+
+    /// The page of an audit-activity report after `after`, in `(created_at, id)` order on
+    /// `audit_log_org_time`.
+    fn audit_page(
+        &self,
+        since: Timestamp,
+        now: Timestamp,
+        after: Option<(Timestamp, Uuid)>,
+    ) -> Sql {
+        let mut q = sql(concat!(
+            "SELECT ",
+            audit_columns!(),
+            " FROM audit_log WHERE org_id = $1 AND created_at <= $2"
+        ))
+        .bind(self.org)
+        .bind(now);
+        // One lower bound only, the cursor's when resuming (see `alert_page`).
+        if after.is_none() {
+            let p = q.arg(since);
+            q.push(&format!(" AND created_at >= {p}"));
+        }
+        if let Some((t, id)) = after {
+            q.push_keyset("created_at", t, "id", id, false);
+        }
+        let l = q.arg(REPORT_PAGE);
+        q.push(&format!(" ORDER BY created_at, id LIMIT {l}"));
+        q
+    }
+
+    /// The plans of a later page of the alert-history and audit-activity reports (SQLite's
+    /// `EXPLAIN QUERY PLAN`, PostgreSQL's `EXPLAIN` with sequential scans discouraged, as a
+    /// large table would): what a test reads to hold each page to an index in its order.
+    #[cfg(feature = "testing")]
+    pub async fn explain_report_pages(&self) -> Result<Vec<(ReportKind, String)>> {
+        let now = self.store.clock.now();
+        let since = now - chrono::Duration::hours(24);
+        let after = Some((now - chrono::Duration::hours(1), Uuid::nil()));
+        let mut plans = Vec::new();
+        for (kind, q) in [
+            (
+                ReportKind::AlertHistory,
+                self.alert_page(since, None, after),
+            ),
+            (
+                ReportKind::AuditActivity,
+                self.audit_page(since, now, after),
+            ),
+        ] {
+            let plan = match self.store.backend() {
+                crate::Backend::Sqlite => {
+                    let rows: Vec<(i64, i64, i64, String)> =
+                        q.prefixed("EXPLAIN QUERY PLAN ").fetch_all(self).await?;
+                    rows.into_iter().map(|r| r.3).collect::<Vec<_>>()
+                }
+                crate::Backend::Postgres => {
+                    let mut tx = Tx::begin_in(self).await?;
+                    sql("SET LOCAL enable_seqscan = off")
+                        .execute(&mut tx)
+                        .await?;
+                    let rows: Vec<(String,)> = q.prefixed("EXPLAIN ").fetch_all(&mut tx).await?;
+                    rows.into_iter().map(|r| r.0).collect()
+                }
+            };
+            plans.push((kind, plan.join("\n")));
+        }
+        Ok(plans)
     }
 
     /// Reads the report's rows page by page into `out`.
@@ -770,6 +965,9 @@ impl crate::OrgReports<'_> {
                     let rows: Vec<InventoryRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for r in rows {
+                        if out.at_cap(columns) {
+                            return Ok(());
+                        }
                         after = Some(r.id);
                         out.row(
                             columns,
@@ -795,31 +993,16 @@ impl crate::OrgReports<'_> {
                 }
             }
             ReportKind::AlertHistory => {
-                let mut after: Option<Uuid> = None;
+                let mut after: Option<(Timestamp, Uuid)> = None;
                 loop {
-                    let mut q = sql(
-                        "SELECT a.id, a.triggered_at, a.severity, a.status, a.title, a.message, \
-                         a.value, a.device_id, d.hostname, a.rule_id, a.acknowledged_at, \
-                         a.acknowledged_by, a.resolved_at, a.resolved_by FROM alerts a \
-                         JOIN devices d ON d.id = a.device_id AND d.org_id = a.org_id \
-                         WHERE a.org_id = $1 AND a.triggered_at >= $2",
-                    )
-                    .bind(self.org)
-                    .bind(since);
-                    if let Some(severity) = req.filters.severity {
-                        let p = q.arg(severity.as_str());
-                        q.push(&format!(" AND a.severity = {p}"));
-                    }
-                    if let Some(id) = after {
-                        let p = q.arg(id);
-                        q.push(&format!(" AND a.id > {p}"));
-                    }
-                    let l = q.arg(REPORT_PAGE);
-                    q.push(&format!(" ORDER BY a.id LIMIT {l}"));
+                    let q = self.alert_page(since, req.filters.severity, after);
                     let rows: Vec<AlertRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for r in rows {
-                        after = Some(r.id);
+                        if out.at_cap(columns) {
+                            return Ok(());
+                        }
+                        after = Some((r.triggered_at, r.id));
                         out.row(
                             columns,
                             vec![
@@ -952,27 +1135,17 @@ impl crate::OrgReports<'_> {
             ReportKind::AuditActivity => {
                 // Records still in the audit journal are part of the log.
                 self.store.flush_audit().await;
-                let mut after: Option<Uuid> = None;
+                let mut after: Option<(Timestamp, Uuid)> = None;
                 loop {
-                    let mut q = sql(concat!(
-                        "SELECT ",
-                        audit_columns!(),
-                        " FROM audit_log WHERE org_id = $1 AND created_at >= $2 AND created_at <= $3"
-                    ))
-                    .bind(self.org)
-                    .bind(since)
-                    .bind(now);
-                    if let Some(id) = after {
-                        let p = q.arg(id);
-                        q.push(&format!(" AND id > {p}"));
-                    }
-                    let l = q.arg(REPORT_PAGE);
-                    q.push(&format!(" ORDER BY id LIMIT {l}"));
+                    let q = self.audit_page(since, now, after);
                     let rows: Vec<AuditRow> = q.fetch_all(self).await?;
                     let full = rows.len() as i64 == REPORT_PAGE;
                     for row in rows {
+                        if out.at_cap(columns) {
+                            return Ok(());
+                        }
                         let r = AuditRecord::try_from(row)?;
-                        after = Some(r.id.0);
+                        after = Some((r.created_at, r.id.0));
                         let e = r.event;
                         out.row(
                             columns,

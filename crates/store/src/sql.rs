@@ -441,6 +441,13 @@ impl Sql {
         self
     }
 
+    /// The statement with `prefix` before it (`EXPLAIN …`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+        self.text.insert_str(0, prefix);
+        self
+    }
+
     /// Appends SQL text (for filters assembled at run time).
     pub(crate) fn push(&mut self, text: &str) {
         self.text.push_str(text);
@@ -450,6 +457,27 @@ impl Sql {
     pub(crate) fn arg(&mut self, arg: impl Into<Arg>) -> String {
         self.args.push(arg.into());
         format!("${}", self.args.len())
+    }
+
+    /// Appends the keyset condition that resumes a listing ordered by `(time, id)` after (or,
+    /// `descending`, before) the row `(t, id)`. The redundant bound on `time` alone is what
+    /// lets both databases start the index range (`(org_id, time, id)`) at the cursor instead
+    /// of reading every earlier row again for each page (the `OR` alone is not a range); the
+    /// caller leaves out any other bound on `time` in that direction, which SQLite could pick
+    /// as the range's start instead.
+    pub(crate) fn push_keyset(
+        &mut self,
+        time: &str,
+        t: Timestamp,
+        id_column: &str,
+        id: impl Into<Arg>,
+        descending: bool,
+    ) {
+        let (t, id) = (self.arg(t), self.arg(id));
+        let (bound, strict) = if descending { ("<=", "<") } else { (">=", ">") };
+        self.push(&format!(
+            " AND {time} {bound} {t} AND ({time} {strict} {t} OR {id_column} {strict} {id})"
+        ));
     }
 
     /// Appends `(` the placeholders of `args` `)`, for a row of a multi-row `VALUES` list.

@@ -220,6 +220,49 @@ impl Store {
         Ok(())
     }
 
+    /// Disables or re-enables `user`, audited (`audit`, with what it ended). Disabling ends
+    /// every session and revokes every active OAuth grant of the user (each token an AI client
+    /// holds dies with it), in the same transaction; re-enabling restores none of them: the
+    /// user signs in again and AI clients are authorized again. Returns (sessions ended,
+    /// grants revoked), zeros when re-enabling or when nothing changed.
+    pub async fn set_user_disabled(
+        &self,
+        user: UserId,
+        disabled: bool,
+        audit: AuditEvent,
+    ) -> Result<(u64, u64)> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let changed = sql("UPDATE users SET disabled = $1 WHERE id = $2 AND disabled <> $1")
+            .bind(disabled)
+            .bind(user)
+            .execute(&mut tx)
+            .await?;
+        if changed == 0 {
+            drop(tx);
+            self.get_user(user).await?;
+            return Ok((0, 0));
+        }
+        let (sessions, grants) = if disabled {
+            let sessions = sql("DELETE FROM user_sessions WHERE user_id = $1")
+                .bind(user)
+                .execute(&mut tx)
+                .await?;
+            let grants =
+                crate::oauth::revoke_user_grants_in(&mut tx, user, "user_disabled", now).await?;
+            (sessions, grants)
+        } else {
+            (0, 0)
+        };
+        let audit = audit.resource(user).details(serde_json::json!({
+            "disabled": disabled, "sessions_ended": sessions, "grants_revoked": grants,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.credentials_changed().await;
+        Ok((sessions, grants))
+    }
+
     /// "Sign out everywhere": ends every session of `user` and revokes every active OAuth grant
     /// of theirs (each token an AI client holds dies with it), audited as one `audit` record
     /// naming both counts, in one transaction. Returns (sessions ended, grants revoked).

@@ -136,6 +136,8 @@ pub(super) async fn enroll(cfg: &SimConfig) -> anyhow::Result<(Vec<Agent>, Phase
                     arch: "x86_64".into(),
                 },
                 agent_version: "0.1.0-sim".into(),
+                reenroll_token: None,
+                device_token: None,
             };
             async move {
                 let t = Instant::now();

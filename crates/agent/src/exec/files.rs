@@ -144,7 +144,9 @@ pub fn list(guard: &PathGuard, path: &str) -> Typed {
     }))
 }
 
-/// Reads up to `max_bytes` of a regular file; UTF-8 text as is, anything else base64.
+/// Reads up to `max_bytes` of a regular file; UTF-8 text as is, anything else base64 — and so
+/// is "text" holding U+0000, which the server cannot store as text (it would come back as
+/// U+FFFD): every byte read round-trips.
 pub fn read(guard: &PathGuard, path: &str, max_bytes: u64) -> Typed {
     let p = guard.resolve(path, Resolve::Follow)?;
     let file = guard.open_read(path, &p)?;
@@ -163,6 +165,7 @@ pub fn read(guard: &PathGuard, path: &str, max_bytes: u64) -> Typed {
     let truncated = bytes.len() as u64 > max;
     bytes.truncate(usize::try_from(max).unwrap_or(usize::MAX));
     let (content, encoding) = match std::str::from_utf8(&bytes) {
+        _ if bytes.contains(&0) => (BASE64.encode(&bytes), "base64"),
         Ok(text) => (text.to_owned(), "utf8"),
         // A multi-byte character cut by the limit still counts as text.
         Err(e) if truncated && e.error_len().is_none() => (

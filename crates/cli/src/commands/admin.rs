@@ -122,6 +122,17 @@ pub(crate) enum UsersCommand {
     /// Create a user with a role in one or more organizations, or in all of a partner's
     /// (`--partner`: a partner admin).
     Create(CreateUser),
+    /// Disable a user: they cannot sign in, their sessions end and every OAuth grant of theirs
+    /// is revoked (AI clients must be authorized again after re-enabling).
+    Disable {
+        /// The user's email.
+        email: String,
+    },
+    /// Re-enable a disabled user. Nothing revoked when they were disabled comes back.
+    Enable {
+        /// The user's email.
+        email: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -151,6 +162,42 @@ pub(crate) struct CreateUser {
     password_stdin: bool,
 }
 
+/// Disables or re-enables the user with `email`, saying what that ended.
+async fn set_disabled(app: &App, email: &str, disabled: bool) -> anyhow::Result<()> {
+    let user = app
+        .store
+        .find_user_for_login(email)
+        .await?
+        .with_context(|| format!("no user with email {email:?}"))?
+        .user;
+    let action = if disabled {
+        "user.disable"
+    } else {
+        "user.enable"
+    };
+    let (sessions, grants) = app
+        .store
+        .set_user_disabled(
+            user.id,
+            disabled,
+            breeze_core::AuditEvent::new(breeze_core::Actor::system("cli"), action, "user"),
+        )
+        .await?;
+    if disabled {
+        println!(
+            "disabled {}: {sessions} session(s) ended, {grants} OAuth grant(s) revoked",
+            user.email
+        );
+    } else {
+        println!(
+            "enabled {} (no session or OAuth grant is restored: they sign in and authorize \
+             their AI clients again)",
+            user.email
+        );
+    }
+    Ok(())
+}
+
 /// A random password of 20 letters and digits.
 pub(crate) fn generate_password() -> String {
     random_secret(20)
@@ -167,7 +214,11 @@ pub(crate) fn random_secret(len: usize) -> String {
 
 impl UsersCommand {
     pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
-        let UsersCommand::Create(args) = self;
+        let args = match self {
+            UsersCommand::Create(args) => args,
+            UsersCommand::Disable { email } => return set_disabled(app, &email, true).await,
+            UsersCommand::Enable { email } => return set_disabled(app, &email, false).await,
+        };
         let mut orgs = Vec::new();
         for r in &args.orgs {
             orgs.push(

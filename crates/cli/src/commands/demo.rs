@@ -199,8 +199,14 @@ async fn enroll_local_agent(app: &App, base_url: &str, config: &Path) -> anyhow:
     // The server starts serving right after this task is spawned; give it a moment.
     let mut last = None;
     for _ in 0..40 {
-        match breeze_agent::enroll::enroll(base_url, secret.expose(), config, app.clock.as_ref())
-            .await
+        match breeze_agent::enroll::enroll(
+            base_url,
+            secret.expose(),
+            config,
+            app.clock.as_ref(),
+            None,
+        )
+        .await
         {
             Ok(file) => {
                 tracing::info!(device_id = %file.device_id, "this machine is enrolled as a demo device");

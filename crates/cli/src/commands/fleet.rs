@@ -169,11 +169,62 @@ pub(crate) enum DevicesCommand {
         #[arg(long)]
         count: u32,
     },
+    /// Issue a one-time re-enroll token for a device: `breeze-agent enroll --key …
+    /// --reenroll-token …` on the machine then re-enrolls that device itself (an enrollment
+    /// key alone never takes over an existing device).
+    ReenrollToken {
+        #[arg(long)]
+        org: String,
+        /// The device id.
+        device: String,
+        /// Hours until the token expires (1 to 168).
+        #[arg(long, default_value_t = breeze_auth::REENROLL_TOKEN_HOURS)]
+        expires_in_hours: i64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl DevicesCommand {
     pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
-        let DevicesCommand::Seed { org, site, count } = self;
+        let (org, site, count) = match self {
+            DevicesCommand::Seed { org, site, count } => (org, site, count),
+            DevicesCommand::ReenrollToken {
+                org,
+                device,
+                expires_in_hours,
+                json,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let device = uuid::Uuid::parse_str(&device)
+                    .map(breeze_core::DeviceId)
+                    .with_context(|| format!("{device:?} is not a device id"))?;
+                let (token, expires_at) = app
+                    .auth
+                    .issue_reenroll_token(
+                        org.id,
+                        device,
+                        expires_in_hours,
+                        cli_audit("device.reenroll_token.issue", "device"),
+                    )
+                    .await?;
+                if json {
+                    let v = serde_json::json!({
+                        "token": token.expose(), "device_id": device, "expires_at": expires_at,
+                    });
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    println!(
+                        "re-enroll token for device {device}, expires {}",
+                        expires_at.to_rfc3339()
+                    );
+                    println!("token: {}", token.expose());
+                    println!("(one use, shown once; Breeze stores only its SHA-256)");
+                }
+                return Ok(());
+            }
+        };
         if count == 0 || count > 100_000 {
             bail!("--count must be between 1 and 100000");
         }

@@ -56,6 +56,8 @@ struct ListQuery {
 struct Row {
     id: String,
     hostname: String,
+    /// The device this one may be a clone or impostor of (empty when none).
+    clone_of: String,
     status: &'static str,
     os: String,
     site: String,
@@ -188,6 +190,10 @@ async fn listing(
             .map(|(d, site)| Row {
                 id: d.id.to_string(),
                 hostname: d.hostname.clone(),
+                clone_of: d
+                    .suspected_clone_of
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
                 status: d.status.as_str(),
                 os: format!("{} {}", d.os_name, d.os_version),
                 site: site.to_owned(),
@@ -629,6 +635,8 @@ struct PendingView {
 struct DevicePage {
     l: Layout,
     hostname: String,
+    /// The device this one may be a clone or impostor of (empty when none).
+    clone_of: String,
     status: &'static str,
     facts: Vec<Fact>,
     hardware: Vec<Fact>,
@@ -878,6 +886,10 @@ async fn show(
     render(&DevicePage {
         l,
         hostname: device.hostname.clone(),
+        clone_of: device
+            .suspected_clone_of
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
         status: device.status.as_str(),
         facts,
         hardware,

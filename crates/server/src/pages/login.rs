@@ -138,6 +138,7 @@ async fn submit(
     State(state): State<AppState>,
     headers: HeaderMap,
     RequestId(request_id): RequestId,
+    crate::extract::ClientAddr(client): crate::extract::ClientAddr,
     body: axum::body::Bytes,
 ) -> Result<Response, PageError> {
     same_origin(
@@ -167,7 +168,11 @@ async fn submit(
             "Enter your email and password.",
         );
     }
-    match state.auth.login(&f.email, &f.password, request_id).await {
+    match state
+        .auth
+        .login(&f.email, &f.password, client, request_id)
+        .await
+    {
         Ok(session) => {
             let max_age = (session.expires_at - state.clock.now()).num_seconds();
             let mut r = Redirect::to(next).into_response();

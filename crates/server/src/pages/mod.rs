@@ -17,7 +17,7 @@ pub(crate) mod assets;
 mod audit;
 pub(crate) mod csrf;
 mod devices;
-mod events;
+pub(crate) mod events;
 pub(crate) mod layout;
 mod login;
 mod overview;

@@ -536,7 +536,7 @@ async fn grant_rows(state: &AppState, who: &SignedIn) -> Result<Vec<GrantRow>, P
             state: conn,
             state_class: conn.to_ascii_lowercase().replace(' ', "-"),
             active: g.is_active(),
-            client: g.client_name,
+            client: breeze_oauth::client::display_name(&g.client_name),
         });
     }
     Ok(rows)

@@ -8,7 +8,7 @@ use axum::{
     Json, Router,
     extract::{
         Path, State,
-        ws::{Message, WebSocket, WebSocketUpgrade},
+        ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code},
     },
     http::StatusCode,
     response::Response,
@@ -16,8 +16,7 @@ use axum::{
 };
 use breeze_agent_proto::{
     AgentFrame, CommandResult, EnrollRequest, EnrollResponse, EventBatch, Heartbeat,
-    HeartbeatResponse, Inventory, LogBatch, MAX_EVENT_BATCH, MAX_FRAME_BYTES, MetricsBatch,
-    RotateTokenResponse,
+    HeartbeatResponse, Inventory, LogBatch, MAX_FRAME_BYTES, MetricsBatch, RotateTokenResponse,
 };
 use breeze_auth::{DevicePrincipal, Enrollment};
 use breeze_core::OsFamily;
@@ -70,12 +69,8 @@ fn retry_result(state: &AppState, agent: &DevicePrincipal, result: CommandResult
 /// Read and write buffer of one agent socket.
 const SOCKET_BUFFER_BYTES: usize = 8 * 1024;
 
-/// Largest batch of metrics samples or log lines accepted in one report.
-const MAX_BATCH: usize = 5_000;
-
-/// Body limit of the batch reports (inventory with its software list, [`MAX_BATCH`] metric
-/// samples or log lines).
-const REPORT_BODY_BYTES: usize = 1024 * 1024;
+/// Body limit of the batch reports, as large as such a frame may be on the socket.
+const REPORT_BODY_BYTES: usize = breeze_agent_proto::MAX_REPORT_BYTES;
 
 pub(crate) fn router() -> Router<AppState> {
     let small = Router::new()
@@ -127,7 +122,7 @@ async fn enroll(
         }
         Err(e) => tracing::warn!(error = %e, "enrollment limiter unavailable; allowing"),
     }
-    let (device, token) = state
+    let (enrolled, token) = state
         .auth
         .enroll_device(
             &req.enrollment_key,
@@ -138,10 +133,18 @@ async fn enroll(
                 os_name: req.os.name,
                 os_version: req.os.version,
                 agent_version: req.agent_version,
+                reenroll_token: req.reenroll_token,
+                device_token: req.device_token,
             },
         )
         .await?;
-    tracing::info!(device = %device.id, hostname = %device.hostname, "agent enrolled");
+    let device = &enrolled.device;
+    if let Some(of) = enrolled.suspected_clone_of {
+        tracing::warn!(device = %device.id, hostname = %device.hostname, suspected_clone_of = %of,
+            "a machine enrolled with the machine id of an existing device and no proof of being it: a new device, flagged");
+    } else {
+        tracing::info!(device = %device.id, hostname = %device.hostname, reenrolled = enrolled.reenrolled, "agent enrolled");
+    }
     Ok((
         StatusCode::CREATED,
         Json(EnrollResponse {
@@ -150,6 +153,8 @@ async fn enroll(
             site_id: device.site_id.0,
             token: token.expose().to_owned(),
             config: state.gateway.agent_config(),
+            reenrolled: enrolled.reenrolled,
+            suspected_clone_of: enrolled.suspected_clone_of.map(|d| d.0),
         }),
     ))
 }
@@ -168,7 +173,11 @@ async fn socket(
 }
 
 async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSocket) {
-    let mut registration = match state.gateway.connect(agent.device_id, agent.org_id).await {
+    let mut registration = match state
+        .gateway
+        .connect(agent.device_id, agent.org_id, agent.token_hash)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(device = %agent.device_id, error = %e, "could not register an agent socket");
@@ -186,8 +195,15 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
     loop {
         tokio::select! {
             frame = registration.outbox.recv() => {
-                // None: a newer socket for the same device replaced this one.
-                let Some(frame) = frame else { break };
+                // None: a newer socket for the same device replaced this one, or the token
+                // this one was opened with is no longer the device's.
+                let Some(frame) = frame else {
+                    let _ = socket.send(Message::Close(Some(CloseFrame {
+                        code: close_code::POLICY,
+                        reason: "replaced by a newer connection, or the device token changed".into(),
+                    }))).await;
+                    break;
+                };
                 let text = match serde_json::to_string(&frame) {
                     Ok(t) => t,
                     Err(e) => { tracing::error!(error = %e, "unserialisable frame"); continue; }
@@ -210,6 +226,14 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                     _ => continue,
                 };
                 match serde_json::from_str::<AgentFrame>(text.as_str()) {
+                    // A report is held to the HTTP body limit; only a command result may be
+                    // as large as a frame.
+                    Ok(frame) if text.len() > REPORT_BODY_BYTES
+                        && !matches!(frame, AgentFrame::CommandResult(_)) =>
+                    {
+                        tracing::warn!(device = %agent.device_id, bytes = text.len(),
+                            "refused an agent report larger than {REPORT_BODY_BYTES} bytes");
+                    }
                     Ok(frame) => {
                         // A result the database could not take is retried here; it is
                         // acknowledged (by the gateway) only once stored.
@@ -283,16 +307,13 @@ async fn inventory(
     report(&state, agent, AgentFrame::Inventory(Box::new(inv))).await
 }
 
+// Batch limits and sample checks are the gateway's, the same over the socket.
+
 async fn metrics(
     State(state): State<AppState>,
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<MetricsBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.samples.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "a metrics batch holds at most {MAX_BATCH} samples"
-        )));
-    }
     report(&state, agent, AgentFrame::Metrics(batch)).await
 }
 
@@ -301,11 +322,6 @@ async fn logs(
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<LogBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.entries.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "a log batch holds at most {MAX_BATCH} entries"
-        )));
-    }
     report(&state, agent, AgentFrame::Logs(batch)).await
 }
 
@@ -314,11 +330,6 @@ async fn events(
     AgentAuth(agent): AgentAuth,
     JsonBody(batch): JsonBody<EventBatch>,
 ) -> Result<StatusCode, ApiError> {
-    if batch.events.len() > MAX_EVENT_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "an event batch holds at most {MAX_EVENT_BATCH} events"
-        )));
-    }
     report(&state, agent, AgentFrame::Events(batch)).await
 }
 

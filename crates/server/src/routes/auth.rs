@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ApiError, AppState, SESSION_COOKIE,
-    extract::{Authenticated, Json, RequestId, SameOrigin},
+    extract::{Authenticated, ClientAddr, Json, RequestId, SameOrigin},
 };
 
 pub(crate) fn router() -> Router<AppState> {
@@ -75,11 +75,12 @@ async fn login(
     State(state): State<AppState>,
     _: SameOrigin,
     RequestId(request_id): RequestId,
+    ClientAddr(client): ClientAddr,
     Json(req): Json<LoginRequest>,
 ) -> Result<Response, ApiError> {
     let session = state
         .auth
-        .login(&req.email, &req.password, request_id)
+        .login(&req.email, &req.password, client, request_id)
         .await?;
     let max_age = (session.expires_at - state.clock.now()).num_seconds();
     let orgs = memberships(&state, session.user.id).await?;

@@ -42,6 +42,64 @@ pub(crate) fn router() -> Router<AppState> {
             get(show_script).delete(delete_script),
         )
         .route("/orgs/{org}/devices/{id}/commands", get(device_commands))
+        .route(
+            "/orgs/{org}/devices/{id}/reenroll-token",
+            axum::routing::post(reenroll_token),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReenrollTokenRequest {
+    /// Hours until the token expires (1 to 168, default 24).
+    expires_in_hours: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct ReenrollTokenIssued {
+    /// The one-time token. Shown here once; Breeze keeps only its hash.
+    token: String,
+    device_id: DeviceId,
+    expires_at: breeze_core::Timestamp,
+}
+
+/// Issues a one-time re-enroll token for a device with an agent: `breeze-agent enroll
+/// --reenroll-token` with any enrollment key of the organization then re-enrolls that device
+/// itself (an enrollment key alone never does).
+async fn reenroll_token(
+    State(state): State<AppState>,
+    scope: OrgScope,
+    RequestId(request_id): RequestId,
+    Path((_, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<ReenrollTokenRequest>,
+) -> Result<(StatusCode, Json<ReenrollTokenIssued>), ApiError> {
+    let device = Uuid::parse_str(&id)
+        .map(DeviceId)
+        .map_err(|_| ApiError::not_found("device not found"))?;
+    let audit = AuditEvent::new(
+        scope.caller.actor(),
+        "device.reenroll_token.issue",
+        "device",
+    )
+    .request(request_id);
+    let (token, expires_at) = state
+        .auth
+        .issue_reenroll_token(
+            scope.org.id,
+            device,
+            req.expires_in_hours
+                .unwrap_or(breeze_auth::REENROLL_TOKEN_HOURS),
+            audit,
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(ReenrollTokenIssued {
+            token: token.expose().to_owned(),
+            device_id: device,
+            expires_at,
+        }),
+    ))
 }
 
 /// Longest life of an enrollment key (30 days); default 24 hours.

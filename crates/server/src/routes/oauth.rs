@@ -349,13 +349,15 @@ const AUTHORIZE_PARAMS: [&str; 9] = [
 async fn authorize(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
+    ClientAddr(addr): ClientAddr,
     req: Request,
 ) -> Response {
     let Some(oauth) = state.oauth.clone() else {
         return ApiError::not_found("OAuth is not enabled on this server").into_response();
     };
     let pairs = pairs_of(query.as_deref().unwrap_or_default().as_bytes());
-    let request = match oauth.authorize(&pairs).await {
+    // A metadata document fetched for this request counts against its address.
+    let request = match crate::cimd_guard::asking_from(addr, oauth.authorize(&pairs)).await {
         Ok(r) => r,
         Err(AuthorizeError::Page(e)) => return refusal_page(e),
         Err(AuthorizeError::Redirect(location)) => return see_other(&location),
@@ -406,10 +408,9 @@ async fn consent_page(
         .map_or_else(|| oauth.nonce(), str::to_owned);
     let page = ConsentPage {
         l: Layout::bare("Authorize"),
-        client_name: if request.client.client_name.is_empty() {
-            "An unnamed client".to_owned()
-        } else {
-            request.client.client_name.clone()
+        client_name: match breeze_oauth::client::display_name(&request.client.client_name) {
+            name if name.trim().is_empty() => "An unnamed client".to_owned(),
+            name => name,
         },
         client_id: request.client.client_id.clone(),
         redirect_host: request.redirect_host(),

@@ -768,16 +768,13 @@ impl crate::OrgAlerts<'_> {
             let p = q.arg(since);
             q.push(&format!(" AND triggered_at >= {p}"));
         }
-        if let Some(until) = filter.until {
+        // Resuming, the cursor is the upper bound (see `Sql::push_keyset`).
+        if let Some(until) = filter.until.filter(|_| after.is_none()) {
             let p = q.arg(until);
             q.push(&format!(" AND triggered_at < {p}"));
         }
         if let Some(c) = after {
-            let t = q.arg(c.triggered_at);
-            let id = q.arg(c.id);
-            q.push(&format!(
-                " AND (triggered_at < {t} OR (triggered_at = {t} AND id < {id}))"
-            ));
+            q.push_keyset("triggered_at", c.triggered_at, "id", c.id, true);
         }
         let fetch = q.arg(i64::from(limit) + 1);
         q.push(&format!(

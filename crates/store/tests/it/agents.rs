@@ -7,8 +7,8 @@ use breeze_agent_proto::{
 };
 use breeze_core::{CommandStatus, DeviceStatus, OrgId, OsFamily, SiteId};
 use breeze_store::{
-    Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, NewCommand, NewEnrollmentKey, NewScript,
-    Store, StoreError, testing::Ctx,
+    Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, INVALID_REENROLL_TOKEN, NewCommand,
+    NewEnrollmentKey, NewScript, ReenrollProof, Store, StoreError, testing::Ctx,
 };
 use chrono::Duration;
 
@@ -75,6 +75,7 @@ fn machine(token: u8, machine_id: Option<&str>) -> EnrollDevice {
         os_version: "12".into(),
         agent_version: "0.1.0".into(),
         token_hash: [token; 32],
+        proof: None,
     }
 }
 
@@ -98,23 +99,26 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
         )
         .await
         .unwrap();
-    let (d1, used) = s
+    let first = s
         .enroll_device(&[1; 32], machine(10, Some("m-1")))
         .await
         .unwrap();
-    assert_eq!(used, key.id);
+    let d1 = first.device;
+    assert_eq!(first.key_id, key.id);
     assert_eq!(d1.site_id, site);
     assert_eq!(d1.status, DeviceStatus::Online);
+    assert_eq!((first.reenrolled, first.suspected_clone_of), (false, None));
 
-    // The same machine id re-enrolls the same device with a new token; the old token dies.
-    let (again, _) = s
+    // The same machine id again, with no proof of being that device: a new device, flagged;
+    // the first device keeps its token (see `enrollment_never_rebinds_a_device`).
+    let again = s
         .enroll_device(&[1; 32], machine(11, Some("m-1")))
         .await
         .unwrap();
-    assert_eq!(again.id, d1.id);
-    assert!(s.find_device_credential(&[10; 32]).await.unwrap().is_none());
+    assert_ne!(again.device.id, d1.id);
+    assert_eq!(again.suspected_clone_of, Some(d1.id));
     assert_eq!(
-        s.find_device_credential(&[11; 32])
+        s.find_device_credential(&[10; 32])
             .await
             .unwrap()
             .unwrap()
@@ -166,11 +170,206 @@ async fn enrollment_keys_count_expire_and_revoke(cx: Ctx) {
     assert!(s.enroll_device(&[2; 32], machine(16, None)).await.is_err());
 }
 
+/// The takeover attack: any enrollment key of the organization (here one of another site)
+/// with the victim's machine id. It gets a new device flagged as a possible clone, never the
+/// victim's; only a one-time re-enroll token or the device's own token re-enrolls the device.
+async fn enrollment_never_rebinds_a_device(cx: Ctx) {
+    let s = &cx.store;
+    let (org, hq, other) = world(s).await;
+    let o = s.org(org);
+    let branch = o
+        .tenancy()
+        .create_site("Branch Office", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let key = |hash: u8, site: SiteId, org: OrgId| async move {
+        s.org(org)
+            .agents()
+            .create_enrollment_key(
+                NewEnrollmentKey {
+                    site_id: site,
+                    name: format!("k{hash}"),
+                    key_hash: [hash; 32],
+                    key_prefix: "p".into(),
+                    max_uses: None,
+                    expires_at: s.clock().now() + Duration::hours(1),
+                    created_by: "t".into(),
+                },
+                audit("enrollment_key.create", "enrollment_key"),
+            )
+            .await
+            .unwrap()
+    };
+    key(1, hq, org).await;
+    key(2, branch.id, org).await;
+    let victim = s
+        .enroll_device(&[1; 32], machine(60, Some("victim-machine")))
+        .await
+        .unwrap()
+        .device;
+    let mut signals = s.subscribe();
+
+    // The attacker: the Branch Office key and the victim's (world-readable) machine id.
+    let attacker = s
+        .enroll_device(&[2; 32], machine(61, Some("victim-machine")))
+        .await
+        .unwrap();
+    assert_ne!(attacker.device.id, victim.id);
+    assert!(!attacker.reenrolled);
+    assert_eq!(attacker.suspected_clone_of, Some(victim.id));
+    assert_eq!(attacker.device.suspected_clone_of, Some(victim.id));
+    assert_eq!(attacker.device.site_id, branch.id);
+    // The victim keeps its token and its identity; the attacker's token is its own device's.
+    let cred = |h: u8| async move { s.find_device_credential(&[h; 32]).await.unwrap().unwrap() };
+    assert_eq!(cred(60).await.device_id, victim.id);
+    assert_eq!(cred(61).await.device_id, attacker.device.id);
+    assert!(signals.try_recv().is_err(), "no credential changed");
+    // Flagged where people look: the device listing, an alert, the device's events, audit.
+    let listed = o.devices().get_device(attacker.device.id).await.unwrap();
+    assert_eq!(listed.suspected_clone_of, Some(victim.id));
+    let alerts = o
+        .alerts()
+        .list_alerts(
+            &breeze_store::AlertFilter {
+                device: Some(attacker.device.id),
+                ..Default::default()
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap()
+        .alerts;
+    assert_eq!(alerts.len(), 1);
+    assert!(
+        alerts[0]
+            .title
+            .starts_with(breeze_store::SUSPECTED_CLONE_RULE),
+        "{}",
+        alerts[0].title
+    );
+    let events = o
+        .telemetry()
+        .device_events(attacker.device.id, 10)
+        .await
+        .unwrap();
+    assert_eq!(events[0].kind, breeze_store::CLONE_EVENT_KIND);
+    assert!(events[0].message.contains(&victim.id.to_string()));
+    // A cloned VM enrolling a third time is flagged against the original, not the clone.
+    let third = s
+        .enroll_device(&[2; 32], machine(62, Some("victim-machine")))
+        .await
+        .unwrap();
+    assert_eq!(third.suspected_clone_of, Some(victim.id));
+    assert_eq!(
+        o.alerts()
+            .list_alerts(&breeze_store::AlertFilter::default(), None, 10)
+            .await
+            .unwrap()
+            .alerts
+            .len(),
+        2
+    );
+
+    // A made-up re-enroll token is refused outright.
+    let with = |token: u8, proof| EnrollDevice {
+        proof: Some(proof),
+        ..machine(token, Some("victim-machine"))
+    };
+    let err = s
+        .enroll_device(&[1; 32], with(63, ReenrollProof::ReenrollToken([99; 32])))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Invalid(ref m) if m == INVALID_REENROLL_TOKEN),
+        "{err}"
+    );
+
+    // The administrator's one-time re-enroll token re-enrolls the victim device itself.
+    o.agents()
+        .issue_reenroll_token(
+            victim.id,
+            &[70; 32],
+            s.clock().now() + Duration::hours(1),
+            audit("device.reenroll_token.issue", "device"),
+        )
+        .await
+        .unwrap();
+    // Another organization's enrollment key cannot spend it.
+    let b_site = s
+        .org(other)
+        .tenancy()
+        .create_site("B HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    key(3, b_site.id, other).await;
+    assert!(
+        s.enroll_device(&[3; 32], with(64, ReenrollProof::ReenrollToken([70; 32])))
+            .await
+            .is_err()
+    );
+    let back = s
+        .enroll_device(&[2; 32], with(65, ReenrollProof::ReenrollToken([70; 32])))
+        .await
+        .unwrap();
+    assert_eq!(back.device.id, victim.id);
+    assert!(back.reenrolled);
+    assert_eq!(back.suspected_clone_of, None);
+    // The device stays in its site; the old token is dead; every instance hears of it.
+    assert_eq!(back.device.site_id, hq);
+    assert!(s.find_device_credential(&[60; 32]).await.unwrap().is_none());
+    assert_eq!(cred(65).await.device_id, victim.id);
+    assert_eq!(
+        signals.try_recv().unwrap(),
+        breeze_store::Signal::DeviceCredentialChanged { device: victim.id }
+    );
+    // One use only.
+    assert!(
+        s.enroll_device(&[2; 32], with(66, ReenrollProof::ReenrollToken([70; 32])))
+            .await
+            .is_err()
+    );
+    // An expired one is refused too.
+    o.agents()
+        .issue_reenroll_token(
+            victim.id,
+            &[71; 32],
+            s.clock().now() + Duration::minutes(5),
+            audit("device.reenroll_token.issue", "device"),
+        )
+        .await
+        .unwrap();
+    cx.clock.advance(Duration::minutes(6));
+    assert!(
+        s.enroll_device(&[1; 32], with(67, ReenrollProof::ReenrollToken([71; 32])))
+            .await
+            .is_err()
+    );
+
+    // The device's current token re-enrolls it as well (an agent re-enrolling itself)...
+    let own = s
+        .enroll_device(&[1; 32], with(68, ReenrollProof::DeviceToken([65; 32])))
+        .await
+        .unwrap();
+    assert_eq!((own.device.id, own.reenrolled), (victim.id, true));
+    // ...while a token that is not the device's is no proof: a flagged new device.
+    let stale = s
+        .enroll_device(&[1; 32], with(69, ReenrollProof::DeviceToken([65; 32])))
+        .await
+        .unwrap();
+    assert_eq!(stale.suspected_clone_of, Some(victim.id));
+    assert_eq!(cred(68).await.device_id, victim.id);
+}
+
 async fn token_rotation_is_two_phase(cx: Ctx) {
     let s = &cx.store;
     let (org, site, _) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(20, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(20, None))
+        .await
+        .unwrap()
+        .device;
     s.stage_device_token(dev.id, &[21; 32]).await.unwrap();
     // Both work until the new one is used...
     assert!(s.find_device_credential(&[20; 32]).await.unwrap().is_some());
@@ -185,7 +384,11 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(30, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(30, None))
+        .await
+        .unwrap()
+        .device;
     let alice = UserSession {
         username: "alice".into(),
         terminal: Some("pts/0".into()),
@@ -287,7 +490,11 @@ async fn commands_move_forward_only(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(40, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(40, None))
+        .await
+        .unwrap()
+        .device;
     let o = s.org(org);
     let new = || NewCommand {
         device_id: dev.id,
@@ -407,7 +614,11 @@ async fn a_result_with_nul_output_is_stored(cx: Ctx) {
     let s = &cx.store;
     let (org, site, _) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(41, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(41, None))
+        .await
+        .unwrap()
+        .device;
     let cmd = s
         .org(org)
         .commands()
@@ -457,7 +668,11 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(50, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(50, None))
+        .await
+        .unwrap()
+        .device;
     let t0 = s.clock().now();
     let sample = |mins: i64, cpu: f64| MetricSample {
         at: t0 + Duration::minutes(mins),
@@ -654,7 +869,11 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
     let s = &cx.store;
     let (org, site, other) = world(s).await;
     open_key(s, org, site).await;
-    let (dev, _) = s.enroll_device(&[1; 32], machine(41, None)).await.unwrap();
+    let dev = s
+        .enroll_device(&[1; 32], machine(41, None))
+        .await
+        .unwrap()
+        .device;
     let o = s.org(org);
     assert!(o.commands().protected_paths().await.unwrap().is_empty());
     for bad in [
@@ -781,6 +1000,7 @@ breeze_store::on_both_backends!(
     protected_path_additions_travel_with_file_commands,
     enrollment_keys_count_expire_and_revoke,
     token_rotation_is_two_phase,
+    enrollment_never_rebinds_a_device,
     heartbeats_track_status_and_sessions,
     commands_move_forward_only,
     a_result_with_nul_output_is_stored,

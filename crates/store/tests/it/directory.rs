@@ -9,8 +9,8 @@ use breeze_core::{
     Device, DeviceGroupId, DeviceId, DeviceStatus, OrgId, OsFamily, SiteId, Timestamp,
 };
 use breeze_store::{
-    Backend, DeviceFilter, DirectorySettings, EnrollDevice, NewDevice, NewEnrollmentKey, Store,
-    StoreOptions, testing::Ctx,
+    Backend, DeviceFilter, DirectorySettings, EnrollDevice, NewDevice, NewEnrollmentKey,
+    ReenrollProof, Store, StoreOptions, testing::Ctx,
 };
 use chrono::Duration;
 
@@ -526,15 +526,27 @@ async fn writes_through_the_store_are_listed_at_once(cx: Ctx) {
         os_version: "12".into(),
         agent_version: "0.1.0".into(),
         token_hash: [token; 32],
+        proof: None,
     };
-    let (agent, _) = s.enroll_device(&[1; 32], enroll("agent", 2)).await.unwrap();
+    let agent = s
+        .enroll_device(&[1; 32], enroll("agent", 2))
+        .await
+        .unwrap()
+        .device;
     assert_eq!(
         all_hostnames(s, a).await,
         ["agent", "bulk-1", "bulk-2", "db", "web"]
     );
-    s.enroll_device(&[1; 32], enroll("zz-agent", 3))
-        .await
-        .unwrap();
+    // Re-enrolled by the agent that proves it is the device (its token).
+    s.enroll_device(
+        &[1; 32],
+        EnrollDevice {
+            proof: Some(ReenrollProof::DeviceToken([2; 32])),
+            ..enroll("zz-agent", 3)
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         all_hostnames(s, a).await,
         ["bulk-1", "bulk-2", "db", "web", "zz-agent"]

@@ -286,32 +286,63 @@ async fn reports_are_defined_generated_in_chunks_and_confined(cx: Ctx) {
     );
 }
 
+fn adhoc(name: &str, kind: ReportKind, format: ReportFormat) -> ReportRequest {
+    ReportRequest {
+        definition_id: None,
+        name: name.into(),
+        kind,
+        format,
+        filters: ReportFilters::default(),
+    }
+}
+
+/// The history is bounded per organization and per requester: one requester generating
+/// report after report evicts only their own runs, never everyone else's; past the
+/// organization's bound the oldest runs go, whoever made them.
 async fn the_history_keeps_the_newest_runs(cx: Ctx) {
     let s = &cx.store;
     let (a, _) = crate::two_orgs(s).await;
     let o = s.org(a);
+    let generate = |i: i64, who: &'static str| {
+        let o = s.org(a);
+        async move {
+            o.reports()
+                .generate_report(
+                    adhoc(
+                        &format!("r{i}"),
+                        ReportKind::DeviceInventory,
+                        ReportFormat::Csv,
+                    ),
+                    who,
+                    audit("report.generate", "report"),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let mut alice = Vec::new();
+    for i in 0..3 {
+        cx.clock.advance(chrono::Duration::seconds(1));
+        alice.push(generate(i, "user:alice").await.id);
+    }
+    // The attack: one requester runs report after report.
     let mut first = None;
     for i in 0..(breeze_store::MAX_RUNS_KEPT + 2) {
         cx.clock.advance(chrono::Duration::seconds(1));
-        let run = o
-            .reports()
-            .generate_report(
-                ReportRequest {
-                    definition_id: None,
-                    name: format!("r{i}"),
-                    kind: ReportKind::DeviceInventory,
-                    format: ReportFormat::Csv,
-                    filters: ReportFilters::default(),
-                },
-                "test",
-                audit("report.generate", "report"),
-            )
-            .await
-            .unwrap();
-        first.get_or_insert(run.id);
+        first.get_or_insert(generate(i, "user:mallory").await.id);
     }
     let kept = o.reports().report_runs(None, 100).await.unwrap();
-    assert_eq!(kept.len() as i64, breeze_store::MAX_RUNS_KEPT);
+    let mallory = kept
+        .iter()
+        .filter(|r| r.requested_by == "user:mallory")
+        .count() as i64;
+    assert_eq!(mallory, breeze_store::MAX_RUNS_PER_REQUESTER);
+    for id in &alice {
+        assert!(
+            o.reports().get_report_run(*id).await.is_ok(),
+            "alice's runs stay"
+        );
+    }
     let first = first.unwrap();
     assert!(matches!(
         o.reports().get_report_run(first).await,
@@ -322,6 +353,135 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
         None,
         "chunks go with the run"
     );
+    // Many requesters: the organization keeps its newest MAX_RUNS_KEPT.
+    for n in 0..breeze_store::MAX_RUNS_KEPT / breeze_store::MAX_RUNS_PER_REQUESTER + 1 {
+        let who: &'static str = Box::leak(format!("user:u{n}").into_boxed_str());
+        for i in 0..breeze_store::MAX_RUNS_PER_REQUESTER {
+            cx.clock.advance(chrono::Duration::seconds(1));
+            generate(i, who).await;
+        }
+    }
+    let kept = o.reports().report_runs(None, 200).await.unwrap();
+    assert_eq!(kept.len() as i64, breeze_store::MAX_RUNS_KEPT);
+    assert!(
+        o.reports().get_report_run(alice[0]).await.is_err(),
+        "the oldest went"
+    );
+}
+
+/// Alert-history and audit-activity reports read each page from an index in the page's own
+/// order, starting at the cursor: no temporary sort (SQLite's `USE TEMP B-TREE FOR ORDER BY`,
+/// PostgreSQL's `Sort`) and no re-reading of earlier rows, so a report's time is linear in its
+/// rows. Read from the databases' own plans of the statements the runs use.
+async fn report_pages_follow_an_index_in_their_order(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let cursor = (s.clock().now() - chrono::Duration::hours(1))
+        .format("%H:%M:%S")
+        .to_string();
+    for (kind, plan) in s.org(a).reports().explain_report_pages().await.unwrap() {
+        match s.backend() {
+            breeze_store::Backend::Sqlite => {
+                let index = match kind {
+                    ReportKind::AlertHistory => "alerts_org_time",
+                    _ => "audit_log_org_time",
+                };
+                assert!(plan.contains(index), "{kind:?}: {plan}");
+                assert!(!plan.contains("TEMP B-TREE"), "{kind:?}: {plan}");
+                // The index range starts at the cursor (`…>?`), not at the window's start.
+                assert!(
+                    plan.contains("SEARCH") && plan.contains(">?"),
+                    "{kind:?}: {plan}"
+                );
+            }
+            breeze_store::Backend::Postgres => {
+                // On each month partition the index is that partition's copy of it.
+                let index = match kind {
+                    ReportKind::AlertHistory => "alerts_org_time",
+                    _ => "org_id_created_at_id",
+                };
+                assert!(plan.contains("Index Scan using"), "{kind:?}: {plan}");
+                assert!(plan.contains(index), "{kind:?}: {plan}");
+                assert!(!plan.contains("Sort"), "{kind:?}: {plan}");
+                let cond = plan
+                    .lines()
+                    .find(|l| l.contains("Index Cond"))
+                    .unwrap_or_default();
+                assert!(
+                    cond.contains(&cursor),
+                    "the range starts at the cursor: {plan}"
+                );
+            }
+        }
+    }
+}
+
+/// A report stops at its row cap (and at its byte cap) and says so in its last row, in every
+/// format, and the run is marked truncated.
+async fn reports_stop_at_their_caps_and_say_so(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let o = s.org(a);
+    for i in 0..30 {
+        o.audit()
+            .append_audit(audit(&format!("thing.{i}"), "thing"))
+            .await
+            .unwrap();
+    }
+    let caps = breeze_store::ReportCaps {
+        rows: 10,
+        bytes: i64::MAX,
+    };
+    for format in [ReportFormat::Json, ReportFormat::Csv] {
+        let run = o
+            .reports()
+            .generate_report_within(
+                adhoc("capped", ReportKind::AuditActivity, format),
+                "test",
+                audit("report.generate", "report"),
+                caps,
+            )
+            .await
+            .unwrap();
+        assert!(run.truncated);
+        assert_eq!(run.row_count, 10);
+        let text = String::from_utf8(download(&o, run.id).await).unwrap();
+        assert!(
+            text.contains("truncated: this report stops at 10 rows (at most 10)"),
+            "{text}"
+        );
+        if format == ReportFormat::Json {
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v.as_array().unwrap().len(), 11, "ten rows and the note");
+            // Rows in time order.
+            assert_eq!(v[0]["action"], "organization.create");
+        }
+    }
+    let run = o
+        .reports()
+        .generate_report_within(
+            adhoc("bytes", ReportKind::AuditActivity, ReportFormat::Csv),
+            "test",
+            audit("report.generate", "report"),
+            breeze_store::ReportCaps {
+                rows: i64::MAX,
+                bytes: 2_000,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(run.truncated && run.row_count < 30, "{run:?}");
+    let uncapped = o
+        .reports()
+        .generate_report(
+            adhoc("all", ReportKind::AuditActivity, ReportFormat::Csv),
+            "test",
+            audit("report.generate", "report"),
+        )
+        .await
+        .unwrap();
+    assert!(!uncapped.truncated);
+    assert!(uncapped.row_count > 30);
 }
 
 /// A PDF report: a definition in PDF is kept (the format check admits it), 1,200 devices
@@ -501,6 +661,8 @@ async fn pdf_reports_print_unicode_text(cx: Ctx) {
 }
 
 breeze_store::on_both_backends!(
+    report_pages_follow_an_index_in_their_order,
+    reports_stop_at_their_caps_and_say_so,
     reports_are_defined_generated_in_chunks_and_confined,
     the_history_keeps_the_newest_runs,
     pdf_reports_are_valid_documents_over_chunks,

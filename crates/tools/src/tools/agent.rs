@@ -382,6 +382,14 @@ impl DeviceCommand for FilesInput {
                         "content: at most {MAX_WRITE_CHARS} characters"
                     )));
                 }
+                // Stored text cannot hold U+0000 (it would arrive as U+FFFD): bytes like that
+                // travel base64-encoded, and arrive exactly.
+                if self.encoding != Some(Encoding::Base64) && content.contains('\0') {
+                    return Err(ToolError::invalid(
+                        "content holds U+0000, which text cannot carry: send the bytes \
+                         base64-encoded with encoding: base64",
+                    ));
+                }
                 CommandKind::FileWrite {
                     path,
                     content,

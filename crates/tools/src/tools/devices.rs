@@ -39,6 +39,15 @@ pub(crate) struct DeviceSummary<'a> {
     #[schemars(with = "String")]
     site_id: SiteId,
     site_name: Option<&'a str>,
+    /// Set when this device enrolled with the machine id of that existing device (UUID) and
+    /// no proof of being it: a possible clone or impostor, kept apart from it. Re-enrolling
+    /// the real device takes a re-enroll token an administrator issues for it.
+    #[serde(
+        serialize_with = "display_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<String>")]
+    suspected_clone_of: Option<DeviceId>,
 }
 
 impl<'a> DeviceSummary<'a> {
@@ -55,7 +64,18 @@ impl<'a> DeviceSummary<'a> {
             tags: &d.tags,
             site_id: d.site_id,
             site_name,
+            suspected_clone_of: d.suspected_clone_of,
         }
+    }
+}
+
+fn display_opt<S: serde::Serializer>(
+    v: &Option<impl std::fmt::Display>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.collect_str(v),
+        None => s.serialize_none(),
     }
 }
 

@@ -233,6 +233,8 @@ struct RunView {
     status: String,
     rows: i64,
     bytes: i64,
+    /// The run stopped at its cap (1,000,000 rows or 512 MiB); its last row says so.
+    truncated: bool,
     error: Option<String>,
     requested_by: String,
     started_at: String,
@@ -254,6 +256,7 @@ impl RunView {
             status: r.status.to_string(),
             rows: r.row_count,
             bytes: r.byte_count,
+            truncated: r.truncated,
             duration_ms: r.finished_at.map(|f| (f - r.started_at).num_milliseconds()),
             finished_at: r.finished_at.map(|f| f.to_rfc3339()),
             started_at: r.started_at.to_rfc3339(),
