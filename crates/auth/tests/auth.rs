@@ -773,7 +773,12 @@ async fn a_cached_key_needs_no_database(cx: Ctx) {
     // authenticated less than five minutes ago still serves (reads answered from memory keep
     // working through an outage), and past that the outage is the answer.
     cx.clock.advance(Duration::seconds(1));
-    assert!(w.auth.authenticate_api_key(Some(secret.expose())).await.is_ok());
+    assert!(
+        w.auth
+            .authenticate_api_key(Some(secret.expose()))
+            .await
+            .is_ok()
+    );
     cx.clock.advance(Duration::minutes(5));
     assert!(matches!(
         w.auth.authenticate_api_key(Some(secret.expose())).await,
