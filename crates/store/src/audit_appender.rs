@@ -99,7 +99,7 @@ pub(crate) const MOVE_INTERVAL: Duration = Duration::from_millis(25);
 /// (see the module docs).
 const DIRECT_MIN_BATCH: usize = 8;
 /// Records waiting in the journal from which on a batch of any size is inserted directly. The
-/// mover runs at a lower priority ([`MOVER_NICE_INCREMENT`]), so while requests keep the
+/// mover runs at a lower priority (`MOVER_NICE_INCREMENT`), so while requests keep the
 /// processor busy it may fall behind; this bounds what it leaves waiting, and so how long a
 /// flush (every audit query) can wait for it.
 pub const MAX_BACKLOG: usize = 1024;

@@ -151,7 +151,7 @@ impl Store {
         lock(&self.health.state).clone()
     }
 
-    /// Probes the database every [`PROBE_EVERY`] until `stop` (PostgreSQL; `None` on SQLite).
+    /// Probes the database every second until `stop` (PostgreSQL; `None` on SQLite).
     pub fn spawn_health_monitor(
         &self,
         stop: impl Future<Output = ()> + Send + 'static,

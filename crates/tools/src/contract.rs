@@ -395,7 +395,7 @@ impl From<StoreError> for ToolError {
 }
 
 /// What a handler acts through: the parts of the organization its tool's
-/// [`Reach`](crate::reach::Reach) names (`cx.alerts()`, `cx.fleet()`, …; asking for another
+/// [`Reach`] names (`cx.alerts()`, `cx.fleet()`, …; asking for another
 /// does not compile), who acts, the clock, and where progress goes. Tools never check
 /// authorization: a `ToolCx` is made only inside [`crate::ToolSpec::call`] and
 /// [`crate::ToolSpec::precheck`], from the guard's verdict, and making one needs the
@@ -491,7 +491,7 @@ impl<'a, R: Reach> ToolCx<'a, R> {
 macro_rules! reaches {
     ($( $accessor:ident: $domain:ident => $handle:ident; )*) => {
         impl<'a, R: Reach> ToolCx<'a, R> {$(
-            #[doc = concat!("The organization's [`", stringify!($handle), "`]; compiles only in a tool whose reach includes [`reach::", stringify!($domain), "`].")]
+            #[doc = concat!("The organization's [`", stringify!($handle), "`](breeze_store::", stringify!($handle), "); compiles only in a tool whose reach includes [`reach::", stringify!($domain), "`].")]
             pub fn $accessor(&self) -> breeze_store::$handle<'a> {
                 const {
                     assert!(
