@@ -342,6 +342,39 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     let r = send(&app, req("GET", "/api/v1/ai/usage?org=org-a", &admin, None)).await;
     assert_eq!(r.body["usage"][0]["inputTokens"], 250, "{}", r.body);
     assert_eq!(r.body["usage"][0]["costMicroCents"], 250 * 300 + 25 * 1500);
+    // A budget, set by a person who manages settings (the viewer may not), stops the next turn
+    // before the provider is called.
+    let viewer = sign_in(&app, "viewer@p.test").await;
+    let budget = json!({"org": "org-a", "dailyCents": 0, "monthlyCents": null});
+    let r = send(
+        &app,
+        req("PUT", "/api/v1/ai/budget", &viewer, Some(budget.clone())),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = send(&app, req("PUT", "/api/v1/ai/budget", &admin, Some(budget))).await;
+    assert_eq!(r.body, json!({"dailyCents": 0, "monthlyCents": null}));
+    let res = app
+        .clone()
+        .oneshot(req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/messages"),
+            &admin,
+            Some(json!({"content": "more"})),
+        ))
+        .await
+        .unwrap();
+    let events = read_events(&mut res.into_body(), "done").await;
+    assert_eq!(names(&events), ["error", "done"]);
+    assert!(
+        events[0].1["message"].as_str().unwrap().contains("budget"),
+        "{events:?}"
+    );
+    assert_eq!(
+        provider.received().len(),
+        2,
+        "the provider was not called again"
+    );
     // The key went to the provider and nowhere else.
     assert_eq!(
         provider.received()[0].headers["x-api-key"],

@@ -20,9 +20,11 @@ use axum::{
     routing::{get, post},
 };
 use breeze_assistant::{BeginError, ChatEvent, Speaker};
-use breeze_core::{AiSessionId, AuditEvent, Decision, OrgId, User};
+use breeze_core::{
+    AiSessionId, AuditEvent, Caller, Decision, Operation, OrgId, Permission, User, authz,
+};
 use breeze_pipeline::approvals::{DecisionRequest, decide};
-use breeze_store::{AiSession, StoreError};
+use breeze_store::{AiBudget, AiSession, StoreError};
 use chrono::Duration;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -53,6 +55,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/ai/sessions/{id}/messages", post(message))
         .route("/ai/sessions/{id}/approve/{execution}", post(approve))
         .route("/ai/usage", get(usage))
+        .route("/ai/budget", axum::routing::put(set_budget))
 }
 
 fn person(who: &Authenticated) -> Result<User, ApiError> {
@@ -420,4 +423,48 @@ async fn usage(
         "budget": budget,
         "refusal": state.assistant.budget_refusal(org).await,
     })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BudgetBody {
+    org: Option<String>,
+    daily_cents: Option<i64>,
+    monthly_cents: Option<i64>,
+}
+
+/// Sets the organization's AI budget (`null`: no limit of that kind): a setting, so a person
+/// whose role manages settings, by the one permission model.
+async fn set_budget(
+    State(state): State<AppState>,
+    who: Authenticated,
+    RequestId(rid): RequestId,
+    Json(body): Json<BudgetBody>,
+) -> Result<axum::Json<AiBudget>, ApiError> {
+    let user = person(&who)?;
+    let org = org_of(&state, &user, body.org.as_deref()).await?;
+    let access = state
+        .store
+        .org_access(user.id, org)
+        .await?
+        .ok_or_else(|| ApiError::not_found("organization not found"))?;
+    let caller = Caller::dashboard_session(user.id, org, Some(access.permissions));
+    authz::authorize(
+        &caller,
+        Operation::write(Permission::SettingsManage),
+        state.scope_policy(),
+    )
+    .map_err(|d| ApiError::forbidden(d.to_string()))?;
+    let budget = AiBudget {
+        daily_cents: body.daily_cents,
+        monthly_cents: body.monthly_cents,
+    };
+    let ai = state.store.org(org);
+    let ai = ai.ai();
+    ai.set_budget(
+        budget,
+        AuditEvent::new(who.actor(), "ai.budget.set", "ai_budget").request(rid),
+    )
+    .await?;
+    Ok(axum::Json(ai.budget().await?))
 }
