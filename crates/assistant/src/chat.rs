@@ -268,9 +268,11 @@ impl Assistant {
         }
         let ai = self.inner.store.org(speaker.org_id);
         let ai = ai.ai();
-        let cutoff = self.inner.clock.now()
-            - chrono::Duration::from_std(self.inner.config.idle_expiry)
-                .unwrap_or(chrono::Duration::MAX);
+        // An idle time past the calendar: the earliest instant, which no session precedes.
+        let cutoff = chrono::Duration::from_std(self.inner.config.idle_expiry)
+            .ok()
+            .and_then(|idle| self.inner.clock.now().checked_sub_signed(idle))
+            .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         let refuse = |session, why: String| {
             Ok(Begun {
                 speaker: speaker.clone(),

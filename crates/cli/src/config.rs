@@ -429,8 +429,11 @@ fn assistant_settings(
         config.pricing = breeze_core::Pricing::with_overrides(p)
             .map_err(|e| anyhow::anyhow!("invalid BREEZE_AI_PRICING: {e}"))?;
     }
-    config.idle_expiry =
-        std::time::Duration::from_secs(number(env, "BREEZE_AI_SESSION_IDLE_DAYS", 30u64)? * 86_400);
+    let idle_days = number(env, "BREEZE_AI_SESSION_IDLE_DAYS", 30u64)?;
+    if idle_days > 36_500 {
+        bail!("invalid BREEZE_AI_SESSION_IDLE_DAYS: {idle_days} (expected 1 to 36500)");
+    }
+    config.idle_expiry = std::time::Duration::from_secs(idle_days * 86_400);
     let timeout = number(env, "BREEZE_AI_APPROVAL_TIMEOUT_SECONDS", 300u64)?;
     if timeout > 300 {
         bail!(

@@ -537,6 +537,13 @@ pub async fn serve(
             sweeper_stop.clone(),
         );
     }
+    workers::spawn(
+        Arc::new(housekeeping::AiSessionExpiry {
+            store: store.clone(),
+            idle: breeze.state.config.assistant.idle_expiry,
+        }),
+        sweeper_stop.clone(),
+    );
     if let Some(oauth) = breeze.state.oauth.clone() {
         workers::spawn(
             Arc::new(housekeeping::OAuthSweeper(oauth)),

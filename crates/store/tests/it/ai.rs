@@ -295,15 +295,41 @@ async fn closed_and_idle_sessions_take_no_message(cx: Ctx) {
         )
         .await
         .unwrap();
+    let swept = s
+        .org(w.b)
+        .ai()
+        .create_session(w.carol, "b", None, audit("ai.session.create", "ai_session"))
+        .await
+        .unwrap();
     cx.clock.advance(Duration::days(31));
+    let fresh = ai
+        .create_session(
+            w.alice,
+            "fresh",
+            None,
+            audit("ai.session.create", "ai_session"),
+        )
+        .await
+        .unwrap();
     let cutoff = s.clock().now() - Duration::days(30);
+    assert!(!ai.expire_if_idle(w.alice, fresh.id, cutoff).await.unwrap());
     assert!(ai.expire_if_idle(w.alice, idle.id, cutoff).await.unwrap());
     assert_eq!(
         ai.get_session(w.alice, idle.id).await.unwrap().status,
         AiSessionStatus::Expired
     );
-    // The sweep finds none left; the closed one stays closed, with its history.
-    assert_eq!(s.expire_idle_ai_sessions(cutoff).await.unwrap(), 0);
+    // The sweep (every organization) expires the other idle one only; the closed one stays
+    // closed, with its history.
+    assert_eq!(s.expire_idle_ai_sessions(cutoff).await.unwrap(), 1);
+    let b = s.org(w.b).ai();
+    assert_eq!(
+        b.get_session(w.carol, swept.id).await.unwrap().status,
+        AiSessionStatus::Expired
+    );
+    assert_eq!(
+        ai.get_session(w.alice, fresh.id).await.unwrap().status,
+        AiSessionStatus::Active
+    );
     assert_eq!(
         ai.get_session(w.alice, sess.id).await.unwrap().status,
         AiSessionStatus::Closed
