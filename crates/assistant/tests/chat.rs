@@ -531,6 +531,44 @@ async fn a_rejected_or_expired_call_is_a_tool_error_and_the_turn_goes_on(cx: Ctx
     );
 }
 
+/// While a Tier 3 call waits, the database stops answering for its approval: after five
+/// failed polls in a row the wait gives up (circuit breaker), the call is a tool error, and the
+/// turn ends with an `error` event, then `done`.
+async fn the_approval_wait_gives_up_after_five_database_errors(cx: Ctx) {
+    let w = world(cx).await;
+    w.provider.script([Scripted::stream(anthropic::tools(
+        "",
+        &[(
+            "t",
+            "manage_groups",
+            &["{\"action\":\"create\",\"name\":\"g\"}"],
+        )],
+        5,
+        5,
+    ))]);
+    let mut rx = w.start("make a group").await;
+    loop {
+        if rx.recv().await.unwrap().name() == "approval_required" {
+            break;
+        }
+    }
+    w.cx.store
+        .raw_execute("ALTER TABLE approval_requests RENAME TO approval_requests_gone")
+        .await
+        .unwrap();
+    let rest = drain(rx).await;
+    assert_eq!(names(&rest), ["tool_result", "error", "done"], "{rest:?}");
+    let ChatEvent::Error { message } = &rest[1] else {
+        panic!()
+    };
+    assert!(message.contains("5 times in a row"), "{message}");
+    assert_eq!(
+        w.provider.received().len(),
+        1,
+        "the model was not asked again"
+    );
+}
+
 async fn a_chat_wait_shorter_than_the_expiry_rejects_the_request(cx: Ctx) {
     let w = world_with(
         cx,
@@ -786,6 +824,7 @@ on_both_backends!(
     tier3_waits_for_approval_then_runs,
     a_rejected_or_expired_call_is_a_tool_error_and_the_turn_goes_on,
     a_chat_wait_shorter_than_the_expiry_rejects_the_request,
+    the_approval_wait_gives_up_after_five_database_errors,
     openai_compatible_provider_runs_the_same_loop,
     provider_failures_end_with_error_then_done_and_keep_the_question,
     no_provider_budget_and_limiter_refuse_before_the_provider,
