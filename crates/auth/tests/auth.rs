@@ -549,6 +549,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
             NewApproval {
                 api_key_id: Some(rec.id),
                 oauth_grant_id: None,
+                ai_session_id: None,
                 requester_user_id: w.admin.id,
                 tool: "run_script".into(),
                 action: None,

@@ -75,6 +75,50 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "let alert webhooks reach loopback and private addresses (default true in development, false in production)",
     ),
     (
+        "BREEZE_AI_PROVIDER",
+        "the AI assistant's model provider: anthropic or openai (an OpenAI-compatible server: vLLM, Ollama, LM Studio); unset, the chat says how to configure one",
+    ),
+    (
+        "BREEZE_AI_MODEL",
+        "the model (default claude-sonnet-4-5-20250929 for anthropic; required for openai)",
+    ),
+    (
+        "BREEZE_AI_BASE_URL",
+        "the provider's base URL (default https://api.anthropic.com, or https://api.openai.com/v1)",
+    ),
+    (
+        "BREEZE_AI_API_KEY",
+        "the provider's key (required for anthropic; optional for a self-hosted server); never logged or returned",
+    ),
+    (
+        "BREEZE_AI_MAX_TOKENS",
+        "the longest answer, in tokens (default 4096)",
+    ),
+    (
+        "BREEZE_AI_TEMPERATURE",
+        "sampling temperature, 0 to 2 (default: the provider's)",
+    ),
+    (
+        "BREEZE_AI_CONTEXT_TOKENS",
+        "the model's context window: longer chats are trimmed, oldest tool results first (default 200000)",
+    ),
+    (
+        "BREEZE_AI_PRICING",
+        "model prices over the defaults, in cents per million tokens: model=INPUT/OUTPUT,… (a model without a price has an unknown cost)",
+    ),
+    (
+        "BREEZE_AI_SESSION_IDLE_DAYS",
+        "days after which an idle chat session expires, keeping its history (default 30)",
+    ),
+    (
+        "BREEZE_AI_APPROVAL_TIMEOUT_SECONDS",
+        "how long a chat's Tier 3 call waits for a decision before it is rejected (1-300, default 300)",
+    ),
+    (
+        "BREEZE_AI_MESSAGES_PER_MINUTE",
+        "chat messages per person per minute (default 20)",
+    ),
+    (
         "MCP_APPROVAL_WAIT_SECONDS",
         "how long a Tier 3 call waits for approval before answering pending (0-300, default 45: below the 60 s request timeout of common MCP clients)",
     ),
@@ -373,6 +417,78 @@ fn number<T: std::str::FromStr + PartialOrd + From<u8>>(
     }
 }
 
+/// The AI assistant's settings: with no `BREEZE_AI_PROVIDER` there is no provider (the chat
+/// names the setting); a provider without what it needs refuses to start.
+fn assistant_settings(
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<breeze_assistant::AssistantConfig> {
+    use breeze_assistant::{AssistantConfig, ProviderConfig, ProviderKind};
+    let get = |var: &str| env.get(var).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let mut config = AssistantConfig::default();
+    if let Some(p) = get("BREEZE_AI_PRICING") {
+        config.pricing = breeze_core::Pricing::with_overrides(p)
+            .map_err(|e| anyhow::anyhow!("invalid BREEZE_AI_PRICING: {e}"))?;
+    }
+    let idle_days = number(env, "BREEZE_AI_SESSION_IDLE_DAYS", 30u64)?;
+    if idle_days > 36_500 {
+        bail!("invalid BREEZE_AI_SESSION_IDLE_DAYS: {idle_days} (expected 1 to 36500)");
+    }
+    config.idle_expiry = std::time::Duration::from_secs(idle_days * 86_400);
+    let timeout = number(env, "BREEZE_AI_APPROVAL_TIMEOUT_SECONDS", 300u64)?;
+    if timeout > 300 {
+        bail!(
+            "invalid BREEZE_AI_APPROVAL_TIMEOUT_SECONDS: {timeout} (expected 1 to 300: a request expires after 5 minutes)"
+        );
+    }
+    config.approval_timeout = std::time::Duration::from_secs(timeout);
+    config.rate_limit = number(env, "BREEZE_AI_MESSAGES_PER_MINUTE", 20u32)?;
+    let Some(kind) = get("BREEZE_AI_PROVIDER") else {
+        for var in ["BREEZE_AI_MODEL", "BREEZE_AI_BASE_URL", "BREEZE_AI_API_KEY"] {
+            if get(var).is_some() {
+                bail!("{var} is set but BREEZE_AI_PROVIDER is not (anthropic or openai)");
+            }
+        }
+        return Ok(config);
+    };
+    let kind: ProviderKind = kind
+        .parse()
+        .map_err(|e| anyhow::anyhow!("invalid BREEZE_AI_PROVIDER: {e}"))?;
+    let (model, base) = match kind {
+        ProviderKind::Anthropic => (
+            get("BREEZE_AI_MODEL").unwrap_or("claude-sonnet-4-5-20250929"),
+            get("BREEZE_AI_BASE_URL").unwrap_or("https://api.anthropic.com"),
+        ),
+        ProviderKind::OpenAi => (
+            get("BREEZE_AI_MODEL").ok_or_else(|| {
+                anyhow::anyhow!("BREEZE_AI_MODEL is required with BREEZE_AI_PROVIDER=openai")
+            })?,
+            get("BREEZE_AI_BASE_URL").unwrap_or("https://api.openai.com/v1"),
+        ),
+    };
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        bail!("invalid BREEZE_AI_BASE_URL: {base:?} (expected an http(s) URL)");
+    }
+    let mut p = ProviderConfig::new(kind, model, base);
+    p.api_key = get("BREEZE_AI_API_KEY").map(str::to_owned);
+    if kind == ProviderKind::Anthropic && p.api_key.is_none() {
+        bail!("BREEZE_AI_API_KEY is required with BREEZE_AI_PROVIDER=anthropic");
+    }
+    p.max_tokens = number(env, "BREEZE_AI_MAX_TOKENS", 4096u32)?;
+    p.context_tokens = number(env, "BREEZE_AI_CONTEXT_TOKENS", 200_000usize)?;
+    if let Some(t) = get("BREEZE_AI_TEMPERATURE") {
+        p.temperature = Some(
+            t.parse::<f32>()
+                .ok()
+                .filter(|t| (0.0..=2.0).contains(t))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("invalid BREEZE_AI_TEMPERATURE: {t:?} (expected 0 to 2)")
+                })?,
+        );
+    }
+    config.provider = Some(p);
+    Ok(config)
+}
+
 fn boolean(env: &BTreeMap<String, String>, var: &str, default: bool) -> anyhow::Result<bool> {
     match env
         .get(var)
@@ -559,6 +675,8 @@ pub(crate) struct Settings {
     pub(crate) metrics_retention: breeze_store::MetricsRetention,
     pub(crate) approval_webhook_url: Option<String>,
     pub(crate) approval_wait_secs: u64,
+    /// The AI assistant (`BREEZE_AI_*`).
+    pub(crate) assistant: breeze_assistant::AssistantConfig,
     /// How long an authenticated API key or an OAuth grant is served from memory, in
     /// milliseconds (0 = never); also how long a revocation made beside other processes waits
     /// for their caches.
@@ -865,6 +983,7 @@ impl Settings {
                 },
             },
             auth_cache_ms,
+            assistant: assistant_settings(env)?,
             metrics_retention: breeze_store::MetricsRetention {
                 raw: chrono::Duration::days(
                     number(env, "BREEZE_METRICS_RAW_DAYS", 7i64)?.min(36_500),
@@ -1128,6 +1247,65 @@ mod tests {
 
     fn load(vars: &[(&str, &str)]) -> anyhow::Result<Settings> {
         load_with(vars, &SettingFlags::default())
+    }
+
+    #[test]
+    fn assistant_settings_name_what_is_missing_and_hide_the_key() {
+        let s = load(&[]).unwrap();
+        assert!(
+            s.assistant.provider.is_none(),
+            "no provider until configured"
+        );
+        assert_eq!(s.assistant.approval_timeout.as_secs(), 300);
+        let s = load(&[
+            ("BREEZE_AI_PROVIDER", "anthropic"),
+            ("BREEZE_AI_API_KEY", "sk-ant-very-secret"),
+            ("BREEZE_AI_PRICING", "llama3=0/0"),
+            ("BREEZE_AI_TEMPERATURE", "0.2"),
+        ])
+        .unwrap();
+        let p = s.assistant.provider.as_ref().unwrap();
+        assert_eq!(p.model, "claude-sonnet-4-5-20250929");
+        assert_eq!(p.base_url, "https://api.anthropic.com");
+        assert_eq!(
+            s.assistant.pricing.cost_micro_cents("llama3", 9, 9),
+            Some(0)
+        );
+        assert!(!format!("{:?}", s.assistant).contains("sk-ant-very-secret"));
+        let local = load(&[
+            ("BREEZE_AI_PROVIDER", "openai"),
+            ("BREEZE_AI_MODEL", "llama3"),
+            ("BREEZE_AI_BASE_URL", "http://127.0.0.1:11434/v1/"),
+        ])
+        .unwrap();
+        let p = local.assistant.provider.unwrap();
+        assert_eq!(
+            (p.base_url.as_str(), p.api_key),
+            ("http://127.0.0.1:11434/v1", None)
+        );
+        for (vars, says) in [
+            (
+                &[("BREEZE_AI_PROVIDER", "anthropic")][..],
+                "BREEZE_AI_API_KEY is required",
+            ),
+            (
+                &[("BREEZE_AI_PROVIDER", "openai")][..],
+                "BREEZE_AI_MODEL is required",
+            ),
+            (
+                &[("BREEZE_AI_PROVIDER", "gemini")][..],
+                "invalid BREEZE_AI_PROVIDER",
+            ),
+            (&[("BREEZE_AI_MODEL", "x")][..], "BREEZE_AI_PROVIDER is not"),
+            (
+                &[("BREEZE_AI_APPROVAL_TIMEOUT_SECONDS", "301")][..],
+                "1 to 300",
+            ),
+            (&[("BREEZE_AI_PRICING", "x=1")][..], "BREEZE_AI_PRICING"),
+        ] {
+            let e = err(vars);
+            assert!(e.contains(says), "{vars:?}: {e}");
+        }
     }
 
     #[test]

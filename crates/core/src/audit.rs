@@ -15,6 +15,9 @@ string_enum! {
         ApiKey = "api_key",
         /// An OAuth grant: an AI client acting for the user who consented.
         OauthGrant = "oauth_grant",
+        /// The AI assistant acting for a signed-in person in one chat session (the id is the
+        /// session's; the session names its person).
+        AiChat = "ai_chat",
         Agent = "agent",
         System = "system",
     }

@@ -4,13 +4,16 @@
 //! [`crate::authz::authorize`] is the one decision over it.
 //!
 //! Fields are private and a `Caller` is made only by a named constructor, one per way of
-//! coming to act: [`Caller::api_key`], [`Caller::oauth_grant`], [`Caller::dashboard_session`].
+//! coming to act: [`Caller::api_key`], [`Caller::oauth_grant`], [`Caller::dashboard_session`],
+//! [`Caller::ai_chat`].
 //! A credential that acts while nobody is calling (a worker running as an automation's owner,
 //! an approved call released after a person decided) is rebuilt as it stands now by
 //! `breeze-pipeline`'s `standing` module, which checks the stored credential and then uses the
 //! same constructors; there is no other way to assemble one.
 
-use crate::{Actor, ActorType, ApiKeyId, GrantId, OrgId, PermissionSet, ScopeSet, UserId};
+use crate::{
+    Actor, ActorType, AiSessionId, ApiKeyId, GrantId, OrgId, PermissionSet, ScopeSet, UserId,
+};
 
 /// What a caller presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,6 +24,8 @@ pub enum Credential {
     OAuthGrant(GrantId),
     /// A person signed in to the dashboard.
     Session,
+    /// The AI assistant in one chat session, acting for the signed-in person who owns it.
+    AiChat(AiSessionId),
 }
 
 impl Credential {
@@ -31,6 +36,7 @@ impl Credential {
             Credential::ApiKey(k) => Actor::new(ActorType::ApiKey, k),
             Credential::OAuthGrant(g) => Actor::new(ActorType::OauthGrant, g),
             Credential::Session => Actor::new(ActorType::User, user),
+            Credential::AiChat(s) => Actor::new(ActorType::AiChat, s),
         }
     }
 }
@@ -94,6 +100,26 @@ impl Caller {
         }
     }
 
+    /// The AI assistant in chat session `session`, acting for its owner `user` in `org` with
+    /// the owner's role there. It holds every scope (only the role narrows it, as for the
+    /// person) but is not the person: a Tier 3 call waits for a person's approval, and
+    /// personal permissions (keys, users, settings) are refused, so a model's text can never
+    /// act as the person unchecked.
+    pub fn ai_chat(
+        session: AiSessionId,
+        user: UserId,
+        org: OrgId,
+        permissions: Option<PermissionSet>,
+    ) -> Self {
+        Self {
+            org,
+            user,
+            credential: Credential::AiChat(session),
+            scopes: ScopeSet::everything(),
+            permissions,
+        }
+    }
+
     /// The one organization this caller can reach.
     pub fn org(&self) -> OrgId {
         self.org
@@ -136,6 +162,14 @@ impl Caller {
         }
     }
 
+    /// The chat session the caller acts in, if it is the AI assistant.
+    pub fn ai_session_id(&self) -> Option<AiSessionId> {
+        match self.credential {
+            Credential::AiChat(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Whether a person is acting directly (a dashboard session), not a credential on their
     /// behalf.
     pub fn is_person(&self) -> bool {
@@ -154,6 +188,8 @@ impl Caller {
         match actor.kind {
             ActorType::ApiKey => Some(Credential::ApiKey(ApiKeyId(id))),
             ActorType::OauthGrant => Some(Credential::OAuthGrant(GrantId(id))),
+            // A chat acts only while its person's turn runs (or an approved call of it is
+            // released): never as a worker's stored credential.
             _ => None,
         }
     }
@@ -185,5 +221,14 @@ mod tests {
         assert_eq!(s.actor(), Actor::new(ActorType::User, user));
         assert!(s.is_person() && s.scopes().grants(Scope::AiExecuteAdmin));
         assert_eq!(Caller::credential_of(&s.actor()), None);
+        let chat = AiSessionId::new();
+        let c = Caller::ai_chat(chat, user, org, Some(PermissionSet::all()));
+        assert_eq!(c.actor(), Actor::new(ActorType::AiChat, chat));
+        assert_eq!(c.ai_session_id(), Some(chat));
+        assert!(
+            !c.is_person(),
+            "the assistant is not the person it acts for"
+        );
+        assert_eq!(Caller::credential_of(&c.actor()), None);
     }
 }

@@ -66,4 +66,6 @@ id_type! {
     AuditId,
     /// An OAuth grant: one user's consent for one client in one organization.
     GrantId,
+    /// A conversation with the AI assistant: one user's, in one organization.
+    AiSessionId,
 }

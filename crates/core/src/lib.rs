@@ -4,6 +4,7 @@
 //! device group → device), callers and the one permission model over them, API-key scopes, audit events and
 //! the [`Clock`] through which all code reads the time.
 
+pub mod ai;
 pub mod alert;
 pub mod approval;
 pub mod audit;
@@ -28,6 +29,7 @@ pub mod tenancy;
 pub mod tier;
 pub mod user;
 
+pub use ai::{AiMessageRole, AiSessionStatus, AiToolStatus, ModelPrice, Pricing};
 pub use alert::{
     AlertCondition, AlertStatus, ChannelKind, Comparison, EventCondition, Metric, Severity,
     TargetKind, is_event_name,
@@ -49,8 +51,8 @@ pub use group_filter::{
     DeviceFacts, FilterCondition, FilterField, FilterOp, GroupFilter, MatchMode,
 };
 pub use ids::{
-    ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
-    SiteId, UserId,
+    AiSessionId, ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId,
+    SessionId, SiteId, UserId,
 };
 pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
 pub use patch::{PackageStatus, PatchJobKind, PatchJobStatus, PatchPartStatus};

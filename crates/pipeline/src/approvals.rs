@@ -32,7 +32,7 @@ use breeze_core::{
 };
 use breeze_guard::Approval;
 use breeze_store::{ApprovalRecord, Decision, NewApproval, Signal, Store, StoreError};
-use breeze_tools::{ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec};
+use breeze_tools::{ApprovalWait, ErrorCode, Pin, ProgressReport, Registry, ToolError, ToolSpec};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -376,6 +376,7 @@ impl Approvals {
                 NewApproval {
                     api_key_id: caller.api_key_id(),
                     oauth_grant_id: caller.grant_id(),
+                    ai_session_id: caller.ai_session_id(),
                     requester_user_id: caller.user(),
                     tool: tool.to_owned(),
                     action: action.map(str::to_owned),
@@ -440,6 +441,7 @@ impl Approvals {
         caller: &Caller,
         draft: Draft,
         progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+        approval: &ApprovalWait,
         cancel: &CancellationToken,
     ) -> Waited {
         // Recorded by a task of its own, so a caller dropped half-way never leaves a request
@@ -468,13 +470,18 @@ impl Approvals {
                 ));
             }
         };
+        if let Some(tell) = &approval.requested {
+            // Nobody listening any more is the listener's business: the wait goes on.
+            let _ = tell.send(record.clone());
+        }
+        let wait = approval.wait.unwrap_or(self.inner.config.wait);
         let mut guard = WithdrawOnDrop {
             approvals: self.clone(),
             id: record.id,
             cancel: cancel.clone(),
             armed: true,
         };
-        let outcome = self.wait(record, progress.as_ref(), cancel).await;
+        let outcome = self.wait(record, progress.as_ref(), wait, cancel).await;
         // A cancelled call is not answered, so even a request about to be answered pending is
         // withdrawn. The withdrawal runs in a task of its own: the transport may drop this
         // future at any await, and a transaction cut off half-way would hold the row's lock.
@@ -513,11 +520,12 @@ impl Approvals {
         &self,
         record: ApprovalRecord,
         progress: Option<&mpsc::UnboundedSender<ProgressReport>>,
+        wait: Duration,
         cancel: &CancellationToken,
     ) -> Waited {
         let store = self.inner.store.org(record.org_id);
         let started = tokio::time::Instant::now();
-        let wait_until = started + self.inner.config.wait;
+        let wait_until = started + wait;
         let mut decided = self.inner.decided.subscribe();
         let mut errors = 0;
         let mut last_report = None::<tokio::time::Instant>;

@@ -166,6 +166,7 @@ pub(crate) async fn run(
         let CallOptions {
             request_id,
             progress,
+            ..
         } = options;
         answer(run_items(p, spec, &env, cleared, request_id, progress, cancel).await)
     };
@@ -256,6 +257,7 @@ async fn with_approval(
     let CallOptions {
         request_id,
         progress,
+        approval,
     } = options;
     let mut pins = Vec::new();
     for (i, (item, clearance)) in env.items.iter().zip(&clearances).enumerate() {
@@ -274,7 +276,10 @@ async fn with_approval(
     // The approved batch is cleared again, item by item, when it runs.
     drop(clearances);
     let draft = Draft::batch(spec, env, request_id, combined_pin(pins));
-    match p.approve_and_run(caller, draft, progress, cancel).await {
+    match p
+        .approve_and_run(caller, draft, progress, &approval, cancel)
+        .await
+    {
         Ok(value) => answer(value),
         Err(outcome) => outcome,
     }
@@ -303,6 +308,7 @@ async fn run_items(
         let options = CallOptions {
             request_id: request_id.clone(),
             progress: progress.clone(),
+            ..CallOptions::default()
         };
         let result = p
             .run_now(spec, cleared, item.input.clone(), options, cancel)

@@ -36,7 +36,8 @@ use breeze_guard::{AwaitingApproval, Clearance, Cleared};
 pub use breeze_guard::{Guard, Refusal};
 use breeze_store::{ApprovalRecord, Store};
 use breeze_tools::{
-    CallOptions, ErrorCode, Pin, ProgressReport, RawOutput, Registry, ToolError, ToolSpec, Unscoped,
+    ApprovalWait, CallOptions, ErrorCode, Pin, ProgressReport, RawOutput, Registry, ToolError,
+    ToolSpec, Unscoped,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -368,7 +369,7 @@ impl Pipeline {
     ) -> Result<Option<Pin>, ToolError> {
         let options = CallOptions {
             request_id,
-            progress: None,
+            ..CallOptions::default()
         };
         spec.precheck(&self.inner.unscoped, awaiting, args, options)
             .await
@@ -404,6 +405,7 @@ impl Pipeline {
         let CallOptions {
             request_id,
             progress,
+            approval,
         } = options;
         let pin = match self
             .precheck(spec, &awaiting, &arguments, request_id.clone())
@@ -416,7 +418,10 @@ impl Pipeline {
         // right meanwhile): this verdict ends here.
         drop(awaiting);
         let draft = Draft::single(spec, arguments, request_id, pin);
-        match self.approve_and_run(caller, draft, progress, cancel).await {
+        match self
+            .approve_and_run(caller, draft, progress, &approval, cancel)
+            .await
+        {
             Ok(output) => CallOutcome::Output(raw(&output)),
             Err(outcome) => outcome,
         }
@@ -430,13 +435,14 @@ impl Pipeline {
         caller: &Caller,
         draft: Draft,
         progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+        approval: &ApprovalWait,
         cancel: &CancellationToken,
     ) -> Result<Value, CallOutcome> {
         let phases = progress::Phases::new(progress);
         let waited = self
             .inner
             .approvals
-            .request_and_wait(caller, draft, phases.waiting(), cancel)
+            .request_and_wait(caller, draft, phases.waiting(), approval, cancel)
             .instrument(tracing::debug_span!("approval.wait"))
             .await;
         match waited {

@@ -88,6 +88,7 @@ impl Pipeline {
         let options = CallOptions {
             request_id: r.request_id.clone(),
             progress,
+            ..CallOptions::default()
         };
         // Apart from any caller: nothing cancels an approved execution once it starts.
         let never = CancellationToken::new();

@@ -3,7 +3,8 @@
 //! act like this — [`standing_worker`] (an automation, deployment or remediation running as
 //! its owner) and [`approval_release`] (an approved Tier 3 call run after a person decided) —
 //! share one check, [`credential_now`]: an API key must exist in the organization and be
-//! neither revoked nor expired; an OAuth grant must be active and for the organization; the
+//! neither revoked nor expired; an OAuth grant must be active and for the organization; an AI
+//! chat session must still exist and be its person's (it is released only for them); the
 //! user must still hold a role there (whose permissions are the caller's), and for a release
 //! be the one who asked. Anything else is void, with the reason.
 
@@ -43,10 +44,13 @@ pub async fn standing_worker(
 /// The caller an approved request runs as: its requesting credential and user, as they stand
 /// now.
 pub async fn approval_release(store: &Store, r: &ApprovalRecord) -> Result<Caller, StandingError> {
-    let credential = match (r.api_key_id, r.oauth_grant_id) {
-        (Some(key), _) => Credential::ApiKey(key),
-        (None, Some(grant)) => Credential::OAuthGrant(grant),
-        (None, None) => return Err(void("API key or OAuth grant was deleted")),
+    let credential = match (r.api_key_id, r.oauth_grant_id, r.ai_session_id) {
+        (Some(key), _, _) => Credential::ApiKey(key),
+        (None, Some(grant), _) => Credential::OAuthGrant(grant),
+        (None, None, Some(session)) => Credential::AiChat(session),
+        (None, None, None) => {
+            return Err(void("API key, OAuth grant or chat session was deleted"));
+        }
     };
     let clock = store.clock().clone();
     credential_now(
@@ -95,6 +99,18 @@ pub async fn credential_now(
             }
             (grant.user_id, ScopeSet::from_oauth(&grant.scopes))
         }
+        Credential::AiChat(session) => {
+            // A chat acts only for its owner: released only for the person who asked, and
+            // only while the session exists (deleting it voids its pending calls).
+            let Some(owner) = requester else {
+                return Err(void("chat session acts only for its own person"));
+            };
+            match store.org(org).ai().get_session(owner, session).await {
+                Ok(s) => (s.user_id, ScopeSet::everything()),
+                Err(StoreError::NotFound(_)) => return Err(void("chat session was deleted")),
+                Err(e) => return Err(e.into()),
+            }
+        }
         Credential::Session => return Err(not_stored()),
     };
     if requester.is_some_and(|r| r != user) {
@@ -109,6 +125,7 @@ pub async fn credential_now(
     Ok(match credential {
         Credential::ApiKey(key) => Caller::api_key(key, org, user, scopes, permissions),
         Credential::OAuthGrant(grant) => Caller::oauth_grant(grant, org, user, scopes, permissions),
+        Credential::AiChat(session) => Caller::ai_chat(session, user, org, permissions),
         Credential::Session => return Err(not_stored()),
     })
 }

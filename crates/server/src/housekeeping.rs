@@ -1,6 +1,7 @@
 //! The server's housekeeping [`Worker`]s: jobs that keep the store and the credentials tidy
 //! rather than act on devices — the SQLite checkpoint, the daily audit retention, the daily
-//! OAuth sweep — and the alert engine, whose type lives in `breeze-alerts`.
+//! OAuth sweep, the hourly expiry of idle AI chats — and the alert engine, whose type lives in
+//! `breeze-alerts`.
 
 use std::{convert::Infallible, path::PathBuf, sync::Arc, time::Duration};
 
@@ -142,6 +143,35 @@ impl Worker for AlertEngine {
     async fn stopped(self: &Arc<Self>) {
         if let Err(e) = self.release_lease().await {
             tracing::warn!(error = %e, "could not give the alert engine's lease up");
+        }
+    }
+}
+
+/// Marks AI chat sessions idle past the configured time expired (their history stays), every
+/// hour, so listings show them as they are; a turn checks its own session as well, so one
+/// between two sweeps never takes a message.
+pub(crate) struct AiSessionExpiry {
+    pub(crate) store: Store,
+    pub(crate) idle: Duration,
+}
+
+impl Worker for AiSessionExpiry {
+    const NAME: &'static str = "AI session expiry";
+    type Report = u64;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+
+    async fn tick(self: &Arc<Self>) -> Result<u64, StoreError> {
+        let cutoff = chrono::Duration::from_std(self.idle)
+            .ok()
+            .and_then(|idle| self.store.clock().now().checked_sub_signed(idle));
+        match cutoff {
+            Some(cutoff) => self.store.expire_idle_ai_sessions(cutoff).await,
+            // An idle time past the calendar: nothing is that old.
+            None => Ok(0),
         }
     }
 }

@@ -88,6 +88,8 @@ pub struct ServerConfig {
     pub enroll_rate_per_minute: u32,
     /// Step-up approvals: how long calls wait, the webhook.
     pub approvals: approvals::ApprovalConfig,
+    /// The AI assistant: its provider (none until configured), prices, limits.
+    pub assistant: breeze_assistant::AssistantConfig,
     /// MCP catalog modes: the default mode, the `breeze_discover` page budget.
     pub catalog: catalog::CatalogConfig,
     /// `BREEZE_MCP_MAX_RESPONSE_BYTES`: the response budget of a tool call (0 = off).
@@ -157,6 +159,7 @@ impl ServerConfig {
                 ..approvals::ApprovalConfig::default()
             },
             catalog: catalog::CatalogConfig::default(),
+            assistant: breeze_assistant::AssistantConfig::default(),
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             oauth: None,
@@ -197,6 +200,8 @@ pub struct AppState {
     pub limiter: Arc<dyn RateLimiter>,
     /// Every tool call, from every front door, goes through it.
     pub pipeline: Pipeline,
+    /// The AI assistant's chat turns (its tool calls go through `pipeline`).
+    pub assistant: breeze_assistant::Assistant,
     /// The OAuth authorization server, when enabled.
     pub oauth: Option<breeze_oauth::OAuth>,
     /// Counters for `GET /metrics`.
@@ -252,6 +257,12 @@ impl AppState {
         )
         .with_max_response_bytes(config.max_response_bytes)
         .with_max_batch_items(config.max_batch_items);
+        let assistant = breeze_assistant::Assistant::new(
+            store.clone(),
+            pipeline.clone(),
+            limiter.clone(),
+            config.assistant.clone(),
+        );
         let oauth = config.oauth.as_ref().map(|o| {
             breeze_oauth::OAuth::new(
                 store.clone(),
@@ -273,6 +284,7 @@ impl AppState {
             gateway,
             limiter,
             pipeline,
+            assistant,
             oauth,
             metrics,
             shutting_down: Arc::default(),
@@ -525,6 +537,13 @@ pub async fn serve(
             sweeper_stop.clone(),
         );
     }
+    workers::spawn(
+        Arc::new(housekeeping::AiSessionExpiry {
+            store: store.clone(),
+            idle: breeze.state.config.assistant.idle_expiry,
+        }),
+        sweeper_stop.clone(),
+    );
     if let Some(oauth) = breeze.state.oauth.clone() {
         workers::spawn(
             Arc::new(housekeeping::OAuthSweeper(oauth)),

@@ -853,7 +853,7 @@ impl BreezeMcp {
         let caller = cx.client.principal.caller.clone();
         let mut options = CallOptions {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
-            progress: None,
+            ..CallOptions::default()
         };
         // Progress goes nowhere without the client's token: no channel then.
         let outcome = if cx.progress_token.is_some() {

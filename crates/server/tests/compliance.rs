@@ -520,6 +520,7 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
             breeze_store::NewApproval {
                 api_key_id: None,
                 oauth_grant_id: None,
+                ai_session_id: None,
                 requester_user_id: w.admin,
                 tool: "run_script".into(),
                 action: None,

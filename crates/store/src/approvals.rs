@@ -19,7 +19,9 @@
 //! was down when it was approved) is claimed and run by the server's resumer — once.
 
 pub use breeze_core::Decision;
-use breeze_core::{Actor, ApiKeyId, ApprovalStatus, AuditEvent, GrantId, OrgId, Timestamp, UserId};
+use breeze_core::{
+    Actor, AiSessionId, ApiKeyId, ApprovalStatus, AuditEvent, GrantId, OrgId, Timestamp, UserId,
+};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -32,7 +34,7 @@ use crate::{
 const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, tier, arguments, \
     arguments_hash, definition_hash, description, mode, status, reason, decided_by, decided_at, \
     request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error, \
-    pinned, pinned_hash, oauth_grant_id";
+    pinned, pinned_hash, oauth_grant_id, ai_session_id";
 
 /// Who must approve: the requester may (`supervised`, the default), someone else must
 /// (`four_eyes`), or nobody — the organization's policy approves at once (`automatic`, only for
@@ -93,6 +95,9 @@ pub struct ApprovalRecord {
     pub pinned_hash: Option<Vec<u8>>,
     /// The OAuth grant whose access token made the request (`api_key_id` is then empty).
     pub oauth_grant_id: Option<GrantId>,
+    /// The AI assistant's chat session that made the request (no key, no grant: the session's
+    /// person, as they stand now, is the requester).
+    pub ai_session_id: Option<AiSessionId>,
 }
 
 impl ApprovalRecord {
@@ -108,6 +113,8 @@ pub struct NewApproval {
     pub api_key_id: Option<ApiKeyId>,
     /// The OAuth grant, for a call made with one of its access tokens.
     pub oauth_grant_id: Option<GrantId>,
+    /// The chat session, for a call the AI assistant made.
+    pub ai_session_id: Option<AiSessionId>,
     pub requester_user_id: UserId,
     pub tool: String,
     pub action: Option<String>,
@@ -156,7 +163,7 @@ impl crate::OrgApprovals<'_> {
         sql(format!(
             "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE, \
-             $16, $17, $18)"
+             $16, $17, $18, $19)"
         ))
         .bind(id)
         .bind(self.org)
@@ -180,6 +187,7 @@ impl crate::OrgApprovals<'_> {
         )
         .bind(new.pinned.as_ref().map(|(_, h)| h.to_vec()))
         .bind(new.oauth_grant_id)
+        .bind(new.ai_session_id)
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({

@@ -84,6 +84,9 @@ macro_rules! narrow {
 }
 
 narrow! {
+    /// The AI assistant: chat sessions (each one person's), their messages and tool calls,
+    /// usage and the organization's budget.
+    OrgAi => ai;
     /// Enrollment keys and what agents report about their devices: state, user sessions, logs.
     OrgAgents => agents;
     /// Alerts, alert rules, notification channels and what the rules observe.

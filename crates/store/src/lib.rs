@@ -9,6 +9,7 @@
 //! transaction as the change.
 
 mod agents;
+mod ai;
 mod alerts;
 mod api_keys;
 mod approvals;
@@ -61,6 +62,10 @@ pub use agents::{
     INVALID_REENROLL_TOKEN, NewEnrollmentKey, ReenrollProof, SUSPECTED_CLONE_RULE,
     UserSessionRecord,
 };
+pub use ai::{
+    AiBudget, AiMessage, AiSession, AiSpend, AiToolExecution, AiUsageRow, MAX_AI_SESSION_PAGE,
+    MAX_AI_TITLE_CHARS, NewAiMessage, NewAiUsage,
+};
 pub use alerts::{
     Alert, AlertCursor, AlertEvent, AlertFilter, AlertPage, AlertRule, AlertSummary,
     MAX_ALERT_PAGE, MAX_COOLDOWN_MINUTES, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_RULE_CHANNELS,
@@ -104,7 +109,7 @@ pub use dynamic_groups::{
 pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use handles::{
-    OrgAgents, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
+    OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
     OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
     OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
     OrgTenancy,

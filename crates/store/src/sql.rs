@@ -14,8 +14,8 @@
 use std::borrow::Cow;
 
 use breeze_core::{
-    ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId, SessionId,
-    SiteId, Timestamp, UserId,
+    AiSessionId, ApiKeyId, AuditId, DeviceGroupId, DeviceId, GrantId, OrgId, PartnerId, RoleId,
+    SessionId, SiteId, Timestamp, UserId,
 };
 use serde_json::{Value, value::RawValue};
 use sqlx::{
@@ -135,6 +135,7 @@ arg_from! {
     &[u8] => Bytes via <[u8]>::to_vec,
     Uuid => Uuid,
     Timestamp => Ts,
+    AiSessionId => Uuid via |v: AiSessionId| v.0,
     ApiKeyId => Uuid via |v: ApiKeyId| v.0,
     GrantId => Uuid via |v: GrantId| v.0,
     AuditId => Uuid via |v: AuditId| v.0,

@@ -434,12 +434,24 @@ impl std::fmt::Debug for Unscoped {
     }
 }
 
-/// What the front door passes along with a call: its request id (for audit records) and where
-/// progress reports go.
+/// What the front door passes along with a call: its request id (for audit records), where
+/// progress reports go, and what it wants of a Tier 3 call's wait for approval.
 #[derive(Debug, Default)]
 pub struct CallOptions {
     pub request_id: Option<String>,
     pub progress: Option<mpsc::UnboundedSender<ProgressReport>>,
+    pub approval: ApprovalWait,
+}
+
+/// A front door's wishes for a Tier 3 call's wait (the AI chat's: its own timeout, and the
+/// request as soon as it is recorded, to show the person at once). Default: the pipeline's
+/// wait, and nobody told.
+#[derive(Debug, Default, Clone)]
+pub struct ApprovalWait {
+    /// How long the call waits for the decision; `None`: the pipeline's setting.
+    pub wait: Option<std::time::Duration>,
+    /// Told each approval request the call records, as soon as it is recorded.
+    pub requested: Option<mpsc::UnboundedSender<breeze_store::ApprovalRecord>>,
 }
 
 /// One progress report of a long-running call.

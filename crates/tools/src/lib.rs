@@ -20,8 +20,8 @@ pub mod resources;
 mod tools;
 
 pub use contract::{
-    Action, ActionSet, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin, ProgressReport,
-    RateLimit, Rendered, Tier, Tool, ToolCx, ToolError, Unscoped, per,
+    Action, ActionSet, ApprovalWait, CallOptions, Effect, ErrorCode, Hints, NoActions, Pin,
+    ProgressReport, RateLimit, Rendered, Tier, Tool, ToolCx, ToolError, Unscoped, per,
 };
 pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 /// Starts one organization's install or rollback job whose maintenance window has opened

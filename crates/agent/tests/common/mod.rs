@@ -340,6 +340,7 @@ pub(crate) async fn call_outcome(
     let options = CallOptions {
         request_id: None,
         progress,
+        ..CallOptions::default()
     };
     let outcome = f
         .state

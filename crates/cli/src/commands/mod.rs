@@ -224,6 +224,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             public_url: settings.public_url.clone(),
             ..Default::default()
         },
+        assistant: settings.assistant.clone(),
         catalog: breeze_server::catalog::CatalogConfig {
             default_mode: m.catalog,
             discover_bytes: m.discover_bytes,

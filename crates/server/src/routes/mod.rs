@@ -1,6 +1,7 @@
 //! Route modules, one per area, each exposing `router()`; merged here.
 
 pub(crate) mod agents;
+pub(crate) mod ai;
 pub(crate) mod api_keys;
 pub(crate) mod approvals;
 pub(crate) mod audit;
@@ -24,6 +25,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(api_keys::router())
         .merge(audit::router())
         .merge(agents::router())
+        .merge(ai::router())
         .merge(approvals::router())
         .merge(fleet::router())
         .merge(protected_paths::router())

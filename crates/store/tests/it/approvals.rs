@@ -60,6 +60,7 @@ fn request(s: &Store, user: UserId, key: ApiKeyId) -> NewApproval {
     NewApproval {
         api_key_id: Some(key),
         oauth_grant_id: None,
+        ai_session_id: None,
         requester_user_id: user,
         tool: "manage_groups".into(),
         action: Some("create".into()),

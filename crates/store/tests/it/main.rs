@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod agents;
+mod ai;
 mod alerts;
 mod approvals;
 mod audit;

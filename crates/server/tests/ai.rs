@@ -1,0 +1,390 @@
+//! The AI assistant's REST door on both databases: the session lifecycle, a session visible to
+//! its person alone (another person of the same organization gets 404 for it, its messages and
+//! its tool calls; an API key is refused), search with literal wildcards on a route that wins
+//! over `/sessions/{id}`, a message answered as an event stream that ends with `done`, a Tier 3
+//! call approved from the chat's own endpoint, and usage for the cost indicator.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+#[path = "../../assistant/tests/stand_in/mod.rs"]
+mod stand_in;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode},
+};
+use breeze_assistant::{ProviderConfig, ProviderKind};
+use breeze_limits::MemoryLimiter;
+use breeze_store::{on_both_backends, testing::Ctx};
+use common::{PASSWORD, World, build, send, world};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use stand_in::{Scripted, StandIn, anthropic};
+use tower::ServiceExt;
+
+async fn sign_in(app: &Router, email: &str) -> String {
+    let r = send(
+        app,
+        Request::post("/api/v1/auth/login")
+            .header("content-type", "application/json")
+            .body(Body::from(
+                json!({ "email": email, "password": PASSWORD }).to_string(),
+            ))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let cookie = r.headers["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+fn req(method: &str, path: &str, cookie: &str, body: Option<Value>) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .header("cookie", cookie)
+        .header("origin", "http://127.0.0.1:3000")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap()
+}
+
+/// The app with the stand-in as its Anthropic provider.
+fn with_provider(w: &World, provider: &StandIn) -> Router {
+    let url = provider.url.clone();
+    build(
+        w,
+        move |c| {
+            let mut p =
+                ProviderConfig::new(ProviderKind::Anthropic, "claude-sonnet-4-5-20250929", &url);
+            p.api_key = Some("sk-server-secret".into());
+            c.assistant.provider = Some(p);
+        },
+        Arc::new(MemoryLimiter::new()),
+    )
+}
+
+/// Reads `event:` names (and data) of an event-stream body as they come, until `until`.
+async fn read_events(body: &mut Body, until: &str) -> Vec<(String, Value)> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), body.frame())
+            .await
+            .unwrap();
+        let Some(frame) = frame else { return events };
+        let Ok(data) = frame.unwrap().into_data() else {
+            continue;
+        };
+        text.push_str(std::str::from_utf8(&data).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            if name.is_empty() {
+                continue; // a keep-alive comment
+            }
+            let stop = name == until;
+            events.push((name, serde_json::from_str(&data).unwrap_or(Value::Null)));
+            if stop {
+                return events;
+            }
+        }
+    }
+}
+
+fn names(events: &[(String, Value)]) -> Vec<&str> {
+    events.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+async fn sessions_are_their_persons_alone(cx: Ctx) {
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = send(
+        &w.app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({
+                "org": "org-a", "title": "100% CPU on web_01",
+                "pageContext": {"type": "device", "id": w.a_device, "hostname": "web-01"},
+            })),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(r.body["pageContext"]["hostname"], "web-01");
+    // The admin reaches two organizations: a listing must name one.
+    let r = send(&w.app, req("GET", "/api/v1/ai/sessions", &admin, None)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = send(
+        &w.app,
+        req("GET", "/api/v1/ai/sessions?org=org-a", &admin, None),
+    )
+    .await;
+    assert_eq!(r.body["sessions"][0]["id"], id.as_str());
+    // Search: the static route wins over {id}, and wildcards match only themselves.
+    for (q, hits) in [("100%25", 1), ("web_01", 1), ("web%2501", 0), ("cpu", 1)] {
+        let r = send(
+            &w.app,
+            req(
+                "GET",
+                &format!("/api/v1/ai/sessions/search?org=org-a&q={q}"),
+                &admin,
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{q}: {}", r.body);
+        assert_eq!(r.body["sessions"].as_array().unwrap().len(), hits, "{q}");
+    }
+    // Another person of the same organization: 404 everywhere, nothing changed.
+    let path = format!("/api/v1/ai/sessions/{id}");
+    for (method, p, body) in [
+        ("GET", path.clone(), None),
+        ("PATCH", path.clone(), Some(json!({"title": "mine"}))),
+        ("DELETE", path.clone(), None),
+        ("POST", format!("{path}/close"), None),
+        (
+            "POST",
+            format!("{path}/messages"),
+            Some(json!({"content": "hi"})),
+        ),
+        (
+            "POST",
+            format!("{path}/approve/{}", uuid::Uuid::now_v7()),
+            Some(json!({"approve": true})),
+        ),
+    ] {
+        let r = send(&w.app, req(method, &p, &viewer, body)).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{method} {p}: {}", r.body);
+    }
+    let r = send(
+        &w.app,
+        req("GET", "/api/v1/ai/sessions/search?q=cpu", &viewer, None),
+    )
+    .await;
+    assert_eq!(r.body["sessions"], json!([]));
+    // An API key is not a person.
+    let r = send(
+        &w.app,
+        Request::get("/api/v1/ai/sessions?org=org-a")
+            .header("x-api-key", &w.write)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    // The owner renames, reads, closes (history kept) and deletes.
+    let r = send(
+        &w.app,
+        req("PATCH", &path, &admin, Some(json!({"title": "renamed"}))),
+    )
+    .await;
+    assert_eq!(r.body["title"], "renamed");
+    let r = send(&w.app, req("POST", &format!("{path}/close"), &admin, None)).await;
+    assert_eq!(r.body["status"], "closed");
+    let r = send(&w.app, req("GET", &path, &admin, None)).await;
+    assert_eq!(r.body["session"]["status"], "closed");
+    let r = send(&w.app, req("DELETE", &path, &admin, None)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = send(&w.app, req("GET", &path, &admin, None)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+async fn no_provider_answers_a_stream_naming_the_setting(cx: Ctx) {
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = send(
+        &w.app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({"org": "org-a"})),
+        ),
+    )
+    .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let res = w
+        .app
+        .clone()
+        .oneshot(req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/messages"),
+            &admin,
+            Some(json!({"content": "hi"})),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut body = res.into_body();
+    let events = read_events(&mut body, "done").await;
+    assert_eq!(names(&events), ["error", "done"]);
+    assert!(
+        events[0].1["message"]
+            .as_str()
+            .unwrap()
+            .contains("BREEZE_AI_PROVIDER")
+    );
+}
+
+/// A turn over REST with a Tier 3 call: the stream stops at `approval_required`, the chat's
+/// approve endpoint decides the one request, and the same stream carries the result to `done`.
+async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
+    let w = world(&cx).await;
+    let provider = StandIn::start().await;
+    let app = with_provider(&w, &provider);
+    let admin = sign_in(&app, "admin@p.test").await;
+    let r = send(
+        &app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({"org": "org-a"})),
+        ),
+    )
+    .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    provider.script([
+        Scripted::stream(anthropic::tools(
+            "I'll create it.",
+            &[(
+                "toolu_1",
+                "manage_groups",
+                &["{\"action\":\"create\",\"name\":\"web\"}"],
+            )],
+            100,
+            20,
+        )),
+        Scripted::stream(anthropic::text(&["Done."], 150, 5)),
+    ]);
+    let res = app
+        .clone()
+        .oneshot(req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/messages"),
+            &admin,
+            Some(json!({"content": "make a web group"})),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut body = res.into_body();
+    let first = read_events(&mut body, "approval_required").await;
+    assert_eq!(
+        names(&first),
+        [
+            "message_start",
+            "content_delta",
+            "message_end",
+            "tool_use_start",
+            "approval_required"
+        ]
+    );
+    let execution = first[4].1["executionId"].as_str().unwrap().to_owned();
+    // The same request is on the approvals page's list.
+    let pending = send(&app, req("GET", "/api/v1/approvals", &admin, None)).await;
+    assert_eq!(
+        pending.body["approvals"].as_array().unwrap().len(),
+        1,
+        "{}",
+        pending.body
+    );
+    let r = send(
+        &app,
+        req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/approve/{execution}"),
+            &admin,
+            Some(json!({"approve": true})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let rest = read_events(&mut body, "done").await;
+    assert_eq!(
+        names(&rest),
+        [
+            "tool_result",
+            "message_start",
+            "content_delta",
+            "message_end",
+            "done"
+        ]
+    );
+    assert_eq!(rest[0].1["isError"], false, "{}", rest[0].1);
+    // The session shows the conversation and the completed call.
+    let r = send(
+        &app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
+    assert_eq!(r.body["executions"][0]["status"], "completed");
+    assert_eq!(r.body["messages"][0]["content"], "make a web group");
+    // Usage for the cost indicator: both responses, costed.
+    let r = send(&app, req("GET", "/api/v1/ai/usage?org=org-a", &admin, None)).await;
+    assert_eq!(r.body["usage"][0]["inputTokens"], 250, "{}", r.body);
+    assert_eq!(r.body["usage"][0]["costMicroCents"], 250 * 300 + 25 * 1500);
+    // A budget, set by a person who manages settings (the viewer may not), stops the next turn
+    // before the provider is called.
+    let viewer = sign_in(&app, "viewer@p.test").await;
+    let budget = json!({"org": "org-a", "dailyCents": 0, "monthlyCents": null});
+    let r = send(
+        &app,
+        req("PUT", "/api/v1/ai/budget", &viewer, Some(budget.clone())),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = send(&app, req("PUT", "/api/v1/ai/budget", &admin, Some(budget))).await;
+    assert_eq!(r.body, json!({"dailyCents": 0, "monthlyCents": null}));
+    let res = app
+        .clone()
+        .oneshot(req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/messages"),
+            &admin,
+            Some(json!({"content": "more"})),
+        ))
+        .await
+        .unwrap();
+    let events = read_events(&mut res.into_body(), "done").await;
+    assert_eq!(names(&events), ["error", "done"]);
+    assert!(
+        events[0].1["message"].as_str().unwrap().contains("budget"),
+        "{events:?}"
+    );
+    assert_eq!(
+        provider.received().len(),
+        2,
+        "the provider was not called again"
+    );
+    // The key went to the provider and nowhere else.
+    assert_eq!(
+        provider.received()[0].headers["x-api-key"],
+        "sk-server-secret"
+    );
+    assert!(!r.body.to_string().contains("sk-server-secret"));
+}
+
+on_both_backends!(
+    sessions_are_their_persons_alone,
+    no_provider_answers_a_stream_naming_the_setting,
+    a_tier3_call_is_approved_from_the_chat,
+);
