@@ -15,6 +15,7 @@ mod crash;
 mod directory;
 mod dynamic_groups;
 mod idempotency;
+mod invoices;
 mod isolation;
 mod maintenance;
 mod migrations;
@@ -24,6 +25,7 @@ mod reports;
 mod row_security;
 mod security;
 mod tenancy;
+mod tickets;
 mod users;
 mod wal;
 
