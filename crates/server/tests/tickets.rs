@@ -604,8 +604,101 @@ async fn from_alert_to_issued_invoice(cx: Ctx) {
     assert_eq!(code(&r), "CONFLICT", "issued invoices never change: {r}");
 }
 
+/// REST for administrators: open, list, comment on and move a ticket; another organization's
+/// ticket is 404; invoices need more than a read key.
+async fn rest_routes(cx: Ctx) {
+    let w = world(&cx).await;
+    let req = |method: &str, path: &str, key: &str, body: Option<Value>| {
+        axum::http::Request::builder()
+            .method(method)
+            .uri(format!("/api/v1/orgs/{path}"))
+            .header("x-api-key", key)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(
+                body.map_or(String::new(), |b| b.to_string()),
+            ))
+            .unwrap()
+    };
+    let created = common::send(
+        &w.app,
+        req(
+            "POST",
+            "org-a/tickets",
+            &w.write,
+            Some(json!({ "subject": "VPN down" })),
+        ),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    assert_eq!(created.body["number"], 1);
+    let r = common::send(
+        &w.app,
+        req(
+            "POST",
+            "org-a/tickets",
+            &w.read,
+            Some(json!({ "subject": "x" })),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 403, "a read key opens no ticket: {}", r.body);
+    let r = common::send(
+        &w.app,
+        req(
+            "POST",
+            &format!("org-a/tickets/{id}/comments"),
+            &w.write,
+            Some(json!({ "body": "on it", "internal": true })),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = common::send(
+        &w.app,
+        req(
+            "POST",
+            &format!("org-a/tickets/{id}/status"),
+            &w.write,
+            Some(json!({ "status": "new" })),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 409, "new → new is not a move: {}", r.body);
+    let r = common::send(
+        &w.app,
+        req("GET", &format!("org-a/tickets/{id}"), &w.read, None),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["comments"][0]["body"], "on it");
+    let listed = common::send(
+        &w.app,
+        req("GET", "org-a/tickets?active=true", &w.read, None),
+    )
+    .await;
+    assert_eq!(listed.body["tickets"].as_array().unwrap().len(), 1);
+    // Another organization's key, and another organization's ticket through A's path.
+    let r = common::send(
+        &w.app,
+        req(
+            "GET",
+            &format!("org-b/tickets/{id}"),
+            &w.other_org_key,
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = common::send(&w.app, req("GET", "org-a/invoices", &w.read, None)).await;
+    assert_eq!(r.status, 403, "invoices need ai:write: {}", r.body);
+    let r = common::send(&w.app, req("GET", "org-a/invoices", &w.write, None)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
 breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     tiers_scopes_and_permissions,
     from_alert_to_issued_invoice,
+    rest_routes,
 );
