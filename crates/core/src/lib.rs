@@ -20,12 +20,14 @@ pub mod grant;
 pub mod group_filter;
 pub mod ids;
 pub mod maintenance;
+pub mod money;
 pub mod patch;
 pub mod rbac;
 pub mod report;
 pub mod scope;
 pub mod security;
 pub mod tenancy;
+pub mod ticket;
 pub mod tier;
 pub mod user;
 
@@ -55,11 +57,13 @@ pub use ids::{
     SessionId, SiteId, UserId,
 };
 pub use maintenance::{DayOfWeek, MaintenanceSchedule, Occurrence};
+pub use money::{Currency, Money, MoneyError, Quantity, Totals};
 pub use patch::{PackageStatus, PatchJobKind, PatchJobStatus, PatchPartStatus};
 pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use report::{ReportFilters, ReportFormat, ReportKind, ReportStatus};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};
+pub use ticket::{InvoiceLineKind, InvoiceStatus, TicketPriority, TicketStatus};
 pub use tier::Tier;
 pub use user::{User, UserKind};
 

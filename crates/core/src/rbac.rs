@@ -26,6 +26,14 @@ string_enum! {
         SettingsManage = "settings.manage",
         UsersManage = "users.manage",
         ApikeysManage = "apikeys.manage",
+        TicketsRead = "tickets.read",
+        TicketsWrite = "tickets.write",
+        /// Moving tickets between organizations, and editing or deleting others' comments.
+        TicketsManage = "tickets.manage",
+        InvoicesRead = "invoices.read",
+        InvoicesWrite = "invoices.write",
+        /// Issuing and voiding invoices, recording and voiding payments.
+        InvoicesSend = "invoices.send",
     }
 }
 
@@ -133,7 +141,7 @@ pub fn builtin_roles() -> [(&'static str, &'static str, PermissionSet); 3] {
         ),
         (
             "Technician",
-            "Operates devices, scripts, alerts and files; no settings, users or keys",
+            "Operates devices, scripts, alerts, files and tickets; no billing, settings, users or keys",
             PermissionSet::from_iter([
                 DevicesRead,
                 DevicesWrite,
@@ -146,12 +154,21 @@ pub fn builtin_roles() -> [(&'static str, &'static str, PermissionSet); 3] {
                 FilesWrite,
                 ServicesManage,
                 AuditRead,
+                TicketsRead,
+                TicketsWrite,
             ]),
         ),
         (
             "Read Only",
-            "Sees devices, scripts, alerts, files and the audit log; changes nothing",
-            PermissionSet::from_iter([DevicesRead, ScriptsRead, AlertsRead, FilesRead, AuditRead]),
+            "Sees devices, scripts, alerts, files, tickets and the audit log; changes nothing",
+            PermissionSet::from_iter([
+                DevicesRead,
+                ScriptsRead,
+                AlertsRead,
+                FilesRead,
+                AuditRead,
+                TicketsRead,
+            ]),
         ),
     ]
 }

@@ -34,7 +34,7 @@ use std::{
 
 use breeze_core::{
     Actor, Caller, Clock, Denied, Operation, OrgId, Permission, Scope, ScopePolicy, ScopeSet, Tier,
-    Verdict, authz,
+    UserId, Verdict, authz,
 };
 use breeze_limits::RateLimiter;
 use serde_json::Value;
@@ -177,6 +177,8 @@ pub struct Cleared {
     tier: Tier,
     org: OrgId,
     actor: Actor,
+    /// The person the actor acts for (a key's creator, a grant's user, the signed-in user).
+    user: UserId,
     binding: Binding,
     approval: Option<String>,
 }
@@ -250,6 +252,11 @@ impl Cleared {
     /// Who acts.
     pub fn actor(&self) -> &Actor {
         &self.actor
+    }
+
+    /// The person the actor acts for: whose running timer, whose comments.
+    pub fn user(&self) -> UserId {
+        self.user
     }
 
     /// The approval request a person granted, for a released Tier 3 call.
@@ -478,6 +485,7 @@ fn clearance(
         tier,
         org: caller.org(),
         actor: caller.actor(),
+        user: caller.user(),
         binding: Binding::of(args),
         approval: None,
     };

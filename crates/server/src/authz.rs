@@ -147,6 +147,42 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
         "/orgs/{org}/protected-paths",
         Operation::write(SettingsManage),
     ),
+    (
+        Method::GET,
+        "/orgs/{org}/tickets",
+        Operation::read(TicketsRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tickets",
+        Operation::write(TicketsWrite),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/tickets/{ticket}",
+        Operation::read(TicketsRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tickets/{ticket}/comments",
+        Operation::write(TicketsWrite),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tickets/{ticket}/status",
+        Operation::write(TicketsWrite),
+    ),
+    // Financial data is Tier 2 even to read, as the billing tools are.
+    (
+        Method::GET,
+        "/orgs/{org}/invoices",
+        Operation::write(InvoicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/invoices/{invoice}",
+        Operation::write(InvoicesRead),
+    ),
 ];
 
 /// The operation a routed request performs; `None` when its route declares none.

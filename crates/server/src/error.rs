@@ -125,6 +125,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
             StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             StoreError::Invalid(m) => ApiError::bad_request(m),
+            StoreError::Forbidden(m) => ApiError::forbidden(m),
             // Locked, read-only, unreachable: the request may succeed in a moment.
             StoreError::Unavailable(_) => ApiError::unavailable(e).retry_after(1),
             other => ApiError::internal(other),

@@ -263,6 +263,12 @@ const ID_FIELDS: &[&str] = &[
     "scheduleId",
     "assignmentId",
     "targetId",
+    "ticketId",
+    "invoiceId",
+    "commentId",
+    "lineId",
+    "paymentId",
+    "targetOrgId",
 ];
 
 const UNKNOWN_ID: &str = "0190c0de-0000-7000-8000-000000000000";
@@ -878,6 +884,13 @@ impl Suite {
             };
             hints.insert("status".into(), json!(status));
         }
+        if tool == "manage_tickets" {
+            self.ticket_hints(action.map(|(_, a)| a), &mut hints).await;
+        }
+        if tool.ends_with("_invoice") || tool.ends_with("_invoices") {
+            self.invoice_hints(tool, action.map(|(_, a)| a), &mut hints)
+                .await;
+        }
         let generator = Gen {
             root: schema,
             counter: &self.counter,
@@ -889,6 +902,176 @@ impl Suite {
             args[key] = json!(name);
         }
         args
+    }
+}
+
+impl Suite {
+    /// A fresh ticket of organization A, in the state `action` needs: a comment of the exec
+    /// key's user to edit or delete, a linked alert to unlink, the user's timer running on it
+    /// to stop (and none elsewhere, to start one); with values for the money fields.
+    async fn ticket_hints(&self, action: Option<&str>, hints: &mut Map<String, Value>) {
+        let tickets = self.w.store.org(self.w.org_a).tickets();
+        let t = tickets
+            .create_ticket(
+                breeze_store::NewTicket {
+                    subject: "fixture".into(),
+                    description: String::new(),
+                    category: None,
+                    priority: breeze_core::TicketPriority::Normal,
+                    device_id: None,
+                    submitter: None,
+                    assignee_id: None,
+                    tags: vec![],
+                    due_at: None,
+                    created_by: "fixture".into(),
+                },
+                audit("ticket.create"),
+            )
+            .await
+            .unwrap();
+        hints.insert("ticketId".into(), json!(t.id.to_string()));
+        hints.insert("assigneeId".into(), json!(self.w.admin.to_string()));
+        hints.insert("targetOrgId".into(), json!(self.w.org_b.to_string()));
+        hints.insert("rate".into(), json!("10.00"));
+        hints.insert("unitPrice".into(), json!("1.50"));
+        hints.insert("quantity".into(), json!("2"));
+        hints.insert("currency".into(), json!("USD"));
+        hints.insert("minutes".into(), json!(5));
+        hints.insert("cursor".into(), json!(t.number.to_string()));
+        hints.insert(
+            "dueDate".into(),
+            json!((self.w.state.clock.now() + chrono::Duration::days(1)).to_rfc3339()),
+        );
+        let status = match action {
+            Some("list") => "active",
+            _ => "open",
+        };
+        hints.insert("status".into(), json!(status));
+        let actor = breeze_core::Actor::system("fixture");
+        match action {
+            Some(a) if a.contains("comment") && a != "comment" => {
+                let c = tickets
+                    .add_comment(t.id, &actor, self.w.admin, "c", false, audit("c"))
+                    .await
+                    .unwrap();
+                hints.insert("commentId".into(), json!(c.id.to_string()));
+            }
+            Some("unlink_alert") => {
+                let alert = self.hint("alertId").await.unwrap();
+                let id = alert.as_str().unwrap().parse().unwrap();
+                tickets
+                    .link_alert(t.id, id, "fixture", audit("l"))
+                    .await
+                    .unwrap();
+                hints.insert("alertId".into(), alert);
+            }
+            Some("start_timer" | "stop_timer") => {
+                if let Some(running) = tickets.running_timer(self.w.admin).await.unwrap() {
+                    tickets
+                        .stop_timer(running.ticket_id, self.w.admin, audit("t"))
+                        .await
+                        .unwrap();
+                }
+                if action == Some("stop_timer") {
+                    let usd = breeze_core::Currency::parse("USD").unwrap();
+                    tickets
+                        .start_timer(
+                            t.id,
+                            breeze_store::NewTime {
+                                user: self.w.admin,
+                                actor,
+                                billable: true,
+                                rate: breeze_core::Money::new(1000, usd),
+                                note: None,
+                            },
+                            audit("t"),
+                        )
+                        .await
+                        .unwrap();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A fresh invoice of organization A in the state `action` needs (a draft with a line; an
+    /// issued one to void or pay; one with a payment to void), a ticket with billable time to
+    /// assemble from, and money values.
+    async fn invoice_hints(
+        &self,
+        tool: &str,
+        action: Option<&str>,
+        hints: &mut Map<String, Value>,
+    ) {
+        let org = self.w.store.org(self.w.org_a);
+        let (invoices, usd) = (org.invoices(), breeze_core::Currency::parse("USD").unwrap());
+        let draft = invoices
+            .create_draft(usd, None, None, "fixture", audit("invoice.create"))
+            .await
+            .unwrap();
+        let line = breeze_store::NewLine {
+            description: "fixture".into(),
+            quantity: breeze_core::Quantity::ONE,
+            unit_price: breeze_core::Money::new(1000, usd),
+            tax_bp: 0,
+        };
+        let with_line = invoices.add_line(draft.id, line, audit("l")).await.unwrap();
+        let line_id = invoices.lines(draft.id).await.unwrap()[0].id;
+        hints.insert("lineId".into(), json!(line_id.to_string()));
+        hints.insert("orgId".into(), json!(self.w.org_a.to_string()));
+        hints.insert("currency".into(), json!("USD"));
+        hints.insert("unitPrice".into(), json!("2.50"));
+        hints.insert("quantity".into(), json!("1"));
+        hints.insert("amount".into(), json!("1.00"));
+        hints.insert("cursor".into(), json!(uuid::Uuid::max().to_string()));
+        hints.insert(
+            "dueDate".into(),
+            json!((self.w.state.clock.now() + chrono::Duration::days(30)).to_rfc3339()),
+        );
+        if tool == "list_invoices" {
+            hints.insert("status".into(), json!("draft"));
+        }
+        let mut id = with_line.id;
+        if matches!(action, Some("void" | "record_payment" | "void_payment")) {
+            id = invoices.issue(draft.id, audit("i")).await.unwrap().id;
+        }
+        if action == Some("void_payment") {
+            let p = invoices
+                .record_payment(
+                    id,
+                    breeze_core::Money::new(100, usd),
+                    "card",
+                    None,
+                    "fixture",
+                    audit("p"),
+                )
+                .await
+                .unwrap();
+            hints.insert("paymentId".into(), json!(p.id.to_string()));
+        }
+        hints.insert("invoiceId".into(), json!(id.to_string()));
+        if action == Some("assemble_from_ticket") {
+            let mut t = Map::new();
+            self.ticket_hints(Some("log_time"), &mut t).await;
+            let ticket = t["ticketId"].as_str().unwrap().parse().unwrap();
+            let user = breeze_core::Actor::system("fixture");
+            org.tickets()
+                .log_time(
+                    ticket,
+                    30,
+                    breeze_store::NewTime {
+                        user: self.w.admin,
+                        actor: user,
+                        billable: true,
+                        rate: breeze_core::Money::new(6000, usd),
+                        note: None,
+                    },
+                    audit("t"),
+                )
+                .await
+                .unwrap();
+            hints.insert("ticketId".into(), t["ticketId"].clone());
+        }
     }
 }
 

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// The request makes no sense for the data (e.g. a site of another organization).
     #[error("{0}")]
     Invalid(String),
+    /// The row is visible to the caller but belongs to someone else in a way the data itself
+    /// decides (another user's ticket comment).
+    #[error("{0}")]
+    Forbidden(String),
     /// The store could not be opened as configured.
     #[error("{0}")]
     Config(String),

@@ -113,6 +113,8 @@ narrow! {
     OrgDevices => devices;
     /// Dynamic device groups and their membership rules.
     OrgDynamicGroups => dynamic_groups;
+    /// Invoices: drafts, their lines, issuing with the partner's next number, payments, voids.
+    OrgInvoices => invoices;
     /// Request ids claimed for idempotent retries.
     OrgIdempotency => idempotency;
     /// Maintenance windows and the alerts they suppressed.
@@ -127,6 +129,8 @@ narrow! {
     OrgSecurity => security;
     /// Metric samples and device events.
     OrgTelemetry => telemetry;
+    /// Tickets, their comments, alert links, time entries and parts.
+    OrgTickets => tickets;
     /// The organization itself, its sites and static device groups.
     OrgTenancy => tenancy;
 }

@@ -32,6 +32,7 @@ mod events;
 mod handles;
 mod health;
 mod idempotency;
+mod invoices;
 mod maintenance;
 mod metrics;
 mod oauth;
@@ -51,6 +52,7 @@ mod sql;
 mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tickets;
 mod users;
 mod wal;
 
@@ -111,14 +113,15 @@ pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGE
 pub use handles::{
     OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
     OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
-    OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
-    OrgTenancy,
+    OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity,
+    OrgTelemetry, OrgTenancy, OrgTickets,
 };
 pub use health::DbHealth;
 pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
 };
+pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
@@ -155,6 +158,10 @@ pub use sqlx::Error as SqlxError;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqlitePoolOptions},
+};
+pub use tickets::{
+    CommentScope, LinkedAlert, MAX_TICKET_PAGE, NewPart, NewTicket, NewTime, Ticket, TicketComment,
+    TicketFilter, TicketPage, TicketPart, TicketUpdate, TimeEntry,
 };
 pub use users::{NewUser, UserWithSecret};
 

@@ -15,7 +15,7 @@ use std::future::Future;
 
 pub use breeze_core::Permission;
 pub use breeze_core::Tier;
-use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp};
+use breeze_core::{Actor, Clock, OrgId, Scope, Timestamp, UserId};
 use breeze_gateway::{Gateway, OrgFleet};
 pub use breeze_guard::RateLimit;
 use breeze_store::{OrgStore, Store, StoreError};
@@ -378,6 +378,7 @@ impl From<StoreError> for ToolError {
             }
             StoreError::Conflict(m) => ToolError::new(ErrorCode::Conflict, m),
             StoreError::Invalid(m) => ToolError::invalid(m),
+            StoreError::Forbidden(m) => ToolError::new(ErrorCode::Forbidden, m),
             StoreError::Unavailable(inner) => {
                 tracing::warn!(error = %inner, "tool found the database unavailable");
                 ToolError::new(
@@ -404,6 +405,8 @@ pub struct ToolCx<'a, R = ()> {
     org: OrgStore<'a>,
     fleet: OrgFleet<'a>,
     pub(crate) actor: Actor,
+    /// The person the actor acts for (a key's creator): whose timer, whose comments.
+    pub(crate) user: UserId,
     pub(crate) clock: &'a dyn Clock,
     pub(crate) request_id: Option<String>,
     /// Where progress of a long call goes (to the client's progress notifications).
@@ -466,13 +469,14 @@ impl<'a, R: Reach> ToolCx<'a, R> {
     pub(crate) fn new(
         unscoped: &'a Unscoped,
         org: OrgId,
-        actor: Actor,
+        (actor, user): (Actor, UserId),
         options: CallOptions,
     ) -> Self {
         ToolCx {
             org: unscoped.store.org(org),
             fleet: unscoped.gateway.org(org),
             actor,
+            user,
             clock: unscoped.store.clock().as_ref(),
             request_id: options.request_id,
             progress: options.progress,
@@ -530,6 +534,7 @@ reaches! {
     deployments: Deployments => OrgDeployments;
     devices: Devices => OrgDevices;
     dynamic_groups: DynamicGroups => OrgDynamicGroups;
+    invoices: Invoices => OrgInvoices;
     maintenance: Maintenance => OrgMaintenance;
     patches: Patches => OrgPatches;
     reports: Reports => OrgReports;
@@ -537,6 +542,7 @@ reaches! {
     security: Security => OrgSecurity;
     telemetry: Telemetry => OrgTelemetry;
     tenancy: Tenancy => OrgTenancy;
+    tickets: Tickets => OrgTickets;
 }
 
 impl<'a, R: Reach> ToolCx<'a, R> {

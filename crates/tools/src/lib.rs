@@ -75,6 +75,7 @@ pub fn all() -> Registry {
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
+    r.domain("invoices", tools::invoices::register);
     r.domain("maintenance", tools::maintenance::register);
     r.domain("patches", tools::patches::register);
     r.domain("policies", tools::policies::register);
@@ -82,6 +83,7 @@ pub fn all() -> Registry {
     r.domain("scripts", tools::scripts::register);
     r.domain("security", tools::security::register);
     r.domain("telemetry", tools::telemetry::register);
+    r.domain("tickets", tools::tickets::register);
     r
 }
 
@@ -108,13 +110,15 @@ mod tests {
                 "devices",
                 "disk",
                 "groups",
+                "invoices",
                 "maintenance",
                 "patches",
                 "policies",
                 "reports",
                 "scripts",
                 "security",
-                "telemetry"
+                "telemetry",
+                "tickets"
             ]
         );
         assert!(r.iter().all(|t| t.domain != registry::NO_DOMAIN));
@@ -206,18 +210,22 @@ mod tests {
         // Breeze's own: get_device_details counts packages, this pages them.
         ("get_device_software",         None,          false, None),
         ("get_effective_configuration", Some("1"),     false, None),
+        ("get_invoice",                 Some("2"),     false, None),
         ("get_security_posture",        Some("1"),     false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
         ("list_configuration_policies", Some("1"),     false, None),
+        ("list_invoices",               Some("2"),     false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_deployments",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
+        ("manage_invoices",           Some("2/3"),   true,  None),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_patches",              Some("1/2/3"), true,  Some((15, 300))),
         ("manage_policies",             Some("1/2/3"), false, Some((20, 300))),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
+        ("manage_tickets",            Some("1/2/3"), true,  None),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
         ("preview_configuration_change", Some("1"),    false, None),
         ("query_audit_log",             Some("1"),     false, None),
@@ -271,9 +279,11 @@ mod tests {
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_effective_configuration", None,                     Tier::T1, Permission::DevicesRead),
+        ("get_invoice",                 None,                     Tier::T2, Permission::InvoicesRead),
         ("get_security_posture",        None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
+        ("list_invoices",               None,                     Tier::T2, Permission::InvoicesRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("test"),             Tier::T1, Permission::AlertsRead),
@@ -312,6 +322,16 @@ mod tests {
         ("manage_groups",               Some("create"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("update"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_invoices",             Some("create"),           Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("update"),           Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("delete"),           Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("add_line"),         Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("remove_line"),      Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("assemble_from_ticket"),Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("issue"),            Tier::T3, Permission::InvoicesSend),
+        ("manage_invoices",             Some("void"),             Tier::T3, Permission::InvoicesSend),
+        ("manage_invoices",             Some("record_payment"),   Tier::T3, Permission::InvoicesSend),
+        ("manage_invoices",             Some("void_payment"),     Tier::T3, Permission::InvoicesSend),
         ("manage_maintenance_windows",  Some("list"),             Tier::T1, Permission::DevicesRead),
         ("manage_maintenance_windows",  Some("get"),              Tier::T1, Permission::DevicesRead),
         ("manage_maintenance_windows",  Some("active_now"),       Tier::T1, Permission::DevicesRead),
@@ -346,6 +366,25 @@ mod tests {
         ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("restart"),          Tier::T3, Permission::ServicesManage),
+        ("manage_tickets",              Some("list"),             Tier::T1, Permission::TicketsRead),
+        ("manage_tickets",              Some("get"),              Tier::T1, Permission::TicketsRead),
+        ("manage_tickets",              Some("create"),           Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("create_from_alert"),Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("comment"),          Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("assign"),           Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("update_status"),    Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("update"),           Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("link_alert"),       Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("unlink_alert"),     Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("add_part"),         Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("edit_comment"),     Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("delete_comment"),   Tier::T2, Permission::TicketsWrite),
+        ("manage_tickets",              Some("edit_any_comment"), Tier::T2, Permission::TicketsManage),
+        ("manage_tickets",              Some("delete_any_comment"),Tier::T2, Permission::TicketsManage),
+        ("manage_tickets",              Some("log_time"),         Tier::T3, Permission::TicketsWrite),
+        ("manage_tickets",              Some("start_timer"),      Tier::T3, Permission::TicketsWrite),
+        ("manage_tickets",              Some("stop_timer"),       Tier::T3, Permission::TicketsWrite),
+        ("manage_tickets",              Some("move"),             Tier::T3, Permission::TicketsManage),
         ("network_discovery",           None,                     Tier::T3, Permission::DevicesExecute),
         ("preview_configuration_change", None,                    Tier::T1, Permission::DevicesRead),
         ("query_audit_log",             None,                     Tier::T1, Permission::AuditRead),
@@ -533,13 +572,21 @@ mod tests {
                 "{}: readOnlyHint must match its effects",
                 t.name
             );
+            // The billing reads are Tier 2 on purpose: financial data needs ai:write (the
+            // specification's note under "Billing tools").
+            let financial = ["get_invoice", "list_invoices"].contains(&t.name);
             if h.read_only {
                 assert!(
                     !h.destructive,
                     "{}: read-only tools are not destructive",
                     t.name
                 );
-                assert_eq!(t.tier, Tier::T1, "{}: a read-only tool is Tier 1", t.name);
+                assert_eq!(
+                    t.tier,
+                    if financial { Tier::T2 } else { Tier::T1 },
+                    "{}: a read-only tool is Tier 1",
+                    t.name
+                );
             }
             if t.effects.contains(&Effect::Delete) || t.effects.contains(&Effect::Execute) {
                 assert!(
@@ -561,7 +608,7 @@ mod tests {
                     a.name
                 );
             }
-            if t.actions.is_empty() {
+            if t.actions.is_empty() && !financial {
                 assert_eq!(
                     t.tier == Tier::T1,
                     reads_only,

@@ -89,6 +89,10 @@ domains! {
     Tenancy = 18;
     /// The device gateway: running commands on the organization's agents.
     Fleet = 19;
+    /// Tickets, their comments, alert links, time and parts.
+    Tickets = 20;
+    /// Invoices, their lines and payments.
+    Invoices = 21;
 }
 
 impl Reach for () {

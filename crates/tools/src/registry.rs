@@ -29,12 +29,18 @@ struct Scope<'a> {
     unscoped: &'a Unscoped,
     org: breeze_core::OrgId,
     actor: breeze_core::Actor,
+    user: breeze_core::UserId,
     options: CallOptions,
 }
 
 impl<'a> Scope<'a> {
     fn cx<T: Tool>(self) -> ToolCx<'a, T::Reach> {
-        ToolCx::new(self.unscoped, self.org, self.actor, self.options)
+        ToolCx::new(
+            self.unscoped,
+            self.org,
+            (self.actor, self.user),
+            self.options,
+        )
     }
 }
 
@@ -208,6 +214,7 @@ impl ToolSpec {
             unscoped,
             org: cleared.org(),
             actor: cleared.actor().clone(),
+            user: cleared.user(),
             options,
         };
         (self.call)(scope, args)
@@ -231,6 +238,7 @@ impl ToolSpec {
             unscoped,
             org: cleared.org(),
             actor: cleared.actor().clone(),
+            user: cleared.user(),
             options,
         };
         (self.precheck)(scope, args)

@@ -12,6 +12,7 @@ pub(crate) mod oauth;
 pub(crate) mod orgs;
 pub(crate) mod protected_paths;
 pub(crate) mod reports;
+pub(crate) mod tickets;
 
 use axum::Router;
 
@@ -30,6 +31,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(fleet::router())
         .merge(protected_paths::router())
         .merge(reports::router())
+        .merge(tickets::router())
         .merge(oauth::grants_router())
 }
 

@@ -16,6 +16,7 @@ mod crash;
 mod directory;
 mod dynamic_groups;
 mod idempotency;
+mod invoices;
 mod isolation;
 mod maintenance;
 mod migrations;
@@ -25,6 +26,7 @@ mod reports;
 mod row_security;
 mod security;
 mod tenancy;
+mod tickets;
 mod users;
 mod wal;
 

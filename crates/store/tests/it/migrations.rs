@@ -554,3 +554,135 @@ async fn migration_0030_keeps_reports_and_leases_on_sqlite() {
 async fn migration_0030_keeps_reports_and_leases_on_postgres() {
     migration_0030_keeps_reports_and_leases(Backend::Postgres).await;
 }
+
+/// Migration 0038 over the seeded rows, with built-in roles as an older Breeze made them: the
+/// roles gain the ticket and billing permissions (administrators all, technicians tickets,
+/// read-only users reading tickets; custom roles none), and the seeded organization and device
+/// take tickets, time, an assembled invoice and its issue.
+async fn migration_0038_brings_tickets_and_billing_to_seeded_rows(backend: Backend) {
+    use breeze_core::{Currency, Money, Permission, TicketPriority};
+    let (test, _clock) = unmigrated(backend).await;
+    let s = &test.store;
+    s.migrate_through(37).await.unwrap();
+    seed(s).await;
+    let l = Lit(backend);
+    let (p, roles) = (l.id(1), [l.id(40), l.id(41), l.id(42), l.id(43)]);
+    s.raw_execute(&format!(
+        "INSERT INTO roles (id, partner_id, name, description, permissions, builtin) VALUES \
+         ({}, {p}, 'Administrator', 'all', '[\"devices.read\",\"users.manage\"]', TRUE), \
+         ({}, {p}, 'Technician', 'ops', '[\"devices.read\"]', TRUE), \
+         ({}, {p}, 'Read Only', 'ro', '[\"devices.read\"]', TRUE), \
+         ({}, {p}, 'Custom', 'mine', '[\"devices.read\"]', FALSE)",
+        roles[0], roles[1], roles[2], roles[3]
+    ))
+    .await
+    .unwrap();
+    s.migrate().await.unwrap();
+
+    let partner = breeze_core::PartnerId(id(1));
+    let perms =
+        |name: &'static str| async move { s.find_role(partner, name).await.unwrap().permissions };
+    let admin = perms("Administrator").await;
+    for p in [
+        Permission::DevicesRead,
+        Permission::UsersManage,
+        Permission::TicketsManage,
+        Permission::InvoicesSend,
+        Permission::InvoicesRead,
+    ] {
+        assert!(admin.contains(p), "administrator keeps or gains {p}");
+    }
+    let tech = perms("Technician").await;
+    assert!(tech.contains(Permission::TicketsWrite) && !tech.contains(Permission::InvoicesRead));
+    let ro = perms("Read Only").await;
+    assert!(ro.contains(Permission::TicketsRead) && !ro.contains(Permission::TicketsWrite));
+    assert!(
+        !perms("Custom").await.contains(Permission::TicketsRead),
+        "custom roles untouched"
+    );
+
+    // The seeded organization and device take the new tables.
+    let org = OrgId(id(2));
+    let user = s
+        .create_user(
+            breeze_store::NewUser {
+                partner_id: partner,
+                org_id: None,
+                email: "tech@p.test".into(),
+                name: "T".into(),
+                password_hash: "x".into(),
+            },
+            audit("user.create", "user"),
+        )
+        .await
+        .unwrap();
+    s.assign_role(
+        user.id,
+        org,
+        breeze_core::RoleId(id(41)),
+        audit("r", "user"),
+    )
+    .await
+    .unwrap();
+    let t = s
+        .org(org)
+        .tickets()
+        .create_ticket(
+            breeze_store::NewTicket {
+                subject: "büro-pc is slow".into(),
+                description: String::new(),
+                category: None,
+                priority: TicketPriority::High,
+                device_id: Some(breeze_core::DeviceId(id(6))),
+                submitter: None,
+                assignee_id: Some(user.id),
+                tags: vec![],
+                due_at: None,
+                created_by: "test".into(),
+            },
+            audit("ticket.create", "ticket"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(t.number, 1);
+    let usd = Currency::parse("USD").unwrap();
+    s.org(org)
+        .tickets()
+        .log_time(
+            t.id,
+            30,
+            breeze_store::NewTime {
+                user: user.id,
+                actor: breeze_core::Actor::system("t"),
+                billable: true,
+                rate: Money::new(9000, usd),
+                note: None,
+            },
+            audit("ticket.log_time", "ticket"),
+        )
+        .await
+        .unwrap();
+    let inv = s.org(org).invoices();
+    let draft = inv
+        .assemble_from_ticket(t.id, 0, "test", audit("invoice.assemble", "invoice"))
+        .await
+        .unwrap();
+    assert_eq!(draft.total_minor, 4500);
+    let issued = inv
+        .issue(draft.id, audit("invoice.issue", "invoice"))
+        .await
+        .unwrap();
+    assert_eq!(issued.number, Some(1));
+    assert!(dangling_foreign_keys(s).await.is_empty());
+    test.cleanup().await;
+}
+
+#[tokio::test]
+async fn migration_0038_brings_tickets_and_billing_to_seeded_rows_on_sqlite() {
+    migration_0038_brings_tickets_and_billing_to_seeded_rows(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn migration_0038_brings_tickets_and_billing_to_seeded_rows_on_postgres() {
+    migration_0038_brings_tickets_and_billing_to_seeded_rows(Backend::Postgres).await;
+}

@@ -13,6 +13,7 @@ mod device_command;
 pub(crate) mod devices;
 pub(crate) mod disk;
 pub(crate) mod groups;
+pub(crate) mod invoices;
 pub(crate) mod maintenance;
 pub(crate) mod patches;
 pub(crate) mod policies;
@@ -20,6 +21,7 @@ pub(crate) mod reports;
 pub(crate) mod scripts;
 pub(crate) mod security;
 pub(crate) mod telemetry;
+pub(crate) mod tickets;
 
 /// A device id argument, with the error every tool gives for a missing or foreign device.
 pub(crate) const DEVICE_NOT_FOUND: &str = "Device not found or access denied";
