@@ -19,6 +19,7 @@ pub mod grant;
 pub mod group_filter;
 pub mod ids;
 pub mod maintenance;
+pub mod net;
 pub mod patch;
 pub mod rbac;
 pub mod report;
@@ -26,6 +27,7 @@ pub mod scope;
 pub mod security;
 pub mod tenancy;
 pub mod tier;
+pub mod tool_source;
 pub mod user;
 
 pub use alert::{

@@ -26,6 +26,10 @@ string_enum! {
         SettingsManage = "settings.manage",
         UsersManage = "users.manage",
         ApikeysManage = "apikeys.manage",
+        /// Calling Tier 1 tools of tool sources (external MCP servers and APIs).
+        ExternalToolsRead = "external_tools.read",
+        /// Calling Tier 2 and 3 tools of tool sources.
+        ExternalToolsWrite = "external_tools.write",
     }
 }
 
@@ -146,12 +150,21 @@ pub fn builtin_roles() -> [(&'static str, &'static str, PermissionSet); 3] {
                 FilesWrite,
                 ServicesManage,
                 AuditRead,
+                ExternalToolsRead,
+                ExternalToolsWrite,
             ]),
         ),
         (
             "Read Only",
             "Sees devices, scripts, alerts, files and the audit log; changes nothing",
-            PermissionSet::from_iter([DevicesRead, ScriptsRead, AlertsRead, FilesRead, AuditRead]),
+            PermissionSet::from_iter([
+                DevicesRead,
+                ScriptsRead,
+                AlertsRead,
+                FilesRead,
+                AuditRead,
+                ExternalToolsRead,
+            ]),
         ),
     ]
 }

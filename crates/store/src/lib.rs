@@ -50,6 +50,7 @@ mod sql;
 mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tool_sources;
 mod users;
 mod wal;
 
@@ -107,7 +108,7 @@ pub use handles::{
     OrgAgents, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
     OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
     OrgIdempotency, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry,
-    OrgTenancy,
+    OrgTenancy, OrgToolSources,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -150,6 +151,10 @@ pub use sqlx::Error as SqlxError;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqlitePoolOptions},
+};
+pub use tool_sources::{
+    DiscoveryRecord, MAX_SOURCES, NewToolSource, PartnerToolSources, SourceChange, SourceOwner,
+    SourceTool, ToolChange, ToolSource,
 };
 pub use users::{NewUser, UserWithSecret};
 

@@ -24,6 +24,7 @@ mod reports;
 mod row_security;
 mod security;
 mod tenancy;
+mod tool_sources;
 mod users;
 mod wal;
 
