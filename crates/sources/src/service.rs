@@ -366,6 +366,28 @@ impl Sources {
         })
     }
 
+    /// The "Test" action: a real call of a Tier 1 tool with `args`, enabled or not (to try it
+    /// before enabling it), by a person the door authorized to manage the source. Any other
+    /// tier is refused: a test must not change anything upstream. Audited like any call.
+    pub async fn test_call(
+        &self,
+        org: OrgId,
+        t: &SourceTool,
+        args: Value,
+        audit: AuditEvent,
+    ) -> Result<CallResult, CallFailure> {
+        if t.tool.tier != breeze_core::Tier::T1 {
+            return Err(CallFailure::Unavailable(format!(
+                "only Tier 1 tools can be test-called; {} is Tier {}",
+                t.tool.name,
+                t.tool.tier.number()
+            )));
+        }
+        let mut enabled = t.clone();
+        enabled.tool.enabled = true;
+        self.call(org, &enabled, args, audit).await
+    }
+
     async fn call_upstream(
         &self,
         org: OrgId,

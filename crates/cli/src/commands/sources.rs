@@ -1,6 +1,6 @@
 //! `breeze sources …`: tool sources from a shell — add one (its credential sealed under the
 //! configured or data-directory key), list them, discover their tools, list a source's tools,
-//! and enable, disable or set the tier of one.
+//! test-call a Tier 1 tool, and enable, disable or set the tier of one.
 //!
 //! Like the other admin commands these act as the system (audit actor `system:cli`) with the
 //! database's authority: whoever runs them holds `DATABASE_URL`. A partner-wide source
@@ -75,6 +75,16 @@ pub(crate) enum SourcesCommand {
         #[arg(long)]
         org: String,
         source: String,
+    },
+    /// Call a Tier 1 tool for real (enabled or not) and print its raw answer and duration.
+    Test {
+        #[arg(long)]
+        org: String,
+        source: String,
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
     },
     /// Enable or disable a tool, or set its tier (which also clears "review needed").
     Set {
@@ -225,6 +235,30 @@ impl SourcesCommand {
                         flags.join(", ")
                     );
                 }
+            }
+            SourcesCommand::Test {
+                org,
+                source,
+                tool,
+                args,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let args: serde_json::Value = serde_json::from_str(&args).context("--args")?;
+                let address = format!("{source}__{tool}");
+                let sources = sources(app, settings)?;
+                let t = sources
+                    .find_tool(org.id, &address)
+                    .await?
+                    .with_context(|| format!("no tool {address} in this organization"))?;
+                let r = sources
+                    .test_call(org.id, &t, args, cli_audit("external_tool.test"))
+                    .await?;
+                println!("{}", serde_json::to_string_pretty(&r.result)?);
+                println!(
+                    "{} in {} ms",
+                    if r.is_error { "upstream error" } else { "ok" },
+                    r.duration.as_millis()
+                );
             }
             SourcesCommand::Set {
                 org,

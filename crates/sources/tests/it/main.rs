@@ -6,6 +6,7 @@
 mod egress;
 mod mcp;
 mod openapi;
+mod service;
 
 use std::sync::Arc;
 
