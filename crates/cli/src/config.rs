@@ -135,6 +135,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "32 random bytes in base64 sealing tool sources' credentials; required in production once a source exists (development keeps one in the data directory)",
     ),
     (
+        "BREEZE_SOURCE_CREDENTIAL",
+        "`breeze sources add`: the source's credential as JSON, instead of --credential (which other users can see in the process list)",
+    ),
+    (
         "TOOL_SOURCES_ALLOW_PRIVATE_EGRESS",
         "let tool sources reach private, loopback and link-local addresses (self-hosted only; default false)",
     ),
@@ -1701,6 +1705,8 @@ mod tests {
         ])
         .unwrap();
         assert!(s.tool_sources.key.is_some() && s.tool_sources.egress.allow_private);
+        // `breeze sources add` reads the credential from the environment: a known setting.
+        assert!(load(&[("BREEZE_SOURCE_CREDENTIAL", r#"{"method":"none"}"#)]).is_ok());
         assert!(
             !format!("{:?}", s.tool_sources).contains(&key),
             "the key is never shown"
