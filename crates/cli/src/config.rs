@@ -175,6 +175,22 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "on SIGTERM, seconds to keep serving with /readyz at 503 before draining, so a load balancer stops sending first (0-300; default 5 in production, 0 in development)",
     ),
     (
+        "TOOL_SOURCES_KEY",
+        "32 random bytes in base64 sealing tool sources' credentials; required in production once a source exists (development keeps one in the data directory)",
+    ),
+    (
+        "BREEZE_SOURCE_CREDENTIAL",
+        "`breeze sources add`: the source's credential as JSON, instead of --credential (which other users can see in the process list)",
+    ),
+    (
+        "TOOL_SOURCES_ALLOW_PRIVATE_EGRESS",
+        "let tool sources reach private, loopback and link-local addresses (self-hosted only; default false)",
+    ),
+    (
+        "TOOL_SOURCES_EXTRA_ROOTS",
+        "a PEM file of extra root certificates tool sources may present (optional)",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "export traces over OTLP/HTTP to this collector (…/v1/traces is added); off when unset",
     ),
@@ -502,6 +518,49 @@ fn boolean(env: &BTreeMap<String, String>, var: &str, default: bool) -> anyhow::
     }
 }
 
+/// Tool Sources' settings, checked when read.
+#[derive(Clone, Default)]
+pub(crate) struct ToolSourceSettings {
+    /// `TOOL_SOURCES_KEY`, validated.
+    pub(crate) key: Option<breeze_sources::vault::Vault>,
+    pub(crate) egress: breeze_sources::egress::EgressConfig,
+}
+
+impl std::fmt::Debug for ToolSourceSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSourceSettings")
+            .field("key", &self.key.as_ref().map(|_| "set"))
+            .field("allow_private", &self.egress.allow_private)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSourceSettings {
+    fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Self> {
+        let key = match env.get("TOOL_SOURCES_KEY").map(|v| v.trim()) {
+            None | Some("") => None,
+            Some(v) => Some(
+                breeze_sources::vault::Vault::from_setting(v)
+                    .map_err(|e| anyhow::anyhow!("invalid TOOL_SOURCES_KEY: {e}"))?,
+            ),
+        };
+        let extra_roots_pem = match env.get("TOOL_SOURCES_EXTRA_ROOTS").map(|v| v.trim()) {
+            None | Some("") => None,
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                anyhow::anyhow!("invalid TOOL_SOURCES_EXTRA_ROOTS: cannot read {path:?}: {e}")
+            })?),
+        };
+        let egress = breeze_sources::egress::EgressConfig {
+            allow_private: boolean(env, "TOOL_SOURCES_ALLOW_PRIVATE_EGRESS", false)?,
+            extra_roots_pem,
+        };
+        // The roots are parsed now, so a bad file stops the start with its reason.
+        breeze_sources::egress::Egress::new(&egress)
+            .map_err(|e| anyhow::anyhow!("invalid TOOL_SOURCES_EXTRA_ROOTS: {e}"))?;
+        Ok(Self { key, egress })
+    }
+}
+
 impl McpSettings {
     fn load(env: &BTreeMap<String, String>) -> anyhow::Result<Self> {
         Ok(Self {
@@ -701,6 +760,8 @@ pub(crate) struct Settings {
     pub(crate) shutdown_delay: std::time::Duration,
     /// `OTEL_EXPORTER_OTLP_*`: `None` when traces are off.
     pub(crate) traces: Option<crate::trace_settings::TraceSettings>,
+    /// `TOOL_SOURCES_*`.
+    pub(crate) tool_sources: ToolSourceSettings,
     /// One line per setting read under another name (the specification's), for the operator.
     pub(crate) notices: Vec<String>,
 }
@@ -945,6 +1006,7 @@ impl Settings {
         Ok(Settings {
             notices,
             traces: crate::trace_settings::TraceSettings::load(env)?,
+            tool_sources: ToolSourceSettings::load(env)?,
             audit_retention_days,
             audit_archive_dir,
             pdf_font,
@@ -1804,5 +1866,40 @@ mod tests {
         );
         let s = load(&[("BREEZE_AUDIT_JOURNAL_DIR", "OFF")]).unwrap();
         assert_eq!(s.audit_journal_dir, None);
+    }
+
+    #[test]
+    fn tool_source_settings() {
+        let s = load(&[]).unwrap();
+        assert!(s.tool_sources.key.is_none());
+        assert!(
+            !s.tool_sources.egress.allow_private,
+            "private egress is off by default"
+        );
+        let key = breeze_sources::vault::Vault::generate_key().unwrap();
+        let s = load(&[
+            ("TOOL_SOURCES_KEY", key.as_str()),
+            ("TOOL_SOURCES_ALLOW_PRIVATE_EGRESS", "true"),
+        ])
+        .unwrap();
+        assert!(s.tool_sources.key.is_some() && s.tool_sources.egress.allow_private);
+        // `breeze sources add` reads the credential from the environment: a known setting.
+        assert!(load(&[("BREEZE_SOURCE_CREDENTIAL", r#"{"method":"none"}"#)]).is_ok());
+        assert!(
+            !format!("{:?}", s.tool_sources).contains(&key),
+            "the key is never shown"
+        );
+        for (var, value) in [
+            ("TOOL_SOURCES_KEY", "c2hvcnQ="),
+            ("TOOL_SOURCES_ALLOW_PRIVATE_EGRESS", "perhaps"),
+            ("TOOL_SOURCES_EXTRA_ROOTS", "/nonexistent/roots.pem"),
+        ] {
+            assert!(err(&[(var, value)]).contains(var), "{var}={value}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let e = err(&[("TOOL_SOURCES_EXTRA_ROOTS", junk.to_str().unwrap())]);
+        assert!(e.contains("TOOL_SOURCES_EXTRA_ROOTS"), "{e}");
     }
 }

@@ -134,6 +134,13 @@ enum Command {
         #[command(flatten)]
         settings: StoreFlags,
     },
+    /// Tool sources: external MCP servers and OpenAPI APIs whose tools Breeze offers.
+    Sources {
+        #[command(subcommand)]
+        command: commands::sources::SourcesCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -194,7 +201,8 @@ impl Command {
             | Command::Devices { settings, .. }
             | Command::Scripts { settings, .. }
             | Command::Channels { settings, .. }
-            | Command::ConfigPolicies { settings, .. } => settings.into(),
+            | Command::ConfigPolicies { settings, .. }
+            | Command::Sources { settings, .. } => settings.into(),
             Command::Mcp(_) | Command::InstallSkill(_) | Command::Agent { .. } => {
                 SettingFlags::default()
             }
@@ -338,6 +346,11 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
             command
                 .run(&commands::open_existing(&settings).await?)
                 .await
+        }
+        Command::Sources { command, .. } => {
+            let app = commands::open_existing(&settings).await?;
+            let settings = commands::with_tool_sources_key(&settings, &app.store).await?;
+            command.run(&app, &settings).await
         }
         Command::Devices { command, .. } => {
             command

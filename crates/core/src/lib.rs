@@ -21,6 +21,7 @@ pub mod group_filter;
 pub mod ids;
 pub mod maintenance;
 pub mod money;
+pub mod net;
 pub mod patch;
 pub mod rbac;
 pub mod report;
@@ -29,6 +30,7 @@ pub mod security;
 pub mod tenancy;
 pub mod ticket;
 pub mod tier;
+pub mod tool_source;
 pub mod user;
 
 pub use ai::{AiMessageRole, AiSessionStatus, AiToolStatus, ModelPrice, Pricing};

@@ -34,6 +34,10 @@ string_enum! {
         InvoicesWrite = "invoices.write",
         /// Issuing and voiding invoices, recording and voiding payments.
         InvoicesSend = "invoices.send",
+        /// Calling Tier 1 tools of tool sources (external MCP servers and APIs).
+        ExternalToolsRead = "external_tools.read",
+        /// Calling Tier 2 and 3 tools of tool sources.
+        ExternalToolsWrite = "external_tools.write",
     }
 }
 
@@ -156,6 +160,8 @@ pub fn builtin_roles() -> [(&'static str, &'static str, PermissionSet); 3] {
                 AuditRead,
                 TicketsRead,
                 TicketsWrite,
+                ExternalToolsRead,
+                ExternalToolsWrite,
             ]),
         ),
         (
@@ -168,6 +174,7 @@ pub fn builtin_roles() -> [(&'static str, &'static str, PermissionSet); 3] {
                 FilesRead,
                 AuditRead,
                 TicketsRead,
+                ExternalToolsRead,
             ]),
         ),
     ]

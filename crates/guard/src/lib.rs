@@ -26,6 +26,7 @@
 //! graph.
 
 use std::{
+    borrow::Cow,
     collections::BTreeSet,
     hash::{BuildHasher, Hash, Hasher, RandomState},
     sync::Arc,
@@ -153,7 +154,12 @@ pub struct RateLimit {
 /// implements it from the tool's declaration.
 pub trait Guarded {
     /// The tool's name.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
+    /// The name as a clearance keeps it: a built-in tool's borrowed (no allocation per call),
+    /// an external tool's (`<slug>__<name>`, known only at run time) owned.
+    fn clearance_name(&self) -> Cow<'static, str> {
+        Cow::Owned(self.name().to_owned())
+    }
     /// The tier of a call with `args`.
     fn tier_for(&self, args: &Value) -> Tier;
     /// The action a call with `args` names, when the tool has actions and it is one of them.
@@ -172,7 +178,7 @@ pub trait Guarded {
 /// nothing else. Fields are private: only the guard makes one.
 #[derive(Debug)]
 pub struct Cleared {
-    tool: &'static str,
+    tool: Cow<'static, str>,
     action: Option<&'static str>,
     tier: Tier,
     org: OrgId,
@@ -230,8 +236,8 @@ fn digest(keys: &RandomState, args: &Value) -> u64 {
 
 impl Cleared {
     /// The tool this call may run, and nothing else.
-    pub fn tool(&self) -> &'static str {
-        self.tool
+    pub fn tool(&self) -> &str {
+        &self.tool
     }
 
     /// The action it was cleared as (`None`: a tool without actions).
@@ -327,6 +333,11 @@ impl Guard {
         }
     }
 
+    /// The scope rule this guard applies (the deployment's).
+    pub fn scope_policy(&self) -> ScopePolicy {
+        self.config.scope_policy()
+    }
+
     /// Whether `scopes` allow reading at all (resources, streams): any `ai:*` scope or `*`.
     pub fn reaches_read(scopes: ScopeSet) -> bool {
         authz::reaches(scopes, Tier::T1, ScopePolicy::default()).is_ok()
@@ -420,12 +431,12 @@ impl Guard {
         approval: Approval<'_>,
     ) -> Result<Cleared, Refusal> {
         let mut cleared = awaiting.0;
-        let matches = cleared.tool == approval.tool
+        let matches = *cleared.tool == *approval.tool
             && cleared.org == approval.org
             && cleared.binding.holds(approval.arguments);
         if !matches {
             return Err(Refusal::NotApprovable {
-                tool: cleared.tool.to_owned(),
+                tool: cleared.tool.into_owned(),
             });
         }
         cleared.approval = Some(approval.id);
@@ -480,7 +491,7 @@ fn clearance(
     args: &Value,
 ) -> Clearance {
     let cleared = Cleared {
-        tool: tool.name(),
+        tool: tool.clearance_name(),
         action: tool.action_for(args),
         tier,
         org: caller.org(),
@@ -511,7 +522,7 @@ mod tests {
     struct Fake;
 
     impl Guarded for Fake {
-        fn name(&self) -> &'static str {
+        fn name(&self) -> &str {
             "fake"
         }
         fn tier_for(&self, args: &Value) -> Tier {

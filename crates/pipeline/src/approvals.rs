@@ -24,7 +24,7 @@
 //! void). This module records, waits and decides; it never runs a tool. A request left
 //! running by a crashed server fails at the next start; it is never retried.
 
-use std::{sync::Arc, time::Duration};
+use std::{borrow::Cow, sync::Arc, time::Duration};
 
 use breeze_core::ApprovalStatus;
 use breeze_core::{
@@ -147,8 +147,9 @@ pub(crate) enum Waited {
 /// execution is pinned to, read from the tool while the call still holds it.
 #[derive(Debug)]
 pub(crate) struct Draft {
-    tool: &'static str,
-    title: &'static str,
+    /// A built-in tool's name, or an external tool's address (`<slug>__<name>`).
+    tool: Cow<'static, str>,
+    title: Cow<'static, str>,
     /// A single call's action (a batch records none: its items name theirs).
     action: Option<&'static str>,
     /// The actions whose approval policies apply (the strictest wins), each with why it may
@@ -174,8 +175,8 @@ impl Draft {
     ) -> Self {
         let action = spec.action(&arguments).map(|a| a.name);
         Self {
-            tool: spec.name,
-            title: spec.title,
+            tool: Cow::Borrowed(spec.name),
+            title: Cow::Borrowed(spec.title),
             action,
             policies: vec![(action, spec.automatic_approval_refusal(action))],
             tier: spec.effective_tier(&arguments).number(),
@@ -196,8 +197,8 @@ impl Draft {
     ) -> Self {
         let arguments = env.to_value();
         Self {
-            tool: spec.name,
-            title: spec.title,
+            tool: Cow::Borrowed(spec.name),
+            title: Cow::Borrowed(spec.title),
             action: None,
             policies: envelope::approval_actions(spec, env)
                 .into_iter()
@@ -209,6 +210,36 @@ impl Draft {
             arguments,
             request_id,
             pin,
+        }
+    }
+}
+
+impl Draft {
+    /// The request for one Tier 3 call of an external tool, pinned to the hash of the
+    /// definition the approver is shown. Never approved automatically: an organization's
+    /// `automatic` policy is for Breeze's own read-only actions.
+    pub(crate) fn external(
+        ext: &crate::external::External,
+        arguments: Value,
+        request_id: Option<String>,
+    ) -> Self {
+        Self {
+            tool: Cow::Owned(ext.address().to_owned()),
+            title: Cow::Owned(ext.title()),
+            action: None,
+            policies: vec![(
+                None,
+                Some(format!(
+                    "{} is an external tool; external tools are never approved automatically",
+                    ext.address()
+                )),
+            )],
+            tier: breeze_core::Tier::T3.number(),
+            definition_hash: ext.definition_hash(),
+            arguments,
+            description: None,
+            request_id,
+            pin: None,
         }
     }
 }
@@ -261,7 +292,7 @@ pub(crate) fn void(r: &ApprovalRecord, why: &str) -> ToolError {
 /// A short, human-readable account of a single call about to be requested.
 async fn describe(store: &Store, org: OrgId, draft: &Draft) -> String {
     let args = &draft.arguments;
-    let mut text = draft.title.to_owned();
+    let mut text = draft.title.to_string();
     if let Some(action) = draft.action {
         text.push_str(&format!(" — {action}"));
     }
@@ -344,8 +375,8 @@ impl Approvals {
         // The strictest policy of the request's actions (a batch: of its Tier 3 items').
         let mut mode = None::<String>;
         for (action, refusal) in &draft.policies {
-            let stored = org.approvals().approval_mode(draft.tool, *action).await?;
-            let m = policy_mode(draft.tool, refusal.as_deref(), stored);
+            let stored = org.approvals().approval_mode(&draft.tool, *action).await?;
+            let m = policy_mode(&draft.tool, refusal.as_deref(), stored);
             if mode
                 .as_deref()
                 .is_none_or(|s| strictness(&m) > strictness(s))
@@ -378,7 +409,7 @@ impl Approvals {
                     oauth_grant_id: caller.grant_id(),
                     ai_session_id: caller.ai_session_id(),
                     requester_user_id: caller.user(),
-                    tool: tool.to_owned(),
+                    tool: tool.into_owned(),
                     action: action.map(str::to_owned),
                     tier,
                     arguments_hash: arguments_hash(&arguments),
@@ -795,6 +826,19 @@ pub async fn decide(
                     op.permission
                 )));
             }
+        }
+    } else if breeze_core::tool_source::split_address(&record.tool).is_some() {
+        // An external tool's Tier 3 call: the approver must be allowed to make it themselves.
+        let approver = Caller::dashboard_session(user.id, record.org_id, Some(access.permissions));
+        let op = Operation {
+            tier: breeze_core::Tier::T3,
+            permission: breeze_core::Permission::ExternalToolsWrite,
+        };
+        if authz::authorize(&approver, op, ScopePolicy::default()).is_err() {
+            return Err(DecideError::Forbidden(format!(
+                "deciding this request needs the {} permission in its organization",
+                op.permission
+            )));
         }
     }
     if decision == Decision::Approve

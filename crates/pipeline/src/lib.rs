@@ -23,6 +23,8 @@ pub mod batch;
 pub mod budget;
 pub mod envelope;
 pub mod errors;
+mod external;
+pub use external::ExternalListing;
 pub mod idempotency;
 mod progress;
 mod release;
@@ -136,6 +138,8 @@ struct Inner {
     max_response_bytes: usize,
     /// `BREEZE_MCP_MAX_ITEMS`.
     max_batch_items: usize,
+    /// Tool Sources, when configured: the external tools a name the registry lacks may be.
+    sources: Option<breeze_sources::service::Sources>,
 }
 
 /// The call pipeline. Cheap to clone.
@@ -168,6 +172,7 @@ impl Pipeline {
                 approvals,
                 max_response_bytes: 0,
                 max_batch_items: envelope::DEFAULT_MAX_ITEMS,
+                sources: None,
             }),
         }
     }
@@ -178,6 +183,18 @@ impl Pipeline {
     pub fn with_max_batch_items(mut self, max: usize) -> Self {
         Arc::make_mut(&mut self.inner).max_batch_items = max;
         self
+    }
+
+    /// This pipeline calling the external tools of `sources` too (see `external.rs`).
+    #[must_use]
+    pub fn with_sources(mut self, sources: breeze_sources::service::Sources) -> Self {
+        Arc::make_mut(&mut self.inner).sources = Some(sources);
+        self
+    }
+
+    /// Tool Sources, when configured.
+    pub fn sources(&self) -> Option<&breeze_sources::service::Sources> {
+        self.inner.sources.as_ref()
     }
 
     /// This pipeline with a response budget of `bytes` (0: none; see [`budget`]).
@@ -247,7 +264,8 @@ impl Pipeline {
         cancel: &CancellationToken,
     ) -> CallOutcome {
         let Some(spec) = self.inner.registry.get(tool) else {
-            return CallOutcome::UnknownTool;
+            // Boxed like the approval path: external calls are the rarer kind.
+            return Box::pin(self.call_external(caller, tool, arguments, options, cancel)).await;
         };
         if envelope::is_batch(&arguments) {
             // Boxed, like the approval path: rare, and its state would weigh on every call.

@@ -38,10 +38,7 @@ impl Pipeline {
         progress: Option<mpsc::UnboundedSender<ProgressReport>>,
     ) -> Result<Value, ToolError> {
         let Some(spec) = self.inner.registry.get(&r.tool) else {
-            return Err(refused(format!(
-                "the tool {} no longer exists; nothing was run",
-                r.tool
-            )));
+            return Box::pin(self.release_external(r)).await;
         };
         if definition_hash(spec).as_slice() != r.definition_hash.as_slice() {
             return Err(refused(format!(

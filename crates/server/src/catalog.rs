@@ -106,6 +106,12 @@ impl Catalog {
             .is_none_or(|t| t.contains(&spec.domain))
     }
 
+    /// Whether the catalog holds external tools (Tool Sources offered to MCP clients): only
+    /// the full catalog with no toolsets chosen (a toolset names Breeze's own domains).
+    pub fn admits_external(&self) -> bool {
+        self.mode != CatalogMode::Consolidated && self.toolsets.is_none()
+    }
+
     /// The canonical text of the choice: the session binding, and part of a cursor's filters.
     pub fn binding(&self) -> String {
         match &self.toolsets {

@@ -98,6 +98,9 @@ pub struct ServerConfig {
     pub max_batch_items: usize,
     /// OAuth 2.1 for MCP clients (`MCP_OAUTH_ENABLED`); `None` when off.
     pub oauth: Option<oauth::OAuthSettings>,
+    /// Tool Sources: the credential key (`TOOL_SOURCES_KEY`; `None`: sources can be listed,
+    /// not created or called) and the egress settings (private egress, extra trusted roots).
+    pub tool_sources: ToolSourcesConfig,
     /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
     pub alerts: breeze_alerts::AlertEngineConfig,
     /// The automation worker's pace.
@@ -115,6 +118,15 @@ pub struct ServerConfig {
     /// Links each request's span to the trace its client sent (W3C `traceparent`), when traces
     /// are exported; set by the binary, which alone knows OpenTelemetry.
     pub span_parent: Option<SpanParent>,
+}
+
+/// Tool Sources' settings.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSourcesConfig {
+    /// The key credentials are sealed under.
+    pub key: Option<breeze_sources::vault::Vault>,
+    /// `TOOL_SOURCES_ALLOW_PRIVATE_EGRESS`, `TOOL_SOURCES_EXTRA_ROOTS`.
+    pub egress: breeze_sources::egress::EgressConfig,
 }
 
 /// Gives a request's span (second argument) the parent its headers name.
@@ -163,6 +175,7 @@ impl ServerConfig {
             max_response_bytes: 0,
             max_batch_items: breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             oauth: None,
+            tool_sources: ToolSourcesConfig::default(),
             alerts: breeze_alerts::AlertEngineConfig {
                 notify: breeze_alerts::NotifyConfig {
                     // Development: a webhook receiver on this machine is the usual test.
@@ -257,6 +270,20 @@ impl AppState {
         )
         .with_max_response_bytes(config.max_response_bytes)
         .with_max_batch_items(config.max_batch_items);
+        // Egress settings are checked when the configuration is read; if the roots still
+        // fail here, external tools are off (and said so) rather than the server.
+        let pipeline = match breeze_sources::egress::Egress::new(&config.tool_sources.egress) {
+            Ok(egress) => pipeline.with_sources(breeze_sources::service::Sources::new(
+                store.clone(),
+                config.tool_sources.key.clone(),
+                egress,
+                clock.clone(),
+            )),
+            Err(e) => {
+                tracing::error!(error = %e, "tool sources are off: the egress settings failed");
+                pipeline
+            }
+        };
         let assistant = breeze_assistant::Assistant::new(
             store.clone(),
             pipeline.clone(),

@@ -515,13 +515,24 @@ impl McpApp for BreezeMcp {
                 .map(|(_, d)| d.clone())
                 .collect());
         }
-        Ok(self
+        let mut defs: Vec<ToolDef> = self
             .state
             .pipeline
             .visible(&p.caller)
             .filter(|t| p.catalog.admits(t))
             .map(|t| self.tool_def(t))
-            .collect())
+            .collect();
+        if p.catalog.admits_external() {
+            defs.extend(
+                self.state
+                    .pipeline
+                    .visible_external(&p.caller)
+                    .await
+                    .into_iter()
+                    .map(external_def),
+            );
+        }
+        Ok(defs)
     }
 
     async fn call_tool(
@@ -534,14 +545,22 @@ impl McpApp for BreezeMcp {
         if catalog.mode == CatalogMode::Consolidated {
             return Box::pin(self.call_meta(cx, name, arguments)).await;
         }
-        // Outside the chosen toolsets a tool does not exist for this connection.
-        if !self
-            .state
-            .pipeline
-            .registry()
-            .get(&name)
-            .is_some_and(|t| catalog.admits(t))
-        {
+        // Outside the chosen toolsets a tool does not exist for this connection. A name the
+        // registry lacks may be an external tool's (`<slug>__<name>`): the pipeline decides
+        // whether this caller's organization has it, enabled and offered.
+        let admitted = match self.state.pipeline.registry().get(&name) {
+            Some(t) => catalog.admits(t),
+            None => {
+                catalog.admits_external()
+                    && breeze_core::tool_source::split_address(&name).is_some()
+                    && self
+                        .state
+                        .pipeline
+                        .offered_to_mcp(&cx.client.principal.caller, &name)
+                        .await
+            }
+        };
+        if !admitted {
             return Err(ErrorObject::invalid_params(format!("Unknown tool: {name}")));
         }
         self.run(cx, &name, arguments).await
@@ -986,5 +1005,27 @@ impl BreezeMcp {
                 );
             self.audit.write(event, false).await;
         }
+    }
+}
+
+/// An external tool as `tools/list` shows it: Breeze's own hints from the tier an
+/// administrator set, never the upstream's claims.
+fn external_def(t: breeze_pipeline::ExternalListing) -> ToolDef {
+    ToolDef {
+        title: Some(t.title.clone()),
+        annotations: Some(ToolAnnotationsWithTitle {
+            title: Some(t.title),
+            hints: ToolAnnotations {
+                read_only_hint: t.tier == breeze_core::Tier::T1,
+                destructive_hint: t.tier >= breeze_core::Tier::T3,
+                idempotent_hint: false,
+                open_world_hint: true,
+            },
+        }),
+        name: t.name,
+        description: t.description,
+        input_schema: t.input_schema,
+        output_schema: t.output_schema,
+        meta: None,
     }
 }

@@ -22,7 +22,8 @@
 //! - alerts: [`CrossOrg::alert_rules_after`];
 //! - devices and commands (the gateway's sweeper): [`CrossOrg::mark_stale_devices_offline`],
 //!   [`CrossOrg::time_out_commands`];
-//! - dynamic groups: [`CrossOrg::reevaluate_time_dependent_groups`].
+//! - dynamic groups: [`CrossOrg::reevaluate_time_dependent_groups`];
+//! - tool sources: [`CrossOrg::tool_sources_exist`] (a production start without a key).
 //!
 //! A row read here is acted on through its own organization's handle (`store.org(row.org_id)`).
 //! Cluster-wide upkeep that reads nothing back (expiring, pruning, failing interrupted work)

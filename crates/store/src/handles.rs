@@ -133,4 +133,7 @@ narrow! {
     OrgTickets => tickets;
     /// The organization itself, its sites and static device groups.
     OrgTenancy => tenancy;
+    /// Tool sources: its own (to change) and its partner's (to read), their tools and the
+    /// sealed credential the call path opens.
+    OrgToolSources => tool_sources;
 }

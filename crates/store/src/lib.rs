@@ -53,6 +53,7 @@ mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tickets;
+mod tool_sources;
 mod users;
 mod wal;
 
@@ -114,7 +115,7 @@ pub use handles::{
     OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
     OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
     OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity,
-    OrgTelemetry, OrgTenancy, OrgTickets,
+    OrgTelemetry, OrgTenancy, OrgTickets, OrgToolSources,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -162,6 +163,10 @@ use sqlx::{
 pub use tickets::{
     CommentScope, LinkedAlert, MAX_TICKET_PAGE, NewPart, NewTicket, NewTime, Ticket, TicketComment,
     TicketFilter, TicketPage, TicketPart, TicketUpdate, TimeEntry,
+};
+pub use tool_sources::{
+    DiscoveryRecord, MAX_SOURCES, NewToolSource, PartnerToolSources, SourceChange, SourceOwner,
+    SourceTool, ToolChange, ToolSource,
 };
 pub use users::{NewUser, UserWithSecret};
 

@@ -262,8 +262,12 @@ fn mismatch(cleared: &Cleared, tool: &str) -> ToolError {
 }
 
 impl Guarded for ToolSpec {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         self.name
+    }
+
+    fn clearance_name(&self) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(self.name)
     }
 
     fn tier_for(&self, args: &Value) -> Tier {

@@ -8,6 +8,7 @@ pub(crate) mod demo;
 pub(crate) mod fleet;
 pub(crate) mod grants;
 pub(crate) mod skill;
+pub(crate) mod sources;
 pub(crate) mod stdio;
 pub(crate) mod tools;
 
@@ -148,6 +149,7 @@ pub(crate) async fn run_server(
     app: App,
 ) -> anyhow::Result<()> {
     tracing::info!(listen = %settings.listen, public_url = %settings.public_url, backend = ?app.store.backend(), "breeze is serving");
+    let settings = &with_tool_sources_key(settings, &app.store).await?;
     let limiter: Arc<dyn breeze_limits::RateLimiter> = match &settings.redis_url {
         Some(url) => {
             let limiter =
@@ -205,6 +207,10 @@ fn server_config(settings: &Settings) -> ServerConfig {
         max_response_bytes: m.max_response_bytes,
         max_batch_items: m.max_items,
         oauth: settings.oauth.clone(),
+        tool_sources: breeze_server::ToolSourcesConfig {
+            key: settings.tool_sources.key.clone(),
+            egress: settings.tool_sources.egress.clone(),
+        },
         alerts: settings.alerts.clone(),
         automations: breeze_server::automations::AutomationConfig::default(),
         deployments: breeze_server::deployments::DeploymentConfig::default(),
@@ -248,6 +254,56 @@ fn server_config(settings: &Settings) -> ServerConfig {
     }
 }
 
+/// `settings` with the key tool sources' credentials are sealed under: the configured one;
+/// outside production, one kept in the data directory (made on first use); in production
+/// none — and then the start is refused while any source exists, whose credentials could
+/// not be opened.
+pub(crate) async fn with_tool_sources_key(
+    settings: &Settings,
+    store: &Store,
+) -> anyhow::Result<Settings> {
+    let mut settings = settings.clone();
+    if settings.tool_sources.key.is_some() {
+        return Ok(settings);
+    }
+    if settings.production() {
+        if store.cross_org().tool_sources_exist().await? {
+            anyhow::bail!(
+                "tool sources exist but TOOL_SOURCES_KEY is not set: their credentials cannot be \
+                 opened (set the key they were sealed under)"
+            );
+        }
+        return Ok(settings);
+    }
+    let path = settings.data_dir.join("tool-sources.key");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = breeze_sources::vault::Vault::generate_key()?;
+            std::fs::create_dir_all(&settings.data_dir)?;
+            write_private(&path, &key)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            key
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    settings.tool_sources.key = Some(
+        breeze_sources::vault::Vault::from_setting(&text)
+            .with_context(|| format!("the key in {} is unusable", path.display()))?,
+    );
+    Ok(settings)
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(text.as_bytes())
+}
+
 /// Resolves on Ctrl-C or SIGTERM.
 ///
 /// The SIGTERM handler is installed when this is called, not when the future is first
@@ -277,5 +333,104 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
             () = term => {},
         }
         tracing::info!("shutting down; finishing in-flight requests");
+    }
+}
+
+#[cfg(test)]
+mod tool_source_key_tests {
+    //! The key tool sources' credentials are sealed under: development keeps one in the data
+    //! directory; production without one refuses to start once a source exists.
+
+    #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+    use std::collections::BTreeMap;
+
+    use breeze_core::{Actor, AuditEvent, tool_source::Slug};
+    use breeze_store::{NewToolSource, testing::TestStore};
+
+    use super::*;
+    use crate::config::SettingFlags;
+
+    fn settings(dir: &std::path::Path, production: bool) -> Settings {
+        let mut env = BTreeMap::new();
+        env.insert("BREEZE_DATA_DIR".to_owned(), dir.display().to_string());
+        if production {
+            env.insert("BREEZE_ENV".to_owned(), "production".to_owned());
+            env.insert(
+                "BREEZE_PUBLIC_URL".to_owned(),
+                "https://rmm.example.com".to_owned(),
+            );
+        }
+        Settings::load(&env, &SettingFlags::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn development_keeps_a_key_and_production_refuses_without_one() {
+        let test = TestStore::new(Backend::Sqlite, Arc::new(SystemClock)).await;
+        let store = &test.store;
+        let dir = tempfile::tempdir().unwrap();
+
+        // Development: a key is made once, kept private, and read back the same.
+        let first = with_tool_sources_key(&settings(dir.path(), false), store)
+            .await
+            .unwrap();
+        let path = dir.path().join("tool-sources.key");
+        let text = std::fs::read_to_string(&path).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let sealed = first
+            .tool_sources
+            .key
+            .as_ref()
+            .unwrap()
+            .seal(&breeze_sources::vault::Credential::None, "s")
+            .unwrap();
+        let again = with_tool_sources_key(&settings(dir.path(), false), store)
+            .await
+            .unwrap();
+        assert!(again.tool_sources.key.unwrap().open(&sealed, "s").is_ok());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+
+        // Production: no key and no source starts; no key once a source exists does not.
+        let prod = dir.path().join("prod");
+        assert!(
+            with_tool_sources_key(&settings(&prod, true), store)
+                .await
+                .is_ok()
+        );
+        assert!(
+            !prod.join("tool-sources.key").exists(),
+            "production never makes one"
+        );
+        let audit = || AuditEvent::new(Actor::system("test"), "test", "test");
+        let partner = store.create_partner("P", "p", audit()).await.unwrap();
+        store
+            .partner_tool_sources(partner.id)
+            .create_tool_source(
+                NewToolSource {
+                    id: uuid::Uuid::now_v7(),
+                    slug: Slug::parse("docs").unwrap(),
+                    display_name: "Docs".into(),
+                    kind: breeze_core::tool_source::SourceKind::Mcp,
+                    url: "https://docs.example.com/mcp".into(),
+                    document_url: None,
+                    auth_method: "none".into(),
+                    credential: sealed,
+                    offer_to_mcp: false,
+                    created_by: "test".into(),
+                },
+                audit(),
+            )
+            .await
+            .unwrap();
+        let err = with_tool_sources_key(&settings(&prod, true), store)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("TOOL_SOURCES_KEY"), "{err}");
+        test.cleanup().await;
     }
 }

@@ -27,6 +27,7 @@ mod row_security;
 mod security;
 mod tenancy;
 mod tickets;
+mod tool_sources;
 mod users;
 mod wal;
 

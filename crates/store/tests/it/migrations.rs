@@ -677,6 +677,78 @@ async fn migration_0038_brings_tickets_and_billing_to_seeded_rows(backend: Backe
     test.cleanup().await;
 }
 
+/// Migration 0039 (Tool Sources) over a populated database: the built-in roles a partner
+/// already has gain the external-tools grants their descriptions promise (a custom role
+/// gains nothing), and the seeded organizations can hold sources and tools at once.
+async fn migration_0039_grants_external_tools_to_builtin_roles(backend: Backend) {
+    let (test, _clock) = unmigrated(backend).await;
+    let s = &test.store;
+    s.migrate_through(BASELINE).await.unwrap();
+    seed(s).await;
+    let l = Lit(s.backend());
+    let p = l.id(1);
+    let old = r#"'["devices.read", "audit.read"]'"#;
+    for (n, name, builtin) in [
+        (40, "Administrator", "TRUE"),
+        (41, "Technician", "TRUE"),
+        (42, "Read Only", "TRUE"),
+        (43, "Custom", "FALSE"),
+    ] {
+        s.raw_execute(&format!(
+            "INSERT INTO roles (id, partner_id, name, description, permissions, builtin) \
+             VALUES ({}, {p}, '{name}', '', {old}, {builtin})",
+            l.id(n)
+        ))
+        .await
+        .unwrap();
+    }
+    s.migrate_through(38).await.unwrap();
+    s.migrate_through(39).await.unwrap();
+    let perms = s
+        .raw_strings("SELECT name || ':' || CAST(permissions AS TEXT) FROM roles ORDER BY name")
+        .await
+        .unwrap();
+    let of = |role: &str| {
+        perms
+            .iter()
+            .find(|p| p.starts_with(&format!("{role}:")))
+            .cloned()
+            .unwrap()
+    };
+    for role in ["Administrator", "Technician"] {
+        let p = of(role);
+        assert!(
+            p.contains("external_tools.read") && p.contains("external_tools.write"),
+            "{p}"
+        );
+        assert!(p.contains("devices.read"), "kept what it had: {p}");
+    }
+    let ro = of("Read Only");
+    assert!(
+        ro.contains("external_tools.read") && !ro.contains("external_tools.write"),
+        "{ro}"
+    );
+    assert!(
+        !of("Custom").contains("external_tools"),
+        "custom roles get nothing"
+    );
+    // Roles still decode as permission sets, and the seeded organization takes a source.
+    let org = OrgId(id(2));
+    let partner = s
+        .org(org)
+        .tenancy()
+        .organization()
+        .await
+        .unwrap()
+        .partner_id;
+    let roles = s.list_roles(partner).await.unwrap();
+    assert!(roles.iter().any(|r| {
+        r.permissions
+            .contains(breeze_core::Permission::ExternalToolsWrite)
+    }));
+    test.cleanup().await;
+}
+
 #[tokio::test]
 async fn migration_0038_brings_tickets_and_billing_to_seeded_rows_on_sqlite() {
     migration_0038_brings_tickets_and_billing_to_seeded_rows(Backend::Sqlite).await;
@@ -685,4 +757,14 @@ async fn migration_0038_brings_tickets_and_billing_to_seeded_rows_on_sqlite() {
 #[tokio::test]
 async fn migration_0038_brings_tickets_and_billing_to_seeded_rows_on_postgres() {
     migration_0038_brings_tickets_and_billing_to_seeded_rows(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn migration_0039_grants_external_tools_to_builtin_roles_on_sqlite() {
+    migration_0039_grants_external_tools_to_builtin_roles(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn migration_0039_grants_external_tools_to_builtin_roles_on_postgres() {
+    migration_0039_grants_external_tools_to_builtin_roles(Backend::Postgres).await;
 }

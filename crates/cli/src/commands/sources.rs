@@ -1,0 +1,322 @@
+//! `breeze sources …`: tool sources from a shell — add one (its credential sealed under the
+//! configured or data-directory key), list them, discover their tools, list a source's tools,
+//! test-call a Tier 1 tool, and enable, disable or set the tier of one.
+//!
+//! Like the other admin commands these act as the system (audit actor `system:cli`) with the
+//! database's authority: whoever runs them holds `DATABASE_URL`. A partner-wide source
+//! (`--all-orgs`) is created and changed through the partner's handle.
+
+use anyhow::{Context, bail};
+use breeze_core::{Actor, AuditEvent, Tier, tool_source::SourceKind};
+use breeze_sources::{
+    egress::Egress,
+    service::{NewSource, Owner, Sources},
+    vault::Credential,
+};
+use breeze_store::{SourceOwner, ToolChange, ToolSource};
+use clap::Subcommand;
+
+use super::App;
+use crate::config::Settings;
+
+fn cli_audit(action: &str) -> AuditEvent {
+    AuditEvent::new(Actor::system("cli"), action, "tool_source")
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SourcesCommand {
+    /// Add a source; its tools arrive disabled once discovered (`breeze sources discover`).
+    Add {
+        /// The organization (slug or id); with `--all-orgs`, any organization of the partner.
+        #[arg(long)]
+        org: String,
+        /// Offer the source to every organization of the organization's partner (one
+        /// credential then serves every organization's assistant).
+        #[arg(long)]
+        all_orgs: bool,
+        /// The display name; the slug is derived from it unless `--slug` is given.
+        #[arg(long)]
+        name: String,
+        /// Lowercase letters and digits, at most 24; fixed once saved.
+        #[arg(long)]
+        slug: Option<String>,
+        /// `mcp` or `openapi`.
+        #[arg(long, default_value = "mcp")]
+        kind: String,
+        /// The MCP endpoint, or the API's base URL (https).
+        #[arg(long)]
+        url: String,
+        /// The OpenAPI document's URL (openapi only).
+        #[arg(long)]
+        document_url: Option<String>,
+        /// The credential as JSON: `{"method":"bearer","token":"…"}`, `api_key_header`
+        /// (`header`, `value`), `basic` (`username`, `password`), `oauth2_client_credentials`
+        /// (`token_url`, `client_id`, `client_secret`, `scope`), or `none` (the default).
+        #[arg(long, env = "BREEZE_SOURCE_CREDENTIAL", hide_env_values = true)]
+        credential: Option<String>,
+        /// List its enabled tools in Breeze's own `tools/list` for MCP clients allowed them.
+        #[arg(long)]
+        offer_to_mcp: bool,
+    },
+    /// List the sources an organization sees (its own and its partner's).
+    List {
+        #[arg(long)]
+        org: String,
+    },
+    /// Discover a source's tools now (Breeze never polls).
+    Discover {
+        #[arg(long)]
+        org: String,
+        /// The source's slug.
+        source: String,
+    },
+    /// List a source's tools with their tiers and flags.
+    Tools {
+        #[arg(long)]
+        org: String,
+        source: String,
+    },
+    /// Call a Tier 1 tool for real (enabled or not) and print its raw answer and duration.
+    Test {
+        #[arg(long)]
+        org: String,
+        source: String,
+        tool: String,
+        /// The arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+    /// Enable or disable a tool, or set its tier (which also clears "review needed").
+    Set {
+        #[arg(long)]
+        org: String,
+        source: String,
+        tool: String,
+        #[arg(long)]
+        enable: bool,
+        #[arg(long, conflicts_with = "enable")]
+        disable: bool,
+        /// 1, 2 or 3.
+        #[arg(long)]
+        tier: Option<u8>,
+    },
+}
+
+fn sources(app: &App, settings: &Settings) -> anyhow::Result<Sources> {
+    let egress = Egress::new(&settings.tool_sources.egress)?;
+    Ok(Sources::new(
+        app.store.clone(),
+        settings.tool_sources.key.clone(),
+        egress,
+        app.clock.clone(),
+    ))
+}
+
+fn describe(s: &ToolSource) -> String {
+    let scope = match s.owner {
+        SourceOwner::Organization(_) => "this organization",
+        SourceOwner::Partner(_) => "all organizations",
+    };
+    let error = s
+        .error
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    format!(
+        "{}  {} ({}, {scope}) {} [{}{error}]",
+        s.slug,
+        s.display_name,
+        s.kind.as_str(),
+        s.url,
+        s.state.as_str()
+    )
+}
+
+impl SourcesCommand {
+    pub(crate) async fn run(self, app: &App, settings: &Settings) -> anyhow::Result<()> {
+        match self {
+            SourcesCommand::Add {
+                org,
+                all_orgs,
+                name,
+                slug,
+                kind,
+                url,
+                document_url,
+                credential,
+                offer_to_mcp,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let kind: SourceKind = kind.parse().context("--kind")?;
+                let credential: Credential = match credential {
+                    None => Credential::None,
+                    Some(c) => serde_json::from_str(&c).context("--credential")?,
+                };
+                let owner = if all_orgs {
+                    eprintln!(
+                        "warning: a partner-wide source serves every organization's assistant with one credential"
+                    );
+                    Owner::Partner(app.store.partner_tool_sources(org.partner_id))
+                } else {
+                    Owner::Organization(app.store.org(org.id).tool_sources())
+                };
+                let new = NewSource {
+                    display_name: name,
+                    slug,
+                    kind,
+                    url,
+                    document_url,
+                    credential,
+                    offer_to_mcp,
+                };
+                let source = sources(app, settings)?
+                    .create(owner, new, "system:cli", cli_audit("tool_source.create"))
+                    .await?;
+                println!("added {}", describe(&source));
+            }
+            SourcesCommand::List { org } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                for s in app.store.org(org.id).tool_sources().tool_sources().await? {
+                    println!("{}", describe(&s));
+                }
+            }
+            SourcesCommand::Discover { org, source } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let s = find(app, org.id, &source).await?;
+                let owner = match s.owner {
+                    SourceOwner::Organization(o) => {
+                        Owner::Organization(app.store.org(o).tool_sources())
+                    }
+                    SourceOwner::Partner(p) => Owner::Partner(app.store.partner_tool_sources(p)),
+                };
+                match sources(app, settings)?
+                    .discover(owner, s.id, cli_audit("tool_source.discover"))
+                    .await?
+                {
+                    Ok(d) => {
+                        println!(
+                            "{}: {} tools, {} skipped, {} need review",
+                            s.slug, d.tools, d.skipped, d.review_needed
+                        );
+                        for w in d.warnings {
+                            println!("warning: {w}");
+                        }
+                    }
+                    Err(why) => bail!("discovery of {} failed: {why}", s.slug),
+                }
+            }
+            SourcesCommand::Tools { org, source } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let s = find(app, org.id, &source).await?;
+                for t in app
+                    .store
+                    .org(org.id)
+                    .tool_sources()
+                    .source_tools(s.id)
+                    .await?
+                {
+                    let mut flags = Vec::new();
+                    if t.review_needed {
+                        flags.push("review needed".to_owned());
+                    }
+                    if t.removed {
+                        flags.push("removed upstream".to_owned());
+                    }
+                    if let Some(why) = &t.unusable {
+                        flags.push(format!("name not usable: {why}"));
+                    }
+                    println!(
+                        "{}__{}  tier {} (proposed {}) {} {}",
+                        s.slug,
+                        t.name,
+                        t.tier.number(),
+                        t.proposed_tier.number(),
+                        if t.enabled { "enabled" } else { "disabled" },
+                        flags.join(", ")
+                    );
+                }
+            }
+            SourcesCommand::Test {
+                org,
+                source,
+                tool,
+                args,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let args: serde_json::Value = serde_json::from_str(&args).context("--args")?;
+                let address = format!("{source}__{tool}");
+                let sources = sources(app, settings)?;
+                let t = sources
+                    .find_tool(org.id, &address)
+                    .await?
+                    .with_context(|| format!("no tool {address} in this organization"))?;
+                let r = sources
+                    .test_call(org.id, &t, args, cli_audit("external_tool.test"))
+                    .await?;
+                println!("{}", serde_json::to_string_pretty(&r.result)?);
+                println!(
+                    "{} in {} ms",
+                    if r.is_error { "upstream error" } else { "ok" },
+                    r.duration.as_millis()
+                );
+            }
+            SourcesCommand::Set {
+                org,
+                source,
+                tool,
+                enable,
+                disable,
+                tier,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let s = find(app, org.id, &source).await?;
+                let tier = match tier {
+                    None => None,
+                    Some(1) => Some(Tier::T1),
+                    Some(2) => Some(Tier::T2),
+                    Some(3) => Some(Tier::T3),
+                    Some(n) => bail!("--tier: {n} is not 1, 2 or 3"),
+                };
+                let change = ToolChange {
+                    enabled: (enable || disable).then_some(enable),
+                    tier,
+                };
+                let audit = cli_audit("tool_source.tool_change");
+                let t = match s.owner {
+                    SourceOwner::Organization(o) => {
+                        app.store
+                            .org(o)
+                            .tool_sources()
+                            .change_source_tool(s.id, &tool, change, audit)
+                            .await?
+                    }
+                    SourceOwner::Partner(p) => {
+                        app.store
+                            .partner_tool_sources(p)
+                            .change_source_tool(s.id, &tool, change, audit)
+                            .await?
+                    }
+                };
+                println!(
+                    "{}__{}: tier {}, {}",
+                    s.slug,
+                    t.name,
+                    t.tier.number(),
+                    if t.enabled { "enabled" } else { "disabled" }
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn find(app: &App, org: breeze_core::OrgId, slug: &str) -> anyhow::Result<ToolSource> {
+    app.store
+        .org(org)
+        .tool_sources()
+        .tool_sources()
+        .await?
+        .into_iter()
+        .find(|s| s.slug.as_str() == slug)
+        .with_context(|| format!("no tool source {slug:?} in this organization"))
+}
