@@ -307,7 +307,15 @@ impl Pipeline {
                 // Checked again at release, as the requester stands then.
                 drop(awaiting);
                 let draft = Draft::external(&ext, arguments, options.request_id.clone());
-                match Box::pin(self.approve_and_run(caller, draft, options.progress, cancel)).await
+                let approval = &options.approval;
+                match Box::pin(self.approve_and_run(
+                    caller,
+                    draft,
+                    options.progress,
+                    approval,
+                    cancel,
+                ))
+                .await
                 {
                     Ok(v) => CallOutcome::Output(raw(&v)),
                     Err(outcome) => outcome,
