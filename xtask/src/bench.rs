@@ -37,6 +37,7 @@ pub(crate) mod reports;
 pub(crate) mod row_security;
 mod sim;
 pub(crate) mod sizes;
+pub(crate) mod tools;
 
 use std::{
     net::TcpStream,

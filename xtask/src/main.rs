@@ -51,7 +51,10 @@ const USAGE: &str = "usage: cargo xtask tidy
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]
        cargo xtask bench row-security [--calls N] [--devices N]
-       cargo xtask bench reports [--rows N] [--database sqlite|postgres|both]";
+       cargo xtask bench reports [--rows N] [--database sqlite|postgres|both]
+       cargo xtask bench tools [--devices N] [--audit-rows N] [--concurrency N]
+                               [--duration SECS] [--database sqlite|postgres|both]
+                               [--only NAME]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,6 +86,7 @@ fn run_bench(name: &str, rest: &[&str]) -> anyhow::Result<()> {
         ("compliance", rest) => bench::compliance::run(rest),
         ("row-security", rest) => bench::row_security::run(rest),
         ("reports", rest) => bench::reports::run(rest),
+        ("tools", rest) => bench::tools::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

@@ -10,7 +10,6 @@ use breeze_agent_proto::{Heartbeat, Inventory, LogEntry, UserSession};
 use breeze_core::{AuditEvent, Device, DeviceId, OrgId, OsFamily, SiteId, Timestamp};
 use chrono::Duration;
 use serde::Serialize;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
@@ -112,7 +111,8 @@ pub struct DeviceCredential {
 /// Why an enrollment key was not accepted. All of them read the same to the caller.
 pub const INVALID_ENROLLMENT_KEY: &str = "Invalid, expired or used-up enrollment key";
 
-/// The latest heartbeat and inventory of a device.
+/// The latest heartbeat of a device, and when its inventory was reported (the inventory
+/// itself: [`OrgAgents::inventory`](crate::OrgAgents::inventory)).
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct DeviceState {
     pub device_id: DeviceId,
@@ -121,9 +121,46 @@ pub struct DeviceState {
     pub pending_reboot: bool,
     #[sqlx(json)]
     pub logged_in_users: Vec<UserSession>,
-    #[sqlx(json(nullable))]
-    pub inventory: Option<Value>,
     pub inventory_at: Option<Timestamp>,
+}
+
+/// A device row joined with its state, which may be missing.
+#[derive(sqlx::FromRow)]
+struct StateRow {
+    id: DeviceId,
+    state_of: Option<DeviceId>,
+    heartbeat_at: Option<Timestamp>,
+    uptime_secs: Option<i64>,
+    pending_reboot: Option<bool>,
+    #[sqlx(json(nullable))]
+    logged_in_users: Option<Vec<UserSession>>,
+    inventory_at: Option<Timestamp>,
+}
+
+impl StateRow {
+    fn into_state(self) -> Option<DeviceState> {
+        self.state_of?;
+        Some(DeviceState {
+            device_id: self.id,
+            heartbeat_at: self.heartbeat_at,
+            uptime_secs: self.uptime_secs,
+            pending_reboot: self.pending_reboot.unwrap_or(false),
+            logged_in_users: self.logged_in_users.unwrap_or_default(),
+            inventory_at: self.inventory_at,
+        })
+    }
+}
+
+/// Who is signed in on a device, from its latest heartbeat, with the device's name and status.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct DeviceSessions {
+    pub device_id: DeviceId,
+    pub hostname: String,
+    #[sqlx(try_from = "String")]
+    pub status: breeze_core::DeviceStatus,
+    pub pending_reboot: bool,
+    #[sqlx(json)]
+    pub logged_in_users: Vec<UserSession>,
 }
 
 /// A user session on a device, opened when a heartbeat first lists it and closed when one
@@ -291,32 +328,47 @@ impl crate::OrgAgents<'_> {
         tx.commit().await
     }
 
-    /// The latest heartbeat and inventory of a device of this organization (`None` before the
-    /// agent's first report).
+    /// The latest heartbeat of a device of this organization (`None` before the agent's first
+    /// report); a device of another organization is not found.
     pub async fn device_state(&self, device: DeviceId) -> Result<Option<DeviceState>> {
-        self.whole().devices().get_device(device).await?;
-        sql(
-            "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
-             inventory, inventory_at FROM device_state WHERE device_id = $1 AND org_id = $2",
+        // One round trip: the device row says whether it exists here, the state may be absent.
+        let row: Option<StateRow> = sql(
+            "SELECT d.id, s.device_id AS state_of, s.heartbeat_at, s.uptime_secs, \
+             s.pending_reboot, s.logged_in_users, s.inventory_at FROM devices d \
+             LEFT JOIN device_state s ON s.device_id = d.id AND s.org_id = d.org_id \
+             WHERE d.id = $1 AND d.org_id = $2",
         )
         .bind(device)
         .bind(self.org)
         .fetch_optional(self)
-        .await
+        .await?;
+        row.map(StateRow::into_state)
+            .ok_or(StoreError::NotFound("device"))
     }
 
-    /// Heartbeat state of every device of this organization that has reported (or of one).
-    pub async fn device_states(&self, device: Option<DeviceId>) -> Result<Vec<DeviceState>> {
+    /// Devices of this organization with someone signed in (or just `only`, signed in or
+    /// not), by device id, at most `limit`.
+    pub async fn signed_in(
+        &self,
+        only: Option<DeviceId>,
+        limit: u32,
+    ) -> Result<Vec<DeviceSessions>> {
         let mut q = sql(
-            "SELECT device_id, heartbeat_at, uptime_secs, pending_reboot, logged_in_users, \
-             inventory, inventory_at FROM device_state WHERE org_id = $1",
+            "SELECT s.device_id, d.hostname, d.status, s.pending_reboot, s.logged_in_users \
+             FROM device_state s JOIN devices d ON d.id = s.device_id AND d.org_id = s.org_id \
+             WHERE s.org_id = $1",
         )
         .bind(self.org);
-        if let Some(d) = device {
-            let p = q.arg(d);
-            q.push(&format!(" AND device_id = {p}"));
+        match only {
+            Some(d) => {
+                let p = q.arg(d);
+                q.push(&format!(" AND s.device_id = {p}"));
+            }
+            // Heartbeats store an empty list as `[]` (the column's default too).
+            None => q.push(" AND s.logged_in_users <> '[]'"),
         }
-        q.push(" ORDER BY device_id");
+        let p = q.arg(i64::from(limit));
+        q.push(&format!(" ORDER BY s.device_id LIMIT {p}"));
         q.fetch_all(self).await
     }
 
@@ -798,6 +850,8 @@ impl Store {
         .execute(&mut tx)
         .await?;
         let committed = tx.commit().await;
+        // A clock that does not move would stamp the new report like the cached one.
+        self.inventories.forget(device);
         if renamed > 0 {
             self.devices_changed(org);
         }

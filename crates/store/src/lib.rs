@@ -32,6 +32,7 @@ mod events;
 mod handles;
 mod health;
 mod idempotency;
+mod inventory;
 mod invoices;
 mod maintenance;
 mod metrics;
@@ -122,6 +123,7 @@ pub use idempotency::{
     ClaimOutcome, IDEMPOTENCY_RETENTION, IDEMPOTENCY_STALE_AFTER, MAX_REQUEST_ID_CHARS,
     RequestClaim,
 };
+pub use inventory::{DeviceInventory, MAX_CACHED_PACKAGES};
 pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
@@ -369,6 +371,8 @@ pub struct Store {
     pub(crate) clock: Arc<dyn Clock>,
     /// The in-memory device listing (see [`directory`]), shared by clones.
     pub(crate) directory: Arc<directory::DeviceDirectory>,
+    /// Parsed device inventories (see [`inventory`]), shared by clones.
+    pub(crate) inventories: Arc<inventory::InventoryCache>,
     /// The credentials generation: bumped (by [`Store::credentials_changed`]) after every
     /// committed change to what an API key authenticates as. Shared by clones, so a cache
     /// keyed on it sees every change made through this store in this process.
@@ -500,6 +504,7 @@ impl Store {
             pool,
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
+            inventories: Arc::default(),
             credentials: Arc::new(AtomicU64::new(0)),
             credential_fence: options.credential_fence,
             checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),

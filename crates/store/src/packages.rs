@@ -58,13 +58,11 @@ impl crate::OrgDevices<'_> {
     ) -> Result<PackagePage> {
         let after = cursor.map(decode_cursor).transpose()?;
         let limit = limit.clamp(1, MAX_PACKAGE_PAGE) as usize;
-        let state = self.whole().agents().device_state(device).await?;
-        // An inventory that no longer parses (an older agent's shape) lists nothing.
-        let packages: Option<Vec<Package>> = state
-            .and_then(|s| s.inventory)
-            .and_then(|mut v| v.get_mut("packages").map(serde_json::Value::take))
-            .and_then(|v| serde_json::from_value(v).ok());
-        let Some(mut packages) = packages else {
+        let inventory = self.whole().agents().inventory(device).await?;
+        let Some((packages, lowered)) = inventory
+            .as_deref()
+            .and_then(|i| Some((i.packages()?, i.lowered_names())))
+        else {
             return Ok(PackagePage {
                 packages: Vec::new(),
                 total: 0,
@@ -72,17 +70,24 @@ impl crate::OrgDevices<'_> {
                 listed: false,
             });
         };
-        if let Some(needle) = name.map(str::to_lowercase) {
-            packages.retain(|p| p.name.to_lowercase().contains(&needle));
+        // The cached list is sorted by `key` already; a filter keeps that order.
+        let needle = name.map(str::to_lowercase);
+        let matching = packages
+            .iter()
+            .zip(lowered)
+            .filter(|(_, l)| needle.as_deref().is_none_or(|n| l.contains(n)));
+        let after = after.as_ref().map(key);
+        let mut total = 0;
+        let mut page = Vec::with_capacity(limit + 1);
+        for (p, l) in matching {
+            total += 1;
+            let on_earlier_page = after.as_ref().is_some_and(|(cl, cn, cv)| {
+                (l.as_str(), p.name.as_str(), p.version.as_str()) <= (cl.as_str(), *cn, *cv)
+            });
+            if !on_earlier_page && page.len() <= limit {
+                page.push(p.clone());
+            }
         }
-        packages.sort_by(|a, b| key(a).cmp(&key(b)));
-        packages.dedup();
-        let total = packages.len();
-        let start = after.as_ref().map_or(0, |c| {
-            let c = key(c);
-            packages.partition_point(|p| key(p) <= c)
-        });
-        let mut page: Vec<Package> = packages.into_iter().skip(start).collect();
         let more = page.len() > limit;
         page.truncate(limit);
         Ok(PackagePage {

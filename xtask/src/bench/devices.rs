@@ -32,21 +32,21 @@ use super::{
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query_devices","arguments":{"status":"offline","limit":25}}}"#;
 
-struct Row {
-    name: String,
-    rps: f64,
-    p50: f64,
-    p99: f64,
-    errors: u64,
-    cpu_us: f64,
+pub(super) struct Row {
+    pub(super) name: String,
+    pub(super) rps: f64,
+    pub(super) p50: f64,
+    pub(super) p99: f64,
+    pub(super) errors: u64,
+    pub(super) cpu_us: f64,
     /// CPU of the PostgreSQL backends serving the run, per request.
-    db_cpu_us: Option<f64>,
-    bytes: u64,
+    pub(super) db_cpu_us: Option<f64>,
+    pub(super) bytes: u64,
 }
 
 /// One closed-loop run of the load generator against `url`.
 #[allow(clippy::too_many_arguments)]
-fn measure(
+pub(super) fn measure(
     name: String,
     loadgen: &Path,
     pid: u32,

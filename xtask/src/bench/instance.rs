@@ -268,7 +268,16 @@ impl Instance {
 
     /// The single number a `SELECT count(*) …` answers, asked with the backend's own shell.
     pub(super) fn count(&self, sql: &str) -> anyhow::Result<u64> {
-        let out = match self.db {
+        let out = self.sql(sql)?;
+        out.trim()
+            .parse()
+            .with_context(|| format!("{sql:?} answered {out:?}"))
+    }
+
+    /// Runs `sql` on this instance's database as the system (outside any organization's
+    /// row-security scope) through `sqlite3` or `psql`; returns what it printed.
+    pub(super) fn sql(&self, sql: &str) -> anyhow::Result<String> {
+        Ok(match self.db {
             Db::Sqlite => run(Command::new("sqlite3")
                 .arg("-cmd")
                 .arg(".timeout 5000")
@@ -287,10 +296,7 @@ impl Instance {
                     .env("PGOPTIONS", "-c breeze.scope=system")
                     .args(["-Atc", sql]))?
             }
-        };
-        out.trim()
-            .parse()
-            .with_context(|| format!("{sql:?} answered {out:?}"))
+        })
     }
 
     /// The PostgreSQL backend processes serving this instance's database (empty on SQLite,

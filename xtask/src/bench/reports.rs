@@ -134,8 +134,24 @@ async fn seed(
         return Ok(());
     }
     let base = store.clock().now() - chrono::Duration::milliseconds(SPACING_MS * to);
-    let statement = match backend {
-        Backend::Sqlite => format!(
+    let statement = audit_seed_sql(backend == Backend::Sqlite, org.0, base, from, to);
+    store.raw_execute(&statement).await?;
+    Ok(())
+}
+
+/// One statement adding records `from..to` of an organization's seeded audit log, the first
+/// at `base` and each `SPACING_MS` after the previous: tool-call records stamped as the store
+/// stamps them (SQLite's recursive CTE, PostgreSQL's `generate_series`).
+pub(super) fn audit_seed_sql(
+    sqlite: bool,
+    org: uuid::Uuid,
+    base: chrono::DateTime<chrono::Utc>,
+    from: i64,
+    to: i64,
+) -> String {
+    let last = to - 1;
+    if sqlite {
+        format!(
             "WITH RECURSIVE n(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
              INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, action, \
              resource_type, resource_id, details, result, error_message, request_id) \
@@ -145,22 +161,18 @@ async fn seed(
              X'{org_hex}', 'api_key', 'bench-key', 'tools.call', 'tool', 'query_devices', \
              '{{\"tool\":\"query_devices\",\"n\":' || i || '}}', 'success', NULL, 'req-' || i \
              FROM n",
-            last = to - 1,
             base = base.format("%Y-%m-%d %H:%M:%S"),
-            org_hex = org.0.simple(),
-        ),
-        Backend::Postgres => format!(
+            org_hex = org.simple(),
+        )
+    } else {
+        format!(
             "INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, action, \
              resource_type, resource_id, details, result, error_message, request_id) \
              SELECT gen_random_uuid(), '{base}'::timestamptz + i * interval '{SPACING_MS} milliseconds', \
              '{org}'::uuid, 'api_key', 'bench-key', 'tools.call', 'tool', 'query_devices', \
              json_build_object('tool', 'query_devices', 'n', i), 'success', NULL, 'req-' || i \
              FROM generate_series({from}, {last}) AS i",
-            last = to - 1,
             base = base.to_rfc3339(),
-            org = org.0,
-        ),
-    };
-    store.raw_execute(&statement).await?;
-    Ok(())
+        )
+    }
 }

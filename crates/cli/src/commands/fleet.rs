@@ -168,6 +168,11 @@ pub(crate) enum DevicesCommand {
         /// How many synthetic devices to create.
         #[arg(long)]
         count: u32,
+        /// Also give them what agents and technicians would have added: inventories (about 870
+        /// packages on Linux), heartbeats with signed-in users, a week of metrics for the first
+        /// ten, context notes for the first thousand.
+        #[arg(long)]
+        with_inventory: bool,
     },
     /// Issue a one-time re-enroll token for a device: `breeze-agent enroll --key …
     /// --reenroll-token …` on the machine then re-enrolls that device itself (an enrollment
@@ -188,8 +193,13 @@ pub(crate) enum DevicesCommand {
 
 impl DevicesCommand {
     pub(crate) async fn run(self, app: &App) -> anyhow::Result<()> {
-        let (org, site, count) = match self {
-            DevicesCommand::Seed { org, site, count } => (org, site, count),
+        let (org, site, count, with_inventory) = match self {
+            DevicesCommand::Seed {
+                org,
+                site,
+                count,
+                with_inventory,
+            } => (org, site, count, with_inventory),
             DevicesCommand::ReenrollToken {
                 org,
                 device,
@@ -247,7 +257,7 @@ impl DevicesCommand {
             (breeze_core::OsFamily::Macos, "macOS", "15.1"),
         ];
         let now = app.clock.now();
-        let devices = (1..=count)
+        let devices: Vec<breeze_store::NewDevice> = (1..=count)
             .map(|i| {
                 let (family, name, version) = families[i as usize % families.len()];
                 breeze_store::NewDevice {
@@ -267,6 +277,8 @@ impl DevicesCommand {
                 }
             })
             .collect();
+        let hostnames: std::collections::HashSet<String> =
+            devices.iter().map(|d| d.hostname.clone()).collect();
         let n = app
             .store
             .org(org.id)
@@ -277,8 +289,53 @@ impl DevicesCommand {
             "created {n} simulated devices in {} / {}",
             org.slug, site.name
         );
+        if with_inventory {
+            let seeded = seeded_devices(app, org.id, &hostnames).await?;
+            super::fleet_seed::seed(app, org.id, &seeded).await?;
+            println!(
+                "added inventories, heartbeats, metrics and notes to {} devices",
+                seeded.len()
+            );
+        }
         Ok(())
     }
+}
+
+/// The devices just created (by hostname, newest of each name), in hostname order.
+async fn seeded_devices(
+    app: &App,
+    org: breeze_core::OrgId,
+    hostnames: &std::collections::HashSet<String>,
+) -> anyhow::Result<Vec<breeze_core::Device>> {
+    let filter = breeze_store::DeviceFilter {
+        tags: vec!["simulated".into()],
+        ..Default::default()
+    };
+    let mut out: Vec<breeze_core::Device> = Vec::new();
+    let page = 1_000;
+    let mut offset = 0;
+    loop {
+        let (devices, total) = app
+            .store
+            .org(org)
+            .devices()
+            .list_devices(&filter, page, offset)
+            .await?;
+        let got = devices.len() as u32;
+        out.extend(
+            devices
+                .into_iter()
+                .filter(|d| hostnames.contains(&d.hostname)),
+        );
+        offset += got;
+        if got == 0 || u64::from(offset) >= total {
+            break;
+        }
+    }
+    // An earlier seed's devices share the names; keep the newest of each.
+    out.sort_by(|a, b| (&a.hostname, b.created_at).cmp(&(&b.hostname, a.created_at)));
+    out.dedup_by(|a, b| a.hostname == b.hostname);
+    Ok(out)
 }
 
 #[derive(Debug, Subcommand)]

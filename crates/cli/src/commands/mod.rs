@@ -6,6 +6,7 @@ pub(crate) mod audit;
 pub(crate) mod config_policies;
 pub(crate) mod demo;
 pub(crate) mod fleet;
+pub(crate) mod fleet_seed;
 pub(crate) mod grants;
 pub(crate) mod skill;
 pub(crate) mod sources;

@@ -741,64 +741,68 @@ async fn show(
                 value: users.join(", "),
             });
         }
-        if let Some(inv) = &s.inventory {
-            match serde_json::from_value::<breeze_agent_proto::Inventory>(inv.clone()) {
-                Ok(inv) => {
-                    hardware = vec![
-                        Fact {
-                            name: "CPU",
-                            value: format!(
-                                "{} ({} cores, {} threads)",
-                                inv.cpu.model, inv.cpu.physical_cores, inv.cpu.logical_cores
-                            ),
-                        },
-                        Fact {
-                            name: "Memory",
-                            value: gib(inv.memory_total_bytes),
-                        },
-                        Fact {
-                            name: "Kernel",
-                            value: format!("{} {}", inv.os.kernel, inv.os.arch),
-                        },
-                        Fact {
-                            name: "Inventory from",
-                            value: ago(now, Some(inv.collected_at)),
-                        },
-                    ];
-                    disks = inv
-                        .disks
-                        .iter()
-                        .map(|d| Fact {
-                            name: "Disk",
-                            value: format!(
-                                "{} ({}): {} free of {}",
-                                d.mount,
-                                d.filesystem,
-                                gib(d.available_bytes),
-                                gib(d.total_bytes)
-                            ),
-                        })
-                        .collect();
-                    interfaces = inv
-                        .interfaces
-                        .iter()
-                        .map(|i| Fact {
-                            name: "Interface",
-                            value: format!(
-                                "{}{}: {}",
-                                i.name,
-                                i.mac
-                                    .as_ref()
-                                    .map(|m| format!(" ({m})"))
-                                    .unwrap_or_default(),
-                                i.addresses.join(", ")
-                            ),
-                        })
-                        .collect();
-                    packages = inv.packages.as_ref().map_or(0, Vec::len);
-                }
-                Err(_) => inventory_raw = serde_json::to_string_pretty(inv).unwrap_or_default(),
+    }
+    let parsed = store.agents().inventory(device_id).await?;
+    if let Some(p) = parsed.as_deref() {
+        packages = p.package_count().unwrap_or(0);
+        match (&p.inventory, &p.unparsed) {
+            (Some(inv), _) => {
+                hardware = vec![
+                    Fact {
+                        name: "CPU",
+                        value: format!(
+                            "{} ({} cores, {} threads)",
+                            inv.cpu.model, inv.cpu.physical_cores, inv.cpu.logical_cores
+                        ),
+                    },
+                    Fact {
+                        name: "Memory",
+                        value: gib(inv.memory_total_bytes),
+                    },
+                    Fact {
+                        name: "Kernel",
+                        value: format!("{} {}", inv.os.kernel, inv.os.arch),
+                    },
+                    Fact {
+                        name: "Inventory from",
+                        value: ago(now, Some(inv.collected_at)),
+                    },
+                ];
+                disks = inv
+                    .disks
+                    .iter()
+                    .map(|d| Fact {
+                        name: "Disk",
+                        value: format!(
+                            "{} ({}): {} free of {}",
+                            d.mount,
+                            d.filesystem,
+                            gib(d.available_bytes),
+                            gib(d.total_bytes)
+                        ),
+                    })
+                    .collect();
+                interfaces = inv
+                    .interfaces
+                    .iter()
+                    .map(|i| Fact {
+                        name: "Interface",
+                        value: format!(
+                            "{}{}: {}",
+                            i.name,
+                            i.mac
+                                .as_ref()
+                                .map(|m| format!(" ({m})"))
+                                .unwrap_or_default(),
+                            i.addresses.join(", ")
+                        ),
+                    })
+                    .collect();
             }
+            (None, Some(raw)) => {
+                inventory_raw = serde_json::to_string_pretty(raw).unwrap_or_default();
+            }
+            (None, None) => {}
         }
     }
     let notes = store

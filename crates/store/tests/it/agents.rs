@@ -420,6 +420,19 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         .unwrap();
     assert!(state.pending_reboot);
     assert_eq!(state.logged_in_users, vec![alice.clone()]);
+    let signed_in = s.org(org).agents().signed_in(None, 10).await.unwrap();
+    assert_eq!(signed_in.len(), 1);
+    assert_eq!(signed_in[0].device_id, dev.id);
+    assert_eq!(signed_in[0].logged_in_users, vec![alice.clone()]);
+    assert!(
+        s.org(other)
+            .agents()
+            .signed_in(None, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another organization sees nobody"
+    );
     let since = s.clock().now() - Duration::days(1);
     let sessions = s
         .org(org)
@@ -436,6 +449,14 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
 
     cx.clock.advance(Duration::minutes(10));
     s.record_heartbeat(dev.id, org, &hb(vec![])).await.unwrap();
+    let agents = s.org(org).agents();
+    assert!(
+        agents.signed_in(None, 10).await.unwrap().is_empty(),
+        "nobody left"
+    );
+    let one = agents.signed_in(Some(dev.id), 10).await.unwrap();
+    assert_eq!(one.len(), 1, "one device is listed signed in or not");
+    assert!(one[0].logged_in_users.is_empty());
     let sessions = s
         .org(org)
         .agents()

@@ -171,4 +171,79 @@ async fn packages_page_filter_and_refuse_bad_cursors(cx: Ctx) {
     ));
 }
 
-breeze_store::on_both_backends!(packages_page_filter_and_refuse_bad_cursors);
+/// Inventories are parsed once per report and cached per server: a report written here is read
+/// at once, and one written by another server on the same database (with a cache of its own)
+/// replaces what this server had cached, since it carries a new stamp.
+async fn packages_follow_reports_from_every_server(cx: Ctx) {
+    let s = &cx.store;
+    let p = s
+        .create_partner("P", "p", audit("p", "partner"))
+        .await
+        .unwrap();
+    let a = s
+        .create_organization(p.id, "A", "a", audit("o", "organization"))
+        .await
+        .unwrap()
+        .id;
+    let dev = device(s, a).await;
+    let other = s.reopen().await.unwrap();
+    let names = |page: breeze_store::PackagePage| -> Vec<String> {
+        page.packages.into_iter().map(|p| p.name).collect()
+    };
+    let read = |store: &Store| {
+        let store = store.clone();
+        async move {
+            store
+                .org(a)
+                .devices()
+                .device_packages(dev, None, None, 50)
+                .await
+                .unwrap()
+        }
+    };
+
+    s.record_inventory(dev, a, &inventory(s, Some(vec![("bash", "5.2")])))
+        .await
+        .unwrap();
+    assert_eq!(names(read(s).await), ["bash"]);
+    assert_eq!(
+        names(read(&other).await),
+        ["bash"],
+        "cached on both servers now"
+    );
+
+    // The same instant (a clock that does not move): this server forgets its copy.
+    s.record_inventory(dev, a, &inventory(s, Some(vec![("curl", "8.5")])))
+        .await
+        .unwrap();
+    assert_eq!(names(read(s).await), ["curl"]);
+
+    // The other server reports later; this one sees it although it never heard of it.
+    cx.clock.advance(chrono::Duration::seconds(1));
+    other
+        .record_inventory(
+            dev,
+            a,
+            &inventory(s, Some(vec![("zsh", "5.9"), ("vim", "9.1")])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(read(s).await), ["vim", "zsh"]);
+
+    // The details document counts from the same parsed copy.
+    let inv = s.org(a).agents().inventory(dev).await.unwrap().unwrap();
+    assert_eq!(inv.package_count(), Some(2));
+    assert_eq!(
+        inv.inventory.as_ref().map(|i| i.hostname.as_str()),
+        Some("web-01")
+    );
+    assert!(
+        inv.inventory.as_ref().is_some_and(|i| i.packages.is_none()),
+        "kept once, sorted"
+    );
+}
+
+breeze_store::on_both_backends!(
+    packages_page_filter_and_refuse_bad_cursors,
+    packages_follow_reports_from_every_server
+);

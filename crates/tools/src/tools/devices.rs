@@ -370,13 +370,11 @@ pub(crate) async fn device_details(
     org: DeviceReads<'_>,
     device: &Device,
 ) -> Result<serde_json::Value, StoreError> {
-    let site_name = org
-        .tenancy
-        .list_sites()
-        .await?
-        .into_iter()
-        .find(|s| s.id == device.site_id)
-        .map(|s| s.name);
+    let site_name = match org.tenancy.get_site(device.site_id).await {
+        Ok(s) => Some(s.name),
+        Err(StoreError::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
     let groups = org
         .tenancy
         .groups_of_device(device.id)
@@ -389,12 +387,9 @@ pub(crate) async fn device_details(
         .collect();
     let active_context = org.context.device_context(device.id, false).await?.len();
     let state = org.agents.device_state(device.id).await?;
-    // A stored inventory that no longer parses (an older agent's shape) reads as none.
-    let inventory: Option<breeze_agent_proto::Inventory> = state
-        .as_ref()
-        .and_then(|s| s.inventory.clone())
-        .and_then(|v| serde_json::from_value(v).ok());
-    let inv = inventory.as_ref();
+    // Parsed once per report (a stored inventory that no longer parses reads as none).
+    let parsed = org.agents.inventory(device.id).await?;
+    let inv = parsed.as_deref().and_then(|p| p.inventory.as_ref());
     let latest = org.telemetry.latest_metric(device.id).await?;
     let details = DeviceDetails {
         device: DeviceSummary::new(device, site_name.as_deref()),
@@ -452,7 +447,7 @@ pub(crate) async fn device_details(
             net_tx_bytes: m.net_tx_bytes,
             process_count: m.process_avg,
         }),
-        installed_package_count: inv.and_then(|i| i.packages.as_ref()).map(Vec::len),
+        installed_package_count: parsed.as_deref().and_then(|p| p.package_count()),
     };
     serde_json::to_value(&details).map_err(|e| StoreError::Invalid(e.to_string()))
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use breeze_core::{DeviceId, Permission, Timestamp};
+use breeze_core::{Permission, Timestamp};
 use breeze_store::{AgentLogFilter, Aggregation, MetricPoint};
 use chrono::{DateTime, Duration, Utc};
 use schemars::JsonSchema;
@@ -273,23 +273,10 @@ impl Tool for GetActiveUsers {
             None => None,
         };
         let threshold = input.idle_threshold_minutes.unwrap_or(15);
-        let devices: BTreeMap<DeviceId, breeze_core::Device> = cx
-            .devices()
-            .list_devices(&Default::default(), 10_000, 0)
-            .await?
-            .0
-            .into_iter()
-            .map(|d| (d.id, d))
-            .collect();
+        let limit = input.limit.unwrap_or(100);
         let mut out = Vec::new();
-        for state in cx.agents().device_states(only).await? {
-            let Some(device) = devices.get(&state.device_id) else {
-                continue;
-            };
-            if state.logged_in_users.is_empty() && only.is_none() {
-                continue;
-            }
-            let sessions: Vec<Value> = state
+        for device in cx.agents().signed_in(only, limit).await? {
+            let sessions: Vec<Value> = device
                 .logged_in_users
                 .iter()
                 .map(|s| {
@@ -309,17 +296,16 @@ impl Tool for GetActiveUsers {
                 .filter(|s| s["blocksReboot"] == true)
                 .count();
             out.push(DeviceSessions {
-                device_id: device.id.to_string(),
-                hostname: device.hostname.clone(),
+                device_id: device.device_id.to_string(),
+                hostname: device.hostname,
                 device_status: device.status.to_string(),
                 active_session_count: sessions.len(),
                 blocking_session_count: blocking,
                 safe_to_reboot: blocking == 0,
-                pending_reboot: state.pending_reboot,
+                pending_reboot: device.pending_reboot,
                 sessions,
             });
         }
-        out.truncate(input.limit.unwrap_or(100) as usize);
         Ok(ActiveUsersOutput {
             idle_threshold_minutes: threshold,
             total_active_sessions: out.iter().map(|d| d.active_session_count).sum(),
