@@ -178,6 +178,7 @@ pub(crate) enum DevicesCommand {
     /// --reenroll-token …` on the machine then re-enrolls that device itself (an enrollment
     /// key alone never takes over an existing device).
     ReenrollToken {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// The device id.

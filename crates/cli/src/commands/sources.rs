@@ -60,11 +60,13 @@ pub(crate) enum SourcesCommand {
     },
     /// List the sources an organization sees (its own and its partner's).
     List {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
     },
     /// Discover a source's tools now (Breeze never polls).
     Discover {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// The source's slug.
@@ -72,15 +74,20 @@ pub(crate) enum SourcesCommand {
     },
     /// List a source's tools with their tiers and flags.
     Tools {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The source's slug.
         source: String,
     },
     /// Call a Tier 1 tool for real (enabled or not) and print its raw answer and duration.
     Test {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The source's slug.
         source: String,
+        /// The tool's name at its source.
         tool: String,
         /// The arguments as a JSON object.
         #[arg(long, default_value = "{}")]
@@ -88,12 +95,17 @@ pub(crate) enum SourcesCommand {
     },
     /// Enable or disable a tool, or set its tier (which also clears "review needed").
     Set {
+        /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// The source's slug.
         source: String,
+        /// The tool's name at its source.
         tool: String,
+        /// Enable the tool (a removed or unroutable one cannot be).
         #[arg(long)]
         enable: bool,
+        /// Disable the tool.
         #[arg(long, conflicts_with = "enable")]
         disable: bool,
         /// 1, 2 or 3.
