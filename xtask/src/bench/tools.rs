@@ -148,7 +148,12 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             )?;
             // Under load the spec's per-tool limits refuse most calls; such a row would time
             // the refusal, not the tool.
-            if row.errors > 0 {
+            if row.rps == 0.0 {
+                let why = format!(
+                    "no call completed in {duration} s at concurrency {conc} (each waits longer)"
+                );
+                skipped.push((row.name, why));
+            } else if row.errors > 0 {
                 let why = format!(
                     "{} of its calls answered errors under load (the tool's per-user rate limit)",
                     row.errors
