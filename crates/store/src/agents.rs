@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::{
     CrossOrg, Result, Store, StoreError, audit,
-    sql::{Arg, Tx, escape_like, sql},
+    sql::{Arg, Sql, Tx, escape_like, sql},
 };
 
 const KEY_COLUMNS: &str = "id, org_id, site_id, name, key_prefix, max_uses, uses, expires_at, \
@@ -353,6 +353,10 @@ impl crate::OrgAgents<'_> {
         only: Option<DeviceId>,
         limit: u32,
     ) -> Result<Vec<DeviceSessions>> {
+        self.signed_in_query(only, limit).fetch_all(self).await
+    }
+
+    fn signed_in_query(&self, only: Option<DeviceId>, limit: u32) -> Sql {
         let mut q = sql(
             "SELECT s.device_id, d.hostname, d.status, s.pending_reboot, s.logged_in_users \
              FROM device_state s JOIN devices d ON d.id = s.device_id AND d.org_id = s.org_id \
@@ -364,12 +368,20 @@ impl crate::OrgAgents<'_> {
                 let p = q.arg(d);
                 q.push(&format!(" AND s.device_id = {p}"));
             }
-            // Heartbeats store an empty list as `[]` (the column's default too).
+            // Heartbeats store an empty list as `[]` (the column's default too); the partial
+            // index `device_state_signed_in` (migration 0049) has this very condition.
             None => q.push(" AND s.logged_in_users <> '[]'"),
         }
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY s.device_id LIMIT {p}"));
-        q.fetch_all(self).await
+        q
+    }
+
+    /// The plan of the fleet-wide [`Self::signed_in`] listing, for a test to hold it to its
+    /// partial index.
+    #[cfg(feature = "testing")]
+    pub async fn explain_signed_in(&self) -> Result<String> {
+        self.signed_in_query(None, 100).explain(self).await
     }
 
     /// User sessions of this organization since `since`, newest first, optionally for one

@@ -192,7 +192,19 @@ impl crate::OrgAgents<'_> {
         .bind(self.org)
         .fetch_optional(self)
         .await?;
-        let Some(stamp) = stamp.ok_or(StoreError::NotFound("device"))?.0 else {
+        self.inventory_as_of(device, stamp.ok_or(StoreError::NotFound("device"))?.0)
+            .await
+    }
+
+    /// `device`'s inventory as reported at `stamp` (its `inventory_at`, from a read that has
+    /// already found the device in this organization, such as [`crate::OrgDevices::overview`]):
+    /// no statement at all when that report is cached. `None` when there is no report.
+    pub async fn inventory_as_of(
+        &self,
+        device: DeviceId,
+        stamp: Option<Timestamp>,
+    ) -> Result<Option<Arc<DeviceInventory>>> {
+        let Some(stamp) = stamp else {
             return Ok(None);
         };
         let cache = &self.store.inventories;

@@ -37,6 +37,7 @@ mod invoices;
 mod maintenance;
 mod metrics;
 mod oauth;
+mod overview;
 mod packages;
 mod patches;
 mod pdf;
@@ -129,6 +130,7 @@ pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use overview::DeviceOverview;
 pub use oauth::{
     NewOAuthClient, NewOAuthCode, NewRefreshToken, OAuthClientKind, OAuthClientRecord,
     OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,

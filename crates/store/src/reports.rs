@@ -914,22 +914,7 @@ impl crate::OrgReports<'_> {
                 self.audit_page(since, now, after),
             ),
         ] {
-            let plan = match self.store.backend() {
-                crate::Backend::Sqlite => {
-                    let rows: Vec<(i64, i64, i64, String)> =
-                        q.prefixed("EXPLAIN QUERY PLAN ").fetch_all(self).await?;
-                    rows.into_iter().map(|r| r.3).collect::<Vec<_>>()
-                }
-                crate::Backend::Postgres => {
-                    let mut tx = Tx::begin_in(self).await?;
-                    sql("SET LOCAL enable_seqscan = off")
-                        .execute(&mut tx)
-                        .await?;
-                    let rows: Vec<(String,)> = q.prefixed("EXPLAIN ").fetch_all(&mut tx).await?;
-                    rows.into_iter().map(|r| r.0).collect()
-                }
-            };
-            plans.push((kind, plan.join("\n")));
+            plans.push((kind, q.explain(self).await?));
         }
         Ok(plans)
     }

@@ -444,9 +444,32 @@ impl Sql {
 
     /// The statement with `prefix` before it (`EXPLAIN …`).
     #[cfg(feature = "testing")]
-    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+    fn prefixed(mut self, prefix: &str) -> Self {
         self.text.insert_str(0, prefix);
         self
+    }
+
+    /// The statement's plan, one line per step: SQLite's `EXPLAIN QUERY PLAN`, PostgreSQL's
+    /// `EXPLAIN` with sequential scans discouraged, as a large table would. What a test reads
+    /// to hold a statement to an index.
+    #[cfg(feature = "testing")]
+    pub(crate) async fn explain(self, org: &impl crate::handles::Scoped) -> Result<String> {
+        let lines: Vec<String> = match org.store().backend() {
+            crate::Backend::Sqlite => {
+                let rows: Vec<(i64, i64, i64, String)> =
+                    self.prefixed("EXPLAIN QUERY PLAN ").fetch_all(org).await?;
+                rows.into_iter().map(|r| r.3).collect()
+            }
+            crate::Backend::Postgres => {
+                let mut tx = Tx::begin_in(org).await?;
+                sql("SET LOCAL enable_seqscan = off")
+                    .execute(&mut tx)
+                    .await?;
+                let rows: Vec<(String,)> = self.prefixed("EXPLAIN ").fetch_all(&mut tx).await?;
+                rows.into_iter().map(|r| r.0).collect()
+            }
+        };
+        Ok(lines.join("\n"))
     }
 
     /// Appends SQL text (for filters assembled at run time).

@@ -253,16 +253,16 @@ pub async fn read(org: &OrgStore<'_>, uri: &str, server: &Value) -> Result<Value
             let parsed = uuid::Uuid::parse_str(id)
                 .map(DeviceId)
                 .map_err(|_| ResourceError::DeviceNotFound(id.to_owned()))?;
-            match org.devices().get_device(parsed).await {
-                // The same document as get_device_details: camelCase throughout.
-                Ok(d) => {
-                    let mut doc = crate::tools::devices::device_details(
-                        crate::tools::devices::DeviceReads::of(*org),
-                        &d,
-                    )
-                    .await?;
-                    crate::tools::security::add_posture(org.security(), d.id, &mut doc).await?;
-                    add_compliance_and_patches(org, d.id, &mut doc).await?;
+            // The same document as get_device_details: camelCase throughout.
+            match crate::tools::devices::device_details(
+                crate::tools::devices::DeviceReads::of(*org),
+                parsed,
+            )
+            .await
+            {
+                Ok(mut doc) => {
+                    crate::tools::security::add_posture(org.security(), parsed, &mut doc).await?;
+                    add_compliance_and_patches(org, parsed, &mut doc).await?;
                     Ok(doc)
                 }
                 Err(StoreError::NotFound(_)) => Err(ResourceError::DeviceNotFound(id.to_owned())),

@@ -8,7 +8,7 @@ use breeze_agent_proto::{
 use breeze_core::{CommandStatus, DeviceStatus, OrgId, OsFamily, SiteId};
 use breeze_store::{
     Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, INVALID_REENROLL_TOKEN, NewCommand,
-    NewEnrollmentKey, NewScript, ReenrollProof, Store, StoreError, testing::Ctx,
+    NewContext, NewEnrollmentKey, NewScript, ReenrollProof, Store, StoreError, testing::Ctx,
 };
 use chrono::Duration;
 
@@ -421,6 +421,11 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     assert!(state.pending_reboot);
     assert_eq!(state.logged_in_users, vec![alice.clone()]);
     let signed_in = s.org(org).agents().signed_in(None, 10).await.unwrap();
+    let plan = s.org(org).agents().explain_signed_in().await.unwrap();
+    assert!(
+        plan.contains("device_state_signed_in"),
+        "the fleet-wide listing reads the partial index, not every state row: {plan}"
+    );
     assert_eq!(signed_in.len(), 1);
     assert_eq!(signed_in[0].device_id, dev.id);
     assert_eq!(signed_in[0].logged_in_users, vec![alice.clone()]);
@@ -1017,8 +1022,88 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
     assert!(later.to_wire().unwrap().protected_paths.is_empty());
 }
 
+/// A device at a glance in one read: nothing but the row before its agent reports, then its
+/// site, latest heartbeat, active context and newest sample; another organization's device
+/// is not found.
+async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
+    let s = &cx.store;
+    let (org, site, other) = world(s).await;
+    open_key(s, org, site).await;
+    let dev = s
+        .enroll_device(&[1; 32], machine(60, None))
+        .await
+        .unwrap()
+        .device;
+    let o = s.org(org);
+    let bare = o.devices().overview(dev.id).await.unwrap();
+    assert_eq!(bare.device, o.devices().get_device(dev.id).await.unwrap());
+    assert_eq!(bare.site_name.as_deref(), Some("HQ"));
+    assert_eq!((bare.state, bare.active_context, bare.latest_metric), (None, 0, None));
+
+    let hb = Heartbeat {
+        agent_version: "0.2.0".into(),
+        uptime_secs: 7200,
+        pending_reboot: true,
+        logged_in_users: vec![],
+        running_commands: vec![],
+        applied_policy: None,
+    };
+    s.record_heartbeat(dev.id, org, &hb).await.unwrap();
+    let t0 = s.clock().now();
+    let sample = |mins: i64, cpu: f64| MetricSample {
+        at: t0 + Duration::minutes(mins),
+        cpu_percent: cpu,
+        ram_percent: 50.0,
+        ram_used_bytes: 1 << 30,
+        disks: vec![],
+        network: vec![],
+        process_count: 120,
+    };
+    let samples = [sample(-2, 10.0), sample(-1, 20.0)];
+    s.insert_metrics(dev.id, org, &samples).await.unwrap();
+    let ctx = |summary: &str, expires_at| NewContext {
+        device_id: dev.id,
+        context_type: "issue".into(),
+        summary: summary.into(),
+        details: None,
+        created_by: "api_key:k".into(),
+        expires_at,
+    };
+    let context = o.context();
+    let mut added = Vec::new();
+    for entry in [
+        ctx("open", None),
+        ctx("expired", Some(t0 + Duration::seconds(1))),
+        ctx("resolved", None),
+    ] {
+        let create = audit("device_context.create", "device_context");
+        added.push(context.add_context(entry, create).await.unwrap());
+    }
+    context
+        .resolve_context(added[2].id, audit("device_context.resolve", "device_context"))
+        .await
+        .unwrap();
+    cx.clock.advance(Duration::seconds(2));
+
+    let seen = o.devices().overview(dev.id).await.unwrap();
+    assert_eq!(seen.state, o.agents().device_state(dev.id).await.unwrap());
+    assert!(seen.state.as_ref().is_some_and(|st| st.pending_reboot));
+    assert_eq!(seen.active_context, 1, "resolved and expired entries are not active");
+    assert_eq!(
+        seen.latest_metric,
+        o.telemetry().latest_metric(dev.id).await.unwrap(),
+        "the newest sample, as latest_metric reads it"
+    );
+    assert_eq!(seen.latest_metric.map(|m| m.cpu_avg), Some(20.0));
+    assert!(matches!(
+        s.org(other).devices().overview(dev.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
 breeze_store::on_both_backends!(
     protected_path_additions_travel_with_file_commands,
+    overview_reads_the_device_at_a_glance,
     enrollment_keys_count_expire_and_revoke,
     token_rotation_is_two_phase,
     enrollment_never_rebinds_a_device,

@@ -2,7 +2,7 @@
 //! installed packages `get_device_details` only counts, paged).
 
 use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, Permission, SiteId};
-use breeze_store::{DeviceFilter, OrgAgents, OrgContext, OrgTelemetry, OrgTenancy, StoreError};
+use breeze_store::{DeviceFilter, DeviceOverview, OrgAgents, OrgDevices, OrgTenancy, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -334,47 +334,48 @@ fn disk_details(d: &breeze_agent_proto::DiskInfo) -> DiskDetails {
     }
 }
 
-/// What a device's details document reads: its sites and groups, context, agent state and
-/// latest metrics.
+/// What a device's details document reads: the device at a glance, its groups and its parsed
+/// inventory.
 #[derive(Clone, Copy)]
 pub(crate) struct DeviceReads<'a> {
+    devices: OrgDevices<'a>,
     tenancy: OrgTenancy<'a>,
-    context: OrgContext<'a>,
     agents: OrgAgents<'a>,
-    telemetry: OrgTelemetry<'a>,
 }
 
 impl<'a> DeviceReads<'a> {
     pub(crate) fn of(org: breeze_store::OrgStore<'a>) -> Self {
         Self {
+            devices: org.devices(),
             tenancy: org.tenancy(),
-            context: org.context(),
             agents: org.agents(),
-            telemetry: org.telemetry(),
         }
     }
 
     fn from_cx<R: Reach>(cx: &ToolCx<'a, R>) -> Self {
         Self {
+            devices: cx.devices(),
             tenancy: cx.tenancy(),
-            context: cx.context(),
             agents: cx.agents(),
-            telemetry: cx.telemetry(),
         }
     }
 }
 
 /// The details document of `device`, shared by `get_device_details` and the
-/// `breeze://devices/{id}` resource so both read the same (camelCase throughout).
+/// `breeze://devices/{id}` resource so both read the same (camelCase throughout). A device of
+/// another organization is not found.
 pub(crate) async fn device_details(
     org: DeviceReads<'_>,
-    device: &Device,
+    device: DeviceId,
 ) -> Result<serde_json::Value, StoreError> {
-    let site_name = match org.tenancy.get_site(device.site_id).await {
-        Ok(s) => Some(s.name),
-        Err(StoreError::NotFound(_)) => None,
-        Err(e) => return Err(e),
-    };
+    // Two statements (the overview, the groups), plus one when the inventory is not cached.
+    let DeviceOverview {
+        device,
+        site_name,
+        state,
+        active_context,
+        latest_metric: latest,
+    } = org.devices.overview(device).await?;
     let groups = org
         .tenancy
         .groups_of_device(device.id)
@@ -385,16 +386,16 @@ pub(crate) async fn device_details(
             name: g.name,
         })
         .collect();
-    let active_context = org.context.device_context(device.id, false).await?.len();
-    let state = org.agents.device_state(device.id).await?;
     // Parsed once per report (a stored inventory that no longer parses reads as none).
-    let parsed = org.agents.inventory(device.id).await?;
+    let parsed = org
+        .agents
+        .inventory_as_of(device.id, state.as_ref().and_then(|s| s.inventory_at))
+        .await?;
     let inv = parsed.as_deref().and_then(|p| p.inventory.as_ref());
-    let latest = org.telemetry.latest_metric(device.id).await?;
     let details = DeviceDetails {
-        device: DeviceSummary::new(device, site_name.as_deref()),
+        device: DeviceSummary::new(&device, site_name.as_deref()),
         groups,
-        active_context,
+        active_context: usize::try_from(active_context).unwrap_or(usize::MAX),
         os: inv.map(|i| OsDetails {
             family: i.os.family.clone(),
             name: i.os.name.clone(),
@@ -478,20 +479,20 @@ impl Tool for GetDeviceDetails {
     type Actions = NoActions;
     type Input = DeviceIdInput;
     type Output = Rendered<DeviceDetails<'static>>;
-    type Reach = (
-        reach::Agents,
-        reach::Context,
-        reach::Devices,
-        reach::Telemetry,
-        reach::Tenancy,
-    );
+    type Reach = (reach::Agents, reach::Devices, reach::Tenancy);
 
     async fn call(
         cx: &ToolCx<'_, Self::Reach>,
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
-        let device = find_device(cx, &input.device_id).await?;
-        Rendered::of(&device_details(DeviceReads::from_cx(cx), &device).await?)
+        let id = uuid::Uuid::parse_str(&input.device_id)
+            .map(DeviceId)
+            .map_err(|_| ToolError::not_found(DEVICE_NOT_FOUND))?;
+        match device_details(DeviceReads::from_cx(cx), id).await {
+            Ok(doc) => Rendered::of(&doc),
+            Err(StoreError::NotFound(_)) => Err(ToolError::not_found(DEVICE_NOT_FOUND)),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
