@@ -109,7 +109,7 @@ def synthesize_args(name: str, schema: dict, d: str) -> dict:
 
     def obj(s, top=False):
         props = s.get("properties") or {}
-        required = s.get("required") or (s.get("else") or {}).get("required") or []
+        required = s.get("required") or []
         out = {}
         if top and action and "action" in props:
             out["action"] = action

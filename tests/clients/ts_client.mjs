@@ -103,7 +103,7 @@ function synthesizeArgs(name, schema, d) {
   };
   const object = (s, top = false) => {
     const props = s.properties ?? {};
-    const required = s.required ?? s.else?.required ?? [];
+    const required = s.required ?? [];
     const out = {};
     if (top && action && props.action) out.action = action;
     for (const k of required) if (!(k in out)) out[k] = value(k, props[k]);

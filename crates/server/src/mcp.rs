@@ -56,6 +56,7 @@ const INSTRUCTIONS: &str = "You are connected to Breeze, a multi-tenant remote m
 Data is organized as Partner → Organization → Site → Device Group → Device; this connection reaches exactly one organization, and nothing outside it. \
 Work read-before-write: resolve the device or target first (query_devices, get_device_details, get_device_context), echo the target and its organization back before any change, and change one target at a time unless asked for a fleet-wide action. \
 Tools are tiered: Tier 1 reads, Tier 2 makes low-risk changes, Tier 3 is destructive and needs a human's approval. If Breeze refuses a call, report the reason instead of retrying. Never invent data. \
+Any tool also takes a batch in place of its arguments: {\"items\": [{\"clientRef\": \"a\", \"input\": {...the tool's arguments...}}], \"mode\": \"preview\" or \"commit\", \"atomicity\": \"best_effort\" (default) or \"atomic\" (one item only)}; every item is checked before any runs, preview runs nothing, and a Tier 3 commit is one approval for all items. \
 Guided prompts: breeze-fleet-triage, breeze-device-investigate, breeze-patch-remediate, breeze-incident-kickoff, breeze-turnkey-setup.";
 
 /// Drives `work` to completion, passing each progress report it sends on `rx` to the client.

@@ -2,8 +2,8 @@
 //! refused item runs nothing; best effort reports each item; atomic is refused for several
 //! items; the envelope's rules (mode required, no mixing, unique clientRefs,
 //! BREEZE_MCP_MAX_ITEMS); the rate limit counts every item; a Tier 3 batch is one approval
-//! request listing every item, and once approved every item runs once. Also the size of
-//! `tools/list` with the envelope advertised in every tool.
+//! request listing every item, and once approved every item runs once. Also that the envelope
+//! is described once, in the server's instructions, and in no tool's listed schema.
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
@@ -482,36 +482,49 @@ async fn a_tier_3_batch_is_one_approval(cx: Ctx) {
     assert_eq!(groups_named(&w, "Kiosk-").await, 2);
 }
 
-/// The catalogue stays small with the envelope in every tool: at most 700 bytes per tool for
-/// the envelope and the batch output branch. Prints the size of `tools/list` for an execute key
-/// and what batches add.
+/// The envelope is described once: `initialize`'s instructions name it, no tool's listed
+/// input schema repeats it, and each tool's required fields are at the top level of its
+/// listing. Prints the size of `tools/list` for an execute key.
 #[allow(clippy::print_stdout)] // the measurement is part of the report (`--nocapture`)
-async fn tools_list_stays_small(cx: Ctx) {
+async fn the_envelope_is_described_once(cx: Ctx) {
     let w = world(&cx).await;
     let key = exec_key(&w).await;
+    let init = json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": { "name": "batches", "version": "1" }
+    });
+    let reply = send(&w.app, rpc(&key, "initialize", init)).await;
+    let instructions = message(&reply)["result"]["instructions"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for word in ["\"items\"", "\"clientRef\"", "\"mode\"", "\"atomicity\""] {
+        assert!(instructions.contains(word), "instructions name {word}");
+    }
     let reply = send(&w.app, rpc(&key, "tools/list", json!({}))).await;
-    let bytes = serde_json::to_vec(&message(&reply)).unwrap().len();
+    let listed = message(&reply);
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(!tools.is_empty());
     let registry = breeze_tools::all();
-    let envelope: usize = registry
-        .iter()
-        .map(|t| t.listed_input_schema.to_string().len() - t.input_schema.to_string().len())
-        .sum();
-    let branch = (breeze_tools::registry::batch_result_schema()
-        .to_string()
-        .len()
-        + 1)
-        * registry.len();
+    for t in tools {
+        let schema = &t["inputSchema"];
+        assert!(
+            schema["properties"].get("mode").is_none() && schema.get("else").is_none(),
+            "{}: the envelope is listed again",
+            t["name"]
+        );
+        let own = &registry
+            .get(t["name"].as_str().unwrap())
+            .unwrap()
+            .input_schema;
+        assert_eq!(schema.get("required"), own.get("required"), "{}", t["name"]);
+    }
+    let bytes = serde_json::to_vec(&listed).unwrap().len();
     println!(
-        "tools/list for an execute key: {bytes} bytes ({} tools); the batch envelope adds {envelope}, the batch output branch {branch}; without them {}",
-        registry.len(),
-        bytes - envelope - branch
-    );
-    // The whole listing's limit (40 KB for an execute key) is `catalog.rs`'s `catalog_sizes`;
-    // what batches may add to it is bounded here.
-    assert!(
-        envelope + branch <= 700 * registry.len(),
-        "batches add {} bytes per tool",
-        (envelope + branch) / registry.len()
+        "tools/list for an execute key: {bytes} bytes, {} tools, {} bytes a tool",
+        tools.len(),
+        bytes / tools.len()
     );
 }
 
@@ -523,5 +536,5 @@ breeze_store::on_both_backends!(
     envelope_rules,
     the_rate_limit_counts_every_item,
     a_tier_3_batch_is_one_approval,
-    tools_list_stays_small,
+    the_envelope_is_described_once,
 );

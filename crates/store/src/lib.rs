@@ -130,11 +130,11 @@ pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
 pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
-pub use overview::DeviceOverview;
 pub use oauth::{
     NewOAuthClient, NewOAuthCode, NewRefreshToken, OAuthClientKind, OAuthClientRecord,
     OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,
 };
+pub use overview::DeviceOverview;
 pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use patches::{
     DevicePatch, MAX_PATCH_JOB_DEVICES, MAX_PATCH_PACKAGES, MAX_PATCH_PAGE, NewPatchDecision,

@@ -62,8 +62,9 @@ pub struct ToolSpec {
     /// The tool's own arguments: what one call takes, and what every call (and every item of
     /// a batch) is validated against.
     pub input_schema: Value,
-    /// What `tools/list` advertises: `input_schema` plus the batch envelope
-    /// ([`with_batch_envelope`]).
+    /// What `tools/list` advertises: `input_schema` in a form every client maps
+    /// ([`portable_input`]). The batch envelope every tool also takes is not repeated here: the
+    /// server's `instructions` and docs/tools.md describe it once.
     pub listed_input_schema: Value,
     /// Every `structuredContent` a call can answer with, in full: what `breeze_describe`, the
     /// tool catalogue and the skill show ([`output_schema_of`]).
@@ -413,50 +414,6 @@ fn tidy(mut v: Value) -> Value {
     }
     strip_numeric_formats(&mut v);
     v
-}
-
-/// A tool's own input schema plus the batch envelope every tool accepts instead of its
-/// arguments (`breeze-pipeline::batch`): `items` (each `{clientRef, input}`, `input` being the
-/// tool's own arguments), `mode` and `atomicity`. Kept compact — it is repeated in every tool's
-/// listing — and flat: no `anyOf`/`oneOf` at the top level, which the Anthropic API refuses.
-/// The tool's `required` moves under `else` of `if: {required: [items]}`, so a batch need not
-/// carry the tool's own required fields. The rest — each item's `{clientRef, input}` shape
-/// (said in `items`' description), `mode` required with `items`, no mixing, the item count,
-/// unique `clientRef`s, atomic for one item only — the pipeline checks and the catalogue and
-/// skill document, rather than every listing repeating it.
-pub fn with_batch_envelope(own: &Value) -> Value {
-    let mut schema = own.clone();
-    let Some(root) = schema.as_object_mut() else {
-        return schema;
-    };
-    if let Some(props) = root
-        .entry("properties")
-        .or_insert_with(|| Value::Object(Map::new()))
-        .as_object_mut()
-    {
-        // The items' shape, their count and unique `clientRef`s are said here and checked by
-        // the pipeline, which refuses with a message naming the rule.
-        props.insert(
-            "items".into(),
-            json!({
-                "type": "array",
-                "description": "Batch of {clientRef, input: this tool's arguments}; needs mode",
-            }),
-        );
-        props.insert(
-            "mode".into(),
-            json!({ "type": "string", "enum": ["preview", "commit"] }),
-        );
-        props.insert(
-            "atomicity".into(),
-            json!({ "type": "string", "enum": ["best_effort", "atomic"] }),
-        );
-    }
-    if let Some(required) = root.remove("required") {
-        root.insert("if".into(), json!({ "required": ["items"] }));
-        root.insert("else".into(), json!({ "required": required }));
-    }
-    schema
 }
 
 /// A listed input schema every client can map: no `type` arrays. Schemars writes an optional
@@ -829,7 +786,7 @@ impl Registry {
             action_key: T::ACTION_KEY,
             hints: Hints::derive(&effects),
             effects,
-            listed_input_schema: portable_input(with_batch_envelope(&input_schema)),
+            listed_input_schema: portable_input(input_schema.clone()),
             input_schema,
             output_schema,
             listed_output_schema,

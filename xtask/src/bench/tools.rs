@@ -375,9 +375,7 @@ fn arguments(
         .as_object()
         .cloned()
         .unwrap_or_default();
-    // A tool that also takes a batch requires its own fields in the schema's `else` branch.
     let mut required: Vec<String> = strings(&schema["required"]);
-    required.extend(strings(&schema["else"]["required"]));
     if let Some(a) = action {
         for branch in schema["allOf"].as_array().into_iter().flatten() {
             let cond = &branch["if"]["properties"]["action"];

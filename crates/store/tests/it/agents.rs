@@ -1038,7 +1038,10 @@ async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
     let bare = o.devices().overview(dev.id).await.unwrap();
     assert_eq!(bare.device, o.devices().get_device(dev.id).await.unwrap());
     assert_eq!(bare.site_name.as_deref(), Some("HQ"));
-    assert_eq!((bare.state, bare.active_context, bare.latest_metric), (None, 0, None));
+    assert_eq!(
+        (bare.state, bare.active_context, bare.latest_metric),
+        (None, 0, None)
+    );
 
     let hb = Heartbeat {
         agent_version: "0.2.0".into(),
@@ -1080,7 +1083,10 @@ async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
         added.push(context.add_context(entry, create).await.unwrap());
     }
     context
-        .resolve_context(added[2].id, audit("device_context.resolve", "device_context"))
+        .resolve_context(
+            added[2].id,
+            audit("device_context.resolve", "device_context"),
+        )
         .await
         .unwrap();
     cx.clock.advance(Duration::seconds(2));
@@ -1088,7 +1094,10 @@ async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
     let seen = o.devices().overview(dev.id).await.unwrap();
     assert_eq!(seen.state, o.agents().device_state(dev.id).await.unwrap());
     assert!(seen.state.as_ref().is_some_and(|st| st.pending_reboot));
-    assert_eq!(seen.active_context, 1, "resolved and expired entries are not active");
+    assert_eq!(
+        seen.active_context, 1,
+        "resolved and expired entries are not active"
+    );
     assert_eq!(
         seen.latest_metric,
         o.telemetry().latest_metric(dev.id).await.unwrap(),
