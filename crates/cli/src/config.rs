@@ -744,8 +744,11 @@ pub(crate) struct Settings {
     pub(crate) oauth: Option<breeze_server::oauth::OAuthSettings>,
     /// The alert engine: tick, SMTP relay, webhook policy.
     pub(crate) alerts: breeze_alerts::AlertEngineConfig,
-    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps audit records forever.
+    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps audit records forever. It settles the
+    /// cluster's retention when nothing has yet; after that the stored one governs.
     pub(crate) audit_retention_days: Option<u32>,
+    /// Whether `BREEZE_AUDIT_RETENTION_DAYS` was set (not the default 90).
+    pub(crate) audit_retention_explicit: bool,
     /// `BREEZE_AUDIT_ARCHIVE_DIR`.
     pub(crate) audit_archive_dir: PathBuf,
     /// `BREEZE_PDF_FONT`: `None` probes the well-known font paths.
@@ -947,6 +950,9 @@ impl Settings {
             o.config.cache_ttl = chrono::Duration::milliseconds(i64::try_from(auth_cache_ms)?);
         }
         let alerts = alert_settings(env, environment == Environment::Production)?;
+        let audit_retention_explicit = env
+            .get("BREEZE_AUDIT_RETENTION_DAYS")
+            .is_some_and(|v| !v.trim().is_empty());
         let audit_retention_days = match env.get("BREEZE_AUDIT_RETENTION_DAYS").map(|v| v.trim()) {
             None | Some("") => Some(90),
             Some(v) => match v.parse::<u32>() {
@@ -1008,6 +1014,7 @@ impl Settings {
             traces: crate::trace_settings::TraceSettings::load(env)?,
             tool_sources: ToolSourceSettings::load(env)?,
             audit_retention_days,
+            audit_retention_explicit,
             audit_archive_dir,
             pdf_font,
             audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", true)?,

@@ -407,6 +407,26 @@ fn audit_export_and_purge() {
             .env("BREEZE_AUDIT_RETENTION_DAYS", "0"),
     );
     assert!(kept.contains("kept forever"), "{kept}");
+    // The first purge settled the cluster's retention (forever); another setting does not move
+    // it, and says so. Only `breeze audit retention` does.
+    let other = breeze(d)
+        .args(["audit", "purge"])
+        .env("BREEZE_AUDIT_RETENTION_DAYS", "5")
+        .output()
+        .unwrap();
+    assert!(other.status.success());
+    let warning = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        warning.contains("says 5 days") && warning.contains("keeps audit records forever"),
+        "{warning}"
+    );
+    assert!(String::from_utf8_lossy(&other.stdout).contains("kept forever"));
+    let shown = run_ok(breeze(d).args(["audit", "retention"]));
+    assert!(shown.contains("audit retention: forever"), "{shown}");
+    let set = run_ok(breeze(d).args(["audit", "retention", "--days", "90"]));
+    assert!(set.contains("audit retention: 90 days"), "{set}");
+    let (_, err) = run_err(breeze(d).args(["audit", "retention", "--days", "0"]));
+    assert!(err.contains("--days"), "{err}");
     let purged = run_ok(breeze(d).args(["audit", "purge"]));
     assert!(
         purged.contains("0 archived"),

@@ -41,13 +41,38 @@ const AUDIT_RETENTION_EVERY: Duration = Duration::from_secs(24 * 60 * 60);
 /// still purges, but not while it starts up.
 const AUDIT_RETENTION_FIRST: Duration = Duration::from_secs(60);
 
-/// The daily audit job: stores the configured retention (the database enforces it), makes
-/// PostgreSQL's monthly partitions ahead, and purges what is past the retention after
-/// archiving it (`Store::purge_audit`; on PostgreSQL one instance at a time).
+/// The daily audit job: settles the cluster's retention from this instance's setting when
+/// nothing has (the database enforces it), makes PostgreSQL's monthly partitions ahead, and
+/// purges what is past the retention in force after archiving it (`Store::purge_audit`; on
+/// PostgreSQL one instance at a time).
 pub(crate) struct AuditRetention {
     pub(crate) store: Store,
     pub(crate) days: Option<u32>,
+    pub(crate) explicit: bool,
     pub(crate) archive_dir: PathBuf,
+}
+
+impl AuditRetention {
+    /// Settles the retention if nothing has, and says loudly when this instance was
+    /// configured otherwise than the cluster: the stored value governs the purge either way.
+    pub(crate) async fn settle(&self) -> Result<(), breeze_store::StoreError> {
+        let in_force = self.store.settle_audit_retention(self.days).await?;
+        let configured = self.days.filter(|&d| d > 0);
+        if in_force.settled_now {
+            tracing::info!(days = ?in_force.days, "audit retention settled for the cluster");
+        } else if self.explicit && in_force.days != configured {
+            let show = |d: Option<u32>| d.map_or("forever".to_owned(), |d| format!("{d} days"));
+            tracing::error!(
+                configured = %show(configured),
+                in_force = %show(in_force.days),
+                "BREEZE_AUDIT_RETENTION_DAYS on this instance differs from the cluster's audit \
+                 retention stored in the database; the stored retention governs every purge. \
+                 Change it for the whole cluster with `breeze audit retention --days N` (or \
+                 --forever), and set every instance alike"
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Worker for AuditRetention {
@@ -69,8 +94,8 @@ impl Worker for AuditRetention {
     /// One run; failures are logged and retried at the next run.
     async fn tick(self: &Arc<Self>) -> Result<(), Infallible> {
         let store = &self.store;
-        if let Err(e) = store.set_audit_retention(self.days).await {
-            tracing::warn!(error = %e, "cannot store the audit retention");
+        if let Err(e) = self.settle().await {
+            tracing::warn!(error = %e, "cannot read the audit retention");
             return Ok(());
         }
         if let Err(e) = store.prepare_audit_partitions().await {

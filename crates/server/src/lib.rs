@@ -145,8 +145,12 @@ impl std::fmt::Debug for SpanParent {
 /// The audit log's retention, applied by a daily job that [`serve`] starts.
 #[derive(Debug, Clone, Default)]
 pub struct AuditRetentionConfig {
-    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps records forever.
+    /// `BREEZE_AUDIT_RETENTION_DAYS`: `None` keeps records forever. It settles the cluster's
+    /// retention only when nothing has yet (see `breeze_store::Store::settle_audit_retention`).
     pub days: Option<u32>,
+    /// Whether `days` was set explicitly (not the default): an instance configured otherwise
+    /// than the cluster's retention says so loudly, at start and at every daily run.
+    pub explicit: bool,
     /// `BREEZE_AUDIT_ARCHIVE_DIR`: where purged records are archived. `None` runs no job (the
     /// database's retention is left as it is): for embedding and tests.
     pub archive_dir: Option<std::path::PathBuf>,
@@ -555,14 +559,20 @@ pub async fn serve(
         );
     }
     if let Some(dir) = &breeze.state.config.audit.archive_dir {
-        workers::spawn(
-            Arc::new(housekeeping::AuditRetention {
-                store: store.clone(),
-                days: breeze.state.config.audit.days,
-                archive_dir: dir.clone(),
-            }),
-            sweeper_stop.clone(),
-        );
+        let retention = Arc::new(housekeeping::AuditRetention {
+            store: store.clone(),
+            days: breeze.state.config.audit.days,
+            explicit: breeze.state.config.audit.explicit,
+            archive_dir: dir.clone(),
+        });
+        // Settled (or found to differ, loudly) at start; the purge waits for the first run.
+        let at_start = retention.clone();
+        tokio::spawn(async move {
+            if let Err(e) = at_start.settle().await {
+                tracing::warn!(error = %e, "cannot read the audit retention");
+            }
+        });
+        workers::spawn(retention, sweeper_stop.clone());
     }
     workers::spawn(
         Arc::new(housekeeping::AiSessionExpiry {

@@ -1,8 +1,10 @@
 //! Audit log growth: the retention, archives, and the purge of records past the retention.
 //!
 //! Every MCP request writes an audit record, so the log grows by millions of rows a day under
-//! load. The retention (`BREEZE_AUDIT_RETENTION_DAYS`, stored in the database's
-//! `audit_retention` row: migration 0019) says how long records are kept; the database itself
+//! load. The retention (the database's `audit_retention` row: migration 0019) says how long
+//! records are kept. It is one value for the cluster: the first instance settles it from its
+//! `BREEZE_AUDIT_RETENTION_DAYS` (migration 0050), later instances follow it, and only an
+//! explicit change (`breeze audit retention`) moves it. The database itself
 //! refuses to delete any record younger than it (a trigger on both backends, by the database's
 //! own clock), and still refuses every update and `TRUNCATE`. Changing the retention writes an
 //! `audit.retention_changed` record, also from the database.
@@ -90,6 +92,15 @@ pub struct PurgeReport {
     pub delete_time: Duration,
 }
 
+/// The cluster's audit retention, as [`Store::settle_audit_retention`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionInForce {
+    /// Days records are kept; `None`: forever.
+    pub days: Option<u32>,
+    /// Whether this call settled it (nothing had before).
+    pub settled_now: bool,
+}
+
 impl Store {
     /// The retention in force, in days; `None` when records are kept forever.
     pub async fn audit_retention(&self) -> Result<Option<u32>> {
@@ -100,17 +111,39 @@ impl Store {
         Ok(days.and_then(|d| u32::try_from(d).ok()))
     }
 
-    /// Sets the retention (`None` or `Some(0)`: keep forever). Returns whether it changed; a
-    /// change is recorded in the audit log by the database.
+    /// Sets the cluster's retention (`None` or `Some(0)`: keep forever): a person's explicit
+    /// change, which every instance then follows. Returns whether it changed (or was settled
+    /// by this call); a change is recorded in the audit log by the database.
     pub async fn set_audit_retention(&self, days: Option<u32>) -> Result<bool> {
         let days = days.filter(|&d| d > 0).map(i64::from);
-        let changed = sql("UPDATE audit_retention SET days = $1, changed_at = $2 \
-             WHERE id = 1 AND (days <> $1 OR (days IS NULL) <> ($1 IS NULL))")
+        let changed = sql(
+            "UPDATE audit_retention SET days = $1, changed_at = $2, settled = TRUE \
+             WHERE id = 1 AND (NOT settled OR days <> $1 OR (days IS NULL) <> ($1 IS NULL))",
+        )
         .bind(days)
         .bind(self.clock.now())
         .execute(self)
         .await?;
         Ok(changed > 0)
+    }
+
+    /// Settles the cluster's retention to `days` when nothing has settled it yet (the first
+    /// instance to run does), and answers the retention in force. An instance configured with
+    /// another value does not overwrite it: the retention is one value for the cluster, changed
+    /// only with [`Store::set_audit_retention`].
+    pub async fn settle_audit_retention(&self, days: Option<u32>) -> Result<RetentionInForce> {
+        let wanted = days.filter(|&d| d > 0).map(i64::from);
+        let settled_now = sql("UPDATE audit_retention SET days = $1, changed_at = $2, \
+             settled = TRUE WHERE id = 1 AND NOT settled")
+        .bind(wanted)
+        .bind(self.clock.now())
+        .execute(self)
+        .await?
+            > 0;
+        Ok(RetentionInForce {
+            days: self.audit_retention().await?,
+            settled_now,
+        })
     }
 
     /// PostgreSQL: makes the audit log's monthly partitions from last month through

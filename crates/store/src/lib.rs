@@ -81,7 +81,9 @@ pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
 pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, MAX_BACKLOG as AUDIT_JOURNAL_MAX_BACKLOG, Unwritten};
-pub use audit_retention::{AuditExport, ExportSummary, PurgeReport, read_audit_archive};
+pub use audit_retention::{
+    AuditExport, ExportSummary, PurgeReport, RetentionInForce, read_audit_archive,
+};
 pub use automations::{
     ActionSpec, Automation, AutomationRun, AutomationUpdate, DeviceOutcome,
     MAX_AUTOMATIONS_PER_ORG, MAX_RUN_DEVICES, MAX_RUN_PAGE, NewAutomation, NewRun,

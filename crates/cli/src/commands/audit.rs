@@ -30,9 +30,19 @@ pub(crate) enum AuditCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Archive and purge the records past BREEZE_AUDIT_RETENTION_DAYS now (the server does
-    /// this daily), and store that retention.
+    /// Archive and purge the records past the cluster's retention now (the server does this
+    /// daily). BREEZE_AUDIT_RETENTION_DAYS settles that retention only when nothing has yet.
     Purge,
+    /// Show the audit retention the whole cluster follows, or change it with --days or
+    /// --forever (every instance follows the stored value, whatever its own setting says).
+    Retention {
+        /// Keep records this many days (1 to 36500), then archive and purge them.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500), conflicts_with = "forever")]
+        days: Option<u32>,
+        /// Keep records forever.
+        #[arg(long)]
+        forever: bool,
+    },
     /// Move every record waiting in an audit journal into the database now: for an instance
     /// being retired (point BREEZE_AUDIT_JOURNAL_DIR at its journal directory on PostgreSQL;
     /// on SQLite the journal sits beside the database file). Fails while a running server
@@ -97,15 +107,39 @@ impl AuditCommand {
                     journal.display()
                 );
             }
+            AuditCommand::Retention { days, forever } => {
+                if days.is_some() || forever {
+                    let changed = app.store.set_audit_retention(days).await?;
+                    if !changed {
+                        println!("unchanged");
+                    }
+                }
+                println!(
+                    "audit retention: {}",
+                    show_days(app.store.audit_retention().await?)
+                );
+            }
             AuditCommand::Purge => {
-                app.store
-                    .set_audit_retention(settings.audit_retention_days)
+                let in_force = app
+                    .store
+                    .settle_audit_retention(settings.audit_retention_days)
                     .await?;
+                if settings.audit_retention_explicit
+                    && in_force.days != settings.audit_retention_days
+                {
+                    eprintln!(
+                        "warning: BREEZE_AUDIT_RETENTION_DAYS says {}, but the cluster keeps audit \
+                         records {}; purging by the cluster's retention (change it with `breeze \
+                         audit retention --days N`)",
+                        show_days(settings.audit_retention_days),
+                        show_days(in_force.days)
+                    );
+                }
                 app.store.prepare_audit_partitions().await?;
                 let report = app.store.purge_audit(&settings.audit_archive_dir).await?;
                 match (report.cutoff, report.skipped) {
                     (None, _) => {
-                        println!("audit records are kept forever (BREEZE_AUDIT_RETENTION_DAYS=0)");
+                        println!("audit records are kept forever (breeze audit retention)");
                     }
                     (Some(_), true) => println!("another process is purging; nothing done"),
                     (Some(cutoff), false) => println!(
@@ -124,6 +158,11 @@ impl AuditCommand {
         }
         Ok(())
     }
+}
+
+/// A retention as people read it.
+fn show_days(days: Option<u32>) -> String {
+    days.map_or("forever".to_owned(), |d| format!("{d} days"))
 }
 
 /// Exports into `path` (0600), synced before it is reported written.

@@ -223,6 +223,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             .then(crate::telemetry::span_parent),
         audit: breeze_server::AuditRetentionConfig {
             days: settings.audit_retention_days,
+            explicit: settings.audit_retention_explicit,
             archive_dir: Some(settings.audit_archive_dir.clone()),
         },
         approvals: breeze_pipeline::approvals::ApprovalConfig {

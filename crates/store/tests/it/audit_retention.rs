@@ -279,7 +279,40 @@ async fn months_past_the_retention_are_dropped_whole(cx: Ctx) {
     assert!(archived.iter().all(|r| r.event.action == "old.thing"));
 }
 
+/// The retention is one value for the cluster: the first instance settles it from its own
+/// setting, a second instance configured otherwise (here: 1 day, then forever) changes nothing
+/// however often it runs, and only an explicit change moves it — which every instance then
+/// reads.
+async fn the_retention_is_settled_once_for_the_cluster(cx: Ctx) {
+    let first = &cx.store;
+    let second = first.reopen().await.unwrap();
+    let in_force = first.settle_audit_retention(Some(90)).await.unwrap();
+    assert_eq!((in_force.days, in_force.settled_now), (Some(90), true));
+    for _ in 0..3 {
+        for other in [Some(1), None] {
+            let seen = second.settle_audit_retention(other).await.unwrap();
+            assert_eq!((seen.days, seen.settled_now), (Some(90), false));
+        }
+    }
+    assert!(second.set_audit_retention(Some(30)).await.unwrap());
+    let seen = first.settle_audit_retention(Some(90)).await.unwrap();
+    assert_eq!(
+        seen.days,
+        Some(30),
+        "the explicit change governs every instance"
+    );
+    assert!(second.set_audit_retention(None).await.unwrap());
+    assert_eq!(
+        first.audit_retention().await.unwrap(),
+        None,
+        "forever, explicitly"
+    );
+    let seen = first.settle_audit_retention(Some(90)).await.unwrap();
+    assert_eq!((seen.days, seen.settled_now), (None, false));
+}
+
 breeze_store::on_both_backends!(
+    the_retention_is_settled_once_for_the_cluster,
     purge_keeps_everything_younger_than_the_retention,
     younger_records_cannot_be_deleted_even_by_sql,
     exports_round_trip,
