@@ -205,9 +205,10 @@ impl Command {
             | Command::Channels { settings, .. }
             | Command::ConfigPolicies { settings, .. }
             | Command::Sources { settings, .. } => settings.into(),
-            Command::Mcp(_) | Command::Chat(_) | Command::InstallSkill(_) | Command::Agent { .. } => {
-                SettingFlags::default()
-            }
+            Command::Mcp(_)
+            | Command::Chat(_)
+            | Command::InstallSkill(_)
+            | Command::Agent { .. } => SettingFlags::default(),
         }
     }
 }
@@ -401,13 +402,23 @@ fn server_runtime() -> tokio::runtime::Builder {
 }
 
 /// `breeze chat`: stdin and stdout are the conversation.
-fn run_chat(env: &std::collections::BTreeMap<String, String>, args: commands::chat::ChatArgs) -> ExitCode {
+fn run_chat(
+    env: &std::collections::BTreeMap<String, String>,
+    args: commands::chat::ChatArgs,
+) -> ExitCode {
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(commands::chat::run(args, env, stdin, &mut std::io::stdout())));
+        .and_then(|rt| {
+            rt.block_on(commands::chat::run(
+                args,
+                env,
+                stdin,
+                &mut std::io::stdout(),
+            ))
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

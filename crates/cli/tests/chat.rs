@@ -72,7 +72,10 @@ fn chat_streams_shows_tool_cards_and_approves_with_y() {
         "└ result",
         "Created the group.",
     ] {
-        assert!(stdout.contains(expected), "{expected:?} missing in:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(expected),
+            "{expected:?} missing in:\n{stdout}\n{stderr}"
+        );
     }
     assert_eq!(provider.received().len(), 2, "the model saw the result");
     let second = &provider.received()[1].body;

@@ -186,16 +186,20 @@
 
   // A new chat is opened by the page's own form (CSRF token, the page's context); the
   // redirect names the session.
-  function ensureSession() {
+  function ensureSession(text) {
     if (session()) return Promise.resolve(session());
+    var body = new URLSearchParams(new FormData(form));
+    body.set("content", text); // names the chat
     return fetch(form.action, {
       method: "POST",
       credentials: "same-origin",
-      body: new URLSearchParams(new FormData(form)),
+      body: body,
     }).then(function (r) {
       var id = r.ok ? new URL(r.url).searchParams.get("session") : null;
       if (!id) throw new Error("The chat could not be opened (HTTP " + r.status + ").");
       root.setAttribute("data-session", id);
+      var heading = document.getElementById("chat-heading");
+      if (heading) heading.textContent = text.slice(0, 60);
       if (window.history && history.replaceState) history.replaceState(null, "", r.url);
       return id;
     });
@@ -207,7 +211,7 @@
     showError("");
     log.appendChild(el("li", "chat-msg chat-user", text));
     scrollDown();
-    return ensureSession().then(function (id) {
+    return ensureSession(text).then(function (id) {
       return fetch("/api/v1/ai/sessions/" + encodeURIComponent(id) + "/messages", {
         method: "POST",
         credentials: "same-origin",

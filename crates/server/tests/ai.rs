@@ -383,10 +383,11 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     assert!(!r.body.to_string().contains("sk-server-secret"));
 }
 
-
 /// A page's body as text.
 fn page(r: &common::Reply) -> &str {
-    r.body.as_str().unwrap_or_else(|| panic!("not HTML: {}", r.body))
+    r.body
+        .as_str()
+        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
 }
 
 async fn get_page(app: &Router, uri: &str, cookie: &str) -> common::Reply {
@@ -406,7 +407,12 @@ fn csrf_of(html: &str) -> String {
     html[at..at + html[at..].find('"').unwrap()].to_owned()
 }
 
-async fn post_page_form(app: &Router, uri: &str, cookie: &str, form: &[(&str, &str)]) -> common::Reply {
+async fn post_page_form(
+    app: &Router,
+    uri: &str,
+    cookie: &str,
+    form: &[(&str, &str)],
+) -> common::Reply {
     send(
         app,
         Request::post(uri)
@@ -426,30 +432,39 @@ async fn post_page_form(app: &Router, uri: &str, cookie: &str, form: &[(&str, &s
 async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     let w = world(&cx).await;
     let admin = sign_in(&w.app, "admin@p.test").await;
-    let device = get_page(
-        &w.app,
-        &format!("/o/org-a/devices/{}", w.a_device),
-        &admin,
-    )
-    .await;
+    let device = get_page(&w.app, &format!("/o/org-a/devices/{}", w.a_device), &admin).await;
     assert_eq!(device.status, StatusCode::OK);
     let chat_link = format!("/o/org-a/chat?device={}", w.a_device);
-    assert!(page(&device).contains(&chat_link), "the nav's assistant link carries the device");
+    assert!(
+        page(&device).contains(&chat_link),
+        "the nav's assistant link carries the device"
+    );
     let r = get_page(&w.app, &chat_link, &admin).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let html = page(&r);
     assert!(html.contains("Device: web-01"), "{html}");
     assert!(html.contains("No AI provider is configured"));
     assert!(html.contains("BREEZE_AI_PROVIDER"));
-    assert!(html.contains("/assets/chat."), "the chat's script is an asset");
+    assert!(
+        html.contains("/assets/chat."),
+        "the chat's script is an asset"
+    );
     assert!(!html.contains("<script>"), "no inline script");
     assert!(html.contains("data-usage=\"/api/v1/ai/usage?org=org-a"));
     let csrf = csrf_of(html);
     // Another organization's device is not a context here.
-    let r = get_page(&w.app, &format!("/o/org-a/chat?device={}", w.b_device), &admin).await;
+    let r = get_page(
+        &w.app,
+        &format!("/o/org-a/chat?device={}", w.b_device),
+        &admin,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     // The form opens the session: without the token it is refused.
-    let form = [("device", w.a_device.as_str()), ("content", "why is web-01 slow?")];
+    let form = [
+        ("device", w.a_device.as_str()),
+        ("content", "why is web-01 slow?"),
+    ];
     let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
     let mut with = vec![("csrf", csrf.as_str())];
@@ -457,8 +472,15 @@ async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &with).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     let to = r.headers["location"].to_str().unwrap().to_owned();
-    let id = to.strip_prefix("/o/org-a/chat?session=").unwrap().to_owned();
-    let rest = send(&w.app, req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None)).await;
+    let id = to
+        .strip_prefix("/o/org-a/chat?session=")
+        .unwrap()
+        .to_owned();
+    let rest = send(
+        &w.app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
     assert_eq!(rest.body["session"]["pageContext"]["type"], "device");
     assert_eq!(rest.body["session"]["pageContext"]["hostname"], "web-01");
     assert_eq!(rest.body["session"]["title"], "why is web-01 slow?");
@@ -491,12 +513,25 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
     let provider = StandIn::start().await;
     let app = with_provider(&w, &provider);
     let admin = sign_in(&app, "admin@p.test").await;
-    let r = send(&app, req("POST", "/api/v1/ai/sessions", &admin, Some(json!({"org": "org-a"})))).await;
+    let r = send(
+        &app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({"org": "org-a"})),
+        ),
+    )
+    .await;
     let id = r.body["id"].as_str().unwrap().to_owned();
     provider.script([
         Scripted::stream(anthropic::tools(
             "Creating it.",
-            &[("toolu_1", "manage_groups", &["{\"action\":\"create\",\"name\":\"web\"}"])],
+            &[(
+                "toolu_1",
+                "manage_groups",
+                &["{\"action\":\"create\",\"name\":\"web\"}"],
+            )],
             100,
             20,
         )),
@@ -514,7 +549,10 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
         .unwrap();
     let mut body = res.into_body();
     let first = read_events(&mut body, "approval_required").await;
-    let execution = first.last().unwrap().1["executionId"].as_str().unwrap().to_owned();
+    let execution = first.last().unwrap().1["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let chat = format!("/o/org-a/chat?session={id}");
     let r = get_page(&app, &chat, &admin).await;
     let html = page(&r);
@@ -544,7 +582,10 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
     let r = get_page(&app, &chat, &admin).await;
     let html = page(&r);
     assert!(!html.contains("data-decide="), "decided: no dialog");
-    assert!(html.contains("s-completed") && html.contains("Result"), "{html}");
+    assert!(
+        html.contains("s-completed") && html.contains("Result"),
+        "{html}"
+    );
     assert!(html.contains("Done."));
 }
 

@@ -204,7 +204,11 @@ pub(crate) async fn run(
     let mut session = match &args.session {
         Some(id) => {
             let s = client
-                .json(reqwest::Method::GET, &format!("/api/v1/ai/sessions/{id}"), None)
+                .json(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/ai/sessions/{id}"),
+                    None,
+                )
                 .await
                 .context("--session")?;
             writeln!(
@@ -323,7 +327,11 @@ async fn turn(
                 }
                 "tool_result" => {
                     newline(out)?;
-                    let what = if e["isError"] == true { "error" } else { "result" };
+                    let what = if e["isError"] == true {
+                        "error"
+                    } else {
+                        "result"
+                    };
                     writeln!(
                         out,
                         "└ {what}  {}",
@@ -422,10 +430,7 @@ mod tests {
             ..args
         };
         assert!(target(&args, &env).is_err(), "not an http URL");
-        let args = ChatArgs {
-            url: None,
-            ..args
-        };
+        let args = ChatArgs { url: None, ..args };
         assert_eq!(target(&args, &env).unwrap().password, None);
         assert_eq!(clip("abcdef", 3), "abc… (3 more bytes)");
     }

@@ -52,11 +52,18 @@ struct About {
 
 impl About {
     /// The page context, looked up in this organization; `None` when none was named.
-    async fn resolve(&self, state: &AppState, scope: &OrgScope) -> Result<Option<Value>, PageError> {
+    async fn resolve(
+        &self,
+        state: &AppState,
+        scope: &OrgScope,
+    ) -> Result<Option<Value>, PageError> {
         let not_found = |what: &'static str| PageError::from(ApiError::not_found(what));
         let store = scope.store(state);
         if !self.device.is_empty() {
-            let id = self.device.parse().map_err(|_| not_found("device not found"))?;
+            let id = self
+                .device
+                .parse()
+                .map_err(|_| not_found("device not found"))?;
             let d = store.devices().get_device(id).await?;
             return Ok(Some(
                 json!({ "type": "device", "id": d.id, "hostname": d.hostname }),
@@ -144,10 +151,7 @@ fn pretty(v: &Value) -> String {
 
 /// The conversation as entries: each tool call's card carries its input, its result (the
 /// text handed to the model) and its execution's status.
-fn entries(
-    messages: Vec<breeze_store::AiMessage>,
-    executions: &[AiToolExecution],
-) -> Vec<Entry> {
+fn entries(messages: Vec<breeze_store::AiMessage>, executions: &[AiToolExecution]) -> Vec<Entry> {
     let by_use: HashMap<&str, &AiToolExecution> = executions
         .iter()
         .map(|e| (e.tool_use_id.as_str(), e))
@@ -314,10 +318,16 @@ async fn show(
                 badge(s.page_context.as_ref()),
             )
         }
-        None => (Vec::new(), badge(about.resolve(&state, &scope).await?.as_ref())),
+        None => (
+            Vec::new(),
+            badge(about.resolve(&state, &scope).await?.as_ref()),
+        ),
     };
     let sessions = session_links(&state, &who, &scope, &q.q, open.as_ref().map(|s| s.id)).await?;
-    let title = open.as_ref().map_or("New chat", |s| s.title.as_str()).to_owned();
+    let title = open
+        .as_ref()
+        .map_or("New chat", |s| s.title.as_str())
+        .to_owned();
     let mut l = Layout::for_user(&state, &who, Some(&scope.org), Section::Chat, &title).await?;
     if !about_value.is_empty() {
         l.chat_about(&format!("{about_field}={about_value}"));
