@@ -117,7 +117,10 @@ impl Client {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let res = req.send().await.with_context(|| format!("{path}"))?;
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}{path}", self.url))?;
         answer(res).await
     }
 }
