@@ -105,6 +105,6 @@ test("chat from a device page on a phone: stream, tool card, inline approval, co
   assert.equal(await page.locator("button[data-decide]").count(), 0);
   // The session is listed and found by search.
   await page.fill("#chat-q", "web servers");
-  await page.locator("#chat-list a", { hasText: "group the web servers" }).waitFor();
+  await page.locator("#chat-list a", { hasText: "group the web servers" }).first().waitFor();
   noProblems();
 });
