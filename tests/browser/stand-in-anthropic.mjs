@@ -3,7 +3,8 @@
 // message_start, content_block_start/delta/stop with text_delta and input_json_delta, ping,
 // message_delta with usage, message_stop). Stateless, it answers from the conversation:
 // - the last user turn is a tool result: a short text answer ("The tool answered: …");
-// - the person asks to "group" something: some text, then a Tier 3 manage_groups create call;
+// - the person asks to "group" something: some text, then a Tier 3 manage_groups create call
+//   (a new name each time: a demo's data may be reused);
 // - anything else: some text, then a Tier 1 query_devices call.
 // Usage: node stand-in-anthropic.mjs PORT (prints "listening PORT" when ready).
 import { createServer } from "node:http";
@@ -57,7 +58,7 @@ function answer(body) {
   const id = `toolu_standin_${calls + 1}`;
   if (/group/i.test(asked)) {
     return [start(1000), ...textBlock(0, ["I'll create ", "that group for you."]),
-      ...toolBlock(1, id, "manage_groups", { action: "create", name: `web servers ${calls + 1}` }), ...end("tool_use", 30)];
+      ...toolBlock(1, id, "manage_groups", { action: "create", name: `web servers ${Date.now().toString(36)}` }), ...end("tool_use", 30)];
   }
   return [start(1000), ...textBlock(0, ["Let me look ", "at your devices."]),
     ...toolBlock(1, id, "query_devices", { limit: 5 }), ...end("tool_use", 30)];
