@@ -9,6 +9,8 @@
 # device list updating live as devices are added, the demo machine's chart gaining a point,
 # another organization's device URL answering 404, an OAuth client's grant under Connected apps
 # (consent, token, revoke, then refused by MCP).
+# Then every other *.test.mjs there, e.g. assistant.test.mjs (the AI chat on a phone against
+# a stand-in model provider).
 # Screenshots of every page at 1280 px and 390 px go to target/screenshots/ (CI artifacts).
 # Setup and cleanup shared with clients.sh live in .ci/lib.sh.
 # Pins: tests/browser/package.json + package-lock.json.
@@ -41,10 +43,20 @@ ci_npm_ci "$SUITE"
 # ---- 3. breeze demo on a free port (its agent enrolled) ---------------------------------------
 # A Tier 3 call waits up to 120 s for the browser to approve it; OAuth with anonymous
 # registration is on, so a client can connect and show up under Connected apps.
+# The AI assistant talks to a stand-in of Anthropic's streaming API (tests/browser/
+# stand-in-anthropic.mjs), started first so the demo can be pointed at it.
+AI_PORT=$(free_port)
+node "$SUITE/stand-in-anthropic.mjs" "$AI_PORT" >"$WORK/stand-in.log" 2>&1 &
+AI_PID=$!
+# Stopped on exit before lib.sh's cleanup, which keeps the exit status.
+stop_stand_in() { local rc=$?; kill "$AI_PID" 2>/dev/null || true; (exit "$rc"); ci_cleanup; }
+trap stop_stand_in EXIT
+for _ in $(seq 1 50); do grep -q listening "$WORK/stand-in.log" 2>/dev/null && break; sleep 0.1; done
 CI_DEMO_READY=(breeze-data/demo.json breeze-data/agent/agent.json)
 start_server() {
   ci_start_demo "$1" MCP_APPROVAL_WAIT_SECONDS=120 MCP_OAUTH_ENABLED=true OAUTH_DCR_ENABLED=true \
-    OAUTH_DCR_ALLOW_ANONYMOUS=true "${@:2}"
+    OAUTH_DCR_ALLOW_ANONYMOUS=true BREEZE_AI_PROVIDER=anthropic BREEZE_AI_API_KEY=sk-stand-in \
+    BREEZE_AI_BASE_URL="http://127.0.0.1:$AI_PORT" "${@:2}"
 }
 ci_demo_up "breeze demo" start_server
 
@@ -54,5 +66,5 @@ SHOTS="$TARGET_DIR/screenshots"
 rm -rf "$SHOTS"
 (cd "$SUITE" && timeout 600 env "${unset_args[@]}" BREEZE_URL="http://127.0.0.1:$PORT" \
   DEMO_JSON="$DEMO_JSON" AGENT_JSON="$WORK/demo/breeze-data/agent/agent.json" \
-  BREEZE_BIN="$BREEZE" DEMO_DIR="$WORK/demo" SCREENSHOTS="$SHOTS" node --test --test-reporter=spec dashboard.test.mjs)
+  BREEZE_BIN="$BREEZE" DEMO_DIR="$WORK/demo" SCREENSHOTS="$SHOTS" node --test --test-reporter=spec ./*.test.mjs)
 echo "screenshots: $SHOTS"

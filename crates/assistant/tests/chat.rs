@@ -436,6 +436,49 @@ async fn tier3_waits_for_approval_then_runs(cx: Ctx) {
     assert_eq!(approval.status, ApprovalStatus::Completed);
     let groups = w.cx.store.org(w.org).tenancy().list_groups().await.unwrap();
     assert_eq!(groups.len(), 1, "the approved call ran once");
+    // Every row the call wrote names the chat session where it can be queried: the rows of the
+    // chat's own acts as their actor (the request, the handler's change, the chat's call
+    // record), the person's decision in its details.
+    let audit = w.cx.store.org(w.org).audit();
+    let by_session = audit
+        .query_audit(
+            &AuditFilter {
+                actor_type: Some(ActorType::AiChat),
+                actor_id: Some(w.session.to_string()),
+                ..AuditFilter::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap();
+    let mut actions: Vec<&str> = by_session
+        .records
+        .iter()
+        .map(|r| r.event.action.as_str())
+        .collect();
+    actions.sort_unstable();
+    assert_eq!(
+        actions,
+        ["ai.tools.call", "approval.request", "device_group.create"]
+    );
+    let decided = audit
+        .query_audit(
+            &AuditFilter {
+                action: Some("approval.approve".into()),
+                resource_id: Some(approval_id.to_string()),
+                ..AuditFilter::default()
+            },
+            None,
+            50,
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided.records.len(), 1);
+    assert_eq!(
+        decided.records[0].event.details["aiSessionId"],
+        w.session.to_string()
+    );
 }
 
 async fn a_rejected_or_expired_call_is_a_tool_error_and_the_turn_goes_on(cx: Ctx) {

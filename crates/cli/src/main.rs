@@ -141,6 +141,8 @@ enum Command {
         #[command(flatten)]
         settings: StoreFlags,
     },
+    /// Chat with the AI assistant in this terminal (signs in to a running Breeze as a person).
+    Chat(commands::chat::ChatArgs),
     /// MCP utilities.
     #[command(subcommand)]
     Mcp(McpCommand),
@@ -203,9 +205,10 @@ impl Command {
             | Command::Channels { settings, .. }
             | Command::ConfigPolicies { settings, .. }
             | Command::Sources { settings, .. } => settings.into(),
-            Command::Mcp(_) | Command::InstallSkill(_) | Command::Agent { .. } => {
-                SettingFlags::default()
-            }
+            Command::Mcp(_)
+            | Command::Chat(_)
+            | Command::InstallSkill(_)
+            | Command::Agent { .. } => SettingFlags::default(),
         }
     }
 }
@@ -245,6 +248,10 @@ fn main() -> ExitCode {
     if let Command::Mcp(McpCommand::Tools { json }) = cli.command {
         print!("{}", commands::tools::list(json));
         return ExitCode::SUCCESS;
+    }
+    // Needs no server settings: a running server's URL and a person to sign in as.
+    if let Command::Chat(args) = cli.command {
+        return run_chat(&env, args);
     }
     // Needs no server settings: only where the home directory is.
     if let Command::InstallSkill(args) = &cli.command {
@@ -374,6 +381,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
         Command::InstallSkill(_) => {
             anyhow::bail!("`breeze install-skill` is handled before start-up")
         }
+        Command::Chat(_) => anyhow::bail!("`breeze chat` is handled before start-up"),
         // Dispatched in `main` before settings are read.
         Command::Agent { .. } => anyhow::bail!("`breeze agent` is handled before start-up"),
     }
@@ -390,6 +398,33 @@ fn server_runtime() -> tokio::runtime::Builder {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
+/// `breeze chat`: stdin and stdout are the conversation.
+fn run_chat(
+    env: &std::collections::BTreeMap<String, String>,
+    args: commands::chat::ChatArgs,
+) -> ExitCode {
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| {
+            rt.block_on(commands::chat::run(
+                args,
+                env,
+                stdin,
+                &mut std::io::stdout(),
+            ))
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("breeze chat: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -383,8 +383,216 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     assert!(!r.body.to_string().contains("sk-server-secret"));
 }
 
+/// A page's body as text.
+fn page(r: &common::Reply) -> &str {
+    r.body
+        .as_str()
+        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
+}
+
+async fn get_page(app: &Router, uri: &str, cookie: &str) -> common::Reply {
+    send(
+        app,
+        Request::get(uri)
+            .header("cookie", cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+/// The session's CSRF token, as every signed-in page carries it.
+fn csrf_of(html: &str) -> String {
+    let at = html.find("name=\"csrf\" value=\"").unwrap() + 19;
+    html[at..at + html[at..].find('"').unwrap()].to_owned()
+}
+
+async fn post_page_form(
+    app: &Router,
+    uri: &str,
+    cookie: &str,
+    form: &[(&str, &str)],
+) -> common::Reply {
+    send(
+        app,
+        Request::post(uri)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", cookie)
+            .header("origin", "http://127.0.0.1:3000")
+            .body(Body::from(serde_urlencoded::to_string(form).unwrap()))
+            .unwrap(),
+    )
+    .await
+}
+
+/// The chat page: reachable from the navigation, with the device page's context as a badge
+/// and in the session its form opens (CSRF checked), the way to configure a provider when
+/// there is none, a search over the person's own chats, and another person's chat out of
+/// reach (404), like another organization's device.
+async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let device = get_page(&w.app, &format!("/o/org-a/devices/{}", w.a_device), &admin).await;
+    assert_eq!(device.status, StatusCode::OK);
+    let chat_link = format!("/o/org-a/chat?device={}", w.a_device);
+    assert!(
+        page(&device).contains(&chat_link),
+        "the nav's assistant link carries the device"
+    );
+    let r = get_page(&w.app, &chat_link, &admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let html = page(&r);
+    assert!(html.contains("Device: web-01"), "{html}");
+    assert!(html.contains("No AI provider is configured"));
+    assert!(html.contains("BREEZE_AI_PROVIDER"));
+    assert!(
+        html.contains("/assets/chat."),
+        "the chat's script is an asset"
+    );
+    assert!(!html.contains("<script>"), "no inline script");
+    assert!(html.contains("data-usage=\"/api/v1/ai/usage?org=org-a"));
+    let csrf = csrf_of(html);
+    // Another organization's device is not a context here.
+    let r = get_page(
+        &w.app,
+        &format!("/o/org-a/chat?device={}", w.b_device),
+        &admin,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    // The form opens the session: without the token it is refused.
+    let form = [
+        ("device", w.a_device.as_str()),
+        ("content", "why is web-01 slow?"),
+    ];
+    let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let mut with = vec![("csrf", csrf.as_str())];
+    with.extend_from_slice(&form);
+    let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &with).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let to = r.headers["location"].to_str().unwrap().to_owned();
+    let id = to
+        .strip_prefix("/o/org-a/chat?session=")
+        .unwrap()
+        .to_owned();
+    let rest = send(
+        &w.app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
+    assert_eq!(rest.body["session"]["pageContext"]["type"], "device");
+    assert_eq!(rest.body["session"]["pageContext"]["hostname"], "web-01");
+    assert_eq!(rest.body["session"]["title"], "why is web-01 slow?");
+    let r = get_page(&w.app, &to, &admin).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(page(&r).contains("Device: web-01"));
+    assert!(page(&r).contains(&format!("data-session=\"{id}\"")));
+    // Search: the fragment the search box loads.
+    let r = get_page(&w.app, "/o/org-a/chat/sessions?q=slow", &admin).await;
+    assert!(page(&r).contains(&id), "{}", r.body);
+    let r = get_page(&w.app, "/o/org-a/chat/sessions?q=100%25", &admin).await;
+    assert!(!page(&r).contains(&id) && page(&r).contains("No chat matches"));
+    // Another person of the organization: not their chat.
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = get_page(&w.app, &to, &viewer).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = get_page(&w.app, "/o/org-a/chat", &viewer).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!page(&r).contains(&id));
+    // An organization the person does not reach.
+    let r = get_page(&w.app, "/o/org-b/chat", &viewer).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+/// A conversation as the page renders it: the messages, a card per tool call with its input,
+/// and, while a Tier 3 call waits, the inline Approve / Reject for its execution; once
+/// approved, the card's result and status.
+async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
+    let w = world(&cx).await;
+    let provider = StandIn::start().await;
+    let app = with_provider(&w, &provider);
+    let admin = sign_in(&app, "admin@p.test").await;
+    let r = send(
+        &app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({"org": "org-a"})),
+        ),
+    )
+    .await;
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    provider.script([
+        Scripted::stream(anthropic::tools(
+            "Creating it.",
+            &[(
+                "toolu_1",
+                "manage_groups",
+                &["{\"action\":\"create\",\"name\":\"web\"}"],
+            )],
+            100,
+            20,
+        )),
+        Scripted::stream(anthropic::text(&["Done."], 150, 5)),
+    ]);
+    let res = app
+        .clone()
+        .oneshot(req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/messages"),
+            &admin,
+            Some(json!({"content": "make a web group"})),
+        ))
+        .await
+        .unwrap();
+    let mut body = res.into_body();
+    let first = read_events(&mut body, "approval_required").await;
+    let execution = first.last().unwrap().1["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let chat = format!("/o/org-a/chat?session={id}");
+    let r = get_page(&app, &chat, &admin).await;
+    let html = page(&r);
+    assert!(!html.contains("No AI provider is configured"));
+    assert!(html.contains("make a web group") && html.contains("Creating it."));
+    assert!(html.contains("<code>manage_groups</code>"), "{html}");
+    assert!(html.contains(&format!("data-execution=\"{execution}\"")));
+    assert!(html.contains("data-decide=\"approve\"") && html.contains("data-decide=\"reject\""));
+    assert!(
+        ["&quot;", "&#34;", "&#x22;"]
+            .iter()
+            .any(|q| html.contains(&format!("{q}name{q}: {q}web{q}"))),
+        "the input, pretty: {html}"
+    );
+    let r = send(
+        &app,
+        req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/approve/{execution}"),
+            &admin,
+            Some(json!({"approve": true})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    read_events(&mut body, "done").await;
+    let r = get_page(&app, &chat, &admin).await;
+    let html = page(&r);
+    assert!(!html.contains("data-decide="), "decided: no dialog");
+    assert!(
+        html.contains("s-completed") && html.contains("Result"),
+        "{html}"
+    );
+    assert!(html.contains("Done."));
+}
+
 on_both_backends!(
     sessions_are_their_persons_alone,
     no_provider_answers_a_stream_naming_the_setting,
     a_tier3_call_is_approved_from_the_chat,
+    the_chat_page_opens_sessions_with_the_pages_context,
+    the_chat_page_shows_tool_cards_and_the_waiting_approval,
 );

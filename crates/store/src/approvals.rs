@@ -301,9 +301,19 @@ impl crate::OrgApprovals<'_> {
             .execute(&mut tx)
             .await?;
         }
-        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
-            "decision": decision.status(), "reason": reason,
-        }));
+        // A chat's request: the decision row names the chat session too, so the session's
+        // trail reads whole (its own rows name it as their actor).
+        let chat: Option<(Option<AiSessionId>,)> =
+            sql("SELECT ai_session_id FROM approval_requests WHERE id = $1 AND org_id = $2")
+                .bind(id)
+                .bind(self.org)
+                .fetch_optional(&mut tx)
+                .await?;
+        let mut details = serde_json::json!({ "decision": decision.status(), "reason": reason });
+        if let Some((Some(session),)) = chat {
+            details["aiSessionId"] = serde_json::json!(session);
+        }
+        let audit = audit.org(self.org).resource(id).details(details);
         let (actor, request_id) = (audit.actor.clone(), audit.request_id.clone());
         audit::insert(&mut tx, &audit, now).await?;
         if decision == Decision::Report {

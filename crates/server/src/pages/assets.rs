@@ -39,6 +39,16 @@ const FILES: &[Asset] = &[
         bytes: include_bytes!("../../assets/app.css"),
     },
     Asset {
+        name: "chat.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../assets/chat.js"),
+    },
+    Asset {
+        name: "chat.css",
+        content_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("../../assets/chat.css"),
+    },
+    Asset {
         name: "favicon.svg",
         content_type: "image/svg+xml",
         bytes: include_bytes!("../../assets/favicon.svg"),

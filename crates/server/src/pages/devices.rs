@@ -879,7 +879,7 @@ async fn show(
         })
         .collect();
     let charts = charts(&state, store, device_id, window).await?;
-    let l = Layout::for_user(
+    let mut l = Layout::for_user(
         &state,
         &who,
         Some(&scope.org),
@@ -887,6 +887,7 @@ async fn show(
         &device.hostname,
     )
     .await?;
+    l.chat_about(&format!("device={device_id}"));
     render(&DevicePage {
         l,
         hostname: device.hostname.clone(),

@@ -14,6 +14,8 @@ pub(crate) enum Section {
     Approvals,
     Devices,
     Audit,
+    /// The AI assistant's chat.
+    Chat,
     ApiKeys,
     Mcp,
     Apps,
@@ -27,6 +29,7 @@ impl Section {
             Section::Approvals => "/approvals",
             Section::Devices => "/devices",
             Section::Audit => "/audit",
+            Section::Chat => "/chat",
             Section::ApiKeys => "/settings/api-keys",
             Section::Mcp => "/settings/mcp",
             Section::Apps => "/settings/apps",
@@ -39,6 +42,7 @@ impl Section {
             Section::Approvals => "Approvals",
             Section::Devices => "Devices",
             Section::Audit => "Audit log",
+            Section::Chat => "Assistant",
             Section::ApiKeys => "API keys",
             Section::Mcp => "MCP",
             Section::Apps => "Connected apps",
@@ -70,6 +74,9 @@ pub(crate) struct Layout {
     pub(crate) orgs: Vec<Link>,
     pub(crate) nav: Vec<Link>,
     pub(crate) settings: Vec<Link>,
+    /// Where the navigation's assistant link goes: the chat, with what this page shows as
+    /// its context (see [`Layout::chat_about`]).
+    pub(crate) chat_context: String,
     /// The organization's live-update stream (`/o/{org}/events`), empty outside one.
     pub(crate) events: String,
     pub(crate) css: &'static str,
@@ -92,6 +99,7 @@ impl Layout {
             orgs: Vec::new(),
             nav: Vec::new(),
             settings: Vec::new(),
+            chat_context: String::new(),
             events: String::new(),
             css: assets::url("app.css"),
             js: assets::url("app.js"),
@@ -136,15 +144,35 @@ impl Layout {
                 Section::Approvals,
                 Section::Devices,
                 Section::Audit,
+                Section::Chat,
             ]
             .into_iter()
             .map(link)
             .collect();
+            l.chat_context = format!("/o/{}{}", org.slug, Section::Chat.suffix());
             l.settings = [Section::ApiKeys, Section::Mcp, Section::Apps]
                 .into_iter()
                 .map(link)
                 .collect();
         }
         Ok(l)
+    }
+}
+
+impl Layout {
+    /// Makes the navigation's assistant link open the chat about what this page shows
+    /// (`query`: `device=<id>`, `alert=<id>` or `context=overview`): the chat page injects it
+    /// into a new session as its page context.
+    pub(crate) fn chat_about(&mut self, query: &str) {
+        if self.org_slug.is_empty() {
+            return;
+        }
+        let href = format!("/o/{}{}?{query}", self.org_slug, Section::Chat.suffix());
+        for link in &mut self.nav {
+            if link.href == self.chat_context {
+                link.href.clone_from(&href);
+            }
+        }
+        self.chat_context = href;
     }
 }

@@ -15,6 +15,7 @@
 mod approvals;
 pub(crate) mod assets;
 mod audit;
+mod chat;
 pub(crate) mod csrf;
 mod devices;
 pub(crate) mod events;
@@ -55,6 +56,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(login::router())
         .merge(approvals::router())
         .merge(audit::router())
+        .merge(chat::router())
         .merge(devices::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())

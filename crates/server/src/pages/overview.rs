@@ -61,7 +61,7 @@ async fn show(
         .pending_approvals()
         .await?
         .len();
-    let l = Layout::for_user(
+    let mut l = Layout::for_user(
         &state,
         &who,
         Some(&scope.org),
@@ -69,6 +69,7 @@ async fn show(
         &scope.org.name,
     )
     .await?;
+    l.chat_about("context=overview");
     render(&Overview {
         l,
         devices,
