@@ -182,7 +182,7 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
         Method::GET,
         "/orgs/{org}/invoices/{invoice}",
         Operation::write(InvoicesRead),
-    ),    // Tool sources: reading needs the external-tools read grant, changing the write grant;
+    ), // Tool sources: reading needs the external-tools read grant, changing the write grant;
     // a partner-wide source also needs `partner_policies.manage` (`partner_wide`, in the handler).
     (
         Method::GET,

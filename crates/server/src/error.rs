@@ -189,7 +189,9 @@ impl From<breeze_sources::service::CallFailure> for ApiError {
         match e {
             F::Unknown(_) => ApiError::not_found(e.to_string()),
             F::Unavailable(_) => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
-            F::Upstream(_) => ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", e.to_string()),
+            F::Upstream(_) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", e.to_string())
+            }
         }
     }
 }

@@ -448,7 +448,12 @@ impl Sources {
         let until = now
             + chrono::Duration::from_std(lease).unwrap_or_else(|_| chrono::Duration::minutes(5));
         let mut ran = 0;
-        for source in self.store.cross_org().queued_discoveries(now, limit).await? {
+        for source in self
+            .store
+            .cross_org()
+            .queued_discoveries(now, limit)
+            .await?
+        {
             let Some(seen) = source.discovery_queued_at else {
                 continue;
             };

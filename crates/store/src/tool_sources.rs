@@ -433,11 +433,11 @@ async fn write_discovery(
                 "UPDATE tool_sources SET state = 'error', error = $2, updated_at = $3, \
                  discovery_queued_at = NULL WHERE id = $1",
             )
-                .bind(id)
-                .bind(reason.as_str())
-                .bind(now)
-                .execute(&mut tx)
-                .await?;
+            .bind(id)
+            .bind(reason.as_str())
+            .bind(now)
+            .execute(&mut tx)
+            .await?;
             serde_json::json!({"slug": source.slug, "outcome": "failed", "error": reason})
         }
     };
@@ -617,9 +617,9 @@ async fn switch_tools(
     let source = owned_source(store, owner, id).await?;
     let now = store.clock.now();
     let mut tx = Tx::begin(&store.pool).await?;
-    let changed = match switch {
-        ToolSwitch::EnableReads => {
-            sql(
+    let changed =
+        match switch {
+            ToolSwitch::EnableReads => sql(
                 "UPDATE tool_source_tools SET enabled = $2, updated_at = $3 WHERE source_id = $1 \
                  AND tier = 1 AND NOT removed AND unusable IS NULL AND NOT enabled",
             )
@@ -627,10 +627,8 @@ async fn switch_tools(
             .bind(true)
             .bind(now)
             .execute(&mut tx)
-            .await?
-        }
-        ToolSwitch::DisableAll => {
-            sql(
+            .await?,
+            ToolSwitch::DisableAll => sql(
                 "UPDATE tool_source_tools SET enabled = $2, updated_at = $3 WHERE source_id = $1 \
                  AND enabled",
             )
@@ -638,9 +636,8 @@ async fn switch_tools(
             .bind(false)
             .bind(now)
             .execute(&mut tx)
-            .await?
-        }
-    };
+            .await?,
+        };
     let mut audit = audit.resource(id).details(serde_json::json!({
         "slug": source.slug,
         "switch": match switch { ToolSwitch::EnableReads => "enable_reads", ToolSwitch::DisableAll => "disable_all" },

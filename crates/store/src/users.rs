@@ -460,12 +460,10 @@ impl Store {
     /// to everything the partner shares (partner-wide tool sources) is judged on this, never on
     /// a role in one organization.
     pub async fn partner_permissions(&self, user: UserId) -> Result<Option<PermissionSet>> {
-        let row: Option<(Json<PermissionSet>,)> = sql(
-            "SELECT r.permissions FROM users u \
+        let row: Option<(Json<PermissionSet>,)> = sql("SELECT r.permissions FROM users u \
              JOIN user_partner_roles upr ON upr.user_id = u.id \
              JOIN roles r ON r.id = upr.role_id AND r.partner_id = u.partner_id \
-             WHERE u.id = $1 AND u.org_id IS NULL AND NOT u.disabled",
-        )
+             WHERE u.id = $1 AND u.org_id IS NULL AND NOT u.disabled")
         .bind(user)
         .fetch_optional(self)
         .await?;

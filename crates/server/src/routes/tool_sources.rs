@@ -77,9 +77,9 @@ pub(crate) async fn owner_for<'a>(
     source: &ToolSource,
 ) -> Result<Owner<'a>, ApiError> {
     match source.owner {
-        SourceOwner::Organization(o) if o == scope.org.id => Ok(Owner::Organization(
-            state.store.org(o).tool_sources(),
-        )),
+        SourceOwner::Organization(o) if o == scope.org.id => {
+            Ok(Owner::Organization(state.store.org(o).tool_sources()))
+        }
         SourceOwner::Organization(_) => Err(ApiError::not_found("tool source not found")),
         SourceOwner::Partner(_) => {
             let p = partner_wide(state, scope).await?;
@@ -386,7 +386,9 @@ async fn change_tool(
         tier: req.tier.map(tier_from_number).transpose()?,
     };
     let audit = audit(&scope, "tool_source.tool_change", request_id);
-    let t = s.change_tool(owner, source.id, &tool, change, audit).await?;
+    let t = s
+        .change_tool(owner, source.id, &tool, change, audit)
+        .await?;
     Ok(Json(ToolView::new(source.slug.as_str(), t)))
 }
 
