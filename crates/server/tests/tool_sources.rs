@@ -816,4 +816,326 @@ breeze_store::on_both_backends!(
     offered_external_tools_are_listed_and_called_over_mcp,
     rest_manages_a_source_from_creation_to_deletion,
     rest_keeps_sources_to_their_organization_and_grants,
+    pages_add_a_source_and_manage_its_tools,
+    pages_keep_a_source_to_its_organization,
 );
+
+// ---------------------------------------------------------------------------------------------
+// Pages: AI → Tool sources.
+
+const ORIGIN: &str = "http://127.0.0.1:3000";
+
+fn html(r: &Reply) -> &str {
+    r.body
+        .as_str()
+        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
+}
+
+fn hidden(page: &str, name: &str) -> String {
+    let at = page
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no hidden {name} in {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+fn location(r: &Reply) -> String {
+    r.headers
+        .get(header::LOCATION)
+        .map_or(String::new(), |v| v.to_str().unwrap().to_owned())
+}
+
+async fn page(app: &Router, uri: &str, cookie: &str) -> Reply {
+    let r = send(
+        app,
+        Request::get(uri)
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        !r.body.to_string().contains(SECRET),
+        "{uri} shows the credential"
+    );
+    r
+}
+
+async fn post(app: &Router, uri: &str, cookie: &str, form: &[(&str, &str)]) -> Reply {
+    let body = serde_urlencoded::to_string(form).unwrap();
+    let r = send(
+        app,
+        Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(header::ORIGIN, ORIGIN)
+            .header(header::COOKIE, cookie)
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        !r.body.to_string().contains(SECRET),
+        "{uri} shows the credential"
+    );
+    r
+}
+
+/// A signed-in browser: its session cookie and CSRF token (from a page it loaded).
+async fn browser(app: &Router, email: &str) -> (String, String) {
+    let cookie = login(app, email).await;
+    let r = page(app, "/o/org-a/ai/tool-sources", &cookie).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let csrf = hidden(html(&r), "csrf");
+    (cookie, csrf)
+}
+
+async fn pages_add_a_source_and_manage_its_tools(cx: Ctx) {
+    let r = rest(&cx).await;
+    let (cookie, csrf) = browser(&r.app, "admin@p.test").await;
+    let list = page(&r.app, "/o/org-a/ai/tool-sources", &cookie).await;
+    assert!(html(&list).contains("No tool sources yet"));
+    assert!(
+        html(&list).contains("Tool sources</a>"),
+        "in the navigation"
+    );
+    let new = page(&r.app, "/o/org-a/ai/tool-sources/new", &cookie).await;
+    assert_eq!(new.status, StatusCode::OK);
+    assert!(
+        html(&new).contains("/assets/sources."),
+        "the slug preview script"
+    );
+    assert!(!html(&new).contains("<script>"), "no inline script");
+
+    // A bearer source with its secret left blank is refused on the form.
+    let form = |token: &'static str| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("display_name", "Docs Hub!".to_owned()),
+            ("slug", String::new()),
+            ("kind", "mcp".to_owned()),
+            ("url", r.url.clone()),
+            ("auth_method", "bearer".to_owned()),
+            ("token", token.to_owned()),
+            ("availability", "organization".to_owned()),
+        ]
+    };
+    let as_refs = |v: &Vec<(&'static str, String)>| -> Vec<(&'static str, String)> { v.clone() };
+    let blank = as_refs(&form(""));
+    let blank: Vec<(&str, &str)> = blank.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let x = post(&r.app, "/o/org-a/ai/tool-sources", &cookie, &blank).await;
+    assert_eq!(x.status, StatusCode::BAD_REQUEST);
+    assert!(html(&x).contains("enter the credential"), "{}", x.body);
+    let good = form(SECRET);
+    let good: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let x = post(&r.app, "/o/org-a/ai/tool-sources", &cookie, &good).await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER, "{}", x.body);
+    let at = location(&x);
+    let detail = at.split('?').next().unwrap().to_owned();
+    let s = page(&r.app, &at, &cookie).await;
+    assert!(
+        html(&s).contains("<code>docshub</code>"),
+        "slug derived from the name"
+    );
+    assert!(html(&s).contains("discovery queued"));
+    run_queue(&r).await;
+
+    // Tools arrive disabled with their proposed tiers.
+    let s = page(&r.app, &detail, &cookie).await;
+    let body = html(&s);
+    assert!(
+        body.contains("docshub__lookup") && body.contains("docshub__wipe"),
+        "{body}"
+    );
+    assert_eq!(body.matches(">Enable</button>").count(), 3, "all disabled");
+    // Enable all reads, set a tier, test-call a read.
+    let x = post(
+        &r.app,
+        &format!("{detail}/enable-reads"),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER);
+    let x = post(
+        &r.app,
+        &format!("{detail}/tools/wipe"),
+        &cookie,
+        &[("csrf", &csrf), ("tier", "2")],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER, "{}", x.body);
+    let s = page(&r.app, &detail, &cookie).await;
+    assert_eq!(
+        html(&s).matches(">Disable</button>").count(),
+        2,
+        "{}",
+        s.body
+    );
+    assert!(html(&s).contains("set by a person"));
+    let x = post(
+        &r.app,
+        &format!("{detail}/tools/lookup/test"),
+        &cookie,
+        &[("csrf", &csrf), ("arguments", "{\"q\": \"printer\"}")],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::OK);
+    assert!(
+        html(&x).contains("id=\"test-raw\"") && html(&x).contains("printer"),
+        "{}",
+        x.body
+    );
+    assert!(html(&x).contains("id=\"test-duration\""));
+    let x = post(
+        &r.app,
+        &format!("{detail}/tools/lookup/test"),
+        &cookie,
+        &[("csrf", &csrf), ("arguments", "[1]")],
+    )
+    .await;
+    assert!(html(&x).contains("must be a JSON object"));
+
+    // The upstream changes; re-discover; review needed, removed upstream.
+    *r.upstream.tools.lock().unwrap() = vec![
+        tool("lookup", "finds an asset, and more", true),
+        tool("wipe", "deletes an asset", false),
+    ];
+    let x = post(
+        &r.app,
+        &format!("{detail}/discover"),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER);
+    run_queue(&r).await;
+    let s = page(&r.app, &detail, &cookie).await;
+    assert!(html(&s).contains("review needed"), "{}", s.body);
+    assert!(html(&s).contains("removed upstream"));
+
+    // CSRF: a post without the token (or with another) changes nothing.
+    for form in [vec![], vec![("csrf", "forged")]] {
+        let x = post(&r.app, &format!("{detail}/disable-all"), &cookie, &form).await;
+        assert_eq!(x.status, StatusCode::FORBIDDEN, "{}", x.body);
+    }
+    let s = page(&r.app, &detail, &cookie).await;
+    assert_eq!(
+        html(&s).matches(">Disable</button>").count(),
+        1,
+        "`lookup` still enabled (`idle` went with its removal upstream)"
+    );
+
+    // A blank credential is kept while the method stays; switching needs the new one.
+    let x = post(
+        &r.app,
+        &format!("{detail}/edit"),
+        &cookie,
+        &[
+            ("csrf", &csrf),
+            ("display_name", "Docs Hub 2"),
+            ("auth_method", "bearer"),
+            ("token", ""),
+        ],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER, "{}", x.body);
+    let x = post(
+        &r.app,
+        &format!("{detail}/edit"),
+        &cookie,
+        &[
+            ("csrf", &csrf),
+            ("auth_method", "basic"),
+            ("username", "u"),
+            ("password", ""),
+        ],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::BAD_REQUEST);
+    assert!(html(&x).contains("needs the new credential"), "{}", x.body);
+
+    // Disable all; delete.
+    let x = post(
+        &r.app,
+        &format!("{detail}/disable-all"),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER);
+    let x = post(
+        &r.app,
+        &format!("{detail}/delete"),
+        &cookie,
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        page(&r.app, &detail, &cookie).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+async fn pages_keep_a_source_to_its_organization(cx: Ctx) {
+    let r = rest(&cx).await;
+    let (cookie, csrf) = browser(&r.app, "admin@p.test").await;
+    let c = call(
+        &r.app,
+        As::Cookie(&cookie),
+        "POST",
+        &format!("/api/v1/orgs/{}/tool-sources", r.w.org_a),
+        Some(new_source(&r.url, "docs")),
+    )
+    .await;
+    let id = c.body["id"].as_str().unwrap().to_owned();
+    run_queue(&r).await;
+    // Organization B's pages and forms with A's source: 404, and nothing changes.
+    let other = format!("/o/org-b/ai/tool-sources/{id}");
+    assert_eq!(
+        page(&r.app, &other, &cookie).await.status,
+        StatusCode::NOT_FOUND
+    );
+    for (tail, form) in [
+        (
+            "/edit",
+            vec![("display_name", "mine"), ("state", "disabled")],
+        ),
+        ("/discover", vec![]),
+        ("/delete", vec![]),
+        ("/enable-reads", vec![]),
+        ("/disable-all", vec![]),
+        ("/tools/lookup", vec![("enabled", "true")]),
+        ("/tools/lookup/test", vec![("arguments", "{}")]),
+    ] {
+        let mut all = vec![("csrf", csrf.as_str())];
+        all.extend(form);
+        let x = post(&r.app, &format!("{other}{tail}"), &cookie, &all).await;
+        assert_eq!(x.status, StatusCode::NOT_FOUND, "{tail}: {}", x.body);
+    }
+    let list = page(&r.app, "/o/org-b/ai/tool-sources", &cookie).await;
+    assert!(!html(&list).contains(&id));
+    assert!(r.upstream.calls.lock().unwrap().is_empty());
+    let mine = page(&r.app, &format!("/o/org-a/ai/tool-sources/{id}"), &cookie).await;
+    assert!(html(&mine).contains("Docs docs") && html(&mine).contains(">active<"));
+    assert_eq!(html(&mine).matches(">Enable</button>").count(), 3);
+
+    // Read Only sees the page, and its forms are refused.
+    let (viewer, vcsrf) = browser(&r.app, "viewer@p.test").await;
+    let mine = format!("/o/org-a/ai/tool-sources/{id}");
+    assert_eq!(page(&r.app, &mine, &viewer).await.status, StatusCode::OK);
+    let x = post(
+        &r.app,
+        &format!("{mine}/enable-reads"),
+        &viewer,
+        &[("csrf", &vcsrf)],
+    )
+    .await;
+    assert_eq!(x.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        page(&r.app, "/o/org-a/ai/tool-sources/new", &viewer)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+}

@@ -14,6 +14,7 @@ pub(crate) enum Section {
     Approvals,
     Devices,
     Audit,
+    ToolSources,
     ApiKeys,
     Mcp,
     Apps,
@@ -27,6 +28,7 @@ impl Section {
             Section::Approvals => "/approvals",
             Section::Devices => "/devices",
             Section::Audit => "/audit",
+            Section::ToolSources => "/ai/tool-sources",
             Section::ApiKeys => "/settings/api-keys",
             Section::Mcp => "/settings/mcp",
             Section::Apps => "/settings/apps",
@@ -39,6 +41,7 @@ impl Section {
             Section::Approvals => "Approvals",
             Section::Devices => "Devices",
             Section::Audit => "Audit log",
+            Section::ToolSources => "Tool sources",
             Section::ApiKeys => "API keys",
             Section::Mcp => "MCP",
             Section::Apps => "Connected apps",
@@ -136,6 +139,7 @@ impl Layout {
                 Section::Approvals,
                 Section::Devices,
                 Section::Audit,
+                Section::ToolSources,
             ]
             .into_iter()
             .map(link)
