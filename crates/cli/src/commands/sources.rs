@@ -27,7 +27,8 @@ fn cli_audit(action: &str) -> AuditEvent {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SourcesCommand {
-    /// Add a source; its tools arrive disabled once discovered (`breeze sources discover`).
+    /// Add a source and queue its discovery (a running server's worker runs it, or
+    /// `breeze sources discover` now); its tools arrive disabled.
     Add {
         /// The organization (slug or id); with `--all-orgs`, any organization of the partner.
         #[arg(long)]

@@ -803,7 +803,7 @@ async fn test(
         }
         _ => {
             tested.failure =
-                "The arguments must be a JSON object, like {\"q\": \"printer\"}.".into()
+                "The arguments must be a JSON object, like {\"q\": \"printer\"}.".into();
         }
     }
     let banner = Banner {
