@@ -38,6 +38,9 @@ string_enum! {
         ExternalToolsRead = "external_tools.read",
         /// Calling Tier 2 and 3 tools of tool sources.
         ExternalToolsWrite = "external_tools.write",
+        /// Creating, changing and re-discovering what serves every organization of the
+        /// partner (partner-wide tool sources). Judged on the person's partner-wide role.
+        PartnerPoliciesManage = "partner_policies.manage",
     }
 }
 
@@ -47,11 +50,14 @@ impl Permission {
     }
 
     /// Whether only a person exercises this permission, never a credential acting for one:
-    /// managing API keys, users and settings (see [`crate::authz`]).
+    /// managing API keys, users, settings and partner-wide policies (see [`crate::authz`]).
     pub const fn is_personal(self) -> bool {
         matches!(
             self,
-            Permission::ApikeysManage | Permission::UsersManage | Permission::SettingsManage
+            Permission::ApikeysManage
+                | Permission::UsersManage
+                | Permission::SettingsManage
+                | Permission::PartnerPoliciesManage
         )
     }
 }

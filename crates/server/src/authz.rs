@@ -182,6 +182,62 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
         Method::GET,
         "/orgs/{org}/invoices/{invoice}",
         Operation::write(InvoicesRead),
+    ), // Tool sources: reading needs the external-tools read grant, changing the write grant;
+    // a partner-wide source also needs `partner_policies.manage` (`partner_wide`, in the handler).
+    (
+        Method::GET,
+        "/orgs/{org}/tool-sources",
+        Operation::read(ExternalToolsRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tool-sources",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/tool-sources/{source}",
+        Operation::read(ExternalToolsRead),
+    ),
+    (
+        Method::PATCH,
+        "/orgs/{org}/tool-sources/{source}",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::DELETE,
+        "/orgs/{org}/tool-sources/{source}",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tool-sources/{source}/discover",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/tool-sources/{source}/tools",
+        Operation::read(ExternalToolsRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tool-sources/{source}/enable-reads",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tool-sources/{source}/disable-all",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::PATCH,
+        "/orgs/{org}/tool-sources/{source}/tools/{tool}",
+        Operation::write(ExternalToolsWrite),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/tool-sources/{source}/tools/{tool}/test",
+        Operation::write(ExternalToolsWrite),
     ),
 ];
 
@@ -287,5 +343,38 @@ pub(crate) async fn org_scope(
             "this API key lacks the {scope} scope"
         ))),
         Err(denied) => Err(ApiError::forbidden(format!("permission denied: {denied}"))),
+    }
+}
+
+/// The partner whose partner-wide sources and policies the caller may manage from `scope`'s
+/// organization: only a person (never a credential), judged on their partner-wide role (a
+/// role in one organization never reaches what serves all of them) by the one permission
+/// model, for `partner_policies.manage`. Refused with 403 otherwise.
+pub(crate) async fn partner_wide(
+    state: &AppState,
+    scope: &OrgScope,
+) -> Result<breeze_core::PartnerId, ApiError> {
+    let refused = || {
+        ApiError::forbidden(
+            "partner-wide sources serve every organization: managing one needs the \
+             partner_policies.manage permission in a partner-wide role, as a person",
+        )
+    };
+    if !scope.caller.is_person() {
+        return Err(refused());
+    }
+    let permissions = state
+        .store
+        .partner_permissions(scope.caller.user())
+        .await?
+        .ok_or_else(refused)?;
+    let caller = Caller::dashboard_session(scope.caller.user(), scope.org.id, Some(permissions));
+    match authz::authorize(
+        &caller,
+        Operation::write(PartnerPoliciesManage),
+        state.scope_policy(),
+    ) {
+        Ok(Verdict::Allowed) => Ok(scope.org.partner_id),
+        _ => Err(refused()),
     }
 }

@@ -166,3 +166,32 @@ impl From<AuthError> for ApiError {
         }
     }
 }
+
+impl From<breeze_sources::service::SourcesError> for ApiError {
+    fn from(e: breeze_sources::service::SourcesError) -> Self {
+        use breeze_sources::service::SourcesError as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::NoKey => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tool_sources_unavailable",
+                e.to_string(),
+            ),
+            E::Invalid(_) | E::Egress(_) | E::Auth(_) => ApiError::bad_request(e.to_string()),
+            E::Vault(e) => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<breeze_sources::service::CallFailure> for ApiError {
+    fn from(e: breeze_sources::service::CallFailure) -> Self {
+        use breeze_sources::service::CallFailure as F;
+        match e {
+            F::Unknown(_) => ApiError::not_found(e.to_string()),
+            F::Unavailable(_) => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+            F::Upstream(_) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", e.to_string())
+            }
+        }
+    }
+}

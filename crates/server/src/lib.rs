@@ -26,6 +26,7 @@ mod pages;
 pub mod patch_jobs;
 mod routes;
 pub mod scan_schedules;
+pub mod tool_sources;
 pub mod workers;
 
 use std::{sync::Arc, time::Duration};
@@ -552,6 +553,12 @@ pub async fn serve(
         )),
         sweeper_stop.clone(),
     );
+    if let Some(sources) = breeze.state.pipeline.sources() {
+        workers::spawn(
+            Arc::new(tool_sources::DiscoveryWorker::new(sources.clone())),
+            sweeper_stop.clone(),
+        );
+    }
     if store.has_write_ahead_log() {
         workers::spawn(
             Arc::new(housekeeping::Checkpointer(store.clone())),

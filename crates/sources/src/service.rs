@@ -9,12 +9,12 @@
 use std::{sync::Arc, time::Duration};
 
 use breeze_core::{
-    AuditEvent, Clock, OrgId,
+    AuditEvent, Clock, OrgId, Tier,
     tool_source::{Discovered, Known, Slug, SourceKind, SourceState, merge, split_address},
 };
 use breeze_store::{
-    DiscoveryRecord, NewToolSource, OrgToolSources, PartnerToolSources, SourceOwner, SourceTool,
-    Store, StoreError, ToolSource,
+    DiscoveryRecord, NewToolSource, OrgToolSources, PartnerToolSources, SourceChange, SourceOwner,
+    SourceTool, Store, StoreError, ToolChange, ToolSource, ToolSwitch,
 };
 use serde_json::{Value, json};
 use url::Url;
@@ -50,6 +50,64 @@ pub enum Owner<'a> {
     Organization(OrgToolSources<'a>),
     /// Partner-wide: only for a caller who may manage partner-wide policies.
     Partner(PartnerToolSources<'a>),
+}
+
+impl<'a> Owner<'a> {
+    /// The owner a stored source names, with the store's authority: for the CLI (which acts
+    /// with the database's authority) and the discovery worker (which runs what a door already
+    /// authorized). A door acting for a person builds its `Owner` after its own checks.
+    pub fn of(store: &'a Store, owner: SourceOwner) -> Self {
+        match owner {
+            SourceOwner::Organization(o) => Owner::Organization(store.org(o).tool_sources()),
+            SourceOwner::Partner(p) => Owner::Partner(store.partner_tool_sources(p)),
+        }
+    }
+}
+
+/// A change to a source as a person asked for it. `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Edit {
+    pub display_name: Option<String>,
+    /// `false`: the source is disabled (none of its tools can be called); `true`: active again.
+    pub enabled: Option<bool>,
+    pub offer_to_mcp: Option<bool>,
+    /// The authentication method the person chose; `None`: unchanged.
+    pub auth_method: Option<String>,
+    /// A new credential; `None` ("left blank") keeps the stored one, which is allowed only
+    /// while the method is unchanged.
+    pub credential: Option<Credential>,
+}
+
+/// The authentication methods a source may use, as [`Credential::method`] names them.
+pub const AUTH_METHODS: [&str; 5] = [
+    "none",
+    "bearer",
+    "api_key_header",
+    "basic",
+    "oauth2_client_credentials",
+];
+
+/// A tier a person may give an external tool: 1, 2 or 3 (Tier 4 is Breeze's "never").
+pub fn tier_from_number(n: u8) -> Result<Tier, SourcesError> {
+    match n {
+        1 => Ok(Tier::T1),
+        2 => Ok(Tier::T2),
+        3 => Ok(Tier::T3),
+        _ => Err(SourcesError::Invalid(format!(
+            "an external tool's tier is 1, 2 or 3, not {n}"
+        ))),
+    }
+}
+
+fn check_credential(c: &Credential) -> Result<(), SourcesError> {
+    if let Credential::ApiKeyHeader { header, .. } = c
+        && reqwest13::header::HeaderName::from_bytes(header.as_bytes()).is_err()
+    {
+        return Err(SourcesError::Invalid(format!(
+            "{header:?} is not a valid header name"
+        )));
+    }
+    Ok(())
 }
 
 macro_rules! on_owner {
@@ -151,7 +209,7 @@ impl Sources {
     }
 
     /// Adds a source: slug checked (or derived), URLs held to the egress rules, credential
-    /// sealed for the new id. Discovery is the caller's next step (queued, never polled).
+    /// sealed for the new id, and its first discovery queued (a worker runs it).
     pub async fn create(
         &self,
         owner: Owner<'_>,
@@ -175,13 +233,7 @@ impl Sources {
             }
             (SourceKind::Mcp, _) => None,
         };
-        if let Credential::ApiKeyHeader { header, .. } = &new.credential
-            && reqwest13::header::HeaderName::from_bytes(header.as_bytes()).is_err()
-        {
-            return Err(SourcesError::Invalid(format!(
-                "{header:?} is not a valid header name"
-            )));
-        }
+        check_credential(&new.credential)?;
         let id = Uuid::now_v7();
         let record = NewToolSource {
             id,
@@ -227,6 +279,200 @@ impl Sources {
         });
         on_owner!(owner, h => h.record_discovery(id, record, audit).await)?;
         Ok(summary)
+    }
+
+    /// The sources organization `org` sees: its own and its partner's, by slug.
+    pub async fn list(&self, org: OrgId) -> Result<Vec<ToolSource>, SourcesError> {
+        Ok(self.store.org(org).tool_sources().tool_sources().await?)
+    }
+
+    /// A source `org` sees, by id; `NotFound` for another organization's.
+    pub async fn get(&self, org: OrgId, id: Uuid) -> Result<ToolSource, SourcesError> {
+        Ok(self.store.org(org).tool_sources().tool_source(id).await?)
+    }
+
+    /// A source `org` sees, by slug (its own before its partner's).
+    pub async fn by_slug(&self, org: OrgId, slug: &str) -> Result<ToolSource, SourcesError> {
+        self.list(org)
+            .await?
+            .into_iter()
+            .filter(|s| s.slug.as_str() == slug)
+            .min_by_key(|s| matches!(s.owner, SourceOwner::Partner(_)))
+            .ok_or(SourcesError::Store(StoreError::NotFound("tool source")))
+    }
+
+    /// The tools of a source `org` sees, in name order.
+    pub async fn tools(&self, org: OrgId, id: Uuid) -> Result<Vec<Known>, SourcesError> {
+        Ok(self.store.org(org).tool_sources().source_tools(id).await?)
+    }
+
+    /// Changes a source: its name, whether it is enabled or offered to MCP clients, its
+    /// credential. A credential left out keeps the stored one only while the method stays the
+    /// same; switching methods needs the new credential (the old one means nothing to it).
+    pub async fn edit(
+        &self,
+        owner: Owner<'_>,
+        id: Uuid,
+        edit: Edit,
+        audit: AuditEvent,
+    ) -> Result<ToolSource, SourcesError> {
+        let before = on_owner!(owner, h => h.own_tool_source(id).await)?;
+        if let Some(m) = &edit.auth_method
+            && !AUTH_METHODS.contains(&m.as_str())
+        {
+            return Err(SourcesError::Invalid(format!(
+                "unknown authentication method {m:?}: one of {}",
+                AUTH_METHODS.join(", ")
+            )));
+        }
+        let auth_method_and_credential = match (&edit.auth_method, &edit.credential) {
+            (Some(m), Some(c)) if m != c.method() => {
+                return Err(SourcesError::Invalid(format!(
+                    "the credential given is {}, not {m}",
+                    c.method()
+                )));
+            }
+            (_, Some(c)) => {
+                check_credential(c)?;
+                Some((
+                    c.method().to_owned(),
+                    self.vault()?.seal(c, &id.to_string())?,
+                ))
+            }
+            (Some(m), None) if *m != before.auth_method => {
+                return Err(SourcesError::Invalid(format!(
+                    "switching from {} to {m} needs the new credential; a blank one is kept only \
+                     while the method is unchanged",
+                    before.auth_method
+                )));
+            }
+            (_, None) => None,
+        };
+        let change = SourceChange {
+            display_name: edit.display_name,
+            state: edit.enabled.map(|on| {
+                if on {
+                    SourceState::Active
+                } else {
+                    SourceState::Disabled
+                }
+            }),
+            offer_to_mcp: edit.offer_to_mcp,
+            auth_method_and_credential,
+        };
+        Ok(on_owner!(owner, h => h.change_tool_source(id, change, audit).await)?)
+    }
+
+    /// Deletes a source and its tools.
+    pub async fn delete(
+        &self,
+        owner: Owner<'_>,
+        id: Uuid,
+        audit: AuditEvent,
+    ) -> Result<(), SourcesError> {
+        Ok(on_owner!(owner, h => h.delete_tool_source(id, audit).await)?)
+    }
+
+    /// Queues a discovery ("Re-discover"): the discovery worker runs it soon after; nothing
+    /// polls the upstream.
+    pub async fn queue_discovery(
+        &self,
+        owner: Owner<'_>,
+        id: Uuid,
+        audit: AuditEvent,
+    ) -> Result<ToolSource, SourcesError> {
+        Ok(on_owner!(owner, h => h.queue_discovery(id, audit).await)?)
+    }
+
+    /// Enables or disables one tool, or sets its tier (which clears "review needed").
+    pub async fn change_tool(
+        &self,
+        owner: Owner<'_>,
+        id: Uuid,
+        name: &str,
+        change: ToolChange,
+        audit: AuditEvent,
+    ) -> Result<Known, SourcesError> {
+        Ok(on_owner!(owner, h => h.change_source_tool(id, name, change, audit).await)?)
+    }
+
+    /// "Enable all reads" or "Disable all": how many tools changed.
+    pub async fn switch_tools(
+        &self,
+        owner: Owner<'_>,
+        id: Uuid,
+        switch: ToolSwitch,
+        audit: AuditEvent,
+    ) -> Result<u64, SourcesError> {
+        Ok(on_owner!(owner, h => h.switch_source_tools(id, switch, audit).await)?)
+    }
+
+    /// The "Test" action on the tool `name` of source `id` as `org` sees it (see
+    /// [`Sources::test_call`]).
+    pub async fn test_tool(
+        &self,
+        org: OrgId,
+        id: Uuid,
+        name: &str,
+        args: Value,
+        audit: AuditEvent,
+    ) -> Result<CallResult, CallFailure> {
+        // Another organization's source is as unknown as a missing one.
+        let failed = |e: SourcesError| match e {
+            SourcesError::Store(StoreError::NotFound(what)) => CallFailure::Unknown(what.into()),
+            e => CallFailure::Unavailable(e.to_string()),
+        };
+        let source = self.get(org, id).await.map_err(failed)?;
+        let tool = self
+            .tools(org, id)
+            .await
+            .map_err(failed)?
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| CallFailure::Unknown(format!("{}{}{name}", source.slug, "__")))?;
+        self.test_call(org, &SourceTool { source, tool }, args, audit)
+            .await
+    }
+
+    /// Runs up to `limit` queued discoveries whose time has come, each claimed first (so one
+    /// instance of a cluster runs each), one after the other; a discovery that fails leaves
+    /// its source in error with the reason. Returns how many ran. `lease`: how long a claimed
+    /// discovery is held before another worker may take it again (longer than a discovery).
+    pub async fn run_queued(
+        &self,
+        limit: i64,
+        lease: Duration,
+        audit: impl Fn() -> AuditEvent,
+    ) -> Result<usize, SourcesError> {
+        let now = self.clock.now();
+        let until = now
+            + chrono::Duration::from_std(lease).unwrap_or_else(|_| chrono::Duration::minutes(5));
+        let mut ran = 0;
+        for source in self
+            .store
+            .cross_org()
+            .queued_discoveries(now, limit)
+            .await?
+        {
+            let Some(seen) = source.discovery_queued_at else {
+                continue;
+            };
+            if !self
+                .store
+                .cross_org()
+                .claim_discovery(source.id, seen, until)
+                .await?
+            {
+                continue;
+            }
+            ran += 1;
+            let owner = Owner::of(&self.store, source.owner);
+            if let Err(e) = self.discover(owner, source.id, audit()).await {
+                // Nothing recorded (no key, store down): the lease runs out and it is taken again.
+                tracing::warn!(source = %source.id, error = %e, "a queued discovery failed");
+            }
+        }
+        Ok(ran)
     }
 
     /// What the upstream offers: tools, skipped operations, warnings; or why it failed.

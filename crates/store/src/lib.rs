@@ -172,7 +172,7 @@ pub use tickets::{
 };
 pub use tool_sources::{
     DiscoveryRecord, MAX_SOURCES, NewToolSource, PartnerToolSources, SourceChange, SourceOwner,
-    SourceTool, ToolChange, ToolSource,
+    SourceTool, ToolChange, ToolSource, ToolSwitch,
 };
 pub use users::{NewUser, UserWithSecret};
 

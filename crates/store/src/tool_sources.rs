@@ -29,7 +29,7 @@ pub const MAX_SOURCES: i64 = 100;
 
 const COLUMNS: &str = "id, org_id, partner_id, slug, display_name, kind, url, document_url, \
     state, error, auth_method, offer_to_mcp, warnings, skipped, discovered_at, created_by, \
-    created_at, updated_at";
+    created_at, updated_at, discovery_queued_at";
 
 const TOOL_COLUMNS: &str = "name, description, input_schema, output_schema, annotations, \
     call_plan, definition_hash, proposed_tier, tier, tier_set, enabled, review_needed, removed, \
@@ -79,6 +79,8 @@ pub struct ToolSource {
     pub created_by: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// A discovery is queued (from this time a worker may take it); `None`: none is.
+    pub discovery_queued_at: Option<Timestamp>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -103,6 +105,7 @@ struct SourceRow {
     created_by: String,
     created_at: Timestamp,
     updated_at: Timestamp,
+    discovery_queued_at: Option<Timestamp>,
 }
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -134,6 +137,7 @@ impl SourceRow {
             created_by: self.created_by,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            discovery_queued_at: self.discovery_queued_at,
         })
     }
 }
@@ -302,7 +306,7 @@ async fn insert_source(
     }
     sql(format!(
         "INSERT INTO tool_sources ({COLUMNS}, credential) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-         'active', NULL, $9, $10, $11, $12, NULL, $13, $14, $14, $15)"
+         'active', NULL, $9, $10, $11, $12, NULL, $13, $14, $14, $14, $15)"
     ))
     .bind(new.id)
     .bind(org)
@@ -409,7 +413,7 @@ async fn write_discovery(
             };
             sql(
                 "UPDATE tool_sources SET state = $2, error = NULL, warnings = $3, skipped = $4, \
-                 discovered_at = $5, updated_at = $5 WHERE id = $1",
+                 discovered_at = $5, updated_at = $5, discovery_queued_at = NULL WHERE id = $1",
             )
             .bind(id)
             .bind(state.as_str())
@@ -425,12 +429,15 @@ async fn write_discovery(
             })
         }
         Err(reason) => {
-            sql("UPDATE tool_sources SET state = 'error', error = $2, updated_at = $3 WHERE id = $1")
-                .bind(id)
-                .bind(reason.as_str())
-                .bind(now)
-                .execute(&mut tx)
-                .await?;
+            sql(
+                "UPDATE tool_sources SET state = 'error', error = $2, updated_at = $3, \
+                 discovery_queued_at = NULL WHERE id = $1",
+            )
+            .bind(id)
+            .bind(reason.as_str())
+            .bind(now)
+            .execute(&mut tx)
+            .await?;
             serde_json::json!({"slug": source.slug, "outcome": "failed", "error": reason})
         }
     };
@@ -591,6 +598,84 @@ async fn delete_source(
     tx.commit().await
 }
 
+/// Which tools a bulk switch turns on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSwitch {
+    /// Every Tier 1 tool that can be enabled (not removed upstream, name usable).
+    EnableReads,
+    /// Every enabled tool.
+    DisableAll,
+}
+
+async fn switch_tools(
+    store: &Store,
+    owner: SourceOwner,
+    id: Uuid,
+    switch: ToolSwitch,
+    audit: AuditEvent,
+) -> Result<u64> {
+    let source = owned_source(store, owner, id).await?;
+    let now = store.clock.now();
+    let mut tx = Tx::begin(&store.pool).await?;
+    let changed =
+        match switch {
+            ToolSwitch::EnableReads => sql(
+                "UPDATE tool_source_tools SET enabled = $2, updated_at = $3 WHERE source_id = $1 \
+                 AND tier = 1 AND NOT removed AND unusable IS NULL AND NOT enabled",
+            )
+            .bind(id)
+            .bind(true)
+            .bind(now)
+            .execute(&mut tx)
+            .await?,
+            ToolSwitch::DisableAll => sql(
+                "UPDATE tool_source_tools SET enabled = $2, updated_at = $3 WHERE source_id = $1 \
+                 AND enabled",
+            )
+            .bind(id)
+            .bind(false)
+            .bind(now)
+            .execute(&mut tx)
+            .await?,
+        };
+    let mut audit = audit.resource(id).details(serde_json::json!({
+        "slug": source.slug,
+        "switch": match switch { ToolSwitch::EnableReads => "enable_reads", ToolSwitch::DisableAll => "disable_all" },
+        "changed": changed,
+    }));
+    if let SourceOwner::Organization(o) = owner {
+        audit = audit.org(o);
+    }
+    audit::insert(&mut tx, &audit, now).await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+async fn queue_discovery(
+    store: &Store,
+    owner: SourceOwner,
+    id: Uuid,
+    audit: AuditEvent,
+) -> Result<ToolSource> {
+    let source = owned_source(store, owner, id).await?;
+    let now = store.clock.now();
+    let mut tx = Tx::begin(&store.pool).await?;
+    sql("UPDATE tool_sources SET discovery_queued_at = $2, updated_at = $2 WHERE id = $1")
+        .bind(id)
+        .bind(now)
+        .execute(&mut tx)
+        .await?;
+    let mut audit = audit
+        .resource(id)
+        .details(serde_json::json!({"slug": source.slug, "outcome": "queued"}));
+    if let SourceOwner::Organization(o) = owner {
+        audit = audit.org(o);
+    }
+    audit::insert(&mut tx, &audit, now).await?;
+    tx.commit().await?;
+    owned_source(store, owner, id).await
+}
+
 /// The sources of one partner that every organization of it sees: changed only by whoever may
 /// manage partner-wide policies (the door checks, then asks [`Store::partner_tool_sources`]).
 #[derive(Debug, Clone, Copy)]
@@ -656,6 +741,22 @@ macro_rules! owner_writes {
                 audit: AuditEvent,
             ) -> Result<ToolSource> {
                 change_source(self.store, $owner(self), id, change, audit).await
+            }
+
+            /// Turns on every read or off every tool of a source at once (one audit record);
+            /// returns how many tools changed.
+            pub async fn switch_source_tools(
+                &self,
+                id: Uuid,
+                switch: ToolSwitch,
+                audit: AuditEvent,
+            ) -> Result<u64> {
+                switch_tools(self.store, $owner(self), id, switch, audit).await
+            }
+
+            /// Queues a discovery of the source (a worker runs it; Breeze never polls).
+            pub async fn queue_discovery(&self, id: Uuid, audit: AuditEvent) -> Result<ToolSource> {
+                queue_discovery(self.store, $owner(self), id, audit).await
             }
 
             /// Deletes a source and its tools.
@@ -803,5 +904,41 @@ impl crate::CrossOrg<'_> {
             .fetch_scalar::<i64>(self.store)
             .await?;
         Ok(n > 0)
+    }
+
+    /// Sources whose queued discovery may be taken at `now`, oldest first.
+    pub async fn queued_discoveries(&self, now: Timestamp, limit: i64) -> Result<Vec<ToolSource>> {
+        sql(format!(
+            "SELECT {COLUMNS} FROM tool_sources WHERE discovery_queued_at <= $1 \
+             ORDER BY discovery_queued_at LIMIT $2"
+        ))
+        .bind(now)
+        .bind(limit)
+        .fetch_all::<SourceRow>(self.store)
+        .await?
+        .into_iter()
+        .map(SourceRow::into_source)
+        .collect()
+    }
+
+    /// Takes the queued discovery of `source` (as listed, queued at `seen`) until `until`:
+    /// `false` when another worker took it first. A discovery that finishes clears the queue;
+    /// one cut short is taken again after `until`.
+    pub async fn claim_discovery(
+        &self,
+        source: Uuid,
+        seen: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool> {
+        let n = sql(
+            "UPDATE tool_sources SET discovery_queued_at = $3 WHERE id = $1 \
+             AND discovery_queued_at = $2",
+        )
+        .bind(source)
+        .bind(seen)
+        .bind(until)
+        .execute(self.store)
+        .await?;
+        Ok(n == 1)
     }
 }

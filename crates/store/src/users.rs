@@ -455,6 +455,21 @@ impl Store {
         }))
     }
 
+    /// The permissions of `user`'s partner-wide role: `None` for an organization-level or
+    /// disabled user, or a partner-level one without a partner-wide role. What a person may do
+    /// to everything the partner shares (partner-wide tool sources) is judged on this, never on
+    /// a role in one organization.
+    pub async fn partner_permissions(&self, user: UserId) -> Result<Option<PermissionSet>> {
+        let row: Option<(Json<PermissionSet>,)> = sql("SELECT r.permissions FROM users u \
+             JOIN user_partner_roles upr ON upr.user_id = u.id \
+             JOIN roles r ON r.id = upr.role_id AND r.partner_id = u.partner_id \
+             WHERE u.id = $1 AND u.org_id IS NULL AND NOT u.disabled")
+        .bind(user)
+        .fetch_optional(self)
+        .await?;
+        Ok(row.map(|(p,)| p.0))
+    }
+
     /// The organizations `user` holds a role in (its own, or through its partner-wide role),
     /// by name, with the role's name.
     pub async fn user_organizations(&self, user: UserId) -> Result<Vec<(Organization, String)>> {

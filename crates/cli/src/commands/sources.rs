@@ -4,13 +4,15 @@
 //!
 //! Like the other admin commands these act as the system (audit actor `system:cli`) with the
 //! database's authority: whoever runs them holds `DATABASE_URL`. A partner-wide source
-//! (`--all-orgs`) is created and changed through the partner's handle.
+//! (`--all-orgs`) is created and changed through the partner's handle. Every command is one
+//! call of `breeze_sources::service::Sources`, the same calls REST and the pages make; `add`
+//! queues the first discovery for a running server's worker, `discover` runs one now.
 
 use anyhow::{Context, bail};
-use breeze_core::{Actor, AuditEvent, Tier, tool_source::SourceKind};
+use breeze_core::{Actor, AuditEvent, tool_source::SourceKind};
 use breeze_sources::{
     egress::Egress,
-    service::{NewSource, Owner, Sources},
+    service::{NewSource, Owner, Sources, tier_from_number},
     vault::Credential,
 };
 use breeze_store::{SourceOwner, ToolChange, ToolSource};
@@ -25,7 +27,8 @@ fn cli_audit(action: &str) -> AuditEvent {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SourcesCommand {
-    /// Add a source; its tools arrive disabled once discovered (`breeze sources discover`).
+    /// Add a source and queue its discovery (a running server's worker runs it, or
+    /// `breeze sources discover` now); its tools arrive disabled.
     Add {
         /// The organization (slug or id); with `--all-orgs`, any organization of the partner.
         #[arg(long)]
@@ -188,21 +191,20 @@ impl SourcesCommand {
             }
             SourcesCommand::List { org } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                for s in app.store.org(org.id).tool_sources().tool_sources().await? {
+                for s in sources(app, settings)?.list(org.id).await? {
                     println!("{}", describe(&s));
                 }
             }
             SourcesCommand::Discover { org, source } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                let s = find(app, org.id, &source).await?;
-                let owner = match s.owner {
-                    SourceOwner::Organization(o) => {
-                        Owner::Organization(app.store.org(o).tool_sources())
-                    }
-                    SourceOwner::Partner(p) => Owner::Partner(app.store.partner_tool_sources(p)),
-                };
-                match sources(app, settings)?
-                    .discover(owner, s.id, cli_audit("tool_source.discover"))
+                let sources = sources(app, settings)?;
+                let s = find(&sources, org.id, &source).await?;
+                match sources
+                    .discover(
+                        Owner::of(&app.store, s.owner),
+                        s.id,
+                        cli_audit("tool_source.discover"),
+                    )
                     .await?
                 {
                     Ok(d) => {
@@ -219,14 +221,9 @@ impl SourcesCommand {
             }
             SourcesCommand::Tools { org, source } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                let s = find(app, org.id, &source).await?;
-                for t in app
-                    .store
-                    .org(org.id)
-                    .tool_sources()
-                    .source_tools(s.id)
-                    .await?
-                {
+                let sources = sources(app, settings)?;
+                let s = find(&sources, org.id, &source).await?;
+                for t in sources.tools(org.id, s.id).await? {
                     let mut flags = Vec::new();
                     if t.review_needed {
                         flags.push("review needed".to_owned());
@@ -256,14 +253,10 @@ impl SourcesCommand {
             } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let args: serde_json::Value = serde_json::from_str(&args).context("--args")?;
-                let address = format!("{source}__{tool}");
                 let sources = sources(app, settings)?;
-                let t = sources
-                    .find_tool(org.id, &address)
-                    .await?
-                    .with_context(|| format!("no tool {address} in this organization"))?;
+                let s = find(&sources, org.id, &source).await?;
                 let r = sources
-                    .test_call(org.id, &t, args, cli_audit("external_tool.test"))
+                    .test_tool(org.id, s.id, &tool, args, cli_audit("external_tool.test"))
                     .await?;
                 println!("{}", serde_json::to_string_pretty(&r.result)?);
                 println!(
@@ -281,34 +274,16 @@ impl SourcesCommand {
                 tier,
             } => {
                 let org = app.store.find_organization(&org).await.context("--org")?;
-                let s = find(app, org.id, &source).await?;
-                let tier = match tier {
-                    None => None,
-                    Some(1) => Some(Tier::T1),
-                    Some(2) => Some(Tier::T2),
-                    Some(3) => Some(Tier::T3),
-                    Some(n) => bail!("--tier: {n} is not 1, 2 or 3"),
-                };
+                let sources = sources(app, settings)?;
+                let s = find(&sources, org.id, &source).await?;
                 let change = ToolChange {
                     enabled: (enable || disable).then_some(enable),
-                    tier,
+                    tier: tier.map(tier_from_number).transpose().context("--tier")?,
                 };
                 let audit = cli_audit("tool_source.tool_change");
-                let t = match s.owner {
-                    SourceOwner::Organization(o) => {
-                        app.store
-                            .org(o)
-                            .tool_sources()
-                            .change_source_tool(s.id, &tool, change, audit)
-                            .await?
-                    }
-                    SourceOwner::Partner(p) => {
-                        app.store
-                            .partner_tool_sources(p)
-                            .change_source_tool(s.id, &tool, change, audit)
-                            .await?
-                    }
-                };
+                let t = sources
+                    .change_tool(Owner::of(&app.store, s.owner), s.id, &tool, change, audit)
+                    .await?;
                 println!(
                     "{}__{}: tier {}, {}",
                     s.slug,
@@ -322,13 +297,13 @@ impl SourcesCommand {
     }
 }
 
-async fn find(app: &App, org: breeze_core::OrgId, slug: &str) -> anyhow::Result<ToolSource> {
-    app.store
-        .org(org)
-        .tool_sources()
-        .tool_sources()
-        .await?
-        .into_iter()
-        .find(|s| s.slug.as_str() == slug)
+async fn find(
+    sources: &Sources,
+    org: breeze_core::OrgId,
+    slug: &str,
+) -> anyhow::Result<ToolSource> {
+    sources
+        .by_slug(org, slug)
+        .await
         .with_context(|| format!("no tool source {slug:?} in this organization"))
 }

@@ -34,6 +34,11 @@ const FILES: &[Asset] = &[
         bytes: include_bytes!("../../assets/app.js"),
     },
     Asset {
+        name: "sources.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../assets/sources.js"),
+    },
+    Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",
         bytes: include_bytes!("../../assets/app.css"),

@@ -16,6 +16,7 @@ pub(crate) enum Section {
     Audit,
     /// The AI assistant's chat.
     Chat,
+    ToolSources,
     ApiKeys,
     Mcp,
     Apps,
@@ -30,6 +31,7 @@ impl Section {
             Section::Devices => "/devices",
             Section::Audit => "/audit",
             Section::Chat => "/chat",
+            Section::ToolSources => "/ai/tool-sources",
             Section::ApiKeys => "/settings/api-keys",
             Section::Mcp => "/settings/mcp",
             Section::Apps => "/settings/apps",
@@ -43,6 +45,7 @@ impl Section {
             Section::Devices => "Devices",
             Section::Audit => "Audit log",
             Section::Chat => "Assistant",
+            Section::ToolSources => "Tool sources",
             Section::ApiKeys => "API keys",
             Section::Mcp => "MCP",
             Section::Apps => "Connected apps",
@@ -145,6 +148,7 @@ impl Layout {
                 Section::Devices,
                 Section::Audit,
                 Section::Chat,
+                Section::ToolSources,
             ]
             .into_iter()
             .map(link)

@@ -23,6 +23,7 @@ pub(crate) mod layout;
 mod login;
 mod overview;
 mod settings;
+mod tool_sources;
 
 use askama::Template;
 use axum::{
@@ -61,6 +62,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
         .merge(settings::router())
+        .merge(tool_sources::router())
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CSP),

@@ -13,6 +13,7 @@ pub(crate) mod orgs;
 pub(crate) mod protected_paths;
 pub(crate) mod reports;
 pub(crate) mod tickets;
+pub(crate) mod tool_sources;
 
 use axum::Router;
 
@@ -32,6 +33,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(protected_paths::router())
         .merge(reports::router())
         .merge(tickets::router())
+        .merge(tool_sources::router())
         .merge(oauth::grants_router())
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod corpus;
 mod egress;
 mod mcp;
 mod openapi;

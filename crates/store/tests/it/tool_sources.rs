@@ -5,11 +5,12 @@
 //! changes keep their rules, and on PostgreSQL row security holds the same lines.
 
 use breeze_core::{
-    Tier,
+    Clock, Tier,
     tool_source::{Discovered, Slug, SourceKind, SourceState, merge},
 };
 use breeze_store::{
-    Backend, DiscoveryRecord, NewToolSource, SourceChange, StoreError, ToolChange, testing::Ctx,
+    Backend, DiscoveryRecord, NewToolSource, SourceChange, StoreError, ToolChange, ToolSwitch,
+    testing::Ctx,
 };
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -387,7 +388,87 @@ async fn row_security_walls_sources(cx: Ctx) {
     assert_eq!(changed, 1, "A changes only its own");
 }
 
+/// Discovery is queued at creation and on request; one worker claims it (a lease), a second
+/// claim of the same queue entry fails, a finished discovery empties the queue, and a claim
+/// cut short comes back once its lease has run out. Bulk switches touch only what they name.
+async fn discoveries_are_queued_claimed_once_and_switched_in_bulk(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let ta = s.org(a).tool_sources();
+    let src = ta
+        .create_tool_source(new_source("hudu"), audit("c", "tool_source"))
+        .await
+        .unwrap();
+    let now = cx.clock.now();
+    let queued = s.cross_org().queued_discoveries(now, 10).await.unwrap();
+    assert_eq!(
+        queued.iter().map(|q| q.id).collect::<Vec<_>>(),
+        vec![src.id]
+    );
+    let seen = queued[0].discovery_queued_at.unwrap();
+    let until = now + chrono::Duration::minutes(5);
+    let x = s.cross_org();
+    assert!(x.claim_discovery(src.id, seen, until).await.unwrap());
+    assert!(
+        !x.claim_discovery(src.id, seen, until).await.unwrap(),
+        "claimed once"
+    );
+    assert!(
+        x.queued_discoveries(now, 10).await.unwrap().is_empty(),
+        "leased"
+    );
+    cx.clock.advance(chrono::Duration::seconds(301));
+    assert_eq!(
+        x.queued_discoveries(cx.clock.now(), 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "a claim cut short comes back after its lease"
+    );
+    let tools = merge(
+        &src.slug,
+        vec![],
+        vec![
+            discovered("read", Tier::T1),
+            discovered("other", Tier::T1),
+            discovered("write", Tier::T3),
+        ],
+    );
+    let record = DiscoveryRecord {
+        tools,
+        ..DiscoveryRecord::default()
+    };
+    ta.record_discovery(src.id, Ok(record), audit("d", "tool_source"))
+        .await
+        .unwrap();
+    assert!(
+        x.queued_discoveries(cx.clock.now(), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "done"
+    );
+    let again = ta
+        .queue_discovery(src.id, audit("q", "tool_source"))
+        .await
+        .unwrap();
+    assert!(again.discovery_queued_at.is_some());
+
+    let on = ta
+        .switch_source_tools(src.id, ToolSwitch::EnableReads, audit("s", "tool_source"))
+        .await
+        .unwrap();
+    assert_eq!(on, 2, "the two reads, not the Tier 3 tool");
+    let off = ta
+        .switch_source_tools(src.id, ToolSwitch::DisableAll, audit("s", "tool_source"))
+        .await
+        .unwrap();
+    assert_eq!(off, 2);
+}
+
 breeze_store::on_both_backends!(
+    discoveries_are_queued_claimed_once_and_switched_in_bulk,
     sources_are_confined_and_slugs_unique_in_scope,
     discoveries_and_tool_changes_are_stored,
     row_security_walls_sources,
