@@ -34,6 +34,19 @@ string_enum! {
         InvoicesWrite = "invoices.write",
         /// Issuing and voiding invoices, recording and voiding payments.
         InvoicesSend = "invoices.send",
+        /// Reading the partner's catalog (items, bundles, an organization's prices).
+        CatalogRead = "catalog.read",
+        /// Creating, changing and archiving catalog items; setting price overrides.
+        CatalogWrite = "catalog.write",
+        ContractsRead = "contracts.read",
+        /// Drafting contracts and their lines.
+        ContractsWrite = "contracts.write",
+        /// Activating, pausing, resuming and cancelling contracts.
+        ContractsManage = "contracts.manage",
+        /// Drafting quotes: their blocks and lines, declining one.
+        QuotesWrite = "quotes.write",
+        /// Sending a quote to the customer.
+        QuotesSend = "quotes.send",
         /// Calling Tier 1 tools of tool sources (external MCP servers and APIs).
         ExternalToolsRead = "external_tools.read",
         /// Calling Tier 2 and 3 tools of tool sources.

@@ -18,10 +18,12 @@ mod audit_appender;
 mod audit_retention;
 mod automations;
 mod bus;
+mod catalog;
 mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod contracts;
 mod cross_org;
 mod deployments;
 mod devices;
@@ -34,6 +36,7 @@ mod health;
 mod idempotency;
 mod inventory;
 mod invoices;
+mod ledger;
 mod maintenance;
 mod metrics;
 mod oauth;
@@ -42,6 +45,7 @@ mod patches;
 mod pdf;
 mod pdf_font;
 mod protected_paths;
+mod quotes;
 mod reports;
 mod row_security;
 mod runs;
@@ -113,9 +117,9 @@ pub use dynamic_groups::{
 pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use handles::{
-    OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
-    OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
-    OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity,
+    OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCatalog,
+    OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments, OrgDevices, OrgDynamicGroups,
+    OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgQuotes, OrgReports, OrgScripts, OrgSecurity,
     OrgTelemetry, OrgTenancy, OrgTickets, OrgToolSources,
 };
 pub use health::DbHealth;
@@ -124,6 +128,15 @@ pub use idempotency::{
     RequestClaim,
 };
 pub use inventory::{DeviceInventory, MAX_CACHED_PACKAGES};
+pub use catalog::{
+    CatalogComponent, CatalogFilter, CatalogItem, CatalogUpdate, MAX_CATALOG_PAGE, NewCatalogItem,
+    PriceOverride,
+};
+pub use contracts::{
+    Contract, ContractLine, ContractPage, ContractPeriod, ContractUpdate, MAX_CONTRACT_PAGE,
+    NewContract, NewContractLine, PeriodsBilled,
+};
+pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
 pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
