@@ -335,6 +335,9 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         )
         .await
         .unwrap();
+    // A user the server has not seen yet (permissions are cached per user for a while).
+    let drafter = user_with(&w, "Technician", "drafter@p.test").await;
+    let tech_key = key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
     let mine = id_of(
         &ok(
             app,
