@@ -437,6 +437,7 @@ mod tests {
         ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
         ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
         ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),
+        ("search_catalog",              None,                     Tier::T2, Permission::CatalogRead),
         ("security_scan",               Some("scan"),             Tier::T3, Permission::DevicesExecute),
         ("security_scan",               Some("status"),           Tier::T3, Permission::DevicesRead),
         ("security_scan",               Some("results"),          Tier::T3, Permission::DevicesRead),
@@ -618,7 +619,15 @@ mod tests {
             );
             // The billing reads are Tier 2 on purpose: financial data needs ai:write (the
             // specification's note under "Billing tools").
-            let financial = ["get_invoice", "list_invoices"].contains(&t.name);
+            let financial = [
+                "get_catalog_item",
+                "get_contract",
+                "get_invoice",
+                "list_contracts",
+                "list_invoices",
+                "search_catalog",
+            ]
+            .contains(&t.name);
             if h.read_only {
                 assert!(
                     !h.destructive,
