@@ -806,8 +806,8 @@ async fn migrations_0046_0047_grant_billing_and_keep_invoice_lines(backend: Back
     let line = l.id(51);
     s.raw_execute(&format!(
         "INSERT INTO invoices (id, org_id, partner_id, number, status, currency, subtotal_minor, \
-         tax_minor, total_minor, paid_minor, created_by, created_at, updated_at, issued_at) \
-         VALUES ({inv}, {}, {p}, 1, 'issued', 'USD', 1000, 0, 1000, 0, 't', {now}, {now}, {now})",
+         tax_minor, total_minor, paid_minor, created_by, created_at, updated_at) \
+         VALUES ({inv}, {}, {p}, NULL, 'draft', 'USD', 1000, 0, 1000, 0, 't', {now}, {now})",
         l.id(2),
         now = "'2026-11-30T11:00:00+00:00'"
     ))
@@ -818,6 +818,12 @@ async fn migrations_0046_0047_grant_billing_and_keep_invoice_lines(backend: Back
          quantity_milli, unit_price_minor, amount_minor, tax_bp, tax_minor, currency) \
          VALUES ({line}, {}, {inv}, 1, 'manual', 'old', 1000, 1000, 1000, 0, 0, 'USD')",
         l.id(2)
+    ))
+    .await
+    .unwrap();
+    s.raw_execute(&format!(
+        "UPDATE invoices SET status = 'issued', number = 1, issued_at = updated_at \
+         WHERE id = {inv}"
     ))
     .await
     .unwrap();
