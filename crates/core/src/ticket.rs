@@ -127,7 +127,10 @@ impl ContractStatus {
         use ContractStatus::*;
         matches!(
             (self, to),
-            (Draft, Active) | (Draft | Active | Paused, Cancelled) | (Active, Paused) | (Paused, Active)
+            (Draft, Active)
+                | (Draft | Active | Paused, Cancelled)
+                | (Active, Paused)
+                | (Paused, Active)
         )
     }
 }
@@ -163,7 +166,8 @@ impl BillingPeriod {
     ) -> Option<crate::Timestamp> {
         let mut n = 1u32;
         loop {
-            let b = anchor.checked_add_months(chrono::Months::new(self.months().checked_mul(n)?))?;
+            let b =
+                anchor.checked_add_months(chrono::Months::new(self.months().checked_mul(n)?))?;
             if b > after {
                 return Some(b);
             }

@@ -543,9 +543,7 @@ pub async fn serve(
         sweeper_stop.clone(),
     );
     workers::spawn(
-        Arc::new(contract_billing::ContractBillingWorker::new(
-            store.clone(),
-        )),
+        Arc::new(contract_billing::ContractBillingWorker::new(store.clone())),
         sweeper_stop.clone(),
     );
     workers::spawn(

@@ -152,15 +152,27 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         "item",
     );
     let draft = id_of(
-        &ok(app, &exec, INVOICES, json!({ "action": "create", "currency": "USD" })).await,
+        &ok(
+            app,
+            &exec,
+            INVOICES,
+            json!({ "action": "create", "currency": "USD" }),
+        )
+        .await,
         "invoice",
     );
 
     for (name, args) in [
         ("get_contract", json!({ "contractId": b_contract })),
         ("list_contracts", json!({ "orgId": w.org_b.to_string() })),
-        (CONTRACTS, json!({ "action": "update", "contractId": b_contract, "name": "x" })),
-        (CONTRACTS, json!({ "action": "delete", "contractId": b_contract })),
+        (
+            CONTRACTS,
+            json!({ "action": "update", "contractId": b_contract, "name": "x" }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "delete", "contractId": b_contract }),
+        ),
         (
             CONTRACTS,
             json!({ "action": "add_line", "contractId": b_contract, "description": "x",
@@ -172,18 +184,36 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
                     "lineId": uuid::Uuid::now_v7().to_string() }),
         ),
         // Tier 3: refused before any person is asked.
-        (CONTRACTS, json!({ "action": "activate", "contractId": b_contract })),
-        (CONTRACTS, json!({ "action": "pause", "contractId": b_contract })),
-        (CONTRACTS, json!({ "action": "resume", "contractId": b_contract })),
-        (CONTRACTS, json!({ "action": "cancel", "contractId": b_contract })),
+        (
+            CONTRACTS,
+            json!({ "action": "activate", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "pause", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "resume", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "cancel", "contractId": b_contract }),
+        ),
         ("get_catalog_item", json!({ "itemId": q_item })),
-        (CATALOG, json!({ "action": "update", "itemId": q_item, "name": "x" })),
+        (
+            CATALOG,
+            json!({ "action": "update", "itemId": q_item, "name": "x" }),
+        ),
         (CATALOG, json!({ "action": "archive", "itemId": q_item })),
         (
             CATALOG,
             json!({ "action": "set_price_override", "itemId": q_item, "unitPrice": "1" }),
         ),
-        (CATALOG, json!({ "action": "remove_price_override", "itemId": q_item })),
+        (
+            CATALOG,
+            json!({ "action": "remove_price_override", "itemId": q_item }),
+        ),
         (
             CATALOG,
             json!({ "action": "set_component", "itemId": q_item, "componentId": mine }),
@@ -201,7 +231,10 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         assert_eq!(code(&r), "NOT_FOUND", "{name} {args}: {r}");
     }
     let found = ok(app, &exec, "search_catalog", json!({ "query": "laptop" })).await;
-    assert_eq!(found["showing"], 0, "another partner's catalog is not searched: {found}");
+    assert_eq!(
+        found["showing"], 0,
+        "another partner's catalog is not searched: {found}"
+    );
 
     // The catalog is the partner's, the price override the organization's.
     ok(
@@ -225,7 +258,13 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
     .await;
     assert_eq!(code(&r), "NOT_FOUND", "B cannot remove A's override: {r}");
     // B's contract is as it was.
-    let after = ok(app, &b_key, "get_contract", json!({ "contractId": b_contract })).await;
+    let after = ok(
+        app,
+        &b_key,
+        "get_contract",
+        json!({ "contractId": b_contract }),
+    )
+    .await;
     assert_eq!(after["contract"]["name"], "B's");
     assert_eq!(after["contract"]["status"], "draft");
 }
@@ -237,9 +276,15 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     // Financial reads are Tier 2: a read key gets none of them.
     for (name, args) in [
         ("search_catalog", json!({})),
-        ("get_catalog_item", json!({ "itemId": uuid::Uuid::now_v7().to_string() })),
+        (
+            "get_catalog_item",
+            json!({ "itemId": uuid::Uuid::now_v7().to_string() }),
+        ),
         ("list_contracts", json!({})),
-        ("get_contract", json!({ "contractId": uuid::Uuid::now_v7().to_string() })),
+        (
+            "get_contract",
+            json!({ "contractId": uuid::Uuid::now_v7().to_string() }),
+        ),
     ] {
         let r = tool(app, &w.read, name, args.clone()).await;
         assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{name} {args}: {r}");
@@ -284,7 +329,10 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
                 "quantity": "3" }),
     )
     .await;
-    assert_eq!(with_line["contract"]["lines"][0]["unitPrice"]["amount"], "25.00");
+    assert_eq!(
+        with_line["contract"]["lines"][0]["unitPrice"]["amount"],
+        "25.00"
+    );
     for action in ["activate", "pause", "resume", "cancel"] {
         let r = tool(
             app,
@@ -311,7 +359,11 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         json!({ "action": "resume", "contractId": contract }),
     )
     .await;
-    assert_eq!(code(&r), "CONFLICT", "a draft is activated, not resumed: {r}");
+    assert_eq!(
+        code(&r),
+        "CONFLICT",
+        "a draft is activated, not resumed: {r}"
+    );
 
     // A technician holds no catalog or contract permission.
     let tech = user_with(&w, "Technician", "tech@p.test").await;
@@ -322,7 +374,10 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         (CATALOG, json!({ "action": "archive", "itemId": item })),
         ("list_contracts", json!({})),
         ("get_contract", json!({ "contractId": contract })),
-        (CONTRACTS, json!({ "action": "create", "name": "x", "currency": "USD" })),
+        (
+            CONTRACTS,
+            json!({ "action": "create", "name": "x", "currency": "USD" }),
+        ),
     ] {
         let r = tool(app, &tech_key, name, args.clone()).await;
         assert_eq!(why(&r), "FORBIDDEN", "{name} {args}: {r}");
@@ -367,15 +422,30 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
 
     // Bad input: kinds, money, currencies, lifecycle.
     for (name, args) in [
-        (CATALOG, json!({ "action": "create", "name": "x", "kind": "food", "unitPrice": "1",
-                          "currency": "USD" })),
-        (CATALOG, json!({ "action": "create", "name": "x", "kind": "service",
-                          "unitPrice": "1.005", "currency": "USD" })),
-        (CATALOG, json!({ "action": "create", "name": "x", "kind": "service",
-                          "unitPrice": "-1", "currency": "USD" })),
-        (CATALOG, json!({ "action": "set_component", "itemId": item, "componentId": item })),
-        (CONTRACTS, json!({ "action": "add_line", "contractId": mine, "description": "x",
-                            "unitPrice": "1", "currency": "USD" })),
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "food", "unitPrice": "1",
+                          "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "service",
+                          "unitPrice": "1.005", "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "service",
+                          "unitPrice": "-1", "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "set_component", "itemId": item, "componentId": item }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "add_line", "contractId": mine, "description": "x",
+                            "unitPrice": "1", "currency": "USD" }),
+        ),
     ] {
         let r = tool(app, &w.write, name, args.clone()).await;
         assert!(
@@ -430,8 +500,18 @@ async fn lines_sum_to_totals(cx: Ctx) {
         )
         .await;
     }
-    let got = ok(app, &w.write, "get_catalog_item", json!({ "itemId": bundle })).await;
-    assert_eq!(got["item"]["components"].as_array().unwrap().len(), 2, "{got}");
+    let got = ok(
+        app,
+        &w.write,
+        "get_catalog_item",
+        json!({ "itemId": bundle }),
+    )
+    .await;
+    assert_eq!(
+        got["item"]["components"].as_array().unwrap().len(),
+        2,
+        "{got}"
+    );
     items.push(bundle);
     let eur = id_of(
         &ok(
@@ -456,7 +536,13 @@ async fn lines_sum_to_totals(cx: Ctx) {
     };
     for round in 0..4 {
         let draft = id_of(
-            &ok(app, &w.write, INVOICES, json!({ "action": "create", "currency": "USD" })).await,
+            &ok(
+                app,
+                &w.write,
+                INVOICES,
+                json!({ "action": "create", "currency": "USD" }),
+            )
+            .await,
             "invoice",
         );
         let id: uuid::Uuid = draft.parse().unwrap();
@@ -490,7 +576,10 @@ async fn lines_sum_to_totals(cx: Ctx) {
         }
         let inv = invoices.get_invoice(id).await.unwrap();
         let lines = invoices.lines(id).await.unwrap();
-        assert!(lines.iter().all(|l| l.currency == usd), "one currency per invoice");
+        assert!(
+            lines.iter().all(|l| l.currency == usd),
+            "one currency per invoice"
+        );
         let subtotal: i64 = lines.iter().map(|l| l.amount_minor).sum();
         let tax: i64 = lines.iter().map(|l| l.tax_minor).sum();
         assert_eq!(inv.subtotal_minor, subtotal, "round {round}");
@@ -504,7 +593,11 @@ async fn lines_sum_to_totals(cx: Ctx) {
         )
         .await;
         assert_eq!(code(&r), "INVALID_ARGUMENT", "currencies never mix: {r}");
-        assert_eq!(invoices.get_invoice(id).await.unwrap(), inv, "the refusal changed nothing");
+        assert_eq!(
+            invoices.get_invoice(id).await.unwrap(),
+            inv,
+            "the refusal changed nothing"
+        );
     }
     // A catalog line is billed at the organization's override.
     ok(
@@ -515,7 +608,13 @@ async fn lines_sum_to_totals(cx: Ctx) {
     )
     .await;
     let draft = id_of(
-        &ok(app, &w.write, INVOICES, json!({ "action": "create", "currency": "USD" })).await,
+        &ok(
+            app,
+            &w.write,
+            INVOICES,
+            json!({ "action": "create", "currency": "USD" }),
+        )
+        .await,
         "invoice",
     );
     let with = ok(
@@ -529,7 +628,13 @@ async fn lines_sum_to_totals(cx: Ctx) {
     assert_eq!(with["invoice"]["total"]["amount"], "30.00", "{with}");
     assert_eq!(with["invoice"]["lines"][0]["kind"], "catalog");
     // An archived item is no longer sold.
-    ok(app, &w.write, CATALOG, json!({ "action": "archive", "itemId": items[2] })).await;
+    ok(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "archive", "itemId": items[2] }),
+    )
+    .await;
     let r = tool(
         app,
         &w.write,
@@ -624,7 +729,13 @@ async fn each_closed_period_bills_once(cx: Ctx) {
         .await
         .unwrap();
     cx.clock.advance(chrono::Duration::days(122));
-    assert_eq!(one.bill_closed_periods(cx.clock.now()).await.unwrap().periods, 0);
+    assert_eq!(
+        one.bill_closed_periods(cx.clock.now())
+            .await
+            .unwrap()
+            .periods,
+        0
+    );
     let resumed = contracts
         .set_status(c.id, ContractStatus::Active, audit("contract.resume"))
         .await
@@ -637,7 +748,13 @@ async fn each_closed_period_bills_once(cx: Ctx) {
             > cx.clock.now(),
         "the current period is the next to bill"
     );
-    assert_eq!(one.bill_closed_periods(cx.clock.now()).await.unwrap().periods, 0);
+    assert_eq!(
+        one.bill_closed_periods(cx.clock.now())
+            .await
+            .unwrap()
+            .periods,
+        0
+    );
 
     // The tools show the history.
     let exec = key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
@@ -648,9 +765,19 @@ async fn each_closed_period_bills_once(cx: Ctx) {
         json!({ "contractId": c.id.to_string() }),
     )
     .await;
-    assert_eq!(got["contract"]["periods"].as_array().unwrap().len(), 3, "{got}");
+    assert_eq!(
+        got["contract"]["periods"].as_array().unwrap().len(),
+        3,
+        "{got}"
+    );
     assert_eq!(got["contract"]["status"], "active");
-    let listed = ok(&w.app, &exec, "list_contracts", json!({ "status": "active" })).await;
+    let listed = ok(
+        &w.app,
+        &exec,
+        "list_contracts",
+        json!({ "status": "active" }),
+    )
+    .await;
     assert_eq!(listed["showing"], 1, "{listed}");
 }
 
@@ -741,13 +868,31 @@ async fn quotes_draft_send_and_isolation(cx: Ctx) {
     // Tiers and grants: a read key nothing, a write key no send, a technician nothing.
     let r = tool(app, &w.read, QUOTES, json!({ "action": "list" })).await;
     assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{r}");
-    let r = tool(app, &w.write, QUOTES, json!({ "action": "send", "quoteId": qid })).await;
+    let r = tool(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "send", "quoteId": qid }),
+    )
+    .await;
     assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "send is Tier 3: {r}");
     let tech = user_with(&w, "Technician", "tech@p.test").await;
     let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
-    let r = tool(app, &tech_key, QUOTES, json!({ "action": "get", "quoteId": qid })).await;
+    let r = tool(
+        app,
+        &tech_key,
+        QUOTES,
+        json!({ "action": "get", "quoteId": qid }),
+    )
+    .await;
     assert_eq!(why(&r), "FORBIDDEN", "{r}");
-    let pending = tool(app, &exec, QUOTES, json!({ "action": "send", "quoteId": qid })).await;
+    let pending = tool(
+        app,
+        &exec,
+        QUOTES,
+        json!({ "action": "send", "quoteId": qid }),
+    )
+    .await;
     assert_eq!(pending["status"], "pending_approval", "{pending}");
 
     // Sent (as the approved call would): frozen, though still declinable.

@@ -1129,9 +1129,15 @@ impl Suite {
         hints.insert("currency".into(), json!("USD"));
         hints.insert("unitPrice".into(), json!("2.50"));
         hints.insert("quantity".into(), json!("1"));
-        hints.insert("sku".into(), json!(format!("G-{}", uuid::Uuid::now_v7().simple())));
+        hints.insert(
+            "sku".into(),
+            json!(format!("G-{}", uuid::Uuid::now_v7().simple())),
+        );
         hints.insert("startsAt".into(), json!(now.to_rfc3339()));
-        hints.insert("validUntil".into(), json!((now + chrono::Duration::days(30)).to_rfc3339()));
+        hints.insert(
+            "validUntil".into(),
+            json!((now + chrono::Duration::days(30)).to_rfc3339()),
+        );
         let item = self.fresh_item(CatalogKind::Hardware).await;
         hints.insert("catalogItemId".into(), json!(item.to_string()));
         if tool.contains("catalog") {

@@ -354,7 +354,12 @@ impl crate::OrgCatalog<'_> {
         )
         .bind(update.sku.as_deref().or(current.sku.as_deref()))
         .bind(update.name.as_deref().unwrap_or(&current.name))
-        .bind(update.description.as_deref().unwrap_or(&current.description))
+        .bind(
+            update
+                .description
+                .as_deref()
+                .unwrap_or(&current.description),
+        )
         .bind(price.minor)
         .bind(price.currency.code())
         .bind(update.tax_bp.map_or(current.tax_bp, i64::from))
@@ -364,7 +369,12 @@ impl crate::OrgCatalog<'_> {
         .execute(&mut tx)
         .await
         .map_err(|e| e.conflict_as(|| "an item with this SKU is in the catalog already".into()))?;
-        ledger::commit(tx, &self.audit(audit, id, json!({ "changed": changed })), now).await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, id, json!({ "changed": changed })),
+            now,
+        )
+        .await?;
         self.get_item(id).await
     }
 
@@ -383,7 +393,12 @@ impl crate::OrgCatalog<'_> {
         .execute(&mut tx)
         .await?;
         ledger::changed(n, "the item is archived already")?;
-        ledger::commit(tx, &self.audit(audit, id, json!({ "name": current.name })), now).await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, id, json!({ "name": current.name })),
+            now,
+        )
+        .await?;
         self.get_item(id).await
     }
 
@@ -407,7 +422,9 @@ impl crate::OrgCatalog<'_> {
             ));
         }
         if quantity.0 <= 0 {
-            return Err(StoreError::Invalid("a component's quantity is positive".into()));
+            return Err(StoreError::Invalid(
+                "a component's quantity is positive".into(),
+            ));
         }
         let count: i64 = sql("SELECT COUNT(*) FROM catalog_components WHERE bundle_id = $1")
             .bind(bundle)
@@ -454,8 +471,12 @@ impl crate::OrgCatalog<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("bundle component"));
         }
-        ledger::commit(tx, &self.audit(audit, bundle, json!({ "component": component })), now)
-            .await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, bundle, json!({ "component": component })),
+            now,
+        )
+        .await?;
         self.components(bundle).await
     }
 

@@ -129,7 +129,10 @@ pub enum NewContractLine {
         quantity: Quantity,
         unit_price: Money,
     },
-    Catalog { item: Uuid, quantity: Quantity },
+    Catalog {
+        item: Uuid,
+        quantity: Quantity,
+    },
 }
 
 /// One page of contracts, newest first.
@@ -298,7 +301,12 @@ impl crate::OrgContracts<'_> {
         .execute(&mut tx)
         .await?;
         ledger::changed(n, "the contract was activated meanwhile")?;
-        ledger::commit(tx, &self.audit(audit, id, json!({ "changed": changed })), now).await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, id, json!({ "changed": changed })),
+            now,
+        )
+        .await?;
         self.get_contract(id).await
     }
 
@@ -408,12 +416,13 @@ impl crate::OrgContracts<'_> {
         }
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql("DELETE FROM contract_lines WHERE id = $1 AND contract_id = $2 AND org_id = $3")
-            .bind(line)
-            .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
+        let n =
+            sql("DELETE FROM contract_lines WHERE id = $1 AND contract_id = $2 AND org_id = $3")
+                .bind(line)
+                .bind(id)
+                .bind(self.org)
+                .execute(&mut tx)
+                .await?;
         if n == 0 {
             return Err(StoreError::NotFound("contract line"));
         }
@@ -558,7 +567,10 @@ impl crate::OrgContracts<'_> {
             )
             .await?;
             insert_lines(&mut tx, Doc::Invoice, self.org, id, rows).await?;
-            Some((id, recompute(&mut tx, Doc::Invoice, self.org, id, c.currency, now).await?))
+            Some((
+                id,
+                recompute(&mut tx, Doc::Invoice, self.org, id, c.currency, now).await?,
+            ))
         };
         let total = invoice
             .as_ref()
@@ -580,7 +592,11 @@ impl crate::OrgContracts<'_> {
         .execute(&mut tx)
         .await
         .map_err(|e| e.conflict_as(|| "the period was billed meanwhile".into()))?;
-        let audit = AuditEvent::new(Actor::system("contract-billing"), "contract.period_billed", "contract");
+        let audit = AuditEvent::new(
+            Actor::system("contract-billing"),
+            "contract.period_billed",
+            "contract",
+        );
         let details = json!({ "periodId": period, "startsAt": start, "endsAt": end,
                               "invoiceId": invoice.as_ref().map(|(id, _)| *id), "total": total });
         ledger::commit(tx, &self.audit(audit, c.id, details), now).await?;

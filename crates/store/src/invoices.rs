@@ -21,9 +21,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    Result, StoreError, ledger,
+    Result, StoreError,
     alerts::check_text,
-    audit,
+    audit, ledger,
     sql::{Sql, Tx, sql},
 };
 
@@ -302,12 +302,28 @@ impl crate::OrgInvoices<'_> {
 
     /// An invoice's lines in order.
     pub async fn lines(&self, id: Uuid) -> Result<Vec<InvoiceLine>> {
-        ledger::children(self, "invoice_lines", LINE_COLUMNS, "invoice_id", id, "position, id").await
+        ledger::children(
+            self,
+            "invoice_lines",
+            LINE_COLUMNS,
+            "invoice_id",
+            id,
+            "position, id",
+        )
+        .await
     }
 
     /// An invoice's payments, voided ones included, oldest first.
     pub async fn payments(&self, id: Uuid) -> Result<Vec<Payment>> {
-        ledger::children(self, "invoice_payments", PAYMENT_COLUMNS, "invoice_id", id, "created_at, id").await
+        ledger::children(
+            self,
+            "invoice_payments",
+            PAYMENT_COLUMNS,
+            "invoice_id",
+            id,
+            "created_at, id",
+        )
+        .await
     }
 
     /// Changes a draft's notes and due date.
@@ -336,7 +352,12 @@ impl crate::OrgInvoices<'_> {
         ledger::changed(n, "the invoice was issued meanwhile")?;
         let changed =
             audit::changed_fields([("notes", notes.is_some()), ("dueDate", due_at.is_some())]);
-        ledger::commit(tx, &invoice_audit(audit, self.org, id, json!({ "changed": changed })), now).await?;
+        ledger::commit(
+            tx,
+            &invoice_audit(audit, self.org, id, json!({ "changed": changed })),
+            now,
+        )
+        .await?;
         self.get_invoice(id).await
     }
 
@@ -352,7 +373,12 @@ impl crate::OrgInvoices<'_> {
             .execute(&mut tx)
             .await?;
         ledger::changed(n, "the invoice was issued meanwhile")?;
-        ledger::commit(tx, &invoice_audit(audit, self.org, id, json!({ "total": inv.total() })), now).await?;
+        ledger::commit(
+            tx,
+            &invoice_audit(audit, self.org, id, json!({ "total": inv.total() })),
+            now,
+        )
+        .await?;
         Ok(inv)
     }
 
@@ -384,7 +410,12 @@ impl crate::OrgInvoices<'_> {
         let mut tx = Tx::begin_in(self).await?;
         let line_id = insert_lines(&mut tx, Doc::Invoice, self.org, id, vec![row]).await?;
         recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
-        ledger::commit(tx, &invoice_audit(audit, self.org, id, json!({ "lineId": line_id.first() })), now).await?;
+        ledger::commit(
+            tx,
+            &invoice_audit(audit, self.org, id, json!({ "lineId": line_id.first() })),
+            now,
+        )
+        .await?;
         self.get_invoice(id).await
     }
 
@@ -399,7 +430,11 @@ impl crate::OrgInvoices<'_> {
         audit: AuditEvent,
     ) -> Result<Invoice> {
         let inv = self.draft(id).await?;
-        let row = self.whole().catalog().line(item, quantity, inv.currency).await?;
+        let row = self
+            .whole()
+            .catalog()
+            .line(item, quantity, inv.currency)
+            .await?;
         let price = row.unit_price;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
@@ -442,7 +477,12 @@ impl crate::OrgInvoices<'_> {
             return Err(StoreError::NotFound("invoice line"));
         }
         recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
-        ledger::commit(tx, &invoice_audit(audit, self.org, id, json!({ "lineId": line })), now).await?;
+        ledger::commit(
+            tx,
+            &invoice_audit(audit, self.org, id, json!({ "lineId": line })),
+            now,
+        )
+        .await?;
         self.get_invoice(id).await
     }
 
@@ -566,7 +606,10 @@ impl crate::OrgInvoices<'_> {
                 .bind(self.org)
                 .execute(&mut tx)
                 .await?;
-                ledger::changed(n, "the ticket's time or parts were invoiced meanwhile; try again")?;
+                ledger::changed(
+                    n,
+                    "the ticket's time or parts were invoiced meanwhile; try again",
+                )?;
             }
         }
         let count = rows.len();

@@ -68,7 +68,11 @@ pub(crate) fn changed(rows: u64, what: &str) -> Result<()> {
 
 /// Cuts a listing fetched with `limit + 1` rows to `limit`, and names the cursor of the next
 /// page (the last row's `key`) when there is one.
-pub(crate) fn page<T, K>(mut rows: Vec<T>, limit: u32, key: impl Fn(&T) -> K) -> (Vec<T>, Option<K>) {
+pub(crate) fn page<T, K>(
+    mut rows: Vec<T>,
+    limit: u32,
+    key: impl Fn(&T) -> K,
+) -> (Vec<T>, Option<K>) {
     let limit = limit as usize;
     if rows.len() > limit {
         rows.truncate(limit);

@@ -92,6 +92,10 @@ pub use automations::{
 };
 pub use breeze_core::AuditEvent;
 pub use bus::Signal;
+pub use catalog::{
+    CatalogComponent, CatalogFilter, CatalogItem, CatalogUpdate, MAX_CATALOG_PAGE, NewCatalogItem,
+    PriceOverride,
+};
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use compliance::{
     ComplianceChange, CompliancePolicy, CompliancePolicyUpdate, ComplianceStatus, EvaluationReport,
@@ -103,6 +107,10 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use contracts::{
+    Contract, ContractLine, ContractPage, ContractPeriod, ContractUpdate, MAX_CONTRACT_PAGE,
+    NewContract, NewContractLine, PeriodsBilled,
+};
 pub use cross_org::CrossOrg;
 pub use deployments::{
     Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
@@ -118,9 +126,10 @@ pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use handles::{
     OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCatalog,
-    OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments, OrgDevices, OrgDynamicGroups,
-    OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgQuotes, OrgReports, OrgScripts, OrgSecurity,
-    OrgTelemetry, OrgTenancy, OrgTickets, OrgToolSources,
+    OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments,
+    OrgDevices, OrgDynamicGroups, OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches,
+    OrgQuotes, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry, OrgTenancy, OrgTickets,
+    OrgToolSources,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -128,15 +137,6 @@ pub use idempotency::{
     RequestClaim,
 };
 pub use inventory::{DeviceInventory, MAX_CACHED_PACKAGES};
-pub use catalog::{
-    CatalogComponent, CatalogFilter, CatalogItem, CatalogUpdate, MAX_CATALOG_PAGE, NewCatalogItem,
-    PriceOverride,
-};
-pub use contracts::{
-    Contract, ContractLine, ContractPage, ContractPeriod, ContractUpdate, MAX_CONTRACT_PAGE,
-    NewContract, NewContractLine, PeriodsBilled,
-};
-pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
 pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
@@ -153,6 +153,7 @@ pub use patches::{
     PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
+pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
     MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,

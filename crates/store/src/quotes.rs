@@ -5,7 +5,9 @@
 //! [`Doc::Invoice`]): one rounding per line, totals the sums of the rounded lines, one
 //! currency per quote.
 
-use breeze_core::{AuditEvent, Currency, InvoiceLineKind, Money, OrgId, PartnerId, Quantity, Timestamp};
+use breeze_core::{
+    AuditEvent, Currency, InvoiceLineKind, Money, OrgId, PartnerId, Quantity, Timestamp,
+};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -108,7 +110,10 @@ pub enum NewQuoteLine {
         unit_price: Money,
         tax_bp: u32,
     },
-    Catalog { item: Uuid, quantity: Quantity },
+    Catalog {
+        item: Uuid,
+        quantity: Quantity,
+    },
 }
 
 impl crate::OrgQuotes<'_> {
@@ -130,19 +135,37 @@ impl crate::OrgQuotes<'_> {
 
     /// A quote's blocks in order.
     pub async fn blocks(&self, id: Uuid) -> Result<Vec<QuoteBlock>> {
-        ledger::children(self, "quote_blocks", BLOCK_COLUMNS, "quote_id", id, "position, id")
-            .await
+        ledger::children(
+            self,
+            "quote_blocks",
+            BLOCK_COLUMNS,
+            "quote_id",
+            id,
+            "position, id",
+        )
+        .await
     }
 
     /// A quote's lines in order.
     pub async fn lines(&self, id: Uuid) -> Result<Vec<QuoteLine>> {
-        ledger::children(self, "quote_lines", QUOTE_LINE_COLUMNS, "quote_id", id, "position, id")
-            .await
+        ledger::children(
+            self,
+            "quote_lines",
+            QUOTE_LINE_COLUMNS,
+            "quote_id",
+            id,
+            "position, id",
+        )
+        .await
     }
 
     /// Quotes newest first, `limit` of them (at most [`MAX_QUOTE_PAGE`]) below number
     /// `before`.
-    pub async fn list_quotes(&self, before: Option<i64>, limit: u32) -> Result<(Vec<Quote>, Option<i64>)> {
+    pub async fn list_quotes(
+        &self,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<(Vec<Quote>, Option<i64>)> {
         let limit = limit.clamp(1, MAX_QUOTE_PAGE);
         let rows = sql(format!(
             "SELECT {QUOTE_COLUMNS} FROM quotes WHERE org_id = $1 AND number < $2 \
@@ -229,9 +252,16 @@ impl crate::OrgQuotes<'_> {
         .execute(&mut tx)
         .await?;
         ledger::changed(n, "the quote was sent meanwhile")?;
-        let changed =
-            crate::audit::changed_fields([("title", title.is_some()), ("validUntil", valid_until.is_some())]);
-        ledger::commit(tx, &self.audit(audit, &q, json!({ "changed": changed })), now).await?;
+        let changed = crate::audit::changed_fields([
+            ("title", title.is_some()),
+            ("validUntil", valid_until.is_some()),
+        ]);
+        ledger::commit(
+            tx,
+            &self.audit(audit, &q, json!({ "changed": changed })),
+            now,
+        )
+        .await?;
         self.get_quote(id).await
     }
 
@@ -246,7 +276,12 @@ impl crate::OrgQuotes<'_> {
             .execute(&mut tx)
             .await?;
         ledger::changed(n, "the quote was sent meanwhile")?;
-        ledger::commit(tx, &self.audit(audit, &q, json!({ "total": q.total() })), now).await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, &q, json!({ "total": q.total() })),
+            now,
+        )
+        .await?;
         Ok(q)
     }
 
@@ -288,13 +323,22 @@ impl crate::OrgQuotes<'_> {
         .bind(body)
         .execute(&mut tx)
         .await?;
-        ledger::commit(tx, &self.audit(audit, &q, json!({ "blockId": block, "kind": kind })), now)
-            .await?;
+        ledger::commit(
+            tx,
+            &self.audit(audit, &q, json!({ "blockId": block, "kind": kind })),
+            now,
+        )
+        .await?;
         self.blocks(id).await
     }
 
     /// Removes a block from a draft.
-    pub async fn remove_block(&self, id: Uuid, block: Uuid, audit: AuditEvent) -> Result<Vec<QuoteBlock>> {
+    pub async fn remove_block(
+        &self,
+        id: Uuid,
+        block: Uuid,
+        audit: AuditEvent,
+    ) -> Result<Vec<QuoteBlock>> {
         let q = self.draft(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
@@ -331,7 +375,9 @@ impl crate::OrgQuotes<'_> {
                     )));
                 }
                 if quantity.0 == 0 {
-                    return Err(StoreError::Invalid("a line's quantity cannot be zero".into()));
+                    return Err(StoreError::Invalid(
+                        "a line's quantity cannot be zero".into(),
+                    ));
                 }
                 LineRow::priced(
                     InvoiceLineKind::Manual,
@@ -343,7 +389,10 @@ impl crate::OrgQuotes<'_> {
                 )?
             }
             NewQuoteLine::Catalog { item, quantity } => {
-                self.whole().catalog().line(item, quantity, q.currency).await?
+                self.whole()
+                    .catalog()
+                    .line(item, quantity, q.currency)
+                    .await?
             }
         };
         let now = self.store.clock.now();
@@ -379,7 +428,9 @@ impl crate::OrgQuotes<'_> {
     pub async fn send(&self, id: Uuid, audit: AuditEvent) -> Result<Quote> {
         let q = self.draft(id).await?;
         if self.lines(id).await?.is_empty() {
-            return Err(StoreError::Invalid("a quote without lines cannot be sent".into()));
+            return Err(StoreError::Invalid(
+                "a quote without lines cannot be sent".into(),
+            ));
         }
         self.move_status(&q, "draft", "sent", None, audit).await
     }
@@ -392,7 +443,8 @@ impl crate::OrgQuotes<'_> {
             return Err(StoreError::Conflict("the quote is declined already".into()));
         }
         let from = q.status.clone();
-        self.move_status(&q, &from, "declined", Some(reason), audit).await
+        self.move_status(&q, &from, "declined", Some(reason), audit)
+            .await
     }
 
     async fn move_status(

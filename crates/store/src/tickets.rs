@@ -18,9 +18,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    Result, StoreError, ledger,
+    Result, StoreError,
     alerts::check_text,
-    audit,
+    audit, ledger,
     sql::{Arg, Sql, Tx, escape_like, sql},
 };
 
@@ -711,7 +711,15 @@ impl crate::OrgTickets<'_> {
 
     /// A ticket's comments, oldest first.
     pub async fn comments(&self, ticket: Uuid) -> Result<Vec<TicketComment>> {
-        ledger::children(self, "ticket_comments", COMMENT_COLUMNS, "ticket_id", ticket, "created_at, id").await
+        ledger::children(
+            self,
+            "ticket_comments",
+            COMMENT_COLUMNS,
+            "ticket_id",
+            ticket,
+            "created_at, id",
+        )
+        .await
     }
 
     // ---- alerts ------------------------------------------------------------------------
@@ -942,7 +950,15 @@ impl crate::OrgTickets<'_> {
 
     /// A ticket's time entries, oldest first.
     pub async fn time_entries(&self, ticket: Uuid) -> Result<Vec<TimeEntry>> {
-        ledger::children(self, "ticket_time_entries", ENTRY_COLUMNS, "ticket_id", ticket, "started_at, id").await
+        ledger::children(
+            self,
+            "ticket_time_entries",
+            ENTRY_COLUMNS,
+            "ticket_id",
+            ticket,
+            "started_at, id",
+        )
+        .await
     }
 
     // ---- parts -------------------------------------------------------------------------
@@ -1005,7 +1021,15 @@ impl crate::OrgTickets<'_> {
 
     /// A ticket's parts, oldest first.
     pub async fn parts(&self, ticket: Uuid) -> Result<Vec<TicketPart>> {
-        ledger::children(self, "ticket_parts", PART_COLUMNS, "ticket_id", ticket, "created_at, id").await
+        ledger::children(
+            self,
+            "ticket_parts",
+            PART_COLUMNS,
+            "ticket_id",
+            ticket,
+            "created_at, id",
+        )
+        .await
     }
 
     // ---- moving ------------------------------------------------------------------------
@@ -1122,4 +1146,3 @@ async fn insert_link(
     .await?;
     Ok(())
 }
-

@@ -215,8 +215,11 @@ impl Tool for SearchCatalog {
             kind: input.kind.map(Into::into),
             include_archived: input.include_archived.unwrap_or(false),
         };
-        let items: Vec<ItemView> =
-            ledger::views(cx.catalog().search(&filter, input.limit.unwrap_or(25)).await?);
+        let items: Vec<ItemView> = ledger::views(
+            cx.catalog()
+                .search(&filter, input.limit.unwrap_or(25))
+                .await?,
+        );
         Rendered::of(&CatalogOutput {
             showing: Some(items.len()),
             items: Some(items),
@@ -338,7 +341,11 @@ impl Tool for ManageCatalog {
                     name: name.to_owned(),
                     kind: kind.into(),
                     description: input.description.clone().unwrap_or_default(),
-                    unit_price: ledger::money_arg(input.unit_price.as_deref(), "unitPrice", currency)?,
+                    unit_price: ledger::money_arg(
+                        input.unit_price.as_deref(),
+                        "unitPrice",
+                        currency,
+                    )?,
                     tax_bp: input.tax_bp.unwrap_or(0),
                     created_by: by,
                 };

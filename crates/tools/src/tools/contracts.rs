@@ -396,7 +396,9 @@ impl Tool for ManageContracts {
                 let new = NewContract {
                     name: name.to_owned(),
                     currency: ledger::currency_arg(input.currency.as_deref())?,
-                    billing_period: input.billing_period.map_or(BillingPeriod::Monthly, Into::into),
+                    billing_period: input
+                        .billing_period
+                        .map_or(BillingPeriod::Monthly, Into::into),
                     tax_bp: input.tax_bp.unwrap_or(0),
                     notes: input.notes.clone(),
                     starts_at: time_arg("startsAt", input.starts_at.as_deref())?
@@ -504,8 +506,16 @@ fn lifecycle(
     from: ContractStatus,
 ) -> Result<(&'static str, ContractStatus), ToolError> {
     let (name, needs, to) = match action {
-        ContractAction::Activate => ("activate", Some(ContractStatus::Draft), ContractStatus::Active),
-        ContractAction::Resume => ("resume", Some(ContractStatus::Paused), ContractStatus::Active),
+        ContractAction::Activate => (
+            "activate",
+            Some(ContractStatus::Draft),
+            ContractStatus::Active,
+        ),
+        ContractAction::Resume => (
+            "resume",
+            Some(ContractStatus::Paused),
+            ContractStatus::Active,
+        ),
         ContractAction::Pause => ("pause", None, ContractStatus::Paused),
         ContractAction::Cancel => ("cancel", None, ContractStatus::Cancelled),
         // Not a lifecycle action: its own checks apply.

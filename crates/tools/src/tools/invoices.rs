@@ -453,9 +453,7 @@ impl Tool for ManageInvoices {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let invoices = cx.invoices();
-        let audit = |action: &str| {
-ledger::audit(cx, "invoice", action)
-        };
+        let audit = |action: &str| ledger::audit(cx, "invoice", action);
         let by = cx.actor.to_string();
         let inv_id = || async { resolve_invoice(cx, input.invoice_id.as_deref()).await };
         let (message, invoice) = match input.action {

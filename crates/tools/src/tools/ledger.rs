@@ -38,8 +38,13 @@ pub(crate) enum Named {
 
 /// Reads `raw` (required for the action) as [`Named`] with `prefix` (`T-`, `INV-`, …); text
 /// that is neither is `None`, which callers report as the record not found.
-pub(crate) fn named(raw: Option<&str>, field: &str, prefix: &str) -> Result<Option<Named>, ToolError> {
-    let raw = raw.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))?;
+pub(crate) fn named(
+    raw: Option<&str>,
+    field: &str,
+    prefix: &str,
+) -> Result<Option<Named>, ToolError> {
+    let raw =
+        raw.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))?;
     let upper = raw.to_ascii_uppercase();
     let number = upper.strip_prefix(prefix).unwrap_or(&upper);
     if let Ok(n) = number.parse::<i64>() {
@@ -61,7 +66,11 @@ pub(crate) fn currency_or(raw: Option<&str>, default: Currency) -> Result<Curren
 }
 
 /// A required decimal amount in `currency`.
-pub(crate) fn money_arg(raw: Option<&str>, field: &str, currency: Currency) -> Result<Money, ToolError> {
+pub(crate) fn money_arg(
+    raw: Option<&str>,
+    field: &str,
+    currency: Currency,
+) -> Result<Money, ToolError> {
     let raw = raw.ok_or_else(|| ToolError::invalid(format!("{field} is required")))?;
     Money::parse(raw, currency).map_err(|e| ToolError::invalid(format!("{field}: {e}")))
 }
@@ -94,6 +103,9 @@ pub(crate) fn views<T, V: From<T>>(rows: Vec<T>) -> Vec<V> {
 }
 
 /// A required argument of the action, named in the error when missing.
-pub(crate) fn required<'a, T: ?Sized>(value: Option<&'a T>, field: &str) -> Result<&'a T, ToolError> {
+pub(crate) fn required<'a, T: ?Sized>(
+    value: Option<&'a T>,
+    field: &str,
+) -> Result<&'a T, ToolError> {
     value.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))
 }

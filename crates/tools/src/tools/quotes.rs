@@ -147,7 +147,9 @@ pub(crate) struct QuotesOutput {
 fn quote_missing(e: StoreError) -> ToolError {
     match e {
         StoreError::NotFound("quote") => ToolError::not_found(QUOTE_NOT_FOUND),
-        StoreError::NotFound("quote line") => ToolError::not_found("Quote line not found on this quote"),
+        StoreError::NotFound("quote line") => {
+            ToolError::not_found("Quote line not found on this quote")
+        }
         StoreError::NotFound("quote block") => {
             ToolError::not_found("Quote block not found on this quote")
         }
@@ -347,11 +349,18 @@ impl Tool for ManageQuotes {
                 if input.action == QuoteAction::AddBlock {
                     let heading = input.block_kind == Some(BlockKindArg::Heading);
                     let body = ledger::required(input.body.as_deref(), "body")?;
-                    quotes.add_block(q.id, heading, body, audit("add_block")).await
+                    quotes
+                        .add_block(q.id, heading, body, audit("add_block"))
+                        .await
                 } else {
-                    let block =
-                        uuid_or_missing(input.block_id.as_deref(), "blockId", "Quote block not found on this quote")?;
-                    quotes.remove_block(q.id, block, audit("remove_block")).await
+                    let block = uuid_or_missing(
+                        input.block_id.as_deref(),
+                        "blockId",
+                        "Quote block not found on this quote",
+                    )?;
+                    quotes
+                        .remove_block(q.id, block, audit("remove_block"))
+                        .await
                 }
                 .map_err(quote_missing)?;
                 (Some("blocks changed".into()), quotes.get_quote(q.id).await?)
@@ -388,8 +397,11 @@ impl Tool for ManageQuotes {
             }
             QuoteAction::RemoveLine => {
                 let q = current().await?;
-                let line =
-                    uuid_or_missing(input.line_id.as_deref(), "lineId", "Quote line not found on this quote")?;
+                let line = uuid_or_missing(
+                    input.line_id.as_deref(),
+                    "lineId",
+                    "Quote line not found on this quote",
+                )?;
                 let q = quotes
                     .remove_line(q.id, line, audit("remove_line"))
                     .await

@@ -9,10 +9,7 @@
 //! reach only the caller's own comments. Tickets, alerts and comments of another organization
 //! are "not found", like missing ones.
 
-use breeze_core::{
-    DeviceId, OrgId, Permission, TicketPriority,
-    TicketStatus, UserId,
-};
+use breeze_core::{DeviceId, OrgId, Permission, TicketPriority, TicketStatus, UserId};
 use breeze_store::{
     CommentScope, LinkedAlert, NewPart, NewTicket, NewTime, StoreError, Ticket, TicketComment,
     TicketFilter, TicketPart, TicketUpdate, TimeEntry,
@@ -409,7 +406,11 @@ impl TicketsInput {
             user: cx.user,
             actor: cx.actor.clone(),
             billable: self.billable.unwrap_or(true),
-            rate: ledger::money_arg(self.rate.as_deref(), "rate", ledger::currency_arg(self.currency.as_deref())?)?,
+            rate: ledger::money_arg(
+                self.rate.as_deref(),
+                "rate",
+                ledger::currency_arg(self.currency.as_deref())?,
+            )?,
             note: self.note.clone(),
         })
     }
@@ -489,9 +490,7 @@ impl Tool for ManageTickets {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let tickets = cx.tickets();
-        let audit = |action: &str| {
-ledger::audit(cx, "ticket", action)
-        };
+        let audit = |action: &str| ledger::audit(cx, "ticket", action);
         let by = cx.actor.to_string();
         let done = |message: String, ticket: TicketView| {
             Rendered::of(&TicketsOutput {
@@ -659,7 +658,11 @@ ledger::audit(cx, "ticket", action)
                     .as_deref()
                     .ok_or_else(|| ToolError::invalid("description is required for add_part"))?;
                 let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
-                let price = ledger::money_arg(input.unit_price.as_deref(), "unitPrice", ledger::currency_arg(input.currency.as_deref())?)?;
+                let price = ledger::money_arg(
+                    input.unit_price.as_deref(),
+                    "unitPrice",
+                    ledger::currency_arg(input.currency.as_deref())?,
+                )?;
                 tickets
                     .add_part(
                         t.id,
