@@ -65,7 +65,10 @@ pub use rbac::{OrgAccess, Permission, PermissionDenied, PermissionSet, Role};
 pub use report::{ReportFilters, ReportFormat, ReportKind, ReportStatus};
 pub use scope::{Scope, ScopeSet};
 pub use tenancy::{DeviceGroup, Organization, Partner, Site};
-pub use ticket::{InvoiceLineKind, InvoiceStatus, TicketPriority, TicketStatus};
+pub use ticket::{
+    BillingPeriod, CatalogKind, ContractStatus, InvoiceLineKind, InvoiceStatus, TicketPriority,
+    TicketStatus,
+};
 pub use tier::Tier;
 pub use user::{User, UserKind};
 

@@ -34,6 +34,19 @@ string_enum! {
         InvoicesWrite = "invoices.write",
         /// Issuing and voiding invoices, recording and voiding payments.
         InvoicesSend = "invoices.send",
+        /// Reading the partner's catalog (items, bundles, an organization's prices).
+        CatalogRead = "catalog.read",
+        /// Creating, changing and archiving catalog items; setting price overrides.
+        CatalogWrite = "catalog.write",
+        ContractsRead = "contracts.read",
+        /// Drafting contracts and their lines.
+        ContractsWrite = "contracts.write",
+        /// Activating, pausing, resuming and cancelling contracts.
+        ContractsManage = "contracts.manage",
+        /// Drafting quotes: their blocks and lines, declining one.
+        QuotesWrite = "quotes.write",
+        /// Sending a quote to the customer.
+        QuotesSend = "quotes.send",
         /// Calling Tier 1 tools of tool sources (external MCP servers and APIs).
         ExternalToolsRead = "external_tools.read",
         /// Calling Tier 2 and 3 tools of tool sources.
@@ -45,7 +58,7 @@ string_enum! {
 }
 
 impl Permission {
-    const fn bit(self) -> u32 {
+    const fn bit(self) -> u64 {
         1 << (self as u32)
     }
 
@@ -65,7 +78,10 @@ impl Permission {
 /// A set of permissions, stored as a list of their names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "Vec<Permission>", into = "Vec<Permission>")]
-pub struct PermissionSet(u32);
+pub struct PermissionSet(u64);
+
+// A set is one bit per permission.
+const _: () = assert!(Permission::ALL.len() <= u64::BITS as usize);
 
 impl PermissionSet {
     /// No permissions.

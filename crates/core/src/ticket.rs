@@ -88,11 +88,91 @@ string_enum! {
 }
 
 string_enum! {
-    /// Where an invoice line came from: typed in, a ticket's time entry, or a ticket's part.
+    /// Where an invoice line came from: typed in, a ticket's time entry or part, a catalog
+    /// item, a catalog bundle (one line at the bundle's price), or a contract's period.
     pub enum InvoiceLineKind: "invoice line kind" {
         Manual = "manual",
         Time = "time",
         Part = "part",
+        Catalog = "catalog",
+        Bundle = "bundle",
+        Contract = "contract",
+    }
+}
+
+string_enum! {
+    /// What a catalog item is; a bundle is sold at its own price and lists its components.
+    pub enum CatalogKind: "catalog item kind" {
+        Hardware = "hardware",
+        Software = "software",
+        Service = "service",
+        Bundle = "bundle",
+    }
+}
+
+string_enum! {
+    /// A recurring contract's state: only an active one bills its periods.
+    pub enum ContractStatus: "contract status" {
+        Draft = "draft",
+        Active = "active",
+        Paused = "paused",
+        Cancelled = "cancelled",
+    }
+}
+
+impl ContractStatus {
+    /// The lifecycle a PSA allows: a draft is activated (or cancelled), an active contract
+    /// paused or cancelled, a paused one resumed or cancelled; a cancelled one stays so.
+    pub fn can_move_to(self, to: ContractStatus) -> bool {
+        use ContractStatus::*;
+        matches!(
+            (self, to),
+            (Draft, Active)
+                | (Draft | Active | Paused, Cancelled)
+                | (Active, Paused)
+                | (Paused, Active)
+        )
+    }
+}
+
+string_enum! {
+    /// How long a contract's billing period is.
+    pub enum BillingPeriod: "billing period" {
+        Monthly = "monthly",
+        Quarterly = "quarterly",
+        Yearly = "yearly",
+    }
+}
+
+impl BillingPeriod {
+    /// The period's length in calendar months.
+    pub const fn months(self) -> u32 {
+        match self {
+            BillingPeriod::Monthly => 1,
+            BillingPeriod::Quarterly => 3,
+            BillingPeriod::Yearly => 12,
+        }
+    }
+
+    /// The first period boundary after `after` of a contract whose periods start at
+    /// `anchor`: `anchor + n` periods for the least such `n`. Counting from the anchor keeps
+    /// the day of month (a contract starting on the 31st bills on the 30th in April and the
+    /// 31st again in May) where chaining month by month would drift to the 28th for good.
+    /// `None` past the calendar's end.
+    pub fn boundary_after(
+        self,
+        anchor: crate::Timestamp,
+        after: crate::Timestamp,
+    ) -> Option<crate::Timestamp> {
+        let mut n = 1u32;
+        loop {
+            let b =
+                anchor.checked_add_months(chrono::Months::new(self.months().checked_mul(n)?))?;
+            if b > after {
+                return Some(b);
+            }
+            n = n.checked_add(1)?;
+        }
     }
 }
 

@@ -12,6 +12,7 @@ pub mod automations;
 pub mod catalog;
 mod cimd_guard;
 pub mod compliance;
+pub mod contract_billing;
 pub mod deployments;
 mod edge;
 mod error;
@@ -544,6 +545,10 @@ pub async fn serve(
             breeze.state.pipeline.clone(),
             breeze.state.config.deployments.clone(),
         )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(contract_billing::ContractBillingWorker::new(store.clone())),
         sweeper_stop.clone(),
     );
     workers::spawn(

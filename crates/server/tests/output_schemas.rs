@@ -268,6 +268,12 @@ const ID_FIELDS: &[&str] = &[
     "commentId",
     "lineId",
     "paymentId",
+    "itemId",
+    "componentId",
+    "catalogItemId",
+    "contractId",
+    "quoteId",
+    "blockId",
     "targetOrgId",
 ];
 
@@ -891,6 +897,10 @@ impl Suite {
             self.invoice_hints(tool, action.map(|(_, a)| a), &mut hints)
                 .await;
         }
+        if tool.contains("catalog") || tool.contains("contract") || tool == "manage_quotes" {
+            self.billing_hints(tool, action.map(|(_, a)| a), &mut hints)
+                .await;
+        }
         let generator = Gen {
             root: schema,
             counter: &self.counter,
@@ -1050,6 +1060,8 @@ impl Suite {
             hints.insert("paymentId".into(), json!(p.id.to_string()));
         }
         hints.insert("invoiceId".into(), json!(id.to_string()));
+        let item = self.fresh_item(breeze_core::CatalogKind::Service).await;
+        hints.insert("catalogItemId".into(), json!(item.to_string()));
         if action == Some("assemble_from_ticket") {
             let mut t = Map::new();
             self.ticket_hints(Some("log_time"), &mut t).await;
@@ -1071,6 +1083,146 @@ impl Suite {
                 .await
                 .unwrap();
             hints.insert("ticketId".into(), t["ticketId"].clone());
+        }
+    }
+}
+
+impl Suite {
+    /// A fresh sellable USD item of organization A's partner (with a unique SKU).
+    async fn fresh_item(&self, kind: breeze_core::CatalogKind) -> uuid::Uuid {
+        let usd = breeze_core::Currency::parse("USD").unwrap();
+        self.w
+            .store
+            .org(self.w.org_a)
+            .catalog()
+            .create_item(
+                breeze_store::NewCatalogItem {
+                    sku: Some(format!("FX-{}", uuid::Uuid::now_v7().simple())),
+                    name: "fixture".into(),
+                    kind,
+                    description: String::new(),
+                    unit_price: breeze_core::Money::new(1000, usd),
+                    tax_bp: 0,
+                    created_by: "fixture".into(),
+                },
+                audit("catalog.create"),
+            )
+            .await
+            .unwrap()
+            .id
+    }
+
+    /// For the catalog, contract and quote tools: fresh records in the state `action` needs
+    /// (a bundle with a component and an override; a contract draft with a line, or active,
+    /// or paused; a draft quote with a block and a line), and money values.
+    async fn billing_hints(
+        &self,
+        tool: &str,
+        action: Option<&str>,
+        hints: &mut Map<String, Value>,
+    ) {
+        use breeze_core::{CatalogKind, ContractStatus, Money, Quantity};
+        let org = self.w.store.org(self.w.org_a);
+        let usd = breeze_core::Currency::parse("USD").unwrap();
+        let now = self.w.state.clock.now();
+        hints.insert("orgId".into(), json!(self.w.org_a.to_string()));
+        hints.insert("currency".into(), json!("USD"));
+        hints.insert("unitPrice".into(), json!("2.50"));
+        hints.insert("quantity".into(), json!("1"));
+        hints.insert(
+            "sku".into(),
+            json!(format!("G-{}", uuid::Uuid::now_v7().simple())),
+        );
+        hints.insert("startsAt".into(), json!(now.to_rfc3339()));
+        hints.insert(
+            "validUntil".into(),
+            json!((now + chrono::Duration::days(30)).to_rfc3339()),
+        );
+        let item = self.fresh_item(CatalogKind::Hardware).await;
+        hints.insert("catalogItemId".into(), json!(item.to_string()));
+        if tool.contains("catalog") {
+            let bundle = self.fresh_item(CatalogKind::Bundle).await;
+            let catalog = org.catalog();
+            catalog
+                .set_component(bundle, item, Quantity::ONE, audit("c"))
+                .await
+                .unwrap();
+            catalog
+                .set_override(bundle, Money::new(900, usd), "fixture", audit("o"))
+                .await
+                .unwrap();
+            hints.insert("itemId".into(), json!(bundle.to_string()));
+            hints.insert("componentId".into(), json!(item.to_string()));
+        } else if tool.contains("contract") {
+            let contracts = org.contracts();
+            let c = contracts
+                .create_draft(
+                    breeze_store::NewContract {
+                        name: "fixture".into(),
+                        currency: usd,
+                        billing_period: breeze_core::BillingPeriod::Monthly,
+                        tax_bp: 0,
+                        notes: None,
+                        starts_at: now,
+                        created_by: "fixture".into(),
+                    },
+                    audit("k"),
+                )
+                .await
+                .unwrap();
+            let lines = contracts
+                .add_line(
+                    c.id,
+                    breeze_store::NewContractLine::Catalog {
+                        item,
+                        quantity: Quantity::ONE,
+                    },
+                    audit("l"),
+                )
+                .await
+                .unwrap();
+            hints.insert("lineId".into(), json!(lines[0].id.to_string()));
+            if matches!(action, Some("pause" | "cancel" | "resume")) {
+                contracts
+                    .set_status(c.id, ContractStatus::Active, audit("a"))
+                    .await
+                    .unwrap();
+            }
+            if action == Some("resume") {
+                contracts
+                    .set_status(c.id, ContractStatus::Paused, audit("p"))
+                    .await
+                    .unwrap();
+            }
+            hints.insert("contractId".into(), json!(c.id.to_string()));
+            hints.insert("cursor".into(), json!(uuid::Uuid::max().to_string()));
+            hints.insert("status".into(), json!("draft"));
+        } else {
+            let quotes = org.quotes();
+            let q = quotes
+                .create_draft("fixture", usd, None, "fixture", audit("q"))
+                .await
+                .unwrap();
+            let blocks = quotes
+                .add_block(q.id, true, "fixture", audit("b"))
+                .await
+                .unwrap();
+            quotes
+                .add_line(
+                    q.id,
+                    breeze_store::NewQuoteLine::Catalog {
+                        item,
+                        quantity: Quantity::ONE,
+                    },
+                    audit("l"),
+                )
+                .await
+                .unwrap();
+            let line = quotes.lines(q.id).await.unwrap()[0].id;
+            hints.insert("quoteId".into(), json!(q.id.to_string()));
+            hints.insert("blockId".into(), json!(blocks[0].id.to_string()));
+            hints.insert("lineId".into(), json!(line.to_string()));
+            hints.insert("cursor".into(), json!("999999"));
         }
     }
 }

@@ -99,6 +99,8 @@ narrow! {
     OrgAudit => audit;
     /// Automations and their runs.
     OrgAutomations => automations;
+    /// The partner's catalog as this organization sees it: items, bundles, its prices.
+    OrgCatalog => catalog;
     /// Device commands and the paths they may not touch.
     OrgCommands => commands;
     /// Compliance policies, checks and remediations.
@@ -107,6 +109,8 @@ narrow! {
     OrgConfigPolicies => config_policies;
     /// Context notes attached to devices.
     OrgContext => context;
+    /// Recurring contracts, their lines and billed periods.
+    OrgContracts => contracts;
     /// Software deployments and their runs.
     OrgDeployments => deployments;
     /// Device records, the device listing and installed software.
@@ -121,6 +125,8 @@ narrow! {
     OrgMaintenance => maintenance;
     /// Patches, patch approvals and patch jobs.
     OrgPatches => patches;
+    /// Quotes: drafts, their blocks and lines, sending and declining.
+    OrgQuotes => quotes;
     /// Reports, their schedules and their runs.
     OrgReports => reports;
     /// The script library.

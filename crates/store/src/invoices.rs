@@ -23,9 +23,8 @@ use uuid::Uuid;
 use crate::{
     Result, StoreError,
     alerts::check_text,
-    audit,
+    audit, ledger,
     sql::{Sql, Tx, sql},
-    tickets::next_number,
 };
 
 /// The largest page of invoices one listing returns.
@@ -108,10 +107,13 @@ pub struct InvoiceLine {
     pub currency: Currency,
     pub time_entry_id: Option<Uuid>,
     pub part_id: Option<Uuid>,
+    pub catalog_item_id: Option<Uuid>,
+    pub contract_id: Option<Uuid>,
 }
 
 const LINE_COLUMNS: &str = "id, invoice_id, position, kind, description, quantity_milli, \
-    unit_price_minor, amount_minor, tax_bp, tax_minor, currency, time_entry_id, part_id";
+    unit_price_minor, amount_minor, tax_bp, tax_minor, currency, time_entry_id, part_id, \
+    catalog_item_id, contract_id";
 
 /// A manual line to add to a draft.
 #[derive(Debug, Clone)]
@@ -150,35 +152,46 @@ pub struct InvoicePage {
     pub next_before: Option<Uuid>,
 }
 
-/// A line's values before it is stored.
-struct LineRow {
-    kind: InvoiceLineKind,
-    description: String,
-    quantity: Quantity,
-    unit_price: Money,
-    amount: Money,
-    tax_bp: u32,
-    time_entry: Option<Uuid>,
-    part: Option<Uuid>,
+/// A line's values before it is stored; what it came from, if anything, is in `source`.
+pub(crate) struct LineRow {
+    pub(crate) kind: InvoiceLineKind,
+    pub(crate) description: String,
+    pub(crate) quantity: Quantity,
+    pub(crate) unit_price: Money,
+    pub(crate) amount: Money,
+    pub(crate) tax_bp: u32,
+    pub(crate) source: LineSource,
 }
 
-fn money_err(e: money::MoneyError) -> StoreError {
-    StoreError::Invalid(e.to_string())
+/// The record an invoice line bills.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct LineSource {
+    pub(crate) time_entry: Option<Uuid>,
+    pub(crate) part: Option<Uuid>,
+    pub(crate) catalog_item: Option<Uuid>,
+    pub(crate) contract: Option<Uuid>,
 }
 
-fn check_tax(tax_bp: u32) -> Result<()> {
-    if tax_bp > 10_000 {
-        return Err(StoreError::Invalid(
-            "a tax rate is between 0 and 10000 basis points (100 %)".into(),
-        ));
-    }
-    Ok(())
-}
-
-fn check_note(field: &str, value: Option<&str>) -> Result<()> {
-    match value {
-        Some(v) => check_text(field, v, MAX_TEXT),
-        None => Ok(()),
+impl LineRow {
+    /// A line of `quantity × unit_price` (rounded once), from `source`.
+    pub(crate) fn priced(
+        kind: InvoiceLineKind,
+        description: String,
+        quantity: Quantity,
+        unit_price: Money,
+        tax_bp: u32,
+        source: LineSource,
+    ) -> Result<Self> {
+        let amount = money::line_amount(quantity, unit_price).map_err(ledger::money_err)?;
+        Ok(Self {
+            kind,
+            description,
+            quantity,
+            unit_price,
+            amount,
+            tax_bp,
+            source,
+        })
     }
 }
 
@@ -201,7 +214,7 @@ impl crate::OrgInvoices<'_> {
         created_by: &str,
         audit: AuditEvent,
     ) -> Result<Invoice> {
-        check_note("notes", notes)?;
+        ledger::check_optional("notes", notes, MAX_TEXT)?;
         let id = self
             .insert_draft(currency, notes, due_at, None, created_by, audit, |_| {
                 json!({})
@@ -231,33 +244,18 @@ impl crate::OrgInvoices<'_> {
         .await?;
         let mut d = details(id);
         d["currency"] = json!(currency);
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, d), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, d), now).await?;
         Ok(id)
     }
 
     /// One invoice of this organization.
     pub async fn get_invoice(&self, id: Uuid) -> Result<Invoice> {
-        sql(format!(
-            "SELECT {INVOICE_COLUMNS} FROM invoices WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("invoice"))
+        ledger::one(self, "invoices", INVOICE_COLUMNS, id, "invoice").await
     }
 
     /// The issued invoice of this organization with this number (`INV-000042` is 42).
     pub async fn invoice_by_number(&self, number: i64) -> Result<Invoice> {
-        sql(format!(
-            "SELECT {INVOICE_COLUMNS} FROM invoices WHERE number = $1 AND org_id = $2"
-        ))
-        .bind(number)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("invoice"))
+        ledger::by_number(self, "invoices", INVOICE_COLUMNS, number, "invoice").await
     }
 
     async fn draft(&self, id: Uuid) -> Result<Invoice> {
@@ -294,13 +292,8 @@ impl crate::OrgInvoices<'_> {
         }
         let p = q.arg(i64::from(limit) + 1);
         q.push(&format!(" ORDER BY id DESC LIMIT {p}"));
-        let mut invoices: Vec<Invoice> = q.fetch_all(self).await?;
-        let next_before = if invoices.len() > limit as usize {
-            invoices.truncate(limit as usize);
-            invoices.last().map(|i| i.id)
-        } else {
-            None
-        };
+        let (invoices, next_before) =
+            ledger::page(q.fetch_all(self).await?, limit, |i: &Invoice| i.id);
         Ok(InvoicePage {
             invoices,
             next_before,
@@ -309,25 +302,27 @@ impl crate::OrgInvoices<'_> {
 
     /// An invoice's lines in order.
     pub async fn lines(&self, id: Uuid) -> Result<Vec<InvoiceLine>> {
-        sql(format!(
-            "SELECT {LINE_COLUMNS} FROM invoice_lines WHERE invoice_id = $1 AND org_id = $2 \
-             ORDER BY position, id"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_all(self)
+        ledger::children(
+            self,
+            "invoice_lines",
+            LINE_COLUMNS,
+            "invoice_id",
+            id,
+            "position, id",
+        )
         .await
     }
 
     /// An invoice's payments, voided ones included, oldest first.
     pub async fn payments(&self, id: Uuid) -> Result<Vec<Payment>> {
-        sql(format!(
-            "SELECT {PAYMENT_COLUMNS} FROM invoice_payments WHERE invoice_id = $1 \
-             AND org_id = $2 ORDER BY created_at, id"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_all(self)
+        ledger::children(
+            self,
+            "invoice_payments",
+            PAYMENT_COLUMNS,
+            "invoice_id",
+            id,
+            "created_at, id",
+        )
         .await
     }
 
@@ -339,7 +334,7 @@ impl crate::OrgInvoices<'_> {
         due_at: Option<Timestamp>,
         audit: AuditEvent,
     ) -> Result<Invoice> {
-        check_note("notes", notes)?;
+        ledger::check_optional("notes", notes, MAX_TEXT)?;
         let inv = self.draft(id).await?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
@@ -354,20 +349,15 @@ impl crate::OrgInvoices<'_> {
         .bind(self.org)
         .execute(&mut tx)
         .await?;
-        if n == 0 {
-            return Err(StoreError::Conflict(
-                "the invoice was issued meanwhile".into(),
-            ));
-        }
+        ledger::changed(n, "the invoice was issued meanwhile")?;
         let changed =
             audit::changed_fields([("notes", notes.is_some()), ("dueDate", due_at.is_some())]);
-        audit::insert(
-            &mut tx,
+        ledger::commit(
+            tx,
             &invoice_audit(audit, self.org, id, json!({ "changed": changed })),
             now,
         )
         .await?;
-        tx.commit().await?;
         self.get_invoice(id).await
     }
 
@@ -382,25 +372,20 @@ impl crate::OrgInvoices<'_> {
             .bind(self.org)
             .execute(&mut tx)
             .await?;
-        if n == 0 {
-            return Err(StoreError::Conflict(
-                "the invoice was issued meanwhile".into(),
-            ));
-        }
-        audit::insert(
-            &mut tx,
+        ledger::changed(n, "the invoice was issued meanwhile")?;
+        ledger::commit(
+            tx,
             &invoice_audit(audit, self.org, id, json!({ "total": inv.total() })),
             now,
         )
         .await?;
-        tx.commit().await?;
         Ok(inv)
     }
 
     /// Adds a manual line to a draft, in the draft's currency.
     pub async fn add_line(&self, id: Uuid, line: NewLine, audit: AuditEvent) -> Result<Invoice> {
         check_text("description", &line.description, MAX_TEXT)?;
-        check_tax(line.tax_bp)?;
+        ledger::check_tax(line.tax_bp)?;
         let inv = self.draft(id).await?;
         if line.unit_price.currency != inv.currency {
             return Err(StoreError::Invalid(format!(
@@ -413,28 +398,50 @@ impl crate::OrgInvoices<'_> {
                 "a line's quantity cannot be zero".into(),
             ));
         }
-        let amount = money::line_amount(line.quantity, line.unit_price).map_err(money_err)?;
-        let row = LineRow {
-            kind: InvoiceLineKind::Manual,
-            description: line.description,
-            quantity: line.quantity,
-            unit_price: line.unit_price,
-            amount,
-            tax_bp: line.tax_bp,
-            time_entry: None,
-            part: None,
-        };
+        let row = LineRow::priced(
+            InvoiceLineKind::Manual,
+            line.description,
+            line.quantity,
+            line.unit_price,
+            line.tax_bp,
+            LineSource::default(),
+        )?;
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let line_id = insert_lines(&mut tx, self.org, id, vec![row]).await?;
-        recompute(&mut tx, self.org, id, inv.currency, now).await?;
-        audit::insert(
-            &mut tx,
+        let line_id = insert_lines(&mut tx, Doc::Invoice, self.org, id, vec![row]).await?;
+        recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
+        ledger::commit(
+            tx,
             &invoice_audit(audit, self.org, id, json!({ "lineId": line_id.first() })),
             now,
         )
         .await?;
-        tx.commit().await?;
+        self.get_invoice(id).await
+    }
+
+    /// Adds `quantity` of a catalog item (or bundle: one line at the bundle's price, its
+    /// components named) to a draft, at this organization's price for it and the item's tax
+    /// rate. The price must be in the draft's currency: currencies are never mixed.
+    pub async fn add_catalog_line(
+        &self,
+        id: Uuid,
+        item: Uuid,
+        quantity: Quantity,
+        audit: AuditEvent,
+    ) -> Result<Invoice> {
+        let inv = self.draft(id).await?;
+        let row = self
+            .whole()
+            .catalog()
+            .line(item, quantity, inv.currency)
+            .await?;
+        let price = row.unit_price;
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin_in(self).await?;
+        let line_id = insert_lines(&mut tx, Doc::Invoice, self.org, id, vec![row]).await?;
+        recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
+        let details = json!({ "lineId": line_id.first(), "catalogItemId": item, "price": price });
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.get_invoice(id).await
     }
 
@@ -469,14 +476,13 @@ impl crate::OrgInvoices<'_> {
         if n == 0 {
             return Err(StoreError::NotFound("invoice line"));
         }
-        recompute(&mut tx, self.org, id, inv.currency, now).await?;
-        audit::insert(
-            &mut tx,
+        recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
+        ledger::commit(
+            tx,
             &invoice_audit(audit, self.org, id, json!({ "lineId": line })),
             now,
         )
         .await?;
-        tx.commit().await?;
         self.get_invoice(id).await
     }
 
@@ -493,7 +499,7 @@ impl crate::OrgInvoices<'_> {
         created_by: &str,
         audit: AuditEvent,
     ) -> Result<Invoice> {
-        check_tax(tax_bp)?;
+        ledger::check_tax(tax_bp)?;
         let tickets = self.whole().tickets();
         let t = tickets.get_ticket(ticket).await?;
         let entries: Vec<_> = tickets
@@ -521,7 +527,7 @@ impl crate::OrgInvoices<'_> {
         let mut rows = Vec::new();
         for e in &entries {
             let minutes = e.minutes.unwrap_or(0);
-            let amount = money::time_amount(minutes, e.rate()).map_err(money_err)?;
+            let amount = money::time_amount(minutes, e.rate()).map_err(ledger::money_err)?;
             let hours =
                 Quantity(i64::try_from((i128::from(minutes) * 1000 + 30) / 60).unwrap_or(i64::MAX));
             rows.push(LineRow {
@@ -539,22 +545,24 @@ impl crate::OrgInvoices<'_> {
                 unit_price: e.rate(),
                 amount,
                 tax_bp,
-                time_entry: Some(e.id),
-                part: None,
+                source: LineSource {
+                    time_entry: Some(e.id),
+                    ..LineSource::default()
+                },
             });
         }
         for p in &parts {
-            let amount = money::line_amount(p.quantity(), p.unit_price()).map_err(money_err)?;
-            rows.push(LineRow {
-                kind: InvoiceLineKind::Part,
-                description: format!("{}: {}", t.reference(), p.description),
-                quantity: p.quantity(),
-                unit_price: p.unit_price(),
-                amount,
+            rows.push(LineRow::priced(
+                InvoiceLineKind::Part,
+                format!("{}: {}", t.reference(), p.description),
+                p.quantity(),
+                p.unit_price(),
                 tax_bp,
-                time_entry: None,
-                part: Some(p.id),
-            });
+                LineSource {
+                    part: Some(p.id),
+                    ..LineSource::default()
+                },
+            )?);
         }
         if let Some(other) = rows.iter().find(|r| r.amount.currency != currency) {
             return Err(StoreError::Invalid(format!(
@@ -598,22 +606,20 @@ impl crate::OrgInvoices<'_> {
                 .bind(self.org)
                 .execute(&mut tx)
                 .await?;
-                if n == 0 {
-                    return Err(StoreError::Conflict(
-                        "the ticket's time or parts were invoiced meanwhile; try again".into(),
-                    ));
-                }
+                ledger::changed(
+                    n,
+                    "the ticket's time or parts were invoiced meanwhile; try again",
+                )?;
             }
         }
         let count = rows.len();
-        insert_lines(&mut tx, self.org, id, rows).await?;
-        let totals = recompute(&mut tx, self.org, id, currency, now).await?;
+        insert_lines(&mut tx, Doc::Invoice, self.org, id, rows).await?;
+        let totals = recompute(&mut tx, Doc::Invoice, self.org, id, currency, now).await?;
         let details = json!({
             "ticket": t.reference(), "ticketId": ticket, "lines": count,
             "timeEntries": entries.len(), "parts": parts.len(), "total": totals.total,
         });
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, details), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.get_invoice(id).await
     }
 
@@ -635,7 +641,7 @@ impl crate::OrgInvoices<'_> {
         }
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
-        let number = next_number(&mut tx, "invoice_counters", inv.partner_id).await?;
+        let number = ledger::next_number(&mut tx, "invoice_counters", inv.partner_id).await?;
         let n = sql(
             "UPDATE invoices SET status = 'issued', number = $1, issued_at = $2, updated_at = $2 \
              WHERE id = $3 AND org_id = $4 AND status = 'draft'",
@@ -653,8 +659,7 @@ impl crate::OrgInvoices<'_> {
             ));
         }
         let details = json!({ "number": invoice_reference(number), "total": inv.total() });
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, details), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.get_invoice(id).await
     }
 
@@ -692,13 +697,10 @@ impl crate::OrgInvoices<'_> {
         .bind(self.org)
         .execute(&mut tx)
         .await?;
-        if n == 0 {
-            return Err(StoreError::Conflict("the invoice changed meanwhile".into()));
-        }
+        ledger::changed(n, "the invoice changed meanwhile")?;
         release_billed(&mut tx, self.org, id).await?;
         let details = json!({ "number": inv.reference(), "reason": reason, "total": inv.total() });
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, details), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.get_invoice(id).await
     }
 
@@ -714,7 +716,7 @@ impl crate::OrgInvoices<'_> {
         audit: AuditEvent,
     ) -> Result<Payment> {
         check_text("method", method, 50)?;
-        check_note("reference", reference)?;
+        ledger::check_optional("reference", reference, MAX_TEXT)?;
         let inv = self.get_invoice(id).await?;
         if inv.status != InvoiceStatus::Issued {
             return Err(StoreError::Conflict(format!(
@@ -755,11 +757,7 @@ impl crate::OrgInvoices<'_> {
         .bind(inv.paid_minor)
         .execute(&mut tx)
         .await?;
-        if n == 0 {
-            return Err(StoreError::Conflict(
-                "the invoice changed meanwhile; read it again".into(),
-            ));
-        }
+        ledger::changed(n, "the invoice changed meanwhile; read it again")?;
         sql(format!(
             "INSERT INTO invoice_payments (org_id, {PAYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, \
              $5, $6, $7, $8, $9, $10, $11, $12)"
@@ -782,8 +780,7 @@ impl crate::OrgInvoices<'_> {
             "number": inv.reference(), "paymentId": pid, "amount": amount, "method": method,
             "status": status,
         });
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, details), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.payments(id)
             .await?
             .into_iter()
@@ -833,17 +830,12 @@ impl crate::OrgInvoices<'_> {
         .bind(self.org)
         .execute(&mut tx)
         .await?;
-        if n == 0 || m == 0 {
-            return Err(StoreError::Conflict(
-                "the payment or invoice changed meanwhile".into(),
-            ));
-        }
+        ledger::changed(n.min(m), "the payment or invoice changed meanwhile")?;
         let details = json!({
             "number": inv.reference(), "paymentId": payment, "reason": reason,
             "amount": Money::new(p.amount_minor, p.currency),
         });
-        audit::insert(&mut tx, &invoice_audit(audit, self.org, id, details), now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.payments(id)
             .await?
             .into_iter()
@@ -853,7 +845,7 @@ impl crate::OrgInvoices<'_> {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn insert_invoice(
+pub(crate) async fn insert_invoice(
     tx: &mut Tx,
     org: OrgId,
     partner: PartnerId,
@@ -893,39 +885,92 @@ async fn insert_invoice(
     Ok(())
 }
 
-/// Appends `rows` after the invoice's last line; returns their ids.
-async fn insert_lines(
+/// A priced document with lines: an invoice or a quote. Their lines are priced, taxed and
+/// summed the same way, by [`insert_lines`] and [`recompute`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Doc {
+    Invoice,
+    Quote,
+}
+
+impl Doc {
+    fn header(self) -> &'static str {
+        match self {
+            Doc::Invoice => "invoices",
+            Doc::Quote => "quotes",
+        }
+    }
+
+    fn lines(self) -> &'static str {
+        match self {
+            Doc::Invoice => "invoice_lines",
+            Doc::Quote => "quote_lines",
+        }
+    }
+
+    fn parent(self) -> &'static str {
+        match self {
+            Doc::Invoice => "invoice_id",
+            Doc::Quote => "quote_id",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Doc::Invoice => "invoice",
+            Doc::Quote => "quote",
+        }
+    }
+}
+
+/// Appends `rows` after the document's last line; returns their ids.
+pub(crate) async fn insert_lines(
     tx: &mut Tx,
+    doc: Doc,
     org: OrgId,
-    invoice: Uuid,
+    parent: Uuid,
     rows: Vec<LineRow>,
 ) -> Result<Vec<Uuid>> {
-    let (count, last): (i64, Option<i64>) = sql(
-        "SELECT COUNT(*), MAX(position) FROM invoice_lines WHERE invoice_id = $1 AND org_id = $2",
-    )
-    .bind(invoice)
+    let (table, column) = (doc.lines(), doc.parent());
+    let (count, last): (i64, Option<i64>) = sql(format!(
+        "SELECT COUNT(*), MAX(position) FROM {table} WHERE {column} = $1 AND org_id = $2"
+    ))
+    .bind(parent)
     .bind(org)
     .fetch_optional(&mut *tx)
     .await?
     .unwrap_or((0, None));
     if count + rows.len() as i64 > MAX_LINES {
         return Err(StoreError::Invalid(format!(
-            "an invoice holds at most {MAX_LINES} lines"
+            "a{} {} holds at most {MAX_LINES} lines",
+            if doc == Doc::Invoice { "n" } else { "" },
+            doc.name()
         )));
     }
     let mut position = last.unwrap_or(0);
     let mut ids = Vec::new();
     for r in rows {
         position += 1;
-        let tax = money::tax_amount(r.amount, r.tax_bp).map_err(money_err)?;
+        let tax = money::tax_amount(r.amount, r.tax_bp).map_err(ledger::money_err)?;
         let id = Uuid::now_v7();
-        sql(format!(
-            "INSERT INTO invoice_lines (org_id, {LINE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, \
-             $7, $8, $9, $10, $11, $12, $13, $14)"
+        // A quote's line names only the catalog item it came from; an invoice's whatever
+        // it bills.
+        let (sources, placeholders) = match doc {
+            Doc::Invoice => (
+                "time_entry_id, part_id, catalog_item_id, contract_id",
+                "$13, $14, $15, $16",
+            ),
+            Doc::Quote => ("catalog_item_id", "$13"),
+        };
+        let q = sql(format!(
+            "INSERT INTO {table} (org_id, id, {column}, position, kind, description, \
+             quantity_milli, unit_price_minor, amount_minor, tax_bp, tax_minor, currency, \
+             {sources}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+             {placeholders})"
         ))
         .bind(org)
         .bind(id)
-        .bind(invoice)
+        .bind(parent)
         .bind(position)
         .bind(r.kind.as_str())
         .bind(r.description.as_str())
@@ -934,29 +979,36 @@ async fn insert_lines(
         .bind(r.amount.minor)
         .bind(i64::from(r.tax_bp))
         .bind(tax.minor)
-        .bind(r.amount.currency.code())
-        .bind(r.time_entry)
-        .bind(r.part)
-        .execute(&mut *tx)
-        .await?;
+        .bind(r.amount.currency.code());
+        let q = match doc {
+            Doc::Invoice => q
+                .bind(r.source.time_entry)
+                .bind(r.source.part)
+                .bind(r.source.catalog_item)
+                .bind(r.source.contract),
+            Doc::Quote => q.bind(r.source.catalog_item),
+        };
+        q.execute(&mut *tx).await?;
         ids.push(id);
     }
     Ok(ids)
 }
 
-/// Recomputes a draft's totals from its lines (in `tx`, so they commit together).
-async fn recompute(
+/// Recomputes a draft document's totals from its lines (in `tx`, so they commit together).
+pub(crate) async fn recompute(
     tx: &mut Tx,
+    doc: Doc,
     org: OrgId,
-    invoice: Uuid,
+    parent: Uuid,
     currency: Currency,
     now: Timestamp,
 ) -> Result<Totals> {
-    let rows: Vec<(i64, i64, String)> = sql(
-        "SELECT amount_minor, tax_minor, currency FROM invoice_lines WHERE invoice_id = $1 \
-         AND org_id = $2",
-    )
-    .bind(invoice)
+    let rows: Vec<(i64, i64, String)> = sql(format!(
+        "SELECT amount_minor, tax_minor, currency FROM {} WHERE {} = $1 AND org_id = $2",
+        doc.lines(),
+        doc.parent()
+    ))
+    .bind(parent)
     .bind(org)
     .fetch_all(&mut *tx)
     .await?;
@@ -965,24 +1017,21 @@ async fn recompute(
         let c = Currency::parse(&code).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         pairs.push((Money::new(amount, c), Money::new(tax, c)));
     }
-    let totals = Totals::of(currency, pairs).map_err(money_err)?;
-    let n = sql(
-        "UPDATE invoices SET subtotal_minor = $1, tax_minor = $2, total_minor = $3, \
+    let totals = Totals::of(currency, pairs).map_err(ledger::money_err)?;
+    let n = sql(format!(
+        "UPDATE {} SET subtotal_minor = $1, tax_minor = $2, total_minor = $3, \
          updated_at = $4 WHERE id = $5 AND org_id = $6 AND status = 'draft'",
-    )
+        doc.header()
+    ))
     .bind(totals.subtotal.minor)
     .bind(totals.tax.minor)
     .bind(totals.total.minor)
     .bind(now)
-    .bind(invoice)
+    .bind(parent)
     .bind(org)
     .execute(&mut *tx)
     .await?;
-    if n == 0 {
-        return Err(StoreError::Conflict(
-            "the invoice was issued meanwhile".into(),
-        ));
-    }
+    ledger::changed(n, &format!("the {} is no longer a draft", doc.name()))?;
     Ok(totals)
 }
 

@@ -18,10 +18,12 @@ mod audit_appender;
 mod audit_retention;
 mod automations;
 mod bus;
+mod catalog;
 mod commands;
 mod compliance;
 mod config_policies;
 mod context;
+mod contracts;
 mod cross_org;
 mod deployments;
 mod devices;
@@ -34,6 +36,7 @@ mod health;
 mod idempotency;
 mod inventory;
 mod invoices;
+mod ledger;
 mod maintenance;
 mod metrics;
 mod oauth;
@@ -43,6 +46,7 @@ mod patches;
 mod pdf;
 mod pdf_font;
 mod protected_paths;
+mod quotes;
 mod reports;
 mod row_security;
 mod runs;
@@ -91,6 +95,10 @@ pub use automations::{
 };
 pub use breeze_core::AuditEvent;
 pub use bus::Signal;
+pub use catalog::{
+    CatalogComponent, CatalogFilter, CatalogItem, CatalogUpdate, MAX_CATALOG_PAGE, NewCatalogItem,
+    PriceOverride,
+};
 pub use commands::{CommandRecord, MAX_STORED_OUTPUT_BYTES, NewCommand, kind_tag};
 pub use compliance::{
     ComplianceChange, CompliancePolicy, CompliancePolicyUpdate, ComplianceStatus, EvaluationReport,
@@ -102,6 +110,10 @@ pub use config_policies::{
     MAX_CONFIG_POLICIES, MAX_PRIORITY, NewAssignment, NewConfigPolicy, PolicyOwner,
 };
 pub use context::{CONTEXT_TYPES, ContextEntry, NewContext};
+pub use contracts::{
+    Contract, ContractLine, ContractPage, ContractPeriod, ContractUpdate, MAX_CONTRACT_PAGE,
+    NewContract, NewContractLine, PeriodsBilled,
+};
 pub use cross_org::CrossOrg;
 pub use deployments::{
     Advance, Control, Deferral, Deployment, DeploymentDevice, DeviceResult, MAX_DEPLOYMENT_DEVICES,
@@ -116,10 +128,11 @@ pub use dynamic_groups::{
 pub use error::{Result, StoreError};
 pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGER_EVENTS};
 pub use handles::{
-    OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCommands,
-    OrgCompliance, OrgConfigPolicies, OrgContext, OrgDeployments, OrgDevices, OrgDynamicGroups,
-    OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches, OrgReports, OrgScripts, OrgSecurity,
-    OrgTelemetry, OrgTenancy, OrgTickets, OrgToolSources,
+    OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCatalog,
+    OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments,
+    OrgDevices, OrgDynamicGroups, OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches,
+    OrgQuotes, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry, OrgTenancy, OrgTickets,
+    OrgToolSources,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -144,6 +157,7 @@ pub use patches::{
     PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
+pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
     MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::{
     Result, StoreError,
     alerts::check_text,
-    audit,
+    audit, ledger,
     sql::{Arg, Sql, Tx, escape_like, sql},
 };
 
@@ -241,13 +241,6 @@ pub struct NewPart {
 const PART_COLUMNS: &str = "id, ticket_id, description, quantity_milli, unit_price_minor, \
     currency, billable, created_by, created_at, invoice_id";
 
-fn check_optional(field: &str, value: Option<&str>, max: usize) -> Result<()> {
-    match value {
-        Some(v) => check_text(field, v, max),
-        None => Ok(()),
-    }
-}
-
 fn check_body(field: &str, value: &str) -> Result<()> {
     if value.chars().count() > MAX_BODY_CHARS {
         return Err(StoreError::Invalid(format!(
@@ -309,8 +302,8 @@ impl crate::OrgTickets<'_> {
     ) -> Result<Ticket> {
         check_text("subject", &new.subject, MAX_SUBJECT_CHARS)?;
         check_body("description", &new.description)?;
-        check_optional("category", new.category.as_deref(), MAX_TAG_CHARS)?;
-        check_optional("submitter", new.submitter.as_deref(), MAX_SUBJECT_CHARS)?;
+        ledger::check_optional("category", new.category.as_deref(), MAX_TAG_CHARS)?;
+        ledger::check_optional("submitter", new.submitter.as_deref(), MAX_SUBJECT_CHARS)?;
         check_tags(&new.tags)?;
         self.check_device(new.device_id).await?;
         self.check_assignee(new.assignee_id).await?;
@@ -318,7 +311,7 @@ impl crate::OrgTickets<'_> {
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
-        let number = next_number(&mut tx, "ticket_counters", partner).await?;
+        let number = ledger::next_number(&mut tx, "ticket_counters", partner).await?;
         sql(format!(
             "INSERT INTO tickets ({TICKET_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
              $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
@@ -351,8 +344,7 @@ impl crate::OrgTickets<'_> {
             "number": ticket_reference(number), "subject": new.subject,
             "priority": new.priority, "deviceId": new.device_id, "alertId": alert,
         }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_ticket(id).await
     }
 
@@ -382,26 +374,12 @@ impl crate::OrgTickets<'_> {
 
     /// One ticket of this organization.
     pub async fn get_ticket(&self, id: Uuid) -> Result<Ticket> {
-        sql(format!(
-            "SELECT {TICKET_COLUMNS} FROM tickets WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("ticket"))
+        ledger::one(self, "tickets", TICKET_COLUMNS, id, "ticket").await
     }
 
     /// The ticket of this organization with this number (`T-1042` is number 1042).
     pub async fn ticket_by_number(&self, number: i64) -> Result<Ticket> {
-        sql(format!(
-            "SELECT {TICKET_COLUMNS} FROM tickets WHERE number = $1 AND org_id = $2"
-        ))
-        .bind(number)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("ticket"))
+        ledger::by_number(self, "tickets", TICKET_COLUMNS, number, "ticket").await
     }
 
     /// Tickets newest first (by number), `limit` of them (at most [`MAX_TICKET_PAGE`]) before
@@ -454,13 +432,8 @@ impl crate::OrgTickets<'_> {
         }
         let p = q.arg(i64::from(limit) + 1);
         q.push(&format!(" ORDER BY number DESC LIMIT {p}"));
-        let mut tickets: Vec<Ticket> = q.fetch_all(self).await?;
-        let next_before = if tickets.len() > limit as usize {
-            tickets.truncate(limit as usize);
-            tickets.last().map(|t| t.number)
-        } else {
-            None
-        };
+        let (tickets, next_before) =
+            ledger::page(q.fetch_all(self).await?, limit, |t: &Ticket| t.number);
         Ok(TicketPage {
             tickets,
             next_before,
@@ -503,19 +476,14 @@ impl crate::OrgTickets<'_> {
         .bind(current.status.as_str())
         .execute(&mut tx)
         .await?;
-        if n == 0 {
-            return Err(StoreError::Conflict(
-                "the ticket changed meanwhile; read it again".into(),
-            ));
-        }
+        ledger::changed(n, "the ticket changed meanwhile; read it again")?;
         let audit = ticket_audit(
             audit,
             self.org,
             &current,
             json!({ "from": current.status, "to": to }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_ticket(id).await
     }
 
@@ -538,8 +506,7 @@ impl crate::OrgTickets<'_> {
             &current,
             json!({ "from": current.assignee_id, "to": to }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_ticket(id).await
     }
 
@@ -557,8 +524,8 @@ impl crate::OrgTickets<'_> {
         if let Some(d) = &update.description {
             check_body("description", d)?;
         }
-        check_optional("category", update.category.as_deref(), MAX_TAG_CHARS)?;
-        check_optional("submitter", update.submitter.as_deref(), MAX_SUBJECT_CHARS)?;
+        ledger::check_optional("category", update.category.as_deref(), MAX_TAG_CHARS)?;
+        ledger::check_optional("submitter", update.submitter.as_deref(), MAX_SUBJECT_CHARS)?;
         if let Some(tags) = &update.tags {
             check_tags(tags)?;
         }
@@ -602,8 +569,7 @@ impl crate::OrgTickets<'_> {
         .execute(&mut tx)
         .await?;
         let audit = ticket_audit(audit, self.org, &current, json!({ "changed": changed }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_ticket(id).await
     }
 
@@ -651,8 +617,7 @@ impl crate::OrgTickets<'_> {
             &t,
             json!({ "commentId": id, "internal": internal }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_comment(ticket, id).await
     }
 
@@ -717,8 +682,7 @@ impl crate::OrgTickets<'_> {
             &t,
             json!({ "commentId": id, "author": c.author, "previous": c.body }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_comment(ticket, id).await
     }
 
@@ -741,20 +705,20 @@ impl crate::OrgTickets<'_> {
             &t,
             json!({ "commentId": id, "author": c.author, "body": c.body }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         Ok(c)
     }
 
     /// A ticket's comments, oldest first.
     pub async fn comments(&self, ticket: Uuid) -> Result<Vec<TicketComment>> {
-        sql(format!(
-            "SELECT {COMMENT_COLUMNS} FROM ticket_comments WHERE ticket_id = $1 AND org_id = $2 \
-             ORDER BY created_at, id"
-        ))
-        .bind(ticket)
-        .bind(self.org)
-        .fetch_all(self)
+        ledger::children(
+            self,
+            "ticket_comments",
+            COMMENT_COLUMNS,
+            "ticket_id",
+            ticket,
+            "created_at, id",
+        )
         .await
     }
 
@@ -776,8 +740,7 @@ impl crate::OrgTickets<'_> {
             .await
             .map_err(|e| e.conflict_as(|| "the alert is linked to this ticket already".into()))?;
         let audit = ticket_audit(audit, self.org, &t, json!({ "alertId": alert }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.linked_alerts(ticket).await
     }
 
@@ -802,8 +765,7 @@ impl crate::OrgTickets<'_> {
             return Err(StoreError::NotFound("linked alert"));
         }
         let audit = ticket_audit(audit, self.org, &t, json!({ "alertId": alert }));
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.linked_alerts(ticket).await
     }
 
@@ -925,20 +887,12 @@ impl crate::OrgTickets<'_> {
                 "billable": new.billable, "rate": new.rate,
             }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_entry(id).await
     }
 
     async fn get_entry(&self, id: Uuid) -> Result<TimeEntry> {
-        sql(format!(
-            "SELECT {ENTRY_COLUMNS} FROM ticket_time_entries WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("time entry"))
+        ledger::one(self, "ticket_time_entries", ENTRY_COLUMNS, id, "time entry").await
     }
 
     /// The user's running timer in this organization, if any.
@@ -990,20 +944,20 @@ impl crate::OrgTickets<'_> {
             &t,
             json!({ "entryId": entry.id, "minutes": minutes }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &audit, now).await?;
         self.get_entry(entry.id).await
     }
 
     /// A ticket's time entries, oldest first.
     pub async fn time_entries(&self, ticket: Uuid) -> Result<Vec<TimeEntry>> {
-        sql(format!(
-            "SELECT {ENTRY_COLUMNS} FROM ticket_time_entries WHERE ticket_id = $1 AND org_id = $2 \
-             ORDER BY started_at, id"
-        ))
-        .bind(ticket)
-        .bind(self.org)
-        .fetch_all(self)
+        ledger::children(
+            self,
+            "ticket_time_entries",
+            ENTRY_COLUMNS,
+            "ticket_id",
+            ticket,
+            "started_at, id",
+        )
         .await
     }
 
@@ -1061,27 +1015,20 @@ impl crate::OrgTickets<'_> {
             json!({ "partId": id, "description": description, "quantity": quantity.decimal(),
                     "unitPrice": unit_price, "billable": billable }),
         );
-        audit::insert(&mut tx, &audit, now).await?;
-        tx.commit().await?;
-        sql(format!(
-            "SELECT {PART_COLUMNS} FROM ticket_parts WHERE id = $1 AND org_id = $2"
-        ))
-        .bind(id)
-        .bind(self.org)
-        .fetch_optional(self)
-        .await?
-        .ok_or(StoreError::NotFound("part"))
+        ledger::commit(tx, &audit, now).await?;
+        ledger::one(self, "ticket_parts", PART_COLUMNS, id, "part").await
     }
 
     /// A ticket's parts, oldest first.
     pub async fn parts(&self, ticket: Uuid) -> Result<Vec<TicketPart>> {
-        sql(format!(
-            "SELECT {PART_COLUMNS} FROM ticket_parts WHERE ticket_id = $1 AND org_id = $2 \
-             ORDER BY created_at, id"
-        ))
-        .bind(ticket)
-        .bind(self.org)
-        .fetch_all(self)
+        ledger::children(
+            self,
+            "ticket_parts",
+            PART_COLUMNS,
+            "ticket_id",
+            ticket,
+            "created_at, id",
+        )
         .await
     }
 
@@ -1164,8 +1111,7 @@ impl crate::OrgTickets<'_> {
             .details(details.clone());
         audit::insert(&mut tx, &leaving, now).await?;
         let arriving = audit.org(to).resource(id).details(details);
-        audit::insert(&mut tx, &arriving, now).await?;
-        tx.commit().await?;
+        ledger::commit(tx, &arriving, now).await?;
         self.store.org(to).tickets().get_ticket(id).await
     }
 }
@@ -1199,26 +1145,4 @@ async fn insert_link(
     .execute(tx)
     .await?;
     Ok(())
-}
-
-/// The next number of `partner` from `counters` (`ticket_counters`, `invoice_counters`), in
-/// `tx`: the counter row is created at zero if missing, then incremented and read in one
-/// statement, which holds its row lock until `tx` ends. A transaction that rolls back gives
-/// its number back, so numbers have no gaps; concurrent takers wait for each other, so they
-/// increase in commit order.
-pub(crate) async fn next_number(tx: &mut Tx, counters: &str, partner: PartnerId) -> Result<i64> {
-    sql(format!(
-        "INSERT INTO {counters} (partner_id, last_number) VALUES ($1, 0) \
-         ON CONFLICT (partner_id) DO NOTHING"
-    ))
-    .bind(partner)
-    .execute(&mut *tx)
-    .await?;
-    sql(format!(
-        "UPDATE {counters} SET last_number = last_number + 1 WHERE partner_id = $1 \
-         RETURNING last_number"
-    ))
-    .bind(partner)
-    .fetch_scalar(&mut *tx)
-    .await
 }

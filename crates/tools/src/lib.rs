@@ -68,8 +68,10 @@ pub fn all() -> Registry {
     r.domain("approvals", tools::approvals::register);
     r.domain("audit", tools::audit::register);
     r.domain("automations", tools::automations::register);
+    r.domain("catalog", tools::catalog::register);
     r.domain("configuration", tools::config_policies::register);
     r.domain("context", tools::context::register);
+    r.domain("contracts", tools::contracts::register);
     r.domain("deployments", tools::deployments::register);
     r.domain("devices", tools::devices::register);
     r.domain("disk", tools::disk::register);
@@ -78,6 +80,7 @@ pub fn all() -> Registry {
     r.domain("maintenance", tools::maintenance::register);
     r.domain("patches", tools::patches::register);
     r.domain("policies", tools::policies::register);
+    r.domain("quotes", tools::quotes::register);
     r.domain("reports", tools::reports::register);
     r.domain("scripts", tools::scripts::register);
     r.domain("security", tools::security::register);
@@ -103,8 +106,10 @@ mod tests {
                 "approvals",
                 "audit",
                 "automations",
+                "catalog",
                 "configuration",
                 "context",
+                "contracts",
                 "deployments",
                 "devices",
                 "disk",
@@ -113,6 +118,7 @@ mod tests {
                 "maintenance",
                 "patches",
                 "policies",
+                "quotes",
                 "reports",
                 "scripts",
                 "security",
@@ -209,20 +215,26 @@ mod tests {
         // Breeze's own: get_device_details counts packages, this pages them.
         ("get_device_software",         None,          false, None),
         ("get_effective_configuration", Some("1"),     false, None),
+        ("get_catalog_item",            Some("2"),     false, None),
+        ("get_contract",                Some("2"),     false, None),
         ("get_invoice",                 Some("2"),     false, None),
         ("get_security_posture",        Some("1"),     false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
         ("list_configuration_policies", Some("1"),     false, None),
+        ("list_contracts",              Some("2"),     false, None),
         ("list_invoices",               Some("2"),     false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
+        ("manage_catalog",              Some("2"),     false, None),
+        ("manage_contracts",            Some("2/3"),   true,  None),
         ("manage_deployments",          Some("1/2/3"), false, Some((10, 600))),
         ("manage_groups",               Some("1/2/3"), false, Some((20, 300))),
         ("manage_invoices",           Some("2/3"),   true,  None),
         ("manage_maintenance_windows",  Some("1/2/3"), false, Some((15, 300))),
         ("manage_patches",              Some("1/2/3"), true,  Some((15, 300))),
         ("manage_policies",             Some("1/2/3"), false, Some((20, 300))),
+        ("manage_quotes",               Some("2/3"),   true,  None),
         ("manage_services",             Some("3"),     true,  Some((10, 300))),
         ("manage_tickets",            Some("1/2/3"), true,  None),
         ("network_discovery",           Some("3"),     false, Some((2, 600))),
@@ -233,6 +245,7 @@ mod tests {
         ("resolve_device_context",      Some("2"),     false, Some((20, 300))),
         ("run_script",                  Some("3"),     false, Some((5, 300))),
         ("search_agent_logs",           Some("1"),     false, None),
+        ("search_catalog",              Some("2"),     false, None),
         ("security_scan",               Some("3"),     false, Some((3, 600))),
         ("set_agent_log_level",         Some("2"),     false, None),
         ("set_device_context",          Some("2"),     false, Some((20, 300))),
@@ -278,10 +291,13 @@ mod tests {
         ("get_device_details",          None,                     Tier::T1, Permission::DevicesRead),
         ("get_device_software",         None,                     Tier::T1, Permission::DevicesRead),
         ("get_effective_configuration", None,                     Tier::T1, Permission::DevicesRead),
+        ("get_catalog_item",            None,                     Tier::T2, Permission::CatalogRead),
+        ("get_contract",                None,                     Tier::T2, Permission::ContractsRead),
         ("get_invoice",                 None,                     Tier::T2, Permission::InvoicesRead),
         ("get_security_posture",        None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
+        ("list_contracts",              None,                     Tier::T2, Permission::ContractsRead),
         ("list_invoices",               None,                     Tier::T2, Permission::InvoicesRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
@@ -321,11 +337,28 @@ mod tests {
         ("manage_groups",               Some("create"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("update"),           Tier::T3, Permission::DevicesWrite),
         ("manage_groups",               Some("delete"),           Tier::T3, Permission::DevicesWrite),
+        ("manage_catalog",              Some("create"),           Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("update"),           Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("archive"),          Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("set_component"),    Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("remove_component"), Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("set_price_override"),Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("remove_price_override"),Tier::T2, Permission::CatalogWrite),
+        ("manage_contracts",            Some("create"),           Tier::T2, Permission::ContractsWrite),
+        ("manage_contracts",            Some("update"),           Tier::T2, Permission::ContractsWrite),
+        ("manage_contracts",            Some("delete"),           Tier::T2, Permission::ContractsWrite),
+        ("manage_contracts",            Some("add_line"),         Tier::T2, Permission::ContractsWrite),
+        ("manage_contracts",            Some("remove_line"),      Tier::T2, Permission::ContractsWrite),
+        ("manage_contracts",            Some("activate"),         Tier::T3, Permission::ContractsManage),
+        ("manage_contracts",            Some("pause"),            Tier::T3, Permission::ContractsManage),
+        ("manage_contracts",            Some("resume"),           Tier::T3, Permission::ContractsManage),
+        ("manage_contracts",            Some("cancel"),           Tier::T3, Permission::ContractsManage),
         ("manage_invoices",             Some("create"),           Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("update"),           Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("delete"),           Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("add_line"),         Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("remove_line"),      Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("add_catalog_line"), Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("assemble_from_ticket"),Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("issue"),            Tier::T3, Permission::InvoicesSend),
         ("manage_invoices",             Some("void"),             Tier::T3, Permission::InvoicesSend),
@@ -365,6 +398,17 @@ mod tests {
         ("manage_services",             Some("start"),            Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("stop"),             Tier::T3, Permission::ServicesManage),
         ("manage_services",             Some("restart"),          Tier::T3, Permission::ServicesManage),
+        ("manage_quotes",               Some("list"),             Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("get"),              Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("create"),           Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("update"),           Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("delete"),           Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("add_block"),        Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("remove_block"),     Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("add_line"),         Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("remove_line"),      Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("decline"),          Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("send"),             Tier::T3, Permission::QuotesSend),
         ("manage_tickets",              Some("list"),             Tier::T1, Permission::TicketsRead),
         ("manage_tickets",              Some("get"),              Tier::T1, Permission::TicketsRead),
         ("manage_tickets",              Some("create"),           Tier::T2, Permission::TicketsWrite),
@@ -392,6 +436,7 @@ mod tests {
         ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
         ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
         ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),
+        ("search_catalog",              None,                     Tier::T2, Permission::CatalogRead),
         ("security_scan",               Some("scan"),             Tier::T3, Permission::DevicesExecute),
         ("security_scan",               Some("status"),           Tier::T3, Permission::DevicesRead),
         ("security_scan",               Some("results"),          Tier::T3, Permission::DevicesRead),
@@ -597,7 +642,15 @@ mod tests {
             );
             // The billing reads are Tier 2 on purpose: financial data needs ai:write (the
             // specification's note under "Billing tools").
-            let financial = ["get_invoice", "list_invoices"].contains(&t.name);
+            let financial = [
+                "get_catalog_item",
+                "get_contract",
+                "get_invoice",
+                "list_contracts",
+                "list_invoices",
+                "search_catalog",
+            ]
+            .contains(&t.name);
             if h.read_only {
                 assert!(
                     !h.destructive,

@@ -93,6 +93,12 @@ domains! {
     Tickets = 20;
     /// Invoices, their lines and payments.
     Invoices = 21;
+    /// The partner's catalog as the organization sees it.
+    Catalog = 22;
+    /// Recurring contracts, their lines and billed periods.
+    Contracts = 23;
+    /// Quotes, their blocks and lines.
+    Quotes = 24;
 }
 
 impl Reach for () {

@@ -768,3 +768,126 @@ async fn migration_0039_grants_external_tools_to_builtin_roles_on_sqlite() {
 async fn migration_0039_grants_external_tools_to_builtin_roles_on_postgres() {
     migration_0039_grants_external_tools_to_builtin_roles(Backend::Postgres).await;
 }
+
+/// Migrations 0046 (catalog) and 0047 (contracts) over a populated database: administrators
+/// gain the catalog and contract grants (technicians, read-only users and custom roles
+/// nothing), and an invoice line made before 0046 outlives the rebuild of its table (SQLite)
+/// and the widened kind check, still frozen on its issued invoice.
+async fn migrations_0046_0047_grant_billing_and_keep_invoice_lines(backend: Backend) {
+    use breeze_core::{Currency, Money, Permission, Quantity};
+    let (test, _clock) = unmigrated(backend).await;
+    let s = &test.store;
+    s.migrate_through(BASELINE).await.unwrap();
+    seed(s).await;
+    let l = Lit(s.backend());
+    let p = l.id(1);
+    let old = r#"'["devices.read"]'"#;
+    for (n, name, builtin) in [
+        (40, "Administrator", "TRUE"),
+        (41, "Technician", "TRUE"),
+        (42, "Read Only", "TRUE"),
+        (43, "Custom", "FALSE"),
+    ] {
+        s.raw_execute(&format!(
+            "INSERT INTO roles (id, partner_id, name, description, permissions, builtin) \
+             VALUES ({}, {p}, '{name}', '', {old}, {builtin})",
+            l.id(n)
+        ))
+        .await
+        .unwrap();
+    }
+    s.migrate_through(45).await.unwrap();
+    // An issued invoice with a line, as Breeze before the catalog made it.
+    let org = OrgId(id(2));
+    let usd = Currency::parse("USD").unwrap();
+    let invoices = s.org(org).invoices();
+    // The store's line queries name 0046's columns: the old line is written raw.
+    let inv = l.id(50);
+    let line = l.id(51);
+    s.raw_execute(&format!(
+        "INSERT INTO invoices (id, org_id, partner_id, number, status, currency, subtotal_minor, \
+         tax_minor, total_minor, paid_minor, created_by, created_at, updated_at) \
+         VALUES ({inv}, {}, {p}, NULL, 'draft', 'USD', 1000, 0, 1000, 0, 't', {now}, {now})",
+        l.id(2),
+        now = "'2026-11-30T11:00:00+00:00'"
+    ))
+    .await
+    .unwrap();
+    s.raw_execute(&format!(
+        "INSERT INTO invoice_lines (id, org_id, invoice_id, position, kind, description, \
+         quantity_milli, unit_price_minor, amount_minor, tax_bp, tax_minor, currency) \
+         VALUES ({line}, {}, {inv}, 1, 'manual', 'old', 1000, 1000, 1000, 0, 0, 'USD')",
+        l.id(2)
+    ))
+    .await
+    .unwrap();
+    s.raw_execute(&format!(
+        "UPDATE invoices SET status = 'issued', number = 1, issued_at = updated_at \
+         WHERE id = {inv}"
+    ))
+    .await
+    .unwrap();
+    s.migrate().await.unwrap();
+
+    let partner = breeze_core::PartnerId(id(1));
+    let perms =
+        |name: &'static str| async move { s.find_role(partner, name).await.unwrap().permissions };
+    let admin = perms("Administrator").await;
+    for p in [
+        Permission::CatalogRead,
+        Permission::CatalogWrite,
+        Permission::ContractsRead,
+        Permission::ContractsWrite,
+        Permission::ContractsManage,
+        Permission::DevicesRead,
+    ] {
+        assert!(admin.contains(p), "administrator keeps or gains {p}");
+    }
+    for role in ["Technician", "Read Only", "Custom"] {
+        let got = perms(role).await;
+        assert!(
+            !got.contains(Permission::CatalogRead) && !got.contains(Permission::ContractsRead),
+            "{role} gains no billing grant"
+        );
+    }
+    let lines = invoices.lines(id(50)).await.unwrap();
+    assert_eq!(lines.len(), 1, "the line outlived the migration");
+    assert_eq!(lines[0].description, "old");
+    assert_eq!(lines[0].catalog_item_id, None);
+    // Still frozen: an issued invoice's lines never change.
+    assert!(
+        s.raw_execute(&format!("DELETE FROM invoice_lines WHERE id = {line}"))
+            .await
+            .is_err(),
+        "the freezing trigger came back with the table"
+    );
+    // And the new kinds are accepted on a draft.
+    let d = invoices
+        .create_draft(usd, None, None, "test", audit("invoice.create", "invoice"))
+        .await
+        .unwrap();
+    invoices
+        .add_line(
+            d.id,
+            breeze_store::NewLine {
+                description: "x".into(),
+                quantity: Quantity::ONE,
+                unit_price: Money::new(100, usd),
+                tax_bp: 0,
+            },
+            audit("invoice.add_line", "invoice"),
+        )
+        .await
+        .unwrap();
+    test.cleanup().await;
+}
+
+#[tokio::test]
+async fn migrations_0046_0047_grant_billing_and_keep_invoice_lines_on_sqlite() {
+    migrations_0046_0047_grant_billing_and_keep_invoice_lines(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn migrations_0046_0047_grant_billing_and_keep_invoice_lines_on_postgres() {
+    migrations_0046_0047_grant_billing_and_keep_invoice_lines(Backend::Postgres).await;
+}

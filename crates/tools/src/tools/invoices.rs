@@ -7,7 +7,7 @@
 //! voiding a payment are Tier 3 with `invoices.send`. Amounts are decimal strings with an
 //! ISO 4217 currency in, and `{amount, minor, currency}` out; no floating point anywhere.
 
-use breeze_core::{AuditEvent, Currency, InvoiceStatus, Money, Permission, Quantity};
+use breeze_core::{InvoiceStatus, Money, Permission, Quantity};
 use breeze_store::{Invoice, InvoiceLine, NewLine, Payment, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    tickets::MoneyView,
+    ledger::{self, MoneyView, Named, currency_arg, currency_or},
+    tickets::resolve_ticket,
 };
 use crate::reach::{self, Reach};
 use crate::{NoActions, Pin, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
@@ -63,6 +64,8 @@ struct LineView {
     tax: MoneyView,
     time_entry_id: Option<String>,
     part_id: Option<String>,
+    catalog_item_id: Option<String>,
+    contract_id: Option<String>,
 }
 
 impl From<InvoiceLine> for LineView {
@@ -80,6 +83,8 @@ impl From<InvoiceLine> for LineView {
             description: l.description,
             time_entry_id: l.time_entry_id.map(|i| i.to_string()),
             part_id: l.part_id.map(|i| i.to_string()),
+            catalog_item_id: l.catalog_item_id.map(|i| i.to_string()),
+            contract_id: l.contract_id.map(|i| i.to_string()),
         }
     }
 }
@@ -194,6 +199,9 @@ fn invoice_missing(e: StoreError) -> ToolError {
         StoreError::NotFound("invoice line") => {
             ToolError::not_found("Invoice line not found on this draft")
         }
+        StoreError::NotFound("catalog item") => {
+            ToolError::not_found("Catalog item not found or access denied")
+        }
         StoreError::NotFound("payment") => {
             ToolError::not_found("Payment not found on this invoice")
         }
@@ -206,18 +214,11 @@ async fn resolve_invoice<R: Reach>(
     cx: &ToolCx<'_, R>,
     raw: Option<&str>,
 ) -> Result<Invoice, ToolError> {
-    let raw = raw.ok_or_else(|| ToolError::invalid("invoiceId is required for this action"))?;
-    let number = raw
-        .strip_prefix("INV-")
-        .or_else(|| raw.strip_prefix("inv-"))
-        .unwrap_or(raw);
-    let found = if let Ok(n) = number.parse::<i64>() {
-        cx.invoices().invoice_by_number(n).await
-    } else {
-        match Uuid::parse_str(raw) {
-            Ok(id) => cx.invoices().get_invoice(id).await,
-            Err(_) => return Err(ToolError::not_found(INVOICE_NOT_FOUND)),
-        }
+    let invoices = cx.invoices();
+    let found = match ledger::named(raw, "invoiceId", "INV-")? {
+        Some(Named::Number(n)) => invoices.invoice_by_number(n).await,
+        Some(Named::Id(id)) => invoices.get_invoice(id).await,
+        None => return Err(ToolError::not_found(INVOICE_NOT_FOUND)),
     };
     found.map_err(invoice_missing)
 }
@@ -225,29 +226,9 @@ async fn resolve_invoice<R: Reach>(
 async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, i: Invoice) -> Result<InvoiceView, ToolError> {
     let id = i.id;
     let mut view = InvoiceView::from(i);
-    view.lines = Some(
-        cx.invoices()
-            .lines(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
-    view.payments = Some(
-        cx.invoices()
-            .payments(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
+    view.lines = Some(ledger::views(cx.invoices().lines(id).await?));
+    view.payments = Some(ledger::views(cx.invoices().payments(id).await?));
     Ok(view)
-}
-
-fn currency_arg(raw: Option<&str>) -> Result<Currency, ToolError> {
-    let code =
-        raw.ok_or_else(|| ToolError::invalid("currency (ISO 4217, e.g. USD) is required"))?;
-    Currency::parse(code).map_err(|e| ToolError::invalid(e.to_string()))
 }
 
 // ---- list_invoices ---------------------------------------------------------------------------
@@ -292,14 +273,7 @@ impl Tool for ListInvoices {
                 "Organization not found or access denied",
             ));
         }
-        let before = input
-            .cursor
-            .as_deref()
-            .map(|c| {
-                Uuid::parse_str(c)
-                    .map_err(|_| ToolError::invalid("cursor is not one this listing returned"))
-            })
-            .transpose()?;
+        let before = ledger::cursor::<Uuid>(input.cursor.as_deref())?;
         let page = cx
             .invoices()
             .list_invoices(
@@ -363,6 +337,7 @@ crate::actions! {
         Delete = "delete" => (T2, Delete, InvoicesWrite),
         AddLine = "add_line" => (T2, Create, InvoicesWrite),
         RemoveLine = "remove_line" => (T2, Delete, InvoicesWrite),
+        AddCatalogLine = "add_catalog_line" => (T2, Create, InvoicesWrite),
         AssembleFromTicket = "assemble_from_ticket" => (T2, Create, InvoicesWrite),
         Issue = "issue" => (T3, Update, InvoicesSend),
         Void = "void" => (T3, Update, InvoicesSend),
@@ -389,7 +364,7 @@ pub(crate) struct ManageInput {
     /// add_line.
     #[schemars(length(min = 1, max = 2000))]
     description: Option<String>,
-    /// add_line: decimal, default "1".
+    /// add_line, add_catalog_line: decimal, default "1".
     #[schemars(length(min = 1, max = 24))]
     quantity: Option<String>,
     /// add_line: decimal string, e.g. "95.00".
@@ -400,6 +375,9 @@ pub(crate) struct ManageInput {
     tax_bp: Option<u32>,
     #[schemars(length(min = 36, max = 36))]
     line_id: Option<String>,
+    /// add_catalog_line: a catalog item or bundle, billed at this organization's price.
+    #[schemars(length(min = 36, max = 36))]
+    catalog_item_id: Option<String>,
     /// assemble_from_ticket: a UUID or T-1042.
     #[schemars(length(min = 1, max = 36))]
     ticket_id: Option<String>,
@@ -431,7 +409,7 @@ pub(crate) struct ManageInvoices;
 impl Tool for ManageInvoices {
     const NAME: &'static str = "manage_invoices";
     const TITLE: &'static str = "Manage invoices";
-    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::InvoicesWrite;
     type Actions = InvoiceAction;
@@ -475,10 +453,7 @@ impl Tool for ManageInvoices {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let invoices = cx.invoices();
-        let audit = |action: &str| {
-            AuditEvent::new(cx.actor.clone(), &format!("invoice.{action}"), "invoice")
-                .request(cx.request_id.clone())
-        };
+        let audit = |action: &str| ledger::audit(cx, "invoice", action);
         let by = cx.actor.to_string();
         let inv_id = || async { resolve_invoice(cx, input.invoice_id.as_deref()).await };
         let (message, invoice) = match input.action {
@@ -524,23 +499,12 @@ impl Tool for ManageInvoices {
                     .description
                     .clone()
                     .ok_or_else(|| ToolError::invalid("description is required for add_line"))?;
-                let quantity = match input.quantity.as_deref() {
-                    Some(q) => Quantity::parse(q)
-                        .map_err(|e| ToolError::invalid(format!("quantity: {e}")))?,
-                    None => Quantity::ONE,
-                };
-                let currency = match input.currency.as_deref() {
-                    Some(c) => currency_arg(Some(c))?,
-                    None => current.currency,
-                };
-                let price = input
-                    .unit_price
-                    .as_deref()
-                    .ok_or_else(|| ToolError::invalid("unitPrice is required for add_line"))
-                    .and_then(|p| {
-                        Money::parse(p, currency)
-                            .map_err(|e| ToolError::invalid(format!("unitPrice: {e}")))
-                    })?;
+                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
+                let price = ledger::money_arg(
+                    input.unit_price.as_deref(),
+                    "unitPrice",
+                    currency_or(input.currency.as_deref(), current.currency)?,
+                )?;
                 let line = NewLine {
                     description,
                     quantity,
@@ -552,6 +516,20 @@ impl Tool for ManageInvoices {
                     .await
                     .map_err(invoice_missing)?;
                 ("line added".to_owned(), inv)
+            }
+            InvoiceAction::AddCatalogLine => {
+                let id = inv_id().await?.id;
+                let item = uuid_or_missing(
+                    input.catalog_item_id.as_deref(),
+                    "catalogItemId",
+                    "Catalog item not found or access denied",
+                )?;
+                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
+                let inv = invoices
+                    .add_catalog_line(id, item, quantity, audit("add_catalog_line"))
+                    .await
+                    .map_err(invoice_missing)?;
+                ("catalog line added".to_owned(), inv)
             }
             InvoiceAction::RemoveLine => {
                 let id = inv_id().await?.id;
@@ -567,19 +545,7 @@ impl Tool for ManageInvoices {
                 ("line removed".to_owned(), inv)
             }
             InvoiceAction::AssembleFromTicket => {
-                let raw = input.ticket_id.as_deref().ok_or_else(|| {
-                    ToolError::invalid("ticketId is required for assemble_from_ticket")
-                })?;
-                let number = raw.strip_prefix("T-").unwrap_or(raw);
-                let ticket = if let Ok(n) = number.parse::<i64>() {
-                    cx.tickets().ticket_by_number(n).await
-                } else {
-                    match Uuid::parse_str(raw) {
-                        Ok(id) => cx.tickets().get_ticket(id).await,
-                        Err(_) => Err(StoreError::NotFound("ticket")),
-                    }
-                }
-                .map_err(invoice_missing)?;
+                let ticket = resolve_ticket(cx, input.ticket_id.as_deref()).await?;
                 let inv = invoices
                     .assemble_from_ticket(
                         ticket.id,
@@ -616,18 +582,11 @@ impl Tool for ManageInvoices {
             InvoiceAction::RecordPayment | InvoiceAction::VoidPayment => {
                 let current = inv_id().await?;
                 let payment = if input.action == InvoiceAction::RecordPayment {
-                    let amount = input
-                        .amount
-                        .as_deref()
-                        .ok_or_else(|| ToolError::invalid("amount is required"))
-                        .and_then(|a| {
-                            let c = match input.currency.as_deref() {
-                                Some(c) => currency_arg(Some(c))?,
-                                None => current.currency,
-                            };
-                            Money::parse(a, c)
-                                .map_err(|e| ToolError::invalid(format!("amount: {e}")))
-                        })?;
+                    let amount = ledger::money_arg(
+                        input.amount.as_deref(),
+                        "amount",
+                        currency_or(input.currency.as_deref(), current.currency)?,
+                    )?;
                     let method = input.method.as_deref().unwrap_or("other");
                     invoices
                         .record_payment(

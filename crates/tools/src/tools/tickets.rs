@@ -9,10 +9,7 @@
 //! reach only the caller's own comments. Tickets, alerts and comments of another organization
 //! are "not found", like missing ones.
 
-use breeze_core::{
-    AuditEvent, Currency, DeviceId, Money, OrgId, Permission, Quantity, TicketPriority,
-    TicketStatus, UserId,
-};
+use breeze_core::{DeviceId, OrgId, Permission, TicketPriority, TicketStatus, UserId};
 use breeze_store::{
     CommentScope, LinkedAlert, NewPart, NewTicket, NewTime, StoreError, Ticket, TicketComment,
     TicketFilter, TicketPart, TicketUpdate, TimeEntry,
@@ -23,6 +20,7 @@ use uuid::Uuid;
 
 use super::{
     args::{time_arg, uuid_or_missing},
+    ledger::{self, MoneyView, Named},
     parse_uuid,
 };
 use crate::reach::{self, Reach};
@@ -212,25 +210,6 @@ impl From<LinkedAlert> for AlertLinkView {
     }
 }
 
-/// An amount: decimal text, minor units and currency.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct MoneyView {
-    amount: String,
-    minor: i64,
-    currency: String,
-}
-
-impl From<Money> for MoneyView {
-    fn from(m: Money) -> Self {
-        Self {
-            amount: m.decimal(),
-            minor: m.minor,
-            currency: m.currency.to_string(),
-        }
-    }
-}
-
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct TimeView {
@@ -384,36 +363,17 @@ fn ticket_missing(e: StoreError) -> ToolError {
 }
 
 /// A ticket named by UUID or by number (`T-1042`, `1042`).
-async fn resolve_ticket<R: Reach>(
+pub(crate) async fn resolve_ticket<R: Reach>(
     cx: &ToolCx<'_, R>,
     raw: Option<&str>,
 ) -> Result<Ticket, ToolError> {
-    let raw = raw.ok_or_else(|| ToolError::invalid("ticketId is required for this action"))?;
-    let number = raw
-        .strip_prefix("T-")
-        .or_else(|| raw.strip_prefix("t-"))
-        .unwrap_or(raw);
     let tickets = cx.tickets();
-    let found = if let Ok(n) = number.parse::<i64>() {
-        tickets.ticket_by_number(n).await
-    } else {
-        match Uuid::parse_str(raw) {
-            Ok(id) => tickets.get_ticket(id).await,
-            Err(_) => return Err(ToolError::not_found(TICKET_NOT_FOUND)),
-        }
+    let found = match ledger::named(raw, "ticketId", "T-")? {
+        Some(Named::Number(n)) => tickets.ticket_by_number(n).await,
+        Some(Named::Id(id)) => tickets.get_ticket(id).await,
+        None => return Err(ToolError::not_found(TICKET_NOT_FOUND)),
     };
     found.map_err(ticket_missing)
-}
-
-fn money_arg(raw: Option<&str>, field: &str, currency: Option<&str>) -> Result<Money, ToolError> {
-    let raw = raw.ok_or_else(|| ToolError::invalid(format!("{field} is required")))?;
-    let code = currency.ok_or_else(|| {
-        ToolError::invalid(format!(
-            "currency (ISO 4217, e.g. USD) is required with {field}"
-        ))
-    })?;
-    let currency = Currency::parse(code).map_err(|e| ToolError::invalid(e.to_string()))?;
-    Money::parse(raw, currency).map_err(|e| ToolError::invalid(format!("{field}: {e}")))
 }
 
 fn user_arg(field: &str, raw: Option<&str>) -> Result<Option<UserId>, ToolError> {
@@ -433,38 +393,10 @@ async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, t: Ticket) -> Result<TicketView
     let tickets = cx.tickets();
     let id = t.id;
     let mut view = TicketView::from(t);
-    view.comments = Some(
-        tickets
-            .comments(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
-    view.alerts = Some(
-        tickets
-            .linked_alerts(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
-    view.time_entries = Some(
-        tickets
-            .time_entries(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
-    view.parts = Some(
-        tickets
-            .parts(id)
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    );
+    view.comments = Some(ledger::views(tickets.comments(id).await?));
+    view.alerts = Some(ledger::views(tickets.linked_alerts(id).await?));
+    view.time_entries = Some(ledger::views(tickets.time_entries(id).await?));
+    view.parts = Some(ledger::views(tickets.parts(id).await?));
     Ok(view)
 }
 
@@ -474,7 +406,11 @@ impl TicketsInput {
             user: cx.user,
             actor: cx.actor.clone(),
             billable: self.billable.unwrap_or(true),
-            rate: money_arg(self.rate.as_deref(), "rate", self.currency.as_deref())?,
+            rate: ledger::money_arg(
+                self.rate.as_deref(),
+                "rate",
+                ledger::currency_arg(self.currency.as_deref())?,
+            )?,
             note: self.note.clone(),
         })
     }
@@ -554,10 +490,7 @@ impl Tool for ManageTickets {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let tickets = cx.tickets();
-        let audit = |action: &str| {
-            AuditEvent::new(cx.actor.clone(), &format!("ticket.{action}"), "ticket")
-                .request(cx.request_id.clone())
-        };
+        let audit = |action: &str| ledger::audit(cx, "ticket", action);
         let by = cx.actor.to_string();
         let done = |message: String, ticket: TicketView| {
             Rendered::of(&TicketsOutput {
@@ -582,15 +515,7 @@ impl Tool for ManageTickets {
                     tag: input.tag.clone(),
                     text: input.text.clone(),
                 };
-                let before = input
-                    .cursor
-                    .as_deref()
-                    .map(|c| {
-                        c.parse::<i64>().map_err(|_| {
-                            ToolError::invalid("cursor is not one this listing returned")
-                        })
-                    })
-                    .transpose()?;
+                let before = ledger::cursor::<i64>(input.cursor.as_deref())?;
                 let page = tickets
                     .list_tickets(&filter, before, input.limit.unwrap_or(25))
                     .await?;
@@ -732,15 +657,11 @@ impl Tool for ManageTickets {
                     .description
                     .as_deref()
                     .ok_or_else(|| ToolError::invalid("description is required for add_part"))?;
-                let quantity = match input.quantity.as_deref() {
-                    Some(q) => Quantity::parse(q)
-                        .map_err(|e| ToolError::invalid(format!("quantity: {e}")))?,
-                    None => Quantity::ONE,
-                };
-                let price = money_arg(
+                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
+                let price = ledger::money_arg(
                     input.unit_price.as_deref(),
                     "unitPrice",
-                    input.currency.as_deref(),
+                    ledger::currency_arg(input.currency.as_deref())?,
                 )?;
                 tickets
                     .add_part(

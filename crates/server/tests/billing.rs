@@ -1,0 +1,929 @@
+//! The catalog (`search_catalog`, `get_catalog_item`, `manage_catalog`), contracts
+//! (`list_contracts`, `get_contract`, `manage_contracts`) and catalog lines on invoices, over
+//! MCP; the contract period worker over the store.
+//!
+//! The attacks first: every id-taking action given another organization's contract, or
+//! another partner's catalog item, answers not found (the Tier 3 ones before any approval is
+//! asked), and one organization's price override is not another's. Then the tiers and grants:
+//! the reads are Tier 2, a technician holds no catalog or contract permission, lifecycle
+//! changes are Tier 3 and need `contracts.manage` beside `contracts.write`. Then the money:
+//! random catalog and manual lines always sum to the invoice's totals, and a line in another
+//! currency is refused. Last, the period worker: each closed period opens exactly one draft,
+//! even with two store handles billing at once. And quotes (`manage_quotes`): drafted at
+//! Tier 2, sent at Tier 3 with `quotes.send`, frozen once sent, isolated per organization.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use breeze_auth::CreateApiKey;
+use breeze_core::{
+    BillingPeriod, Clock, ContractStatus, Currency, Money, OrgId, Quantity, Scope, ScopeSet, UserId,
+};
+use breeze_store::{NewContract, NewContractLine, NewLine, testing::Ctx};
+use common::{World, audit, code, tool, world};
+use serde_json::{Value, json};
+
+const CATALOG: &str = "manage_catalog";
+const CONTRACTS: &str = "manage_contracts";
+const INVOICES: &str = "manage_invoices";
+const QUOTES: &str = "manage_quotes";
+
+async fn key(w: &World, org: OrgId, user: UserId, scopes: &[Scope]) -> String {
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            CreateApiKey {
+                org_id: org,
+                user_id: user,
+                name: "k".into(),
+                scopes: ScopeSet::new(scopes.iter().copied()),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+/// The refusal's code, whether a tool error or a JSON-RPC error (scope refusals are).
+fn why(v: &Value) -> &str {
+    v["rpcError"]["data"]["code"]
+        .as_str()
+        .unwrap_or_else(|| code(v))
+}
+
+async fn ok(app: &axum::Router, key: &str, name: &str, args: Value) -> Value {
+    let r = tool(app, key, name, args.clone()).await;
+    assert_eq!(code(&r), "", "{name} {args}: {r}");
+    assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
+    r
+}
+
+fn id_of(v: &Value, what: &str) -> String {
+    v[what]["id"].as_str().unwrap().to_owned()
+}
+
+/// A user of the world's partner with the built-in role `role` in organization A.
+async fn user_with(w: &World, role: &str, email: &str) -> UserId {
+    let partner = w
+        .store
+        .org(w.org_a)
+        .tenancy()
+        .organization()
+        .await
+        .unwrap()
+        .partner_id;
+    let u = w
+        .store
+        .create_user(
+            breeze_store::NewUser {
+                partner_id: partner,
+                org_id: None,
+                email: email.into(),
+                name: email.into(),
+                password_hash: "x".into(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let r = w.store.find_role(partner, role).await.unwrap();
+    w.store
+        .assign_role(u.id, w.org_a, r.id, audit("r"))
+        .await
+        .unwrap();
+    u.id
+}
+
+async fn another_organizations_ids_are_not_found(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
+
+    // B's contract, through B's own key; and an item of another partner's catalog.
+    let b_contract = id_of(
+        &ok(
+            app,
+            &b_key,
+            CONTRACTS,
+            json!({ "action": "create", "name": "B's", "currency": "USD" }),
+        )
+        .await,
+        "contract",
+    );
+    let q = w.store.create_partner("Q", "q", audit("p")).await.unwrap();
+    let q_org = w
+        .store
+        .create_organization(q.id, "Q's", "q-org", audit("o"))
+        .await
+        .unwrap();
+    let q_item = w
+        .store
+        .org(q_org.id)
+        .catalog()
+        .create_item(
+            breeze_store::NewCatalogItem {
+                sku: Some("Q-1".into()),
+                name: "Q's laptop".into(),
+                kind: breeze_core::CatalogKind::Hardware,
+                description: String::new(),
+                unit_price: Money::new(100_000, Currency::parse("USD").unwrap()),
+                tax_bp: 0,
+                created_by: "test".into(),
+            },
+            audit("catalog.create"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string();
+    let mine = id_of(
+        &ok(
+            app,
+            &exec,
+            CATALOG,
+            json!({ "action": "create", "name": "Mine", "kind": "service",
+                    "unitPrice": "10", "currency": "USD" }),
+        )
+        .await,
+        "item",
+    );
+    let draft = id_of(
+        &ok(
+            app,
+            &exec,
+            INVOICES,
+            json!({ "action": "create", "currency": "USD" }),
+        )
+        .await,
+        "invoice",
+    );
+
+    for (name, args) in [
+        ("get_contract", json!({ "contractId": b_contract })),
+        ("list_contracts", json!({ "orgId": w.org_b.to_string() })),
+        (
+            CONTRACTS,
+            json!({ "action": "update", "contractId": b_contract, "name": "x" }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "delete", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "add_line", "contractId": b_contract, "description": "x",
+                    "unitPrice": "1" }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "remove_line", "contractId": b_contract,
+                    "lineId": uuid::Uuid::now_v7().to_string() }),
+        ),
+        // Tier 3: refused before any person is asked.
+        (
+            CONTRACTS,
+            json!({ "action": "activate", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "pause", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "resume", "contractId": b_contract }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "cancel", "contractId": b_contract }),
+        ),
+        ("get_catalog_item", json!({ "itemId": q_item })),
+        (
+            CATALOG,
+            json!({ "action": "update", "itemId": q_item, "name": "x" }),
+        ),
+        (CATALOG, json!({ "action": "archive", "itemId": q_item })),
+        (
+            CATALOG,
+            json!({ "action": "set_price_override", "itemId": q_item, "unitPrice": "1" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "remove_price_override", "itemId": q_item }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "set_component", "itemId": q_item, "componentId": mine }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "remove_component", "itemId": q_item, "componentId": mine }),
+        ),
+        (
+            INVOICES,
+            json!({ "action": "add_catalog_line", "invoiceId": draft, "catalogItemId": q_item }),
+        ),
+    ] {
+        let r = tool(app, &exec, name, args.clone()).await;
+        assert_eq!(code(&r), "NOT_FOUND", "{name} {args}: {r}");
+    }
+    let found = ok(app, &exec, "search_catalog", json!({ "query": "laptop" })).await;
+    assert_eq!(
+        found["showing"], 0,
+        "another partner's catalog is not searched: {found}"
+    );
+
+    // The catalog is the partner's, the price override the organization's.
+    ok(
+        app,
+        &exec,
+        CATALOG,
+        json!({ "action": "set_price_override", "itemId": mine, "unitPrice": "7.50" }),
+    )
+    .await;
+    let a = ok(app, &exec, "get_catalog_item", json!({ "itemId": mine })).await;
+    assert_eq!(a["item"]["price"]["amount"], "7.50", "{a}");
+    let b = ok(app, &b_key, "get_catalog_item", json!({ "itemId": mine })).await;
+    assert_eq!(b["item"]["price"]["amount"], "10.00", "{b}");
+    assert!(b["item"].get("priceOverride").is_none(), "{b}");
+    let r = tool(
+        app,
+        &b_key,
+        CATALOG,
+        json!({ "action": "remove_price_override", "itemId": mine }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "B cannot remove A's override: {r}");
+    // B's contract is as it was.
+    let after = ok(
+        app,
+        &b_key,
+        "get_contract",
+        json!({ "contractId": b_contract }),
+    )
+    .await;
+    assert_eq!(after["contract"]["name"], "B's");
+    assert_eq!(after["contract"]["status"], "draft");
+}
+
+async fn tiers_scopes_and_permissions(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+
+    // Financial reads are Tier 2: a read key gets none of them.
+    for (name, args) in [
+        ("search_catalog", json!({})),
+        (
+            "get_catalog_item",
+            json!({ "itemId": uuid::Uuid::now_v7().to_string() }),
+        ),
+        ("list_contracts", json!({})),
+        (
+            "get_contract",
+            json!({ "contractId": uuid::Uuid::now_v7().to_string() }),
+        ),
+    ] {
+        let r = tool(app, &w.read, name, args.clone()).await;
+        assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{name} {args}: {r}");
+    }
+    // An administrator's write key: the whole catalog, and contract drafts.
+    ok(app, &w.write, "search_catalog", json!({})).await;
+    let item = id_of(
+        &ok(
+            app,
+            &w.write,
+            CATALOG,
+            json!({ "action": "create", "name": "Backup", "kind": "service", "sku": "BK-1",
+                    "unitPrice": "25.00", "currency": "USD", "taxBp": 2000 }),
+        )
+        .await,
+        "item",
+    );
+    let r = tool(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "create", "name": "Again", "kind": "service", "sku": "BK-1",
+                "unitPrice": "1", "currency": "USD" }),
+    )
+    .await;
+    assert_eq!(code(&r), "CONFLICT", "a SKU is unique in the catalog: {r}");
+    let contract = id_of(
+        &ok(
+            app,
+            &w.write,
+            CONTRACTS,
+            json!({ "action": "create", "name": "Managed services", "currency": "USD" }),
+        )
+        .await,
+        "contract",
+    );
+    let with_line = ok(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "add_line", "contractId": contract, "catalogItemId": item,
+                "quantity": "3" }),
+    )
+    .await;
+    assert_eq!(
+        with_line["contract"]["lines"][0]["unitPrice"]["amount"],
+        "25.00"
+    );
+    for action in ["activate", "pause", "resume", "cancel"] {
+        let r = tool(
+            app,
+            &w.write,
+            CONTRACTS,
+            json!({ "action": action, "contractId": contract }),
+        )
+        .await;
+        assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{action} is Tier 3: {r}");
+    }
+    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let pending = tool(
+        app,
+        &exec,
+        CONTRACTS,
+        json!({ "action": "activate", "contractId": contract }),
+    )
+    .await;
+    assert_eq!(pending["status"], "pending_approval", "{pending}");
+    let r = tool(
+        app,
+        &exec,
+        CONTRACTS,
+        json!({ "action": "resume", "contractId": contract }),
+    )
+    .await;
+    assert_eq!(
+        code(&r),
+        "CONFLICT",
+        "a draft is activated, not resumed: {r}"
+    );
+
+    // A technician holds no catalog or contract permission.
+    let tech = user_with(&w, "Technician", "tech@p.test").await;
+    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    for (name, args) in [
+        ("search_catalog", json!({})),
+        ("get_catalog_item", json!({ "itemId": item })),
+        (CATALOG, json!({ "action": "archive", "itemId": item })),
+        ("list_contracts", json!({})),
+        ("get_contract", json!({ "contractId": contract })),
+        (
+            CONTRACTS,
+            json!({ "action": "create", "name": "x", "currency": "USD" }),
+        ),
+    ] {
+        let r = tool(app, &tech_key, name, args.clone()).await;
+        assert_eq!(why(&r), "FORBIDDEN", "{name} {args}: {r}");
+    }
+    // Given contracts.write but not contracts.manage, drafts yes, lifecycle no.
+    w.store
+        .raw_execute(
+            "UPDATE roles SET permissions = '[\"contracts.read\", \"contracts.write\"]' \
+             WHERE name = 'Technician'",
+        )
+        .await
+        .unwrap();
+    // A user the server has not seen yet (permissions are cached per user for a while).
+    let drafter = user_with(&w, "Technician", "drafter@p.test").await;
+    let tech_key = key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
+    let mine = id_of(
+        &ok(
+            app,
+            &tech_key,
+            CONTRACTS,
+            json!({ "action": "create", "name": "Tech's", "currency": "EUR" }),
+        )
+        .await,
+        "contract",
+    );
+    ok(
+        app,
+        &tech_key,
+        CONTRACTS,
+        json!({ "action": "add_line", "contractId": mine, "description": "Support",
+                "unitPrice": "10" }),
+    )
+    .await;
+    let r = tool(
+        app,
+        &tech_key,
+        CONTRACTS,
+        json!({ "action": "activate", "contractId": mine }),
+    )
+    .await;
+    assert_eq!(why(&r), "FORBIDDEN", "activate needs contracts.manage: {r}");
+
+    // Bad input: kinds, money, currencies, lifecycle.
+    for (name, args) in [
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "food", "unitPrice": "1",
+                          "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "service",
+                          "unitPrice": "1.005", "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "create", "name": "x", "kind": "service",
+                          "unitPrice": "-1", "currency": "USD" }),
+        ),
+        (
+            CATALOG,
+            json!({ "action": "set_component", "itemId": item, "componentId": item }),
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "add_line", "contractId": mine, "description": "x",
+                            "unitPrice": "1", "currency": "USD" }),
+        ),
+    ] {
+        let r = tool(app, &w.write, name, args.clone()).await;
+        assert!(
+            matches!(why(&r), "INVALID_ARGUMENT" | "CONFLICT"),
+            "{name} {args}: {r}"
+        );
+    }
+}
+
+/// Catalog items, bundles and manual lines on a draft: whatever the lines, the totals are
+/// their sums, and a line in another currency is refused.
+async fn lines_sum_to_totals(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let usd = Currency::parse("USD").unwrap();
+    let mut items = Vec::new();
+    for (name, kind, price, tax) in [
+        ("Laptop", "hardware", "1199.99", 2000),
+        ("Office seat", "software", "12.50", 0),
+        ("Onboarding", "service", "95.00", 825),
+    ] {
+        items.push(id_of(
+            &ok(
+                app,
+                &w.write,
+                CATALOG,
+                json!({ "action": "create", "name": name, "kind": kind, "unitPrice": price,
+                        "currency": "USD", "taxBp": tax }),
+            )
+            .await,
+            "item",
+        ));
+    }
+    let bundle = id_of(
+        &ok(
+            app,
+            &w.write,
+            CATALOG,
+            json!({ "action": "create", "name": "New starter", "kind": "bundle",
+                    "unitPrice": "1250.00", "currency": "USD", "taxBp": 2000 }),
+        )
+        .await,
+        "item",
+    );
+    for (c, q) in [(&items[0], "1"), (&items[1], "2")] {
+        ok(
+            app,
+            &w.write,
+            CATALOG,
+            json!({ "action": "set_component", "itemId": bundle, "componentId": c,
+                    "quantity": q }),
+        )
+        .await;
+    }
+    let got = ok(
+        app,
+        &w.write,
+        "get_catalog_item",
+        json!({ "itemId": bundle }),
+    )
+    .await;
+    assert_eq!(
+        got["item"]["components"].as_array().unwrap().len(),
+        2,
+        "{got}"
+    );
+    items.push(bundle);
+    let eur = id_of(
+        &ok(
+            app,
+            &w.write,
+            CATALOG,
+            json!({ "action": "create", "name": "Euro thing", "kind": "hardware",
+                    "unitPrice": "5", "currency": "EUR" }),
+        )
+        .await,
+        "item",
+    );
+
+    let invoices = w.store.org(w.org_a).invoices();
+    // A small deterministic generator: the same "random" lines on every run.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..4 {
+        let draft = id_of(
+            &ok(
+                app,
+                &w.write,
+                INVOICES,
+                json!({ "action": "create", "currency": "USD" }),
+            )
+            .await,
+            "invoice",
+        );
+        let id: uuid::Uuid = draft.parse().unwrap();
+        for _ in 0..(3 + next(6)) {
+            if next(2) == 0 {
+                let item = &items[next(items.len() as u64) as usize];
+                let quantity = format!("{}.{:03}", 1 + next(5), next(1000));
+                ok(
+                    app,
+                    &w.write,
+                    INVOICES,
+                    json!({ "action": "add_catalog_line", "invoiceId": draft,
+                            "catalogItemId": item, "quantity": quantity }),
+                )
+                .await;
+            } else {
+                invoices
+                    .add_line(
+                        id,
+                        NewLine {
+                            description: format!("manual {round}"),
+                            quantity: Quantity(1 + next(10_000) as i64),
+                            unit_price: Money::new(next(1_000_000) as i64, usd),
+                            tax_bp: next(2500) as u32,
+                        },
+                        audit("invoice.add_line"),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let inv = invoices.get_invoice(id).await.unwrap();
+        let lines = invoices.lines(id).await.unwrap();
+        assert!(
+            lines.iter().all(|l| l.currency == usd),
+            "one currency per invoice"
+        );
+        let subtotal: i64 = lines.iter().map(|l| l.amount_minor).sum();
+        let tax: i64 = lines.iter().map(|l| l.tax_minor).sum();
+        assert_eq!(inv.subtotal_minor, subtotal, "round {round}");
+        assert_eq!(inv.tax_minor, tax, "round {round}");
+        assert_eq!(inv.total_minor, subtotal + tax, "round {round}");
+        let r = tool(
+            app,
+            &w.write,
+            INVOICES,
+            json!({ "action": "add_catalog_line", "invoiceId": draft, "catalogItemId": eur }),
+        )
+        .await;
+        assert_eq!(code(&r), "INVALID_ARGUMENT", "currencies never mix: {r}");
+        assert_eq!(
+            invoices.get_invoice(id).await.unwrap(),
+            inv,
+            "the refusal changed nothing"
+        );
+    }
+    // A catalog line is billed at the organization's override.
+    ok(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "set_price_override", "itemId": items[1], "unitPrice": "10.00" }),
+    )
+    .await;
+    let draft = id_of(
+        &ok(
+            app,
+            &w.write,
+            INVOICES,
+            json!({ "action": "create", "currency": "USD" }),
+        )
+        .await,
+        "invoice",
+    );
+    let with = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_catalog_line", "invoiceId": draft, "catalogItemId": items[1],
+                "quantity": "3" }),
+    )
+    .await;
+    assert_eq!(with["invoice"]["total"]["amount"], "30.00", "{with}");
+    assert_eq!(with["invoice"]["lines"][0]["kind"], "catalog");
+    // An archived item is no longer sold.
+    ok(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "archive", "itemId": items[2] }),
+    )
+    .await;
+    let r = tool(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_catalog_line", "invoiceId": draft, "catalogItemId": items[2] }),
+    )
+    .await;
+    assert_eq!(code(&r), "CONFLICT", "{r}");
+}
+
+/// Two store handles bill closed periods at once: each period opens exactly one draft, with
+/// the contract's lines, and paused time is not billed.
+async fn each_closed_period_bills_once(cx: Ctx) {
+    let w = world(&cx).await;
+    let usd = Currency::parse("USD").unwrap();
+    let one = w.store.clone();
+    let two = w.store.reopen().await.unwrap();
+    let contracts = one.org(w.org_a).contracts();
+    let start = cx.clock.now();
+    let c = contracts
+        .create_draft(
+            NewContract {
+                name: "Managed".into(),
+                currency: usd,
+                billing_period: BillingPeriod::Monthly,
+                tax_bp: 1000,
+                notes: None,
+                starts_at: start,
+                created_by: "test".into(),
+            },
+            audit("contract.create"),
+        )
+        .await
+        .unwrap();
+    contracts
+        .add_line(
+            c.id,
+            NewContractLine::Manual {
+                description: "Per seat".into(),
+                quantity: Quantity::units(12).unwrap(),
+                unit_price: Money::new(2_500, usd),
+            },
+            audit("contract.add_line"),
+        )
+        .await
+        .unwrap();
+    contracts
+        .set_status(c.id, ContractStatus::Active, audit("contract.activate"))
+        .await
+        .unwrap();
+
+    // Nothing has closed yet.
+    let none = one.bill_closed_periods(cx.clock.now()).await.unwrap();
+    assert_eq!(none.periods, 0);
+    // Three months later, three periods closed: two handles race for them.
+    cx.clock.advance(chrono::Duration::days(92));
+    let now = cx.clock.now();
+    let (a, b) = tokio::join!(one.bill_closed_periods(now), two.bill_closed_periods(now));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.periods + b.periods, 3, "{a:?} {b:?}");
+    let periods = contracts.periods(c.id).await.unwrap();
+    assert_eq!(periods.len(), 3);
+    let mut invoices: Vec<_> = periods.iter().filter_map(|p| p.invoice_id).collect();
+    invoices.sort();
+    invoices.dedup();
+    assert_eq!(invoices.len(), 3, "one draft per period");
+    for p in &periods {
+        // 12 × 25.00 = 300.00, tax 10 % = 30.00.
+        assert_eq!(p.total_minor, 33_000);
+        let inv = one
+            .org(w.org_a)
+            .invoices()
+            .get_invoice(p.invoice_id.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(inv.status, breeze_core::InvoiceStatus::Draft);
+        assert_eq!(inv.total_minor, 33_000);
+        let lines = one.org(w.org_a).invoices().lines(inv.id).await.unwrap();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].kind, breeze_core::InvoiceLineKind::Contract);
+        assert_eq!(lines[0].contract_id, Some(c.id));
+    }
+    assert_eq!(periods[0].starts_at, start);
+    assert_eq!(periods[1].starts_at, periods[0].ends_at);
+    // Billing again bills nothing more.
+    let again = two.bill_closed_periods(now).await.unwrap();
+    assert_eq!(again.periods, 0);
+
+    // Paused for four months: resuming skips the periods that closed meanwhile.
+    contracts
+        .set_status(c.id, ContractStatus::Paused, audit("contract.pause"))
+        .await
+        .unwrap();
+    cx.clock.advance(chrono::Duration::days(122));
+    assert_eq!(
+        one.bill_closed_periods(cx.clock.now())
+            .await
+            .unwrap()
+            .periods,
+        0
+    );
+    let resumed = contracts
+        .set_status(c.id, ContractStatus::Active, audit("contract.resume"))
+        .await
+        .unwrap();
+    assert!(resumed.next_period_at <= cx.clock.now());
+    assert!(
+        BillingPeriod::Monthly
+            .boundary_after(start, resumed.next_period_at)
+            .unwrap()
+            > cx.clock.now(),
+        "the current period is the next to bill"
+    );
+    assert_eq!(
+        one.bill_closed_periods(cx.clock.now())
+            .await
+            .unwrap()
+            .periods,
+        0
+    );
+
+    // The tools show the history.
+    let exec = key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
+    let got = ok(
+        &w.app,
+        &exec,
+        "get_contract",
+        json!({ "contractId": c.id.to_string() }),
+    )
+    .await;
+    assert_eq!(
+        got["contract"]["periods"].as_array().unwrap().len(),
+        3,
+        "{got}"
+    );
+    assert_eq!(got["contract"]["status"], "active");
+    let listed = ok(
+        &w.app,
+        &exec,
+        "list_contracts",
+        json!({ "status": "active" }),
+    )
+    .await;
+    assert_eq!(listed["showing"], 1, "{listed}");
+}
+
+/// Quotes: drafted with blocks and lines (Tier 2), sent only at Tier 3 with quotes.send and
+/// frozen after; another organization's quote is not found by id or number.
+async fn quotes_draft_send_and_isolation(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
+    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let item = id_of(
+        &ok(
+            app,
+            &w.write,
+            CATALOG,
+            json!({ "action": "create", "name": "Firewall", "kind": "hardware",
+                    "unitPrice": "499.00", "currency": "USD", "taxBp": 2000 }),
+        )
+        .await,
+        "item",
+    );
+    let q = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "create", "title": "Network refresh", "currency": "USD" }),
+    )
+    .await;
+    assert_eq!(q["quote"]["number"], "Q-1");
+    let qid = id_of(&q, "quote");
+    ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_block", "quoteId": "Q-1", "blockKind": "heading",
+                "body": "Scope" }),
+    )
+    .await;
+    ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_line", "quoteId": qid, "catalogItemId": item, "quantity": "2" }),
+    )
+    .await;
+    let full = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_line", "quoteId": qid, "description": "Install",
+                "unitPrice": "150.00" }),
+    )
+    .await;
+    // 2 × 499.00 + 20 % = 1197.60; 150.00 untaxed.
+    assert_eq!(full["quote"]["total"]["amount"], "1347.60", "{full}");
+    assert_eq!(full["quote"]["blocks"][0]["kind"], "heading");
+
+    // B's quote by id and by number is not found; B's number is Q-2 (per partner).
+    let b = ok(
+        app,
+        &b_key,
+        QUOTES,
+        json!({ "action": "create", "title": "B's", "currency": "USD" }),
+    )
+    .await;
+    assert_eq!(b["quote"]["number"], "Q-2");
+    let bid = id_of(&b, "quote");
+    for args in [
+        json!({ "action": "get", "quoteId": bid }),
+        json!({ "action": "get", "quoteId": "Q-2" }),
+        json!({ "action": "update", "quoteId": bid, "title": "x" }),
+        json!({ "action": "delete", "quoteId": bid }),
+        json!({ "action": "add_block", "quoteId": bid, "body": "x" }),
+        json!({ "action": "remove_block", "quoteId": bid,
+                "blockId": uuid::Uuid::now_v7().to_string() }),
+        json!({ "action": "add_line", "quoteId": bid, "description": "x", "unitPrice": "1" }),
+        json!({ "action": "remove_line", "quoteId": bid,
+                "lineId": uuid::Uuid::now_v7().to_string() }),
+        json!({ "action": "decline", "quoteId": bid, "reason": "x" }),
+        json!({ "action": "send", "quoteId": bid }),
+    ] {
+        let r = tool(app, &exec, QUOTES, args.clone()).await;
+        assert_eq!(code(&r), "NOT_FOUND", "{args}: {r}");
+    }
+    let listed = ok(app, &exec, QUOTES, json!({ "action": "list" })).await;
+    assert_eq!(listed["showing"], 1, "{listed}");
+
+    // Tiers and grants: a read key nothing, a write key no send, a technician nothing.
+    let r = tool(app, &w.read, QUOTES, json!({ "action": "list" })).await;
+    assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{r}");
+    let r = tool(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "send", "quoteId": qid }),
+    )
+    .await;
+    assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "send is Tier 3: {r}");
+    let tech = user_with(&w, "Technician", "tech@p.test").await;
+    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    let r = tool(
+        app,
+        &tech_key,
+        QUOTES,
+        json!({ "action": "get", "quoteId": qid }),
+    )
+    .await;
+    assert_eq!(why(&r), "FORBIDDEN", "{r}");
+    let pending = tool(
+        app,
+        &exec,
+        QUOTES,
+        json!({ "action": "send", "quoteId": qid }),
+    )
+    .await;
+    assert_eq!(pending["status"], "pending_approval", "{pending}");
+
+    // Sent (as the approved call would): frozen, though still declinable.
+    let quotes = w.store.org(w.org_a).quotes();
+    quotes
+        .send(qid.parse().unwrap(), audit("quote.send"))
+        .await
+        .unwrap();
+    let r = tool(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_line", "quoteId": qid, "description": "late", "unitPrice": "1" }),
+    )
+    .await;
+    assert_eq!(code(&r), "CONFLICT", "a sent quote never changes: {r}");
+    let declined = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "decline", "quoteId": qid, "reason": "over budget" }),
+    )
+    .await;
+    assert_eq!(declined["quote"]["status"], "declined");
+    assert_eq!(declined["quote"]["total"]["amount"], "1347.60");
+}
+
+breeze_store::on_both_backends!(
+    another_organizations_ids_are_not_found,
+    tiers_scopes_and_permissions,
+    lines_sum_to_totals,
+    each_closed_period_bills_once,
+    quotes_draft_send_and_isolation,
+);

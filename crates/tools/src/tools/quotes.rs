@@ -1,0 +1,435 @@
+//! `manage_quotes`: proposals to a customer.
+//!
+//! Listing and reading quotes, drafting them (content blocks and priced lines, manual or
+//! from the catalog) and declining one are Tier 2 with `quotes.write`; sending a quote to the
+//! customer is Tier 3 with `quotes.send`, as the specification says. A quote is named by
+//! UUID or number (`Q-12`); another organization's is "not found".
+
+use breeze_core::{Money, Permission, Quantity};
+use breeze_store::{NewQuoteLine, Quote, QuoteBlock, QuoteLine, StoreError};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    args::{time_arg, uuid_or_missing},
+    ledger::{self, MoneyView, Named},
+};
+use crate::reach::{self, Reach};
+use crate::{Pin, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register::<ManageQuotes>();
+}
+
+const QUOTE_NOT_FOUND: &str = "Quote not found or access denied";
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct BlockView {
+    id: String,
+    position: i64,
+    kind: String,
+    body: String,
+}
+
+impl From<QuoteBlock> for BlockView {
+    fn from(b: QuoteBlock) -> Self {
+        Self {
+            id: b.id.to_string(),
+            position: b.position,
+            kind: b.kind,
+            body: b.body,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct LineView {
+    id: String,
+    position: i64,
+    kind: String,
+    description: String,
+    quantity: String,
+    unit_price: MoneyView,
+    amount: MoneyView,
+    /// Basis points: 2000 = 20 %.
+    tax_bp: i64,
+    tax: MoneyView,
+    catalog_item_id: Option<String>,
+}
+
+impl From<QuoteLine> for LineView {
+    fn from(l: QuoteLine) -> Self {
+        let m = |minor| MoneyView::from(Money::new(minor, l.currency));
+        Self {
+            id: l.id.to_string(),
+            position: l.position,
+            kind: l.kind.to_string(),
+            quantity: Quantity(l.quantity_milli).decimal(),
+            unit_price: m(l.unit_price_minor),
+            amount: m(l.amount_minor),
+            tax_bp: l.tax_bp,
+            tax: m(l.tax_minor),
+            description: l.description,
+            catalog_item_id: l.catalog_item_id.map(|i| i.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct QuoteView {
+    id: String,
+    ///
+    number: String,
+    org_id: String,
+    title: String,
+    status: String,
+    currency: String,
+    subtotal: MoneyView,
+    tax: MoneyView,
+    total: MoneyView,
+    valid_until: Option<String>,
+    sent_at: Option<String>,
+    declined_at: Option<String>,
+    decline_reason: Option<String>,
+    created_by: String,
+    created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocks: Option<Vec<BlockView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lines: Option<Vec<LineView>>,
+}
+
+impl From<Quote> for QuoteView {
+    fn from(q: Quote) -> Self {
+        let m = |minor| MoneyView::from(Money::new(minor, q.currency));
+        Self {
+            id: q.id.to_string(),
+            number: q.reference(),
+            org_id: q.org_id.to_string(),
+            subtotal: m(q.subtotal_minor),
+            tax: m(q.tax_minor),
+            total: m(q.total_minor),
+            title: q.title,
+            status: q.status,
+            currency: q.currency.to_string(),
+            valid_until: q.valid_until.map(|t| t.to_rfc3339()),
+            sent_at: q.sent_at.map(|t| t.to_rfc3339()),
+            declined_at: q.declined_at.map(|t| t.to_rfc3339()),
+            decline_reason: q.decline_reason,
+            created_by: q.created_by,
+            created_at: q.created_at.to_rfc3339(),
+            blocks: None,
+            lines: None,
+        }
+    }
+}
+
+/// What `manage_quotes` returns; one object with the fields that apply.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct QuotesOutput {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quotes: Option<Vec<QuoteView>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quote: Option<QuoteView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    showing: Option<usize>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<String>,
+}
+
+fn quote_missing(e: StoreError) -> ToolError {
+    match e {
+        StoreError::NotFound("quote") => ToolError::not_found(QUOTE_NOT_FOUND),
+        StoreError::NotFound("quote line") => {
+            ToolError::not_found("Quote line not found on this quote")
+        }
+        StoreError::NotFound("quote block") => {
+            ToolError::not_found("Quote block not found on this quote")
+        }
+        StoreError::NotFound("catalog item") => {
+            ToolError::not_found("Catalog item not found or access denied")
+        }
+        other => other.into(),
+    }
+}
+
+async fn resolve<R: Reach>(cx: &ToolCx<'_, R>, raw: Option<&str>) -> Result<Quote, ToolError> {
+    let quotes = cx.quotes();
+    match ledger::named(raw, "quoteId", "Q-")? {
+        Some(Named::Number(n)) => quotes.quote_by_number(n).await,
+        Some(Named::Id(id)) => quotes.get_quote(id).await,
+        None => return Err(ToolError::not_found(QUOTE_NOT_FOUND)),
+    }
+    .map_err(quote_missing)
+}
+
+async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, q: Quote) -> Result<QuoteView, ToolError> {
+    let id = q.id;
+    let mut view = QuoteView::from(q);
+    view.blocks = Some(ledger::views(cx.quotes().blocks(id).await?));
+    view.lines = Some(ledger::views(cx.quotes().lines(id).await?));
+    Ok(view)
+}
+
+crate::actions! {
+    // Drafting and declining are Tier 2; sending to the customer is Tier 3 with quotes.send.
+    pub(crate) enum QuoteAction {
+        List = "list" => (T2, Read, QuotesWrite),
+        Get = "get" => (T2, Read, QuotesWrite),
+        Create = "create" => (T2, Create, QuotesWrite),
+        Update = "update" => (T2, Update, QuotesWrite),
+        Delete = "delete" => (T2, Delete, QuotesWrite),
+        AddBlock = "add_block" => (T2, Create, QuotesWrite),
+        RemoveBlock = "remove_block" => (T2, Delete, QuotesWrite),
+        AddLine = "add_line" => (T2, Create, QuotesWrite),
+        RemoveLine = "remove_line" => (T2, Delete, QuotesWrite),
+        Decline = "decline" => (T2, Update, QuotesWrite),
+        Send = "send" => (T3, Update, QuotesSend),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BlockKindArg {
+    Heading,
+    Text,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct QuotesInput {
+    action: QuoteAction,
+    /// A UUID or a number such as Q-12.
+    #[schemars(length(min = 1, max = 36))]
+    quote_id: Option<String>,
+    /// create, update.
+    #[schemars(length(min = 1, max = 5000))]
+    title: Option<String>,
+    /// create: ISO 4217, e.g. USD.
+    #[schemars(length(min = 3, max = 3))]
+    currency: Option<String>,
+    /// RFC 3339.
+    #[schemars(length(max = 40))]
+    valid_until: Option<String>,
+    /// add_block: default text.
+    block_kind: Option<BlockKindArg>,
+    /// add_block.
+    #[schemars(length(min = 1, max = 5000))]
+    body: Option<String>,
+    #[schemars(length(min = 36, max = 36))]
+    block_id: Option<String>,
+    /// add_line: a manual line's text (or give catalogItemId).
+    #[schemars(length(min = 1, max = 5000))]
+    description: Option<String>,
+    /// add_line: a catalog item or bundle, at this organization's price.
+    #[schemars(length(min = 36, max = 36))]
+    catalog_item_id: Option<String>,
+    /// add_line: decimal, default "1".
+    #[schemars(length(min = 1, max = 24))]
+    quantity: Option<String>,
+    /// add_line (manual): decimal string, e.g. "95.00".
+    #[schemars(length(min = 1, max = 24))]
+    unit_price: Option<String>,
+    /// add_line (manual): basis points (2000 = 20 %); default 0.
+    #[schemars(range(min = 0, max = 10000))]
+    tax_bp: Option<u32>,
+    #[schemars(length(min = 36, max = 36))]
+    line_id: Option<String>,
+    /// decline.
+    #[schemars(length(min = 1, max = 5000))]
+    reason: Option<String>,
+    /// list: default 25.
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+    /// list: the last page's nextCursor.
+    #[schemars(length(max = 40))]
+    cursor: Option<String>,
+}
+
+pub(crate) struct ManageQuotes;
+
+impl Tool for ManageQuotes {
+    const NAME: &'static str = "manage_quotes";
+    const TITLE: &'static str = "Manage quotes";
+    const DESCRIPTION: &'static str = "Quote/proposal lifecycle (numbers like Q-12). list|get|create|update|delete (drafts)|add_block|remove_block (headings, text)|add_line (manual, or a catalog item or bundle)|remove_line|decline Tier 2; send (to the customer; frozen after) Tier 3 with quotes.send. Amounts: decimal string + ISO 4217 currency.";
+    const TIER: Tier = Tier::T2;
+    const PERMISSION: Permission = Permission::QuotesWrite;
+    type Actions = QuoteAction;
+    type Input = QuotesInput;
+    type Output = Rendered<QuotesOutput>;
+    type Reach = reach::Quotes;
+
+    async fn precheck(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: &Self::Input,
+    ) -> Result<Option<Pin>, ToolError> {
+        let q = resolve(cx, input.quote_id.as_deref()).await?;
+        if q.status != "draft" {
+            return Err(ToolError::new(
+                crate::ErrorCode::Conflict,
+                format!("quote {} is {}, not a draft", q.reference(), q.status),
+            ));
+        }
+        // The approver sees, and the call is pinned to, the quote as it stands.
+        Ok(Some(Pin {
+            summary: format!("{} {}: {}", q.reference(), q.title, q.total()),
+            data: serde_json::json!({ "total": q.total(), "updatedAt": q.updated_at }),
+        }))
+    }
+
+    async fn call(
+        cx: &ToolCx<'_, Self::Reach>,
+        input: Self::Input,
+    ) -> Result<Self::Output, ToolError> {
+        let quotes = cx.quotes();
+        let audit = |action: &str| ledger::audit(cx, "quote", action);
+        let current = || async { resolve(cx, input.quote_id.as_deref()).await };
+        let (message, q) = match input.action {
+            QuoteAction::List => {
+                let (rows, next) = quotes
+                    .list_quotes(
+                        ledger::cursor::<i64>(input.cursor.as_deref())?,
+                        input.limit.unwrap_or(25),
+                    )
+                    .await?;
+                let views: Vec<QuoteView> = ledger::views(rows);
+                return Rendered::of(&QuotesOutput {
+                    showing: Some(views.len()),
+                    quotes: Some(views),
+                    next_cursor: next.map(|n| n.to_string()),
+                    ..Default::default()
+                });
+            }
+            QuoteAction::Get => (None, current().await?),
+            QuoteAction::Create => {
+                let q = quotes
+                    .create_draft(
+                        ledger::required(input.title.as_deref(), "title")?,
+                        ledger::currency_arg(input.currency.as_deref())?,
+                        time_arg("validUntil", input.valid_until.as_deref())?,
+                        &cx.actor.to_string(),
+                        audit("create"),
+                    )
+                    .await?;
+                (Some(format!("draft {} created", q.reference())), q)
+            }
+            QuoteAction::Update => {
+                let q = current().await?;
+                let q = quotes
+                    .update_draft(
+                        q.id,
+                        input.title.as_deref(),
+                        time_arg("validUntil", input.valid_until.as_deref())?,
+                        audit("update"),
+                    )
+                    .await
+                    .map_err(quote_missing)?;
+                (Some("draft updated".into()), q)
+            }
+            QuoteAction::Delete => {
+                let q = current().await?;
+                quotes
+                    .delete_draft(q.id, audit("delete"))
+                    .await
+                    .map_err(quote_missing)?;
+                return Rendered::of(&QuotesOutput {
+                    message: Some(format!("draft {} deleted", q.reference())),
+                    ..Default::default()
+                });
+            }
+            QuoteAction::AddBlock | QuoteAction::RemoveBlock => {
+                let q = current().await?;
+                if input.action == QuoteAction::AddBlock {
+                    let heading = input.block_kind == Some(BlockKindArg::Heading);
+                    let body = ledger::required(input.body.as_deref(), "body")?;
+                    quotes
+                        .add_block(q.id, heading, body, audit("add_block"))
+                        .await
+                } else {
+                    let block = uuid_or_missing(
+                        input.block_id.as_deref(),
+                        "blockId",
+                        "Quote block not found on this quote",
+                    )?;
+                    quotes
+                        .remove_block(q.id, block, audit("remove_block"))
+                        .await
+                }
+                .map_err(quote_missing)?;
+                (Some("blocks changed".into()), quotes.get_quote(q.id).await?)
+            }
+            QuoteAction::AddLine => {
+                let q = current().await?;
+                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
+                let line = match input.catalog_item_id.as_deref() {
+                    Some(item) => NewQuoteLine::Catalog {
+                        item: uuid_or_missing(
+                            Some(item),
+                            "catalogItemId",
+                            "Catalog item not found or access denied",
+                        )?,
+                        quantity,
+                    },
+                    None => NewQuoteLine::Manual {
+                        description: ledger::required(input.description.as_deref(), "description")?
+                            .to_owned(),
+                        quantity,
+                        unit_price: ledger::money_arg(
+                            input.unit_price.as_deref(),
+                            "unitPrice",
+                            ledger::currency_or(input.currency.as_deref(), q.currency)?,
+                        )?,
+                        tax_bp: input.tax_bp.unwrap_or(0),
+                    },
+                };
+                let q = quotes
+                    .add_line(q.id, line, audit("add_line"))
+                    .await
+                    .map_err(quote_missing)?;
+                (Some("line added".into()), q)
+            }
+            QuoteAction::RemoveLine => {
+                let q = current().await?;
+                let line = uuid_or_missing(
+                    input.line_id.as_deref(),
+                    "lineId",
+                    "Quote line not found on this quote",
+                )?;
+                let q = quotes
+                    .remove_line(q.id, line, audit("remove_line"))
+                    .await
+                    .map_err(quote_missing)?;
+                (Some("line removed".into()), q)
+            }
+            QuoteAction::Decline => {
+                let q = current().await?;
+                let reason = ledger::required(input.reason.as_deref(), "reason")?;
+                let q = quotes
+                    .decline(q.id, reason, audit("decline"))
+                    .await
+                    .map_err(quote_missing)?;
+                (Some(format!("{} declined", q.reference())), q)
+            }
+            QuoteAction::Send => {
+                let q = current().await?;
+                let q = quotes
+                    .send(q.id, audit("send"))
+                    .await
+                    .map_err(quote_missing)?;
+                (Some(format!("{} sent to the customer", q.reference())), q)
+            }
+        };
+        Rendered::of(&QuotesOutput {
+            message,
+            quote: Some(full_view(cx, q).await?),
+            ..Default::default()
+        })
+    }
+}
