@@ -55,7 +55,7 @@
     var url = document.body.getAttribute("data-events");
     if (!url || !window.EventSource) return;
     var es = new EventSource(url);
-    var names = ["approvals", "devices", "metrics"];
+    var names = ["approvals", "alerts", "devices", "metrics"];
     function refresh(name) {
       document.querySelectorAll('[data-refresh-on~="' + name + '"]').forEach(function (el) {
         if (window.htmx) window.htmx.trigger(el, "refresh");
