@@ -107,7 +107,7 @@ fn ago(now: breeze_core::Timestamp, t: Option<breeze_core::Timestamp>) -> String
     let s = (now - t).num_seconds().max(0);
     match s {
         0..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h", s / 3600),
+        3600..172_800 => format!("{} h", s / 3600),
         _ => format!("{} days", s / 86400),
     }
 }

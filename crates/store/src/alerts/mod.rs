@@ -803,12 +803,12 @@ impl crate::OrgAlerts<'_> {
         })
     }
 
-    /// What the unresolved alerts look like, cheaply: per status, how many and the newest id
-    /// (ids are time-ordered). Any alert raised, acknowledged or resolved changes it; the
-    /// dashboard's live updates poll it.
-    pub async fn unresolved_signature(&self) -> Result<Vec<(String, i64, Option<Uuid>)>> {
+    /// What the unresolved alerts look like, cheaply: per status, how many and the newest
+    /// one's time. Any alert raised, acknowledged or resolved changes it; the dashboard's live
+    /// updates poll it.
+    pub async fn unresolved_signature(&self) -> Result<Vec<(String, i64, Option<Timestamp>)>> {
         sql(
-            "SELECT status, COUNT(*), MAX(id) FROM alerts WHERE org_id = $1 \
+            "SELECT status, COUNT(*), MAX(triggered_at) FROM alerts WHERE org_id = $1 \
              AND status <> 'resolved' GROUP BY status ORDER BY status",
         )
         .bind(self.org)
