@@ -239,9 +239,22 @@ async fn overview_shows_the_fleet_at_a_glance_with_links(cx: Ctx) {
     let r = get(&w.app, "/o/org-a/overview/fleet", &admin.cookie).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(!html(&r).contains("<html") && html(&r).contains("id=\"offline-count\">1<"));
+    // Patch compliance, by manage_patches' own code, loads after the page.
+    assert!(page.contains("hx-get=\"/o/org-a/overview/patches\" hx-trigger=\"load\""));
+    let r = get(&w.app, "/o/org-a/overview/patches", &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        html(&r).contains("No device has reported its updates yet (2 devices never scanned)."),
+        "{}",
+        html(&r)
+    );
     admin_of(&w, "ops@p.test", w.org_a).await;
     let ops = sign_in(&w.app, "ops@p.test").await;
-    for uri in ["/o/org-b", "/o/org-b/overview/fleet"] {
+    for uri in [
+        "/o/org-b",
+        "/o/org-b/overview/fleet",
+        "/o/org-b/overview/patches",
+    ] {
         assert_eq!(
             get(&w.app, uri, &ops.cookie).await.status,
             StatusCode::NOT_FOUND,
@@ -985,6 +998,7 @@ async fn approvals_show_a_headline_who_asked_and_the_device(cx: Ctx) {
                 api_key_id: Some(key.id),
                 oauth_grant_id: None,
                 ai_session_id: None,
+                client_name: Some("Claude Code".into()),
                 requester_user_id: w.admin,
                 tool: "manage_services".into(),
                 action: Some("restart".into()),
@@ -1016,6 +1030,12 @@ async fn approvals_show_a_headline_who_asked_and_the_device(cx: Ctx) {
             "href=\"/o/org-a/devices/{}\">web-01</a>",
             w.a_device
         )));
+        assert!(
+            page.contains(
+                "<dd class=\"client\" title=\"As the client named itself\">Claude Code</dd>"
+            ),
+            "{page}"
+        );
         // The raw call is one click away, not the first thing shown.
         assert!(
             page.contains("<details>\n    <summary>Arguments (the exact call)</summary>"),
@@ -1024,7 +1044,96 @@ async fn approvals_show_a_headline_who_asked_and_the_device(cx: Ctx) {
     }
 }
 
+/// End to end: an MCP client that named itself at `initialize` asks for a Tier 3 call in that
+/// session; the approvals page names the client and the key.
+async fn approvals_name_the_ai_client_that_asked(cx: Ctx) {
+    let w = world(&cx).await;
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            breeze_auth::CreateApiKey {
+                org_id: w.org_a,
+                user_id: w.admin,
+                name: "laptop".into(),
+                scopes: breeze_core::ScopeSet::new([
+                    breeze_core::Scope::AiRead,
+                    breeze_core::Scope::AiWrite,
+                    breeze_core::Scope::AiExecute,
+                ]),
+                expires_at: None,
+            },
+            common::audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    let key = secret.expose().to_owned();
+    let init = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": { "name": "Acme Agent\u{7}", "version": "2" } } });
+    let r = send(
+        &w.app,
+        Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", &key)
+            .body(Body::from(init.to_string()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let session = r
+        .headers
+        .get("mcp-session-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let call = serde_json::json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "manage_groups", "arguments": { "action": "create", "name": "Lab" } } });
+    let req = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-api-key", &key)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(Body::from(call.to_string()))
+        .unwrap();
+    let app = w.app.clone();
+    let waiting = tokio::spawn(async move { send(&app, req).await });
+    let mut pending = Vec::new();
+    for _ in 0..400 {
+        pending = w
+            .store
+            .org(w.org_a)
+            .approvals()
+            .pending_approvals()
+            .await
+            .unwrap();
+        if !pending.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        pending[0].client_name.as_deref(),
+        Some("Acme Agent"),
+        "control characters dropped"
+    );
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, "/o/org-a/approvals", &admin.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("Manage device groups: create"), "{page}");
+    assert!(
+        page.contains("API key “laptop”") && page.contains(">Acme Agent</dd>"),
+        "{page}"
+    );
+    waiting.abort();
+}
+
 breeze_store::on_both_backends!(
+    approvals_name_the_ai_client_that_asked,
     unknown_paths_answer_the_html_404_page,
     overview_shows_the_fleet_at_a_glance_with_links,
     alerts_inbox_lists_filters_and_arrives_live,

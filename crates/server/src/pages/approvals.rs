@@ -44,6 +44,8 @@ pub(crate) struct PendingView {
     devices: Vec<(String, String)>,
     /// Which credential asked: a key, a connected app, the assistant.
     via: String,
+    /// The AI client, as it named itself (empty when unknown).
+    client: String,
     description: String,
     tool: String,
     tier: i64,
@@ -234,6 +236,7 @@ async fn pending_views(
             id: r.id.to_string(),
             headline: headline(state, &r, &devices),
             via: via(&r, &names),
+            client: r.client_name.clone().unwrap_or_default(),
             devices,
             description: r.description.clone(),
             tool: tool_name(&r),

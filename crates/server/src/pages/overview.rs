@@ -1,7 +1,7 @@
 //! `GET /o/{org}`: an organization's overview — what needs a person now, and the fleet at a
 //! glance: devices online and offline (live), those offline longest, unresolved alerts by
-//! severity, pending approvals, the fleet's security posture score, and the devices busiest
-//! on CPU, memory and disk over the last 15 minutes. Every figure links to its filtered list.
+//! severity, pending approvals, patch compliance (loaded after the page), the fleet's security
+//! posture score, and the devices busiest on CPU, memory and disk over the last 15 minutes. Every figure links to its filtered list.
 //!
 //! Each figure is one bounded query (counts from the in-memory device directory, a grouped
 //! count of alerts, the newest posture snapshot per device, a top-5 over recent samples), and
@@ -28,6 +28,43 @@ pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/o/{org}", get(show))
         .route("/o/{org}/overview/fleet", get(fleet_fragment))
+        .route("/o/{org}/overview/patches", get(patches_fragment))
+}
+
+/// Patch compliance, computed by `manage_patches compliance`'s own code: heavy at a large
+/// fleet, so the overview loads it after the page (`hx-trigger="load"`).
+#[derive(Template)]
+#[template(path = "overview_patches.html")]
+struct PatchesFragment {
+    p: breeze_tools::FleetPatchCompliance,
+    percent: String,
+}
+
+async fn patches_fragment(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+) -> Result<Response, PageError> {
+    let scope = who
+        .scope(
+            &state,
+            &org,
+            tool_operation(&state, "manage_patches", "compliance"),
+        )
+        .await?;
+    let store = scope.store(&state);
+    let p = breeze_tools::fleet_patch_compliance(
+        store.devices(),
+        store.patches(),
+        store.config_policies(),
+        state.clock.now(),
+    )
+    .await
+    .map_err(|e| PageError::from(crate::ApiError::internal(format!("patch compliance: {e}"))))?;
+    render(&PatchesFragment {
+        percent: format!("{:.0}", p.compliance_percent),
+        p,
+    })
 }
 
 struct Named {
