@@ -501,10 +501,17 @@ async fn alerts_are_acknowledged_resolved_and_suppressed_one_or_many(cx: Ctx) {
                 ("id", &a1.to_string()),
                 ("id", &a2.to_string()),
                 ("note", "patched the kernel"),
+                ("back", "//evil.example/"),
             ],
         )
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
+    // `back` is only ever a path on this site.
+    assert!(
+        location(&r).starts_with("/o/org-a/alerts?done="),
+        "{}",
+        location(&r)
+    );
     assert_eq!(status_of(&w, w.org_a, a1).await, "resolved");
     assert_eq!(status_of(&w, w.org_a, a2).await, "resolved");
     assert_eq!(records(&w, w.org_a, "alert.resolve").await.len(), 2);
@@ -1132,7 +1139,31 @@ async fn approvals_name_the_ai_client_that_asked(cx: Ctx) {
     waiting.abort();
 }
 
+/// The device list's columns: active alerts (linked to the filtered inbox) and updates.
+async fn device_list_shows_alerts_and_updates(cx: Ctx) {
+    let w = world(&cx).await;
+    let hot = rule(&w, w.org_a, "CPU hot", Severity::High).await;
+    raise(&w, w.org_a, &hot, &w.a_device).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, "/o/org-a/devices", &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    assert!(page.contains("<th>Alerts</th>") && page.contains("<th>Updates</th>"));
+    assert!(
+        page.contains(&format!(
+            "href=\"/o/org-a/alerts?device={}\" class=\"badge s-open\">1 active</a>",
+            w.a_device
+        )),
+        "{page}"
+    );
+    assert!(page.contains("none known"));
+    // The live reload shows the same columns.
+    let r = get(&w.app, "/o/org-a/devices/rows?page=1", &admin.cookie).await;
+    assert!(html(&r).contains("1 active"));
+}
+
 breeze_store::on_both_backends!(
+    device_list_shows_alerts_and_updates,
     approvals_name_the_ai_client_that_asked,
     unknown_paths_answer_the_html_404_page,
     overview_shows_the_fleet_at_a_glance_with_links,

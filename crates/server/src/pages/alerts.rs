@@ -400,11 +400,10 @@ async fn act(
     // Judged by the tool action's own declaration; an unknown action is never allowed.
     let op = tool_operation(&state, "manage_alerts", &action);
     let scope = who.scope(&state, &org, op).await?;
-    let back = field("back");
-    let back = if back.starts_with('/') && !back.starts_with("//") && !back.contains('\\') {
-        back
-    } else {
-        format!("/o/{}/alerts", scope.org.slug)
+    // Only a path on this site (as sign-in's `next`), else the inbox.
+    let back = match super::safe_next(&field("back")) {
+        "/" => format!("/o/{}/alerts", scope.org.slug),
+        ok => ok.to_owned(),
     };
     let refuse = |msg: String| async {
         let q = InboxQuery::default();
