@@ -8,9 +8,10 @@
 # by MCP), approve a waiting Tier 3 MCP call and see it complete, deny one and see the error, the
 # device list updating live as devices are added, the demo machine's chart gaining a point,
 # another organization's device URL answering 404, an OAuth client's grant under Connected apps
-# (consent, token, revoke, then refused by MCP).
-# Then every other *.test.mjs there, e.g. assistant.test.mjs (the AI chat on a phone against
-# a stand-in model provider).
+# (consent, token, revoke, then refused by MCP). Then every other *.test.mjs there, one file at
+# a time: console.test.mjs (an alert arriving live in the inbox and acknowledged from its row,
+# every console page at both widths), assistant.test.mjs (the AI chat on a phone against a
+# stand-in model provider).
 # Screenshots of every page at 1280 px and 390 px go to target/screenshots/ (CI artifacts).
 # Setup and cleanup shared with clients.sh live in .ci/lib.sh.
 # Pins: tests/browser/package.json + package-lock.json.
@@ -66,5 +67,5 @@ SHOTS="$TARGET_DIR/screenshots"
 rm -rf "$SHOTS"
 (cd "$SUITE" && timeout 600 env "${unset_args[@]}" BREEZE_URL="http://127.0.0.1:$PORT" \
   DEMO_JSON="$DEMO_JSON" AGENT_JSON="$WORK/demo/breeze-data/agent/agent.json" \
-  BREEZE_BIN="$BREEZE" DEMO_DIR="$WORK/demo" SCREENSHOTS="$SHOTS" node --test --test-reporter=spec ./*.test.mjs)
+  BREEZE_BIN="$BREEZE" DEMO_DIR="$WORK/demo" SCREENSHOTS="$SHOTS" node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs)
 echo "screenshots: $SHOTS"

@@ -550,6 +550,8 @@ impl Assistant {
             approval: ApprovalWait {
                 wait: Some(self.inner.config.approval_timeout),
                 requested: Some(told),
+                // The assistant's requests name their chat session, not a client.
+                client: None,
             },
             ..CallOptions::default()
         };

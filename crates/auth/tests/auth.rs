@@ -550,6 +550,7 @@ async fn a_cached_key_revoked_through_this_store_is_refused_at_once(cx: Ctx) {
                 api_key_id: Some(rec.id),
                 oauth_grant_id: None,
                 ai_session_id: None,
+                client_name: None,
                 requester_user_id: w.admin.id,
                 tool: "run_script".into(),
                 action: None,

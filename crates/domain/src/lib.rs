@@ -32,6 +32,7 @@
 use breeze_gateway::{GatewayError, OrgFleet};
 use breeze_store::StoreError;
 
+pub mod alerts;
 pub mod compliance;
 pub mod config_policies;
 

@@ -202,6 +202,9 @@ pub struct Cx<P> {
     pub protocol: ProtocolVersion,
     pub transport: Transport,
     pub session_id: Option<Arc<str>>,
+    /// The client's self-declared name (`clientInfo.name`: its session's `initialize`, or on
+    /// 2026-07-28 the request's own `_meta`), when it gave one. Shown to people, never trusted.
+    pub client_name: Option<Arc<str>>,
     pub request_id: Option<Id>,
     /// From `params._meta.progressToken`, when the client asked for progress.
     pub progress_token: Option<Value>,

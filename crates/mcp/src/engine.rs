@@ -575,11 +575,17 @@ impl<A: McpApp> Engine<A> {
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))
             .cloned();
+        let client_name = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(crate::protocol::META_CLIENT_INFO))
+            .and_then(client_info_name)
+            .or_else(|| ctx.session.as_ref().and_then(|s| s.client_name()));
         let cx = Cx {
             client: ctx.client.clone(),
             protocol: ctx.protocol,
             transport: ctx.transport,
             session_id: ctx.session.as_ref().map(|s| s.id.clone()),
+            client_name,
             request_id: Some(req.id.clone()),
             progress_token,
             cancel: cancel.clone(),
@@ -727,6 +733,11 @@ impl<A: McpApp> Engine<A> {
                 let version = ProtocolVersion::negotiate(param_str(params, "protocolVersion"));
                 if let Some(s) = session {
                     s.set_protocol(version);
+                    s.set_client_name(
+                        params
+                            .and_then(|p| p.get("clientInfo"))
+                            .and_then(client_info_name),
+                    );
                 }
                 let mut result = Map::new();
                 result.insert("protocolVersion".into(), json!(version.as_str()));
@@ -882,4 +893,18 @@ struct Answer {
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// A `clientInfo` object's `name`: trimmed, at most 100 characters, control characters
+/// dropped (it is shown to people as the client's own claim).
+fn client_info_name(info: &Value) -> Option<Arc<str>> {
+    let name: String = info
+        .get("name")?
+        .as_str()?
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(100)
+        .collect();
+    let name = name.trim();
+    (!name.is_empty()).then(|| Arc::from(name))
 }

@@ -75,6 +75,8 @@ pub struct Session {
     protocol: Mutex<ProtocolVersion>,
     /// The creating request's [`crate::Client::binding`].
     binding: Mutex<Option<Arc<str>>>,
+    /// The client's name as its `initialize` gave it (`clientInfo.name`), when it did.
+    client_name: Mutex<Option<Arc<str>>>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
     /// The order of creation: of sessions last used within the same millisecond, the older
@@ -132,6 +134,7 @@ impl Session {
             kind,
             protocol: Mutex::new(ProtocolVersion::HEADER_DEFAULT),
             binding: Mutex::new(None),
+            client_name: Mutex::new(None),
             last_active: AtomicU64::new(now_ms),
             seq,
             stream: Mutex::new(None),
@@ -165,6 +168,15 @@ impl Session {
 
     pub fn set_protocol(&self, v: ProtocolVersion) {
         *lock(&self.protocol) = v;
+    }
+
+    /// The client's self-declared name (`initialize`'s `clientInfo.name`), when known.
+    pub fn client_name(&self) -> Option<Arc<str>> {
+        lock(&self.client_name).clone()
+    }
+
+    pub fn set_client_name(&self, name: Option<Arc<str>>) {
+        *lock(&self.client_name) = name;
     }
 
     /// Keeps the creating request's binding (see [`crate::Client::binding`]).

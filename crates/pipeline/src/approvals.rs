@@ -369,8 +369,14 @@ impl Approvals {
         self.inner.config.poll
     }
 
-    /// Records `draft` as `caller`'s request and tells the webhook.
-    async fn request(&self, caller: &Caller, draft: Draft) -> Result<ApprovalRecord, StoreError> {
+    /// Records `draft` as `caller`'s request (made through AI client `client`, when known) and
+    /// tells the webhook.
+    async fn request(
+        &self,
+        caller: &Caller,
+        draft: Draft,
+        client: Option<String>,
+    ) -> Result<ApprovalRecord, StoreError> {
         let org = self.inner.store.org(caller.org());
         // The strictest policy of the request's actions (a batch: of its Tier 3 items').
         let mut mode = None::<String>;
@@ -408,6 +414,7 @@ impl Approvals {
                     api_key_id: caller.api_key_id(),
                     oauth_grant_id: caller.grant_id(),
                     ai_session_id: caller.ai_session_id(),
+                    client_name: client,
                     requester_user_id: caller.user(),
                     tool: tool.into_owned(),
                     action: action.map(str::to_owned),
@@ -479,8 +486,9 @@ impl Approvals {
         // that nobody would withdraw: the task withdraws it when the caller is gone.
         let (tx, rx) = oneshot::channel();
         let (this, caller, cancelled) = (self.clone(), caller.clone(), cancel.clone());
+        let client = approval.client.clone();
         tokio::spawn(async move {
-            let created = this.request(&caller, draft).await;
+            let created = this.request(&caller, draft, client).await;
             if let Err(Ok(record)) = tx.send(created) {
                 let why = dropped_because(&cancelled, WENT_AWAY_AS_MADE);
                 this.withdraw(record.id, why).await;

@@ -55,7 +55,7 @@
     var url = document.body.getAttribute("data-events");
     if (!url || !window.EventSource) return;
     var es = new EventSource(url);
-    var names = ["approvals", "devices", "metrics"];
+    var names = ["approvals", "alerts", "devices", "metrics"];
     function refresh(name) {
       document.querySelectorAll('[data-refresh-on~="' + name + '"]').forEach(function (el) {
         if (window.htmx) window.htmx.trigger(el, "refresh");
@@ -75,4 +75,68 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", listen);
   else listen();
+
+  // Approvals page: an opt-in browser notification and a short sound when a new request
+  // arrives while the page is open (the list reloads itself on the live `approvals` event).
+  // The choice is kept in this browser only; nothing is sent anywhere.
+  var NOTIFY_KEY = "breeze.notifyApprovals";
+  function beep() {
+    try {
+      var Ctx = window.AudioContext || window.webkitAudioContext;
+      if (!Ctx) return;
+      var c = new Ctx(), o = c.createOscillator(), g = c.createGain();
+      o.frequency.value = 880;
+      g.gain.value = 0.08;
+      o.connect(g);
+      g.connect(c.destination);
+      o.start();
+      o.stop(c.currentTime + 0.25);
+    } catch (_) { /* no sound */ }
+  }
+  function approvalsNotify() {
+    var box = document.getElementById("pending");
+    var btn = document.getElementById("notify-toggle");
+    if (!box || !btn) return;
+    var on = function () {
+      try { return window.localStorage.getItem(NOTIFY_KEY) === "1"; } catch (_) { return false; }
+    };
+    var label = function () {
+      btn.textContent = on() ? "Alerting on new requests (turn off)" : "Alert me to new requests";
+      btn.setAttribute("aria-pressed", on() ? "true" : "false");
+    };
+    btn.hidden = false;
+    label();
+    btn.addEventListener("click", function () {
+      try {
+        if (on()) { window.localStorage.removeItem(NOTIFY_KEY); label(); return; }
+        window.localStorage.setItem(NOTIFY_KEY, "1");
+      } catch (_) { return; }
+      label();
+      beep();
+      if (window.Notification && window.Notification.permission === "default") {
+        window.Notification.requestPermission();
+      }
+    });
+    var ids = function () {
+      return Array.prototype.map.call(box.querySelectorAll("article.approval"), function (a) { return a.id; });
+    };
+    var known = ids();
+    document.body.addEventListener("htmx:afterSwap", function (e) {
+      if (e.target !== box) return;
+      var now = ids();
+      var fresh = now.filter(function (id) { return known.indexOf(id) < 0; });
+      known = now;
+      if (!fresh.length || !on()) return;
+      var h = document.getElementById(fresh[0]).querySelector("h3");
+      var text = h ? h.textContent : "A request is waiting for a decision";
+      var said = document.getElementById("arrived");
+      if (said) said.textContent = "New request: " + text;
+      beep();
+      if (window.Notification && window.Notification.permission === "granted") {
+        try { new window.Notification("Approval needed", { body: text, tag: "breeze-approval" }); } catch (_) { /* shown in the page */ }
+      }
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", approvalsNotify);
+  else approvalsNotify();
 })();

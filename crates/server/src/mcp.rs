@@ -875,6 +875,8 @@ impl BreezeMcp {
             request_id: cx.request_id.as_ref().map(ToString::to_string),
             ..CallOptions::default()
         };
+        // Kept on a Tier 3 call's approval request, for the person deciding.
+        options.approval.client = cx.client_name.as_deref().map(str::to_owned);
         // Progress goes nowhere without the client's token: no channel then.
         let outcome = if cx.progress_token.is_some() {
             let (progress_tx, progress_rx) = tokio::sync::mpsc::unbounded_channel();

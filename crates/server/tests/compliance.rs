@@ -521,6 +521,7 @@ async fn waiting_remediation_is_finished_once(cx: Ctx) {
                 api_key_id: None,
                 oauth_grant_id: None,
                 ai_session_id: None,
+                client_name: None,
                 requester_user_id: w.admin,
                 tool: "run_script".into(),
                 action: None,

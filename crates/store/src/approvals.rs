@@ -34,7 +34,7 @@ use crate::{
 const COLUMNS: &str = "id, org_id, api_key_id, requester_user_id, tool, action, tier, arguments, \
     arguments_hash, definition_hash, description, mode, status, reason, decided_by, decided_at, \
     request_id, created_at, expires_at, claimed_at, completed_at, result, result_is_error, \
-    pinned, pinned_hash, oauth_grant_id, ai_session_id";
+    pinned, pinned_hash, oauth_grant_id, ai_session_id, client_name";
 
 /// Who must approve: the requester may (`supervised`, the default), someone else must
 /// (`four_eyes`), or nobody — the organization's policy approves at once (`automatic`, only for
@@ -98,6 +98,8 @@ pub struct ApprovalRecord {
     /// The AI assistant's chat session that made the request (no key, no grant: the session's
     /// person, as they stand now, is the requester).
     pub ai_session_id: Option<AiSessionId>,
+    /// The AI client that asked, as it named itself (MCP `clientInfo.name`), when known.
+    pub client_name: Option<String>,
 }
 
 impl ApprovalRecord {
@@ -115,6 +117,8 @@ pub struct NewApproval {
     pub oauth_grant_id: Option<GrantId>,
     /// The chat session, for a call the AI assistant made.
     pub ai_session_id: Option<AiSessionId>,
+    /// The AI client, as it named itself (at most 100 characters are kept).
+    pub client_name: Option<String>,
     pub requester_user_id: UserId,
     pub tool: String,
     pub action: Option<String>,
@@ -163,7 +167,7 @@ impl crate::OrgApprovals<'_> {
         sql(format!(
             "INSERT INTO approval_requests ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
              $9, $10, $11, $12, 'pending', NULL, NULL, NULL, $13, $14, $15, NULL, NULL, NULL, FALSE, \
-             $16, $17, $18, $19)"
+             $16, $17, $18, $19, $20)"
         ))
         .bind(id)
         .bind(self.org)
@@ -188,6 +192,11 @@ impl crate::OrgApprovals<'_> {
         .bind(new.pinned.as_ref().map(|(_, h)| h.to_vec()))
         .bind(new.oauth_grant_id)
         .bind(new.ai_session_id)
+        .bind(
+            new.client_name
+                .as_deref()
+                .map(|n| n.chars().take(100).collect::<String>()),
+        )
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(serde_json::json!({

@@ -108,6 +108,16 @@ pub struct AuditFilter {
     pub until: Option<Timestamp>,
 }
 
+/// What a listing narrows beyond [`AuditFilter`]: the dashboard's view of the log.
+#[derive(Debug, Clone, Default)]
+pub struct AuditView {
+    /// Actions left out, each exact or a `LIKE` pattern (`mcp.notifications.%`): protocol
+    /// noise a person does not want to page through.
+    pub exclude_actions: Vec<&'static str>,
+    /// Only the records of one request (a tool call and the changes it made).
+    pub request_id: Option<String>,
+}
+
 /// Where the next page starts: the last record of the previous page (newest first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditCursor {
@@ -533,6 +543,18 @@ impl crate::OrgAudit<'_> {
         after: Option<AuditCursor>,
         limit: u32,
     ) -> Result<AuditPage> {
+        self.query_audit_view(filter, &AuditView::default(), after, limit)
+            .await
+    }
+
+    /// [`Self::query_audit`], narrowed further by `view`.
+    pub async fn query_audit_view(
+        &self,
+        filter: &AuditFilter,
+        view: &AuditView,
+        after: Option<AuditCursor>,
+        limit: u32,
+    ) -> Result<AuditPage> {
         // Records still in the audit journal are part of the log.
         self.store.flush_audit().await;
         let limit = limit.clamp(1, MAX_AUDIT_PAGE);
@@ -565,6 +587,14 @@ impl crate::OrgAudit<'_> {
                 let p = q.arg(value);
                 q.push(&format!(" AND {column} = {p}"));
             }
+        }
+        for pattern in &view.exclude_actions {
+            let p = q.arg(*pattern);
+            q.push(&format!(" AND action NOT LIKE {p}"));
+        }
+        if let Some(r) = &view.request_id {
+            let p = q.arg(r.as_str());
+            q.push(&format!(" AND request_id = {p}"));
         }
         // Resuming, the cursor is the upper bound (see `Sql::push_keyset`).
         let until = if after.is_some() { None } else { filter.until };

@@ -246,6 +246,42 @@ impl crate::OrgDevices<'_> {
         Ok((rows, total))
     }
 
+    /// The hostnames of `ids` (those of this organization; others are simply absent), in one
+    /// query: what a page naming a few devices (alerts, approvals) shows.
+    pub async fn hostnames(
+        &self,
+        ids: &[DeviceId],
+    ) -> Result<std::collections::HashMap<DeviceId, String>> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut out = std::collections::HashMap::new();
+        // Bounded statements, whatever the caller passes.
+        for chunk in ids.chunks(200) {
+            let mut q = sql("SELECT id, hostname FROM devices WHERE org_id = $1").bind(self.org);
+            let list: Vec<String> = chunk.iter().map(|d| q.arg(*d)).collect();
+            q.push(&format!(" AND id IN ({})", list.join(", ")));
+            let rows: Vec<(DeviceId, String)> = q.fetch_all(self).await?;
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
+    /// The `limit` offline devices silent longest (never seen first), with when each was last
+    /// seen.
+    pub async fn offline_longest(&self, limit: u32) -> Result<Vec<Device>> {
+        sql(format!(
+            "SELECT {DEVICE_COLUMNS} FROM devices d WHERE d.org_id = $1 AND d.status = $2 \
+             ORDER BY CASE WHEN d.last_seen_at IS NULL THEN 0 ELSE 1 END, d.last_seen_at, d.id \
+             LIMIT $3"
+        ))
+        .bind(self.org)
+        .bind(breeze_core::DeviceStatus::Offline.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(self)
+        .await
+    }
+
     /// The members of a device group of this organization.
     pub async fn group_members(&self, group: DeviceGroupId) -> Result<Vec<Device>> {
         self.whole().tenancy().get_group(group).await?;

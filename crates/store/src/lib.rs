@@ -78,12 +78,12 @@ pub use ai::{
 pub use alerts::{
     Alert, AlertCursor, AlertEvent, AlertFilter, AlertPage, AlertRule, AlertSummary,
     MAX_ALERT_PAGE, MAX_COOLDOWN_MINUTES, MAX_NAME_CHARS, MAX_NOTE_CHARS, MAX_RULE_CHANNELS,
-    MAX_RULES_PER_ORG, NewChannel, NewRule, NotificationChannel, Observation, Observed, RuleTarget,
-    RuleUpdate, SAMPLE_GAP, engine_actor,
+    MAX_RULES_PER_ORG, MAX_SUPPRESS_MINUTES, NewChannel, NewRule, NotificationChannel, Observation,
+    Observed, RuleTarget, RuleUpdate, SAMPLE_GAP, engine_actor,
 };
 pub use api_keys::{ApiKeyRecord, NewApiKey};
 pub use approvals::{APPROVAL_MODES, AUTOMATIC, ApprovalRecord, Decision, NewApproval};
-pub use audit::{AuditCursor, AuditFilter, AuditPage, MAX_AUDIT_PAGE};
+pub use audit::{AuditCursor, AuditFilter, AuditPage, AuditView, MAX_AUDIT_PAGE};
 pub use audit_appender::{AuditAppender, MAX_BACKLOG as AUDIT_JOURNAL_MAX_BACKLOG, Unwritten};
 pub use audit_retention::{
     AuditExport, ExportSummary, PurgeReport, RetentionInForce, read_audit_archive,

@@ -189,6 +189,36 @@ impl crate::OrgTelemetry<'_> {
         .await
     }
 
+    /// The `limit` devices with the highest average of `metric` (`cpu`, `memory` or `disk`,
+    /// percent) over their samples since `since`, highest first: the overview's "top" lists.
+    /// One grouped query over the organization's recent samples (index `(org_id, at)`).
+    pub async fn top_devices(
+        &self,
+        metric: breeze_core::Metric,
+        since: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(DeviceId, f64)>> {
+        let column = match metric {
+            breeze_core::Metric::Cpu => "cpu_percent",
+            breeze_core::Metric::Memory => "ram_percent",
+            breeze_core::Metric::Disk => "disk_percent",
+            other => {
+                return Err(crate::StoreError::Invalid(format!(
+                    "no fleet ranking by {other:?}"
+                )));
+            }
+        };
+        sql(format!(
+            "SELECT device_id, AVG({column}) AS v FROM device_metrics WHERE org_id = $1 \
+             AND at >= $2 GROUP BY device_id ORDER BY v DESC, device_id LIMIT $3"
+        ))
+        .bind(self.org)
+        .bind(since)
+        .bind(i64::from(limit))
+        .fetch_all(self)
+        .await
+    }
+
     /// A device's metrics from `since` (inclusive) to `until` (exclusive), oldest first.
     pub async fn query_metrics(
         &self,

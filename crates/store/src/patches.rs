@@ -615,6 +615,30 @@ impl crate::OrgPatches<'_> {
         q.fetch_all(self).await
     }
 
+    /// How many updates each of `devices` has available, and how many of them are security
+    /// updates (at most 200 devices; those with none are absent), in one query: the device
+    /// list's column.
+    pub async fn available_counts(
+        &self,
+        devices: &[DeviceId],
+    ) -> Result<std::collections::HashMap<DeviceId, (i64, i64)>> {
+        if devices.is_empty() || devices.len() > 200 {
+            return Ok(std::collections::HashMap::new());
+        }
+        let mut q = sql(
+            "SELECT device_id, COUNT(*), COALESCE(SUM(CASE WHEN security THEN 1 ELSE 0 END), 0) \
+             FROM device_patches WHERE org_id = $1",
+        )
+        .bind(self.org);
+        let list: Vec<String> = devices.iter().map(|d| q.arg(*d)).collect();
+        q.push(&format!(
+            " AND device_id IN ({}) GROUP BY device_id",
+            list.join(", ")
+        ));
+        let rows: Vec<(DeviceId, i64, i64)> = q.fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(d, n, s)| (d, (n, s))).collect())
+    }
+
     /// The organization's scan rows (one per device that ever scanned or was asked to).
     pub async fn patch_scans(&self) -> Result<Vec<PatchScan>> {
         sql(format!(

@@ -455,6 +455,9 @@ pub struct ApprovalWait {
     pub wait: Option<std::time::Duration>,
     /// Told each approval request the call records, as soon as it is recorded.
     pub requested: Option<mpsc::UnboundedSender<breeze_store::ApprovalRecord>>,
+    /// The AI client making the call, as it named itself (MCP `clientInfo.name`): kept on
+    /// the approval request for the person deciding.
+    pub client: Option<String>,
 }
 
 /// One progress report of a long-running call.

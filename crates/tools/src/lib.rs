@@ -26,7 +26,7 @@ pub use contract::{
 pub use registry::{REQUEST_ID, RawOutput, Registry, ToolSpec, listed_meta, tool_meta};
 /// Starts one organization's install or rollback job whose maintenance window has opened
 /// (the server's patch-job dispatcher finds those jobs).
-pub use tools::patches::start_scheduled_patch_job;
+pub use tools::patches::{FleetPatchCompliance, fleet_patch_compliance, start_scheduled_patch_job};
 
 /// The byte budget of an execute key's full `tools/list` (compact JSON of the `result`) for
 /// [`BUDGETED_CATALOGUE`]. 36 KB: these tools measured 36,422 bytes once the batch envelope left

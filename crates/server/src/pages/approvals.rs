@@ -1,8 +1,9 @@
 //! Approvals: the organization's pending Tier 3 requests, decided by a person.
 //!
-//! `GET /o/{org}/approvals` lists the pending requests (description, tool and action,
-//! arguments, pinned data, tier, requester, time left) and the latest decided ones with their
-//! outcome; `GET /o/{org}/approvals/pending` is the list alone, which htmx reloads on a timer
+//! `GET /o/{org}/approvals` lists the pending requests — a readable headline (the tool's title,
+//! the action, the devices named, linked), the description, who asked and through what (the
+//! API key by name, the connected app, the Breeze assistant), the arguments one click away,
+//! pinned data, tier, time left — and the latest decided ones with their outcome; `GET /o/{org}/approvals/pending` is the list alone, which htmx reloads on a timer
 //! and on the live `approvals` event. `POST /o/{org}/approvals/{id}` decides one (`decision` =
 //! approve | deny | report, optional `reason`) through `breeze_pipeline::approvals::decide`,
 //! exactly like the REST route: the approver's permission and four-eyes are enforced there.
@@ -38,6 +39,13 @@ pub(super) fn router() -> Router<AppState> {
 /// A pending request as the page shows it.
 pub(crate) struct PendingView {
     id: String,
+    headline: String,
+    /// The devices the call names, linked.
+    devices: Vec<(String, String)>,
+    /// Which credential asked: a key, a connected app, the assistant.
+    via: String,
+    /// The AI client, as it named itself (empty when unknown).
+    client: String,
     description: String,
     tool: String,
     tier: i64,
@@ -139,6 +147,61 @@ impl People<'_> {
     }
 }
 
+/// The device ids a call's arguments name (`deviceId`, `deviceIds`, a target's device).
+fn named_devices(args: &serde_json::Value) -> Vec<breeze_core::DeviceId> {
+    let mut out = Vec::new();
+    let mut push = |v: &serde_json::Value| {
+        if let Some(id) = v.as_str().and_then(|s| Uuid::parse_str(s).ok()) {
+            out.push(breeze_core::DeviceId(id));
+        }
+    };
+    if let Some(v) = args.get("deviceId") {
+        push(v);
+    }
+    if let Some(list) = args.get("deviceIds").and_then(|v| v.as_array()) {
+        list.iter().take(20).for_each(&mut push);
+    }
+    if let Some(t) = args.get("target")
+        && t.get("kind").and_then(|k| k.as_str()) == Some("device")
+        && let Some(v) = t.get("id")
+    {
+        push(v);
+    }
+    out
+}
+
+/// "Run script: run on web-01" — the tool's title, the action (when it has one), the devices.
+fn headline(state: &AppState, r: &ApprovalRecord, hosts: &[(String, String)]) -> String {
+    let title = state
+        .pipeline
+        .registry()
+        .get(&r.tool)
+        .map_or(r.tool.as_str(), |s| s.title);
+    let mut h = title.to_owned();
+    if let Some(a) = &r.action {
+        h.push_str(&format!(": {}", a.replace('_', " ")));
+    }
+    match hosts {
+        [] => {}
+        [(_, one)] => h.push_str(&format!(" on {one}")),
+        [(_, first), rest @ ..] => h.push_str(&format!(" on {first} and {} more", rest.len())),
+    }
+    h
+}
+
+/// Who asked, through what: a key by name, a connected app, the assistant, or the person.
+fn via(r: &ApprovalRecord, names: &super::names::Names) -> String {
+    if let Some(k) = r.api_key_id {
+        format!("API {}", names.key(k))
+    } else if let Some(g) = r.oauth_grant_id {
+        format!("connected {}", names.of(&format!("oauth_grant:{g}")))
+    } else if r.ai_session_id.is_some() {
+        "the Breeze assistant (a chat)".to_owned()
+    } else {
+        "the dashboard".to_owned()
+    }
+}
+
 async fn pending_views(
     state: &AppState,
     who: &SignedIn,
@@ -147,9 +210,34 @@ async fn pending_views(
 ) -> Result<Vec<PendingView>, PageError> {
     let now = state.clock.now();
     let mut out = Vec::new();
-    for r in state.store.org(org).approvals().pending_approvals().await? {
+    let pending = state.store.org(org).approvals().pending_approvals().await?;
+    let names = super::names::Names::load(
+        state,
+        org,
+        pending.iter().flat_map(|r| {
+            r.api_key_id
+                .map(|k| format!("api_key:{k}"))
+                .into_iter()
+                .chain(r.oauth_grant_id.map(|g| format!("oauth_grant:{g}")))
+        }),
+    )
+    .await;
+    let ids: Vec<breeze_core::DeviceId> = pending
+        .iter()
+        .flat_map(|r| named_devices(&r.arguments))
+        .collect();
+    let hostnames = state.store.org(org).devices().hostnames(&ids).await?;
+    for r in pending {
+        let devices: Vec<(String, String)> = named_devices(&r.arguments)
+            .into_iter()
+            .filter_map(|d| hostnames.get(&d).map(|h| (d.to_string(), h.clone())))
+            .collect();
         out.push(PendingView {
             id: r.id.to_string(),
+            headline: headline(state, &r, &devices),
+            via: via(&r, &names),
+            client: r.client_name.clone().unwrap_or_default(),
+            devices,
             description: r.description.clone(),
             tool: tool_name(&r),
             tier: r.tier,

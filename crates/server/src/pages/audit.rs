@@ -1,7 +1,12 @@
 //! `GET /o/{org}/audit`: the organization's audit log, newest first, filtered by action
-//! (exact, or a prefix ending in `.` or `*`), actor, resource, result and time, 50 rows to a
-//! page with the store's keyset cursor; each row opens to its full record. Needs `audit.read`,
-//! like `/api/v1/orgs/{org}/audit`.
+//! (exact, or a prefix ending in `.` or `*`), actor, resource, result, request and time, 50
+//! rows to a page with the store's keyset cursor; each row opens to its full record (details,
+//! outcome, and a link to everything the same request did: a tool call and the changes it
+//! made). Actors are named — a key by its name, a connected app by its client, a person by
+//! name. MCP protocol noise (initialize, notifications, list calls, streams opened, sessions
+//! ended) is hidden unless the person ticks "show protocol messages" or filters by action.
+//! `GET /o/{org}/audit/export.csv` streams the same filter as CSV, at most [`EXPORT_MAX`]
+//! rows. Needs `audit.read`, like `/api/v1/orgs/{org}/audit`.
 
 use askama::Template;
 use axum::{
@@ -12,7 +17,7 @@ use axum::{
     routing::get,
 };
 use breeze_core::{ActorType, AuditResult, Operation, Permission, Timestamp};
-use breeze_store::{AuditCursor, AuditFilter};
+use breeze_store::{AuditCursor, AuditFilter, AuditView};
 use chrono::{NaiveDateTime, TimeZone, Utc};
 use serde::Deserialize;
 
@@ -20,9 +25,28 @@ use super::{Layout, PageError, Section, SignedIn, render_status};
 use crate::AppState;
 
 const PAGE: u32 = 50;
+/// The most rows one CSV export writes.
+pub(crate) const EXPORT_MAX: usize = 50_000;
+/// Rows fetched per query while exporting.
+const EXPORT_BATCH: u32 = 500;
+
+/// MCP protocol messages a person rarely wants to read (actions, or `LIKE` patterns).
+const NOISE: &[&str] = &[
+    "mcp.initialize",
+    "mcp.ping",
+    "mcp.notifications.%",
+    "mcp.%.list",
+    "mcp.stream.open",
+    "mcp.session.evicted",
+    "mcp.session.delete",
+    "mcp.server.discover",
+    "mcp.subscriptions.listen",
+];
 
 pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/o/{org}/audit", get(show))
+    Router::new()
+        .route("/o/{org}/audit", get(show))
+        .route("/o/{org}/audit/export.csv", get(export))
 }
 
 /// The filter form, as typed (every field may be empty).
@@ -37,18 +61,41 @@ struct Q {
     result: String,
     since: String,
     until: String,
+    /// One request's records only.
+    request: String,
+    /// `1`: show MCP protocol messages too.
+    noise: String,
     cursor: String,
+}
+
+impl Q {
+    /// What the dashboard narrows beyond the filter: protocol noise hidden unless asked for
+    /// (or an action is named), one request's records.
+    fn view(&self) -> AuditView {
+        let show_noise = self.noise == "1" || !self.action.trim().is_empty();
+        AuditView {
+            exclude_actions: if show_noise {
+                Vec::new()
+            } else {
+                NOISE.to_vec()
+            },
+            request_id: some(&self.request),
+        }
+    }
 }
 
 struct Row {
     id: String,
     when: String,
     actor: String,
+    actor_id: String,
     action: String,
     resource: String,
     result: String,
     error: String,
     request_id: String,
+    /// `request_id` encoded for a query string.
+    request_q: String,
     details: String,
 }
 
@@ -69,6 +116,9 @@ struct AuditPage {
     /// The query string of the next page, empty on the last.
     next: String,
     first_page: bool,
+    /// This filter's query string without the cursor (the export link).
+    this: String,
+    show_noise: bool,
 }
 
 /// `2026-11-30T12:00`, `2026-11-30T12:00:05` (a `datetime-local` field, read as UTC) or
@@ -106,6 +156,7 @@ fn filter_of(q: &Q) -> Result<AuditFilter, String> {
         s => Some(s.parse::<AuditResult>().map_err(|e| e.to_string())?),
     };
     for (name, v) in [
+        ("request", &q.request),
         ("action", &q.action),
         ("actor", &q.actor_id),
         ("resource type", &q.resource_type),
@@ -156,15 +207,22 @@ async fn show(
             let page = scope
                 .store(&state)
                 .audit()
-                .query_audit(&filter, cursor, PAGE)
+                .query_audit_view(&filter, &q.view(), cursor, PAGE)
                 .await?;
+            let names = super::names::Names::load(
+                &state,
+                scope.org.id,
+                page.records.iter().map(|r| r.event.actor.to_string()),
+            )
+            .await;
             rows = page
                 .records
                 .into_iter()
                 .map(|r| Row {
                     id: r.id.to_string(),
                     when: r.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
-                    actor: format!("{}:{}", r.event.actor.kind.as_str(), r.event.actor.id),
+                    actor: names.of(&r.event.actor.to_string()),
+                    actor_id: r.event.actor.to_string(),
                     action: r.event.action,
                     resource: match r.event.resource_id {
                         Some(id) => format!("{} {id}", r.event.resource_type),
@@ -172,6 +230,18 @@ async fn show(
                     },
                     result: r.event.result.as_str().to_owned(),
                     error: r.event.error_message.unwrap_or_default(),
+                    request_q: r
+                        .event
+                        .request_id
+                        .as_deref()
+                        .map(|id| {
+                            percent_encoding::utf8_percent_encode(
+                                id,
+                                percent_encoding::NON_ALPHANUMERIC,
+                            )
+                            .to_string()
+                        })
+                        .unwrap_or_default(),
                     request_id: r.event.request_id.unwrap_or_default(),
                     details: serde_json::to_string_pretty(&r.event.details).unwrap_or_default(),
                 })
@@ -207,6 +277,12 @@ async fn show(
             actor_types: choices(&actor_types, q.actor_type.trim()),
             results: choices(&results, q.result.trim()),
             first_page: q.cursor.trim().is_empty(),
+            this: {
+                let mut t = q.clone();
+                t.cursor.clear();
+                query_string(&t)
+            },
+            show_noise: q.noise == "1",
             q,
             rows,
             error,
@@ -226,6 +302,8 @@ fn query_string(q: &Q) -> String {
         ("result", &q.result),
         ("since", &q.since),
         ("until", &q.until),
+        ("request", &q.request),
+        ("noise", &q.noise),
         ("cursor", &q.cursor),
     ]
     .into_iter()
@@ -233,4 +311,166 @@ fn query_string(q: &Q) -> String {
     .map(|(k, v)| (k, v.as_str()))
     .collect();
     serde_urlencoded::to_string(pairs).unwrap_or_default()
+}
+
+/// One CSV field: quoted when it holds a separator, quote or line break; a cell a spreadsheet
+/// would run as a formula (`=`, `+`, `-`, `@`, tab, CR) is prefixed with `'`.
+fn csv_field(out: &mut String, v: &str) {
+    let v = if v.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{v}"))
+    } else {
+        std::borrow::Cow::Borrowed(v)
+    };
+    if v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(&v);
+    }
+}
+
+fn csv_row(out: &mut String, fields: &[&str]) {
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        csv_field(out, f);
+    }
+    out.push_str("\r\n");
+}
+
+/// `GET /o/{org}/audit/export.csv?…`: the filtered log as CSV, newest first, streamed in
+/// batches of [`EXPORT_BATCH`] through the store's cursor, at most [`EXPORT_MAX`] rows (the
+/// last line says when it stopped there).
+async fn export(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+    q: Result<Query<Q>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, PageError> {
+    use axum::response::IntoResponse;
+    let scope = who
+        .scope(&state, &org, Operation::read(Permission::AuditRead))
+        .await?;
+    let Query(q) = q.map_err(|e| PageError::bad_request(e.body_text()))?;
+    let filter = filter_of(&q).map_err(PageError::bad_request)?;
+    let view = q.view();
+    let org_id = scope.org.id;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(4);
+    tokio::spawn(async move {
+        let mut out = String::new();
+        csv_row(
+            &mut out,
+            &[
+                "time_utc",
+                "actor",
+                "actor_name",
+                "action",
+                "resource_type",
+                "resource_id",
+                "result",
+                "error",
+                "request_id",
+                "details",
+            ],
+        );
+        let mut cursor = None;
+        let mut written = 0usize;
+        loop {
+            let page = match state
+                .store
+                .org(org_id)
+                .audit()
+                .query_audit_view(&filter, &view, cursor, EXPORT_BATCH)
+                .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(error = %e, "audit export stopped");
+                    let _ = tx.send(Ok(std::mem::take(&mut out))).await;
+                    let _ = tx
+                        .send(Err(std::io::Error::other("audit export failed")))
+                        .await;
+                    return;
+                }
+            };
+            let names = super::names::Names::load(
+                &state,
+                org_id,
+                page.records.iter().map(|r| r.event.actor.to_string()),
+            )
+            .await;
+            for r in &page.records {
+                if written == EXPORT_MAX {
+                    csv_row(
+                        &mut out,
+                        &[&format!(
+                            "# stopped at {EXPORT_MAX} rows: narrow the filter"
+                        )],
+                    );
+                    let _ = tx.send(Ok(out)).await;
+                    return;
+                }
+                let actor = r.event.actor.to_string();
+                csv_row(
+                    &mut out,
+                    &[
+                        &r.created_at.to_rfc3339(),
+                        &actor,
+                        &names.of(&actor),
+                        &r.event.action,
+                        &r.event.resource_type,
+                        r.event.resource_id.as_deref().unwrap_or(""),
+                        r.event.result.as_str(),
+                        r.event.error_message.as_deref().unwrap_or(""),
+                        r.event.request_id.as_deref().unwrap_or(""),
+                        &serde_json::to_string(&r.event.details).unwrap_or_default(),
+                    ],
+                );
+                written += 1;
+            }
+            if tx.send(Ok(std::mem::take(&mut out))).await.is_err() {
+                return;
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return,
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let name = format!("audit-{}.csv", scope.org.slug);
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/csv; charset=utf-8".to_owned(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_row;
+
+    #[test]
+    fn csv_fields_are_quoted_and_formulas_defused() {
+        let mut out = String::new();
+        csv_row(
+            &mut out,
+            &["a", "b,c", "say \"hi\"", "=SUM(A1)", "line\nbreak"],
+        );
+        assert_eq!(
+            out,
+            "a,\"b,c\",\"say \"\"hi\"\"\",'=SUM(A1),\"line\nbreak\"\r\n"
+        );
+    }
 }

@@ -63,6 +63,11 @@ struct Row {
     site: String,
     last_seen: String,
     agent: String,
+    /// Unresolved alerts (shown when the person may read alerts).
+    alerts: i64,
+    /// Updates available, and how many are security updates.
+    updates: i64,
+    security_updates: i64,
 }
 
 struct Choice {
@@ -77,6 +82,8 @@ struct Results {
     /// The page's own query string, so a reload shows the same page of the same filter.
     query: String,
     rows: Vec<Row>,
+    /// Whether the person may read alerts (the alerts column).
+    alerts_visible: bool,
     total: u64,
     from: u64,
     to: u64,
@@ -179,26 +186,45 @@ async fn listing(
     };
     let now = state.clock.now();
     let (mut rows, mut total) = (Vec::new(), 0);
+    let alerts_visible = super::allowed(
+        state,
+        scope,
+        super::tool_operation(state, "manage_alerts", "list"),
+    );
     if problems.is_empty() {
         let result = store
             .devices()
             .device_page(&filter, PAGE, (page - 1) * PAGE)
             .await?;
         total = result.total();
+        // The page's devices' alert and update counts: one grouped query each.
+        let ids: Vec<DeviceId> = result.iter().map(|(d, _)| d.id).collect();
+        let alerts = if alerts_visible {
+            store.alerts().unresolved_counts(&ids).await?
+        } else {
+            std::collections::HashMap::new()
+        };
+        let updates = store.patches().available_counts(&ids).await?;
         rows = result
             .iter()
-            .map(|(d, site)| Row {
-                id: d.id.to_string(),
-                hostname: d.hostname.clone(),
-                clone_of: d
-                    .suspected_clone_of
-                    .map(|c| c.to_string())
-                    .unwrap_or_default(),
-                status: d.status.as_str(),
-                os: format!("{} {}", d.os_name, d.os_version),
-                site: site.to_owned(),
-                last_seen: ago(now, d.last_seen_at),
-                agent: d.agent_version.clone().unwrap_or_default(),
+            .map(|(d, site)| {
+                let (n, sec) = updates.get(&d.id).copied().unwrap_or((0, 0));
+                Row {
+                    id: d.id.to_string(),
+                    hostname: d.hostname.clone(),
+                    clone_of: d
+                        .suspected_clone_of
+                        .map(|c| c.to_string())
+                        .unwrap_or_default(),
+                    status: d.status.as_str(),
+                    os: format!("{} {}", d.os_name, d.os_version),
+                    site: site.to_owned(),
+                    last_seen: ago(now, d.last_seen_at),
+                    agent: d.agent_version.clone().unwrap_or_default(),
+                    alerts: alerts.get(&d.id).copied().unwrap_or(0),
+                    updates: n,
+                    security_updates: sec,
+                }
             })
             .collect();
     }
@@ -236,6 +262,7 @@ async fn listing(
             String::new()
         },
         rows,
+        alerts_visible,
         total,
     };
     Ok(Listing {

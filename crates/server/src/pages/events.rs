@@ -1,6 +1,8 @@
 //! `GET /o/{org}/events`: live updates for an organization's pages, as Server-Sent Events.
 //!
-//! Each event names what changed — `approvals` (the set of pending requests), `devices` (how
+//! Each event names what changed — `approvals` (the set of pending requests), `alerts` (an
+//! alert raised, acknowledged, resolved or suppressed: the unresolved alerts' counts by status
+//! and newest id moved), `devices` (how
 //! many devices are in each status: one came online, went offline, was added or removed) or
 //! `metrics` (a tick every 14 s, when charts may have a new point) — and carries only that
 //! name as its data (an event with empty data is never dispatched by browsers). `app.js` tells
@@ -127,6 +129,7 @@ pub(super) async fn stream(
         let _slot = slot;
         let mut last_pending: Option<Vec<uuid::Uuid>> = None;
         let mut last_counts: Option<Vec<u64>> = None;
+        let mut last_alerts = None;
         let mut ticks = 0u32;
         loop {
             let pending = state
@@ -146,6 +149,23 @@ pub(super) async fn stream(
                     return;
                 }
                 last_pending = Some(ids);
+            }
+            if let Ok(sig) = state
+                .store
+                .org(org_id)
+                .alerts()
+                .unresolved_signature()
+                .await
+            {
+                if last_alerts.as_ref().is_some_and(|l| *l != sig)
+                    && tx
+                        .send(Ok(Event::default().event("alerts").data("alerts")))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                last_alerts = Some(sig);
             }
             if let Ok(counts) = status_counts(&state, org_id).await {
                 if last_counts.as_ref().is_some_and(|l| *l != counts)

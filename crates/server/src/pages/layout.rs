@@ -11,6 +11,7 @@ use crate::AppState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Section {
     Home,
+    Alerts,
     Approvals,
     Devices,
     Audit,
@@ -27,6 +28,7 @@ impl Section {
     pub(crate) fn suffix(self) -> &'static str {
         match self {
             Section::Home => "",
+            Section::Alerts => "/alerts",
             Section::Approvals => "/approvals",
             Section::Devices => "/devices",
             Section::Audit => "/audit",
@@ -41,6 +43,7 @@ impl Section {
     fn label(self) -> &'static str {
         match self {
             Section::Home => "Overview",
+            Section::Alerts => "Alerts",
             Section::Approvals => "Approvals",
             Section::Devices => "Devices",
             Section::Audit => "Audit log",
@@ -144,6 +147,7 @@ impl Layout {
             };
             l.nav = [
                 Section::Home,
+                Section::Alerts,
                 Section::Approvals,
                 Section::Devices,
                 Section::Audit,

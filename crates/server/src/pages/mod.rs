@@ -12,6 +12,7 @@
 //! Organization pages live under `/o/{org}/…` (`{org}` is the slug), so the organization is
 //! part of every URL: bookmarkable, and the switcher is a set of links.
 
+mod alerts;
 mod approvals;
 pub(crate) mod assets;
 mod audit;
@@ -21,6 +22,7 @@ mod devices;
 pub(crate) mod events;
 pub(crate) mod layout;
 mod login;
+mod names;
 mod overview;
 mod settings;
 mod tool_sources;
@@ -34,7 +36,7 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::{Operation, User};
+use breeze_core::{Operation, Permission, Tier, User, Verdict};
 use serde::de::DeserializeOwned;
 use tower_http::set_header::SetResponseHeaderLayer;
 
@@ -55,6 +57,7 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(root).post(misdirected_mcp))
         .merge(login::router())
+        .merge(alerts::router())
         .merge(approvals::router())
         .merge(audit::router())
         .merge(chat::router())
@@ -63,6 +66,9 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(overview::router())
         .merge(settings::router())
         .merge(tool_sources::router())
+        // Any other path under an organization is a page that does not exist: the HTML 404,
+        // not the API's JSON one.
+        .route("/o/{org}/{*rest}", axum::routing::any(no_such_page))
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CSP),
@@ -290,6 +296,40 @@ pub(crate) fn form_urlencoded_field(body: &[u8], name: &str) -> Option<String> {
         .into_iter()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v)
+}
+
+/// `/o/{org}/…` that no page answers: the HTML 404 page (signed in or not, the same answer,
+/// so it tells nothing about the organization).
+async fn no_such_page() -> PageError {
+    PageError::Api(ApiError::not_found(
+        "There is no such page. Check the address, or go back to the overview.",
+    ))
+}
+
+/// The operation tool `tool`'s action `action` declares: what the guard judges that call by.
+/// A page offering the same change is authorized by this very declaration, so the page and
+/// the tool cannot disagree. An unknown tool or action is never allowed (fail closed).
+pub(crate) fn tool_operation(state: &AppState, tool: &str, action: &str) -> Operation {
+    let args = serde_json::json!({ "action": action });
+    match state.pipeline.registry().get(tool) {
+        Some(spec) if spec.action(&args).is_some() => Operation {
+            tier: spec.effective_tier(&args),
+            permission: spec.permission_for(&args),
+        },
+        _ => Operation {
+            tier: Tier::T4,
+            permission: Permission::SettingsManage,
+        },
+    }
+}
+
+/// Whether the scope's caller may do `op` now, by the one permission model: what decides if a
+/// page shows a button (the post is checked again when it comes).
+pub(crate) fn allowed(state: &AppState, scope: &OrgScope, op: Operation) -> bool {
+    matches!(
+        breeze_core::authz::authorize(&scope.caller, op, state.scope_policy()),
+        Ok(Verdict::Allowed)
+    )
 }
 
 /// This server's Streamable HTTP MCP URL (what the cards show).

@@ -23,6 +23,8 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
+pub(crate) mod browser;
+
 pub(crate) const PASSWORD: &str = "correct horse battery";
 
 pub(crate) struct World {

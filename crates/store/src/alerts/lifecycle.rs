@@ -37,19 +37,24 @@ impl crate::OrgAlerts<'_> {
         trigger: &[crate::DeviceEvent],
     ) -> Result<Option<Alert>> {
         let now = self.store.clock.now();
-        if rule.cooldown_minutes > 0 {
-            let last: Option<Timestamp> = sql(
-                "SELECT MAX(resolved_at) FROM alerts WHERE org_id = $1 AND rule_id = $2 \
-                 AND device_id = $3 AND status = 'resolved'",
-            )
-            .bind(self.org)
-            .bind(rule.id)
-            .bind(device)
-            .fetch_scalar(self)
-            .await?;
-            if last.is_some_and(|t| t + Duration::minutes(rule.cooldown_minutes) > now) {
-                return Ok(None);
-            }
+        // The rule's cooldown since it last resolved here, and a person's suppression.
+        let (last, held): (Option<Timestamp>, Option<Timestamp>) = sql(
+            "SELECT MAX(resolved_at), MAX(suppressed_until) FROM alerts WHERE org_id = $1 \
+             AND rule_id = $2 AND device_id = $3 AND status = 'resolved'",
+        )
+        .bind(self.org)
+        .bind(rule.id)
+        .bind(device)
+        .fetch_optional(self)
+        .await?
+        .unwrap_or((None, None));
+        if rule.cooldown_minutes > 0
+            && last.is_some_and(|t| t + Duration::minutes(rule.cooldown_minutes) > now)
+        {
+            return Ok(None);
+        }
+        if held.is_some_and(|t| t > now) {
+            return Ok(None);
         }
         let hostname = self.whole().devices().get_device(device).await?.hostname;
         let title = format!("{}: {}", rule.name, hostname);
@@ -62,7 +67,7 @@ impl crate::OrgAlerts<'_> {
         let mut tx = Tx::begin_in(self).await?;
         let n = sql(format!(
             "INSERT INTO alerts ({ALERT_COLUMNS}, trigger_events) VALUES ($1, $2, $3, $4, $5, \
-             $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING"
+             $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) ON CONFLICT DO NOTHING"
         ))
         .bind(id)
         .bind(self.org)
@@ -78,6 +83,7 @@ impl crate::OrgAlerts<'_> {
         .bind(None::<String>)
         .bind(None::<Timestamp>)
         .bind(None::<String>)
+        .bind(None::<Timestamp>)
         .bind(if trigger.is_empty() {
             Arg::Json(None)
         } else {
@@ -119,7 +125,7 @@ impl crate::OrgAlerts<'_> {
         let details = serde_json::json!({ "value": value });
         self.transition(
             id,
-            AlertStatus::Resolved,
+            Move::Resolve,
             &engine_actor(),
             Some("the condition cleared"),
             "auto_resolved",
@@ -139,14 +145,7 @@ impl crate::OrgAlerts<'_> {
     ) -> Result<Alert> {
         check_note(note)?;
         if !self
-            .transition(
-                id,
-                AlertStatus::Acknowledged,
-                actor,
-                note,
-                "acknowledged",
-                audit,
-            )
+            .transition(id, Move::Acknowledge, actor, note, "acknowledged", audit)
             .await?
         {
             let alert = self.get_alert(id).await?;
@@ -169,7 +168,44 @@ impl crate::OrgAlerts<'_> {
     ) -> Result<Alert> {
         check_note(note)?;
         if !self
-            .transition(id, AlertStatus::Resolved, actor, note, "resolved", audit)
+            .transition(id, Move::Resolve, actor, note, "resolved", audit)
+            .await?
+        {
+            self.get_alert(id).await?;
+            return Err(StoreError::Conflict("the alert is already resolved".into()));
+        }
+        self.get_alert(id).await
+    }
+
+    /// Suppresses an open or acknowledged alert until `until`: it is resolved, and its rule
+    /// raises nothing more on the device before then (whatever the rule's cooldown). A
+    /// resolved alert is a conflict.
+    pub async fn suppress_alert(
+        &self,
+        id: Uuid,
+        actor: &Actor,
+        until: Timestamp,
+        note: Option<&str>,
+        audit: AuditEvent,
+    ) -> Result<Alert> {
+        check_note(note)?;
+        let now = self.store.clock.now();
+        if until <= now || until > now + Duration::minutes(i64::from(MAX_SUPPRESS_MINUTES)) {
+            return Err(StoreError::Invalid(format!(
+                "an alert is suppressed for between a minute and {} days",
+                MAX_SUPPRESS_MINUTES / 1440
+            )));
+        }
+        let mut audit = audit;
+        audit.details = match audit.details {
+            Value::Object(mut m) => {
+                m.insert("until".into(), Value::String(until.to_rfc3339()));
+                Value::Object(m)
+            }
+            _ => serde_json::json!({ "until": until.to_rfc3339() }),
+        };
+        if !self
+            .transition(id, Move::Suppress(until), actor, note, "suppressed", audit)
             .await?
         {
             self.get_alert(id).await?;
@@ -184,7 +220,7 @@ impl crate::OrgAlerts<'_> {
     async fn transition(
         &self,
         id: Uuid,
-        to: AlertStatus,
+        to: Move,
         actor: &Actor,
         note: Option<&str>,
         event: &str,
@@ -193,23 +229,28 @@ impl crate::OrgAlerts<'_> {
         let now = self.store.clock.now();
         let mut tx = Tx::begin_in(self).await?;
         let statement = match to {
-            AlertStatus::Acknowledged => {
+            Move::Acknowledge => {
                 "UPDATE alerts SET status = 'acknowledged', acknowledged_at = $1, \
                  acknowledged_by = $2 WHERE id = $3 AND org_id = $4 AND status = 'open'"
             }
-            AlertStatus::Resolved => {
+            Move::Resolve => {
                 "UPDATE alerts SET status = 'resolved', resolved_at = $1, resolved_by = $2 \
                  WHERE id = $3 AND org_id = $4 AND status <> 'resolved'"
             }
-            AlertStatus::Open => return Err(StoreError::Invalid("alerts never reopen".into())),
+            Move::Suppress(_) => {
+                "UPDATE alerts SET status = 'resolved', resolved_at = $1, resolved_by = $2, \
+                 suppressed_until = $5 WHERE id = $3 AND org_id = $4 AND status <> 'resolved'"
+            }
         };
-        let n = sql(statement)
+        let mut q = sql(statement)
             .bind(now)
             .bind(actor.to_string())
             .bind(id)
-            .bind(self.org)
-            .execute(&mut tx)
-            .await?;
+            .bind(self.org);
+        if let Move::Suppress(until) = to {
+            q = q.bind(until);
+        }
+        let n = q.execute(&mut tx).await?;
         if n == 0 {
             drop(tx);
             return Ok(false);
@@ -268,4 +309,13 @@ impl crate::OrgAlerts<'_> {
         audit::insert(&mut tx, &audit, now).await?;
         tx.commit().await
     }
+}
+
+/// Where [`crate::OrgAlerts`]'s transition moves an alert.
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    Acknowledge,
+    Resolve,
+    /// Resolve, and hold the rule back on the device until then.
+    Suppress(Timestamp),
 }

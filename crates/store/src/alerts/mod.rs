@@ -38,6 +38,9 @@ pub const MAX_RULE_CHANNELS: usize = 10;
 /// The longest cooldown a rule may ask for (a week).
 pub const MAX_COOLDOWN_MINUTES: u32 = 10_080;
 
+/// The longest a person may suppress an alert for (30 days).
+pub const MAX_SUPPRESS_MINUTES: u32 = 43_200;
+
 /// The largest page of alerts one listing returns.
 pub const MAX_ALERT_PAGE: u32 = 200;
 
@@ -163,6 +166,8 @@ pub struct Alert {
     pub acknowledged_by: Option<String>,
     pub resolved_at: Option<Timestamp>,
     pub resolved_by: Option<String>,
+    /// Suppressed by a person: resolved, and its rule raises nothing on the device until then.
+    pub suppressed_until: Option<Timestamp>,
 }
 
 /// One entry of an alert's history.
@@ -171,7 +176,8 @@ pub struct AlertEvent {
     pub id: Uuid,
     pub alert_id: Uuid,
     pub at: Timestamp,
-    /// `raised`, `acknowledged`, `resolved`, `auto_resolved`, `notified`, `notify_failed`.
+    /// `raised`, `acknowledged`, `resolved`, `suppressed`, `auto_resolved`, `notified`,
+    /// `notify_failed`.
     pub kind: String,
     pub actor: String,
     pub note: Option<String>,
@@ -316,7 +322,7 @@ const RULE_COLUMNS: &str = "id, org_id, name, description, severity, enabled, co
     target_kind, target_site_id, target_group_id, target_device_id, cooldown_minutes, \
     auto_resolve, channel_ids, created_by, created_at, updated_at, deleted_at";
 pub(crate) const ALERT_COLUMNS: &str = "id, org_id, rule_id, device_id, severity, status, title, message, \
-    value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by";
+    value, triggered_at, acknowledged_at, acknowledged_by, resolved_at, resolved_by, suppressed_until";
 const CHANNEL_COLUMNS: &str = "id, org_id, name, kind, config, secret, enabled, created_at";
 
 pub(crate) fn check_text(field: &str, value: &str, max: usize) -> Result<()> {
@@ -795,6 +801,37 @@ impl crate::OrgAlerts<'_> {
             alerts,
             next_cursor,
         })
+    }
+
+    /// How many unresolved alerts each of `devices` has (at most 200 devices; those with none
+    /// are absent), in one query: the device list's column.
+    pub async fn unresolved_counts(
+        &self,
+        devices: &[DeviceId],
+    ) -> Result<std::collections::HashMap<DeviceId, i64>> {
+        if devices.is_empty() || devices.len() > 200 {
+            return Ok(std::collections::HashMap::new());
+        }
+        let mut q = sql("SELECT device_id, COUNT(*) FROM alerts WHERE org_id = $1 \
+             AND status <> 'resolved'")
+        .bind(self.org);
+        push_only(&mut q, "device_id", Some(devices));
+        q.push(" GROUP BY device_id");
+        let rows: Vec<(DeviceId, i64)> = q.fetch_all(self).await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// What the unresolved alerts look like, cheaply: per status, how many and the newest
+    /// one's time. Any alert raised, acknowledged or resolved changes it; the dashboard's live
+    /// updates poll it.
+    pub async fn unresolved_signature(&self) -> Result<Vec<(String, i64, Option<Timestamp>)>> {
+        sql(
+            "SELECT status, COUNT(*), MAX(triggered_at) FROM alerts WHERE org_id = $1 \
+             AND status <> 'resolved' GROUP BY status ORDER BY status",
+        )
+        .bind(self.org)
+        .fetch_all(self)
+        .await
     }
 
     /// Counts by status, unresolved counts by severity, and the rules in use.

@@ -61,6 +61,7 @@ fn request(s: &Store, user: UserId, key: ApiKeyId) -> NewApproval {
         api_key_id: Some(key),
         oauth_grant_id: None,
         ai_session_id: None,
+        client_name: None,
         requester_user_id: user,
         tool: "manage_groups".into(),
         action: Some("create".into()),

@@ -1,15 +1,16 @@
-//! `manage_alerts` (list, get, acknowledge, resolve) and `manage_alert_rules` (list, get,
-//! create, update, delete, test, list_channels, summary).
+//! `manage_alerts` (list, get, acknowledge, resolve, suppress) and `manage_alert_rules` (list,
+//! get, create, update, delete, test, list_channels, summary).
 //!
-//! Reads are Tier 1; acknowledging, resolving, creating and updating Tier 2; deleting a rule
-//! Tier 3. Every change is written with its audit record and, on an alert, a history entry that
+//! Reads are Tier 1; acknowledging, resolving, suppressing, creating and updating Tier 2;
+//! deleting a rule Tier 3. Every change goes through `breeze_domain::alerts` (as the
+//! dashboard's do) and is written with its audit record and, on an alert, a history entry that
 //! `get` shows. Rule targets, channels, alerts and rules of another organization are "not
 //! found", like missing ones (the store only reaches this organization's rows).
 
 use breeze_core::{
-    AlertCondition, AlertStatus, AuditEvent, Comparison, DeviceId, EventCondition, Metric,
-    Permission, Severity,
+    AlertCondition, AlertStatus, Comparison, DeviceId, EventCondition, Metric, Permission, Severity,
 };
+use breeze_domain::alerts::{AlertDesk, AlertMove};
 use breeze_store::{
     Alert, AlertCursor, AlertEvent, AlertFilter, AlertRule, DeviceEvent, NewRule,
     NotificationChannel, Observed, RuleTarget, RuleUpdate, StoreError,
@@ -40,12 +41,14 @@ const MAX_TEST_DEVICES: usize = 100;
 // ---- manage_alerts ---------------------------------------------------------------------------
 
 crate::actions! {
-    // What `manage_alerts` does: reading is Tier 1, acknowledging and resolving Tier 2.
+    // What `manage_alerts` does: reading is Tier 1, acknowledging, resolving and suppressing
+    // Tier 2.
     pub(crate) enum AlertAction {
         List = "list" => (T1, Read, AlertsRead),
         Get = "get" => (T1, Read, AlertsRead),
         Acknowledge = "acknowledge" => (T2, Update, AlertsManage),
         Resolve = "resolve" => (T2, Update, AlertsManage),
+        Suppress = "suppress" => (T2, Update, AlertsManage),
     }
 }
 
@@ -63,7 +66,7 @@ pub(crate) enum StatusArg {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct AlertsInput {
     action: AlertAction,
-    /// get, acknowledge, resolve.
+    /// get, acknowledge, resolve, suppress.
     #[schemars(length(min = 36, max = 36))]
     alert_id: Option<String>,
     /// list filters: status, severity, deviceId, ruleId, startTime, endTime (RFC 3339).
@@ -83,9 +86,12 @@ pub(crate) struct AlertsInput {
     /// The last page's nextCursor.
     #[schemars(length(max = 200))]
     cursor: Option<String>,
-    /// acknowledge, resolve: kept on the alert.
+    /// acknowledge, resolve, suppress: kept on the alert.
     #[schemars(length(max = 2000))]
     note: Option<String>,
+    /// suppress: for how long the rule raises nothing more on the device (default 240).
+    #[schemars(range(min = 1, max = 43200))]
+    suppress_minutes: Option<u32>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -127,7 +133,10 @@ struct AlertView {
     acknowledged_by: Option<String>,
     resolved_at: Option<String>,
     resolved_by: Option<String>,
-    /// get, acknowledge, resolve: what happened to the alert, oldest first.
+    /// Suppressed: its rule raises nothing on the device until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suppressed_until: Option<String>,
+    /// get, acknowledge, resolve, suppress: what happened to the alert, oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     history: Option<Vec<AlertHistoryEntry>>,
     /// get, acknowledge, resolve, on an event rule's alert: the newest events (at most 10)
@@ -178,6 +187,7 @@ impl From<Alert> for AlertView {
             acknowledged_by: a.acknowledged_by,
             resolved_at: a.resolved_at.map(|t| t.to_rfc3339()),
             resolved_by: a.resolved_by,
+            suppressed_until: a.suppressed_until.map(|t| t.to_rfc3339()),
             history: None,
             triggering_events: None,
         }
@@ -227,7 +237,7 @@ pub(crate) struct ManageAlerts;
 impl Tool for ManageAlerts {
     const NAME: &'static str = "manage_alerts";
     const TITLE: &'static str = "Manage alerts";
-    const DESCRIPTION: &'static str = "Alerts raised by alert rules. action=list (filtered, paged)|get (with history and an event rule's triggering events) read; acknowledge|resolve (Tier 2) with an optional note.";
+    const DESCRIPTION: &'static str = "Alerts raised by alert rules. action=list (filtered, paged)|get (with history and an event rule's triggering events) read; acknowledge|resolve|suppress (resolve and hold the rule back on that device for suppressMinutes) (Tier 2) with an optional note.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AlertsRead;
     type Actions = AlertAction;
@@ -291,29 +301,45 @@ impl Tool for ManageAlerts {
                     ..Default::default()
                 })
             }
-            AlertAction::Acknowledge | AlertAction::Resolve => {
+            AlertAction::Acknowledge | AlertAction::Resolve | AlertAction::Suppress => {
                 let id = uuid_or_missing(input.alert_id.as_deref(), "alertId", ALERT_NOT_FOUND)?;
-                let note = input.note.as_deref().filter(|n| !n.trim().is_empty());
-                let ack = input.action == AlertAction::Acknowledge;
-                let verb = if ack { "acknowledge" } else { "resolve" };
-                let audit = AuditEvent::new(cx.actor.clone(), &format!("alert.{verb}"), "alert")
-                    .request(cx.request_id.clone());
-                let alert = if ack {
-                    cx.alerts()
-                        .acknowledge_alert(id, &cx.actor, note, audit)
-                        .await
-                } else {
-                    cx.alerts().resolve_alert(id, &cx.actor, note, audit).await
-                }
-                .map_err(alert_missing)?;
+                let m = match input.action {
+                    AlertAction::Acknowledge => AlertMove::Acknowledge,
+                    AlertAction::Resolve => AlertMove::Resolve,
+                    _ => AlertMove::Suppress {
+                        until: cx.now()
+                            + chrono::Duration::minutes(i64::from(
+                                input.suppress_minutes.unwrap_or(240),
+                            )),
+                    },
+                };
+                let alert = desk(cx)
+                    .apply(id, m, input.note.as_deref())
+                    .await
+                    .map_err(domain_alert_missing)?;
                 Rendered::of(&AlertsOutput {
-                    message: Some(format!("alert {}d", verb.trim_end_matches('e'))),
+                    message: Some(format!("alert {}", m.done())),
                     alert: Some(alert_with_history(cx, alert).await?),
                     ..Default::default()
                 })
             }
         }
     }
+}
+
+/// The alert desk for this call: its organization's alerts, as its actor.
+fn desk<'a, R: Reach>(cx: &'a ToolCx<'_, R>) -> AlertDesk<'a> {
+    AlertDesk::new(cx.alerts(), cx.actor.clone(), cx.request_id.clone())
+}
+
+fn domain_alert_missing(e: breeze_domain::Error) -> ToolError {
+    let breeze_domain::Error::Store(e) = e;
+    alert_missing(e)
+}
+
+fn domain_rule_missing(e: breeze_domain::Error) -> ToolError {
+    let breeze_domain::Error::Store(e) = e;
+    rule_missing(e)
 }
 
 // ---- manage_alert_rules ----------------------------------------------------------------------
@@ -754,9 +780,10 @@ impl Tool for ManageAlertRules {
                     channel_ids: channel_ids(input.channel_ids.as_deref())?.unwrap_or_default(),
                     created_by: cx.actor.to_string(),
                 };
-                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.create", "alert_rule")
-                    .request(cx.request_id.clone());
-                let rule = cx.alerts().create_rule(new, audit).await?;
+                let rule = desk(cx)
+                    .create_rule(new)
+                    .await
+                    .map_err(|breeze_domain::Error::Store(e)| ToolError::from(e))?;
                 Rendered::of(&RulesOutput {
                     message: Some(format!("created alert rule {}", rule.name)),
                     rule: Some(rule.into()),
@@ -780,13 +807,10 @@ impl Tool for ManageAlertRules {
                     auto_resolve: input.auto_resolve,
                     channel_ids: channel_ids(input.channel_ids.as_deref())?,
                 };
-                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.update", "alert_rule")
-                    .request(cx.request_id.clone());
-                let rule = cx
-                    .alerts()
-                    .update_rule(id, update, audit)
+                let rule = desk(cx)
+                    .update_rule(id, update)
                     .await
-                    .map_err(rule_missing)?;
+                    .map_err(domain_rule_missing)?;
                 Rendered::of(&RulesOutput {
                     message: Some("alert rule updated".into()),
                     rule: Some(rule.into()),
@@ -795,13 +819,10 @@ impl Tool for ManageAlertRules {
             }
             RuleAction::Delete => {
                 let id = rule_id(&input)?;
-                let audit = AuditEvent::new(cx.actor.clone(), "alert_rule.delete", "alert_rule")
-                    .request(cx.request_id.clone());
-                let resolved = cx
-                    .alerts()
-                    .delete_rule(id, &cx.actor, audit)
+                let resolved = desk(cx)
+                    .delete_rule(id)
                     .await
-                    .map_err(rule_missing)?;
+                    .map_err(domain_rule_missing)?;
                 Rendered::of(&RulesOutput {
                     message: Some(format!(
                         "alert rule deleted; {resolved} unresolved alert(s) resolved"

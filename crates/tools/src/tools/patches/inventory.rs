@@ -80,30 +80,59 @@ pub(super) async fn compliance<R: Reach>(
     cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
-    let devices = match &input.device_id {
+    let (mut views, summary) = compliance_of(
+        cx.devices(),
+        cx.patches(),
+        cx.config_policies(),
+        cx.clock.now(),
+        input.device_id.as_deref(),
+    )
+    .await?;
+    views.truncate(input.limit.unwrap_or(500) as usize);
+    Ok(PatchesOutput {
+        showing: Some(views.len()),
+        devices: Some(views),
+        summary: Some(summary),
+        approvals: Some(
+            cx.patches()
+                .list_patch_approvals()
+                .await?
+                .into_iter()
+                .take(100)
+                .map(Into::into)
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+/// Each device's patch compliance (one device's, when `device` names it) and the summary:
+/// what `compliance` answers, and what the dashboard's overview shows (see
+/// [`super::fleet_patch_compliance`]).
+pub(super) async fn compliance_of(
+    devices_handle: breeze_store::OrgDevices<'_>,
+    patches: OrgPatches<'_>,
+    policies: OrgConfigPolicies<'_>,
+    now: Timestamp,
+    device: Option<&str>,
+) -> Result<(Vec<DeviceCompliance>, ComplianceSummary), ToolError> {
+    let devices = match device {
         Some(d) => vec![
-            cx.devices()
+            devices_handle
                 .get_device(device_id(d)?)
                 .await
                 .map_err(store_error)?,
         ],
         None => {
-            cx.devices()
+            devices_handle
                 .list_devices(&DeviceFilter::default(), 10_000, 0)
                 .await?
                 .0
         }
     };
     let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
-    let decisions = Decisions::load(
-        cx.config_policies(),
-        cx.patches(),
-        Some(&only),
-        cx.clock.now(),
-    )
-    .await?;
-    let scans: HashMap<DeviceId, breeze_store::PatchScan> = cx
-        .patches()
+    let decisions = Decisions::load(policies, patches, Some(&only), now).await?;
+    let scans: HashMap<DeviceId, breeze_store::PatchScan> = patches
         .patch_scans()
         .await?
         .into_iter()
@@ -112,10 +141,9 @@ pub(super) async fn compliance<R: Reach>(
     let mut per_device: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
     let mut after = None;
     loop {
-        let page = cx
-            .patches()
+        let page = patches
             .list_device_patches(&PatchFilter {
-                device: input.device_id.as_ref().map(|_| only[0]),
+                device: device.map(|_| only[0]),
                 after: after.clone(),
                 limit: MAX_PATCH_PAGE,
                 ..Default::default()
@@ -191,22 +219,7 @@ pub(super) async fn compliance<R: Reach>(
         reboot_required: views.iter().filter(|v| v.reboot_required).count(),
         top_missing: top.into_iter().collect(),
     };
-    views.truncate(input.limit.unwrap_or(500) as usize);
-    Ok(PatchesOutput {
-        showing: Some(views.len()),
-        devices: Some(views),
-        summary: Some(summary),
-        approvals: Some(
-            cx.patches()
-                .list_patch_approvals()
-                .await?
-                .into_iter()
-                .take(100)
-                .map(Into::into)
-                .collect(),
-        ),
-        ..Default::default()
-    })
+    Ok((views, summary))
 }
 
 pub(super) async fn scan<R: Reach>(

@@ -223,6 +223,40 @@ struct PatchView {
     scanned_at: String,
 }
 
+/// The fleet's patch compliance, as `manage_patches compliance` sums it up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetPatchCompliance {
+    pub devices: usize,
+    pub scanned: usize,
+    pub compliant: usize,
+    /// Of the scanned devices.
+    pub compliance_percent: f64,
+    /// Approved (or auto-approved) updates not installed, over all devices.
+    pub missing_approved: usize,
+    /// Security updates nobody decided about, over all devices.
+    pub pending_security: usize,
+}
+
+/// The organization's patch compliance summed up by the very code `manage_patches
+/// compliance` runs, for a door that shows the figure without calling the tool (the
+/// dashboard's overview, after it authorized the person for the tool's read).
+pub async fn fleet_patch_compliance(
+    devices: breeze_store::OrgDevices<'_>,
+    patches: OrgPatches<'_>,
+    policies: OrgConfigPolicies<'_>,
+    now: Timestamp,
+) -> Result<FleetPatchCompliance, ToolError> {
+    let (_, s) = inventory::compliance_of(devices, patches, policies, now, None).await?;
+    Ok(FleetPatchCompliance {
+        devices: s.devices,
+        scanned: s.scanned,
+        compliant: s.compliant,
+        compliance_percent: s.compliance_percent,
+        missing_approved: s.missing_approved,
+        pending_security: s.pending_security,
+    })
+}
+
 /// One device's patch compliance.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

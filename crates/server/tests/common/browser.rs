@@ -1,0 +1,118 @@
+//! A signed-in browser for the dashboard's page tests: sign-in through the real form, its
+//! session cookie and CSRF token, GETs and form posts from our origin.
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+
+use super::{PASSWORD, Reply, send};
+
+/// A browser: its cookies and the last page's CSRF token.
+pub(crate) struct Browser {
+    pub(crate) cookie: String,
+    pub(crate) csrf: String,
+}
+
+impl Browser {
+    /// Posts `form` as this signed-in browser's page would: its session cookie, our origin,
+    /// and its CSRF token as the `csrf` field.
+    pub(crate) async fn post(&self, app: &Router, uri: &str, form: &[(&str, &str)]) -> Reply {
+        let mut all = vec![("csrf", self.csrf.as_str())];
+        all.extend_from_slice(form);
+        post_form(app, uri, &self.cookie, &all).await
+    }
+}
+
+pub(crate) const ORIGIN: &str = "http://127.0.0.1:3000";
+
+pub(crate) fn set_cookies(r: &Reply) -> Vec<String> {
+    r.headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+pub(crate) fn cookie_value(r: &Reply, name: &str) -> Option<String> {
+    set_cookies(r).into_iter().find_map(|c| {
+        let first = c.split(';').next().unwrap().to_owned();
+        first.strip_prefix(&format!("{name}=")).map(str::to_owned)
+    })
+}
+
+pub(crate) fn html(r: &Reply) -> &str {
+    r.body
+        .as_str()
+        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
+}
+
+/// The `value` of the hidden input named `name` in `page`.
+pub(crate) fn hidden(page: &str, name: &str) -> String {
+    let at = page
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no hidden {name} in {page}"));
+    let rest = &page[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+pub(crate) fn location(r: &Reply) -> &str {
+    r.headers
+        .get(header::LOCATION)
+        .map_or("", |v| v.to_str().unwrap())
+}
+
+pub(crate) async fn get(app: &Router, uri: &str, cookie: &str) -> Reply {
+    let mut b = Request::get(uri);
+    if !cookie.is_empty() {
+        b = b.header(header::COOKIE, cookie);
+    }
+    send(app, b.body(Body::empty()).unwrap()).await
+}
+
+pub(crate) async fn post_form(
+    app: &Router,
+    uri: &str,
+    cookie: &str,
+    form: &[(&str, &str)],
+) -> Reply {
+    let body = serde_urlencoded::to_string(form).unwrap();
+    let mut b = Request::post(uri)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ORIGIN, ORIGIN);
+    if !cookie.is_empty() {
+        b = b.header(header::COOKIE, cookie);
+    }
+    send(app, b.body(Body::from(body)).unwrap()).await
+}
+
+/// Signs `email` in through the sign-in page and returns the browser state.
+pub(crate) async fn sign_in(app: &Router, email: &str) -> Browser {
+    let r = get(app, "/login", "").await;
+    assert_eq!(r.status, StatusCode::OK);
+    let pre = cookie_value(&r, "breeze_login").unwrap();
+    let token = hidden(html(&r), "csrf");
+    assert_eq!(pre, token);
+    let r = post_form(
+        app,
+        "/login",
+        &format!("breeze_login={pre}"),
+        &[
+            ("csrf", &token),
+            ("next", "/"),
+            ("email", email),
+            ("password", PASSWORD),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let session = cookie_value(&r, "breeze_session").unwrap();
+    let cookie = format!("breeze_session={session}");
+    let r = get(app, "/", &cookie).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let r = get(app, location(&r), &cookie).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let csrf = hidden(html(&r), "csrf");
+    Browser { cookie, csrf }
+}
