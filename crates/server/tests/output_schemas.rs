@@ -1238,7 +1238,10 @@ fn own_arguments(listed: &Value) -> Value {
         );
     }
     for key in ["if", "else"] {
-        assert!(listed.get(key).is_none(), "{key} at the top level: {listed}");
+        assert!(
+            listed.get(key).is_none(),
+            "{key} at the top level: {listed}"
+        );
     }
     listed.clone()
 }
