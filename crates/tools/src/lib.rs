@@ -311,6 +311,7 @@ mod tests {
         ("manage_alerts",               Some("get"),              Tier::T1, Permission::AlertsRead),
         ("manage_alerts",               Some("acknowledge"),      Tier::T2, Permission::AlertsManage),
         ("manage_alerts",               Some("resolve"),          Tier::T2, Permission::AlertsManage),
+        ("manage_alerts",               Some("suppress"),         Tier::T2, Permission::AlertsManage),
         ("manage_automations",          Some("list"),           Tier::T1, Permission::ScriptsRead),
         ("manage_automations",          Some("get"),            Tier::T1, Permission::ScriptsRead),
         ("manage_automations",          Some("history"),        Tier::T1, Permission::ScriptsRead),

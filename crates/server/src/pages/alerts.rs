@@ -1121,6 +1121,12 @@ fn rule_form(pairs: &[(String, String)]) -> Result<RuleForm, PageError> {
     Ok(f)
 }
 
+/// Back to the rules list, saying what was done.
+fn to_rules(scope: &OrgScope, done: &str) -> Response {
+    let q = serde_urlencoded::to_string([("done", done)]).unwrap_or_default();
+    Redirect::to(&format!("/o/{}/alerts/rules?{q}", scope.org.slug)).into_response()
+}
+
 /// A store refusal worded for the form (not found → 404 for the rule itself only).
 fn refusal(e: StoreError) -> Result<String, PageError> {
     match e {
@@ -1156,13 +1162,7 @@ async fn create_rule(
     };
     let desk = AlertDesk::new(scope.store(&state).alerts(), actor, request_id);
     match desk.create_rule(new).await {
-        Ok(rule) => Ok(Redirect::to(&format!(
-            "/o/{}/alerts/rules?{}",
-            scope.org.slug,
-            serde_urlencoded::to_string([("done", format!("Created rule {}.", rule.name))])
-                .unwrap_or_default()
-        ))
-        .into_response()),
+        Ok(rule) => Ok(to_rules(&scope, &format!("Created rule {}.", rule.name))),
         Err(breeze_domain::Error::Store(e)) => {
             let msg = refusal(e)?;
             form_page(
@@ -1216,13 +1216,7 @@ async fn update_rule(
         request_id,
     );
     match desk.update_rule(id, update).await {
-        Ok(rule) => Ok(Redirect::to(&format!(
-            "/o/{}/alerts/rules?{}",
-            scope.org.slug,
-            serde_urlencoded::to_string([("done", format!("Saved rule {}.", rule.name))])
-                .unwrap_or_default()
-        ))
-        .into_response()),
+        Ok(rule) => Ok(to_rules(&scope, &format!("Saved rule {}.", rule.name))),
         Err(breeze_domain::Error::Store(StoreError::NotFound("alert rule"))) => {
             Err(rule_not_found())
         }
