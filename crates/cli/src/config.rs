@@ -239,6 +239,14 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "`breeze mcp stdio`: the API key (brz_…) it presents (AUTH_TOKEN is read too)",
     ),
     (
+        "BREEZE_USER",
+        "`breeze chat`: the person's email it signs in as (default: the demo's admin)",
+    ),
+    (
+        "BREEZE_PASSWORD",
+        "`breeze chat`: that person's password (otherwise asked for on the terminal)",
+    ),
+    (
         "BREEZE_TEST_POSTGRES_URL",
         "PostgreSQL for the test-suite (tests only)",
     ),
