@@ -33,7 +33,7 @@ use axum::{
 use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult, ServerFrame};
 use breeze_auth::{CreateApiKey, CreateEnrollmentKey};
 use breeze_core::{Scope, ScopeSet};
-use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
+use breeze_limits::{LimiterError, RateDecision, RateLimiter};
 use breeze_server::{AppState, Breeze, app};
 use breeze_store::{NewContext, NewScript, testing::Ctx};
 use breeze_tools::Tier;
@@ -1411,10 +1411,12 @@ async fn suite(cx: &Ctx) -> Suite {
         |c| c.approvals.wait = Duration::ZERO,
         Arc::new(Switch::default()),
     );
+    // The budget server calls every tool again, more than a minute's message rate allows;
+    // rate limits have their own tests.
     let budget_app = common::build(
         &w,
         |c| c.max_response_bytes = 1,
-        Arc::new(MemoryLimiter::new()),
+        Arc::new(Switch::default()),
     );
     let mode = Arc::new(AtomicU8::new(COMPLETE));
     let device = scripted_agent(&w, &state, mode.clone()).await;
