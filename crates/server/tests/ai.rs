@@ -20,26 +20,15 @@ use axum::{
 use breeze_assistant::{ProviderConfig, ProviderKind};
 use breeze_limits::MemoryLimiter;
 use breeze_store::{on_both_backends, testing::Ctx};
-use common::{PASSWORD, World, build, send, world};
+use common::{World, browser, build, send, world};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use stand_in::{Scripted, StandIn, anthropic};
 use tower::ServiceExt;
 
+/// A session cookie for `email`, signed in through the sign-in page.
 async fn sign_in(app: &Router, email: &str) -> String {
-    let r = send(
-        app,
-        Request::post("/api/v1/auth/login")
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({ "email": email, "password": PASSWORD }).to_string(),
-            ))
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let cookie = r.headers["set-cookie"].to_str().unwrap();
-    cookie.split(';').next().unwrap().to_owned()
+    browser::sign_in(app, email).await.cookie
 }
 
 fn req(method: &str, path: &str, cookie: &str, body: Option<Value>) -> Request<Body> {
@@ -244,19 +233,20 @@ async fn no_provider_answers_a_stream_naming_the_setting(cx: Ctx) {
     );
 }
 
-/// A turn over REST with a Tier 3 call: the stream stops at `approval_required`, the chat's
-/// approve endpoint decides the one request, and the same stream carries the result to `done`.
-async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
-    let w = world(&cx).await;
-    let provider = StandIn::start().await;
-    let app = with_provider(&w, &provider);
-    let admin = sign_in(&app, "admin@p.test").await;
+/// Opens a chat in org-a and sends a turn whose model asks to create a group (Tier 3, so it
+/// waits): the session id, the open stream, and its events up to `approval_required`.
+async fn a_turn_waiting_for_approval(
+    app: &Router,
+    admin: &str,
+    provider: &StandIn,
+    preamble: &str,
+) -> (String, Body, Vec<(String, Value)>) {
     let r = send(
-        &app,
+        app,
         req(
             "POST",
             "/api/v1/ai/sessions",
-            &admin,
+            admin,
             Some(json!({"org": "org-a"})),
         ),
     )
@@ -264,7 +254,7 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     let id = r.body["id"].as_str().unwrap().to_owned();
     provider.script([
         Scripted::stream(anthropic::tools(
-            "I'll create it.",
+            preamble,
             &[(
                 "toolu_1",
                 "manage_groups",
@@ -280,7 +270,7 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
         .oneshot(req(
             "POST",
             &format!("/api/v1/ai/sessions/{id}/messages"),
-            &admin,
+            admin,
             Some(json!({"content": "make a web group"})),
         ))
         .await
@@ -288,6 +278,18 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     assert_eq!(res.status(), StatusCode::OK);
     let mut body = res.into_body();
     let first = read_events(&mut body, "approval_required").await;
+    (id, body, first)
+}
+
+/// A turn over REST with a Tier 3 call: the stream stops at `approval_required`, the chat's
+/// approve endpoint decides the one request, and the same stream carries the result to `done`.
+async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
+    let w = world(&cx).await;
+    let provider = StandIn::start().await;
+    let app = with_provider(&w, &provider);
+    let admin = sign_in(&app, "admin@p.test").await;
+    let (id, mut body, first) =
+        a_turn_waiting_for_approval(&app, &admin, &provider, "I'll create it.").await;
     assert_eq!(
         names(&first),
         [
@@ -383,48 +385,6 @@ async fn a_tier3_call_is_approved_from_the_chat(cx: Ctx) {
     assert!(!r.body.to_string().contains("sk-server-secret"));
 }
 
-/// A page's body as text.
-fn page(r: &common::Reply) -> &str {
-    r.body
-        .as_str()
-        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
-}
-
-async fn get_page(app: &Router, uri: &str, cookie: &str) -> common::Reply {
-    send(
-        app,
-        Request::get(uri)
-            .header("cookie", cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await
-}
-
-/// The session's CSRF token, as every signed-in page carries it.
-fn csrf_of(html: &str) -> String {
-    let at = html.find("name=\"csrf\" value=\"").unwrap() + 19;
-    html[at..at + html[at..].find('"').unwrap()].to_owned()
-}
-
-async fn post_page_form(
-    app: &Router,
-    uri: &str,
-    cookie: &str,
-    form: &[(&str, &str)],
-) -> common::Reply {
-    send(
-        app,
-        Request::post(uri)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("cookie", cookie)
-            .header("origin", "http://127.0.0.1:3000")
-            .body(Body::from(serde_urlencoded::to_string(form).unwrap()))
-            .unwrap(),
-    )
-    .await
-}
-
 /// The chat page: reachable from the navigation, with the device page's context as a badge
 /// and in the session its form opens (CSRF checked), the way to configure a provider when
 /// there is none, a search over the person's own chats, and another person's chat out of
@@ -432,16 +392,16 @@ async fn post_page_form(
 async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     let w = world(&cx).await;
     let admin = sign_in(&w.app, "admin@p.test").await;
-    let device = get_page(&w.app, &format!("/o/org-a/devices/{}", w.a_device), &admin).await;
+    let device = browser::get(&w.app, &format!("/o/org-a/devices/{}", w.a_device), &admin).await;
     assert_eq!(device.status, StatusCode::OK);
     let chat_link = format!("/o/org-a/chat?device={}", w.a_device);
     assert!(
-        page(&device).contains(&chat_link),
+        browser::html(&device).contains(&chat_link),
         "the nav's assistant link carries the device"
     );
-    let r = get_page(&w.app, &chat_link, &admin).await;
+    let r = browser::get(&w.app, &chat_link, &admin).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let html = page(&r);
+    let html = browser::html(&r);
     assert!(html.contains("Device: web-01"), "{html}");
     assert!(html.contains("No AI provider is configured"));
     assert!(html.contains("BREEZE_AI_PROVIDER"));
@@ -451,9 +411,9 @@ async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     );
     assert!(!html.contains("<script>"), "no inline script");
     assert!(html.contains("data-usage=\"/api/v1/ai/usage?org=org-a"));
-    let csrf = csrf_of(html);
+    let csrf = browser::hidden(html, "csrf");
     // Another organization's device is not a context here.
-    let r = get_page(
+    let r = browser::get(
         &w.app,
         &format!("/o/org-a/chat?device={}", w.b_device),
         &admin,
@@ -465,11 +425,11 @@ async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
         ("device", w.a_device.as_str()),
         ("content", "why is web-01 slow?"),
     ];
-    let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
+    let r = browser::post_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
     let mut with = vec![("csrf", csrf.as_str())];
     with.extend_from_slice(&form);
-    let r = post_page_form(&w.app, "/o/org-a/chat/sessions", &admin, &with).await;
+    let r = browser::post_form(&w.app, "/o/org-a/chat/sessions", &admin, &with).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     let to = r.headers["location"].to_str().unwrap().to_owned();
     let id = to
@@ -484,24 +444,24 @@ async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     assert_eq!(rest.body["session"]["pageContext"]["type"], "device");
     assert_eq!(rest.body["session"]["pageContext"]["hostname"], "web-01");
     assert_eq!(rest.body["session"]["title"], "why is web-01 slow?");
-    let r = get_page(&w.app, &to, &admin).await;
+    let r = browser::get(&w.app, &to, &admin).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert!(page(&r).contains("Device: web-01"));
-    assert!(page(&r).contains(&format!("data-session=\"{id}\"")));
+    assert!(browser::html(&r).contains("Device: web-01"));
+    assert!(browser::html(&r).contains(&format!("data-session=\"{id}\"")));
     // Search: the fragment the search box loads.
-    let r = get_page(&w.app, "/o/org-a/chat/sessions?q=slow", &admin).await;
-    assert!(page(&r).contains(&id), "{}", r.body);
-    let r = get_page(&w.app, "/o/org-a/chat/sessions?q=100%25", &admin).await;
-    assert!(!page(&r).contains(&id) && page(&r).contains("No chat matches"));
+    let r = browser::get(&w.app, "/o/org-a/chat/sessions?q=slow", &admin).await;
+    assert!(browser::html(&r).contains(&id), "{}", r.body);
+    let r = browser::get(&w.app, "/o/org-a/chat/sessions?q=100%25", &admin).await;
+    assert!(!browser::html(&r).contains(&id) && browser::html(&r).contains("No chat matches"));
     // Another person of the organization: not their chat.
     let viewer = sign_in(&w.app, "viewer@p.test").await;
-    let r = get_page(&w.app, &to, &viewer).await;
+    let r = browser::get(&w.app, &to, &viewer).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = get_page(&w.app, "/o/org-a/chat", &viewer).await;
+    let r = browser::get(&w.app, "/o/org-a/chat", &viewer).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert!(!page(&r).contains(&id));
+    assert!(!browser::html(&r).contains(&id));
     // An organization the person does not reach.
-    let r = get_page(&w.app, "/o/org-b/chat", &viewer).await;
+    let r = browser::get(&w.app, "/o/org-b/chat", &viewer).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -513,49 +473,15 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
     let provider = StandIn::start().await;
     let app = with_provider(&w, &provider);
     let admin = sign_in(&app, "admin@p.test").await;
-    let r = send(
-        &app,
-        req(
-            "POST",
-            "/api/v1/ai/sessions",
-            &admin,
-            Some(json!({"org": "org-a"})),
-        ),
-    )
-    .await;
-    let id = r.body["id"].as_str().unwrap().to_owned();
-    provider.script([
-        Scripted::stream(anthropic::tools(
-            "Creating it.",
-            &[(
-                "toolu_1",
-                "manage_groups",
-                &["{\"action\":\"create\",\"name\":\"web\"}"],
-            )],
-            100,
-            20,
-        )),
-        Scripted::stream(anthropic::text(&["Done."], 150, 5)),
-    ]);
-    let res = app
-        .clone()
-        .oneshot(req(
-            "POST",
-            &format!("/api/v1/ai/sessions/{id}/messages"),
-            &admin,
-            Some(json!({"content": "make a web group"})),
-        ))
-        .await
-        .unwrap();
-    let mut body = res.into_body();
-    let first = read_events(&mut body, "approval_required").await;
+    let (id, mut body, first) =
+        a_turn_waiting_for_approval(&app, &admin, &provider, "Creating it.").await;
     let execution = first.last().unwrap().1["executionId"]
         .as_str()
         .unwrap()
         .to_owned();
     let chat = format!("/o/org-a/chat?session={id}");
-    let r = get_page(&app, &chat, &admin).await;
-    let html = page(&r);
+    let r = browser::get(&app, &chat, &admin).await;
+    let html = browser::html(&r);
     assert!(!html.contains("No AI provider is configured"));
     assert!(html.contains("make a web group") && html.contains("Creating it."));
     assert!(html.contains("<code>manage_groups</code>"), "{html}");
@@ -579,8 +505,8 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     read_events(&mut body, "done").await;
-    let r = get_page(&app, &chat, &admin).await;
-    let html = page(&r);
+    let r = browser::get(&app, &chat, &admin).await;
+    let html = browser::html(&r);
     assert!(!html.contains("data-decide="), "decided: no dialog");
     assert!(
         html.contains("s-completed") && html.contains("Result"),

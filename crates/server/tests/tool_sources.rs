@@ -24,7 +24,11 @@ use breeze_sources::{
     vault::{Credential, Vault},
 };
 use breeze_store::{SourceChange, ToolChange, testing::Ctx};
-use common::{Reply, audit, build, err_msg, send, world};
+use common::{
+    Reply, audit, browser,
+    browser::{html, location},
+    build, err_msg, send, world,
+};
 use serde_json::{Value, json};
 
 fn request(key: &str, method: &str, params: Value) -> Request<Body> {
@@ -48,31 +52,23 @@ async fn names(app: &Router, key: &str) -> Vec<String> {
 }
 
 async fn offered_external_tools_are_listed_and_called_over_mcp(cx: Ctx) {
-    let w = world(&cx).await;
-    let ca = TestCa::new();
-    let upstream = McpServer::new(vec![
-        tool("lookup", "finds an asset", true),
-        tool("wipe", "deletes an asset", false),
-        tool("idle", "never enabled", true),
-    ]);
-    let addr = ca.serve(upstream.router(), true).await;
-    let vault = Vault::from_setting(&Vault::generate_key().unwrap()).unwrap();
-    let app = build(
-        &w,
-        |c| {
-            c.tool_sources = ToolSourcesConfig {
-                key: Some(vault.clone()),
-                egress: ca.config(true),
-            };
-        },
-        Arc::new(MemoryLimiter::new()),
-    );
-    let sources = Sources::new(
-        w.store.clone(),
-        Some(vault),
-        ca.egress(),
-        w.state.clock.clone(),
-    );
+    let Fixture {
+        w,
+        app,
+        upstream,
+        url,
+        sources,
+        _ca,
+        ..
+    } = fixture(
+        &cx,
+        McpServer::new(vec![
+            tool("lookup", "finds an asset", true),
+            tool("wipe", "deletes an asset", false),
+            tool("idle", "never enabled", true),
+        ]),
+    )
+    .await;
     let owner = Owner::Organization(w.store.org(w.org_a).tool_sources());
     let source = sources
         .create(
@@ -81,7 +77,7 @@ async fn offered_external_tools_are_listed_and_called_over_mcp(cx: Ctx) {
                 display_name: "Docs".into(),
                 slug: None,
                 kind: SourceKind::Mcp,
-                url: format!("https://localhost:{}/mcp", addr.port()),
+                url,
                 document_url: None,
                 credential: Credential::None,
                 offer_to_mcp: true,
@@ -187,31 +183,23 @@ async fn offered_external_tools_are_listed_and_called_over_mcp(cx: Ctx) {
 // ---------------------------------------------------------------------------------------------
 // REST: /api/v1/orgs/{org}/tool-sources…
 
-/// A world whose application calls sources through the test CA, an upstream requiring
-/// `Bearer s3cret`, and a discovery worker over the same store and key.
-struct Rest {
+/// A world whose application calls sources through the test CA and `upstream`, with the
+/// service and a discovery worker over the same store and key.
+struct Fixture {
     w: common::World,
     app: Router,
     upstream: Arc<McpServer>,
     url: String,
+    sources: Sources,
     worker: Arc<DiscoveryWorker>,
     _ca: TestCa,
 }
 
 const SECRET: &str = "s3cret";
 
-async fn rest(cx: &Ctx) -> Rest {
+async fn fixture(cx: &Ctx, upstream: Arc<McpServer>) -> Fixture {
     let w = world(cx).await;
     let ca = TestCa::new();
-    let upstream = McpServer::requiring(
-        vec![
-            tool("lookup", "finds an asset", true),
-            tool("wipe", "deletes an asset", false),
-            tool("idle", "soon gone", true),
-        ],
-        "authorization",
-        &format!("Bearer {SECRET}"),
-    );
     let addr = ca.serve(upstream.router(), true).await;
     let vault = Vault::from_setting(&Vault::generate_key().unwrap()).unwrap();
     let app = build(
@@ -230,14 +218,32 @@ async fn rest(cx: &Ctx) -> Rest {
         ca.egress(),
         w.state.clock.clone(),
     );
-    Rest {
+    Fixture {
         w,
         app,
         upstream,
         url: format!("https://localhost:{}/mcp", addr.port()),
-        worker: Arc::new(DiscoveryWorker::new(sources)),
+        worker: Arc::new(DiscoveryWorker::new(sources.clone())),
+        sources,
         _ca: ca,
     }
+}
+
+/// The REST tests' fixture: an upstream requiring `Bearer s3cret`.
+async fn rest(cx: &Ctx) -> Fixture {
+    fixture(
+        cx,
+        McpServer::requiring(
+            vec![
+                tool("lookup", "finds an asset", true),
+                tool("wipe", "deletes an asset", false),
+                tool("idle", "soon gone", true),
+            ],
+            "authorization",
+            &format!("Bearer {SECRET}"),
+        ),
+    )
+    .await
 }
 
 /// How a REST request authenticates.
@@ -273,19 +279,7 @@ async fn call(app: &Router, who: As<'_>, method: &str, uri: &str, body: Option<V
 }
 
 async fn login(app: &Router, email: &str) -> String {
-    let r = send(
-        app,
-        Request::post("/api/v1/auth/login")
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({ "email": email, "password": common::PASSWORD }).to_string(),
-            ))
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let cookie = r.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
-    cookie.split(';').next().unwrap().to_owned()
+    browser::sign_in(app, email).await.cookie
 }
 
 fn new_source(url: &str, slug: &str) -> Value {
@@ -296,7 +290,7 @@ fn new_source(url: &str, slug: &str) -> Value {
 }
 
 /// Runs every queued discovery now (what the server's worker does on its tick).
-async fn run_queue(r: &Rest) -> usize {
+async fn run_queue(r: &Fixture) -> usize {
     r.worker.tick().await.unwrap()
 }
 
@@ -823,37 +817,9 @@ breeze_store::on_both_backends!(
 // ---------------------------------------------------------------------------------------------
 // Pages: AI → Tool sources.
 
-const ORIGIN: &str = "http://127.0.0.1:3000";
-
-fn html(r: &Reply) -> &str {
-    r.body
-        .as_str()
-        .unwrap_or_else(|| panic!("not HTML: {}", r.body))
-}
-
-fn hidden(page: &str, name: &str) -> String {
-    let at = page
-        .find(&format!("name=\"{name}\" value=\""))
-        .unwrap_or_else(|| panic!("no hidden {name} in {page}"));
-    let rest = &page[at + name.len() + 15..];
-    rest[..rest.find('"').unwrap()].to_owned()
-}
-
-fn location(r: &Reply) -> String {
-    r.headers
-        .get(header::LOCATION)
-        .map_or(String::new(), |v| v.to_str().unwrap().to_owned())
-}
-
+/// A page as the signed-in browser gets it; no page ever shows the credential.
 async fn page(app: &Router, uri: &str, cookie: &str) -> Reply {
-    let r = send(
-        app,
-        Request::get(uri)
-            .header(header::COOKIE, cookie)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let r = browser::get(app, uri, cookie).await;
     assert!(
         !r.body.to_string().contains(SECRET),
         "{uri} shows the credential"
@@ -861,18 +827,9 @@ async fn page(app: &Router, uri: &str, cookie: &str) -> Reply {
     r
 }
 
+/// A form posted from our origin; no answer ever shows the credential.
 async fn post(app: &Router, uri: &str, cookie: &str, form: &[(&str, &str)]) -> Reply {
-    let body = serde_urlencoded::to_string(form).unwrap();
-    let r = send(
-        app,
-        Request::post(uri)
-            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(header::ORIGIN, ORIGIN)
-            .header(header::COOKIE, cookie)
-            .body(Body::from(body))
-            .unwrap(),
-    )
-    .await;
+    let r = browser::post_form(app, uri, cookie, form).await;
     assert!(
         !r.body.to_string().contains(SECRET),
         "{uri} shows the credential"
@@ -880,18 +837,15 @@ async fn post(app: &Router, uri: &str, cookie: &str, form: &[(&str, &str)]) -> R
     r
 }
 
-/// A signed-in browser: its session cookie and CSRF token (from a page it loaded).
-async fn browser(app: &Router, email: &str) -> (String, String) {
-    let cookie = login(app, email).await;
-    let r = page(app, "/o/org-a/ai/tool-sources", &cookie).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let csrf = hidden(html(&r), "csrf");
-    (cookie, csrf)
+/// A signed-in browser: its session cookie and CSRF token.
+async fn signed_in(app: &Router, email: &str) -> (String, String) {
+    let b = browser::sign_in(app, email).await;
+    (b.cookie, b.csrf)
 }
 
 async fn pages_add_a_source_and_manage_its_tools(cx: Ctx) {
     let r = rest(&cx).await;
-    let (cookie, csrf) = browser(&r.app, "admin@p.test").await;
+    let (cookie, csrf) = signed_in(&r.app, "admin@p.test").await;
     let list = page(&r.app, "/o/org-a/ai/tool-sources", &cookie).await;
     assert!(html(&list).contains("No tool sources yet"));
     assert!(
@@ -1079,7 +1033,7 @@ async fn pages_add_a_source_and_manage_its_tools(cx: Ctx) {
 
 async fn pages_keep_a_source_to_its_organization(cx: Ctx) {
     let r = rest(&cx).await;
-    let (cookie, csrf) = browser(&r.app, "admin@p.test").await;
+    let (cookie, csrf) = signed_in(&r.app, "admin@p.test").await;
     let c = call(
         &r.app,
         As::Cookie(&cookie),
@@ -1121,7 +1075,7 @@ async fn pages_keep_a_source_to_its_organization(cx: Ctx) {
     assert_eq!(html(&mine).matches(">Enable</button>").count(), 3);
 
     // Read Only sees the page, and its forms are refused.
-    let (viewer, vcsrf) = browser(&r.app, "viewer@p.test").await;
+    let (viewer, vcsrf) = signed_in(&r.app, "viewer@p.test").await;
     let mine = format!("/o/org-a/ai/tool-sources/{id}");
     assert_eq!(page(&r.app, &mine, &viewer).await.status, StatusCode::OK);
     let x = post(

@@ -9,8 +9,6 @@
 //! exactly like the REST route: the approver's permission and four-eyes are enforced there.
 //! `GET /approvals/{id}` sends a link (the approval webhook's) to the request's organization.
 
-use std::collections::HashMap;
-
 use askama::Template;
 use axum::{
     Router,
@@ -25,7 +23,7 @@ use breeze_store::{ApprovalRecord, Decision};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{Layout, PageError, Section, SignedForm, SignedIn, render_status};
+use super::{Layout, PageError, Section, SignedForm, SignedIn, names::Names, render_status};
 use crate::{ApiError, AppState, extract::RequestId};
 
 pub(super) fn router() -> Router<AppState> {
@@ -127,24 +125,15 @@ fn pretty(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// Names of people, looked up once per page.
-struct People<'a> {
-    state: &'a AppState,
-    names: HashMap<UserId, String>,
-}
-
-impl People<'_> {
-    async fn name(&mut self, id: UserId) -> String {
-        if let Some(n) = self.names.get(&id) {
-            return n.clone();
-        }
-        let n = match self.state.store.get_user(id).await {
-            Ok(u) => format!("{} <{}>", u.name, u.email),
-            Err(_) => id.to_string(),
-        };
-        self.names.insert(id, n.clone());
-        n
-    }
+/// The actors a request names for the page: the credential that asked, the requester, the
+/// decider.
+fn actors(r: &ApprovalRecord) -> impl Iterator<Item = String> + '_ {
+    r.api_key_id
+        .map(|k| format!("api_key:{k}"))
+        .into_iter()
+        .chain(r.oauth_grant_id.map(|g| format!("oauth_grant:{g}")))
+        .chain(std::iter::once(format!("user:{}", r.requester_user_id)))
+        .chain(r.decided_by.map(|u| format!("user:{u}")))
 }
 
 /// The device ids a call's arguments name (`deviceId`, `deviceIds`, a target's device).
@@ -190,7 +179,7 @@ fn headline(state: &AppState, r: &ApprovalRecord, hosts: &[(String, String)]) ->
 }
 
 /// Who asked, through what: a key by name, a connected app, the assistant, or the person.
-fn via(r: &ApprovalRecord, names: &super::names::Names) -> String {
+fn via(r: &ApprovalRecord, names: &Names) -> String {
     if let Some(k) = r.api_key_id {
         format!("API {}", names.key(k))
     } else if let Some(g) = r.oauth_grant_id {
@@ -206,22 +195,11 @@ async fn pending_views(
     state: &AppState,
     who: &SignedIn,
     org: breeze_core::OrgId,
-    people: &mut People<'_>,
+    pending: Vec<ApprovalRecord>,
+    names: &Names,
 ) -> Result<Vec<PendingView>, PageError> {
     let now = state.clock.now();
     let mut out = Vec::new();
-    let pending = state.store.org(org).approvals().pending_approvals().await?;
-    let names = super::names::Names::load(
-        state,
-        org,
-        pending.iter().flat_map(|r| {
-            r.api_key_id
-                .map(|k| format!("api_key:{k}"))
-                .into_iter()
-                .chain(r.oauth_grant_id.map(|g| format!("oauth_grant:{g}")))
-        }),
-    )
-    .await;
     let ids: Vec<breeze_core::DeviceId> = pending
         .iter()
         .flat_map(|r| named_devices(&r.arguments))
@@ -235,7 +213,7 @@ async fn pending_views(
         out.push(PendingView {
             id: r.id.to_string(),
             headline: headline(state, &r, &devices),
-            via: via(&r, &names),
+            via: via(&r, names),
             client: r.client_name.clone().unwrap_or_default(),
             devices,
             description: r.description.clone(),
@@ -243,7 +221,7 @@ async fn pending_views(
             tier: r.tier,
             arguments: pretty(&r.arguments),
             pinned: r.pinned.as_ref().map(pretty).unwrap_or_default(),
-            requester: people.name(r.requester_user_id).await,
+            requester: names.person(r.requester_user_id),
             mode: r.mode.clone(),
             own_four_eyes: r.mode == "four_eyes" && r.requester_user_id == who.user.id,
             time_left: time_left(now, r.expires_at),
@@ -288,30 +266,32 @@ async fn page(
     let scope = who
         .scope(state, org, Operation::read(Permission::DevicesRead))
         .await?;
-    let mut people = People {
-        state,
-        names: HashMap::new(),
-    };
-    let pending = pending_views(state, who, scope.org.id, &mut people).await?;
-    let mut decided = Vec::new();
-    for r in scope
-        .store(state)
-        .approvals()
+    let approvals = scope.store(state).approvals();
+    let pending = approvals.pending_approvals().await?;
+    // Still pending past its time means expired: shown with the decided ones.
+    let now = state.clock.now();
+    let decided: Vec<ApprovalRecord> = approvals
         .list_approvals(false, 60)
         .await?
-    {
-        if r.status == ApprovalStatus::Pending && r.expires_at > state.clock.now() {
-            continue;
-        }
-        if decided.len() == 25 {
-            break;
-        }
+        .into_iter()
+        .filter(|r| r.status != ApprovalStatus::Pending || r.expires_at <= now)
+        .take(25)
+        .collect();
+    let names = Names::load(
+        state,
+        scope.org.id,
+        pending.iter().chain(&decided).flat_map(actors),
+    )
+    .await;
+    let pending = pending_views(state, who, scope.org.id, pending, &names).await?;
+    let mut decided_views = Vec::new();
+    for r in decided {
         let decided_by = match r.decided_by {
-            Some(u) => people.name(u).await,
+            Some(u) => names.person(u),
             None if r.mode == "automatic" => "policy".to_owned(),
             None => String::new(),
         };
-        decided.push(DecidedView {
+        decided_views.push(DecidedView {
             id: r.id.to_string(),
             tool: tool_name(&r),
             description: r.description.clone(),
@@ -341,7 +321,7 @@ async fn page(
             csrf: who.csrf.clone(),
             l,
             pending,
-            decided,
+            decided: decided_views,
             notice: banner.notice,
             error: banner.error,
             failed_id: banner.failed_id,
@@ -378,11 +358,9 @@ async fn pending_fragment(
     let scope = who
         .scope(&state, &org, Operation::read(Permission::DevicesRead))
         .await?;
-    let mut people = People {
-        state: &state,
-        names: HashMap::new(),
-    };
-    let pending = pending_views(&state, &who, scope.org.id, &mut people).await?;
+    let pending = scope.store(&state).approvals().pending_approvals().await?;
+    let names = Names::load(&state, scope.org.id, pending.iter().flat_map(actors)).await;
+    let pending = pending_views(&state, &who, scope.org.id, pending, &names).await?;
     render_status(
         StatusCode::OK,
         &PendingFragment {

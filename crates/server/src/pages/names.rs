@@ -13,6 +13,8 @@ use crate::AppState;
 #[derive(Default)]
 pub(crate) struct Names {
     map: HashMap<String, String>,
+    /// People's addresses, for the pages that show who exactly (approvals).
+    emails: HashMap<UserId, String>,
 }
 
 /// The most distinct people or grants one page looks up (a page shows at most a few dozen
@@ -29,6 +31,7 @@ impl Names {
     ) -> Self {
         let distinct: HashSet<String> = actors.into_iter().collect();
         let mut map = HashMap::new();
+        let mut emails = HashMap::new();
         if distinct.iter().any(|a| a.starts_with("api_key:"))
             && let Ok(keys) = state.store.org(org).api_keys().list_api_keys().await
         {
@@ -52,6 +55,7 @@ impl Names {
                 "user" => {
                     if let Ok(u) = state.store.get_user(UserId(uuid)).await {
                         map.insert(a.clone(), u.name);
+                        emails.insert(u.id, u.email);
                     }
                 }
                 _ => {
@@ -63,7 +67,7 @@ impl Names {
                 }
             }
         }
-        Self { map }
+        Self { map, emails }
     }
 
     /// What a person reads for `raw` (`kind:id`).
@@ -75,6 +79,14 @@ impl Names {
             Some(("system", what)) => format!("system ({})", what.replace(['-', '_'], " ")),
             Some(("ai_chat", _)) => "Breeze assistant".to_owned(),
             _ => raw.to_owned(),
+        }
+    }
+
+    /// A person as `Name <email>` (their id when unknown).
+    pub(crate) fn person(&self, id: UserId) -> String {
+        match (self.map.get(&format!("user:{id}")), self.emails.get(&id)) {
+            (Some(name), Some(email)) => format!("{name} <{email}>"),
+            _ => id.to_string(),
         }
     }
 

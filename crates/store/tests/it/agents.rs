@@ -5,7 +5,7 @@ use breeze_agent_proto::{
     CommandKind, CommandOutcome, CommandResult, DiskUsageSample, Heartbeat, MetricSample,
     NetworkSample, ProcessSort, UserSession,
 };
-use breeze_core::{CommandStatus, DeviceStatus, OrgId, OsFamily, SiteId};
+use breeze_core::{CommandStatus, Device, DeviceStatus, OrgId, OsFamily, SiteId};
 use breeze_store::{
     Aggregation, EnrollDevice, INVALID_ENROLLMENT_KEY, INVALID_REENROLL_TOKEN, NewCommand,
     NewContext, NewEnrollmentKey, NewScript, ReenrollProof, Store, StoreError, testing::Ctx,
@@ -64,6 +64,19 @@ async fn open_key(s: &Store, org: OrgId, site: SiteId) {
         )
         .await
         .unwrap();
+}
+
+/// The world with an open enrollment key and one device enrolled with `token`: its
+/// organization, the other one, the device.
+async fn one_device(s: &Store, token: u8) -> (OrgId, OrgId, Device) {
+    let (org, site, other) = world(s).await;
+    open_key(s, org, site).await;
+    let dev = s
+        .enroll_device(&[1; 32], machine(token, None))
+        .await
+        .unwrap()
+        .device;
+    (org, other, dev)
 }
 
 fn machine(token: u8, machine_id: Option<&str>) -> EnrollDevice {
@@ -363,13 +376,7 @@ async fn enrollment_never_rebinds_a_device(cx: Ctx) {
 
 async fn token_rotation_is_two_phase(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, _) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(20, None))
-        .await
-        .unwrap()
-        .device;
+    let (_, _, dev) = one_device(s, 20).await;
     s.stage_device_token(dev.id, &[21; 32]).await.unwrap();
     // Both work until the new one is used...
     assert!(s.find_device_credential(&[20; 32]).await.unwrap().is_some());
@@ -382,13 +389,7 @@ async fn token_rotation_is_two_phase(cx: Ctx) {
 
 async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, other) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(30, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, other, dev) = one_device(s, 30).await;
     let alice = UserSession {
         username: "alice".into(),
         terminal: Some("pts/0".into()),
@@ -514,13 +515,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
 
 async fn commands_move_forward_only(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, other) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(40, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, other, dev) = one_device(s, 40).await;
     let o = s.org(org);
     let new = || NewCommand {
         device_id: dev.id,
@@ -638,13 +633,7 @@ async fn commands_move_forward_only(cx: Ctx) {
 /// both backends: PostgreSQL refused it, and the command waited until it timed out.
 async fn a_result_with_nul_output_is_stored(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, _) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(41, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, _, dev) = one_device(s, 41).await;
     let cmd = s
         .org(org)
         .commands()
@@ -692,13 +681,7 @@ async fn a_result_with_nul_output_is_stored(cx: Ctx) {
 
 async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, other) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(50, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, other, dev) = one_device(s, 50).await;
     let t0 = s.clock().now();
     let sample = |mins: i64, cpu: f64| MetricSample {
         at: t0 + Duration::minutes(mins),
@@ -893,13 +876,7 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
 /// disk command queued afterwards (and only onto those), so the agent gets them with it.
 async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, other) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(41, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, other, dev) = one_device(s, 41).await;
     let o = s.org(org);
     assert!(o.commands().protected_paths().await.unwrap().is_empty());
     for bad in [
@@ -1027,13 +1004,7 @@ async fn protected_path_additions_travel_with_file_commands(cx: Ctx) {
 /// is not found.
 async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
     let s = &cx.store;
-    let (org, site, other) = world(s).await;
-    open_key(s, org, site).await;
-    let dev = s
-        .enroll_device(&[1; 32], machine(60, None))
-        .await
-        .unwrap()
-        .device;
+    let (org, other, dev) = one_device(s, 60).await;
     let o = s.org(org);
     let bare = o.devices().overview(dev.id).await.unwrap();
     assert_eq!(bare.device, o.devices().get_device(dev.id).await.unwrap());
