@@ -23,6 +23,7 @@ pub mod maintenance;
 pub mod money;
 pub mod net;
 pub mod patch;
+pub mod pkgversion;
 pub mod rbac;
 pub mod report;
 pub mod scope;
