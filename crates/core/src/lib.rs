@@ -4,6 +4,7 @@
 //! device group → device), callers and the one permission model over them, API-key scopes, audit events and
 //! the [`Clock`] through which all code reads the time.
 
+pub mod advisory;
 pub mod ai;
 pub mod alert;
 pub mod approval;

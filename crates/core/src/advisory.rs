@@ -1,0 +1,344 @@
+//! Security advisories in OSV format (the schema osv.dev publishes) and the one decision of
+//! whether an installed package version is affected.
+//!
+//! A record names packages per ecosystem (`Debian:12`, `Ubuntu:22.04:LTS`, `Alpine:v3.19`,
+//! `Rocky Linux:9`, …); an affected entry lists exact versions and/or `ECOSYSTEM` ranges of
+//! events (`introduced`, `fixed`, `last_affected`, `limit`). A version is affected when it is
+//! listed, or when the last event at or below it in the ecosystem's ordering
+//! ([`crate::pkgversion`]) opens a range (the evaluation the OSV schema describes). Debian and
+//! Ubuntu records name source packages: the caller matches an installed binary package by its
+//! source package name where the device reports one. Nothing here does IO.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::pkgversion::VersionOrder;
+
+/// One OSV record (only the fields Breeze reads; the rest are ignored).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct OsvRecord {
+    pub id: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Schema 1.7's upstream identifiers (Alpine and Debian records carry the CVE here).
+    #[serde(default)]
+    pub upstream: Vec<String>,
+    #[serde(default)]
+    pub summary: Option<String>,
+    #[serde(default)]
+    pub details: Option<String>,
+    #[serde(default)]
+    pub published: Option<String>,
+    #[serde(default)]
+    pub modified: Option<String>,
+    #[serde(default)]
+    pub withdrawn: Option<String>,
+    #[serde(default)]
+    pub severity: Vec<OsvSeverity>,
+    #[serde(default)]
+    pub affected: Vec<OsvAffected>,
+    #[serde(default)]
+    pub database_specific: Option<Value>,
+}
+
+/// A severity score: `CVSS_V3` / `CVSS_V4` vectors, or a distribution's own label type.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct OsvSeverity {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub score: String,
+}
+
+/// One affected package.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct OsvAffected {
+    #[serde(default)]
+    pub package: Option<OsvPackage>,
+    #[serde(default)]
+    pub ranges: Vec<OsvRange>,
+    #[serde(default)]
+    pub versions: Vec<String>,
+    #[serde(default)]
+    pub ecosystem_specific: Option<Value>,
+    #[serde(default)]
+    pub database_specific: Option<Value>,
+}
+
+/// The package an affected entry names.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct OsvPackage {
+    pub ecosystem: String,
+    pub name: String,
+}
+
+/// A range of events.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct OsvRange {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub events: Vec<OsvEvent>,
+}
+
+/// One event of a range (exactly one field set).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct OsvEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub introduced: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_affected: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+}
+
+/// Why a record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an OSV record: {0}")]
+pub struct OsvError(String);
+
+impl OsvRecord {
+    /// Parses one record from JSON text.
+    pub fn parse(text: &str) -> Result<OsvRecord, OsvError> {
+        let record: OsvRecord = serde_json::from_str(text).map_err(|e| OsvError(e.to_string()))?;
+        if record.id.trim().is_empty() {
+            return Err(OsvError("the id is empty".to_owned()));
+        }
+        Ok(record)
+    }
+
+    /// The CVE ids the record is about: its own id, aliases and upstream ids that are CVEs,
+    /// and a distribution's prefixed id (`DEBIAN-CVE-…`, `ALPINE-CVE-…`, `UBUNTU-CVE-…`)
+    /// without its prefix; sorted, without repeats.
+    pub fn cve_ids(&self) -> Vec<String> {
+        let mut out: Vec<String> = std::iter::once(&self.id)
+            .chain(&self.aliases)
+            .chain(&self.upstream)
+            .filter_map(|id| {
+                let at = id.find("CVE-")?;
+                let cve = &id[at..];
+                (at == 0 || id[..at].ends_with('-')).then(|| cve.to_owned())
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The CVSS vector the record carries (v3 preferred over v4 over v2), if any.
+    pub fn cvss_vector(&self) -> Option<&str> {
+        ["CVSS_V3", "CVSS_V4", "CVSS_V2"].iter().find_map(|kind| {
+            self.severity
+                .iter()
+                .find(|s| s.kind == *kind)
+                .map(|s| s.score.as_str())
+        })
+    }
+
+    /// Whether `installed` of `package` on a device of `ecosystem` (`Debian:12`) is affected:
+    /// the versions that fix it (the lowest fix above the installed version per range), or
+    /// `None` when not affected. A withdrawn record affects nothing.
+    pub fn affects(&self, ecosystem: &str, package: &str, installed: &str) -> Option<Exposure> {
+        if self.withdrawn.is_some() {
+            return None;
+        }
+        let order = VersionOrder::for_ecosystem(ecosystem)?;
+        let mut found = false;
+        let mut fixed: Vec<String> = Vec::new();
+        for entry in &self.affected {
+            let Some(p) = &entry.package else { continue };
+            if p.name != package || !same_ecosystem(&p.ecosystem, ecosystem) {
+                continue;
+            }
+            let listed = entry
+                .versions
+                .iter()
+                .any(|v| order.compare(v, installed) == Ordering::Equal);
+            let mut in_range = false;
+            for range in entry.ranges.iter().filter(|r| r.kind == "ECOSYSTEM") {
+                if let Some(fix) = range_affects(order, &range.events, installed) {
+                    in_range = true;
+                    if let Some(f) = fix {
+                        fixed.push(f);
+                    }
+                }
+            }
+            if listed || in_range {
+                found = true;
+                if listed && !in_range {
+                    // A listed version with no range: any fix named above it counts.
+                    for range in &entry.ranges {
+                        for e in &range.events {
+                            if let Some(f) = &e.fixed
+                                && order.compare(f, installed) == Ordering::Greater
+                            {
+                                fixed.push(f.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !found {
+            return None;
+        }
+        fixed.sort_by(|a, b| order.compare(a, b));
+        fixed.dedup();
+        Some(Exposure {
+            fixed_in: fixed.into_iter().next(),
+        })
+    }
+}
+
+/// An affected installed version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposure {
+    /// The lowest version that fixes it, when the advisory names one.
+    pub fixed_in: Option<String>,
+}
+
+/// Whether the record's ecosystem names the device's: equal, or the record's is the device's
+/// without the release (`Debian` covers `Debian:12`). Releases never cross (`Debian:11` does
+/// not cover `Debian:12`).
+pub fn same_ecosystem(record: &str, device: &str) -> bool {
+    if record == device {
+        return true;
+    }
+    !record.contains(':') && device.split(':').next() == Some(record)
+}
+
+/// The OSV evaluation of one range: `Some(fix)` when `v` is affected (with the first `fixed`
+/// above it, if any), `None` when not.
+fn range_affects(order: VersionOrder, events: &[OsvEvent], v: &str) -> Option<Option<String>> {
+    // Events sorted by their version; `introduced: "0"` is below everything.
+    let key = |e: &OsvEvent| -> (String, bool) {
+        let text = e
+            .introduced
+            .as_ref()
+            .or(e.fixed.as_ref())
+            .or(e.last_affected.as_ref())
+            .or(e.limit.as_ref())
+            .cloned()
+            .unwrap_or_default();
+        let zero = e.introduced.as_deref() == Some("0");
+        (text, zero)
+    };
+    let mut sorted: Vec<&OsvEvent> = events.iter().collect();
+    sorted.sort_by(|a, b| {
+        let ((ta, za), (tb, zb)) = (key(a), key(b));
+        match (za, zb) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            _ => order.compare(&ta, &tb),
+        }
+    });
+    let mut affected = false;
+    for e in &sorted {
+        if let Some(i) = &e.introduced {
+            if i == "0" || order.compare(v, i) != Ordering::Less {
+                affected = true;
+            }
+        } else if let Some(f) = &e.fixed {
+            if order.compare(v, f) != Ordering::Less {
+                affected = false;
+            }
+        } else if let Some(l) = &e.last_affected {
+            if order.compare(v, l) == Ordering::Greater {
+                affected = false;
+            }
+        } else if let Some(l) = &e.limit
+            && order.compare(v, l) != Ordering::Less
+        {
+            affected = false;
+        }
+    }
+    if !affected {
+        return None;
+    }
+    let fix = sorted
+        .iter()
+        .filter_map(|e| e.fixed.as_ref())
+        .find(|f| order.compare(f, v) == Ordering::Greater)
+        .cloned();
+    Some(fix)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A synthetic record in the published schema's shape.
+    const RECORD: &str = r#"{
+      "id": "DEBIAN-CVE-2099-0001",
+      "upstream": ["CVE-2099-0001"],
+      "severity": [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"}],
+      "affected": [
+        {"package": {"ecosystem": "Debian:12", "name": "openssl"},
+         "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "3.0.11-1~deb12u2"}]}]},
+        {"package": {"ecosystem": "Debian:11", "name": "openssl"},
+         "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.1.1n-0+deb11u1"}, {"last_affected": "1.1.1n-0+deb11u5"}]}]}
+      ]
+    }"#;
+
+    #[test]
+    fn ranges_decide_with_the_ecosystems_ordering() {
+        let r = OsvRecord::parse(RECORD).unwrap();
+        assert_eq!(r.cve_ids(), vec!["CVE-2099-0001".to_owned()]);
+        assert!(r.cvss_vector().unwrap().starts_with("CVSS:3.1/"));
+        let hit = r
+            .affects("Debian:12", "openssl", "3.0.11-1~deb12u1")
+            .unwrap();
+        assert_eq!(hit.fixed_in.as_deref(), Some("3.0.11-1~deb12u2"));
+        assert!(
+            r.affects("Debian:12", "openssl", "3.0.11-1~deb12u2")
+                .is_none()
+        );
+        assert!(r.affects("Debian:12", "openssl", "3.0.11-1").is_none());
+        // last_affected is inclusive; nothing before introduced.
+        assert!(
+            r.affects("Debian:11", "openssl", "1.1.1n-0+deb11u5")
+                .is_some()
+        );
+        assert!(
+            r.affects("Debian:11", "openssl", "1.1.1n-0+deb11u6")
+                .is_none()
+        );
+        assert!(r.affects("Debian:11", "openssl", "1.1.1m-1").is_none());
+        // Other releases, packages and ecosystems are not matched.
+        assert!(r.affects("Debian:13", "openssl", "3.0.0-1").is_none());
+        assert!(r.affects("Debian:12", "libssl3", "3.0.0-1").is_none());
+        assert!(r.affects("Alpine:v3.19", "openssl", "3.0.0-r0").is_none());
+    }
+
+    #[test]
+    fn withdrawn_and_listed_versions() {
+        let mut r = OsvRecord::parse(RECORD).unwrap();
+        r.affected[0].ranges.clear();
+        r.affected[0].versions = vec!["3.0.9-1".into()];
+        assert!(r.affects("Debian:12", "openssl", "3.0.9-1").is_some());
+        assert!(r.affects("Debian:12", "openssl", "3.0.10-1").is_none());
+        r.withdrawn = Some("2099-01-01T00:00:00Z".into());
+        assert!(r.affects("Debian:12", "openssl", "3.0.9-1").is_none());
+    }
+
+    #[test]
+    fn ecosystems_without_a_release_cover_every_release() {
+        assert!(same_ecosystem("Debian", "Debian:12"));
+        assert!(same_ecosystem("Alpine:v3.19", "Alpine:v3.19"));
+        assert!(!same_ecosystem("Alpine:v3.18", "Alpine:v3.19"));
+        assert!(!same_ecosystem("Debian:12", "Debian"));
+    }
+
+    #[test]
+    fn prefixed_ids_name_their_cve() {
+        let r = OsvRecord::parse(r#"{"id":"ALPINE-CVE-2022-37434","aliases":["GHSA-x"]}"#).unwrap();
+        assert_eq!(r.cve_ids(), vec!["CVE-2022-37434".to_owned()]);
+        assert!(OsvRecord::parse(r#"{"id":""}"#).is_err());
+        assert!(OsvRecord::parse("[]").is_err());
+    }
+}
