@@ -193,6 +193,154 @@ impl OsvRecord {
     }
 }
 
+/// A severity band (CVSS v3's qualitative scale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Unknown,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Severity {
+    /// The band of a CVSS base score (0 is `Unknown`: no severity to rank by).
+    pub fn from_score(score: f64) -> Severity {
+        match score {
+            s if s >= 9.0 => Severity::Critical,
+            s if s >= 7.0 => Severity::High,
+            s if s >= 4.0 => Severity::Medium,
+            s if s > 0.0 => Severity::Low,
+            _ => Severity::Unknown,
+        }
+    }
+
+    /// A distribution's label (`HIGH`, `Important`, `moderate`, …), case-insensitive.
+    pub fn from_label(label: &str) -> Severity {
+        match label.trim().to_ascii_lowercase().as_str() {
+            "critical" => Severity::Critical,
+            "high" | "important" => Severity::High,
+            "medium" | "moderate" => Severity::Medium,
+            "low" | "negligible" | "unimportant" => Severity::Low,
+            _ => Severity::Unknown,
+        }
+    }
+}
+
+/// CVSS v3.x's round-up to one decimal (the specification's integer form, so 4.000001 is 4.1
+/// and 4.0 stays 4.0 whatever the floating point says).
+fn round_up(x: f64) -> f64 {
+    let int = (x * 100_000.0).round() as i64;
+    if int % 10_000 == 0 {
+        int as f64 / 100_000.0
+    } else {
+        ((int / 10_000) + 1) as f64 / 10.0
+    }
+}
+
+/// The base score of a CVSS v3.0 or v3.1 vector (`CVSS:3.1/AV:N/AC:L/…`); `None` for anything
+/// else or a vector missing a base metric.
+pub fn cvss3_base_score(vector: &str) -> Option<f64> {
+    let mut parts = vector.split('/');
+    if !matches!(parts.next()?, "CVSS:3.0" | "CVSS:3.1") {
+        return None;
+    }
+    let mut m = std::collections::HashMap::new();
+    for p in parts {
+        let (k, v) = p.split_once(':')?;
+        m.insert(k, v);
+    }
+    let changed = match *m.get("S")? {
+        "U" => false,
+        "C" => true,
+        _ => return None,
+    };
+    let av = match *m.get("AV")? {
+        "N" => 0.85,
+        "A" => 0.62,
+        "L" => 0.55,
+        "P" => 0.2,
+        _ => return None,
+    };
+    let ac = match *m.get("AC")? {
+        "L" => 0.77,
+        "H" => 0.44,
+        _ => return None,
+    };
+    let pr = match (*m.get("PR")?, changed) {
+        ("N", _) => 0.85,
+        ("L", false) => 0.62,
+        ("L", true) => 0.68,
+        ("H", false) => 0.27,
+        ("H", true) => 0.5,
+        _ => return None,
+    };
+    let ui = match *m.get("UI")? {
+        "N" => 0.85,
+        "R" => 0.62,
+        _ => return None,
+    };
+    let cia = |k: &str| -> Option<f64> {
+        match *m.get(k)? {
+            "H" => Some(0.56),
+            "L" => Some(0.22),
+            "N" => Some(0.0),
+            _ => None,
+        }
+    };
+    let iss = 1.0 - (1.0 - cia("C")?) * (1.0 - cia("I")?) * (1.0 - cia("A")?);
+    let impact = if changed {
+        7.52 * (iss - 0.029) - 3.25 * (iss - 0.02).powi(15)
+    } else {
+        6.42 * iss
+    };
+    if impact <= 0.0 {
+        return Some(0.0);
+    }
+    let exploitability = 8.22 * av * ac * pr * ui;
+    let total = if changed {
+        1.08 * (impact + exploitability)
+    } else {
+        impact + exploitability
+    };
+    Some(round_up(total.min(10.0)))
+}
+
+impl OsvRecord {
+    /// The CVSS v3 base score, when the record carries a v3 vector.
+    pub fn cvss_score(&self) -> Option<f64> {
+        self.severity
+            .iter()
+            .filter(|s| s.kind == "CVSS_V3")
+            .find_map(|s| cvss3_base_score(&s.score))
+    }
+
+    /// The record's severity: from its CVSS v3 score where it has one, else the label its
+    /// database gives (`database_specific.severity`, or an affected entry's).
+    pub fn severity(&self) -> Severity {
+        if let Some(score) = self.cvss_score() {
+            return Severity::from_score(score);
+        }
+        let label = |v: &Option<Value>| {
+            v.as_ref()
+                .and_then(|d| d.get("severity"))
+                .and_then(Value::as_str)
+                .map(Severity::from_label)
+        };
+        label(&self.database_specific)
+            .into_iter()
+            .chain(
+                self.affected
+                    .iter()
+                    .flat_map(|a| [label(&a.ecosystem_specific), label(&a.database_specific)])
+                    .flatten(),
+            )
+            .max()
+            .unwrap_or(Severity::Unknown)
+    }
+}
+
 /// An affected installed version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exposure {
@@ -332,6 +480,35 @@ mod tests {
         assert!(same_ecosystem("Alpine:v3.19", "Alpine:v3.19"));
         assert!(!same_ecosystem("Alpine:v3.18", "Alpine:v3.19"));
         assert!(!same_ecosystem("Debian:12", "Debian"));
+    }
+
+    #[test]
+    fn cvss_base_scores_match_the_specification() {
+        // Scores as FIRST's CVSS v3.1 calculator gives them.
+        for (vector, want) in [
+            ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", 9.8),
+            ("CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:N/I:N/A:H", 5.9),
+            ("CVSS:3.1/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H", 7.8),
+            ("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:C/C:L/I:L/A:N", 6.1),
+            ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:C/C:H/I:H/A:H", 10.0),
+            ("CVSS:3.0/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:N/A:N", 7.5),
+            ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:N", 0.0),
+        ] {
+            assert_eq!(cvss3_base_score(vector), Some(want), "{vector}");
+        }
+        assert_eq!(cvss3_base_score("AV:N/AC:L/Au:N/C:P/I:P/A:P"), None);
+        assert_eq!(cvss3_base_score("CVSS:3.1/AV:N"), None);
+        let r = OsvRecord::parse(RECORD).unwrap();
+        assert_eq!(r.cvss_score(), Some(9.8));
+        assert_eq!(r.severity(), Severity::Critical);
+        let labelled =
+            OsvRecord::parse(r#"{"id":"X-1","database_specific":{"severity":"Moderate"}}"#)
+                .unwrap();
+        assert_eq!(labelled.severity(), Severity::Medium);
+        assert_eq!(
+            OsvRecord::parse(r#"{"id":"X-2"}"#).unwrap().severity(),
+            Severity::Unknown
+        );
     }
 
     #[test]
