@@ -348,6 +348,116 @@ pub struct Exposure {
     pub fixed_in: Option<String>,
 }
 
+/// One installed package as matching reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledPackage<'a> {
+    pub name: &'a str,
+    /// The source package (Debian and Ubuntu records name those), when the device reports one.
+    pub source: Option<&'a str>,
+    pub version: &'a str,
+}
+
+/// One advisory affecting one installed package.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// Index of the record in the [`AdvisoryIndex`].
+    pub record: usize,
+    pub package: String,
+    pub installed: String,
+    pub fixed_in: Option<String>,
+}
+
+/// Records indexed by (ecosystem without release, package name), so one device's exposure is
+/// a lookup per installed package, never a scan of every advisory: what recomputing a device
+/// when its inventory changes costs.
+#[derive(Debug, Default)]
+pub struct AdvisoryIndex {
+    records: Vec<OsvRecord>,
+    by_package: std::collections::HashMap<(String, String), Vec<usize>>,
+}
+
+impl AdvisoryIndex {
+    /// Indexes `records` (withdrawn ones are left out).
+    pub fn new(records: Vec<OsvRecord>) -> AdvisoryIndex {
+        let mut index = AdvisoryIndex::default();
+        for r in records {
+            index.add(r);
+        }
+        index
+    }
+
+    /// Adds one record.
+    pub fn add(&mut self, record: OsvRecord) {
+        if record.withdrawn.is_some() {
+            return;
+        }
+        let at = self.records.len();
+        let mut keys: Vec<(String, String)> = record
+            .affected
+            .iter()
+            .filter_map(|a| a.package.as_ref())
+            .map(|p| (ecosystem_base(&p.ecosystem).to_owned(), p.name.clone()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            self.by_package.entry(key).or_default().push(at);
+        }
+        self.records.push(record);
+    }
+
+    /// The record at `at` (a [`Finding::record`]).
+    pub fn record(&self, at: usize) -> Option<&OsvRecord> {
+        self.records.get(at)
+    }
+
+    /// How many records are indexed.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Every advisory affecting `packages` on a device of `ecosystem` (`Debian:12`): each
+    /// package is looked up by its own name and by its source package's.
+    pub fn exposures(&self, ecosystem: &str, packages: &[InstalledPackage<'_>]) -> Vec<Finding> {
+        let base = ecosystem_base(ecosystem);
+        let mut out = Vec::new();
+        for p in packages {
+            let mut names = vec![p.name];
+            if let Some(src) = p.source.filter(|s| *s != p.name) {
+                names.push(src);
+            }
+            let mut seen = std::collections::HashSet::new();
+            for name in names {
+                let key = (base.to_owned(), name.to_owned());
+                for &at in self.by_package.get(&key).into_iter().flatten() {
+                    if !seen.insert(at) {
+                        continue;
+                    }
+                    if let Some(hit) = self.records[at].affects(ecosystem, name, p.version) {
+                        out.push(Finding {
+                            record: at,
+                            package: p.name.to_owned(),
+                            installed: p.version.to_owned(),
+                            fixed_in: hit.fixed_in,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// An ecosystem name without its release (`Debian:12` → `Debian`).
+pub fn ecosystem_base(ecosystem: &str) -> &str {
+    ecosystem.split(':').next().unwrap_or(ecosystem)
+}
+
 /// Whether the record's ecosystem names the device's: equal, or the record's is the device's
 /// without the release (`Debian` covers `Debian:12`). Releases never cross (`Debian:11` does
 /// not cover `Debian:12`).
@@ -509,6 +619,51 @@ mod tests {
             OsvRecord::parse(r#"{"id":"X-2"}"#).unwrap().severity(),
             Severity::Unknown
         );
+    }
+
+    #[test]
+    fn the_index_matches_binary_packages_by_their_source() {
+        let other = OsvRecord::parse(
+            r#"{"id":"ALPINE-CVE-2099-0002","affected":[{"package":{"ecosystem":"Alpine:v3.19","name":"busybox"},
+                "ranges":[{"type":"ECOSYSTEM","events":[{"introduced":"0"},{"fixed":"1.36.1-r16"}]}]}]}"#,
+        )
+        .unwrap();
+        let index = AdvisoryIndex::new(vec![OsvRecord::parse(RECORD).unwrap(), other]);
+        assert_eq!(index.len(), 2);
+        let debian = [
+            InstalledPackage {
+                name: "libssl3",
+                source: Some("openssl"),
+                version: "3.0.11-1~deb12u1",
+            },
+            InstalledPackage {
+                name: "openssl",
+                source: Some("openssl"),
+                version: "3.0.11-1~deb12u1",
+            },
+            InstalledPackage {
+                name: "bash",
+                source: None,
+                version: "5.2.15-2+b2",
+            },
+        ];
+        let found = index.exposures("Debian:12", &debian);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].package, "libssl3");
+        assert_eq!(found[0].fixed_in.as_deref(), Some("3.0.11-1~deb12u2"));
+        assert_eq!(
+            index.record(found[0].record).unwrap().id,
+            "DEBIAN-CVE-2099-0001"
+        );
+        // Another release of the same ecosystem, and another ecosystem, see nothing of it.
+        assert!(index.exposures("Debian:13", &debian).is_empty());
+        let alpine = [InstalledPackage {
+            name: "busybox",
+            source: Some("busybox"),
+            version: "1.36.1-r15",
+        }];
+        assert_eq!(index.exposures("Alpine:v3.19", &alpine).len(), 1);
+        assert!(index.exposures("Alpine:v3.20", &alpine).is_empty());
     }
 
     #[test]
