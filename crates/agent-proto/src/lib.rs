@@ -33,6 +33,7 @@
 //! which it sends only once the result is stored. Storing is idempotent by command id, and a
 //! result that arrives after the server timed the command out still counts (completed late).
 
+pub mod livequery;
 pub mod paths;
 
 use chrono::{DateTime, Utc};
@@ -740,6 +741,18 @@ pub enum CommandKind {
     /// paths like file commands. Result: `{"checks":[{passed,detail}]}` ([`ProbeResult`]).
     /// An agent older than this kind cannot read the frame and the command times out.
     ComplianceCheck { checks: Vec<ComplianceProbe> },
+    /// One live-query question ([`livequery`]): read-only, answered from the running system.
+    /// `maxRows` and `maxBytes` (0: the defaults) are clamped by the agent to its own maxima;
+    /// the file question obeys the protected paths. Result: a [`livequery::LiveAnswer`].
+    /// Older agents answer it with a failed result ("unknown command").
+    LiveQuery {
+        #[serde(flatten)]
+        question: livequery::Question,
+        #[serde(default)]
+        max_rows: u32,
+        #[serde(default)]
+        max_bytes: u64,
+    },
 }
 
 /// One agent-side compliance check ([`CommandKind::ComplianceCheck`]).
@@ -808,7 +821,7 @@ impl CommandKind {
                 | CommandKind::QuarantineFile { .. }
                 | CommandKind::RestoreQuarantined { .. }
                 | CommandKind::ComplianceCheck { .. }
-        )
+        ) || matches!(self, CommandKind::LiveQuery { question, .. } if question.path().is_some())
     }
 
     /// The paths the command names, for the server's lexical check.
@@ -834,6 +847,7 @@ impl CommandKind {
             CommandKind::ComplianceCheck { checks } => {
                 checks.iter().filter_map(ComplianceProbe::path).collect()
             }
+            CommandKind::LiveQuery { question, .. } => question.path().into_iter().collect(),
             _ => Vec::new(),
         }
     }

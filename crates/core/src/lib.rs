@@ -4,6 +4,7 @@
 //! device group → device), callers and the one permission model over them, API-key scopes, audit events and
 //! the [`Clock`] through which all code reads the time.
 
+pub mod advisory;
 pub mod ai;
 pub mod alert;
 pub mod approval;
@@ -23,6 +24,7 @@ pub mod maintenance;
 pub mod money;
 pub mod net;
 pub mod patch;
+pub mod pkgversion;
 pub mod rbac;
 pub mod report;
 pub mod scope;

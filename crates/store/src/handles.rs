@@ -117,6 +117,8 @@ narrow! {
     OrgDevices => devices;
     /// Dynamic device groups and their membership rules.
     OrgDynamicGroups => dynamic_groups;
+    /// Live queries and each device's answer, kept for their retention.
+    OrgLiveQueries => live_queries;
     /// Invoices: drafts, their lines, issuing with the partner's next number, payments, voids.
     OrgInvoices => invoices;
     /// Request ids claimed for idempotent retries.

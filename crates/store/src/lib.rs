@@ -37,6 +37,7 @@ mod idempotency;
 mod inventory;
 mod invoices;
 mod ledger;
+mod live_queries;
 mod maintenance;
 mod metrics;
 mod oauth;
@@ -130,9 +131,9 @@ pub use events::{DeviceEvent, EVENT_RETENTION, MAX_EVENTS_PER_DEVICE, MAX_TRIGGE
 pub use handles::{
     OrgAgents, OrgAi, OrgAlerts, OrgApiKeys, OrgApprovals, OrgAudit, OrgAutomations, OrgCatalog,
     OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments,
-    OrgDevices, OrgDynamicGroups, OrgIdempotency, OrgInvoices, OrgMaintenance, OrgPatches,
-    OrgQuotes, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry, OrgTenancy, OrgTickets,
-    OrgToolSources,
+    OrgDevices, OrgDynamicGroups, OrgIdempotency, OrgInvoices, OrgLiveQueries, OrgMaintenance,
+    OrgPatches, OrgQuotes, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry, OrgTenancy,
+    OrgTickets, OrgToolSources,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -141,6 +142,9 @@ pub use idempotency::{
 };
 pub use inventory::{DeviceInventory, MAX_CACHED_PACKAGES};
 pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
+pub use live_queries::{
+    ANSWER_STATUSES, LiveAnswerRecord, LiveQueryRecord, NewLiveAnswer, NewLiveQuery,
+};
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };

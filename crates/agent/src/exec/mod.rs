@@ -9,6 +9,7 @@
 pub mod compliance;
 pub mod disk;
 pub mod files;
+pub mod livequery;
 pub mod network;
 pub mod patches;
 pub mod process;
@@ -523,6 +524,16 @@ impl Executor {
             CommandKind::ComplianceCheck { checks } => {
                 let g = guard();
                 blocking(move || compliance::check(&g(), &checks)).await
+            }
+            CommandKind::LiveQuery {
+                question,
+                max_rows,
+                max_bytes,
+            } => {
+                let caps = breeze_agent_proto::livequery::Caps::clamp(max_rows, max_bytes);
+                let limits = livequery::Limits::new(caps, deadline.into_std());
+                let g = guard();
+                blocking(move || livequery::answer(&g()?, &question, limits)).await
             }
             CommandKind::Shell { .. } | CommandKind::Script { .. } => {
                 Err("not a typed command".to_owned())

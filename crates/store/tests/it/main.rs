@@ -18,6 +18,7 @@ mod dynamic_groups;
 mod idempotency;
 mod invoices;
 mod isolation;
+mod live_queries;
 mod maintenance;
 mod migrations;
 mod packages;
