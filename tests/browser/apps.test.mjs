@@ -186,6 +186,9 @@ async function shoot(name, tool, args, check) {
 }
 
 const device = () => agent.deviceId;
+// The admin CLI's environment: none of the test's server settings.
+const cliEnv = () => Object.fromEntries(Object.entries(process.env)
+  .filter(([k]) => !/^(BREEZE_|MCP_|DATABASE_URL|REDIS_URL|APPS_)/.test(k)));
 
 test("the extension is negotiated only with a client that declares it; results are identical", async () => {
   assert.ok(ui.init.capabilities.extensions?.[UI], "advertised to a client that declared it");
@@ -258,6 +261,15 @@ test("metrics chart: a line drawn; the range switch calls analyze_metrics throug
 });
 
 test("device table: sorted by a header button, filtered by text", async () => {
+  // More devices (the admin CLI on the demo's database), so there is something to sort.
+  execFileSync(process.env.BREEZE_BIN, ["devices", "seed", "--org", ORG, "--count", "6"], {
+    cwd: process.env.DEMO_DIR, env: cliEnv(), stdio: "ignore",
+  });
+  for (let i = 0; i < 100; i++) {
+    const r = await plain.call("tools/call", { name: "query_devices", arguments: { limit: 50 } });
+    if (r.structuredContent.total > 2) break;
+    await new Promise((done) => setTimeout(done, 500));
+  }
   await shoot("device-table", "query_devices", { limit: 50 }, async (frame) => {
     await frame.locator("tbody tr").first().waitFor();
   });
@@ -284,7 +296,7 @@ test("approval card: what, arguments, time left; a key cannot approve, the card 
     await new Promise((r) => setTimeout(r, 200));
     const out = execFileSync(process.env.BREEZE_BIN, ["approvals", "list", "--org", ORG], {
       cwd: process.env.DEMO_DIR,
-      env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(BREEZE_|MCP_|DATABASE_URL|REDIS_URL)/.test(k))),
+      env: cliEnv(),
       encoding: "utf8",
     });
     id = out.split("\n").filter((l) => l.includes("manage_groups")).map((l) => l.match(/[0-9a-f-]{36}/)?.[0]).filter(Boolean).pop();
