@@ -11,7 +11,8 @@
 # (consent, token, revoke, then refused by MCP). Then every other *.test.mjs there, one file at
 # a time: console.test.mjs (an alert arriving live in the inbox and acknowledged from its row,
 # every console page at both widths), assistant.test.mjs (the AI chat on a phone against a
-# stand-in model provider).
+# stand-in model provider), apps.test.mjs (MCP Apps views in a minimal host built on the ext-apps
+# package's AppBridge; APPS_IMAGES=docs/images refreshes the committed screenshots).
 # Screenshots of every page at 1280 px and 390 px go to target/screenshots/ (CI artifacts).
 # Setup and cleanup shared with clients.sh live in .ci/lib.sh.
 # Pins: tests/browser/package.json + package-lock.json.

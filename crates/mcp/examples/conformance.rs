@@ -463,6 +463,7 @@ fn static_resources() -> Vec<ResourceDef> {
             title: title.map(str::to_owned),
             description: Some(description.to_owned()),
             mime_type: Some(mime.to_owned()),
+            meta: None,
         };
     vec![
         def(

@@ -38,6 +38,47 @@ pub struct Client<P> {
     pub binding: Option<Arc<str>>,
 }
 
+/// The protocol extensions in force for a request (the `extensions` capability): those the
+/// client declared (in `initialize`, or on 2026-07-28 in the request's
+/// `io.modelcontextprotocol/clientCapabilities`) that the application supports
+/// ([`McpApp::extensions`]), each with the settings the client declared for it. Empty for a
+/// client that declared none: such a client must see exactly what it would without them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extensions(Option<Arc<Map<String, Value>>>);
+
+impl Extensions {
+    /// Those of `declared` (the client's `extensions` object) that `supported` names.
+    pub fn negotiate(declared: Option<&Value>, supported: &Map<String, Value>) -> Self {
+        let Some(declared) = declared.and_then(Value::as_object) else {
+            return Self::default();
+        };
+        let agreed: Map<String, Value> = declared
+            .iter()
+            .filter(|(id, _)| supported.contains_key(*id))
+            .map(|(id, settings)| (id.clone(), settings.clone()))
+            .collect();
+        if agreed.is_empty() {
+            Self::default()
+        } else {
+            Self(Some(Arc::new(agreed)))
+        }
+    }
+
+    /// The client's settings for extension `id`, when it is in force.
+    pub fn get(&self, id: &str) -> Option<&Value> {
+        self.0.as_deref().and_then(|m| m.get(id))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The ids in force.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().flat_map(|m| m.keys().map(String::as_str))
+    }
+}
+
 /// An HTTP-level refusal (authentication, limits, origin).
 #[derive(Debug, Clone)]
 pub struct HttpError {
@@ -205,6 +246,8 @@ pub struct Cx<P> {
     /// The client's self-declared name (`clientInfo.name`: its session's `initialize`, or on
     /// 2026-07-28 the request's own `_meta`), when it gave one. Shown to people, never trusted.
     pub client_name: Option<Arc<str>>,
+    /// The extensions negotiated for this request (see [`Extensions`]).
+    pub extensions: Extensions,
     pub request_id: Option<Id>,
     /// From `params._meta.progressToken`, when the client asked for progress.
     pub progress_token: Option<Value>,
@@ -343,6 +386,13 @@ pub trait McpApp: Send + Sync + 'static {
             "resources": { "subscribe": false, "listChanged": false },
             "prompts": { "listChanged": false },
         })
+    }
+
+    /// The protocol extensions the application supports, by id, each with the settings it
+    /// advertises in `capabilities.extensions` to a client that declared the same id (e.g.
+    /// `io.modelcontextprotocol/ui`). A client that declared none sees no `extensions`.
+    fn extensions(&self) -> Map<String, Value> {
+        Map::new()
     }
 
     fn list_tools(

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    app::{Client, Cx, McpApp, Peer, RequestRecord, Transport},
+    app::{Client, Cx, Extensions, McpApp, Peer, RequestRecord, Transport},
     cluster::{Heard, Note, SessionCluster},
     jsonrpc::{ErrorObject, Id, Message, Notification, Payload, Reply, Request},
     protocol::ProtocolVersion,
@@ -580,12 +580,27 @@ impl<A: McpApp> Engine<A> {
             .and_then(|m| m.get(crate::protocol::META_CLIENT_INFO))
             .and_then(client_info_name)
             .or_else(|| ctx.session.as_ref().and_then(|s| s.client_name()));
+        let extensions = match params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(crate::protocol::META_CLIENT_CAPABILITIES))
+        {
+            // 2026-07-28: each request declares its own capabilities.
+            Some(caps) if ctx.protocol.is_stateless() => {
+                Extensions::negotiate(caps.get("extensions"), &self.app.extensions())
+            }
+            _ => ctx
+                .session
+                .as_ref()
+                .map(|s| s.extensions())
+                .unwrap_or_default(),
+        };
         let cx = Cx {
             client: ctx.client.clone(),
             protocol: ctx.protocol,
             transport: ctx.transport,
             session_id: ctx.session.as_ref().map(|s| s.id.clone()),
             client_name,
+            extensions,
             request_id: Some(req.id.clone()),
             progress_token,
             cancel: cancel.clone(),
@@ -731,7 +746,15 @@ impl<A: McpApp> Engine<A> {
             "subscriptions/listen" if cx.protocol.is_stateless() => self.listen(&cx, &req.id).await,
             "initialize" => {
                 let version = ProtocolVersion::negotiate(param_str(params, "protocolVersion"));
+                let supported = self.app.extensions();
+                let extensions = Extensions::negotiate(
+                    params
+                        .and_then(|p| p.get("capabilities"))
+                        .and_then(|c| c.get("extensions")),
+                    &supported,
+                );
                 if let Some(s) = session {
+                    s.set_extensions(extensions.clone());
                     s.set_protocol(version);
                     s.set_client_name(
                         params
@@ -741,7 +764,10 @@ impl<A: McpApp> Engine<A> {
                 }
                 let mut result = Map::new();
                 result.insert("protocolVersion".into(), json!(version.as_str()));
-                result.insert("capabilities".into(), self.app.capabilities());
+                result.insert(
+                    "capabilities".into(),
+                    with_extensions(self.app.capabilities(), &supported, extensions.ids()),
+                );
                 result.insert("serverInfo".into(), to_json(&self.app.server_info()));
                 if let Some(i) = self.app.instructions() {
                     result.insert("instructions".into(), json!(i));
@@ -754,7 +780,16 @@ impl<A: McpApp> Engine<A> {
                     "supportedVersions".into(),
                     json!(ProtocolVersion::supported_strings()),
                 );
-                result.insert("capabilities".into(), self.app.capabilities());
+                // Discovery tells every extension the server supports.
+                let supported = self.app.extensions();
+                result.insert(
+                    "capabilities".into(),
+                    with_extensions(
+                        self.app.capabilities(),
+                        &supported,
+                        supported.keys().map(String::as_str),
+                    ),
+                );
                 result.insert("serverInfo".into(), to_json(&self.app.server_info()));
                 if let Some(i) = self.app.instructions() {
                     result.insert("instructions".into(), json!(i));
@@ -893,6 +928,24 @@ struct Answer {
 
 fn to_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// `capabilities` with an `extensions` object naming `ids` with the server's settings for each
+/// (`capabilities` unchanged when `ids` is empty).
+fn with_extensions<'a>(
+    mut capabilities: Value,
+    supported: &Map<String, Value>,
+    ids: impl Iterator<Item = &'a str>,
+) -> Value {
+    let named: Map<String, Value> = ids
+        .filter_map(|id| Some((id.to_owned(), supported.get(id)?.clone())))
+        .collect();
+    if !named.is_empty()
+        && let Some(c) = capabilities.as_object_mut()
+    {
+        c.insert("extensions".into(), Value::Object(named));
+    }
+    capabilities
 }
 
 /// A `clientInfo` object's `name`: trimmed, at most 100 characters, control characters

@@ -25,7 +25,8 @@ mod relay;
 pub mod session;
 
 pub use app::{
-    Client, Cx, HttpError, McpApp, Peer, RequestRecord, Transport, TransportEvent, TransportRecord,
+    Client, Cx, Extensions, HttpError, McpApp, Peer, RequestRecord, Transport, TransportEvent,
+    TransportRecord,
 };
 pub use engine::{Engine, EngineConfig, ReplyMode};
 pub use protocol::ProtocolVersion;

@@ -228,6 +228,9 @@ pub struct ResourceDef {
     pub description: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// Metadata for the client (e.g. an extension's settings for this resource).
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 /// A URI template as listed by `resources/templates/list`.
@@ -255,6 +258,9 @@ pub struct ResourceContents {
     pub text: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blob: Option<String>,
+    /// Metadata for the client (e.g. an extension's settings for these contents).
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 impl ResourceContents {
@@ -264,6 +270,7 @@ impl ResourceContents {
             mime_type: Some(mime_type.into()),
             text: Some(text.into()),
             blob: None,
+            meta: None,
         }
     }
 
@@ -273,7 +280,15 @@ impl ResourceContents {
             mime_type: Some(mime_type.into()),
             text: None,
             blob: Some(base64.into()),
+            meta: None,
         }
+    }
+
+    /// The same contents with `_meta`.
+    #[must_use]
+    pub fn with_meta(mut self, meta: Value) -> Self {
+        self.meta = Some(meta);
+        self
     }
 }
 

@@ -77,6 +77,9 @@ pub struct Session {
     binding: Mutex<Option<Arc<str>>>,
     /// The client's name as its `initialize` gave it (`clientInfo.name`), when it did.
     client_name: Mutex<Option<Arc<str>>>,
+    /// The extensions its `initialize` negotiated. Kept by this instance only: a session
+    /// adopted from another instance of a cluster has none (its client sees no extension).
+    extensions: Mutex<crate::app::Extensions>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
     /// The order of creation: of sessions last used within the same millisecond, the older
@@ -135,6 +138,7 @@ impl Session {
             protocol: Mutex::new(ProtocolVersion::HEADER_DEFAULT),
             binding: Mutex::new(None),
             client_name: Mutex::new(None),
+            extensions: Mutex::new(crate::app::Extensions::default()),
             last_active: AtomicU64::new(now_ms),
             seq,
             stream: Mutex::new(None),
@@ -177,6 +181,15 @@ impl Session {
 
     pub fn set_client_name(&self, name: Option<Arc<str>>) {
         *lock(&self.client_name) = name;
+    }
+
+    /// The extensions negotiated by `initialize` (none before).
+    pub fn extensions(&self) -> crate::app::Extensions {
+        lock(&self.extensions).clone()
+    }
+
+    pub fn set_extensions(&self, extensions: crate::app::Extensions) {
+        *lock(&self.extensions) = extensions;
     }
 
     /// Keeps the creating request's binding (see [`crate::Client::binding`]).

@@ -28,6 +28,7 @@ pub mod patch_jobs;
 mod routes;
 pub mod scan_schedules;
 pub mod tool_sources;
+pub mod views;
 pub mod workers;
 
 use std::{sync::Arc, time::Duration};

@@ -31,6 +31,7 @@ use crate::{
     audit_writer::{AuditWriter, RefusalSampler, Sampled},
     catalog::{self, Catalog, CatalogMode, Connected, Consolidated, MetaTool},
     oauth::OAuthSettings,
+    views,
 };
 
 /// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3, RFC 9728 §5.1): where the resource
@@ -506,6 +507,10 @@ impl McpApp for BreezeMcp {
         Some(INSTRUCTIONS.into())
     }
 
+    fn extensions(&self) -> Map<String, Value> {
+        Map::from_iter([(views::UI_EXTENSION.to_owned(), views::capability())])
+    }
+
     async fn list_tools(&self, cx: &Cx<Connected>) -> Result<Vec<ToolDef>, ErrorObject> {
         let p = &cx.client.principal;
         if p.catalog.mode == CatalogMode::Consolidated {
@@ -532,6 +537,15 @@ impl McpApp for BreezeMcp {
                     .into_iter()
                     .map(external_def),
             );
+        }
+        if views::negotiated(&cx.extensions) {
+            for def in &mut defs {
+                if let (Some(view), Some(Value::Object(meta))) =
+                    (views::for_tool(&def.name), def.meta.as_mut())
+                {
+                    meta.insert("ui".into(), json!({ "resourceUri": view.uri }));
+                }
+            }
         }
         Ok(defs)
     }
@@ -569,7 +583,7 @@ impl McpApp for BreezeMcp {
 
     async fn list_resources(&self, cx: &Cx<Connected>) -> Result<Vec<ResourceDef>, ErrorObject> {
         Self::require_read(&cx.client.principal)?;
-        Ok(resources::RESOURCES
+        let mut listed: Vec<ResourceDef> = resources::RESOURCES
             .iter()
             .map(|r| ResourceDef {
                 uri: r.uri.into(),
@@ -577,8 +591,20 @@ impl McpApp for BreezeMcp {
                 title: Some(r.title.into()),
                 description: Some(r.description.into()),
                 mime_type: Some("application/json".into()),
+                meta: None,
             })
-            .collect())
+            .collect();
+        if views::negotiated(&cx.extensions) {
+            listed.extend(views::VIEWS.iter().map(|v| ResourceDef {
+                uri: v.uri.into(),
+                name: v.name.into(),
+                title: Some(v.title.into()),
+                description: Some(v.description.into()),
+                mime_type: Some(views::VIEW_MIME.into()),
+                meta: Some(views::resource_meta()),
+            }));
+        }
+        Ok(listed)
     }
 
     async fn list_resource_templates(
@@ -602,6 +628,14 @@ impl McpApp for BreezeMcp {
         uri: String,
     ) -> Result<Vec<ResourceContents>, ErrorObject> {
         Self::require_read(&cx.client.principal)?;
+        // A view exists only for a client that negotiated the extension.
+        if let Some(view) = views::by_uri(&uri).filter(|_| views::negotiated(&cx.extensions)) {
+            let html = view.html(&self.state.config.public_url);
+            return Ok(vec![
+                ResourceContents::text(uri, views::VIEW_MIME, html)
+                    .with_meta(views::resource_meta()),
+            ]);
+        }
         self.require_role_for(&cx.client.principal, &uri)?;
         let org = self.state.store.org(cx.client.principal.caller.org());
         let doc = resources::read(&org, &uri, &self.server_document(&cx))

@@ -1799,6 +1799,97 @@ async fn the_guard_refuses_by_role_rate_and_allowlist(cx: Ctx) {
     }
 }
 
+/// MCP Apps: a client that declares `io.modelcontextprotocol/ui` gets the extension, the views'
+/// resources and `_meta.ui.resourceUri` on their tools; one that does not sees none of it, and
+/// cannot read a view.
+async fn mcp_apps_views_only_for_clients_that_negotiate_them(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = w.app.clone();
+    let ui =
+        json!({ "io.modelcontextprotocol/ui": { "mimeTypes": ["text/html;profile=mcp-app"] } });
+    let mut sessions = Vec::new();
+    for caps in [json!({ "extensions": ui }), json!({})] {
+        let body = rpc(
+            1,
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": { "name": "t", "version": "1" } }),
+        );
+        let r = send(&app, post("/mcp", Some(&w.read), &body, &[])).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let session = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
+        sessions.push((session, r.body["result"]["capabilities"].clone()));
+    }
+    let ask = |session: &str, method: &str, params: Value| {
+        let session = session.to_owned();
+        let body = rpc(2, method, params);
+        let app = app.clone();
+        let key = w.read.clone();
+        async move {
+            let headers = [
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            send(&app, post("/mcp", Some(&key), &body, &headers))
+                .await
+                .body
+        }
+    };
+    let (with, with_caps) = &sessions[0];
+    let (without, without_caps) = &sessions[1];
+    assert_eq!(
+        with_caps["extensions"],
+        json!({ "io.modelcontextprotocol/ui": { "mimeTypes": ["text/html;profile=mcp-app"] } })
+    );
+    assert!(without_caps.get("extensions").is_none(), "{without_caps}");
+
+    let listed = ask(with, "tools/list", json!({})).await;
+    let mut named: Vec<(String, String)> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| {
+            Some((
+                t["name"].as_str()?.to_owned(),
+                t["_meta"]["ui"]["resourceUri"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            ("analyze_metrics", "ui://breeze/metrics-chart"),
+            ("get_approval_status", "ui://breeze/approval-card"),
+            ("get_device_details", "ui://breeze/device-card"),
+            ("query_devices", "ui://breeze/device-table"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    let plain = ask(without, "tools/list", json!({})).await;
+    assert!(!plain.to_string().contains("resourceUri"));
+    assert!(!plain.to_string().contains("ui://"));
+
+    let read = json!({ "uri": "ui://breeze/device-card" });
+    let r = ask(with, "resources/read", read.clone()).await;
+    let contents = &r["result"]["contents"][0];
+    assert_eq!(contents["mimeType"], "text/html;profile=mcp-app");
+    assert_eq!(contents["_meta"]["ui"]["csp"]["connectDomains"], json!([]));
+    assert_eq!(contents["_meta"]["ui"]["csp"]["resourceDomains"], json!([]));
+    assert!(
+        contents["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("<!doctype html>")
+    );
+    let listed = ask(with, "resources/list", json!({})).await;
+    assert_eq!(listed.to_string().matches("ui://breeze/").count(), 4);
+
+    let r = ask(without, "resources/read", read).await;
+    assert!(r.get("error").is_some(), "{r}");
+    let listed = ask(without, "resources/list", json!({})).await;
+    assert!(!listed.to_string().contains("ui://"));
+}
+
 breeze_store::on_both_backends!(
     the_guard_refuses_by_role_rate_and_allowlist,
     redis_limits_answer_429_and_fail_closed,
@@ -1814,6 +1905,7 @@ breeze_store::on_both_backends!(
     scopes_filter_the_catalogue_and_calls,
     tool_errors_are_structured,
     resources_and_prompts,
+    mcp_apps_views_only_for_clients_that_negotiate_them,
     device_details_carry_what_the_agent_reported,
     every_request_is_audited,
     reads_without_an_audit_record_are_withheld_changes_are_not,

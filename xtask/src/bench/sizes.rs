@@ -5,6 +5,9 @@
 //! outputSchema, annotations, `_meta`), so the bytes can be found. No load is generated: a `breeze demo` is started (debug build, or
 //! `BENCH_BREEZE_BIN`), asked, and stopped. `cargo xtask bench mcp` prints the same table.
 //!
+//! Then each MCP Apps view as served (`ui://breeze/…`), in bytes and gzipped, beside issue #56's
+//! aim (≤ 60 KB gzipped each).
+//!
 //! Sizes are of the `result` object as sent (compact JSON): what a client puts in its model's
 //! context. The same figures are held by the `catalog_sizes` test in `crates/server`.
 
@@ -61,6 +64,86 @@ pub(crate) fn run_sizes() -> anyhow::Result<()> {
     print_sizes(&base, &keys)?;
     report!();
     print_parts(&base, &keys)?;
+    report!();
+    print_views(&base, &keys)?;
+    Ok(())
+}
+
+/// The aim for one MCP Apps view document, gzipped (issue #56).
+const VIEW_GZIP_AIM: usize = 60 * 1024;
+
+/// Prints each MCP Apps view (`ui://breeze/…`) as served to a client that negotiated the
+/// extension: its bytes, and gzipped (best compression).
+fn print_views(base: &str, keys: &[(&'static str, String)]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let key = keys.first().map(|(_, k)| k).context("a key")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let url = format!("{base}/mcp");
+    let post = |session: Option<String>, method: &'static str, params: Value| {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            let mut req = http
+                .post(&url)
+                .header("x-api-key", key)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(s) = &session {
+                req = req
+                    .header("mcp-session-id", s)
+                    .header("mcp-protocol-version", "2025-11-25");
+            }
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+            let resp = req.body(body.to_string()).send().await?;
+            let session = resp
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut v: Value = serde_json::from_str(&resp.text().await?)?;
+            anyhow::ensure!(v.get("error").is_none(), "{method}: {v}");
+            anyhow::Ok((session, v["result"].take()))
+        }
+    };
+    let views: Vec<(String, String)> = rt.block_on(async {
+        let (session, _) = post(
+            None,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": { "extensions": {
+                    "io.modelcontextprotocol/ui": { "mimeTypes": ["text/html;profile=mcp-app"] }
+                } },
+                "clientInfo": { "name": "xtask-bench-sizes", "version": "1" },
+            }),
+        )
+        .await?;
+        let (_, listed) = post(session.clone(), "resources/list", json!({})).await?;
+        let mut out = Vec::new();
+        for r in listed["resources"].as_array().into_iter().flatten() {
+            let Some(uri) = r["uri"].as_str().filter(|u| u.starts_with("ui://")) else {
+                continue;
+            };
+            let (_, read) = post(session.clone(), "resources/read", json!({ "uri": uri })).await?;
+            let text = read["contents"][0]["text"].as_str().unwrap_or_default();
+            out.push((uri.to_owned(), text.to_owned()));
+        }
+        anyhow::Ok(out)
+    })?;
+    report!("| MCP Apps view | bytes | gzip | aim |");
+    report!("|---|---:|---:|---|");
+    for (uri, html) in &views {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(html.as_bytes())?;
+        let gzipped = gz.finish()?.len();
+        let aim = super::verdict(gzipped <= VIEW_GZIP_AIM, "≤ 61440 gzip");
+        report!("| {uri} | {} | {gzipped} | {aim} |", html.len());
+    }
     Ok(())
 }
 

@@ -66,6 +66,10 @@ impl McpApp for TestApp {
         }
     }
 
+    fn extensions(&self) -> Map<String, Value> {
+        Map::from_iter([("test/ext".to_owned(), json!({ "level": 1 }))])
+    }
+
     async fn list_tools(&self, _cx: &Cx<()>) -> Result<Vec<ToolDef>, ErrorObject> {
         Ok(Vec::new())
     }
@@ -78,6 +82,12 @@ impl McpApp for TestApp {
     ) -> Result<CallToolResult, ErrorObject> {
         match name.as_str() {
             "quiet" | "unrecorded" => Ok(CallToolResult::text("ok")),
+            // The extensions in force, and the client's settings for ours.
+            "extensions" => Ok(CallToolResult::text(format!(
+                "{:?} {}",
+                cx.extensions.ids().collect::<Vec<_>>(),
+                cx.extensions.get("test/ext").cloned().unwrap_or_default()
+            ))),
             "chatty" => {
                 cx.log("info", json!("working")).await;
                 Ok(CallToolResult::text("done"))
@@ -216,6 +226,72 @@ async fn body_text(response: Response) -> String {
         .unwrap()
         .to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// Initializes declaring `extensions` (none when `Value::Null`): the session id and the result.
+async fn initialize_declaring(app: &Router, extensions: Value) -> (String, Value) {
+    let mut capabilities = json!({});
+    if !extensions.is_null() {
+        capabilities["extensions"] = extensions;
+    }
+    let response = post(
+        app,
+        None,
+        json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": capabilities,
+                "clientInfo": { "name": "t", "version": "1" }
+            }
+        }),
+    )
+    .await;
+    let session = response.headers()[super::SESSION_HEADER]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    (session, body["result"].clone())
+}
+
+#[tokio::test]
+async fn an_extension_is_in_force_only_when_both_sides_name_it() {
+    let app = app(ReplyMode::Adaptive);
+    let text = |body: Value| {
+        body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // Declared with another the server does not know: only the shared one is answered, with
+    // the server's settings, and handlers see the client's settings for it.
+    let (session, result) = initialize_declaring(
+        &app,
+        json!({ "test/ext": { "mode": "x" }, "other/ext": {} }),
+    )
+    .await;
+    assert_eq!(
+        result["capabilities"]["extensions"],
+        json!({ "test/ext": { "level": 1 } })
+    );
+    assert!(result["capabilities"]["tools"].is_object(), "the rest kept");
+    let response = post(&app, Some(&session), call(1, "extensions")).await;
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    assert_eq!(text(body), r#"["test/ext"] {"mode":"x"}"#);
+
+    // Declared nothing (or only unknown ones): no `extensions`, nothing in force.
+    for declared in [Value::Null, json!({ "other/ext": {} }), json!("nonsense")] {
+        let (session, result) = initialize_declaring(&app, declared.clone()).await;
+        assert!(
+            result["capabilities"].get("extensions").is_none(),
+            "{declared}: {result}"
+        );
+        let response = post(&app, Some(&session), call(1, "extensions")).await;
+        let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+        assert_eq!(text(body), "[] null", "{declared}");
+    }
 }
 
 #[tokio::test]

@@ -29,6 +29,12 @@ pub(crate) struct StatusInput {
 pub(crate) struct StatusOutput {
     approval_id: String,
     tool: String,
+    /// The tool's action, when it has actions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<String>,
+    /// The arguments the approval is pinned to: it runs with exactly these.
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    arguments: Value,
     description: String,
     /// pending, approved, executing, completed, failed, denied, reported or expired.
     status: String,
@@ -78,6 +84,8 @@ impl Tool for GetApprovalStatus {
         Ok(StatusOutput {
             approval_id: r.id.to_string(),
             tool: r.tool,
+            action: r.action,
+            arguments: r.arguments,
             description: r.description,
             status: r.status.to_string(),
             reason: r.reason,
