@@ -14,7 +14,7 @@ use axum::{
 };
 use breeze_core::{AlertCondition, Comparison, DeviceId, Metric, OrgId, Severity};
 use breeze_store::{AlertRule, NewRule, RuleTarget, testing::Ctx};
-use common::browser::{Browser, get, html, location, post_form, sign_in};
+use common::browser::{admin_of, event_arrives, events, get, html, location, post_form, sign_in};
 use common::{World, send, world};
 use uuid::Uuid;
 
@@ -88,29 +88,6 @@ async fn device(
         .unwrap()
         .id
         .to_string()
-}
-
-/// A person who is Administrator in `org` only (so `org-b` is another organization to them).
-async fn admin_of(w: &World, email: &str, org: OrgId) {
-    let s = &w.store;
-    let partner = s.find_partner("p").await.unwrap();
-    let u = s
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner.id,
-                org_id: None,
-                email: email.into(),
-                name: "Tess Tech".into(),
-                password_hash: breeze_auth::password::hash(common::PASSWORD).unwrap(),
-            },
-            common::audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(partner.id, "Administrator").await.unwrap();
-    s.assign_role(u.id, org, role.id, common::audit("r"))
-        .await
-        .unwrap();
 }
 
 async fn status_of(w: &World, org: OrgId, alert: Uuid) -> String {
@@ -263,50 +240,13 @@ async fn overview_shows_the_fleet_at_a_glance_with_links(cx: Ctx) {
     }
 }
 
-/// Reads the event stream `body` until an event named `name` arrives; false after `within`.
-async fn event_arrives(body: &mut Body, name: &str, within: std::time::Duration) -> bool {
-    use http_body_util::BodyExt;
-    let wanted = format!("event: {name}\n");
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(Some(Ok(frame))) => frame,
-            _ => return false,
-        };
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-            if seen.contains(&wanted) {
-                return true;
-            }
-        }
-    }
-}
-
-async fn events(w: &World, who: &Browser) -> Body {
-    use tower::ServiceExt;
-    let res = w
-        .app
-        .clone()
-        .oneshot(
-            Request::get("/o/org-a/events")
-                .header(header::COOKIE, &who.cookie)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    res.into_body()
-}
-
 async fn alerts_inbox_lists_filters_and_arrives_live(cx: Ctx) {
     let w = world(&cx).await;
     let admin = sign_in(&w.app, "admin@p.test").await;
     let db = device(&w, w.org_a, "db-07", breeze_core::DeviceStatus::Online).await;
     let hot = rule(&w, w.org_a, "CPU hot", Severity::High).await;
     let low = rule(&w, w.org_a, "CPU warm", Severity::Low).await;
-    let mut stream = events(&w, &admin).await;
+    let mut stream = events(&w, "org-a", &admin).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let a1 = raise(&w, w.org_a, &hot, &w.a_device).await;
     assert!(
@@ -1162,7 +1102,410 @@ async fn device_list_shows_alerts_and_updates(cx: Ctx) {
     assert!(html(&r).contains("1 active"));
 }
 
+/// A library script of `org`; its id.
+async fn script(w: &World, org: OrgId, name: &str) -> String {
+    w.store
+        .org(org)
+        .scripts()
+        .create_script(
+            breeze_store::NewScript {
+                name: name.into(),
+                description: "says hello".into(),
+                language: "bash".into(),
+                category: "maintenance".into(),
+                body: "echo hello".into(),
+                parameters: vec![],
+                created_by: "test".into(),
+            },
+            common::audit("script.create"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string()
+}
+
+/// A static group of `org`; its id.
+async fn group(w: &World, org: OrgId, name: &str) -> String {
+    w.store
+        .org(org)
+        .tenancy()
+        .create_group(name, None, None, common::audit("g"))
+        .await
+        .unwrap()
+        .id
+        .to_string()
+}
+
+async fn groups_of(w: &World, org: OrgId, device: &str) -> Vec<String> {
+    w.store
+        .org(org)
+        .tenancy()
+        .groups_of_device(DeviceId(device.parse().unwrap()))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.name)
+        .collect()
+}
+
+/// The query value `key` of a redirect's target, decoded.
+fn outcome(r: &common::Reply, key: &str) -> String {
+    let to = location(r);
+    let q = to.split_once('?').map_or("", |(_, q)| q);
+    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
+/// The device page's actions are tool calls through the pipeline: a group joined and left, a
+/// maintenance window opened, a script run (refused by the tool for an offline device, with
+/// the tool's reason); each leaves the tool's own audit record. A Read Only person sees no
+/// action and is refused; a forged post is refused; another organization's device is 404.
+async fn device_page_actions_are_the_tools_own_calls(cx: Ctx) {
+    let w = world(&cx).await;
+    let gid = group(&w, w.org_a, "Web servers").await;
+    let sid = script(&w, w.org_a, "Say hello").await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let page_uri = format!("/o/org-a/devices/{}", w.a_device);
+    let r = get(&w.app, &page_uri, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = html(&r);
+    for needle in [
+        "id=\"device-actions\"",
+        "value=\"run_script\"",
+        "Say hello",
+        "value=\"service_restart\"",
+        "value=\"security_scan\"",
+        "value=\"patch_scan\"",
+        "value=\"maintenance\"",
+        "value=\"add_to_group\"",
+        "Web servers",
+    ] {
+        assert!(page.contains(needle), "{needle} missing");
+    }
+    let back = page_uri.as_str();
+    // Add to a group: manage_groups add_devices, as MCP would call it.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.a_device),
+                ("group", &gid),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert!(location(&r).starts_with(back), "{}", location(&r));
+    assert!(
+        outcome(&r, "failed").is_empty(),
+        "{}",
+        outcome(&r, "failed")
+    );
+    assert_eq!(groups_of(&w, w.org_a, &w.a_device).await, ["Web servers"]);
+    let r = get(&w.app, location(&r), &admin.cookie).await;
+    assert!(html(&r).contains("id=\"notice\""));
+    assert!(html(&r).contains("aria-label=\"Remove from Web servers\""));
+    // …and leave it.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "remove_from_group"),
+                ("id", &w.a_device),
+                ("group", &gid),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert!(
+        outcome(&r, "failed").is_empty(),
+        "{}",
+        outcome(&r, "failed")
+    );
+    assert!(groups_of(&w, w.org_a, &w.a_device).await.is_empty());
+    // Maintenance mode: a window on the device, from now, for the hours given.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "maintenance"),
+                ("id", &w.a_device),
+                ("hours", "3"),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert!(
+        outcome(&r, "failed").is_empty(),
+        "{}",
+        outcome(&r, "failed")
+    );
+    let windows = w
+        .store
+        .org(w.org_a)
+        .maintenance()
+        .list_windows()
+        .await
+        .unwrap();
+    assert_eq!(windows.len(), 1);
+    assert_eq!(windows[0].name, "Maintenance mode: web-01");
+    assert_eq!(
+        windows[0].target_device_id.map(|d| d.to_string()),
+        Some(w.a_device.clone())
+    );
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "maintenance"),
+                ("id", &w.a_device),
+                ("hours", "500"),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert!(
+        outcome(&r, "failed").contains("1 to 72 hours"),
+        "{}",
+        location(&r)
+    );
+    // Run a script: run_script itself, as the signed-in person.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "run_script"),
+                ("id", &w.a_device),
+                ("script", &sid),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    // web-01 is online with no agent connected: the tool queues the command and waits for the
+    // agent, past what a page waits for, so the page says it is running; the command is the
+    // tool's, in the device's recent commands.
+    let said = format!("{}{}", outcome(&r, "done"), outcome(&r, "failed"));
+    assert!(said.contains("still running"), "{said}");
+    let r = get(&w.app, &page_uri, &admin.cookie).await;
+    assert!(html(&r).contains("<code>Say hello</code>"), "{}", html(&r));
+    // A parameter the script does not declare: the tool's validation, worded by the tool.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "run_script"),
+                ("id", &w.a_device),
+                ("script", &sid),
+                ("params", "colour=blue"),
+                ("back", back),
+            ],
+        )
+        .await;
+    assert!(outcome(&r, "failed").contains("colour"), "{}", location(&r));
+    // Each change is the tool's audit record.
+    let membership = records(&w, w.org_a, "device_group.membership").await;
+    assert_eq!(membership.len(), 2);
+    assert_eq!(
+        membership[0].event.actor.to_string(),
+        format!("user:{}", w.admin)
+    );
+    assert_eq!(
+        records(&w, w.org_a, "maintenance_window.create")
+            .await
+            .len(),
+        1
+    );
+
+    // Read Only: no actions, and a post is refused.
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = get(&w.app, &page_uri, &viewer.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!html(&r).contains("id=\"device-actions\""));
+    let r = get(&w.app, "/o/org-a/devices", &viewer.cookie).await;
+    assert!(!html(&r).contains("id=\"bulk-devices\""));
+    let r = viewer
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.a_device),
+                ("group", &gid),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(groups_of(&w, w.org_a, &w.a_device).await.is_empty());
+    // A forged post (no CSRF token) and an unknown action are refused.
+    let r = post_form(
+        &w.app,
+        "/o/org-a/devices/act",
+        &admin.cookie,
+        &[
+            ("action", "add_to_group"),
+            ("id", &w.a_device),
+            ("group", &gid),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[("action", "format_disk"), ("id", &w.a_device)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(groups_of(&w, w.org_a, &w.a_device).await.is_empty());
+    // Another organization's device, through A's URL or B's for a person of A only: 404.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.b_device),
+                ("group", &gid),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    admin_of(&w, "ops@p.test", w.org_a).await;
+    let ops = sign_in(&w.app, "ops@p.test").await;
+    let b_group = group(&w, w.org_b, "B group").await;
+    let r = ops
+        .post(
+            &w.app,
+            "/o/org-b/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.b_device),
+                ("group", &b_group),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(groups_of(&w, w.org_b, &w.b_device).await.is_empty());
+    // A's device with B's group: the tool refuses it as not found, nothing joins.
+    let r = ops
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.a_device),
+                ("group", &b_group),
+            ],
+        )
+        .await;
+    assert!(!outcome(&r, "failed").is_empty(), "{}", location(&r));
+    assert!(groups_of(&w, w.org_a, &w.a_device).await.is_empty());
+}
+
+/// The device list's selection: checkboxes on each row and one action on many devices.
+async fn device_list_acts_on_a_selection(cx: Ctx) {
+    let w = world(&cx).await;
+    let second = device(&w, w.org_a, "web-02", breeze_core::DeviceStatus::Online).await;
+    let gid = group(&w, w.org_a, "Patch ring 1").await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let r = get(&w.app, "/o/org-a/devices", &admin.cookie).await;
+    let page = html(&r);
+    assert!(page.contains("id=\"bulk-devices\""));
+    assert!(page.contains(&format!(
+        "name=\"id\" value=\"{}\" form=\"bulk-devices\"",
+        w.a_device
+    )));
+    let r = get(&w.app, "/o/org-a/devices/rows?page=1", &admin.cookie).await;
+    assert!(html(&r).contains("form=\"bulk-devices\""));
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "add_to_group"),
+                ("id", &w.a_device),
+                ("id", &second),
+                ("group", &gid),
+                ("back", "/o/org-a/devices?status=online"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert!(
+        location(&r).starts_with("/o/org-a/devices?status=online&done="),
+        "{}",
+        location(&r)
+    );
+    assert_eq!(groups_of(&w, w.org_a, &w.a_device).await, ["Patch ring 1"]);
+    assert_eq!(groups_of(&w, w.org_a, &second).await, ["Patch ring 1"]);
+    let r = get(&w.app, location(&r), &admin.cookie).await;
+    assert!(html(&r).contains("id=\"notice\""));
+    // Maintenance on two devices: a window each.
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "maintenance"),
+                ("id", &w.a_device),
+                ("id", &second),
+                ("hours", "1"),
+            ],
+        )
+        .await;
+    assert!(outcome(&r, "failed").is_empty(), "{}", location(&r));
+    assert_eq!(
+        w.store
+            .org(w.org_a)
+            .maintenance()
+            .list_windows()
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // Nothing selected; a selection with another organization's device (nothing is done).
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[("action", "security_scan")],
+        )
+        .await;
+    assert!(outcome(&r, "failed").contains("Select at least one"));
+    let r = admin
+        .post(
+            &w.app,
+            "/o/org-a/devices/act",
+            &[
+                ("action", "remove_from_group"),
+                ("id", &w.a_device),
+                ("id", &w.b_device),
+                ("group", &gid),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(groups_of(&w, w.org_a, &w.a_device).await, ["Patch ring 1"]);
+}
+
 breeze_store::on_both_backends!(
+    device_page_actions_are_the_tools_own_calls,
+    device_list_acts_on_a_selection,
     device_list_shows_alerts_and_updates,
     approvals_name_the_ai_client_that_asked,
     unknown_paths_answer_the_html_404_page,

@@ -11,7 +11,8 @@ use axum::{
 };
 use breeze_store::testing::Ctx;
 use common::browser::{
-    Browser, ORIGIN, cookie_value, get, hidden, html, location, post_form, sign_in,
+    Browser, ORIGIN, admin_of, cookie_value, event_arrives, events, get, hidden, html, location,
+    post_form, sign_in,
 };
 use common::{PASSWORD, World, send, world};
 
@@ -393,29 +394,6 @@ async fn pending_in(w: &World, org: breeze_core::OrgId, skip: usize) -> String {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     panic!("no approval request appeared")
-}
-
-/// A user who is Administrator in `org` only.
-async fn admin_of(w: &World, email: &str, org: breeze_core::OrgId) {
-    let s = &w.store;
-    let partner = s.find_partner("p").await.unwrap();
-    let u = s
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner.id,
-                org_id: None,
-                email: email.into(),
-                name: "Other".into(),
-                password_hash: breeze_auth::password::hash(PASSWORD).unwrap(),
-            },
-            common::audit("u"),
-        )
-        .await
-        .unwrap();
-    let role = s.find_role(partner.id, "Administrator").await.unwrap();
-    s.assign_role(u.id, org, role.id, common::audit("r"))
-        .await
-        .unwrap();
 }
 
 async fn status_of(w: &World, org: breeze_core::OrgId, id: &str) -> String {
@@ -1155,48 +1133,6 @@ async fn ten_thousand_devices_list_quickly(cx: Ctx) {
     println!("devices page at 10,001 devices: {times:?}, {bytes} bytes");
     // Generous for an unoptimized build on a shared machine; the release figure is reported.
     assert!(times.iter().all(|t| t.as_millis() < 1000), "{times:?}");
-}
-
-/// Reads the event stream `body` until an event named `name` arrives; false after `within`.
-async fn event_arrives(body: &mut Body, name: &str, within: std::time::Duration) -> bool {
-    use http_body_util::BodyExt;
-    let wanted = format!("event: {name}\n");
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Ok(Some(Ok(frame))) => frame,
-            _ => return false,
-        };
-        if let Ok(data) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&data));
-            if seen.contains(&wanted) {
-                return true;
-            }
-        }
-    }
-}
-
-/// Opens `/o/{org}/events` as `who`; the streaming body.
-async fn events(w: &World, org: &str, who: &Browser) -> Body {
-    use tower::ServiceExt;
-    let res = w
-        .app
-        .clone()
-        .oneshot(
-            Request::get(format!("/o/{org}/events"))
-                .header(header::COOKIE, &who.cookie)
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(
-        res.headers().get(header::CONTENT_TYPE).unwrap(),
-        "text/event-stream"
-    );
-    res.into_body()
 }
 
 /// The attack: one Read Only session opening live streams without end (each a task polling

@@ -437,29 +437,9 @@ async fn act(
         ))
         .await;
     }
-    let m = match action.as_str() {
-        "acknowledge" => AlertMove::Acknowledge,
-        "resolve" => AlertMove::Resolve,
-        "suppress" => {
-            let hours: u32 = match field("hours").as_str() {
-                "" => 4,
-                h => match h.parse() {
-                    Ok(n) if (1..=breeze_store::MAX_SUPPRESS_MINUTES / 60).contains(&n) => n,
-                    _ => {
-                        return refuse(format!(
-                            "Suppress for 1 to {} hours.",
-                            breeze_store::MAX_SUPPRESS_MINUTES / 60
-                        ))
-                        .await;
-                    }
-                },
-            };
-            AlertMove::Suppress {
-                until: state.clock.now() + chrono::Duration::hours(i64::from(hours)),
-            }
-        }
-        // `tool_operation` refused anything else already; kept for the match.
-        other => return refuse(format!("Unknown action {other:?}.")).await,
+    let m = match alert_move(&action, &field("hours"), state.clock.now()) {
+        Ok(m) => m,
+        Err(e) => return refuse(e).await,
     };
     let desk = AlertDesk::new(
         scope.store(&state).alerts(),
@@ -470,36 +450,69 @@ async fn act(
         .apply_many(&parsed, m, (!note.is_empty()).then_some(note.as_str()))
         .await
         .map_err(|breeze_domain::Error::Store(e)| PageError::from(e))?;
-    let done = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
-    let failed: Vec<String> = outcomes
-        .iter()
-        .filter_map(|(_, o)| o.as_ref().err().cloned())
-        .collect();
     // A single alert that is not this organization's (or not there) is a 404, as on its page.
-    if parsed.len() == 1 && failed.first().is_some_and(|e| e.starts_with("not found")) {
+    if parsed.len() == 1
+        && outcomes
+            .first()
+            .is_some_and(|(_, o)| o.as_ref().is_err_and(|e| e.starts_with("not found")))
+    {
         return Err(alert_not_found());
     }
-    let mut message = format!(
-        "{done} alert{} {}.",
-        if done == 1 { "" } else { "s" },
-        m.done()
-    );
-    if !failed.is_empty() {
-        let mut reasons = failed.clone();
-        reasons.sort();
-        reasons.dedup();
-        message.push_str(&format!(
-            " {} not changed: {}.",
-            failed.len(),
-            reasons.join("; ")
-        ));
-    }
+    let message = outcome_message(m, &outcomes);
     let sep = if back.contains('?') { '&' } else { '?' };
     let to = format!(
         "{back}{sep}{}",
         serde_urlencoded::to_string([("done", message.as_str())]).unwrap_or_default()
     );
     Ok(Redirect::to(&to).into_response())
+}
+
+/// The move a form asks for: `action`, and for a suppression `hours` (default 4).
+fn alert_move(action: &str, hours: &str, now: breeze_core::Timestamp) -> Result<AlertMove, String> {
+    Ok(match action {
+        "acknowledge" => AlertMove::Acknowledge,
+        "resolve" => AlertMove::Resolve,
+        "suppress" => {
+            let most = breeze_store::MAX_SUPPRESS_MINUTES / 60;
+            let hours: u32 = match hours {
+                "" => 4,
+                h => h
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=most).contains(n))
+                    .ok_or_else(|| format!("Suppress for 1 to {most} hours."))?,
+            };
+            AlertMove::Suppress {
+                until: now + chrono::Duration::hours(i64::from(hours)),
+            }
+        }
+        // `tool_operation` refused anything else already; kept for the match.
+        other => return Err(format!("Unknown action {other:?}.")),
+    })
+}
+
+/// What became of the alerts, in one sentence: how many moved, and why the others did not.
+fn outcome_message(
+    m: AlertMove,
+    outcomes: &[(Uuid, Result<breeze_store::Alert, String>)],
+) -> String {
+    let done = outcomes.iter().filter(|(_, o)| o.is_ok()).count();
+    let mut failed: Vec<&str> = outcomes
+        .iter()
+        .filter_map(|(_, o)| o.as_ref().err().map(String::as_str))
+        .collect();
+    let mut message = format!(
+        "{done} alert{} {}.",
+        if done == 1 { "" } else { "s" },
+        m.done()
+    );
+    if !failed.is_empty() {
+        let n = failed.len();
+        failed.sort_unstable();
+        failed.dedup();
+        message.push_str(&format!(" {n} not changed: {}.", failed.join("; ")));
+    }
+    message
 }
 
 // ---- one alert -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ use breeze_store::{Aggregation, DeviceFilter, MetricPoint};
 use chrono::Duration;
 use serde::Deserialize;
 
+use super::device_actions::{Outcome, Panel};
 use super::{Layout, PageError, Section, SignedIn, render, render_status};
 use crate::{ApiError, AppState};
 
@@ -84,6 +85,8 @@ struct Results {
     rows: Vec<Row>,
     /// Whether the person may read alerts (the alerts column).
     alerts_visible: bool,
+    /// Whether rows have a checkbox for the bulk actions (the person may take one).
+    selectable: bool,
     total: u64,
     from: u64,
     to: u64,
@@ -101,6 +104,8 @@ struct ListPage {
     sites: Vec<Choice>,
     r: Results,
     error: String,
+    panel: Panel,
+    outcome: Outcome,
 }
 
 /// `GET /o/{org}/devices/rows?…`: the results alone, which the list reloads on the live
@@ -263,6 +268,7 @@ async fn listing(
         },
         rows,
         alerts_visible,
+        selectable: Panel::offers_any(state, scope),
         total,
     };
     Ok(Listing {
@@ -287,10 +293,13 @@ async fn list(
     who: SignedIn,
     Path(org): Path<String>,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    outcome: Result<Query<Outcome>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, PageError> {
     let scope = who
         .scope(&state, &org, Operation::read(Permission::DevicesRead))
         .await?;
+    let panel = Panel::load(&state, &scope, &who.csrf, None).await?;
+    let outcome = outcome.map(|Query(o)| o.trimmed()).unwrap_or_default();
     let Listing {
         search,
         query: q,
@@ -336,6 +345,8 @@ async fn list(
             search,
             r: results,
             error: problems.join("; "),
+            panel,
+            outcome,
         },
     )
 }
@@ -679,6 +690,8 @@ struct DevicePage {
     notes: Vec<Note>,
     commands: Vec<CommandView>,
     pending: Vec<PendingView>,
+    panel: Panel,
+    outcome: Outcome,
 }
 
 fn gib(bytes: u64) -> String {
@@ -690,6 +703,7 @@ async fn show(
     who: SignedIn,
     Path((org, id)): Path<(String, String)>,
     Query(q): Query<WindowQuery>,
+    Query(outcome): Query<Outcome>,
 ) -> Result<Response, PageError> {
     let scope = who
         .scope(&state, &org, Operation::read(Permission::DevicesRead))
@@ -906,6 +920,7 @@ async fn show(
         })
         .collect();
     let charts = charts(&state, store, device_id, window).await?;
+    let panel = Panel::load(&state, &scope, &who.csrf, Some(device_id)).await?;
     let mut l = Layout::for_user(
         &state,
         &who,
@@ -937,6 +952,8 @@ async fn show(
         notes,
         commands,
         pending,
+        panel,
+        outcome: outcome.trimmed(),
     })
 }
 

@@ -12,12 +12,14 @@
 //! Organization pages live under `/o/{org}/…` (`{org}` is the slug), so the organization is
 //! part of every URL: bookmarkable, and the switcher is a set of links.
 
+mod actions;
 mod alerts;
 mod approvals;
 pub(crate) mod assets;
 mod audit;
 mod chat;
 pub(crate) mod csrf;
+mod device_actions;
 mod devices;
 pub(crate) mod events;
 pub(crate) mod layout;
@@ -62,6 +64,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(audit::router())
         .merge(chat::router())
         .merge(devices::router())
+        .merge(device_actions::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
         .merge(settings::router())
@@ -309,18 +312,30 @@ async fn no_such_page() -> PageError {
 /// The operation tool `tool`'s action `action` declares: what the guard judges that call by.
 /// A page offering the same change is authorized by this very declaration, so the page and
 /// the tool cannot disagree. An unknown tool or action is never allowed (fail closed).
+/// A tool without actions (`run_script`) is judged by its own tier and permission.
 pub(crate) fn tool_operation(state: &AppState, tool: &str, action: &str) -> Operation {
-    let args = serde_json::json!({ "action": action });
     match state.pipeline.registry().get(tool) {
-        Some(spec) if spec.action(&args).is_some() => Operation {
-            tier: spec.effective_tier(&args),
-            permission: spec.permission_for(&args),
-        },
+        Some(spec)
+            if spec.actions.is_empty() || spec.action(&action_args(spec, action)).is_some() =>
+        {
+            let args = action_args(spec, action);
+            Operation {
+                tier: spec.effective_tier(&args),
+                permission: spec.permission_for(&args),
+            }
+        }
         _ => Operation {
             tier: Tier::T4,
             permission: Permission::SettingsManage,
         },
     }
+}
+
+/// A call of `spec` naming `action` (under the tool's own action key).
+fn action_args(spec: &breeze_tools::ToolSpec, action: &str) -> serde_json::Value {
+    let mut args = serde_json::Map::new();
+    args.insert(spec.action_key.to_owned(), action.into());
+    serde_json::Value::Object(args)
 }
 
 /// Whether the scope's caller may do `op` now, by the one permission model: what decides if a

@@ -116,3 +116,72 @@ pub(crate) async fn sign_in(app: &Router, email: &str) -> Browser {
     let csrf = hidden(html(&r), "csrf");
     Browser { cookie, csrf }
 }
+
+/// A person who is Administrator in `org` only (so `org-b` is another organization to them).
+pub(crate) async fn admin_of(w: &super::World, email: &str, org: breeze_core::OrgId) {
+    let s = &w.store;
+    let partner = s.find_partner("p").await.unwrap();
+    let u = s
+        .create_user(
+            breeze_store::NewUser {
+                partner_id: partner.id,
+                org_id: None,
+                email: email.into(),
+                name: "Other".into(),
+                password_hash: breeze_auth::password::hash(super::PASSWORD).unwrap(),
+            },
+            super::audit("u"),
+        )
+        .await
+        .unwrap();
+    let role = s.find_role(partner.id, "Administrator").await.unwrap();
+    s.assign_role(u.id, org, role.id, super::audit("r"))
+        .await
+        .unwrap();
+}
+
+/// Reads the event stream `body` until an event named `name` arrives; false after `within`.
+pub(crate) async fn event_arrives(
+    body: &mut Body,
+    name: &str,
+    within: std::time::Duration,
+) -> bool {
+    use http_body_util::BodyExt;
+    let wanted = format!("event: {name}\n");
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            _ => return false,
+        };
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+            if seen.contains(&wanted) {
+                return true;
+            }
+        }
+    }
+}
+
+/// Opens `/o/{org}/events` as `who`; the streaming body.
+pub(crate) async fn events(w: &super::World, org: &str, who: &Browser) -> Body {
+    use tower::ServiceExt;
+    let res = w
+        .app
+        .clone()
+        .oneshot(
+            Request::get(format!("/o/{org}/events"))
+                .header(header::COOKIE, &who.cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        res.headers().get(header::CONTENT_TYPE).unwrap(),
+        "text/event-stream"
+    );
+    res.into_body()
+}
