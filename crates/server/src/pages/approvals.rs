@@ -17,7 +17,7 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
     routing::get,
 };
-use breeze_core::{ApprovalStatus, Operation, Permission, Timestamp, UserId};
+use breeze_core::{ApprovalStatus, Operation, Permission, Timestamp};
 use breeze_pipeline::approvals::{DecideError, DecisionRequest, decide, find_for};
 use breeze_store::{ApprovalRecord, Decision};
 use serde::Deserialize;
