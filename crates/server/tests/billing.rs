@@ -15,12 +15,9 @@
 
 mod common;
 
-use breeze_auth::CreateApiKey;
-use breeze_core::{
-    BillingPeriod, Clock, ContractStatus, Currency, Money, OrgId, Quantity, Scope, ScopeSet, UserId,
-};
+use breeze_core::{BillingPeriod, Clock, ContractStatus, Currency, Money, OrgId, Quantity, Scope};
 use breeze_store::{NewContract, NewContractLine, NewLine, testing::Ctx};
-use common::{World, audit, code, tool, world};
+use common::{World, api_key, audit, code, ok, tool, user_with, why, world};
 use serde_json::{Value, json};
 
 const CATALOG: &str = "manage_catalog";
@@ -28,92 +25,61 @@ const CONTRACTS: &str = "manage_contracts";
 const INVOICES: &str = "manage_invoices";
 const QUOTES: &str = "manage_quotes";
 
-async fn key(w: &World, org: OrgId, user: UserId, scopes: &[Scope]) -> String {
-    let (secret, _) = w
-        .state
-        .auth
-        .create_api_key(
-            CreateApiKey {
-                org_id: org,
-                user_id: user,
-                name: "k".into(),
-                scopes: ScopeSet::new(scopes.iter().copied()),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    secret.expose().to_owned()
+/// An execute key of the world's administrator in `org`.
+async fn exec_key(w: &World, org: OrgId) -> String {
+    api_key(w, org, w.admin, &[Scope::AiExecute]).await
 }
 
-/// The refusal's code, whether a tool error or a JSON-RPC error (scope refusals are).
-fn why(v: &Value) -> &str {
-    v["rpcError"]["data"]["code"]
-        .as_str()
-        .unwrap_or_else(|| code(v))
-}
-
-async fn ok(app: &axum::Router, key: &str, name: &str, args: Value) -> Value {
-    let r = tool(app, key, name, args.clone()).await;
-    assert_eq!(code(&r), "", "{name} {args}: {r}");
-    assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
-    r
+/// The id of the `what` (`item`, `contract`, `invoice`, `quote`) a call that must succeed
+/// created or returned.
+async fn create(app: &axum::Router, key: &str, name: &str, args: Value, what: &str) -> String {
+    id_of(&ok(app, key, name, args).await, what)
 }
 
 fn id_of(v: &Value, what: &str) -> String {
     v[what]["id"].as_str().unwrap().to_owned()
 }
 
-/// A user of the world's partner with the built-in role `role` in organization A.
-async fn user_with(w: &World, role: &str, email: &str) -> UserId {
-    let partner = w
-        .store
-        .org(w.org_a)
-        .tenancy()
-        .organization()
-        .await
-        .unwrap()
-        .partner_id;
-    let u = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner,
-                org_id: None,
-                email: email.into(),
-                name: email.into(),
-                password_hash: "x".into(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let r = w.store.find_role(partner, role).await.unwrap();
-    w.store
-        .assign_role(u.id, w.org_a, r.id, audit("r"))
-        .await
-        .unwrap();
-    u.id
+/// A catalog item of organization A's partner, made with the write key; its id.
+async fn item(w: &World, name: &str, kind: &str, price: &str, currency: &str, tax: u32) -> String {
+    create(
+        &w.app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "create", "name": name, "kind": kind, "unitPrice": price,
+                "currency": currency, "taxBp": tax }),
+        "item",
+    )
+    .await
+}
+
+/// An empty draft invoice in USD, made with `key`; its id.
+async fn draft_invoice(app: &axum::Router, key: &str) -> String {
+    create(
+        app,
+        key,
+        INVOICES,
+        json!({ "action": "create", "currency": "USD" }),
+        "invoice",
+    )
+    .await
 }
 
 async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
-    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
+    let exec = exec_key(&w, w.org_a).await;
+    let b_key = exec_key(&w, w.org_b).await;
 
     // B's contract, through B's own key; and an item of another partner's catalog.
-    let b_contract = id_of(
-        &ok(
-            app,
-            &b_key,
-            CONTRACTS,
-            json!({ "action": "create", "name": "B's", "currency": "USD" }),
-        )
-        .await,
+    let b_contract = create(
+        app,
+        &b_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "B's", "currency": "USD" }),
         "contract",
-    );
+    )
+    .await;
     let q = w.store.create_partner("Q", "q", audit("p")).await.unwrap();
     let q_org = w
         .store
@@ -140,27 +106,16 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         .unwrap()
         .id
         .to_string();
-    let mine = id_of(
-        &ok(
-            app,
-            &exec,
-            CATALOG,
-            json!({ "action": "create", "name": "Mine", "kind": "service",
+    let mine = create(
+        app,
+        &exec,
+        CATALOG,
+        json!({ "action": "create", "name": "Mine", "kind": "service",
                     "unitPrice": "10", "currency": "USD" }),
-        )
-        .await,
         "item",
-    );
-    let draft = id_of(
-        &ok(
-            app,
-            &exec,
-            INVOICES,
-            json!({ "action": "create", "currency": "USD" }),
-        )
-        .await,
-        "invoice",
-    );
+    )
+    .await;
+    let draft = draft_invoice(app, &exec).await;
 
     for (name, args) in [
         ("get_contract", json!({ "contractId": b_contract })),
@@ -291,17 +246,15 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     }
     // An administrator's write key: the whole catalog, and contract drafts.
     ok(app, &w.write, "search_catalog", json!({})).await;
-    let item = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Backup", "kind": "service", "sku": "BK-1",
+    let item = create(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "create", "name": "Backup", "kind": "service", "sku": "BK-1",
                     "unitPrice": "25.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
         "item",
-    );
+    )
+    .await;
     let r = tool(
         app,
         &w.write,
@@ -311,16 +264,14 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     )
     .await;
     assert_eq!(code(&r), "CONFLICT", "a SKU is unique in the catalog: {r}");
-    let contract = id_of(
-        &ok(
-            app,
-            &w.write,
-            CONTRACTS,
-            json!({ "action": "create", "name": "Managed services", "currency": "USD" }),
-        )
-        .await,
+    let contract = create(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Managed services", "currency": "USD" }),
         "contract",
-    );
+    )
+    .await;
     let with_line = ok(
         app,
         &w.write,
@@ -343,7 +294,7 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         .await;
         assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{action} is Tier 3: {r}");
     }
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let exec = exec_key(&w, w.org_a).await;
     let pending = tool(
         app,
         &exec,
@@ -367,7 +318,7 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
 
     // A technician holds no catalog or contract permission.
     let tech = user_with(&w, "Technician", "tech@p.test").await;
-    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    let tech_key = api_key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
     for (name, args) in [
         ("search_catalog", json!({})),
         ("get_catalog_item", json!({ "itemId": item })),
@@ -392,17 +343,15 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         .unwrap();
     // A user the server has not seen yet (permissions are cached per user for a while).
     let drafter = user_with(&w, "Technician", "drafter@p.test").await;
-    let tech_key = key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
-    let mine = id_of(
-        &ok(
-            app,
-            &tech_key,
-            CONTRACTS,
-            json!({ "action": "create", "name": "Tech's", "currency": "EUR" }),
-        )
-        .await,
+    let tech_key = api_key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
+    let mine = create(
+        app,
+        &tech_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Tech's", "currency": "EUR" }),
         "contract",
-    );
+    )
+    .await;
     ok(
         app,
         &tech_key,
@@ -467,29 +416,9 @@ async fn lines_sum_to_totals(cx: Ctx) {
         ("Office seat", "software", "12.50", 0),
         ("Onboarding", "service", "95.00", 825),
     ] {
-        items.push(id_of(
-            &ok(
-                app,
-                &w.write,
-                CATALOG,
-                json!({ "action": "create", "name": name, "kind": kind, "unitPrice": price,
-                        "currency": "USD", "taxBp": tax }),
-            )
-            .await,
-            "item",
-        ));
+        items.push(item(&w, name, kind, price, "USD", tax).await);
     }
-    let bundle = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "New starter", "kind": "bundle",
-                    "unitPrice": "1250.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
-        "item",
-    );
+    let bundle = item(&w, "New starter", "bundle", "1250.00", "USD", 2000).await;
     for (c, q) in [(&items[0], "1"), (&items[1], "2")] {
         ok(
             app,
@@ -513,17 +442,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         "{got}"
     );
     items.push(bundle);
-    let eur = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Euro thing", "kind": "hardware",
-                    "unitPrice": "5", "currency": "EUR" }),
-        )
-        .await,
-        "item",
-    );
+    let eur = item(&w, "Euro thing", "hardware", "5", "EUR", 0).await;
 
     let invoices = w.store.org(w.org_a).invoices();
     // A small deterministic generator: the same "random" lines on every run.
@@ -535,16 +454,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         seed % n
     };
     for round in 0..4 {
-        let draft = id_of(
-            &ok(
-                app,
-                &w.write,
-                INVOICES,
-                json!({ "action": "create", "currency": "USD" }),
-            )
-            .await,
-            "invoice",
-        );
+        let draft = draft_invoice(app, &w.write).await;
         let id: uuid::Uuid = draft.parse().unwrap();
         for _ in 0..(3 + next(6)) {
             if next(2) == 0 {
@@ -607,16 +517,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         json!({ "action": "set_price_override", "itemId": items[1], "unitPrice": "10.00" }),
     )
     .await;
-    let draft = id_of(
-        &ok(
-            app,
-            &w.write,
-            INVOICES,
-            json!({ "action": "create", "currency": "USD" }),
-        )
-        .await,
-        "invoice",
-    );
+    let draft = draft_invoice(app, &w.write).await;
     let with = ok(
         app,
         &w.write,
@@ -757,7 +658,7 @@ async fn each_closed_period_bills_once(cx: Ctx) {
     );
 
     // The tools show the history.
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
+    let exec = api_key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
     let got = ok(
         &w.app,
         &exec,
@@ -786,19 +687,9 @@ async fn each_closed_period_bills_once(cx: Ctx) {
 async fn quotes_draft_send_and_isolation(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
-    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
-    let item = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Firewall", "kind": "hardware",
-                    "unitPrice": "499.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
-        "item",
-    );
+    let b_key = exec_key(&w, w.org_b).await;
+    let exec = exec_key(&w, w.org_a).await;
+    let item = item(&w, "Firewall", "hardware", "499.00", "USD", 2000).await;
     let q = ok(
         app,
         &w.write,
@@ -877,7 +768,7 @@ async fn quotes_draft_send_and_isolation(cx: Ctx) {
     .await;
     assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "send is Tier 3: {r}");
     let tech = user_with(&w, "Technician", "tech@p.test").await;
-    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    let tech_key = api_key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
     let r = tool(
         app,
         &tech_key,

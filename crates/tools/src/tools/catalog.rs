@@ -27,7 +27,7 @@ pub(crate) fn register(r: &mut Registry) {
     r.register::<SearchCatalog>();
 }
 
-const ITEM_NOT_FOUND: &str = "Catalog item not found or access denied";
+use ledger::CATALOG_ITEM_NOT_FOUND as ITEM_NOT_FOUND;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -147,16 +147,19 @@ pub(crate) struct CatalogOutput {
 }
 
 fn catalog_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("catalog item") => ToolError::not_found(ITEM_NOT_FOUND),
-        StoreError::NotFound("bundle component") => {
-            ToolError::not_found("That item is not a component of this bundle")
-        }
-        StoreError::NotFound("price override") => {
-            ToolError::not_found("This organization has no price override for the item")
-        }
-        other => other.into(),
-    }
+    ledger::missing(
+        e,
+        &[
+            (
+                "bundle component",
+                "That item is not a component of this bundle",
+            ),
+            (
+                "price override",
+                "This organization has no price override for the item",
+            ),
+        ],
+    )
 }
 
 fn item_id(raw: Option<&str>, field: &str) -> Result<Uuid, ToolError> {

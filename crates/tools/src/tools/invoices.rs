@@ -7,7 +7,7 @@
 //! voiding a payment are Tier 3 with `invoices.send`. Amounts are decimal strings with an
 //! ISO 4217 currency in, and `{amount, minor, currency}` out; no floating point anywhere.
 
-use breeze_core::{InvoiceStatus, Money, Permission, Quantity};
+use breeze_core::{InvoiceStatus, Money, Permission};
 use breeze_store::{Invoice, InvoiceLine, NewLine, Payment, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,10 @@ use uuid::Uuid;
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    ledger::{self, MoneyView, Named, currency_arg, currency_or},
+    ledger::{
+        self, MoneyView, Named, PricedLineView, TotalsView, currency_arg, currency_or,
+        ledger_output, priced_line_view,
+    },
     tickets::resolve_ticket,
 };
 use crate::reach::{self, Reach};
@@ -49,41 +52,23 @@ impl From<InvoiceStatusArg> for InvoiceStatus {
     }
 }
 
+/// An invoice line: a priced line and what it bills.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct LineView {
-    id: String,
-    position: i64,
-    kind: String,
-    description: String,
-    quantity: String,
-    unit_price: MoneyView,
-    amount: MoneyView,
-    /// Basis points: 2000 = 20 %.
-    tax_bp: i64,
-    tax: MoneyView,
+    #[serde(flatten)]
+    line: PricedLineView,
     time_entry_id: Option<String>,
     part_id: Option<String>,
-    catalog_item_id: Option<String>,
     contract_id: Option<String>,
 }
 
 impl From<InvoiceLine> for LineView {
     fn from(l: InvoiceLine) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, l.currency));
         Self {
-            id: l.id.to_string(),
-            position: l.position,
-            kind: l.kind.to_string(),
-            quantity: Quantity(l.quantity_milli).decimal(),
-            unit_price: m(l.unit_price_minor),
-            amount: m(l.amount_minor),
-            tax_bp: l.tax_bp,
-            tax: m(l.tax_minor),
-            description: l.description,
+            line: priced_line_view!(&l),
             time_entry_id: l.time_entry_id.map(|i| i.to_string()),
             part_id: l.part_id.map(|i| i.to_string()),
-            catalog_item_id: l.catalog_item_id.map(|i| i.to_string()),
             contract_id: l.contract_id.map(|i| i.to_string()),
         }
     }
@@ -126,9 +111,8 @@ struct InvoiceView {
     org_id: String,
     status: String,
     currency: String,
-    subtotal: MoneyView,
-    tax: MoneyView,
-    total: MoneyView,
+    #[serde(flatten)]
+    totals: TotalsView,
     paid: MoneyView,
     balance: MoneyView,
     notes: Option<String>,
@@ -147,17 +131,14 @@ struct InvoiceView {
 
 impl From<Invoice> for InvoiceView {
     fn from(i: Invoice) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, i.currency));
         Self {
             id: i.id.to_string(),
             number: i.reference(),
             org_id: i.org_id.to_string(),
             status: i.status.to_string(),
             currency: i.currency.to_string(),
-            subtotal: m(i.subtotal_minor),
-            tax: m(i.tax_minor),
-            total: m(i.total_minor),
-            paid: m(i.paid_minor),
+            totals: TotalsView::of(i.currency, i.subtotal_minor, i.tax_minor, i.total_minor),
+            paid: Money::new(i.paid_minor, i.currency).into(),
             balance: i.balance().into(),
             notes: i.notes,
             due_date: i.due_at.map(|t| t.to_rfc3339()),
@@ -173,40 +154,21 @@ impl From<Invoice> for InvoiceView {
     }
 }
 
-/// What each invoice tool returns; one object with the fields that apply.
-#[derive(Debug, Default, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct InvoicesOutput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    invoices: Option<Vec<InvoiceView>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    invoice: Option<InvoiceView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment: Option<PaymentView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    showing: Option<usize>,
-    /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
+ledger_output! {
+    /// What each invoice tool returns; one object with the fields that apply.
+    InvoicesOutput { invoices, invoice: InvoiceView, payment: PaymentView }
 }
 
+/// What "not found" means for each record an invoice action names.
+const MISSING: &[(&str, &str)] = &[
+    ("invoice", INVOICE_NOT_FOUND),
+    ("ticket", "Ticket not found or access denied"),
+    ("invoice line", "Invoice line not found on this draft"),
+    ("payment", "Payment not found on this invoice"),
+];
+
 fn invoice_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("invoice") => ToolError::not_found(INVOICE_NOT_FOUND),
-        StoreError::NotFound("ticket") => ToolError::not_found("Ticket not found or access denied"),
-        StoreError::NotFound("invoice line") => {
-            ToolError::not_found("Invoice line not found on this draft")
-        }
-        StoreError::NotFound("catalog item") => {
-            ToolError::not_found("Catalog item not found or access denied")
-        }
-        StoreError::NotFound("payment") => {
-            ToolError::not_found("Payment not found on this invoice")
-        }
-        other => other.into(),
-    }
+    ledger::missing(e, MISSING)
 }
 
 /// An invoice named by UUID or by number (`INV-000042`, `42`).
@@ -215,12 +177,11 @@ async fn resolve_invoice<R: Reach>(
     raw: Option<&str>,
 ) -> Result<Invoice, ToolError> {
     let invoices = cx.invoices();
-    let found = match ledger::named(raw, "invoiceId", "INV-")? {
-        Some(Named::Number(n)) => invoices.invoice_by_number(n).await,
-        Some(Named::Id(id)) => invoices.get_invoice(id).await,
-        None => return Err(ToolError::not_found(INVOICE_NOT_FOUND)),
-    };
-    found.map_err(invoice_missing)
+    match ledger::named(raw, "invoiceId", "INV-", INVOICE_NOT_FOUND)? {
+        Named::Number(n) => invoices.invoice_by_number(n).await,
+        Named::Id(id) => invoices.get_invoice(id).await,
+    }
+    .map_err(invoice_missing)
 }
 
 async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, i: Invoice) -> Result<InvoiceView, ToolError> {
@@ -265,30 +226,19 @@ impl Tool for ListInvoices {
         cx: &ToolCx<'_, Self::Reach>,
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
-        // A key reaches one organization: naming another finds nothing, as with any id.
-        if let Some(org) = input.org_id.as_deref()
-            && Uuid::parse_str(org).ok() != Some(cx.org_id().0)
-        {
-            return Err(ToolError::not_found(
-                "Organization not found or access denied",
-            ));
-        }
-        let before = ledger::cursor::<Uuid>(input.cursor.as_deref())?;
+        ledger::own_org(cx, input.org_id.as_deref())?;
         let page = cx
             .invoices()
             .list_invoices(
                 input.status.map(Into::into),
-                before,
+                ledger::cursor::<Uuid>(input.cursor.as_deref())?,
                 input.limit.unwrap_or(25),
             )
             .await?;
-        let views: Vec<InvoiceView> = page.invoices.into_iter().map(Into::into).collect();
-        Rendered::of(&InvoicesOutput {
-            showing: Some(views.len()),
-            invoices: Some(views),
-            next_cursor: page.next_before.map(|id| id.to_string()),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::page(
+            ledger::views(page.invoices),
+            page.next_before,
+        ))
     }
 }
 
@@ -320,10 +270,7 @@ impl Tool for GetInvoice {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let inv = resolve_invoice(cx, Some(&input.invoice_id)).await?;
-        Rendered::of(&InvoicesOutput {
-            invoice: Some(full_view(cx, inv).await?),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::record(None, full_view(cx, inv).await?))
     }
 }
 
@@ -428,10 +375,10 @@ impl Tool for ManageInvoices {
             _ => inv.status,
         };
         if inv.status != expected {
-            return Err(ToolError::new(
-                crate::ErrorCode::Conflict,
-                format!("the invoice is {}, not {expected}", inv.status),
-            ));
+            return Err(ledger::conflict(format!(
+                "the invoice is {}, not {expected}",
+                inv.status
+            )));
         }
         // The approver sees, and the call is pinned to, the amounts as they stand.
         Ok(Some(Pin {
@@ -488,10 +435,7 @@ impl Tool for ManageInvoices {
                     .delete_draft(id, audit("delete"))
                     .await
                     .map_err(invoice_missing)?;
-                return Rendered::of(&InvoicesOutput {
-                    message: Some("draft deleted".into()),
-                    ..Default::default()
-                });
+                return Rendered::of(&InvoicesOutput::said("draft deleted"));
             }
             InvoiceAction::AddLine => {
                 let current = inv_id().await?;
@@ -519,11 +463,7 @@ impl Tool for ManageInvoices {
             }
             InvoiceAction::AddCatalogLine => {
                 let id = inv_id().await?.id;
-                let item = uuid_or_missing(
-                    input.catalog_item_id.as_deref(),
-                    "catalogItemId",
-                    "Catalog item not found or access denied",
-                )?;
+                let item = ledger::catalog_item_arg(input.catalog_item_id.as_deref())?;
                 let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
                 let inv = invoices
                     .add_catalog_line(id, item, quantity, audit("add_catalog_line"))
@@ -626,10 +566,9 @@ impl Tool for ManageInvoices {
                 });
             }
         };
-        Rendered::of(&InvoicesOutput {
-            message: Some(message),
-            invoice: Some(full_view(cx, invoice).await?),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::record(
+            Some(message),
+            full_view(cx, invoice).await?,
+        ))
     }
 }
