@@ -718,64 +718,11 @@ impl crate::OrgInvoices<'_> {
         check_text("method", method, 50)?;
         ledger::check_optional("reference", reference, MAX_TEXT)?;
         let inv = self.get_invoice(id).await?;
-        if inv.status != InvoiceStatus::Issued {
-            return Err(StoreError::Conflict(format!(
-                "payments are recorded against issued, unpaid invoices; this one is {}",
-                inv.status
-            )));
-        }
-        if amount.currency != inv.currency {
-            return Err(StoreError::Invalid(format!(
-                "the invoice is in {}, the payment in {}",
-                inv.currency, amount.currency
-            )));
-        }
-        let balance = inv.balance();
-        if amount.minor <= 0 || amount.minor > balance.minor {
-            return Err(StoreError::Invalid(format!(
-                "a payment is more than zero and at most the balance, {balance}"
-            )));
-        }
-        let paid = inv.paid_minor + amount.minor;
-        let status = if paid == inv.total_minor {
-            InvoiceStatus::Paid
-        } else {
-            InvoiceStatus::Issued
-        };
+        payable(&inv, amount)?;
         let now = self.store.clock.now();
-        let pid = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql(
-            "UPDATE invoices SET paid_minor = $1, status = $2, updated_at = $3 WHERE id = $4 \
-             AND org_id = $5 AND paid_minor = $6 AND status = 'issued'",
-        )
-        .bind(paid)
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id)
-        .bind(self.org)
-        .bind(inv.paid_minor)
-        .execute(&mut tx)
-        .await?;
-        ledger::changed(n, "the invoice changed meanwhile; read it again")?;
-        sql(format!(
-            "INSERT INTO invoice_payments (org_id, {PAYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, \
-             $5, $6, $7, $8, $9, $10, $11, $12)"
-        ))
-        .bind(self.org)
-        .bind(pid)
-        .bind(id)
-        .bind(amount.minor)
-        .bind(amount.currency.code())
-        .bind(method)
-        .bind(reference)
-        .bind(now)
-        .bind(recorded_by)
-        .bind(now)
-        .bind(None::<Timestamp>)
-        .bind(None::<String>)
-        .execute(&mut tx)
-        .await?;
+        let (pid, status) =
+            insert_payment(&mut tx, &inv, amount, method, reference, recorded_by, now).await?;
         let details = json!({
             "number": inv.reference(), "paymentId": pid, "amount": amount, "method": method,
             "status": status,
@@ -842,6 +789,84 @@ impl crate::OrgInvoices<'_> {
             .find(|p| p.id == payment)
             .ok_or(StoreError::NotFound("payment"))
     }
+}
+
+/// Whether `amount` can be paid against `inv`: an issued, unpaid invoice, in its currency, more
+/// than zero and at most its balance.
+pub(crate) fn payable(inv: &Invoice, amount: Money) -> Result<()> {
+    if inv.status != InvoiceStatus::Issued {
+        return Err(StoreError::Conflict(format!(
+            "payments are recorded against issued, unpaid invoices; this one is {}",
+            inv.status
+        )));
+    }
+    if amount.currency != inv.currency {
+        return Err(StoreError::Invalid(format!(
+            "the invoice is in {}, the payment in {}",
+            inv.currency, amount.currency
+        )));
+    }
+    let balance = inv.balance();
+    if amount.minor <= 0 || amount.minor > balance.minor {
+        return Err(StoreError::Invalid(format!(
+            "a payment is more than zero and at most the balance, {balance}"
+        )));
+    }
+    Ok(())
+}
+
+/// Records `amount` paid against `inv` (an issued invoice, read before `tx`) in `tx`: the
+/// payment row, and the invoice's paid amount and status, conditionally on the paid amount
+/// read (a concurrent payment makes this a conflict). Returns the payment's id and the
+/// invoice's new status.
+pub(crate) async fn insert_payment(
+    tx: &mut Tx,
+    inv: &Invoice,
+    amount: Money,
+    method: &str,
+    reference: Option<&str>,
+    recorded_by: &str,
+    now: Timestamp,
+) -> Result<(Uuid, InvoiceStatus)> {
+    let paid = inv.paid_minor + amount.minor;
+    let status = if paid == inv.total_minor {
+        InvoiceStatus::Paid
+    } else {
+        InvoiceStatus::Issued
+    };
+    let pid = Uuid::now_v7();
+    let n = sql(
+        "UPDATE invoices SET paid_minor = $1, status = $2, updated_at = $3 WHERE id = $4 \
+         AND org_id = $5 AND paid_minor = $6 AND status = 'issued'",
+    )
+    .bind(paid)
+    .bind(status.as_str())
+    .bind(now)
+    .bind(inv.id)
+    .bind(inv.org_id)
+    .bind(inv.paid_minor)
+    .execute(&mut *tx)
+    .await?;
+    ledger::changed(n, "the invoice changed meanwhile; read it again")?;
+    sql(format!(
+        "INSERT INTO invoice_payments (org_id, {PAYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, \
+         $5, $6, $7, $8, $9, $10, $11, $12)"
+    ))
+    .bind(inv.org_id)
+    .bind(pid)
+    .bind(inv.id)
+    .bind(amount.minor)
+    .bind(amount.currency.code())
+    .bind(method)
+    .bind(reference)
+    .bind(now)
+    .bind(recorded_by)
+    .bind(now)
+    .bind(None::<Timestamp>)
+    .bind(None::<String>)
+    .execute(&mut *tx)
+    .await?;
+    Ok((pid, status))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -16,8 +16,8 @@ use uuid::Uuid;
 use super::{
     args::{time_arg, uuid_or_missing},
     ledger::{
-        self, MoneyView, Named, PricedLineView, TotalsView, currency_arg, currency_or,
-        ledger_output, priced_line_view,
+        self, MoneyView, Named, PaymentLinkView, PricedLineView, TotalsView, currency_arg,
+        currency_or, ledger_output, priced_line_view,
     },
     tickets::resolve_ticket,
 };
@@ -127,6 +127,9 @@ struct InvoiceView {
     lines: Option<Vec<LineView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payments: Option<Vec<PaymentView>>,
+    /// Payment links made for it, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_links: Option<Vec<PaymentLinkView>>,
 }
 
 impl From<Invoice> for InvoiceView {
@@ -150,13 +153,19 @@ impl From<Invoice> for InvoiceView {
             created_at: i.created_at.to_rfc3339(),
             lines: None,
             payments: None,
+            payment_links: None,
         }
     }
 }
 
 ledger_output! {
     /// What each invoice tool returns; one object with the fields that apply.
-    InvoicesOutput { invoices, invoice: InvoiceView, payment: PaymentView }
+    InvoicesOutput {
+        invoices,
+        invoice: InvoiceView,
+        payment: PaymentView,
+        payment_link: PaymentLinkView,
+    }
 }
 
 /// What "not found" means for each record an invoice action names.
@@ -189,6 +198,7 @@ async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, i: Invoice) -> Result<InvoiceVi
     let mut view = InvoiceView::from(i);
     view.lines = Some(ledger::views(cx.invoices().lines(id).await?));
     view.payments = Some(ledger::views(cx.invoices().payments(id).await?));
+    view.payment_links = Some(ledger::views(cx.invoices().payment_links(id).await?));
     Ok(view)
 }
 
@@ -286,6 +296,7 @@ crate::actions! {
         RemoveLine = "remove_line" => (T2, Delete, InvoicesWrite),
         AddCatalogLine = "add_catalog_line" => (T2, Create, InvoicesWrite),
         AssembleFromTicket = "assemble_from_ticket" => (T2, Create, InvoicesWrite),
+        CreatePaymentLink = "create_payment_link" => (T2, Create, InvoicesWrite),
         Issue = "issue" => (T3, Update, InvoicesSend),
         Void = "void" => (T3, Update, InvoicesSend),
         RecordPayment = "record_payment" => (T3, Create, InvoicesSend),
@@ -356,13 +367,13 @@ pub(crate) struct ManageInvoices;
 impl Tool for ManageInvoices {
     const NAME: &'static str = "manage_invoices";
     const TITLE: &'static str = "Manage invoices";
-    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts)|create_payment_link (a Stripe payment page for an issued invoice's balance; a paid link records its payment) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::InvoicesWrite;
     type Actions = InvoiceAction;
     type Input = ManageInput;
     type Output = Rendered<InvoicesOutput>;
-    type Reach = (reach::Invoices, reach::Tickets);
+    type Reach = (reach::Invoices, reach::Tickets, reach::Billing);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -496,6 +507,26 @@ impl Tool for ManageInvoices {
                     .await
                     .map_err(invoice_missing)?;
                 (format!("draft assembled from {}", ticket.reference()), inv)
+            }
+            InvoiceAction::CreatePaymentLink => {
+                let current = inv_id().await?;
+                let link = cx
+                    .billing()?
+                    .invoice_link(&current, &by, audit("create_payment_link"))
+                    .await
+                    .map_err(ledger::billing_err)?;
+                let inv = invoices.get_invoice(current.id).await?;
+                return Rendered::of(&InvoicesOutput {
+                    message: Some(format!(
+                        "payment link for {} ({}): {}",
+                        inv.reference().unwrap_or_default(),
+                        link.amount(),
+                        link.url
+                    )),
+                    payment_link: Some(link.into()),
+                    invoice: Some(full_view(cx, inv).await?),
+                    ..Default::default()
+                });
             }
             InvoiceAction::Issue => {
                 let id = inv_id().await?.id;

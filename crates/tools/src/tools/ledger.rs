@@ -351,3 +351,57 @@ pub(crate) fn required<'a, T: ?Sized>(
 ) -> Result<&'a T, ToolError> {
     value.ok_or_else(|| ToolError::invalid(format!("{field} is required for this action")))
 }
+
+/// A billing service's failure in the caller's words: a missing account is the partner's to
+/// set up (no request was made), a service's refusal or silence is upstream.
+pub(crate) fn billing_err(e: breeze_billing::BillingError) -> ToolError {
+    use breeze_billing::{BillingError, ProviderError};
+    match e {
+        BillingError::Store(StoreError::NotFound("distributor product")) => {
+            ToolError::not_found("TD SYNNEX has no product with that SKU or part number")
+        }
+        BillingError::Store(s) => s.into(),
+        BillingError::NotConfigured(m) => ToolError::new(ErrorCode::Forbidden, m)
+            .hint("do not retry; an administrator sets the partner's account up (breeze billing)"),
+        BillingError::NoPartner => ToolError::new(ErrorCode::Forbidden, e.to_string()),
+        BillingError::Provider(ProviderError::Invalid(m)) => ToolError::invalid(m),
+        BillingError::Provider(p @ ProviderError::Refused { .. }) => {
+            let mut t = ToolError::new(ErrorCode::UpstreamError, p.to_string())
+                .hint("do not retry unchanged; the service refused the request");
+            t.retryable = false;
+            t
+        }
+        BillingError::Provider(p) => ToolError::new(ErrorCode::UpstreamError, p.to_string()),
+    }
+}
+
+/// A payment link: the provider's hosted page for an invoice's balance, and its state.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PaymentLinkView {
+    id: String,
+    provider: String,
+    url: String,
+    amount: MoneyView,
+    /// open, paid, superseded (a newer link replaced it) or unmatched (paid, but the invoice
+    /// could not take it: refund or record by hand).
+    status: String,
+    created_at: String,
+    settled_at: Option<String>,
+    payment_id: Option<String>,
+}
+
+impl From<breeze_store::PaymentLink> for PaymentLinkView {
+    fn from(l: breeze_store::PaymentLink) -> Self {
+        Self {
+            id: l.id.to_string(),
+            amount: l.amount().into(),
+            provider: l.provider,
+            url: l.url,
+            status: l.status,
+            created_at: l.created_at.to_rfc3339(),
+            settled_at: l.settled_at.map(|t| t.to_rfc3339()),
+            payment_id: l.payment_id.map(|p| p.to_string()),
+        }
+    }
+}
