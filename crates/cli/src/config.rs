@@ -191,6 +191,18 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "a PEM file of extra root certificates tool sources may present (optional)",
     ),
     (
+        "BREEZE_STRIPE_SECRET_KEY",
+        "`breeze billing stripe`: the partner's Stripe secret key (sealed before it is stored)",
+    ),
+    (
+        "BREEZE_STRIPE_WEBHOOK_SECRET",
+        "`breeze billing stripe`: the signing secret of the partner's Stripe webhook endpoint",
+    ),
+    (
+        "BREEZE_SYNNEX_PASSWORD",
+        "`breeze billing synnex`: the partner's TD SYNNEX EC Express password",
+    ),
+    (
         "BREEZE_STRIPE_API_URL",
         "Stripe's API for payment links (default https://api.stripe.com; a stand-in or proxy in tests)",
     ),

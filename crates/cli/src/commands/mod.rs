@@ -3,6 +3,7 @@
 pub(crate) mod admin;
 pub(crate) mod approvals;
 pub(crate) mod audit;
+pub(crate) mod billing;
 pub(crate) mod chat;
 pub(crate) mod config_policies;
 pub(crate) mod demo;
