@@ -811,10 +811,327 @@ async fn quotes_draft_send_and_isolation(cx: Ctx) {
     assert_eq!(declined["quote"]["total"]["amount"], "1347.60");
 }
 
+/// A ticket of `org` with billable time (`minutes` at `rate` per hour) and, optionally, a
+/// part; its id.
+async fn ticket_with_time(
+    w: &World,
+    org: OrgId,
+    minutes: i64,
+    rate: Money,
+    billable: bool,
+    part: Option<(Quantity, Money)>,
+) -> uuid::Uuid {
+    let tickets = w.store.org(org).tickets();
+    let t = tickets
+        .create_ticket(
+            breeze_store::NewTicket {
+                subject: "Printer".into(),
+                description: String::new(),
+                category: None,
+                priority: breeze_core::TicketPriority::Normal,
+                device_id: None,
+                submitter: None,
+                assignee_id: None,
+                tags: vec![],
+                due_at: None,
+                created_by: "test".into(),
+            },
+            audit("ticket.create"),
+        )
+        .await
+        .unwrap();
+    tickets
+        .log_time(
+            t.id,
+            minutes,
+            breeze_store::NewTime {
+                user: w.admin,
+                actor: breeze_core::Actor::system("tech"),
+                billable,
+                rate,
+                note: None,
+            },
+            audit("ticket.log_time"),
+        )
+        .await
+        .unwrap();
+    if let Some((quantity, unit_price)) = part {
+        tickets
+            .add_part(
+                t.id,
+                breeze_store::NewPart {
+                    description: "Toner".into(),
+                    quantity,
+                    unit_price,
+                    billable: true,
+                    created_by: "test".into(),
+                },
+                audit("ticket.add_part"),
+            )
+            .await
+            .unwrap();
+    }
+    t.id
+}
+
+/// GET `path` with `key`: status, content type and body.
+async fn download(
+    app: &axum::Router,
+    key: &str,
+    path: &str,
+) -> (axum::http::StatusCode, String, Vec<u8>) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let req = axum::http::Request::get(path)
+        .header("x-api-key", key)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let kind = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    (status, kind, body)
+}
+
+/// The text of a PDF, when poppler's pdftotext is installed (CI installs it).
+fn pdf_text(pdf: &[u8]) -> Option<String> {
+    let path = std::env::temp_dir().join(format!("breeze-{}.pdf", uuid::Uuid::now_v7()));
+    std::fs::write(&path, pdf).ok()?;
+    let out = std::process::Command::new("pdftotext")
+        .arg(&path)
+        .arg("-")
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A billable period assembles into one draft of every ticket's unbilled time × rate and
+/// parts in one currency (never another organization's, never twice); a contract's lines
+/// join a draft at its price and tax; invoices and quotes download as PDFs.
+async fn periods_contract_lines_and_pdfs(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let (usd, eur) = (
+        Currency::parse("USD").unwrap(),
+        Currency::parse("EUR").unwrap(),
+    );
+    // 90 min at 120.00/h = 180.00; 20 min at 100.00/h = 33.33 (33.333… rounded once);
+    // 2 × 12.50 = 25.00; not billable, another currency, another organization: none of it.
+    ticket_with_time(&w, w.org_a, 90, Money::new(12_000, usd), true, None).await;
+    let t2 = ticket_with_time(
+        &w,
+        w.org_a,
+        20,
+        Money::new(10_000, usd),
+        true,
+        Some((Quantity::units(2).unwrap(), Money::new(1_250, usd))),
+    )
+    .await;
+    ticket_with_time(&w, w.org_a, 60, Money::new(10_000, usd), false, None).await;
+    ticket_with_time(&w, w.org_a, 60, Money::new(8_000, eur), true, None).await;
+    ticket_with_time(&w, w.org_b, 60, Money::new(10_000, usd), true, None).await;
+    let now = cx.clock.now();
+    let period = |currency: &str| {
+        json!({ "action": "assemble_from_period", "currency": currency, "taxBp": 1000,
+                "periodStart": (now - chrono::Duration::days(1)).to_rfc3339(),
+                "periodEnd": (now + chrono::Duration::hours(1)).to_rfc3339() })
+    };
+    let made = ok(app, &w.write, INVOICES, period("USD")).await;
+    let inv = &made["invoice"];
+    assert_eq!(inv["lines"].as_array().unwrap().len(), 3, "{made}");
+    assert_eq!(inv["subtotal"]["amount"], "238.33", "{made}");
+    // Tax per line, rounded once each: 18.00 + 3.33 + 2.50.
+    assert_eq!(inv["tax"]["amount"], "23.83", "{made}");
+    assert_eq!(inv["total"]["amount"], "262.16", "{made}");
+    let lines = inv["lines"].as_array().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "part" && l["amount"]["amount"] == "25.00")
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["description"].as_str().unwrap().starts_with("T-")),
+        "{made}"
+    );
+    // Billed once: the same period again has nothing left in USD; EUR is its own invoice.
+    let r = tool(app, &w.write, INVOICES, period("USD")).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    let euros = ok(app, &w.write, INVOICES, period("EUR")).await;
+    assert_eq!(euros["invoice"]["subtotal"]["amount"], "80.00", "{euros}");
+    // A period that ends before it starts, or with nothing in it.
+    let mut backwards = period("USD");
+    backwards["periodEnd"] = json!((now - chrono::Duration::days(2)).to_rfc3339());
+    let r = tool(app, &w.write, INVOICES, backwards).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    // Deleting the draft gives its time back to the ticket.
+    let id = inv["id"].as_str().unwrap();
+    ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "delete", "invoiceId": id }),
+    )
+    .await;
+    let again = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "assemble_from_ticket", "ticketId": t2.to_string() }),
+    )
+    .await;
+    assert_eq!(again["invoice"]["subtotal"]["amount"], "58.33", "{again}");
+
+    // Contract lines on a draft: at the contract's price and tax; another organization's
+    // contract is not found.
+    let contract = create(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Managed", "currency": "USD", "taxBp": 2000 }),
+        "contract",
+    )
+    .await;
+    ok(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "add_line", "contractId": contract, "description": "Seat",
+                "quantity": "3", "unitPrice": "25.00" }),
+    )
+    .await;
+    let b_key = exec_key(&w, w.org_b).await;
+    let b_contract = create(
+        app,
+        &b_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "B", "currency": "USD" }),
+        "contract",
+    )
+    .await;
+    let draft = draft_invoice(app, &w.write).await;
+    let r = tool(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": draft, "contractId": b_contract }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    let with = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": draft, "contractId": contract }),
+    )
+    .await;
+    assert_eq!(with["invoice"]["subtotal"]["amount"], "75.00", "{with}");
+    assert_eq!(with["invoice"]["tax"]["amount"], "15.00", "{with}");
+    assert_eq!(with["invoice"]["lines"][0]["kind"], "contract");
+    assert_eq!(with["invoice"]["lines"][0]["contractId"], contract.as_str());
+    let eur_draft = create(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "create", "currency": "EUR" }),
+        "invoice",
+    )
+    .await;
+    let r = tool(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": eur_draft, "contractId": contract }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "currencies never mix: {r}");
+
+    // PDFs: the link the tools give, at Tier 2, never another organization's.
+    let pdf_url = with["invoice"]["pdfUrl"].as_str().unwrap().to_owned();
+    let (status, kind, pdf) = download(app, &w.write, &pdf_url).await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&pdf)
+    );
+    assert_eq!(kind, "application/pdf");
+    assert!(breeze_store::testing::check_pdf(&pdf) >= 1);
+    if let Some(text) = pdf_text(&pdf) {
+        assert!(
+            text.contains("Managed: Seat") && text.contains("90.00 USD"),
+            "{text}"
+        );
+    }
+    let (status, _, _) = download(app, &w.read, &pdf_url).await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::FORBIDDEN,
+        "financial data is Tier 2"
+    );
+    let b_read = api_key(&w, w.org_b, w.admin, &[Scope::AiRead, Scope::AiWrite]).await;
+    let (status, _, _) = download(
+        app,
+        &b_read,
+        &pdf_url.replace(&w.org_a.to_string(), &w.org_b.to_string()),
+    )
+    .await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::NOT_FOUND,
+        "another organization's invoice"
+    );
+    let q = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "create", "title": "Refresh — Ω plan", "currency": "USD" }),
+    )
+    .await;
+    let qid = q["quote"]["id"].as_str().unwrap().to_owned();
+    ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_block", "quoteId": qid, "blockKind": "heading", "body": "Scope" }),
+    )
+    .await;
+    let q = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_line", "quoteId": qid, "description": "Install",
+                "unitPrice": "150.00" }),
+    )
+    .await;
+    let (status, kind, pdf) = download(app, &w.write, q["quote"]["pdfUrl"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (axum::http::StatusCode::OK, "application/pdf")
+    );
+    assert!(breeze_store::testing::check_pdf(&pdf) >= 1);
+    if let Some(text) = pdf_text(&pdf) {
+        assert!(
+            text.contains("SCOPE") && text.contains("150.00 USD") && text.contains("Ω"),
+            "{text}"
+        );
+    }
+}
+
 breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     tiers_scopes_and_permissions,
     lines_sum_to_totals,
     each_closed_period_bills_once,
     quotes_draft_send_and_isolation,
+    periods_contract_lines_and_pdfs,
 );

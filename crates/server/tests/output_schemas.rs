@@ -1074,7 +1074,50 @@ impl Suite {
         hints.insert("invoiceId".into(), json!(id.to_string()));
         let item = self.fresh_item(breeze_core::CatalogKind::Service).await;
         hints.insert("catalogItemId".into(), json!(item.to_string()));
-        if action == Some("assemble_from_ticket") {
+        let now = self.w.state.clock.now();
+        hints.insert(
+            "periodStart".into(),
+            json!((now - chrono::Duration::days(1)).to_rfc3339()),
+        );
+        hints.insert(
+            "periodEnd".into(),
+            json!((now + chrono::Duration::days(1)).to_rfc3339()),
+        );
+        if action == Some("add_contract_lines") {
+            let contracts = org.contracts();
+            let c = contracts
+                .create_draft(
+                    breeze_store::NewContract {
+                        name: format!("fixture {}", uuid::Uuid::now_v7()),
+                        currency: usd,
+                        billing_period: breeze_core::BillingPeriod::Monthly,
+                        tax_bp: 0,
+                        notes: None,
+                        starts_at: now,
+                        created_by: "fixture".into(),
+                    },
+                    audit("c"),
+                )
+                .await
+                .unwrap();
+            contracts
+                .add_line(
+                    c.id,
+                    breeze_store::NewContractLine::Manual {
+                        description: "seat".into(),
+                        quantity: breeze_core::Quantity::ONE,
+                        unit_price: breeze_core::Money::new(500, usd),
+                    },
+                    audit("l"),
+                )
+                .await
+                .unwrap();
+            hints.insert("contractId".into(), json!(c.id.to_string()));
+        }
+        if matches!(
+            action,
+            Some("assemble_from_ticket" | "assemble_from_period")
+        ) {
             let mut t = Map::new();
             self.ticket_hints(Some("log_time"), &mut t).await;
             let ticket = t["ticketId"].as_str().unwrap().parse().unwrap();

@@ -28,6 +28,7 @@ mod cross_org;
 mod deployments;
 mod devices;
 mod directory;
+mod documents;
 mod dynamic_groups;
 mod error;
 mod events;

@@ -123,6 +123,8 @@ struct InvoiceView {
     void_reason: Option<String>,
     created_by: String,
     created_at: String,
+    /// The PDF, a path on this server (GET, Tier 2 as reading the invoice is).
+    pdf_url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     lines: Option<Vec<LineView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,6 +153,7 @@ impl From<Invoice> for InvoiceView {
             void_reason: i.void_reason,
             created_by: i.created_by,
             created_at: i.created_at.to_rfc3339(),
+            pdf_url: format!("/api/v1/orgs/{}/invoices/{}/pdf", i.org_id, i.id),
             lines: None,
             payments: None,
             payment_links: None,
@@ -174,6 +177,7 @@ const MISSING: &[(&str, &str)] = &[
     ("ticket", "Ticket not found or access denied"),
     ("invoice line", "Invoice line not found on this draft"),
     ("payment", "Payment not found on this invoice"),
+    ("contract", "Contract not found or access denied"),
 ];
 
 fn invoice_missing(e: StoreError) -> ToolError {
@@ -296,6 +300,8 @@ crate::actions! {
         RemoveLine = "remove_line" => (T2, Delete, InvoicesWrite),
         AddCatalogLine = "add_catalog_line" => (T2, Create, InvoicesWrite),
         AssembleFromTicket = "assemble_from_ticket" => (T2, Create, InvoicesWrite),
+        AssembleFromPeriod = "assemble_from_period" => (T2, Create, InvoicesWrite),
+        AddContractLines = "add_contract_lines" => (T2, Create, InvoicesWrite),
         CreatePaymentLink = "create_payment_link" => (T2, Create, InvoicesWrite),
         Issue = "issue" => (T3, Update, InvoicesSend),
         Void = "void" => (T3, Update, InvoicesSend),
@@ -328,7 +334,8 @@ pub(crate) struct ManageInput {
     /// add_line: decimal string, e.g. "95.00".
     #[schemars(length(min = 1, max = 24))]
     unit_price: Option<String>,
-    /// add_line, assemble_from_ticket: basis points (2000 = 20 %); default 0.
+    /// add_line, assemble_from_ticket, assemble_from_period: basis points (2000 = 20 %);
+    /// default 0.
     #[schemars(range(min = 0, max = 10000))]
     tax_bp: Option<u32>,
     #[schemars(length(min = 36, max = 36))]
@@ -339,6 +346,15 @@ pub(crate) struct ManageInput {
     /// assemble_from_ticket: a UUID or T-1042.
     #[schemars(length(min = 1, max = 36))]
     ticket_id: Option<String>,
+    /// assemble_from_period: RFC 3339, inclusive.
+    #[schemars(length(max = 40))]
+    period_start: Option<String>,
+    /// assemble_from_period: RFC 3339, exclusive.
+    #[schemars(length(max = 40))]
+    period_end: Option<String>,
+    /// add_contract_lines: the contract whose lines to add.
+    #[schemars(length(min = 36, max = 36))]
+    contract_id: Option<String>,
     /// record_payment: decimal string in the invoice's currency.
     #[schemars(length(min = 1, max = 24))]
     amount: Option<String>,
@@ -367,7 +383,7 @@ pub(crate) struct ManageInvoices;
 impl Tool for ManageInvoices {
     const NAME: &'static str = "manage_invoices";
     const TITLE: &'static str = "Manage invoices";
-    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts)|create_payment_link (a Stripe payment page for an issued invoice's balance; a paid link records its payment) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts)|assemble_from_period (every ticket's billable time and parts in [periodStart, periodEnd), in currency)|add_contract_lines (a contract's lines)|create_payment_link (a Stripe payment page for an issued invoice's balance; a paid link records its payment) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::InvoicesWrite;
     type Actions = InvoiceAction;
@@ -507,6 +523,49 @@ impl Tool for ManageInvoices {
                     .await
                     .map_err(invoice_missing)?;
                 (format!("draft assembled from {}", ticket.reference()), inv)
+            }
+            InvoiceAction::AssembleFromPeriod => {
+                let start = time_arg("periodStart", input.period_start.as_deref())?
+                    .ok_or_else(|| ToolError::invalid("periodStart is required for this action"))?;
+                let end = time_arg("periodEnd", input.period_end.as_deref())?
+                    .ok_or_else(|| ToolError::invalid("periodEnd is required for this action"))?;
+                let currency = input
+                    .currency
+                    .as_deref()
+                    .map(|c| currency_arg(Some(c)))
+                    .transpose()?;
+                let inv = invoices
+                    .assemble_from_period(
+                        start,
+                        end,
+                        currency,
+                        input.tax_bp.unwrap_or(0),
+                        &by,
+                        audit("assemble"),
+                    )
+                    .await
+                    .map_err(invoice_missing)?;
+                (
+                    format!(
+                        "draft assembled from {} to {}",
+                        start.to_rfc3339(),
+                        end.to_rfc3339()
+                    ),
+                    inv,
+                )
+            }
+            InvoiceAction::AddContractLines => {
+                let id = inv_id().await?.id;
+                let contract = uuid_or_missing(
+                    input.contract_id.as_deref(),
+                    "contractId",
+                    "Contract not found or access denied",
+                )?;
+                let inv = invoices
+                    .add_contract_lines(id, contract, audit("add_contract_lines"))
+                    .await
+                    .map_err(invoice_missing)?;
+                ("contract lines added".to_owned(), inv)
             }
             InvoiceAction::CreatePaymentLink => {
                 let current = inv_id().await?;

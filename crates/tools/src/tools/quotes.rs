@@ -61,6 +61,8 @@ struct QuoteView {
     decline_reason: Option<String>,
     created_by: String,
     created_at: String,
+    /// The PDF, a path on this server (GET, Tier 2 with quotes.write).
+    pdf_url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     blocks: Option<Vec<BlockView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,6 +83,7 @@ impl From<Quote> for QuoteView {
             sent_at: q.sent_at.map(|t| t.to_rfc3339()),
             declined_at: q.declined_at.map(|t| t.to_rfc3339()),
             decline_reason: q.decline_reason,
+            pdf_url: format!("/api/v1/orgs/{}/quotes/{}/pdf", q.org_id, q.id),
             created_by: q.created_by,
             created_at: q.created_at.to_rfc3339(),
             blocks: None,
