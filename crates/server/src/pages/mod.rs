@@ -16,6 +16,7 @@ mod alerts;
 mod approvals;
 pub(crate) mod assets;
 mod audit;
+mod billing;
 mod chat;
 pub(crate) mod csrf;
 mod devices;
@@ -60,6 +61,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(alerts::router())
         .merge(approvals::router())
         .merge(audit::router())
+        .merge(billing::router())
         .merge(chat::router())
         .merge(devices::router())
         .route("/o/{org}/events", get(events::stream))
