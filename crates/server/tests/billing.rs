@@ -1127,6 +1127,54 @@ async fn periods_contract_lines_and_pdfs(cx: Ctx) {
     }
 }
 
+/// An organization's billing currency is what its drafts are in when they name none; another
+/// organization's stays its own, and without one a draft must name its currency.
+async fn currency_per_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    w.store
+        .set_billing_currency(w.org_a, Some(Currency::parse("EUR").unwrap()), audit("c"))
+        .await
+        .unwrap();
+    for (tool_name, args, what) in [
+        (INVOICES, json!({ "action": "create" }), "invoice"),
+        (
+            QUOTES,
+            json!({ "action": "create", "title": "Refresh" }),
+            "quote",
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "create", "name": "Managed" }),
+            "contract",
+        ),
+    ] {
+        let made = ok(app, &w.write, tool_name, args.clone()).await;
+        assert_eq!(made[what]["currency"], "EUR", "{tool_name}: {made}");
+        // Named explicitly, the draft's own currency wins.
+        let mut named = args.clone();
+        named["currency"] = json!("JPY");
+        let made = ok(app, &w.write, tool_name, named).await;
+        assert_eq!(made[what]["currency"], "JPY", "{tool_name}: {made}");
+    }
+    let b_key = api_key(&w, w.org_b, w.admin, &[Scope::AiRead, Scope::AiWrite]).await;
+    let r = tool(app, &b_key, INVOICES, json!({ "action": "create" })).await;
+    assert_eq!(
+        code(&r),
+        "INVALID_ARGUMENT",
+        "B has no billing currency: {r}"
+    );
+    assert!(
+        w.store
+            .org(w.org_b)
+            .tenancy()
+            .billing_currency()
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
 breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     tiers_scopes_and_permissions,
@@ -1134,4 +1182,5 @@ breeze_store::on_both_backends!(
     each_closed_period_bills_once,
     quotes_draft_send_and_isolation,
     periods_contract_lines_and_pdfs,
+    currency_per_organization,
 );

@@ -191,6 +191,30 @@ impl Store {
         ledger::commit(tx, &audit.resource(partner.0), now).await
     }
 
+    /// Sets (or, with `None`, clears) organization `org`'s billing currency.
+    pub async fn set_billing_currency(
+        &self,
+        org: OrgId,
+        currency: Option<Currency>,
+        audit: AuditEvent,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let mut tx = Tx::begin(&self.pool).await?;
+        let n = sql("UPDATE organizations SET billing_currency = $1 WHERE id = $2")
+            .bind(currency.map(|c| c.code().to_owned()))
+            .bind(org)
+            .execute(&mut tx)
+            .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound("organization"));
+        }
+        let audit = audit
+            .org(org)
+            .resource(org.0)
+            .details(json!({ "billingCurrency": currency }));
+        ledger::commit(tx, &audit, now).await
+    }
+
     /// The link a provider knows as `external_id`, whichever organization's it is (a webhook
     /// names only the provider's id; the caller checks the partner it came for).
     pub async fn payment_link_by_external(

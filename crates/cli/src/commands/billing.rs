@@ -55,6 +55,14 @@ pub(crate) enum BillingCommand {
         partner: String,
         service: String,
     },
+    /// Set an organization's billing currency (ISO 4217, e.g. EUR; `none` clears it): what its
+    /// invoices, quotes and contracts are drafted in when they name none.
+    Currency {
+        /// The organization (slug or id).
+        #[arg(long)]
+        org: String,
+        code: String,
+    },
     /// Which accounts the partner has, and its Stripe webhook endpoint.
     Show {
         /// The partner (slug or id).
@@ -139,6 +147,21 @@ impl BillingCommand {
                     other => anyhow::bail!("unknown service {other:?} (stripe or synnex)"),
                 }
                 println!("{service} cleared for {}", p.slug);
+            }
+            BillingCommand::Currency { org, code } => {
+                let o = app.store.find_organization(&org).await.context("--org")?;
+                let currency = match code.as_str() {
+                    "none" => None,
+                    c => Some(breeze_core::Currency::parse(c)?),
+                };
+                app.store
+                    .set_billing_currency(o.id, currency, cli_audit("billing.currency_set"))
+                    .await?;
+                println!(
+                    "{}: billing currency {}",
+                    o.slug,
+                    currency.map_or("none".to_owned(), |c| c.to_string())
+                );
             }
             BillingCommand::Show { partner } => {
                 let p = partner_of(partner).await?;

@@ -300,7 +300,8 @@ pub(crate) struct ManageInput {
     contract_id: Option<String>,
     #[schemars(length(min = 1, max = 2000))]
     name: Option<String>,
-    /// create: ISO 4217, e.g. USD (and a manual line's, default the contract's).
+    /// create: ISO 4217, e.g. USD (default: the organization's billing currency); a manual
+    /// line's, default the contract's.
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     /// create (default monthly), update.
@@ -353,7 +354,7 @@ impl Tool for ManageContracts {
     type Actions = ContractAction;
     type Input = ManageInput;
     type Output = Rendered<ContractsOutput>;
-    type Reach = reach::Contracts;
+    type Reach = (reach::Contracts, reach::Tenancy);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -379,7 +380,7 @@ impl Tool for ManageContracts {
                 let name = ledger::required(input.name.as_deref(), "name")?;
                 let new = NewContract {
                     name: name.to_owned(),
-                    currency: ledger::currency_arg(input.currency.as_deref())?,
+                    currency: ledger::draft_currency(cx, input.currency.as_deref()).await?,
                     billing_period: input
                         .billing_period
                         .map_or(BillingPeriod::Monthly, Into::into),

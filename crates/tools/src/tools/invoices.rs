@@ -317,7 +317,8 @@ pub(crate) struct ManageInput {
     /// A UUID or a number such as INV-000042.
     #[schemars(length(min = 1, max = 36))]
     invoice_id: Option<String>,
-    /// create (and every amount's): ISO 4217, e.g. USD.
+    /// create (default: the organization's billing currency), assemble_from_period, and every
+    /// amount's: ISO 4217, e.g. USD.
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     #[schemars(length(min = 1, max = 2000))]
@@ -389,7 +390,12 @@ impl Tool for ManageInvoices {
     type Actions = InvoiceAction;
     type Input = ManageInput;
     type Output = Rendered<InvoicesOutput>;
-    type Reach = (reach::Invoices, reach::Tickets, reach::Billing);
+    type Reach = (
+        reach::Invoices,
+        reach::Tickets,
+        reach::Billing,
+        reach::Tenancy,
+    );
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -434,7 +440,7 @@ impl Tool for ManageInvoices {
             InvoiceAction::Create => {
                 let inv = invoices
                     .create_draft(
-                        currency_arg(input.currency.as_deref())?,
+                        ledger::draft_currency(cx, input.currency.as_deref()).await?,
                         input.notes.as_deref(),
                         time_arg("dueDate", input.due_date.as_deref())?,
                         &by,
@@ -529,11 +535,10 @@ impl Tool for ManageInvoices {
                     .ok_or_else(|| ToolError::invalid("periodStart is required for this action"))?;
                 let end = time_arg("periodEnd", input.period_end.as_deref())?
                     .ok_or_else(|| ToolError::invalid("periodEnd is required for this action"))?;
-                let currency = input
-                    .currency
-                    .as_deref()
-                    .map(|c| currency_arg(Some(c)))
-                    .transpose()?;
+                let currency = match input.currency.as_deref() {
+                    Some(c) => Some(currency_arg(Some(c))?),
+                    None => cx.tenancy().billing_currency().await?,
+                };
                 let inv = invoices
                     .assemble_from_period(
                         start,

@@ -302,6 +302,22 @@ pub(crate) fn currency_arg(raw: Option<&str>) -> Result<Currency, ToolError> {
     Currency::parse(code).map_err(|e| ToolError::invalid(e.to_string()))
 }
 
+/// The currency a new draft is in: the code given, else the organization's billing currency.
+pub(crate) async fn draft_currency<R: Reach>(
+    cx: &ToolCx<'_, R>,
+    raw: Option<&str>,
+) -> Result<Currency, ToolError> {
+    match raw {
+        Some(c) => currency_arg(Some(c)),
+        None => cx.tenancy().billing_currency().await?.ok_or_else(|| {
+            ToolError::invalid(
+                "currency (ISO 4217, e.g. USD) is required: the organization has no billing \
+                 currency",
+            )
+        }),
+    }
+}
+
 /// The code given, or `default` (the record's own currency).
 pub(crate) fn currency_or(raw: Option<&str>, default: Currency) -> Result<Currency, ToolError> {
     raw.map_or(Ok(default), |c| currency_arg(Some(c)))

@@ -166,7 +166,7 @@ pub(crate) struct QuotesInput {
     /// create, update.
     #[schemars(length(min = 1, max = 5000))]
     title: Option<String>,
-    /// create: ISO 4217, e.g. USD.
+    /// create: ISO 4217, e.g. USD (default: the organization's billing currency).
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     /// RFC 3339.
@@ -230,7 +230,7 @@ impl Tool for ManageQuotes {
     type Actions = QuoteAction;
     type Input = QuotesInput;
     type Output = Rendered<QuotesOutput>;
-    type Reach = reach::Quotes;
+    type Reach = (reach::Quotes, reach::Tenancy);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -273,7 +273,7 @@ impl Tool for ManageQuotes {
                 let q = quotes
                     .create_draft(
                         ledger::required(input.title.as_deref(), "title")?,
-                        ledger::currency_arg(input.currency.as_deref())?,
+                        ledger::draft_currency(cx, input.currency.as_deref()).await?,
                         time_arg("validUntil", input.valid_until.as_deref())?,
                         &cx.actor.to_string(),
                         audit("create"),
