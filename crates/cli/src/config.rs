@@ -191,6 +191,26 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "a PEM file of extra root certificates tool sources may present (optional)",
     ),
     (
+        "BREEZE_STRIPE_SECRET_KEY",
+        "`breeze billing stripe`: the partner's Stripe secret key (sealed before it is stored)",
+    ),
+    (
+        "BREEZE_STRIPE_WEBHOOK_SECRET",
+        "`breeze billing stripe`: the signing secret of the partner's Stripe webhook endpoint",
+    ),
+    (
+        "BREEZE_SYNNEX_PASSWORD",
+        "`breeze billing synnex`: the partner's TD SYNNEX EC Express password",
+    ),
+    (
+        "BREEZE_STRIPE_API_URL",
+        "Stripe's API for payment links (default https://api.stripe.com; a stand-in or proxy in tests)",
+    ),
+    (
+        "BREEZE_SYNNEX_API_URL",
+        "TD SYNNEX EC Express for distributor lookups, every region (default: the partner's region, ec.us.tdsynnex.com or ec.ca.tdsynnex.com)",
+    ),
+    (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "export traces over OTLP/HTTP to this collector (…/v1/traces is added); off when unset",
     ),
@@ -532,6 +552,10 @@ pub(crate) struct ToolSourceSettings {
     /// `TOOL_SOURCES_KEY`, validated.
     pub(crate) key: Option<breeze_sources::vault::Vault>,
     pub(crate) egress: breeze_sources::egress::EgressConfig,
+    /// `BREEZE_STRIPE_API_URL`, `BREEZE_SYNNEX_API_URL`: where the billing services are
+    /// (through the same egress); `None`: the real ones.
+    pub(crate) stripe_api: Option<url::Url>,
+    pub(crate) synnex_api: Option<url::Url>,
 }
 
 impl std::fmt::Debug for ToolSourceSettings {
@@ -565,7 +589,21 @@ impl ToolSourceSettings {
         // The roots are parsed now, so a bad file stops the start with its reason.
         breeze_sources::egress::Egress::new(&egress)
             .map_err(|e| anyhow::anyhow!("invalid TOOL_SOURCES_EXTRA_ROOTS: {e}"))?;
-        Ok(Self { key, egress })
+        let service = |var: &str| -> anyhow::Result<Option<url::Url>> {
+            match env.get(var).map(|v| v.trim()) {
+                None | Some("") => Ok(None),
+                Some(v) => match url::Url::parse(v) {
+                    Ok(u) if u.scheme() == "https" => Ok(Some(u)),
+                    _ => bail!("invalid {var}: {v:?} (expected an https URL)"),
+                },
+            }
+        };
+        Ok(Self {
+            key,
+            egress,
+            stripe_api: service("BREEZE_STRIPE_API_URL")?,
+            synnex_api: service("BREEZE_SYNNEX_API_URL")?,
+        })
     }
 }
 

@@ -141,6 +141,13 @@ enum Command {
         #[command(flatten)]
         settings: StoreFlags,
     },
+    /// A partner's billing accounts: Stripe (payment links) and TD SYNNEX (distributor).
+    Billing {
+        #[command(subcommand)]
+        command: commands::billing::BillingCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// Chat with the AI assistant in this terminal (signs in to a running Breeze as a person).
     Chat(commands::chat::ChatArgs),
     /// MCP utilities.
@@ -204,7 +211,8 @@ impl Command {
             | Command::Scripts { settings, .. }
             | Command::Channels { settings, .. }
             | Command::ConfigPolicies { settings, .. }
-            | Command::Sources { settings, .. } => settings.into(),
+            | Command::Sources { settings, .. }
+            | Command::Billing { settings, .. } => settings.into(),
             Command::Mcp(_)
             | Command::Chat(_)
             | Command::InstallSkill(_)
@@ -355,6 +363,11 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
                 .await
         }
         Command::Sources { command, .. } => {
+            let app = commands::open_existing(&settings).await?;
+            let settings = commands::with_tool_sources_key(&settings, &app.store).await?;
+            command.run(&app, &settings).await
+        }
+        Command::Billing { command, .. } => {
             let app = commands::open_existing(&settings).await?;
             let settings = commands::with_tool_sources_key(&settings, &app.store).await?;
             command.run(&app, &settings).await

@@ -192,6 +192,15 @@ impl Pipeline {
         self
     }
 
+    /// This pipeline's tools reaching the outside billing services (payment links,
+    /// distributor lookups) through `billing`.
+    #[must_use]
+    pub fn with_billing(mut self, billing: breeze_billing::Billing) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.unscoped = inner.unscoped.clone().with_billing(billing);
+        self
+    }
+
     /// Tool Sources, when configured.
     pub fn sources(&self) -> Option<&breeze_sources::service::Sources> {
         self.inner.sources.as_ref()

@@ -182,6 +182,16 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
         Method::GET,
         "/orgs/{org}/invoices/{invoice}",
         Operation::write(InvoicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/invoices/{invoice}/pdf",
+        Operation::write(InvoicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/quotes/{quote}/pdf",
+        Operation::write(QuotesWrite),
     ), // Tool sources: reading needs the external-tools read grant, changing the write grant;
     // a partner-wide source also needs `partner_policies.manage` (`partner_wide`, in the handler).
     (

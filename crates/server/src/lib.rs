@@ -104,6 +104,9 @@ pub struct ServerConfig {
     /// Tool Sources: the credential key (`TOOL_SOURCES_KEY`; `None`: sources can be listed,
     /// not created or called) and the egress settings (private egress, extra trusted roots).
     pub tool_sources: ToolSourcesConfig,
+    /// The outside billing services: Stripe's and TD SYNNEX's addresses (accounts are the
+    /// partners', sealed with `tool_sources.key`, through `tool_sources.egress`).
+    pub billing: breeze_billing::BillingConfig,
     /// The alert engine's pace and notification channels (SMTP relay, webhook policy).
     pub alerts: breeze_alerts::AlertEngineConfig,
     /// The automation worker's pace.
@@ -183,6 +186,7 @@ impl ServerConfig {
             max_batch_items: breeze_pipeline::envelope::DEFAULT_MAX_ITEMS,
             oauth: None,
             tool_sources: ToolSourcesConfig::default(),
+            billing: breeze_billing::BillingConfig::new(public_url),
             alerts: breeze_alerts::AlertEngineConfig {
                 notify: breeze_alerts::NotifyConfig {
                     // Development: a webhook receiver on this machine is the usual test.
@@ -230,6 +234,9 @@ pub struct AppState {
     pub shutting_down: Arc<std::sync::atomic::AtomicBool>,
     /// Live dashboard streams held, per person and organization (capped).
     pub(crate) dashboard_streams: Arc<pages::events::StreamSlots>,
+    /// The outside billing services (payment links, Stripe webhooks, distributor lookups);
+    /// `None` when the egress settings failed.
+    pub billing: Option<breeze_billing::Billing>,
 }
 
 impl AppState {
@@ -279,18 +286,34 @@ impl AppState {
         .with_max_batch_items(config.max_batch_items);
         // Egress settings are checked when the configuration is read; if the roots still
         // fail here, external tools are off (and said so) rather than the server.
-        let pipeline = match breeze_sources::egress::Egress::new(&config.tool_sources.egress) {
-            Ok(egress) => pipeline.with_sources(breeze_sources::service::Sources::new(
-                store.clone(),
-                config.tool_sources.key.clone(),
-                egress,
-                clock.clone(),
-            )),
-            Err(e) => {
-                tracing::error!(error = %e, "tool sources are off: the egress settings failed");
-                pipeline
-            }
-        };
+        let (pipeline, billing) =
+            match breeze_sources::egress::Egress::new(&config.tool_sources.egress) {
+                Ok(egress) => {
+                    let billing = breeze_billing::Billing::new(
+                        store.clone(),
+                        egress.clone(),
+                        config.tool_sources.key.clone(),
+                        config.billing.clone(),
+                        clock.clone(),
+                    );
+                    let pipeline = pipeline
+                        .with_sources(breeze_sources::service::Sources::new(
+                            store.clone(),
+                            config.tool_sources.key.clone(),
+                            egress,
+                            clock.clone(),
+                        ))
+                        .with_billing(billing.clone());
+                    (pipeline, Some(billing))
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %e,
+                        "tool sources and billing services are off: the egress settings failed"
+                    );
+                    (pipeline, None)
+                }
+            };
         let assistant = breeze_assistant::Assistant::new(
             store.clone(),
             pipeline.clone(),
@@ -323,6 +346,7 @@ impl AppState {
             metrics,
             shutting_down: Arc::default(),
             dashboard_streams: Arc::default(),
+            billing,
         }
     }
 }

@@ -15,12 +15,9 @@
 
 mod common;
 
-use breeze_auth::CreateApiKey;
-use breeze_core::{
-    BillingPeriod, Clock, ContractStatus, Currency, Money, OrgId, Quantity, Scope, ScopeSet, UserId,
-};
+use breeze_core::{BillingPeriod, Clock, ContractStatus, Currency, Money, OrgId, Quantity, Scope};
 use breeze_store::{NewContract, NewContractLine, NewLine, testing::Ctx};
-use common::{World, audit, code, tool, world};
+use common::{World, api_key, audit, code, ok, tool, user_with, why, world};
 use serde_json::{Value, json};
 
 const CATALOG: &str = "manage_catalog";
@@ -28,92 +25,61 @@ const CONTRACTS: &str = "manage_contracts";
 const INVOICES: &str = "manage_invoices";
 const QUOTES: &str = "manage_quotes";
 
-async fn key(w: &World, org: OrgId, user: UserId, scopes: &[Scope]) -> String {
-    let (secret, _) = w
-        .state
-        .auth
-        .create_api_key(
-            CreateApiKey {
-                org_id: org,
-                user_id: user,
-                name: "k".into(),
-                scopes: ScopeSet::new(scopes.iter().copied()),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    secret.expose().to_owned()
+/// An execute key of the world's administrator in `org`.
+async fn exec_key(w: &World, org: OrgId) -> String {
+    api_key(w, org, w.admin, &[Scope::AiExecute]).await
 }
 
-/// The refusal's code, whether a tool error or a JSON-RPC error (scope refusals are).
-fn why(v: &Value) -> &str {
-    v["rpcError"]["data"]["code"]
-        .as_str()
-        .unwrap_or_else(|| code(v))
-}
-
-async fn ok(app: &axum::Router, key: &str, name: &str, args: Value) -> Value {
-    let r = tool(app, key, name, args.clone()).await;
-    assert_eq!(code(&r), "", "{name} {args}: {r}");
-    assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
-    r
+/// The id of the `what` (`item`, `contract`, `invoice`, `quote`) a call that must succeed
+/// created or returned.
+async fn create(app: &axum::Router, key: &str, name: &str, args: Value, what: &str) -> String {
+    id_of(&ok(app, key, name, args).await, what)
 }
 
 fn id_of(v: &Value, what: &str) -> String {
     v[what]["id"].as_str().unwrap().to_owned()
 }
 
-/// A user of the world's partner with the built-in role `role` in organization A.
-async fn user_with(w: &World, role: &str, email: &str) -> UserId {
-    let partner = w
-        .store
-        .org(w.org_a)
-        .tenancy()
-        .organization()
-        .await
-        .unwrap()
-        .partner_id;
-    let u = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner,
-                org_id: None,
-                email: email.into(),
-                name: email.into(),
-                password_hash: "x".into(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let r = w.store.find_role(partner, role).await.unwrap();
-    w.store
-        .assign_role(u.id, w.org_a, r.id, audit("r"))
-        .await
-        .unwrap();
-    u.id
+/// A catalog item of organization A's partner, made with the write key; its id.
+async fn item(w: &World, name: &str, kind: &str, price: &str, currency: &str, tax: u32) -> String {
+    create(
+        &w.app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "create", "name": name, "kind": kind, "unitPrice": price,
+                "currency": currency, "taxBp": tax }),
+        "item",
+    )
+    .await
+}
+
+/// An empty draft invoice in USD, made with `key`; its id.
+async fn draft_invoice(app: &axum::Router, key: &str) -> String {
+    create(
+        app,
+        key,
+        INVOICES,
+        json!({ "action": "create", "currency": "USD" }),
+        "invoice",
+    )
+    .await
 }
 
 async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
-    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
+    let exec = exec_key(&w, w.org_a).await;
+    let b_key = exec_key(&w, w.org_b).await;
 
     // B's contract, through B's own key; and an item of another partner's catalog.
-    let b_contract = id_of(
-        &ok(
-            app,
-            &b_key,
-            CONTRACTS,
-            json!({ "action": "create", "name": "B's", "currency": "USD" }),
-        )
-        .await,
+    let b_contract = create(
+        app,
+        &b_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "B's", "currency": "USD" }),
         "contract",
-    );
+    )
+    .await;
     let q = w.store.create_partner("Q", "q", audit("p")).await.unwrap();
     let q_org = w
         .store
@@ -140,27 +106,16 @@ async fn another_organizations_ids_are_not_found(cx: Ctx) {
         .unwrap()
         .id
         .to_string();
-    let mine = id_of(
-        &ok(
-            app,
-            &exec,
-            CATALOG,
-            json!({ "action": "create", "name": "Mine", "kind": "service",
+    let mine = create(
+        app,
+        &exec,
+        CATALOG,
+        json!({ "action": "create", "name": "Mine", "kind": "service",
                     "unitPrice": "10", "currency": "USD" }),
-        )
-        .await,
         "item",
-    );
-    let draft = id_of(
-        &ok(
-            app,
-            &exec,
-            INVOICES,
-            json!({ "action": "create", "currency": "USD" }),
-        )
-        .await,
-        "invoice",
-    );
+    )
+    .await;
+    let draft = draft_invoice(app, &exec).await;
 
     for (name, args) in [
         ("get_contract", json!({ "contractId": b_contract })),
@@ -291,17 +246,15 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     }
     // An administrator's write key: the whole catalog, and contract drafts.
     ok(app, &w.write, "search_catalog", json!({})).await;
-    let item = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Backup", "kind": "service", "sku": "BK-1",
+    let item = create(
+        app,
+        &w.write,
+        CATALOG,
+        json!({ "action": "create", "name": "Backup", "kind": "service", "sku": "BK-1",
                     "unitPrice": "25.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
         "item",
-    );
+    )
+    .await;
     let r = tool(
         app,
         &w.write,
@@ -311,16 +264,14 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     )
     .await;
     assert_eq!(code(&r), "CONFLICT", "a SKU is unique in the catalog: {r}");
-    let contract = id_of(
-        &ok(
-            app,
-            &w.write,
-            CONTRACTS,
-            json!({ "action": "create", "name": "Managed services", "currency": "USD" }),
-        )
-        .await,
+    let contract = create(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Managed services", "currency": "USD" }),
         "contract",
-    );
+    )
+    .await;
     let with_line = ok(
         app,
         &w.write,
@@ -343,7 +294,7 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         .await;
         assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{action} is Tier 3: {r}");
     }
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let exec = exec_key(&w, w.org_a).await;
     let pending = tool(
         app,
         &exec,
@@ -367,7 +318,7 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
 
     // A technician holds no catalog or contract permission.
     let tech = user_with(&w, "Technician", "tech@p.test").await;
-    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    let tech_key = api_key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
     for (name, args) in [
         ("search_catalog", json!({})),
         ("get_catalog_item", json!({ "itemId": item })),
@@ -392,17 +343,15 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
         .unwrap();
     // A user the server has not seen yet (permissions are cached per user for a while).
     let drafter = user_with(&w, "Technician", "drafter@p.test").await;
-    let tech_key = key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
-    let mine = id_of(
-        &ok(
-            app,
-            &tech_key,
-            CONTRACTS,
-            json!({ "action": "create", "name": "Tech's", "currency": "EUR" }),
-        )
-        .await,
+    let tech_key = api_key(&w, w.org_a, drafter, &[Scope::AiExecute]).await;
+    let mine = create(
+        app,
+        &tech_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Tech's", "currency": "EUR" }),
         "contract",
-    );
+    )
+    .await;
     ok(
         app,
         &tech_key,
@@ -467,29 +416,9 @@ async fn lines_sum_to_totals(cx: Ctx) {
         ("Office seat", "software", "12.50", 0),
         ("Onboarding", "service", "95.00", 825),
     ] {
-        items.push(id_of(
-            &ok(
-                app,
-                &w.write,
-                CATALOG,
-                json!({ "action": "create", "name": name, "kind": kind, "unitPrice": price,
-                        "currency": "USD", "taxBp": tax }),
-            )
-            .await,
-            "item",
-        ));
+        items.push(item(&w, name, kind, price, "USD", tax).await);
     }
-    let bundle = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "New starter", "kind": "bundle",
-                    "unitPrice": "1250.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
-        "item",
-    );
+    let bundle = item(&w, "New starter", "bundle", "1250.00", "USD", 2000).await;
     for (c, q) in [(&items[0], "1"), (&items[1], "2")] {
         ok(
             app,
@@ -513,17 +442,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         "{got}"
     );
     items.push(bundle);
-    let eur = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Euro thing", "kind": "hardware",
-                    "unitPrice": "5", "currency": "EUR" }),
-        )
-        .await,
-        "item",
-    );
+    let eur = item(&w, "Euro thing", "hardware", "5", "EUR", 0).await;
 
     let invoices = w.store.org(w.org_a).invoices();
     // A small deterministic generator: the same "random" lines on every run.
@@ -535,16 +454,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         seed % n
     };
     for round in 0..4 {
-        let draft = id_of(
-            &ok(
-                app,
-                &w.write,
-                INVOICES,
-                json!({ "action": "create", "currency": "USD" }),
-            )
-            .await,
-            "invoice",
-        );
+        let draft = draft_invoice(app, &w.write).await;
         let id: uuid::Uuid = draft.parse().unwrap();
         for _ in 0..(3 + next(6)) {
             if next(2) == 0 {
@@ -607,16 +517,7 @@ async fn lines_sum_to_totals(cx: Ctx) {
         json!({ "action": "set_price_override", "itemId": items[1], "unitPrice": "10.00" }),
     )
     .await;
-    let draft = id_of(
-        &ok(
-            app,
-            &w.write,
-            INVOICES,
-            json!({ "action": "create", "currency": "USD" }),
-        )
-        .await,
-        "invoice",
-    );
+    let draft = draft_invoice(app, &w.write).await;
     let with = ok(
         app,
         &w.write,
@@ -757,7 +658,7 @@ async fn each_closed_period_bills_once(cx: Ctx) {
     );
 
     // The tools show the history.
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
+    let exec = api_key(&w, w.org_a, w.admin, &[Scope::AiWrite]).await;
     let got = ok(
         &w.app,
         &exec,
@@ -786,19 +687,9 @@ async fn each_closed_period_bills_once(cx: Ctx) {
 async fn quotes_draft_send_and_isolation(cx: Ctx) {
     let w = world(&cx).await;
     let app = &w.app;
-    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
-    let item = id_of(
-        &ok(
-            app,
-            &w.write,
-            CATALOG,
-            json!({ "action": "create", "name": "Firewall", "kind": "hardware",
-                    "unitPrice": "499.00", "currency": "USD", "taxBp": 2000 }),
-        )
-        .await,
-        "item",
-    );
+    let b_key = exec_key(&w, w.org_b).await;
+    let exec = exec_key(&w, w.org_a).await;
+    let item = item(&w, "Firewall", "hardware", "499.00", "USD", 2000).await;
     let q = ok(
         app,
         &w.write,
@@ -877,7 +768,7 @@ async fn quotes_draft_send_and_isolation(cx: Ctx) {
     .await;
     assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "send is Tier 3: {r}");
     let tech = user_with(&w, "Technician", "tech@p.test").await;
-    let tech_key = key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
+    let tech_key = api_key(&w, w.org_a, tech, &[Scope::AiExecute]).await;
     let r = tool(
         app,
         &tech_key,
@@ -920,10 +811,376 @@ async fn quotes_draft_send_and_isolation(cx: Ctx) {
     assert_eq!(declined["quote"]["total"]["amount"], "1347.60");
 }
 
+/// A ticket of `org` with billable time (`minutes` at `rate` per hour) and, optionally, a
+/// part; its id.
+async fn ticket_with_time(
+    w: &World,
+    org: OrgId,
+    minutes: i64,
+    rate: Money,
+    billable: bool,
+    part: Option<(Quantity, Money)>,
+) -> uuid::Uuid {
+    let tickets = w.store.org(org).tickets();
+    let t = tickets
+        .create_ticket(
+            breeze_store::NewTicket {
+                subject: "Printer".into(),
+                description: String::new(),
+                category: None,
+                priority: breeze_core::TicketPriority::Normal,
+                device_id: None,
+                submitter: None,
+                assignee_id: None,
+                tags: vec![],
+                due_at: None,
+                created_by: "test".into(),
+            },
+            audit("ticket.create"),
+        )
+        .await
+        .unwrap();
+    tickets
+        .log_time(
+            t.id,
+            minutes,
+            breeze_store::NewTime {
+                user: w.admin,
+                actor: breeze_core::Actor::system("tech"),
+                billable,
+                rate,
+                note: None,
+            },
+            audit("ticket.log_time"),
+        )
+        .await
+        .unwrap();
+    if let Some((quantity, unit_price)) = part {
+        tickets
+            .add_part(
+                t.id,
+                breeze_store::NewPart {
+                    description: "Toner".into(),
+                    quantity,
+                    unit_price,
+                    billable: true,
+                    created_by: "test".into(),
+                },
+                audit("ticket.add_part"),
+            )
+            .await
+            .unwrap();
+    }
+    t.id
+}
+
+/// GET `path` with `key`: status, content type and body.
+async fn download(
+    app: &axum::Router,
+    key: &str,
+    path: &str,
+) -> (axum::http::StatusCode, String, Vec<u8>) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let req = axum::http::Request::get(path)
+        .header("x-api-key", key)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let kind = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    (status, kind, body)
+}
+
+/// The text of a PDF, when poppler's pdftotext is installed (CI installs it).
+fn pdf_text(pdf: &[u8]) -> Option<String> {
+    let path = std::env::temp_dir().join(format!("breeze-{}.pdf", uuid::Uuid::now_v7()));
+    std::fs::write(&path, pdf).ok()?;
+    let out = std::process::Command::new("pdftotext")
+        .arg(&path)
+        .arg("-")
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A billable period assembles into one draft of every ticket's unbilled time × rate and
+/// parts in one currency (never another organization's, never twice); a contract's lines
+/// join a draft at its price and tax; invoices and quotes download as PDFs.
+async fn periods_contract_lines_and_pdfs(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let (usd, eur) = (
+        Currency::parse("USD").unwrap(),
+        Currency::parse("EUR").unwrap(),
+    );
+    // 90 min at 120.00/h = 180.00; 20 min at 100.00/h = 33.33 (33.333… rounded once);
+    // 2 × 12.50 = 25.00; not billable, another currency, another organization: none of it.
+    ticket_with_time(&w, w.org_a, 90, Money::new(12_000, usd), true, None).await;
+    let t2 = ticket_with_time(
+        &w,
+        w.org_a,
+        20,
+        Money::new(10_000, usd),
+        true,
+        Some((Quantity::units(2).unwrap(), Money::new(1_250, usd))),
+    )
+    .await;
+    ticket_with_time(&w, w.org_a, 60, Money::new(10_000, usd), false, None).await;
+    ticket_with_time(&w, w.org_a, 60, Money::new(8_000, eur), true, None).await;
+    ticket_with_time(&w, w.org_b, 60, Money::new(10_000, usd), true, None).await;
+    let now = cx.clock.now();
+    let period = |currency: &str| {
+        json!({ "action": "assemble_from_period", "currency": currency, "taxBp": 1000,
+                "periodStart": (now - chrono::Duration::days(1)).to_rfc3339(),
+                "periodEnd": (now + chrono::Duration::hours(1)).to_rfc3339() })
+    };
+    let made = ok(app, &w.write, INVOICES, period("USD")).await;
+    let inv = &made["invoice"];
+    assert_eq!(inv["lines"].as_array().unwrap().len(), 3, "{made}");
+    assert_eq!(inv["subtotal"]["amount"], "238.33", "{made}");
+    // Tax per line, rounded once each: 18.00 + 3.33 + 2.50.
+    assert_eq!(inv["tax"]["amount"], "23.83", "{made}");
+    assert_eq!(inv["total"]["amount"], "262.16", "{made}");
+    let lines = inv["lines"].as_array().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "part" && l["amount"]["amount"] == "25.00")
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["description"].as_str().unwrap().starts_with("T-")),
+        "{made}"
+    );
+    // Billed once: the same period again has nothing left in USD; EUR is its own invoice.
+    let r = tool(app, &w.write, INVOICES, period("USD")).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    let euros = ok(app, &w.write, INVOICES, period("EUR")).await;
+    assert_eq!(euros["invoice"]["subtotal"]["amount"], "80.00", "{euros}");
+    // A period that ends before it starts, or with nothing in it.
+    let mut backwards = period("USD");
+    backwards["periodEnd"] = json!((now - chrono::Duration::days(2)).to_rfc3339());
+    let r = tool(app, &w.write, INVOICES, backwards).await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    // Deleting the draft gives its time back to the ticket.
+    let id = inv["id"].as_str().unwrap();
+    ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "delete", "invoiceId": id }),
+    )
+    .await;
+    let again = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "assemble_from_ticket", "ticketId": t2.to_string() }),
+    )
+    .await;
+    assert_eq!(again["invoice"]["subtotal"]["amount"], "58.33", "{again}");
+
+    // Contract lines on a draft: at the contract's price and tax; another organization's
+    // contract is not found.
+    let contract = create(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "create", "name": "Managed", "currency": "USD", "taxBp": 2000 }),
+        "contract",
+    )
+    .await;
+    ok(
+        app,
+        &w.write,
+        CONTRACTS,
+        json!({ "action": "add_line", "contractId": contract, "description": "Seat",
+                "quantity": "3", "unitPrice": "25.00" }),
+    )
+    .await;
+    let b_key = exec_key(&w, w.org_b).await;
+    let b_contract = create(
+        app,
+        &b_key,
+        CONTRACTS,
+        json!({ "action": "create", "name": "B", "currency": "USD" }),
+        "contract",
+    )
+    .await;
+    let draft = draft_invoice(app, &w.write).await;
+    let r = tool(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": draft, "contractId": b_contract }),
+    )
+    .await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    let with = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": draft, "contractId": contract }),
+    )
+    .await;
+    assert_eq!(with["invoice"]["subtotal"]["amount"], "75.00", "{with}");
+    assert_eq!(with["invoice"]["tax"]["amount"], "15.00", "{with}");
+    assert_eq!(with["invoice"]["lines"][0]["kind"], "contract");
+    assert_eq!(with["invoice"]["lines"][0]["contractId"], contract.as_str());
+    let eur_draft = create(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "create", "currency": "EUR" }),
+        "invoice",
+    )
+    .await;
+    let r = tool(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "add_contract_lines", "invoiceId": eur_draft, "contractId": contract }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "currencies never mix: {r}");
+
+    // PDFs: the link the tools give, at Tier 2, never another organization's.
+    let pdf_url = with["invoice"]["pdfUrl"].as_str().unwrap().to_owned();
+    let (status, kind, pdf) = download(app, &w.write, &pdf_url).await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&pdf)
+    );
+    assert_eq!(kind, "application/pdf");
+    assert!(breeze_store::testing::check_pdf(&pdf) >= 1);
+    if let Some(text) = pdf_text(&pdf) {
+        assert!(
+            text.contains("Managed: Seat") && text.contains("90.00 USD"),
+            "{text}"
+        );
+    }
+    let (status, _, _) = download(app, &w.read, &pdf_url).await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::FORBIDDEN,
+        "financial data is Tier 2"
+    );
+    let b_read = api_key(&w, w.org_b, w.admin, &[Scope::AiRead, Scope::AiWrite]).await;
+    let (status, _, _) = download(
+        app,
+        &b_read,
+        &pdf_url.replace(&w.org_a.to_string(), &w.org_b.to_string()),
+    )
+    .await;
+    assert_eq!(
+        status,
+        axum::http::StatusCode::NOT_FOUND,
+        "another organization's invoice"
+    );
+    let q = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "create", "title": "Refresh — Ω plan", "currency": "USD" }),
+    )
+    .await;
+    let qid = q["quote"]["id"].as_str().unwrap().to_owned();
+    ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_block", "quoteId": qid, "blockKind": "heading", "body": "Scope" }),
+    )
+    .await;
+    let q = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "add_line", "quoteId": qid, "description": "Install",
+                "unitPrice": "150.00" }),
+    )
+    .await;
+    let (status, kind, pdf) = download(app, &w.write, q["quote"]["pdfUrl"].as_str().unwrap()).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (axum::http::StatusCode::OK, "application/pdf")
+    );
+    assert!(breeze_store::testing::check_pdf(&pdf) >= 1);
+    if let Some(text) = pdf_text(&pdf) {
+        assert!(
+            text.contains("SCOPE") && text.contains("150.00 USD") && text.contains("Ω"),
+            "{text}"
+        );
+    }
+}
+
+/// An organization's billing currency is what its drafts are in when they name none; another
+/// organization's stays its own, and without one a draft must name its currency.
+async fn currency_per_organization(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    w.store
+        .set_billing_currency(w.org_a, Some(Currency::parse("EUR").unwrap()), audit("c"))
+        .await
+        .unwrap();
+    for (tool_name, args, what) in [
+        (INVOICES, json!({ "action": "create" }), "invoice"),
+        (
+            QUOTES,
+            json!({ "action": "create", "title": "Refresh" }),
+            "quote",
+        ),
+        (
+            CONTRACTS,
+            json!({ "action": "create", "name": "Managed" }),
+            "contract",
+        ),
+    ] {
+        let made = ok(app, &w.write, tool_name, args.clone()).await;
+        assert_eq!(made[what]["currency"], "EUR", "{tool_name}: {made}");
+        // Named explicitly, the draft's own currency wins.
+        let mut named = args.clone();
+        named["currency"] = json!("JPY");
+        let made = ok(app, &w.write, tool_name, named).await;
+        assert_eq!(made[what]["currency"], "JPY", "{tool_name}: {made}");
+    }
+    let b_key = api_key(&w, w.org_b, w.admin, &[Scope::AiRead, Scope::AiWrite]).await;
+    let r = tool(app, &b_key, INVOICES, json!({ "action": "create" })).await;
+    assert_eq!(
+        code(&r),
+        "INVALID_ARGUMENT",
+        "B has no billing currency: {r}"
+    );
+    assert!(
+        w.store
+            .org(w.org_b)
+            .tenancy()
+            .billing_currency()
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
 breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     tiers_scopes_and_permissions,
     lines_sum_to_totals,
     each_closed_period_bills_once,
     quotes_draft_send_and_isolation,
+    periods_contract_lines_and_pdfs,
+    currency_per_organization,
 );

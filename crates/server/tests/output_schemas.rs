@@ -911,6 +911,15 @@ impl Suite {
         if let Some((key, name)) = action {
             args[key] = json!(name);
         }
+        // A distributor product is named by exactly one of its SKU and part number.
+        let import = action.map(|(_, a)| a) == Some("import_distributor_product");
+        if tool == "lookup_distributor_product" || import {
+            let field = if import { "distributorSku" } else { "sku" };
+            args[field] = json!(breeze_billing::testing::SKU);
+            if let Some(m) = args.as_object_mut() {
+                m.remove("mfgPartNumber");
+            }
+        }
         args
     }
 }
@@ -1042,7 +1051,10 @@ impl Suite {
             hints.insert("status".into(), json!("draft"));
         }
         let mut id = with_line.id;
-        if matches!(action, Some("void" | "record_payment" | "void_payment")) {
+        if matches!(
+            action,
+            Some("void" | "record_payment" | "void_payment" | "create_payment_link")
+        ) {
             id = invoices.issue(draft.id, audit("i")).await.unwrap().id;
         }
         if action == Some("void_payment") {
@@ -1062,7 +1074,50 @@ impl Suite {
         hints.insert("invoiceId".into(), json!(id.to_string()));
         let item = self.fresh_item(breeze_core::CatalogKind::Service).await;
         hints.insert("catalogItemId".into(), json!(item.to_string()));
-        if action == Some("assemble_from_ticket") {
+        let now = self.w.state.clock.now();
+        hints.insert(
+            "periodStart".into(),
+            json!((now - chrono::Duration::days(1)).to_rfc3339()),
+        );
+        hints.insert(
+            "periodEnd".into(),
+            json!((now + chrono::Duration::days(1)).to_rfc3339()),
+        );
+        if action == Some("add_contract_lines") {
+            let contracts = org.contracts();
+            let c = contracts
+                .create_draft(
+                    breeze_store::NewContract {
+                        name: format!("fixture {}", uuid::Uuid::now_v7()),
+                        currency: usd,
+                        billing_period: breeze_core::BillingPeriod::Monthly,
+                        tax_bp: 0,
+                        notes: None,
+                        starts_at: now,
+                        created_by: "fixture".into(),
+                    },
+                    audit("c"),
+                )
+                .await
+                .unwrap();
+            contracts
+                .add_line(
+                    c.id,
+                    breeze_store::NewContractLine::Manual {
+                        description: "seat".into(),
+                        quantity: breeze_core::Quantity::ONE,
+                        unit_price: breeze_core::Money::new(500, usd),
+                    },
+                    audit("l"),
+                )
+                .await
+                .unwrap();
+            hints.insert("contractId".into(), json!(c.id.to_string()));
+        }
+        if matches!(
+            action,
+            Some("assemble_from_ticket" | "assemble_from_period")
+        ) {
             let mut t = Map::new();
             self.ticket_hints(Some("log_time"), &mut t).await;
             let ticket = t["ticketId"].as_str().unwrap().parse().unwrap();
@@ -1393,14 +1448,69 @@ async fn exec_key(w: &World) -> String {
     secret.expose().to_owned()
 }
 
+/// Stripe and TD SYNNEX stand-ins, and the partner's accounts at them: the settings every
+/// server of the suite runs with, so the payment-link and distributor tools succeed.
+async fn billing_services(w: &World) -> impl Fn(&mut breeze_server::ServerConfig) + Clone + use<> {
+    use breeze_billing::{Billing, BillingConfig, SynnexAccount, testing};
+    let ca = breeze_sources::testing::TestCa::new();
+    let stripe = testing::StripeStandIn::start(&ca, "sk_test_suite").await;
+    let account = SynnexAccount {
+        customer_no: "1".into(),
+        user_name: "suite".into(),
+        password: "suite".into(),
+    };
+    let synnex = testing::SynnexStandIn::start(&ca, account.clone()).await;
+    let vault = breeze_sources::vault::Vault::from_setting(
+        &breeze_sources::vault::Vault::generate_key().unwrap(),
+    )
+    .unwrap();
+    let mut billing = BillingConfig::new("http://127.0.0.1:3000");
+    billing.stripe_api = stripe.url.clone();
+    billing.synnex_api = Some(synnex.url.clone());
+    let partner = w
+        .store
+        .org(w.org_a)
+        .tenancy()
+        .organization()
+        .await
+        .unwrap()
+        .partner_id;
+    let accounts = Billing::new(
+        w.store.clone(),
+        ca.egress(),
+        Some(vault.clone()),
+        billing.clone(),
+        w.state.clock.clone(),
+    );
+    accounts
+        .set_stripe(partner, Some(("sk_test_suite", "whsec_suite")), audit("b"))
+        .await
+        .unwrap();
+    accounts
+        .set_synnex(partner, Some((&account, "us")), audit("b"))
+        .await
+        .unwrap();
+    let egress = ca.config(true);
+    move |c: &mut breeze_server::ServerConfig| {
+        c.tool_sources = breeze_server::ToolSourcesConfig {
+            key: Some(vault.clone()),
+            egress: egress.clone(),
+        };
+        c.billing = billing.clone();
+    }
+}
+
 async fn suite(cx: &Ctx) -> Suite {
     let w = world(cx).await;
+    let services = billing_services(&w).await;
     let limiter = Arc::new(Switch::default());
+    let mut config = (*w.state.config).clone();
+    services(&mut config);
     let state = AppState::new(
         w.store.clone(),
         w.state.auth.clone(),
         w.state.clock.clone(),
-        (*w.state.config).clone(),
+        config,
         limiter.clone(),
     );
     let app = app(Breeze::new(state.clone()));
@@ -1408,14 +1518,20 @@ async fn suite(cx: &Ctx) -> Suite {
     // has six actions and a limit of three).
     let pending_app = common::build(
         &w,
-        |c| c.approvals.wait = Duration::ZERO,
+        |c| {
+            services(c);
+            c.approvals.wait = Duration::ZERO;
+        },
         Arc::new(Switch::default()),
     );
     // The budget server calls every tool again, more than a minute's message rate allows;
     // rate limits have their own tests.
     let budget_app = common::build(
         &w,
-        |c| c.max_response_bytes = 1,
+        |c| {
+            services(c);
+            c.max_response_bytes = 1;
+        },
         Arc::new(Switch::default()),
     );
     let mode = Arc::new(AtomicU8::new(COMPLETE));

@@ -13,14 +13,11 @@ mod common;
 
 use std::sync::Arc;
 
-use breeze_auth::CreateApiKey;
-use breeze_core::{
-    AlertCondition, Comparison, InvoiceStatus, Metric, OrgId, Scope, ScopeSet, Severity, UserId,
-};
+use breeze_core::{AlertCondition, Comparison, InvoiceStatus, Metric, OrgId, Scope, Severity};
 use breeze_limits::MemoryLimiter;
 use breeze_server::{AppState, ServerConfig};
 use breeze_store::{Decision, NewRule, RuleTarget, testing::Ctx};
-use common::{World, audit, code, tool, world};
+use common::{World, api_key, audit, code, ok, tool, user_with, why, world};
 use serde_json::{Value, json};
 
 const TICKETS: &str = "manage_tickets";
@@ -37,25 +34,6 @@ fn quick_state(w: &World) -> AppState {
         config,
         Arc::new(MemoryLimiter::new()),
     )
-}
-
-async fn key(w: &World, org: OrgId, user: UserId, scopes: &[Scope]) -> String {
-    let (secret, _) = w
-        .state
-        .auth
-        .create_api_key(
-            CreateApiKey {
-                org_id: org,
-                user_id: user,
-                name: "k".into(),
-                scopes: ScopeSet::new(scopes.iter().copied()),
-                expires_at: None,
-            },
-            audit("api_key.create"),
-        )
-        .await
-        .unwrap();
-    secret.expose().to_owned()
 }
 
 /// A raised alert on the organization's device.
@@ -95,26 +73,12 @@ async fn alert(w: &World, org: OrgId, device: &str) -> String {
     a.id.to_string()
 }
 
-/// The refusal's code, whether a tool error or a JSON-RPC error (scope refusals are).
-fn why(v: &Value) -> &str {
-    v["rpcError"]["data"]["code"]
-        .as_str()
-        .unwrap_or_else(|| code(v))
-}
-
-async fn ok(app: &axum::Router, key: &str, name: &str, args: Value) -> Value {
-    let r = tool(app, key, name, args.clone()).await;
-    assert_eq!(code(&r), "", "{name} {args}: {r}");
-    assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
-    r
-}
-
 async fn another_organizations_ids_are_not_found(cx: Ctx) {
     let w = world(&cx).await;
     let state = quick_state(&w);
     let app = breeze_server::app(breeze_server::Breeze::new(state.clone()));
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
-    let b_key = key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
+    let exec = api_key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let b_key = api_key(&w, w.org_b, w.admin, &[Scope::AiExecute]).await;
 
     // B's ticket (with a comment), alert and invoice, made through B's own key.
     let b_ticket = ok(
@@ -290,34 +254,8 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     ok(&app, &w.write, "list_invoices", json!({})).await;
 
     // A read-only user's write key: the role decides.
-    let partner = w
-        .store
-        .org(w.org_a)
-        .tenancy()
-        .organization()
-        .await
-        .unwrap()
-        .partner_id;
-    let viewer = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner,
-                org_id: None,
-                email: "ro@p.test".into(),
-                name: "RO".into(),
-                password_hash: "x".into(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    let ro = w.store.find_role(partner, "Read Only").await.unwrap();
-    w.store
-        .assign_role(viewer.id, w.org_a, ro.id, audit("r"))
-        .await
-        .unwrap();
-    let ro_key = key(&w, w.org_a, viewer.id, &[Scope::AiRead, Scope::AiWrite]).await;
+    let viewer = user_with(&w, "Read Only", "ro@p.test").await;
+    let ro_key = api_key(&w, w.org_a, viewer, &[Scope::AiRead, Scope::AiWrite]).await;
     ok(
         &app,
         &ro_key,
@@ -339,26 +277,8 @@ async fn tiers_scopes_and_permissions(cx: Ctx) {
     }
 
     // A technician's key: tickets yes, another's comment only with tickets.manage, no billing.
-    let tech_role = w.store.find_role(partner, "Technician").await.unwrap();
-    let tech = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner,
-                org_id: None,
-                email: "tech@p.test".into(),
-                name: "Tech".into(),
-                password_hash: "x".into(),
-            },
-            audit("u"),
-        )
-        .await
-        .unwrap();
-    w.store
-        .assign_role(tech.id, w.org_a, tech_role.id, audit("r"))
-        .await
-        .unwrap();
-    let tech_key = key(&w, w.org_a, tech.id, &[Scope::AiRead, Scope::AiWrite]).await;
+    let tech = user_with(&w, "Technician", "tech@p.test").await;
+    let tech_key = api_key(&w, w.org_a, tech, &[Scope::AiRead, Scope::AiWrite]).await;
     let admins = ok(
         &app,
         &w.write,
@@ -455,7 +375,7 @@ async fn from_alert_to_issued_invoice(cx: Ctx) {
     let w = world(&cx).await;
     let state = quick_state(&w);
     let app = breeze_server::app(breeze_server::Breeze::new(state.clone()));
-    let exec = key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
+    let exec = api_key(&w, w.org_a, w.admin, &[Scope::AiExecute]).await;
     let alert_id = alert(&w, w.org_a, &w.a_device).await;
 
     let t = ok(

@@ -163,6 +163,16 @@ pub(crate) struct LineRow {
     pub(crate) source: LineSource,
 }
 
+/// What an assembled draft bills: time entries and parts, the readable reference of each
+/// one's ticket, the currency, and what it is assembled from (for messages).
+struct Billable {
+    entries: Vec<crate::TimeEntry>,
+    parts: Vec<crate::TicketPart>,
+    refs: std::collections::HashMap<Uuid, String>,
+    currency: Currency,
+    what: String,
+}
+
 /// The record an invoice line bills.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct LineSource {
@@ -445,6 +455,60 @@ impl crate::OrgInvoices<'_> {
         self.get_invoice(id).await
     }
 
+    /// Adds a contract's lines to a draft, one line each at the contract's price and tax rate
+    /// (an extra charge outside its billing periods, or a first partial period). The
+    /// contract must be in the draft's currency, have lines, and not be cancelled.
+    pub async fn add_contract_lines(
+        &self,
+        id: Uuid,
+        contract: Uuid,
+        audit: AuditEvent,
+    ) -> Result<Invoice> {
+        let inv = self.draft(id).await?;
+        let contracts = self.whole().contracts();
+        let c = contracts.get_contract(contract).await?;
+        if c.status == breeze_core::ContractStatus::Cancelled {
+            return Err(StoreError::Conflict("the contract is cancelled".into()));
+        }
+        if c.currency != inv.currency {
+            return Err(StoreError::Invalid(format!(
+                "the invoice is in {}; the contract bills in {}",
+                inv.currency, c.currency
+            )));
+        }
+        let tax_bp = u32::try_from(c.tax_bp).map_err(|_| StoreError::Corrupt("tax rate".into()))?;
+        let mut rows = Vec::new();
+        for l in contracts.lines(contract).await? {
+            rows.push(LineRow::priced(
+                InvoiceLineKind::Contract,
+                format!("{}: {}", c.name, l.description)
+                    .chars()
+                    .take(MAX_TEXT)
+                    .collect(),
+                Quantity(l.quantity_milli),
+                Money::new(l.unit_price_minor, l.currency),
+                tax_bp,
+                LineSource {
+                    catalog_item: l.catalog_item_id,
+                    contract: Some(contract),
+                    ..LineSource::default()
+                },
+            )?);
+        }
+        if rows.is_empty() {
+            return Err(StoreError::Invalid("the contract has no lines".into()));
+        }
+        let count = rows.len();
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin_in(self).await?;
+        insert_lines(&mut tx, Doc::Invoice, self.org, id, rows).await?;
+        let totals = recompute(&mut tx, Doc::Invoice, self.org, id, inv.currency, now).await?;
+        let details = json!({ "contractId": contract, "contract": c.name, "lines": count,
+                              "total": totals.total });
+        ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
+        self.get_invoice(id).await
+    }
+
     /// Removes a line from a draft; the time or part it billed becomes billable again.
     pub async fn remove_line(&self, id: Uuid, line: Uuid, audit: AuditEvent) -> Result<Invoice> {
         let inv = self.draft(id).await?;
@@ -514,16 +578,124 @@ impl crate::OrgInvoices<'_> {
             .into_iter()
             .filter(|p| p.billable && p.invoice_id.is_none())
             .collect();
+        let what = format!("ticket {}", t.reference());
         let currency = match (entries.first(), parts.first()) {
             (Some(e), _) => e.currency,
             (None, Some(p)) => p.currency,
             (None, None) => {
                 return Err(StoreError::Invalid(format!(
-                    "ticket {} has no billable time or parts that are not invoiced",
-                    t.reference()
+                    "{what} has no billable time or parts that are not invoiced"
                 )));
             }
         };
+        let refs = [(t.id, t.reference())].into_iter().collect();
+        let details = json!({ "ticket": t.reference(), "ticketId": ticket });
+        self.assemble(
+            Billable {
+                entries,
+                parts,
+                refs,
+                currency,
+                what,
+            },
+            Some(ticket),
+            tax_bp,
+            created_by,
+            (audit, details),
+        )
+        .await
+    }
+
+    /// Assembles a draft from what the organization's tickets have to bill in `[start, end)`:
+    /// billable time entries that ended then and billable parts recorded then, not yet
+    /// invoiced, priced as [`Self::assemble_from_ticket`] prices them. Only `currency`'s are
+    /// taken (the others wait for their own invoice); without it, everything must be in one
+    /// currency. The period's end is exclusive, so consecutive periods never bill twice.
+    pub async fn assemble_from_period(
+        &self,
+        start: Timestamp,
+        end: Timestamp,
+        currency: Option<Currency>,
+        tax_bp: u32,
+        created_by: &str,
+        audit: AuditEvent,
+    ) -> Result<Invoice> {
+        ledger::check_tax(tax_bp)?;
+        if end <= start {
+            return Err(StoreError::Invalid(
+                "a billable period ends after it starts".into(),
+            ));
+        }
+        let tickets = self.whole().tickets();
+        let (mut entries, mut parts) = tickets.billable_in(start, end).await?;
+        let what = format!(
+            "the period {} to {}",
+            start.format("%Y-%m-%d"),
+            end.format("%Y-%m-%d")
+        );
+        let currency = match (currency, entries.first(), parts.first()) {
+            (Some(c), _, _) => c,
+            (None, Some(e), _) => e.currency,
+            (None, None, Some(p)) => p.currency,
+            (None, None, None) => {
+                return Err(StoreError::Invalid(format!(
+                    "{what} has no billable time or parts that are not invoiced"
+                )));
+            }
+        };
+        entries.retain(|e| e.currency == currency);
+        parts.retain(|p| p.currency == currency);
+        if entries.is_empty() && parts.is_empty() {
+            return Err(StoreError::Invalid(format!(
+                "{what} has nothing billable in {currency} that is not invoiced"
+            )));
+        }
+        let mut refs = std::collections::HashMap::new();
+        for id in entries
+            .iter()
+            .map(|e| e.ticket_id)
+            .chain(parts.iter().map(|p| p.ticket_id))
+        {
+            if let std::collections::hash_map::Entry::Vacant(v) = refs.entry(id) {
+                v.insert(tickets.get_ticket(id).await?.reference());
+            }
+        }
+        let details = json!({ "periodStart": start, "periodEnd": end });
+        self.assemble(
+            Billable {
+                entries,
+                parts,
+                refs,
+                currency,
+                what,
+            },
+            None,
+            tax_bp,
+            created_by,
+            (audit, details),
+        )
+        .await
+    }
+
+    /// Opens a draft billing `b` — one line per time entry and part, each taxed at `tax_bp` —
+    /// and marks each as invoiced, conditionally, so two assemblies at once cannot both bill
+    /// one (the second is a conflict and opens nothing).
+    async fn assemble(
+        &self,
+        b: Billable,
+        ticket: Option<Uuid>,
+        tax_bp: u32,
+        created_by: &str,
+        (audit, mut details): (AuditEvent, serde_json::Value),
+    ) -> Result<Invoice> {
+        let Billable {
+            entries,
+            parts,
+            refs,
+            currency,
+            what,
+        } = b;
+        let reference = |ticket: Uuid| refs.get(&ticket).cloned().unwrap_or_default();
         let mut rows = Vec::new();
         for e in &entries {
             let minutes = e.minutes.unwrap_or(0);
@@ -534,7 +706,7 @@ impl crate::OrgInvoices<'_> {
                 kind: InvoiceLineKind::Time,
                 description: format!(
                     "{}: {minutes} min by {}{}",
-                    t.reference(),
+                    reference(e.ticket_id),
                     e.actor,
                     e.note
                         .as_deref()
@@ -554,7 +726,7 @@ impl crate::OrgInvoices<'_> {
         for p in &parts {
             rows.push(LineRow::priced(
                 InvoiceLineKind::Part,
-                format!("{}: {}", t.reference(), p.description),
+                format!("{}: {}", reference(p.ticket_id), p.description),
                 p.quantity(),
                 p.unit_price(),
                 tax_bp,
@@ -566,8 +738,7 @@ impl crate::OrgInvoices<'_> {
         }
         if let Some(other) = rows.iter().find(|r| r.amount.currency != currency) {
             return Err(StoreError::Invalid(format!(
-                "ticket {} bills in {currency} and {}: assemble one currency per invoice",
-                t.reference(),
+                "{what} bills in {currency} and {}: assemble one currency per invoice",
                 other.amount.currency
             )));
         }
@@ -576,16 +747,7 @@ impl crate::OrgInvoices<'_> {
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
         insert_invoice(
-            &mut tx,
-            self.org,
-            partner,
-            id,
-            currency,
-            None,
-            None,
-            Some(ticket),
-            created_by,
-            now,
+            &mut tx, self.org, partner, id, currency, None, None, ticket, created_by, now,
         )
         .await?;
         for (table, ids) in [
@@ -596,7 +758,7 @@ impl crate::OrgInvoices<'_> {
             ("ticket_parts", parts.iter().map(|p| p.id).collect()),
         ] {
             for item in ids {
-                // Conditional, so two assemblies of one ticket at once cannot both bill it.
+                // Conditional, so two assemblies at once cannot both bill it.
                 let n = sql(format!(
                     "UPDATE {table} SET invoice_id = $1 WHERE id = $2 AND org_id = $3 \
                      AND invoice_id IS NULL"
@@ -615,10 +777,10 @@ impl crate::OrgInvoices<'_> {
         let count = rows.len();
         insert_lines(&mut tx, Doc::Invoice, self.org, id, rows).await?;
         let totals = recompute(&mut tx, Doc::Invoice, self.org, id, currency, now).await?;
-        let details = json!({
-            "ticket": t.reference(), "ticketId": ticket, "lines": count,
-            "timeEntries": entries.len(), "parts": parts.len(), "total": totals.total,
-        });
+        details["lines"] = json!(count);
+        details["timeEntries"] = json!(entries.len());
+        details["parts"] = json!(parts.len());
+        details["total"] = json!(totals.total);
         ledger::commit(tx, &invoice_audit(audit, self.org, id, details), now).await?;
         self.get_invoice(id).await
     }
@@ -718,64 +880,11 @@ impl crate::OrgInvoices<'_> {
         check_text("method", method, 50)?;
         ledger::check_optional("reference", reference, MAX_TEXT)?;
         let inv = self.get_invoice(id).await?;
-        if inv.status != InvoiceStatus::Issued {
-            return Err(StoreError::Conflict(format!(
-                "payments are recorded against issued, unpaid invoices; this one is {}",
-                inv.status
-            )));
-        }
-        if amount.currency != inv.currency {
-            return Err(StoreError::Invalid(format!(
-                "the invoice is in {}, the payment in {}",
-                inv.currency, amount.currency
-            )));
-        }
-        let balance = inv.balance();
-        if amount.minor <= 0 || amount.minor > balance.minor {
-            return Err(StoreError::Invalid(format!(
-                "a payment is more than zero and at most the balance, {balance}"
-            )));
-        }
-        let paid = inv.paid_minor + amount.minor;
-        let status = if paid == inv.total_minor {
-            InvoiceStatus::Paid
-        } else {
-            InvoiceStatus::Issued
-        };
+        payable(&inv, amount)?;
         let now = self.store.clock.now();
-        let pid = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
-        let n = sql(
-            "UPDATE invoices SET paid_minor = $1, status = $2, updated_at = $3 WHERE id = $4 \
-             AND org_id = $5 AND paid_minor = $6 AND status = 'issued'",
-        )
-        .bind(paid)
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id)
-        .bind(self.org)
-        .bind(inv.paid_minor)
-        .execute(&mut tx)
-        .await?;
-        ledger::changed(n, "the invoice changed meanwhile; read it again")?;
-        sql(format!(
-            "INSERT INTO invoice_payments (org_id, {PAYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, \
-             $5, $6, $7, $8, $9, $10, $11, $12)"
-        ))
-        .bind(self.org)
-        .bind(pid)
-        .bind(id)
-        .bind(amount.minor)
-        .bind(amount.currency.code())
-        .bind(method)
-        .bind(reference)
-        .bind(now)
-        .bind(recorded_by)
-        .bind(now)
-        .bind(None::<Timestamp>)
-        .bind(None::<String>)
-        .execute(&mut tx)
-        .await?;
+        let (pid, status) =
+            insert_payment(&mut tx, &inv, amount, method, reference, recorded_by, now).await?;
         let details = json!({
             "number": inv.reference(), "paymentId": pid, "amount": amount, "method": method,
             "status": status,
@@ -842,6 +951,84 @@ impl crate::OrgInvoices<'_> {
             .find(|p| p.id == payment)
             .ok_or(StoreError::NotFound("payment"))
     }
+}
+
+/// Whether `amount` can be paid against `inv`: an issued, unpaid invoice, in its currency, more
+/// than zero and at most its balance.
+pub(crate) fn payable(inv: &Invoice, amount: Money) -> Result<()> {
+    if inv.status != InvoiceStatus::Issued {
+        return Err(StoreError::Conflict(format!(
+            "payments are recorded against issued, unpaid invoices; this one is {}",
+            inv.status
+        )));
+    }
+    if amount.currency != inv.currency {
+        return Err(StoreError::Invalid(format!(
+            "the invoice is in {}, the payment in {}",
+            inv.currency, amount.currency
+        )));
+    }
+    let balance = inv.balance();
+    if amount.minor <= 0 || amount.minor > balance.minor {
+        return Err(StoreError::Invalid(format!(
+            "a payment is more than zero and at most the balance, {balance}"
+        )));
+    }
+    Ok(())
+}
+
+/// Records `amount` paid against `inv` (an issued invoice, read before `tx`) in `tx`: the
+/// payment row, and the invoice's paid amount and status, conditionally on the paid amount
+/// read (a concurrent payment makes this a conflict). Returns the payment's id and the
+/// invoice's new status.
+pub(crate) async fn insert_payment(
+    tx: &mut Tx,
+    inv: &Invoice,
+    amount: Money,
+    method: &str,
+    reference: Option<&str>,
+    recorded_by: &str,
+    now: Timestamp,
+) -> Result<(Uuid, InvoiceStatus)> {
+    let paid = inv.paid_minor + amount.minor;
+    let status = if paid == inv.total_minor {
+        InvoiceStatus::Paid
+    } else {
+        InvoiceStatus::Issued
+    };
+    let pid = Uuid::now_v7();
+    let n = sql(
+        "UPDATE invoices SET paid_minor = $1, status = $2, updated_at = $3 WHERE id = $4 \
+         AND org_id = $5 AND paid_minor = $6 AND status = 'issued'",
+    )
+    .bind(paid)
+    .bind(status.as_str())
+    .bind(now)
+    .bind(inv.id)
+    .bind(inv.org_id)
+    .bind(inv.paid_minor)
+    .execute(&mut *tx)
+    .await?;
+    ledger::changed(n, "the invoice changed meanwhile; read it again")?;
+    sql(format!(
+        "INSERT INTO invoice_payments (org_id, {PAYMENT_COLUMNS}) VALUES ($1, $2, $3, $4, \
+         $5, $6, $7, $8, $9, $10, $11, $12)"
+    ))
+    .bind(inv.org_id)
+    .bind(pid)
+    .bind(inv.id)
+    .bind(amount.minor)
+    .bind(amount.currency.code())
+    .bind(method)
+    .bind(reference)
+    .bind(now)
+    .bind(recorded_by)
+    .bind(now)
+    .bind(None::<Timestamp>)
+    .bind(None::<String>)
+    .execute(&mut *tx)
+    .await?;
+    Ok((pid, status))
 }
 
 #[allow(clippy::too_many_arguments)]

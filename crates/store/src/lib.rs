@@ -28,6 +28,7 @@ mod cross_org;
 mod deployments;
 mod devices;
 mod directory;
+mod documents;
 mod dynamic_groups;
 mod error;
 mod events;
@@ -44,6 +45,7 @@ mod oauth;
 mod overview;
 mod packages;
 mod patches;
+mod payments;
 mod pdf;
 mod pdf_font;
 mod protected_paths;
@@ -160,6 +162,7 @@ pub use patches::{
     NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
     PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
+pub use payments::{LinkPaid, NewPaymentLink, PartnerBilling, PaymentLink, Settled};
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
 pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
 pub use reports::{

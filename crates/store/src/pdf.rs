@@ -599,6 +599,8 @@ fn column_weight(name: &str) -> f64 {
         2.2
     } else if name.ends_with("At") || name == "at" {
         1.7
+    } else if name == "description" {
+        3.0
     } else if name == "details" || name == "message" || name == "title" || name == "tags" {
         2.0
     } else {

@@ -137,6 +137,20 @@ impl crate::OrgTenancy<'_> {
         .ok_or(StoreError::NotFound("organization"))
     }
 
+    /// The organization's billing currency: what its drafts are in when they name none.
+    pub async fn billing_currency(&self) -> Result<Option<breeze_core::Currency>> {
+        let code: Option<(Option<String>,)> =
+            sql("SELECT billing_currency FROM organizations WHERE id = $1")
+                .bind(self.org)
+                .fetch_optional(self)
+                .await?;
+        code.and_then(|(c,)| c)
+            .map(|c| {
+                breeze_core::Currency::parse(&c).map_err(|e| StoreError::Corrupt(e.to_string()))
+            })
+            .transpose()
+    }
+
     /// Creates a site.
     pub async fn create_site(&self, name: &str, timezone: &str, audit: AuditEvent) -> Result<Site> {
         let now = self.store.clock.now();

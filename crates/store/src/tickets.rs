@@ -1032,6 +1032,38 @@ impl crate::OrgTickets<'_> {
         .await
     }
 
+    /// What this organization's tickets have to bill in `[start, end)`: billable time entries
+    /// that ended then and billable parts recorded then, neither invoiced yet.
+    pub(crate) async fn billable_in(
+        &self,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<(Vec<TimeEntry>, Vec<TicketPart>)> {
+        let entries = sql(format!(
+            "SELECT {ENTRY_COLUMNS} FROM ticket_time_entries WHERE org_id = $1 AND billable \
+             AND invoice_id IS NULL AND ended_at IS NOT NULL AND ended_at >= $2 AND ended_at < $3 \
+             ORDER BY ended_at, id LIMIT $4"
+        ))
+        .bind(self.org)
+        .bind(start)
+        .bind(end)
+        .bind(crate::invoices::MAX_LINES + 1)
+        .fetch_all(self)
+        .await?;
+        let parts = sql(format!(
+            "SELECT {PART_COLUMNS} FROM ticket_parts WHERE org_id = $1 AND billable \
+             AND invoice_id IS NULL AND created_at >= $2 AND created_at < $3 \
+             ORDER BY created_at, id LIMIT $4"
+        ))
+        .bind(self.org)
+        .bind(start)
+        .bind(end)
+        .bind(crate::invoices::MAX_LINES + 1)
+        .fetch_all(self)
+        .await?;
+        Ok((entries, parts))
+    }
+
     // ---- moving ------------------------------------------------------------------------
 
     /// Moves a ticket to organization `to` of the same partner, with its comments, time and

@@ -404,6 +404,7 @@ impl From<StoreError> for ToolError {
 pub struct ToolCx<'a, R = ()> {
     org: OrgStore<'a>,
     fleet: OrgFleet<'a>,
+    billing: Option<&'a breeze_billing::Billing>,
     pub(crate) actor: Actor,
     /// The person the actor acts for (a key's creator): whose timer, whose comments.
     pub(crate) user: UserId,
@@ -423,11 +424,24 @@ pub struct ToolCx<'a, R = ()> {
 pub struct Unscoped {
     store: Store,
     gateway: Gateway,
+    billing: Option<breeze_billing::Billing>,
 }
 
 impl Unscoped {
     pub fn new(store: Store, gateway: Gateway) -> Self {
-        Self { store, gateway }
+        Self {
+            store,
+            gateway,
+            billing: None,
+        }
+    }
+
+    /// These handles with the outside billing services (payment links, distributor lookups);
+    /// without them the tools that need them answer that billing is not set up.
+    #[must_use]
+    pub fn with_billing(mut self, billing: breeze_billing::Billing) -> Self {
+        self.billing = Some(billing);
+        self
     }
 }
 
@@ -478,6 +492,7 @@ impl<'a, R: Reach> ToolCx<'a, R> {
         ToolCx {
             org: unscoped.store.org(org),
             fleet: unscoped.gateway.org(org),
+            billing: unscoped.billing.as_ref(),
             actor,
             user,
             clock: unscoped.store.clock().as_ref(),
@@ -552,6 +567,24 @@ reaches! {
 }
 
 impl<'a, R: Reach> ToolCx<'a, R> {
+    /// The outside billing services for this organization (payment links, distributor
+    /// lookups); compiles only in a tool whose reach includes [`reach::Billing`]. An error
+    /// when this server runs without them.
+    pub fn billing(&self) -> Result<breeze_billing::OrgBilling<'a>, ToolError> {
+        const {
+            assert!(
+                R::DOMAINS & reach::Billing::DOMAINS != 0,
+                "this tool's `type Reach` does not include reach::Billing"
+            );
+        };
+        self.billing.map(|b| b.org(self.org)).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::Forbidden,
+                "this server runs without its outside billing services",
+            )
+        })
+    }
+
     /// The device gateway confined to this organization; compiles only in a tool whose reach
     /// includes [`reach::Fleet`].
     pub fn fleet(&self) -> &OrgFleet<'a> {

@@ -99,6 +99,9 @@ domains! {
     Contracts = 23;
     /// Quotes, their blocks and lines.
     Quotes = 24;
+    /// The partner's outside billing services: Stripe payment links, TD SYNNEX lookups. Each
+    /// call may be a billed, or money-moving, request outside Breeze.
+    Billing = 25;
 }
 
 impl Reach for () {

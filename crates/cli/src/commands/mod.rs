@@ -3,6 +3,7 @@
 pub(crate) mod admin;
 pub(crate) mod approvals;
 pub(crate) mod audit;
+pub(crate) mod billing;
 pub(crate) mod chat;
 pub(crate) mod config_policies;
 pub(crate) mod demo;
@@ -212,6 +213,14 @@ fn server_config(settings: &Settings) -> ServerConfig {
         tool_sources: breeze_server::ToolSourcesConfig {
             key: settings.tool_sources.key.clone(),
             egress: settings.tool_sources.egress.clone(),
+        },
+        billing: {
+            let mut b = breeze_billing::BillingConfig::new(&settings.public_url);
+            if let Some(u) = &settings.tool_sources.stripe_api {
+                b.stripe_api = u.clone();
+            }
+            b.synnex_api = settings.tool_sources.synnex_api.clone();
+            b
         },
         alerts: settings.alerts.clone(),
         automations: breeze_server::automations::AutomationConfig::default(),

@@ -17,6 +17,7 @@ mod alerts;
 mod approvals;
 pub(crate) mod assets;
 mod audit;
+mod billing;
 mod chat;
 pub(crate) mod csrf;
 mod device_actions;
@@ -62,6 +63,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(alerts::router())
         .merge(approvals::router())
         .merge(audit::router())
+        .merge(billing::router())
         .merge(chat::router())
         .merge(devices::router())
         .merge(device_actions::router())

@@ -10,6 +10,7 @@ pub(crate) mod fleet;
 pub(crate) mod health;
 pub(crate) mod oauth;
 pub(crate) mod orgs;
+pub(crate) mod payments;
 pub(crate) mod protected_paths;
 pub(crate) mod reports;
 pub(crate) mod tickets;
@@ -30,6 +31,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(ai::router())
         .merge(approvals::router())
         .merge(fleet::router())
+        .merge(payments::router())
         .merge(protected_paths::router())
         .merge(reports::router())
         .merge(tickets::router())

@@ -31,6 +31,52 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/orgs/{org}/tickets/{ticket}/status", post(status))
         .route("/orgs/{org}/invoices", get(invoices))
         .route("/orgs/{org}/invoices/{invoice}", get(invoice))
+        .route("/orgs/{org}/invoices/{invoice}/pdf", get(invoice_pdf))
+        .route("/orgs/{org}/quotes/{quote}/pdf", get(quote_pdf))
+}
+
+/// A PDF document as a download named `name`.
+pub(crate) fn pdf_download(name: &str, pdf: Vec<u8>) -> axum::response::Response {
+    use axum::{
+        http::{HeaderValue, header},
+        response::IntoResponse,
+    };
+    let mut r = pdf.into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/pdf"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.pdf\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    r
+}
+
+/// `GET …/invoices/{invoice}/pdf`: the invoice as a PDF (Tier 2, as reading it is).
+async fn invoice_pdf(
+    State(state): State<AppState>,
+    scope: OrgScope,
+    Path((_, invoice)): Path<(String, String)>,
+) -> Result<axum::response::Response, ApiError> {
+    let id = Uuid::parse_str(&invoice).map_err(|_| ApiError::not_found("invoice not found"))?;
+    let invoices = scope.store(&state).invoices();
+    let inv = invoices.get_invoice(id).await?;
+    let name = inv.reference().unwrap_or_else(|| format!("draft-{id}"));
+    Ok(pdf_download(&name, invoices.pdf(id).await?))
+}
+
+/// `GET …/quotes/{quote}/pdf`: the quote as a PDF (Tier 2 with quotes.write, as the quote
+/// tool's reads are).
+async fn quote_pdf(
+    State(state): State<AppState>,
+    scope: OrgScope,
+    Path((_, quote)): Path<(String, String)>,
+) -> Result<axum::response::Response, ApiError> {
+    let id = Uuid::parse_str(&quote).map_err(|_| ApiError::not_found("quote not found"))?;
+    let quotes = scope.store(&state).quotes();
+    let q = quotes.get_quote(id).await?;
+    Ok(pdf_download(&q.reference(), quotes.pdf(id).await?))
 }
 
 #[derive(Debug, Deserialize)]

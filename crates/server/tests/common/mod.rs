@@ -230,3 +230,70 @@ pub(crate) async fn tool(app: &Router, key: &str, name: &str, args: Value) -> Va
 pub(crate) fn code(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("")
 }
+
+/// An API key of `user` in `org` with `scopes`; its secret.
+pub(crate) async fn api_key(w: &World, org: OrgId, user: UserId, scopes: &[Scope]) -> String {
+    let (secret, _) = w
+        .state
+        .auth
+        .create_api_key(
+            CreateApiKey {
+                org_id: org,
+                user_id: user,
+                name: "k".into(),
+                scopes: ScopeSet::new(scopes.iter().copied()),
+                expires_at: None,
+            },
+            audit("api_key.create"),
+        )
+        .await
+        .unwrap();
+    secret.expose().to_owned()
+}
+
+/// A new user of the world's partner with the built-in role `role` in organization A.
+pub(crate) async fn user_with(w: &World, role: &str, email: &str) -> UserId {
+    let partner = w
+        .store
+        .org(w.org_a)
+        .tenancy()
+        .organization()
+        .await
+        .unwrap()
+        .partner_id;
+    let u = w
+        .store
+        .create_user(
+            NewUser {
+                partner_id: partner,
+                org_id: None,
+                email: email.into(),
+                name: email.into(),
+                password_hash: "x".into(),
+            },
+            audit("u"),
+        )
+        .await
+        .unwrap();
+    let r = w.store.find_role(partner, role).await.unwrap();
+    w.store
+        .assign_role(u.id, w.org_a, r.id, audit("r"))
+        .await
+        .unwrap();
+    u.id
+}
+
+/// The refusal's code, whether a tool error or a JSON-RPC error (scope refusals are).
+pub(crate) fn why(v: &Value) -> &str {
+    v["rpcError"]["data"]["code"]
+        .as_str()
+        .unwrap_or_else(|| code(v))
+}
+
+/// A tool call that must succeed; its structured result.
+pub(crate) async fn ok(app: &Router, key: &str, name: &str, args: Value) -> Value {
+    let r = tool(app, key, name, args.clone()).await;
+    assert_eq!(code(&r), "", "{name} {args}: {r}");
+    assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
+    r
+}

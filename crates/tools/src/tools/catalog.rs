@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::{
     args::uuid_or_missing,
+    distributor::{self, LookupInput},
     ledger::{self, MoneyView},
 };
 use crate::reach::{self, Reach};
@@ -23,11 +24,12 @@ use crate::{NoActions, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
     r.register::<GetCatalogItem>();
+    super::distributor::register(r);
     r.register::<ManageCatalog>();
     r.register::<SearchCatalog>();
 }
 
-const ITEM_NOT_FOUND: &str = "Catalog item not found or access denied";
+use ledger::CATALOG_ITEM_NOT_FOUND as ITEM_NOT_FOUND;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -147,16 +149,19 @@ pub(crate) struct CatalogOutput {
 }
 
 fn catalog_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("catalog item") => ToolError::not_found(ITEM_NOT_FOUND),
-        StoreError::NotFound("bundle component") => {
-            ToolError::not_found("That item is not a component of this bundle")
-        }
-        StoreError::NotFound("price override") => {
-            ToolError::not_found("This organization has no price override for the item")
-        }
-        other => other.into(),
-    }
+    ledger::missing(
+        e,
+        &[
+            (
+                "bundle component",
+                "That item is not a component of this bundle",
+            ),
+            (
+                "price override",
+                "This organization has no price override for the item",
+            ),
+        ],
+    )
 }
 
 fn item_id(raw: Option<&str>, field: &str) -> Result<Uuid, ToolError> {
@@ -275,6 +280,7 @@ crate::actions! {
         RemoveComponent = "remove_component" => (T2, Update, CatalogWrite),
         SetPriceOverride = "set_price_override" => (T2, Update, CatalogWrite),
         RemovePriceOverride = "remove_price_override" => (T2, Update, CatalogWrite),
+        ImportDistributorProduct = "import_distributor_product" => (T2, Create, CatalogWrite),
     }
 }
 
@@ -308,6 +314,16 @@ pub(crate) struct ManageInput {
     /// set_component: decimal, default "1".
     #[schemars(length(min = 1, max = 24))]
     quantity: Option<String>,
+    /// import_distributor_product: the TD SYNNEX SKU (or give mfgPartNumber).
+    #[schemars(length(min = 1, max = 50))]
+    distributor_sku: Option<String>,
+    /// import_distributor_product: the manufacturer part number.
+    #[schemars(length(min = 1, max = 50))]
+    mfg_part_number: Option<String>,
+    /// import_distributor_product: list price = reseller cost + this markup in basis points
+    /// (2500 = 25 %); without it, the MSRP.
+    #[schemars(range(min = 0, max = 100000))]
+    markup_bp: Option<u32>,
 }
 
 pub(crate) struct ManageCatalog;
@@ -315,13 +331,13 @@ pub(crate) struct ManageCatalog;
 impl Tool for ManageCatalog {
     const NAME: &'static str = "manage_catalog";
     const TITLE: &'static str = "Manage the catalog";
-    const DESCRIPTION: &'static str = "Catalog maintenance: create|update|archive items (hardware, software, service, bundle); set_component|remove_component of a bundle; set_price_override|remove_price_override for this organization. All Tier 2. Prices: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Catalog maintenance: create|update|archive items (hardware, software, service, bundle); set_component|remove_component of a bundle; set_price_override|remove_price_override for this organization; import_distributor_product (a TD SYNNEX product priced at its MSRP or at cost + markupBp). All Tier 2. Prices: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::CatalogWrite;
     type Actions = CatalogAction;
     type Input = ManageInput;
     type Output = Rendered<CatalogOutput>;
-    type Reach = reach::Catalog;
+    type Reach = (reach::Catalog, reach::Billing);
 
     async fn call(
         cx: &ToolCx<'_, Self::Reach>,
@@ -351,6 +367,36 @@ impl Tool for ManageCatalog {
                 };
                 let it = catalog.create_item(new, audit("create")).await?;
                 ("item created", it)
+            }
+            CatalogAction::ImportDistributorProduct => {
+                let query = LookupInput::query(
+                    input.distributor_sku.as_deref(),
+                    input.mfg_part_number.as_deref(),
+                )?;
+                let found = distributor::lookup(cx, &query).await?;
+                let new = NewCatalogItem {
+                    // The item's SKU: the one given, else the manufacturer part number.
+                    sku: input.sku.clone().or_else(|| {
+                        Some(if found.mfg_part_number.is_empty() {
+                            found.sku.clone()
+                        } else {
+                            found.mfg_part_number.clone()
+                        })
+                    }),
+                    name: found.description.chars().take(255).collect(),
+                    kind: input.kind.map_or(CatalogKind::Hardware, Into::into),
+                    description: format!(
+                        "TD SYNNEX {} ({} {})",
+                        found.sku, found.mfg_code, found.mfg_part_number
+                    ),
+                    unit_price: import_price(&found, input.markup_bp)?,
+                    tax_bp: input.tax_bp.unwrap_or(0),
+                    created_by: by,
+                };
+                let it = catalog
+                    .create_item(new, audit("import_distributor_product"))
+                    .await?;
+                ("item imported from TD SYNNEX", it)
             }
             CatalogAction::Update => {
                 let current = catalog.get_item(item()?).await.map_err(catalog_missing)?;
@@ -427,5 +473,30 @@ impl Tool for ManageCatalog {
             item: Some(full_view(cx, current).await?),
             ..Default::default()
         })
+    }
+}
+
+/// The list price of an imported product: the reseller cost plus `markup_bp` (rounded once,
+/// half away from zero), or without a markup the MSRP (else the cost). A markup needs the
+/// cost, which an organization's user does not see.
+fn import_price(
+    found: &breeze_billing::Availability,
+    markup_bp: Option<u32>,
+) -> Result<Money, ToolError> {
+    let cost = found.reseller_cost;
+    match (markup_bp, cost, found.msrp) {
+        (Some(bp), Some(cost), _) => breeze_core::money::tax_amount(cost, bp)
+            .and_then(|m| cost.checked_add(m))
+            .map_err(|e| ToolError::invalid(e.to_string())),
+        (Some(_), None, _) => Err(ToolError::new(
+            crate::ErrorCode::Forbidden,
+            "a markup is on the reseller cost, which is withheld from an organization's user; \
+             import at the MSRP (no markupBp)",
+        )),
+        (None, _, Some(msrp)) => Ok(msrp),
+        (None, Some(cost), None) => Ok(cost),
+        (None, None, None) => Err(ToolError::invalid(
+            "the distributor gives no MSRP and the cost is withheld: no price to import at",
+        )),
     }
 }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    ledger::{self, MoneyView},
+    ledger::{self, LineArg, MoneyView, ledger_output},
 };
 use crate::reach::{self, Reach};
 use crate::{NoActions, Pin, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
@@ -162,34 +162,19 @@ impl From<Contract> for ContractView {
     }
 }
 
-/// What each contract tool returns; one object with the fields that apply.
-#[derive(Debug, Default, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ContractsOutput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    contracts: Option<Vec<ContractView>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    contract: Option<ContractView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    showing: Option<usize>,
-    /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
+ledger_output! {
+    /// What each contract tool returns; one object with the fields that apply.
+    ContractsOutput { contracts, contract: ContractView }
 }
 
+/// What "not found" means for each record a contract action names.
+const MISSING: &[(&str, &str)] = &[
+    ("contract", CONTRACT_NOT_FOUND),
+    ("contract line", "Contract line not found on this contract"),
+];
+
 fn contract_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("contract") => ToolError::not_found(CONTRACT_NOT_FOUND),
-        StoreError::NotFound("contract line") => {
-            ToolError::not_found("Contract line not found on this contract")
-        }
-        StoreError::NotFound("catalog item") => {
-            ToolError::not_found("Catalog item not found or access denied")
-        }
-        other => other.into(),
-    }
+    ledger::missing(e, MISSING)
 }
 
 async fn resolve<R: Reach>(cx: &ToolCx<'_, R>, raw: Option<&str>) -> Result<Contract, ToolError> {
@@ -242,14 +227,7 @@ impl Tool for ListContracts {
         cx: &ToolCx<'_, Self::Reach>,
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
-        // A key reaches one organization: naming another finds nothing, as with any id.
-        if let Some(org) = input.org_id.as_deref()
-            && Uuid::parse_str(org).ok() != Some(cx.org_id().0)
-        {
-            return Err(ToolError::not_found(
-                "Organization not found or access denied",
-            ));
-        }
+        ledger::own_org(cx, input.org_id.as_deref())?;
         let page = cx
             .contracts()
             .list_contracts(
@@ -258,13 +236,10 @@ impl Tool for ListContracts {
                 input.limit.unwrap_or(25),
             )
             .await?;
-        let views: Vec<ContractView> = ledger::views(page.contracts);
-        Rendered::of(&ContractsOutput {
-            showing: Some(views.len()),
-            contracts: Some(views),
-            next_cursor: page.next_before.map(|id| id.to_string()),
-            ..Default::default()
-        })
+        Rendered::of(&ContractsOutput::page(
+            ledger::views(page.contracts),
+            page.next_before,
+        ))
     }
 }
 
@@ -295,10 +270,7 @@ impl Tool for GetContract {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let c = resolve(cx, Some(&input.contract_id)).await?;
-        Rendered::of(&ContractsOutput {
-            contract: Some(full_view(cx, c).await?),
-            ..Default::default()
-        })
+        Rendered::of(&ContractsOutput::record(None, full_view(cx, c).await?))
     }
 }
 
@@ -328,7 +300,8 @@ pub(crate) struct ManageInput {
     contract_id: Option<String>,
     #[schemars(length(min = 1, max = 2000))]
     name: Option<String>,
-    /// create: ISO 4217, e.g. USD (and a manual line's, default the contract's).
+    /// create: ISO 4217, e.g. USD (default: the organization's billing currency); a manual
+    /// line's, default the contract's.
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     /// create (default monthly), update.
@@ -358,6 +331,18 @@ pub(crate) struct ManageInput {
     line_id: Option<String>,
 }
 
+impl ManageInput {
+    fn line_fields(&self) -> ledger::LineFields<'_> {
+        ledger::LineFields {
+            catalog_item_id: self.catalog_item_id.as_deref(),
+            description: self.description.as_deref(),
+            quantity: self.quantity.as_deref(),
+            unit_price: self.unit_price.as_deref(),
+            currency: self.currency.as_deref(),
+        }
+    }
+}
+
 pub(crate) struct ManageContracts;
 
 impl Tool for ManageContracts {
@@ -369,7 +354,7 @@ impl Tool for ManageContracts {
     type Actions = ContractAction;
     type Input = ManageInput;
     type Output = Rendered<ContractsOutput>;
-    type Reach = reach::Contracts;
+    type Reach = (reach::Contracts, reach::Tenancy);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -395,7 +380,7 @@ impl Tool for ManageContracts {
                 let name = ledger::required(input.name.as_deref(), "name")?;
                 let new = NewContract {
                     name: name.to_owned(),
-                    currency: ledger::currency_arg(input.currency.as_deref())?,
+                    currency: ledger::draft_currency(cx, input.currency.as_deref()).await?,
                     billing_period: input
                         .billing_period
                         .map_or(BillingPeriod::Monthly, Into::into),
@@ -429,32 +414,22 @@ impl Tool for ManageContracts {
                     .delete_draft(c.id, audit("delete"))
                     .await
                     .map_err(contract_missing)?;
-                return Rendered::of(&ContractsOutput {
-                    message: Some(format!("draft {} deleted", c.name)),
-                    ..Default::default()
-                });
+                return Rendered::of(&ContractsOutput::said(format!("draft {} deleted", c.name)));
             }
             ContractAction::AddLine => {
                 let c = resolve(cx, input.contract_id.as_deref()).await?;
-                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
-                let line = match input.catalog_item_id.as_deref() {
-                    Some(item) => NewContractLine::Catalog {
-                        item: uuid_or_missing(
-                            Some(item),
-                            "catalogItemId",
-                            "Catalog item not found or access denied",
-                        )?,
+                let line = match input.line_fields().line(c.currency)? {
+                    LineArg::Catalog { item, quantity } => {
+                        NewContractLine::Catalog { item, quantity }
+                    }
+                    LineArg::Manual {
+                        description,
                         quantity,
-                    },
-                    None => NewContractLine::Manual {
-                        description: ledger::required(input.description.as_deref(), "description")?
-                            .to_owned(),
+                        unit_price,
+                    } => NewContractLine::Manual {
+                        description,
                         quantity,
-                        unit_price: ledger::money_arg(
-                            input.unit_price.as_deref(),
-                            "unitPrice",
-                            ledger::currency_or(input.currency.as_deref(), c.currency)?,
-                        )?,
+                        unit_price,
                     },
                 };
                 contracts
@@ -490,11 +465,10 @@ impl Tool for ManageContracts {
             }
         };
         let c = contracts.get_contract(id).await?;
-        Rendered::of(&ContractsOutput {
-            message: Some(message),
-            contract: Some(full_view(cx, c).await?),
-            ..Default::default()
-        })
+        Rendered::of(&ContractsOutput::record(
+            Some(message),
+            full_view(cx, c).await?,
+        ))
     }
 }
 
@@ -522,10 +496,7 @@ fn lifecycle(
         _ => return Ok(("", from)),
     };
     if needs.is_some_and(|n| n != from) || !from.can_move_to(to) {
-        return Err(ToolError::new(
-            crate::ErrorCode::Conflict,
-            format!("a {from} contract cannot {name}"),
-        ));
+        return Err(ledger::conflict(format!("a {from} contract cannot {name}")));
     }
     Ok((name, to))
 }

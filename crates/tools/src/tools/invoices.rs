@@ -7,7 +7,7 @@
 //! voiding a payment are Tier 3 with `invoices.send`. Amounts are decimal strings with an
 //! ISO 4217 currency in, and `{amount, minor, currency}` out; no floating point anywhere.
 
-use breeze_core::{InvoiceStatus, Money, Permission, Quantity};
+use breeze_core::{InvoiceStatus, Money, Permission};
 use breeze_store::{Invoice, InvoiceLine, NewLine, Payment, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,10 @@ use uuid::Uuid;
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    ledger::{self, MoneyView, Named, currency_arg, currency_or},
+    ledger::{
+        self, MoneyView, Named, PaymentLinkView, PricedLineView, TotalsView, currency_arg,
+        currency_or, ledger_output, priced_line_view,
+    },
     tickets::resolve_ticket,
 };
 use crate::reach::{self, Reach};
@@ -49,41 +52,23 @@ impl From<InvoiceStatusArg> for InvoiceStatus {
     }
 }
 
+/// An invoice line: a priced line and what it bills.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct LineView {
-    id: String,
-    position: i64,
-    kind: String,
-    description: String,
-    quantity: String,
-    unit_price: MoneyView,
-    amount: MoneyView,
-    /// Basis points: 2000 = 20 %.
-    tax_bp: i64,
-    tax: MoneyView,
+    #[serde(flatten)]
+    line: PricedLineView,
     time_entry_id: Option<String>,
     part_id: Option<String>,
-    catalog_item_id: Option<String>,
     contract_id: Option<String>,
 }
 
 impl From<InvoiceLine> for LineView {
     fn from(l: InvoiceLine) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, l.currency));
         Self {
-            id: l.id.to_string(),
-            position: l.position,
-            kind: l.kind.to_string(),
-            quantity: Quantity(l.quantity_milli).decimal(),
-            unit_price: m(l.unit_price_minor),
-            amount: m(l.amount_minor),
-            tax_bp: l.tax_bp,
-            tax: m(l.tax_minor),
-            description: l.description,
+            line: priced_line_view!(&l),
             time_entry_id: l.time_entry_id.map(|i| i.to_string()),
             part_id: l.part_id.map(|i| i.to_string()),
-            catalog_item_id: l.catalog_item_id.map(|i| i.to_string()),
             contract_id: l.contract_id.map(|i| i.to_string()),
         }
     }
@@ -126,9 +111,8 @@ struct InvoiceView {
     org_id: String,
     status: String,
     currency: String,
-    subtotal: MoneyView,
-    tax: MoneyView,
-    total: MoneyView,
+    #[serde(flatten)]
+    totals: TotalsView,
     paid: MoneyView,
     balance: MoneyView,
     notes: Option<String>,
@@ -139,25 +123,27 @@ struct InvoiceView {
     void_reason: Option<String>,
     created_by: String,
     created_at: String,
+    /// The PDF, a path on this server (GET, Tier 2 as reading the invoice is).
+    pdf_url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     lines: Option<Vec<LineView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payments: Option<Vec<PaymentView>>,
+    /// Payment links made for it, newest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_links: Option<Vec<PaymentLinkView>>,
 }
 
 impl From<Invoice> for InvoiceView {
     fn from(i: Invoice) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, i.currency));
         Self {
             id: i.id.to_string(),
             number: i.reference(),
             org_id: i.org_id.to_string(),
             status: i.status.to_string(),
             currency: i.currency.to_string(),
-            subtotal: m(i.subtotal_minor),
-            tax: m(i.tax_minor),
-            total: m(i.total_minor),
-            paid: m(i.paid_minor),
+            totals: TotalsView::of(i.currency, i.subtotal_minor, i.tax_minor, i.total_minor),
+            paid: Money::new(i.paid_minor, i.currency).into(),
             balance: i.balance().into(),
             notes: i.notes,
             due_date: i.due_at.map(|t| t.to_rfc3339()),
@@ -167,46 +153,35 @@ impl From<Invoice> for InvoiceView {
             void_reason: i.void_reason,
             created_by: i.created_by,
             created_at: i.created_at.to_rfc3339(),
+            pdf_url: format!("/api/v1/orgs/{}/invoices/{}/pdf", i.org_id, i.id),
             lines: None,
             payments: None,
+            payment_links: None,
         }
     }
 }
 
-/// What each invoice tool returns; one object with the fields that apply.
-#[derive(Debug, Default, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct InvoicesOutput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    invoices: Option<Vec<InvoiceView>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    invoice: Option<InvoiceView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    payment: Option<PaymentView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    showing: Option<usize>,
-    /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
+ledger_output! {
+    /// What each invoice tool returns; one object with the fields that apply.
+    InvoicesOutput {
+        invoices,
+        invoice: InvoiceView,
+        payment: PaymentView,
+        payment_link: PaymentLinkView,
+    }
 }
+
+/// What "not found" means for each record an invoice action names.
+const MISSING: &[(&str, &str)] = &[
+    ("invoice", INVOICE_NOT_FOUND),
+    ("ticket", "Ticket not found or access denied"),
+    ("invoice line", "Invoice line not found on this draft"),
+    ("payment", "Payment not found on this invoice"),
+    ("contract", "Contract not found or access denied"),
+];
 
 fn invoice_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("invoice") => ToolError::not_found(INVOICE_NOT_FOUND),
-        StoreError::NotFound("ticket") => ToolError::not_found("Ticket not found or access denied"),
-        StoreError::NotFound("invoice line") => {
-            ToolError::not_found("Invoice line not found on this draft")
-        }
-        StoreError::NotFound("catalog item") => {
-            ToolError::not_found("Catalog item not found or access denied")
-        }
-        StoreError::NotFound("payment") => {
-            ToolError::not_found("Payment not found on this invoice")
-        }
-        other => other.into(),
-    }
+    ledger::missing(e, MISSING)
 }
 
 /// An invoice named by UUID or by number (`INV-000042`, `42`).
@@ -215,12 +190,11 @@ async fn resolve_invoice<R: Reach>(
     raw: Option<&str>,
 ) -> Result<Invoice, ToolError> {
     let invoices = cx.invoices();
-    let found = match ledger::named(raw, "invoiceId", "INV-")? {
-        Some(Named::Number(n)) => invoices.invoice_by_number(n).await,
-        Some(Named::Id(id)) => invoices.get_invoice(id).await,
-        None => return Err(ToolError::not_found(INVOICE_NOT_FOUND)),
-    };
-    found.map_err(invoice_missing)
+    match ledger::named(raw, "invoiceId", "INV-", INVOICE_NOT_FOUND)? {
+        Named::Number(n) => invoices.invoice_by_number(n).await,
+        Named::Id(id) => invoices.get_invoice(id).await,
+    }
+    .map_err(invoice_missing)
 }
 
 async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, i: Invoice) -> Result<InvoiceView, ToolError> {
@@ -228,6 +202,7 @@ async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, i: Invoice) -> Result<InvoiceVi
     let mut view = InvoiceView::from(i);
     view.lines = Some(ledger::views(cx.invoices().lines(id).await?));
     view.payments = Some(ledger::views(cx.invoices().payments(id).await?));
+    view.payment_links = Some(ledger::views(cx.invoices().payment_links(id).await?));
     Ok(view)
 }
 
@@ -265,30 +240,19 @@ impl Tool for ListInvoices {
         cx: &ToolCx<'_, Self::Reach>,
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
-        // A key reaches one organization: naming another finds nothing, as with any id.
-        if let Some(org) = input.org_id.as_deref()
-            && Uuid::parse_str(org).ok() != Some(cx.org_id().0)
-        {
-            return Err(ToolError::not_found(
-                "Organization not found or access denied",
-            ));
-        }
-        let before = ledger::cursor::<Uuid>(input.cursor.as_deref())?;
+        ledger::own_org(cx, input.org_id.as_deref())?;
         let page = cx
             .invoices()
             .list_invoices(
                 input.status.map(Into::into),
-                before,
+                ledger::cursor::<Uuid>(input.cursor.as_deref())?,
                 input.limit.unwrap_or(25),
             )
             .await?;
-        let views: Vec<InvoiceView> = page.invoices.into_iter().map(Into::into).collect();
-        Rendered::of(&InvoicesOutput {
-            showing: Some(views.len()),
-            invoices: Some(views),
-            next_cursor: page.next_before.map(|id| id.to_string()),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::page(
+            ledger::views(page.invoices),
+            page.next_before,
+        ))
     }
 }
 
@@ -320,10 +284,7 @@ impl Tool for GetInvoice {
         input: Self::Input,
     ) -> Result<Self::Output, ToolError> {
         let inv = resolve_invoice(cx, Some(&input.invoice_id)).await?;
-        Rendered::of(&InvoicesOutput {
-            invoice: Some(full_view(cx, inv).await?),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::record(None, full_view(cx, inv).await?))
     }
 }
 
@@ -339,6 +300,9 @@ crate::actions! {
         RemoveLine = "remove_line" => (T2, Delete, InvoicesWrite),
         AddCatalogLine = "add_catalog_line" => (T2, Create, InvoicesWrite),
         AssembleFromTicket = "assemble_from_ticket" => (T2, Create, InvoicesWrite),
+        AssembleFromPeriod = "assemble_from_period" => (T2, Create, InvoicesWrite),
+        AddContractLines = "add_contract_lines" => (T2, Create, InvoicesWrite),
+        CreatePaymentLink = "create_payment_link" => (T2, Create, InvoicesWrite),
         Issue = "issue" => (T3, Update, InvoicesSend),
         Void = "void" => (T3, Update, InvoicesSend),
         RecordPayment = "record_payment" => (T3, Create, InvoicesSend),
@@ -353,7 +317,8 @@ pub(crate) struct ManageInput {
     /// A UUID or a number such as INV-000042.
     #[schemars(length(min = 1, max = 36))]
     invoice_id: Option<String>,
-    /// create (and every amount's): ISO 4217, e.g. USD.
+    /// create (default: the organization's billing currency), assemble_from_period, and every
+    /// amount's: ISO 4217, e.g. USD.
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     #[schemars(length(min = 1, max = 2000))]
@@ -370,7 +335,8 @@ pub(crate) struct ManageInput {
     /// add_line: decimal string, e.g. "95.00".
     #[schemars(length(min = 1, max = 24))]
     unit_price: Option<String>,
-    /// add_line, assemble_from_ticket: basis points (2000 = 20 %); default 0.
+    /// add_line, assemble_from_ticket, assemble_from_period: basis points (2000 = 20 %);
+    /// default 0.
     #[schemars(range(min = 0, max = 10000))]
     tax_bp: Option<u32>,
     #[schemars(length(min = 36, max = 36))]
@@ -381,6 +347,15 @@ pub(crate) struct ManageInput {
     /// assemble_from_ticket: a UUID or T-1042.
     #[schemars(length(min = 1, max = 36))]
     ticket_id: Option<String>,
+    /// assemble_from_period: RFC 3339, inclusive.
+    #[schemars(length(max = 40))]
+    period_start: Option<String>,
+    /// assemble_from_period: RFC 3339, exclusive.
+    #[schemars(length(max = 40))]
+    period_end: Option<String>,
+    /// add_contract_lines: the contract whose lines to add.
+    #[schemars(length(min = 36, max = 36))]
+    contract_id: Option<String>,
     /// record_payment: decimal string in the invoice's currency.
     #[schemars(length(min = 1, max = 24))]
     amount: Option<String>,
@@ -409,13 +384,18 @@ pub(crate) struct ManageInvoices;
 impl Tool for ManageInvoices {
     const NAME: &'static str = "manage_invoices";
     const TITLE: &'static str = "Manage invoices";
-    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Invoice lifecycle. create|update|delete (drafts)|add_line|add_catalog_line (a catalog item or bundle at this organization's price)|remove_line|assemble_from_ticket (the ticket's billable time × rate + parts)|assemble_from_period (every ticket's billable time and parts in [periodStart, periodEnd), in currency)|add_contract_lines (a contract's lines)|create_payment_link (a Stripe payment page for an issued invoice's balance; a paid link records its payment) Tier 2; issue (takes the next gap-free number; immutable after)|void (keeps its number)|record_payment|void_payment Tier 3 with invoices.send. Amounts: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::InvoicesWrite;
     type Actions = InvoiceAction;
     type Input = ManageInput;
     type Output = Rendered<InvoicesOutput>;
-    type Reach = (reach::Invoices, reach::Tickets);
+    type Reach = (
+        reach::Invoices,
+        reach::Tickets,
+        reach::Billing,
+        reach::Tenancy,
+    );
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -428,10 +408,10 @@ impl Tool for ManageInvoices {
             _ => inv.status,
         };
         if inv.status != expected {
-            return Err(ToolError::new(
-                crate::ErrorCode::Conflict,
-                format!("the invoice is {}, not {expected}", inv.status),
-            ));
+            return Err(ledger::conflict(format!(
+                "the invoice is {}, not {expected}",
+                inv.status
+            )));
         }
         // The approver sees, and the call is pinned to, the amounts as they stand.
         Ok(Some(Pin {
@@ -460,7 +440,7 @@ impl Tool for ManageInvoices {
             InvoiceAction::Create => {
                 let inv = invoices
                     .create_draft(
-                        currency_arg(input.currency.as_deref())?,
+                        ledger::draft_currency(cx, input.currency.as_deref()).await?,
                         input.notes.as_deref(),
                         time_arg("dueDate", input.due_date.as_deref())?,
                         &by,
@@ -488,10 +468,7 @@ impl Tool for ManageInvoices {
                     .delete_draft(id, audit("delete"))
                     .await
                     .map_err(invoice_missing)?;
-                return Rendered::of(&InvoicesOutput {
-                    message: Some("draft deleted".into()),
-                    ..Default::default()
-                });
+                return Rendered::of(&InvoicesOutput::said("draft deleted"));
             }
             InvoiceAction::AddLine => {
                 let current = inv_id().await?;
@@ -519,11 +496,7 @@ impl Tool for ManageInvoices {
             }
             InvoiceAction::AddCatalogLine => {
                 let id = inv_id().await?.id;
-                let item = uuid_or_missing(
-                    input.catalog_item_id.as_deref(),
-                    "catalogItemId",
-                    "Catalog item not found or access denied",
-                )?;
+                let item = ledger::catalog_item_arg(input.catalog_item_id.as_deref())?;
                 let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
                 let inv = invoices
                     .add_catalog_line(id, item, quantity, audit("add_catalog_line"))
@@ -556,6 +529,68 @@ impl Tool for ManageInvoices {
                     .await
                     .map_err(invoice_missing)?;
                 (format!("draft assembled from {}", ticket.reference()), inv)
+            }
+            InvoiceAction::AssembleFromPeriod => {
+                let start = time_arg("periodStart", input.period_start.as_deref())?
+                    .ok_or_else(|| ToolError::invalid("periodStart is required for this action"))?;
+                let end = time_arg("periodEnd", input.period_end.as_deref())?
+                    .ok_or_else(|| ToolError::invalid("periodEnd is required for this action"))?;
+                let currency = match input.currency.as_deref() {
+                    Some(c) => Some(currency_arg(Some(c))?),
+                    None => cx.tenancy().billing_currency().await?,
+                };
+                let inv = invoices
+                    .assemble_from_period(
+                        start,
+                        end,
+                        currency,
+                        input.tax_bp.unwrap_or(0),
+                        &by,
+                        audit("assemble"),
+                    )
+                    .await
+                    .map_err(invoice_missing)?;
+                (
+                    format!(
+                        "draft assembled from {} to {}",
+                        start.to_rfc3339(),
+                        end.to_rfc3339()
+                    ),
+                    inv,
+                )
+            }
+            InvoiceAction::AddContractLines => {
+                let id = inv_id().await?.id;
+                let contract = uuid_or_missing(
+                    input.contract_id.as_deref(),
+                    "contractId",
+                    "Contract not found or access denied",
+                )?;
+                let inv = invoices
+                    .add_contract_lines(id, contract, audit("add_contract_lines"))
+                    .await
+                    .map_err(invoice_missing)?;
+                ("contract lines added".to_owned(), inv)
+            }
+            InvoiceAction::CreatePaymentLink => {
+                let current = inv_id().await?;
+                let link = cx
+                    .billing()?
+                    .invoice_link(&current, &by, audit("create_payment_link"))
+                    .await
+                    .map_err(ledger::billing_err)?;
+                let inv = invoices.get_invoice(current.id).await?;
+                return Rendered::of(&InvoicesOutput {
+                    message: Some(format!(
+                        "payment link for {} ({}): {}",
+                        inv.reference().unwrap_or_default(),
+                        link.amount(),
+                        link.url
+                    )),
+                    payment_link: Some(link.into()),
+                    invoice: Some(full_view(cx, inv).await?),
+                    ..Default::default()
+                });
             }
             InvoiceAction::Issue => {
                 let id = inv_id().await?.id;
@@ -626,10 +661,9 @@ impl Tool for ManageInvoices {
                 });
             }
         };
-        Rendered::of(&InvoicesOutput {
-            message: Some(message),
-            invoice: Some(full_view(cx, invoice).await?),
-            ..Default::default()
-        })
+        Rendered::of(&InvoicesOutput::record(
+            Some(message),
+            full_view(cx, invoice).await?,
+        ))
     }
 }

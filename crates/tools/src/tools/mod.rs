@@ -14,6 +14,7 @@ pub(crate) mod deployments;
 mod device_command;
 pub(crate) mod devices;
 pub(crate) mod disk;
+pub(crate) mod distributor;
 pub(crate) mod groups;
 pub(crate) mod invoices;
 mod ledger;

@@ -5,14 +5,14 @@
 //! customer is Tier 3 with `quotes.send`, as the specification says. A quote is named by
 //! UUID or number (`Q-12`); another organization's is "not found".
 
-use breeze_core::{Money, Permission, Quantity};
-use breeze_store::{NewQuoteLine, Quote, QuoteBlock, QuoteLine, StoreError};
+use breeze_core::Permission;
+use breeze_store::{NewQuoteLine, Quote, QuoteBlock, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    ledger::{self, MoneyView, Named},
+    ledger::{self, LineArg, Named, PricedLineView, TotalsView, ledger_output, priced_line_view},
 };
 use crate::reach::{self, Reach};
 use crate::{Pin, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
@@ -45,40 +45,6 @@ impl From<QuoteBlock> for BlockView {
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-struct LineView {
-    id: String,
-    position: i64,
-    kind: String,
-    description: String,
-    quantity: String,
-    unit_price: MoneyView,
-    amount: MoneyView,
-    /// Basis points: 2000 = 20 %.
-    tax_bp: i64,
-    tax: MoneyView,
-    catalog_item_id: Option<String>,
-}
-
-impl From<QuoteLine> for LineView {
-    fn from(l: QuoteLine) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, l.currency));
-        Self {
-            id: l.id.to_string(),
-            position: l.position,
-            kind: l.kind.to_string(),
-            quantity: Quantity(l.quantity_milli).decimal(),
-            unit_price: m(l.unit_price_minor),
-            amount: m(l.amount_minor),
-            tax_bp: l.tax_bp,
-            tax: m(l.tax_minor),
-            description: l.description,
-            catalog_item_id: l.catalog_item_id.map(|i| i.to_string()),
-        }
-    }
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
 struct QuoteView {
     id: String,
     ///
@@ -87,31 +53,29 @@ struct QuoteView {
     title: String,
     status: String,
     currency: String,
-    subtotal: MoneyView,
-    tax: MoneyView,
-    total: MoneyView,
+    #[serde(flatten)]
+    totals: TotalsView,
     valid_until: Option<String>,
     sent_at: Option<String>,
     declined_at: Option<String>,
     decline_reason: Option<String>,
     created_by: String,
     created_at: String,
+    /// The PDF, a path on this server (GET, Tier 2 with quotes.write).
+    pdf_url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     blocks: Option<Vec<BlockView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    lines: Option<Vec<LineView>>,
+    lines: Option<Vec<PricedLineView>>,
 }
 
 impl From<Quote> for QuoteView {
     fn from(q: Quote) -> Self {
-        let m = |minor| MoneyView::from(Money::new(minor, q.currency));
         Self {
             id: q.id.to_string(),
             number: q.reference(),
             org_id: q.org_id.to_string(),
-            subtotal: m(q.subtotal_minor),
-            tax: m(q.tax_minor),
-            total: m(q.total_minor),
+            totals: TotalsView::of(q.currency, q.subtotal_minor, q.tax_minor, q.total_minor),
             title: q.title,
             status: q.status,
             currency: q.currency.to_string(),
@@ -119,6 +83,7 @@ impl From<Quote> for QuoteView {
             sent_at: q.sent_at.map(|t| t.to_rfc3339()),
             declined_at: q.declined_at.map(|t| t.to_rfc3339()),
             decline_reason: q.decline_reason,
+            pdf_url: format!("/api/v1/orgs/{}/quotes/{}/pdf", q.org_id, q.id),
             created_by: q.created_by,
             created_at: q.created_at.to_rfc3339(),
             blocks: None,
@@ -127,45 +92,27 @@ impl From<Quote> for QuoteView {
     }
 }
 
-/// What `manage_quotes` returns; one object with the fields that apply.
-#[derive(Debug, Default, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct QuotesOutput {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    quotes: Option<Vec<QuoteView>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    quote: Option<QuoteView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    showing: Option<usize>,
-    /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<String>,
+ledger_output! {
+    /// What `manage_quotes` returns; one object with the fields that apply.
+    QuotesOutput { quotes, quote: QuoteView }
 }
 
+/// What "not found" means for each record a quote action names.
+const MISSING: &[(&str, &str)] = &[
+    ("quote", QUOTE_NOT_FOUND),
+    ("quote line", "Quote line not found on this quote"),
+    ("quote block", "Quote block not found on this quote"),
+];
+
 fn quote_missing(e: StoreError) -> ToolError {
-    match e {
-        StoreError::NotFound("quote") => ToolError::not_found(QUOTE_NOT_FOUND),
-        StoreError::NotFound("quote line") => {
-            ToolError::not_found("Quote line not found on this quote")
-        }
-        StoreError::NotFound("quote block") => {
-            ToolError::not_found("Quote block not found on this quote")
-        }
-        StoreError::NotFound("catalog item") => {
-            ToolError::not_found("Catalog item not found or access denied")
-        }
-        other => other.into(),
-    }
+    ledger::missing(e, MISSING)
 }
 
 async fn resolve<R: Reach>(cx: &ToolCx<'_, R>, raw: Option<&str>) -> Result<Quote, ToolError> {
     let quotes = cx.quotes();
-    match ledger::named(raw, "quoteId", "Q-")? {
-        Some(Named::Number(n)) => quotes.quote_by_number(n).await,
-        Some(Named::Id(id)) => quotes.get_quote(id).await,
-        None => return Err(ToolError::not_found(QUOTE_NOT_FOUND)),
+    match ledger::named(raw, "quoteId", "Q-", QUOTE_NOT_FOUND)? {
+        Named::Number(n) => quotes.quote_by_number(n).await,
+        Named::Id(id) => quotes.get_quote(id).await,
     }
     .map_err(quote_missing)
 }
@@ -174,7 +121,14 @@ async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, q: Quote) -> Result<QuoteView, 
     let id = q.id;
     let mut view = QuoteView::from(q);
     view.blocks = Some(ledger::views(cx.quotes().blocks(id).await?));
-    view.lines = Some(ledger::views(cx.quotes().lines(id).await?));
+    view.lines = Some(
+        cx.quotes()
+            .lines(id)
+            .await?
+            .iter()
+            .map(|l| priced_line_view!(l))
+            .collect(),
+    );
     Ok(view)
 }
 
@@ -212,7 +166,7 @@ pub(crate) struct QuotesInput {
     /// create, update.
     #[schemars(length(min = 1, max = 5000))]
     title: Option<String>,
-    /// create: ISO 4217, e.g. USD.
+    /// create: ISO 4217, e.g. USD (default: the organization's billing currency).
     #[schemars(length(min = 3, max = 3))]
     currency: Option<String>,
     /// RFC 3339.
@@ -253,6 +207,18 @@ pub(crate) struct QuotesInput {
     cursor: Option<String>,
 }
 
+impl QuotesInput {
+    fn line_fields(&self) -> ledger::LineFields<'_> {
+        ledger::LineFields {
+            catalog_item_id: self.catalog_item_id.as_deref(),
+            description: self.description.as_deref(),
+            quantity: self.quantity.as_deref(),
+            unit_price: self.unit_price.as_deref(),
+            currency: self.currency.as_deref(),
+        }
+    }
+}
+
 pub(crate) struct ManageQuotes;
 
 impl Tool for ManageQuotes {
@@ -264,7 +230,7 @@ impl Tool for ManageQuotes {
     type Actions = QuoteAction;
     type Input = QuotesInput;
     type Output = Rendered<QuotesOutput>;
-    type Reach = reach::Quotes;
+    type Reach = (reach::Quotes, reach::Tenancy);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -272,10 +238,11 @@ impl Tool for ManageQuotes {
     ) -> Result<Option<Pin>, ToolError> {
         let q = resolve(cx, input.quote_id.as_deref()).await?;
         if q.status != "draft" {
-            return Err(ToolError::new(
-                crate::ErrorCode::Conflict,
-                format!("quote {} is {}, not a draft", q.reference(), q.status),
-            ));
+            return Err(ledger::conflict(format!(
+                "quote {} is {}, not a draft",
+                q.reference(),
+                q.status
+            )));
         }
         // The approver sees, and the call is pinned to, the quote as it stands.
         Ok(Some(Pin {
@@ -299,20 +266,14 @@ impl Tool for ManageQuotes {
                         input.limit.unwrap_or(25),
                     )
                     .await?;
-                let views: Vec<QuoteView> = ledger::views(rows);
-                return Rendered::of(&QuotesOutput {
-                    showing: Some(views.len()),
-                    quotes: Some(views),
-                    next_cursor: next.map(|n| n.to_string()),
-                    ..Default::default()
-                });
+                return Rendered::of(&QuotesOutput::page(ledger::views(rows), next));
             }
             QuoteAction::Get => (None, current().await?),
             QuoteAction::Create => {
                 let q = quotes
                     .create_draft(
                         ledger::required(input.title.as_deref(), "title")?,
-                        ledger::currency_arg(input.currency.as_deref())?,
+                        ledger::draft_currency(cx, input.currency.as_deref()).await?,
                         time_arg("validUntil", input.valid_until.as_deref())?,
                         &cx.actor.to_string(),
                         audit("create"),
@@ -339,10 +300,10 @@ impl Tool for ManageQuotes {
                     .delete_draft(q.id, audit("delete"))
                     .await
                     .map_err(quote_missing)?;
-                return Rendered::of(&QuotesOutput {
-                    message: Some(format!("draft {} deleted", q.reference())),
-                    ..Default::default()
-                });
+                return Rendered::of(&QuotesOutput::said(format!(
+                    "draft {} deleted",
+                    q.reference()
+                )));
             }
             QuoteAction::AddBlock | QuoteAction::RemoveBlock => {
                 let q = current().await?;
@@ -367,25 +328,16 @@ impl Tool for ManageQuotes {
             }
             QuoteAction::AddLine => {
                 let q = current().await?;
-                let quantity = ledger::quantity_arg(input.quantity.as_deref())?;
-                let line = match input.catalog_item_id.as_deref() {
-                    Some(item) => NewQuoteLine::Catalog {
-                        item: uuid_or_missing(
-                            Some(item),
-                            "catalogItemId",
-                            "Catalog item not found or access denied",
-                        )?,
+                let line = match input.line_fields().line(q.currency)? {
+                    LineArg::Catalog { item, quantity } => NewQuoteLine::Catalog { item, quantity },
+                    LineArg::Manual {
+                        description,
                         quantity,
-                    },
-                    None => NewQuoteLine::Manual {
-                        description: ledger::required(input.description.as_deref(), "description")?
-                            .to_owned(),
+                        unit_price,
+                    } => NewQuoteLine::Manual {
+                        description,
                         quantity,
-                        unit_price: ledger::money_arg(
-                            input.unit_price.as_deref(),
-                            "unitPrice",
-                            ledger::currency_or(input.currency.as_deref(), q.currency)?,
-                        )?,
+                        unit_price,
                         tax_bp: input.tax_bp.unwrap_or(0),
                     },
                 };
@@ -426,10 +378,6 @@ impl Tool for ManageQuotes {
                 (Some(format!("{} sent to the customer", q.reference())), q)
             }
         };
-        Rendered::of(&QuotesOutput {
-            message,
-            quote: Some(full_view(cx, q).await?),
-            ..Default::default()
-        })
+        Rendered::of(&QuotesOutput::record(message, full_view(cx, q).await?))
     }
 }

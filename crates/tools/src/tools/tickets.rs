@@ -368,12 +368,11 @@ pub(crate) async fn resolve_ticket<R: Reach>(
     raw: Option<&str>,
 ) -> Result<Ticket, ToolError> {
     let tickets = cx.tickets();
-    let found = match ledger::named(raw, "ticketId", "T-")? {
-        Some(Named::Number(n)) => tickets.ticket_by_number(n).await,
-        Some(Named::Id(id)) => tickets.get_ticket(id).await,
-        None => return Err(ToolError::not_found(TICKET_NOT_FOUND)),
-    };
-    found.map_err(ticket_missing)
+    match ledger::named(raw, "ticketId", "T-", TICKET_NOT_FOUND)? {
+        Named::Number(n) => tickets.ticket_by_number(n).await,
+        Named::Id(id) => tickets.get_ticket(id).await,
+    }
+    .map_err(ticket_missing)
 }
 
 fn user_arg(field: &str, raw: Option<&str>) -> Result<Option<UserId>, ToolError> {

@@ -1,0 +1,970 @@
+//! Tickets, invoices, quotes and contracts in the dashboard.
+//!
+//! `GET /o/{org}/tickets` lists tickets (active by default, or one status), newest first;
+//! `GET /o/{org}/tickets/{ticket}` (a UUID or `T-42`) shows one with its comments and time,
+//! and `POST …/act` comments (public or internal), changes the status, assigns it to the
+//! signed-in person, or starts and stops their timer. `GET /o/{org}/invoices`, `…/quotes`,
+//! `…/contracts` list those; `GET …/invoices/{id}`, `…/quotes/{id}`, `…/contracts/{id}` show
+//! one with its lines and totals; `GET …/invoices/{id}/pdf` and `…/quotes/{id}/pdf` download
+//! the document; `POST …/invoices/{id}/payment-link` makes (or shows) the Stripe payment link
+//! of an issued invoice.
+//!
+//! Every page is judged by the operation the MCP tool's matching action declares
+//! ([`super::tool_operation`]): reading invoices needs what `get_invoice` needs (Tier 2,
+//! `invoices.read`), a comment what `manage_tickets comment` needs, and so on; a button the
+//! person may not use is not shown, and its post is refused all the same. Each change is the
+//! store's (or the billing service's) own operation, with the same audit record a tool call
+//! writes. Money is shown exactly as stored: minor units as decimals with their currency.
+
+use askama::Template;
+use axum::{
+    Router,
+    extract::{Path, Query, State},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use breeze_core::{AuditEvent, Money, Operation, Quantity, TicketStatus};
+use breeze_store::{OrgStore, StoreError, Ticket, TicketFilter};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::{Layout, PageError, Section, SignedForm, SignedIn, allowed, render, tool_operation};
+use crate::{ApiError, AppState, authz::OrgScope, extract::RequestId};
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/o/{org}/tickets", get(tickets))
+        .route("/o/{org}/tickets/{ticket}", get(ticket))
+        .route("/o/{org}/tickets/{ticket}/act", post(ticket_act))
+        .route("/o/{org}/invoices", get(invoices))
+        .route("/o/{org}/invoices/{id}", get(invoice))
+        .route("/o/{org}/invoices/{id}/pdf", get(invoice_pdf))
+        .route("/o/{org}/invoices/{id}/payment-link", post(payment_link))
+        .route("/o/{org}/quotes", get(quotes))
+        .route("/o/{org}/quotes/{id}", get(quote))
+        .route("/o/{org}/quotes/{id}/pdf", get(quote_pdf))
+        .route("/o/{org}/contracts", get(contracts))
+        .route("/o/{org}/contracts/{id}", get(contract))
+}
+
+fn when(t: breeze_core::Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+fn money(minor: i64, currency: breeze_core::Currency) -> String {
+    Money::new(minor, currency).to_string()
+}
+
+fn not_found(what: &str) -> PageError {
+    PageError::from(ApiError::not_found(format!("{what} not found")))
+}
+
+/// A store error in a page's words: "not found" for a record that is not this
+/// organization's, the store's message for a refusal.
+fn page_err(what: &'static str) -> impl Fn(StoreError) -> PageError {
+    move |e| match e {
+        StoreError::NotFound(_) => not_found(what),
+        other => PageError::from(other),
+    }
+}
+
+/// The organization scope for `tool`'s `action`.
+async fn scope(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    tool: &str,
+    action: &str,
+) -> Result<OrgScope, PageError> {
+    let op = if action.is_empty() {
+        tool_operation_plain(state, tool)
+    } else {
+        tool_operation(state, tool, action)
+    };
+    Ok(who.scope(state, org, op).await?)
+}
+
+/// The operation of a tool without actions (its own tier and permission).
+fn tool_operation_plain(state: &AppState, tool: &str) -> Operation {
+    match state.pipeline.registry().get(tool) {
+        Some(spec) => Operation {
+            tier: spec.effective_tier(&serde_json::json!({})),
+            permission: spec.permission_for(&serde_json::json!({})),
+        },
+        None => tool_operation(state, tool, "no such tool"),
+    }
+}
+
+fn audit(scope: &OrgScope, request_id: Option<String>, action: &str, resource: &str) -> AuditEvent {
+    AuditEvent::new(scope.caller.actor(), action, resource).request(request_id)
+}
+
+// ---- tickets ---------------------------------------------------------------------------------
+
+/// A ticket named by UUID or number (`T-42`, `42`).
+async fn find_ticket(org: OrgStore<'_>, raw: &str) -> Result<Ticket, PageError> {
+    let tickets = org.tickets();
+    let upper = raw.to_ascii_uppercase();
+    let found = match upper.strip_prefix("T-").unwrap_or(&upper).parse::<i64>() {
+        Ok(n) => tickets.ticket_by_number(n).await,
+        Err(_) => match Uuid::parse_str(raw) {
+            Ok(id) => tickets.get_ticket(id).await,
+            Err(_) => return Err(not_found("Ticket")),
+        },
+    };
+    found.map_err(page_err("Ticket"))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TicketQuery {
+    status: String,
+}
+
+struct TicketRow {
+    reference: String,
+    subject: String,
+    status: &'static str,
+    priority: &'static str,
+    updated: String,
+}
+
+struct Choice {
+    value: &'static str,
+    selected: bool,
+}
+
+#[derive(Template)]
+#[template(path = "tickets.html")]
+struct TicketsPage {
+    l: Layout,
+    rows: Vec<TicketRow>,
+    statuses: Vec<Choice>,
+}
+
+async fn tickets(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+    Query(q): Query<TicketQuery>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "manage_tickets", "list").await?;
+    let status = q.status.parse::<TicketStatus>().ok();
+    let filter = TicketFilter {
+        status,
+        active: status.is_none() && q.status != "all",
+        ..TicketFilter::default()
+    };
+    let page = scope
+        .store(&state)
+        .tickets()
+        .list_tickets(&filter, None, 100)
+        .await?;
+    let rows = page
+        .tickets
+        .into_iter()
+        .map(|t| TicketRow {
+            reference: t.reference(),
+            status: t.status.as_str(),
+            priority: t.priority.as_str(),
+            updated: when(t.updated_at),
+            subject: t.subject,
+        })
+        .collect();
+    let statuses = ["active", "all"]
+        .into_iter()
+        .chain(TicketStatus::ALL.iter().map(|s| s.as_str()))
+        .map(|value| Choice {
+            value,
+            selected: value == q.status || (q.status.is_empty() && value == "active"),
+        })
+        .collect();
+    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Tickets, "Tickets").await?;
+    render(&TicketsPage { l, rows, statuses })
+}
+
+struct CommentRow {
+    author: String,
+    body: String,
+    internal: bool,
+    at: String,
+}
+
+struct TimeRow {
+    who: String,
+    started: String,
+    minutes: String,
+    billable: bool,
+    rate: String,
+    invoiced: bool,
+}
+
+#[derive(Template)]
+#[template(path = "ticket.html")]
+struct TicketPage {
+    l: Layout,
+    reference: String,
+    subject: String,
+    description: String,
+    status: &'static str,
+    priority: &'static str,
+    assignee: String,
+    created: String,
+    comments: Vec<CommentRow>,
+    time: Vec<TimeRow>,
+    /// Statuses the ticket may move to now.
+    moves: Vec<&'static str>,
+    can_comment: bool,
+    can_status: bool,
+    can_assign: bool,
+    can_time: bool,
+    /// The signed-in person's timer runs on this ticket.
+    timer_here: bool,
+    message: String,
+}
+
+async fn ticket(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, raw)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    ticket_page(&state, &who, &org, &raw, String::new()).await
+}
+
+async fn ticket_page(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    raw: &str,
+    message: String,
+) -> Result<Response, PageError> {
+    let scope = scope(state, who, org, "manage_tickets", "get").await?;
+    let store = scope.store(state);
+    let t = find_ticket(store, raw).await?;
+    let tickets = store.tickets();
+    let comments = tickets
+        .comments(t.id)
+        .await?
+        .into_iter()
+        .map(|c| CommentRow {
+            author: c.author,
+            body: c.body,
+            internal: c.internal,
+            at: when(c.created_at),
+        })
+        .collect();
+    let time = tickets
+        .time_entries(t.id)
+        .await?
+        .into_iter()
+        .map(|e| TimeRow {
+            who: e.actor.clone(),
+            started: when(e.started_at),
+            minutes: e
+                .minutes
+                .map_or_else(|| "running".to_owned(), |m| format!("{m} min")),
+            billable: e.billable,
+            rate: e.rate().to_string(),
+            invoiced: e.invoice_id.is_some(),
+        })
+        .collect();
+    let timer_here = tickets
+        .running_timer(who.user.id)
+        .await?
+        .is_some_and(|e| e.ticket_id == t.id);
+    let assignee = match t.assignee_id {
+        Some(u) if u == who.user.id => who.user.name.clone(),
+        Some(u) => state
+            .store
+            .get_user(u)
+            .await
+            .map_or_else(|_| u.to_string(), |u| u.name),
+        None => String::new(),
+    };
+    let can = |action: &str| {
+        allowed(
+            state,
+            &scope,
+            tool_operation(state, "manage_tickets", action),
+        )
+    };
+    let moves = TicketStatus::ALL
+        .iter()
+        .filter(|s| t.status.can_move_to(**s))
+        .map(|s| s.as_str())
+        .collect();
+    let mut l = Layout::for_user(
+        state,
+        who,
+        Some(&scope.org),
+        Section::Tickets,
+        &t.reference(),
+    )
+    .await?;
+    l.chat_about(&format!("context=ticket {}", t.reference()));
+    render(&TicketPage {
+        l,
+        reference: t.reference(),
+        status: t.status.as_str(),
+        priority: t.priority.as_str(),
+        created: when(t.created_at),
+        subject: t.subject,
+        description: t.description,
+        assignee,
+        comments,
+        time,
+        moves,
+        can_comment: can("comment"),
+        can_status: can("update_status"),
+        can_assign: can("assign"),
+        can_time: can("start_timer"),
+        timer_here,
+        message,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct TicketForm {
+    action: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    internal: Option<String>,
+    #[serde(default)]
+    status: String,
+    /// start_timer: an hourly rate makes the time billable (decimal, in `currency`).
+    #[serde(default)]
+    rate: String,
+    #[serde(default)]
+    currency: String,
+}
+
+async fn ticket_act(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<TicketForm>,
+) -> Result<Response, PageError> {
+    let (who, form) = (f.who, f.form);
+    let tool_action = match form.action.as_str() {
+        "comment" => "comment",
+        "status" => "update_status",
+        "assign_me" => "assign",
+        "start_timer" => "start_timer",
+        "stop_timer" => "stop_timer",
+        _ => return Err(PageError::bad_request("Unknown action.")),
+    };
+    let scope = scope(&state, &who, &org, "manage_tickets", tool_action).await?;
+    let store = scope.store(&state);
+    let t = find_ticket(store, &raw).await?;
+    let tickets = store.tickets();
+    let a = |name: &str| {
+        audit(
+            &scope,
+            request_id.clone(),
+            &format!("ticket.{name}"),
+            "ticket",
+        )
+    };
+    let done = match form.action.as_str() {
+        "comment" => tickets
+            .add_comment(
+                t.id,
+                &scope.caller.actor(),
+                who.user.id,
+                form.body.trim(),
+                form.internal.is_some(),
+                a("comment"),
+            )
+            .await
+            .map(|_| ()),
+        "status" => match form.status.parse::<TicketStatus>() {
+            Ok(to) => tickets
+                .set_status(t.id, to, a("update_status"))
+                .await
+                .map(|_| ()),
+            Err(_) => Err(StoreError::Invalid("Choose a status.".into())),
+        },
+        "assign_me" => tickets
+            .assign(t.id, Some(who.user.id), a("assign"))
+            .await
+            .map(|_| ()),
+        "start_timer" => match timer_rate(&form.rate, &form.currency) {
+            Ok((billable, rate)) => tickets
+                .start_timer(
+                    t.id,
+                    breeze_store::NewTime {
+                        user: who.user.id,
+                        actor: scope.caller.actor(),
+                        billable,
+                        rate,
+                        note: None,
+                    },
+                    a("start_timer"),
+                )
+                .await
+                .map(|_| ()),
+            Err(m) => Err(StoreError::Invalid(m)),
+        },
+        _ => tickets
+            .stop_timer(t.id, who.user.id, a("stop_timer"))
+            .await
+            .map(|_| ()),
+    };
+    match done {
+        Ok(()) => Ok(
+            Redirect::to(&format!("/o/{}/tickets/{}", scope.org.slug, t.reference()))
+                .into_response(),
+        ),
+        Err(StoreError::Invalid(m) | StoreError::Conflict(m)) => {
+            ticket_page(&state, &who, &org, &raw, m).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A timer's rate: billable at `rate` in `currency` (ISO 4217, default USD) when a rate is
+/// given, else not billable.
+fn timer_rate(rate: &str, currency: &str) -> Result<(bool, Money), String> {
+    let code = if currency.trim().is_empty() {
+        "USD"
+    } else {
+        currency.trim()
+    };
+    let currency = breeze_core::Currency::parse(code).map_err(|e| e.to_string())?;
+    if rate.trim().is_empty() {
+        return Ok((false, Money::zero(currency)));
+    }
+    Money::parse(rate.trim(), currency)
+        .map(|m| (true, m))
+        .map_err(|e| format!("rate: {e}"))
+}
+
+// ---- ledgers: lists --------------------------------------------------------------------------
+
+/// A list of invoices, quotes or contracts: a heading, column names, and rows whose first
+/// cell links to the record.
+#[derive(Template)]
+#[template(path = "ledger_list.html")]
+struct LedgerList {
+    l: Layout,
+    heading: &'static str,
+    id: &'static str,
+    columns: Vec<&'static str>,
+    rows: Vec<(String, Vec<String>)>,
+}
+
+async fn invoices(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "list_invoices", "").await?;
+    let page = scope
+        .store(&state)
+        .invoices()
+        .list_invoices(None, None, 100)
+        .await?;
+    let slug = &scope.org.slug;
+    let rows = page
+        .invoices
+        .into_iter()
+        .map(|i| {
+            (
+                format!("/o/{slug}/invoices/{}", i.id),
+                vec![
+                    i.reference().unwrap_or_else(|| "draft".into()),
+                    i.status.to_string(),
+                    i.total().to_string(),
+                    i.balance().to_string(),
+                    when(i.created_at),
+                ],
+            )
+        })
+        .collect();
+    let l = Layout::for_user(
+        &state,
+        &who,
+        Some(&scope.org),
+        Section::Invoices,
+        "Invoices",
+    )
+    .await?;
+    render(&LedgerList {
+        l,
+        heading: "Invoices",
+        id: "invoices",
+        columns: vec!["Invoice", "Status", "Total", "Balance", "Created"],
+        rows,
+    })
+}
+
+async fn quotes(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "manage_quotes", "list").await?;
+    let (list, _) = scope.store(&state).quotes().list_quotes(None, 100).await?;
+    let slug = &scope.org.slug;
+    let rows = list
+        .into_iter()
+        .map(|q| {
+            (
+                format!("/o/{slug}/quotes/{}", q.id),
+                vec![
+                    q.reference(),
+                    q.title.clone(),
+                    q.status.clone(),
+                    q.total().to_string(),
+                    when(q.created_at),
+                ],
+            )
+        })
+        .collect();
+    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Quotes, "Quotes").await?;
+    render(&LedgerList {
+        l,
+        heading: "Quotes",
+        id: "quotes",
+        columns: vec!["Quote", "Title", "Status", "Total", "Created"],
+        rows,
+    })
+}
+
+async fn contracts(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path(org): Path<String>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "list_contracts", "").await?;
+    let page = scope
+        .store(&state)
+        .contracts()
+        .list_contracts(None, None, 100)
+        .await?;
+    let slug = &scope.org.slug;
+    let rows = page
+        .contracts
+        .into_iter()
+        .map(|c| {
+            (
+                format!("/o/{slug}/contracts/{}", c.id),
+                vec![
+                    c.name.clone(),
+                    c.status.to_string(),
+                    c.billing_period.to_string(),
+                    c.currency.to_string(),
+                    when(c.next_period_at),
+                ],
+            )
+        })
+        .collect();
+    let l = Layout::for_user(
+        &state,
+        &who,
+        Some(&scope.org),
+        Section::Contracts,
+        "Contracts",
+    )
+    .await?;
+    render(&LedgerList {
+        l,
+        heading: "Contracts",
+        id: "contracts",
+        columns: vec!["Contract", "Status", "Period", "Currency", "Next period"],
+        rows,
+    })
+}
+
+// ---- ledgers: one record ---------------------------------------------------------------------
+
+/// A table under a record: a heading, column names, rows.
+struct Table {
+    heading: &'static str,
+    id: &'static str,
+    columns: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+/// One invoice, quote or contract: facts, its lines, its totals, and what may be done.
+#[derive(Template)]
+#[template(path = "ledger_record.html")]
+struct LedgerRecord {
+    l: Layout,
+    back: String,
+    back_label: &'static str,
+    heading: String,
+    status: String,
+    facts: Vec<(&'static str, String)>,
+    lines: Table,
+    totals: Vec<(&'static str, String)>,
+    more: Vec<Table>,
+    /// A download link (the PDF), when there is one.
+    pdf: String,
+    /// Where the payment-link button posts, when the person may make one.
+    pay_action: String,
+    /// An open payment link to show.
+    pay_url: String,
+    message: String,
+}
+
+const LINE_COLUMNS: [&str; 5] = ["Description", "Quantity", "Unit price", "Amount", "Tax"];
+
+fn line(
+    desc: &str,
+    q: i64,
+    [unit, amount, tax]: [i64; 3],
+    c: breeze_core::Currency,
+) -> Vec<String> {
+    vec![
+        desc.to_owned(),
+        Quantity(q).decimal(),
+        money(unit, c),
+        money(amount, c),
+        money(tax, c),
+    ]
+}
+
+async fn invoice(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, id)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    invoice_page(&state, &who, &org, &id, String::new()).await
+}
+
+async fn invoice_page(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    raw: &str,
+    message: String,
+) -> Result<Response, PageError> {
+    let scope = scope(state, who, org, "get_invoice", "").await?;
+    let id = Uuid::parse_str(raw).map_err(|_| not_found("Invoice"))?;
+    let invoices = scope.store(state).invoices();
+    let i = invoices
+        .get_invoice(id)
+        .await
+        .map_err(page_err("Invoice"))?;
+    let c = i.currency;
+    let slug = &scope.org.slug;
+    let lines = invoices
+        .lines(id)
+        .await?
+        .iter()
+        .map(|l| {
+            line(
+                &l.description,
+                l.quantity_milli,
+                [l.unit_price_minor, l.amount_minor, l.tax_minor],
+                c,
+            )
+        })
+        .collect();
+    let payments = invoices
+        .payments(id)
+        .await?
+        .into_iter()
+        .map(|p| {
+            vec![
+                when(p.received_at),
+                money(p.amount_minor, p.currency),
+                p.method,
+                p.reference.unwrap_or_default(),
+                p.voided_at.map_or_else(String::new, |_| "void".into()),
+            ]
+        })
+        .collect();
+    let links = invoices.payment_links(id).await?;
+    let pay_url = links
+        .iter()
+        .find(|l| l.status == "open")
+        .map(|l| l.url.clone())
+        .unwrap_or_default();
+    let link_rows = links
+        .into_iter()
+        .map(|l| vec![when(l.created_at), l.amount().to_string(), l.status, l.url])
+        .collect();
+    let may_link = allowed(
+        state,
+        &scope,
+        tool_operation(state, "manage_invoices", "create_payment_link"),
+    ) && i.status == breeze_core::InvoiceStatus::Issued
+        && state.billing.is_some();
+    let heading = match i.reference() {
+        Some(r) => format!("Invoice {r}"),
+        None => "Draft invoice".to_owned(),
+    };
+    let l = Layout::for_user(state, who, Some(&scope.org), Section::Invoices, &heading).await?;
+    render(&LedgerRecord {
+        l,
+        back: format!("/o/{slug}/invoices"),
+        back_label: "Invoices",
+        heading,
+        status: i.status.to_string(),
+        facts: vec![
+            ("Currency", c.to_string()),
+            ("Created", when(i.created_at)),
+            ("Issued", i.issued_at.map(when).unwrap_or_default()),
+            ("Due", i.due_at.map(when).unwrap_or_default()),
+            ("Notes", i.notes.clone().unwrap_or_default()),
+        ],
+        lines: Table {
+            heading: "Lines",
+            id: "lines",
+            columns: LINE_COLUMNS.to_vec(),
+            rows: lines,
+        },
+        totals: vec![
+            ("Subtotal", money(i.subtotal_minor, c)),
+            ("Tax", money(i.tax_minor, c)),
+            ("Total", money(i.total_minor, c)),
+            ("Paid", money(i.paid_minor, c)),
+            ("Balance", i.balance().to_string()),
+        ],
+        more: vec![
+            Table {
+                heading: "Payments",
+                id: "payments",
+                columns: vec!["Received", "Amount", "Method", "Reference", ""],
+                rows: payments,
+            },
+            Table {
+                heading: "Payment links",
+                id: "payment-links",
+                columns: vec!["Made", "Amount", "State", "Link"],
+                rows: link_rows,
+            },
+        ],
+        pdf: format!("/o/{slug}/invoices/{id}/pdf"),
+        pay_action: if may_link {
+            format!("/o/{slug}/invoices/{id}/payment-link")
+        } else {
+            String::new()
+        },
+        pay_url,
+        message,
+    })
+}
+
+async fn payment_link(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = scope(&state, &who, &org, "manage_invoices", "create_payment_link").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Invoice"))?;
+    let Some(billing) = state.billing.as_ref() else {
+        return invoice_page(
+            &state,
+            &who,
+            &org,
+            &raw,
+            "Payments are not available on this server.".into(),
+        )
+        .await;
+    };
+    let store = scope.store(&state);
+    let inv = store
+        .invoices()
+        .get_invoice(id)
+        .await
+        .map_err(page_err("Invoice"))?;
+    let made = billing
+        .org(store)
+        .invoice_link(
+            &inv,
+            &scope.caller.actor().to_string(),
+            audit(&scope, request_id, "invoice.create_payment_link", "invoice"),
+        )
+        .await;
+    match made {
+        Ok(_) => Ok(Redirect::to(&format!("/o/{}/invoices/{id}", scope.org.slug)).into_response()),
+        Err(breeze_billing::BillingError::Store(StoreError::NotFound(_))) => {
+            Err(not_found("Invoice"))
+        }
+        Err(e) => invoice_page(&state, &who, &org, &raw, e.to_string()).await,
+    }
+}
+
+async fn invoice_pdf(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, raw)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "get_invoice", "").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Invoice"))?;
+    let invoices = scope.store(&state).invoices();
+    let i = invoices
+        .get_invoice(id)
+        .await
+        .map_err(page_err("Invoice"))?;
+    let name = i.reference().unwrap_or_else(|| format!("draft-{id}"));
+    Ok(crate::routes::tickets::pdf_download(
+        &name,
+        invoices.pdf(id).await?,
+    ))
+}
+
+async fn quote(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, raw)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "manage_quotes", "get").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
+    let quotes = scope.store(&state).quotes();
+    let q = quotes.get_quote(id).await.map_err(page_err("Quote"))?;
+    let c = q.currency;
+    let slug = &scope.org.slug;
+    let lines = quotes
+        .lines(id)
+        .await?
+        .iter()
+        .map(|l| {
+            line(
+                &l.description,
+                l.quantity_milli,
+                [l.unit_price_minor, l.amount_minor, l.tax_minor],
+                c,
+            )
+        })
+        .collect();
+    let blocks = quotes
+        .blocks(id)
+        .await?
+        .into_iter()
+        .map(|b| vec![b.kind, b.body])
+        .collect();
+    let heading = format!("Quote {}: {}", q.reference(), q.title);
+    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Quotes, &heading).await?;
+    render(&LedgerRecord {
+        l,
+        back: format!("/o/{slug}/quotes"),
+        back_label: "Quotes",
+        heading,
+        status: q.status.clone(),
+        facts: vec![
+            ("Currency", c.to_string()),
+            ("Created", when(q.created_at)),
+            ("Valid until", q.valid_until.map(when).unwrap_or_default()),
+            ("Sent", q.sent_at.map(when).unwrap_or_default()),
+            ("Declined", q.decline_reason.clone().unwrap_or_default()),
+        ],
+        lines: Table {
+            heading: "Lines",
+            id: "lines",
+            columns: LINE_COLUMNS.to_vec(),
+            rows: lines,
+        },
+        totals: vec![
+            ("Subtotal", money(q.subtotal_minor, c)),
+            ("Tax", money(q.tax_minor, c)),
+            ("Total", money(q.total_minor, c)),
+        ],
+        more: vec![Table {
+            heading: "Content",
+            id: "blocks",
+            columns: vec!["Kind", "Text"],
+            rows: blocks,
+        }],
+        pdf: format!("/o/{slug}/quotes/{id}/pdf"),
+        pay_action: String::new(),
+        pay_url: String::new(),
+        message: String::new(),
+    })
+}
+
+async fn quote_pdf(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, raw)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "manage_quotes", "get").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
+    let quotes = scope.store(&state).quotes();
+    let q = quotes.get_quote(id).await.map_err(page_err("Quote"))?;
+    Ok(crate::routes::tickets::pdf_download(
+        &q.reference(),
+        quotes.pdf(id).await?,
+    ))
+}
+
+async fn contract(
+    State(state): State<AppState>,
+    who: SignedIn,
+    Path((org, raw)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let scope = scope(&state, &who, &org, "get_contract", "").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Contract"))?;
+    let contracts = scope.store(&state).contracts();
+    let k = contracts
+        .get_contract(id)
+        .await
+        .map_err(page_err("Contract"))?;
+    let slug = &scope.org.slug;
+    let lines = contracts
+        .lines(id)
+        .await?
+        .into_iter()
+        .map(|l| {
+            vec![
+                l.description,
+                Quantity(l.quantity_milli).decimal(),
+                money(l.unit_price_minor, l.currency),
+            ]
+        })
+        .collect();
+    let periods = contracts
+        .periods(id)
+        .await?
+        .into_iter()
+        .map(|p| {
+            vec![
+                when(p.starts_at),
+                when(p.ends_at),
+                money(p.total_minor, p.currency),
+                p.invoice_id
+                    .map(|i| format!("/o/{slug}/invoices/{i}"))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let heading = format!("Contract {}", k.name);
+    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Contracts, &heading).await?;
+    render(&LedgerRecord {
+        l,
+        back: format!("/o/{slug}/contracts"),
+        back_label: "Contracts",
+        heading,
+        status: k.status.to_string(),
+        facts: vec![
+            ("Currency", k.currency.to_string()),
+            ("Billing period", k.billing_period.to_string()),
+            ("Tax", format!("{}.{:02} %", k.tax_bp / 100, k.tax_bp % 100)),
+            ("Starts", when(k.starts_at)),
+            ("Next period", when(k.next_period_at)),
+        ],
+        lines: Table {
+            heading: "Lines",
+            id: "lines",
+            columns: vec!["Description", "Quantity", "Unit price per period"],
+            rows: lines,
+        },
+        totals: Vec::new(),
+        more: vec![Table {
+            heading: "Billed periods",
+            id: "periods",
+            columns: vec!["From", "To", "Total", "Draft invoice"],
+            rows: periods,
+        }],
+        pdf: String::new(),
+        pay_action: String::new(),
+        pay_url: String::new(),
+        message: String::new(),
+    })
+}
