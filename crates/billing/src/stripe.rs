@@ -343,7 +343,9 @@ mod tests {
         let body = br#"{"id":"evt_1","type":"checkout.session.completed"}"#;
         let t = 1_700_000_000;
         let good = sign(body, SECRET, t);
-        let cases: Vec<(&[u8], Option<String>, &str, i64, SignatureError)> = vec![
+        // (body, Stripe-Signature header, secret, now, the refusal)
+        type Case<'a> = (&'a [u8], Option<String>, &'a str, i64, SignatureError);
+        let cases: Vec<Case<'_>> = vec![
             (body, None, SECRET, t, SignatureError::Missing),
             (
                 body,

@@ -885,7 +885,7 @@ async fn pages_add_a_source_and_manage_its_tools(cx: Ctx) {
     assert_eq!(x.status, StatusCode::SEE_OTHER, "{}", x.body);
     let at = location(&x);
     let detail = at.split('?').next().unwrap().to_owned();
-    let s = page(&r.app, &at, &cookie).await;
+    let s = page(&r.app, at, &cookie).await;
     assert!(
         html(&s).contains("<code>docshub</code>"),
         "slug derived from the name"
