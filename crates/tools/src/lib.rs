@@ -226,6 +226,7 @@ mod tests {
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
+        ("lookup_distributor_product",  Some("2"),     false, None),
         ("manage_catalog",              Some("2"),     false, None),
         ("manage_contracts",            Some("2/3"),   true,  None),
         ("manage_deployments",          Some("1/2/3"), false, Some((10, 600))),
@@ -299,6 +300,7 @@ mod tests {
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
         ("list_contracts",              None,                     Tier::T2, Permission::ContractsRead),
         ("list_invoices",               None,                     Tier::T2, Permission::InvoicesRead),
+        ("lookup_distributor_product",  None,                     Tier::T2, Permission::CatalogRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("test"),             Tier::T1, Permission::AlertsRead),
@@ -345,6 +347,7 @@ mod tests {
         ("manage_catalog",              Some("remove_component"), Tier::T2, Permission::CatalogWrite),
         ("manage_catalog",              Some("set_price_override"),Tier::T2, Permission::CatalogWrite),
         ("manage_catalog",              Some("remove_price_override"),Tier::T2, Permission::CatalogWrite),
+        ("manage_catalog",              Some("import_distributor_product"),Tier::T2, Permission::CatalogWrite),
         ("manage_contracts",            Some("create"),           Tier::T2, Permission::ContractsWrite),
         ("manage_contracts",            Some("update"),           Tier::T2, Permission::ContractsWrite),
         ("manage_contracts",            Some("delete"),           Tier::T2, Permission::ContractsWrite),
@@ -361,6 +364,9 @@ mod tests {
         ("manage_invoices",             Some("remove_line"),      Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("add_catalog_line"), Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("assemble_from_ticket"),Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("assemble_from_period"),Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("add_contract_lines"),Tier::T2, Permission::InvoicesWrite),
+        ("manage_invoices",             Some("create_payment_link"),Tier::T2, Permission::InvoicesWrite),
         ("manage_invoices",             Some("issue"),            Tier::T3, Permission::InvoicesSend),
         ("manage_invoices",             Some("void"),             Tier::T3, Permission::InvoicesSend),
         ("manage_invoices",             Some("record_payment"),   Tier::T3, Permission::InvoicesSend),
@@ -641,9 +647,11 @@ mod tests {
                 "{}: readOnlyHint must match its effects",
                 t.name
             );
-            // The billing reads are Tier 2 on purpose: financial data needs ai:write (the
-            // specification's note under "Billing tools").
+            // The billing reads are Tier 2 on purpose: financial data needs ai:write, and a
+            // distributor lookup is a billed outbound request (the specification's note under
+            // "Billing tools").
             let financial = [
+                "lookup_distributor_product",
                 "get_catalog_item",
                 "get_contract",
                 "get_invoice",
