@@ -28,8 +28,10 @@ pub(crate) enum BillingCommand {
         /// The partner (slug or id).
         #[arg(long)]
         partner: String,
+        /// The secret key (`sk_…`, or a restricted `rk_…` allowed to create Checkout Sessions).
         #[arg(long, env = "BREEZE_STRIPE_SECRET_KEY", hide_env_values = true)]
         secret_key: String,
+        /// The signing secret (`whsec_…`) of the webhook endpoint registered for the partner.
         #[arg(long, env = "BREEZE_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
         webhook_secret: String,
     },
@@ -38,10 +40,13 @@ pub(crate) enum BillingCommand {
         /// The partner (slug or id).
         #[arg(long)]
         partner: String,
+        /// The TD SYNNEX customer (account) number.
         #[arg(long)]
         customer_no: String,
+        /// The EC Express user name.
         #[arg(long)]
         user_name: String,
+        /// The EC Express password.
         #[arg(long, env = "BREEZE_SYNNEX_PASSWORD", hide_env_values = true)]
         password: String,
         /// `us` or `ca`.
@@ -53,6 +58,7 @@ pub(crate) enum BillingCommand {
         /// The partner (slug or id).
         #[arg(long)]
         partner: String,
+        /// `stripe` or `synnex`.
         service: String,
     },
     /// Set an organization's billing currency (ISO 4217, e.g. EUR; `none` clears it): what its
@@ -61,6 +67,7 @@ pub(crate) enum BillingCommand {
         /// The organization (slug or id).
         #[arg(long)]
         org: String,
+        /// An ISO 4217 code (EUR, USD, JPY, …), or `none`.
         code: String,
     },
     /// Which accounts the partner has, and its Stripe webhook endpoint.
