@@ -50,8 +50,10 @@ case "$node_version" in
   *) die "the kit's node is $node_version, expected v22" ;;
 esac
 
-log "cargo build --example conformance -p breeze-mcp"
-cargo build --locked --example conformance -p breeze-mcp
+# The example is one of `cargo test --workspace`'s artifacts: building it that way reuses the
+# test build instead of compiling its dependencies again with the engine's features alone.
+log "cargo test --workspace --no-run (builds the conformance example with the tests' features)"
+cargo test --workspace --locked --no-run --quiet
 BIN="${CARGO_TARGET_DIR:-target}/debug/examples/conformance"
 [ -x "$BIN" ] || die "$BIN was not built"
 

@@ -6,8 +6,9 @@
 # the end of its log on failure and removes $WORK. It defines:
 #   log MSG / die MSG            a section header / fail with a message
 #   ci_require TOOL…             fail unless every tool is on PATH
-#   ci_build_breeze              cargo build -p breeze-cli; sets TARGET_DIR and BREEZE (a private
-#                                copy, so a concurrent rebuild cannot swap it under the test)
+#   ci_build_breeze              builds `breeze` as `cargo test --workspace` does; sets TARGET_DIR
+#                                and BREEZE (a private copy, so a concurrent rebuild cannot swap it
+#                                under the test)
 #   ci_npm_ci DIR [CHECK…]       `npm ci` in DIR unless node_modules matches package-lock.json
 #                                (a stamp) and the optional CHECK command succeeds
 #   unset_args                   `env` arguments removing BREEZE_*, MCP_*, DATABASE_URL, REDIS_URL
@@ -67,9 +68,12 @@ ci_cleanup() {
 trap ci_cleanup EXIT
 trap 'exit 130' INT TERM
 
+# `cargo build -p breeze-cli` would resolve features for the CLI alone and compile every
+# dependency a second time beside the test build (gigabytes on a CI disk); building the tests'
+# artifacts reuses what `cargo test --workspace` made, and `breeze` is one of them.
 ci_build_breeze() {
-  log "cargo build -p breeze-cli"
-  cargo build -p breeze-cli --locked
+  log "cargo test --workspace --no-run (builds breeze with the tests' features)"
+  cargo test --workspace --locked --no-run --quiet
   TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   mkdir -p "$WORK/bin"
   cp "$TARGET_DIR/debug/breeze" "$WORK/bin/breeze"
