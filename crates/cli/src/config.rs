@@ -320,6 +320,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "production: Tier 3 needs ai:execute_admin (default true)",
     ),
     (
+        "MCP_TOOL_RATE_LIMITS",
+        "each tool's own per-user rate limit (default true; false only in development, e.g. to benchmark a tool)",
+    ),
+    (
         "MCP_ALLOWED_ORIGINS",
         "comma-separated browser origins allowed to call MCP",
     ),
@@ -434,6 +438,8 @@ pub(crate) struct McpSettings {
     pub(crate) message_rate_per_minute: u32,
     pub(crate) max_body_bytes: usize,
     pub(crate) require_execute_admin: bool,
+    /// `MCP_TOOL_RATE_LIMITS`: the tools' own per-user limits (never off in production).
+    pub(crate) tool_rate_limits: bool,
     pub(crate) allowed_origins: Vec<String>,
     pub(crate) execute_allowlist: String,
     /// `BREEZE_MCP_CATALOG`.
@@ -624,6 +630,7 @@ impl McpSettings {
             message_rate_per_minute: number(env, "MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", 120u32)?,
             max_body_bytes: number(env, "MCP_MESSAGE_MAX_BODY_BYTES", 65_536usize)?,
             require_execute_admin: boolean(env, "MCP_REQUIRE_EXECUTE_ADMIN", true)?,
+            tool_rate_limits: boolean(env, "MCP_TOOL_RATE_LIMITS", true)?,
             catalog: match env.get("BREEZE_MCP_CATALOG").map(|v| v.trim()) {
                 None | Some("") => breeze_server::catalog::CatalogMode::Full,
                 Some(v) => breeze_server::catalog::CatalogMode::parse(v)
@@ -1078,7 +1085,15 @@ impl Settings {
             data_dir,
             log_filter,
             log_format,
-            mcp: McpSettings::load(env)?,
+            mcp: {
+                let mcp = McpSettings::load(env)?;
+                if !mcp.tool_rate_limits && environment == Environment::Production {
+                    bail!(
+                        "MCP_TOOL_RATE_LIMITS=false is refused in production: the tools' rate limits protect devices and upstreams"
+                    );
+                }
+                mcp
+            },
             demo_agent: boolean(env, "BREEZE_DEMO_AGENT", true)?,
             enroll_rate_per_minute: number(env, "BREEZE_ENROLL_RATE_PER_MINUTE", 10u32)?,
             approval_webhook_url: match env.get("BREEZE_APPROVAL_WEBHOOK_URL").map(|v| v.trim()) {
@@ -1892,6 +1907,26 @@ mod tests {
         .unwrap();
         assert!(s.production());
         assert_eq!(s.public_url, "https://rmm.example.com");
+    }
+
+    #[test]
+    fn tool_rate_limits_stay_on_in_production() {
+        assert!(load(&[]).unwrap().mcp.tool_rate_limits);
+        assert!(
+            !load(&[("MCP_TOOL_RATE_LIMITS", "false")])
+                .unwrap()
+                .mcp
+                .tool_rate_limits
+        );
+        let e = err(&[
+            ("BREEZE_ENV", "production"),
+            ("BREEZE_PUBLIC_URL", "https://rmm.example.com"),
+            ("MCP_TOOL_RATE_LIMITS", "false"),
+        ]);
+        assert!(
+            e.contains("MCP_TOOL_RATE_LIMITS=false is refused in production"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -78,14 +78,28 @@ impl Allowlist {
     }
 }
 
-/// Deployment facts the guard needs.
-#[derive(Debug, Clone, Default)]
+/// Deployment facts the guard needs. The default is development with every tool's rate limit.
+#[derive(Debug, Clone)]
 pub struct GuardConfig {
     pub production: bool,
     /// `MCP_REQUIRE_EXECUTE_ADMIN` (default true; only matters in production).
     pub require_execute_admin: bool,
+    /// `MCP_TOOL_RATE_LIMITS`: whether a tool's own per-user rate limit is counted (the
+    /// settings refuse turning it off in production).
+    pub tool_rate_limits: bool,
     /// `MCP_EXECUTE_TOOL_ALLOWLIST` (only matters in production).
     pub allowlist: Allowlist,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            production: false,
+            require_execute_admin: false,
+            tool_rate_limits: true,
+            allowlist: Allowlist::default(),
+        }
+    }
 }
 
 impl GuardConfig {
@@ -364,7 +378,7 @@ impl Guard {
         args: &Value,
     ) -> Result<Clearance, Refusal> {
         let (tier, verdict) = self.authorize(caller, tool, args)?;
-        if let Some(limit) = tool.rate_limit() {
+        if let Some(limit) = tool.rate_limit().filter(|_| self.config.tool_rate_limits) {
             let key = format!("tool:{}:{}", caller.user(), tool.name());
             match self
                 .limiter

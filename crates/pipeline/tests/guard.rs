@@ -117,6 +117,7 @@ async fn production_requires_execute_admin_and_the_allowlist() {
             production: true,
             require_execute_admin: true,
             allowlist: Allowlist::parse(allowlist),
+            ..GuardConfig::default()
         })
     };
     let (exec, admin_scope) = (scopes("ai:execute"), scopes("ai:execute_admin"));
@@ -161,6 +162,7 @@ async fn production_requires_execute_admin_and_the_allowlist() {
         production: false,
         require_execute_admin: true,
         allowlist: Allowlist::None,
+        ..GuardConfig::default()
     });
     assert_eq!(
         dev.check(&admin(&exec), groups, &create).await.v(),
@@ -233,7 +235,7 @@ async fn boundary(limiter: Arc<dyn breeze_limits::RateLimiter>) {
             .unwrap()
             .into(),
     );
-    let g = Guard::new(GuardConfig::default(), limiter, Arc::new(clock));
+    let g = Guard::new(GuardConfig::default(), limiter.clone(), Arc::new(clock));
     let rw = scopes("ai:write");
     let me = admin(&rw);
     for n in 1..=20 {
@@ -253,6 +255,21 @@ async fn boundary(limiter: Arc<dyn breeze_limits::RateLimiter>) {
     assert!(g.check(&admin(&rw), set_ctx, &json!({})).await.is_ok());
     let resolve = registry.get("resolve_device_context").unwrap();
     assert!(g.check(&me, resolve, &json!({})).await.is_ok());
+    // MCP_TOOL_RATE_LIMITS=false (development only) counts nothing.
+    let unlimited = Guard::new(
+        GuardConfig {
+            tool_rate_limits: false,
+            ..GuardConfig::default()
+        },
+        limiter.clone(),
+        Arc::new(ManualClock::new(chrono::Utc::now())),
+    );
+    for n in 1..=25 {
+        assert!(
+            unlimited.check(&me, set_ctx, &json!({})).await.is_ok(),
+            "call {n} with the tools' limits off"
+        );
+    }
     // Refusals by scope or permission are not counted.
     let query = registry.get("query_devices").unwrap();
     assert!(

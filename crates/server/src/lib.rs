@@ -83,6 +83,8 @@ pub struct ServerConfig {
     pub mcp: EngineConfig,
     /// `MCP_REQUIRE_EXECUTE_ADMIN`.
     pub require_execute_admin: bool,
+    /// `MCP_TOOL_RATE_LIMITS`: whether each tool's own per-user limit applies.
+    pub tool_rate_limits: bool,
     /// `MCP_EXECUTE_TOOL_ALLOWLIST`.
     pub execute_allowlist: breeze_guard::Allowlist,
     /// The device gateway's intervals and retention.
@@ -173,6 +175,7 @@ impl ServerConfig {
                 ..EngineConfig::default()
             },
             require_execute_admin: true,
+            tool_rate_limits: true,
             execute_allowlist: breeze_guard::Allowlist::None,
             gateway: GatewayConfig::default(),
             enroll_rate_per_minute: 10,
@@ -270,6 +273,7 @@ impl AppState {
             GuardConfig {
                 production: config.production,
                 require_execute_admin: config.require_execute_admin,
+                tool_rate_limits: config.tool_rate_limits,
                 allowlist: config.execute_allowlist.clone(),
             },
             limiter.clone(),

@@ -393,6 +393,18 @@ impl crate::OrgAgents<'_> {
         since: Timestamp,
         limit: u32,
     ) -> Result<Vec<UserSessionRecord>> {
+        self.user_sessions_query(device, username, since, limit)
+            .fetch_all(self)
+            .await
+    }
+
+    fn user_sessions_query(
+        &self,
+        device: Option<DeviceId>,
+        username: Option<&str>,
+        since: Timestamp,
+        limit: u32,
+    ) -> Sql {
         let mut q = sql(
             "SELECT id, device_id, username, terminal, host, login_at, logout_at, \
              login_duration_secs FROM device_user_sessions WHERE org_id = $1 \
@@ -410,7 +422,16 @@ impl crate::OrgAgents<'_> {
         }
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY login_at DESC, id DESC LIMIT {p}"));
-        q.fetch_all(self).await
+        q
+    }
+
+    /// The plan of the fleet-wide [`Self::user_sessions`] listing, for a test to hold it to
+    /// its index.
+    #[cfg(feature = "testing")]
+    pub async fn explain_user_sessions(&self, since: Timestamp) -> Result<String> {
+        self.user_sessions_query(None, None, since, 25)
+            .explain(self)
+            .await
     }
 
     /// Agent log lines of this organization, newest first.

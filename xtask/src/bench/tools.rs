@@ -7,8 +7,9 @@
 //! and each Tier 1 action of a mixed tool, is one row. Arguments are what a client sends: the
 //! required fields from the input schema (an action's own, from its `if`/`then` branch), ids
 //! from the seeded fleet by field name, `limit: 25` where a listing takes one. A call the
-//! generator cannot satisfy, or that answers an error (an agent round trip on a device with no
-//! agent, a per-tool rate limit), is listed with its reason, not measured.
+//! generator cannot satisfy (an id no answer gave), or that answers an error (an agent round
+//! trip on a device with no agent), is listed with its reason, not measured. The tools' own
+//! per-user rate limits are off (`MCP_TOOL_RATE_LIMITS=false`): they would time refusals.
 //!
 //! The fleet: `breeze devices seed --count N --with-inventory` (inventories of ~870 packages,
 //! heartbeats with signed-in users, a week of per-minute metrics on the first ten devices,
@@ -30,11 +31,12 @@ use super::{
 
 const QUERY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"query_devices","arguments":{"status":"offline","limit":25}}}"#;
 
-/// One read call to measure, or why it is not.
+/// One read call to measure: a Tier 1 tool, or a Tier 1 action of a mixed tool.
 struct Call {
     label: String,
     tool: String,
-    arguments: Result<Value, String>,
+    schema: Value,
+    action: Option<String>,
 }
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
@@ -102,36 +104,27 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         .build()?;
     let mut tables = Vec::new();
     for db in dbs {
-        let env = [("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000")];
+        // The tools' own per-user limits would time their refusals, not the tools.
+        let env = [
+            ("MCP_MESSAGE_RATE_LIMIT_PER_MINUTE", "1000000000"),
+            ("MCP_TOOL_RATE_LIMITS", "false"),
+        ];
         let inst = Instance::start(&root, &bin, db, 0, &env)?;
         seed(&inst, devices, audit_rows)?;
         let key = inst.api_key("read")?;
         let url = format!("{}/mcp", inst.base_url);
-        let calls = runtime.block_on(calls(&url, &key))?;
+        let calls: Vec<Call> = runtime
+            .block_on(calls(&url, &key))?
+            .into_iter()
+            .filter(|c| only.as_ref().is_none_or(|o| c.label.contains(o.as_str())))
+            .collect();
+        let mut ids = BTreeMap::from([(
+            "deviceId".to_owned(),
+            Value::from(runtime.block_on(first_device(&url, &key))?),
+        )]);
+        let (ready, mut skipped) = runtime.block_on(probe_all(&url, &key, calls, &mut ids));
         let mut rows = Vec::new();
-        let mut skipped = Vec::new();
-        for call in calls {
-            if only
-                .as_ref()
-                .is_some_and(|o| !call.label.contains(o.as_str()))
-            {
-                continue;
-            }
-            let arguments = match call.arguments {
-                Ok(a) => a,
-                Err(why) => {
-                    skipped.push((call.label, why));
-                    continue;
-                }
-            };
-            let body = json!({
-                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": { "name": call.tool, "arguments": arguments },
-            });
-            if let Err(why) = runtime.block_on(probe(&url, &key, &body)) {
-                skipped.push((call.label, why));
-                continue;
-            }
+        for (call, body) in ready {
             let file = body_dir.join(format!("{}.json", call.label.replace(' ', "_")));
             std::fs::write(&file, body.to_string())?;
             eprintln!("measuring {} on {}…", call.label, db.name());
@@ -146,18 +139,14 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
                 duration,
                 &|| inst.db_backend_pids(),
             )?;
-            // Under load the spec's per-tool limits refuse most calls; such a row would time
-            // the refusal, not the tool.
+            // A row of failures would time the failure, not the tool.
             if row.rps == 0.0 {
                 let why = format!(
                     "no call completed in {duration} s at concurrency {conc} (each waits longer)"
                 );
                 skipped.push((row.name, why));
             } else if row.errors > 0 {
-                let why = format!(
-                    "{} of its calls answered errors under load (the tool's per-user rate limit)",
-                    row.errors
-                );
+                let why = format!("{} of its calls answered errors under load", row.errors);
                 skipped.push((row.name, why));
             } else {
                 rows.push(row);
@@ -267,8 +256,8 @@ async fn post(url: &str, key: &str, body: &Value) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
-/// One call, to see that it succeeds before it is measured.
-async fn probe(url: &str, key: &str, body: &Value) -> Result<(), String> {
+/// One call, to see that it succeeds before it is measured; its structured answer.
+async fn probe(url: &str, key: &str, body: &Value) -> Result<Value, String> {
     let answer = post(url, key, body).await.map_err(|e| e.to_string())?;
     if let Some(e) = answer.get("error") {
         return Err(format!("JSON-RPC error {e}"));
@@ -279,7 +268,77 @@ async fn probe(url: &str, key: &str, body: &Value) -> Result<(), String> {
         let short: String = text.chars().take(400).collect();
         return Err(format!("answers an error: {short}"));
     }
-    Ok(())
+    Ok(result["structuredContent"].clone())
+}
+
+/// Probes every call, in rounds: a call needing an id (`alertId`, `ruleId`…) waits until an
+/// answer of another call (a `list`) has given one, so a `get` is measured on a real row.
+/// Answers the calls that succeed, with their request bodies, and why each other is not measured.
+async fn probe_all(
+    url: &str,
+    key: &str,
+    calls: Vec<Call>,
+    ids: &mut BTreeMap<String, Value>,
+) -> (Vec<(Call, Value)>, Vec<(String, String)>) {
+    let (mut ready, mut skipped) = (Vec::new(), Vec::new());
+    let mut pending: Vec<(Call, String)> = calls.into_iter().map(|c| (c, String::new())).collect();
+    loop {
+        let known = ids.len();
+        let mut waiting = Vec::new();
+        for (call, _) in pending {
+            let arguments = match arguments(&call.schema, call.action.as_deref(), ids) {
+                Ok(a) => a,
+                Err(why) => {
+                    waiting.push((call, why));
+                    continue;
+                }
+            };
+            let body = json!({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": { "name": call.tool, "arguments": arguments },
+            });
+            match probe(url, key, &body).await {
+                Ok(answer) => {
+                    harvest_ids(&answer, ids);
+                    ready.push((call, body));
+                }
+                Err(why) => skipped.push((call.label, why)),
+            }
+        }
+        pending = waiting;
+        if pending.is_empty() || ids.len() == known {
+            break;
+        }
+    }
+    skipped.extend(pending.into_iter().map(|(c, why)| (c.label, why)));
+    (ready, skipped)
+}
+
+/// Ids an answer gives, by the field name a call would take them as: `"alerts": [{"id": …}]`
+/// gives `alertId`, a field `"ruleId": …` gives `ruleId`. The first seen of each name wins.
+fn harvest_ids(answer: &Value, ids: &mut BTreeMap<String, Value>) {
+    match answer {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k.ends_with("Id") && v.is_string() {
+                    ids.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                if let Some(id) = v.as_array().and_then(|a| a.first()).map(|f| &f["id"])
+                    && id.is_string()
+                {
+                    let one = k
+                        .strip_suffix("ies")
+                        .map(|s| format!("{s}y"))
+                        .or_else(|| k.strip_suffix('s').map(str::to_owned))
+                        .unwrap_or_else(|| k.clone());
+                    ids.entry(format!("{one}Id")).or_insert_with(|| id.clone());
+                }
+                harvest_ids(v, ids);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| harvest_ids(i, ids)),
+        _ => {}
+    }
 }
 
 /// The read calls of every tool the read key lists, with their arguments.
@@ -304,8 +363,6 @@ async fn calls(url: &str, key: &str) -> anyhow::Result<Vec<Call>> {
             None => break,
         }
     }
-    let device = first_device(url, key).await?;
-    let ids = BTreeMap::from([("deviceId", Value::from(device))]);
     let mut calls = Vec::new();
     for tool in &tools {
         let name = tool["name"].as_str().unwrap_or_default().to_owned();
@@ -324,7 +381,8 @@ async fn calls(url: &str, key: &str) -> anyhow::Result<Vec<Call>> {
                 calls.push(Call {
                     label: name.clone(),
                     tool: name.clone(),
-                    arguments: arguments(schema, None, &ids),
+                    schema: schema.clone(),
+                    action: None,
                 });
             }
             continue;
@@ -337,7 +395,8 @@ async fn calls(url: &str, key: &str) -> anyhow::Result<Vec<Call>> {
                 calls.push(Call {
                     label: format!("{name} {action}"),
                     tool: name.clone(),
-                    arguments: arguments(schema, Some(&action), &ids),
+                    schema: schema.clone(),
+                    action: Some(action),
                 });
             }
         }
@@ -369,7 +428,7 @@ async fn first_device(url: &str, key: &str) -> anyhow::Result<String> {
 fn arguments(
     schema: &Value,
     action: Option<&str>,
-    ids: &BTreeMap<&str, Value>,
+    ids: &BTreeMap<String, Value>,
 ) -> Result<Value, String> {
     let props = schema["properties"]
         .as_object()

@@ -201,6 +201,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
         public_url: settings.public_url.clone(),
         production: settings.production(),
         require_execute_admin: m.require_execute_admin,
+        tool_rate_limits: m.tool_rate_limits,
         execute_allowlist: breeze_guard::Allowlist::parse(&m.execute_allowlist),
         gateway: breeze_gateway::GatewayConfig {
             metrics_retention: settings.metrics_retention,

@@ -427,6 +427,16 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         plan.contains("device_state_signed_in"),
         "the fleet-wide listing reads the partial index, not every state row: {plan}"
     );
+    let plan = s
+        .org(org)
+        .agents()
+        .explain_user_sessions(chrono::Utc::now() - chrono::Duration::days(30))
+        .await
+        .unwrap();
+    assert!(
+        plan.contains("device_user_sessions_recent"),
+        "the fleet-wide sessions walk their index newest first, not a sort of all: {plan}"
+    );
     assert_eq!(signed_in.len(), 1);
     assert_eq!(signed_in[0].device_id, dev.id);
     assert_eq!(signed_in[0].logged_in_users, vec![alice.clone()]);

@@ -197,12 +197,11 @@ impl Tool for GetSecurityPosture {
             });
         }
         let latest = cx.security().latest_postures().await?;
-        let (devices, total) = cx
+        // The total alone: the answer names only its ten lowest devices, looked up below.
+        let (_, total) = cx
             .devices()
-            .list_devices(&DeviceFilter::default(), 10_000, 0)
+            .list_devices(&DeviceFilter::default(), 0, 0)
             .await?;
-        let hostnames: BTreeMap<DeviceId, String> =
-            devices.into_iter().map(|d| (d.id, d.hostname)).collect();
         let audited = latest.len();
         let mut risk_counts: BTreeMap<String, usize> = ["low", "medium", "high", "critical"]
             .into_iter()
@@ -242,8 +241,13 @@ impl Tool for GetSecurityPosture {
         } else {
             u32::try_from(score_sum / audited as i64).unwrap_or(0)
         };
-        let mut lowest: Vec<DeviceScore> = latest
-            .iter()
+        let mut lowest: Vec<&PostureSnapshot> = latest.iter().collect();
+        lowest.sort_by_key(|s| s.score);
+        lowest.truncate(10);
+        let ids: Vec<DeviceId> = lowest.iter().map(|s| s.device_id).collect();
+        let hostnames = cx.devices().hostnames(&ids).await?;
+        let lowest: Vec<DeviceScore> = lowest
+            .into_iter()
             .map(|s| DeviceScore {
                 device_id: s.device_id.to_string(),
                 hostname: hostnames.get(&s.device_id).cloned().unwrap_or_default(),
@@ -251,8 +255,6 @@ impl Tool for GetSecurityPosture {
                 risk_level: s.risk_level.clone(),
             })
             .collect();
-        lowest.sort_by_key(|d| d.score);
-        lowest.truncate(10);
         // Trend: per UTC day, each device's last snapshot of the day, averaged.
         let mut days_map: BTreeMap<String, BTreeMap<DeviceId, i64>> = BTreeMap::new();
         for s in cx
