@@ -262,7 +262,11 @@ async fn boundary(limiter: Arc<dyn breeze_limits::RateLimiter>) {
             ..GuardConfig::default()
         },
         limiter.clone(),
-        Arc::new(ManualClock::new(chrono::Utc::now())),
+        Arc::new(ManualClock::new(
+            chrono::DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+                .unwrap()
+                .into(),
+        )),
     );
     for n in 1..=25 {
         assert!(

@@ -430,7 +430,7 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
     let plan = s
         .org(org)
         .agents()
-        .explain_user_sessions(chrono::Utc::now() - chrono::Duration::days(30))
+        .explain_user_sessions(s.clock().now() - Duration::days(30))
         .await
         .unwrap();
     assert!(
