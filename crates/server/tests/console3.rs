@@ -379,6 +379,101 @@ async fn patches_deployments_and_windows(cx: Ctx) {
             .len(),
         1
     );
+    // A draft deployment made over MCP: its page lists each device, reloads while under way,
+    // and offers Start (manage_deployments start) to whoever may.
+    let script = w
+        .store
+        .org(w.org_a)
+        .scripts()
+        .create_script(
+            breeze_store::NewScript {
+                name: "Update agent".into(),
+                description: String::new(),
+                language: "sh".into(),
+                category: "general".into(),
+                body: "true".into(),
+                parameters: vec![],
+                created_by: "t".into(),
+            },
+            common::audit("s"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string();
+    let made = common::ok(
+        &w.app,
+        &w.write,
+        "manage_deployments",
+        serde_json::json!({ "action": "create", "name": "Roll out",
+            "payload": { "kind": "script", "scriptId": script } }),
+    )
+    .await;
+    let dep = made["deployment"]["id"].as_str().unwrap().to_owned();
+    let r = get(&w.app, "/o/org-a/deployments", &admin.cookie).await;
+    assert!(html(&r).contains(&format!("id=\"deployment-{dep}\"")));
+    assert!(html(&r).contains("Roll out") && html(&r).contains("script Update agent"));
+    let page_uri = format!("/o/org-a/deployments/{dep}");
+    let r = get(&w.app, &page_uri, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let body = html(&r);
+    assert!(
+        body.contains(&format!("id=\"dd-{}\"", w.a_device)),
+        "{body}"
+    );
+    assert!(body.contains(&format!("hx-get=\"{page_uri}/devices\"")));
+    assert!(body.contains("value=\"start\""));
+    let r = get(&w.app, &format!("{page_uri}/devices"), &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(html(&r).contains(&format!("id=\"dd-{}\"", w.a_device)));
+    assert!(!html(&r).contains("<nav"), "a fragment, not a page");
+    let viewer = sign_in(&w.app, "viewer@p.test").await;
+    let r = get(&w.app, &page_uri, &viewer.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!html(&r).contains("value=\"start\""));
+    let r = viewer
+        .post(
+            &w.app,
+            &format!("{page_uri}/control"),
+            &[("action", "start")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = post_form(
+        &w.app,
+        &format!("{page_uri}/control"),
+        &admin.cookie,
+        &[("action", "start")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        w.store
+            .org(w.org_a)
+            .deployments()
+            .get_deployment(dep.parse().unwrap())
+            .await
+            .unwrap()
+            .status
+            .as_str(),
+        "draft"
+    );
+    // A's deployment through B's URL (the admin reaches both): not found.
+    for uri in [
+        format!("/o/org-b/deployments/{dep}"),
+        format!("/o/org-b/deployments/{dep}/devices"),
+    ] {
+        let r = get(&w.app, &uri, &admin.cookie).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}");
+    }
+    let r = admin
+        .post(
+            &w.app,
+            &format!("/o/org-b/deployments/{dep}/control"),
+            &[("action", "cancel")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
     // Unknown deployments, and another organization's pages: 404.
     let id = uuid::Uuid::now_v7();
     for uri in [

@@ -306,9 +306,15 @@ async fn deployment_target(state: &AppState, scope: &OrgScope, d: &Deployment) -
     target_name(scope.store(state), t).await
 }
 
-fn payload_text(p: &Payload) -> String {
+/// What a deployment runs, in words: a script by its library name (while it is there).
+async fn payload_text(state: &AppState, scope: &OrgScope, p: &Payload) -> String {
     match p {
-        Payload::Script { script_id, .. } => format!("script {script_id}"),
+        Payload::Script { script_id, .. } => {
+            match scope.store(state).scripts().get_script(*script_id).await {
+                Ok(s) => format!("script {}", s.name),
+                Err(_) => format!("script {script_id}"),
+            }
+        }
         Payload::Package { name, action } => format!("{action:?} {name}").to_lowercase(),
     }
 }
@@ -342,7 +348,7 @@ async fn deployments(
             format!("deployment-{}", d.id),
             vec![
                 Cell::link(d.name.clone(), format!("/o/{slug}/deployments/{}", d.id)),
-                Cell::text(payload_text(&d.payload)),
+                Cell::text(payload_text(&state, &scope, &d.payload).await),
                 Cell::text(deployment_target(&state, &scope, d).await),
                 Cell::status(d.status.as_str()),
                 Cell::text(progress(&tallies, d)),
@@ -467,7 +473,7 @@ async fn deployment(
         .await?;
     let mut summary = Part::new("summary", "Summary")
         .fact("Status", d.status.as_str())
-        .fact("Payload", payload_text(&d.payload))
+        .fact("Payload", payload_text(&state, &scope, &d.payload).await)
         .fact("Target", deployment_target(&state, &scope, &d).await)
         .fact("Progress", progress(&tallies, &d))
         .fact("Failure ceiling", format!("{} %", d.max_failure_percent))
