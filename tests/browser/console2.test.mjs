@@ -123,8 +123,9 @@ test("a library script runs from the device page and its output shows", async ()
 test("the device list acts on a selection", async () => {
   await page.goto(`${BASE}/o/${ORG}/devices`);
   await keyboardAndLabels("#bulk-devices");
-  const first = page.locator("#devices tbody tr").first();
-  await first.locator("input[type=checkbox]").check();
+  // The demo machine's row (its page is checked below).
+  const row = page.locator("#devices tbody tr", { has: page.locator(`a[href$="/devices/${agent.deviceId}"]`) });
+  await row.locator("input[type=checkbox]").check();
   await page.selectOption("#bulk-action", "add_to_group");
   await page.selectOption("#bulk-group", { label: "Servers" });
   await page.click("#bulk-devices button[type=submit]");
