@@ -10,7 +10,10 @@
 # another organization's device URL answering 404, an OAuth client's grant under Connected apps
 # (consent, token, revoke, then refused by MCP). Then every other *.test.mjs there, one file at
 # a time: console.test.mjs (an alert arriving live in the inbox and acknowledged from its row,
-# every console page at both widths), assistant.test.mjs (the AI chat on a phone against a
+# every console page at both widths), console2.test.mjs (a library script run from the device
+# page and its output), console3.test.mjs (every page at 1280 and 390 px, light and dark, with
+# axe-core's serious and critical checks; an enrollment key's install command copied),
+# assistant.test.mjs (the AI chat on a phone against a
 # stand-in model provider), apps.test.mjs (MCP Apps views in a minimal host built on the ext-apps
 # package's AppBridge; APPS_IMAGES=docs/images refreshes the committed screenshots).
 # Screenshots of every page at 1280 px and 390 px go to target/screenshots/ (CI artifacts).

@@ -207,6 +207,26 @@ impl crate::OrgCommands<'_> {
         .await
     }
 
+    /// The latest runs of library scripts in this organization (of one script when given),
+    /// newest first, whichever device ran them.
+    pub async fn script_executions(
+        &self,
+        script: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<CommandRecord>> {
+        let mut q = sql(format!(
+            "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND script_id IS NOT NULL"
+        ))
+        .bind(self.org);
+        if let Some(id) = script {
+            let p = q.arg(id);
+            q.push(&format!(" AND script_id = {p}"));
+        }
+        let p = q.arg(i64::from(limit));
+        q.push(&format!(" ORDER BY created_at DESC, id DESC LIMIT {p}"));
+        q.fetch_all(self).await
+    }
+
     /// The newest command of `kind` on a device of this organization that completed.
     pub async fn latest_completed_command(
         &self,

@@ -130,6 +130,45 @@ impl crate::OrgScripts<'_> {
         self.get_script(id).await
     }
 
+    /// Replaces a script's name, description, language, category, body and parameters,
+    /// audited (with the body's size before and after). Past executions keep the name they
+    /// ran under; a run waiting for approval is pinned to the body it was asked with.
+    pub async fn update_script(
+        &self,
+        id: Uuid,
+        new: NewScript,
+        audit: AuditEvent,
+    ) -> Result<Script> {
+        validate(&new)?;
+        let before = self.get_script(id).await?;
+        let now = self.store.clock.now();
+        let name = new.name.trim().to_owned();
+        let mut tx = Tx::begin_in(self).await?;
+        sql(
+            "UPDATE scripts SET name = $1, description = $2, language = $3, category = $4, \
+             body = $5, parameters = $6, updated_at = $7 WHERE id = $8 AND org_id = $9",
+        )
+        .bind(&name)
+        .bind(&new.description)
+        .bind(&new.language)
+        .bind(&new.category)
+        .bind(&new.body)
+        .bind(Arg::json(&new.parameters))
+        .bind(now)
+        .bind(id)
+        .bind(self.org)
+        .execute(&mut tx)
+        .await
+        .map_err(|e| e.conflict_as(|| format!("a script named {name:?} already exists")))?;
+        let audit = audit.org(self.org).resource(id).details(serde_json::json!({
+            "name": name, "previousName": before.name, "language": new.language,
+            "category": new.category, "bytes": new.body.len(), "previousBytes": before.body.len(),
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        self.get_script(id).await
+    }
+
     /// One script of this organization.
     pub async fn get_script(&self, id: Uuid) -> Result<Script> {
         sql(format!(

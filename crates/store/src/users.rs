@@ -489,6 +489,22 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.org, r.role_name)).collect())
     }
 
+    /// The people who reach organization `org` (a role in it, or a partner-wide role), by
+    /// name: (user, name, email, role name, whether the role is partner-wide).
+    pub async fn organization_people(
+        &self,
+        org: OrgId,
+    ) -> Result<Vec<(UserId, String, String, String, bool)>> {
+        let rows: Vec<(UserId, String, String, String, bool)> = sql(format!(
+            "SELECT u.id, u.name, u.email, r.name, uor.role_id IS NULL \
+             FROM {REACH} WHERE o.id = $1 ORDER BY u.name, u.email, u.id"
+        ))
+        .bind(org)
+        .fetch_all(self)
+        .await?;
+        Ok(rows)
+    }
+
     /// Stores a dashboard session whose cookie hashes to `token_hash`.
     pub async fn create_session(
         &self,

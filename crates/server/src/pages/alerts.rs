@@ -641,21 +641,7 @@ struct RulesPage {
 
 /// Names for a rule's target: sites and groups by name, a device by hostname.
 async fn target_label(store: OrgStore<'_>, rule: &AlertRule) -> String {
-    match rule.target() {
-        Ok(RuleTarget::Organization) | Err(_) => "every device".to_owned(),
-        Ok(RuleTarget::Site(s)) => match store.tenancy().get_site(s).await {
-            Ok(site) => format!("site {}", site.name),
-            Err(_) => "a site".to_owned(),
-        },
-        Ok(RuleTarget::Group(g)) => match store.tenancy().get_group(g).await {
-            Ok(group) => format!("group {}", group.name),
-            Err(_) => "a group".to_owned(),
-        },
-        Ok(RuleTarget::Device(d)) => match store.devices().hostnames(&[d]).await {
-            Ok(mut m) => format!("device {}", m.remove(&d).unwrap_or_default()),
-            Err(_) => "a device".to_owned(),
-        },
-    }
+    super::kit::target_name(store, rule.target().ok()).await
 }
 
 async fn rules(

@@ -15,6 +15,9 @@
 //! | `add_to_group` / `remove_from_group` (`group`) | `manage_groups` `add_devices` / `remove_devices` |
 //! | `maintenance` (`hours`) | `manage_maintenance_windows` `create`: a window on the device from now |
 //!
+//! Instead of `id`s a post may name `target_group`: the group's members now (at most
+//! [`MAX_SELECTED`]), as the scripts page's "run on a group" does.
+//!
 //! The post is first held to the operation that tool action declares (a person without it is
 //! refused before anything is parsed), and each call is judged again by the guard.
 
@@ -110,6 +113,7 @@ struct ActForm {
     params: String,
     service: String,
     group: String,
+    target_group: String,
     hours: String,
     back: String,
 }
@@ -135,6 +139,7 @@ impl ActForm {
             params: field("params"),
             service: field("service"),
             group: field("group"),
+            target_group: field("target_group"),
             hours: field("hours"),
             back: field("back"),
         }
@@ -248,6 +253,28 @@ async fn act(
         let q = serde_urlencoded::to_string([(key, message)]).unwrap_or_default();
         Redirect::to(&format!("{back}{sep}{q}")).into_response()
     };
+    let mut form = form;
+    if form.ids.is_empty() && !form.target_group.is_empty() {
+        // A group of another organization is "not found", like a device.
+        let group = Uuid::parse_str(&form.target_group)
+            .map(breeze_core::DeviceGroupId)
+            .map_err(|_| PageError::from(ApiError::not_found("Group not found")))?;
+        let members = scope
+            .store(&state)
+            .devices()
+            .group_members(group)
+            .await
+            .map_err(|e| match e {
+                breeze_store::StoreError::NotFound(_) => {
+                    PageError::from(ApiError::not_found("Group not found"))
+                }
+                other => other.into(),
+            })?;
+        if members.is_empty() {
+            return Ok(to(false, "That group has no device."));
+        }
+        form.ids = members.iter().map(|d| d.id.to_string()).collect();
+    }
     if form.ids.is_empty() {
         return Ok(to(false, "Select at least one device."));
     }

@@ -23,10 +23,16 @@ pub(crate) mod csrf;
 mod device_actions;
 mod devices;
 pub(crate) mod events;
+pub(crate) mod kit;
 pub(crate) mod layout;
 mod login;
 mod names;
+mod organization;
 mod overview;
+mod patches;
+mod policies;
+mod reports;
+mod scripts;
 mod settings;
 mod tool_sources;
 
@@ -69,6 +75,11 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(device_actions::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
+        .merge(scripts::router())
+        .merge(organization::router())
+        .merge(patches::router())
+        .merge(policies::router())
+        .merge(reports::router())
         .merge(settings::router())
         .merge(tool_sources::router())
         // Any other path under an organization is a page that does not exist: the HTML 404,

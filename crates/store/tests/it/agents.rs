@@ -868,6 +868,70 @@ async fn scripts_are_validated_and_confined(cx: Ctx) {
             .len(),
         1
     );
+    // Edited in place: validated like a new one, a name taken by another refused, another
+    // organization's id not found.
+    let other_script = o
+        .scripts()
+        .create_script(new("Other", "sh", "true"), audit("script.create", "script"))
+        .await
+        .unwrap();
+    let edited = o
+        .scripts()
+        .update_script(
+            script.id,
+            new("Clean temp dir", "sh", "rm -rf /tmp/y"),
+            audit("script.update", "script"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            edited.name.as_str(),
+            edited.language.as_str(),
+            edited.body.as_str()
+        ),
+        ("Clean temp dir", "sh", "rm -rf /tmp/y")
+    );
+    assert!(edited.updated_at >= script.updated_at);
+    let taken = o
+        .scripts()
+        .update_script(
+            script.id,
+            new("Other", "sh", "true"),
+            audit("script.update", "script"),
+        )
+        .await
+        .unwrap_err();
+    assert!(taken.to_string().contains("already exists"), "{taken}");
+    let bad = o
+        .scripts()
+        .update_script(
+            script.id,
+            new("x", "perl", "1"),
+            audit("script.update", "script"),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("perl"), "{bad}");
+    assert!(matches!(
+        s.org(other)
+            .scripts()
+            .update_script(
+                script.id,
+                new("Mine", "sh", "true"),
+                audit("script.update", "script")
+            )
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(
+        o.scripts().get_script(script.id).await.unwrap().name,
+        "Clean temp dir"
+    );
+    o.scripts()
+        .delete_script(other_script.id, audit("script.delete", "script"))
+        .await
+        .unwrap();
     o.scripts()
         .delete_script(script.id, audit("script.delete", "script"))
         .await
