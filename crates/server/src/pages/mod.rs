@@ -24,6 +24,7 @@ mod device_actions;
 mod devices;
 pub(crate) mod events;
 pub(crate) mod layout;
+mod live_queries;
 mod login;
 mod names;
 mod overview;
@@ -66,6 +67,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(billing::router())
         .merge(chat::router())
         .merge(devices::router())
+        .merge(live_queries::router())
         .merge(device_actions::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())
