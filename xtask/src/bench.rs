@@ -31,6 +31,7 @@ pub(crate) mod compliance;
 pub(crate) mod devices;
 pub(crate) mod fleet;
 mod instance;
+pub(crate) mod livequery;
 mod oauth;
 pub(crate) mod pages;
 pub(crate) mod reports;

@@ -22,6 +22,9 @@
 //!   [--build release|debug]` prints each dashboard page's bytes and time for an
 //!   organization of N devices (default 10,000), and whether the devices list met its
 //!   100 ms aim.
+//! - `cargo xtask bench livequery [--agents N] [--rounds R] [--database sqlite|postgres]` times
+//!   `run_live_query` over N simulated agents: first row, each answer (p50, p99), last answer,
+//!   the server's CPU.
 //!
 //! Every benchmark writes what it printed into its own section of `docs/performance.md`
 //! ([`perf_doc`]).
@@ -47,6 +50,7 @@ const USAGE: &str = "usage: cargo xtask tidy
                                 [--database sqlite|postgres|both]
        cargo xtask bench compliance [--devices N] [--rules N] [--packages N] [--changes N]
                                     [--database sqlite|postgres|both]
+       cargo xtask bench livequery [--agents N] [--rounds N] [--database sqlite|postgres]
        cargo xtask bench cluster [--agents N] [--calls N] [--duration SECS]
        cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
                                [--build release|debug]
@@ -79,6 +83,7 @@ fn run_bench(name: &str, rest: &[&str]) -> anyhow::Result<()> {
         ("mcp", []) => bench::mcp(),
         ("sizes", []) => bench::sizes::run_sizes(),
         ("fleet", rest) => bench::fleet::run(rest),
+        ("livequery", rest) => bench::livequery::run(rest),
         ("cluster", rest) => bench::cluster::run_bench(rest),
         ("devices", rest) => bench::devices::run(rest),
         ("pages", rest) => bench::pages::run(rest),

@@ -35,6 +35,7 @@ use breeze_store::StoreError;
 pub mod alerts;
 pub mod compliance;
 pub mod config_policies;
+pub mod live_queries;
 
 /// Why a domain operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -144,6 +144,8 @@ struct Inner {
     config: GatewayConfig,
     connections: Mutex<HashMap<DeviceId, Connection>>,
     waiters: Mutex<HashMap<Uuid, Waiter>>,
+    /// Commands of a batch ([`OrgFleet::submit_many`]) whose outcome a [`CommandWatch`] waits for.
+    watches: Mutex<HashMap<Uuid, mpsc::UnboundedSender<Finished>>>,
     /// Sockets dropped because another instance holds a newer one for the device.
     moved_sockets: AtomicU64,
     /// Cancelled when the server shuts down: every socket closes so agents reconnect to the
@@ -172,6 +174,42 @@ impl std::fmt::Debug for Gateway {
         f.debug_struct("Gateway")
             .field("connected", &self.connected_count())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a [`CommandWatch`] hears about one of its commands.
+#[derive(Debug, Clone)]
+pub enum Finished {
+    /// The agent's result was stored here: the command as stored, final.
+    Stored(Box<CommandRecord>),
+    /// The command changed elsewhere (another instance, the sweeper, a cancellation): read it
+    /// again to learn its state.
+    Changed(Uuid),
+}
+
+/// Hears the outcome of a batch of commands as each arrives ([`OrgFleet::submit_many`]).
+/// Dropping it stops listening. A result stored on another instance arrives as
+/// [`Finished::Changed`] through the cluster bus; a holder that must not miss one also reads
+/// the commands now and then ([`breeze_store::OrgCommands::finished_commands`]).
+pub struct CommandWatch {
+    gateway: Gateway,
+    ids: Vec<Uuid>,
+    rx: mpsc::UnboundedReceiver<Finished>,
+}
+
+impl CommandWatch {
+    /// The next outcome heard; `None` once every command's result was handed over.
+    pub async fn recv(&mut self) -> Option<Finished> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for CommandWatch {
+    fn drop(&mut self) {
+        let mut watches = lock(&self.gateway.inner.watches);
+        for id in &self.ids {
+            watches.remove(id);
+        }
     }
 }
 
@@ -214,6 +252,7 @@ impl Gateway {
                 config,
                 connections: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
+                watches: Mutex::new(HashMap::new()),
                 moved_sockets: AtomicU64::new(0),
                 closing: CancellationToken::new(),
                 reports: Mutex::new(None),
@@ -521,6 +560,56 @@ impl Gateway {
         Ok(cmd)
     }
 
+    /// Queues one command per device in one transaction and pushes those whose agents are
+    /// connected here at once (the others through the bus or at their next connection); the
+    /// watch is listening before anything is pushed, so no answer is missed.
+    async fn submit_many(
+        &self,
+        org: OrgId,
+        news: Vec<NewCommand>,
+        audit: AuditEvent,
+    ) -> Result<(Vec<CommandRecord>, CommandWatch), GatewayError> {
+        let cmds = self
+            .inner
+            .store
+            .org(org)
+            .commands()
+            .create_commands(news, audit)
+            .await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ids: Vec<Uuid> = cmds.iter().map(|c| c.id).collect();
+        {
+            let mut watches = lock(&self.inner.watches);
+            for id in &ids {
+                watches.insert(*id, tx.clone());
+            }
+        }
+        let watch = CommandWatch {
+            gateway: self.clone(),
+            ids,
+            rx,
+        };
+        let (here, elsewhere): (Vec<&CommandRecord>, Vec<&CommandRecord>) =
+            cmds.iter().partition(|c| self.is_connected(c.device_id));
+        for c in elsewhere {
+            self.inner.store.publish(Signal::CommandQueued {
+                device: c.device_id,
+            });
+        }
+        let ids: Vec<Uuid> = here.iter().map(|c| c.id).collect();
+        let sent: std::collections::HashSet<Uuid> = self
+            .inner
+            .store
+            .mark_commands_sent(&ids)
+            .await?
+            .into_iter()
+            .collect();
+        for c in here.into_iter().filter(|c| sent.contains(&c.id)) {
+            self.push_claimed(c.device_id, c).await;
+        }
+        Ok((cmds, watch))
+    }
+
     /// Claims and pushes every command pending for `device`, when its socket is here.
     async fn push_pending(&self, device: DeviceId) {
         if !self.is_connected(device) {
@@ -612,6 +701,11 @@ impl Gateway {
     }
 
     fn notify(&self, id: Uuid, progress: Option<Progress>) {
+        if progress.is_none()
+            && let Some(tx) = lock(&self.inner.watches).get(&id)
+        {
+            let _ = tx.send(Finished::Changed(id));
+        }
         let mut waiters = lock(&self.inner.waiters);
         if let Some(w) = waiters.get_mut(&id) {
             if let Some(p) = progress {
@@ -732,7 +826,11 @@ impl Gateway {
                     {
                         tracing::warn!(command = %id, error = %e, "could not record a patch result");
                     }
+                    let watch = lock(&self.inner.watches).remove(&id);
                     self.notify(id, None);
+                    if let Some(tx) = watch {
+                        let _ = tx.send(Finished::Stored(Box::new(cmd)));
+                    }
                     store.publish(Signal::CommandChanged { id });
                 } else {
                     tracing::debug!(command = %id, "ignored a repeated or foreign result");
@@ -981,6 +1079,38 @@ impl OrgFleet<'_> {
     /// Cancels a command that has not finished and tells the agent to stop it.
     pub async fn cancel(&self, id: Uuid, reason: &str) -> Result<bool, GatewayError> {
         self.gateway.cancel(self.org, id, reason).await
+    }
+
+    /// Queues one command per device (the organization's devices, commands of one kind) in
+    /// one transaction with one audit record, pushes them at once to the agents connected,
+    /// and returns them with a [`CommandWatch`] that hears each outcome as it arrives.
+    pub async fn submit_many(
+        &self,
+        news: Vec<NewCommand>,
+        audit: AuditEvent,
+    ) -> Result<(Vec<CommandRecord>, CommandWatch), GatewayError> {
+        self.gateway.submit_many(self.org, news, audit).await
+    }
+
+    /// Cancels those of `ids` that have not finished and tells their agents to stop them;
+    /// returns the ones cancelled.
+    pub async fn cancel_many(
+        &self,
+        ids: &[Uuid],
+        reason: &str,
+    ) -> Result<Vec<CommandRecord>, GatewayError> {
+        let cancelled = self
+            .gateway
+            .inner
+            .store
+            .org(self.org)
+            .commands()
+            .cancel_commands(ids, reason)
+            .await?;
+        for c in &cancelled {
+            self.gateway.command_cancelled(c.device_id, c.id);
+        }
+        Ok(cancelled)
     }
 
     /// Sends the effective configuration policy to those of the organization's `devices`

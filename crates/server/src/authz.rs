@@ -83,6 +83,21 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
     ),
     (
         Method::GET,
+        "/orgs/{org}/live-queries",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::POST,
+        "/orgs/{org}/live-queries",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/live-queries/{id}",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::GET,
         "/orgs/{org}/api-keys",
         Operation::read(ApikeysManage),
     ),

@@ -172,6 +172,31 @@ impl Worker for AlertEngine {
     }
 }
 
+/// Deletes live queries (and their answers) whose retention ended, every ten minutes; a query
+/// past its retention is already out of every listing and lookup, so this only frees space.
+/// Every instance may run it: the delete is idempotent.
+pub(crate) struct LiveQueryRetention(pub(crate) Store);
+
+impl Worker for LiveQueryRetention {
+    const NAME: &'static str = "live query retention";
+    type Report = u64;
+    type Error = StoreError;
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(600)
+    }
+
+    async fn tick(self: &Arc<Self>) -> Result<u64, StoreError> {
+        self.0.purge_expired_live_queries().await
+    }
+
+    fn log(&self, purged: &u64) {
+        if *purged > 0 {
+            tracing::info!(queries = purged, "expired live query results deleted");
+        }
+    }
+}
+
 /// Marks AI chat sessions idle past the configured time expired (their history stays), every
 /// hour, so listings show them as they are; a turn checks its own session as well, so one
 /// between two sweeps never takes a message.

@@ -622,6 +622,10 @@ pub async fn serve(
         }),
         sweeper_stop.clone(),
     );
+    workers::spawn(
+        Arc::new(housekeeping::LiveQueryRetention(store.clone())),
+        sweeper_stop.clone(),
+    );
     if let Some(oauth) = breeze.state.oauth.clone() {
         workers::spawn(
             Arc::new(housekeeping::OAuthSweeper(oauth)),

@@ -90,6 +90,10 @@ fn answer(kind: &CommandKind) -> Value {
             "mode": "0644", "uid": 0, "gid": 0, "sizeBytes": 1,
             "state": if *delete { "removed" } else { "quarantined" },
         }),
+        CommandKind::LiveQuery { question, .. } => json!({
+            "question": question.name(), "rows": [{ "user": "root", "terminal": "pts/0" }],
+            "bytes": 35,
+        }),
         _ => json!({}),
     }
 }
@@ -896,6 +900,32 @@ impl Suite {
         if tool.ends_with("_invoice") || tool.ends_with("_invoices") {
             self.invoice_hints(tool, action.map(|(_, a)| a), &mut hints)
                 .await;
+        }
+        if tool.ends_with("live_query") || tool.ends_with("live_queries") {
+            // A question the fixture's Linux device answers, a kept query, a device cursor.
+            hints.insert("question".into(), json!({ "question": "sessions" }));
+            hints.insert("target".into(), json!({ "type": "organization" }));
+            hints.insert("cursor".into(), json!(uuid::Uuid::max().to_string()));
+            let q = self
+                .w
+                .store
+                .org(self.w.org_a)
+                .live_queries()
+                .create_query(
+                    breeze_store::NewLiveQuery {
+                        question: json!({ "question": "sessions" }),
+                        target: json!({ "type": "organization" }),
+                        created_by: "fixture".into(),
+                        retention: chrono::Duration::days(1),
+                        devices_targeted: 1,
+                        devices_online: 1,
+                        run_for: chrono::Duration::seconds(30),
+                    },
+                    audit("live_query.run"),
+                )
+                .await
+                .unwrap();
+            hints.insert("queryId".into(), json!(q.id.to_string()));
         }
         if tool.contains("catalog") || tool.contains("contract") || tool == "manage_quotes" {
             self.billing_hints(tool, action.map(|(_, a)| a), &mut hints)

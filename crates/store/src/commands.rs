@@ -181,6 +181,101 @@ impl crate::OrgCommands<'_> {
         self.get_command(id).await
     }
 
+    /// Queues one command for each of several devices of this organization in one
+    /// transaction, audited by one record (its details: how many, of which kind). Every
+    /// command must be of the same kind tag; each device must be this organization's (the
+    /// composite foreign key refuses another's). Returns the commands in the order given.
+    pub async fn create_commands(
+        &self,
+        news: Vec<NewCommand>,
+        audit: AuditEvent,
+    ) -> Result<Vec<CommandRecord>> {
+        let Some(first) = news.first() else {
+            return Ok(Vec::new());
+        };
+        let kind = kind_tag(&first.kind);
+        let touches_paths = first.kind.touches_paths();
+        let now = self.store.clock.now();
+        let mut tx = Tx::begin_in(self).await?;
+        let protected = if touches_paths {
+            crate::protected_paths::load(&mut tx, self.org).await?
+        } else {
+            Vec::new()
+        };
+        let mut out = Vec::with_capacity(news.len());
+        for new in &news {
+            if kind_tag(&new.kind) != kind {
+                return Err(StoreError::Invalid(
+                    "a batch of commands must all be of one kind".into(),
+                ));
+            }
+            let deadline = now + new.queue_ttl + Duration::seconds(i64::from(new.timeout_secs));
+            let row: Option<CommandRecord> = sql(format!(
+                "INSERT INTO device_commands ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, 'pending', $6, \
+                 $7, NULL, NULL, $8, $9, $10, NULL, NULL, NULL, NULL, NULL, NULL, FALSE, FALSE, NULL, \
+                 NULL, $11, FALSE) RETURNING {COLUMNS}"
+            ))
+            .bind(Uuid::now_v7())
+            .bind(self.org)
+            .bind(new.device_id)
+            .bind(&kind)
+            .bind(Arg::json(&new.kind))
+            .bind(i64::from(new.timeout_secs))
+            .bind(i64::try_from(new.output_cap_bytes).unwrap_or(i64::MAX))
+            .bind(&new.created_by)
+            .bind(now)
+            .bind(deadline)
+            .bind(Arg::json(&protected))
+            .fetch_optional(&mut tx)
+            .await?;
+            out.extend(row);
+        }
+        let audit = audit.org(self.org).details(serde_json::json!({
+            "kind": kind,
+            "devices": news.len(),
+            "timeout_secs": first.timeout_secs,
+        }));
+        audit::insert(&mut tx, &audit, now).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Those of `ids` (this organization's commands) that reached a final state.
+    pub async fn finished_commands(&self, ids: &[Uuid]) -> Result<Vec<CommandRecord>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(200) {
+            let mut q = sql(format!(
+                "SELECT {COLUMNS} FROM device_commands WHERE org_id = $1 AND status NOT IN {OPEN}"
+            ))
+            .bind(self.org);
+            let list: Vec<String> = chunk.iter().map(|id| q.arg(*id)).collect();
+            q.push(&format!(" AND id IN ({})", list.join(", ")));
+            out.extend(q.fetch_all(self).await?);
+        }
+        Ok(out)
+    }
+
+    /// Cancels those of `ids` that have not finished; returns the ones cancelled.
+    pub async fn cancel_commands(&self, ids: &[Uuid], reason: &str) -> Result<Vec<CommandRecord>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(200) {
+            let mut q = sql(format!(
+                "UPDATE device_commands SET status = 'cancelled', completed_at = $1, error = $2 \
+                 WHERE org_id = $3 AND status IN {OPEN}"
+            ))
+            .bind(self.store.clock.now())
+            .bind(reason)
+            .bind(self.org);
+            let list: Vec<String> = chunk.iter().map(|id| q.arg(*id)).collect();
+            q.push(&format!(
+                " AND id IN ({}) RETURNING {COLUMNS}",
+                list.join(", ")
+            ));
+            out.extend(q.fetch_all(self).await?);
+        }
+        Ok(out)
+    }
+
     /// One command of this organization.
     pub async fn get_command(&self, id: Uuid) -> Result<CommandRecord> {
         sql(format!(
@@ -290,6 +385,22 @@ impl Store {
         .execute(self)
         .await?;
         Ok(n > 0)
+    }
+
+    /// Marks those of `ids` still pending sent (about to be pushed on live sockets); returns
+    /// the ones marked.
+    pub async fn mark_commands_sent(&self, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(200) {
+            let mut q = sql("UPDATE device_commands SET status = 'sent', sent_at = $1 \
+                             WHERE status = 'pending'")
+            .bind(self.clock.now());
+            let list: Vec<String> = chunk.iter().map(|id| q.arg(*id)).collect();
+            q.push(&format!(" AND id IN ({}) RETURNING id", list.join(", ")));
+            let rows: Vec<(Uuid,)> = q.fetch_all(self).await?;
+            out.extend(rows.into_iter().map(|(id,)| id));
+        }
+        Ok(out)
     }
 
     /// Puts a sent command back to pending (the push failed); it goes out with the next

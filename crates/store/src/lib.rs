@@ -145,7 +145,7 @@ pub use idempotency::{
 pub use inventory::{DeviceInventory, MAX_CACHED_PACKAGES};
 pub use invoices::{Invoice, InvoiceLine, InvoicePage, MAX_INVOICE_PAGE, NewLine, Payment};
 pub use live_queries::{
-    ANSWER_STATUSES, LiveAnswerRecord, LiveQueryRecord, NewLiveAnswer, NewLiveQuery,
+    ANSWER_STATUSES, AnswerCounts, LiveAnswerRecord, LiveQueryRecord, NewLiveAnswer, NewLiveQuery,
 };
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,

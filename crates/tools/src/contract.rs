@@ -555,6 +555,7 @@ reaches! {
     devices: Devices => OrgDevices;
     dynamic_groups: DynamicGroups => OrgDynamicGroups;
     invoices: Invoices => OrgInvoices;
+    live_queries: LiveQueries => OrgLiveQueries;
     maintenance: Maintenance => OrgMaintenance;
     patches: Patches => OrgPatches;
     quotes: Quotes => OrgQuotes;

@@ -77,6 +77,7 @@ pub fn all() -> Registry {
     r.domain("disk", tools::disk::register);
     r.domain("groups", tools::groups::register);
     r.domain("invoices", tools::invoices::register);
+    r.domain("live_queries", tools::live_queries::register);
     r.domain("maintenance", tools::maintenance::register);
     r.domain("patches", tools::patches::register);
     r.domain("policies", tools::policies::register);
@@ -115,6 +116,7 @@ mod tests {
                 "disk",
                 "groups",
                 "invoices",
+                "live_queries",
                 "maintenance",
                 "patches",
                 "policies",
@@ -223,6 +225,8 @@ mod tests {
         ("list_configuration_policies", Some("1"),     false, None),
         ("list_contracts",              Some("2"),     false, None),
         ("list_invoices",               Some("2"),     false, None),
+        // Breeze's own: a read-only question asked of the fleet at once.
+        ("list_live_queries",           None,          false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
@@ -242,6 +246,7 @@ mod tests {
         ("preview_configuration_change", Some("1"),    false, None),
         ("query_audit_log",             Some("1"),     false, None),
         ("query_devices",               Some("1"),     false, None),
+        ("run_live_query",              None,          false, Some((20, 300))),
         ("remove_configuration_policy_assignment", Some("2"), false, None),
         ("resolve_device_context",      Some("2"),     false, Some((20, 300))),
         ("run_script",                  Some("3"),     false, Some((5, 300))),
@@ -300,6 +305,7 @@ mod tests {
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
         ("list_contracts",              None,                     Tier::T2, Permission::ContractsRead),
         ("list_invoices",               None,                     Tier::T2, Permission::InvoicesRead),
+        ("list_live_queries",           None,                     Tier::T1, Permission::DevicesRead),
         ("lookup_distributor_product",  None,                     Tier::T2, Permission::CatalogRead),
         ("manage_alert_rules",          Some("list"),             Tier::T1, Permission::AlertsRead),
         ("manage_alert_rules",          Some("get"),              Tier::T1, Permission::AlertsRead),
@@ -441,6 +447,10 @@ mod tests {
         ("query_devices",               None,                     Tier::T1, Permission::DevicesRead),
         ("remove_configuration_policy_assignment", None,          Tier::T2, Permission::DevicesWrite),
         ("resolve_device_context",      None,                     Tier::T2, Permission::DevicesWrite),
+        ("run_live_query",              Some("catalogue"),        Tier::T1, Permission::DevicesRead),
+        ("run_live_query",              Some("prepare"),          Tier::T1, Permission::DevicesRead),
+        ("run_live_query",              Some("run"),              Tier::T1, Permission::DevicesRead),
+        ("run_live_query",              Some("results"),          Tier::T1, Permission::DevicesRead),
         ("run_script",                  None,                     Tier::T3, Permission::ScriptsExecute),
         ("search_agent_logs",           None,                     Tier::T1, Permission::DevicesRead),
         ("search_catalog",              None,                     Tier::T2, Permission::CatalogRead),

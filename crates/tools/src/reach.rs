@@ -102,6 +102,8 @@ domains! {
     /// The partner's outside billing services: Stripe payment links, TD SYNNEX lookups. Each
     /// call may be a billed, or money-moving, request outside Breeze.
     Billing = 25;
+    /// Live queries and their stored answers.
+    LiveQueries = 26;
 }
 
 impl Reach for () {

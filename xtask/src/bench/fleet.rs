@@ -85,7 +85,7 @@ fn parse(args: &[&str]) -> anyhow::Result<Args> {
 
 /// Raises this process's open-file limit (children inherit it) to cover `want`; returns the
 /// soft limit in force.
-fn raise_nofile(want: u64) -> u64 {
+pub(super) fn raise_nofile(want: u64) -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return 0;
@@ -102,7 +102,7 @@ fn raise_nofile(want: u64) -> u64 {
 }
 
 /// Pins every thread of this process to `cpu` (threads started later inherit it).
-fn pin_self(cpu: u32) -> bool {
+pub(super) fn pin_self(cpu: u32) -> bool {
     let two = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
     two && Command::new("taskset")
         .args([

@@ -2,7 +2,7 @@
 //! (`breeze-agent-proto`): enrollment over HTTP, then one WebSocket per agent carrying a
 //! heartbeat every minute and a metrics batch every 30 s (first ones at a random offset so the
 //! fleet spreads evenly), and answering each `command` frame at once with `commandStarted` and a
-//! small `completed` result. Also the MCP client that times `manage_services list` round trips.
+//! small `completed` result (a live query's: one listening port, as the agent's answer). Also the MCP client that times `manage_services list` round trips.
 //!
 //! Nothing here panics on what the server answers: every failure is counted by kind (an
 //! `EMFILE` names itself) and the benchmark reports how far it got.
@@ -452,7 +452,7 @@ async fn run_agent(mut ws: Socket, mut ctx: AgentCtx) {
                     }
                     Ok(ServerFrame::Command(cmd)) => {
                         c.commands.fetch_add(1, Ordering::Relaxed);
-                        if let Err(e) = answer(&mut ws, cmd.id).await {
+                        if let Err(e) = answer(&mut ws, &cmd).await {
                             break Err(e);
                         }
                         c.results.fetch_add(1, Ordering::Relaxed);
@@ -470,7 +470,24 @@ async fn run_agent(mut ws: Socket, mut ctx: AgentCtx) {
     }
 }
 
-async fn answer(ws: &mut Socket, command_id: Uuid) -> Result<(), String> {
+/// A live query's answer as an agent gives it: one listening port.
+fn live_answer(question: &breeze_agent_proto::livequery::Question) -> serde_json::Value {
+    let rows = vec![serde_json::json!({
+        "protocol": "tcp", "address": "0.0.0.0", "port": 22, "process": "sshd", "pid": 812,
+    })];
+    let bytes = rows.iter().map(|r| r.to_string().len() as u64).sum();
+    serde_json::to_value(breeze_agent_proto::livequery::LiveAnswer {
+        question: question.name().to_owned(),
+        rows,
+        cap: None,
+        bytes,
+        protected_skipped: 0,
+    })
+    .unwrap_or_default()
+}
+
+async fn answer(ws: &mut Socket, cmd: &breeze_agent_proto::Command) -> Result<(), String> {
+    let command_id = cmd.id;
     let started_at = now();
     ws.send(text(&AgentFrame::CommandStarted { command_id })?)
         .await
@@ -483,11 +500,14 @@ async fn answer(ws: &mut Socket, command_id: Uuid) -> Result<(), String> {
         stderr: String::new(),
         stdout_truncated: false,
         stderr_truncated: false,
-        result: Some(serde_json::json!({"processes": [{
-            "pid": 1, "name": "systemd", "user": "root", "cpuPercent": 0.1,
-            "memoryBytes": 12_345_678, "memoryPercent": 0.2, "command": "/sbin/init",
-            "startedAt": started_at,
-        }]})),
+        result: Some(match &cmd.kind {
+            breeze_agent_proto::CommandKind::LiveQuery { question, .. } => live_answer(question),
+            _ => serde_json::json!({"processes": [{
+                "pid": 1, "name": "systemd", "user": "root", "cpuPercent": 0.1,
+                "memoryBytes": 12_345_678, "memoryPercent": 0.2, "command": "/sbin/init",
+                "startedAt": started_at,
+            }]}),
+        }),
         error: None,
         started_at,
         finished_at: now(),

@@ -330,7 +330,7 @@ fn csv_field(out: &mut String, v: &str) {
     }
 }
 
-fn csv_row(out: &mut String, fields: &[&str]) {
+pub(super) fn csv_row(out: &mut String, fields: &[&str]) {
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {
             out.push(',');

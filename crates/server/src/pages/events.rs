@@ -4,7 +4,8 @@
 //! alert raised, acknowledged, resolved or suppressed: the unresolved alerts' counts by status
 //! and newest id moved), `devices` (how
 //! many devices are in each status: one came online, went offline, was added or removed) or
-//! `metrics` (a tick every 14 s, when charts may have a new point) — and carries only that
+//! `metrics` (a tick every 14 s, when charts may have a new point), `livequeries` (answers to
+//! a live query were stored, or one started or ended) — and carries only that
 //! name as its data (an event with empty data is never dispatched by browsers). `app.js` tells
 //! the elements that asked for that event (`data-refresh-on`) to reload themselves through
 //! their own authorized fragment URL — the pending approvals, the device list's rows, a
@@ -130,6 +131,7 @@ pub(super) async fn stream(
         let mut last_pending: Option<Vec<uuid::Uuid>> = None;
         let mut last_counts: Option<Vec<u64>> = None;
         let mut last_alerts = None;
+        let mut last_live = None;
         let mut ticks = 0u32;
         loop {
             let pending = state
@@ -166,6 +168,19 @@ pub(super) async fn stream(
                     return;
                 }
                 last_alerts = Some(sig);
+            }
+            if let Ok(live) = state.store.org(org_id).live_queries().activity().await {
+                if last_live.is_some_and(|l| l != live)
+                    && tx
+                        .send(Ok(Event::default()
+                            .event("livequeries")
+                            .data("livequeries")))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                last_live = Some(live);
             }
             if let Ok(counts) = status_counts(&state, org_id).await {
                 if last_counts.as_ref().is_some_and(|l| *l != counts)

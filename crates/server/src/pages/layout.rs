@@ -24,6 +24,8 @@ pub(crate) enum Section {
     Quotes,
     Contracts,
     Audit,
+    /// Live queries across the fleet.
+    LiveQueries,
     /// The AI assistant's chat.
     Chat,
     ToolSources,
@@ -50,6 +52,7 @@ impl Section {
             Section::Quotes => "/quotes",
             Section::Contracts => "/contracts",
             Section::Audit => "/audit",
+            Section::LiveQueries => "/live-queries",
             Section::Chat => "/chat",
             Section::ToolSources => "/ai/tool-sources",
             Section::ApiKeys => "/settings/api-keys",
@@ -74,6 +77,7 @@ impl Section {
             Section::Quotes => "Quotes",
             Section::Contracts => "Contracts",
             Section::Audit => "Audit log",
+            Section::LiveQueries => "Live query",
             Section::Chat => "Assistant",
             Section::ToolSources => "Tool sources",
             Section::ApiKeys => "API keys",
@@ -177,6 +181,7 @@ impl Layout {
                 Section::Alerts,
                 Section::Approvals,
                 Section::Devices,
+                Section::LiveQueries,
                 Section::Scripts,
                 Section::Patches,
                 Section::Policies,

@@ -25,6 +25,7 @@ mod devices;
 pub(crate) mod events;
 pub(crate) mod kit;
 pub(crate) mod layout;
+mod live_queries;
 mod login;
 mod names;
 mod organization;
@@ -72,6 +73,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(billing::router())
         .merge(chat::router())
         .merge(devices::router())
+        .merge(live_queries::router())
         .merge(device_actions::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())

@@ -8,6 +8,7 @@ pub(crate) mod audit;
 pub(crate) mod auth;
 pub(crate) mod fleet;
 pub(crate) mod health;
+pub(crate) mod live_queries;
 pub(crate) mod oauth;
 pub(crate) mod orgs;
 pub(crate) mod payments;
@@ -28,6 +29,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(api_keys::router())
         .merge(audit::router())
         .merge(agents::router())
+        .merge(live_queries::router())
         .merge(ai::router())
         .merge(approvals::router())
         .merge(fleet::router())

@@ -17,6 +17,7 @@ fn query(targeted: i64) -> NewLiveQuery {
         retention: Duration::hours(24),
         devices_targeted: targeted,
         devices_online: targeted,
+        run_for: Duration::seconds(60),
     }
 }
 
@@ -94,7 +95,14 @@ async fn answers_are_kept_paged_once_and_expire(cx: Ctx) {
         .unwrap();
     assert_eq!(rest.len(), 1);
     assert_eq!(rest[0].status, "timed_out");
-    assert_eq!(oa.live_queries().list_queries(10).await.unwrap().len(), 1);
+    assert_eq!(
+        oa.live_queries()
+            .list_queries(None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 
     // Past the retention the query is gone, and the purge deletes it with its answers.
     cx.clock.advance(Duration::hours(25));
@@ -102,7 +110,13 @@ async fn answers_are_kept_paged_once_and_expire(cx: Ctx) {
         oa.live_queries().get_query(q.id).await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(oa.live_queries().list_queries(10).await.unwrap().is_empty());
+    assert!(
+        oa.live_queries()
+            .list_queries(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(s.purge_expired_live_queries().await.unwrap(), 1);
 }
 
@@ -158,7 +172,13 @@ async fn another_organization_sees_none_of_it(cx: Ctx) {
             .await
             .map(|_| ())
     ));
-    assert!(ob.live_queries().list_queries(10).await.unwrap().is_empty());
+    assert!(
+        ob.live_queries()
+            .list_queries(None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A's query cannot take B's device's answer either.
     assert!(not_found(
         oa.live_queries()
@@ -176,7 +196,229 @@ async fn another_organization_sees_none_of_it(cx: Ctx) {
     );
 }
 
+/// A run's batch: answers stored together (a repeat and another organization's device
+/// skipped), counted per status, the query finished once with its cap, listings paged by id.
+async fn runs_are_batched_counted_finished_and_paged(cx: Ctx) {
+    let s = &cx.store;
+    let (a, b) = two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
+    let site = oa
+        .tenancy()
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let site_b = ob
+        .tenancy()
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let dev_b = ob
+        .devices()
+        .create_device(
+            new_device(site_b.id, "b-01", DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
+        .await
+        .unwrap();
+    let mut devices = Vec::new();
+    for i in 0..3 {
+        let d = oa
+            .devices()
+            .create_device(
+                new_device(site.id, &format!("web-{i}"), DeviceStatus::Online),
+                audit("device.create", "device"),
+            )
+            .await
+            .unwrap();
+        devices.push(d.id);
+    }
+    let q = oa
+        .live_queries()
+        .create_query(query(3), audit("live_query.run", "live_query"))
+        .await
+        .unwrap();
+    assert_eq!(q.status(breeze_core::Clock::now(&cx.clock)), "running");
+    let mut offline = answer(devices[2], 0);
+    offline.status = "offline".into();
+    let stored = oa
+        .live_queries()
+        .record_answers(
+            q.id,
+            vec![
+                answer(devices[0], 3),
+                answer(devices[0], 5),
+                answer(dev_b.id, 1),
+                offline,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, 2, "the repeat and B's device are skipped");
+    let counts = oa.live_queries().answer_counts(&[q.id]).await.unwrap();
+    let c = counts[&q.id];
+    assert_eq!((c.answered, c.offline, c.rows, c.total()), (1, 1, 3, 2));
+    assert!(
+        ob.live_queries()
+            .answer_counts(&[q.id])
+            .await
+            .unwrap()
+            .is_empty(),
+        "B counts none of A's answers"
+    );
+    let mut bad = answer(devices[1], 0);
+    bad.status = "maybe".into();
+    assert!(matches!(
+        oa.live_queries().record_answers(q.id, vec![bad]).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        ob.live_queries()
+            .record_answers(q.id, vec![answer(dev_b.id, 1)])
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(!ob.live_queries().finish_query(q.id, None).await.unwrap());
+    assert!(
+        oa.live_queries()
+            .finish_query(q.id, Some("query_rows"))
+            .await
+            .unwrap()
+    );
+    assert!(!oa.live_queries().finish_query(q.id, None).await.unwrap());
+    let q = oa.live_queries().get_query(q.id).await.unwrap();
+    assert_eq!(q.status(breeze_core::Clock::now(&cx.clock)), "finished");
+    assert_eq!(q.query_cap.as_deref(), Some("query_rows"));
+
+    // A run never finished is interrupted once well past its deadline.
+    let q2 = oa
+        .live_queries()
+        .create_query(query(1), audit("live_query.run", "live_query"))
+        .await
+        .unwrap();
+    cx.clock.advance(Duration::minutes(5));
+    assert_eq!(q2.status(breeze_core::Clock::now(&cx.clock)), "interrupted");
+    let first = oa.live_queries().list_queries(None, 1).await.unwrap();
+    assert_eq!(first[0].id, q2.id, "newest first");
+    let next = oa
+        .live_queries()
+        .list_queries(Some(first[0].id), 10)
+        .await
+        .unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].id, q.id);
+}
+
+/// Commands queued as one batch (one audit record), read back once final, cancelled while
+/// open; another organization's devices cannot be in A's batch.
+async fn command_batches(cx: Ctx) {
+    use breeze_agent_proto::{CommandKind, livequery::Question};
+    let s = &cx.store;
+    let (a, b) = two_orgs(s).await;
+    let (oa, ob) = (s.org(a), s.org(b));
+    let site = oa
+        .tenancy()
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let site_b = ob
+        .tenancy()
+        .create_site("HQ", "UTC", audit("site.create", "site"))
+        .await
+        .unwrap();
+    let dev_b = ob
+        .devices()
+        .create_device(
+            new_device(site_b.id, "b-01", DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
+        .await
+        .unwrap();
+    let mut devices = Vec::new();
+    for i in 0..3 {
+        let d = oa
+            .devices()
+            .create_device(
+                new_device(site.id, &format!("web-{i}"), DeviceStatus::Online),
+                audit("device.create", "device"),
+            )
+            .await
+            .unwrap();
+        devices.push(d.id);
+    }
+    let new = |d| breeze_store::NewCommand {
+        device_id: d,
+        kind: CommandKind::LiveQuery {
+            question: Question::Sessions,
+            max_rows: 0,
+            max_bytes: 0,
+        },
+        timeout_secs: 5,
+        output_cap_bytes: 1024,
+        queue_ttl: Duration::seconds(10),
+        script: None,
+        created_by: "test".into(),
+    };
+    let cmds = oa
+        .commands()
+        .create_commands(
+            devices.iter().map(|d| new(*d)).collect(),
+            audit("live_query.send", "device_command"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cmds.len(), 3);
+    assert!(cmds.iter().zip(&devices).all(|(c, d)| c.device_id == *d));
+    let ids: Vec<_> = cmds.iter().map(|c| c.id).collect();
+    assert_eq!(s.mark_commands_sent(&ids).await.unwrap().len(), 3);
+    assert!(
+        s.mark_commands_sent(&ids).await.unwrap().is_empty(),
+        "sent once"
+    );
+    assert!(
+        oa.commands()
+            .finished_commands(&ids)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let cancelled = oa
+        .commands()
+        .cancel_commands(&ids[..2], "enough")
+        .await
+        .unwrap();
+    assert_eq!(cancelled.len(), 2);
+    assert!(
+        ob.commands()
+            .cancel_commands(&ids, "not yours")
+            .await
+            .unwrap()
+            .is_empty(),
+        "B cancels none of A's"
+    );
+    let done = oa.commands().finished_commands(&ids).await.unwrap();
+    assert_eq!(done.len(), 2);
+    assert!(
+        ob.commands()
+            .finished_commands(&ids)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A's batch naming B's device is refused whole.
+    assert!(
+        oa.commands()
+            .create_commands(
+                vec![new(devices[0]), new(dev_b.id)],
+                audit("live_query.send", "device_command"),
+            )
+            .await
+            .is_err()
+    );
+}
+
 breeze_store::on_both_backends!(
     answers_are_kept_paged_once_and_expire,
-    another_organization_sees_none_of_it
+    another_organization_sees_none_of_it,
+    runs_are_batched_counted_finished_and_paged,
+    command_batches
 );

@@ -18,6 +18,7 @@ pub(crate) mod distributor;
 pub(crate) mod groups;
 pub(crate) mod invoices;
 mod ledger;
+pub(crate) mod live_queries;
 pub(crate) mod maintenance;
 pub(crate) mod patches;
 pub(crate) mod policies;
