@@ -4,13 +4,16 @@
 // an opaque origin) served with the CSP its resource's `_meta.ui.csp` declares, and the
 // ext-apps package's own AppBridge speaks to the view. Checked: negotiation (and its absence:
 // no `_meta.ui`, identical results), each view drawing its tool's structuredContent (text, a
-// chart, a sorted table), a button's call reaching Breeze through the bridge and its audit
-// record, the approval card not approving for a key, and no request leaving the frame.
+// chart, a sorted table, live query rows under the question's columns, exposure by severity),
+// a button's call reaching Breeze through the bridge and its audit record, the approval card not
+// approving for a key, and no request leaving the frame.
 // Screenshots at 400 and 800 px, light and dark, go to APPS_IMAGES (docs/images when set so).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, mkdirSync } from "node:fs";
+import { readFileSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
@@ -149,14 +152,19 @@ after(async () => {
   await browser?.close();
 });
 
+// As a host does, the listing and each view's resource are read once and kept (the session's
+// message rate is for a conversation, not for re-reading them before every call).
+let listing;
+const resources = new Map();
+
 // Calls `tool` over MCP, reads its view's resource and shows it; returns the view's frame.
 async function show(tool, args, { theme = "light", width = 800 } = {}) {
-  const listed = await ui.call("tools/list", {});
-  const def = listed.tools.find((t) => t.name === tool);
+  listing ??= await ui.call("tools/list", {});
+  const def = listing.tools.find((t) => t.name === tool);
   const uri = def?._meta?.ui?.resourceUri;
   assert.match(uri || "", /^ui:\/\/breeze\//, `${tool} names its view`);
-  const read = await ui.call("resources/read", { uri });
-  const [contents] = read.contents;
+  if (!resources.has(uri)) resources.set(uri, await ui.call("resources/read", { uri }));
+  const [contents] = resources.get(uri).contents;
   assert.equal(contents.mimeType, MIME);
   const csp = contents._meta?.ui?.csp;
   assert.ok(csp, "the resource declares its CSP");
@@ -196,7 +204,8 @@ test("the extension is negotiated only with a client that declares it; results a
   const [withUi, without] = [await ui.call("tools/list", {}), await plain.call("tools/list", {})];
   for (const t of without.tools) assert.equal(t._meta?.ui, undefined, `${t.name} has no _meta.ui`);
   const named = withUi.tools.filter((t) => t._meta?.ui?.resourceUri).map((t) => t.name).sort();
-  assert.deepEqual(named, ["analyze_metrics", "get_approval_status", "get_device_details", "query_devices"]);
+  assert.deepEqual(named, ["analyze_metrics", "get_approval_status", "get_device_details",
+    "get_vulnerability_exposure", "query_devices", "run_live_query"]);
   // Apart from _meta.ui, the listing is the same.
   const strip = (tools) => tools.map(({ _meta, ...t }) => { const { ui: _, ...m } = _meta || {}; return { ...t, _meta: m }; });
   assert.deepEqual(strip(withUi.tools), strip(without.tools));
@@ -214,10 +223,113 @@ test("the extension is negotiated only with a client that declares it; results a
   assert.deepEqual(a.content.map((c) => c.type), b.content.map((c) => c.type));
 });
 
-test("device card: the device's facts and its open alerts, asked through the bridge", async () => {
+// The audit records of `tool` called on the extension's connection (the host's and the views').
+async function auditedOn(tool) {
+  const r = await ui.call("tools/call", {
+    name: "query_audit_log",
+    arguments: { action: "mcp.tools.call", resourceType: "mcp", resourceId: tool, limit: 100, hoursBack: 1 },
+  });
+  return r.structuredContent.entries.filter((e) => e.details.session_id === ui.id).length;
+}
+
+const ANSWERS = "table[aria-label=\"Each device's answer\"]";
+
+test("live query: rows under the question's columns, each device's answer asked through the bridge, audited", async () => {
+  const question = { question: "packages", name: "bash" };
+  const before = await auditedOn("run_live_query");
+  const calls = bridged.length;
+  const { frame, result } = await show("run_live_query", { action: "run", question, timeoutSecs: 30 });
+  const q = result.structuredContent.query;
+  assert.ok(q.answered >= 1, JSON.stringify(q));
+  // A run's result names only the devices that stood out: the view asks for every answer.
+  await frame.locator(`${ANSWERS} tbody tr`).first().waitFor();
+  assert.deepEqual(bridged.slice(calls).map((c) => [c.name, c.arguments.action, c.arguments.queryId]),
+    [["run_live_query", "results", q.queryId]]);
+  const host = result.structuredContent.rows[0].hostname;
+  await frame.locator(`${ANSWERS} tr`, { hasText: host }).locator(".s-answered").waitFor();
+  // The table is headed by the question's row schema, in the catalogue's order.
+  const heads = await frame.locator("table[aria-label=Rows] th").allTextContents();
+  assert.deepEqual(heads.slice(0, 4), ["Device", "name", "version", "arch"]);
+  const names = await frame.locator("table[aria-label=Rows] tbody td:nth-child(2)").allTextContents();
+  assert.ok(names.includes("bash"), names.join(","));
+  await frame.getByRole("searchbox", { name: "Filter rows" }).fill("no-such-package");
+  await frame.getByText("No rows.").waitFor();
+  assert.equal(await auditedOn("run_live_query"), before + 2, "the host's run and the view's results call");
+  await shoot("live-query", "run_live_query", { action: "results", queryId: q.queryId }, async (f) => {
+    await f.locator("table[aria-label=Rows] td", { hasText: /^bash$/ }).first().waitFor();
+    await f.locator(`${ANSWERS} .s-answered`).first().waitFor();
+  });
+});
+
+// The same synthetic OSV record as vulns.test.mjs (the same id and contents, so whichever suite
+// imports it second finds it unchanged): `bash` as installed here, fixed one revision above.
+const ADVISORY = "DEBIAN-CVE-2099-0001";
+function importAdvisory() {
+  const text = readFileSync("/etc/os-release", "utf8");
+  const version = (text.match(/^VERSION_ID="?([^"\n]*)"?$/m) || [])[1] || "";
+  const installed = execFileSync("dpkg-query", ["-W", "-f=${Version}", "bash"], { encoding: "utf8" }).trim();
+  const record = {
+    id: ADVISORY,
+    summary: "bash: synthetic advisory for the browser suite",
+    modified: "2099-01-01T00:00:00Z",
+    published: "2099-01-01T00:00:00Z",
+    severity: [{ type: "CVSS_V3", score: "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H" }],
+    upstream: ["CVE-2099-0001"],
+    affected: [{
+      package: { ecosystem: `Debian:${version.split(".")[0]}`, name: "bash" },
+      ranges: [{ type: "ECOSYSTEM", events: [{ introduced: "0" }, { fixed: `${installed}+breeze1` }] }],
+    }],
+  };
+  const dir = mkdtempSync(join(tmpdir(), "apps-"));
+  writeFileSync(join(dir, `${ADVISORY}.json`), JSON.stringify(record));
+  const out = execFileSync(process.env.BREEZE_BIN, ["advisories", "import", dir], {
+    cwd: process.env.DEMO_DIR, env: cliEnv(), encoding: "utf8",
+  });
+  assert.match(out, /added 1|unchanged 1/, out);
+  return installed;
+}
+
+test("vulnerability exposure: by severity, the advisory's CVE and device count; its devices asked through the bridge", async () => {
+  const installed = importAdvisory();
+  const summary = { action: "summary" };
+  let listed;
+  // The exposure is recomputed when the advisory lands (or the agent's next inventory).
+  for (let i = 0; i < 60; i++) {
+    const r = await plain.call("tools/call", { name: "get_vulnerability_exposure", arguments: summary });
+    listed = (r.structuredContent.advisories || []).find((a) => a.id === ADVISORY);
+    if (listed && listed.devices >= 1) break;
+    await new Promise((done) => setTimeout(done, 1000));
+  }
+  assert.ok(listed && listed.devices >= 1, "the demo machine is exposed");
+  const expand = async (frame) => {
+    const row = frame.locator("table[aria-label=Advisories] tbody tr", { hasText: ADVISORY });
+    assert.match(await row.first().textContent(), /CVE-2099-0001/);
+    await frame.getByRole("button", { name: `Devices affected by ${ADVISORY}` }).click();
+    await frame.locator(`table[aria-label="Devices affected by ${ADVISORY}"] tbody tr`).first().waitFor();
+  };
+  await shoot("vulnerability-summary", "get_vulnerability_exposure", summary, async (frame) => {
+    const critical = frame.locator("ul[aria-label='Exposure by severity'] li", { hasText: "critical" });
+    assert.match(await critical.textContent(), /[1-9]\d* devices? · [1-9]\d* advisor/);
+    await expand(frame);
+  });
+  const { frame } = await show("get_vulnerability_exposure", summary);
+  const calls = bridged.length;
+  await expand(frame);
+  assert.deepEqual(bridged.slice(calls).map((c) => [c.name, c.arguments.action, c.arguments.id]),
+    [["get_vulnerability_exposure", "devices", ADVISORY]]);
+  const devices = await frame.locator(`table[aria-label="Devices affected by ${ADVISORY}"]`).textContent();
+  assert.ok(devices.includes(installed) && devices.includes(`${installed}+breeze1`), devices);
+  assert.equal(await frame.getByRole("button", { name: `Devices affected by ${ADVISORY}` }).getAttribute("aria-expanded"), "true");
+});
+
+test("device card: the device's facts, last commands and its open alerts, asked through the bridge", async () => {
   await shoot("device-card", "get_device_details", { deviceId: device() }, async (frame) => {
     const d = await plain.call("tools/call", { name: "get_device_details", arguments: { deviceId: device() } });
     await frame.getByRole("heading", { name: d.structuredContent.device.hostname }).waitFor();
+    // The live query above ran on this device: it is among its last commands, with its status.
+    const last = frame.locator("ul[aria-label='Last commands'] li", { hasText: "live_query" }).first();
+    await last.waitFor();
+    assert.match(await last.locator(".badge").textContent(), /^(completed|running|sent|pending)$/);
     await frame.locator("ul[aria-label='Open alerts'] li:not(:has-text('Loading'))").first().waitFor();
   });
   assert.ok(bridged.some((c) => c.name === "manage_alerts"), "alerts came through the bridge");

@@ -6,91 +6,21 @@
 // for CSP violations, script errors and a page wider than the viewport.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, mkdirSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { BASE, ORG, demo, openBrowser, shoot as shootAt, signIn, tool } from "./lib.mjs";
 
-const BASE = process.env.BREEZE_URL;
-const demo = JSON.parse(readFileSync(process.env.DEMO_JSON, "utf8"));
-const SHOTS = process.env.SCREENSHOTS || "target/screenshots";
-const ORG = demo.organization.slug;
-mkdirSync(SHOTS, { recursive: true });
-
-let browser, context, page;
-const problems = [];
-
+let b, page;
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox"],
-  });
-  context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  page = await context.newPage();
-  page.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) {
-      problems.push(`console: ${m.text()}`);
-    }
-  });
-  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  b = await openBrowser();
+  page = b.page;
 });
-
 after(async () => {
-  await browser?.close();
+  await b?.browser.close();
 });
-
-function noProblems() {
-  assert.deepEqual(problems, [], "no CSP violation or script error");
-}
-
-async function shoot(name) {
-  for (const [w, h] of [[1280, 900], [390, 844]]) {
-    await page.setViewportSize({ width: w, height: h });
-    const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(over <= 1, `${name} at ${w} px: ${over} px wider than the viewport`);
-    await page.screenshot({ path: `${SHOTS}/billing-${name}-${w}.png`, fullPage: true });
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
-}
-
-async function rpc(key, body, session) {
-  const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-  headers["x-api-key"] = key;
-  if (session) headers["mcp-session-id"] = session;
-  const res = await fetch(`${BASE}/mcp`, { method: "POST", headers, body: JSON.stringify(body) });
-  const text = await res.text();
-  let json = null;
-  if ((res.headers.get("content-type") || "").includes("text/event-stream")) {
-    for (const line of text.split("\n")) {
-      if (!line.startsWith("data: ")) continue;
-      const v = JSON.parse(line.slice(6));
-      if (v.result !== undefined || v.error !== undefined) json = v;
-    }
-  } else if (text) {
-    json = JSON.parse(text);
-  }
-  return { status: res.status, session: res.headers.get("mcp-session-id"), json };
-}
-
-async function tool(key, name, args) {
-  const init = await rpc(key, {
-    jsonrpc: "2.0", id: 1, method: "initialize",
-    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "billing-test", version: "1" } },
-  });
-  assert.equal(init.status, 200);
-  await rpc(key, { jsonrpc: "2.0", method: "notifications/initialized" }, init.session);
-  const r = await rpc(key, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name, arguments: args } }, init.session);
-  assert.equal(r.status, 200);
-  assert.notEqual(r.json.result?.isError, true, JSON.stringify(r.json));
-  return r.json.result.structuredContent;
-}
+const noProblems = () => b.noProblems();
+const shoot = (name) => shootAt(page, `billing-${name}`);
 
 test("sign in", async () => {
-  await page.goto(`${BASE}/o/${ORG}/tickets`);
-  assert.match(page.url(), /\/login\?next=/);
-  await page.fill("#email", demo.admin.email);
-  await page.fill("#password", demo.admin.password);
-  await page.click("button[type=submit]");
-  await page.waitForURL(`${BASE}/o/${ORG}/tickets`);
+  await signIn(page, `/o/${ORG}/tickets`);
   noProblems();
 });
 

@@ -6,101 +6,21 @@
 // violations, script errors and a page wider than the viewport (tables become cards on a phone).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, mkdirSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { BASE, ORG, demo, openBrowser, shoot as shootAt, signIn, tool } from "./lib.mjs";
 
-const BASE = process.env.BREEZE_URL;
-const demo = JSON.parse(readFileSync(process.env.DEMO_JSON, "utf8"));
-const SHOTS = process.env.SCREENSHOTS || "target/screenshots";
-const ORG = demo.organization.slug;
-mkdirSync(SHOTS, { recursive: true });
-
-let browser, context, page;
-const problems = [];
-
+let b, page;
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox"],
-  });
-  context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  page = await context.newPage();
-  page.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) {
-      problems.push(`console: ${m.text()}`);
-    }
-  });
-  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-  page.on("dialog", (d) => d.accept());
+  b = await openBrowser({ acceptDialogs: true });
+  page = b.page;
 });
-
 after(async () => {
-  await browser?.close();
+  await b?.browser.close();
 });
-
-function noProblems() {
-  assert.deepEqual(problems, [], "no CSP violation or script error");
-}
-
-// The page fits the viewport's width: nothing scrolls sideways.
-async function fits(name) {
-  const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(over <= 1, `${name}: ${over} px wider than the viewport`);
-}
-
-async function shoot(name) {
-  for (const scheme of ["light", "dark"]) {
-    await page.emulateMedia({ colorScheme: scheme });
-    for (const [w, h] of [[1280, 900], [390, 844]]) {
-      await page.setViewportSize({ width: w, height: h });
-      await fits(`${name} at ${w} px, ${scheme}`);
-      await page.screenshot({ path: `${SHOTS}/console-${name}-${w}-${scheme}.png`, fullPage: true });
-    }
-  }
-  await page.emulateMedia({ colorScheme: "light" });
-  await page.setViewportSize({ width: 1280, height: 900 });
-}
-
-async function rpc(key, body, session) {
-  const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-  headers["x-api-key"] = key;
-  if (session) headers["mcp-session-id"] = session;
-  const res = await fetch(`${BASE}/mcp`, { method: "POST", headers, body: JSON.stringify(body) });
-  const text = await res.text();
-  let json = null;
-  if ((res.headers.get("content-type") || "").includes("text/event-stream")) {
-    for (const line of text.split("\n")) {
-      if (!line.startsWith("data: ")) continue;
-      const v = JSON.parse(line.slice(6));
-      if (v.result !== undefined || v.error !== undefined) json = v;
-    }
-  } else if (text) {
-    json = JSON.parse(text);
-  }
-  return { status: res.status, session: res.headers.get("mcp-session-id"), json };
-}
-
-async function tool(key, name, args) {
-  const init = await rpc(key, {
-    jsonrpc: "2.0", id: 1, method: "initialize",
-    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "console-test", version: "1" } },
-  });
-  assert.equal(init.status, 200);
-  await rpc(key, { jsonrpc: "2.0", method: "notifications/initialized" }, init.session);
-  const r = await rpc(key, { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name, arguments: args } }, init.session);
-  assert.equal(r.status, 200);
-  assert.notEqual(r.json.result?.isError, true, JSON.stringify(r.json));
-  return r.json.result.structuredContent;
-}
+const noProblems = () => b.noProblems();
+const shoot = (name) => shootAt(page, `console-${name}`, { schemes: ["light", "dark"] });
 
 test("sign in", async () => {
-  await page.goto(`${BASE}/o/${ORG}/alerts`);
-  assert.match(page.url(), /\/login\?next=/);
-  await page.fill("#email", demo.admin.email);
-  await page.fill("#password", demo.admin.password);
-  await page.click("button[type=submit]");
-  await page.waitForURL(`${BASE}/o/${ORG}/alerts`);
+  await signIn(page, `/o/${ORG}/alerts`);
   noProblems();
 });
 

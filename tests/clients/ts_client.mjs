@@ -391,9 +391,12 @@ async function runChecks(kind) {
       if (exec.ok) {
         const ec = exec.value;
         try {
-          const listed = await step('tools/list with the execute key', async () =>
-            (await ec.listTools({}, req)).tools.map((t) => t.name).sort(),
-          );
+          const listed = await step('tools/list with the execute key (no MCP Apps view without the extension)', async () => {
+            const tools = (await ec.listTools({}, req)).tools;
+            const withView = tools.filter((t) => t._meta?.ui).map((t) => t.name);
+            check(withView.length === 0, `_meta.ui listed to a client that did not negotiate MCP Apps: ${withView}`);
+            return tools.map((t) => t.name).sort();
+          });
           const device = await step('the demo device', async () => {
             const qd = await ec.callTool({ name: 'query_devices', arguments: {} }, undefined, req);
             const d = qd.structuredContent?.devices?.[0]?.id;
@@ -408,6 +411,7 @@ async function runChecks(kind) {
                 const args = table[name] ?? synthesizeArgs(name, schemas[name], device.value);
                 const res = await ec.callTool({ name, arguments: args }, undefined, { timeout: 120_000 });
                 check(res.structuredContent && typeof res.structuredContent === 'object', `no structuredContent: ${show(res)}`);
+                check(!res._meta?.ui, `a result carries _meta.ui without the extension: ${show(res._meta)}`);
                 if (res.isError) check(res.structuredContent.error?.code, `an error without the envelope: ${show(res)}`);
               });
             }

@@ -26,6 +26,8 @@
 //! the rmcp peer), both on a scratch Breeze from [`instance`].
 
 pub(crate) mod alerts;
+pub(crate) mod billing;
+pub(crate) mod chat;
 pub(crate) mod cluster;
 pub(crate) mod compliance;
 pub(crate) mod devices;
@@ -38,7 +40,9 @@ pub(crate) mod reports;
 pub(crate) mod row_security;
 mod sim;
 pub(crate) mod sizes;
+pub(crate) mod sources;
 pub(crate) mod tools;
+pub(crate) mod vulns;
 
 use std::{
     net::TcpStream,
@@ -84,6 +88,51 @@ impl Running {
     fn id(&self) -> u32 {
         self.0.id()
     }
+}
+
+/// A benchmark's audit record for what it seeds.
+fn audit(action: &str) -> breeze_core::AuditEvent {
+    breeze_core::AuditEvent::new(breeze_core::Actor::system("bench"), action, "bench")
+}
+
+/// One partner with one organization ("bench-org") of `devices` online Debian devices at one
+/// site, as the fleet benchmarks start from; the organization and its devices' ids.
+async fn seed_fleet(
+    store: &breeze_store::Store,
+    devices: usize,
+) -> anyhow::Result<(breeze_core::OrgId, Vec<breeze_core::DeviceId>)> {
+    use breeze_core::{DeviceStatus, OsFamily};
+    let partner = store.create_partner("Bench", "bench", audit("p")).await?;
+    let org = store
+        .create_organization(partner.id, "Bench", "bench-org", audit("o"))
+        .await?;
+    let o = store.org(org.id);
+    let site = o.tenancy().create_site("HQ", "UTC", audit("s")).await?;
+    let fleet: Vec<breeze_store::NewDevice> = (0..devices)
+        .map(|i| breeze_store::NewDevice {
+            site_id: site.id,
+            hostname: format!("bench-{i:05}"),
+            os_family: OsFamily::Linux,
+            os_name: "Debian GNU/Linux".into(),
+            os_version: "12".into(),
+            status: DeviceStatus::Online,
+            agent_version: Some("0.1.0".into()),
+            last_seen_at: Some(store.clock().now()),
+            tags: vec![],
+        })
+        .collect();
+    for chunk in fleet.chunks(2_000) {
+        o.devices()
+            .create_devices(chunk.to_vec(), audit("device.seed"))
+            .await?;
+    }
+    let (page, _) = o
+        .devices()
+        .list_devices(&breeze_store::DeviceFilter::default(), u32::MAX, 0)
+        .await?;
+    let ids: Vec<breeze_core::DeviceId> = page.iter().map(|d| d.id).collect();
+    anyhow::ensure!(ids.len() == devices, "seeded {} of {devices}", ids.len());
+    Ok((org.id, ids))
 }
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -734,6 +783,15 @@ struct Aim {
 }
 
 /// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+/// The value at fraction `p` (0–1) of `sorted`, nearest rank; NaN when empty.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
 fn median(values: &[f64]) -> Option<f64> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);

@@ -25,6 +25,12 @@
 //! - `cargo xtask bench livequery [--agents N] [--rounds R] [--database sqlite|postgres]` times
 //!   `run_live_query` over N simulated agents: first row, each answer (p50, p99), last answer,
 //!   the server's CPU.
+//! - `cargo xtask bench vulns [--devices N] [--records N] [--packages N] [--changes N]
+//!   [--database …]` times importing a generated Debian archive against N inventories (the
+//!   exposure recompute) and the per-inventory incremental recompute.
+//! - `cargo xtask bench billing [--tickets N] [--invoices N] [--database sqlite|postgres|both]`
+//!   measures `list_invoices` and `manage_tickets list` over 100,000 tickets and 10,000
+//!   invoices beside the rmcp peer.
 //!
 //! Every benchmark writes what it printed into its own section of `docs/performance.md`
 //! ([`perf_doc`]).
@@ -52,13 +58,21 @@ const USAGE: &str = "usage: cargo xtask tidy
                                     [--database sqlite|postgres|both]
        cargo xtask bench livequery [--agents N] [--rounds N] [--database sqlite|postgres]
        cargo xtask bench cluster [--agents N] [--calls N] [--duration SECS]
-       cargo xtask bench pages [--devices N] [--rounds N] [--database sqlite|postgres]
+       cargo xtask bench pages [--devices N] [--audit N] [--rounds N]
+                               [--database sqlite|postgres|both]
                                [--build release|debug]
        cargo xtask bench row-security [--calls N] [--devices N]
        cargo xtask bench reports [--rows N] [--database sqlite|postgres|both]
        cargo xtask bench tools [--devices N] [--audit-rows N] [--concurrency N]
                                [--duration SECS] [--database sqlite|postgres|both]
-                               [--only NAME]";
+                               [--only NAME]
+       cargo xtask bench vulns [--devices N] [--records N] [--packages N] [--changes N]
+                               [--database sqlite|postgres|both]
+       cargo xtask bench billing [--tickets N] [--invoices N] [--concurrency N]
+                               [--duration SECS] [--database sqlite|postgres|both]
+       cargo xtask bench chat [--turns N] [--streams N] [--duration SECS] [--pace-ms MS]
+                              [--database sqlite|postgres]
+       cargo xtask bench sources [--calls N] [--operations N] [--database sqlite|postgres]";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -92,6 +106,10 @@ fn run_bench(name: &str, rest: &[&str]) -> anyhow::Result<()> {
         ("row-security", rest) => bench::row_security::run(rest),
         ("reports", rest) => bench::reports::run(rest),
         ("tools", rest) => bench::tools::run(rest),
+        ("vulns", rest) => bench::vulns::run(rest),
+        ("billing", rest) => bench::billing::run(rest),
+        ("chat", rest) => bench::chat::run(rest),
+        ("sources", rest) => bench::sources::run(rest),
         _ => anyhow::bail!("{USAGE}"),
     }
 }

@@ -692,6 +692,20 @@ pub enum CommandKind {
         #[serde(default)]
         reboot_delay_minutes: u32,
     },
+    /// Restart the machine: the agent runs its configured reboot command (`patching.rebootCommand`,
+    /// default `shutdown -r`) with `+<delayMinutes>` appended, so the reboot is announced and
+    /// can still be cancelled on the machine — unless users are logged in and not
+    /// `withUsers`, when nothing is run and the answer says who. Result:
+    /// `{"reboot":"scheduled"|"deferred_users_logged_in","detail":…,"delayMinutes":…,"loggedInUsers":[…]}`.
+    /// Older agents answer it with a failed result ("unknown command").
+    Reboot {
+        /// Minutes the reboot is announced before it happens (0: at once).
+        #[serde(default)]
+        delay_minutes: u32,
+        /// Reboot even while users are logged in.
+        #[serde(default)]
+        with_users: bool,
+    },
     /// Remove the named installed packages with the package manager (apt: `apt-get remove -y`,
     /// configuration files kept; dnf: `remove -y` without its clean-up of unused
     /// dependencies). The agent refuses the whole removal when apt's simulation or dnf's

@@ -509,3 +509,66 @@ async fn services_and_logs_fail_cleanly_or_answer() {
     let r = run(CommandKind::CollectInventory).await;
     assert!(result(&r)["cpu"]["logicalCores"].as_u64().unwrap() >= 1);
 }
+
+/// A reboot runs the configured reboot command (here a fake that records its arguments, so the
+/// test machine is never restarted) with `+<delay>`; a failing command is the command's
+/// failure with its reason.
+#[tokio::test]
+async fn reboot_runs_the_configured_command_with_its_delay() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("reboot.log");
+    let fake = dir.path().join("fake-reboot");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$*\" >> \"{}\"\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = exec::patches::PatchingConfig {
+        reboot_command: Some(vec![fake.display().to_string(), "-r".into()]),
+        ..Default::default()
+    };
+    let reboot = |with_users| CommandKind::Reboot {
+        delay_minutes: 3,
+        with_users,
+    };
+    let r = executor(dir.path())
+        .patching(config)
+        .run(
+            &command(reboot(true)),
+            CancellationToken::new(),
+            exec::no_progress(),
+        )
+        .await;
+    assert_eq!(r.status, CommandOutcome::Completed, "{r:?}");
+    assert_eq!(result(&r)["reboot"], "scheduled");
+    assert_eq!(result(&r)["detail"], "reboot in 3 minutes");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "-r +3\n");
+
+    let failing = exec::patches::PatchingConfig {
+        reboot_command: Some(vec!["/bin/false".into()]),
+        ..Default::default()
+    };
+    let r = executor(dir.path())
+        .patching(failing)
+        .run(
+            &command(reboot(true)),
+            CancellationToken::new(),
+            exec::no_progress(),
+        )
+        .await;
+    assert_eq!(r.status, CommandOutcome::Failed, "{r:?}");
+    assert!(
+        r.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("the reboot command"),
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "-r +3\n",
+        "nothing else ran"
+    );
+}

@@ -8,7 +8,8 @@
 //! - [`Billing`]: the partner's accounts, sealed with the credential vault under associated data
 //!   naming the partner and the purpose (a sealed value copied to another partner or another
 //!   field does not open), never returned; and the operations: a payment link for an issued
-//!   invoice ([`OrgBilling::invoice_link`]), a Stripe webhook taken exactly once
+//!   invoice ([`OrgBilling::invoice_link`]) or a sent quote's total
+//!   ([`OrgBilling::quote_link`]), a Stripe webhook taken exactly once
 //!   ([`Billing::take_stripe_webhook`]), a distributor lookup ([`OrgBilling::lookup_product`]).
 //!
 //! Every request leaves through `breeze_sources::egress` (https only, public addresses unless

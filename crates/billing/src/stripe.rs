@@ -287,7 +287,40 @@ pub struct EventData {
     pub object: serde_json::Value,
 }
 
+/// A Charge as Stripe writes it in a `charge.refunded` event (the fields Breeze reads):
+/// `amount_refunded` is how much of it is refunded in all, in its currency's minor unit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Charge {
+    pub id: String,
+    pub object: String,
+    pub amount: i64,
+    pub amount_refunded: i64,
+    /// Lower case, as Stripe writes it (`usd`).
+    pub currency: String,
+    pub payment_intent: Option<String>,
+    #[serde(default)]
+    pub refunded: bool,
+}
+
+impl Charge {
+    /// How much of the charge is refunded in all, in a currency Breeze knows.
+    pub fn refunded_total(&self) -> Option<Money> {
+        let currency = Currency::parse(&self.currency.to_ascii_uppercase()).ok()?;
+        (self.amount_refunded >= 0).then(|| Money::new(self.amount_refunded, currency))
+    }
+}
+
 impl Event {
+    /// The Charge a `charge.refunded` event is about.
+    pub fn refunded_charge(&self) -> Option<Charge> {
+        if self.kind != "charge.refunded" {
+            return None;
+        }
+        serde_json::from_value::<Charge>(self.data.object.clone())
+            .ok()
+            .filter(|c| c.object == "charge")
+    }
+
     /// The Checkout Session a `checkout.session.*` event is about.
     pub fn session(&self) -> Option<CheckoutSession> {
         if !self.kind.starts_with("checkout.session.") {

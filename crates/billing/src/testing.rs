@@ -273,6 +273,44 @@ pub fn paid_event_body(
     .to_string()
 }
 
+/// A `charge.refunded` event for charge `charge` of PaymentIntent `payment_intent`: `amount`
+/// charged, `amount_refunded` of it refunded in all (lower-case `currency`), as Stripe writes
+/// it (an Event whose `data.object` is the Charge).
+pub fn refund_event_body(
+    charge: &str,
+    payment_intent: &str,
+    event_id: &str,
+    [amount, amount_refunded]: [i64; 2],
+    currency: &str,
+) -> String {
+    json!({
+        "id": event_id,
+        "object": "event",
+        "api_version": "2024-06-20",
+        "created": 1_700_000_000,
+        "livemode": false,
+        "pending_webhooks": 1,
+        "type": "charge.refunded",
+        "data": {
+            "object": {
+                "id": charge,
+                "object": "charge",
+                "amount": amount,
+                "amount_captured": amount,
+                "amount_refunded": amount_refunded,
+                "captured": true,
+                "currency": currency,
+                "paid": true,
+                "payment_intent": payment_intent,
+                "refunded": amount_refunded == amount,
+                "status": "succeeded",
+            },
+            "previous_attributes": { "amount_refunded": 0 },
+        },
+    })
+    .to_string()
+}
+
 /// A TD SYNNEX EC Express price-and-availability endpoint on a local port.
 pub struct SynnexStandIn {
     pub url: Url,

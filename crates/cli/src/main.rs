@@ -76,6 +76,13 @@ enum Command {
         #[command(flatten)]
         settings: StoreFlags,
     },
+    /// Security advisories (OSV): import files, directories or osv.dev's all.zip archives.
+    Advisories {
+        #[command(subcommand)]
+        command: commands::advisories::AdvisoriesCommand,
+        #[command(flatten)]
+        settings: StoreFlags,
+    },
     /// A user's OAuth grants (connected AI clients): list, revoke.
     Grants {
         #[command(subcommand)]
@@ -204,6 +211,7 @@ impl Command {
             | Command::Users { settings, .. }
             | Command::Keys { settings, .. }
             | Command::Grants { settings, .. }
+            | Command::Advisories { settings, .. }
             | Command::EnrollmentKeys { settings, .. }
             | Command::Approvals { settings, .. }
             | Command::Audit { settings, .. }
@@ -338,6 +346,11 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<()> {
                 .await
         }
         Command::Grants { command, .. } => {
+            command
+                .run(&commands::open_existing(&settings).await?)
+                .await
+        }
+        Command::Advisories { command, .. } => {
             command
                 .run(&commands::open_existing(&settings).await?)
                 .await

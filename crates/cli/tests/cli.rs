@@ -1047,6 +1047,29 @@ fn devices_seed_creates_synthetic_devices() {
     );
     assert_eq!(r["structuredContent"]["showing"], 10);
     server.stop();
+
+    // With inventories, Linux devices also carry a patch scan the patch tools read.
+    run_ok(breeze(dir.path()).args([
+        "devices",
+        "seed",
+        "--org",
+        "acme",
+        "--count",
+        "40",
+        "--with-inventory",
+    ]));
+    let server = Server::start_with(dir.path(), port, "demo", &no_agent);
+    let r = mcp_tool(
+        port,
+        &read,
+        "manage_patches",
+        serde_json::json!({ "action": "compliance", "limit": 1 }),
+    );
+    let summary = &r["structuredContent"]["summary"];
+    assert!(summary["scanned"].as_u64().unwrap() > 0, "{r}");
+    assert!(summary["pendingSecurity"].as_u64().unwrap() > 0, "{r}");
+    assert!(summary["rebootRequired"].as_u64().unwrap() > 0, "{r}");
+    server.stop();
 }
 
 /// `breeze install-skill` as a user runs it: HOME from the environment, auto-detection, the

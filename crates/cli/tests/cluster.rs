@@ -700,7 +700,7 @@ impl PrivatePostgres {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let pg = Self {
+        let mut pg = Self {
             port: free_port(),
             bin,
             dir,
@@ -719,8 +719,16 @@ impl PrivatePostgres {
             "-D",
             data.to_str().unwrap(),
         ]);
-        pg.ctl("start");
-        pg
+        // The port was free when picked, but the tests of this file start servers in parallel
+        // and one may have taken it since: a start that fails is retried on another port.
+        for _ in 0..3 {
+            if pg.try_ctl("start") {
+                return pg;
+            }
+            pg.port = free_port();
+        }
+        let log = std::fs::read_to_string(pg.dir.path().join("log")).unwrap_or_default();
+        panic!("pg_ctl start failed three times; its log:\n{log}");
     }
 
     /// Runs `args` as the `postgres` user (initdb and the server refuse root).
@@ -739,7 +747,10 @@ impl PrivatePostgres {
     }
 
     fn ctl(&self, action: &str) {
-        assert!(self.try_ctl(action), "pg_ctl {action}");
+        if !self.try_ctl(action) {
+            let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();
+            panic!("pg_ctl {action} failed; its log:\n{log}");
+        }
     }
 
     fn try_ctl(&self, action: &str) -> bool {

@@ -146,13 +146,27 @@ impl OsvRecord {
             return None;
         }
         let order = VersionOrder::for_ecosystem(ecosystem)?;
+        let entries = self.affected.iter().filter(|entry| {
+            entry
+                .package
+                .as_ref()
+                .is_some_and(|p| p.name == package && same_ecosystem(&p.ecosystem, ecosystem))
+        });
+        entries_affect(entries, order, installed)
+    }
+}
+
+/// Whether `installed` is affected by any of `entries` (already narrowed to one package of
+/// one release), under `order`: the lowest fix above it, or `None` when not affected.
+pub fn entries_affect<'a>(
+    entries: impl IntoIterator<Item = &'a OsvAffected>,
+    order: VersionOrder,
+    installed: &str,
+) -> Option<Exposure> {
+    {
         let mut found = false;
         let mut fixed: Vec<String> = Vec::new();
-        for entry in &self.affected {
-            let Some(p) = &entry.package else { continue };
-            if p.name != package || !same_ecosystem(&p.ecosystem, ecosystem) {
-                continue;
-            }
+        for entry in entries {
             let listed = entry
                 .versions
                 .iter()
@@ -191,6 +205,68 @@ impl OsvRecord {
             fixed_in: fixed.into_iter().next(),
         })
     }
+}
+
+/// The release an OSV ecosystem name stands for, as advisories and devices are keyed:
+/// `Debian:12`, `Ubuntu:22.04` (from `Ubuntu:22.04:LTS`), `Alpine:v3.19`, `Rocky Linux:9`,
+/// `AlmaLinux:9`, `Red Hat:9` (from `Red Hat:enterprise_linux:9::baseos` and its other
+/// repositories); an ecosystem without a release (`Debian`) keys as itself and covers every
+/// release. `None` for ecosystems Breeze does not match: other distributions, language
+/// ecosystems, and Ubuntu Pro/FIPS streams (their fixes need a subscription, so they would
+/// name a fixed-in version an ordinary device cannot install).
+pub fn release_key(ecosystem: &str) -> Option<String> {
+    let parts: Vec<&str> = ecosystem.split(':').map(str::trim).collect();
+    let base = *parts.first()?;
+    match (base, parts.len()) {
+        ("Debian" | "Ubuntu" | "Alpine" | "Rocky Linux" | "AlmaLinux", 1) => Some(base.to_owned()),
+        ("Ubuntu", _) => {
+            let release = parts[1];
+            (release.chars().next().is_some_and(|c| c.is_ascii_digit()))
+                .then(|| format!("Ubuntu:{release}"))
+        }
+        ("Debian" | "Alpine" | "Rocky Linux" | "AlmaLinux", _) if !parts[1].is_empty() => {
+            Some(format!("{base}:{}", parts[1]))
+        }
+        ("Red Hat", n) if n >= 3 && parts[1] == "enterprise_linux" => {
+            let major = parts[2].split('.').next().unwrap_or_default();
+            (!major.is_empty() && major.chars().all(|c| c.is_ascii_digit()))
+                .then(|| format!("Red Hat:{major}"))
+        }
+        _ => None,
+    }
+}
+
+/// The release key ([`release_key`]) of a device from its OS name and version as
+/// `/etc/os-release` gives them (`NAME`, `VERSION_ID`): `Debian GNU/Linux` `12` →
+/// `Debian:12`, `Ubuntu` `22.04` → `Ubuntu:22.04`, `Alpine Linux` `3.19.1` → `Alpine:v3.19`,
+/// `Rocky Linux` `9.3` → `Rocky Linux:9`, `AlmaLinux` `9.3` → `AlmaLinux:9`, `Red Hat
+/// Enterprise Linux` `9.3` → `Red Hat:9`. `None` for an OS no advisory feed covers.
+pub fn device_release(os_name: &str, os_version: &str) -> Option<String> {
+    let name = os_name.to_ascii_lowercase();
+    let version = os_version.trim();
+    let mut nums = version.split('.');
+    let major = nums
+        .next()
+        .filter(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_digit()))?;
+    let minor = nums.next();
+    if name.contains("ubuntu") {
+        return minor.map(|m| format!("Ubuntu:{major}.{m}"));
+    }
+    if name.contains("alpine") {
+        return minor.map(|m| format!("Alpine:v{major}.{m}"));
+    }
+    let base = if name.contains("debian") {
+        "Debian"
+    } else if name.contains("rocky") {
+        "Rocky Linux"
+    } else if name.contains("alma") {
+        "AlmaLinux"
+    } else if name.contains("red hat") || name.starts_with("rhel") {
+        "Red Hat"
+    } else {
+        return None;
+    };
+    Some(format!("{base}:{major}"))
 }
 
 /// A severity band (CVSS v3's qualitative scale).

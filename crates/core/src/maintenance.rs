@@ -166,6 +166,43 @@ impl MaintenanceSchedule {
         }
     }
 
+    /// Every occurrence open at some time in `[from, to)`, in order of start: a one-off window
+    /// once if it overlaps, a weekly one on each of its days (one already open at `from`
+    /// included). For calendars; `to - from` is meant to be days or weeks, not years.
+    pub fn occurrences_between(&self, tz: Tz, from: Timestamp, to: Timestamp) -> Vec<Occurrence> {
+        let overlaps = |o: &Occurrence| o.starts_at < to && o.ends_at > from;
+        match self {
+            MaintenanceSchedule::Once { starts_at, ends_at } => {
+                let o = Occurrence {
+                    starts_at: *starts_at,
+                    ends_at: *ends_at,
+                };
+                if overlaps(&o) { vec![o] } else { Vec::new() }
+            }
+            MaintenanceSchedule::Weekly {
+                days,
+                start_time,
+                duration_minutes,
+            } => {
+                let first = from.with_timezone(&tz).date_naive();
+                let last = to.with_timezone(&tz).date_naive();
+                let back = i64::from(duration_minutes.div_ceil(24 * 60));
+                let duration = Duration::minutes(i64::from(*duration_minutes));
+                let span = (last - first).num_days().clamp(0, 400);
+                (-back..=span)
+                    .filter_map(|offset| first.checked_add_signed(Duration::days(offset)))
+                    .filter(|d| days.iter().any(|w| w.weekday() == d.weekday()))
+                    .filter_map(|d| local_instant(tz, d, *start_time))
+                    .map(|starts_at| Occurrence {
+                        starts_at,
+                        ends_at: starts_at + duration,
+                    })
+                    .filter(overlaps)
+                    .collect()
+            }
+        }
+    }
+
     /// The weekly occurrences whose local start day lies from the longest duration before
     /// `t`'s local day to eight days after it, in order.
     fn weekly_around(&self, tz: Tz, t: Timestamp) -> Vec<Occurrence> {
@@ -246,6 +283,54 @@ mod tests {
             start_time: parse_hhmm(start).unwrap(),
             duration_minutes: minutes,
         }
+    }
+
+    #[test]
+    fn occurrences_between_expand_weekly_windows_and_keep_one_offs() {
+        let t = |s: &str| s.parse::<Timestamp>().unwrap();
+        let weekly = MaintenanceSchedule::Weekly {
+            days: vec![DayOfWeek::Mon, DayOfWeek::Thu],
+            start_time: NaiveTime::from_hms_opt(2, 0, 0).unwrap(),
+            duration_minutes: 120,
+        };
+        let berlin = parse_time_zone("Europe/Berlin").unwrap();
+        // Two weeks from Monday 2026-11-30 12:00 UTC: Thu 3, Mon 7, Thu 10, Mon 14 (02:00
+        // Berlin = 01:00 UTC); Monday the 30th's window closed before noon.
+        let got = weekly.occurrences_between(
+            berlin,
+            t("2026-11-30T12:00:00Z"),
+            t("2026-12-14T12:00:00Z"),
+        );
+        let starts: Vec<String> = got.iter().map(|o| o.starts_at.to_rfc3339()).collect();
+        assert_eq!(
+            starts,
+            [
+                "2026-12-03T01:00:00+00:00",
+                "2026-12-07T01:00:00+00:00",
+                "2026-12-10T01:00:00+00:00",
+                "2026-12-14T01:00:00+00:00",
+            ]
+        );
+        // One open at `from` is included.
+        let open = weekly.occurrences_between(
+            berlin,
+            t("2026-11-30T01:30:00Z"),
+            t("2026-11-30T02:00:00Z"),
+        );
+        assert_eq!(open.len(), 1);
+        let once = MaintenanceSchedule::Once {
+            starts_at: t("2026-12-01T00:00:00Z"),
+            ends_at: t("2026-12-01T04:00:00Z"),
+        };
+        assert_eq!(
+            once.occurrences_between(berlin, t("2026-11-30T00:00:00Z"), t("2026-12-02T00:00:00Z"))
+                .len(),
+            1
+        );
+        assert!(
+            once.occurrences_between(berlin, t("2026-12-02T00:00:00Z"), t("2026-12-03T00:00:00Z"))
+                .is_empty()
+        );
     }
 
     #[test]

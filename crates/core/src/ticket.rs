@@ -133,6 +133,25 @@ impl ContractStatus {
                 | (Paused, Active)
         )
     }
+
+    /// The status lifecycle action `action` (`activate`, `pause`, `resume`, `cancel`) moves a
+    /// contract in this status to, or why it cannot: activate is for drafts, resume for paused
+    /// contracts, and every move is one [`Self::can_move_to`] allows. The tool and the
+    /// dashboard both ask this.
+    pub fn after(self, action: &str) -> Result<ContractStatus, String> {
+        use ContractStatus::*;
+        let (needs, to) = match action {
+            "activate" => (Some(Draft), Active),
+            "resume" => (Some(Paused), Active),
+            "pause" => (None, Paused),
+            "cancel" => (None, Cancelled),
+            other => return Err(format!("{other:?} is not a contract lifecycle action")),
+        };
+        if needs.is_some_and(|n| n != self) || !self.can_move_to(to) {
+            return Err(format!("a {self} contract cannot {action}"));
+        }
+        Ok(to)
+    }
 }
 
 string_enum! {

@@ -36,6 +36,7 @@ pub mod alerts;
 pub mod compliance;
 pub mod config_policies;
 pub mod live_queries;
+pub mod vulnerabilities;
 
 /// Why a domain operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -43,7 +43,7 @@ pub struct Client<P> {
 /// `io.modelcontextprotocol/clientCapabilities`) that the application supports
 /// ([`McpApp::extensions`]), each with the settings the client declared for it. Empty for a
 /// client that declared none: such a client must see exactly what it would without them.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Extensions(Option<Arc<Map<String, Value>>>);
 
 impl Extensions {
@@ -76,6 +76,21 @@ impl Extensions {
     /// The ids in force.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.0.iter().flat_map(|m| m.keys().map(String::as_str))
+    }
+
+    /// As a cluster's session record keeps them: the agreed object as JSON, `""` for none.
+    pub(crate) fn to_record(&self) -> String {
+        self.0.as_deref().map_or_else(String::new, |m| {
+            serde_json::to_string(m).unwrap_or_default()
+        })
+    }
+
+    /// Read back from a session record; anything but a non-empty JSON object is none.
+    pub(crate) fn from_record(s: &str) -> Self {
+        match serde_json::from_str::<Map<String, Value>>(s) {
+            Ok(m) if !m.is_empty() => Self(Some(Arc::new(m))),
+            _ => Self::default(),
+        }
     }
 }
 

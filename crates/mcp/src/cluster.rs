@@ -2,7 +2,8 @@
 //!
 //! Behind a load balancer with no affinity, each request of a session may reach any instance.
 //! The cluster keeps, per session, a record (owner, tenant, transport, revision, binding, the
-//! instance that created it and the one holding its server-to-client stream) and the session's
+//! extensions its `initialize` negotiated, the instance that created it and the one holding its
+//! server-to-client stream) and the session's
 //! last activity in three sorted sets — all sessions, per credential, per tenant — so the caps
 //! are counted cluster-wide. An instance that receives a request for a session it does not
 //! hold finds the record, checks the owner, and adopts the session (a local copy); what must
@@ -44,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use crate::relay::{Heard, Note};
 use crate::{
+    app::Extensions,
     protocol::ProtocolVersion,
     relay::{Addressed, Outbox},
     session::{Evicted, SessionError, SessionKind, SessionLimit, SessionLimits, SessionRecord},
@@ -129,22 +131,32 @@ return 0
 
 /// Records sessions again after Redis lost them (a restart), without counting the caps: they
 /// exist already. ARGV: prefix, ttl, then id, owner, tenant, kind, protocol, binding, holder,
-/// stream for each session ('' for none).
+/// stream, extensions for each session ('' for none).
 const RESTORE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local p, ttl = ARGV[1], tonumber(ARGV[2])
-for i = 3, #ARGV, 8 do
+for i = 3, #ARGV, 9 do
   local id, key = ARGV[i], p .. 's:' .. ARGV[i]
   redis.call('HSET', key, 'owner', ARGV[i + 1], 'tenant', ARGV[i + 2], 'kind', ARGV[i + 3],
     'protocol', ARGV[i + 4], 'holder', ARGV[i + 6])
   if ARGV[i + 5] ~= '' then redis.call('HSET', key, 'binding', ARGV[i + 5]) end
   if ARGV[i + 7] ~= '' then redis.call('HSET', key, 'stream', ARGV[i + 7]) end
+  if ARGV[i + 8] ~= '' then redis.call('HSET', key, 'extensions', ARGV[i + 8]) end
   redis.call('PEXPIRE', key, ttl)
   for _, set in ipairs({p .. 'all', p .. 'key:' .. ARGV[i + 1], p .. 'tenant:' .. ARGV[i + 2]}) do
     redis.call('ZADD', set, 'NX', now, id)
     redis.call('PEXPIRE', set, ttl)
   end
+end
+return 0
+";
+
+/// Sets a session record's `extensions`, if the record still exists (a field written to an
+/// expired record would make a partial one, without expiry). Keys: record. ARGV: the JSON.
+const SET_EXTENSIONS: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('HSET', KEYS[1], 'extensions', ARGV[1])
 end
 return 0
 ";
@@ -370,6 +382,9 @@ impl SessionCluster {
             binding: get("binding"),
             holder,
             stream: get("stream"),
+            extensions: fields
+                .get("extensions")
+                .map_or_else(Extensions::default, |v| Extensions::from_record(v)),
         }))
     }
 
@@ -386,6 +401,22 @@ impl SessionCluster {
                 session: id.to_owned(),
             },
         );
+        Ok(())
+    }
+
+    /// Records the extensions session `id`'s `initialize` negotiated, for any instance that
+    /// adopts it. A session whose record has expired is left alone (no record is made).
+    pub async fn set_extensions(
+        &self,
+        id: &str,
+        extensions: &Extensions,
+    ) -> Result<(), SessionError> {
+        let script = Script::new(SET_EXTENSIONS);
+        let mut inv = script.prepare_invoke();
+        inv.key(self.record_key(id)).arg(extensions.to_record());
+        let inv = &inv;
+        self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })
+            .await?;
         Ok(())
     }
 
@@ -448,7 +479,8 @@ impl SessionCluster {
                     .arg(r.protocol.as_str())
                     .arg(r.binding.as_deref().unwrap_or(""))
                     .arg(&*r.holder)
-                    .arg(r.stream.as_deref().unwrap_or(""));
+                    .arg(r.stream.as_deref().unwrap_or(""))
+                    .arg(r.extensions.to_record());
             }
             let inv = &inv;
             self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })

@@ -224,6 +224,8 @@ impl<A: McpApp> Engine<A> {
             holder: me.clone(),
             // The legacy transport's stream opens with its session.
             stream: (kind == SessionKind::LegacySse).then_some(me),
+            // None before `initialize`, which records them (see `dispatch_tree`).
+            extensions: Extensions::default(),
         };
         let evicted = cluster.open(&record, &self.config.sessions).await?;
         if let Some(e) = &evicted {
@@ -267,6 +269,7 @@ impl<A: McpApp> Engine<A> {
         );
         session.set_protocol(record.protocol);
         session.bind(record.binding.clone());
+        session.set_extensions(record.extensions.clone());
         if let Some(at) = record.stream.filter(|at| at != cluster.instance()) {
             session.relay_to(Some((at, cluster.outbox().clone())));
         }
@@ -754,6 +757,16 @@ impl<A: McpApp> Engine<A> {
                     &supported,
                 );
                 if let Some(s) = session {
+                    // Recorded before the answer leaves, so the client's next request finds
+                    // them on whichever instance it reaches. Without Redis the session still
+                    // works here; elsewhere its client would see no extension, as a client
+                    // that declared none.
+                    if let Some(cluster) = &self.cluster
+                        && !extensions.is_empty()
+                        && let Err(e) = cluster.set_extensions(&s.id, &extensions).await
+                    {
+                        tracing::warn!(session_id = &*s.id, error = %e, "could not record an MCP session's extensions in the cluster");
+                    }
                     s.set_extensions(extensions.clone());
                     s.set_protocol(version);
                     s.set_client_name(

@@ -49,6 +49,9 @@ pub struct SessionRecord {
     pub holder: Arc<str>,
     /// The instance holding its server-to-client stream, if one is open.
     pub stream: Option<Arc<str>>,
+    /// The extensions its `initialize` negotiated, so that an instance adopting the session
+    /// serves its client as the one that created it would.
+    pub extensions: crate::app::Extensions,
 }
 
 /// Which transport created a session.
@@ -77,8 +80,8 @@ pub struct Session {
     binding: Mutex<Option<Arc<str>>>,
     /// The client's name as its `initialize` gave it (`clientInfo.name`), when it did.
     client_name: Mutex<Option<Arc<str>>>,
-    /// The extensions its `initialize` negotiated. Kept by this instance only: a session
-    /// adopted from another instance of a cluster has none (its client sees no extension).
+    /// The extensions its `initialize` negotiated (in a cluster, also in the session's record,
+    /// whence an instance adopting it takes them).
     extensions: Mutex<crate::app::Extensions>,
     /// Milliseconds since the registry's epoch of the last request.
     last_active: AtomicU64,
@@ -677,6 +680,7 @@ impl SessionRegistry {
                     .as_ref()
                     .is_some_and(|t| !t.is_closed())
                     .then(|| instance.clone()),
+                extensions: s.extensions(),
             })
             .collect()
     }

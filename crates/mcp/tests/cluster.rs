@@ -33,6 +33,9 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+/// The one extension the app supports.
+const UI: &str = "io.modelcontextprotocol/ui";
+
 /// The app behind both engines: the credential is the `x-key` header.
 #[derive(Default)]
 struct App {
@@ -63,6 +66,13 @@ impl McpApp for App {
         })
     }
 
+    fn extensions(&self) -> Map<String, Value> {
+        Map::from_iter([(
+            UI.to_owned(),
+            json!({ "mimeTypes": ["text/html;profile=mcp-app"] }),
+        )])
+    }
+
     fn server_info(&self) -> ServerInfo {
         ServerInfo {
             name: "cluster-test".into(),
@@ -84,6 +94,14 @@ impl McpApp for App {
     ) -> Result<CallToolResult, ErrorObject> {
         match name.as_str() {
             "echo" => Ok(CallToolResult::text(arguments.to_string())),
+            // The extensions in force for this request, with the client's settings.
+            "extensions" => Ok(CallToolResult::text(
+                json!({
+                    "ids": cx.extensions.ids().collect::<Vec<_>>(),
+                    "ui": cx.extensions.get(UI),
+                })
+                .to_string(),
+            )),
             "announce" => {
                 // A message tied to no request: it travels on the session's own stream.
                 if let Some(peer) = cx.peer.standalone() {
@@ -225,7 +243,20 @@ fn initialize_body() -> Value {
 
 /// Opens a Streamable HTTP session on `at` for `key`.
 async fn initialize(at: &Instance, key: &str) -> Result<String, Response> {
-    let r = send(&at.routes, post(None, key, &initialize_body())).await;
+    initialize_declaring(at, key, None).await
+}
+
+/// Opens a session whose client declares `extensions` in its capabilities.
+async fn initialize_declaring(
+    at: &Instance,
+    key: &str,
+    extensions: Option<Value>,
+) -> Result<String, Response> {
+    let mut body = initialize_body();
+    if let Some(e) = extensions {
+        body["params"]["capabilities"]["extensions"] = e;
+    }
+    let r = send(&at.routes, post(None, key, &body)).await;
     if r.status() != StatusCode::OK {
         return Err(r);
     }
@@ -384,6 +415,56 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
     )
     .await;
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    stop.cancel();
+}
+
+/// The extensions a client's `initialize` agreed travel in the session's record: whichever
+/// instance a later request reaches serves them, with the client's settings, and a session
+/// that declared none has none anywhere.
+#[tokio::test]
+async fn negotiated_extensions_follow_the_session_to_every_instance() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(3, SessionLimits::default(), &stop).await;
+    let declared = json!({
+        UI: { "mimeTypes": ["text/html;profile=mcp-app"] },
+        "io.example/unsupported": {},
+    });
+    let with = initialize_declaring(&nodes[0], "k1", Some(declared))
+        .await
+        .unwrap();
+    let without = initialize(&nodes[0], "k1").await.unwrap();
+    let in_force = |at: &Instance, id: &str, n: i64| {
+        let (routes, id) = (at.routes.clone(), id.to_owned());
+        async move {
+            let r = send(
+                &routes,
+                post(Some(&id), "k1", &call(n, "extensions", json!({}))),
+            )
+            .await;
+            assert_eq!(r.status(), StatusCode::OK);
+            let reply = body_json(r).await;
+            serde_json::from_str::<Value>(reply["result"]["content"][0]["text"].as_str().unwrap())
+                .unwrap()
+        }
+    };
+    for (n, at) in nodes.iter().enumerate() {
+        let n = n as i64;
+        assert_eq!(
+            in_force(at, &with, 2 * n).await,
+            json!({ "ids": [UI], "ui": { "mimeTypes": ["text/html;profile=mcp-app"] } }),
+            "instance {n}"
+        );
+        assert_eq!(
+            in_force(at, &without, 2 * n + 1).await,
+            json!({ "ids": [], "ui": null }),
+            "instance {n}"
+        );
+    }
+    assert_eq!(
+        nodes[2].engine.sessions().len(),
+        2,
+        "adopted from the cluster"
+    );
     stop.cancel();
 }
 
@@ -741,7 +822,10 @@ async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
     let limits = SessionLimits::default();
     let a = instance(&redis.url(), "r:", limits, &stop);
     let b = instance(&redis.url(), "r:", limits, &stop);
-    let id = initialize(&a, "k1").await.unwrap();
+    let ui = json!({ UI: { "mimeTypes": ["text/html;profile=mcp-app"] } });
+    let id = initialize_declaring(&a, "k1", Some(ui.clone()))
+        .await
+        .unwrap();
     let used = |at: &Instance, n: i64| {
         let (routes, id) = (at.routes.clone(), id.clone());
         async move {
@@ -773,6 +857,19 @@ async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
         used(&c, 3).await == StatusCode::OK
     })
     .await;
+    // With the extensions its `initialize` agreed: a recorded them again with the session.
+    let r = send(
+        &c.routes,
+        post(Some(&id), "k1", &call(5, "extensions", json!({}))),
+    )
+    .await;
+    let reply = body_json(r).await;
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap()["ui"],
+        ui[UI],
+        "{reply}"
+    );
     assert_eq!(used(&b, 4).await, StatusCode::OK);
     initialize(&b, "k1").await.expect("new sessions open again");
     stop.cancel();

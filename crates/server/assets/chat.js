@@ -136,12 +136,29 @@
         log.appendChild(el("li", "chat-msg chat-system error", data.message || "error"));
         break;
       case "done":
+        refreshList();
         break;
     }
     scrollDown();
   }
   function cssEscape(s) {
     return window.CSS && CSS.escape ? CSS.escape(s || "") : String(s || "").replace(/["\\]/g, "\\$&");
+  }
+
+  // Reloads the sessions list (the server's fragment, HTML it escaped) with the open chat
+  // marked: a chat just opened, or a title changed elsewhere, shows. A search in progress is
+  // kept; a failure leaves the list as it was.
+  function refreshList() {
+    var list = document.getElementById("chat-list");
+    var q = document.getElementById("chat-q");
+    if (!list) return;
+    var url = "/o/" + encodeURIComponent(root.getAttribute("data-org") || "") + "/chat/sessions?q=" +
+      encodeURIComponent(q ? q.value : "") + "&session=" + encodeURIComponent(session());
+    fetch(url, { credentials: "same-origin" }).then(function (r) {
+      return r.ok ? r.text() : null;
+    }).then(function (html) {
+      if (html !== null) list.innerHTML = html;
+    }).catch(function () {});
   }
 
   // Reads an event-stream body block by block ("event: x\ndata: {...}\n\n").
@@ -201,6 +218,7 @@
       var heading = document.getElementById("chat-heading");
       if (heading) heading.textContent = text.slice(0, 60);
       if (window.history && history.replaceState) history.replaceState(null, "", r.url);
+      refreshList();
       return id;
     });
   }

@@ -98,6 +98,21 @@ pub const ORG_ROUTES: &[(Method, &str, Operation)] = &[
     ),
     (
         Method::GET,
+        "/orgs/{org}/vulnerabilities",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/vulnerabilities/{id}",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::GET,
+        "/orgs/{org}/vulnerabilities/devices/{device}",
+        Operation::read(DevicesRead),
+    ),
+    (
+        Method::GET,
         "/orgs/{org}/api-keys",
         Operation::read(ApikeysManage),
     ),

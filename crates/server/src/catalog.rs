@@ -17,8 +17,9 @@
 //!
 //! A cursor is `offset | filter hash | catalog version | MAC` in hex: bound to the filters (and
 //! the key's scopes and the connection's catalog) and to the registry's version, and signed with
-//! a key of this process, so a cursor reused under other filters, from an older catalog, from
-//! another server process or altered is `INVALID_CURSOR`.
+//! a key derived from that version, so a cursor reused under other filters or from an older
+//! catalog, or altered, is `INVALID_CURSOR`, while every instance of a cluster takes the
+//! cursors of the others.
 
 use std::sync::Arc;
 
@@ -575,9 +576,16 @@ impl Consolidated {
             }
         }
         let version = hex(&h.finalize()[..8]);
-        let mut mac_key = [0u8; 32];
-        mac_key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        mac_key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        // Every instance of the same build derives the same key, so a cursor one instance of a
+        // cluster made is taken by the next (clients are balanced per request). It is no
+        // secret and need not be: a cursor only carries an offset into a listing that is
+        // recomputed, and checked against the filters and scopes, on every page; the MAC makes
+        // an altered or foreign cursor fail cleanly instead of paging from a wrong offset.
+        let mac_key: [u8; 32] = Sha256::new()
+            .chain_update(b"breeze_discover cursor\0")
+            .chain_update(version.as_bytes())
+            .finalize()
+            .into();
         Self {
             version,
             mac_key,

@@ -25,6 +25,7 @@ pub mod oauth;
 mod owner_runs;
 mod pages;
 pub mod patch_jobs;
+pub mod report_schedules;
 mod routes;
 pub mod scan_schedules;
 pub mod tool_sources;
@@ -582,6 +583,13 @@ pub async fn serve(
     );
     workers::spawn(
         Arc::new(scan_schedules::ScanScheduleWorker::new(
+            store.clone(),
+            breeze.state.pipeline.clone(),
+        )),
+        sweeper_stop.clone(),
+    );
+    workers::spawn(
+        Arc::new(report_schedules::ReportScheduleWorker::new(
             store.clone(),
             breeze.state.pipeline.clone(),
         )),

@@ -33,10 +33,13 @@ pub struct View {
     pub description: &'static str,
     /// The view's own script, run after the shared bridge.
     script: &'static str,
+    /// Reference data the script reads from `<script type="application/json" id="data">`,
+    /// when it needs some that no result carries (the live query catalogue's columns).
+    data: Option<fn() -> Value>,
 }
 
 macro_rules! view {
-    ($tool:literal, $name:literal, $title:literal, $description:literal) => {
+    ($tool:literal, $name:literal, $title:literal, $description:literal $(, $data:expr)?) => {
         View {
             tool: $tool,
             uri: concat!("ui://breeze/", $name),
@@ -44,8 +47,11 @@ macro_rules! view {
             title: $title,
             description: $description,
             script: include_str!(concat!("../views/", $name, ".js")),
+            data: view!(@data $($data)?),
         }
     };
+    (@data) => { None };
+    (@data $data:expr) => { Some($data) };
 }
 
 /// Every view, one entry each.
@@ -74,7 +80,36 @@ pub const VIEWS: &[View] = &[
         "Approval card",
         "A Tier 3 call's approval request: what, why, pinned arguments, time left."
     ),
+    view!(
+        "run_live_query",
+        "live-query",
+        "Live query",
+        "A live query's rows under the question's columns, and each device's answer.",
+        live_query_columns
+    ),
+    view!(
+        "get_vulnerability_exposure",
+        "vulnerability-summary",
+        "Vulnerability exposure",
+        "Exposure by severity, advisories and CVEs with the devices they affect."
+    ),
 ];
+
+/// Each live query question's columns (name, type, description), by question name: the row
+/// schema the live query view heads its table with, whatever rows a result happens to hold.
+fn live_query_columns() -> Value {
+    Value::Object(
+        breeze_agent_proto::livequery::CATALOGUE
+            .iter()
+            .map(|q| {
+                (
+                    q.name.to_owned(),
+                    json!({ "title": q.title, "columns": q.columns }),
+                )
+            })
+            .collect(),
+    )
+}
 
 const STYLE: &str = include_str!("../views/style.css");
 const BRIDGE: &str = include_str!("../views/bridge.js");
@@ -120,13 +155,23 @@ impl View {
              <meta name=\"breeze-dashboard\" content=\"{dashboard}\">\
              <title>{title}</title><style>{STYLE}</style></head>\
              <body><main id=\"app\" aria-busy=\"true\" aria-label=\"{title}\">\
-             <p class=\"muted\">Waiting for the tool's result…</p></main>\
+             <p class=\"muted\">Waiting for the tool's result…</p></main>{data}\
              <script>{BRIDGE}\n{script}</script></body></html>\n",
             dashboard = attribute(dashboard.trim_end_matches('/')),
             title = self.title,
             script = self.script,
+            data = self.data.map_or_else(String::new, |data| format!(
+                "<script type=\"application/json\" id=\"data\">{}</script>",
+                script_json(&data())
+            )),
         )
     }
+}
+
+/// `v` as JSON that cannot end the `<script>` element holding it (every `<` escaped; JSON
+/// reads `\u003c` back as `<`).
+fn script_json(v: &Value) -> String {
+    v.to_string().replace('<', "\\u003c")
 }
 
 /// `s` escaped for a double-quoted HTML attribute.
@@ -180,6 +225,22 @@ mod tests {
             let gzipped = gz.finish().unwrap().len();
             assert!(gzipped <= 60 * 1024, "{}: {gzipped} bytes gzipped", v.name);
         }
+    }
+
+    #[test]
+    fn reference_data_cannot_end_its_script_element() {
+        let s = script_json(&json!({ "a": "</script><script>alert(1)</script>" }));
+        assert!(!s.contains('<'));
+        let back: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(back["a"], "</script><script>alert(1)</script>");
+        let html = by_uri("ui://breeze/live-query")
+            .unwrap()
+            .html("https://rmm.example.com");
+        assert!(html.contains(r#"<script type="application/json" id="data">{"#));
+        assert!(
+            html.contains(r#""processes":{"#),
+            "the catalogue's questions"
+        );
     }
 
     #[test]

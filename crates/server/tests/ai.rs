@@ -20,7 +20,7 @@ use axum::{
 use breeze_assistant::{ProviderConfig, ProviderKind};
 use breeze_limits::MemoryLimiter;
 use breeze_store::{on_both_backends, testing::Ctx};
-use common::{World, browser, build, send, world};
+use common::{World, browser, build, ok, send, tool, world};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use stand_in::{Scripted, StandIn, anthropic};
@@ -463,6 +463,55 @@ async fn the_chat_page_opens_sessions_with_the_pages_context(cx: Ctx) {
     // An organization the person does not reach.
     let r = browser::get(&w.app, "/o/org-b/chat", &viewer).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    // Manage the chat from its page: rename, close, delete — each a CSRF-checked form, and
+    // nobody else's session.
+    let r = browser::get(&w.app, &to, &admin).await;
+    let html = browser::html(&r);
+    assert!(html.contains("Manage chat") && html.contains("value=\"rename\""));
+    let change = format!("/o/org-a/chat/sessions/{id}");
+    let rename = [("op", "rename"), ("title", "web-01 slowness")];
+    let r = browser::post_form(&w.app, &change, &admin, &rename).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "no token: refused");
+    let viewer_csrf = browser::hidden(
+        browser::html(&browser::get(&w.app, "/o/org-a/chat", &viewer).await),
+        "csrf",
+    );
+    let mut forged = vec![("csrf", viewer_csrf.as_str())];
+    forged.extend_from_slice(&rename);
+    let r = browser::post_form(&w.app, &change, &viewer, &forged).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "another person's chat");
+    let mut with = vec![("csrf", csrf.as_str())];
+    with.extend_from_slice(&rename);
+    let r = browser::post_form(&w.app, &change, &admin, &with).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let rest = send(
+        &w.app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
+    assert_eq!(rest.body["session"]["title"], "web-01 slowness");
+    let blank = [("csrf", csrf.as_str()), ("op", "rename"), ("title", "  ")];
+    let r = browser::post_form(&w.app, &change, &admin, &blank).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.to_string().contains("title"), "{}", r.body);
+    let odd = [("csrf", csrf.as_str()), ("op", "archive")];
+    let r = browser::post_form(&w.app, &change, &admin, &odd).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let close = [("csrf", csrf.as_str()), ("op", "close")];
+    let r = browser::post_form(&w.app, &change, &admin, &close).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    let r = browser::get(&w.app, &to, &admin).await;
+    assert!(browser::html(&r).contains("This chat is closed"));
+    let delete = [("csrf", csrf.as_str()), ("op", "delete")];
+    let r = browser::post_form(&w.app, &change, &admin, &delete).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.headers["location"], "/o/org-a/chat");
+    let r = browser::get(&w.app, &to, &admin).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "deleted");
+    let other = format!("/o/org-a/chat/sessions/{}", uuid::Uuid::new_v4());
+    let r = browser::post_form(&w.app, &other, &admin, &close).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
 /// A conversation as the page renders it: the messages, a card per tool call with its input,
@@ -515,10 +564,288 @@ async fn the_chat_page_shows_tool_cards_and_the_waiting_approval(cx: Ctx) {
     assert!(html.contains("Done."));
 }
 
+/// A chat's tool calls are found by their session in the audit log — the assistant acts as
+/// its session, so the filter is on the record's actor, not a search of `details` — through
+/// REST, the audit page (with a link from each of the assistant's records) and
+/// `query_audit_log`; another organization's log holds none of them, and a malformed session
+/// or one contradicting the actor filters is refused.
+async fn a_chat_sessions_audit_records_are_found_by_its_session(cx: Ctx) {
+    let w = world(&cx).await;
+    let provider = StandIn::start().await;
+    let app = with_provider(&w, &provider);
+    let admin = sign_in(&app, "admin@p.test").await;
+    let (id, mut body, first) =
+        a_turn_waiting_for_approval(&app, &admin, &provider, "On it.").await;
+    let execution = first[4].1["executionId"].as_str().unwrap().to_owned();
+    let r = send(
+        &app,
+        req(
+            "POST",
+            &format!("/api/v1/ai/sessions/{id}/approve/{execution}"),
+            &admin,
+            Some(json!({"approve": true})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    read_events(&mut body, "done").await;
+
+    let audit = |org: &str, q: &str| {
+        req(
+            "GET",
+            &format!("/api/v1/orgs/{org}/audit?{q}"),
+            &admin,
+            None,
+        )
+    };
+    let r = send(&app, audit("org-a", &format!("session={id}"))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let records = r.body["records"].as_array().unwrap();
+    let actions: Vec<&str> = records
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"ai.tools.call"), "{actions:?}");
+    assert!(
+        records.len() >= 2,
+        "the call's own records too: {actions:?}"
+    );
+    for rec in records {
+        assert_eq!(rec["actor"]["type"], "ai_chat", "{rec}");
+        assert_eq!(rec["actor"]["id"], id.as_str(), "{rec}");
+    }
+    let call = records
+        .iter()
+        .find(|r| r["action"] == "ai.tools.call")
+        .unwrap();
+    assert_eq!(call["details"]["session"], id.as_str());
+    assert_eq!(call["resource_id"], "manage_groups", "{call}");
+    // Another session (a fresh one) has no records; another organization's log holds none.
+    let other = send(
+        &app,
+        req(
+            "POST",
+            "/api/v1/ai/sessions",
+            &admin,
+            Some(json!({"org": "org-a"})),
+        ),
+    )
+    .await;
+    let other = other.body["id"].as_str().unwrap().to_owned();
+    let r = send(&app, audit("org-a", &format!("session={other}"))).await;
+    assert_eq!(r.body["records"], json!([]), "{}", r.body);
+    let r = send(&app, audit("org-b", &format!("session={id}"))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["records"], json!([]), "{}", r.body);
+    // Refused: not a session id; a session and another actor.
+    let r = send(&app, audit("org-a", "session=web_01")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = send(
+        &app,
+        audit("org-a", &format!("session={id}&actor_type=user")),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+
+    // The audit page: the filter field, the records, a link to the session from each.
+    let page = browser::get(
+        &app,
+        &format!("/o/org-a/audit?noise=1&session={id}"),
+        &admin,
+    )
+    .await;
+    let html = browser::html(&page);
+    assert!(html.contains("id=\"f-session\""), "{html}");
+    assert!(html.contains("ai.tools.call"), "{html}");
+    assert!(
+        html.contains(&format!("audit?noise=1&amp;session={id}")),
+        "{html}"
+    );
+    let page = browser::get(
+        &app,
+        &format!("/o/org-b/audit?noise=1&session={id}"),
+        &admin,
+    )
+    .await;
+    assert!(!browser::html(&page).contains("ai.tools.call"));
+    let page = browser::get(&app, "/o/org-a/audit?session=nope", &admin).await;
+    assert!(browser::html(&page).contains("is not a session id"));
+    // A person's own records are not the assistant's: the session link is only on its rows.
+    let page = browser::get(&app, "/o/org-a/audit?noise=1&actor_type=user", &admin).await;
+    assert!(!browser::html(&page).contains("session="));
+
+    // The tool, for an MCP client (or the assistant itself) reading the log.
+    let found = ok(
+        &app,
+        &w.read,
+        "query_audit_log",
+        json!({"chatSessionId": id, "action": "ai.tools.call"}),
+    )
+    .await;
+    assert_eq!(found["showing"], 1, "{found}");
+    assert_eq!(found["entries"][0]["actorType"], "ai_chat");
+    assert_eq!(found["entries"][0]["actorId"], id.as_str());
+    let other_org = tool(
+        &app,
+        &w.other_org_key,
+        "query_audit_log",
+        json!({"chatSessionId": id}),
+    )
+    .await;
+    assert_eq!(other_org["showing"], 0, "{other_org}");
+    let bad = tool(
+        &app,
+        &w.read,
+        "query_audit_log",
+        json!({"chatSessionId": id, "actorType": "user"}),
+    )
+    .await;
+    assert_eq!(common::code(&bad), "INVALID_ARGUMENT", "{bad}");
+}
+
+/// The other page contexts: an alert's page sends the assistant link with the alert, which
+/// the chat looks up in this organization (another organization's alert is not found) and
+/// shows as a badge; a custom context (a ticket's page names itself) is shown and injected
+/// as given, bounded in length.
+async fn the_chat_page_takes_an_alert_or_a_custom_context(cx: Ctx) {
+    use breeze_core::{AlertCondition, DeviceId, Severity};
+    use breeze_store::{NewRule, RuleTarget};
+    let w = world(&cx).await;
+    let admin = sign_in(&w.app, "admin@p.test").await;
+    let mut alerts = Vec::new();
+    for (org, device) in [(w.org_a, &w.a_device), (w.org_b, &w.b_device)] {
+        let o = w.store.org(org);
+        let rule = o
+            .alerts()
+            .create_rule(
+                NewRule {
+                    name: "Offline".into(),
+                    description: None,
+                    severity: Severity::High,
+                    enabled: true,
+                    condition: AlertCondition::Offline { minutes: 5 },
+                    target: RuleTarget::Organization,
+                    cooldown_minutes: 0,
+                    auto_resolve: true,
+                    channel_ids: vec![],
+                    created_by: "test".into(),
+                },
+                common::audit("alert_rule.create"),
+            )
+            .await
+            .unwrap();
+        let alert = o
+            .alerts()
+            .raise_alert(&rule, DeviceId(device.parse().unwrap()), Some(7.0))
+            .await
+            .unwrap()
+            .unwrap();
+        alerts.push(alert);
+    }
+    let (a_alert, b_alert) = (&alerts[0], &alerts[1]);
+    let page = browser::get(&w.app, &format!("/o/org-a/alerts/{}", a_alert.id), &admin).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let chat_link = format!("/o/org-a/chat?alert={}", a_alert.id);
+    assert!(
+        browser::html(&page).contains(&chat_link),
+        "the alert page's assistant link carries the alert"
+    );
+    let r = browser::get(&w.app, &chat_link, &admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let html = browser::html(&r);
+    assert!(
+        html.contains(&format!("Alert: {}", a_alert.title)),
+        "{html}"
+    );
+    let csrf = browser::hidden(html, "csrf");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("alert", &a_alert.id.to_string()),
+        ("content", "why did it go offline?"),
+    ];
+    let r = browser::post_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let to = r.headers["location"].to_str().unwrap().to_owned();
+    let id = to.strip_prefix("/o/org-a/chat?session=").unwrap();
+    let rest = send(
+        &w.app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
+    let ctx = &rest.body["session"]["pageContext"];
+    assert_eq!(ctx["type"], "alert", "{ctx}");
+    assert_eq!(ctx["id"], a_alert.id.to_string());
+    assert!(browser::html(&browser::get(&w.app, &to, &admin).await).contains("Alert: "));
+    let r = browser::get(
+        &w.app,
+        &format!("/o/org-a/chat?alert={}", b_alert.id),
+        &admin,
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "another organization's alert"
+    );
+
+    // A custom context: a ticket's page names itself; the badge and the session carry it.
+    let r = browser::get(&w.app, "/o/org-a/chat?context=ticket%20T-0042", &admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let html = browser::html(&r);
+    assert!(html.contains("Context: ticket T-0042"), "{html}");
+    assert!(
+        html.contains("/o/org-a/chat?context=ticket%20T%2D0042"),
+        "the assistant link keeps it, encoded"
+    );
+    let csrf = browser::hidden(html, "csrf");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("context", "ticket T-0042"),
+        ("content", "summarise the ticket"),
+    ];
+    let r = browser::post_form(&w.app, "/o/org-a/chat/sessions", &admin, &form).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let to = r.headers["location"].to_str().unwrap().to_owned();
+    let id = to.strip_prefix("/o/org-a/chat?session=").unwrap();
+    let rest = send(
+        &w.app,
+        req("GET", &format!("/api/v1/ai/sessions/{id}"), &admin, None),
+    )
+    .await;
+    assert_eq!(
+        rest.body["session"]["pageContext"],
+        json!({"type": "custom", "label": "ticket T-0042"})
+    );
+    assert!(
+        browser::html(&browser::get(&w.app, &to, &admin).await).contains("Context: ticket T-0042")
+    );
+    // The list the page's script reloads after opening a chat: both chats, this one current.
+    let r = browser::get(
+        &w.app,
+        &format!("/o/org-a/chat/sessions?q=&session={id}"),
+        &admin,
+    )
+    .await;
+    let list = browser::html(&r);
+    assert!(list.contains("summarise the ticket") && list.contains("why did it go offline?"));
+    assert!(
+        list.contains(&format!("session={id}\" aria-current=\"page\"")),
+        "{list}"
+    );
+    let r = browser::get(&w.app, "/o/org-a/chat/sessions?session=nope", &admin).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!browser::html(&r).contains("aria-current"));
+    let long = "x".repeat(201);
+    let r = browser::get(&w.app, &format!("/o/org-a/chat?context={long}"), &admin).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
+
 on_both_backends!(
     sessions_are_their_persons_alone,
     no_provider_answers_a_stream_naming_the_setting,
     a_tier3_call_is_approved_from_the_chat,
     the_chat_page_opens_sessions_with_the_pages_context,
     the_chat_page_shows_tool_cards_and_the_waiting_approval,
+    a_chat_sessions_audit_records_are_found_by_its_session,
+    the_chat_page_takes_an_alert_or_a_custom_context,
 );

@@ -239,7 +239,337 @@ async fn walls_between_organizations_and_roles(cx: Ctx) {
     );
 }
 
+/// A raised alert on the organization's device.
+async fn an_alert(w: &World, org: breeze_core::OrgId, device: &str) -> String {
+    use breeze_core::{AlertCondition, Comparison, Metric, Severity};
+    let o = w.store.org(org);
+    let rule = o
+        .alerts()
+        .create_rule(
+            breeze_store::NewRule {
+                name: "hot".into(),
+                description: None,
+                severity: Severity::High,
+                enabled: true,
+                condition: AlertCondition::Metric {
+                    metric: Metric::Cpu,
+                    comparison: Comparison::Above,
+                    threshold: 90.0,
+                    duration_minutes: 0,
+                },
+                target: breeze_store::RuleTarget::Organization,
+                cooldown_minutes: 0,
+                auto_resolve: false,
+                channel_ids: vec![],
+                created_by: "test".into(),
+            },
+            audit("alert_rule.create"),
+        )
+        .await
+        .unwrap();
+    let device = breeze_core::DeviceId(device.parse().unwrap());
+    let a = o
+        .alerts()
+        .raise_alert(&rule, device, Some(97.0))
+        .await
+        .unwrap()
+        .unwrap();
+    a.id.to_string()
+}
+
+/// An alert's page opens a ticket from it (linked, carrying its device), and both the alert's
+/// and the device's pages list the ticket with a link; a read-only person sees the tickets but
+/// no button and is refused the post; another organization's alert is not found; a forged
+/// form is refused.
+async fn alert_and_device_pages_show_their_tickets(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let admin = sign_in(app, "admin@p.test").await;
+    let viewer = sign_in(app, "viewer@p.test").await;
+    let alert = an_alert(&w, w.org_a, &w.a_device).await;
+    let page = format!("/o/org-a/alerts/{alert}");
+    let make = format!("{page}/ticket");
+
+    let r = get(app, &page, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let body = html(&r);
+    assert!(
+        body.contains("ticket-from-alert") && body.contains("linked-tickets-empty"),
+        "{body}"
+    );
+    // Without the session's token the post is refused and nothing is made.
+    let r = post_form(app, &make, &admin.cookie, &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = admin.post(app, &make, &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let ticket_page = location(&r).to_owned();
+    assert!(
+        ticket_page.starts_with("/o/org-a/tickets/T-"),
+        "{ticket_page}"
+    );
+    let reference = ticket_page.rsplit('/').next().unwrap().to_owned();
+
+    let t = w
+        .store
+        .org(w.org_a)
+        .tickets()
+        .ticket_by_number(reference.trim_start_matches("T-").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(t.device_id.map(|d| d.to_string()), Some(w.a_device.clone()));
+    assert_eq!(t.priority, TicketPriority::High, "the alert's severity");
+    let linked = w
+        .store
+        .org(w.org_a)
+        .tickets()
+        .linked_alerts(t.id)
+        .await
+        .unwrap();
+    assert_eq!(linked.len(), 1);
+
+    // Both pages list it, linked to the ticket, with its status.
+    for path in [page.clone(), format!("/o/org-a/devices/{}", w.a_device)] {
+        let r = get(app, &path, &admin.cookie).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        let body = html(&r);
+        assert!(
+            body.contains(&format!("href=\"{ticket_page}\""))
+                && body.contains(&format!("id=\"ticket-{reference}\""))
+                && body.contains(">new<"),
+            "{path}: {body}"
+        );
+    }
+    let r = get(app, &ticket_page, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+
+    // A read-only person sees the tickets, no button, and is refused the post.
+    let r = get(app, &page, &viewer.cookie).await;
+    let body = html(&r);
+    assert!(
+        body.contains(&reference) && !body.contains("ticket-from-alert"),
+        "{body}"
+    );
+    let r = viewer.post(app, &make, &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+
+    // Another organization's alert through this organization's page: not found.
+    let b_alert = an_alert(&w, w.org_b, &w.b_device).await;
+    let r = admin
+        .post(app, &format!("/o/org-a/alerts/{b_alert}/ticket"), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let r = admin
+        .post(app, "/o/org-a/alerts/not-an-id/ticket", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let b_tickets = w
+        .store
+        .org(w.org_b)
+        .tickets()
+        .list_tickets(&breeze_store::TicketFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert!(b_tickets.tickets.is_empty(), "nothing was made in B");
+    let a_tickets = w
+        .store
+        .org(w.org_a)
+        .tickets()
+        .list_tickets(&breeze_store::TicketFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        a_tickets.tickets.len(),
+        1,
+        "one ticket, from the one good post"
+    );
+}
+
+/// A draft quote of `org` with one line; its id.
+async fn a_draft_quote(w: &World, org: breeze_core::OrgId) -> uuid::Uuid {
+    let quotes = w.store.org(org).quotes();
+    let usd = Currency::parse("USD").unwrap();
+    let q = quotes
+        .create_draft("Printer fleet", usd, None, "test", audit("quote.create"))
+        .await
+        .unwrap();
+    quotes
+        .add_line(
+            q.id,
+            breeze_store::NewQuoteLine::Manual {
+                description: "Printer".into(),
+                quantity: Quantity::ONE,
+                unit_price: Money::new(40_000, usd),
+                tax_bp: 0,
+            },
+            audit("quote.add_line"),
+        )
+        .await
+        .unwrap();
+    q.id
+}
+
+/// A draft contract of `org` with one line; its id.
+async fn a_draft_contract(w: &World, org: breeze_core::OrgId) -> uuid::Uuid {
+    let contracts = w.store.org(org).contracts();
+    let usd = Currency::parse("USD").unwrap();
+    let k = contracts
+        .create_draft(
+            breeze_store::NewContract {
+                name: "Managed printers".into(),
+                currency: usd,
+                billing_period: breeze_core::BillingPeriod::Monthly,
+                tax_bp: 0,
+                notes: None,
+                starts_at: w.state.clock.now(),
+                created_by: "test".into(),
+            },
+            audit("contract.create"),
+        )
+        .await
+        .unwrap();
+    contracts
+        .add_line(
+            k.id,
+            breeze_store::NewContractLine::Manual {
+                description: "Per printer".into(),
+                quantity: Quantity::ONE,
+                unit_price: Money::new(2_500, usd),
+            },
+            audit("contract.add_line"),
+        )
+        .await
+        .unwrap();
+    k.id
+}
+
+/// A quote is sent and declined from its page, a contract activated, paused, resumed and
+/// cancelled from its own — each only when its state allows it, each audited; a move the
+/// state does not allow is shown as an error; a forged form, a read-only person and another
+/// organization's record are refused.
+async fn quote_and_contract_pages_act(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &w.app;
+    let admin = sign_in(app, "admin@p.test").await;
+    let viewer = sign_in(app, "viewer@p.test").await;
+
+    // A quote: send, then decline (a reason is required).
+    let q = a_draft_quote(&w, w.org_a).await;
+    let page = format!("/o/org-a/quotes/{q}");
+    let act = format!("{page}/act");
+    let body = html(&get(app, &page, &admin.cookie).await).to_owned();
+    assert!(
+        body.contains("act-send") && body.contains("act-decline"),
+        "{body}"
+    );
+    let r = post_form(app, &act, &admin.cookie, &[("action", "send")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a forged form");
+    let r = viewer.post(app, &act, &[("action", "send")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = admin.post(app, &act, &[("action", "send")]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(location(&r), page);
+    let body = html(&get(app, &page, &admin.cookie).await).to_owned();
+    assert!(
+        body.contains(">sent<") && !body.contains("act-send") && body.contains("act-decline"),
+        "{body}"
+    );
+    let r = admin.post(app, &act, &[("action", "send")]).await;
+    assert_eq!(r.status, StatusCode::OK, "sent already: shown, not made");
+    assert!(html(&r).contains("record-error"), "{}", html(&r));
+    let r = admin.post(app, &act, &[("action", "decline")]).await;
+    assert!(html(&r).contains("reason"), "{}", html(&r));
+    let r = admin
+        .post(
+            app,
+            &act,
+            &[("action", "decline"), ("reason", "Budget moved to Q3")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    let quote = w.store.org(w.org_a).quotes().get_quote(q).await.unwrap();
+    assert_eq!(quote.status, "declined");
+    assert_eq!(quote.decline_reason.as_deref(), Some("Budget moved to Q3"));
+    let r = admin.post(app, &act, &[("action", "nonsense")]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // Another organization's quote: not found, and unchanged.
+    let b_quote = a_draft_quote(&w, w.org_b).await;
+    let r = admin
+        .post(
+            app,
+            &format!("/o/org-a/quotes/{b_quote}/act"),
+            &[("action", "send")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let b = w
+        .store
+        .org(w.org_b)
+        .quotes()
+        .get_quote(b_quote)
+        .await
+        .unwrap();
+    assert_eq!(b.status, "draft");
+
+    // A contract through its lifecycle.
+    let k = a_draft_contract(&w, w.org_a).await;
+    let page = format!("/o/org-a/contracts/{k}");
+    let act = format!("{page}/act");
+    let body = html(&get(app, &page, &admin.cookie).await).to_owned();
+    assert!(
+        body.contains("act-activate")
+            && !body.contains("act-pause")
+            && !body.contains("act-resume"),
+        "{body}"
+    );
+    let r = viewer.post(app, &act, &[("action", "activate")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = post_form(app, &act, &admin.cookie, &[("action", "activate")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a forged form");
+    for (action, status, shown, hidden) in [
+        ("activate", "active", "act-pause", "act-activate"),
+        ("pause", "paused", "act-resume", "act-pause"),
+        ("resume", "active", "act-pause", "act-resume"),
+        ("cancel", "cancelled", "", "act-cancel"),
+    ] {
+        let r = admin.post(app, &act, &[("action", action)]).await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{action}: {}", r.body);
+        let body = html(&get(app, &page, &admin.cookie).await).to_owned();
+        assert!(
+            body.contains(&format!(">{status}<")) && body.contains(shown) && !body.contains(hidden),
+            "{action}: {body}"
+        );
+    }
+    // A cancelled contract stays so: the move is refused with the rule's words.
+    let r = admin.post(app, &act, &[("action", "resume")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        html(&r).contains("a cancelled contract cannot resume"),
+        "{}",
+        html(&r)
+    );
+    let b_contract = a_draft_contract(&w, w.org_b).await;
+    let r = admin
+        .post(
+            app,
+            &format!("/o/org-a/contracts/{b_contract}/act"),
+            &[("action", "activate")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let audited = w
+        .store
+        .raw_strings(
+            "SELECT action FROM audit_log WHERE action IN ('quote.send', 'quote.decline', \
+             'contract.activate', 'contract.pause', 'contract.resume', 'contract.cancel')",
+        )
+        .await
+        .unwrap();
+    assert_eq!(audited.len(), 6, "{audited:?}");
+}
+
 breeze_store::on_both_backends!(
+    quote_and_contract_pages_act,
     ticket_day_and_invoices_on_the_dashboard,
     walls_between_organizations_and_roles,
+    alert_and_device_pages_show_their_tickets,
 );

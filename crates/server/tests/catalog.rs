@@ -344,7 +344,7 @@ async fn discover_pages_fit_and_cover_everything(cx: Ctx) {
     assert_eq!(tool_error(&r), Some("INVALID_ARGUMENT"));
 }
 
-/// A cursor works only with the filters and server that made it.
+/// A cursor works only with the filters that made it, on any instance of the same build.
 async fn cursors_reject_changed_filters_and_forgeries(cx: Ctx) {
     let w = world(&cx).await;
     let exec = exec_key(&w).await;
@@ -367,18 +367,29 @@ async fn cursors_reject_changed_filters_and_forgeries(cx: Ctx) {
     let mut flipped = cursor.clone().into_bytes();
     flipped[1] = if flipped[1] == b'0' { b'1' } else { b'0' };
     let flipped = String::from_utf8(flipped).unwrap();
-    let other_server = build(
+    // Another instance of the same build (a cluster's next, behind a balancer) takes it.
+    let other_instance = build(
         &w,
         |c| c.catalog.discover_bytes = 1024,
         Arc::new(MemoryLimiter::new()),
     );
+    let r = call(
+        &other_instance,
+        &exec,
+        C,
+        "breeze_discover",
+        json!({ "cursor": cursor }),
+    )
+    .await;
+    assert_eq!(tool_error(&r), None, "{}", r.body);
+    assert_eq!(structured(&r)["operations"], structured(&ok)["operations"]);
     for (app, args) in [
         (&small, json!({ "cursor": cursor, "effect": "read" })),
         (&small, json!({ "cursor": cursor, "query": "device" })),
         (&small, json!({ "cursor": flipped })),
         (&small, json!({ "cursor": "not-a-cursor" })),
         (&small, json!({ "cursor": "" })),
-        (&other_server, json!({ "cursor": cursor })),
+        (&other_instance, json!({ "cursor": flipped })),
     ] {
         let r = call(app, &exec, C, "breeze_discover", args.clone()).await;
         assert_eq!(tool_error(&r), Some("INVALID_CURSOR"), "{args}: {}", r.body);

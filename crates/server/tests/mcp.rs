@@ -967,6 +967,30 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
         .record_patch_scan(device, w.org_a, &scan)
         .await
         .unwrap();
+    // Six commands: the details carry the newest five, with their status and never their
+    // arguments or output.
+    let mut queued = Vec::new();
+    for _ in 0..6 {
+        let c = w
+            .store
+            .org(w.org_a)
+            .commands()
+            .create_command(
+                breeze_store::NewCommand {
+                    device_id: device,
+                    kind: breeze_agent_proto::CommandKind::ListServices,
+                    timeout_secs: 60,
+                    output_cap_bytes: 1024,
+                    queue_ttl: chrono::Duration::seconds(75),
+                    script: None,
+                    created_by: "user:test".into(),
+                },
+                audit("command.create"),
+            )
+            .await
+            .unwrap();
+        queued.push(c.id.to_string());
+    }
 
     let call = rpc(
         1,
@@ -991,6 +1015,18 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     assert_eq!(d["latestMetrics"]["diskPercent"], 75.0);
     assert_eq!(d["installedPackageCount"], 3000);
     assert_eq!(d["activeContext"], 0);
+    let commands = d["recentCommands"].as_array().unwrap();
+    let ids: Vec<&str> = commands.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    let newest: Vec<&str> = queued.iter().rev().take(5).map(String::as_str).collect();
+    assert_eq!(ids, newest, "the newest five, newest first");
+    assert_eq!(commands[0]["kind"], "list_services");
+    assert_eq!(commands[0]["status"], "pending");
+    assert!(
+        commands[0].get("script").is_none(),
+        "no library script: {}",
+        commands[0]
+    );
+    assert!(commands[0].get("payload").is_none() && commands[0].get("stdout").is_none());
     assert!(
         !r.body.to_string().contains("pkg2999"),
         "packages are counted, never listed"
@@ -1052,6 +1088,11 @@ async fn device_details_carry_what_the_agent_reported(cx: Ctx) {
     .await;
     let d = &r.body["result"]["structuredContent"];
     assert_eq!(d["hardware"], Value::Null, "{}", r.body);
+    assert_eq!(
+        d["recentCommands"],
+        json!([]),
+        "a device never sent a command"
+    );
     assert_eq!(d["disks"], json!([]));
     assert_eq!(d["latestMetrics"], Value::Null);
 
@@ -1861,7 +1902,12 @@ async fn mcp_apps_views_only_for_clients_that_negotiate_them(cx: Ctx) {
             ("analyze_metrics", "ui://breeze/metrics-chart"),
             ("get_approval_status", "ui://breeze/approval-card"),
             ("get_device_details", "ui://breeze/device-card"),
+            (
+                "get_vulnerability_exposure",
+                "ui://breeze/vulnerability-summary"
+            ),
             ("query_devices", "ui://breeze/device-table"),
+            ("run_live_query", "ui://breeze/live-query"),
         ]
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
     );
@@ -1869,25 +1915,58 @@ async fn mcp_apps_views_only_for_clients_that_negotiate_them(cx: Ctx) {
     assert!(!plain.to_string().contains("resourceUri"));
     assert!(!plain.to_string().contains("ui://"));
 
-    let read = json!({ "uri": "ui://breeze/device-card" });
-    let r = ask(with, "resources/read", read.clone()).await;
-    let contents = &r["result"]["contents"][0];
-    assert_eq!(contents["mimeType"], "text/html;profile=mcp-app");
-    assert_eq!(contents["_meta"]["ui"]["csp"]["connectDomains"], json!([]));
-    assert_eq!(contents["_meta"]["ui"]["csp"]["resourceDomains"], json!([]));
-    assert!(
-        contents["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("<!doctype html>")
-    );
+    // Every view is served whole to the negotiating client, each naming no outside origin.
+    for (view, marker) in [
+        ("device-card", "Last commands"),
+        ("metrics-chart", "range"),
+        ("device-table", "Filter devices"),
+        ("approval-card", "Pinned arguments"),
+        ("live-query", "\"processes\":{"),
+        ("vulnerability-summary", "By severity"),
+    ] {
+        let read = json!({ "uri": format!("ui://breeze/{view}") });
+        let r = ask(with, "resources/read", read.clone()).await;
+        let contents = &r["result"]["contents"][0];
+        assert_eq!(contents["mimeType"], "text/html;profile=mcp-app", "{view}");
+        assert_eq!(contents["uri"], read["uri"]);
+        for k in [
+            "connectDomains",
+            "resourceDomains",
+            "frameDomains",
+            "baseUriDomains",
+        ] {
+            assert_eq!(contents["_meta"]["ui"]["csp"][k], json!([]), "{view} {k}");
+        }
+        let html = contents["text"].as_str().unwrap();
+        assert!(html.starts_with("<!doctype html>"), "{view}");
+        assert!(
+            html.contains(marker),
+            "{view} draws its own result: {marker}"
+        );
+        // The client without the extension cannot read it.
+        let r = ask(without, "resources/read", read).await;
+        assert!(r.get("error").is_some(), "{view}: {r}");
+    }
     let listed = ask(with, "resources/list", json!({})).await;
-    assert_eq!(listed.to_string().matches("ui://breeze/").count(), 4);
-
-    let r = ask(without, "resources/read", read).await;
-    assert!(r.get("error").is_some(), "{r}");
+    assert_eq!(listed.to_string().matches("ui://breeze/").count(), 6);
     let listed = ask(without, "resources/list", json!({})).await;
     assert!(!listed.to_string().contains("ui://"));
+
+    // Results carry no `_meta.ui` either way, and the same structured content: the view draws
+    // what every client gets.
+    let call =
+        json!({ "name": "get_vulnerability_exposure", "arguments": { "action": "summary" } });
+    let (a, b) = (
+        ask(with, "tools/call", call.clone()).await,
+        ask(without, "tools/call", call).await,
+    );
+    assert_ne!(a["result"]["isError"], json!(true), "{a}");
+    assert!(!a.to_string().contains("ui://"), "{a}");
+    assert_eq!(
+        a["result"]["structuredContent"],
+        b["result"]["structuredContent"]
+    );
+    assert_eq!(a["result"]["content"], b["result"]["content"]);
 }
 
 breeze_store::on_both_backends!(

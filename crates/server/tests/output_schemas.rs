@@ -927,6 +927,10 @@ impl Suite {
                 .unwrap();
             hints.insert("queryId".into(), json!(q.id.to_string()));
         }
+        if tool == "get_vulnerability_exposure" || tool == "manage_advisories" {
+            // A real advisory affecting the fixture's Debian 12 device, named by id and CVE.
+            self.vulnerability_hints(tool, &mut hints).await;
+        }
         if tool.contains("catalog") || tool.contains("contract") || tool == "manage_quotes" {
             self.billing_hints(tool, action.map(|(_, a)| a), &mut hints)
                 .await;
@@ -955,6 +959,44 @@ impl Suite {
 }
 
 impl Suite {
+    /// Loads a real OSV record and reports an inventory it affects on the fixture's device.
+    async fn vulnerability_hints(&self, tool: &str, hints: &mut Map<String, Value>) {
+        let text = include_str!("../../store/tests/fixtures/osv/DEBIAN-CVE-2023-38545.json");
+        let record = breeze_core::advisory::OsvRecord::parse(text).unwrap();
+        self.w.store.import_advisories(vec![record]).await.unwrap();
+        let device = breeze_core::DeviceId(self.device.parse().unwrap());
+        let inventory: breeze_agent_proto::Inventory = serde_json::from_value(json!({
+            "collectedAt": self.w.store.clock().now(), "hostname": "web-01",
+            "os": { "family": "linux", "name": "Debian", "version": "12", "kernel": "6.1", "arch": "x86_64" },
+            "cpu": { "model": "CPU", "physicalCores": 2, "logicalCores": 4 },
+            "memoryTotalBytes": 1u64, "disks": [], "interfaces": [],
+            "packages": [{ "name": "curl", "version": "7.88.1-10+deb12u3" }],
+        }))
+        .unwrap();
+        self.w
+            .store
+            .record_inventory(device, self.w.org_a, &inventory)
+            .await
+            .unwrap();
+        let id = if tool == "manage_advisories" {
+            "DEBIAN-CVE-2023-38545"
+        } else {
+            "CVE-2023-38545"
+        };
+        hints.insert("id".into(), json!(id));
+        hints.insert("query".into(), json!("curl"));
+        hints.insert("severity".into(), json!("critical"));
+        hints.insert("offset".into(), json!(0));
+        hints.insert(
+            "record".into(),
+            json!({
+                "id": "LOCAL-2026-0001", "modified": "2026-01-01T00:00:00Z",
+                "affected": [{ "package": { "ecosystem": "Debian:12", "name": "curl" },
+                    "ranges": [{ "type": "ECOSYSTEM", "events": [{ "introduced": "0" }] }] }]
+            }),
+        );
+    }
+
     /// A fresh ticket of organization A, in the state `action` needs: a comment of the exec
     /// key's user to edit or delete, a linked alert to unlink, the user's timer running on it
     /// to stop (and none elsewhere, to start one); with values for the money fields.
@@ -1304,6 +1346,10 @@ impl Suite {
                 .await
                 .unwrap();
             let line = quotes.lines(q.id).await.unwrap()[0].id;
+            // A payment link is for a sent quote.
+            if action == Some("create_payment_link") {
+                quotes.send(q.id, audit("s")).await.unwrap();
+            }
             hints.insert("quoteId".into(), json!(q.id.to_string()));
             hints.insert("blockId".into(), json!(blocks[0].id.to_string()));
             hints.insert("lineId".into(), json!(line.to_string()));
@@ -1432,6 +1478,10 @@ impl Gen<'_> {
                     }
                 }
                 Value::Object(out)
+            }
+            // An id the listing names as a UUID and nothing harvested: one that names nothing.
+            "string" if schema.get("format").and_then(Value::as_str) == Some("uuid") => {
+                json!(uuid::Uuid::now_v7().to_string())
             }
             "string" => {
                 // Distinct strings, so names that must be unique are.

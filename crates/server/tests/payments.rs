@@ -32,10 +32,12 @@ use breeze_limits::MemoryLimiter;
 use breeze_server::ToolSourcesConfig;
 use breeze_sources::{testing::TestCa, vault::Vault};
 use breeze_store::{NewLine, NewUser, testing::Ctx};
+use common::browser::{get, html, location, post_form, sign_in};
 use common::{World, api_key, audit, build, code, ok, send, tool, why, world};
 use serde_json::{Value, json};
 
 const INVOICES: &str = "manage_invoices";
+const QUOTES: &str = "manage_quotes";
 const LOOKUP: &str = "lookup_distributor_product";
 const SECRET_KEY: &str = "sk_test_breeze";
 const WEBHOOK_SECRET: &str = "whsec_breeze_test";
@@ -555,7 +557,363 @@ async fn distributor_lookups_are_partner_scoped(cx: Ctx) {
     );
 }
 
+/// A sent quote of organization A for 123.45 USD; its id.
+async fn sent_quote(w: &World) -> uuid::Uuid {
+    let quotes = w.store.org(w.org_a).quotes();
+    let usd = Currency::parse("USD").unwrap();
+    let q = quotes
+        .create_draft("Firewall refresh", usd, None, "test", audit("quote.create"))
+        .await
+        .unwrap();
+    quotes
+        .add_line(
+            q.id,
+            breeze_store::NewQuoteLine::Manual {
+                description: "Firewall".into(),
+                quantity: Quantity::ONE,
+                unit_price: Money::new(12_345, usd),
+                tax_bp: 0,
+            },
+            audit("quote.add_line"),
+        )
+        .await
+        .unwrap();
+    quotes.send(q.id, audit("quote.send")).await.unwrap().id
+}
+
+/// `manage_quotes create_payment_link` (Tier 2) asks Stripe for a Checkout Session for a sent
+/// quote's total and stores it on the quote; the partner's webhook marks the quote paid
+/// exactly once (a forgery, a replay and a second event about the same payment change
+/// nothing), and a paid quote takes no new link.
+async fn quote_payment_links_mark_the_quote_paid_once(cx: Ctx) {
+    let w = world(&cx).await;
+    let s = setup(&w).await;
+    let app = &s.app;
+    let q = sent_quote(&w).await.to_string();
+    let link_args = json!({ "action": "create_payment_link", "quoteId": q });
+
+    // Not set up yet: refused before any request.
+    let r = tool(app, &w.write, QUOTES, link_args.clone()).await;
+    assert_eq!(code(&r), "FORBIDDEN", "{r}");
+    s.billing
+        .set_stripe(
+            s.partner,
+            Some((SECRET_KEY, WEBHOOK_SECRET)),
+            audit("billing.stripe"),
+        )
+        .await
+        .unwrap();
+    // Tiers: a read key cannot; a draft has no link; another organization's is not found.
+    let r = tool(app, &w.read, QUOTES, link_args.clone()).await;
+    assert_eq!(why(&r), "INSUFFICIENT_SCOPE", "{r}");
+    let draft = w
+        .store
+        .org(w.org_a)
+        .quotes()
+        .create_draft("d", Currency::parse("USD").unwrap(), None, "t", audit("c"))
+        .await
+        .unwrap();
+    let r = tool(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "create_payment_link", "quoteId": draft.id.to_string() }),
+    )
+    .await;
+    assert_eq!(code(&r), "CONFLICT", "{r}");
+    let b_key = api_key(&w, w.org_b, w.admin, &[Scope::AiRead, Scope::AiWrite]).await;
+    let r = tool(app, &b_key, QUOTES, link_args.clone()).await;
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    assert_eq!(s.stripe.requests(), 0, "no refused call reached Stripe");
+
+    // The link: one Checkout Session for the total; asked again, the same link.
+    let made = ok(app, &w.write, QUOTES, link_args.clone()).await;
+    let link = &made["paymentLink"];
+    assert_eq!(link["amount"]["amount"], "123.45", "{made}");
+    assert_eq!(link["status"], "open");
+    let url = link["url"].as_str().unwrap();
+    let session = url.rsplit('/').next().unwrap().to_owned();
+    let again = ok(app, &w.write, QUOTES, link_args.clone()).await;
+    assert_eq!(again["paymentLink"]["url"], link["url"]);
+    assert_eq!(s.stripe.sessions(), 1, "one session per quote");
+    let got = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "get", "quoteId": q }),
+    )
+    .await;
+    assert_eq!(got["quote"]["paymentLinks"][0]["status"], "open", "{got}");
+
+    // The quote's page shows the link, and its button (CSRF-checked) gives the same one.
+    let admin = sign_in(app, "admin@p.test").await;
+    let page = format!("/o/org-a/quotes/{q}");
+    let r = get(app, &page, &admin.cookie).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        html(&r).contains(url) && html(&r).contains("payment-link-form"),
+        "{}",
+        html(&r)
+    );
+    let r = post_form(app, &format!("{page}/payment-link"), &admin.cookie, &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a forged form");
+    let r = admin.post(app, &format!("{page}/payment-link"), &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
+    assert_eq!(location(&r), page);
+    let b_quote = w
+        .store
+        .org(w.org_b)
+        .quotes()
+        .create_draft("b", Currency::parse("USD").unwrap(), None, "t", audit("c"))
+        .await
+        .unwrap();
+    let r = admin
+        .post(
+            app,
+            &format!("/o/org-a/quotes/{}/payment-link", b_quote.id),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "another organization's quote"
+    );
+    assert_eq!(s.stripe.sessions(), 1, "still one session");
+
+    let partner = s.partner.to_string();
+    let now = cx.clock.now().timestamp();
+    let (body, signature) = s.stripe.paid_event(&session, "evt_q1", WEBHOOK_SECRET, now);
+    // A forged signature and a stale one: refused, nothing changes.
+    for sig in [
+        breeze_billing::stripe::sign(body.as_bytes(), "whsec_guess", now),
+        breeze_billing::stripe::sign(body.as_bytes(), WEBHOOK_SECRET, now - 301),
+    ] {
+        let (status, answer) = webhook(app, &partner, &body, Some(&sig)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    }
+    let got = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "get", "quoteId": q }),
+    )
+    .await;
+    assert_eq!(got["quote"]["paymentLinks"][0]["status"], "open", "{got}");
+
+    // The real one marks it paid; a replay and a later event about the same payment do not
+    // again.
+    let (status, answer) = webhook(app, &partner, &body, Some(&signature)).await;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (StatusCode::OK, Some("quote_paid")),
+        "{answer}"
+    );
+    let (status, answer) = webhook(app, &partner, &body, Some(&signature)).await;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (StatusCode::OK, Some("duplicate")),
+        "{answer}"
+    );
+    let late = paid_event_body(
+        &session,
+        "evt_q2",
+        12_345,
+        "usd",
+        "checkout.session.async_payment_succeeded",
+    );
+    let late_sig = breeze_billing::stripe::sign(late.as_bytes(), WEBHOOK_SECRET, now);
+    let (status, answer) = webhook(app, &partner, &late, Some(&late_sig)).await;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (StatusCode::OK, Some("duplicate")),
+        "{answer}"
+    );
+    let got = ok(
+        app,
+        &w.write,
+        QUOTES,
+        json!({ "action": "get", "quoteId": q }),
+    )
+    .await;
+    let links = got["quote"]["paymentLinks"].as_array().unwrap();
+    assert_eq!(links.len(), 1, "{got}");
+    assert_eq!(links[0]["status"], "paid", "{got}");
+    assert!(links[0]["settledAt"].is_string(), "{got}");
+    // Paid: no new link.
+    let r = tool(app, &w.write, QUOTES, link_args).await;
+    assert_eq!(code(&r), "CONFLICT", "{r}");
+    assert_eq!(s.stripe.sessions(), 1);
+    let r = get(app, &page, &admin.cookie).await;
+    assert!(
+        html(&r).contains(">paid<") && !html(&r).contains("payment-link-form"),
+        "{}",
+        html(&r)
+    );
+    // Audited as Stripe's doing.
+    let audited = w
+        .store
+        .raw_strings("SELECT action FROM audit_log WHERE action LIKE 'quote.%payment%'")
+        .await
+        .unwrap();
+    assert!(
+        audited.iter().any(|a| a == "quote.payment_received")
+            && audited.iter().any(|a| a == "quote.create_payment_link"),
+        "{audited:?}"
+    );
+}
+
+/// Stripe's `charge.refunded` for a payment taken through an invoice's link: each event that
+/// refunds more records the difference against the payment and lowers the invoice's paid
+/// amount (a paid invoice owes it again), audited; a forged or stale signature, a replay, an
+/// older event delivered late and another partner's endpoint record nothing; the invoice's
+/// page lists the refunds.
+async fn refunds_lower_what_was_paid_once(cx: Ctx) {
+    let w = world(&cx).await;
+    let s = setup(&w).await;
+    let app = &s.app;
+    s.billing
+        .set_stripe(
+            s.partner,
+            Some((SECRET_KEY, WEBHOOK_SECRET)),
+            audit("billing.stripe"),
+        )
+        .await
+        .unwrap();
+    let inv = issued_invoice(&w).await;
+    let made = ok(
+        app,
+        &w.write,
+        INVOICES,
+        json!({ "action": "create_payment_link", "invoiceId": inv.to_string() }),
+    )
+    .await;
+    let url = made["paymentLink"]["url"].as_str().unwrap();
+    let session = url.rsplit('/').next().unwrap().to_owned();
+    let partner = s.partner.to_string();
+    let now = cx.clock.now().timestamp();
+    let (body, signature) = s
+        .stripe
+        .paid_event(&session, "evt_pay", WEBHOOK_SECRET, now);
+    let (status, answer) = webhook(app, &partner, &body, Some(&signature)).await;
+    assert_eq!(answer["result"], "recorded", "{status}: {answer}");
+    let invoices = w.store.org(w.org_a).invoices();
+    let paid = |i: breeze_store::Invoice| (i.paid_minor, i.status);
+    assert_eq!(
+        paid(invoices.get_invoice(inv).await.unwrap()),
+        (12_345, InvoiceStatus::Paid)
+    );
+    // The stand-in's session was paid through PaymentIntent pi_<event id>.
+    let signed = |b: &str, t: i64| breeze_billing::stripe::sign(b.as_bytes(), WEBHOOK_SECRET, t);
+    let partial = breeze_billing::testing::refund_event_body(
+        "ch_1",
+        "pi_evt_pay",
+        "evt_r1",
+        [12_345, 2_000],
+        "usd",
+    );
+
+    // Forged, stale, or sent to another partner's endpoint: refused, nothing recorded.
+    let other = w.store.create_partner("Q", "q", audit("p")).await.unwrap();
+    for (p, sig) in [
+        (
+            partner.clone(),
+            breeze_billing::stripe::sign(partial.as_bytes(), "whsec_guess", now),
+        ),
+        (partner.clone(), signed(&partial, now - 301)),
+        (other.id.to_string(), signed(&partial, now)),
+    ] {
+        let (status, answer) = webhook(app, &p, &partial, Some(&sig)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    }
+    assert!(invoices.refunds(inv).await.unwrap().is_empty());
+
+    // A partial refund: 20.00 back, the invoice owes it again.
+    let (status, answer) = webhook(app, &partner, &partial, Some(&signed(&partial, now))).await;
+    assert_eq!(
+        (status, answer["result"].as_str()),
+        (StatusCode::OK, Some("refunded")),
+        "{answer}"
+    );
+    assert_eq!(
+        paid(invoices.get_invoice(inv).await.unwrap()),
+        (10_345, InvoiceStatus::Issued)
+    );
+    // The very request again, and the same news under another event id: nothing more.
+    let (_, answer) = webhook(app, &partner, &partial, Some(&signed(&partial, now))).await;
+    assert_eq!(answer["result"], "duplicate", "{answer}");
+    let same = breeze_billing::testing::refund_event_body(
+        "ch_1",
+        "pi_evt_pay",
+        "evt_r1b",
+        [12_345, 2_000],
+        "usd",
+    );
+    let (_, answer) = webhook(app, &partner, &same, Some(&signed(&same, now))).await;
+    assert_eq!(answer["result"], "duplicate", "{answer}");
+
+    // The rest refunded; then the first partial event delivered late under a new id (older
+    // news) changes nothing.
+    let full = breeze_billing::testing::refund_event_body(
+        "ch_1",
+        "pi_evt_pay",
+        "evt_r2",
+        [12_345, 12_345],
+        "usd",
+    );
+    let (_, answer) = webhook(app, &partner, &full, Some(&signed(&full, now))).await;
+    assert_eq!(answer["result"], "refunded", "{answer}");
+    let late = breeze_billing::testing::refund_event_body(
+        "ch_1",
+        "pi_evt_pay",
+        "evt_r0",
+        [12_345, 1_000],
+        "usd",
+    );
+    let (_, answer) = webhook(app, &partner, &late, Some(&signed(&late, now))).await;
+    assert_eq!(answer["result"], "duplicate", "{answer}");
+    assert_eq!(
+        paid(invoices.get_invoice(inv).await.unwrap()),
+        (0, InvoiceStatus::Issued)
+    );
+    let refunds = invoices.refunds(inv).await.unwrap();
+    assert_eq!(
+        refunds
+            .iter()
+            .map(|r| (r.amount_minor, r.refunded_total_minor))
+            .collect::<Vec<_>>(),
+        vec![(2_000, 2_000), (10_345, 12_345)]
+    );
+    // A refund of a payment Breeze never linked is not Breeze's: ignored.
+    let stranger = breeze_billing::testing::refund_event_body(
+        "ch_9",
+        "pi_unknown",
+        "evt_r9",
+        [500, 500],
+        "usd",
+    );
+    let (_, answer) = webhook(app, &partner, &stranger, Some(&signed(&stranger, now))).await;
+    assert_eq!(answer["result"], "ignored", "{answer}");
+
+    let audited = w
+        .store
+        .raw_strings("SELECT action FROM audit_log WHERE action = 'invoice.payment_refunded'")
+        .await
+        .unwrap();
+    assert_eq!(audited.len(), 2, "{audited:?}");
+    // The invoice's page lists them.
+    let admin = sign_in(app, "admin@p.test").await;
+    let r = get(app, &format!("/o/org-a/invoices/{inv}"), &admin.cookie).await;
+    let body = html(&r);
+    assert!(
+        body.contains("id=\"refunds\"") && body.contains("103.45 USD") && body.contains("ch_1"),
+        "{body}"
+    );
+}
+
 breeze_store::on_both_backends!(
+    refunds_lower_what_was_paid_once,
+    quote_payment_links_mark_the_quote_paid_once,
     payment_links_record_each_payment_once,
     distributor_lookups_are_partner_scoped,
 );

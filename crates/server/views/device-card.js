@@ -1,5 +1,5 @@
-// Device card for get_device_details: status, facts, disks, and the device's open alerts
-// (asked of manage_alerts through the host).
+// Device card for get_device_details: status, facts, disks, the device's last commands (in
+// the result) and its open alerts (asked of manage_alerts through the host).
 bridge.start("device-card", (d) => {
   const dev = d.device || {};
   const m = d.latestMetrics || {};
@@ -25,6 +25,13 @@ bridge.start("device-card", (d) => {
       el("h2", { text: "Disks" }),
       el("ul", { class: "list", "aria-label": "Disks" },
         (d.disks || []).map((k) => el("li", { text: `${k.mount} — ${k.usedPercent} % of ${bytes(k.totalBytes)} used` }))),
+      el("h2", { text: "Last commands" }),
+      el("ul", { class: "list", "aria-label": "Last commands" },
+        (d.recentCommands || []).length ? d.recentCommands.map((c) => el("li", {}, badge(c.status), " ",
+          c.script ? `${c.script} (script)` : c.kind,
+          c.exitCode !== undefined ? el("span", { class: "muted", text: " · exit " + c.exitCode }) : null,
+          el("span", { class: "muted", text: " · " + when(c.completedAt || c.createdAt) })))
+          : [el("li", { class: "muted", text: "No commands yet" })]),
       el("h2", { text: "Open alerts" }),
       alerts));
   if (!dev.id) return;

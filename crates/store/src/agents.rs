@@ -891,6 +891,7 @@ impl Store {
         if committed.is_ok() {
             self.device_facts_changed(org, device, "inventory").await;
             self.compliance_inventory_changed(org, device).await;
+            self.vulnerabilities_inventory_changed(org, device).await;
         }
         committed
     }

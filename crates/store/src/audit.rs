@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use breeze_core::{
-    Actor, ActorType, AuditEvent, AuditId, AuditRecord, AuditResult, OrgId, Timestamp,
+    Actor, ActorType, AiSessionId, AuditEvent, AuditId, AuditRecord, AuditResult, OrgId, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -106,6 +106,29 @@ pub struct AuditFilter {
     pub since: Option<Timestamp>,
     /// Exclusive upper bound.
     pub until: Option<Timestamp>,
+}
+
+impl AuditFilter {
+    /// Narrows to one AI chat session's records. The assistant acts as its session (actor
+    /// `ai_chat:<session>`, see `Caller::ai_chat`), so its tool calls (`ai.tools.call`), the
+    /// pipeline's records of them, the changes they made and their approval requests all carry
+    /// the session in the actor columns, not only in `details`. A filter that already
+    /// names another actor is refused rather than silently matching nothing.
+    pub fn in_chat_session(mut self, session: AiSessionId) -> Result<Self> {
+        let id = session.to_string();
+        if self.actor_type.is_some_and(|t| t != ActorType::AiChat)
+            || self.actor_id.as_deref().is_some_and(|a| a != id)
+        {
+            return Err(StoreError::Invalid(
+                "a chat session filter names its actor (ai_chat and the session's id); leave the \
+                 actor filters empty"
+                    .into(),
+            ));
+        }
+        self.actor_type = Some(ActorType::AiChat);
+        self.actor_id = Some(id);
+        Ok(self)
+    }
 }
 
 /// What a listing narrows beyond [`AuditFilter`]: the dashboard's view of the log.

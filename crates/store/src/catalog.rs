@@ -125,7 +125,7 @@ fn check_price(price: Money) -> Result<()> {
 
 impl crate::OrgCatalog<'_> {
     async fn partner(&self) -> Result<PartnerId> {
-        Ok(self.whole().tenancy().organization().await?.partner_id)
+        self.whole().tenancy().partner_id().await
     }
 
     fn audit(&self, audit: AuditEvent, item: Uuid, details: serde_json::Value) -> AuditEvent {

@@ -9,7 +9,7 @@
 //! queries whatever the number of devices, so a preview over the whole organization costs
 //! what one device's does plus the loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use breeze_core::{
@@ -182,6 +182,10 @@ pub struct ConfigReport {
     pub applied: Value,
     pub reported_at: Timestamp,
 }
+
+/// The most devices [`crate::OrgConfigPolicies::device_places`] names in one statement; more are
+/// picked from the whole organization.
+const MAX_LISTED_PLACES: usize = 500;
 
 const POLICY_COLUMNS: &str = "id, org_id, partner_id, name, description, status, settings, \
     created_by, created_at, updated_at";
@@ -400,7 +404,7 @@ impl Store {
 
 impl crate::OrgConfigPolicies<'_> {
     async fn partner(&self) -> Result<PartnerId> {
-        Ok(self.whole().tenancy().organization().await?.partner_id)
+        self.whole().tenancy().partner_id().await
     }
 
     /// Creates one of this organization's policies (settings checked; errors name the field).
@@ -741,47 +745,40 @@ impl crate::OrgConfigPolicies<'_> {
             device_id: Uuid,
         }
         let partner = self.partner().await?;
-        let devices: Vec<Row> = match only {
-            Some(ids) if ids.len() == 1 => {
-                sql("SELECT id, site_id FROM devices WHERE org_id = $1 AND id = $2")
-                    .bind(self.org)
-                    .bind(ids[0])
-                    .fetch_all(self)
-                    .await?
+        // A few devices are read by id; many (a fleet-wide compliance run names every device)
+        // are read as the whole organization and picked from a set.
+        let listed = only.filter(|ids| ids.len() <= MAX_LISTED_PLACES);
+        let by_id = |select: &str, column: &str| {
+            let mut q = sql(select).bind(self.org);
+            if let Some(ids) = listed {
+                let list: Vec<String> = ids.iter().map(|id| q.arg(*id)).collect();
+                if list.is_empty() {
+                    q.push(" AND 1 = 0");
+                } else {
+                    q.push(&format!(" AND {column} IN ({})", list.join(", ")));
+                }
             }
-            _ => {
-                sql("SELECT id, site_id FROM devices WHERE org_id = $1 ORDER BY id")
-                    .bind(self.org)
-                    .fetch_all(self)
-                    .await?
-            }
+            q
         };
-        let members: Vec<Member> = match only {
-            Some(ids) if ids.len() == 1 => {
-                sql(
-                    "SELECT group_id, device_id FROM device_group_members WHERE org_id = $1 \
-                 AND device_id = $2",
-                )
-                .bind(self.org)
-                .bind(ids[0])
-                .fetch_all(self)
-                .await?
-            }
-            _ => {
-                sql("SELECT group_id, device_id FROM device_group_members WHERE org_id = $1")
-                    .bind(self.org)
-                    .fetch_all(self)
-                    .await?
-            }
-        };
+        let devices: Vec<Row> = by_id("SELECT id, site_id FROM devices WHERE org_id = $1", "id")
+            .fetch_all(self)
+            .await?;
+        let members: Vec<Member> = by_id(
+            "SELECT group_id, device_id FROM device_group_members WHERE org_id = $1",
+            "device_id",
+        )
+        .fetch_all(self)
+        .await?;
         let mut groups: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
         for m in members {
             groups.entry(m.device_id).or_default().push(m.group_id);
         }
-        let wanted = |id: &Uuid| only.is_none_or(|ids| ids.iter().any(|d| d.0 == *id));
-        Ok(devices
+        let wanted: Option<HashSet<Uuid>> = only
+            .filter(|_| listed.is_none())
+            .map(|ids| ids.iter().map(|d| d.0).collect());
+        let mut places: Vec<DevicePlace> = devices
             .into_iter()
-            .filter(|d| wanted(&d.id))
+            .filter(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
             .map(|d| DevicePlace {
                 device: d.id,
                 site: d.site_id,
@@ -789,7 +786,9 @@ impl crate::OrgConfigPolicies<'_> {
                 org: self.org.0,
                 partner: partner.0,
             })
-            .collect())
+            .collect();
+        places.sort_by_key(|p| p.device);
+        Ok(places)
     }
 
     /// One device's effective configuration (NotFound for another organization's device).

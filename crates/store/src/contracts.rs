@@ -225,7 +225,7 @@ impl crate::OrgContracts<'_> {
         check_text("name", &new.name, MAX_TEXT)?;
         ledger::check_optional("notes", new.notes.as_deref(), MAX_TEXT)?;
         ledger::check_tax(new.tax_bp)?;
-        let partner = self.whole().tenancy().organization().await?.partner_id;
+        let partner = self.whole().tenancy().partner_id().await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;

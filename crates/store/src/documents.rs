@@ -2,7 +2,8 @@
 //! the same Unicode font (embedded, searchable), one row per line — description, quantity,
 //! unit price, amount, tax — then the totals (and, for an invoice, what was paid and what is
 //! owed); a quote's headings and text come first. Amounts print as their exact decimals with
-//! the currency, as stored: nothing is recomputed here.
+//! the currency, as stored: nothing is recomputed here. Long descriptions, the title (the
+//! organization's name) and notes wrap within their column instead of being cut.
 
 use breeze_core::{Money, Quantity};
 use uuid::Uuid;
@@ -48,10 +49,10 @@ fn total_row(label: &str, amount: String) -> Row {
 impl crate::Store {
     fn document(&self, title: &str, rows: Vec<Row>) -> Vec<u8> {
         let mut out = Vec::new();
-        let mut pdf = PdfTable::start(&mut out, title, &COLUMNS, self.pdf_font.font());
+        let mut pdf = PdfTable::start_wrapping(&mut out, title, &COLUMNS, self.pdf_font.font());
         let n = rows.len();
         for r in rows {
-            pdf.row(&mut out, &r);
+            pdf.wrapped_row(&mut out, &r);
         }
         pdf.finish(&mut out, i64::try_from(n).unwrap_or(i64::MAX));
         out
@@ -84,6 +85,16 @@ impl crate::OrgInvoices<'_> {
         rows.push(total_row("Total", money(inv.total_minor, c)));
         rows.push(total_row("Paid", money(inv.paid_minor, c)));
         rows.push(total_row("Balance", inv.balance().to_string()));
+        if let Some(notes) = inv.notes.as_deref().filter(|n| !n.trim().is_empty()) {
+            rows.push(Default::default());
+            rows.push([
+                format!("Notes: {notes}"),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
         let title = format!(
             "Invoice {} — {} — {}{}{}",
             inv.reference().unwrap_or_else(|| "(draft)".into()),
@@ -108,6 +119,7 @@ impl crate::OrgQuotes<'_> {
         let c = q.currency;
         let mut rows: Vec<Row> = Vec::new();
         for b in self.blocks(id).await? {
+            // Each paragraph a row of its own, wrapped within the description column.
             for (i, para) in b.body.lines().enumerate() {
                 let text = if b.kind == "heading" && i == 0 {
                     para.to_uppercase()

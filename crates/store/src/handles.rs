@@ -137,6 +137,8 @@ narrow! {
     OrgSecurity => security;
     /// Metric samples and device events.
     OrgTelemetry => telemetry;
+    /// Advisories as this organization sees them and its devices' vulnerability exposure.
+    OrgVulnerabilities => vulnerabilities;
     /// Tickets, their comments, alert links, time entries and parts.
     OrgTickets => tickets;
     /// The organization itself, its sites and static device groups.

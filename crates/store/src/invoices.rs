@@ -244,7 +244,7 @@ impl crate::OrgInvoices<'_> {
         audit: AuditEvent,
         details: impl FnOnce(Uuid) -> serde_json::Value,
     ) -> Result<Uuid> {
-        let partner = self.whole().tenancy().organization().await?.partner_id;
+        let partner = self.whole().tenancy().partner_id().await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
@@ -742,7 +742,7 @@ impl crate::OrgInvoices<'_> {
                 other.amount.currency
             )));
         }
-        let partner = self.whole().tenancy().organization().await?.partner_id;
+        let partner = self.whole().tenancy().partner_id().await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;

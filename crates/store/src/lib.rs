@@ -50,6 +50,7 @@ mod pdf;
 mod pdf_font;
 mod protected_paths;
 mod quotes;
+mod report_schedules;
 mod reports;
 mod row_security;
 mod runs;
@@ -64,6 +65,7 @@ pub mod testing;
 mod tickets;
 mod tool_sources;
 mod users;
+mod vulnerabilities;
 mod wal;
 
 use std::{str::FromStr, time::Duration};
@@ -135,7 +137,7 @@ pub use handles::{
     OrgCommands, OrgCompliance, OrgConfigPolicies, OrgContext, OrgContracts, OrgDeployments,
     OrgDevices, OrgDynamicGroups, OrgIdempotency, OrgInvoices, OrgLiveQueries, OrgMaintenance,
     OrgPatches, OrgQuotes, OrgReports, OrgScripts, OrgSecurity, OrgTelemetry, OrgTenancy,
-    OrgTickets, OrgToolSources,
+    OrgTickets, OrgToolSources, OrgVulnerabilities,
 };
 pub use health::DbHealth;
 pub use idempotency::{
@@ -150,7 +152,7 @@ pub use live_queries::{
 pub use maintenance::{
     AlertSuppression, MAX_WINDOWS_PER_ORG, MaintenanceWindow, NewWindow, WindowUpdate,
 };
-pub use metrics::{Aggregation, MetricPoint, MetricsRetention};
+pub use metrics::{Aggregation, MetricPoint, MetricTotals, MetricsRetention};
 pub use oauth::{
     NewOAuthClient, NewOAuthCode, NewRefreshToken, OAuthClientKind, OAuthClientRecord,
     OAuthCodeRecord, OAuthGrantRecord, Redeemed, Refreshed,
@@ -162,9 +164,15 @@ pub use patches::{
     NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
     PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
 };
-pub use payments::{LinkPaid, NewPaymentLink, PartnerBilling, PaymentLink, Settled};
+pub use payments::{
+    LinkPaid, LinkRefunded, NewPaymentLink, PartnerBilling, PaymentLink, QuoteLink, QuoteSettled,
+    Refund, Refunded, Settled,
+};
 pub use pdf_font::{PdfFont, WELL_KNOWN_FONTS};
 pub use quotes::{MAX_QUOTE_PAGE, NewQuoteLine, Quote, QuoteBlock, QuoteLine};
+pub use report_schedules::{
+    MAX_REPORT_SCHEDULES_PER_ORG, NewReportSchedule, ReportCadence, ReportSchedule, WEEKDAYS,
+};
 pub use reports::{
     CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
     MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,
@@ -196,6 +204,10 @@ pub use tool_sources::{
     SourceTool, ToolChange, ToolSource, ToolSwitch,
 };
 pub use users::{NewUser, UserWithSecret};
+pub use vulnerabilities::{
+    AdvisoryDetail, AdvisoryRow, ExposedAdvisory, ExposureFinding, ExposureSummary, ImportOutcome,
+    OPERATOR_ORIGIN, SEVERITIES, SeverityCount,
+};
 
 use breeze_core::{Clock, OrgId};
 use std::sync::{
@@ -398,6 +410,8 @@ pub struct Store {
     pub(crate) directory: Arc<directory::DeviceDirectory>,
     /// Parsed device inventories (see [`inventory`]), shared by clones.
     pub(crate) inventories: Arc<inventory::InventoryCache>,
+    /// Each organization's partner, as read once ([`OrgTenancy::partner_id`]); shared by clones.
+    pub(crate) partners: Arc<tenancy::PartnerOf>,
     /// The credentials generation: bumped (by [`Store::credentials_changed`]) after every
     /// committed change to what an API key authenticates as. Shared by clones, so a cache
     /// keyed on it sees every change made through this store in this process.
@@ -530,6 +544,7 @@ impl Store {
             clock,
             directory: Arc::new(directory::DeviceDirectory::new(DirectorySettings::default())),
             inventories: Arc::default(),
+            partners: Arc::default(),
             credentials: Arc::new(AtomicU64::new(0)),
             credential_fence: options.credential_fence,
             checkpointer: sqlite_file.clone().map(wal::Checkpointer::new),

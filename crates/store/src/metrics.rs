@@ -5,7 +5,7 @@
 //! is ignored and counted nowhere, so an agent retrying a batch cannot skew averages.
 
 use breeze_agent_proto::MetricSample;
-use breeze_core::{DeviceId, OrgId, Timestamp};
+use breeze_core::{Device, DeviceId, OrgId, Timestamp};
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde::Serialize;
 
@@ -220,46 +220,152 @@ impl crate::OrgTelemetry<'_> {
     }
 
     /// A device's metrics from `since` (inclusive) to `until` (exclusive), oldest first.
+    ///
+    /// The caller has read `device` through this organization (that read is what answers
+    /// "no such device"); the statement is scoped to the organization too, so another
+    /// organization's device has no points here.
     pub async fn query_metrics(
         &self,
-        device: DeviceId,
+        device: &Device,
         since: Timestamp,
         until: Timestamp,
         aggregation: Aggregation,
     ) -> Result<Vec<MetricPoint>> {
-        if since >= until {
-            return Err(StoreError::Invalid("the range is empty".into()));
-        }
-        self.whole().devices().get_device(device).await?;
-        match aggregation.bucket() {
-            None => {
-                sql("SELECT at, CAST(1 AS BIGINT) AS samples, cpu_percent AS cpu_avg, cpu_percent AS cpu_max, \
-                     ram_percent AS ram_avg, ram_percent AS ram_max, disk_percent AS disk_avg, \
-                     disk_percent AS disk_max, net_rx_bytes, net_tx_bytes, \
-                     CAST(process_count AS DOUBLE PRECISION) AS process_avg \
-                     FROM device_metrics WHERE org_id = $1 AND device_id = $2 \
-                     AND at >= $3 AND at < $4 ORDER BY at")
-                .bind(self.org)
-                .bind(device)
-                .bind(since)
-                .bind(until)
-                .fetch_all(self)
-                .await
-            }
-            Some((bucket, width)) => {
-                sql("SELECT bucket_start AS at, samples, cpu_sum / samples AS cpu_avg, cpu_max, \
-                     ram_sum / samples AS ram_avg, ram_max, disk_sum / samples AS disk_avg, \
-                     disk_max, net_rx_bytes, net_tx_bytes, process_sum / samples AS process_avg \
-                     FROM metric_rollups WHERE org_id = $1 AND device_id = $2 AND bucket = $3 \
-                     AND bucket_start >= $4 AND bucket_start < $5 ORDER BY bucket_start")
-                .bind(self.org)
-                .bind(device)
-                .bind(bucket)
-                .bind(bucket_start(since, width))
-                .bind(until)
-                .fetch_all(self)
-                .await
-            }
-        }
+        let device = device.id;
+        series(self.org, device, since, until, aggregation, |select, at| {
+            format!("{select} ORDER BY {at}")
+        })?
+        .fetch_all(self)
+        .await
     }
+
+    /// The plan of a device's raw series, for a test to hold it to its covering index.
+    #[cfg(feature = "testing")]
+    pub async fn explain_metrics_series(
+        &self,
+        device: DeviceId,
+        since: Timestamp,
+        until: Timestamp,
+    ) -> Result<String> {
+        series(
+            self.org,
+            device,
+            since,
+            until,
+            Aggregation::Raw,
+            |select, at| format!("{select} ORDER BY {at}"),
+        )?
+        .explain(self)
+        .await
+    }
+
+    /// The figures of a device's whole series over the range (counted in the database) and
+    /// only its `last` newest points, oldest first: what a summary of a long series needs,
+    /// without reading every point out of the database. `device` as for
+    /// [`Self::query_metrics`].
+    pub async fn query_metrics_tail(
+        &self,
+        device: &Device,
+        since: Timestamp,
+        until: Timestamp,
+        aggregation: Aggregation,
+        last: u32,
+    ) -> Result<(Option<MetricTotals>, Vec<MetricPoint>)> {
+        let device = device.id;
+        // PostgreSQL sums BIGINT as NUMERIC; the casts keep both backends' types alike.
+        let totals: Option<MetricTotals> =
+            series(self.org, device, since, until, aggregation, |select, _| {
+                format!(
+                    "SELECT CAST(COUNT(*) AS BIGINT) AS points, \
+                     CAST(COALESCE(SUM(samples), 0) AS BIGINT) AS samples, \
+                     CAST(COALESCE(SUM(cpu_avg * samples), 0) AS DOUBLE PRECISION) AS cpu_weighted, \
+                     CAST(COALESCE(MIN(cpu_avg), 0) AS DOUBLE PRECISION) AS cpu_min, \
+                     CAST(COALESCE(MAX(cpu_max), 0) AS DOUBLE PRECISION) AS cpu_max, \
+                     CAST(COALESCE(SUM(ram_avg * samples), 0) AS DOUBLE PRECISION) AS ram_weighted, \
+                     CAST(COALESCE(MIN(ram_avg), 0) AS DOUBLE PRECISION) AS ram_min, \
+                     CAST(COALESCE(MAX(ram_max), 0) AS DOUBLE PRECISION) AS ram_max, \
+                     CAST(COALESCE(SUM(disk_avg * samples), 0) AS DOUBLE PRECISION) AS disk_weighted, \
+                     CAST(COALESCE(MIN(disk_avg), 0) AS DOUBLE PRECISION) AS disk_min, \
+                     CAST(COALESCE(MAX(disk_max), 0) AS DOUBLE PRECISION) AS disk_max, \
+                     CAST(COALESCE(SUM(net_rx_bytes), 0) AS BIGINT) AS net_rx_bytes, \
+                     CAST(COALESCE(SUM(net_tx_bytes), 0) AS BIGINT) AS net_tx_bytes \
+                     FROM ({select}) series"
+                )
+            })?
+            .fetch_optional(self)
+            .await?;
+        // An aggregate answers one row, even over no points.
+        let Some(totals) = totals.filter(|t| t.points > 0) else {
+            return Ok((None, Vec::new()));
+        };
+        let tail = series(self.org, device, since, until, aggregation, |select, at| {
+            format!("SELECT * FROM ({select} ORDER BY {at} DESC LIMIT {last}) tail ORDER BY at")
+        })?
+        .fetch_all(self)
+        .await?;
+        Ok((Some(totals), tail))
+    }
+}
+
+/// A metrics series' figures over its whole range: the point count, sample-weighted sums for
+/// averages, the least average and greatest maximum per metric, and the network byte totals.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct MetricTotals {
+    pub points: i64,
+    pub samples: i64,
+    pub cpu_weighted: f64,
+    pub cpu_min: f64,
+    pub cpu_max: f64,
+    pub ram_weighted: f64,
+    pub ram_min: f64,
+    pub ram_max: f64,
+    pub disk_weighted: f64,
+    pub disk_min: f64,
+    pub disk_max: f64,
+    pub net_rx_bytes: i64,
+    pub net_tx_bytes: i64,
+}
+
+/// A device's series over `[since, until)` at one resolution, as a `SELECT` that `wrap` turns
+/// into the statement (given the select and the column it is ordered by); every point has the
+/// columns of [`MetricPoint`].
+fn series(
+    org: OrgId,
+    device: DeviceId,
+    since: Timestamp,
+    until: Timestamp,
+    aggregation: Aggregation,
+    wrap: impl FnOnce(&str, &str) -> String,
+) -> Result<crate::sql::Sql> {
+    if since >= until {
+        return Err(StoreError::Invalid("the range is empty".into()));
+    }
+    Ok(match aggregation.bucket() {
+        None => sql(wrap(
+            "SELECT at, CAST(1 AS BIGINT) AS samples, cpu_percent AS cpu_avg, \
+             cpu_percent AS cpu_max, ram_percent AS ram_avg, ram_percent AS ram_max, \
+             disk_percent AS disk_avg, disk_percent AS disk_max, net_rx_bytes, net_tx_bytes, \
+             CAST(process_count AS DOUBLE PRECISION) AS process_avg \
+             FROM device_metrics WHERE org_id = $1 AND device_id = $2 \
+             AND at >= $3 AND at < $4",
+            "at",
+        ))
+        .bind(org)
+        .bind(device)
+        .bind(since)
+        .bind(until),
+        Some((bucket, width)) => sql(wrap(
+            "SELECT bucket_start AS at, samples, cpu_sum / samples AS cpu_avg, cpu_max, \
+             ram_sum / samples AS ram_avg, ram_max, disk_sum / samples AS disk_avg, \
+             disk_max, net_rx_bytes, net_tx_bytes, process_sum / samples AS process_avg \
+             FROM metric_rollups WHERE org_id = $1 AND device_id = $2 AND bucket = $3 \
+             AND bucket_start >= $4 AND bucket_start < $5",
+            "bucket_start",
+        ))
+        .bind(org)
+        .bind(device)
+        .bind(bucket)
+        .bind(bucket_start(since, width))
+        .bind(until),
+    })
 }

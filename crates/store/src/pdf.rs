@@ -16,7 +16,8 @@
 //! With no font available it falls back to the standard Type1 fonts Helvetica and
 //! Helvetica-Bold (nothing embedded) with WinAnsiEncoding: characters outside it print as `?`,
 //! and the first page says so under the title. Either way a cell too wide for its column is cut
-//! and ends with `..`, measured with the font's own character widths.
+//! and ends with `..`, measured with the font's own character widths — or, in a document
+//! started with `start_wrapping` (invoices, quotes), wraps onto more lines within its column.
 //!
 //! Layout: A4 landscape, a title on the first page, the column header on every page, "page N"
 //! at the foot. A page's content stream is written as its rows come, its length given by an
@@ -113,6 +114,44 @@ fn fit(glyphs: Vec<Glyph>, dots: [Glyph; 2], room: f64, size: f64) -> Vec<Glyph>
     }
     out.extend(dots);
     out
+}
+
+/// `paragraphs` (one per element) broken into lines that each fit in `room` points at
+/// `size`: at spaces where it can, inside a word longer than a whole line where it must. Every
+/// glyph is kept: nothing is cut. An empty paragraph is one empty line.
+fn wrap(paragraphs: Vec<Vec<Glyph>>, room: f64, size: f64) -> Vec<Vec<Glyph>> {
+    let w = |g: &Glyph| f64::from(g.width) * size / 1000.0;
+    let mut lines = Vec::new();
+    for para in paragraphs {
+        let mut line: Vec<Glyph> = Vec::new();
+        let mut used = 0.0;
+        for word in para.split(|g| g.ch == ' ') {
+            let width: f64 = word.iter().map(w).sum();
+            let space = para.iter().find(|g| g.ch == ' ').copied();
+            let space_w = space.as_ref().map_or(0.0, w);
+            if !line.is_empty() && used + space_w + width <= room {
+                line.extend(space);
+                line.extend_from_slice(word);
+                used += space_w + width;
+                continue;
+            }
+            if !line.is_empty() {
+                lines.push(std::mem::take(&mut line));
+                used = 0.0;
+            }
+            // A word wider than a line is broken where the line is full.
+            for g in word {
+                if !line.is_empty() && used + w(g) > room {
+                    lines.push(std::mem::take(&mut line));
+                    used = 0.0;
+                }
+                line.push(*g);
+                used += w(g);
+            }
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 /// How text is set.
@@ -220,6 +259,8 @@ pub(crate) struct PdfTable {
     stream_start: u64,
     y: f64,
     rows_on_page: usize,
+    /// Long cells and the title wrap onto more lines instead of being cut.
+    wrapping: bool,
 }
 
 /// The line under the title when no Unicode font was found.
@@ -234,6 +275,27 @@ impl PdfTable {
         title: &str,
         columns: &[&str],
         font: Option<Arc<PdfFont>>,
+    ) -> Self {
+        Self::begin(out, title, columns, font, false)
+    }
+
+    /// As [`Self::start`], for a document whose long cells and title wrap onto more lines
+    /// within their column ([`Self::wrapped_row`]) instead of being cut: invoices and quotes.
+    pub(crate) fn start_wrapping(
+        out: &mut Vec<u8>,
+        title: &str,
+        columns: &[&str],
+        font: Option<Arc<PdfFont>>,
+    ) -> Self {
+        Self::begin(out, title, columns, font, true)
+    }
+
+    fn begin(
+        out: &mut Vec<u8>,
+        title: &str,
+        columns: &[&str],
+        font: Option<Arc<PdfFont>>,
+        wrapping: bool,
     ) -> Self {
         let weights: Vec<f64> = columns.iter().map(|c| column_weight(c)).collect();
         let sum: f64 = weights.iter().sum::<f64>().max(1.0);
@@ -266,6 +328,7 @@ impl PdfTable {
             stream_start: 0,
             y: 0.0,
             rows_on_page: 0,
+            wrapping,
         };
         // The binary comment marks the file as binary for transfer programs.
         pdf.emit(out, b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n");
@@ -336,6 +399,13 @@ impl PdfTable {
         fit(glyphs, dots, room, size)
     }
 
+    /// `text` as lines of glyphs that fit in `room` points at `size` ([`wrap`]); its line
+    /// breaks start new lines.
+    fn wrap(&mut self, text: &str, room: f64, size: f64) -> Vec<Vec<Glyph>> {
+        let paragraphs = text.split('\n').map(|p| self.face.shape(p)).collect();
+        wrap(paragraphs, room, size)
+    }
+
     /// Begins a page: opens its content stream, then the title (first page only) and the
     /// column header.
     fn new_page(&mut self, out: &mut Vec<u8>) {
@@ -353,8 +423,19 @@ impl PdfTable {
         if self.pages.is_empty() {
             self.y -= TITLE_SIZE;
             let title = self.title.clone();
-            let title = self.fit(&title, PAGE_W - 2.0 * MARGIN, TITLE_SIZE);
-            self.text(out, true, TITLE_SIZE, MARGIN, &title);
+            let room = PAGE_W - 2.0 * MARGIN;
+            let lines = if self.wrapping {
+                // Bold is a little wider than the widths measured: some room to spare.
+                self.wrap(&title, room * 0.95, TITLE_SIZE)
+            } else {
+                vec![self.fit(&title, room, TITLE_SIZE)]
+            };
+            for (i, line) in lines.iter().enumerate() {
+                if i > 0 {
+                    self.y -= TITLE_SIZE * 1.3;
+                }
+                self.text(out, true, TITLE_SIZE, MARGIN, line);
+            }
             self.y -= LEADING;
             if matches!(self.face, Typeface::Standard) {
                 self.y -= FONT_SIZE;
@@ -446,6 +527,32 @@ impl PdfTable {
             }
         }
         self.y -= LEADING;
+        self.rows_on_page += 1;
+    }
+
+    /// Appends one row whose cells wrap within their columns: as many lines as its longest
+    /// cell needs, continued on the next page when this one is full.
+    pub(crate) fn wrapped_row(&mut self, out: &mut Vec<u8>, cells: &[String]) {
+        let columns = self.columns.len();
+        let lines: Vec<Vec<Vec<Glyph>>> = cells
+            .iter()
+            .take(columns)
+            .enumerate()
+            .map(|(i, cell)| self.wrap(cell, self.widths[i] - GAP, FONT_SIZE))
+            .collect();
+        let height = lines.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        for k in 0..height {
+            if self.y < MARGIN + LEADING {
+                self.end_page(out);
+                self.new_page(out);
+            }
+            for (i, cell) in lines.iter().enumerate() {
+                if let Some(line) = cell.get(k).filter(|l| !l.is_empty()) {
+                    self.text(out, false, FONT_SIZE, self.xs[i], line);
+                }
+            }
+            self.y -= LEADING;
+        }
         self.rows_on_page += 1;
     }
 

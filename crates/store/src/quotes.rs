@@ -201,7 +201,7 @@ impl crate::OrgQuotes<'_> {
         audit: AuditEvent,
     ) -> Result<Quote> {
         check_text("title", title, MAX_TEXT)?;
-        let partner = self.whole().tenancy().organization().await?.partner_id;
+        let partner = self.whole().tenancy().partner_id().await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;

@@ -125,7 +125,40 @@ impl Store {
     }
 }
 
+/// Organization → partner, filled as organizations are first asked for.
+///
+/// Caching without expiry is sound because the pair never changes: an organization is created
+/// under its partner, is never moved to another and is never deleted. Read-path tools ask for
+/// the partner on every call (partner-wide policies, catalog, tickets), and the lookup was a
+/// statement of its own each time.
+#[derive(Debug, Default)]
+pub(crate) struct PartnerOf(std::sync::RwLock<std::collections::HashMap<OrgId, PartnerId>>);
+
+impl PartnerOf {
+    fn get(&self, org: OrgId) -> Option<PartnerId> {
+        self.0.read().ok()?.get(&org).copied()
+    }
+
+    fn remember(&self, org: OrgId, partner: PartnerId) {
+        if let Ok(mut map) = self.0.write() {
+            map.insert(org, partner);
+        }
+    }
+}
+
 impl crate::OrgTenancy<'_> {
+    /// The partner this organization belongs to: read once, then from memory (an
+    /// organization never moves between partners and is never deleted, so the memo cannot go
+    /// stale).
+    pub async fn partner_id(&self) -> Result<PartnerId> {
+        if let Some(partner) = self.store.partners.get(self.org) {
+            return Ok(partner);
+        }
+        let partner = self.organization().await?.partner_id;
+        self.store.partners.remember(self.org, partner);
+        Ok(partner)
+    }
+
     /// This organization.
     pub async fn organization(&self) -> Result<Organization> {
         sql(format!(
@@ -301,6 +334,10 @@ impl crate::OrgTenancy<'_> {
 
     /// The groups a device of this organization belongs to, by name.
     pub async fn groups_of_device(&self, device: DeviceId) -> Result<Vec<DeviceGroup>> {
+        self.groups_of_device_query(device).fetch_all(self).await
+    }
+
+    fn groups_of_device_query(&self, device: DeviceId) -> crate::sql::Sql {
         sql(format!(
             "SELECT {GROUP_COLUMNS} FROM device_groups WHERE org_id = $1 AND id IN \
              (SELECT group_id FROM device_group_members WHERE org_id = $1 AND device_id = $2) \
@@ -308,8 +345,13 @@ impl crate::OrgTenancy<'_> {
         ))
         .bind(self.org)
         .bind(device)
-        .fetch_all(self)
-        .await
+    }
+
+    /// The plan of [`Self::groups_of_device`], for a test to hold it to the memberships' index
+    /// by device.
+    #[cfg(feature = "testing")]
+    pub async fn explain_groups_of_device(&self, device: DeviceId) -> Result<String> {
+        self.groups_of_device_query(device).explain(self).await
     }
 
     /// Adds a device to a group; both must belong to this organization. Adding twice is a no-op.

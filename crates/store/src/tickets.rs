@@ -307,7 +307,7 @@ impl crate::OrgTickets<'_> {
         check_tags(&new.tags)?;
         self.check_device(new.device_id).await?;
         self.check_assignee(new.assignee_id).await?;
-        let partner = self.whole().tenancy().organization().await?.partner_id;
+        let partner = self.whole().tenancy().partner_id().await?;
         let now = self.store.clock.now();
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;

@@ -565,6 +565,7 @@ reaches! {
     telemetry: Telemetry => OrgTelemetry;
     tenancy: Tenancy => OrgTenancy;
     tickets: Tickets => OrgTickets;
+    vulnerabilities: Vulnerabilities => OrgVulnerabilities;
 }
 
 impl<'a, R: Reach> ToolCx<'a, R> {

@@ -87,6 +87,7 @@ pub fn all() -> Registry {
     r.domain("security", tools::security::register);
     r.domain("telemetry", tools::telemetry::register);
     r.domain("tickets", tools::tickets::register);
+    r.domain("vulnerabilities", tools::vulnerabilities::register);
     r
 }
 
@@ -125,7 +126,8 @@ mod tests {
                 "scripts",
                 "security",
                 "telemetry",
-                "tickets"
+                "tickets",
+                "vulnerabilities"
             ]
         );
         assert!(r.iter().all(|t| t.domain != registry::NO_DOMAIN));
@@ -222,11 +224,14 @@ mod tests {
         ("get_invoice",                 Some("2"),     false, None),
         ("get_security_posture",        Some("1"),     false, None),
         ("get_user_experience_metrics", Some("1"),     false, None),
+        // Breeze's own: exposure to OSV advisories, and the advisories.
+        ("get_vulnerability_exposure",  None,          false, None),
         ("list_configuration_policies", Some("1"),     false, None),
         ("list_contracts",              Some("2"),     false, None),
         ("list_invoices",               Some("2"),     false, None),
         // Breeze's own: a read-only question asked of the fleet at once.
         ("list_live_queries",           None,          false, None),
+        ("manage_advisories",           None,          false, None),
         ("manage_alert_rules",          Some("1/2/3"), true,  Some((15, 300))),
         ("manage_alerts",               Some("1/2"),   true,  None),
         ("manage_automations",          Some("1/2/3"), false, Some((10, 600))),
@@ -277,6 +282,7 @@ mod tests {
         ("execute_command",             Some("file_read"),        Tier::T3, Permission::DevicesExecute),
         ("execute_command",             Some("event_logs_list"),  Tier::T3, Permission::DevicesExecute),
         ("execute_command",             Some("event_logs_query"), Tier::T3, Permission::DevicesExecute),
+        ("execute_command",             Some("reboot"),           Tier::T3, Permission::DevicesExecute),
         ("file_operations",             Some("list"),             Tier::T1, Permission::FilesRead),
         ("file_operations",             Some("read"),             Tier::T1, Permission::FilesRead),
         ("file_operations",             Some("write"),            Tier::T3, Permission::FilesWrite),
@@ -302,6 +308,13 @@ mod tests {
         ("get_invoice",                 None,                     Tier::T2, Permission::InvoicesRead),
         ("get_security_posture",        None,                     Tier::T1, Permission::DevicesRead),
         ("get_user_experience_metrics", None,                     Tier::T1, Permission::DevicesRead),
+        ("get_vulnerability_exposure",  Some("summary"),          Tier::T1, Permission::DevicesRead),
+        ("get_vulnerability_exposure",  Some("advisories"),       Tier::T1, Permission::DevicesRead),
+        ("get_vulnerability_exposure",  Some("devices"),          Tier::T1, Permission::DevicesRead),
+        ("get_vulnerability_exposure",  Some("device"),           Tier::T1, Permission::DevicesRead),
+        ("manage_advisories",           Some("list"),             Tier::T1, Permission::DevicesRead),
+        ("manage_advisories",           Some("get"),              Tier::T1, Permission::DevicesRead),
+        ("manage_advisories",           Some("import"),           Tier::T3, Permission::DevicesWrite),
         ("list_configuration_policies", None,                     Tier::T1, Permission::DevicesRead),
         ("list_contracts",              None,                     Tier::T2, Permission::ContractsRead),
         ("list_invoices",               None,                     Tier::T2, Permission::InvoicesRead),
@@ -421,6 +434,7 @@ mod tests {
         ("manage_quotes",               Some("add_line"),         Tier::T2, Permission::QuotesWrite),
         ("manage_quotes",               Some("remove_line"),      Tier::T2, Permission::QuotesWrite),
         ("manage_quotes",               Some("decline"),          Tier::T2, Permission::QuotesWrite),
+        ("manage_quotes",               Some("create_payment_link"),Tier::T2, Permission::QuotesWrite),
         ("manage_quotes",               Some("send"),             Tier::T3, Permission::QuotesSend),
         ("manage_tickets",              Some("list"),             Tier::T1, Permission::TicketsRead),
         ("manage_tickets",              Some("get"),              Tier::T1, Permission::TicketsRead),

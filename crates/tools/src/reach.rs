@@ -104,6 +104,8 @@ domains! {
     Billing = 25;
     /// Live queries and their stored answers.
     LiveQueries = 26;
+    /// Advisories and the organization's vulnerability exposure.
+    Vulnerabilities = 27;
 }
 
 impl Reach for () {

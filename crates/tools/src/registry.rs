@@ -422,9 +422,32 @@ fn tidy(mut v: Value) -> Value {
 /// absent and `null` mean the same, so the listing says only `T` (and leaves `null` out of an
 /// `enum`). What the server validates against is unchanged: it still accepts `null`. A type
 /// array of several non-null types becomes an `anyOf` of one type each.
+///
+/// An id argument is a string of exactly 36 characters in what the server validates; the
+/// listing names it `format: uuid` instead, which is shorter and says what to send.
 pub fn portable_input(mut schema: Value) -> Value {
     single_types(&mut schema, false);
+    uuid_format(&mut schema);
     schema
+}
+
+fn uuid_format(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let is_uuid = m.get("type").is_some_and(|t| t == "string")
+                && m.get("minLength").and_then(Value::as_u64) == Some(36)
+                && m.get("maxLength").and_then(Value::as_u64) == Some(36)
+                && !m.contains_key("format");
+            if is_uuid {
+                m.remove("minLength");
+                m.remove("maxLength");
+                m.insert("format".into(), json!("uuid"));
+            }
+            m.values_mut().for_each(uuid_format);
+        }
+        Value::Array(a) => a.iter_mut().for_each(uuid_format),
+        _ => {}
+    }
 }
 
 /// A listed output schema with no `type` arrays: a nullable field (`[T, "null"]`, which an

@@ -27,13 +27,13 @@ use std::{sync::Arc, time::Instant};
 use breeze_agent_proto::{DiskUsageSample, MetricSample};
 use breeze_alerts::{AlertEngine, AlertEngineConfig};
 use breeze_core::{
-    Actor, AlertCondition, AuditEvent, Clock, Comparison, DeviceId, DeviceStatus, ManualClock,
-    Metric, OrgId, OsFamily, ReportFilters, ReportFormat, ReportKind, Severity, Timestamp,
+    AlertCondition, Clock, Comparison, DeviceId, ManualClock, Metric, ReportFilters, ReportFormat,
+    ReportKind, Severity, Timestamp,
 };
-use breeze_store::{
-    Backend, NewDevice, NewRule, ReportRequest, RuleTarget, Store, testing::TestStore,
-};
+use breeze_store::{Backend, NewRule, ReportRequest, RuleTarget, testing::TestStore};
 use futures::StreamExt;
+
+use super::percentile;
 
 /// Seconds between an agent's samples, and between engine ticks.
 const INTERVAL_SECS: i64 = 30;
@@ -41,10 +41,6 @@ const INTERVAL_SECS: i64 = 30;
 const HOT_FROM: usize = 3;
 /// The CPU rule the hot devices trip: above 90 % for this many minutes.
 const HOT_RULE_MINUTES: i64 = 2;
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("bench"), action, "bench")
-}
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(
@@ -105,14 +101,6 @@ fn status_kib(field: &str) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn sample(at: Timestamp, cpu: f64) -> MetricSample {
@@ -179,40 +167,6 @@ fn rule_set(n: usize) -> Vec<NewRule> {
         .collect()
 }
 
-async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<DeviceId>)> {
-    let partner = store.create_partner("Bench", "bench", audit("p")).await?;
-    let org = store
-        .create_organization(partner.id, "Bench", "bench-org", audit("o"))
-        .await?;
-    let o = store.org(org.id);
-    let site = o.tenancy().create_site("HQ", "UTC", audit("s")).await?;
-    let fleet: Vec<NewDevice> = (0..devices)
-        .map(|i| NewDevice {
-            site_id: site.id,
-            hostname: format!("bench-{i:05}"),
-            os_family: OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: DeviceStatus::Online,
-            agent_version: Some("0.1.0".into()),
-            last_seen_at: Some(store.clock().now()),
-            tags: vec![],
-        })
-        .collect();
-    for chunk in fleet.chunks(2_000) {
-        o.devices()
-            .create_devices(chunk.to_vec(), audit("device.seed"))
-            .await?;
-    }
-    let (page, _) = o
-        .devices()
-        .list_devices(&breeze_store::DeviceFilter::default(), u32::MAX, 0)
-        .await?;
-    let ids: Vec<DeviceId> = page.iter().map(|d| d.id).collect();
-    anyhow::ensure!(ids.len() == devices, "seeded {} of {devices}", ids.len());
-    Ok((org.id, ids))
-}
-
 /// Adds the latency of each raised alert of a hot device: from its duration being met to `now`
 /// in the engine's clock, plus the evaluation's wall time.
 async fn collect(
@@ -257,11 +211,11 @@ async fn one_backend(
         }
     );
     let t = Instant::now();
-    let (org, ids) = seed(&store, devices).await?;
+    let (org, ids) = super::seed_fleet(&store, devices).await?;
     let o = store.org(org);
     for r in rule_set(rules) {
         o.alerts()
-            .create_rule(r, audit("alert_rule.create"))
+            .create_rule(r, super::audit("alert_rule.create"))
             .await?;
     }
     report!(
@@ -444,7 +398,7 @@ async fn one_backend(
                     filters: ReportFilters::default(),
                 },
                 "bench",
-                audit("report.generate"),
+                super::audit("report.generate"),
             )
             .await?;
         let took = t.elapsed().as_secs_f64() * 1000.0;

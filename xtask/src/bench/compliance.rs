@@ -17,20 +17,14 @@
 use std::{sync::Arc, time::Instant};
 
 use breeze_agent_proto::Inventory;
-use breeze_core::{
-    Actor, AuditEvent, ComplianceRule, DeviceId, DeviceStatus, ManualClock, OrgId, OsFamily,
-    PolicyEnforcement,
-};
+use breeze_core::{ComplianceRule, DeviceId, ManualClock, OrgId, PolicyEnforcement};
 use breeze_store::{
-    Backend, CompliancePolicyUpdate, NewCompliancePolicy, NewDevice, RuleTarget, Store,
-    testing::TestStore,
+    Backend, CompliancePolicyUpdate, NewCompliancePolicy, RuleTarget, Store, testing::TestStore,
 };
 use futures::StreamExt;
-use serde_json::json;
 
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("bench"), action, "bench")
-}
+use super::percentile;
+use serde_json::json;
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(
@@ -80,14 +74,6 @@ fn cpu_micros() -> anyhow::Result<u64> {
     Ok(us(usage.user_time()) + us(usage.system_time()))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// Device `i`'s inventory: `n` packages; every tenth device has an old openssl, every
 /// seventh none.
 fn inventory(store: &Store, i: usize, n: usize, bump: u32) -> anyhow::Result<Inventory> {
@@ -134,40 +120,6 @@ fn rule_set(n: usize) -> Vec<ComplianceRule> {
         .collect()
 }
 
-async fn seed(store: &Store, devices: usize) -> anyhow::Result<(OrgId, Vec<DeviceId>)> {
-    let partner = store.create_partner("Bench", "bench", audit("p")).await?;
-    let org = store
-        .create_organization(partner.id, "Bench", "bench-org", audit("o"))
-        .await?;
-    let o = store.org(org.id);
-    let site = o.tenancy().create_site("HQ", "UTC", audit("s")).await?;
-    let fleet: Vec<NewDevice> = (0..devices)
-        .map(|i| NewDevice {
-            site_id: site.id,
-            hostname: format!("bench-{i:05}"),
-            os_family: OsFamily::Linux,
-            os_name: "Debian GNU/Linux".into(),
-            os_version: "12".into(),
-            status: DeviceStatus::Online,
-            agent_version: Some("0.1.0".into()),
-            last_seen_at: Some(store.clock().now()),
-            tags: vec![],
-        })
-        .collect();
-    for chunk in fleet.chunks(2_000) {
-        o.devices()
-            .create_devices(chunk.to_vec(), audit("device.seed"))
-            .await?;
-    }
-    let (page, _) = o
-        .devices()
-        .list_devices(&breeze_store::DeviceFilter::default(), u32::MAX, 0)
-        .await?;
-    let ids: Vec<DeviceId> = page.iter().map(|d| d.id).collect();
-    anyhow::ensure!(ids.len() == devices, "seeded {} of {devices}", ids.len());
-    Ok((org.id, ids))
-}
-
 async fn record_all(
     store: &Store,
     org: OrgId,
@@ -206,7 +158,7 @@ async fn one_backend(
     };
     report!("\n== {name} ==");
     let t = Instant::now();
-    let (org, ids) = seed(&store, devices).await?;
+    let (org, ids) = super::seed_fleet(&store, devices).await?;
     let indexed: Vec<(usize, DeviceId)> = ids.iter().copied().enumerate().collect();
     record_all(&store, org, &indexed, packages, 0).await?;
     report!(
@@ -229,7 +181,7 @@ async fn one_backend(
                 owner_actor: "system:bench".into(),
                 evaluate_every_minutes: 60,
             },
-            audit("compliance_policy.create"),
+            super::audit("compliance_policy.create"),
         )
         .await?;
 
@@ -280,7 +232,7 @@ async fn one_backend(
                         active: Some(on),
                         ..CompliancePolicyUpdate::default()
                     },
-                    audit("compliance_policy.update"),
+                    super::audit("compliance_policy.update"),
                 )
                 .await
         }

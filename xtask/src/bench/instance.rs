@@ -236,9 +236,17 @@ impl Instance {
 
     /// Runs the admin CLI against this instance's database; returns its stdout.
     pub(super) fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.cli_with(&[], args)
+    }
+
+    /// [`Instance::cli`] with `extra` settings on top of the shared ones.
+    pub(super) fn cli_with(&self, extra: &[(&str, &str)], args: &[&str]) -> anyhow::Result<String> {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args).stdin(Stdio::null());
         for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra {
             cmd.env(k, v);
         }
         run(&mut cmd)
@@ -264,6 +272,31 @@ impl Instance {
             .as_str()
             .map(str::to_owned)
             .context("enrollment-keys create: no key")
+    }
+
+    /// Adds `rows` tool-call records to the demo organization's audit log, spread over the
+    /// time before now (a million cover 20 days), in steps of 250,000 so neither database holds
+    /// one huge statement.
+    pub(super) fn seed_audit(&self, rows: i64) -> anyhow::Result<()> {
+        let org: uuid::Uuid = self.demo["organization"]["id"]
+            .as_str()
+            .context("demo.json names no organization")?
+            .parse()?;
+        let base = super::sim::now() - chrono::Duration::milliseconds(1_728 * rows);
+        let step = 250_000;
+        let mut from = 0;
+        while from < rows {
+            let to = (from + step).min(rows);
+            self.sql(&super::reports::audit_seed_sql(
+                self.db == Db::Sqlite,
+                org,
+                base,
+                from,
+                to,
+            ))?;
+            from = to;
+        }
+        Ok(())
     }
 
     /// The single number a `SELECT count(*) …` answers, asked with the backend's own shell.

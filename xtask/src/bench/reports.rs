@@ -12,15 +12,11 @@
 
 use std::{sync::Arc, time::Instant};
 
-use breeze_core::{Actor, AuditEvent, ManualClock, ReportFilters, ReportFormat, ReportKind};
+use breeze_core::{ManualClock, ReportFilters, ReportFormat, ReportKind};
 use breeze_store::{Backend, ReportRequest, Store, testing::TestStore};
 
 /// Milliseconds between two seeded records: a million of them cover 20 days.
 const SPACING_MS: i64 = 1_728;
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("bench"), action, "bench")
-}
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(args, &["--rows", "--database"])?;
@@ -60,9 +56,11 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
     let clock = ManualClock::new(super::sim::now());
     let test = TestStore::new(backend, Arc::new(clock.clone())).await;
     let store = test.store.clone();
-    let partner = store.create_partner("P", "p", audit("partner")).await?;
+    let partner = store
+        .create_partner("P", "p", super::audit("partner"))
+        .await?;
     let org = store
-        .create_organization(partner.id, "A", "a", audit("org"))
+        .create_organization(partner.id, "A", "a", super::audit("org"))
         .await?
         .id;
     report!();
@@ -102,7 +100,7 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
                     },
                 },
                 "bench",
-                audit("report.generate"),
+                super::audit("report.generate"),
             )
             .await?;
         let secs = started.elapsed().as_secs_f64();

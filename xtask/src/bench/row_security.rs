@@ -11,14 +11,10 @@
 
 use std::{sync::Arc, time::Instant};
 
-use breeze_core::{Actor, AuditEvent, DeviceStatus, ManualClock, OrgId, OsFamily};
+use breeze_core::{DeviceStatus, ManualClock, OrgId, OsFamily};
 use breeze_store::{Backend, NewDevice, Store, testing::TestStore};
 
 const POINT_READ: &str = "SELECT COUNT(*) FROM devices WHERE id = $1";
-
-fn audit(action: &str) -> AuditEvent {
-    AuditEvent::new(Actor::system("bench"), action, "bench")
-}
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let f = super::flags(args, &["--calls", "--devices"])?;
@@ -48,13 +44,18 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
         "row security for the bench's role: {:?}",
         store.row_security().await?
     );
-    let partner = store.create_partner("P", "p", audit("partner")).await?;
+    let partner = store
+        .create_partner("P", "p", super::audit("partner"))
+        .await?;
     let org = store
-        .create_organization(partner.id, "A", "a", audit("org"))
+        .create_organization(partner.id, "A", "a", super::audit("org"))
         .await?
         .id;
     let o = store.org(org);
-    let site = o.tenancy().create_site("HQ", "UTC", audit("site")).await?;
+    let site = o
+        .tenancy()
+        .create_site("HQ", "UTC", super::audit("site"))
+        .await?;
     let mut ids = Vec::with_capacity(devices);
     for i in 0..devices {
         let dev = o
@@ -71,7 +72,7 @@ async fn bench(calls: usize, devices: usize) -> anyhow::Result<()> {
                     last_seen_at: None,
                     tags: vec![],
                 },
-                audit("device"),
+                super::audit("device"),
             )
             .await?;
         ids.push(dev.id);

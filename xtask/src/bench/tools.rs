@@ -212,25 +212,7 @@ fn seed(inst: &Instance, devices: u64, audit_rows: i64) -> anyhow::Result<()> {
         &devices.to_string(),
         "--with-inventory",
     ])?;
-    let org: uuid::Uuid = inst.demo["organization"]["id"]
-        .as_str()
-        .context("demo.json names no organization")?
-        .parse()?;
-    // A million records over 20 days, in steps so neither database holds one huge statement.
-    let base = super::sim::now() - chrono::Duration::milliseconds(1_728 * audit_rows);
-    let step = 250_000;
-    let mut from = 0;
-    while from < audit_rows {
-        let to = (from + step).min(audit_rows);
-        inst.sql(&super::reports::audit_seed_sql(
-            inst.db == Db::Sqlite,
-            org,
-            base,
-            from,
-            to,
-        ))?;
-        from = to;
-    }
+    inst.seed_audit(audit_rows)?;
     eprintln!(
         "seeded {} devices and {} audit records in {:.0} s",
         inst.count("SELECT count(*) FROM devices")?,

@@ -470,6 +470,14 @@ impl Executor {
                 })
                 .await
             }
+            CommandKind::Reboot {
+                delay_minutes,
+                with_users,
+            } => {
+                let config = self.patching.clone();
+                blocking(move || patches::reboot(&config, delay_minutes, with_users, &usernames()))
+                    .await
+            }
             CommandKind::PackageRemove { packages } => {
                 let config = self.patching.clone();
                 blocking(move || {

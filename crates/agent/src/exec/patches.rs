@@ -119,11 +119,7 @@ impl PackageManager {
         Ok(PackageManager {
             manager,
             executable,
-            reboot_command: config
-                .reboot_command
-                .clone()
-                .filter(|c| !c.is_empty())
-                .unwrap_or_else(|| vec!["shutdown".into(), "-r".into()]),
+            reboot_command: reboot_command(config),
             reboot_required_file: config
                 .reboot_required_file
                 .clone()
@@ -534,23 +530,11 @@ impl PackageManager {
         let (action, mut detail) = reboot_decision(reboot, required, changed, &logged_in);
         let mut action = action.to_owned();
         if action == "scheduled" {
-            let mut cmd = self.reboot_command.clone();
-            cmd.push(format!("+{}", reboot.delay_minutes));
-            let run = Command::new(&cmd[0])
-                .args(&cmd[1..])
-                .stdin(Stdio::null())
-                .output();
-            match run {
-                Ok(o) if o.status.success() => {
-                    detail = Some(format!("reboot in {} minutes", reboot.delay_minutes));
-                }
-                Ok(o) => {
-                    action = "failed".into();
-                    detail = Some(failure("the reboot command", &o));
-                }
+            match schedule_reboot(&self.reboot_command, reboot.delay_minutes) {
+                Ok(said) => detail = Some(said),
                 Err(e) => {
                     action = "failed".into();
-                    detail = Some(format!("could not run {}: {e}", cmd[0]));
+                    detail = Some(e);
                 }
             }
         }
@@ -567,6 +551,59 @@ impl PackageManager {
             }),
         }
     }
+}
+
+/// The machine's reboot command as `config` sets it (`rebootCommand`, default `shutdown -r`):
+/// the one command both a patch job's reboot and a [`reboot`] run.
+fn reboot_command(config: &PatchingConfig) -> Vec<String> {
+    config
+        .reboot_command
+        .clone()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| vec!["shutdown".into(), "-r".into()])
+}
+
+/// Runs the reboot command with `+<delay_minutes>`; the sentence saying what was done.
+fn schedule_reboot(command: &[String], delay_minutes: u32) -> Result<String, String> {
+    let mut cmd = command.to_vec();
+    cmd.push(format!("+{delay_minutes}"));
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", cmd[0]))?;
+    if !out.status.success() {
+        return Err(failure("the reboot command", &out));
+    }
+    Ok(format!("reboot in {delay_minutes} minutes"))
+}
+
+/// A reboot asked for by itself (the `reboot` command): deferred while `users` are logged in
+/// unless `with_users`, else the configured reboot command is run. The test suites configure a
+/// fake command that records its arguments, so no test machine is ever restarted.
+pub fn reboot(
+    config: &PatchingConfig,
+    delay_minutes: u32,
+    with_users: bool,
+    users: &[String],
+) -> Result<serde_json::Value, String> {
+    let asked = Reboot {
+        mode: RebootMode::Always,
+        with_users,
+        delay_minutes,
+    };
+    let (action, detail) = reboot_decision(asked, true, true, users);
+    let detail = if action == "scheduled" {
+        Some(schedule_reboot(&reboot_command(config), delay_minutes)?)
+    } else {
+        detail
+    };
+    Ok(serde_json::json!({
+        "reboot": action,
+        "detail": detail,
+        "delayMinutes": delay_minutes,
+        "loggedInUsers": users,
+    }))
 }
 
 /// An installed package a removal would take: its version and, for apt, what else removing it

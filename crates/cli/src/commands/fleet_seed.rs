@@ -1,14 +1,16 @@
 //! What `breeze devices seed --with-inventory` adds to synthetic devices so they read like
 //! real ones: an agent inventory (operating system, CPU, disks, interfaces and about 870
 //! installed packages, the size of a typical Linux server's), a heartbeat for each online one
-//! (a third with people signed in, the third device among them), a week of per-minute metrics for the first ten, and three
-//! context notes for each of the first thousand. Written through the store's own write paths,
+//! (a third with people signed in, the third device among them), a patch scan for each Linux
+//! one (0 to 24 available updates drawn from its packages, a third of them security updates,
+//! every tenth device asking for a reboot), a week of per-minute metrics for the first ten,
+//! and three context notes for each of the first thousand. Written through the store's own write paths,
 //! as agents and technicians would, so every reader (tools, pages, reports) sees the shapes
 //! it sees in production; the read benchmarks run on it.
 
 use breeze_agent_proto::{
-    CpuInfo, DiskInfo, DiskUsageSample, Heartbeat, Inventory, MetricSample, NetworkInterface,
-    NetworkSample, OsInfo, Package, UserSession,
+    AvailablePatch, CpuInfo, DiskInfo, DiskUsageSample, Heartbeat, Inventory, MetricSample,
+    NetworkInterface, NetworkSample, OsInfo, Package, PatchScanReport, UserSession,
 };
 use breeze_core::{Actor, AuditEvent, Device, DeviceStatus, OrgId, OsFamily};
 use breeze_store::NewContext;
@@ -176,6 +178,45 @@ fn inventory(device: &Device, index: usize, now: chrono::DateTime<chrono::Utc>) 
     }
 }
 
+/// Device `index`'s patch scan: `index % 25` of its packages have a newer version, every third
+/// of them from the security suite with a severity.
+fn patch_scan(index: usize, now: chrono::DateTime<chrono::Utc>) -> PatchScanReport {
+    const SEVERITIES: [&str; 4] = ["critical", "important", "moderate", "low"];
+    let patches = packages(index)
+        .into_iter()
+        .step_by(7)
+        .take(index % 25)
+        .enumerate()
+        .map(|(k, p)| {
+            let security = k % 3 == 0;
+            AvailablePatch {
+                available_version: format!("{}+deb12u1", p.version),
+                installed_version: Some(p.version),
+                name: p.name,
+                arch: Some("amd64".into()),
+                source: Some(
+                    if security {
+                        "bookworm-security"
+                    } else {
+                        "bookworm-updates"
+                    }
+                    .into(),
+                ),
+                security,
+                severity: security.then(|| SEVERITIES[(index + k) % 4].to_owned()),
+                advisory: security.then(|| format!("DSA-{}-1", 5000 + (index + k) % 900)),
+            }
+        })
+        .collect();
+    PatchScanReport {
+        manager: "apt".into(),
+        scanned_at: now - Duration::minutes(index as i64 % 1440),
+        patches,
+        reboot_required: index.is_multiple_of(10),
+        logged_in_users: users(index, now).into_iter().map(|u| u.username).collect(),
+    }
+}
+
 fn users(index: usize, now: chrono::DateTime<chrono::Utc>) -> Vec<UserSession> {
     if index % 3 != 2 {
         return Vec::new();
@@ -222,6 +263,11 @@ pub(crate) async fn seed(app: &App, org: OrgId, devices: &[Device]) -> anyhow::R
         app.store
             .record_inventory(d.id, org, &inventory(d, i, now))
             .await?;
+        if d.os_family == OsFamily::Linux {
+            app.store
+                .record_patch_scan(d.id, org, &patch_scan(i, now))
+                .await?;
+        }
         // A heartbeat brings a device online; offline ones keep their status.
         if d.status != DeviceStatus::Offline {
             let hb = Heartbeat {

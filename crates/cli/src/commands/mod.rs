@@ -1,6 +1,7 @@
 //! Subcommand implementations and what they share: opening the store, serving until a signal.
 
 pub(crate) mod admin;
+pub(crate) mod advisories;
 pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod billing;

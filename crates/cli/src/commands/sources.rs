@@ -1,6 +1,7 @@
 //! `breeze sources …`: tool sources from a shell — add one (its credential sealed under the
-//! configured or data-directory key), list them, discover their tools, list a source's tools,
-//! test-call a Tier 1 tool, and enable, disable or set the tier of one.
+//! configured or data-directory key), list them, edit or delete one, discover their tools, list
+//! a source's tools, test-call a Tier 1 tool, enable, disable or set the tier of one or several
+//! tools, and the bulk switches "enable all reads" and "disable all".
 //!
 //! Like the other admin commands these act as the system (audit actor `system:cli`) with the
 //! database's authority: whoever runs them holds `DATABASE_URL`. A partner-wide source
@@ -12,10 +13,10 @@ use anyhow::{Context, bail};
 use breeze_core::{Actor, AuditEvent, tool_source::SourceKind};
 use breeze_sources::{
     egress::Egress,
-    service::{NewSource, Owner, Sources, tier_from_number},
+    service::{Edit, NewSource, Owner, Sources, tier_from_number},
     vault::Credential,
 };
-use breeze_store::{SourceOwner, ToolChange, ToolSource};
+use breeze_store::{SourceOwner, ToolChange, ToolSource, ToolSwitch};
 use clap::Subcommand;
 
 use super::App;
@@ -67,6 +68,43 @@ pub(crate) enum SourcesCommand {
         #[arg(long)]
         org: String,
     },
+    /// Change a source: its name, whether it is enabled or offered to MCP clients, its
+    /// credential. Without `--credential` the stored one is kept, which is allowed only while
+    /// the method is unchanged; switching methods needs the new credential.
+    Edit {
+        /// The organization (slug or id).
+        #[arg(long)]
+        org: String,
+        /// The source's slug (fixed once saved).
+        source: String,
+        /// A new display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Make the source active again.
+        #[arg(long)]
+        enable: bool,
+        /// Disable the source: none of its tools can be called.
+        #[arg(long, conflicts_with = "enable")]
+        disable: bool,
+        /// `true` or `false`: list its enabled tools in Breeze's own `tools/list`.
+        #[arg(long)]
+        offer_to_mcp: Option<bool>,
+        /// The authentication method (`none`, `bearer`, `api_key_header`, `basic`,
+        /// `oauth2_client_credentials`); a change needs `--credential` too.
+        #[arg(long)]
+        auth_method: Option<String>,
+        /// A new credential as JSON (as for `add`).
+        #[arg(long, env = "BREEZE_SOURCE_CREDENTIAL", hide_env_values = true)]
+        credential: Option<String>,
+    },
+    /// Delete a source and its tools.
+    Delete {
+        /// The organization (slug or id).
+        #[arg(long)]
+        org: String,
+        /// The source's slug.
+        source: String,
+    },
     /// Discover a source's tools now (Breeze never polls).
     Discover {
         /// The organization (slug or id).
@@ -96,15 +134,18 @@ pub(crate) enum SourcesCommand {
         #[arg(long, default_value = "{}")]
         args: String,
     },
-    /// Enable or disable a tool, or set its tier (which also clears "review needed").
+    /// Enable or disable one or several tools, or set their tier (which also clears "review
+    /// needed"). Each tool is changed on its own: the first one refused stops the command and
+    /// names it, the ones before it stay changed.
     Set {
         /// The organization (slug or id).
         #[arg(long)]
         org: String,
         /// The source's slug.
         source: String,
-        /// The tool's name at its source.
-        tool: String,
+        /// The tools' names at their source.
+        #[arg(required = true)]
+        tools: Vec<String>,
         /// Enable the tool (a removed or unroutable one cannot be).
         #[arg(long)]
         enable: bool,
@@ -114,6 +155,23 @@ pub(crate) enum SourcesCommand {
         /// 1, 2 or 3.
         #[arg(long)]
         tier: Option<u8>,
+    },
+    /// "Enable all reads": every Tier 1 tool that can be enabled (not removed upstream, name
+    /// usable).
+    EnableReads {
+        /// The organization (slug or id).
+        #[arg(long)]
+        org: String,
+        /// The source's slug.
+        source: String,
+    },
+    /// "Disable all": every enabled tool of the source.
+    DisableAll {
+        /// The organization (slug or id).
+        #[arg(long)]
+        org: String,
+        /// The source's slug.
+        source: String,
     },
 }
 
@@ -199,6 +257,7 @@ impl SourcesCommand {
                 let org = app.store.find_organization(&org).await.context("--org")?;
                 let sources = sources(app, settings)?;
                 let s = find(&sources, org.id, &source).await?;
+                let started = std::time::Instant::now();
                 match sources
                     .discover(
                         Owner::of(&app.store, s.owner),
@@ -209,8 +268,12 @@ impl SourcesCommand {
                 {
                     Ok(d) => {
                         println!(
-                            "{}: {} tools, {} skipped, {} need review",
-                            s.slug, d.tools, d.skipped, d.review_needed
+                            "{}: {} tools, {} skipped, {} need review, in {} ms",
+                            s.slug,
+                            d.tools,
+                            d.skipped,
+                            d.review_needed,
+                            started.elapsed().as_millis()
                         );
                         for w in d.warnings {
                             println!("warning: {w}");
@@ -268,7 +331,7 @@ impl SourcesCommand {
             SourcesCommand::Set {
                 org,
                 source,
-                tool,
+                tools,
                 enable,
                 disable,
                 tier,
@@ -280,17 +343,72 @@ impl SourcesCommand {
                     enabled: (enable || disable).then_some(enable),
                     tier: tier.map(tier_from_number).transpose().context("--tier")?,
                 };
-                let audit = cli_audit("tool_source.tool_change");
-                let t = sources
-                    .change_tool(Owner::of(&app.store, s.owner), s.id, &tool, change, audit)
+                for tool in tools {
+                    let audit = cli_audit("tool_source.tool_change");
+                    let t = sources
+                        .change_tool(Owner::of(&app.store, s.owner), s.id, &tool, change, audit)
+                        .await
+                        .with_context(|| format!("{}__{tool}", s.slug))?;
+                    println!(
+                        "{}__{}: tier {}, {}",
+                        s.slug,
+                        t.name,
+                        t.tier.number(),
+                        if t.enabled { "enabled" } else { "disabled" }
+                    );
+                }
+            }
+            SourcesCommand::Edit {
+                org,
+                source,
+                name,
+                enable,
+                disable,
+                offer_to_mcp,
+                auth_method,
+                credential,
+            } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let credential: Option<Credential> = credential
+                    .map(|c| serde_json::from_str(&c).context("--credential"))
+                    .transpose()?;
+                let sources = sources(app, settings)?;
+                let s = find(&sources, org.id, &source).await?;
+                let edit = Edit {
+                    display_name: name,
+                    enabled: (enable || disable).then_some(enable),
+                    offer_to_mcp,
+                    auth_method,
+                    credential,
+                };
+                let s = sources
+                    .edit(
+                        Owner::of(&app.store, s.owner),
+                        s.id,
+                        edit,
+                        cli_audit("tool_source.update"),
+                    )
                     .await?;
-                println!(
-                    "{}__{}: tier {}, {}",
-                    s.slug,
-                    t.name,
-                    t.tier.number(),
-                    if t.enabled { "enabled" } else { "disabled" }
-                );
+                println!("changed {}", describe(&s));
+            }
+            SourcesCommand::Delete { org, source } => {
+                let org = app.store.find_organization(&org).await.context("--org")?;
+                let sources = sources(app, settings)?;
+                let s = find(&sources, org.id, &source).await?;
+                sources
+                    .delete(
+                        Owner::of(&app.store, s.owner),
+                        s.id,
+                        cli_audit("tool_source.delete"),
+                    )
+                    .await?;
+                println!("deleted {}", s.slug);
+            }
+            SourcesCommand::EnableReads { org, source } => {
+                switch(app, settings, &org, &source, ToolSwitch::EnableReads).await?;
+            }
+            SourcesCommand::DisableAll { org, source } => {
+                switch(app, settings, &org, &source, ToolSwitch::DisableAll).await?;
             }
         }
         Ok(())
@@ -306,4 +424,32 @@ async fn find(
         .by_slug(org, slug)
         .await
         .with_context(|| format!("no tool source {slug:?} in this organization"))
+}
+
+/// "Enable all reads" or "Disable all" on the source `slug` of `org`, printing how many tools
+/// changed.
+async fn switch(
+    app: &App,
+    settings: &Settings,
+    org: &str,
+    slug: &str,
+    switch: ToolSwitch,
+) -> anyhow::Result<()> {
+    let org = app.store.find_organization(org).await.context("--org")?;
+    let sources = sources(app, settings)?;
+    let s = find(&sources, org.id, slug).await?;
+    let changed = sources
+        .switch_tools(
+            Owner::of(&app.store, s.owner),
+            s.id,
+            switch,
+            cli_audit("tool_source.tools_switch"),
+        )
+        .await?;
+    let what = match switch {
+        ToolSwitch::EnableReads => "enabled",
+        ToolSwitch::DisableAll => "disabled",
+    };
+    println!("{}: {changed} tools {what}", s.slug);
+    Ok(())
 }

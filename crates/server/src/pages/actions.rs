@@ -119,6 +119,15 @@ fn summary(tool: &str, v: &Value) -> String {
         }
         return s;
     }
+    // execute_command's reboot: what the agent did about it, in its words.
+    if let Some(reboot) = v["result"]["reboot"].as_str() {
+        let host = v["hostname"].as_str().unwrap_or("the device");
+        let detail = v["result"]["detail"].as_str().unwrap_or("");
+        return match reboot {
+            "scheduled" => format!("Reboot of {host} scheduled: {detail}."),
+            _ => format!("{host} was not rebooted: {detail}."),
+        };
+    }
     match v["message"].as_str() {
         Some(m) if !m.is_empty() => {
             let mut m = m.to_owned();

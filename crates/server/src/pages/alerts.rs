@@ -3,8 +3,9 @@
 //! `GET /o/{org}/alerts` lists alerts newest first, filtered by status (active — open or
 //! acknowledged — by default), severity, device and rule, 50 to a page with the store's keyset
 //! cursor; `…/alerts/rows?…` is the list alone, which htmx reloads on the live `alerts` event.
-//! `GET /o/{org}/alerts/{id}` shows one alert with its history. `POST /o/{org}/alerts/act`
-//! acknowledges, resolves or suppresses the alerts it names (one, or a selection of at most
+//! `GET /o/{org}/alerts/{id}` shows one alert with its history and its tickets, with a button
+//! opening a ticket from it (`super::billing`). `POST /o/{org}/alerts/act` acknowledges,
+//! resolves or suppresses the alerts it names (one, or a selection of at most
 //! [`MAX_BULK`]), each through `breeze_domain::alerts::AlertDesk` exactly as `manage_alerts`
 //! does, with its own audit record.
 //!
@@ -543,6 +544,10 @@ struct AlertPage {
     history: Vec<HistoryRow>,
     can_manage: bool,
     back: String,
+    /// Its tickets, when the person may list tickets.
+    tickets: Option<super::kit::Table>,
+    /// The person may open a ticket from it.
+    can_ticket: bool,
 }
 
 async fn show(
@@ -588,7 +593,11 @@ async fn show(
             &scope,
             tool_operation(&state, "manage_alerts", "acknowledge"),
         );
-    let l = Layout::for_user(
+    let tickets =
+        super::billing::linked_tickets(&state, &scope, super::billing::TicketsOf::Alert(id))
+            .await?;
+    let can_ticket = super::billing::may_ticket_alert(&state, &scope);
+    let mut l = Layout::for_user(
         &state,
         &who,
         Some(&scope.org),
@@ -596,6 +605,8 @@ async fn show(
         &alert.title,
     )
     .await?;
+    // The assistant link opens the chat about this alert.
+    l.chat_about(&format!("alert={}", alert.id));
     render_status(
         StatusCode::OK,
         &AlertPage {
@@ -615,6 +626,8 @@ async fn show(
             message: alert.message,
             history,
             can_manage,
+            tickets,
+            can_ticket,
         },
     )
 }

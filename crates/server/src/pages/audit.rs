@@ -16,7 +16,7 @@ use axum::{
     response::Response,
     routing::get,
 };
-use breeze_core::{ActorType, AuditResult, Operation, Permission, Timestamp};
+use breeze_core::{ActorType, AiSessionId, AuditResult, Operation, Permission, Timestamp};
 use breeze_store::{AuditCursor, AuditFilter, AuditView};
 use chrono::{NaiveDateTime, TimeZone, Utc};
 use serde::Deserialize;
@@ -56,6 +56,8 @@ struct Q {
     action: String,
     actor_type: String,
     actor_id: String,
+    /// One AI chat session's records.
+    session: String,
     resource_type: String,
     resource_id: String,
     result: String,
@@ -96,6 +98,9 @@ struct Row {
     request_id: String,
     /// `request_id` encoded for a query string.
     request_q: String,
+    /// The chat session the assistant acted in, for a record of the assistant (a UUID, safe
+    /// in a query string); empty otherwise.
+    session: String,
     details: String,
 }
 
@@ -159,6 +164,7 @@ fn filter_of(q: &Q) -> Result<AuditFilter, String> {
         ("request", &q.request),
         ("action", &q.action),
         ("actor", &q.actor_id),
+        ("chat session", &q.session),
         ("resource type", &q.resource_type),
         ("resource id", &q.resource_id),
     ] {
@@ -166,7 +172,7 @@ fn filter_of(q: &Q) -> Result<AuditFilter, String> {
             return Err(format!("{name}: at most 200 characters"));
         }
     }
-    Ok(AuditFilter {
+    let filter = AuditFilter {
         action: some(&q.action),
         resource_type: some(&q.resource_type),
         resource_id: some(&q.resource_id),
@@ -175,7 +181,16 @@ fn filter_of(q: &Q) -> Result<AuditFilter, String> {
         result,
         since: parse_time("from", &q.since)?,
         until: parse_time("until", &q.until)?,
-    })
+    };
+    match q.session.trim() {
+        "" => Ok(filter),
+        s => {
+            let session = s
+                .parse::<AiSessionId>()
+                .map_err(|_| format!("chat session: {s:?} is not a session id"))?;
+            filter.in_chat_session(session).map_err(|e| e.to_string())
+        }
+    }
 }
 
 async fn show(
@@ -223,6 +238,16 @@ async fn show(
                     when: r.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
                     actor: names.of(&r.event.actor.to_string()),
                     actor_id: r.event.actor.to_string(),
+                    session: match r.event.actor.kind {
+                        ActorType::AiChat => r
+                            .event
+                            .actor
+                            .id
+                            .parse::<AiSessionId>()
+                            .map(|s| s.to_string())
+                            .unwrap_or_default(),
+                        _ => String::new(),
+                    },
                     action: r.event.action,
                     resource: match r.event.resource_id {
                         Some(id) => format!("{} {id}", r.event.resource_type),
@@ -297,6 +322,7 @@ fn query_string(q: &Q) -> String {
         ("action", &q.action),
         ("actor_type", &q.actor_type),
         ("actor_id", &q.actor_id),
+        ("session", &q.session),
         ("resource_type", &q.resource_type),
         ("resource_id", &q.resource_id),
         ("result", &q.result),

@@ -5,9 +5,12 @@
 //! and `POST …/act` comments (public or internal), changes the status, assigns it to the
 //! signed-in person, or starts and stops their timer. `GET /o/{org}/invoices`, `…/quotes`,
 //! `…/contracts` list those; `GET …/invoices/{id}`, `…/quotes/{id}`, `…/contracts/{id}` show
-//! one with its lines and totals; `GET …/invoices/{id}/pdf` and `…/quotes/{id}/pdf` download
-//! the document; `POST …/invoices/{id}/payment-link` makes (or shows) the Stripe payment link
-//! of an issued invoice.
+//! one with its lines and totals (an invoice also its payments, refunds and payment links);
+//! `GET …/invoices/{id}/pdf` and `…/quotes/{id}/pdf` download the document; `POST …/invoices/{id}/payment-link` makes (or shows) the Stripe payment link
+//! of an issued invoice, and `POST …/quotes/{id}/payment-link` that of a sent quote.
+//! `POST …/quotes/{id}/act` sends (Tier 3, `quotes.send`) or declines a quote;
+//! `POST …/contracts/{id}/act` activates, pauses, resumes or cancels a contract (Tier 3,
+//! `contracts.manage`).
 //!
 //! Every page is judged by the operation the MCP tool's matching action declares
 //! ([`super::tool_operation`]): reading invoices needs what `get_invoice` needs (Tier 2,
@@ -28,6 +31,7 @@ use breeze_store::{OrgStore, StoreError, Ticket, TicketFilter};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::kit::{Cell, Table as KitTable};
 use super::{Layout, PageError, Section, SignedForm, SignedIn, allowed, render, tool_operation};
 use crate::{ApiError, AppState, authz::OrgScope, extract::RequestId};
 
@@ -36,6 +40,7 @@ pub(super) fn router() -> Router<AppState> {
         .route("/o/{org}/tickets", get(tickets))
         .route("/o/{org}/tickets/{ticket}", get(ticket))
         .route("/o/{org}/tickets/{ticket}/act", post(ticket_act))
+        .route("/o/{org}/alerts/{id}/ticket", post(ticket_from_alert))
         .route("/o/{org}/invoices", get(invoices))
         .route("/o/{org}/invoices/{id}", get(invoice))
         .route("/o/{org}/invoices/{id}/pdf", get(invoice_pdf))
@@ -43,8 +48,14 @@ pub(super) fn router() -> Router<AppState> {
         .route("/o/{org}/quotes", get(quotes))
         .route("/o/{org}/quotes/{id}", get(quote))
         .route("/o/{org}/quotes/{id}/pdf", get(quote_pdf))
+        .route(
+            "/o/{org}/quotes/{id}/payment-link",
+            post(quote_payment_link),
+        )
+        .route("/o/{org}/quotes/{id}/act", post(quote_act))
         .route("/o/{org}/contracts", get(contracts))
         .route("/o/{org}/contracts/{id}", get(contract))
+        .route("/o/{org}/contracts/{id}/act", post(contract_act))
 }
 
 fn when(t: breeze_core::Timestamp) -> String {
@@ -65,6 +76,91 @@ fn page_err(what: &'static str) -> impl Fn(StoreError) -> PageError {
     move |e| match e {
         StoreError::NotFound(_) => not_found(what),
         other => PageError::from(other),
+    }
+}
+
+/// A billing record with a page of its own, for the end of an action taken from that page.
+#[derive(Clone, Copy)]
+enum Record {
+    Invoice,
+    Quote,
+    Contract,
+}
+
+/// Why an action on a record did not happen: a reason its page shows, or an error that
+/// answers as itself (a record that is not this organization's is a 404).
+enum Refusal {
+    Shown(String),
+    Failed(StoreError),
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(m) | StoreError::Conflict(m) => Refusal::Shown(m),
+            other => Refusal::Failed(other),
+        }
+    }
+}
+
+impl From<breeze_billing::BillingError> for Refusal {
+    fn from(e: breeze_billing::BillingError) -> Self {
+        match e {
+            breeze_billing::BillingError::Store(e) => e.into(),
+            other => Refusal::Shown(other.to_string()),
+        }
+    }
+}
+
+impl Record {
+    fn noun(self) -> &'static str {
+        match self {
+            Record::Invoice => "Invoice",
+            Record::Quote => "Quote",
+            Record::Contract => "Contract",
+        }
+    }
+
+    async fn page(
+        self,
+        state: &AppState,
+        who: &SignedIn,
+        org: &str,
+        raw: &str,
+        message: String,
+    ) -> Result<Response, PageError> {
+        match self {
+            Record::Invoice => invoice_page(state, who, org, raw, message).await,
+            Record::Quote => quote_page(state, who, org, raw, message).await,
+            Record::Contract => contract_page(state, who, org, raw, message).await,
+        }
+    }
+
+    /// Back to the record's page when the action was taken, the page with the reason when
+    /// it was refused, the error's own answer otherwise.
+    async fn after<T>(
+        self,
+        state: &AppState,
+        scope: &OrgScope,
+        who: &SignedIn,
+        id: Uuid,
+        done: Result<T, impl Into<Refusal>>,
+    ) -> Result<Response, PageError> {
+        let path = match self {
+            Record::Invoice => "invoices",
+            Record::Quote => "quotes",
+            Record::Contract => "contracts",
+        };
+        match done.map_err(Into::into) {
+            Ok(_) => {
+                Ok(Redirect::to(&format!("/o/{}/{path}/{id}", scope.org.slug)).into_response())
+            }
+            Err(Refusal::Shown(m)) => {
+                self.page(state, who, &scope.org.slug, &id.to_string(), m)
+                    .await
+            }
+            Err(Refusal::Failed(e)) => Err(page_err(self.noun())(e)),
+        }
     }
 }
 
@@ -301,7 +397,8 @@ async fn ticket_page(
         &t.reference(),
     )
     .await?;
-    l.chat_about(&format!("context=ticket {}", t.reference()));
+    // A custom context: the chat shows and injects the text as it is.
+    l.chat_about(&format!("context=ticket%20{}", t.reference()));
     render(&TicketPage {
         l,
         reference: t.reference(),
@@ -421,6 +518,97 @@ async fn ticket_act(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whose tickets a page shows.
+pub(super) enum TicketsOf {
+    Alert(Uuid),
+    Device(breeze_core::DeviceId),
+}
+
+/// Tickets a device's page lists (its newest).
+const DEVICE_TICKETS: u32 = 50;
+
+/// The tickets linked to an alert, or opened for a device (newest first), as the table its
+/// page shows; `None` when the person may not list tickets (`manage_tickets list`).
+pub(super) async fn linked_tickets(
+    state: &AppState,
+    scope: &OrgScope,
+    of: TicketsOf,
+) -> Result<Option<KitTable>, PageError> {
+    if !allowed(
+        state,
+        scope,
+        tool_operation(state, "manage_tickets", "list"),
+    ) {
+        return Ok(None);
+    }
+    let tickets = scope.store(state).tickets();
+    let list = match of {
+        TicketsOf::Alert(id) => tickets.tickets_of_alert(id).await?,
+        TicketsOf::Device(d) => {
+            let filter = TicketFilter {
+                device: Some(d),
+                ..TicketFilter::default()
+            };
+            tickets
+                .list_tickets(&filter, None, DEVICE_TICKETS)
+                .await?
+                .tickets
+        }
+    };
+    let slug = &scope.org.slug;
+    let mut table = KitTable::new(
+        "linked-tickets",
+        "Tickets",
+        &["Ticket", "Subject", "Status"],
+        "No ticket yet.",
+    );
+    for t in list {
+        let reference = t.reference();
+        table.row(
+            format!("ticket-{reference}"),
+            vec![
+                Cell::link(reference.clone(), format!("/o/{slug}/tickets/{reference}")),
+                Cell::text(t.subject),
+                Cell::status(t.status.as_str()),
+            ],
+        );
+    }
+    Ok(Some(table))
+}
+
+/// Whether the person may open a ticket from an alert here.
+pub(super) fn may_ticket_alert(state: &AppState, scope: &OrgScope) -> bool {
+    allowed(
+        state,
+        scope,
+        tool_operation(state, "manage_tickets", "create_from_alert"),
+    )
+}
+
+/// Opens a ticket from an alert of this organization (its device, severity and message, the
+/// two linked) through the store call `manage_tickets create_from_alert` makes, and shows it.
+async fn ticket_from_alert(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = scope(&state, &who, &org, "manage_tickets", "create_from_alert").await?;
+    let alert = Uuid::parse_str(&raw).map_err(|_| not_found("Alert"))?;
+    let t = scope
+        .store(&state)
+        .tickets()
+        .create_from_alert(
+            alert,
+            &scope.caller.actor().to_string(),
+            audit(&scope, request_id, "ticket.create_from_alert", "ticket"),
+        )
+        .await
+        .map_err(page_err("Alert"))?;
+    Ok(Redirect::to(&format!("/o/{}/tickets/{}", scope.org.slug, t.reference())).into_response())
 }
 
 /// A timer's rate: billable at `rate` in `currency` (ISO 4217, default USD) when a rate is
@@ -606,7 +794,30 @@ struct LedgerRecord {
     pay_action: String,
     /// An open payment link to show.
     pay_url: String,
+    /// Where the record's action buttons post, and the buttons the person may use now.
+    act_url: String,
+    acts: Vec<Act>,
     message: String,
+}
+
+/// A button on a record's page: posts `action` = `value` to the record's `…/act`.
+struct Act {
+    value: &'static str,
+    label: &'static str,
+    danger: bool,
+    /// The action takes a reason (a quote's decline).
+    reason: bool,
+}
+
+impl Act {
+    fn new(value: &'static str, label: &'static str) -> Self {
+        Self {
+            value,
+            label,
+            danger: false,
+            reason: false,
+        }
+    }
 }
 
 const LINE_COLUMNS: [&str; 5] = ["Description", "Quantity", "Unit price", "Amount", "Tax"];
@@ -677,6 +888,19 @@ async fn invoice_page(
             ]
         })
         .collect();
+    let refunds = invoices
+        .refunds(id)
+        .await?
+        .into_iter()
+        .map(|r| {
+            vec![
+                when(r.created_at),
+                r.amount().to_string(),
+                money(r.refunded_total_minor, r.currency),
+                r.charge_id,
+            ]
+        })
+        .collect();
     let links = invoices.payment_links(id).await?;
     let pay_url = links
         .iter()
@@ -732,6 +956,12 @@ async fn invoice_page(
                 rows: payments,
             },
             Table {
+                heading: "Refunds",
+                id: "refunds",
+                columns: vec!["Recorded", "Refunded", "Refunded in all", "Charge"],
+                rows: refunds,
+            },
+            Table {
                 heading: "Payment links",
                 id: "payment-links",
                 columns: vec!["Made", "Amount", "State", "Link"],
@@ -745,6 +975,8 @@ async fn invoice_page(
             String::new()
         },
         pay_url,
+        act_url: String::new(),
+        acts: Vec::new(),
         message,
     })
 }
@@ -782,13 +1014,7 @@ async fn payment_link(
             audit(&scope, request_id, "invoice.create_payment_link", "invoice"),
         )
         .await;
-    match made {
-        Ok(_) => Ok(Redirect::to(&format!("/o/{}/invoices/{id}", scope.org.slug)).into_response()),
-        Err(breeze_billing::BillingError::Store(StoreError::NotFound(_))) => {
-            Err(not_found("Invoice"))
-        }
-        Err(e) => invoice_page(&state, &who, &org, &raw, e.to_string()).await,
-    }
+    Record::Invoice.after(&state, &scope, &who, id, made).await
 }
 
 async fn invoice_pdf(
@@ -815,9 +1041,19 @@ async fn quote(
     who: SignedIn,
     Path((org, raw)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let scope = scope(&state, &who, &org, "manage_quotes", "get").await?;
-    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
-    let quotes = scope.store(&state).quotes();
+    quote_page(&state, &who, &org, &raw, String::new()).await
+}
+
+async fn quote_page(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    raw: &str,
+    message: String,
+) -> Result<Response, PageError> {
+    let scope = scope(state, who, org, "manage_quotes", "get").await?;
+    let id = Uuid::parse_str(raw).map_err(|_| not_found("Quote"))?;
+    let quotes = scope.store(state).quotes();
     let q = quotes.get_quote(id).await.map_err(page_err("Quote"))?;
     let c = q.currency;
     let slug = &scope.org.slug;
@@ -840,14 +1076,54 @@ async fn quote(
         .into_iter()
         .map(|b| vec![b.kind, b.body])
         .collect();
+    let links = quotes.payment_links(id).await?;
+    let paid = links.iter().any(|l| l.status == "paid");
+    let pay_url = links
+        .iter()
+        .find(|l| l.status == "open")
+        .map(|l| l.url.clone())
+        .unwrap_or_default();
+    let link_rows = links
+        .into_iter()
+        .map(|l| vec![when(l.created_at), l.amount().to_string(), l.status, l.url])
+        .collect();
+    let may_link = allowed(
+        state,
+        &scope,
+        tool_operation(state, "manage_quotes", "create_payment_link"),
+    ) && q.status == "sent"
+        && !paid
+        && state.billing.is_some();
+    let can = |action: &str| {
+        allowed(
+            state,
+            &scope,
+            tool_operation(state, "manage_quotes", action),
+        )
+    };
+    let mut acts = Vec::new();
+    if q.status == "draft" && can("send") {
+        acts.push(Act::new("send", "Send to the customer"));
+    }
+    if q.status != "declined" && !paid && can("decline") {
+        acts.push(Act {
+            danger: true,
+            reason: true,
+            ..Act::new("decline", "Decline")
+        });
+    }
     let heading = format!("Quote {}: {}", q.reference(), q.title);
-    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Quotes, &heading).await?;
+    let l = Layout::for_user(state, who, Some(&scope.org), Section::Quotes, &heading).await?;
     render(&LedgerRecord {
         l,
         back: format!("/o/{slug}/quotes"),
         back_label: "Quotes",
         heading,
-        status: q.status.clone(),
+        status: if paid {
+            "paid".into()
+        } else {
+            q.status.clone()
+        },
         facts: vec![
             ("Currency", c.to_string()),
             ("Created", when(q.created_at)),
@@ -866,17 +1142,69 @@ async fn quote(
             ("Tax", money(q.tax_minor, c)),
             ("Total", money(q.total_minor, c)),
         ],
-        more: vec![Table {
-            heading: "Content",
-            id: "blocks",
-            columns: vec!["Kind", "Text"],
-            rows: blocks,
-        }],
+        more: vec![
+            Table {
+                heading: "Content",
+                id: "blocks",
+                columns: vec!["Kind", "Text"],
+                rows: blocks,
+            },
+            Table {
+                heading: "Payment links",
+                id: "payment-links",
+                columns: vec!["Made", "Amount", "State", "Link"],
+                rows: link_rows,
+            },
+        ],
         pdf: format!("/o/{slug}/quotes/{id}/pdf"),
-        pay_action: String::new(),
-        pay_url: String::new(),
-        message: String::new(),
+        pay_action: if may_link {
+            format!("/o/{slug}/quotes/{id}/payment-link")
+        } else {
+            String::new()
+        },
+        pay_url,
+        act_url: format!("/o/{slug}/quotes/{id}/act"),
+        acts,
+        message,
     })
+}
+
+/// Makes (or shows) a sent quote's Stripe payment link, as `manage_quotes create_payment_link`
+/// does.
+async fn quote_payment_link(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = scope(&state, &who, &org, "manage_quotes", "create_payment_link").await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
+    let Some(billing) = state.billing.as_ref() else {
+        return quote_page(
+            &state,
+            &who,
+            &org,
+            &raw,
+            "Payments are not available on this server.".into(),
+        )
+        .await;
+    };
+    let store = scope.store(&state);
+    let q = store
+        .quotes()
+        .get_quote(id)
+        .await
+        .map_err(page_err("Quote"))?;
+    let made = billing
+        .org(store)
+        .quote_link(
+            &q,
+            &scope.caller.actor().to_string(),
+            audit(&scope, request_id, "quote.create_payment_link", "quote"),
+        )
+        .await;
+    Record::Quote.after(&state, &scope, &who, id, made).await
 }
 
 async fn quote_pdf(
@@ -899,9 +1227,27 @@ async fn contract(
     who: SignedIn,
     Path((org, raw)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let scope = scope(&state, &who, &org, "get_contract", "").await?;
-    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Contract"))?;
-    let contracts = scope.store(&state).contracts();
+    contract_page(&state, &who, &org, &raw, String::new()).await
+}
+
+/// A contract's lifecycle moves, as `manage_contracts` names them.
+const CONTRACT_MOVES: [(&str, &str); 4] = [
+    ("activate", "Activate"),
+    ("pause", "Pause"),
+    ("resume", "Resume"),
+    ("cancel", "Cancel contract"),
+];
+
+async fn contract_page(
+    state: &AppState,
+    who: &SignedIn,
+    org: &str,
+    raw: &str,
+    message: String,
+) -> Result<Response, PageError> {
+    let scope = scope(state, who, org, "get_contract", "").await?;
+    let id = Uuid::parse_str(raw).map_err(|_| not_found("Contract"))?;
+    let contracts = scope.store(state).contracts();
     let k = contracts
         .get_contract(id)
         .await
@@ -934,8 +1280,25 @@ async fn contract(
             ]
         })
         .collect();
+    // A move is offered when the contract's status allows it and the person holds what
+    // manage_contracts declares for it (Tier 3, contracts.manage).
+    let acts = CONTRACT_MOVES
+        .into_iter()
+        .filter(|(value, _)| {
+            k.status.after(value).is_ok()
+                && allowed(
+                    state,
+                    &scope,
+                    tool_operation(state, "manage_contracts", value),
+                )
+        })
+        .map(|(value, label)| Act {
+            danger: value == "cancel",
+            ..Act::new(value, label)
+        })
+        .collect();
     let heading = format!("Contract {}", k.name);
-    let l = Layout::for_user(&state, &who, Some(&scope.org), Section::Contracts, &heading).await?;
+    let l = Layout::for_user(state, who, Some(&scope.org), Section::Contracts, &heading).await?;
     render(&LedgerRecord {
         l,
         back: format!("/o/{slug}/contracts"),
@@ -965,6 +1328,89 @@ async fn contract(
         pdf: String::new(),
         pay_action: String::new(),
         pay_url: String::new(),
-        message: String::new(),
+        act_url: format!("/o/{slug}/contracts/{id}/act"),
+        acts,
+        message,
     })
+}
+
+#[derive(Debug, Deserialize)]
+struct RecordForm {
+    action: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// A quote's action from its page: `send` (to the customer: Tier 3 with `quotes.send`, as
+/// `manage_quotes send` declares) or `decline` (with a reason), each the store call the tool
+/// makes, with the same audit record.
+async fn quote_act(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<RecordForm>,
+) -> Result<Response, PageError> {
+    let (who, form) = (f.who, f.form);
+    let action = match form.action.as_str() {
+        a @ ("send" | "decline") => a,
+        _ => return Err(PageError::bad_request("Unknown action.")),
+    };
+    let scope = scope(&state, &who, &org, "manage_quotes", action).await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
+    let quotes = scope.store(&state).quotes();
+    let q = quotes.get_quote(id).await.map_err(page_err("Quote"))?;
+    let a = audit(&scope, request_id, &format!("quote.{action}"), "quote");
+    let done = if action == "send" {
+        quotes.send(q.id, a).await
+    } else if form.reason.trim().is_empty() {
+        Err(StoreError::Invalid(
+            "reason: say why the customer declined.".into(),
+        ))
+    } else {
+        quotes.decline(q.id, form.reason.trim(), a).await
+    };
+    Record::Quote.after(&state, &scope, &who, id, done).await
+}
+
+/// A contract's lifecycle move from its page (`activate`, `pause`, `resume`, `cancel`): held
+/// to what `manage_contracts` declares for it (Tier 3, `contracts.manage`), allowed by the
+/// same rule ([`breeze_core::ContractStatus::after`]), made by the store call the tool makes,
+/// with the same audit record.
+async fn contract_act(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<RecordForm>,
+) -> Result<Response, PageError> {
+    let (who, form) = (f.who, f.form);
+    let Some((action, _)) = CONTRACT_MOVES
+        .into_iter()
+        .find(|(value, _)| *value == form.action)
+    else {
+        return Err(PageError::bad_request("Unknown action."));
+    };
+    let scope = scope(&state, &who, &org, "manage_contracts", action).await?;
+    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Contract"))?;
+    let contracts = scope.store(&state).contracts();
+    let k = contracts
+        .get_contract(id)
+        .await
+        .map_err(page_err("Contract"))?;
+    let to = match k.status.after(action) {
+        Ok(to) => to,
+        Err(m) => return contract_page(&state, &who, &org, &raw, m).await,
+    };
+    let done = contracts
+        .set_status(
+            k.id,
+            to,
+            audit(
+                &scope,
+                request_id,
+                &format!("contract.{action}"),
+                "contract",
+            ),
+        )
+        .await;
+    Record::Contract.after(&state, &scope, &who, id, done).await
 }

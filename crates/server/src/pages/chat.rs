@@ -3,11 +3,17 @@
 //!
 //! `GET /o/{org}/chat` renders the page (`?session=<id>` one of the person's own sessions;
 //! another person's answers 404, as over REST). A page that links here names what it shows
-//! (`?device=<id>`, `?alert=<id>`, `?context=overview`); that context is looked up in this
-//! organization (so it is true, and another organization's device is "not found"), shown as a
-//! badge, and injected into the session `POST /o/{org}/chat/sessions` opens (a form with the
-//! CSRF token, like every form). `GET /o/{org}/chat/sessions?q=` is the list alone, for the
-//! search box (htmx).
+//! (`?device=<id>`, `?alert=<id>`, `?context=overview`, or any other `?context=<text>` as a
+//! custom context); a device or alert is looked up in this organization (so it is true, and
+//! another organization's device is "not found"), and every context is shown as a badge and
+//! injected into the session `POST /o/{org}/chat/sessions` opens (a form with the CSRF token,
+//! like every form). `GET /o/{org}/chat/sessions?q=&session=` is the list alone, for the
+//! search box (htmx) and for the script, which reloads it once it opened a session and after
+//! each turn (a new chat, or a title changed elsewhere, shows without reloading the page).
+//!
+//! `POST /o/{org}/chat/sessions/{id}` renames, closes or deletes one of the person's own
+//! sessions (`op` = `rename` with `title`, `close`, `delete`), through the same store calls
+//! as the REST door; anyone else's session answers 404.
 //!
 //! The live part is `assets/chat.js` (no inline script): it sends a message to the REST route
 //! `POST /api/v1/ai/sessions/{id}/messages` and reads its event stream, approves or rejects a
@@ -36,10 +42,14 @@ pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/o/{org}/chat", get(show))
         .route("/o/{org}/chat/sessions", get(list_fragment).post(create))
+        .route("/o/{org}/chat/sessions/{id}", axum::routing::post(change))
 }
 
 /// Sessions the list shows.
 const LISTED: i64 = 50;
+
+/// The longest custom page context (`?context=<text>`), in characters.
+const MAX_CUSTOM_CONTEXT: usize = 200;
 
 /// What a page said the chat is about, as the query string names it.
 #[derive(Debug, Default, Deserialize)]
@@ -77,14 +87,17 @@ impl About {
                 "severity": a.severity, "status": a.status,
             })));
         }
-        match self.context.as_str() {
+        match self.context.trim() {
             "" => Ok(None),
             "overview" => Ok(Some(
                 json!({ "type": "overview", "organization": scope.org.name }),
             )),
-            other => Err(PageError::bad_request(format!(
-                "Unknown context {other:?}: device, alert or overview."
-            ))),
+            // Any other text is a custom context a page names (a ticket, a report…): shown
+            // and injected as given, bounded like a title; it names nothing looked up.
+            label if label.chars().count() > MAX_CUSTOM_CONTEXT => Err(PageError::bad_request(
+                format!("A custom context is at most {MAX_CUSTOM_CONTEXT} characters."),
+            )),
+            label => Ok(Some(json!({ "type": "custom", "label": label }))),
         }
     }
 }
@@ -99,6 +112,7 @@ fn badge(ctx: Option<&Value>) -> String {
         Some("device") => format!("Device: {}", s("hostname")),
         Some("alert") => format!("Alert: {}", s("title")),
         Some("overview") => "Overview".to_owned(),
+        Some("custom") if !s("label").is_empty() => format!("Context: {}", s("label")),
         Some(other) => format!("Context: {other}"),
         None => "Custom context".to_owned(),
     }
@@ -330,7 +344,10 @@ async fn show(
         .to_owned();
     let mut l = Layout::for_user(&state, &who, Some(&scope.org), Section::Chat, &title).await?;
     if !about_value.is_empty() {
-        l.chat_about(&format!("{about_field}={about_value}"));
+        // A custom context is free text: encoded for the link's query string.
+        let value =
+            percent_encoding::utf8_percent_encode(&about_value, percent_encoding::NON_ALPHANUMERIC);
+        l.chat_about(&format!("{about_field}={value}"));
     }
     render(&ChatPage {
         l_org: scope.org.slug.clone(),
@@ -357,6 +374,9 @@ async fn show(
 #[serde(default)]
 struct ListQuery {
     q: String,
+    /// The session the page shows, marked current in the list (the page's script reloads
+    /// the list after it opened a session, or after a turn, when a title may have changed).
+    session: String,
 }
 
 async fn list_fragment(
@@ -366,7 +386,9 @@ async fn list_fragment(
     Query(q): Query<ListQuery>,
 ) -> Result<Response, PageError> {
     let scope = scope(&state, &who, &org).await?;
-    let sessions = session_links(&state, &who, &scope, &q.q, None).await?;
+    // A malformed id marks nothing: the list is the same either way.
+    let open = q.session.parse::<AiSessionId>().ok();
+    let sessions = session_links(&state, &who, &scope, &q.q, open).await?;
     render(&SessionsFragment {
         l_org: scope.org.slug,
         sessions,
@@ -425,4 +447,60 @@ async fn create(
         scope.org.slug, session.id
     ))
     .into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Change {
+    /// `rename`, `close` or `delete`.
+    op: String,
+    title: String,
+}
+
+/// Renames, closes or deletes one of the person's sessions, then shows it (or, deleted, the
+/// chat page without it).
+async fn change(
+    State(state): State<AppState>,
+    RequestId(rid): RequestId,
+    Path((org, id)): Path<(String, String)>,
+    f: SignedForm<Change>,
+) -> Result<Response, PageError> {
+    let who = f.who;
+    let scope = scope(&state, &who, &org).await?;
+    let not_found = || PageError::from(ApiError::not_found("chat session not found"));
+    let id: AiSessionId = id.parse().map_err(|_| not_found())?;
+    let store = scope.store(&state);
+    let ai = store.ai();
+    let audit = |action: &str| {
+        AuditEvent::new(who.authenticated().actor(), action, "ai_session").request(rid.clone())
+    };
+    let gone = |e: StoreError| match e {
+        StoreError::NotFound(_) => not_found(),
+        other => other.into(),
+    };
+    let slug = &scope.org.slug;
+    match f.form.op.as_str() {
+        "rename" => {
+            ai.rename_session(who.user.id, id, &f.form.title, audit("ai.session.rename"))
+                .await
+                .map_err(gone)?;
+        }
+        "close" => {
+            ai.close_session(who.user.id, id, audit("ai.session.close"))
+                .await
+                .map_err(gone)?;
+        }
+        "delete" => {
+            ai.delete_session(who.user.id, id, audit("ai.session.delete"))
+                .await
+                .map_err(gone)?;
+            return Ok(Redirect::to(&format!("/o/{slug}/chat")).into_response());
+        }
+        other => {
+            return Err(PageError::bad_request(format!(
+                "op: {other:?} is none of rename, close, delete"
+            )));
+        }
+    }
+    Ok(Redirect::to(&format!("/o/{slug}/chat?session={id}")).into_response())
 }

@@ -14,6 +14,7 @@
 //! | `patch_scan` | `manage_patches` `scan` |
 //! | `add_to_group` / `remove_from_group` (`group`) | `manage_groups` `add_devices` / `remove_devices` |
 //! | `maintenance` (`hours`) | `manage_maintenance_windows` `create`: a window on the device from now |
+//! | `reboot` (`delay` minutes, `with_users`) | `execute_command` `reboot` per device (Tier 3) |
 //!
 //! Instead of `id`s a post may name `target_group`: the group's members now (at most
 //! [`MAX_SELECTED`]), as the scripts page's "run on a group" does.
@@ -42,6 +43,9 @@ pub(crate) const MAX_SELECTED: usize = 100;
 /// The most hours a maintenance window opened from the console lasts.
 pub(crate) const MAX_MAINTENANCE_HOURS: u32 = 72;
 
+/// The longest a reboot from the console is announced ahead (the tool's own bound).
+pub(crate) const MAX_REBOOT_DELAY_MINUTES: u32 = 1440;
+
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/o/{org}/devices/act", post(act))
 }
@@ -56,6 +60,7 @@ pub(crate) enum DeviceAction {
     AddToGroup,
     RemoveFromGroup,
     Maintenance,
+    Reboot,
 }
 
 impl DeviceAction {
@@ -71,6 +76,7 @@ impl DeviceAction {
             "add_to_group" => Self::AddToGroup,
             "remove_from_group" => Self::RemoveFromGroup,
             "maintenance" => Self::Maintenance,
+            "reboot" => Self::Reboot,
             _ => return None,
         })
     }
@@ -85,6 +91,7 @@ impl DeviceAction {
             Self::AddToGroup => ("manage_groups", "add_devices"),
             Self::RemoveFromGroup => ("manage_groups", "remove_devices"),
             Self::Maintenance => ("manage_maintenance_windows", "create"),
+            Self::Reboot => ("execute_command", "reboot"),
         }
     }
 
@@ -100,7 +107,7 @@ impl DeviceAction {
             Self::RunScript => 10,
             Self::SecurityScan | Self::PatchScan => 50,
             Self::AddToGroup | Self::RemoveFromGroup => MAX_SELECTED,
-            Self::Service(_) | Self::Maintenance => 1,
+            Self::Service(_) | Self::Maintenance | Self::Reboot => 1,
         }
     }
 }
@@ -115,6 +122,8 @@ struct ActForm {
     group: String,
     target_group: String,
     hours: String,
+    delay: String,
+    with_users: bool,
     back: String,
 }
 
@@ -141,6 +150,8 @@ impl ActForm {
             group: field("group"),
             target_group: field("target_group"),
             hours: field("hours"),
+            delay: field("delay"),
+            with_users: !field("with_users").is_empty(),
             back: field("back"),
         }
     }
@@ -222,6 +233,23 @@ fn arguments(
                     "endTime": end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 },
                 "suppressAlerts": true,
+            })
+        }
+        DeviceAction::Reboot => {
+            let delay: u32 = match f.delay.as_str() {
+                "" => 1,
+                d => d
+                    .parse()
+                    .ok()
+                    .filter(|d| *d <= MAX_REBOOT_DELAY_MINUTES)
+                    .ok_or_else(|| {
+                        format!("Reboot: a delay of 0 to {MAX_REBOOT_DELAY_MINUTES} minutes.")
+                    })?,
+            };
+            json!({
+                "deviceId": devices[0],
+                "commandType": "reboot",
+                "payload": { "delayMinutes": delay, "rebootWithUsers": f.with_users },
             })
         }
     })
@@ -351,6 +379,7 @@ pub(crate) struct Panel {
     pub(crate) can_patch_scan: bool,
     pub(crate) can_group: bool,
     pub(crate) can_maintenance: bool,
+    pub(crate) can_reboot: bool,
 }
 
 impl Panel {
@@ -374,6 +403,7 @@ impl Panel {
             can_patch_scan: may(DeviceAction::PatchScan),
             can_group: may(DeviceAction::AddToGroup),
             can_maintenance: may(DeviceAction::Maintenance),
+            can_reboot: may(DeviceAction::Reboot),
         };
         if p.can_script {
             p.scripts = store
@@ -423,6 +453,7 @@ impl Panel {
             DeviceAction::PatchScan,
             DeviceAction::AddToGroup,
             DeviceAction::Maintenance,
+            DeviceAction::Reboot,
         ]
         .into_iter()
         .any(|a| super::allowed(state, scope, a.operation(state)))
@@ -436,6 +467,7 @@ impl Panel {
             || self.can_patch_scan
             || self.can_group
             || self.can_maintenance
+            || self.can_reboot
     }
 }
 

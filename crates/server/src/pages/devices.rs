@@ -6,10 +6,10 @@
 //! memory / disk charts over an hour, a day or a week (server-side SVG from the metric
 //! rollups: raw samples for an hour or a day, hourly rollups for a week; at most
 //! [`MAX_POINTS`] points, averaged when there are more), context notes, recent commands with
-//! their output, and the pending approvals that name it. Live updates (`events`): `…/charts`
-//! is the charts alone, which htmx reloads on the `metrics` event; `…/{id}/status` (the
-//! status badge) and `/o/{org}/devices/rows?…` (the list's count, rows and pager for the same
-//! query) are reloaded on the `devices` event. Needs `devices.read`, like the REST routes.
+//! their output, the pending approvals that name it, and its tickets. Live updates
+//! (`events`): `…/charts` is the charts alone, which htmx reloads on the `metrics` event;
+//! `…/{id}/status` (the status badge) and `/o/{org}/devices/rows?…` (the list's count, rows
+//! and pager for the same query) are reloaded on the `devices` event. Needs `devices.read`, like the REST routes.
 
 use std::fmt::Write as _;
 
@@ -21,7 +21,9 @@ use axum::{
     response::Response,
     routing::get,
 };
-use breeze_core::{DeviceId, DeviceStatus, Operation, OsFamily, Permission, SiteId, Timestamp};
+use breeze_core::{
+    Device, DeviceId, DeviceStatus, Operation, OsFamily, Permission, SiteId, Timestamp,
+};
 use breeze_store::{Aggregation, DeviceFilter, MetricPoint};
 use chrono::Duration;
 use serde::Deserialize;
@@ -546,7 +548,7 @@ type Series = (&'static str, &'static str, fn(&MetricPoint) -> f64);
 async fn charts(
     state: &AppState,
     store: breeze_store::OrgStore<'_>,
-    device: DeviceId,
+    device: &Device,
     window: Window,
 ) -> Result<Vec<Chart>, PageError> {
     let until = state.clock.now() + Duration::seconds(1);
@@ -605,11 +607,10 @@ async fn charts_fragment(
         .scope(&state, &org, Operation::read(Permission::DevicesRead))
         .await?;
     let window = Window::parse(q.window.trim())?;
-    let device = device_id(&id)?;
     let store = scope.store(&state);
-    store.devices().get_device(device).await?;
+    let device = store.devices().get_device(device_id(&id)?).await?;
     render(&ChartsFragment {
-        charts: charts(&state, store, device, window).await?,
+        charts: charts(&state, store, &device, window).await?,
         windows: windows(&scope.org.slug, &id, window),
     })
 }
@@ -692,7 +693,15 @@ struct DevicePage {
     pending: Vec<PendingView>,
     panel: Panel,
     outcome: Outcome,
+    /// The most severe vulnerabilities (see `vulnerabilities.rs`), and how many there are.
+    vulns: super::kit::Table,
+    vulns_total: usize,
+    /// Its tickets, when the person may list tickets.
+    tickets: Option<super::kit::Table>,
 }
+
+/// Vulnerabilities the device page shows before linking to the full list.
+const DEVICE_PAGE_VULNS: usize = 10;
 
 fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
@@ -919,8 +928,20 @@ async fn show(
             },
         })
         .collect();
-    let charts = charts(&state, store, device_id, window).await?;
+    let charts = charts(&state, store, &device, window).await?;
     let panel = Panel::load(&state, &scope, &who.csrf, Some(device_id)).await?;
+    let findings = store.vulnerabilities().device_findings(device_id).await?;
+    let vulns_total = findings.len();
+    let vulns = super::vulnerabilities::findings_table(
+        &scope.org.slug,
+        &findings[..vulns_total.min(DEVICE_PAGE_VULNS)],
+    );
+    let tickets = super::billing::linked_tickets(
+        &state,
+        &scope,
+        super::billing::TicketsOf::Device(device_id),
+    )
+    .await?;
     let mut l = Layout::for_user(
         &state,
         &who,
@@ -954,6 +975,9 @@ async fn show(
         pending,
         panel,
         outcome: outcome.trimmed(),
+        vulns,
+        vulns_total,
+        tickets,
     })
 }
 

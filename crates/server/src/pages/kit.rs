@@ -144,6 +144,8 @@ pub(crate) struct Table {
     pub(crate) empty: String,
     /// The session's CSRF token, for the rows' buttons.
     pub(crate) csrf: String,
+    /// A visible heading above the table (a calendar's day); none when empty.
+    pub(crate) heading: String,
 }
 
 impl Table {
@@ -155,7 +157,14 @@ impl Table {
             rows: Vec::new(),
             empty: empty.to_owned(),
             csrf: String::new(),
+            heading: String::new(),
         }
+    }
+
+    /// With a visible heading (e.g. a day in a calendar-like list).
+    pub(crate) fn heading(mut self, h: impl Into<String>) -> Self {
+        self.heading = h.into();
+        self
     }
 
     /// With buttons posting `csrf`.
@@ -355,6 +364,20 @@ impl Page {
             error: String::new(),
             parts: Vec::new(),
         }
+    }
+
+    /// The page as one tab of a section: `label` names the tab list for screen readers, and
+    /// the tab whose suffix is `current` is marked active.
+    pub(crate) fn tabbed(
+        mut self,
+        org: &str,
+        label: &str,
+        pairs: &[(&str, &'static str)],
+        current: &str,
+    ) -> Self {
+        self.tabs = tabs(org, pairs, current);
+        self.tabs_label = label.to_owned();
+        self
     }
 
     /// The outcome of the action that led back here (`?done=` / `?failed=`).

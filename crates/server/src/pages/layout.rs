@@ -26,6 +26,8 @@ pub(crate) enum Section {
     Audit,
     /// Live queries across the fleet.
     LiveQueries,
+    /// Vulnerability exposure from installed packages.
+    Vulnerabilities,
     /// The AI assistant's chat.
     Chat,
     ToolSources,
@@ -53,6 +55,7 @@ impl Section {
             Section::Contracts => "/contracts",
             Section::Audit => "/audit",
             Section::LiveQueries => "/live-queries",
+            Section::Vulnerabilities => "/vulnerabilities",
             Section::Chat => "/chat",
             Section::ToolSources => "/ai/tool-sources",
             Section::ApiKeys => "/settings/api-keys",
@@ -78,6 +81,7 @@ impl Section {
             Section::Contracts => "Contracts",
             Section::Audit => "Audit log",
             Section::LiveQueries => "Live query",
+            Section::Vulnerabilities => "Vulnerabilities",
             Section::Chat => "Assistant",
             Section::ToolSources => "Tool sources",
             Section::ApiKeys => "API keys",
@@ -182,6 +186,7 @@ impl Layout {
                 Section::Approvals,
                 Section::Devices,
                 Section::LiveQueries,
+                Section::Vulnerabilities,
                 Section::Scripts,
                 Section::Patches,
                 Section::Policies,

@@ -36,6 +36,7 @@ mod reports;
 mod scripts;
 mod settings;
 mod tool_sources;
+mod vulnerabilities;
 
 use askama::Template;
 use axum::{
@@ -74,6 +75,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(chat::router())
         .merge(devices::router())
         .merge(live_queries::router())
+        .merge(vulnerabilities::router())
         .merge(device_actions::router())
         .route("/o/{org}/events", get(events::stream))
         .merge(overview::router())

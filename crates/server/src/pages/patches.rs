@@ -2,7 +2,10 @@
 //!
 //! `GET /o/{org}/patches` lists pending updates by package (with the organization-wide
 //! decision and Approve / Decline buttons) and `?view=device` by device; `POST …/patches/decide`
-//! is `manage_patches` `approve` / `decline` through the pipeline. `GET /o/{org}/deployments`
+//! is `manage_patches` `approve` / `decline` through the pipeline; the device view's "Install
+//! now" (`POST …/patches/install`) is `manage_patches install` of a device's approved updates,
+//! the call an AI client makes (Tier 3: the guard's approval rule applies as it does there).
+//! `GET /o/{org}/deployments`
 //! lists deployments with each one's progress; `GET …/deployments/{id}` shows one with every
 //! device's state, reloading itself every few seconds (`…/{id}/devices`, a fragment) while it
 //! runs, and `POST …/{id}/control` is `manage_deployments` `start` / `pause` / `resume` /
@@ -33,6 +36,7 @@ pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/o/{org}/patches", get(patches))
         .route("/o/{org}/patches/decide", post(decide))
+        .route("/o/{org}/patches/install", post(install))
         .route("/o/{org}/deployments", get(deployments))
         .route("/o/{org}/deployments/{id}", get(deployment))
         .route("/o/{org}/deployments/{id}/devices", get(deployment_devices))
@@ -63,10 +67,9 @@ async fn scope_for(
 }
 
 fn page(l: Layout, heading: &str, slug: &str, current: &str, o: Outcome) -> Page {
-    let mut p = Page::new(l, heading).outcome(o);
-    p.tabs = kit::tabs(slug, TABS, current);
-    p.tabs_label = "Patches and deployments".into();
-    p
+    Page::new(l, heading)
+        .outcome(o)
+        .tabbed(slug, "Patches and deployments", TABS, current)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +118,7 @@ async fn patches(
     );
     let csrf = who.csrf.clone();
     let mut part;
+    let mut install_part = None;
     if by_device {
         let mut t = Table::new(
             "patches-by-device",
@@ -147,6 +151,7 @@ async fn patches(
             );
         }
         part = Part::new("pending", "Pending updates by device").table(t);
+        install_part = installable(&state, &scope, &who.csrf, &list, &names, &decision_of);
     } else {
         // Packages in name order, with how many devices wait for each.
         let mut packages: Vec<(String, usize, bool, String, Vec<String>)> = Vec::new();
@@ -242,7 +247,112 @@ async fn patches(
     );
     p.search = Some(search);
     p.parts.push(part);
+    p.parts.extend(install_part);
     render(&p)
+}
+
+/// The devices with approved pending updates, each with "Install now" for whoever may
+/// `manage_patches install`; `None` when nobody waits for an approved update.
+fn installable(
+    state: &AppState,
+    scope: &OrgScope,
+    csrf: &str,
+    list: &[breeze_store::DevicePatch],
+    names: &std::collections::HashMap<DeviceId, String>,
+    decision_of: &dyn Fn(&str) -> &'static str,
+) -> Option<Part> {
+    let mut waiting: Vec<(DeviceId, String, Vec<&str>)> = Vec::new();
+    for p in list.iter().filter(|p| decision_of(&p.name) == "approved") {
+        match waiting.iter_mut().find(|w| w.0 == p.device_id) {
+            Some(w) => w.2.push(&p.name),
+            None => {
+                let host = names
+                    .get(&p.device_id)
+                    .cloned()
+                    .unwrap_or_else(|| p.device_id.to_string());
+                waiting.push((p.device_id, host, vec![&p.name]));
+            }
+        }
+    }
+    if waiting.is_empty() {
+        return None;
+    }
+    let slug = &scope.org.slug;
+    let can_install = allowed(
+        state,
+        scope,
+        tool_operation(state, "manage_patches", "install"),
+    );
+    let mut headers = vec!["Device", "Approved updates"];
+    if can_install {
+        headers.push("Actions");
+    }
+    let mut t = Table::new(
+        "installable",
+        "Approved updates waiting",
+        &headers,
+        "No approved update waits.",
+    )
+    .csrf(csrf);
+    for (id, host, packages) in waiting {
+        let mut cells = vec![
+            Cell::link(host.clone(), format!("/o/{slug}/devices/{id}")),
+            Cell::text(packages.join(", ")),
+        ];
+        if can_install {
+            cells.push(Cell::forms(vec![
+                RowForm::new(
+                    format!("/o/{slug}/patches/install"),
+                    "Install now",
+                    format!("Install approved updates on {host} now"),
+                )
+                .field("device", id.to_string()),
+            ]));
+        }
+        t.row(format!("install-{id}"), cells);
+    }
+    Some(
+        Part::new("install", "Install approved updates")
+            .note(
+                "Installs every approved pending update on the device now, without a reboot \
+                 (manage_patches install); its progress shows on the device's page.",
+            )
+            .table(t),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+struct InstallForm {
+    device: String,
+}
+
+/// `POST /o/{org}/patches/install`: `manage_patches install` of one device's approved updates,
+/// now, through the pipeline.
+async fn install(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path(org): Path<String>,
+    f: SignedForm<InstallForm>,
+) -> Result<Response, PageError> {
+    let scope = scope_for(&state, &f.who, &org, "manage_patches", "install").await?;
+    let device = DeviceId(kit::uuid(&f.form.device, "Device")?);
+    // Another organization's device is "not found" before anything is sent.
+    scope
+        .store(&state)
+        .devices()
+        .get_device(device)
+        .await
+        .map_err(kit::store_err("Device"))?;
+    let to = format!("/o/{}/patches?view=device", scope.org.slug);
+    Ok(run_and_return(
+        &state,
+        &scope,
+        "manage_patches",
+        json!({ "action": "install", "deviceIds": [device.to_string()], "when": "now" }),
+        request_id,
+        &to,
+    )
+    .await)
 }
 
 fn security_cell(security: bool, severity: Option<&str>) -> Cell {
@@ -640,6 +750,8 @@ async fn maintenance(
     )
     .await?;
     let mut p = page(l, "Maintenance windows", &slug, "/maintenance", o);
+    p.parts
+        .push(next_days(store, &windows, now, CALENDAR_DAYS).await);
     p.parts.push(
         Part::new("calendar", "Upcoming")
             .note("Open windows first, then by when each next opens (times in UTC).")
@@ -666,5 +778,113 @@ fn schedule_text(s: &breeze_core::MaintenanceSchedule, tz: &str) -> String {
                 duration_minutes
             )
         }
+    }
+}
+
+/// How many days the maintenance calendar shows, today included.
+const CALENDAR_DAYS: i64 = 14;
+/// The most occurrences the calendar lists (a bound on the page, not a limit reached in
+/// practice: an organization keeps few windows).
+const CALENDAR_MAX_ROWS: usize = 500;
+
+/// The calendar-like list: each of the next `days` days (UTC, today first) with the
+/// occurrences of enabled windows that start on it — recurring windows expanded, one open now
+/// listed on today — in order of start. A day without one says so.
+async fn next_days(
+    store: breeze_store::OrgStore<'_>,
+    windows: &[breeze_store::MaintenanceWindow],
+    now: breeze_core::Timestamp,
+    days: i64,
+) -> Part {
+    let today = now.date_naive();
+    let from = now;
+    let to = today
+        .checked_add_signed(chrono::Duration::days(days))
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(now, |d| d.and_utc());
+    let mut all: Vec<(breeze_core::Occurrence, &breeze_store::MaintenanceWindow)> = windows
+        .iter()
+        .filter(|w| w.enabled)
+        .filter_map(|w| {
+            Some((
+                w,
+                breeze_core::maintenance::parse_time_zone(&w.time_zone).ok()?,
+            ))
+        })
+        .flat_map(|(w, tz)| {
+            w.schedule
+                .occurrences_between(tz, from, to)
+                .into_iter()
+                .map(move |o| (o, w))
+        })
+        .collect();
+    all.sort_by_key(|(o, w)| (o.starts_at, w.name.clone()));
+    all.truncate(CALENDAR_MAX_ROWS);
+    let mut names = std::collections::HashMap::new();
+    for (_, w) in &all {
+        if let std::collections::hash_map::Entry::Vacant(e) = names.entry(w.id) {
+            e.insert(target_name(store, w.target().ok()).await);
+        }
+    }
+    let mut part = Part::new("next-days", "Next 14 days").note(
+        "Every opening of an enabled window, recurring ones expanded, by the day it starts \
+         (times in UTC).",
+    );
+    for offset in 0..days {
+        let Some(day) = today.checked_add_signed(chrono::Duration::days(offset)) else {
+            break;
+        };
+        let label = match offset {
+            0 => format!("Today, {}", day.format("%a %-d %b")),
+            1 => format!("Tomorrow, {}", day.format("%a %-d %b")),
+            _ => day.format("%A %-d %B").to_string(),
+        };
+        let mut t = Table::new(
+            &format!("day-{}", day.format("%Y-%m-%d")),
+            &label,
+            &["Time", "Window", "Covers", "Alerts"],
+            "No window.",
+        )
+        .heading(label.clone());
+        for (o, w) in &all {
+            // An occurrence open since before today is listed on today.
+            let starts_on = o.starts_at.date_naive().max(today);
+            if starts_on != day {
+                continue;
+            }
+            let time = if o.starts_at <= now {
+                format!("open now, until {}", short(o.ends_at, day))
+            } else {
+                format!(
+                    "{} → {}",
+                    o.starts_at.format("%H:%M"),
+                    short(o.ends_at, day)
+                )
+            };
+            t.row(
+                format!("occurrence-{}-{}", w.id, o.starts_at.timestamp()),
+                vec![
+                    Cell::text(time),
+                    Cell::text(w.name.clone()),
+                    Cell::text(names.get(&w.id).cloned().unwrap_or_default()),
+                    Cell::text(if w.suppress_alerts {
+                        "held back"
+                    } else {
+                        "shown"
+                    }),
+                ],
+            );
+        }
+        part = part.table(t);
+    }
+    part
+}
+
+/// An end time as the calendar shows it: the time alone on the same day, else the date too.
+fn short(t: breeze_core::Timestamp, day: chrono::NaiveDate) -> String {
+    if t.date_naive() == day {
+        t.format("%H:%M").to_string()
+    } else {
+        t.format("%a %-d %b %H:%M").to_string()
     }
 }

@@ -129,9 +129,7 @@ async fn library(
         &scope,
         route_operation(&Method::POST, "/orgs/{org}/scripts"),
     );
-    let mut page = Page::new(l, "Scripts");
-    page.tabs = kit::tabs(&slug, TABS, "/scripts");
-    page.tabs_label = "Scripts".into();
+    let mut page = Page::new(l, "Scripts").tabbed(&slug, "Scripts", TABS, "/scripts");
     page.intro = "Library scripts run on devices through run_script: Tier 3, so a run asked by \
                   an AI client waits for a person's approval."
         .into();
@@ -231,9 +229,8 @@ async fn executions(
         "Script executions",
     )
     .await?;
-    let mut page = Page::new(l, "Script executions");
-    page.tabs = kit::tabs(&slug, TABS, "/scripts/executions");
-    page.tabs_label = "Scripts".into();
+    let mut page =
+        Page::new(l, "Script executions").tabbed(&slug, "Scripts", TABS, "/scripts/executions");
     page.parts.push(
         Part::new("runs", "Latest runs")
             .note("The latest 100 runs of library scripts on every device, newest first.")

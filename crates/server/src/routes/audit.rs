@@ -5,7 +5,7 @@ use axum::{
     extract::{Query, State, rejection::QueryRejection},
     routing::get,
 };
-use breeze_core::{ActorType, AuditResult, Timestamp};
+use breeze_core::{ActorType, AiSessionId, AuditResult, Timestamp};
 use breeze_store::{AuditCursor, AuditFilter, AuditPage};
 use serde::Deserialize;
 
@@ -23,6 +23,8 @@ struct AuditQuery {
     resource_id: Option<String>,
     actor_type: Option<ActorType>,
     actor_id: Option<String>,
+    /// One AI chat session's records (its actor; see `AuditFilter::in_chat_session`).
+    session: Option<AiSessionId>,
     result: Option<AuditResult>,
     since: Option<Timestamp>,
     until: Option<Timestamp>,
@@ -61,6 +63,10 @@ async fn query(
         result: q.result,
         since: q.since,
         until: q.until,
+    };
+    let filter = match q.session {
+        Some(session) => filter.in_chat_session(session)?,
+        None => filter,
     };
     let page = scope
         .store(&state)

@@ -16,6 +16,7 @@ pub(crate) mod protected_paths;
 pub(crate) mod reports;
 pub(crate) mod tickets;
 pub(crate) mod tool_sources;
+pub(crate) mod vulnerabilities;
 
 use axum::Router;
 
@@ -30,6 +31,7 @@ pub(crate) fn api_router() -> Router<AppState> {
         .merge(audit::router())
         .merge(agents::router())
         .merge(live_queries::router())
+        .merge(vulnerabilities::router())
         .merge(ai::router())
         .merge(approvals::router())
         .merge(fleet::router())

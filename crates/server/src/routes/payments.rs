@@ -57,6 +57,8 @@ async fn stripe_webhook(
         Ok(outcome) => {
             let what = match outcome {
                 WebhookOutcome::Recorded { .. } => "recorded",
+                WebhookOutcome::QuotePaid { .. } => "quote_paid",
+                WebhookOutcome::Refunded { .. } => "refunded",
                 WebhookOutcome::Duplicate => "duplicate",
                 WebhookOutcome::Unmatched(_) => "unmatched",
                 WebhookOutcome::Ignored => "ignored",

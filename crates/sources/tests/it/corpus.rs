@@ -18,24 +18,75 @@ fn documents(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     };
     for e in entries.flatten() {
         let p = e.path();
+        // npm's own bookkeeping mentions "openapi" (the package names) but describes no API.
+        let npm = p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            matches!(
+                n,
+                "package.json" | "package-lock.json" | ".package-lock.json"
+            )
+        });
         if p.is_dir() {
             documents(&p, out);
-        } else if p
-            .extension()
-            .and_then(|x| x.to_str())
-            .is_some_and(|x| matches!(x, "json" | "yaml" | "yml"))
+        } else if !npm
+            && p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| matches!(x, "json" | "yaml" | "yml"))
         {
             out.push(p);
         }
     }
 }
 
-/// The reason's kind: the text before its first detail (numbers and quotes vary).
+/// The reason's kind: its text with what varies between documents (quoted names, numbers,
+/// lists) replaced, so that one rule is one row of the table.
 fn kind(reason: &str) -> String {
-    let cut = reason
-        .find(|c: char| matches!(c, ':' | '"' | '(' | '[') || c.is_ascii_digit())
-        .unwrap_or(reason.len());
-    reason[..cut].trim().to_owned()
+    let mut out = String::with_capacity(reason.len());
+    let mut quoted = false;
+    let mut last_digit = false;
+    // Inside `[…]` (a list of media types): one placeholder for the whole list.
+    let mut listed = false;
+    for c in reason.chars() {
+        match c {
+            '[' if !quoted && !listed => {
+                out.push_str("[…]");
+                listed = true;
+            }
+            ']' if !quoted && listed => listed = false,
+            _ if listed && !quoted && c != '"' => {}
+            '"' if listed => quoted = !quoted,
+            '"' => {
+                if !quoted {
+                    out.push('…');
+                }
+                quoted = !quoted;
+                last_digit = false;
+            }
+            _ if quoted => {}
+            c if c.is_ascii_digit() => {
+                if !last_digit {
+                    out.push('N');
+                }
+                last_digit = true;
+            }
+            c => {
+                out.push(c);
+                last_digit = false;
+            }
+        }
+    }
+    out
+}
+
+/// The table rows of `counts`, most frequent first, each with its first example.
+#[allow(clippy::print_stdout)] // the table is what the corpus run reports
+fn print_table(title: &str, counts: &BTreeMap<String, (usize, String)>) {
+    println!("\n| {title} | count | first example |\n|---|---|---|");
+    let mut rows: Vec<_> = counts.iter().collect();
+    rows.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+    for (k, (n, example)) in rows {
+        let example: String = example.chars().take(90).collect();
+        println!("| {k} | {n} | {} |", example.replace('|', "\\|"));
+    }
 }
 
 #[test]
@@ -51,8 +102,10 @@ fn every_document_of_the_corpus_imports_or_fails_with_a_reason() {
     // Only OpenAPI-looking documents: package.json and friends are not API descriptions.
     let base = Url::parse("https://api.example.com/").unwrap();
     let (mut docs, mut imported, mut tools) = (0usize, 0usize, 0usize);
-    let mut skips: BTreeMap<String, usize> = BTreeMap::new();
-    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    // reason kind → (count, the first example: document and reason)
+    let mut skips: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let mut failures: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    let name = |f: &Path| f.strip_prefix(&root).unwrap_or(f).display().to_string();
     for f in &files {
         let bytes = std::fs::read(f).unwrap();
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).to_string();
@@ -75,20 +128,23 @@ fn every_document_of_the_corpus_imports_or_fails_with_a_reason() {
                 imported += 1;
                 tools += import.tools.len();
                 for s in import.skipped {
-                    *skips.entry(kind(&s.reason)).or_default() += 1;
+                    let e = skips
+                        .entry(kind(&s.reason))
+                        .or_insert_with(|| (0, format!("{} {}: {}", s.method, s.path, s.reason)));
+                    e.0 += 1;
                 }
             }
-            Err(e) => *failures.entry(kind(&e.to_string())).or_default() += 1,
+            Err(e) => {
+                let e = e.to_string();
+                let entry = failures
+                    .entry(kind(&e))
+                    .or_insert_with(|| (0, format!("{}: {e}", name(f))));
+                entry.0 += 1;
+            }
         }
     }
     println!("OpenAPI corpus {root}: {docs} documents, {imported} imported, {tools} tools");
-    println!("\n| skipped operations, by reason | count |\n|---|---|");
-    for (k, n) in &skips {
-        println!("| {k} | {n} |");
-    }
-    println!("\n| failed documents, by reason | count |\n|---|---|");
-    for (k, n) in &failures {
-        println!("| {k} | {n} |");
-    }
+    print_table("skipped operations, by reason", &skips);
+    print_table("failed documents, by reason", &failures);
     assert!(docs > 0, "no OpenAPI document under {root}");
 }

@@ -437,6 +437,16 @@ async fn heartbeats_track_status_and_sessions(cx: Ctx) {
         plan.contains("device_user_sessions_recent"),
         "the fleet-wide sessions walk their index newest first, not a sort of all: {plan}"
     );
+    let plan = s
+        .org(org)
+        .tenancy()
+        .explain_groups_of_device(dev.id)
+        .await
+        .unwrap();
+    assert!(
+        plan.contains("device_group_members_device"),
+        "a device's groups are found by device, not by reading every membership: {plan}"
+    );
     assert_eq!(signed_in.len(), 1);
     assert_eq!(signed_in[0].device_id, dev.id);
     assert_eq!(signed_in[0].logged_in_users, vec![alice.clone()]);
@@ -732,7 +742,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let until = t0 + Duration::hours(3);
     let raw = o
         .telemetry()
-        .query_metrics(dev.id, t0, until, Aggregation::Raw)
+        .query_metrics(&dev, t0, until, Aggregation::Raw)
         .await
         .unwrap();
     assert_eq!(raw.len(), 3);
@@ -752,7 +762,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     );
     let hourly = o
         .telemetry()
-        .query_metrics(dev.id, t0, until, Aggregation::Hourly)
+        .query_metrics(&dev, t0, until, Aggregation::Hourly)
         .await
         .unwrap();
     assert_eq!(hourly.len(), 2);
@@ -762,7 +772,7 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     assert_eq!(hourly[0].net_rx_bytes, 200);
     let daily = o
         .telemetry()
-        .query_metrics(dev.id, t0, until, Aggregation::Daily)
+        .query_metrics(&dev, t0, until, Aggregation::Daily)
         .await
         .unwrap();
     assert_eq!(daily.len(), 1);
@@ -771,9 +781,75 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     assert!(
         s.org(other)
             .telemetry()
-            .query_metrics(dev.id, t0, until, Aggregation::Raw)
+            .query_metrics(&dev, t0, until, Aggregation::Raw)
             .await
-            .is_err()
+            .unwrap()
+            .is_empty(),
+        "another organization's device has no points there"
+    );
+
+    let plan = o
+        .telemetry()
+        .explain_metrics_series(dev.id, t0, until)
+        .await
+        .unwrap();
+    match s.backend() {
+        breeze_store::Backend::Sqlite => assert!(
+            plan.contains("COVERING INDEX device_metrics_series"),
+            "a series is read from its index alone, not from the wide rows: {plan}"
+        ),
+        breeze_store::Backend::Postgres => assert!(
+            plan.contains("Index") && plan.contains("device_metrics"),
+            "a series is read by index: {plan}"
+        ),
+    }
+    // The summary of a series is counted in the database and only its newest points are read.
+    for aggregation in [Aggregation::Raw, Aggregation::Hourly] {
+        let all = o
+            .telemetry()
+            .query_metrics(&dev, t0, until, aggregation)
+            .await
+            .unwrap();
+        let (totals, tail) = o
+            .telemetry()
+            .query_metrics_tail(&dev, t0, until, aggregation, 2)
+            .await
+            .unwrap();
+        let totals = totals.expect("points in range");
+        assert_eq!(tail, all[all.len() - 2..], "the newest two, oldest first");
+        assert_eq!(totals.points, all.len() as i64);
+        assert_eq!(totals.samples, 3);
+        assert_eq!(
+            totals.cpu_weighted, 90.0,
+            "10 + 30 + 50, weighted by samples"
+        );
+        assert_eq!(totals.cpu_min, all[0].cpu_avg);
+        assert_eq!(totals.cpu_max, 50.0);
+        assert_eq!(totals.disk_max, 80.0);
+        assert_eq!(totals.net_rx_bytes, 300);
+        assert_eq!(totals.net_tx_bytes, 30);
+    }
+    let (none, tail) = o
+        .telemetry()
+        .query_metrics_tail(
+            &dev,
+            until,
+            until + Duration::hours(1),
+            Aggregation::Raw,
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(none.is_none() && tail.is_empty(), "no points in range");
+    let (foreign, tail) = s
+        .org(other)
+        .telemetry()
+        .query_metrics_tail(&dev, t0, until, Aggregation::Raw, 10)
+        .await
+        .unwrap();
+    assert!(
+        foreign.is_none() && tail.is_empty(),
+        "another organization's device has no points there"
     );
 
     // Retention drops raw points first.
@@ -783,14 +859,14 @@ async fn metrics_roll_up_and_ignore_resends(cx: Ctx) {
     let far = t0 + Duration::days(30);
     assert!(
         o.telemetry()
-            .query_metrics(dev.id, since, far, Aggregation::Raw)
+            .query_metrics(&dev, since, far, Aggregation::Raw)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
         o.telemetry()
-            .query_metrics(dev.id, since, far, Aggregation::Hourly)
+            .query_metrics(&dev, since, far, Aggregation::Hourly)
             .await
             .unwrap()
             .len(),

@@ -498,7 +498,140 @@ async fn numbers_are_gap_free_under_concurrency(cx: Ctx) {
     other.close().await;
 }
 
+/// What poppler's `pdftotext -bbox` reads from `pdf` (after `qpdf --check` finds it sound):
+/// each word with its right edge, in points.
+fn pdf_words(pdf: &[u8]) -> Vec<(String, f64)> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("invoice.pdf");
+    std::fs::write(&file, pdf).unwrap();
+    let check = std::process::Command::new("qpdf")
+        .arg("--check")
+        .arg(&file)
+        .output()
+        .expect("qpdf is installed (apt-get install qpdf)");
+    assert!(check.status.success(), "qpdf --check");
+    let out = std::process::Command::new("pdftotext")
+        .args(["-enc", "UTF-8", "-bbox"])
+        .arg(&file)
+        .arg("-")
+        .output()
+        .expect("pdftotext is installed (apt-get install poppler-utils)");
+    assert!(out.status.success(), "pdftotext");
+    let html = String::from_utf8(out.stdout).unwrap();
+    html.split("<word ")
+        .skip(1)
+        .map(|w| {
+            let x_max: f64 = w
+                .split("xMax=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap()
+                .parse()
+                .unwrap();
+            let text = w
+                .split_once('>')
+                .and_then(|(_, r)| r.split_once("</word>"))
+                .unwrap()
+                .0
+                .to_owned();
+            (text, x_max)
+        })
+        .collect()
+}
+
+/// A 400-character line description, long notes and a long organization name wrap inside
+/// their columns: every word comes back out of the PDF, the description spans several lines,
+/// and no word reaches past the page's right margin (A4 landscape, 842 pt, 36 pt margins).
+async fn long_text_wraps_in_invoice_and_quote_pdfs(cx: Ctx) {
+    let s = &cx.store;
+    let (a_org, _) = crate::two_orgs(s).await;
+    let words: Vec<String> = (0..80).map(|i| format!("part{i:03}")).collect();
+    let description: String = words.join(" ").chars().take(400).collect();
+    assert_eq!(description.chars().count(), 400);
+    let described: Vec<&str> = description.split_whitespace().collect();
+    let notes: String = (0..40)
+        .map(|i| format!("note{i:02}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let ia = s.org(a_org).invoices();
+    let d = ia
+        .create_draft(usd_c(), Some(&notes), None, "test", a("invoice.create"))
+        .await
+        .unwrap();
+    ia.add_line(d.id, line(&description, "1", "10.00", 0), a("l"))
+        .await
+        .unwrap();
+    // One unbroken 150-character word is broken where the line is full, never cut.
+    let long_word = "x".repeat(150);
+    ia.add_line(d.id, line(&long_word, "1", "1.00", 0), a("l"))
+        .await
+        .unwrap();
+    let pdf = ia.pdf(d.id).await.unwrap();
+    let printed = pdf_words(&pdf);
+    let right = 842.0 - 36.0;
+    for (w, x) in &printed {
+        assert!(*x <= right + 0.5, "{w:?} ends at {x} pt, past {right}");
+    }
+    let texts: Vec<&str> = printed.iter().map(|(w, _)| w.as_str()).collect();
+    for w in described
+        .iter()
+        .chain(notes.split(' ').collect::<Vec<_>>().iter())
+    {
+        assert!(texts.contains(w), "{w:?} is in the PDF");
+    }
+    let xs: String = texts
+        .iter()
+        .filter(|t| t.chars().all(|c| c == 'x'))
+        .copied()
+        .collect();
+    assert_eq!(xs.len(), 150, "the long word, broken, all there");
+    // Several lines: the description's words are laid out on more than one line.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("invoice.pdf");
+    std::fs::write(&file, &pdf).unwrap();
+    let layout = std::process::Command::new("pdftotext")
+        .args(["-enc", "UTF-8", "-layout"])
+        .arg(&file)
+        .arg("-")
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(layout.stdout).unwrap();
+    let spanned = lines
+        .lines()
+        .filter(|l| l.split_whitespace().any(|w| described.contains(&w)))
+        .count();
+    assert!(
+        spanned >= 3,
+        "the description spans {spanned} lines:\n{lines}"
+    );
+
+    // A quote's long text block wraps the same way.
+    let qa = s.org(a_org).quotes();
+    let q = qa
+        .create_draft(
+            "Wrapped",
+            usd_c(),
+            None,
+            "test",
+            audit("quote.create", "quote"),
+        )
+        .await
+        .unwrap();
+    qa.add_block(q.id, false, &description, audit("quote.add_block", "quote"))
+        .await
+        .unwrap();
+    let printed = pdf_words(&qa.pdf(q.id).await.unwrap());
+    for (w, x) in &printed {
+        assert!(*x <= right + 0.5, "{w:?} ends at {x} pt, past {right}");
+    }
+    let texts: Vec<&str> = printed.iter().map(|(w, _)| w.as_str()).collect();
+    for w in &described {
+        assert!(texts.contains(w), "{w:?} is in the quote's PDF");
+    }
+}
+
 breeze_store::on_both_backends!(
+    long_text_wraps_in_invoice_and_quote_pdfs,
     drafts_issue_void_and_payments,
     assembled_from_a_ticket,
     numbers_are_gap_free_under_concurrency,

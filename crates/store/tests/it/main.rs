@@ -30,6 +30,7 @@ mod tenancy;
 mod tickets;
 mod tool_sources;
 mod users;
+mod vulnerabilities;
 mod wal;
 
 use std::sync::Arc;

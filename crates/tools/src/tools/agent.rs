@@ -1,5 +1,5 @@
 //! Tools that act on a device through its agent: `execute_command` (typed system commands —
-//! processes, services, files, system logs; arbitrary code runs only as a library script through
+//! processes, services, files, system logs, a reboot; arbitrary code runs only as a library script through
 //! `run_script`), `manage_services`, `file_operations`, `network_discovery` and
 //! `set_agent_log_level`.
 
@@ -59,13 +59,14 @@ crate::actions! {
         FileRead = "file_read" => (T3, Read, DevicesExecute),
         EventLogsList = "event_logs_list" => (T3, Read, DevicesExecute),
         EventLogsQuery = "event_logs_query" => (T3, Read, DevicesExecute),
+        Reboot = "reboot" => (T3, Execute, DevicesExecute),
     }
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct CommandPayload {
-    /// list_processes: how many (1-500, default 50).
+    /// list_processes: how many (default 50).
     #[schemars(range(min = 1, max = 500))]
     limit: Option<u32>,
     /// list_processes: cpu (default) or memory.
@@ -74,13 +75,13 @@ struct CommandPayload {
     pid: Option<u32>,
     /// kill_process: SIGKILL instead of SIGTERM.
     force: Option<bool>,
-    /// start_service, stop_service, restart_service: the unit name.
+    /// *_service: the unit name.
     #[schemars(length(min = 1, max = 255))]
     service_name: Option<String>,
-    /// file_list, file_read: an absolute path.
+    /// file_*: an absolute path.
     #[schemars(length(min = 1, max = 4096))]
     path: Option<String>,
-    /// file_read: at most this many bytes (default 65536, max 1048576).
+    /// file_read: byte cap (default 65536).
     #[schemars(range(min = 1, max = 1_048_576))]
     max_bytes: Option<u64>,
     /// event_logs_query: case-insensitive text to look for.
@@ -89,9 +90,13 @@ struct CommandPayload {
     /// event_logs_query: only this systemd unit.
     #[schemars(length(min = 1, max = 255))]
     unit: Option<String>,
-    /// event_logs_list, event_logs_query: how far back (minutes, default 60, max 10080).
+    /// event_logs_*: minutes back (default 60).
     #[schemars(range(min = 1, max = 10_080))]
     since_minutes: Option<u32>,
+    /// reboot: minutes of notice (0-1440, default 1).
+    delay_minutes: Option<u32>,
+    /// reboot: even with users logged in (else deferred).
+    reboot_with_users: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -169,6 +174,17 @@ impl DeviceCommand for ExecuteInput {
                 unit: p.unit.clone(),
                 since_minutes: p.since_minutes.unwrap_or(60),
                 limit: p.limit.unwrap_or(200),
+            },
+            CommandType::Reboot => CommandKind::Reboot {
+                delay_minutes: match p.delay_minutes.unwrap_or(1) {
+                    d @ 0..=1440 => d,
+                    d => {
+                        return Err(ToolError::invalid(format!(
+                            "payload.delayMinutes must be 0 to 1440, not {d}"
+                        )));
+                    }
+                },
+                with_users: p.reboot_with_users.unwrap_or(false),
             },
         })
     }

@@ -1,6 +1,6 @@
 //! `query_audit_log`: the organization's audit trail.
 
-use breeze_core::{ActorType, AuditRecord, Permission};
+use breeze_core::{ActorType, AiSessionId, AuditRecord, Permission};
 use breeze_store::AuditFilter;
 use chrono::Duration;
 use schemars::JsonSchema;
@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::reach;
+use crate::tools::parse_uuid;
 use crate::{NoActions, Registry, Tier, Tool, ToolCx, ToolError};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -19,6 +20,10 @@ pub(crate) fn register(r: &mut Registry) {
 enum ActorArg {
     User,
     ApiKey,
+    /// A connected app (an OAuth grant).
+    OauthGrant,
+    /// The AI assistant in a chat session.
+    AiChat,
     Agent,
     System,
 }
@@ -34,6 +39,10 @@ pub(crate) struct QueryAuditInput {
     #[schemars(length(max = 100))]
     resource_id: Option<String>,
     actor_type: Option<ActorArg>,
+    /// Only what the AI assistant did in this chat session (UUID): its tool calls, the
+    /// changes they made and their approval requests.
+    #[schemars(length(min = 36, max = 36))]
+    chat_session_id: Option<String>,
     /// How far back to look, in hours (1-168, default 24).
     #[schemars(range(min = 1, max = 168))]
     hours_back: Option<u32>,
@@ -86,7 +95,7 @@ pub(crate) struct QueryAuditLog;
 impl Tool for QueryAuditLog {
     const NAME: &'static str = "query_audit_log";
     const TITLE: &'static str = "Query the audit log";
-    const DESCRIPTION: &'static str = "Who did what, newest first: filter the organization's audit log by action, resource, actor type and time window.";
+    const DESCRIPTION: &'static str = "Who did what, newest first: filter the organization's audit log by action, resource, actor type, AI chat session and time window.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::AuditRead;
     type Actions = NoActions;
@@ -105,11 +114,17 @@ impl Tool for QueryAuditLog {
             actor_type: input.actor_type.map(|a| match a {
                 ActorArg::User => ActorType::User,
                 ActorArg::ApiKey => ActorType::ApiKey,
+                ActorArg::OauthGrant => ActorType::OauthGrant,
+                ActorArg::AiChat => ActorType::AiChat,
                 ActorArg::Agent => ActorType::Agent,
                 ActorArg::System => ActorType::System,
             }),
             since: Some(cx.now() - Duration::hours(i64::from(input.hours_back.unwrap_or(24)))),
             ..AuditFilter::default()
+        };
+        let filter = match input.chat_session_id.as_deref() {
+            Some(s) => filter.in_chat_session(AiSessionId(parse_uuid("chatSessionId", s)?))?,
+            None => filter,
         };
         let page = cx
             .audit()

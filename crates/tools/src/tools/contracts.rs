@@ -479,24 +479,14 @@ fn lifecycle(
     action: ContractAction,
     from: ContractStatus,
 ) -> Result<(&'static str, ContractStatus), ToolError> {
-    let (name, needs, to) = match action {
-        ContractAction::Activate => (
-            "activate",
-            Some(ContractStatus::Draft),
-            ContractStatus::Active,
-        ),
-        ContractAction::Resume => (
-            "resume",
-            Some(ContractStatus::Paused),
-            ContractStatus::Active,
-        ),
-        ContractAction::Pause => ("pause", None, ContractStatus::Paused),
-        ContractAction::Cancel => ("cancel", None, ContractStatus::Cancelled),
+    let name = match action {
+        ContractAction::Activate => "activate",
+        ContractAction::Resume => "resume",
+        ContractAction::Pause => "pause",
+        ContractAction::Cancel => "cancel",
         // Not a lifecycle action: its own checks apply.
         _ => return Ok(("", from)),
     };
-    if needs.is_some_and(|n| n != from) || !from.can_move_to(to) {
-        return Err(ledger::conflict(format!("a {from} contract cannot {name}")));
-    }
+    let to = from.after(name).map_err(ledger::conflict)?;
     Ok((name, to))
 }

@@ -2,7 +2,9 @@
 //! installed packages `get_device_details` only counts, paged).
 
 use breeze_core::{Device, DeviceId, DeviceStatus, OsFamily, Permission, SiteId};
-use breeze_store::{DeviceFilter, DeviceOverview, OrgAgents, OrgDevices, OrgTenancy, StoreError};
+use breeze_store::{
+    DeviceFilter, DeviceOverview, OrgAgents, OrgCommands, OrgDevices, OrgTenancy, StoreError,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -244,7 +246,32 @@ pub(crate) struct DeviceDetails<'a> {
     /// How many packages are installed; null where the platform cannot list them. The list
     /// itself, paged and filterable: get_device_software.
     installed_package_count: Option<usize>,
+    /// The device's newest commands and script runs (at most 5), newest first.
+    recent_commands: Vec<CommandRef>,
 }
+
+/// A command sent to the device and how it ended; never its output or arguments (the
+/// dashboard and REST API hold those).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct CommandRef {
+    id: String,
+    /// e.g. shell, list_processes, live_query.
+    kind: String,
+    /// Its library script, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    script: Option<String>,
+    /// pending, sent, running, completed, failed, timed_out or cancelled.
+    status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i64>,
+    created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<String>,
+}
+
+/// How many of a device's commands its details carry.
+const RECENT_COMMANDS: u32 = 5;
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -334,13 +361,14 @@ fn disk_details(d: &breeze_agent_proto::DiskInfo) -> DiskDetails {
     }
 }
 
-/// What a device's details document reads: the device at a glance, its groups and its parsed
-/// inventory.
+/// What a device's details document reads: the device at a glance, its groups, its parsed
+/// inventory and its newest commands.
 #[derive(Clone, Copy)]
 pub(crate) struct DeviceReads<'a> {
     devices: OrgDevices<'a>,
     tenancy: OrgTenancy<'a>,
     agents: OrgAgents<'a>,
+    commands: OrgCommands<'a>,
 }
 
 impl<'a> DeviceReads<'a> {
@@ -349,6 +377,7 @@ impl<'a> DeviceReads<'a> {
             devices: org.devices(),
             tenancy: org.tenancy(),
             agents: org.agents(),
+            commands: org.commands(),
         }
     }
 
@@ -357,6 +386,7 @@ impl<'a> DeviceReads<'a> {
             devices: cx.devices(),
             tenancy: cx.tenancy(),
             agents: cx.agents(),
+            commands: cx.commands(),
         }
     }
 }
@@ -368,7 +398,8 @@ pub(crate) async fn device_details(
     org: DeviceReads<'_>,
     device: DeviceId,
 ) -> Result<serde_json::Value, StoreError> {
-    // Two statements (the overview, the groups), plus one when the inventory is not cached.
+    // Four statements (the overview, the groups, the commands: the device and its rows), plus
+    // one when the inventory is not cached.
     let DeviceOverview {
         device,
         site_name,
@@ -392,6 +423,21 @@ pub(crate) async fn device_details(
         .inventory_as_of(device.id, state.as_ref().and_then(|s| s.inventory_at))
         .await?;
     let inv = parsed.as_deref().and_then(|p| p.inventory.as_ref());
+    let recent_commands = org
+        .commands
+        .list_commands(device.id, RECENT_COMMANDS)
+        .await?
+        .into_iter()
+        .map(|c| CommandRef {
+            id: c.id.to_string(),
+            kind: c.kind,
+            script: c.script_name,
+            status: c.status.to_string(),
+            exit_code: c.exit_code,
+            created_at: c.created_at.to_rfc3339(),
+            completed_at: c.completed_at.map(|t| t.to_rfc3339()),
+        })
+        .collect();
     let details = DeviceDetails {
         device: DeviceSummary::new(&device, site_name.as_deref()),
         groups,
@@ -449,6 +495,7 @@ pub(crate) async fn device_details(
             process_count: m.process_avg,
         }),
         installed_package_count: parsed.as_deref().and_then(|p| p.package_count()),
+        recent_commands,
     };
     serde_json::to_value(&details).map_err(|e| StoreError::Invalid(e.to_string()))
 }
@@ -473,13 +520,18 @@ pub(crate) struct GetDeviceDetails;
 impl Tool for GetDeviceDetails {
     const NAME: &'static str = "get_device_details";
     const TITLE: &'static str = "Get device details";
-    const DESCRIPTION: &'static str = "Everything Breeze knows about one device: identity, status, agent, site, tags, groups, hardware, OS, network interfaces, disks, uptime, pending reboot, logged-in users, the latest metrics sample and how many active context entries it has. Installed packages are counted, not listed: get_device_software pages through them.";
+    const DESCRIPTION: &'static str = "All Breeze knows about one device: identity, status, agent, site, tags, groups, hardware, OS, network interfaces, disks, uptime, pending reboot, logged-in users, last 5 commands, latest metrics and the count of active context entries. Installed packages are counted, not listed: get_device_software pages through them.";
     const TIER: Tier = Tier::T1;
     const PERMISSION: Permission = Permission::DevicesRead;
     type Actions = NoActions;
     type Input = DeviceIdInput;
     type Output = Rendered<DeviceDetails<'static>>;
-    type Reach = (reach::Agents, reach::Devices, reach::Tenancy);
+    type Reach = (
+        reach::Agents,
+        reach::Commands,
+        reach::Devices,
+        reach::Tenancy,
+    );
 
     async fn call(
         cx: &ToolCx<'_, Self::Reach>,

@@ -391,7 +391,8 @@ pub(crate) fn billing_err(e: breeze_billing::BillingError) -> ToolError {
     }
 }
 
-/// A payment link: the provider's hosted page for an invoice's balance, and its state.
+/// A payment link: the provider's hosted page for an invoice's balance or a sent quote's
+/// total, and its state.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PaymentLinkView {
@@ -400,7 +401,7 @@ pub(crate) struct PaymentLinkView {
     url: String,
     amount: MoneyView,
     /// open, paid, superseded (a newer link replaced it) or unmatched (paid, but the invoice
-    /// could not take it: refund or record by hand).
+    /// or quote could not take it: refund or record by hand).
     status: String,
     created_at: String,
     settled_at: Option<String>,
@@ -418,6 +419,21 @@ impl From<breeze_store::PaymentLink> for PaymentLinkView {
             created_at: l.created_at.to_rfc3339(),
             settled_at: l.settled_at.map(|t| t.to_rfc3339()),
             payment_id: l.payment_id.map(|p| p.to_string()),
+        }
+    }
+}
+
+impl From<breeze_store::QuoteLink> for PaymentLinkView {
+    fn from(l: breeze_store::QuoteLink) -> Self {
+        Self {
+            id: l.id.to_string(),
+            amount: l.amount().into(),
+            provider: l.provider,
+            url: l.url,
+            status: l.status,
+            created_at: l.created_at.to_rfc3339(),
+            settled_at: l.settled_at.map(|t| t.to_rfc3339()),
+            payment_id: None,
         }
     }
 }

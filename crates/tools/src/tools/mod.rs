@@ -28,6 +28,7 @@ pub(crate) mod scripts;
 pub(crate) mod security;
 pub(crate) mod telemetry;
 pub(crate) mod tickets;
+pub(crate) mod vulnerabilities;
 
 /// A device id argument, with the error every tool gives for a missing or foreign device.
 pub(crate) const DEVICE_NOT_FOUND: &str = "Device not found or access denied";

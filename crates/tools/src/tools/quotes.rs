@@ -1,7 +1,8 @@
 //! `manage_quotes`: proposals to a customer.
 //!
 //! Listing and reading quotes, drafting them (content blocks and priced lines, manual or
-//! from the catalog) and declining one are Tier 2 with `quotes.write`; sending a quote to the
+//! from the catalog), declining one and making a sent quote's Stripe payment link (its total;
+//! a paid link marks the quote paid) are Tier 2 with `quotes.write`; sending a quote to the
 //! customer is Tier 3 with `quotes.send`, as the specification says. A quote is named by
 //! UUID or number (`Q-12`); another organization's is "not found".
 
@@ -12,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     args::{time_arg, uuid_or_missing},
-    ledger::{self, LineArg, Named, PricedLineView, TotalsView, ledger_output, priced_line_view},
+    ledger::{
+        self, LineArg, Named, PaymentLinkView, PricedLineView, TotalsView, ledger_output,
+        priced_line_view,
+    },
 };
 use crate::reach::{self, Reach};
 use crate::{Pin, Registry, Rendered, Tier, Tool, ToolCx, ToolError};
@@ -67,6 +71,9 @@ struct QuoteView {
     blocks: Option<Vec<BlockView>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lines: Option<Vec<PricedLineView>>,
+    /// Its payment links, newest first: a `paid` one means the customer paid the quote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_links: Option<Vec<PaymentLinkView>>,
 }
 
 impl From<Quote> for QuoteView {
@@ -88,13 +95,14 @@ impl From<Quote> for QuoteView {
             created_at: q.created_at.to_rfc3339(),
             blocks: None,
             lines: None,
+            payment_links: None,
         }
     }
 }
 
 ledger_output! {
     /// What `manage_quotes` returns; one object with the fields that apply.
-    QuotesOutput { quotes, quote: QuoteView }
+    QuotesOutput { quotes, quote: QuoteView, payment_link: PaymentLinkView }
 }
 
 /// What "not found" means for each record a quote action names.
@@ -129,11 +137,13 @@ async fn full_view<R: Reach>(cx: &ToolCx<'_, R>, q: Quote) -> Result<QuoteView, 
             .map(|l| priced_line_view!(l))
             .collect(),
     );
+    view.payment_links = Some(ledger::views(cx.quotes().payment_links(id).await?));
     Ok(view)
 }
 
 crate::actions! {
-    // Drafting and declining are Tier 2; sending to the customer is Tier 3 with quotes.send.
+    // Drafting, declining and payment links are Tier 2; sending to the customer is Tier 3 with
+    // quotes.send.
     pub(crate) enum QuoteAction {
         List = "list" => (T2, Read, QuotesWrite),
         Get = "get" => (T2, Read, QuotesWrite),
@@ -145,6 +155,7 @@ crate::actions! {
         AddLine = "add_line" => (T2, Create, QuotesWrite),
         RemoveLine = "remove_line" => (T2, Delete, QuotesWrite),
         Decline = "decline" => (T2, Update, QuotesWrite),
+        CreatePaymentLink = "create_payment_link" => (T2, Create, QuotesWrite),
         Send = "send" => (T3, Update, QuotesSend),
     }
 }
@@ -224,13 +235,13 @@ pub(crate) struct ManageQuotes;
 impl Tool for ManageQuotes {
     const NAME: &'static str = "manage_quotes";
     const TITLE: &'static str = "Manage quotes";
-    const DESCRIPTION: &'static str = "Quote/proposal lifecycle (numbers like Q-12). list|get|create|update|delete (drafts)|add_block|remove_block (headings, text)|add_line (manual, or a catalog item or bundle)|remove_line|decline Tier 2; send (to the customer; frozen after) Tier 3 with quotes.send. Amounts: decimal string + ISO 4217 currency.";
+    const DESCRIPTION: &'static str = "Quote/proposal lifecycle (numbers like Q-12). list|get|create|update|delete (drafts)|add_block|remove_block (headings, text)|add_line (manual, or a catalog item or bundle)|remove_line|decline|create_payment_link (a Stripe payment page for a sent quote's total; a paid link marks the quote paid) Tier 2; send (to the customer; frozen after) Tier 3 with quotes.send. Amounts: decimal string + ISO 4217 currency.";
     const TIER: Tier = Tier::T2;
     const PERMISSION: Permission = Permission::QuotesWrite;
     type Actions = QuoteAction;
     type Input = QuotesInput;
     type Output = Rendered<QuotesOutput>;
-    type Reach = (reach::Quotes, reach::Tenancy);
+    type Reach = (reach::Quotes, reach::Tenancy, reach::Billing);
 
     async fn precheck(
         cx: &ToolCx<'_, Self::Reach>,
@@ -368,6 +379,26 @@ impl Tool for ManageQuotes {
                     .await
                     .map_err(quote_missing)?;
                 (Some(format!("{} declined", q.reference())), q)
+            }
+            QuoteAction::CreatePaymentLink => {
+                let q = current().await?;
+                let link = cx
+                    .billing()?
+                    .quote_link(&q, &cx.actor.to_string(), audit("create_payment_link"))
+                    .await
+                    .map_err(ledger::billing_err)?;
+                let q = quotes.get_quote(q.id).await?;
+                return Rendered::of(&QuotesOutput {
+                    message: Some(format!(
+                        "payment link for {} ({}): {}",
+                        q.reference(),
+                        link.amount(),
+                        link.url
+                    )),
+                    payment_link: Some(link.into()),
+                    quote: Some(full_view(cx, q).await?),
+                    ..Default::default()
+                });
             }
             QuoteAction::Send => {
                 let q = current().await?;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use breeze_core::{Permission, Timestamp};
-use breeze_store::{AgentLogFilter, Aggregation, MetricPoint};
+use breeze_store::{AgentLogFilter, Aggregation, MetricPoint, MetricTotals};
 use chrono::{DateTime, Duration, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,21 +71,67 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
-    fn of(
-        points: &[MetricPoint],
-        avg: fn(&MetricPoint) -> f64,
-        max: fn(&MetricPoint) -> f64,
-    ) -> Option<Self> {
-        let last = points.last()?;
-        let samples: i64 = points.iter().map(|p| p.samples).sum();
-        let weighted: f64 = points.iter().map(|p| avg(p) * p.samples as f64).sum();
+    /// From the series' totals (`min` of the averages, `max` of the maxima, the
+    /// sample-weighted average) and its newest point.
+    fn of(totals: &MetricTotals, last: Option<&MetricPoint>, pick: Pick) -> Option<Self> {
+        let last = last?;
+        let (weighted, min, max, current) = match pick {
+            Pick::Cpu => (
+                totals.cpu_weighted,
+                totals.cpu_min,
+                totals.cpu_max,
+                last.cpu_avg,
+            ),
+            Pick::Ram => (
+                totals.ram_weighted,
+                totals.ram_min,
+                totals.ram_max,
+                last.ram_avg,
+            ),
+            Pick::Disk => (
+                totals.disk_weighted,
+                totals.disk_min,
+                totals.disk_max,
+                last.disk_avg,
+            ),
+        };
         Some(Stats {
-            min: round2(points.iter().map(avg).fold(f64::INFINITY, f64::min)),
-            max: round2(points.iter().map(max).fold(0.0, f64::max)),
-            avg: round2(weighted / samples.max(1) as f64),
-            current: round2(avg(last)),
+            min: round2(min),
+            max: round2(max.max(0.0)),
+            avg: round2(weighted / totals.samples.max(1) as f64),
+            current: round2(current),
         })
     }
+}
+
+#[derive(Clone, Copy)]
+enum Pick {
+    Cpu,
+    Ram,
+    Disk,
+}
+
+/// One point of the series. The fields are in alphabetical order, the order the answer has
+/// always had (it was a JSON map); a metric not asked for is left out.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Point {
+    at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_avg: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk_max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    net_rx_bytes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    net_tx_bytes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ram_avg: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ram_max: Option<f64>,
+    samples: i64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -110,12 +156,12 @@ pub(crate) struct MetricsOutput {
     network: Option<Value>,
     /// The series, oldest first (at most 500 points).
     #[schemars(with = "Vec<serde_json::Map<String, Value>>")]
-    points: Vec<Value>,
+    points: Vec<Point>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
 }
 
-const MAX_POINTS: usize = 500;
+const MAX_POINTS: u32 = 500;
 
 pub(crate) struct AnalyzeMetrics;
 
@@ -145,35 +191,37 @@ impl Tool for AnalyzeMetrics {
         };
         let to = cx.now();
         let from = to - Duration::hours(i64::from(hours));
-        let points = cx
+        // The summaries are counted in the database; only the points shown are read out.
+        let (totals, points) = cx
             .telemetry()
-            .query_metrics(device.id, from, to + Duration::seconds(1), aggregation)
+            .query_metrics_tail(
+                &device,
+                from,
+                to + Duration::seconds(1),
+                aggregation,
+                MAX_POINTS,
+            )
             .await?;
         let metric = input.metric.unwrap_or(Metric::All);
         let wants = |m: Metric| metric == Metric::All || metric == m;
-        let series: Vec<Value> = points
+        let (cpu, ram, disk, net) = (
+            wants(Metric::Cpu),
+            wants(Metric::Ram),
+            wants(Metric::Disk),
+            wants(Metric::Network),
+        );
+        let series: Vec<Point> = points
             .iter()
-            .rev()
-            .take(MAX_POINTS)
-            .rev()
-            .map(|p| {
-                let mut v = json!({ "at": p.at.to_rfc3339(), "samples": p.samples });
-                if wants(Metric::Cpu) {
-                    v["cpuAvg"] = json!(round2(p.cpu_avg));
-                    v["cpuMax"] = json!(round2(p.cpu_max));
-                }
-                if wants(Metric::Ram) {
-                    v["ramAvg"] = json!(round2(p.ram_avg));
-                    v["ramMax"] = json!(round2(p.ram_max));
-                }
-                if wants(Metric::Disk) {
-                    v["diskMax"] = json!(round2(p.disk_max));
-                }
-                if wants(Metric::Network) {
-                    v["netRxBytes"] = json!(p.net_rx_bytes);
-                    v["netTxBytes"] = json!(p.net_tx_bytes);
-                }
-                v
+            .map(|p| Point {
+                at: p.at.to_rfc3339(),
+                samples: p.samples,
+                cpu_avg: cpu.then(|| round2(p.cpu_avg)),
+                cpu_max: cpu.then(|| round2(p.cpu_max)),
+                ram_avg: ram.then(|| round2(p.ram_avg)),
+                ram_max: ram.then(|| round2(p.ram_max)),
+                disk_max: disk.then(|| round2(p.disk_max)),
+                net_rx_bytes: net.then_some(p.net_rx_bytes),
+                net_tx_bytes: net.then_some(p.net_tx_bytes),
             })
             .collect();
         let name = match aggregation {
@@ -181,30 +229,28 @@ impl Tool for AnalyzeMetrics {
             Aggregation::Hourly => "hourly",
             Aggregation::Daily => "daily",
         };
+        let stats = |wanted: bool, pick: Pick| {
+            totals
+                .as_ref()
+                .filter(|_| wanted)
+                .and_then(|t| Stats::of(t, points.last(), pick))
+        };
         Ok(MetricsOutput {
             device_id: device.id.to_string(),
             hostname: device.hostname,
             aggregation: name.into(),
             from: from.to_rfc3339(),
             to: to.to_rfc3339(),
-            data_points: points.iter().map(|p| p.samples).sum(),
-            cpu: wants(Metric::Cpu)
-                .then(|| Stats::of(&points, |p| p.cpu_avg, |p| p.cpu_max))
-                .flatten(),
-            ram: wants(Metric::Ram)
-                .then(|| Stats::of(&points, |p| p.ram_avg, |p| p.ram_max))
-                .flatten(),
-            disk: wants(Metric::Disk)
-                .then(|| Stats::of(&points, |p| p.disk_avg, |p| p.disk_max))
-                .flatten(),
-            network: (wants(Metric::Network) && !points.is_empty()).then(|| {
-                json!({
-                    "rxBytes": points.iter().map(|p| p.net_rx_bytes).sum::<i64>(),
-                    "txBytes": points.iter().map(|p| p.net_tx_bytes).sum::<i64>(),
-                })
-            }),
-            message: points
-                .is_empty()
+            data_points: totals.as_ref().map_or(0, |t| t.samples),
+            cpu: stats(cpu, Pick::Cpu),
+            ram: stats(ram, Pick::Ram),
+            disk: stats(disk, Pick::Disk),
+            network: totals
+                .as_ref()
+                .filter(|_| net)
+                .map(|t| json!({ "rxBytes": t.net_rx_bytes, "txBytes": t.net_tx_bytes })),
+            message: totals
+                .is_none()
                 .then(|| "No metrics found for the specified time range".to_owned()),
             points: series,
         })

@@ -40,12 +40,7 @@ pub(super) async fn list<R: Reach>(
         cx.clock.now(),
     )
     .await?;
-    let mut hostnames: HashMap<DeviceId, String> = HashMap::new();
-    for id in &ids {
-        if let Ok(d) = cx.devices().get_device(*id).await {
-            hostnames.insert(*id, d.hostname);
-        }
-    }
+    let hostnames = cx.devices().hostnames(&ids).await?;
     let next_cursor = more.then(|| rows.last().map(cursor_of)).flatten();
     let patches: Vec<PatchView> = rows
         .into_iter()
