@@ -4,17 +4,31 @@
 //! for every request rmcp makes. Bounded: the whole operation by a timeout, each JSON answer
 //! and SSE event by a size, the listing by a page and tool count (a server that lists without
 //! end fails, it does not hang or fill memory).
+//!
+//! Calls run in upstream sessions kept open between calls ([`Sessions`]): one
+//! `initialize` handshake per organization, source and credential instead of one per call,
+//! which would triple the round trips every external call adds. A session the upstream forgot
+//! (HTTP 404) is reopened and the refused request sent again: a 404 means it was not
+//! processed, so nothing runs twice. A session whose transport failed is dropped, so the next
+//! call starts a fresh one.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use rmcp::{
-    ServiceExt,
+    RoleClient, ServiceError, ServiceExt,
     model::{CallToolRequestParams, PaginatedRequestParams},
+    service::RunningService,
     transport::{
         StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 use url::Url;
 
 use crate::{
@@ -60,8 +74,9 @@ fn transport(
     config.max_json_response_size = max_answer;
     config.max_sse_event_size = max_answer;
     config.max_error_response_size = 16 * 1024;
-    // A source that forgot our session is not retried behind the caller's back.
-    config.reinit_on_expired_session = false;
+    // A 404 for our session means the upstream did not process the request: rmcp opens a new
+    // session with the same handshake and sends that request once more.
+    config.reinit_on_expired_session = true;
     StreamableHttpClientTransport::with_client(egress.client().clone(), config)
 }
 
@@ -137,47 +152,203 @@ pub struct Answer {
     pub is_error: bool,
 }
 
-/// Calls `name` with `arguments` on the server at `url`, in a session of its own, within
-/// `timeout`.
-pub async fn call(
-    egress: &Egress,
-    url: &Url,
-    headers: Headers,
-    name: &str,
-    arguments: Value,
-    timeout: Duration,
-) -> Result<Answer, McpError> {
-    egress.check_url(url.as_str())?;
-    let arguments = match arguments {
-        Value::Object(m) => Some(m),
-        Value::Null => None,
-        other => {
-            return Err(McpError::Call(format!(
-                "arguments must be an object, not {other}"
-            )));
+/// How long an unused upstream session stays open.
+pub const SESSION_IDLE: Duration = Duration::from_secs(300);
+/// The most upstream sessions kept open; past it the least recently used is closed.
+pub const MAX_SESSIONS: usize = 512;
+
+type Client = RunningService<RoleClient, ()>;
+
+struct Pooled {
+    /// A hash of the URL and headers the session was opened with: a rotated credential or a
+    /// moved source opens a new session rather than reusing one opened with the old.
+    fingerprint: [u8; 32],
+    client: Arc<Client>,
+    last_used: Instant,
+}
+
+/// The upstream sessions of MCP sources, kept open between calls. Cheap to clone; clones
+/// share the sessions.
+///
+/// A session is keyed by the caller's choice of scope (the service uses organization and
+/// source, so whatever state an upstream keeps per session never crosses organizations) and
+/// bound to the URL and headers it was opened with.
+#[derive(Clone)]
+pub struct Sessions {
+    open: Arc<Mutex<HashMap<String, Pooled>>>,
+    idle: Duration,
+    max: usize,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::new(SESSION_IDLE, MAX_SESSIONS)
+    }
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("open", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    /// Sessions unused for `idle` are closed, and at most `max` are kept.
+    pub fn new(idle: Duration, max: usize) -> Self {
+        Self {
+            open: Arc::default(),
+            idle,
+            max: max.max(1),
         }
-    };
-    let work = async {
-        let client =
-            ().serve(transport(egress, url, headers, egress::MAX_CALL_RESPONSE))
-                .await
-                .map_err(|e| McpError::Initialize(e.to_string()))?;
-        let mut params = CallToolRequestParams::new(name.to_owned());
-        params.arguments = arguments;
-        let result = client
-            .call_tool(params)
+    }
+
+    /// How many sessions are open.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no session is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pooled>> {
+        // A panic while the map was held leaves no half-made entry: every change is one
+        // insert or remove.
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The open session of `key` opened with `fingerprint`, if it is still alive; closes
+    /// idle ones on the way.
+    fn take(&self, key: &str, fingerprint: &[u8; 32]) -> Option<Arc<Client>> {
+        let now = Instant::now();
+        let mut open = self.lock();
+        open.retain(|_, p| now.duration_since(p.last_used) < self.idle && !p.client.is_closed());
+        let p = open.get_mut(key)?;
+        if &p.fingerprint != fingerprint {
+            open.remove(key);
+            return None;
+        }
+        p.last_used = now;
+        Some(p.client.clone())
+    }
+
+    /// Keeps `client` as `key`'s session, unless a concurrent call kept one first (then that
+    /// one is answered and `client` is closed when its call ends).
+    fn keep(&self, key: &str, fingerprint: [u8; 32], client: Arc<Client>) -> Arc<Client> {
+        let mut open = self.lock();
+        if let Some(p) = open.get(key)
+            && p.fingerprint == fingerprint
+            && !p.client.is_closed()
+        {
+            return p.client.clone();
+        }
+        if open.len() >= self.max
+            && !open.contains_key(key)
+            && let Some(oldest) = open
+                .iter()
+                .min_by_key(|(_, p)| p.last_used)
+                .map(|(k, _)| k.clone())
+        {
+            open.remove(&oldest);
+        }
+        open.insert(
+            key.to_owned(),
+            Pooled {
+                fingerprint,
+                client: client.clone(),
+                last_used: Instant::now(),
+            },
+        );
+        client
+    }
+
+    fn drop_session(&self, key: &str, client: &Arc<Client>) {
+        let mut open = self.lock();
+        if open
+            .get(key)
+            .is_some_and(|p| Arc::ptr_eq(&p.client, client))
+        {
+            open.remove(key);
+        }
+    }
+
+    /// Calls `name` with `arguments` on the server at `url`, in `key`'s session (opened if
+    /// there is none), within `timeout`, which covers opening it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call(
+        &self,
+        key: &str,
+        egress: &Egress,
+        url: &Url,
+        headers: Headers,
+        name: &str,
+        arguments: Value,
+        timeout: Duration,
+    ) -> Result<Answer, McpError> {
+        egress.check_url(url.as_str())?;
+        let arguments = match arguments {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
+            other => {
+                return Err(McpError::Call(format!(
+                    "arguments must be an object, not {other}"
+                )));
+            }
+        };
+        let fingerprint = fingerprint(url, &headers);
+        let work = async {
+            let client = match self.take(key, &fingerprint) {
+                Some(c) => c,
+                None => {
+                    let c =
+                        ().serve(transport(egress, url, headers, egress::MAX_CALL_RESPONSE))
+                            .await
+                            .map_err(|e| McpError::Initialize(e.to_string()))?;
+                    self.keep(key, fingerprint, Arc::new(c))
+                }
+            };
+            let mut params = CallToolRequestParams::new(name.to_owned());
+            params.arguments = arguments;
+            let result = match client.call_tool(params).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The upstream's JSON-RPC error leaves the session sound; any other
+                    // failure is the transport's, and the session is not trusted again.
+                    if !matches!(e, ServiceError::McpError(_)) {
+                        self.drop_session(key, &client);
+                    }
+                    return Err(McpError::Call(e.to_string()));
+                }
+            };
+            let is_error = result.is_error == Some(true);
+            let value =
+                serde_json::to_value(&result).unwrap_or_else(|e| json!({"error": e.to_string()}));
+            Ok(Answer {
+                result: value,
+                is_error,
+            })
+        };
+        tokio::time::timeout(timeout, work)
             .await
-            .map_err(|e| McpError::Call(e.to_string()))?;
-        let _ = client.cancel().await;
-        let is_error = result.is_error == Some(true);
-        let value =
-            serde_json::to_value(&result).unwrap_or_else(|e| json!({"error": e.to_string()}));
-        Ok(Answer {
-            result: value,
-            is_error,
-        })
-    };
-    tokio::time::timeout(timeout, work)
-        .await
-        .map_err(|_| McpError::Timeout(timeout))?
+            .map_err(|_| McpError::Timeout(timeout))?
+    }
+}
+
+/// A hash of where and how a session was opened; headers carry the credential, so only the
+/// hash is kept beside the session.
+fn fingerprint(url: &Url, headers: &Headers) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(url.as_str().as_bytes());
+    for (name, value) in headers {
+        h.update([0]);
+        h.update(name.as_str().as_bytes());
+        h.update([0]);
+        h.update(value.as_bytes());
+    }
+    h.finalize().into()
 }

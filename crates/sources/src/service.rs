@@ -171,6 +171,7 @@ pub struct Sources {
     vault: Option<Vault>,
     egress: Egress,
     auth: Authorizer,
+    sessions: mcp::Sessions,
     clock: Arc<dyn Clock>,
     call_timeout: Duration,
     discovery_timeout: Duration,
@@ -187,6 +188,7 @@ impl Sources {
     pub fn new(store: Store, vault: Option<Vault>, egress: Egress, clock: Arc<dyn Clock>) -> Self {
         Self {
             auth: Authorizer::new(egress.clone(), clock.clone()),
+            sessions: mcp::Sessions::default(),
             store,
             vault,
             egress,
@@ -660,16 +662,22 @@ impl Sources {
             .map_err(|e| fail(&e))?;
         match t.source.kind {
             SourceKind::Mcp => {
-                let a = mcp::call(
-                    &self.egress,
-                    &base,
-                    headers,
-                    &t.tool.name,
-                    args,
-                    self.call_timeout,
-                )
-                .await
-                .map_err(|e| fail(&e))?;
+                // One session per source and organization: whatever an upstream keeps per
+                // session stays with the organization that made it.
+                let key = format!("{}/{org}", t.source.id);
+                let a = self
+                    .sessions
+                    .call(
+                        &key,
+                        &self.egress,
+                        &base,
+                        headers,
+                        &t.tool.name,
+                        args,
+                        self.call_timeout,
+                    )
+                    .await
+                    .map_err(|e| fail(&e))?;
                 Ok(CallResult {
                     result: a.result,
                     is_error: a.is_error,

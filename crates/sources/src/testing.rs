@@ -142,6 +142,10 @@ pub struct McpServer {
     pub calls: Mutex<Vec<(String, Value)>>,
     /// Every header set it received, to prove what was (not) sent.
     pub headers: Mutex<Vec<HeaderMap>>,
+    /// `initialize` handshakes it answered; each opened a session.
+    pub initializes: AtomicUsize,
+    /// The sessions it knows; a request naming another is answered 404, as the spec says.
+    pub sessions: Mutex<std::collections::HashSet<String>>,
 }
 
 impl McpServer {
@@ -154,7 +158,14 @@ impl McpServer {
             hits: AtomicUsize::new(0),
             calls: Mutex::new(Vec::new()),
             headers: Mutex::new(Vec::new()),
+            initializes: AtomicUsize::new(0),
+            sessions: Mutex::new(std::collections::HashSet::new()),
         })
+    }
+
+    /// Forgets every session, as a restarted server would.
+    pub fn forget_sessions(&self) {
+        self.sessions.lock().expect("lock").clear();
     }
 
     pub fn requiring(tools: Vec<Value>, header: &str, value: &str) -> Arc<Self> {
@@ -230,15 +241,31 @@ async fn mcp(State(s): State<Arc<McpServer>>, headers: HeaderMap, body: String) 
         return StatusCode::BAD_REQUEST.into_response();
     };
     let id = msg["id"].clone();
-    match msg["method"].as_str().unwrap_or_default() {
-        "initialize" => reply(
-            &id,
-            json!({
-                "protocolVersion": msg["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "test-upstream", "version": "1"},
-            }),
-        ),
+    let method = msg["method"].as_str().unwrap_or_default();
+    if method != "initialize"
+        && let Some(session) = headers.get("mcp-session-id").and_then(|v| v.to_str().ok())
+        && !s.sessions.lock().expect("lock").contains(session)
+    {
+        return (StatusCode::NOT_FOUND, "no such session").into_response();
+    }
+    match method {
+        "initialize" => {
+            let n = s.initializes.fetch_add(1, Ordering::SeqCst);
+            let session = format!("session-{n}");
+            s.sessions.lock().expect("lock").insert(session.clone());
+            let mut r = reply(
+                &id,
+                json!({
+                    "protocolVersion": msg["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "test-upstream", "version": "1"},
+                }),
+            );
+            if let Ok(v) = session.parse() {
+                r.headers_mut().insert("mcp-session-id", v);
+            }
+            r
+        }
         "notifications/initialized" | "notifications/cancelled" => {
             StatusCode::ACCEPTED.into_response()
         }

@@ -8,10 +8,11 @@ use std::{sync::atomic::Ordering, time::Duration};
 use breeze_core::Tier;
 use breeze_sources::{
     auth::Authorizer,
-    mcp::{self, McpError},
+    mcp::{self, McpError, Sessions},
     testing::{Behavior, McpServer, TestCa, tool},
     vault::Credential,
 };
+use reqwest13::header::HeaderName;
 use serde_json::json;
 use url::Url;
 
@@ -56,22 +57,146 @@ async fn calls_reach_the_tool_and_upstream_errors_say_so() {
     let addr = ca.serve(server.router(), true).await;
     let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
     let egress = ca.egress();
-    let answer = mcp::call(&egress, &url, vec![], "t0", json!({"q": "x"}), QUICK)
-        .await
-        .unwrap();
+    let sessions = Sessions::default();
+    let call = |name: &'static str, args: serde_json::Value| {
+        sessions.call("org", &egress, &url, vec![], name, args, QUICK)
+    };
+    let answer = call("t0", json!({"q": "x"})).await.unwrap();
     assert!(!answer.is_error);
     assert_eq!(
         answer.result["structuredContent"],
         json!({"tool": "t0", "arguments": {"q": "x"}})
     );
-    let failed = mcp::call(&egress, &url, vec![], "fails", json!({}), QUICK)
+    let failed = call("fails", json!({})).await.unwrap();
+    assert!(failed.is_error);
+    let err = call("t0", json!([1])).await.unwrap_err();
+    assert!(matches!(err, McpError::Call(_)), "{err}");
+}
+
+#[tokio::test]
+async fn calls_share_one_upstream_session_per_key_and_credential() {
+    let ca = TestCa::new();
+    let server = McpServer::new(tools(2));
+    let addr = ca.serve(server.router(), true).await;
+    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
+    let egress = ca.egress();
+    let sessions = Sessions::default();
+    let header = |v: &str| vec![(HeaderName::from_static("x-api-key"), v.parse().unwrap())];
+    for _ in 0..5 {
+        sessions
+            .call("a", &egress, &url, header("k1"), "t0", json!({}), QUICK)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        server.initializes.load(Ordering::SeqCst),
+        1,
+        "one handshake"
+    );
+    assert_eq!(server.calls.lock().unwrap().len(), 5);
+    // Concurrent calls share it too.
+    let many =
+        (0..8).map(|_| sessions.call("a", &egress, &url, header("k1"), "t0", json!({}), QUICK));
+    for r in futures::future::join_all(many).await {
+        r.unwrap();
+    }
+    assert_eq!(server.initializes.load(Ordering::SeqCst), 1);
+    // Another key (another organization) and another credential each get their own.
+    sessions
+        .call("b", &egress, &url, header("k1"), "t0", json!({}), QUICK)
         .await
         .unwrap();
-    assert!(failed.is_error);
-    let err = mcp::call(&egress, &url, vec![], "t0", json!([1]), QUICK)
+    assert_eq!(server.initializes.load(Ordering::SeqCst), 2);
+    sessions
+        .call("a", &egress, &url, header("k2"), "t0", json!({}), QUICK)
+        .await
+        .unwrap();
+    assert_eq!(server.initializes.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        sessions.len(),
+        2,
+        "the rotated credential replaced a's session"
+    );
+    let last = server.headers.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        last["x-api-key"], "k2",
+        "the new session carries the new credential"
+    );
+}
+
+#[tokio::test]
+async fn a_forgotten_session_is_reopened_and_the_call_runs_once() {
+    let ca = TestCa::new();
+    let server = McpServer::new(tools(2));
+    let addr = ca.serve(server.router(), true).await;
+    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
+    let egress = ca.egress();
+    let sessions = Sessions::default();
+    let call = || sessions.call("org", &egress, &url, vec![], "t0", json!({"n": 1}), QUICK);
+    call().await.unwrap();
+    server.forget_sessions();
+    let answer = call().await.unwrap();
+    assert_eq!(answer.result["structuredContent"]["tool"], "t0");
+    assert_eq!(server.initializes.load(Ordering::SeqCst), 2, "reopened");
+    assert_eq!(
+        server.calls.lock().unwrap().len(),
+        2,
+        "the refused request ran once, after the new handshake"
+    );
+}
+
+#[tokio::test]
+async fn idle_sessions_close_and_the_pool_is_bounded() {
+    let ca = TestCa::new();
+    let server = McpServer::new(tools(2));
+    let addr = ca.serve(server.router(), true).await;
+    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
+    let egress = ca.egress();
+    let sessions = Sessions::new(Duration::from_millis(300), 2);
+    for key in ["a", "b", "c"] {
+        sessions
+            .call(key, &egress, &url, vec![], "t0", json!({}), QUICK)
+            .await
+            .unwrap();
+    }
+    assert_eq!(sessions.len(), 2, "the least recently used was closed");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    sessions
+        .call("c", &egress, &url, vec![], "t0", json!({}), QUICK)
+        .await
+        .unwrap();
+    assert_eq!(sessions.len(), 1, "idle sessions closed, c reopened");
+    assert_eq!(server.initializes.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_leaves_the_next_call_working() {
+    let ca = TestCa::new();
+    let server = McpServer::new(tools(2));
+    let addr = ca.serve(server.router(), true).await;
+    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
+    let egress = ca.egress();
+    let sessions = Sessions::default();
+    server.set(Behavior::Hang);
+    let err = sessions
+        .call(
+            "org",
+            &egress,
+            &url,
+            vec![],
+            "t0",
+            json!({}),
+            Duration::from_millis(300),
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, McpError::Call(_)), "{err}");
+    assert!(matches!(err, McpError::Timeout(_)), "{err}");
+    server.set(Behavior::WellBehaved);
+    let answer = sessions
+        .call("org", &egress, &url, vec![], "t0", json!({}), QUICK)
+        .await
+        .unwrap();
+    assert!(!answer.is_error);
 }
 
 #[tokio::test]
