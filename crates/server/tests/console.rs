@@ -14,8 +14,10 @@ use axum::{
 };
 use breeze_core::{AlertCondition, Comparison, DeviceId, Metric, OrgId, Severity};
 use breeze_store::{AlertRule, NewRule, RuleTarget, testing::Ctx};
-use common::browser::{admin_of, event_arrives, events, get, html, location, post_form, sign_in};
-use common::{World, send, world};
+use common::browser::{
+    admin_of, event_arrives, events, get, html, location, outcome, post_form, sign_in,
+};
+use common::{World, audit_records, send, world};
 use uuid::Uuid;
 
 /// A rule of `org` named `name` (CPU above 90 % for 5 minutes, on every device).
@@ -99,25 +101,6 @@ async fn status_of(w: &World, org: OrgId, alert: Uuid) -> String {
         .unwrap()
         .status
         .to_string()
-}
-
-/// The audit records of `org` with `action`.
-async fn records(w: &World, org: OrgId, action: &str) -> Vec<breeze_core::AuditRecord> {
-    w.store.flush_audit().await;
-    w.store
-        .org(org)
-        .audit()
-        .query_audit(
-            &breeze_store::AuditFilter {
-                action: Some(action.into()),
-                ..Default::default()
-            },
-            None,
-            100,
-        )
-        .await
-        .unwrap()
-        .records
 }
 
 /// Unknown paths under an organization answer the HTML 404 page, signed in or not, whatever
@@ -407,7 +390,7 @@ async fn alerts_are_acknowledged_resolved_and_suppressed_one_or_many(cx: Ctx) {
         location(&r)
     );
     assert_eq!(status_of(&w, w.org_a, a1).await, "acknowledged");
-    let rec = records(&w, w.org_a, "alert.acknowledge").await;
+    let rec = audit_records(&w, w.org_a, "alert.acknowledge").await;
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0].event.actor.kind, breeze_core::ActorType::User);
     assert_eq!(
@@ -454,7 +437,7 @@ async fn alerts_are_acknowledged_resolved_and_suppressed_one_or_many(cx: Ctx) {
     );
     assert_eq!(status_of(&w, w.org_a, a1).await, "resolved");
     assert_eq!(status_of(&w, w.org_a, a2).await, "resolved");
-    assert_eq!(records(&w, w.org_a, "alert.resolve").await.len(), 2);
+    assert_eq!(audit_records(&w, w.org_a, "alert.resolve").await.len(), 2);
     let history = w
         .store
         .org(w.org_a)
@@ -493,7 +476,7 @@ async fn alerts_are_acknowledged_resolved_and_suppressed_one_or_many(cx: Ctx) {
         .await
         .unwrap();
     assert!(again.is_none(), "suppressed: nothing raised");
-    assert_eq!(records(&w, w.org_a, "alert.suppress").await.len(), 1);
+    assert_eq!(audit_records(&w, w.org_a, "alert.suppress").await.len(), 1);
     // Another device is not held back.
     assert!(
         w.store
@@ -604,7 +587,7 @@ async fn the_suppress_tool_action_is_the_same_operation(cx: Ctx) {
     .await;
     assert_eq!(out["alert"]["status"], "resolved", "{out}");
     assert!(out["alert"]["suppressedUntil"].is_string(), "{out}");
-    let rec = records(&w, w.org_a, "alert.suppress").await;
+    let rec = audit_records(&w, w.org_a, "alert.suppress").await;
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0].event.actor.kind, breeze_core::ActorType::ApiKey);
     // A read key cannot.
@@ -666,7 +649,7 @@ async fn alert_rules_are_listed_created_and_edited(cx: Ctx) {
             duration_minutes: 10
         }
     );
-    let rec = records(&w, w.org_a, "alert_rule.create").await;
+    let rec = audit_records(&w, w.org_a, "alert_rule.create").await;
     assert!(
         rec.iter()
             .any(|r| r.event.actor.kind == breeze_core::ActorType::User)
@@ -725,7 +708,10 @@ async fn alert_rules_are_listed_created_and_edited(cx: Ctx) {
     let after = w.store.org(w.org_a).alerts().get_rule(id).await.unwrap();
     assert_eq!(after.name, "Disk nearly full");
     assert!(!after.enabled, "an unticked box disables");
-    assert_eq!(records(&w, w.org_a, "alert_rule.update").await.len(), 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "alert_rule.update").await.len(),
+        1
+    );
     // Read Only: sees the rules and the form, no button; a post is refused.
     let r = get(&w.app, "/o/org-a/alerts/rules", &viewer.cookie).await;
     assert_eq!(r.status, StatusCode::OK);
@@ -1149,18 +1135,6 @@ async fn groups_of(w: &World, org: OrgId, device: &str) -> Vec<String> {
         .collect()
 }
 
-/// The query value `key` of a redirect's target, decoded.
-fn outcome(r: &common::Reply, key: &str) -> String {
-    let to = location(r);
-    let q = to.split_once('?').map_or("", |(_, q)| q);
-    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
-}
-
 /// The device page's actions are tool calls through the pipeline: a group joined and left, a
 /// maintenance window opened, a script run (refused by the tool for an offline device, with
 /// the tool's reason); each leaves the tool's own audit record. A Read Only person sees no
@@ -1316,14 +1290,14 @@ async fn device_page_actions_are_the_tools_own_calls(cx: Ctx) {
         .await;
     assert!(outcome(&r, "failed").contains("colour"), "{}", location(&r));
     // Each change is the tool's audit record.
-    let membership = records(&w, w.org_a, "device_group.membership").await;
+    let membership = audit_records(&w, w.org_a, "device_group.membership").await;
     assert_eq!(membership.len(), 2);
     assert_eq!(
         membership[0].event.actor.to_string(),
         format!("user:{}", w.admin)
     );
     assert_eq!(
-        records(&w, w.org_a, "maintenance_window.create")
+        audit_records(&w, w.org_a, "maintenance_window.create")
             .await
             .len(),
         1

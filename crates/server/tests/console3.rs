@@ -11,41 +11,9 @@
 mod common;
 
 use axum::http::StatusCode;
-use breeze_core::OrgId;
 use breeze_store::testing::Ctx;
-use common::browser::{admin_of, get, html, location, post_form, sign_in};
-use common::{World, world};
-
-async fn records(w: &World, org: OrgId, action: &str) -> usize {
-    w.store.flush_audit().await;
-    w.store
-        .org(org)
-        .audit()
-        .query_audit(
-            &breeze_store::AuditFilter {
-                action: Some(action.into()),
-                ..Default::default()
-            },
-            None,
-            100,
-        )
-        .await
-        .unwrap()
-        .records
-        .len()
-}
-
-/// The query value `key` of a redirect's target, decoded.
-fn outcome(r: &common::Reply, key: &str) -> String {
-    let to = location(r);
-    let q = to.split_once('?').map_or("", |(_, q)| q);
-    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
-}
+use common::browser::{admin_of, get, html, location, outcome, post_form, sign_in};
+use common::{audit_records, world};
 
 async fn scripts_are_added_edited_run_and_listed(cx: Ctx) {
     let w = world(&cx).await;
@@ -141,7 +109,7 @@ async fn scripts_are_added_edited_run_and_listed(cx: Ctx) {
         (s2.name.as_str(), s2.language.as_str()),
         ("Clean temp", "sh")
     );
-    assert_eq!(records(&w, w.org_a, "script.update").await, 1);
+    assert_eq!(audit_records(&w, w.org_a, "script.update").await.len(), 1);
     // Run on a group: the group's members through run_script (the agent is not connected
     // here, so the tool reports why), and the run is the tool's own call.
     let g = w

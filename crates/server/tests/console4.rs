@@ -15,66 +15,12 @@ mod common;
 
 use axum::http::StatusCode;
 use breeze_agent_proto::{AvailablePatch, PatchScanReport};
-use breeze_core::{DeviceId, OrgId, UserId};
+use breeze_core::{DeviceId, OrgId};
 use breeze_store::testing::Ctx;
-use common::browser::{Browser, admin_of, get, html, location, post_form, sign_in};
-use common::{World, world};
-
-async fn records(w: &World, org: OrgId, action: &str) -> usize {
-    w.store.flush_audit().await;
-    w.store
-        .org(org)
-        .audit()
-        .query_audit(
-            &breeze_store::AuditFilter {
-                action: Some(action.into()),
-                ..Default::default()
-            },
-            None,
-            100,
-        )
-        .await
-        .unwrap()
-        .records
-        .len()
-}
-
-/// The query value `key` of a redirect's target, decoded.
-fn outcome(r: &common::Reply, key: &str) -> String {
-    let to = location(r);
-    let q = to.split_once('?').map_or("", |(_, q)| q);
-    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
-}
-
-/// A person who can sign in, holding the built-in role `role` in organization A only.
-async fn person(w: &World, email: &str, role: &str) -> (UserId, Browser) {
-    let partner = w.store.find_partner("p").await.unwrap();
-    let u = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner.id,
-                org_id: None,
-                email: email.into(),
-                name: email.into(),
-                password_hash: breeze_auth::password::hash(common::PASSWORD).unwrap(),
-            },
-            common::audit("u"),
-        )
-        .await
-        .unwrap();
-    let r = w.store.find_role(partner.id, role).await.unwrap();
-    w.store
-        .assign_role(u.id, w.org_a, r.id, common::audit("r"))
-        .await
-        .unwrap();
-    (u.id, sign_in(&w.app, email).await)
-}
+use common::browser::{
+    admin_of, get, html, location, outcome, person, post_form, role_of, sign_in,
+};
+use common::{World, audit_records, world};
 
 async fn enrollment_key(w: &World, org: OrgId, name: &str) -> uuid::Uuid {
     let site = w.store.org(org).tenancy().list_sites().await.unwrap()[0].id;
@@ -157,7 +103,12 @@ async fn enrollment_keys_are_revoked(cx: Ctx) {
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
     assert!(outcome(&r, "done").contains("Laptops"), "{}", location(&r));
     assert!(revoked(&w, w.org_a, key).await);
-    assert_eq!(records(&w, w.org_a, "enrollment_key.revoke").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "enrollment_key.revoke")
+            .await
+            .len(),
+        1
+    );
     let r = get(&w.app, "/o/org-a/enrollment", &tech.cookie).await;
     assert!(!html(&r).contains(&format!("action=\"{revoke}\"")));
     assert!(html(&r).contains("revoked"));
@@ -219,7 +170,12 @@ async fn groups_are_edited(cx: Ctx) {
             .unwrap()
             .is_some()
     );
-    assert_eq!(records(&w, w.org_a, "device_group.update").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "device_group.update")
+            .await
+            .len(),
+        1
+    );
     let r = get(&w.app, &uri, &admin.cookie).await;
     assert!(html(&r).contains("dynamic") && html(&r).contains("web-01"));
     // The edit form starts from the stored filter.
@@ -275,15 +231,6 @@ async fn groups_are_edited(cx: Ctx) {
     );
 }
 
-async fn role_of(w: &World, user: UserId, org: OrgId) -> breeze_core::RoleId {
-    w.store
-        .org_access(user, org)
-        .await
-        .unwrap()
-        .unwrap()
-        .role_id
-}
-
 async fn roles_are_assigned(cx: Ctx) {
     let w = world(&cx).await;
     let partner = w.store.find_partner("p").await.unwrap();
@@ -318,7 +265,10 @@ async fn roles_are_assigned(cx: Ctx) {
         location(&r)
     );
     assert_eq!(role_of(&w, viewer_id, w.org_a).await, technician.id);
-    assert_eq!(records(&w, w.org_a, "user.role.assign").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "user.role.assign").await.len(),
+        1
+    );
 
     // A technician (no users.manage): no page, no post.
     let r = get(&w.app, "/o/org-a/people", &tech.cookie).await;
@@ -616,7 +566,12 @@ async fn configuration_policies_are_created_edited_and_assigned(cx: Ctx) {
         .unwrap();
     assert_eq!(list.len(), 1);
     let id = list[0].id;
-    assert_eq!(records(&w, w.org_a, "config_policy.create").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "config_policy.create")
+            .await
+            .len(),
+        1
+    );
     // Edited on its page: a value the store refuses is named, then a good one is saved.
     let uri = format!("/o/org-a/policies/{id}");
     let r = get(&w.app, &uri, &admin.cookie).await;
@@ -659,7 +614,12 @@ async fn configuration_policies_are_created_edited_and_assigned(cx: Ctx) {
         .unwrap();
     assert_eq!(p[0].name, "Slow metrics");
     assert_eq!(p[0].status.as_str(), "inactive");
-    assert_eq!(records(&w, w.org_a, "config_policy.update").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "config_policy.update")
+            .await
+            .len(),
+        1
+    );
     // Assigned to the organization (apply_configuration_policy), and to the device from its
     // configuration page; each removed again.
     let pid = id.to_string();
@@ -1091,7 +1051,12 @@ async fn notification_channels_are_listed_added_and_deleted(cx: Ctx) {
     let secret = hook.secret.clone().unwrap();
     assert!(secret.len() >= 16);
     assert!(html(&r).contains(&secret));
-    assert_eq!(records(&w, w.org_a, "notification_channel.create").await, 2);
+    assert_eq!(
+        audit_records(&w, w.org_a, "notification_channel.create")
+            .await
+            .len(),
+        2
+    );
     let r = get(&w.app, "/o/org-a/channels", &admin.cookie).await;
     assert!(html(&r).contains("oncall@example.com"));
     assert!(html(&r).contains("https://psa.example.com/hook"));
@@ -1161,7 +1126,12 @@ async fn notification_channels_are_listed_added_and_deleted(cx: Ctx) {
     let r = admin.post(&w.app, &delete, &[]).await;
     assert!(outcome(&r, "done").contains("PSA hook"), "{}", location(&r));
     assert_eq!(store.alerts().list_channels().await.unwrap().len(), 1);
-    assert_eq!(records(&w, w.org_a, "notification_channel.delete").await, 1);
+    assert_eq!(
+        audit_records(&w, w.org_a, "notification_channel.delete")
+            .await
+            .len(),
+        1
+    );
 }
 
 breeze_store::on_both_backends!(

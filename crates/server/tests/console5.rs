@@ -10,59 +10,13 @@
 mod common;
 
 use axum::http::StatusCode;
-use breeze_core::{DeviceId, OrgId, UserId};
+use breeze_core::{DeviceId, OrgId};
 use breeze_store::testing::Ctx;
-use common::browser::{Browser, admin_of, get, html, location, post_form, sign_in};
+use common::browser::{
+    admin_of, get, html, location, outcome, person, post_form, role_of, set_role_permissions,
+    sign_in,
+};
 use common::{World, world};
-
-/// The query value `key` of a redirect's target, decoded.
-fn outcome(r: &common::Reply, key: &str) -> String {
-    let to = location(r);
-    let q = to.split_once('?').map_or("", |(_, q)| q);
-    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-        .unwrap()
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-        .unwrap_or_default()
-}
-
-/// A person who can sign in, holding the built-in role `role` in organization A only.
-async fn person(w: &World, email: &str, role: &str) -> (UserId, Browser) {
-    let partner = w.store.find_partner("p").await.unwrap();
-    let u = w
-        .store
-        .create_user(
-            breeze_store::NewUser {
-                partner_id: partner.id,
-                org_id: None,
-                email: email.into(),
-                name: email.into(),
-                password_hash: breeze_auth::password::hash(common::PASSWORD).unwrap(),
-            },
-            common::audit("u"),
-        )
-        .await
-        .unwrap();
-    let r = w.store.find_role(partner.id, role).await.unwrap();
-    w.store
-        .assign_role(u.id, w.org_a, r.id, common::audit("r"))
-        .await
-        .unwrap();
-    (u.id, sign_in(&w.app, email).await)
-}
-
-/// Gives the partner's built-in role `role` exactly `permissions` (names): the store has no
-/// custom roles yet, and these tests need a person holding some rights but not others.
-async fn set_role_permissions(w: &World, role: &str, permissions: &[&str]) {
-    let list = serde_json::to_string(permissions).unwrap();
-    w.store
-        .raw_execute(&format!(
-            "UPDATE roles SET permissions = '{list}' WHERE name = '{role}'"
-        ))
-        .await
-        .unwrap();
-}
 
 async fn device(w: &World, org: OrgId, hostname: &str) -> String {
     let site = w.store.org(org).tenancy().list_sites().await.unwrap()[0].id;
@@ -299,15 +253,6 @@ async fn a_selection_is_rebooted_from_the_list(cx: Ctx) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(reboots(&w, w.org_a, &second).await.len(), 1);
     assert!(reboots(&w, w.org_b, &w.b_device).await.is_empty());
-}
-
-async fn role_of(w: &World, user: UserId, org: OrgId) -> breeze_core::RoleId {
-    w.store
-        .org_access(user, org)
-        .await
-        .unwrap()
-        .unwrap()
-        .role_id
 }
 
 /// Role beyond the giver: a person who may manage users but holds fewer rights than a role

@@ -185,3 +185,69 @@ pub(crate) async fn events(w: &super::World, org: &str, who: &Browser) -> Body {
     );
     res.into_body()
 }
+
+/// The query value `key` of a redirect's target, decoded.
+pub(crate) fn outcome(r: &Reply, key: &str) -> String {
+    let to = location(r);
+    let q = to.split_once('?').map_or("", |(_, q)| q);
+    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
+/// A person who can sign in, holding the built-in role `role` in organization A only.
+pub(crate) async fn person(
+    w: &super::World,
+    email: &str,
+    role: &str,
+) -> (breeze_core::UserId, Browser) {
+    let partner = w.store.find_partner("p").await.unwrap();
+    let u = w
+        .store
+        .create_user(
+            breeze_store::NewUser {
+                partner_id: partner.id,
+                org_id: None,
+                email: email.into(),
+                name: email.into(),
+                password_hash: breeze_auth::password::hash(PASSWORD).unwrap(),
+            },
+            super::audit("u"),
+        )
+        .await
+        .unwrap();
+    let r = w.store.find_role(partner.id, role).await.unwrap();
+    w.store
+        .assign_role(u.id, w.org_a, r.id, super::audit("r"))
+        .await
+        .unwrap();
+    (u.id, sign_in(&w.app, email).await)
+}
+
+/// Gives the partner's built-in role `role` exactly `permissions` (names): the store has no
+/// custom roles yet, and these tests need a person holding some rights but not others.
+pub(crate) async fn set_role_permissions(w: &super::World, role: &str, permissions: &[&str]) {
+    let list = serde_json::to_string(permissions).unwrap();
+    w.store
+        .raw_execute(&format!(
+            "UPDATE roles SET permissions = '{list}' WHERE name = '{role}'"
+        ))
+        .await
+        .unwrap();
+}
+
+pub(crate) async fn role_of(
+    w: &super::World,
+    user: breeze_core::UserId,
+    org: breeze_core::OrgId,
+) -> breeze_core::RoleId {
+    w.store
+        .org_access(user, org)
+        .await
+        .unwrap()
+        .unwrap()
+        .role_id
+}

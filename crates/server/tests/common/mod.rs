@@ -297,3 +297,26 @@ pub(crate) async fn ok(app: &Router, key: &str, name: &str, args: Value) -> Valu
     assert!(r.get("rpcError").is_none(), "{name} {args}: {r}");
     r
 }
+
+/// The audit records of `action` in `org` (the newest 100), once the journal is written.
+pub(crate) async fn audit_records(
+    w: &World,
+    org: OrgId,
+    action: &str,
+) -> Vec<breeze_core::AuditRecord> {
+    w.store.flush_audit().await;
+    w.store
+        .org(org)
+        .audit()
+        .query_audit(
+            &breeze_store::AuditFilter {
+                action: Some(action.into()),
+                ..Default::default()
+            },
+            None,
+            100,
+        )
+        .await
+        .unwrap()
+        .records
+}

@@ -24,6 +24,29 @@ fn tools(n: usize) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A well-behaved upstream listing two tools, and an egress that reaches it.
+struct Upstream {
+    server: std::sync::Arc<McpServer>,
+    url: Url,
+    egress: breeze_sources::egress::Egress,
+    _ca: TestCa,
+}
+
+impl Upstream {
+    async fn start() -> Self {
+        let ca = TestCa::new();
+        let server = McpServer::new(tools(2));
+        let addr = ca.serve(server.router(), true).await;
+        let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
+        Self {
+            egress: ca.egress(),
+            server,
+            url,
+            _ca: ca,
+        }
+    }
+}
+
 #[tokio::test]
 async fn discovery_lists_every_page_and_proposes_tiers() {
     let ca = TestCa::new();
@@ -52,11 +75,7 @@ async fn discovery_lists_every_page_and_proposes_tiers() {
 
 #[tokio::test]
 async fn calls_reach_the_tool_and_upstream_errors_say_so() {
-    let ca = TestCa::new();
-    let server = McpServer::new(tools(2));
-    let addr = ca.serve(server.router(), true).await;
-    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
-    let egress = ca.egress();
+    let Upstream { url, egress, .. } = Upstream::start().await;
     let sessions = Sessions::default();
     let call = |name: &'static str, args: serde_json::Value| {
         sessions.call("org", &egress, &url, vec![], name, args, QUICK)
@@ -75,11 +94,12 @@ async fn calls_reach_the_tool_and_upstream_errors_say_so() {
 
 #[tokio::test]
 async fn calls_share_one_upstream_session_per_key_and_credential() {
-    let ca = TestCa::new();
-    let server = McpServer::new(tools(2));
-    let addr = ca.serve(server.router(), true).await;
-    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
-    let egress = ca.egress();
+    let Upstream {
+        server,
+        url,
+        egress,
+        ..
+    } = Upstream::start().await;
     let sessions = Sessions::default();
     let header = |v: &str| vec![(HeaderName::from_static("x-api-key"), v.parse().unwrap())];
     for _ in 0..5 {
@@ -126,11 +146,12 @@ async fn calls_share_one_upstream_session_per_key_and_credential() {
 
 #[tokio::test]
 async fn a_forgotten_session_is_reopened_and_the_call_runs_once() {
-    let ca = TestCa::new();
-    let server = McpServer::new(tools(2));
-    let addr = ca.serve(server.router(), true).await;
-    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
-    let egress = ca.egress();
+    let Upstream {
+        server,
+        url,
+        egress,
+        ..
+    } = Upstream::start().await;
     let sessions = Sessions::default();
     let call = || sessions.call("org", &egress, &url, vec![], "t0", json!({"n": 1}), QUICK);
     call().await.unwrap();
@@ -147,11 +168,12 @@ async fn a_forgotten_session_is_reopened_and_the_call_runs_once() {
 
 #[tokio::test]
 async fn idle_sessions_close_and_the_pool_is_bounded() {
-    let ca = TestCa::new();
-    let server = McpServer::new(tools(2));
-    let addr = ca.serve(server.router(), true).await;
-    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
-    let egress = ca.egress();
+    let Upstream {
+        server,
+        url,
+        egress,
+        ..
+    } = Upstream::start().await;
     let sessions = Sessions::new(Duration::from_millis(300), 2);
     for key in ["a", "b", "c"] {
         sessions
@@ -171,11 +193,12 @@ async fn idle_sessions_close_and_the_pool_is_bounded() {
 
 #[tokio::test]
 async fn a_call_that_times_out_leaves_the_next_call_working() {
-    let ca = TestCa::new();
-    let server = McpServer::new(tools(2));
-    let addr = ca.serve(server.router(), true).await;
-    let url = Url::parse(&format!("https://localhost:{}/mcp", addr.port())).unwrap();
-    let egress = ca.egress();
+    let Upstream {
+        server,
+        url,
+        egress,
+        ..
+    } = Upstream::start().await;
     let sessions = Sessions::default();
     server.set(Behavior::Hang);
     let err = sessions
