@@ -1,5 +1,6 @@
 //! `cargo xtask bench chat [--turns N] [--streams N] [--duration SECS] [--pace-ms MS]
-//! [--database sqlite|postgres]`: what the AI assistant adds to a model's own time.
+//! [--per-session N] [--database sqlite|postgres]`: what the AI assistant adds to a model's
+//! own time.
 //!
 //! A stand-in of Anthropic's Messages API runs in this process (the streaming format the
 //! browser suite's stand-in speaks: `message_start`, text and `tool_use` blocks with
@@ -7,6 +8,9 @@
 //! devices?": the model answers with some text and a `query_devices` call (Tier 1, so it runs
 //! at once through the pipeline), Breeze runs it, sends the result back, and the model answers
 //! with text. One turn is two model requests and one tool call, as a person's usual question.
+//! A conversation holds `--per-session` turns (default 10), then the next one starts: every
+//! model request carries the conversation so far, so a conversation of hundreds of turns
+//! costs the model, and Breeze, more per turn (the second row measures that).
 //!
 //! 1. **Overhead**: N turns one after another (default 200, after 10 unmeasured) with the
 //!    stand-in answering at once; each turn's time from the POST to the `done` event is what
@@ -52,6 +56,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             "--streams",
             "--duration",
             "--pace-ms",
+            "--per-session",
             "--database",
         ],
     )?;
@@ -60,6 +65,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     let streams = num("--streams", 100)?.max(1) as usize;
     let duration = Duration::from_secs(num("--duration", 20)?.max(1));
     let pace = Duration::from_millis(num("--pace-ms", 50)?);
+    let per_session = num("--per-session", 10)?.max(1) as usize;
     let db = Db::parse(f.get("--database").map_or("sqlite", String::as_str))?;
     let root = workspace_root()?;
     let bin = build_breeze(&root)?;
@@ -100,7 +106,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         cookie: String::new(),
     };
 
-    let (overhead, cpu_per_turn, streamed, held) = rt.block_on(async {
+    let (overhead, long, streamed, held) = rt.block_on(async {
         let cookie = sign_in(&chat.http, &chat.base, &email, &password).await?;
         let chat = Arc::new(Chat { cookie, ..chat });
 
@@ -111,10 +117,23 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         }
         let cpu_before = cpu_micros(inst.pid())?;
         let mut overhead = Vec::with_capacity(turns);
-        for _ in 0..turns {
+        let mut session = String::new();
+        for i in 0..turns {
+            if i % per_session == 0 {
+                session = chat.session().await?;
+            }
             overhead.push(chat.turn(&session).await?.as_secs_f64() * 1000.0);
         }
         let cpu_per_turn = (cpu_micros(inst.pid())? - cpu_before) as f64 / turns as f64;
+
+        eprintln!("a long conversation: {turns} turns in one session…");
+        let session = chat.session().await?;
+        let cpu_before = cpu_micros(inst.pid())?;
+        let mut long = Vec::with_capacity(turns);
+        for _ in 0..turns {
+            long.push(chat.turn(&session).await?.as_secs_f64() * 1000.0);
+        }
+        let cpu_per_long_turn = (cpu_micros(inst.pid())? - cpu_before) as f64 / turns as f64;
 
         eprintln!(
             "streams: {streams} sessions for {} s, the model streaming a delta every {} ms…",
@@ -137,7 +156,11 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
                 let chat = chat.clone();
                 tokio::spawn(async move {
                     let mut added = Vec::new();
+                    let mut s = s;
                     while Instant::now() < deadline {
+                        if added.len() % per_session == per_session - 1 {
+                            s = chat.session().await?;
+                        }
                         let took = chat.turn(&s).await?;
                         added.push(took.saturating_sub(paced).as_secs_f64() * 1000.0);
                     }
@@ -150,15 +173,17 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
             streamed.extend(t??);
         }
         anyhow::Ok((
-            overhead,
-            cpu_per_turn,
+            (overhead, cpu_per_turn),
+            (long, cpu_per_long_turn),
             streamed,
             model.most_open.load(Ordering::Relaxed),
         ))
     })?;
 
-    let (mut overhead, mut streamed) = (overhead, streamed);
+    let ((mut overhead, cpu_per_turn), (mut long, cpu_per_long_turn), mut streamed) =
+        (overhead, long, streamed);
     overhead.sort_by(f64::total_cmp);
+    long.sort_by(f64::total_cmp);
     streamed.sort_by(f64::total_cmp);
     let (p50, p99) = (percentile(&overhead, 0.5), percentile(&overhead, 0.99));
     let (s50, s99) = (percentile(&streamed, 0.5), percentile(&streamed, 0.99));
@@ -172,9 +197,17 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
     report!("| run | turns | p50 ms | p99 ms | server CPU per turn |");
     report!("|---|---:|---:|---:|---:|");
     report!(
-        "| one at a time, the model answering at once | {} | {p50:.2} | {p99:.2} | {:.0} µs |",
+        "| one at a time, the model answering at once, {per_session} turns a conversation | {} \
+         | {p50:.2} | {p99:.2} | {cpu_per_turn:.0} µs |",
         overhead.len(),
-        cpu_per_turn
+    );
+    report!(
+        "| one at a time, all {} turns in one conversation | {} | {:.2} | {:.2} | \
+         {cpu_per_long_turn:.0} µs |",
+        long.len(),
+        long.len(),
+        percentile(&long, 0.5),
+        percentile(&long, 0.99),
     );
     report!(
         "| {streams} sessions, the model streaming ({} ms a delta): time added | {} | {s50:.2} | \
@@ -289,6 +322,11 @@ impl StandIn {
         let app = Router::new()
             .route("/v1/messages", post(messages))
             .with_state(self);
+        // A model's API streams small writes too: without TCP_NODELAY each event after the
+        // first waits on Breeze's delayed ACK (~40 ms), time that is the stand-in's, not Breeze's.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(format!("http://{addr}"))
     }
