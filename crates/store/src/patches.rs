@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::{
     CommandRecord, CrossOrg, Result, Store, StoreError, audit,
-    sql::{Arg, Tx, sql},
+    sql::{Arg, Sql, Tx, sql},
 };
 
 /// The most rows one page of available patches holds.
@@ -582,6 +582,23 @@ impl crate::OrgPatches<'_> {
     /// Available patches of the organization's devices (their last scans), by device then
     /// package name, in keyset pages.
     pub async fn list_device_patches(&self, f: &PatchFilter) -> Result<Vec<DevicePatch>> {
+        self.device_patches_query(f).fetch_all(self).await
+    }
+
+    /// The plan of a [`Self::list_device_patches`] page resumed after `after`, for a test to
+    /// hold it to an index range that starts at the cursor.
+    #[cfg(feature = "testing")]
+    pub async fn explain_device_patches_after(&self, after: (DeviceId, &str)) -> Result<String> {
+        self.device_patches_query(&PatchFilter {
+            after: Some((after.0, after.1.to_owned())),
+            limit: MAX_PATCH_PAGE,
+            ..Default::default()
+        })
+        .explain(self)
+        .await
+    }
+
+    fn device_patches_query(&self, f: &PatchFilter) -> Sql {
         let mut q = sql(format!(
             "SELECT {PATCH_COLUMNS} FROM device_patches WHERE org_id = $1"
         ))
@@ -605,14 +622,17 @@ impl crate::OrgPatches<'_> {
         if let Some((d, n)) = &f.after {
             let pd = q.arg(*d);
             let pn = q.arg(n.as_str());
+            // The redundant `device_id >=` starts the index range (`device_patches_org`) at
+            // the cursor; the `OR` alone is no range, and each page would read every row
+            // before it again (the fleet's compliance pages through all of them).
             q.push(&format!(
-                " AND (device_id > {pd} OR (device_id = {pd} AND name > {pn}))"
+                " AND device_id >= {pd} AND (device_id > {pd} OR name > {pn})"
             ));
         }
         let limit = f.limit.clamp(1, MAX_PATCH_PAGE);
         let p = q.arg(i64::from(limit));
         q.push(&format!(" ORDER BY device_id, name LIMIT {p}"));
-        q.fetch_all(self).await
+        q
     }
 
     /// How many updates each of `devices` has available, and how many of them are security

@@ -1088,7 +1088,7 @@ impl crate::OrgReports<'_> {
                         let p = q.arg(policy);
                         let d = q.arg(device);
                         q.push(&format!(
-                            " AND (cs.policy_id > {p} OR (cs.policy_id = {p} AND cs.device_id > {d}))"
+                            " AND cs.policy_id >= {p} AND (cs.policy_id > {p} OR cs.device_id > {d})"
                         ));
                     }
                     let l = q.arg(REPORT_PAGE);

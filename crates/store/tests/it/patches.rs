@@ -257,6 +257,16 @@ async fn scans_decisions_jobs_and_history(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(first.len() + rest.len(), 4);
+    let plan = oa
+        .patches()
+        .explain_device_patches_after((last.device_id, &last.name))
+        .await
+        .unwrap();
+    assert!(
+        plan.contains("device_patches_org")
+            && (plan.contains("device_id>") || plan.contains("device_id >=")),
+        "a page resumes its index range at the cursor, not at the fleet's first row: {plan}"
+    );
     let searched = oa
         .patches()
         .list_device_patches(&PatchFilter {
