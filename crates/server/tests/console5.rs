@@ -637,24 +637,8 @@ async fn reports_run_on_a_schedule(cx: Ctx) {
         "{theirs:?}"
     );
     assert_eq!(reports.report_runs(None, 10).await.unwrap().len(), 1);
-    w.store.flush_audit().await;
     for action in ["report_schedule.create", "report_schedule.delete"] {
-        let n = w
-            .store
-            .org(w.org_a)
-            .audit()
-            .query_audit(
-                &breeze_store::AuditFilter {
-                    action: Some(action.into()),
-                    ..Default::default()
-                },
-                None,
-                10,
-            )
-            .await
-            .unwrap()
-            .records
-            .len();
+        let n = common::audit_records(&w, w.org_a, action).await.len();
         assert!(n >= 1, "{action}");
     }
 }

@@ -656,19 +656,8 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
         "patch.install",
         "patch.rollback",
     ] {
-        let page = oa
-            .audit()
-            .query_audit(
-                &breeze_store::AuditFilter {
-                    action: Some(action.into()),
-                    ..Default::default()
-                },
-                None,
-                10,
-            )
-            .await
-            .unwrap();
-        assert!(!page.records.is_empty(), "{action} is audited");
+        let records = common::audit_records(&w, w.org_a, action).await;
+        assert!(!records.is_empty(), "{action} is audited");
     }
 }
 
