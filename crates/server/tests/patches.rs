@@ -23,7 +23,7 @@ use breeze_core::{DeviceId, FeatureType, MaintenanceSchedule, PolicyStatus, Scop
 use breeze_limits::MemoryLimiter;
 use breeze_server::{patch_jobs::PatchJobDispatcher, workers::Worker};
 use breeze_store::{NewConfigPolicy, NewWindow, RuleTarget, testing::Ctx};
-use common::{World, audit, build, code, tool, world};
+use common::{Unlimited, World, audit, build, code, tool, world};
 use serde_json::{Value, json};
 
 const TOOL: &str = "manage_patches";
@@ -661,6 +661,245 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     }
 }
 
+/// The fleet's compliance (devices' counts, the summary, the most-missing packages) is exactly
+/// what `list` decides patch by patch, summed: over devices under policies that auto-approve
+/// every severity, some severities or none, with decisions organization-wide, per policy, for
+/// one version only, and a deferral that has run out.
+async fn compliance_sums_what_list_decides(cx: Ctx) {
+    let w = world(&cx).await;
+    // The tool's rate limit is not what this is about.
+    let app = &build(&w, |_| {}, Arc::new(Unlimited));
+    let oa = w.store.org(w.org_a);
+    let site = oa.tenancy().list_sites().await.unwrap()[0].id;
+    const NAMES: [&str; 7] = ["openssl", "kernel", "curl", "vim", "zlib", "bash", "sudo"];
+    const SEVERITIES: [Option<&str>; 5] = [
+        Some("critical"),
+        Some("important"),
+        Some("moderate"),
+        Some("low"),
+        None,
+    ];
+    let mut devices = vec![w.a_device.clone()];
+    for i in 1..24 {
+        let d = oa
+            .devices()
+            .create_device(
+                breeze_store::NewDevice {
+                    site_id: site,
+                    hostname: format!("host-{i:02}"),
+                    os_family: breeze_core::OsFamily::Linux,
+                    os_name: "Rocky".into(),
+                    os_version: "9".into(),
+                    status: breeze_core::DeviceStatus::Online,
+                    agent_version: None,
+                    last_seen_at: None,
+                    tags: vec![],
+                },
+                audit("d"),
+            )
+            .await
+            .unwrap();
+        devices.push(d.id.to_string());
+    }
+    // Every device but the last two scanned, each with its own mix of packages.
+    for (i, d) in devices.iter().enumerate().take(devices.len() - 2) {
+        let patches = NAMES
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| (i + k) % 3 != 0)
+            .map(|(k, name)| {
+                let severity = SEVERITIES[(i * 3 + k) % SEVERITIES.len()];
+                let mut p = patch(name, "1.0-1", &format!("1.0-{}", 2 + (i + k) % 2), severity);
+                // Some security updates carry no severity, some severities no security flag.
+                p.security = (i + k) % 4 != 1 && (severity.is_some() || k == 3);
+                p
+            })
+            .collect();
+        seed_scan(&w, w.org_a, d, patches).await;
+    }
+    // Three policies: auto-approve everything, only critical and important, nothing.
+    let mut policies = Vec::new();
+    for (name, settings) in [
+        ("all", json!({ "autoApprove": true })),
+        (
+            "urgent",
+            json!({ "autoApprove": true, "autoApproveSeverities": ["critical", "important"] }),
+        ),
+        ("manual", json!({ "autoApprove": false })),
+    ] {
+        let p = oa
+            .config_policies()
+            .create_config_policy(
+                NewConfigPolicy {
+                    name: name.into(),
+                    description: None,
+                    status: PolicyStatus::Active,
+                    settings: vec![(FeatureType::Patch, settings)],
+                    created_by: "test".into(),
+                },
+                audit("c"),
+            )
+            .await
+            .unwrap();
+        policies.push(p.id);
+    }
+    for (i, d) in devices.iter().enumerate() {
+        let Some(policy) = policies.get(i % 4) else {
+            continue; // every fourth device has no patch policy
+        };
+        let r = tool(
+            app,
+            &w.write,
+            "apply_configuration_policy",
+            json!({ "configPolicyId": policy, "level": "device", "targetId": d }),
+        )
+        .await;
+        assert_eq!(code(&r), "", "{r}");
+    }
+    let decide = |name: &str, version: Option<&str>, policy: Option<uuid::Uuid>, decision| {
+        breeze_store::NewPatchDecision {
+            package_name: name.into(),
+            version: version.map(str::to_owned),
+            policy_id: policy,
+            decision,
+            defer_until: (decision == breeze_store::PatchDecision::Deferred)
+                .then(|| w.state.clock.now() + chrono::Duration::hours(1)),
+            note: None,
+            decided_by: "test".into(),
+        }
+    };
+    use breeze_store::PatchDecision::{Approved, Declined, Deferred};
+    for d in [
+        decide("openssl", None, None, Approved),
+        decide("curl", Some("1.0-2"), None, Approved),
+        decide("vim", None, None, Declined),
+        decide("zlib", None, Some(policies[1]), Declined),
+        decide("zlib", None, None, Approved),
+        decide("bash", None, None, Deferred),
+        decide("sudo", None, Some(policies[2]), Deferred),
+    ] {
+        oa.patches()
+            .decide_patch(d, audit("patch.decide"))
+            .await
+            .unwrap();
+    }
+    // The deferral of bash runs out; sudo's, on the manual policy, too.
+    cx.clock.advance(chrono::Duration::hours(2));
+
+    // What list decides, patch by patch, summed as compliance sums it.
+    let mut rows = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut args = json!({ "action": "list", "limit": 20 });
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = tool(app, &w.read, TOOL, args).await;
+        rows.extend(page["patches"].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert!(rows.len() > 80, "{}", rows.len());
+    let mut expected: std::collections::BTreeMap<String, Value> = Default::default();
+    let mut top: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in &rows {
+        let e = expected
+            .entry(r["deviceId"].as_str().unwrap().to_owned())
+            .or_insert(json!({
+                "available": 0, "security": 0, "critical": 0, "important": 0,
+                "missingApproved": 0, "pendingSecurity": 0,
+            }));
+        let mut bump = |field: &str| {
+            e[field] = json!(e[field].as_u64().unwrap() + 1);
+        };
+        bump("available");
+        let security = r["security"] == true;
+        if security {
+            bump("security");
+        }
+        match r["severity"].as_str() {
+            Some("critical") => bump("critical"),
+            Some("important") => bump("important"),
+            _ => {}
+        }
+        match r["decision"].as_str().unwrap() {
+            "approved" | "auto_approved" => {
+                bump("missingApproved");
+                *top.entry(r["name"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+            "pending" if security => bump("pendingSecurity"),
+            _ => {}
+        }
+    }
+    let decisions: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decisions.into_iter().collect::<Vec<_>>(),
+        ["approved", "auto_approved", "declined", "pending"],
+        "the fleet exercises every way of deciding"
+    );
+
+    let c = tool(app, &w.read, TOOL, json!({ "action": "compliance" })).await;
+    let views = c["devices"].as_array().unwrap();
+    assert_eq!(views.len(), devices.len(), "{c}");
+    for v in views {
+        let id = v["deviceId"].as_str().unwrap();
+        let zero = json!({ "available": 0, "security": 0, "critical": 0, "important": 0,
+                           "missingApproved": 0, "pendingSecurity": 0 });
+        let e = expected.get(id).unwrap_or(&zero);
+        for field in [
+            "available",
+            "security",
+            "critical",
+            "important",
+            "missingApproved",
+            "pendingSecurity",
+        ] {
+            assert_eq!(v[field], e[field], "{field} of {id}: {v}");
+        }
+        let compliant =
+            v["scanned"] == true && e["missingApproved"] == 0 && e["pendingSecurity"] == 0;
+        assert_eq!(v["compliant"], compliant, "{v}");
+        // One device asked alone answers the same.
+        let one = tool(
+            app,
+            &w.read,
+            TOOL,
+            json!({ "action": "compliance", "deviceId": id }),
+        )
+        .await;
+        assert_eq!(&one["devices"][0], v, "{one}");
+    }
+    let sum = |field: &str| -> u64 { expected.values().map(|e| e[field].as_u64().unwrap()).sum() };
+    assert_eq!(
+        c["summary"]["missingApproved"],
+        sum("missingApproved"),
+        "{c}"
+    );
+    assert_eq!(
+        c["summary"]["pendingSecurity"],
+        sum("pendingSecurity"),
+        "{c}"
+    );
+    assert_eq!(c["summary"]["neverScanned"], 2, "{c}");
+    let mut top: Vec<(String, u64)> = top.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(10);
+    assert_eq!(
+        c["summary"]["topMissing"],
+        json!(
+            top.into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+        ),
+        "{c}"
+    );
+}
+
 async fn a_job_waits_for_its_maintenance_window(cx: Ctx) {
     let w = world(&cx).await;
     let _approver = approver(&w, w.org_a);
@@ -727,5 +966,6 @@ breeze_store::on_both_backends!(
     another_organizations_ids_are_not_found,
     tiers_and_bad_inputs_are_refused,
     decide_install_results_and_rollback,
+    compliance_sums_what_list_decides,
     a_job_waits_for_its_maintenance_window
 );

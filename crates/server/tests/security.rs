@@ -16,12 +16,11 @@ use breeze_core::{
     DeviceId, Scope, ScopeSet,
     security::{CheckStatus, FindingInput, FindingSeverity, QuarantineState, ScanStatus, score},
 };
-use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
+use breeze_limits::MemoryLimiter;
 use breeze_store::{
     NewFinding, NewFlagged, NewPosture, NewQuarantine, OrgStore, ScanOutcome, testing::Ctx,
 };
-use common::{World, audit, build, tool, world};
-use futures::future::BoxFuture;
+use common::{Unlimited, World, audit, build, tool, world};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -34,29 +33,6 @@ fn code(v: &Value) -> &str {
         .as_str()
         .or_else(|| v["rpcError"]["data"]["code"].as_str())
         .unwrap_or("")
-}
-
-struct Unlimited;
-
-impl RateLimiter for Unlimited {
-    fn check<'a>(
-        &'a self,
-        _key: &'a str,
-        limit: u32,
-        _window: Duration,
-    ) -> BoxFuture<'a, Result<RateDecision, LimiterError>> {
-        Box::pin(async move {
-            Ok(RateDecision {
-                allowed: true,
-                retry_after: Duration::ZERO,
-                remaining: limit,
-            })
-        })
-    }
-
-    fn backend(&self) -> &'static str {
-        "unlimited"
-    }
 }
 
 async fn exec_key(w: &World, org: breeze_core::OrgId) -> String {

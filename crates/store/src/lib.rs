@@ -162,7 +162,7 @@ pub use packages::{MAX_PACKAGE_PAGE, PackagePage};
 pub use patches::{
     DevicePatch, MAX_PATCH_JOB_DEVICES, MAX_PATCH_PACKAGES, MAX_PATCH_PAGE, NewPatchDecision,
     NewPatchJob, PatchApproval, PatchDecision, PatchFilter, PatchHistoryEntry, PatchJob,
-    PatchJobDevice, PatchJobKind, PatchScan, check_package_text, records_patch_result,
+    PatchJobDevice, PatchJobKind, PatchScan, PatchTally, check_package_text, records_patch_result,
 };
 pub use payments::{
     LinkPaid, LinkRefunded, NewPaymentLink, PartnerBilling, PaymentLink, QuoteLink, QuoteSettled,

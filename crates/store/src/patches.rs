@@ -1,4 +1,4 @@
-//! Patch management (migration 0024): what each device's package manager offers (its last
+//! Patch management (migrations 0024, 0068): what each device's package manager offers (its last
 //! scan), decisions per package (approve, decline, defer until a date; organization-wide or
 //! for the devices a configuration policy covers), install and rollback jobs with each
 //! device's result, and the history of every package change an agent reported.
@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 
-use breeze_agent_proto::{CommandKind, PackageOutcome, PatchInstallReport, PatchScanReport};
+use breeze_agent_proto::{
+    AvailablePatch, CommandKind, PackageOutcome, PatchInstallReport, PatchScanReport,
+};
 pub use breeze_core::PatchJobKind;
 use breeze_core::{
     AuditEvent, CommandStatus, DeviceId, OrgId, PackageStatus, PatchJobStatus, PatchPartStatus,
@@ -68,6 +70,37 @@ pub struct PatchScan {
     pub requested_by: Option<String>,
     pub command_id: Option<Uuid>,
     pub error: Option<String>,
+    /// The scan's patches counted by severity and security.
+    #[sqlx(json)]
+    pub tallies: Vec<PatchTally>,
+}
+
+/// How many of a scan's patches have one severity and security flag: a device's share of the
+/// fleet's compliance, counted when the scan is written so that the fleet's figure is a sum of
+/// these, not a read of every available patch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PatchTally {
+    /// Lower-cased, as stored on the patches.
+    pub severity: Option<String>,
+    pub security: bool,
+    pub count: u32,
+}
+
+/// Counts `patches` by severity and security, in a stable order.
+fn tallies<'a>(patches: impl IntoIterator<Item = &'a AvailablePatch>) -> Vec<PatchTally> {
+    let mut counts: std::collections::BTreeMap<(Option<String>, bool), u32> = Default::default();
+    for p in patches {
+        let severity = p.severity.as_deref().map(str::to_lowercase);
+        *counts.entry((severity, p.security)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((severity, security), count)| PatchTally {
+            severity,
+            security,
+            count,
+        })
+        .collect()
 }
 
 /// Which available patches a listing shows.
@@ -79,6 +112,8 @@ pub struct PatchFilter {
     pub severity: Option<String>,
     /// Part of the package name.
     pub search: Option<String>,
+    /// Only packages of these names (any name when empty).
+    pub names: Vec<String>,
     /// Keyset: rows after this (device, name).
     pub after: Option<(DeviceId, String)>,
     pub limit: u32,
@@ -258,7 +293,7 @@ pub struct PatchHistoryEntry {
 const PATCH_COLUMNS: &str = "device_id, name, installed_version, available_version, arch, \
     source, security, severity, advisory, scanned_at";
 const SCAN_COLUMNS: &str = "device_id, manager, scanned_at, patch_count, security_count, \
-    reboot_required, logged_in_users, requested_at, requested_by, command_id, error";
+    reboot_required, logged_in_users, requested_at, requested_by, command_id, error, tallies";
 const APPROVAL_COLUMNS: &str = "id, policy_id, package_name, version, decision, defer_until, \
     note, decided_by, decided_at";
 const JOB_COLUMNS: &str = "id, org_id, kind, reboot_policy, reboot_with_users, schedule, \
@@ -334,11 +369,13 @@ async fn write_scan(
     let security = patches.iter().filter(|p| p.security).count();
     sql(
         "INSERT INTO patch_scans (device_id, org_id, manager, scanned_at, patch_count, \
-         security_count, reboot_required, logged_in_users) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         security_count, reboot_required, logged_in_users, tallies) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
          ON CONFLICT (device_id) DO UPDATE SET manager = excluded.manager, \
          scanned_at = excluded.scanned_at, patch_count = excluded.patch_count, \
          security_count = excluded.security_count, reboot_required = excluded.reboot_required, \
-         logged_in_users = excluded.logged_in_users, command_id = NULL, error = NULL",
+         logged_in_users = excluded.logged_in_users, tallies = excluded.tallies, \
+         command_id = NULL, error = NULL",
     )
     .bind(device)
     .bind(org)
@@ -348,6 +385,7 @@ async fn write_scan(
     .bind(i64::try_from(security).unwrap_or(i64::MAX))
     .bind(report.reboot_required)
     .bind(Arg::json(&report.logged_in_users))
+    .bind(Arg::json(&tallies(patches.iter().copied())))
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -619,6 +657,10 @@ impl crate::OrgPatches<'_> {
             let p = q.arg(format!("%{}%", crate::sql::escape_like(&s.to_lowercase())));
             q.push(&format!(" AND LOWER(name) LIKE {p} ESCAPE '\\'"));
         }
+        if !f.names.is_empty() {
+            let list: Vec<String> = f.names.iter().map(|n| q.arg(n.as_str())).collect();
+            q.push(&format!(" AND name IN ({})", list.join(", ")));
+        }
         if let Some((d, n)) = &f.after {
             let pd = q.arg(*d);
             let pn = q.arg(n.as_str());
@@ -657,6 +699,37 @@ impl crate::OrgPatches<'_> {
         ));
         let rows: Vec<(DeviceId, i64, i64)> = q.fetch_all(self).await?;
         Ok(rows.into_iter().map(|(d, n, s)| (d, (n, s))).collect())
+    }
+
+    /// On how many devices each package is available, by package name and severity: of
+    /// `devices` (every device of the organization when `None`), in bounded statements. What
+    /// an auto-approving policy leaves missing, for the compliance's most-missing packages.
+    pub async fn available_by_name(
+        &self,
+        devices: Option<&[DeviceId]>,
+    ) -> Result<HashMap<(String, Option<String>), u64>> {
+        let mut out: HashMap<(String, Option<String>), u64> = HashMap::new();
+        let select = "SELECT name, severity, COUNT(*) FROM device_patches WHERE org_id = $1";
+        let mut statements = Vec::new();
+        match devices {
+            None => statements.push(sql(select).bind(self.org)),
+            Some(ids) => {
+                for chunk in ids.chunks(500) {
+                    let mut q = sql(select).bind(self.org);
+                    let list: Vec<String> = chunk.iter().map(|d| q.arg(*d)).collect();
+                    q.push(&format!(" AND device_id IN ({})", list.join(", ")));
+                    statements.push(q);
+                }
+            }
+        }
+        for mut q in statements {
+            q.push(" GROUP BY name, severity");
+            let rows: Vec<(String, Option<String>, i64)> = q.fetch_all(self).await?;
+            for (name, severity, n) in rows {
+                *out.entry((name, severity)).or_default() += u64::try_from(n).unwrap_or(0);
+            }
+        }
+        Ok(out)
     }
 
     /// The organization's scan rows (one per device that ever scanned or was asked to).

@@ -126,11 +126,8 @@ async fn add_compliance_and_patches(
         Some(scan) => {
             let filter = breeze_store::PatchFilter {
                 device: Some(device),
-                security_only: false,
-                severity: None,
-                search: None,
-                after: None,
                 limit: PATCHES_SHOWN,
+                ..Default::default()
             };
             let packages: Vec<Value> = org
                 .patches()

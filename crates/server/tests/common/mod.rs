@@ -16,7 +16,7 @@ use axum::{
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
 use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
-use breeze_limits::{MemoryLimiter, RateLimiter};
+use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
 use breeze_server::{AppState, Breeze, ServerConfig, app};
 use breeze_store::{NewDevice, NewUser, Store, testing::Ctx};
 use http_body_util::BodyExt;
@@ -151,6 +151,31 @@ pub(crate) async fn world(cx: &Ctx) -> World {
         other_org_key,
         a_device: devices[0].clone(),
         b_device: devices[1].clone(),
+    }
+}
+
+/// A limiter that allows every call: for a test that calls one tool more often than its
+/// limit allows, about something else than the limit.
+pub(crate) struct Unlimited;
+
+impl RateLimiter for Unlimited {
+    fn check<'a>(
+        &'a self,
+        _key: &'a str,
+        limit: u32,
+        _window: std::time::Duration,
+    ) -> futures::future::BoxFuture<'a, Result<RateDecision, LimiterError>> {
+        Box::pin(async move {
+            Ok(RateDecision {
+                allowed: true,
+                retry_after: std::time::Duration::ZERO,
+                remaining: limit,
+            })
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        "unlimited"
     }
 }
 

@@ -844,8 +844,86 @@ async fn removals_are_history(cx: Ctx) {
     );
 }
 
+/// Severity, security flag, count.
+type Tally = (Option<String>, bool, u32);
+
+/// A scan's tallies count its patches by severity (lower-cased, as the patches are stored) and
+/// security flag, and the migration that added them counts the stored patches the same way.
+async fn tallies_count_as_the_migration_does(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let web = device(s, a, "web-01").await;
+    let db = device(s, a, "db-01").await;
+    let mut plain = patch("bash", "5.2-1", "5.2-2", false);
+    plain.severity = Some("Low".into());
+    let mut flagged = patch("sudo", "1.9-1", "1.9-2", true);
+    flagged.severity = None;
+    let patches = vec![
+        patch("openssl", "3.0-1", "3.0-2", true),
+        patch("curl", "7.88-1", "7.88-2", true),
+        patch("vim", "9.0-1", "9.0-2", false),
+        plain,
+        flagged,
+    ];
+    s.record_patch_scan(web, a, &report(s, patches))
+        .await
+        .unwrap();
+    s.record_patch_scan(db, a, &report(s, Vec::new()))
+        .await
+        .unwrap();
+    let tallies = || async {
+        let mut scans: Vec<(DeviceId, Vec<Tally>)> = s
+            .org(a)
+            .patches()
+            .patch_scans()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|scan| {
+                let mut t: Vec<_> = scan
+                    .tallies
+                    .into_iter()
+                    .map(|t| (t.severity, t.security, t.count))
+                    .collect();
+                t.sort();
+                (scan.device_id, t)
+            })
+            .collect();
+        scans.sort();
+        scans
+    };
+    let written = tallies().await;
+    let of_web = &written.iter().find(|(d, _)| *d == web).unwrap().1;
+    assert_eq!(
+        of_web,
+        &[
+            (None, false, 1),
+            (None, true, 1),
+            (Some("important".to_owned()), true, 2),
+            (Some("low".to_owned()), false, 1),
+        ]
+    );
+    assert!(written.iter().any(|(d, t)| *d == db && t.is_empty()));
+
+    let migration = match s.backend() {
+        breeze_store::Backend::Sqlite => {
+            include_str!("../../migrations/sqlite/0068_patch_tallies.sql")
+        }
+        breeze_store::Backend::Postgres => {
+            include_str!("../../migrations/postgres/0068_patch_tallies.sql")
+        }
+    };
+    let backfill = &migration[migration.find("UPDATE").unwrap()..];
+    s.raw_execute("UPDATE patch_scans SET tallies = '[]'")
+        .await
+        .unwrap();
+    s.raw_execute(backfill).await.unwrap();
+    assert_eq!(tallies().await, written);
+}
+
 breeze_store::on_both_backends!(
     scans_decisions_jobs_and_history,
+    tallies_count_as_the_migration_does,
     scheduled_jobs_wait_and_cancel,
     removals_are_history
 );

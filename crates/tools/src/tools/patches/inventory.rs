@@ -24,6 +24,7 @@ pub(super) async fn list<R: Reach>(
         search: input.search.clone(),
         after: input.cursor.as_deref().map(parse_cursor).transpose()?,
         limit: limit + 1,
+        ..Default::default()
     };
     let mut rows = cx.patches().list_device_patches(&filter).await?;
     let more = rows.len() > limit as usize;
@@ -125,55 +126,70 @@ pub(super) async fn compliance_of(
                 .0
         }
     };
-    let only: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
-    let decisions = Decisions::load(policies, patches, Some(&only), now).await?;
+    let one = match device {
+        Some(_) => devices.first().map(|d| d.id),
+        None => None,
+    };
+    let only: Option<Vec<DeviceId>> = one.map(|d| vec![d]);
+    let decisions = Decisions::load(policies, patches, only.as_deref(), now).await?;
     let scans: HashMap<DeviceId, breeze_store::PatchScan> = patches
         .patch_scans()
         .await?
         .into_iter()
         .map(|s| (s.device_id, s))
         .collect();
-    let mut per_device: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
-    let mut after = None;
-    loop {
-        let page = patches
-            .list_device_patches(&PatchFilter {
-                device: device.map(|_| only[0]),
-                after: after.clone(),
-                limit: MAX_PATCH_PAGE,
-                ..Default::default()
-            })
-            .await?;
-        let full = page.len() == MAX_PATCH_PAGE as usize;
-        after = page.last().map(|p| (p.device_id, p.name.clone()));
-        for p in page {
-            per_device.entry(p.device_id).or_default().push(p);
-        }
-        if !full {
-            break;
+    // Only a patch some decision names can be decided otherwise than by its device's policy:
+    // those are read and decided one by one, as `list` decides them; every other patch is
+    // pending or auto-approved by its severity, which the scan's tallies count.
+    let named = decisions.named_packages();
+    let mut decided: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
+    for names in named.chunks(200) {
+        let mut after = None;
+        loop {
+            let page = patches
+                .list_device_patches(&PatchFilter {
+                    device: one,
+                    names: names.to_vec(),
+                    after: after.clone(),
+                    limit: MAX_PATCH_PAGE,
+                    ..Default::default()
+                })
+                .await?;
+            let full = page.len() == MAX_PATCH_PAGE as usize;
+            after = page.last().map(|p| (p.device_id, p.name.clone()));
+            for p in page {
+                decided.entry(p.device_id).or_default().push(p);
+            }
+            if !full {
+                break;
+            }
         }
     }
     let mut top: HashMap<String, usize> = HashMap::new();
+    // Devices whose policy approves some undecided patches, by the severities it approves:
+    // which packages those are is read once per group, for the most-missing list.
+    let mut auto: HashMap<Option<Vec<String>>, Vec<DeviceId>> = HashMap::new();
     let mut views = Vec::new();
     for d in &devices {
         let scan = scans.get(&d.id);
-        let patches = per_device.remove(&d.id).unwrap_or_default();
+        let tallies = scan.map(|s| s.tallies.as_slice()).unwrap_or_default();
+        let count = |f: &dyn Fn(&breeze_store::PatchTally) -> bool| -> usize {
+            tallies
+                .iter()
+                .filter(|t| f(t))
+                .map(|t| t.count as usize)
+                .sum()
+        };
         let mut v = DeviceCompliance {
             device_id: d.id.to_string(),
             hostname: d.hostname.clone(),
             scanned: scan.is_some_and(|s| s.scanned_at.is_some()),
             last_scan_at: scan.and_then(|s| s.scanned_at).map(|t| t.to_rfc3339()),
             manager: scan.and_then(|s| s.manager.clone()),
-            available: patches.len(),
-            security: patches.iter().filter(|p| p.security).count(),
-            critical: patches
-                .iter()
-                .filter(|p| p.severity.as_deref() == Some("critical"))
-                .count(),
-            important: patches
-                .iter()
-                .filter(|p| p.severity.as_deref() == Some("important"))
-                .count(),
+            available: count(&|_| true),
+            security: count(&|t| t.security),
+            critical: count(&|t| t.severity.as_deref() == Some("critical")),
+            important: count(&|t| t.severity.as_deref() == Some("important")),
             missing_approved: 0,
             pending_security: 0,
             compliant: false,
@@ -182,7 +198,17 @@ pub(super) async fn compliance_of(
             scan_pending: scan.and_then(|s| s.command_id).map(|c| c.to_string()),
             scan_error: scan.and_then(|s| s.error.clone()),
         };
-        for p in &patches {
+        // What the policy decides: the tallies less the patches a decision names.
+        let mut undecided: HashMap<(Option<&str>, bool), usize> = HashMap::new();
+        for t in tallies {
+            *undecided
+                .entry((t.severity.as_deref(), t.security))
+                .or_default() += t.count as usize;
+        }
+        for p in decided.get(&d.id).into_iter().flatten() {
+            if let Some(n) = undecided.get_mut(&(p.severity.as_deref(), p.security)) {
+                *n = n.saturating_sub(1);
+            }
             let decision = decisions.decide(p).0;
             if approved(decision) {
                 v.missing_approved += 1;
@@ -191,8 +217,37 @@ pub(super) async fn compliance_of(
                 v.pending_security += 1;
             }
         }
+        let policy = decisions.policy(d.id);
+        let mut auto_approved = 0;
+        for ((severity, security), n) in undecided {
+            if policy.is_some_and(|p| p.auto_approves(severity)) {
+                auto_approved += n;
+            } else if security {
+                v.pending_security += n;
+            }
+        }
+        if let Some(p) = policy.filter(|_| auto_approved > 0) {
+            auto.entry(p.auto_severities.clone())
+                .or_default()
+                .push(d.id);
+        }
+        v.missing_approved += auto_approved;
         v.compliant = v.scanned && v.missing_approved == 0 && v.pending_security == 0;
         views.push(v);
+    }
+    let with_patches = scans.values().filter(|s| !s.tallies.is_empty()).count();
+    for (severities, ids) in auto {
+        // Every device with patches: one statement over the organization, not a list of ids.
+        let scope = (ids.len() < with_patches).then_some(ids.as_slice());
+        for ((name, severity), n) in patches.available_by_name(scope).await? {
+            let approves = match &severities {
+                None => true,
+                Some(list) => severity.is_some_and(|s| list.contains(&s)),
+            };
+            if approves && named.binary_search(&name).is_err() {
+                *top.entry(name).or_default() += n as usize;
+            }
+        }
     }
     let scanned = views.iter().filter(|v| v.scanned).count();
     let compliant = views.iter().filter(|v| v.compliant).count();

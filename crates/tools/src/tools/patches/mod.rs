@@ -610,21 +610,40 @@ impl Decisions {
                 PatchDecision::Deferred => ("deferred", a.defer_until),
             };
         }
-        if let Some(p) = policy
-            && p.auto_approve
-        {
-            let ok = match &p.auto_severities {
-                None => true,
-                Some(list) => patch
-                    .severity
-                    .as_ref()
-                    .is_some_and(|s| list.iter().any(|l| l == s)),
-            };
-            if ok {
-                return ("auto_approved", None);
-            }
+        if policy.is_some_and(|p| p.auto_approves(patch.severity.as_deref())) {
+            return ("auto_approved", None);
         }
         ("pending", None)
+    }
+
+    /// The device's patch settings (the defaults when no policy sets any).
+    fn policy(&self, device: DeviceId) -> Option<&DevicePolicy> {
+        self.devices.get(&device)
+    }
+
+    /// Every package some decision names, sorted: only their patches can be decided otherwise
+    /// than by their device's policy.
+    fn named_packages(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .org
+            .keys()
+            .chain(self.by_policy.keys().map(|(_, name)| name))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+impl DevicePolicy {
+    /// Whether the policy approves an update of `severity` that no decision names.
+    fn auto_approves(&self, severity: Option<&str>) -> bool {
+        self.auto_approve
+            && match &self.auto_severities {
+                None => true,
+                Some(list) => severity.is_some_and(|s| list.iter().any(|l| l == s)),
+            }
     }
 }
 
