@@ -375,7 +375,7 @@ async fn messages(State(me): State<Arc<StandIn>>, Json(body): Json<Value>) -> Re
 
     let open = me.open.fetch_add(1, Ordering::Relaxed) + 1;
     me.most_open.fetch_max(open, Ordering::Relaxed);
-    let stream = async_stream(me, head, tail, pace);
+    let stream = paced_events(me, head, tail, pace);
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
@@ -384,7 +384,7 @@ async fn messages(State(me): State<Arc<StandIn>>, Json(body): Json<Value>) -> Re
 
 /// The response's chunks: `head`, DELTAS text deltas `pace` apart, `tail`; counts the stream
 /// closed after its last chunk.
-fn async_stream(
+fn paced_events(
     me: Arc<StandIn>,
     head: Vec<String>,
     tail: Vec<String>,

@@ -200,7 +200,7 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         root.join("target/debug/breeze")
     };
     let build = if release { "release" } else { "debug" };
-    let mut slowest_aims = Vec::new();
+    let mut measured = Vec::new();
     for db in dbs {
         let rows = measure_all(&root, &bin, db, devices, audit, rounds)?;
         report!();
@@ -226,10 +226,10 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         if let Some(bad) = rows.iter().find(|r| r.status != 200) {
             bail!("{} answered {}", bad.path, bad.status);
         }
-        slowest_aims.push((db, rows));
+        measured.push((db, rows));
     }
     report!();
-    for (db, rows) in &slowest_aims {
+    for (db, rows) in &measured {
         let slowest = rows
             .iter()
             .max_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
