@@ -143,6 +143,18 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "days daily metric rollups are kept (default 730)",
     ),
     (
+        "BREEZE_ADVISORY_FEEDS",
+        "URLs of OSV advisories (osv.dev's per-ecosystem all.zip, a mirror, a JSON record), comma-separated, imported and refreshed on a schedule (default none)",
+    ),
+    (
+        "BREEZE_ADVISORY_REFRESH_HOURS",
+        "hours between checks of each advisory feed (default 24; 1 to 720)",
+    ),
+    (
+        "BREEZE_ADVISORY_MAX_MB",
+        "the largest advisory feed download, in MiB (default 1024)",
+    ),
+    (
         "BREEZE_AUDIT_RETENTION_DAYS",
         "days audit records are kept before they are archived and purged (default 90; 0 = keep forever)",
     ),
@@ -465,6 +477,40 @@ fn number<T: std::str::FromStr + PartialOrd + From<u8>>(
             _ => bail!("invalid {var}: {v:?} (expected a positive whole number)"),
         },
     }
+}
+
+/// The advisory feeds: http(s) URLs, checked every 1–720 hours, downloads capped.
+fn advisory_feeds(
+    env: &BTreeMap<String, String>,
+) -> anyhow::Result<breeze_server::advisory_feeds::AdvisoryFeedsConfig> {
+    let mut urls = Vec::new();
+    for raw in env
+        .get("BREEZE_ADVISORY_FEEDS")
+        .map(String::as_str)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+    {
+        match url::Url::parse(raw) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                if !urls.contains(&u.to_string()) {
+                    urls.push(u.to_string());
+                }
+            }
+            _ => bail!("invalid BREEZE_ADVISORY_FEEDS: {raw:?} is not an http(s) URL"),
+        }
+    }
+    let hours = number(env, "BREEZE_ADVISORY_REFRESH_HOURS", 24u64)?;
+    if hours > 720 {
+        bail!("invalid BREEZE_ADVISORY_REFRESH_HOURS: {hours} (expected 1 to 720)");
+    }
+    let mb = number(env, "BREEZE_ADVISORY_MAX_MB", 1024u64)?;
+    Ok(breeze_server::advisory_feeds::AdvisoryFeedsConfig {
+        urls,
+        every: std::time::Duration::from_secs(hours * 3600),
+        max_bytes: mb.saturating_mul(1024 * 1024),
+    })
 }
 
 /// The AI assistant's settings: with no `BREEZE_AI_PROVIDER` there is no provider (the chat
@@ -806,6 +852,8 @@ pub(crate) struct Settings {
     pub(crate) audit_archive_dir: PathBuf,
     /// `BREEZE_PDF_FONT`: `None` probes the well-known font paths.
     pub(crate) pdf_font: Option<PathBuf>,
+    /// `BREEZE_ADVISORY_FEEDS`, `BREEZE_ADVISORY_REFRESH_HOURS`, `BREEZE_ADVISORY_MAX_MB`.
+    pub(crate) advisory_feeds: breeze_server::advisory_feeds::AdvisoryFeedsConfig,
     /// `BREEZE_AUDIT_SYNCHRONOUS_COMMIT` (PostgreSQL).
     pub(crate) audit_synchronous_commit: bool,
     /// `BREEZE_AUDIT_JOURNAL_DIR` (PostgreSQL); `None` when off.
@@ -1070,6 +1118,7 @@ impl Settings {
             audit_retention_explicit,
             audit_archive_dir,
             pdf_font,
+            advisory_feeds: advisory_feeds(env)?,
             audit_synchronous_commit: boolean(env, "BREEZE_AUDIT_SYNCHRONOUS_COMMIT", true)?,
             audit_journal_dir,
             metrics,
@@ -1713,6 +1762,50 @@ mod tests {
         assert!(err(&[("BREEZE_LOG_FORMAT", "xml")]).starts_with("invalid BREEZE_LOG_FORMAT"));
         assert!(err(&[("BREEZE_LOG", "info,[[[")]).starts_with("invalid BREEZE_LOG"));
         assert!(err(&[("BREEZE_REDIS_PREFIX", "a b")]).starts_with("invalid BREEZE_REDIS_PREFIX"));
+    }
+
+    #[test]
+    fn advisory_feeds_are_http_urls_checked_every_1_to_720_hours() {
+        let s = load(&[]).unwrap();
+        assert!(s.advisory_feeds.urls.is_empty(), "no feed by default");
+        let s = load(&[
+            (
+                "BREEZE_ADVISORY_FEEDS",
+                "https://osv-vulnerabilities.storage.googleapis.com/Debian/all.zip, \
+                 http://mirror.lan/Alpine/all.zip,https://osv-vulnerabilities.storage.googleapis.com/Debian/all.zip",
+            ),
+            ("BREEZE_ADVISORY_REFRESH_HOURS", "6"),
+            ("BREEZE_ADVISORY_MAX_MB", "10"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.advisory_feeds.urls.len(),
+            2,
+            "{:?}",
+            s.advisory_feeds.urls
+        );
+        assert_eq!(
+            s.advisory_feeds.every,
+            std::time::Duration::from_secs(6 * 3600)
+        );
+        assert_eq!(s.advisory_feeds.max_bytes, 10 * 1024 * 1024);
+        for (name, value, says) in [
+            (
+                "BREEZE_ADVISORY_FEEDS",
+                "ftp://x/all.zip",
+                "not an http(s) URL",
+            ),
+            (
+                "BREEZE_ADVISORY_FEEDS",
+                "Debian/all.zip",
+                "not an http(s) URL",
+            ),
+            ("BREEZE_ADVISORY_REFRESH_HOURS", "721", "1 to 720"),
+            ("BREEZE_ADVISORY_REFRESH_HOURS", "0", "positive"),
+        ] {
+            let e = format!("{:#}", load(&[(name, value)]).err().unwrap());
+            assert!(e.contains(name) && e.contains(says), "{name}={value}: {e}");
+        }
     }
 
     #[test]

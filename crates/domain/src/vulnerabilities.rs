@@ -137,17 +137,22 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>, ReadError> {
 /// Reads one file: a zip archive (by content, whatever its name) or one JSON record.
 pub fn read_file(path: &Path) -> Result<Records, ReadError> {
     let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
+    read_bytes(&path.display().to_string(), &bytes).map_err(|e| io(path, e))
+}
+
+/// Reads what `name` (a file, a download) holds: a zip archive (by content, whatever its name)
+/// or one JSON record.
+pub fn read_bytes(name: &str, bytes: &[u8]) -> Result<Records, ReadError> {
     if bytes.starts_with(b"PK\x03\x04") || bytes.starts_with(b"PK\x05\x06") {
-        return read_archive(&bytes).map_err(|e| io(path, e));
+        return read_archive(bytes);
     }
     if bytes.len() as u64 > MAX_RECORD_BYTES {
-        return Err(io(
-            path,
-            format!("larger than {MAX_RECORD_BYTES} bytes and not a zip archive"),
-        ));
+        return Err(ReadError::Archive(format!(
+            "larger than {MAX_RECORD_BYTES} bytes and not a zip archive"
+        )));
     }
     let mut out = Records::default();
-    out.parse(&path.display().to_string(), &bytes);
+    out.parse(name, bytes);
     Ok(out)
 }
 

@@ -5,6 +5,7 @@
 //! service, return JSON. Every failure becomes an [`ApiError`], mapped once to
 //! `{"error":{"code","message"}}`.
 
+pub mod advisory_feeds;
 mod audit_writer;
 mod authz;
 pub use authz::ORG_ROUTES;
@@ -118,6 +119,8 @@ pub struct ServerConfig {
     pub deployments: deployments::DeploymentConfig,
     /// Audit retention and its daily purge.
     pub audit: AuditRetentionConfig,
+    /// The advisory feeds refreshed on a schedule (none by default).
+    pub advisory_feeds: advisory_feeds::AdvisoryFeedsConfig,
     /// Who may read `GET /metrics` (off by default).
     pub metrics: metrics::MetricsAccess,
     /// How long a shutdown keeps serving with `/readyz` answering 503 before it drains
@@ -202,6 +205,7 @@ impl ServerConfig {
             automations: automations::AutomationConfig::default(),
             deployments: deployments::DeploymentConfig::default(),
             audit: AuditRetentionConfig::default(),
+            advisory_feeds: advisory_feeds::AdvisoryFeedsConfig::default(),
             metrics: metrics::MetricsAccess::default(),
             shutdown_delay: Duration::ZERO,
             span_parent: None,
@@ -634,6 +638,15 @@ pub async fn serve(
         Arc::new(housekeeping::LiveQueryRetention(store.clone())),
         sweeper_stop.clone(),
     );
+    if !breeze.state.config.advisory_feeds.urls.is_empty() {
+        workers::spawn(
+            Arc::new(advisory_feeds::AdvisoryRefresh::new(
+                store.clone(),
+                breeze.state.config.advisory_feeds.clone(),
+            )),
+            sweeper_stop.clone(),
+        );
+    }
     if let Some(oauth) = breeze.state.oauth.clone() {
         workers::spawn(
             Arc::new(housekeeping::OAuthSweeper(oauth)),

@@ -8,6 +8,7 @@
 //! Mutations that deserve an audit record take an [`AuditEvent`] and write it in the same
 //! transaction as the change.
 
+mod advisory_feeds;
 mod agents;
 mod ai;
 mod alerts;
@@ -70,6 +71,7 @@ mod wal;
 
 use std::{str::FromStr, time::Duration};
 
+pub use advisory_feeds::{AdvisoryFeed, FeedCheck};
 pub use agents::{
     AgentLogFilter, AgentLogRecord, CLONE_EVENT_KIND, CLONE_EVENT_SOURCE, DeviceCredential,
     DeviceState, EnrollDevice, Enrolled, EnrollmentKeyRecord, INVALID_ENROLLMENT_KEY,

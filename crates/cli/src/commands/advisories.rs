@@ -2,6 +2,8 @@
 //! them, or osv.dev's per-ecosystem `all.zip` archives) for every organization, through the
 //! domain's import (idempotent on id and `modified`; the changed records' exposure recomputed).
 //! The operator's authority: advisories are installation-wide reference data.
+//! `breeze advisories feeds` shows the feeds the server refreshes (`BREEZE_ADVISORY_FEEDS`):
+//! when each was checked and downloaded, and why the last check failed.
 
 use std::path::PathBuf;
 
@@ -16,6 +18,12 @@ pub(crate) enum AdvisoriesCommand {
         /// The file or directory.
         path: PathBuf,
         /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The scheduled feeds (BREEZE_ADVISORY_FEEDS): last check, last download, last error.
+    Feeds {
+        /// Print them as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -42,6 +50,34 @@ impl AdvisoriesCommand {
                     );
                     for why in &outcome.rejections {
                         println!("  rejected: {why}");
+                    }
+                }
+                Ok(())
+            }
+            AdvisoriesCommand::Feeds { json } => {
+                let feeds = app.store.advisory_feeds().await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&feeds)?);
+                    return Ok(());
+                }
+                if feeds.is_empty() {
+                    println!("no advisory feed has been checked (BREEZE_ADVISORY_FEEDS)");
+                }
+                let at = |t: Option<breeze_core::Timestamp>| {
+                    t.map_or("never".to_owned(), |t| t.to_rfc3339())
+                };
+                for f in feeds {
+                    println!("{}", f.url);
+                    println!(
+                        "  checked {}, downloaded {}",
+                        at(f.checked_at),
+                        at(f.fetched_at)
+                    );
+                    if let Some(outcome) = &f.outcome {
+                        println!("  last import: {outcome}");
+                    }
+                    if let Some(error) = &f.error {
+                        println!("  last check failed: {error}");
                     }
                 }
                 Ok(())

@@ -238,6 +238,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             explicit: settings.audit_retention_explicit,
             archive_dir: Some(settings.audit_archive_dir.clone()),
         },
+        advisory_feeds: settings.advisory_feeds.clone(),
         approvals: breeze_pipeline::approvals::ApprovalConfig {
             wait: std::time::Duration::from_secs(settings.approval_wait_secs),
             webhook_url: settings.approval_webhook_url.clone(),
