@@ -185,6 +185,7 @@ fn seed(inst: &Instance, tickets: i64, invoices: i64) -> anyhow::Result<()> {
             from = to;
         }
     }
+    inst.analyze()?;
     eprintln!(
         "seeded {} tickets and {} invoices in {:.0} s",
         inst.count("SELECT count(*) FROM tickets")?,

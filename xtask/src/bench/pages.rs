@@ -295,6 +295,7 @@ fn measure_all(
         "--with-inventory",
     ])?;
     inst.seed_audit(audit)?;
+    inst.analyze()?;
     let email = inst.demo["admin"]["email"]
         .as_str()
         .context("demo.json has no admin")?

@@ -213,6 +213,7 @@ fn seed(inst: &Instance, devices: u64, audit_rows: i64) -> anyhow::Result<()> {
         "--with-inventory",
     ])?;
     inst.seed_audit(audit_rows)?;
+    inst.analyze()?;
     eprintln!(
         "seeded {} devices and {} audit records in {:.0} s",
         inst.count("SELECT count(*) FROM devices")?,
