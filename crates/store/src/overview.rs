@@ -8,9 +8,13 @@
 //! read separately.
 
 use breeze_agent_proto::UserSession;
-use breeze_core::{Device, DeviceId, Timestamp};
+use breeze_core::{Device, DeviceId, OrgId, Timestamp};
 
-use crate::{DeviceState, MetricPoint, Result, StoreError, devices::DEVICE_COLUMNS, sql::sql};
+use crate::{
+    DeviceState, MetricPoint, Result, StoreError,
+    devices::DEVICE_COLUMNS,
+    sql::{Sql, sql},
+};
 
 /// A device with what is known about it now; see the module docs.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,8 +98,28 @@ impl crate::OrgDevices<'_> {
     /// found.
     pub async fn overview(&self, device: DeviceId) -> Result<DeviceOverview> {
         let now = self.store.clock.now();
-        // The newest sample is found through the (device_id, at) primary key: one index seek.
-        let row: Option<OverviewRow> = sql(format!(
+        // The newest sample's time is found first, through the (device_id, at) primary key, by
+        // a subquery on the device's id as bound (not the joined row's): PostgreSQL runs it
+        // once, then joins the one sample by key. Correlated with `d.id`, it sat in the join
+        // condition and PostgreSQL hashed the device's whole week of samples to find it.
+        let row: Option<OverviewRow> = Self::overview_query(device, self.org, now)
+            .fetch_optional(self)
+            .await?;
+        row.map(OverviewRow::into_overview)
+            .ok_or(StoreError::NotFound("device"))
+    }
+
+    /// The plan of [`Self::overview`], for a test to hold its newest-sample lookup to one
+    /// key read.
+    #[cfg(feature = "testing")]
+    pub async fn explain_overview(&self, device: DeviceId) -> Result<String> {
+        Self::overview_query(device, self.org, self.store.clock.now())
+            .explain(self)
+            .await
+    }
+
+    fn overview_query(device: DeviceId, org: OrgId, now: Timestamp) -> Sql {
+        sql(format!(
             "SELECT {DEVICE_COLUMNS}, si.name AS site_name, s.device_id AS state_of, \
              s.heartbeat_at, s.uptime_secs, s.pending_reboot, s.logged_in_users, s.inventory_at, \
              (SELECT COUNT(*) FROM device_context c WHERE c.org_id = d.org_id \
@@ -108,15 +132,11 @@ impl crate::OrgDevices<'_> {
              LEFT JOIN sites si ON si.id = d.site_id AND si.org_id = d.org_id \
              LEFT JOIN device_state s ON s.device_id = d.id AND s.org_id = d.org_id \
              LEFT JOIN device_metrics m ON m.device_id = d.id AND m.org_id = d.org_id \
-              AND m.at = (SELECT MAX(x.at) FROM device_metrics x WHERE x.device_id = d.id) \
+              AND m.at = (SELECT MAX(x.at) FROM device_metrics x WHERE x.device_id = $1) \
              WHERE d.id = $1 AND d.org_id = $2"
         ))
         .bind(device)
-        .bind(self.org)
+        .bind(org)
         .bind(now)
-        .fetch_optional(self)
-        .await?;
-        row.map(OverviewRow::into_overview)
-            .ok_or(StoreError::NotFound("device"))
     }
 }

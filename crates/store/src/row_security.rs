@@ -4,6 +4,9 @@
 //! owner, the role Breeze connects as, is held by it too) and one policy, `org_wall`
 //! (migration 0032): a row is visible and writable only when the connection's
 //! `breeze.scope` setting is `system` or the row's organization id. Unset, it sees nothing.
+//! The policy is stated as `org_id = <scope as a uuid> OR <scope is system>` (migration 0070)
+//! so that the planner estimates it from `org_id`'s statistics: any other form it guesses
+//! at 1% of the rows, and every tenant statement's plan is built for the wrong fleet.
 //!
 //! The store keeps two pools on PostgreSQL:
 //! - the **system** pool, whose connections start with `breeze.scope=system` (a startup

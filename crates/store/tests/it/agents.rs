@@ -1225,6 +1225,22 @@ async fn overview_reads_the_device_at_a_glance(cx: Ctx) {
         "the newest sample, as latest_metric reads it"
     );
     assert_eq!(seen.latest_metric.map(|m| m.cpu_avg), Some(20.0));
+    let plan = o.devices().explain_overview(dev.id).await.unwrap();
+    if s.backend() == breeze_store::Backend::Postgres {
+        // Run once for the bound device (an InitPlan), not per joined row (a SubPlan), whose
+        // place in the join condition had PostgreSQL hash every sample of the device.
+        assert!(
+            plan.contains("InitPlan")
+                && !plan
+                    .lines()
+                    .any(|l| l.contains("SubPlan") && l.contains("m.at")),
+            "the newest sample's time is looked up once: {plan}"
+        );
+    }
+    assert!(
+        !plan.contains("SCAN m") && !plan.contains("Seq Scan on device_metrics"),
+        "the newest sample is read by key: {plan}"
+    );
     assert!(matches!(
         s.org(other).devices().overview(dev.id).await,
         Err(StoreError::NotFound(_))

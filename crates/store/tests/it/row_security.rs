@@ -153,7 +153,78 @@ async fn unfiltered_statements_reach_only_their_organization(cx: Ctx) {
         .await
         .unwrap();
     assert_eq!(seen, 0);
+    // Nor once a transaction's scope has ended (the setting then reads as empty, not unset).
+    sqlx::raw_sql(&format!("BEGIN; SET LOCAL breeze.scope = '{a}'; COMMIT"))
+        .execute(&mut bare)
+        .await
+        .unwrap();
+    let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM devices")
+        .fetch_one(&mut bare)
+        .await
+        .unwrap();
+    assert_eq!(seen, 0, "an ended scope is no scope");
     bare.close().await.unwrap();
+}
+
+/// The wall leaves the planner its statistics: a statement of organization A is estimated at
+/// A's share of the rows. (Stated as `scope IN ('system', org_id::text)`, every policy cut
+/// every estimate to 1% of the real rows, and plans were built for a fleet a hundredth the size.)
+async fn the_wall_leaves_the_planner_its_estimates(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = seeded(&cx).await;
+    if s.backend() == Backend::Sqlite {
+        return;
+    }
+    s.raw_execute(
+        "INSERT INTO devices (id, org_id, site_id, hostname, os_family, os_name, os_version, \
+         status, created_at) SELECT gen_random_uuid(), org_id, site_id, 'bulk-' || g, \
+         os_family, os_name, os_version, status, created_at \
+         FROM devices, generate_series(1, 499) g WHERE hostname = 'a-01'",
+    )
+    .await
+    .unwrap();
+    s.raw_execute("ANALYZE devices").await.unwrap();
+    let plan = s
+        .raw_strings_in(
+            a,
+            &format!("EXPLAIN SELECT hostname FROM devices WHERE org_id = '{a}'"),
+        )
+        .await
+        .unwrap()
+        .join("\n");
+    let estimate: u64 = plan
+        .split("rows=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no estimate in {plan}"));
+    assert!(
+        (250..=1000).contains(&estimate),
+        "500 rows are estimated as {estimate}: {plan}"
+    );
+}
+
+/// Every table's `org_wall` says the same thing, in the form the planner can estimate
+/// (migration 0070): a table a later migration adds with the old form fails here.
+async fn every_wall_is_one_policy(cx: Ctx) {
+    let s = &cx.store;
+    if s.backend() == Backend::Sqlite {
+        return;
+    }
+    let walls = s
+        .raw_strings(
+            "SELECT DISTINCT pg_get_expr(p.polqual, p.polrelid) FROM pg_policy p \
+             JOIN pg_class c ON c.oid = p.polrelid AND p.polname = 'org_wall' \
+             WHERE c.relnamespace = CAST(current_schema() AS regnamespace)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(walls.len(), 1, "the walls differ: {walls:#?}");
+    assert!(
+        walls[0].starts_with("((org_id = (NULLIF(NULLIF(current_setting('breeze.scope'"),
+        "{}",
+        walls[0]
+    );
 }
 
 /// Every table with an `org_id` column has row security enabled and forced and the
@@ -202,4 +273,6 @@ async fn row_security_covers_every_tenant_table(cx: Ctx) {
 breeze_store::on_both_backends!(
     unfiltered_statements_reach_only_their_organization,
     row_security_covers_every_tenant_table,
+    the_wall_leaves_the_planner_its_estimates,
+    every_wall_is_one_policy,
 );
