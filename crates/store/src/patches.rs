@@ -623,6 +623,27 @@ impl crate::OrgPatches<'_> {
         self.device_patches_query(f).fetch_all(self).await
     }
 
+    /// Every available patch `f` matches (its `after` and `limit` ignored), by device then
+    /// package name: [`Self::list_device_patches`]'s pages, read one after another. Callers
+    /// bound `f` to what they need (a severity, named packages), never the whole fleet blindly.
+    pub async fn every_device_patch(&self, f: &PatchFilter) -> Result<Vec<DevicePatch>> {
+        let mut page_filter = PatchFilter {
+            after: None,
+            limit: MAX_PATCH_PAGE,
+            ..f.clone()
+        };
+        let mut all = Vec::new();
+        loop {
+            let page = self.list_device_patches(&page_filter).await?;
+            let full = page.len() == MAX_PATCH_PAGE as usize;
+            page_filter.after = page.last().map(|p| (p.device_id, p.name.clone()));
+            all.extend(page);
+            if !full {
+                return Ok(all);
+            }
+        }
+    }
+
     /// The plan of a [`Self::list_device_patches`] page resumed after `after`, for a test to
     /// hold it to an index range that starts at the cursor.
     #[cfg(feature = "testing")]

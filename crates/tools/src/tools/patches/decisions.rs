@@ -76,28 +76,18 @@ pub(super) async fn bulk_approve<R: Reach>(
                      approve every available update that matches",
                 ));
             }
-            let mut names = Vec::new();
-            let mut after = None;
-            loop {
-                let page = cx
-                    .patches()
-                    .list_device_patches(&PatchFilter {
-                        security_only: input.security_only.unwrap_or(false),
-                        severity: input.severity.map(|s| s.as_str().to_owned()),
-                        after: after.clone(),
-                        limit: MAX_PATCH_PAGE,
-                        ..Default::default()
-                    })
-                    .await?;
-                let full = page.len() == MAX_PATCH_PAGE as usize;
-                after = page.last().map(|p| (p.device_id, p.name.clone()));
-                for p in page {
-                    if !names.contains(&p.name) {
-                        names.push(p.name);
-                    }
-                }
-                if !full {
-                    break;
+            let mut names: Vec<String> = Vec::new();
+            let matching = cx
+                .patches()
+                .every_device_patch(&PatchFilter {
+                    security_only: input.security_only.unwrap_or(false),
+                    severity: input.severity.map(|s| s.as_str().to_owned()),
+                    ..Default::default()
+                })
+                .await?;
+            for p in matching {
+                if !names.contains(&p.name) {
+                    names.push(p.name);
                 }
             }
             if names.is_empty() {

@@ -144,25 +144,13 @@ pub(super) async fn compliance_of(
     let named = decisions.named_packages();
     let mut decided: HashMap<DeviceId, Vec<DevicePatch>> = HashMap::new();
     for names in named.chunks(200) {
-        let mut after = None;
-        loop {
-            let page = patches
-                .list_device_patches(&PatchFilter {
-                    device: one,
-                    names: names.to_vec(),
-                    after: after.clone(),
-                    limit: MAX_PATCH_PAGE,
-                    ..Default::default()
-                })
-                .await?;
-            let full = page.len() == MAX_PATCH_PAGE as usize;
-            after = page.last().map(|p| (p.device_id, p.name.clone()));
-            for p in page {
-                decided.entry(p.device_id).or_default().push(p);
-            }
-            if !full {
-                break;
-            }
+        let filter = PatchFilter {
+            device: one,
+            names: names.to_vec(),
+            ..Default::default()
+        };
+        for p in patches.every_device_patch(&filter).await? {
+            decided.entry(p.device_id).or_default().push(p);
         }
     }
     let mut top: HashMap<String, usize> = HashMap::new();

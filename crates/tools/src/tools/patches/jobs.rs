@@ -87,9 +87,8 @@ pub(super) async fn plan<R: Reach>(
         } else {
             let available = cx
                 .patches()
-                .list_device_patches(&PatchFilter {
+                .every_device_patch(&PatchFilter {
                     device: Some(device.id),
-                    limit: MAX_PATCH_PAGE,
                     ..Default::default()
                 })
                 .await?;
