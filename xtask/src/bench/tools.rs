@@ -5,8 +5,9 @@
 //! Generated over the registry: the read key's `tools/list` names every tool, and each tool's
 //! `_meta` (`breeze/tier`, `breeze/actionTiers`) says which calls are Tier 1 — each such tool,
 //! and each Tier 1 action of a mixed tool, is one row. Arguments are what a client sends: the
-//! required fields from the input schema (an action's own, from its `if`/`then` branch), ids
-//! from the seeded fleet by field name, `limit: 25` where a listing takes one. A call the
+//! required fields from the input schema, and those an action's first answer names as required
+//! (`ruleId is required for this action`, as a client learns them), ids from the seeded fleet by
+//! field name, `limit: 25` where a listing takes one. A call the
 //! generator cannot satisfy (an id no answer gave), or that answers an error (an agent round
 //! trip on a device with no agent), is listed with its reason, not measured. The tools' own
 //! per-user rate limits are off (`MCP_TOOL_RATE_LIMITS=false`): they would time refusals.
@@ -37,6 +38,8 @@ struct Call {
     tool: String,
     schema: Value,
     action: Option<String>,
+    /// Fields the call's own error named as required for its action.
+    needs: Vec<String>,
 }
 
 pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
@@ -267,9 +270,10 @@ async fn probe_all(
     let mut pending: Vec<(Call, String)> = calls.into_iter().map(|c| (c, String::new())).collect();
     loop {
         let known = ids.len();
+        let mut learned = false;
         let mut waiting = Vec::new();
-        for (call, _) in pending {
-            let arguments = match arguments(&call.schema, call.action.as_deref(), ids) {
+        for (mut call, _) in pending {
+            let arguments = match arguments(&call, ids) {
                 Ok(a) => a,
                 Err(why) => {
                     waiting.push((call, why));
@@ -285,11 +289,18 @@ async fn probe_all(
                     harvest_ids(&answer, ids);
                     ready.push((call, body));
                 }
-                Err(why) => skipped.push((call.label, why)),
+                Err(why) => match named_requirement(&call, &why) {
+                    Some(field) => {
+                        call.needs.push(field);
+                        learned = true;
+                        waiting.push((call, why));
+                    }
+                    None => skipped.push((call.label, why)),
+                },
             }
         }
         pending = waiting;
-        if pending.is_empty() || ids.len() == known {
+        if pending.is_empty() || (ids.len() == known && !learned) {
             break;
         }
     }
@@ -366,6 +377,7 @@ async fn calls(url: &str, key: &str) -> anyhow::Result<Vec<Call>> {
                     tool: name.clone(),
                     schema: schema.clone(),
                     action: None,
+                    needs: Vec::new(),
                 });
             }
             continue;
@@ -380,6 +392,7 @@ async fn calls(url: &str, key: &str) -> anyhow::Result<Vec<Call>> {
                     tool: name.clone(),
                     schema: schema.clone(),
                     action: Some(action),
+                    needs: Vec::new(),
                 });
             }
         }
@@ -406,33 +419,27 @@ async fn first_device(url: &str, key: &str) -> anyhow::Result<String> {
         .with_context(|| format!("query_devices found no sim-00003: {answer}"))
 }
 
-/// What a client sends: the required fields (the action's own too), `limit: 25` where a
-/// listing takes one; ids from `ids` by field name. An error names a field it cannot fill.
-fn arguments(
-    schema: &Value,
-    action: Option<&str>,
-    ids: &BTreeMap<String, Value>,
-) -> Result<Value, String> {
-    let props = schema["properties"]
+/// The field an error names as required for the call's action (`"ruleId is required for
+/// this action"`), when the tool takes such a field and the call does not send it yet.
+fn named_requirement(call: &Call, why: &str) -> Option<String> {
+    let message = why.split("\"message\":\"").nth(1)?;
+    let field = message.split_once(" is required")?.0;
+    let known = call.schema["properties"].get(field).is_some();
+    (known && !call.needs.iter().any(|n| n == field)).then(|| field.to_owned())
+}
+
+/// What a client sends: the required fields (and those the action's error named), `limit: 25`
+/// where a listing takes one; ids from `ids` by field name. An error names a field it cannot fill.
+fn arguments(call: &Call, ids: &BTreeMap<String, Value>) -> Result<Value, String> {
+    let props = call.schema["properties"]
         .as_object()
         .cloned()
         .unwrap_or_default();
-    let mut required: Vec<String> = strings(&schema["required"]);
-    if let Some(a) = action {
-        for branch in schema["allOf"].as_array().into_iter().flatten() {
-            let cond = &branch["if"]["properties"]["action"];
-            let applies = cond["const"] == a
-                || cond["enum"]
-                    .as_array()
-                    .is_some_and(|e| e.iter().any(|v| v == a));
-            if applies {
-                required.extend(strings(&branch["then"]["required"]));
-            }
-        }
-    }
+    let mut required: Vec<String> = strings(&call.schema["required"]);
+    required.extend(call.needs.iter().cloned());
     let mut out = Map::new();
-    if let Some(a) = action {
-        out.insert("action".into(), a.into());
+    if let Some(a) = &call.action {
+        out.insert("action".into(), a.as_str().into());
     }
     for field in required {
         if out.contains_key(&field) {
