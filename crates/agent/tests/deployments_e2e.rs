@@ -30,8 +30,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use breeze_core::{DeviceStatus, OsFamily, SystemClock};
-use breeze_store::{AuditFilter, Backend, NewDevice, NewScript, testing::TestStore};
+use breeze_core::{DeviceStatus, SystemClock};
+use breeze_store::{AuditFilter, Backend, NewScript, testing::TestStore};
 use common::{Fleet, agent, approve_everything, audit, enroll, eventually, server};
 use serde_json::{Value, json};
 use tokio::process::Child;
@@ -52,17 +52,7 @@ async fn seeded(f: &Fleet, hostname: &str) -> String {
     let site = o.tenancy().list_sites().await.unwrap()[0].id;
     o.devices()
         .create_device(
-            NewDevice {
-                site_id: site,
-                hostname: hostname.into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: DeviceStatus::Offline,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            breeze_store::testing::new_device(site, hostname, DeviceStatus::Offline),
             audit("device.create"),
         )
         .await

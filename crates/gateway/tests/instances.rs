@@ -11,8 +11,7 @@ use breeze_agent_proto::{AgentFrame, CommandKind, CommandOutcome, CommandResult,
 use breeze_core::{Actor, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, SystemClock};
 use breeze_gateway::{Gateway, GatewayConfig, Registration};
 use breeze_store::{
-    Backend, EnrollDevice, NewCommand, NewDevice, NewEnrollmentKey, ReenrollProof, Store,
-    testing::TestStore,
+    Backend, EnrollDevice, NewCommand, NewEnrollmentKey, ReenrollProof, Store, testing::TestStore,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -54,17 +53,7 @@ async fn device(store: &Store) -> (OrgId, DeviceId) {
         .org(org)
         .devices()
         .create_device(
-            NewDevice {
-                site_id: site.id,
-                hostname: "web-01".into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: DeviceStatus::Online,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            breeze_store::testing::new_device(site.id, "web-01", DeviceStatus::Online),
             audit("d"),
         )
         .await

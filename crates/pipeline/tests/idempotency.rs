@@ -10,8 +10,8 @@
 use std::{sync::Arc, time::Duration};
 
 use breeze_core::{
-    Actor, ApiKeyId, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, OsFamily, PermissionSet,
-    ScopeSet, UserId,
+    Actor, ApiKeyId, AuditEvent, Clock, DeviceId, DeviceStatus, OrgId, PermissionSet, ScopeSet,
+    UserId,
 };
 use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::GuardConfig;
@@ -63,15 +63,8 @@ async fn world(cx: &Ctx) -> World {
         .devices()
         .create_device(
             NewDevice {
-                site_id: site.id,
-                hostname: "a-host".into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
                 os_version: "13".into(),
-                status: DeviceStatus::Online,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
+                ..breeze_store::testing::new_device(site.id, "a-host", DeviceStatus::Online)
             },
             audit(),
         )

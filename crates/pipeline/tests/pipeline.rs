@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use breeze_core::{
-    Actor, ApiKeyId, AuditEvent, DeviceStatus, OrgId, OsFamily, PermissionSet, ScopeSet, UserId,
+    Actor, ApiKeyId, AuditEvent, DeviceStatus, OrgId, PermissionSet, ScopeSet, UserId,
 };
 use breeze_gateway::{Gateway, GatewayConfig};
 use breeze_guard::{Clearance, GuardConfig};
@@ -52,15 +52,8 @@ async fn world(cx: &Ctx) -> World {
         .devices()
         .create_device(
             NewDevice {
-                site_id: site.id,
-                hostname: "b-host".into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
                 os_version: "13".into(),
-                status: DeviceStatus::Online,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
+                ..breeze_store::testing::new_device(site.id, "b-host", DeviceStatus::Online)
             },
             audit(),
         )

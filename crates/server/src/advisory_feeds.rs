@@ -100,7 +100,11 @@ impl AdvisoryRefresh {
     async fn check(&self, feed: &AdvisoryFeed) -> FeedCheck {
         match self.download(feed).await {
             Ok(None) => FeedCheck::Unchanged,
-            Ok(Some((bytes, etag, last_modified))) => {
+            Ok(Some(Download {
+                bytes,
+                etag,
+                last_modified,
+            })) => {
                 let name = feed.url.clone();
                 // Unzipping and parsing an archive of 100,000 records is CPU work.
                 let read = tokio::task::spawn_blocking(move || read_bytes(&name, &bytes)).await;
@@ -127,11 +131,7 @@ impl AdvisoryRefresh {
     }
 
     /// The feed's body and validators, `None` when the server says nothing changed.
-    #[allow(clippy::type_complexity)] // one private call site
-    async fn download(
-        &self,
-        feed: &AdvisoryFeed,
-    ) -> Result<Option<(Vec<u8>, Option<String>, Option<String>)>, String> {
+    async fn download(&self, feed: &AdvisoryFeed) -> Result<Option<Download>, String> {
         let mut req = self.client.get(&feed.url);
         if let Some(etag) = &feed.etag {
             req = req.header(header::IF_NONE_MATCH, etag);
@@ -175,8 +175,19 @@ impl AdvisoryRefresh {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Some((body, etag, last_modified)))
+        Ok(Some(Download {
+            bytes: body,
+            etag,
+            last_modified,
+        }))
     }
+}
+
+/// A feed's new body, with the validators to ask for it conditionally next time.
+struct Download {
+    bytes: Vec<u8>,
+    etag: Option<String>,
+    last_modified: Option<String>,
 }
 
 impl Worker for AdvisoryRefresh {

@@ -290,16 +290,12 @@ async fn alerts_inbox_lists_filters_and_arrives_live(cx: Ctx) {
     // Paging: 50 to a page, the next page continues.
     let site = w.store.org(w.org_a).tenancy().list_sites().await.unwrap()[0].id;
     let many: Vec<breeze_store::NewDevice> = (0..55)
-        .map(|i| breeze_store::NewDevice {
-            site_id: site,
-            hostname: format!("h-{i:02}"),
-            os_family: breeze_core::OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: breeze_core::DeviceStatus::Online,
-            agent_version: None,
-            last_seen_at: None,
-            tags: vec![],
+        .map(|i| {
+            breeze_store::testing::new_device(
+                site,
+                format!("h-{i:02}"),
+                breeze_core::DeviceStatus::Online,
+            )
         })
         .collect();
     w.store

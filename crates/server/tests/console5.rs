@@ -25,15 +25,12 @@ async fn device(w: &World, org: OrgId, hostname: &str) -> String {
         .devices()
         .create_device(
             breeze_store::NewDevice {
-                site_id: site,
-                hostname: hostname.into(),
-                os_family: breeze_core::OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: breeze_core::DeviceStatus::Online,
-                agent_version: None,
                 last_seen_at: Some(w.state.clock.now()),
-                tags: vec![],
+                ..breeze_store::testing::new_device(
+                    site,
+                    hostname,
+                    breeze_core::DeviceStatus::Online,
+                )
             },
             common::audit("d"),
         )

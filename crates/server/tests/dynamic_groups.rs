@@ -169,15 +169,12 @@ async fn time_dependent_groups_follow_the_clock(cx: Ctx) {
         .devices()
         .create_device(
             breeze_store::NewDevice {
-                site_id: site,
-                hostname: "stale-01".into(),
-                os_family: breeze_core::OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: breeze_core::DeviceStatus::Offline,
-                agent_version: None,
                 last_seen_at: Some(now),
-                tags: vec![],
+                ..breeze_store::testing::new_device(
+                    site,
+                    "stale-01",
+                    breeze_core::DeviceStatus::Offline,
+                )
             },
             audit("d"),
         )

@@ -32,7 +32,7 @@ use breeze_server::{
     automations::{AutomationConfig, AutomationWorker},
     workers::Worker,
 };
-use breeze_store::{NewChannel, NewDevice, NewRule, RuleTarget, Store, testing::Ctx};
+use breeze_store::{NewChannel, NewRule, RuleTarget, Store, testing::Ctx};
 use common::{World, audit, tool, world};
 use serde_json::{Value, json};
 
@@ -168,17 +168,11 @@ async fn two_instances_raise_notify_and_automate_once(cx: Ctx) {
         let d = oa
             .devices()
             .create_device(
-                NewDevice {
-                    site_id: site,
-                    hostname: format!("hot-{i}"),
-                    os_family: breeze_core::OsFamily::Linux,
-                    os_name: "Debian".into(),
-                    os_version: "12".into(),
-                    status: breeze_core::DeviceStatus::Online,
-                    agent_version: None,
-                    last_seen_at: None,
-                    tags: vec![],
-                },
+                breeze_store::testing::new_device(
+                    site,
+                    format!("hot-{i}"),
+                    breeze_core::DeviceStatus::Online,
+                ),
                 audit("device.create"),
             )
             .await

@@ -1210,17 +1210,7 @@ async fn live_updates_name_what_changed_and_fragments_stay_in_their_organization
         .org(w.org_a)
         .devices()
         .create_device(
-            breeze_store::NewDevice {
-                site_id: site,
-                hostname: "db-02".into(),
-                os_family: breeze_core::OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: breeze_core::DeviceStatus::Offline,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            breeze_store::testing::new_device(site, "db-02", breeze_core::DeviceStatus::Offline),
             common::audit("d"),
         )
         .await

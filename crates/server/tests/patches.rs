@@ -685,15 +685,13 @@ async fn compliance_sums_what_list_decides(cx: Ctx) {
             .devices()
             .create_device(
                 breeze_store::NewDevice {
-                    site_id: site,
-                    hostname: format!("host-{i:02}"),
-                    os_family: breeze_core::OsFamily::Linux,
                     os_name: "Rocky".into(),
                     os_version: "9".into(),
-                    status: breeze_core::DeviceStatus::Online,
-                    agent_version: None,
-                    last_seen_at: None,
-                    tags: vec![],
+                    ..breeze_store::testing::new_device(
+                        site,
+                        format!("host-{i:02}"),
+                        breeze_core::DeviceStatus::Online,
+                    )
                 },
                 audit("d"),
             )

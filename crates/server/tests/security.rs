@@ -283,17 +283,7 @@ async fn bad_inputs_and_scopes_are_refused(cx: Ctx) {
     let offline = oa
         .devices()
         .create_device(
-            breeze_store::NewDevice {
-                site_id: site,
-                hostname: "db-01".into(),
-                os_family: breeze_core::OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: breeze_core::DeviceStatus::Offline,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            breeze_store::testing::new_device(site, "db-01", breeze_core::DeviceStatus::Offline),
             audit("d"),
         )
         .await

@@ -21,6 +21,27 @@ use crate::{Backend, Result, Store, StoreOptions};
 /// cross-reference offsets, stream lengths, page count); returns the number of pages.
 pub use crate::pdf::check_structure as check_pdf;
 
+/// A device to create in a test: a Debian 12 Linux machine at `site`, no agent yet, no tags.
+/// A test that needs more says so with struct update syntax
+/// (`NewDevice { tags, ..new_device(site, "web-01", DeviceStatus::Online) }`).
+pub fn new_device(
+    site: breeze_core::SiteId,
+    hostname: impl Into<String>,
+    status: breeze_core::DeviceStatus,
+) -> crate::NewDevice {
+    crate::NewDevice {
+        site_id: site,
+        hostname: hostname.into(),
+        os_family: breeze_core::OsFamily::Linux,
+        os_name: "Debian".into(),
+        os_version: "12".into(),
+        status,
+        agent_version: None,
+        last_seen_at: None,
+        tags: Vec::new(),
+    }
+}
+
 /// The statements SQLite audit rows are inserted by (one row, and many at a time), for tests
 /// that inspect their plans.
 pub fn sqlite_audit_inserts() -> [&'static str; 2] {

@@ -15,10 +15,10 @@ use axum::{
     http::{HeaderMap, Request, StatusCode},
 };
 use breeze_auth::{AuthService, AuthSettings, CreateApiKey, password};
-use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet, UserId};
+use breeze_core::{Actor, AuditEvent, DeviceStatus, OrgId, Scope, ScopeSet, UserId};
 use breeze_limits::{LimiterError, MemoryLimiter, RateDecision, RateLimiter};
 use breeze_server::{AppState, Breeze, ServerConfig, app};
-use breeze_store::{NewDevice, NewUser, Store, testing::Ctx};
+use breeze_store::{NewUser, Store, testing::Ctx};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -89,17 +89,7 @@ pub(crate) async fn world(cx: &Ctx) -> World {
             .create_site("HQ", "UTC", audit("s"))
             .await
             .unwrap();
-        let device = NewDevice {
-            site_id: site.id,
-            hostname: "web-01".into(),
-            os_family: OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: DeviceStatus::Online,
-            agent_version: None,
-            last_seen_at: None,
-            tags: vec![],
-        };
+        let device = breeze_store::testing::new_device(site.id, "web-01", DeviceStatus::Online);
         let d = s
             .org(org)
             .devices()

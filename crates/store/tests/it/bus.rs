@@ -4,8 +4,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use breeze_core::{DeviceStatus, OsFamily, SystemClock, UserId};
-use breeze_store::{Backend, NewDevice, Signal, Store, testing::TestStore};
+use breeze_core::{DeviceStatus, SystemClock, UserId};
+use breeze_store::{
+    Backend, Signal, Store,
+    testing::{TestStore, new_device},
+};
 use tokio::sync::broadcast;
 
 use crate::{audit, two_orgs};
@@ -21,20 +24,6 @@ async fn heard(signals: &mut broadcast::Receiver<Signal>, expected: &Signal) {
         if &signal == expected {
             return;
         }
-    }
-}
-
-fn new_device(site: breeze_core::SiteId, hostname: &str) -> NewDevice {
-    NewDevice {
-        site_id: site,
-        hostname: hostname.into(),
-        os_family: OsFamily::Linux,
-        os_name: "Debian".into(),
-        os_version: "12".into(),
-        status: DeviceStatus::Online,
-        agent_version: None,
-        last_seen_at: None,
-        tags: vec![],
     }
 }
 
@@ -57,7 +46,10 @@ async fn another_instances_changes_reach_the_read_models() {
         .id;
     a.org(org)
         .devices()
-        .create_device(new_device(site, "web-01"), audit("device.create", "device"))
+        .create_device(
+            new_device(site, "web-01", DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
         .await
         .unwrap();
     heard(&mut signals, &Signal::DevicesChanged { org }).await;
@@ -75,7 +67,10 @@ async fn another_instances_changes_reach_the_read_models() {
     // ... yet A's next device shows in B's listing as soon as the signal is in.
     a.org(org)
         .devices()
-        .create_device(new_device(site, "web-02"), audit("device.create", "device"))
+        .create_device(
+            new_device(site, "web-02", DeviceStatus::Online),
+            audit("device.create", "device"),
+        )
         .await
         .unwrap();
     heard(&mut signals, &Signal::DevicesChanged { org }).await;

@@ -55,15 +55,9 @@ async fn group(s: &Store, org: OrgId, name: &str) -> DeviceGroupId {
 
 fn device(site: SiteId, hostname: &str) -> NewDevice {
     NewDevice {
-        site_id: site,
-        hostname: hostname.into(),
-        os_family: OsFamily::Linux,
         os_name: "Debian GNU/Linux".into(),
-        os_version: "12".into(),
-        status: DeviceStatus::Online,
         agent_version: Some("0.1.0".into()),
-        last_seen_at: None,
-        tags: vec![],
+        ..breeze_store::testing::new_device(site, hostname, DeviceStatus::Online)
     }
 }
 

@@ -3,8 +3,8 @@
 //! device, and saying when the agent has listed none.
 
 use breeze_agent_proto::Inventory;
-use breeze_core::{DeviceId, DeviceStatus, OrgId, OsFamily};
-use breeze_store::{NewDevice, Store, StoreError, testing::Ctx};
+use breeze_core::{DeviceId, DeviceStatus, OrgId};
+use breeze_store::{Store, StoreError, testing::Ctx};
 use serde_json::json;
 
 use crate::audit;
@@ -19,17 +19,7 @@ async fn device(s: &Store, org: OrgId) -> DeviceId {
     s.org(org)
         .devices()
         .create_device(
-            NewDevice {
-                site_id: site.id,
-                hostname: "web-01".into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: DeviceStatus::Online,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            breeze_store::testing::new_device(site.id, "web-01", DeviceStatus::Online),
             audit("device.create", "device"),
         )
         .await

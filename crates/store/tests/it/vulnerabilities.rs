@@ -4,7 +4,7 @@
 //! upload stays its own, and one organization never sees another's exposure or devices.
 
 use breeze_agent_proto::Inventory;
-use breeze_core::{DeviceId, DeviceStatus, OrgId, OsFamily, advisory::OsvRecord};
+use breeze_core::{DeviceId, DeviceStatus, OrgId, advisory::OsvRecord};
 use breeze_store::{NewDevice, Store, StoreError, testing::Ctx};
 use serde_json::json;
 
@@ -37,15 +37,9 @@ async fn device(s: &Store, org: OrgId, host: &str, os: (&str, &str)) -> DeviceId
         .devices()
         .create_device(
             NewDevice {
-                site_id: site.id,
-                hostname: host.into(),
-                os_family: OsFamily::Linux,
                 os_name: os.0.into(),
                 os_version: os.1.into(),
-                status: DeviceStatus::Online,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
+                ..breeze_store::testing::new_device(site.id, host, DeviceStatus::Online)
             },
             audit("device.create", "device"),
         )
