@@ -76,7 +76,11 @@ pub(super) async fn compliance<R: Reach>(
     cx: &ToolCx<'_, R>,
     input: &PatchesInput,
 ) -> Result<PatchesOutput, ToolError> {
-    let (mut views, summary) = compliance_of(
+    let Compliance {
+        devices: mut views,
+        summary,
+        approvals,
+    } = compliance_of(
         cx.devices(),
         cx.patches(),
         cx.config_policies(),
@@ -89,17 +93,18 @@ pub(super) async fn compliance<R: Reach>(
         showing: Some(views.len()),
         devices: Some(views),
         summary: Some(summary),
-        approvals: Some(
-            cx.patches()
-                .list_patch_approvals()
-                .await?
-                .into_iter()
-                .take(100)
-                .map(Into::into)
-                .collect(),
-        ),
+        approvals: Some(approvals.into_iter().take(100).map(Into::into).collect()),
         ..Default::default()
     })
+}
+
+/// What [`compliance_of`] finds.
+pub(super) struct Compliance {
+    /// Each device's compliance (the one device's, when one was named).
+    pub(super) devices: Vec<DeviceCompliance>,
+    pub(super) summary: ComplianceSummary,
+    /// The decisions it judged by, as the store lists them.
+    pub(super) approvals: Vec<breeze_store::PatchApproval>,
 }
 
 /// Each device's patch compliance (one device's, when `device` names it) and the summary:
@@ -111,7 +116,7 @@ pub(super) async fn compliance_of(
     policies: OrgConfigPolicies<'_>,
     now: Timestamp,
     device: Option<&str>,
-) -> Result<(Vec<DeviceCompliance>, ComplianceSummary), ToolError> {
+) -> Result<Compliance, ToolError> {
     let devices = match device {
         Some(d) => vec![
             devices_handle
@@ -257,7 +262,11 @@ pub(super) async fn compliance_of(
         reboot_required: views.iter().filter(|v| v.reboot_required).count(),
         top_missing: top.into_iter().collect(),
     };
-    Ok((views, summary))
+    Ok(Compliance {
+        devices: views,
+        summary,
+        approvals: decisions.approvals,
+    })
 }
 
 pub(super) async fn scan<R: Reach>(

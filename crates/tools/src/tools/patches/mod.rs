@@ -246,7 +246,9 @@ pub async fn fleet_patch_compliance(
     policies: OrgConfigPolicies<'_>,
     now: Timestamp,
 ) -> Result<FleetPatchCompliance, ToolError> {
-    let (_, s) = inventory::compliance_of(devices, patches, policies, now, None).await?;
+    let s = inventory::compliance_of(devices, patches, policies, now, None)
+        .await?
+        .summary;
     Ok(FleetPatchCompliance {
         devices: s.devices,
         scanned: s.scanned,
@@ -527,6 +529,8 @@ struct DevicePolicy {
 
 /// The organization's decisions and every device's patch settings.
 struct Decisions {
+    /// Every decision of the organization, as the store lists them (by package, then time).
+    approvals: Vec<PatchApproval>,
     org: HashMap<String, PatchApproval>,
     by_policy: HashMap<(Uuid, String), PatchApproval>,
     devices: HashMap<DeviceId, DevicePolicy>,
@@ -541,18 +545,19 @@ impl Decisions {
         now: Timestamp,
     ) -> Result<Self, ToolError> {
         let mut d = Decisions {
+            approvals: patches.list_patch_approvals().await?,
             org: HashMap::new(),
             by_policy: HashMap::new(),
             devices: HashMap::new(),
             now,
         };
-        for a in patches.list_patch_approvals().await? {
+        for a in &d.approvals {
             match a.policy_id {
                 Some(p) => {
-                    d.by_policy.insert((p, a.package_name.clone()), a);
+                    d.by_policy.insert((p, a.package_name.clone()), a.clone());
                 }
                 None => {
-                    d.org.insert(a.package_name.clone(), a);
+                    d.org.insert(a.package_name.clone(), a.clone());
                 }
             }
         }
