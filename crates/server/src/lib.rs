@@ -29,6 +29,7 @@ pub mod patch_jobs;
 pub mod report_schedules;
 mod routes;
 pub mod scan_schedules;
+pub mod schedules;
 pub mod tool_sources;
 pub mod views;
 pub mod workers;

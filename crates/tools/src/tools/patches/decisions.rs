@@ -76,6 +76,8 @@ pub(super) async fn bulk_approve<R: Reach>(
                      approve every available update that matches",
                 ));
             }
+            // Each package once, in the order the listing first shows it.
+            let mut seen = std::collections::HashSet::new();
             let mut names: Vec<String> = Vec::new();
             let matching = cx
                 .patches()
@@ -86,7 +88,7 @@ pub(super) async fn bulk_approve<R: Reach>(
                 })
                 .await?;
             for p in matching {
-                if !names.contains(&p.name) {
+                if seen.insert(p.name.clone()) {
                     names.push(p.name);
                 }
             }
