@@ -661,6 +661,93 @@ async fn decide_install_results_and_rollback(cx: Ctx) {
     }
 }
 
+/// `bulk_approve` without package names approves each available package the selection
+/// matches once, however many devices offer it, and refuses a selection past the cap.
+async fn bulk_approve_by_selection(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = &build(&w, |_| {}, Arc::new(Unlimited));
+    let oa = w.store.org(w.org_a);
+    let site = oa.tenancy().list_sites().await.unwrap()[0].id;
+    let other = oa
+        .devices()
+        .create_device(
+            breeze_store::testing::new_device(site, "host-2", breeze_core::DeviceStatus::Online),
+            audit("d"),
+        )
+        .await
+        .unwrap()
+        .id
+        .to_string();
+    seed_scan(
+        &w,
+        w.org_a,
+        &w.a_device,
+        vec![
+            patch("openssl", "1", "2", Some("critical")),
+            patch("kernel", "1", "2", Some("important")),
+            patch("vim", "1", "2", None),
+            patch("curl", "1", "2", Some("low")),
+        ],
+    )
+    .await;
+    seed_scan(
+        &w,
+        w.org_a,
+        &other,
+        vec![
+            patch("openssl", "1", "2", Some("critical")),
+            patch("curl", "1", "2", Some("low")),
+            patch("zlib", "1", "2", Some("critical")),
+        ],
+    )
+    .await;
+    let approved = |r: &Value| -> Vec<String> {
+        r["approvals"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .map(|a| a["packageName"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let r = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "bulk_approve", "securityOnly": true }),
+    )
+    .await;
+    assert_eq!(approved(&r), ["curl", "kernel", "openssl", "zlib"], "{r}");
+    let r = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "bulk_approve", "severity": "critical" }),
+    )
+    .await;
+    assert_eq!(approved(&r), ["openssl", "zlib"], "{r}");
+
+    // One more distinct package than a bulk approval takes: refused, nothing decided.
+    let before = oa.patches().list_patch_approvals().await.unwrap().len();
+    let many = (0..=breeze_store::MAX_PATCH_PACKAGES)
+        .map(|i| patch(&format!("pkg-{i:04}"), "1", "2", Some("moderate")))
+        .collect();
+    seed_scan(&w, w.org_a, &other, many).await;
+    let r = tool(
+        app,
+        &w.write,
+        TOOL,
+        json!({ "action": "bulk_approve", "severity": "moderate" }),
+    )
+    .await;
+    assert_eq!(code(&r), "INVALID_ARGUMENT", "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at most 500 packages"), "{message}");
+    assert_eq!(
+        oa.patches().list_patch_approvals().await.unwrap().len(),
+        before
+    );
+}
+
 /// The fleet's compliance (devices' counts, the summary, the most-missing packages) is exactly
 /// what `list` decides patch by patch, summed: over devices under policies that auto-approve
 /// every severity, some severities or none, with decisions organization-wide, per policy, for
@@ -965,5 +1052,6 @@ breeze_store::on_both_backends!(
     tiers_and_bad_inputs_are_refused,
     decide_install_results_and_rollback,
     compliance_sums_what_list_decides,
+    bulk_approve_by_selection,
     a_job_waits_for_its_maintenance_window
 );

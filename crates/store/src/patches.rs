@@ -657,31 +657,28 @@ impl crate::OrgPatches<'_> {
         .await
     }
 
+    /// The distinct names of the available patches `f` matches (its `after` and `limit`
+    /// ignored), by name, at most `limit`: what a bulk approval without package names approves.
+    pub async fn available_package_names(
+        &self,
+        f: &PatchFilter,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        let mut q =
+            sql("SELECT DISTINCT name FROM device_patches WHERE org_id = $1").bind(self.org);
+        patch_conditions(&mut q, f);
+        let p = q.arg(i64::try_from(limit).unwrap_or(i64::MAX));
+        q.push(&format!(" ORDER BY name LIMIT {p}"));
+        let rows: Vec<(String,)> = q.fetch_all(self).await?;
+        Ok(rows.into_iter().map(|(n,)| n).collect())
+    }
+
     fn device_patches_query(&self, f: &PatchFilter) -> Sql {
         let mut q = sql(format!(
             "SELECT {PATCH_COLUMNS} FROM device_patches WHERE org_id = $1"
         ))
         .bind(self.org);
-        if let Some(d) = f.device {
-            let p = q.arg(d);
-            q.push(&format!(" AND device_id = {p}"));
-        }
-        if f.security_only {
-            let p = q.arg(true);
-            q.push(&format!(" AND security = {p}"));
-        }
-        if let Some(s) = &f.severity {
-            let p = q.arg(s.to_lowercase());
-            q.push(&format!(" AND severity = {p}"));
-        }
-        if let Some(s) = &f.search {
-            let p = q.arg(format!("%{}%", crate::sql::escape_like(&s.to_lowercase())));
-            q.push(&format!(" AND LOWER(name) LIKE {p} ESCAPE '\\'"));
-        }
-        if !f.names.is_empty() {
-            let list: Vec<String> = f.names.iter().map(|n| q.arg(n.as_str())).collect();
-            q.push(&format!(" AND name IN ({})", list.join(", ")));
-        }
+        patch_conditions(&mut q, f);
         if let Some((d, n)) = &f.after {
             let pd = q.arg(*d);
             let pn = q.arg(n.as_str());
@@ -1126,6 +1123,30 @@ impl crate::OrgPatches<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+/// The conditions of a [`PatchFilter`] (all but its keyset and limit), appended to `q`.
+fn patch_conditions(q: &mut Sql, f: &PatchFilter) {
+    if let Some(d) = f.device {
+        let p = q.arg(d);
+        q.push(&format!(" AND device_id = {p}"));
+    }
+    if f.security_only {
+        let p = q.arg(true);
+        q.push(&format!(" AND security = {p}"));
+    }
+    if let Some(s) = &f.severity {
+        let p = q.arg(s.to_lowercase());
+        q.push(&format!(" AND severity = {p}"));
+    }
+    if let Some(s) = &f.search {
+        let p = q.arg(format!("%{}%", crate::sql::escape_like(&s.to_lowercase())));
+        q.push(&format!(" AND LOWER(name) LIKE {p} ESCAPE '\\'"));
+    }
+    if !f.names.is_empty() {
+        let list: Vec<String> = f.names.iter().map(|n| q.arg(n.as_str())).collect();
+        q.push(&format!(" AND name IN ({})", list.join(", ")));
     }
 }
 

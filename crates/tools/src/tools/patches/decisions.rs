@@ -76,22 +76,18 @@ pub(super) async fn bulk_approve<R: Reach>(
                      approve every available update that matches",
                 ));
             }
-            // Each package once, in the order the listing first shows it.
-            let mut seen = std::collections::HashSet::new();
-            let mut names: Vec<String> = Vec::new();
-            let matching = cx
+            // One past the cap is enough to refuse a selection that is too large.
+            let names = cx
                 .patches()
-                .every_device_patch(&PatchFilter {
-                    security_only: input.security_only.unwrap_or(false),
-                    severity: input.severity.map(|s| s.as_str().to_owned()),
-                    ..Default::default()
-                })
+                .available_package_names(
+                    &PatchFilter {
+                        security_only: input.security_only.unwrap_or(false),
+                        severity: input.severity.map(|s| s.as_str().to_owned()),
+                        ..Default::default()
+                    },
+                    breeze_store::MAX_PATCH_PACKAGES + 1,
+                )
                 .await?;
-            for p in matching {
-                if seen.insert(p.name.clone()) {
-                    names.push(p.name);
-                }
-            }
             if names.is_empty() {
                 return Err(ToolError::invalid(
                     "no available update matches; scan first, or name packageNames",
