@@ -13,7 +13,10 @@ mod common;
 use std::sync::Arc;
 
 use breeze_core::{DeviceStatus, OsFamily, SystemClock};
-use breeze_store::{Backend, NewDevice, testing::TestStore};
+use breeze_store::{
+    Backend, NewDevice,
+    testing::{TestStore, new_device},
+};
 use breeze_tools::ProgressReport;
 use common::{Fleet, agent, audit, call, call_outcome, enroll, eventually, server};
 use serde_json::{Value, json};
@@ -39,15 +42,10 @@ async fn device(f: &Fleet, name: &str, os: OsFamily, status: DeviceStatus) -> St
         .devices()
         .create_device(
             NewDevice {
-                site_id: site,
-                hostname: name.into(),
                 os_family: os,
                 os_name: "Test".into(),
                 os_version: "1".into(),
-                status,
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
+                ..new_device(site, name, status)
             },
             audit("device.create"),
         )

@@ -14,7 +14,7 @@ use breeze_alerts::{
 };
 use breeze_core::{
     Actor, AlertCondition, AlertStatus, AuditEvent, ChannelKind, Comparison, DeviceStatus, Metric,
-    OrgId, OsFamily, Severity, SiteId,
+    OrgId, Severity, SiteId,
 };
 use breeze_store::{NewChannel, NewDevice, NewRule, RuleTarget, Store, testing::Ctx};
 use chrono::Duration;
@@ -77,17 +77,7 @@ async fn tenant(s: &Store) -> (OrgId, SiteId) {
 }
 
 fn device(site: SiteId, hostname: &str, status: DeviceStatus) -> NewDevice {
-    NewDevice {
-        site_id: site,
-        hostname: hostname.into(),
-        os_family: OsFamily::Linux,
-        os_name: "Debian".into(),
-        os_version: "12".into(),
-        status,
-        agent_version: None,
-        last_seen_at: None,
-        tags: vec![],
-    }
+    breeze_store::testing::new_device(site, hostname, status)
 }
 
 fn cpu(at: breeze_core::Timestamp, percent: f64) -> MetricSample {

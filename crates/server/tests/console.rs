@@ -74,15 +74,8 @@ async fn device(
         .devices()
         .create_device(
             breeze_store::NewDevice {
-                site_id: site,
-                hostname: hostname.into(),
-                os_family: breeze_core::OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status,
-                agent_version: None,
                 last_seen_at: Some(w.state.clock.now() - chrono::Duration::hours(30)),
-                tags: vec![],
+                ..breeze_store::testing::new_device(site, hostname, status)
             },
             common::audit("d"),
         )

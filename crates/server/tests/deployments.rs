@@ -22,8 +22,7 @@ use std::sync::Arc;
 use breeze_agent_proto::{AgentFrame, CommandOutcome, CommandResult};
 use breeze_auth::CreateApiKey;
 use breeze_core::{
-    DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus, OrgId, OsFamily, Scope, ScopeSet,
-    Timestamp,
+    DeploymentStatus, DeviceId, DeviceRunStatus, DeviceStatus, OrgId, Scope, ScopeSet, Timestamp,
 };
 use breeze_limits::MemoryLimiter;
 use breeze_server::{
@@ -32,8 +31,8 @@ use breeze_server::{
     workers::Worker,
 };
 use breeze_store::{
-    AuditFilter, Control, Decision, Deployment, NewDevice, NewScript, NewWindow, RuleTarget,
-    WindowUpdate, testing::Ctx,
+    AuditFilter, Control, Decision, Deployment, NewScript, NewWindow, RuleTarget, WindowUpdate,
+    testing::Ctx,
 };
 use common::{World, audit, code, tool, world};
 use serde_json::{Value, json};
@@ -129,21 +128,15 @@ async fn device(w: &World, org: OrgId, hostname: &str, online: bool) -> String {
     let site = o.tenancy().list_sites().await.unwrap()[0].id;
     o.devices()
         .create_device(
-            NewDevice {
-                site_id: site,
-                hostname: hostname.into(),
-                os_family: OsFamily::Linux,
-                os_name: "Debian".into(),
-                os_version: "12".into(),
-                status: if online {
+            breeze_store::testing::new_device(
+                site,
+                hostname,
+                if online {
                     DeviceStatus::Online
                 } else {
                     DeviceStatus::Offline
                 },
-                agent_version: None,
-                last_seen_at: None,
-                tags: vec![],
-            },
+            ),
             audit("d"),
         )
         .await

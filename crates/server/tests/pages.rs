@@ -930,20 +930,16 @@ async fn audit_log_filters_pages_and_stays_in_its_organization(cx: Ctx) {
 async fn seed_devices(w: &World, org: breeze_core::OrgId, n: usize) {
     let site = w.store.org(org).tenancy().list_sites().await.unwrap()[0].id;
     let devices = (0..n)
-        .map(|i| breeze_store::NewDevice {
-            site_id: site,
-            hostname: format!("host-{i:05}"),
-            os_family: breeze_core::OsFamily::Linux,
-            os_name: "Debian".into(),
-            os_version: "12".into(),
-            status: if i % 3 == 0 {
+        .map(|i| {
+            let status = if i % 3 == 0 {
                 breeze_core::DeviceStatus::Offline
             } else {
                 breeze_core::DeviceStatus::Online
-            },
-            agent_version: Some("0.1.0".into()),
-            last_seen_at: None,
-            tags: vec![],
+            };
+            breeze_store::NewDevice {
+                agent_version: Some("0.1.0".into()),
+                ..breeze_store::testing::new_device(site, format!("host-{i:05}"), status)
+            }
         })
         .collect();
     w.store

@@ -321,8 +321,6 @@ async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
     let site = oa.tenancy().list_sites().await.unwrap()[0].id;
     let fleet: Vec<NewDevice> = (0..1500)
         .map(|i| NewDevice {
-            site_id: site,
-            hostname: format!("node-{i:05}"),
             os_family: if i % 3 == 0 {
                 OsFamily::Windows
             } else {
@@ -330,10 +328,7 @@ async fn a_report_is_defined_generated_and_downloaded(cx: Ctx) {
             },
             os_name: "OS".into(),
             os_version: "1".into(),
-            status: DeviceStatus::Online,
-            agent_version: None,
-            last_seen_at: None,
-            tags: vec![],
+            ..breeze_store::testing::new_device(site, format!("node-{i:05}"), DeviceStatus::Online)
         })
         .collect();
     oa.devices()

@@ -298,24 +298,23 @@ async fn ten_thousand_devices(cx: Ctx) {
         .await
         .unwrap();
     let devices: Vec<NewDevice> = (0..10_000)
-        .map(|i| NewDevice {
-            site_id: site.id,
-            hostname: format!("{}-{i:05}", if i % 4 == 0 { "web" } else { "app" }),
-            os_family: if i % 2 == 0 {
-                OsFamily::Linux
-            } else {
-                OsFamily::Windows
-            },
-            os_name: "OS".into(),
-            os_version: "1".into(),
-            status: DeviceStatus::Online,
-            agent_version: None,
-            last_seen_at: None,
-            tags: if i % 3 == 0 {
-                vec!["prod".into()]
-            } else {
-                vec![]
-            },
+        .map(|i| {
+            let hostname = format!("{}-{i:05}", if i % 4 == 0 { "web" } else { "app" });
+            NewDevice {
+                os_family: if i % 2 == 0 {
+                    OsFamily::Linux
+                } else {
+                    OsFamily::Windows
+                },
+                os_name: "OS".into(),
+                os_version: "1".into(),
+                tags: if i % 3 == 0 {
+                    vec!["prod".into()]
+                } else {
+                    vec![]
+                },
+                ..breeze_store::testing::new_device(site.id, hostname, DeviceStatus::Online)
+            }
         })
         .collect();
     o.devices()
