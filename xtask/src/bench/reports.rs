@@ -142,8 +142,12 @@ async fn seed(
 }
 
 /// One statement adding records `from..to` of an organization's seeded audit log, the first
-/// at `base` and each `SPACING_MS` after the previous: tool-call records stamped as the store
-/// stamps them (SQLite's recursive CTE, PostgreSQL's `generate_series`).
+/// at `base` and each `SPACING_MS` after the previous: tool-call records stamped and keyed as
+/// the store stamps and keys them (SQLite's recursive CTE, PostgreSQL's `generate_series`).
+///
+/// Ids are UUID v7 of the record's time, as the store's are: the log's key order is its time
+/// order, which is what makes reading it in time order sequential (random ids would scatter a
+/// time-ordered read over the whole key tree, a cost no real log has).
 pub(super) fn audit_seed_sql(
     sqlite: bool,
     org: uuid::Uuid,
@@ -157,24 +161,29 @@ pub(super) fn audit_seed_sql(
             "WITH RECURSIVE n(i) AS (SELECT {from} UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
              INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, action, \
              resource_type, resource_id, details, result, error_message, request_id) \
-             SELECT randomblob(16), \
+             SELECT unhex(printf('%012X', {base_ms} + i * {SPACING_MS}) || '7' \
+             || substr(hex(randomblob(2)), 2) || '8' || substr(hex(randomblob(8)), 2)), \
              strftime('%Y-%m-%dT%H:%M:%S', '{base}', '+' || ((i * {SPACING_MS}) / 1000) || ' seconds') \
              || printf('.%06d+00:00', ((i * {SPACING_MS}) % 1000) * 1000), \
              X'{org_hex}', 'api_key', 'bench-key', 'tools.call', 'tool', 'query_devices', \
              '{{\"tool\":\"query_devices\",\"n\":' || i || '}}', 'success', NULL, 'req-' || i \
              FROM n",
             base = base.format("%Y-%m-%d %H:%M:%S"),
+            base_ms = base.timestamp_millis(),
             org_hex = org.simple(),
         )
     } else {
         format!(
             "INSERT INTO audit_log (id, created_at, org_id, actor_type, actor_id, action, \
              resource_type, resource_id, details, result, error_message, request_id) \
-             SELECT gen_random_uuid(), '{base}'::timestamptz + i * interval '{SPACING_MS} milliseconds', \
+             SELECT (lpad(to_hex({base_ms} + i * {SPACING_MS}), 12, '0') || '7' \
+             || substr(md5(random()::text), 1, 3) || '8' || substr(md5(random()::text), 1, 15))::uuid, \
+             '{base}'::timestamptz + i * interval '{SPACING_MS} milliseconds', \
              '{org}'::uuid, 'api_key', 'bench-key', 'tools.call', 'tool', 'query_devices', \
              json_build_object('tool', 'query_devices', 'n', i), 'success', NULL, 'req-' || i \
              FROM generate_series({from}, {last}) AS i",
             base = base.to_rfc3339(),
+            base_ms = base.timestamp_millis(),
         )
     }
 }
