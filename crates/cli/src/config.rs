@@ -21,7 +21,7 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
     ),
     (
         "REDIS_URL",
-        "redis://… for shared rate limits and sessions (optional)",
+        "redis://… (or redis+sentinel://…) for shared rate limits and sessions (optional)",
     ),
     (
         "BREEZE_REDIS_PREFIX",
@@ -977,11 +977,16 @@ impl Settings {
         let redis = pick(&flags.redis_url, "redis-url", env, "REDIS_URL");
         let redis_url = match redis.value.map(str::trim) {
             None | Some("") => None,
-            Some(v) if v.starts_with("redis://") || v.starts_with("rediss://") => {
+            Some(v)
+                if ["redis://", "rediss://", "redis+sentinel://"]
+                    .iter()
+                    .any(|scheme| v.starts_with(scheme)) =>
+            {
                 Some(v.to_owned())
             }
             Some(v) => bail!(
-                "invalid {}: {:?} (expected redis://host:port)",
+                "invalid {}: {:?} (expected redis://host:port, or \
+                 redis+sentinel://host:port[,host:port…]/service for Redis Sentinel)",
                 redis.origin,
                 breeze_store::redact_url(v)
             ),
@@ -1755,6 +1760,14 @@ mod tests {
             "passwords are redacted"
         );
         assert!(err(&[("REDIS_URL", "localhost:6379")]).starts_with("invalid REDIS_URL"));
+        let sentinel = "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/breeze";
+        assert_eq!(
+            load(&[("REDIS_URL", sentinel)])
+                .unwrap()
+                .redis_url
+                .as_deref(),
+            Some(sentinel)
+        );
         assert!(
             err(&[("BREEZE_PUBLIC_URL", "rmm.example.com")])
                 .starts_with("invalid BREEZE_PUBLIC_URL")

@@ -544,7 +544,12 @@ impl SessionCluster {
         tokio::spawn(async move {
             let mut first = true;
             while !stop.is_cancelled() {
-                let mut pubsub = match cluster.redis.client().get_async_pubsub().await {
+                // Asked each time: with Sentinel, the primary may have changed.
+                let pubsub = match cluster.redis.client().await {
+                    Ok(client) => client.get_async_pubsub().await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                let mut pubsub = match pubsub {
                     Ok(p) => p,
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot subscribe to the session cluster; retrying");

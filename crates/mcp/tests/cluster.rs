@@ -777,7 +777,14 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     fn start(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// A Redis on `port` started with `args` (`--replicaof …`, or a sentinel's configuration
+    /// file and `--sentinel`) after the test's own.
+    fn start_with(port: u16, args: &[&str]) -> Self {
         let mut child = std::process::Command::new("redis-server")
+            .args(args)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
@@ -873,6 +880,209 @@ async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
     assert_eq!(used(&b, 4).await, StatusCode::OK);
     initialize(&b, "k1").await.expect("new sessions open again");
     stop.cancel();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `redis-cli -p port args…`, its answer as text.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian's redis-tools package) on PATH");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A primary, its replica and a sentinel watching them: the primary killed (SIGKILL) under load
+/// is replaced by the replica within seconds, and nothing is lost but what could not be
+/// answered while there was no primary (refused with 503, never an empty or wrong answer).
+#[tokio::test]
+async fn a_sentinel_failover_under_load_loses_no_session() {
+    let (p, r, s) = (free_port(), free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("breeze-sentinel-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Replication passes a snapshot through the working directory: the test's own.
+    let at = ["--dir", dir.to_str().unwrap()];
+    let mut primary = PrivateRedis::start_with(p, &at);
+    let replica_of = ["--replicaof", "127.0.0.1", &p.to_string()];
+    let _replica = PrivateRedis::start_with(r, &[&at[..], &replica_of[..]].concat());
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "dir {}\nsentinel monitor svc 127.0.0.1 {p} 1\n\
+             sentinel down-after-milliseconds svc 1000\nsentinel failover-timeout svc 5000\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let _sentinel = PrivateRedis::start_with(s, &[conf.to_str().unwrap(), "--sentinel"]);
+    eventually_for(Duration::from_secs(10), "the replica follows", || async {
+        redis_cli(r, &["info", "replication"]).contains("master_link_status:up")
+    })
+    .await;
+    eventually_for(
+        Duration::from_secs(10),
+        "the sentinel sees the replica",
+        || async { redis_cli(s, &["sentinel", "replicas", "svc"]).contains(&r.to_string()) },
+    )
+    .await;
+
+    let url = format!("redis+sentinel://127.0.0.1:{s}/svc");
+    let stop = CancellationToken::new();
+    let limits = SessionLimits::default();
+    let a = instance(&url, "f:", limits, &stop);
+    let b = instance(&url, "f:", limits, &stop);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        a.engine.cluster_ready().await;
+        b.engine.cluster_ready().await;
+    })
+    .await
+    .expect("both subscribed through the sentinel's primary");
+    let mut sessions = Vec::new();
+    for i in 0..8 {
+        let at = if i % 2 == 0 { &a } else { &b };
+        match initialize(at, &format!("k{i}")).await {
+            Ok(id) => sessions.push(id),
+            Err(r) => panic!("{}: {}", r.status(), body_json(r).await),
+        }
+    }
+    // Replicated before the primary dies (WAIT: the replica acknowledged every write).
+    assert_eq!(redis_cli(p, &["wait", "1", "2000"]).trim(), "1");
+
+    // Load: every session used in turn through both instances until told to stop.
+    let load_stop = CancellationToken::new();
+    let load = {
+        let (a, b) = (a.routes.clone(), b.routes.clone());
+        let (sessions, load_stop) = (sessions.clone(), load_stop.clone());
+        tokio::spawn(async move {
+            let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+            let mut opened = std::collections::BTreeMap::<u16, usize>::new();
+            let mut n = 100;
+            while !load_stop.is_cancelled() {
+                for (i, id) in sessions.iter().enumerate() {
+                    let routes = if (i + n as usize).is_multiple_of(2) {
+                        &a
+                    } else {
+                        &b
+                    };
+                    let key = format!("k{i}");
+                    let r = send(routes, post(Some(id), &key, &call(n, "echo", json!({})))).await;
+                    let status = r.status().as_u16();
+                    if status == 200 {
+                        let reply = body_json(r).await;
+                        assert_eq!(
+                            reply["id"], n,
+                            "every answer is to its own request: {reply}"
+                        );
+                    }
+                    *statuses.entry(status).or_default() += 1;
+                    n += 1;
+                }
+                // And a session opened and ended, which needs the primary each time.
+                let routes = if n % 2 == 0 { &a } else { &b };
+                let r = send(routes, post(None, "churn", &initialize_body())).await;
+                let status = r.status().as_u16();
+                if status == 503 {
+                    assert!(
+                        r.headers().contains_key(header::RETRY_AFTER),
+                        "503 says when"
+                    );
+                }
+                *opened.entry(status).or_default() += 1;
+                if status == 200 {
+                    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+                    let end = Request::delete("/mcp")
+                        .header("x-key", "churn")
+                        .header("mcp-session-id", id)
+                        .body(Body::empty())
+                        .unwrap();
+                    send(routes, end).await;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (statuses, opened)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    primary.stop();
+    eventually_for(
+        Duration::from_secs(20),
+        "the replica is promoted",
+        || async { redis_cli(r, &["role"]).starts_with("master") },
+    )
+    .await;
+    eventually_for(
+        Duration::from_secs(10),
+        "new sessions open again",
+        || async { initialize(&a, "k1").await.is_ok() && initialize(&b, "k1").await.is_ok() },
+    )
+    .await;
+    // Past the failover the load runs clean.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load_stop.cancel();
+    let (during, opened) = load.await.unwrap();
+    let after = {
+        let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+        for (i, id) in sessions.iter().enumerate() {
+            let routes = if i % 2 == 0 { &b.routes } else { &a.routes };
+            let r = send(
+                routes,
+                post(Some(id), &format!("k{i}"), &call(1, "echo", json!({}))),
+            )
+            .await;
+            *statuses.entry(r.status().as_u16()).or_default() += 1;
+        }
+        statuses
+    };
+    eprintln!(
+        "sentinel failover: calls under load {during:?}, sessions opened under load {opened:?}, \
+         calls after {after:?}"
+    );
+    assert!(
+        during.keys().all(|s| *s == 200 || *s == 503),
+        "only answers or 503 while there was no primary: {during:?}"
+    );
+    assert!(
+        opened.keys().all(|s| *s == 200 || *s == 503),
+        "only sessions or 503 while there was no primary: {opened:?}"
+    );
+    assert_eq!(
+        after,
+        [(200, sessions.len())].into(),
+        "every session survived"
+    );
+    // An instance that never saw them finds every session in the promoted primary (once the
+    // sentinel, which has just taken the replica up as the primary, vouches for it).
+    let c = instance(&url, "f:", limits, &stop);
+    for (i, id) in sessions.iter().enumerate() {
+        let (routes, key) = (c.routes.clone(), format!("k{i}"));
+        eventually_for(
+            Duration::from_secs(5),
+            "a new instance serves the session",
+            || {
+                let (routes, key) = (routes.clone(), key.clone());
+                async move {
+                    let r = send(&routes, post(Some(id), &key, &call(1, "echo", json!({})))).await;
+                    match r.status() {
+                        StatusCode::OK => true,
+                        StatusCode::SERVICE_UNAVAILABLE => false,
+                        other => panic!("session {i} from a new instance: {other}"),
+                    }
+                }
+            },
+        )
+        .await;
+    }
+    stop.cancel();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
