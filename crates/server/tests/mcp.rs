@@ -339,6 +339,11 @@ async fn production_fails_closed_when_the_limiter_is_down(cx: Ctx) {
             "Service temporarily unavailable"
         )
     );
+    assert!(
+        r.headers.contains_key(axum::http::header::RETRY_AFTER),
+        "a 503 says when to retry: {:?}",
+        r.headers
+    );
     let dev = build(&w, |_| {}, Arc::new(BrokenLimiter));
     assert_eq!(
         send(&dev, post("/mcp", Some(&w.read), &ping, &[]))

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     DEVICE_NOT_FOUND,
-    device_command::{CommandView, RunOptions, online_device, run},
+    device_command::{CommandView, RunOptions, online_device, require_completed, run},
 };
 use crate::reach::{self, Reach};
 use crate::{
@@ -68,6 +68,44 @@ pub(crate) struct RunScriptOutput {
     results: Vec<DeviceRun>,
     /// Devices whose script completed with exit code 0.
     succeeded: usize,
+}
+
+/// The tool error for runs of which none completed (each device failed, timed out or was
+/// refused), naming each device's reason: a client or model must not read such an answer as
+/// done. One completed run, whatever its exit code, makes the answer a result whose `results`
+/// say what happened elsewhere. Retrying helps only when every run timed out.
+fn nothing_ran(results: &[DeviceRun]) -> Option<ToolError> {
+    let mut reasons = Vec::new();
+    let mut timed_out = true;
+    for r in results {
+        match &r.outcome {
+            Outcome::Ran(view) => {
+                let Err(e) = require_completed((**view).clone()) else {
+                    return None;
+                };
+                timed_out &= view.status == breeze_core::CommandStatus::TimedOut;
+                reasons.push(e.message);
+            }
+            Outcome::Refused { error, .. } => {
+                timed_out = false;
+                reasons.push(format!("{}: {error}", r.device_id));
+            }
+        }
+    }
+    let first = reasons.first()?;
+    let message = match reasons.len() {
+        1 => first.clone(),
+        n => format!(
+            "the script ran on none of the {n} devices: {}",
+            reasons.join("; ")
+        ),
+    };
+    let mut error = ToolError::new(ErrorCode::UpstreamError, message).hint(
+        "each device reported why it did not run the script; fix the cause on the device or \
+         choose other devices",
+    );
+    error.retryable = timed_out;
+    Some(error)
 }
 
 fn interpreter(language: &str) -> Interpreter {
@@ -233,6 +271,9 @@ impl Tool for RunScript {
             }
         });
         let results = join_all(runs).await;
+        if let Some(error) = nothing_ran(&results) {
+            return Err(error);
+        }
         let succeeded = results
             .iter()
             .filter(|r| matches!(&r.outcome, Outcome::Ran(v) if v.completed() && v.exit_code == Some(0)))
@@ -243,5 +284,91 @@ impl Tool for RunScript {
             results,
             succeeded,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use breeze_core::CommandStatus;
+
+    use super::*;
+
+    fn ran(host: &str, status: CommandStatus, exit_code: Option<i64>) -> DeviceRun {
+        DeviceRun {
+            device_id: format!("id-{host}"),
+            outcome: Outcome::Ran(Box::new(CommandView {
+                command_id: format!("cmd-{host}"),
+                device_id: format!("id-{host}"),
+                hostname: host.into(),
+                status,
+                exit_code,
+                stdout: None,
+                stderr: Some("bash: not found".into()),
+                output_truncated: false,
+                result: None,
+                error: None,
+                duration_ms: None,
+                message: None,
+            })),
+        }
+    }
+
+    fn refused(host: &str) -> DeviceRun {
+        DeviceRun {
+            device_id: format!("id-{host}"),
+            outcome: Outcome::Refused {
+                status: "offline".into(),
+                error: format!("{host} is not online"),
+            },
+        }
+    }
+
+    #[test]
+    fn a_run_that_completed_nowhere_is_an_error_naming_each_reason() {
+        // One completed run, even with a failing exit code, is an answer.
+        let mixed = [
+            ran("a", CommandStatus::Failed, Some(127)),
+            ran("b", CommandStatus::Completed, Some(3)),
+        ];
+        assert!(nothing_ran(&mixed).is_none());
+        // A run still going is not a failure yet.
+        assert!(nothing_ran(&[ran("a", CommandStatus::Running, None)]).is_none());
+
+        let one = nothing_ran(&[ran("a", CommandStatus::Failed, Some(127))]).unwrap();
+        assert_eq!(one.code, ErrorCode::UpstreamError);
+        assert!(
+            one.message.starts_with("failed on a: bash: not found"),
+            "{}",
+            one.message
+        );
+        assert!(one.message.contains("command id cmd-a"), "{}", one.message);
+        assert!(!one.retryable);
+
+        let all = nothing_ran(&[
+            ran("a", CommandStatus::Failed, Some(127)),
+            ran("b", CommandStatus::TimedOut, None),
+            refused("c"),
+        ])
+        .unwrap();
+        assert!(
+            all.message
+                .starts_with("the script ran on none of the 3 devices: failed on a"),
+            "{}",
+            all.message
+        );
+        assert!(all.message.contains("timed out on b"), "{}", all.message);
+        assert!(
+            all.message.contains("id-c: c is not online"),
+            "{}",
+            all.message
+        );
+        assert!(!all.retryable, "retrying does not bring c online");
+
+        let slow = nothing_ran(&[
+            ran("a", CommandStatus::TimedOut, None),
+            ran("b", CommandStatus::TimedOut, None),
+        ])
+        .unwrap();
+        assert!(slow.retryable, "only timeouts: another try may finish");
     }
 }
