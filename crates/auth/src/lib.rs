@@ -297,9 +297,10 @@ impl AuthService {
         request_id: Option<String>,
     ) -> Result<NewSession, AuthError> {
         let email_key = email.trim().to_lowercase();
+        let counted_as = breeze_limits::address_key(client);
+        let pair = format!("login:{counted_as}:{email_key}");
+        let address = format!("login-failures:{counted_as}");
         let client = client.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
-        let pair = format!("login:{client}:{email_key}");
-        let address = format!("login-failures:{client}");
         let window = self.settings.login_window;
         let limiter = &self.limiter;
         let decisions = [

@@ -131,6 +131,10 @@ pub(crate) const KNOWN_SETTINGS: &[(&str, &str)] = &[
         "agent enrollments allowed per client address per minute (default 10)",
     ),
     (
+        "BREEZE_TRUSTED_PROXIES",
+        "load balancers (addresses or CIDR networks, comma-separated) whose X-Forwarded-For names the client, for per-address limits (default none)",
+    ),
+    (
         "BREEZE_METRICS_RAW_DAYS",
         "days raw metric points are kept (default 7)",
     ),
@@ -830,6 +834,8 @@ pub(crate) struct Settings {
     /// `breeze demo` enrolls and starts a local agent.
     pub(crate) demo_agent: bool,
     pub(crate) enroll_rate_per_minute: u32,
+    /// `BREEZE_TRUSTED_PROXIES`.
+    pub(crate) trusted_proxies: breeze_server::client_addr::TrustedProxies,
     pub(crate) metrics_retention: breeze_store::MetricsRetention,
     pub(crate) approval_webhook_url: Option<String>,
     pub(crate) approval_wait_secs: u64,
@@ -1150,6 +1156,10 @@ impl Settings {
             },
             demo_agent: boolean(env, "BREEZE_DEMO_AGENT", true)?,
             enroll_rate_per_minute: number(env, "BREEZE_ENROLL_RATE_PER_MINUTE", 10u32)?,
+            trusted_proxies: breeze_server::client_addr::TrustedProxies::parse(
+                env.get("BREEZE_TRUSTED_PROXIES").map_or("", String::as_str),
+            )
+            .map_err(|e| anyhow::anyhow!("invalid BREEZE_TRUSTED_PROXIES: {e}"))?,
             approval_webhook_url: match env.get("BREEZE_APPROVAL_WEBHOOK_URL").map(|v| v.trim()) {
                 None | Some("") => None,
                 Some(v) if v.starts_with("http://") || v.starts_with("https://") => {

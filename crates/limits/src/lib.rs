@@ -19,6 +19,21 @@ pub use connection::RedisConnection;
 pub use memory::MemoryLimiter;
 pub use redis::RedisLimiter;
 
+/// The key a per-address limit counts a client under: an IPv4 address as it is, an IPv6
+/// address by its /64 (the smallest block one subscriber is given: counting each /128 would let
+/// a client rotate through its 2^64 addresses), `unknown` without one (a test's router).
+pub fn address_key(addr: Option<std::net::IpAddr>) -> String {
+    use std::net::IpAddr;
+    match addr.map(|a| a.to_canonical()) {
+        None => "unknown".to_owned(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        Some(IpAddr::V6(v6)) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateDecision {
@@ -81,4 +96,27 @@ pub trait RateLimiter: Send + Sync + 'static {
 
     /// A short name for logs ("memory", "redis").
     fn backend(&self) -> &'static str;
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::address_key;
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64() {
+        let key = |a: &str| address_key(Some(a.parse().unwrap()));
+        assert_eq!(key("203.0.113.7"), "203.0.113.7");
+        assert_eq!(
+            key("::ffff:203.0.113.7"),
+            "203.0.113.7",
+            "mapped IPv4 is IPv4"
+        );
+        assert_eq!(key("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            key("2001:db8:1:2::1")
+        );
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+        assert_eq!(address_key(None), "unknown");
+    }
 }

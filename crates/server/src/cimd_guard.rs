@@ -79,11 +79,7 @@ impl GuardedFetcher {
 
     /// Whether a real fetch may go out now for the asking address and the server.
     async fn allowed(&self) -> bool {
-        let addr = ASKING
-            .try_with(|a| a.map(|a| a.to_string()))
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| "unknown".to_owned());
+        let addr = breeze_limits::address_key(ASKING.try_with(|a| *a).ok().flatten());
         let minute = Duration::from_secs(60);
         for (key, limit) in [
             (format!("cimd-fetch:{addr}"), FETCHES_PER_ADDRESS),

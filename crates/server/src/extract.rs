@@ -243,19 +243,32 @@ impl FromRequestParts<AppState> for AgentAuth {
     }
 }
 
-/// The peer address of the connection, when the server was started with connect info (tests
-/// that drive the router directly have none).
+/// The client's address: the connection's peer, or the address a trusted proxy forwarded
+/// for (see [`crate::client_addr`]); none when the server was started without connect info
+/// (tests that drive the router directly).
 pub(crate) struct ClientAddr(pub Option<std::net::IpAddr>);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+impl FromRequestParts<AppState> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(ClientAddr(
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(peer) = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip())
+        else {
+            return Ok(ClientAddr(None));
+        };
+        let forwarded = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        Ok(ClientAddr(Some(
+            state.config.trusted_proxies.client(peer, forwarded),
+        )))
     }
 }

@@ -12,6 +12,7 @@ pub use authz::ORG_ROUTES;
 pub mod automations;
 pub mod catalog;
 mod cimd_guard;
+pub mod client_addr;
 pub mod compliance;
 pub mod contract_billing;
 pub mod deployments;
@@ -94,6 +95,8 @@ pub struct ServerConfig {
     pub gateway: GatewayConfig,
     /// Enrollment attempts allowed per client address per minute.
     pub enroll_rate_per_minute: u32,
+    /// `BREEZE_TRUSTED_PROXIES`: load balancers whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: client_addr::TrustedProxies,
     /// Step-up approvals: how long calls wait, the webhook.
     pub approvals: approvals::ApprovalConfig,
     /// The AI assistant: its provider (none until configured), prices, limits.
@@ -184,6 +187,7 @@ impl ServerConfig {
             execute_allowlist: breeze_guard::Allowlist::None,
             gateway: GatewayConfig::default(),
             enroll_rate_per_minute: 10,
+            trusted_proxies: client_addr::TrustedProxies::default(),
             approvals: approvals::ApprovalConfig {
                 public_url: public_url.to_owned(),
                 ..approvals::ApprovalConfig::default()

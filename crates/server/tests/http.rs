@@ -415,6 +415,76 @@ async fn sign_in_is_throttled_with_retry_after(cx: Ctx) {
     assert!((1..=300).contains(&retry));
 }
 
+/// Behind a balancer (`BREEZE_TRUSTED_PROXIES`) sign-in limits count each client by the address
+/// the balancer forwarded for: an attacker spraying passwords, writing a fresh address of its
+/// own into `X-Forwarded-For` each time, is refused after 30 failures while the owner, another
+/// client of the same balancer, signs in; a peer that is not a trusted proxy is counted by its
+/// own address whatever header it sends.
+async fn sign_in_behind_a_trusted_proxy_counts_each_client(cx: Ctx) {
+    let w = world(&cx).await;
+    let app = common::build(
+        &w,
+        |c| {
+            c.trusted_proxies =
+                breeze_server::client_addr::TrustedProxies::parse("10.0.0.0/8").unwrap();
+        },
+        std::sync::Arc::new(breeze_limits::MemoryLimiter::new()),
+    );
+    let login = |peer: &str, forwarded: &str, email: &str, password: &str| {
+        let peer: std::net::SocketAddr = peer.parse().unwrap();
+        json_req("POST", "/api/v1/auth/login")
+            .extension(axum::extract::ConnectInfo(peer))
+            .header("x-forwarded-for", forwarded)
+            .body(Body::from(
+                json!({ "email": email, "password": password }).to_string(),
+            ))
+            .unwrap()
+    };
+    let refused_of = |statuses: &[StatusCode]| {
+        statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+            .count()
+    };
+    let mut statuses = Vec::new();
+    for i in 0..35 {
+        let spoofed = format!("203.0.113.{i}, 198.51.100.7");
+        let email = format!("nobody{i}@p.test");
+        let r = send(&app, login("10.0.0.2:4000", &spoofed, &email, "guess")).await;
+        statuses.push(r.status);
+    }
+    assert_eq!(
+        refused_of(&statuses),
+        5,
+        "30 failures, then refused: {statuses:?}"
+    );
+    let r = send(
+        &app,
+        login("10.0.0.2:4001", "192.0.2.44", "viewer@p.test", PASSWORD),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "the owner is not locked out: {}",
+        r.body
+    );
+
+    // Straight from the internet, the header is the client's word and is not believed.
+    let mut statuses = Vec::new();
+    for i in 0..35 {
+        let claimed = format!("192.0.2.{i}");
+        let email = format!("nobody{i}@p.test");
+        let r = send(&app, login("198.51.100.9:5000", &claimed, &email, "guess")).await;
+        statuses.push(r.status);
+    }
+    assert_eq!(
+        refused_of(&statuses),
+        5,
+        "counted as 198.51.100.9: {statuses:?}"
+    );
+}
+
 async fn bad_requests_get_clear_errors(cx: Ctx) {
     let w = world(&cx).await;
     let cookie = login(&w, "admin@p.test").await;
@@ -641,6 +711,7 @@ mod http {
         request_ids_are_issued_and_echoed,
         audit_log_is_queryable_per_organization,
         sign_in_is_throttled_with_retry_after,
+        sign_in_behind_a_trusted_proxy_counts_each_client,
     );
     use breeze_store::Backend;
 }

@@ -209,6 +209,7 @@ fn server_config(settings: &Settings) -> ServerConfig {
             ..breeze_gateway::GatewayConfig::default()
         },
         enroll_rate_per_minute: settings.enroll_rate_per_minute,
+        trusted_proxies: settings.trusted_proxies.clone(),
         max_response_bytes: m.max_response_bytes,
         max_batch_items: m.max_items,
         oauth: settings.oauth.clone(),

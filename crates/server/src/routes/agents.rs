@@ -99,7 +99,7 @@ async fn enroll(
     ClientAddr(addr): ClientAddr,
     JsonBody(req): JsonBody<EnrollRequest>,
 ) -> Result<(StatusCode, Json<EnrollResponse>), ApiError> {
-    let who = addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string());
+    let who = breeze_limits::address_key(addr);
     let limit = state.config.enroll_rate_per_minute;
     match state
         .limiter

@@ -627,10 +627,7 @@ async fn register(
         return Err(ApiError::not_found("OAuth is not enabled").into());
     };
     // Per address, before anything else is looked at; fail closed in production.
-    let key = format!(
-        "oauth-reg:{}",
-        addr.map_or_else(|| "unknown".to_owned(), |a| a.to_string())
-    );
+    let key = format!("oauth-reg:{}", breeze_limits::address_key(addr));
     match state
         .limiter
         .check(
