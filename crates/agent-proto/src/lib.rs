@@ -97,7 +97,7 @@ pub struct EnrollRequest {
 /// An enrollment key never rebinds an existing device: without proof of being one (a
 /// re-enroll token, the device's token), a machine whose id a device of the organization
 /// already carries enrolls as a new device, flagged as a possible clone or impostor of it
-/// (`suspected_clone_of`).
+/// (`possible_clone`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EnrollResponse {
@@ -109,9 +109,12 @@ pub struct EnrollResponse {
     /// An existing device was re-enrolled (on proof of being it).
     #[serde(default)]
     pub reenrolled: bool,
-    /// The existing device this new one shares a machine id with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suspected_clone_of: Option<Uuid>,
+    /// This machine shares its machine id with a device already enrolled, so it was enrolled
+    /// as a new device flagged as a possible clone. Which device is not said: an enrollment key
+    /// must not learn which device carries a machine id, or that one does (administrators see
+    /// the link in the dashboard and `query_devices`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub possible_clone: bool,
 }
 
 /// Intervals the server sets; the agent applies them on enrollment, in the socket's welcome and

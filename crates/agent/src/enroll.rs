@@ -46,10 +46,9 @@ pub async fn enroll(
         .filter(|f| f.server_url == api.server_url())
         .map(|f| f.token);
     let response = api.enroll(&request).await?;
-    if let Some(of) = response.suspected_clone_of {
+    if response.possible_clone {
         tracing::warn!(
             device_id = %response.device_id,
-            suspected_clone_of = %of,
             "a device with this machine's id is already enrolled; this machine was enrolled as a \
              new device, flagged as a possible clone. To make it that device instead, ask an \
              administrator for a re-enroll token and enroll with --reenroll-token"

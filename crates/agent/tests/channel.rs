@@ -411,7 +411,7 @@ async fn enrollment_writes_the_config_and_reports_server_errors() {
                     token: TOKEN.into(),
                     config: AgentConfig::default(),
                     reenrolled: false,
-                    suspected_clone_of: None,
+                    possible_clone: false,
                 };
                 (StatusCode::CREATED, Json(serde_json::to_value(response).unwrap()))
             }),

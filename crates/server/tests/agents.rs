@@ -764,7 +764,10 @@ async fn an_enrollment_key_never_takes_over_a_device(cx: Ctx) {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let impostor = r.body["deviceId"].as_str().unwrap().to_owned();
     assert_ne!(impostor, victim);
-    assert_eq!(r.body["suspectedCloneOf"], json!(victim));
+    // Flagged, without naming the device it shares a machine id with: a key holder learns
+    // no device's id from an enrollment.
+    assert_eq!(r.body["possibleClone"], json!(true), "{}", r.body);
+    assert!(!r.body.to_string().contains(&victim), "{}", r.body);
     let impostor_token = r.body["token"].as_str().unwrap().to_owned();
     let mut impostor_ws = socket(impostor_token).await;
     let ServerFrame::Welcome { device_id, .. } = next_frame(&mut impostor_ws).await else {

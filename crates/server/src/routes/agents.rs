@@ -154,7 +154,7 @@ async fn enroll(
             token: token.expose().to_owned(),
             config: state.gateway.agent_config(),
             reenrolled: enrolled.reenrolled,
-            suspected_clone_of: enrolled.suspected_clone_of.map(|d| d.0),
+            possible_clone: enrolled.suspected_clone_of.is_some(),
         }),
     ))
 }
