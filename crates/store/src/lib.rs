@@ -178,7 +178,7 @@ pub use report_schedules::{
 pub use reports::{
     CHUNK_BYTES, MAX_REPORT_BYTES, MAX_REPORT_ROWS, MAX_REPORTS_PER_ORG, MAX_RUNS_KEPT,
     MAX_RUNS_PER_REQUESTER, NewReport, REPORT_PAGE, ReportCaps, ReportDefinition, ReportRequest,
-    ReportRun, ReportUpdate,
+    ReportRun, ReportUpdate, Requester,
 };
 pub use row_security::RowSecurity;
 pub use runs::RunUpdate;

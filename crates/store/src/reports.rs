@@ -29,7 +29,7 @@
 
 use breeze_core::{
     AuditEvent, AuditRecord, DeviceId, OrgId, ReportFilters, ReportFormat, ReportKind,
-    ReportStatus, Timestamp,
+    ReportStatus, Timestamp, UserId,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -47,7 +47,7 @@ use crate::{
 pub const MAX_REPORTS_PER_ORG: i64 = 100;
 /// The runs (with their output) kept per organization.
 pub const MAX_RUNS_KEPT: i64 = 50;
-/// The runs kept per requester (a person or credential) within the organization's.
+/// The runs kept per requester (a person, else a credential) within the organization's.
 pub const MAX_RUNS_PER_REQUESTER: i64 = 10;
 /// The most rows one run writes; past it the run stops and says so.
 pub const MAX_REPORT_ROWS: i64 = 1_000_000;
@@ -111,6 +111,21 @@ pub struct ReportUpdate {
     pub kind: Option<ReportKind>,
     pub format: Option<ReportFormat>,
     pub filters: Option<ReportFilters>,
+}
+
+/// Who asks for a run: the credential recorded as its `requested_by`, and the person that
+/// credential acts for. A person's newest [`MAX_RUNS_PER_REQUESTER`] runs are kept whichever of
+/// their keys, grants or sessions asked; without a person, the credential is the requester.
+#[derive(Debug, Clone, Copy)]
+pub struct Requester<'a> {
+    pub by: &'a str,
+    pub person: Option<UserId>,
+}
+
+impl<'a> From<&'a str> for Requester<'a> {
+    fn from(by: &'a str) -> Self {
+        Self { by, person: None }
+    }
 }
 
 /// What to generate: a definition's settings (naming it) or ad hoc ones.
@@ -664,24 +679,25 @@ impl crate::OrgReports<'_> {
     /// (up to [`MAX_REPORT_ROWS`] and [`MAX_REPORT_BYTES`]), and marks it completed (or failed,
     /// keeping no output, and returns the error). Then deletes the requester's runs beyond
     /// their newest [`MAX_RUNS_PER_REQUESTER`] and the organization's beyond [`MAX_RUNS_KEPT`].
-    pub async fn generate_report(
+    pub async fn generate_report<'r>(
         &self,
         req: ReportRequest,
-        requested_by: &str,
+        requester: impl Into<Requester<'r>>,
         audit: AuditEvent,
     ) -> Result<ReportRun> {
-        self.generate_report_within(req, requested_by, audit, ReportCaps::default())
+        self.generate_report_within(req, requester, audit, ReportCaps::default())
             .await
     }
 
     /// [`OrgReports::generate_report`](crate::OrgReports::generate_report) with other caps (tests reach them with a few rows).
-    pub async fn generate_report_within(
+    pub async fn generate_report_within<'r>(
         &self,
         req: ReportRequest,
-        requested_by: &str,
+        requester: impl Into<Requester<'r>>,
         audit: AuditEvent,
         caps: ReportCaps,
     ) -> Result<ReportRun> {
+        let requester = requester.into();
         check_text("name", &req.name, crate::alerts::MAX_NAME_CHARS)?;
         check_definition(req.kind, &req.filters, None)?;
         if let Some(site) = req.filters.site_id {
@@ -691,8 +707,8 @@ impl crate::OrgReports<'_> {
         let id = Uuid::now_v7();
         let mut tx = Tx::begin_in(self).await?;
         sql(format!(
-            "INSERT INTO report_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-             0, 0, 0, NULL, $9, $10, NULL, FALSE)"
+            "INSERT INTO report_runs ({RUN_COLUMNS}, requester_user_id) VALUES ($1, $2, $3, $4, \
+             $5, $6, $7, $8, 0, 0, 0, NULL, $9, $10, NULL, FALSE, $11)"
         ))
         .bind(id)
         .bind(self.org)
@@ -702,8 +718,9 @@ impl crate::OrgReports<'_> {
         .bind(req.format.as_str())
         .bind(Arg::json(&req.filters))
         .bind(ReportStatus::Running.as_str())
-        .bind(requested_by)
+        .bind(requester.by)
         .bind(now)
+        .bind(requester.person.map(|p| p.0))
         .execute(&mut tx)
         .await?;
         let audit = audit.org(self.org).resource(id).details(json!({
@@ -774,20 +791,29 @@ impl crate::OrgReports<'_> {
                 return Err(e);
             }
         }
-        self.prune_report_runs(requested_by).await?;
+        self.prune_report_runs(requester).await?;
         self.get_report_run(id).await
     }
 
-    /// Keeps `requester`'s newest [`MAX_RUNS_PER_REQUESTER`] runs, then the organization's
-    /// newest [`MAX_RUNS_KEPT`] (their chunks go with them).
-    async fn prune_report_runs(&self, requester: &str) -> Result<()> {
-        let theirs = sql(
-            "SELECT id FROM report_runs WHERE org_id = $1 AND requested_by = $2 \
-             ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET $3",
-        )
-        .bind(self.org)
-        .bind(requester)
-        .bind(MAX_RUNS_PER_REQUESTER);
+    /// Keeps `requester`'s newest [`MAX_RUNS_PER_REQUESTER`] runs (the person's, over all their
+    /// credentials; else the credential's), then the organization's newest [`MAX_RUNS_KEPT`]
+    /// (their chunks go with them).
+    async fn prune_report_runs(&self, requester: Requester<'_>) -> Result<()> {
+        let theirs = match requester.person {
+            Some(person) => sql("SELECT id FROM report_runs WHERE org_id = $1 \
+                 AND requester_user_id = $2")
+            .bind(self.org)
+            .bind(person.0),
+            None => sql("SELECT id FROM report_runs WHERE org_id = $1 \
+                 AND requester_user_id IS NULL AND requested_by = $2")
+            .bind(self.org)
+            .bind(requester.by),
+        };
+        let mut theirs = theirs;
+        let p = theirs.arg(MAX_RUNS_PER_REQUESTER);
+        theirs.push(&format!(
+            " ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET {p}"
+        ));
         // Built now, run after the requester's old runs are gone.
         let everyone = sql("SELECT id FROM report_runs WHERE org_id = $1 \
              ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET $2")

@@ -369,6 +369,63 @@ async fn the_history_keeps_the_newest_runs(cx: Ctx) {
     );
 }
 
+/// The per-requester cap counts a person, not a credential: one person asking through several
+/// keys or grants keeps their newest runs over all of them, and cannot evict anyone else's by
+/// adding credentials.
+async fn a_person_is_one_requester_whatever_the_credential(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = crate::two_orgs(s).await;
+    let o = s.org(a);
+    let (mallory, alice) = (
+        breeze_core::UserId(uuid::Uuid::now_v7()),
+        breeze_core::UserId(uuid::Uuid::now_v7()),
+    );
+    let generate = |i: i64, by: String, person: breeze_core::UserId| {
+        let o = s.org(a);
+        async move {
+            o.reports()
+                .generate_report(
+                    adhoc(
+                        &format!("r{i}"),
+                        ReportKind::DeviceInventory,
+                        ReportFormat::Csv,
+                    ),
+                    breeze_store::Requester {
+                        by: &by,
+                        person: Some(person),
+                    },
+                    audit("report.generate", "report"),
+                )
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    cx.clock.advance(chrono::Duration::seconds(1));
+    let alices = generate(0, "api_key:alice".into(), alice).await;
+    let mut first = None;
+    for i in 0..breeze_store::MAX_RUNS_PER_REQUESTER + 5 {
+        cx.clock.advance(chrono::Duration::seconds(1));
+        // A fresh credential for every run.
+        let id = generate(i, format!("oauth_grant:m{i}"), mallory).await;
+        first.get_or_insert(id);
+    }
+    let kept = o.reports().report_runs(None, 100).await.unwrap();
+    let mallorys = kept
+        .iter()
+        .filter(|r| r.requested_by.contains(":m"))
+        .count() as i64;
+    assert_eq!(mallorys, breeze_store::MAX_RUNS_PER_REQUESTER);
+    assert!(
+        o.reports().get_report_run(first.unwrap()).await.is_err(),
+        "mallory's oldest went"
+    );
+    assert!(
+        o.reports().get_report_run(alices).await.is_ok(),
+        "alice's stays"
+    );
+}
+
 /// Alert-history and audit-activity reports read each page from an index in the page's own
 /// order, starting at the cursor: no temporary sort (SQLite's `USE TEMP B-TREE FOR ORDER BY`,
 /// PostgreSQL's `Sort`) and no re-reading of earlier rows, so a report's time is linear in its
@@ -665,6 +722,7 @@ breeze_store::on_both_backends!(
     reports_stop_at_their_caps_and_say_so,
     reports_are_defined_generated_in_chunks_and_confined,
     the_history_keeps_the_newest_runs,
+    a_person_is_one_requester_whatever_the_credential,
     pdf_reports_are_valid_documents_over_chunks,
     pdf_reports_print_unicode_text
 );

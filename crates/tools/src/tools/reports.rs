@@ -432,7 +432,14 @@ impl Tool for GenerateReport {
                 };
                 let run = cx
                     .reports()
-                    .generate_report(request, &cx.actor.to_string(), audit(cx, "report.generate"))
+                    .generate_report(
+                        request,
+                        breeze_store::Requester {
+                            by: &cx.actor.to_string(),
+                            person: Some(cx.user),
+                        },
+                        audit(cx, "report.generate"),
+                    )
                     .await
                     .map_err(report_missing)?;
                 Rendered::of(&ReportsOutput {
