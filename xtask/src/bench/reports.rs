@@ -7,8 +7,9 @@
 //! The log is seeded with one SQL statement per step (SQLite's recursive CTE, PostgreSQL's
 //! `generate_series`): tool-call records of one organization spread over 20 days, stamped as
 //! the store stamps them. Each step generates the report as CSV and prints its rows, bytes,
-//! chunks, seconds and rows per second. A debug xtask runs itself again in release
-//! (`BENCH_PROFILE=debug` for a smoke run, whose numbers mean nothing).
+//! chunks, seconds and rows per second, then how the time per row grew from a quarter of the
+//! log to all of it; a release run fails past 1.5x (not linear). A debug xtask runs itself
+//! again in release (`BENCH_PROFILE=debug` for a smoke run, whose numbers mean nothing).
 
 use std::{sync::Arc, time::Instant};
 
@@ -47,12 +48,13 @@ pub(crate) fn run(args: &[&str]) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     for db in dbs {
-        runtime.block_on(bench(db, rows))?;
+        runtime.block_on(bench(db, rows, !smoke))?;
     }
     Ok(())
 }
 
-async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
+/// `strict`: fail when the time per row grows (a smoke run's few rows time nothing reliably).
+async fn bench(backend: Backend, rows: i64, strict: bool) -> anyhow::Result<()> {
     let clock = ManualClock::new(super::sim::now());
     let test = TestStore::new(backend, Arc::new(clock.clone())).await;
     let store = test.store.clone();
@@ -75,6 +77,8 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
         "s per 1M rows"
     );
     let mut seeded = 0;
+    // Seconds per row at each step: a report linear in its rows keeps it flat.
+    let mut per_row = Vec::new();
     for target in [rows / 4, rows / 2, rows] {
         let started = Instant::now();
         seed(&store, backend, org, seeded, target).await?;
@@ -104,6 +108,7 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
             )
             .await?;
         let secs = started.elapsed().as_secs_f64();
+        per_row.push(secs / run.row_count.max(1) as f64);
         report!(
             "{:>10} {:>12} {:>8} {:>10.2} {:>12.0} {:>14.2}{}",
             run.row_count,
@@ -115,7 +120,20 @@ async fn bench(backend: Backend, rows: i64) -> anyhow::Result<()> {
             if run.truncated { "  (truncated)" } else { "" }
         );
     }
+    // Quadratic paging (each page re-reading the rows before it) made the full log's time per
+    // row grow with the log: 4x the rows, 4x the time per row. Linear stays near 1x.
+    let growth = per_row.last().copied().unwrap_or(0.0) / per_row[0].max(f64::MIN_POSITIVE);
+    report!(
+        "time per row at {rows} rows vs {} rows: {growth:.2}x ({})",
+        rows / 4,
+        if growth < 1.5 { "linear" } else { "NOT LINEAR" }
+    );
     test.cleanup().await;
+    anyhow::ensure!(
+        !strict || growth < 1.5,
+        "the report's time per row grew {growth:.2}x from {} to {rows} rows: not linear",
+        rows / 4
+    );
     Ok(())
 }
 
