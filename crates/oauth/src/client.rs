@@ -106,16 +106,19 @@ fn client_name(name: Option<&str>) -> Result<String, OAuthError> {
     Ok(name.to_owned())
 }
 
-/// Whether `c` reorders or hides text around it: the bidirectional embeddings, overrides and
-/// isolates (U+202A–U+202E, U+2066–U+2069), the marks (U+200E, U+200F, U+061C), and the
-/// invisible joiners and separators a name could hide behind (U+200B–U+200D, U+2060, U+FEFF).
+/// Whether `c` reorders, breaks or hides text around it: the bidirectional embeddings,
+/// overrides and isolates (U+202A–U+202E, U+2066–U+2069), the marks (U+200E, U+200F, U+061C),
+/// the line and paragraph separators (U+2028, U+2029: not control characters, yet they break a
+/// line), and the invisible joiners, separators and operators a name could hide behind
+/// (U+180E, U+200B–U+200D, U+2060–U+2064, U+FEFF).
 pub fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061C}'
+            | '\u{180E}'
             | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{2069}'
             | '\u{FEFF}'
     )
@@ -239,4 +242,26 @@ pub fn validate_document(client_id: &str, body: &[u8]) -> Result<ClientInfo, OAu
         client_name: name,
         redirect_uris,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_reorder_break_or_hide_text_are_refused_and_never_shown() {
+        for c in [
+            '\u{061C}', '\u{180E}', '\u{200B}', '\u{200F}', '\u{2028}', '\u{2029}', '\u{202E}',
+            '\u{2061}', '\u{2064}', '\u{2066}', '\u{FEFF}', '\u{7}',
+        ] {
+            let name = format!("Claude{c}Desktop");
+            assert!(client_name(Some(&name)).is_err(), "U+{:04X}", c as u32);
+            assert_eq!(display_name(&name), "ClaudeDesktop", "U+{:04X}", c as u32);
+        }
+        assert_eq!(
+            client_name(Some("Claude Desktop (Mac)")).unwrap(),
+            "Claude Desktop (Mac)"
+        );
+        assert_eq!(client_name(Some("Клод 日本")).unwrap(), "Клод 日本");
+    }
 }

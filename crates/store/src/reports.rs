@@ -799,7 +799,7 @@ impl crate::OrgReports<'_> {
     /// credentials; else the credential's), then the organization's newest [`MAX_RUNS_KEPT`]
     /// (their chunks go with them).
     async fn prune_report_runs(&self, requester: Requester<'_>) -> Result<()> {
-        let theirs = match requester.person {
+        let mut theirs = match requester.person {
             Some(person) => sql("SELECT id FROM report_runs WHERE org_id = $1 \
                  AND requester_user_id = $2")
             .bind(self.org)
@@ -809,7 +809,6 @@ impl crate::OrgReports<'_> {
             .bind(self.org)
             .bind(requester.by),
         };
-        let mut theirs = theirs;
         let p = theirs.arg(MAX_RUNS_PER_REQUESTER);
         theirs.push(&format!(
             " ORDER BY started_at DESC, id DESC LIMIT 1000 OFFSET {p}"
