@@ -17,13 +17,15 @@
 //! - `notifications/cancelled` and a session's end go to every instance.
 //!
 //! Activity reaches Redis once a second per instance ([`SessionCluster::refresh`]), not per
-//! request, so the hot path makes no Redis round trip for a session it holds. A session counts
-//! as idle for the caps' least-recently-used rule once no instance has reported it for
-//! [`IDLE_AFTER`]: every instance reports its sessions that are busy (a stream open, a call in
-//! flight) every second, so a busy session never looks idle. A record not refreshed for the
-//! idle TTL expires; an instance that dies leaves its sessions to expire that way. Redis keeps
-//! nothing on disk in the reference deployment: after it restarts, each instance records the
-//! sessions it created again as soon as its subscription is back.
+//! request, so the hot path makes no Redis round trip for a session it holds. Each report
+//! carries how long the session has gone unused (zero with a call in flight), and a session's
+//! score only moves forward: it counts as idle for the caps' least-recently-used rule once it
+//! has gone unused for [`IDLE_AFTER`] on every instance. Sessions with a call in flight or a
+//! legacy SSE stream open are reported every second, so they stay alive whatever their age
+//! (a held stream's score never falls more than half the idle TTL behind); a record not
+//! refreshed for the idle TTL expires; an instance that dies leaves its sessions to expire
+//! that way. Redis keeps nothing on disk in the reference deployment: after it restarts, each
+//! instance records the sessions it created again as soon as its subscription is back.
 //!
 //! Redis is the only place another instance's sessions are known: when it cannot answer, what
 //! needs it (a new session, a session held elsewhere) is refused with 503 whatever the
@@ -48,7 +50,9 @@ use crate::{
     app::Extensions,
     protocol::ProtocolVersion,
     relay::{Addressed, Outbox},
-    session::{Evicted, SessionError, SessionKind, SessionLimit, SessionLimits, SessionRecord},
+    session::{
+        Activity, Evicted, SessionError, SessionKind, SessionLimit, SessionLimits, SessionRecord,
+    },
 };
 
 /// How long a session must go unreported before the caps may end it to make room.
@@ -111,17 +115,20 @@ end
 return {cap, victim, victim_owner}
 ";
 
-/// Marks sessions active now, if they still exist, and keeps their records and the sets they
-/// are counted in alive. ARGV: prefix, ttl, then id, owner, tenant for each session.
+/// Marks sessions active as of how long each has gone unused (never further back than half the
+/// idle TTL, so a held session stays counted), if they still exist, and keeps their records and
+/// the sets they are counted in alive. ARGV: prefix, ttl, then id, owner, tenant, unused
+/// milliseconds for each session.
 const REFRESH: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local p, ttl = ARGV[1], tonumber(ARGV[2])
-for i = 3, #ARGV, 3 do
+for i = 3, #ARGV, 4 do
   local id = ARGV[i]
   if redis.call('PEXPIRE', p .. 's:' .. id, ttl) == 1 then
+    local score = now - math.min(tonumber(ARGV[i + 3]), math.floor(ttl / 2))
     for _, set in ipairs({p .. 'all', p .. 'key:' .. ARGV[i + 1], p .. 'tenant:' .. ARGV[i + 2]}) do
-      redis.call('ZADD', set, 'XX', now, id)
+      redis.call('ZADD', set, 'XX', 'GT', score, id)
       redis.call('PEXPIRE', set, ttl)
     end
   end
@@ -442,17 +449,16 @@ impl SessionCluster {
         Ok(())
     }
 
-    /// Marks `sessions` (id, owner, tenant) active now and keeps their records alive.
-    pub async fn refresh(
-        &self,
-        sessions: &[(Arc<str>, Arc<str>, Arc<str>)],
-        ttl: Duration,
-    ) -> Result<(), SessionError> {
+    /// Records `sessions`' activity and keeps their records alive.
+    pub async fn refresh(&self, sessions: &[Activity], ttl: Duration) -> Result<(), SessionError> {
         for chunk in sessions.chunks(300) {
             let mut inv = self.refresh.prepare_invoke();
             inv.arg(&self.prefix).arg(millis(ttl));
-            for (id, owner, tenant) in chunk {
-                inv.arg(&**id).arg(&**owner).arg(&**tenant);
+            for s in chunk {
+                inv.arg(&*s.id)
+                    .arg(&*s.owner)
+                    .arg(&*s.tenant)
+                    .arg(millis(s.idle_for));
             }
             let inv = &inv;
             self.run(|mut c| async move { inv.invoke_async::<i64>(&mut c).await })

@@ -5,14 +5,16 @@
 //! Most clients never end a session (no DELETE: the TypeScript SDK's `close()`, the Inspector,
 //! Claude Code), so a cap that only refused would lock a credential out after a few
 //! connections until the idle TTL. At the per-credential or per-tenant cap, creating a session
-//! therefore ends the least recently used *idle* session in that scope instead — a Streamable
-//! HTTP session with no call in flight, preferring one with no open stream — and refuses only
-//! when every one is busy. An open GET stream alone does not keep a session: clients hold one
-//! open for as long as they run (an editor window each), so counting it as busy would refuse
-//! the sixth window of five idle ones. Legacy SSE sessions are never idle in that sense: they
-//! live exactly as long as their stream. At the server-wide cap, the least recently used idle
-//! session of the tenant holding the most sessions ends: a few tenants filling the server
-//! cannot lock out the next one, and the creation is refused only when every session is busy.
+//! therefore ends the least recently used *idle* session in that scope instead — one with no
+//! call in flight, preferring one with no open stream — and refuses only when every one is
+//! busy. An open stream alone does not keep a session: clients hold one open for as long as
+//! they run (an editor window each), so counting it as busy would refuse the sixth window of
+//! five idle ones. That holds for a legacy SSE session too, which lives exactly as long as its
+//! stream: it goes last, but it goes, and its stream ends with it. At the server-wide cap,
+//! the least recently used idle session of the tenant holding the most sessions ends: a few
+//! tenants filling the server cannot lock out the next one, whichever transport they hold
+//! their sessions on, and the creation is refused only when every session has a call in
+//! flight.
 //!
 //! A session never authenticates anything: every request authenticates on its own, and a
 //! session is found only when the request's credential owns it — otherwise it does not exist.
@@ -274,11 +276,10 @@ impl Session {
             .is_some()
     }
 
-    /// Whether the session may be ended to make room: a Streamable HTTP session with no
-    /// request in flight (an open GET stream, which clients keep for as long as they run, does
-    /// not count).
+    /// Whether the session may be ended to make room: no request in flight (an open stream,
+    /// which clients keep for as long as they run, does not count; see the module docs).
     fn is_idle(&self) -> bool {
-        self.kind == SessionKind::Streamable && lock(&self.inflight).is_empty()
+        lock(&self.inflight).is_empty()
     }
 
     /// Whether the session holds an open server-to-client stream.
@@ -286,11 +287,10 @@ impl Session {
         lock(&self.stream).as_ref().is_some_and(|t| !t.is_closed())
     }
 
-    /// Whether the session must not look idle to the cluster's caps: a request in flight, or
-    /// a legacy SSE stream (the session lives exactly as long as it).
-    fn is_busy(&self) -> bool {
-        !lock(&self.inflight).is_empty()
-            || (self.kind == SessionKind::LegacySse && self.has_stream())
+    /// Whether the cluster must keep hearing of the session although nobody used it: a
+    /// request in flight, or a legacy SSE stream (the session lives exactly as long as it).
+    fn is_held(&self) -> bool {
+        !self.is_idle() || (self.kind == SessionKind::LegacySse && self.has_stream())
     }
 
     /// Reserves an id for a request to the client and the channel its answer arrives on.
@@ -360,8 +360,8 @@ impl SessionLimit {
     /// The refusal a client reads: which cap, its value, the setting, and what to do.
     pub fn refusal(self, limits: &SessionLimits) -> String {
         format!(
-            "{self}: {} at most ({}), and every one has a call in flight or is a legacy SSE \
-             stream; end a session (DELETE /mcp with its Mcp-Session-Id) or raise {}",
+            "{self}: {} at most ({}), and every one has a call in flight; end a session \
+             (DELETE /mcp with its Mcp-Session-Id) or raise {}",
             self.value(limits),
             self.setting(),
             self.setting()
@@ -415,6 +415,16 @@ impl Default for SessionLimits {
             idle_ttl: Duration::from_secs(30 * 60),
         }
     }
+}
+
+/// A session as an instance reports it to the cluster: alive, and unused for `idle_for`
+/// (zero while a call is in flight).
+#[derive(Debug, Clone)]
+pub struct Activity {
+    pub id: Arc<str>,
+    pub owner: Arc<str>,
+    pub tenant: Arc<str>,
+    pub idle_for: Duration,
 }
 
 /// A session ended to make room for a new one.
@@ -651,14 +661,26 @@ impl SessionRegistry {
     }
 
     /// Sessions used since `since` (milliseconds on this registry's clock, see
-    /// [`SessionRegistry::now`]) or busy now (a stream or a call in flight): the ones whose
-    /// activity the cluster must hear of.
-    pub(crate) fn active_since(&self, since: u64) -> Vec<(Arc<str>, Arc<str>, Arc<str>)> {
+    /// [`SessionRegistry::now`]) or held now (a call in flight, a legacy SSE stream): the ones
+    /// whose activity the cluster must hear of.
+    pub(crate) fn active_since(&self, since: u64) -> Vec<Activity> {
+        let now = self.now_ms();
         lock(&self.inner)
             .sessions
             .values()
-            .filter(|s| s.last_active.load(Ordering::Relaxed) >= since || s.is_busy())
-            .map(|s| (s.id.clone(), s.owner.clone(), s.tenant.clone()))
+            .filter_map(|s| {
+                let last = s.last_active.load(Ordering::Relaxed);
+                (last >= since || s.is_held()).then(|| Activity {
+                    id: s.id.clone(),
+                    owner: s.owner.clone(),
+                    tenant: s.tenant.clone(),
+                    idle_for: if s.is_idle() {
+                        Duration::from_millis(now.saturating_sub(last))
+                    } else {
+                        Duration::ZERO
+                    },
+                })
+            })
             .collect()
     }
 
@@ -796,7 +818,7 @@ mod tests {
             SessionLimit::PerKey,
             "both busy: refused"
         );
-        open(&r, "b", "u", SessionKind::LegacySse);
+        open(&r, "b", "u", SessionKind::LegacySse).track(&Id::Number(1), CancellationToken::new());
         assert_eq!(
             r.create(&key("c"), &key("v"), SessionKind::Streamable)
                 .unwrap_err(),
@@ -903,7 +925,8 @@ mod tests {
         assert!(r.get(&newer.id, "a").is_none());
         assert_eq!(r.len(), 3);
 
-        // A call in flight keeps a session; a legacy SSE session is never idle.
+        // A call in flight keeps a session; an open stream, legacy or not, only makes it go
+        // after those without one.
         fresh.track(&Id::Number(7), CancellationToken::new());
         let (legacy, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::LegacySse)
@@ -911,18 +934,69 @@ mod tests {
         let _legacy_stream = stream(&legacy);
         assert_eq!(evicted.unwrap().id, oldest.id);
         // Left: a session with only its GET stream open, one with a call, a legacy stream.
-        // The one with only a stream makes room (a client keeps its stream for as long as it
-        // runs, so it alone says nothing about use).
-        let (_, evicted) = r
+        // The least recently used of the two streams makes room (a client keeps its stream
+        // for as long as it runs, so it alone says nothing about use).
+        let (newest, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
         assert_eq!(evicted.unwrap().id, streaming.id);
         assert!(streaming.closed.is_cancelled(), "its stream ends with it");
+        newest.track(&Id::Number(1), CancellationToken::new());
+        let (_, evicted) = r
+            .create(&key("a"), &key("t"), SessionKind::Streamable)
+            .unwrap();
+        assert_eq!(evicted.unwrap().id, legacy.id, "a legacy stream too");
+        assert!(legacy.closed.is_cancelled(), "its stream ends with it");
         fresh.untrack(&Id::Number(7));
         let (_, evicted) = r
             .create(&key("a"), &key("t"), SessionKind::Streamable)
             .unwrap();
         assert_eq!(evicted.unwrap().id, fresh.id);
+    }
+
+    /// Four tenants holding the server-wide cap in legacy SSE streams (the transport of older
+    /// clients, where the session lives as long as its stream) cannot lock a fifth out either.
+    #[test]
+    fn at_the_server_cap_legacy_streams_give_way_too() {
+        let r = SessionRegistry::new(limits(4, 2, 2));
+        let mut streams = Vec::new();
+        let mut sessions = Vec::new();
+        for t in ["t1", "t1", "t2", "t3"] {
+            let s = open(&r, t, t, SessionKind::LegacySse);
+            streams.push(stream(&s));
+            sessions.push(s);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (_, evicted) = r
+            .create(&key("t5"), &key("t5"), SessionKind::Streamable)
+            .unwrap();
+        let evicted = evicted.expect("room made");
+        assert_eq!(
+            (evicted.id.clone(), evicted.cap),
+            (sessions[0].id.clone(), SessionLimit::ServerWide),
+            "the largest tenant's least recently used stream"
+        );
+        assert!(sessions[0].closed.is_cancelled());
+        // A stream with a call in flight is busy: with every other one busy, refused.
+        for s in &sessions[1..] {
+            s.track(&Id::Number(1), CancellationToken::new());
+        }
+        assert!(r.get(&evicted.id, "t1").is_none());
+        let t5: Vec<_> = r
+            .inner
+            .lock()
+            .unwrap()
+            .sessions
+            .values()
+            .filter(|s| &*s.tenant == "t5")
+            .cloned()
+            .collect();
+        t5[0].track(&Id::Number(1), CancellationToken::new());
+        assert_eq!(
+            r.create(&key("t6"), &key("t6"), SessionKind::LegacySse)
+                .unwrap_err(),
+            SessionLimit::ServerWide
+        );
     }
 
     #[test]

@@ -317,6 +317,19 @@ impl SseReader {
         .expect("an SSE event within 5 s")
     }
 
+    /// Whether the stream ends within `patience` (whatever it sends meanwhile).
+    async fn ends_within(&mut self, patience: Duration) -> bool {
+        tokio::time::timeout(patience, async {
+            while let Some(chunk) = self.body.next().await {
+                if chunk.is_err() {
+                    break;
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
     async fn next_json(&mut self) -> Value {
         let (_, data) = self.next().await;
         serde_json::from_str(&data).unwrap()
@@ -468,15 +481,12 @@ async fn negotiated_extensions_follow_the_session_to_every_instance() {
     stop.cancel();
 }
 
-#[tokio::test]
-async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
-    let stop = CancellationToken::new();
-    let nodes = cluster(2, SessionLimits::default(), &stop).await;
-    let (a, b) = (&nodes[0], &nodes[1]);
+/// Opens a legacy SSE session on `at` as `key`: its stream, and the path its messages go to.
+async fn open_legacy(at: &Instance, key: &str) -> (SseReader, String) {
     let stream = send(
-        &a.routes,
+        &at.routes,
         Request::get("/api/v1/mcp/sse")
-            .header("x-key", "k1")
+            .header("x-key", key)
             .header(header::ACCEPT, "text/event-stream")
             .body(Body::empty())
             .unwrap(),
@@ -490,6 +500,15 @@ async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
         .split_once("/api/")
         .map(|(_, p)| format!("/api/{p}"))
         .unwrap();
+    (events, path)
+}
+
+#[tokio::test]
+async fn legacy_replies_reach_the_stream_wherever_the_post_lands() {
+    let stop = CancellationToken::new();
+    let nodes = cluster(2, SessionLimits::default(), &stop).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (mut events, path) = open_legacy(a, "k1").await;
 
     // Every message goes to b, and a mix to a: the replies come back on a's stream in order.
     let mut messages = vec![initialize_body()];
@@ -738,6 +757,54 @@ async fn at_the_cluster_cap_the_largest_tenant_gives_way() {
     ] {
         assert!(alive(at, id, key).await, "{key}'s session stays");
     }
+    stop.cancel();
+}
+
+/// Tenants holding the cluster's cap in legacy SSE streams (older clients, whose session lives
+/// as long as its stream) cannot lock another tenant out: once unused, the largest tenant's
+/// least recently used stream makes room, and ends.
+#[tokio::test]
+async fn at_the_cluster_cap_legacy_streams_give_way_too() {
+    let stop = CancellationToken::new();
+    let limits = SessionLimits {
+        max_total: 3,
+        max_per_tenant: 3,
+        max_per_key: 3,
+        ..SessionLimits::default()
+    };
+    let nodes = cluster(2, limits, &stop).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (mut big_a, _) = open_legacy(a, "big/k").await;
+    let (mut big_b, _) = open_legacy(b, "big/k").await;
+    let (mut small, _) = open_legacy(a, "small/k").await;
+    let refused = initialize(b, "new/k").await.unwrap_err();
+    assert_eq!(
+        refused.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "every stream was used just now"
+    );
+
+    // Unused for longer than IDLE_AFTER, though each instance reports its streams every
+    // second to keep them alive.
+    let idle = breeze_mcp::cluster::IDLE_AFTER
+        + breeze_mcp::cluster::REFRESH_EVERY * 2
+        + Duration::from_millis(300);
+    tokio::time::sleep(idle).await;
+    initialize(b, "new/k")
+        .await
+        .expect("room made at the server-wide cap");
+    let (ended_a, ended_b) = tokio::join!(
+        big_a.ends_within(Duration::from_secs(3)),
+        big_b.ends_within(Duration::from_secs(3))
+    );
+    assert!(
+        ended_a ^ ended_b,
+        "exactly one of the largest tenant's streams ends: {ended_a} {ended_b}"
+    );
+    assert!(
+        !small.ends_within(Duration::from_millis(500)).await,
+        "the other tenant keeps its stream"
+    );
     stop.cancel();
 }
 
