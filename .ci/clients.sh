@@ -10,7 +10,12 @@
 #   - OAuth 2.1 with the TypeScript SDK's OAuth client provider and the Python SDK's
 #     (`OAuthClientProvider`), on a second demo started with MCP_OAUTH_ENABLED: discovery → DCR
 #     → consent (answered headless by a signed-in HTTP client) → token → tools → refresh →
-#     (Python: scope step-up on 403 insufficient_scope) → revoke → 401 → re-authorization
+#     (Python: scope step-up on 403 insufficient_scope) → revoke → 401 → re-authorization; the
+#     same suites on the SDKs' newest releases
+#   - mcp-remote (pinned and newest), run as a client config runs it and driven over stdio by
+#     the TypeScript SDK: its software_id registration refused by default with the setting
+#     named, then (OAUTH_DCR_IGNORE_SOFTWARE_ID) the whole sign-in through its callback server,
+#     tools through the bridge, and a second start from its stored tokens
 #   - the clients' latest releases beside the pinned ones (on a third demo): the Python SDK 2.x
 #     (`mcp`, pinned in tests/clients/requirements-modern.txt, and the newest on PyPI) in its
 #     default mode (2026-07-28, with every method's result checked against that revision's
@@ -107,13 +112,14 @@ if [ -z "$CLUSTER" ]; then
     rm -rf "$NPM_LATEST" && mkdir -p "$NPM_LATEST"
     printf '{"name":"breeze-latest-clients","private":true,"type":"module"}\n' >"$NPM_LATEST/package.json"
     (cd "$NPM_LATEST" && npm install --no-audit --no-fund --loglevel=error \
-      @modelcontextprotocol/sdk@latest @modelcontextprotocol/client@latest @modelcontextprotocol/inspector@latest)
+      @modelcontextprotocol/sdk@latest @modelcontextprotocol/client@latest @modelcontextprotocol/inspector@latest \
+      mcp-remote@latest)
     echo "latest $TODAY" >"$NPM_LATEST/.breeze-stamp"
   else
     echo "reusing $NPM_LATEST"
   fi
-  for pkg in sdk client inspector; do
-    echo "newest @modelcontextprotocol/$pkg: $("$NODE_BIN/node" -p "require('$NPM_LATEST/node_modules/@modelcontextprotocol/$pkg/package.json').version")"
+  for pkg in @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector mcp-remote; do
+    echo "newest $pkg: $("$NODE_BIN/node" -p "require('$NPM_LATEST/node_modules/$pkg/package.json').version")"
   done
 fi
 
@@ -198,6 +204,25 @@ else
 fi
 run_suite ts-oauth timeout 120 env "${unset_args[@]}" node "$CLIENTS/ts_oauth.mjs" --demo-json "$DEMO_JSON"
 run_suite py-oauth timeout 120 env "${unset_args[@]}" "$PYENV/bin/python" "$CLIENTS/py_oauth.py" --demo-json "$DEMO_JSON"
+if [ -z "$CLUSTER" ]; then
+  # The newest SDKs' OAuth clients, and mcp-remote (pinned and newest), whose software_id this
+  # demo refuses by default.
+  cp "$CLIENTS/ts_oauth.mjs" "$CLIENTS/oauth_consent.mjs" "$CLIENTS/mcp_remote.mjs" "$NPM_LATEST/"
+  run_suite ts-oauth-latest timeout 120 env "${unset_args[@]}" node "$NPM_LATEST/ts_oauth.mjs" --demo-json "$DEMO_JSON" --label ts-oauth-latest
+  run_suite py-oauth-latest timeout 120 env "${unset_args[@]}" "$PYLATEST/bin/python" "$CLIENTS/py_oauth.py" --demo-json "$DEMO_JSON" \
+    --label py-oauth-latest
+  mcp_remote() { # LABEL DIR EXPECT: DIR holds mcp_remote.mjs and node_modules/mcp-remote
+    timeout 150 env "${unset_args[@]}" node "$2/mcp_remote.mjs" --demo-json "$DEMO_JSON" \
+      --mcp-remote "$2/node_modules/mcp-remote/dist/proxy.js" --expect "$3" --label "$1"
+  }
+  run_suite mcp-remote-pinned-refused mcp_remote pinned "$CLIENTS" refused
+  run_suite mcp-remote-latest-refused mcp_remote latest "$NPM_LATEST" refused
+  stop_server
+  ci_demo_up "breeze demo with OAuth accepting mcp-remote's software_id" start_server \
+    "${oauth_settings[@]}" OAUTH_DCR_IGNORE_SOFTWARE_ID=true
+  run_suite mcp-remote-pinned mcp_remote pinned "$CLIENTS" accepted
+  run_suite mcp-remote-latest mcp_remote latest "$NPM_LATEST" accepted
+fi
 
 [ -n "$CLUSTER" ] && both_answered "OAuth"
 

@@ -10,8 +10,10 @@ refresh (the access token's expiry passes) -> scope step-up (a read-only grant c
 tool gets 403 insufficient_scope; the SDK asks again with the challenged scopes and retries) ->
 the user revokes the grant -> 401 and the refresh fails -> the SDK re-authorizes.
 
-Usage: python py_oauth.py --demo-json PATH/breeze-data/demo.json
-Prints "PASS py-oauth <step>" / "FAIL py-oauth <step>: why" lines; exits 1 on any failure.
+Runs on the SDK 1.x and 2.x alike (CI runs the pinned 1.x and the newest release).
+
+Usage: python py_oauth.py --demo-json PATH/breeze-data/demo.json [--label py-oauth]
+Prints "PASS <label> <step>" / "FAIL <label> <step>: why" lines; exits 1 on any failure.
 """
 
 from __future__ import annotations
@@ -26,11 +28,24 @@ import warnings
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import anyio
-import httpx
 from mcp import ClientSession
 from mcp.client.auth import OAuthClientProvider
-from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+# The SDK 2.x (httpx2, `streamable_http_client`, a callback answering AuthorizationCodeResult)
+# and 1.x (httpx, `streamablehttp_client`, a callback answering (code, state)): the same steps
+# run on both, so the pinned 1.x and the newest release are held to one test.
+try:
+    import httpx2 as httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.auth import AuthorizationCodeResult
+
+    MODERN = True
+except ImportError:
+    import httpx
+    from mcp.client.streamable_http import streamablehttp_client
+
+    MODERN = False
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*streamable_http_client.*")
 
@@ -117,11 +132,13 @@ class Browser:
             raise RuntimeError(f"iss {q.get('iss')}")
         self.code, self.state = q["code"][0], q.get("state", [None])[0]
 
-    async def callback_handler(self) -> tuple[str, str | None]:
+    async def callback_handler(self):
         """The SDK waits for the redirect back: the code the consent produced."""
         if self.code is None:
             raise RuntimeError("no authorization code")
         code, state, self.code = self.code, self.state, None
+        if MODERN:
+            return AuthorizationCodeResult(code=code, state=state, iss=self.base)
         return code, state
 
     async def grants(self) -> list[dict]:
@@ -150,6 +167,12 @@ def provider(mcp_url: str, storage: Storage, browser: Browser) -> OAuthClientPro
 
 
 async def session_run(mcp_url: str, auth: OAuthClientProvider, work):
+    if MODERN:
+        async with httpx.AsyncClient(auth=auth, timeout=30) as http:
+            async with streamable_http_client(mcp_url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await work(session)
     async with streamablehttp_client(mcp_url, auth=auth) as (read, write, _):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -159,6 +182,7 @@ async def session_run(mcp_url: str, auth: OAuthClientProvider, work):
 async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--demo-json", required=True)
+    ap.add_argument("--label", default="py-oauth", help="the name on each PASS/FAIL line")
     args = ap.parse_args()
     with open(args.demo_json, encoding="utf-8") as f:
         demo = json.load(f)
@@ -174,12 +198,12 @@ async def main() -> int:
         nonlocal failed
         try:
             await fn()
-            print(f"PASS py-oauth {name}", flush=True)
+            print(f"PASS {args.label} {name}", flush=True)
         except BaseException as e:  # noqa: BLE001 - the report names whatever went wrong
             failed += 1
             while isinstance(e, BaseExceptionGroup) and e.exceptions:
                 e = e.exceptions[0]
-            print(f"FAIL py-oauth {name}: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            print(f"FAIL {args.label} {name}: {type(e).__name__}: {str(e)[:400]}", flush=True)
 
     async def authorize_and_list() -> None:
         await browser.sign_in()
@@ -203,7 +227,7 @@ async def main() -> int:
             return await s.call_tool("query_devices", {})
 
         r = await session_run(mcp_url, auth, work)
-        if r.isError:
+        if getattr(r, "is_error", None) or getattr(r, "isError", None):
             raise RuntimeError(f"query_devices failed: {r.content}")
 
     async def refresh() -> None:
@@ -235,7 +259,11 @@ async def main() -> int:
         if browser.authorizations != first + 1:
             raise RuntimeError(f"{browser.authorizations - first} authorizations for the step-up")
         asked = browser.scopes_asked[-1].split()
-        if sorted(asked) != ["mcp:read", "mcp:write"]:
+        # 1.x asks for the challenged scopes; 2.x for their union with what it asked before
+        # (SEP-2350): everything the resource lists, of which the person granted only mcp:read.
+        if MODERN and not {"mcp:read", "mcp:write"} <= set(asked):
+            raise RuntimeError(f"the step-up asked for {asked}")
+        if not MODERN and sorted(asked) != ["mcp:read", "mcp:write"]:
             raise RuntimeError(f"the step-up asked for {asked}")
         text = " ".join(getattr(c, "text", "") for c in r.content)
         if "scope" in text and "mcp:write" in text:
@@ -294,7 +322,7 @@ async def main() -> int:
     await step("scope-step-up-on-403", step_up)
     await step("revoke-then-401-then-reauth", revoke_then_reauth)
     total = 5
-    print(f"py-oauth: {total - failed} passed, {failed} failed")
+    print(f"{args.label}: {total - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -6,8 +6,8 @@
 // token → tools/list and a tool call → refresh (the SDK refreshes on a 401) → the user revokes
 // the grant → 401 and the refresh fails ("Needs re-auth") → re-authorization works.
 //
-// Usage: node ts_oauth.mjs --demo-json PATH/breeze-data/demo.json
-// Prints "PASS ts-oauth <step>" / "FAIL ts-oauth <step>: why" lines; exits 1 on any failure.
+// Usage: node ts_oauth.mjs --demo-json PATH/breeze-data/demo.json [--label ts-oauth]
+// Prints "PASS <label> <step>" / "FAIL <label> <step>: why" lines; exits 1 on any failure.
 
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -16,17 +16,21 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 
-const { values: opts } = parseArgs({ options: { 'demo-json': { type: 'string' } } });
+import { consent as approve, signIn as signInAs } from './oauth_consent.mjs';
+
+const { values: opts } = parseArgs({
+  options: { 'demo-json': { type: 'string' }, label: { type: 'string', default: 'ts-oauth' } },
+});
 const demo = JSON.parse(readFileSync(opts['demo-json'], 'utf8'));
 const mcpUrl = new URL(demo.mcp_url);
 const base = mcpUrl.origin;
 const REDIRECT = 'http://127.0.0.1:53682/callback';
 
 let failed = 0;
-const pass = (step) => console.log(`PASS ts-oauth ${step}`);
+const pass = (step) => console.log(`PASS ${opts.label} ${step}`);
 const fail = (step, why) => {
   failed += 1;
-  console.log(`FAIL ts-oauth ${step}: ${why}`);
+  console.log(`FAIL ${opts.label} ${step}: ${why}`);
 };
 
 class Provider {
@@ -55,53 +59,12 @@ class Provider {
   codeVerifier() { return this.verifier; }
 }
 
-const unescape = (s) => s
-  .replace(/&#x([0-9a-f]+);/gi, (_, h) => String.fromCodePoint(parseInt(h, 16)))
-  .replace(/&#([0-9]+);/g, (_, d) => String.fromCodePoint(parseInt(d, 10)))
-  .replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
-
-const cookieOf = (res, name) => {
-  const all = res.headers.getSetCookie ? res.headers.getSetCookie() : [];
-  const c = all.find((v) => v.startsWith(`${name}=`));
-  return c ? c.split(';')[0] : undefined;
-};
-
-async function signIn() {
-  const res = await fetch(`${base}/api/v1/auth/login`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ email: demo.admin.email, password: demo.admin.password }),
-  });
-  if (res.status !== 200) throw new Error(`sign-in answered ${res.status}`);
-  return cookieOf(res, 'breeze_session');
-}
+const signIn = () => signInAs(base, demo);
 
 // Answers the consent page the SDK was sent to, as the signed-in user would: the code.
 async function consent(authUrl, session) {
-  const page = await fetch(authUrl, { headers: { cookie: session }, redirect: 'manual' });
-  if (page.status !== 200) throw new Error(`consent page answered ${page.status}: ${(await page.text()).slice(0, 300)}`);
-  const html = await page.text();
-  const csp = page.headers.get('content-security-policy') || '';
-  if (!csp.includes("frame-ancestors 'none'")) throw new Error(`consent CSP lacks frame-ancestors: ${csp}`);
-  const fields = new URLSearchParams();
-  for (const m of html.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)) {
-    fields.append(unescape(m[1]), unescape(m[2]));
-  }
-  const org = html.match(/<option value="([^"]+)">/);
-  if (!org) throw new Error('no organization to choose');
-  fields.append('org_id', unescape(org[1]));
-  fields.append('decision', 'approve');
-  const cookies = `${session}; ${cookieOf(page, 'breeze_consent') || cookieOf(page, '__Host-breeze_consent')}`;
-  const res = await fetch(`${base}/oauth/auth`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: cookies },
-    body: fields.toString(),
-    redirect: 'manual',
-  });
-  if (res.status !== 303) throw new Error(`consent post answered ${res.status}: ${(await res.text()).slice(0, 300)}`);
-  const back = new URL(res.headers.get('location'));
+  const back = await approve(base, authUrl, session);
   if (back.origin + back.pathname !== REDIRECT) throw new Error(`redirected to ${back}`);
-  if (back.searchParams.get('iss') !== base) throw new Error(`iss ${back.searchParams.get('iss')}`);
   return back.searchParams.get('code');
 }
 
@@ -198,5 +161,5 @@ await step('revoke-then-401-then-reauth', async () => {
   await again.close();
 });
 
-console.log(`ts-oauth: ${4 - failed} passed, ${failed} failed`);
+console.log(`${opts.label}: ${4 - failed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
