@@ -44,7 +44,10 @@ pub(super) fn router() -> Router<AppState> {
         .route("/o/{org}/invoices", get(invoices))
         .route("/o/{org}/invoices/{id}", get(invoice))
         .route("/o/{org}/invoices/{id}/pdf", get(invoice_pdf))
-        .route("/o/{org}/invoices/{id}/payment-link", post(payment_link))
+        .route(
+            "/o/{org}/invoices/{id}/payment-link",
+            post(invoice_payment_link),
+        )
         .route("/o/{org}/quotes", get(quotes))
         .route("/o/{org}/quotes/{id}", get(quote))
         .route("/o/{org}/quotes/{id}/pdf", get(quote_pdf))
@@ -981,40 +984,77 @@ async fn invoice_page(
     })
 }
 
-async fn payment_link(
+/// Makes (or shows) an issued invoice's Stripe payment link, as `manage_invoices
+/// create_payment_link` does.
+async fn invoice_payment_link(
     State(state): State<AppState>,
     RequestId(request_id): RequestId,
     Path((org, raw)): Path<(String, String)>,
     f: SignedForm<Vec<(String, String)>>,
 ) -> Result<Response, PageError> {
-    let who = f.who;
-    let scope = scope(&state, &who, &org, "manage_invoices", "create_payment_link").await?;
-    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Invoice"))?;
+    payment_link(Record::Invoice, state, request_id, &org, &raw, f.who).await
+}
+
+/// Makes (or shows) a sent quote's Stripe payment link, as `manage_quotes create_payment_link`
+/// does.
+async fn quote_payment_link(
+    State(state): State<AppState>,
+    RequestId(request_id): RequestId,
+    Path((org, raw)): Path<(String, String)>,
+    f: SignedForm<Vec<(String, String)>>,
+) -> Result<Response, PageError> {
+    payment_link(Record::Quote, state, request_id, &org, &raw, f.who).await
+}
+
+/// A payment link for an invoice or a quote (a contract has none: 404), through the same
+/// billing call and audit as the tool's action.
+async fn payment_link(
+    record: Record,
+    state: AppState,
+    request_id: Option<String>,
+    org: &str,
+    raw: &str,
+    who: SignedIn,
+) -> Result<Response, PageError> {
+    let tool = match record {
+        Record::Invoice => "manage_invoices",
+        Record::Quote => "manage_quotes",
+        Record::Contract => return Err(not_found("Payment link")),
+    };
+    let scope = scope(&state, &who, org, tool, "create_payment_link").await?;
+    let id = Uuid::parse_str(raw).map_err(|_| not_found(record.noun()))?;
     let Some(billing) = state.billing.as_ref() else {
-        return invoice_page(
-            &state,
-            &who,
-            &org,
-            &raw,
-            "Payments are not available on this server.".into(),
-        )
-        .await;
+        let why = "Payments are not available on this server.";
+        return record.page(&state, &who, org, raw, why.into()).await;
     };
     let store = scope.store(&state);
-    let inv = store
-        .invoices()
-        .get_invoice(id)
-        .await
-        .map_err(page_err("Invoice"))?;
-    let made = billing
-        .org(store)
-        .invoice_link(
-            &inv,
-            &scope.caller.actor().to_string(),
-            audit(&scope, request_id, "invoice.create_payment_link", "invoice"),
-        )
-        .await;
-    Record::Invoice.after(&state, &scope, &who, id, made).await
+    let actor = scope.caller.actor().to_string();
+    let made = if let Record::Quote = record {
+        let q = store
+            .quotes()
+            .get_quote(id)
+            .await
+            .map_err(page_err("Quote"))?;
+        let audit = audit(&scope, request_id, "quote.create_payment_link", "quote");
+        billing
+            .org(store)
+            .quote_link(&q, &actor, audit)
+            .await
+            .map(drop)
+    } else {
+        let inv = store
+            .invoices()
+            .get_invoice(id)
+            .await
+            .map_err(page_err("Invoice"))?;
+        let audit = audit(&scope, request_id, "invoice.create_payment_link", "invoice");
+        billing
+            .org(store)
+            .invoice_link(&inv, &actor, audit)
+            .await
+            .map(drop)
+    };
+    record.after(&state, &scope, &who, id, made).await
 }
 
 async fn invoice_pdf(
@@ -1167,44 +1207,6 @@ async fn quote_page(
         acts,
         message,
     })
-}
-
-/// Makes (or shows) a sent quote's Stripe payment link, as `manage_quotes create_payment_link`
-/// does.
-async fn quote_payment_link(
-    State(state): State<AppState>,
-    RequestId(request_id): RequestId,
-    Path((org, raw)): Path<(String, String)>,
-    f: SignedForm<Vec<(String, String)>>,
-) -> Result<Response, PageError> {
-    let who = f.who;
-    let scope = scope(&state, &who, &org, "manage_quotes", "create_payment_link").await?;
-    let id = Uuid::parse_str(&raw).map_err(|_| not_found("Quote"))?;
-    let Some(billing) = state.billing.as_ref() else {
-        return quote_page(
-            &state,
-            &who,
-            &org,
-            &raw,
-            "Payments are not available on this server.".into(),
-        )
-        .await;
-    };
-    let store = scope.store(&state);
-    let q = store
-        .quotes()
-        .get_quote(id)
-        .await
-        .map_err(page_err("Quote"))?;
-    let made = billing
-        .org(store)
-        .quote_link(
-            &q,
-            &scope.caller.actor().to_string(),
-            audit(&scope, request_id, "quote.create_payment_link", "quote"),
-        )
-        .await;
-    Record::Quote.after(&state, &scope, &who, id, made).await
 }
 
 async fn quote_pdf(

@@ -195,8 +195,17 @@ pub(crate) async fn run<R: Reach>(
 
 /// A command's failure as a tool error (for tools whose whole answer is the command's result).
 pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolError> {
+    match failure(&view) {
+        Some(error) => Err(error),
+        None => Ok(view),
+    }
+}
+
+/// The tool error for a command that ended without completing (failed, timed out, cancelled),
+/// naming the device's reason; `None` while it runs or once it completed.
+pub(crate) fn failure(view: &CommandView) -> Option<ToolError> {
     if view.completed() || !view.status.is_terminal() {
-        return Ok(view);
+        return None;
     }
     let why = view
         .error
@@ -219,7 +228,7 @@ pub(crate) fn require_completed(view: CommandView) -> Result<CommandView, ToolEr
     .hint("the device ran the command and reported this failure; fix its cause on the device or choose another action");
     // The device answered: trying the same again gets the same answer.
     error.retryable = view.status == breeze_core::CommandStatus::TimedOut;
-    Err(error)
+    Some(error)
 }
 
 /// Locations the server refuses besides the protected paths the agent also enforces: kernel

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     DEVICE_NOT_FOUND,
-    device_command::{CommandView, RunOptions, online_device, require_completed, run},
+    device_command::{CommandView, RunOptions, failure, online_device, run},
 };
 use crate::reach::{self, Reach};
 use crate::{
@@ -80,9 +80,7 @@ fn nothing_ran(results: &[DeviceRun]) -> Option<ToolError> {
     for r in results {
         match &r.outcome {
             Outcome::Ran(view) => {
-                let Err(e) = require_completed((**view).clone()) else {
-                    return None;
-                };
+                let e = failure(view)?;
                 timed_out &= view.status == breeze_core::CommandStatus::TimedOut;
                 reasons.push(e.message);
             }
