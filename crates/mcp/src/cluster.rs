@@ -25,7 +25,10 @@
 //! (a held stream's score never falls more than half the idle TTL behind); a record not
 //! refreshed for the idle TTL expires; an instance that dies leaves its sessions to expire
 //! that way. Redis keeps nothing on disk in the reference deployment: after it restarts, each
-//! instance records the sessions it created again as soon as its subscription is back.
+//! instance records the sessions it holds again as soon as its subscription is back — the ones
+//! it created, and the copies it adopted, whose creator may be gone (a generation id in Redis
+//! tells a restart from a lost connection). Until then, for [`RECOVERY_GRACE`], a session Redis
+//! does not know is answered with 503 (retry), not 404.
 //!
 //! Redis is the only place another instance's sessions are known: when it cannot answer, what
 //! needs it (a new session, a session held elsewhere) is refused with 503 whatever the
@@ -178,6 +181,36 @@ if f[2] then redis.call('ZREM', p .. 'tenant:' .. f[2], id) end
 return redis.call('DEL', p .. 's:' .. id)
 ";
 
+/// The generation of the cluster's records: an id written once by whichever instance finds it
+/// missing. A generation that changed (or vanished) means Redis lost every record (a restart
+/// without persistence, a flush); the instance that finds so marks the cluster as recovering
+/// for [`RECOVERY_GRACE`]. Keys: the generation, the recovering mark. ARGV: a new id, the id
+/// this instance saw last ('' for none), the grace in milliseconds. Answers the generation.
+const GENERATION: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+local id = redis.call('GET', KEYS[1])
+if ARGV[2] ~= '' and ARGV[2] ~= id then
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+end
+return id
+";
+
+/// Whether the cluster is recovering from lost records: no generation yet (no instance has
+/// noticed the loss), or the mark one set. Keys: as [`GENERATION`].
+const RECOVERING: &str = r"
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+  return 1
+end
+return 0
+";
+
+/// How long after an instance finds that Redis lost its records a session Redis does not know
+/// is answered as "recovering" (503, retry) rather than as missing (404): the time every
+/// instance needs to notice, subscribe again and record what it holds.
+pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+
 /// What this instance has asked of Redis and heard from the others, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClusterStats {
@@ -208,6 +241,10 @@ pub struct SessionCluster {
     refresh: Script,
     restore: Script,
     close: Script,
+    generation: Script,
+    recovering: Script,
+    /// The generation of the records this instance last saw (see [`GENERATION`]).
+    seen_generation: std::sync::Mutex<Option<String>>,
     outbox: Outbox,
     counters: Counters,
     /// True while this instance's subscription is up.
@@ -240,6 +277,9 @@ impl SessionCluster {
             refresh: Script::new(REFRESH),
             restore: Script::new(RESTORE),
             close: Script::new(CLOSE),
+            generation: Script::new(GENERATION),
+            recovering: Script::new(RECOVERING),
+            seen_generation: std::sync::Mutex::new(None),
             outbox: Outbox(tx),
             counters: Counters::default(),
             subscribed: tokio::sync::watch::Sender::new(false),
@@ -467,8 +507,51 @@ impl SessionCluster {
         Ok(())
     }
 
+    /// Whether Redis lost every record since this instance last looked (the generation
+    /// changed or vanished; the cluster is then marked as recovering); false the first time.
+    pub(crate) async fn records_were_lost(&self) -> Result<bool, SessionError> {
+        let seen = self
+            .seen_generation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let fresh = uuid::Uuid::new_v4().simple().to_string();
+        let mut inv = self.generation.prepare_invoke();
+        inv.key(self.generation_keys())
+            .arg(&fresh)
+            .arg(seen.as_deref().unwrap_or(""))
+            .arg(millis(RECOVERY_GRACE));
+        let inv = &inv;
+        let now: String = self
+            .run(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
+        let lost = seen.is_some_and(|s| s != now);
+        *self
+            .seen_generation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+        Ok(lost)
+    }
+
+    /// Whether a session Redis does not know may still be recorded again by the instance that
+    /// holds it (see [`RECOVERING`]).
+    pub(crate) async fn recovering(&self) -> Result<bool, SessionError> {
+        let mut inv = self.recovering.prepare_invoke();
+        inv.key(self.generation_keys());
+        let inv = &inv;
+        self.run(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await
+    }
+
+    fn generation_keys(&self) -> Vec<String> {
+        vec![
+            format!("{}generation", self.prefix),
+            format!("{}recovering", self.prefix),
+        ]
+    }
+
     /// Records this instance's own sessions again, after a resubscription: Redis may have
-    /// restarted empty.
+    /// restarted empty (with [`SessionCluster::records_were_lost`], the copies it adopted too).
     pub async fn restore(
         &self,
         records: &[SessionRecord],
@@ -574,7 +657,12 @@ impl SessionCluster {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
-                if !first && tx.send(Heard::Resync).await.is_err() {
+                if first {
+                    // The generation the records start from, so a later loss shows.
+                    if let Err(e) = cluster.records_were_lost().await {
+                        tracing::warn!(error = %e, "cannot read the session cluster's generation");
+                    }
+                } else if tx.send(Heard::Resync).await.is_err() {
                     return;
                 }
                 first = false;

@@ -255,6 +255,13 @@ impl<A: McpApp> Engine<A> {
             return Ok(None);
         };
         let Some(record) = cluster.find(id).await? else {
+            // Just after Redis lost its records, the instance holding this session may not
+            // have recorded it again yet: "retry", not "gone".
+            if cluster.recovering().await? {
+                return Err(SessionError::Unavailable(
+                    "the session store is recovering after a restart; retry".into(),
+                ));
+            }
             return Ok(None);
         };
         if record.owner != client.key {
@@ -346,13 +353,20 @@ impl<A: McpApp> Engine<A> {
         let note = match heard {
             Heard::Note(n) => n,
             Heard::Resync => {
-                let dropped = self.sessions.drop_adopted();
                 let Some(cluster) = &self.cluster else { return };
-                // Redis may have restarted empty: what this instance created is recorded again.
+                // Redis lost every record (restarted empty): a copy adopted here may be all
+                // that is left of a session whose creator is gone, so it is recorded again as
+                // this instance's. Otherwise only the messages sent meanwhile were missed: an
+                // adopted copy may have ended elsewhere, and the next request adopts it again.
+                let (claimed, dropped) = match cluster.records_were_lost().await {
+                    Ok(true) => (self.sessions.claim_adopted(), 0),
+                    Ok(false) | Err(_) => (0, self.sessions.drop_adopted()),
+                };
                 let own = self.sessions.own_records(cluster.instance());
                 let restored = cluster.restore(&own, self.config.sessions.idle_ttl).await;
                 match restored {
                     Ok(()) => tracing::info!(
+                        claimed,
                         dropped,
                         restored = own.len(),
                         "resubscribed to the session cluster"

@@ -23,7 +23,7 @@ use std::{
     collections::{HashMap, VecDeque},
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -103,8 +103,10 @@ pub struct Session {
     /// In a cluster, where messages for the session's own stream go while this instance holds
     /// no stream for it: the instance that does.
     relay: Mutex<Option<Relay>>,
-    /// Whether this instance adopted the session from the cluster rather than creating it.
-    adopted: bool,
+    /// Whether this instance adopted the session from the cluster rather than creating it
+    /// (cleared when this instance records it again after Redis lost it: see
+    /// [`SessionRegistry::claim_adopted`]).
+    adopted: AtomicBool,
     /// Cancelled when the session ends: streams close, in-flight calls stop.
     pub closed: CancellationToken,
 }
@@ -154,7 +156,7 @@ impl Session {
             next_request_id: AtomicU64::new(1),
             request_prefix,
             relay: Mutex::new(None),
-            adopted,
+            adopted: AtomicBool::new(adopted),
             closed: CancellationToken::new(),
         }
     }
@@ -167,7 +169,7 @@ impl Session {
 
     /// Whether the session came from another instance of the cluster.
     pub fn is_adopted(&self) -> bool {
-        self.adopted
+        self.adopted.load(Ordering::Relaxed)
     }
 
     /// The revision negotiated by `initialize` (2025-03-26 until then).
@@ -654,10 +656,21 @@ impl SessionRegistry {
         let adopted: Vec<Arc<str>> = lock(&self.inner)
             .sessions
             .values()
-            .filter(|s| s.adopted)
+            .filter(|s| s.is_adopted())
             .map(|s| s.id.clone())
             .collect();
         adopted.iter().filter(|id| self.remove(id)).count()
+    }
+
+    /// Makes every session adopted from another instance this instance's own, to record again:
+    /// after Redis lost every record, the instance that created a session may be gone, and a
+    /// copy is all that is left of it.
+    pub(crate) fn claim_adopted(&self) -> usize {
+        lock(&self.inner)
+            .sessions
+            .values()
+            .filter(|s| s.adopted.swap(false, Ordering::Relaxed))
+            .count()
     }
 
     /// Sessions used since `since` (milliseconds on this registry's clock, see
@@ -689,7 +702,7 @@ impl SessionRegistry {
         lock(&self.inner)
             .sessions
             .values()
-            .filter(|s| !s.adopted)
+            .filter(|s| !s.is_adopted())
             .map(|s| SessionRecord {
                 id: s.id.clone(),
                 owner: s.owner.clone(),

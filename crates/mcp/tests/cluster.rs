@@ -949,6 +949,62 @@ async fn a_redis_restart_loses_no_session_and_recovers_by_itself() {
     stop.cancel();
 }
 
+/// A session whose creator is gone (killed: nothing of it is left but the record) survives
+/// Redis restarting empty through the copy another instance adopted: that instance records it
+/// again as its own. In the moment before it has, an instance that never saw the session
+/// answers "retry" (503), not "gone" (404).
+#[tokio::test]
+async fn a_session_whose_creator_died_survives_a_redis_restart() {
+    let port = free_port();
+    let mut redis = PrivateRedis::start(port);
+    let (stop, stop_a) = (CancellationToken::new(), CancellationToken::new());
+    let limits = SessionLimits::default();
+    let a = instance(&redis.url(), "d:", limits, &stop_a);
+    let b = instance(&redis.url(), "d:", limits, &stop);
+    let id = initialize(&a, "k1").await.unwrap();
+    let used = |at: &Instance, n: i64| {
+        let (routes, id) = (at.routes.clone(), id.clone());
+        async move {
+            send(&routes, post(Some(&id), "k1", &call(n, "echo", json!({}))))
+                .await
+                .status()
+        }
+    };
+    assert_eq!(used(&b, 1).await, StatusCode::OK, "b adopts it");
+    stop_a.cancel();
+    drop(a);
+
+    redis.stop();
+    let redis = PrivateRedis::start(port);
+    // An instance that never saw the session, asked before b has recorded it again (c starts
+    // with the restart; b needs up to half a second to subscribe again).
+    let c = instance(&redis.url(), "d:", limits, &stop);
+    let early = used(&c, 2).await;
+    assert!(
+        early == StatusCode::OK || early == StatusCode::SERVICE_UNAVAILABLE,
+        "retry or served, never gone: {early}"
+    );
+    eventually_for(Duration::from_secs(10), "c serves the session", || async {
+        used(&c, 3).await == StatusCode::OK
+    })
+    .await;
+    assert_eq!(used(&b, 4).await, StatusCode::OK);
+    // Past the grace, an unknown session is gone again.
+    tokio::time::sleep(breeze_mcp::cluster::RECOVERY_GRACE).await;
+    let r = send(
+        &c.routes,
+        post(
+            Some("0123456789abcdef0123456789abcdef"),
+            "k1",
+            &call(5, "echo", json!({})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    drop(redis);
+    stop.cancel();
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
