@@ -170,3 +170,45 @@ pub(crate) fn export_lines(gz: &[u8]) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// A Redis of the test's own on a free port (Debian's `redis-server`), keeping nothing on disk,
+/// to stop and start again empty.
+pub(crate) struct PrivateRedis {
+    port: u16,
+    child: Child,
+}
+
+impl PrivateRedis {
+    pub(crate) fn start(port: u16) -> Self {
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian's redis-server package) on PATH");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Self { port, child };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server did not listen on {port}");
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
