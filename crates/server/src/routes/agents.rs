@@ -172,6 +172,20 @@ async fn socket(
         .on_upgrade(move |socket| run_socket(state, agent, socket))
 }
 
+/// Whether the frame `text` says it is a command result, read without building the frame: the
+/// rest of the text is skipped, not parsed into samples or records.
+fn names_a_command_result(text: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Tag<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    serde_json::from_str::<Tag<'_>>(text).is_ok_and(|t| t.kind == COMMAND_RESULT_TAG)
+}
+
+/// [`AgentFrame::CommandResult`]'s `type` (checked against the serializer in a test).
+const COMMAND_RESULT_TAG: &str = "commandResult";
+
 async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSocket) {
     let mut registration = match state
         .gateway
@@ -225,15 +239,14 @@ async fn run_socket(state: AppState, agent: DevicePrincipal, mut socket: WebSock
                     Message::Close(_) => break,
                     _ => continue,
                 };
+                // A report is held to the HTTP body limit; only a command result may be as
+                // large as a frame. Told from its type alone, before anything is built of it.
+                if text.len() > REPORT_BODY_BYTES && !names_a_command_result(text.as_str()) {
+                    tracing::warn!(device = %agent.device_id, bytes = text.len(),
+                        "refused an agent report larger than {REPORT_BODY_BYTES} bytes");
+                    continue;
+                }
                 match serde_json::from_str::<AgentFrame>(text.as_str()) {
-                    // A report is held to the HTTP body limit; only a command result may be
-                    // as large as a frame.
-                    Ok(frame) if text.len() > REPORT_BODY_BYTES
-                        && !matches!(frame, AgentFrame::CommandResult(_)) =>
-                    {
-                        tracing::warn!(device = %agent.device_id, bytes = text.len(),
-                            "refused an agent report larger than {REPORT_BODY_BYTES} bytes");
-                    }
                     Ok(frame) => {
                         // A result the database could not take is retried here; it is
                         // acknowledged (by the gateway) only once stored.
@@ -355,4 +368,26 @@ async fn rotate(
     Ok(Json(RotateTokenResponse {
         token: token.expose().to_owned(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_told_a_command_result_by_its_type_alone() {
+        let result = serde_json::json!({ "type": COMMAND_RESULT_TAG,
+            "commandId": uuid::Uuid::nil(), "status": "completed", "stdout": "x",
+            "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:00:01Z" });
+        assert!(matches!(
+            serde_json::from_value::<AgentFrame>(result.clone()),
+            Ok(AgentFrame::CommandResult(_))
+        ));
+        assert!(names_a_command_result(&result.to_string()));
+        let big = serde_json::json!({ "type": "metrics", "samples": vec![serde_json::json!({
+            "at": "2026-01-01T00:00:00Z", "cpuPercent": 1.0 }); 30_000] });
+        assert!(!names_a_command_result(&big.to_string()));
+        assert!(!names_a_command_result("{\"samples\": []}"));
+        assert!(!names_a_command_result("not json"));
+    }
 }
