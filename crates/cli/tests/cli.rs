@@ -1187,6 +1187,49 @@ fn seed_grants(dir: &Path, email: &str, org: &str) {
     });
 }
 
+/// `users disable` revokes the user's OAuth grants and says how many; `users enable` restores
+/// none of them, and says so.
+#[test]
+fn disabling_a_user_revokes_their_grants_and_enabling_restores_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    migrated_with_org(d, "Contoso Ltd");
+    run_ok(breeze(d).args([
+        "users",
+        "create",
+        "--email",
+        "u@n.test",
+        "--name",
+        "U",
+        "--org",
+        "contoso-ltd",
+    ]));
+    seed_grants(d, "u@n.test", "contoso-ltd");
+
+    let out = run_ok(breeze(d).args(["users", "disable", "u@n.test"]));
+    assert!(
+        out.contains("disabled u@n.test") && out.contains("2 OAuth grant(s) revoked"),
+        "{out}"
+    );
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "u@n.test"]));
+    assert_eq!(listed.matches("Revoked").count(), 2, "{listed}");
+    let out = run_ok(breeze(d).args(["users", "enable", "u@n.test"]));
+    assert!(
+        out.contains("no session or OAuth grant is restored"),
+        "{out}"
+    );
+    let listed = run_ok(breeze(d).args(["grants", "list", "--user", "u@n.test"]));
+    assert_eq!(
+        listed.matches("Revoked").count(),
+        2,
+        "still revoked: {listed}"
+    );
+    let out = run_ok(breeze(d).args(["users", "disable", "u@n.test"]));
+    assert!(out.contains("0 OAuth grant(s) revoked"), "{out}");
+    let (_, err) = run_err(breeze(d).args(["users", "disable", "nobody@n.test"]));
+    assert!(err.contains("no user with email"), "{err}");
+}
+
 #[test]
 fn grants_are_listed_and_revoked_from_the_shell() {
     let dir = tempfile::tempdir().unwrap();
