@@ -551,7 +551,7 @@ impl SessionCluster {
     }
 
     /// Records this instance's own sessions again, after a resubscription: Redis may have
-    /// restarted empty (with [`SessionCluster::records_were_lost`], the copies it adopted too).
+    /// restarted empty (and when it did, the copies it adopted too: see the module docs).
     pub async fn restore(
         &self,
         records: &[SessionRecord],
