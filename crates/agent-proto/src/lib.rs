@@ -371,6 +371,11 @@ pub struct NetworkInterface {
 pub struct Package {
     pub name: String,
     pub version: String,
+    /// The source package it was built from, when it has another name (`openssl` for
+    /// `libssl3`; dpkg's `${source:Package}`, the name in rpm's `%{SOURCERPM}`): Debian and
+    /// Ubuntu advisories name source packages. Absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// Samples taken every `metrics_interval_secs`, sent in batches and buffered while offline.

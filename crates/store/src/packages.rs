@@ -41,7 +41,11 @@ fn decode_cursor(s: &str) -> Result<Package> {
         .decode(s)
         .map_err(|_| bad())?;
     let (name, version): (String, String) = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    Ok(Package { name, version })
+    Ok(Package {
+        name,
+        version,
+        source: None,
+    })
 }
 
 impl crate::OrgDevices<'_> {

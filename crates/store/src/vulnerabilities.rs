@@ -17,9 +17,11 @@
 //!   are matched, and only against devices on a release they name (or named before), from
 //!   the records in memory, a batch of inventories at a time.
 //!
-//! Matching is by the installed (binary) package name: agents do not report source packages,
-//! so a Debian or Ubuntu advisory naming a source package matches the binary package of the
-//! same name (`openssl`, `bash`, `sudo`) and misses binaries named otherwise (`libssl3`).
+//! Matching is by the installed (binary) package's name and by its source package's, which
+//! agents report where it differs (`libssl3` from `openssl`): Debian and Ubuntu advisories name
+//! source packages. A finding names the installed package; its installed version is compared
+//! with the advisory's ranges. An inventory from an agent that reports no sources matches by
+//! binary names alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -343,8 +345,9 @@ impl ChangedIndex {
         };
         let mut out = Vec::new();
         for p in packages {
-            for r in candidate_releases(release) {
-                let Some(hits) = self.by_key.get(&(r, p.name.clone())) else {
+            let names = std::iter::once(&p.name).chain(p.source.as_ref());
+            for (r, name) in names.flat_map(|n| candidate_releases(release).map(|r| (r, n))) {
+                let Some(hits) = self.by_key.get(&(r, name.clone())) else {
                     continue;
                 };
                 for (at, entries) in hits {
@@ -823,9 +826,13 @@ impl crate::OrgVulnerabilities<'_> {
         if let (Some(release), false) = (&release, packages.is_empty())
             && let Some(order) = VersionOrder::for_ecosystem(release)
         {
+            // Each installed package under its own name and its source package's.
             let by_name: HashMap<&str, Vec<&breeze_agent_proto::Package>> =
                 packages.iter().fold(HashMap::new(), |mut m, p| {
                     m.entry(p.name.as_str()).or_default().push(p);
+                    if let Some(source) = p.source.as_deref() {
+                        m.entry(source).or_default().push(p);
+                    }
                     m
                 });
             let names: Vec<&str> = by_name.keys().copied().collect();
@@ -861,7 +868,7 @@ impl crate::OrgVulnerabilities<'_> {
                             rows.push(NewExposure {
                                 origin: origin.clone(),
                                 advisory: advisory.clone(),
-                                package: package.clone(),
+                                package: p.name.clone(),
                                 installed: p.version.clone(),
                                 fixed_in: hit.fixed_in,
                                 severity: severity.clone(),

@@ -1,8 +1,6 @@
 //! Hardware and software inventory: CPU, memory, disks, interfaces, OS, boot time, packages.
 //! Collection blocks (sysinfo, `dpkg-query`): call it from a blocking task.
 
-use std::process::{Command, Stdio};
-
 use breeze_agent_proto::{CpuInfo, DiskInfo, Inventory, NetworkInterface, Package};
 use breeze_core::Clock;
 use chrono::{DateTime, Utc};
@@ -44,7 +42,7 @@ pub fn is_pseudo_filesystem(fs: &str) -> bool {
     PSEUDO_FILESYSTEMS.contains(&fs)
 }
 
-/// Collects the inventory now (blocking; runs `dpkg-query` or `rpm`).
+/// Collects the inventory now (blocking; runs `dpkg-query` or `rpm`, or reads apk's database).
 pub fn collect(clock: &dyn Clock) -> Inventory {
     let system = System::new_with_specifics(
         RefreshKind::nothing()
@@ -130,43 +128,29 @@ pub fn interfaces() -> Vec<NetworkInterface> {
     out
 }
 
-/// Installed packages from dpkg or rpm; `None` when neither is there.
+/// Installed packages from dpkg, rpm or apk, read as the `packages` live query reads them
+/// (installed only, rpm versions with their epoch, each with its source package); `None` when
+/// there is no package manager.
 pub fn packages() -> Option<Vec<Package>> {
-    let attempts: [(&str, &[&str]); 2] = [
-        ("dpkg-query", &["-W", "-f", "${Package}\t${Version}\n"]),
-        ("rpm", &["-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]),
-    ];
-    for (program, args) in attempts {
-        let Ok(output) = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-        else {
-            continue;
-        };
-        if !output.status.success() {
-            continue;
-        }
-        return Some(parse_packages(&String::from_utf8_lossy(&output.stdout)));
-    }
-    None
+    crate::exec::livequery::installed_packages()
+        .ok()
+        .map(inventory_packages)
 }
 
-/// `name<TAB>version` lines.
-pub fn parse_packages(text: &str) -> Vec<Package> {
-    let mut out: Vec<Package> = text
-        .lines()
-        .filter_map(|line| {
-            let (name, version) = line.split_once('\t')?;
-            let name = name.trim();
-            (!name.is_empty()).then(|| Package {
-                name: name.to_owned(),
-                version: version.trim().to_owned(),
-            })
+/// The inventory's view of installed packages: sorted by name, one entry per name and version
+/// (several architectures of one package are one), the source kept only when it names another
+/// package.
+fn inventory_packages(list: Vec<crate::exec::livequery::InstalledPackage>) -> Vec<Package> {
+    let mut out: Vec<Package> = list
+        .into_iter()
+        .map(|p| Package {
+            source: p.source_package.filter(|s| *s != p.name),
+            name: p.name,
+            version: p.version,
         })
         .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+    out.dedup_by(|a, b| a.name == b.name && a.version == b.version);
     out
 }
 
@@ -197,9 +181,34 @@ mod tests {
     }
 
     #[test]
-    fn package_lines() {
-        let pkgs = parse_packages("zlib1g\t1:1.2.13\nbash\t5.2-1\n\nbroken\n");
-        assert_eq!(pkgs.len(), 2);
-        assert_eq!(pkgs[0].name, "bash");
+    fn installed_packages_with_their_sources() {
+        use crate::exec::livequery::{parse_dpkg, parse_rpm};
+        let dpkg = inventory_packages(parse_dpkg(
+            "ii \tlibssl3\t3.0.11-1~deb12u2\tamd64\topenssl\n\
+             ii \tbash\t5.2.15-2+b2\tamd64\tbash\n\
+             rc \told-kernel\t6.1.0-9\tamd64\tlinux-signed-amd64\n\
+             ii \tlibc6\t2.36-9\tamd64\tglibc\n\
+             ii \tlibc6\t2.36-9\ti386\tglibc\n",
+        ));
+        let names: Vec<_> = dpkg
+            .iter()
+            .map(|p| (p.name.as_str(), p.source.as_deref()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("bash", None),
+                ("libc6", Some("glibc")),
+                ("libssl3", Some("openssl"))
+            ],
+            "installed only, one per architecture, a source only when it differs"
+        );
+        let rpm = inventory_packages(parse_rpm(
+            "openssl-libs\t1:3.0.7-27.el9\tx86_64\topenssl-3.0.7-27.el9.src.rpm\n\
+             python3-libs\t3.9.18-3.el9\tx86_64\tpython3.9-3.9.18-3.el9.src.rpm\n",
+        ));
+        assert_eq!(rpm[0].source.as_deref(), Some("openssl"));
+        assert_eq!(rpm[0].version, "1:3.0.7-27.el9", "with its epoch");
+        assert_eq!(rpm[1].source.as_deref(), Some("python3.9"));
     }
 }

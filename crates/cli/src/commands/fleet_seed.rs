@@ -101,6 +101,7 @@ fn packages(seed: usize) -> Vec<Package> {
             let stem = STEMS[i % STEMS.len()];
             let suffix = SUFFIXES[(i / STEMS.len()) % SUFFIXES.len()];
             Package {
+                source: None,
                 name: format!("{stem}{suffix}"),
                 // Versions differ a little per device, as fleets drift.
                 version: format!(

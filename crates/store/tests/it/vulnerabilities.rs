@@ -444,7 +444,58 @@ async fn an_organizations_upload_stays_its_own(cx: Ctx) {
     assert!(err.to_string().contains("modified"), "{err}");
 }
 
+/// Debian and Ubuntu advisories name source packages: an installed binary package whose agent
+/// reports its source (`libssl3` from `openssl`) is matched by it, on a device that reported
+/// before the import (the import's matching) and on one reporting after (its own recompute);
+/// the finding names the installed package and its version.
+async fn binary_packages_are_matched_by_their_source(cx: Ctx) {
+    let s = &cx.store;
+    let (a, _) = two_orgs(s).await;
+    let with_sources = |host: &str| {
+        let mut inv = inventory(s, host, DEBIAN, &[]);
+        inv.packages = Some(
+            [
+                ("libssl3", "3.0.11-1~deb12u1", Some("openssl")),
+                ("libssl3-dev", "3.0.11-1~deb12u2", Some("openssl")),
+                ("bash", "5.2.15-2+b2", None),
+            ]
+            .into_iter()
+            .map(|(name, version, source)| breeze_agent_proto::Package {
+                name: name.into(),
+                version: version.into(),
+                source: source.map(Into::into),
+            })
+            .collect(),
+        );
+        inv
+    };
+    let before = device(s, a, "before", DEBIAN).await;
+    s.record_inventory(before, a, &with_sources("before"))
+        .await
+        .unwrap();
+    s.import_advisories(fixture()).await.unwrap();
+    let after = device(s, a, "after", DEBIAN).await;
+    s.record_inventory(after, a, &with_sources("after"))
+        .await
+        .unwrap();
+    let v = s.org(a).vulnerabilities();
+    for d in [before, after] {
+        let found = v.device_findings(d).await.unwrap();
+        assert_eq!(
+            ids(&found),
+            vec![(
+                "DSA-5532-1".into(),
+                "libssl3".into(),
+                some("3.0.11-1~deb12u2")
+            )],
+            "the patched libssl3-dev is not affected"
+        );
+        assert_eq!(found[0].installed, "3.0.11-1~deb12u1");
+    }
+}
+
 breeze_store::on_both_backends!(
+    binary_packages_are_matched_by_their_source,
     real_records_match_each_ecosystems_ordering,
     imports_are_idempotent_and_newer_records_replace,
     exposure_follows_inventory_changes,
