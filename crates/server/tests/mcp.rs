@@ -129,6 +129,9 @@ async fn large_bodies_are_refused_before_parsing(cx: Ctx) {
     );
 }
 
+/// At a full cap, per key or server-wide, a new session ends the least recently used one with
+/// no call in flight — a legacy SSE stream too, which then ends — instead of refusing (the
+/// refusal when every session is busy is the registry's own test).
 async fn session_caps_per_key_and_server_wide(cx: Ctx) {
     let w = world(&cx).await;
     let app = build(
@@ -139,8 +142,6 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         },
         Arc::new(MemoryLimiter::new()),
     );
-    // Busy sessions (a legacy SSE stream lives as long as its session) are never ended to
-    // make room.
     let legacy = |key: String| {
         let app = app.clone();
         async move {
@@ -151,29 +152,27 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
             app.oneshot(get).await.unwrap()
         }
     };
+    // Whether a legacy stream ends within two seconds.
+    let ends = |r: axum::response::Response| async move {
+        tokio::time::timeout(Duration::from_secs(2), r.into_body().collect())
+            .await
+            .is_ok()
+    };
     let first = legacy(w.read.clone()).await;
     assert_eq!(first.status(), StatusCode::OK);
-    let _second = legacy(w.read.clone()).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = legacy(w.read.clone()).await;
+    assert_eq!(second.status(), StatusCode::OK);
+    // The key's third session ends its least recently used: the first stream.
     let r = send(&app, post("/mcp", Some(&w.read), &init("2025-06-18"), &[])).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let sid = r.headers["mcp-session-id"].to_str().unwrap().to_owned();
     assert!(
-        err_msg(&r).starts_with("Too many active MCP sessions for this API key: 2 at most"),
-        "{}",
-        err_msg(&r)
+        ends(first).await,
+        "the first legacy stream ends with its session"
     );
-    let r = send(
-        &app,
-        Request::get("/api/v1/mcp/sse")
-            .header("x-api-key", &w.read)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        r.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "legacy SSE sessions count too"
-    );
+    // Server-wide: the organization holds three (the cap); another organization's first
+    // session ends one of them rather than being refused — one without a stream first.
     let third = legacy(w.write.clone()).await;
     assert_eq!(third.status(), StatusCode::OK);
     let r = send(
@@ -181,12 +180,23 @@ async fn session_caps_per_key_and_server_wide(cx: Ctx) {
         post("/mcp", Some(&w.other_org_key), &init("2025-06-18"), &[]),
     )
     .await;
-    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        err_msg(&r).starts_with("Too many active MCP sessions: 3 at most (MCP_MAX_SESSIONS)"),
-        "{}",
-        err_msg(&r)
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let list = rpc(2, "tools/list", json!({}));
+    let r = send(
+        &app,
+        post("/mcp", Some(&w.read), &list, &[("mcp-session-id", &sid)]),
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "the stream-less session ended"
     );
+    let second_open =
+        tokio::time::timeout(Duration::from_millis(300), second.into_body().collect())
+            .await
+            .is_err();
+    assert!(second_open, "the streams stay");
 }
 
 async fn a_session_belongs_to_its_key(cx: Ctx) {
